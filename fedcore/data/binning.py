@@ -1,0 +1,125 @@
+"""Per-party feature binning: quantile bins for numbers, native categories, a missing-value bin.
+
+Bin edges never leave the party that computed them. Codes are uint8: 0..max_bins-1 for values and
+MISSING_BIN (255) for missing values (and, at prediction time, unknown categories).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from fedcore.errors import ParameterError
+
+MISSING_BIN = 255
+MAX_BINS = 255
+
+
+def is_categorical_dtype(series: pd.Series) -> bool:
+    """Strings, objects, pandas categoricals and booleans are treated as categorical features."""
+    dtype = series.dtype
+    return (
+        isinstance(dtype, pd.CategoricalDtype)
+        or pd.api.types.is_bool_dtype(dtype)
+        or pd.api.types.is_object_dtype(dtype)
+        or pd.api.types.is_string_dtype(dtype)
+    )
+
+
+def category_strings(series: pd.Series) -> pd.Series:
+    """Category values as strings (missing stays missing), the form stored in partial models."""
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        series = series.astype(object)
+    return series.astype("string")
+
+
+@dataclass
+class ColumnBinning:
+    """How one column maps to bin codes: `edges` for numbers, `categories` for categoricals."""
+
+    name: str
+    is_categorical: bool
+    edges: np.ndarray | None = None
+    categories: list[str] | None = None
+
+    @property
+    def n_bins(self) -> int:
+        """Number of value bins (the missing bin excluded)."""
+        return len(self.categories) if self.is_categorical else len(self.edges) + 1
+
+    def threshold_value(self, bin_index: int) -> float:
+        """The raw threshold equivalent to `bin <= bin_index` for a numeric column."""
+        return float(self.edges[bin_index]) if bin_index < len(self.edges) else float("inf")
+
+    def transform(self, series: pd.Series) -> np.ndarray:
+        """Bin codes (uint8) of `series`."""
+        if self.is_categorical:
+            values = category_strings(series)
+            codes = pd.Categorical(values, categories=self.categories).codes.astype(np.int16)
+            codes[codes < 0] = MISSING_BIN
+            return codes.astype(np.uint8)
+        values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        codes = np.searchsorted(self.edges, values, side="left").astype(np.uint8)
+        codes[np.isnan(values)] = MISSING_BIN
+        return codes
+
+
+def _numeric_edges(values: np.ndarray, max_bins: int, subsample: int, seed: int) -> np.ndarray:
+    values = values[~np.isnan(values)]
+    if len(values) > subsample:
+        rng = np.random.default_rng(seed)
+        values = values[rng.choice(len(values), subsample, replace=False)]
+    distinct = np.unique(values)
+    if len(distinct) <= max_bins:
+        return (distinct[:-1] + distinct[1:]) / 2.0
+    percentiles = np.linspace(0, 100, max_bins + 1)[1:-1]
+    edges = np.unique(np.percentile(values, percentiles, method="midpoint"))
+    return edges
+
+
+def fit_column(series: pd.Series, max_bins: int = MAX_BINS, subsample: int = 200_000, seed: int = 0) -> ColumnBinning:
+    """Learn the binning of one column; the subsample seed depends only on the column name and `seed`."""
+    if not 2 <= max_bins <= MAX_BINS:
+        raise ParameterError(f"max_bins must be between 2 and {MAX_BINS}, got {max_bins}")
+    name = str(series.name)
+    if is_categorical_dtype(series):
+        categories = sorted(category_strings(series).dropna().unique().tolist())
+        if len(categories) > max_bins:
+            raise ParameterError(
+                f"column {name!r} has {len(categories)} categories; at most max_bins={max_bins} are supported. "
+                "Group rare categories, or convert the column to numbers if it is ordinal."
+            )
+        return ColumnBinning(name=name, is_categorical=True, categories=categories)
+    values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    column_seed = (zlib.crc32(name.encode()) ^ int(seed)) & 0xFFFFFFFF
+    return ColumnBinning(name=name, is_categorical=False, edges=_numeric_edges(values, max_bins, subsample, column_seed))
+
+
+class PartyBinner:
+    """Bins every column of one party's table; fitted and applied only where the data lives."""
+
+    def __init__(self, max_bins: int = MAX_BINS, subsample: int = 200_000, random_state: int = 0) -> None:
+        self.max_bins = max_bins
+        self.subsample = subsample
+        self.random_state = random_state
+        self.columns: list[ColumnBinning] = []
+
+    def fit(self, frame: pd.DataFrame) -> PartyBinner:
+        """Learn one ColumnBinning per column."""
+        self.columns = [fit_column(frame[c], self.max_bins, self.subsample, self.random_state) for c in frame.columns]
+        return self
+
+    def transform(self, frame: pd.DataFrame) -> np.ndarray:
+        """Codes as a Fortran-ordered (n_rows, n_columns) uint8 matrix (column scans are contiguous)."""
+        out = np.empty((len(frame), len(self.columns)), dtype=np.uint8, order="F")
+        for j, column in enumerate(self.columns):
+            out[:, j] = column.transform(frame[column.name])
+        return out
+
+    @property
+    def is_categorical(self) -> np.ndarray:
+        """Boolean mask of categorical columns."""
+        return np.array([c.is_categorical for c in self.columns], dtype=np.bool_)

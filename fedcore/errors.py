@@ -1,0 +1,51 @@
+"""Named errors raised by fedcore: each says who, what was expected and what was found."""
+
+from __future__ import annotations
+
+
+class FedForestError(Exception):
+    """Base class of every error fedcore raises on purpose."""
+
+
+class InputError(FedForestError, ValueError):
+    """The caller's data or parameters cannot be used; the message says how to fix it."""
+
+
+class DataReadError(InputError):
+    """A data file could not be read."""
+
+
+class ColumnNotFoundError(InputError):
+    """A named column (label, id, feature) is absent."""
+
+
+class PartyShapeError(InputError):
+    """Vertical parties disagree on the number of rows, or a party is empty."""
+
+
+class DuplicateColumnError(InputError):
+    """The same column name is held by two parties (names must be unique across a federation)."""
+
+
+class LabelHolderError(InputError):
+    """No party, or more than one party, holds the label column."""
+
+
+class LabelError(InputError):
+    """The label cannot be learned from: one class, missing values, or a non-numeric regression target."""
+
+
+class ParameterError(InputError):
+    """A hyper-parameter is outside its allowed range."""
+
+
+class NotFittedError(FedForestError, AttributeError):
+    """A model was used before `fit` (or `load`)."""
+
+
+class ProtocolError(FedForestError):
+    """A party or the master received a message it cannot act on."""
+
+
+class ArtifactError(FedForestError):
+    """A saved model is missing files, was tampered with or has an unknown format."""

@@ -1,0 +1,26 @@
+"""Seeded random streams keyed by purpose and tree, so that every role draws the same numbers.
+
+All randomness in training comes from here: a stream is a pure function of (seed, purpose, keys), which
+is what makes a federated run reproduce the single-party run exactly, whatever the party layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PURPOSES = {"bootstrap": 1, "features": 2, "tree_features": 3, "thresholds": 4, "split": 5}
+
+
+def stream(seed: int, purpose: str, *keys: int) -> np.random.Generator:
+    """Return the generator for `purpose` and integer `keys` (tree, depth, ...) under `seed`."""
+    if purpose not in PURPOSES:
+        raise KeyError(f"unknown random purpose {purpose!r}")
+    spawn_key = (PURPOSES[purpose], *[int(k) for k in keys])
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(int(seed), spawn_key=spawn_key)))
+
+
+def bootstrap_counts(seed: int, tree: int, n_rows: int, n_draws: int) -> np.ndarray:
+    """How often each row is drawn into tree `tree`'s bootstrap sample (length n_rows, int32)."""
+    rng = stream(seed, "bootstrap", tree)
+    draws = rng.integers(0, n_rows, size=n_draws)
+    return np.bincount(draws, minlength=n_rows).astype(np.int32)

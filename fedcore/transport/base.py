@@ -1,0 +1,105 @@
+"""The transport interface between the master and its parties, with round/byte accounting and transcripts.
+
+The master talks to parties only through `Transport.exchange`: one call is one round trip, carrying one
+request to each addressed party and bringing back its reply. Implementations (in-process now, Arrow Flight
+later) share the accounting and transcript recording defined here.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from fedcore.protocol.messages import Message
+
+MASTER = "master"
+
+
+@dataclass
+class TranscriptEntry:
+    """One message as it crossed: who sent it to whom, its kind, size, array schema and optionally bytes."""
+
+    round: int
+    sender: str
+    receiver: str
+    kind: str
+    size: int
+    schema: str
+    payload: bytes | None = None
+
+
+@dataclass
+class CommunicationStats:
+    """Rounds and bytes, in total and per message kind."""
+
+    rounds: int = 0
+    bytes: int = 0
+    messages: int = 0
+    by_kind: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: {"count": 0, "bytes": 0}))
+
+    def add(self, kind: str, size: int) -> None:
+        """Count one message of `kind` with `size` bytes."""
+        self.bytes += size
+        self.messages += 1
+        self.by_kind[kind]["count"] += 1
+        self.by_kind[kind]["bytes"] += size
+
+    def to_dict(self) -> dict:
+        """A JSON-ready summary."""
+        return {
+            "rounds": self.rounds,
+            "bytes": self.bytes,
+            "messages": self.messages,
+            "by_kind": {k: dict(v) for k, v in sorted(self.by_kind.items())},
+        }
+
+
+class Transport(ABC):
+    """Carries master requests to named parties and their replies back, counting everything."""
+
+    def __init__(self, record_transcript: bool = False, record_payloads: bool = False) -> None:
+        self.stats = CommunicationStats()
+        self.record_transcript = record_transcript or record_payloads
+        self.record_payloads = record_payloads
+        self.transcript: list[TranscriptEntry] = []
+
+    @property
+    @abstractmethod
+    def parties(self) -> list[str]:
+        """Names of the parties reachable through this transport."""
+
+    def exchange(self, requests: dict[str, Message]) -> dict[str, Message]:
+        """One round trip: send each party its request, return each party's reply."""
+        self.stats.rounds += 1
+        encoded = {}
+        for party, message in requests.items():
+            payload = message.to_bytes()
+            self._account(MASTER, party, message, payload)
+            encoded[party] = payload
+        raw_replies = self._deliver(encoded)
+        replies = {}
+        for party, payload in raw_replies.items():
+            reply = Message.from_bytes(payload)
+            self._account(party, MASTER, reply, payload)
+            replies[party] = reply
+        return replies
+
+    @abstractmethod
+    def _deliver(self, requests: dict[str, bytes]) -> dict[str, bytes]:
+        """Carry encoded requests to parties and return their encoded replies."""
+
+    def _account(self, sender: str, receiver: str, message: Message, payload: bytes) -> None:
+        self.stats.add(message.kind, len(payload))
+        if self.record_transcript:
+            self.transcript.append(
+                TranscriptEntry(
+                    round=self.stats.rounds,
+                    sender=sender,
+                    receiver=receiver,
+                    kind=message.kind,
+                    size=len(payload),
+                    schema=message.schema_summary(),
+                    payload=payload if self.record_payloads else None,
+                )
+            )

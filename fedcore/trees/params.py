@@ -1,0 +1,108 @@
+"""Forest hyper-parameters shared by every role, validated once, with scikit-learn's meanings."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from fedcore.errors import ParameterError
+from fedcore.trees.criteria import CRITERIA, SQUARED_ERROR
+
+
+@dataclass(frozen=True)
+class ForestParams:
+    """Hyper-parameters of a forest. Sizes (min_samples_*) count bootstrap-weighted rows."""
+
+    task: str = "classification"
+    n_estimators: int = 100
+    criterion: str = "gini"
+    max_depth: int | None = None
+    min_samples_split: int = 2
+    min_samples_leaf: int = 1
+    min_impurity_decrease: float = 0.0
+    max_features: str | int | float | None = "sqrt"
+    feature_sampling: str = "node"
+    bootstrap: bool = True
+    max_samples: int | float | None = None
+    max_bins: int = 255
+    random_state: int = 0
+    tree_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.task not in ("classification", "regression"):
+            raise ParameterError(f"task must be 'classification' or 'regression', got {self.task!r}")
+        if self.criterion not in CRITERIA:
+            raise ParameterError(f"criterion must be one of {sorted(CRITERIA)}, got {self.criterion!r}")
+        if (self.task == "regression") != (CRITERIA[self.criterion] == SQUARED_ERROR):
+            raise ParameterError(f"criterion {self.criterion!r} does not fit task {self.task!r}")
+        _check_int("n_estimators", self.n_estimators, 1)
+        if self.max_depth is not None:
+            _check_int("max_depth", self.max_depth, 1)
+        _check_int("min_samples_split", self.min_samples_split, 2)
+        _check_int("min_samples_leaf", self.min_samples_leaf, 1)
+        if self.min_impurity_decrease < 0:
+            raise ParameterError(f"min_impurity_decrease must be >= 0, got {self.min_impurity_decrease}")
+        if self.feature_sampling not in ("node", "tree"):
+            raise ParameterError(f"feature_sampling must be 'node' or 'tree', got {self.feature_sampling!r}")
+        mf = self.max_features
+        if isinstance(mf, str) and mf not in ("sqrt", "log2"):
+            raise ParameterError(f"max_features must be 'sqrt', 'log2', an int, a float in (0, 1] or None, got {mf!r}")
+        if isinstance(mf, float) and not 0 < mf <= 1:
+            raise ParameterError(f"max_features as a fraction must be in (0, 1], got {mf}")
+        if isinstance(mf, int) and not isinstance(mf, bool) and mf < 1:
+            raise ParameterError(f"max_features must be >= 1, got {mf}")
+        if self.max_samples is not None:
+            if not self.bootstrap:
+                raise ParameterError("max_samples needs bootstrap=True")
+            if isinstance(self.max_samples, float) and not 0 < self.max_samples <= 1:
+                raise ParameterError(f"max_samples as a fraction must be in (0, 1], got {self.max_samples}")
+            if isinstance(self.max_samples, int) and self.max_samples < 1:
+                raise ParameterError(f"max_samples must be >= 1, got {self.max_samples}")
+        if not 2 <= self.max_bins <= 255:
+            raise ParameterError(f"max_bins must be between 2 and 255, got {self.max_bins}")
+        if self.tree_batch_size is not None:
+            _check_int("tree_batch_size", self.tree_batch_size, 1)
+
+    @property
+    def criterion_code(self) -> int:
+        """The numeric criterion used by the kernels."""
+        return CRITERIA[self.criterion]
+
+    def n_candidate_features(self, n_features: int) -> int:
+        """How many features each node (or tree) considers."""
+        mf = self.max_features
+        if mf is None:
+            k = n_features
+        elif mf == "sqrt":
+            k = int(math.sqrt(n_features))
+        elif mf == "log2":
+            k = int(math.log2(n_features))
+        elif isinstance(mf, float):
+            k = int(mf * n_features)
+        else:
+            k = int(mf)
+        return max(1, min(n_features, k))
+
+    def n_draws(self, n_rows: int) -> int | None:
+        """Bootstrap sample size per tree, or None without bootstrap."""
+        if not self.bootstrap:
+            return None
+        if self.max_samples is None:
+            return n_rows
+        if isinstance(self.max_samples, float):
+            return max(1, round(self.max_samples * n_rows))
+        return int(self.max_samples)
+
+    @property
+    def depth_limit(self) -> int:
+        """max_depth, or a bound no tree reaches."""
+        return self.max_depth if self.max_depth is not None else 10_000
+
+    def to_dict(self) -> dict:
+        """JSON-ready parameters."""
+        return asdict(self)
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ParameterError(f"{name} must be an integer >= {minimum}, got {value!r}")

@@ -1,0 +1,246 @@
+"""Histogram split finding for many nodes at once (numba, parallel over nodes).
+
+For each node and each of its candidate features the kernel builds the per-bin statistics of the node's
+samples, scans the split points and keeps the best; only bins that occur in the node are scanned, so
+deep, small nodes cost O(samples) rather than O(bins). Ties keep the first candidate in feature-rank
+order, then the lowest threshold, so results do not depend on how features are spread over parties.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from fedcore.data.binning import MISSING_BIN
+from fedcore.trees.criteria import SQUARED_ERROR, impurity_term, stats_weight
+
+N_CODES = 256
+CAT_WORDS = 4  # 256-bit category sets
+
+
+@dataclass
+class NodeSplits:
+    """Best split per node found by one party (gain is -inf where it has none)."""
+
+    gain: np.ndarray  # float64
+    rank: np.ndarray  # int32, position of the feature in the node's candidate list
+    feature: np.ndarray  # int32, local column
+    bin: np.ndarray  # int32, numeric: left if code <= bin
+    missing_left: np.ndarray  # bool
+    is_categorical: np.ndarray  # bool
+    cat_bits: np.ndarray  # uint64 (n_nodes, 4): categorical left set
+
+
+@nb.njit(cache=True, inline="always")
+def _accumulate(hist, b, w, yi, yf, criterion):
+    if criterion == SQUARED_ERROR:
+        hist[b, 0] += w
+        hist[b, 1] += w * yf
+        hist[b, 2] += w * yf * yf
+    else:
+        hist[b, yi] += w
+
+
+@nb.njit(cache=True)
+def _scan(hist, ordered, n_ordered, total, missing, has_missing, parent_term, criterion,
+          min_leaf, best_gain, cum, lbuf, rbuf):
+    """Scan the prefix splits of `ordered` bins (plus "all values | missing" when there are missing
+    values); returns (gain, cut, missing_left) of the best one beating `best_gain`, cut -1 if none."""
+    S = hist.shape[1]
+    found_cut = -1
+    found_ml = False
+    for k in range(S):
+        cum[k] = 0.0
+    n_cuts = n_ordered - 1 + (1 if has_missing else 0)
+    for t in range(n_cuts):
+        b = ordered[t]
+        for k in range(S):
+            cum[k] += hist[b, k]
+        n_options = 2 if (has_missing and t < n_ordered - 1) else 1
+        for option in range(n_options):
+            ml = option == 1
+            for k in range(S):
+                lbuf[k] = cum[k] + missing[k] if ml else cum[k]
+                rbuf[k] = total[k] - lbuf[k]
+            if stats_weight(lbuf, criterion) < min_leaf or stats_weight(rbuf, criterion) < min_leaf:
+                continue
+            gain = parent_term - impurity_term(lbuf, criterion) - impurity_term(rbuf, criterion)
+            if gain > best_gain:
+                best_gain = gain
+                found_cut = t
+                found_ml = ml
+    return best_gain, found_cut, found_ml
+
+
+def find_best_splits(codes, y_int, y_float, order, weight, starts, ends, feat_ptr, feat_local, feat_rank,
+                     is_cat, n_stats, criterion, min_leaf, n_class_orderings) -> NodeSplits:
+    """Best split per node over its candidate features (CSR: feat_ptr over nodes). See module docstring.
+
+    (node, feature) pairs are processed grouped by feature, so one feature's codes stay in cache while
+    all nodes that consider it are scanned; the per-node reduction then follows feature-rank order.
+    """
+    totals = node_statistics(y_int, y_float, order, weight, starts, ends, n_stats, criterion)
+    pair_node = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(feat_ptr))
+    by_feature = np.argsort(feat_local, kind="stable").astype(np.int64)
+    pair_out = _best_split_per_pair(codes, y_int, y_float, order, weight, starts, ends, totals, pair_node,
+                                    feat_local, by_feature, is_cat, n_stats, criterion, min_leaf, n_class_orderings)
+    return NodeSplits(*_reduce_pairs(feat_ptr, feat_local, feat_rank, *pair_out))
+
+
+@nb.njit(cache=True, parallel=True)
+def _best_split_per_pair(codes, y_int, y_float, order, weight, starts, ends, totals, pair_node, pair_feat,
+                         pair_order, is_cat, n_stats, criterion, min_leaf, n_class_orderings):
+    n_pairs = pair_node.shape[0]
+    out_gain = np.full(n_pairs, -np.inf)
+    out_bin = np.zeros(n_pairs, np.int32)
+    out_ml = np.zeros(n_pairs, np.bool_)
+    out_bits = np.zeros((n_pairs, 4), np.uint64)
+    n_chunks = min(n_pairs, 64)
+    for chunk in nb.prange(n_chunks):
+        # scratch buffers once per contiguous chunk of (feature-sorted) pairs
+        hist = np.zeros((N_CODES, n_stats))
+        seen = np.zeros(N_CODES, np.bool_)
+        touched = np.empty(N_CODES, np.int64)
+        ordered = np.empty(N_CODES, np.int64)
+        cum = np.zeros(n_stats)
+        lbuf = np.zeros(n_stats)
+        rbuf = np.zeros(n_stats)
+        missing = np.zeros(n_stats)
+        keys = np.empty(N_CODES)
+        lo = chunk * n_pairs // n_chunks
+        hi = (chunk + 1) * n_pairs // n_chunks
+        for q in range(lo, hi):
+            pair = pair_order[q]
+            i = pair_node[pair]
+            if ends[i] - starts[i] < 2:
+                continue
+            _best_split_of_pair(pair, i, pair_feat[pair], codes, y_int, y_float, order, weight, starts[i],
+                                ends[i], totals[i], is_cat, n_stats, criterion, min_leaf, n_class_orderings,
+                                hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys,
+                                out_gain, out_bin, out_ml, out_bits)
+    return out_gain, out_bin, out_ml, out_bits
+
+
+@nb.njit(cache=True)
+def _reduce_pairs(feat_ptr, feat_local, feat_rank, pair_gain, pair_bin, pair_ml, pair_bits):
+    """Per node: the best pair, scanning in feature-rank order and keeping the first maximum."""
+    n_nodes = feat_ptr.shape[0] - 1
+    out_gain = np.full(n_nodes, -np.inf)
+    out_rank = np.full(n_nodes, -1, np.int32)
+    out_feat = np.full(n_nodes, -1, np.int32)
+    out_bin = np.zeros(n_nodes, np.int32)
+    out_ml = np.zeros(n_nodes, np.bool_)
+    out_cat = np.zeros(n_nodes, np.bool_)
+    out_bits = np.zeros((n_nodes, 4), np.uint64)
+    for i in range(n_nodes):
+        for q in range(feat_ptr[i], feat_ptr[i + 1]):
+            if pair_gain[q] > out_gain[i]:
+                out_gain[i] = pair_gain[q]
+                out_rank[i] = feat_rank[q]
+                out_feat[i] = feat_local[q]
+                out_bin[i] = pair_bin[q]
+                out_ml[i] = pair_ml[q]
+                out_cat[i] = pair_bin[q] < 0
+                out_bits[i, :] = pair_bits[q, :]
+    return out_gain, out_rank, out_feat, out_bin, out_ml, out_cat, out_bits
+
+
+@nb.njit(cache=True)
+def _best_split_of_pair(pair, i, f, codes, y_int, y_float, order, weight, s, e, total, is_cat, n_stats,
+                        criterion, min_leaf, n_class_orderings, hist, seen, touched, ordered, cum, lbuf,
+                        rbuf, missing, keys, out_gain, out_bin, out_ml, out_bits):
+    """Best split of node i on feature f, written into the out_* arrays at `pair`."""
+    parent_term = impurity_term(total, criterion)
+    best = -np.inf
+    n_touched = 0
+    for j in range(s, e):
+        r = order[j]
+        b = codes[r, f]
+        if not seen[b]:
+            seen[b] = True
+            touched[n_touched] = b
+            n_touched += 1
+        _accumulate(hist, b, weight[j], y_int[r], y_float[r], criterion)
+    if n_touched > 48:  # a pass over all codes beats sorting many touched ones
+        m = 0
+        for b in range(N_CODES):
+            if seen[b]:
+                ordered[m] = b
+                m += 1
+    else:
+        ordered[:n_touched] = np.sort(touched[:n_touched])
+    has_missing = seen[MISSING_BIN]
+    n_values = n_touched - 1 if has_missing else n_touched
+    for k in range(n_stats):
+        missing[k] = hist[MISSING_BIN, k] if has_missing else 0.0
+    if not is_cat[f]:
+        gain, cut, ml = _scan(hist, ordered, n_values, total, missing, has_missing, parent_term,
+                              criterion, min_leaf, best, cum, lbuf, rbuf)
+        if cut >= 0:
+            out_gain[pair] = gain
+            if cut == n_values - 1:  # all values left, missing right
+                out_bin[pair] = MISSING_BIN - 1
+            else:
+                out_bin[pair] = (ordered[cut] + ordered[cut + 1] - 1) // 2
+            out_ml[pair] = ml if has_missing else _more_left(hist, ordered, cut, total, criterion, lbuf)
+    else:
+        n_orderings = 1 if criterion == SQUARED_ERROR or n_stats == 2 else n_class_orderings
+        for o in range(n_orderings):
+            for t in range(n_values):
+                c = ordered[t]
+                wc = stats_weight(hist[c], criterion)
+                if criterion == SQUARED_ERROR:
+                    keys[t] = hist[c, 1] / wc
+                else:
+                    keys[t] = hist[c, o if n_stats > 2 else 1] / wc
+            perm = np.argsort(keys[:n_values], kind="mergesort")
+            cats = ordered[:n_values][perm]
+            gain, cut, ml = _scan(hist, cats, n_values, total, missing, has_missing, parent_term,
+                                  criterion, min_leaf, best, cum, lbuf, rbuf)
+            if cut >= 0:
+                best = gain
+                out_gain[pair] = gain
+                out_bin[pair] = -1
+                out_ml[pair] = ml if has_missing else _more_left(hist, cats, cut, total, criterion, lbuf)
+                for w in range(4):
+                    out_bits[pair, w] = 0
+                for t in range(cut + 1):
+                    c = cats[t]
+                    out_bits[pair, c >> 6] |= np.uint64(1) << np.uint64(c & 63)
+    for t in range(n_touched):
+        b = touched[t]
+        seen[b] = False
+        for k in range(n_stats):
+            hist[b, k] = 0.0
+
+
+@nb.njit(cache=True, inline="always")
+def _more_left(hist, ordered, cut, total, criterion, buf):
+    """Default direction for missing values when the node had none: the heavier child."""
+    for k in range(buf.shape[0]):
+        buf[k] = 0.0
+    for t in range(cut + 1):
+        for k in range(buf.shape[0]):
+            buf[k] += hist[ordered[t], k]
+    wl = stats_weight(buf, criterion)
+    return wl >= stats_weight(total, criterion) - wl
+
+
+@nb.njit(cache=True, parallel=True)
+def node_statistics(y_int, y_float, order, weight, starts, ends, n_stats, criterion):
+    """Sufficient statistics of every node (rows of the returned (n_nodes, n_stats) array)."""
+    n_nodes = starts.shape[0]
+    out = np.zeros((n_nodes, n_stats))
+    for i in nb.prange(n_nodes):
+        for j in range(starts[i], ends[i]):
+            r = order[j]
+            w = weight[j]
+            if criterion == SQUARED_ERROR:
+                out[i, 0] += w
+                out[i, 1] += w * y_float[r]
+                out[i, 2] += w * y_float[r] * y_float[r]
+            else:
+                out[i, y_int[r]] += w
+    return out

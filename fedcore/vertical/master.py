@@ -1,0 +1,286 @@
+"""The master role in vertical Federated Forest: holds no data; samples rows and features from seeds,
+picks the best of the parties' local splits per node, relays partition bitmaps, stores the structure and
+leaf values, and combines prediction answers.
+
+Every exchange covers all open nodes of one level of every tree in the batch, so the number of round
+trips grows with depth (two per level), never with nodes or rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedcore.errors import LabelHolderError, PartyShapeError, ProtocolError
+from fedcore.protocol.messages import Message, unpack_bits
+from fedcore.randomness import stream
+from fedcore.trees.criteria import SQUARED_ERROR, leaf_value, min_gain
+from fedcore.trees.params import ForestParams
+from fedcore.trees.predictor import intersect_leaf_sets
+from fedcore.trees.structure import NO_CHILD, ForestStructure
+from fedcore.transport.base import Transport
+
+ProgressCallback = Callable[[int, int, int], None]
+"""progress(trees_done, n_trees, depth_reached_in_current_batch)"""
+
+
+@dataclass
+class FederationInfo:
+    """What the master learns at setup: party names and roles, row count, opaque feature ids."""
+
+    parties: list[str]
+    label_holder: str
+    n_rows: int
+    n_classes: int
+    feature_ids: list[str]  # sorted: global feature index -> opaque id
+    feature_owner: np.ndarray  # global feature index -> party index
+
+
+class VerticalMaster:
+    """Coordinates training and prediction of one vertical federated forest over a transport."""
+
+    def __init__(self, transport: Transport, params: ForestParams, progress: ProgressCallback | None = None) -> None:
+        self.transport = transport
+        self.params = params
+        self.progress = progress
+        self.info: FederationInfo | None = None
+        self.structure: ForestStructure | None = None
+
+    # -- setup ----------------------------------------------------------------------------------
+    def setup(self) -> FederationInfo:
+        """Ask every party to bin its data and name its features; share the encoded labels."""
+        p = self.params
+        parties = self.transport.parties
+        header = {"max_bins": p.max_bins, "binning_seed": p.random_state, "criterion": p.criterion_code}
+        replies = self.transport.exchange({name: Message("setup", header) for name in parties})
+        rows = {name: int(r.header["n_rows"]) for name, r in replies.items()}
+        if len(set(rows.values())) != 1:
+            raise PartyShapeError(f"parties hold different numbers of aligned rows: {rows}")
+        holders = [name for name, r in replies.items() if r.header["label_holder"]]
+        if len(holders) != 1:
+            raise LabelHolderError(f"exactly one party must hold the label, found {len(holders)}: {holders}")
+        holder = holders[0]
+        ids, owner = [], []
+        for index, name in enumerate(parties):
+            party_ids = [str(x) for x in replies[name].arrays["feature_ids"]]
+            ids.extend(party_ids)
+            owner.extend([index] * len(party_ids))
+        if len(set(ids)) != len(ids):
+            raise ProtocolError("two features share an opaque id: column names must be unique across parties")
+        order = np.argsort(np.array(ids, dtype=object), kind="stable")
+        self.info = FederationInfo(
+            parties=parties, label_holder=holder, n_rows=rows[holder],
+            n_classes=int(replies[holder].header["n_classes"]),
+            feature_ids=[ids[i] for i in order], feature_owner=np.array(owner, dtype=np.int64)[order],
+        )
+        position = {fid: g for g, fid in enumerate(self.info.feature_ids)}
+        labels = self.transport.exchange({holder: Message("export_labels")})[holder].arrays["y"]
+        requests = {}
+        for name in parties:
+            arrays = {"global_index": np.array([position[str(x)] for x in replies[name].arrays["feature_ids"]], np.int64)}
+            if name != holder:
+                arrays["y"] = labels
+            requests[name] = Message("configure", {"n_features": len(ids), "n_classes": self.info.n_classes}, arrays)
+        self.transport.exchange(requests)
+        return self.info
+
+    # -- training -------------------------------------------------------------------------------
+    def fit(self) -> ForestStructure:
+        """Grow all trees, batch by batch, and hand every party the structure it needs to predict."""
+        if self.info is None:
+            self.setup()
+        p = self.params
+        batch = p.tree_batch_size or p.n_estimators
+        parts = []
+        for first in range(0, p.n_estimators, batch):
+            trees = list(range(first, min(first + batch, p.n_estimators)))
+            parts.append(self._grow_batch(trees))
+            if self.progress:
+                self.progress(trees[-1] + 1, p.n_estimators, -1)
+        self.structure = _concatenate_structures(parts, p.n_estimators)
+        s = self.structure
+        self.transport.exchange({
+            name: Message("finalize", {"n_trees": s.n_trees},
+                          {"tree": s.tree, "node": s.node, "left": s.left, "right": s.right})
+            for name in self.info.parties
+        })
+        return self.structure
+
+    def _sample_features(self, open_tree: np.ndarray, depth: int) -> np.ndarray:
+        """Candidate global feature indices per open node, sorted ascending: (n_open, k)."""
+        p, n_features = self.params, len(self.info.feature_ids)
+        k = p.n_candidate_features(n_features)
+        out = np.empty((len(open_tree), k), dtype=np.int64)
+        bounds = np.flatnonzero(np.diff(open_tree, prepend=-1, append=-1))
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            tree = int(open_tree[a])
+            if p.feature_sampling == "tree":
+                rng = stream(p.random_state, "tree_features", tree)
+                chosen = np.sort(rng.permutation(n_features)[:k])
+                out[a:b] = chosen
+            else:
+                rng = stream(p.random_state, "features", tree, depth)
+                keys = rng.random((b - a, n_features))
+                out[a:b] = np.sort(np.argsort(keys, axis=1, kind="stable")[:, :k], axis=1)
+        return out
+
+    def _grow_batch(self, trees: list[int]) -> ForestStructure:
+        p, info = self.params, self.info
+        parties = info.parties
+        self.transport.exchange({
+            name: Message("begin_batch", {"trees": trees, "seed": p.random_state, "n_draws": p.n_draws(info.n_rows)})
+            for name in parties
+        })
+        open_tree = np.array(trees, dtype=np.int32)
+        open_node = np.zeros(len(trees), dtype=np.int32)
+        next_id = {t: 1 for t in trees}
+        root_weight: dict[int, float] = {}
+        records: list[dict[str, np.ndarray]] = []
+        previous: dict[str, np.ndarray] | None = None
+        blobs: dict[int, np.ndarray] = {}
+        depth = 0
+        while len(open_tree):
+            n_open = len(open_tree)
+            can_split = depth < p.depth_limit
+            candidates = self._sample_features(open_tree, depth) if can_split else np.empty((n_open, 0), np.int64)
+            ranks = np.broadcast_to(np.arange(candidates.shape[1], dtype=np.int32), candidates.shape)
+            requests = {}
+            for index, name in enumerate(parties):
+                mine = info.feature_owner[candidates] == index if candidates.size else np.zeros(candidates.shape, bool)
+                arrays = {
+                    "feat_ptr": np.concatenate([[0], np.cumsum(mine.sum(axis=1))]).astype(np.int64),
+                    "feat_global": candidates[mine].astype(np.int32),
+                    "feat_rank": ranks[mine].astype(np.int32),
+                }
+                if previous is not None:
+                    arrays.update(previous)
+                    arrays.update({f"bits_{q}": blob for q, blob in blobs.items() if q != index})
+                requests[name] = Message("find_splits", {"party_index": index, "min_samples_leaf": p.min_samples_leaf}, arrays)
+            replies = self.transport.exchange(requests)
+            stats = replies[info.label_holder].arrays["stats"]
+            weight = stats[:, 0] if p.criterion_code == SQUARED_ERROR else stats.sum(axis=1)
+            if depth == 0:
+                root_weight = dict(zip(trees, weight.tolist(), strict=True))
+            gains = np.stack([replies[n].arrays["gain"] for n in parties])
+            party_ranks = np.stack([replies[n].arrays["rank"] for n in parties]).astype(np.int64)
+            best_gain = gains.max(axis=0)
+            tie_rank = np.where(gains == best_gain, party_ranks, np.iinfo(np.int64).max)
+            owner = np.argmin(tie_rank, axis=0)
+            roots = np.array([root_weight[int(t)] for t in open_tree]) if n_open else np.zeros(0)
+            split = (
+                can_split
+                & np.isfinite(best_gain)
+                & (weight >= p.min_samples_split)
+                & (best_gain > min_gain(weight))
+                & (best_gain >= p.min_impurity_decrease * roots)
+            )
+            left = np.full(n_open, NO_CHILD, dtype=np.int32)
+            right = np.full(n_open, NO_CHILD, dtype=np.int32)
+            split_idx = np.flatnonzero(split)
+            split_trees = open_tree[split_idx]
+            first = np.searchsorted(split_trees, split_trees, side="left")
+            within = np.arange(len(split_idx)) - first
+            base = np.array([next_id[int(t)] for t in split_trees], dtype=np.int32)
+            left[split_idx] = base + 2 * within
+            right[split_idx] = left[split_idx] + 1
+            for t, count in zip(*np.unique(split_trees, return_counts=True), strict=True):
+                next_id[int(t)] += 2 * int(count)
+            records.append({
+                "tree": open_tree, "node": open_node, "left": left, "right": right,
+                "depth": np.full(n_open, depth, np.int16), "owner": np.where(split, owner, -1).astype(np.int16),
+                "weight": weight, "stats": stats,
+            })
+            if self.progress:
+                self.progress(trees[0], p.n_estimators, depth)
+            if not len(split_idx):
+                break
+            split_owner = owner[split_idx]
+            apply_requests = {}
+            for index, name in enumerate(parties):
+                mine = split_idx[split_owner == index]
+                if len(mine):
+                    apply_requests[name] = Message("apply_splits", {}, {
+                        "positions": mine.astype(np.int64), "tree": open_tree[mine], "node": open_node[mine]})
+            apply_replies = self.transport.exchange(apply_requests)
+            blobs = {parties.index(name): r.arrays["bits"] for name, r in apply_replies.items()}
+            previous = {"split_mask": split.astype(np.uint8), "split_owner": split_owner.astype(np.int16)}
+            open_tree = np.repeat(split_trees, 2)
+            open_node = np.empty(2 * len(split_idx), dtype=np.int32)
+            open_node[0::2], open_node[1::2] = left[split_idx], right[split_idx]
+            depth += 1
+        return self._records_to_structure(records, trees)
+
+    def _records_to_structure(self, records: list[dict[str, np.ndarray]], trees: list[int]) -> ForestStructure:
+        cat = {k: np.concatenate([r[k] for r in records]) for k in records[0]}
+        order = np.lexsort((cat["node"], cat["tree"]))
+        cat = {k: v[order] for k, v in cat.items()}
+        return ForestStructure(
+            tree=cat["tree"].astype(np.int32), node=cat["node"].astype(np.int32), left=cat["left"],
+            right=cat["right"], depth=cat["depth"], owner=cat["owner"], weight=cat["weight"],
+            value=leaf_value(cat["stats"], self.params.criterion_code), n_trees=max(trees) + 1,
+        )
+
+    # -- prediction -----------------------------------------------------------------------------
+    def predict_values(self, n_rows: int, method: str = "one-round", batch_rows: int = 8192) -> np.ndarray:
+        """Mean of the trees' leaf values for `n_rows` aligned rows loaded at every party: (n_rows, n_outputs)."""
+        if self.structure is None:
+            raise ProtocolError("the master has no trained forest")
+        if method not in ("one-round", "node-by-node"):
+            raise ValueError(f"method must be 'one-round' or 'node-by-node', got {method!r}")
+        s = self.structure
+        out = np.empty((n_rows, s.value.shape[1]), dtype=np.float64)
+        leaf_offsets, leaf_nodes, _ = s.leaves()
+        for start in range(0, n_rows, batch_rows):
+            stop = min(start + batch_rows, n_rows)
+            if method == "one-round":
+                nodes = self._one_round_leaves(start, stop, leaf_offsets, leaf_nodes)
+            else:
+                nodes = self._node_by_node_leaves(start, stop)
+            out[start:stop] = s.value[nodes].mean(axis=1)
+        return out
+
+    def _one_round_leaves(self, start: int, stop: int, leaf_offsets: np.ndarray, leaf_nodes: np.ndarray) -> np.ndarray:
+        replies = self.transport.exchange({
+            name: Message("predict_leaves", {"start": start, "stop": stop}) for name in self.info.parties})
+        sets = [replies[name].arrays["sets"] for name in self.info.parties]
+        combined = sets[0].copy()
+        for other in sets[1:]:
+            np.bitwise_and(combined, other, out=combined)
+        slots = intersect_leaf_sets(combined[None], leaf_offsets, stop - start)
+        if np.any(slots < 0):
+            raise ProtocolError("parties' leaf sets do not intersect in exactly one leaf: models are out of sync")
+        return leaf_nodes[leaf_offsets[:-1][None, :] + slots]
+
+    def _node_by_node_leaves(self, start: int, stop: int) -> np.ndarray:
+        s = self.structure
+        offsets = s.tree_offsets()
+        n = stop - start
+        current = np.broadcast_to(offsets[:-1], (n, s.n_trees)).copy()
+        rows = np.broadcast_to(np.arange(start, stop)[:, None], (n, s.n_trees))
+        while True:
+            internal = s.left[current] != NO_CHILD
+            if not internal.any():
+                return current
+            owner = s.owner[current]
+            requests, masks = {}, {}
+            for index, name in enumerate(self.info.parties):
+                mask = internal & (owner == index)
+                if mask.any():
+                    masks[name] = mask
+                    requests[name] = Message("route", {}, {"rows": rows[mask].astype(np.int64),
+                                                           "nodes": current[mask].astype(np.int64)})
+            replies = self.transport.exchange(requests)
+            tree_base = np.broadcast_to(offsets[:-1], (n, s.n_trees))
+            for name, mask in masks.items():
+                go_left = unpack_bits(replies[name].arrays["bits"], int(mask.sum())).astype(bool)
+                cur = current[mask]
+                child = np.where(go_left, s.left[cur], s.right[cur])
+                current[mask] = tree_base[mask] + child
+
+
+def _concatenate_structures(parts: list[ForestStructure], n_trees: int) -> ForestStructure:
+    fields = ("tree", "node", "left", "right", "depth", "owner", "weight", "value")
+    merged = {f: np.concatenate([getattr(p, f) for p in parts]) for f in fields}
+    return ForestStructure(**merged, n_trees=n_trees)

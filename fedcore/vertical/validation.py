@@ -1,0 +1,92 @@
+"""Checks on vertical party tables before anything is sent: each failure is a named error that says
+which party and which column, what was expected and what was found."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+
+from fedcore.errors import DuplicateColumnError, LabelError, LabelHolderError, PartyShapeError
+
+
+def named_parties(parties: Sequence[pd.DataFrame] | Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Party frames by name (a list gets names party0, party1, ...)."""
+    if isinstance(parties, Mapping):
+        frames = {str(k): v for k, v in parties.items()}
+    elif isinstance(parties, pd.DataFrame):
+        raise PartyShapeError("pass a list (or dict) of party DataFrames, not a single DataFrame")
+    else:
+        frames = {f"party{i}": frame for i, frame in enumerate(parties)}
+    if not frames:
+        raise PartyShapeError("no parties given: pass at least one party DataFrame")
+    for name, frame in frames.items():
+        if not isinstance(frame, pd.DataFrame):
+            raise PartyShapeError(f"party {name!r} is a {type(frame).__name__}, expected a pandas DataFrame")
+    return frames
+
+
+def _check_shapes(frames: dict[str, pd.DataFrame]) -> int:
+    for name, frame in frames.items():
+        if len(frame) == 0:
+            raise PartyShapeError(f"party {name!r} has no rows")
+    rows = {name: len(frame) for name, frame in frames.items()}
+    if len(set(rows.values())) > 1:
+        raise PartyShapeError(f"parties must hold the same aligned rows, found row counts {rows}")
+    seen: dict[str, str] = {}
+    for name, frame in frames.items():
+        for column in frame.columns:
+            if not isinstance(column, str):
+                raise PartyShapeError(f"party {name!r} has a non-string column name {column!r}")
+            if column in seen:
+                raise DuplicateColumnError(f"column {column!r} is held by both party {seen[column]!r} and party {name!r}; "
+                                           "column names must be unique across parties")
+            seen[column] = name
+        if frame.columns.duplicated().any():
+            dup = frame.columns[frame.columns.duplicated()][0]
+            raise DuplicateColumnError(f"party {name!r} has column {dup!r} twice")
+    return next(iter(rows.values()))
+
+
+def validate_training_parties(frames: dict[str, pd.DataFrame], label: str, task: str) -> str:
+    """Check shapes, columns and the label; return the label holder's name."""
+    _check_shapes(frames)
+    holders = [name for name, frame in frames.items() if label in frame.columns]
+    if not holders:
+        raise LabelHolderError(f"no party holds the label column {label!r}; parties' columns: "
+                               + "; ".join(f"{n}: {list(f.columns)[:8]}" for n, f in frames.items()))
+    if len(holders) > 1:
+        raise LabelHolderError(f"label column {label!r} is held by {len(holders)} parties {holders}; exactly one may hold it")
+    for name, frame in frames.items():
+        n_features = frame.shape[1] - (1 if name == holders[0] else 0)
+        if n_features == 0 and name != holders[0]:
+            raise PartyShapeError(f"party {name!r} has no feature columns")
+    if sum(f.shape[1] for f in frames.values()) - 1 == 0:
+        raise PartyShapeError("no party holds any feature column besides the label")
+    y = frames[holders[0]][label]
+    n_missing = int(y.isna().sum())
+    if n_missing:
+        raise LabelError(f"label {label!r} at party {holders[0]!r} has {n_missing} missing values; drop or fill those rows")
+    if task == "regression":
+        if not pd.api.types.is_numeric_dtype(y) or pd.api.types.is_bool_dtype(y):
+            raise LabelError(f"regression label {label!r} at party {holders[0]!r} must be numeric, found dtype {y.dtype}")
+    else:
+        classes = y.unique()
+        if len(classes) < 2:
+            raise LabelError(f"label {label!r} at party {holders[0]!r} has a single class {classes[0]!r}; "
+                             "classification needs at least two")
+    return holders[0]
+
+
+def validate_prediction_parties(frames: dict[str, pd.DataFrame], expected: dict[str, list[str]]) -> int:
+    """Check that prediction frames match the trained parties and columns; return the row count."""
+    if set(frames) != set(expected):
+        raise PartyShapeError(f"prediction needs the parties {sorted(expected)}, got {sorted(frames)}")
+    rows = {name: len(frame) for name, frame in frames.items()}
+    if len(set(rows.values())) > 1:
+        raise PartyShapeError(f"parties must hold the same aligned rows, found row counts {rows}")
+    for name, columns in expected.items():
+        missing = [c for c in columns if c not in frames[name].columns]
+        if missing:
+            raise PartyShapeError(f"party {name!r} lacks the trained columns {missing}")
+    return next(iter(rows.values()))
