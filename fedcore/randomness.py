@@ -22,5 +22,5 @@ def stream(seed: int, purpose: str, *keys: int) -> np.random.Generator:
 def bootstrap_counts(seed: int, tree: int, n_rows: int, n_draws: int) -> np.ndarray:
     """How often each row is drawn into tree `tree`'s bootstrap sample (length n_rows, int32)."""
     rng = stream(seed, "bootstrap", tree)
-    draws = rng.integers(0, n_rows, size=n_draws)
+    draws = rng.integers(0, n_rows, size=n_draws, dtype=np.int64)
     return np.bincount(draws, minlength=n_rows).astype(np.int32)

@@ -49,33 +49,45 @@ def pack_split_bits(codes, order, starts, ends, feats, bins, missing_left, is_ca
 
 
 @nb.njit(cache=True, parallel=True)
-def apply_partition(order, weight, starts, ends, packed, byte_offsets):
-    """Stably move each node's left samples to the front of its segment; returns left counts."""
+def apply_partition(order, weight, target, new_order, new_weight, new_target, starts, ends, packed, byte_offsets):
+    """Write each split node's samples, left ones first (stably), into the new_* arrays at the node's
+    segment; returns the left counts. Segments of nodes that did not split are left unwritten."""
     n_left = np.zeros(starts.shape[0], np.int64)
     for i in nb.prange(starts.shape[0]):
         s, e = starts[i], ends[i]
-        n = e - s
-        tmp_o = np.empty(n, order.dtype)
-        tmp_w = np.empty(n, weight.dtype)
         off = byte_offsets[i]
         nl = 0
-        for k in range(n):
+        for k in range(e - s):
+            nl += (packed[off + (k >> 3)] >> (k & 7)) & 1
+        li, ri = s, s + nl
+        for k in range(e - s):
             if (packed[off + (k >> 3)] >> (k & 7)) & 1:
-                nl += 1
-        li, ri = 0, nl
-        for k in range(n):
-            if (packed[off + (k >> 3)] >> (k & 7)) & 1:
-                tmp_o[li] = order[s + k]
-                tmp_w[li] = weight[s + k]
+                dst = li
                 li += 1
             else:
-                tmp_o[ri] = order[s + k]
-                tmp_w[ri] = weight[s + k]
+                dst = ri
                 ri += 1
-        order[s:e] = tmp_o
-        weight[s:e] = tmp_w
+            new_order[dst] = order[s + k]
+            new_weight[dst] = weight[s + k]
+            new_target[dst] = target[s + k]
         n_left[i] = nl
     return n_left
+
+
+@nb.njit(cache=True, parallel=True)
+def _compact_counts(counts, offsets):
+    """Rows with a non-zero count per tree, and those counts as weights, laid out tree after tree."""
+    order = np.empty(offsets[-1], np.int32)
+    weight = np.empty(offsets[-1], np.float64)
+    for t in nb.prange(counts.shape[0]):
+        k = offsets[t]
+        for r in range(counts.shape[1]):
+            c = counts[t, r]
+            if c:
+                order[k] = r
+                weight[k] = c
+                k += 1
+    return order, weight
 
 
 def scatter_node_bytes(pieces: list[tuple[np.ndarray, np.ndarray]], node_lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -102,29 +114,32 @@ def scatter_node_bytes(pieces: list[tuple[np.ndarray, np.ndarray]], node_lengths
 class SamplePartition:
     """In-bag samples of a batch of trees, grouped by the open nodes of the current level."""
 
-    def __init__(self, order: np.ndarray, weight: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+    def __init__(self, order: np.ndarray, weight: np.ndarray, target: np.ndarray, starts: np.ndarray,
+                 ends: np.ndarray) -> None:
         self.order = order
         self.weight = weight
+        self.target = target  # the label (class code or value) of each sample, aligned with `order`
         self.starts = starts
         self.ends = ends
+        self._spare = (np.empty_like(order), np.empty_like(weight), np.empty_like(target))
 
     @classmethod
-    def bootstrap(cls, seed: int, trees: list[int], n_rows: int, n_draws: int | None) -> SamplePartition:
-        """Roots of `trees`: the bootstrap sample of each (all rows with weight 1 if n_draws is None)."""
-        orders, weights = [], []
-        for tree in trees:
-            if n_draws is None:
-                rows = np.arange(n_rows, dtype=np.int32)
-                counts = np.ones(n_rows, dtype=np.float64)
-            else:
-                all_counts = bootstrap_counts(seed, tree, n_rows, n_draws)
-                rows = np.flatnonzero(all_counts).astype(np.int32)
-                counts = all_counts[rows].astype(np.float64)
-            orders.append(rows)
-            weights.append(counts)
-        lengths = np.array([len(o) for o in orders], dtype=np.int64)
-        offsets = offsets_from_lengths(lengths)
-        return cls(np.concatenate(orders), np.concatenate(weights), offsets[:-1].copy(), offsets[1:].copy())
+    def bootstrap(cls, seed: int, trees: list[int], y: np.ndarray, n_draws: int | None) -> SamplePartition:
+        """Roots of `trees`: the bootstrap sample of each (all rows with weight 1 if n_draws is None).
+
+        `y` holds the label per row (class codes or values); samples carry it along so that histogram
+        building reads it sequentially.
+        """
+        n_rows = len(y)
+        if n_draws is None:
+            order = np.tile(np.arange(n_rows, dtype=np.int32), len(trees))
+            weight = np.ones(len(order), dtype=np.float64)
+            offsets = np.arange(len(trees) + 1, dtype=np.int64) * n_rows
+        else:
+            counts = np.stack([bootstrap_counts(seed, tree, n_rows, n_draws) for tree in trees])
+            offsets = offsets_from_lengths(np.count_nonzero(counts, axis=1))
+            order, weight = _compact_counts(counts, offsets)
+        return cls(order, weight, y[order].astype(np.float64), offsets[:-1].copy(), offsets[1:].copy())
 
     @property
     def n_nodes(self) -> int:
@@ -139,7 +154,11 @@ class SamplePartition:
         """Apply the level's partition bitmaps; the children of split nodes become the new open nodes."""
         idx = np.flatnonzero(split_mask)
         starts, ends = self.starts[idx], self.ends[idx]
-        n_left = apply_partition(self.order, self.weight, starts, ends, packed, byte_offsets)
+        new_order, new_weight, new_target = self._spare
+        n_left = apply_partition(self.order, self.weight, self.target, new_order, new_weight, new_target,
+                                 starts, ends, packed, byte_offsets)
+        self._spare = (self.order, self.weight, self.target)
+        self.order, self.weight, self.target = new_order, new_weight, new_target
         new_starts = np.empty(2 * len(idx), dtype=np.int64)
         new_ends = np.empty(2 * len(idx), dtype=np.int64)
         new_starts[0::2], new_ends[0::2] = starts, starts + n_left

@@ -34,13 +34,14 @@ class NodeSplits:
 
 
 @nb.njit(cache=True, inline="always")
-def _accumulate(hist, b, w, yi, yf, criterion):
+def _accumulate(hist, b, w, y, criterion):
+    """Add one sample (weight w, target y: class code or value) to bin b's statistics."""
     if criterion == SQUARED_ERROR:
         hist[b, 0] += w
-        hist[b, 1] += w * yf
-        hist[b, 2] += w * yf * yf
+        hist[b, 1] += w * y
+        hist[b, 2] += w * y * y
     else:
-        hist[b, yi] += w
+        hist[b, np.int64(y)] += w
 
 
 @nb.njit(cache=True)
@@ -74,23 +75,24 @@ def _scan(hist, ordered, n_ordered, total, missing, has_missing, parent_term, cr
     return best_gain, found_cut, found_ml
 
 
-def find_best_splits(codes, y_int, y_float, order, weight, starts, ends, feat_ptr, feat_local, feat_rank,
-                     is_cat, n_stats, criterion, min_leaf, n_class_orderings) -> NodeSplits:
+def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_local, feat_rank,
+                     is_cat, n_stats, criterion, min_leaf, n_class_orderings) -> tuple[NodeSplits, np.ndarray]:
     """Best split per node over its candidate features (CSR: feat_ptr over nodes). See module docstring.
 
     (node, feature) pairs are processed grouped by feature, so one feature's codes stay in cache while
     all nodes that consider it are scanned; the per-node reduction then follows feature-rank order.
+    Also returns each node's statistics (n_nodes, n_stats), which the label holder reports.
     """
-    totals = node_statistics(y_int, y_float, order, weight, starts, ends, n_stats, criterion)
+    totals = node_statistics(target, weight, starts, ends, n_stats, criterion)
     pair_node = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(feat_ptr))
     by_feature = np.argsort(feat_local, kind="stable").astype(np.int64)
-    pair_out = _best_split_per_pair(codes, y_int, y_float, order, weight, starts, ends, totals, pair_node,
+    pair_out = _best_split_per_pair(codes, target, order, weight, starts, ends, totals, pair_node,
                                     feat_local, by_feature, is_cat, n_stats, criterion, min_leaf, n_class_orderings)
-    return NodeSplits(*_reduce_pairs(feat_ptr, feat_local, feat_rank, *pair_out))
+    return NodeSplits(*_reduce_pairs(feat_ptr, feat_local, feat_rank, *pair_out)), totals
 
 
 @nb.njit(cache=True, parallel=True)
-def _best_split_per_pair(codes, y_int, y_float, order, weight, starts, ends, totals, pair_node, pair_feat,
+def _best_split_per_pair(codes, target, order, weight, starts, ends, totals, pair_node, pair_feat,
                          pair_order, is_cat, n_stats, criterion, min_leaf, n_class_orderings):
     n_pairs = pair_node.shape[0]
     out_gain = np.full(n_pairs, -np.inf)
@@ -116,7 +118,7 @@ def _best_split_per_pair(codes, y_int, y_float, order, weight, starts, ends, tot
             i = pair_node[pair]
             if ends[i] - starts[i] < 2:
                 continue
-            _best_split_of_pair(pair, i, pair_feat[pair], codes, y_int, y_float, order, weight, starts[i],
+            _best_split_of_pair(pair, i, pair_feat[pair], codes, target, order, weight, starts[i],
                                 ends[i], totals[i], is_cat, n_stats, criterion, min_leaf, n_class_orderings,
                                 hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys,
                                 out_gain, out_bin, out_ml, out_bits)
@@ -148,7 +150,7 @@ def _reduce_pairs(feat_ptr, feat_local, feat_rank, pair_gain, pair_bin, pair_ml,
 
 
 @nb.njit(cache=True)
-def _best_split_of_pair(pair, i, f, codes, y_int, y_float, order, weight, s, e, total, is_cat, n_stats,
+def _best_split_of_pair(pair, i, f, codes, target, order, weight, s, e, total, is_cat, n_stats,
                         criterion, min_leaf, n_class_orderings, hist, seen, touched, ordered, cum, lbuf,
                         rbuf, missing, keys, out_gain, out_bin, out_ml, out_bits):
     """Best split of node i on feature f, written into the out_* arrays at `pair`."""
@@ -162,7 +164,7 @@ def _best_split_of_pair(pair, i, f, codes, y_int, y_float, order, weight, s, e, 
             seen[b] = True
             touched[n_touched] = b
             n_touched += 1
-        _accumulate(hist, b, weight[j], y_int[r], y_float[r], criterion)
+        _accumulate(hist, b, weight[j], target[j], criterion)
     if n_touched > 48:  # a pass over all codes beats sorting many touched ones
         m = 0
         for b in range(N_CODES):
@@ -229,18 +231,11 @@ def _more_left(hist, ordered, cut, total, criterion, buf):
 
 
 @nb.njit(cache=True, parallel=True)
-def node_statistics(y_int, y_float, order, weight, starts, ends, n_stats, criterion):
+def node_statistics(target, weight, starts, ends, n_stats, criterion):
     """Sufficient statistics of every node (rows of the returned (n_nodes, n_stats) array)."""
     n_nodes = starts.shape[0]
     out = np.zeros((n_nodes, n_stats))
     for i in nb.prange(n_nodes):
         for j in range(starts[i], ends[i]):
-            r = order[j]
-            w = weight[j]
-            if criterion == SQUARED_ERROR:
-                out[i, 0] += w
-                out[i, 1] += w * y_float[r]
-                out[i, 2] += w * y_float[r] * y_float[r]
-            else:
-                out[i, y_int[r]] += w
+            _accumulate(out, i, weight[j], target[j], criterion)
     return out

@@ -18,10 +18,11 @@ import numpy as np
 import pandas as pd
 
 from fedcore.errors import NotFittedError
-from fedcore.trees.params import ForestParams
 from fedcore.transport.inprocess import InProcessTransport
+from fedcore.trees.params import ForestParams
 from fedcore.vertical.master import VerticalMaster
 from fedcore.vertical.party import VerticalParty
+from fedcore.vertical.persistence import load_simulation, save_simulation
 from fedcore.vertical.validation import named_parties, validate_prediction_parties, validate_training_parties
 
 PartyFrames = Sequence[pd.DataFrame] | Mapping[str, pd.DataFrame]
@@ -52,6 +53,7 @@ class _FederatedForest:
         predict_batch_rows: int = 8192,
         progress: bool = False,
         record_transcript: bool = False,
+        record_payloads: bool = False,
     ) -> None:
         self.params = ForestParams(
             task=self._task, n_estimators=n_estimators, criterion=criterion, max_depth=max_depth,
@@ -64,6 +66,7 @@ class _FederatedForest:
         self.predict_batch_rows = predict_batch_rows
         self.progress = progress
         self.record_transcript = record_transcript
+        self.record_payloads = record_payloads
         self.parties_: list[VerticalParty] | None = None
         self.master_: VerticalMaster | None = None
         self.transport_: InProcessTransport | None = None
@@ -80,11 +83,13 @@ class _FederatedForest:
         ]
         self.label_ = label
         self.transport_ = InProcessTransport({p.name: p.handle for p in self.parties_},
-                                             record_transcript=self.record_transcript)
+                                             record_transcript=self.record_transcript,
+                                             record_payloads=self.record_payloads)
         self.master_ = VerticalMaster(self.transport_, self.params, progress=_progress_bar() if self.progress else None)
         started = time.perf_counter()
         self.master_.fit()
         self.fit_seconds_ = time.perf_counter() - started
+        self.training_communication_ = self.transport_.stats.to_dict()
         if self.progress:
             sys.stderr.write("\n")
         return self
@@ -110,15 +115,11 @@ class _FederatedForest:
 
     def save(self, path) -> None:
         """Write the master's table, each party's partial model and a manifest to directory `path`."""
-        from fedcore.models.artifacts import save_simulation
-
         save_simulation(self, path)
 
     @classmethod
     def load(cls, path):
         """Read a model written by `save` (hashes are verified)."""
-        from fedcore.models.artifacts import load_simulation
-
         return load_simulation(cls, path)
 
 

@@ -16,11 +16,11 @@ import numpy as np
 from fedcore.errors import LabelHolderError, PartyShapeError, ProtocolError
 from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.randomness import stream
+from fedcore.transport.base import Transport
 from fedcore.trees.criteria import SQUARED_ERROR, leaf_value, min_gain
 from fedcore.trees.params import ForestParams
 from fedcore.trees.predictor import intersect_leaf_sets
 from fedcore.trees.structure import NO_CHILD, ForestStructure
-from fedcore.transport.base import Transport
 
 ProgressCallback = Callable[[int, int, int], None]
 """progress(trees_done, n_trees, depth_reached_in_current_batch)"""

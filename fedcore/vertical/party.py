@@ -10,8 +10,9 @@ import hmac
 import numpy as np
 import pandas as pd
 
+from fedcore.data.binning import PartyBinner
 from fedcore.errors import ProtocolError
-from fedcore.protocol.messages import Message, pack_bits, unpack_bits
+from fedcore.protocol.messages import Message, pack_bits
 from fedcore.trees.criteria import SQUARED_ERROR, n_stats
 from fedcore.trees.partition import (
     SamplePartition,
@@ -21,9 +22,8 @@ from fedcore.trees.partition import (
     scatter_node_bytes,
 )
 from fedcore.trees.predictor import ThresholdIndex, encode_columns, leaf_row_sets, route_step
-from fedcore.trees.splitting import NodeSplits, find_best_splits, node_statistics
+from fedcore.trees.splitting import NodeSplits, find_best_splits
 from fedcore.trees.structure import PartialForest, PartySplits
-from fedcore.data.binning import PartyBinner
 
 
 def opaque_feature_id(key: bytes, column: str) -> str:
@@ -44,8 +44,7 @@ class VerticalParty:
         self.classes_: np.ndarray | None = None
         self._binner: PartyBinner | None = None
         self._codes: np.ndarray | None = None
-        self._y_int = np.zeros(0, np.int32)
-        self._y_float = np.zeros(0, np.float64)
+        self._y = np.zeros(0, np.float64)  # class codes or regression targets
         self._global_to_local = np.zeros(0, np.int64)
         self._partition: SamplePartition | None = None
         self._candidates: NodeSplits | None = None
@@ -74,18 +73,18 @@ class VerticalParty:
         header = {"n_rows": len(self.features), "label_holder": self.is_label_holder}
         if self.is_label_holder:
             if self._criterion == SQUARED_ERROR:
-                self._y_float = self._label_values.to_numpy(dtype=np.float64)
+                self._y = self._label_values.to_numpy(dtype=np.float64)
                 header["n_classes"] = 0
             else:
                 self.classes_, codes = np.unique(self._label_values.to_numpy(), return_inverse=True)
-                self._y_int = codes.astype(np.int32)
+                self._y = codes.astype(np.float64)
                 header["n_classes"] = len(self.classes_)
         return Message("setup_reply", header, {"feature_ids": ids.astype(str)})
 
     def _on_export_labels(self, message: Message) -> Message:
         if not self.is_label_holder:
             raise ProtocolError(f"party {self.name!r} holds no label")
-        y = self._y_float if self._criterion == SQUARED_ERROR else self._y_int
+        y = self._y if self._criterion == SQUARED_ERROR else self._y.astype(np.int32)
         return Message("labels", {}, {"y": y})
 
     def _on_configure(self, message: Message) -> Message:
@@ -94,21 +93,13 @@ class VerticalParty:
         self._global_to_local[global_index] = np.arange(len(global_index))
         self._n_stats = n_stats(self._criterion, int(message.header["n_classes"]))
         if "y" in message.arrays:
-            y = message.arrays["y"]
-            if self._criterion == SQUARED_ERROR:
-                self._y_float = y.astype(np.float64)
-            else:
-                self._y_int = y.astype(np.int32)
-        if self._criterion == SQUARED_ERROR:
-            self._y_int = np.zeros(len(self._y_float), np.int32)
-        else:
-            self._y_float = np.zeros(len(self._y_int), np.float64)
+            self._y = message.arrays["y"].astype(np.float64)
         return Message("ack")
 
     # -- growth ---------------------------------------------------------------------------------
     def _on_begin_batch(self, message: Message) -> Message:
         h = message.header
-        self._partition = SamplePartition.bootstrap(int(h["seed"]), list(h["trees"]), len(self.features), h["n_draws"])
+        self._partition = SamplePartition.bootstrap(int(h["seed"]), list(h["trees"]), self._y, h["n_draws"])
         self._candidates = None
         return Message("ack")
 
@@ -133,16 +124,15 @@ class VerticalParty:
         if np.any(feat_local < 0):
             raise ProtocolError(f"party {self.name!r} was asked about features it does not hold")
         out = find_best_splits(
-            self._codes, self._y_int, self._y_float, part.order, part.weight, part.starts, part.ends,
+            self._codes, part.target, part.order, part.weight, part.starts, part.ends,
             a["feat_ptr"].astype(np.int64), feat_local, a["feat_rank"].astype(np.int32),
             self._binner.is_categorical, self._n_stats, self._criterion,
             float(h["min_samples_leaf"]), self._n_stats,
         )
-        self._candidates = out
+        self._candidates, stats = out
         arrays = {"gain": self._candidates.gain, "rank": self._candidates.rank}
         if self.is_label_holder:
-            arrays["stats"] = node_statistics(self._y_int, self._y_float, part.order, part.weight,
-                                              part.starts, part.ends, self._n_stats, self._criterion)
+            arrays["stats"] = stats
         return Message("local_best", {}, arrays)
 
     def _on_apply_splits(self, message: Message) -> Message:

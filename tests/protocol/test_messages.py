@@ -1,0 +1,53 @@
+"""Messages survive Arrow IPC exactly and malformed bytes are refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedcore.errors import ProtocolError
+from fedcore.protocol.messages import Message, pack_bits, unpack_bits
+
+
+def test_round_trip_keeps_kind_header_and_arrays() -> None:
+    arrays = {
+        "f64": np.array([1.5, np.nan, -2.0]),
+        "i32": np.arange(5, dtype=np.int32),
+        "u64": np.array([2**64 - 1, 0], dtype=np.uint64),
+        "matrix": np.arange(12, dtype=np.float64).reshape(3, 4),
+        "empty": np.zeros(0, dtype=np.int64),
+        "ids": np.array(["a1", "b2"]),
+    }
+    message = Message("find_splits", {"depth": 3, "trees": [1, 2]}, arrays)
+    back = Message.from_bytes(message.to_bytes())
+    assert back.kind == "find_splits"
+    assert back.header == {"depth": 3, "trees": [1, 2]}
+    for name, array in arrays.items():
+        np.testing.assert_array_equal(back.arrays[name], array)
+        assert back.arrays[name].shape == array.shape
+    assert back.arrays["matrix"].dtype == np.float64
+    assert back.arrays["u64"].dtype == np.uint64
+
+
+def test_message_without_arrays_round_trips() -> None:
+    back = Message.from_bytes(Message("ack", {"owned_nodes": 4}).to_bytes())
+    assert (back.kind, back.header, back.arrays) == ("ack", {"owned_nodes": 4}, {})
+
+
+def test_boolean_arrays_must_be_packed() -> None:
+    with pytest.raises(ProtocolError, match="send booleans as packed bits"):
+        Message("x", {}, {"mask": np.ones(3, dtype=bool)}).to_bytes()
+
+
+@pytest.mark.parametrize("payload", [b"", b"not arrow at all", Message("x", {}, {"a": np.arange(9)}).to_bytes()[:40]])
+def test_malformed_bytes_raise_protocol_error(payload: bytes) -> None:
+    with pytest.raises(ProtocolError, match="malformed message"):
+        Message.from_bytes(payload)
+
+
+@pytest.mark.parametrize("count", [0, 1, 7, 8, 9, 1000])
+def test_pack_unpack_bits(count: int) -> None:
+    bits = (np.random.default_rng(count).random(count) < 0.5).astype(np.uint8)
+    packed = pack_bits(bits)
+    assert len(packed) == (count + 7) // 8
+    np.testing.assert_array_equal(unpack_bits(packed, count), bits)
