@@ -49,7 +49,7 @@ class _FederatedForest:
         max_bins: int = 255,
         random_state: int = 0,
         tree_batch_size: int | None = None,
-        prediction: str = "one-round",
+        prediction: str = "auto",
         predict_batch_rows: int = 8192,
         progress: bool = False,
         record_transcript: bool = False,

@@ -22,6 +22,11 @@ from fedcore.trees.params import ForestParams
 from fedcore.trees.predictor import intersect_leaf_sets
 from fedcore.trees.structure import NO_CHILD, ForestStructure
 
+ONE_ROUND_MAX_LEAVES = 2_000_000
+"""Above this many leaves, "auto" prediction routes node by node (see predict_values)."""
+LEAF_SET_BUDGET_BYTES = 128 * 2**20
+"""Upper bound on one party's leaf-set message: the one-round row batch shrinks to stay below it."""
+
 ProgressCallback = Callable[[int, int, int], None]
 """progress(trees_done, n_trees, depth_reached_in_current_batch)"""
 
@@ -122,8 +127,7 @@ class VerticalMaster:
                 out[a:b] = chosen
             else:
                 rng = stream(p.random_state, "features", tree, depth)
-                keys = rng.random((b - a, n_features))
-                out[a:b] = np.sort(np.argsort(keys, axis=1, kind="stable")[:, :k], axis=1)
+                out[a:b] = sample_rows_without_replacement(rng, b - a, n_features, k)
         return out
 
     def _grow_batch(self, trees: list[int]) -> ForestStructure:
@@ -135,8 +139,9 @@ class VerticalMaster:
         })
         open_tree = np.array(trees, dtype=np.int32)
         open_node = np.zeros(len(trees), dtype=np.int32)
-        next_id = {t: 1 for t in trees}
-        root_weight: dict[int, float] = {}
+        first_tree = trees[0]
+        next_id = np.ones(len(trees), dtype=np.int64)  # next free node id per tree of the batch
+        root_weight = np.zeros(len(trees))
         records: list[dict[str, np.ndarray]] = []
         previous: dict[str, np.ndarray] | None = None
         blobs: dict[int, np.ndarray] = {}
@@ -162,13 +167,13 @@ class VerticalMaster:
             stats = replies[info.label_holder].arrays["stats"]
             weight = stats[:, 0] if p.criterion_code == SQUARED_ERROR else stats.sum(axis=1)
             if depth == 0:
-                root_weight = dict(zip(trees, weight.tolist(), strict=True))
+                root_weight[:] = weight
             gains = np.stack([replies[n].arrays["gain"] for n in parties])
             party_ranks = np.stack([replies[n].arrays["rank"] for n in parties]).astype(np.int64)
             best_gain = gains.max(axis=0)
             tie_rank = np.where(gains == best_gain, party_ranks, np.iinfo(np.int64).max)
             owner = np.argmin(tie_rank, axis=0)
-            roots = np.array([root_weight[int(t)] for t in open_tree]) if n_open else np.zeros(0)
+            roots = root_weight[open_tree - first_tree]
             split = (
                 can_split
                 & np.isfinite(best_gain)
@@ -182,11 +187,9 @@ class VerticalMaster:
             split_trees = open_tree[split_idx]
             first = np.searchsorted(split_trees, split_trees, side="left")
             within = np.arange(len(split_idx)) - first
-            base = np.array([next_id[int(t)] for t in split_trees], dtype=np.int32)
-            left[split_idx] = base + 2 * within
+            left[split_idx] = next_id[split_trees - first_tree] + 2 * within
             right[split_idx] = left[split_idx] + 1
-            for t, count in zip(*np.unique(split_trees, return_counts=True), strict=True):
-                next_id[int(t)] += 2 * int(count)
+            next_id += 2 * np.bincount(split_trees - first_tree, minlength=len(trees))
             records.append({
                 "tree": open_tree, "node": open_node, "left": left, "right": right,
                 "depth": np.full(n_open, depth, np.int16), "owner": np.where(split, owner, -1).astype(np.int16),
@@ -223,15 +226,26 @@ class VerticalMaster:
         )
 
     # -- prediction -----------------------------------------------------------------------------
-    def predict_values(self, n_rows: int, method: str = "one-round", batch_rows: int = 8192) -> np.ndarray:
-        """Mean of the trees' leaf values for `n_rows` aligned rows loaded at every party: (n_rows, n_outputs)."""
+    def predict_values(self, n_rows: int, method: str = "auto", batch_rows: int = 8192) -> np.ndarray:
+        """Mean of the trees' leaf values for `n_rows` aligned rows loaded at every party: (n_rows, n_outputs).
+
+        "one-round" is the paper's leaf-set intersection (one round per row batch; its messages hold one
+        bit per leaf and row, so row batches shrink as forests grow); "node-by-node" routes rows one level
+        per round. "auto" takes one-round unless the forest has more than ONE_ROUND_MAX_LEAVES leaves,
+        where leaf sets would outweigh depth-many small rounds. Both give identical outputs.
+        """
         if self.structure is None:
             raise ProtocolError("the master has no trained forest")
-        if method not in ("one-round", "node-by-node"):
-            raise ValueError(f"method must be 'one-round' or 'node-by-node', got {method!r}")
+        if method not in ("auto", "one-round", "node-by-node"):
+            raise ValueError(f"method must be 'auto', 'one-round' or 'node-by-node', got {method!r}")
         s = self.structure
-        out = np.empty((n_rows, s.value.shape[1]), dtype=np.float64)
         leaf_offsets, leaf_nodes, _ = s.leaves()
+        if method == "auto":
+            method = "one-round" if len(leaf_nodes) <= ONE_ROUND_MAX_LEAVES else "node-by-node"
+        if method == "one-round":
+            fitting = LEAF_SET_BUDGET_BYTES * 8 // max(len(leaf_nodes), 1)
+            batch_rows = min(batch_rows, max(64, fitting // 64 * 64))
+        out = np.empty((n_rows, s.value.shape[1]), dtype=np.float64)
         for start in range(0, n_rows, batch_rows):
             stop = min(start + batch_rows, n_rows)
             if method == "one-round":
@@ -278,6 +292,22 @@ class VerticalMaster:
                 cur = current[mask]
                 child = np.where(go_left, s.left[cur], s.right[cur])
                 current[mask] = tree_base[mask] + child
+
+
+def sample_rows_without_replacement(rng: np.random.Generator, n_rows: int, n: int, k: int) -> np.ndarray:
+    """`n_rows` independent sorted draws of k distinct integers from range(n): (n_rows, k).
+
+    Few candidates of many (the usual sqrt/log2): draw with replacement and redraw rows that repeat,
+    which costs O(k) per row instead of O(n); otherwise rank random keys.
+    """
+    if 4 * k > n:
+        return np.sort(np.argsort(rng.random((n_rows, n)), axis=1, kind="stable")[:, :k], axis=1)
+    out = np.sort(rng.integers(0, n, size=(n_rows, k)), axis=1)
+    redo = np.flatnonzero((np.diff(out, axis=1) == 0).any(axis=1))
+    while len(redo):
+        out[redo] = np.sort(rng.integers(0, n, size=(len(redo), k)), axis=1)
+        redo = redo[(np.diff(out[redo], axis=1) == 0).any(axis=1)]
+    return out
 
 
 def _concatenate_structures(parts: list[ForestStructure], n_trees: int) -> ForestStructure:
