@@ -25,7 +25,9 @@ def split_vertical(
     out as evenly as possible). The label column, if given, goes to party `label_party`.
     """
     if label is not None and label not in frame.columns:
-        raise ColumnNotFoundError(f"label column {label!r} not in the table (columns: {list(frame.columns)[:10]}...)")
+        more = f", ... ({frame.shape[1]} columns)" if frame.shape[1] > 10 else ""
+        shown = ", ".join(repr(c) for c in list(frame.columns)[:10])
+        raise ColumnNotFoundError(f"label column {label!r} not in the table; its columns are {shown}{more}")
     features = [c for c in frame.columns if c != label]
     if columns is None:
         if n_parties is None or n_parties < 1:

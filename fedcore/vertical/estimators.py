@@ -20,7 +20,7 @@ import pandas as pd
 from fedcore.errors import NotFittedError
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
-from fedcore.vertical.master import VerticalMaster
+from fedcore.vertical.master import GrowthProgress, VerticalMaster
 from fedcore.vertical.party import VerticalParty
 from fedcore.vertical.persistence import load_simulation, save_simulation
 from fedcore.vertical.validation import named_parties, validate_prediction_parties, validate_training_parties
@@ -156,18 +156,16 @@ class FederatedForestRegressor(_FederatedForest):
 
 
 def _progress_bar():
-    """A stderr progress line: trees finished and the depth reached in the current batch."""
-    state = {"start": time.perf_counter()}
+    """A one-line stderr progress bar: finished trees, and the level the current batch is growing."""
+    started = time.perf_counter()
 
-    def report(trees_done: int, n_trees: int, depth: int) -> None:
-        elapsed = time.perf_counter() - state["start"]
-        if depth < 0:
-            msg = f"\rtrees {trees_done}/{n_trees}  {elapsed:6.1f}s"
-        else:
-            msg = f"\rtrees {trees_done}/{n_trees}  depth {depth:2d}  {elapsed:6.1f}s"
+    def report(p: GrowthProgress) -> None:
         width = 30
-        filled = int(width * trees_done / max(n_trees, 1))
-        sys.stderr.write(f"[{'#' * filled}{'.' * (width - filled)}] {msg.strip()}   \r")
+        filled = int(width * p.trees_done / max(p.n_trees, 1))
+        line = f"[{'#' * filled}{'.' * (width - filled)}] trees {p.trees_done}/{p.n_trees}"
+        if p.depth >= 0:
+            line += f" | growing {p.batch_trees} trees: level {p.depth}, {p.open_nodes} open nodes"
+        sys.stderr.write(f"\r{line}  {time.perf_counter() - started:6.1f}s\033[K")
         sys.stderr.flush()
 
     return report

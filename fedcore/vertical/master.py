@@ -27,8 +27,18 @@ ONE_ROUND_MAX_LEAVES = 2_000_000
 LEAF_SET_BUDGET_BYTES = 128 * 2**20
 """Upper bound on one party's leaf-set message: the one-round row batch shrinks to stay below it."""
 
-ProgressCallback = Callable[[int, int, int], None]
-"""progress(trees_done, n_trees, depth_reached_in_current_batch)"""
+@dataclass
+class GrowthProgress:
+    """Where training stands: finished trees, and the level being grown in the current tree batch."""
+
+    trees_done: int
+    n_trees: int
+    batch_trees: int
+    depth: int
+    open_nodes: int
+
+
+ProgressCallback = Callable[[GrowthProgress], None]
 
 
 @dataclass
@@ -103,7 +113,7 @@ class VerticalMaster:
             trees = list(range(first, min(first + batch, p.n_estimators)))
             parts.append(self._grow_batch(trees))
             if self.progress:
-                self.progress(trees[-1] + 1, p.n_estimators, -1)
+                self.progress(GrowthProgress(trees[-1] + 1, p.n_estimators, 0, -1, 0))
         self.structure = _concatenate_structures(parts, p.n_estimators)
         s = self.structure
         self.transport.exchange({
@@ -196,7 +206,7 @@ class VerticalMaster:
                 "weight": weight, "stats": stats,
             })
             if self.progress:
-                self.progress(trees[0], p.n_estimators, depth)
+                self.progress(GrowthProgress(trees[0], p.n_estimators, len(trees), depth, n_open))
             if not len(split_idx):
                 break
             split_owner = owner[split_idx]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from fedcore.errors import DuplicateColumnError, LabelError, LabelHolderError, PartyShapeError
@@ -26,7 +27,7 @@ def named_parties(parties: Sequence[pd.DataFrame] | Mapping[str, pd.DataFrame]) 
     return frames
 
 
-def _check_shapes(frames: dict[str, pd.DataFrame]) -> int:
+def _check_shapes(frames: dict[str, pd.DataFrame], label: str | None = None) -> int:
     for name, frame in frames.items():
         if len(frame) == 0:
             raise PartyShapeError(f"party {name!r} has no rows")
@@ -36,6 +37,8 @@ def _check_shapes(frames: dict[str, pd.DataFrame]) -> int:
     seen: dict[str, str] = {}
     for name, frame in frames.items():
         for column in frame.columns:
+            if column == label:
+                continue  # who holds the label is checked separately, with its own error
             if not isinstance(column, str):
                 raise PartyShapeError(f"party {name!r} has a non-string column name {column!r}")
             if column in seen:
@@ -50,7 +53,7 @@ def _check_shapes(frames: dict[str, pd.DataFrame]) -> int:
 
 def validate_training_parties(frames: dict[str, pd.DataFrame], label: str, task: str) -> str:
     """Check shapes, columns and the label; return the label holder's name."""
-    _check_shapes(frames)
+    _check_shapes(frames, label)
     holders = [name for name, frame in frames.items() if label in frame.columns]
     if not holders:
         raise LabelHolderError(f"no party holds the label column {label!r}; parties' columns: "
@@ -70,10 +73,14 @@ def validate_training_parties(frames: dict[str, pd.DataFrame], label: str, task:
     if task == "regression":
         if not pd.api.types.is_numeric_dtype(y) or pd.api.types.is_bool_dtype(y):
             raise LabelError(f"regression label {label!r} at party {holders[0]!r} must be numeric, found dtype {y.dtype}")
+        n_infinite = int(np.isinf(y.to_numpy(dtype=np.float64)).sum())
+        if n_infinite:
+            raise LabelError(f"regression label {label!r} at party {holders[0]!r} has {n_infinite} infinite values")
     else:
         classes = y.unique()
         if len(classes) < 2:
-            raise LabelError(f"label {label!r} at party {holders[0]!r} has a single class {classes[0]!r}; "
+            only = classes[0].item() if hasattr(classes[0], "item") else classes[0]
+            raise LabelError(f"label {label!r} at party {holders[0]!r} has a single class {only!r}; "
                              "classification needs at least two")
     return holders[0]
 
@@ -85,6 +92,8 @@ def validate_prediction_parties(frames: dict[str, pd.DataFrame], expected: dict[
     rows = {name: len(frame) for name, frame in frames.items()}
     if len(set(rows.values())) > 1:
         raise PartyShapeError(f"parties must hold the same aligned rows, found row counts {rows}")
+    if not next(iter(rows.values())):
+        raise PartyShapeError("there are no rows to predict")
     for name, columns in expected.items():
         missing = [c for c in columns if c not in frames[name].columns]
         if missing:

@@ -1,0 +1,51 @@
+# fedforest developer entry points: a local .venv, the demo, tests, lint and the benchmark extras.
+SHELL := /bin/bash
+.DEFAULT_GOAL := test
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DEV_STAMP := $(VENV)/.installed-dev
+BENCH_STAMP := $(VENV)/.installed-bench
+# No telemetry and no network from Great Expectations or Prefect; numba caches compiled kernels here.
+RUN_ENV := GX_ANALYTICS_ENABLED=false PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1 NUMBA_CACHE_DIR=.numba_cache
+
+.PHONY: venv bench-venv demo test lint clean distclean
+
+## venv: create .venv and install the project editable with [dev]; reinstalls only when pyproject.toml changes
+venv: $(DEV_STAMP)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(DEV_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+## bench-venv: also install the [bench] extra (xgboost, lightgbm; pulls ~470 MB of nccl), separate stamp
+bench-venv: $(BENCH_STAMP)
+
+$(BENCH_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	touch $@ $(DEV_STAMP)
+
+## demo: install, then run the main job on the embedded default
+demo: venv
+	$(RUN_ENV) $(BIN)/fedforest demo
+
+## test: the whole suite, slow tests included
+test: venv
+	$(RUN_ENV) $(BIN)/python -m pytest -q
+
+## lint: ruff over every Python tree of the project
+lint: venv
+	$(BIN)/ruff check fedcore flows tasks tests benchmarks
+
+## clean: remove caches and generated outputs (keeps .venv; see distclean)
+clean:
+	rm -rf .numba_cache .pytest_cache .ruff_cache work benchmarks/results *.egg-info build dist
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
+
+## distclean: clean, and remove .venv too
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,183 @@
+"""Training and prediction speed of vertical Federated Forest, with the references run in the same run.
+
+Data: make_classification(200_000, 40, n_informative=20), 160k train / 40k test; 3 parties; 100 trees,
+max_features sqrt, bootstrap. For each depth: Federated Forest over the in-process transport (fit,
+one-round prediction of the 40k rows, node-by-node for comparison), scikit-learn's RandomForest, XGBoost
+`hist` random forest (centralized) and XGBoost's own federated vertical mode (3 workers on loopback).
+Then 1,000,000 x 40 at depth 10 in a child process, reporting time and peak memory. Prints Markdown
+with ratios (reference time / Federated Forest time: > 1 means Federated Forest is faster).
+
+    .venv/bin/python -m benchmarks.bench_vertical_speed [--depths 10 16] [--skip-xgboost] [--skip-1m]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+from sklearn.datasets import make_classification
+
+from benchmarks.markdown import markdown_table
+from fedcore.data.split import split_vertical
+from fedcore.vertical.estimators import FederatedForestClassifier
+
+N_FEATURES = 40
+N_TREES = 100
+
+
+def make_data(n_rows: int, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The benchmark table, split 80/20 (first rows train)."""
+    X, y = make_classification(n_rows, N_FEATURES, n_informative=20, random_state=seed)
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(N_FEATURES)])
+    frame["y"] = y
+    cut = int(0.8 * n_rows)
+    return frame.iloc[:cut].reset_index(drop=True), frame.iloc[cut:].reset_index(drop=True)
+
+
+def run_federated_forest(train: pd.DataFrame, test: pd.DataFrame, depth: int, n_parties: int = 3,
+                         node_by_node: bool = True) -> dict:
+    """Fit and predict with the engine; times, accuracy and communication."""
+    parties = split_vertical(train, n_parties, label="y", seed=0)
+    columns = [[c for c in p.columns if c != "y"] for p in parties]
+    test_parties = [test[c] for c in columns]
+    model = FederatedForestClassifier(n_estimators=N_TREES, max_depth=depth, max_features="sqrt", random_state=0)
+    started = time.perf_counter()
+    model.fit(parties, label="y")
+    fit_s = time.perf_counter() - started
+    s = model.master_.structure
+    out = {"fit_s": fit_s, "nodes": int(s.n_nodes), "leaves": int((s.left == -1).sum()),
+           "train_rounds": model.training_communication_["rounds"],
+           "train_mb": model.training_communication_["bytes"] / 2**20}
+    for method in ("one-round", "node-by-node") if node_by_node else ("auto",):
+        before = dict(model.communication_)
+        started = time.perf_counter()
+        predicted = model.predict(test_parties, method=method)
+        out[f"predict_{method}_s"] = time.perf_counter() - started
+        out[f"predict_{method}_rounds"] = model.communication_["rounds"] - before["rounds"]
+        out[f"predict_{method}_mb"] = (model.communication_["bytes"] - before["bytes"]) / 2**20
+        out["accuracy"] = float((predicted == test["y"].to_numpy()).mean())
+    return out
+
+
+def run_sklearn(train: pd.DataFrame, test: pd.DataFrame, depth: int) -> dict:
+    """scikit-learn RandomForestClassifier with the same trees, depth, features and bootstrap."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    model = RandomForestClassifier(n_estimators=N_TREES, max_depth=depth, max_features="sqrt", n_jobs=-1,
+                                   random_state=0)
+    X, y = train.drop(columns="y").to_numpy(), train["y"].to_numpy()
+    started = time.perf_counter()
+    model.fit(X, y)
+    fit_s = time.perf_counter() - started
+    started = time.perf_counter()
+    predicted = model.predict(test.drop(columns="y").to_numpy())
+    return {"fit_s": fit_s, "predict_s": time.perf_counter() - started,
+            "accuracy": float((predicted == test["y"].to_numpy()).mean())}
+
+
+def run_xgboost_hist(train: pd.DataFrame, test: pd.DataFrame, depth: int) -> dict:
+    """XGBoost `hist` random forest, centralized (one round of 100 bagged trees)."""
+    import xgboost as xgb
+
+    params = {"tree_method": "hist", "num_parallel_tree": N_TREES, "max_depth": depth, "learning_rate": 1.0,
+              "subsample": 0.632, "colsample_bynode": math.sqrt(N_FEATURES) / N_FEATURES, "reg_lambda": 1e-5,
+              "objective": "binary:logistic", "seed": 0, "nthread": os.cpu_count()}
+    dtrain = xgb.DMatrix(train.drop(columns="y").to_numpy(), label=train["y"].to_numpy())
+    dtest = xgb.DMatrix(test.drop(columns="y").to_numpy())
+    started = time.perf_counter()
+    booster = xgb.train(params, dtrain, num_boost_round=1)
+    fit_s = time.perf_counter() - started
+    started = time.perf_counter()
+    predicted = booster.predict(dtest) > 0.5
+    return {"fit_s": fit_s, "predict_s": time.perf_counter() - started,
+            "accuracy": float((predicted == test["y"].to_numpy()).mean())}
+
+
+def run_xgboost_federated(train: pd.DataFrame, test: pd.DataFrame, depth: int) -> dict:
+    """XGBoost's federated vertical mode, 3 workers on loopback (see reference_xgboost_federated.py)."""
+    from benchmarks.reference_xgboost_federated import run_xgboost_federated_vertical
+
+    result = run_xgboost_federated_vertical(
+        train.drop(columns="y").to_numpy(), train["y"].to_numpy(), test.drop(columns="y").to_numpy(),
+        n_parties=3, n_trees=N_TREES, max_depth=depth, seed=0, y_test=test["y"].to_numpy())
+    return {"fit_s": result.get("train_s"), "predict_s": result.get("predict_s"),
+            "accuracy": result.get("accuracy"), "error": result.get("error")}
+
+
+def large_run(rows: int, depth: int) -> dict:
+    """Fit rows x 40 at `depth` in a child process; its wall time and peak resident memory."""
+    code = (
+        "import json, resource, sys, time\n"
+        "from benchmarks.bench_vertical_speed import make_data, run_federated_forest\n"
+        f"train, test = make_data({rows})\n"
+        f"out = run_federated_forest(train, test, {depth}, node_by_node=False)\n"
+        "out['peak_rss_gib'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20\n"
+        "print(json.dumps(out))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _ratio(reference: float | None, ours: float) -> str:
+    return f"{reference / ours:.2f}x" if reference else "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--depths", type=int, nargs="+", default=[10, 16])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--skip-xgboost", action="store_true", help="skip both XGBoost references")
+    parser.add_argument("--skip-1m", action="store_true", help="skip the 1,000,000-row run")
+    args = parser.parse_args()
+
+    train, test = make_data(args.rows)
+    warm = split_vertical(train.iloc[:2000], 3, label="y")  # load the compiled kernels before timing
+    FederatedForestClassifier(n_estimators=2, max_depth=3).fit(warm, label="y").predict(
+        [test.iloc[:100][[c for c in p.columns if c != "y"]] for p in warm])
+
+    rows = []
+    for depth in args.depths:
+        ff = run_federated_forest(train, test, depth)
+        print(f"depth {depth} federated forest: {json.dumps(ff)}", flush=True)
+        refs = {"sklearn RF": run_sklearn(train, test, depth)}
+        if not args.skip_xgboost:
+            refs["XGBoost hist RF (centralized)"] = run_xgboost_hist(train, test, depth)
+            refs["XGBoost federated vertical"] = run_xgboost_federated(train, test, depth)
+        rows.append({"depth": depth, "system": "Federated Forest (3 parties, in-process)",
+                     "train s": ff["fit_s"], "predict 40k s": ff["predict_one-round_s"],
+                     "accuracy": ff["accuracy"], "train ratio": "1.00x", "predict ratio": "1.00x"})
+        rows.append({"depth": depth, "system": "  same, node-by-node prediction", "train s": "",
+                     "predict 40k s": ff["predict_node-by-node_s"], "accuracy": "", "train ratio": "",
+                     "predict ratio": _ratio(ff["predict_node-by-node_s"], ff["predict_one-round_s"])})
+        for name, ref in refs.items():
+            print(f"depth {depth} {name}: {json.dumps(ref)}", flush=True)
+            failed = ref.get("error")
+            rows.append({"depth": depth, "system": name,
+                         "train s": "failed" if failed else ref["fit_s"],
+                         "predict 40k s": "" if failed else ref["predict_s"],
+                         "accuracy": "" if failed else ref["accuracy"],
+                         "train ratio": "" if failed else _ratio(ref["fit_s"], ff["fit_s"]),
+                         "predict ratio": "" if failed else _ratio(ref["predict_s"], ff["predict_one-round_s"])})
+            if failed:
+                print(f"  {name} failed: {str(failed)[:300]}", flush=True)
+        print(f"  federated forest: {ff['nodes']} nodes, {ff['train_rounds']} training rounds, "
+              f"{ff['train_mb']:.1f} MiB training traffic, one-round prediction "
+              f"{ff['predict_one-round_rounds']} rounds / {ff['predict_one-round_mb']:.1f} MiB", flush=True)
+
+    print("\n" + markdown_table(rows, digits=3))
+    if not args.skip_1m:
+        big = large_run(1_000_000, 10)
+        print(f"\n1,000,000 x 40, depth 10, 3 parties: train {big['fit_s']:.1f} s, predict 200k rows "
+              f"{big['predict_auto_s']:.1f} s, peak RSS {big['peak_rss_gib']:.2f} GiB, accuracy {big['accuracy']:.4f}")
+    print(f"\nMachine: {os.cpu_count()} cores; numpy {np.__version__}")
+
+
+if __name__ == "__main__":
+    main()

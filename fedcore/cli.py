@@ -1,0 +1,183 @@
+"""The `fedforest` command: argument parsing and printing only; the work lives in `fedcore.simulate`.
+
+    fedforest simulate --data table.parquet --label y --parties 3 --trees 50 [--json]
+    fedforest demo
+    fedforest --version
+
+Errors fedcore raises on purpose (and unreadable files) end as one line `fedforest: error: ...` on stderr
+with exit code 1; a setting or algorithm that is not built yet exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+from fedcore.errors import FedForestError
+from fedcore.simulate import TASK_DEFAULT, TASKS, read_table, simulate_vertical
+
+PROG = "fedforest"
+HORIZONTAL_ISSUE = "issue #4"
+PIPELINE_ISSUE = "the pipeline issue"
+NOT_AVAILABLE = 2
+# Names that will exist once the horizontal setting lands, mapped to what brings them.
+LATER_SETTINGS = {"horizontal": f"the horizontal setting arrives with {HORIZONTAL_ISSUE}"}
+LATER_ALGORITHMS = {
+    name: f"Federated Extra-Trees and PPD-ERT arrive with the horizontal setting ({HORIZONTAL_ISSUE})"
+    for name in ("extra-trees", "fet", "ppd-ert")
+}
+DEMO_ROWS, DEMO_PARTIES, DEMO_TREES = 2000, 3, 30
+
+
+def _package_version() -> str:
+    try:
+        return version("fedforest")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _max_features(text: str) -> str | int | float | None:
+    """Parse --max-features: sqrt, log2, none (all features), an integer count, a fraction or default."""
+    lowered = text.strip().lower()
+    if lowered in ("sqrt", "log2", TASK_DEFAULT):
+        return lowered
+    if lowered in ("none", "all"):
+        return None
+    try:
+        return int(lowered)
+    except ValueError:
+        pass
+    try:
+        return float(lowered)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected sqrt, log2, none, default, an integer or a fraction, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with its `simulate` and `demo` subcommands."""
+    parser = argparse.ArgumentParser(prog=PROG, description="Federated random forests across institutions.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {_package_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sim = commands.add_parser("simulate", help="split one table into simulated parties, train and evaluate",
+                              description="Split one table into simulated parties, train federated, and compare "
+                                          "with scikit-learn and with the single-party run of the same engine.")
+    sim.add_argument("--data", required=True, metavar="FILE", help="the table (.parquet or .csv)")
+    sim.add_argument("--label", required=True, metavar="COL", help="the label column")
+    sim.add_argument("--id", dest="id_column", metavar="COL", help="a row id column, dropped from the features")
+    sim.add_argument("--setting", default="vertical", help="vertical (horizontal arrives later)")
+    sim.add_argument("--algorithm", default="forest", help="forest (Federated Forest)")
+    sim.add_argument("--parties", type=int, default=2, help="number of simulated parties (default 2)")
+    sim.add_argument("--trees", type=int, default=100, help="number of trees (default 100)")
+    sim.add_argument("--max-depth", type=int, default=None, metavar="N", help="depth limit (default none)")
+    sim.add_argument("--max-features", type=_max_features, default=TASK_DEFAULT, metavar="F",
+                     help="features per node: sqrt, log2, none, a count or a fraction "
+                          "(default sqrt for classification, all for regression)")
+    sim.add_argument("--seed", type=int, default=0, help="seed of the split, the parties and the forests")
+    sim.add_argument("--test-size", type=float, default=0.2, help="held-out fraction of rows (default 0.2)")
+    sim.add_argument("--task", choices=TASKS, default="auto", help="auto infers it from the label")
+    sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    sim.set_defaults(handler=_simulate)
+    demo = commands.add_parser("demo", help="a small simulation on the built-in waveform data")
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def _not_available(args: argparse.Namespace) -> str | None:
+    """Why the requested setting or algorithm cannot run yet, or None when it can."""
+    if args.setting in LATER_SETTINGS:
+        return f"setting {args.setting!r} is not available yet: {LATER_SETTINGS[args.setting]}"
+    if args.setting != "vertical":
+        return f"unknown setting {args.setting!r}: choose 'vertical' ({LATER_SETTINGS['horizontal']})"
+    if args.algorithm in LATER_ALGORITHMS:
+        return f"algorithm {args.algorithm!r} is not available yet: {LATER_ALGORITHMS[args.algorithm]}"
+    if args.algorithm != "forest":
+        return f"unknown algorithm {args.algorithm!r}: the vertical setting offers 'forest' (Federated Forest)"
+    return None
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    reason = _not_available(args)
+    if reason:
+        _error(reason)
+        return NOT_AVAILABLE
+    table = read_table(args.data)
+    result = simulate_vertical(
+        table, args.label, id_column=args.id_column, parties=args.parties, trees=args.trees,
+        max_depth=args.max_depth, max_features=args.max_features, seed=args.seed, test_size=args.test_size,
+        task=args.task, progress=True,
+    )
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_result(result))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from fedcore.data.datasets import make_waveform
+
+    print(f"The end-to-end Prefect demo (agents, training flow, registry) arrives with {PIPELINE_ISSUE}.")
+    print(f"Meanwhile: a vertical simulation on Breiman's waveform data ({DEMO_ROWS} rows, "
+          f"{DEMO_PARTIES} parties, {DEMO_TREES} trees).\n")
+    sys.stdout.flush()
+    table = make_waveform(DEMO_ROWS, random_state=0)
+    result = simulate_vertical(table, "class", parties=DEMO_PARTIES, trees=DEMO_TREES, progress=True)
+    print(format_result(result))
+    return 0
+
+
+def format_result(result: dict) -> str:
+    """A readable table: federated vs scikit-learn vs single-party metrics, times, rounds and megabytes."""
+    single, reference = result["single_party"], result["reference"]
+    rows = [(name, result["metrics"][name], reference["metrics"][name], single["metrics"][name])
+            for name in result["metrics"]]
+    rows += [
+        ("train s", result["timing"]["train_s"], reference["train_s"], single["train_s"]),
+        ("predict s", result["timing"]["predict_s"], reference["predict_s"], single["predict_s"]),
+        ("rounds", result["communication"]["rounds"], None, single["rounds"]),
+        ("MB", result["communication"]["bytes"] / 1e6, None, single["bytes"] / 1e6),
+    ]
+    header = ("", f"federated (M={result['parties']})", "reference", "single-party (M=1)")
+    lines = [
+        f"{result['setting']} {result['algorithm']}, {result['task']}: {result['rows_train']} train rows, "
+        f"{result['rows_test']} test rows; reference = {reference['name']}",
+        "",
+        f"{header[0]:<10}{header[1]:>18}{header[2]:>14}{header[3]:>22}",
+    ]
+    lines += [f"{name:<10}{_cell(a):>18}{_cell(b):>14}{_cell(c):>22}" for name, a, b, c in rows]
+    lines += ["", f"single-party identical (same trees, same predictions): "
+                  f"{'yes' if result['single_party_identical'] else 'NO'}"]
+    return "\n".join(lines)
+
+
+def _cell(value: float | int | None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.4f}"
+
+
+def _error(message: str) -> None:
+    sys.stderr.write(f"{PROG}: error: {' '.join(message.split())}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the `fedforest` command; return its exit code (0 ok, 1 bad input, 2 usage or not built yet)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help, --version and usage errors
+        return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    try:
+        return args.handler(args)
+    except (FedForestError, OSError) as error:
+        _error(str(error))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

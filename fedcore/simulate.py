@@ -1,0 +1,262 @@
+"""Simulate a vertical federation on one table and compare it with a centralized reference.
+
+`simulate_vertical` splits a table into train and test rows, deals the training columns out to simulated
+parties, trains Federated Forest over the in-process transport, and reports test metrics next to
+scikit-learn's random forest on the pooled data and to the same engine with every column at one party
+(M = 1), which must agree exactly (design principle 2). The `fedforest simulate` command and the
+benchmarks both call it; it returns a JSON-ready dict.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedcore.data.binning import category_strings, is_categorical_dtype
+from fedcore.data.split import split_vertical
+from fedcore.errors import (
+    ColumnNotFoundError,
+    DataReadError,
+    FedForestError,
+    InputError,
+    LabelError,
+    ParameterError,
+)
+from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
+
+TASKS = ("auto", "classification", "regression")
+# At most this many distinct integer-valued labels make `task="auto"` choose classification.
+MAX_AUTO_CLASSES = 20
+# `max_features` default: the engine's and scikit-learn's own per task (sqrt for classes, all for regression).
+TASK_DEFAULT = "default"
+TABLE_SUFFIXES = (".parquet", ".csv")
+# Master structure arrays that must match between the federated and the single-party run (not `owner`).
+STRUCTURE_FIELDS = ("tree", "node", "left", "right", "depth", "weight", "value")
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """Read a .parquet or .csv table; any failure becomes a one-line `DataReadError` naming the file."""
+    from fedcore.data.datasets import load_table
+
+    path = Path(path)
+    if path.suffix.lower() not in TABLE_SUFFIXES:
+        raise DataReadError(f"cannot read {str(path)!r}: expected a .parquet or .csv file, found suffix {path.suffix!r}")
+    if not path.exists():
+        raise DataReadError(f"cannot read {str(path)!r}: no such file")
+    if path.is_dir():
+        raise DataReadError(f"cannot read {str(path)!r}: it is a directory")
+    try:
+        return load_table(path)
+    except FedForestError:
+        raise
+    except Exception as error:  # pandas and pyarrow raise many unrelated types for a bad file
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise DataReadError(f"cannot read {str(path)!r}: {type(error).__name__}: {reason}") from error
+
+
+def infer_task(y: pd.Series) -> str:
+    """Classification for non-numeric labels or at most 20 distinct integer values, else regression."""
+    if is_categorical_dtype(y) or not pd.api.types.is_numeric_dtype(y):
+        return "classification"
+    values = y.dropna().to_numpy(dtype=np.float64)
+    if np.all(np.isfinite(values)) and np.all(values == np.round(values)) and len(np.unique(values)) <= MAX_AUTO_CLASSES:
+        return "classification"
+    return "regression"
+
+
+def check_label(y: pd.Series, task: str) -> None:
+    """Refuse a label that cannot be learned from, before any split: missing values, one class, text target."""
+    n_missing = int(y.isna().sum())
+    if n_missing:
+        raise LabelError(f"label {y.name!r} has {n_missing} missing values; drop or fill those rows")
+    if task == "regression":
+        if not pd.api.types.is_numeric_dtype(y) or pd.api.types.is_bool_dtype(y):
+            raise LabelError(f"regression label {y.name!r} must be numeric, found dtype {y.dtype}")
+    elif y.nunique() < 2:
+        only = y.iloc[0].item() if isinstance(y.iloc[0], np.generic) else y.iloc[0]
+        raise LabelError(f"label {y.name!r} has a single class {only!r}; classification needs at least two")
+
+
+def prepare_table(table: pd.DataFrame, label: str, id_column: str | None = None) -> pd.DataFrame:
+    """Check that the label (and id) columns exist and that there are rows; drop the id column."""
+    _require_column(table, label, "label")
+    if id_column is not None:
+        if id_column == label:
+            raise InputError(f"the id column and the label are the same column {label!r}")
+        _require_column(table, id_column, "id")
+        table = table.drop(columns=[id_column])
+    if len(table) == 0:
+        raise InputError("the table has no rows")
+    if table.shape[1] < 2:
+        raise InputError(f"the table holds no feature column besides the label {label!r}")
+    return table
+
+
+def _require_column(table: pd.DataFrame, column: str, role: str) -> None:
+    if column not in table.columns:
+        shown = ", ".join(repr(c) for c in list(table.columns)[:10])
+        more = f", ... ({table.shape[1]} columns)" if table.shape[1] > 10 else ""
+        raise ColumnNotFoundError(f"{role} column {column!r} not in the table; its columns are {shown}{more}")
+
+
+def split_train_test(table: pd.DataFrame, label: str, task: str, test_size: float,
+                     seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Train and test rows; stratified by class for classification whenever every class can be stratified."""
+    from sklearn.model_selection import train_test_split
+
+    if not 0 < test_size < 1:
+        raise ParameterError(f"test size must be a fraction in (0, 1), got {test_size}")
+    stratify = table[label] if task == "classification" and _can_stratify(table[label], test_size) else None
+    try:
+        train, test = train_test_split(table, test_size=test_size, random_state=seed, stratify=stratify)
+    except ValueError as error:
+        raise InputError(f"cannot split {len(table)} rows into train and test: {error}") from error
+    return train.reset_index(drop=True), test.reset_index(drop=True)
+
+
+def _can_stratify(y: pd.Series, test_size: float) -> bool:
+    counts = y.value_counts()
+    n_test = int(np.ceil(test_size * len(y)))
+    return bool(counts.min() >= 2 and len(y) - n_test >= len(counts) and n_test >= len(counts))
+
+
+def metrics(task: str, y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
+    """Accuracy and macro F1 for classification, RMSE and R^2 for regression."""
+    from sklearn.metrics import accuracy_score, f1_score, mean_squared_error, r2_score
+
+    if task == "classification":
+        return {"accuracy": float(accuracy_score(y_true, y_pred)),
+                "f1_macro": float(f1_score(y_true, y_pred, average="macro"))}
+    return {"rmse": float(np.sqrt(mean_squared_error(y_true, y_pred))), "r2": float(r2_score(y_true, y_pred))}
+
+
+def _engine(task: str, params: dict, progress: bool) -> FederatedForestClassifier | FederatedForestRegressor:
+    """An unfitted engine; building it validates the parameters before any work starts."""
+    cls = FederatedForestClassifier if task == "classification" else FederatedForestRegressor
+    return cls(**params, progress=progress)
+
+
+def _fit_engine(model, task: str, parties: list[pd.DataFrame], label: str, test: list[pd.DataFrame],
+                caption: str) -> dict:
+    """Train `model` on `parties`, predict `test`; return model, outputs, predictions and timings."""
+    if model.progress:
+        sys.stderr.write(f"fedforest: {caption}\n")
+    started = time.perf_counter()
+    model.fit(parties, label=label)
+    train_s = time.perf_counter() - started
+    started = time.perf_counter()
+    if task == "classification":
+        output = model.predict_proba(test)
+        predictions = model.classes_[np.argmax(output, axis=1)]
+    else:
+        output = predictions = model.predict(test)
+    predict_s = time.perf_counter() - started
+    return {"model": model, "output": output, "predictions": predictions, "train_s": train_s, "predict_s": predict_s}
+
+
+def same_structure(a, b) -> bool:
+    """Whether two master forest structures have exactly the same trees, nodes, children and values."""
+    return a.n_trees == b.n_trees and all(
+        np.array_equal(getattr(a, name), getattr(b, name)) for name in STRUCTURE_FIELDS)
+
+
+def one_hot(train: pd.DataFrame, test: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Float matrices for scikit-learn: categoricals one-hot (fitted on train), numbers as is with NaN."""
+    categorical = [c for c in train.columns if is_categorical_dtype(train[c])]
+
+    def encode(frame: pd.DataFrame) -> pd.DataFrame:
+        frame = frame.copy()
+        for column in categorical:
+            frame[column] = category_strings(frame[column])
+        return pd.get_dummies(frame, columns=categorical, dummy_na=False)
+
+    train_x = encode(train)
+    test_x = encode(test).reindex(columns=train_x.columns, fill_value=0)
+    return (train_x.to_numpy(dtype=np.float64, na_value=np.nan), test_x.to_numpy(dtype=np.float64, na_value=np.nan))
+
+
+def reference_forest(task: str, train: pd.DataFrame, test: pd.DataFrame, label: str, params: dict) -> dict:
+    """scikit-learn's random forest on the pooled table: name, test metrics and timings.
+
+    Categoricals are one-hot encoded, so "sqrt" or a fraction of features counts one-hot columns here.
+    """
+    from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
+
+    cls = RandomForestClassifier if task == "classification" else RandomForestRegressor
+    train_x, test_x = one_hot(train.drop(columns=[label]), test.drop(columns=[label]))
+    max_features = params["max_features"]
+    if isinstance(max_features, int):  # the engine caps a count at the number of features; sklearn refuses
+        max_features = min(max_features, train_x.shape[1])
+    model = cls(n_estimators=params["n_estimators"], max_depth=params["max_depth"], max_features=max_features,
+                bootstrap=True, random_state=params["random_state"], n_jobs=-1)
+    started = time.perf_counter()
+    model.fit(train_x, train[label].to_numpy())
+    train_s = time.perf_counter() - started
+    started = time.perf_counter()
+    predictions = model.predict(test_x)
+    predict_s = time.perf_counter() - started
+    return {"name": f"sklearn.{cls.__name__}", "metrics": metrics(task, test[label].to_numpy(), predictions),
+            "train_s": train_s, "predict_s": predict_s}
+
+
+def simulate_vertical(
+    table: pd.DataFrame,
+    label: str,
+    *,
+    id_column: str | None = None,
+    parties: int = 2,
+    trees: int = 100,
+    max_depth: int | None = None,
+    max_features: str | int | float | None = TASK_DEFAULT,
+    seed: int = 0,
+    test_size: float = 0.2,
+    task: str = "auto",
+    progress: bool = False,
+) -> dict:
+    """Train Federated Forest on `parties` simulated vertical parties of `table` and evaluate it on held-out
+    rows against scikit-learn and the single-party run; return the JSON-ready result.
+
+    `communication` counts training plus the prediction of the test rows.
+    """
+    if task not in TASKS:
+        raise ParameterError(f"task must be one of {list(TASKS)}, got {task!r}")
+    table = prepare_table(table, label, id_column)
+    if task == "auto":
+        task = infer_task(table[label])
+    check_label(table[label], task)
+    if max_features == TASK_DEFAULT:
+        max_features = "sqrt" if task == "classification" else 1.0
+    params = {"n_estimators": trees, "max_depth": max_depth, "max_features": max_features, "random_state": seed}
+    federated_model, single_model = _engine(task, params, progress), _engine(task, params, progress)
+    train, test = split_train_test(table, label, task, test_size, seed)
+    party_frames = split_vertical(train, parties, label=label, seed=seed)
+    columns = [[c for c in frame.columns if c != label] for frame in party_frames]
+    federated = _fit_engine(federated_model, task, party_frames, label, [test[c] for c in columns],
+                            f"federated forest, {parties} parties, {trees} trees")
+    single = _fit_engine(single_model, task, [train], label, [test.drop(columns=[label])],
+                         f"single-party run of the same engine (M = 1), {trees} trees")
+    identical = bool(np.array_equal(federated["output"], single["output"])
+                     and same_structure(federated["model"].master_.structure, single["model"].master_.structure))
+    y_test = test[label].to_numpy()
+    communication = federated["model"].communication_
+    single_communication = single["model"].communication_
+    return {
+        "setting": "vertical",
+        "algorithm": "forest",
+        "task": task,
+        "parties": parties,
+        "rows_train": len(train),
+        "rows_test": len(test),
+        "metrics": metrics(task, y_test, federated["predictions"]),
+        "reference": reference_forest(task, train, test, label, params),
+        "single_party_identical": identical,
+        "single_party": {"metrics": metrics(task, y_test, single["predictions"]), "train_s": single["train_s"],
+                         "predict_s": single["predict_s"], "rounds": single_communication["rounds"],
+                         "bytes": single_communication["bytes"]},
+        "timing": {"train_s": federated["train_s"], "predict_s": federated["predict_s"]},
+        "communication": {"rounds": communication["rounds"], "bytes": communication["bytes"]},
+    }

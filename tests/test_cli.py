@@ -1,0 +1,212 @@
+"""The `fedforest` command run in-process: JSON and table output, exit codes and one-line error messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import load_breast_cancer, load_diabetes
+
+from fedcore import cli
+from fedcore.cli import main
+from tests.conftest import mixed_table
+
+TOP_KEYS = {"setting", "algorithm", "task", "parties", "rows_train", "rows_test", "metrics", "reference",
+            "single_party_identical", "timing", "communication"}
+
+
+@pytest.fixture
+def breast_cancer_csv(tmp_path: Path) -> Path:
+    path = tmp_path / "breast_cancer.csv"
+    load_breast_cancer(as_frame=True).frame.to_csv(path, index=False)
+    return path
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _run_json(capsys, *argv: str) -> dict:
+    code, out, err = _run(capsys, "simulate", *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)  # stdout holds exactly one JSON object (progress goes to stderr)
+
+
+def _error_line(capsys, *argv: str, code: int = 1) -> str:
+    got, out, err = _run(capsys, *argv)
+    assert got == code
+    assert out == ""
+    assert err.endswith("\n") and err.count("\n") == 1, f"expected one line, got {err!r}"
+    return err.rstrip("\n")
+
+
+def test_simulate_json_on_breast_cancer(capsys, breast_cancer_csv: Path) -> None:
+    result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--parties", 3, "--trees", 20)
+    assert TOP_KEYS <= set(result)
+    assert (result["setting"], result["algorithm"], result["task"], result["parties"]) == (
+        "vertical", "forest", "classification", 3)
+    assert result["rows_train"] + result["rows_test"] == 569 and result["rows_test"] == 114
+    assert set(result["metrics"]) == {"accuracy", "f1_macro"}
+    assert result["metrics"]["accuracy"] > 0.85 and result["metrics"]["f1_macro"] > 0.85
+    reference = result["reference"]
+    assert set(reference) == {"name", "metrics", "train_s", "predict_s"}
+    assert reference["name"] == "sklearn.RandomForestClassifier"
+    assert reference["metrics"]["accuracy"] > 0.85
+    assert result["single_party_identical"] is True
+    assert set(result["timing"]) == {"train_s", "predict_s"}
+    assert all(isinstance(v, float) and v > 0 for v in result["timing"].values())
+    assert set(result["communication"]) == {"rounds", "bytes"}
+    assert isinstance(result["communication"]["rounds"], int) and result["communication"]["rounds"] > 0
+    assert isinstance(result["communication"]["bytes"], int) and result["communication"]["bytes"] > 0
+
+
+def test_simulate_json_on_mixed_parquet_with_id(capsys, tmp_path: Path) -> None:
+    table = mixed_table(n_rows=400, seed=5)
+    table.insert(0, "row_id", np.arange(len(table)))
+    path = tmp_path / "mixed.parquet"
+    table.to_parquet(path)
+    result = _run_json(capsys, "--data", path, "--label", "target", "--id", "row_id", "--parties", 2,
+                       "--trees", 10, "--max-depth", 6, "--seed", 3)
+    assert result["task"] == "classification"
+    assert result["single_party_identical"] is True
+    assert result["metrics"]["accuracy"] > 0.5
+    assert result["rows_test"] == 80
+
+
+def test_simulate_json_regression_on_diabetes(capsys, tmp_path: Path) -> None:
+    path = tmp_path / "diabetes.csv"
+    load_diabetes(as_frame=True).frame.to_csv(path, index=False)
+    result = _run_json(capsys, "--data", path, "--label", "target", "--parties", 2, "--trees", 15)
+    assert result["task"] == "regression"
+    assert set(result["metrics"]) == {"rmse", "r2"}
+    assert set(result["reference"]["metrics"]) == {"rmse", "r2"}
+    assert result["reference"]["name"] == "sklearn.RandomForestRegressor"
+    assert result["metrics"]["r2"] > 0.2 and 0 < result["metrics"]["rmse"] < 80
+    assert result["single_party_identical"] is True
+
+
+def test_simulate_table_output(capsys, breast_cancer_csv: Path) -> None:
+    code, out, err = _run(capsys, "simulate", "--data", breast_cancer_csv, "--label", "target",
+                          "--trees", 5, "--max-depth", 4, "--max-features", "log2")
+    assert code == 0
+    for text in ("federated (M=2)", "reference", "single-party (M=1)", "accuracy", "f1_macro", "train s",
+                 "predict s", "rounds", "MB", "single-party identical (same trees, same predictions): yes"):
+        assert text in out
+    assert "trees 5/5" in err  # the progress bar goes to stderr
+
+
+def test_version(capsys) -> None:
+    code, out, _ = _run(capsys, "--version")
+    assert code == 0
+    assert out.startswith("fedforest ")
+
+
+def test_demo(capsys, monkeypatch) -> None:
+    monkeypatch.setattr(cli, "DEMO_ROWS", 300)
+    monkeypatch.setattr(cli, "DEMO_TREES", 5)
+    code, out, _ = _run(capsys, "demo")
+    assert code == 0
+    assert "arrives with the pipeline issue" in out
+    assert "single-party identical (same trees, same predictions): yes" in out
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--setting", "horizontal",
+     "setting 'horizontal' is not available yet: the horizontal setting arrives with issue #4"),
+    ("--setting", "diagonal", "unknown setting 'diagonal': choose 'vertical' (the horizontal setting arrives "
+                              "with issue #4)"),
+    ("--algorithm", "fet", "algorithm 'fet' is not available yet: Federated Extra-Trees and PPD-ERT arrive "
+                           "with the horizontal setting (issue #4)"),
+    ("--algorithm", "boosting", "unknown algorithm 'boosting': the vertical setting offers 'forest' "
+                                "(Federated Forest)"),
+])
+def test_not_available_yet_exits_2(capsys, breast_cancer_csv: Path, option: str, value: str, message: str) -> None:
+    line = _error_line(capsys, "simulate", "--data", breast_cancer_csv, "--label", "target", option, value, code=2)
+    assert line == f"fedforest: error: {message}"
+
+
+def test_usage_error_exits_2(capsys) -> None:
+    code, _, err = _run(capsys, "simulate", "--label", "y")
+    assert code == 2
+    assert "the following arguments are required: --data" in err
+
+
+# -- bad input: exit code 1 and one line naming the offending thing --------------------------------------
+
+def _small_table(tmp_path: Path, name: str = "small.csv", **columns) -> Path:
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"a": rng.normal(size=40), "b": rng.normal(size=40), **columns})
+    path = tmp_path / name
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_missing_file(capsys, tmp_path: Path) -> None:
+    path = tmp_path / "absent.csv"
+    line = _error_line(capsys, "simulate", "--data", path, "--label", "y")
+    assert line == f"fedforest: error: cannot read {str(path)!r}: no such file"
+
+
+def test_corrupt_file(capsys, tmp_path: Path) -> None:
+    path = tmp_path / "broken.parquet"
+    path.write_bytes(b"this is not parquet")
+    line = _error_line(capsys, "simulate", "--data", path, "--label", "y")
+    assert line.startswith(f"fedforest: error: cannot read {str(path)!r}: ")
+
+
+def test_unsupported_suffix(capsys, tmp_path: Path) -> None:
+    path = tmp_path / "table.xlsx"
+    path.write_bytes(b"")
+    line = _error_line(capsys, "simulate", "--data", path, "--label", "y")
+    assert line == (f"fedforest: error: cannot read {str(path)!r}: expected a .parquet or .csv file, "
+                    "found suffix '.xlsx'")
+
+
+def test_label_not_in_file(capsys, tmp_path: Path) -> None:
+    path = _small_table(tmp_path, y=np.arange(40) % 2)
+    line = _error_line(capsys, "simulate", "--data", path, "--label", "outcome")
+    assert line == "fedforest: error: label column 'outcome' not in the table; its columns are 'a', 'b', 'y'"
+
+
+def test_id_not_in_file(capsys, tmp_path: Path) -> None:
+    path = _small_table(tmp_path, y=np.arange(40) % 2)
+    line = _error_line(capsys, "simulate", "--data", path, "--label", "y", "--id", "customer")
+    assert line == "fedforest: error: id column 'customer' not in the table; its columns are 'a', 'b', 'y'"
+
+
+def test_label_with_one_class(capsys, tmp_path: Path) -> None:
+    path = _small_table(tmp_path, y=np.ones(40, dtype=int))
+    line = _error_line(capsys, "simulate", "--data", path, "--label", "y")
+    assert line == "fedforest: error: label 'y' has a single class 1; classification needs at least two"
+
+
+def test_label_with_missing_values(capsys, tmp_path: Path) -> None:
+    y = (np.arange(40) % 2).astype(float)
+    y[[3, 17, 30]] = np.nan
+    path = _small_table(tmp_path, y=y)
+    line = _error_line(capsys, "simulate", "--data", path, "--label", "y")
+    assert line == "fedforest: error: label 'y' has 3 missing values; drop or fill those rows"
+
+
+def test_text_label_with_regression_task(capsys, tmp_path: Path) -> None:
+    path = _small_table(tmp_path, y=np.where(np.arange(40) % 2 == 0, "low", "high"))
+    dtype = pd.read_csv(path)["y"].dtype
+    line = _error_line(capsys, "simulate", "--data", path, "--label", "y", "--task", "regression")
+    assert line == f"fedforest: error: regression label 'y' must be numeric, found dtype {dtype}"
+
+
+def test_too_many_parties(capsys, tmp_path: Path) -> None:
+    path = _small_table(tmp_path, y=np.arange(40) % 2)
+    line = _error_line(capsys, "simulate", "--data", path, "--label", "y", "--parties", 3)
+    assert line == "fedforest: error: cannot split 2 feature columns into 3 parties"
+
+
+def test_bad_parameter(capsys, tmp_path: Path) -> None:
+    path = _small_table(tmp_path, y=np.arange(40) % 2)
+    line = _error_line(capsys, "simulate", "--data", path, "--label", "y", "--trees", 0)
+    assert line == "fedforest: error: n_estimators must be an integer >= 1, got 0"
