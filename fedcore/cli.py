@@ -15,6 +15,7 @@ import json
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
+from fedcore.commands import register_all
 from fedcore.errors import FedForestError
 from fedcore.simulate import TASK_DEFAULT, TASKS, read_table, simulate_vertical
 
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.set_defaults(handler=_simulate)
     demo = commands.add_parser("demo", help="a small simulation on the built-in waveform data")
     demo.set_defaults(handler=_demo)
+    register_all(commands)
     return parser
 
 
