@@ -49,3 +49,7 @@ class ProtocolError(FedForestError):
 
 class ArtifactError(FedForestError):
     """A saved model is missing files, was tampered with or has an unknown format."""
+
+
+class ConfigError(InputError):
+    """A federation config file is missing, malformed or inconsistent."""
