@@ -31,6 +31,10 @@ class Message:
 
     def to_bytes(self) -> bytes:
         """Serialise as an Arrow IPC stream holding one single-row record batch."""
+        return self.to_buffer().to_pybytes()
+
+    def to_buffer(self) -> pa.Buffer:
+        """Like `to_bytes`, without the final copy into Python bytes (for large messages)."""
         columns, names, shapes = [], [], {}
         for name, array in self.arrays.items():
             array = np.ascontiguousarray(array)
@@ -51,11 +55,11 @@ class Message:
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, schema) as writer:
             writer.write_batch(batch)
-        return sink.getvalue().to_pybytes()
+        return sink.getvalue()
 
     @classmethod
-    def from_bytes(cls, payload: bytes) -> Message:
-        """Parse bytes made by `to_bytes`; anything else raises ProtocolError."""
+    def from_bytes(cls, payload: bytes | pa.Buffer) -> Message:
+        """Parse bytes made by `to_bytes` (or a buffer from `to_buffer`); anything else raises ProtocolError."""
         try:
             reader = pa.ipc.open_stream(pa.py_buffer(payload))
             batch = reader.read_next_batch()

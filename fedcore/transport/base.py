@@ -11,6 +11,8 @@ from abc import ABC, abstractmethod
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
 from fedcore.protocol.messages import Message
 
 MASTER = "master"
@@ -74,7 +76,7 @@ class Transport(ABC):
         self.stats.rounds += 1
         encoded = {}
         for party, message in requests.items():
-            payload = message.to_bytes()
+            payload = message.to_buffer()
             self._account(MASTER, party, message, payload)
             encoded[party] = payload
         raw_replies = self._deliver(encoded)
@@ -86,10 +88,10 @@ class Transport(ABC):
         return replies
 
     @abstractmethod
-    def _deliver(self, requests: dict[str, bytes]) -> dict[str, bytes]:
-        """Carry encoded requests to parties and return their encoded replies."""
+    def _deliver(self, requests: dict[str, pa.Buffer]) -> dict[str, bytes | pa.Buffer]:
+        """Carry encoded requests to parties and return their encoded replies (bytes-like)."""
 
-    def _account(self, sender: str, receiver: str, message: Message, payload: bytes) -> None:
+    def _account(self, sender: str, receiver: str, message: Message, payload: bytes | pa.Buffer) -> None:
         self.stats.add(message.kind, len(payload))
         if self.record_transcript:
             self.transcript.append(
@@ -100,6 +102,6 @@ class Transport(ABC):
                     kind=message.kind,
                     size=len(payload),
                     schema=message.schema_summary(),
-                    payload=payload if self.record_payloads else None,
+                    payload=bytes(payload) if self.record_payloads else None,
                 )
             )

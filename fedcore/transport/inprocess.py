@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pyarrow as pa
+
 from fedcore.errors import ProtocolError
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
@@ -25,11 +27,11 @@ class InProcessTransport(Transport):
     def parties(self) -> list[str]:
         return list(self._handlers)
 
-    def _deliver(self, requests: dict[str, bytes]) -> dict[str, bytes]:
+    def _deliver(self, requests: dict[str, pa.Buffer]) -> dict[str, pa.Buffer]:
         replies = {}
         for party, payload in requests.items():
             if party not in self._handlers:
                 raise ProtocolError(f"no party named {party!r} on this transport")
             reply = self._handlers[party](Message.from_bytes(payload))
-            replies[party] = reply.to_bytes()
+            replies[party] = reply.to_buffer()
         return replies

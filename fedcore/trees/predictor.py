@@ -45,27 +45,27 @@ class ThresholdIndex:
 
     def bitmaps(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(prefix bitmaps, one row per (feature, threshold); missing-value bitmaps, one row per feature)."""
-        return _threshold_bitmaps(X, self.flat, self.base)
+        # rank of each value among the feature's thresholds: x <= thresholds[j] exactly for j >= rank
+        ranks = np.empty(X.shape, dtype=np.int64, order="F")
+        for f, values in enumerate(self.thresholds):
+            ranks[:, f] = np.searchsorted(values, X[:, f], side="left") if len(values) else 0
+        return _threshold_bitmaps(X, ranks, self.base)
 
 
 @nb.njit(cache=True, parallel=True)
-def _threshold_bitmaps(X, flat, base):
+def _threshold_bitmaps(X, ranks, base):
     n_rows, n_cols = X.shape
     n_words = (n_rows + 63) // 64
-    prefix = np.zeros((flat.shape[0], n_words), np.uint64)
+    prefix = np.zeros((base[-1], n_words), np.uint64)
     missing = np.zeros((n_cols, n_words), np.uint64)
     for f in nb.prange(n_cols):
         a, b = base[f], base[f + 1]
-        values = flat[a:b]
         for r in range(n_rows):
-            x = X[r, f]
             bit = np.uint64(1) << np.uint64(r & 63)
-            if np.isnan(x):
+            if np.isnan(X[r, f]):
                 missing[f, r >> 6] |= bit
-            elif b > a:
-                k = np.searchsorted(values, x)  # x <= values[j] for every j >= k
-                if k < b - a:
-                    prefix[a + k, r >> 6] |= bit
+            elif ranks[r, f] < b - a:
+                prefix[a + ranks[r, f], r >> 6] |= bit
         for k in range(a + 1, b):
             for w in range(n_words):
                 prefix[k, w] |= prefix[k - 1, w]
