@@ -61,6 +61,7 @@ def write_version(directory: str | os.PathLike, manifest: dict, tables: dict[str
     try:
         files = [_write_table(staging / f"{name}.arrow", table) for name, table in tables.items()]
         body = {k: v for k, v in manifest.items() if k not in ("format_version", "created_at", "files")}
+        body = json.loads(_json_bytes(body))  # what is signed is exactly what a reader parses back
         full = {"format_version": FORMAT_VERSION, "created_at": datetime.now(UTC).isoformat(),
                 **_link_digests(body, {f["name"]: f["sha256"] for f in files}), "files": files}
         if signer is not None:

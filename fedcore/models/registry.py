@@ -1,0 +1,415 @@
+"""The versioned model registry: numbered, verified, immutable versions plus movable aliases.
+
+    <root>/<model-name>/v0001/         one `fedcore.models.artifacts` directory per version (never rewritten)
+    <root>/<model-name>/aliases.json   {"aliases": {"latest": .., "production": ..}, "history": {alias: [..]},
+                                        "events": [..]}; replaced atomically (write temp, os.replace)
+    <root>/<model-name>/.lock          taken (flock) while a version number or aliases.json changes
+
+The master's registry holds master.arrow and the signed manifest; each institution keeps its own registry
+(same class, no signing key) with its partial table and a copy of the master's signed manifest under
+"master_manifest", usually registered under the master's version number (`register(..., version=...)`).
+Only complete versions (a directory named vNNNN with a manifest.json) are listed; leftovers of a crashed
+write (`.vNNNN.tmp-*`) never are. Loading verifies every file's SHA-256 and the Ed25519 signature(s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from fedcore.errors import ArtifactError
+from fedcore.models.artifacts import MANIFEST, manifest_bytes, read_version, write_version
+from fedcore.models.signing import (
+    PublicKeySource,
+    embedded_public_key,
+    key_id,
+    load_public_key,
+    load_signing_key,
+    signer,
+    verify_manifest,
+)
+
+LATEST, PRODUCTION = "latest", "production"
+ALIASES_FILE = "aliases.json"
+LOCK_FILE = ".lock"
+MASTER_COPY = "master_manifest"
+VERSION_NAME = re.compile(r"^v(\d{4,})$")
+VERSION_REF = re.compile(r"^v?(\d+)$")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class ModelRegistry:
+    """Versions of named models under `root`; signs new versions with `signing_key`, trusts `public_key`."""
+
+    def __init__(self, root: str | os.PathLike, signing_key: Ed25519PrivateKey | str | os.PathLike | None = None,
+                 public_key: PublicKeySource | None = None, lock_timeout: float = 60.0) -> None:
+        self.root = Path(root)
+        self.signing_key = (signing_key if signing_key is None or isinstance(signing_key, Ed25519PrivateKey)
+                            else load_signing_key(signing_key))
+        trusted = public_key if public_key is not None else self.signing_key
+        self.public_key: Ed25519PublicKey | None = None if trusted is None else load_public_key(trusted)
+        self.lock_timeout = lock_timeout
+
+    # -- listing ------------------------------------------------------------------------------------
+    def models(self) -> list[str]:
+        """Names of the models with at least one complete version, sorted."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir()
+                      if p.is_dir() and SAFE_NAME.match(p.name) and self.versions(p.name))
+
+    def versions(self, model_name: str) -> list[str]:
+        """Complete versions of a model, oldest first (half-written or foreign directories are skipped)."""
+        return [name for name in _version_names(self._model_dir(model_name))
+                if (self._model_dir(model_name) / name / MANIFEST).is_file()]
+
+    def aliases(self, model_name: str) -> dict[str, str]:
+        """Alias -> version, as stored (`latest` is set by every register)."""
+        return dict(self._state(model_name)["aliases"])
+
+    def history(self, model_name: str, alias: str = PRODUCTION) -> list[dict]:
+        """The promotions still in effect for `alias`, oldest first (the last is current; rollback pops it)."""
+        return list(self._state(model_name)["history"].get(alias, []))
+
+    def resolve(self, model_name: str, ref: str = LATEST) -> str:
+        """The version a reference names: an alias, `latest`, or a version such as v0003 (or 3)."""
+        available = self.versions(model_name)
+        if not available:
+            known = ", ".join(self.models()) or "none"
+            raise ArtifactError(f"{self.root}: no versions of model {model_name!r} (models here: {known})")
+        aliases = self.aliases(model_name)
+        if ref in aliases:
+            version = aliases[ref]
+            if version not in available:
+                raise ArtifactError(f"model {model_name!r}: alias {ref!r} points to {version}, which is missing or "
+                                    f"incomplete (versions: {', '.join(available)})")
+            return version
+        if ref == LATEST:
+            return available[-1]
+        match = VERSION_REF.match(str(ref))
+        if match and format_version(int(match.group(1))) in available:
+            return format_version(int(match.group(1)))
+        what = "version" if match else "alias or version"
+        raise ArtifactError(f"model {model_name!r} has no {what} {ref!r} (versions: {', '.join(available)}; "
+                            f"aliases: {', '.join(sorted(aliases)) or 'none'})")
+
+    # -- writing ------------------------------------------------------------------------------------
+    def register(self, model_name: str, manifest: dict, tables: dict[str, pa.Table],
+                 version: str | int | None = None) -> str:
+        """Store a new version atomically (signed when a signing key is set), point `latest` at it; return it.
+
+        The number is the next free one, taken under the model's lock so concurrent writers never collide;
+        an institution may pass the master's `version` instead to keep the numbering in step.
+        """
+        body = _plain_json(manifest, model_name)
+        body.pop("signature", None)
+        model_dir = self._model_dir(model_name)
+        model_dir.mkdir(parents=True, exist_ok=True)
+        sign = None if self.signing_key is None else signer(self.signing_key)
+        with self._lock(model_name):
+            taken = _version_names(model_dir)
+            if version is None:
+                number = max((int(VERSION_NAME.match(v).group(1)) for v in taken), default=0) + 1
+                chosen = format_version(number)
+            else:
+                chosen = _parse_version(version)
+                if chosen in taken:
+                    raise ArtifactError(f"model {model_name!r} already has a version {chosen}; versions are never "
+                                        "overwritten")
+            body.update(model_name=model_name, version=chosen)
+            write_version(model_dir / chosen, body, tables, signer=sign)
+            state = self._state(model_name)
+            current = state["aliases"].get(LATEST)
+            if current is None or _number(current) < _number(chosen):
+                state["aliases"][LATEST] = chosen
+            _log(state, "register", LATEST, chosen)
+            self._write_state(model_name, state)
+        return chosen
+
+    def promote(self, model_name: str, version: str, alias: str = PRODUCTION) -> str:
+        """Point `alias` (default production) at a version after verifying it loads; return the version."""
+        _check_alias(alias)
+        chosen = self.resolve(model_name, version)
+        self.load(model_name, chosen)
+        with self._lock(model_name):
+            state = self._state(model_name)
+            if state["aliases"].get(alias) != chosen:
+                state["aliases"][alias] = chosen
+                state["history"].setdefault(alias, []).append({"version": chosen, "promoted_at": _now()})
+                _log(state, "promote", alias, chosen)
+                self._write_state(model_name, state)
+        return chosen
+
+    def rollback(self, model_name: str, alias: str = PRODUCTION) -> str:
+        """Point `alias` back at the version it had before the last promotion (verified first); return it."""
+        _check_alias(alias)
+        with self._lock(model_name):
+            state = self._state(model_name)
+            history = state["history"].get(alias, [])
+            if alias not in state["aliases"]:
+                raise ArtifactError(f"model {model_name!r} has no {alias!r} version to roll back")
+            if len(history) < 2:
+                raise ArtifactError(f"model {model_name!r}: {alias!r} ({state['aliases'][alias]}) has no earlier "
+                                    "version to roll back to")
+            previous = history[-2]["version"]
+            self.load(model_name, self.resolve(model_name, previous))
+            history.pop()
+            state["aliases"][alias] = previous
+            _log(state, "rollback", alias, previous)
+            self._write_state(model_name, state)
+        return previous
+
+    # -- reading ------------------------------------------------------------------------------------
+    def load(self, model_name: str, ref: str = LATEST) -> tuple[dict, dict[str, pa.Table]]:
+        """Manifest and tables of a version, after checking every file's SHA-256 and the signature(s)."""
+        version = self.resolve(model_name, ref)
+        directory = self._model_dir(model_name) / version
+        seen: dict[str, Any] = {}
+
+        def verify_own(payload: bytes, signature: Any) -> None:
+            seen["checked"] = signature is not None
+            if signature is not None:
+                self._verify(payload, signature)
+
+        try:
+            manifest, tables = read_version(directory, verifier=_located(verify_own, directory / MANIFEST))
+            self._check_manifest(manifest, model_name, version, directory, own_checked=seen.get("checked", False))
+        except ArtifactError as error:
+            raise ArtifactError(f"model {model_name!r} {version} refused: {error}") from error
+        return manifest, tables
+
+    def read_manifest(self, model_name: str, ref: str = LATEST) -> dict:
+        """A version's manifest with its signature(s) verified, without reading the tables."""
+        version = self.resolve(model_name, ref)
+        directory = self._model_dir(model_name) / version
+        try:
+            manifest = _read_json(directory / MANIFEST)
+            if manifest.get("signature") is not None:
+                _located(self._verify, directory / MANIFEST)(manifest_bytes(manifest), manifest["signature"])
+            self._check_manifest(manifest, model_name, version, directory,
+                                 own_checked=manifest.get("signature") is not None)
+        except ArtifactError as error:
+            raise ArtifactError(f"model {model_name!r} {version} refused: {error}") from error
+        return manifest
+
+    def describe(self, model_name: str, ref: str = LATEST, verify: bool = True) -> dict:
+        """A JSON-ready summary of one version; integrity problems are reported in it, not raised."""
+        version = self.resolve(model_name, ref)
+        manifest = _read_json(self._model_dir(model_name) / version / MANIFEST)
+        integrity = "not checked"
+        if verify:
+            try:
+                self.load(model_name, version)
+                integrity = "ok"
+            except ArtifactError as error:
+                integrity = f"FAILED: {error}"
+        return {
+            "model_name": model_name,
+            "version": version,
+            "aliases": sorted(a for a, v in self.aliases(model_name).items() if v == version),
+            "created_at": manifest.get("created_at"),
+            **{key: manifest.get(key) for key in ("algorithm", "setting", "task", "metrics")},
+            "parties": [{k: p.get(k) for k in ("name", "role", "feature_count", "file")}
+                        for p in manifest.get("parties") or [] if isinstance(p, dict)],
+            "files": [{k: f.get(k) for k in ("name", "bytes", "sha256")} for f in manifest.get("files") or []
+                      if isinstance(f, dict)],
+            "signature": self.signature_status(manifest),
+            "integrity": integrity,
+        }
+
+    def signature_status(self, manifest: dict) -> str:
+        """One line on a manifest's signature: valid (by which key), unsigned, or INVALID and why."""
+        copy = manifest.get(MASTER_COPY)
+        if manifest.get("signature") is None and isinstance(copy, dict) and copy.get("signature") is not None:
+            return f"master manifest copy: {self.signature_status(copy)}"
+        signature = manifest.get("signature")
+        if signature is None:
+            return "unsigned" + ("" if self.public_key is None else f" (key {key_id(self.public_key)} required)")
+        try:
+            self._verify(manifest_bytes(manifest), signature)
+        except ArtifactError as error:
+            return f"INVALID: {error}"
+        if self.public_key is not None:
+            return f"valid (trusted key {key_id(self.public_key)})"
+        return f"valid (embedded key {key_id(embedded_public_key(signature))}; no trusted key configured)"
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _verify(self, payload: bytes, signature: Any) -> None:
+        """Verify under the trusted key, or (none configured) under the key the signature carries."""
+        verify_manifest(payload, signature, self.public_key or embedded_public_key(signature))
+
+    def _check_manifest(self, manifest: dict, model_name: str, version: str, directory: Path,
+                        own_checked: bool) -> None:
+        """The manifest belongs here, its master copy (if any) verifies, and a trusted key saw a signature."""
+        where = directory / MANIFEST
+        if (manifest.get("model_name"), manifest.get("version")) != (model_name, version):
+            raise ArtifactError(f"{where}: says model {manifest.get('model_name')!r} version "
+                                f"{manifest.get('version')!r}; a version moved or copied from elsewhere is refused")
+        copy = manifest.get(MASTER_COPY)
+        copy_checked = isinstance(copy, dict) and copy.get("signature") is not None
+        if copy is not None and not isinstance(copy, dict):
+            raise ArtifactError(f"{where}: '{MASTER_COPY}' is not a JSON object")
+        if copy_checked:
+            _located(self._verify, where, f"'{MASTER_COPY}'")(manifest_bytes(copy), copy["signature"])
+        if self.public_key is not None and not (own_checked or copy_checked):
+            raise ArtifactError(f"{where}: not signed, but this registry requires signatures by key "
+                                f"{key_id(self.public_key)}")
+
+    def _model_dir(self, model_name: str) -> Path:
+        if not isinstance(model_name, str) or not SAFE_NAME.match(model_name):
+            raise ArtifactError(f"model name {model_name!r} is not a safe directory name "
+                                "(letters, digits, '.', '_', '-'; not starting with '.', '_' or '-')")
+        return self.root / model_name
+
+    def _state(self, model_name: str) -> dict:
+        """aliases.json as {"aliases", "history", "events"} (empty when the model has none yet)."""
+        path = self._model_dir(model_name) / ALIASES_FILE
+        state = _read_json(path) if path.is_file() else {}
+        for key, kind in (("aliases", dict), ("history", dict), ("events", list)):
+            state.setdefault(key, kind())
+            if not isinstance(state[key], kind):
+                raise ArtifactError(f"{path}: '{key}' should be a JSON {kind.__name__}")
+        return state
+
+    def _write_state(self, model_name: str, state: dict) -> None:
+        """Replace aliases.json atomically: a reader sees the old or the new file, never a partial one."""
+        model_dir = self._model_dir(model_name)
+        fd, temp = tempfile.mkstemp(prefix=f".{ALIASES_FILE}.tmp-", dir=model_dir)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(json.dumps(state, indent=2).encode())
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, model_dir / ALIASES_FILE)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+
+    @contextmanager
+    def _lock(self, model_name: str) -> Iterator[None]:
+        """Exclusive lock on the model directory (across threads and processes), or ArtifactError on timeout."""
+        path = self._model_dir(model_name) / LOCK_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a+b") as handle:
+            deadline = time.monotonic() + self.lock_timeout
+            while not _try_lock(handle):
+                if time.monotonic() > deadline:
+                    raise ArtifactError(f"{path}: still locked by another writer after {self.lock_timeout:g} s")
+                time.sleep(0.01)
+            try:
+                yield
+            finally:
+                _unlock(handle)
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+def format_version(number: int) -> str:
+    """Version directory name of a version number: 3 -> v0003."""
+    if number < 1:
+        raise ArtifactError(f"version numbers start at 1, got {number}")
+    return f"v{number:04d}"
+
+
+def _parse_version(version: str | int) -> str:
+    match = VERSION_REF.match(str(version))
+    if not match:
+        raise ArtifactError(f"{version!r} is not a version (expected e.g. v0003 or 3)")
+    return format_version(int(match.group(1)))
+
+
+def _number(version: str) -> int:
+    match = VERSION_NAME.match(version)
+    return int(match.group(1)) if match else 0
+
+
+def _version_names(model_dir: Path) -> list[str]:
+    """Every vNNNN directory name, complete or not, by number (used for numbering, filtered for listing)."""
+    if not model_dir.is_dir():
+        return []
+    return sorted((p.name for p in model_dir.iterdir() if VERSION_NAME.match(p.name) and p.is_dir()), key=_number)
+
+
+def _check_alias(alias: str) -> None:
+    if alias == LATEST or not SAFE_NAME.match(alias) or VERSION_REF.match(alias):
+        raise ArtifactError(f"{alias!r} cannot be promoted to: aliases are names like 'production' or 'staging' "
+                            f"('{LATEST}' follows register)")
+
+
+def _plain_json(manifest: dict, model_name: str) -> dict:
+    """A JSON round-trip of the manifest, so what is signed is exactly what a reader will parse back."""
+    try:
+        return json.loads(json.dumps(manifest, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ArtifactError(f"manifest of model {model_name!r} is not plain JSON (no NaN, numpy values or "
+                            f"objects): {exc}") from exc
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: missing") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def _located(verify: Any, where: Path, what: str = "") -> Any:
+    """Wrap a verifier so its errors name the manifest file (and which signature) they are about."""
+    def located(payload: bytes, signature: Any) -> None:
+        try:
+            verify(payload, signature)
+        except ArtifactError as error:
+            raise ArtifactError(f"{where}{' ' + what if what else ''}: {error}") from error
+
+    return located
+
+
+def _log(state: dict, action: str, alias: str, version: str) -> None:
+    state["events"].append({"at": _now(), "action": action, "alias": alias, "version": version})
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+try:  # POSIX
+    import fcntl
+
+    def _try_lock(handle: Any) -> bool:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def _unlock(handle: Any) -> None:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+except ImportError:  # Windows
+    import msvcrt
+
+    def _try_lock(handle: Any) -> bool:
+        handle.seek(0)
+        try:
+            msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+
+    def _unlock(handle: Any) -> None:
+        handle.seek(0)
+        msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)

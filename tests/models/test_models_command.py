@@ -1,0 +1,122 @@
+"""`fedforest models ...` run in-process: tables, JSON, promote/rollback, keygen and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+
+from fedcore.cli import main
+from fedcore.models import signing
+from fedcore.models.registry import ModelRegistry
+from tests.models.test_registry import MODEL, fit_model, master_artifacts
+
+
+@pytest.fixture(scope="module")
+def model():
+    return fit_model()
+
+
+@pytest.fixture
+def key_file(tmp_path):
+    path = tmp_path / "master.pem"
+    signing.generate_signing_key(path)
+    (tmp_path / "master.pem.pub").write_text(signing.public_key_pem(signing.load_signing_key(path)))
+    return path
+
+
+@pytest.fixture
+def registry(tmp_path, key_file, model) -> ModelRegistry:
+    registry = ModelRegistry(tmp_path / "registry", signing_key=key_file)
+    for accuracy in (0.81, 0.86):
+        registry.register(MODEL, *master_artifacts(model, accuracy))
+    return registry
+
+
+def _run(capsys, *argv) -> tuple[int, str, str]:
+    code = main(["models", *(str(a) for a in argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_list_models_and_versions(capsys, registry):
+    code, out, _ = _run(capsys, "list", "--registry", registry.root)
+    assert code == 0
+    header, row = out.splitlines()
+    assert header.split() == ["model", "versions", "latest", "production"]
+    assert row.split() == [MODEL, "2", "v0002", "-"]
+
+    code, out, _ = _run(capsys, "list", "--registry", registry.root, "--model", MODEL)
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split() == ["version", "created_at", "algorithm", "aliases", "metrics", "signature"]
+    tokens = lines[2].split()
+    assert tokens[0] == "v0002" and tokens[-1] == "valid"
+    assert {"federated-forest", "latest", "accuracy=0.86"} <= set(tokens)
+
+    code, out, _ = _run(capsys, "list", "--registry", registry.root, "--model", MODEL, "--json")
+    assert [row["version"] for row in json.loads(out)] == ["v0001", "v0002"]
+
+
+def test_list_an_empty_registry(capsys, tmp_path):
+    code, out, _ = _run(capsys, "list", "--registry", tmp_path / "nothing")
+    assert code == 0 and out.startswith("no models in")
+
+
+def test_show_text_and_json(capsys, registry, key_file):
+    code, out, _ = _run(capsys, "show", "--registry", registry.root, "--model", MODEL, "--version", "v0001",
+                        "--public-key", f"{key_file}.pub")
+    assert code == 0
+    assert out.splitlines()[0] == f"{MODEL} v0001"
+    assert "signature:  valid (trusted key" in out and "integrity:  ok" in out
+    assert "party0" in out and "master.arrow" in out and "accuracy=0.81" in out
+
+    code, out, _ = _run(capsys, "show", "--registry", registry.root, "--model", MODEL, "--json")
+    info = json.loads(out)
+    assert (info["version"], info["aliases"], info["integrity"]) == ("v0002", ["latest"], "ok")
+
+
+def test_show_reports_tampering(capsys, registry):
+    path = registry.root / MODEL / "v0002" / "manifest.json"
+    path.write_text(path.read_text().replace("0.86", "0.99"))
+    code, out, _ = _run(capsys, "show", "--registry", registry.root, "--model", MODEL)
+    assert code == 0
+    assert "signature:  INVALID: " in out and "integrity:  FAILED: " in out
+
+
+def test_promote_and_rollback(capsys, registry):
+    assert _run(capsys, "promote", "--registry", registry.root, "--model", MODEL, "--version", "v0001")[:2] == (
+        0, f"{MODEL}: production -> v0001\n")
+    assert _run(capsys, "promote", "--registry", registry.root, "--model", MODEL, "--version", "2")[1] == (
+        f"{MODEL}: production -> v0002\n")
+    code, out, _ = _run(capsys, "rollback", "--registry", registry.root, "--model", MODEL)
+    assert (code, out) == (0, f"{MODEL}: production rolled back to v0001\n")
+    assert registry.aliases(MODEL)["production"] == "v0001"
+
+    code, out, err = _run(capsys, "rollback", "--registry", registry.root, "--model", MODEL)
+    assert code == 1 and out == ""
+    assert err.startswith("fedforest: error: ") and "no earlier version" in err and err.count("\n") == 1
+
+
+def test_errors_are_one_line(capsys, registry, tmp_path):
+    code, _, err = _run(capsys, "promote", "--registry", registry.root, "--model", MODEL, "--version", "v0009")
+    assert code == 1 and "has no version 'v0009'" in err and err.count("\n") == 1
+    other = tmp_path / "other.pem"
+    signing.generate_signing_key(other)
+    code, _, err = _run(capsys, "promote", "--registry", registry.root, "--model", MODEL, "--version", "v0001",
+                        "--public-key", other)
+    assert code == 1 and "not by the trusted key" in err and err.count("\n") == 1
+    code, _, err = _run(capsys, "show", "--registry", registry.root, "--model", "nope")
+    assert code == 1 and "no versions of model 'nope'" in err
+
+
+def test_keygen_writes_a_private_and_a_public_key(capsys, tmp_path):
+    out_file = tmp_path / "keys" / "signing.pem"
+    code, out, _ = _run(capsys, "keygen", "--out", out_file)
+    assert code == 0 and "key id" in out
+    assert stat.S_IMODE(out_file.stat().st_mode) == 0o600
+    key = signing.load_signing_key(out_file)
+    public = signing.load_public_key(tmp_path / "keys" / "signing.pem.pub")
+    assert signing.key_id(public) == signing.key_id(key)
+    code, _, err = _run(capsys, "keygen", "--out", out_file)
+    assert code == 1 and "refusing to overwrite" in err
