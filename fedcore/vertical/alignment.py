@@ -1,0 +1,115 @@
+"""ID alignment for vertical federation: the master intersects keyed ID hashes, each party reorders its rows.
+
+Party side: send `hash_ids(ids, key)` (as ``uint8`` rows of 32 bytes in a Message), receive positions,
+call `align_frame`. Master side: `intersect_hashes`, then `check_overlap`, then send each party only
+``plan.positions[party]``.
+
+The common rows are put in one canonical order, sorted by digest, so every party lines up row by row
+without anyone choosing the order. What each side learns: the master (no key) sees digests and every
+party's row count and the intersection size; a party receives only the positions of its own rows
+that are in the intersection (hence which of its own IDs are shared, and how many), never another
+party's digests or anything about IDs outside the intersection. Because digests are keyed, the
+canonical order is a keyed pseudo-random permutation, not an order of the raw IDs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from fedcore.errors import InputError, ProtocolError
+from fedcore.privacy.hashing import DIGEST_SIZE
+
+_DIGEST_DTYPE = np.dtype(f"S{DIGEST_SIZE}")
+
+
+class AlignmentError(InputError):
+    """The institutions' IDs cannot be aligned: too little overlap, or a party's IDs are not unique."""
+
+
+@dataclass(frozen=True)
+class AlignmentPlan:
+    """The intersection size, each party's row count, and each party's row positions in canonical order."""
+
+    n_common: int
+    counts: dict[str, int]
+    positions: dict[str, np.ndarray]
+
+    def overlap_table(self) -> list[dict[str, object]]:
+        """One row per institution (rows, matched, matched share) for a Prefect table artifact."""
+        return [
+            {"institution": name, "rows": rows, "matched": self.n_common,
+             "matched share": f"{100 * self.n_common / rows:.1f}%" if rows else "-"}
+            for name, rows in self.counts.items()
+        ]
+
+
+def _as_digests(name: str, hashes: np.ndarray) -> np.ndarray:
+    """A party's digests as a 1-D ``S32`` array (accepts ``S32`` or ``uint8`` rows of 32 bytes)."""
+    hashes = np.asarray(hashes)
+    if hashes.dtype == np.uint8 and hashes.ndim == 2 and hashes.shape[1] == DIGEST_SIZE:
+        return np.ascontiguousarray(hashes).view(_DIGEST_DTYPE).ravel()
+    if hashes.ndim == 1 and hashes.dtype.kind == "S" and hashes.dtype.itemsize <= DIGEST_SIZE:
+        return hashes.astype(_DIGEST_DTYPE, copy=False)
+    raise ProtocolError(f"institution {name!r} sent ID hashes of dtype {hashes.dtype} and shape {hashes.shape}; "
+                        f"expected {DIGEST_SIZE}-byte digests (S{DIGEST_SIZE}, or uint8 rows of {DIGEST_SIZE})")
+
+
+def _intersect_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Common values of two sorted, duplicate-free arrays, sorted."""
+    if len(a) > len(b):
+        a, b = b, a
+    if len(b) == 0:
+        return a[:0]
+    idx = np.minimum(np.searchsorted(b, a), len(b) - 1)
+    return a[b[idx] == a]
+
+
+def intersect_hashes(hashes_by_party: Mapping[str, np.ndarray]) -> AlignmentPlan:
+    """Master side: intersect the parties' ID digests and give each party its rows in canonical order."""
+    if not hashes_by_party:
+        raise AlignmentError("no institutions' ID hashes to intersect")
+    order, ordered = {}, {}
+    for name, hashes in hashes_by_party.items():
+        digests = _as_digests(name, hashes)
+        order[name] = np.argsort(digests, kind="stable")
+        ordered[name] = digests[order[name]]
+        n_dup = int(np.count_nonzero(ordered[name][1:] == ordered[name][:-1]))
+        if n_dup:
+            raise AlignmentError(f"institution {name!r} sent {n_dup} duplicate ID hashes; "
+                                 "each row needs a unique ID (hash IDs with fedcore.privacy.hashing.hash_ids)")
+    names = sorted(ordered, key=lambda n: len(ordered[n]))  # smallest first keeps the running set small
+    common = ordered[names[0]]
+    for name in names[1:]:
+        common = _intersect_sorted(common, ordered[name])
+    positions = {name: order[name][np.searchsorted(ordered[name], common)].astype(np.int64)
+                 for name in hashes_by_party}
+    return AlignmentPlan(n_common=len(common), counts={n: len(o) for n, o in ordered.items()}, positions=positions)
+
+
+def check_overlap(plan: AlignmentPlan, min_overlap: int) -> None:
+    """Refuse to train or predict on an empty or too small intersection, naming each institution's count."""
+    counts = ", ".join(f"{name} {rows} rows" for name, rows in plan.counts.items())
+    if plan.n_common == 0:
+        raise AlignmentError(f"ID overlap is empty ({counts}); check that every institution uses the same "
+                             "consortium key and the same kind of ID in its id_column")
+    if plan.n_common < min_overlap:
+        raise AlignmentError(f"only {plan.n_common} rows overlap (fewer than min_overlap={min_overlap}); "
+                             f"{counts}")
+
+
+def align_frame(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
+    """Party side: this party's rows in the canonical order the master sent (a fresh 0..n-1 index)."""
+    positions = np.asarray(positions)
+    if positions.ndim != 1 or (positions.size and positions.dtype.kind not in "iu"):
+        raise ProtocolError(f"alignment positions must be a 1-D integer array, got {positions.dtype}{list(positions.shape)}")
+    positions = positions.astype(np.int64, copy=False)
+    if positions.size and (positions.min() < 0 or positions.max() >= len(frame)):
+        raise ProtocolError(f"alignment positions run from {positions.min()} to {positions.max()}, "
+                            f"outside this party's {len(frame)} rows")
+    if len(np.unique(positions)) != len(positions):
+        raise ProtocolError("alignment positions repeat a row; each row may appear once")
+    return frame.iloc[positions].reset_index(drop=True)
