@@ -1,0 +1,153 @@
+"""The institution agent in a vertical training session: the data-local steps around Federated Forest.
+
+An `InstitutionAgent` answers the master for one institution. It hands out keyed hashes of its IDs,
+lines its rows up with the intersection the master computed, keeps a held-out slice for evaluation,
+serves the Federated Forest party protocol on the training rows, scores the master's held-out
+predictions (label holder), stores its own partial model, and writes batch predictions where they were
+asked for. Raw values, raw IDs and class names never leave it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedcore.errors import ProtocolError
+from fedcore.models.registry import ModelRegistry
+from fedcore.models.tables import party_table
+from fedcore.privacy.hashing import hash_ids
+from fedcore.protocol.messages import Message, unpack_bits
+from fedcore.vertical.alignment import align_frame
+from fedcore.vertical.party import VerticalParty
+from fedcore.vertical.persistence import party_file_stem
+
+PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "apply_splits", "finalize",
+               "predict_leaves", "route"}
+
+
+@dataclass
+class InstitutionData:
+    """What an institution brings to a session: its (validated) table and how to read its new batches."""
+
+    name: str
+    frame: pd.DataFrame
+    id_column: str
+    label: str | None
+    registry: Path
+    predictions_dir: Path
+    load_batch: Callable[[], pd.DataFrame] | None = None
+
+
+class InstitutionAgent:
+    """Answers the master's session messages for one institution; see the module docstring."""
+
+    def __init__(self, data: InstitutionData, consortium_key: bytes) -> None:
+        self.data = data
+        self.name = data.name
+        self._key = consortium_key
+        self.party: VerticalParty | None = None
+        self._holdout: pd.DataFrame | None = None
+        self._batch_ids: pd.Series | None = None
+        self.closed = False
+
+    def handle(self, message: Message) -> Message:
+        """Dispatch a session message, or pass a Federated Forest protocol message to the party."""
+        if message.kind in PARTY_KINDS:
+            if self.party is None:
+                raise ProtocolError(f"institution {self.name!r}: rows are not aligned yet ({message.kind!r} too early)")
+            return self.party.handle(message)
+        handler = getattr(self, f"_on_{message.kind}", None)
+        if handler is None:
+            raise ProtocolError(f"institution {self.name!r} cannot handle message kind {message.kind!r}")
+        return handler(message)
+
+    def _hashes(self, ids: pd.Series) -> np.ndarray:
+        digests = hash_ids(ids, self._key)
+        return np.frombuffer(digests.tobytes(), dtype=np.uint8).reshape(len(digests), 32)
+
+    # -- alignment and training ---------------------------------------------------------------------
+    def _on_id_hashes(self, message: Message) -> Message:
+        frame = self.data.frame
+        return Message("id_hashes", {"rows": len(frame)}, {"hashes": self._hashes(frame[self.data.id_column])})
+
+    def _on_align(self, message: Message) -> Message:
+        positions = message.arrays["positions"].astype(np.int64)
+        holdout = unpack_bits(message.arrays["holdout"], len(positions)).astype(bool)
+        aligned = align_frame(self.data.frame, positions).drop(columns=[self.data.id_column])
+        train, self._holdout = aligned[~holdout].reset_index(drop=True), aligned[holdout].reset_index(drop=True)
+        self.party = VerticalParty(self.name, train, self.data.label, feature_key=self._feature_key())
+        return Message("aligned", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
+
+    def _feature_key(self) -> bytes:
+        return hmac.new(self._key, b"fedforest feature ids", hashlib.sha256).digest()
+
+    def _on_load_holdout(self, message: Message) -> Message:
+        features = self._holdout.drop(columns=[self.data.label]) if self.data.label else self._holdout
+        self.party.set_prediction_data(features)
+        return Message("ack", {"rows": len(features)})
+
+    def _on_evaluate(self, message: Message) -> Message:
+        if not self.data.label:
+            raise ProtocolError(f"institution {self.name!r} holds no label and cannot evaluate")
+        from fedcore.simulate import metrics
+
+        values = message.arrays["values"]
+        y = self._holdout[self.data.label].to_numpy()
+        if self.party.classes_ is not None:
+            predicted = self.party.classes_[np.argmax(values, axis=1)]
+            result = metrics("classification", y, predicted)
+        else:
+            result = metrics("regression", y, values[:, 0])
+        return Message("metrics", {"metrics": result, "rows": int(len(y))})
+
+    def _on_store_model(self, message: Message) -> Message:
+        h = message.header
+        manifest = {"institution": self.name, "master_manifest": json.loads(h["manifest"])}
+        if self.party.classes_ is not None:
+            manifest["classes"] = [str(c) for c in self.party.classes_]
+        registry = ModelRegistry(self.data.registry)
+        version = registry.register(h["model"], manifest, {party_file_stem(self.name): party_table(self.party.model)},
+                                    version=h["version"])
+        return Message("stored", {"path": str(self.data.registry / h["model"] / version)})
+
+    # -- batch prediction ---------------------------------------------------------------------------
+    def _on_batch_hashes(self, message: Message) -> Message:
+        if self.data.load_batch is None:
+            raise ProtocolError(f"institution {self.name!r} has no prediction data configured")
+        self._batch = self.data.load_batch()
+        ids = self._batch[self.data.id_column]
+        return Message("id_hashes", {"rows": len(ids)}, {"hashes": self._hashes(ids)})
+
+    def _on_align_batch(self, message: Message) -> Message:
+        aligned = align_frame(self._batch, message.arrays["positions"].astype(np.int64))
+        self._batch_ids = aligned[self.data.id_column].reset_index(drop=True)
+        features = aligned.drop(columns=[c for c in (self.data.id_column, self.data.label) if c in aligned])
+        self.party.set_prediction_data(features.reset_index(drop=True))
+        return Message("ack", {"rows": len(aligned)})
+
+    def _on_deliver_predictions(self, message: Message) -> Message:
+        values = message.arrays["values"]
+        out = pd.DataFrame({self.data.id_column: self._batch_ids})
+        if self.party.classes_ is not None:
+            out["prediction"] = self.party.classes_[np.argmax(values, axis=1)]
+            for k, c in enumerate(self.party.classes_):
+                out[f"proba_{c}"] = values[:, k]
+        else:
+            out["prediction"] = values[:, 0]
+        path = self.data.predictions_dir / f"{message.header['file_stem']}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        out.to_parquet(tmp, index=False)
+        tmp.replace(path)
+        return Message("delivered", {"path": str(path), "rows": len(out)})
+
+    def _on_close(self, message: Message) -> Message:
+        self.closed = True
+        return Message("ack")

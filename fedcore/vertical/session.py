@@ -1,0 +1,123 @@
+"""The master's side of a vertical training session: align IDs, train, evaluate, store, predict.
+
+Each step is one method so that orchestration (Prefect tasks in `tasks/`) can show, retry and time it;
+all of them talk to the institutions only through the transport.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedcore.errors import ProtocolError
+from fedcore.models.tables import master_table
+from fedcore.protocol.messages import Message, pack_bits
+from fedcore.randomness import stream
+from fedcore.transport.base import Transport
+from fedcore.trees.params import ForestParams
+from fedcore.vertical.alignment import AlignmentPlan, check_overlap, intersect_hashes
+from fedcore.vertical.master import ProgressCallback, VerticalMaster
+
+
+@dataclass
+class TrainingFacts:
+    """What a training run did: rows, time, rounds and bytes (recorded in the manifest)."""
+
+    train_rows: int = 0
+    holdout_rows: int = 0
+    seconds: float = 0.0
+    rounds: int = 0
+    bytes: int = 0
+    owned_nodes: dict[str, int] = field(default_factory=dict)
+
+
+class VerticalSession:
+    """Drives one session with the institutions reachable through `transport`."""
+
+    def __init__(self, transport: Transport, params: ForestParams, holdout_fraction: float = 0.2,
+                 min_overlap: int = 50, progress: ProgressCallback | None = None) -> None:
+        self.transport = transport
+        self.params = params
+        self.holdout_fraction = holdout_fraction
+        self.min_overlap = min_overlap
+        self.master = VerticalMaster(transport, params, progress=progress)
+        self.facts = TrainingFacts()
+        self.plan: AlignmentPlan | None = None
+
+    @property
+    def institutions(self) -> list[str]:
+        """Names of the institutions in this session."""
+        return self.transport.parties
+
+    def _hashes(self, kind: str) -> dict[str, np.ndarray]:
+        replies = self.transport.exchange({name: Message(kind) for name in self.institutions})
+        return {name: r.arrays["hashes"].reshape(-1, 32).copy().view("S32").ravel() for name, r in replies.items()}
+
+    def align(self) -> AlignmentPlan:
+        """Intersect the institutions' keyed ID hashes; each learns its own rows' order and the holdout."""
+        self.plan = intersect_hashes(self._hashes("id_hashes"))
+        check_overlap(self.plan, self.min_overlap)
+        rng = stream(self.params.random_state, "split", 0)
+        n = self.plan.n_common
+        holdout = np.zeros(n, dtype=np.uint8)
+        holdout[rng.permutation(n)[: int(round(self.holdout_fraction * n))]] = 1
+        replies = self.transport.exchange({
+            name: Message("align", {}, {"positions": self.plan.positions[name], "holdout": pack_bits(holdout)})
+            for name in self.institutions})
+        first = next(iter(replies.values())).header
+        self.facts.train_rows, self.facts.holdout_rows = int(first["train_rows"]), int(first["holdout_rows"])
+        return self.plan
+
+    def train(self) -> None:
+        """Grow the forest (Federated Forest protocol) on the aligned training rows."""
+        before = (self.transport.stats.rounds, self.transport.stats.bytes)
+        started = time.perf_counter()
+        self.master.fit()
+        self.facts.seconds = time.perf_counter() - started
+        self.facts.rounds = self.transport.stats.rounds - before[0]
+        self.facts.bytes = self.transport.stats.bytes - before[1]
+        owners = self.master.structure.owner
+        self.facts.owned_nodes = {name: int((owners == i).sum()) for i, name in enumerate(self.institutions)}
+
+    def evaluate(self) -> dict[str, float]:
+        """Predict the held-out rows (one round) and let the label holder score them."""
+        if not self.facts.holdout_rows:
+            return {}
+        self.transport.exchange({name: Message("load_holdout") for name in self.institutions})
+        values = self.master.predict_values(self.facts.holdout_rows)
+        holder = self.master.info.label_holder
+        reply = self.transport.exchange({holder: Message("evaluate", {}, {"values": values})})[holder]
+        return dict(reply.header["metrics"])
+
+    def master_tables(self) -> dict:
+        """The master's part of the model version: its structure table."""
+        if self.master.structure is None:
+            raise ProtocolError("nothing trained yet")
+        return {"master": master_table(self.master.structure)}
+
+    def store_at_institutions(self, model_name: str, version: str, manifest: dict) -> dict[str, str]:
+        """Ask every institution to store its partial model under the master's version."""
+        header = {"model": model_name, "version": version, "manifest": json.dumps(manifest, default=str)}
+        replies = self.transport.exchange({name: Message("store_model", header) for name in self.institutions})
+        return {name: r.header["path"] for name, r in replies.items()}
+
+    def batch_predict(self, requester: str, file_stem: str, min_overlap: int = 1) -> dict:
+        """Align the institutions' new batches, predict them in one round per row batch, and deliver the
+        predictions (with IDs) to `requester` only."""
+        started = time.perf_counter()
+        plan = intersect_hashes(self._hashes("batch_hashes"))
+        check_overlap(plan, min_overlap)
+        self.transport.exchange({name: Message("align_batch", {}, {"positions": plan.positions[name]})
+                                 for name in self.institutions})
+        values = self.master.predict_values(plan.n_common)
+        reply = self.transport.exchange({requester: Message("deliver_predictions", {"file_stem": file_stem},
+                                                            {"values": values})})[requester]
+        return {"rows": plan.n_common, "counts": dict(plan.counts), "path": reply.header["path"],
+                "seconds": time.perf_counter() - started, "requester": requester}
+
+    def close(self) -> None:
+        """Tell the agents the session is over."""
+        self.transport.exchange({name: Message("close") for name in self.institutions})

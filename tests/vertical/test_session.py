@@ -1,0 +1,99 @@
+"""A whole vertical session in process: align, train, evaluate, register, store, batch predict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedcore.data.scenario import make_vertical_scenario
+from fedcore.models.registry import ModelRegistry
+from fedcore.models.signing import generate_signing_key, load_signing_key
+from fedcore.transport.inprocess import InProcessTransport
+from fedcore.trees.params import ForestParams
+from fedcore.vertical.alignment import AlignmentError
+from fedcore.vertical.institution import InstitutionAgent, InstitutionData
+from fedcore.vertical.session import VerticalSession
+
+KEY = b"consortium-key-for-tests-0123456789"
+
+
+def _agents(scenario: dict, root: Path, new_batch: bool = True) -> dict[str, InstitutionAgent]:
+    agents = {}
+    for name, files in scenario["institutions"].items():
+        label = scenario["label"] if name == scenario["label_holder"] else None
+        data = InstitutionData(
+            name=name, frame=pd.read_parquet(files["train"]), id_column=scenario["id_column"], label=label,
+            registry=root / "registry" / name, predictions_dir=root / "predictions" / name,
+            load_batch=(lambda path=files["new"]: pd.read_parquet(path)) if new_batch else None)
+        agents[name] = InstitutionAgent(data, KEY)
+    return agents
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory) -> dict:
+    return make_vertical_scenario(tmp_path_factory.mktemp("scenario"), n_customers=1500, seed=3)
+
+
+def test_session_end_to_end(scenario, tmp_path) -> None:
+    agents = _agents(scenario, tmp_path)
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=True)
+    session = VerticalSession(transport, ForestParams(n_estimators=15, max_depth=6, random_state=1),
+                              holdout_fraction=0.25, min_overlap=100)
+    plan = session.align()
+    assert plan.n_common == scenario["overlap"]["train"]
+    session.train()
+    metrics = session.evaluate()
+    assert 0.6 < metrics["accuracy"] <= 1.0
+    assert session.facts.train_rows + session.facts.holdout_rows == plan.n_common
+
+    generate_signing_key(tmp_path / "master.key")
+    registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=load_signing_key(tmp_path / "master.key"))
+    version = registry.register("demo", {"metrics": metrics}, session.master_tables())
+    stored = session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
+    assert set(stored) == set(agents)
+    for name in agents:
+        manifest, tables = ModelRegistry(tmp_path / "registry" / name).load("demo", version)
+        assert manifest["master_manifest"]["version"] == version and len(tables) == 1
+
+    holder = scenario["label_holder"]
+    result = session.batch_predict(holder, "demo-v0001")
+    assert result["rows"] == scenario["overlap"]["new"]
+    predictions = pd.read_parquet(result["path"])
+    assert list(predictions.columns[:2]) == [scenario["id_column"], "prediction"]
+    assert len(predictions) == result["rows"] and predictions[scenario["id_column"]].is_unique
+    for name in agents:  # only the requester got predictions
+        assert (tmp_path / "predictions" / name).exists() == (name == holder)
+    truth = pd.read_parquet(scenario["truth"]["new"]).set_index(scenario["id_column"])
+    accuracy = (truth.loc[predictions[scenario["id_column"]], scenario["label"]].to_numpy()
+                == predictions["prediction"].to_numpy()).mean()
+    assert accuracy > 0.6
+    session.close()
+    assert all(a.closed for a in agents.values())
+
+
+def test_no_raw_id_or_value_crosses(scenario, tmp_path) -> None:
+    agents = _agents(scenario, tmp_path, new_batch=False)
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=True)
+    session = VerticalSession(transport, ForestParams(n_estimators=4, max_depth=4), min_overlap=100)
+    session.align()
+    session.train()
+    session.evaluate()
+    blobs = [e.payload for e in transport.transcript]
+    bank = pd.read_parquet(scenario["institutions"]["bank"]["train"])
+    ids = bank[scenario["id_column"]].iloc[::50]
+    assert not any(i.encode() in b for i in ids for b in blobs)
+    incomes = bank["income"].dropna().iloc[::50]
+    assert not any(np.float64(v).tobytes() in b for v in incomes for b in blobs)
+    assert not any(b"yes" in b or b"responded" in b for b in blobs)
+
+
+def test_empty_overlap_is_refused(scenario, tmp_path) -> None:
+    agents = _agents(scenario, tmp_path, new_batch=False)
+    agents["insurer"]._key = b"another-consortium-key-9876543210"
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()})
+    session = VerticalSession(transport, ForestParams(n_estimators=2, max_depth=2), min_overlap=10)
+    with pytest.raises(AlignmentError, match="ID overlap is empty"):
+        session.align()
