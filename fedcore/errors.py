@@ -53,3 +53,12 @@ class ArtifactError(FedForestError):
 
 class ConfigError(InputError):
     """A federation config file is missing, malformed or inconsistent."""
+
+
+class ContractViolation(InputError):
+    """Data broke its contract: the message lists every failed expectation with institution and column."""
+
+    def __init__(self, message: str, institution: str, failures: list[dict]) -> None:
+        super().__init__(message)
+        self.institution = institution
+        self.failures = failures
