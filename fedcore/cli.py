@@ -1,7 +1,7 @@
 """The `fedforest` command: argument parsing and printing only; the work lives in `fedcore.simulate`.
 
     fedforest simulate --data table.parquet --label y --parties 3 --trees 50 [--json]
-    fedforest demo
+    fedforest demo            (added by flows.cli: it runs Prefect flows)
     fedforest --version
 
 Errors fedcore raises on purpose (and unreadable files) end as one line `fedforest: error: ...` on stderr
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
 from fedcore.commands import register_all
@@ -21,7 +22,6 @@ from fedcore.simulate import TASK_DEFAULT, TASKS, read_table, simulate_vertical
 
 PROG = "fedforest"
 HORIZONTAL_ISSUE = "issue #4"
-PIPELINE_ISSUE = "the pipeline issue"
 NOT_AVAILABLE = 2
 # Names that will exist once the horizontal setting lands, mapped to what brings them.
 LATER_SETTINGS = {"horizontal": f"the horizontal setting arrives with {HORIZONTAL_ISSUE}"}
@@ -29,7 +29,6 @@ LATER_ALGORITHMS = {
     name: f"Federated Extra-Trees and PPD-ERT arrive with the horizontal setting ({HORIZONTAL_ISSUE})"
     for name in ("extra-trees", "fet", "ppd-ert")
 }
-DEMO_ROWS, DEMO_PARTIES, DEMO_TREES = 2000, 3, 30
 
 
 def _package_version() -> str:
@@ -57,8 +56,9 @@ def _max_features(text: str) -> str | int | float | None:
             f"expected sqrt, log2, none, default, an integer or a fraction, got {text!r}") from None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with its `simulate` and `demo` subcommands."""
+def build_parser(extra: Callable[[argparse._SubParsersAction], None] | None = None) -> argparse.ArgumentParser:
+    """The argument parser: `simulate`, the modules of fedcore.commands, and `extra` (the Prefect-backed
+    commands that `flows.cli` adds, since fedcore itself never imports Prefect)."""
     parser = argparse.ArgumentParser(prog=PROG, description="Federated random forests across institutions.")
     parser.add_argument("--version", action="version", version=f"{PROG} {_package_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -81,9 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--task", choices=TASKS, default="auto", help="auto infers it from the label")
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     sim.set_defaults(handler=_simulate)
-    demo = commands.add_parser("demo", help="a small simulation on the built-in waveform data")
-    demo.set_defaults(handler=_demo)
     register_all(commands)
+    if extra is not None:
+        extra(commands)
     return parser
 
 
@@ -115,19 +115,6 @@ def _simulate(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
     else:
         print(format_result(result))
-    return 0
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from fedcore.data.datasets import make_waveform
-
-    print(f"The end-to-end Prefect demo (agents, training flow, registry) arrives with {PIPELINE_ISSUE}.")
-    print(f"Meanwhile: a vertical simulation on Breiman's waveform data ({DEMO_ROWS} rows, "
-          f"{DEMO_PARTIES} parties, {DEMO_TREES} trees).\n")
-    sys.stdout.flush()
-    table = make_waveform(DEMO_ROWS, random_state=0)
-    result = simulate_vertical(table, "class", parties=DEMO_PARTIES, trees=DEMO_TREES, progress=True)
-    print(format_result(result))
     return 0
 
 
@@ -167,9 +154,9 @@ def _error(message: str) -> None:
     sys.stderr.write(f"{PROG}: error: {' '.join(message.split())}\n")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, extra: Callable[[argparse._SubParsersAction], None] | None = None) -> int:
     """Run the `fedforest` command; return its exit code (0 ok, 1 bad input, 2 usage or not built yet)."""
-    parser = build_parser()
+    parser = build_parser(extra)
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # --help, --version and usage errors

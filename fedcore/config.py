@@ -5,7 +5,7 @@
     algorithm: forest
     consortium_key: {env: FEDFOREST_CONSORTIUM_KEY}   # or {file: path}; never the key itself
     tls: {ca: certs/ca.pem, master_cert: certs/master.pem, master_key: certs/master.key}
-    master: {registry: registry/master, work_pool: master}
+    master: {registry: registry/master, work_pool: master, signing_key: keys/master.key}
     institutions:
       - name: bank
         data: data/bank/*.parquet          # a path or glob of .parquet/.csv
@@ -18,8 +18,10 @@
         registry: registry/bank
         cert: certs/bank.pem
         key: certs/bank.key
+        predictions: predictions/bank      # where batch predictions land (default: next to the registry)
     params: {n_estimators: 50, max_depth: 8}   # ForestParams fields
-    training: {test_size: 0.2, min_overlap: 50, promote_margin: 0.0}
+    training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
+               metric: accuracy, predict_for: bank}
 
 Relative paths are resolved against the config file's folder.
 """
@@ -54,6 +56,7 @@ class Institution:
     predict_data: str | None = None
     cert: Path | None = None
     key: Path | None = None
+    predictions: Path | None = None
 
     @property
     def is_label_holder(self) -> bool:
@@ -72,6 +75,7 @@ class FederationConfig:
     institutions: list[Institution]
     master_registry: Path
     master_work_pool: str
+    master_signing_key: Path | None
     params: ForestParams
     consortium_key: dict[str, str]
     tls: dict[str, Path] = field(default_factory=dict)
@@ -153,6 +157,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
             predict_data=str(resolve(path, item["predict_data"])) if item.get("predict_data") else None,
             cert=resolve(path, item["cert"]) if item.get("cert") else None,
             key=resolve(path, item["key"]) if item.get("key") else None,
+            predictions=resolve(path, item["predictions"]) if item.get("predictions") else None,
         ))
     names = [i.name for i in institutions]
     if len(set(names)) != len(names):
@@ -170,7 +175,9 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         path=path, federation=str(raw.get("federation", path.stem)), setting=setting,
         algorithm=str(raw.get("algorithm", "forest")), institutions=institutions,
         master_registry=resolve(path, master.get("registry", "registry/master")),
-        master_work_pool=str(master.get("work_pool", "master")), params=forest, consortium_key=dict(key),
+        master_work_pool=str(master.get("work_pool", "master")),
+        master_signing_key=resolve(path, master["signing_key"]) if master.get("signing_key") else None,
+        params=forest, consortium_key=dict(key),
         tls={k: resolve(path, v) for k, v in (raw.get("tls") or {}).items()},
         training=dict(raw.get("training") or {}),
     )

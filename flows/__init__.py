@@ -1,0 +1,1 @@
+"""Prefect flows: the master's retrain pipeline, batch prediction, and each institution's agent."""

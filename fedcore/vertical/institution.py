@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedcore.errors import ProtocolError
+from fedcore.config import FederationConfig
+from fedcore.contracts.expectations import ValidationReport
+from fedcore.errors import ColumnNotFoundError, DataReadError, ProtocolError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.tables import party_table
 from fedcore.privacy.hashing import hash_ids
@@ -43,22 +45,35 @@ class InstitutionData:
     registry: Path
     predictions_dir: Path
     load_batch: Callable[[], pd.DataFrame] | None = None
+    validation: ValidationReport | None = None
+
+    @property
+    def valid(self) -> bool:
+        """Whether the table kept its data contract (True when there is no contract)."""
+        return self.validation is None or self.validation.success
 
 
 class InstitutionAgent:
     """Answers the master's session messages for one institution; see the module docstring."""
 
-    def __init__(self, data: InstitutionData, consortium_key: bytes) -> None:
-        self.data = data
-        self.name = data.name
+    def __init__(self, data: InstitutionData | Callable[[], InstitutionData], consortium_key: bytes,
+                 name: str = "") -> None:
+        """`data` is the institution's table, or a loader called afresh at the start of every session
+        (a long-lived agent then trains each session on the data as it is then)."""
+        self._loader = data if callable(data) else None
+        self.data = None if callable(data) else data
+        self.name = data.name if not callable(data) else name
         self._key = consortium_key
         self.party: VerticalParty | None = None
         self._holdout: pd.DataFrame | None = None
         self._batch_ids: pd.Series | None = None
         self.closed = False
+        self.sessions = 0
 
     def handle(self, message: Message) -> Message:
         """Dispatch a session message, or pass a Federated Forest protocol message to the party."""
+        if self.data is None and message.kind != "validation_report":
+            raise ProtocolError(f"institution agent: session not started ({message.kind!r} before validation_report)")
         if message.kind in PARTY_KINDS:
             if self.party is None:
                 raise ProtocolError(f"institution {self.name!r}: rows are not aligned yet ({message.kind!r} too early)")
@@ -72,8 +87,27 @@ class InstitutionAgent:
         digests = hash_ids(ids, self._key)
         return np.frombuffer(digests.tobytes(), dtype=np.uint8).reshape(len(digests), 32)
 
-    # -- alignment and training ---------------------------------------------------------------------
+    # -- validation, alignment and training -----------------------------------------------------------
+    def _on_validation_report(self, message: Message) -> Message:
+        """Start of a session: (re)load the data if a loader was given, then report its validation:
+        pass/fail per expectation with counts, never the example values (they are raw data)."""
+        if self._loader is not None:
+            self.data = self._loader()
+            self.name = self.data.name
+        self.party, self._holdout, self._batch_ids, self.closed = None, None, None, False
+        self.sessions += 1
+        report = self.data.validation
+        if report is None:
+            return Message("validation", {"checked": False, "success": True, "rows": [], "errors": []})
+        rows = [{k: row[k] for k in ("expectation", "column", "success", "unexpected_count", "expected")}
+                for row in report.rows]
+        errors = report.failure_lines()
+        return Message("validation", {"checked": True, "success": report.success, "rows": rows, "errors": errors,
+                                      "contract": report.contract, "contract_version": report.version})
+
     def _on_id_hashes(self, message: Message) -> Message:
+        if not self.data.valid:
+            raise ProtocolError(f"institution {self.name!r}: its data failed validation; it takes no part in training")
         frame = self.data.frame
         return Message("id_hashes", {"rows": len(frame)}, {"hashes": self._hashes(frame[self.data.id_column])})
 
@@ -151,3 +185,35 @@ class InstitutionAgent:
     def _on_close(self, message: Message) -> Message:
         self.closed = True
         return Message("ack")
+
+
+def institution_from_config(config: FederationConfig, name: str) -> InstitutionData:
+    """Load one institution's training table from its configured files and validate it against its
+    contract (examples of bad values stay in the local report). Runs where the data lives."""
+    inst = config.institution(name)
+    frame = read_files(inst.data, f"institution {name!r}")
+    report = None
+    if inst.contract is not None:
+        from fedcore.contracts import load_contract, validate_frame
+
+        report = validate_frame(frame, load_contract(inst.contract), name, include_label=inst.is_label_holder)
+    elif inst.id_column not in frame.columns:
+        raise ColumnNotFoundError(f"institution {name!r}: id column {inst.id_column!r} not in {inst.data!r}")
+    batch = (lambda: read_files(inst.predict_data, f"institution {name!r} prediction data")) if inst.predict_data else None
+    return InstitutionData(
+        name=name, frame=frame, id_column=inst.id_column, label=inst.label, registry=inst.registry,
+        predictions_dir=inst.registry.parent / "predictions" / name if inst.predictions is None else inst.predictions,
+        load_batch=batch, validation=report,
+    )
+
+
+def read_files(pattern: str, what: str) -> pd.DataFrame:
+    """All .parquet/.csv files matching `pattern` (a path or glob) as one table."""
+    import glob
+
+    from fedcore.simulate import read_table
+
+    files = sorted(glob.glob(pattern)) or ([pattern] if not glob.has_magic(pattern) else [])
+    if not files:
+        raise DataReadError(f"{what}: no file matches {pattern!r}")
+    return pd.concat([read_table(f) for f in files], ignore_index=True)

@@ -6,6 +6,7 @@ all of them talk to the institutions only through the transport.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ class VerticalSession:
         self.master = VerticalMaster(transport, params, progress=progress)
         self.facts = TrainingFacts()
         self.plan: AlignmentPlan | None = None
+        self.fingerprints: dict[str, str] = {}
+        """Per institution, a digest of its sorted keyed ID hashes: which rows trained the model."""
 
     @property
     def institutions(self) -> list[str]:
@@ -58,7 +61,9 @@ class VerticalSession:
 
     def align(self) -> AlignmentPlan:
         """Intersect the institutions' keyed ID hashes; each learns its own rows' order and the holdout."""
-        self.plan = intersect_hashes(self._hashes("id_hashes"))
+        hashes = self._hashes("id_hashes")
+        self.fingerprints = {name: hashlib.sha256(np.sort(h).tobytes()).hexdigest()[:16] for name, h in hashes.items()}
+        self.plan = intersect_hashes(hashes)
         check_overlap(self.plan, self.min_overlap)
         rng = stream(self.params.random_state, "split", 0)
         n = self.plan.n_common

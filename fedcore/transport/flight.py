@@ -1,0 +1,309 @@
+"""The real transport: institution agents served over Arrow Flight with mutual TLS.
+
+    server = AgentServer(party, "grpc+tls://0.0.0.0:8815", tls_cert="certs/bank.pem",
+                         tls_key="certs/bank.key", ca_cert="certs/ca.pem")
+    server.serve()                                     # at the institution, blocks until shutdown
+
+    with FlightTransport({"bank": "grpc+tls://bank.example.org:8815", ...}, tls_cert="certs/master.pem",
+                         tls_key="certs/master.key", ca_cert="certs/ca.pem") as transport:
+        VerticalMaster(transport, params).fit()       # at the master
+
+Both sides present certificates from the consortium CA (`fedcore.transport.tls`). An agent serves only
+the master named `allowed_master`: it reads the client's identity URI from the TLS peer identity
+(`ServerCallContext.peer_identity()`, the client certificate's first SAN). The master addresses an agent
+by its institution name (`<name>.institution.fedforest` as TLS target name), so an endpoint held by
+another member of the consortium is refused.
+
+One protocol message is one Flight call. Requests up to ACTION_MAX_BYTES go as a `do_action` (one gRPC
+message, the lowest latency); larger ones stream as `do_exchange` record batches of CHUNK_BYTES. Replies
+always come back in chunks of CHUNK_BYTES (Flight results or record batches), so no single gRPC message
+is ever huge, whatever the leaf-set size.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from fedcore.errors import ConfigError, ProtocolError
+from fedcore.protocol.messages import Message
+from fedcore.transport.base import Transport
+from fedcore.transport.tls import identity_uri, parse_identity, read_pem, server_name
+
+if TYPE_CHECKING:
+    from fedcore.config import FederationConfig
+
+log = logging.getLogger(__name__)
+
+MESSAGE_ACTION = "message"
+PING_ACTION = "ping"
+ACTION_MAX_BYTES = 1 << 20
+CHUNK_BYTES = 4 << 20
+CHUNK_SCHEMA = pa.schema([pa.field("chunk", pa.large_binary())])
+UNLIMITED_MESSAGES = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+PemSource = str | os.PathLike | bytes
+
+
+def chunk_buffers(payload: bytes | pa.Buffer) -> list[pa.Buffer]:
+    """Zero-copy slices of at most CHUNK_BYTES (one empty slice for an empty payload)."""
+    buffer = pa.py_buffer(payload)
+    return [buffer.slice(s, min(CHUNK_BYTES, buffer.size - s)) for s in range(0, max(buffer.size, 1), CHUNK_BYTES)]
+
+
+def chunk_batches(payload: bytes | pa.Buffer) -> Iterable[pa.RecordBatch]:
+    """The payload as one-row record batches of a large_binary column, CHUNK_BYTES each, without copying."""
+    for piece in chunk_buffers(payload):
+        offsets = pa.py_buffer(np.array([0, piece.size], dtype=np.int64))
+        column = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 1, [None, offsets, piece])
+        yield pa.record_batch([column], schema=CHUNK_SCHEMA)
+
+
+def join_pieces(pieces: list[pa.Buffer]) -> bytes | pa.Buffer:
+    """One buffer from received pieces (no copy when there is a single piece)."""
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+def read_chunks(reader) -> bytes | pa.Buffer:
+    """The payload carried by a Flight stream of chunk batches."""
+    pieces = []
+    for chunk in reader:
+        if chunk.data is None:
+            continue
+        column = chunk.data.column(0)
+        pieces.extend(column[i].as_buffer() for i in range(len(column)))
+    return join_pieces(pieces) if pieces else b""
+
+
+class AgentServer(flight.FlightServerBase):
+    """Serves one party's `handle(Message) -> Message` over Flight with mutual TLS, to one master only."""
+
+    def __init__(self, party, location: str = "grpc+tls://127.0.0.1:0", *, tls_cert: PemSource,
+                 tls_key: PemSource, ca_cert: PemSource, allowed_master: str = "master") -> None:
+        _require_tls(location, f"agent {getattr(party, 'name', 'party')!r}")
+        cert, key = read_pem(tls_cert, "agent certificate"), read_pem(tls_key, "agent key")
+        ca = read_pem(ca_cert, "CA certificate")
+        super().__init__(location, tls_certificates=[(cert, key)], verify_client=True, root_certificates=ca)
+        self.party = party
+        self.name = str(getattr(party, "name", "party"))
+        self.allowed_master = allowed_master
+        self._allowed_identity = identity_uri(allowed_master, "master")
+        self._lock = threading.Lock()  # a party answers one message at a time
+        self._stopped = False
+
+    def _check_peer(self, context: flight.ServerCallContext) -> None:
+        identity = context.peer_identity().decode(errors="replace")
+        if identity != self._allowed_identity:
+            parsed = parse_identity(identity)
+            who = f"{parsed[1]} {parsed[0]!r}" if parsed else f"an unknown identity {identity!r}"
+            raise flight.FlightUnauthorizedError(
+                f"agent {self.name!r} serves only master {self.allowed_master!r}; the client at "
+                f"{context.peer()} presented the certificate of {who}")
+
+    def _answer(self, payload: bytes | pa.Buffer) -> pa.Buffer:
+        kind = "?"
+        with self._lock:
+            try:
+                message = Message.from_bytes(payload)
+                kind = message.kind
+                return self.party.handle(message).to_buffer()
+            except Exception as exc:  # the master gets the reason; this agent logs it and keeps serving
+                log.exception("party %r failed on %r", self.name, kind)
+                raise flight.FlightServerError(
+                    f"party {self.name!r} failed on {kind!r}: {type(exc).__name__}: {exc}") from exc
+
+    def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
+        self._check_peer(context)
+        return [(MESSAGE_ACTION, "answer one protocol message"), (PING_ACTION, "the party's name")]
+
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[pa.Buffer]:
+        self._check_peer(context)
+        if action.type == PING_ACTION:
+            return [pa.py_buffer(self.name.encode())]
+        if action.type != MESSAGE_ACTION:
+            raise flight.FlightServerError(f"agent {self.name!r}: unknown action {action.type!r}")
+        return chunk_buffers(self._answer(action.body))
+
+    def do_exchange(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor,
+                    reader: flight.MetadataRecordBatchReader, writer: flight.MetadataRecordBatchWriter) -> None:
+        self._check_peer(context)
+        reply = self._answer(read_chunks(reader))
+        writer.begin(CHUNK_SCHEMA)
+        for batch in chunk_batches(reply):
+            writer.write_batch(batch)
+
+    def shutdown(self) -> None:
+        """Stop serving once running calls finish (safe to call more than once)."""
+        if not self._stopped:
+            self._stopped = True
+            super().shutdown()
+
+
+class FlightTransport(Transport):
+    """Carries master requests to agents over Flight with mutual TLS, all parties in parallel."""
+
+    def __init__(self, endpoints: Mapping[str, str], *, tls_cert: PemSource, tls_key: PemSource,
+                 ca_cert: PemSource, timeout_s: float | None = 3600.0, verify_party_names: bool = True,
+                 record_transcript: bool = False, record_payloads: bool = False) -> None:
+        super().__init__(record_transcript=record_transcript, record_payloads=record_payloads)
+        if not endpoints:
+            raise ProtocolError("a FlightTransport needs at least one party endpoint")
+        cert, key = read_pem(tls_cert, "master certificate"), read_pem(tls_key, "master key")
+        ca = read_pem(ca_cert, "CA certificate")
+        self.endpoints = dict(endpoints)
+        self.timeout_s = timeout_s
+        self._clients: dict[str, flight.FlightClient] = {}
+        for party, endpoint in self.endpoints.items():
+            _require_tls(endpoint, f"party {party!r}")
+            extra = {"override_hostname": server_name(party)} if verify_party_names else {}
+            try:
+                self._clients[party] = flight.FlightClient(endpoint, tls_root_certs=ca, cert_chain=cert,
+                                                           private_key=key, generic_options=UNLIMITED_MESSAGES,
+                                                           **extra)
+            except (flight.FlightError, pa.ArrowException) as exc:
+                raise ProtocolError(f"party {party!r}: bad endpoint {endpoint!r}: {exc}") from exc
+        self._pool = ThreadPoolExecutor(max_workers=len(self.endpoints), thread_name_prefix="fedforest-flight")
+        self._closed = False
+
+    @classmethod
+    def from_config(cls, config: FederationConfig, **kwargs) -> FlightTransport:
+        """A transport to every institution's endpoint with the master's certificate from `tls` in the config."""
+        missing = [f"tls '{k}'" for k in ("ca", "master_cert", "master_key") if k not in config.tls]
+        missing += [f"an endpoint for institution {i.name!r}" for i in config.institutions if not i.endpoint]
+        if missing:
+            raise ConfigError(f"{config.path}: the master over Flight needs {', '.join(missing)}")
+        return cls({i.name: i.endpoint for i in config.institutions}, tls_cert=config.tls["master_cert"],
+                   tls_key=config.tls["master_key"], ca_cert=config.tls["ca"], **kwargs)
+
+    @property
+    def parties(self) -> list[str]:
+        return list(self.endpoints)
+
+    def _deliver(self, requests: dict[str, pa.Buffer]) -> dict[str, bytes | pa.Buffer]:
+        if self._closed:
+            raise ProtocolError("this FlightTransport is closed")
+        unknown = [p for p in requests if p not in self._clients]
+        if unknown:
+            raise ProtocolError(f"no party named {unknown[0]!r} on this transport")
+        if len(requests) == 1:
+            (party, payload), = requests.items()
+            return {party: self._call(party, payload)}
+        futures = {party: self._pool.submit(self._call, party, payload) for party, payload in requests.items()}
+        replies, errors = {}, []
+        for party, future in futures.items():
+            try:
+                replies[party] = future.result()
+            except ProtocolError as exc:
+                errors.append(exc)
+        if errors:
+            if len(errors) == 1:
+                raise errors[0]
+            raise ProtocolError("; ".join(str(e) for e in errors)) from errors[0]
+        return replies
+
+    def _call(self, party: str, payload: bytes | pa.Buffer) -> bytes | pa.Buffer:
+        """Send one request to one party and wait for its reply; every failure is a ProtocolError."""
+        client, options = self._clients[party], flight.FlightCallOptions(timeout=self.timeout_s)
+        try:
+            if len(payload) <= ACTION_MAX_BYTES:
+                results = client.do_action(flight.Action(MESSAGE_ACTION, pa.py_buffer(payload)), options=options)
+                return join_pieces([r.body for r in results])
+            return self._exchange(client, payload, options)
+        except Exception as exc:
+            raise self._error(party, exc) from exc
+
+    @staticmethod
+    def _exchange(client: flight.FlightClient, payload: bytes | pa.Buffer,
+                  options: flight.FlightCallOptions) -> bytes | pa.Buffer:
+        writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(MESSAGE_ACTION), options=options)
+        try:
+            writer.begin(CHUNK_SCHEMA)
+            for batch in chunk_batches(payload):
+                writer.write_batch(batch)
+            writer.done_writing()
+            return read_chunks(reader)
+        finally:
+            try:
+                writer.close()
+            except Exception:  # the call's own error (raised above) is the one worth reporting
+                pass
+
+    def _error(self, party: str, exc: BaseException) -> ProtocolError:
+        """A ProtocolError naming the party and endpoint, with the first line of Flight's reason."""
+        where = f"party {party!r} at {self.endpoints[party]}"
+        reason = _first_line(exc)
+        if isinstance(exc, flight.FlightTimedOutError) or "Deadline Exceeded" in reason:
+            return ProtocolError(f"{where} did not answer within {self.timeout_s} s")
+        if isinstance(exc, flight.FlightUnavailableError):
+            return ProtocolError(f"cannot reach {where}: {reason}")
+        if isinstance(exc, (flight.FlightUnauthorizedError, flight.FlightUnauthenticatedError)):
+            return ProtocolError(f"{where} refused this master: {reason}")
+        if isinstance(exc, flight.FlightServerError):
+            return ProtocolError(f"{where} could not answer: {reason}")
+        return ProtocolError(f"{where}: {type(exc).__name__}: {reason}")
+
+    def ping(self, party: str, timeout_s: float = 5.0) -> str:
+        """The name the agent at `party`'s endpoint serves (a cheap reachability and identity check)."""
+        options = flight.FlightCallOptions(timeout=timeout_s)
+        try:
+            return b"".join(r.body for r in self._clients[party].do_action(flight.Action(PING_ACTION, b""),
+                                                                          options=options)).decode()
+        except Exception as exc:
+            raise self._error(party, exc) from exc
+
+    def wait_ready(self, timeout_s: float = 30.0, interval_s: float = 0.2) -> None:
+        """Block until every agent answers a ping, or raise ProtocolError naming those that do not."""
+        deadline = time.monotonic() + timeout_s
+        waiting = list(self.endpoints)
+        while True:
+            failures = {}
+            for party in waiting:
+                try:
+                    self.ping(party, timeout_s=max(0.5, min(5.0, deadline - time.monotonic())))
+                except ProtocolError as exc:
+                    failures[party] = exc
+            waiting = list(failures)
+            if not waiting:
+                return
+            if time.monotonic() >= deadline:
+                raise ProtocolError(f"agents not ready after {timeout_s} s: "
+                                    + "; ".join(str(e) for e in failures.values()))
+            time.sleep(interval_s)
+
+    def close(self) -> None:
+        """Close every client connection and the worker threads."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.shutdown(wait=True)
+        for client in self._clients.values():
+            client.close()
+
+    def __enter__(self) -> FlightTransport:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _require_tls(location: str, who: str) -> None:
+    """Refuse a location without TLS: Flight would silently ignore the certificates of a grpc:// one."""
+    if not str(location).startswith("grpc+tls://"):
+        raise ProtocolError(f"{who}: location must be grpc+tls://HOST:PORT (mutual TLS), got {location!r}")
+
+
+def _first_line(exc: BaseException) -> str:
+    """Flight's message without the gRPC debug context and Python traceback it appends."""
+    text = str(exc)
+    for marker in (". Detail:", ". gRPC client debug context:", "\n"):
+        text = text.split(marker)[0]
+    return re.sub(r"^Flight returned [\w ]+ error, with message: ", "", text).strip()

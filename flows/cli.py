@@ -1,0 +1,67 @@
+"""The `fedforest` console command: fedcore's commands plus the Prefect-backed ones (`demo`, `retrain`).
+
+fedcore never imports Prefect, so the pipeline commands are added here, on top of `fedcore.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from fedcore import cli as core_cli
+
+QUIET_ENV = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "GX_ANALYTICS_ENABLED": "false"}
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add `fedforest demo` and `fedforest retrain`."""
+    demo = commands.add_parser("demo", help="the whole pipeline on this machine (Prefect ephemeral server)",
+                               description="Generate three institutions with overlapping customers and run the "
+                                           "retrain pipeline on Prefect's ephemeral server, agents on loopback.")
+    demo.add_argument("--work", type=Path, default=Path("work/demo"), help="workspace folder (default work/demo)")
+    demo.add_argument("--verbose", action="store_true", help="show Prefect's own log lines")
+    demo.set_defaults(handler=_demo)
+    retrain = commands.add_parser("retrain", help="run the retrain flow for a federation config")
+    retrain.add_argument("--config", required=True, type=Path, metavar="FILE", help="the federation config (YAML)")
+    retrain.add_argument("--agents", choices=("deployments", "local", "running"), default="running",
+                         help="start agents as deployments, as local processes, or use running ones (default)")
+    retrain.add_argument("--no-predict", action="store_true", help="skip the batch prediction step")
+    retrain.set_defaults(handler=_retrain)
+
+
+def _quiet(verbose: bool) -> None:
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    if not verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+def _demo(args: argparse.Namespace) -> int:
+    work = args.work.resolve()
+    os.environ.setdefault("PREFECT_HOME", str(work / ".prefect"))
+    _quiet(args.verbose)
+    from flows.demo import run_demo
+
+    return run_demo(work)
+
+
+def _retrain(args: argparse.Namespace) -> int:
+    _quiet(verbose=True)
+    import json
+
+    from flows.retrain import retrain
+
+    result = retrain(str(args.config.resolve()), agents=args.agents, predict=not args.no_predict)
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `fedforest` with the pipeline commands available."""
+    return core_cli.main(argv, extra=register)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Registering a trained model version, promoting it, and describing it in a model card."""
+
+from __future__ import annotations
+
+import subprocess
+from importlib.metadata import version as package_version
+from pathlib import Path
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_link_artifact, create_markdown_artifact
+
+from fedcore.config import FederationConfig
+from fedcore.errors import ArtifactError
+from fedcore.models.registry import PRODUCTION, ModelRegistry
+from fedcore.vertical.session import VerticalSession
+from tasks.common import DATA_LOCAL
+
+
+def master_registry(config: FederationConfig) -> ModelRegistry:
+    """The master's registry, signing with the master's key when the config names one."""
+    return ModelRegistry(config.master_registry, signing_key=config.master_signing_key)
+
+
+def code_version() -> str:
+    """The installed fedforest version, plus the git commit when run from a checkout."""
+    text = package_version("fedforest")
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                                cwd=Path(__file__).resolve().parent).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return f"{text}+{commit}" if commit else text
+
+
+def build_manifest(config: FederationConfig, session: VerticalSession, metrics: dict, validation: dict,
+                   alignment: dict, training: dict) -> dict:
+    """The master's manifest: what was trained, on what, how well, and with which code (DESIGN.md)."""
+    info = session.master.info
+    counts = {name: int((info.feature_owner == i).sum()) for i, name in enumerate(info.parties)}
+    return {
+        "algorithm": "federated-forest", "setting": config.setting, "task": session.params.task,
+        "params": session.params.to_dict(),
+        "parties": [{"name": name, "role": "label_holder" if name == info.label_holder else "passive",
+                     "feature_count": counts[name], "owned_nodes": training["owned_nodes"].get(name, 0)}
+                    for name in info.parties],
+        "metrics": metrics,
+        "training": {"rows": alignment["train_rows"], "holdout_rows": alignment["holdout_rows"],
+                     "overlap": alignment["overlap"], "seconds": training["seconds"], "rounds": training["rounds"],
+                     "bytes": training["bytes"], "nodes": training["nodes"]},
+        "lineage": {"federation": config.federation, "contracts": validation, "data_fingerprints": session.fingerprints,
+                    "code_version": code_version()},
+    }
+
+
+@task(**DATA_LOCAL)
+def register_model(config: FederationConfig, session: VerticalSession, model_name: str, manifest: dict) -> str:
+    """Write the signed master version, then every institution's partial model under the same version."""
+    registry = master_registry(config)
+    version = registry.register(model_name, manifest, session.master_tables())
+    stored = session.store_at_institutions(model_name, version, registry.read_manifest(model_name, version))
+    path = config.master_registry / model_name / version
+    create_link_artifact(path.as_uri(), link_text=f"{model_name} {version}", key="model-version",
+                         description=f"Master registry entry; institutions stored theirs at {sorted(stored)}")
+    get_run_logger().info("registered %s %s at %s", model_name, version, path)
+    return version
+
+
+def previous_production(config: FederationConfig, model_name: str) -> dict | None:
+    """The manifest of the current production version, if there is one."""
+    registry = master_registry(config)
+    try:
+        return registry.read_manifest(model_name, PRODUCTION)
+    except ArtifactError:
+        return None
+
+
+@task
+def promote_if_not_worse(config: FederationConfig, model_name: str, version: str, metrics: dict,
+                         production: dict | None, metric: str, margin: float) -> bool:
+    """Make `version` production unless it is worse than production by more than `margin` on `metric`."""
+    logger = get_run_logger()
+    if production is not None and metric in metrics and metric in production.get("metrics", {}):
+        higher_is_better = metric not in ("rmse", "log_loss")
+        change = metrics[metric] - production["metrics"][metric]
+        worse = -change if higher_is_better else change
+        if worse > margin:
+            logger.warning("not promoting %s: %s %.4f vs production %.4f (margin %.4f)", version, metric,
+                           metrics[metric], production["metrics"][metric], margin)
+            return False
+    master_registry(config).promote(model_name, version)
+    logger.info("promoted %s %s to production", model_name, version)
+    return True
+
+
+@task
+def publish_model_card(model_name: str, version: str, manifest: dict, production: dict | None, promoted: bool,
+                       prediction: dict | None) -> str:
+    """A markdown model card: data sizes, overlap, parameters, metrics vs the previous version, features per
+    institution (counts only: names never leave their institution), timings and communication."""
+    t, previous = manifest["training"], (production or {}).get("metrics", {})
+    lines = [f"# {model_name} {version}", "",
+             f"Federated Forest ({manifest['setting']}, {manifest['task']}); "
+             f"{'promoted to production' if promoted else 'not promoted'}.", "",
+             "## Metrics (held-out rows, computed at the label holder)", "",
+             "| metric | this version | previous production |", "|---|---|---|"]
+    lines += [f"| {k} | {v:.4f} | {previous[k]:.4f} |" if k in previous else f"| {k} | {v:.4f} | - |"
+              for k, v in manifest["metrics"].items()]
+    lines += ["", "## Data", "", f"- aligned rows (ID overlap): {t['overlap']}; training {t['rows']}, "
+              f"held out {t['holdout_rows']}", "", "| institution | role | features | splits owned |",
+              "|---|---|---|---|"]
+    lines += [f"| {p['name']} | {p['role']} | {p['feature_count']} | {p['owned_nodes']} |" for p in manifest["parties"]]
+    params = manifest["params"]
+    lines += ["", "## Training", "",
+              f"- {params['n_estimators']} trees, max_depth {params['max_depth']}, max_features "
+              f"{params['max_features']}, criterion {params['criterion']}", f"- {t['seconds']:.1f} s, {t['rounds']} "
+              f"rounds, {t['bytes'] / 2**20:.1f} MiB exchanged, {t['nodes']} nodes",
+              f"- code {manifest['lineage']['code_version']}"]
+    if prediction:
+        lines += ["", "## Batch prediction", "", f"- {prediction['rows']} rows delivered to "
+                  f"{prediction['requester']} in {prediction['seconds']:.1f} s"]
+    markdown = "\n".join(lines)
+    create_markdown_artifact(markdown, key="model-card", description=f"{model_name} {version}")
+    return markdown

@@ -1,0 +1,54 @@
+"""Alignment, training and evaluation steps of a vertical session, each visible in the Prefect UI."""
+
+from __future__ import annotations
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+
+from fedcore.vertical.master import GrowthProgress
+from fedcore.vertical.session import VerticalSession
+from tasks.common import DATA_LOCAL
+
+
+@task(**DATA_LOCAL)
+def align_ids(session: VerticalSession) -> dict:
+    """Intersect the institutions' keyed ID hashes; table artifact of per-institution counts and overlap."""
+    plan = session.align()
+    create_table_artifact(plan.overlap_table(), key="id-overlap",
+                          description=f"{plan.n_common} rows are held by every institution")
+    get_run_logger().info("ID overlap: %d rows (%s)", plan.n_common, dict(plan.counts))
+    return {"overlap": plan.n_common, "counts": dict(plan.counts), "train_rows": session.facts.train_rows,
+            "holdout_rows": session.facts.holdout_rows}
+
+
+@task(**DATA_LOCAL)
+def train_forest(session: VerticalSession) -> dict:
+    """Grow the forest; a progress artifact moves as levels and tree batches complete."""
+    artifact = create_progress_artifact(0.0, key="training-progress", description="Federated Forest growth")
+    depth_limit = session.params.depth_limit if session.params.max_depth else 32
+    logger = get_run_logger()
+
+    def report(p: GrowthProgress) -> None:
+        if p.depth < 0:
+            share = p.trees_done / p.n_trees
+        else:
+            share = (p.trees_done + p.batch_trees * min(p.depth + 1, depth_limit) / depth_limit) / p.n_trees
+        update_progress_artifact(artifact, progress=round(100 * min(share, 1.0), 1))
+        if p.depth >= 0:
+            logger.info("trees %d-%d: level %d, %d open nodes", p.trees_done, p.trees_done + p.batch_trees - 1,
+                        p.depth, p.open_nodes)
+
+    session.master.progress = report
+    session.train()
+    update_progress_artifact(artifact, progress=100.0)
+    f = session.facts
+    return {"seconds": f.seconds, "rounds": f.rounds, "bytes": f.bytes, "owned_nodes": f.owned_nodes,
+            "nodes": int(session.master.structure.n_nodes)}
+
+
+@task(**DATA_LOCAL)
+def evaluate_model(session: VerticalSession) -> dict[str, float]:
+    """Held-out metrics, computed at the label holder from the master's one-round predictions."""
+    metrics = session.evaluate()
+    get_run_logger().info("held-out metrics: %s", metrics)
+    return metrics
