@@ -106,7 +106,7 @@ def run_xgboost_federated(train: pd.DataFrame, test: pd.DataFrame, depth: int) -
 
     result = run_xgboost_federated_vertical(
         train.drop(columns="y").to_numpy(), train["y"].to_numpy(), test.drop(columns="y").to_numpy(),
-        n_parties=3, n_trees=N_TREES, max_depth=depth, seed=0, y_test=test["y"].to_numpy())
+        n_parties=3, n_trees=N_TREES, max_depth=depth, seed=0, y_test=test["y"].to_numpy(), predict_batch_rows=4000)
     return {"fit_s": result.get("train_s"), "predict_s": result.get("predict_s"),
             "accuracy": result.get("accuracy"), "error": result.get("error")}
 

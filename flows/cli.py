@@ -12,7 +12,9 @@ from pathlib import Path
 
 from fedcore import cli as core_cli
 
-QUIET_ENV = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "GX_ANALYTICS_ENABLED": "false"}
+QUIET_ENV = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "GX_ANALYTICS_ENABLED": "false",
+             # a fresh ephemeral server migrates its SQLite database first: allow for a slow, busy machine
+             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180"}
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -40,6 +42,7 @@ def _quiet(verbose: bool) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     work = args.work.resolve()
+    (work / ".prefect").mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PREFECT_HOME", str(work / ".prefect"))
     _quiet(args.verbose)
     from flows.demo import run_demo
