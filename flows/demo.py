@@ -97,12 +97,12 @@ def centralized_reference(scenario: dict, predictions: Path) -> dict:
     return {"federated": federated, "reference": reference, "rows": len(ours)}
 
 
-def run_demo(work: Path) -> int:
+def run_demo(work: Path, n_customers: int = 6000) -> int:
     """Prepare the workspace, run `retrain` with local agents, print the story; return an exit code."""
     from flows.retrain import retrain
 
     started = time.perf_counter()
-    config_path, scenario = prepare_workspace(work)
+    config_path, scenario = prepare_workspace(work, n_customers=n_customers)
     print(f"fedforest demo: workspace {work}")
     sizes = ", ".join(f"{name} ({info['train_rows']} customers)" for name, info in scenario["institutions"].items())
     print(f"  institutions: {sizes}; label {scenario['label']!r} at {scenario['label_holder']}")

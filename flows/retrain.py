@@ -44,7 +44,7 @@ def retrain(config_path: str, agents: str = "deployments", model_name: str | Non
     try:
         if agents == "deployments":
             trigger_agent_deployments(config)
-        transport = connect_agents(config)
+        transport = connect_agents(config, timeout_s=settings.get("connect_timeout_s", 60.0))
         try:
             validation = collect_validation(transport)
             session = VerticalSession(transport, config.params, holdout_fraction=settings.get("holdout", 0.2),

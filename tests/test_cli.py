@@ -106,15 +106,6 @@ def test_version(capsys) -> None:
     assert out.startswith("fedforest ")
 
 
-def test_demo(capsys, monkeypatch) -> None:
-    monkeypatch.setattr(cli, "DEMO_ROWS", 300)
-    monkeypatch.setattr(cli, "DEMO_TREES", 5)
-    code, out, _ = _run(capsys, "demo")
-    assert code == 0
-    assert "arrives with the pipeline issue" in out
-    assert "single-party identical (same trees, same predictions): yes" in out
-
-
 @pytest.mark.parametrize(("option", "value", "message"), [
     ("--setting", "horizontal",
      "setting 'horizontal' is not available yet: the horizontal setting arrives with issue #4"),

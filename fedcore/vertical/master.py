@@ -22,7 +22,7 @@ from fedcore.trees.params import ForestParams
 from fedcore.trees.predictor import intersect_leaf_sets
 from fedcore.trees.structure import NO_CHILD, ForestStructure
 
-ONE_ROUND_MAX_LEAVES = 2_000_000
+ONE_ROUND_MAX_LEAVES = 250_000
 """Above this many leaves, "auto" prediction routes node by node (see predict_values)."""
 LEAF_SET_BUDGET_BYTES = 128 * 2**20
 """Upper bound on one party's leaf-set message: the one-round row batch shrinks to stay below it."""

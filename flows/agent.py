@@ -1,0 +1,48 @@
+"""An institution's agent for one training session, as a Prefect flow on the institution's own work pool.
+
+The master's `retrain` flow starts it with `run_deployment("institution-agent/<name>")`. Its data-local
+steps (load, validate against the contract) show as tasks of this flow run. It then serves the session
+over Arrow Flight with mutual TLS until the master closes it. Nothing it returns or logs holds raw data.
+"""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
+
+from fedcore.config import FederationConfig, load_config
+from fedcore.vertical.institution import InstitutionData, institution_from_config
+from fedcore.vertical.serving import build_institution_server, serve_until_session_closed
+from tasks.common import DATA_LOCAL, artifact_key
+
+
+@task(**DATA_LOCAL)
+def load_and_validate(config: FederationConfig, institution: str) -> InstitutionData:
+    """Read the institution's files and check them against its data contract (results as an artifact)."""
+    data = institution_from_config(config, institution)
+    if data.validation is not None:
+        rows = [{k: r[k] for k in ("expectation", "column", "success", "unexpected_count", "expected")}
+                for r in data.validation.rows]
+        create_table_artifact(rows, key=artifact_key("contract", institution),
+                              description=f"{institution}: {'passed' if data.valid else 'FAILED'}")
+    get_run_logger().info("%s: %d rows loaded, contract %s", institution, len(data.frame),
+                          "passed" if data.valid else "FAILED")
+    return data
+
+
+@task(**DATA_LOCAL)
+def serve_session(config: FederationConfig, institution: str, data: InstitutionData) -> int:
+    """Answer the master over Flight until it closes the session; returns the number of sessions served."""
+    server = build_institution_server(config, institution, data=data)
+    get_run_logger().info("%s serving on %s", institution, config.institution(institution).endpoint)
+    serve_until_session_closed(server)
+    return server.party.sessions
+
+
+@flow(name="institution-agent")
+def institution_agent(config_path: str, institution: str) -> dict:
+    """Load, validate and serve one institution's data for one session of the master's retrain flow."""
+    config = load_config(config_path)
+    data = load_and_validate(config, institution)
+    sessions = serve_session(config, institution, data)
+    return {"institution": institution, "valid": data.valid, "sessions": sessions}
