@@ -1,6 +1,7 @@
 """Which in-bag samples sit in which open node, for every tree of a batch, and how splits move them.
 
-All trees of a batch share two flat arrays (`order`: row indices, `weight`: bootstrap counts); each open
+All trees of a batch share flat arrays (`order`: row indices, `weight`: bootstrap counts, `target`: the
+labels, carried along so histograms read them sequentially); each open
 node owns a contiguous segment. The open nodes of a level are kept in the master's order, so parties and
 master refer to nodes by position and never need per-node dictionaries. A split moves the left samples
 to the front of the node's segment (stably) and the node's two children replace it in the next level.
@@ -75,10 +76,11 @@ def apply_partition(order, weight, target, new_order, new_weight, new_target, st
 
 
 @nb.njit(cache=True, parallel=True)
-def _compact_counts(counts, offsets):
-    """Rows with a non-zero count per tree, and those counts as weights, laid out tree after tree."""
+def _compact_counts(counts, offsets, y):
+    """Rows with a non-zero count per tree, those counts as weights and the rows' labels, tree after tree."""
     order = np.empty(offsets[-1], np.int32)
-    weight = np.empty(offsets[-1], np.float64)
+    weight = np.empty(offsets[-1], np.int32)
+    target = np.empty(offsets[-1], np.float64)
     for t in nb.prange(counts.shape[0]):
         k = offsets[t]
         for r in range(counts.shape[1]):
@@ -86,8 +88,9 @@ def _compact_counts(counts, offsets):
             if c:
                 order[k] = r
                 weight[k] = c
+                target[k] = y[r]
                 k += 1
-    return order, weight
+    return order, weight, target
 
 
 def scatter_node_bytes(pieces: list[tuple[np.ndarray, np.ndarray]], node_lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -133,13 +136,14 @@ class SamplePartition:
         n_rows = len(y)
         if n_draws is None:
             order = np.tile(np.arange(n_rows, dtype=np.int32), len(trees))
-            weight = np.ones(len(order), dtype=np.float64)
+            weight = np.ones(len(order), dtype=np.int32)
+            target = np.tile(y.astype(np.float64), len(trees))
             offsets = np.arange(len(trees) + 1, dtype=np.int64) * n_rows
         else:
             counts = np.stack([bootstrap_counts(seed, tree, n_rows, n_draws) for tree in trees])
             offsets = offsets_from_lengths(np.count_nonzero(counts, axis=1))
-            order, weight = _compact_counts(counts, offsets)
-        return cls(order, weight, y[order].astype(np.float64), offsets[:-1].copy(), offsets[1:].copy())
+            order, weight, target = _compact_counts(counts, offsets, y.astype(np.float64))
+        return cls(order, weight, target, offsets[:-1].copy(), offsets[1:].copy())
 
     @property
     def n_nodes(self) -> int:
