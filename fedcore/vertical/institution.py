@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.vertical.alignment import align_frame
 from fedcore.vertical.party import VerticalParty
 from fedcore.vertical.persistence import party_file_stem
+
+log = logging.getLogger(__name__)
 
 PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "apply_splits", "finalize",
                "predict_leaves", "route"}
@@ -196,7 +199,13 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
     if inst.contract is not None:
         from fedcore.contracts import load_contract, validate_frame
 
-        report = validate_frame(frame, load_contract(inst.contract), name, include_label=inst.is_label_holder)
+        contract = load_contract(inst.contract)
+        # what leaves the institution carries no example values; the examples go to its own log only
+        report = validate_frame(frame, contract, name, include_label=inst.is_label_holder, max_examples=0)
+        if not report.success:
+            detailed = validate_frame(frame, contract, name, include_label=inst.is_label_holder)
+            for line in detailed.failure_lines():
+                log.warning("data contract violation (kept local): %s", line)
     elif inst.id_column not in frame.columns:
         raise ColumnNotFoundError(f"institution {name!r}: id column {inst.id_column!r} not in {inst.data!r}")
     batch = (lambda: read_files(inst.predict_data, f"institution {name!r} prediction data")) if inst.predict_data else None
