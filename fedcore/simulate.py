@@ -23,10 +23,10 @@ from fedcore.errors import (
     DataReadError,
     FedForestError,
     InputError,
-    LabelError,
     ParameterError,
 )
 from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
+from fedcore.vertical.validation import check_label
 
 TASKS = ("auto", "classification", "regression")
 # At most this many distinct integer-valued labels make `task="auto"` choose classification.
@@ -66,19 +66,6 @@ def infer_task(y: pd.Series) -> str:
     if np.all(np.isfinite(values)) and np.all(values == np.round(values)) and len(np.unique(values)) <= MAX_AUTO_CLASSES:
         return "classification"
     return "regression"
-
-
-def check_label(y: pd.Series, task: str) -> None:
-    """Refuse a label that cannot be learned from, before any split: missing values, one class, text target."""
-    n_missing = int(y.isna().sum())
-    if n_missing:
-        raise LabelError(f"label {y.name!r} has {n_missing} missing values; drop or fill those rows")
-    if task == "regression":
-        if not pd.api.types.is_numeric_dtype(y) or pd.api.types.is_bool_dtype(y):
-            raise LabelError(f"regression label {y.name!r} must be numeric, found dtype {y.dtype}")
-    elif y.nunique() < 2:
-        only = y.iloc[0].item() if isinstance(y.iloc[0], np.generic) else y.iloc[0]
-        raise LabelError(f"label {y.name!r} has a single class {only!r}; classification needs at least two")
 
 
 def prepare_table(table: pd.DataFrame, label: str, id_column: str | None = None) -> pd.DataFrame:

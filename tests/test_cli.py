@@ -10,7 +10,6 @@ import pandas as pd
 import pytest
 from sklearn.datasets import load_breast_cancer, load_diabetes
 
-from fedcore import cli
 from fedcore.cli import main
 from tests.conftest import mixed_table
 

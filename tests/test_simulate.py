@@ -18,7 +18,6 @@ from fedcore.errors import (
     PartyShapeError,
 )
 from fedcore.simulate import (
-    check_label,
     infer_task,
     one_hot,
     prepare_table,
@@ -27,6 +26,7 @@ from fedcore.simulate import (
     split_train_test,
 )
 from fedcore.vertical.estimators import FederatedForestClassifier
+from fedcore.vertical.validation import check_label
 from tests.conftest import mixed_table
 
 

@@ -66,23 +66,26 @@ def validate_training_parties(frames: dict[str, pd.DataFrame], label: str, task:
             raise PartyShapeError(f"party {name!r} has no feature columns")
     if sum(f.shape[1] for f in frames.values()) - 1 == 0:
         raise PartyShapeError("no party holds any feature column besides the label")
-    y = frames[holders[0]][label]
+    check_label(frames[holders[0]][label], task, holder=holders[0])
+    return holders[0]
+
+
+def check_label(y: pd.Series, task: str, holder: str | None = None) -> None:
+    """Refuse a label that cannot be learned from: missing or infinite values, a single class, a
+    non-numeric regression target. `holder` names the party holding it, when there are parties."""
+    where = f"label {y.name!r}" + (f" at party {holder!r}" if holder is not None else "")
     n_missing = int(y.isna().sum())
     if n_missing:
-        raise LabelError(f"label {label!r} at party {holders[0]!r} has {n_missing} missing values; drop or fill those rows")
+        raise LabelError(f"{where} has {n_missing} missing values; drop or fill those rows")
     if task == "regression":
         if not pd.api.types.is_numeric_dtype(y) or pd.api.types.is_bool_dtype(y):
-            raise LabelError(f"regression label {label!r} at party {holders[0]!r} must be numeric, found dtype {y.dtype}")
+            raise LabelError(f"regression {where} must be numeric, found dtype {y.dtype}")
         n_infinite = int(np.isinf(y.to_numpy(dtype=np.float64)).sum())
         if n_infinite:
-            raise LabelError(f"regression label {label!r} at party {holders[0]!r} has {n_infinite} infinite values")
-    else:
-        classes = y.unique()
-        if len(classes) < 2:
-            only = classes[0].item() if hasattr(classes[0], "item") else classes[0]
-            raise LabelError(f"label {label!r} at party {holders[0]!r} has a single class {only!r}; "
-                             "classification needs at least two")
-    return holders[0]
+            raise LabelError(f"regression {where} has {n_infinite} infinite values")
+    elif y.nunique() < 2:
+        only = y.iloc[0].item() if isinstance(y.iloc[0], np.generic) else y.iloc[0]
+        raise LabelError(f"{where} has a single class {only!r}; classification needs at least two")
 
 
 def validate_prediction_parties(frames: dict[str, pd.DataFrame], expected: dict[str, list[str]]) -> int:
