@@ -125,7 +125,8 @@ def run_demo(work: Path, n_customers: int = 6000) -> int:
         print(f"  new batch:   {result['prediction']['rows']} customers predicted, written only at "
               f"{scenario['label_holder']}: {predictions}")
         print(f"  accuracy on the new customers: federated {comparison['federated']:.3f} vs centralized "
-              f"scikit-learn RandomForest on pooled data {comparison['reference']:.3f} (demo-only ground truth)")
+              f"scikit-learn RandomForest on pooled data {comparison['reference']:.3f} (demo-only ground truth; "
+              f"the reference also learns from the {alignment['holdout_rows']} rows held out for evaluation)")
     print(f"  model:       {result['model']} {result['version']} "
           f"({'promoted to production' if result['promoted'] else 'not promoted'}), master entry {registry}")
     print(f"  each institution's partial model: {work / 'registry'}/<institution>/{result['model']}/{result['version']}")
