@@ -1,8 +1,10 @@
-"""Histogram split finding for many nodes at once (numba, parallel over nodes).
+"""Histogram split finding for many nodes at once (numba, parallel over (node, feature) pairs).
 
 For each node and each of its candidate features the kernel builds the per-bin statistics of the node's
-samples, scans the split points and keeps the best; only bins that occur in the node are scanned, so
-deep, small nodes cost O(samples) rather than O(bins). Ties keep the first candidate in feature-rank
+samples and scans the split points; only bins that occur in the node are scanned, so deep, small nodes
+cost O(samples) rather than O(bins). Numeric features split at a bin threshold; categorical ones at a
+prefix of their categories ordered by class share or mean target; missing values go to whichever side
+is better (or to the heavier side when the node has none). Ties keep the first candidate in feature-rank
 order, then the lowest threshold, so results do not depend on how features are spread over parties.
 """
 
@@ -17,7 +19,6 @@ from fedcore.data.binning import MISSING_BIN
 from fedcore.trees.criteria import SQUARED_ERROR, impurity_term, stats_weight
 
 N_CODES = 256
-CAT_WORDS = 4  # 256-bit category sets
 
 
 @dataclass
