@@ -1,4 +1,5 @@
-"""The `fedforest` console command: fedcore's commands plus the Prefect-backed ones (`demo`, `retrain`).
+"""The `fedforest` console command: fedcore's commands plus the Prefect-backed ones (`demo`, `retrain`,
+`predict`).
 
 fedcore never imports Prefect, so the pipeline commands are added here, on top of `fedcore.cli`.
 """
@@ -18,7 +19,7 @@ QUIET_ENV = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    """Add `fedforest demo` and `fedforest retrain`."""
+    """Add `fedforest demo`, `fedforest retrain` and `fedforest predict`."""
     demo = commands.add_parser("demo", help="the whole pipeline on this machine (Prefect ephemeral server)",
                                description="Generate three institutions with overlapping customers and run the "
                                            "retrain pipeline on Prefect's ephemeral server, agents on loopback.")
@@ -31,6 +32,16 @@ def register(commands: argparse._SubParsersAction) -> None:
                          help="start agents as deployments, as local processes, or use running ones (default)")
     retrain.add_argument("--no-predict", action="store_true", help="skip the batch prediction step")
     retrain.set_defaults(handler=_retrain)
+    predict = commands.add_parser("predict", help="batch predict with a registered model version (no training)")
+    predict.add_argument("--config", required=True, type=Path, metavar="FILE", help="the federation config (YAML)")
+    predict.add_argument("--model", metavar="NAME", help="model name (default: training.model_name or the federation)")
+    predict.add_argument("--version", default="production", metavar="V",
+                         help="version or alias, e.g. v0003, latest (default production)")
+    predict.add_argument("--requester", metavar="NAME", help="institution that receives the predictions "
+                                                             "(default: training.predict_for or the label holder)")
+    predict.add_argument("--agents", choices=("deployments", "local", "running"), default="running",
+                         help="start agents as deployments, as local processes, or use running ones (default)")
+    predict.set_defaults(handler=_predict)
 
 
 def _quiet(verbose: bool) -> None:
@@ -57,6 +68,18 @@ def _retrain(args: argparse.Namespace) -> int:
     from flows.retrain import retrain
 
     result = retrain(str(args.config.resolve()), agents=args.agents, predict=not args.no_predict)
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def _predict(args: argparse.Namespace) -> int:
+    _quiet(verbose=True)
+    import json
+
+    from flows.batch_predict import batch_predict
+
+    result = batch_predict(str(args.config.resolve()), model_name=args.model, version=args.version,
+                           requester=args.requester, agents=args.agents)
     print(json.dumps(result, indent=2, default=str))
     return 0
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
+from fedcore.config import FederationConfig
 from fedcore.vertical.session import VerticalSession
 from tasks.common import DATA_LOCAL
+from tasks.registry import master_registry
 
 
 @task(**DATA_LOCAL)
@@ -19,3 +21,12 @@ def predict_batch(session: VerticalSession, requester: str, file_stem: str) -> d
                                       f"{result['seconds']:.1f} s")
     get_run_logger().info("%d predictions written at %s", result["rows"], requester)
     return {k: v for k, v in result.items() if k != "path"}
+
+
+@task(**DATA_LOCAL)
+def load_registered_model(config: FederationConfig, session: VerticalSession, model_name: str, ref: str) -> str:
+    """Load a registered version (signature verified) at the master and every institution; returns the version."""
+    version = session.load_model(master_registry(config), model_name, ref)
+    get_run_logger().info("loaded %s %s (%s) at the master and %s", model_name, version, ref,
+                          ", ".join(session.institutions))
+    return version

@@ -22,9 +22,10 @@ import pandas as pd
 
 from fedcore.config import FederationConfig
 from fedcore.contracts.expectations import ValidationReport
-from fedcore.errors import ColumnNotFoundError, DataReadError, ProtocolError
+from fedcore.errors import ArtifactError, ColumnNotFoundError, DataReadError, ProtocolError
+from fedcore.models.artifacts import decode_classes, encode_classes
 from fedcore.models.registry import ModelRegistry
-from fedcore.models.tables import party_table
+from fedcore.models.tables import partial_forest_from_table, party_table
 from fedcore.privacy.hashing import hash_ids
 from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.vertical.alignment import align_frame
@@ -149,10 +150,50 @@ class InstitutionAgent:
         manifest = {"institution": self.name, "master_manifest": json.loads(h["manifest"])}
         if self.party.classes_ is not None:
             manifest["classes"] = [str(c) for c in self.party.classes_]
+            try:  # the strings above lose the labels' dtype; this keeps it for `load_model`
+                manifest["classes_encoding"] = encode_classes(self.party.classes_)
+            except ArtifactError:
+                pass
         registry = ModelRegistry(self.data.registry)
         version = registry.register(h["model"], manifest, {party_file_stem(self.name): party_table(self.party.model)},
                                     version=h["version"])
         return Message("stored", {"path": str(self.data.registry / h["model"] / version)})
+
+    def _on_load_model(self, message: Message) -> Message:
+        """Rebuild the party from its own stored partial model, to batch predict without training."""
+        model_name, version = message.header["model"], message.header["version"]
+        try:
+            manifest, tables = ModelRegistry(self.data.registry).load(model_name, version)
+        except ArtifactError as error:
+            raise ArtifactError(f"institution {self.name!r}: {error}") from error
+        master_version = (manifest.get("master_manifest") or {}).get("version")
+        if master_version != version:
+            raise ProtocolError(f"institution {self.name!r}: its stored {model_name!r} {manifest.get('version')} belongs "
+                                f"to master version {master_version!r}, not the requested {version!r}")
+        stem = party_file_stem(self.name)
+        if stem not in tables:
+            raise ArtifactError(f"institution {self.name!r}: model {model_name!r} {version} has no table {stem!r}")
+        model = partial_forest_from_table(tables[stem])
+        label = self.data.label
+        columns = list(model.column_names) + ([label] if label else [])
+        party = VerticalParty(self.name, pd.DataFrame(columns=columns), label, feature_key=self._feature_key())
+        party.model = model
+        if label and manifest.get("classes") is not None:
+            party.classes_ = self._stored_classes(manifest)
+        self.party, self._holdout, self._batch_ids = party, None, None
+        return Message("loaded", {"version": version, "owned_nodes": int(np.sum(model.feature >= 0))})
+
+    def _stored_classes(self, manifest: dict) -> np.ndarray:
+        """The label holder's classes as trained: decoded with their dtype, or (older versions, strings
+        only) mapped back to the values of the same label in its current table where they match."""
+        if manifest.get("classes_encoding") is not None:
+            return decode_classes(manifest["classes_encoding"])
+        stored = [str(c) for c in manifest["classes"]]
+        values = self.data.frame[self.data.label].dropna().to_numpy()
+        known = {str(v): v for v in np.unique(values)} if len(values) else {}
+        if all(c in known for c in stored):
+            return np.array([known[c] for c in stored], dtype=values.dtype)
+        return np.array(stored, dtype=object)
 
     # -- batch prediction ---------------------------------------------------------------------------
     def _on_batch_hashes(self, message: Message) -> Message:

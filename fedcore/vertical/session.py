@@ -13,14 +13,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedcore.errors import ProtocolError
-from fedcore.models.tables import master_table
+from fedcore.errors import ArtifactError, ProtocolError
+from fedcore.models.registry import ModelRegistry
+from fedcore.models.tables import N_TREES_KEY, master_table, structure_from_table
 from fedcore.protocol.messages import Message, pack_bits
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.alignment import AlignmentPlan, check_overlap, intersect_hashes
-from fedcore.vertical.master import ProgressCallback, VerticalMaster
+from fedcore.vertical.master import FederationInfo, ProgressCallback, VerticalMaster
 
 
 @dataclass
@@ -108,6 +109,30 @@ class VerticalSession:
         header = {"model": model_name, "version": version, "manifest": json.dumps(manifest, default=str)}
         replies = self.transport.exchange({name: Message("store_model", header) for name in self.institutions})
         return {name: r.header["path"] for name, r in replies.items()}
+
+    def load_model(self, registry: ModelRegistry, model_name: str, ref: str = "production") -> str:
+        """Load a registered version (verified) at the master and at every institution, to batch predict
+        without training; returns the resolved version."""
+        version = registry.resolve(model_name, ref)
+        manifest, tables = registry.load(model_name, version)
+        if "master" not in tables:
+            raise ArtifactError(f"model {model_name!r} {version}: no master table in {registry.root}")
+        table = tables["master"]
+        raw = (table.schema.metadata or {}).get(N_TREES_KEY)
+        n_trees = int(raw) if raw is not None else int((manifest.get("params") or {})["n_estimators"])
+        parties = [p["name"] for p in manifest.get("parties") or []]
+        holders = [p["name"] for p in manifest.get("parties") or [] if p.get("role") == "label_holder"]
+        if sorted(parties) != sorted(self.institutions) or len(holders) != 1:
+            raise ProtocolError(f"model {model_name!r} {version} was trained by {parties} (label holder {holders}); "
+                                f"this session has {sorted(self.institutions)}")
+        structure = structure_from_table(table, n_trees)
+        self.master.structure = structure
+        n_classes = structure.value.shape[1] if manifest.get("task") == "classification" else 0
+        self.master.info = FederationInfo(parties=parties, label_holder=holders[0], n_rows=0, n_classes=n_classes,
+                                          feature_ids=[], feature_owner=np.zeros(0, np.int64))
+        header = {"model": model_name, "version": version}
+        self.transport.exchange({name: Message("load_model", header) for name in self.institutions})
+        return version
 
     def batch_predict(self, requester: str, file_stem: str, min_overlap: int = 1) -> dict:
         """Align the institutions' new batches, predict them in one round per row batch, and deliver the

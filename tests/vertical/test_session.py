@@ -9,8 +9,10 @@ import pandas as pd
 import pytest
 
 from fedcore.data.scenario import make_vertical_scenario
+from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.signing import generate_signing_key, load_signing_key
+from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.alignment import AlignmentError
@@ -97,3 +99,41 @@ def test_empty_overlap_is_refused(scenario, tmp_path) -> None:
     session = VerticalSession(transport, ForestParams(n_estimators=2, max_depth=2), min_overlap=10)
     with pytest.raises(AlignmentError, match="ID overlap is empty"):
         session.align()
+
+
+def test_load_model_predicts_like_the_training_session(scenario, tmp_path) -> None:
+    agents = _agents(scenario, tmp_path)
+    session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}),
+                              ForestParams(n_estimators=6, max_depth=5, random_state=2), min_overlap=100)
+    session.align()
+    session.train()
+    info = session.master.info
+    manifest = {"task": "classification", "parties": [
+        {"name": n, "role": "label_holder" if n == info.label_holder else "passive"} for n in info.parties]}
+    generate_signing_key(tmp_path / "master.key")
+    registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=load_signing_key(tmp_path / "master.key"))
+    version = registry.register("demo", manifest, session.master_tables())
+    session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
+    holder = scenario["label_holder"]
+    trained = pd.read_parquet(session.batch_predict(holder, "trained")["path"])
+    session.close()
+
+    fresh = _agents(scenario, tmp_path)
+    transport = InProcessTransport({n: a.handle for n, a in fresh.items()})
+    transport.exchange({n: Message("validation_report") for n in fresh})
+    loaded = VerticalSession(transport, ForestParams(), min_overlap=100)
+    assert loaded.load_model(registry, "demo", "latest") == version
+    result = loaded.batch_predict(holder, "loaded")
+    assert result["rows"] == scenario["overlap"]["new"]
+    assert (tmp_path / "predictions" / holder / "loaded.parquet").read_bytes() == \
+        (tmp_path / "predictions" / holder / "trained.parquet").read_bytes()
+    pd.testing.assert_frame_equal(pd.read_parquet(result["path"]), trained)
+
+    with pytest.raises(ArtifactError, match="has no version 'v0009'"):
+        loaded.load_model(registry, "demo", "v0009")
+    bank = ModelRegistry(tmp_path / "registry" / "bank")  # a local version that belongs to another master version
+    stored, tables = bank.load("demo", version)
+    bank.register("demo", {"institution": "bank", "master_manifest": stored["master_manifest"]}, tables,
+                  version="v0002")
+    with pytest.raises(ProtocolError, match=r"institution 'bank'.*master version 'v0001', not the requested 'v0002'"):
+        fresh["bank"].handle(Message("load_model", {"model": "demo", "version": "v0002"}))
