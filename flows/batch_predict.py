@@ -8,25 +8,19 @@ own partial model of the version, and the predictions land, with IDs, only at th
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect import flow
 
 from fedcore.config import load_config
 from fedcore.vertical.session import VerticalSession
 from flows.hooks import write_failure_artifact
-from flows.retrain import AGENT_MODES
-from tasks.agents import connect_agents, start_local_agents, stop_local_agents, trigger_agent_deployments
+from flows.session import agent_session
 from tasks.prediction import load_registered_model, predict_batch
-from tasks.validation import collect_validation
 
 
 @flow(name="batch-predict", on_failure=[write_failure_artifact], log_prints=True)
 def batch_predict(config_path: str, model_name: str | None = None, version: str = "production",
                   requester: str | None = None, agents: str = "running") -> dict:
     """Predict the institutions' new rows with a registered version; returns a JSON-ready summary."""
-    if agents not in AGENT_MODES:
-        raise ValueError(f"agents must be one of {AGENT_MODES}, got {agents!r}")
     config = load_config(config_path)
     settings = config.training
     model_name = model_name or settings.get("model_name", config.federation)
@@ -34,20 +28,10 @@ def batch_predict(config_path: str, model_name: str | None = None, version: str 
     names = [i.name for i in config.institutions]
     if requester not in names:
         raise ValueError(f"requester {requester!r} is not an institution of {config.federation!r} ({names})")
-    processes = start_local_agents(config, Path(config.path).parent / "logs") if agents == "local" else []
-    try:
-        if agents == "deployments":
-            trigger_agent_deployments(config)
-        transport = connect_agents(config, timeout_s=settings.get("connect_timeout_s", 60.0))
-        try:
-            validation = collect_validation(transport)
-            session = VerticalSession(transport, config.params)
-            resolved = load_registered_model(config, session, model_name, version)
-            prediction = predict_batch(session, requester, f"{model_name}-{resolved}")
-            session.close()
-        finally:
-            transport.close()
-    finally:
-        stop_local_agents(processes)
+    with agent_session(config, agents) as (transport, validation):
+        session = VerticalSession(transport, config.params)
+        resolved = load_registered_model(config, session, model_name, version)
+        prediction = predict_batch(session, requester, f"{model_name}-{resolved}")
+        session.close()
     return {"model": model_name, "version": resolved, "ref": version, "validation": validation,
             "prediction": prediction}

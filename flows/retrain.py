@@ -9,14 +9,12 @@ agents as processes on this machine (the embedded demo); "running" expects them 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect import flow
 
 from fedcore.config import load_config
 from fedcore.vertical.session import VerticalSession
 from flows.hooks import write_failure_artifact
-from tasks.agents import connect_agents, start_local_agents, stop_local_agents, trigger_agent_deployments
+from flows.session import agent_session
 from tasks.prediction import predict_batch
 from tasks.registry import (
     build_manifest,
@@ -26,47 +24,32 @@ from tasks.registry import (
     register_model,
 )
 from tasks.training import align_ids, evaluate_model, train_forest
-from tasks.validation import collect_validation
-
-AGENT_MODES = ("deployments", "local", "running")
 
 
 @flow(name="retrain", on_failure=[write_failure_artifact], log_prints=True)
 def retrain(config_path: str, agents: str = "deployments", model_name: str | None = None,
             predict: bool = True) -> dict:
     """Train a new model version for the federation in `config_path`; returns a JSON-ready summary."""
-    if agents not in AGENT_MODES:
-        raise ValueError(f"agents must be one of {AGENT_MODES}, got {agents!r}")
     config = load_config(config_path)
     settings = config.training
     model_name = model_name or settings.get("model_name", config.federation)
-    processes = start_local_agents(config, Path(config.path).parent / "logs") if agents == "local" else []
-    try:
-        if agents == "deployments":
-            trigger_agent_deployments(config)
-        transport = connect_agents(config, timeout_s=settings.get("connect_timeout_s", 60.0))
-        try:
-            validation = collect_validation(transport)
-            session = VerticalSession(transport, config.params, holdout_fraction=settings.get("holdout", 0.2),
-                                      min_overlap=settings.get("min_overlap", 50))
-            alignment = align_ids(session)
-            training = train_forest(session)
-            metrics = evaluate_model(session)
-            manifest = build_manifest(config, session, metrics, validation, alignment, training)
-            production = previous_production(config, model_name)
-            version = register_model(config, session, model_name, manifest)
-            promoted = promote_if_not_worse(config, model_name, version, metrics, production,
-                                            settings.get("metric", "accuracy" if config.params.task == "classification"
-                                                         else "r2"), settings.get("promote_margin", 0.0))
-            requester = settings.get("predict_for", config.label_holder.name)
-            prediction = None
-            if predict and all(i.predict_data for i in config.institutions):
-                prediction = predict_batch(session, requester, f"{model_name}-{version}")
-            publish_model_card(model_name, version, manifest, production, promoted, prediction)
-            session.close()
-        finally:
-            transport.close()
-    finally:
-        stop_local_agents(processes)
+    with agent_session(config, agents) as (transport, validation):
+        session = VerticalSession(transport, config.params, holdout_fraction=settings.get("holdout", 0.2),
+                                  min_overlap=settings.get("min_overlap", 50))
+        alignment = align_ids(session)
+        training = train_forest(session)
+        metrics = evaluate_model(session)
+        manifest = build_manifest(config, session, metrics, validation, alignment, training)
+        production = previous_production(config, model_name)
+        version = register_model(config, session, model_name, manifest)
+        promoted = promote_if_not_worse(config, model_name, version, metrics, production,
+                                        settings.get("metric", "accuracy" if config.params.task == "classification"
+                                                     else "r2"), settings.get("promote_margin", 0.0))
+        requester = settings.get("predict_for", config.label_holder.name)
+        prediction = None
+        if predict and all(i.predict_data for i in config.institutions):
+            prediction = predict_batch(session, requester, f"{model_name}-{version}")
+        publish_model_card(model_name, version, manifest, production, promoted, prediction)
+        session.close()
     return {"model": model_name, "version": version, "promoted": promoted, "metrics": metrics,
             "validation": validation, "alignment": alignment, "training": training, "prediction": prediction}

@@ -7,12 +7,11 @@ import shutil
 
 import pandas as pd
 import pytest
-import yaml
 
 from fedcore.errors import ArtifactError
 from flows.batch_predict import batch_predict
-from flows.demo import prepare_workspace
 from flows.retrain import retrain
+from tests.flows.conftest import small_federation
 
 pytestmark = pytest.mark.slow
 MODEL = "retail-response"
@@ -21,11 +20,7 @@ MODEL = "retail-response"
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     work = tmp_path_factory.mktemp("federation")
-    config_path, scenario = prepare_workspace(work, n_customers=800, seed=5)
-    raw = yaml.safe_load(config_path.read_text())
-    raw["params"] = {"n_estimators": 6, "max_depth": 4, "random_state": 0}
-    raw["training"]["connect_timeout_s"] = 90
-    config_path.write_text(yaml.safe_dump(raw))
+    config_path, scenario = small_federation(work, 800, seed=5, params={"n_estimators": 6, "max_depth": 4})
     result = retrain(str(config_path), agents="local")
     files = sorted((work / "predictions").rglob("*.parquet"))
     assert [f.parent.name for f in files] == ["bank"]

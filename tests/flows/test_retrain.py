@@ -11,8 +11,8 @@ from prefect.client.orchestration import get_client
 
 from fedcore.errors import ContractViolation, ProtocolError
 from fedcore.models.registry import ModelRegistry
-from flows.demo import prepare_workspace
 from flows.retrain import retrain
+from tests.flows.conftest import small_federation
 
 pytestmark = pytest.mark.slow
 MODEL = "retail-response"
@@ -21,11 +21,7 @@ MODEL = "retail-response"
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     work = tmp_path_factory.mktemp("federation")
-    config_path, scenario = prepare_workspace(work, n_customers=1200, seed=4)
-    raw = yaml.safe_load(config_path.read_text())
-    raw["params"] = {"n_estimators": 8, "max_depth": 5, "random_state": 0}
-    raw["training"]["connect_timeout_s"] = 90
-    config_path.write_text(yaml.safe_dump(raw))
+    config_path, scenario = small_federation(work, 1200, seed=4, params={"n_estimators": 8, "max_depth": 5})
     return work, config_path, scenario
 
 

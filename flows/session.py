@@ -1,0 +1,44 @@
+"""The part every master flow shares: reach the institutions' agents, check their data, and always
+disconnect and stop what was started, whatever happens in between."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from fedcore.config import FederationConfig
+from fedcore.transport.flight import FlightTransport
+from tasks.agents import connect_agents, start_local_agents, stop_local_agents, trigger_agent_deployments
+from tasks.validation import collect_validation
+
+AGENT_MODES = ("deployments", "local", "running")
+"""deployments: each institution's agent flow on its own pool; local: processes on this machine (the
+embedded demo); running: agents that are up already."""
+
+
+def check_agent_mode(agents: str) -> None:
+    """Refuse an unknown way of starting agents before anything starts."""
+    if agents not in AGENT_MODES:
+        raise ValueError(f"agents must be one of {AGENT_MODES}, got {agents!r}")
+
+
+@contextmanager
+def agent_session(config: FederationConfig, agents: str) -> Iterator[tuple[FlightTransport, dict]]:
+    """Start (or reach) the agents and collect their data-contract results; yield (transport, validation).
+
+    A contract violation stops here, before any training. On the way out the transport is closed and
+    local agents are stopped, also when the flow failed.
+    """
+    check_agent_mode(agents)
+    processes = start_local_agents(config, Path(config.path).parent / "logs") if agents == "local" else []
+    try:
+        if agents == "deployments":
+            trigger_agent_deployments(config)
+        transport = connect_agents(config, timeout_s=config.training.get("connect_timeout_s", 60.0))
+        try:
+            yield transport, collect_validation(transport)
+        finally:
+            transport.close()
+    finally:
+        stop_local_agents(processes)
