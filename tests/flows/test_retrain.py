@@ -67,22 +67,50 @@ def test_artifacts_exist_and_hold_no_raw_data(workspace, first_run) -> None:
     assert [n for n in needles if n in text] == []
 
 
-def test_contract_violation_stops_before_training(workspace, first_run) -> None:
+def _negative_age(frame: pd.DataFrame) -> str:
+    frame.loc[frame.index[:3], "age"] = -4
+    return "-4"
+
+
+def _drop_basket(frame: pd.DataFrame) -> str:
+    del frame["avg_basket"]
+    return "avg_basket_values_never_shown"
+
+
+def _duplicate_id(frame: pd.DataFrame) -> str:
+    frame.loc[frame.index[1], "customer_id"] = frame.loc[frame.index[0], "customer_id"]
+    return str(frame.loc[frame.index[0], "customer_id"])
+
+
+def _unknown_vehicle(frame: pd.DataFrame) -> str:
+    frame["vehicle_type"] = frame["vehicle_type"].astype(object)
+    frame.loc[frame.index[:2], "vehicle_type"] = "hovercraft"
+    return "hovercraft"
+
+
+@pytest.mark.parametrize(("institution", "damage", "expected"), [
+    ("bank", _negative_age, r"institution 'bank', column 'age': expect_column_values_to_be_between\(.*\) failed: "
+                            r"3 unexpected"),
+    ("ecommerce", _drop_basket, r"institution 'ecommerce', column 'avg_basket': expect_column_to_exist"),
+    ("insurer", _duplicate_id, r"institution 'insurer', column 'customer_id': expect_column_values_to_be_unique"),
+    ("insurer", _unknown_vehicle, r"institution 'insurer', column 'vehicle_type': expect_column_values_to_be_in_set"),
+])
+def test_contract_violation_stops_before_training(workspace, first_run, institution, damage, expected) -> None:
     work, config_path, scenario = workspace
-    path = scenario["institutions"]["bank"]["train"]
+    path = scenario["institutions"][institution]["train"]
     original = pd.read_parquet(path)
     broken = original.copy()
-    broken.loc[broken.index[:3], "age"] = -4
+    raw_value = damage(broken)
     broken.to_parquet(path)
     try:
-        with pytest.raises(ContractViolation, match=r"institution 'bank', column 'age': "
-                                                    r"expect_column_values_to_be_between\(.*\) failed: 3 unexpected"):
+        with pytest.raises(ContractViolation, match=expected) as caught:
             retrain(str(config_path), agents="local")
     finally:
         original.to_parquet(path)
+    assert raw_value not in str(caught.value)
     assert ModelRegistry(work / "registry" / "master").versions(MODEL) == ["v0001"]
-    failure = [a for a in _artifacts() if a.key == "failure"]
-    assert failure and "-4" not in str(failure[0].data)
+    failures = [a for a in _artifacts() if a.key == "failure"]
+    assert failures and all(raw_value not in str(a.data) for a in failures)
 
 
 def test_unreachable_agents_fail_with_their_names(workspace) -> None:
