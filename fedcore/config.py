@@ -116,15 +116,20 @@ def resolve(config_path: Path, value: str | os.PathLike) -> Path:
     return p if p.is_absolute() else (config_path.parent / p)
 
 
+def read_yaml(path: Path, what: str) -> Any:
+    """The parsed YAML file at `path`; unreadable or malformed files become one-line ConfigErrors."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from exc
+
+
 def load_config(path: str | os.PathLike) -> FederationConfig:
     """Read and validate a federation config; every problem is a ConfigError naming the file and field."""
     path = Path(path).resolve()
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read federation config {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    raw = read_yaml(path, "federation config")
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return parse_config(raw, path)

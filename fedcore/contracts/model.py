@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from fedcore.config import read_yaml
 from fedcore.errors import ConfigError, InputError
 
 DTYPES = ("float", "int", "string", "category", "bool")
@@ -87,13 +88,7 @@ class DataContract:
 def load_contract(path: str | os.PathLike) -> DataContract:
     """Read and check a contract file; every problem is a ConfigError naming the file and the field."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read data contract {str(path)!r}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from exc
-    return parse_contract(raw, str(path))
+    return parse_contract(read_yaml(path, "data contract"), str(path))
 
 
 def parse_contract(raw: Any, source: str = "<contract>") -> DataContract:
