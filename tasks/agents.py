@@ -20,12 +20,13 @@ def start_local_agents(config: FederationConfig, log_dir: Path) -> list[subproce
     log_dir.mkdir(parents=True, exist_ok=True)
     processes = []
     for inst in config.institutions:
-        log = open(log_dir / f"agent-{inst.name}.log", "ab")  # noqa: SIM115 - handed to the child process
-        processes.append(subprocess.Popen(
-            [sys.executable, "-m", "fedcore.cli", "agent", "serve", "--config", str(config.path),
-             "--institution", inst.name],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}))
-        get_run_logger().info("started agent for %s (pid %d), log %s", inst.name, processes[-1].pid, log.name)
+        log_path = log_dir / f"agent-{inst.name}.log"
+        with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", "fedcore.cli", "agent", "serve", "--config", str(config.path),
+                 "--institution", inst.name],
+                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}))
+        get_run_logger().info("started agent for %s (pid %d), log %s", inst.name, processes[-1].pid, log_path)
     return processes
 
 
