@@ -47,6 +47,10 @@ class ProtocolError(FedForestError):
     """A party or the master received a message it cannot act on."""
 
 
+class CertificateRefused(ProtocolError):
+    """A mutual-TLS peer's certificate was refused (wrong CA, wrong identity, expired): retrying cannot help."""
+
+
 class ArtifactError(FedForestError):
     """A saved model is missing files, was tampered with or has an unknown format."""
 

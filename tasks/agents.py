@@ -10,6 +10,7 @@ from pathlib import Path
 from prefect import get_run_logger, task
 
 from fedcore.config import FederationConfig
+from fedcore.errors import CertificateRefused
 from fedcore.transport.flight import FlightTransport
 from tasks.common import DATA_LOCAL
 
@@ -57,7 +58,12 @@ def trigger_agent_deployments(config: FederationConfig, deployment: str = "insti
     return runs
 
 
-@task(**DATA_LOCAL, retries=2, retry_delay_seconds=2)
+def worth_retrying(task, task_run, state) -> bool:
+    """Retry a failed connection unless a certificate was refused: that needs an operator, not time."""
+    return not isinstance(state.result(raise_on_failure=False), CertificateRefused)
+
+
+@task(**DATA_LOCAL, retries=2, retry_delay_seconds=2, retry_condition_fn=worth_retrying)
 def connect_agents(config: FederationConfig, timeout_s: float = 60.0) -> FlightTransport:
     """A mutual-TLS Flight transport to every institution, once all agents answer."""
     transport = FlightTransport.from_config(config)

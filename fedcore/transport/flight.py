@@ -35,9 +35,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from fedcore.errors import ConfigError, ProtocolError
+from fedcore.errors import CertificateRefused, ConfigError, ProtocolError
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
+from fedcore.transport.diagnose import Diagnosis, explain_connection_failure
 from fedcore.transport.tls import identity_uri, parse_identity, read_pem, server_name
 
 if TYPE_CHECKING:
@@ -159,6 +160,7 @@ class FlightTransport(Transport):
             raise ProtocolError("a FlightTransport needs at least one party endpoint")
         cert, key = read_pem(tls_cert, "master certificate"), read_pem(tls_key, "master key")
         ca = read_pem(ca_cert, "CA certificate")
+        self._pem = {"cert": cert, "key": key, "ca": ca}
         self.endpoints = dict(endpoints)
         self.timeout_s = timeout_s
         self._clients: dict[str, flight.FlightClient] = {}
@@ -237,28 +239,36 @@ class FlightTransport(Transport):
             except Exception:  # the call's own error (raised above) is the one worth reporting
                 pass
 
-    def _error(self, party: str, exc: BaseException) -> ProtocolError:
-        """A ProtocolError naming the party and endpoint, with the first line of Flight's reason."""
+    def _error(self, party: str, exc: BaseException, diagnose: bool = True) -> ProtocolError:
+        """A ProtocolError naming the party and endpoint, with the first line of Flight's reason; when the
+        party cannot be reached, also why (see `fedcore.transport.diagnose`)."""
         where = f"party {party!r} at {self.endpoints[party]}"
         reason = _first_line(exc)
         if isinstance(exc, flight.FlightTimedOutError) or "Deadline Exceeded" in reason:
             return ProtocolError(f"{where} did not answer within {self.timeout_s} s")
         if isinstance(exc, flight.FlightUnavailableError):
-            return ProtocolError(f"cannot reach {where}: {reason}")
+            why = self.explain_unreachable(party) if diagnose else None
+            if why is None:
+                return ProtocolError(f"cannot reach {where}: {reason}")
+            return (CertificateRefused if why.certificate else ProtocolError)(f"cannot reach {where}: {why.reason}")
         if isinstance(exc, (flight.FlightUnauthorizedError, flight.FlightUnauthenticatedError)):
-            return ProtocolError(f"{where} refused this master: {reason}")
+            return CertificateRefused(f"{where} refused this master: {reason}")
         if isinstance(exc, flight.FlightServerError):
             return ProtocolError(f"{where} could not answer: {reason}")
         return ProtocolError(f"{where}: {type(exc).__name__}: {reason}")
 
-    def ping(self, party: str, timeout_s: float = 5.0) -> str:
+    def explain_unreachable(self, party: str) -> Diagnosis | None:
+        """Why `party`'s agent cannot be reached (nothing listening, a certificate refused), if known."""
+        return explain_connection_failure(self.endpoints[party], party=party, **self._pem)
+
+    def ping(self, party: str, timeout_s: float = 5.0, diagnose: bool = True) -> str:
         """The name the agent at `party`'s endpoint serves (a cheap reachability and identity check)."""
         options = flight.FlightCallOptions(timeout=timeout_s)
         try:
             return b"".join(r.body for r in self._clients[party].do_action(flight.Action(PING_ACTION, b""),
                                                                           options=options)).decode()
         except Exception as exc:
-            raise self._error(party, exc) from exc
+            raise self._error(party, exc, diagnose=diagnose) from exc
 
     def wait_ready(self, timeout_s: float = 30.0, interval_s: float = 0.2) -> None:
         """Block until every agent answers a ping, or raise ProtocolError naming those that do not."""
@@ -266,17 +276,19 @@ class FlightTransport(Transport):
         waiting = list(self.endpoints)
         while True:
             failures = {}
+            last_try = time.monotonic() >= deadline
             for party in waiting:
                 try:
-                    self.ping(party, timeout_s=max(0.5, min(5.0, deadline - time.monotonic())))
+                    self.ping(party, timeout_s=max(0.5, min(5.0, deadline - time.monotonic())), diagnose=last_try)
                 except ProtocolError as exc:
                     failures[party] = exc
             waiting = list(failures)
             if not waiting:
                 return
-            if time.monotonic() >= deadline:
-                raise ProtocolError(f"agents not ready after {timeout_s} s: "
-                                    + "; ".join(str(e) for e in failures.values()))
+            if last_try:
+                refused = any(isinstance(e, CertificateRefused) for e in failures.values())
+                raise (CertificateRefused if refused else ProtocolError)(
+                    f"agents not ready after {timeout_s} s: " + "; ".join(str(e) for e in failures.values()))
             time.sleep(interval_s)
 
     def close(self) -> None:

@@ -9,8 +9,10 @@ import pytest
 import yaml
 from prefect.client.orchestration import get_client
 
-from fedcore.errors import ContractViolation, ProtocolError
+from fedcore.errors import CertificateRefused, ContractViolation, ProtocolError
 from fedcore.models.registry import ModelRegistry
+from fedcore.transport.tls import init_ca, issue_certificate
+from fedcore.vertical.alignment import AlignmentError
 from flows.retrain import retrain
 from tests.flows.conftest import small_federation
 
@@ -88,12 +90,27 @@ def _unknown_vehicle(frame: pd.DataFrame) -> str:
     return "hovercraft"
 
 
+def _age_as_text(frame: pd.DataFrame) -> str:
+    frame["age"] = frame["age"].map(lambda v: f"{v} years")
+    return f"{frame['age'].iloc[0]}"
+
+
+def _null_ids(frame: pd.DataFrame) -> str:
+    raw = str(frame.loc[frame.index[5], "customer_id"])
+    frame["customer_id"] = frame["customer_id"].astype(object)
+    frame.loc[frame.index[5:9], "customer_id"] = None
+    return raw
+
+
 @pytest.mark.parametrize(("institution", "damage", "expected"), [
     ("bank", _negative_age, r"institution 'bank', column 'age': expect_column_values_to_be_between\(.*\) failed: "
                             r"3 unexpected"),
     ("ecommerce", _drop_basket, r"institution 'ecommerce', column 'avg_basket': expect_column_to_exist"),
     ("insurer", _duplicate_id, r"institution 'insurer', column 'customer_id': expect_column_values_to_be_unique"),
     ("insurer", _unknown_vehicle, r"institution 'insurer', column 'vehicle_type': expect_column_values_to_be_in_set"),
+    ("bank", _age_as_text, r"institution 'bank', column 'age': expect_column_values_to_be_in_type_list"),
+    ("ecommerce", _null_ids, r"institution 'ecommerce', column 'customer_id': expect_column_values_to_not_be_null"
+                             r" failed: 4 null values"),
 ])
 def test_contract_violation_stops_before_training(workspace, first_run, institution, damage, expected) -> None:
     work, config_path, scenario = workspace
@@ -121,3 +138,47 @@ def test_unreachable_agents_fail_with_their_names(workspace) -> None:
     other.write_text(yaml.safe_dump(raw))
     with pytest.raises(ProtocolError, match=r"agents not ready after 2 s: cannot reach party 'bank'"):
         retrain(str(other), agents="running")
+
+
+def _assert_failed_cleanly(work, raw_values: list[str]) -> None:
+    """No new version; the failure artifact exists and quotes no raw value."""
+    assert ModelRegistry(work / "registry" / "master").versions(MODEL) == ["v0001"]
+    failures = [a for a in _artifacts() if a.key == "failure"]
+    assert failures and not [v for v in raw_values if v in str(failures[-1].data)]
+
+
+def test_empty_overlap_stops_before_training(workspace, first_run) -> None:
+    work, config_path, scenario = workspace
+    path = scenario["institutions"]["insurer"]["train"]
+    original = pd.read_parquet(path)
+    strangers = original.copy()
+    strangers["customer_id"] = [f"X{i:07d}" for i in range(len(strangers))]
+    strangers.to_parquet(path)
+    try:
+        with pytest.raises(AlignmentError, match=r"ID overlap is empty \(bank \d+ rows, ecommerce \d+ rows, "
+                                                 r"insurer \d+ rows\); check that every institution uses the "
+                                                 r"same consortium key"):
+            retrain(str(config_path), agents="local")
+    finally:
+        original.to_parquet(path)
+    _assert_failed_cleanly(work, list(strangers["customer_id"].iloc[:20]))
+
+
+def test_master_certificate_from_another_ca_is_refused(workspace, first_run, tmp_path) -> None:
+    work, config_path, _ = workspace
+    init_ca(tmp_path / "rogue", name="not the consortium CA")
+    issue_certificate(tmp_path / "rogue", "master", tmp_path / "rogue", role="master")
+    raw = yaml.safe_load(config_path.read_text())
+    raw["tls"].update(master_cert=str(tmp_path / "rogue" / "master.pem"),
+                      master_key=str(tmp_path / "rogue" / "master.key"))
+    raw["training"]["connect_timeout_s"] = 20
+    other = config_path.with_name("rogue-master.yaml")
+    other.write_text(yaml.safe_dump(raw))
+    with pytest.raises(CertificateRefused, match=r"agents not ready after 20 s: cannot reach party 'bank' at "
+                                                 r"grpc\+tls://127\.0\.0\.1:\d+: the agent closed the connection "
+                                                 r"after the handshake: it refused this master's certificate"):
+        retrain(str(other), agents="local")
+    _assert_failed_cleanly(work, [])
+    with get_client(sync_client=True) as client:
+        connects = [r for r in client.read_task_runs() if r.name.startswith("connect_agents")]
+    assert connects[-1].run_count == 1, "a refused certificate is not retried"

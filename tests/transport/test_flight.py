@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fedcore.data.split import split_vertical
-from fedcore.errors import ProtocolError
+from fedcore.errors import CertificateRefused, ProtocolError
 from fedcore.protocol.messages import Message
 from fedcore.transport import flight as flight_module
 from fedcore.transport.flight import AgentServer, FlightTransport
@@ -39,6 +39,7 @@ def pki(tmp_path_factory) -> dict[str, Path]:
         issue_certificate(ca, name, ca, role="institution")
     init_ca(rogue, name="someone else's CA")
     issue_certificate(rogue, "master", rogue, role="master")
+    issue_certificate(rogue, "a", rogue, role="institution")
     return {"ca": ca, "rogue": rogue}
 
 
@@ -152,15 +153,37 @@ def test_handler_error_is_reported_and_agent_keeps_serving(pki) -> None:
 def test_client_certificate_from_another_ca_is_refused(pki) -> None:
     party = Echo("a")
     with _agents([party], pki) as endpoints, _transport(endpoints, pki, cert_dir=pki["rogue"]) as transport:
-        with pytest.raises(ProtocolError, match=r"party 'a' at grpc\+tls://127\.0\.0\.1:\d+"):
+        with pytest.raises(CertificateRefused, match=r"cannot reach party 'a' at grpc\+tls://127\.0\.0\.1:\d+: the agent "
+                                                r"closed the connection after the handshake: it refused this "
+                                                r"master's certificate"):
             transport.exchange({"a": Message("ping")})
     assert party.calls == 0
+
+
+def test_agent_certificate_from_another_ca_is_refused(pki) -> None:
+    party = Echo("a")
+    rogue = pki["rogue"]
+    server = AgentServer(party, tls_cert=rogue / "a.pem", tls_key=rogue / "a.key", ca_cert=pki["ca"] / "ca.pem")
+    try:
+        with _transport({"a": f"grpc+tls://127.0.0.1:{server.port}"}, pki) as transport:
+            with pytest.raises(CertificateRefused, match=r"cannot reach party 'a' at .*: the agent's certificate does not "
+                                                    r"verify against the consortium CA"):
+                transport.exchange({"a": Message("ping")})
+    finally:
+        server.shutdown()
+    assert party.calls == 0
+
+
+def test_a_healthy_agent_has_nothing_to_explain(pki) -> None:
+    with _agents([Echo("a")], pki) as endpoints, _transport(endpoints, pki) as transport:
+        assert transport.explain_unreachable("a") is None
+        assert transport.ping("a") == "a"
 
 
 def test_institution_certificate_cannot_act_as_master(pki) -> None:
     party = Echo("a")
     with _agents([party], pki) as endpoints, _transport(endpoints, pki, name="b") as transport:
-        with pytest.raises(ProtocolError, match="refused this master: agent 'a' serves only master 'master'; "
+        with pytest.raises(CertificateRefused, match="refused this master: agent 'a' serves only master 'master'; "
                                                 r"the client at .* presented the certificate of institution 'b'"):
             transport.exchange({"a": Message("ping")})
     assert party.calls == 0
@@ -171,7 +194,8 @@ def test_master_refuses_an_agent_with_another_institutions_certificate(pki) -> N
     server = _server(impostor, pki)  # b's agent, listed as a's endpoint
     try:
         with _transport({"a": f"grpc+tls://127.0.0.1:{server.port}"}, pki) as transport:
-            with pytest.raises(ProtocolError, match=r"cannot reach party 'a'.*a\.institution\.fedforest"):
+            with pytest.raises(CertificateRefused, match=r"cannot reach party 'a' at .*: the agent there presents the "
+                                                    r"certificate of institution 'b', not of institution 'a'"):
                 transport.exchange({"a": Message("ping")})
     finally:
         server.shutdown()
@@ -186,7 +210,8 @@ def test_unreachable_endpoint_fails_fast_naming_the_party(pki) -> None:
     with _agents([Echo("a")], pki) as endpoints:
         with _transport({**endpoints, "b": endpoint}, pki, timeout_s=2.0) as transport:
             started = time.perf_counter()
-            with pytest.raises(ProtocolError, match=re.escape(f"cannot reach party 'b' at {endpoint}: ")):
+            with pytest.raises(ProtocolError, match=re.escape(f"cannot reach party 'b' at {endpoint}: nothing listens "
+                                                              "there: is the agent running?")):
                 transport.exchange({"a": Message("ping"), "b": Message("ping")})
             assert time.perf_counter() - started < 2.5
 
