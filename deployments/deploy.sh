@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${FEDFOREST_CONFIG:?set FEDFOREST_CONFIG to the federation config}"
 export FEDFOREST_HOME="${FEDFOREST_HOME:-$PWD}"
-PREFECT="${PREFECT:-.venv/bin/prefect}"
-pools=$(.venv/bin/python - <<PY
+PYTHON="${PYTHON:-.venv/bin/python}"
+PREFECT="${PREFECT:-$(dirname "$PYTHON")/prefect}"
+pools=$("$PYTHON" - <<PY
 from fedcore.config import load_config
 c = load_config("$FEDFOREST_CONFIG")
 print(" ".join([c.master_work_pool] + [i.work_pool for i in c.institutions]))

@@ -21,15 +21,16 @@
         predictions: predictions/bank      # where batch predictions land (default: next to the registry)
     params: {n_estimators: 50, max_depth: 8}   # ForestParams fields
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
-               metric: accuracy, predict_for: bank}
+               metric: accuracy, predict_for: bank, connect_timeout_s: 60, agent_idle_timeout_s: 900}
 
 Relative paths are resolved against the config file's folder.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,46 @@ class Institution:
 
 
 @dataclass(frozen=True)
+class TrainingSettings:
+    """The `training:` section: how the master runs a retrain. None means "derive it" (see the fields)."""
+
+    model_name: str | None = None
+    """Registry name of the model; default: the federation's name."""
+    holdout: float = 0.2
+    """Fraction of aligned rows the label holder keeps back to evaluate each new version."""
+    min_overlap: int = 50
+    """Fewer aligned rows than this stops the run before training."""
+    promote_margin: float = 0.0
+    """A new version becomes production unless it is worse than production by more than this."""
+    metric: str | None = None
+    """Metric compared for promotion; default accuracy (classification) or r2 (regression)."""
+    predict_for: str | None = None
+    """Institution that receives batch predictions; default: the label holder."""
+    connect_timeout_s: float = 60.0
+    """How long the master waits for every agent to answer before failing, naming those that do not."""
+    agent_idle_timeout_s: float = 900.0
+    """An agent started for one session stops (and fails) after this long without a message from the master."""
+
+    @classmethod
+    def from_mapping(cls, raw: dict, where: str) -> TrainingSettings:
+        """Checked settings: unknown keys (typos) and wrongly typed values are refused, naming the key."""
+        known = {f.name: f for f in fields(cls)}
+        values = {}
+        for key, value in raw.items():
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f"; known: {sorted(known)}"
+                raise ConfigError(f"{where}: unknown training setting {key!r}{hint}")
+            numeric = known[key].type in ("float", "int")
+            if numeric and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+                raise ConfigError(f"{where}: training.{key} must be a non-negative number, got {value!r}")
+            values[key] = value
+        if not 0 < values.get("holdout", 0.2) < 1:
+            raise ConfigError(f"{where}: training.holdout must be between 0 and 1 (exclusive), got {values['holdout']!r}")
+        return cls(**values)
+
+
+@dataclass(frozen=True)
 class FederationConfig:
     """A parsed, validated federation config."""
 
@@ -79,7 +120,22 @@ class FederationConfig:
     params: ForestParams
     consortium_key: dict[str, str]
     tls: dict[str, Path] = field(default_factory=dict)
-    training: dict[str, Any] = field(default_factory=dict)
+    training: TrainingSettings = field(default_factory=TrainingSettings)
+
+    @property
+    def model_name(self) -> str:
+        """The registry name of the federation's model."""
+        return self.training.model_name or self.federation
+
+    @property
+    def prediction_requester(self) -> str:
+        """The institution batch predictions are delivered to."""
+        return self.training.predict_for or self.label_holder.name
+
+    @property
+    def promotion_metric(self) -> str:
+        """The metric a new version must not be worse on to be promoted."""
+        return self.training.metric or ("accuracy" if self.params.task == "classification" else "r2")
 
     def institution(self, name: str) -> Institution:
         """The institution called `name`."""
@@ -170,6 +226,10 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
     holders = [i.name for i in institutions if i.is_label_holder]
     if setting == "vertical" and len(holders) != 1:
         raise ConfigError(f"{path}: a vertical federation needs exactly one institution with 'label', found {holders}")
+    training = TrainingSettings.from_mapping(raw.get("training") or {}, str(path))
+    if training.predict_for is not None and training.predict_for not in names:
+        raise ConfigError(f"{path}: training.predict_for names no institution: {training.predict_for!r}; "
+                          f"known: {names}")
     master = raw.get("master") or {}
     params = raw.get("params") or {}
     try:
@@ -184,5 +244,5 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         master_signing_key=resolve(path, master["signing_key"]) if master.get("signing_key") else None,
         params=forest, consortium_key=dict(key),
         tls={k: resolve(path, v) for k, v in (raw.get("tls") or {}).items()},
-        training=dict(raw.get("training") or {}),
+        training=training,
     )

@@ -11,6 +11,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 from fedcore.config import FederationConfig, load_config
+from fedcore.errors import ContractViolation
 from fedcore.vertical.institution import InstitutionData, institution_from_config
 from fedcore.vertical.serving import build_institution_server, serve_until_session_closed
 from tasks.common import DATA_LOCAL, artifact_key
@@ -35,7 +36,7 @@ def serve_session(config: FederationConfig, institution: str, data: InstitutionD
     """Answer the master over Flight until it closes the session; returns the number of sessions served."""
     server = build_institution_server(config, institution, data=data)
     get_run_logger().info("%s serving on %s", institution, config.institution(institution).endpoint)
-    serve_until_session_closed(server)
+    serve_until_session_closed(server, idle_timeout_s=config.training.agent_idle_timeout_s)
     return server.party.sessions
 
 
@@ -44,5 +45,10 @@ def institution_agent(config_path: str, institution: str) -> dict:
     """Load, validate and serve one institution's data for one session of the master's retrain flow."""
     config = load_config(config_path)
     data = load_and_validate(config, institution)
-    sessions = serve_session(config, institution, data)
+    sessions = serve_session(config, institution, data)  # also when invalid: the master reports it for all
+    if not data.valid:
+        failed = [r for r in data.validation.rows if not r["success"]]
+        raise ContractViolation(f"institution {institution!r}: {len(failed)} expectation(s) of its data contract "
+                                f"failed; see the {artifact_key('contract', institution)!r} artifact",
+                                institution=institution, failures=failed)
     return {"institution": institution, "valid": data.valid, "sessions": sessions}

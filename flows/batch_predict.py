@@ -22,9 +22,8 @@ def batch_predict(config_path: str, model_name: str | None = None, version: str 
                   requester: str | None = None, agents: str = "running") -> dict:
     """Predict the institutions' new rows with a registered version; returns a JSON-ready summary."""
     config = load_config(config_path)
-    settings = config.training
-    model_name = model_name or settings.get("model_name", config.federation)
-    requester = requester or settings.get("predict_for", config.label_holder.name)
+    model_name = model_name or config.model_name
+    requester = requester or config.prediction_requester
     names = [i.name for i in config.institutions]
     if requester not in names:
         raise ValueError(f"requester {requester!r} is not an institution of {config.federation!r} ({names})")

@@ -32,10 +32,10 @@ def retrain(config_path: str, agents: str = "deployments", model_name: str | Non
     """Train a new model version for the federation in `config_path`; returns a JSON-ready summary."""
     config = load_config(config_path)
     settings = config.training
-    model_name = model_name or settings.get("model_name", config.federation)
+    model_name = model_name or config.model_name
     with agent_session(config, agents) as (transport, validation):
-        session = VerticalSession(transport, config.params, holdout_fraction=settings.get("holdout", 0.2),
-                                  min_overlap=settings.get("min_overlap", 50))
+        session = VerticalSession(transport, config.params, holdout_fraction=settings.holdout,
+                                  min_overlap=settings.min_overlap)
         alignment = align_ids(session)
         training = train_forest(session)
         metrics = evaluate_model(session)
@@ -43,9 +43,8 @@ def retrain(config_path: str, agents: str = "deployments", model_name: str | Non
         production = previous_production(config, model_name)
         version = register_model(config, session, model_name, manifest)
         promoted = promote_if_not_worse(config, model_name, version, metrics, production,
-                                        settings.get("metric", "accuracy" if config.params.task == "classification"
-                                                     else "r2"), settings.get("promote_margin", 0.0))
-        requester = settings.get("predict_for", config.label_holder.name)
+                                        config.promotion_metric, settings.promote_margin)
+        requester = config.prediction_requester
         prediction = None
         if predict and all(i.predict_data for i in config.institutions):
             prediction = predict_batch(session, requester, f"{model_name}-{version}")

@@ -9,7 +9,14 @@ from pathlib import Path
 
 from fedcore.config import FederationConfig
 from fedcore.transport.flight import FlightTransport
-from tasks.agents import connect_agents, start_local_agents, stop_local_agents, trigger_agent_deployments
+from tasks.agents import (
+    connect_agents,
+    release_agents,
+    start_local_agents,
+    stop_local_agents,
+    trigger_agent_deployments,
+    wait_for_agent_runs,
+)
 from tasks.validation import collect_validation
 
 AGENT_MODES = ("deployments", "local", "running")
@@ -27,18 +34,23 @@ def check_agent_mode(agents: str) -> None:
 def agent_session(config: FederationConfig, agents: str) -> Iterator[tuple[FlightTransport, dict]]:
     """Start (or reach) the agents and collect their data-contract results; yield (transport, validation).
 
-    A contract violation stops here, before any training. On the way out the transport is closed and
-    local agents are stopped, also when the flow failed.
+    A contract violation stops here, before any training. On the way out, also when the flow failed,
+    every agent is told the session is over, the transport is closed, local agents are stopped and the
+    agents' deployment runs are awaited (their final states are logged).
     """
     check_agent_mode(agents)
     processes = start_local_agents(config, Path(config.path).parent / "logs") if agents == "local" else []
+    agent_runs: list[str] = []
     try:
         if agents == "deployments":
-            trigger_agent_deployments(config)
-        transport = connect_agents(config, timeout_s=config.training.get("connect_timeout_s", 60.0))
+            agent_runs = trigger_agent_deployments(config)
+        transport = connect_agents(config, timeout_s=config.training.connect_timeout_s)
         try:
             yield transport, collect_validation(transport)
         finally:
+            release_agents(transport)
             transport.close()
     finally:
         stop_local_agents(processes)
+        if agent_runs:
+            wait_for_agent_runs(agent_runs)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from prefect import get_run_logger, task
 
 from fedcore.config import FederationConfig
-from fedcore.errors import CertificateRefused
+from fedcore.errors import CertificateRefused, FedForestError
+from fedcore.protocol.messages import Message
 from fedcore.transport.flight import FlightTransport
 from tasks.common import DATA_LOCAL
 
@@ -45,17 +48,54 @@ def stop_local_agents(processes: list[subprocess.Popen], timeout_s: float = 10.0
 
 
 @task(**DATA_LOCAL)
-def trigger_agent_deployments(config: FederationConfig, deployment: str = "institution-agent") -> list[str]:
-    """Start each institution's agent flow on its own work pool (production); returns the flow run ids."""
+def trigger_agent_deployments(config: FederationConfig, flow_name: str = "institution-agent") -> list[str]:
+    """Start each institution's agent flow on its own work pool (production); returns the flow run ids.
+
+    Each run uses its deployment's own `config_path` (the institution's host has its own copy of the
+    federation config); the runs show as subflows of the master's run in the UI.
+    """
     from prefect.deployments import run_deployment
 
     runs = []
     for inst in config.institutions:
-        run = run_deployment(f"{deployment}/{inst.name}", parameters={"config_path": str(config.path),
-                                                                      "institution": inst.name},
-                             timeout=0, as_subflow=False)
+        run = run_deployment(f"{flow_name}/{inst.name}", parameters={"institution": inst.name}, timeout=0,
+                             as_subflow=True)
+        get_run_logger().info("started %s's agent: flow run %s on work pool %r", inst.name, run.id, inst.work_pool)
         runs.append(str(run.id))
     return runs
+
+
+def wait_for_agent_runs(run_ids: list[str], timeout_s: float = 60.0, poll_s: float = 1.0) -> dict[str, str]:
+    """Wait until the agents' flow runs reach a final state; log and return {run id: state name}."""
+    from prefect.client.orchestration import get_client
+
+    logger = get_run_logger()
+    deadline = time.monotonic() + timeout_s
+    with get_client(sync_client=True) as client:
+        while True:
+            runs = [client.read_flow_run(run_id) for run_id in run_ids]
+            if all(r.state is not None and r.state.is_final() for r in runs) or time.monotonic() > deadline:
+                break
+            time.sleep(poll_s)
+    states = {str(r.id): r.state.name if r.state else "unknown" for r in runs}
+    for run in runs:
+        final = run.state is not None and run.state.is_final()
+        level = logging.INFO if final and run.state.is_completed() else logging.WARNING
+        logger.log(level, "agent flow run %s (%s): %s", run.name, run.id,
+                   states[str(run.id)] if final else f"still {states[str(run.id)]} after {timeout_s:g} s")
+    return states
+
+
+def release_agents(transport: FlightTransport) -> None:
+    """Tell every agent the session is over (best effort: some may be gone), so none waits for a master
+    that has finished or failed."""
+    if getattr(transport, "timeout_s", None) is not None:
+        transport.timeout_s = min(transport.timeout_s, 10.0)  # a hung agent must not hold the master
+    for party in transport.parties:
+        try:
+            transport.exchange({party: Message("close")})
+        except FedForestError:
+            pass
 
 
 def worth_retrying(task, task_run, state) -> bool:

@@ -40,9 +40,9 @@ def build_manifest(config: FederationConfig, session: VerticalSession, metrics: 
     return {
         "algorithm": "federated-forest", "setting": config.setting, "task": session.params.task,
         "params": session.params.to_dict(),
-        "parties": [{"name": name, "role": "label_holder" if name == info.label_holder else "passive",
-                     "feature_count": counts[name], "owned_nodes": training["owned_nodes"].get(name, 0)}
-                    for name in info.parties],
+        "parties": [{**party, "feature_count": counts[party["name"]],
+                     "owned_nodes": training["owned_nodes"].get(party["name"], 0)}
+                    for party in session.manifest_parties()],
         "metrics": metrics,
         "training": {"rows": alignment["train_rows"], "holdout_rows": alignment["holdout_rows"],
                      "overlap": alignment["overlap"], "seconds": training["seconds"], "rounds": training["rounds"],
@@ -57,7 +57,11 @@ def register_model(config: FederationConfig, session: VerticalSession, model_nam
     """Write the signed master version, then every institution's partial model under the same version."""
     registry = master_registry(config)
     version = registry.register(model_name, manifest, session.master_tables())
-    stored = session.store_at_institutions(model_name, version, registry.read_manifest(model_name, version))
+    try:
+        stored = session.store_at_institutions(model_name, version, registry.read_manifest(model_name, version))
+    except BaseException:
+        registry.withdraw(model_name, version)  # all parties' files or none
+        raise
     path = config.master_registry / model_name / version
     create_link_artifact(path.as_uri(), link_text=f"{model_name} {version}", key="model-version",
                          description=f"Master registry entry; institutions stored theirs at {sorted(stored)}")

@@ -106,12 +106,22 @@ def manifest_bytes(manifest: dict) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def _write_table(path: Path, table: pa.Table) -> dict:
-    """Write one table as an Arrow IPC file; return its manifest entry (name, sha256, bytes)."""
+def table_file_bytes(table: pa.Table) -> bytes:
+    """`table` as the Arrow IPC file a version stores (deterministic: equal tables give equal bytes)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-    data = sink.getvalue().to_pybytes()
+    return sink.getvalue().to_pybytes()
+
+
+def table_sha256(table: pa.Table) -> str:
+    """The SHA-256 that `write_version` will record for `table`, known before it is written."""
+    return hashlib.sha256(table_file_bytes(table)).hexdigest()
+
+
+def _write_table(path: Path, table: pa.Table) -> dict:
+    """Write one table as an Arrow IPC file; return its manifest entry (name, sha256, bytes)."""
+    data = table_file_bytes(table)
     _write_bytes(path, data)
     return {"name": path.name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 

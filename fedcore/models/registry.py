@@ -170,6 +170,28 @@ class ModelRegistry:
             self._write_state(model_name, state)
         return previous
 
+    def withdraw(self, model_name: str, version: str) -> None:
+        """Take back a just-registered version whose other parts could not be stored elsewhere (a federated
+        version is all parties' files or none). Never for a version an alias other than latest points to."""
+        chosen = _parse_version(version)
+        with self._lock(model_name):
+            state = self._state(model_name)
+            held = sorted(alias for alias, v in state["aliases"].items() if v == chosen and alias != LATEST)
+            if held:
+                raise ArtifactError(f"model {model_name!r} {chosen} is {', '.join(held)}; roll back before withdrawing")
+            model_dir = self._model_dir(model_name)
+            if not (model_dir / chosen).is_dir():
+                return
+            (model_dir / chosen).rename(model_dir / f".withdrawn-{chosen}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}")
+            remaining = [v for v in _version_names(model_dir) if (model_dir / v / MANIFEST).is_file()]
+            if state["aliases"].get(LATEST) == chosen:
+                if remaining:
+                    state["aliases"][LATEST] = remaining[-1]
+                else:
+                    state["aliases"].pop(LATEST)
+            _log(state, "withdraw", LATEST, chosen)
+            self._write_state(model_name, state)
+
     # -- reading ------------------------------------------------------------------------------------
     def load(self, model_name: str, ref: str = LATEST) -> tuple[dict, dict[str, pa.Table]]:
         """Manifest and tables of a version, after checking every file's SHA-256 and the signature(s)."""

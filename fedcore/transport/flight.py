@@ -100,6 +100,12 @@ class AgentServer(flight.FlightServerBase):
         self._allowed_identity = identity_uri(allowed_master, "master")
         self._lock = threading.Lock()  # a party answers one message at a time
         self._stopped = False
+        self.last_activity = time.monotonic()
+        """When the master last sent a message or this agent last finished answering one."""
+
+    def idle_seconds(self) -> float:
+        """Seconds since the last message, 0 while one is being answered."""
+        return 0.0 if self._lock.locked() else time.monotonic() - self.last_activity
 
     def _check_peer(self, context: flight.ServerCallContext) -> None:
         identity = context.peer_identity().decode(errors="replace")
@@ -113,6 +119,7 @@ class AgentServer(flight.FlightServerBase):
     def _answer(self, payload: bytes | pa.Buffer) -> pa.Buffer:
         kind = "?"
         with self._lock:
+            self.last_activity = time.monotonic()
             try:
                 message = Message.from_bytes(payload)
                 kind = message.kind
@@ -121,6 +128,8 @@ class AgentServer(flight.FlightServerBase):
                 log.exception("party %r failed on %r", self.name, kind)
                 raise flight.FlightServerError(
                     f"party {self.name!r} failed on {kind!r}: {type(exc).__name__}: {exc}") from exc
+            finally:
+                self.last_activity = time.monotonic()
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         self._check_peer(context)

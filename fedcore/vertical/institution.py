@@ -23,7 +23,7 @@ import pandas as pd
 from fedcore.config import FederationConfig
 from fedcore.contracts.expectations import ValidationReport
 from fedcore.errors import ArtifactError, ColumnNotFoundError, DataReadError, ProtocolError
-from fedcore.models.artifacts import decode_classes, encode_classes
+from fedcore.models.artifacts import decode_classes, encode_classes, table_sha256
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.tables import partial_forest_from_table, party_table
 from fedcore.privacy.hashing import hash_ids
@@ -145,9 +145,19 @@ class InstitutionAgent:
             result = metrics("regression", y, values[:, 0])
         return Message("metrics", {"metrics": result, "rows": int(len(y))})
 
+    def _on_model_digest(self, message: Message) -> Message:
+        """The SHA-256 of this party's partial model file, for the master to sign before anyone stores."""
+        return Message("model_digest", {"sha256": table_sha256(party_table(self.party.model))})
+
     def _on_store_model(self, message: Message) -> Message:
         h = message.header
-        manifest = {"institution": self.name, "master_manifest": json.loads(h["manifest"])}
+        master_manifest = json.loads(h["manifest"])
+        table = party_table(self.party.model)
+        signed = _signed_digest(master_manifest, self.name)
+        if signed != table_sha256(table):
+            raise ProtocolError(f"institution {self.name!r}: the master's manifest signs partial model digest "
+                                f"{signed!r}, not this party's model; refusing to store {h['model']!r} {h['version']}")
+        manifest = {"institution": self.name, "master_manifest": master_manifest}
         if self.party.classes_ is not None:
             manifest["classes"] = [str(c) for c in self.party.classes_]
             try:  # the strings above lose the labels' dtype; this keeps it for `load_model`
@@ -155,9 +165,13 @@ class InstitutionAgent:
             except ArtifactError:
                 pass
         registry = ModelRegistry(self.data.registry)
-        version = registry.register(h["model"], manifest, {party_file_stem(self.name): party_table(self.party.model)},
-                                    version=h["version"])
+        version = registry.register(h["model"], manifest, {party_file_stem(self.name): table}, version=h["version"])
         return Message("stored", {"path": str(self.data.registry / h["model"] / version)})
+
+    def _on_withdraw_model(self, message: Message) -> Message:
+        """Take back this party's part of a version that could not be stored everywhere."""
+        ModelRegistry(self.data.registry).withdraw(message.header["model"], message.header["version"])
+        return Message("withdrawn")
 
     def _on_load_model(self, message: Message) -> Message:
         """Rebuild the party from its own stored partial model, to batch predict without training."""
@@ -173,6 +187,12 @@ class InstitutionAgent:
         stem = party_file_stem(self.name)
         if stem not in tables:
             raise ArtifactError(f"institution {self.name!r}: model {model_name!r} {version} has no table {stem!r}")
+        stored = next((f["sha256"] for f in manifest.get("files", []) if f["name"] == f"{stem}.arrow"), None)
+        signed = message.header.get("table_sha256")
+        if signed is not None and signed != stored:
+            raise ArtifactError(f"institution {self.name!r}: its {model_name!r} {version} partial model (sha256 "
+                                f"{str(stored)[:12]}) is not the one the master's signed manifest lists "
+                                f"({signed[:12]}); refusing to predict with it")
         model = partial_forest_from_table(tables[stem])
         label = self.data.label
         columns = list(model.column_names) + ([label] if label else [])
@@ -267,3 +287,9 @@ def read_files(pattern: str, what: str) -> pd.DataFrame:
     if not files:
         raise DataReadError(f"{what}: no file matches {pattern!r}")
     return pd.concat([read_table(f) for f in files], ignore_index=True)
+
+
+def _signed_digest(master_manifest: dict, institution: str) -> str | None:
+    """The partial-model SHA-256 the master's manifest lists for `institution`."""
+    entry = next((p for p in master_manifest.get("parties") or [] if p.get("name") == institution), {})
+    return entry.get("table_sha256")

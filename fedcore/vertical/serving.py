@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from fedcore.config import FederationConfig
-from fedcore.errors import ConfigError
+from fedcore.errors import ConfigError, ProtocolError
 from fedcore.transport.flight import AgentServer
 from fedcore.vertical.institution import InstitutionAgent, InstitutionData, institution_from_config
 
@@ -25,14 +25,27 @@ def build_institution_server(config: FederationConfig, name: str, master: str = 
                        allowed_master=master)
 
 
-def serve_until_session_closed(server: AgentServer, poll_s: float = 0.2) -> None:
-    """Serve until the master closes the session (an agent started for one session, e.g. by Prefect)."""
+def serve_until_session_closed(server: AgentServer, idle_timeout_s: float | None = None,
+                               poll_s: float = 0.2) -> None:
+    """Serve until the master closes the session (an agent started for one session, e.g. by Prefect).
+
+    With `idle_timeout_s`, give up when the master sends nothing for that long (it never came, or died
+    mid-session): the agent stops and raises ProtocolError rather than holding its port forever.
+    """
     thread = threading.Thread(target=server.serve, name=f"agent-{server.name}", daemon=True)
     thread.start()
     stop = threading.Event()
+    idle = False
     while thread.is_alive() and not stop.wait(poll_s):
         agent = server.party
         if agent.closed and agent.sessions:
             break
+        if idle_timeout_s is not None and server.idle_seconds() > idle_timeout_s:
+            idle = True
+            break
     server.shutdown()
     thread.join(timeout=10)
+    if idle:
+        state = "mid-session" if server.party.sessions else "before a session started"
+        raise ProtocolError(f"agent {server.name!r}: no message from the master for {idle_timeout_s:g} s "
+                            f"({state}); stopped serving")

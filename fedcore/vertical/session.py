@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedcore.errors import ArtifactError, ProtocolError
+from fedcore.errors import ArtifactError, FedForestError, ProtocolError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.tables import N_TREES_KEY, master_table, structure_from_table
 from fedcore.protocol.messages import Message, pack_bits
@@ -22,6 +23,8 @@ from fedcore.transport.base import Transport
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.alignment import AlignmentPlan, check_overlap, intersect_hashes
 from fedcore.vertical.master import FederationInfo, ProgressCallback, VerticalMaster
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -104,11 +107,33 @@ class VerticalSession:
             raise ProtocolError("nothing trained yet")
         return {"master": master_table(self.master.structure)}
 
+    def manifest_parties(self) -> list[dict]:
+        """The version manifest's "parties": each institution's role and the SHA-256 of the partial model it
+        will store, so the master's signature covers every party's file."""
+        info = self.master.info
+        replies = self.transport.exchange({name: Message("model_digest") for name in self.institutions})
+        return [{"name": name, "role": "label_holder" if name == info.label_holder else "passive",
+                 "table_sha256": str(replies[name].header["sha256"])} for name in info.parties]
+
     def store_at_institutions(self, model_name: str, version: str, manifest: dict) -> dict[str, str]:
-        """Ask every institution to store its partial model under the master's version."""
+        """Ask every institution to store its partial model under the master's version. If any cannot, those
+        that did withdraw theirs again and the error is raised: a version is stored everywhere or nowhere."""
         header = {"model": model_name, "version": version, "manifest": json.dumps(manifest, default=str)}
-        replies = self.transport.exchange({name: Message("store_model", header) for name in self.institutions})
+        try:
+            replies = self.transport.exchange({name: Message("store_model", header) for name in self.institutions})
+        except FedForestError:
+            self.withdraw_at_institutions(model_name, version)
+            raise
         return {name: r.header["path"] for name, r in replies.items()}
+
+    def withdraw_at_institutions(self, model_name: str, version: str) -> None:
+        """Best effort: every institution that stored `version` takes it back (one unreachable is skipped)."""
+        header = {"model": model_name, "version": version}
+        for name in self.institutions:
+            try:
+                self.transport.exchange({name: Message("withdraw_model", header)})
+            except FedForestError:
+                log.warning("could not withdraw %s %s at %s", model_name, version, name)
 
     def load_model(self, registry: ModelRegistry, model_name: str, ref: str = "production") -> str:
         """Load a registered version (verified) at the master and at every institution, to batch predict
@@ -130,8 +155,10 @@ class VerticalSession:
         n_classes = structure.value.shape[1] if manifest.get("task") == "classification" else 0
         self.master.info = FederationInfo(parties=parties, label_holder=holders[0], n_rows=0, n_classes=n_classes,
                                           feature_ids=[], feature_owner=np.zeros(0, np.int64))
-        header = {"model": model_name, "version": version}
-        self.transport.exchange({name: Message("load_model", header) for name in self.institutions})
+        signed = {p["name"]: p.get("table_sha256") for p in manifest.get("parties") or []}
+        self.transport.exchange({name: Message("load_model", {"model": model_name, "version": version,
+                                                              "table_sha256": signed[name]})
+                                 for name in self.institutions})
         return version
 
     def batch_predict(self, requester: str, file_stem: str, min_overlap: int = 1) -> dict:

@@ -11,7 +11,7 @@ import pytest
 from fedcore.errors import ArtifactError
 from flows.batch_predict import batch_predict
 from flows.retrain import retrain
-from tests.flows.conftest import small_federation
+from tests.federations import small_federation
 
 pytestmark = pytest.mark.slow
 MODEL = "retail-response"

@@ -14,7 +14,7 @@ from fedcore.models.registry import ModelRegistry
 from fedcore.transport.tls import init_ca, issue_certificate
 from fedcore.vertical.alignment import AlignmentError
 from flows.retrain import retrain
-from tests.flows.conftest import small_federation
+from tests.federations import small_federation
 
 pytestmark = pytest.mark.slow
 MODEL = "retail-response"

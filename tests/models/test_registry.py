@@ -114,6 +114,20 @@ def test_promote_and_rollback_keep_a_history(registry, model):
         registry.promote(MODEL, "v0001", alias="latest")
 
 
+def test_withdraw_takes_back_an_unpromoted_version(registry, model):
+    _register(registry, model, 0.8)
+    registry.promote(MODEL, "v0001")
+    _register(registry, model, 0.9)
+    registry.withdraw(MODEL, "v0002")
+    assert registry.versions(MODEL) == ["v0001"]
+    assert registry.aliases(MODEL) == {"latest": "v0001", "production": "v0001"}
+    assert [p.name.startswith(".withdrawn-v0002-") for p in (registry.root / MODEL).iterdir()].count(True) == 1
+    with pytest.raises(ArtifactError, match="model 'credit' v0001 is production; roll back before withdrawing"):
+        registry.withdraw(MODEL, "v0001")
+    assert _register(registry, model, 0.7) == "v0002"
+    assert registry.load(MODEL, "v0002")[0]["metrics"] == {"accuracy": 0.7}
+
+
 def test_only_registry_files_are_left_behind(registry, model):
     _register(registry, model)
     registry.promote(MODEL, "v0001")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +54,8 @@ def test_session_end_to_end(scenario, tmp_path) -> None:
 
     generate_signing_key(tmp_path / "master.key")
     registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=load_signing_key(tmp_path / "master.key"))
-    version = registry.register("demo", {"metrics": metrics}, session.master_tables())
+    version = registry.register("demo", {"metrics": metrics, "parties": session.manifest_parties()},
+                                session.master_tables())
     stored = session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
     assert set(stored) == set(agents)
     for name in agents:
@@ -107,9 +109,7 @@ def test_load_model_predicts_like_the_training_session(scenario, tmp_path) -> No
                               ForestParams(n_estimators=6, max_depth=5, random_state=2), min_overlap=100)
     session.align()
     session.train()
-    info = session.master.info
-    manifest = {"task": "classification", "parties": [
-        {"name": n, "role": "label_holder" if n == info.label_holder else "passive"} for n in info.parties]}
+    manifest = {"task": "classification", "parties": session.manifest_parties()}
     generate_signing_key(tmp_path / "master.key")
     registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=load_signing_key(tmp_path / "master.key"))
     version = registry.register("demo", manifest, session.master_tables())
@@ -137,3 +137,50 @@ def test_load_model_predicts_like_the_training_session(scenario, tmp_path) -> No
                   version="v0002")
     with pytest.raises(ProtocolError, match=r"institution 'bank'.*master version 'v0001', not the requested 'v0002'"):
         fresh["bank"].handle(Message("load_model", {"model": "demo", "version": "v0002"}))
+
+
+def test_a_version_is_stored_at_every_institution_or_at_none(scenario, tmp_path) -> None:
+    agents = _agents(scenario, tmp_path, new_batch=False)
+    session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}),
+                              ForestParams(n_estimators=3, max_depth=3, random_state=5), min_overlap=100)
+    session.align()
+    session.train()
+    parties = session.manifest_parties()
+    forged = [{**p, "table_sha256": "0" * 64} if p["name"] == "insurer" else p for p in parties]
+    registry = ModelRegistry(tmp_path / "registry" / "master")
+    version = registry.register("demo", {"task": "classification", "parties": forged}, session.master_tables())
+    with pytest.raises(ProtocolError, match="institution 'insurer': the master's manifest signs partial model digest "
+                                            "'0000000000000000000000000000000000000000000000000000000000000000', "
+                                            "not this party's model; refusing to store 'demo' v0001"):
+        session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
+    assert [ModelRegistry(tmp_path / "registry" / name).versions("demo") for name in agents] == [[], [], []]
+
+
+def test_institutions_predict_only_with_the_partial_model_the_master_signed(scenario, tmp_path) -> None:
+    registry = ModelRegistry(tmp_path / "registry" / "master")
+    for seed in (5, 6):  # two versions of one model: swapping a party's files between them must be caught
+        agents = _agents(scenario, tmp_path)
+        session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}),
+                                  ForestParams(n_estimators=3, max_depth=3, random_state=seed), min_overlap=100)
+        session.align()
+        session.train()
+        version = registry.register("demo", {"task": "classification", "parties": session.manifest_parties()},
+                                    session.master_tables())
+        session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
+    session.close()
+    ecommerce = tmp_path / "registry" / "ecommerce" / "demo"
+    first, second = ecommerce / "v0001", ecommerce / "v0002"
+    for name in ("ecommerce.arrow",):  # a consistent local swap: file and its local manifest entry
+        (first / name).write_bytes((second / name).read_bytes())
+    local = json.loads((first / "manifest.json").read_text())
+    theirs = json.loads((second / "manifest.json").read_text())
+    local["files"] = theirs["files"]
+    (first / "manifest.json").write_text(json.dumps(local))
+
+    fresh = _agents(scenario, tmp_path)
+    transport = InProcessTransport({n: a.handle for n, a in fresh.items()})
+    transport.exchange({n: Message("validation_report") for n in fresh})
+    loaded = VerticalSession(transport, ForestParams(), min_overlap=100)
+    with pytest.raises(ArtifactError, match=r"institution 'ecommerce': its 'demo' v0001 partial model \(sha256 \w+\) "
+                                            r"is not the one the master's signed manifest lists"):
+        loaded.load_model(registry, "demo", "v0001")

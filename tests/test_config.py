@@ -1,0 +1,72 @@
+"""The federation config: defaults, path resolution, and every refused field named with file and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedcore.config import TrainingSettings, parse_config
+from fedcore.errors import ConfigError
+
+CONFIG = Path("/srv/federation/federation.yaml")
+
+
+def _raw(**overrides) -> dict:
+    raw = {
+        "federation": "retail",
+        "consortium_key": {"env": "FEDFOREST_CONSORTIUM_KEY"},
+        "institutions": [
+            {"name": "bank", "data": "data/bank/*.parquet", "id_column": "customer_id", "label": "responded"},
+            {"name": "insurer", "data": "/data/insurer.csv", "id_column": "customer_id"},
+        ],
+    }
+    return {**raw, **overrides}
+
+
+def test_defaults_and_paths_relative_to_the_config_file() -> None:
+    config = parse_config(_raw(), CONFIG)
+    bank, insurer = config.institutions
+    assert bank.data == "/srv/federation/data/bank/*.parquet" and insurer.data == "/data/insurer.csv"
+    assert bank.registry == Path("/srv/federation/registry/bank") and insurer.work_pool == "insurer"
+    assert config.training == TrainingSettings()
+    assert (config.model_name, config.prediction_requester, config.promotion_metric) == ("retail", "bank", "accuracy")
+
+
+def test_training_settings_override_the_derived_values() -> None:
+    config = parse_config(_raw(training={"model_name": "m", "predict_for": "insurer", "metric": "log_loss",
+                                         "holdout": 0.3, "agent_idle_timeout_s": 60}), CONFIG)
+    assert (config.model_name, config.prediction_requester, config.promotion_metric) == ("m", "insurer", "log_loss")
+    assert config.training.holdout == 0.3 and config.training.agent_idle_timeout_s == 60
+
+
+@pytest.mark.parametrize(("training", "message"), [
+    ({"promte_margin": 0.01}, "unknown training setting 'promte_margin'; did you mean 'promote_margin'?"),
+    ({"speed": 3}, "unknown training setting 'speed'; known: ['agent_idle_timeout_s', "),
+    ({"holdout": 1.0}, "training.holdout must be between 0 and 1 (exclusive), got 1.0"),
+    ({"connect_timeout_s": "soon"}, "training.connect_timeout_s must be a non-negative number, got 'soon'"),
+    ({"min_overlap": -1}, "training.min_overlap must be a non-negative number, got -1"),
+    ({"predict_for": "retailer"}, "training.predict_for names no institution: 'retailer'; known: ['bank', 'insurer']"),
+])
+def test_bad_training_settings_are_refused_by_name(training, message) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_raw(training=training), CONFIG)
+    assert str(caught.value).startswith(f"{CONFIG}: {message}")
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"consortium_key": "0123456789abcdef0123"}, "consortium_key must be {env: VARIABLE} or {file: path}, never the "
+                                                 "key itself"),
+    ({"setting": "diagonal"}, "setting must be one of ('vertical', 'horizontal'), got 'diagonal'"),
+    ({"institutions": [{"name": "bank", "data": "x.csv", "id_column": "id", "label": "y"},
+                       {"name": "bank", "data": "y.csv", "id_column": "id"}]},
+     "institution names must be unique, got ['bank', 'bank']"),
+    ({"institutions": [{"name": "bank", "data": "x.csv", "id_column": "id"}]},
+     "a vertical federation needs exactly one institution with 'label', found []"),
+    ({"institutions": [{"name": "bank", "id_column": "id", "label": "y"}]}, "institution 'bank' needs 'data'"),
+    ({"params": {"n_trees": 5}}, "params: "),
+])
+def test_bad_federation_fields_are_refused_by_name(overrides, message) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_raw(**overrides), CONFIG)
+    assert str(caught.value).startswith(f"{CONFIG}: {message}")

@@ -1,0 +1,68 @@
+"""An agent started for one session gives up when the master never comes or goes silent."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from fedcore.errors import ProtocolError
+from fedcore.protocol.messages import Message
+from fedcore.transport.flight import AgentServer, FlightTransport
+from fedcore.transport.tls import init_ca, issue_certificate
+from fedcore.vertical.serving import serve_until_session_closed
+
+
+class Session:
+    """A stand-in institution: counts sessions, closes on 'close'."""
+
+    name = "bank"
+
+    def __init__(self) -> None:
+        self.sessions, self.closed = 0, False
+
+    def handle(self, message: Message) -> Message:
+        if message.kind == "close":
+            self.closed = True
+        else:
+            self.sessions += 1
+        return Message("ok")
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    ca = tmp_path_factory.mktemp("ca")
+    init_ca(ca)
+    issue_certificate(ca, "master", ca, role="master")
+    issue_certificate(ca, "bank", ca, role="institution")
+    return ca
+
+
+def _server(pki) -> AgentServer:
+    return AgentServer(Session(), tls_cert=pki / "bank.pem", tls_key=pki / "bank.key", ca_cert=pki / "ca.pem")
+
+
+def test_an_agent_nobody_talks_to_stops_and_says_so(pki) -> None:
+    server = _server(pki)
+    started = time.monotonic()
+    with pytest.raises(ProtocolError, match=r"agent 'bank': no message from the master for 0.5 s \(before a session "
+                                            r"started\); stopped serving"):
+        serve_until_session_closed(server, idle_timeout_s=0.5)
+    assert time.monotonic() - started < 5
+
+
+def test_the_master_closing_the_session_ends_serving_without_error(pki) -> None:
+    import threading
+
+    server = _server(pki)
+    endpoint = f"grpc+tls://127.0.0.1:{server.port}"
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (serve_until_session_closed(server, idle_timeout_s=30), done.set()))
+    thread.start()
+    with FlightTransport({"bank": endpoint}, tls_cert=pki / "master.pem", tls_key=pki / "master.key",
+                         ca_cert=pki / "ca.pem") as transport:
+        transport.wait_ready(timeout_s=10)
+        transport.exchange({"bank": Message("validation_report")})
+        transport.exchange({"bank": Message("close")})
+    thread.join(timeout=10)
+    assert done.is_set() and server.party.closed
