@@ -59,6 +59,11 @@ class ConfigError(InputError):
     """A federation config file is missing, malformed or inconsistent."""
 
 
+class ContractMismatch(InputError):
+    """The institutions of a horizontal federation declare different schemas (columns, dtypes, categories,
+    label classes) in their data contracts."""
+
+
 class ContractViolation(InputError):
     """Data broke its contract: the message lists every failed expectation with institution and column."""
 
