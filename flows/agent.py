@@ -12,7 +12,7 @@ from prefect.artifacts import create_table_artifact
 
 from fedcore.config import FederationConfig, load_config
 from fedcore.errors import ContractViolation
-from fedcore.vertical.institution import InstitutionData, institution_from_config
+from fedcore.institution import InstitutionData, institution_from_config
 from fedcore.vertical.serving import build_institution_server, serve_until_session_closed
 from tasks.common import DATA_LOCAL, artifact_key
 

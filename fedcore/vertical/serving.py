@@ -6,8 +6,9 @@ import threading
 
 from fedcore.config import FederationConfig
 from fedcore.errors import ConfigError, ProtocolError
+from fedcore.institution import InstitutionData, institution_from_config
 from fedcore.transport.flight import AgentServer
-from fedcore.vertical.institution import InstitutionAgent, InstitutionData, institution_from_config
+from fedcore.vertical.institution import InstitutionAgent
 
 
 def build_institution_server(config: FederationConfig, name: str, master: str = "master",

@@ -18,11 +18,12 @@ from fedcore.cli import main
 from fedcore.commands.agent import build_agent
 from fedcore.config import load_config
 from fedcore.data.split import split_vertical
+from fedcore.institution import institution_from_config
 from fedcore.protocol.messages import Message
 from fedcore.transport.flight import FlightTransport
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.transport.tls import init_ca, issue_certificate
-from fedcore.vertical.institution import InstitutionAgent, institution_from_config
+from fedcore.vertical.institution import InstitutionAgent
 from fedcore.vertical.session import VerticalSession
 from tests.conftest import mixed_table
 

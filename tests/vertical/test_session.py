@@ -11,13 +11,14 @@ import pytest
 
 from fedcore.data.scenario import make_vertical_scenario
 from fedcore.errors import ArtifactError, ProtocolError
+from fedcore.institution import InstitutionData
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.signing import generate_signing_key, load_signing_key
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.alignment import AlignmentError
-from fedcore.vertical.institution import InstitutionAgent, InstitutionData
+from fedcore.vertical.institution import InstitutionAgent
 from fedcore.vertical.session import VerticalSession
 
 KEY = b"consortium-key-for-tests-0123456789"
