@@ -2,7 +2,9 @@
 
     federation: retail-consortium
     setting: vertical            # vertical | horizontal
-    algorithm: forest
+    algorithm: forest            # vertical: forest; horizontal: extra-trees | ppd-ert
+    privacy: none                # forest: none; extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 0.5});
+                                 # ppd-ert: secagg
     consortium_key: {env: FEDFOREST_CONSORTIUM_KEY}   # or {file: path}; never the key itself
     tls: {ca: certs/ca.pem, master_cert: certs/master.pem, master_key: certs/master.key}
     master: {registry: registry/master, work_pool: master, signing_key: keys/master.key}
@@ -40,6 +42,8 @@ from fedcore.errors import ConfigError
 from fedcore.trees.params import ForestParams
 
 SETTINGS = ("vertical", "horizontal")
+ALGORITHMS = {"vertical": ("forest",), "horizontal": ("extra-trees", "ppd-ert")}
+PRIVACY_MODES = {"forest": ("none",), "extra-trees": ("none", "ldp", "gdp"), "ppd-ert": ("secagg",)}
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,7 @@ class FederationConfig:
     params: ForestParams
     consortium_key: dict[str, str]
     tls: dict[str, Path] = field(default_factory=dict)
+    privacy: dict[str, Any] = field(default_factory=lambda: {"mode": "none"})
     training: TrainingSettings = field(default_factory=TrainingSettings)
 
     @property
@@ -226,6 +231,18 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
     holders = [i.name for i in institutions if i.is_label_holder]
     if setting == "vertical" and len(holders) != 1:
         raise ConfigError(f"{path}: a vertical federation needs exactly one institution with 'label', found {holders}")
+    if setting == "horizontal":
+        without = [i.name for i in institutions if not i.is_label_holder]
+        if without or len({i.label for i in institutions}) != 1:
+            raise ConfigError(f"{path}: in a horizontal federation every institution holds the same label column; "
+                              f"set 'label' for {without}" if without else
+                              f"{path}: in a horizontal federation every institution holds the same label column, "
+                              f"found {sorted({str(i.label) for i in institutions})}")
+    algorithm = str(raw.get("algorithm", ALGORITHMS[setting][0]))
+    if algorithm not in ALGORITHMS[setting]:
+        raise ConfigError(f"{path}: the {setting} setting offers algorithms {list(ALGORITHMS[setting])}, "
+                          f"got {algorithm!r}")
+    privacy = _parse_privacy(raw.get("privacy"), algorithm, path)
     training = TrainingSettings.from_mapping(raw.get("training") or {}, str(path))
     if training.predict_for is not None and training.predict_for not in names:
         raise ConfigError(f"{path}: training.predict_for names no institution: {training.predict_for!r}; "
@@ -238,7 +255,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         raise ConfigError(f"{path}: params: {exc}") from exc
     return FederationConfig(
         path=path, federation=str(raw.get("federation", path.stem)), setting=setting,
-        algorithm=str(raw.get("algorithm", "forest")), institutions=institutions,
+        algorithm=algorithm, privacy=privacy, institutions=institutions,
         master_registry=resolve(path, master.get("registry", "registry/master")),
         master_work_pool=str(master.get("work_pool", "master")),
         master_signing_key=resolve(path, master["signing_key"]) if master.get("signing_key") else None,
@@ -246,3 +263,27 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         tls={k: resolve(path, v) for k, v in (raw.get("tls") or {}).items()},
         training=training,
     )
+
+
+def _parse_privacy(raw: Any, algorithm: str, path: Path) -> dict[str, Any]:
+    """The `privacy:` section: {mode: none|ldp|gdp|secagg, epsilon: (gdp, per query), ldp: {LabelLDP fields}}."""
+    modes = PRIVACY_MODES[algorithm]
+    raw = {"mode": modes[0]} if raw is None else raw
+    if isinstance(raw, str):
+        raw = {"mode": raw}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: privacy must be a mode name or a mapping with 'mode', got {raw!r}")
+    unknown = sorted(set(raw) - {"mode", "epsilon", "ldp"})
+    if unknown:
+        raise ConfigError(f"{path}: privacy: unknown field(s) {unknown}; allowed: ['epsilon', 'ldp', 'mode']")
+    mode = raw.get("mode", modes[0])
+    if mode not in modes:
+        raise ConfigError(f"{path}: algorithm {algorithm!r} supports privacy {list(modes)}, got {mode!r}")
+    epsilon = raw.get("epsilon", 1.0)
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < float("inf"):
+        raise ConfigError(f"{path}: privacy.epsilon must be a finite number > 0 (smaller is more private, "
+                          f"noisier), got {epsilon!r}")
+    ldp = raw.get("ldp") or {}
+    if not isinstance(ldp, dict):
+        raise ConfigError(f"{path}: privacy.ldp must be a mapping of LabelLDP fields, got {ldp!r}")
+    return {"mode": mode, "epsilon": float(epsilon), "ldp": dict(ldp)}

@@ -31,6 +31,16 @@ def test_defaults_and_paths_relative_to_the_config_file() -> None:
     assert bank.registry == Path("/srv/federation/registry/bank") and insurer.work_pool == "insurer"
     assert config.training == TrainingSettings()
     assert (config.model_name, config.prediction_requester, config.promotion_metric) == ("retail", "bank", "accuracy")
+    assert (config.algorithm, config.privacy["mode"]) == ("forest", "none")
+
+
+def test_a_horizontal_federation_defaults_to_plain_extra_trees() -> None:
+    institutions = [{"name": n, "data": f"{n}.csv", "id_column": "id", "label": "y"} for n in ("a", "b")]
+    config = parse_config(_raw(setting="horizontal", institutions=institutions), CONFIG)
+    assert (config.setting, config.algorithm, config.privacy) == ("horizontal", "extra-trees",
+                                                                 {"mode": "none", "epsilon": 1.0, "ldp": {}})
+    ppd = parse_config(_raw(setting="horizontal", algorithm="ppd-ert", institutions=institutions), CONFIG)
+    assert ppd.privacy["mode"] == "secagg"
 
 
 def test_training_settings_override_the_derived_values() -> None:
@@ -65,6 +75,17 @@ def test_bad_training_settings_are_refused_by_name(training, message) -> None:
      "a vertical federation needs exactly one institution with 'label', found []"),
     ({"institutions": [{"name": "bank", "id_column": "id", "label": "y"}]}, "institution 'bank' needs 'data'"),
     ({"params": {"n_trees": 5}}, "params: "),
+    ({"algorithm": "extra-trees"}, "the vertical setting offers algorithms ['forest'], got 'extra-trees'"),
+    ({"setting": "horizontal"}, "in a horizontal federation every institution holds the same label column; set "
+                                "'label' for ['insurer']"),
+    ({"setting": "horizontal", "algorithm": "extra-trees", "privacy": "secagg",
+      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
+                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+     "algorithm 'extra-trees' supports privacy ['none', 'ldp', 'gdp'], got 'secagg'"),
+    ({"setting": "horizontal", "privacy": {"mode": "gdp", "epsilon": 0},
+      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
+                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+     "privacy.epsilon must be a finite number > 0 (smaller is more private, noisier), got 0"),
 ])
 def test_bad_federation_fields_are_refused_by_name(overrides, message) -> None:
     with pytest.raises(ConfigError) as caught:
