@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-PURPOSES = {"bootstrap": 1, "features": 2, "tree_features": 3, "thresholds": 4, "split": 5}
+PURPOSES = {"bootstrap": 1, "features": 2, "tree_features": 3, "thresholds": 4, "split": 5,
+            "ldp_permanent": 6, "ldp_instant": 7, "laplace": 8,
+            # horizontal engine: master-side draws keyed by (tree, depth)
+            "fet_features": 9, "fet_thresholds": 10, "ppdert_candidates": 11}
 
 
 def stream(seed: int, purpose: str, *keys: int) -> np.random.Generator:

@@ -1,0 +1,227 @@
+"""RAPPOR-style label LDP: Bloom patterns, both randomized responses, count estimation and epsilon."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from fedcore.errors import LabelError, ParameterError
+from fedcore.privacy.ldp import LabelLDP, nnls
+from fedcore.randomness import stream
+
+COUNTS = np.array([10000, 6000, 3000, 1000, 0])
+LABELS = np.repeat(np.arange(COUNTS.size), COUNTS)
+
+
+def _reports(ldp: LabelLDP, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return ldp.instant_bits(ldp.permanent_bits(LABELS, COUNTS.size, rng), rng)
+
+
+def test_epsilon_of_the_defaults_by_hand() -> None:
+    # f = 0.5, k = 4: eps_inf = 8 ln(0.75 / 0.25); q* = 0.25 * 1.0 + 0.5 * 0.8 = 0.65, p* = 0.25 + 0.1 = 0.35
+    eps = LabelLDP().epsilon()
+    assert eps["permanent"] == pytest.approx(8.788898309344878, rel=1e-12)
+    assert eps["instant"] == pytest.approx(4 * math.log(0.65 * 0.65 / (0.35 * 0.35)), rel=1e-12)
+    assert eps["instant"] == pytest.approx(4.952313667249789, rel=1e-12)
+
+
+def test_epsilon_extremes() -> None:
+    assert LabelLDP(keep_probability=1.0).epsilon()["permanent"] == math.inf
+    assert LabelLDP(keep_probability=1.0, p_one_if_zero=0.0, p_one_if_one=1.0).epsilon()["instant"] == math.inf
+    no_information = LabelLDP(keep_probability=0.0).epsilon()
+    assert no_information == {"permanent": 0.0, "instant": 0.0}
+    # fewer hashes, smaller epsilon: both are linear in k
+    assert LabelLDP(n_hashes=2).epsilon()["permanent"] == pytest.approx(LabelLDP().epsilon()["permanent"] / 2)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"n_bits": 1}, "n_bits must be an integer >= 2, got 1: use a larger Bloom filter (e.g. n_bits=32)"),
+    ({"n_bits": 8.0}, "n_bits must be an integer >= 2, got 8.0: use a larger Bloom filter (e.g. n_bits=32)"),
+    ({"n_bits": True}, "n_bits must be an integer >= 2, got True: use a larger Bloom filter (e.g. n_bits=32)"),
+    ({"n_hashes": 0}, "n_hashes must be an integer with 1 <= n_hashes <= n_bits (32), got 0: "
+                      "use fewer hashes or more bits"),
+    ({"n_bits": 8, "n_hashes": 9}, "n_hashes must be an integer with 1 <= n_hashes <= n_bits (8), got 9: "
+                                   "use fewer hashes or more bits"),
+    ({"keep_probability": 1.5}, "keep_probability must be a number in [0, 1], got 1.5: it is the chance of "
+                                "keeping the true Bloom bit (smaller = more privacy)"),
+    ({"keep_probability": float("nan")}, "keep_probability must be a number in [0, 1], got nan: it is the chance "
+                                         "of keeping the true Bloom bit (smaller = more privacy)"),
+    ({"p_one_if_zero": 0.8, "p_one_if_one": 0.8},
+     "need 0 <= p_one_if_zero < p_one_if_one <= 1, got p_one_if_zero=0.8, p_one_if_one=0.8: a report must be "
+     "more likely 1 when its bit is 1 (e.g. 0.2 and 0.8)"),
+    ({"p_one_if_zero": -0.1}, "need 0 <= p_one_if_zero < p_one_if_one <= 1, got p_one_if_zero=-0.1, "
+                              "p_one_if_one=0.8: a report must be more likely 1 when its bit is 1 (e.g. 0.2 and 0.8)"),
+    ({"p_one_if_one": 1.2}, "need 0 <= p_one_if_zero < p_one_if_one <= 1, got p_one_if_zero=0.2, "
+                            "p_one_if_one=1.2: a report must be more likely 1 when its bit is 1 (e.g. 0.2 and 0.8)"),
+    ({"estimator": "ols"}, "estimator must be 'nnls' or 'lasso', got 'ols'"),
+    ({"lasso_alpha": -1.0}, "lasso_alpha must be a finite number >= 0, got -1.0: it is the L1 penalty on "
+                            "estimated class proportions (e.g. 0.01)"),
+])
+def test_bad_parameters_raise_exact_messages(kwargs: dict, message: str) -> None:
+    with pytest.raises(ParameterError) as excinfo:
+        LabelLDP(**kwargs)
+    assert str(excinfo.value) == message
+
+
+def test_class_patterns_follow_sha256_and_are_deterministic() -> None:
+    ldp = LabelLDP(n_bits=16, n_hashes=3)
+    patterns = ldp.class_patterns(6)
+    assert patterns.shape == (6, 16) and patterns.dtype == np.uint8
+    for c in range(6):
+        expected = {int.from_bytes(hashlib.sha256(f"{c}:{i}".encode()).digest(), "big") % 16 for i in range(3)}
+        assert set(np.flatnonzero(patterns[c])) == expected
+    np.testing.assert_array_equal(patterns, LabelLDP(n_bits=16, n_hashes=3, keep_probability=0.9).class_patterns(6))
+    patterns[0] = 1  # a copy: the cached patterns stay intact
+    assert ldp.class_patterns(6)[0].sum() <= 3
+
+
+def test_check_classes_refuses_shared_patterns_and_rank_deficiency() -> None:
+    with pytest.raises(ParameterError) as shared:
+        LabelLDP(n_bits=4, n_hashes=1).check_classes(3)
+    assert str(shared.value) == ("LDP Bloom patterns cannot represent n_classes=3 with n_bits=4, n_hashes=1: "
+                                 "classes 1 and 2 share a Bloom pattern; use more bits (n_bits) or fewer hashes "
+                                 "(n_hashes)")
+    with pytest.raises(ParameterError) as rank:  # distinct patterns, but linearly dependent
+        LabelLDP(n_bits=5, n_hashes=5).check_classes(4)
+    assert str(rank.value) == ("LDP Bloom patterns cannot represent n_classes=4 with n_bits=5, n_hashes=5: "
+                               "the estimation design matrix has rank 3 < n_classes; use more bits (n_bits) or "
+                               "fewer hashes (n_hashes)")
+    with pytest.raises(ParameterError, match="n_classes=9 with n_bits=8, n_hashes=4: the estimation design matrix "
+                                             "has rank 8 < n_classes"):
+        LabelLDP(n_bits=8, n_hashes=4).check_classes(9)
+    with pytest.raises(ParameterError, match="keep_probability=0 makes reports independent of the label"):
+        LabelLDP(keep_probability=0.0).check_classes(2)
+    with pytest.raises(ParameterError, match="n_classes must be an integer >= 1, got 0"):
+        LabelLDP().check_classes(0)
+    LabelLDP().check_classes(10)  # the defaults represent 10 classes
+    LabelLDP(n_bits=4, n_hashes=4).check_classes(3)  # hash collisions, yet still 3 distinct, independent patterns
+
+
+def test_permanent_bits_keep_or_flip_a_fair_coin() -> None:
+    ldp = LabelLDP()
+    perm = ldp.permanent_bits(LABELS, 5, np.random.default_rng(1))
+    assert perm.shape == (LABELS.size, 32) and perm.dtype == np.uint8
+    bloom = ldp.class_patterns(5)[LABELS].astype(bool)
+    # P(1 | Bloom 1) = p + (1 - p) / 2 = 0.75, P(1 | Bloom 0) = 0.25; binomial sd < 0.002 here
+    assert perm[bloom].mean() == pytest.approx(0.75, abs=0.01)
+    assert perm[~bloom].mean() == pytest.approx(0.25, abs=0.01)
+    exact = LabelLDP(keep_probability=1.0).permanent_bits(LABELS, 5, np.random.default_rng(1))
+    np.testing.assert_array_equal(exact, bloom.astype(np.uint8))
+
+
+def test_instant_bits_report_with_the_configured_probabilities() -> None:
+    ldp = LabelLDP(p_one_if_one=0.9, p_one_if_zero=0.3)
+    perm = np.random.default_rng(2).integers(0, 2, size=(20000, 32), dtype=np.uint8)
+    inst = ldp.instant_bits(perm, np.random.default_rng(3))
+    assert inst.shape == perm.shape and inst.dtype == np.uint8
+    assert inst[perm == 1].mean() == pytest.approx(0.9, abs=0.01)
+    assert inst[perm == 0].mean() == pytest.approx(0.3, abs=0.01)
+
+
+def test_report_probabilities_match_simulated_reports() -> None:
+    ldp = LabelLDP()
+    probabilities = ldp.report_probabilities(5)
+    assert probabilities.shape == (5, 32)
+    assert set(np.unique(probabilities).round(12)) == {0.35, 0.65}  # 0.2 + 0.6 * 0.25, 0.2 + 0.6 * 0.75
+    reports = _reports(ldp, 4)
+    for c in range(4):
+        np.testing.assert_allclose(reports[LABELS == c].mean(axis=0), probabilities[c], atol=0.05)
+
+
+def test_same_seed_same_bits_different_seed_different_bits() -> None:
+    ldp = LabelLDP()
+    np.testing.assert_array_equal(_reports(ldp, 7), _reports(ldp, 7))
+    assert (_reports(ldp, 7) != _reports(ldp, 8)).mean() > 0.3
+    from_streams = [ldp.instant_bits(ldp.permanent_bits(LABELS, 5, stream(11, "ldp_permanent", 0)),
+                                     stream(11, "ldp_instant", 0, 3)) for _ in range(2)]
+    np.testing.assert_array_equal(*from_streams)
+
+
+@pytest.mark.parametrize("estimator", ["nnls", "lasso"])
+def test_estimates_of_a_20000_sample_group_are_within_two_percent(estimator: str) -> None:
+    ldp = LabelLDP(estimator=estimator)
+    estimate = ldp.estimate_counts(_reports(ldp, 0).sum(axis=0), np.array(LABELS.size), 5)
+    assert estimate.shape == (5,) and estimate.dtype == np.float64 and (estimate >= 0).all()
+    np.testing.assert_allclose(estimate, COUNTS, atol=0.02 * LABELS.size)
+    assert estimate.sum() == pytest.approx(LABELS.size, rel=1e-5)
+
+
+def test_noise_free_bit_sums_give_the_exact_counts() -> None:
+    ldp = LabelLDP()
+    counts = np.array([[50.0, 0, 25, 5, 20], [0, 0, 0, 0, 7]])
+    expected_bits = counts @ ldp.report_probabilities(5)
+    np.testing.assert_allclose(ldp.estimate_counts(expected_bits, counts.sum(axis=1), 5), counts, atol=1e-4)
+
+
+def test_lasso_zeroes_an_absent_class_that_nnls_keeps() -> None:
+    bit_sums = _reports(LabelLDP(), 0).sum(axis=0)
+    plain = LabelLDP().estimate_counts(bit_sums, np.array(LABELS.size), 5)
+    lasso = LabelLDP(estimator="lasso", lasso_alpha=0.3).estimate_counts(bit_sums, np.array(LABELS.size), 5)
+    assert plain[4] > 50 and lasso[4] == 0.0
+    assert lasso.sum() == pytest.approx(LABELS.size, rel=1e-5)
+    np.testing.assert_allclose(lasso, COUNTS, atol=0.02 * LABELS.size)
+
+
+def test_estimates_vectorise_over_groups_including_empty_and_tiny_ones() -> None:
+    ldp = LabelLDP()
+    reports = _reports(ldp, 5)
+    group = np.random.default_rng(6).integers(0, 6, size=LABELS.size)
+    group[LABELS == 4] = 6  # class 4 is empty, so group 6 is empty
+    sums = np.zeros((7, 32))
+    np.add.at(sums, group, reports)
+    sums[5] = reports[:20].sum(axis=0)  # 20 samples of class 0: noisy, the unconstrained fit goes negative
+    totals = np.bincount(group, minlength=7).astype(float)
+    totals[5] = 20
+    estimate = ldp.estimate_counts(sums.reshape(7, 1, 32), totals.reshape(7, 1), 5)
+    assert estimate.shape == (7, 1, 5) and (estimate >= 0).all()
+    estimate = estimate[:, 0]
+    np.testing.assert_allclose(estimate.sum(axis=1), totals, rtol=1e-5)
+    assert (estimate[6] == 0).all()
+    assert (estimate[5] == 0).any()  # the constrained solve ran: an unconstrained fit is never exactly 0
+    truth = np.stack([np.bincount(LABELS[group == g], minlength=5) for g in range(5)])
+    assert (np.abs(estimate[:5] - truth) <= 0.05 * totals[:5, None]).all()
+
+
+def test_estimate_counts_refuses_bad_shapes() -> None:
+    ldp = LabelLDP()
+    with pytest.raises(ParameterError, match=r"bit_sums must have shape \(\.\.\., 32\), got \(3, 16\)"):
+        ldp.estimate_counts(np.zeros((3, 16)), np.ones(3), 5)
+    with pytest.raises(ParameterError, match=r"totals must have shape \(3,\)"):
+        ldp.estimate_counts(np.zeros((3, 32)), np.ones(4), 5)
+    with pytest.raises(ParameterError, match="totals >= 0"):
+        ldp.estimate_counts(np.zeros((3, 32)), -np.ones(3), 5)
+
+
+def test_labels_must_be_class_codes() -> None:
+    ldp = LabelLDP()
+    rng = np.random.default_rng(0)
+    with pytest.raises(LabelError, match=r"class codes in 0\.\.2, found values from 0 to 3"):
+        ldp.permanent_bits(np.array([0, 1, 3]), 3, rng)
+    with pytest.raises(LabelError, match="integer class codes, got dtype float64"):
+        ldp.permanent_bits(np.array([0.0, 1.0]), 3, rng)
+    with pytest.raises(ParameterError, match=r"permanent bits must have shape \(n_samples, 32\)"):
+        ldp.instant_bits(np.zeros((2, 8), dtype=np.uint8), rng)
+    with pytest.raises(ParameterError, match="integers 0 or 1"):
+        ldp.instant_bits(np.full((2, 32), 2, dtype=np.uint8), rng)
+
+
+def test_nnls_matches_brute_force_over_supports() -> None:
+    rng = np.random.default_rng(9)
+    for _ in range(100):
+        matrix, target = rng.normal(size=(8, 4)), rng.normal(size=8)
+        x = nnls(matrix, target)
+        assert (x >= 0).all()
+        best = math.inf
+        for size in range(5):
+            for support in itertools.combinations(range(4), size):
+                z = np.zeros(4)
+                if support:
+                    z[list(support)] = np.linalg.lstsq(matrix[:, list(support)], target, rcond=None)[0]
+                if (z >= 0).all():
+                    best = min(best, float(np.sum((matrix @ z - target) ** 2)))
+        assert np.sum((matrix @ x - target) ** 2) == pytest.approx(best, rel=1e-9, abs=1e-12)
