@@ -1,11 +1,12 @@
 """The `fedforest` command: argument parsing and printing only; the work lives in `fedcore.simulate`.
 
     fedforest simulate --data table.parquet --label y --parties 3 --trees 50 [--json]
+    fedforest simulate --setting horizontal --algorithm extra-trees --privacy ldp --data t.parquet --label y
     fedforest demo            (added by flows.cli: it runs Prefect flows)
     fedforest --version
 
 Errors fedcore raises on purpose (and unreadable files) end as one line `fedforest: error: ...` on stderr
-with exit code 1; a setting or algorithm that is not built yet exits with code 2.
+with exit code 1; an unknown setting, algorithm or privacy mode exits with code 2.
 """
 
 from __future__ import annotations
@@ -17,18 +18,16 @@ from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
 from fedcore.commands import register_all
+from fedcore.data.split import PARTITIONS
 from fedcore.errors import FedForestError
 from fedcore.simulate import TASK_DEFAULT, TASKS, read_table, simulate_vertical
 
 PROG = "fedforest"
-HORIZONTAL_ISSUE = "issue #4"
 NOT_AVAILABLE = 2
-# Names that will exist once the horizontal setting lands, mapped to what brings them.
-LATER_SETTINGS = {"horizontal": f"the horizontal setting arrives with {HORIZONTAL_ISSUE}"}
-LATER_ALGORITHMS = {
-    name: f"Federated Extra-Trees and PPD-ERT arrive with the horizontal setting ({HORIZONTAL_ISSUE})"
-    for name in ("extra-trees", "fet", "ppd-ert")
-}
+ALGORITHMS = {"vertical": {"forest": "Federated Forest"},
+              "horizontal": {"extra-trees": "Federated Extra-Trees", "ppd-ert": "PPD-ERT"}}
+PRIVACY = {("vertical", "forest"): ("none",), ("horizontal", "extra-trees"): ("none", "ldp", "gdp"),
+           ("horizontal", "ppd-ert"): ("secagg",)}
 
 
 def _package_version() -> str:
@@ -68,8 +67,18 @@ def build_parser(extra: Callable[[argparse._SubParsersAction], None] | None = No
     sim.add_argument("--data", required=True, metavar="FILE", help="the table (.parquet or .csv)")
     sim.add_argument("--label", required=True, metavar="COL", help="the label column")
     sim.add_argument("--id", dest="id_column", metavar="COL", help="a row id column, dropped from the features")
-    sim.add_argument("--setting", default="vertical", help="vertical (horizontal arrives later)")
-    sim.add_argument("--algorithm", default="forest", help="forest (Federated Forest)")
+    sim.add_argument("--setting", default="vertical", help="vertical (columns split) or horizontal (rows split)")
+    sim.add_argument("--algorithm", default=None,
+                     help="vertical: forest (default); horizontal: extra-trees (default) or ppd-ert")
+    sim.add_argument("--privacy", default=None,
+                     help="extra-trees: none (default), ldp or gdp; ppd-ert: secagg; forest: none")
+    sim.add_argument("--epsilon", type=float, default=1.0, help="gdp: epsilon per query (default 1.0)")
+    sim.add_argument("--partition", choices=PARTITIONS, default="iid",
+                     help="horizontal: how rows go to parties (default iid)")
+    sim.add_argument("--partition-column", metavar="COL", help="the column whose values decide the party "
+                                                                "(--partition column)")
+    sim.add_argument("--alpha", type=float, default=0.5, help="Dirichlet alpha of --partition dirichlet "
+                                                               "(default 0.5; smaller is more skewed)")
     sim.add_argument("--parties", type=int, default=2, help="number of simulated parties (default 2)")
     sim.add_argument("--trees", type=int, default=100, help="number of trees (default 100)")
     sim.add_argument("--max-depth", type=int, default=None, metavar="N", help="depth limit (default none)")
@@ -88,15 +97,18 @@ def build_parser(extra: Callable[[argparse._SubParsersAction], None] | None = No
 
 
 def _not_available(args: argparse.Namespace) -> str | None:
-    """Why the requested setting or algorithm cannot run yet, or None when it can."""
-    if args.setting in LATER_SETTINGS:
-        return f"setting {args.setting!r} is not available yet: {LATER_SETTINGS[args.setting]}"
-    if args.setting != "vertical":
-        return f"unknown setting {args.setting!r}: choose 'vertical' ({LATER_SETTINGS['horizontal']})"
-    if args.algorithm in LATER_ALGORITHMS:
-        return f"algorithm {args.algorithm!r} is not available yet: {LATER_ALGORITHMS[args.algorithm]}"
-    if args.algorithm != "forest":
-        return f"unknown algorithm {args.algorithm!r}: the vertical setting offers 'forest' (Federated Forest)"
+    """Why the requested setting, algorithm or privacy mode does not exist, or None (filling defaults)."""
+    if args.setting not in ALGORITHMS:
+        return f"unknown setting {args.setting!r}: choose one of {list(ALGORITHMS)}"
+    offered = ALGORITHMS[args.setting]
+    args.algorithm = args.algorithm or next(iter(offered))
+    if args.algorithm not in offered:
+        names = ", ".join(f"{k!r} ({v})" for k, v in offered.items())
+        return f"unknown algorithm {args.algorithm!r}: the {args.setting} setting offers {names}"
+    modes = PRIVACY[(args.setting, args.algorithm)]
+    args.privacy = args.privacy or modes[0]
+    if args.privacy not in modes:
+        return f"algorithm {args.algorithm!r} supports privacy {', '.join(repr(m) for m in modes)}, got {args.privacy!r}"
     return None
 
 
@@ -106,11 +118,20 @@ def _simulate(args: argparse.Namespace) -> int:
         _error(reason)
         return NOT_AVAILABLE
     table = read_table(args.data)
-    result = simulate_vertical(
-        table, args.label, id_column=args.id_column, parties=args.parties, trees=args.trees,
-        max_depth=args.max_depth, max_features=args.max_features, seed=args.seed, test_size=args.test_size,
-        task=args.task, progress=True,
-    )
+    if args.setting == "horizontal":
+        from fedcore.simulate_horizontal import simulate_horizontal
+
+        result = simulate_horizontal(
+            table, args.label, algorithm=args.algorithm, privacy=args.privacy, id_column=args.id_column,
+            parties=args.parties, partition=args.partition, partition_column=args.partition_column,
+            alpha=args.alpha, trees=args.trees, max_depth=args.max_depth, max_features=args.max_features,
+            epsilon=args.epsilon, seed=args.seed, test_size=args.test_size, task=args.task, progress=True)
+    else:
+        result = simulate_vertical(
+            table, args.label, id_column=args.id_column, parties=args.parties, trees=args.trees,
+            max_depth=args.max_depth, max_features=args.max_features, seed=args.seed, test_size=args.test_size,
+            task=args.task, progress=True,
+        )
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -119,27 +140,47 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def format_result(result: dict) -> str:
-    """A readable table: federated vs scikit-learn vs single-party metrics, times, rounds and megabytes."""
+    """A readable table: federated vs scikit-learn vs single-party (and, horizontal, local-only) metrics,
+    times, rounds and megabytes."""
     single, reference = result["single_party"], result["reference"]
-    rows = [(name, result["metrics"][name], reference["metrics"][name], single["metrics"][name])
-            for name in result["metrics"]]
+    local = (result.get("local_only") or {}).get("mean")
+    rows = [(name, result["metrics"][name], reference["metrics"][name], single["metrics"][name],
+             local[name] if local else None) for name in result["metrics"]]
     rows += [
-        ("train s", result["timing"]["train_s"], reference["train_s"], single["train_s"]),
-        ("predict s", result["timing"]["predict_s"], reference["predict_s"], single["predict_s"]),
-        ("rounds", result["communication"]["rounds"], None, single["rounds"]),
-        ("MB", result["communication"]["bytes"] / 1e6, None, single["bytes"] / 1e6),
+        ("train s", result["timing"]["train_s"], reference["train_s"], single["train_s"], None),
+        ("predict s", result["timing"]["predict_s"], reference["predict_s"], single["predict_s"], None),
+        ("rounds", result["communication"]["rounds"], None, single["rounds"], None),
+        ("MB", result["communication"]["bytes"] / 1e6, None, single["bytes"] / 1e6, None),
     ]
-    header = ("", f"federated (M={result['parties']})", "reference", "single-party (M=1)")
+    mode = f" ({result['privacy']})" if "privacy" in result else ""
+    header = ("", f"federated (M={result['parties']})", "reference", "single-party (M=1)",
+              "local-only (mean)" if local else "")
     lines = [
-        f"{result['setting']} {result['algorithm']}, {result['task']}: {result['rows_train']} train rows, "
+        f"{result['setting']} {result['algorithm']}{mode}, {result['task']}: {result['rows_train']} train rows, "
         f"{result['rows_test']} test rows; reference = {reference['name']}",
         "",
-        f"{header[0]:<10}{header[1]:>18}{header[2]:>14}{header[3]:>22}",
+        f"{header[0]:<10}{header[1]:>18}{header[2]:>14}{header[3]:>22}{header[4]:>20}".rstrip(),
     ]
-    lines += [f"{name:<10}{_cell(a):>18}{_cell(b):>14}{_cell(c):>22}" for name, a, b, c in rows]
-    lines += ["", f"single-party identical (same trees, same predictions): "
-                  f"{'yes' if result['single_party_identical'] else 'NO'}"]
+    lines += [f"{name:<10}{_cell(a):>18}{_cell(b):>14}{_cell(c):>22}{_cell(d) if local else '':>20}".rstrip()
+              for name, a, b, c, d in rows]
+    identical = result["single_party_identical"]
+    verdict = "not expected: noise is added" if identical is None else ("yes" if identical else "NO")
+    lines += ["", f"single-party identical (same trees, same predictions): {verdict}"]
+    summary = _privacy_summary(result.get("privacy_report") or {})
+    if summary:
+        lines.append(f"privacy: {summary} (details in --json)")
     return "\n".join(lines)
+
+
+def _privacy_summary(report: dict) -> str:
+    """One line on the differential-privacy budget of a horizontal run (empty when no noise is added)."""
+    if report.get("mode") == "gdp":
+        return (f"global DP, epsilon {report['epsilon_per_query']:g} per query, composed epsilon "
+                f"{report['composed_epsilon']:g} for the most queried row")
+    if report.get("mode") == "ldp":
+        return (f"local DP on labels, epsilon {report['epsilon_permanent']:.3g} (permanent, any number of reports), "
+                f"{report['epsilon_instant']:.3g} per report")
+    return ""
 
 
 def _cell(value: float | int | None) -> str:

@@ -21,7 +21,7 @@
         cert: certs/bank.pem
         key: certs/bank.key
         predictions: predictions/bank      # where batch predictions land (default: next to the registry)
-    params: {n_estimators: 50, max_depth: 8}   # ForestParams fields
+    params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal) fields
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
                metric: accuracy, predict_for: bank, connect_timeout_s: 60, agent_idle_timeout_s: 900}
 
@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from fedcore.errors import ConfigError
+from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.trees.params import ForestParams
 
 SETTINGS = ("vertical", "horizontal")
@@ -121,7 +122,7 @@ class FederationConfig:
     master_registry: Path
     master_work_pool: str
     master_signing_key: Path | None
-    params: ForestParams
+    params: ForestParams | ExtraTreesParams
     consortium_key: dict[str, str]
     tls: dict[str, Path] = field(default_factory=dict)
     privacy: dict[str, Any] = field(default_factory=lambda: {"mode": "none"})
@@ -250,7 +251,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
     master = raw.get("master") or {}
     params = raw.get("params") or {}
     try:
-        forest = ForestParams(**params)
+        forest = ForestParams(**params) if setting == "vertical" else ExtraTreesParams(**params)
     except TypeError as exc:
         raise ConfigError(f"{path}: params: {exc}") from exc
     return FederationConfig(

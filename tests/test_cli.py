@@ -89,6 +89,34 @@ def test_simulate_json_regression_on_diabetes(capsys, tmp_path: Path) -> None:
     assert result["single_party_identical"] is True
 
 
+@pytest.mark.parametrize(("algorithm", "privacy", "exact"), [
+    ("extra-trees", "none", True), ("extra-trees", "ldp", None), ("extra-trees", "gdp", None),
+    ("ppd-ert", "secagg", True),
+])
+def test_simulate_json_horizontal(capsys, breast_cancer_csv: Path, algorithm: str, privacy: str, exact) -> None:
+    result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--setting", "horizontal",
+                       "--algorithm", algorithm, "--privacy", privacy, "--parties", 3, "--trees", 10,
+                       "--partition", "dirichlet", "--alpha", 1.0)
+    assert TOP_KEYS | {"privacy", "partition", "local_only", "privacy_report"} <= set(result)
+    assert (result["setting"], result["algorithm"], result["privacy"], result["parties"]) == (
+        "horizontal", algorithm, privacy, 3)
+    assert result["reference"]["name"] == "sklearn.ExtraTreesClassifier"
+    assert result["single_party_identical"] is exact
+    assert result["partition"]["kind"] == "dirichlet" and sum(result["partition"]["rows"]) == result["rows_train"]
+    assert len(result["local_only"]["per_party"]) == 3 and 0 < result["local_only"]["mean"]["accuracy"] <= 1
+    assert result["metrics"]["accuracy"] > 0.85
+    assert result["privacy_report"]["mode"] == privacy
+
+
+def test_simulate_horizontal_regression_with_ldp_is_refused(capsys, tmp_path: Path) -> None:
+    path = tmp_path / "diabetes.csv"
+    load_diabetes(as_frame=True).frame.to_csv(path, index=False)
+    line = _error_line(capsys, "simulate", "--data", path, "--label", "target", "--setting", "horizontal",
+                       "--privacy", "ldp", code=1)
+    assert line == ("fedforest: error: privacy 'ldp' (Bloom-encoded labels) is for classification only; use "
+                    "--algorithm extra-trees with privacy none or gdp for a regression label")
+
+
 def test_simulate_table_output(capsys, breast_cancer_csv: Path) -> None:
     code, out, err = _run(capsys, "simulate", "--data", breast_cancer_csv, "--label", "target",
                           "--trees", 5, "--max-depth", 4, "--max-features", "log2")
@@ -105,18 +133,21 @@ def test_version(capsys) -> None:
     assert out.startswith("fedforest ")
 
 
-@pytest.mark.parametrize(("option", "value", "message"), [
-    ("--setting", "horizontal",
-     "setting 'horizontal' is not available yet: the horizontal setting arrives with issue #4"),
-    ("--setting", "diagonal", "unknown setting 'diagonal': choose 'vertical' (the horizontal setting arrives "
-                              "with issue #4)"),
-    ("--algorithm", "fet", "algorithm 'fet' is not available yet: Federated Extra-Trees and PPD-ERT arrive "
-                           "with the horizontal setting (issue #4)"),
-    ("--algorithm", "boosting", "unknown algorithm 'boosting': the vertical setting offers 'forest' "
-                                "(Federated Forest)"),
+@pytest.mark.parametrize(("options", "message"), [
+    (("--setting", "diagonal"), "unknown setting 'diagonal': choose one of ['vertical', 'horizontal']"),
+    (("--algorithm", "boosting"), "unknown algorithm 'boosting': the vertical setting offers 'forest' "
+                                  "(Federated Forest)"),
+    (("--setting", "horizontal", "--algorithm", "forest"), "unknown algorithm 'forest': the horizontal setting offers "
+                                                           "'extra-trees' (Federated Extra-Trees), 'ppd-ert' (PPD-ERT)"),
+    (("--setting", "horizontal", "--privacy", "secagg"), "algorithm 'extra-trees' supports privacy 'none', 'ldp', "
+                                                         "'gdp', got 'secagg'"),
+    (("--setting", "horizontal", "--algorithm", "ppd-ert", "--privacy", "ldp"), "algorithm 'ppd-ert' supports "
+                                                                                "privacy 'secagg', got 'ldp'"),
+    (("--privacy", "paillier"), "algorithm 'forest' supports privacy 'none', got 'paillier'"),
 ])
-def test_not_available_yet_exits_2(capsys, breast_cancer_csv: Path, option: str, value: str, message: str) -> None:
-    line = _error_line(capsys, "simulate", "--data", breast_cancer_csv, "--label", "target", option, value, code=2)
+def test_unknown_setting_algorithm_or_privacy_exits_2(capsys, breast_cancer_csv: Path, options: tuple,
+                                                      message: str) -> None:
+    line = _error_line(capsys, "simulate", "--data", breast_cancer_csv, "--label", "target", *options, code=2)
     assert line == f"fedforest: error: {message}"
 
 

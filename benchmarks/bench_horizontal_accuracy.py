@@ -1,0 +1,159 @@
+"""Accuracy of horizontal Federated Extra-Trees (plain, local DP, global DP) and PPD-ERT against
+scikit-learn's ExtraTrees with the same hyper-parameters: the Federated Extra-Trees paper's Table 2, and
+its Figure 4 (accuracy against the number of clients, federated against local-only).
+
+Table 2: for each dataset and seed, a stratified 80/20 split, the training rows dealt iid to 2 clients,
+then ExtraTreesClassifier on the pooled rows and each federated mode. Figure 4: one dataset, 1 to 9
+clients, the federated model against the mean of the models each client trains on its own rows.
+
+    .venv/bin/python -m benchmarks.bench_horizontal_accuracy [--seeds 5] [--trees 100] [--json out.json]
+        [--figure docs/horizontal_clients.png]   (the figure needs `make bench-venv` for matplotlib)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from benchmarks.markdown import markdown_table
+from fedcore.data.datasets import make_waveform
+from fedcore.data.split import split_horizontal
+from fedcore.simulate import metrics, split_train_test
+from fedcore.simulate_horizontal import build_estimator, declared_ranges, reference_extra_trees
+
+PAPER = {  # Federated Extra-Trees paper, Table 2: ET, FET, FET-LDP, FET-GDP
+    "spambase": (0.9307, 0.9348, 0.9259, 0.9339),
+    "waveform-21": (0.8342, 0.8361, 0.8343, None),
+}
+MODES = (("FET", "extra-trees", "none"), ("FET-LDP", "extra-trees", "ldp"), ("FET-GDP", "extra-trees", "gdp"),
+         ("PPD-ERT", "ppd-ert", "secagg"))
+
+
+def datasets(data_dir: Path) -> dict[str, tuple[pd.DataFrame, str]]:
+    """Name -> (table, label column); the UCI tables only where their file exists."""
+    out: dict[str, tuple[pd.DataFrame, str]] = {}
+    for name, label in (("spambase", "type"), ("satellite", "classes")):
+        path = data_dir / f"{name}.parquet"
+        if path.exists():
+            out[name] = (pd.read_parquet(path), label)
+    out["waveform-21"] = (make_waveform(5000, random_state=0), "class")
+    return out
+
+
+def accuracy(model, test: pd.DataFrame, label: str) -> float:
+    return metrics("classification", test[label].to_numpy(), model.predict(test.drop(columns=[label])))["accuracy"]
+
+
+def run_table2(table: pd.DataFrame, label: str, seed: int, trees: int, clients: int, epsilon: float) -> dict:
+    """Accuracy of the reference and of every federated mode on one seeded split."""
+    train, test = split_train_test(table, label, "classification", 0.2, seed)
+    params = {"n_estimators": trees, "max_depth": None, "max_features": "sqrt", "random_state": seed}
+    result = {"ET": reference_extra_trees("classification", train, test, label, params)["metrics"]["accuracy"]}
+    parties = split_horizontal(train, clients, label=label, seed=seed)
+    ranges = declared_ranges(train, label)
+    for name, algorithm, privacy in MODES:
+        model = build_estimator(algorithm, privacy, "classification", params, epsilon=epsilon, feature_ranges=ranges)
+        started = time.perf_counter()
+        model.fit(parties, label=label)
+        result[f"{name}_fit_s"] = time.perf_counter() - started
+        result[name] = accuracy(model, test, label)
+    return result
+
+
+def run_clients(table: pd.DataFrame, label: str, seed: int, trees: int, counts: list[int]) -> list[dict]:
+    """Federated (plain FET) against local-only mean accuracy for each number of clients."""
+    train, test = split_train_test(table, label, "classification", 0.2, seed)
+    params = {"n_estimators": trees, "max_depth": None, "max_features": "sqrt", "random_state": seed}
+    rows = []
+    for m in counts:
+        parties = split_horizontal(train, m, label=label, seed=seed)
+        federated = build_estimator("extra-trees", "none", "classification", params).fit(parties, label=label)
+        local = [accuracy(build_estimator("extra-trees", "none", "classification", params).fit([p], label=label),
+                          test, label) for p in parties]
+        rows.append({"clients": m, "federated": accuracy(federated, test, label), "local_only": float(np.mean(local))})
+    return rows
+
+
+def plot_clients(curves: dict[str, list[dict]], path: Path) -> None:
+    """The Figure 4 analogue as a PNG: accuracy against clients, federated (solid) vs local-only (dashed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6, 4), dpi=120)
+    for (name, rows), color in zip(curves.items(), ("tab:blue", "tab:orange", "tab:green"), strict=False):
+        clients = [r["clients"] for r in rows]
+        axis.plot(clients, [r["federated"] for r in rows], "-o", color=color, label=f"{name}: federated (FET)")
+        axis.plot(clients, [r["local_only"] for r in rows], "--s", color=color, label=f"{name}: local-only (mean)")
+    axis.set_xlabel("number of clients (iid rows)")
+    axis.set_ylabel("test accuracy")
+    axis.set_title("Federated Extra-Trees: joining helps as data is spread thinner")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "datasets")
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--trees", type=int, default=100)
+    parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument("--epsilon", type=float, default=1.0, help="FET-GDP epsilon per query")
+    parser.add_argument("--curve-clients", type=int, nargs="+", default=list(range(1, 10)))
+    parser.add_argument("--curve-seeds", type=int, default=3)
+    parser.add_argument("--figure", type=Path, help="write the clients curve as a PNG here")
+    parser.add_argument("--json", type=Path, help="also write the per-seed results here")
+    args = parser.parse_args()
+
+    rows, raw = [], {"table2": {}, "clients": {}}
+    tables = datasets(args.data_dir)
+    for name, (table, label) in tables.items():
+        runs = [run_table2(table, label, seed, args.trees, args.clients, args.epsilon) for seed in range(args.seeds)]
+        raw["table2"][name] = runs
+        mean = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
+        row = {"dataset": name, "rows x cols": f"{table.shape[0]} x {table.shape[1] - 1}", "ET (sklearn)": mean["ET"]}
+        for mode, _, _ in MODES:
+            row[mode] = mean[mode]
+            row[f"{mode} - ET (pp)"] = 100 * (mean[mode] - mean["ET"])
+        paper = PAPER.get(name)
+        row["paper ET / FET / LDP / GDP"] = " / ".join("-" if v is None else f"{v:.4f}" for v in paper) if paper else ""
+        rows.append(row)
+        print(f"{name}: " + ", ".join(f"{k}={v:.4f}" for k, v in mean.items()), flush=True)
+
+    curves = {}
+    for name in [n for n in ("spambase", "waveform-21") if n in tables]:
+        table, label = tables[name]
+        per_seed = [run_clients(table, label, seed, args.trees, args.curve_clients) for seed in range(args.curve_seeds)]
+        curves[name] = [{"clients": m, "federated": float(np.mean([s[i]["federated"] for s in per_seed])),
+                         "local_only": float(np.mean([s[i]["local_only"] for s in per_seed]))}
+                        for i, m in enumerate(args.curve_clients)]
+        raw["clients"][name] = curves[name]
+        print(f"{name} clients curve: {curves[name]}", flush=True)
+
+    print(f"\nMachine: {platform.processor() or platform.machine()}, Python {platform.python_version()}; "
+          f"{args.seeds} seeds, {args.trees} trees, max_features sqrt, {args.clients} clients (iid), "
+          f"GDP epsilon {args.epsilon} per query\n")
+    print(markdown_table(rows))
+    for name, curve in curves.items():
+        print(f"\n{name}: accuracy against clients\n")
+        print(markdown_table([{"clients": r["clients"], "federated": r["federated"], "local-only (mean)": r["local_only"],
+                               "gain (pp)": 100 * (r["federated"] - r["local_only"])} for r in curve]))
+    if args.figure and curves:
+        plot_clients(curves, args.figure)
+        print(f"\nfigure: {args.figure}")
+    if args.json:
+        args.json.write_text(json.dumps(raw, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""From the institutions' agreed data contracts to the horizontal engine's schema and PPD-ERT domains.
+
+In a real federation nothing about the schema is read off the data: column kinds, category lists,
+classes and (for PPD-ERT) numeric domains all come from the contracts the consortium signed off.
+"""
+
+from __future__ import annotations
+
+from fedcore.contracts.agreement import SharedSchema
+from fedcore.errors import ContractMismatch
+from fedcore.horizontal.schema import CATEGORICAL, NUMERIC, ColumnSpec, HorizontalSchema
+
+NUMERIC_DTYPES = ("float", "int", "bool")
+CATEGORICAL_DTYPES = ("category", "string")
+
+
+def engine_schema(shared: SharedSchema, task: str) -> HorizontalSchema:
+    """The engine's schema for the contracts' shared schema (classification needs declared classes)."""
+    columns = []
+    for column in shared.columns:
+        if column.dtype in NUMERIC_DTYPES:
+            columns.append(ColumnSpec(column.name, NUMERIC))
+        elif column.categories is not None:
+            columns.append(ColumnSpec(column.name, CATEGORICAL, tuple(str(c) for c in column.categories)))
+        else:
+            raise ContractMismatch(f"column {column.name!r} is dtype {column.dtype!r} without declared categories: "
+                                   "a horizontal federation encodes text columns by their agreed categories, so "
+                                   "declare 'categories' in every contract (or drop the column)")
+    if task == "classification" and not shared.classes:
+        raise ContractMismatch(f"label {shared.label!r}: a classification federation needs the classes declared "
+                               "in every contract (label: {column: ..., classes: [...]})")
+    classes = tuple(sorted(shared.classes, key=str)) if task == "classification" else None
+    return HorizontalSchema(columns=tuple(columns), label=shared.label, task=task, classes=classes)
+
+
+def declared_feature_ranges(shared: SharedSchema) -> dict[str, tuple[float, float]]:
+    """PPD-ERT's numeric domains from the contracts (bool columns are 0..1)."""
+    ranges = {c.name: (0.0, 1.0) for c in shared.columns if c.dtype == "bool"}
+    numeric = SharedSchema(columns=tuple(c for c in shared.columns if c.dtype in ("float", "int")),
+                           label=shared.label, classes=shared.classes)
+    return {**ranges, **{k: (float(lo), float(hi)) for k, (lo, hi) in numeric.feature_ranges().items()}}

@@ -1,0 +1,317 @@
+"""Simulation API: scikit-learn-like estimators that run the horizontal engines over an in-process
+transport (every message still crosses as Arrow bytes, so byte counts and transcripts are real).
+
+    parties = [frame.iloc[:300], frame.iloc[300:]]          # same columns, different rows
+    model = FederatedExtraTreesClassifier(50, privacy="none").fit(parties, label="y")
+    model.predict(new_rows)                                  # local: every party holds the whole forest
+
+The agreed schema (columns, kinds, category lists, classes) is derived from the frames here; in a
+deployment it comes from the data contracts. Categorical columns need the same pandas Categorical dtype at
+every party, or an explicit `categories={column: [...]}`. Missing values go right at every split.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fedcore.errors import NotFittedError, ParameterError
+from fedcore.horizontal.growth import GrowthProgress
+from fedcore.horizontal.master import FederatedExtraTreesMaster
+from fedcore.horizontal.model import HorizontalForest
+from fedcore.horizontal.params import ExtraTreesParams, check_privacy_mode
+from fedcore.horizontal.party import HorizontalParty
+from fedcore.horizontal.ppdert import PPDERTMaster, PPDERTParty
+from fedcore.horizontal.validation import (
+    MISSING_RANGES,
+    PartyFrames,
+    build_schema,
+    named_parties,
+    resolve_feature_ranges,
+)
+from fedcore.transport.inprocess import InProcessTransport
+
+
+def party_noise_seed(random_state: int, name: str) -> int:
+    """The simulation's stand-in for a party's own secret seed: reproducible per (random_state, party name)."""
+    return (int(random_state) << 32) ^ zlib.crc32(name.encode())
+
+
+class _HorizontalForest:
+    """Shared machinery of the horizontal estimators."""
+
+    _task = "classification"
+    _algorithm = "fet"
+
+    def _init_common(self, n_estimators, criterion, max_depth, min_samples_split, min_samples_leaf, max_features,
+                     random_state, tree_batch_size, categories, bootstrap, progress, record_transcript,
+                     record_payloads) -> None:
+        if bootstrap:
+            raise ParameterError("bootstrap=True is not supported by the horizontal engines: Extra-Trees grow every "
+                                 "tree on all rows, which keeps federated runs identical to the pooled run; "
+                                 "leave bootstrap=False")
+        self.params = ExtraTreesParams(
+            task=self._task, n_estimators=n_estimators, criterion=criterion, max_depth=max_depth,
+            min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf, max_features=max_features,
+            random_state=random_state, tree_batch_size=tree_batch_size)
+        self.categories = None if categories is None else dict(categories)
+        self.progress = progress
+        self.record_transcript = record_transcript
+        self.record_payloads = record_payloads
+        self.model_: HorizontalForest | None = None
+        self.parties_: list[HorizontalParty] | None = None
+        self.transport_: InProcessTransport | None = None
+        self.master_ = None
+        self.fit_seconds_ = 0.0
+
+    def _make_parties(self, frames: dict[str, pd.DataFrame], schema) -> list[HorizontalParty]:
+        raise NotImplementedError
+
+    def _make_master(self, transport, schema):
+        raise NotImplementedError
+
+    def fit(self, parties: PartyFrames, label: str):
+        """Train on party DataFrames with the same columns (including `label`) and different rows."""
+        frames = named_parties(parties)
+        schema = build_schema(frames, label, self._task, self.categories)
+        self._check_before_fit(schema, frames)
+        self.schema_ = schema
+        self.label_ = label
+        self.parties_ = self._make_parties(frames, schema)
+        self.transport_ = InProcessTransport({p.name: p.handle for p in self.parties_},
+                                             record_transcript=self.record_transcript,
+                                             record_payloads=self.record_payloads)
+        self.master_ = self._make_master(self.transport_, schema)
+        started = time.perf_counter()
+        self.model_ = self.master_.fit()
+        self.fit_seconds_ = time.perf_counter() - started
+        if self.progress:
+            sys.stderr.write("\n")
+        return self
+
+    def _check_before_fit(self, schema, frames) -> None:
+        """Mode-specific checks before any party object exists."""
+
+    def _predict_values(self, frame: pd.DataFrame) -> np.ndarray:
+        if self.model_ is None:
+            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit() first")
+        if not isinstance(frame, pd.DataFrame):
+            raise ParameterError(f"predict takes one pandas DataFrame of rows, got {type(frame).__name__}")
+        return self.model_.predict_values(self.schema_.encode(frame))
+
+    @property
+    def communication_(self) -> dict:
+        """Rounds and bytes of training, in total and per message kind."""
+        return self.transport_.stats.to_dict() if self.transport_ else {}
+
+    @property
+    def transcript_(self) -> list:
+        """Every message that crossed (with payload bytes when record_payloads=True)."""
+        if self.transport_ is None or not self.transport_.record_transcript:
+            raise NotFittedError("no transcript: fit with record_transcript=True (or record_payloads=True)")
+        return self.transport_.transcript
+
+    @property
+    def rounds_(self) -> int:
+        """Round trips of training."""
+        return self.transport_.stats.rounds if self.transport_ else 0
+
+
+class _FETBase(_HorizontalForest):
+    """Federated Extra-Trees estimators."""
+
+    def __init__(self, n_estimators: int = 100, *, max_depth: int | None = None, min_samples_split: int = 2,
+                 min_samples_leaf: int = 1, max_features: str | int | float | None = "sqrt",
+                 criterion: str = "gini", privacy: str = "none", epsilon: float = 1.0, ldp=None,
+                 categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
+                 tree_batch_size: int | None = None, random_state: int = 0, progress: bool = False,
+                 record_transcript: bool = False, record_payloads: bool = False) -> None:
+        self._init_common(n_estimators, criterion, max_depth, min_samples_split, min_samples_leaf, max_features,
+                          random_state, tree_batch_size, categories, bootstrap, progress, record_transcript,
+                          record_payloads)
+        self.privacy = check_privacy_mode(privacy, self._task)
+        self.epsilon = epsilon
+        if privacy == "gdp":
+            from fedcore.privacy.laplace import check_epsilon
+
+            self.epsilon = check_epsilon(epsilon)
+        self.ldp = ldp
+        if privacy == "ldp" and ldp is None:
+            from fedcore.privacy.ldp import LabelLDP
+
+            self.ldp = LabelLDP()
+
+    def _check_before_fit(self, schema, frames) -> None:
+        if self.privacy == "ldp":
+            self.ldp.check_classes(schema.n_classes)
+
+    def _make_parties(self, frames, schema):
+        return [HorizontalParty(name, frame, schema, privacy=self.privacy, epsilon=self.epsilon, ldp=self.ldp,
+                                noise_seed=party_noise_seed(self.params.random_state, name))
+                for name, frame in frames.items()]
+
+    def _make_master(self, transport, schema):
+        return FederatedExtraTreesMaster(transport, self.params, schema, privacy=self.privacy, ldp=self.ldp,
+                                         progress=_progress_bar() if self.progress else None)
+
+    @property
+    def privacy_report_(self) -> dict:
+        """What the master saw and what it cost, in this run's privacy mode."""
+        if self.master_ is None:
+            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit() first")
+        levels = self.master_.levels
+        report = {"algorithm": "fet", "mode": self.privacy, "queries": levels,
+                  "min_max": "per-party min and max of each candidate feature over each open node, in the clear "
+                             "(as in the FET paper)"}
+        if self.privacy == "none":
+            report["label_statistics"] = "per-party plain integer branch counts"
+            report["epsilon"] = None
+            report["composed_epsilon"] = None
+        elif self.privacy == "gdp":
+            spent = [p.accountant.to_dict() for p in self.parties_]
+            worst = max(spent, key=lambda s: s["total_epsilon"])
+            report.update({
+                "label_statistics": "per-party Laplace-noised branch counts",
+                "epsilon": self.epsilon, "epsilon_per_query": self.epsilon,
+                "queries_per_row": worst["queries"], "composed_epsilon": worst["total_epsilon"],
+                "composition": "basic sequential composition over the count queries a single row takes part in "
+                               "(one per candidate feature, per tree it is active in, per level); the two branches "
+                               "of a candidate are disjoint (parallel composition)",
+                "parties": {p.name: s for p, s in zip(self.parties_, spent, strict=True)},
+            })
+        else:
+            eps = self.ldp.epsilon()
+            reports = max(p.reports_per_row for p in self.parties_)
+            report.update({
+                "label_statistics": "per-party sums of instant randomized-response bits of Bloom-encoded labels, "
+                                    "plus plain branch sizes",
+                "epsilon": eps, "epsilon_permanent": eps["permanent"], "epsilon_instant": eps["instant"],
+                "reports_per_row": reports,
+                "composed_epsilon": min(eps["permanent"], reports * eps["instant"]),
+                "composition": "RAPPOR: any number of reports reveal at most the permanent epsilon; each report at "
+                               "most the instant epsilon",
+                "bloom": {"n_bits": self.ldp.n_bits, "n_hashes": self.ldp.n_hashes,
+                          "keep_probability": self.ldp.keep_probability, "p_one_if_one": self.ldp.p_one_if_one,
+                          "p_one_if_zero": self.ldp.p_one_if_zero, "estimator": self.ldp.estimator},
+            })
+        return report
+
+
+class FederatedExtraTreesClassifier(_FETBase):
+    """Horizontal Federated Extra-Trees for classification; privacy "none", "ldp" or "gdp"."""
+
+    _task = "classification"
+
+    def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
+        """Class probabilities (columns in `classes_` order), averaged over trees."""
+        return self._predict_values(frame)
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        """Most probable class per row, in the label's original values."""
+        return self.classes_[np.argmax(self.predict_proba(frame), axis=1)]
+
+    @property
+    def classes_(self) -> np.ndarray:
+        """The union of the parties' classes, sorted."""
+        if self.model_ is None:
+            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit() first")
+        return np.array(self.schema_.classes)
+
+
+class FederatedExtraTreesRegressor(_FETBase):
+    """Horizontal Federated Extra-Trees for regression (variance reduction); privacy "none" or "gdp"."""
+
+    _task = "regression"
+
+    def __init__(self, n_estimators: int = 100, *, criterion: str = "squared_error", max_features=1.0,
+                 **kwargs) -> None:
+        super().__init__(n_estimators, criterion=criterion, max_features=max_features, **kwargs)
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        """Mean prediction of the trees."""
+        return self._predict_values(frame)[:, 0]
+
+
+class PPDERTClassifier(_HorizontalForest):
+    """PPD-ERT classification: shared-seed candidate splits in declared domains, securely aggregated counts."""
+
+    _task = "classification"
+    _algorithm = "ppdert"
+
+    def __init__(self, n_estimators: int = 100, *, feature_ranges: Mapping[str, tuple[float, float]] | None = None,
+                 allow_data_ranges: bool = False, max_depth: int | None = None, min_samples_split: int = 2,
+                 min_samples_leaf: int = 1, max_features: str | int | float | None = "sqrt",
+                 criterion: str = "gini", categories: Mapping[str, Sequence] | None = None,
+                 bootstrap: bool = False, tree_batch_size: int | None = None, random_state: int = 0,
+                 progress: bool = False, record_transcript: bool = False, record_payloads: bool = False) -> None:
+        self._init_common(n_estimators, criterion, max_depth, min_samples_split, min_samples_leaf, max_features,
+                          random_state, tree_batch_size, categories, bootstrap, progress, record_transcript,
+                          record_payloads)
+        self.feature_ranges = None if feature_ranges is None else dict(feature_ranges)
+        self.allow_data_ranges = bool(allow_data_ranges)
+        if feature_ranges is None and not allow_data_ranges:
+            raise ParameterError(MISSING_RANGES)
+
+    def _check_before_fit(self, schema, frames) -> None:
+        self._low, self._high, self.ranges_source_ = resolve_feature_ranges(
+            schema, self.feature_ranges, frames, self.allow_data_ranges)
+
+    def _make_parties(self, frames, schema):
+        k = self.params.n_candidate_features(schema.n_features)
+        return [PPDERTParty(name, frame, schema, seed=self.params.random_state, low=self._low, high=self._high, k=k)
+                for name, frame in frames.items()]
+
+    def _make_master(self, transport, schema):
+        return PPDERTMaster(transport, self.params, schema, low=self._low, high=self._high,
+                            progress=_progress_bar() if self.progress else None)
+
+    def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
+        """Class probabilities (columns in `classes_` order), averaged over trees."""
+        return self._predict_values(frame)
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        """Most probable class per row, in the label's original values."""
+        return self.classes_[np.argmax(self.predict_proba(frame), axis=1)]
+
+    @property
+    def classes_(self) -> np.ndarray:
+        """The union of the parties' classes, sorted."""
+        if self.model_ is None:
+            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit() first")
+        return np.array(self.schema_.classes)
+
+    @property
+    def privacy_report_(self) -> dict:
+        """What the master saw in this run."""
+        if self.master_ is None:
+            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit() first")
+        single = len(self.parties_) == 1
+        return {
+            "algorithm": "ppdert", "mode": "secagg", "queries": self.master_.levels,
+            "label_statistics": ("plain counts of the single party (no peers to mask with)" if single else
+                                 "only the sum over all parties of the branch class counts, by pairwise-mask "
+                                 "secure aggregation (each party's vector is uniform modulo 2**64 to the master)"),
+            "feature_ranges": self.ranges_source_, "parties": len(self.parties_), "plain_single_party": single,
+            "epsilon": None, "composed_epsilon": None,
+        }
+
+
+def _progress_bar():
+    """A one-line stderr progress bar: finished trees, and the level the current batch is growing."""
+    started = time.perf_counter()
+
+    def report(p: GrowthProgress) -> None:
+        width = 30
+        filled = int(width * p.trees_done / max(p.n_trees, 1))
+        line = f"[{'#' * filled}{'.' * (width - filled)}] trees {p.trees_done}/{p.n_trees}"
+        if p.depth >= 0:
+            line += f" | growing {p.batch_trees} trees: level {p.depth}, {p.open_nodes} open nodes"
+        sys.stderr.write(f"\r{line}  {time.perf_counter() - started:6.1f}s\033[K")
+        sys.stderr.flush()
+
+    return report

@@ -1,0 +1,262 @@
+"""Level-wise growth shared by Federated Extra-Trees and PPD-ERT (the master side).
+
+Per level, for every open node of every tree in the batch, an algorithm-specific exchange (`_level`)
+yields k candidate splits (feature, threshold) and the aggregated label statistics of both branches of
+each candidate. This module picks the best candidate per node, numbers the children, decides which
+children are leaves (depth, min_samples_split, 2 * min_samples_leaf, purity), and tells the parties in
+the next level's request which candidate each node took (`chosen`) and where each child sits in the next
+level's list of open nodes (`next_pos`, -1 for a child that is a leaf).
+
+Statistics per branch: class counts (classification) or (count, sum of quantised targets) (regression).
+In the plain modes they are exact integers, summed over parties in any order to the same value; gains are
+computed from them by the same float operations, so the same seed gives the same forest whatever the party
+layout. Noisy or estimated statistics may be negative or fractional: counts are clamped at 0.
+
+Ties between candidates go to the lowest candidate index (`argmax`); candidates are ordered by the draw.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedcore.horizontal.model import NO_CHILD, HorizontalForest, assemble_forest
+from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.protocol.messages import Message
+from fedcore.randomness import stream
+from fedcore.transport.base import Transport
+
+
+@dataclass
+class GrowthProgress:
+    """Where training stands: finished trees, and the level being grown in the current tree batch."""
+
+    trees_done: int
+    n_trees: int
+    batch_trees: int
+    depth: int
+    open_nodes: int
+
+
+ProgressCallback = Callable[[GrowthProgress], None]
+
+
+@dataclass
+class LevelResult:
+    """One level's candidates and their aggregated branch statistics."""
+
+    features: np.ndarray  # (A, k) global feature index
+    thresholds: np.ndarray  # (A, k) float64
+    valid: np.ndarray  # (A, k) bool: a usable candidate (FET: the node's global range is not a point)
+    branch: np.ndarray  # (A, k, 2, S) float64: [..., 0, :] left (x <= t), [..., 1, :] right
+
+
+# -- random draws shared by every role -----------------------------------------------------------------
+def tree_segments(act_tree: np.ndarray):
+    """(tree, start, stop) of each run of equal tree ids in a non-decreasing tree array."""
+    if len(act_tree) and np.any(np.diff(act_tree) < 0):
+        raise ValueError("open nodes must be ordered by tree")
+    bounds = np.flatnonzero(np.diff(act_tree, prepend=-1, append=-1))
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        yield int(act_tree[a]), int(a), int(b)
+
+
+def draw_features(rng: np.random.Generator, n_nodes: int, n_features: int, k: int) -> np.ndarray:
+    """k distinct features per node, in draw order (ranks of uniform keys): (n_nodes, k) int64."""
+    return np.argsort(rng.random((n_nodes, n_features)), axis=1, kind="stable")[:, :k].astype(np.int64)
+
+
+def fet_candidate_features(seed: int, act_tree: np.ndarray, depth: int, n_features: int, k: int) -> np.ndarray:
+    """FET: the master's candidate features of the open nodes, from stream(seed, fet_features, tree, depth)."""
+    out = np.empty((len(act_tree), k), dtype=np.int64)
+    for tree, a, b in tree_segments(act_tree):
+        out[a:b] = draw_features(stream(seed, "fet_features", tree, depth), b - a, n_features, k)
+    return out
+
+
+def fet_threshold_uniforms(seed: int, act_tree: np.ndarray, depth: int, k: int) -> np.ndarray:
+    """FET: uniforms in [0, 1) placing each candidate's threshold in its global [min, max]: (A, k)."""
+    out = np.empty((len(act_tree), k), dtype=np.float64)
+    for tree, a, b in tree_segments(act_tree):
+        out[a:b] = stream(seed, "fet_thresholds", tree, depth).random((b - a, k))
+    return out
+
+
+# -- split choice --------------------------------------------------------------------------------------
+def branch_counts(stats: np.ndarray, task: str) -> np.ndarray:
+    """Sample count of statistics vectors (clamped at 0)."""
+    if task == "regression":
+        return np.maximum(stats[..., 0], 0.0)
+    return np.maximum(stats, 0.0).sum(axis=-1)
+
+
+def _class_term(counts: np.ndarray, criterion: str) -> np.ndarray:
+    """n * impurity of class-count vectors (gini or entropy, in bits)."""
+    n = counts.sum(axis=-1)
+    safe = np.where(n > 0, n, 1.0)
+    if criterion == "gini":
+        return np.where(n > 0, n - (counts * counts).sum(axis=-1) / safe, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        plogp = np.where(counts > 0, counts * np.log2(np.where(counts > 0, counts, 1.0)), 0.0)
+    return np.where(n > 0, n * np.log2(safe) - plogp.sum(axis=-1), 0.0)
+
+
+def split_gains(branch: np.ndarray, task: str, criterion: str) -> np.ndarray:
+    """Impurity decrease (times node size) of each candidate: (A, k).
+
+    The parent is taken as left + right, so noisy statistics stay comparable across candidates.
+    Regression uses the stable form n_l n_r / n (mean_l - mean_r)^2 of the variance reduction, which is
+    exactly 0 on a node with one target value.
+    """
+    left, right = branch[..., 0, :], branch[..., 1, :]
+    if task == "regression":
+        nl, nr = np.maximum(left[..., 0], 0.0), np.maximum(right[..., 0], 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ml = left[..., 1] / nl
+            mr = right[..., 1] / nr
+            gain = nl * nr / (nl + nr) * (ml - mr) ** 2
+        return np.where((nl > 0) & (nr > 0), gain, 0.0)
+    left, right = np.maximum(left, 0.0), np.maximum(right, 0.0)
+    return _class_term(left + right, criterion) - _class_term(left, criterion) - _class_term(right, criterion)
+
+
+def min_gain(weight: np.ndarray) -> np.ndarray:
+    """Smallest gain that counts as an improvement: guards against rounding noise on pure nodes."""
+    return 1e-12 * np.maximum(weight, 1.0)
+
+
+def is_pure(stats: np.ndarray, task: str) -> np.ndarray:
+    """Classification nodes with at most one class present (regression purity is not observable: the
+    statistics hold no sum of squares; such nodes stop because every split gains exactly 0)."""
+    if task == "regression":
+        return np.zeros(stats.shape[:-1], dtype=bool)
+    return (stats > 0).sum(axis=-1) <= 1
+
+
+# -- the master's growth loop ---------------------------------------------------------------------------
+class LevelwiseMaster(ABC):
+    """Grows all trees of a batch level by level; subclasses implement the per-level exchange."""
+
+    algorithm = "fet"
+
+    def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema,
+                 progress: ProgressCallback | None = None) -> None:
+        self.transport = transport
+        self.params = params
+        self.schema = schema
+        self.progress = progress
+        self.parties = list(transport.parties)
+        self.k = params.n_candidate_features(schema.n_features)
+        self.n_stats = schema.n_classes if params.task == "classification" else 2
+        self.forest: HorizontalForest | None = None
+        self.levels = 0  # levels with open nodes, over all batches (each one is 1 or 2 rounds)
+
+    # -- hooks ------------------------------------------------------------------------------------
+    @abstractmethod
+    def setup(self) -> None:
+        """The opening round(s): check the schema, agree scales or keys."""
+
+    @abstractmethod
+    def _level(self, trees: list[int], depth: int, act_tree: np.ndarray, act_node: np.ndarray,
+               transition: dict[str, np.ndarray] | None) -> LevelResult:
+        """Exchange one level: apply the previous level's decisions, return candidates and statistics."""
+
+    def node_values(self, stats: np.ndarray) -> np.ndarray:
+        """Node values from statistics: class proportions (uniform when empty), or the mean (override)."""
+        counts = np.maximum(stats, 0.0)
+        total = counts.sum(axis=-1, keepdims=True)
+        return np.where(total > 0, counts / np.where(total > 0, total, 1.0), 1.0 / counts.shape[-1])
+
+    # -- driver -----------------------------------------------------------------------------------
+    def fit(self) -> HorizontalForest:
+        """Grow every tree, batch by batch, and send the complete forest to every party."""
+        self.setup()
+        p = self.params
+        records: list[dict[str, np.ndarray]] = []
+        for trees in p.batches():
+            records.extend(self._grow_batch(trees))
+            if self.progress:
+                self.progress(GrowthProgress(trees[-1] + 1, p.n_estimators, 0, -1, 0))
+        self.forest = assemble_forest(records, p.n_estimators, p.task, self.algorithm, self.schema)
+        f = self.forest
+        self.transport.exchange({
+            name: Message("model", {"n_trees": f.n_trees, "task": f.task, "algorithm": f.algorithm}, f.arrays())
+            for name in self.parties
+        })
+        return self.forest
+
+    def _grow_batch(self, trees: list[int]) -> list[dict[str, np.ndarray]]:
+        p, task = self.params, self.params.task
+        first_tree = trees[0]
+        act_tree = np.array(trees, dtype=np.int32)
+        act_node = np.zeros(len(trees), dtype=np.int32)
+        act_stats: np.ndarray | None = None
+        next_id = np.ones(len(trees), dtype=np.int64)
+        transition: dict[str, np.ndarray] | None = None
+        records: list[dict[str, np.ndarray]] = []
+        depth = 0
+        while len(act_tree):
+            self.levels += 1
+            result = self._level(trees, depth, act_tree, act_node, transition)
+            branch = result.branch
+            n_open = len(act_tree)
+            # roots: the node is the union of any candidate's two branches
+            node_stats = act_stats if act_stats is not None else branch[:, 0].sum(axis=1)
+            n_node = branch_counts(node_stats, task)
+            gains = split_gains(branch, task, p.criterion)
+            n_left, n_right = branch_counts(branch[:, :, 0], task), branch_counts(branch[:, :, 1], task)
+            usable = (result.valid & (n_left >= p.min_samples_leaf) & (n_right >= p.min_samples_leaf)
+                      & (gains > min_gain(n_left + n_right)))
+            best = np.argmax(np.where(usable, gains, -np.inf), axis=1)
+            split = usable.any(axis=1) & (n_node >= p.min_samples_split)
+            split_idx = np.flatnonzero(split)
+            split_best = best[split_idx]
+            split_rel = act_tree[split_idx].astype(np.int64) - first_tree
+            within = np.arange(len(split_idx)) - np.searchsorted(split_rel, split_rel, side="left")
+            left = np.full(n_open, NO_CHILD, dtype=np.int32)
+            right = np.full(n_open, NO_CHILD, dtype=np.int32)
+            left[split_idx] = next_id[split_rel] + 2 * within
+            right[split_idx] = left[split_idx] + 1
+            next_id += 2 * np.bincount(split_rel, minlength=len(trees))
+            feature = np.full(n_open, -1, dtype=np.int32)
+            threshold = np.full(n_open, np.nan)
+            feature[split_idx] = result.features[split_idx, split_best]
+            threshold[split_idx] = result.thresholds[split_idx, split_best]
+            records.append({
+                "tree": act_tree, "node": act_node, "left": left, "right": right,
+                "depth": np.full(n_open, depth, np.int16), "feature": feature, "threshold": threshold,
+                "weight": n_node, "value": self.node_values(node_stats),
+            })
+            if self.progress:
+                self.progress(GrowthProgress(first_tree, p.n_estimators, len(trees), depth, n_open))
+            if not len(split_idx):
+                break
+            child_stats = branch[split_idx, split_best].reshape(-1, self.n_stats)  # left, right, left, ...
+            child_tree = np.repeat(act_tree[split_idx], 2)
+            child_node = np.stack([left[split_idx], right[split_idx]], axis=1).reshape(-1)
+            child_n = branch_counts(child_stats, task)
+            open_child = ((depth + 1 < p.depth_limit) & (child_n >= p.min_samples_split)
+                          & (child_n >= 2 * p.min_samples_leaf) & ~is_pure(child_stats, task))
+            leaf = ~open_child
+            if leaf.any():
+                n_leaf = int(leaf.sum())
+                records.append({
+                    "tree": child_tree[leaf], "node": child_node[leaf], "left": np.full(n_leaf, NO_CHILD, np.int32),
+                    "right": np.full(n_leaf, NO_CHILD, np.int32), "depth": np.full(n_leaf, depth + 1, np.int16),
+                    "feature": np.full(n_leaf, -1, np.int32), "threshold": np.full(n_leaf, np.nan),
+                    "weight": child_n[leaf], "value": self.node_values(child_stats[leaf]),
+                })
+            next_pos = np.full(len(child_tree), -1, dtype=np.int32)
+            next_pos[open_child] = np.arange(int(open_child.sum()), dtype=np.int32)
+            chosen = np.full(n_open, -1, dtype=np.int32)
+            chosen[split_idx] = split_best
+            transition = {"chosen": chosen, "next_pos": next_pos}
+            act_tree, act_node = child_tree[open_child], child_node[open_child]
+            act_stats = child_stats[open_child]
+            depth += 1
+        return records
+

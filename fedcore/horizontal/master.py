@@ -1,0 +1,137 @@
+"""The master in horizontal Federated Extra-Trees (FET, Algorithms 1-2 of the paper): holds no data;
+draws candidate features and thresholds from seeded streams, aggregates the parties' min/max and branch
+label statistics, picks the best split per node and sends every party the finished forest.
+
+Rounds (one `Transport.exchange` each), over all open nodes of all trees of a batch at once:
+
+    hello                      1       schema check; regression: row counts and target magnitude (2-power)
+    per level: fet_ranges      1       candidate features -> per-party min/max
+               fet_stats       1       thresholds -> per-party branch statistics (privacy mode)
+    model                      1       the complete forest to every party
+
+so a fit takes 2 + 2 * L rounds, L = number of levels that had open nodes, summed over tree batches
+(L = max_depth per batch when some node of the batch stays splittable down to max_depth - 1).
+
+Regression targets travel as int64 fixed point q = round(y * 2**shift). From the parties' row counts and
+the largest power of two bounding |y| the master picks shift so that N * max|q| <= 2**52: every partial sum
+is then an exact integer in float64 as well as int64, so sums are independent of the party layout. Gains
+need only (count, sum q) per branch: the variance reduction n_l n_r / n (mean_l - mean_r)^2 needs no
+sum of squares.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fedcore.errors import ParameterError, ProtocolError
+from fedcore.horizontal.growth import (
+    LevelResult,
+    LevelwiseMaster,
+    ProgressCallback,
+    fet_candidate_features,
+    fet_threshold_uniforms,
+)
+from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.protocol.messages import Message
+from fedcore.transport.base import Transport
+
+SUM_BITS = 52
+"""Quantised target sums stay below 2**SUM_BITS: exact in float64 and in int64."""
+MAX_TARGET_BITS = 40
+"""At most this many bits of precision per quantised target."""
+MIN_TARGET_BITS = 8
+
+
+class FederatedExtraTreesMaster(LevelwiseMaster):
+    """Coordinates one FET training over a transport (see module doc)."""
+
+    algorithm = "fet"
+
+    def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema, *,
+                 privacy: str = "none", ldp=None, progress: ProgressCallback | None = None) -> None:
+        super().__init__(transport, params, schema, progress)
+        self.privacy = privacy
+        self.ldp = ldp
+        self.n_rows = 0
+        self.q_bits = 0  # |q| <= 2**q_bits
+        self.q_shift = 0  # q = round(y * 2**q_shift)
+
+    def setup(self) -> None:
+        header = {"algorithm": self.algorithm, "schema": self.schema.fingerprint(), "privacy": self.privacy,
+                  "task": self.params.task}
+        replies = self.transport.exchange({name: Message("hello", header) for name in self.parties})
+        self.n_rows = sum(int(r.header["n_rows"]) for r in replies.values())
+        if self.params.task == "regression":
+            exponent = max(int(r.header["y_exponent"]) for r in replies.values())
+            bits = min(MAX_TARGET_BITS, SUM_BITS - math.ceil(math.log2(self.n_rows + 1)))
+            if bits < MIN_TARGET_BITS:
+                raise ParameterError(f"{self.n_rows} rows leave fewer than {MIN_TARGET_BITS} bits per regression "
+                                     "target in the exact fixed-point sums; train on fewer rows")
+            self.q_bits = bits
+            self.q_shift = bits - exponent
+
+    def node_values(self, stats: np.ndarray) -> np.ndarray:
+        if self.params.task != "regression":
+            return super().node_values(stats)
+        n = np.maximum(stats[..., 0], 0.0)
+        bound = float(2 ** self.q_bits)
+        mean_q = np.clip(np.where(n > 0, stats[..., 1] / np.where(n > 0, n, 1.0), 0.0), -bound, bound)
+        return np.ldexp(mean_q, -self.q_shift)[..., None]
+
+    def _level(self, trees, depth, act_tree, act_node, transition) -> LevelResult:
+        p = self.params
+        features = fet_candidate_features(p.random_state, act_tree, depth, self.schema.n_features, self.k)
+        header = {"depth": depth, "n_trees": len(trees)}
+        arrays = {"features": features.astype(np.int32)}
+        if transition is None:
+            header["new_batch"] = True
+        else:
+            arrays.update(transition)
+        replies = self.transport.exchange({name: Message("fet_ranges", header, arrays) for name in self.parties})
+        low = np.min([_reply_array(replies, n, "fet_ranges_reply", "min", features.shape) for n in self.parties], axis=0)
+        high = np.max([_reply_array(replies, n, "fet_ranges_reply", "max", features.shape) for n in self.parties], axis=0)
+        valid = np.isfinite(low) & np.isfinite(high) & (low < high)
+        u = fet_threshold_uniforms(p.random_state, act_tree, depth, self.k)
+        with np.errstate(invalid="ignore", over="ignore"):
+            thresholds = low + u * (high - low)
+        thresholds = np.where(thresholds >= high, low, thresholds)  # a rounded-up draw: keep both sides non-empty
+        thresholds = np.where(valid, thresholds, np.nan)  # no usable range: every row goes right
+        header = {"depth": depth, "q_shift": self.q_shift, "q_bound_bits": self.q_bits}
+        replies = self.transport.exchange({name: Message("fet_stats", header, {"thresholds": thresholds})
+                                           for name in self.parties})
+        return LevelResult(features, thresholds, valid, self._aggregate(replies, features.shape))
+
+    def _aggregate(self, replies: dict[str, Message], shape: tuple[int, int]) -> np.ndarray:
+        """Sum the parties' branch statistics: (A, k, 2, S) float64."""
+        stats_shape = (*shape, 2, self.n_stats)
+        if self.privacy == "none":
+            total = np.zeros(stats_shape, dtype=np.int64)
+            for name in self.parties:
+                total += _reply_array(replies, name, "fet_counts", "counts", stats_shape).astype(np.int64)
+            return total.astype(np.float64)
+        if self.privacy == "gdp":
+            total = np.zeros(stats_shape, dtype=np.float64)
+            for name in self.parties:
+                total += _reply_array(replies, name, "fet_noisy_counts", "counts", stats_shape)
+            return total
+        n_bits = self.ldp.n_bits
+        bit_sums = np.zeros((*shape, 2, n_bits), dtype=np.int64)
+        sizes = np.zeros((*shape, 2), dtype=np.int64)
+        for name in self.parties:
+            bit_sums += _reply_array(replies, name, "fet_bit_sums", "bit_sums", bit_sums.shape).astype(np.int64)
+            sizes += _reply_array(replies, name, "fet_bit_sums", "sizes", sizes.shape).astype(np.int64)
+        return self.ldp.estimate_counts(bit_sums, sizes, self.schema.n_classes)
+
+
+def _reply_array(replies: dict[str, Message], party: str, kind: str, name: str, shape: tuple) -> np.ndarray:
+    """A named array of a party's reply, checked for kind and shape."""
+    reply = replies[party]
+    if reply.kind != kind or name not in reply.arrays:
+        raise ProtocolError(f"party {party!r} answered {reply.kind!r} without {name!r}; expected {kind!r}")
+    array = reply.arrays[name]
+    if tuple(array.shape) != tuple(shape):
+        raise ProtocolError(f"party {party!r}: {kind}.{name} has shape {tuple(array.shape)}, expected {tuple(shape)}")
+    return array

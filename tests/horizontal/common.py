@@ -1,0 +1,60 @@
+"""Helpers of the horizontal tests: tables with NaNs and categoricals, row splits into parties."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tests.conftest import mixed_table
+
+CAT_STR = ["azure", "crimson", "emerald", "onyx"]
+
+
+def horizontal_table(seed: int = 0, task: str = "classification", n_rows: int = 600, n_classes: int = 3) -> pd.DataFrame:
+    """The shared mixed table (numeric, integer, boolean, two categoricals, NaNs), with cat_str as a pandas
+    Categorical so every party slice carries the same category list."""
+    table = mixed_table(n_rows=n_rows, seed=seed, task=task, n_classes=n_classes)
+    table["cat_str"] = pd.Categorical(table["cat_str"], categories=CAT_STR)
+    return table
+
+
+def split_rows(table: pd.DataFrame, n_parties: int, seed: int = 0, uneven: bool = True) -> list[pd.DataFrame]:
+    """Deal the rows (shuffled) to n_parties parties, in uneven shares."""
+    order = np.random.default_rng(seed).permutation(len(table))
+    if uneven and n_parties > 1:
+        weights = np.arange(1, n_parties + 1, dtype=float)
+        cuts = (np.cumsum(weights)[:-1] / weights.sum() * len(table)).astype(int)
+        parts = np.split(order, cuts)
+    else:
+        parts = np.array_split(order, n_parties)
+    return [table.iloc[np.sort(p)].reset_index(drop=True) for p in parts]
+
+
+def assert_same_forest(a, b) -> None:
+    """Node for node: structure, features, thresholds, weights and values identical."""
+    assert a.n_trees == b.n_trees
+    arrays_a, arrays_b = a.arrays(), b.arrays()
+    assert arrays_a.keys() == arrays_b.keys()
+    for name, value in arrays_a.items():
+        np.testing.assert_array_equal(value, arrays_b[name], err_msg=name)
+
+
+def float_windows(payload: bytes) -> np.ndarray:
+    """Every 8-byte window of a payload (at every offset) as uint64: what a float64 could be stored as."""
+    raw = np.frombuffer(payload, dtype=np.uint8)
+    if len(raw) < 8:
+        return np.zeros(0, np.uint64)
+    windows = np.lib.stride_tricks.sliding_window_view(raw, 8)
+    return np.ascontiguousarray(windows).view("<u8").reshape(-1)
+
+
+def raw_values_in(payload: bytes, raw_bits: np.ndarray) -> int:
+    """How many distinct raw float64 values (given as their uint64 bit patterns) occur in the payload."""
+    return int(np.isin(raw_bits, float_windows(payload)).sum())
+
+
+def continuous_bits(frames: list[pd.DataFrame], columns: list[str]) -> np.ndarray:
+    """Bit patterns of the continuous values (non-integral floats) of these columns at these parties."""
+    values = np.concatenate([f[c].to_numpy(dtype=np.float64) for f in frames for c in columns])
+    values = values[np.isfinite(values) & (values != np.round(values))]
+    return np.unique(values.astype("<f8").view("<u8"))

@@ -1,0 +1,118 @@
+"""Accuracy sanity against scikit-learn's ExtraTrees, and the noisy modes: they run, are reproducible under
+the same seed, report their budget and stay reasonably accurate on easy data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_breast_cancer, load_diabetes, load_wine
+from sklearn.ensemble import ExtraTreesClassifier, ExtraTreesRegressor
+from sklearn.metrics import r2_score
+from sklearn.model_selection import train_test_split
+
+from fedcore.horizontal import FederatedExtraTreesClassifier, FederatedExtraTreesRegressor, PPDERTClassifier
+from tests.horizontal.common import assert_same_forest, horizontal_table, split_rows
+
+SEEDS = (0, 1)
+
+
+def _data(loader):
+    frame = loader(as_frame=True).frame
+    stratify = frame["target"] if loader is not load_diabetes else None
+    return train_test_split(frame, test_size=0.3, random_state=0, stratify=stratify)
+
+
+def _accuracy(model, test) -> float:
+    return float((model.predict(test) == test["target"].to_numpy()).mean())
+
+
+def _sklearn_accuracy(train, test) -> float:
+    X, y = train.drop(columns="target"), train["target"]
+    return float(np.mean([(ExtraTreesClassifier(40, random_state=s).fit(X, y).predict(test.drop(columns="target"))
+                           == test["target"]).mean() for s in SEEDS]))
+
+
+@pytest.mark.parametrize("loader", [load_breast_cancer, load_wine])
+def test_fet_matches_sklearn_accuracy(loader) -> None:
+    train, test = _data(loader)
+    ours = np.mean([_accuracy(FederatedExtraTreesClassifier(40, random_state=s).fit(split_rows(train, 3), "target"),
+                              test) for s in SEEDS])
+    reference = _sklearn_accuracy(train, test)
+    assert ours >= reference - 0.03, (ours, reference)
+
+
+def test_ppdert_matches_sklearn_accuracy() -> None:
+    train, test = _data(load_breast_cancer)
+    ours = np.mean([_accuracy(PPDERTClassifier(40, allow_data_ranges=True, random_state=s).fit(
+        split_rows(train, 3), "target"), test) for s in SEEDS])
+    assert ours >= _sklearn_accuracy(train, test) - 0.04
+
+
+def test_fet_regression_matches_sklearn() -> None:
+    train, test = _data(load_diabetes)
+    ours = FederatedExtraTreesRegressor(40, random_state=0).fit(split_rows(train, 3), "target")
+    reference = ExtraTreesRegressor(40, random_state=0).fit(train.drop(columns="target"), train["target"])
+    ours_r2 = r2_score(test["target"], ours.predict(test))
+    assert ours_r2 >= r2_score(test["target"], reference.predict(test.drop(columns="target"))) - 0.05
+    assert ours_r2 > 0.25
+
+
+@pytest.mark.parametrize("privacy", ["gdp", "ldp"])
+def test_noisy_modes_are_reproducible_and_accurate(privacy: str) -> None:
+    train, test = _data(load_breast_cancer)
+    parties = split_rows(train, 3)
+    first = FederatedExtraTreesClassifier(30, privacy=privacy, random_state=4).fit(parties, "target")
+    again = FederatedExtraTreesClassifier(30, privacy=privacy, random_state=4).fit(parties, "target")
+    assert_same_forest(first.model_, again.model_)
+    plain = FederatedExtraTreesClassifier(30, random_state=4).fit(parties, "target")
+    assert not np.array_equal(first.model_.value, plain.model_.value)  # the noise is real
+    other = FederatedExtraTreesClassifier(30, privacy=privacy, random_state=5).fit(parties, "target")
+    assert not np.array_equal(first.model_.threshold, other.model_.threshold, equal_nan=True)
+    assert _accuracy(first, test) >= 0.88
+    report = first.privacy_report_
+    assert report["mode"] == privacy and report["queries"] == first.master_.levels
+    assert report["composed_epsilon"] > 0
+
+
+def test_gdp_budget_composes_over_queries() -> None:
+    table = horizontal_table(seed=6)
+    model = FederatedExtraTreesClassifier(4, max_depth=3, privacy="gdp", epsilon=0.5, max_features=2).fit(
+        split_rows(table, 2), "target")
+    report = model.privacy_report_
+    assert report["epsilon_per_query"] == 0.5
+    # a row is active in every tree at each of the 3 levels (depth 3 on 600 rows): 2 candidates x 4 trees x 3
+    assert report["queries_per_row"] == 2 * 4 * 3
+    assert report["composed_epsilon"] == pytest.approx(0.5 * 24)
+    # smaller epsilon -> more noise: leaf values further from the plain run
+    plain = FederatedExtraTreesClassifier(4, max_depth=3, max_features=2).fit(split_rows(table, 2), "target")
+    strong = FederatedExtraTreesClassifier(4, max_depth=3, privacy="gdp", epsilon=50.0, max_features=2).fit(
+        split_rows(table, 2), "target")
+    def root_error(run):
+        roots = run.model_.tree_offsets()[:-1]
+        return np.abs(run.model_.weight[roots] - plain.model_.weight[roots]).mean()
+
+    assert root_error(plain) == 0 and 0 < root_error(strong) < 0.5 < root_error(model)
+
+
+def test_ldp_report_and_permanent_bits_fixed_once() -> None:
+    table = horizontal_table(seed=6)
+    model = FederatedExtraTreesClassifier(3, max_depth=2, privacy="ldp").fit(split_rows(table, 2), "target")
+    report = model.privacy_report_
+    assert set(report["epsilon"]) == {"permanent", "instant"}
+    assert report["reports_per_row"] == 3 * 2  # one instant report per tree and level a row is active in
+    assert report["composed_epsilon"] == min(report["epsilon_permanent"], 6 * report["epsilon_instant"])
+    party = model.parties_[0]
+    kept = party._permanent.copy()
+    model2 = FederatedExtraTreesClassifier(3, max_depth=2, privacy="ldp").fit(split_rows(table, 2), "target")
+    np.testing.assert_array_equal(kept, model2.parties_[0]._permanent)
+
+
+def test_gdp_regression_runs_and_is_reproducible() -> None:
+    table = horizontal_table(seed=7, task="regression")
+    parties = split_rows(table, 2)
+    a = FederatedExtraTreesRegressor(5, privacy="gdp", epsilon=2.0, min_samples_leaf=20).fit(parties, "target")
+    b = FederatedExtraTreesRegressor(5, privacy="gdp", epsilon=2.0, min_samples_leaf=20).fit(parties, "target")
+    assert_same_forest(a.model_, b.model_)
+    prediction = a.predict(table)
+    assert np.isfinite(prediction).all()
+    assert np.abs(prediction).max() <= 2 * np.abs(table["target"]).max()
