@@ -3,16 +3,21 @@ checked against its data contract, and the contract result as it may leave the i
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
 from fedcore.config import FederationConfig
 from fedcore.contracts.expectations import ValidationReport
-from fedcore.errors import ColumnNotFoundError, DataReadError
+from fedcore.contracts.model import DataContract
+from fedcore.errors import ArtifactError, ColumnNotFoundError, DataReadError, ProtocolError
+from fedcore.models.artifacts import table_sha256
+from fedcore.models.registry import ModelRegistry
 from fedcore.protocol.messages import Message
 
 log = logging.getLogger(__name__)
@@ -30,6 +35,7 @@ class InstitutionData:
     predictions_dir: Path
     load_batch: Callable[[], pd.DataFrame] | None = None
     validation: ValidationReport | None = None
+    contract: DataContract | None = None
 
     @property
     def valid(self) -> bool:
@@ -42,7 +48,7 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
     contract (examples of bad values stay in the local report). Runs where the data lives."""
     inst = config.institution(name)
     frame = read_files(inst.data, f"institution {name!r}")
-    report = None
+    report = contract = None
     if inst.contract is not None:
         from fedcore.contracts import load_contract, validate_frame
 
@@ -59,7 +65,7 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
     return InstitutionData(
         name=name, frame=frame, id_column=inst.id_column, label=inst.label, registry=inst.registry,
         predictions_dir=inst.registry.parent / "predictions" / name if inst.predictions is None else inst.predictions,
-        load_batch=batch, validation=report,
+        load_batch=batch, validation=report, contract=contract,
     )
 
 
@@ -84,3 +90,61 @@ def validation_reply(report: ValidationReport | None) -> Message:
     return Message("validation", {"checked": True, "success": report.success, "rows": rows,
                                   "errors": report.failure_lines(), "contract": report.contract,
                                   "contract_version": report.version})
+
+
+def store_signed_table(data: InstitutionData, header: dict, stem: str, table: pa.Table, extra: dict) -> str:
+    """Store this institution's model table under the master's version, after checking that the master's
+    signed manifest lists exactly this table's SHA-256; returns the version's folder."""
+    master_manifest = json.loads(header["manifest"])
+    signed = signed_digest(master_manifest, data.name)
+    if signed != table_sha256(table):
+        raise ProtocolError(f"institution {data.name!r}: the master's manifest signs partial model digest {signed!r}, "
+                            f"not this party's model; refusing to store {header['model']!r} {header['version']}")
+    manifest = {"institution": data.name, "master_manifest": master_manifest, **extra}
+    version = ModelRegistry(data.registry).register(header["model"], manifest, {stem: table}, version=header["version"])
+    return str(data.registry / header["model"] / version)
+
+
+def load_signed_table(data: InstitutionData, header: dict, stem: str) -> tuple[dict, pa.Table]:
+    """This institution's stored table of the requested version, refused unless it belongs to that master
+    version and its SHA-256 is the one the master's signed manifest lists (`header["table_sha256"]`)."""
+    model_name, version = header["model"], header["version"]
+    try:
+        manifest, tables = ModelRegistry(data.registry).load(model_name, version)
+    except ArtifactError as error:
+        raise ArtifactError(f"institution {data.name!r}: {error}") from error
+    master_version = (manifest.get("master_manifest") or {}).get("version")
+    if master_version != version:
+        raise ProtocolError(f"institution {data.name!r}: its stored {model_name!r} {manifest.get('version')} belongs "
+                            f"to master version {master_version!r}, not the requested {version!r}")
+    if stem not in tables:
+        raise ArtifactError(f"institution {data.name!r}: model {model_name!r} {version} has no table {stem!r}")
+    stored = next((f["sha256"] for f in manifest.get("files", []) if f["name"] == f"{stem}.arrow"), None)
+    signed = header.get("table_sha256")
+    if signed is not None and signed != stored:
+        raise ArtifactError(f"institution {data.name!r}: its {model_name!r} {version} partial model (sha256 "
+                            f"{str(stored)[:12]}) is not the one the master's signed manifest lists "
+                            f"({signed[:12]}); refusing to predict with it")
+    return manifest, tables[stem]
+
+
+def withdraw_version(data: InstitutionData, header: dict) -> Message:
+    """Take back this institution's part of a version that could not be stored everywhere."""
+    ModelRegistry(data.registry).withdraw(header["model"], header["version"])
+    return Message("withdrawn")
+
+
+def signed_digest(master_manifest: dict, institution: str) -> str | None:
+    """The model-table SHA-256 the master's manifest lists for `institution`."""
+    entry = next((p for p in master_manifest.get("parties") or [] if p.get("name") == institution), {})
+    return entry.get("table_sha256")
+
+
+def write_predictions(data: InstitutionData, frame: pd.DataFrame, file_stem: str) -> Path:
+    """Write predictions atomically as Parquet in this institution's predictions folder."""
+    path = data.predictions_dir / f"{file_stem}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    frame.to_parquet(tmp, index=False)
+    tmp.replace(path)
+    return path

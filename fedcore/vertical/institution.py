@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 from collections.abc import Callable
 
@@ -19,9 +18,15 @@ import numpy as np
 import pandas as pd
 
 from fedcore.errors import ArtifactError, ProtocolError
-from fedcore.institution import InstitutionData, validation_reply
+from fedcore.institution import (
+    InstitutionData,
+    load_signed_table,
+    store_signed_table,
+    validation_reply,
+    withdraw_version,
+    write_predictions,
+)
 from fedcore.models.artifacts import decode_classes, encode_classes, table_sha256
-from fedcore.models.registry import ModelRegistry
 from fedcore.models.tables import partial_forest_from_table, party_table
 from fedcore.privacy.hashing import hash_ids
 from fedcore.protocol.messages import Message, unpack_bits
@@ -121,50 +126,25 @@ class InstitutionAgent:
         return Message("model_digest", {"sha256": table_sha256(party_table(self.party.model))})
 
     def _on_store_model(self, message: Message) -> Message:
-        h = message.header
-        master_manifest = json.loads(h["manifest"])
-        table = party_table(self.party.model)
-        signed = _signed_digest(master_manifest, self.name)
-        if signed != table_sha256(table):
-            raise ProtocolError(f"institution {self.name!r}: the master's manifest signs partial model digest "
-                                f"{signed!r}, not this party's model; refusing to store {h['model']!r} {h['version']}")
-        manifest = {"institution": self.name, "master_manifest": master_manifest}
+        extra = {}
         if self.party.classes_ is not None:
-            manifest["classes"] = [str(c) for c in self.party.classes_]
+            extra["classes"] = [str(c) for c in self.party.classes_]
             try:  # the strings above lose the labels' dtype; this keeps it for `load_model`
-                manifest["classes_encoding"] = encode_classes(self.party.classes_)
+                extra["classes_encoding"] = encode_classes(self.party.classes_)
             except ArtifactError:
                 pass
-        registry = ModelRegistry(self.data.registry)
-        version = registry.register(h["model"], manifest, {party_file_stem(self.name): table}, version=h["version"])
-        return Message("stored", {"path": str(self.data.registry / h["model"] / version)})
+        path = store_signed_table(self.data, message.header, party_file_stem(self.name), party_table(self.party.model),
+                                  extra)
+        return Message("stored", {"path": path})
 
     def _on_withdraw_model(self, message: Message) -> Message:
-        """Take back this party's part of a version that could not be stored everywhere."""
-        ModelRegistry(self.data.registry).withdraw(message.header["model"], message.header["version"])
-        return Message("withdrawn")
+        return withdraw_version(self.data, message.header)
 
     def _on_load_model(self, message: Message) -> Message:
         """Rebuild the party from its own stored partial model, to batch predict without training."""
-        model_name, version = message.header["model"], message.header["version"]
-        try:
-            manifest, tables = ModelRegistry(self.data.registry).load(model_name, version)
-        except ArtifactError as error:
-            raise ArtifactError(f"institution {self.name!r}: {error}") from error
-        master_version = (manifest.get("master_manifest") or {}).get("version")
-        if master_version != version:
-            raise ProtocolError(f"institution {self.name!r}: its stored {model_name!r} {manifest.get('version')} belongs "
-                                f"to master version {master_version!r}, not the requested {version!r}")
-        stem = party_file_stem(self.name)
-        if stem not in tables:
-            raise ArtifactError(f"institution {self.name!r}: model {model_name!r} {version} has no table {stem!r}")
-        stored = next((f["sha256"] for f in manifest.get("files", []) if f["name"] == f"{stem}.arrow"), None)
-        signed = message.header.get("table_sha256")
-        if signed is not None and signed != stored:
-            raise ArtifactError(f"institution {self.name!r}: its {model_name!r} {version} partial model (sha256 "
-                                f"{str(stored)[:12]}) is not the one the master's signed manifest lists "
-                                f"({signed[:12]}); refusing to predict with it")
-        model = partial_forest_from_table(tables[stem])
+        version = message.header["version"]
+        manifest, table = load_signed_table(self.data, message.header, party_file_stem(self.name))
+        model = partial_forest_from_table(table)
         label = self.data.label
         columns = list(model.column_names) + ([label] if label else [])
         party = VerticalParty(self.name, pd.DataFrame(columns=columns), label, feature_key=self._feature_key())
@@ -210,19 +190,9 @@ class InstitutionAgent:
                 out[f"proba_{c}"] = values[:, k]
         else:
             out["prediction"] = values[:, 0]
-        path = self.data.predictions_dir / f"{message.header['file_stem']}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        out.to_parquet(tmp, index=False)
-        tmp.replace(path)
+        path = write_predictions(self.data, out, message.header["file_stem"])
         return Message("delivered", {"path": str(path), "rows": len(out)})
 
     def _on_close(self, message: Message) -> Message:
         self.closed = True
         return Message("ack")
-
-
-def _signed_digest(master_manifest: dict, institution: str) -> str | None:
-    """The partial-model SHA-256 the master's manifest lists for `institution`."""
-    entry = next((p for p in master_manifest.get("parties") or [] if p.get("name") == institution), {})
-    return entry.get("table_sha256")

@@ -7,18 +7,18 @@ all of them talk to the institutions only through the transport.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedcore.errors import ArtifactError, FedForestError, ProtocolError
+from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.tables import N_TREES_KEY, master_table, structure_from_table
 from fedcore.protocol.messages import Message, pack_bits
 from fedcore.randomness import stream
+from fedcore.session_base import InstitutionSession
 from fedcore.transport.base import Transport
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.alignment import AlignmentPlan, check_overlap, intersect_hashes
@@ -39,12 +39,12 @@ class TrainingFacts:
     owned_nodes: dict[str, int] = field(default_factory=dict)
 
 
-class VerticalSession:
+class VerticalSession(InstitutionSession):
     """Drives one session with the institutions reachable through `transport`."""
 
     def __init__(self, transport: Transport, params: ForestParams, holdout_fraction: float = 0.2,
                  min_overlap: int = 50, progress: ProgressCallback | None = None) -> None:
-        self.transport = transport
+        super().__init__(transport)
         self.params = params
         self.holdout_fraction = holdout_fraction
         self.min_overlap = min_overlap
@@ -53,11 +53,6 @@ class VerticalSession:
         self.plan: AlignmentPlan | None = None
         self.fingerprints: dict[str, str] = {}
         """Per institution, a digest of its sorted keyed ID hashes: which rows trained the model."""
-
-    @property
-    def institutions(self) -> list[str]:
-        """Names of the institutions in this session."""
-        return self.transport.parties
 
     def _hashes(self, kind: str) -> dict[str, np.ndarray]:
         replies = self.transport.exchange({name: Message(kind) for name in self.institutions})
@@ -110,30 +105,9 @@ class VerticalSession:
     def manifest_parties(self) -> list[dict]:
         """The version manifest's "parties": each institution's role and the SHA-256 of the partial model it
         will store, so the master's signature covers every party's file."""
-        info = self.master.info
-        replies = self.transport.exchange({name: Message("model_digest") for name in self.institutions})
+        info, digests = self.master.info, self.model_digests()
         return [{"name": name, "role": "label_holder" if name == info.label_holder else "passive",
-                 "table_sha256": str(replies[name].header["sha256"])} for name in info.parties]
-
-    def store_at_institutions(self, model_name: str, version: str, manifest: dict) -> dict[str, str]:
-        """Ask every institution to store its partial model under the master's version. If any cannot, those
-        that did withdraw theirs again and the error is raised: a version is stored everywhere or nowhere."""
-        header = {"model": model_name, "version": version, "manifest": json.dumps(manifest, default=str)}
-        try:
-            replies = self.transport.exchange({name: Message("store_model", header) for name in self.institutions})
-        except FedForestError:
-            self.withdraw_at_institutions(model_name, version)
-            raise
-        return {name: r.header["path"] for name, r in replies.items()}
-
-    def withdraw_at_institutions(self, model_name: str, version: str) -> None:
-        """Best effort: every institution that stored `version` takes it back (one unreachable is skipped)."""
-        header = {"model": model_name, "version": version}
-        for name in self.institutions:
-            try:
-                self.transport.exchange({name: Message("withdraw_model", header)})
-            except FedForestError:
-                log.warning("could not withdraw %s %s at %s", model_name, version, name)
+                 "table_sha256": digests[name]} for name in info.parties]
 
     def load_model(self, registry: ModelRegistry, model_name: str, ref: str = "production") -> str:
         """Load a registered version (verified) at the master and at every institution, to batch predict
@@ -174,7 +148,3 @@ class VerticalSession:
                                                             {"values": values})})[requester]
         return {"rows": plan.n_common, "counts": dict(plan.counts), "path": reply.header["path"],
                 "seconds": time.perf_counter() - started, "requester": requester}
-
-    def close(self) -> None:
-        """Tell the agents the session is over."""
-        self.transport.exchange({name: Message("close") for name in self.institutions})

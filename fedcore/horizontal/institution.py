@@ -1,0 +1,181 @@
+"""An institution's agent in a horizontal federation: it answers the master's session messages around the
+Federated Extra-Trees / PPD-ERT protocol and keeps its rows, labels and predictions at home.
+
+Session messages (the engine's own messages go to the party, see `party.py` and `ppdert.py`):
+
+| kind | master sends | institution answers |
+|---|---|---|
+| `validation_report` | - | pass/fail and counts per expectation of its data contract (session start) |
+| `contract` | - | its data contract (a consortium document, no data) for the master to check agreement |
+| `setup` | the agreed schema, algorithm, privacy mode and parameters, holdout fraction and seed | its training and holdout row counts |
+| `evaluate` | - | on its own held-out rows: the confusion matrix, or (n, sum y, sum y^2, squared error) |
+| `model_digest` / `store_model` / `withdraw_model` / `load_model` | as in the vertical setting | the complete model, stored (or loaded) in its own registry, checked against the master's signature |
+| `predict_local` | a file stem | predicts its own new rows and writes them, with its IDs, at home; answers the row count |
+| `close` | - | ack |
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from fedcore.errors import ProtocolError
+from fedcore.horizontal.model import HorizontalForest
+from fedcore.horizontal.party import HorizontalParty
+from fedcore.horizontal.ppdert import PPDERTParty
+from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.institution import (
+    InstitutionData,
+    load_signed_table,
+    store_signed_table,
+    validation_reply,
+    withdraw_version,
+    write_predictions,
+)
+from fedcore.models.artifacts import table_sha256
+from fedcore.protocol.messages import Message
+
+log = logging.getLogger(__name__)
+
+MODEL_STEM = "model"
+"""Every institution stores the same complete forest as `model.arrow`."""
+ENGINE_KINDS = {"hello", "fet_ranges", "fet_stats", "ppdert_level", "model"}
+
+
+class HorizontalInstitutionAgent:
+    """Answers one institution's side of horizontal sessions (see the module docstring)."""
+
+    def __init__(self, data: InstitutionData | Callable[[], InstitutionData], name: str = "") -> None:
+        """`data`, or a loader called afresh at every session start (a long-lived agent trains on its data as
+        it is then)."""
+        self._loader = data if callable(data) else None
+        self.data = None if callable(data) else data
+        self.name = data.name if not callable(data) else name
+        self.party: HorizontalParty | None = None
+        self.model: HorizontalForest | None = None
+        self.schema: HorizontalSchema | None = None
+        self._holdout: pd.DataFrame | None = None
+        self.closed = False
+        self.sessions = 0
+
+    def handle(self, message: Message) -> Message:
+        """Dispatch a session message, or pass an engine message to the party."""
+        if self.data is None and message.kind != "validation_report":
+            raise ProtocolError(f"institution agent: session not started ({message.kind!r} before validation_report)")
+        if message.kind in ENGINE_KINDS:
+            if self.party is None:
+                raise ProtocolError(f"institution {self.name!r}: no setup yet ({message.kind!r} too early)")
+            reply = self.party.handle(message)
+            if message.kind == "model":
+                self.model = self.party.model
+            return reply
+        handler = getattr(self, f"_on_{message.kind}", None)
+        if handler is None:
+            raise ProtocolError(f"institution {self.name!r} cannot handle message kind {message.kind!r}")
+        return handler(message)
+
+    # -- session start ----------------------------------------------------------------------------------
+    def _on_validation_report(self, message: Message) -> Message:
+        if self._loader is not None:
+            self.data = self._loader()
+            self.name = self.data.name
+        self.party, self.model, self._holdout, self.closed = None, None, None, False
+        self.sessions += 1
+        return validation_reply(self.data.validation)
+
+    def _on_contract(self, message: Message) -> Message:
+        from fedcore.contracts.model import dump_contract
+
+        if self.data.contract is None:
+            raise ProtocolError(f"institution {self.name!r} has no data contract; a horizontal federation agrees its "
+                                "schema through the contracts, so configure one")
+        return Message("contract", {"yaml": dump_contract(self.data.contract)})
+
+    def _on_setup(self, message: Message) -> Message:
+        """Build the party on this institution's training rows; hold out a seeded share for evaluation."""
+        if not self.data.valid:
+            raise ProtocolError(f"institution {self.name!r}: its data failed validation; it takes no part in training")
+        h = message.header
+        self.schema = HorizontalSchema.from_dict(h["schema"])
+        frame = self.data.frame.drop(columns=[self.data.id_column])
+        rng = np.random.default_rng(np.random.SeedSequence(int(h["holdout_seed"]),
+                                                           spawn_key=(zlib.crc32(self.name.encode()),)))
+        held = rng.random(len(frame)) < float(h["holdout"])
+        train, self._holdout = frame[~held].reset_index(drop=True), frame[held].reset_index(drop=True)
+        if h["algorithm"] == "ppd-ert":
+            self.party = PPDERTParty(self.name, train, self.schema, seed=int(h["seed"]),
+                                     low=np.asarray(h["low"], np.float64), high=np.asarray(h["high"], np.float64),
+                                     k=int(h["k"]))
+        else:
+            from fedcore.privacy.ldp import LabelLDP
+
+            ldp = LabelLDP(**h["ldp"]) if h["privacy"] == "ldp" else None
+            self.party = HorizontalParty(self.name, train, self.schema, privacy=h["privacy"],
+                                         epsilon=float(h["epsilon"]), ldp=ldp)  # noise from a local secret seed
+        return Message("ready", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
+
+    # -- after training -----------------------------------------------------------------------------------
+    def _require_model(self) -> HorizontalForest:
+        if self.model is None:
+            raise ProtocolError(f"institution {self.name!r} holds no model yet (train or load_model first)")
+        return self.model
+
+    def _on_evaluate(self, message: Message) -> Message:
+        """Aggregates of the model's errors on this institution's held-out rows; the master sums them."""
+        model, schema = self._require_model(), self.schema
+        rows = self._holdout if self._holdout is not None else self.data.frame.iloc[:0]
+        values = model.predict_values(schema.encode(rows)) if len(rows) else np.zeros((0, 1))
+        if schema.task == "classification":
+            truth = schema.encode_labels(rows[schema.label])
+            confusion = np.zeros((schema.n_classes, schema.n_classes), np.int64)
+            np.add.at(confusion, (truth, np.argmax(values, axis=1)), 1)
+            return Message("evaluation", {"rows": len(rows)}, {"confusion": confusion})
+        y = schema.encode_labels(rows[schema.label])
+        errors = y - values[:, 0]
+        sums = np.array([len(y), y.sum(), (y * y).sum(), (errors * errors).sum()], np.float64)
+        return Message("evaluation", {"rows": len(rows)}, {"sums": sums})
+
+    def _on_model_digest(self, message: Message) -> Message:
+        return Message("model_digest", {"sha256": table_sha256(self._require_model().to_table())})
+
+    def _on_store_model(self, message: Message) -> Message:
+        path = store_signed_table(self.data, message.header, MODEL_STEM, self._require_model().to_table(), {})
+        return Message("stored", {"path": path})
+
+    def _on_withdraw_model(self, message: Message) -> Message:
+        return withdraw_version(self.data, message.header)
+
+    def _on_load_model(self, message: Message) -> Message:
+        """Take the complete model of a registered version from this institution's own registry."""
+        _, table = load_signed_table(self.data, message.header, MODEL_STEM)
+        self.model = HorizontalForest.from_table(table)
+        self.schema = self.model.schema
+        return Message("loaded", {"version": message.header["version"], "nodes": self.model.n_nodes})
+
+    def _on_predict_local(self, message: Message) -> Message:
+        """Predict this institution's new rows with the complete model; the predictions stay here."""
+        model, schema = self._require_model(), self.schema
+        if self.data.load_batch is None:
+            return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0})
+        started = time.perf_counter()
+        batch = self.data.load_batch()
+        values = model.predict_values(schema.encode(batch))
+        out = pd.DataFrame({self.data.id_column: batch[self.data.id_column].to_numpy()})
+        if schema.task == "classification":
+            classes = np.asarray(schema.classes, dtype=object)
+            out["prediction"] = classes[np.argmax(values, axis=1)]
+            for k, c in enumerate(schema.classes):
+                out[f"proba_{c}"] = values[:, k]
+        else:
+            out["prediction"] = values[:, 0]
+        path = write_predictions(self.data, out, message.header["file_stem"])
+        return Message("predicted", {"rows": len(out), "path": str(path), "seconds": time.perf_counter() - started})
+
+    def _on_close(self, message: Message) -> Message:
+        self.closed = True
+        return Message("ack")

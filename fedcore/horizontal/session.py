@@ -1,0 +1,165 @@
+"""The master's side of one horizontal session with real institutions: agree the schema from the data
+contracts, train (FET or PPD-ERT), evaluate on every institution's held-out rows, store the complete
+model everywhere, and let each institution predict its own new rows at home."""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+import numpy as np
+import yaml
+
+from fedcore.contracts.agreement import shared_schema
+from fedcore.contracts.model import parse_contract
+from fedcore.errors import ArtifactError, ProtocolError
+from fedcore.horizontal.contracts import declared_feature_ranges, engine_schema
+from fedcore.horizontal.growth import ProgressCallback
+from fedcore.horizontal.master import FederatedExtraTreesMaster
+from fedcore.horizontal.model import HorizontalForest
+from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.horizontal.ppdert import PPDERTMaster
+from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.models.artifacts import table_sha256
+from fedcore.models.registry import ModelRegistry
+from fedcore.protocol.messages import Message
+from fedcore.session_base import InstitutionSession
+from fedcore.transport.base import Transport
+
+MODEL_TABLE = "model"
+
+
+class HorizontalSession(InstitutionSession):
+    """Drives one horizontal session (see the module docstring)."""
+
+    def __init__(self, transport: Transport, params: ExtraTreesParams, algorithm: str = "extra-trees",
+                 privacy: dict | None = None, holdout_fraction: float = 0.2,
+                 progress: ProgressCallback | None = None) -> None:
+        super().__init__(transport)
+        self.params = params
+        self.algorithm = algorithm
+        self.privacy = privacy or {"mode": "secagg" if algorithm == "ppd-ert" else "none", "epsilon": 1.0, "ldp": {}}
+        self.holdout_fraction = holdout_fraction
+        self.progress = progress
+        self.schema: HorizontalSchema | None = None
+        self.master: FederatedExtraTreesMaster | PPDERTMaster | None = None
+        self.model: HorizontalForest | None = None
+        self.rows: dict[str, dict] = {}
+        self.facts: dict = {}
+        self._low = self._high = np.zeros(0)
+
+    def agree_schema(self) -> HorizontalSchema:
+        """Check that every institution's contract declares the same columns, dtypes, categories and classes
+        (ContractMismatch names the first difference); send everyone the schema and the session setup."""
+        replies = self.transport.exchange({name: Message("contract") for name in self.institutions})
+        contracts = {name: parse_contract(yaml.safe_load(r.header["yaml"]), f"institution {name!r}'s contract")
+                     for name, r in replies.items()}
+        shared = shared_schema(contracts)
+        self.schema = engine_schema(shared, self.params.task)
+        header = {"schema": self.schema.to_dict(), "algorithm": self.algorithm, "privacy": self.privacy["mode"],
+                  "epsilon": self.privacy.get("epsilon", 1.0), "ldp": self.privacy.get("ldp") or {},
+                  "holdout": self.holdout_fraction, "holdout_seed": self.params.random_state,
+                  "seed": self.params.random_state, "k": self.params.n_candidate_features(self.schema.n_features)}
+        if self.algorithm == "ppd-ert":
+            self._low, self._high = self._domains(declared_feature_ranges(shared))
+            header.update(low=self._low.tolist(), high=self._high.tolist())
+        replies = self.transport.exchange({name: Message("setup", header) for name in self.institutions})
+        self.rows = {name: dict(r.header) for name, r in replies.items()}
+        empty = [name for name, r in self.rows.items() if r["train_rows"] == 0]
+        if empty:
+            raise ProtocolError(f"institutions {empty} have no training rows; every institution needs at least one")
+        return self.schema
+
+    def _domains(self, ranges: dict[str, tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+        low, high = self.schema.feature_domains()
+        for j, column in enumerate(self.schema.columns):
+            if not column.is_categorical:
+                low[j], high[j] = ranges[column.name]
+        return low, high
+
+    def train(self) -> HorizontalForest:
+        """Grow the forest over the transport; every institution ends with the complete model."""
+        if self.schema is None:
+            raise ProtocolError("agree_schema() must run before train()")
+        rounds, sent = self.transport.stats.rounds, self.transport.stats.bytes
+        started = time.perf_counter()
+        if self.algorithm == "ppd-ert":
+            self.master = PPDERTMaster(self.transport, self.params, self.schema, low=self._low, high=self._high,
+                                       session_id=secrets.token_bytes(16), progress=self.progress)
+        else:
+            from fedcore.privacy.ldp import LabelLDP
+
+            ldp = LabelLDP(**(self.privacy.get("ldp") or {})) if self.privacy["mode"] == "ldp" else None
+            self.master = FederatedExtraTreesMaster(self.transport, self.params, self.schema,
+                                                    privacy=self.privacy["mode"], ldp=ldp, progress=self.progress)
+        self.model = self.master.fit()
+        self.facts = {"seconds": time.perf_counter() - started, "rounds": self.transport.stats.rounds - rounds,
+                      "bytes": self.transport.stats.bytes - sent, "nodes": int(self.model.n_nodes),
+                      "train_rows": sum(r["train_rows"] for r in self.rows.values()),
+                      "holdout_rows": sum(r["holdout_rows"] for r in self.rows.values())}
+        return self.model
+
+    def evaluate(self) -> dict[str, float]:
+        """Metrics over all institutions' held-out rows, from the aggregates each computes at home."""
+        replies = self.transport.exchange({name: Message("evaluate") for name in self.institutions})
+        if self.params.task == "classification":
+            confusion = sum(r.arrays["confusion"].astype(np.int64) for r in replies.values())
+            return confusion_metrics(confusion)
+        n, total, squares, sse = sum(r.arrays["sums"] for r in replies.values())
+        variance = squares - total * total / n if n else 0.0
+        return {"rmse": float(np.sqrt(sse / n)) if n else float("nan"),
+                "r2": float(1 - sse / variance) if variance > 0 else float("nan")}
+
+    def master_tables(self) -> dict:
+        """The master's copy of the version: the complete forest (the same table every institution stores)."""
+        if self.model is None:
+            raise ProtocolError("nothing trained yet")
+        return {MODEL_TABLE: self.model.to_table()}
+
+    def manifest_parties(self) -> list[dict]:
+        """Each institution, its row counts and the SHA-256 of the model file it will store (the same for
+        all: it is the complete forest), for the master to sign."""
+        digests = self.model_digests()
+        mine = table_sha256(self.master_tables()[MODEL_TABLE])
+        differ = [name for name, digest in digests.items() if digest != mine]
+        if differ:
+            raise ProtocolError(f"institutions {differ} hold a different forest than the master; refusing to register")
+        return [{"name": name, "role": "member", **self.rows.get(name, {}), "table_sha256": digests[name]}
+                for name in self.institutions]
+
+    def load_model(self, registry: ModelRegistry, model_name: str, ref: str = "production") -> str:
+        """Load a registered version (verified) at the master and at every institution; returns the version."""
+        version = registry.resolve(model_name, ref)
+        manifest, tables = registry.load(model_name, version)
+        if MODEL_TABLE not in tables:
+            raise ArtifactError(f"model {model_name!r} {version}: no {MODEL_TABLE!r} table in {registry.root}")
+        self.model = HorizontalForest.from_table(tables[MODEL_TABLE])
+        self.schema = self.model.schema
+        signed = {p["name"]: p.get("table_sha256") for p in manifest.get("parties") or []}
+        missing = sorted(set(self.institutions) - set(signed))
+        if missing:
+            raise ProtocolError(f"model {model_name!r} {version} was not stored at {missing}")
+        self.transport.exchange({name: Message("load_model", {"model": model_name, "version": version,
+                                                              "table_sha256": signed[name]})
+                                 for name in self.institutions})
+        return version
+
+    def predict_locally(self, file_stem: str) -> dict:
+        """Every institution predicts its own new rows with the complete model; predictions stay there."""
+        started = time.perf_counter()
+        replies = self.transport.exchange({name: Message("predict_local", {"file_stem": file_stem})
+                                           for name in self.institutions})
+        counts = {name: int(r.header["rows"]) for name, r in replies.items()}
+        return {"rows": sum(counts.values()), "counts": counts, "seconds": time.perf_counter() - started}
+
+
+def confusion_metrics(confusion: np.ndarray) -> dict[str, float]:
+    """Accuracy and macro F1 from a summed confusion matrix (rows: truth, columns: prediction)."""
+    total = confusion.sum()
+    true_positive = np.diag(confusion).astype(np.float64)
+    predicted, actual = confusion.sum(axis=0), confusion.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f1 = np.where(predicted + actual > 0, 2 * true_positive / (predicted + actual), 0.0)
+    present = (predicted + actual) > 0  # as scikit-learn: classes seen in the truth or the predictions
+    return {"accuracy": float(true_positive.sum() / total) if total else float("nan"),
+            "f1_macro": float(f1[present].mean()) if present.any() else float("nan")}

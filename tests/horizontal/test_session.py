@@ -1,0 +1,147 @@
+"""A whole horizontal session in process: agree the schema from the contracts, train, evaluate on every
+institution's held-out rows, store everywhere, predict locally; and the refusals around it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedcore.contracts.model import infer_contract
+from fedcore.data.datasets import make_waveform
+from fedcore.data.split import split_horizontal
+from fedcore.errors import ArtifactError, ContractMismatch
+from fedcore.horizontal.institution import HorizontalInstitutionAgent
+from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.horizontal.session import HorizontalSession, confusion_metrics
+from fedcore.institution import InstitutionData
+from fedcore.models.registry import ModelRegistry
+from fedcore.protocol.messages import Message
+from fedcore.transport.inprocess import InProcessTransport
+
+NAMES = ("north", "south", "east")
+
+
+@pytest.fixture(scope="module")
+def table() -> pd.DataFrame:
+    frame = make_waveform(1500, random_state=3)
+    frame["class"] = frame["class"].map({0: "a", 1: "b", 2: "c"})
+    frame["region"] = pd.Categorical(np.random.default_rng(0).choice(["x", "y", "z"], len(frame)))
+    frame.insert(0, "patient_id", [f"P{i:05d}" for i in range(len(frame))])
+    return frame
+
+
+def _agents(table: pd.DataFrame, root, contract=None) -> dict[str, HorizontalInstitutionAgent]:
+    contract = contract or infer_contract(table, "waveform", id_column="patient_id", label="class")
+    agents = {}
+    for name, part in zip(NAMES, split_horizontal(table, 3, seed=1), strict=True):
+        new = part.sample(frac=0.3, random_state=2).drop(columns=["class"])
+        data = InstitutionData(name=name, frame=part, id_column="patient_id", label="class",
+                               registry=root / "registry" / name, predictions_dir=root / "predictions" / name,
+                               load_batch=lambda new=new: new, contract=contract)
+        agents[name] = HorizontalInstitutionAgent(data)
+    return agents
+
+
+def _session(agents, algorithm="extra-trees", privacy=None) -> HorizontalSession:
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=True)
+    transport.exchange({n: Message("validation_report") for n in agents})
+    params = ExtraTreesParams(n_estimators=12, max_depth=8, random_state=4)
+    return HorizontalSession(transport, params, algorithm=algorithm, privacy=privacy, holdout_fraction=0.25)
+
+
+@pytest.mark.parametrize("algorithm", ["extra-trees", "ppd-ert"])
+def test_train_evaluate_store_and_predict_locally(table, tmp_path, algorithm) -> None:
+    agents = _agents(table, tmp_path)
+    session = _session(agents, algorithm)
+    schema = session.agree_schema()
+    assert schema.names == [c for c in table.columns if c not in ("patient_id", "class")]
+    model = session.train()
+    assert all(a.model.same_as(model) for a in agents.values()), "every institution holds the complete model"
+
+    metrics = session.evaluate()
+    held = pd.concat([a._holdout for a in agents.values()])
+    predicted = np.asarray(schema.classes)[np.argmax(model.predict_values(schema.encode(held)), axis=1)]
+    assert metrics["accuracy"] == pytest.approx(float(np.mean(predicted == held["class"].to_numpy())), abs=1e-12)
+    assert metrics["accuracy"] > 0.7 and session.facts["holdout_rows"] == len(held)
+
+    registry = ModelRegistry(tmp_path / "registry" / "master")
+    parties = session.manifest_parties()
+    version = registry.register("waveform", {"task": "classification", "parties": parties}, session.master_tables())
+    session.store_at_institutions("waveform", version, registry.read_manifest("waveform", version))
+    for name in NAMES:
+        _, tables = ModelRegistry(tmp_path / "registry" / name).load("waveform", version)
+        assert HorizontalForest_from(tables).same_as(model)
+
+    result = session.predict_locally("batch-1")
+    assert result["counts"] == {n: len(a.data.load_batch()) for n, a in agents.items()}
+    for name, agent in agents.items():
+        written = pd.read_parquet(tmp_path / "predictions" / name / "batch-1.parquet")
+        new = agent.data.load_batch()
+        assert list(written["patient_id"]) == list(new["patient_id"])
+        expected = np.asarray(schema.classes)[np.argmax(model.predict_values(schema.encode(new)), axis=1)]
+        assert list(written["prediction"]) == list(expected)
+    session.close()
+
+
+def HorizontalForest_from(tables):  # noqa: N802 - reads like the class it rebuilds
+    from fedcore.horizontal.model import HorizontalForest
+
+    return HorizontalForest.from_table(tables["model"])
+
+
+def test_a_registered_version_loads_and_predicts_without_training(table, tmp_path) -> None:
+    agents = _agents(table, tmp_path)
+    session = _session(agents)
+    session.agree_schema()
+    model = session.train()
+    registry = ModelRegistry(tmp_path / "registry" / "master")
+    version = registry.register("waveform", {"parties": session.manifest_parties()}, session.master_tables())
+    session.store_at_institutions("waveform", version, registry.read_manifest("waveform", version))
+    session.predict_locally("trained")
+
+    fresh = _agents(table, tmp_path)
+    loaded = _session(fresh)
+    assert loaded.load_model(registry, "waveform", "latest") == version
+    assert all(a.model.same_as(model) for a in fresh.values())
+    loaded.predict_locally("loaded")
+    for name in NAMES:
+        folder = tmp_path / "predictions" / name
+        pd.testing.assert_frame_equal(pd.read_parquet(folder / "loaded.parquet"), pd.read_parquet(folder / "trained.parquet"))
+
+    model_file = tmp_path / "registry" / "south" / "waveform" / version / "model.arrow"
+    model_file.write_bytes(model_file.read_bytes()[:-8] + bytes(8))  # a local tamper
+    with pytest.raises(ArtifactError, match="institution 'south': .*model.arrow"):
+        _session(_agents(table, tmp_path)).load_model(registry, "waveform", version)
+
+
+def test_contracts_that_disagree_stop_the_session(table, tmp_path) -> None:
+    agents = _agents(table, tmp_path)
+    narrow = infer_contract(table.drop(columns=["region"]), "waveform", id_column="patient_id", label="class")
+    agents["east"].data.contract = narrow
+    with pytest.raises(ContractMismatch, match="institution 'east': its contract lacks \\['region'\\] compared with "
+                                               "'north'"):
+        _session(agents).agree_schema()
+
+
+def test_no_raw_value_or_label_reaches_the_master_in_ppd_ert(table, tmp_path) -> None:
+    agents = _agents(table, tmp_path)
+    session = _session(agents, "ppd-ert")
+    session.agree_schema()
+    session.train()
+    session.evaluate()
+    payloads = [e.payload for e in session.transport.transcript if e.receiver == "master"]
+    values = table["x1"].to_numpy(dtype=np.float64)[::25]
+    assert not any(v.tobytes() in p for v in values for p in payloads)
+    assert not any(pid.encode() in p for pid in table["patient_id"].iloc[::50] for p in payloads)
+
+
+def test_confusion_metrics_match_scikit_learn() -> None:
+    from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
+
+    rng = np.random.default_rng(0)
+    truth, predicted = rng.integers(0, 4, 300), rng.integers(0, 4, 300)
+    predicted[predicted == 3] = 2  # a class never predicted
+    confusion = confusion_matrix(truth, predicted, labels=[0, 1, 2, 3])
+    assert confusion_metrics(confusion) == pytest.approx(
+        {"accuracy": accuracy_score(truth, predicted), "f1_macro": f1_score(truth, predicted, average="macro")})
