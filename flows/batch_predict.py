@@ -3,7 +3,8 @@
     batch_predict(config_path="federation.yaml", version="production", agents="running")
 
 Agents are started or reached as in `flows.retrain`; each institution checks its data contract, loads its
-own partial model of the version, and the predictions land, with IDs, only at the requester.
+own partial model of the version, and the predictions land, with IDs, only at the requester. In the
+horizontal setting every institution loads the complete model and predicts its own new rows at home.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 from prefect import flow
 
 from fedcore.config import load_config
+from fedcore.horizontal.session import HorizontalSession
 from fedcore.vertical.session import VerticalSession
 from flows.hooks import write_failure_artifact
 from flows.session import agent_session
+from tasks.horizontal import predict_locally
 from tasks.prediction import load_registered_model, predict_batch
 
 
@@ -28,9 +31,14 @@ def batch_predict(config_path: str, model_name: str | None = None, version: str 
     if requester not in names:
         raise ValueError(f"requester {requester!r} is not an institution of {config.federation!r} ({names})")
     with agent_session(config, agents) as (transport, validation):
-        session = VerticalSession(transport, config.params)
-        resolved = load_registered_model(config, session, model_name, version)
-        prediction = predict_batch(session, requester, f"{model_name}-{resolved}")
+        if config.setting == "horizontal":
+            session = HorizontalSession(transport, config.params, algorithm=config.algorithm, privacy=config.privacy)
+            resolved = load_registered_model(config, session, model_name, version)
+            prediction = predict_locally(session, f"{model_name}-{resolved}")
+        else:
+            session = VerticalSession(transport, config.params)
+            resolved = load_registered_model(config, session, model_name, version)
+            prediction = predict_batch(session, requester, f"{model_name}-{resolved}")
         session.close()
     return {"model": model_name, "version": resolved, "ref": version, "validation": validation,
             "prediction": prediction}

@@ -25,6 +25,13 @@ def register(commands: argparse._SubParsersAction) -> None:
                                            "retrain pipeline on Prefect's ephemeral server, agents on loopback.")
     demo.add_argument("--work", type=Path, default=Path("work/demo"), help="workspace folder (default work/demo)")
     demo.add_argument("--verbose", action="store_true", help="show Prefect's own log lines")
+    demo.add_argument("--setting", choices=("vertical", "horizontal"), default="vertical",
+                      help="vertical: bank, e-commerce, insurer share customers (default); horizontal: three "
+                           "hospitals share columns")
+    demo.add_argument("--algorithm", choices=("extra-trees", "ppd-ert"), default="extra-trees",
+                      help="horizontal demo: Federated Extra-Trees (default) or PPD-ERT")
+    demo.add_argument("--privacy", choices=("none", "ldp", "gdp", "secagg"), default=None,
+                      help="horizontal demo: extra-trees none (default) | ldp | gdp; ppd-ert secagg")
     demo.set_defaults(handler=_demo)
     retrain = commands.add_parser("retrain", help="run the retrain flow for a federation config")
     retrain.add_argument("--config", required=True, type=Path, metavar="FILE", help="the federation config (YAML)")
@@ -56,6 +63,10 @@ def _demo(args: argparse.Namespace) -> int:
     (work / ".prefect").mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PREFECT_HOME", str(work / ".prefect"))
     _quiet(args.verbose)
+    if args.setting == "horizontal":
+        from flows.horizontal_demo import run_horizontal_demo
+
+        return run_horizontal_demo(work, algorithm=args.algorithm, privacy=args.privacy)
     from flows.demo import run_demo
 
     return run_demo(work)

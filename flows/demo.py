@@ -23,7 +23,29 @@ INSTITUTIONS = ("bank", "ecommerce", "insurer")
 DEMO_PARAMS = {"n_estimators": 50, "max_depth": 10, "max_features": "sqrt", "random_state": 0}
 
 
-def _free_port() -> int:
+def ensure_credentials(work: Path, institutions: tuple[str, ...]) -> None:
+    """The consortium CA with master and institution certificates, the consortium key and the master's
+    signing key under `work` (made once and kept)."""
+    from fedcore.models.signing import generate_signing_key
+    from fedcore.transport.tls import init_ca, issue_certificate
+
+    certs, keys = work / "certs", work / "keys"
+    if not (certs / "ca.pem").exists():
+        init_ca(certs)
+        issue_certificate(certs, "master", certs, role="master")
+    for name in institutions:
+        if not (certs / f"{name}.pem").exists():
+            issue_certificate(certs, name, certs, role="institution")
+    keys.mkdir(exist_ok=True)
+    if not (keys / "consortium.key").exists():
+        (keys / "consortium.key").write_text(secrets.token_hex(32))
+        (keys / "consortium.key").chmod(0o600)
+    if not (keys / "master.key").exists():
+        generate_signing_key(keys / "master.key")
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (for the demo's loopback agents)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -33,23 +55,11 @@ def prepare_workspace(work: Path, n_customers: int = 6000, seed: int = 0) -> tup
     """Write data, contracts, certificates, keys and federation.yaml into `work`; return the config path
     and the scenario description. Certificates and keys are made once and kept; data is regenerated."""
     from fedcore.data.scenario import make_vertical_scenario
-    from fedcore.models.signing import generate_signing_key
-    from fedcore.transport.tls import init_ca, issue_certificate
 
     work.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(work / "data", ignore_errors=True)
     scenario = make_vertical_scenario(work / "data", n_customers=n_customers, seed=seed)
-    certs, keys = work / "certs", work / "keys"
-    if not (certs / "ca.pem").exists():
-        init_ca(certs)
-        for name, role in (("master", "master"), *((i, "institution") for i in INSTITUTIONS)):
-            issue_certificate(certs, name, certs, role=role)
-    keys.mkdir(exist_ok=True)
-    if not (keys / "consortium.key").exists():
-        (keys / "consortium.key").write_text(secrets.token_hex(32))
-        (keys / "consortium.key").chmod(0o600)
-    if not (keys / "master.key").exists():
-        generate_signing_key(keys / "master.key")
+    ensure_credentials(work, INSTITUTIONS)
     config = {
         "federation": "retail-demo", "setting": "vertical", "algorithm": "forest",
         "consortium_key": {"file": "keys/consortium.key"},
@@ -59,7 +69,7 @@ def prepare_workspace(work: Path, n_customers: int = 6000, seed: int = 0) -> tup
             "name": name, "data": f"data/{name}/train.parquet", "predict_data": f"data/{name}/new.parquet",
             "contract": str(DEMO_CONTRACTS / f"{name}.yaml"), "id_column": scenario["id_column"],
             **({"label": scenario["label"]} if name == scenario["label_holder"] else {}),
-            "endpoint": f"grpc+tls://127.0.0.1:{_free_port()}", "work_pool": name,
+            "endpoint": f"grpc+tls://127.0.0.1:{free_port()}", "work_pool": name,
             "registry": f"registry/{name}", "predictions": f"predictions/{name}",
             "cert": f"certs/{name}.pem", "key": f"certs/{name}.key"} for name in INSTITUTIONS],
         "params": DEMO_PARAMS,

@@ -1,5 +1,6 @@
-"""The scheduled retrain pipeline (master side): start agents, validate, align, train, evaluate,
-register, promote when not worse than production, then batch predict.
+"""The scheduled retrain pipeline (master side): start agents, validate, align (vertical) or agree the
+schema (horizontal), train, evaluate, register, promote when not worse than production, then batch
+predict (vertical: for the requester; horizontal: every institution locally).
 
     retrain(config_path="federation.yaml", agents="deployments" | "local" | "running")
 
@@ -11,10 +12,18 @@ from __future__ import annotations
 
 from prefect import flow
 
-from fedcore.config import load_config
+from fedcore.config import FederationConfig, load_config
+from fedcore.horizontal.session import HorizontalSession
 from fedcore.vertical.session import VerticalSession
 from flows.hooks import write_failure_artifact
 from flows.session import agent_session
+from tasks.horizontal import (
+    agree_schema,
+    build_horizontal_manifest,
+    evaluate_horizontal,
+    predict_locally,
+    train_extra_trees,
+)
 from tasks.prediction import predict_batch
 from tasks.registry import (
     build_manifest,
@@ -31,8 +40,16 @@ def retrain(config_path: str, agents: str = "deployments", model_name: str | Non
             predict: bool = True) -> dict:
     """Train a new model version for the federation in `config_path`; returns a JSON-ready summary."""
     config = load_config(config_path)
-    settings = config.training
     model_name = model_name or config.model_name
+    if config.setting == "horizontal":
+        return retrain_horizontal(config, agents, model_name, predict)
+    return retrain_vertical(config, agents, model_name, predict)
+
+
+def retrain_vertical(config: FederationConfig, agents: str, model_name: str, predict: bool) -> dict:
+    """Federated Forest: align IDs, train, evaluate at the label holder, register, promote, predict for the
+    requester."""
+    settings = config.training
     with agent_session(config, agents) as (transport, validation):
         session = VerticalSession(transport, config.params, holdout_fraction=settings.holdout,
                                   min_overlap=settings.min_overlap)
@@ -52,3 +69,26 @@ def retrain(config_path: str, agents: str = "deployments", model_name: str | Non
         session.close()
     return {"model": model_name, "version": version, "promoted": promoted, "metrics": metrics,
             "validation": validation, "alignment": alignment, "training": training, "prediction": prediction}
+
+
+def retrain_horizontal(config: FederationConfig, agents: str, model_name: str, predict: bool) -> dict:
+    """Federated Extra-Trees or PPD-ERT: agree the schema from the contracts, train, evaluate at every
+    institution, register the complete model everywhere, promote, predict locally at each institution."""
+    settings = config.training
+    with agent_session(config, agents) as (transport, validation):
+        session = HorizontalSession(transport, config.params, algorithm=config.algorithm, privacy=config.privacy,
+                                    holdout_fraction=settings.holdout)
+        agreement = agree_schema(session)
+        training = train_extra_trees(session)
+        metrics = evaluate_horizontal(session)
+        manifest = build_horizontal_manifest(config, session, metrics, validation, training)
+        production = previous_production(config, model_name)
+        version = register_model(config, session, model_name, manifest)
+        promoted = promote_if_not_worse(config, model_name, version, metrics, production,
+                                        config.promotion_metric, settings.promote_margin)
+        prediction = predict_locally(session, f"{model_name}-{version}") if predict else None
+        publish_model_card(model_name, version, manifest, production, promoted, prediction)
+        session.close()
+    return {"model": model_name, "version": version, "promoted": promoted, "metrics": metrics,
+            "validation": validation, "agreement": agreement, "training": training, "prediction": prediction,
+            "privacy": manifest["privacy"]}

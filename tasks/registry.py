@@ -102,26 +102,42 @@ def publish_model_card(model_name: str, version: str, manifest: dict, production
     """A markdown model card: data sizes, overlap, parameters, metrics vs the previous version, features per
     institution (counts only: names never leave their institution), timings and communication."""
     t, previous = manifest["training"], (production or {}).get("metrics", {})
+    vertical = manifest["setting"] == "vertical"
+    title = "Federated Forest" if vertical else {"extra-trees": "Federated Extra-Trees", "ppd-ert": "PPD-ERT"}.get(
+        manifest["algorithm"], manifest["algorithm"])
+    privacy = "" if vertical else f", privacy {manifest['privacy']['mode']}"
     lines = [f"# {model_name} {version}", "",
-             f"Federated Forest ({manifest['setting']}, {manifest['task']}); "
+             f"{title} ({manifest['setting']}, {manifest['task']}{privacy}); "
              f"{'promoted to production' if promoted else 'not promoted'}.", "",
-             "## Metrics (held-out rows, computed at the label holder)", "",
+             "## Metrics (held-out rows, computed at the label holder)" if vertical else
+             "## Metrics (held-out rows, aggregated from every institution)", "",
              "| metric | this version | previous production |", "|---|---|---|"]
     lines += [f"| {k} | {v:.4f} | {previous[k]:.4f} |" if k in previous else f"| {k} | {v:.4f} | - |"
               for k, v in manifest["metrics"].items()]
-    lines += ["", "## Data", "", f"- aligned rows (ID overlap): {t['overlap']}; training {t['rows']}, "
-              f"held out {t['holdout_rows']}", "", "| institution | role | features | splits owned |",
-              "|---|---|---|---|"]
-    lines += [f"| {p['name']} | {p['role']} | {p['feature_count']} | {p['owned_nodes']} |" for p in manifest["parties"]]
+    if vertical:
+        lines += ["", "## Data", "", f"- aligned rows (ID overlap): {t['overlap']}; training {t['rows']}, "
+                  f"held out {t['holdout_rows']}", "", "| institution | role | features | splits owned |",
+                  "|---|---|---|---|"]
+        lines += [f"| {p['name']} | {p['role']} | {p['feature_count']} | {p['owned_nodes']} |"
+                  for p in manifest["parties"]]
+    else:
+        lines += ["", "## Data", "", f"- {len(manifest['schema']['columns'])} agreed feature columns; training "
+                  f"{t['rows']} rows, held out {t['holdout_rows']}", "",
+                  "| institution | training rows | held-out rows |", "|---|---|---|"]
+        lines += [f"| {p['name']} | {p['train_rows']} | {p['holdout_rows']} |" for p in manifest["parties"]]
     params = manifest["params"]
     lines += ["", "## Training", "",
               f"- {params['n_estimators']} trees, max_depth {params['max_depth']}, max_features "
               f"{params['max_features']}, criterion {params['criterion']}", f"- {t['seconds']:.1f} s, {t['rounds']} "
               f"rounds, {t['bytes'] / 2**20:.1f} MiB exchanged, {t['nodes']} nodes",
               f"- code {manifest['lineage']['code_version']}"]
-    if prediction:
+    if prediction and "requester" in prediction:
         lines += ["", "## Batch prediction", "", f"- {prediction['rows']} rows delivered to "
                   f"{prediction['requester']} in {prediction['seconds']:.1f} s"]
+    elif prediction:
+        lines += ["", "## Batch prediction", "", f"- {prediction['rows']} rows predicted locally at "
+                  + ", ".join(f"{name} ({count})" for name, count in prediction["counts"].items())
+                  + f" in {prediction['seconds']:.1f} s"]
     markdown = "\n".join(lines)
     create_markdown_artifact(markdown, key="model-card", description=f"{model_name} {version}")
     return markdown

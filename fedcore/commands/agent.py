@@ -2,7 +2,7 @@
 
     fedforest agent serve --config federation.yaml --institution bank
 
-The agent serves an `InstitutionAgent` on the institution's `endpoint` with its `cert`/`key` and the
+The agent serves the institution's agent (vertical or horizontal, by the config's setting) on its `endpoint` with its `cert`/`key` and the
 consortium CA (`tls.ca`); at the start of every session it loads the institution's files and checks them
 against its data contract. Only the master whose
 certificate names it `--master` (default "master") is served. Ctrl-C or SIGTERM stops it cleanly.
@@ -41,8 +41,6 @@ def build_agent(config: FederationConfig, name: str, master: str = "master") -> 
     it (re)loads and validates the institution's data at the start of every session."""
     from fedcore.vertical.serving import build_institution_server
 
-    if config.setting != "vertical":
-        raise ConfigError(f"{config.path}: the agent serves the vertical setting only, not {config.setting!r}")
     inst = config.institution(name)
     missing = [k for k, v in (("endpoint", inst.endpoint), ("cert", inst.cert), ("key", inst.key)) if not v]
     if missing:

@@ -1,4 +1,5 @@
-"""Serving one institution's agent over Arrow Flight with mutual TLS, from the federation config."""
+"""Serving one institution's agent over Arrow Flight with mutual TLS, from the federation config (the
+vertical or the horizontal agent, by the config's setting)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,12 @@ def build_institution_server(config: FederationConfig, name: str, master: str = 
     if missing:
         raise ConfigError(f"{config.path}: institution {name!r} needs {', '.join(missing)} to serve over Flight")
     source = data if data is not None else (lambda: institution_from_config(config, name))
-    agent = InstitutionAgent(source, config.read_consortium_key(), name=name)
+    if config.setting == "horizontal":
+        from fedcore.horizontal.institution import HorizontalInstitutionAgent
+
+        agent = HorizontalInstitutionAgent(source, name=name)
+    else:
+        agent = InstitutionAgent(source, config.read_consortium_key(), name=name)
     return AgentServer(agent, location=inst.endpoint, tls_cert=inst.cert, tls_key=inst.key, ca_cert=config.tls["ca"],
                        allowed_master=master)
 

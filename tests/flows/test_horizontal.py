@@ -1,0 +1,105 @@
+"""The retrain and batch-predict flows in the horizontal setting: three hospitals as local agents over
+Flight with mutual TLS under a Prefect test server."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import yaml
+from prefect.client.orchestration import get_client
+
+from fedcore.errors import ContractMismatch
+from fedcore.horizontal.model import HorizontalForest
+from fedcore.models.registry import ModelRegistry
+from flows.batch_predict import batch_predict
+from flows.horizontal_demo import prepare_horizontal_workspace
+from flows.retrain import retrain
+
+pytestmark = pytest.mark.slow
+MODEL = "readmission"
+HOSPITALS = ("riverside", "lakeside", "hillcrest")
+SMALL = {"n_estimators": 8, "max_depth": 6, "random_state": 0}
+
+
+def _workspace(work, algorithm: str, privacy=None):
+    config_path, scenario = prepare_horizontal_workspace(work, n_patients=1500, seed=2, algorithm=algorithm,
+                                                         privacy=privacy, params=SMALL)
+    raw = yaml.safe_load(config_path.read_text())
+    raw["training"]["connect_timeout_s"] = 90
+    config_path.write_text(yaml.safe_dump(raw))
+    return config_path, scenario
+
+
+@pytest.fixture(scope="module")
+def fet(tmp_path_factory):
+    work = tmp_path_factory.mktemp("hospitals")
+    config_path, scenario = _workspace(work, "extra-trees")
+    return work, config_path, scenario, retrain(str(config_path), agents="local")
+
+
+def test_every_hospital_stores_the_complete_model_and_predicts_at_home(fet) -> None:
+    work, _, scenario, result = fet
+    assert (result["version"], result["promoted"], result["privacy"]["mode"]) == ("v0001", True, "none")
+    assert 0.6 < result["metrics"]["accuracy"] <= 1
+    _, tables = ModelRegistry(work / "registry" / "master").load(MODEL, "production")
+    master = HorizontalForest.from_table(tables["model"])
+    for name in HOSPITALS:
+        manifest, local = ModelRegistry(work / "registry" / name).load(MODEL, "v0001")
+        assert HorizontalForest.from_table(local["model"]).same_as(master)
+        predictions = pd.read_parquet(work / "predictions" / name / f"{MODEL}-v0001.parquet")
+        new = pd.read_parquet(scenario["institutions"][name]["new"])
+        assert list(predictions["patient_id"]) == list(new["patient_id"])
+    assert result["prediction"]["counts"] == {n: scenario["institutions"][n]["new_rows"] for n in HOSPITALS}
+
+
+def test_artifacts_describe_the_run_without_raw_values(fet) -> None:
+    work, _, scenario, _ = fet
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts()
+        logs = " ".join(log.message for log in client.read_logs())
+    keys = {a.key for a in artifacts}
+    assert {"institution-rows", "training-progress", "model-card", "batch-prediction", "model-version"} <= keys
+    card = next(a for a in artifacts if a.key == "model-card").data
+    assert "Federated Extra-Trees (horizontal, classification, privacy none)" in card
+    train = pd.read_parquet(scenario["institutions"]["riverside"]["train"])
+    needles = list(train["patient_id"].iloc[::50]) + [f"{v:.2f}" for v in train["cholesterol"].dropna().iloc[::50]]
+    text = " ".join(str(a.data) for a in artifacts) + logs
+    assert [n for n in needles if n in text] == []
+
+
+def test_batch_predict_with_the_registered_version_repeats_the_predictions(fet) -> None:
+    work, config_path, _, _ = fet
+    before = {n: pd.read_parquet(work / "predictions" / n / f"{MODEL}-v0001.parquet") for n in HOSPITALS}
+    for path in (work / "predictions").rglob("*.parquet"):
+        path.unlink()
+    result = batch_predict(str(config_path), version="production", agents="local")
+    assert result["version"] == "v0001"
+    for name in HOSPITALS:
+        pd.testing.assert_frame_equal(pd.read_parquet(work / "predictions" / name / f"{MODEL}-v0001.parquet"),
+                                      before[name])
+
+
+def test_a_contract_that_disagrees_stops_the_run(fet) -> None:
+    work, config_path, _, _ = fet
+    path = work / "contracts" / "lakeside.yaml"
+    original = path.read_text()
+    contract = yaml.safe_load(original)
+    contract["columns"] = [c for c in contract["columns"] if c["name"] != "cholesterol"]
+    contract["allow_extra_columns"] = True
+    path.write_text(yaml.safe_dump(contract))
+    try:
+        with pytest.raises(ContractMismatch, match=r"institution 'lakeside': its contract lacks \['cholesterol'\] "
+                                                   "compared with 'riverside'"):
+            retrain(str(config_path), agents="local")
+    finally:
+        path.write_text(original)
+    assert ModelRegistry(work / "registry" / "master").versions(MODEL) == ["v0001"]
+
+
+def test_ppd_ert_with_secure_aggregation_runs_the_same_pipeline(tmp_path) -> None:
+    config_path, scenario = _workspace(tmp_path, "ppd-ert")
+    result = retrain(str(config_path), agents="local")
+    assert result["privacy"]["mode"] == "secagg" and result["version"] == "v0001"
+    assert result["metrics"]["accuracy"] > 0.6
+    for name in HOSPITALS:
+        assert (tmp_path / "predictions" / name / f"{MODEL}-v0001.parquet").exists()
