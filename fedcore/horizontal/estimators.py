@@ -248,10 +248,13 @@ class PPDERTClassifier(_HorizontalForest):
                  min_samples_leaf: int = 1, max_features: str | int | float | None = "sqrt",
                  criterion: str = "gini", categories: Mapping[str, Sequence] | None = None,
                  bootstrap: bool = False, tree_batch_size: int | None = None, random_state: int = 0,
-                 progress: bool = False, record_transcript: bool = False, record_payloads: bool = False) -> None:
+                 progress: bool = False, record_transcript: bool = False, record_payloads: bool = False,
+                 secure_aggregation: bool = True) -> None:
+        """`secure_aggregation=False` sends plain per-party counts: only a baseline to measure the masks' cost."""
         self._init_common(n_estimators, criterion, max_depth, min_samples_split, min_samples_leaf, max_features,
                           random_state, tree_batch_size, categories, bootstrap, progress, record_transcript,
                           record_payloads)
+        self.secure_aggregation = bool(secure_aggregation)
         self.feature_ranges = None if feature_ranges is None else dict(feature_ranges)
         self.allow_data_ranges = bool(allow_data_ranges)
         if feature_ranges is None and not allow_data_ranges:
@@ -263,12 +266,12 @@ class PPDERTClassifier(_HorizontalForest):
 
     def _make_parties(self, frames, schema):
         k = self.params.n_candidate_features(schema.n_features)
-        return [PPDERTParty(name, frame, schema, seed=self.params.random_state, low=self._low, high=self._high, k=k)
-                for name, frame in frames.items()]
+        return [PPDERTParty(name, frame, schema, seed=self.params.random_state, low=self._low, high=self._high, k=k,
+                            secure=self.secure_aggregation) for name, frame in frames.items()]
 
     def _make_master(self, transport, schema):
         return PPDERTMaster(transport, self.params, schema, low=self._low, high=self._high,
-                            progress=_progress_bar() if self.progress else None)
+                            progress=_progress_bar() if self.progress else None, secure=self.secure_aggregation)
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
         """Class probabilities (columns in `classes_` order), averaged over trees."""
@@ -291,11 +294,16 @@ class PPDERTClassifier(_HorizontalForest):
         if self.master_ is None:
             raise NotFittedError(f"{type(self).__name__} is not fitted: call fit() first")
         single = len(self.parties_) == 1
+        if single:
+            statistics = "plain counts of the single party (no peers to mask with)"
+        elif not self.secure_aggregation:
+            statistics = "plain per-party branch class counts (secure aggregation switched off: a baseline only)"
+        else:
+            statistics = ("only the sum over all parties of the branch class counts, by pairwise-mask secure "
+                          "aggregation (each party's vector is uniform modulo 2**64 to the master)")
         return {
-            "algorithm": "ppdert", "mode": "secagg", "queries": self.master_.levels,
-            "label_statistics": ("plain counts of the single party (no peers to mask with)" if single else
-                                 "only the sum over all parties of the branch class counts, by pairwise-mask "
-                                 "secure aggregation (each party's vector is uniform modulo 2**64 to the master)"),
+            "algorithm": "ppdert", "mode": "secagg" if self.secure_aggregation else "none",
+            "queries": self.master_.levels, "label_statistics": statistics,
             "feature_ranges": self.ranges_source_, "parties": len(self.parties_), "plain_single_party": single,
             "epsilon": None, "composed_epsilon": None,
         }

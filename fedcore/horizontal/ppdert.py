@@ -16,7 +16,9 @@ Rounds:
 
 so a fit takes 2 + L rounds, L = number of levels with open nodes summed over tree batches. Each level's
 counts are masked under a fresh round id. With a single party there is no peer to mask with: it sends its
-plain counts, flagged `plain`, and the master accepts that only when M = 1.
+plain counts, flagged `plain`, and the master accepts that only when M = 1 or when the session was set
+up without secure aggregation (`secure=False`, which every party must also be configured for: a
+baseline for measuring what the masks cost, not a privacy mode).
 """
 
 from __future__ import annotations
@@ -68,8 +70,9 @@ class PPDERTParty(HorizontalParty):
     algorithm = "ppdert"
 
     def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema, *, seed: int,
-                 low: np.ndarray, high: np.ndarray, k: int) -> None:
-        super().__init__(name, frame, schema, privacy="secagg")
+                 low: np.ndarray, high: np.ndarray, k: int, secure: bool = True) -> None:
+        super().__init__(name, frame, schema, privacy="secagg" if secure else "none")
+        self.secure = bool(secure)
         self.seed = int(seed)
         self.low, self.high, self.k = np.asarray(low, np.float64), np.asarray(high, np.float64), int(k)
         self.aggregator = None
@@ -83,8 +86,11 @@ class PPDERTParty(HorizontalParty):
                                 "ranges; both must come from the same data contract")
         if int(h.get("k", -1)) != self.k:
             raise ProtocolError(f"party {self.name!r}: the master draws {h.get('k')} candidates per node, the party {self.k}")
+        if bool(h.get("secure", True)) != self.secure:
+            raise ProtocolError(f"party {self.name!r} runs PPD-ERT {'with' if self.secure else 'without'} secure "
+                                f"aggregation; the master asked for {'it' if h.get('secure', True) else 'plain counts'}")
         arrays = {}
-        if int(h["n_parties"]) > 1:
+        if int(h["n_parties"]) > 1 and self.secure:
             from fedcore.privacy.secagg import SecureAggregator
 
             self.aggregator = SecureAggregator(self.name, bytes.fromhex(h["session_id"]))
@@ -122,8 +128,9 @@ class PPDERTMaster(LevelwiseMaster):
 
     def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema, *,
                  low: np.ndarray, high: np.ndarray, session_id: bytes | None = None,
-                 progress: ProgressCallback | None = None) -> None:
+                 progress: ProgressCallback | None = None, secure: bool = True) -> None:
         super().__init__(transport, params, schema, progress)
+        self.secure = bool(secure)
         self.low, self.high = np.asarray(low, np.float64), np.asarray(high, np.float64)
         if session_id is None:
             session_id = hashlib.sha256(f"fedforest-ppdert|{params.random_state}|{'|'.join(self.parties)}"
@@ -136,9 +143,9 @@ class PPDERTMaster(LevelwiseMaster):
     def setup(self) -> None:
         header = {"algorithm": self.algorithm, "schema": self.schema.fingerprint(),
                   "domains": domain_fingerprint(self.low, self.high), "k": self.k,
-                  "n_parties": len(self.parties), "session_id": self.session_id.hex()}
+                  "n_parties": len(self.parties), "session_id": self.session_id.hex(), "secure": self.secure}
         replies = self.transport.exchange({name: Message("hello", header) for name in self.parties})
-        if len(self.parties) > 1:
+        if len(self.parties) > 1 and self.secure:
             for name, reply in replies.items():
                 if "public_key" not in reply.arrays:
                     raise ProtocolError(f"party {name!r} sent no public key for secure aggregation")
@@ -159,11 +166,11 @@ class PPDERTMaster(LevelwiseMaster):
             self._relayed = True
         replies = self.transport.exchange({name: Message("ppdert_level", header, arrays) for name in self.parties})
         size = features.size * 2 * self.n_stats
-        if len(self.parties) == 1:
-            reply = replies[self.parties[0]]
-            if reply.kind != "ppdert_plain_counts":
-                raise ProtocolError(f"single party answered {reply.kind!r}, expected ppdert_plain_counts")
-            total = reply.arrays["counts"].astype(np.int64)
+        if len(self.parties) == 1 or not self.secure:
+            kinds = {name: r.kind for name, r in replies.items() if r.kind != "ppdert_plain_counts"}
+            if kinds:
+                raise ProtocolError(f"parties answered {kinds}, expected ppdert_plain_counts")
+            total = sum(r.arrays["counts"].astype(np.int64) for r in replies.values())
         else:
             masked = []
             for name in self.parties:

@@ -108,3 +108,26 @@ def test_entropy_criterion_is_lossless_too(cls) -> None:
     assert_same_forest(runs[0].model_, runs[1].model_)
     gini = cls(4, max_features=3, random_state=2, **extra).fit([table], "target")
     assert not np.array_equal(gini.model_.feature, runs[0].model_.feature)
+
+
+def test_ppd_ert_without_masks_gives_the_same_forest_and_is_refused_by_a_secure_party() -> None:
+    from fedcore.errors import ProtocolError
+    from fedcore.horizontal.ppdert import PPDERTMaster, PPDERTParty
+    from fedcore.transport.inprocess import InProcessTransport
+
+    table = horizontal_table(seed=7)
+    parties = split_rows(table, 3, seed=1)
+    options = {"n_estimators": 4, "max_depth": 5, "random_state": 3, "allow_data_ranges": True}
+    secure = PPDERTClassifier(**options).fit(parties, label="target")
+    plain = PPDERTClassifier(**options, secure_aggregation=False, record_transcript=True).fit(parties, label="target")
+    assert plain.model_.same_as(secure.model_) and plain.privacy_report_["mode"] == "none"
+    assert "ppdert_masked_counts" not in {e.kind for e in plain.transcript_}
+
+    k = plain.params.n_candidate_features(plain.schema_.n_features)
+    members = [PPDERTParty(f"p{i}", frame, plain.schema_, seed=3, low=plain._low, high=plain._high, k=k,
+                           secure=i == 0) for i, frame in enumerate(parties)]  # p0 insists on secure aggregation
+    transport = InProcessTransport({p.name: p.handle for p in members})
+    master = PPDERTMaster(transport, plain.params, plain.schema_, low=plain._low, high=plain._high, secure=False)
+    with pytest.raises(ProtocolError, match="party 'p0' runs PPD-ERT with secure aggregation; the master asked for "
+                                            "plain counts"):
+        master.fit()
