@@ -17,7 +17,6 @@ import os
 import platform
 import time
 
-import numpy as np
 import pandas as pd
 
 from benchmarks.markdown import markdown_table
