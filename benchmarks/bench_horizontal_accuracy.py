@@ -111,6 +111,7 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=1.0, help="FET-GDP epsilon per query")
     parser.add_argument("--curve-clients", type=int, nargs="+", default=list(range(1, 10)))
     parser.add_argument("--curve-seeds", type=int, default=3)
+    parser.add_argument("--curve-trees", type=int, default=50, help="trees per model in the clients curve")
     parser.add_argument("--figure", type=Path, help="write the clients curve as a PNG here")
     parser.add_argument("--json", type=Path, help="also write the per-seed results here")
     args = parser.parse_args()
@@ -133,7 +134,8 @@ def main() -> None:
     curves = {}
     for name in [n for n in ("spambase", "waveform-21") if n in tables]:
         table, label = tables[name]
-        per_seed = [run_clients(table, label, seed, args.trees, args.curve_clients) for seed in range(args.curve_seeds)]
+        per_seed = [run_clients(table, label, seed, args.curve_trees, args.curve_clients)
+                    for seed in range(args.curve_seeds)]
         curves[name] = [{"clients": m, "federated": float(np.mean([s[i]["federated"] for s in per_seed])),
                          "local_only": float(np.mean([s[i]["local_only"] for s in per_seed]))}
                         for i, m in enumerate(args.curve_clients)]
@@ -142,7 +144,7 @@ def main() -> None:
 
     print(f"\nMachine: {platform.processor() or platform.machine()}, Python {platform.python_version()}; "
           f"{args.seeds} seeds, {args.trees} trees, max_features sqrt, {args.clients} clients (iid), "
-          f"GDP epsilon {args.epsilon} per query\n")
+          f"GDP epsilon {args.epsilon} per query; clients curve: {args.curve_trees} trees, {args.curve_seeds} seeds\n")
     print(markdown_table(rows))
     for name, curve in curves.items():
         print(f"\n{name}: accuracy against clients\n")
