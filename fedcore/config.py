@@ -6,6 +6,7 @@
     privacy: none                # forest: none; extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 0.5});
                                  # ppd-ert: secagg
     consortium_key: {env: FEDFOREST_CONSORTIUM_KEY}   # or {file: path}; never the key itself
+    alignment: hash              # vertical ID alignment: hash (keyed HMAC-SHA256) | psi (ECDH PSI)
     tls: {ca: certs/ca.pem, master_cert: certs/master.pem, master_key: certs/master.key}
     master: {registry: registry/master, work_pool: master, signing_key: keys/master.key}
     institutions:
@@ -126,6 +127,8 @@ class FederationConfig:
     consortium_key: dict[str, str]
     tls: dict[str, Path] = field(default_factory=dict)
     privacy: dict[str, Any] = field(default_factory=lambda: {"mode": "none"})
+    alignment: str = "hash"
+    """How vertical institutions align IDs: "hash" (keyed HMAC-SHA256) or "psi" (ECDH private set intersection)."""
     training: TrainingSettings = field(default_factory=TrainingSettings)
 
     @property
@@ -244,6 +247,10 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         raise ConfigError(f"{path}: the {setting} setting offers algorithms {list(ALGORITHMS[setting])}, "
                           f"got {algorithm!r}")
     privacy = _parse_privacy(raw.get("privacy"), algorithm, path)
+    alignment = raw.get("alignment", "hash")
+    if alignment not in ("hash", "psi"):
+        raise ConfigError(f"{path}: alignment must be 'hash' (keyed hashes) or 'psi' (ECDH private set "
+                          f"intersection), got {alignment!r}")
     training = TrainingSettings.from_mapping(raw.get("training") or {}, str(path))
     if training.predict_for is not None and training.predict_for not in names:
         raise ConfigError(f"{path}: training.predict_for names no institution: {training.predict_for!r}; "
@@ -256,7 +263,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         raise ConfigError(f"{path}: params: {exc}") from exc
     return FederationConfig(
         path=path, federation=str(raw.get("federation", path.stem)), setting=setting,
-        algorithm=algorithm, privacy=privacy, institutions=institutions,
+        algorithm=algorithm, privacy=privacy, alignment=alignment, institutions=institutions,
         master_registry=resolve(path, master.get("registry", "registry/master")),
         master_work_pool=str(master.get("work_pool", "master")),
         master_signing_key=resolve(path, master["signing_key"]) if master.get("signing_key") else None,

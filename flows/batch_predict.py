@@ -36,7 +36,7 @@ def batch_predict(config_path: str, model_name: str | None = None, version: str 
             resolved = load_registered_model(config, session, model_name, version)
             prediction = predict_locally(session, f"{model_name}-{resolved}")
         else:
-            session = VerticalSession(transport, config.params)
+            session = VerticalSession(transport, config.params, alignment=config.alignment)
             resolved = load_registered_model(config, session, model_name, version)
             prediction = predict_batch(session, requester, f"{model_name}-{resolved}")
         session.close()

@@ -52,7 +52,7 @@ def retrain_vertical(config: FederationConfig, agents: str, model_name: str, pre
     settings = config.training
     with agent_session(config, agents) as (transport, validation):
         session = VerticalSession(transport, config.params, holdout_fraction=settings.holdout,
-                                  min_overlap=settings.min_overlap)
+                                  min_overlap=settings.min_overlap, alignment=config.alignment)
         alignment = align_ids(session)
         training = train_forest(session)
         metrics = evaluate_model(session)

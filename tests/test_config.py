@@ -31,7 +31,7 @@ def test_defaults_and_paths_relative_to_the_config_file() -> None:
     assert bank.registry == Path("/srv/federation/registry/bank") and insurer.work_pool == "insurer"
     assert config.training == TrainingSettings()
     assert (config.model_name, config.prediction_requester, config.promotion_metric) == ("retail", "bank", "accuracy")
-    assert (config.algorithm, config.privacy["mode"]) == ("forest", "none")
+    assert (config.algorithm, config.privacy["mode"], config.alignment) == ("forest", "none", "hash")
 
 
 def test_a_horizontal_federation_defaults_to_plain_extra_trees() -> None:
@@ -76,6 +76,8 @@ def test_bad_training_settings_are_refused_by_name(training, message) -> None:
     ({"institutions": [{"name": "bank", "id_column": "id", "label": "y"}]}, "institution 'bank' needs 'data'"),
     ({"params": {"n_trees": 5}}, "params: "),
     ({"algorithm": "extra-trees"}, "the vertical setting offers algorithms ['forest'], got 'extra-trees'"),
+    ({"alignment": "sha"}, "alignment must be 'hash' (keyed hashes) or 'psi' (ECDH private set intersection), "
+                           "got 'sha'"),
     ({"setting": "horizontal"}, "in a horizontal federation every institution holds the same label column; set "
                                 "'label' for ['insurer']"),
     ({"setting": "horizontal", "algorithm": "extra-trees", "privacy": "secagg",

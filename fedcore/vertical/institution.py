@@ -54,6 +54,8 @@ class InstitutionAgent:
         self.party: VerticalParty | None = None
         self._holdout: pd.DataFrame | None = None
         self._batch_ids: pd.Series | None = None
+        self._psi = None  # the PSIParty of an alignment in progress (its secret never leaves this object)
+        self.aligned_ids: pd.Series | None = None
         self.closed = False
         self.sessions = 0
 
@@ -81,7 +83,7 @@ class InstitutionAgent:
         if self._loader is not None:
             self.data = self._loader()
             self.name = self.data.name
-        self.party, self._holdout, self._batch_ids, self.closed = None, None, None, False
+        self.party, self._holdout, self._batch_ids, self._psi, self.closed = None, None, None, None, False
         self.sessions += 1
         return validation_reply(self.data.validation)
 
@@ -91,10 +93,41 @@ class InstitutionAgent:
         frame = self.data.frame
         return Message("id_hashes", {"rows": len(frame)}, {"hashes": self._hashes(frame[self.data.id_column])})
 
+    def _on_psi_blinded(self, message: Message) -> Message:
+        """PSI step 1: this institution's IDs (training rows, or the new batch) blinded with a fresh secret,
+        in a secret shuffled order."""
+        from fedcore.privacy.psi import PSIParty
+
+        if message.header.get("batch"):
+            if self.data.load_batch is None:
+                raise ProtocolError(f"institution {self.name!r} has no prediction data configured")
+            self._batch = self.data.load_batch()
+            ids = self._batch[self.data.id_column]
+        else:
+            ids = self.data.frame[self.data.id_column]
+        self._psi = PSIParty(self.name, ids, key=self._key)
+        return Message("psi_blinded", {"rows": self._psi.n_rows}, {"blinded": self._psi.outgoing()})
+
+    def _on_psi_reblind(self, message: Message) -> Message:
+        """PSI step 2: apply this institution's secret to another institution's list (order kept)."""
+        if self._psi is None:
+            raise ProtocolError(f"institution {self.name!r}: psi_reblind before psi_blinded")
+        return Message("psi_reblinded", {}, {"values": self._psi.reblind(message.arrays["values"].reshape(-1, 32))})
+
+    def _rows(self, positions: np.ndarray) -> np.ndarray:
+        """Row numbers of the master's positions: as they are after hashing, mapped back after PSI."""
+        positions = np.asarray(positions)
+        if self._psi is None:
+            return positions.astype(np.int64)
+        rows, self._psi = self._psi.rows_from_positions(positions), None
+        return rows
+
     def _on_align(self, message: Message) -> Message:
-        positions = message.arrays["positions"].astype(np.int64)
+        positions = self._rows(message.arrays["positions"])
         holdout = unpack_bits(message.arrays["holdout"], len(positions)).astype(bool)
-        aligned = align_frame(self.data.frame, positions).drop(columns=[self.data.id_column])
+        aligned = align_frame(self.data.frame, positions)
+        self.aligned_ids = aligned[self.data.id_column]  # kept here, for audits; never sent
+        aligned = aligned.drop(columns=[self.data.id_column])
         train, self._holdout = aligned[~holdout].reset_index(drop=True), aligned[holdout].reset_index(drop=True)
         self.party = VerticalParty(self.name, train, self.data.label, feature_key=self._feature_key())
         return Message("aligned", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
@@ -175,7 +208,7 @@ class InstitutionAgent:
         return Message("id_hashes", {"rows": len(ids)}, {"hashes": self._hashes(ids)})
 
     def _on_align_batch(self, message: Message) -> Message:
-        aligned = align_frame(self._batch, message.arrays["positions"].astype(np.int64))
+        aligned = align_frame(self._batch, self._rows(message.arrays["positions"]))
         self._batch_ids = aligned[self.data.id_column].reset_index(drop=True)
         features = aligned.drop(columns=[c for c in (self.data.id_column, self.data.label) if c in aligned])
         self.party.set_prediction_data(features.reset_index(drop=True))

@@ -25,6 +25,7 @@ from fedcore.vertical.alignment import AlignmentPlan, check_overlap, intersect_h
 from fedcore.vertical.master import FederationInfo, ProgressCallback, VerticalMaster
 
 log = logging.getLogger(__name__)
+ALIGNMENTS = ("hash", "psi")
 
 
 @dataclass
@@ -43,8 +44,13 @@ class VerticalSession(InstitutionSession):
     """Drives one session with the institutions reachable through `transport`."""
 
     def __init__(self, transport: Transport, params: ForestParams, holdout_fraction: float = 0.2,
-                 min_overlap: int = 50, progress: ProgressCallback | None = None) -> None:
+                 min_overlap: int = 50, progress: ProgressCallback | None = None, alignment: str = "hash") -> None:
+        """`alignment`: "hash" (keyed HMAC-SHA256 hashes, the default) or "psi" (ECDH private set
+        intersection: the master sees only blinded values and no institution learns non-members)."""
         super().__init__(transport)
+        if alignment not in ALIGNMENTS:
+            raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
+        self.alignment = alignment
         self.params = params
         self.holdout_fraction = holdout_fraction
         self.min_overlap = min_overlap
@@ -58,11 +64,40 @@ class VerticalSession(InstitutionSession):
         replies = self.transport.exchange({name: Message(kind) for name in self.institutions})
         return {name: r.arrays["hashes"].reshape(-1, 32).copy().view("S32").ravel() for name, r in replies.items()}
 
+    def _intersect(self, batch: bool) -> AlignmentPlan:
+        """The alignment plan of the training rows (or of the new batch), by keyed hashes or by ECDH PSI."""
+        if self.alignment == "psi":
+            return self._psi_plan(batch)
+        hashes = self._hashes("batch_hashes" if batch else "id_hashes")
+        if not batch:
+            self.fingerprints = {name: hashlib.sha256(np.sort(h).tobytes()).hexdigest()[:16]
+                                 for name, h in hashes.items()}
+        return intersect_hashes(hashes)
+
+    def _psi_plan(self, batch: bool) -> AlignmentPlan:
+        """ECDH PSI through the master (`fedcore.privacy.psi`): every institution blinds its IDs, each list
+        is re-blinded once by every other institution in M - 1 rounds, the master intersects the fully
+        blinded lists. Positions index each institution's (secretly shuffled) sent list."""
+        names = self.institutions
+        replies = self.transport.exchange({n: Message("psi_blinded", {"batch": batch}) for n in names})
+        lists = {n: replies[n].arrays["blinded"].reshape(-1, 32) for n in names}
+        counts = {n: len(v) for n, v in lists.items()}
+        for shift in range(1, len(names)):
+            route = {names[(i + shift) % len(names)]: owner for i, owner in enumerate(names)}
+            replies = self.transport.exchange({holder: Message("psi_reblind", {}, {"values": lists[owner]})
+                                               for holder, owner in route.items()})
+            for holder, owner in route.items():
+                lists[owner] = replies[holder].arrays["values"].reshape(-1, 32)
+        from fedcore.privacy.psi import intersect_blinded
+
+        positions = intersect_blinded(lists)
+        if not batch:
+            self.fingerprints = {n: "psi" for n in names}  # blinded values are fresh per session: no digest
+        return AlignmentPlan(n_common=len(next(iter(positions.values()))), counts=counts, positions=positions)
+
     def align(self) -> AlignmentPlan:
-        """Intersect the institutions' keyed ID hashes; each learns its own rows' order and the holdout."""
-        hashes = self._hashes("id_hashes")
-        self.fingerprints = {name: hashlib.sha256(np.sort(h).tobytes()).hexdigest()[:16] for name, h in hashes.items()}
-        self.plan = intersect_hashes(hashes)
+        """Intersect the institutions' IDs; each learns its own rows' order and the holdout."""
+        self.plan = self._intersect(batch=False)
         check_overlap(self.plan, self.min_overlap)
         rng = stream(self.params.random_state, "split", 0)
         n = self.plan.n_common
@@ -139,7 +174,7 @@ class VerticalSession(InstitutionSession):
         """Align the institutions' new batches, predict them in one round per row batch, and deliver the
         predictions (with IDs) to `requester` only."""
         started = time.perf_counter()
-        plan = intersect_hashes(self._hashes("batch_hashes"))
+        plan = self._intersect(batch=True)
         check_overlap(plan, min_overlap)
         self.transport.exchange({name: Message("align_batch", {}, {"positions": plan.positions[name]})
                                  for name in self.institutions})

@@ -14,6 +14,7 @@ from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.institution import InstitutionData
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.signing import generate_signing_key, load_signing_key
+from fedcore.privacy.hashing import hash_ids
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
@@ -185,3 +186,38 @@ def test_institutions_predict_only_with_the_partial_model_the_master_signed(scen
     with pytest.raises(ArtifactError, match=r"institution 'ecommerce': its 'demo' v0001 partial model \(sha256 \w+\) "
                                             r"is not the one the master's signed manifest lists"):
         loaded.load_model(registry, "demo", "v0001")
+
+
+def test_psi_alignment_lines_up_the_same_customers_without_sending_hashes(scenario, tmp_path) -> None:
+    aligned = {}
+    for method in ("hash", "psi"):
+        agents = _agents(scenario, tmp_path / method)
+        transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=True)
+        session = VerticalSession(transport, ForestParams(n_estimators=3, max_depth=3), min_overlap=100,
+                                  alignment=method)
+        plan = session.align()
+        assert plan.n_common == scenario["overlap"]["train"]
+        orders = [tuple(agent.aligned_ids) for agent in agents.values()]
+        assert len(set(orders)) == 1, f"{method}: row i is the same customer at every institution"
+        aligned[method] = orders[0]
+    assert set(aligned["psi"]) == set(aligned["hash"]) and aligned["psi"] != aligned["hash"]
+
+    kinds = {e.kind for e in transport.transcript}
+    assert {"psi_blinded", "psi_reblind", "psi_reblinded"} <= kinds and "id_hashes" not in kinds
+    bank = agents["bank"].data.frame[scenario["id_column"]].iloc[::40]
+    blobs = [e.payload for e in transport.transcript]
+    assert not any(i.encode() in b for i in bank for b in blobs)
+    assert not any(d in b for d in hash_ids(bank, KEY).tolist() for b in blobs)
+
+
+def test_psi_aligns_the_new_batch_too(scenario, tmp_path) -> None:
+    agents = _agents(scenario, tmp_path)
+    session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}),
+                              ForestParams(n_estimators=3, max_depth=3, random_state=1), min_overlap=100,
+                              alignment="psi")
+    session.align()
+    session.train()
+    result = session.batch_predict(scenario["label_holder"], "psi-batch")
+    predictions = pd.read_parquet(result["path"])
+    new = {n: set(pd.read_parquet(f["new"])[scenario["id_column"]]) for n, f in scenario["institutions"].items()}
+    assert set(predictions[scenario["id_column"]]) == set.intersection(*new.values())
