@@ -67,16 +67,21 @@ class Message:
             kind = metadata[_KIND_KEY].decode()
             header = json.loads(metadata[_HEADER_KEY])
             shapes = json.loads(metadata.get(_SHAPES_KEY, b"{}"))
-        except (pa.ArrowInvalid, KeyError, StopIteration, ValueError, UnicodeDecodeError) as exc:
+        except (pa.ArrowException, OSError, KeyError, StopIteration, ValueError, UnicodeDecodeError) as exc:
             raise ProtocolError(f"malformed message: {exc}") from exc
+        if not isinstance(header, dict) or not isinstance(shapes, dict):
+            raise ProtocolError("malformed message: the header and shapes must be JSON objects")
         if batch.num_columns and batch.num_rows != 1:
             raise ProtocolError(f"malformed message: expected one row, found {batch.num_rows}")
         arrays = {}
-        for name, column in zip(batch.schema.names, batch.columns, strict=True):
-            values = column.values.to_numpy(zero_copy_only=False)
-            if name in shapes:
-                values = values.reshape(shapes[name])
-            arrays[name] = values
+        try:
+            for name, column in zip(batch.schema.names, batch.columns, strict=True):
+                values = column.values.to_numpy(zero_copy_only=False)
+                if name in shapes:
+                    values = values.reshape(shapes[name])
+                arrays[name] = values
+        except (AttributeError, TypeError, ValueError, OSError, pa.ArrowException) as exc:
+            raise ProtocolError(f"malformed message: array {name!r}: {exc}") from exc
         return cls(kind=kind, header=header, arrays=arrays)
 
     def schema_summary(self) -> str:

@@ -18,6 +18,12 @@ One protocol message is one Flight call. Requests up to ACTION_MAX_BYTES go as a
 message, the lowest latency); larger ones stream as `do_exchange` record batches of CHUNK_BYTES. Replies
 always come back in chunks of CHUNK_BYTES (Flight results or record batches), so no single gRPC message
 is ever huge, whatever the leaf-set size.
+
+Every protocol call carries the master transport's session id and a per-party sequence number in its
+action type (or exchange command). The agent's `SessionGuard` (`fedcore.transport.guard`) refuses
+replays, messages of a session that is over or never started, and messages over `max_message_bytes`.
+It also refuses payloads that are not a well-formed message. Each refusal is logged with its reason
+and returned to the caller; the agent keeps serving.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import secrets
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -39,6 +46,7 @@ from fedcore.errors import CertificateRefused, ConfigError, ProtocolError
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
 from fedcore.transport.diagnose import Diagnosis, explain_connection_failure
+from fedcore.transport.guard import DEFAULT_MAX_MESSAGE_BYTES, Refused, SessionGuard, envelope
 from fedcore.transport.tls import identity_uri, parse_identity, read_pem, server_name
 
 if TYPE_CHECKING:
@@ -74,14 +82,23 @@ def join_pieces(pieces: list[pa.Buffer]) -> bytes | pa.Buffer:
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
-def read_chunks(reader) -> bytes | pa.Buffer:
-    """The payload carried by a Flight stream of chunk batches."""
-    pieces = []
+def read_chunks(reader, limit: int | None = None) -> bytes | pa.Buffer:
+    """The payload carried by a Flight stream of chunk batches; with `limit`, stop reading and raise
+    `Refused` as soon as the stream passes that many bytes."""
+    pieces, size = [], 0
     for chunk in reader:
         if chunk.data is None:
             continue
+        if chunk.data.schema != CHUNK_SCHEMA:
+            raise ValueError(f"chunks must have the schema {CHUNK_SCHEMA}, got {chunk.data.schema}")
         column = chunk.data.column(0)
-        pieces.extend(column[i].as_buffer() for i in range(len(column)))
+        for i in range(len(column)):
+            piece = column[i].as_buffer()
+            size += 0 if piece is None else piece.size
+            if limit is not None and size > limit:
+                raise Refused(f"message of {size} bytes or more exceeds the limit of {limit} bytes")
+            if piece is not None:
+                pieces.append(piece)
     return join_pieces(pieces) if pieces else b""
 
 
@@ -89,7 +106,8 @@ class AgentServer(flight.FlightServerBase):
     """Serves one party's `handle(Message) -> Message` over Flight with mutual TLS, to one master only."""
 
     def __init__(self, party, location: str = "grpc+tls://127.0.0.1:0", *, tls_cert: PemSource,
-                 tls_key: PemSource, ca_cert: PemSource, allowed_master: str = "master") -> None:
+                 tls_key: PemSource, ca_cert: PemSource, allowed_master: str = "master",
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         _require_tls(location, f"agent {getattr(party, 'name', 'party')!r}")
         cert, key = read_pem(tls_cert, "agent certificate"), read_pem(tls_key, "agent key")
         ca = read_pem(ca_cert, "CA certificate")
@@ -99,6 +117,9 @@ class AgentServer(flight.FlightServerBase):
         self.allowed_master = allowed_master
         self._allowed_identity = identity_uri(allowed_master, "master")
         self._lock = threading.Lock()  # a party answers one message at a time
+        self.guard = SessionGuard(max_message_bytes=max_message_bytes)
+        self.refused = 0
+        """Calls refused before reaching the party (wrong identity, envelope, size or payload)."""
         self._stopped = False
         self.last_activity = time.monotonic()
         """When the master last sent a message or this agent last finished answering one."""
@@ -112,16 +133,30 @@ class AgentServer(flight.FlightServerBase):
         if identity != self._allowed_identity:
             parsed = parse_identity(identity)
             who = f"{parsed[1]} {parsed[0]!r}" if parsed else f"an unknown identity {identity!r}"
-            raise flight.FlightUnauthorizedError(
-                f"agent {self.name!r} serves only master {self.allowed_master!r}; the client at "
-                f"{context.peer()} presented the certificate of {who}")
+            reason = (f"agent {self.name!r} serves only master {self.allowed_master!r}; the client at "
+                      f"{context.peer()} presented the certificate of {who}")
+            self._refuse(reason)
+            raise flight.FlightUnauthorizedError(reason)
 
-    def _answer(self, payload: bytes | pa.Buffer) -> pa.Buffer:
+    def _refuse(self, reason: str) -> None:
+        self.refused += 1
+        log.warning("agent %r refused a call: %s", self.name, reason)
+
+    def _refusal(self, reason: str) -> flight.FlightServerError:
+        self._refuse(reason)
+        return flight.FlightServerError(f"agent {self.name!r} refused the message: {reason}")
+
+    def _answer(self, payload: bytes | pa.Buffer, stamp: str) -> pa.Buffer:
         kind = "?"
         with self._lock:
             self.last_activity = time.monotonic()
             try:
+                self.guard.check_size(len(payload))
                 message = Message.from_bytes(payload)
+                self.guard.admit(stamp)
+            except (Refused, ProtocolError) as exc:
+                raise self._refusal(str(exc)) from None
+            try:
                 kind = message.kind
                 return self.party.handle(message).to_buffer()
             except Exception as exc:  # the master gets the reason; this agent logs it and keeps serving
@@ -139,14 +174,21 @@ class AgentServer(flight.FlightServerBase):
         self._check_peer(context)
         if action.type == PING_ACTION:
             return [pa.py_buffer(self.name.encode())]
-        if action.type != MESSAGE_ACTION:
-            raise flight.FlightServerError(f"agent {self.name!r}: unknown action {action.type!r}")
-        return chunk_buffers(self._answer(action.body))
+        if not action.type.startswith(MESSAGE_ACTION):
+            raise self._refusal(f"unknown action {action.type[:80]!r}")
+        return chunk_buffers(self._answer(action.body, action.type))
 
     def do_exchange(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor,
                     reader: flight.MetadataRecordBatchReader, writer: flight.MetadataRecordBatchWriter) -> None:
         self._check_peer(context)
-        reply = self._answer(read_chunks(reader))
+        stamp = (descriptor.command or b"").decode(errors="replace")
+        try:
+            payload = read_chunks(reader, limit=self.guard.max_message_bytes)
+        except Refused as exc:
+            raise self._refusal(str(exc)) from None
+        except (pa.ArrowException, ValueError, IndexError) as exc:
+            raise self._refusal(f"malformed message stream: {type(exc).__name__}: {_first_line(exc)}") from None
+        reply = self._answer(payload, stamp)
         writer.begin(CHUNK_SCHEMA)
         for batch in chunk_batches(reply):
             writer.write_batch(batch)
@@ -184,6 +226,9 @@ class FlightTransport(Transport):
                 raise ProtocolError(f"party {party!r}: bad endpoint {endpoint!r}: {exc}") from exc
         self._pool = ThreadPoolExecutor(max_workers=len(self.endpoints), thread_name_prefix="fedforest-flight")
         self._closed = False
+        self.session = secrets.token_hex(16)
+        """This transport's session id: agents refuse it once a newer session has started, and replays."""
+        self._seq = dict.fromkeys(self.endpoints, 0)
 
     @classmethod
     def from_config(cls, config: FederationConfig, **kwargs) -> FlightTransport:
@@ -224,18 +269,20 @@ class FlightTransport(Transport):
     def _call(self, party: str, payload: bytes | pa.Buffer) -> bytes | pa.Buffer:
         """Send one request to one party and wait for its reply; every failure is a ProtocolError."""
         client, options = self._clients[party], flight.FlightCallOptions(timeout=self.timeout_s)
+        self._seq[party] += 1
+        stamp = envelope(self.session, self._seq[party])
         try:
             if len(payload) <= ACTION_MAX_BYTES:
-                results = client.do_action(flight.Action(MESSAGE_ACTION, pa.py_buffer(payload)), options=options)
+                results = client.do_action(flight.Action(stamp, pa.py_buffer(payload)), options=options)
                 return join_pieces([r.body for r in results])
-            return self._exchange(client, payload, options)
+            return self._exchange(client, payload, options, stamp)
         except Exception as exc:
             raise self._error(party, exc) from exc
 
     @staticmethod
     def _exchange(client: flight.FlightClient, payload: bytes | pa.Buffer,
-                  options: flight.FlightCallOptions) -> bytes | pa.Buffer:
-        writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(MESSAGE_ACTION), options=options)
+                  options: flight.FlightCallOptions, stamp: str) -> bytes | pa.Buffer:
+        writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(stamp.encode()), options=options)
         try:
             writer.begin(CHUNK_SCHEMA)
             for batch in chunk_batches(payload):
