@@ -31,6 +31,27 @@ def opaque_feature_id(key: bytes, column: str) -> str:
     return hmac.new(key, column.encode(), hashlib.sha256).hexdigest()[:16]
 
 
+MAX_TREES_PER_BATCH = 100_000
+MAX_FEATURES = 10_000_000
+
+
+def _require(condition: bool, party: str, what: str) -> None:
+    """Refuse a master request that would index outside this party's arrays (the kernels do not check)."""
+    if not condition:
+        raise ProtocolError(f"party {party!r} refuses the request: {what}")
+
+
+def _indices(array: np.ndarray, size: int, party: str, what: str) -> np.ndarray:
+    """`array` as int64 indices, each in [0, size), or ProtocolError."""
+    array = np.asarray(array)
+    _require(array.ndim == 1 and (array.size == 0 or array.dtype.kind in "iu"), party,
+             f"{what} must be a 1-D integer array, got {array.dtype}{list(array.shape)}")
+    values = array.astype(np.int64)
+    _require(values.size == 0 or (values.min() >= 0 and values.max() < size), party,
+             f"{what} must lie in [0, {size})")
+    return values
+
+
 class VerticalParty:
     """One institution's agent: its columns, optionally the label, and the protocol handlers."""
 
@@ -66,6 +87,10 @@ class VerticalParty:
     # -- setup ----------------------------------------------------------------------------------
     def _on_setup(self, message: Message) -> Message:
         h = message.header
+        from fedcore.trees.criteria import CRITERIA
+
+        _require(int(h["criterion"]) in set(CRITERIA.values()), self.name, f"unknown criterion {h['criterion']!r}")
+        _require(2 <= int(h["max_bins"]) <= 255, self.name, f"max_bins must be in [2, 255], got {h['max_bins']!r}")
         self._criterion = int(h["criterion"])
         self._binner = PartyBinner(max_bins=int(h["max_bins"]), random_state=int(h["binning_seed"])).fit(self.features)
         self._codes = self._binner.transform(self.features)
@@ -88,25 +113,44 @@ class VerticalParty:
         return Message("labels", {}, {"y": y})
 
     def _on_configure(self, message: Message) -> Message:
-        global_index = message.arrays["global_index"].astype(np.int64)
-        self._global_to_local = np.full(int(message.header["n_features"]), -1, dtype=np.int64)
+        n_features, n_classes = int(message.header["n_features"]), int(message.header["n_classes"])
+        _require(0 < n_features <= MAX_FEATURES, self.name, f"n_features out of range: {n_features}")
+        _require(0 <= n_classes <= 65_535, self.name, f"n_classes out of range: {n_classes}")
+        global_index = _indices(message.arrays["global_index"], n_features, self.name, "global_index")
+        _require(len(global_index) == self.features.shape[1] and len(np.unique(global_index)) == len(global_index),
+                 self.name, "global_index must name each of this party's features once")
+        self._global_to_local = np.full(n_features, -1, dtype=np.int64)
         self._global_to_local[global_index] = np.arange(len(global_index))
-        self._n_stats = n_stats(self._criterion, int(message.header["n_classes"]))
+        self._n_stats = n_stats(self._criterion, n_classes)
         if "y" in message.arrays:
-            self._y = message.arrays["y"].astype(np.float64)
+            y = np.asarray(message.arrays["y"])
+            _require(y.shape == (len(self.features),), self.name, f"labels must have one value per row, got {y.shape}")
+            _require(self._criterion == SQUARED_ERROR or (y.size == 0 or (y.min() >= 0 and y.max() < max(n_classes, 1))),
+                     self.name, "class codes must lie in [0, n_classes)")
+            self._y = y.astype(np.float64)
         return Message("ack")
 
     # -- growth ---------------------------------------------------------------------------------
     def _on_begin_batch(self, message: Message) -> Message:
         h = message.header
-        self._partition = SamplePartition.bootstrap(int(h["seed"]), list(h["trees"]), self._y, h["n_draws"])
+        trees, n_draws = h["trees"], h["n_draws"]
+        _require(isinstance(trees, list) and 0 < len(trees) <= MAX_TREES_PER_BATCH
+                 and all(isinstance(t, int) and t >= 0 for t in trees), self.name, "trees must be tree numbers")
+        _require(n_draws is None or (isinstance(n_draws, int) and 0 < n_draws <= max(len(self._y), 1)), self.name,
+                 f"n_draws must be between 1 and the {len(self._y)} rows, got {n_draws!r}")
+        _require(len(self._y) == len(self.features), self.name, "configure must come before begin_batch")
+        self._partition = SamplePartition.bootstrap(int(h["seed"]), list(trees), self._y, n_draws)
         self._candidates = None
         return Message("ack")
 
     def _apply_previous_splits(self, arrays: dict[str, np.ndarray], my_index: int) -> None:
-        split_mask = arrays["split_mask"].astype(bool)
-        owners = arrays["split_owner"].astype(np.int64)
+        n_nodes = len(self._partition.starts)
+        split_mask = np.asarray(arrays["split_mask"])
+        _require(split_mask.shape == (n_nodes,), self.name, f"split_mask must have one entry per node ({n_nodes})")
+        split_mask = split_mask.astype(bool)
         idx = np.flatnonzero(split_mask)
+        owners = np.asarray(arrays["split_owner"]).astype(np.int64)
+        _require(owners.shape == idx.shape, self.name, "split_owner must name one owner per split node")
         lengths = node_byte_lengths(self._partition.starts[idx], self._partition.ends[idx])
         pieces = [(owners == my_index, self._own_bits)]
         for key, blob in arrays.items():
@@ -120,14 +164,23 @@ class VerticalParty:
         if "split_mask" in a:
             self._apply_previous_splits(a, int(h["party_index"]))
         part = self._partition
-        feat_local = self._global_to_local[a["feat_global"].astype(np.int64)].astype(np.int32)
+        _require(part is not None, self.name, "find_splits before begin_batch")
+        feat_global = _indices(a["feat_global"], len(self._global_to_local), self.name, "feat_global")
+        feat_local = self._global_to_local[feat_global].astype(np.int32)
         if np.any(feat_local < 0):
             raise ProtocolError(f"party {self.name!r} was asked about features it does not hold")
+        feat_ptr = np.asarray(a["feat_ptr"]).astype(np.int64)
+        _require(feat_ptr.shape == (len(part.starts) + 1,) and feat_ptr[0] == 0 and feat_ptr[-1] == len(feat_local)
+                 and bool(np.all(np.diff(feat_ptr) >= 0)), self.name, "feat_ptr must index the candidates per node")
+        feat_rank = np.asarray(a["feat_rank"]).astype(np.int32)
+        _require(feat_rank.shape == feat_local.shape and (feat_rank.size == 0 or feat_rank.min() >= 0), self.name,
+                 "feat_rank must give a non-negative rank per candidate")
+        min_leaf = float(h["min_samples_leaf"])
+        _require(np.isfinite(min_leaf) and min_leaf >= 0, self.name, "min_samples_leaf must be a number >= 0")
         out = find_best_splits(
             self._codes, part.target, part.order, part.weight, part.starts, part.ends,
-            a["feat_ptr"].astype(np.int64), feat_local, a["feat_rank"].astype(np.int32),
-            self._binner.is_categorical, self._n_stats, self._criterion,
-            float(h["min_samples_leaf"]), self._n_stats,
+            feat_ptr, feat_local, feat_rank, self._binner.is_categorical, self._n_stats, self._criterion,
+            min_leaf, self._n_stats,
         )
         self._candidates, stats = out
         arrays = {"gain": self._candidates.gain, "rank": self._candidates.rank}
@@ -137,8 +190,12 @@ class VerticalParty:
 
     def _on_apply_splits(self, message: Message) -> Message:
         a = message.arrays
-        pos = a["positions"].astype(np.int64)
         c, part = self._candidates, self._partition
+        _require(c is not None and part is not None, self.name, "apply_splits before find_splits")
+        pos = _indices(a["positions"], len(c.gain), self.name, "positions")
+        _require(len(np.unique(pos)) == len(pos) and np.asarray(a["tree"]).shape == pos.shape
+                 and np.asarray(a["node"]).shape == pos.shape, self.name,
+                 "positions must be distinct, with one tree and node id each")
         starts, ends = part.starts[pos], part.ends[pos]
         offsets = offsets_from_lengths(node_byte_lengths(starts, ends))
         self._own_bits = pack_split_bits(
@@ -173,6 +230,8 @@ class VerticalParty:
     def _on_predict_leaves(self, message: Message) -> Message:
         m = self._require_prediction_model()
         start, stop = int(message.header["start"]), int(message.header["stop"])
+        _require(0 <= start <= stop <= len(self._predict_X), self.name,
+                 f"rows [{start}, {stop}) outside the {len(self._predict_X)} rows to predict")
         leaf_offsets, _, slot = m.leaves()
         X = np.asfortranarray(self._predict_X[start:stop])
         prefix, missing = self._threshold_index.bitmaps(X)
@@ -184,7 +243,10 @@ class VerticalParty:
 
     def _on_route(self, message: Message) -> Message:
         m = self._require_prediction_model()
-        rows, nodes = message.arrays["rows"].astype(np.int64), message.arrays["nodes"].astype(np.int64)
+        rows = _indices(message.arrays["rows"], len(self._predict_X), self.name, "rows")
+        nodes = _indices(message.arrays["nodes"], len(m.feature), self.name, "nodes")
+        _require(rows.shape == nodes.shape and bool(np.all(m.feature[nodes] >= 0)), self.name,
+                 "route asks about nodes this party does not own")
         bits = route_step(self._predict_X, rows, nodes, m.feature, m.threshold, m.missing_left,
                           m.is_categorical, m.cat_bits)
         return Message("route_bits", {}, {"bits": pack_bits(bits)})
