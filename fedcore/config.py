@@ -91,6 +91,9 @@ class TrainingSettings:
     """How long the master waits for every agent to answer before failing, naming those that do not."""
     agent_idle_timeout_s: float = 900.0
     """An agent started for one session stops (and fails) after this long without a message from the master."""
+    resume_attempts: int = 2
+    """After an institution is lost mid-training, restart the session this many times, resuming from the
+    last tree batch everyone checkpointed."""
 
     @classmethod
     def from_mapping(cls, raw: dict, where: str) -> TrainingSettings:

@@ -47,6 +47,11 @@ class ProtocolError(FedForestError):
     """A party or the master received a message it cannot act on."""
 
 
+class PartyUnavailable(ProtocolError):
+    """A party cannot be reached or stopped answering (its process died, the network failed): transient;
+    a run can resume from its checkpoints once the party is back."""
+
+
 class CertificateRefused(ProtocolError):
     """A mutual-TLS peer's certificate was refused (wrong CA, wrong identity, expired): retrying cannot help."""
 

@@ -10,9 +10,14 @@ agents as processes on this machine (the embedded demo); "running" expects them 
 
 from __future__ import annotations
 
-from prefect import flow
+import uuid
 
+from prefect import flow, get_run_logger
+from prefect.runtime import flow_run
+
+from fedcore.checkpoints import CHECKPOINTS
 from fedcore.config import FederationConfig, load_config
+from fedcore.errors import PartyUnavailable
 from fedcore.horizontal.session import HorizontalSession
 from fedcore.vertical.session import VerticalSession
 from flows.hooks import write_failure_artifact
@@ -47,14 +52,34 @@ def retrain(config_path: str, agents: str = "deployments", model_name: str | Non
 
 
 def retrain_vertical(config: FederationConfig, agents: str, model_name: str, predict: bool) -> dict:
-    """Federated Forest: align IDs, train, evaluate at the label holder, register, promote, predict for the
-    requester."""
+    """Federated Forest with crash recovery: when an institution is lost mid-session (its process died,
+    the network failed), the session starts again (`training.resume_attempts` times) and training
+    resumes from the last tree batch the master and every institution checkpointed."""
+    run_id = str(flow_run.id or uuid.uuid4())  # stable across attempts: checkpoints are found again
+    attempts = config.training.resume_attempts + 1
+    for attempt in range(1, attempts + 1):
+        reached = []  # set once every agent answered: losing one after that is what resuming is for
+        try:
+            return vertical_session(config, agents, model_name, predict, run_id, reached)
+        except PartyUnavailable as exc:
+            if not reached or attempt == attempts:
+                raise
+            get_run_logger().warning("%s; starting attempt %d of %d, resuming from the last checkpoint",
+                                     exc, attempt + 1, attempts)
+    raise AssertionError("unreachable")
+
+
+def vertical_session(config: FederationConfig, agents: str, model_name: str, predict: bool, run_id: str,
+                     reached: list) -> dict:
+    """One attempt: align IDs, train (checkpointed), evaluate at the label holder, register, promote,
+    predict for the requester."""
     settings = config.training
     with agent_session(config, agents) as (transport, validation):
+        reached.append(True)
         session = VerticalSession(transport, config.params, holdout_fraction=settings.holdout,
                                   min_overlap=settings.min_overlap, alignment=config.alignment)
         alignment = align_ids(session)
-        training = train_forest(session)
+        training = train_forest(session, config.master_registry / CHECKPOINTS, run_id)
         metrics = evaluate_model(session)
         manifest = build_manifest(config, session, metrics, validation, alignment, training)
         production = previous_production(config, model_name)

@@ -62,6 +62,8 @@ def register_model(config: FederationConfig, session: VerticalSession, model_nam
     except BaseException:
         registry.withdraw(model_name, version)  # all parties' files or none
         raise
+    if hasattr(session, "drop_checkpoints"):
+        session.drop_checkpoints()  # the version is stored everywhere: the run's checkpoints are done
     path = config.master_registry / model_name / version
     create_link_artifact(path.as_uri(), link_text=f"{model_name} {version}", key="model-version",
                          description=f"Master registry entry; institutions stored theirs at {sorted(stored)}")

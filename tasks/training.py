@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
@@ -22,8 +24,9 @@ def align_ids(session: VerticalSession) -> dict:
 
 
 @task(**DATA_LOCAL)
-def train_forest(session: VerticalSession) -> dict:
-    """Grow the forest; a progress artifact moves as levels and tree batches complete."""
+def train_forest(session: VerticalSession, checkpoints: Path | None = None, run_id: str | None = None) -> dict:
+    """Grow the forest; a progress artifact moves as levels and tree batches complete. With `checkpoints`
+    and `run_id`, completed tree batches are checkpointed, and an interrupted run resumes."""
     artifact = create_progress_artifact(0.0, key="training-progress", description="Federated Forest growth")
     depth_limit = session.params.depth_limit if session.params.max_depth else 32
     logger = get_run_logger()
@@ -39,11 +42,13 @@ def train_forest(session: VerticalSession) -> dict:
                         p.depth, p.open_nodes)
 
     session.master.progress = report
-    session.train()
+    session.train(checkpoints, run_id)
     update_progress_artifact(artifact, progress=100.0)
     f = session.facts
+    if f.resumed_batches:
+        logger.info("resumed run %s: %d tree batches taken from checkpoints", run_id, f.resumed_batches)
     return {"seconds": f.seconds, "rounds": f.rounds, "bytes": f.bytes, "owned_nodes": f.owned_nodes,
-            "nodes": int(session.master.structure.n_nodes)}
+            "nodes": int(session.master.structure.n_nodes), "resumed_batches": f.resumed_batches}
 
 
 @task(**DATA_LOCAL)

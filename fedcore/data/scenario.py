@@ -37,6 +37,15 @@ COLUMNS = {
 }
 
 
+CONTRACT_BOUNDS = {
+    "age": (18, 100), "income": (0.0, 300_000.0), "balance": (-100_000.0, 900_000.0), "tenure_years": (0.0, 70.0),
+    "n_products": (0, 9), "orders_12m": (0, 80), "avg_basket": (0.0, 300.0), "days_since_last_order": (0.0, 500.0),
+    "returns_rate": (0.0, 0.7), "policies": (0, 7), "claims_3y": (0, 7), "premium": (0.0, 3000.0),
+}
+"""The numeric ranges `data_contracts/demo` declares: generated values are capped to them (after the label
+is drawn; the caps touch a handful of rows in the tails), so every seed's data keeps its contract."""
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
@@ -114,6 +123,8 @@ def _customers(rng: np.random.Generator, ids: np.ndarray) -> pd.DataFrame:
         - 1.3
     )
     f[LABEL] = np.where(rng.random(n) < _sigmoid(logit), "yes", "no")
+    for column, (low, high) in CONTRACT_BOUNDS.items():  # the demo contracts' ranges: rare tails are capped
+        f[column] = f[column].clip(low, high)
     _blank(rng, f, {"income": 0.08, "balance": 0.03, "region": 0.02, "avg_basket": 0.03,
                     "days_since_last_order": 0.03, "preferred_channel": 0.04, "premium": 0.03, "vehicle_type": 0.02})
     return f

@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from fedcore.errors import CertificateRefused, ConfigError, ProtocolError
+from fedcore.errors import CertificateRefused, ConfigError, PartyUnavailable, ProtocolError
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
 from fedcore.transport.diagnose import Diagnosis, explain_connection_failure
@@ -263,7 +263,8 @@ class FlightTransport(Transport):
         if errors:
             if len(errors) == 1:
                 raise errors[0]
-            raise ProtocolError("; ".join(str(e) for e in errors)) from errors[0]
+            kind = PartyUnavailable if all(isinstance(e, PartyUnavailable) for e in errors) else ProtocolError
+            raise kind("; ".join(str(e) for e in errors)) from errors[0]
         return replies
 
     def _call(self, party: str, payload: bytes | pa.Buffer) -> bytes | pa.Buffer:
@@ -301,12 +302,12 @@ class FlightTransport(Transport):
         where = f"party {party!r} at {self.endpoints[party]}"
         reason = _first_line(exc)
         if isinstance(exc, flight.FlightTimedOutError) or "Deadline Exceeded" in reason:
-            return ProtocolError(f"{where} did not answer within {self.timeout_s} s")
+            return PartyUnavailable(f"{where} did not answer within {self.timeout_s} s")
         if isinstance(exc, flight.FlightUnavailableError):
             why = self.explain_unreachable(party) if diagnose else None
             if why is None:
-                return ProtocolError(f"cannot reach {where}: {reason}")
-            return (CertificateRefused if why.certificate else ProtocolError)(f"cannot reach {where}: {why.reason}")
+                return PartyUnavailable(f"cannot reach {where}: {reason}")
+            return (CertificateRefused if why.certificate else PartyUnavailable)(f"cannot reach {where}: {why.reason}")
         if isinstance(exc, (flight.FlightUnauthorizedError, flight.FlightUnauthenticatedError)):
             return CertificateRefused(f"{where} refused this master: {reason}")
         if isinstance(exc, flight.FlightServerError):
@@ -343,7 +344,7 @@ class FlightTransport(Transport):
                 return
             if last_try:
                 refused = any(isinstance(e, CertificateRefused) for e in failures.values())
-                raise (CertificateRefused if refused else ProtocolError)(
+                raise (CertificateRefused if refused else PartyUnavailable)(
                     f"agents not ready after {timeout_s} s: " + "; ".join(str(e) for e in failures.values()))
             time.sleep(interval_s)
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.institution import (
     InstitutionData,
@@ -30,12 +31,14 @@ from fedcore.models.artifacts import decode_classes, encode_classes, table_sha25
 from fedcore.models.tables import partial_forest_from_table, party_table
 from fedcore.privacy.hashing import hash_ids
 from fedcore.protocol.messages import Message, unpack_bits
+from fedcore.trees.structure import PartySplits
 from fedcore.vertical.alignment import align_frame
 from fedcore.vertical.party import VerticalParty
 from fedcore.vertical.persistence import party_file_stem
 
 log = logging.getLogger(__name__)
 
+SPLIT_ARRAYS = ("tree", "node", "feature", "bin", "missing_left", "is_categorical", "cat_bits")
 PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "apply_splits", "finalize",
                "predict_leaves", "route"}
 
@@ -56,6 +59,7 @@ class InstitutionAgent:
         self._batch_ids: pd.Series | None = None
         self._psi = None  # the PSIParty of an alignment in progress (its secret never leaves this object)
         self.aligned_ids: pd.Series | None = None
+        self._checkpoints: CheckpointStore | None = None
         self.closed = False
         self.sessions = 0
 
@@ -66,6 +70,10 @@ class InstitutionAgent:
         if message.kind in PARTY_KINDS:
             if self.party is None:
                 raise ProtocolError(f"institution {self.name!r}: rows are not aligned yet ({message.kind!r} too early)")
+            if "save_batch" in message.header and self._checkpoints is not None:
+                splits = self.party.batch_splits()  # the batch just finished, before the next one starts
+                self._checkpoints.save(int(message.header["save_batch"]),
+                                       {f: getattr(splits, f) for f in SPLIT_ARRAYS})
             return self.party.handle(message)
         handler = getattr(self, f"_on_{message.kind}", None)
         if handler is None:
@@ -225,6 +233,27 @@ class InstitutionAgent:
             out["prediction"] = values[:, 0]
         path = write_predictions(self.data, out, message.header["file_stem"])
         return Message("delivered", {"path": str(path), "rows": len(out)})
+
+    # -- checkpoints (resuming a run after a crash) ------------------------------------------------------
+    def _on_resume_status(self, message: Message) -> Message:
+        """Open this run's checkpoints (bound to the master's context digest); report the completed batches."""
+        h = message.header
+        self._checkpoints = CheckpointStore(self.data.registry / CHECKPOINTS, h["run"], h["context"])
+        return Message("resume_status", {}, {"completed": np.array(self._checkpoints.completed(), np.int64)})
+
+    def _on_resume(self, message: Message) -> Message:
+        """Restore the splits of the first `batches` batches from this institution's checkpoints."""
+        if self._checkpoints is None or self.party is None:
+            raise ProtocolError(f"institution {self.name!r}: resume before resume_status and alignment")
+        batches = int(message.header["batches"])
+        restored = [PartySplits(**self._checkpoints.load(b)) for b in range(batches)]
+        self.party.restore_splits(restored)
+        return Message("resumed", {"batches": batches})
+
+    def _on_drop_checkpoints(self, message: Message) -> Message:
+        if self._checkpoints is not None:
+            self._checkpoints.drop()
+        return Message("ack")
 
     def _on_close(self, message: Message) -> Message:
         self.closed = True

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedcore.checkpoints import CheckpointStore
 from fedcore.errors import LabelHolderError, PartyShapeError, ProtocolError
 from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.randomness import stream
@@ -102,23 +103,41 @@ class VerticalMaster:
         return self.info
 
     # -- training -------------------------------------------------------------------------------
-    def fit(self) -> ForestStructure:
-        """Grow all trees, batch by batch, and hand every party the structure it needs to predict."""
+    def batches(self) -> list[list[int]]:
+        """The tree batches, in growth order."""
+        p = self.params
+        size = p.tree_batch_size or p.n_estimators
+        return [list(range(first, min(first + size, p.n_estimators))) for first in range(0, p.n_estimators, size)]
+
+    def fit(self, checkpoints: CheckpointStore | None = None, resume_from: int = 0) -> ForestStructure:
+        """Grow all trees, batch by batch, and hand every party the structure it needs to predict.
+
+        With `checkpoints`, every completed batch is saved (the parties save theirs when told in the next
+        request), and batches before `resume_from` are loaded instead of grown: the parties must have
+        restored theirs (`VerticalSession.train` arranges both).
+        """
         if self.info is None:
             self.setup()
         p = self.params
-        batch = p.tree_batch_size or p.n_estimators
-        parts = []
-        for first in range(0, p.n_estimators, batch):
-            trees = list(range(first, min(first + batch, p.n_estimators)))
-            parts.append(self._grow_batch(trees))
+        parts, batches = [], self.batches()
+        for index, trees in enumerate(batches):
+            if checkpoints is not None and index < resume_from:
+                parts.append(ForestStructure(**checkpoints.load(index), n_trees=trees[-1] + 1))
+                continue
+            save_previous = index - 1 if checkpoints is not None and index > resume_from else None
+            part = self._grow_batch(trees, save_previous)
+            if checkpoints is not None:
+                checkpoints.save(index, {f: getattr(part, f) for f in STRUCTURE_ARRAYS})
+            parts.append(part)
             if self.progress:
                 self.progress(GrowthProgress(trees[-1] + 1, p.n_estimators, 0, -1, 0))
         self.structure = _concatenate_structures(parts, p.n_estimators)
         s = self.structure
+        header = {"n_trees": s.n_trees}
+        if checkpoints is not None and len(batches) - 1 >= resume_from:
+            header["save_batch"] = len(batches) - 1
         self.transport.exchange({
-            name: Message("finalize", {"n_trees": s.n_trees},
-                          {"tree": s.tree, "node": s.node, "left": s.left, "right": s.right})
+            name: Message("finalize", header, {"tree": s.tree, "node": s.node, "left": s.left, "right": s.right})
             for name in self.info.parties
         })
         return self.structure
@@ -140,13 +159,13 @@ class VerticalMaster:
                 out[a:b] = sample_rows_without_replacement(rng, b - a, n_features, k)
         return out
 
-    def _grow_batch(self, trees: list[int]) -> ForestStructure:
+    def _grow_batch(self, trees: list[int], save_previous: int | None = None) -> ForestStructure:
         p, info = self.params, self.info
         parties = info.parties
-        self.transport.exchange({
-            name: Message("begin_batch", {"trees": trees, "seed": p.random_state, "n_draws": p.n_draws(info.n_rows)})
-            for name in parties
-        })
+        header = {"trees": trees, "seed": p.random_state, "n_draws": p.n_draws(info.n_rows)}
+        if save_previous is not None:
+            header["save_batch"] = save_previous  # parties checkpoint the batch they just finished
+        self.transport.exchange({name: Message("begin_batch", header) for name in parties})
         open_tree = np.array(trees, dtype=np.int32)
         open_node = np.zeros(len(trees), dtype=np.int32)
         first_tree = trees[0]
@@ -320,7 +339,9 @@ def sample_rows_without_replacement(rng: np.random.Generator, n_rows: int, n: in
     return out
 
 
+STRUCTURE_ARRAYS = ("tree", "node", "left", "right", "depth", "owner", "weight", "value")
+
+
 def _concatenate_structures(parts: list[ForestStructure], n_trees: int) -> ForestStructure:
-    fields = ("tree", "node", "left", "right", "depth", "owner", "weight", "value")
-    merged = {f: np.concatenate([getattr(p, f) for p in parts]) for f in fields}
+    merged = {f: np.concatenate([getattr(p, f) for p in parts]) for f in STRUCTURE_ARRAYS}
     return ForestStructure(**merged, n_trees=n_trees)

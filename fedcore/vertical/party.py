@@ -71,6 +71,7 @@ class VerticalParty:
         self._candidates: NodeSplits | None = None
         self._own_bits = np.zeros(0, np.uint8)
         self._splits: list[PartySplits] = []
+        self._batch_start = 0
         self._criterion = 0
         self._n_stats = 0
         self.model: PartialForest | None = None
@@ -140,6 +141,7 @@ class VerticalParty:
                  f"n_draws must be between 1 and the {len(self._y)} rows, got {n_draws!r}")
         _require(len(self._y) == len(self.features), self.name, "configure must come before begin_batch")
         self._partition = SamplePartition.bootstrap(int(h["seed"]), list(trees), self._y, n_draws)
+        self._batch_start = len(self._splits)
         self._candidates = None
         return Message("ack")
 
@@ -208,6 +210,15 @@ class VerticalParty:
             cat_bits=c.cat_bits[pos],
         ))
         return Message("partition_bits", {}, {"bits": self._own_bits})
+
+    def batch_splits(self) -> PartySplits:
+        """The splits this party owns in the tree batch grown last (what it checkpoints)."""
+        return PartySplits.concatenate(self._splits[self._batch_start:])
+
+    def restore_splits(self, batches: list[PartySplits]) -> None:
+        """Resume: the splits of the batches completed before a crash, as checkpointed."""
+        self._splits = list(batches)
+        self._batch_start = len(self._splits)
 
     def _on_finalize(self, message: Message) -> Message:
         a = message.arrays

@@ -7,12 +7,15 @@ all of them talk to the institutions only through the transport.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedcore.checkpoints import CheckpointStore, resume_point
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.tables import N_TREES_KEY, master_table, structure_from_table
@@ -38,6 +41,8 @@ class TrainingFacts:
     rounds: int = 0
     bytes: int = 0
     owned_nodes: dict[str, int] = field(default_factory=dict)
+    resumed_batches: int = 0
+    """Tree batches taken from checkpoints of an interrupted attempt of the same run."""
 
 
 class VerticalSession(InstitutionSession):
@@ -51,6 +56,7 @@ class VerticalSession(InstitutionSession):
         if alignment not in ALIGNMENTS:
             raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
         self.alignment = alignment
+        self._checkpoints: CheckpointStore | None = None
         self.params = params
         self.holdout_fraction = holdout_fraction
         self.min_overlap = min_overlap
@@ -110,16 +116,51 @@ class VerticalSession(InstitutionSession):
         self.facts.train_rows, self.facts.holdout_rows = int(first["train_rows"]), int(first["holdout_rows"])
         return self.plan
 
-    def train(self) -> None:
-        """Grow the forest (Federated Forest protocol) on the aligned training rows."""
+    def train(self, checkpoints: str | os.PathLike | None = None, run_id: str | None = None) -> None:
+        """Grow the forest (Federated Forest protocol) on the aligned training rows.
+
+        With `checkpoints` (the master's checkpoint folder) and `run_id`, every completed tree batch is
+        checkpointed at the master and at every institution; if this run was interrupted before, training
+        resumes after the last batch all of them completed, and the forest is the same as without the
+        interruption.
+        """
         before = (self.transport.stats.rounds, self.transport.stats.bytes)
         started = time.perf_counter()
-        self.master.fit()
+        if checkpoints is None or run_id is None:
+            self.master.fit()
+        else:
+            self.master.setup()
+            store = CheckpointStore(checkpoints, run_id, self._context())
+            replies = self.transport.exchange({n: Message("resume_status", {"run": run_id, "context": store.context})
+                                               for n in self.institutions})
+            done = [list(r.arrays["completed"].astype(int)) for r in replies.values()]
+            self.facts.resumed_batches = resume_point(store.completed(), *done)
+            self.transport.exchange({n: Message("resume", {"batches": self.facts.resumed_batches})
+                                     for n in self.institutions})
+            self._checkpoints = store
+            self.master.fit(store, self.facts.resumed_batches)
         self.facts.seconds = time.perf_counter() - started
         self.facts.rounds = self.transport.stats.rounds - before[0]
         self.facts.bytes = self.transport.stats.bytes - before[1]
         owners = self.master.structure.owner
         self.facts.owned_nodes = {name: int((owners == i).sum()) for i, name in enumerate(self.institutions)}
+
+    def _context(self) -> str:
+        """What a run's checkpoints are bound to: parameters, parties, their features and the aligned rows."""
+        info = self.master.info
+        text = json.dumps({"params": self.params.to_dict(), "parties": info.parties, "rows": info.n_rows,
+                           "features": list(map(str, info.feature_ids)), "owners": info.feature_owner.tolist(),
+                           "positions": {n: hashlib.sha256(np.asarray(p).tobytes()).hexdigest()
+                                         for n, p in (self.plan.positions if self.plan else {}).items()}},
+                          sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def drop_checkpoints(self) -> None:
+        """Remove the run's checkpoints at the master and every institution (once its version is stored)."""
+        if self._checkpoints is not None:
+            self.transport.exchange({n: Message("drop_checkpoints") for n in self.institutions})
+            self._checkpoints.drop()
+            self._checkpoints = None
 
     def evaluate(self) -> dict[str, float]:
         """Predict the held-out rows (one round) and let the label holder score them."""

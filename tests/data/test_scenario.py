@@ -112,3 +112,19 @@ def test_federated_beats_bank_only_on_held_out_rows(scenario) -> None:
     acc_bank = float(np.mean(bank_only.predict({"bank": test["bank"]}) == y))
     # measured at seed 0: 0.743 vs 0.631; seeds 0-4 all show a gap of 10 points or more
     assert acc_federated >= acc_bank + 0.05, (acc_federated, acc_bank)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_seed_keeps_the_demo_contracts_numeric_ranges(tmp_path, seed) -> None:
+    from pathlib import Path
+
+    from fedcore.contracts.model import load_contract
+
+    scenario = make_vertical_scenario(tmp_path, n_customers=1500, seed=seed)
+    contracts = Path(__file__).resolve().parents[2] / "data_contracts" / "demo"
+    for name, files in scenario["institutions"].items():
+        frame = pd.read_parquet(files["train"])
+        for column in load_contract(contracts / f"{name}.yaml").columns:
+            if column.min is not None:
+                values = frame[column.name].dropna()
+                assert column.min <= values.min() and values.max() <= column.max, (name, column.name)
