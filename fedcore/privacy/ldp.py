@@ -228,12 +228,50 @@ def _design(ldp: LabelLDP, n_classes: int) -> _Design:
     return _Design(probabilities)
 
 
+MAX_ENUMERATED_CLASSES = 8
+"""Up to this many classes, rows needing NNLS are solved together by enumerating supports (exact, vectorised);
+above it, one Lawson-Hanson solve per row."""
+
+
 def _nnls_rows(matrix: np.ndarray, pinv: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """min ||matrix x - y||, x >= 0, for each row y of targets; least squares rows that are already >= 0."""
     solutions = targets @ pinv.T
-    for row in np.flatnonzero((solutions < 0).any(axis=1)):
-        solutions[row] = nnls(matrix, targets[row])
+    negative = np.flatnonzero((solutions < 0).any(axis=1))
+    if len(negative) and matrix.shape[1] <= MAX_ENUMERATED_CLASSES:
+        solutions[negative] = _nnls_by_supports(matrix, targets[negative])
+    else:
+        for row in negative:
+            solutions[row] = nnls(matrix, targets[row])
     return solutions
+
+
+def _nnls_by_supports(matrix: np.ndarray, targets: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    """Exact NNLS for many rows sharing one matrix: the optimum is the least-squares solution on its own
+    support, and that is the feasible (non-negative) support solution with the smallest residual, so
+    trying every support (2**n - 1 of them) finds it. Works on the normal equations: with G = A'A and
+    b = A'y, a support S has x = G_SS^-1 b_S and residual |y|^2 - x.b_S (the design has full column rank)."""
+    n = matrix.shape[1]
+    gram = matrix.T @ matrix
+    supports = [np.flatnonzero([(mask >> j) & 1 for j in range(n)]) for mask in range(1, 1 << n)]
+    inverses = [np.linalg.pinv(gram[np.ix_(s, s)]) for s in supports]
+    out = np.zeros((targets.shape[0], n))
+    for start in range(0, targets.shape[0], chunk):
+        y = targets[start:start + chunk]
+        b = y @ matrix
+        squares = (y * y).sum(axis=1)
+        best = squares.copy()  # the residual of x = 0, the empty support
+        block = out[start:start + chunk]
+        for support, inverse in zip(supports, inverses, strict=True):
+            bs = b[:, support]
+            x = bs @ inverse.T
+            residual = squares - (x * bs).sum(axis=1)
+            better = (x >= 0).all(axis=1) & (residual < best - 1e-12 * np.abs(best))
+            if better.any():
+                best[better] = residual[better]
+                rows = np.flatnonzero(better)
+                block[rows] = 0.0
+                block[np.ix_(rows, support)] = x[better]
+    return out
 
 
 def nnls(matrix: np.ndarray, target: np.ndarray, max_iter: int | None = None) -> np.ndarray:
