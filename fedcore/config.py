@@ -91,6 +91,9 @@ class TrainingSettings:
     """How long the master waits for every agent to answer before failing, naming those that do not."""
     agent_idle_timeout_s: float = 900.0
     """An agent started for one session stops (and fails) after this long without a message from the master."""
+    call_timeout_s: float = 600.0
+    """A party that does not answer one protocol message within this long is reported by name (and the
+    session resumes from its checkpoints, see resume_attempts) instead of being waited for forever."""
     resume_attempts: int = 2
     """After an institution is lost mid-training, restart the session this many times, resuming from the
     last tree batch everyone checkpointed."""

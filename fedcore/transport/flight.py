@@ -237,6 +237,7 @@ class FlightTransport(Transport):
         missing += [f"an endpoint for institution {i.name!r}" for i in config.institutions if not i.endpoint]
         if missing:
             raise ConfigError(f"{config.path}: the master over Flight needs {', '.join(missing)}")
+        kwargs.setdefault("timeout_s", config.training.call_timeout_s)
         return cls({i.name: i.endpoint for i in config.institutions}, tls_cert=config.tls["master_cert"],
                    tls_key=config.tls["master_key"], ca_cert=config.tls["ca"], **kwargs)
 
