@@ -6,8 +6,8 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
 from fedcore.config import FederationConfig
-from fedcore.horizontal.growth import GrowthProgress
 from fedcore.horizontal.session import HorizontalSession
+from fedcore.progress import GrowthProgress
 from tasks.common import DATA_LOCAL
 from tasks.registry import code_version
 

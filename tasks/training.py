@@ -7,7 +7,7 @@ from pathlib import Path
 from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
-from fedcore.vertical.master import GrowthProgress
+from fedcore.progress import GrowthProgress
 from fedcore.vertical.session import VerticalSession
 from tasks.common import DATA_LOCAL
 

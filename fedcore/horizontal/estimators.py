@@ -21,7 +21,6 @@ import numpy as np
 import pandas as pd
 
 from fedcore.errors import NotFittedError, ParameterError
-from fedcore.horizontal.growth import GrowthProgress
 from fedcore.horizontal.master import FederatedExtraTreesMaster
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams, check_privacy_mode
@@ -34,6 +33,7 @@ from fedcore.horizontal.validation import (
     named_parties,
     resolve_feature_ranges,
 )
+from fedcore.progress import progress_bar
 from fedcore.transport.inprocess import InProcessTransport
 
 
@@ -157,7 +157,7 @@ class _FETBase(_HorizontalForest):
 
     def _make_master(self, transport, schema):
         return FederatedExtraTreesMaster(transport, self.params, schema, privacy=self.privacy, ldp=self.ldp,
-                                         progress=_progress_bar() if self.progress else None)
+                                         progress=progress_bar() if self.progress else None)
 
     @property
     def privacy_report_(self) -> dict:
@@ -271,7 +271,7 @@ class PPDERTClassifier(_HorizontalForest):
 
     def _make_master(self, transport, schema):
         return PPDERTMaster(transport, self.params, schema, low=self._low, high=self._high,
-                            progress=_progress_bar() if self.progress else None, secure=self.secure_aggregation)
+                            progress=progress_bar() if self.progress else None, secure=self.secure_aggregation)
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
         """Class probabilities (columns in `classes_` order), averaged over trees."""
@@ -309,17 +309,3 @@ class PPDERTClassifier(_HorizontalForest):
         }
 
 
-def _progress_bar():
-    """A one-line stderr progress bar: finished trees, and the level the current batch is growing."""
-    started = time.perf_counter()
-
-    def report(p: GrowthProgress) -> None:
-        width = 30
-        filled = int(width * p.trees_done / max(p.n_trees, 1))
-        line = f"[{'#' * filled}{'.' * (width - filled)}] trees {p.trees_done}/{p.n_trees}"
-        if p.depth >= 0:
-            line += f" | growing {p.batch_trees} trees: level {p.depth}, {p.open_nodes} open nodes"
-        sys.stderr.write(f"\r{line}  {time.perf_counter() - started:6.1f}s\033[K")
-        sys.stderr.flush()
-
-    return report

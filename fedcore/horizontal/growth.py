@@ -18,7 +18,6 @@ Ties between candidates go to the lowest candidate index (`argmax`); candidates 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,23 +25,10 @@ import numpy as np
 from fedcore.horizontal.model import NO_CHILD, HorizontalForest, assemble_forest
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.progress import GrowthProgress, ProgressCallback
 from fedcore.protocol.messages import Message
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
-
-
-@dataclass
-class GrowthProgress:
-    """Where training stands: finished trees, and the level being grown in the current tree batch."""
-
-    trees_done: int
-    n_trees: int
-    batch_trees: int
-    depth: int
-    open_nodes: int
-
-
-ProgressCallback = Callable[[GrowthProgress], None]
 
 
 @dataclass

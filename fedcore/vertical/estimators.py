@@ -18,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from fedcore.errors import NotFittedError
+from fedcore.progress import progress_bar
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
-from fedcore.vertical.master import GrowthProgress, VerticalMaster
+from fedcore.vertical.master import VerticalMaster
 from fedcore.vertical.party import VerticalParty
 from fedcore.vertical.persistence import load_simulation, save_simulation
 from fedcore.vertical.validation import named_parties, validate_prediction_parties, validate_training_parties
@@ -85,7 +86,7 @@ class _FederatedForest:
         self.transport_ = InProcessTransport({p.name: p.handle for p in self.parties_},
                                              record_transcript=self.record_transcript,
                                              record_payloads=self.record_payloads)
-        self.master_ = VerticalMaster(self.transport_, self.params, progress=_progress_bar() if self.progress else None)
+        self.master_ = VerticalMaster(self.transport_, self.params, progress=progress_bar() if self.progress else None)
         started = time.perf_counter()
         self.master_.fit()
         self.fit_seconds_ = time.perf_counter() - started
@@ -155,17 +156,3 @@ class FederatedForestRegressor(_FederatedForest):
         return self._predict_values(parties, method)[:, 0]
 
 
-def _progress_bar():
-    """A one-line stderr progress bar: finished trees, and the level the current batch is growing."""
-    started = time.perf_counter()
-
-    def report(p: GrowthProgress) -> None:
-        width = 30
-        filled = int(width * p.trees_done / max(p.n_trees, 1))
-        line = f"[{'#' * filled}{'.' * (width - filled)}] trees {p.trees_done}/{p.n_trees}"
-        if p.depth >= 0:
-            line += f" | growing {p.batch_trees} trees: level {p.depth}, {p.open_nodes} open nodes"
-        sys.stderr.write(f"\r{line}  {time.perf_counter() - started:6.1f}s\033[K")
-        sys.stderr.flush()
-
-    return report

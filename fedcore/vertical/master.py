@@ -8,13 +8,13 @@ trips grows with depth (two per level), never with nodes or rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from fedcore.checkpoints import CheckpointStore
 from fedcore.errors import LabelHolderError, PartyShapeError, ProtocolError
+from fedcore.progress import GrowthProgress, ProgressCallback
 from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
@@ -28,18 +28,6 @@ ONE_ROUND_MAX_LEAVES = 250_000
 LEAF_SET_BUDGET_BYTES = 128 * 2**20
 """Upper bound on one party's leaf-set message: the one-round row batch shrinks to stay below it."""
 
-@dataclass
-class GrowthProgress:
-    """Where training stands: finished trees, and the level being grown in the current tree batch."""
-
-    trees_done: int
-    n_trees: int
-    batch_trees: int
-    depth: int
-    open_nodes: int
-
-
-ProgressCallback = Callable[[GrowthProgress], None]
 
 
 @dataclass
