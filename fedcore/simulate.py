@@ -180,13 +180,19 @@ def reference_forest(task: str, train: pd.DataFrame, test: pd.DataFrame, label: 
         max_features = min(max_features, train_x.shape[1])
     model = cls(n_estimators=params["n_estimators"], max_depth=params["max_depth"], max_features=max_features,
                 bootstrap=True, random_state=params["random_state"], n_jobs=-1)
+    return timed_reference(model, task, train_x, train[label].to_numpy(), test_x, test[label].to_numpy())
+
+
+def timed_reference(model, task: str, train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
+                    test_y: np.ndarray) -> dict:
+    """Fit and predict a scikit-learn reference model; its name, test metrics and both timings."""
     started = time.perf_counter()
-    model.fit(train_x, train[label].to_numpy())
+    model.fit(train_x, train_y)
     train_s = time.perf_counter() - started
     started = time.perf_counter()
     predictions = model.predict(test_x)
     predict_s = time.perf_counter() - started
-    return {"name": f"sklearn.{cls.__name__}", "metrics": metrics(task, test[label].to_numpy(), predictions),
+    return {"name": f"sklearn.{type(model).__name__}", "metrics": metrics(task, test_y, predictions),
             "train_s": train_s, "predict_s": predict_s}
 
 

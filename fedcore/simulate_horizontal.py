@@ -17,7 +17,7 @@ import pandas as pd
 
 from fedcore.data.split import split_horizontal
 from fedcore.errors import ParameterError
-from fedcore.simulate import infer_task, metrics, one_hot, prepare_table, split_train_test
+from fedcore.simulate import infer_task, metrics, one_hot, prepare_table, split_train_test, timed_reference
 from fedcore.vertical.validation import check_label
 
 ALGORITHMS = ("extra-trees", "ppd-ert")
@@ -76,14 +76,7 @@ def reference_extra_trees(task: str, train: pd.DataFrame, test: pd.DataFrame, la
     train_x, test_x = one_hot(train.drop(columns=[label]), test.drop(columns=[label]))
     model = cls(n_estimators=params["n_estimators"], max_depth=params["max_depth"],
                 max_features=params["max_features"], random_state=params["random_state"], n_jobs=-1)
-    started = time.perf_counter()
-    model.fit(train_x, train[label].to_numpy())
-    train_s = time.perf_counter() - started
-    started = time.perf_counter()
-    predictions = model.predict(test_x)
-    predict_s = time.perf_counter() - started
-    return {"name": f"sklearn.{cls.__name__}", "metrics": metrics(task, test[label].to_numpy(), predictions),
-            "train_s": train_s, "predict_s": predict_s}
+    return timed_reference(model, task, train_x, train[label].to_numpy(), test_x, test[label].to_numpy())
 
 
 def simulate_horizontal(

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from prefect import get_run_logger, task
-from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.artifacts import create_table_artifact, update_progress_artifact
 
 from fedcore.config import FederationConfig
 from fedcore.horizontal.session import HorizontalSession
-from fedcore.progress import GrowthProgress
-from tasks.common import DATA_LOCAL
+from tasks.common import DATA_LOCAL, progress_reporter
 from tasks.registry import code_version
 
 
@@ -29,19 +28,8 @@ def agree_schema(session: HorizontalSession) -> dict:
 @task(**DATA_LOCAL)
 def train_extra_trees(session: HorizontalSession) -> dict:
     """Grow the forest; a progress artifact moves as tree batches and levels complete."""
-    artifact = create_progress_artifact(0.0, key="training-progress",
-                                        description=f"{session.algorithm} ({session.privacy['mode']}) growth")
-    logger = get_run_logger()
-    depth_limit = session.params.max_depth or 32
-
-    def report(p: GrowthProgress) -> None:
-        share = (p.trees_done / p.n_trees if p.depth < 0 else
-                 (p.trees_done + p.batch_trees * min(p.depth + 1, depth_limit) / depth_limit) / p.n_trees)
-        update_progress_artifact(artifact, progress=round(100 * min(share, 1.0), 1))
-        if p.depth >= 0:
-            logger.info("trees %d-%d: level %d, %d open nodes", p.trees_done, p.trees_done + p.batch_trees - 1,
-                        p.depth, p.open_nodes)
-
+    report, artifact = progress_reporter(f"{session.algorithm} ({session.privacy['mode']}) growth",
+                                         session.params.max_depth or 32)
     session.progress = report
     session.train()
     update_progress_artifact(artifact, progress=100.0)

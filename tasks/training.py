@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import get_run_logger, task
-from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.artifacts import create_table_artifact, update_progress_artifact
 
-from fedcore.progress import GrowthProgress
 from fedcore.vertical.session import VerticalSession
-from tasks.common import DATA_LOCAL
+from tasks.common import DATA_LOCAL, progress_reporter
 
 
 @task(**DATA_LOCAL)
@@ -27,20 +26,9 @@ def align_ids(session: VerticalSession) -> dict:
 def train_forest(session: VerticalSession, checkpoints: Path | None = None, run_id: str | None = None) -> dict:
     """Grow the forest; a progress artifact moves as levels and tree batches complete. With `checkpoints`
     and `run_id`, completed tree batches are checkpointed, and an interrupted run resumes."""
-    artifact = create_progress_artifact(0.0, key="training-progress", description="Federated Forest growth")
     depth_limit = session.params.depth_limit if session.params.max_depth else 32
+    report, artifact = progress_reporter("Federated Forest growth", depth_limit)
     logger = get_run_logger()
-
-    def report(p: GrowthProgress) -> None:
-        if p.depth < 0:
-            share = p.trees_done / p.n_trees
-        else:
-            share = (p.trees_done + p.batch_trees * min(p.depth + 1, depth_limit) / depth_limit) / p.n_trees
-        update_progress_artifact(artifact, progress=round(100 * min(share, 1.0), 1))
-        if p.depth >= 0:
-            logger.info("trees %d-%d: level %d, %d open nodes", p.trees_done, p.trees_done + p.batch_trees - 1,
-                        p.depth, p.open_nodes)
-
     session.master.progress = report
     session.train(checkpoints, run_id)
     update_progress_artifact(artifact, progress=100.0)

@@ -3,12 +3,12 @@ for Federated Extra-Trees and PPD-ERT."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from fedcore.errors import ColumnNotFoundError, ParameterError
+from fedcore.errors import ColumnNotFoundError, ParameterError, PartyShapeError
 
 
 def split_vertical(
@@ -130,3 +130,19 @@ def _by_label(frame: pd.DataFrame, n_parties: int, label: str | None, alpha: flo
         for party, part in enumerate(np.split(rows, cuts)):
             shares[party].append(part)
     return [np.concatenate(parts) for parts in shares]
+
+
+def named_parties(parties: Sequence[pd.DataFrame] | Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Party frames by name (a list gets names party0, party1, ...)."""
+    if isinstance(parties, Mapping):
+        frames = {str(k): v for k, v in parties.items()}
+    elif isinstance(parties, pd.DataFrame):
+        raise PartyShapeError("pass a list (or dict) of party DataFrames, not a single DataFrame")
+    else:
+        frames = {f"party{i}": frame for i, frame in enumerate(parties)}
+    if not frames:
+        raise PartyShapeError("no parties given: pass at least one party DataFrame")
+    for name, frame in frames.items():
+        if not isinstance(frame, pd.DataFrame):
+            raise PartyShapeError(f"party {name!r} is a {type(frame).__name__}, expected a pandas DataFrame")
+    return frames

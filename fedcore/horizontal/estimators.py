@@ -202,10 +202,8 @@ class _FETBase(_HorizontalForest):
         return report
 
 
-class FederatedExtraTreesClassifier(_FETBase):
-    """Horizontal Federated Extra-Trees for classification; privacy "none", "ldp" or "gdp"."""
-
-    _task = "classification"
+class _Classifier:
+    """Class predictions of a fitted horizontal classifier (FET or PPD-ERT)."""
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
         """Class probabilities (columns in `classes_` order), averaged over trees."""
@@ -223,6 +221,12 @@ class FederatedExtraTreesClassifier(_FETBase):
         return np.array(self.schema_.classes)
 
 
+class FederatedExtraTreesClassifier(_Classifier, _FETBase):
+    """Horizontal Federated Extra-Trees for classification; privacy "none", "ldp" or "gdp"."""
+
+    _task = "classification"
+
+
 class FederatedExtraTreesRegressor(_FETBase):
     """Horizontal Federated Extra-Trees for regression (variance reduction); privacy "none" or "gdp"."""
 
@@ -237,7 +241,7 @@ class FederatedExtraTreesRegressor(_FETBase):
         return self._predict_values(frame)[:, 0]
 
 
-class PPDERTClassifier(_HorizontalForest):
+class PPDERTClassifier(_Classifier, _HorizontalForest):
     """PPD-ERT classification: shared-seed candidate splits in declared domains, securely aggregated counts."""
 
     _task = "classification"
@@ -273,20 +277,6 @@ class PPDERTClassifier(_HorizontalForest):
         return PPDERTMaster(transport, self.params, schema, low=self._low, high=self._high,
                             progress=progress_bar() if self.progress else None, secure=self.secure_aggregation)
 
-    def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
-        """Class probabilities (columns in `classes_` order), averaged over trees."""
-        return self._predict_values(frame)
-
-    def predict(self, frame: pd.DataFrame) -> np.ndarray:
-        """Most probable class per row, in the label's original values."""
-        return self.classes_[np.argmax(self.predict_proba(frame), axis=1)]
-
-    @property
-    def classes_(self) -> np.ndarray:
-        """The union of the parties' classes, sorted."""
-        if self.model_ is None:
-            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit() first")
-        return np.array(self.schema_.classes)
 
     @property
     def privacy_report_(self) -> dict:

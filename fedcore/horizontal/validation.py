@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore.data.binning import category_strings
+from fedcore.data.split import named_parties as party_frames
 from fedcore.errors import ColumnNotFoundError, InputError, LabelError, ParameterError, PartyShapeError
 from fedcore.horizontal.schema import CATEGORICAL, NUMERIC, ColumnSpec, HorizontalSchema, numeric_values
 
@@ -38,18 +39,9 @@ PartyFrames = Sequence[pd.DataFrame] | Mapping[str, pd.DataFrame]
 
 
 def named_parties(parties: PartyFrames) -> dict[str, pd.DataFrame]:
-    """Party frames by name (a list gets names party0, party1, ...)."""
-    if isinstance(parties, pd.DataFrame):
-        raise PartyShapeError("pass a list (or dict) of party DataFrames, not a single DataFrame")
-    if isinstance(parties, Mapping):
-        frames = {str(k): v for k, v in parties.items()}
-    else:
-        frames = {f"party{i}": frame for i, frame in enumerate(parties)}
-    if not frames:
-        raise PartyShapeError("no parties given: pass at least one party DataFrame")
+    """Party frames by name (a list gets names party0, party1, ...), none with a column twice."""
+    frames = party_frames(parties)
     for name, frame in frames.items():
-        if not isinstance(frame, pd.DataFrame):
-            raise PartyShapeError(f"party {name!r} is a {type(frame).__name__}, expected a pandas DataFrame")
         if frame.columns.duplicated().any():
             dup = frame.columns[frame.columns.duplicated()][0]
             raise SchemaMismatchError(f"party {name!r} has column {dup!r} twice")

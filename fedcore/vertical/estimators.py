@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from fedcore.data.split import named_parties
 from fedcore.errors import NotFittedError
 from fedcore.progress import progress_bar
 from fedcore.transport.inprocess import InProcessTransport
@@ -24,7 +25,7 @@ from fedcore.trees.params import ForestParams
 from fedcore.vertical.master import VerticalMaster
 from fedcore.vertical.party import VerticalParty
 from fedcore.vertical.persistence import load_simulation, save_simulation
-from fedcore.vertical.validation import named_parties, validate_prediction_parties, validate_training_parties
+from fedcore.vertical.validation import validate_prediction_parties, validate_training_parties
 
 PartyFrames = Sequence[pd.DataFrame] | Mapping[str, pd.DataFrame]
 

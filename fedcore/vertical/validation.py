@@ -3,28 +3,10 @@ which party and which column, what was expected and what was found."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 import numpy as np
 import pandas as pd
 
 from fedcore.errors import DuplicateColumnError, LabelError, LabelHolderError, PartyShapeError
-
-
-def named_parties(parties: Sequence[pd.DataFrame] | Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """Party frames by name (a list gets names party0, party1, ...)."""
-    if isinstance(parties, Mapping):
-        frames = {str(k): v for k, v in parties.items()}
-    elif isinstance(parties, pd.DataFrame):
-        raise PartyShapeError("pass a list (or dict) of party DataFrames, not a single DataFrame")
-    else:
-        frames = {f"party{i}": frame for i, frame in enumerate(parties)}
-    if not frames:
-        raise PartyShapeError("no parties given: pass at least one party DataFrame")
-    for name, frame in frames.items():
-        if not isinstance(frame, pd.DataFrame):
-            raise PartyShapeError(f"party {name!r} is a {type(frame).__name__}, expected a pandas DataFrame")
-    return frames
 
 
 def _check_shapes(frames: dict[str, pd.DataFrame], label: str | None = None) -> int:
