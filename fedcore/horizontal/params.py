@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 from fedcore.errors import ParameterError
+from fedcore.trees.params import candidate_count, check_int
 
 PRIVACY_MODES = ("none", "ldp", "gdp")
 CLASSIFICATION_CRITERIA = ("gini", "entropy")
@@ -33,14 +33,14 @@ class ExtraTreesParams:
         allowed = CLASSIFICATION_CRITERIA if self.task == "classification" else REGRESSION_CRITERIA
         if self.criterion not in allowed:
             raise ParameterError(f"criterion for {self.task} must be one of {list(allowed)}, got {self.criterion!r}")
-        _check_int("n_estimators", self.n_estimators, 1)
+        check_int("n_estimators", self.n_estimators, 1)
         if self.max_depth is not None:
-            _check_int("max_depth", self.max_depth, 1)
-        _check_int("min_samples_split", self.min_samples_split, 2)
-        _check_int("min_samples_leaf", self.min_samples_leaf, 1)
-        _check_int("random_state", self.random_state, 0)
+            check_int("max_depth", self.max_depth, 1)
+        check_int("min_samples_split", self.min_samples_split, 2)
+        check_int("min_samples_leaf", self.min_samples_leaf, 1)
+        check_int("random_state", self.random_state, 0)
         if self.tree_batch_size is not None:
-            _check_int("tree_batch_size", self.tree_batch_size, 1)
+            check_int("tree_batch_size", self.tree_batch_size, 1)
         mf = self.max_features
         if isinstance(mf, bool):
             raise ParameterError(f"max_features must be 'sqrt', 'log2', an int, a float in (0, 1] or None, got {mf!r}")
@@ -53,18 +53,7 @@ class ExtraTreesParams:
 
     def n_candidate_features(self, n_features: int) -> int:
         """How many candidate features each node draws."""
-        mf = self.max_features
-        if mf is None:
-            k = n_features
-        elif mf == "sqrt":
-            k = int(math.sqrt(n_features))
-        elif mf == "log2":
-            k = int(math.log2(n_features)) if n_features > 1 else 1
-        elif isinstance(mf, float):
-            k = int(mf * n_features)
-        else:
-            k = int(mf)
-        return max(1, min(n_features, k))
+        return candidate_count(self.max_features, n_features)
 
     @property
     def depth_limit(self) -> int:
@@ -89,8 +78,3 @@ def check_privacy_mode(privacy: str, task: str) -> str:
         raise ParameterError("privacy='ldp' randomizes class labels and works for classification only; "
                              "use privacy='gdp' (Laplace noise) or 'none' for regression")
     return privacy
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ParameterError(f"{name} must be an integer >= {minimum}, got {value!r}")

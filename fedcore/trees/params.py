@@ -35,11 +35,11 @@ class ForestParams:
             raise ParameterError(f"criterion must be one of {sorted(CRITERIA)}, got {self.criterion!r}")
         if (self.task == "regression") != (CRITERIA[self.criterion] == SQUARED_ERROR):
             raise ParameterError(f"criterion {self.criterion!r} does not fit task {self.task!r}")
-        _check_int("n_estimators", self.n_estimators, 1)
+        check_int("n_estimators", self.n_estimators, 1)
         if self.max_depth is not None:
-            _check_int("max_depth", self.max_depth, 1)
-        _check_int("min_samples_split", self.min_samples_split, 2)
-        _check_int("min_samples_leaf", self.min_samples_leaf, 1)
+            check_int("max_depth", self.max_depth, 1)
+        check_int("min_samples_split", self.min_samples_split, 2)
+        check_int("min_samples_leaf", self.min_samples_leaf, 1)
         if self.min_impurity_decrease < 0:
             raise ParameterError(f"min_impurity_decrease must be >= 0, got {self.min_impurity_decrease}")
         if self.feature_sampling not in ("node", "tree"):
@@ -61,7 +61,7 @@ class ForestParams:
         if not 2 <= self.max_bins <= 255:
             raise ParameterError(f"max_bins must be between 2 and 255, got {self.max_bins}")
         if self.tree_batch_size is not None:
-            _check_int("tree_batch_size", self.tree_batch_size, 1)
+            check_int("tree_batch_size", self.tree_batch_size, 1)
 
     @property
     def criterion_code(self) -> int:
@@ -70,18 +70,7 @@ class ForestParams:
 
     def n_candidate_features(self, n_features: int) -> int:
         """How many features each node (or tree) considers."""
-        mf = self.max_features
-        if mf is None:
-            k = n_features
-        elif mf == "sqrt":
-            k = int(math.sqrt(n_features))
-        elif mf == "log2":
-            k = int(math.log2(n_features))
-        elif isinstance(mf, float):
-            k = int(mf * n_features)
-        else:
-            k = int(mf)
-        return max(1, min(n_features, k))
+        return candidate_count(self.max_features, n_features)
 
     def n_draws(self, n_rows: int) -> int | None:
         """Bootstrap sample size per tree, or None without bootstrap."""
@@ -103,6 +92,22 @@ class ForestParams:
         return asdict(self)
 
 
-def _check_int(name: str, value: object, minimum: int) -> None:
+def candidate_count(max_features: str | int | float | None, n_features: int) -> int:
+    """Features per candidate draw for scikit-learn's `max_features` (sqrt, log2, int, fraction, None)."""
+    if max_features is None:
+        k = n_features
+    elif max_features == "sqrt":
+        k = int(math.sqrt(n_features))
+    elif max_features == "log2":
+        k = int(math.log2(n_features))
+    elif isinstance(max_features, float):
+        k = int(max_features * n_features)
+    else:
+        k = int(max_features)
+    return max(1, min(n_features, k))
+
+
+def check_int(name: str, value: object, minimum: int) -> None:
+    """Refuse a non-integer (or boolean) or one below `minimum`, naming the parameter."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ParameterError(f"{name} must be an integer >= {minimum}, got {value!r}")
