@@ -6,7 +6,11 @@ import math
 from dataclasses import asdict, dataclass
 
 from fedcore.errors import ParameterError
+from fedcore.privacy.paillier import KEY_BITS as PAILLIER_KEY_BITS
 from fedcore.trees.criteria import CRITERIA, SQUARED_ERROR
+
+PRIVACY_MODES = ("none", "paillier")
+"""Vertical label protection: none (labels shared, the paper's FF) or Paillier-encrypted (SecureBoost-style)."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class ForestParams:
     max_bins: int = 255
     random_state: int = 0
     tree_batch_size: int | None = None
+    privacy: str = "none"
+    paillier_key_bits: int = 2048
 
     def __post_init__(self) -> None:
         if self.task not in ("classification", "regression"):
@@ -62,6 +68,10 @@ class ForestParams:
             raise ParameterError(f"max_bins must be between 2 and 255, got {self.max_bins}")
         if self.tree_batch_size is not None:
             check_int("tree_batch_size", self.tree_batch_size, 1)
+        if self.privacy not in PRIVACY_MODES:
+            raise ParameterError(f"privacy must be one of {PRIVACY_MODES} in the vertical setting, got {self.privacy!r}")
+        if isinstance(self.paillier_key_bits, bool) or self.paillier_key_bits not in PAILLIER_KEY_BITS:
+            raise ParameterError(f"paillier_key_bits must be one of {PAILLIER_KEY_BITS}, got {self.paillier_key_bits!r}")
 
     @property
     def criterion_code(self) -> int:

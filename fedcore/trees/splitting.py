@@ -155,8 +155,6 @@ def _best_split_of_pair(pair, i, f, codes, target, order, weight, s, e, total, i
                         criterion, min_leaf, n_class_orderings, hist, seen, touched, ordered, cum, lbuf,
                         rbuf, missing, keys, out_gain, out_bin, out_ml, out_bits):
     """Best split of node i on feature f, written into the out_* arrays at `pair`."""
-    parent_term = impurity_term(total, criterion)
-    best = -np.inf
     n_touched = 0
     for j in range(s, e):
         r = order[j]
@@ -166,6 +164,20 @@ def _best_split_of_pair(pair, i, f, codes, target, order, weight, s, e, total, i
             touched[n_touched] = b
             n_touched += 1
         _accumulate(hist, b, weight[j], target[j], criterion)
+    _split_of_histogram(pair, is_cat[f], n_touched, total, n_stats, criterion, min_leaf, n_class_orderings,
+                        hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys, out_gain, out_bin,
+                        out_ml, out_bits)
+
+
+@nb.njit(cache=True)
+def _split_of_histogram(pair, categorical, n_touched, total, n_stats, criterion, min_leaf, n_class_orderings,
+                        hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys, out_gain, out_bin,
+                        out_ml, out_bits):
+    """Scan one node-feature histogram (bins `touched[:n_touched]`, flagged in `seen`) for its best split,
+    write it at `pair`, and reset the scratch histogram. Shared by the plain kernel and by the label
+    holder scanning decrypted histograms, so both pick bit-identical splits."""
+    parent_term = impurity_term(total, criterion)
+    best = -np.inf
     if n_touched > 48:  # a pass over all codes beats sorting many touched ones
         m = 0
         for b in range(N_CODES):
@@ -178,7 +190,7 @@ def _best_split_of_pair(pair, i, f, codes, target, order, weight, s, e, total, i
     n_values = n_touched - 1 if has_missing else n_touched
     for k in range(n_stats):
         missing[k] = hist[MISSING_BIN, k] if has_missing else 0.0
-    if not is_cat[f]:
+    if not categorical:
         gain, cut, ml = _scan(hist, ordered, n_values, total, missing, has_missing, parent_term,
                               criterion, min_leaf, best, cum, lbuf, rbuf)
         if cut >= 0:
@@ -217,6 +229,54 @@ def _best_split_of_pair(pair, i, f, codes, target, order, weight, s, e, total, i
         seen[b] = False
         for k in range(n_stats):
             hist[b, k] = 0.0
+
+
+def best_splits_from_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categorical, totals,
+                                node_rows, feat_ptr, feat_local, feat_rank, criterion, min_leaf,
+                                n_class_orderings) -> NodeSplits:
+    """Best split per node from per-pair histograms someone else built (CSR: pair q's non-empty bins are
+    hist_bins[hist_ptr[q]:hist_ptr[q+1]] with statistics hist_stats rows). The label holder uses this on
+    decrypted histograms of a passive party; the scan is the plain kernel's, so results are identical.
+    `node_rows` holds each node's count of distinct in-bag rows (nodes under two are skipped, as there)."""
+    pair_out = _splits_of_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categorical, totals,
+                                     node_rows, hist_stats.shape[1], criterion, min_leaf, n_class_orderings)
+    return NodeSplits(*_reduce_pairs(feat_ptr, feat_local, feat_rank, *pair_out))
+
+
+@nb.njit(cache=True)
+def _splits_of_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categorical, totals, node_rows,
+                          n_stats, criterion, min_leaf, n_class_orderings):
+    n_pairs = pair_node.shape[0]
+    out_gain = np.full(n_pairs, -np.inf)
+    out_bin = np.zeros(n_pairs, np.int32)
+    out_ml = np.zeros(n_pairs, np.bool_)
+    out_bits = np.zeros((n_pairs, 4), np.uint64)
+    hist = np.zeros((N_CODES, n_stats))
+    seen = np.zeros(N_CODES, np.bool_)
+    touched = np.empty(N_CODES, np.int64)
+    ordered = np.empty(N_CODES, np.int64)
+    cum = np.zeros(n_stats)
+    lbuf = np.zeros(n_stats)
+    rbuf = np.zeros(n_stats)
+    missing = np.zeros(n_stats)
+    keys = np.empty(N_CODES)
+    for q in range(n_pairs):
+        if node_rows[pair_node[q]] < 2:
+            continue  # as the plain kernel: a node of one distinct row has no split
+        n_touched = 0
+        for t in range(hist_ptr[q], hist_ptr[q + 1]):
+            b = hist_bins[t]
+            if stats_weight(hist_stats[t], criterion) <= 0.0:
+                continue  # an empty bin: the plain kernel never sees it
+            seen[b] = True
+            touched[n_touched] = b
+            n_touched += 1
+            for k in range(n_stats):
+                hist[b, k] = hist_stats[t, k]
+        _split_of_histogram(q, pair_categorical[q], n_touched, totals[pair_node[q]], n_stats, criterion,
+                            min_leaf, n_class_orderings, hist, seen, touched, ordered, cum, lbuf, rbuf,
+                            missing, keys, out_gain, out_bin, out_ml, out_bits)
+    return out_gain, out_bin, out_ml, out_bits
 
 
 @nb.njit(cache=True, inline="always")

@@ -19,6 +19,7 @@ import pandas as pd
 
 from fedcore.data.split import named_parties
 from fedcore.errors import NotFittedError
+from fedcore.privacy.paillier import PaillierPrivateKey
 from fedcore.progress import progress_bar
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
@@ -51,6 +52,9 @@ class _FederatedForest:
         max_bins: int = 255,
         random_state: int = 0,
         tree_batch_size: int | None = None,
+        privacy: str = "none",
+        paillier_key_bits: int = 2048,
+        paillier_key: PaillierPrivateKey | None = None,
         prediction: str = "auto",
         predict_batch_rows: int = 8192,
         progress: bool = False,
@@ -63,7 +67,9 @@ class _FederatedForest:
             min_impurity_decrease=min_impurity_decrease, max_features=max_features,
             feature_sampling=feature_sampling, bootstrap=bootstrap, max_samples=max_samples,
             max_bins=max_bins, random_state=random_state, tree_batch_size=tree_batch_size,
+            privacy=privacy, paillier_key_bits=paillier_key_bits,
         )
+        self.paillier_key = paillier_key
         self.prediction = prediction
         self.predict_batch_rows = predict_batch_rows
         self.progress = progress
@@ -80,7 +86,8 @@ class _FederatedForest:
         validate_training_parties(frames, label, self._task)
         key = hashlib.sha256(f"fedforest-simulation-{self.params.random_state}".encode()).digest()
         self.parties_ = [
-            VerticalParty(name, frame, label if label in frame.columns else None, feature_key=key)
+            VerticalParty(name, frame, label if label in frame.columns else None, feature_key=key,
+                          paillier_key=self.paillier_key if label in frame.columns else None)
             for name, frame in frames.items()
         ]
         self.label_ = label

@@ -8,6 +8,7 @@ trips grows with depth (two per level), never with nodes or rows.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,7 +58,10 @@ class VerticalMaster:
         """Ask every party to bin its data and name its features; share the encoded labels."""
         p = self.params
         parties = self.transport.parties
-        header = {"max_bins": p.max_bins, "binning_seed": p.random_state, "criterion": p.criterion_code}
+        header = {"max_bins": p.max_bins, "binning_seed": p.random_state, "criterion": p.criterion_code,
+                  "privacy": p.privacy}
+        if p.privacy == "paillier":
+            header.update(session_context=secrets.token_hex(16), paillier_key_bits=p.paillier_key_bits)
         replies = self.transport.exchange({name: Message("setup", header) for name in parties})
         rows = {name: int(r.header["n_rows"]) for name, r in replies.items()}
         if len(set(rows.values())) != 1:
@@ -80,13 +84,17 @@ class VerticalMaster:
             feature_ids=[ids[i] for i in order], feature_owner=np.array(owner, dtype=np.int64)[order],
         )
         position = {fid: g for g, fid in enumerate(self.info.feature_ids)}
-        labels = self.transport.exchange({holder: Message("export_labels")})[holder].arrays["y"]
+        label_header = {"max_weight": p.n_draws(self.info.n_rows) or self.info.n_rows}
+        labels = self.transport.exchange({holder: Message("export_labels", label_header)})[holder]
         requests = {}
         for name in parties:
+            header = {"n_features": len(ids), "n_classes": self.info.n_classes}
             arrays = {"global_index": np.array([position[str(x)] for x in replies[name].arrays["feature_ids"]], np.int64)}
-            if name != holder:
-                arrays["y"] = labels
-            requests[name] = Message("configure", {"n_features": len(ids), "n_classes": self.info.n_classes}, arrays)
+            if p.privacy == "paillier":
+                _relay_paillier_setup(name, holder, parties, replies, labels, header, arrays)
+            elif name != holder:
+                arrays["y"] = labels.arrays["y"]
+            requests[name] = Message("configure", header, arrays)
         self.transport.exchange(requests)
         return self.info
 
@@ -181,6 +189,8 @@ class VerticalMaster:
                     arrays.update({f"bits_{q}": blob for q, blob in blobs.items() if q != index})
                 requests[name] = Message("find_splits", {"party_index": index, "min_samples_leaf": p.min_samples_leaf}, arrays)
             replies = self.transport.exchange(requests)
+            if p.privacy == "paillier":
+                choices = self._evaluate_encrypted(replies)
             stats = replies[info.label_holder].arrays["stats"]
             weight = stats[:, 0] if p.criterion_code == SQUARED_ERROR else stats.sum(axis=1)
             if depth == 0:
@@ -223,6 +233,8 @@ class VerticalMaster:
                 if len(mine):
                     apply_requests[name] = Message("apply_splits", {}, {
                         "positions": mine.astype(np.int64), "tree": open_tree[mine], "node": open_node[mine]})
+                    if p.privacy == "paillier" and name != info.label_holder:
+                        apply_requests[name].arrays["choice"] = choices[name][mine]
             apply_replies = self.transport.exchange(apply_requests)
             blobs = {parties.index(name): r.arrays["bits"] for name, r in apply_replies.items()}
             previous = {"split_mask": split.astype(np.uint8), "split_owner": split_owner.astype(np.int16)}
@@ -231,6 +243,21 @@ class VerticalMaster:
             open_node[0::2], open_node[1::2] = left[split_idx], right[split_idx]
             depth += 1
         return self._records_to_structure(records, trees)
+
+    def _evaluate_encrypted(self, replies: dict[str, Message]) -> dict[str, np.ndarray]:
+        """Paillier mode: the label holder scores the passive parties' encrypted histograms. Their gains and
+        ranks join the replies as in plain mode; the sealed split choices per node are returned."""
+        holder = self.info.label_holder
+        passive = [name for name in self.info.parties if name != holder]
+        arrays = {}
+        for name in passive:
+            arrays[f"packed_{name}"] = replies[name].arrays["packed"]
+            arrays[f"sealed_{name}"] = replies[name].arrays["sealed"]
+        header = {"parties": passive, "min_samples_leaf": self.params.min_samples_leaf}
+        scored = self.transport.exchange({holder: Message("evaluate_encrypted", header, arrays)})[holder].arrays
+        for name in passive:
+            replies[name] = Message("local_best", {}, {"gain": scored[f"gain_{name}"], "rank": scored[f"rank_{name}"]})
+        return {name: scored[f"choice_{name}"] for name in passive}
 
     def _records_to_structure(self, records: list[dict[str, np.ndarray]], trees: list[int]) -> ForestStructure:
         cat = {k: np.concatenate([r[k] for r in records]) for k in records[0]}
@@ -328,6 +355,20 @@ def sample_rows_without_replacement(rng: np.random.Generator, n_rows: int, n: in
 
 
 STRUCTURE_ARRAYS = ("tree", "node", "left", "right", "depth", "owner", "weight", "value")
+
+
+def _relay_paillier_setup(name: str, holder: str, parties: list[str], replies: dict[str, Message], labels: Message,
+                          header: dict, arrays: dict[str, np.ndarray]) -> None:
+    """Paillier mode: a passive party gets the public key, the label ciphertexts and the label holder's
+    sealing key; the label holder gets every passive party's sealing key."""
+    if name == holder:
+        header["passive_parties"] = [other for other in parties if other != holder]
+        for other in header["passive_parties"]:
+            arrays[f"seal_{other}"] = replies[other].arrays["seal_public"]
+        return
+    header.update(paillier=labels.header["paillier"], label_holder=holder)
+    arrays["enc_y"] = labels.arrays["enc_y"]
+    arrays[f"seal_{holder}"] = replies[holder].arrays["seal_public"]
 
 
 def _concatenate_structures(parts: list[ForestStructure], n_trees: int) -> ForestStructure:

@@ -12,6 +12,9 @@ import pandas as pd
 
 from fedcore.data.binning import PartyBinner
 from fedcore.errors import ProtocolError
+from fedcore.privacy.packing import SlotLayout
+from fedcore.privacy.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
+from fedcore.privacy.sealed import SealingKey
 from fedcore.protocol.messages import Message, pack_bits
 from fedcore.trees.criteria import SQUARED_ERROR, n_stats
 from fedcore.trees.partition import (
@@ -24,6 +27,7 @@ from fedcore.trees.partition import (
 from fedcore.trees.predictor import ThresholdIndex, encode_columns, leaf_row_sets, route_step
 from fedcore.trees.splitting import NodeSplits, find_best_splits
 from fedcore.trees.structure import PartialForest, PartySplits
+from fedcore.vertical.encrypted import LabelHolderCrypto, PassiveCrypto
 
 
 def opaque_feature_id(key: bytes, column: str) -> str:
@@ -55,7 +59,9 @@ def _indices(array: np.ndarray, size: int, party: str, what: str) -> np.ndarray:
 class VerticalParty:
     """One institution's agent: its columns, optionally the label, and the protocol handlers."""
 
-    def __init__(self, name: str, frame: pd.DataFrame, label: str | None = None, feature_key: bytes = b"") -> None:
+    def __init__(self, name: str, frame: pd.DataFrame, label: str | None = None, feature_key: bytes = b"",
+                 paillier_key: PaillierPrivateKey | None = None) -> None:
+        """`paillier_key`: the label holder's key for Paillier mode (default: a fresh one per training)."""
         self.name = name
         self.label = label
         self.is_label_holder = label is not None
@@ -76,6 +82,11 @@ class VerticalParty:
         self._n_stats = 0
         self.model: PartialForest | None = None
         self._predict_X: np.ndarray | None = None
+        self._paillier_key = paillier_key
+        self._sealing: SealingKey | None = None
+        self._label_crypto: LabelHolderCrypto | None = None  # Paillier mode, label holder
+        self._passive_crypto: PassiveCrypto | None = None  # Paillier mode, passive party
+        self._level_totals = np.zeros((0, 0))
 
     # -- dispatch -------------------------------------------------------------------------------
     def handle(self, message: Message) -> Message:
@@ -97,6 +108,19 @@ class VerticalParty:
         self._codes = self._binner.transform(self.features)
         ids = np.array([opaque_feature_id(self.feature_key, str(c)) for c in self.features.columns], dtype=object)
         header = {"n_rows": len(self.features), "label_holder": self.is_label_holder}
+        arrays = {"feature_ids": ids.astype(str)}
+        self._label_crypto = self._passive_crypto = self._sealing = None
+        privacy = h.get("privacy", "none")
+        _require(privacy in ("none", "paillier"), self.name, f"unknown privacy mode {privacy!r}")
+        if privacy == "paillier":
+            context = str(h.get("session_context", ""))
+            _require(len(context) == 32 and all(c in "0123456789abcdef" for c in context), self.name,
+                     "Paillier mode needs a 16-byte hex session_context")
+            self._sealing = SealingKey(self.name, bytes.fromhex(context))
+            arrays["seal_public"] = np.frombuffer(self._sealing.public_bytes(), np.uint8)
+            if self.is_label_holder:
+                key = self._paillier_key or generate_keypair(int(h.get("paillier_key_bits", 2048)))
+                self._label_crypto = LabelHolderCrypto(key)
         if self.is_label_holder:
             if self._criterion == SQUARED_ERROR:
                 self._y = self._label_values.to_numpy(dtype=np.float64)
@@ -105,11 +129,18 @@ class VerticalParty:
                 self.classes_, codes = np.unique(self._label_values.to_numpy(), return_inverse=True)
                 self._y = codes.astype(np.float64)
                 header["n_classes"] = len(self.classes_)
-        return Message("setup_reply", header, {"feature_ids": ids.astype(str)})
+        return Message("setup_reply", header, arrays)
 
     def _on_export_labels(self, message: Message) -> Message:
         if not self.is_label_holder:
             raise ProtocolError(f"party {self.name!r} holds no label")
+        if self._label_crypto is not None:
+            max_weight = message.header.get("max_weight")
+            _require(isinstance(max_weight, int) and 0 < max_weight <= 2**40, self.name,
+                     f"max_weight must be a positive integer, got {max_weight!r}")
+            n_classes = 0 if self._criterion == SQUARED_ERROR else len(self.classes_)
+            rows = self._label_crypto.encrypt_labels(self._y, self._criterion, n_classes, max_weight)
+            return Message("labels", {"paillier": self._label_crypto.announcement()}, {"enc_y": rows})
         y = self._y if self._criterion == SQUARED_ERROR else self._y.astype(np.int32)
         return Message("labels", {}, {"y": y})
 
@@ -129,7 +160,40 @@ class VerticalParty:
             _require(self._criterion == SQUARED_ERROR or (y.size == 0 or (y.min() >= 0 and y.max() < max(n_classes, 1))),
                      self.name, "class codes must lie in [0, n_classes)")
             self._y = y.astype(np.float64)
+        if "enc_y" in message.arrays:
+            self._configure_passive_crypto(message)
+        if self._label_crypto is not None:
+            self._configure_label_holder_crypto(message)
         return Message("ack")
+
+    def _configure_passive_crypto(self, message: Message) -> None:
+        """Paillier mode: keep the public key and label ciphertexts; the label codes stay unknown."""
+        _require(self._sealing is not None and not self.is_label_holder, self.name,
+                 "encrypted labels are for passive parties in a Paillier-mode session")
+        h = message.header
+        try:
+            public = PaillierPublicKey.from_json(h["paillier"]["public_key"])
+            layout = SlotLayout(int(h["paillier"]["layout"]["n_slots"]), int(h["paillier"]["layout"]["slot_bits"]),
+                                public.plaintext_bits)
+            holder = str(h["label_holder"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ProtocolError(f"party {self.name!r} refuses the request: malformed Paillier setup ({error})") from error
+        ciphertexts = public.from_bytes(message.arrays["enc_y"], "label ciphertexts")
+        _require(len(ciphertexts) == len(self.features), self.name, "one label ciphertext per row is needed")
+        channel = self._sealing.channel(holder, np.asarray(message.arrays[f"seal_{holder}"], np.uint8).tobytes())
+        self._passive_crypto = PassiveCrypto(public, layout, ciphertexts, channel)
+        self._y = np.zeros(len(self.features))  # only the bootstrap's row count is needed
+
+    def _configure_label_holder_crypto(self, message: Message) -> None:
+        """Paillier mode: a sealed channel to every passive party."""
+        passive = message.header.get("passive_parties")
+        _require(isinstance(passive, list) and all(f"seal_{name}" in message.arrays for name in passive), self.name,
+                 "the label holder needs every passive party's sealing key")
+        self._label_crypto.channels = {
+            name: self._sealing.channel(name, np.asarray(message.arrays[f"seal_{name}"], np.uint8).tobytes())
+            for name in passive
+        }
+        self._label_crypto.sequence = 0
 
     # -- growth ---------------------------------------------------------------------------------
     def _on_begin_batch(self, message: Message) -> Message:
@@ -179,6 +243,12 @@ class VerticalParty:
                  "feat_rank must give a non-negative rank per candidate")
         min_leaf = float(h["min_samples_leaf"])
         _require(np.isfinite(min_leaf) and min_leaf >= 0, self.name, "min_samples_leaf must be a number >= 0")
+        if self._passive_crypto is not None:
+            self._candidates = None
+            packed, sealed = self._passive_crypto.histograms(
+                self._codes, part.order, part.weight, part.starts, part.ends, feat_ptr, feat_local, feat_rank,
+                self._binner.is_categorical)
+            return Message("encrypted_histograms", {}, {"packed": packed, "sealed": sealed})
         out = find_best_splits(
             self._codes, part.target, part.order, part.weight, part.starts, part.ends,
             feat_ptr, feat_local, feat_rank, self._binner.is_categorical, self._n_stats, self._criterion,
@@ -188,11 +258,38 @@ class VerticalParty:
         arrays = {"gain": self._candidates.gain, "rank": self._candidates.rank}
         if self.is_label_holder:
             arrays["stats"] = stats
+            self._level_totals = stats
         return Message("local_best", {}, arrays)
+
+    def _on_evaluate_encrypted(self, message: Message) -> Message:
+        """Label holder, Paillier mode: decrypt each passive party's histograms and find its best splits."""
+        crypto, part = self._label_crypto, self._partition
+        _require(crypto is not None and part is not None and len(self._level_totals) == len(part.starts),
+                 self.name, "evaluate_encrypted needs a Paillier session and this level's find_splits first")
+        parties = message.header.get("parties")
+        _require(isinstance(parties, list) and set(parties) <= set(crypto.channels), self.name,
+                 "evaluate_encrypted must name passive parties of this session")
+        min_leaf = float(message.header["min_samples_leaf"])
+        node_rows = (part.ends - part.starts).astype(np.int64)
+        arrays = {}
+        for name in parties:
+            splits, choices = crypto.evaluate(name, message.arrays[f"packed_{name}"], message.arrays[f"sealed_{name}"],
+                                              self._level_totals, node_rows, min_leaf, self._n_stats)
+            arrays.update({f"gain_{name}": splits.gain, f"rank_{name}": splits.rank, f"choice_{name}": choices})
+        crypto.sequence += 1
+        return Message("encrypted_best", {}, arrays)
 
     def _on_apply_splits(self, message: Message) -> Message:
         a = message.arrays
-        c, part = self._candidates, self._partition
+        part = self._partition
+        if self._passive_crypto is not None and part is not None:
+            pos = _indices(a["positions"], len(part.starts), self.name, "positions")
+            self._candidates = self._passive_crypto.open_choices(a["choice"], pos, len(part.starts))
+            chosen = self._candidates.feature[pos]
+            _require(bool(np.all((chosen >= 0) & (chosen < self.features.shape[1])))
+                     and bool(np.all(self._candidates.bin[pos] < 255)), self.name,
+                     "a split choice names a feature or bin this party does not have")
+        c = self._candidates
         _require(c is not None and part is not None, self.name, "apply_splits before find_splits")
         pos = _indices(a["positions"], len(c.gain), self.name, "positions")
         _require(len(np.unique(pos)) == len(pos) and np.asarray(a["tree"]).shape == pos.shape

@@ -1,0 +1,219 @@
+"""Vertical Federated Forest with Paillier-encrypted labels: the label holder's and the passive parties' steps.
+
+Once per training the label holder encrypts, per sample, its label statistics packed into one plaintext
+(class one-hots, or 1, q, q^2 for a fixed-point target q) and the master relays the ciphertexts. Per
+level, a passive party sums them per node, feature and bin (homomorphically), packs several bins per
+ciphertext and returns them with a layout sealed for the label holder. The label holder decrypts, scans
+every split with the plain kernel's code (`best_splits_from_histograms`) and returns gains to the master
+and, per node, the chosen split sealed for the party that owns the feature. Passive parties never hold the
+decryption key and never see a plaintext label or statistic; the master sees only ciphertexts, sealed
+blobs, gains and partition bitmaps, as in plain mode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedcore.errors import ProtocolError
+from fedcore.privacy.packing import SlotLayout, encrypted_bin_sums, pack_bin_sums
+from fedcore.privacy.paillier import PaillierPrivateKey, PaillierPublicKey
+from fedcore.privacy.sealed import SealedChannel, arrays_to_bytes, bytes_to_arrays
+from fedcore.trees.criteria import SQUARED_ERROR
+from fedcore.trees.splitting import NodeSplits, best_splits_from_histograms
+
+FIXED_POINT_BITS = 20
+"""Fraction bits of a non-integer regression target (integer targets are encoded exactly)."""
+MAX_INTEGER_TARGET_BITS = 40
+"""Integer targets spanning fewer bits than this are encoded exactly, at scale 1."""
+
+_CHOICE = np.dtype([("feature", "<i4"), ("bin", "<i4"), ("missing_left", "u1"), ("is_categorical", "u1"),
+                    ("cat_bits", "<u8", (4,))])
+CHOICE_RECORD_BYTES = _CHOICE.itemsize + 16  # one sealed split choice: record plus Poly1305 tag
+
+
+@dataclass(frozen=True)
+class TargetEncoding:
+    """How the label holder turns labels into slot integers, and slot sums back into split statistics."""
+
+    criterion: int
+    n_slots: int
+    offset: tuple[int, int] = (0, 1)  # regression: y_min as an integer ratio (numerator, denominator)
+    scale: int = 1  # regression: q = (y - y_min) * scale
+
+    @classmethod
+    def for_labels(cls, y: np.ndarray, criterion: int, n_classes: int) -> tuple[TargetEncoding, np.ndarray]:
+        """The encoding and the (n_rows, n_slots) integer values of each sample."""
+        if criterion != SQUARED_ERROR:
+            codes = y.astype(np.int64)
+            values = np.zeros((len(y), n_classes), dtype=object)
+            values[np.arange(len(y)), codes] = 1
+            return cls(criterion, n_classes), values
+        y = np.asarray(y, dtype=np.float64)
+        low = float(y.min()) if len(y) else 0.0
+        integral = bool(np.all(y == np.round(y))) and float(y.max() - low if len(y) else 0) < 2.0**MAX_INTEGER_TARGET_BITS
+        scale = 1 if integral else 1 << FIXED_POINT_BITS
+        if integral:
+            q = [int(v) - int(low) for v in y.tolist()]
+        else:
+            q = [round((v - low) * scale) for v in y.tolist()]
+        values = np.array([[1, v, v * v] for v in q], dtype=object).reshape(len(q), 3)
+        return cls(criterion, 3, low.as_integer_ratio(), scale), values
+
+    def largest_slot_sum(self, values: np.ndarray, max_weight: int) -> int:
+        """An upper bound on any slot summed over one node's (weighted) samples."""
+        largest = max((int(v) for v in values.ravel()), default=1)
+        return max(largest, 1) * max(int(max_weight), 1)
+
+    def statistics(self, sums: np.ndarray) -> np.ndarray:
+        """Exact slot sums (Python ints) to the float64 statistics the plain kernel would accumulate."""
+        if self.criterion != SQUARED_ERROR:
+            return sums.astype(np.float64)
+        (a, d), s = self.offset, self.scale
+        out = np.empty((len(sums), 3), dtype=np.float64)
+        for row, (s0, s1, s2) in enumerate(sums.tolist()):
+            out[row, 0] = float(s0)
+            out[row, 1] = (s0 * a * s + s1 * d) / (d * s)
+            out[row, 2] = (s0 * a * a * s * s + 2 * a * d * s1 * s + s2 * d * d) / (d * d * s * s)
+        return out
+
+
+class LabelHolderCrypto:
+    """The label holder's side: the private key, the encoding, and a sealed channel per passive party."""
+
+    def __init__(self, key: PaillierPrivateKey) -> None:
+        self.key = key
+        self.encoding: TargetEncoding | None = None
+        self.layout: SlotLayout | None = None
+        self.channels: dict[str, SealedChannel] = {}
+        self.sequence = 0  # evaluation rounds so far; both ends of every channel count them
+
+    def encrypt_labels(self, y: np.ndarray, criterion: int, n_classes: int, max_weight: int) -> np.ndarray:
+        """Per sample, one ciphertext of its packed label statistics, as (n_rows, width) bytes."""
+        self.encoding, values = TargetEncoding.for_labels(y, criterion, n_classes)
+        largest = self.encoding.largest_slot_sum(values, max_weight)
+        self.layout = SlotLayout.for_sums(self.encoding.n_slots, largest, self.key.public)
+        public = self.key.public
+        return public.to_bytes(self.key.encrypt(self.layout.encode(values)))
+
+    def announcement(self) -> dict:
+        """What passive parties need: the public key and the slot layout."""
+        return {"public_key": self.key.public.to_json(), "layout": self.layout.to_json()}
+
+    def evaluate(self, party: str, packed: np.ndarray, sealed: np.ndarray, totals: np.ndarray,
+                 node_rows: np.ndarray, min_leaf: float, n_class_orderings: int) -> tuple[NodeSplits, np.ndarray]:
+        """Decrypt one passive party's histograms of this level; its best split per node, plus each
+        node's choice sealed for that party ((n_nodes, CHOICE_RECORD_BYTES) uint8)."""
+        channel = self.channels.get(party)
+        if channel is None:
+            raise ProtocolError(f"the label holder has no sealed channel with {party!r}")
+        layout_arrays = bytes_to_arrays(channel.open(np.asarray(sealed, np.uint8).tobytes(), self.sequence))
+        plan = _HistogramPlan.from_arrays(layout_arrays, len(totals))
+        ciphertexts = self.key.public.from_bytes(packed, f"encrypted histograms of {party!r}")
+        sums = self.layout.unpack(self.key.decrypt(ciphertexts), len(plan.bins))
+        splits = best_splits_from_histograms(
+            plan.hist_ptr, plan.bins, self.encoding.statistics(sums), plan.pair_node, plan.categorical,
+            totals, node_rows, plan.feat_ptr, plan.feat_local, plan.feat_rank, self.encoding.criterion,
+            min_leaf, n_class_orderings,
+        )
+        return splits, self._seal_choices(channel, splits)
+
+    def _seal_choices(self, channel: SealedChannel, splits: NodeSplits) -> np.ndarray:
+        records = np.zeros(len(splits.gain), dtype=_CHOICE)
+        records["feature"], records["bin"] = splits.feature, splits.bin
+        records["missing_left"], records["is_categorical"] = splits.missing_left, splits.is_categorical
+        records["cat_bits"] = splits.cat_bits
+        sealed = [channel.seal(record.tobytes(), self.sequence, slot) for slot, record in enumerate(records)]
+        return np.frombuffer(b"".join(sealed), np.uint8).reshape(len(records), CHOICE_RECORD_BYTES)
+
+
+class PassiveCrypto:
+    """A passive party's side: the public key, the label ciphertexts, and its channel to the label holder."""
+
+    def __init__(self, public: PaillierPublicKey, layout: SlotLayout, ciphertexts: list, channel: SealedChannel) -> None:
+        self.public = public
+        self.layout = layout
+        self.ciphertexts = ciphertexts
+        self.channel = channel
+        self.sequence = 0  # find_splits rounds so far
+
+    def histograms(self, codes: np.ndarray, order: np.ndarray, weight: np.ndarray, starts: np.ndarray,
+                   ends: np.ndarray, feat_ptr: np.ndarray, feat_local: np.ndarray, feat_rank: np.ndarray,
+                   is_categorical: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Packed encrypted histograms of every (node, candidate feature) and their sealed layout."""
+        self.sequence += 1
+        pair_node = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(feat_ptr))
+        bins, sums, counts = [], [], []
+        for node, feature in zip(pair_node.tolist(), feat_local.tolist(), strict=True):
+            s, e = int(starts[node]), int(ends[node])
+            if e - s < 2:  # the label holder skips such nodes, as the plain kernel does
+                counts.append(0)
+                continue
+            rows = order[s:e]
+            pair_bins, pair_sums = encrypted_bin_sums(self.public, self.ciphertexts, rows, weight[s:e],
+                                                      codes[rows, feature])
+            bins.append(pair_bins)
+            sums.extend(pair_sums)
+            counts.append(len(pair_bins))
+        plan = {
+            "hist_ptr": np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]),
+            "bins": np.concatenate(bins) if bins else np.zeros(0, np.uint8),
+            "feat_ptr": feat_ptr.astype(np.int64), "feat_local": feat_local.astype(np.int32),
+            "feat_rank": feat_rank.astype(np.int32), "categorical": is_categorical[feat_local].astype(np.bool_),
+        }
+        packed = self.public.to_bytes(pack_bin_sums(self.public, sums, self.layout)) if sums else \
+            np.zeros((0, self.public.ciphertext_bytes), np.uint8)
+        sealed = self.channel.seal(arrays_to_bytes(plan), self.sequence - 1)
+        return packed, np.frombuffer(sealed, np.uint8)
+
+    def open_choices(self, records: np.ndarray, positions: np.ndarray, n_nodes: int) -> NodeSplits:
+        """The label holder's split choices for the nodes at `positions` (other nodes stay empty)."""
+        records = np.asarray(records, np.uint8)
+        if records.shape != (len(positions), CHOICE_RECORD_BYTES):
+            raise ProtocolError(f"split choices must be ({len(positions)}, {CHOICE_RECORD_BYTES}) bytes, "
+                                f"got {list(records.shape)}")
+        out = NodeSplits(
+            gain=np.full(n_nodes, -np.inf), rank=np.full(n_nodes, -1, np.int32),
+            feature=np.full(n_nodes, -1, np.int32), bin=np.zeros(n_nodes, np.int32),
+            missing_left=np.zeros(n_nodes, np.bool_), is_categorical=np.zeros(n_nodes, np.bool_),
+            cat_bits=np.zeros((n_nodes, 4), np.uint64),
+        )
+        for row, position in zip(records, positions.tolist(), strict=True):
+            record = np.frombuffer(self.channel.open(row.tobytes(), self.sequence - 1, position), _CHOICE)[0]
+            out.feature[position], out.bin[position] = record["feature"], record["bin"]
+            out.missing_left[position] = bool(record["missing_left"])
+            out.is_categorical[position] = bool(record["is_categorical"])
+            out.cat_bits[position] = record["cat_bits"]
+        return out
+
+
+@dataclass
+class _HistogramPlan:
+    """A passive party's layout of one level's histograms, checked before the label holder uses it."""
+
+    hist_ptr: np.ndarray
+    bins: np.ndarray
+    feat_ptr: np.ndarray
+    feat_local: np.ndarray
+    feat_rank: np.ndarray
+    categorical: np.ndarray
+    pair_node: np.ndarray
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], n_nodes: int) -> _HistogramPlan:
+        try:
+            feat_ptr = arrays["feat_ptr"].astype(np.int64)
+            hist_ptr = arrays["hist_ptr"].astype(np.int64)
+            plan = cls(hist_ptr, arrays["bins"].astype(np.uint8), feat_ptr, arrays["feat_local"].astype(np.int32),
+                       arrays["feat_rank"].astype(np.int32), arrays["categorical"].astype(np.bool_),
+                       np.repeat(np.arange(n_nodes, dtype=np.int64), np.diff(feat_ptr)) if len(feat_ptr) == n_nodes + 1
+                       else np.zeros(0, np.int64))
+        except (KeyError, ValueError) as error:
+            raise ProtocolError(f"malformed histogram layout: {error}") from error
+        n_pairs = len(plan.feat_local)
+        if (len(feat_ptr) != n_nodes + 1 or feat_ptr[0] != 0 or feat_ptr[-1] != n_pairs or np.any(np.diff(feat_ptr) < 0)
+                or len(hist_ptr) != n_pairs + 1 or hist_ptr[0] != 0 or hist_ptr[-1] != len(plan.bins)
+                or np.any(np.diff(hist_ptr) < 0) or len(plan.feat_rank) != n_pairs or len(plan.categorical) != n_pairs):
+            raise ProtocolError("malformed histogram layout: pointers do not match the level's nodes and bins")
+        return plan

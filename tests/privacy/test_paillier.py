@@ -1,0 +1,137 @@
+"""Paillier primitives, slot packing and sealed channels: round trips, homomorphic sums and refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedcore.errors import ParameterError, ProtocolError
+from fedcore.privacy.packing import SlotLayout, encrypted_bin_sums, pack_bin_sums
+from fedcore.privacy.paillier import PaillierPublicKey, generate_keypair
+from fedcore.privacy.sealed import SealingKey, arrays_to_bytes, bytes_to_arrays
+
+
+@pytest.fixture(scope="module")
+def key():
+    return generate_keypair(1024, insecure_for_tests=True)
+
+
+def test_encrypt_decrypt_round_trip_and_fresh_randomness(key):
+    values = [0, 1, 2**100 + 7, int(key.public.n) - 1]
+    ciphertexts = key.encrypt(values)
+    assert key.decrypt(ciphertexts) == values
+    again = key.encrypt(values)
+    assert all(a != b for a, b in zip(ciphertexts, again, strict=True))  # probabilistic encryption
+
+
+def test_homomorphic_add_add_plain_and_scale(key):
+    pub = key.public
+    a, b = key.encrypt([1234, 5678])
+    assert key.decrypt([pub.add(a, b)]) == [1234 + 5678]
+    assert key.decrypt([pub.add_plain(a, 66)]) == [1300]
+    assert key.decrypt([pub.scale(b, 3)]) == [3 * 5678]
+
+
+def test_decryption_matches_phe():
+    from phe import paillier
+
+    public, private = paillier.generate_paillier_keypair(n_length=1024)
+    from fedcore.privacy.paillier import PaillierPrivateKey
+
+    ours = PaillierPrivateKey(PaillierPublicKey(public.n), private.p, private.q)
+    assert ours.decrypt([public.raw_encrypt(987654321)]) == [987654321]
+    assert private.raw_decrypt(int(ours.encrypt([42])[0])) == 42
+
+
+def test_key_sizes_are_checked():
+    with pytest.raises(ParameterError, match=r"paillier_key_bits must be one of \(2048, 3072\), got 1024"):
+        generate_keypair(1024)
+    with pytest.raises(ParameterError, match="got 512"):
+        generate_keypair(512, insecure_for_tests=True)
+
+
+def test_plaintext_out_of_range_is_refused(key):
+    with pytest.raises(ParameterError, match=r"plaintext must lie in \[0, n\)"):
+        key.encrypt([-1])
+
+
+def test_wire_format_round_trip_and_refusals(key):
+    pub = key.public
+    ciphertexts = key.encrypt([3, 4, 5])
+    rows = pub.to_bytes(ciphertexts)
+    assert rows.shape == (3, pub.ciphertext_bytes) and rows.dtype == np.uint8
+    assert pub.from_bytes(rows) == ciphertexts
+    with pytest.raises(ProtocolError, match=r"must be a \(count, 256\) uint8 array"):
+        pub.from_bytes(rows[:, 1:])
+    zero = np.zeros_like(rows[:1])
+    with pytest.raises(ProtocolError, match="outside the ciphertext space"):
+        pub.from_bytes(zero)
+    assert PaillierPublicKey.from_json(pub.to_json()).n == pub.n
+    with pytest.raises(ProtocolError, match="modulus of 9 bits refused"):
+        PaillierPublicKey.from_json({"n": "1ff"})
+
+
+def test_bin_sums_and_packing_decode_to_exact_class_counts(key):
+    rng = np.random.default_rng(3)
+    n, n_classes = 60, 3
+    labels = rng.integers(0, n_classes, n)
+    one_hot = np.zeros((n, n_classes), dtype=object)
+    one_hot[np.arange(n), labels] = 1
+    weights = rng.integers(1, 4, n)
+    layout = SlotLayout.for_sums(n_classes, int(weights.sum()), key.public)
+    ciphertexts = key.encrypt(layout.encode(one_hot))
+    rows = np.arange(n)
+    bins = rng.integers(0, 40, n).astype(np.uint8)
+    codes, sums = encrypted_bin_sums(key.public, ciphertexts, rows, weights, bins)
+    assert list(codes) == sorted(set(bins.tolist()))
+    small = SlotLayout(layout.n_slots, layout.slot_bits, 5 * layout.bin_bits)  # 5 bins per ciphertext
+    packed = pack_bin_sums(key.public, sums, small)
+    assert len(packed) == -(-len(codes) // 5)
+    decoded = small.unpack(key.decrypt(packed), len(codes))
+    for j, code in enumerate(codes):
+        in_bin = bins == code
+        expected = [int(weights[in_bin & (labels == c)].sum()) for c in range(n_classes)]
+        assert [int(v) for v in decoded[j]] == expected
+
+
+def test_unpack_refuses_wrong_counts_and_overflow(key):
+    layout = SlotLayout(2, 4, 64)
+    with pytest.raises(ProtocolError, match="2 packed ciphertexts cannot carry 3 bins"):
+        layout.unpack([0, 0], 3)
+    with pytest.raises(ProtocolError, match="overflows its slots"):
+        layout.unpack([1 << 70], 1)
+    with pytest.raises(ProtocolError, match="do not fit"):
+        SlotLayout(10, 20, 64)
+
+
+def test_sealed_channel_round_trip_and_tamper_detection():
+    context = b"s" * 16
+    alice, bob = SealingKey("alice", context), SealingKey("bob", context)
+    to_bob = alice.channel("bob", bob.public_bytes())
+    from_alice = bob.channel("alice", alice.public_bytes())
+    blob = to_bob.seal(b"split 7", sequence=3, slot=2)
+    assert from_alice.open(blob, sequence=3, slot=2) == b"split 7"
+    for sequence, slot in ((4, 2), (3, 1)):
+        with pytest.raises(ProtocolError, match="from 'alice' failed authentication"):
+            from_alice.open(blob, sequence=sequence, slot=slot)
+    tampered = bytearray(blob)
+    tampered[0] ^= 1
+    with pytest.raises(ProtocolError, match="failed authentication"):
+        from_alice.open(bytes(tampered), sequence=3, slot=2)
+    with pytest.raises(ProtocolError, match="failed authentication"):  # a reflected message does not open
+        to_bob.open(blob, sequence=3, slot=2)
+    eve = SealingKey("eve", context)
+    with pytest.raises(ProtocolError, match="failed authentication"):
+        eve.channel("alice", alice.public_bytes()).open(blob, sequence=3, slot=2)
+
+
+def test_sealed_arrays_refuse_pickles():
+    arrays = {"a": np.arange(3), "b": np.array([True, False])}
+    back = bytes_to_arrays(arrays_to_bytes(arrays))
+    assert set(back) == {"a", "b"} and np.array_equal(back["a"], arrays["a"])
+    import io
+
+    buffer = io.BytesIO()
+    np.savez(buffer, x=np.array([{"pickled": 1}], dtype=object))
+    with pytest.raises(ProtocolError, match="malformed sealed arrays"):
+        bytes_to_arrays(buffer.getvalue())

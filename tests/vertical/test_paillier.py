@@ -1,0 +1,187 @@
+"""Vertical Federated Forest with Paillier-encrypted labels: exactly the plain model, and what each role
+receives (no passive party gets a label, a statistic or anything it can decrypt)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedcore.data.split import split_vertical
+from fedcore.errors import ParameterError, ProtocolError
+from fedcore.privacy.packing import SlotLayout
+from fedcore.privacy.paillier import generate_keypair
+from fedcore.protocol.messages import Message
+from fedcore.vertical.encrypted import TargetEncoding
+from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
+from tests.conftest import mixed_table
+from tests.vertical.test_lossless import _assert_same_forest
+
+
+@pytest.fixture(scope="module")
+def key():
+    return generate_keypair(1024, insecure_for_tests=True)
+
+
+def _pair(cls, table, n_parties, key, **params):
+    parties = split_vertical(table, n_parties, label="target", seed=7, label_party=0)
+    plain = cls(random_state=3, **params).fit(parties, label="target")
+    paillier = cls(random_state=3, privacy="paillier", paillier_key=key, record_payloads=True, **params)
+    paillier.fit(parties, label="target")
+    return plain, paillier, [[c for c in p.columns if c != "target"] for p in parties]
+
+
+CASES = {
+    "binary, 2 parties": (FederatedForestClassifier, dict(n_classes=2), 2, dict(n_estimators=3, max_depth=4)),
+    "3 classes, 3 parties, unlimited depth": (FederatedForestClassifier, dict(n_classes=3), 3,
+                                              dict(n_estimators=2, min_samples_leaf=3)),
+    "per-tree features, no bootstrap, entropy": (FederatedForestClassifier, dict(n_classes=3), 2,
+                                                 dict(n_estimators=2, max_depth=5, feature_sampling="tree",
+                                                      bootstrap=False, criterion="entropy", max_bins=16)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_paillier_mode_grows_exactly_the_plain_forest(case, key) -> None:
+    cls, table_args, n_parties, params = CASES[case]
+    table = mixed_table(n_rows=240, seed=11, **table_args)
+    plain, paillier, columns = _pair(cls, table, n_parties, key, **params)
+    _assert_same_forest(plain, paillier)
+    np.testing.assert_array_equal(plain.master_.structure.owner, paillier.master_.structure.owner)
+    test = mixed_table(n_rows=80, seed=12, **table_args)
+    np.testing.assert_array_equal(plain.predict_proba([test[c] for c in columns]),
+                                  paillier.predict_proba([test[c] for c in columns]))
+
+
+def test_integer_regression_targets_are_exact(key) -> None:
+    table = mixed_table(n_rows=200, seed=4, task="regression")
+    table["target"] = np.round(table["target"] * 10)  # integer-valued: fixed point at scale 1 is exact
+    plain, paillier, _ = _pair(FederatedForestRegressor, table, 2, key, n_estimators=2, max_depth=4)
+    _assert_same_forest(plain, paillier)
+
+
+def test_real_regression_targets_decode_to_the_quantized_sums() -> None:
+    y = np.array([-1.25, 0.1, 3.3, 2.0])
+    encoding, values = TargetEncoding.for_labels(y, criterion=2, n_classes=0)
+    assert encoding.scale == 2**20
+    weights = np.array([1, 2, 0, 3])
+    sums = np.array([[sum(int(w) * int(v[k]) for w, v in zip(weights, values, strict=True)) for k in range(3)]],
+                    dtype=object)
+    w, wy, wy2 = encoding.statistics(sums)[0]
+    assert w == 6
+    assert wy == pytest.approx(float(weights @ y), abs=6 * 2**-20)
+    assert wy2 == pytest.approx(float(weights @ y**2), rel=1e-5)
+
+
+@pytest.fixture(scope="module")
+def recorded(key):
+    table = mixed_table(n_rows=200, seed=21, n_classes=3)
+    _, model, _ = _pair(FederatedForestClassifier, table, 3, key, n_estimators=2, max_depth=4)
+    return model, table, key
+
+
+def _received(model, name):
+    return [(e.kind, Message.from_bytes(e.payload)) for e in model.transport_.transcript if e.receiver == name]
+
+
+def test_passive_parties_receive_only_ciphertexts_of_labels(recorded) -> None:
+    model, table, key = recorded
+    holder = model.label_holder_
+    codes = np.unique(table["target"].to_numpy(), return_inverse=True)[1]
+    allowed = {
+        "setup": set(), "configure": {"global_index", "enc_y", f"seal_{holder.name}"}, "begin_batch": set(),
+        "find_splits": {"feat_ptr", "feat_global", "feat_rank", "split_mask", "split_owner"}, "finalize":
+        {"tree", "node", "left", "right"}, "apply_splits": {"positions", "tree", "node", "choice"},
+    }
+    for party in model.parties_:
+        if party is holder:
+            continue
+        assert party._label_crypto is None and party._passive_crypto is not None
+        assert not hasattr(party._passive_crypto, "key")  # it holds the public key only
+        for kind, message in _received(model, party.name):
+            extra = {k for k in message.arrays if not k.startswith("bits_")} - allowed[kind]
+            assert extra == set(), (party.name, kind, extra)
+            assert "y" not in message.arrays and "stats" not in message.arrays and "gain" not in message.arrays
+            if kind == "configure":
+                ciphertexts = party._passive_crypto.public.from_bytes(message.arrays["enc_y"])
+                layout = holder._label_crypto.layout
+                per_sample = SlotLayout(layout.n_slots, layout.slot_bits, layout.bin_bits)
+                opened = per_sample.unpack(holder._label_crypto.key.decrypt(ciphertexts[:50]), 50)
+                # they are the one-hot labels, under the label holder's key, which the party never got
+                assert [int(np.argmax(row)) for row in opened] == list(codes[: len(opened)])
+        received = b"".join(e.payload for e in model.transport_.transcript if e.receiver == party.name)
+        for secret in (holder._label_crypto.key.p, holder._label_crypto.key.q):
+            assert int(secret).to_bytes(64, "big") not in received
+
+
+def test_choices_a_passive_party_can_open_are_its_own_splits(recorded) -> None:
+    model, _, _ = recorded
+    for index, party in enumerate(model.parties_):
+        if party.is_label_holder:
+            continue
+        owned = int(np.sum(party.model.feature >= 0))
+        applied = sum(len(m.arrays["positions"]) for kind, m in _received(model, party.name) if kind == "apply_splits")
+        assert applied == owned > 0
+        assert int(np.sum(model.master_.structure.owner == index)) == owned
+
+
+def test_master_receives_no_plain_labels_thresholds_or_statistics_of_passive_parties(recorded) -> None:
+    model, table, _ = recorded
+    holder = model.label_holder_.name
+    for entry in model.transport_.transcript:
+        if entry.receiver != "master":
+            continue
+        arrays = Message.from_bytes(entry.payload).arrays
+        assert "y" not in arrays
+        if entry.sender != holder:
+            assert set(arrays) <= {"feature_ids", "seal_public", "packed", "sealed", "bits"}, (entry.kind, set(arrays))
+    blobs = [e.payload for e in model.transport_.transcript]
+    for party in model.parties_:
+        m = party.model
+        for threshold in m.threshold[np.isfinite(m.threshold)]:
+            if not float(threshold * 2).is_integer():
+                assert not any(np.float64(threshold).tobytes() in blob for blob in blobs)
+    for label in ("class_0", "class_1", "class_2"):
+        assert not any(label.encode() in blob for blob in blobs)
+
+
+def test_a_tampered_split_choice_is_refused(key) -> None:
+    table = mixed_table(n_rows=200, seed=21, n_classes=3)
+    parties = split_vertical(table, 2, label="target", seed=7, label_party=0)
+    model = FederatedForestClassifier(n_estimators=2, max_depth=4, privacy="paillier", paillier_key=key)
+    original = model.fit(parties, label="target").transport_  # a first fit works
+
+    class Tamper:
+        def __init__(self, inner):
+            self.inner = inner
+            self.tampered = 0
+
+        def __call__(self, message):
+            if message.kind == "apply_splits" and "choice" in message.arrays:
+                message.arrays["choice"] = message.arrays["choice"].copy()
+                message.arrays["choice"][0, 0] ^= 1
+                self.tampered += 1
+            return self.inner(message)
+
+    passive = next(p for p in model.parties_ if not p.is_label_holder)
+    tamper = original._handlers[passive.name] = Tamper(passive.handle)
+    model.master_.info = None
+    with pytest.raises(ProtocolError, match=r"a sealed message from '.*' failed authentication"):
+        model.master_.fit()
+    assert tamper.tampered == 1
+
+
+def test_bad_privacy_settings_are_named() -> None:
+    with pytest.raises(ParameterError, match=r"privacy must be one of \('none', 'paillier'\) in the vertical "
+                                             r"setting, got 'ldp'"):
+        FederatedForestClassifier(privacy="ldp")
+    with pytest.raises(ParameterError, match=r"paillier_key_bits must be one of \(2048, 3072\), got 1024"):
+        FederatedForestClassifier(privacy="paillier", paillier_key_bits=1024)
+
+
+def test_regression_and_classification_layouts_hold_the_largest_sums() -> None:
+    y = np.array([0, 1, 2, 1, 0], dtype=float)
+    encoding, values = TargetEncoding.for_labels(y, criterion=0, n_classes=3)
+    assert values.shape == (5, 3) and encoding.largest_slot_sum(values, 5) == 5
+    frame = pd.DataFrame(values.astype(int))
+    assert (frame.sum(axis=1) == 1).all()
