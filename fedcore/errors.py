@@ -56,6 +56,12 @@ class CertificateRefused(ProtocolError):
     """A mutual-TLS peer's certificate was refused (wrong CA, wrong identity, expired): retrying cannot help."""
 
 
+class KeyAuthenticationError(ProtocolError):
+    """A party's secure-aggregation public key is not signed by that party's consortium identity (bad or
+    missing signature, a key signed for another session, a certificate the consortium CA did not issue
+    to that party): the key may have been substituted by the relay, so no mask is derived from it."""
+
+
 class ArtifactError(FedForestError):
     """A saved model is missing files, was tampered with or has an unknown format."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact, update_progress_artifact
 
@@ -26,13 +28,17 @@ def agree_schema(session: HorizontalSession) -> dict:
 
 
 @task(**DATA_LOCAL)
-def train_extra_trees(session: HorizontalSession) -> dict:
-    """Grow the forest; a progress artifact moves as tree batches and levels complete."""
+def train_extra_trees(session: HorizontalSession, checkpoints: Path | None = None, run_id: str | None = None) -> dict:
+    """Grow the forest; a progress artifact moves as tree batches and levels complete. With `checkpoints`
+    and `run_id`, completed tree batches are checkpointed, and an interrupted run resumes."""
     report, artifact = progress_reporter(f"{session.algorithm} ({session.privacy['mode']}) growth",
                                          session.params.max_depth or 32)
     session.progress = report
-    session.train()
+    session.train(checkpoints, run_id)
     update_progress_artifact(artifact, progress=100.0)
+    if session.facts["resumed_batches"]:
+        get_run_logger().info("resumed run %s: %d tree batches taken from checkpoints", run_id,
+                              session.facts["resumed_batches"])
     return dict(session.facts)
 
 

@@ -270,8 +270,16 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
 
     def _make_parties(self, frames, schema):
         k = self.params.n_candidate_features(schema.n_features)
+        identities = {}
+        if self.secure_aggregation and len(frames) > 1:
+            # no certificates in simulation: a fresh Ed25519 identity per party, pinned at every party, so
+            # the keys are signed and verified exactly as in a deployment (see fedcore.privacy.keyauth)
+            from fedcore.privacy.keyauth import ephemeral_identities
+
+            identities = ephemeral_identities(frames)
         return [PPDERTParty(name, frame, schema, seed=self.params.random_state, low=self._low, high=self._high, k=k,
-                            secure=self.secure_aggregation) for name, frame in frames.items()]
+                            secure=self.secure_aggregation, identity=identities.get(name))
+                for name, frame in frames.items()]
 
     def _make_master(self, transport, schema):
         return PPDERTMaster(transport, self.params, schema, low=self._low, high=self._high,

@@ -13,6 +13,15 @@ computed from them by the same float operations, so the same seed gives the same
 layout. Noisy or estimated statistics may be negative or fractional: counts are clamped at 0.
 
 Ties between candidates go to the lowest candidate index (`argmax`); candidates are ordered by the draw.
+
+Checkpoints (`fit(checkpoints, resume_from)`, as in the vertical master): every completed tree batch is
+saved at the master as its node records plus the master's counters after it (`_counters`: levels grown;
+PPD-ERT adds its secure-aggregation round id), so a resumed run loads finished batches instead of
+growing them again and numbers its rounds as the uninterrupted run would. Every draw is keyed by
+(tree, depth), so a batch grown again is the same batch. The parties keep no tree state between
+batches (every party ends with the complete model anyway); they save their own per-batch state (noise
+counters in the DP modes) when the first request of the next batch, or the final `model`, carries
+`save_batch`.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedcore.checkpoints import CheckpointStore
 from fedcore.horizontal.model import NO_CHILD, HorizontalForest, assemble_forest
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.schema import HorizontalSchema
@@ -39,6 +49,12 @@ class LevelResult:
     thresholds: np.ndarray  # (A, k) float64
     valid: np.ndarray  # (A, k) bool: a usable candidate (FET: the node's global range is not a point)
     branch: np.ndarray  # (A, k, 2, S) float64: [..., 0, :] left (x <= t), [..., 1, :] right
+
+
+RECORD_FIELDS = ("tree", "node", "left", "right", "depth", "feature", "threshold", "weight", "value")
+"""The node arrays of a batch's records, as checkpointed by the master."""
+COUNTER_PREFIX = "counter_"
+"""Checkpoint arrays named so hold one of the master's counters (`_counters`) after the batch."""
 
 
 # -- random draws shared by every role -----------------------------------------------------------------
@@ -140,6 +156,7 @@ class LevelwiseMaster(ABC):
         self.n_stats = schema.n_classes if params.task == "classification" else 2
         self.forest: HorizontalForest | None = None
         self.levels = 0  # levels with open nodes, over all batches (each one is 1 or 2 rounds)
+        self._save_batch: int | None = None  # the batch the parties checkpoint on the next batch's first request
 
     # -- hooks ------------------------------------------------------------------------------------
     @abstractmethod
@@ -157,22 +174,56 @@ class LevelwiseMaster(ABC):
         total = counts.sum(axis=-1, keepdims=True)
         return np.where(total > 0, counts / np.where(total > 0, total, 1.0), 1.0 / counts.shape[-1])
 
+    def _counters(self) -> dict[str, int]:
+        """The master's running counters, checkpointed with every batch (subclasses add theirs)."""
+        return {"levels": self.levels}
+
+    def _restore_counters(self, counters: dict[str, int]) -> None:
+        self.levels = counters["levels"]
+
+    def _new_batch(self, header: dict) -> dict:
+        """Mark a batch's first request: the parties reset, and checkpoint the batch before when asked."""
+        header["new_batch"] = True
+        if self._save_batch is not None:
+            header["save_batch"] = self._save_batch
+            self._save_batch = None
+        return header
+
     # -- driver -----------------------------------------------------------------------------------
-    def fit(self) -> HorizontalForest:
-        """Grow every tree, batch by batch, and send the complete forest to every party."""
+    def fit(self, checkpoints: CheckpointStore | None = None, resume_from: int = 0) -> HorizontalForest:
+        """Grow every tree, batch by batch, and send the complete forest to every party.
+
+        With `checkpoints`, every completed batch is saved (the parties save theirs when the next request
+        says so), and batches before `resume_from` are loaded instead of grown: the parties must have
+        restored their state first (`HorizontalSession.train` arranges both).
+        """
         self.setup()
         p = self.params
+        batches = p.batches()
         records: list[dict[str, np.ndarray]] = []
-        for trees in p.batches():
-            records.extend(self._grow_batch(trees))
+        for index, trees in enumerate(batches):
+            if checkpoints is not None and index < resume_from:
+                saved = checkpoints.load(index)
+                records.append({f: saved[f] for f in RECORD_FIELDS})
+                self._restore_counters({name[len(COUNTER_PREFIX):]: int(a[0]) for name, a in saved.items()
+                                        if name.startswith(COUNTER_PREFIX)})
+                continue
+            self._save_batch = index - 1 if checkpoints is not None and index > resume_from else None
+            grown = self._grow_batch(trees)
+            if checkpoints is not None:
+                batch = {f: np.concatenate([r[f] for r in grown]) for f in RECORD_FIELDS}
+                batch.update({COUNTER_PREFIX + name: np.array([value], np.int64)
+                              for name, value in self._counters().items()})
+                checkpoints.save(index, batch)
+            records.extend(grown)
             if self.progress:
                 self.progress(GrowthProgress(trees[-1] + 1, p.n_estimators, 0, -1, 0))
         self.forest = assemble_forest(records, p.n_estimators, p.task, self.algorithm, self.schema)
         f = self.forest
-        self.transport.exchange({
-            name: Message("model", {"n_trees": f.n_trees, "task": f.task, "algorithm": f.algorithm}, f.arrays())
-            for name in self.parties
-        })
+        header = {"n_trees": f.n_trees, "task": f.task, "algorithm": f.algorithm}
+        if checkpoints is not None and len(batches) - 1 >= resume_from:
+            header["save_batch"] = len(batches) - 1
+        self.transport.exchange({name: Message("model", header, f.arrays()) for name in self.parties})
         return self.forest
 
     def _grow_batch(self, trees: list[int]) -> list[dict[str, np.ndarray]]:

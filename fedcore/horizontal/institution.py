@@ -11,11 +11,25 @@ Session messages (the engine's own messages go to the party, see `party.py` and 
 | `evaluate` | - | on its own held-out rows: the confusion matrix, or (n, sum y, sum y^2, squared error) |
 | `model_digest` / `store_model` / `withdraw_model` / `load_model` | as in the vertical setting | the complete model, stored (or loaded) in its own registry, checked against the master's signature |
 | `predict_local` | a file stem | predicts its own new rows and writes them, with its IDs, at home; answers the row count |
+| `resume_status` | run id and the master's checkpoint context | the tree batches it has checkpointed for that run |
+| `resume` | how many batches the run resumes after | restores its state after the last of them |
+| `drop_checkpoints` | - | removes the run's checkpoints (the version is stored) |
 | `close` | - | ack |
+
+Checkpoints (crash recovery) live under `<its registry>/.checkpoints/<run id>`, bound to the master's
+context digest plus a digest of this institution's own training rows, so changed data starts the run
+over. A horizontal party holds no tree state between batches (it receives the complete model at the
+end), so a batch checkpoint is small: which batch is done, and the party's noise counters (queries
+answered, LDP reports per row, the gdp accountant's spending). In the DP modes (gdp, ldp) the party's
+secret noise seed is kept once per run under `.checkpoints/.noise-seeds/<run id>` and reused by every
+attempt of that run: a batch grown again after a crash gets the same noisy answers as before, so
+resuming repeats no query with fresh noise, and the resumed forest is the uninterrupted one. The seed
+never leaves the institution.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import zlib
@@ -24,6 +38,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.party import HorizontalParty
@@ -38,6 +53,7 @@ from fedcore.institution import (
     write_predictions,
 )
 from fedcore.models.artifacts import table_sha256
+from fedcore.privacy.keyauth import PartyIdentity
 from fedcore.protocol.messages import Message
 
 log = logging.getLogger(__name__)
@@ -45,14 +61,20 @@ log = logging.getLogger(__name__)
 MODEL_STEM = "model"
 """Every institution stores the same complete forest as `model.arrow`."""
 ENGINE_KINDS = {"hello", "fet_ranges", "fet_stats", "ppdert_level", "model"}
+NOISE_SEEDS = ".noise-seeds"
+"""Folder under the checkpoints for the DP modes' noise seeds (a leading dot: never a run id)."""
+NOISY = ("gdp", "ldp")
 
 
 class HorizontalInstitutionAgent:
     """Answers one institution's side of horizontal sessions (see the module docstring)."""
 
-    def __init__(self, data: InstitutionData | Callable[[], InstitutionData], name: str = "") -> None:
+    def __init__(self, data: InstitutionData | Callable[[], InstitutionData], name: str = "",
+                 identity: PartyIdentity | None = None) -> None:
         """`data`, or a loader called afresh at every session start (a long-lived agent trains on its data as
-        it is then)."""
+        it is then). `identity` signs the institution's PPD-ERT secure-aggregation keys and checks its peers'
+        (`fedcore.privacy.keyauth`; an agent server uses its mutual-TLS certificate and key)."""
+        self.identity = identity
         self._loader = data if callable(data) else None
         self.data = None if callable(data) else data
         self.name = data.name if not callable(data) else name
@@ -60,6 +82,8 @@ class HorizontalInstitutionAgent:
         self.model: HorizontalForest | None = None
         self.schema: HorizontalSchema | None = None
         self._holdout: pd.DataFrame | None = None
+        self._checkpoints: CheckpointStore | None = None
+        self._seeds: CheckpointStore | None = None
         self.closed = False
         self.sessions = 0
 
@@ -70,6 +94,9 @@ class HorizontalInstitutionAgent:
         if message.kind in ENGINE_KINDS:
             if self.party is None:
                 raise ProtocolError(f"institution {self.name!r}: no setup yet ({message.kind!r} too early)")
+            if "save_batch" in message.header and self._checkpoints is not None:
+                # the batch just finished, before the next one (or the final model) changes anything
+                self._checkpoints.save(int(message.header["save_batch"]), self._party_state())
             reply = self.party.handle(message)
             if message.kind == "model":
                 self.model = self.party.model
@@ -85,6 +112,7 @@ class HorizontalInstitutionAgent:
             self.data = self._loader()
             self.name = self.data.name
         self.party, self.model, self._holdout, self.closed = None, None, None, False
+        self._checkpoints = self._seeds = None
         self.sessions += 1
         return validation_reply(self.data.validation)
 
@@ -110,7 +138,7 @@ class HorizontalInstitutionAgent:
         if h["algorithm"] == "ppd-ert":
             self.party = PPDERTParty(self.name, train, self.schema, seed=int(h["seed"]),
                                      low=np.asarray(h["low"], np.float64), high=np.asarray(h["high"], np.float64),
-                                     k=int(h["k"]))
+                                     k=int(h["k"]), identity=self.identity)
         else:
             from fedcore.privacy.ldp import LabelLDP
 
@@ -175,6 +203,60 @@ class HorizontalInstitutionAgent:
             out["prediction"] = values[:, 0]
         path = write_predictions(self.data, out, message.header["file_stem"])
         return Message("predicted", {"rows": len(out), "path": str(path), "seconds": time.perf_counter() - started})
+
+    # -- checkpoints (resuming a run after a crash) ------------------------------------------------------
+    def _party_state(self) -> dict[str, np.ndarray]:
+        """What this party carries from one batch to the next: its noise counters (see the module doc)."""
+        party = self.party
+        state = {"reports": np.array([party._reports], np.int64),  # noise streams are keyed by this count
+                 "reports_per_row": np.array([party.reports_per_row], np.int64)}
+        if party.accountant is not None:
+            spends = party.accountant.spends
+            state["spent_epsilon"] = np.array([e for e, _ in spends], np.float64)
+            state["spent_queries"] = np.array([n for _, n in spends], np.int64)
+        return state
+
+    def _on_resume_status(self, message: Message) -> Message:
+        """Open this run's checkpoints (the master's context plus a digest of this institution's training
+        rows); report the completed batches."""
+        if self.party is None:
+            raise ProtocolError(f"institution {self.name!r}: resume_status before setup")
+        h = message.header
+        rows = hashlib.sha256(np.ascontiguousarray(self.party.X).tobytes()
+                              + np.ascontiguousarray(self.party.y).tobytes()).hexdigest()
+        context = hashlib.sha256(f"{h['context']}|{rows}".encode()).hexdigest()
+        root = self.data.registry / CHECKPOINTS
+        self._checkpoints = CheckpointStore(root, h["run"], context)
+        if self.party.privacy in NOISY:
+            self._seeds = CheckpointStore(root / NOISE_SEEDS, h["run"], context)
+        return Message("resume_status", {}, {"completed": np.array(self._checkpoints.completed(), np.int64)})
+
+    def _on_resume(self, message: Message) -> Message:
+        """Restore the state after the first `batches` batches; in the DP modes, take up this run's noise
+        seed (or keep the current one for every later attempt). Must come before `hello`."""
+        if self._checkpoints is None or self.party is None:
+            raise ProtocolError(f"institution {self.name!r}: resume before resume_status")
+        batches = int(message.header["batches"])
+        party = self.party
+        if self._seeds is not None:
+            if self._seeds.completed():
+                party.noise_seed = int(self._seeds.load(0)["noise_seed"][0])
+            else:
+                self._seeds.save(0, {"noise_seed": np.array([party.noise_seed], np.int64)})
+        if batches:
+            state = self._checkpoints.load(batches - 1)
+            party._reports = int(state["reports"][0])
+            party.reports_per_row = int(state["reports_per_row"][0])
+            if party.accountant is not None:
+                party.accountant.spends = [(float(e), int(n)) for e, n in
+                                           zip(state["spent_epsilon"], state["spent_queries"], strict=True)]
+        return Message("resumed", {"batches": batches})
+
+    def _on_drop_checkpoints(self, message: Message) -> Message:
+        for store in (self._checkpoints, self._seeds):
+            if store is not None:
+                store.drop()
+        return Message("ack")
 
     def _on_close(self, message: Message) -> Message:
         self.closed = True

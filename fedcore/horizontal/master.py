@@ -17,6 +17,13 @@ the largest power of two bounding |y| the master picks shift so that N * max|q| 
 is then an exact integer in float64 as well as int64, so sums are independent of the party layout. Gains
 need only (count, sum q) per branch: the variance reduction n_l n_r / n (mean_l - mean_r)^2 needs no
 sum of squares.
+
+Resuming after a crash (`fit(checkpoints, resume_from)`, see `growth.py`) gives the forest of an
+uninterrupted run in every privacy mode: the master's draws are keyed by (tree, depth), and a party's
+noise (gdp: Laplace, ldp: randomized response) is keyed by its own secret seed and its count of answered
+queries, which its agent checkpoints at home with every batch and restores (`HorizontalInstitutionAgent`).
+A batch grown again is therefore answered with the same noise as before the crash, so the repetition
+releases nothing new (to a master that follows the protocol) and the party's accountant counts it once.
 """
 
 from __future__ import annotations
@@ -87,7 +94,7 @@ class FederatedExtraTreesMaster(LevelwiseMaster):
         header = {"depth": depth, "n_trees": len(trees)}
         arrays = {"features": features.astype(np.int32)}
         if transition is None:
-            header["new_batch"] = True
+            self._new_batch(header)
         else:
             arrays.update(transition)
         replies = self.transport.exchange({name: Message("fet_ranges", header, arrays) for name in self.parties})

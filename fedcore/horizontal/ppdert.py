@@ -10,25 +10,36 @@ its index. Growth, stopping and leaf values are shared with FET (`growth.py`).
 
 Rounds:
 
-    hello          1       schema and domain check; each party's X25519 public key (M > 1)
-    ppdert_level   1/level previous decisions (+ the relayed public keys, first level only) -> masked counts
+    hello          1       schema and domain check; each party's X25519 public key, signed (M > 1)
+    ppdert_level   1/level previous decisions (+ the relayed signed keys, first level only) -> masked counts
     model          1       the complete forest to every party
 
 so a fit takes 2 + L rounds, L = number of levels with open nodes summed over tree batches. Each level's
-counts are masked under a fresh round id. With a single party there is no peer to mask with: it sends its
+counts are masked under a fresh round id. A run resumed from checkpoints (`growth.py`) restores the round
+counter with the finished batches, so every level keeps the round id it has in an uninterrupted run; the
+resumed session has fresh keys and a fresh session id (new `hello`), so no mask of the interrupted session
+is ever used again, and the counts of a batch grown again are the same plain values, masked anew. With a single party there is no peer to mask with: it sends its
 plain counts, flagged `plain`, and the master accepts that only when M = 1 or when the session was set
 up without secure aggregation (`secure=False`, which every party must also be configured for: a
 baseline for measuring what the masks cost, not a privacy mode).
+
+Authenticated keys (`fedcore.privacy.keyauth`): each party signs its public key, bound to `key_context`
+of the hello it received and to its name, with its identity (an institution agent: its mutual-TLS
+certificate's key; the simulator: an ephemeral Ed25519 key). The master relays key, signature and
+credential; every party verifies every peer's before deriving masks, and a substituted, unsigned or
+replayed key stops the session with `KeyAuthenticationError` naming the party.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from fedcore.errors import ProtocolError
+from fedcore.errors import KeyAuthenticationError, ProtocolError
 from fedcore.horizontal.growth import (
     LevelResult,
     LevelwiseMaster,
@@ -42,6 +53,11 @@ from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.protocol.messages import Message
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
+
+if TYPE_CHECKING:
+    from fedcore.privacy.keyauth import PartyIdentity
+
+KEY_CONTEXT_FIELDS = ("algorithm", "schema", "domains", "k", "n_parties", "secure", "session_id")
 
 
 def ppdert_candidates(seed: int, act_tree: np.ndarray, depth: int, low: np.ndarray, high: np.ndarray,
@@ -64,14 +80,29 @@ def domain_fingerprint(low: np.ndarray, high: np.ndarray) -> str:
                           ).hexdigest()
 
 
+def key_context(hello: dict) -> bytes:
+    """What a party's signature on its secure-aggregation key is bound to: the session id and run
+    parameters of the hello it received (a key signed for another session does not verify)."""
+    from fedcore.privacy.keyauth import context_digest
+
+    fields = {name: hello.get(name) for name in KEY_CONTEXT_FIELDS}
+    return context_digest(b"fedforest ppdert hello", json.dumps(fields, sort_keys=True).encode())
+
+
 class PPDERTParty(HorizontalParty):
     """One institution in PPD-ERT: regenerates the candidates from the shared seed, masks its counts."""
 
     algorithm = "ppdert"
 
     def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema, *, seed: int,
-                 low: np.ndarray, high: np.ndarray, k: int, secure: bool = True) -> None:
+                 low: np.ndarray, high: np.ndarray, k: int, secure: bool = True,
+                 identity: PartyIdentity | None = None) -> None:
+        """`identity` signs this party's secure-aggregation key and verifies its peers' (required with
+        secure aggregation and more than one party)."""
         super().__init__(name, frame, schema, privacy="secagg" if secure else "none")
+        self.identity = identity
+        self._key_context = b""
+        self._n_parties = 0
         self.secure = bool(secure)
         self.seed = int(seed)
         self.low, self.high, self.k = np.asarray(low, np.float64), np.asarray(high, np.float64), int(k)
@@ -89,22 +120,29 @@ class PPDERTParty(HorizontalParty):
         if bool(h.get("secure", True)) != self.secure:
             raise ProtocolError(f"party {self.name!r} runs PPD-ERT {'with' if self.secure else 'without'} secure "
                                 f"aggregation; the master asked for {'it' if h.get('secure', True) else 'plain counts'}")
-        arrays = {}
-        if int(h["n_parties"]) > 1 and self.secure:
+        arrays, header = {}, {"n_rows": self.n_rows}
+        self._n_parties = int(h["n_parties"])
+        if self._n_parties > 1 and self.secure:
             from fedcore.privacy.secagg import SecureAggregator
 
+            if self.identity is None or self.identity.name != self.name:
+                found = "none" if self.identity is None else f"the identity of {self.identity.name!r}"
+                raise KeyAuthenticationError(f"party {self.name!r} needs its own signing identity to authenticate "
+                                             f"its secure-aggregation key (got {found}): an institution agent uses "
+                                             "its mutual-TLS certificate and key")
             self.aggregator = SecureAggregator(self.name, bytes.fromhex(h["session_id"]))
-            arrays["public_key"] = np.frombuffer(self.aggregator.public_key(), dtype=np.uint8).copy()
-        return Message("hello_reply", {"n_rows": self.n_rows}, arrays)
+            self._key_context = key_context(h)
+            signed = self.identity.sign_key(self._key_context, self.aggregator.public_key())
+            arrays["public_key"] = np.frombuffer(signed.public_key, dtype=np.uint8).copy()
+            header.update(signed.to_header())
+        return Message("hello_reply", header, arrays)
 
     def _on_ppdert_level(self, message: Message) -> Message:
         h, a = message.header, message.arrays
         if "peer_keys" in a:
             if self.aggregator is None:
                 raise ProtocolError(f"party {self.name!r} got peer keys but the session has a single party")
-            keys = {name: bytes(row.astype(np.uint8).tobytes()) for name, row in zip(h["peer_names"], a["peer_keys"],
-                                                                                     strict=True) if name != self.name}
-            self.aggregator.agree(keys)
+            self.aggregator.agree(self._verified_peer_keys(h, a["peer_keys"]))
             self._agreed = True
         self._start_level(message)
         act_tree = a["tree"].astype(np.int64)
@@ -119,6 +157,28 @@ class PPDERTParty(HorizontalParty):
         if not self._agreed:
             raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked round")
         return Message("ppdert_masked_counts", {}, {"masked": self.aggregator.mask(counts, int(h["round_id"]))})
+
+    def _verified_peer_keys(self, h: dict, rows: np.ndarray) -> dict[str, bytes]:
+        """The relayed peers' public keys, each checked against its party's signature for this session."""
+        from fedcore.privacy.keyauth import SignedKey
+
+        names = list(h.get("peer_names") or [])
+        if len(names) != len(rows) or len(set(names)) != len(names) or len(names) != self._n_parties \
+                or self.name not in names:
+            raise ProtocolError(f"party {self.name!r}: the master relayed keys for {names}; expected one for each of "
+                                f"the {self._n_parties} parties, this one included")
+        n = len(names)
+        signatures = h.get("peer_signatures") or [None] * n
+        credentials = h.get("peer_credentials") or [None] * n
+        if len(signatures) != n or len(credentials) != n:
+            raise ProtocolError(f"party {self.name!r}: the master relayed {len(signatures)} signatures and "
+                                f"{len(credentials)} credentials for {n} keys")
+        signed = [SignedKey.from_header(name, row.astype(np.uint8).tobytes(), sig, cred)
+                  for name, row, sig, cred in zip(names, rows, signatures, credentials, strict=True)]
+        own = next(s for s in signed if s.party == self.name)
+        if own.public_key != self.aggregator.public_key():
+            raise KeyAuthenticationError(f"party {self.name!r}: the master relayed another key as this party's own")
+        return self.identity.verify_peers(self._key_context, signed)
 
 
 class PPDERTMaster(LevelwiseMaster):
@@ -137,8 +197,16 @@ class PPDERTMaster(LevelwiseMaster):
                                         .encode()).digest()[:16]
         self.session_id = session_id
         self._keys: dict[str, bytes] = {}
+        self._key_proofs: dict[str, dict[str, str]] = {}
         self._relayed = False
         self._round_id = 0
+
+    def _counters(self) -> dict[str, int]:
+        return {**super()._counters(), "round_id": self._round_id}
+
+    def _restore_counters(self, counters: dict[str, int]) -> None:
+        super()._restore_counters(counters)
+        self._round_id = counters["round_id"]
 
     def setup(self) -> None:
         header = {"algorithm": self.algorithm, "schema": self.schema.fingerprint(),
@@ -149,7 +217,11 @@ class PPDERTMaster(LevelwiseMaster):
             for name, reply in replies.items():
                 if "public_key" not in reply.arrays:
                     raise ProtocolError(f"party {name!r} sent no public key for secure aggregation")
+                if not reply.header.get("key_signature") or not reply.header.get("key_credential"):
+                    raise KeyAuthenticationError(f"party {name!r} sent its secure-aggregation key without a "
+                                                 "signature and credential; every key must be signed")
                 self._keys[name] = bytes(reply.arrays["public_key"].astype(np.uint8).tobytes())
+                self._key_proofs[name] = {k: reply.header[k] for k in ("key_signature", "key_credential")}
 
     def _level(self, trees, depth, act_tree, act_node, transition) -> LevelResult:
         features, thresholds = ppdert_candidates(self.params.random_state, act_tree, depth, self.low, self.high, self.k)
@@ -157,11 +229,13 @@ class PPDERTMaster(LevelwiseMaster):
         header = {"depth": depth, "n_trees": len(trees), "round_id": self._round_id}
         arrays = {"tree": act_tree.astype(np.int32)}
         if transition is None:
-            header["new_batch"] = True
+            self._new_batch(header)
         else:
             arrays.update(transition)
         if self._keys and not self._relayed:
             header["peer_names"] = list(self._keys)
+            header["peer_signatures"] = [self._key_proofs[n]["key_signature"] for n in self._keys]
+            header["peer_credentials"] = [self._key_proofs[n]["key_credential"] for n in self._keys]
             arrays["peer_keys"] = np.stack([np.frombuffer(k, dtype=np.uint8) for k in self._keys.values()])
             self._relayed = True
         replies = self.transport.exchange({name: Message("ppdert_level", header, arrays) for name in self.parties})

@@ -1,15 +1,24 @@
 """The master's side of one horizontal session with real institutions: agree the schema from the data
 contracts, train (FET or PPD-ERT), evaluate on every institution's held-out rows, store the complete
-model everywhere, and let each institution predict its own new rows at home."""
+model everywhere, and let each institution predict its own new rows at home.
+
+Training can be checkpointed per tree batch and resumed after a crash, as in the vertical setting
+(`train(checkpoints, run_id)`): the master keeps each finished batch's node records, each institution
+its own per-batch state, and a restarted session resumes after the last batch all of them completed.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import secrets
 import time
 
 import numpy as np
 import yaml
 
+from fedcore.checkpoints import CheckpointStore, resume_point
 from fedcore.contracts.agreement import shared_schema
 from fedcore.contracts.model import parse_contract
 from fedcore.errors import ArtifactError, ProtocolError
@@ -47,6 +56,7 @@ class HorizontalSession(InstitutionSession):
         self.rows: dict[str, dict] = {}
         self.facts: dict = {}
         self._low = self._high = np.zeros(0)
+        self._checkpoints: CheckpointStore | None = None
 
     def agree_schema(self) -> HorizontalSchema:
         """Check that every institution's contract declares the same columns, dtypes, categories and classes
@@ -77,8 +87,14 @@ class HorizontalSession(InstitutionSession):
                 low[j], high[j] = ranges[column.name]
         return low, high
 
-    def train(self) -> HorizontalForest:
-        """Grow the forest over the transport; every institution ends with the complete model."""
+    def train(self, checkpoints: str | os.PathLike | None = None, run_id: str | None = None) -> HorizontalForest:
+        """Grow the forest over the transport; every institution ends with the complete model.
+
+        With `checkpoints` (the master's checkpoint folder) and `run_id`, every completed tree batch is
+        checkpointed at the master and at every institution; if this run was interrupted before, training
+        resumes after the last batch all of them completed, and the forest is the same, byte for byte, as
+        without the interruption (FET in every privacy mode, PPD-ERT with or without secure aggregation).
+        """
         if self.schema is None:
             raise ProtocolError("agree_schema() must run before train()")
         rounds, sent = self.transport.stats.rounds, self.transport.stats.bytes
@@ -92,12 +108,42 @@ class HorizontalSession(InstitutionSession):
             ldp = LabelLDP(**(self.privacy.get("ldp") or {})) if self.privacy["mode"] == "ldp" else None
             self.master = FederatedExtraTreesMaster(self.transport, self.params, self.schema,
                                                     privacy=self.privacy["mode"], ldp=ldp, progress=self.progress)
-        self.model = self.master.fit()
+        resumed = 0
+        if checkpoints is None or run_id is None:
+            self.model = self.master.fit()
+        else:
+            # before `hello`: an institution restores its noise seed before it derives anything from it
+            store = CheckpointStore(checkpoints, run_id, self._context())
+            replies = self.transport.exchange({n: Message("resume_status", {"run": run_id, "context": store.context})
+                                               for n in self.institutions})
+            done = [list(r.arrays["completed"].astype(int)) for r in replies.values()]
+            resumed = resume_point(store.completed(), *done)
+            self.transport.exchange({n: Message("resume", {"batches": resumed}) for n in self.institutions})
+            self._checkpoints = store
+            self.model = self.master.fit(store, resumed)
         self.facts = {"seconds": time.perf_counter() - started, "rounds": self.transport.stats.rounds - rounds,
                       "bytes": self.transport.stats.bytes - sent, "nodes": int(self.model.n_nodes),
                       "train_rows": sum(r["train_rows"] for r in self.rows.values()),
-                      "holdout_rows": sum(r["holdout_rows"] for r in self.rows.values())}
+                      "holdout_rows": sum(r["holdout_rows"] for r in self.rows.values()),
+                      "resumed_batches": resumed}
         return self.model
+
+    def _context(self) -> str:
+        """What a run's checkpoints are bound to: parameters, algorithm, privacy settings, the agreed schema
+        and domains, the institutions and their row counts (each institution adds a digest of its own rows)."""
+        text = json.dumps({"params": self.params.to_dict(), "algorithm": self.algorithm, "privacy": self.privacy,
+                           "schema": self.schema.fingerprint(), "holdout": self.holdout_fraction,
+                           "parties": self.institutions, "rows": self.rows,
+                           "domains": [self._low.tolist(), self._high.tolist()]},
+                          sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def drop_checkpoints(self) -> None:
+        """Remove the run's checkpoints at the master and every institution (once its version is stored)."""
+        if self._checkpoints is not None:
+            self.transport.exchange({n: Message("drop_checkpoints") for n in self.institutions})
+            self._checkpoints.drop()
+            self._checkpoints = None
 
     def evaluate(self) -> dict[str, float]:
         """Metrics over all institutions' held-out rows, from the aggregates each computes at home."""

@@ -20,8 +20,10 @@ learn from what it sees.
 * Contrast the PPD-ERT paper's chain scheme, where the mediator plus one colluding party learn every
   party's values; here no coalition short of all-but-one party learns an individual vector.
 * The master relays the public keys. An actively malicious master could substitute its own keys and
-  unmask individual vectors (man in the middle). In deployments authenticate each public key with its
-  party's TLS identity (mutual TLS, or keys signed with the party certificates); this module does not.
+  unmask individual vectors (man in the middle). This module does not authenticate keys by itself:
+  callers must pass `agree()` only keys whose signatures they checked. PPD-ERT does, with
+  `fedcore.privacy.keyauth`: every party signs its key (bound to the session and its name) with its
+  identity (the mutual-TLS certificate's key in deployments) and verifies every peer's signature first.
 * No dropout recovery: a party that disappears after keys are exchanged leaves its pair masks in the
   sum, so the round must be aborted and restarted with a new session.
 * A round id may mask only one vector per aggregator: two vectors under one mask leak their difference,

@@ -24,8 +24,12 @@ def build_institution_server(config: FederationConfig, name: str, master: str = 
     source = data if data is not None else (lambda: institution_from_config(config, name))
     if config.setting == "horizontal":
         from fedcore.horizontal.institution import HorizontalInstitutionAgent
+        from fedcore.privacy.keyauth import PartyIdentity
 
-        agent = HorizontalInstitutionAgent(source, name=name)
+        # the mTLS certificate and key also sign PPD-ERT's secure-aggregation keys (peers check them
+        # against the consortium CA), so a master relaying the keys cannot substitute its own
+        identity = PartyIdentity.from_certificate(name, inst.cert, inst.key, config.tls["ca"])
+        agent = HorizontalInstitutionAgent(source, name=name, identity=identity)
     else:
         agent = InstitutionAgent(source, config.read_consortium_key(), name=name)
     return AgentServer(agent, location=inst.endpoint, tls_cert=inst.cert, tls_key=inst.key, ca_cert=config.tls["ca"],

@@ -37,24 +37,3 @@ def assert_same_forest(a, b) -> None:
     assert arrays_a.keys() == arrays_b.keys()
     for name, value in arrays_a.items():
         np.testing.assert_array_equal(value, arrays_b[name], err_msg=name)
-
-
-def float_windows(payload: bytes) -> np.ndarray:
-    """Every 8-byte window of a payload (at every offset) as uint64: what a float64 could be stored as."""
-    raw = np.frombuffer(payload, dtype=np.uint8)
-    if len(raw) < 8:
-        return np.zeros(0, np.uint64)
-    windows = np.lib.stride_tricks.sliding_window_view(raw, 8)
-    return np.ascontiguousarray(windows).view("<u8").reshape(-1)
-
-
-def raw_values_in(payload: bytes, raw_bits: np.ndarray) -> int:
-    """How many distinct raw float64 values (given as their uint64 bit patterns) occur in the payload."""
-    return int(np.isin(raw_bits, float_windows(payload)).sum())
-
-
-def continuous_bits(frames: list[pd.DataFrame], columns: list[str]) -> np.ndarray:
-    """Bit patterns of the continuous values (non-integral floats) of these columns at these parties."""
-    values = np.concatenate([f[c].to_numpy(dtype=np.float64) for f in frames for c in columns])
-    values = values[np.isfinite(values) & (values != np.round(values))]
-    return np.unique(values.astype("<f8").view("<u8"))

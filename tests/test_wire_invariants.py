@@ -1,0 +1,464 @@
+"""What crosses the wire (DESIGN.md, "What crosses the wire"), asserted on recorded transcripts, mode by
+mode, as one table.
+
+Every row of MODES runs a whole in-process session of one setting and privacy mode (alignment, training,
+evaluation, prediction) with payload recording, and says what DESIGN lets cross in that mode. One test
+checks every row against the same invariants:
+
+1. each message kind, in each direction, is one the row lists and carries only the arrays it lists
+   (and every listed kind is used: the table cannot silently rot);
+2. no raw feature value, raw ID, raw label or per-row label code appears in any payload, as array bytes
+   or header text, beyond what the row documents (FET: each party's min/max of candidate features;
+   horizontal: the agreed schema in the contract and setup messages);
+3. vertical: feature names never cross, and no party's split threshold appears in any message, so
+   neither the master nor another party ever receives it;
+4. secure aggregation: the master receives only masked vectors that look uniform modulo 2**64, never a
+   vector a party computed in plain, and their sum is exactly the parties' total.
+
+The raw values searched for are chosen to be distinctive: continuous floats with many digits, IDs like
+`CUST-3F9A0C21D4`, labels `class_0..2`, column names `feat_*`; a probe message shows the search finds
+each of them where they are. To add a mode, write its `run_*` function and add a row to MODES.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from fedcore.protocol.messages import Message
+from fedcore.transport.base import MASTER, TranscriptEntry
+from fedcore.transport.inprocess import InProcessTransport
+from tests.conftest import mixed_table
+from tests.wire import continuous_bits, float_bits, found_bits
+
+LABEL = "target_label"
+KEY = b"consortium-key-for-wire-tests-0123456789"
+ID_PATTERN = re.compile(rb"(?:CUST|PAT)-[0-9A-F]{10}")
+CLASSES = ("class_0", "class_1", "class_2")
+CATEGORIES = ("crimson", "emerald", "azure", "onyx")  # cat_str; cat_pd's one-letter values are not distinctive
+NAMES = ("north", "south", "east")
+CODE_WINDOW = 64
+"""Per-row label codes are searched as runs of this many consecutive rows (short runs of small integers
+would also match ordinary count vectors by chance)."""
+
+
+# -- one recorded session ----------------------------------------------------------------------------
+@dataclass
+class Recorded:
+    """A session's transcript and the raw data it must not carry."""
+
+    transcript: list[TranscriptEntry]
+    parties: list[str]
+    """Institution names in the master's order."""
+    raw_floats: np.ndarray
+    """Bit patterns of every continuous raw feature value at every institution."""
+    ids: set[str]
+    feature_names: list[str]
+    label_codes: dict[str, np.ndarray] = field(default_factory=dict)
+    """Each institution's per-row encoded training labels."""
+    thresholds: dict[str, np.ndarray] = field(default_factory=dict)
+    """Each institution's own split thresholds (bit patterns), vertical."""
+    plain_counts: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    """Every count vector each institution computed in plain before masking it, secure aggregation."""
+    keyed_hashes: list[bytes] = field(default_factory=list)
+    """The consortium-keyed hashes of the institutions' IDs (vertical)."""
+    session: object = None
+
+    @cached_property
+    def messages(self) -> list[tuple[TranscriptEntry, Message]]:
+        """Every transcript entry with its decoded message."""
+        return [(entry, Message.from_bytes(entry.payload)) for entry in self.transcript]
+
+
+def _distinctive_table(n_rows: int, seed: int, prefix: str) -> pd.DataFrame:
+    """mixed_table with distinctive column names, a label column and unique IDs `<prefix>-<10 hex digits>`."""
+    table = mixed_table(n_rows=n_rows, seed=seed, n_classes=3)
+    table = table.rename(columns={c: (LABEL if c == "target" else f"feat_{c}") for c in table.columns})
+    rng = np.random.default_rng(seed + 1)
+    ids = {f"{prefix}-{v:010X}" for v in rng.integers(1 << 36, 1 << 40, 3 * n_rows)}
+    table.insert(0, "record_id", sorted(ids)[:n_rows])
+    return table.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+
+
+def _continuous(frame: pd.DataFrame) -> np.ndarray:
+    numeric = [c for c in frame.columns if c.startswith("feat_num")]
+    return continuous_bits([frame], numeric) if numeric else np.zeros(0, np.uint64)
+
+
+# -- vertical ------------------------------------------------------------------------------------------
+def run_vertical(tmp_path: Path, alignment: str) -> Recorded:
+    """Vertical Federated Forest over three institutions with partially overlapping customers: align
+    (keyed hashes or PSI), train, evaluate on the held-out rows, batch predict new customers."""
+    from fedcore.data.split import split_vertical
+    from fedcore.institution import InstitutionData
+    from fedcore.privacy.hashing import hash_ids
+    from fedcore.trees.params import ForestParams
+    from fedcore.vertical.institution import InstitutionAgent
+    from fedcore.vertical.session import VerticalSession
+
+    table = _distinctive_table(420, seed=31, prefix="CUST")
+    train, new = table.iloc[:360], table.iloc[360:]
+    columns = [list(p.columns) for p in split_vertical(table.drop(columns=["record_id"]), 3, label=LABEL, seed=5)]
+    rng = np.random.default_rng(7)
+    agents, frames = {}, {}
+    for name, cols in zip(NAMES, columns, strict=True):
+        keep = rng.random(len(train)) < 0.92  # each institution knows most, not all, of the customers
+        frames[name] = train.loc[keep, ["record_id", *cols]].sample(frac=1.0, random_state=1)
+        batch = new[["record_id", *[c for c in cols if c != LABEL]]]
+        data = InstitutionData(name=name, frame=frames[name], id_column="record_id",
+                               label=LABEL if LABEL in cols else None, registry=tmp_path / "registry" / name,
+                               predictions_dir=tmp_path / "predictions" / name, load_batch=lambda b=batch: b)
+        agents[name] = InstitutionAgent(data, KEY)
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=True)
+    transport.exchange({n: Message("validation_report") for n in agents})
+    session = VerticalSession(transport, ForestParams(n_estimators=4, max_depth=4, random_state=1),
+                              holdout_fraction=0.25, min_overlap=50, alignment=alignment)
+    session.align()
+    session.train()
+    session.evaluate()
+    holder = next(n for n, a in agents.items() if a.data.label)
+    session.batch_predict(holder, "wire-batch")
+    thresholds = {}
+    for name, agent in agents.items():
+        t = agent.party.model.threshold
+        t = t[np.isfinite(t) & ~np.isclose(t * 2, np.round(t * 2))]  # int0's k + 0.5 also occurs as counts and gains
+        thresholds[name] = float_bits(t)
+    return Recorded(
+        transcript=transport.transcript, parties=list(session.institutions),
+        raw_floats=np.unique(np.concatenate([_continuous(f) for f in frames.values()])),
+        ids=set(table["record_id"]), feature_names=[c for c in table.columns if c != "record_id"],
+        thresholds=thresholds, keyed_hashes=hash_ids(table["record_id"], KEY).tolist(), session=session)
+
+
+# -- horizontal ----------------------------------------------------------------------------------------
+def run_horizontal(tmp_path: Path, algorithm: str, privacy: str) -> Recorded:
+    """Three hospitals with the same columns: agree the schema from their contracts, train (FET in one
+    privacy mode, or PPD-ERT with secure aggregation), evaluate, predict new patients at home."""
+    from fedcore.contracts.model import infer_contract
+    from fedcore.horizontal.institution import HorizontalInstitutionAgent
+    from fedcore.horizontal.params import ExtraTreesParams
+    from fedcore.horizontal.session import HorizontalSession
+    from fedcore.institution import InstitutionData
+    from fedcore.privacy.keyauth import ephemeral_identities
+
+    table = _distinctive_table(540, seed=41, prefix="PAT")
+    table["feat_cat_str"] = pd.Categorical(table["feat_cat_str"], categories=list(CATEGORIES))
+    contract = infer_contract(table, "wire", id_column="record_id", label=LABEL)
+    identities = ephemeral_identities(NAMES)
+    parts = np.array_split(np.arange(len(table)), [150, 330])
+    agents = {}
+    for name, rows in zip(NAMES, parts, strict=True):
+        frame = table.iloc[rows].reset_index(drop=True)
+        batch = frame.sample(frac=0.2, random_state=3).drop(columns=[LABEL])
+        data = InstitutionData(name=name, frame=frame, id_column="record_id", label=LABEL,
+                               registry=tmp_path / "registry" / name, predictions_dir=tmp_path / "predictions" / name,
+                               load_batch=lambda b=batch: b, contract=contract)
+        agents[name] = HorizontalInstitutionAgent(data, identity=identities[name])
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=True)
+    transport.exchange({n: Message("validation_report") for n in agents})
+    session = HorizontalSession(transport, ExtraTreesParams(n_estimators=6, max_depth=5, random_state=2),
+                                algorithm=algorithm, privacy={"mode": privacy, "epsilon": 1.0, "ldp": {}},
+                                holdout_fraction=0.2)
+    session.agree_schema()
+    plain_counts: dict[str, list[np.ndarray]] = {}
+    if privacy == "secagg":
+        for name, agent in agents.items():  # record what each party masks: none of it may cross
+            plain_counts[name] = []
+            agent.party.class_counts = _spy(agent.party.class_counts, plain_counts[name])
+    session.train()
+    session.evaluate()
+    session.predict_locally("wire-batch")
+    return Recorded(
+        transcript=transport.transcript, parties=list(session.institutions),
+        raw_floats=_continuous(table), ids=set(table["record_id"]),
+        feature_names=[c for c in table.columns if c != "record_id"],
+        label_codes={name: agent.party.y for name, agent in agents.items()},
+        plain_counts=plain_counts, session=session)
+
+
+def _spy(method: Callable[[], np.ndarray], calls: list[np.ndarray]) -> Callable[[], np.ndarray]:
+    def spied() -> np.ndarray:
+        result = method()
+        calls.append(result.reshape(-1).copy())
+        return result
+    return spied
+
+
+# -- what each mode may send ------------------------------------------------------------------------------
+def _arrays(table: Mapping[str, str]) -> dict[str, frozenset[str]]:
+    """{kind: "array names"} -> {kind: frozenset of array names}."""
+    return {kind: frozenset(names.split()) for kind, names in table.items()}
+
+
+VERTICAL_TO_MASTER = {  # DESIGN: per node each party's best local gain; partition bitmaps; leaf class counts
+    "validation": "", "setup_reply": "feature_ids", "labels": "y", "aligned": "", "local_best": "gain rank stats",
+    "partition_bits": "bits", "leaf_sets": "sets", "ack": "", "metrics": "", "delivered": ""}
+VERTICAL_TO_PARTIES = {  # DESIGN: its sampled feature ids; bitmaps of nodes it does not own; encoded labels
+    "validation_report": "", "align": "positions holdout", "setup": "", "export_labels": "",
+    "configure": "global_index y", "begin_batch": "",
+    "find_splits": "feat_ptr feat_global feat_rank split_mask split_owner bits_0 bits_1 bits_2",
+    "apply_splits": "tree node positions", "finalize": "tree node left right", "load_holdout": "",
+    "predict_leaves": "", "evaluate": "values", "align_batch": "positions", "deliver_predictions": "values"}
+HASH_ALIGNMENT = ({"id_hashes": "hashes"}, {"id_hashes": "", "batch_hashes": ""})
+PSI_ALIGNMENT = ({"psi_blinded": "blinded", "psi_reblinded": "values"}, {"psi_blinded": "", "psi_reblind": "values"})
+
+HORIZONTAL_TO_MASTER = {  # around training: contract, row counts, evaluation aggregates, predicted row counts
+    "validation": "", "contract": "", "ready": "", "hello_reply": "", "evaluation": "confusion", "predicted": "",
+    "ack": ""}
+HORIZONTAL_TO_PARTIES = {
+    "validation_report": "", "contract": "", "setup": "", "hello": "", "evaluate": "", "predict_local": "",
+    "model": "tree node left right depth feature threshold value weight"}  # DESIGN: the finished model
+FET_TO_PARTIES = {"fet_ranges": "features chosen next_pos", "fet_stats": "thresholds"}  # candidates, thresholds
+SCHEMA_KINDS = frozenset({"contract", "setup"})
+"""Horizontal: the agreed schema (column names, categories, classes) crosses in these, no data."""
+
+
+def _min_max(message: Message) -> np.ndarray:
+    """FET: a party's min/max of each candidate feature over a node's rows cross by design (DESIGN)."""
+    if message.kind != "fet_ranges_reply":
+        return np.zeros(0, np.uint64)
+    return float_bits(np.concatenate([message.arrays["min"].ravel(), message.arrays["max"].ravel()]))
+
+
+@dataclass(frozen=True)
+class WireMode:
+    """One row of the "What crosses the wire" table: how to run the mode and what it may send."""
+
+    run: Callable[[Path], Recorded]
+    to_master: Mapping[str, frozenset[str]]
+    """Every message kind the master receives, with the arrays it may carry."""
+    to_parties: Mapping[str, frozenset[str]]
+    schema_kinds: frozenset[str] = frozenset()
+    """Kinds that may carry column names, categories and class names."""
+    discloses: Callable[[Message], np.ndarray] | None = None
+    """Raw values (bit patterns) DESIGN lets this message carry."""
+    label_codes_cross: bool = False
+    """Vertical: the label holder shares its encoded labels (codes, not the label values)."""
+    private_thresholds: bool = False
+    secagg: bool = False
+    extras: tuple[Callable[[Recorded], None], ...] = ()
+    """Checks of this mode only."""
+
+
+# -- checks of one mode only -------------------------------------------------------------------------------
+def _vertical_bitmaps_and_stats(run: Recorded) -> None:
+    """Only the label holder reports leaf class counts; a party never receives its own nodes' bitmaps."""
+    holder = run.session.master.info.label_holder
+    senders = {e.sender for e, m in run.messages if m.kind == "local_best" and "stats" in m.arrays}
+    assert senders == {holder}
+    own = {name: f"bits_{index}" for index, name in enumerate(run.parties)}
+    wrong = [_where(e) for e, m in run.messages if e.receiver in own and own[e.receiver] in m.arrays]
+    assert wrong == []
+
+
+def _no_keyed_hash_crosses(run: Recorded) -> None:
+    """PSI: IDs cross only blinded, not even as keyed hashes."""
+    leaked = [e.kind for e in run.transcript for digest in run.keyed_hashes if digest in e.payload]
+    assert leaked == []
+
+
+def _gdp_counts_are_noised(run: Recorded) -> None:
+    counts = [m.arrays["counts"] for _, m in run.messages if m.kind == "fet_noisy_counts"]
+    assert counts and all(c.dtype == np.float64 and np.any(c != np.round(c)) for c in counts)
+
+
+def _ldp_sends_bit_sums(run: Recorded) -> None:
+    replies = [m.arrays for _, m in run.messages if m.kind == "fet_bit_sums"]
+    assert replies and all(a["bit_sums"].dtype == np.int64 and a["sizes"].shape == a["bit_sums"].shape[:-1]
+                           for a in replies)
+
+
+# -- the table ---------------------------------------------------------------------------------------------
+MODES = {
+    "vertical-plain-hash": WireMode(
+        run=lambda tmp: run_vertical(tmp, "hash"),
+        to_master=_arrays({**VERTICAL_TO_MASTER, **HASH_ALIGNMENT[0]}),
+        to_parties=_arrays({**VERTICAL_TO_PARTIES, **HASH_ALIGNMENT[1]}),
+        label_codes_cross=True, private_thresholds=True, extras=(_vertical_bitmaps_and_stats,)),
+    "vertical-plain-psi": WireMode(
+        run=lambda tmp: run_vertical(tmp, "psi"),
+        to_master=_arrays({**VERTICAL_TO_MASTER, **PSI_ALIGNMENT[0]}),
+        to_parties=_arrays({**VERTICAL_TO_PARTIES, **PSI_ALIGNMENT[1]}),
+        label_codes_cross=True, private_thresholds=True, extras=(_vertical_bitmaps_and_stats, _no_keyed_hash_crosses)),
+    # "vertical-paillier" goes here: a run_vertical variant with Paillier-encrypted labels, and its kinds
+    # (passive parties: ciphertexts of packed labels only; the label holder: encrypted histograms).
+    "horizontal-fet-none": WireMode(
+        run=lambda tmp: run_horizontal(tmp, "extra-trees", "none"),
+        to_master=_arrays({**HORIZONTAL_TO_MASTER, "fet_ranges_reply": "min max", "fet_counts": "counts"}),
+        to_parties=_arrays({**HORIZONTAL_TO_PARTIES, **FET_TO_PARTIES}),
+        schema_kinds=SCHEMA_KINDS, discloses=_min_max),
+    "horizontal-fet-ldp": WireMode(
+        run=lambda tmp: run_horizontal(tmp, "extra-trees", "ldp"),
+        to_master=_arrays({**HORIZONTAL_TO_MASTER, "fet_ranges_reply": "min max", "fet_bit_sums": "bit_sums sizes"}),
+        to_parties=_arrays({**HORIZONTAL_TO_PARTIES, **FET_TO_PARTIES}),
+        schema_kinds=SCHEMA_KINDS, discloses=_min_max, extras=(_ldp_sends_bit_sums,)),
+    "horizontal-fet-gdp": WireMode(
+        run=lambda tmp: run_horizontal(tmp, "extra-trees", "gdp"),
+        to_master=_arrays({**HORIZONTAL_TO_MASTER, "fet_ranges_reply": "min max", "fet_noisy_counts": "counts"}),
+        to_parties=_arrays({**HORIZONTAL_TO_PARTIES, **FET_TO_PARTIES}),
+        schema_kinds=SCHEMA_KINDS, discloses=_min_max, extras=(_gdp_counts_are_noised,)),
+    "horizontal-ppdert-secagg": WireMode(
+        run=lambda tmp: run_horizontal(tmp, "ppd-ert", "secagg"),
+        to_master=_arrays({**HORIZONTAL_TO_MASTER, "hello_reply": "public_key", "ppdert_masked_counts": "masked"}),
+        to_parties=_arrays({**HORIZONTAL_TO_PARTIES, "ppdert_level": "tree chosen next_pos peer_keys"}),
+        schema_kinds=SCHEMA_KINDS, secagg=True),
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES.values()), ids=list(MODES))
+def test_what_crosses_the_wire(mode: WireMode, tmp_path: Path) -> None:
+    run = mode.run(tmp_path)
+    messages = run.messages
+    needles = Needles.of(run)
+    _check_the_search_finds_raw_data(mode, run, needles)
+    _check_kinds_and_arrays(mode, messages)
+    leaks = [leak for entry, message in messages for leak in _raw_leaks(mode, run, needles, entry, message)]
+    assert leaks == []
+    if mode.discloses is not None:  # and the search does see raw values where DESIGN says they cross
+        assert sum(len(np.intersect1d(found_bits(e.payload, m.header, run.raw_floats), mode.discloses(m)))
+                   for e, m in messages) > 100
+    if mode.private_thresholds:
+        _check_thresholds_stay_home(run, messages)
+    if mode.secagg:
+        _check_master_sees_only_uniform_masked_sums(run, messages)
+    for check in mode.extras:
+        check(run)
+
+
+# -- the invariants ------------------------------------------------------------------------------------------
+def _where(entry: TranscriptEntry) -> str:
+    return f"{entry.kind!r} {entry.sender}->{entry.receiver} (round {entry.round})"
+
+
+def _check_kinds_and_arrays(mode: WireMode, messages) -> None:
+    for direction, allowed, to_master in (("to the master", mode.to_master, True),
+                                          ("to a party", mode.to_parties, False)):
+        seen = {}
+        for entry, message in messages:
+            if (entry.receiver == MASTER) == to_master:
+                seen.setdefault(entry.kind, set()).update(message.arrays)
+        unexpected = {kind: sorted(arrays - allowed.get(kind, frozenset())) for kind, arrays in seen.items()
+                      if kind not in allowed or not arrays <= allowed[kind]}
+        assert unexpected == {}, f"{direction}: kinds or arrays the table does not allow"
+        assert set(seen) == set(allowed), f"{direction}: the table lists kinds this mode never sends"
+
+
+@dataclass
+class Needles:
+    """Byte strings that must not cross (besides raw floats and IDs, searched by value and pattern)."""
+
+    words: list[bytes]
+    label_runs: dict[str, list[bytes]]
+
+    @classmethod
+    def of(cls, run: Recorded) -> Needles:
+        words = [w.encode() for w in (*CLASSES, *CATEGORIES, *run.feature_names)]
+        runs = {}
+        for party, codes in run.label_codes.items():
+            codes = np.asarray(codes)
+            starts = [s for s in (0, len(codes) // 2) if s + CODE_WINDOW <= len(codes)]
+            runs[party] = [encoded for s in starts for encoded in _encodings(codes[s:s + CODE_WINDOW])]
+        return cls(words, runs)
+
+
+def _raw_leaks(mode: WireMode, run: Recorded, needles: Needles, entry: TranscriptEntry, message: Message) -> list[str]:
+    """What of the raw data this message carries beyond what the mode documents."""
+    payload, where, leaks = entry.payload, _where(entry), []
+    floats = found_bits(payload, message.header, run.raw_floats)
+    if mode.discloses is not None:
+        floats = np.setdiff1d(floats, mode.discloses(message))
+    if len(floats):
+        leaks.append(f"{len(floats)} raw feature values in {where}")
+    ids = {match.decode() for match in ID_PATTERN.findall(payload)} & run.ids
+    if ids:
+        leaks.append(f"{len(ids)} raw IDs, e.g. {min(ids)!r}, in {where}")
+    if entry.kind not in mode.schema_kinds:
+        words = [w.decode() for w in needles.words if w in payload]
+        if words:
+            leaks.append(f"labels or names {words[:5]} in {where}")
+    if not mode.label_codes_cross:
+        leaks += [f"{party}'s per-row labels in {where}" for party, runs in needles.label_runs.items()
+                  if any(r in payload for r in runs)]
+    return leaks
+
+
+def _check_the_search_finds_raw_data(mode: WireMode, run: Recorded, needles: Needles) -> None:
+    """A probe carrying one of each kind of raw data: every kind must be reported (or the test proves nothing)."""
+    value = run.raw_floats[len(run.raw_floats) // 2].view(np.float64)
+    some_id = min(run.ids)
+    probes = [
+        ("raw feature values", Message("probe", {}, {"x": np.array([1.5, value])})),
+        ("raw feature values", Message("probe", {"text": f"x: {float(value)!r}"})),
+        ("raw IDs", Message("probe", {}, {"ids": np.array([some_id], dtype=object)})),
+        ("raw IDs", Message("probe", {"id": some_id})),
+        ("labels or names", Message("probe", {"label": CLASSES[1]})),
+        ("labels or names", Message("probe", {}, {"columns": np.array(run.feature_names[-1:], dtype=object)})),
+    ]
+    for party, runs in needles.label_runs.items():
+        assert runs, f"{party} has too few rows to search for its label sequence"
+        probes.append(("per-row labels", Message("probe", {}, {"y": run.label_codes[party].astype(np.int64)})))
+        probes.append(("per-row labels", Message("probe", {"y": run.label_codes[party].tolist()})))
+    for expected, probe in probes:
+        entry = TranscriptEntry(0, run.parties[0], MASTER, "probe", 0, "", probe.to_bytes())
+        leaks = _raw_leaks(mode, run, needles, entry, probe)
+        assert any(expected in leak for leak in leaks), (expected, probe)
+
+
+def _check_thresholds_stay_home(run: Recorded, messages) -> None:
+    """Vertical: a party's thresholds appear in no message at all (to the master or to another party)."""
+    assert all(len(t) for t in run.thresholds.values()), "every party owns some numeric splits"
+    leaks = [f"{len(hits)} thresholds of {owner} in {_where(entry)}"
+             for entry, message in messages for owner, bits in run.thresholds.items()
+             if len(hits := found_bits(entry.payload, message.header, bits))]
+    assert leaks == []
+
+
+def _check_master_sees_only_uniform_masked_sums(run: Recorded, messages) -> None:
+    from fedcore.privacy.secagg import unmask_sum
+
+    rounds: dict[int, dict[str, np.ndarray]] = {}
+    for entry, message in messages:
+        if entry.receiver == MASTER and message.kind == "ppdert_masked_counts":
+            rounds.setdefault(entry.round, {})[entry.sender] = message.arrays["masked"]
+    values = np.concatenate([m.reshape(-1) for r in rounds.values() for m in r.values()])
+    assert values.dtype == np.uint64 and len(values) >= 256 * 10  # at least 10 expected per chi-square bin
+    # uniform modulo 2**64: chi-square over the 2**8 values of the top byte and of the bottom byte (plain
+    # counts would sit in the low bits, with zeros above); a p-value below 1e-6 fails
+    for byte in (values >> np.uint64(56), values & np.uint64(0xFF)):
+        assert stats.chisquare(np.bincount(byte.astype(np.int64), minlength=256)).pvalue > 1e-6
+    assert not np.any(values < np.uint64(1 << 40))  # about len / 2**24 expected
+    # what the parties masked: exactly the total reaches the master, no single vector does
+    assert {p: len(v) for p, v in run.plain_counts.items()} == {p: len(rounds) for p in run.parties}
+    for i, r in enumerate(sorted(rounds)):
+        np.testing.assert_array_equal(unmask_sum([rounds[r][p] for p in run.parties]),
+                                      sum(run.plain_counts[p][i] for p in run.parties))
+    windows = [w for vectors in run.plain_counts.values() for v in vectors for w in _distinctive_windows(v)]
+    assert len(windows) > 10
+    leaks = [_where(entry) for entry in run.transcript for w in windows if w in entry.payload]
+    assert leaks == []
+
+
+def _distinctive_windows(vector: np.ndarray, width: int = 6, most: int = 3) -> list[bytes]:
+    """Encodings of a few runs of `width` counts that could not appear elsewhere by chance."""
+    picked = []
+    for start in range(0, len(vector) - width + 1, width):
+        window = vector[start:start + width]
+        if window.max() >= 5 and len(set(window.tolist())) >= 4:
+            picked.append(window)
+            if len(picked) == most:
+                break
+    return [encoded for window in picked for encoded in _encodings(window)]
+
+
+def _encodings(values: np.ndarray) -> list[bytes]:
+    """Integers as they could cross: array bytes of several widths, or a list in a JSON header."""
+    return [*(values.astype(dtype).tobytes() for dtype in ("<i8", "<i4", "i1", "<f8")),
+            ", ".join(str(int(v)) for v in values).encode()]
