@@ -43,21 +43,28 @@ class CheckpointStore:
     def save(self, batch: int, arrays: dict[str, np.ndarray]) -> None:
         """Write batch `batch` atomically (temporary file, fsync, rename), with its SHA-256. Checkpoints of
         another context under the same run id are discarded first."""
-        if self.folder.exists() and not self._matches():
+        if not self._matches():
             shutil.rmtree(self.folder, ignore_errors=True)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        (self.folder / "context").write_text(self.context)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            # written once per run and atomically: a kill -9 while rewriting it would leave a context that
+            # matches nothing, and the next attempt would discard every checkpoint of the run
+            self._write(self.folder / "context", self.context.encode())
         booleans = sorted(name for name, a in arrays.items() if np.asarray(a).dtype == np.bool_)
         stored = {name: (np.asarray(a).astype(np.uint8) if name in booleans else a) for name, a in arrays.items()}
         data = Message("checkpoint", {"batch": int(batch), "booleans": booleans}, stored).to_bytes()
         digest = hashlib.sha256(data).hexdigest()
         for name, payload in ((f"batch-{batch:05d}.arrow", data), (f"batch-{batch:05d}.sha256", digest.encode())):
-            temp = self.folder / f".{name}.tmp"
-            with open(temp, "wb") as handle:
-                handle.write(payload)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temp, self.folder / name)
+            self._write(self.folder / name, payload)
+
+    @staticmethod
+    def _write(path: Path, payload: bytes) -> None:
+        """Replace `path` atomically: a temporary file, fsync, rename (a reader sees the old or the new file)."""
+        temp = path.with_name(f".{path.name}.tmp")
+        with open(temp, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
 
     def completed(self) -> list[int]:
         """Batches with both their file and its digest written, in order."""

@@ -38,6 +38,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     retrain.add_argument("--agents", choices=("deployments", "local", "running"), default="running",
                          help="start agents as deployments, as local processes, or use running ones (default)")
     retrain.add_argument("--no-predict", action="store_true", help="skip the batch prediction step")
+    retrain.add_argument("--run-id", metavar="ID",
+                         help="training run id (default: the flow run id); give a crashed run's id to resume "
+                              "its vertical training from its checkpoints")
     retrain.set_defaults(handler=_retrain)
     predict = commands.add_parser("predict", help="batch predict with a registered model version (no training)")
     predict.add_argument("--config", required=True, type=Path, metavar="FILE", help="the federation config (YAML)")
@@ -78,7 +81,8 @@ def _retrain(args: argparse.Namespace) -> int:
 
     from flows.retrain import retrain
 
-    result = retrain(str(args.config.resolve()), agents=args.agents, predict=not args.no_predict)
+    result = retrain(str(args.config.resolve()), agents=args.agents, predict=not args.no_predict,
+                     run_id=args.run_id)
     print(json.dumps(result, indent=2, default=str))
     return 0
 

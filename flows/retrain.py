@@ -6,16 +6,22 @@ predict (vertical: for the requester; horizontal: every institution locally).
 
 "deployments" starts each institution's agent flow on its own work pool (production); "local" starts
 agents as processes on this machine (the embedded demo); "running" expects them up already.
+
+Training (vertical and horizontal) is checkpointed under a run id: the Prefect flow-run id by default, which a retry of
+the same flow run keeps, so a retried run resumes after a crash of the master or of an agent. A new
+flow run resumes a crashed one when given its run id (`run_id=` or `fedforest retrain --run-id`).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from functools import partial
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
-from fedcore.checkpoints import CHECKPOINTS
+from fedcore.checkpoints import CHECKPOINTS, RUN_ID
 from fedcore.config import FederationConfig, load_config
 from fedcore.errors import PartyUnavailable
 from fedcore.horizontal.session import HorizontalSession
@@ -42,31 +48,46 @@ from tasks.training import align_ids, evaluate_model, train_forest
 
 @flow(name="retrain", on_failure=[write_failure_artifact], log_prints=True)
 def retrain(config_path: str, agents: str = "deployments", model_name: str | None = None,
-            predict: bool = True) -> dict:
-    """Train a new model version for the federation in `config_path`; returns a JSON-ready summary."""
+            predict: bool = True, run_id: str | None = None) -> dict:
+    """Train a new model version for the federation in `config_path`; returns a JSON-ready summary.
+
+    `run_id` names the run's training checkpoints; default: this flow run's id. Pass the run id
+    of a run that crashed (it is logged at its start) to resume it in a new flow run."""
     config = load_config(config_path)
     model_name = model_name or config.model_name
     if config.setting == "horizontal":
-        return retrain_horizontal(config, agents, model_name, predict)
-    return retrain_vertical(config, agents, model_name, predict)
+        return retrain_horizontal(config, agents, model_name, predict, run_id)
+    return retrain_vertical(config, agents, model_name, predict, run_id)
 
 
-def retrain_vertical(config: FederationConfig, agents: str, model_name: str, predict: bool) -> dict:
-    """Federated Forest with crash recovery: when an institution is lost mid-session (its process died,
-    the network failed), the session starts again (`training.resume_attempts` times) and training
-    resumes from the last tree batch the master and every institution checkpointed."""
-    run_id = str(flow_run.id or uuid.uuid4())  # stable across attempts: checkpoints are found again
+def resuming(config: FederationConfig, attempt: Callable[[str, list], dict], run_id: str | None = None) -> dict:
+    """Run `attempt(run_id, reached)` (one session) with crash recovery, in either setting: when an
+    institution is lost mid-session (its process died, the network failed), the session starts again
+    (`training.resume_attempts` times) with the same run id, and training resumes from the last tree
+    batch the master and every institution checkpointed. `attempt` appends to `reached` once every
+    agent answered: an agent that never came up is not retried. `run_id`: default, this flow run's id."""
+    if run_id is not None and not RUN_ID.match(str(run_id)):
+        raise ValueError(f"run id {run_id!r} must be 1-128 letters, digits, '-' or '_'")
+    run_id = str(run_id or flow_run.id or uuid.uuid4())  # stable across attempts: checkpoints are found again
+    get_run_logger().info("training run id %s (pass run_id=%r to resume its checkpoints in a new flow run)",
+                          run_id, run_id)
     attempts = config.training.resume_attempts + 1
-    for attempt in range(1, attempts + 1):
+    for number in range(1, attempts + 1):
         reached = []  # set once every agent answered: losing one after that is what resuming is for
         try:
-            return vertical_session(config, agents, model_name, predict, run_id, reached)
+            return attempt(run_id, reached)
         except PartyUnavailable as exc:
-            if not reached or attempt == attempts:
+            if not reached or number == attempts:
                 raise
             get_run_logger().warning("%s; starting attempt %d of %d, resuming from the last checkpoint",
-                                     exc, attempt + 1, attempts)
+                                     exc, number + 1, attempts)
     raise AssertionError("unreachable")
+
+
+def retrain_vertical(config: FederationConfig, agents: str, model_name: str, predict: bool,
+                     run_id: str | None = None) -> dict:
+    """Federated Forest with crash recovery (`resuming`)."""
+    return resuming(config, partial(vertical_session, config, agents, model_name, predict), run_id)
 
 
 def vertical_session(config: FederationConfig, agents: str, model_name: str, predict: bool, run_id: str,
@@ -96,15 +117,23 @@ def vertical_session(config: FederationConfig, agents: str, model_name: str, pre
             "validation": validation, "alignment": alignment, "training": training, "prediction": prediction}
 
 
-def retrain_horizontal(config: FederationConfig, agents: str, model_name: str, predict: bool) -> dict:
-    """Federated Extra-Trees or PPD-ERT: agree the schema from the contracts, train, evaluate at every
+def retrain_horizontal(config: FederationConfig, agents: str, model_name: str, predict: bool,
+                       run_id: str | None = None) -> dict:
+    """Federated Extra-Trees or PPD-ERT with crash recovery (`resuming`)."""
+    return resuming(config, partial(horizontal_session, config, agents, model_name, predict), run_id)
+
+
+def horizontal_session(config: FederationConfig, agents: str, model_name: str, predict: bool, run_id: str,
+                       reached: list) -> dict:
+    """One attempt: agree the schema from the contracts, train (checkpointed), evaluate at every
     institution, register the complete model everywhere, promote, predict locally at each institution."""
     settings = config.training
     with agent_session(config, agents) as (transport, validation):
+        reached.append(True)
         session = HorizontalSession(transport, config.params, algorithm=config.algorithm, privacy=config.privacy,
                                     holdout_fraction=settings.holdout)
         agreement = agree_schema(session)
-        training = train_extra_trees(session)
+        training = train_extra_trees(session, config.master_registry / CHECKPOINTS, run_id)
         metrics = evaluate_horizontal(session)
         manifest = build_horizontal_manifest(config, session, metrics, validation, training)
         production = previous_production(config, model_name)

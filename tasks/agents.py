@@ -20,7 +20,11 @@ from tasks.common import DATA_LOCAL
 
 @task(**DATA_LOCAL)
 def start_local_agents(config: FederationConfig, log_dir: Path) -> list[subprocess.Popen]:
-    """Start `fedforest agent serve` for every institution as a local process (the embedded default)."""
+    """Start `fedforest agent serve` for every institution as a local process (the embedded default).
+
+    Each agent watches this process (`--parent-pid`): if the master dies without stopping them (kill -9),
+    they stop by themselves within a second and free their ports for the agents of the restarted master.
+    """
     log_dir.mkdir(parents=True, exist_ok=True)
     processes = []
     for inst in config.institutions:
@@ -28,7 +32,7 @@ def start_local_agents(config: FederationConfig, log_dir: Path) -> list[subproce
         with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
             processes.append(subprocess.Popen(
                 [sys.executable, "-m", "fedcore.cli", "agent", "serve", "--config", str(config.path),
-                 "--institution", inst.name],
+                 "--institution", inst.name, "--parent-pid", str(os.getpid())],
                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}))
         get_run_logger().info("started agent for %s (pid %d), log %s", inst.name, processes[-1].pid, log_path)
     return processes

@@ -6,13 +6,21 @@ The agent serves the institution's agent (vertical or horizontal, by the config'
 consortium CA (`tls.ca`); at the start of every session it loads the institution's files and checks them
 against its data contract. Only the master whose
 certificate names it `--master` (default "master") is served. Ctrl-C or SIGTERM stops it cleanly.
+
+    fedforest agent serve --config federation.yaml --institution bank --parent-pid 4242
+
+With `--parent-pid` (how `retrain --agents local` starts its agents) the agent also stops once that
+process is no longer its parent: a master killed with SIGKILL cannot stop its agents, and they would
+otherwise hold their ports forever, in front of the agents a restarted master starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 from fedcore.config import FederationConfig, load_config
@@ -33,6 +41,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--institution", required=True, metavar="NAME", help="the institution to serve")
     serve.add_argument("--master", default="master", metavar="NAME",
                        help="the master certificate name allowed to call (default master)")
+    serve.add_argument("--parent-pid", type=int, metavar="PID",
+                       help="stop serving once process PID is no longer this agent's parent (the master that "
+                            "started it died, even by SIGKILL)")
     serve.set_defaults(handler=_serve)
 
 
@@ -61,16 +72,31 @@ def _raise_stop(signum, frame) -> None:
     raise _Stop(signal.Signals(signum).name)
 
 
-def serve_until_stopped(server: AgentServer) -> None:
-    """Serve until Ctrl-C or SIGTERM (Flight shuts the server down on either, then Python sees it)."""
+def serve_until_stopped(server: AgentServer, parent_pid: int | None = None, poll_s: float = 0.25) -> bool:
+    """Serve until Ctrl-C or SIGTERM (Flight shuts the server down on either, then Python sees it) or, with
+    `parent_pid`, until that process is no longer this one's parent. Returns whether the parent is gone."""
     previous = signal.signal(signal.SIGTERM, _raise_stop)
+    done, orphaned = threading.Event(), threading.Event()
+
+    def watch_parent() -> None:
+        while not done.wait(poll_s):
+            if os.getppid() != parent_pid:  # re-parented: the process that started this agent has died
+                orphaned.set()
+                server.shutdown()  # from this thread: running calls finish, then serve() returns
+                return
+
+    watcher = threading.Thread(target=watch_parent, name="parent-watch", daemon=True)
+    if parent_pid is not None:
+        watcher.start()
     try:
         server.serve()
     except (KeyboardInterrupt, _Stop):
         pass
     finally:
+        done.set()
         signal.signal(signal.SIGTERM, previous)
         server.shutdown()
+    return orphaned.is_set()
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -80,7 +106,8 @@ def _serve(args: argparse.Namespace) -> int:
     role = "label holder" if inst.is_label_holder else "passive party"
     print(f"agent {inst.name!r} ({role}) serving on "
           f"{inst.endpoint.rsplit(':', 1)[0]}:{server.port} for master {args.master!r}", flush=True)
-    serve_until_stopped(server)
+    if serve_until_stopped(server, args.parent_pid):
+        print(f"agent {inst.name!r}: the process that started it (pid {args.parent_pid}) is gone", flush=True)
     print(f"agent {inst.name!r} stopped", flush=True)
     sys.stdout.flush()
     return 0

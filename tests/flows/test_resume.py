@@ -1,75 +1,35 @@
 """kill -9 of an institution's agent halfway through training: the retrain flow starts the session again,
 training resumes from the last tree batch everyone checkpointed, and the registered model is byte for
-byte the one an uninterrupted run registers."""
+byte the one an uninterrupted run registers (vertical and horizontal)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import threading
-import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from flows.retrain import retrain
 from tests.federations import small_federation
+from tests.flows.crashes import PARAMS, agent_pids, copy_federation, version_tables, wait_for_file
 
 pytestmark = pytest.mark.slow
-MODEL = "retail-response"
-PARAMS = {"n_estimators": 24, "max_depth": 6, "tree_batch_size": 2}
-
-
-def _agent_pids(config_path: Path, institution: str) -> list[int]:
-    """Processes of `fedforest agent serve --config <config_path> --institution <institution>`."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        text = [a.decode(errors="replace") for a in argv]
-        if "serve" in text and str(config_path) in text and institution in text:
-            pids.append(int(entry.name))
-    return pids
 
 
 def _kill_when_checkpointed(work: Path, config_path: Path, institution: str, batch: int, done: dict) -> None:
     """Watch the institution's checkpoints; SIGKILL its agent once it has checkpointed `batch`."""
-    deadline = time.monotonic() + 240
-    pattern = f".checkpoints/*/batch-{batch:05d}.sha256"
-    while time.monotonic() < deadline and not done.get("stop"):
-        if list((work / "registry" / institution).glob(pattern)):
-            for pid in _agent_pids(config_path, institution):
-                os.kill(pid, signal.SIGKILL)
-                done.setdefault("killed", []).append(pid)
-            return
-        time.sleep(0.005)
-
-
-def _version_tables(work: Path) -> dict[str, bytes]:
-    files = {}
-    for folder in sorted((work / "registry").glob(f"*/{MODEL}/v0001")):
-        for table in folder.glob("*.arrow"):
-            files[f"{folder.parents[1].name}/{table.name}"] = table.read_bytes()
-    return files
+    if wait_for_file(work / "registry" / institution, f".checkpoints/*/batch-{batch:05d}.sha256", 240, done):
+        for pid in agent_pids(config_path, institution):
+            os.kill(pid, signal.SIGKILL)
+            done.setdefault("killed", []).append(pid)
 
 
 def test_a_killed_agent_is_restarted_and_training_resumes_to_the_same_model(tmp_path) -> None:
     reference_work, crash_work = tmp_path / "reference", tmp_path / "crash"
     config_path, _ = small_federation(reference_work, 1500, seed=5, params=PARAMS)
-    shutil.copytree(reference_work, crash_work)  # same data, keys and certificates
-    crash_config = crash_work / "federation.yaml"
-    raw = yaml.safe_load(crash_config.read_text())
-    for institution in raw["institutions"]:  # other ports than the reference run's agents
-        from flows.demo import free_port
-
-        institution["endpoint"] = f"grpc+tls://127.0.0.1:{free_port()}"
-    crash_config.write_text(yaml.safe_dump(raw))
+    crash_config = copy_federation(reference_work, crash_work)
 
     reference = retrain(str(config_path), agents="local")
     assert reference["training"]["resumed_batches"] == 0
@@ -86,5 +46,65 @@ def test_a_killed_agent_is_restarted_and_training_resumes_to_the_same_model(tmp_
     assert watcher_state.get("killed"), "the agent was never killed: training finished before batch 4"
     assert resumed["training"]["resumed_batches"] >= 4
     assert resumed["version"] == reference["version"] == "v0001"
-    assert _version_tables(crash_work) == _version_tables(reference_work)
+    assert version_tables(crash_work) == version_tables(reference_work)
     assert not list((crash_work / "registry").rglob("batch-*.arrow")), "checkpoints are removed once stored"
+
+
+def _hospital_tables(work: Path) -> dict[str, bytes]:
+    """The Arrow tables of the horizontal demo's v0001 at the master and every hospital."""
+    return {f"{t.parents[2].name}/{t.name}": t.read_bytes()
+            for t in sorted((work / "registry").glob("*/readmission/v0001/*.arrow"))}
+
+
+def _uninterrupted_horizontal_model(config_path: Path) -> bytes:
+    """The model file an uninterrupted session of this federation trains, with the same agents and session
+    code in process (a third flow run would add a minute of agent start-ups)."""
+    from fedcore.config import load_config
+    from fedcore.horizontal.institution import HorizontalInstitutionAgent
+    from fedcore.horizontal.session import HorizontalSession
+    from fedcore.institution import institution_from_config
+    from fedcore.models.artifacts import table_file_bytes
+    from fedcore.protocol.messages import Message
+    from fedcore.transport.inprocess import InProcessTransport
+
+    config = load_config(config_path)
+    agents = {i.name: HorizontalInstitutionAgent(institution_from_config(config, i.name))
+              for i in config.institutions}
+    transport = InProcessTransport({name: agent.handle for name, agent in agents.items()})
+    transport.exchange({name: Message("validation_report") for name in agents})
+    session = HorizontalSession(transport, config.params, algorithm=config.algorithm, privacy=config.privacy,
+                                holdout_fraction=config.training.holdout)
+    session.agree_schema()
+    return table_file_bytes(session.train().to_table())
+
+
+def test_horizontal_training_resumes_to_the_same_model_after_a_killed_agent(tmp_path) -> None:
+    """Federated Extra-Trees over Flight: a hospital's agent is killed once it checkpointed batch 3 of 8."""
+    import yaml
+
+    from flows.horizontal_demo import prepare_horizontal_workspace
+
+    work = tmp_path / "hospitals"
+    params = {"n_estimators": 16, "max_depth": 6, "tree_batch_size": 2, "random_state": 0}
+    config_path, _ = prepare_horizontal_workspace(work, n_patients=1500, seed=2, params=params)
+    raw = yaml.safe_load(config_path.read_text())
+    raw["training"]["connect_timeout_s"] = 90
+    config_path.write_text(yaml.safe_dump(raw))
+    expected = _uninterrupted_horizontal_model(config_path)
+
+    watcher_state: dict = {}
+    watcher = threading.Thread(target=_kill_when_checkpointed,
+                               args=(work, config_path, "lakeside", 3, watcher_state), daemon=True)
+    watcher.start()
+    try:
+        resumed = retrain(str(config_path), agents="local", predict=False)
+    finally:
+        watcher_state["stop"] = True
+        watcher.join(timeout=10)
+    assert watcher_state.get("killed"), "the agent was never killed: training finished before batch 3"
+    assert resumed["training"]["resumed_batches"] >= 3
+    tables = _hospital_tables(work)
+    assert sorted(tables) == ["hillcrest/model.arrow", "lakeside/model.arrow", "master/model.arrow",
+                              "riverside/model.arrow"]
+    assert all(data == expected for data in tables.values())
+    assert not list((work / "registry").rglob("batch-*.arrow")), "checkpoints are removed once stored"
