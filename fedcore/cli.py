@@ -18,6 +18,7 @@ from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
 from fedcore.commands import register_all
+from fedcore.config import PRIVACY_MODES
 from fedcore.data.split import PARTITIONS
 from fedcore.errors import FedForestError
 from fedcore.simulate import TASK_DEFAULT, TASKS, read_table, simulate_vertical
@@ -26,8 +27,6 @@ PROG = "fedforest"
 NOT_AVAILABLE = 2
 ALGORITHMS = {"vertical": {"forest": "Federated Forest"},
               "horizontal": {"extra-trees": "Federated Extra-Trees", "ppd-ert": "PPD-ERT"}}
-PRIVACY = {("vertical", "forest"): ("none",), ("horizontal", "extra-trees"): ("none", "ldp", "gdp"),
-           ("horizontal", "ppd-ert"): ("secagg",)}
 
 
 def _package_version() -> str:
@@ -71,7 +70,8 @@ def build_parser(extra: Callable[[argparse._SubParsersAction], None] | None = No
     sim.add_argument("--algorithm", default=None,
                      help="vertical: forest (default); horizontal: extra-trees (default) or ppd-ert")
     sim.add_argument("--privacy", default=None,
-                     help="extra-trees: none (default), ldp or gdp; ppd-ert: secagg; forest: none")
+                     help="forest: none (default) or paillier; extra-trees: none (default), ldp or gdp; "
+                          "ppd-ert: secagg")
     sim.add_argument("--epsilon", type=float, default=1.0, help="gdp: epsilon per query (default 1.0)")
     sim.add_argument("--partition", choices=PARTITIONS, default="iid",
                      help="horizontal: how rows go to parties (default iid)")
@@ -105,7 +105,7 @@ def _not_available(args: argparse.Namespace) -> str | None:
     if args.algorithm not in offered:
         names = ", ".join(f"{k!r} ({v})" for k, v in offered.items())
         return f"unknown algorithm {args.algorithm!r}: the {args.setting} setting offers {names}"
-    modes = PRIVACY[(args.setting, args.algorithm)]
+    modes = PRIVACY_MODES[args.algorithm]
     args.privacy = args.privacy or modes[0]
     if args.privacy not in modes:
         return f"algorithm {args.algorithm!r} supports privacy {', '.join(repr(m) for m in modes)}, got {args.privacy!r}"
@@ -130,7 +130,7 @@ def _simulate(args: argparse.Namespace) -> int:
         result = simulate_vertical(
             table, args.label, id_column=args.id_column, parties=args.parties, trees=args.trees,
             max_depth=args.max_depth, max_features=args.max_features, seed=args.seed, test_size=args.test_size,
-            task=args.task, progress=True,
+            task=args.task, privacy=args.privacy, progress=True,
         )
     if args.json:
         print(json.dumps(result, indent=2))

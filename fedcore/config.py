@@ -3,8 +3,8 @@
     federation: retail-consortium
     setting: vertical            # vertical | horizontal
     algorithm: forest            # vertical: forest; horizontal: extra-trees | ppd-ert
-    privacy: none                # forest: none; extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 0.5});
-                                 # ppd-ert: secagg
+    privacy: none                # forest: none | paillier ({mode: paillier, key_bits: 3072});
+                                 # extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 0.5}); ppd-ert: secagg
     consortium_key: {env: FEDFOREST_CONSORTIUM_KEY}   # or {file: path}; never the key itself
     alignment: hash              # vertical ID alignment: hash (keyed HMAC-SHA256) | psi (ECDH PSI)
     tls: {ca: certs/ca.pem, master_cert: certs/master.pem, master_key: certs/master.key}
@@ -41,11 +41,12 @@ import yaml
 
 from fedcore.errors import ConfigError
 from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.privacy.paillier import KEY_BITS as PAILLIER_KEY_BITS
 from fedcore.trees.params import ForestParams
 
 SETTINGS = ("vertical", "horizontal")
 ALGORITHMS = {"vertical": ("forest",), "horizontal": ("extra-trees", "ppd-ert")}
-PRIVACY_MODES = {"forest": ("none",), "extra-trees": ("none", "ldp", "gdp"), "ppd-ert": ("secagg",)}
+PRIVACY_MODES = {"forest": ("none", "paillier"), "extra-trees": ("none", "ldp", "gdp"), "ppd-ert": ("secagg",)}
 
 
 @dataclass(frozen=True)
@@ -263,6 +264,11 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
                           f"known: {names}")
     master = raw.get("master") or {}
     params = raw.get("params") or {}
+    if setting == "vertical":
+        if "privacy" in params or "paillier_key_bits" in params:
+            raise ConfigError(f"{path}: params: set label protection in the 'privacy:' section "
+                              "({mode: paillier, key_bits: 2048}), not in params")
+        params = {**params, "privacy": privacy["mode"], "paillier_key_bits": privacy["key_bits"]}
     try:
         forest = ForestParams(**params) if setting == "vertical" else ExtraTreesParams(**params)
     except TypeError as exc:
@@ -280,16 +286,17 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
 
 
 def _parse_privacy(raw: Any, algorithm: str, path: Path) -> dict[str, Any]:
-    """The `privacy:` section: {mode: none|ldp|gdp|secagg, epsilon: (gdp, per query), ldp: {LabelLDP fields}}."""
+    """The `privacy:` section: {mode: none|paillier|ldp|gdp|secagg, epsilon: (gdp, per query),
+    ldp: {LabelLDP fields}, key_bits: (paillier) 2048 | 3072}."""
     modes = PRIVACY_MODES[algorithm]
     raw = {"mode": modes[0]} if raw is None else raw
     if isinstance(raw, str):
         raw = {"mode": raw}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: privacy must be a mode name or a mapping with 'mode', got {raw!r}")
-    unknown = sorted(set(raw) - {"mode", "epsilon", "ldp"})
+    unknown = sorted(set(raw) - {"mode", "epsilon", "ldp", "key_bits"})
     if unknown:
-        raise ConfigError(f"{path}: privacy: unknown field(s) {unknown}; allowed: ['epsilon', 'ldp', 'mode']")
+        raise ConfigError(f"{path}: privacy: unknown field(s) {unknown}; allowed: ['epsilon', 'key_bits', 'ldp', 'mode']")
     mode = raw.get("mode", modes[0])
     if mode not in modes:
         raise ConfigError(f"{path}: algorithm {algorithm!r} supports privacy {list(modes)}, got {mode!r}")
@@ -300,4 +307,8 @@ def _parse_privacy(raw: Any, algorithm: str, path: Path) -> dict[str, Any]:
     ldp = raw.get("ldp") or {}
     if not isinstance(ldp, dict):
         raise ConfigError(f"{path}: privacy.ldp must be a mapping of LabelLDP fields, got {ldp!r}")
-    return {"mode": mode, "epsilon": float(epsilon), "ldp": dict(ldp)}
+    key_bits = raw.get("key_bits", 2048)
+    if isinstance(key_bits, bool) or key_bits not in PAILLIER_KEY_BITS:
+        raise ConfigError(f"{path}: privacy.key_bits must be one of {PAILLIER_KEY_BITS} (Paillier modulus size), "
+                          f"got {key_bits!r}")
+    return {"mode": mode, "epsilon": float(epsilon), "ldp": dict(ldp), "key_bits": int(key_bits)}

@@ -208,10 +208,14 @@ def simulate_vertical(
     seed: int = 0,
     test_size: float = 0.2,
     task: str = "auto",
+    privacy: str = "none",
     progress: bool = False,
 ) -> dict:
     """Train Federated Forest on `parties` simulated vertical parties of `table` and evaluate it on held-out
     rows against scikit-learn and the single-party run; return the JSON-ready result.
+
+    With `privacy="paillier"` the federated run encrypts the labels (2048-bit key) and the single-party run
+    stays plain, so `single_party_identical` checks that encryption changes nothing.
 
     `communication` counts training plus the prediction of the test rows.
     """
@@ -224,7 +228,8 @@ def simulate_vertical(
     if max_features == TASK_DEFAULT:
         max_features = "sqrt" if task == "classification" else 1.0
     params = {"n_estimators": trees, "max_depth": max_depth, "max_features": max_features, "random_state": seed}
-    federated_model, single_model = _engine(task, params, progress), _engine(task, params, progress)
+    federated_model = _engine(task, {**params, "privacy": privacy}, progress)
+    single_model = _engine(task, params, progress)
     train, test = split_train_test(table, label, task, test_size, seed)
     party_frames = split_vertical(train, parties, label=label, seed=seed)
     columns = [[c for c in frame.columns if c != label] for frame in party_frames]
@@ -240,6 +245,7 @@ def simulate_vertical(
     return {
         "setting": "vertical",
         "algorithm": "forest",
+        "privacy": privacy,
         "task": task,
         "parties": parties,
         "rows_train": len(train),

@@ -108,6 +108,14 @@ def test_simulate_json_horizontal(capsys, breast_cancer_csv: Path, algorithm: st
     assert result["privacy_report"]["mode"] == privacy
 
 
+def test_simulate_json_vertical_paillier_is_exactly_the_plain_single_party_run(capsys, breast_cancer_csv: Path) -> None:
+    result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--privacy", "paillier",
+                       "--trees", 3, "--max-depth", 3)
+    assert (result["setting"], result["algorithm"], result["privacy"]) == ("vertical", "forest", "paillier")
+    assert result["single_party_identical"] is True  # encrypted labels, 2 parties == plain, 1 party
+    assert result["metrics"]["accuracy"] > 0.85
+
+
 def test_simulate_horizontal_regression_with_ldp_is_refused(capsys, tmp_path: Path) -> None:
     path = tmp_path / "diabetes.csv"
     load_diabetes(as_frame=True).frame.to_csv(path, index=False)
@@ -143,7 +151,7 @@ def test_version(capsys) -> None:
                                                          "'gdp', got 'secagg'"),
     (("--setting", "horizontal", "--algorithm", "ppd-ert", "--privacy", "ldp"), "algorithm 'ppd-ert' supports "
                                                                                 "privacy 'secagg', got 'ldp'"),
-    (("--privacy", "paillier"), "algorithm 'forest' supports privacy 'none', got 'paillier'"),
+    (("--privacy", "ldp"), "algorithm 'forest' supports privacy 'none', 'paillier', got 'ldp'"),
 ])
 def test_unknown_setting_algorithm_or_privacy_exits_2(capsys, breast_cancer_csv: Path, options: tuple,
                                                       message: str) -> None:

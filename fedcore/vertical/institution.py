@@ -39,8 +39,8 @@ from fedcore.vertical.persistence import party_file_stem
 log = logging.getLogger(__name__)
 
 SPLIT_ARRAYS = ("tree", "node", "feature", "bin", "missing_left", "is_categorical", "cat_bits")
-PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "apply_splits", "finalize",
-               "predict_leaves", "route"}
+PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "evaluate_encrypted",
+               "apply_splits", "finalize", "predict_leaves", "route"}
 
 
 class InstitutionAgent:
