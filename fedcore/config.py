@@ -268,7 +268,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         if "privacy" in params or "paillier_key_bits" in params:
             raise ConfigError(f"{path}: params: set label protection in the 'privacy:' section "
                               "({mode: paillier, key_bits: 2048}), not in params")
-        params = {**params, "privacy": privacy["mode"], "paillier_key_bits": privacy["key_bits"]}
+        params = {**params, "privacy": privacy["mode"], "paillier_key_bits": privacy.get("key_bits", 2048)}
     try:
         forest = ForestParams(**params) if setting == "vertical" else ExtraTreesParams(**params)
     except TypeError as exc:
@@ -307,8 +307,13 @@ def _parse_privacy(raw: Any, algorithm: str, path: Path) -> dict[str, Any]:
     ldp = raw.get("ldp") or {}
     if not isinstance(ldp, dict):
         raise ConfigError(f"{path}: privacy.ldp must be a mapping of LabelLDP fields, got {ldp!r}")
-    key_bits = raw.get("key_bits", 2048)
-    if isinstance(key_bits, bool) or key_bits not in PAILLIER_KEY_BITS:
-        raise ConfigError(f"{path}: privacy.key_bits must be one of {PAILLIER_KEY_BITS} (Paillier modulus size), "
-                          f"got {key_bits!r}")
-    return {"mode": mode, "epsilon": float(epsilon), "ldp": dict(ldp), "key_bits": int(key_bits)}
+    parsed = {"mode": mode, "epsilon": float(epsilon), "ldp": dict(ldp)}
+    if "key_bits" in raw and mode != "paillier":
+        raise ConfigError(f"{path}: privacy.key_bits applies to mode 'paillier' only, not {mode!r}")
+    if mode == "paillier":
+        key_bits = raw.get("key_bits", 2048)
+        if isinstance(key_bits, bool) or key_bits not in PAILLIER_KEY_BITS:
+            raise ConfigError(f"{path}: privacy.key_bits must be one of {PAILLIER_KEY_BITS} (Paillier modulus "
+                              f"size), got {key_bits!r}")
+        parsed["key_bits"] = int(key_bits)
+    return parsed

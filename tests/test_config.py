@@ -93,3 +93,20 @@ def test_bad_federation_fields_are_refused_by_name(overrides, message) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(_raw(**overrides), CONFIG)
     assert str(caught.value).startswith(f"{CONFIG}: {message}")
+
+
+def test_paillier_key_bits_belong_to_the_paillier_mode(tmp_path) -> None:
+    import yaml
+
+    from fedcore.config import load_config
+    from tests.federations import small_federation
+
+    config_path, _ = small_federation(tmp_path, 200, seed=1, params={"n_estimators": 2})
+    raw = yaml.safe_load(config_path.read_text())
+    raw["privacy"] = {"mode": "none", "key_bits": 3072}
+    config_path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=r"privacy.key_bits applies to mode 'paillier' only, not 'none'"):
+        load_config(config_path)
+    raw["privacy"] = {"mode": "paillier", "key_bits": 3072}
+    config_path.write_text(yaml.safe_dump(raw))
+    assert load_config(config_path).params.paillier_key_bits == 3072
