@@ -94,9 +94,10 @@ def _continuous(frame: pd.DataFrame) -> np.ndarray:
 
 
 # -- vertical ------------------------------------------------------------------------------------------
-def run_vertical(tmp_path: Path, alignment: str) -> Recorded:
+def run_vertical(tmp_path: Path, alignment: str, privacy: str = "none") -> Recorded:
     """Vertical Federated Forest over three institutions with partially overlapping customers: align
-    (keyed hashes or PSI), train, evaluate on the held-out rows, batch predict new customers."""
+    (keyed hashes or PSI), train (labels shared, or Paillier-encrypted), evaluate on the held-out rows,
+    batch predict new customers."""
     from fedcore.data.split import split_vertical
     from fedcore.institution import InstitutionData
     from fedcore.privacy.hashing import hash_ids
@@ -119,7 +120,7 @@ def run_vertical(tmp_path: Path, alignment: str) -> Recorded:
         agents[name] = InstitutionAgent(data, KEY)
     transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=True)
     transport.exchange({n: Message("validation_report") for n in agents})
-    session = VerticalSession(transport, ForestParams(n_estimators=4, max_depth=4, random_state=1),
+    session = VerticalSession(transport, ForestParams(n_estimators=4, max_depth=4, random_state=1, privacy=privacy),
                               holdout_fraction=0.25, min_overlap=50, alignment=alignment)
     session.align()
     session.train()
@@ -135,7 +136,8 @@ def run_vertical(tmp_path: Path, alignment: str) -> Recorded:
         transcript=transport.transcript, parties=list(session.institutions),
         raw_floats=np.unique(np.concatenate([_continuous(f) for f in frames.values()])),
         ids=set(table["record_id"]), feature_names=[c for c in table.columns if c != "record_id"],
-        thresholds=thresholds, keyed_hashes=hash_ids(table["record_id"], KEY).tolist(), session=session)
+        thresholds=thresholds, keyed_hashes=hash_ids(table["record_id"], KEY).tolist(), session=session,
+        label_codes={holder: agents[holder].party._y.astype(np.int64)} if privacy == "paillier" else {})
 
 
 # -- horizontal ----------------------------------------------------------------------------------------
@@ -207,6 +209,13 @@ VERTICAL_TO_PARTIES = {  # DESIGN: its sampled feature ids; bitmaps of nodes it 
     "find_splits": "feat_ptr feat_global feat_rank split_mask split_owner bits_0 bits_1 bits_2",
     "apply_splits": "tree node positions", "finalize": "tree node left right", "load_holdout": "",
     "predict_leaves": "", "evaluate": "values", "align_batch": "positions", "deliver_predictions": "values"}
+PAILLIER_TO_MASTER = {  # DESIGN: as plain, with gains of passive parties computed at the label holder
+    "setup_reply": "feature_ids seal_public", "labels": "enc_y", "encrypted_histograms": "packed sealed",
+    "encrypted_best": " ".join(f"gain_{n} rank_{n} choice_{n}" for n in NAMES)}
+PAILLIER_TO_PARTIES = {
+    "configure": "global_index enc_y " + " ".join(f"seal_{n}" for n in NAMES),
+    "evaluate_encrypted": " ".join(f"packed_{n} sealed_{n}" for n in NAMES),
+    "apply_splits": "tree node positions choice"}
 HASH_ALIGNMENT = ({"id_hashes": "hashes"}, {"id_hashes": "", "batch_hashes": ""})
 PSI_ALIGNMENT = ({"psi_blinded": "blinded", "psi_reblinded": "values"}, {"psi_blinded": "", "psi_reblind": "values"})
 
@@ -265,6 +274,19 @@ def _no_keyed_hash_crosses(run: Recorded) -> None:
     assert leaked == []
 
 
+def _passive_parties_get_ciphertexts_only(run: Recorded) -> None:
+    """Paillier: the label holder alone gets histograms to decrypt; passive parties get the label ciphertexts
+    once, no plain label or statistic, and only split choices sealed for them."""
+    holder = run.session.master.info.label_holder
+    to_holder = {k for e, m in run.messages if e.receiver == holder for k in m.arrays}
+    assert any(k.startswith("packed_") for k in to_holder) and "enc_y" not in to_holder
+    for entry, message in run.messages:
+        if entry.receiver not in (holder, "master"):
+            assert not {"y", "stats", "gain", "rank"} & set(message.arrays), _where(entry)
+    configured = [m.arrays["enc_y"] for e, m in run.messages if m.kind == "configure" and "enc_y" in m.arrays]
+    assert len(configured) == len(run.parties) - 1 and all(c.shape[1] == 512 for c in configured)  # 2048-bit key
+
+
 def _gdp_counts_are_noised(run: Recorded) -> None:
     counts = [m.arrays["counts"] for _, m in run.messages if m.kind == "fet_noisy_counts"]
     assert counts and all(c.dtype == np.float64 and np.any(c != np.round(c)) for c in counts)
@@ -288,8 +310,11 @@ MODES = {
         to_master=_arrays({**VERTICAL_TO_MASTER, **PSI_ALIGNMENT[0]}),
         to_parties=_arrays({**VERTICAL_TO_PARTIES, **PSI_ALIGNMENT[1]}),
         label_codes_cross=True, private_thresholds=True, extras=(_vertical_bitmaps_and_stats, _no_keyed_hash_crosses)),
-    # "vertical-paillier" goes here: a run_vertical variant with Paillier-encrypted labels, and its kinds
-    # (passive parties: ciphertexts of packed labels only; the label holder: encrypted histograms).
+    "vertical-paillier": WireMode(  # passive: label ciphertexts only; label holder: histograms to decrypt
+        run=lambda tmp: run_vertical(tmp, "hash", privacy="paillier"),
+        to_master=_arrays({**VERTICAL_TO_MASTER, **HASH_ALIGNMENT[0], **PAILLIER_TO_MASTER}),
+        to_parties=_arrays({**VERTICAL_TO_PARTIES, **HASH_ALIGNMENT[1], **PAILLIER_TO_PARTIES}),
+        private_thresholds=True, extras=(_vertical_bitmaps_and_stats, _passive_parties_get_ciphertexts_only)),
     "horizontal-fet-none": WireMode(
         run=lambda tmp: run_horizontal(tmp, "extra-trees", "none"),
         to_master=_arrays({**HORIZONTAL_TO_MASTER, "fet_ranges_reply": "min max", "fet_counts": "counts"}),
