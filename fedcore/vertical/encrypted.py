@@ -88,6 +88,7 @@ class LabelHolderCrypto:
         self.layout: SlotLayout | None = None
         self.channels: dict[str, SealedChannel] = {}
         self.sequence = 0  # evaluation rounds so far; both ends of every channel count them
+        self._previous: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}  # last level's histograms per party
 
     def encrypt_labels(self, y: np.ndarray, criterion: int, n_classes: int, max_weight: int) -> np.ndarray:
         """Per sample, one ciphertext of its packed label statistics, as (n_rows, width) bytes."""
@@ -112,8 +113,13 @@ class LabelHolderCrypto:
         plan = _HistogramPlan.from_arrays(layout_arrays, len(totals))
         ciphertexts = self.key.public.from_bytes(packed, f"encrypted histograms of {party!r}")
         sums = self.layout.unpack(self.key.decrypt(ciphertexts), len(plan.bins))
+        histograms = plan.histograms(sums, self._previous.get(party, []))
+        self._previous[party] = histograms
+        hist_ptr = np.concatenate([[0], np.cumsum([len(b) for b, _ in histograms], dtype=np.int64)])
+        bins = np.concatenate([b for b, _ in histograms]) if histograms else np.zeros(0, np.uint8)
+        stats = np.concatenate([v for _, v in histograms]) if histograms else np.zeros((0, self.layout.n_slots), object)
         splits = best_splits_from_histograms(
-            plan.hist_ptr, plan.bins, self.encoding.statistics(sums), plan.pair_node, plan.categorical,
+            hist_ptr, bins, self.encoding.statistics(stats).reshape(len(bins), self.layout.n_slots), plan.pair_node, plan.categorical,
             totals, node_rows, plan.feat_ptr, plan.feat_local, plan.feat_rank, self.encoding.criterion,
             min_leaf, n_class_orderings,
         )
@@ -137,17 +143,29 @@ class PassiveCrypto:
         self.ciphertexts = ciphertexts
         self.channel = channel
         self.sequence = 0  # find_splits rounds so far
+        self._previous: dict[tuple[int, int], int] = {}  # last level: (node, feature) -> pair with a histogram
+        self.pairs_computed = 0
+        self.pairs_derived = 0
+        """Histograms summed here, and those the label holder derives by subtraction (for reports)."""
 
     def histograms(self, codes: np.ndarray, order: np.ndarray, weight: np.ndarray, starts: np.ndarray,
                    ends: np.ndarray, feat_ptr: np.ndarray, feat_local: np.ndarray, feat_rank: np.ndarray,
-                   is_categorical: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Packed encrypted histograms of every (node, candidate feature) and their sealed layout."""
+                   is_categorical: np.ndarray, parents: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Packed encrypted histograms of every (node, candidate feature) and their sealed layout.
+
+        `parents` are the previous level's positions of the nodes that split into this level's sibling
+        pairs (None on a batch's first level). Where both siblings and their parent consider a feature,
+        only the smaller sibling's histogram is computed: the label holder subtracts it from the parent's.
+        """
         self.sequence += 1
         pair_node = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(feat_ptr))
+        node_rows = ends - starts
+        derive_from, sibling = _subtraction_plan(feat_ptr, feat_local, node_rows, parents, self._previous)
+        self.pairs_derived += int(np.sum(derive_from >= 0))
         bins, sums, counts = [], [], []
-        for node, feature in zip(pair_node.tolist(), feat_local.tolist(), strict=True):
+        for q, (node, feature) in enumerate(zip(pair_node.tolist(), feat_local.tolist(), strict=True)):
             s, e = int(starts[node]), int(ends[node])
-            if e - s < 2:  # the label holder skips such nodes, as the plain kernel does
+            if e - s < 2 or derive_from[q] >= 0:  # skipped as by the plain kernel, or derived by subtraction
                 counts.append(0)
                 continue
             rows = order[s:e]
@@ -155,13 +173,17 @@ class PassiveCrypto:
                                                       codes[rows, feature])
             bins.append(pair_bins)
             sums.extend(pair_sums)
+            self.pairs_computed += 1
             counts.append(len(pair_bins))
         plan = {
             "hist_ptr": np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]),
             "bins": np.concatenate(bins) if bins else np.zeros(0, np.uint8),
             "feat_ptr": feat_ptr.astype(np.int64), "feat_local": feat_local.astype(np.int32),
             "feat_rank": feat_rank.astype(np.int32), "categorical": is_categorical[feat_local].astype(np.bool_),
+            "derive_from": derive_from, "sibling": sibling,
         }
+        self._previous = {(node, feature): q for q, (node, feature)
+                          in enumerate(zip(pair_node.tolist(), feat_local.tolist(), strict=True)) if node_rows[node] >= 2}
         packed = self.public.to_bytes(pack_bin_sums(self.public, sums, self.layout)) if sums else \
             np.zeros((0, self.public.ciphertext_bytes), np.uint8)
         sealed = self.channel.seal(arrays_to_bytes(plan), self.sequence - 1)
@@ -188,6 +210,28 @@ class PassiveCrypto:
         return out
 
 
+def _subtraction_plan(feat_ptr: np.ndarray, feat_local: np.ndarray, node_rows: np.ndarray, parents: np.ndarray | None,
+                      previous: dict[tuple[int, int], int]) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair: the previous level's pair of its parent and this level's pair of its smaller sibling, where
+    its histogram is parent minus sibling (-1 where it is computed directly)."""
+    derive_from = np.full(len(feat_local), -1, np.int64)
+    sibling = np.full(len(feat_local), -1, np.int64)
+    if parents is None:
+        return derive_from, sibling
+    features = feat_local.tolist()
+    for j, parent in enumerate(np.asarray(parents).tolist()):
+        small, large = (2 * j, 2 * j + 1) if node_rows[2 * j] <= node_rows[2 * j + 1] else (2 * j + 1, 2 * j)
+        if node_rows[small] < 2:
+            continue
+        small_pairs = {features[q]: q for q in range(feat_ptr[small], feat_ptr[small + 1])}
+        for q in range(feat_ptr[large], feat_ptr[large + 1]):
+            feature = features[q]
+            if feature in small_pairs and (parent, feature) in previous:
+                derive_from[q] = previous[(parent, feature)]
+                sibling[q] = small_pairs[feature]
+    return derive_from, sibling
+
+
 @dataclass
 class _HistogramPlan:
     """A passive party's layout of one level's histograms, checked before the label holder uses it."""
@@ -199,6 +243,26 @@ class _HistogramPlan:
     feat_rank: np.ndarray
     categorical: np.ndarray
     pair_node: np.ndarray
+    derive_from: np.ndarray
+    sibling: np.ndarray
+
+    def histograms(self, sums: np.ndarray, previous: list[tuple[np.ndarray, np.ndarray]]
+                   ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per pair: (bins, slot sums), decrypted or derived as parent minus smaller sibling."""
+        out = [(self.bins[a:b], sums[a:b]) for a, b in zip(self.hist_ptr[:-1], self.hist_ptr[1:], strict=True)]
+        for q in np.flatnonzero(self.derive_from >= 0).tolist():
+            parent, sibling = int(self.derive_from[q]), int(self.sibling[q])
+            if not (parent < len(previous) and 0 <= sibling < len(out) and self.derive_from[sibling] < 0):
+                raise ProtocolError("malformed histogram layout: a derived histogram names no usable parent or sibling")
+            parent_bins, parent_sums = previous[parent]
+            child_bins, child_sums = out[sibling]
+            where = np.searchsorted(parent_bins, child_bins)
+            if len(child_bins) and (where.max() >= len(parent_bins) or np.any(parent_bins[where] != child_bins)):
+                raise ProtocolError("malformed histogram layout: a sibling has bins its parent lacks")
+            derived = parent_sums.copy()
+            derived[where] -= child_sums
+            out[q] = (parent_bins, derived)
+        return out
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], n_nodes: int) -> _HistogramPlan:
@@ -208,12 +272,14 @@ class _HistogramPlan:
             plan = cls(hist_ptr, arrays["bins"].astype(np.uint8), feat_ptr, arrays["feat_local"].astype(np.int32),
                        arrays["feat_rank"].astype(np.int32), arrays["categorical"].astype(np.bool_),
                        np.repeat(np.arange(n_nodes, dtype=np.int64), np.diff(feat_ptr)) if len(feat_ptr) == n_nodes + 1
-                       else np.zeros(0, np.int64))
+                       else np.zeros(0, np.int64), arrays["derive_from"].astype(np.int64),
+                       arrays["sibling"].astype(np.int64))
         except (KeyError, ValueError) as error:
             raise ProtocolError(f"malformed histogram layout: {error}") from error
         n_pairs = len(plan.feat_local)
         if (len(feat_ptr) != n_nodes + 1 or feat_ptr[0] != 0 or feat_ptr[-1] != n_pairs or np.any(np.diff(feat_ptr) < 0)
                 or len(hist_ptr) != n_pairs + 1 or hist_ptr[0] != 0 or hist_ptr[-1] != len(plan.bins)
-                or np.any(np.diff(hist_ptr) < 0) or len(plan.feat_rank) != n_pairs or len(plan.categorical) != n_pairs):
+                or np.any(np.diff(hist_ptr) < 0) or len(plan.feat_rank) != n_pairs or len(plan.categorical) != n_pairs
+                or len(plan.derive_from) != n_pairs or len(plan.sibling) != n_pairs):
             raise ProtocolError("malformed histogram layout: pointers do not match the level's nodes and bins")
         return plan

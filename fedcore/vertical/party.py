@@ -209,7 +209,8 @@ class VerticalParty:
         self._candidates = None
         return Message("ack")
 
-    def _apply_previous_splits(self, arrays: dict[str, np.ndarray], my_index: int) -> None:
+    def _apply_previous_splits(self, arrays: dict[str, np.ndarray], my_index: int) -> np.ndarray:
+        """Split the open nodes with the owners' bitmaps; returns the positions of the nodes that split."""
         n_nodes = len(self._partition.starts)
         split_mask = np.asarray(arrays["split_mask"])
         _require(split_mask.shape == (n_nodes,), self.name, f"split_mask must have one entry per node ({n_nodes})")
@@ -224,11 +225,11 @@ class VerticalParty:
                 pieces.append((owners == int(key[5:]), blob))
         packed, offsets = scatter_node_bytes(pieces, lengths)
         self._partition.split(split_mask, packed, offsets)
+        return idx
 
     def _on_find_splits(self, message: Message) -> Message:
         a, h = message.arrays, message.header
-        if "split_mask" in a:
-            self._apply_previous_splits(a, int(h["party_index"]))
+        parents = self._apply_previous_splits(a, int(h["party_index"])) if "split_mask" in a else None
         part = self._partition
         _require(part is not None, self.name, "find_splits before begin_batch")
         feat_global = _indices(a["feat_global"], len(self._global_to_local), self.name, "feat_global")
@@ -247,7 +248,7 @@ class VerticalParty:
             self._candidates = None
             packed, sealed = self._passive_crypto.histograms(
                 self._codes, part.order, part.weight, part.starts, part.ends, feat_ptr, feat_local, feat_rank,
-                self._binner.is_categorical)
+                self._binner.is_categorical, parents)
             return Message("encrypted_histograms", {}, {"packed": packed, "sealed": sealed})
         out = find_best_splits(
             self._codes, part.target, part.order, part.weight, part.starts, part.ends,

@@ -51,6 +51,10 @@ def test_paillier_mode_grows_exactly_the_plain_forest(case, key) -> None:
     test = mixed_table(n_rows=80, seed=12, **table_args)
     np.testing.assert_array_equal(plain.predict_proba([test[c] for c in columns]),
                                   paillier.predict_proba([test[c] for c in columns]))
+    passive = [p._passive_crypto for p in paillier.parties_ if not p.is_label_holder]
+    derived = sum(c.pairs_derived for c in passive)
+    if params.get("feature_sampling") == "tree":  # siblings share candidates: one of each pair is subtracted
+        assert derived > 0.3 * sum(c.pairs_computed for c in passive)
 
 
 def test_integer_regression_targets_are_exact(key) -> None:
