@@ -17,7 +17,7 @@ import numpy as np
 from gmpy2 import mpz
 
 from fedcore.errors import ProtocolError
-from fedcore.privacy.paillier import PaillierPublicKey
+from fedcore.privacy.paillier import PaillierPublicKey, parallel_map
 
 
 @dataclass(frozen=True)
@@ -79,16 +79,22 @@ class SlotLayout:
         return {"n_slots": self.n_slots, "slot_bits": self.slot_bits}
 
 
-def pack_bin_sums(public: PaillierPublicKey, sums: Sequence[mpz], layout: SlotLayout) -> list[mpz]:
-    """Fold consecutive encrypted bin sums into ceil(len / bins_per_ciphertext) ciphertexts (Horner)."""
+def pack_bin_sums(public: PaillierPublicKey, sums: Sequence[mpz], layout: SlotLayout,
+                  workers: int | None = None) -> list[mpz]:
+    """Fold consecutive encrypted bin sums into ceil(len / bins_per_ciphertext) ciphertexts (Horner), the
+    groups spread over `workers` threads."""
     per, shift, n2 = layout.bins_per_ciphertext, mpz(1) << layout.bin_bits, public.n_square
-    packed = []
-    for first in range(0, len(sums), per):
-        acc = sums[first]
-        for c in sums[first + 1:first + per]:
-            acc = gmpy2.powmod(acc, shift, n2) * c % n2
-        packed.append(acc)
-    return packed
+
+    def fold(groups: list[Sequence[mpz]]) -> list[mpz]:
+        packed = []
+        for group in groups:
+            acc = group[0]
+            for c in group[1:]:
+                acc = gmpy2.powmod(acc, shift, n2) * c % n2
+            packed.append(acc)
+        return packed
+
+    return parallel_map(fold, [sums[first:first + per] for first in range(0, len(sums), per)], workers)
 
 
 def encrypted_bin_sums(public: PaillierPublicKey, ciphertexts: Sequence[mpz], rows: np.ndarray,

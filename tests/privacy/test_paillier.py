@@ -135,3 +135,12 @@ def test_sealed_arrays_refuse_pickles():
     np.savez(buffer, x=np.array([{"pickled": 1}], dtype=object))
     with pytest.raises(ProtocolError, match="malformed sealed arrays"):
         bytes_to_arrays(buffer.getvalue())
+
+
+def test_parallel_encryption_and_decryption_agree_with_serial(key):
+    from fedcore.privacy.paillier import PARALLEL_MIN_ITEMS
+
+    values = list(range(2 * PARALLEL_MIN_ITEMS + 1))
+    ciphertexts = key.encrypt(values, workers=2)
+    assert len(set(ciphertexts)) == len(values)
+    assert key.decrypt(ciphertexts, workers=3) == key.decrypt(ciphertexts, workers=1) == values
