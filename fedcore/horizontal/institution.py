@@ -46,10 +46,9 @@ from fedcore.horizontal.ppdert import PPDERTParty
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.institution import (
     InstitutionData,
+    SessionAgent,
     load_signed_table,
     store_signed_table,
-    validation_reply,
-    withdraw_version,
     write_predictions,
 )
 from fedcore.models.artifacts import table_sha256
@@ -66,55 +65,38 @@ NOISE_SEEDS = ".noise-seeds"
 NOISY = ("gdp", "ldp")
 
 
-class HorizontalInstitutionAgent:
+class HorizontalInstitutionAgent(SessionAgent):
     """Answers one institution's side of horizontal sessions (see the module docstring)."""
+
+    engine_kinds = frozenset(ENGINE_KINDS)
+    not_ready = "no setup yet"
 
     def __init__(self, data: InstitutionData | Callable[[], InstitutionData], name: str = "",
                  identity: PartyIdentity | None = None) -> None:
         """`data`, or a loader called afresh at every session start (a long-lived agent trains on its data as
         it is then). `identity` signs the institution's PPD-ERT secure-aggregation keys and checks its peers'
         (`fedcore.privacy.keyauth`; an agent server uses its mutual-TLS certificate and key)."""
+        super().__init__(data, name)
         self.identity = identity
-        self._loader = data if callable(data) else None
-        self.data = None if callable(data) else data
-        self.name = data.name if not callable(data) else name
         self.party: HorizontalParty | None = None
         self.model: HorizontalForest | None = None
         self.schema: HorizontalSchema | None = None
         self._holdout: pd.DataFrame | None = None
         self._checkpoints: CheckpointStore | None = None
         self._seeds: CheckpointStore | None = None
-        self.closed = False
-        self.sessions = 0
 
-    def handle(self, message: Message) -> Message:
-        """Dispatch a session message, or pass an engine message to the party."""
-        if self.data is None and message.kind != "validation_report":
-            raise ProtocolError(f"institution agent: session not started ({message.kind!r} before validation_report)")
-        if message.kind in ENGINE_KINDS:
-            if self.party is None:
-                raise ProtocolError(f"institution {self.name!r}: no setup yet ({message.kind!r} too early)")
-            if "save_batch" in message.header and self._checkpoints is not None:
-                # the batch just finished, before the next one (or the final model) changes anything
-                self._checkpoints.save(int(message.header["save_batch"]), self._party_state())
-            reply = self.party.handle(message)
-            if message.kind == "model":
-                self.model = self.party.model
-            return reply
-        handler = getattr(self, f"_on_{message.kind}", None)
-        if handler is None:
-            raise ProtocolError(f"institution {self.name!r} cannot handle message kind {message.kind!r}")
-        return handler(message)
+    def _engine_reply(self, message: Message) -> Message:
+        reply = self.party.handle(message)
+        if message.kind == "model":
+            self.model = self.party.model
+        return reply
+
+    def _batch_checkpoint(self) -> dict[str, np.ndarray]:
+        return self._party_state()
 
     # -- session start ----------------------------------------------------------------------------------
-    def _on_validation_report(self, message: Message) -> Message:
-        if self._loader is not None:
-            self.data = self._loader()
-            self.name = self.data.name
-        self.party, self.model, self._holdout, self.closed = None, None, None, False
-        self._checkpoints = self._seeds = None
-        self.sessions += 1
-        return validation_reply(self.data.validation)
+    def _start_session(self) -> None:
+        self.model, self._holdout, self._seeds = None, None, None
 
     def _on_contract(self, message: Message) -> Message:
         from fedcore.contracts.model import dump_contract
@@ -174,9 +156,6 @@ class HorizontalInstitutionAgent:
     def _on_store_model(self, message: Message) -> Message:
         path = store_signed_table(self.data, message.header, MODEL_STEM, self._require_model().to_table(), {})
         return Message("stored", {"path": path})
-
-    def _on_withdraw_model(self, message: Message) -> Message:
-        return withdraw_version(self.data, message.header)
 
     def _on_load_model(self, message: Message) -> Message:
         """Take the complete model of a registered version from this institution's own registry."""
@@ -258,6 +237,3 @@ class HorizontalInstitutionAgent:
                 store.drop()
         return Message("ack")
 
-    def _on_close(self, message: Message) -> Message:
-        self.closed = True
-        return Message("ack")

@@ -1,5 +1,6 @@
-"""Authenticated secure-aggregation keys: every party signs its X25519 public key with a long-term
-identity, and every party checks every other party's signed key before it derives a pair mask.
+"""Authenticated key exchange keys: every party signs its X25519 public key with a long-term identity,
+and every party checks every other party's signed key before it derives a pair mask (PPD-ERT's secure
+aggregation) or a sealed channel (vertical Paillier mode; `purpose="sealing"`).
 
 Without this, the master that relays the public keys could hand each party a key of its own and unmask
 every individual vector (man in the middle). With it, a substituted key carries no valid signature of the
@@ -47,6 +48,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from fedcore.errors import KeyAuthenticationError
 
 STATEMENT_PREFIX = b"fedforest secagg public key v1"
+PURPOSES = {"secure-aggregation": STATEMENT_PREFIX, "sealing": b"fedforest sealing key v1"}
+"""What a signed X25519 key is for: PPD-ERT's pair masks, or vertical Paillier mode's sealed channels. The
+purpose is part of the signed statement, so a key signed for one cannot be replayed as the other."""
 ROLE = "institution"
 
 PrivateKey = Ed25519PrivateKey | ec.EllipticCurvePrivateKey
@@ -57,9 +61,9 @@ class Untrusted(Exception):
     """Why a credential or signature is refused (the text completes "refuses the key of P: ...")."""
 
 
-def key_statement(context: bytes, party: str, public_key: bytes) -> bytes:
-    """The exact bytes a party signs for its secure-aggregation key in the session `context`."""
-    fields = (STATEMENT_PREFIX, bytes(context), party.encode(), bytes(public_key))
+def key_statement(context: bytes, party: str, public_key: bytes, purpose: str = "secure-aggregation") -> bytes:
+    """The exact bytes a party signs for its key of `purpose` in the session `context`."""
+    fields = (PURPOSES[purpose], bytes(context), party.encode(), bytes(public_key))
     return b"".join(len(f).to_bytes(4, "big") + f for f in fields)
 
 
@@ -203,17 +207,17 @@ class PartyIdentity:
             raise TLSError(f"institution {name!r}: the agent key is not an unencrypted PEM private key: {exc}") from exc
         return cls(name, private_key, pem, ConsortiumCA(ca_certificate))
 
-    def sign_key(self, context: bytes, public_key: bytes) -> SignedKey:
-        """Sign this party's secure-aggregation `public_key` for the session `context`."""
-        signature = _sign(self._key, key_statement(context, self.name, public_key))
+    def sign_key(self, context: bytes, public_key: bytes, purpose: str = "secure-aggregation") -> SignedKey:
+        """Sign this party's `public_key` of `purpose` (see PURPOSES) for the session `context`."""
+        signature = _sign(self._key, key_statement(context, self.name, public_key, purpose))
         return SignedKey(self.name, bytes(public_key), signature, self.credential)
 
-    def verify(self, context: bytes, signed: SignedKey) -> bytes:
+    def verify(self, context: bytes, signed: SignedKey, purpose: str = "secure-aggregation") -> bytes:
         """The peer's public key if its signature for `context` checks out; KeyAuthenticationError if not."""
         peer = signed.party
 
         def refuse(reason: str) -> KeyAuthenticationError:
-            return KeyAuthenticationError(f"party {self.name!r} refuses the secure-aggregation key relayed for "
+            return KeyAuthenticationError(f"party {self.name!r} refuses the {purpose} key relayed for "
                                           f"party {peer!r}: {reason}")
 
         if not signed.signature:
@@ -223,7 +227,7 @@ class PartyIdentity:
         except Untrusted as why:
             raise refuse(str(why)) from None
         try:
-            _verify(key, signed.signature, key_statement(context, peer, signed.public_key))
+            _verify(key, signed.signature, key_statement(context, peer, signed.public_key, purpose))
         except InvalidSignature:
             raise refuse(f"the signature does not verify against the identity of {peer!r} (the key was "
                          "replaced on the way, or was signed for another session)") from None

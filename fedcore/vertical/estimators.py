@@ -19,6 +19,7 @@ import pandas as pd
 
 from fedcore.data.split import named_parties
 from fedcore.errors import NotFittedError
+from fedcore.privacy.keyauth import ephemeral_identities
 from fedcore.privacy.paillier import PaillierPrivateKey
 from fedcore.progress import progress_bar
 from fedcore.transport.inprocess import InProcessTransport
@@ -85,9 +86,12 @@ class _FederatedForest:
         frames = named_parties(parties)
         validate_training_parties(frames, label, self._task)
         key = hashlib.sha256(f"fedforest-simulation-{self.params.random_state}".encode()).digest()
+        # no certificates in simulation: fresh Ed25519 identities, pinned at every party, sign the sealing keys
+        identities = ephemeral_identities(frames) if self.params.privacy == "paillier" else {}
         self.parties_ = [
             VerticalParty(name, frame, label if label in frame.columns else None, feature_key=key,
-                          paillier_key=self.paillier_key if label in frame.columns else None)
+                          paillier_key=self.paillier_key if label in frame.columns else None,
+                          identity=identities.get(name))
             for name, frame in frames.items()
         ]
         self.label_ = label

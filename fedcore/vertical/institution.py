@@ -21,15 +21,15 @@ from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.institution import (
     InstitutionData,
+    SessionAgent,
     load_signed_table,
     store_signed_table,
-    validation_reply,
-    withdraw_version,
     write_predictions,
 )
 from fedcore.models.artifacts import decode_classes, encode_classes, table_sha256
 from fedcore.models.tables import partial_forest_from_table, party_table
 from fedcore.privacy.hashing import hash_ids
+from fedcore.privacy.keyauth import PartyIdentity
 from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.trees.structure import PartySplits
 from fedcore.vertical.alignment import align_frame
@@ -43,58 +43,38 @@ PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_split
                "apply_splits", "finalize", "predict_leaves", "route"}
 
 
-class InstitutionAgent:
+class InstitutionAgent(SessionAgent):
     """Answers the master's session messages for one institution; see the module docstring."""
 
+    engine_kinds = frozenset(PARTY_KINDS)
+    not_ready = "rows are not aligned yet"
+
     def __init__(self, data: InstitutionData | Callable[[], InstitutionData], consortium_key: bytes,
-                 name: str = "") -> None:
-        """`data` is the institution's table, or a loader called afresh at the start of every session
-        (a long-lived agent then trains each session on the data as it is then)."""
-        self._loader = data if callable(data) else None
-        self.data = None if callable(data) else data
-        self.name = data.name if not callable(data) else name
+                 name: str = "", identity: PartyIdentity | None = None) -> None:
+        """`data` is the institution's table, or a loader called afresh at the start of every session.
+        `identity` signs the institution's sealing key in Paillier mode and checks its peers'."""
+        super().__init__(data, name)
         self._key = consortium_key
+        self.identity = identity
         self.party: VerticalParty | None = None
         self._holdout: pd.DataFrame | None = None
         self._batch_ids: pd.Series | None = None
         self._psi = None  # the PSIParty of an alignment in progress (its secret never leaves this object)
         self.aligned_ids: pd.Series | None = None
         self._checkpoints: CheckpointStore | None = None
-        self.closed = False
-        self.sessions = 0
 
-    def handle(self, message: Message) -> Message:
-        """Dispatch a session message, or pass a Federated Forest protocol message to the party."""
-        if self.data is None and message.kind != "validation_report":
-            raise ProtocolError(f"institution agent: session not started ({message.kind!r} before validation_report)")
-        if message.kind in PARTY_KINDS:
-            if self.party is None:
-                raise ProtocolError(f"institution {self.name!r}: rows are not aligned yet ({message.kind!r} too early)")
-            if "save_batch" in message.header and self._checkpoints is not None:
-                splits = self.party.batch_splits()  # the batch just finished, before the next one starts
-                self._checkpoints.save(int(message.header["save_batch"]),
-                                       {f: getattr(splits, f) for f in SPLIT_ARRAYS})
-            return self.party.handle(message)
-        handler = getattr(self, f"_on_{message.kind}", None)
-        if handler is None:
-            raise ProtocolError(f"institution {self.name!r} cannot handle message kind {message.kind!r}")
-        return handler(message)
+    def _batch_checkpoint(self) -> dict[str, np.ndarray]:
+        splits = self.party.batch_splits()  # the splits this institution owns in the batch just finished
+        return {f: getattr(splits, f) for f in SPLIT_ARRAYS}
+
+    def _start_session(self) -> None:
+        self._holdout, self._batch_ids, self._psi = None, None, None
 
     def _hashes(self, ids: pd.Series) -> np.ndarray:
         digests = hash_ids(ids, self._key)
         return np.frombuffer(digests.tobytes(), dtype=np.uint8).reshape(len(digests), 32)
 
-    # -- validation, alignment and training -----------------------------------------------------------
-    def _on_validation_report(self, message: Message) -> Message:
-        """Start of a session: (re)load the data if a loader was given, then report its validation:
-        pass/fail per expectation with counts, never the example values (they are raw data)."""
-        if self._loader is not None:
-            self.data = self._loader()
-            self.name = self.data.name
-        self.party, self._holdout, self._batch_ids, self._psi, self.closed = None, None, None, None, False
-        self.sessions += 1
-        return validation_reply(self.data.validation)
-
+    # -- alignment and training ------------------------------------------------------------------------
     def _on_id_hashes(self, message: Message) -> Message:
         if not self.data.valid:
             raise ProtocolError(f"institution {self.name!r}: its data failed validation; it takes no part in training")
@@ -137,7 +117,8 @@ class InstitutionAgent:
         self.aligned_ids = aligned[self.data.id_column]  # kept here, for audits; never sent
         aligned = aligned.drop(columns=[self.data.id_column])
         train, self._holdout = aligned[~holdout].reset_index(drop=True), aligned[holdout].reset_index(drop=True)
-        self.party = VerticalParty(self.name, train, self.data.label, feature_key=self._feature_key())
+        self.party = VerticalParty(self.name, train, self.data.label, feature_key=self._feature_key(),
+                                   identity=self.identity)
         return Message("aligned", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
 
     def _feature_key(self) -> bytes:
@@ -177,9 +158,6 @@ class InstitutionAgent:
         path = store_signed_table(self.data, message.header, party_file_stem(self.name), party_table(self.party.model),
                                   extra)
         return Message("stored", {"path": path})
-
-    def _on_withdraw_model(self, message: Message) -> Message:
-        return withdraw_version(self.data, message.header)
 
     def _on_load_model(self, message: Message) -> Message:
         """Rebuild the party from its own stored partial model, to batch predict without training."""
@@ -253,8 +231,4 @@ class InstitutionAgent:
     def _on_drop_checkpoints(self, message: Message) -> Message:
         if self._checkpoints is not None:
             self._checkpoints.drop()
-        return Message("ack")
-
-    def _on_close(self, message: Message) -> Message:
-        self.closed = True
         return Message("ack")

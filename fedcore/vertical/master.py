@@ -361,14 +361,16 @@ def _relay_paillier_setup(name: str, holder: str, parties: list[str], replies: d
                           header: dict, arrays: dict[str, np.ndarray]) -> None:
     """Paillier mode: a passive party gets the public key, the label ciphertexts and the label holder's
     sealing key; the label holder gets every passive party's sealing key."""
+    peers = [other for other in parties if other != holder] if name == holder else [holder]
+    for peer in peers:  # each sealing key travels with its owner's signature (checked by the receiver)
+        arrays[f"seal_{peer}"] = replies[peer].arrays["seal_public"]
+    header["seal_signatures"] = {peer: {k: v for k, v in replies[peer].header.items() if k.startswith("key_")}
+                                 for peer in peers}
     if name == holder:
-        header["passive_parties"] = [other for other in parties if other != holder]
-        for other in header["passive_parties"]:
-            arrays[f"seal_{other}"] = replies[other].arrays["seal_public"]
+        header["passive_parties"] = peers
         return
     header.update(paillier=labels.header["paillier"], label_holder=holder)
     arrays["enc_y"] = labels.arrays["enc_y"]
-    arrays[f"seal_{holder}"] = replies[holder].arrays["seal_public"]
 
 
 def _concatenate_structures(parts: list[ForestStructure], n_trees: int) -> ForestStructure:

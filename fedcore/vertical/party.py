@@ -12,6 +12,7 @@ import pandas as pd
 
 from fedcore.data.binning import PartyBinner
 from fedcore.errors import ProtocolError
+from fedcore.privacy.keyauth import PartyIdentity, SignedKey, context_digest
 from fedcore.privacy.packing import SlotLayout
 from fedcore.privacy.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
 from fedcore.privacy.sealed import SealingKey
@@ -60,8 +61,10 @@ class VerticalParty:
     """One institution's agent: its columns, optionally the label, and the protocol handlers."""
 
     def __init__(self, name: str, frame: pd.DataFrame, label: str | None = None, feature_key: bytes = b"",
-                 paillier_key: PaillierPrivateKey | None = None) -> None:
-        """`paillier_key`: the label holder's key for Paillier mode (default: a fresh one per training)."""
+                 paillier_key: PaillierPrivateKey | None = None, identity: PartyIdentity | None = None) -> None:
+        """`paillier_key`: the label holder's key for Paillier mode (default: a fresh one per training).
+        `identity` signs this party's sealing key in Paillier mode and checks its peers' (an agent uses its
+        mutual-TLS certificate); without one, relayed sealing keys are taken on trust."""
         self.name = name
         self.label = label
         self.is_label_holder = label is not None
@@ -83,7 +86,9 @@ class VerticalParty:
         self.model: PartialForest | None = None
         self._predict_X: np.ndarray | None = None
         self._paillier_key = paillier_key
+        self.identity = identity
         self._sealing: SealingKey | None = None
+        self._seal_context = b""
         self._label_crypto: LabelHolderCrypto | None = None  # Paillier mode, label holder
         self._passive_crypto: PassiveCrypto | None = None  # Paillier mode, passive party
         self._level_totals = np.zeros((0, 0))
@@ -118,6 +123,10 @@ class VerticalParty:
                      "Paillier mode needs a 16-byte hex session_context")
             self._sealing = SealingKey(self.name, bytes.fromhex(context))
             arrays["seal_public"] = np.frombuffer(self._sealing.public_bytes(), np.uint8)
+            self._seal_context = context_digest(b"vertical paillier sealing", bytes.fromhex(context))
+            if self.identity is not None:
+                header.update(self.identity.sign_key(self._seal_context, self._sealing.public_bytes(),
+                                                     "sealing").to_header())
             if self.is_label_holder:
                 key = self._paillier_key or generate_keypair(int(h.get("paillier_key_bits", 2048)))
                 self._label_crypto = LabelHolderCrypto(key)
@@ -180,7 +189,7 @@ class VerticalParty:
             raise ProtocolError(f"party {self.name!r} refuses the request: malformed Paillier setup ({error})") from error
         ciphertexts = public.from_bytes(message.arrays["enc_y"], "label ciphertexts")
         _require(len(ciphertexts) == len(self.features), self.name, "one label ciphertext per row is needed")
-        channel = self._sealing.channel(holder, np.asarray(message.arrays[f"seal_{holder}"], np.uint8).tobytes())
+        channel = self._sealing.channel(holder, self._peer_sealing_key(message, holder))
         self._passive_crypto = PassiveCrypto(public, layout, ciphertexts, channel)
         self._y = np.zeros(len(self.features))  # only the bootstrap's row count is needed
 
@@ -189,11 +198,18 @@ class VerticalParty:
         passive = message.header.get("passive_parties")
         _require(isinstance(passive, list) and all(f"seal_{name}" in message.arrays for name in passive), self.name,
                  "the label holder needs every passive party's sealing key")
-        self._label_crypto.channels = {
-            name: self._sealing.channel(name, np.asarray(message.arrays[f"seal_{name}"], np.uint8).tobytes())
-            for name in passive
-        }
+        self._label_crypto.channels = {name: self._sealing.channel(name, self._peer_sealing_key(message, name))
+                                       for name in passive}
         self._label_crypto.sequence = 0
+
+    def _peer_sealing_key(self, message: Message, peer: str) -> bytes:
+        """A peer's relayed sealing key, checked against its signature when this party has an identity."""
+        key = np.asarray(message.arrays[f"seal_{peer}"], np.uint8).tobytes()
+        if self.identity is None:
+            return key
+        signature = (message.header.get("seal_signatures") or {}).get(peer) or {}
+        signed = SignedKey.from_header(peer, key, signature.get("key_signature"), signature.get("key_credential"))
+        return self.identity.verify(self._seal_context, signed, "sealing")
 
     # -- growth ---------------------------------------------------------------------------------
     def _on_begin_batch(self, message: Message) -> Message:

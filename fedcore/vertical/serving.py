@@ -8,6 +8,7 @@ import threading
 from fedcore.config import FederationConfig
 from fedcore.errors import ConfigError, ProtocolError
 from fedcore.institution import InstitutionData, institution_from_config
+from fedcore.privacy.keyauth import PartyIdentity
 from fedcore.transport.flight import AgentServer
 from fedcore.vertical.institution import InstitutionAgent
 
@@ -22,16 +23,16 @@ def build_institution_server(config: FederationConfig, name: str, master: str = 
     if missing:
         raise ConfigError(f"{config.path}: institution {name!r} needs {', '.join(missing)} to serve over Flight")
     source = data if data is not None else (lambda: institution_from_config(config, name))
+    # the mTLS certificate and key also sign the keys a master relays between institutions (PPD-ERT's
+    # secure-aggregation keys, Paillier mode's sealing keys; peers check them against the consortium CA),
+    # so the master cannot substitute its own
+    identity = PartyIdentity.from_certificate(name, inst.cert, inst.key, config.tls["ca"])
     if config.setting == "horizontal":
         from fedcore.horizontal.institution import HorizontalInstitutionAgent
-        from fedcore.privacy.keyauth import PartyIdentity
 
-        # the mTLS certificate and key also sign PPD-ERT's secure-aggregation keys (peers check them
-        # against the consortium CA), so a master relaying the keys cannot substitute its own
-        identity = PartyIdentity.from_certificate(name, inst.cert, inst.key, config.tls["ca"])
         agent = HorizontalInstitutionAgent(source, name=name, identity=identity)
     else:
-        agent = InstitutionAgent(source, config.read_consortium_key(), name=name)
+        agent = InstitutionAgent(source, config.read_consortium_key(), name=name, identity=identity)
     return AgentServer(agent, location=inst.endpoint, tls_cert=inst.cert, tls_key=inst.key, ca_cert=config.tls["ca"],
                        allowed_master=master)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import fields
@@ -25,15 +24,10 @@ from fedcore.transport.inprocess import InProcessTransport
 from fedcore.transport.tls import init_ca, issue_certificate
 from fedcore.vertical.institution import InstitutionAgent
 from fedcore.vertical.session import VerticalSession
+from flows.demo import free_port
 from tests.conftest import mixed_table
 
 NAMES = ("bank", "insurer", "retailer")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture
@@ -54,7 +48,7 @@ def federation(tmp_path: Path) -> Path:
         suffix = "csv" if name == "retailer" else "parquet"
         institutions.append({
             "name": name, "data": f"data/{name}/*.{suffix}", "id_column": "customer_id",
-            "endpoint": f"grpc+tls://127.0.0.1:{_free_port()}", "cert": f"certs/{name}.pem",
+            "endpoint": f"grpc+tls://127.0.0.1:{free_port()}", "cert": f"certs/{name}.pem",
             "key": f"certs/{name}.key", **({"label": "target"} if "target" in frame.columns else {}),
         })
     certs = tmp_path / "certs"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pandas as pd
 import pytest
 
 from fedcore.models.registry import ModelRegistry
+from flows.demo import free_port
 from tests.federations import small_federation
 
 pytestmark = pytest.mark.slow
@@ -26,12 +26,6 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 INSTITUTIONS = ("bank", "ecommerce", "insurer")
 MODEL = "retail-response"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Processes:
@@ -100,7 +94,7 @@ def deployed(tmp_path_factory) -> Iterator[dict]:
     config_path, scenario = small_federation(root / "federation", 1200, seed=8,
                                              params={"n_estimators": 8, "max_depth": 5})
     (root / "logs").mkdir()
-    api_url = f"http://127.0.0.1:{_free_port()}/api"
+    api_url = f"http://127.0.0.1:{free_port()}/api"
     env = {**os.environ, "PREFECT_HOME": str(root / "prefect-home"), "PREFECT_API_URL": api_url,
            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{root / 'prefect.db'}",
            "PREFECT_UI_ENABLED": "false", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",

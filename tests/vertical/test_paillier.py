@@ -189,3 +189,28 @@ def test_regression_and_classification_layouts_hold_the_largest_sums() -> None:
     assert values.shape == (5, 3) and encoding.largest_slot_sum(values, 5) == 5
     frame = pd.DataFrame(values.astype(int))
     assert (frame.sum(axis=1) == 1).all()
+
+
+def test_a_master_that_swaps_a_sealing_key_is_caught(key) -> None:
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    from fedcore.errors import KeyAuthenticationError
+
+    table = mixed_table(n_rows=120, seed=5, n_classes=2)
+    parties = split_vertical(table, 2, label="target", seed=7, label_party=0)
+    model = FederatedForestClassifier(n_estimators=1, max_depth=2, privacy="paillier", paillier_key=key)
+    transport = model.fit(parties, label="target").transport_  # signed keys: a fit works
+    holder = model.label_holder_
+    passive = next(p for p in model.parties_ if not p.is_label_holder)
+    own_key = X25519PrivateKey.generate().public_key().public_bytes_raw()  # the master's, to read the layouts
+
+    def swap(message):
+        if message.kind == "configure":
+            message.arrays[f"seal_{holder.name}"] = np.frombuffer(own_key, np.uint8)
+        return passive.handle(message)
+
+    transport._handlers[passive.name] = swap
+    model.master_.info = None
+    with pytest.raises(KeyAuthenticationError, match=rf"party '{passive.name}' refuses the sealing key relayed for "
+                                                     rf"party '{holder.name}': the signature does not verify"):
+        model.master_.fit()
