@@ -118,10 +118,10 @@ class LabelHolderCrypto:
         hist_ptr = np.concatenate([[0], np.cumsum([len(b) for b, _ in histograms], dtype=np.int64)])
         bins = np.concatenate([b for b, _ in histograms]) if histograms else np.zeros(0, np.uint8)
         stats = np.concatenate([v for _, v in histograms]) if histograms else np.zeros((0, self.layout.n_slots), object)
+        statistics = self.encoding.statistics(stats).reshape(len(bins), self.layout.n_slots)
         splits = best_splits_from_histograms(
-            hist_ptr, bins, self.encoding.statistics(stats).reshape(len(bins), self.layout.n_slots), plan.pair_node, plan.categorical,
-            totals, node_rows, plan.feat_ptr, plan.feat_local, plan.feat_rank, self.encoding.criterion,
-            min_leaf, n_class_orderings,
+            hist_ptr, bins, statistics, plan.pair_node, plan.categorical, totals, node_rows, plan.feat_ptr,
+            plan.feat_local, plan.feat_rank, self.encoding.criterion, min_leaf, n_class_orderings,
         )
         return splits, self._seal_choices(channel, splits)
 

@@ -3,7 +3,8 @@ picks the best of the parties' local splits per node, relays partition bitmaps, 
 leaf values, and combines prediction answers.
 
 Every exchange covers all open nodes of one level of every tree in the batch, so the number of round
-trips grows with depth (two per level), never with nodes or rows.
+trips grows with depth (two per level; three with Paillier-encrypted labels, see
+`fedcore/vertical/encrypted.py`), never with nodes or rows.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class VerticalMaster:
 
     # -- setup ----------------------------------------------------------------------------------
     def setup(self) -> FederationInfo:
-        """Ask every party to bin its data and name its features; share the encoded labels."""
+        """Ask every party to bin its data and name its features; share the encoded labels (in Paillier mode,
+        relay their ciphertexts and the parties' signed sealing keys instead)."""
         p = self.params
         parties = self.transport.parties
         header = {"max_bins": p.max_bins, "binning_seed": p.random_state, "criterion": p.criterion_code,

@@ -300,6 +300,7 @@ class VerticalParty:
         a = message.arrays
         part = self._partition
         if self._passive_crypto is not None and part is not None:
+            _require("choice" in a, self.name, "Paillier mode: apply_splits needs the label holder's sealed choices")
             pos = _indices(a["positions"], len(part.starts), self.name, "positions")
             self._candidates = self._passive_crypto.open_choices(a["choice"], pos, len(part.starts))
             chosen = self._candidates.feature[pos]
