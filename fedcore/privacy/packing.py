@@ -1,10 +1,16 @@
 """Packing of label statistics into Paillier plaintexts, and of encrypted bin sums into few ciphertexts.
 
-A sample's plaintext holds `n_slots` non-negative integers (class one-hots, or 1, q, q^2 for a fixed-point
-target q) at `slot_bits` spacing, wide enough that summing any node's samples never carries into the next
-slot. A passive party sums ciphertexts per bin, then folds `bins_per_ciphertext` bin sums into one
-ciphertext by Horner's rule (Enc(a)^(2^B) Enc(b) = Enc(a 2^B + b)), so the label holder decrypts one
-ciphertext per group of bins instead of one per bin.
+A sample's plaintext holds `n_slots` non-negative integers (the one-hot of classes 1..C-1, or q, q^2 for a
+fixed-point target q) at `slot_bits` spacing, wide enough that summing any node's samples never carries
+into the next slot. A passive party sums ciphertexts per bin and adds, in plain, the bin's total weight
+above the top slot (it knows the bootstrap weights, and class 0's count or the weight slot follow from
+it), so the label holder learns nothing it would not learn from a full one-hot.
+
+A bin's width depends on its node: the top slot and the weight need only as many bits as the node's
+weight, so bins of small nodes are narrow. A passive party folds consecutive bin sums into one ciphertext
+by Horner's rule (Enc(a)^(2^B) Enc(b) = Enc(a 2^B + b)) until the plaintext is full; the label holder
+decrypts one ciphertext per group of bins instead of one per bin, and both sides cut the groups with the
+same rule (`SlotLayout.groups`).
 """
 
 from __future__ import annotations
@@ -22,31 +28,40 @@ from fedcore.privacy.paillier import PaillierPublicKey, parallel_map
 
 @dataclass(frozen=True)
 class SlotLayout:
-    """Where each statistic sits in a plaintext, and how many bin sums share one ciphertext."""
+    """Where each statistic sits in a plaintext, and how wide a bin of a node of a given weight is."""
 
     n_slots: int
     slot_bits: int
+    top_max: int
+    """The largest value a sample puts in the top encrypted slot (1 for one-hots, q_max^2 for q^2)."""
     plaintext_bits: int
 
     def __post_init__(self) -> None:
-        if self.n_slots < 1 or self.slot_bits < 1 or self.bin_bits > self.plaintext_bits:
-            raise ProtocolError(f"{self.n_slots} slots of {self.slot_bits} bits do not fit a "
-                                f"{self.plaintext_bits}-bit plaintext")
+        if self.n_slots < 1 or self.slot_bits < 1 or self.top_max < 1:
+            raise ProtocolError(f"a slot layout needs slots, slot bits and a top value >= 1, got {self.n_slots}, "
+                                f"{self.slot_bits} and {self.top_max}")
 
     @classmethod
-    def for_sums(cls, n_slots: int, largest_sum: int, public: PaillierPublicKey) -> SlotLayout:
-        """The narrowest layout whose slots hold sums up to `largest_sum`."""
-        return cls(n_slots, max(int(largest_sum).bit_length(), 1), public.plaintext_bits)
+    def for_values(cls, values: np.ndarray, max_weight: int, public: PaillierPublicKey) -> SlotLayout:
+        """The narrowest layout for per-sample `values` (rows, n_slots) summed over up to `max_weight` draws;
+        refuses one whose widest bin would not fit a plaintext."""
+        values = np.asarray(values)
+        largest = max((int(v) for v in values.ravel()), default=1)
+        top = max((int(v) for v in values[:, -1]), default=1) if values.size else 1
+        layout = cls(values.shape[1], max(largest * max(max_weight, 1), 1).bit_length(), max(top, 1),
+                     public.plaintext_bits)
+        if layout.bin_bits(max_weight) > layout.plaintext_bits:
+            raise ProtocolError(f"{layout.n_slots} slots of {layout.slot_bits} bits do not fit a "
+                                f"{layout.plaintext_bits}-bit plaintext")
+        return layout
 
-    @property
-    def bin_bits(self) -> int:
-        """Width of one bin's statistics (all its slots)."""
-        return self.n_slots * self.slot_bits
+    def weight_shift(self, node_weight: int) -> int:
+        """Where a bin's total weight sits: above the slots, whose top one holds up to weight x top_max."""
+        return self.slot_bits * (self.n_slots - 1) + (max(int(node_weight), 1) * self.top_max).bit_length()
 
-    @property
-    def bins_per_ciphertext(self) -> int:
-        """How many bin sums one packed ciphertext carries."""
-        return self.plaintext_bits // self.bin_bits
+    def bin_bits(self, node_weight: int) -> int:
+        """Width of one bin's statistics in a node of this (bootstrap-weighted) size."""
+        return self.weight_shift(node_weight) + max(int(node_weight), 1).bit_length()
 
     def encode(self, values: np.ndarray) -> list[int]:
         """One plaintext per row of `values` (rows, n_slots) of non-negative integers."""
@@ -56,53 +71,84 @@ class SlotLayout:
         shifts = [k * self.slot_bits for k in range(self.n_slots)]
         return [sum(int(v) << s for v, s in zip(row, shifts, strict=True)) for row in values.tolist()]
 
-    def unpack(self, plaintexts: Sequence[int], n_bins: int) -> np.ndarray:
-        """The (n_bins, n_slots) Python-int statistics carried by packed plaintexts, in packing order."""
-        per = self.bins_per_ciphertext
-        if len(plaintexts) != -(-n_bins // per):
-            raise ProtocolError(f"{len(plaintexts)} packed ciphertexts cannot carry {n_bins} bins")
-        out = np.empty((n_bins, self.n_slots), dtype=object)
-        bin_mask, slot_mask = (1 << self.bin_bits) - 1, (1 << self.slot_bits) - 1
-        for g, plaintext in enumerate(plaintexts):
-            first = g * per
-            size = min(per, n_bins - first)
-            if plaintext >> (size * self.bin_bits):
+    def groups(self, widths: Sequence[int]) -> list[tuple[int, int]]:
+        """Consecutive bins that share a ciphertext: (start, stop) ranges filled up to the plaintext size."""
+        out, start, used = [], 0, 0
+        for j, width in enumerate(widths):
+            if width > self.plaintext_bits:
+                raise ProtocolError(f"a bin of {width} bits does not fit a {self.plaintext_bits}-bit plaintext")
+            if used + width > self.plaintext_bits:
+                out.append((start, j))
+                start, used = j, 0
+            used += width
+        if len(widths):
+            out.append((start, len(widths)))
+        return out
+
+    def unpack(self, plaintexts: Sequence[int], node_weights: Sequence[int]) -> np.ndarray:
+        """Per bin (packing order; `node_weights` gives each bin's node weight): its slot sums and its
+        total weight as an (n_bins, n_slots + 1) array of Python ints."""
+        widths = [self.bin_bits(w) for w in node_weights]
+        groups = self.groups(widths)
+        if len(plaintexts) != len(groups):
+            raise ProtocolError(f"{len(plaintexts)} packed ciphertexts cannot carry {len(widths)} bins")
+        out = np.empty((len(widths), self.n_slots + 1), dtype=object)
+        slot_mask = (1 << self.slot_bits) - 1
+        for (start, stop), plaintext in zip(groups, plaintexts, strict=True):
+            offset = sum(widths[start:stop])
+            if plaintext >> offset:
                 raise ProtocolError("a packed histogram overflows its slots")
-            for j in range(size):
-                value = (plaintext >> ((size - 1 - j) * self.bin_bits)) & bin_mask
-                for k in range(self.n_slots):
-                    out[first + j, k] = (value >> (k * self.slot_bits)) & slot_mask
+            for j in range(start, stop):
+                offset -= widths[j]
+                value = (plaintext >> offset) & ((1 << widths[j]) - 1)
+                shift = self.weight_shift(node_weights[j])
+                for k in range(self.n_slots - 1):
+                    out[j, k] = (value >> (k * self.slot_bits)) & slot_mask
+                top_start = self.slot_bits * (self.n_slots - 1)
+                out[j, self.n_slots - 1] = (value >> top_start) & ((1 << (shift - top_start)) - 1)
+                out[j, self.n_slots] = value >> shift
         return out
 
     def to_json(self) -> dict:
         """The layout's sizes (the plaintext width follows from the public key)."""
-        return {"n_slots": self.n_slots, "slot_bits": self.slot_bits}
+        return {"n_slots": self.n_slots, "slot_bits": self.slot_bits, "top_max": self.top_max}
 
 
-def pack_bin_sums(public: PaillierPublicKey, sums: Sequence[mpz], layout: SlotLayout,
-                  workers: int | None = None) -> list[mpz]:
-    """Fold consecutive encrypted bin sums into ceil(len / bins_per_ciphertext) ciphertexts (Horner), the
-    groups spread over `workers` threads."""
-    per, shift, n2 = layout.bins_per_ciphertext, mpz(1) << layout.bin_bits, public.n_square
+def pack_bin_sums(public: PaillierPublicKey, sums: Sequence[mpz], weights: Sequence[int],
+                  node_weights: Sequence[int], layout: SlotLayout, workers: int | None = None) -> list[mpz]:
+    """Add each bin's total weight (in plain) above its slots and fold consecutive bins into as few
+    ciphertexts as the plaintext allows (Horner), the groups spread over `workers` threads."""
+    n2 = public.n_square
+    shifts = [layout.weight_shift(w) for w in node_weights]
+    widths = [layout.bin_bits(w) for w in node_weights]
 
-    def fold(groups: list[Sequence[mpz]]) -> list[mpz]:
+    def fold(ranges: list[tuple[int, int]]) -> list[mpz]:
         packed = []
-        for group in groups:
-            acc = group[0]
-            for c in group[1:]:
-                acc = gmpy2.powmod(acc, shift, n2) * c % n2
+        for start, stop in ranges:
+            acc = None
+            for j in range(start, stop):
+                term = public.add_plain(sums[j], int(weights[j]) << shifts[j])
+                acc = term if acc is None else gmpy2.powmod(acc, mpz(1) << widths[j], n2) * term % n2
             packed.append(acc)
         return packed
 
-    return parallel_map(fold, [sums[first:first + per] for first in range(0, len(sums), per)], workers)
+    return parallel_map(fold, layout.groups(widths), workers)
 
 
-def encrypted_bin_sums(public: PaillierPublicKey, ciphertexts: Sequence[mpz], rows: np.ndarray,
-                       weights: np.ndarray, bins: np.ndarray) -> tuple[np.ndarray, list[mpz]]:
-    """Per non-empty bin (ascending): the product of the samples' ciphertexts raised to their weights.
+def weight_powers(public: PaillierPublicKey, ciphertexts: Sequence[mpz], largest: int = 3) -> list[list[mpz]]:
+    """Enc(x)^w for w = 1..largest and every ciphertext: bootstrap weights then cost one multiplication."""
+    n2 = public.n_square
+    powers = [list(ciphertexts)]
+    for _ in range(2, largest + 1):
+        powers.append([a * c % n2 for a, c in zip(powers[-1], ciphertexts, strict=True)])
+    return powers
 
-    `rows`, `weights` and `bins` describe one node's in-bag samples on one feature.
-    """
+
+def encrypted_bin_sums(public: PaillierPublicKey, powers: list[list[mpz]], rows: np.ndarray,
+                       weights: np.ndarray, bins: np.ndarray) -> tuple[np.ndarray, list[mpz], list[int]]:
+    """Per non-empty bin (ascending): the product of the samples' ciphertexts raised to their weights, and
+    the bin's total weight. `powers` is `weight_powers` of the label ciphertexts; `rows`, `weights` and
+    `bins` describe one node's in-bag samples on one feature."""
     n2 = public.n_square
     order = np.argsort(bins, kind="stable")
     sorted_bins = bins[order]
@@ -111,11 +157,13 @@ def encrypted_bin_sums(public: PaillierPublicKey, ciphertexts: Sequence[mpz], ro
     ends = np.concatenate([bounds, [len(order)]])
     rows_sorted = rows[order].tolist()
     weights_sorted = weights[order].tolist()
-    sums = []
+    largest = len(powers)
+    sums, totals = [], []
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
         acc = None
         for r, w in zip(rows_sorted[a:b], weights_sorted[a:b], strict=True):
-            term = ciphertexts[r] if w == 1 else gmpy2.powmod(ciphertexts[r], w, n2)
+            term = powers[w - 1][r] if w <= largest else gmpy2.powmod(powers[0][r], w, n2)
             acc = term if acc is None else acc * term % n2
         sums.append(acc)
-    return sorted_bins[starts].astype(np.uint8), sums
+        totals.append(int(sum(weights_sorted[a:b])))
+    return sorted_bins[starts].astype(np.uint8), sums, totals

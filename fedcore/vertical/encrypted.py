@@ -1,9 +1,10 @@
 """Vertical Federated Forest with Paillier-encrypted labels: the label holder's and the passive parties' steps.
 
 Once per training the label holder encrypts, per sample, its label statistics packed into one plaintext
-(class one-hots, or 1, q, q^2 for a fixed-point target q) and the master relays the ciphertexts. Per
-level, a passive party sums them per node, feature and bin (homomorphically), packs several bins per
-ciphertext and returns them with a layout sealed for the label holder. The label holder decrypts, scans
+(the one-hot of classes 1..C-1, or q and q^2 for a fixed-point target q) and the master relays the
+ciphertexts. Per level, a passive party sums them per node, feature and bin (homomorphically), adds each
+bin's total weight (class 0's count follows from it), packs several bins per ciphertext and returns them
+with a layout sealed for the label holder. The label holder decrypts, scans
 every split with the plain kernel's code (`best_splits_from_histograms`) and returns gains to the master
 and, per node, the chosen split sealed for the party that owns the feature. Passive parties never hold the
 decryption key and never see a plaintext label or statistic; the master sees only ciphertexts, sealed
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedcore.errors import ProtocolError
-from fedcore.privacy.packing import SlotLayout, encrypted_bin_sums, pack_bin_sums
+from fedcore.privacy.packing import SlotLayout, encrypted_bin_sums, pack_bin_sums, weight_powers
 from fedcore.privacy.paillier import PaillierPrivateKey, PaillierPublicKey
 from fedcore.privacy.sealed import SealedChannel, arrays_to_bytes, bytes_to_arrays
 from fedcore.trees.criteria import SQUARED_ERROR
@@ -38,17 +39,20 @@ class TargetEncoding:
     """How the label holder turns labels into slot integers, and slot sums back into split statistics."""
 
     criterion: int
-    n_slots: int
+    n_classes: int = 0
     offset: tuple[int, int] = (0, 1)  # regression: y_min as an integer ratio (numerator, denominator)
     scale: int = 1  # regression: q = (y - y_min) * scale
 
     @classmethod
     def for_labels(cls, y: np.ndarray, criterion: int, n_classes: int) -> tuple[TargetEncoding, np.ndarray]:
-        """The encoding and the (n_rows, n_slots) integer values of each sample."""
+        """The encoding and the (n_rows, n_slots) integer values each sample encrypts: the one-hot of
+        classes 1..C-1, or (q, q^2). Class 0's count, or the weight, follows from the bin's total weight,
+        which the passive party adds."""
         if criterion != SQUARED_ERROR:
             codes = y.astype(np.int64)
-            values = np.zeros((len(y), n_classes), dtype=object)
-            values[np.arange(len(y)), codes] = 1
+            values = np.zeros((len(y), max(n_classes - 1, 1)), dtype=object)
+            above = codes > 0
+            values[np.flatnonzero(above), codes[above] - 1] = 1
             return cls(criterion, n_classes), values
         y = np.asarray(y, dtype=np.float64)
         low = float(y.min()) if len(y) else 0.0
@@ -58,21 +62,26 @@ class TargetEncoding:
             q = [int(v) - int(low) for v in y.tolist()]
         else:
             q = [round((v - low) * scale) for v in y.tolist()]
-        values = np.array([[1, v, v * v] for v in q], dtype=object).reshape(len(q), 3)
-        return cls(criterion, 3, low.as_integer_ratio(), scale), values
+        values = np.array([[v, v * v] for v in q], dtype=object).reshape(len(q), 2)
+        return cls(criterion, 0, low.as_integer_ratio(), scale), values
 
-    def largest_slot_sum(self, values: np.ndarray, max_weight: int) -> int:
-        """An upper bound on any slot summed over one node's (weighted) samples."""
-        largest = max((int(v) for v in values.ravel()), default=1)
-        return max(largest, 1) * max(int(max_weight), 1)
+    @property
+    def n_stats(self) -> int:
+        """Length of the plain kernel's statistics vector."""
+        return 3 if self.criterion == SQUARED_ERROR else self.n_classes
 
     def statistics(self, sums: np.ndarray) -> np.ndarray:
-        """Exact slot sums (Python ints) to the float64 statistics the plain kernel would accumulate."""
+        """Exact slot sums plus total weight (Python ints, (n_bins, n_slots + 1)) to the float64 statistics
+        the plain kernel would accumulate."""
         if self.criterion != SQUARED_ERROR:
-            return sums.astype(np.float64)
+            out = np.empty((len(sums), self.n_classes), dtype=np.float64)
+            for row, values in enumerate(sums.tolist()):
+                counts = values[: self.n_classes - 1] if self.n_classes > 1 else []
+                out[row] = [values[-1] - sum(counts), *counts]
+            return out
         (a, d), s = self.offset, self.scale
         out = np.empty((len(sums), 3), dtype=np.float64)
-        for row, (s0, s1, s2) in enumerate(sums.tolist()):
+        for row, (s1, s2, s0) in enumerate(sums.tolist()):
             out[row, 0] = float(s0)
             out[row, 1] = (s0 * a * s + s1 * d) / (d * s)
             out[row, 2] = (s0 * a * a * s * s + 2 * a * d * s1 * s + s2 * d * d) / (d * d * s * s)
@@ -93,8 +102,7 @@ class LabelHolderCrypto:
     def encrypt_labels(self, y: np.ndarray, criterion: int, n_classes: int, max_weight: int) -> np.ndarray:
         """Per sample, one ciphertext of its packed label statistics, as (n_rows, width) bytes."""
         self.encoding, values = TargetEncoding.for_labels(y, criterion, n_classes)
-        largest = self.encoding.largest_slot_sum(values, max_weight)
-        self.layout = SlotLayout.for_sums(self.encoding.n_slots, largest, self.key.public)
+        self.layout = SlotLayout.for_values(values, max_weight, self.key.public)
         public = self.key.public
         return public.to_bytes(self.key.encrypt(self.layout.encode(values)))
 
@@ -111,14 +119,19 @@ class LabelHolderCrypto:
             raise ProtocolError(f"the label holder has no sealed channel with {party!r}")
         layout_arrays = bytes_to_arrays(channel.open(np.asarray(sealed, np.uint8).tobytes(), self.sequence))
         plan = _HistogramPlan.from_arrays(layout_arrays, len(totals))
+        node_weight = np.rint(totals[:, 0] if self.encoding.criterion == SQUARED_ERROR else totals.sum(axis=1))
+        if not np.array_equal(plan.node_weight, node_weight.astype(np.int64)):
+            raise ProtocolError(f"the histogram layout of {party!r} disagrees with the label holder on node sizes")
         ciphertexts = self.key.public.from_bytes(packed, f"encrypted histograms of {party!r}")
-        sums = self.layout.unpack(self.key.decrypt(ciphertexts), len(plan.bins))
+        bin_weights = np.repeat(plan.node_weight[plan.pair_node], np.diff(plan.hist_ptr)).tolist()
+        sums = self.layout.unpack(self.key.decrypt(ciphertexts), bin_weights)
         histograms = plan.histograms(sums, self._previous.get(party, []))
         self._previous[party] = histograms
         hist_ptr = np.concatenate([[0], np.cumsum([len(b) for b, _ in histograms], dtype=np.int64)])
+        width = self.layout.n_slots + 1
         bins = np.concatenate([b for b, _ in histograms]) if histograms else np.zeros(0, np.uint8)
-        stats = np.concatenate([v for _, v in histograms]) if histograms else np.zeros((0, self.layout.n_slots), object)
-        statistics = self.encoding.statistics(stats).reshape(len(bins), self.layout.n_slots)
+        stats = np.concatenate([v for _, v in histograms]) if histograms else np.zeros((0, width), object)
+        statistics = self.encoding.statistics(stats.reshape(len(bins), width)).reshape(len(bins), self.encoding.n_stats)
         splits = best_splits_from_histograms(
             hist_ptr, bins, statistics, plan.pair_node, plan.categorical, totals, node_rows, plan.feat_ptr,
             plan.feat_local, plan.feat_rank, self.encoding.criterion, min_leaf, n_class_orderings,
@@ -142,6 +155,7 @@ class PassiveCrypto:
         self.layout = layout
         self.ciphertexts = ciphertexts
         self.channel = channel
+        self.powers = weight_powers(public, ciphertexts)  # Enc(y)^w for the common bootstrap weights
         self.sequence = 0  # find_splits rounds so far
         self._previous: dict[tuple[int, int], int] = {}  # last level: (node, feature) -> pair with a histogram
         self.pairs_computed = 0
@@ -162,17 +176,20 @@ class PassiveCrypto:
         node_rows = ends - starts
         derive_from, sibling = _subtraction_plan(feat_ptr, feat_local, node_rows, parents, self._previous)
         self.pairs_derived += int(np.sum(derive_from >= 0))
-        bins, sums, counts = [], [], []
+        node_weight = np.array([int(weight[a:b].sum()) for a, b in zip(starts, ends, strict=True)], np.int64)
+        bins, sums, counts, totals, bin_node_weights = [], [], [], [], []
         for q, (node, feature) in enumerate(zip(pair_node.tolist(), feat_local.tolist(), strict=True)):
             s, e = int(starts[node]), int(ends[node])
             if e - s < 2 or derive_from[q] >= 0:  # skipped as by the plain kernel, or derived by subtraction
                 counts.append(0)
                 continue
             rows = order[s:e]
-            pair_bins, pair_sums = encrypted_bin_sums(self.public, self.ciphertexts, rows, weight[s:e],
-                                                      codes[rows, feature])
+            pair_bins, pair_sums, pair_totals = encrypted_bin_sums(self.public, self.powers, rows, weight[s:e],
+                                                                   codes[rows, feature])
             bins.append(pair_bins)
             sums.extend(pair_sums)
+            totals.extend(pair_totals)
+            bin_node_weights.extend([int(node_weight[node])] * len(pair_bins))
             self.pairs_computed += 1
             counts.append(len(pair_bins))
         plan = {
@@ -180,12 +197,12 @@ class PassiveCrypto:
             "bins": np.concatenate(bins) if bins else np.zeros(0, np.uint8),
             "feat_ptr": feat_ptr.astype(np.int64), "feat_local": feat_local.astype(np.int32),
             "feat_rank": feat_rank.astype(np.int32), "categorical": is_categorical[feat_local].astype(np.bool_),
-            "derive_from": derive_from, "sibling": sibling,
+            "derive_from": derive_from, "sibling": sibling, "node_weight": node_weight,
         }
         self._previous = {(node, feature): q for q, (node, feature)
                           in enumerate(zip(pair_node.tolist(), feat_local.tolist(), strict=True)) if node_rows[node] >= 2}
-        packed = self.public.to_bytes(pack_bin_sums(self.public, sums, self.layout)) if sums else \
-            np.zeros((0, self.public.ciphertext_bytes), np.uint8)
+        packed = self.public.to_bytes(pack_bin_sums(self.public, sums, totals, bin_node_weights, self.layout)) \
+            if sums else np.zeros((0, self.public.ciphertext_bytes), np.uint8)
         sealed = self.channel.seal(arrays_to_bytes(plan), self.sequence - 1)
         return packed, np.frombuffer(sealed, np.uint8)
 
@@ -245,6 +262,7 @@ class _HistogramPlan:
     pair_node: np.ndarray
     derive_from: np.ndarray
     sibling: np.ndarray
+    node_weight: np.ndarray
 
     def histograms(self, sums: np.ndarray, previous: list[tuple[np.ndarray, np.ndarray]]
                    ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -273,13 +291,14 @@ class _HistogramPlan:
                        arrays["feat_rank"].astype(np.int32), arrays["categorical"].astype(np.bool_),
                        np.repeat(np.arange(n_nodes, dtype=np.int64), np.diff(feat_ptr)) if len(feat_ptr) == n_nodes + 1
                        else np.zeros(0, np.int64), arrays["derive_from"].astype(np.int64),
-                       arrays["sibling"].astype(np.int64))
+                       arrays["sibling"].astype(np.int64), arrays["node_weight"].astype(np.int64))
         except (KeyError, ValueError) as error:
             raise ProtocolError(f"malformed histogram layout: {error}") from error
         n_pairs = len(plan.feat_local)
         if (len(feat_ptr) != n_nodes + 1 or feat_ptr[0] != 0 or feat_ptr[-1] != n_pairs or np.any(np.diff(feat_ptr) < 0)
                 or len(hist_ptr) != n_pairs + 1 or hist_ptr[0] != 0 or hist_ptr[-1] != len(plan.bins)
                 or np.any(np.diff(hist_ptr) < 0) or len(plan.feat_rank) != n_pairs or len(plan.categorical) != n_pairs
-                or len(plan.derive_from) != n_pairs or len(plan.sibling) != n_pairs):
+                or len(plan.derive_from) != n_pairs or len(plan.sibling) != n_pairs
+                or len(plan.node_weight) != n_nodes):
             raise ProtocolError("malformed histogram layout: pointers do not match the level's nodes and bins")
         return plan

@@ -182,7 +182,8 @@ class VerticalParty:
         h = message.header
         try:
             public = PaillierPublicKey.from_json(h["paillier"]["public_key"])
-            layout = SlotLayout(int(h["paillier"]["layout"]["n_slots"]), int(h["paillier"]["layout"]["slot_bits"]),
+            spec = h["paillier"]["layout"]
+            layout = SlotLayout(int(spec["n_slots"]), int(spec["slot_bits"]), int(spec["top_max"]),
                                 public.plaintext_bits)
             holder = str(h["label_holder"])
         except (KeyError, TypeError, ValueError) as error:

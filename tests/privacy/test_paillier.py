@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedcore.errors import ParameterError, ProtocolError
-from fedcore.privacy.packing import SlotLayout, encrypted_bin_sums, pack_bin_sums
+from fedcore.privacy.packing import SlotLayout, encrypted_bin_sums, pack_bin_sums, weight_powers
 from fedcore.privacy.paillier import PaillierPublicKey, generate_keypair
 from fedcore.privacy.sealed import SealingKey, arrays_to_bytes, bytes_to_arrays
 
@@ -75,33 +75,39 @@ def test_bin_sums_and_packing_decode_to_exact_class_counts(key):
     rng = np.random.default_rng(3)
     n, n_classes = 60, 3
     labels = rng.integers(0, n_classes, n)
-    one_hot = np.zeros((n, n_classes), dtype=object)
-    one_hot[np.arange(n), labels] = 1
-    weights = rng.integers(1, 4, n)
-    layout = SlotLayout.for_sums(n_classes, int(weights.sum()), key.public)
-    ciphertexts = key.encrypt(layout.encode(one_hot))
-    rows = np.arange(n)
+    above = np.zeros((n, n_classes - 1), dtype=object)  # the one-hot of classes 1..C-1
+    above[np.flatnonzero(labels > 0), labels[labels > 0] - 1] = 1
+    weights = rng.integers(1, 5, n)  # weight 4 takes the powmod path, 1-3 the precomputed powers
+    node_weight = int(weights.sum())
+    layout = SlotLayout.for_values(above, node_weight, key.public)
+    powers = weight_powers(key.public, key.encrypt(layout.encode(above)))
     bins = rng.integers(0, 40, n).astype(np.uint8)
-    codes, sums = encrypted_bin_sums(key.public, ciphertexts, rows, weights, bins)
+    codes, sums, totals = encrypted_bin_sums(key.public, powers, np.arange(n), weights, bins)
     assert list(codes) == sorted(set(bins.tolist()))
-    small = SlotLayout(layout.n_slots, layout.slot_bits, 5 * layout.bin_bits)  # 5 bins per ciphertext
-    packed = pack_bin_sums(key.public, sums, small)
-    assert len(packed) == -(-len(codes) // 5)
-    decoded = small.unpack(key.decrypt(packed), len(codes))
+    small = SlotLayout(layout.n_slots, layout.slot_bits, layout.top_max, 5 * layout.bin_bits(node_weight))
+    packed = pack_bin_sums(key.public, sums, totals, [node_weight] * len(codes), small)
+    assert len(packed) == -(-len(codes) // 5)  # five bins per ciphertext
+    decoded = small.unpack(key.decrypt(packed), [node_weight] * len(codes))
     for j, code in enumerate(codes):
         in_bin = bins == code
-        expected = [int(weights[in_bin & (labels == c)].sum()) for c in range(n_classes)]
-        assert [int(v) for v in decoded[j]] == expected
+        expected = [int(weights[in_bin & (labels == c)].sum()) for c in range(1, n_classes)]
+        assert [int(v) for v in decoded[j]] == [*expected, int(weights[in_bin].sum())]
+
+
+def test_bins_of_small_nodes_are_narrow(key):
+    layout = SlotLayout.for_values(np.ones((10, 1), dtype=object), 10_000, key.public)  # binary labels
+    assert (layout.bin_bits(10_000), layout.bin_bits(300), layout.bin_bits(1)) == (28, 18, 2)
+    assert layout.groups([28] * 40) == [(0, 36), (36, 40)]  # 1023 usable bits hold 36 bins of 28
 
 
 def test_unpack_refuses_wrong_counts_and_overflow(key):
-    layout = SlotLayout(2, 4, 64)
+    layout = SlotLayout(1, 4, 1, 64)
     with pytest.raises(ProtocolError, match="2 packed ciphertexts cannot carry 3 bins"):
-        layout.unpack([0, 0], 3)
+        layout.unpack([0, 0], [3, 3, 3])
     with pytest.raises(ProtocolError, match="overflows its slots"):
-        layout.unpack([1 << 70], 1)
+        layout.unpack([1 << 70], [3])
     with pytest.raises(ProtocolError, match="do not fit"):
-        SlotLayout(10, 20, 64)
+        SlotLayout.for_values(np.ones((2, 40), dtype=object), 2**30, key.public)
 
 
 def test_sealed_channel_round_trip_and_tamper_detection():

@@ -4,12 +4,10 @@ receives (no passive party gets a label, a statistic or anything it can decrypt)
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from fedcore.data.split import split_vertical
 from fedcore.errors import ParameterError, ProtocolError
-from fedcore.privacy.packing import SlotLayout
 from fedcore.privacy.paillier import generate_keypair
 from fedcore.protocol.messages import Message
 from fedcore.vertical.encrypted import TargetEncoding
@@ -67,11 +65,10 @@ def test_integer_regression_targets_are_exact(key) -> None:
 def test_real_regression_targets_decode_to_the_quantized_sums() -> None:
     y = np.array([-1.25, 0.1, 3.3, 2.0])
     encoding, values = TargetEncoding.for_labels(y, criterion=2, n_classes=0)
-    assert encoding.scale == 2**20
+    assert encoding.scale == 2**20 and values.shape == (4, 2)
     weights = np.array([1, 2, 0, 3])
-    sums = np.array([[sum(int(w) * int(v[k]) for w, v in zip(weights, values, strict=True)) for k in range(3)]],
-                    dtype=object)
-    w, wy, wy2 = encoding.statistics(sums)[0]
+    sums = [sum(int(w) * int(v[k]) for w, v in zip(weights, values, strict=True)) for k in range(2)]
+    w, wy, wy2 = encoding.statistics(np.array([[*sums, int(weights.sum())]], dtype=object))[0]
     assert w == 6
     assert wy == pytest.approx(float(weights @ y), abs=6 * 2**-20)
     assert wy2 == pytest.approx(float(weights @ y**2), rel=1e-5)
@@ -109,10 +106,10 @@ def test_passive_parties_receive_only_ciphertexts_of_labels(recorded) -> None:
             if kind == "configure":
                 ciphertexts = party._passive_crypto.public.from_bytes(message.arrays["enc_y"])
                 layout = holder._label_crypto.layout
-                per_sample = SlotLayout(layout.n_slots, layout.slot_bits, layout.bin_bits)
-                opened = per_sample.unpack(holder._label_crypto.key.decrypt(ciphertexts[:50]), 50)
-                # they are the one-hot labels, under the label holder's key, which the party never got
-                assert [int(np.argmax(row)) for row in opened] == list(codes[: len(opened)])
+                opened = holder._label_crypto.key.decrypt(ciphertexts[:50])
+                # they are the one-hots of classes 1 and 2, under the label holder's key, which the party
+                # never got (class 0 encrypts 0)
+                assert opened == [0 if c == 0 else 1 << (layout.slot_bits * (c - 1)) for c in codes[:50]]
         received = b"".join(e.payload for e in model.transport_.transcript if e.receiver == party.name)
         for secret in (holder._label_crypto.key.p, holder._label_crypto.key.q):
             assert int(secret).to_bytes(64, "big") not in received
@@ -183,34 +180,9 @@ def test_bad_privacy_settings_are_named() -> None:
         FederatedForestClassifier(privacy="paillier", paillier_key_bits=1024)
 
 
-def test_regression_and_classification_layouts_hold_the_largest_sums() -> None:
+def test_class_zero_is_the_total_weight_minus_the_encrypted_classes() -> None:
     y = np.array([0, 1, 2, 1, 0], dtype=float)
     encoding, values = TargetEncoding.for_labels(y, criterion=0, n_classes=3)
-    assert values.shape == (5, 3) and encoding.largest_slot_sum(values, 5) == 5
-    frame = pd.DataFrame(values.astype(int))
-    assert (frame.sum(axis=1) == 1).all()
-
-
-def test_a_master_that_swaps_a_sealing_key_is_caught(key) -> None:
-    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-
-    from fedcore.errors import KeyAuthenticationError
-
-    table = mixed_table(n_rows=120, seed=5, n_classes=2)
-    parties = split_vertical(table, 2, label="target", seed=7, label_party=0)
-    model = FederatedForestClassifier(n_estimators=1, max_depth=2, privacy="paillier", paillier_key=key)
-    transport = model.fit(parties, label="target").transport_  # signed keys: a fit works
-    holder = model.label_holder_
-    passive = next(p for p in model.parties_ if not p.is_label_holder)
-    own_key = X25519PrivateKey.generate().public_key().public_bytes_raw()  # the master's, to read the layouts
-
-    def swap(message):
-        if message.kind == "configure":
-            message.arrays[f"seal_{holder.name}"] = np.frombuffer(own_key, np.uint8)
-        return passive.handle(message)
-
-    transport._handlers[passive.name] = swap
-    model.master_.info = None
-    with pytest.raises(KeyAuthenticationError, match=rf"party '{passive.name}' refuses the sealing key relayed for "
-                                                     rf"party '{holder.name}': the signature does not verify"):
-        model.master_.fit()
+    assert values.tolist() == [[0, 0], [1, 0], [0, 1], [1, 0], [0, 0]]  # classes 1 and 2 only
+    statistics = encoding.statistics(np.array([[2, 1, 5]], dtype=object))  # 2 of class 1, 1 of class 2, 5 rows
+    assert statistics.tolist() == [[2.0, 2.0, 1.0]]
