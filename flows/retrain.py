@@ -7,9 +7,10 @@ predict (vertical: for the requester; horizontal: every institution locally).
 "deployments" starts each institution's agent flow on its own work pool (production); "local" starts
 agents as processes on this machine (the embedded demo); "running" expects them up already.
 
-Training (vertical and horizontal) is checkpointed under a run id: the Prefect flow-run id by default, which a retry of
-the same flow run keeps, so a retried run resumes after a crash of the master or of an agent. A new
-flow run resumes a crashed one when given its run id (`run_id=` or `fedforest retrain --run-id`).
+Training (vertical and horizontal) is checkpointed under a run id: by default the Prefect flow-run id,
+which a retry of the same flow run keeps, so a retried run resumes after a crash of the master or of an
+agent. A new flow run resumes a crashed one when given its run id (`run_id=` or `fedforest retrain
+--run-id`).
 """
 
 from __future__ import annotations
