@@ -1,11 +1,13 @@
-"""Master-side session steps every setting shares: collecting the institutions' model digests for the
-signed manifest, storing a version everywhere or nowhere, and closing the session."""
+"""Master-side session steps every setting shares: agreeing where a checkpointed run resumes, collecting
+the institutions' model digests for the signed manifest, storing a version everywhere or nowhere, and
+closing the session."""
 
 from __future__ import annotations
 
 import json
 import logging
 
+from fedcore.checkpoints import CheckpointStore, resume_point
 from fedcore.errors import FedForestError
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
@@ -18,6 +20,25 @@ class InstitutionSession:
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
+        self._checkpoints: CheckpointStore | None = None
+
+    def agree_resume_point(self, store: CheckpointStore, run_id: str) -> int:
+        """Ask every institution which tree batches of run `run_id` it checkpointed (under the store's
+        context), and tell all of them to resume after the last batch everyone, the master included, has."""
+        replies = self.transport.exchange({n: Message("resume_status", {"run": run_id, "context": store.context})
+                                           for n in self.institutions})
+        done = [list(r.arrays["completed"].astype(int)) for r in replies.values()]
+        resumed = resume_point(store.completed(), *done)
+        self.transport.exchange({n: Message("resume", {"batches": resumed}) for n in self.institutions})
+        self._checkpoints = store
+        return resumed
+
+    def drop_checkpoints(self) -> None:
+        """Remove the run's checkpoints at the master and every institution (once its version is stored)."""
+        if self._checkpoints is not None:
+            self.transport.exchange({n: Message("drop_checkpoints") for n in self.institutions})
+            self._checkpoints.drop()
+            self._checkpoints = None
 
     @property
     def institutions(self) -> list[str]:

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import yaml
 
-from fedcore.checkpoints import CheckpointStore, resume_point
+from fedcore.checkpoints import CheckpointStore
 from fedcore.contracts.agreement import shared_schema
 from fedcore.contracts.model import parse_contract
 from fedcore.errors import ArtifactError, ProtocolError
@@ -56,7 +56,6 @@ class HorizontalSession(InstitutionSession):
         self.rows: dict[str, dict] = {}
         self.facts: dict = {}
         self._low = self._high = np.zeros(0)
-        self._checkpoints: CheckpointStore | None = None
 
     def agree_schema(self) -> HorizontalSchema:
         """Check that every institution's contract declares the same columns, dtypes, categories and classes
@@ -114,12 +113,7 @@ class HorizontalSession(InstitutionSession):
         else:
             # before `hello`: an institution restores its noise seed before it derives anything from it
             store = CheckpointStore(checkpoints, run_id, self._context())
-            replies = self.transport.exchange({n: Message("resume_status", {"run": run_id, "context": store.context})
-                                               for n in self.institutions})
-            done = [list(r.arrays["completed"].astype(int)) for r in replies.values()]
-            resumed = resume_point(store.completed(), *done)
-            self.transport.exchange({n: Message("resume", {"batches": resumed}) for n in self.institutions})
-            self._checkpoints = store
+            resumed = self.agree_resume_point(store, run_id)
             self.model = self.master.fit(store, resumed)
         self.facts = {"seconds": time.perf_counter() - started, "rounds": self.transport.stats.rounds - rounds,
                       "bytes": self.transport.stats.bytes - sent, "nodes": int(self.model.n_nodes),
@@ -137,13 +131,6 @@ class HorizontalSession(InstitutionSession):
                            "domains": [self._low.tolist(), self._high.tolist()]},
                           sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()
-
-    def drop_checkpoints(self) -> None:
-        """Remove the run's checkpoints at the master and every institution (once its version is stored)."""
-        if self._checkpoints is not None:
-            self.transport.exchange({n: Message("drop_checkpoints") for n in self.institutions})
-            self._checkpoints.drop()
-            self._checkpoints = None
 
     def evaluate(self) -> dict[str, float]:
         """Metrics over all institutions' held-out rows, from the aggregates each computes at home."""

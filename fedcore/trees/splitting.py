@@ -92,6 +92,14 @@ def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_
     return NodeSplits(*_reduce_pairs(feat_ptr, feat_local, feat_rank, *pair_out)), totals
 
 
+@nb.njit(cache=True)
+def _scratch(n_stats):
+    """Scratch buffers of one histogram scan: hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys."""
+    return (np.zeros((N_CODES, n_stats)), np.zeros(N_CODES, np.bool_), np.empty(N_CODES, np.int64),
+            np.empty(N_CODES, np.int64), np.zeros(n_stats), np.zeros(n_stats), np.zeros(n_stats),
+            np.zeros(n_stats), np.empty(N_CODES))
+
+
 @nb.njit(cache=True, parallel=True)
 def _best_split_per_pair(codes, target, order, weight, starts, ends, totals, pair_node, pair_feat,
                          pair_order, is_cat, n_stats, criterion, min_leaf, n_class_orderings):
@@ -103,15 +111,7 @@ def _best_split_per_pair(codes, target, order, weight, starts, ends, totals, pai
     n_chunks = min(n_pairs, 64)
     for chunk in nb.prange(n_chunks):
         # scratch buffers once per contiguous chunk of (feature-sorted) pairs
-        hist = np.zeros((N_CODES, n_stats))
-        seen = np.zeros(N_CODES, np.bool_)
-        touched = np.empty(N_CODES, np.int64)
-        ordered = np.empty(N_CODES, np.int64)
-        cum = np.zeros(n_stats)
-        lbuf = np.zeros(n_stats)
-        rbuf = np.zeros(n_stats)
-        missing = np.zeros(n_stats)
-        keys = np.empty(N_CODES)
+        hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys = _scratch(n_stats)
         lo = chunk * n_pairs // n_chunks
         hi = (chunk + 1) * n_pairs // n_chunks
         for q in range(lo, hi):
@@ -251,15 +251,7 @@ def _splits_of_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categ
     out_bin = np.zeros(n_pairs, np.int32)
     out_ml = np.zeros(n_pairs, np.bool_)
     out_bits = np.zeros((n_pairs, 4), np.uint64)
-    hist = np.zeros((N_CODES, n_stats))
-    seen = np.zeros(N_CODES, np.bool_)
-    touched = np.empty(N_CODES, np.int64)
-    ordered = np.empty(N_CODES, np.int64)
-    cum = np.zeros(n_stats)
-    lbuf = np.zeros(n_stats)
-    rbuf = np.zeros(n_stats)
-    missing = np.zeros(n_stats)
-    keys = np.empty(N_CODES)
+    hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys = _scratch(n_stats)
     for q in range(n_pairs):
         if node_rows[pair_node[q]] < 2:
             continue  # as the plain kernel: a node of one distinct row has no split

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedcore.checkpoints import CheckpointStore, resume_point
+from fedcore.checkpoints import CheckpointStore
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.tables import N_TREES_KEY, master_table, structure_from_table
@@ -56,7 +56,6 @@ class VerticalSession(InstitutionSession):
         if alignment not in ALIGNMENTS:
             raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
         self.alignment = alignment
-        self._checkpoints: CheckpointStore | None = None
         self.params = params
         self.holdout_fraction = holdout_fraction
         self.min_overlap = min_overlap
@@ -131,13 +130,7 @@ class VerticalSession(InstitutionSession):
         else:
             self.master.setup()
             store = CheckpointStore(checkpoints, run_id, self._context())
-            replies = self.transport.exchange({n: Message("resume_status", {"run": run_id, "context": store.context})
-                                               for n in self.institutions})
-            done = [list(r.arrays["completed"].astype(int)) for r in replies.values()]
-            self.facts.resumed_batches = resume_point(store.completed(), *done)
-            self.transport.exchange({n: Message("resume", {"batches": self.facts.resumed_batches})
-                                     for n in self.institutions})
-            self._checkpoints = store
+            self.facts.resumed_batches = self.agree_resume_point(store, run_id)
             self.master.fit(store, self.facts.resumed_batches)
         self.facts.seconds = time.perf_counter() - started
         self.facts.rounds = self.transport.stats.rounds - before[0]
@@ -154,13 +147,6 @@ class VerticalSession(InstitutionSession):
                                          for n, p in (self.plan.positions if self.plan else {}).items()}},
                           sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()
-
-    def drop_checkpoints(self) -> None:
-        """Remove the run's checkpoints at the master and every institution (once its version is stored)."""
-        if self._checkpoints is not None:
-            self.transport.exchange({n: Message("drop_checkpoints") for n in self.institutions})
-            self._checkpoints.drop()
-            self._checkpoints = None
 
     def evaluate(self) -> dict[str, float]:
         """Predict the held-out rows (one round) and let the label holder score them."""
