@@ -153,9 +153,8 @@ class PassiveCrypto:
     def __init__(self, public: PaillierPublicKey, layout: SlotLayout, ciphertexts: list, channel: SealedChannel) -> None:
         self.public = public
         self.layout = layout
-        self.ciphertexts = ciphertexts
         self.channel = channel
-        self.powers = weight_powers(public, ciphertexts)  # Enc(y)^w for the common bootstrap weights
+        self.powers = weight_powers(public, ciphertexts)  # Enc(y)^w for w = 1..3; powers[0] are the ciphertexts
         self.sequence = 0  # find_splits rounds so far
         self._previous: dict[tuple[int, int], int] = {}  # last level: (node, feature) -> pair with a histogram
         self.pairs_computed = 0
