@@ -174,7 +174,7 @@ def run_horizontal(tmp_path: Path, algorithm: str, privacy: str) -> Recorded:
     if privacy == "secagg":
         for name, agent in agents.items():  # record what each party masks: none of it may cross
             plain_counts[name] = []
-            agent.party.class_counts = _spy(agent.party.class_counts, plain_counts[name])
+            agent.party.rows.class_counts = _spy(agent.party.rows.class_counts, plain_counts[name])
     session.train()
     session.evaluate()
     session.predict_locally("wire-batch")

@@ -78,7 +78,7 @@ class HorizontalInstitutionAgent(SessionAgent):
         (`fedcore.privacy.keyauth`; an agent server uses its mutual-TLS certificate and key)."""
         super().__init__(data, name)
         self.identity = identity
-        self.party: HorizontalParty | None = None
+        self.party: HorizontalParty | PPDERTParty | None = None
         self.model: HorizontalForest | None = None
         self.schema: HorizontalSchema | None = None
         self._holdout: pd.DataFrame | None = None

@@ -10,13 +10,17 @@ replies with per-branch label statistics in its privacy mode:
 * ldp: sums of instant randomized-response bits of Bloom-encoded labels (permanent responses fixed once
   per sample and reused across trees), plus plain branch sizes.
 
-Rows never leave; the party tracks which open node each of its rows sits in, per tree of the batch
-(`RowPartition`), and applies the master's decisions locally. All row work is vectorised NumPy over
-(tree, row) entries, chunked to bound memory.
+Rows never leave; the party tracks which open node each of its rows sits in, per tree of the batch, and
+applies the master's decisions locally (`PartyRows` in `rows.py`, which PPD-ERT parties hold too).
+
+The party answers only `FET_PROTOCOL`, in its order: hello, then per level fet_ranges and fet_stats, then
+model (after which a new session may say hello again). Anything else, PPD-ERT's or the vertical setting's
+messages included, is refused with ProtocolError (`fedcore.protocol.dispatch`).
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 
 import numpy as np
@@ -24,86 +28,43 @@ import pandas as pd
 
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.model import HorizontalForest
+from fedcore.horizontal.rows import PartyRows, check_hello, chunks, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message
 from fedcore.randomness import stream
 
-CHUNK_ELEMENTS = 1 << 21
-"""Upper bound on (entries x candidates [x bits]) processed at once."""
+log = logging.getLogger(__name__)
 
-
-class RowPartition:
-    """Which open node of the current level each row sits in, per tree of the batch (-1: in a leaf)."""
-
-    def __init__(self, n_rows: int) -> None:
-        self.n_rows = n_rows
-        self.pos = np.zeros((0, n_rows), dtype=np.int32)
-        self.n_open = 0
-        self._entries: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-
-    def reset(self, n_trees: int) -> None:
-        """A new batch: every row sits in the root of every tree; root t is open node t."""
-        self.pos = np.repeat(np.arange(n_trees, dtype=np.int32)[:, None], self.n_rows, axis=1)
-        self.n_open = n_trees
-        self._entries = None
-
-    def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(tree slot, row, open-node position) of every row that sits in an open node (cached per level)."""
-        if self._entries is None:
-            flat = np.flatnonzero(self.pos.reshape(-1) >= 0)
-            slot, rows = np.divmod(flat, self.n_rows)
-            self._entries = (slot, rows, self.pos.reshape(-1)[flat].astype(np.int64))
-        return self._entries
-
-    def apply(self, X: np.ndarray, chosen: np.ndarray, next_pos: np.ndarray,
-              features: np.ndarray, thresholds: np.ndarray) -> None:
-        """Move rows into the children of the nodes that split (`chosen` candidate) and out of the others."""
-        chosen = chosen.astype(np.int64)
-        next_pos = next_pos.astype(np.int64)
-        if len(chosen) != self.n_open or len(next_pos) != 2 * int((chosen >= 0).sum()):
-            raise ProtocolError(f"split decisions for {len(chosen)} nodes and {len(next_pos)} children do not match "
-                                f"the {self.n_open} open nodes of the previous level")
-        slot, rows, p = self.entries()
-        c = chosen[p]
-        split = c >= 0
-        rank = np.cumsum(chosen >= 0) - 1
-        new = np.full(len(p), -1, dtype=np.int64)
-        ps, cs, rs = p[split], c[split], rows[split]
-        right = ~(X[rs, features[ps, cs]] <= thresholds[ps, cs])  # NaN goes right
-        new[split] = next_pos[2 * rank[ps] + right]
-        self.pos[slot, rows] = new
-        self._entries = None
-        self.n_open = int(next_pos.max()) + 1 if len(next_pos) else 0
-
-    def active_slots_per_row(self) -> int:
-        """The most trees any single row is active in (for per-row privacy accounting)."""
-        return int((self.pos >= 0).sum(axis=0).max()) if self.pos.size else 0
-
-
-def chunks(n: int, width: int):
-    """Slices over n entries so that entries x width stays under CHUNK_ELEMENTS."""
-    step = max(1, CHUNK_ELEMENTS // max(width, 1))
-    for start in range(0, n, step):
-        yield slice(start, min(start + step, n))
-
-
-def branch_codes(X: np.ndarray, rows: np.ndarray, p: np.ndarray, features: np.ndarray,
-                 thresholds: np.ndarray) -> np.ndarray:
-    """(node position * k + candidate) * 2 + branch for every entry and candidate: (m, k) int64."""
-    k = features.shape[1]
-    values = X[rows[:, None], features[p]]
-    right = ~(values <= thresholds[p])
-    return (p[:, None] * k + np.arange(k)) * 2 + right
+FET_PROTOCOL = Protocol(
+    "Federated Extra-Trees", initial="idle",
+    states={"idle": "no session: before hello, or after the model",
+            "greeted": "after hello",
+            "ranged": "after a level's fet_ranges",
+            "counted": "after a level's fet_stats"},
+    steps=[
+        Step("idle", "hello", "greeted", "hello_reply"),
+        Step(("greeted", "counted"), "fet_ranges", "ranged", "fet_ranges_reply"),
+        Step("ranged", "fet_stats", "counted", "fet_counts", roles={"none"}),
+        Step("ranged", "fet_stats", "counted", "fet_noisy_counts", roles={"gdp"}),
+        Step("ranged", "fet_stats", "counted", "fet_bit_sums", roles={"ldp"}),
+        # from greeted: every batch was restored from checkpoints
+        Step(("greeted", "counted"), "model", "idle", "ack"),
+    ])
+"""What a FET party answers, in which order; the role is its privacy mode (see fedcore.protocol.dispatch).
+The three modes share their message kinds; only the statistics' reply differs."""
 
 
 class HorizontalParty:
-    """One institution: its rows, the agreed schema, its privacy settings and the protocol handlers.
+    """One institution in Federated Extra-Trees: its rows, the agreed schema, its privacy settings and the
+    protocol handlers (`FET_PROTOCOL`).
 
     `noise_seed` seeds the party's own random streams (Laplace noise, randomized response); it never comes
     from the master. None draws a fresh random seed (runs are then not reproducible).
     """
 
     algorithm = "fet"
+    protocol = FET_PROTOCOL
 
     def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema, *, privacy: str = "none",
                  epsilon: float = 1.0, ldp=None, noise_seed: int | None = None) -> None:
@@ -113,15 +74,11 @@ class HorizontalParty:
         self.epsilon = float(epsilon)
         self.ldp = ldp
         self.noise_seed = int(noise_seed) if noise_seed is not None else secrets.randbits(63)
-        self.X = schema.encode(frame)
-        self.y = schema.encode_labels(frame[schema.label])
-        self.n_rows = len(self.X)
-        self.partition = RowPartition(self.n_rows)
+        self.rows = PartyRows(name, frame, schema)
+        self.X, self.y, self.n_rows = self.rows.X, self.rows.y, self.rows.n_rows
         self.model: HorizontalForest | None = None
         self.accountant = None
         self.reports_per_row = 0  # LDP: instant reports the busiest row has sent
-        self._features = np.zeros((0, 0), np.int64)
-        self._thresholds = np.zeros((0, 0))
         self._reports = 0
         self._q: np.ndarray | None = None
         self._q_shift: int | None = None
@@ -130,25 +87,22 @@ class HorizontalParty:
             from fedcore.privacy.laplace import PrivacyAccountant
 
             self.accountant = PrivacyAccountant()
+        self.machine = FET_PROTOCOL.start(log)
+
+    @property
+    def protocol_role(self) -> str:
+        """The privacy mode: which statistics reply the party sends."""
+        return self.privacy
 
     # -- dispatch -------------------------------------------------------------------------------
     def handle(self, message: Message) -> Message:
-        """Answer one protocol message."""
-        handler = getattr(self, f"_on_{message.kind}", None)
-        if handler is None:
-            raise ProtocolError(f"party {self.name!r} cannot handle message kind {message.kind!r}")
-        return handler(message)
-
-    def _check_hello(self, h: dict) -> None:
-        if h.get("algorithm") != self.algorithm:
-            raise ProtocolError(f"party {self.name!r} runs {self.algorithm!r}, the master asked for {h.get('algorithm')!r}")
-        if h.get("schema") != self.schema.fingerprint():
-            raise ProtocolError(f"party {self.name!r}: the master's schema fingerprint differs from the party's; "
-                                "both must use the same data contract (columns, categories, classes)")
+        """Answer one protocol message, or refuse it (ProtocolError) when it is not the next one of
+        `FET_PROTOCOL` for this party."""
+        return self.machine.handle(self, message)
 
     def _on_hello(self, message: Message) -> Message:
         h = message.header
-        self._check_hello(h)
+        check_hello(self.name, self.algorithm, self.schema, h)
         if h.get("privacy") != self.privacy:
             raise ProtocolError(f"party {self.name!r} is configured for privacy={self.privacy!r}, the master asked "
                                 f"for {h.get('privacy')!r}; the party's own setting wins: reconfigure the master")
@@ -162,63 +116,42 @@ class HorizontalParty:
         return Message("hello_reply", header)
 
     # -- growth ---------------------------------------------------------------------------------
-    def _start_level(self, message: Message) -> None:
-        """Reset on a new batch, or apply the previous level's decisions."""
-        h, a = message.header, message.arrays
-        if h.get("new_batch"):
-            self.partition.reset(int(h["n_trees"]))
-        else:
-            self.partition.apply(self.X, a["chosen"], a["next_pos"], self._features, self._thresholds)
-
     def _on_fet_ranges(self, message: Message) -> Message:
-        self._start_level(message)
         features = message.arrays["features"].astype(np.int64)
-        if features.shape[0] != self.partition.n_open:
-            raise ProtocolError(f"party {self.name!r}: candidates for {features.shape[0]} nodes, "
-                                f"{self.partition.n_open} are open")
+        if features.ndim != 2:
+            raise ProtocolError(f"party {self.name!r}: candidate features must be (nodes, k), got {features.shape}")
+        self.rows.start_level(message.header, message.arrays, features.shape[0])
         if features.size and (features.min() < 0 or features.max() >= self.schema.n_features):
             raise ProtocolError(f"party {self.name!r}: candidate feature index outside the schema")
         n_open, k = features.shape
         low = np.full(n_open * k, np.inf)
         high = np.full(n_open * k, -np.inf)
-        _, rows, p = self.partition.entries()
+        _, rows, p = self.rows.partition.entries()
         for part in chunks(len(rows), k):
             values = self.X[rows[part, None], features[p[part]]]
             codes = p[part, None] * k + np.arange(k)
             present = ~np.isnan(values)
             np.minimum.at(low, codes[present], values[present])
             np.maximum.at(high, codes[present], values[present])
-        self._features = features
+        self.rows.features = features
         return Message("fet_ranges_reply", {}, {"min": low.reshape(n_open, k), "max": high.reshape(n_open, k)})
 
     def _on_fet_stats(self, message: Message) -> Message:
         thresholds = message.arrays["thresholds"].astype(np.float64)
-        if thresholds.shape != self._features.shape:
+        if thresholds.shape != self.rows.features.shape:
             raise ProtocolError(f"party {self.name!r}: thresholds of shape {thresholds.shape} do not match the "
-                                f"candidates {self._features.shape}")
-        self._thresholds = thresholds
+                                f"candidates {self.rows.features.shape}")
+        self.rows.thresholds = thresholds
         self._reports += 1
         if self.privacy == "ldp":
             return self._ldp_reply()
         if self.schema.task == "regression":
             counts = self._regression_sums(int(message.header["q_shift"]))
         else:
-            counts = self.class_counts()
+            counts = self.rows.class_counts()
         if self.privacy == "none":
             return Message("fet_counts", {}, {"counts": counts})
         return self._gdp_reply(counts, int(message.header.get("q_bound_bits", 0)))
-
-    def class_counts(self) -> np.ndarray:
-        """Exact per-branch class counts of every candidate of every open node: (A, k, 2, C) int64."""
-        n_open, k = self._features.shape
-        C = self.schema.n_classes
-        out = np.zeros(n_open * k * 2 * C, dtype=np.int64)
-        _, rows, p = self.partition.entries()
-        for part in chunks(len(rows), k):
-            codes = branch_codes(self.X, rows[part], p[part], self._features, self._thresholds)
-            codes = codes * C + self.y[rows[part], None]
-            out += np.bincount(codes.reshape(-1), minlength=out.size)
-        return out.reshape(n_open, k, 2, C)
 
     def _quantised(self, shift: int) -> np.ndarray:
         """Targets as int64 fixed point y * 2**shift (exact in float64 sums: see the master's scale)."""
@@ -234,15 +167,13 @@ class HorizontalParty:
         are then exact integers whatever the order, hence layout-independent.
         """
         q = self._quantised(shift).astype(np.float64)
-        n_open, k = self._features.shape
+        n_open, k = self.rows.features.shape
         size = n_open * k * 2
         n = np.zeros(size, dtype=np.int64)
         s = np.zeros(size, dtype=np.float64)
-        _, rows, p = self.partition.entries()
-        for part in chunks(len(rows), k):
-            codes = branch_codes(self.X, rows[part], p[part], self._features, self._thresholds)
+        for rows, codes in self.rows.branch_codes(k):
             n += np.bincount(codes.reshape(-1), minlength=size)
-            s += np.bincount(codes.reshape(-1), weights=np.repeat(q[rows[part]], k), minlength=size)
+            s += np.bincount(codes.reshape(-1), weights=np.repeat(q[rows], k), minlength=size)
         return np.stack([n, s.astype(np.int64)], axis=-1).reshape(n_open, k, 2, 2)
 
     def _gdp_reply(self, counts: np.ndarray, q_bound_bits: int) -> Message:
@@ -257,36 +188,29 @@ class HorizontalParty:
         else:
             noisy = laplace_counts(counts, self.epsilon, rng)
         # per row: one query per candidate per tree it is active in (branches are disjoint: parallel)
-        queries = counts.shape[1] * self.partition.active_slots_per_row()
+        queries = counts.shape[1] * self.rows.partition.active_slots_per_row()
         if queries:
             self.accountant.spend(self.epsilon, queries=queries)
         return Message("fet_noisy_counts", {}, {"counts": noisy})
 
     def _ldp_reply(self) -> Message:
-        n_open, k = self._features.shape
+        n_open, k = self.rows.features.shape
         n_bits = self.ldp.n_bits
         size = n_open * k * 2
-        sums = np.zeros(size * n_bits, dtype=np.float64)
+        sums = np.zeros((size, n_bits), dtype=np.int64)
         sizes = np.zeros(size, dtype=np.int64)
         rng = stream(self.noise_seed, "ldp_instant", self._reports)
-        _, rows, p = self.partition.entries()
-        for part in chunks(len(rows), k * n_bits):
-            codes = branch_codes(self.X, rows[part], p[part], self._features, self._thresholds)
-            instant = self.ldp.instant_bits(self._permanent[rows[part]], rng)  # one fresh report per entry
-            sizes += np.bincount(codes.reshape(-1), minlength=size)
-            bit_codes = codes[:, :, None] * n_bits + np.arange(n_bits)
-            weights = np.broadcast_to(instant[:, None, :], bit_codes.shape).astype(np.float64)
-            sums += np.bincount(bit_codes.reshape(-1), weights=weights.reshape(-1), minlength=sums.size)
-        self.reports_per_row += self.partition.active_slots_per_row()
-        return Message("fet_bit_sums", {}, {"bit_sums": sums.astype(np.int64).reshape(n_open, k, 2, n_bits),
+        for rows, codes in self.rows.branch_codes(k * n_bits):
+            # one fresh report per entry, added to the branch it takes under each candidate
+            self.ldp.add_report_sums(self._permanent[rows], codes, rng, sums, sizes)
+        self.reports_per_row += self.rows.partition.active_slots_per_row()
+        return Message("fet_bit_sums", {}, {"bit_sums": sums.reshape(n_open, k, 2, n_bits),
                                             "sizes": sizes.reshape(n_open, k, 2)})
 
     # -- the finished model -----------------------------------------------------------------------
     def _on_model(self, message: Message) -> Message:
-        h = message.header
-        self.model = HorizontalForest.from_arrays(message.arrays, n_trees=int(h["n_trees"]), task=h["task"],
-                                                  algorithm=h["algorithm"], schema=self.schema)
-        self.partition = RowPartition(self.n_rows)
+        self.model = receive_model(self.name, self.algorithm, self.schema, message)
+        self.rows.clear()
         return Message("ack", {"n_nodes": self.model.n_nodes})
 
     def privacy_spent(self) -> dict:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -47,15 +48,19 @@ from fedcore.horizontal.growth import (
     draw_features,
     tree_segments,
 )
+from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.party import HorizontalParty
+from fedcore.horizontal.rows import PartyRows, check_hello, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
 
 if TYPE_CHECKING:
     from fedcore.privacy.keyauth import PartyIdentity
+
+log = logging.getLogger(__name__)
 
 KEY_CONTEXT_FIELDS = ("algorithm", "schema", "domains", "k", "n_parties", "secure", "session_id")
 
@@ -89,17 +94,46 @@ def key_context(hello: dict) -> bytes:
     return context_digest(b"fedforest ppdert hello", json.dumps(fields, sort_keys=True).encode())
 
 
-class PPDERTParty(HorizontalParty):
-    """One institution in PPD-ERT: regenerates the candidates from the shared seed, masks its counts."""
+PPDERT_PROTOCOL = Protocol(
+    "PPD-ERT", initial="idle",
+    states={"idle": "no session: before hello, or after the model",
+            "greeted": "after hello",
+            "counted": "after a level's ppdert_level"},
+    steps=[
+        Step("idle", "hello", "greeted", "hello_reply"),
+        Step(("greeted", "counted"), "ppdert_level", "counted", ("ppdert_masked_counts", "ppdert_plain_counts")),
+        # from greeted: every batch was restored from checkpoints
+        Step(("greeted", "counted"), "model", "idle", "ack"),
+    ])
+"""What a PPD-ERT party answers, in which order (see fedcore.protocol.dispatch): never FET's messages, whose
+min/max ranges would reveal exactly what PPD-ERT's declared domains keep private."""
+
+
+class PPDERTParty:
+    """One institution in PPD-ERT: regenerates the candidates from the shared seed, masks its counts.
+
+    It holds its rows and counts them like a FET party (`PartyRows`), but answers only `PPDERT_PROTOCOL`.
+    """
 
     algorithm = "ppdert"
+    protocol = PPDERT_PROTOCOL
+    accountant = None
+    """Noise counters an institution agent checkpoints per batch (`HorizontalInstitutionAgent`): PPD-ERT adds
+    no noise, so they stay empty and zero."""
+    reports_per_row = 0
+    _reports = 0
 
     def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema, *, seed: int,
                  low: np.ndarray, high: np.ndarray, k: int, secure: bool = True,
                  identity: PartyIdentity | None = None) -> None:
         """`identity` signs this party's secure-aggregation key and verifies its peers' (required with
         secure aggregation and more than one party)."""
-        super().__init__(name, frame, schema, privacy="secagg" if secure else "none")
+        self.name = name
+        self.schema = schema
+        self.privacy = "secagg" if secure else "none"
+        self.rows = PartyRows(name, frame, schema)
+        self.X, self.y, self.n_rows = self.rows.X, self.rows.y, self.rows.n_rows
+        self.model: HorizontalForest | None = None
         self.identity = identity
         self._key_context = b""
         self._n_parties = 0
@@ -108,10 +142,20 @@ class PPDERTParty(HorizontalParty):
         self.low, self.high, self.k = np.asarray(low, np.float64), np.asarray(high, np.float64), int(k)
         self.aggregator = None
         self._agreed = False
+        self.machine = PPDERT_PROTOCOL.start(log)
+
+    def handle(self, message: Message) -> Message:
+        """Answer one protocol message, or refuse it (ProtocolError) when it is not the next one of
+        `PPDERT_PROTOCOL`."""
+        return self.machine.handle(self, message)
+
+    def privacy_spent(self) -> dict:
+        """What this party has released in its own accounting: nothing beyond masked sums."""
+        return {}
 
     def _on_hello(self, message: Message) -> Message:
         h = message.header
-        self._check_hello(h)
+        check_hello(self.name, self.algorithm, self.schema, h)
         if h.get("domains") != domain_fingerprint(self.low, self.high):
             raise ProtocolError(f"party {self.name!r}: the master's feature domains differ from the party's declared "
                                 "ranges; both must come from the same data contract")
@@ -122,6 +166,7 @@ class PPDERTParty(HorizontalParty):
                                 f"aggregation; the master asked for {'it' if h.get('secure', True) else 'plain counts'}")
         arrays, header = {}, {"n_rows": self.n_rows}
         self._n_parties = int(h["n_parties"])
+        self.aggregator, self._agreed = None, False
         if self._n_parties > 1 and self.secure:
             from fedcore.privacy.secagg import SecureAggregator
 
@@ -142,21 +187,25 @@ class PPDERTParty(HorizontalParty):
         if "peer_keys" in a:
             if self.aggregator is None:
                 raise ProtocolError(f"party {self.name!r} got peer keys but the session has a single party")
+            if self._agreed:
+                raise ProtocolError(f"party {self.name!r}: peer keys were relayed already in this session")
             self.aggregator.agree(self._verified_peer_keys(h, a["peer_keys"]))
             self._agreed = True
-        self._start_level(message)
         act_tree = a["tree"].astype(np.int64)
-        if len(act_tree) != self.partition.n_open:
-            raise ProtocolError(f"party {self.name!r}: the master lists {len(act_tree)} open nodes, "
-                                f"{self.partition.n_open} are open here")
-        self._features, self._thresholds = ppdert_candidates(self.seed, act_tree, int(h["depth"]), self.low,
-                                                             self.high, self.k)
-        counts = self.class_counts().reshape(-1)
+        self.rows.start_level(h, a, len(act_tree))
+        self.rows.features, self.rows.thresholds = ppdert_candidates(self.seed, act_tree, int(h["depth"]), self.low,
+                                                                     self.high, self.k)
+        counts = self.rows.class_counts().reshape(-1)
         if self.aggregator is None:
             return Message("ppdert_plain_counts", {"plain": True}, {"counts": counts})
         if not self._agreed:
             raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked round")
         return Message("ppdert_masked_counts", {}, {"masked": self.aggregator.mask(counts, int(h["round_id"]))})
+
+    def _on_model(self, message: Message) -> Message:
+        self.model = receive_model(self.name, self.algorithm, self.schema, message)
+        self.rows.clear()
+        return Message("ack", {"n_nodes": self.model.n_nodes})
 
     def _verified_peer_keys(self, h: dict, rows: np.ndarray) -> dict[str, bytes]:
         """The relayed peers' public keys, each checked against its party's signature for this session."""

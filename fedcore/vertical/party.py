@@ -1,11 +1,19 @@
 """The party role in vertical Federated Forest: holds some columns (and maybe the label) of aligned rows
 and answers the master's requests without letting raw values, bin edges or thresholds out.
+
+A party answers only `FEDERATED_FOREST`, in its order (`fedcore.protocol.dispatch`); its role is its mode
+(plain or Paillier, from the master's `setup`) and whether it holds the label:
+
+    setup -> export_labels (label holder) -> configure -> per batch: begin_batch, then per level
+    find_splits [-> evaluate_encrypted (Paillier label holder)] [-> apply_splits (owners of splits)]
+    -> finalize; prediction (predict_leaves, route) only outside training, with a trained or loaded model.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 
 import numpy as np
 import pandas as pd
@@ -16,6 +24,7 @@ from fedcore.privacy.keyauth import PartyIdentity, SignedKey, context_digest
 from fedcore.privacy.packing import SlotLayout
 from fedcore.privacy.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
 from fedcore.privacy.sealed import SealingKey
+from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message, pack_bits
 from fedcore.trees.criteria import SQUARED_ERROR, n_stats
 from fedcore.trees.partition import (
@@ -29,6 +38,8 @@ from fedcore.trees.predictor import ThresholdIndex, encode_columns, leaf_row_set
 from fedcore.trees.splitting import NodeSplits, find_best_splits
 from fedcore.trees.structure import PartialForest, PartySplits
 from fedcore.vertical.encrypted import LabelHolderCrypto, PassiveCrypto
+
+log = logging.getLogger(__name__)
 
 
 def opaque_feature_id(key: bytes, column: str) -> str:
@@ -57,8 +68,58 @@ def _indices(array: np.ndarray, size: int, party: str, what: str) -> np.ndarray:
     return values
 
 
+ROLES = ("plain-holder", "plain-passive", "paillier-holder", "paillier-passive")
+"""A party's role: its mode (from the master's setup) and whether it holds the label."""
+_HOLDER = {"plain-holder", "paillier-holder"}
+_PASSIVE = {"plain-passive", "paillier-passive"}
+_LOCAL_BEST = {"plain-holder", "plain-passive", "paillier-holder"}  # find_splits answers plain local best splits
+_ENCRYPTED = {"paillier-passive"}  # find_splits answers encrypted histograms
+_SEARCH_ENDS_LEVEL = {"plain-holder", "plain-passive", "paillier-passive"}  # its level ends with find_splits
+_SCORES = {"paillier-holder"}  # scores the passive parties' histograms: its level ends with evaluate_encrypted
+
+
+def _level_ends(state: str, roles: set[str]) -> list[Step]:
+    """Once its level's part is done: apply its own splits, or go on with the next level, batch or the end."""
+    steps = [Step(state, "apply_splits", "applied", "partition_bits", roles),
+             Step(state, "find_splits", "searched", "local_best", roles & _LOCAL_BEST),
+             Step(state, "find_splits", "searched", "encrypted_histograms", roles & _ENCRYPTED),
+             Step(state, "begin_batch", "batch", "ack", roles),
+             Step(state, "finalize", "idle", "ack", roles)]
+    return [step for step in steps if step.roles]
+
+
+FEDERATED_FOREST = Protocol(
+    "Federated Forest", initial="idle",
+    states={"idle": "no training: before setup, or after finalize (it predicts with a trained or loaded model)",
+            "set_up": "after setup",
+            "labels_out": "after export_labels",
+            "configured": "after configure",
+            "batch": "after begin_batch",
+            "searched": "after a level's find_splits",
+            "scored": "after a level's evaluate_encrypted",
+            "applied": "after a level's apply_splits"},
+    steps=[
+        Step("idle", "setup", "set_up", "setup_reply"),
+        Step("idle", "predict_leaves", "idle", "leaf_sets"),
+        Step("idle", "route", "idle", "route_bits"),
+        Step("set_up", "export_labels", "labels_out", "labels", _HOLDER),
+        Step("set_up", "configure", "configured", "ack", _PASSIVE),
+        Step("labels_out", "configure", "configured", "ack", _HOLDER),
+        Step("configured", "begin_batch", "batch", "ack"),
+        Step("configured", "finalize", "idle", "ack"),  # every batch restored from checkpoints
+        Step(("batch", "applied"), "find_splits", "searched", "local_best", _LOCAL_BEST),
+        Step(("batch", "applied"), "find_splits", "searched", "encrypted_histograms", _ENCRYPTED),
+        Step("searched", "evaluate_encrypted", "scored", "encrypted_best", _SCORES),
+        *_level_ends("searched", _SEARCH_ENDS_LEVEL),
+        *_level_ends("scored", _SCORES),
+    ])
+"""What a vertical party answers, in which order, per role (see the module docstring)."""
+
+
 class VerticalParty:
     """One institution's agent: its columns, optionally the label, and the protocol handlers."""
+
+    protocol = FEDERATED_FOREST
 
     def __init__(self, name: str, frame: pd.DataFrame, label: str | None = None, feature_key: bytes = b"",
                  paillier_key: PaillierPrivateKey | None = None, identity: PartyIdentity | None = None) -> None:
@@ -92,14 +153,19 @@ class VerticalParty:
         self._label_crypto: LabelHolderCrypto | None = None  # Paillier mode, label holder
         self._passive_crypto: PassiveCrypto | None = None  # Paillier mode, passive party
         self._level_totals = np.zeros((0, 0))
+        self.machine = FEDERATED_FOREST.start(log)
 
     # -- dispatch -------------------------------------------------------------------------------
+    @property
+    def protocol_role(self) -> str:
+        """plain or paillier (as the last setup asked), holder or passive."""
+        mode = "paillier" if self._sealing is not None else "plain"
+        return f"{mode}-{'holder' if self.is_label_holder else 'passive'}"
+
     def handle(self, message: Message) -> Message:
-        """Answer one protocol message."""
-        handler = getattr(self, f"_on_{message.kind}", None)
-        if handler is None:
-            raise ProtocolError(f"party {self.name!r} cannot handle message kind {message.kind!r}")
-        return handler(message)
+        """Answer one protocol message, or refuse it (ProtocolError) when it is not the next one of
+        `FEDERATED_FOREST` for this party's role."""
+        return self.machine.handle(self, message)
 
     # -- setup ----------------------------------------------------------------------------------
     def _on_setup(self, message: Message) -> Message:

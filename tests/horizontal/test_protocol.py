@@ -46,6 +46,7 @@ def test_party_refuses_out_of_sync_decisions() -> None:
     party = parties[0]
     party.handle(Message("fet_ranges", {"new_batch": True, "n_trees": 2, "depth": 0},
                          {"features": np.zeros((2, 3), np.int32)}))
+    party.handle(Message("fet_stats", {"depth": 0}, {"thresholds": np.zeros((2, 3))}))
     with pytest.raises(ProtocolError, match="split decisions for 3 nodes"):
         party.handle(Message("fet_ranges", {"depth": 1}, {"features": np.zeros((2, 3), np.int32),
                                                            "chosen": np.zeros(3, np.int32),
