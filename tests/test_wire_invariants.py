@@ -294,8 +294,10 @@ def _gdp_counts_are_noised(run: Recorded) -> None:
 
 def _ldp_sends_bit_sums(run: Recorded) -> None:
     replies = [m.arrays for _, m in run.messages if m.kind == "fet_bit_sums"]
-    assert replies and all(a["bit_sums"].dtype == np.int64 and a["sizes"].shape == a["bit_sums"].shape[:-1]
-                           for a in replies)
+    # integer sums (the narrowest unsigned type holding the largest branch), never a row's own bits
+    assert replies and all(a["bit_sums"].dtype.kind == "u" and a["sizes"].dtype == a["bit_sums"].dtype
+                           and a["sizes"].shape == a["bit_sums"].shape[:-1]
+                           and (a["bit_sums"] <= a["sizes"][..., None]).all() for a in replies)
 
 
 # -- the table ---------------------------------------------------------------------------------------------

@@ -195,7 +195,7 @@ class _FETBase(_HorizontalForest):
                 "composed_epsilon": min(eps["permanent"], reports * eps["instant"]),
                 "composition": "RAPPOR: any number of reports reveal at most the permanent epsilon; each report at "
                                "most the instant epsilon",
-                "bloom": {"n_bits": self.ldp.n_bits, "n_hashes": self.ldp.n_hashes,
+                "bloom": {"n_bits": self.parties_[0].ldp.n_bits, "n_hashes": self.ldp.n_hashes,
                           "keep_probability": self.ldp.keep_probability, "p_one_if_one": self.ldp.p_one_if_one,
                           "p_one_if_zero": self.ldp.p_one_if_zero, "estimator": self.ldp.estimator},
             })

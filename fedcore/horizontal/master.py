@@ -61,7 +61,7 @@ class FederatedExtraTreesMaster(LevelwiseMaster):
                  privacy: str = "none", ldp=None, progress: ProgressCallback | None = None) -> None:
         super().__init__(transport, params, schema, progress)
         self.privacy = privacy
-        self.ldp = ldp
+        self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None  # n_bits fixed for the classes
         self.n_rows = 0
         self.q_bits = 0  # |q| <= 2**q_bits
         self.q_shift = 0  # q = round(y * 2**q_shift)
@@ -128,8 +128,11 @@ class FederatedExtraTreesMaster(LevelwiseMaster):
         bit_sums = np.zeros((*shape, 2, n_bits), dtype=np.int64)
         sizes = np.zeros((*shape, 2), dtype=np.int64)
         for name in self.parties:
-            bit_sums += _reply_array(replies, name, "fet_bit_sums", "bit_sums", bit_sums.shape).astype(np.int64)
-            sizes += _reply_array(replies, name, "fet_bit_sums", "sizes", sizes.shape).astype(np.int64)
+            for total, field in ((bit_sums, "bit_sums"), (sizes, "sizes")):
+                part = _reply_array(replies, name, "fet_bit_sums", field, total.shape)
+                if not np.issubdtype(part.dtype, np.integer):
+                    raise ProtocolError(f"party {name!r}: fet_bit_sums.{field} must be integer counts, got {part.dtype}")
+                total += part.astype(np.int64)
         return self.ldp.estimate_counts(bit_sums, sizes, self.schema.n_classes)
 
 

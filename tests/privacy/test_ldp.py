@@ -40,13 +40,15 @@ def test_epsilon_extremes() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"n_bits": 1}, "n_bits must be an integer >= 2, got 1: use a larger Bloom filter (e.g. n_bits=32)"),
-    ({"n_bits": 8.0}, "n_bits must be an integer >= 2, got 8.0: use a larger Bloom filter (e.g. n_bits=32)"),
-    ({"n_bits": True}, "n_bits must be an integer >= 2, got True: use a larger Bloom filter (e.g. n_bits=32)"),
+    ({"n_bits": 1}, "n_bits must be an integer >= 2, got 1: use a larger Bloom filter (e.g. n_bits=32), or leave it unset to size it to the classes"),
+    ({"n_bits": 8.0}, "n_bits must be an integer >= 2, got 8.0: use a larger Bloom filter (e.g. n_bits=32), or leave it unset to size it to the classes"),
+    ({"n_bits": True}, "n_bits must be an integer >= 2, got True: use a larger Bloom filter (e.g. n_bits=32), or leave it unset to size it to the classes"),
     ({"n_hashes": 0}, "n_hashes must be an integer with 1 <= n_hashes <= n_bits (32), got 0: "
                       "use fewer hashes or more bits"),
     ({"n_bits": 8, "n_hashes": 9}, "n_hashes must be an integer with 1 <= n_hashes <= n_bits (8), got 9: "
                                    "use fewer hashes or more bits"),
+    ({"n_hashes": 33}, "n_hashes must be an integer with 1 <= n_hashes <= n_bits (32), got 33: "
+                       "use fewer hashes or more bits"),
     ({"keep_probability": 1.5}, "keep_probability must be a number in [0, 1], got 1.5: it is the chance of "
                                 "keeping the true Bloom bit (smaller = more privacy)"),
     ({"keep_probability": float("nan")}, "keep_probability must be a number in [0, 1], got nan: it is the chance "
@@ -84,13 +86,14 @@ def test_check_classes_refuses_shared_patterns_and_rank_deficiency() -> None:
     with pytest.raises(ParameterError) as shared:
         LabelLDP(n_bits=4, n_hashes=1).check_classes(3)
     assert str(shared.value) == ("LDP Bloom patterns cannot represent n_classes=3 with n_bits=4, n_hashes=1: "
-                                 "classes 1 and 2 share a Bloom pattern; use more bits (n_bits) or fewer hashes "
-                                 "(n_hashes)")
+                                 "classes 1 and 2 share a Bloom pattern; use more bits or fewer hashes: n_bits=8 "
+                                 "with n_hashes=1 works (more bits cost bandwidth, not privacy)")
     with pytest.raises(ParameterError) as rank:  # distinct patterns, but linearly dependent
         LabelLDP(n_bits=5, n_hashes=5).check_classes(4)
     assert str(rank.value) == ("LDP Bloom patterns cannot represent n_classes=4 with n_bits=5, n_hashes=5: "
-                               "the estimation design matrix has rank 3 < n_classes; use more bits (n_bits) or "
-                               "fewer hashes (n_hashes)")
+                               "the estimation design matrix has rank 3 < n_classes; use more bits or fewer hashes: "
+                               "n_bits=8 with n_hashes=5, or n_hashes=4 with n_bits=5 works (more bits cost "
+                               "bandwidth, not privacy)")
     with pytest.raises(ParameterError, match="n_classes=9 with n_bits=8, n_hashes=4: the estimation design matrix "
                                              "has rank 8 < n_classes"):
         LabelLDP(n_bits=8, n_hashes=4).check_classes(9)
@@ -98,7 +101,19 @@ def test_check_classes_refuses_shared_patterns_and_rank_deficiency() -> None:
         LabelLDP(keep_probability=0.0).check_classes(2)
     with pytest.raises(ParameterError, match="n_classes must be an integer >= 1, got 0"):
         LabelLDP().check_classes(0)
-    LabelLDP().check_classes(10)  # the defaults represent 10 classes
+    LabelLDP(n_bits=32).check_classes(26)  # 32 bits represent 26 classes (the letter table)
+    assert LabelLDP().bits_for(26) == 64 and LabelLDP().bits_for(16) == 32 and LabelLDP().bits_for(40) == 128
+    LabelLDP().check_classes(60)  # unset n_bits is sized to the classes
+    with pytest.raises(ParameterError) as many:  # more classes than bits: the fix names working parameters
+        LabelLDP(n_bits=32).check_classes(40)
+    assert str(many.value) == ("LDP Bloom patterns cannot represent n_classes=40 with n_bits=32, n_hashes=4: the "
+                               "estimation design matrix has rank 32 < n_classes; use more bits or fewer hashes: "
+                               "n_bits=64 with n_hashes=4 works (more bits cost bandwidth, not privacy)")
+    LabelLDP(n_bits=64).check_classes(40)
+    with pytest.raises(ParameterError, match=r"n_classes=32 with n_bits=32, n_hashes=4: the estimation design matrix is ill-conditioned \(condition number 1\.77e\+04 > 10000: estimates "
+                                             r"would be mostly noise\); use more bits or fewer hashes: n_bits=64 "
+                                             r"with n_hashes=4, or n_hashes=3 with n_bits=32 works"):
+        LabelLDP(n_bits=32).check_classes(32)
     LabelLDP(n_bits=4, n_hashes=4).check_classes(3)  # hash collisions, yet still 3 distinct, independent patterns
 
 
@@ -198,7 +213,7 @@ def test_estimate_counts_refuses_bad_shapes() -> None:
 
 
 def test_labels_must_be_class_codes() -> None:
-    ldp = LabelLDP()
+    ldp = LabelLDP(n_bits=32)
     rng = np.random.default_rng(0)
     with pytest.raises(LabelError, match=r"class codes in 0\.\.2, found values from 0 to 3"):
         ldp.permanent_bits(np.array([0, 1, 3]), 3, rng)
