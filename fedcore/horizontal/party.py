@@ -72,7 +72,7 @@ class HorizontalParty:
         self.schema = schema
         self.privacy = privacy
         self.epsilon = float(epsilon)
-        self.ldp = ldp
+        self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None  # n_bits fixed for the classes
         self.noise_seed = int(noise_seed) if noise_seed is not None else secrets.randbits(63)
         self.rows = PartyRows(name, frame, schema)
         self.X, self.y, self.n_rows = self.rows.X, self.rows.y, self.rows.n_rows
@@ -204,8 +204,10 @@ class HorizontalParty:
             # one fresh report per entry, added to the branch it takes under each candidate
             self.ldp.add_report_sums(self._permanent[rows], codes, rng, sums, sizes)
         self.reports_per_row += self.rows.partition.active_slots_per_row()
-        return Message("fet_bit_sums", {}, {"bit_sums": sums.reshape(n_open, k, 2, n_bits),
-                                            "sizes": sizes.reshape(n_open, k, 2)})
+        # the narrowest unsigned type that holds the largest size: deep levels send bytes, not int64s
+        wire = np.min_scalar_type(int(sizes.max()) if sizes.size else 0)
+        return Message("fet_bit_sums", {}, {"bit_sums": sums.reshape(n_open, k, 2, n_bits).astype(wire),
+                                            "sizes": sizes.reshape(n_open, k, 2).astype(wire)})
 
     # -- the finished model -----------------------------------------------------------------------
     def _on_model(self, message: Message) -> Message:
