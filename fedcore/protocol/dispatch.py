@@ -13,7 +13,8 @@ Its `ProtocolStateMachine` then refuses, with a `ProtocolError` and a logged rea
 
 and moves to the next state only when the handler answered. A refused or failed message leaves the
 state as it was. A handler that trips over a malformed message (a missing header field, a wrong type or
-shape) refuses it too: the error is re-raised as ProtocolError, chained to the original. A reply kind the
+shape, a parameter out of range) refuses it too: the error is re-raised as ProtocolError, chained to the
+original. A reply kind the
 step does not declare is a bug in the party and raises RuntimeError instead of leaving the party.
 
 The tables live beside their parties: `fedcore.vertical.party` (Federated Forest, plain and Paillier,
@@ -28,14 +29,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from fedcore.errors import FedForestError, ProtocolError
+from fedcore.errors import ProtocolError
 from fedcore.protocol.messages import Message
 
 log = logging.getLogger(__name__)
 
 MALFORMED = (KeyError, IndexError, TypeError, ValueError, ArithmeticError)
-"""What a handler raises on a message it cannot parse; refused as ProtocolError (named fedcore errors,
-FedForestError, pass through unchanged)."""
+"""What a handler raises on a message it cannot parse or act on (InputError, fedcore's error for unusable
+parameters, is a ValueError: a parameter the master sent); refused as ProtocolError."""
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,6 @@ class ProtocolStateMachine:
             reply = getattr(party, step.handler)(message)
         except ProtocolError as error:
             self._refuse(kind, str(error))
-            raise
-        except FedForestError:
             raise
         except MALFORMED as error:
             raise self._refuse(kind, f"party {name!r} refuses a malformed {kind!r} message: "
