@@ -409,3 +409,15 @@ def test_a_party_takes_a_new_session_after_the_model(federation) -> None:
     assert {party.machine.state for party in parties.values()} == {"idle"}
     run(transport)
     assert _models(parties) == first
+
+
+@pytest.mark.parametrize(("federation", "target", "skip_to"), [("vertical-paillier", "holder", "finalize"),
+                                                               ("vertical-plain", "passive", "finalize"),
+                                                               ("ppdert-secagg", "a", "model")])
+def test_a_run_resumed_after_its_last_batch_skips_every_level(recorded, federation, target, skip_to) -> None:
+    """Every batch restored from checkpoints: the session's setup is followed by the end directly."""
+    own = recorded.received[federation, target]
+    first_level = next(i for i, m in enumerate(own) if m.kind in ("begin_batch", "ppdert_level"))
+    party = _clone(recorded.snapshots[federation, target][first_level])
+    assert _send(party, next(m for m in own if m.kind == skip_to)) == "ack"
+    assert party.machine.state == "idle"
