@@ -49,6 +49,7 @@ class LevelResult:
     thresholds: np.ndarray  # (A, k) float64
     valid: np.ndarray  # (A, k) bool: a usable candidate (FET: the node's global range is not a point)
     branch: np.ndarray  # (A, k, 2, S) float64: [..., 0, :] left (x <= t), [..., 1, :] right
+    sizes: np.ndarray | None = None  # (A, k, 2) exact branch sizes, where the mode reveals them (LDP)
 
 
 RECORD_FIELDS = ("tree", "node", "left", "right", "depth", "feature", "threshold", "weight", "value")
@@ -154,6 +155,7 @@ class LevelwiseMaster(ABC):
         self.parties = list(transport.parties)
         self.k = params.n_candidate_features(schema.n_features)
         self.n_stats = schema.n_classes if params.task == "classification" else 2
+        self.min_samples_leaf = params.min_samples_leaf  # a privacy mode may raise it (LDP: `leaf_floor`)
         self.forest: HorizontalForest | None = None
         self.levels = 0  # levels with open nodes, over all batches (each one is 1 or 2 rounds)
         self._save_batch: int | None = None  # the batch the parties checkpoint on the next batch's first request
@@ -232,6 +234,7 @@ class LevelwiseMaster(ABC):
         act_tree = np.array(trees, dtype=np.int32)
         act_node = np.zeros(len(trees), dtype=np.int32)
         act_stats: np.ndarray | None = None
+        act_n: np.ndarray | None = None
         next_id = np.ones(len(trees), dtype=np.int64)
         transition: dict[str, np.ndarray] | None = None
         records: list[dict[str, np.ndarray]] = []
@@ -243,10 +246,15 @@ class LevelwiseMaster(ABC):
             n_open = len(act_tree)
             # roots: the node is the union of any candidate's two branches
             node_stats = act_stats if act_stats is not None else branch[:, 0].sum(axis=1)
-            n_node = branch_counts(node_stats, task)
+            # sizes: exact where the mode sends them (estimated class counts only sum to them within rounding)
+            branch_n = result.sizes.astype(np.float64) if result.sizes is not None else branch_counts(branch, task)
+            if act_n is not None:
+                n_node = act_n
+            else:
+                n_node = branch_n[:, 0].sum(axis=1) if result.sizes is not None else branch_counts(node_stats, task)
             gains = split_gains(branch, task, p.criterion)
-            n_left, n_right = branch_counts(branch[:, :, 0], task), branch_counts(branch[:, :, 1], task)
-            usable = (result.valid & (n_left >= p.min_samples_leaf) & (n_right >= p.min_samples_leaf)
+            n_left, n_right = branch_n[:, :, 0], branch_n[:, :, 1]
+            usable = (result.valid & (n_left >= self.min_samples_leaf) & (n_right >= self.min_samples_leaf)
                       & (gains > min_gain(n_left + n_right)))
             best = np.argmax(np.where(usable, gains, -np.inf), axis=1)
             split = usable.any(axis=1) & (n_node >= p.min_samples_split)
@@ -275,9 +283,9 @@ class LevelwiseMaster(ABC):
             child_stats = branch[split_idx, split_best].reshape(-1, self.n_stats)  # left, right, left, ...
             child_tree = np.repeat(act_tree[split_idx], 2)
             child_node = np.stack([left[split_idx], right[split_idx]], axis=1).reshape(-1)
-            child_n = branch_counts(child_stats, task)
+            child_n = branch_n[split_idx, split_best].reshape(-1)
             open_child = ((depth + 1 < p.depth_limit) & (child_n >= p.min_samples_split)
-                          & (child_n >= 2 * p.min_samples_leaf) & ~is_pure(child_stats, task))
+                          & (child_n >= 2 * self.min_samples_leaf) & ~is_pure(child_stats, task))
             leaf = ~open_child
             if leaf.any():
                 n_leaf = int(leaf.sum())
@@ -294,6 +302,7 @@ class LevelwiseMaster(ABC):
             transition = {"chosen": chosen, "next_pos": next_pos}
             act_tree, act_node = child_tree[open_child], child_node[open_child]
             act_stats = child_stats[open_child]
+            act_n = child_n[open_child]
             depth += 1
         return records
 

@@ -62,6 +62,8 @@ class FederatedExtraTreesMaster(LevelwiseMaster):
         super().__init__(transport, params, schema, progress)
         self.privacy = privacy
         self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None  # n_bits fixed for the classes
+        if privacy == "ldp":  # a leaf's classes are estimated from its rows' reports: not from too few
+            self.min_samples_leaf = max(params.min_samples_leaf, self.ldp.leaf_floor(schema.n_classes))
         self.n_rows = 0
         self.q_bits = 0  # |q| <= 2**q_bits
         self.q_shift = 0  # q = round(y * 2**q_shift)
@@ -109,21 +111,15 @@ class FederatedExtraTreesMaster(LevelwiseMaster):
         header = {"depth": depth, "q_shift": self.q_shift, "q_bound_bits": self.q_bits}
         replies = self.transport.exchange({name: Message("fet_stats", header, {"thresholds": thresholds})
                                            for name in self.parties})
+        if self.privacy == "ldp":
+            return LevelResult(features, thresholds, valid, *self._estimate(replies, features.shape, valid, depth))
         return LevelResult(features, thresholds, valid, self._aggregate(replies, features.shape))
 
-    def _aggregate(self, replies: dict[str, Message], shape: tuple[int, int]) -> np.ndarray:
-        """Sum the parties' branch statistics: (A, k, 2, S) float64."""
-        stats_shape = (*shape, 2, self.n_stats)
-        if self.privacy == "none":
-            total = np.zeros(stats_shape, dtype=np.int64)
-            for name in self.parties:
-                total += _reply_array(replies, name, "fet_counts", "counts", stats_shape).astype(np.int64)
-            return total.astype(np.float64)
-        if self.privacy == "gdp":
-            total = np.zeros(stats_shape, dtype=np.float64)
-            for name in self.parties:
-                total += _reply_array(replies, name, "fet_noisy_counts", "counts", stats_shape)
-            return total
+    def _estimate(self, replies: dict[str, Message], shape: tuple[int, int], valid: np.ndarray,
+                  depth: int) -> tuple[np.ndarray, np.ndarray]:
+        """LDP: sum the parties' bit sums and exact branch sizes, and estimate class counts of the branches
+        that can matter: candidates with both sides of at least min_samples_leaf rows (the others cannot
+        split), and at the roots candidate 0, whose branches give the root's own counts."""
         n_bits = self.ldp.n_bits
         bit_sums = np.zeros((*shape, 2, n_bits), dtype=np.int64)
         sizes = np.zeros((*shape, 2), dtype=np.int64)
@@ -133,7 +129,25 @@ class FederatedExtraTreesMaster(LevelwiseMaster):
                 if not np.issubdtype(part.dtype, np.integer):
                     raise ProtocolError(f"party {name!r}: fet_bit_sums.{field} must be integer counts, got {part.dtype}")
                 total += part.astype(np.int64)
-        return self.ldp.estimate_counts(bit_sums, sizes, self.schema.n_classes)
+        needed = valid & (sizes.min(axis=-1) >= self.min_samples_leaf)
+        if depth == 0:
+            needed[:, 0] = True
+        branch = np.zeros((*shape, 2, self.n_stats))
+        branch[needed] = self.ldp.estimate_counts(bit_sums[needed], sizes[needed], self.schema.n_classes)
+        return branch, sizes
+
+    def _aggregate(self, replies: dict[str, Message], shape: tuple[int, int]) -> np.ndarray:
+        """Sum the parties' branch statistics (plain or gdp): (A, k, 2, S) float64."""
+        stats_shape = (*shape, 2, self.n_stats)
+        if self.privacy == "none":
+            total = np.zeros(stats_shape, dtype=np.int64)
+            for name in self.parties:
+                total += _reply_array(replies, name, "fet_counts", "counts", stats_shape).astype(np.int64)
+            return total.astype(np.float64)
+        total = np.zeros(stats_shape, dtype=np.float64)
+        for name in self.parties:
+            total += _reply_array(replies, name, "fet_noisy_counts", "counts", stats_shape)
+        return total
 
 
 def _reply_array(replies: dict[str, Message], party: str, kind: str, name: str, shape: tuple) -> np.ndarray:
