@@ -240,3 +240,19 @@ def test_nnls_matches_brute_force_over_supports() -> None:
                 if (z >= 0).all():
                     best = min(best, float(np.sum((matrix @ z - target) ** 2)))
         assert np.sum((matrix @ x - target) ** 2) == pytest.approx(best, rel=1e-9, abs=1e-12)
+
+
+def test_report_sums_add_the_instant_bits_of_the_same_draws() -> None:
+    ldp = LabelLDP(n_bits=32)
+    perm = ldp.permanent_bits(LABELS[:5000], 5, np.random.default_rng(12))
+    groups = np.random.default_rng(13).integers(0, 40, size=(5000, 3))
+    sums, sizes = np.zeros((40, 32), np.int64), np.zeros(40, np.int64)
+    ldp.add_report_sums(perm, groups, np.random.default_rng(14), sums, sizes)
+    instant = ldp.instant_bits(perm, np.random.default_rng(14)).astype(np.int64)
+    expected = np.zeros((40, 32), np.int64)
+    for j in range(3):
+        np.add.at(expected, groups[:, j], instant)
+    np.testing.assert_array_equal(sums, expected)
+    np.testing.assert_array_equal(sizes, np.bincount(groups.reshape(-1), minlength=40))
+    with pytest.raises(ParameterError, match=r"group ids must be in 0\.\.39"):
+        ldp.add_report_sums(perm, groups + 1, np.random.default_rng(14), sums, sizes)
