@@ -50,14 +50,15 @@ def accuracy(model, test: pd.DataFrame, label: str) -> float:
     return metrics("classification", test[label].to_numpy(), model.predict(test.drop(columns=[label])))["accuracy"]
 
 
-def run_table2(table: pd.DataFrame, label: str, seed: int, trees: int, clients: int, epsilon: float) -> dict:
+def run_table2(table: pd.DataFrame, label: str, seed: int, trees: int, clients: int, epsilon: float,
+               modes: tuple = MODES) -> dict:
     """Accuracy of the reference and of every federated mode on one seeded split."""
     train, test = split_train_test(table, label, "classification", 0.2, seed)
     params = {"n_estimators": trees, "max_depth": None, "max_features": "sqrt", "random_state": seed}
     result = {"ET": reference_extra_trees("classification", train, test, label, params)["metrics"]["accuracy"]}
     parties = split_horizontal(train, clients, label=label, seed=seed)
     ranges = declared_ranges(train, label)
-    for name, algorithm, privacy in MODES:
+    for name, algorithm, privacy in modes:
         model = build_estimator(algorithm, privacy, "classification", params, epsilon=epsilon, feature_ranges=ranges)
         started = time.perf_counter()
         model.fit(parties, label=label)
@@ -109,7 +110,10 @@ def main() -> None:
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--epsilon", type=float, default=1.0, help="FET-GDP epsilon per query")
-    parser.add_argument("--curve-clients", type=int, nargs="+", default=list(range(1, 10)))
+    parser.add_argument("--modes", nargs="+", choices=[m[0] for m in MODES], default=[m[0] for m in MODES],
+                        help="federated modes of Table 2 to run (default: all)")
+    parser.add_argument("--curve-clients", type=int, nargs="*", default=list(range(1, 10)),
+                        help="client counts of the Figure 4 curve (none: skip the curve)")
     parser.add_argument("--curve-seeds", type=int, default=3)
     parser.add_argument("--curve-trees", type=int, default=50, help="trees per model in the clients curve")
     parser.add_argument("--figure", type=Path, help="write the clients curve as a PNG here")
@@ -118,12 +122,14 @@ def main() -> None:
 
     rows, raw = [], {"table2": {}, "clients": {}}
     tables = datasets(args.data_dir)
+    modes = tuple(m for m in MODES if m[0] in args.modes)
     for name, (table, label) in tables.items():
-        runs = [run_table2(table, label, seed, args.trees, args.clients, args.epsilon) for seed in range(args.seeds)]
+        runs = [run_table2(table, label, seed, args.trees, args.clients, args.epsilon, modes)
+                for seed in range(args.seeds)]
         raw["table2"][name] = runs
         mean = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
         row = {"dataset": name, "rows x cols": f"{table.shape[0]} x {table.shape[1] - 1}", "ET (sklearn)": mean["ET"]}
-        for mode, _, _ in MODES:
+        for mode, _, _ in modes:
             row[mode] = mean[mode]
             row[f"{mode} - ET (pp)"] = 100 * (mean[mode] - mean["ET"])
         paper = PAPER.get(name)
@@ -132,7 +138,7 @@ def main() -> None:
         print(f"{name}: " + ", ".join(f"{k}={v:.4f}" for k, v in mean.items()), flush=True)
 
     curves = {}
-    for name in [n for n in ("spambase", "waveform-21") if n in tables]:
+    for name in [n for n in ("spambase", "waveform-21") if n in tables and args.curve_clients]:
         table, label = tables[name]
         per_seed = [run_clients(table, label, seed, args.curve_trees, args.curve_clients)
                     for seed in range(args.curve_seeds)]
