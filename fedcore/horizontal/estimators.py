@@ -187,17 +187,26 @@ class _FETBase(_HorizontalForest):
         else:
             eps = self.ldp.epsilon()
             reports = max(p.reports_per_row for p in self.parties_)
+            ldp = self.parties_[0].ldp
+            if ldp.mechanism == "krr":
+                statistics = "per-party counts of k-ary randomized-response class reports, plus plain branch sizes"
+                composition = "k-RR: each sample's report is drawn once and reused: epsilon_krr for any number"
+                mechanism = {"mechanism": "krr", "epsilon_krr": ldp.epsilon_krr, "estimator": ldp.estimator}
+            else:
+                statistics = ("per-party sums of instant randomized-response bits of Bloom-encoded labels, plus "
+                              "plain branch sizes")
+                composition = ("RAPPOR: any number of reports reveal at most the permanent epsilon; each report at "
+                               "most the instant epsilon")
+                mechanism = {"mechanism": "bloom", "n_bits": ldp.n_bits, "n_hashes": ldp.n_hashes,
+                             "keep_probability": ldp.keep_probability, "p_one_if_one": ldp.p_one_if_one,
+                             "p_one_if_zero": ldp.p_one_if_zero, "estimator": ldp.estimator}
             report.update({
-                "label_statistics": "per-party sums of instant randomized-response bits of Bloom-encoded labels, "
-                                    "plus plain branch sizes",
+                "label_statistics": statistics,
                 "epsilon": eps, "epsilon_permanent": eps["permanent"], "epsilon_instant": eps["instant"],
                 "reports_per_row": reports,
                 "composed_epsilon": min(eps["permanent"], reports * eps["instant"]),
-                "composition": "RAPPOR: any number of reports reveal at most the permanent epsilon; each report at "
-                               "most the instant epsilon",
-                "bloom": {"n_bits": self.parties_[0].ldp.n_bits, "n_hashes": self.ldp.n_hashes,
-                          "keep_probability": self.ldp.keep_probability, "p_one_if_one": self.ldp.p_one_if_one,
-                          "p_one_if_zero": self.ldp.p_one_if_zero, "estimator": self.ldp.estimator},
+                "composition": composition,
+                "bloom": mechanism,
             })
         return report
 

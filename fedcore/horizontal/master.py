@@ -120,7 +120,7 @@ class FederatedExtraTreesMaster(LevelwiseMaster):
         """LDP: sum the parties' bit sums and exact branch sizes, and estimate class counts of the branches
         that can matter: candidates with both sides of at least min_samples_leaf rows (the others cannot
         split), and at the roots candidate 0, whose branches give the root's own counts."""
-        n_bits = self.ldp.n_bits
+        n_bits = self.ldp.bits_for(self.schema.n_classes)
         bit_sums = np.zeros((*shape, 2, n_bits), dtype=np.int64)
         sizes = np.zeros((*shape, 2), dtype=np.int64)
         for name in self.parties:

@@ -195,7 +195,7 @@ class HorizontalParty:
 
     def _ldp_reply(self) -> Message:
         n_open, k = self.rows.features.shape
-        n_bits = self.ldp.n_bits
+        n_bits = self.ldp.bits_for(self.schema.n_classes)
         size = n_open * k * 2
         sums = np.zeros((size, n_bits), dtype=np.int64)
         sizes = np.zeros(size, dtype=np.int64)

@@ -31,6 +31,7 @@ from fedcore.errors import LabelError, ParameterError
 from fedcore.privacy.nnls import SharedNNLS
 
 ESTIMATORS = ("nnls", "lasso")
+MECHANISMS = ("bloom", "krr")
 MIN_AUTO_BITS = 32  # the smallest Bloom filter chosen when n_bits is left unset
 SUM_WEIGHT = 1e3  # weight of the equation sum(proportions) = 1, against bit equations of scale <= 1
 _CHUNK_ROWS = 1 << 15  # rows per random draw, to bound memory on large parties
@@ -46,8 +47,17 @@ def _is_real(value: object) -> bool:
 
 @dataclass(frozen=True)
 class LabelLDP:
-    """Parameters of the label mechanism; encode on the parties, estimate counts on the master."""
+    """Parameters of the label mechanism; encode on the parties, estimate counts on the master.
 
+    ``mechanism``: "bloom" (the FET paper's RAPPOR: the fields below) or "krr" (k-ary randomized response
+    at ``epsilon``: each sample reports its class with probability e^eps / (e^eps + C - 1), else one of the
+    other classes uniformly; drawn once per sample and reused, as a one-hot "filter" of C bits). At the
+    same epsilon k-RR is far more accurate for class labels (a small domain; Wang et al., USENIX Security
+    2017): the Bloom fields do not apply to it.
+    """
+
+    mechanism: str = "bloom"
+    epsilon_krr: float | None = None  # k-RR's epsilon (required with mechanism "krr")
     n_bits: int | None = None  # None: sized to the classes (`bits_for`)
     n_hashes: int = 4
     keep_probability: float = 0.5
@@ -58,6 +68,17 @@ class LabelLDP:
     min_leaf_reports: int | None = None  # None: `leaf_floor` from the design
 
     def __post_init__(self) -> None:
+        if self.mechanism not in MECHANISMS:
+            raise ParameterError(f"mechanism must be 'bloom' or 'krr', got {self.mechanism!r}")
+        if self.mechanism == "krr":
+            if not _is_real(self.epsilon_krr) or self.epsilon_krr <= 0:
+                raise ParameterError(f"mechanism 'krr' needs epsilon_krr, a finite number > 0, got "
+                                     f"{self.epsilon_krr!r}: the privacy level of each label report (e.g. 4)")
+            if self.n_bits is not None:
+                raise ParameterError("mechanism 'krr' reports one of n_classes codes: leave n_bits unset")
+        elif self.epsilon_krr is not None:
+            raise ParameterError("epsilon_krr applies to mechanism 'krr' only; the Bloom mechanism's epsilon "
+                                 "follows from n_hashes and keep_probability")
         if self.n_bits is not None and (not _is_int(self.n_bits) or self.n_bits < 2):
             raise ParameterError(f"n_bits must be an integer >= 2, got {self.n_bits!r}: use a larger Bloom filter "
                                  "(e.g. n_bits=32), or leave it unset to size it to the classes")
@@ -86,16 +107,22 @@ class LabelLDP:
         """The Bloom filter's size for n_classes: n_bits if set, else the smallest power of two >= 32 and
         >= 2 n_classes. Privacy does not depend on it (epsilon counts hashes); the count estimates' noise
         does: 26 classes on 32 bits have 3.2x the standard error of 64 bits."""
+        if self.mechanism == "krr":
+            return _check_n_classes(n_classes)
         if self.n_bits is not None:
             return self.n_bits
         return max(MIN_AUTO_BITS, 1 << (2 * _check_n_classes(n_classes) - 1).bit_length())
 
     def sized_for(self, n_classes: int) -> LabelLDP:
         """This mechanism with n_bits fixed for n_classes (what the master and every party run)."""
+        if self.mechanism == "krr":
+            return self
         return dataclasses.replace(self, n_bits=self.bits_for(n_classes))
 
     def class_patterns(self, n_classes: int) -> np.ndarray:
         """Bloom bits of each class code, (n_classes, n_bits) uint8; the same on every party and the master."""
+        if self.mechanism == "krr":
+            return np.eye(_check_n_classes(n_classes), dtype=np.uint8)
         return _patterns(self.bits_for(n_classes), self.n_hashes, _check_n_classes(n_classes)).copy()
 
     def check_classes(self, n_classes: int) -> None:
@@ -106,6 +133,8 @@ class LabelLDP:
         """Permanent randomized response of each sample's Bloom bits, (n, n_bits) uint8: draw once, reuse per tree."""
         labels = _check_labels(labels, n_classes)
         self.check_classes(n_classes)
+        if self.mechanism == "krr":
+            return self._krr_permanent(labels, n_classes, rng)
         n_bits = self.bits_for(n_classes)
         bloom = _patterns(n_bits, self.n_hashes, n_classes)
         keep = self.keep_probability
@@ -121,7 +150,7 @@ class LabelLDP:
         """Instant randomized response of permanent bits, same shape uint8: draw fresh for every report."""
         permanent = self._checked_permanent(permanent)
         out = np.empty(permanent.shape, dtype=np.uint8)
-        if_one, if_zero = _threshold63(self.p_one_if_one), _threshold63(self.p_one_if_zero)
+        if_one, if_zero = self._instant_thresholds()
         for start in range(0, permanent.shape[0], _CHUNK_ROWS):
             rows = slice(start, start + _CHUNK_ROWS)
             block = permanent[rows]
@@ -141,12 +170,29 @@ class LabelLDP:
             raise ParameterError(f"groups must have shape ({permanent.shape[0]}, k), got {groups.shape}")
         if groups.size and (groups.min() < 0 or groups.max() >= sizes.shape[0]):
             raise ParameterError(f"group ids must be in 0..{sizes.shape[0] - 1}")
-        if_one, if_zero = _threshold63(self.p_one_if_one), _threshold63(self.p_one_if_zero)
+        if_one, if_zero = self._instant_thresholds()
         for start in range(0, permanent.shape[0], _CHUNK_ROWS):
             rows = slice(start, start + _CHUNK_ROWS)
             block = permanent[rows]
             words = rng.bit_generator.random_raw(block.size)
             _respond_and_add(block, words, if_one, if_zero, groups[rows], bit_sums, sizes)
+
+    def _instant_thresholds(self) -> tuple[np.uint64, np.uint64]:
+        """The instant response's thresholds; k-RR has no instant step (its report is the permanent one)."""
+        if self.mechanism == "krr":
+            return _threshold63(1.0), _threshold63(0.0)
+        return _threshold63(self.p_one_if_one), _threshold63(self.p_one_if_zero)
+
+    def _krr_keep(self, n_classes: int) -> float:
+        """k-RR: the probability of reporting the true class."""
+        return 1.0 / (1.0 + (n_classes - 1) * math.exp(-self.epsilon_krr))
+
+    def _krr_permanent(self, labels: np.ndarray, n_classes: int, rng: np.random.Generator) -> np.ndarray:
+        """k-RR reports as one-hot rows: the true class with probability `_krr_keep`, else another uniformly."""
+        keep = rng.random(labels.shape[0]) < self._krr_keep(n_classes)
+        other = rng.integers(0, max(n_classes - 1, 1), size=labels.shape[0])
+        reported = np.where(keep, labels, other + (other >= labels))
+        return np.eye(n_classes, dtype=np.uint8)[reported]
 
     def _checked_permanent(self, permanent: np.ndarray) -> np.ndarray:
         """Permanent bits as contiguous uint8 (n, n_bits), or the error that says what to pass."""
@@ -162,6 +208,11 @@ class LabelLDP:
 
     def report_probabilities(self, n_classes: int) -> np.ndarray:
         """P(instant bit = 1 | class), (n_classes, n_bits) float64: the design of the count estimation."""
+        if self.mechanism == "krr":
+            n_classes = _check_n_classes(n_classes)
+            keep = self._krr_keep(n_classes)
+            other = (1.0 - keep) / (n_classes - 1) if n_classes > 1 else 0.0
+            return np.where(np.eye(n_classes, dtype=bool), keep, other)
         bloom = _patterns(self.bits_for(n_classes), self.n_hashes, _check_n_classes(n_classes)).astype(np.float64)
         p_permanent_one = self.keep_probability * bloom + (1.0 - self.keep_probability) / 2.0
         return self.p_one_if_zero + (self.p_one_if_one - self.p_one_if_zero) * p_permanent_one
@@ -201,7 +252,10 @@ class LabelLDP:
         return max(1, math.ceil(round(self.standard_error(n_classes) ** 2, 6)))
 
     def epsilon(self) -> dict[str, float]:
-        """RAPPOR's privacy levels: 'permanent' (any number of reports) and 'instant' (a single report)."""
+        """RAPPOR's privacy levels: 'permanent' (any number of reports) and 'instant' (a single report).
+        k-RR's report is its permanent response: both are epsilon_krr."""
+        if self.mechanism == "krr":
+            return {"permanent": float(self.epsilon_krr), "instant": float(self.epsilon_krr)}
         f, p, q, k = 1.0 - self.keep_probability, self.p_one_if_zero, self.p_one_if_one, self.n_hashes
         permanent = math.inf if f == 0 else 2 * k * math.log((1 - f / 2) / (f / 2))
         q_star = f / 2 * (p + q) + (1 - f) * q
@@ -358,6 +412,8 @@ def _suggested_fix(ldp: LabelLDP, n_classes: int) -> str:
 def _design(ldp: LabelLDP, n_classes: int) -> _Design:
     """Check that the classes are identifiable and build their estimation design."""
     ldp = ldp.sized_for(n_classes)
+    if ldp.mechanism == "krr":  # an invertible design for every epsilon > 0
+        return _Design(ldp.report_probabilities(n_classes))
     problem = _identifiability_problem(ldp.n_bits, ldp.n_hashes, ldp.keep_probability, n_classes)
     if problem is not None:
         raise ParameterError(f"LDP Bloom patterns cannot represent n_classes={n_classes} with n_bits={ldp.n_bits}, "

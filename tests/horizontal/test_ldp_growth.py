@@ -52,3 +52,15 @@ def test_a_larger_floor_than_min_samples_leaf_is_kept_and_vice_versa() -> None:
     model = FederatedExtraTreesClassifier(n_estimators=3, privacy="ldp", min_samples_leaf=6,
                                           random_state=2).fit(parties, label="y")
     assert leaf_weights(model.model_).min() >= 6
+
+
+def test_krr_trains_and_reports_its_mechanism() -> None:
+    parties = split_rows(many_class_table(n_classes=8), 3)
+    ldp = LabelLDP(mechanism="krr", epsilon_krr=6.0)
+    model = FederatedExtraTreesClassifier(n_estimators=3, privacy="ldp", ldp=ldp, random_state=3).fit(parties, label="y")
+    report = model.privacy_report_
+    assert report["bloom"] == {"mechanism": "krr", "epsilon_krr": 6.0, "estimator": "nnls"}
+    assert report["composed_epsilon"] == 6.0
+    truth = many_class_table(n_classes=8)
+    # epsilon 6 on 8 classes reports the true class 98% of the time: the forest fits its training rows
+    assert (model.predict(truth.drop(columns=["y"])) == truth["y"]).mean() > 0.8

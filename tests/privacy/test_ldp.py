@@ -256,3 +256,33 @@ def test_report_sums_add_the_instant_bits_of_the_same_draws() -> None:
     np.testing.assert_array_equal(sizes, np.bincount(groups.reshape(-1), minlength=40))
     with pytest.raises(ParameterError, match=r"group ids must be in 0\.\.39"):
         ldp.add_report_sums(perm, groups + 1, np.random.default_rng(14), sums, sizes)
+
+
+def test_krr_reports_the_true_class_with_its_probability_and_estimates_counts() -> None:
+    ldp = LabelLDP(mechanism="krr", epsilon_krr=3.0)
+    keep = math.exp(3.0) / (math.exp(3.0) + 4)  # 5 classes
+    perm = ldp.permanent_bits(LABELS, 5, np.random.default_rng(20))
+    assert perm.shape == (LABELS.size, 5) and (perm.sum(axis=1) == 1).all()  # one-hot reports
+    assert (perm.argmax(axis=1) == LABELS).mean() == pytest.approx(keep, abs=0.01)
+    np.testing.assert_array_equal(ldp.instant_bits(perm, np.random.default_rng(21)), perm)  # no instant step
+    np.testing.assert_allclose(ldp.report_probabilities(5), np.where(np.eye(5, dtype=bool), keep, (1 - keep) / 4))
+    estimate = ldp.estimate_counts(perm.sum(axis=0), np.array(LABELS.size), 5)
+    np.testing.assert_allclose(estimate, COUNTS, atol=0.01 * LABELS.size)
+    assert ldp.epsilon() == {"permanent": 3.0, "instant": 3.0} and ldp.bits_for(26) == 26
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"mechanism": "rappor"}, "mechanism must be 'bloom' or 'krr', got 'rappor'"),
+    ({"mechanism": "krr"}, "mechanism 'krr' needs epsilon_krr, a finite number > 0, got None: the privacy level "
+                           "of each label report (e.g. 4)"),
+    ({"mechanism": "krr", "epsilon_krr": 0.0}, "mechanism 'krr' needs epsilon_krr, a finite number > 0, got 0.0: "
+                                               "the privacy level of each label report (e.g. 4)"),
+    ({"mechanism": "krr", "epsilon_krr": 2.0, "n_bits": 32},
+     "mechanism 'krr' reports one of n_classes codes: leave n_bits unset"),
+    ({"epsilon_krr": 2.0}, "epsilon_krr applies to mechanism 'krr' only; the Bloom mechanism's epsilon follows "
+                           "from n_hashes and keep_probability"),
+])
+def test_bad_mechanism_parameters_raise_exact_messages(kwargs: dict, message: str) -> None:
+    with pytest.raises(ParameterError) as excinfo:
+        LabelLDP(**kwargs)
+    assert str(excinfo.value) == message
