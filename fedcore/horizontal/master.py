@@ -121,19 +121,19 @@ class FederatedExtraTreesMaster(LevelwiseMaster):
         that can matter: candidates with both sides of at least min_samples_leaf rows (the others cannot
         split), and at the roots candidate 0, whose branches give the root's own counts."""
         n_bits = self.ldp.bits_for(self.schema.n_classes)
-        bit_sums = np.zeros((*shape, 2, n_bits), dtype=np.int64)
-        sizes = np.zeros((*shape, 2), dtype=np.int64)
-        for name in self.parties:
-            for total, field in ((bit_sums, "bit_sums"), (sizes, "sizes")):
-                part = _reply_array(replies, name, "fet_bit_sums", field, total.shape)
+        parts = {name: {field: _reply_array(replies, name, "fet_bit_sums", field, (*shape, 2, n_bits)[:ndim])
+                        for field, ndim in (("bit_sums", 4), ("sizes", 3))} for name in self.parties}
+        for name, arrays in parts.items():
+            for field, part in arrays.items():
                 if not np.issubdtype(part.dtype, np.integer):
                     raise ProtocolError(f"party {name!r}: fet_bit_sums.{field} must be integer counts, got {part.dtype}")
-                total += part.astype(np.int64)
+        sizes = sum(arrays["sizes"].astype(np.int64) for arrays in parts.values())
         needed = valid & (sizes.min(axis=-1) >= self.min_samples_leaf)
         if depth == 0:
             needed[:, 0] = True
+        bit_sums = sum(arrays["bit_sums"][needed].astype(np.int64) for arrays in parts.values())  # needed only
         branch = np.zeros((*shape, 2, self.n_stats))
-        branch[needed] = self.ldp.estimate_counts(bit_sums[needed], sizes[needed], self.schema.n_classes)
+        branch[needed] = self.ldp.estimate_counts(bit_sums, sizes[needed], self.schema.n_classes)
         return branch, sizes
 
     def _aggregate(self, replies: dict[str, Message], shape: tuple[int, int]) -> np.ndarray:
