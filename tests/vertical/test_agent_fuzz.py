@@ -1,8 +1,8 @@
 """Fuzz an institution agent's message handling with messages a buggy or hostile master could send:
-real protocol messages from a training run with their arrays and header values perturbed (out-of-range
-and negative indices, wrong lengths and dtypes, huge counts). Every call must end, quickly, in an answer
-or a Python exception (never a crash of the process or a hang), and afterwards a fresh session must
-still train exactly as before."""
+real protocol messages from a training run with their arrays and header values perturbed by a seeded
+generator (out-of-range and negative indices, wrong lengths and dtypes, huge counts). Every call must
+end, quickly, in an answer or a Python exception (never a crash of the process or a hang), and afterwards
+a fresh session must still train exactly as before."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from fedcore.data.split import split_vertical
 from fedcore.institution import InstitutionData
@@ -25,6 +23,7 @@ from tests.conftest import mixed_table
 pytestmark = pytest.mark.slow
 KEY = b"fuzz-consortium-key-0123456789ab"
 PARAMS = ForestParams(n_estimators=3, max_depth=4, random_state=2)
+FUZZ_SEED, FUZZ_MESSAGES = 11, 1500
 
 
 def _agents(tmp_path) -> dict[str, InstitutionAgent]:
@@ -51,8 +50,8 @@ def _train(agents) -> tuple[VerticalSession, InProcessTransport]:
     return session, transport
 
 
-def _perturb_array(data: st.DataObject, array: np.ndarray) -> np.ndarray:
-    choice = data.draw(st.sampled_from(["huge", "negative", "shorter", "longer", "float", "empty", "random"]))
+def _perturb_array(rng: np.random.Generator, array: np.ndarray) -> np.ndarray:
+    choice = rng.choice(["huge", "negative", "shorter", "longer", "float", "empty", "random"])
     flat = np.array(array).reshape(-1)
     if choice == "empty":
         return flat[:0]
@@ -64,17 +63,19 @@ def _perturb_array(data: st.DataObject, array: np.ndarray) -> np.ndarray:
         return flat.astype(np.float64) + 0.5
     values = flat.astype(np.int64) if flat.dtype.kind in "iub" else flat.copy()
     if len(values):
-        where = data.draw(st.integers(0, len(values) - 1))
-        values[where] = {"huge": 2**31 - 1, "negative": -3, "random": data.draw(st.integers(-50, 10**6))}[choice]
+        where = rng.integers(len(values))
+        values[where] = {"huge": 2**31 - 1, "negative": -3, "random": rng.integers(-50, 10**6, endpoint=True)}[choice]
     return values
 
 
-def _perturb_header(data: st.DataObject, header: dict) -> dict:
+def _perturb_header(rng: np.random.Generator, header: dict) -> dict:
     header = dict(header)
     if header:
-        key = data.draw(st.sampled_from(sorted(header)))
-        header[key] = data.draw(st.one_of(st.integers(-5, 10**9), st.none(), st.text(max_size=5),
-                                          st.lists(st.integers(-3, 50), max_size=4)))
+        key = sorted(header)[rng.integers(len(header))]
+        header[key] = [lambda: int(rng.integers(-5, 10**9, endpoint=True)), lambda: None,
+                       lambda: "".join(rng.choice(list("ab\u00e9\u2028 0-"), size=rng.integers(6))),
+                       lambda: [int(v) for v in rng.integers(-3, 50, size=rng.integers(5), endpoint=True)],
+                       ][rng.integers(4)]()
     return header
 
 
@@ -86,16 +87,21 @@ def test_perturbed_messages_never_crash_or_hang_an_agent(tmp_path) -> None:
                 if e.sender == "master" and e.receiver == "p1"]
     prefix = recorded[:[m.kind for m in recorded].index("begin_batch") + 1]  # a session up to its first level
     target = agents["p1"]
-    slowest, outcomes = [0.0], {"answered": 0, "refused": 0}
-
-    @settings(max_examples=1500, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-    @given(st.data())
-    def one(data) -> None:
-        original = data.draw(st.sampled_from(recorded))
-        arrays = {name: (_perturb_array(data, a) if data.draw(st.booleans()) else a)
-                  for name, a in original.arrays.items()}
-        header = _perturb_header(data, original.header) if data.draw(st.booleans()) else original.header
+    # A correct agent must answer these unperturbed in this state: a new session's validation_report, and the
+    # first level's find_splits that follows the prefix.
+    valid_next = {i for i, m in enumerate(recorded) if m.kind == "validation_report"} | {len(prefix)}
+    rng = np.random.default_rng(FUZZ_SEED)  # the only source of the perturbations (see the note below)
+    slowest, outcomes, wrongly_refused, must_answer = 0.0, {"answered": 0, "refused": 0}, [], 0
+    for _ in range(FUZZ_MESSAGES):
+        index = int(rng.integers(len(recorded)))
+        original, perturbed, arrays = recorded[index], False, {}
+        for name, array in original.arrays.items():
+            if rng.random() < 0.5:
+                array, perturbed = _perturb_array(rng, array), True
+            arrays[name] = array
+        header = original.header
+        if rng.random() < 0.5 and header:
+            header, perturbed = _perturb_header(rng, header), True
         message = Message(original.kind, header, arrays)
         for step in prefix:  # the agent in a real session's state, then the perturbed message
             target.handle(step)
@@ -103,15 +109,25 @@ def test_perturbed_messages_never_crash_or_hang_an_agent(tmp_path) -> None:
         try:
             target.handle(Message.from_bytes(message.to_bytes()))
             outcomes["answered"] += 1
-        except Exception:  # refused or failed: the point is that it returns
+        except Exception as exc:  # refused or failed: the point is that it returns
             outcomes["refused"] += 1
-        slowest[0] = max(slowest[0], time.perf_counter() - started)
-
-    one()
-    assert slowest[0] < 5.0, f"a perturbed message kept the agent busy for {slowest[0]:.1f} s"
-    # about 100 of the 1,500 come through unrefused; the exact count moves a little with the order tests run
-    # in (something under the handlers draws from the global `random`, which hypothesis reports)
-    assert min(outcomes.values()) > 50, f"the fuzz must reach the handlers, not only the parser: {outcomes}"
+            if not perturbed and index in valid_next:
+                wrongly_refused.append(f"{original.kind}: {exc!r}")
+        must_answer += not perturbed and index in valid_next
+        slowest = max(slowest, time.perf_counter() - started)
+    assert slowest < 5.0, f"a perturbed message kept the agent busy for {slowest:.1f} s"
+    # The perturbations come from one seeded generator, not from hypothesis: its draws mix in constants that
+    # it harvests from every project module imported so far, so the stream, and with it the answered count,
+    # changed with the order tests ran in and with edits anywhere in the code. Seeded, the counts are the
+    # same in any order (measured alone, after other test files and in the full suite): 259 answered and
+    # 1,241 refused, 101 of the answered being unperturbed messages valid in this state, which the first
+    # assertion requires. The other answered messages (session messages and perturbed find_splits that
+    # stay valid) depend on the party's order rules (422 before issue #11's refusals), so they are not
+    # pinned; the floors say that the fuzz reaches the handlers with messages they must accept, and that
+    # most perturbed messages are refused.
+    assert not wrongly_refused, f"valid unperturbed messages were refused: {wrongly_refused[:3]}"
+    assert must_answer >= 100, f"only {must_answer} messages the agent must answer: the fuzz hardly reaches it"
+    assert outcomes["refused"] > 1000, f"most perturbed messages should be refused: {outcomes}"
     again, _ = _train(agents)  # a new session on the same agents is unaffected
     for field in ("tree", "node", "left", "right", "value"):
         assert np.array_equal(getattr(again.master.structure, field), getattr(reference, field))
