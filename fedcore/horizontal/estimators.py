@@ -206,7 +206,8 @@ class _FETBase(_HorizontalForest):
                 "reports_per_row": reports,
                 "composed_epsilon": min(eps["permanent"], reports * eps["instant"]),
                 "composition": composition,
-                "bloom": mechanism,
+                "ldp_mechanism": mechanism,
+                "min_samples_leaf": self.master_.min_samples_leaf,  # raised to the LDP leaf floor
             })
         return report
 

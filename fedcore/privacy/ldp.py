@@ -154,7 +154,7 @@ class LabelLDP:
         for start in range(0, permanent.shape[0], _CHUNK_ROWS):
             rows = slice(start, start + _CHUNK_ROWS)
             block = permanent[rows]
-            words = rng.bit_generator.random_raw(block.size)  # one 64-bit word per reported bit
+            words = self._words(rng, block.size)  # one 64-bit word per reported bit
             _respond(block, words, if_one, if_zero, out[rows])
         return out
 
@@ -170,12 +170,22 @@ class LabelLDP:
             raise ParameterError(f"groups must have shape ({permanent.shape[0]}, k), got {groups.shape}")
         if groups.size and (groups.min() < 0 or groups.max() >= sizes.shape[0]):
             raise ParameterError(f"group ids must be in 0..{sizes.shape[0] - 1}")
+        if (bit_sums.dtype != np.int64 or sizes.dtype != np.int64 or sizes.ndim != 1
+                or bit_sums.shape != (sizes.shape[0], permanent.shape[1])):
+            raise ParameterError(f"bit_sums and sizes must be int64 of shapes (n_groups, {permanent.shape[1]}) and "
+                                 f"(n_groups,), got {bit_sums.dtype} {bit_sums.shape} and {sizes.dtype} {sizes.shape}")
         if_one, if_zero = self._instant_thresholds()
         for start in range(0, permanent.shape[0], _CHUNK_ROWS):
             rows = slice(start, start + _CHUNK_ROWS)
             block = permanent[rows]
-            words = rng.bit_generator.random_raw(block.size)
+            words = self._words(rng, block.size)
             _respond_and_add(block, words, if_one, if_zero, groups[rows], bit_sums, sizes)
+
+    def _words(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """Random words for `size` instant responses; k-RR has no instant step and draws none."""
+        if self.mechanism == "krr":
+            return np.zeros(size, dtype=np.uint64)
+        return rng.bit_generator.random_raw(size)
 
     def _instant_thresholds(self) -> tuple[np.uint64, np.uint64]:
         """The instant response's thresholds; k-RR has no instant step (its report is the permanent one)."""
@@ -246,7 +256,7 @@ class LabelLDP:
     def leaf_floor(self, n_classes: int) -> int:
         """The fewest rows a leaf may hold: min_leaf_reports if set, else the fewest reports n whose class
         proportion estimate has a standard error of at most 1 (its whole range): ceil(se^2). A leaf of
-        one row is mostly noise with many classes (26 classes, 64 bits: 3 rows), never with few (2-10: 1)."""
+        one row is mostly noise with many classes (26 classes, 64 bits: 3 rows), not with few (2-6: 1)."""
         if self.min_leaf_reports is not None:
             return self.min_leaf_reports
         return max(1, math.ceil(round(self.standard_error(n_classes) ** 2, 6)))
@@ -365,21 +375,22 @@ class _Design:
 
 MAX_CONDITION = 1e4
 """Largest condition number of the bit equations accepted: it bounds how much report noise the count
-estimates amplify (26 classes on the default 32 bits: 237; 32 classes on 32 bits: 1.8e4, refused)."""
+estimates amplify (26 classes on 32 bits: 237; 32 classes on 32 bits: 1.8e4, refused; k-RR with 26
+classes below epsilon 1.5 or so, refused)."""
 
 
-def _identifiability_problem(n_bits: int, n_hashes: int, keep_probability: float, n_classes: int) -> str | None:
-    """Why these Bloom parameters cannot estimate n_classes class counts, or None when they can."""
-    bloom = _patterns(n_bits, n_hashes, n_classes)
-    _, first, which = np.unique(bloom, axis=0, return_index=True, return_inverse=True)
-    shared = np.flatnonzero(first[which.reshape(-1)] != np.arange(n_classes))
-    if shared.size:
-        return f"classes {int(first[which.reshape(-1)[shared[0]]])} and {int(shared[0])} share a Bloom pattern"
-    probabilities = LabelLDP(n_bits=n_bits, n_hashes=n_hashes,
-                             keep_probability=keep_probability).report_probabilities(n_classes)
-    rank = int(np.linalg.matrix_rank(probabilities))
-    if rank < n_classes:
-        return f"the estimation design matrix has rank {rank} < n_classes"
+def _identifiability_problem(ldp: LabelLDP, n_classes: int) -> str | None:
+    """Why this (sized) mechanism cannot estimate n_classes class counts, or None when it can."""
+    probabilities = ldp.report_probabilities(n_classes)
+    if ldp.mechanism == "bloom":
+        bloom = _patterns(ldp.n_bits, ldp.n_hashes, n_classes)
+        _, first, which = np.unique(bloom, axis=0, return_index=True, return_inverse=True)
+        shared = np.flatnonzero(first[which.reshape(-1)] != np.arange(n_classes))
+        if shared.size:
+            return f"classes {int(first[which.reshape(-1)[shared[0]]])} and {int(shared[0])} share a Bloom pattern"
+        rank = int(np.linalg.matrix_rank(probabilities))
+        if rank < n_classes:
+            return f"the estimation design matrix has rank {rank} < n_classes"
     condition = float(np.linalg.cond(probabilities))
     if condition > MAX_CONDITION:
         return (f"the estimation design matrix is ill-conditioned (condition number {condition:.3g} > "
@@ -389,18 +400,19 @@ def _identifiability_problem(n_bits: int, n_hashes: int, keep_probability: float
 
 def _suggested_fix(ldp: LabelLDP, n_classes: int) -> str:
     """Name working parameters: the fewest bits (powers of two) at these hashes, or fewer hashes at these bits."""
+    if ldp.mechanism == "krr":
+        return "use a larger epsilon_krr or fewer classes"
     if ldp.keep_probability == 0 and n_classes > 1:
         return "keep_probability=0 makes reports independent of the label; use keep_probability > 0"
     options = []
-    ldp = ldp.sized_for(n_classes)
     bits = max(2, 1 << (ldp.n_bits - 1).bit_length())
     while bits <= 1 << 12:
-        if bits > ldp.n_bits and _identifiability_problem(bits, ldp.n_hashes, ldp.keep_probability, n_classes) is None:
+        if bits > ldp.n_bits and _identifiability_problem(dataclasses.replace(ldp, n_bits=bits), n_classes) is None:
             options.append(f"n_bits={bits} with n_hashes={ldp.n_hashes}")
             break
         bits *= 2
     for hashes in range(ldp.n_hashes - 1, 0, -1):
-        if _identifiability_problem(ldp.n_bits, hashes, ldp.keep_probability, n_classes) is None:
+        if _identifiability_problem(dataclasses.replace(ldp, n_hashes=hashes), n_classes) is None:
             options.append(f"n_hashes={hashes} with n_bits={ldp.n_bits}")
             break
     if not options:
@@ -412,15 +424,10 @@ def _suggested_fix(ldp: LabelLDP, n_classes: int) -> str:
 def _design(ldp: LabelLDP, n_classes: int) -> _Design:
     """Check that the classes are identifiable and build their estimation design."""
     ldp = ldp.sized_for(n_classes)
-    if ldp.mechanism == "krr":  # an invertible design for every epsilon > 0
-        return _Design(ldp.report_probabilities(n_classes))
-    problem = _identifiability_problem(ldp.n_bits, ldp.n_hashes, ldp.keep_probability, n_classes)
+    problem = _identifiability_problem(ldp, n_classes)
     if problem is not None:
-        raise ParameterError(f"LDP Bloom patterns cannot represent n_classes={n_classes} with n_bits={ldp.n_bits}, "
-                             f"n_hashes={ldp.n_hashes}: {problem}; {_suggested_fix(ldp, n_classes)}")
+        what = (f"k-RR at epsilon_krr={ldp.epsilon_krr:g}" if ldp.mechanism == "krr"
+                else f"LDP Bloom patterns with n_bits={ldp.n_bits}, n_hashes={ldp.n_hashes}")
+        raise ParameterError(f"{what} cannot represent n_classes={n_classes}: {problem}; "
+                             f"{_suggested_fix(ldp, n_classes)}")
     return _Design(ldp.report_probabilities(n_classes))
-
-
-def nnls(matrix: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """One NNLS problem min ||matrix x - target||, x >= 0, by the compiled solver (`SharedNNLS`)."""
-    return SharedNNLS(matrix).solve(np.asarray(target, dtype=np.float64)[None, :])[0]

@@ -287,8 +287,13 @@ def _nnls_row(r: np.ndarray, gram: np.ndarray, c: np.ndarray, allowed: np.ndarra
             for i in range(k):
                 qc[i] = c[i]
             for i in range(kept):
-                _append_column(r, order[i], p, tri, vecs, vv, qc)
-                p += 1
+                column = order[i]
+                if _append_column(r, column, p, tri, vecs, vv, qc):
+                    order[p] = column
+                    p += 1
+                else:  # numerically dependent on the others: leave it out
+                    passive[column] = False
+                    x[column] = 0.0
             _passive_solution(tri, qc, order, p, z, scratch)
         for j in range(k):
             x[j] = z[j] if passive[j] else 0.0
@@ -353,6 +358,9 @@ class SharedNNLS:
             allowed = np.ones((targets.shape[0], n), dtype=np.bool_)
         allowed = np.ascontiguousarray(allowed, dtype=np.bool_)
         offset = np.zeros(n) if offset is None else np.ascontiguousarray(offset, dtype=np.float64)
+        if allowed.shape != (targets.shape[0], n) or offset.shape != (n,):
+            raise ValueError(f"allowed must have shape {(targets.shape[0], n)} and offset {(n,)}, got "
+                             f"{allowed.shape} and {offset.shape}")
         return _nnls_rows(self.q, self.r, self.gram, targets, offset, allowed, self.tol)
 
     def row_space_solution(self, rhs: np.ndarray) -> np.ndarray:

@@ -47,7 +47,7 @@ def test_no_leaf_holds_fewer_rows_than_the_floor(ldp: LabelLDP, floor: int) -> N
         assert (weights < 3).any()  # the floor, not the data, stopped the default run
 
 
-def test_a_larger_floor_than_min_samples_leaf_is_kept_and_vice_versa() -> None:
+def test_a_min_samples_leaf_above_the_floor_is_kept() -> None:
     parties = split_rows(many_class_table(), 2)
     model = FederatedExtraTreesClassifier(n_estimators=3, privacy="ldp", min_samples_leaf=6,
                                           random_state=2).fit(parties, label="y")
@@ -59,7 +59,9 @@ def test_krr_trains_and_reports_its_mechanism() -> None:
     ldp = LabelLDP(mechanism="krr", epsilon_krr=6.0)
     model = FederatedExtraTreesClassifier(n_estimators=3, privacy="ldp", ldp=ldp, random_state=3).fit(parties, label="y")
     report = model.privacy_report_
-    assert report["bloom"] == {"mechanism": "krr", "epsilon_krr": 6.0, "estimator": "nnls"}
+    assert report["ldp_mechanism"] == {"mechanism": "krr", "epsilon_krr": 6.0, "estimator": "nnls"}
+    assert report["min_samples_leaf"] == model.master_.min_samples_leaf == LabelLDP(
+        mechanism="krr", epsilon_krr=6.0).leaf_floor(8)
     assert report["composed_epsilon"] == 6.0
     truth = many_class_table(n_classes=8)
     # epsilon 6 on 8 classes reports the true class 98% of the time: the forest fits its training rows

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from fedcore.errors import LabelError, ParameterError
-from fedcore.privacy.ldp import LabelLDP, nnls
+from fedcore.privacy.ldp import LabelLDP
+from fedcore.privacy.nnls import SharedNNLS
 from fedcore.randomness import stream
 
 COUNTS = np.array([10000, 6000, 3000, 1000, 0])
@@ -85,17 +86,17 @@ def test_class_patterns_follow_sha256_and_are_deterministic() -> None:
 def test_check_classes_refuses_shared_patterns_and_rank_deficiency() -> None:
     with pytest.raises(ParameterError) as shared:
         LabelLDP(n_bits=4, n_hashes=1).check_classes(3)
-    assert str(shared.value) == ("LDP Bloom patterns cannot represent n_classes=3 with n_bits=4, n_hashes=1: "
+    assert str(shared.value) == ("LDP Bloom patterns with n_bits=4, n_hashes=1 cannot represent n_classes=3: "
                                  "classes 1 and 2 share a Bloom pattern; use more bits or fewer hashes: n_bits=8 "
                                  "with n_hashes=1 works (more bits cost bandwidth, not privacy)")
     with pytest.raises(ParameterError) as rank:  # distinct patterns, but linearly dependent
         LabelLDP(n_bits=5, n_hashes=5).check_classes(4)
-    assert str(rank.value) == ("LDP Bloom patterns cannot represent n_classes=4 with n_bits=5, n_hashes=5: "
+    assert str(rank.value) == ("LDP Bloom patterns with n_bits=5, n_hashes=5 cannot represent n_classes=4: "
                                "the estimation design matrix has rank 3 < n_classes; use more bits or fewer hashes: "
                                "n_bits=8 with n_hashes=5, or n_hashes=4 with n_bits=5 works (more bits cost "
                                "bandwidth, not privacy)")
-    with pytest.raises(ParameterError, match="n_classes=9 with n_bits=8, n_hashes=4: the estimation design matrix "
-                                             "has rank 8 < n_classes"):
+    with pytest.raises(ParameterError, match="n_bits=8, n_hashes=4 cannot represent n_classes=9: the estimation "
+                                             "design matrix has rank 8 < n_classes"):
         LabelLDP(n_bits=8, n_hashes=4).check_classes(9)
     with pytest.raises(ParameterError, match="keep_probability=0 makes reports independent of the label"):
         LabelLDP(keep_probability=0.0).check_classes(2)
@@ -106,11 +107,11 @@ def test_check_classes_refuses_shared_patterns_and_rank_deficiency() -> None:
     LabelLDP().check_classes(60)  # unset n_bits is sized to the classes
     with pytest.raises(ParameterError) as many:  # more classes than bits: the fix names working parameters
         LabelLDP(n_bits=32).check_classes(40)
-    assert str(many.value) == ("LDP Bloom patterns cannot represent n_classes=40 with n_bits=32, n_hashes=4: the "
+    assert str(many.value) == ("LDP Bloom patterns with n_bits=32, n_hashes=4 cannot represent n_classes=40: the "
                                "estimation design matrix has rank 32 < n_classes; use more bits or fewer hashes: "
                                "n_bits=64 with n_hashes=4 works (more bits cost bandwidth, not privacy)")
     LabelLDP(n_bits=64).check_classes(40)
-    with pytest.raises(ParameterError, match=r"n_classes=32 with n_bits=32, n_hashes=4: the estimation design matrix is ill-conditioned \(condition number 1\.77e\+04 > 10000: estimates "
+    with pytest.raises(ParameterError, match=r"n_bits=32, n_hashes=4 cannot represent n_classes=32: the estimation design matrix is ill-conditioned \(condition number 1\.77e\+04 > 10000: estimates "
                                              r"would be mostly noise\); use more bits or fewer hashes: n_bits=64 "
                                              r"with n_hashes=4, or n_hashes=3 with n_bits=32 works"):
         LabelLDP(n_bits=32).check_classes(32)
@@ -229,7 +230,7 @@ def test_nnls_matches_brute_force_over_supports() -> None:
     rng = np.random.default_rng(9)
     for _ in range(100):
         matrix, target = rng.normal(size=(8, 4)), rng.normal(size=8)
-        x = nnls(matrix, target)
+        x = SharedNNLS(matrix).solve(target[None, :])[0]
         assert (x >= 0).all()
         best = math.inf
         for size in range(5):
@@ -286,3 +287,24 @@ def test_bad_mechanism_parameters_raise_exact_messages(kwargs: dict, message: st
     with pytest.raises(ParameterError) as excinfo:
         LabelLDP(**kwargs)
     assert str(excinfo.value) == message
+
+
+def test_the_design_check_uses_the_configured_probabilities() -> None:
+    # 26 classes on 32 bits pass at the default responses (condition 237), not with nearly random ones
+    LabelLDP(n_bits=32).check_classes(26)
+    with pytest.raises(ParameterError, match=r"n_bits=32, n_hashes=4 cannot represent n_classes=26: the estimation "
+                                             r"design matrix is ill-conditioned \(condition number 1\.84e\+04"):
+        LabelLDP(n_bits=32, p_one_if_zero=0.495, p_one_if_one=0.505).check_classes(26)
+    with pytest.raises(ParameterError) as krr:
+        LabelLDP(mechanism="krr", epsilon_krr=0.001).check_classes(26)
+    assert str(krr.value).startswith("k-RR at epsilon_krr=0.001 cannot represent n_classes=26: the estimation design "
+                                     "matrix is ill-conditioned")
+    assert str(krr.value).endswith("use a larger epsilon_krr or fewer classes")
+
+
+def test_report_sums_refuse_arrays_of_another_width() -> None:
+    ldp = LabelLDP().sized_for(26)
+    perm = ldp.permanent_bits(np.arange(26), 26, np.random.default_rng(0))
+    with pytest.raises(ParameterError, match=r"bit_sums and sizes must be int64 of shapes \(n_groups, 64\)"):
+        ldp.add_report_sums(perm, np.zeros((26, 1), np.int64), np.random.default_rng(1),
+                            np.zeros((3, 32), np.int64), np.zeros(3, np.int64))
