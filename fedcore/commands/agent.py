@@ -17,10 +17,12 @@ otherwise hold their ports forever, in front of the agents a restarted master st
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import sys
 import threading
+import weakref
 from typing import TYPE_CHECKING
 
 from fedcore.config import FederationConfig, load_config
@@ -110,4 +112,18 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"agent {inst.name!r}: the process that started it (pid {args.parent_pid}) is gone", flush=True)
     print(f"agent {inst.name!r} stopped", flush=True)
     sys.stdout.flush()
+    served = weakref.ref(server)
+    del server
+    _exit_quickly(served)
     return 0
+
+
+def _exit_quickly(served: weakref.ref) -> None:
+    """Make the process exit at once once serving stopped (the master stops its local agents after every
+    run and waits for them). Two things would hold it for seconds: gRPC's exit handler waits up to 2 s for
+    gRPC to shut down, which it cannot while the Flight server object is alive, so the server is released
+    here; and the interpreter's last garbage collections go over everything the session imported (GX,
+    scipy, numba: 1.5-2 s of CPU), so what is left is frozen and left to the OS."""
+    if served() is not None:  # held by a reference cycle: collect just once, then freeze the rest
+        gc.collect()
+    gc.freeze()
