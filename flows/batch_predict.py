@@ -18,6 +18,7 @@ from flows.hooks import write_failure_artifact
 from flows.session import agent_session
 from tasks.horizontal import predict_locally
 from tasks.prediction import load_registered_model, predict_batch
+from tasks.registry import master_registry
 
 
 @flow(name="batch-predict", on_failure=[write_failure_artifact], log_prints=True)
@@ -30,6 +31,7 @@ def batch_predict(config_path: str, model_name: str | None = None, version: str 
     names = [i.name for i in config.institutions]
     if requester not in names:
         raise ValueError(f"requester {requester!r} is not an institution of {config.federation!r} ({names})")
+    master_registry(config).resolve(model_name, version)  # a missing version fails before any agent starts
     with agent_session(config, agents) as (transport, validation):
         if config.setting == "horizontal":
             session = HorizontalSession(transport, config.params, algorithm=config.algorithm, privacy=config.privacy)
