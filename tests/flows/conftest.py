@@ -1,19 +1,72 @@
-"""A Prefect test server for the whole session (prefect_test_harness), with analytics off."""
+"""What the flow tests share, made once per session: a Prefect test server (prefect_test_harness) with
+analytics off, and two demo federations, one trained by `retrain` and one ready to be crashed.
+
+A shared federation is never changed: a test gets its own copy (`tests.federations.copy_of`), with the
+agents on other ports, and changes that."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import pytest
+
+from tests.federations import Federation, copy_of, small_federation
+from tests.flows.crashes import PARAMS as CRASH_PARAMS
+from tests.flows.crashes import version_tables
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def prefect_server():
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=180):
         yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _server_for_flow_runs(request) -> None:
+    """The session's server, before any of a module's fixtures runs a flow. Every test here that runs a
+    flow is marked slow; a module whose selected tests are all unmarked (command-line parsing) needs no
+    server, so `make test-fast` does not start one."""
+    if any(item.module is request.module and item.get_closest_marker("slow") for item in request.session.items):
+        request.getfixturevalue("prefect_server")
+
+
+@pytest.fixture(scope="session")
+def trained_federation(tmp_path_factory, prefect_server) -> Federation:
+    """The demo federation (1,200 customers; 8 trees of depth 5) after one `retrain` with local agents:
+    version v0001 registered, promoted and predicted for the bank. Used through `copy_of`."""
+    from flows.retrain import retrain
+
+    work = tmp_path_factory.mktemp("trained") / "federation"
+    config_path, scenario = small_federation(work, 1200, seed=4, params={"n_estimators": 8, "max_depth": 5})
+    return Federation(work, config_path, scenario, retrain(str(config_path), agents="local"))
+
+
+@dataclass(frozen=True)
+class CrashReference:
+    """A federation nothing has run on yet (copy it to crash a run) and what an uninterrupted run of it
+    registers: the run's result and the bytes of its version's tables."""
+
+    pristine: Federation
+    result: dict
+    tables: dict[str, bytes]
+
+
+@pytest.fixture(scope="session")
+def crash_reference(tmp_path_factory, prefect_server) -> CrashReference:
+    """The crash tests' federation (1,500 customers; crashes.PARAMS, checkpointed every 2 trees) and its
+    uninterrupted run, made once for the agent and master crash tests."""
+    from flows.retrain import retrain
+
+    root = tmp_path_factory.mktemp("crash-reference")
+    config_path, scenario = small_federation(root / "pristine", 1500, seed=5, params=CRASH_PARAMS)
+    pristine = Federation(root / "pristine", config_path, scenario)
+    reference = copy_of(pristine, root / "reference")
+    result = retrain(str(reference.config_path), agents="local", predict=False)
+    return CrashReference(pristine, result, version_tables(reference.work))

@@ -1,9 +1,13 @@
-"""Helpers of the crash tests (tests/flows/test_resume.py, tests/flows/test_master_crash.py): a second copy
-of a federation on other ports, the processes serving it, and the tables of a registered version."""
+"""Helpers of the crash tests (tests/flows/test_resume.py, tests/flows/test_master_crash.py) and of the flow
+tests that reuse a federation: a second copy of a federation on other ports, the processes serving it, and
+the tables of a registered version."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +29,22 @@ def copy_federation(reference_work: Path, crash_work: Path) -> Path:
         institution["endpoint"] = f"grpc+tls://127.0.0.1:{free_port()}"
     config_path.write_text(yaml.safe_dump(raw))
     return config_path
+
+
+def start_agents(config_path: Path, log_dir: Path) -> list[subprocess.Popen]:
+    """`fedforest agent serve` for every institution of the config, as `retrain --agents local` starts
+    them (watching this process), for flows run with `agents="running"`; stop them with
+    `tasks.agents.stop_local_agents`."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    processes = []
+    for institution in yaml.safe_load(config_path.read_text())["institutions"]:
+        name = institution["name"]
+        with open(log_dir / f"running-agent-{name}.log", "ab") as log:
+            processes.append(subprocess.Popen(
+                [sys.executable, "-m", "fedcore.cli", "agent", "serve", "--config", str(config_path),
+                 "--institution", name, "--parent-pid", str(os.getpid())],
+                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}))
+    return processes
 
 
 def command_lines() -> dict[int, list[str]]:

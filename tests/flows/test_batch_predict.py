@@ -10,18 +10,17 @@ import pytest
 
 from fedcore.errors import ArtifactError
 from flows.batch_predict import batch_predict
-from flows.retrain import retrain
-from tests.federations import small_federation
+from tests.federations import copy_of
 
 pytestmark = pytest.mark.slow
 MODEL = "retail-response"
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    work = tmp_path_factory.mktemp("federation")
-    config_path, scenario = small_federation(work, 800, seed=5, params={"n_estimators": 6, "max_depth": 4})
-    result = retrain(str(config_path), agents="local")
+def trained(tmp_path_factory, trained_federation):
+    """A copy of the session's trained federation, without the predictions its training run wrote."""
+    copy = copy_of(trained_federation, tmp_path_factory.mktemp("federation") / "work")
+    work, config_path, scenario, result = copy.work, copy.config_path, copy.scenario, copy.result
     files = sorted((work / "predictions").rglob("*.parquet"))
     assert [f.parent.name for f in files] == ["bank"]
     reference = files[0].read_bytes()  # what the training run's own batch prediction wrote

@@ -28,11 +28,10 @@ from prefect.states import Crashed, Scheduled
 
 from fedcore.checkpoints import CHECKPOINTS, resume_point
 from flows.retrain import retrain
-from tests.federations import small_federation
-from tests.flows.crashes import agent_pids, copy_federation, version_tables, wait_for_file
+from tests.federations import copy_of
+from tests.flows.crashes import PARAMS, agent_pids, version_tables, wait_for_file
 
-PARAMS = {"n_estimators": 16, "max_depth": 5, "tree_batch_size": 2}  # 8 batches: small, to stay fast
-KILL_AFTER_BATCH = 3
+KILL_AFTER_BATCH = 3  # of the 12 batches of crashes.PARAMS
 INSTITUTIONS = ("bank", "ecommerce", "insurer")
 REPO = Path(__file__).resolve().parents[2]
 
@@ -91,20 +90,18 @@ def _retry_flow_run(flow_run_id: str) -> dict:
 
 
 @pytest.mark.slow
-def test_a_killed_master_is_retried_and_resumes_to_the_same_model(tmp_path) -> None:
-    reference_work, crash_work = tmp_path / "reference", tmp_path / "crash"
-    config_path, _ = small_federation(reference_work, 1500, seed=5, params=PARAMS)
-    crash_config = copy_federation(reference_work, crash_work)
+def test_a_killed_master_is_retried_and_resumes_to_the_same_model(tmp_path, crash_reference) -> None:
+    crash_work = tmp_path / "crash"
+    crash_config = copy_of(crash_reference.pristine, crash_work).config_path
     master_checkpoints = crash_work / "registry" / "master" / CHECKPOINTS
+    reference = crash_reference.result  # the uninterrupted run of the same federation (tests/flows/conftest.py)
 
-    # The master to be killed and the uninterrupted reference run side by side (other ports, other folders).
     master = _start_master(crash_config, crash_work / "master.log")
     state: dict = {}
     killer = threading.Thread(target=_kill_master_when_checkpointed,
                               args=(master, master_checkpoints, crash_config, state), daemon=True)
     killer.start()
     try:
-        reference = retrain(str(config_path), agents="local", predict=False)
         killer.join(timeout=240)
         master.wait(timeout=30)
         log = (crash_work / "master.log").read_text(errors="replace")
@@ -137,7 +134,7 @@ def test_a_killed_master_is_retried_and_resumes_to_the_same_model(tmp_path) -> N
     assert resumed["training"]["resumed_batches"] == expected  # loaded from checkpoints, not grown again
     assert resumed["training"]["rounds"] < reference["training"]["rounds"]
     assert resumed["version"] == reference["version"] == "v0001"
-    assert version_tables(crash_work) == version_tables(reference_work)
+    assert version_tables(crash_work) == crash_reference.tables
     assert not list((crash_work / "registry").rglob("batch-*.arrow")), "checkpoints are removed once stored"
     assert not agent_pids(crash_config), "the retried run stops the agents it started"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from flows.retrain import retrain
-from tests.federations import small_federation
-from tests.flows.crashes import PARAMS, agent_pids, copy_federation, version_tables, wait_for_file
+from tests.federations import copy_of
+from tests.flows.crashes import agent_pids, version_tables, wait_for_file
 
 pytestmark = pytest.mark.slow
 
@@ -26,12 +26,11 @@ def _kill_when_checkpointed(work: Path, config_path: Path, institution: str, bat
             done.setdefault("killed", []).append(pid)
 
 
-def test_a_killed_agent_is_restarted_and_training_resumes_to_the_same_model(tmp_path) -> None:
-    reference_work, crash_work = tmp_path / "reference", tmp_path / "crash"
-    config_path, _ = small_federation(reference_work, 1500, seed=5, params=PARAMS)
-    crash_config = copy_federation(reference_work, crash_work)
+def test_a_killed_agent_is_restarted_and_training_resumes_to_the_same_model(tmp_path, crash_reference) -> None:
+    crash_work = tmp_path / "crash"
+    crash_config = copy_of(crash_reference.pristine, crash_work).config_path
 
-    reference = retrain(str(config_path), agents="local")
+    reference = crash_reference.result  # the uninterrupted run of the same federation (tests/flows/conftest.py)
     assert reference["training"]["resumed_batches"] == 0
 
     watcher_state: dict = {}
@@ -46,7 +45,7 @@ def test_a_killed_agent_is_restarted_and_training_resumes_to_the_same_model(tmp_
     assert watcher_state.get("killed"), "the agent was never killed: training finished before batch 4"
     assert resumed["training"]["resumed_batches"] >= 4
     assert resumed["version"] == reference["version"] == "v0001"
-    assert version_tables(crash_work) == version_tables(reference_work)
+    assert version_tables(crash_work) == crash_reference.tables
     assert not list((crash_work / "registry").rglob("batch-*.arrow")), "checkpoints are removed once stored"
 
 

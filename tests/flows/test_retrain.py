@@ -1,6 +1,11 @@
-"""The retrain flow end to end on the demo scenario: local agents over Flight with mutual TLS, under a
-Prefect test server. Checks artifacts, registries, where predictions land, that no raw value reaches
-Prefect, and that bad input stops the run before any version is registered."""
+"""The retrain flow end to end on the demo scenario: agents over Flight with mutual TLS, under a Prefect
+test server. Checks artifacts, registries, where predictions land, that no raw value reaches Prefect,
+and that bad input stops the run before any version is registered.
+
+The first run is the session's trained federation (local agents, started and stopped by the flow), in a
+copy of its own. The runs that must fail use agents that stay up between them (`agents="running"`, as an
+institution that runs its agent permanently): each session reloads and revalidates the institution's
+files, and no case pays for starting three agents and importing Great Expectations in each."""
 
 from __future__ import annotations
 
@@ -13,24 +18,42 @@ from fedcore.errors import CertificateRefused, ContractViolation, ProtocolError
 from fedcore.models.registry import ModelRegistry
 from fedcore.transport.tls import init_ca, issue_certificate
 from fedcore.vertical.alignment import AlignmentError
+from flows.demo import free_port
 from flows.retrain import retrain
-from tests.federations import small_federation
+from tasks.agents import stop_local_agents
+from tests.federations import copy_of
+from tests.flows.crashes import start_agents
 
 pytestmark = pytest.mark.slow
 MODEL = "retail-response"
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    work = tmp_path_factory.mktemp("federation")
-    config_path, scenario = small_federation(work, 1200, seed=4, params={"n_estimators": 8, "max_depth": 5})
-    return work, config_path, scenario
+def workspace(tmp_path_factory, trained_federation):
+    copy = copy_of(trained_federation, tmp_path_factory.mktemp("federation") / "work")
+    return copy.work, copy.config_path, copy.scenario
 
 
 @pytest.fixture(scope="module")
-def first_run(workspace):
+def first_run(trained_federation):
+    return trained_federation.result
+
+
+@pytest.fixture(scope="module")
+def running_agents(workspace):
+    """The workspace's agents kept running for the module, on ports of their own (`running.yaml`; the
+    workspace's own ports stay free for the unreachable-agents case); returns that config's path."""
     work, config_path, _ = workspace
-    return retrain(str(config_path), agents="local")
+    raw = yaml.safe_load(config_path.read_text())
+    for institution in raw["institutions"]:
+        institution["endpoint"] = f"grpc+tls://127.0.0.1:{free_port()}"
+    running = config_path.with_name("running.yaml")
+    running.write_text(yaml.safe_dump(raw))
+    processes = start_agents(running, work / "logs")
+    try:
+        yield running
+    finally:
+        stop_local_agents(processes)
 
 
 def _artifacts() -> list:
@@ -112,8 +135,9 @@ def _null_ids(frame: pd.DataFrame) -> str:
     ("ecommerce", _null_ids, r"institution 'ecommerce', column 'customer_id': expect_column_values_to_not_be_null"
                              r" failed: 4 null values"),
 ])
-def test_contract_violation_stops_before_training(workspace, first_run, institution, damage, expected) -> None:
-    work, config_path, scenario = workspace
+def test_contract_violation_stops_before_training(workspace, first_run, running_agents, institution, damage,
+                                                  expected) -> None:
+    work, _, scenario = workspace
     path = scenario["institutions"][institution]["train"]
     original = pd.read_parquet(path)
     broken = original.copy()
@@ -121,7 +145,7 @@ def test_contract_violation_stops_before_training(workspace, first_run, institut
     broken.to_parquet(path)
     try:
         with pytest.raises(ContractViolation, match=expected) as caught:
-            retrain(str(config_path), agents="local")
+            retrain(str(running_agents), agents="running")
     finally:
         original.to_parquet(path)
     assert raw_value not in str(caught.value)
@@ -147,8 +171,8 @@ def _assert_failed_cleanly(work, raw_values: list[str]) -> None:
     assert failures and not [v for v in raw_values if v in str(failures[-1].data)]
 
 
-def test_empty_overlap_stops_before_training(workspace, first_run) -> None:
-    work, config_path, scenario = workspace
+def test_empty_overlap_stops_before_training(workspace, first_run, running_agents) -> None:
+    work, _, scenario = workspace
     path = scenario["institutions"]["insurer"]["train"]
     original = pd.read_parquet(path)
     strangers = original.copy()
@@ -158,26 +182,26 @@ def test_empty_overlap_stops_before_training(workspace, first_run) -> None:
         with pytest.raises(AlignmentError, match=r"ID overlap is empty \(bank \d+ rows, ecommerce \d+ rows, "
                                                  r"insurer \d+ rows\); check that every institution uses the "
                                                  r"same consortium key"):
-            retrain(str(config_path), agents="local")
+            retrain(str(running_agents), agents="running")
     finally:
         original.to_parquet(path)
     _assert_failed_cleanly(work, list(strangers["customer_id"].iloc[:20]))
 
 
-def test_master_certificate_from_another_ca_is_refused(workspace, first_run, tmp_path) -> None:
-    work, config_path, _ = workspace
+def test_master_certificate_from_another_ca_is_refused(workspace, first_run, running_agents, tmp_path) -> None:
+    work, _, _ = workspace
     init_ca(tmp_path / "rogue", name="not the consortium CA")
     issue_certificate(tmp_path / "rogue", "master", tmp_path / "rogue", role="master")
-    raw = yaml.safe_load(config_path.read_text())
+    raw = yaml.safe_load(running_agents.read_text())
     raw["tls"].update(master_cert=str(tmp_path / "rogue" / "master.pem"),
                       master_key=str(tmp_path / "rogue" / "master.key"))
     raw["training"]["connect_timeout_s"] = 20
-    other = config_path.with_name("rogue-master.yaml")
+    other = running_agents.with_name("rogue-master.yaml")
     other.write_text(yaml.safe_dump(raw))
     with pytest.raises(CertificateRefused, match=r"agents not ready after 20 s: cannot reach party 'bank' at "
                                                  r"grpc\+tls://127\.0\.0\.1:\d+: the agent closed the connection "
                                                  r"after the handshake: it refused this master's certificate"):
-        retrain(str(other), agents="local")
+        retrain(str(other), agents="running")
     _assert_failed_cleanly(work, [])
     with get_client(sync_client=True) as client:
         connects = [r for r in client.read_task_runs() if r.name.startswith("connect_agents")]
