@@ -10,7 +10,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 # No telemetry and no network from Great Expectations or Prefect; numba caches compiled kernels here.
 RUN_ENV := GX_ANALYTICS_ENABLED=false PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1 NUMBA_CACHE_DIR=.numba_cache
 
-.PHONY: venv bench-venv demo test lint clean distclean
+.PHONY: venv bench-venv demo test test-fast lint clean distclean
 
 ## venv: create .venv and install the project editable with [dev]; reinstalls only when pyproject.toml changes
 venv: $(DEV_STAMP)
@@ -36,6 +36,10 @@ demo: venv
 ## test: the whole suite, slow tests included
 test: venv
 	$(RUN_ENV) $(BIN)/python -m pytest -q
+
+## test-fast: the unmarked tests only (-m "not slow": no flows, Prefect servers or agent processes)
+test-fast: venv
+	$(RUN_ENV) $(BIN)/python -m pytest -q -m "not slow"
 
 ## lint: ruff over every Python tree of the project
 lint: venv
