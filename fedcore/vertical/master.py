@@ -103,9 +103,7 @@ class VerticalMaster:
     # -- training -------------------------------------------------------------------------------
     def batches(self) -> list[list[int]]:
         """The tree batches, in growth order."""
-        p = self.params
-        size = p.tree_batch_size or p.n_estimators
-        return [list(range(first, min(first + size, p.n_estimators))) for first in range(0, p.n_estimators, size)]
+        return self.params.batches()
 
     def fit(self, checkpoints: CheckpointStore | None = None, resume_from: int = 0) -> ForestStructure:
         """Grow all trees, batch by batch, and hand every party the structure it needs to predict.
