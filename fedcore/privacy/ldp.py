@@ -356,9 +356,9 @@ class _Design:
     def __init__(self, probabilities: np.ndarray) -> None:
         n_classes = probabilities.shape[0]
         self.bits = probabilities.T  # (n_bits, n_classes): E[bit proportion] = bits @ class proportions
-        self.full = SharedNNLS(np.vstack([self.bits, np.full((1, n_classes), SUM_WEIGHT)]))
-        self.bits_only = SharedNNLS(self.bits)
         full = np.vstack([self.bits, np.full((1, n_classes), SUM_WEIGHT)])
+        self.full = SharedNNLS(full)
+        self.bits_only = SharedNNLS(self.bits)
         self.standard_error = float(np.sqrt(0.25 * (np.linalg.pinv(full)[:, :-1] ** 2).sum(axis=1).max()))
         # Q z with R' z = -1 is the least-norm d with bits' d = -1: the shift adds alpha z to Q' target
         self.lasso_shift = self.bits_only.row_space_solution(-np.ones(n_classes))

@@ -82,38 +82,7 @@ def thin_qr(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @nb.njit(cache=True)
-def _solve_on_columns(r: np.ndarray, c: np.ndarray, passive: np.ndarray, work: np.ndarray,
-                      z: np.ndarray) -> bool:
-    """z = argmin ||R[:, P] z_P - c|| with z = 0 outside P, by Householder QR of R[:, P]."""
-    k = r.shape[0]
-    p = 0
-    for j in range(k):
-        if passive[j]:
-            for i in range(k):
-                work[i, p] = r[i, j]
-            p += 1
-    for i in range(k):
-        work[i, p] = c[i]
-    if not _householder_triangularise(work[:, :p + 1], p, k):
-        return False
-    solved = np.zeros(p)
-    for i in range(p - 1, -1, -1):
-        acc = work[i, p]
-        for j in range(i + 1, p):
-            acc -= work[i, j] * solved[j]
-        solved[i] = acc / work[i, i]
-    p = 0
-    for j in range(k):
-        if passive[j]:
-            z[j] = solved[p]
-            p += 1
-        else:
-            z[j] = 0.0
-    return True
-
-
-@nb.njit(cache=True)
-def _back_substitute(r: np.ndarray, c: np.ndarray, z: np.ndarray) -> bool:
+def _back_substitute(r: np.ndarray, c: np.ndarray, z: np.ndarray) -> None:
     """z = R^-1 c for upper triangular R."""
     k = r.shape[0]
     for i in range(k - 1, -1, -1):
@@ -121,7 +90,6 @@ def _back_substitute(r: np.ndarray, c: np.ndarray, z: np.ndarray) -> bool:
         for j in range(i + 1, k):
             acc -= r[i, j] * z[j]
         z[i] = acc / r[i, i]
-    return True
 
 
 @nb.njit(cache=True)
@@ -194,8 +162,28 @@ def _passive_solution(tri: np.ndarray, qc: np.ndarray, order: np.ndarray, p: int
 
 
 @nb.njit(cache=True)
+def _refactor(r: np.ndarray, c: np.ndarray, order: np.ndarray, n_columns: int, passive: np.ndarray,
+              x: np.ndarray, tri: np.ndarray, vecs: np.ndarray, vv: np.ndarray, qc: np.ndarray) -> int:
+    """Triangularise the columns order[:n_columns] of R from scratch, in that order, with qc = c
+    transformed alike; a column dependent on the earlier ones is left out (passive False, x 0).
+    Returns how many columns the factor holds (order is compacted to them)."""
+    for i in range(qc.shape[0]):
+        qc[i] = c[i]
+    p = 0
+    for i in range(n_columns):
+        column = order[i]
+        if _append_column(r, column, p, tri, vecs, vv, qc):
+            order[p] = column
+            p += 1
+        else:
+            passive[column] = False
+            x[column] = 0.0
+    return p
+
+
+@nb.njit(cache=True)
 def _nnls_row(r: np.ndarray, gram: np.ndarray, c: np.ndarray, allowed: np.ndarray, tol: float,
-              work: np.ndarray, tri: np.ndarray, vecs: np.ndarray, vectors: np.ndarray, flags: np.ndarray,
+              tri: np.ndarray, vecs: np.ndarray, vectors: np.ndarray, flags: np.ndarray,
               order: np.ndarray, x: np.ndarray) -> None:
     """Lawson-Hanson active set for min ||R x - c||, x >= 0, x_j = 0 where not allowed; result in x.
 
@@ -205,20 +193,28 @@ def _nnls_row(r: np.ndarray, gram: np.ndarray, c: np.ndarray, allowed: np.ndarra
     z, vv, qc, saved_qc, scratch, w, rc = (vectors[0], vectors[1], vectors[2], vectors[3], vectors[4],
                                            vectors[5], vectors[6])
     passive, blocked = flags[0], flags[1]
-    every = True
+    n_allowed = 0
     for j in range(k):
-        every = every and allowed[j]
+        if allowed[j]:
+            order[n_allowed] = j
+            n_allowed += 1
+        passive[j] = allowed[j]
+        x[j] = 0.0
     # fast path: the least-squares solution on every allowed column is often already feasible; on all
-    # columns it is R^-1 c by back substitution (R is triangular), else a QR of the allowed columns
-    if _back_substitute(r, c, z) if every else _solve_on_columns(r, c, allowed, work, z):
-        feasible = True
+    # columns it is R^-1 c by back substitution (R is triangular), else a factor of the allowed columns
+    if n_allowed == k:
+        _back_substitute(r, c, z)
+    else:
+        p = _refactor(r, c, order, n_allowed, passive, x, tri, vecs, vv, qc)
+        _passive_solution(tri, qc, order, p, z, scratch)
+    feasible = True
+    for j in range(k):
+        if allowed[j] and z[j] < 0.0:
+            feasible = False
+    if feasible:
         for j in range(k):
-            if allowed[j] and z[j] < 0.0:
-                feasible = False
-        if feasible:
-            for j in range(k):
-                x[j] = z[j]
-            return
+            x[j] = z[j]
+        return
     p = 0
     for j in range(k):
         x[j] = 0.0
@@ -283,17 +279,7 @@ def _nnls_row(r: np.ndarray, gram: np.ndarray, c: np.ndarray, allowed: np.ndarra
                 if passive[order[i]]:
                     order[kept] = order[i]
                     kept += 1
-            p = 0
-            for i in range(k):
-                qc[i] = c[i]
-            for i in range(kept):
-                column = order[i]
-                if _append_column(r, column, p, tri, vecs, vv, qc):
-                    order[p] = column
-                    p += 1
-                else:  # numerically dependent on the others: leave it out
-                    passive[column] = False
-                    x[column] = 0.0
+            p = _refactor(r, c, order, kept, passive, x, tri, vecs, vv, qc)
             _passive_solution(tri, qc, order, p, z, scratch)
         for j in range(k):
             x[j] = z[j] if passive[j] else 0.0
@@ -308,7 +294,6 @@ def _nnls_rows(q: np.ndarray, r: np.ndarray, gram: np.ndarray, targets: np.ndarr
     out = np.zeros((g, k))
     n_blocks = (g + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK
     for block in nb.prange(n_blocks):  # rows are independent: any split over threads gives the same bits
-        work = np.zeros((k, k + 1))
         tri = np.zeros((k, k))
         vecs = np.zeros((k, k))
         vectors = np.zeros((7, k))
@@ -324,7 +309,7 @@ def _nnls_rows(q: np.ndarray, r: np.ndarray, gram: np.ndarray, targets: np.ndarr
                 for i in range(m):
                     acc += q[i, j] * targets[row, i]
                 c[j] = acc
-            _nnls_row(r, gram, c, allowed[row], tol * scale, work, tri, vecs, vectors, flags, order, out[row])
+            _nnls_row(r, gram, c, allowed[row], tol * scale, tri, vecs, vectors, flags, order, out[row])
     return out
 
 
