@@ -1,0 +1,112 @@
+"""Regression pins: a small forest of every algorithm and mode, trained with a fixed seed, hashes to the
+digest the engine produced before the one-grower refactor (issue #12). A refactor of growth, batching
+or kernels that changes a single node, threshold, weight or value fails here.
+
+The cases use gini / squared error (only +, -, *, / and comparisons on counts: the same bits on every
+CPU) and seeded noise, so the digests do not depend on the machine. When a change is *meant* to alter
+models, recompute with `python -m tests.trees.test_model_digests` and say why in the commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from fedcore.data.split import split_vertical
+from fedcore.horizontal import FederatedExtraTreesClassifier, FederatedExtraTreesRegressor, PPDERTClassifier
+from fedcore.privacy.ldp import LabelLDP
+from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
+from tests.conftest import mixed_table
+from tests.horizontal.common import horizontal_table, split_rows
+
+
+def digest(arrays: dict[str, np.ndarray]) -> str:
+    """sha256 over every array's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+def _vertical(cls, table, n_parties: int, **params) -> dict[str, np.ndarray]:
+    parties = split_vertical(table, n_parties, label="target", seed=7, label_party=0)
+    model = cls(random_state=3, **params).fit(parties, label="target")
+    s = model.master_.structure
+    arrays = {f: getattr(s, f) for f in ("tree", "node", "left", "right", "depth", "owner", "weight", "value")}
+    for index, party in enumerate(model.parties_):
+        m = party.model
+        for field in ("feature", "threshold", "missing_left", "cat_bits"):
+            arrays[f"party{index}.{field}"] = np.asarray(getattr(m, field))
+    return arrays
+
+
+def _horizontal(model, table, n_parties: int) -> dict[str, np.ndarray]:
+    return model.fit(split_rows(table, n_parties, seed=n_parties), label="target").model_.arrays()
+
+
+def _paillier_key():
+    from fedcore.privacy.paillier import generate_keypair
+
+    return generate_keypair(1024, insecure_for_tests=True)
+
+
+CASES = {
+    "vertical plain gini": lambda: _vertical(
+        FederatedForestClassifier, mixed_table(seed=1, n_classes=3), 3, n_estimators=5, max_depth=6),
+    "vertical plain regression, batches": lambda: _vertical(
+        FederatedForestRegressor, mixed_table(seed=3, task="regression"), 2, n_estimators=5, max_depth=5,
+        tree_batch_size=2, max_samples=0.7),
+    "vertical plain per-tree features, no bootstrap": lambda: _vertical(
+        FederatedForestClassifier, mixed_table(seed=4, n_classes=2), 3, n_estimators=4, feature_sampling="tree",
+        bootstrap=False, max_features=0.5, min_samples_leaf=3),
+    "vertical paillier": lambda: _vertical(
+        FederatedForestClassifier, mixed_table(n_rows=200, seed=11, n_classes=3), 2, n_estimators=2, max_depth=4,
+        privacy="paillier", paillier_key=_paillier_key()),
+    "fet plain": lambda: _horizontal(
+        FederatedExtraTreesClassifier(n_estimators=5, random_state=11), horizontal_table(seed=1), 3),
+    "fet plain regression, batches": lambda: _horizontal(
+        FederatedExtraTreesRegressor(n_estimators=5, random_state=11, tree_batch_size=2, max_depth=7),
+        horizontal_table(seed=3, task="regression"), 2),
+    "fet gdp": lambda: _horizontal(
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=5, privacy="gdp", epsilon=2.0, max_depth=5),
+        horizontal_table(seed=2), 3),
+    "fet gdp regression": lambda: _horizontal(
+        FederatedExtraTreesRegressor(n_estimators=3, random_state=5, privacy="gdp", epsilon=2.0, max_depth=4),
+        horizontal_table(seed=3, task="regression"), 2),
+    "fet ldp bloom": lambda: _horizontal(
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp"), horizontal_table(seed=2), 3),
+    "fet ldp krr": lambda: _horizontal(
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp",
+                                      ldp=LabelLDP(mechanism="krr", epsilon_krr=4.0)), horizontal_table(seed=2), 2),
+    "ppdert secure": lambda: _horizontal(
+        PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8),
+        horizontal_table(seed=1), 3),
+}
+
+PINNED = {
+    'vertical plain gini': '770b876abfabeaec',
+    'vertical plain regression, batches': '95f099e0e1bca310',
+    'vertical plain per-tree features, no bootstrap': '9f7ae9d34df09610',
+    'vertical paillier': '63adb4c55a4f2a47',
+    'fet plain': '446d5a9d39c1101b',
+    'fet plain regression, batches': '771c434ef1ba80de',
+    'fet gdp': '8e2ab5f89bc68d2a',
+    'fet gdp regression': 'd47b4a3fa3c26445',
+    'fet ldp bloom': 'e1c77007dd78776f',
+    'fet ldp krr': 'f3b43233a7219693',
+    'ppdert secure': '1226ead6a817ac16',
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_model_digest_is_pinned(case: str) -> None:
+    assert digest(CASES[case]()) == PINNED[case]
+
+
+if __name__ == "__main__":  # print the current digests, to pin after an intended model change
+    for name, build in CASES.items():
+        print(f"    {name!r}: {digest(build())!r},")
