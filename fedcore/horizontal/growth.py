@@ -1,11 +1,13 @@
-"""Level-wise growth shared by Federated Extra-Trees and PPD-ERT (the master side).
+"""The horizontal level strategies' shared half (FET and PPD-ERT, at the master): the candidates' random
+draws, and choosing splits from aggregated branch statistics. The growth loop itself (batches, numbering,
+stopping, checkpoints) is the one grower of every algorithm, `fedcore/trees/grower.py`.
 
 Per level, for every open node of every tree in the batch, an algorithm-specific exchange (`_level`)
 yields k candidate splits (feature, threshold) and the aggregated label statistics of both branches of
-each candidate. This module picks the best candidate per node, numbers the children, decides which
-children are leaves (depth, min_samples_split, 2 * min_samples_leaf, purity), and tells the parties in
-the next level's request which candidate each node took (`chosen`) and where each child sits in the next
-level's list of open nodes (`next_pos`, -1 for a child that is a leaf).
+each candidate. `BranchStatsLevels` picks the best candidate per node, decides which children are leaves
+(the grower's `StoppingRules`, and purity), and tells the parties in the next level's request which
+candidate each node took (`chosen`) and where each child sits in the next level's list of open nodes
+(`next_pos`, -1 for a child that is a leaf).
 
 Statistics per branch: class counts (classification) or (count, sum of quantised targets) (regression).
 In the plain modes they are exact integers, summed over parties in any order to the same value; gains are
@@ -14,14 +16,13 @@ layout. Noisy or estimated statistics may be negative or fractional: counts are 
 
 Ties between candidates go to the lowest candidate index (`argmax`); candidates are ordered by the draw.
 
-Checkpoints (`fit(checkpoints, resume_from)`, as in the vertical master): every completed tree batch is
-saved at the master as its node records plus the master's counters after it (`_counters`: levels grown;
-PPD-ERT adds its secure-aggregation round id), so a resumed run loads finished batches instead of
-growing them again and numbers its rounds as the uninterrupted run would. Every draw is keyed by
-(tree, depth), so a batch grown again is the same batch. The parties keep no tree state between
-batches (every party ends with the complete model anyway); they save their own per-batch state (noise
-counters in the DP modes) when the first request of the next batch, or the final `model`, carries
-`save_batch`.
+Checkpoints (`fit(checkpoints, resume_from)`, see the grower): every completed tree batch is saved at the
+master as its node records plus the counters after it (levels grown; PPD-ERT adds its secure-aggregation
+round id), so a resumed run loads finished batches instead of growing them again and numbers its rounds
+as the uninterrupted run would. Every draw is keyed by (tree, depth), so a batch grown again is the same
+batch. The parties keep no tree state between batches (every party ends with the complete model anyway);
+they save their own per-batch state (noise counters in the DP modes) when the first request of the next
+batch, or the final `model`, carries `save_batch`.
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedcore.checkpoints import CheckpointStore
-from fedcore.horizontal.model import NO_CHILD, HorizontalForest, assemble_forest
+from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.schema import HorizontalSchema
-from fedcore.progress import GrowthProgress, ProgressCallback
+from fedcore.progress import ProgressCallback
 from fedcore.protocol.messages import Message
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
+from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
 
 
 @dataclass
@@ -50,12 +52,6 @@ class LevelResult:
     valid: np.ndarray  # (A, k) bool: a usable candidate (FET: the node's global range is not a point)
     branch: np.ndarray  # (A, k, 2, S) float64: [..., 0, :] left (x <= t), [..., 1, :] right
     sizes: np.ndarray | None = None  # (A, k, 2) exact branch sizes, where the mode reveals them (LDP)
-
-
-RECORD_FIELDS = ("tree", "node", "left", "right", "depth", "feature", "threshold", "weight", "value")
-"""The node arrays of a batch's records, as checkpointed by the master."""
-COUNTER_PREFIX = "counter_"
-"""Checkpoint arrays named so hold one of the master's counters (`_counters`) after the batch."""
 
 
 # -- random draws shared by every role -----------------------------------------------------------------
@@ -127,11 +123,6 @@ def split_gains(branch: np.ndarray, task: str, criterion: str) -> np.ndarray:
     return _class_term(left + right, criterion) - _class_term(left, criterion) - _class_term(right, criterion)
 
 
-def min_gain(weight: np.ndarray) -> np.ndarray:
-    """Smallest gain that counts as an improvement: guards against rounding noise on pure nodes."""
-    return 1e-12 * np.maximum(weight, 1.0)
-
-
 def is_pure(stats: np.ndarray, task: str) -> np.ndarray:
     """Classification nodes with at most one class present (regression purity is not observable: the
     statistics hold no sum of squares; such nodes stop because every split gains exactly 0)."""
@@ -140,9 +131,12 @@ def is_pure(stats: np.ndarray, task: str) -> np.ndarray:
     return (stats > 0).sum(axis=-1) <= 1
 
 
-# -- the master's growth loop ---------------------------------------------------------------------------
-class LevelwiseMaster(ABC):
-    """Grows all trees of a batch level by level; subclasses implement the per-level exchange."""
+
+
+# -- the horizontal level strategy ----------------------------------------------------------------------
+class BranchStatsLevels(LevelStrategy, ABC):
+    """The level strategy of FET and PPD-ERT: the parties send (aggregable) branch statistics of k candidate
+    splits per open node; the master picks the best. Subclasses implement the exchange (`_level`)."""
 
     algorithm = "fet"
 
@@ -157,8 +151,13 @@ class LevelwiseMaster(ABC):
         self.n_stats = schema.n_classes if params.task == "classification" else 2
         self.min_samples_leaf = params.min_samples_leaf  # a privacy mode may raise it (LDP: `leaf_floor`)
         self.forest: HorizontalForest | None = None
-        self.levels = 0  # levels with open nodes, over all batches (each one is 1 or 2 rounds)
+        self.grower = LevelwiseGrower(self, params, progress)
         self._save_batch: int | None = None  # the batch the parties checkpoint on the next batch's first request
+
+    @property
+    def levels(self) -> int:
+        """Levels with open nodes, over all batches (each one is 1 or 2 rounds)."""
+        return self.grower.levels
 
     # -- hooks ------------------------------------------------------------------------------------
     @abstractmethod
@@ -176,13 +175,6 @@ class LevelwiseMaster(ABC):
         total = counts.sum(axis=-1, keepdims=True)
         return np.where(total > 0, counts / np.where(total > 0, total, 1.0), 1.0 / counts.shape[-1])
 
-    def _counters(self) -> dict[str, int]:
-        """The master's running counters, checkpointed with every batch (subclasses add theirs)."""
-        return {"levels": self.levels}
-
-    def _restore_counters(self, counters: dict[str, int]) -> None:
-        self.levels = counters["levels"]
-
     def _new_batch(self, header: dict) -> dict:
         """Mark a batch's first request: the parties reset, and checkpoint the batch before when asked."""
         header["new_batch"] = True
@@ -193,116 +185,75 @@ class LevelwiseMaster(ABC):
 
     # -- driver -----------------------------------------------------------------------------------
     def fit(self, checkpoints: CheckpointStore | None = None, resume_from: int = 0) -> HorizontalForest:
-        """Grow every tree, batch by batch, and send the complete forest to every party.
+        """Grow every tree (`LevelwiseGrower`) and send the complete forest to every party.
 
         With `checkpoints`, every completed batch is saved (the parties save theirs when the next request
         says so), and batches before `resume_from` are loaded instead of grown: the parties must have
         restored their state first (`HorizontalSession.train` arranges both).
         """
         self.setup()
+        self._stopping = StoppingRules.of(self.params, self.min_samples_leaf)
         p = self.params
-        batches = p.batches()
-        records: list[dict[str, np.ndarray]] = []
-        for index, trees in enumerate(batches):
-            if checkpoints is not None and index < resume_from:
-                saved = checkpoints.load(index)
-                records.append({f: saved[f] for f in RECORD_FIELDS})
-                self._restore_counters({name[len(COUNTER_PREFIX):]: int(a[0]) for name, a in saved.items()
-                                        if name.startswith(COUNTER_PREFIX)})
-                continue
-            self._save_batch = index - 1 if checkpoints is not None and index > resume_from else None
-            grown = self._grow_batch(trees)
-            if checkpoints is not None:
-                batch = {f: np.concatenate([r[f] for r in grown]) for f in RECORD_FIELDS}
-                batch.update({COUNTER_PREFIX + name: np.array([value], np.int64)
-                              for name, value in self._counters().items()})
-                checkpoints.save(index, batch)
-            records.extend(grown)
-            if self.progress:
-                self.progress(GrowthProgress(trees[-1] + 1, p.n_estimators, 0, -1, 0))
-        self.forest = assemble_forest(records, p.n_estimators, p.task, self.algorithm, self.schema)
+        records, save_batch = self.grower.grow(checkpoints, resume_from)
+        self.forest = HorizontalForest.from_arrays(records, n_trees=p.n_estimators, task=p.task,
+                                                   algorithm=self.algorithm, schema=self.schema)
         f = self.forest
         header = {"n_trees": f.n_trees, "task": f.task, "algorithm": f.algorithm}
-        if checkpoints is not None and len(batches) - 1 >= resume_from:
-            header["save_batch"] = len(batches) - 1
+        if save_batch is not None:
+            header["save_batch"] = save_batch
         self.transport.exchange({name: Message("model", header, f.arrays()) for name in self.parties})
         return self.forest
 
-    def _grow_batch(self, trees: list[int]) -> list[dict[str, np.ndarray]]:
-        p, task = self.params, self.params.task
-        first_tree = trees[0]
-        act_tree = np.array(trees, dtype=np.int32)
-        act_node = np.zeros(len(trees), dtype=np.int32)
-        act_stats: np.ndarray | None = None
-        act_n: np.ndarray | None = None
-        next_id = np.ones(len(trees), dtype=np.int64)
-        transition: dict[str, np.ndarray] | None = None
-        records: list[dict[str, np.ndarray]] = []
-        depth = 0
-        while len(act_tree):
-            self.levels += 1
-            result = self._level(trees, depth, act_tree, act_node, transition)
-            branch = result.branch
-            n_open = len(act_tree)
-            # roots: the node is the union of any candidate's two branches
-            node_stats = act_stats if act_stats is not None else branch[:, 0].sum(axis=1)
-            # sizes: exact where the mode sends them (estimated class counts only sum to them within rounding)
-            branch_n = result.sizes.astype(np.float64) if result.sizes is not None else branch_counts(branch, task)
-            if act_n is not None:
-                n_node = act_n
-            else:
-                n_node = branch_n[:, 0].sum(axis=1) if result.sizes is not None else branch_counts(node_stats, task)
-            gains = split_gains(branch, task, p.criterion)
-            n_left, n_right = branch_n[:, :, 0], branch_n[:, :, 1]
-            usable = (result.valid & (n_left >= self.min_samples_leaf) & (n_right >= self.min_samples_leaf)
-                      & (gains > min_gain(n_left + n_right)))
-            best = np.argmax(np.where(usable, gains, -np.inf), axis=1)
-            split = usable.any(axis=1) & (n_node >= p.min_samples_split)
-            split_idx = np.flatnonzero(split)
-            split_best = best[split_idx]
-            split_rel = act_tree[split_idx].astype(np.int64) - first_tree
-            within = np.arange(len(split_idx)) - np.searchsorted(split_rel, split_rel, side="left")
-            left = np.full(n_open, NO_CHILD, dtype=np.int32)
-            right = np.full(n_open, NO_CHILD, dtype=np.int32)
-            left[split_idx] = next_id[split_rel] + 2 * within
-            right[split_idx] = left[split_idx] + 1
-            next_id += 2 * np.bincount(split_rel, minlength=len(trees))
-            feature = np.full(n_open, -1, dtype=np.int32)
-            threshold = np.full(n_open, np.nan)
-            feature[split_idx] = result.features[split_idx, split_best]
-            threshold[split_idx] = result.thresholds[split_idx, split_best]
-            records.append({
-                "tree": act_tree, "node": act_node, "left": left, "right": right,
-                "depth": np.full(n_open, depth, np.int16), "feature": feature, "threshold": threshold,
-                "weight": n_node, "value": self.node_values(node_stats),
-            })
-            if self.progress:
-                self.progress(GrowthProgress(first_tree, p.n_estimators, len(trees), depth, n_open))
-            if not len(split_idx):
-                break
-            child_stats = branch[split_idx, split_best].reshape(-1, self.n_stats)  # left, right, left, ...
-            child_tree = np.repeat(act_tree[split_idx], 2)
-            child_node = np.stack([left[split_idx], right[split_idx]], axis=1).reshape(-1)
-            child_n = branch_n[split_idx, split_best].reshape(-1)
-            open_child = ((depth + 1 < p.depth_limit) & (child_n >= p.min_samples_split)
-                          & (child_n >= 2 * self.min_samples_leaf) & ~is_pure(child_stats, task))
-            leaf = ~open_child
-            if leaf.any():
-                n_leaf = int(leaf.sum())
-                records.append({
-                    "tree": child_tree[leaf], "node": child_node[leaf], "left": np.full(n_leaf, NO_CHILD, np.int32),
-                    "right": np.full(n_leaf, NO_CHILD, np.int32), "depth": np.full(n_leaf, depth + 1, np.int16),
-                    "feature": np.full(n_leaf, -1, np.int32), "threshold": np.full(n_leaf, np.nan),
-                    "weight": child_n[leaf], "value": self.node_values(child_stats[leaf]),
-                })
-            next_pos = np.full(len(child_tree), -1, dtype=np.int32)
-            next_pos[open_child] = np.arange(int(open_child.sum()), dtype=np.int32)
-            chosen = np.full(n_open, -1, dtype=np.int32)
-            chosen[split_idx] = split_best
-            transition = {"chosen": chosen, "next_pos": next_pos}
-            act_tree, act_node = child_tree[open_child], child_node[open_child]
-            act_stats = child_stats[open_child]
-            act_n = child_n[open_child]
-            depth += 1
-        return records
+    # -- the level strategy -----------------------------------------------------------------------
+    def open_batch(self, trees: list[int], save_batch: int | None) -> None:
+        """The batch's first request will say `new_batch` (and `save_batch`); roots have no statistics yet."""
+        self._save_batch = save_batch
+        self._transition: dict[str, np.ndarray] | None = None
+        self._open_stats: np.ndarray | None = None
+        self._open_n: np.ndarray | None = None
 
+    def level(self, trees: list[int], depth: int, open_tree: np.ndarray, open_node: np.ndarray) -> Level:
+        """The best usable candidate of each open node (both sides >= min_samples_leaf, gain above the
+        rounding guard), and which children of the splits stay open."""
+        p, task = self.params, self.params.task
+        result = self._level(trees, depth, open_tree, open_node, self._transition)
+        branch = result.branch
+        # roots: the node is the union of any candidate's two branches
+        node_stats = self._open_stats if self._open_stats is not None else branch[:, 0].sum(axis=1)
+        # sizes: exact where the mode sends them (estimated class counts only sum to them within rounding)
+        branch_n = result.sizes.astype(np.float64) if result.sizes is not None else branch_counts(branch, task)
+        if self._open_n is not None:
+            n_node = self._open_n
+        else:
+            n_node = branch_n[:, 0].sum(axis=1) if result.sizes is not None else branch_counts(node_stats, task)
+        gains = split_gains(branch, task, p.criterion)
+        n_left, n_right = branch_n[:, :, 0], branch_n[:, :, 1]
+        rules = self._stopping
+        usable = (result.valid & (n_left >= rules.min_samples_leaf) & (n_right >= rules.min_samples_leaf)
+                  & rules.improves(gains, n_left + n_right))
+        best = np.argmax(np.where(usable, gains, -np.inf), axis=1)
+        split = usable.any(axis=1) & (n_node >= rules.min_samples_split)
+        split_idx = np.flatnonzero(split)
+        split_best = best[split_idx]
+        feature = np.full(len(open_tree), -1, dtype=np.int32)
+        threshold = np.full(len(open_tree), np.nan)
+        feature[split_idx] = result.features[split_idx, split_best]
+        threshold[split_idx] = result.thresholds[split_idx, split_best]
+        fields = {"feature": feature, "threshold": threshold, "weight": n_node, "value": self.node_values(node_stats)}
+        child_stats = branch[split_idx, split_best].reshape(-1, self.n_stats)  # left, right, left, ...
+        child_n = branch_n[split_idx, split_best].reshape(-1)
+        child_open = rules.child_may_open(child_n, depth + 1) & ~is_pure(child_stats, task)
+        child_fields = {"feature": np.full(len(child_n), -1, np.int32), "threshold": np.full(len(child_n), np.nan),
+                        "weight": child_n, "value": self.node_values(child_stats)}
+        self._children = (best, child_stats, child_n)
+        return Level(split, fields, child_open, child_fields)
+
+    def advance(self, level: Level, split_idx: np.ndarray, left: np.ndarray, child_open: np.ndarray,
+                next_pos: np.ndarray) -> None:
+        """The next level's request carries each node's chosen candidate and its children's positions."""
+        best, child_stats, child_n = self._children
+        chosen = np.full(len(level.split), -1, dtype=np.int32)
+        chosen[split_idx] = best[split_idx]
+        self._transition = {"chosen": chosen, "next_pos": next_pos}
+        self._open_stats = child_stats[child_open]
+        self._open_n = child_n[child_open]

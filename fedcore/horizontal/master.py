@@ -34,8 +34,8 @@ import numpy as np
 
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.growth import (
+    BranchStatsLevels,
     LevelResult,
-    LevelwiseMaster,
     ProgressCallback,
     fet_candidate_features,
     fet_threshold_uniforms,
@@ -52,7 +52,7 @@ MAX_TARGET_BITS = 40
 MIN_TARGET_BITS = 8
 
 
-class FederatedExtraTreesMaster(LevelwiseMaster):
+class FederatedExtraTreesMaster(BranchStatsLevels):
     """Coordinates one FET training over a transport (see module doc)."""
 
     algorithm = "fet"

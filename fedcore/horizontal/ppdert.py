@@ -42,8 +42,8 @@ import pandas as pd
 
 from fedcore.errors import KeyAuthenticationError, ProtocolError
 from fedcore.horizontal.growth import (
+    BranchStatsLevels,
     LevelResult,
-    LevelwiseMaster,
     ProgressCallback,
     draw_features,
     tree_segments,
@@ -230,7 +230,7 @@ class PPDERTParty:
         return self.identity.verify_peers(self._key_context, signed)
 
 
-class PPDERTMaster(LevelwiseMaster):
+class PPDERTMaster(BranchStatsLevels):
     """Coordinates one PPD-ERT training over a transport (see module doc)."""
 
     algorithm = "ppdert"
@@ -250,11 +250,11 @@ class PPDERTMaster(LevelwiseMaster):
         self._relayed = False
         self._round_id = 0
 
-    def _counters(self) -> dict[str, int]:
-        return {**super()._counters(), "round_id": self._round_id}
+    def counters(self) -> dict[str, int]:
+        """The secure-aggregation round id, checkpointed so a resumed run numbers rounds as before."""
+        return {"round_id": self._round_id}
 
-    def _restore_counters(self, counters: dict[str, int]) -> None:
-        super()._restore_counters(counters)
+    def restore_counters(self, counters: dict[str, int]) -> None:
         self._round_id = counters["round_id"]
 
     def setup(self) -> None:

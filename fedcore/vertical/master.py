@@ -16,11 +16,12 @@ import numpy as np
 
 from fedcore.checkpoints import CheckpointStore
 from fedcore.errors import LabelHolderError, PartyShapeError, ProtocolError
-from fedcore.progress import GrowthProgress, ProgressCallback
+from fedcore.progress import ProgressCallback
 from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
-from fedcore.trees.criteria import SQUARED_ERROR, leaf_value, min_gain
+from fedcore.trees.criteria import SQUARED_ERROR, leaf_value
+from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
 from fedcore.trees.params import ForestParams
 from fedcore.trees.predictor import intersect_leaf_sets
 from fedcore.trees.structure import NO_CHILD, ForestStructure
@@ -44,8 +45,9 @@ class FederationInfo:
     feature_owner: np.ndarray  # global feature index -> party index
 
 
-class VerticalMaster:
-    """Coordinates training and prediction of one vertical federated forest over a transport."""
+class VerticalMaster(LevelStrategy):
+    """Coordinates training and prediction of one vertical federated forest over a transport; grows it
+    as the vertical level strategy (plain or Paillier-encrypted labels) of `LevelwiseGrower`."""
 
     def __init__(self, transport: Transport, params: ForestParams, progress: ProgressCallback | None = None) -> None:
         self.transport = transport
@@ -100,10 +102,13 @@ class VerticalMaster:
         self.transport.exchange(requests)
         return self.info
 
-    # -- training -------------------------------------------------------------------------------
+    # -- training: the vertical level strategy of the one grower (fedcore/trees/grower.py) -----------
     def batches(self) -> list[list[int]]:
         """The tree batches, in growth order."""
-        return self.params.batches()
+        return self._grower().batches()
+
+    def _grower(self) -> LevelwiseGrower:
+        return LevelwiseGrower(self, self.params, self.progress)
 
     def fit(self, checkpoints: CheckpointStore | None = None, resume_from: int = 0) -> ForestStructure:
         """Grow all trees, batch by batch, and hand every party the structure it needs to predict.
@@ -115,23 +120,13 @@ class VerticalMaster:
         if self.info is None:
             self.setup()
         p = self.params
-        parts, batches = [], self.batches()
-        for index, trees in enumerate(batches):
-            if checkpoints is not None and index < resume_from:
-                parts.append(ForestStructure(**checkpoints.load(index), n_trees=trees[-1] + 1))
-                continue
-            save_previous = index - 1 if checkpoints is not None and index > resume_from else None
-            part = self._grow_batch(trees, save_previous)
-            if checkpoints is not None:
-                checkpoints.save(index, {f: getattr(part, f) for f in STRUCTURE_ARRAYS})
-            parts.append(part)
-            if self.progress:
-                self.progress(GrowthProgress(trees[-1] + 1, p.n_estimators, 0, -1, 0))
-        self.structure = _concatenate_structures(parts, p.n_estimators)
+        self._stopping = StoppingRules.of(p)
+        records, save_batch = self._grower().grow(checkpoints, resume_from)
+        self.structure = ForestStructure(**{f: records[f] for f in STRUCTURE_ARRAYS}, n_trees=p.n_estimators)
         s = self.structure
         header = {"n_trees": s.n_trees}
-        if checkpoints is not None and len(batches) - 1 >= resume_from:
-            header["save_batch"] = len(batches) - 1
+        if save_batch is not None:
+            header["save_batch"] = save_batch
         self.transport.exchange({
             name: Message("finalize", header, {"tree": s.tree, "node": s.node, "left": s.left, "right": s.right})
             for name in self.info.parties
@@ -155,94 +150,86 @@ class VerticalMaster:
                 out[a:b] = sample_rows_without_replacement(rng, b - a, n_features, k)
         return out
 
-    def _grow_batch(self, trees: list[int], save_previous: int | None = None) -> ForestStructure:
+    def open_batch(self, trees: list[int], save_batch: int | None) -> None:
+        """Every party draws the batch's bootstrap samples; `save_batch`: checkpoint the batch before."""
+        header = {"trees": trees, "seed": self.params.random_state, "n_draws": self.params.n_draws(self.info.n_rows)}
+        if save_batch is not None:
+            header["save_batch"] = save_batch  # parties checkpoint the batch they just finished
+        self.transport.exchange({name: Message("begin_batch", header) for name in self.info.parties})
+        self._first_tree = trees[0]
+        self._root_weight = np.zeros(len(trees))
+        self._previous: dict[str, np.ndarray] | None = None
+        self._blobs: dict[int, np.ndarray] = {}
+
+    def level(self, trees: list[int], depth: int, open_tree: np.ndarray, open_node: np.ndarray) -> Level:
+        """Every party proposes its best split per open node (on its sampled candidate features); the best
+        over parties wins, ties to the lowest candidate rank. The label holder's statistics give the nodes'
+        weights and values."""
         p, info = self.params, self.info
         parties = info.parties
-        header = {"trees": trees, "seed": p.random_state, "n_draws": p.n_draws(info.n_rows)}
-        if save_previous is not None:
-            header["save_batch"] = save_previous  # parties checkpoint the batch they just finished
-        self.transport.exchange({name: Message("begin_batch", header) for name in parties})
-        open_tree = np.array(trees, dtype=np.int32)
-        open_node = np.zeros(len(trees), dtype=np.int32)
-        first_tree = trees[0]
-        next_id = np.ones(len(trees), dtype=np.int64)  # next free node id per tree of the batch
-        root_weight = np.zeros(len(trees))
-        records: list[dict[str, np.ndarray]] = []
-        previous: dict[str, np.ndarray] | None = None
-        blobs: dict[int, np.ndarray] = {}
-        depth = 0
-        while len(open_tree):
-            n_open = len(open_tree)
-            can_split = depth < p.depth_limit
-            candidates = self._sample_features(open_tree, depth) if can_split else np.empty((n_open, 0), np.int64)
-            ranks = np.broadcast_to(np.arange(candidates.shape[1], dtype=np.int32), candidates.shape)
-            requests = {}
-            for index, name in enumerate(parties):
-                mine = info.feature_owner[candidates] == index if candidates.size else np.zeros(candidates.shape, bool)
-                arrays = {
-                    "feat_ptr": np.concatenate([[0], np.cumsum(mine.sum(axis=1))]).astype(np.int64),
-                    "feat_global": candidates[mine].astype(np.int32),
-                    "feat_rank": ranks[mine].astype(np.int32),
-                }
-                if previous is not None:
-                    arrays.update(previous)
-                    arrays.update({f"bits_{q}": blob for q, blob in blobs.items() if q != index})
-                requests[name] = Message("find_splits", {"party_index": index, "min_samples_leaf": p.min_samples_leaf}, arrays)
-            replies = self.transport.exchange(requests)
-            if p.privacy == "paillier":
-                choices = self._evaluate_encrypted(replies)
-            stats = replies[info.label_holder].arrays["stats"]
-            weight = stats[:, 0] if p.criterion_code == SQUARED_ERROR else stats.sum(axis=1)
-            if depth == 0:
-                root_weight[:] = weight
-            gains = np.stack([replies[n].arrays["gain"] for n in parties])
-            party_ranks = np.stack([replies[n].arrays["rank"] for n in parties]).astype(np.int64)
-            best_gain = gains.max(axis=0)
-            tie_rank = np.where(gains == best_gain, party_ranks, np.iinfo(np.int64).max)
-            owner = np.argmin(tie_rank, axis=0)
-            roots = root_weight[open_tree - first_tree]
-            split = (
-                can_split
-                & np.isfinite(best_gain)
-                & (weight >= p.min_samples_split)
-                & (best_gain > min_gain(weight))
-                & (best_gain >= p.min_impurity_decrease * roots)
-            )
-            left = np.full(n_open, NO_CHILD, dtype=np.int32)
-            right = np.full(n_open, NO_CHILD, dtype=np.int32)
-            split_idx = np.flatnonzero(split)
-            split_trees = open_tree[split_idx]
-            first = np.searchsorted(split_trees, split_trees, side="left")
-            within = np.arange(len(split_idx)) - first
-            left[split_idx] = next_id[split_trees - first_tree] + 2 * within
-            right[split_idx] = left[split_idx] + 1
-            next_id += 2 * np.bincount(split_trees - first_tree, minlength=len(trees))
-            records.append({
-                "tree": open_tree, "node": open_node, "left": left, "right": right,
-                "depth": np.full(n_open, depth, np.int16), "owner": np.where(split, owner, -1).astype(np.int16),
-                "weight": weight, "stats": stats,
-            })
-            if self.progress:
-                self.progress(GrowthProgress(trees[0], p.n_estimators, len(trees), depth, n_open))
-            if not len(split_idx):
-                break
-            split_owner = owner[split_idx]
-            apply_requests = {}
-            for index, name in enumerate(parties):
-                mine = split_idx[split_owner == index]
-                if len(mine):
-                    apply_requests[name] = Message("apply_splits", {}, {
-                        "positions": mine.astype(np.int64), "tree": open_tree[mine], "node": open_node[mine]})
-                    if p.privacy == "paillier" and name != info.label_holder:
-                        apply_requests[name].arrays["choice"] = choices[name][mine]
-            apply_replies = self.transport.exchange(apply_requests)
-            blobs = {parties.index(name): r.arrays["bits"] for name, r in apply_replies.items()}
-            previous = {"split_mask": split.astype(np.uint8), "split_owner": split_owner.astype(np.int16)}
-            open_tree = np.repeat(split_trees, 2)
-            open_node = np.empty(2 * len(split_idx), dtype=np.int32)
-            open_node[0::2], open_node[1::2] = left[split_idx], right[split_idx]
-            depth += 1
-        return self._records_to_structure(records, trees)
+        n_open = len(open_tree)
+        can_split = self._stopping.may_split(depth)
+        candidates = self._sample_features(open_tree, depth) if can_split else np.empty((n_open, 0), np.int64)
+        ranks = np.broadcast_to(np.arange(candidates.shape[1], dtype=np.int32), candidates.shape)
+        requests = {}
+        for index, name in enumerate(parties):
+            mine = info.feature_owner[candidates] == index if candidates.size else np.zeros(candidates.shape, bool)
+            arrays = {
+                "feat_ptr": np.concatenate([[0], np.cumsum(mine.sum(axis=1))]).astype(np.int64),
+                "feat_global": candidates[mine].astype(np.int32),
+                "feat_rank": ranks[mine].astype(np.int32),
+            }
+            if self._previous is not None:
+                arrays.update(self._previous)
+                arrays.update({f"bits_{q}": blob for q, blob in self._blobs.items() if q != index})
+            requests[name] = Message("find_splits", {"party_index": index, "min_samples_leaf": p.min_samples_leaf}, arrays)
+        replies = self.transport.exchange(requests)
+        self._choices = self._score(replies)
+        stats = replies[info.label_holder].arrays["stats"]
+        weight = stats[:, 0] if p.criterion_code == SQUARED_ERROR else stats.sum(axis=1)
+        if depth == 0:
+            self._root_weight[:] = weight
+        gains = np.stack([replies[n].arrays["gain"] for n in parties])
+        party_ranks = np.stack([replies[n].arrays["rank"] for n in parties]).astype(np.int64)
+        best_gain = gains.max(axis=0)
+        tie_rank = np.where(gains == best_gain, party_ranks, np.iinfo(np.int64).max)
+        owner = np.argmin(tie_rank, axis=0)
+        roots = self._root_weight[open_tree - self._first_tree]
+        split = (
+            can_split
+            & np.isfinite(best_gain)
+            & (weight >= self._stopping.min_samples_split)
+            & self._stopping.improves(best_gain, weight)
+            & (best_gain >= p.min_impurity_decrease * roots)
+        )
+        self._open = (open_tree, open_node, owner)
+        return Level(split, {"owner": np.where(split, owner, -1).astype(np.int16), "weight": weight,
+                             "value": leaf_value(stats, p.criterion_code)})
+
+    def _score(self, replies: dict[str, Message]) -> dict[str, np.ndarray] | None:
+        """Plain mode: every party scored its own candidates (Paillier mode: see `_evaluate_encrypted`)."""
+        if self.params.privacy == "paillier":
+            return self._evaluate_encrypted(replies)
+        return None
+
+    def advance(self, level: Level, split_idx: np.ndarray, left: np.ndarray, child_open: np.ndarray,
+                next_pos: np.ndarray) -> None:
+        """The owners of the chosen splits partition their rows and send the partition bitmaps, which the
+        next level's requests relay to the other parties."""
+        open_tree, open_node, owner = self._open
+        parties = self.info.parties
+        split_owner = owner[split_idx]
+        apply_requests = {}
+        for index, name in enumerate(parties):
+            mine = split_idx[split_owner == index]
+            if len(mine):
+                apply_requests[name] = Message("apply_splits", {}, {
+                    "positions": mine.astype(np.int64), "tree": open_tree[mine], "node": open_node[mine]})
+                if self._choices is not None and name != self.info.label_holder:
+                    apply_requests[name].arrays["choice"] = self._choices[name][mine]
+        apply_replies = self.transport.exchange(apply_requests)
+        self._blobs = {parties.index(name): r.arrays["bits"] for name, r in apply_replies.items()}
+        self._previous = {"split_mask": level.split.astype(np.uint8), "split_owner": split_owner.astype(np.int16)}
 
     def _evaluate_encrypted(self, replies: dict[str, Message]) -> dict[str, np.ndarray]:
         """Paillier mode: the label holder scores the passive parties' encrypted histograms. Their gains and
@@ -258,16 +245,6 @@ class VerticalMaster:
         for name in passive:
             replies[name] = Message("local_best", {}, {"gain": scored[f"gain_{name}"], "rank": scored[f"rank_{name}"]})
         return {name: scored[f"choice_{name}"] for name in passive}
-
-    def _records_to_structure(self, records: list[dict[str, np.ndarray]], trees: list[int]) -> ForestStructure:
-        cat = {k: np.concatenate([r[k] for r in records]) for k in records[0]}
-        order = np.lexsort((cat["node"], cat["tree"]))
-        cat = {k: v[order] for k, v in cat.items()}
-        return ForestStructure(
-            tree=cat["tree"].astype(np.int32), node=cat["node"].astype(np.int32), left=cat["left"],
-            right=cat["right"], depth=cat["depth"], owner=cat["owner"], weight=cat["weight"],
-            value=leaf_value(cat["stats"], self.params.criterion_code), n_trees=max(trees) + 1,
-        )
 
     # -- prediction -----------------------------------------------------------------------------
     def predict_values(self, n_rows: int, method: str = "auto", batch_rows: int = 8192) -> np.ndarray:
@@ -371,8 +348,3 @@ def _relay_paillier_setup(name: str, holder: str, parties: list[str], replies: d
         return
     header.update(paillier=labels.header["paillier"], label_holder=holder)
     arrays["enc_y"] = labels.arrays["enc_y"]
-
-
-def _concatenate_structures(parts: list[ForestStructure], n_trees: int) -> ForestStructure:
-    merged = {f: np.concatenate([getattr(p, f) for p in parts]) for f in STRUCTURE_ARRAYS}
-    return ForestStructure(**merged, n_trees=n_trees)
