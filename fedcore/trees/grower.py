@@ -3,7 +3,8 @@
 `LevelwiseGrower` grows a forest tree batch by tree batch and, within a batch, level by level over all
 open nodes of all its trees at once. It owns what every algorithm shares:
 
-* tree batches: their size from a memory budget (`plan_batches`), or `tree_batch_size`;
+* tree batches: their size from every role's memory budget (`plan`, `fedcore.trees.budget`), or
+  `tree_batch_size`;
 * node numbering: children of the nodes that split get the next free ids of their tree, two per split,
   in open-node order (left = 2i + next, right = left + 1);
 * stopping rules (`StoppingRules`): depth limit, min_samples_split, min_samples_leaf, the rounding guard
@@ -34,6 +35,7 @@ import numpy as np
 
 from fedcore.checkpoints import CheckpointStore
 from fedcore.progress import GrowthProgress, ProgressCallback
+from fedcore.trees.budget import trees_per_batch
 from fedcore.trees.criteria import min_gain
 from fedcore.trees.params import TreeParams
 from fedcore.trees.structure import NO_CHILD
@@ -120,28 +122,34 @@ class LevelStrategy(ABC):
 class LevelwiseGrower:
     """Grows every tree of a forest through one `LevelStrategy` (see the module doc)."""
 
-    def __init__(self, strategy: LevelStrategy, params: TreeParams, progress: ProgressCallback | None = None,
-                 batch_size: int | None = None) -> None:
-        """`batch_size`: trees per batch when the run does not resume an earlier plan (default: all)."""
+    def __init__(self, strategy: LevelStrategy, params: TreeParams, progress: ProgressCallback | None = None) -> None:
         self.strategy = strategy
         self.params = params
         self.progress = progress
-        self.batch_size = batch_size or params.tree_batch_size or params.n_estimators
+        self.batch_size = params.tree_batch_size or params.n_estimators
         self.levels = 0  # levels with open nodes, over all batches
+
+    def plan(self, costs: list[tuple[int, int]]) -> int:
+        """Size the tree batches from every role's (bytes per tree, memory budget), unless the user set
+        `tree_batch_size` (see `fedcore.trees.budget`): the trees per batch."""
+        if self.params.tree_batch_size is None:
+            self.batch_size = trees_per_batch(self.params.n_estimators, costs)
+        return self.batch_size
 
     def batches(self) -> list[list[int]]:
         """The tree batches, in growth order."""
-        n, size = self.params.n_estimators, self.batch_size
-        return [list(range(a, min(a + size, n))) for a in range(0, n, size)]
+        return self.params.batches(self.batch_size)
 
     def grow(self, checkpoints: CheckpointStore | None = None, resume_from: int = 0) -> tuple[dict, int | None]:
         """Grow (or load) every batch: the node records of the forest, sorted by (tree, node), and the
         batch the parties checkpoint with the final model (None without checkpoints or when every batch
         came from checkpoints)."""
-        if checkpoints is not None and resume_from > 0:
+        if checkpoints is not None and resume_from > 0:  # the plan the interrupted attempt started with
             first = checkpoints.load(0)
             self.batch_size = int(first.get(COUNTER_PREFIX + BATCH_SIZE_COUNTER, [self.batch_size])[0])
         batches = self.batches()
+        if self.progress and len(batches) > 1:
+            self.progress(GrowthProgress(0, self.params.n_estimators, 0, -1, 0, n_batches=len(batches)))
         parts: list[dict[str, np.ndarray]] = []
         for index, trees in enumerate(batches):
             if checkpoints is not None and index < resume_from:

@@ -32,6 +32,7 @@ class TreeParams:
     max_features: str | int | float | None = "sqrt"
     random_state: int = 0
     tree_batch_size: int | None = None
+    memory_budget_mb: int | None = None
 
     def __post_init__(self) -> None:
         if self.task not in ("classification", "regression"):
@@ -45,6 +46,8 @@ class TreeParams:
         check_int("random_state", self.random_state, 0)
         if self.tree_batch_size is not None:
             check_int("tree_batch_size", self.tree_batch_size, 1)
+        if self.memory_budget_mb is not None:
+            check_int("memory_budget_mb", self.memory_budget_mb, 1)
         mf = self.max_features
         if isinstance(mf, bool) or (isinstance(mf, str) and mf not in ("sqrt", "log2")) or not (
                 mf is None or isinstance(mf, (str, int, float))):
@@ -66,9 +69,10 @@ class TreeParams:
         """max_depth, or a bound no tree reaches."""
         return self.max_depth if self.max_depth is not None else DEPTH_UNLIMITED
 
-    def batches(self) -> list[list[int]]:
-        """Tree indices grouped into the batches grown together (all at once unless tree_batch_size)."""
-        size = self.tree_batch_size or self.n_estimators
+    def batches(self, batch_size: int | None = None) -> list[list[int]]:
+        """Tree indices grouped into the batches grown together: `tree_batch_size` when set, else
+        `batch_size` (the grower's plan from the memory budget), else all at once."""
+        size = self.tree_batch_size or batch_size or self.n_estimators
         return [list(range(a, min(a + size, self.n_estimators))) for a in range(0, self.n_estimators, size)]
 
     def to_dict(self) -> dict:

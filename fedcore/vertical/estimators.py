@@ -23,6 +23,7 @@ from fedcore.privacy.keyauth import ephemeral_identities
 from fedcore.privacy.paillier import PaillierPrivateKey
 from fedcore.progress import progress_bar
 from fedcore.transport.inprocess import InProcessTransport
+from fedcore.trees.budget import resolve_budget
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.master import VerticalMaster
 from fedcore.vertical.party import VerticalParty
@@ -53,6 +54,7 @@ class _FederatedForest:
         max_bins: int = 255,
         random_state: int = 0,
         tree_batch_size: int | None = None,
+        memory_budget_mb: int | None = None,
         privacy: str = "none",
         paillier_key_bits: int = 2048,
         paillier_key: PaillierPrivateKey | None = None,
@@ -68,6 +70,7 @@ class _FederatedForest:
             min_impurity_decrease=min_impurity_decrease, max_features=max_features,
             feature_sampling=feature_sampling, bootstrap=bootstrap, max_samples=max_samples,
             max_bins=max_bins, random_state=random_state, tree_batch_size=tree_batch_size,
+            memory_budget_mb=memory_budget_mb,
             privacy=privacy, paillier_key_bits=paillier_key_bits,
         )
         self.paillier_key = paillier_key
@@ -88,17 +91,19 @@ class _FederatedForest:
         key = hashlib.sha256(f"fedforest-simulation-{self.params.random_state}".encode()).digest()
         # no certificates in simulation: fresh Ed25519 identities, pinned at every party, sign the sealing keys
         identities = ephemeral_identities(frames) if self.params.privacy == "paillier" else {}
+        share = resolve_budget(self.params.memory_budget_mb) // (len(frames) + 1)  # one machine for every role
         self.parties_ = [
             VerticalParty(name, frame, label if label in frame.columns else None, feature_key=key,
                           paillier_key=self.paillier_key if label in frame.columns else None,
-                          identity=identities.get(name))
+                          identity=identities.get(name), memory_budget=share)
             for name, frame in frames.items()
         ]
         self.label_ = label
         self.transport_ = InProcessTransport({p.name: p.handle for p in self.parties_},
                                              record_transcript=self.record_transcript,
                                              record_payloads=self.record_payloads)
-        self.master_ = VerticalMaster(self.transport_, self.params, progress=progress_bar() if self.progress else None)
+        self.master_ = VerticalMaster(self.transport_, self.params, progress=progress_bar() if self.progress else None,
+                                      memory_budget=share)
         started = time.perf_counter()
         self.master_.fit()
         self.fit_seconds_ = time.perf_counter() - started

@@ -20,12 +20,16 @@ from fedcore.progress import ProgressCallback
 from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
+from fedcore.trees.budget import BYTES_PER_TREE_ROW, resolve_budget
 from fedcore.trees.criteria import SQUARED_ERROR, leaf_value
 from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
 from fedcore.trees.params import ForestParams
 from fedcore.trees.predictor import intersect_leaf_sets
 from fedcore.trees.structure import NO_CHILD, ForestStructure
 
+MASTER_BYTES_PER_NODE = 256
+"""The master's growth state per open node of a level: candidates, the parties' gains and ranks, the label
+holder's statistics and the node records."""
 ONE_ROUND_MAX_LEAVES = 250_000
 """Above this many leaves, "auto" prediction routes node by node (see predict_values)."""
 LEAF_SET_BUDGET_BYTES = 128 * 2**20
@@ -43,14 +47,19 @@ class FederationInfo:
     n_classes: int
     feature_ids: list[str]  # sorted: global feature index -> opaque id
     feature_owner: np.ndarray  # global feature index -> party index
+    memory_budgets: dict[str, int] | None = None  # bytes each party grows tree batches in (its report)
 
 
 class VerticalMaster(LevelStrategy):
     """Coordinates training and prediction of one vertical federated forest over a transport; grows it
     as the vertical level strategy (plain or Paillier-encrypted labels) of `LevelwiseGrower`."""
 
-    def __init__(self, transport: Transport, params: ForestParams, progress: ProgressCallback | None = None) -> None:
+    def __init__(self, transport: Transport, params: ForestParams, progress: ProgressCallback | None = None,
+                 memory_budget: int | None = None) -> None:
+        """`memory_budget`: bytes the master plans its own share of a tree batch in (default: from
+        `params.memory_budget_mb`, else a share of the available memory)."""
         self.transport = transport
+        self.memory_budget = memory_budget
         self.params = params
         self.progress = progress
         self.info: FederationInfo | None = None
@@ -86,6 +95,7 @@ class VerticalMaster(LevelStrategy):
             parties=parties, label_holder=holder, n_rows=rows[holder],
             n_classes=int(replies[holder].header["n_classes"]),
             feature_ids=[ids[i] for i in order], feature_owner=np.array(owner, dtype=np.int64)[order],
+            memory_budgets={name: int(r.header.get("memory_budget") or 0) for name, r in replies.items()},
         )
         position = {fid: g for g, fid in enumerate(self.info.feature_ids)}
         label_header = {"max_weight": p.n_draws(self.info.n_rows) or self.info.n_rows}
@@ -108,7 +118,22 @@ class VerticalMaster(LevelStrategy):
         return self._grower().batches()
 
     def _grower(self) -> LevelwiseGrower:
-        return LevelwiseGrower(self, self.params, self.progress)
+        """The grower, its batches planned from the parties' memory budgets (known after setup)."""
+        grower = LevelwiseGrower(self, self.params, self.progress)
+        if self.info is not None:
+            grower.plan(self.memory_costs())
+        return grower
+
+    def memory_costs(self) -> list[tuple[int, int]]:
+        """(bytes per tree of a batch, budget) of every party and of the master (`fedcore.trees.budget`).
+        A party that reported no budget is planned with the master's."""
+        p, info = self.params, self.info
+        own = self.memory_budget or resolve_budget(p.memory_budget_mb)
+        party_tree = info.n_rows * BYTES_PER_TREE_ROW["vertical"]
+        costs = [(party_tree, info.memory_budgets.get(name) or own) for name in info.parties]
+        level_nodes = min(2 ** min(p.depth_limit, 40), max(1, info.n_rows // p.min_samples_leaf))
+        costs.append((level_nodes * MASTER_BYTES_PER_NODE, own))
+        return costs
 
     def fit(self, checkpoints: CheckpointStore | None = None, resume_from: int = 0) -> ForestStructure:
         """Grow all trees, batch by batch, and hand every party the structure it needs to predict.
@@ -121,7 +146,8 @@ class VerticalMaster(LevelStrategy):
             self.setup()
         p = self.params
         self._stopping = StoppingRules.of(p)
-        records, save_batch = self._grower().grow(checkpoints, resume_from)
+        self.grower = self._grower()
+        records, save_batch = self.grower.grow(checkpoints, resume_from)
         self.structure = ForestStructure(**{f: records[f] for f in STRUCTURE_ARRAYS}, n_trees=p.n_estimators)
         s = self.structure
         header = {"n_trees": s.n_trees}

@@ -26,6 +26,7 @@ from fedcore.privacy.paillier import PaillierPrivateKey, PaillierPublicKey, gene
 from fedcore.privacy.sealed import SealingKey
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message, pack_bits
+from fedcore.trees.budget import default_budget
 from fedcore.trees.criteria import SQUARED_ERROR, n_stats
 from fedcore.trees.partition import (
     SamplePartition,
@@ -122,11 +123,15 @@ class VerticalParty:
     protocol = FEDERATED_FOREST
 
     def __init__(self, name: str, frame: pd.DataFrame, label: str | None = None, feature_key: bytes = b"",
-                 paillier_key: PaillierPrivateKey | None = None, identity: PartyIdentity | None = None) -> None:
+                 paillier_key: PaillierPrivateKey | None = None, identity: PartyIdentity | None = None,
+                 memory_budget: int | None = None) -> None:
         """`paillier_key`: the label holder's key for Paillier mode (default: a fresh one per training).
         `identity` signs this party's sealing key in Paillier mode and checks its peers' (an agent uses its
-        mutual-TLS certificate); without one, relayed sealing keys are taken on trust."""
+        mutual-TLS certificate); without one, relayed sealing keys are taken on trust. `memory_budget`:
+        bytes this party grows tree batches in (default: a share of its available memory), reported to the
+        master at setup so batches fit (`fedcore.trees.budget`)."""
         self.name = name
+        self.memory_budget = memory_budget
         self.label = label
         self.is_label_holder = label is not None
         self.features = frame.drop(columns=[label]) if label is not None else frame
@@ -178,7 +183,8 @@ class VerticalParty:
         self._binner = PartyBinner(max_bins=int(h["max_bins"]), random_state=int(h["binning_seed"])).fit(self.features)
         self._codes = self._binner.transform(self.features)
         ids = np.array([opaque_feature_id(self.feature_key, str(c)) for c in self.features.columns], dtype=object)
-        header = {"n_rows": len(self.features), "label_holder": self.is_label_holder}
+        header = {"n_rows": len(self.features), "label_holder": self.is_label_holder,
+                  "memory_budget": self.memory_budget or default_budget()}
         arrays = {"feature_ids": ids.astype(str)}
         self._label_crypto = self._passive_crypto = self._sealing = None
         privacy = h.get("privacy", "none")

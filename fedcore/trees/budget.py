@@ -1,0 +1,100 @@
+"""How many trees grow together: tree batches sized from a memory budget, at the master and every party.
+
+Growing a batch of T trees costs each party memory in proportion to T x its rows (the row partition of
+every tree; `BYTES_PER_TREE_ROW` per setting, measured, see docs/benchmarks.md), and the master in
+proportion to T x the open nodes of a level. Every role states its budget (a configured number of
+bytes, or by default `DEFAULT_SHARE` of the memory this process may still use, `available_bytes`); each
+party reports its budget and rows in its opening reply, and the master plans the largest batch every role
+can hold (`trees_per_batch`). A user's `tree_batch_size` overrides the plan.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+
+from fedcore.errors import ParameterError
+
+DEFAULT_SHARE = 0.5
+"""Share of the available memory a role plans to use by default: the rest is for the data itself,
+message buffers in flight and the rest of the machine."""
+
+BYTES_PER_TREE_ROW = {"vertical": 40, "horizontal": 16}
+"""A party's growth state per tree of a batch and row: vertical (SamplePartition) sample order, weight
+and label, double-buffered (32 bytes) plus partition bitmaps and bootstrap counts; horizontal: the row
+partition (node position per tree and row) and the level's entry list. Upper bounds, checked by
+benchmarks/bench_memory.py."""
+
+MIB = 1 << 20
+
+
+def available_bytes() -> int:
+    """Memory this process may still allocate: the smallest of the system's available memory, the cgroup
+    limit's headroom and the address-space limit's headroom (RLIMIT_AS)."""
+    candidates = [_meminfo_available()]
+    candidates.append(_cgroup_headroom())
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        candidates.append(soft - _virtual_size())
+    found = [c for c in candidates if c is not None]
+    return max(0, min(found)) if found else 4 << 30
+
+
+def default_budget() -> int:
+    """The default memory budget of a role: `DEFAULT_SHARE` of `available_bytes()`."""
+    return int(available_bytes() * DEFAULT_SHARE)
+
+
+def resolve_budget(memory_budget_mb: int | None) -> int:
+    """A role's budget in bytes: the configured MiB, or the default share of the available memory."""
+    if memory_budget_mb is None:
+        return default_budget()
+    if isinstance(memory_budget_mb, bool) or not isinstance(memory_budget_mb, int) or memory_budget_mb < 1:
+        raise ParameterError(f"memory_budget_mb must be a positive integer (MiB), got {memory_budget_mb!r}")
+    return memory_budget_mb * MIB
+
+
+def trees_per_batch(n_trees: int, costs: list[tuple[int, int]]) -> int:
+    """The largest batch (1..n_trees) within every role's budget; `costs` holds (bytes per tree, budget)
+    per role. At least one tree per batch, even when a single tree exceeds a budget (growth then pages)."""
+    fit = n_trees
+    for per_tree, budget in costs:
+        if per_tree > 0:
+            fit = min(fit, budget // per_tree)
+    return int(max(1, fit))
+
+
+def _meminfo_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _cgroup_headroom() -> int | None:
+    """cgroup v2 memory.max minus memory.current, when this process runs under a limit."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _virtual_size() -> int:
+    """This process's current address-space size (VmSize), 0 when unknown."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0

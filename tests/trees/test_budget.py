@@ -1,0 +1,46 @@
+"""Tree batches sized from memory budgets: the plan, its bounds, and that batching leaves models unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedcore.data.split import split_vertical
+from fedcore.errors import ParameterError
+from fedcore.trees.budget import BYTES_PER_TREE_ROW, MIB, available_bytes, resolve_budget, trees_per_batch
+from fedcore.vertical.estimators import FederatedForestClassifier
+from tests.conftest import mixed_table
+
+
+def test_the_plan_is_the_largest_batch_every_role_can_hold() -> None:
+    assert trees_per_batch(100, [(10, 1000), (20, 1000)]) == 50
+    assert trees_per_batch(100, [(10, 10_000)]) == 100  # never more than the forest
+    assert trees_per_batch(100, [(10, 5)]) == 1  # one tree even when it exceeds the budget
+    assert trees_per_batch(7, []) == 7
+
+
+def test_budgets_are_configured_in_mib_or_default_to_a_share_of_available_memory() -> None:
+    assert resolve_budget(3) == 3 * MIB
+    assert 0 < resolve_budget(None) <= available_bytes()
+    for bad in (0, -1, 1.5, True, "1"):
+        with pytest.raises(ParameterError, match=r"memory_budget_mb must be a positive integer \(MiB\)"):
+            resolve_budget(bad)
+    with pytest.raises(ParameterError, match="memory_budget_mb must be an integer >= 1, got 0"):
+        FederatedForestClassifier(memory_budget_mb=0)
+
+
+def test_a_small_budget_grows_the_same_forest_in_several_batches(capsys) -> None:
+    table = mixed_table(n_rows=600, seed=5)
+    parties = split_vertical(table, 3, label="target", seed=1, label_party=0)
+    whole = FederatedForestClassifier(n_estimators=30, max_depth=5, random_state=2).fit(parties, label="target")
+    small = FederatedForestClassifier(n_estimators=30, max_depth=5, random_state=2, memory_budget_mb=1,
+                                      progress=True).fit(parties, label="target")
+    assert len(whole.master_.grower.batches()) == 1
+    # 1 MiB shared by 3 parties and the master: 262,144 bytes each, 600 rows x 40 bytes per tree
+    per_role = MIB // 4
+    expected = per_role // (600 * BYTES_PER_TREE_ROW["vertical"])
+    assert small.master_.grower.batch_size == expected == 10
+    assert len(small.master_.grower.batches()) == 3
+    assert "in 3 batches" in capsys.readouterr().err
+    for field in ("tree", "node", "left", "right", "owner", "weight", "value"):
+        np.testing.assert_array_equal(getattr(whole.master_.structure, field), getattr(small.master_.structure, field))
