@@ -35,6 +35,7 @@ from fedcore.horizontal.validation import (
 )
 from fedcore.progress import progress_bar
 from fedcore.transport.inprocess import InProcessTransport
+from fedcore.trees.budget import resolve_budget
 
 
 def party_noise_seed(random_state: int, name: str) -> int:
@@ -50,7 +51,7 @@ class _HorizontalForest:
 
     def _init_common(self, n_estimators, criterion, max_depth, min_samples_split, min_samples_leaf, max_features,
                      random_state, tree_batch_size, categories, bootstrap, progress, record_transcript,
-                     record_payloads) -> None:
+                     record_payloads, memory_budget_mb=None) -> None:
         if bootstrap:
             raise ParameterError("bootstrap=True is not supported by the horizontal engines: Extra-Trees grow every "
                                  "tree on all rows, which keeps federated runs identical to the pooled run; "
@@ -58,7 +59,7 @@ class _HorizontalForest:
         self.params = ExtraTreesParams(
             task=self._task, n_estimators=n_estimators, criterion=criterion, max_depth=max_depth,
             min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf, max_features=max_features,
-            random_state=random_state, tree_batch_size=tree_batch_size)
+            random_state=random_state, tree_batch_size=tree_batch_size, memory_budget_mb=memory_budget_mb)
         self.categories = None if categories is None else dict(categories)
         self.progress = progress
         self.record_transcript = record_transcript
@@ -82,6 +83,7 @@ class _HorizontalForest:
         self._check_before_fit(schema, frames)
         self.schema_ = schema
         self.label_ = label
+        self._memory_share = resolve_budget(self.params.memory_budget_mb) // (len(frames) + 1)  # one machine
         self.parties_ = self._make_parties(frames, schema)
         self.transport_ = InProcessTransport({p.name: p.handle for p in self.parties_},
                                              record_transcript=self.record_transcript,
@@ -129,11 +131,11 @@ class _FETBase(_HorizontalForest):
                  min_samples_leaf: int = 1, max_features: str | int | float | None = "sqrt",
                  criterion: str = "gini", privacy: str = "none", epsilon: float = 1.0, ldp=None,
                  categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
-                 tree_batch_size: int | None = None, random_state: int = 0, progress: bool = False,
-                 record_transcript: bool = False, record_payloads: bool = False) -> None:
+                 tree_batch_size: int | None = None, memory_budget_mb: int | None = None, random_state: int = 0,
+                 progress: bool = False, record_transcript: bool = False, record_payloads: bool = False) -> None:
         self._init_common(n_estimators, criterion, max_depth, min_samples_split, min_samples_leaf, max_features,
                           random_state, tree_batch_size, categories, bootstrap, progress, record_transcript,
-                          record_payloads)
+                          record_payloads, memory_budget_mb)
         self.privacy = check_privacy_mode(privacy, self._task)
         self.epsilon = epsilon
         if privacy == "gdp":
@@ -157,7 +159,8 @@ class _FETBase(_HorizontalForest):
 
     def _make_master(self, transport, schema):
         return FederatedExtraTreesMaster(transport, self.params, schema, privacy=self.privacy, ldp=self.ldp,
-                                         progress=progress_bar() if self.progress else None)
+                                         progress=progress_bar() if self.progress else None,
+                                         memory_budget=self._memory_share)
 
     @property
     def privacy_report_(self) -> dict:
@@ -261,13 +264,14 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
                  allow_data_ranges: bool = False, max_depth: int | None = None, min_samples_split: int = 2,
                  min_samples_leaf: int = 1, max_features: str | int | float | None = "sqrt",
                  criterion: str = "gini", categories: Mapping[str, Sequence] | None = None,
-                 bootstrap: bool = False, tree_batch_size: int | None = None, random_state: int = 0,
-                 progress: bool = False, record_transcript: bool = False, record_payloads: bool = False,
+                 bootstrap: bool = False, tree_batch_size: int | None = None,
+                 memory_budget_mb: int | None = None, random_state: int = 0, progress: bool = False,
+                 record_transcript: bool = False, record_payloads: bool = False,
                  secure_aggregation: bool = True) -> None:
         """`secure_aggregation=False` sends plain per-party counts: only a baseline to measure the masks' cost."""
         self._init_common(n_estimators, criterion, max_depth, min_samples_split, min_samples_leaf, max_features,
                           random_state, tree_batch_size, categories, bootstrap, progress, record_transcript,
-                          record_payloads)
+                          record_payloads, memory_budget_mb)
         self.secure_aggregation = bool(secure_aggregation)
         self.feature_ranges = None if feature_ranges is None else dict(feature_ranges)
         self.allow_data_ranges = bool(allow_data_ranges)
@@ -293,7 +297,8 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
 
     def _make_master(self, transport, schema):
         return PPDERTMaster(transport, self.params, schema, low=self._low, high=self._high,
-                            progress=progress_bar() if self.progress else None, secure=self.secure_aggregation)
+                            progress=progress_bar() if self.progress else None, secure=self.secure_aggregation,
+                            memory_budget=self._memory_share)
 
 
     @property

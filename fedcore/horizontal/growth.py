@@ -40,6 +40,7 @@ from fedcore.progress import ProgressCallback
 from fedcore.protocol.messages import Message
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
+from fedcore.trees.budget import BYTES_PER_TREE_ROW, resolve_budget
 from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
 
 
@@ -141,8 +142,13 @@ class BranchStatsLevels(LevelStrategy, ABC):
     algorithm = "fet"
 
     def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema,
-                 progress: ProgressCallback | None = None) -> None:
+                 progress: ProgressCallback | None = None, memory_budget: int | None = None) -> None:
+        """`memory_budget`: bytes the master plans its share of a tree batch in (default: from
+        `params.memory_budget_mb`, else a share of the available memory)."""
         self.transport = transport
+        self.memory_budget = memory_budget
+        self.party_rows: dict[str, int] = {}
+        self.party_budgets: dict[str, int] = {}
         self.params = params
         self.schema = schema
         self.progress = progress
@@ -183,6 +189,25 @@ class BranchStatsLevels(LevelStrategy, ABC):
             self._save_batch = None
         return header
 
+    def _note_parties(self, replies: dict[str, Message]) -> None:
+        """Each party's rows and memory budget, from its hello reply (for the batch plan)."""
+        self.party_rows = {name: int(r.header["n_rows"]) for name, r in replies.items()}
+        self.party_budgets = {name: int(r.header.get("memory_budget") or 0) for name, r in replies.items()}
+
+    def memory_costs(self) -> list[tuple[int, int]]:
+        """(bytes per tree of a batch, budget) of every party and of the master (`fedcore.trees.budget`):
+        a party's row partition, and the master's per-level candidates and branch statistics (one array
+        per party's reply, their sum, and the gains), over at most min(2^depth, rows / 2 min_samples_leaf)
+        open nodes per tree. A party that reported no budget is planned with the master's."""
+        p = self.params
+        own = self.memory_budget or resolve_budget(p.memory_budget_mb)
+        costs = [(rows * BYTES_PER_TREE_ROW["horizontal"], self.party_budgets.get(name) or own)
+                 for name, rows in self.party_rows.items()]
+        total_rows = sum(self.party_rows.values())
+        level_nodes = min(2 ** min(p.depth_limit, 40), max(1, total_rows // (2 * self.min_samples_leaf)))
+        costs.append((level_nodes * self.k * 2 * self.n_stats * 8 * (len(self.parties) + 3), own))
+        return costs
+
     # -- driver -----------------------------------------------------------------------------------
     def fit(self, checkpoints: CheckpointStore | None = None, resume_from: int = 0) -> HorizontalForest:
         """Grow every tree (`LevelwiseGrower`) and send the complete forest to every party.
@@ -193,6 +218,7 @@ class BranchStatsLevels(LevelStrategy, ABC):
         """
         self.setup()
         self._stopping = StoppingRules.of(self.params, self.min_samples_leaf)
+        self.grower.plan(self.memory_costs())
         p = self.params
         records, save_batch = self.grower.grow(checkpoints, resume_from)
         self.forest = HorizontalForest.from_arrays(records, n_trees=p.n_estimators, task=p.task,

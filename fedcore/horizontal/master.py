@@ -58,8 +58,9 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
     algorithm = "fet"
 
     def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema, *,
-                 privacy: str = "none", ldp=None, progress: ProgressCallback | None = None) -> None:
-        super().__init__(transport, params, schema, progress)
+                 privacy: str = "none", ldp=None, progress: ProgressCallback | None = None,
+                 memory_budget: int | None = None) -> None:
+        super().__init__(transport, params, schema, progress, memory_budget)
         self.privacy = privacy
         self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None  # n_bits fixed for the classes
         if privacy == "ldp":  # a leaf's classes are estimated from its rows' reports: not from too few
@@ -72,6 +73,7 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         header = {"algorithm": self.algorithm, "schema": self.schema.fingerprint(), "privacy": self.privacy,
                   "task": self.params.task}
         replies = self.transport.exchange({name: Message("hello", header) for name in self.parties})
+        self._note_parties(replies)
         self.n_rows = sum(int(r.header["n_rows"]) for r in replies.values())
         if self.params.task == "regression":
             exponent = max(int(r.header["y_exponent"]) for r in replies.values())

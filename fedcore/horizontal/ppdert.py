@@ -237,8 +237,9 @@ class PPDERTMaster(BranchStatsLevels):
 
     def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema, *,
                  low: np.ndarray, high: np.ndarray, session_id: bytes | None = None,
-                 progress: ProgressCallback | None = None, secure: bool = True) -> None:
-        super().__init__(transport, params, schema, progress)
+                 progress: ProgressCallback | None = None, secure: bool = True,
+                 memory_budget: int | None = None) -> None:
+        super().__init__(transport, params, schema, progress, memory_budget)
         self.secure = bool(secure)
         self.low, self.high = np.asarray(low, np.float64), np.asarray(high, np.float64)
         if session_id is None:
@@ -262,6 +263,7 @@ class PPDERTMaster(BranchStatsLevels):
                   "domains": domain_fingerprint(self.low, self.high), "k": self.k,
                   "n_parties": len(self.parties), "session_id": self.session_id.hex(), "secure": self.secure}
         replies = self.transport.exchange({name: Message("hello", header) for name in self.parties})
+        self._note_parties(replies)
         if len(self.parties) > 1 and self.secure:
             for name, reply in replies.items():
                 if "public_key" not in reply.arrays:

@@ -44,3 +44,20 @@ def test_a_small_budget_grows_the_same_forest_in_several_batches(capsys) -> None
     assert "in 3 batches" in capsys.readouterr().err
     for field in ("tree", "node", "left", "right", "owner", "weight", "value"):
         np.testing.assert_array_equal(getattr(whole.master_.structure, field), getattr(small.master_.structure, field))
+
+
+def test_horizontal_batches_follow_the_budget_and_leave_plain_fet_unchanged() -> None:
+    from fedcore.horizontal import FederatedExtraTreesClassifier
+    from tests.horizontal.common import horizontal_table, split_rows
+
+    parties = split_rows(horizontal_table(seed=4), 3)
+    whole = FederatedExtraTreesClassifier(n_estimators=6, max_depth=6, random_state=1).fit(parties, label="target")
+    small = FederatedExtraTreesClassifier(n_estimators=6, max_depth=6, random_state=1,
+                                          memory_budget_mb=1).fit(parties, label="target")
+    master = small.master_
+    # the master's level state bounds the batch here: min(2^6, 600 / 2) open nodes per tree
+    per_tree = 64 * master.k * 2 * master.n_stats * 8 * (3 + 3)
+    assert master.grower.batch_size == max(1, (MIB // 4) // per_tree) < 6
+    assert len(whole.master_.grower.batches()) == 1
+    for name, values in whole.model_.arrays().items():
+        np.testing.assert_array_equal(values, small.model_.arrays()[name], err_msg=name)
