@@ -83,12 +83,13 @@ class _HorizontalForest:
         self._check_before_fit(schema, frames)
         self.schema_ = schema
         self.label_ = label
-        self._memory_share = resolve_budget(self.params.memory_budget_mb) // (len(frames) + 1)  # one machine
+        self._memory_budget = resolve_budget(self.params.memory_budget_mb)  # one process for every role
         self.parties_ = self._make_parties(frames, schema)
         self.transport_ = InProcessTransport({p.name: p.handle for p in self.parties_},
                                              record_transcript=self.record_transcript,
                                              record_payloads=self.record_payloads)
         self.master_ = self._make_master(self.transport_, schema)
+        self.master_.shared_budget = self._memory_budget
         started = time.perf_counter()
         self.model_ = self.master_.fit()
         self.fit_seconds_ = time.perf_counter() - started
@@ -159,8 +160,7 @@ class _FETBase(_HorizontalForest):
 
     def _make_master(self, transport, schema):
         return FederatedExtraTreesMaster(transport, self.params, schema, privacy=self.privacy, ldp=self.ldp,
-                                         progress=progress_bar() if self.progress else None,
-                                         memory_budget=self._memory_share)
+                                         progress=progress_bar() if self.progress else None)
 
     @property
     def privacy_report_(self) -> dict:
@@ -297,8 +297,7 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
 
     def _make_master(self, transport, schema):
         return PPDERTMaster(transport, self.params, schema, low=self._low, high=self._high,
-                            progress=progress_bar() if self.progress else None, secure=self.secure_aggregation,
-                            memory_budget=self._memory_share)
+                            progress=progress_bar() if self.progress else None, secure=self.secure_aggregation)
 
 
     @property

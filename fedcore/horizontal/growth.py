@@ -147,6 +147,7 @@ class BranchStatsLevels(LevelStrategy, ABC):
         `params.memory_budget_mb`, else a share of the available memory)."""
         self.transport = transport
         self.memory_budget = memory_budget
+        self.shared_budget: int | None = None  # the simulator: one budget for every role in this process
         self.party_rows: dict[str, int] = {}
         self.party_budgets: dict[str, int] = {}
         self.params = params
@@ -218,7 +219,7 @@ class BranchStatsLevels(LevelStrategy, ABC):
         """
         self.setup()
         self._stopping = StoppingRules.of(self.params, self.min_samples_leaf)
-        self.grower.plan(self.memory_costs())
+        self.grower.plan(self.memory_costs(), self.shared_budget)
         p = self.params
         records, save_batch = self.grower.grow(checkpoints, resume_from)
         self.forest = HorizontalForest.from_arrays(records, n_trees=p.n_estimators, task=p.task,

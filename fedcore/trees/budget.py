@@ -5,7 +5,8 @@ every tree; `BYTES_PER_TREE_ROW` per setting, measured, see docs/benchmarks.md),
 proportion to T x the open nodes of a level. Every role states its budget (a configured number of
 bytes, or by default `DEFAULT_SHARE` of the memory this process may still use, `available_bytes`); each
 party reports its budget and rows in its opening reply, and the master plans the largest batch every role
-can hold (`trees_per_batch`). A user's `tree_batch_size` overrides the plan.
+can hold (`trees_per_batch`). The simulator runs every role in one process: their costs add up against one
+budget. A user's `tree_batch_size` overrides the plan.
 """
 
 from __future__ import annotations
@@ -55,9 +56,13 @@ def resolve_budget(memory_budget_mb: int | None) -> int:
     return memory_budget_mb * MIB
 
 
-def trees_per_batch(n_trees: int, costs: list[tuple[int, int]]) -> int:
+def trees_per_batch(n_trees: int, costs: list[tuple[int, int]], shared_budget: int | None = None) -> int:
     """The largest batch (1..n_trees) within every role's budget; `costs` holds (bytes per tree, budget)
-    per role. At least one tree per batch, even when a single tree exceeds a budget (growth then pages)."""
+    per role. With `shared_budget` every role runs in one process (the simulator): their costs add up
+    against that one budget instead. At least one tree per batch, even when a single tree exceeds a budget
+    (growth then pages)."""
+    if shared_budget is not None:
+        costs = [(sum(per_tree for per_tree, _ in costs), shared_budget)]
     fit = n_trees
     for per_tree, budget in costs:
         if per_tree > 0:

@@ -129,11 +129,12 @@ class LevelwiseGrower:
         self.batch_size = params.tree_batch_size or params.n_estimators
         self.levels = 0  # levels with open nodes, over all batches
 
-    def plan(self, costs: list[tuple[int, int]]) -> int:
-        """Size the tree batches from every role's (bytes per tree, memory budget), unless the user set
-        `tree_batch_size` (see `fedcore.trees.budget`): the trees per batch."""
+    def plan(self, costs: list[tuple[int, int]], shared_budget: int | None = None) -> int:
+        """Size the tree batches from every role's (bytes per tree, memory budget), or from one budget all
+        roles share in one process, unless the user set `tree_batch_size` (see `fedcore.trees.budget`):
+        the trees per batch."""
         if self.params.tree_batch_size is None:
-            self.batch_size = trees_per_batch(self.params.n_estimators, costs)
+            self.batch_size = trees_per_batch(self.params.n_estimators, costs, shared_budget)
         return self.batch_size
 
     def batches(self) -> list[list[int]]:

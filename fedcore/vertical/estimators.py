@@ -91,19 +91,18 @@ class _FederatedForest:
         key = hashlib.sha256(f"fedforest-simulation-{self.params.random_state}".encode()).digest()
         # no certificates in simulation: fresh Ed25519 identities, pinned at every party, sign the sealing keys
         identities = ephemeral_identities(frames) if self.params.privacy == "paillier" else {}
-        share = resolve_budget(self.params.memory_budget_mb) // (len(frames) + 1)  # one machine for every role
         self.parties_ = [
             VerticalParty(name, frame, label if label in frame.columns else None, feature_key=key,
                           paillier_key=self.paillier_key if label in frame.columns else None,
-                          identity=identities.get(name), memory_budget=share)
+                          identity=identities.get(name))
             for name, frame in frames.items()
         ]
         self.label_ = label
         self.transport_ = InProcessTransport({p.name: p.handle for p in self.parties_},
                                              record_transcript=self.record_transcript,
                                              record_payloads=self.record_payloads)
-        self.master_ = VerticalMaster(self.transport_, self.params, progress=progress_bar() if self.progress else None,
-                                      memory_budget=share)
+        self.master_ = VerticalMaster(self.transport_, self.params, progress=progress_bar() if self.progress else None)
+        self.master_.shared_budget = resolve_budget(self.params.memory_budget_mb)  # one process for every role
         started = time.perf_counter()
         self.master_.fit()
         self.fit_seconds_ = time.perf_counter() - started

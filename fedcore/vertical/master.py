@@ -60,6 +60,7 @@ class VerticalMaster(LevelStrategy):
         `params.memory_budget_mb`, else a share of the available memory)."""
         self.transport = transport
         self.memory_budget = memory_budget
+        self.shared_budget: int | None = None  # the simulator: one budget for every role in this process
         self.params = params
         self.progress = progress
         self.info: FederationInfo | None = None
@@ -121,7 +122,7 @@ class VerticalMaster(LevelStrategy):
         """The grower, its batches planned from the parties' memory budgets (known after setup)."""
         grower = LevelwiseGrower(self, self.params, self.progress)
         if self.info is not None:
-            grower.plan(self.memory_costs())
+            grower.plan(self.memory_costs(), self.shared_budget)
         return grower
 
     def memory_costs(self) -> list[tuple[int, int]]:

@@ -17,6 +17,7 @@ def test_the_plan_is_the_largest_batch_every_role_can_hold() -> None:
     assert trees_per_batch(100, [(10, 10_000)]) == 100  # never more than the forest
     assert trees_per_batch(100, [(10, 5)]) == 1  # one tree even when it exceeds the budget
     assert trees_per_batch(7, []) == 7
+    assert trees_per_batch(100, [(10, 1000), (20, 1000)], shared_budget=1500) == 50  # one process: costs add up
 
 
 def test_budgets_are_configured_in_mib_or_default_to_a_share_of_available_memory() -> None:
@@ -36,10 +37,11 @@ def test_a_small_budget_grows_the_same_forest_in_several_batches(capsys) -> None
     small = FederatedForestClassifier(n_estimators=30, max_depth=5, random_state=2, memory_budget_mb=1,
                                       progress=True).fit(parties, label="target")
     assert len(whole.master_.grower.batches()) == 1
-    # 1 MiB shared by 3 parties and the master: 262,144 bytes each, 600 rows x 40 bytes per tree
-    per_role = MIB // 4
-    expected = per_role // (600 * BYTES_PER_TREE_ROW["vertical"])
-    assert small.master_.grower.batch_size == expected == 10
+    # 1 MiB shared by every role of the simulation: 3 parties x 600 rows x 40 bytes per tree, and the
+    # master's 2^5 open nodes x 256 bytes
+    per_tree = 3 * 600 * BYTES_PER_TREE_ROW["vertical"] + 32 * 256
+    assert sum(cost for cost, _ in small.master_.memory_costs()) == per_tree
+    assert small.master_.grower.batch_size == MIB // per_tree == 13
     assert len(small.master_.grower.batches()) == 3
     assert "in 3 batches" in capsys.readouterr().err
     for field in ("tree", "node", "left", "right", "owner", "weight", "value"):
@@ -51,13 +53,14 @@ def test_horizontal_batches_follow_the_budget_and_leave_plain_fet_unchanged() ->
     from tests.horizontal.common import horizontal_table, split_rows
 
     parties = split_rows(horizontal_table(seed=4), 3)
-    whole = FederatedExtraTreesClassifier(n_estimators=6, max_depth=6, random_state=1).fit(parties, label="target")
-    small = FederatedExtraTreesClassifier(n_estimators=6, max_depth=6, random_state=1,
+    whole = FederatedExtraTreesClassifier(n_estimators=6, max_depth=10, random_state=1).fit(parties, label="target")
+    small = FederatedExtraTreesClassifier(n_estimators=6, max_depth=10, random_state=1,
                                           memory_budget_mb=1).fit(parties, label="target")
     master = small.master_
-    # the master's level state bounds the batch here: min(2^6, 600 / 2) open nodes per tree
-    per_tree = 64 * master.k * 2 * master.n_stats * 8 * (3 + 3)
-    assert master.grower.batch_size == max(1, (MIB // 4) // per_tree) < 6
+    # the parties' partitions (600 rows x 16 bytes) and the master's level state, min(2^10, 600 / 2) open nodes
+    per_tree = 600 * BYTES_PER_TREE_ROW["horizontal"] + 300 * master.k * 2 * master.n_stats * 8 * (3 + 3)
+    assert sum(cost for cost, _ in master.memory_costs()) == per_tree
+    assert master.grower.batch_size == MIB // per_tree < 6
     assert len(whole.master_.grower.batches()) == 1
     for name, values in whole.model_.arrays().items():
         np.testing.assert_array_equal(values, small.model_.arrays()[name], err_msg=name)
