@@ -41,6 +41,7 @@ from fedcore.protocol.messages import Message
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
 from fedcore.trees.budget import BYTES_PER_TREE_ROW, resolve_budget
+from fedcore.trees.candidates import CRITERION_CODES, best_candidates
 from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
 
 
@@ -92,36 +93,6 @@ def branch_counts(stats: np.ndarray, task: str) -> np.ndarray:
     if task == "regression":
         return np.maximum(stats[..., 0], 0.0)
     return np.maximum(stats, 0.0).sum(axis=-1)
-
-
-def _class_term(counts: np.ndarray, criterion: str) -> np.ndarray:
-    """n * impurity of class-count vectors (gini or entropy, in bits)."""
-    n = counts.sum(axis=-1)
-    safe = np.where(n > 0, n, 1.0)
-    if criterion == "gini":
-        return np.where(n > 0, n - (counts * counts).sum(axis=-1) / safe, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        plogp = np.where(counts > 0, counts * np.log2(np.where(counts > 0, counts, 1.0)), 0.0)
-    return np.where(n > 0, n * np.log2(safe) - plogp.sum(axis=-1), 0.0)
-
-
-def split_gains(branch: np.ndarray, task: str, criterion: str) -> np.ndarray:
-    """Impurity decrease (times node size) of each candidate: (A, k).
-
-    The parent is taken as left + right, so noisy statistics stay comparable across candidates.
-    Regression uses the stable form n_l n_r / n (mean_l - mean_r)^2 of the variance reduction, which is
-    exactly 0 on a node with one target value.
-    """
-    left, right = branch[..., 0, :], branch[..., 1, :]
-    if task == "regression":
-        nl, nr = np.maximum(left[..., 0], 0.0), np.maximum(right[..., 0], 0.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ml = left[..., 1] / nl
-            mr = right[..., 1] / nr
-            gain = nl * nr / (nl + nr) * (ml - mr) ** 2
-        return np.where((nl > 0) & (nr > 0), gain, 0.0)
-    left, right = np.maximum(left, 0.0), np.maximum(right, 0.0)
-    return _class_term(left + right, criterion) - _class_term(left, criterion) - _class_term(right, criterion)
 
 
 def is_pure(stats: np.ndarray, task: str) -> np.ndarray:
@@ -248,18 +219,19 @@ class BranchStatsLevels(LevelStrategy, ABC):
         # roots: the node is the union of any candidate's two branches
         node_stats = self._open_stats if self._open_stats is not None else branch[:, 0].sum(axis=1)
         # sizes: exact where the mode sends them (estimated class counts only sum to them within rounding)
-        branch_n = result.sizes.astype(np.float64) if result.sizes is not None else branch_counts(branch, task)
         if self._open_n is not None:
             n_node = self._open_n
+        elif result.sizes is not None:
+            n_node = result.sizes[:, 0].astype(np.float64).sum(axis=1)
         else:
-            n_node = branch_n[:, 0].sum(axis=1) if result.sizes is not None else branch_counts(node_stats, task)
-        gains = split_gains(branch, task, p.criterion)
-        n_left, n_right = branch_n[:, :, 0], branch_n[:, :, 1]
+            n_node = branch_counts(node_stats, task)
         rules = self._stopping
-        usable = (result.valid & (n_left >= rules.min_samples_leaf) & (n_right >= rules.min_samples_leaf)
-                  & rules.improves(gains, n_left + n_right))
-        best = np.argmax(np.where(usable, gains, -np.inf), axis=1)
-        split = usable.any(axis=1) & (n_node >= rules.min_samples_split)
+        sizes = result.sizes if result.sizes is not None else np.zeros((0, 0, 2))
+        best, branch_n = best_candidates(np.ascontiguousarray(branch, dtype=np.float64),
+                                         np.ascontiguousarray(sizes, dtype=np.float64), result.valid,
+                                         CRITERION_CODES[p.criterion], float(rules.min_samples_leaf),
+                                         result.sizes is not None)
+        split = (best >= 0) & (n_node >= rules.min_samples_split)
         split_idx = np.flatnonzero(split)
         split_best = best[split_idx]
         feature = np.full(len(open_tree), -1, dtype=np.int32)

@@ -1,0 +1,110 @@
+"""Choosing the best of k candidate splits per node from aggregated branch statistics (the horizontal
+master's hot path, compiled): gains, the usable candidates and the winner, in one pass over (A, k, 2, S).
+
+The arithmetic is the same, operation for operation, as the NumPy definitions in
+`fedcore.horizontal.growth` (`split_gains`, `branch_counts`): sums over the S statistics follow NumPy's
+pairwise order (`_numpy_sum`), so noisy (non-integer) statistics give the same bits as before, and
+exact integer counts give exact sums in any order. Logarithms (entropy) are libm's `log2`, the same on
+every CPU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba as nb
+import numpy as np
+
+GINI, ENTROPY, VARIANCE = 0, 1, 2
+CRITERION_CODES = {"gini": GINI, "entropy": ENTROPY, "squared_error": VARIANCE}
+
+
+@nb.njit(cache=True, inline="always")
+def _numpy_sum(values: np.ndarray) -> float:
+    """Sum in NumPy's pairwise order for a contiguous row of at most 128 values (8 running partial sums)."""
+    n = values.shape[0]
+    if n < 8:
+        total = 0.0
+        for i in range(n):
+            total += values[i]
+        return total
+    r0, r1, r2, r3 = values[0], values[1], values[2], values[3]
+    r4, r5, r6, r7 = values[4], values[5], values[6], values[7]
+    i = 8
+    while i < n - n % 8:
+        r0 += values[i]
+        r1 += values[i + 1]
+        r2 += values[i + 2]
+        r3 += values[i + 3]
+        r4 += values[i + 4]
+        r5 += values[i + 5]
+        r6 += values[i + 6]
+        r7 += values[i + 7]
+        i += 8
+    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        total += values[i]
+        i += 1
+    return total
+
+
+@nb.njit(cache=True, inline="always")
+def _class_term(counts: np.ndarray, scratch: np.ndarray, criterion: int) -> float:
+    """n * impurity of a clamped class-count vector (gini, or entropy in bits); `scratch` is S floats."""
+    n = _numpy_sum(counts)
+    if n <= 0:
+        return 0.0
+    if criterion == GINI:
+        for c in range(counts.shape[0]):
+            scratch[c] = counts[c] * counts[c]
+        return n - _numpy_sum(scratch) / n
+    for c in range(counts.shape[0]):
+        scratch[c] = counts[c] * math.log2(counts[c]) if counts[c] > 0 else 0.0
+    return n * math.log2(n) - _numpy_sum(scratch)
+
+
+@nb.njit(cache=True, parallel=True)
+def best_candidates(branch: np.ndarray, sizes: np.ndarray, valid: np.ndarray, criterion: int, min_leaf: float,
+                    has_sizes: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per open node: the best usable candidate (-1 when none) and every candidate's branch sizes (A, k, 2).
+
+    branch (A, k, 2, S) float64: left then right statistics; sizes (A, k, 2): the exact branch sizes
+    when `has_sizes` (LDP), else ignored and the sizes are the clamped counts (classification) or the
+    count statistic (regression). Usable: valid, both sides >= min_leaf, gain > 1e-12 max(n, 1). Ties go
+    to the lowest candidate index."""
+    n_nodes, k, _, n_stats = branch.shape
+    best = np.full(n_nodes, -1, dtype=np.int64)
+    branch_n = np.empty((n_nodes, k, 2), dtype=np.float64)
+    for a in nb.prange(n_nodes):
+        left = np.empty(n_stats)
+        right = np.empty(n_stats)
+        parent = np.empty(n_stats)
+        scratch = np.empty(n_stats)
+        best_gain = -np.inf
+        for j in range(k):
+            if criterion == VARIANCE:
+                nl = max(branch[a, j, 0, 0], 0.0)
+                nr = max(branch[a, j, 1, 0], 0.0)
+                gain = 0.0
+                if nl > 0 and nr > 0:
+                    diff = branch[a, j, 0, 1] / nl - branch[a, j, 1, 1] / nr
+                    gain = nl * nr / (nl + nr) * (diff * diff)
+            else:
+                for c in range(n_stats):
+                    left[c] = max(branch[a, j, 0, c], 0.0)
+                    right[c] = max(branch[a, j, 1, c], 0.0)
+                    parent[c] = left[c] + right[c]
+                nl = _numpy_sum(left)
+                nr = _numpy_sum(right)
+                gain = (_class_term(parent, scratch, criterion) - _class_term(left, scratch, criterion)
+                        - _class_term(right, scratch, criterion))
+            if has_sizes:
+                nl = sizes[a, j, 0]
+                nr = sizes[a, j, 1]
+            branch_n[a, j, 0] = nl
+            branch_n[a, j, 1] = nr
+            usable = valid[a, j] and nl >= min_leaf and nr >= min_leaf and gain > 1e-12 * max(nl + nr, 1.0)
+            if usable and gain > best_gain:
+                best_gain = gain
+                best[a] = j
+    return best, branch_n
