@@ -209,7 +209,7 @@ def _split_of_histogram(pair, categorical, n_touched, total, n_stats, criterion,
                 if criterion == SQUARED_ERROR:
                     keys[t] = hist[c, 1] / wc
                 else:
-                    keys[t] = hist[c, o if n_stats > 2 else 1] / wc
+                    keys[t] = hist[c, o if n_stats > 2 else n_stats - 1] / wc  # one class: every key is 1
             perm = np.argsort(keys[:n_values], kind="mergesort")
             cats = ordered[:n_values][perm]
             gain, cut, ml = _scan(hist, cats, n_values, total, missing, has_missing, parent_term,

@@ -429,9 +429,6 @@ def test_pure_nodes_tie_everywhere_and_keep_the_first_candidate(criterion: int, 
         np.testing.assert_array_equal(kernel_left(problem.codes[rows, splits.feature[i]], splits, i), first.left)
 
 
-@pytest.mark.xfail(strict=True, reason="_split_of_histogram: with one class (n_stats == 1) the categorical key is "
-                   "hist[c, o if n_stats > 2 else 1], i.e. hist[c, 1] on a (256, 1) histogram: an out-of-bounds "
-                   "read that returns the next code's weight, so categories are not ordered as documented")
 def test_single_class_categories_keep_ascending_codes() -> None:
     """One class: every category's share is 1.0, a tie, so the order is ascending codes and the first
     candidate (all gains are exactly 0) is the prefix {63}, with missing to the heavier side (right).
