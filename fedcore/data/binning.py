@@ -58,7 +58,7 @@ class ColumnBinning:
         """Bin codes (uint8) of `series`."""
         if self.is_categorical:
             values = category_strings(series)
-            codes = pd.Categorical(values, categories=self.categories).codes.astype(np.int16)
+            codes = pd.Index(self.categories).get_indexer(values).astype(np.int16)  # unknown / missing: -1
             codes[codes < 0] = MISSING_BIN
             return codes.astype(np.uint8)
         values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)

@@ -171,7 +171,8 @@ def encode_columns(frame, column_names: list[str], column_categories: list[list[
         if categories is None:
             X[:, j] = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         else:
-            codes = pd.Categorical(category_strings(series), categories=categories).codes.astype(np.float64)
+            # unknown and missing values are not in the vocabulary: -1 (pd.Categorical would warn, then raise)
+            codes = pd.Index(categories).get_indexer(category_strings(series)).astype(np.float64)
             codes[codes < 0] = np.nan
             X[:, j] = codes
     return X

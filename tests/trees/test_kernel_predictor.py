@@ -270,7 +270,6 @@ def test_training_partition_and_prediction_routing_agree() -> None:
         np.testing.assert_array_equal(routed, trained)
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # see the xfail test below
 def test_encode_columns() -> None:
     """Numbers as numbers (unparseable -> NaN), categories as vocabulary codes (unknown or missing -> NaN),
     in a Fortran-ordered float64 matrix."""
@@ -287,10 +286,6 @@ def test_encode_columns() -> None:
     assert X.dtype == np.float64 and X.flags.f_contiguous
 
 
-@pytest.mark.xfail(strict=True, raises=DeprecationWarning,
-                   reason="encode_columns maps unknown categories to NaN through pd.Categorical(values, "
-                          "categories=...) with values outside the categories, deprecated by pandas 3 "
-                          "(Pandas4Warning: 'will raise in a future version'); ColumnBinning.transform does the same")
 def test_encode_columns_unknown_categories_without_deprecated_pandas_behaviour() -> None:
     """An unknown category at prediction time must become NaN without relying on deprecated pandas."""
     frame = pd.DataFrame({"c": pd.Series(["a", "zz", None], dtype=object)})
