@@ -28,7 +28,7 @@ import pandas as pd
 
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.model import HorizontalForest
-from fedcore.horizontal.rows import PartyRows, check_hello, chunks, receive_model
+from fedcore.horizontal.rows import PartyRows, check_hello, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message
@@ -123,18 +123,9 @@ class HorizontalParty:
         self.rows.start_level(message.header, message.arrays, features.shape[0])
         if features.size and (features.min() < 0 or features.max() >= self.schema.n_features):
             raise ProtocolError(f"party {self.name!r}: candidate feature index outside the schema")
-        n_open, k = features.shape
-        low = np.full(n_open * k, np.inf)
-        high = np.full(n_open * k, -np.inf)
-        _, rows, p = self.rows.partition.entries()
-        for part in chunks(len(rows), k):
-            values = self.X[rows[part, None], features[p[part]]]
-            codes = p[part, None] * k + np.arange(k)
-            present = ~np.isnan(values)
-            np.minimum.at(low, codes[present], values[present])
-            np.maximum.at(high, codes[present], values[present])
         self.rows.features = features
-        return Message("fet_ranges_reply", {}, {"min": low.reshape(n_open, k), "max": high.reshape(n_open, k)})
+        low, high = self.rows.ranges()
+        return Message("fet_ranges_reply", {}, {"min": low, "max": high})
 
     def _on_fet_stats(self, message: Message) -> Message:
         thresholds = message.arrays["thresholds"].astype(np.float64)
@@ -148,7 +139,7 @@ class HorizontalParty:
         if self.schema.task == "regression":
             counts = self._regression_sums(int(message.header["q_shift"]))
         else:
-            counts = self.rows.class_counts()
+            counts = self.rows.class_counts(np.int64)  # fet_counts travel as int64 (pinned by test_transcript)
         if self.privacy == "none":
             return Message("fet_counts", {}, {"counts": counts})
         return self._gdp_reply(counts, int(message.header.get("q_bound_bits", 0)))
@@ -161,20 +152,9 @@ class HorizontalParty:
         return self._q
 
     def _regression_sums(self, shift: int) -> np.ndarray:
-        """Per-branch (count, sum of quantised targets) of every candidate: (A, k, 2, 2) int64.
-
-        The master picks the scale so that |sum of q| over all rows stays below 2**52: float64 bincount sums
-        are then exact integers whatever the order, hence layout-independent.
-        """
-        q = self._quantised(shift).astype(np.float64)
-        n_open, k = self.rows.features.shape
-        size = n_open * k * 2
-        n = np.zeros(size, dtype=np.int64)
-        s = np.zeros(size, dtype=np.float64)
-        for rows, codes in self.rows.branch_codes(k):
-            n += np.bincount(codes.reshape(-1), minlength=size)
-            s += np.bincount(codes.reshape(-1), weights=np.repeat(q[rows], k), minlength=size)
-        return np.stack([n, s.astype(np.int64)], axis=-1).reshape(n_open, k, 2, 2)
+        """Per-branch (count, sum of quantised targets) of every candidate: (A, k, 2, 2) int64, summed in
+        int64 (exact; the master picks the scale so that |sum of q| over all rows stays below 2**52)."""
+        return self.rows.regression_sums(self._quantised(shift))
 
     def _gdp_reply(self, counts: np.ndarray, q_bound_bits: int) -> Message:
         from fedcore.privacy.laplace import laplace_counts
@@ -196,13 +176,9 @@ class HorizontalParty:
     def _ldp_reply(self) -> Message:
         n_open, k = self.rows.features.shape
         n_bits = self.ldp.bits_for(self.schema.n_classes)
-        size = n_open * k * 2
-        sums = np.zeros((size, n_bits), dtype=np.int64)
-        sizes = np.zeros(size, dtype=np.int64)
-        rng = stream(self.noise_seed, "ldp_instant", self._reports)
-        for rows, codes in self.rows.branch_codes(k * n_bits):
-            # one fresh report per entry, added to the branch it takes under each candidate
-            self.ldp.add_report_sums(self._permanent[rows], codes, rng, sums, sizes)
+        # one fresh report per row and tree, added to the branch it takes under each candidate
+        sums, sizes = self.rows.ldp_report_sums(self.ldp, self._permanent, stream(self.noise_seed, "ldp_instant",
+                                                                                   self._reports))
         self.reports_per_row += self.rows.partition.active_slots_per_row()
         # the narrowest unsigned type that holds the largest size: deep levels send bytes, not int64s
         wire = np.min_scalar_type(int(sizes.max()) if sizes.size else 0)

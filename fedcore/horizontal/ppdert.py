@@ -197,7 +197,7 @@ class PPDERTParty:
                                                                      self.high, self.k)
         counts = self.rows.class_counts().reshape(-1)
         if self.aggregator is None:
-            return Message("ppdert_plain_counts", {"plain": True}, {"counts": counts})
+            return Message("ppdert_plain_counts", {"plain": True}, {"counts": self.rows.narrow(counts)})
         if not self._agreed:
             raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked round")
         return Message("ppdert_masked_counts", {}, {"masked": self.aggregator.mask(counts, int(h["round_id"]))})

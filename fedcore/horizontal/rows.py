@@ -5,10 +5,14 @@ Federated Extra-Trees (`party.py`) and PPD-ERT (`ppdert.py`) parties each hold a
 own protocol on top; neither inherits the other's handlers. Also shared: the session check of `hello`
 (`check_hello`) and taking the finished forest (`receive_model`).
 
-All row work is vectorised NumPy over (tree, row) entries, chunked to bound memory.
+The row work itself runs in the numba kernels of `fedcore.trees.rowwork` (no per-row Python): rows are
+grouped by open node (`RowPartition`), and counting is a histogram per node.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -17,73 +21,99 @@ from fedcore.errors import ProtocolError
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.protocol.messages import Message
+from fedcore.trees import rowwork
+
+if TYPE_CHECKING:
+    from fedcore.privacy.ldp import LabelLDP
 
 CHUNK_ELEMENTS = 1 << 21
-"""Upper bound on (entries x candidates [x bits]) processed at once."""
+"""Upper bound on the random words (8 bytes each) an LDP reply draws at once."""
 
 
 class RowPartition:
-    """Which open node of the current level each row sits in, per tree of the batch (-1: in a leaf)."""
+    """Which open node of the current level each row sits in, per tree slot of the batch.
+
+    The rows of open node p are `order[starts[p]:ends[p]]`, ascending; `node_slot[p]` is its tree slot
+    (-1 for a position no child took). Slot s owns `order[s * n_rows:(s + 1) * n_rows]`; rows of nodes
+    that became leaves stay there unreferenced. Memory: 4 bytes per (tree, row), plus 24 bytes per open node
+    (less than the level's candidates and counts already take).
+    """
 
     def __init__(self, n_rows: int) -> None:
         self.n_rows = n_rows
-        self.pos = np.zeros((0, n_rows), dtype=np.int32)
-        self.n_open = 0
-        self._entries: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.n_slots = 0
+        self.order = np.zeros(0, dtype=np.int32)
+        self.starts = np.zeros(0, dtype=np.int64)
+        self.ends = np.zeros(0, dtype=np.int64)
+        self.node_slot = np.zeros(0, dtype=np.int64)
+
+    @property
+    def n_open(self) -> int:
+        """Number of open nodes at this level (positions 0 .. n_open - 1)."""
+        return len(self.starts)
 
     def reset(self, n_trees: int) -> None:
         """A new batch: every row sits in the root of every tree; root t is open node t."""
-        self.pos = np.repeat(np.arange(n_trees, dtype=np.int32)[:, None], self.n_rows, axis=1)
-        self.n_open = n_trees
-        self._entries = None
+        if self.n_rows >= 1 << 31 or n_trees * self.n_rows >= 1 << 62:
+            raise ProtocolError(f"{self.n_rows} rows x {n_trees} trees do not fit the row partition")
+        self.n_slots = n_trees
+        self.order = np.tile(np.arange(self.n_rows, dtype=np.int32), n_trees)
+        self.starts = np.arange(n_trees, dtype=np.int64) * self.n_rows
+        self.ends = self.starts + self.n_rows
+        self.node_slot = np.arange(n_trees, dtype=np.int64)
 
-    def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(tree slot, row, open-node position) of every row that sits in an open node (cached per level)."""
-        if self._entries is None:
-            flat = np.flatnonzero(self.pos.reshape(-1) >= 0)
-            slot, rows = np.divmod(flat, self.n_rows)
-            self._entries = (slot, rows, self.pos.reshape(-1)[flat].astype(np.int64))
-        return self._entries
+    def node_sizes(self) -> np.ndarray:
+        """Number of rows in each open node."""
+        return self.ends - self.starts
 
     def apply(self, X: np.ndarray, chosen: np.ndarray, next_pos: np.ndarray,
               features: np.ndarray, thresholds: np.ndarray) -> None:
-        """Move rows into the children of the nodes that split (`chosen` candidate) and out of the others."""
-        chosen = chosen.astype(np.int64)
-        next_pos = next_pos.astype(np.int64)
-        if len(chosen) != self.n_open or len(next_pos) != 2 * int((chosen >= 0).sum()):
+        """Move rows into the children of the nodes that split (`chosen` candidate, -1: no split) and out of
+        the others; child 2i / 2i + 1 (left / right) of the i-th split node becomes open node next_pos[...]
+        (-1: a leaf)."""
+        chosen = np.asarray(chosen).astype(np.int64)
+        next_pos = np.asarray(next_pos).astype(np.int64)
+        if chosen.ndim != 1 or next_pos.ndim != 1 or len(chosen) != self.n_open \
+                or len(next_pos) != 2 * int((chosen >= 0).sum()):
             raise ProtocolError(f"split decisions for {len(chosen)} nodes and {len(next_pos)} children do not match "
                                 f"the {self.n_open} open nodes of the previous level")
-        slot, rows, p = self.entries()
-        c = chosen[p]
-        split = c >= 0
-        rank = np.cumsum(chosen >= 0) - 1
-        new = np.full(len(p), -1, dtype=np.int64)
-        ps, cs, rs = p[split], c[split], rows[split]
-        right = ~(X[rs, features[ps, cs]] <= thresholds[ps, cs])  # NaN goes right
-        new[split] = next_pos[2 * rank[ps] + right]
-        self.pos[slot, rows] = new
-        self._entries = None
-        self.n_open = int(next_pos.max()) + 1 if len(next_pos) else 0
+        if len(next_pos) and (features.shape[0] != self.n_open or chosen.max() >= features.shape[1]
+                              or thresholds.shape != features.shape):
+            raise ProtocolError(f"split decisions name candidates outside the {features.shape} of the previous level")
+        opened = next_pos[next_pos >= 0]
+        if opened.size and (opened.max() >= len(next_pos) or np.bincount(opened).max() > 1):
+            raise ProtocolError("split decisions must put each open child in its own open node, numbered below "
+                                f"the {len(next_pos)} children")
+        n_next = int(next_pos.max()) + 1 if len(next_pos) else 0
+        self.starts, self.ends, self.node_slot = rowwork.split_nodes(
+            self.order, self.starts, self.ends, self.node_slot, X, chosen, next_pos,
+            np.ascontiguousarray(features, dtype=np.int64), np.ascontiguousarray(thresholds, dtype=np.float64), n_next)
+
+    def slot_groups(self, n_bits: int, budget: int = CHUNK_ELEMENTS) -> Iterator[tuple[int, int, np.ndarray | None]]:
+        """Consecutive tree slots in draw order, grouped so that each group's reports need at most `budget`
+        random words of n_bits each: (first slot, number of slots, rows per slot in open nodes). A slot
+        alone over budget comes alone, with None: its caller cuts it into row windows."""
+        active = self.node_slot >= 0
+        per_slot = np.bincount(self.node_slot[active], weights=self.node_sizes()[active],
+                               minlength=self.n_slots).astype(np.int64)
+        first = 0
+        while first < self.n_slots:
+            if per_slot[first] * n_bits > budget:
+                yield first, 1, None
+                first += 1
+                continue
+            stop, total = first + 1, per_slot[first]
+            while stop < self.n_slots and (total + per_slot[stop]) * n_bits <= budget:
+                total += per_slot[stop]
+                stop += 1
+            yield first, stop - first, per_slot[first:stop]
+            first = stop
 
     def active_slots_per_row(self) -> int:
         """The most trees any single row is active in (for per-row privacy accounting)."""
-        return int((self.pos >= 0).sum(axis=0).max()) if self.pos.size else 0
-
-
-def chunks(n: int, width: int):
-    """Slices over n entries so that entries x width stays under CHUNK_ELEMENTS."""
-    step = max(1, CHUNK_ELEMENTS // max(width, 1))
-    for start in range(0, n, step):
-        yield slice(start, min(start + step, n))
-
-
-def branch_codes(X: np.ndarray, rows: np.ndarray, p: np.ndarray, features: np.ndarray,
-                 thresholds: np.ndarray) -> np.ndarray:
-    """(node position * k + candidate) * 2 + branch for every entry and candidate: (m, k) int64."""
-    k = features.shape[1]
-    values = X[rows[:, None], features[p]]
-    right = ~(values <= thresholds[p])
-    return (p[:, None] * k + np.arange(k)) * 2 + right
+        if self.n_open == 0 or self.n_rows == 0:
+            return 0
+        return int(rowwork.rows_active_count(self.order, self.starts, self.ends, self.n_rows).max())
 
 
 class PartyRows:
@@ -93,13 +123,14 @@ class PartyRows:
     def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema) -> None:
         self.name = name
         self.schema = schema
-        self.X = schema.encode(frame)
+        self.X = np.ascontiguousarray(schema.encode(frame), dtype=np.float64)
         self.y = schema.encode_labels(frame[schema.label])
         self.n_rows = len(self.X)
         self.partition = RowPartition(self.n_rows)
         self.features = np.zeros((0, 0), np.int64)
         self.thresholds = np.zeros((0, 0))
         self._in_batch = False
+        self._codes: np.ndarray | None = None
 
     def clear(self) -> None:
         """No batch in progress (a new session, or the finished model)."""
@@ -125,22 +156,84 @@ class PartyRows:
             raise ProtocolError(f"party {self.name!r}: the request covers {n_open} open nodes, "
                                 f"{self.partition.n_open} are open")
 
-    def branch_codes(self, width: int):
-        """(rows, branch codes) of every row in an open node, chunk by chunk (chunks sized for `width`
-        values per entry): codes are (node position * k + candidate) * 2 + branch, (m, k) int64."""
-        _, rows, p = self.partition.entries()
-        for part in chunks(len(rows), width):
-            yield rows[part], branch_codes(self.X, rows[part], p[part], self.features, self.thresholds)
+    def _args(self) -> tuple[np.ndarray, ...]:
+        """(order, starts, ends, X): the partition and rows every counting kernel reads."""
+        part = self.partition
+        return part.order, part.starts, part.ends, self.X
 
-    def class_counts(self) -> np.ndarray:
-        """Exact per-branch class counts of every candidate of every open node: (A, k, 2, C) int64."""
-        n_open, k = self.features.shape
-        C = self.schema.n_classes
-        out = np.zeros(n_open * k * 2 * C, dtype=np.int64)
-        for rows, codes in self.branch_codes(k):
-            codes = codes * C + self.y[rows, None]
-            out += np.bincount(codes.reshape(-1), minlength=out.size)
-        return out.reshape(n_open, k, 2, C)
+    def ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """Min and max of each candidate feature over each open node's rows, NaN ignored (+inf / -inf
+        when there is no other value): two (A, k) float64."""
+        return rowwork.node_ranges(*self._args(), np.ascontiguousarray(self.features, dtype=np.int64))
+
+    def _candidates(self) -> tuple[np.ndarray, np.ndarray]:
+        """The level's candidate features (int64) and thresholds (float64), contiguous for the kernels."""
+        return (np.ascontiguousarray(self.features, dtype=np.int64),
+                np.ascontiguousarray(self.thresholds, dtype=np.float64))
+
+    def class_counts(self, dtype: np.dtype | type | None = None) -> np.ndarray:
+        """Exact per-branch class counts of every candidate of every open node: (A, k, 2, C), in `dtype`, by
+        default the narrowest unsigned type that holds the party's row count (no count exceeds it)."""
+        if self._codes is None:
+            self._codes = np.ascontiguousarray(self.y, dtype=np.int64)
+        dtype = np.dtype(dtype) if dtype is not None else np.result_type(np.min_scalar_type(self.n_rows), np.uint16)
+        if not np.issubdtype(dtype, np.integer) or self.n_rows > np.iinfo(dtype).max:
+            raise ValueError(f"class counts of {self.n_rows} rows do not fit {dtype}")
+        out = np.zeros((*self.features.shape, 2, int(self.schema.n_classes)), dtype=dtype)
+        return rowwork.class_counts(*self._args(), self._codes, *self._candidates(), out)
+
+    def regression_sums(self, q: np.ndarray) -> np.ndarray:
+        """Per-branch (count, sum of integer targets q) of every candidate of every open node: (A, k, 2, 2) int64."""
+        return rowwork.regression_sums(*self._args(), np.ascontiguousarray(q, dtype=np.int64), *self._candidates())
+
+    def ldp_report_sums(self, ldp: LabelLDP, permanent: np.ndarray,
+                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """One fresh instant report (`ldp`, from `rng`) per row in an open node per tree, added to the branch
+        it takes under each candidate: bit sums (A * k * 2, n_bits) and sizes (A * k * 2,) int64.
+
+        Random words are drawn slot-major, then by row, n_bits per report: the order of the (tree slot,
+        row) entries `LabelLDP.add_report_sums` was given before, so the reports are the same. Transient
+        memory: the (slots of a group x rows) int32 positions (at most the partition's size) and at most
+        CHUNK_ELEMENTS random words.
+        """
+        part = self.partition
+        features, thresholds = self._candidates()
+        permanent = np.ascontiguousarray(permanent, dtype=np.uint8)
+        n_bits = permanent.shape[1]
+        size = features.size * 2
+        sums = np.zeros((size, n_bits), dtype=np.int64)
+        sizes = np.zeros(size, dtype=np.int64)
+        if_one, if_zero = ldp.instant_thresholds()
+        window = max(1, CHUNK_ELEMENTS // max(n_bits, 1))
+        for first, n_slots, per_slot in part.slot_groups(n_bits, CHUNK_ELEMENTS):
+            pos = rowwork.slot_positions(part.order, part.starts, part.ends, part.node_slot, first, n_slots,
+                                         self.n_rows)
+            if per_slot is None:  # one slot over budget: row windows of at most `window` reports each
+                spans = [(r0, min(r0 + window, self.n_rows)) for r0 in range(0, self.n_rows, window)]
+            else:
+                spans = [(0, self.n_rows)]
+            for r0, r1 in spans:
+                counts = per_slot if per_slot is not None else np.array([np.count_nonzero(pos[0, r0:r1] >= 0)])
+                offsets = np.zeros(n_slots, dtype=np.int64)
+                np.cumsum(counts[:-1] * n_bits, out=offsets[1:])
+                words = ldp.instant_words(rng, int(counts.sum()) * n_bits)
+                rowwork.ldp_report_sums(pos, r0, r1, offsets, words, self.X, features, thresholds, permanent,
+                                        if_one, if_zero, sums, sizes)
+        return sums, sizes
+
+    @staticmethod
+    def narrow(counts: np.ndarray) -> np.ndarray:
+        """Plain counts as they travel (`narrow`)."""
+        return narrow(counts)
+
+
+def narrow(counts: np.ndarray) -> np.ndarray:
+    """Integer counts in the narrowest type that holds them (unsigned when none is negative): deep levels
+    send bytes, not int64s. The master widens them back to int64."""
+    if counts.size == 0:
+        return counts.astype(np.uint8)
+    wire = np.result_type(np.min_scalar_type(int(counts.min())), np.min_scalar_type(int(counts.max())))
+    return counts.astype(wire)
 
 
 def check_hello(name: str, algorithm: str, schema: HorizontalSchema, header: dict) -> None:

@@ -150,11 +150,11 @@ class LabelLDP:
         """Instant randomized response of permanent bits, same shape uint8: draw fresh for every report."""
         permanent = self._checked_permanent(permanent)
         out = np.empty(permanent.shape, dtype=np.uint8)
-        if_one, if_zero = self._instant_thresholds()
+        if_one, if_zero = self.instant_thresholds()
         for start in range(0, permanent.shape[0], _CHUNK_ROWS):
             rows = slice(start, start + _CHUNK_ROWS)
             block = permanent[rows]
-            words = self._words(rng, block.size)  # one 64-bit word per reported bit
+            words = self.instant_words(rng, block.size)  # one 64-bit word per reported bit
             _respond(block, words, if_one, if_zero, out[rows])
         return out
 
@@ -174,20 +174,20 @@ class LabelLDP:
                 or bit_sums.shape != (sizes.shape[0], permanent.shape[1])):
             raise ParameterError(f"bit_sums and sizes must be int64 of shapes (n_groups, {permanent.shape[1]}) and "
                                  f"(n_groups,), got {bit_sums.dtype} {bit_sums.shape} and {sizes.dtype} {sizes.shape}")
-        if_one, if_zero = self._instant_thresholds()
+        if_one, if_zero = self.instant_thresholds()
         for start in range(0, permanent.shape[0], _CHUNK_ROWS):
             rows = slice(start, start + _CHUNK_ROWS)
             block = permanent[rows]
-            words = self._words(rng, block.size)
+            words = self.instant_words(rng, block.size)
             _respond_and_add(block, words, if_one, if_zero, groups[rows], bit_sums, sizes)
 
-    def _words(self, rng: np.random.Generator, size: int) -> np.ndarray:
+    def instant_words(self, rng: np.random.Generator, size: int) -> np.ndarray:
         """Random words for `size` instant responses; k-RR has no instant step and draws none."""
         if self.mechanism == "krr":
             return np.zeros(size, dtype=np.uint64)
         return rng.bit_generator.random_raw(size)
 
-    def _instant_thresholds(self) -> tuple[np.uint64, np.uint64]:
+    def instant_thresholds(self) -> tuple[np.uint64, np.uint64]:
         """The instant response's thresholds; k-RR has no instant step (its report is the permanent one)."""
         if self.mechanism == "krr":
             return _threshold63(1.0), _threshold63(0.0)

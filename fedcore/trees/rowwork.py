@@ -1,0 +1,205 @@
+"""Numba kernels for a horizontal party's row work (FET and PPD-ERT): moving rows into the children of the
+nodes that split, per-candidate min/max, and per-branch class counts, regression sums and LDP report sums.
+
+Layout (`fedcore.horizontal.rows.RowPartition`): like the vertical `SamplePartition`, the rows of every
+open node of every tree of the batch sit in one contiguous segment `order[starts[p]:ends[p]]` of a flat
+int32 array; tree slot s owns `order[s * n_rows:(s + 1) * n_rows]` and its nodes' segments subdivide that
+range. Splits partition segments stably, so each segment lists its rows in ascending order: a node sees
+its rows in the same order as a row-major scan of the old (tree x row) position matrix, which keeps
+min/max ties (+0.0 / -0.0) and the LDP random-word order exactly as they were. Counting is a histogram
+per node (its (k, 2, C) block stays in cache) and the kernels run in parallel over nodes (over tree slots
+for LDP): every output cell belongs to one node, so results do not depend on the number of threads.
+
+Branches everywhere: a value goes left when `x <= threshold`; NaN values (and NaN thresholds) go right.
+
+What each kernel allocates besides its output:
+
+* `split_nodes`: the next level's node arrays it returns, and per split node a scratch of its right-going
+  rows (at most n_rows int32 per thread at a time);
+* `node_ranges`, `regression_sums`: nothing but their outputs ((A, k) float64 x2; (A, k, 2, 2) int64);
+* `class_counts`: nothing; it counts into the caller's (A, k, 2, C) array, whose integer type the caller
+  picks to hold the largest node (`PartyRows` uses uint16 below 65536 rows: a quarter of int64's memory);
+* `slot_positions`: the (slots of the group x n_rows) int32 position matrix it returns (the caller groups
+  slots so that this stays within the partition's own 4 bytes per (tree, row));
+* `ldp_report_sums`: one n_bits int64 response vector per slot; the caller's random words are bounded
+  by its chunk size;
+* `rows_active_count`: one n_rows int32 counter.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+
+@nb.njit(cache=True, inline="always")
+def _right(value: float, threshold: float) -> int:
+    """1 when a value goes right: not (x <= t), so NaN values and NaN thresholds go right."""
+    return 0 if value <= threshold else 1
+
+
+@nb.njit(cache=True)
+def _partition_segment(order: np.ndarray, s: int, e: int, X: np.ndarray, f: int, t: float) -> int:
+    """Partition order[s:e] in place, stably: rows with X[r, f] <= t first, the others (NaN included)
+    after; returns the number of left rows. Allocates a scratch for the right-going rows."""
+    right = np.empty(e - s, np.int32)
+    nl = 0
+    nr = 0
+    for j in range(s, e):
+        r = order[j]
+        if X[r, f] <= t:
+            order[s + nl] = r  # s + nl <= j: never overwrites a row not yet read
+            nl += 1
+        else:
+            right[nr] = r
+            nr += 1
+    for j in range(nr):
+        order[s + nl + j] = right[j]
+    return nl
+
+
+@nb.njit(cache=True, parallel=True)
+def split_nodes(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, node_slot: np.ndarray, X: np.ndarray,
+                chosen: np.ndarray, next_pos: np.ndarray, features: np.ndarray, thresholds: np.ndarray,
+                n_next: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Apply a level's decisions: each node p with chosen[p] = j >= 0 partitions its segment of `order` on
+    candidate j (left first, stably); the i-th such node's left / right part becomes open node
+    next_pos[2i] / next_pos[2i + 1] (-1: a leaf, its rows leave). Nodes with chosen -1 drop their rows.
+    Returns the next level's (starts, ends, node_slot), n_next long; positions no child took stay empty
+    with slot -1. The caller checks that non-negative next_pos are distinct and below n_next."""
+    n_open = chosen.shape[0]
+    rank = np.empty(n_open, np.int64)
+    n_split = 0
+    for p in range(n_open):
+        rank[p] = n_split
+        if chosen[p] >= 0:
+            n_split += 1
+    new_starts = np.zeros(n_next, np.int64)
+    new_ends = np.zeros(n_next, np.int64)
+    new_slot = np.full(n_next, -1, np.int64)
+    for p in nb.prange(n_open):
+        j = chosen[p]
+        if j < 0:
+            continue
+        s, e = starts[p], ends[p]
+        middle = s + _partition_segment(order, s, e, X, features[p, j], thresholds[p, j])
+        left, right = next_pos[2 * rank[p]], next_pos[2 * rank[p] + 1]
+        if left >= 0:  # distinct positions: no two nodes write the same cell
+            new_starts[left], new_ends[left], new_slot[left] = s, middle, node_slot[p]
+        if right >= 0:
+            new_starts[right], new_ends[right], new_slot[right] = middle, e, node_slot[p]
+    return new_starts, new_ends, new_slot
+
+
+@nb.njit(cache=True, parallel=True)
+def node_ranges(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: np.ndarray,
+                features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per (open node, candidate): min and max of the candidate's feature over the node's rows, NaN ignored
+    (+inf / -inf when it has no other value). Rows are visited in ascending order and an equal value
+    replaces the current one, as `np.minimum.at` / `np.maximum.at` over a row-major scan do (the sign of
+    a zero is kept exactly)."""
+    n_open, k = features.shape
+    low = np.empty((n_open, k))
+    high = np.empty((n_open, k))
+    for p in nb.prange(n_open):
+        s, e = starts[p], ends[p]
+        for j in range(k):  # one candidate at a time: the running min / max stay in registers
+            f = features[p, j]
+            lo, hi = np.inf, -np.inf
+            for i in range(s, e):
+                v = X[order[i], f]
+                if v == v:  # not NaN
+                    if not lo < v:
+                        lo = v
+                    if not hi > v:
+                        hi = v
+            low[p, j] = lo
+            high[p, j] = hi
+    return low, high
+
+
+@nb.njit(cache=True, parallel=True)
+def class_counts(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: np.ndarray, y: np.ndarray,
+                 features: np.ndarray, thresholds: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Per (open node, candidate, branch 0 left / 1 right, class): number of the node's rows, added into
+    `out` (A, k, 2, C), zeroed by the caller in any integer type that holds the largest node (returned)."""
+    k = features.shape[1]
+    for p in nb.prange(features.shape[0]):
+        for i in range(starts[p], ends[p]):
+            r = order[i]
+            c = y[r]
+            for j in range(k):
+                out[p, j, _right(X[r, features[p, j]], thresholds[p, j]), c] += 1
+    return out
+
+
+@nb.njit(cache=True, parallel=True)
+def regression_sums(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: np.ndarray, q: np.ndarray,
+                    features: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """Per (open node, candidate, branch): (number of rows, sum of their integer targets q), (A, k, 2, 2)
+    int64; integer sums are exact (the master keeps |sum q| < 2**52) and independent of order."""
+    n_open, k = features.shape
+    out = np.zeros((n_open, k, 2, 2), np.int64)
+    for p in nb.prange(n_open):
+        for i in range(starts[p], ends[p]):
+            r = order[i]
+            v = q[r]
+            for j in range(k):
+                b = _right(X[r, features[p, j]], thresholds[p, j])
+                out[p, j, b, 0] += 1
+                out[p, j, b, 1] += v
+    return out
+
+
+@nb.njit(cache=True, parallel=True)
+def slot_positions(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, node_slot: np.ndarray,
+                   first_slot: int, n_slots: int, n_rows: int) -> np.ndarray:
+    """The open-node position of every row in tree slots first_slot .. first_slot + n_slots - 1 (-1: in no
+    open node): (n_slots, n_rows) int32, the row-major view LDP draws its random words in."""
+    pos = np.full((n_slots, n_rows), -1, np.int32)
+    for p in nb.prange(starts.shape[0]):
+        s = node_slot[p] - first_slot
+        if 0 <= s < n_slots:  # nodes own disjoint rows of their slot: no two write the same cell
+            for i in range(starts[p], ends[p]):
+                pos[s, order[i]] = p
+    return pos
+
+
+@nb.njit(cache=True, parallel=True)
+def ldp_report_sums(pos: np.ndarray, row_start: int, row_stop: int, word_offsets: np.ndarray,
+                    words: np.ndarray, X: np.ndarray, features: np.ndarray, thresholds: np.ndarray,
+                    permanent: np.ndarray, if_one: np.uint64, if_zero: np.uint64, bit_sums: np.ndarray,
+                    sizes: np.ndarray) -> None:
+    """One fresh instant report per row of each slot of `pos` (rows row_start..row_stop-1 in an open node,
+    ascending), added to the branch group (p * k + j) * 2 + branch it takes under every candidate j:
+    bit_sums[g] += response, sizes[g] += 1, in place. Slot i's rows read consecutive n_bits-word blocks of
+    `words` from word_offsets[i]; bit b of a report is 1 when (word >> 1) < (if_one if permanent bit b
+    else if_zero), exactly `fedcore.privacy.ldp.LabelLDP.add_report_sums`."""
+    k = features.shape[1]
+    n_bits = permanent.shape[1]
+    for s in nb.prange(pos.shape[0]):
+        response = np.empty(n_bits, np.int64)
+        w = word_offsets[s]
+        for r in range(row_start, row_stop):
+            p = pos[s, r]
+            if p < 0:
+                continue
+            for b in range(n_bits):
+                threshold = if_one if permanent[r, b] else if_zero
+                response[b] = 1 if (words[w + b] >> np.uint64(1)) < threshold else 0
+            w += n_bits
+            for j in range(k):
+                g = (p * k + j) * 2 + _right(X[r, features[p, j]], thresholds[p, j])
+                sizes[g] += 1
+                for b in range(n_bits):
+                    bit_sums[g, b] += response[b]
+
+
+@nb.njit(cache=True)
+def rows_active_count(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_rows: int) -> np.ndarray:
+    """In how many open nodes (hence tree slots) each row sits: (n_rows,) int32."""
+    count = np.zeros(n_rows, np.int32)
+    for p in range(starts.shape[0]):
+        for i in range(starts[p], ends[p]):
+            count[order[i]] += 1
+    return count
