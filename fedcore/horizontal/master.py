@@ -141,11 +141,14 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
     def _aggregate(self, replies: dict[str, Message], shape: tuple[int, int]) -> np.ndarray:
         """Sum the parties' branch statistics (plain or gdp): (A, k, 2, S) float64."""
         stats_shape = (*shape, 2, self.n_stats)
-        if self.privacy == "none":
-            total = np.zeros(stats_shape, dtype=np.int64)
+        if self.privacy == "none":  # integers below 2**52 (see SUM_BITS): exact float64 sums in any order
+            total = np.zeros(stats_shape, dtype=np.float64)
             for name in self.parties:
-                total += _reply_array(replies, name, "fet_counts", "counts", stats_shape).astype(np.int64)
-            return total.astype(np.float64)
+                part = _reply_array(replies, name, "fet_counts", "counts", stats_shape)
+                if not np.issubdtype(part.dtype, np.integer):
+                    raise ProtocolError(f"party {name!r}: fet_counts.counts must be integers, got {part.dtype}")
+                total += part
+            return total
         total = np.zeros(stats_shape, dtype=np.float64)
         for name in self.parties:
             total += _reply_array(replies, name, "fet_noisy_counts", "counts", stats_shape)

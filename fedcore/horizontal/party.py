@@ -28,7 +28,7 @@ import pandas as pd
 
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.model import HorizontalForest
-from fedcore.horizontal.rows import PartyRows, check_hello, receive_model
+from fedcore.horizontal.rows import PartyRows, check_hello, narrow, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message
@@ -139,9 +139,9 @@ class HorizontalParty:
         if self.schema.task == "regression":
             counts = self._regression_sums(int(message.header["q_shift"]))
         else:
-            counts = self.rows.class_counts(np.int64)  # fet_counts travel as int64 (pinned by test_transcript)
+            counts = self.rows.class_counts()  # the narrowest unsigned type holding the party's row count
         if self.privacy == "none":
-            return Message("fet_counts", {}, {"counts": counts})
+            return Message("fet_counts", {}, {"counts": narrow(counts) if counts.dtype == np.int64 else counts})
         return self._gdp_reply(counts, int(message.header.get("q_bound_bits", 0)))
 
     def _quantised(self, shift: int) -> np.ndarray:

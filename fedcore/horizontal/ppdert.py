@@ -50,7 +50,7 @@ from fedcore.horizontal.growth import (
 )
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.rows import PartyRows, check_hello, receive_model
+from fedcore.horizontal.rows import PartyRows, check_hello, narrow, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message
@@ -197,7 +197,7 @@ class PPDERTParty:
                                                                      self.high, self.k)
         counts = self.rows.class_counts().reshape(-1)
         if self.aggregator is None:
-            return Message("ppdert_plain_counts", {"plain": True}, {"counts": self.rows.narrow(counts)})
+            return Message("ppdert_plain_counts", {"plain": True}, {"counts": narrow(counts)})
         if not self._agreed:
             raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked round")
         return Message("ppdert_masked_counts", {}, {"masked": self.aggregator.mask(counts, int(h["round_id"]))})

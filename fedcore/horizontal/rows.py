@@ -221,19 +221,18 @@ class PartyRows:
                                         if_one, if_zero, sums, sizes)
         return sums, sizes
 
-    @staticmethod
-    def narrow(counts: np.ndarray) -> np.ndarray:
-        """Plain counts as they travel (`narrow`)."""
-        return narrow(counts)
 
 
 def narrow(counts: np.ndarray) -> np.ndarray:
-    """Integer counts in the narrowest type that holds them (unsigned when none is negative): deep levels
-    send bytes, not int64s. The master widens them back to int64."""
+    """Integer counts in the narrowest integer type that holds them (unsigned when none is negative): deep
+    levels send bytes, not int64s. The master widens them back."""
     if counts.size == 0:
         return counts.astype(np.uint8)
-    wire = np.result_type(np.min_scalar_type(int(counts.min())), np.min_scalar_type(int(counts.max())))
-    return counts.astype(wire)
+    low, high = int(counts.min()), int(counts.max())
+    for wire in (np.uint8, np.uint16, np.uint32, np.uint64) if low >= 0 else (np.int8, np.int16, np.int32, np.int64):
+        if np.iinfo(wire).min <= low and high <= np.iinfo(wire).max:
+            return counts.astype(wire)
+    raise ValueError(f"counts in [{low}, {high}] fit no 64-bit integer type")
 
 
 def check_hello(name: str, algorithm: str, schema: HorizontalSchema, header: dict) -> None:

@@ -227,7 +227,21 @@ class LevelwiseGrower:
 
 
 def sort_records(records: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Per-level node records joined into arrays sorted by (tree, node)."""
-    merged = {name: np.concatenate([r[name] for r in records]) for name in records[0]}
-    order = np.lexsort((merged["node"], merged["tree"]))
-    return {name: values[order] for name, values in merged.items()}
+    """Per-level node records joined into arrays sorted by (tree, node): each piece is written once, at its
+    sorted place (half the copying of concatenating, then reordering, the forest's value arrays)."""
+    tree = np.concatenate([r["tree"] for r in records])
+    node = np.concatenate([r["node"] for r in records])
+    order = np.lexsort((node, tree))
+    place = np.empty_like(order)
+    place[order] = np.arange(len(order))
+    out = {"tree": tree[order], "node": node[order]}
+    for name, first in records[0].items():
+        if name in out:
+            continue
+        merged = np.empty((len(order), *first.shape[1:]), dtype=first.dtype)
+        start = 0
+        for r in records:
+            merged[place[start:start + len(r[name])]] = r[name]
+            start += len(r[name])
+        out[name] = merged
+    return out

@@ -37,7 +37,8 @@ def test_fet_min_max_are_the_partys_local_extremes_and_counts_have_the_candidate
         if message.kind == "fet_ranges_reply":
             assert message.arrays["min"].dtype == np.float64 and message.arrays["min"].shape[1] == k
         elif message.kind == "fet_counts":
-            assert message.arrays["counts"].dtype == np.int64 and message.arrays["counts"].shape[1:] == (k, 2, C)
+            counts = message.arrays["counts"]  # integers in the narrowest type holding the party's rows
+            assert counts.dtype == np.uint16 and counts.shape[1:] == (k, 2, C)
     # the first level's min/max are the party's own local min/max of the candidates
     first = [e for e in model.transcript_ if e.kind == "fet_ranges"][0]
     features = Message.from_bytes(first.payload).arrays["features"]
