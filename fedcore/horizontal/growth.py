@@ -199,7 +199,7 @@ class BranchStatsLevels(LevelStrategy, ABC):
         header = {"n_trees": f.n_trees, "task": f.task, "algorithm": f.algorithm}
         if save_batch is not None:
             header["save_batch"] = save_batch
-        self.transport.exchange({name: Message("model", header, f.arrays()) for name in self.parties})
+        self.transport.exchange(dict.fromkeys(self.parties, Message("model", header, f.arrays())))
         return self.forest
 
     # -- the level strategy -----------------------------------------------------------------------
@@ -242,8 +242,10 @@ class BranchStatsLevels(LevelStrategy, ABC):
         child_stats = branch[split_idx, split_best].reshape(-1, self.n_stats)  # left, right, left, ...
         child_n = branch_n[split_idx, split_best].reshape(-1)
         child_open = rules.child_may_open(child_n, depth + 1) & ~is_pure(child_stats, task)
-        child_fields = {"feature": np.full(len(child_n), -1, np.int32), "threshold": np.full(len(child_n), np.nan),
-                        "weight": child_n, "value": self.node_values(child_stats)}
+        closed = ~child_open  # leaves are recorded now; open children at their own level
+        n_closed = int(closed.sum())
+        child_fields = {"feature": np.full(n_closed, -1, np.int32), "threshold": np.full(n_closed, np.nan),
+                        "weight": child_n[closed], "value": self.node_values(child_stats[closed])}
         self._children = (best, child_stats, child_n)
         return Level(split, fields, child_open, child_fields)
 

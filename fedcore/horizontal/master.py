@@ -101,7 +101,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
             self._new_batch(header)
         else:
             arrays.update(transition)
-        replies = self.transport.exchange({name: Message("fet_ranges", header, arrays) for name in self.parties})
+        request = Message("fet_ranges", header, arrays)  # one message object: serialised once for every party
+        replies = self.transport.exchange(dict.fromkeys(self.parties, request))
         low = np.min([_reply_array(replies, n, "fet_ranges_reply", "min", features.shape) for n in self.parties], axis=0)
         high = np.max([_reply_array(replies, n, "fet_ranges_reply", "max", features.shape) for n in self.parties], axis=0)
         valid = np.isfinite(low) & np.isfinite(high) & (low < high)
@@ -111,8 +112,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         thresholds = np.where(thresholds >= high, low, thresholds)  # a rounded-up draw: keep both sides non-empty
         thresholds = np.where(valid, thresholds, np.nan)  # no usable range: every row goes right
         header = {"depth": depth, "q_shift": self.q_shift, "q_bound_bits": self.q_bits}
-        replies = self.transport.exchange({name: Message("fet_stats", header, {"thresholds": thresholds})
-                                           for name in self.parties})
+        replies = self.transport.exchange(dict.fromkeys(self.parties, Message("fet_stats", header,
+                                                                              {"thresholds": thresholds})))
         if self.privacy == "ldp":
             return LevelResult(features, thresholds, valid, *self._estimate(replies, features.shape, valid, depth))
         return LevelResult(features, thresholds, valid, self._aggregate(replies, features.shape))

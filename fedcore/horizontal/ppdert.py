@@ -289,7 +289,7 @@ class PPDERTMaster(BranchStatsLevels):
             header["peer_credentials"] = [self._key_proofs[n]["key_credential"] for n in self._keys]
             arrays["peer_keys"] = np.stack([np.frombuffer(k, dtype=np.uint8) for k in self._keys.values()])
             self._relayed = True
-        replies = self.transport.exchange({name: Message("ppdert_level", header, arrays) for name in self.parties})
+        replies = self.transport.exchange(dict.fromkeys(self.parties, Message("ppdert_level", header, arrays)))
         size = features.size * 2 * self.n_stats
         if len(self.parties) == 1 or not self.secure:
             kinds = {name: r.kind for name, r in replies.items() if r.kind != "ppdert_plain_counts"}

@@ -74,9 +74,12 @@ class Transport(ABC):
     def exchange(self, requests: dict[str, Message]) -> dict[str, Message]:
         """One round trip: send each party its request, return each party's reply."""
         self.stats.rounds += 1
-        encoded = {}
+        encoded, by_message = {}, {}
         for party, message in requests.items():
-            payload = message.to_buffer()
+            # a message broadcast to several parties (the same object) is serialised once
+            payload = by_message.get(id(message))
+            if payload is None:
+                payload = by_message[id(message)] = message.to_buffer()
             self._account(MASTER, party, message, payload)
             encoded[party] = payload
         raw_replies = self._deliver(encoded)

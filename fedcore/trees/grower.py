@@ -82,7 +82,8 @@ class Level:
     `fields` are the strategy's record fields of the open nodes (weight, value, and what the split is:
     an owner party, or a feature and threshold). `child_open` (2 per split node, left then right, in
     open-node order) says which children stay open, when the strategy knows the children's statistics
-    already (horizontal); `child_fields` are then the record fields of the children that close (leaves).
+    already (horizontal); `child_fields` are then the record fields of the children that close (leaves),
+    in the same order.
     None: every child is open and is recorded at the next level.
     """
 
@@ -216,7 +217,7 @@ class LevelwiseGrower:
                     "tree": child_tree[closed], "node": child_node[closed],
                     "left": np.full(n_closed, NO_CHILD, np.int32), "right": np.full(n_closed, NO_CHILD, np.int32),
                     "depth": np.full(n_closed, depth + 1, np.int16),
-                    **{name: values[closed] for name, values in level.child_fields.items()},
+                    **level.child_fields,
                 })
             next_pos = np.full(len(child_tree), -1, dtype=np.int32)
             next_pos[child_open] = np.arange(int(child_open.sum()), dtype=np.int32)

@@ -154,10 +154,8 @@ class VerticalMaster(LevelStrategy):
         header = {"n_trees": s.n_trees}
         if save_batch is not None:
             header["save_batch"] = save_batch
-        self.transport.exchange({
-            name: Message("finalize", header, {"tree": s.tree, "node": s.node, "left": s.left, "right": s.right})
-            for name in self.info.parties
-        })
+        structure = Message("finalize", header, {"tree": s.tree, "node": s.node, "left": s.left, "right": s.right})
+        self.transport.exchange(dict.fromkeys(self.info.parties, structure))
         return self.structure
 
     def _sample_features(self, open_tree: np.ndarray, depth: int) -> np.ndarray:
