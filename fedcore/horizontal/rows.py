@@ -123,7 +123,8 @@ class PartyRows:
     def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema) -> None:
         self.name = name
         self.schema = schema
-        self.X = np.ascontiguousarray(schema.encode(frame), dtype=np.float64)
+        # column order: the kernels scan one candidate feature over a node's rows, in ascending row order
+        self.X = np.asfortranarray(schema.encode(frame), dtype=np.float64)
         self.y = schema.encode_labels(frame[schema.label])
         self.n_rows = len(self.X)
         self.partition = RowPartition(self.n_rows)
