@@ -21,11 +21,12 @@ import numpy as np
 import pandas as pd
 
 from fedcore.errors import NotFittedError, ParameterError
-from fedcore.horizontal.master import FederatedExtraTreesMaster
+from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
+from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams, check_privacy_mode
-from fedcore.horizontal.party import HorizontalParty
-from fedcore.horizontal.ppdert import PPDERTMaster, PPDERTParty
+from fedcore.horizontal.ppdert.master import PPDERTMaster
+from fedcore.horizontal.ppdert.party import PPDERTParty
 from fedcore.horizontal.validation import (
     MISSING_RANGES,
     PartyFrames,

@@ -1,7 +1,7 @@
 """An institution's agent in a horizontal federation: it answers the master's session messages around the
 Federated Extra-Trees / PPD-ERT protocol and keeps its rows, labels and predictions at home.
 
-Session messages (the engine's own messages go to the party, see `party.py` and `ppdert.py`):
+Session messages (the engine's own messages go to the party, see `fet/party.py` and `ppdert/party.py`):
 
 | kind | master sends | institution answers |
 |---|---|---|
@@ -40,9 +40,9 @@ import pandas as pd
 
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import ProtocolError
+from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.model import HorizontalForest
-from fedcore.horizontal.party import HorizontalParty
-from fedcore.horizontal.ppdert import PPDERTParty
+from fedcore.horizontal.ppdert.party import PPDERTParty
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.institution import (
     InstitutionData,

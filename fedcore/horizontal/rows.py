@@ -1,7 +1,7 @@
 """What every horizontal party holds whatever its algorithm: its own rows and labels, which open node each
 row sits in, the current level's candidate splits, and per-branch counting over them.
 
-Federated Extra-Trees (`party.py`) and PPD-ERT (`ppdert.py`) parties each hold a `PartyRows` and add their
+Federated Extra-Trees (`fet/party.py`) and PPD-ERT (`ppdert/party.py`) parties each hold a `PartyRows` and add their
 own protocol on top; neither inherits the other's handlers. Also shared: the session check of `hello`
 (`check_hello`) and taking the finished forest (`receive_model`).
 

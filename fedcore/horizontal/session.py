@@ -23,11 +23,11 @@ from fedcore.contracts.agreement import shared_schema
 from fedcore.contracts.model import parse_contract
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.horizontal.contracts import declared_feature_ranges, engine_schema
+from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.growth import ProgressCallback
-from fedcore.horizontal.master import FederatedExtraTreesMaster
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.ppdert import PPDERTMaster
+from fedcore.horizontal.ppdert.master import PPDERTMaster
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.models.artifacts import table_sha256
 from fedcore.models.registry import ModelRegistry

@@ -18,8 +18,8 @@ original. A reply kind the
 step does not declare is a bug in the party and raises RuntimeError instead of leaving the party.
 
 The tables live beside their parties: `fedcore.vertical.party` (Federated Forest, plain and Paillier,
-label holder and passive), `fedcore.horizontal.party` (Federated Extra-Trees), `fedcore.horizontal.ppdert`
-(PPD-ERT).
+label holder and passive), `fedcore.horizontal.fet.party` (Federated Extra-Trees),
+`fedcore.horizontal.ppdert.party` (PPD-ERT).
 """
 
 from __future__ import annotations

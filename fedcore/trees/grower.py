@@ -19,8 +19,8 @@ What differs between algorithms plugs in as a `LevelStrategy` (the shape of scik
 from their answers. The strategies:
 
     vertical plain, vertical Paillier    fedcore/vertical/master.py (VerticalMaster; Paillier scoring hook)
-    FET none / gdp / ldp                 fedcore/horizontal/master.py (FederatedExtraTreesMaster)
-    PPD-ERT                              fedcore/horizontal/ppdert.py (PPDERTMaster)
+    FET none / gdp / ldp                 fedcore/horizontal/fet/master.py (FederatedExtraTreesMaster)
+    PPD-ERT                              fedcore/horizontal/ppdert/master.py (PPDERTMaster)
 
 The horizontal strategies share their split choice from aggregated branch statistics
 (`fedcore/horizontal/growth.py`).

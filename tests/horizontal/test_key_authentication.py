@@ -12,7 +12,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedcore.errors import KeyAuthenticationError
 from fedcore.horizontal import PPDERTClassifier
-from fedcore.horizontal.ppdert import PPDERTMaster, PPDERTParty, key_context
+from fedcore.horizontal.ppdert.agreed import key_context
+from fedcore.horizontal.ppdert.master import PPDERTMaster
+from fedcore.horizontal.ppdert.party import PPDERTParty
 from fedcore.privacy.keyauth import PartyIdentity, ephemeral_identities, key_statement
 from fedcore.privacy.secagg import SecureAggregator
 from fedcore.protocol.messages import Message

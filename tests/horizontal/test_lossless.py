@@ -112,7 +112,8 @@ def test_entropy_criterion_is_lossless_too(cls) -> None:
 
 def test_ppd_ert_without_masks_gives_the_same_forest_and_is_refused_by_a_secure_party() -> None:
     from fedcore.errors import ProtocolError
-    from fedcore.horizontal.ppdert import PPDERTMaster, PPDERTParty
+    from fedcore.horizontal.ppdert.master import PPDERTMaster
+    from fedcore.horizontal.ppdert.party import PPDERTParty
     from fedcore.transport.inprocess import InProcessTransport
 
     table = horizontal_table(seed=7)

@@ -7,9 +7,9 @@ import pytest
 
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.estimators import FederatedExtraTreesClassifier, PPDERTClassifier
-from fedcore.horizontal.master import FederatedExtraTreesMaster
+from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
+from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.party import HorizontalParty
 from fedcore.horizontal.validation import build_schema
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport

@@ -27,10 +27,11 @@ from hypothesis import strategies as st
 
 from fedcore.data.split import split_vertical
 from fedcore.errors import ProtocolError
-from fedcore.horizontal.master import FederatedExtraTreesMaster
+from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
+from fedcore.horizontal.fet.party import FET_PROTOCOL, HorizontalParty
 from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.party import FET_PROTOCOL, HorizontalParty
-from fedcore.horizontal.ppdert import PPDERT_PROTOCOL, PPDERTMaster, PPDERTParty
+from fedcore.horizontal.ppdert.master import PPDERTMaster
+from fedcore.horizontal.ppdert.party import PPDERT_PROTOCOL, PPDERTParty
 from fedcore.horizontal.validation import build_schema, resolve_feature_ranges
 from fedcore.privacy.keyauth import ephemeral_identities
 from fedcore.privacy.paillier import generate_keypair
@@ -304,12 +305,12 @@ def test_a_ppdert_party_refuses_fet_messages_and_logs_why(kind, caplog) -> None:
                "fet_stats": Message("fet_stats", {"depth": 0, "q_shift": 0}, {"thresholds": np.zeros((2, 3))})}[kind]
     expected = (f"party 'a' cannot handle message kind '{kind}': not a message of the PPD-ERT protocol "
                 "(it answers hello, model, ppdert_level)")
-    with caplog.at_level(logging.WARNING, logger="fedcore.horizontal.ppdert"):
+    with caplog.at_level(logging.WARNING, logger="fedcore.horizontal.ppdert.party"):
         with pytest.raises(ProtocolError) as refused:
             party.handle(request)
     assert str(refused.value) == expected
     assert [r.getMessage() for r in caplog.records] == [f"refused a '{kind}' message: {expected}"]
-    assert caplog.records[0].levelno == logging.WARNING and caplog.records[0].name == "fedcore.horizontal.ppdert"
+    assert caplog.records[0].levelno == logging.WARNING and caplog.records[0].name == "fedcore.horizontal.ppdert.party"
     assert party.machine.state == "greeted"  # unchanged: the real next level is still answered
     assert not hasattr(party, "_on_fet_ranges") and not hasattr(party, "_on_fet_stats")
 

@@ -1,0 +1,36 @@
+"""PPD-ERT (Aminifar et al., SAC 2021): privacy-preserving distributed extremely randomized trees.
+
+A global seed shared by the parties (and the master) generates the same candidate splits everywhere
+without communication: per open node, k distinct features and one threshold each, drawn uniformly in the
+feature's DECLARED domain (`feature_ranges`, from the data contracts; categorical columns use their code
+domain), never from the data. Each party counts, per candidate and branch, its rows of each class; the
+master only ever sees the SUM over parties, through pairwise-mask secure aggregation
+(`fedcore.privacy.secagg`), picks the best candidate per node (gini or entropy) and tells the parties
+its index. Growth, stopping and leaf values are the one grower's (`fedcore/trees/grower.py`), split choice shared
+with FET (`fedcore/horizontal/growth.py`).
+
+Rounds:
+
+    hello          1       schema and domain check; each party's X25519 public key, signed (M > 1)
+    ppdert_level   1/level previous decisions (+ the relayed signed keys, first level only) -> masked counts
+    model          1       the complete forest to every party
+
+so a fit takes 2 + L rounds, L = number of levels with open nodes summed over tree batches. Each level's
+counts are masked under a fresh round id. A run resumed from checkpoints (`growth.py`) restores the round
+counter with the finished batches, so every level keeps the round id it has in an uninterrupted run; the
+resumed session has fresh keys and a fresh session id (new `hello`), so no mask of the interrupted session
+is ever used again, and the counts of a batch grown again are the same plain values, masked anew. With a
+single party there is no peer to mask with: it sends its plain counts, flagged `plain`, and the master accepts that only when M = 1 or when the session was set
+up without secure aggregation (`secure=False`, which every party must also be configured for: a
+baseline for measuring what the masks cost, not a privacy mode).
+
+Authenticated keys (`fedcore.privacy.keyauth`): each party signs its public key, bound to `key_context`
+of the hello it received and to its name, with its identity (an institution agent: its mutual-TLS
+certificate's key; the simulator: an ephemeral Ed25519 key). The master relays key, signature and
+credential; every party verifies every peer's before deriving masks, and a substituted, unsigned or
+replayed key stops the session with `KeyAuthenticationError` naming the party.
+
+Modules: `agreed` (what every role derives alike: candidates, domain fingerprint, key context), `party`
+(the institution's role and its protocol table), `master` (the level strategy of the one grower,
+`fedcore/trees/grower.py`).
+"""

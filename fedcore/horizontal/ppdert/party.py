@@ -1,0 +1,159 @@
+"""The institution's role in PPD-ERT: its rows, the protocol table it answers (`PPDERT_PROTOCOL`) and the
+masked class counts of the seed-shared candidates (see the package doc)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from fedcore.errors import KeyAuthenticationError, ProtocolError
+from fedcore.horizontal.model import HorizontalForest
+from fedcore.horizontal.rows import PartyRows, check_hello, narrow, receive_model
+from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.protocol.dispatch import Protocol, Step
+from fedcore.protocol.messages import Message
+
+if TYPE_CHECKING:
+    from fedcore.privacy.keyauth import PartyIdentity
+
+from fedcore.horizontal.ppdert.agreed import domain_fingerprint, key_context, ppdert_candidates
+
+log = logging.getLogger(__name__)
+
+PPDERT_PROTOCOL = Protocol(
+    "PPD-ERT", initial="idle",
+    states={"idle": "no session: before hello, or after the model",
+            "greeted": "after hello",
+            "counted": "after a level's ppdert_level"},
+    steps=[
+        Step("idle", "hello", "greeted", "hello_reply"),
+        Step(("greeted", "counted"), "ppdert_level", "counted", ("ppdert_masked_counts", "ppdert_plain_counts")),
+        # from greeted: every batch was restored from checkpoints
+        Step(("greeted", "counted"), "model", "idle", "ack"),
+    ])
+"""What a PPD-ERT party answers, in which order (see fedcore.protocol.dispatch): never FET's messages, whose
+min/max ranges would reveal exactly what PPD-ERT's declared domains keep private."""
+
+
+class PPDERTParty:
+    """One institution in PPD-ERT: regenerates the candidates from the shared seed, masks its counts.
+
+    It holds its rows and counts them like a FET party (`PartyRows`), but answers only `PPDERT_PROTOCOL`.
+    """
+
+    algorithm = "ppdert"
+    protocol = PPDERT_PROTOCOL
+    accountant = None
+    """Noise counters an institution agent checkpoints per batch (`HorizontalInstitutionAgent`): PPD-ERT adds
+    no noise, so they stay empty and zero."""
+    reports_per_row = 0
+    _reports = 0
+
+    def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema, *, seed: int,
+                 low: np.ndarray, high: np.ndarray, k: int, secure: bool = True,
+                 identity: PartyIdentity | None = None) -> None:
+        """`identity` signs this party's secure-aggregation key and verifies its peers' (required with
+        secure aggregation and more than one party)."""
+        self.name = name
+        self.schema = schema
+        self.privacy = "secagg" if secure else "none"
+        self.rows = PartyRows(name, frame, schema)
+        self.X, self.y, self.n_rows = self.rows.X, self.rows.y, self.rows.n_rows
+        self.model: HorizontalForest | None = None
+        self.identity = identity
+        self._key_context = b""
+        self._n_parties = 0
+        self.secure = bool(secure)
+        self.seed = int(seed)
+        self.low, self.high, self.k = np.asarray(low, np.float64), np.asarray(high, np.float64), int(k)
+        self.aggregator = None
+        self._agreed = False
+        self.machine = PPDERT_PROTOCOL.start(log)
+
+    def handle(self, message: Message) -> Message:
+        """Answer one protocol message, or refuse it (ProtocolError) when it is not the next one of
+        `PPDERT_PROTOCOL`."""
+        return self.machine.handle(self, message)
+
+    def privacy_spent(self) -> dict:
+        """What this party has released in its own accounting: nothing beyond masked sums."""
+        return {}
+
+    def _on_hello(self, message: Message) -> Message:
+        h = message.header
+        check_hello(self.name, self.algorithm, self.schema, h)
+        if h.get("domains") != domain_fingerprint(self.low, self.high):
+            raise ProtocolError(f"party {self.name!r}: the master's feature domains differ from the party's declared "
+                                "ranges; both must come from the same data contract")
+        if int(h.get("k", -1)) != self.k:
+            raise ProtocolError(f"party {self.name!r}: the master draws {h.get('k')} candidates per node, the party {self.k}")
+        if bool(h.get("secure", True)) != self.secure:
+            raise ProtocolError(f"party {self.name!r} runs PPD-ERT {'with' if self.secure else 'without'} secure "
+                                f"aggregation; the master asked for {'it' if h.get('secure', True) else 'plain counts'}")
+        arrays, header = {}, {"n_rows": self.n_rows}
+        self._n_parties = int(h["n_parties"])
+        self.aggregator, self._agreed = None, False
+        if self._n_parties > 1 and self.secure:
+            from fedcore.privacy.secagg import SecureAggregator
+
+            if self.identity is None or self.identity.name != self.name:
+                found = "none" if self.identity is None else f"the identity of {self.identity.name!r}"
+                raise KeyAuthenticationError(f"party {self.name!r} needs its own signing identity to authenticate "
+                                             f"its secure-aggregation key (got {found}): an institution agent uses "
+                                             "its mutual-TLS certificate and key")
+            self.aggregator = SecureAggregator(self.name, bytes.fromhex(h["session_id"]))
+            self._key_context = key_context(h)
+            signed = self.identity.sign_key(self._key_context, self.aggregator.public_key())
+            arrays["public_key"] = np.frombuffer(signed.public_key, dtype=np.uint8).copy()
+            header.update(signed.to_header())
+        return Message("hello_reply", header, arrays)
+
+    def _on_ppdert_level(self, message: Message) -> Message:
+        h, a = message.header, message.arrays
+        if "peer_keys" in a:
+            if self.aggregator is None:
+                raise ProtocolError(f"party {self.name!r} got peer keys but the session has a single party")
+            if self._agreed:
+                raise ProtocolError(f"party {self.name!r}: peer keys were relayed already in this session")
+            self.aggregator.agree(self._verified_peer_keys(h, a["peer_keys"]))
+            self._agreed = True
+        act_tree = a["tree"].astype(np.int64)
+        self.rows.start_level(h, a, len(act_tree))
+        self.rows.features, self.rows.thresholds = ppdert_candidates(self.seed, act_tree, int(h["depth"]), self.low,
+                                                                     self.high, self.k)
+        counts = self.rows.class_counts().reshape(-1)
+        if self.aggregator is None:
+            return Message("ppdert_plain_counts", {"plain": True}, {"counts": narrow(counts)})
+        if not self._agreed:
+            raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked round")
+        return Message("ppdert_masked_counts", {}, {"masked": self.aggregator.mask(counts, int(h["round_id"]))})
+
+    def _on_model(self, message: Message) -> Message:
+        self.model = receive_model(self.name, self.algorithm, self.schema, message)
+        self.rows.clear()
+        return Message("ack", {"n_nodes": self.model.n_nodes})
+
+    def _verified_peer_keys(self, h: dict, rows: np.ndarray) -> dict[str, bytes]:
+        """The relayed peers' public keys, each checked against its party's signature for this session."""
+        from fedcore.privacy.keyauth import SignedKey
+
+        names = list(h.get("peer_names") or [])
+        if len(names) != len(rows) or len(set(names)) != len(names) or len(names) != self._n_parties \
+                or self.name not in names:
+            raise ProtocolError(f"party {self.name!r}: the master relayed keys for {names}; expected one for each of "
+                                f"the {self._n_parties} parties, this one included")
+        n = len(names)
+        signatures = h.get("peer_signatures") or [None] * n
+        credentials = h.get("peer_credentials") or [None] * n
+        if len(signatures) != n or len(credentials) != n:
+            raise ProtocolError(f"party {self.name!r}: the master relayed {len(signatures)} signatures and "
+                                f"{len(credentials)} credentials for {n} keys")
+        signed = [SignedKey.from_header(name, row.astype(np.uint8).tobytes(), sig, cred)
+                  for name, row, sig, cred in zip(names, rows, signatures, credentials, strict=True)]
+        own = next(s for s in signed if s.party == self.name)
+        if own.public_key != self.aggregator.public_key():
+            raise KeyAuthenticationError(f"party {self.name!r}: the master relayed another key as this party's own")
+        return self.identity.verify_peers(self._key_context, signed)
