@@ -12,7 +12,7 @@ checks every row against the same invariants:
    horizontal: the agreed schema in the contract and setup messages);
 3. vertical: feature names never cross, and no party's split threshold appears in any message, so
    neither the master nor another party ever receives it;
-4. secure aggregation: the master receives only masked vectors that look uniform modulo 2**64, never a
+4. secure aggregation: the master receives only masked vectors that look uniform in their ring, never a
    vector a party computed in plain, and their sum is exactly the parties' total.
 
 The raw values searched for are chosen to be distinctive: continuous floats with many digits, IDs like
@@ -449,19 +449,23 @@ def _check_thresholds_stay_home(run: Recorded, messages) -> None:
 
 
 def _check_master_sees_only_uniform_masked_sums(run: Recorded, messages) -> None:
-    from fedcore.privacy.secagg import unmask_sum
+    from fedcore.privacy.secagg import ring_bits_for, unmask_sum
 
     rounds: dict[int, dict[str, np.ndarray]] = {}
     for entry, message in messages:
         if entry.receiver == MASTER and message.kind == "ppdert_masked_counts":
             rounds.setdefault(entry.round, {})[entry.sender] = message.arrays["masked"]
     values = np.concatenate([m.reshape(-1) for r in rounds.values() for m in r.values()])
-    assert values.dtype == np.uint64 and len(values) >= 256 * 10  # at least 10 expected per chi-square bin
-    # uniform modulo 2**64: chi-square over the 2**8 values of the top byte and of the bottom byte (plain
+    # the session's ring: the narrowest that holds every sum (these parties' few hundred rows: 16 bits)
+    bits = values.dtype.itemsize * 8
+    master = run.session.master
+    assert values.dtype == np.dtype(f"uint{bits}") and bits == master.mask_bits == 16
+    assert bits == ring_bits_for(sum(master.party_rows.values()))
+    assert len(values) >= 256 * 10  # at least 10 expected per chi-square bin
+    # uniform modulo 2**bits: chi-square over the 2**8 values of the top byte and of the bottom byte (plain
     # counts would sit in the low bits, with zeros above); a p-value below 1e-6 fails
-    for byte in (values >> np.uint64(56), values & np.uint64(0xFF)):
+    for byte in (values >> values.dtype.type(bits - 8), values & values.dtype.type(0xFF)):
         assert stats.chisquare(np.bincount(byte.astype(np.int64), minlength=256)).pvalue > 1e-6
-    assert not np.any(values < np.uint64(1 << 40))  # about len / 2**24 expected
     # what the parties masked: exactly the total reaches the master, no single vector does
     assert {p: len(v) for p, v in run.plain_counts.items()} == {p: len(rounds) for p in run.parties}
     for i, r in enumerate(sorted(rounds)):

@@ -27,12 +27,16 @@ learn from what it sees.
 * No dropout recovery: a party that disappears after keys are exchanged leaves its pair masks in the
   sum, so the round must be aborted and restarted with a new session.
 * A round id may mask only one vector per aggregator: two vectors under one mask leak their difference,
-  so reuse raises ``ProtocolError``. Sums are exact modulo 2**64, i.e. as int64 while the true sum fits.
+  so reuse raises ``ProtocolError``. Sums are exact modulo 2**b, i.e. as signed b-bit integers while the
+  true sum fits. The ring b is 64 bits unless the session agrees on a narrower one (16 or 32,
+  `ring_bits_for` the largest possible sum): the masks are uniform in that ring, so each masked vector
+  and each partial sum stays uniformly distributed there, exactly as in the 64-bit ring.
 
 PRG: ChaCha20 (``cryptography``) keyed by the pair key, encrypting zeros, read as little-endian uint64.
 The 16-byte ChaCha20 input of ``cryptography`` is a 4-byte little-endian block counter followed by the
 12-byte nonce; the counter starts at 0 and the nonce is the round id as 8 little-endian bytes plus 4 zero
-bytes, so distinct rounds use disjoint key streams.
+bytes, so distinct rounds use disjoint key streams. A b-bit ring reads the stream as little-endian b-bit
+words.
 """
 
 from __future__ import annotations
@@ -48,6 +52,10 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from fedcore.errors import ParameterError, ProtocolError
 
 MODULUS_BITS = 64
+"""The default ring: masks and sums modulo 2**64."""
+RING_BITS = (16, 32, 64)
+"""Ring widths a session may agree on (`ring_bits_for`): a narrower ring masks the same counts with
+fewer key-stream bytes and sends fewer bytes, and is as hiding for sums that fit it."""
 KEY_BYTES = 32
 INFO_PREFIX = b"fedforest secagg v1|"
 MAX_ELEMENTS = (1 << 32) * 8  # 2**32 ChaCha20 blocks of 8 uint64 each: the 32-bit block counter's reach
@@ -63,11 +71,31 @@ def _pair_info(a: str, b: str) -> bytes:
     return INFO_PREFIX + b"|".join(name.encode() for name in sorted((a, b)))
 
 
-def _keystream(key: bytes, round_id: int, n: int) -> np.ndarray:
-    """n little-endian uint64 words of ChaCha20(key) for this round, starting at block 0."""
+def _keystream(key: bytes, round_id: int, n: int, bits: int = MODULUS_BITS) -> np.ndarray:
+    """n little-endian words of `bits` bits of ChaCha20(key) for this round, starting at block 0."""
     nonce = bytes(4) + round_id.to_bytes(8, "little") + bytes(4)
     encryptor = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
-    return np.frombuffer(encryptor.update(bytes(8 * n)), dtype="<u8").astype(np.uint64, copy=False)
+    width = bits // 8
+    return np.frombuffer(encryptor.update(bytes(width * n)), dtype=f"<u{width}").astype(_RING[bits], copy=False)
+
+
+def ring_bits_for(largest_sum: int) -> int:
+    """The narrowest ring in `RING_BITS` whose signed range holds sums of magnitude up to `largest_sum`
+    (e.g. class counts over all parties' rows: at most the total row count)."""
+    for bits in RING_BITS:
+        if abs(int(largest_sum)) < 1 << (bits - 1):
+            return bits
+    raise ParameterError(f"sums up to {largest_sum} do not fit a 64-bit ring")
+
+
+def _check_bits(bits: object) -> int:
+    if isinstance(bits, bool) or bits not in RING_BITS:
+        raise ParameterError(f"the ring must have one of {list(RING_BITS)} bits, got {bits!r}")
+    return int(bits)
+
+
+_RING = {16: np.dtype(np.uint16), 32: np.dtype(np.uint32), 64: np.dtype(np.uint64)}
+_SIGNED = {16: np.dtype(np.int16), 32: np.dtype(np.int32), 64: np.dtype(np.int64)}
 
 
 class SecureAggregator:
@@ -120,8 +148,10 @@ class SecureAggregator:
         self._pair_keys = dict(sorted(pair_keys.items()))
         self._private = None  # pair keys are all we need; drop the private key
 
-    def mask(self, vector: np.ndarray, round_id: int) -> np.ndarray:
-        """Mask an integer vector (any int dtype, may be negative) for `round_id` as uint64 mod 2**64."""
+    def mask(self, vector: np.ndarray, round_id: int, bits: int = MODULUS_BITS) -> np.ndarray:
+        """Mask an integer vector (any int dtype, may be negative) for `round_id` modulo 2**bits, as unsigned
+        `bits`-bit words. Every party of a round must use the same ring, wide enough for the sum."""
+        bits = _check_bits(bits)
         if self._pair_keys is None:
             raise ProtocolError(f"party {self.name!r}: call agree() with every other party's public key "
                                 "before mask()")
@@ -133,16 +163,17 @@ class SecureAggregator:
         if not np.issubdtype(vector.dtype, np.integer):
             raise ParameterError(f"secure aggregation masks integer vectors, got dtype {vector.dtype}; "
                                  "convert counts to an integer dtype first")
-        if vector.size > MAX_ELEMENTS:
+        limit = MAX_ELEMENTS * (MODULUS_BITS // bits)
+        if vector.size > limit:
             raise ParameterError(f"vector has {vector.size} elements, more than one round can mask "
-                                 f"({MAX_ELEMENTS}); split it over several round ids")
+                                 f"({limit}); split it over several round ids")
         if round_id in self._used_rounds:
             raise ProtocolError(f"party {self.name!r}: round_id {round_id} was already used in this session; "
                                 "a reused mask leaks the difference of two vectors, use a fresh round id")
         self._used_rounds.add(round_id)
-        masked = vector.reshape(-1).astype(np.uint64)  # two's complement wrap for negative values
+        masked = vector.reshape(-1).astype(_RING[bits])  # two's complement wrap for negative values
         for peer, key in self._pair_keys.items():
-            stream = _keystream(key, round_id, masked.size)
+            stream = _keystream(key, round_id, masked.size, bits)
             if peer > self.name:
                 masked += stream
             else:
@@ -151,18 +182,25 @@ class SecureAggregator:
 
 
 def unmask_sum(masked: list[np.ndarray]) -> np.ndarray:
-    """Sum every party's masked vector mod 2**64 and read it as int64, so signed sums come out right."""
+    """Sum every party's masked vector modulo the ring they were masked in (their unsigned word width) and
+    read it as signed integers of that width, so signed sums come out right."""
     if not masked:
         raise ProtocolError("unmask_sum needs the masked vectors of every party, got none")
     arrays = [np.asarray(m) for m in masked]
-    shape = arrays[0].shape
+    shape, dtype = arrays[0].shape, arrays[0].dtype
+    if dtype == np.dtype(np.int64):  # uint64 words read back as int64
+        dtype = np.dtype(np.uint64)
+    if dtype not in _RING.values():
+        raise ProtocolError(f"masked vector 0 has dtype {arrays[0].dtype}; expected unsigned 16-, 32- or 64-bit "
+                            "words from mask()")
     for index, array in enumerate(arrays):
-        if array.dtype not in (np.dtype(np.uint64), np.dtype(np.int64)):
-            raise ProtocolError(f"masked vector {index} has dtype {array.dtype}; expected uint64 from mask()")
+        if array.dtype != dtype and not (dtype == np.uint64 and array.dtype == np.int64):
+            raise ProtocolError(f"masked vector {index} has dtype {array.dtype}, vector 0 has {dtype}; every "
+                                "party must mask in the same ring")
         if array.shape != shape:
             raise ProtocolError(f"masked vector {index} has shape {array.shape}, vector 0 has {shape}; "
                                 "every party must mask a vector of the same shape")
-    total = np.zeros(shape, dtype=np.uint64)
+    total = np.zeros(shape, dtype=dtype)
     for array in arrays:
-        total += array.astype(np.uint64, copy=False)
-    return total.view(np.int64)
+        total += array.astype(dtype, copy=False)
+    return total.view(_SIGNED[dtype.itemsize * 8])

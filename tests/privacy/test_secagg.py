@@ -181,3 +181,38 @@ def test_unmask_sum_refuses_mismatched_inputs() -> None:
         unmask_sum([np.zeros(2)])
     wrapped = unmask_sum([np.array([2**64 - 1], dtype=np.uint64), np.array([2**64 - 2], dtype=np.uint64)])
     assert wrapped.tolist() == [-3]
+
+
+def test_the_ring_is_the_narrowest_that_holds_the_sum() -> None:
+    from fedcore.privacy.secagg import ring_bits_for
+
+    assert [ring_bits_for(n) for n in (0, 32767, 32768, 2**31 - 1, 2**31, 2**63 - 1)] == [16, 16, 32, 32, 64, 64]
+    with pytest.raises(ParameterError, match="do not fit a 64-bit ring"):
+        ring_bits_for(2**63)
+
+
+@pytest.mark.parametrize("bits", [16, 32])
+def test_narrow_rings_sum_exactly_and_look_uniform(bits: int) -> None:
+    parties = _federation(3)
+    rng = np.random.default_rng(bits)
+    bound = 1 << (bits - 3)
+    vectors = [rng.integers(-bound, bound, size=50_000) for _ in parties]
+    masked = [p.mask(v, round_id=3, bits=bits) for p, v in zip(parties, vectors, strict=True)]
+    assert all(m.dtype == np.dtype(f"uint{bits}") for m in masked)
+    total = unmask_sum(masked)
+    assert total.dtype == np.dtype(f"int{bits}")
+    np.testing.assert_array_equal(total, sum(vectors))
+    for m in (masked[0], masked[0] + masked[1]):  # one vector, and a partial sum, are uniform in the ring
+        assert (m >> m.dtype.type(bits - 1)).mean() == pytest.approx(0.5, abs=0.01)
+
+
+def test_rings_must_agree_and_be_known() -> None:
+    parties = _federation(2)
+    a = parties[0].mask(np.arange(5), round_id=1, bits=16)
+    b = parties[1].mask(np.arange(5), round_id=1, bits=32)
+    with pytest.raises(ProtocolError, match="masked vector 1 has dtype uint32, vector 0 has uint16; every party "
+                                            "must mask in the same ring"):
+        unmask_sum([a, b])
+    for bad in (8, 24, True, "16"):
+        with pytest.raises(ParameterError, match=r"the ring must have one of \[16, 32, 64\] bits"):
+            parties[0].mask(np.arange(5), round_id=2, bits=bad)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,9 +14,6 @@ from fedcore.horizontal.growth import (
     tree_segments,
 )
 from fedcore.randomness import stream
-
-if TYPE_CHECKING:
-    pass
 
 KEY_CONTEXT_FIELDS = ("algorithm", "schema", "domains", "k", "n_parties", "secure", "session_id")
 

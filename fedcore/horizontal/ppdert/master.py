@@ -4,7 +4,6 @@ sums the parties' masked counts of the seed-shared candidates (see the package d
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,14 +14,11 @@ from fedcore.horizontal.growth import (
     ProgressCallback,
 )
 from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.horizontal.ppdert.agreed import domain_fingerprint, ppdert_candidates
 from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.privacy.secagg import MODULUS_BITS, ring_bits_for
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
-
-if TYPE_CHECKING:
-    pass
-
-from fedcore.horizontal.ppdert.agreed import domain_fingerprint, ppdert_candidates
 
 
 class PPDERTMaster(BranchStatsLevels):
@@ -45,6 +41,7 @@ class PPDERTMaster(BranchStatsLevels):
         self._key_proofs: dict[str, dict[str, str]] = {}
         self._relayed = False
         self._round_id = 0
+        self.mask_bits = MODULUS_BITS  # until the parties' row counts are known (hello)
 
     def counters(self) -> dict[str, int]:
         """The secure-aggregation round id, checkpointed so a resumed run numbers rounds as before."""
@@ -59,6 +56,8 @@ class PPDERTMaster(BranchStatsLevels):
                   "n_parties": len(self.parties), "session_id": self.session_id.hex(), "secure": self.secure}
         replies = self.transport.exchange({name: Message("hello", header) for name in self.parties})
         self._note_parties(replies)
+        # the narrowest ring that holds any count's sum over all rows: fewer key-stream and wire bytes
+        self.mask_bits = ring_bits_for(sum(self.party_rows.values()))
         if len(self.parties) > 1 and self.secure:
             for name, reply in replies.items():
                 if "public_key" not in reply.arrays:
@@ -72,7 +71,7 @@ class PPDERTMaster(BranchStatsLevels):
     def _level(self, trees, depth, act_tree, act_node, transition) -> LevelResult:
         features, thresholds = ppdert_candidates(self.params.random_state, act_tree, depth, self.low, self.high, self.k)
         self._round_id += 1
-        header = {"depth": depth, "n_trees": len(trees), "round_id": self._round_id}
+        header = {"depth": depth, "n_trees": len(trees), "round_id": self._round_id, "mask_bits": self.mask_bits}
         arrays = {"tree": act_tree.astype(np.int32)}
         if transition is None:
             self._new_batch(header)
@@ -95,9 +94,10 @@ class PPDERTMaster(BranchStatsLevels):
             masked = []
             for name in self.parties:
                 reply = replies[name]
-                if reply.kind != "ppdert_masked_counts" or reply.arrays.get("masked", np.zeros(0)).dtype != np.uint64:
+                ring = np.dtype(f"uint{self.mask_bits}")
+                if reply.kind != "ppdert_masked_counts" or reply.arrays.get("masked", np.zeros(0)).dtype != ring:
                     raise ProtocolError(f"party {name!r} answered {reply.kind!r}; with {len(self.parties)} parties "
-                                        "only masked uint64 counts are accepted")
+                                        f"only counts masked in the agreed {self.mask_bits}-bit ring are accepted")
                 masked.append(reply.arrays["masked"])
             from fedcore.privacy.secagg import unmask_sum
 

@@ -11,15 +11,16 @@ import pandas as pd
 
 from fedcore.errors import KeyAuthenticationError, ProtocolError
 from fedcore.horizontal.model import HorizontalForest
+from fedcore.horizontal.ppdert.agreed import domain_fingerprint, key_context, ppdert_candidates
 from fedcore.horizontal.rows import PartyRows, check_hello, narrow, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.privacy.secagg import MODULUS_BITS, RING_BITS
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message
 
 if TYPE_CHECKING:
     from fedcore.privacy.keyauth import PartyIdentity
 
-from fedcore.horizontal.ppdert.agreed import domain_fingerprint, key_context, ppdert_candidates
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,11 @@ class PPDERTParty:
             return Message("ppdert_plain_counts", {"plain": True}, {"counts": narrow(counts)})
         if not self._agreed:
             raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked round")
-        return Message("ppdert_masked_counts", {}, {"masked": self.aggregator.mask(counts, int(h["round_id"]))})
+        bits = int(h.get("mask_bits", MODULUS_BITS))
+        if bits not in RING_BITS or self.n_rows >= 1 << (bits - 1):
+            raise ProtocolError(f"party {self.name!r}: a {bits}-bit ring cannot hold the counts of its {self.n_rows} "
+                                f"rows; the ring must be one of {list(RING_BITS)} and hold every sum")
+        return Message("ppdert_masked_counts", {}, {"masked": self.aggregator.mask(counts, int(h["round_id"]), bits)})
 
     def _on_model(self, message: Message) -> Message:
         self.model = receive_model(self.name, self.algorithm, self.schema, message)
