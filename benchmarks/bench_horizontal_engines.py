@@ -1,0 +1,92 @@
+"""Every horizontal engine on one table, in one run, beside scikit-learn's ExtraTrees: training time and
+test accuracy of FET (plain, GDP, LDP) and PPD-ERT (secure aggregation), fully grown trees.
+
+Issue #12's targets: FET plain and PPD-ERT within 1.5x ExtraTrees(n_jobs=-1); FET-LDP and FET-GDP within
+2x plain FET. Each engine is fitted `--repeat` times, the engines taking turns, and the median is kept;
+ratios are medians of the per-round ratios (each round's fits ran back to back).
+
+    .venv/bin/python -m benchmarks.bench_horizontal_engines --data letter.parquet --label lettr \
+        [--parties 3] [--trees 50] [--repeat 3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.markdown import markdown_table
+from fedcore.data.split import split_horizontal
+from fedcore.horizontal import FederatedExtraTreesClassifier, PPDERTClassifier
+from fedcore.simulate import read_table, split_train_test
+
+
+def engines(trees: int) -> dict:
+    """Name -> a function making a fresh estimator (None: scikit-learn's ExtraTrees on the pooled rows)."""
+    return {
+        "ExtraTrees (sklearn, n_jobs=-1)": None,
+        "FET": lambda: FederatedExtraTreesClassifier(n_estimators=trees, random_state=0),
+        "PPD-ERT (secure aggregation)": lambda: PPDERTClassifier(n_estimators=trees, random_state=0,
+                                                                 allow_data_ranges=True),
+        "FET-GDP (epsilon 1 per query)": lambda: FederatedExtraTreesClassifier(n_estimators=trees, random_state=0,
+                                                                               privacy="gdp", epsilon=1.0),
+        "FET-LDP (Bloom, defaults)": lambda: FederatedExtraTreesClassifier(n_estimators=trees, random_state=0,
+                                                                           privacy="ldp"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--label", required=True)
+    parser.add_argument("--parties", type=int, default=3)
+    parser.add_argument("--trees", type=int, default=50)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    from sklearn.ensemble import ExtraTreesClassifier
+
+    table = read_table(args.data)
+    train, test = split_train_test(table, args.label, "classification", 0.2, seed=0)
+    parties = split_horizontal(train, args.parties, seed=0)
+    X, y = train.drop(columns=args.label).to_numpy(), train[args.label].to_numpy()
+    X_test, y_test = test.drop(columns=args.label), test[args.label].to_numpy()
+    makers = engines(args.trees)
+    seconds = {name: [] for name in makers}
+    accuracy = {}
+    for _ in range(args.repeat):
+        for name, make in makers.items():
+            if make is None:
+                model = ExtraTreesClassifier(n_estimators=args.trees, n_jobs=-1, random_state=0)
+                started = time.perf_counter()
+                model.fit(X, y)
+                seconds[name].append(time.perf_counter() - started)
+                accuracy[name] = float((model.predict(X_test.to_numpy()) == y_test).mean())
+            else:
+                model = make()
+                started = time.perf_counter()
+                model.fit(parties, label=args.label)
+                seconds[name].append(time.perf_counter() - started)
+                accuracy[name] = float((model.predict(X_test) == y_test).mean())
+            print(f"{name}: {seconds[name][-1]:.2f} s", flush=True)
+    et, fet = seconds["ExtraTrees (sklearn, n_jobs=-1)"], seconds["FET"]
+    rows = []
+    for name, times in seconds.items():
+        rows.append({"engine": name, "accuracy": accuracy[name], "fit s (median)": float(np.median(times)),
+                     "x ExtraTrees": float(np.median(np.array(times) / np.array(et))),
+                     "x FET": float(np.median(np.array(times) / np.array(fet)))})
+    print(f"\n{platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; "
+          f"{args.data.name}: {len(train)} training rows x {X.shape[1]} columns, {len(np.unique(y))} classes, "
+          f"{args.parties} parties, {args.trees} trees, fully grown, {args.repeat} rounds\n")
+    print(markdown_table(rows, digits=3))
+    if args.json:
+        args.json.write_text(json.dumps({"seconds": seconds, "accuracy": accuracy}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
