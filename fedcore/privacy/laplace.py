@@ -11,6 +11,7 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
+import numba as nb
 import numpy as np
 
 from fedcore.errors import ParameterError
@@ -29,11 +30,38 @@ def check_epsilon(epsilon: float, what: str = "epsilon") -> float:
 
 def laplace_counts(counts: np.ndarray, epsilon: float, rng: np.random.Generator,
                    sensitivity: float = 1.0) -> np.ndarray:
-    """Counts plus independent Laplace(0, sensitivity / epsilon) noise, as float64 of the same shape."""
+    """Counts plus independent Laplace(0, sensitivity / epsilon) noise, as float64 of the same shape.
+
+    The noise is exactly `rng.laplace(0, scale, counts.shape)`, value for value, and leaves `rng` where that
+    call would; it is computed in one compiled pass from the generator's raw words (`_add_laplace`)."""
     epsilon = check_epsilon(epsilon)
     sensitivity = check_epsilon(sensitivity, "sensitivity")
     counts = np.asarray(counts, dtype=np.float64)
-    return counts + rng.laplace(0.0, sensitivity / epsilon, size=counts.shape)
+    scale = sensitivity / epsilon
+    if not isinstance(rng.bit_generator, np.random.PCG64):  # the raw-word path assumes PCG64's next_double
+        return counts + rng.laplace(0.0, scale, size=counts.shape)
+    state = rng.bit_generator.state
+    out = np.ascontiguousarray(counts, dtype=np.float64).reshape(-1).copy()
+    if not _add_laplace(out, rng.bit_generator.random_raw(out.size), scale):
+        rng.bit_generator.state = state  # a uniform of exactly 0 (p = 2^-53 per draw): NumPy redraws it
+        return counts + rng.laplace(0.0, scale, size=counts.shape)
+    return out.reshape(counts.shape)
+
+
+@nb.njit(cache=True, parallel=True)
+def _add_laplace(out: np.ndarray, words: np.ndarray, scale: float) -> bool:
+    """out += NumPy's `random_laplace(0, scale)` of each raw PCG64 word (next_double: the top 53 bits);
+    False when a word gives the uniform 0, which NumPy rejects and redraws (the caller falls back)."""
+    zeros = 0  # a prange reduction: a plain flag set inside the loop would stay thread-private
+    for i in nb.prange(out.shape[0]):
+        u = (words[i] >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+        if u >= 0.5:
+            out[i] += 0.0 - scale * math.log(2.0 - u - u)
+        elif u > 0.0:
+            out[i] += 0.0 + scale * math.log(u + u)
+        else:
+            zeros += 1
+    return zeros == 0
 
 
 @dataclass

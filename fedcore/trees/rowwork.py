@@ -141,13 +141,13 @@ def regression_sums(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: 
     n_open, k = features.shape
     out = np.zeros((n_open, k, 2, 2), np.int64)
     for p in nb.prange(n_open):
-        for i in range(starts[p], ends[p]):
-            r = order[i]
-            v = q[r]
-            for j in range(k):
-                b = _right(X[r, features[p, j]], thresholds[p, j])
+        for j in range(k):  # one candidate at a time, as in class_counts
+            f, t = features[p, j], thresholds[p, j]
+            for i in range(starts[p], ends[p]):
+                r = order[i]
+                b = _right(X[r, f], t)
                 out[p, j, b, 0] += 1
-                out[p, j, b, 1] += v
+                out[p, j, b, 1] += q[r]
     return out
 
 

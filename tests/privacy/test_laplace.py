@@ -74,3 +74,27 @@ def test_accountant_refuses_bad_spends_without_recording_them() -> None:
     with pytest.raises(ParameterError, match="queries must be an integer >= 1, got 2.5"):
         accountant.spend(1.0, 2.5)  # type: ignore[arg-type]
     assert accountant.queries == 0 and accountant.total_epsilon() == 0.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_noise_is_numpys_laplace_draw_for_draw(seed: int) -> None:
+    counts = np.random.default_rng(seed).integers(0, 50, (300, 4, 2, 26)).astype(np.uint16)
+    fast, reference = (np.random.Generator(np.random.PCG64(seed)) for _ in range(2))
+    noisy = laplace_counts(counts, 0.7, fast, sensitivity=2.0)
+    expected = counts.astype(np.float64) + reference.laplace(0.0, 2.0 / 0.7, size=counts.shape)
+    np.testing.assert_array_equal(noisy, expected)  # bit for bit, so seeded GDP models do not change
+    assert fast.random() == reference.random()  # and the generator continues where NumPy's would
+
+
+def test_a_zero_uniform_falls_back_to_numpys_redraw(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fedcore.privacy import laplace
+
+    # a word whose top 53 bits are all 0 is the uniform 0.0, which NumPy rejects and redraws
+    assert not laplace._add_laplace(np.zeros(3), np.array([5, 1 << 20, 1 << 12], np.uint64), 1.0)
+    assert laplace._add_laplace(np.zeros(2), np.array([1 << 11, 1 << 63], np.uint64), 1.0)
+    # then the generator is rewound and NumPy draws: the same values and the same continuation
+    monkeypatch.setattr(laplace, "_add_laplace", lambda out, words, scale: False)
+    rng, reference = (np.random.Generator(np.random.PCG64(9)) for _ in range(2))
+    np.testing.assert_array_equal(laplace.laplace_counts(np.arange(4), 1.0, rng),
+                                  np.arange(4) + reference.laplace(0.0, 1.0, 4))
+    assert rng.random() == reference.random()
