@@ -64,3 +64,24 @@ def test_horizontal_batches_follow_the_budget_and_leave_plain_fet_unchanged() ->
     assert len(whole.master_.grower.batches()) == 1
     for name, values in whole.model_.arrays().items():
         np.testing.assert_array_equal(values, small.model_.arrays()[name], err_msg=name)
+
+
+def test_each_party_budget_bounds_the_batch_when_roles_run_apart() -> None:
+    """Agents on their own machines: the master plans with each party's reported budget (hello)."""
+    from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
+    from fedcore.horizontal.fet.party import HorizontalParty
+    from fedcore.horizontal.params import ExtraTreesParams
+    from fedcore.horizontal.validation import build_schema
+    from fedcore.transport.inprocess import InProcessTransport
+    from tests.horizontal.common import horizontal_table, split_rows
+
+    frames = dict(zip(["a", "b"], split_rows(horizontal_table(seed=6), 2), strict=True))
+    schema = build_schema(frames, "target", "classification", None)
+    small = 3 * len(frames["b"]) * BYTES_PER_TREE_ROW["horizontal"]  # room for 3 trees of b's rows
+    parties = [HorizontalParty("a", frames["a"], schema, noise_seed=1),
+               HorizontalParty("b", frames["b"], schema, noise_seed=2, memory_budget=small)]
+    master = FederatedExtraTreesMaster(InProcessTransport({p.name: p.handle for p in parties}),
+                                       ExtraTreesParams(n_estimators=8, max_depth=4), schema, memory_budget=1 << 30)
+    master.fit()
+    assert master.party_budgets["b"] == small and master.party_budgets["a"] > small  # a: its default share
+    assert master.grower.batch_size == 3 and len(master.grower.batches()) == 3

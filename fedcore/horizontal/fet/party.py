@@ -33,6 +33,7 @@ from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message
 from fedcore.randomness import stream
+from fedcore.trees.budget import default_budget
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,12 @@ class HorizontalParty:
     protocol = FET_PROTOCOL
 
     def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema, *, privacy: str = "none",
-                 epsilon: float = 1.0, ldp=None, noise_seed: int | None = None) -> None:
+                 epsilon: float = 1.0, ldp=None, noise_seed: int | None = None,
+                 memory_budget: int | None = None) -> None:
+        """`memory_budget`: bytes this party grows tree batches in (default: a share of its available
+        memory), reported in `hello_reply` so the master's batches fit (`fedcore.trees.budget`)."""
         self.name = name
+        self.memory_budget = memory_budget
         self.schema = schema
         self.privacy = privacy
         self.epsilon = float(epsilon)
@@ -106,7 +111,7 @@ class HorizontalParty:
         if h.get("privacy") != self.privacy:
             raise ProtocolError(f"party {self.name!r} is configured for privacy={self.privacy!r}, the master asked "
                                 f"for {h.get('privacy')!r}; the party's own setting wins: reconfigure the master")
-        header = {"n_rows": self.n_rows}
+        header = {"n_rows": self.n_rows, "memory_budget": self.memory_budget or default_budget()}
         if self.schema.task == "regression":
             largest = float(np.abs(self.y).max()) if self.n_rows else 0.0
             header["y_exponent"] = int(np.frexp(largest)[1])  # |y| < 2**y_exponent: a power of two, not a value

@@ -17,6 +17,7 @@ from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.secagg import MODULUS_BITS, RING_BITS
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message
+from fedcore.trees.budget import default_budget
 
 if TYPE_CHECKING:
     from fedcore.privacy.keyauth import PartyIdentity
@@ -55,10 +56,12 @@ class PPDERTParty:
 
     def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema, *, seed: int,
                  low: np.ndarray, high: np.ndarray, k: int, secure: bool = True,
-                 identity: PartyIdentity | None = None) -> None:
+                 identity: PartyIdentity | None = None, memory_budget: int | None = None) -> None:
         """`identity` signs this party's secure-aggregation key and verifies its peers' (required with
-        secure aggregation and more than one party)."""
+        secure aggregation and more than one party). `memory_budget`: bytes this party grows tree batches
+        in (default: a share of its available memory), reported in `hello_reply` (`fedcore.trees.budget`)."""
         self.name = name
+        self.memory_budget = memory_budget
         self.schema = schema
         self.privacy = "secagg" if secure else "none"
         self.rows = PartyRows(name, frame, schema)
@@ -94,7 +97,7 @@ class PPDERTParty:
         if bool(h.get("secure", True)) != self.secure:
             raise ProtocolError(f"party {self.name!r} runs PPD-ERT {'with' if self.secure else 'without'} secure "
                                 f"aggregation; the master asked for {'it' if h.get('secure', True) else 'plain counts'}")
-        arrays, header = {}, {"n_rows": self.n_rows}
+        arrays, header = {}, {"n_rows": self.n_rows, "memory_budget": self.memory_budget or default_budget()}
         self._n_parties = int(h["n_parties"])
         self.aggregator, self._agreed = None, False
         if self._n_parties > 1 and self.secure:
