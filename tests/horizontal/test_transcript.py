@@ -85,6 +85,7 @@ def test_fet_regression_targets_never_reach_the_master() -> None:
     for entry in _to_master(model.transcript_):
         assert raw_values_in(entry.payload, targets) == 0, entry.kind
     hello = [Message.from_bytes(e.payload) for e in model.transcript_ if e.kind == "hello_reply"]
-    # only a power-of-two bound on |y| (for the exact fixed-point scale) and the row count
-    assert all(set(m.header) == {"n_rows", "y_exponent"} for m in hello)
+    # only a power-of-two bound on |y| (for the exact fixed-point scale), the row count and the party's
+    # memory budget (bytes of its machine, for the batch plan)
+    assert all(set(m.header) == {"n_rows", "y_exponent", "memory_budget"} for m in hello)
     assert max(m.header["y_exponent"] for m in hello) == int(np.frexp(np.abs(table["target"]).max())[1])
