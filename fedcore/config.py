@@ -22,6 +22,7 @@
         cert: certs/bank.pem
         key: certs/bank.key
         predictions: predictions/bank      # where batch predictions land (default: next to the registry)
+        memory_budget_mb: 8192             # memory its agent grows tree batches in (default: half its free memory)
     params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal) fields
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
                metric: accuracy, predict_for: bank, connect_timeout_s: 60, agent_idle_timeout_s: 900}
@@ -65,6 +66,7 @@ class Institution:
     cert: Path | None = None
     key: Path | None = None
     predictions: Path | None = None
+    memory_budget_mb: int | None = None
 
     @property
     def is_label_holder(self) -> bool:
@@ -207,6 +209,13 @@ def load_config(path: str | os.PathLike) -> FederationConfig:
     return parse_config(raw, path)
 
 
+def _memory_budget(value: Any, path: Path, where: str) -> int | None:
+    """An institution's memory_budget_mb: a positive integer (MiB), or None for the default share."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigError(f"{path}: {where}: memory_budget_mb must be a positive integer (MiB), got {value!r}")
+    return value
+
+
 def parse_config(raw: dict, path: Path) -> FederationConfig:
     """Validate an already-parsed config mapping (see module docstring for the fields)."""
     def need(mapping: dict, key: str, where: str) -> Any:
@@ -235,6 +244,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
             cert=resolve(path, item["cert"]) if item.get("cert") else None,
             key=resolve(path, item["key"]) if item.get("key") else None,
             predictions=resolve(path, item["predictions"]) if item.get("predictions") else None,
+            memory_budget_mb=_memory_budget(item.get("memory_budget_mb"), path, where),
         ))
     names = [i.name for i in institutions]
     if len(set(names)) != len(names):

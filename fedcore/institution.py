@@ -36,6 +36,15 @@ class InstitutionData:
     load_batch: Callable[[], pd.DataFrame] | None = None
     validation: ValidationReport | None = None
     contract: DataContract | None = None
+    memory_budget_mb: int | None = None
+    """Memory the agent's party grows tree batches in (None: half of what its process may allocate)."""
+
+    @property
+    def memory_budget(self) -> int:
+        """The party's budget in bytes (`fedcore.trees.budget`)."""
+        from fedcore.trees.budget import resolve_budget
+
+        return resolve_budget(self.memory_budget_mb)
 
     @property
     def valid(self) -> bool:
@@ -65,7 +74,7 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
     return InstitutionData(
         name=name, frame=frame, id_column=inst.id_column, label=inst.label, registry=inst.registry,
         predictions_dir=inst.registry.parent / "predictions" / name if inst.predictions is None else inst.predictions,
-        load_batch=batch, validation=report, contract=contract,
+        load_batch=batch, validation=report, contract=contract, memory_budget_mb=inst.memory_budget_mb,
     )
 
 

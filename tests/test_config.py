@@ -110,3 +110,20 @@ def test_paillier_key_bits_belong_to_the_paillier_mode(tmp_path) -> None:
     raw["privacy"] = {"mode": "paillier", "key_bits": 3072}
     config_path.write_text(yaml.safe_dump(raw))
     assert load_config(config_path).params.paillier_key_bits == 3072
+
+
+def test_an_institution_may_bound_its_agents_memory() -> None:
+    from fedcore.institution import InstitutionData
+    from fedcore.trees.budget import MIB
+
+    raw = _raw()
+    raw["institutions"][1]["memory_budget_mb"] = 2048
+    bank, insurer = parse_config(raw, CONFIG).institutions
+    assert (bank.memory_budget_mb, insurer.memory_budget_mb) == (None, 2048)
+    data = InstitutionData("insurer", None, "customer_id", None, Path("r"), Path("p"), memory_budget_mb=2048)
+    assert data.memory_budget == 2048 * MIB  # what its party reports to the master for the batch plan
+    for bad in (0, -5, 1.5, True, "2G"):
+        raw["institutions"][1]["memory_budget_mb"] = bad
+        with pytest.raises(ConfigError, match=f"institution 'insurer': memory_budget_mb must be a positive integer "
+                                              rf"\(MiB\), got {bad!r}"):
+            parse_config(raw, CONFIG)

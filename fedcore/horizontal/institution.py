@@ -120,13 +120,13 @@ class HorizontalInstitutionAgent(SessionAgent):
         if h["algorithm"] == "ppd-ert":
             self.party = PPDERTParty(self.name, train, self.schema, seed=int(h["seed"]),
                                      low=np.asarray(h["low"], np.float64), high=np.asarray(h["high"], np.float64),
-                                     k=int(h["k"]), identity=self.identity)
+                                     k=int(h["k"]), identity=self.identity, memory_budget=self.data.memory_budget)
         else:
             from fedcore.privacy.ldp import LabelLDP
 
             ldp = LabelLDP(**h["ldp"]) if h["privacy"] == "ldp" else None
-            self.party = HorizontalParty(self.name, train, self.schema, privacy=h["privacy"],
-                                         epsilon=float(h["epsilon"]), ldp=ldp)  # noise from a local secret seed
+            self.party = HorizontalParty(self.name, train, self.schema, privacy=h["privacy"],  # noise: a local secret seed
+                                         epsilon=float(h["epsilon"]), ldp=ldp, memory_budget=self.data.memory_budget)
         return Message("ready", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
 
     # -- after training -----------------------------------------------------------------------------------
