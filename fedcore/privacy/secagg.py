@@ -34,9 +34,9 @@ learn from what it sees.
 
 PRG: ChaCha20 (``cryptography``) keyed by the pair key, encrypting zeros, read as little-endian uint64.
 The 16-byte ChaCha20 input of ``cryptography`` is a 4-byte little-endian block counter followed by the
-12-byte nonce; the counter starts at 0 and the nonce is the round id as 8 little-endian bytes plus 4 zero
-bytes, so distinct rounds use disjoint key streams. A b-bit ring reads the stream as little-endian b-bit
-words.
+12-byte nonce; the counter starts at 0 and the nonce is the round id as 8 little-endian bytes plus 4 bytes
+naming the ring (0 for 64 bits, else b), so distinct rounds and distinct rings use unrelated key streams.
+A b-bit ring reads its stream as little-endian b-bit words.
 """
 
 from __future__ import annotations
@@ -72,8 +72,14 @@ def _pair_info(a: str, b: str) -> bytes:
 
 
 def _keystream(key: bytes, round_id: int, n: int, bits: int = MODULUS_BITS) -> np.ndarray:
-    """n little-endian words of `bits` bits of ChaCha20(key) for this round, starting at block 0."""
-    nonce = bytes(4) + round_id.to_bytes(8, "little") + bytes(4)
+    """n little-endian words of `bits` bits of ChaCha20(key) for this round and ring, starting at block 0.
+
+    The ring is part of the nonce (its last 4 bytes; 0 for the 64-bit ring): masks of different widths
+    are independent streams, so a master that told parties different rings in one round would sum
+    unrelated masks, not learn a vector (one 64-bit word is otherwise four 16-bit words of the same key
+    stream)."""
+    ring = 0 if bits == MODULUS_BITS else bits
+    nonce = bytes(4) + round_id.to_bytes(8, "little") + ring.to_bytes(4, "little")
     encryptor = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
     width = bits // 8
     return np.frombuffer(encryptor.update(bytes(width * n)), dtype=f"<u{width}").astype(_RING[bits], copy=False)

@@ -216,3 +216,23 @@ def test_rings_must_agree_and_be_known() -> None:
     for bad in (8, 24, True, "16"):
         with pytest.raises(ParameterError, match=r"the ring must have one of \[16, 32, 64\] bits"):
             parties[0].mask(np.arange(5), round_id=2, bits=bad)
+
+
+def test_rings_of_different_widths_use_unrelated_key_streams() -> None:
+    """A master telling parties different rings in one round must not be able to line a 64-bit mask up
+    with four 16-bit ones (the same key stream read at another width would cancel them)."""
+    key = bytes(range(32))
+    wide = secagg._keystream(key, 5, 4, 64)
+    for bits in (16, 32):
+        narrow = secagg._keystream(key, 5, 4 * 64 // bits, bits)
+        assert narrow.tobytes() != wide.tobytes()
+    # the 64-bit ring keeps the stream it always had: nonce = counter 0, round id, 4 zero bytes
+    nonce = bytes(4) + (5).to_bytes(8, "little") + bytes(4)
+    expected = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor().update(bytes(32))
+    assert wide.tobytes() == expected
+    # the attack: a masks in 16 bits, b and c in 64; b + c split into 16-bit words, plus a, is not a's vector
+    parties = _federation(3)
+    a = parties[0].mask(np.arange(8, dtype=np.int64), round_id=9, bits=16)
+    bc = (parties[1].mask(np.zeros(2, np.int64), round_id=9) + parties[2].mask(np.zeros(2, np.int64), round_id=9))
+    recovered = (bc.view(np.uint16) + a).view(np.int16)
+    assert not np.array_equal(recovered, np.arange(8))

@@ -102,6 +102,9 @@ class PPDERTMaster(BranchStatsLevels):
             from fedcore.privacy.secagg import unmask_sum
 
             total = unmask_sum(masked)
+            if total.size and int(total.min()) < 0:  # counts cannot be negative: a sum wrapped around the ring
+                raise ProtocolError(f"the masked counts sum to negative values in the {self.mask_bits}-bit ring: "
+                                    "a party counted more rows than it reported, or masked in another ring")
         if total.size != size:
             raise ProtocolError(f"aggregated counts have {total.size} entries, expected {size}")
         branch = total.reshape(*features.shape, 2, self.n_stats).astype(np.float64)

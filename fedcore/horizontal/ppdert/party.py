@@ -75,6 +75,7 @@ class PPDERTParty:
         self.low, self.high, self.k = np.asarray(low, np.float64), np.asarray(high, np.float64), int(k)
         self.aggregator = None
         self._agreed = False
+        self._ring: int | None = None  # the session's secure-aggregation ring, fixed by its first masked level
         self.machine = PPDERT_PROTOCOL.start(log)
 
     def handle(self, message: Message) -> Message:
@@ -99,7 +100,7 @@ class PPDERTParty:
                                 f"aggregation; the master asked for {'it' if h.get('secure', True) else 'plain counts'}")
         arrays, header = {}, {"n_rows": self.n_rows, "memory_budget": self.memory_budget or default_budget()}
         self._n_parties = int(h["n_parties"])
-        self.aggregator, self._agreed = None, False
+        self.aggregator, self._agreed, self._ring = None, False, None
         if self._n_parties > 1 and self.secure:
             from fedcore.privacy.secagg import SecureAggregator
 
@@ -133,10 +134,15 @@ class PPDERTParty:
             return Message("ppdert_plain_counts", {"plain": True}, {"counts": narrow(counts)})
         if not self._agreed:
             raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked round")
-        bits = int(h.get("mask_bits", MODULUS_BITS))
-        if bits not in RING_BITS or self.n_rows >= 1 << (bits - 1):
+        bits = h.get("mask_bits", MODULUS_BITS)
+        if isinstance(bits, bool) or bits not in RING_BITS or self.n_rows >= 1 << (bits - 1):
             raise ProtocolError(f"party {self.name!r}: a {bits}-bit ring cannot hold the counts of its {self.n_rows} "
                                 f"rows; the ring must be one of {list(RING_BITS)} and hold every sum")
+        if self._ring is None:
+            self._ring = bits  # one ring per session: every level masks in the ring the first one named
+        elif bits != self._ring:
+            raise ProtocolError(f"party {self.name!r}: the master changed the ring from {self._ring} to {bits} bits "
+                                "within a session")
         return Message("ppdert_masked_counts", {}, {"masked": self.aggregator.mask(counts, int(h["round_id"]), bits)})
 
     def _on_model(self, message: Message) -> Message:
