@@ -19,8 +19,9 @@ Ties between candidates go to the lowest candidate index (`argmax`); candidates 
 Checkpoints (`fit(checkpoints, resume_from)`, see the grower): every completed tree batch is saved at the
 master as its node records plus the counters after it (levels grown; PPD-ERT adds its secure-aggregation
 round id), so a resumed run loads finished batches instead of growing them again and numbers its rounds
-as the uninterrupted run would. Every draw is keyed by (tree, depth), so a batch grown again is the same
-batch. The parties keep no tree state between batches (every party ends with the complete model anyway);
+as the uninterrupted run would. Every draw of the master is keyed by (tree, depth); a DP party's noise is
+keyed by its count of answered queries, which its agent checkpoints, so a batch grown again under the same
+batch plan is the same batch (hence `noise_follows_batches`). The parties keep no tree state between batches (every party ends with the complete model anyway);
 they save their own per-batch state (noise counters in the DP modes) when the first request of the next
 batch, or the final `model`, carries `save_batch`.
 """
@@ -40,7 +41,7 @@ from fedcore.progress import ProgressCallback
 from fedcore.protocol.messages import Message
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
-from fedcore.trees.budget import BYTES_PER_TREE_ROW, resolve_budget
+from fedcore.trees.budget import BYTES_PER_TREE_ROW, reported_budget, resolve_budget
 from fedcore.trees.candidates import CRITERION_CODES, best_candidates
 from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
 
@@ -132,6 +133,13 @@ class BranchStatsLevels(LevelStrategy, ABC):
         self.grower = LevelwiseGrower(self, params, progress)
         self._save_batch: int | None = None  # the batch the parties checkpoint on the next batch's first request
 
+    noise_follows_batches = False
+    """Whether the parties' noise depends on how trees are batched (FET's DP modes: a party's noise is keyed
+    by its count of answered queries). Then the batch plan comes from the configuration alone
+    (`tree_batch_size`, or `memory_budget_mb` for every role, else one batch), never from the memory a
+    machine happens to have free: the same seed gives the same model everywhere, and a resumed run cannot
+    pair a query with noise an earlier attempt used for another."""
+
     @property
     def levels(self) -> int:
         """Levels with open nodes, over all batches (each one is 1 or 2 rounds)."""
@@ -164,7 +172,7 @@ class BranchStatsLevels(LevelStrategy, ABC):
     def _note_parties(self, replies: dict[str, Message]) -> None:
         """Each party's rows and memory budget, from its hello reply (for the batch plan)."""
         self.party_rows = {name: int(r.header["n_rows"]) for name, r in replies.items()}
-        self.party_budgets = {name: int(r.header.get("memory_budget") or 0) for name, r in replies.items()}
+        self.party_budgets = {name: reported_budget(name, r.header) for name, r in replies.items()}
 
     def memory_costs(self) -> list[tuple[int, int]]:
         """(bytes per tree of a batch, budget) of every party and of the master (`fedcore.trees.budget`):
@@ -188,10 +196,15 @@ class BranchStatsLevels(LevelStrategy, ABC):
         says so), and batches before `resume_from` are loaded instead of grown: the parties must have
         restored their state first (`HorizontalSession.train` arranges both).
         """
-        self.setup()
-        self._stopping = StoppingRules.of(self.params, self.min_samples_leaf)
-        self.grower.plan(self.memory_costs(), self.shared_budget)
         p = self.params
+        self.setup()
+        self._stopping = StoppingRules.of(p, self.min_samples_leaf)
+        if self.noise_follows_batches:  # the plan must come from the configuration alone, not the machine
+            if p.memory_budget_mb is not None:
+                budget = resolve_budget(p.memory_budget_mb)
+                self.grower.plan([(cost, budget) for cost, _ in self.memory_costs()])
+        else:
+            self.grower.plan(self.memory_costs(), self.shared_budget)
         records, save_batch = self.grower.grow(checkpoints, resume_from)
         self.forest = HorizontalForest.from_arrays(records, n_trees=p.n_estimators, task=p.task,
                                                    algorithm=self.algorithm, schema=self.schema)

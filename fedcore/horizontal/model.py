@@ -148,15 +148,3 @@ class HorizontalForest:
         return cls(**kwargs, threshold=np.asarray(arrays["threshold"], np.float64),
                    weight=np.asarray(arrays["weight"], np.float64), value=value, n_trees=int(n_trees), task=task,
                    algorithm=algorithm, schema=schema)
-
-
-def assemble_forest(records: list[dict[str, np.ndarray]], n_trees: int, task: str, algorithm: str,
-                    schema: HorizontalSchema | None = None) -> HorizontalForest:
-    """Join per-level node records (any order) into a forest sorted by (tree, node)."""
-    merged = {k: np.concatenate([r[k] for r in records]) for k in records[0]}
-    order = np.lexsort((merged["node"], merged["tree"]))
-    merged = {k: v[order] for k, v in merged.items()}
-    key = merged["tree"].astype(np.int64) * (1 << 32) + merged["node"]
-    if len(np.unique(key)) != len(key):
-        raise ArtifactError("a node was recorded twice while assembling the forest")
-    return HorizontalForest.from_arrays(merged, n_trees=n_trees, task=task, algorithm=algorithm, schema=schema)

@@ -15,7 +15,7 @@ import os
 import resource
 from pathlib import Path
 
-from fedcore.errors import ParameterError
+from fedcore.errors import ParameterError, ProtocolError
 
 DEFAULT_SHARE = 0.5
 """Share of the available memory a role plans to use by default: the rest is for the data itself,
@@ -24,8 +24,8 @@ message buffers in flight and the rest of the machine."""
 BYTES_PER_TREE_ROW = {"vertical": 40, "horizontal": 16}
 """A party's growth state per tree of a batch and row: vertical (SamplePartition) sample order, weight
 and label, double-buffered (32 bytes) plus partition bitmaps and bootstrap counts; horizontal: the row
-partition (node position per tree and row) and the level's entry list. Upper bounds, checked by
-benchmarks/bench_memory.py."""
+order of the open nodes' segments (4 bytes), LDP's row positions (4 more) and room for the level's
+replies. Upper bounds: benchmarks/bench_memory.py measured 26 and 7 at 10M rows (docs/benchmarks.md)."""
 
 MIB = 1 << 20
 
@@ -54,6 +54,15 @@ def resolve_budget(memory_budget_mb: int | None) -> int:
     if isinstance(memory_budget_mb, bool) or not isinstance(memory_budget_mb, int) or memory_budget_mb < 1:
         raise ParameterError(f"memory_budget_mb must be a positive integer (MiB), got {memory_budget_mb!r}")
     return memory_budget_mb * MIB
+
+
+def reported_budget(party: str, header: dict) -> int:
+    """A party's reported memory budget in bytes (0: none reported); anything but a non-negative integer
+    is refused, naming the party."""
+    value = header.get("memory_budget", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ProtocolError(f"party {party!r} reported memory_budget {value!r}; expected a number of bytes")
+    return value
 
 
 def trees_per_batch(n_trees: int, costs: list[tuple[int, int]], shared_budget: int | None = None) -> int:

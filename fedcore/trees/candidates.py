@@ -1,10 +1,10 @@
 """Choosing the best of k candidate splits per node from aggregated branch statistics (the horizontal
 master's hot path, compiled): gains, the usable candidates and the winner, in one pass over (A, k, 2, S).
 
-The arithmetic is the same, operation for operation, as the NumPy definitions in
-`fedcore.horizontal.growth` (`split_gains`, `branch_counts`): sums over the S statistics follow NumPy's
-pairwise order (`_numpy_sum`), so noisy (non-integer) statistics give the same bits as before, and
-exact integer counts give exact sums in any order. Logarithms (entropy) are libm's `log2`, the same on
+The arithmetic is the same, operation for operation, as the NumPy definitions it replaced (kept as the
+reference in tests/trees/test_candidates.py): sums over the S statistics follow NumPy's pairwise order
+(`_numpy_sum`), so noisy (non-integer) statistics give the same bits as before, and exact integer counts
+give exact sums in any order. Logarithms (entropy) are libm's `log2`, the same on
 every CPU.
 """
 
@@ -19,10 +19,15 @@ GINI, ENTROPY, VARIANCE = 0, 1, 2
 CRITERION_CODES = {"gini": GINI, "entropy": ENTROPY, "squared_error": VARIANCE}
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True)
 def _numpy_sum(values: np.ndarray) -> float:
-    """Sum in NumPy's pairwise order for a contiguous row of at most 128 values (8 running partial sums)."""
+    """Sum in NumPy's pairwise order for a contiguous row: 8 running partial sums up to 128 values, and
+    above that the halves (rounded to a multiple of 8) summed so, then added."""
     n = values.shape[0]
+    if n > 128:
+        half = n // 2
+        half -= half % 8
+        return _numpy_sum(values[:half]) + _numpy_sum(values[half:])
     if n < 8:
         total = 0.0
         for i in range(n):

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedcore.checkpoints import CheckpointStore
+from fedcore.errors import ArtifactError
 from fedcore.progress import GrowthProgress, ProgressCallback
 from fedcore.trees.budget import trees_per_batch
 from fedcore.trees.criteria import min_gain
@@ -146,9 +147,11 @@ class LevelwiseGrower:
         """Grow (or load) every batch: the node records of the forest, sorted by (tree, node), and the
         batch the parties checkpoint with the final model (None without checkpoints or when every batch
         came from checkpoints)."""
-        if checkpoints is not None and resume_from > 0:  # the plan the interrupted attempt started with
-            first = checkpoints.load(0)
-            self.batch_size = int(first.get(COUNTER_PREFIX + BATCH_SIZE_COUNTER, [self.batch_size])[0])
+        if checkpoints is not None and 0 in checkpoints.completed():  # the plan an earlier attempt started with
+            recorded = checkpoints.load(0).get(COUNTER_PREFIX + BATCH_SIZE_COUNTER)
+            # checkpoints from before plans were recorded: the default of that time (one batch, or the size set)
+            self.batch_size = int(recorded[0]) if recorded is not None else (
+                self.params.tree_batch_size or self.params.n_estimators)
         batches = self.batches()
         if self.progress and len(batches) > 1:
             self.progress(GrowthProgress(0, self.params.n_estimators, 0, -1, 0, n_batches=len(batches)))
@@ -156,6 +159,9 @@ class LevelwiseGrower:
         for index, trees in enumerate(batches):
             if checkpoints is not None and index < resume_from:
                 saved = checkpoints.load(index)
+                if len(saved["tree"]) and not trees[0] <= int(saved["tree"].min()) <= int(saved["tree"].max()) <= trees[-1]:
+                    raise ArtifactError(f"checkpoint batch {index} holds trees outside {trees[0]}..{trees[-1]}: "
+                                        "it belongs to another batch plan")
                 counters = {name[len(COUNTER_PREFIX):]: int(a[0]) for name, a in saved.items()
                             if name.startswith(COUNTER_PREFIX)}
                 self._restore(counters)

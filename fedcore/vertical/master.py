@@ -20,7 +20,7 @@ from fedcore.progress import ProgressCallback
 from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
-from fedcore.trees.budget import BYTES_PER_TREE_ROW, resolve_budget
+from fedcore.trees.budget import BYTES_PER_TREE_ROW, reported_budget, resolve_budget
 from fedcore.trees.criteria import SQUARED_ERROR, leaf_value
 from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
 from fedcore.trees.params import ForestParams
@@ -96,7 +96,7 @@ class VerticalMaster(LevelStrategy):
             parties=parties, label_holder=holder, n_rows=rows[holder],
             n_classes=int(replies[holder].header["n_classes"]),
             feature_ids=[ids[i] for i in order], feature_owner=np.array(owner, dtype=np.int64)[order],
-            memory_budgets={name: int(r.header.get("memory_budget") or 0) for name, r in replies.items()},
+            memory_budgets={name: reported_budget(name, r.header) for name, r in replies.items()},
         )
         position = {fid: g for g, fid in enumerate(self.info.feature_ids)}
         label_header = {"max_weight": p.n_draws(self.info.n_rows) or self.info.n_rows}
@@ -115,8 +115,9 @@ class VerticalMaster(LevelStrategy):
 
     # -- training: the vertical level strategy of the one grower (fedcore/trees/grower.py) -----------
     def batches(self) -> list[list[int]]:
-        """The tree batches, in growth order."""
-        return self._grower().batches()
+        """The tree batches, in growth order (as planned by the last fit, else as planned now)."""
+        grower = getattr(self, "grower", None) or self._grower()
+        return grower.batches()
 
     def _grower(self) -> LevelwiseGrower:
         """The grower, its batches planned from the parties' memory budgets (known after setup)."""
@@ -131,7 +132,7 @@ class VerticalMaster(LevelStrategy):
         p, info = self.params, self.info
         own = self.memory_budget or resolve_budget(p.memory_budget_mb)
         party_tree = info.n_rows * BYTES_PER_TREE_ROW["vertical"]
-        costs = [(party_tree, info.memory_budgets.get(name) or own) for name in info.parties]
+        costs = [(party_tree, (info.memory_budgets or {}).get(name) or own) for name in info.parties]
         level_nodes = min(2 ** min(p.depth_limit, 40), max(1, info.n_rows // p.min_samples_leaf))
         costs.append((level_nodes * MASTER_BYTES_PER_NODE, own))
         return costs

@@ -85,3 +85,37 @@ def test_each_party_budget_bounds_the_batch_when_roles_run_apart() -> None:
     master.fit()
     assert master.party_budgets["b"] == small and master.party_budgets["a"] > small  # a: its default share
     assert master.grower.batch_size == 3 and len(master.grower.batches()) == 3
+
+
+def test_dp_models_do_not_follow_the_memory_a_machine_has_free(monkeypatch) -> None:
+    """FET-GDP/LDP noise is keyed by each party's count of answered queries, so the batch plan shapes the
+    model: it comes from the configuration alone, never from the free memory measured at run time."""
+    from fedcore.horizontal import FederatedExtraTreesClassifier
+    from fedcore.trees import budget
+    from tests.horizontal.common import horizontal_table, split_rows
+
+    parties = split_rows(horizontal_table(seed=7), 3)
+
+    def fit(privacy: str):
+        model = FederatedExtraTreesClassifier(n_estimators=6, max_depth=10, random_state=3, privacy=privacy)
+        return model.fit(parties, label="target")
+
+    roomy = {mode: fit(mode) for mode in ("none", "gdp")}
+    monkeypatch.setattr(budget, "available_bytes", lambda: 2 * MIB)  # a machine with 2 MiB free
+    tight = {mode: fit(mode) for mode in ("none", "gdp")}
+    assert len(roomy["none"].master_.grower.batches()) == 1 < len(tight["none"].master_.grower.batches())
+    assert len(tight["gdp"].master_.grower.batches()) == 1
+    for mode in ("none", "gdp"):  # plain FET does not depend on batches; GDP is not batched by memory
+        for name, values in roomy[mode].model_.arrays().items():
+            np.testing.assert_array_equal(values, tight[mode].model_.arrays()[name], err_msg=f"{mode} {name}")
+
+
+def test_a_reported_budget_must_be_a_byte_count() -> None:
+    from fedcore.errors import ProtocolError
+    from fedcore.trees.budget import reported_budget
+
+    assert reported_budget("bank", {"memory_budget": 5 * MIB}) == 5 * MIB
+    assert reported_budget("bank", {}) == 0  # none reported: planned with the master's
+    for bad in ("8G", -1, 1.5, float("inf"), True, None):
+        with pytest.raises(ProtocolError, match=f"party 'bank' reported memory_budget {bad!r}; expected a number"):
+            reported_budget("bank", {"memory_budget": bad})

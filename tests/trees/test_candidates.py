@@ -50,7 +50,7 @@ def run(branch, sizes, valid, criterion, min_leaf):
 
 
 @pytest.mark.parametrize("criterion", ["gini", "entropy"])
-@pytest.mark.parametrize("n_classes", [2, 3, 7, 8, 9, 26, 40])
+@pytest.mark.parametrize("n_classes", [2, 3, 7, 8, 9, 26, 40, 129, 300])
 @pytest.mark.parametrize("noisy", [False, True])
 def test_classification_choice_matches_the_numpy_definition(criterion: str, n_classes: int, noisy: bool) -> None:
     rng = np.random.default_rng(n_classes * 7 + noisy)

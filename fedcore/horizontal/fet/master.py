@@ -18,12 +18,14 @@ is then an exact integer in float64 as well as int64, so sums are independent of
 need only (count, sum q) per branch: the variance reduction n_l n_r / n (mean_l - mean_r)^2 needs no
 sum of squares.
 
-Resuming after a crash (`fit(checkpoints, resume_from)`, see `growth.py`) gives the forest of an
-uninterrupted run in every privacy mode: the master's draws are keyed by (tree, depth), and a party's
+Resuming after a crash (`fit(checkpoints, resume_from)`, see `fedcore/trees/grower.py`) gives the forest
+of an uninterrupted run in every privacy mode: the master's draws are keyed by (tree, depth), and a party's
 noise (gdp: Laplace, ldp: randomized response) is keyed by its own secret seed and its count of answered
 queries, which its agent checkpoints at home with every batch and restores (`HorizontalInstitutionAgent`).
 A batch grown again is therefore answered with the same noise as before the crash, so the repetition
 releases nothing new (to a master that follows the protocol) and the party's accountant counts it once.
+This needs the same batches in every attempt: in the DP modes the batch plan comes from the configuration
+alone (`noise_follows_batches`), and a resumed run keeps the plan its checkpoints recorded.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                  memory_budget: int | None = None) -> None:
         super().__init__(transport, params, schema, progress, memory_budget)
         self.privacy = privacy
+        self.noise_follows_batches = privacy in ("gdp", "ldp")
         self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None  # n_bits fixed for the classes
         if privacy == "ldp":  # a leaf's classes are estimated from its rows' reports: not from too few
             self.min_samples_leaf = max(params.min_samples_leaf, self.ldp.leaf_floor(schema.n_classes))
