@@ -196,10 +196,12 @@ def test_active_slots_per_row() -> None:
 def test_results_do_not_depend_on_the_number_of_threads() -> None:
     import numba
 
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba runs one thread here: there is no other thread count to compare with")
     before = numba.get_num_threads()
     try:
         outputs = []
-        for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):
+        for threads in (1, numba.config.NUMBA_NUM_THREADS):
             numba.set_num_threads(threads)
             out = []
             for rows, _, _, _ in levels(seed=11, n_trees=20, k=4, depth=6):
