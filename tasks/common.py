@@ -26,6 +26,8 @@ def progress_reporter(description: str, depth_limit: int) -> tuple[ProgressCallb
     logger = get_run_logger()
 
     def report(p: GrowthProgress) -> None:
+        if p.n_batches:  # the plan, announced once when the trees do not all fit one batch
+            logger.info("growing %d trees in %d batches (memory budgets, or tree_batch_size)", p.n_trees, p.n_batches)
         if p.depth < 0:
             share = p.trees_done / p.n_trees
         else:
