@@ -18,6 +18,7 @@ from fedcore.trees.criteria import (
     n_stats,
     stats_weight,
 )
+from tests.trees.references import reference_term
 
 CLASSIFICATION = [GINI, ENTROPY]
 
@@ -36,22 +37,6 @@ def moment_stats(y: np.ndarray, w: np.ndarray) -> np.ndarray:
     for value, weight in zip(y.tolist(), w.tolist(), strict=True):
         out += (weight, weight * value, weight * value * value)
     return out
-
-
-def reference_term(y: np.ndarray, w: np.ndarray, criterion: int, n_classes: int = 0) -> float:
-    """Weight times impurity by definition: gini 1 - sum p^2, entropy -sum p log2 p (bits, as scikit-learn),
-    squared error the weighted mean of (y - mean)^2 (two passes, no sum-of-squares shortcut)."""
-    total = float(np.sum(w))
-    if total <= 0:
-        return 0.0
-    if criterion == SQUARED_ERROR:
-        mean = float(np.sum(w * y)) / total
-        return float(np.sum(w * (y - mean) ** 2))
-    p = np.array([np.sum(w[y == k]) for k in range(n_classes)]) / total
-    if criterion == GINI:
-        return total * (1.0 - float(np.sum(p * p)))
-    p = p[p > 0]
-    return total * float(-np.sum(p * np.log2(p)))
 
 
 def term_tolerance(y: np.ndarray, w: np.ndarray, criterion: int) -> float:

@@ -21,27 +21,13 @@ import pytest
 from fedcore.data.binning import MISSING_BIN
 from fedcore.trees.criteria import ENTROPY, GINI, SQUARED_ERROR, n_stats
 from fedcore.trees.splitting import NodeSplits, best_splits_from_histograms, find_best_splits, node_statistics
+from tests.trees.references import reference_term
 
 MISSING = MISSING_BIN
 ALL_VALUES_LEFT = MISSING_BIN - 1  # the bin a numeric split reports when every non-missing value goes left
 
 
 # -- reference ----------------------------------------------------------------------------------------
-
-
-def reference_term(y: np.ndarray, w: np.ndarray, criterion: int, n_classes: int) -> float:
-    """Weight times impurity of weighted samples, by definition (gini, entropy in bits, two-pass variance)."""
-    total = float(np.sum(w))
-    if total <= 0:
-        return 0.0
-    if criterion == SQUARED_ERROR:
-        mean = float(np.sum(w * y)) / total
-        return float(np.sum(w * (y - mean) ** 2))
-    p = np.bincount(y.astype(np.int64), weights=w, minlength=n_classes) / total
-    if criterion == GINI:
-        return total * (1.0 - float(np.sum(p * p)))
-    p = p[p > 0]
-    return total * float(-np.sum(p * np.log2(p)))
 
 
 def gain_tolerance(y: np.ndarray, w: np.ndarray, criterion: int, n_classes: int) -> float:
