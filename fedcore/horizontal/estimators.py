@@ -84,13 +84,12 @@ class _HorizontalForest:
         self._check_before_fit(schema, frames)
         self.schema_ = schema
         self.label_ = label
-        self._memory_budget = resolve_budget(self.params.memory_budget_mb)  # one process for every role
         self.parties_ = self._make_parties(frames, schema)
         self.transport_ = InProcessTransport({p.name: p.handle for p in self.parties_},
                                              record_transcript=self.record_transcript,
                                              record_payloads=self.record_payloads)
         self.master_ = self._make_master(self.transport_, schema)
-        self.master_.shared_budget = self._memory_budget
+        self.master_.shared_budget = resolve_budget(self.params.memory_budget_mb)  # one process for every role
         started = time.perf_counter()
         self.model_ = self.master_.fit()
         self.fit_seconds_ = time.perf_counter() - started

@@ -41,7 +41,7 @@ from fedcore.progress import ProgressCallback
 from fedcore.protocol.messages import Message
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
-from fedcore.trees.budget import BYTES_PER_TREE_ROW, reported_budget, resolve_budget
+from fedcore.trees.budget import BYTES_PER_TREE_ROW, level_nodes, reported_budget, resolve_budget, role_costs
 from fedcore.trees.candidates import CRITERION_CODES, best_candidates
 from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
 
@@ -181,12 +181,9 @@ class BranchStatsLevels(LevelStrategy, ABC):
         open nodes per tree. A party that reported no budget is planned with the master's."""
         p = self.params
         own = self.memory_budget or resolve_budget(p.memory_budget_mb)
-        costs = [(rows * BYTES_PER_TREE_ROW["horizontal"], self.party_budgets.get(name) or own)
-                 for name, rows in self.party_rows.items()]
-        total_rows = sum(self.party_rows.values())
-        level_nodes = min(2 ** min(p.depth_limit, 40), max(1, total_rows // (2 * self.min_samples_leaf)))
-        costs.append((level_nodes * self.k * 2 * self.n_stats * 8 * (len(self.parties) + 3), own))
-        return costs
+        nodes = level_nodes(p.depth_limit, sum(self.party_rows.values()) // (2 * self.min_samples_leaf))
+        master_per_tree = nodes * self.k * 2 * self.n_stats * 8 * (len(self.parties) + 3)
+        return role_costs(self.party_rows, self.party_budgets, BYTES_PER_TREE_ROW["horizontal"], master_per_tree, own)
 
     # -- driver -----------------------------------------------------------------------------------
     def fit(self, checkpoints: CheckpointStore | None = None, resume_from: int = 0) -> HorizontalForest:

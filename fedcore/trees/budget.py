@@ -56,6 +56,19 @@ def resolve_budget(memory_budget_mb: int | None) -> int:
     return memory_budget_mb * MIB
 
 
+def role_costs(party_rows: dict[str, int], party_budgets: dict[str, int], bytes_per_row: int,
+               master_per_tree: int, own_budget: int) -> list[tuple[int, int]]:
+    """(bytes per tree of a batch, budget) of every party, from its rows, and of the master; a party that
+    reported no budget is planned with the master's."""
+    costs = [(rows * bytes_per_row, party_budgets.get(name) or own_budget) for name, rows in party_rows.items()]
+    return [*costs, (master_per_tree, own_budget)]
+
+
+def level_nodes(depth_limit: int, node_bound: int) -> int:
+    """The most open nodes one tree can have at a level: 2^depth, and at most `node_bound` (from its rows)."""
+    return min(2 ** min(depth_limit, 40), max(1, node_bound))
+
+
 def reported_budget(party: str, header: dict) -> int:
     """A party's reported memory budget in bytes (0: none reported); anything but a non-negative integer
     is refused, naming the party."""
@@ -80,12 +93,9 @@ def trees_per_batch(n_trees: int, costs: list[tuple[int, int]], shared_budget: i
 
 
 def _meminfo_available() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    available = _proc_kib("/proc/meminfo", "MemAvailable:")
+    if available is not None:
+        return available
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
@@ -105,10 +115,15 @@ def _cgroup_headroom() -> int | None:
 
 def _virtual_size() -> int:
     """This process's current address-space size (VmSize), 0 when unknown."""
+    return _proc_kib("/proc/self/status", "VmSize:") or 0
+
+
+def _proc_kib(path: str, key: str) -> int | None:
+    """The bytes of a `key: N kB` line of a /proc file, None when the file or the line is missing."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmSize:"):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    return 0
+    return None

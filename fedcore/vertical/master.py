@@ -20,7 +20,7 @@ from fedcore.progress import ProgressCallback
 from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
-from fedcore.trees.budget import BYTES_PER_TREE_ROW, reported_budget, resolve_budget
+from fedcore.trees.budget import BYTES_PER_TREE_ROW, level_nodes, reported_budget, resolve_budget, role_costs
 from fedcore.trees.criteria import SQUARED_ERROR, leaf_value
 from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
 from fedcore.trees.params import ForestParams
@@ -64,6 +64,7 @@ class VerticalMaster(LevelStrategy):
         self.params = params
         self.progress = progress
         self.info: FederationInfo | None = None
+        self.grower: LevelwiseGrower | None = None  # the last fit's (its batch plan)
         self.structure: ForestStructure | None = None
 
     # -- setup ----------------------------------------------------------------------------------
@@ -116,8 +117,7 @@ class VerticalMaster(LevelStrategy):
     # -- training: the vertical level strategy of the one grower (fedcore/trees/grower.py) -----------
     def batches(self) -> list[list[int]]:
         """The tree batches, in growth order (as planned by the last fit, else as planned now)."""
-        grower = getattr(self, "grower", None) or self._grower()
-        return grower.batches()
+        return (self.grower or self._grower()).batches()
 
     def _grower(self) -> LevelwiseGrower:
         """The grower, its batches planned from the parties' memory budgets (known after setup)."""
@@ -131,11 +131,9 @@ class VerticalMaster(LevelStrategy):
         A party that reported no budget is planned with the master's."""
         p, info = self.params, self.info
         own = self.memory_budget or resolve_budget(p.memory_budget_mb)
-        party_tree = info.n_rows * BYTES_PER_TREE_ROW["vertical"]
-        costs = [(party_tree, (info.memory_budgets or {}).get(name) or own) for name in info.parties]
-        level_nodes = min(2 ** min(p.depth_limit, 40), max(1, info.n_rows // p.min_samples_leaf))
-        costs.append((level_nodes * MASTER_BYTES_PER_NODE, own))
-        return costs
+        nodes = level_nodes(p.depth_limit, info.n_rows // p.min_samples_leaf)
+        return role_costs(dict.fromkeys(info.parties, info.n_rows), info.memory_budgets or {},
+                          BYTES_PER_TREE_ROW["vertical"], nodes * MASTER_BYTES_PER_NODE, own)
 
     def fit(self, checkpoints: CheckpointStore | None = None, resume_from: int = 0) -> ForestStructure:
         """Grow all trees, batch by batch, and hand every party the structure it needs to predict.
