@@ -77,7 +77,7 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                   "task": self.params.task}
         replies = self.transport.exchange({name: Message("hello", header) for name in self.parties})
         self._note_parties(replies)
-        self.n_rows = sum(int(r.header["n_rows"]) for r in replies.values())
+        self.n_rows = sum(self.party_rows.values())
         if self.params.task == "regression":
             exponent = max(int(r.header["y_exponent"]) for r in replies.values())
             bits = min(MAX_TARGET_BITS, SUM_BITS - math.ceil(math.log2(self.n_rows + 1)))
