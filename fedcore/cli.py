@@ -29,6 +29,18 @@ ALGORITHMS = {"vertical": {"forest": "Federated Forest"},
               "horizontal": {"extra-trees": "Federated Extra-Trees", "ppd-ert": "PPD-ERT"}}
 
 
+SIMULATE_DESCRIPTION = """\
+Split one table into simulated parties, train federated, and compare with scikit-learn and with the
+single-party run of the same engine.
+
+The table may hold numbers, booleans, strings (categorical, at most 255 distinct values a column),
+missing values in any feature column, and dates: a Parquet date or timestamp column, or a CSV column
+whose values are all ISO dates or datetimes (2024-03-01, 2024-03-01T08:30:00+01:00), becomes days since
+1970-01-01 UTC in both settings; the output lists every converted column. The horizontal setting
+agrees on each string column's category list from the whole table, standing in for the data contracts
+that declare them in a real federation."""
+
+
 def _package_version() -> str:
     try:
         return version("fedforest")
@@ -61,11 +73,14 @@ def build_parser(extra: Callable[[argparse._SubParsersAction], None] | None = No
     parser.add_argument("--version", action="version", version=f"{PROG} {_package_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sim = commands.add_parser("simulate", help="split one table into simulated parties, train and evaluate",
-                              description="Split one table into simulated parties, train federated, and compare "
-                                          "with scikit-learn and with the single-party run of the same engine.")
+                              description=SIMULATE_DESCRIPTION,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     sim.add_argument("--data", required=True, metavar="FILE", help="the table (.parquet or .csv)")
     sim.add_argument("--label", required=True, metavar="COL", help="the label column")
-    sim.add_argument("--id", dest="id_column", metavar="COL", help="a row id column, dropped from the features")
+    sim.add_argument("--id-column", "--id", dest="id_column", metavar="COL",
+                     help="a row id column, left out of the features")
+    sim.add_argument("--drop", action="append", default=[], metavar="COL",
+                     help="a column to leave out of the features (repeat for several)")
     sim.add_argument("--setting", default="vertical", help="vertical (columns split) or horizontal (rows split)")
     sim.add_argument("--algorithm", default=None,
                      help="vertical: forest (default); horizontal: extra-trees (default) or ppd-ert")
@@ -123,12 +138,12 @@ def _simulate(args: argparse.Namespace) -> int:
 
         result = simulate_horizontal(
             table, args.label, algorithm=args.algorithm, privacy=args.privacy, id_column=args.id_column,
-            parties=args.parties, partition=args.partition, partition_column=args.partition_column,
+            drop=args.drop, parties=args.parties, partition=args.partition, partition_column=args.partition_column,
             alpha=args.alpha, trees=args.trees, max_depth=args.max_depth, max_features=args.max_features,
             epsilon=args.epsilon, seed=args.seed, test_size=args.test_size, task=args.task, progress=True)
     else:
         result = simulate_vertical(
-            table, args.label, id_column=args.id_column, parties=args.parties, trees=args.trees,
+            table, args.label, id_column=args.id_column, drop=args.drop, parties=args.parties, trees=args.trees,
             max_depth=args.max_depth, max_features=args.max_features, seed=args.seed, test_size=args.test_size,
             task=args.task, privacy=args.privacy, progress=True,
         )
@@ -169,7 +184,26 @@ def format_result(result: dict) -> str:
     summary = _privacy_summary(result.get("privacy_report") or {})
     if summary:
         lines.append(f"privacy: {summary} (details in --json)")
-    return "\n".join(lines)
+    return "\n".join(lines + _column_lines(result.get("columns") or {}))
+
+
+def _column_lines(columns: dict) -> list[str]:
+    """What the simulator did to the table's columns: id and dropped columns, dates, agreed categories."""
+    lines = []
+    left_out = [f"id column {columns['id']!r}"] if columns.get("id") else []
+    if columns.get("dropped"):
+        left_out.append(f"dropped {', '.join(repr(c) for c in columns['dropped'])}")
+    if left_out:
+        lines.append(f"not features: {'; '.join(left_out)}")
+    dates = columns.get("dates") or []
+    if dates:
+        shown = ", ".join(f"{d['column']!r} ({d['from']})" for d in dates)
+        lines.append(f"dates converted to {dates[0]['to']}: {shown}")
+    categories = columns.get("categories") or {}
+    if categories:
+        shown = ", ".join(f"{name!r} ({n})" for name, n in categories.items())
+        lines.append(f"category lists from {columns['categories_from']}: {shown}")
+    return lines
 
 
 def _privacy_summary(report: dict) -> str:

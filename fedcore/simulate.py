@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from fedcore.data.binning import category_strings, is_categorical_dtype
+from fedcore.data.columns import check_category_sizes, convert_dates
 from fedcore.data.split import split_vertical
 from fedcore.errors import (
     ColumnNotFoundError,
@@ -68,19 +70,35 @@ def infer_task(y: pd.Series) -> str:
     return "regression"
 
 
-def prepare_table(table: pd.DataFrame, label: str, id_column: str | None = None) -> pd.DataFrame:
-    """Check that the label (and id) columns exist and that there are rows; drop the id column."""
+def prepare_table(table: pd.DataFrame, label: str, id_column: str | None = None,
+                  drop: Sequence[str] = ()) -> pd.DataFrame:
+    """Check that the label, id and `drop` columns exist and that there are rows; drop the id and `drop` columns."""
     _require_column(table, label, "label")
     if id_column is not None:
         if id_column == label:
             raise InputError(f"the id column and the label are the same column {label!r}")
         _require_column(table, id_column, "id")
-        table = table.drop(columns=[id_column])
+    for column in drop:
+        if column == label:
+            raise InputError(f"the label column {label!r} cannot be dropped")
+        _require_column(table, column, "dropped")
+    left_out = list(dict.fromkeys([*([id_column] if id_column is not None else []), *drop]))
+    table = table.drop(columns=left_out)
     if len(table) == 0:
         raise InputError("the table has no rows")
     if table.shape[1] < 2:
         raise InputError(f"the table holds no feature column besides the label {label!r}")
     return table
+
+
+def prepare_input(table: pd.DataFrame, label: str, id_column: str | None = None,
+                  drop: Sequence[str] = ()) -> tuple[pd.DataFrame, dict]:
+    """The checked feature table both simulators train on (dates as numbers, strings categorical-sized), and
+    the JSON-ready note of what happened to its columns (`columns` in the result)."""
+    table = prepare_table(table, label, id_column, drop)
+    table, dates = convert_dates(table, keep=[label])
+    check_category_sizes(table, keep=[label])
+    return table, {"id": id_column, "dropped": list(drop), "dates": [d.to_dict() for d in dates]}
 
 
 def _require_column(table: pd.DataFrame, column: str, role: str) -> None:
@@ -201,6 +219,7 @@ def simulate_vertical(
     label: str,
     *,
     id_column: str | None = None,
+    drop: Sequence[str] = (),
     parties: int = 2,
     trees: int = 100,
     max_depth: int | None = None,
@@ -217,11 +236,12 @@ def simulate_vertical(
     With `privacy="paillier"` the federated run encrypts the labels (2048-bit key) and the single-party run
     stays plain, so `single_party_identical` checks that encryption changes nothing.
 
-    `communication` counts training plus the prediction of the test rows.
+    `communication` counts training plus the prediction of the test rows; `columns` says which column was
+    the id, which were dropped and which dates became numbers (see `prepare_input`).
     """
     if task not in TASKS:
         raise ParameterError(f"task must be one of {list(TASKS)}, got {task!r}")
-    table = prepare_table(table, label, id_column)
+    table, column_notes = prepare_input(table, label, id_column, drop)
     if task == "auto":
         task = infer_task(table[label])
     check_label(table[label], task)
@@ -258,4 +278,5 @@ def simulate_vertical(
                          "bytes": single_communication["bytes"]},
         "timing": {"train_s": federated["train_s"], "predict_s": federated["predict_s"]},
         "communication": {"rounds": communication["rounds"], "bytes": communication["bytes"]},
+        "columns": column_notes,
     }

@@ -11,19 +11,24 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from fedcore.data.binning import category_strings
 from fedcore.data.split import split_horizontal
 from fedcore.errors import ParameterError
-from fedcore.simulate import infer_task, metrics, one_hot, prepare_table, split_train_test, timed_reference
+from fedcore.horizontal.schema import CATEGORICAL, NUMERIC, numeric_values
+from fedcore.horizontal.validation import column_kind
+from fedcore.simulate import infer_task, metrics, one_hot, prepare_input, split_train_test, timed_reference
 from fedcore.vertical.validation import check_label
 
 ALGORITHMS = ("extra-trees", "ppd-ert")
 PRIVACY = {"extra-trees": ("none", "ldp", "gdp"), "ppd-ert": ("secagg",)}
 EXACT_MODES = ("none", "secagg")
 """Modes without noise: the federated run must equal the single-party run exactly."""
+CATEGORIES_FROM = "the pooled table (a data contract declares them in production)"
 
 
 def check_mode(algorithm: str, privacy: str | None, task: str | None = None) -> str:
@@ -41,8 +46,9 @@ def check_mode(algorithm: str, privacy: str | None, task: str | None = None) -> 
 
 
 def build_estimator(algorithm: str, privacy: str, task: str, params: dict, *, epsilon: float = 1.0,
-                    feature_ranges: dict | None = None):
-    """An unfitted horizontal estimator; building it validates the parameters before any work starts."""
+                    feature_ranges: dict | None = None, categories: Mapping[str, Sequence[str]] | None = None):
+    """An unfitted horizontal estimator; building it validates the parameters before any work starts.
+    `categories` are the agreed category lists of categorical columns (see `pooled_categories`)."""
     from fedcore.horizontal.estimators import (
         FederatedExtraTreesClassifier,
         FederatedExtraTreesRegressor,
@@ -50,22 +56,39 @@ def build_estimator(algorithm: str, privacy: str, task: str, params: dict, *, ep
     )
 
     if algorithm == "ppd-ert":
-        return PPDERTClassifier(**params, feature_ranges=feature_ranges, allow_data_ranges=feature_ranges is None)
+        return PPDERTClassifier(**params, feature_ranges=feature_ranges, allow_data_ranges=feature_ranges is None,
+                                categories=categories)
     cls = FederatedExtraTreesClassifier if task == "classification" else FederatedExtraTreesRegressor
-    return cls(**params, privacy=privacy, **({"epsilon": epsilon} if privacy == "gdp" else {}))
+    return cls(**params, privacy=privacy, categories=categories, **({"epsilon": epsilon} if privacy == "gdp" else {}))
 
 
 def declared_ranges(train: pd.DataFrame, label: str) -> dict[str, tuple[float, float]]:
-    """Numeric feature domains for PPD-ERT. In a real federation the data contracts declare them; the
-    simulator stands in for the consortium and reads them off the pooled training rows."""
+    """Numeric feature domains for PPD-ERT (booleans: 0 to 1). In a real federation the data contracts declare
+    them; the simulator stands in for the consortium and reads them off the pooled training rows."""
     ranges = {}
     for column in train.columns:
-        if column == label:
+        if column == label or column_kind(train[column]) != NUMERIC:
             continue
-        values = train[column]
-        if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
-            ranges[column] = (float(values.min()), float(values.max()))
+        values = numeric_values(train[column])
+        values = values[~np.isnan(values)]
+        ranges[column] = (float(values.min()), float(values.max())) if len(values) else (0.0, 0.0)
     return ranges
+
+
+def pooled_categories(table: pd.DataFrame, label: str) -> dict[str, list[str]]:
+    """The category list of every categorical feature column (a pandas Categorical keeps its own list, others
+    list their values, sorted). In a real federation the data contracts declare them; the simulator stands
+    in for the consortium and reads them off the pooled table."""
+    categories = {}
+    for column in table.columns:
+        values = table[column]
+        if column == label or column_kind(values) != CATEGORICAL:
+            continue
+        if isinstance(values.dtype, pd.CategoricalDtype):
+            categories[column] = [str(c) for c in values.dtype.categories]
+        else:
+            categories[column] = sorted(category_strings(values).dropna().unique().tolist())
+    return categories
 
 
 def reference_extra_trees(task: str, train: pd.DataFrame, test: pd.DataFrame, label: str, params: dict) -> dict:
@@ -86,6 +109,7 @@ def simulate_horizontal(
     algorithm: str = "extra-trees",
     privacy: str | None = None,
     id_column: str | None = None,
+    drop: Sequence[str] = (),
     parties: int = 2,
     partition: str = "iid",
     partition_column: str | None = None,
@@ -101,8 +125,11 @@ def simulate_horizontal(
     progress: bool = False,
 ) -> dict:
     """Train the horizontal `algorithm` on `parties` simulated institutions of `table`; evaluate it on
-    held-out rows against scikit-learn's ExtraTrees, the single-party run and local-only models."""
-    table = prepare_table(table, label, id_column)
+    held-out rows against scikit-learn's ExtraTrees, the single-party run and local-only models.
+
+    `columns` in the result says which column was the id, which were dropped, which dates became numbers
+    (see `prepare_input`) and how many categories each categorical column was agreed to have."""
+    table, column_notes = prepare_input(table, label, id_column, drop)
     if task == "auto":
         task = infer_task(table[label])
     privacy = check_mode(algorithm, privacy, task)
@@ -112,8 +139,9 @@ def simulate_horizontal(
     params = {"n_estimators": trees, "max_depth": max_depth, "max_features": max_features, "random_state": seed}
     train, test = split_train_test(table, label, task, test_size, seed)
     ranges = declared_ranges(train, label) if algorithm == "ppd-ert" else None
+    categories = pooled_categories(table, label)
     make = lambda mode: build_estimator(algorithm, mode, task, params, epsilon=epsilon,  # noqa: E731
-                                        feature_ranges=ranges)
+                                        feature_ranges=ranges, categories=categories)
     federated_model = make(privacy)
     party_frames = split_horizontal(train, parties, partition=partition, label=label, column=partition_column,
                                     alpha=alpha, seed=seed)
@@ -161,13 +189,16 @@ def simulate_horizontal(
         "timing": {"train_s": train_s, "predict_s": predict_s},
         "communication": {"rounds": communication["rounds"], "bytes": communication["bytes"]},
         "privacy_report": federated_model.privacy_report_,
+        "columns": {**column_notes, "categories": {name: len(values) for name, values in categories.items()},
+                    "categories_from": CATEGORIES_FROM},
     }
     if ranges is not None:
         result["feature_ranges"] = "declared from the pooled training rows (a data contract declares them in production)"
     if local_only:
         _say(progress, "local-only models, one per institution")
         result["local_only"] = _local_only(party_frames, label, features, y_test, task,
-                                           lambda: build_estimator("extra-trees", "none", task, params))
+                                           lambda: build_estimator("extra-trees", "none", task, params,
+                                                                   categories=categories))
     return result
 
 

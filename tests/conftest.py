@@ -40,3 +40,38 @@ def classification_table() -> pd.DataFrame:
 @pytest.fixture
 def regression_table() -> pd.DataFrame:
     return mixed_table(task="regression")
+
+
+def any_table(n_rows: int = 240, seed: int = 0) -> pd.DataFrame:
+    """A table as people have them: a string id, numbers, strings and booleans with missing values, a boolean,
+    a date and a timezone-aware datetime (both with missing values), a class label `y` and a numeric label
+    `amount`."""
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({
+        "customer_id": [f"C{i:05d}" for i in range(n_rows)],
+        "age": rng.integers(18, 80, n_rows).astype(np.float64),
+        "plan": rng.choice(["basic", "plus", "pro"], n_rows).astype(object),
+        "member": rng.random(n_rows) < 0.4,
+        "newsletter": pd.Series(rng.random(n_rows) < 0.5, dtype=object),
+        "signup": pd.Timestamp("2019-01-01") + pd.to_timedelta(rng.integers(0, 1500, n_rows), unit="D"),
+        "last_seen": (pd.Timestamp("2023-01-01 08:00", tz="Europe/Paris")
+                      + pd.to_timedelta(rng.integers(0, 10**7, n_rows), unit="s")),
+    })
+    frame.loc[rng.random(n_rows) < 0.1, "age"] = np.nan
+    frame.loc[rng.random(n_rows) < 0.1, "plan"] = None
+    frame.loc[rng.random(n_rows) < 0.1, "newsletter"] = None
+    frame.loc[rng.random(n_rows) < 0.05, "signup"] = pd.NaT
+    frame.loc[rng.random(n_rows) < 0.05, "last_seen"] = pd.NaT
+    recent = (frame["signup"] > pd.Timestamp("2021-01-01")).to_numpy()
+    frame["y"] = np.where((frame["plan"] == "pro").to_numpy() | recent, "churn", "stay").astype(object)
+    frame["amount"] = np.nan_to_num(frame["age"].to_numpy(), nan=40.0) + 20.0 * recent + 0.25 * rng.integers(0, 8, n_rows)
+    return frame
+
+
+def write_any_table(folder, n_rows: int = 240, seed: int = 0) -> tuple:
+    """`any_table` as a Parquet file (timestamp columns) and a CSV file (the same dates as ISO strings)."""
+    frame = any_table(n_rows, seed)
+    parquet, csv = folder / "any.parquet", folder / "any.csv"
+    frame.to_parquet(parquet)
+    frame.to_csv(csv, index=False)
+    return csv, parquet

@@ -11,7 +11,8 @@ import pytest
 from sklearn.datasets import load_breast_cancer, load_diabetes
 
 from fedcore.cli import main
-from tests.conftest import mixed_table
+from fedcore.data.columns import DAYS
+from tests.conftest import mixed_table, write_any_table
 
 TOP_KEYS = {"setting", "algorithm", "task", "parties", "rows_train", "rows_test", "metrics", "reference",
             "single_party_identical", "timing", "communication"}
@@ -239,3 +240,86 @@ def test_bad_parameter(capsys, tmp_path: Path) -> None:
     path = _small_table(tmp_path, y=np.arange(40) % 2)
     line = _error_line(capsys, "simulate", "--data", path, "--label", "y", "--trees", 0)
     assert line == "fedforest: error: n_estimators must be an integer >= 1, got 0"
+
+
+# -- any table: strings, booleans and missing values, ISO dates and datetimes, an id column --------------
+
+DATE_SOURCES = {"csv": ["ISO date strings", "ISO datetime strings"],
+                "parquet": ["datetime values", "datetime values in Europe/Paris"]}
+
+
+@pytest.fixture
+def any_tables(tmp_path: Path) -> dict[str, Path]:
+    csv, parquet = write_any_table(tmp_path)
+    return {"csv": csv, "parquet": parquet}
+
+
+def _any_table_options(label: str, *options) -> list:
+    """Train on `label`, leave the other label out (--drop) and the customer id too (--id-column)."""
+    other = "amount" if label == "y" else "y"
+    return ["--label", label, "--drop", other, "--id-column", "customer_id", "--trees", 3, "--max-depth", 4, *options]
+
+
+@pytest.mark.parametrize(("setting", "algorithm", "privacy", "label", "file"), [
+    ("vertical", "forest", "none", "y", "csv"),
+    ("vertical", "forest", "none", "amount", "parquet"),
+    ("horizontal", "extra-trees", "none", "y", "parquet"),
+    ("horizontal", "extra-trees", "none", "amount", "csv"),
+    ("horizontal", "extra-trees", "gdp", "y", "csv"),
+    ("horizontal", "extra-trees", "gdp", "amount", "parquet"),
+    ("horizontal", "extra-trees", "ldp", "y", "parquet"),
+    ("horizontal", "ppd-ert", "secagg", "y", "csv"),
+])
+def test_simulate_any_table(capsys, any_tables: dict, setting: str, algorithm: str, privacy: str, label: str,
+                            file: str) -> None:
+    result = _run_json(capsys, "--data", any_tables[file], *_any_table_options(label), "--setting", setting,
+                       "--algorithm", algorithm, "--privacy", privacy)
+    assert (result["setting"], result["algorithm"], result["privacy"]) == (setting, algorithm, privacy)
+    assert result["task"] == ("classification" if label == "y" else "regression")
+    columns = result["columns"]
+    assert (columns["id"], columns["dropped"]) == ("customer_id", ["amount" if label == "y" else "y"])
+    assert columns["dates"] == [{"column": name, "from": source, "to": DAYS}
+                                for name, source in zip(("signup", "last_seen"), DATE_SOURCES[file], strict=True)]
+    if setting == "horizontal":
+        assert columns["categories"] == {"plan": 3, "newsletter": 2}  # booleans with missing values: categories
+    assert result["single_party_identical"] is (True if privacy in ("none", "secagg") else None)
+    assert set(result["reference"]["metrics"]) == set(result["metrics"])  # scikit-learn ran on the same table
+
+
+@pytest.mark.parametrize("setting", ["vertical", "horizontal"])
+def test_simulate_any_table_output_names_the_conversions(capsys, any_tables: dict, setting: str) -> None:
+    code, out, err = _run(capsys, "simulate", "--data", any_tables["csv"], *_any_table_options("y"),
+                          "--setting", setting)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "not features: id column 'customer_id'; dropped 'amount'" in lines
+    assert (f"dates converted to {DAYS}: 'signup' (ISO date strings), 'last_seen' (ISO datetime strings)") in lines
+    categories = ("category lists from the pooled table (a data contract declares them in production): "
+                  "'plan' (3), 'newsletter' (2)")
+    assert (categories in lines) is (setting == "horizontal")
+
+
+@pytest.mark.parametrize("setting", ["vertical", "horizontal"])
+def test_a_string_column_too_wide_for_categories_is_refused(capsys, tmp_path: Path, setting: str) -> None:
+    csv, _ = write_any_table(tmp_path, n_rows=300)  # 300 distinct customer ids, and no --id-column
+    line = _error_line(capsys, "simulate", "--data", csv, "--label", "y", "--setting", setting)
+    assert line == ("fedforest: error: column 'customer_id' holds 300 distinct strings that are not ISO dates: too "
+                    "many for a categorical feature (at most 255); if it identifies rows pass it as the id column "
+                    "(--id-column customer_id), else leave it out (--drop customer_id)")
+
+
+def test_an_impossible_iso_date_is_refused(capsys, tmp_path: Path) -> None:
+    path = _small_table(tmp_path, when=["2021-02-28"] * 39 + ["2021-02-30"], y=np.arange(40) % 2)
+    line = _error_line(capsys, "simulate", "--data", path, "--label", "y", "--setting", "horizontal")
+    assert line == ("fedforest: error: column 'when' holds ISO dates, but 1 values are not valid dates "
+                    "('2021-02-30'); correct or blank them")
+
+
+@pytest.mark.parametrize(("drop", "message"), [
+    ("y", "the label column 'y' cannot be dropped"),
+    ("c", "dropped column 'c' not in the table; its columns are 'a', 'b', 'y'"),
+])
+def test_bad_drop(capsys, tmp_path: Path, drop: str, message: str) -> None:
+    path = _small_table(tmp_path, y=np.arange(40) % 2)
+    line = _error_line(capsys, "simulate", "--data", path, "--label", "y", "--drop", drop)
+    assert line == f"fedforest: error: {message}"

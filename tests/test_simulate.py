@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from sklearn.datasets import load_breast_cancer
 
+from fedcore.data.split import split_horizontal, split_vertical
 from fedcore.errors import (
     ColumnNotFoundError,
     DataReadError,
@@ -20,14 +21,16 @@ from fedcore.errors import (
 from fedcore.simulate import (
     infer_task,
     one_hot,
+    prepare_input,
     prepare_table,
     read_table,
     simulate_vertical,
     split_train_test,
 )
+from fedcore.simulate_horizontal import build_estimator, pooled_categories
 from fedcore.vertical.estimators import FederatedForestClassifier
 from fedcore.vertical.validation import check_label
-from tests.conftest import mixed_table
+from tests.conftest import mixed_table, write_any_table
 
 
 def test_simulate_vertical_on_breast_cancer() -> None:
@@ -101,6 +104,40 @@ def test_prepare_table_checks_columns_and_rows() -> None:
         prepare_table(wide, "y")
 
 
+def test_prepare_table_drops_the_columns_asked() -> None:
+    table = pd.DataFrame({"x": [1.0, 2.0], "note": ["a", "b"], "z": [3, 4], "y": [0, 1], "id": [7, 8]})
+    assert list(prepare_table(table, "y", "id", drop=["note", "z"]).columns) == ["x", "y"]
+    with pytest.raises(InputError, match="^the label column 'y' cannot be dropped$"):
+        prepare_table(table, "y", drop=["y"])
+    with pytest.raises(ColumnNotFoundError, match=r"^dropped column 'w' not in the table; its columns are "):
+        prepare_table(table, "y", drop=["w"])
+    with pytest.raises(InputError, match="^the table holds no feature column besides the label 'y'$"):
+        prepare_table(table, "y", "id", drop=["x", "note", "z"])
+
+
+def _fitted_outputs(table: pd.DataFrame, setting: str) -> np.ndarray:
+    """Class probabilities of a small forest of `setting` trained and evaluated on `table`."""
+    features = table.drop(columns=["y"])
+    if setting == "vertical":
+        parties = split_vertical(table, 2, label="y", seed=0)
+        model = FederatedForestClassifier(n_estimators=3, max_depth=4, random_state=0).fit(parties, label="y")
+        return model.predict_proba([features[[c for c in p.columns if c != "y"]] for p in parties])
+    model = build_estimator("extra-trees", "none", "classification", {"n_estimators": 3, "max_depth": 4},
+                            categories=pooled_categories(table, "y"))
+    return model.fit(split_horizontal(table, 2, seed=0), label="y").predict_proba(features)
+
+
+@pytest.mark.parametrize("setting", ["vertical", "horizontal"])
+def test_csv_iso_strings_and_parquet_datetimes_give_the_same_model(tmp_path, setting: str) -> None:
+    csv, parquet = write_any_table(tmp_path)
+    from_csv, csv_notes = prepare_input(read_table(csv), "y", "customer_id", drop=["amount"])
+    from_parquet, parquet_notes = prepare_input(read_table(parquet), "y", "customer_id", drop=["amount"])
+    assert [d["column"] for d in csv_notes["dates"]] == [d["column"] for d in parquet_notes["dates"]]
+    outputs = _fitted_outputs(from_csv, setting)
+    np.testing.assert_array_equal(outputs, _fitted_outputs(from_parquet, setting))
+    assert len(np.unique(outputs, axis=0)) > 1  # the forest learned something
+
+
 def test_split_is_stratified_and_falls_back_for_rare_classes() -> None:
     table = pd.DataFrame({"x": np.arange(100.0), "y": [0] * 90 + [1] * 10})
     train, test = split_train_test(table, "y", "classification", 0.2, seed=0)
@@ -120,6 +157,14 @@ def test_one_hot_fits_categories_on_train() -> None:
     # columns: n, c_a, c_b, k_u, k_v; a missing or unseen category is all zeros
     np.testing.assert_array_equal(train_x, [[1, 1, 0, 1, 0], [np.nan, 0, 1, 0, 1], [3, 0, 0, 1, 0]])
     np.testing.assert_array_equal(test_x, [[np.nan, 0, 1, 0, 1], [2, 0, 0, 0, 0]])
+
+
+def test_one_hot_takes_booleans_with_missing_values_as_categories() -> None:
+    train = pd.DataFrame({"b": pd.Series([True, None, False], dtype=object), "d": [18628.0, np.nan, 18630.5]})
+    train_x, test_x = one_hot(train, train.iloc[:1])
+    # columns: d, b_False, b_True; a missing boolean is all zeros, a missing number NaN
+    np.testing.assert_array_equal(train_x, [[18628.0, 0, 1], [np.nan, 0, 0], [18630.5, 1, 0]])
+    np.testing.assert_array_equal(test_x, [[18628.0, 0, 1]])
 
 
 def test_read_table_wraps_reader_errors(tmp_path) -> None:
