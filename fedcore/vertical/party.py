@@ -410,12 +410,13 @@ class VerticalParty:
 
     def _on_finalize(self, message: Message) -> Message:
         a = message.arrays
-        self._partition = None
-        self._candidates = None
+        # the model first: a malformed finalize is refused and must leave the batch in progress untouched
         self.model = build_partial_forest(
             a["tree"], a["node"], a["left"], a["right"], int(message.header["n_trees"]),
             PartySplits.concatenate(self._splits), self._binner,
         )
+        self._partition = None
+        self._candidates = None
         self._splits = []
         return Message("ack", {"owned_nodes": int(np.sum(self.model.feature >= 0))})
 
