@@ -4,7 +4,8 @@
     setting: vertical            # vertical | horizontal
     algorithm: forest            # vertical: forest; horizontal: extra-trees | ppd-ert
     privacy: none                # forest: none | paillier ({mode: paillier, key_bits: 3072});
-                                 # extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 0.5}); ppd-ert: secagg
+                                 # extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 0.5});
+                                 # ppd-ert: secagg ({mode: secagg, thresholds: histogram | domain, cells: 16})
     consortium_key: {env: FEDFOREST_CONSORTIUM_KEY}   # or {file: path}; never the key itself
     alignment: hash              # vertical ID alignment: hash (keyed HMAC-SHA256) | psi (ECDH PSI)
     tls: {ca: certs/ca.pem, master_cert: certs/master.pem, master_key: certs/master.key}
@@ -40,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from fedcore.errors import ConfigError
+from fedcore.errors import ConfigError, ParameterError
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.privacy.paillier import KEY_BITS as PAILLIER_KEY_BITS
 from fedcore.trees.params import ForestParams
@@ -297,16 +298,18 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
 
 def _parse_privacy(raw: Any, algorithm: str, path: Path) -> dict[str, Any]:
     """The `privacy:` section: {mode: none|paillier|ldp|gdp|secagg, epsilon: (gdp, per query),
-    ldp: {LabelLDP fields}, key_bits: (paillier) 2048 | 3072}."""
+    ldp: {LabelLDP fields}, key_bits: (paillier) 2048 | 3072, thresholds: (secagg) histogram | domain,
+    cells: (secagg, histogram) grid cells}."""
     modes = PRIVACY_MODES[algorithm]
     raw = {"mode": modes[0]} if raw is None else raw
     if isinstance(raw, str):
         raw = {"mode": raw}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: privacy must be a mode name or a mapping with 'mode', got {raw!r}")
-    unknown = sorted(set(raw) - {"mode", "epsilon", "ldp", "key_bits"})
+    allowed = {"mode", "epsilon", "ldp", "key_bits", "thresholds", "cells"}
+    unknown = sorted(set(raw) - allowed)
     if unknown:
-        raise ConfigError(f"{path}: privacy: unknown field(s) {unknown}; allowed: ['epsilon', 'key_bits', 'ldp', 'mode']")
+        raise ConfigError(f"{path}: privacy: unknown field(s) {unknown}; allowed: {sorted(allowed)}")
     mode = raw.get("mode", modes[0])
     if mode not in modes:
         raise ConfigError(f"{path}: algorithm {algorithm!r} supports privacy {list(modes)}, got {mode!r}")
@@ -326,4 +329,20 @@ def _parse_privacy(raw: Any, algorithm: str, path: Path) -> dict[str, Any]:
             raise ConfigError(f"{path}: privacy.key_bits must be one of {PAILLIER_KEY_BITS} (Paillier modulus "
                               f"size), got {key_bits!r}")
         parsed["key_bits"] = int(key_bits)
+    if mode == "secagg":
+        parsed.update(_parse_thresholds(raw, path))
+    elif {"thresholds", "cells"} & set(raw):
+        raise ConfigError(f"{path}: privacy.thresholds and privacy.cells apply to PPD-ERT (mode 'secagg') only")
     return parsed
+
+
+def _parse_thresholds(raw: dict, path: Path) -> dict[str, Any]:
+    """PPD-ERT's threshold mode and histogram grid (`fedcore/horizontal/ppdert/cells.py`)."""
+    from fedcore.horizontal.ppdert.agreed import check_threshold_mode
+    from fedcore.horizontal.ppdert.cells import DEFAULT_CELLS
+
+    try:
+        thresholds, cells = check_threshold_mode(raw.get("thresholds", "histogram"), raw.get("cells", DEFAULT_CELLS))
+    except ParameterError as error:
+        raise ConfigError(f"{path}: privacy: {error}") from error
+    return {"thresholds": thresholds, "cells": cells}

@@ -40,7 +40,10 @@ def test_a_horizontal_federation_defaults_to_plain_extra_trees() -> None:
     assert (config.setting, config.algorithm, config.privacy) == ("horizontal", "extra-trees",
                                                                  {"mode": "none", "epsilon": 1.0, "ldp": {}})
     ppd = parse_config(_raw(setting="horizontal", algorithm="ppd-ert", institutions=institutions), CONFIG)
-    assert ppd.privacy["mode"] == "secagg"
+    assert ppd.privacy == {"mode": "secagg", "epsilon": 1.0, "ldp": {}, "thresholds": "histogram", "cells": 16}
+    ppd = parse_config(_raw(setting="horizontal", algorithm="ppd-ert", institutions=institutions,
+                            privacy={"mode": "secagg", "thresholds": "domain"}), CONFIG)
+    assert (ppd.privacy["thresholds"], ppd.privacy["cells"]) == ("domain", 16)
 
 
 def test_training_settings_override_the_derived_values() -> None:
@@ -84,6 +87,18 @@ def test_bad_training_settings_are_refused_by_name(training, message) -> None:
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
      "algorithm 'extra-trees' supports privacy ['none', 'ldp', 'gdp'], got 'secagg'"),
+    ({"setting": "horizontal", "algorithm": "ppd-ert", "privacy": {"mode": "secagg", "cells": 3},
+      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
+                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+     "privacy: PPD-ERT histogram cells must be one of [4, 8, 16, 32, 64], got 3"),
+    ({"setting": "horizontal", "algorithm": "ppd-ert", "privacy": {"mode": "secagg", "thresholds": "quantile"},
+      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
+                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+     "privacy: PPD-ERT thresholds must be one of ['histogram', 'domain'], got 'quantile'"),
+    ({"setting": "horizontal", "privacy": {"mode": "gdp", "thresholds": "domain"},
+      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
+                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+     "privacy.thresholds and privacy.cells apply to PPD-ERT (mode 'secagg') only"),
     ({"setting": "horizontal", "privacy": {"mode": "gdp", "epsilon": 0},
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},

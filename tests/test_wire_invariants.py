@@ -68,6 +68,8 @@ class Recorded:
     """Each institution's own split thresholds (bit patterns), vertical."""
     plain_counts: dict[str, list[np.ndarray]] = field(default_factory=dict)
     """Every count vector each institution computed in plain before masking it, secure aggregation."""
+    plain_ranges: dict[str, list[tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
+    """PPD-ERT histogram thresholds: each institution's per-candidate min and max, per level (never sent)."""
     keyed_hashes: list[bytes] = field(default_factory=list)
     """The consortium-keyed hashes of the institutions' IDs (vertical)."""
     session: object = None
@@ -141,9 +143,10 @@ def run_vertical(tmp_path: Path, alignment: str, privacy: str = "none") -> Recor
 
 
 # -- horizontal ----------------------------------------------------------------------------------------
-def run_horizontal(tmp_path: Path, algorithm: str, privacy: str) -> Recorded:
+def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str = "histogram") -> Recorded:
     """Three hospitals with the same columns: agree the schema from their contracts, train (FET in one
-    privacy mode, or PPD-ERT with secure aggregation), evaluate, predict new patients at home."""
+    privacy mode, or PPD-ERT with secure aggregation and `thresholds`), evaluate, predict new patients at
+    home."""
     from fedcore.contracts.model import infer_contract
     from fedcore.horizontal.institution import HorizontalInstitutionAgent
     from fedcore.horizontal.params import ExtraTreesParams
@@ -167,14 +170,17 @@ def run_horizontal(tmp_path: Path, algorithm: str, privacy: str) -> Recorded:
     transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=True)
     transport.exchange({n: Message("validation_report") for n in agents})
     session = HorizontalSession(transport, ExtraTreesParams(n_estimators=6, max_depth=5, random_state=2),
-                                algorithm=algorithm, privacy={"mode": privacy, "epsilon": 1.0, "ldp": {}},
+                                algorithm=algorithm, privacy={"mode": privacy, "epsilon": 1.0, "ldp": {},
+                                                              "thresholds": thresholds},
                                 holdout_fraction=0.2)
     session.agree_schema()
     plain_counts: dict[str, list[np.ndarray]] = {}
+    plain_ranges: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     if privacy == "secagg":
         for name, agent in agents.items():  # record what each party masks: none of it may cross
-            plain_counts[name] = []
+            plain_counts[name], plain_ranges[name] = [], []
             agent.party.rows.class_counts = _spy(agent.party.rows.class_counts, plain_counts[name])
+            agent.party.rows.ranges = _spy_ranges(agent.party.rows.ranges, plain_ranges[name])
     session.train()
     session.evaluate()
     session.predict_locally("wire-batch")
@@ -183,7 +189,15 @@ def run_horizontal(tmp_path: Path, algorithm: str, privacy: str) -> Recorded:
         raw_floats=_continuous(table), ids=set(table["record_id"]),
         feature_names=[c for c in table.columns if c != "record_id"],
         label_codes={name: agent.party.y for name, agent in agents.items()},
-        plain_counts=plain_counts, session=session)
+        plain_counts=plain_counts, plain_ranges=plain_ranges, session=session)
+
+
+def _spy_ranges(method, calls: list) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
+    def spied() -> tuple[np.ndarray, np.ndarray]:
+        low, high = method()
+        calls.append((low.copy(), high.copy()))
+        return low, high
+    return spied
 
 
 def _spy(method: Callable[[], np.ndarray], calls: list[np.ndarray]) -> Callable[[], np.ndarray]:
@@ -258,6 +272,43 @@ class WireMode:
 
 
 # -- checks of one mode only -------------------------------------------------------------------------------
+def _cells_reveal_only_the_extreme_cells(run: Recorded) -> None:
+    """PPD-ERT histogram thresholds: per candidate, the master's unmasked cell sums are non-zero exactly
+    from the cell of the smallest value over all parties on (first half) and up to the cell of the largest
+    (second half), and their values hide how many parties hold a cell (random odd multipliers)."""
+    from fedcore.horizontal.ppdert.cells import cell_of
+    from fedcore.privacy.secagg import unmask_sum
+
+    messages = [(e, m) for e, m in run.messages]
+    requests = [m for e, m in messages if e.receiver == run.parties[0] and m.kind == "ppdert_cells"]
+    replies: dict[int, dict[str, np.ndarray]] = {}
+    for entry, message in messages:
+        if entry.receiver == MASTER and message.kind == "ppdert_masked_cells":
+            replies.setdefault(entry.round, {})[entry.sender] = message.arrays["masked"]
+    assert len(requests) == len(replies) == len(run.plain_ranges[run.parties[0]]) > 3
+    shared_cells = 0
+    for level, (request, r) in enumerate(zip(requests, sorted(replies), strict=True)):
+        grid_low, grid_high, n = request.arrays["grid_low"], request.arrays["grid_high"], request.header["n_cells"]
+        total = unmask_sum([replies[r][p] for p in run.parties]).reshape(*grid_low.shape, 2, n)
+        assert total.dtype == np.int32  # the 32-bit ring
+        low = np.min([run.plain_ranges[p][level][0] for p in run.parties], axis=0)
+        high = np.max([run.plain_ranges[p][level][1] for p in run.parties], axis=0)
+        has = np.isfinite(low)
+        first = cell_of(np.where(has, low, 0), grid_low, grid_high, n)
+        last = cell_of(np.where(has, high, 0), grid_low, grid_high, n)
+        cells = np.arange(n)
+        np.testing.assert_array_equal(total[..., 0, :] != 0, (cells >= first[..., None]) & has[..., None])
+        np.testing.assert_array_equal(total[..., 1, :] != 0, (cells <= last[..., None]) & has[..., None])
+        # where all three parties hold a cell, a plain count would read 3; the sums are spread over the ring
+        all_three = np.all([(cells >= cell_of(np.where(np.isfinite(lo), lo, 0), grid_low, grid_high, n)[..., None])
+                            & np.isfinite(lo)[..., None] for lo, _ in (run.plain_ranges[p][level]
+                                                                        for p in run.parties)], axis=0)
+        values = np.abs(total[..., 0, :][all_three].astype(np.int64))
+        shared_cells += values.size
+        assert np.mean(values < 1 << 16) < 0.01
+    assert shared_cells > 100
+
+
 def _vertical_bitmaps_and_stats(run: Recorded) -> None:
     """Only the label holder reports leaf class counts; a party never receives its own nodes' bitmaps."""
     holder = run.session.master.info.label_holder
@@ -332,11 +383,18 @@ MODES = {
         to_master=_arrays({**HORIZONTAL_TO_MASTER, "fet_ranges_reply": "min max", "fet_noisy_counts": "counts"}),
         to_parties=_arrays({**HORIZONTAL_TO_PARTIES, **FET_TO_PARTIES}),
         schema_kinds=SCHEMA_KINDS, discloses=_min_max, extras=(_gdp_counts_are_noised,)),
-    "horizontal-ppdert-secagg": WireMode(
-        run=lambda tmp: run_horizontal(tmp, "ppd-ert", "secagg"),
+    "horizontal-ppdert-secagg-domain": WireMode(
+        run=lambda tmp: run_horizontal(tmp, "ppd-ert", "secagg", thresholds="domain"),
         to_master=_arrays({**HORIZONTAL_TO_MASTER, "hello_reply": "public_key", "ppdert_masked_counts": "masked"}),
         to_parties=_arrays({**HORIZONTAL_TO_PARTIES, "ppdert_level": "tree chosen next_pos peer_keys"}),
         schema_kinds=SCHEMA_KINDS, secagg=True),
+    "horizontal-ppdert-secagg-histogram": WireMode(
+        run=lambda tmp: run_horizontal(tmp, "ppd-ert", "secagg", thresholds="histogram"),
+        to_master=_arrays({**HORIZONTAL_TO_MASTER, "hello_reply": "public_key", "ppdert_masked_counts": "masked",
+                           "ppdert_masked_cells": "masked"}),
+        to_parties=_arrays({**HORIZONTAL_TO_PARTIES, "ppdert_cells": "tree chosen next_pos peer_keys grid_low grid_high",
+                            "ppdert_counts": "thresholds"}),
+        schema_kinds=SCHEMA_KINDS, secagg=True, extras=(_cells_reveal_only_the_extreme_cells,)),
 }
 
 

@@ -25,6 +25,8 @@ from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams, check_privacy_mode
+from fedcore.horizontal.ppdert.agreed import check_threshold_mode
+from fedcore.horizontal.ppdert.cells import DEFAULT_CELLS
 from fedcore.horizontal.ppdert.master import PPDERTMaster
 from fedcore.horizontal.ppdert.party import PPDERTParty
 from fedcore.horizontal.validation import (
@@ -267,12 +269,18 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
                  bootstrap: bool = False, tree_batch_size: int | None = None,
                  memory_budget_mb: int | None = None, random_state: int = 0, progress: bool = False,
                  record_transcript: bool = False, record_payloads: bool = False,
-                 secure_aggregation: bool = True) -> None:
-        """`secure_aggregation=False` sends plain per-party counts: only a baseline to measure the masks' cost."""
+                 secure_aggregation: bool = True, thresholds: str = "histogram",
+                 threshold_cells: int = DEFAULT_CELLS) -> None:
+        """`secure_aggregation=False` sends plain per-party counts: only a baseline to measure the masks' cost.
+        `thresholds="histogram"` draws each candidate threshold within the grid cells (`threshold_cells`
+        per interval) that hold the node's rows, learning only the first and last populated cell over all
+        parties (`fedcore/horizontal/ppdert/cells.py`); `"domain"` is the paper's draw, uniform in the
+        declared domain, which reveals nothing beyond the counts but wastes thresholds on skewed columns."""
         self._init_common(n_estimators, criterion, max_depth, min_samples_split, min_samples_leaf, max_features,
                           random_state, tree_batch_size, categories, bootstrap, progress, record_transcript,
                           record_payloads, memory_budget_mb)
         self.secure_aggregation = bool(secure_aggregation)
+        self.thresholds, self.threshold_cells = check_threshold_mode(thresholds, threshold_cells)
         self.feature_ranges = None if feature_ranges is None else dict(feature_ranges)
         self.allow_data_ranges = bool(allow_data_ranges)
         if feature_ranges is None and not allow_data_ranges:
@@ -292,12 +300,14 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
 
             identities = ephemeral_identities(frames)
         return [PPDERTParty(name, frame, schema, seed=self.params.random_state, low=self._low, high=self._high, k=k,
-                            secure=self.secure_aggregation, identity=identities.get(name))
+                            secure=self.secure_aggregation, identity=identities.get(name),
+                            thresholds=self.thresholds, n_cells=self.threshold_cells)
                 for name, frame in frames.items()]
 
     def _make_master(self, transport, schema):
         return PPDERTMaster(transport, self.params, schema, low=self._low, high=self._high,
-                            progress=progress_bar() if self.progress else None, secure=self.secure_aggregation)
+                            progress=progress_bar() if self.progress else None, secure=self.secure_aggregation,
+                            thresholds=self.thresholds, n_cells=self.threshold_cells)
 
 
     @property
@@ -312,10 +322,17 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
             statistics = "plain per-party branch class counts (secure aggregation switched off: a baseline only)"
         else:
             statistics = ("only the sum over all parties of the branch class counts, by pairwise-mask secure "
-                          "aggregation (each party's vector is uniform modulo 2**64 to the master)")
+                          f"aggregation (each party's vector is uniform modulo 2**{self.master_.mask_bits} to the "
+                          "master)")
+        if self.thresholds == "histogram":
+            thresholds = (f"within the populated cells of a {self.threshold_cells}-cell grid per node and candidate: "
+                          "the master learns only the first and last cell holding any party's value, by secure "
+                          "aggregation of extreme-cell indicators")
+        else:
+            thresholds = "uniform in the declared domains, from the shared seed: nothing learned from the data"
         return {
             "algorithm": "ppdert", "mode": "secagg" if self.secure_aggregation else "none",
-            "queries": self.master_.levels, "label_statistics": statistics,
+            "queries": self.master_.levels, "label_statistics": statistics, "thresholds": thresholds,
             "feature_ranges": self.ranges_source_, "parties": len(self.parties_), "plain_single_party": single,
             "epsilon": None, "composed_epsilon": None,
         }

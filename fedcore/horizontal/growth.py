@@ -182,8 +182,13 @@ class BranchStatsLevels(LevelStrategy, ABC):
         p = self.params
         own = self.memory_budget or resolve_budget(p.memory_budget_mb)
         nodes = level_nodes(p.depth_limit, sum(self.party_rows.values()) // (2 * self.min_samples_leaf))
-        master_per_tree = nodes * self.k * 2 * self.n_stats * 8 * (len(self.parties) + 3)
+        master_per_tree = nodes * self.master_bytes_per_node()
         return role_costs(self.party_rows, self.party_budgets, BYTES_PER_TREE_ROW["horizontal"], master_per_tree, own)
+
+    def master_bytes_per_node(self) -> int:
+        """The master's bytes per open node of a level: candidates' branch statistics, one array per
+        party's reply, their sum, and the gains."""
+        return self.k * 2 * self.n_stats * 8 * (len(self.parties) + 3)
 
     # -- driver -----------------------------------------------------------------------------------
     def fit(self, checkpoints: CheckpointStore | None = None, resume_from: int = 0) -> HorizontalForest:

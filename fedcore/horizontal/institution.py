@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 
 MODEL_STEM = "model"
 """Every institution stores the same complete forest as `model.arrow`."""
-ENGINE_KINDS = {"hello", "fet_ranges", "fet_stats", "ppdert_level", "model"}
+ENGINE_KINDS = {"hello", "fet_ranges", "fet_stats", "ppdert_level", "ppdert_cells", "ppdert_counts", "model"}
 NOISE_SEEDS = ".noise-seeds"
 """Folder under the checkpoints for the DP modes' noise seeds (a leading dot: never a run id)."""
 NOISY = ("gdp", "ldp")
@@ -120,7 +120,8 @@ class HorizontalInstitutionAgent(SessionAgent):
         if h["algorithm"] == "ppd-ert":
             self.party = PPDERTParty(self.name, train, self.schema, seed=int(h["seed"]),
                                      low=np.asarray(h["low"], np.float64), high=np.asarray(h["high"], np.float64),
-                                     k=int(h["k"]), identity=self.identity, memory_budget=self.data.memory_budget)
+                                     k=int(h["k"]), identity=self.identity, memory_budget=self.data.memory_budget,
+                                     thresholds=h.get("thresholds", "domain"), n_cells=int(h.get("cells", 16)))
         else:
             from fedcore.privacy.ldp import LabelLDP
 

@@ -71,7 +71,7 @@ class HorizontalSession(InstitutionSession):
                   "seed": self.params.random_state, "k": self.params.n_candidate_features(self.schema.n_features)}
         if self.algorithm == "ppd-ert":
             self._low, self._high = self._domains(declared_feature_ranges(shared))
-            header.update(low=self._low.tolist(), high=self._high.tolist())
+            header.update(low=self._low.tolist(), high=self._high.tolist(), **self._thresholds())
         replies = self.transport.exchange({name: Message("setup", header) for name in self.institutions})
         self.rows = {name: dict(r.header) for name, r in replies.items()}
         empty = [name for name, r in self.rows.items() if r["train_rows"] == 0]
@@ -86,6 +86,12 @@ class HorizontalSession(InstitutionSession):
                 low[j], high[j] = ranges[column.name]
         return low, high
 
+    def _thresholds(self) -> dict:
+        """PPD-ERT's threshold mode and grid, from the privacy settings (histogram on 16 cells by default)."""
+        from fedcore.horizontal.ppdert.cells import DEFAULT_CELLS
+
+        return {"thresholds": self.privacy.get("thresholds", "histogram"), "cells": self.privacy.get("cells", DEFAULT_CELLS)}
+
     def train(self, checkpoints: str | os.PathLike | None = None, run_id: str | None = None) -> HorizontalForest:
         """Grow the forest over the transport; every institution ends with the complete model.
 
@@ -99,8 +105,10 @@ class HorizontalSession(InstitutionSession):
         rounds, sent = self.transport.stats.rounds, self.transport.stats.bytes
         started = time.perf_counter()
         if self.algorithm == "ppd-ert":
+            grid = self._thresholds()
             self.master = PPDERTMaster(self.transport, self.params, self.schema, low=self._low, high=self._high,
-                                       session_id=secrets.token_bytes(16), progress=self.progress)
+                                       session_id=secrets.token_bytes(16), progress=self.progress,
+                                       thresholds=grid["thresholds"], n_cells=grid["cells"])
         else:
             from fedcore.privacy.ldp import LabelLDP
 

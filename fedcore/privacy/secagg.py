@@ -71,7 +71,7 @@ def _pair_info(a: str, b: str) -> bytes:
     return INFO_PREFIX + b"|".join(name.encode() for name in sorted((a, b)))
 
 
-def _keystream(key: bytes, round_id: int, n: int, bits: int = MODULUS_BITS) -> np.ndarray:
+def keystream(key: bytes, round_id: int, n: int, bits: int = MODULUS_BITS) -> np.ndarray:
     """n little-endian words of `bits` bits of ChaCha20(key) for this round and ring, starting at block 0.
 
     The ring is part of the nonce (its last 4 bytes; 0 for the 64-bit ring): masks of different widths
@@ -179,7 +179,7 @@ class SecureAggregator:
         self._used_rounds.add(round_id)
         masked = vector.reshape(-1).astype(_RING[bits])  # two's complement wrap for negative values
         for peer, key in self._pair_keys.items():
-            stream = _keystream(key, round_id, masked.size, bits)
+            stream = keystream(key, round_id, masked.size, bits)
             if peer > self.name:
                 masked += stream
             else:

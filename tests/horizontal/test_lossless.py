@@ -22,7 +22,9 @@ def _estimator(kind: str, **params):
         return FederatedExtraTreesClassifier(**common)
     if kind == "fet-regression":
         return FederatedExtraTreesRegressor(**common)
-    return PPDERTClassifier(allow_data_ranges=True, **common)
+    if kind == "ppdert-domain":
+        return PPDERTClassifier(allow_data_ranges=True, thresholds="domain", **common)
+    return PPDERTClassifier(allow_data_ranges=True, **common)  # histogram thresholds
 
 
 def _table(kind: str):
@@ -37,14 +39,14 @@ def _predict(model, frame):
 def single_runs():
     """The pooled run of each engine (computed once per module)."""
     out = {}
-    for kind in ("fet-classification", "fet-regression", "ppdert"):
+    for kind in ("fet-classification", "fet-regression", "ppdert", "ppdert-domain"):
         table = _table(kind)
         out[kind] = _estimator(kind).fit([table], label="target")
     return out
 
 
 @pytest.mark.parametrize("n_parties", [2, 3, 5])
-@pytest.mark.parametrize("kind", ["fet-classification", "fet-regression", "ppdert"])
+@pytest.mark.parametrize("kind", ["fet-classification", "fet-regression", "ppdert", "ppdert-domain"])
 def test_federated_equals_single_party(single_runs, kind: str, n_parties: int) -> None:
     table = _table(kind)
     single = single_runs[kind]

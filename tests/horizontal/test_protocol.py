@@ -73,7 +73,7 @@ def test_master_refuses_plain_counts_from_several_parties() -> None:
 
     model._make_parties = leaky
     with pytest.raises(ProtocolError, match="party 'party1' answered 'ppdert_plain_counts'; with 2 parties only "
-                                            "counts masked in the agreed 16-bit ring are accepted"):
+                                            "ppdert_masked_counts masked in the agreed 16-bit ring is accepted"):
         model.fit(frames, "target")
 
 

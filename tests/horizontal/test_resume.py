@@ -25,8 +25,12 @@ from fedcore.transport.inprocess import InProcessTransport
 NAMES = ("north", "south", "east")
 PARAMS = ExtraTreesParams(n_estimators=8, max_depth=6, tree_batch_size=2, random_state=4)
 RUN = "run-7"
-FIRST_REQUEST = {"extra-trees": "fet_ranges", "ppd-ert": "ppdert_level"}
+FIRST_REQUEST = {"extra-trees": "fet_ranges", "ppd-ert": "ppdert_cells", "ppd-ert domain": "ppdert_level"}
 """The first request of every tree batch."""
+
+
+def _first_request(algorithm: str, privacy: dict | None) -> str:
+    return FIRST_REQUEST[f"{algorithm} domain" if (privacy or {}).get("thresholds") == "domain" else algorithm]
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +88,7 @@ def _model_bytes(session: HorizontalSession, agents) -> dict[str, bytes]:
 CASES = [
     pytest.param("extra-trees", None, id="fet-none"),
     pytest.param("ppd-ert", None, id="ppdert-secagg"),
+    pytest.param("ppd-ert", {"mode": "secagg", "thresholds": "domain"}, id="ppdert-secagg-domain"),
     pytest.param("extra-trees", {"mode": "gdp", "epsilon": 2.0}, id="fet-gdp"),
     pytest.param("extra-trees", {"mode": "ldp", "ldp": {}}, id="fet-ldp"),
 ]
@@ -101,7 +106,7 @@ def test_a_run_killed_mid_training_resumes_to_the_same_model(table, tmp_path, al
     agents = _agents(table, tmp_path / "crash")
     handlers = {n: a.handle for n, a in agents.items()}
     # south dies as batch 3 starts: it has saved batches 0 and 1 (batch 2 is saved on batch 3's request)
-    handlers["south"] = _crashing(agents["south"], FIRST_REQUEST[algorithm], at=4)
+    handlers["south"] = _crashing(agents["south"], _first_request(algorithm, privacy), at=4)
     checkpoints = tmp_path / "crash" / "master-checkpoints"
     with pytest.raises(Crash):
         _session(agents, algorithm, privacy, handlers, seeds=seeds).train(checkpoints, RUN)
@@ -183,7 +188,7 @@ def test_dp_noise_seeds_are_kept_per_run_and_dropped_with_the_checkpoints(table,
 
 def _recording(agent: HorizontalInstitutionAgent, rounds: list[int]):
     def handle(message: Message) -> Message:
-        if message.kind == "ppdert_level":
+        if message.kind in ("ppdert_cells", "ppdert_counts"):  # two masked rounds per level
             rounds.append(int(message.header["round_id"]))
         return agent.handle(message)
     return handle
@@ -200,7 +205,7 @@ def test_resumed_ppd_ert_levels_keep_their_secure_aggregation_round_ids(table, t
 
     agents = _agents(table, tmp_path / "crash")
     handlers = {n: a.handle for n, a in agents.items()}
-    handlers["east"] = _crashing(agents["east"], "ppdert_level", at=3)
+    handlers["east"] = _crashing(agents["east"], "ppdert_cells", at=3)
     with pytest.raises(Crash):
         _session(agents, "ppd-ert", handlers=handlers).train(tmp_path / "ckpt", RUN)
     restarted = _agents(table, tmp_path / "crash")

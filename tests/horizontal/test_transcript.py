@@ -67,13 +67,26 @@ def test_fet_rounds_grow_with_depth_not_nodes(depth: int) -> None:
 
 
 @pytest.mark.parametrize("n_parties", [1, 3])
-def test_ppdert_rounds_are_one_per_level(n_parties: int) -> None:
+def test_ppdert_domain_rounds_are_one_per_level(n_parties: int) -> None:
     table = horizontal_table(seed=5)
-    model = PPDERTClassifier(10, max_depth=5, allow_data_ranges=True).fit(split_rows(table, n_parties), "target")
+    model = PPDERTClassifier(10, max_depth=5, allow_data_ranges=True, thresholds="domain").fit(
+        split_rows(table, n_parties), "target")
     assert model.master_.levels == 5
     assert model.communication_["rounds"] == 2 + 5  # hello (keys), one per level (keys relayed in the first), model
     by_kind = model.communication_["by_kind"]
     assert by_kind["ppdert_level"]["count"] == 5 * n_parties
+    assert "ppdert_cells" not in by_kind
+
+
+@pytest.mark.parametrize("n_parties", [1, 3])
+def test_ppdert_histogram_rounds_are_two_per_level(n_parties: int) -> None:
+    table = horizontal_table(seed=5)
+    model = PPDERTClassifier(10, max_depth=5, allow_data_ranges=True).fit(split_rows(table, n_parties), "target")
+    assert model.master_.levels == 5
+    assert model.communication_["rounds"] == 2 + 2 * 5  # hello, (cells + counts) per level, model
+    by_kind = model.communication_["by_kind"]
+    assert by_kind["ppdert_cells"]["count"] == by_kind["ppdert_counts"]["count"] == 5 * n_parties
+    assert "ppdert_level" not in by_kind
 
 
 def test_fet_regression_targets_never_reach_the_master() -> None:

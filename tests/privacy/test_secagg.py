@@ -222,9 +222,9 @@ def test_rings_of_different_widths_use_unrelated_key_streams() -> None:
     """A master telling parties different rings in one round must not be able to line a 64-bit mask up
     with four 16-bit ones (the same key stream read at another width would cancel them)."""
     key = bytes(range(32))
-    wide = secagg._keystream(key, 5, 4, 64)
+    wide = secagg.keystream(key, 5, 4, 64)
     for bits in (16, 32):
-        narrow = secagg._keystream(key, 5, 4 * 64 // bits, bits)
+        narrow = secagg.keystream(key, 5, 4 * 64 // bits, bits)
         assert narrow.tobytes() != wide.tobytes()
     # the 64-bit ring keeps the stream it always had: nonce = counter 0, round id, 4 zero bytes
     nonce = bytes(4) + (5).to_bytes(8, "little") + bytes(4)

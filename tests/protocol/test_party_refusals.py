@@ -97,17 +97,18 @@ def _fet(privacy: str):
     return parties, run
 
 
-def _ppdert(secure: bool):
+def _ppdert(secure: bool, thresholds: str):
     frames, schema = _horizontal_frames()
     low, high, _ = resolve_feature_ranges(schema, None, frames, allow_data_ranges=True)
     k = HORIZONTAL_PARAMS.n_candidate_features(schema.n_features)
     identities = ephemeral_identities(frames) if secure else {}
     parties = {name: PPDERTParty(name, frame, schema, seed=HORIZONTAL_PARAMS.random_state, low=low, high=high, k=k,
-                                 secure=secure, identity=identities.get(name))
+                                 secure=secure, identity=identities.get(name), thresholds=thresholds)
                for name, frame in frames.items()}
 
     def run(transport: InProcessTransport) -> None:
-        PPDERTMaster(transport, HORIZONTAL_PARAMS, schema, low=low, high=high, secure=secure).fit()
+        PPDERTMaster(transport, HORIZONTAL_PARAMS, schema, low=low, high=high, secure=secure,
+                     thresholds=thresholds).fit()
     return parties, run
 
 
@@ -117,8 +118,8 @@ FEDERATIONS: dict[str, Callable] = {
     "fet-none": lambda: _fet("none"),
     "fet-gdp": lambda: _fet("gdp"),
     "fet-ldp": lambda: _fet("ldp"),
-    "ppdert-secagg": lambda: _ppdert(True),
-    "ppdert-plain": lambda: _ppdert(False),
+    "ppdert-secagg": lambda: _ppdert(True, "histogram"),
+    "ppdert-plain": lambda: _ppdert(False, "domain"),
 }
 PARTY_TYPES = [("vertical-plain", "holder"), ("vertical-plain", "passive"), ("vertical-paillier", "holder"),
                ("vertical-paillier", "passive"), ("fet-none", "a"), ("fet-gdp", "a"), ("fet-ldp", "b"),
@@ -299,12 +300,12 @@ def _until(federation: str, target: str, kind: str, after: str | None = None):
 
 @pytest.mark.parametrize("kind", ["fet_ranges", "fet_stats"])
 def test_a_ppdert_party_refuses_fet_messages_and_logs_why(kind, caplog) -> None:
-    party = _until("ppdert-secagg", "a", "ppdert_level")["a"]  # after hello, where a FET party would take ranges
+    party = _until("ppdert-secagg", "a", "ppdert_cells")["a"]  # after hello, where a FET party would take ranges
     request = {"fet_ranges": Message("fet_ranges", {"new_batch": True, "n_trees": 2, "depth": 0},
                                      {"features": np.zeros((2, 3), np.int32)}),
                "fet_stats": Message("fet_stats", {"depth": 0, "q_shift": 0}, {"thresholds": np.zeros((2, 3))})}[kind]
     expected = (f"party 'a' cannot handle message kind '{kind}': not a message of the PPD-ERT protocol "
-                "(it answers hello, model, ppdert_level)")
+                "(it answers hello, model, ppdert_cells, ppdert_counts, ppdert_level)")
     with caplog.at_level(logging.WARNING, logger="fedcore.horizontal.ppdert.party"):
         with pytest.raises(ProtocolError) as refused:
             party.handle(request)
@@ -320,7 +321,7 @@ LEVELS = {  # per party type: the protocol's level request, and what the refusal
     "vertical-paillier": ("passive", "find_splits", "setup"),
     "fet-none": ("a", "fet_ranges", "hello"),
     "fet-ldp": ("b", "fet_stats", "hello"),
-    "ppdert-secagg": ("a", "ppdert_level", "hello"),
+    "ppdert-secagg": ("a", "ppdert_cells", "hello"),
     "ppdert-plain": ("b", "ppdert_level", "hello"),
 }
 
@@ -418,7 +419,7 @@ def test_a_party_takes_a_new_session_after_the_model(federation) -> None:
 def test_a_run_resumed_after_its_last_batch_skips_every_level(recorded, federation, target, skip_to) -> None:
     """Every batch restored from checkpoints: the session's setup is followed by the end directly."""
     own = recorded.received[federation, target]
-    first_level = next(i for i, m in enumerate(own) if m.kind in ("begin_batch", "ppdert_level"))
+    first_level = next(i for i, m in enumerate(own) if m.kind in ("begin_batch", "ppdert_level", "ppdert_cells"))
     party = _clone(recorded.snapshots[federation, target][first_level])
     assert _send(party, next(m for m in own if m.kind == skip_to)) == "ack"
     assert party.machine.state == "idle"

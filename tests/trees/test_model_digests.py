@@ -83,8 +83,11 @@ CASES = {
         FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp",
                                       ldp=LabelLDP(mechanism="krr", epsilon_krr=4.0)), horizontal_table(seed=2), 2),
     "ppdert secure": lambda: _horizontal(
-        PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8),
+        PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8, thresholds="domain"),
         horizontal_table(seed=1), 3),
+    "ppdert secure histogram": lambda: _horizontal(
+        PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8), horizontal_table(seed=1),
+        3),
 }
 
 PINNED = {
@@ -99,6 +102,7 @@ PINNED = {
     'fet ldp bloom': 'e1c77007dd78776f',
     'fet ldp krr': 'f3b43233a7219693',
     'ppdert secure': '1226ead6a817ac16',
+    'ppdert secure histogram': '09b1c9ef1782c2a7',
 }
 
 

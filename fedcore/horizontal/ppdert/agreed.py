@@ -9,25 +9,50 @@ import json
 
 import numpy as np
 
+from fedcore.errors import ParameterError
 from fedcore.horizontal.growth import (
     draw_features,
     tree_segments,
 )
+from fedcore.horizontal.ppdert.cells import CELL_CHOICES
 from fedcore.randomness import stream
 
-KEY_CONTEXT_FIELDS = ("algorithm", "schema", "domains", "k", "n_parties", "secure", "session_id")
+KEY_CONTEXT_FIELDS = ("algorithm", "schema", "domains", "k", "n_parties", "secure", "session_id", "thresholds",
+                      "n_cells")
+THRESHOLD_MODES = ("histogram", "domain")
+"""Where candidate thresholds come from: the populated grid cells of the node's rows (`cells.py`), or
+the declared domain, as in the paper."""
 
 
-def ppdert_candidates(seed: int, act_tree: np.ndarray, depth: int, low: np.ndarray, high: np.ndarray,
-                      k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The shared candidate splits of the open nodes: features (A, k) and thresholds (A, k), from
-    stream(seed, ppdert_candidates, tree, depth) and the declared domains; identical at every role."""
+def check_threshold_mode(thresholds: str, n_cells: int) -> tuple[str, int]:
+    """Refuse an unknown threshold mode or grid size (both roles check what they are configured with)."""
+    if thresholds not in THRESHOLD_MODES:
+        raise ParameterError(f"PPD-ERT thresholds must be one of {list(THRESHOLD_MODES)}, got {thresholds!r}")
+    if isinstance(n_cells, bool) or n_cells not in CELL_CHOICES:
+        raise ParameterError(f"PPD-ERT histogram cells must be one of {list(CELL_CHOICES)}, got {n_cells!r}")
+    return thresholds, int(n_cells)
+
+
+
+def candidate_draws(seed: int, act_tree: np.ndarray, depth: int, n_features: int,
+                    k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The shared draws of the open nodes: candidate features (A, k) and uniforms in [0, 1) (A, k) that
+    place each threshold in its interval, from stream(seed, ppdert_candidates, tree, depth); identical at
+    every role."""
     features = np.empty((len(act_tree), k), dtype=np.int64)
     u = np.empty((len(act_tree), k), dtype=np.float64)
     for tree, a, b in tree_segments(act_tree):
         rng = stream(seed, "ppdert_candidates", tree, depth)
-        features[a:b] = draw_features(rng, b - a, len(low), k)
+        features[a:b] = draw_features(rng, b - a, n_features, k)
         u[a:b] = rng.random((b - a, k))
+    return features, u
+
+
+def ppdert_candidates(seed: int, act_tree: np.ndarray, depth: int, low: np.ndarray, high: np.ndarray,
+                      k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The paper's candidate splits (`thresholds="domain"`): features (A, k) and thresholds (A, k) drawn
+    uniformly in the declared domains, so every role derives them without communication."""
+    features, u = candidate_draws(seed, act_tree, depth, len(low), k)
     lo, hi = low[features], high[features]
     return features, lo + u * (hi - lo)
 

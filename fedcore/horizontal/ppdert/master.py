@@ -14,11 +14,25 @@ from fedcore.horizontal.growth import (
     ProgressCallback,
 )
 from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.ppdert.agreed import domain_fingerprint, ppdert_candidates
+from fedcore.horizontal.ppdert.agreed import candidate_draws, check_threshold_mode, domain_fingerprint
+from fedcore.horizontal.ppdert.cells import (
+    CELL_RING_BITS,
+    DEFAULT_CELLS,
+    NodeBoxes,
+    populated_spans,
+    span_thresholds,
+)
 from fedcore.horizontal.schema import HorizontalSchema
-from fedcore.privacy.secagg import MODULUS_BITS, ring_bits_for
+from fedcore.privacy.secagg import MODULUS_BITS, ring_bits_for, unmask_sum
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
+from fedcore.trees.grower import Level
+
+REPLIES = {"ppdert_level": ("ppdert_masked_counts", "ppdert_plain_counts", "counts"),
+           "ppdert_counts": ("ppdert_masked_counts", "ppdert_plain_counts", "counts"),
+           "ppdert_cells": ("ppdert_masked_cells", "ppdert_plain_cells", "cells")}
+"""Request kind -> (masked reply kind, plain reply kind, the plain reply's array); masked replies carry
+`masked`."""
 
 
 class PPDERTMaster(BranchStatsLevels):
@@ -29,8 +43,13 @@ class PPDERTMaster(BranchStatsLevels):
     def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema, *,
                  low: np.ndarray, high: np.ndarray, session_id: bytes | None = None,
                  progress: ProgressCallback | None = None, secure: bool = True,
-                 memory_budget: int | None = None) -> None:
+                 memory_budget: int | None = None, thresholds: str = "histogram",
+                 n_cells: int = DEFAULT_CELLS) -> None:
+        """`thresholds`: "histogram" (within the populated grid cells of each node, see `cells.py`) or
+        "domain" (the paper's: uniform in the declared domain); `n_cells`: the histogram grid's size."""
         super().__init__(transport, params, schema, progress, memory_budget)
+        self.thresholds, self.n_cells = check_threshold_mode(thresholds, n_cells)
+        self._boxes: NodeBoxes | None = None
         self.secure = bool(secure)
         self.low, self.high = np.asarray(low, np.float64), np.asarray(high, np.float64)
         if session_id is None:
@@ -50,10 +69,19 @@ class PPDERTMaster(BranchStatsLevels):
     def restore_counters(self, counters: dict[str, int]) -> None:
         self._round_id = counters["round_id"]
 
+    def master_bytes_per_node(self) -> int:
+        """Histogram thresholds add each node's box (parent and children: 2 x 2 x d float64) and the
+        parties' extreme-cell indicators (one 32-bit vector per party and their sum)."""
+        extra = 0
+        if self.thresholds == "histogram":
+            extra = 4 * self.schema.n_features * 8 + self.k * 2 * self.n_cells * 4 * (len(self.parties) + 1)
+        return super().master_bytes_per_node() + extra
+
     def setup(self) -> None:
         header = {"algorithm": self.algorithm, "schema": self.schema.fingerprint(),
                   "domains": domain_fingerprint(self.low, self.high), "k": self.k,
-                  "n_parties": len(self.parties), "session_id": self.session_id.hex(), "secure": self.secure}
+                  "n_parties": len(self.parties), "session_id": self.session_id.hex(), "secure": self.secure,
+                  "thresholds": self.thresholds, "n_cells": self.n_cells}
         replies = self.transport.exchange({name: Message("hello", header) for name in self.parties})
         self._note_parties(replies)
         # the narrowest ring that holds any count's sum over all rows: fewer key-stream and wire bytes
@@ -69,43 +97,79 @@ class PPDERTMaster(BranchStatsLevels):
                 self._key_proofs[name] = {k: reply.header[k] for k in ("key_signature", "key_credential")}
 
     def _level(self, trees, depth, act_tree, act_node, transition) -> LevelResult:
-        features, thresholds = ppdert_candidates(self.params.random_state, act_tree, depth, self.low, self.high, self.k)
-        self._round_id += 1
-        header = {"depth": depth, "n_trees": len(trees), "round_id": self._round_id, "mask_bits": self.mask_bits}
+        features, u = candidate_draws(self.params.random_state, act_tree, depth, self.schema.n_features, self.k)
+        header = {"depth": depth, "n_trees": len(trees)}
         arrays = {"tree": act_tree.astype(np.int32)}
         if transition is None:
             self._new_batch(header)
+            if self.thresholds == "histogram":
+                self._boxes = NodeBoxes.roots(self.low, self.high, len(act_tree))
         else:
             arrays.update(transition)
+        self._relay_keys(header, arrays)
+        if self.thresholds == "domain":
+            lo, hi = self.low[features], self.high[features]
+            thresholds, valid = lo + u * (hi - lo), np.ones(features.shape, dtype=bool)
+            counts = self._sum("ppdert_level", header, arrays, self.mask_bits)
+        else:
+            grid_low, grid_high = self._boxes.grid(features)
+            header["n_cells"] = self.n_cells
+            arrays.update(grid_low=grid_low, grid_high=grid_high)
+            cells = self._sum("ppdert_cells", header, arrays, CELL_RING_BITS)
+            cells = cells.reshape(*features.shape, 2, self.n_cells)
+            span_low, span_high, has = populated_spans(cells, grid_low, grid_high, self.n_cells)
+            thresholds, valid = span_thresholds(span_low, span_high, has, u)
+            self._boxes.narrow(features, span_low, span_high, has)
+            counts = self._sum("ppdert_counts", {"depth": depth}, {"thresholds": thresholds}, self.mask_bits)
+        size = features.size * 2 * self.n_stats
+        if counts.size != size:
+            raise ProtocolError(f"aggregated counts have {counts.size} entries, expected {size}")
+        if counts.size and int(counts.min()) < 0:  # counts cannot be negative: a sum wrapped around the ring
+            raise ProtocolError(f"the masked counts sum to negative values in the {self.mask_bits}-bit ring: "
+                                "a party counted more rows than it reported, or masked in another ring")
+        branch = counts.reshape(*features.shape, 2, self.n_stats).astype(np.float64)
+        return LevelResult(features, thresholds, valid, branch)
+
+    def advance(self, level: Level, split_idx: np.ndarray, left: np.ndarray, child_open: np.ndarray,
+                next_pos: np.ndarray) -> None:
+        """Besides the shared transition: the open children's boxes (histogram thresholds)."""
+        super().advance(level, split_idx, left, child_open, next_pos)
+        if self.thresholds == "histogram":
+            self._boxes = self._boxes.children(split_idx, level.fields["feature"], level.fields["threshold"],
+                                               child_open)
+
+    def _relay_keys(self, header: dict, arrays: dict) -> None:
+        """The first request of the session relays every party's signed public key."""
         if self._keys and not self._relayed:
             header["peer_names"] = list(self._keys)
             header["peer_signatures"] = [self._key_proofs[n]["key_signature"] for n in self._keys]
             header["peer_credentials"] = [self._key_proofs[n]["key_credential"] for n in self._keys]
             arrays["peer_keys"] = np.stack([np.frombuffer(k, dtype=np.uint8) for k in self._keys.values()])
             self._relayed = True
-        replies = self.transport.exchange(dict.fromkeys(self.parties, Message("ppdert_level", header, arrays)))
-        size = features.size * 2 * self.n_stats
-        if len(self.parties) == 1 or not self.secure:
-            kinds = {name: r.kind for name, r in replies.items() if r.kind != "ppdert_plain_counts"}
-            if kinds:
-                raise ProtocolError(f"parties answered {kinds}, expected ppdert_plain_counts")
-            total = sum(r.arrays["counts"].astype(np.int64) for r in replies.values())
-        else:
-            masked = []
-            for name in self.parties:
-                reply = replies[name]
-                ring = np.dtype(f"uint{self.mask_bits}")
-                if reply.kind != "ppdert_masked_counts" or reply.arrays.get("masked", np.zeros(0)).dtype != ring:
-                    raise ProtocolError(f"party {name!r} answered {reply.kind!r}; with {len(self.parties)} parties "
-                                        f"only counts masked in the agreed {self.mask_bits}-bit ring are accepted")
-                masked.append(reply.arrays["masked"])
-            from fedcore.privacy.secagg import unmask_sum
 
-            total = unmask_sum(masked)
-            if total.size and int(total.min()) < 0:  # counts cannot be negative: a sum wrapped around the ring
-                raise ProtocolError(f"the masked counts sum to negative values in the {self.mask_bits}-bit ring: "
-                                    "a party counted more rows than it reported, or masked in another ring")
-        if total.size != size:
-            raise ProtocolError(f"aggregated counts have {total.size} entries, expected {size}")
-        branch = total.reshape(*features.shape, 2, self.n_stats).astype(np.float64)
-        return LevelResult(features, thresholds, np.ones(features.shape, dtype=bool), branch)
+    def _sum(self, kind: str, header: dict, arrays: dict, bits: int) -> np.ndarray:
+        """One round under a fresh round id: every party's vector, summed (masked in the `bits`-bit ring
+        with secure aggregation and several parties, else plain), as flat int64."""
+        self._round_id += 1
+        header = {**header, "round_id": self._round_id, "mask_bits": bits}
+        replies = self.transport.exchange(dict.fromkeys(self.parties, Message(kind, header, arrays)))
+        masked_kind, plain_kind, field = REPLIES[kind]
+        if len(self.parties) == 1 or not self.secure:
+            wrong = {name: r.kind for name, r in replies.items() if r.kind != plain_kind or field not in r.arrays}
+            if wrong:
+                raise ProtocolError(f"parties answered {wrong}, expected {plain_kind} with {field!r}")
+            for name, reply in replies.items():
+                if not np.issubdtype(reply.arrays[field].dtype, np.integer):
+                    raise ProtocolError(f"party {name!r}: {field} must be integers, got {reply.arrays[field].dtype}")
+            return sum(replies[name].arrays[field].reshape(-1).astype(np.int64) for name in self.parties)
+        ring = np.dtype(f"uint{bits}")
+        masked = []
+        for name in self.parties:
+            reply = replies[name]
+            if reply.kind != masked_kind or reply.arrays.get("masked", np.zeros(0)).dtype != ring:
+                raise ProtocolError(f"party {name!r} answered {reply.kind!r}; with {len(self.parties)} parties only "
+                                    f"{masked_kind} masked in the agreed {bits}-bit ring is accepted")
+            masked.append(reply.arrays["masked"].reshape(-1))
+        if len({m.size for m in masked}) != 1:
+            raise ProtocolError(f"parties masked vectors of different sizes: {[m.size for m in masked]}")
+        return unmask_sum(masked).astype(np.int64)

@@ -4,6 +4,7 @@ masked class counts of the seed-shared candidates (see the package doc)."""
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -11,7 +12,19 @@ import pandas as pd
 
 from fedcore.errors import KeyAuthenticationError, ProtocolError
 from fedcore.horizontal.model import HorizontalForest
-from fedcore.horizontal.ppdert.agreed import domain_fingerprint, key_context, ppdert_candidates
+from fedcore.horizontal.ppdert.agreed import (
+    candidate_draws,
+    check_threshold_mode,
+    domain_fingerprint,
+    key_context,
+    ppdert_candidates,
+)
+from fedcore.horizontal.ppdert.cells import (
+    CELL_RING_BITS,
+    DEFAULT_CELLS,
+    extreme_cell_indicators,
+    hide_multiplicity,
+)
 from fedcore.horizontal.rows import PartyRows, check_hello, narrow, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.secagg import MODULUS_BITS, RING_BITS
@@ -25,19 +38,26 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+COUNT_REPLIES = ("ppdert_masked_counts", "ppdert_plain_counts")
+
 PPDERT_PROTOCOL = Protocol(
     "PPD-ERT", initial="idle",
     states={"idle": "no session: before hello, or after the model",
             "greeted": "after hello",
-            "counted": "after a level's ppdert_level"},
+            "celled": "after a level's ppdert_cells (histogram thresholds)",
+            "counted": "after a level's counts"},
     steps=[
         Step("idle", "hello", "greeted", "hello_reply"),
-        Step(("greeted", "counted"), "ppdert_level", "counted", ("ppdert_masked_counts", "ppdert_plain_counts")),
+        Step(("greeted", "counted"), "ppdert_level", "counted", COUNT_REPLIES, roles={"domain"}),
+        Step(("greeted", "counted"), "ppdert_cells", "celled", ("ppdert_masked_cells", "ppdert_plain_cells"),
+             roles={"histogram"}),
+        Step("celled", "ppdert_counts", "counted", COUNT_REPLIES, roles={"histogram"}),
         # from greeted: every batch was restored from checkpoints
         Step(("greeted", "counted"), "model", "idle", "ack"),
     ])
-"""What a PPD-ERT party answers, in which order (see fedcore.protocol.dispatch): never FET's messages, whose
-min/max ranges would reveal exactly what PPD-ERT's declared domains keep private."""
+"""What a PPD-ERT party answers, in which order; the role is its threshold mode (see
+fedcore.protocol.dispatch): never FET's messages, whose per-party min/max ranges would reveal exactly
+what PPD-ERT keeps private, and never a histogram round when it agreed to domain thresholds."""
 
 
 class PPDERTParty:
@@ -56,11 +76,15 @@ class PPDERTParty:
 
     def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema, *, seed: int,
                  low: np.ndarray, high: np.ndarray, k: int, secure: bool = True,
-                 identity: PartyIdentity | None = None, memory_budget: int | None = None) -> None:
+                 identity: PartyIdentity | None = None, memory_budget: int | None = None,
+                 thresholds: str = "histogram", n_cells: int = DEFAULT_CELLS) -> None:
         """`identity` signs this party's secure-aggregation key and verifies its peers' (required with
         secure aggregation and more than one party). `memory_budget`: bytes this party grows tree batches
-        in (default: a share of its available memory), reported in `hello_reply` (`fedcore.trees.budget`)."""
+        in (default: a share of its available memory), reported in `hello_reply` (`fedcore.trees.budget`).
+        `thresholds`, `n_cells`: what this party agrees to reveal (see `PPDERTMaster`); the master's hello
+        must name the same."""
         self.name = name
+        self.protocol_role, self.n_cells = check_threshold_mode(thresholds, n_cells)
         self.memory_budget = memory_budget
         self.schema = schema
         self.privacy = "secagg" if secure else "none"
@@ -75,6 +99,8 @@ class PPDERTParty:
         self.low, self.high, self.k = np.asarray(low, np.float64), np.asarray(high, np.float64), int(k)
         self.aggregator = None
         self._agreed = False
+        self._secret = b""
+        self._grid = (np.zeros((0, 0)), np.zeros((0, 0)))  # the level's candidate intervals (histogram thresholds)
         self._ring: int | None = None  # the session's secure-aggregation ring, fixed by its first masked level
         self.machine = PPDERT_PROTOCOL.start(log)
 
@@ -93,6 +119,10 @@ class PPDERTParty:
         if h.get("domains") != domain_fingerprint(self.low, self.high):
             raise ProtocolError(f"party {self.name!r}: the master's feature domains differ from the party's declared "
                                 "ranges; both must come from the same data contract")
+        if h.get("thresholds", "domain") != self.protocol_role or h.get("n_cells", self.n_cells) != self.n_cells:
+            raise ProtocolError(f"party {self.name!r} agreed to {self.protocol_role!r} thresholds"
+                                f"{f' on {self.n_cells} cells' if self.protocol_role == 'histogram' else ''}; the "
+                                f"master asked for {h.get('thresholds')!r} on {h.get('n_cells')} cells")
         if int(h.get("k", -1)) != self.k:
             raise ProtocolError(f"party {self.name!r}: the master draws {h.get('k')} candidates per node, the party {self.k}")
         if bool(h.get("secure", True)) != self.secure:
@@ -110,6 +140,7 @@ class PPDERTParty:
                                              f"its secure-aggregation key (got {found}): an institution agent uses "
                                              "its mutual-TLS certificate and key")
             self.aggregator = SecureAggregator(self.name, bytes.fromhex(h["session_id"]))
+            self._secret = os.urandom(32)  # this session's multipliers of the cell indicators (`cells.py`)
             self._key_context = key_context(h)
             signed = self.identity.sign_key(self._key_context, self.aggregator.public_key())
             arrays["public_key"] = np.frombuffer(signed.public_key, dtype=np.uint8).copy()
@@ -117,6 +148,52 @@ class PPDERTParty:
         return Message("hello_reply", header, arrays)
 
     def _on_ppdert_level(self, message: Message) -> Message:
+        """Domain thresholds: apply the previous level, count the seed-shared candidates, mask."""
+        act_tree = self._start_level(message)
+        self.rows.features, self.rows.thresholds = ppdert_candidates(self.seed, act_tree, int(message.header["depth"]),
+                                                                     self.low, self.high, self.k)
+        return self._counts(message.header)
+
+    def _on_ppdert_cells(self, message: Message) -> Message:
+        """Histogram thresholds, first round of a level: apply the previous level, then the indicators of
+        the grid cells holding this party's smallest and largest value per candidate (`cells.py`)."""
+        h, a = message.header, message.arrays
+        act_tree = self._start_level(message)
+        features, _ = candidate_draws(self.seed, act_tree, int(h["depth"]), len(self.low), self.k)
+        grid_low, grid_high = (np.asarray(a[name], dtype=np.float64) for name in ("grid_low", "grid_high"))
+        if grid_low.shape != features.shape or grid_high.shape != features.shape \
+                or not (np.all(np.isfinite(grid_low)) and np.all(np.isfinite(grid_high)) and np.all(grid_low <= grid_high)):
+            raise ProtocolError(f"party {self.name!r}: the grid must be finite intervals of shape {features.shape}")
+        if h.get("n_cells") != self.n_cells:
+            raise ProtocolError(f"party {self.name!r}: the level asks for {h.get('n_cells')} cells, the session "
+                                f"agreed {self.n_cells}")
+        self.rows.features, self.rows.thresholds = features, np.full(features.shape, np.nan)
+        self._grid = (grid_low, grid_high)
+        low, high = self.rows.ranges()
+        indicators = extreme_cell_indicators(low, high, grid_low, grid_high, self.n_cells).reshape(-1)
+        if self.aggregator is None:
+            return Message("ppdert_plain_cells", {"plain": True}, {"cells": indicators.astype(np.uint8)})
+        bits = self._ring_of(h, CELL_RING_BITS)
+        return Message("ppdert_masked_cells", {}, {"masked": self.aggregator.mask(
+            hide_multiplicity(indicators, self._secret, int(h["round_id"])), int(h["round_id"]), bits)})
+
+    def _on_ppdert_counts(self, message: Message) -> Message:
+        """Histogram thresholds, second round: the master's thresholds (each within its grid interval),
+        then the masked counts as in the domain mode."""
+        thresholds = np.asarray(message.arrays["thresholds"], dtype=np.float64)
+        grid_low, grid_high = self._grid
+        if thresholds.shape != grid_low.shape:
+            raise ProtocolError(f"party {self.name!r}: thresholds of shape {thresholds.shape}, the level has "
+                                f"{grid_low.shape} candidates")
+        inside = np.isnan(thresholds) | ((grid_low <= thresholds) & (thresholds <= grid_high))
+        if not inside.all():
+            raise ProtocolError(f"party {self.name!r}: {int((~inside).sum())} thresholds lie outside their candidate's "
+                                "grid interval; a threshold must fall within the populated cells")
+        self.rows.thresholds = thresholds
+        return self._counts(message.header)
+
+    def _start_level(self, message: Message) -> np.ndarray:
+        """Relayed peer keys (first level), the previous level's decisions; the open nodes' trees."""
         h, a = message.header, message.arrays
         if "peer_keys" in a:
             if self.aggregator is None:
@@ -127,8 +204,11 @@ class PPDERTParty:
             self._agreed = True
         act_tree = a["tree"].astype(np.int64)
         self.rows.start_level(h, a, len(act_tree))
-        self.rows.features, self.rows.thresholds = ppdert_candidates(self.seed, act_tree, int(h["depth"]), self.low,
-                                                                     self.high, self.k)
+        return act_tree
+
+    def _counts(self, h: dict) -> Message:
+        """The class counts of the level's candidates: plain (one party, or no secure aggregation) or masked
+        in the session's ring."""
         counts = self.rows.class_counts().reshape(-1)
         if self.aggregator is None:
             return Message("ppdert_plain_counts", {"plain": True}, {"counts": narrow(counts)})
@@ -144,6 +224,15 @@ class PPDERTParty:
             raise ProtocolError(f"party {self.name!r}: the master changed the ring from {self._ring} to {bits} bits "
                                 "within a session")
         return Message("ppdert_masked_counts", {}, {"masked": self.aggregator.mask(counts, int(h["round_id"]), bits)})
+
+    def _ring_of(self, h: dict, bits: int) -> int:
+        """The ring a masked round must use: `bits`, as the request must say; the peers' keys agreed first."""
+        if not self._agreed:
+            raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked round")
+        if h.get("mask_bits") != bits:
+            raise ProtocolError(f"party {self.name!r}: cell indicators are masked in the {bits}-bit ring, the master "
+                                f"named {h.get('mask_bits')!r}")
+        return bits
 
     def _on_model(self, message: Message) -> Message:
         self.model = receive_model(self.name, self.algorithm, self.schema, message)

@@ -1,0 +1,140 @@
+"""PPD-ERT thresholds that follow the data (`thresholds="histogram"`), under secure aggregation.
+
+Extra-Trees draw each candidate threshold uniformly between the node's smallest and largest value of the
+feature. PPD-ERT as published draws it in the feature's declared domain instead, so on a skewed column
+most thresholds land where the node has no rows. Here the master learns, per open node and candidate,
+only the GRID CELLS holding the node's smallest and largest value over all parties, and draws the
+threshold uniformly between the lower edge of the first and the upper edge of the last:
+
+1. Every open node carries a box: per feature an interval known to hold all its rows' values (the
+   declared domain at the roots). Each candidate's interval is cut into `n_cells` equal cells: the grid.
+2. Each party finds the cell of its own smallest value (c_lo) and of its largest (c_hi) among the node's
+   rows, and sends two indicator vectors over the cells: `c >= c_lo` and `c <= c_hi`, each entry
+   multiplied by a fresh secret random odd 32-bit number, masked for secure aggregation in the 32-bit
+   ring (`CELL_RING_BITS`).
+3. The master's sum is non-zero exactly where some party's indicator is 1 (the random multipliers hide
+   how many), except with probability at most 2**-31 per cell when two or more parties' terms cancel. So
+   it learns the global first and last populated cells and nothing else: not which party, not how many
+   rows, not the parties' individual ranges (FET's master sees every party's exact min and max).
+4. The children inherit the box, narrowed to each candidate's populated span, and at the chosen split
+   to either side of its threshold: deeper nodes get finer grids, following the data.
+
+The thresholds are chosen by the master (from the seed-shared uniforms, placed in the span) and sent to
+the parties, who then count classes per branch as in the domain mode. Parties learn every candidate's
+threshold, hence roughly the populated span of the union of the node's rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedcore.privacy.secagg import keystream
+
+CELL_RING_BITS = 32
+"""Ring the extreme-cell indicators are masked in: a cancelled sum (a populated cell read as empty) has
+probability at most 2**-31 per cell."""
+DEFAULT_CELLS = 16
+CELL_CHOICES = (4, 8, 16, 32, 64)
+"""Grid sizes a session may use: powers of two, so cell edges are exact fractions of the interval."""
+
+
+def cell_of(values: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray, n_cells: int) -> np.ndarray:
+    """The grid cell of each value in [grid_low, grid_high] cut into n_cells: int64, clamped into range
+    (a value outside its box falls in the nearest end cell; a point interval has one cell, 0)."""
+    width = grid_high - grid_low
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        position = np.floor((values - grid_low) / width * n_cells)
+    position = np.where(np.isfinite(position) & (width > 0), position, 0.0)
+    return np.clip(position, 0, n_cells - 1).astype(np.int64)
+
+
+def extreme_cell_indicators(low: np.ndarray, high: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray,
+                            n_cells: int) -> np.ndarray:
+    """A party's indicators (A, k, 2, n_cells) uint32 from its per-candidate min and max (`low`, `high`,
+    +inf / -inf where the node has no value): [..., 0, c] = c >= cell(min), [..., 1, c] = c <= cell(max)."""
+    cells = np.arange(n_cells)
+    has = np.isfinite(low) & np.isfinite(high)
+    first = cell_of(np.where(has, low, 0.0), grid_low, grid_high, n_cells)
+    last = cell_of(np.where(has, high, 0.0), grid_low, grid_high, n_cells)
+    out = np.empty((*low.shape, 2, n_cells), dtype=np.uint32)
+    out[..., 0, :] = (cells >= first[..., None]) & has[..., None]
+    out[..., 1, :] = (cells <= last[..., None]) & has[..., None]
+    return out
+
+
+def hide_multiplicity(indicators: np.ndarray, secret: bytes, round_id: int) -> np.ndarray:
+    """Each indicator times a secret random odd 32-bit number (mod 2**32): a sum over parties says whether
+    any party's indicator is 1, not how many. The multipliers are ChaCha20 of the party's own secret key
+    (fresh per session, never sent), for this round."""
+    odd = keystream(secret, round_id, indicators.size, CELL_RING_BITS).reshape(indicators.shape) | np.uint32(1)
+    return indicators.astype(np.uint32) * odd
+
+
+def populated_spans(cell_sums: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray,
+                    n_cells: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """From the summed indicators (A, k, 2, n_cells): the span from the lower edge of the first populated
+    cell to the upper edge of the last, and whether the node has any value there: (A, k) x 3."""
+    above_min = cell_sums[..., 0, :] != 0
+    below_max = cell_sums[..., 1, :] != 0
+    has = above_min.any(axis=-1) & below_max.any(axis=-1)
+    first = np.argmax(above_min, axis=-1)
+    last = n_cells - 1 - np.argmax(below_max[..., ::-1], axis=-1)
+    last = np.maximum(first, last)
+    return cell_edge(grid_low, grid_high, first, n_cells), cell_edge(grid_low, grid_high, last + 1, n_cells), has
+
+
+def cell_edge(grid_low: np.ndarray, grid_high: np.ndarray, edge: np.ndarray, n_cells: int) -> np.ndarray:
+    """Lower edge of cell `edge` (edge n_cells: the interval's upper end, exactly)."""
+    inner = grid_low + (grid_high - grid_low) * (edge / n_cells)
+    return np.where(edge >= n_cells, grid_high, np.where(edge <= 0, grid_low, inner))
+
+
+def span_thresholds(span_low: np.ndarray, span_high: np.ndarray, has: np.ndarray,
+                    u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Thresholds uniform in each populated span (the seed-shared uniforms `u`), and which candidates are
+    usable: the node has values and the span is not a point. Unusable ones get NaN (every row goes right)."""
+    valid = has & (span_high > span_low)
+    with np.errstate(invalid="ignore", over="ignore"):
+        thresholds = span_low + u * (span_high - span_low)
+    thresholds = np.where(thresholds >= span_high, span_low, thresholds)  # a rounded-up draw
+    return np.where(valid, thresholds, np.nan), valid
+
+
+class NodeBoxes:
+    """Per open node and feature, an interval known to hold all the node's values: (A, d, 2) float64.
+
+    Roots start from the declared domains; a node's candidates narrow its box to their populated spans,
+    and its children inherit it, cut at the chosen split's threshold.
+    """
+
+    def __init__(self, boxes: np.ndarray) -> None:
+        self.boxes = boxes
+
+    @classmethod
+    def roots(cls, low: np.ndarray, high: np.ndarray, n_nodes: int) -> NodeBoxes:
+        """Every root's box is the declared domain."""
+        box = np.stack([low, high], axis=-1).astype(np.float64)
+        return cls(np.broadcast_to(box, (n_nodes, *box.shape)).copy())
+
+    def grid(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates' intervals: grid_low, grid_high (A, k)."""
+        rows = np.arange(len(features))[:, None]
+        return self.boxes[rows, features, 0], self.boxes[rows, features, 1]
+
+    def narrow(self, features: np.ndarray, span_low: np.ndarray, span_high: np.ndarray, has: np.ndarray) -> None:
+        """Shrink each candidate's interval to its populated span (where the node has values)."""
+        rows = np.broadcast_to(np.arange(len(features))[:, None], features.shape)
+        self.boxes[rows[has], features[has], 0] = span_low[has]
+        self.boxes[rows[has], features[has], 1] = span_high[has]
+
+    def children(self, split_idx: np.ndarray, feature: np.ndarray, threshold: np.ndarray,
+                 child_open: np.ndarray) -> NodeBoxes:
+        """The open children's boxes, in the grower's order (left, right of each split node in turn): the
+        parent's box, cut at the split's threshold on its feature."""
+        boxes = np.repeat(self.boxes[split_idx], 2, axis=0)
+        n = len(split_idx)
+        f, t = feature[split_idx], threshold[split_idx]
+        left, right = np.arange(0, 2 * n, 2), np.arange(1, 2 * n, 2)
+        boxes[left, f, 1] = np.minimum(boxes[left, f, 1], t)
+        boxes[right, f, 0] = np.maximum(boxes[right, f, 0], t)
+        return NodeBoxes(boxes[child_open])
