@@ -155,8 +155,23 @@ class BranchStatsLevels(LevelStrategy, ABC):
                transition: dict[str, np.ndarray] | None) -> LevelResult:
         """Exchange one level: apply the previous level's decisions, return candidates and statistics."""
 
-    def node_values(self, stats: np.ndarray) -> np.ndarray:
-        """Node values from statistics: class proportions (uniform when empty), or the mean (override)."""
+    def node_estimates(self, result: LevelResult) -> tuple[np.ndarray, np.ndarray]:
+        """The open nodes' statistics (A, S) and sizes (A,): the parent's measurement of each node, or at
+        the roots the union of candidate 0's two branches; sizes exact where the mode sends them (LDP:
+        its estimated class counts only sum to them within rounding)."""
+        node_stats = self._open_stats if self._open_stats is not None else result.branch[:, 0].sum(axis=1)
+        if self._open_n is not None:
+            n_node = self._open_n
+        elif result.sizes is not None:
+            n_node = result.sizes[:, 0].astype(np.float64).sum(axis=1)
+        else:
+            n_node = branch_counts(node_stats, self.params.task)
+        return node_stats, n_node
+
+    def node_values(self, stats: np.ndarray, parent_values: np.ndarray | None = None) -> np.ndarray:
+        """Node values from statistics: class proportions (uniform when empty), or the mean (override).
+        `parent_values` (the values of each node's parent; None at the roots) lets a noisy mode shrink
+        towards them; exact statistics ignore them."""
         counts = np.maximum(stats, 0.0)
         total = counts.sum(axis=-1, keepdims=True)
         return np.where(total > 0, counts / np.where(total > 0, total, 1.0), 1.0 / counts.shape[-1])
@@ -224,6 +239,7 @@ class BranchStatsLevels(LevelStrategy, ABC):
         self._transition: dict[str, np.ndarray] | None = None
         self._open_stats: np.ndarray | None = None
         self._open_n: np.ndarray | None = None
+        self._open_parent_values: np.ndarray | None = None
 
     def level(self, trees: list[int], depth: int, open_tree: np.ndarray, open_node: np.ndarray) -> Level:
         """The best usable candidate of each open node (both sides >= min_samples_leaf, gain above the
@@ -231,15 +247,7 @@ class BranchStatsLevels(LevelStrategy, ABC):
         p, task = self.params, self.params.task
         result = self._level(trees, depth, open_tree, open_node, self._transition)
         branch = result.branch
-        # roots: the node is the union of any candidate's two branches
-        node_stats = self._open_stats if self._open_stats is not None else branch[:, 0].sum(axis=1)
-        # sizes: exact where the mode sends them (estimated class counts only sum to them within rounding)
-        if self._open_n is not None:
-            n_node = self._open_n
-        elif result.sizes is not None:
-            n_node = result.sizes[:, 0].astype(np.float64).sum(axis=1)
-        else:
-            n_node = branch_counts(node_stats, task)
+        node_stats, n_node = self.node_estimates(result)
         rules = self._stopping
         sizes = result.sizes if result.sizes is not None else np.zeros((0, 0, 2))
         best, branch_n = best_candidates(np.ascontiguousarray(branch, dtype=np.float64),
@@ -253,23 +261,27 @@ class BranchStatsLevels(LevelStrategy, ABC):
         threshold = np.full(len(open_tree), np.nan)
         feature[split_idx] = result.features[split_idx, split_best]
         threshold[split_idx] = result.thresholds[split_idx, split_best]
-        fields = {"feature": feature, "threshold": threshold, "weight": n_node, "value": self.node_values(node_stats)}
+        values = self.node_values(node_stats, self._open_parent_values)
+        fields = {"feature": feature, "threshold": threshold, "weight": n_node, "value": values}
         child_stats = branch[split_idx, split_best].reshape(-1, self.n_stats)  # left, right, left, ...
         child_n = branch_n[split_idx, split_best].reshape(-1)
         child_open = rules.child_may_open(child_n, depth + 1) & ~is_pure(child_stats, task)
         closed = ~child_open  # leaves are recorded now; open children at their own level
         n_closed = int(closed.sum())
+        child_parent_values = np.repeat(values[split_idx], 2, axis=0)
         child_fields = {"feature": np.full(n_closed, -1, np.int32), "threshold": np.full(n_closed, np.nan),
-                        "weight": child_n[closed], "value": self.node_values(child_stats[closed])}
-        self._children = (best, child_stats, child_n)
+                        "weight": child_n[closed],
+                        "value": self.node_values(child_stats[closed], child_parent_values[closed])}
+        self._children = (best, child_stats, child_n, child_parent_values)
         return Level(split, fields, child_open, child_fields)
 
     def advance(self, level: Level, split_idx: np.ndarray, left: np.ndarray, child_open: np.ndarray,
                 next_pos: np.ndarray) -> None:
         """The next level's request carries each node's chosen candidate and its children's positions."""
-        best, child_stats, child_n = self._children
+        best, child_stats, child_n, child_parent_values = self._children
         chosen = np.full(len(level.split), -1, dtype=np.int32)
         chosen[split_idx] = best[split_idx]
         self._transition = {"chosen": chosen, "next_pos": next_pos}
         self._open_stats = child_stats[child_open]
         self._open_n = child_n[child_open]
+        self._open_parent_values = child_parent_values[child_open]

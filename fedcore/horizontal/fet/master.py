@@ -35,6 +35,12 @@ import math
 import numpy as np
 
 from fedcore.errors import ParameterError, ProtocolError
+from fedcore.horizontal.fet.gdp import (
+    combined_node_stats,
+    count_variance,
+    shrunk_proportions,
+    unbiased_sizes,
+)
 from fedcore.horizontal.growth import (
     BranchStatsLevels,
     LevelResult,
@@ -71,6 +77,7 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         self.n_rows = 0
         self.q_bits = 0  # |q| <= 2**q_bits
         self.q_shift = 0  # q = round(y * 2**q_shift)
+        self._noise_variance = 0.0  # GDP: of one count summed over the parties (from their hello replies)
 
     def setup(self) -> None:
         header = {"algorithm": self.algorithm, "schema": self.schema.fingerprint(), "privacy": self.privacy,
@@ -78,6 +85,9 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         replies = self.transport.exchange({name: Message("hello", header) for name in self.parties})
         self._note_parties(replies)
         self.n_rows = sum(self.party_rows.values())
+        if self.privacy == "gdp":
+            self._noise_variance = count_variance([_reported_epsilon(n, r.header) for n, r in replies.items()],
+                                                  self.params.task)
         if self.params.task == "regression":
             exponent = max(int(r.header["y_exponent"]) for r in replies.values())
             bits = min(MAX_TARGET_BITS, SUM_BITS - math.ceil(math.log2(self.n_rows + 1)))
@@ -87,7 +97,17 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
             self.q_bits = bits
             self.q_shift = bits - exponent
 
-    def node_values(self, stats: np.ndarray) -> np.ndarray:
+    def node_estimates(self, result: LevelResult) -> tuple[np.ndarray, np.ndarray]:
+        """GDP: every measurement of the open nodes combined, sizes without clamping bias (`gdp.py`)."""
+        if self.privacy != "gdp":
+            return super().node_estimates(result)
+        stats = combined_node_stats(result.branch, self._open_stats)
+        return stats, unbiased_sizes(stats[:, None, None, :], self.params.task)[:, 0, 0]
+
+    def node_values(self, stats: np.ndarray, parent_values: np.ndarray | None = None) -> np.ndarray:
+        if self.privacy == "gdp" and self.params.task != "regression":
+            # noisy counts: projected onto the simplex, shrunk towards the parent by the noise (`gdp.py`)
+            return shrunk_proportions(stats, parent_values, self._noise_variance)
         if self.params.task != "regression":
             return super().node_values(stats)
         n = np.maximum(stats[..., 0], 0.0)
@@ -119,7 +139,10 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                                                                               {"thresholds": thresholds})))
         if self.privacy == "ldp":
             return LevelResult(features, thresholds, valid, *self._estimate(replies, features.shape, valid, depth))
-        return LevelResult(features, thresholds, valid, self._aggregate(replies, features.shape))
+        branch = self._aggregate(replies, features.shape)
+        if self.privacy == "gdp":  # sizes: the noisy counts' sums, without the bias of clamping each at 0
+            return LevelResult(features, thresholds, valid, branch, unbiased_sizes(branch, self.params.task))
+        return LevelResult(features, thresholds, valid, branch)
 
     def _estimate(self, replies: dict[str, Message], shape: tuple[int, int], valid: np.ndarray,
                   depth: int) -> tuple[np.ndarray, np.ndarray]:
@@ -157,6 +180,15 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         for name in self.parties:
             total += _reply_array(replies, name, "fet_noisy_counts", "counts", stats_shape)
         return total
+
+
+def _reported_epsilon(party: str, header: dict) -> float:
+    """A GDP party's epsilon per query, from its hello reply (a finite number > 0)."""
+    epsilon = header.get("epsilon")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
+        raise ProtocolError(f"party {party!r} reported no usable epsilon per query ({epsilon!r}); a GDP party "
+                            "states the scale of its noise in its hello reply")
+    return float(epsilon)
 
 
 def _reply_array(replies: dict[str, Message], party: str, kind: str, name: str, shape: tuple) -> np.ndarray:

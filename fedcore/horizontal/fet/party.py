@@ -115,6 +115,8 @@ class HorizontalParty:
         if self.schema.task == "regression":
             largest = float(np.abs(self.y).max()) if self.n_rows else 0.0
             header["y_exponent"] = int(np.frexp(largest)[1])  # |y| < 2**y_exponent: a power of two, not a value
+        if self.privacy == "gdp":
+            header["epsilon"] = self.epsilon  # the noise scale is public: the master weighs noisy counts by it
         if self.privacy == "ldp":
             self._permanent = self.ldp.permanent_bits(self.y, self.schema.n_classes,
                                                       stream(self.noise_seed, "ldp_permanent"))
