@@ -1,13 +1,18 @@
-"""Accuracy of horizontal Federated Extra-Trees (plain, local DP, global DP) and PPD-ERT against
-scikit-learn's ExtraTrees with the same hyper-parameters: the Federated Extra-Trees paper's Table 2, and
-its Figure 4 (accuracy against the number of clients, federated against local-only).
+"""Accuracy of horizontal Federated Extra-Trees (plain, local DP, global DP) and PPD-ERT (histogram and
+domain thresholds) against scikit-learn's ExtraTrees with the same hyper-parameters: the Federated
+Extra-Trees paper's Table 2, its Figure 4 (accuracy against the number of clients, federated against
+local-only), and FET-GDP's accuracy against epsilon.
 
 Table 2: for each dataset and seed, a stratified 80/20 split, the training rows dealt iid to 2 clients,
-then ExtraTreesClassifier on the pooled rows and each federated mode. Figure 4: one dataset, 1 to 9
-clients, the federated model against the mean of the models each client trains on its own rows.
+then ExtraTreesClassifier on the pooled rows and each federated mode. Datasets: spambase and satellite
+(from --data-dir, where present), waveform-21 (generated), scikit-learn's digits (10 classes, bundled),
+and any --table PATH:LABEL (e.g. UCI letter). Figure 4: one dataset, 1 to 9 clients, the federated model
+against the mean of the models each client trains on its own rows.
 
     .venv/bin/python -m benchmarks.bench_horizontal_accuracy [--seeds 5] [--trees 100] [--json out.json]
-        [--figure docs/horizontal_clients.png]   (the figure needs `make bench-venv` for matplotlib)
+        [--table letter.parquet:lettr] [--figure docs/horizontal_clients.png]
+        [--epsilon-curve letter --epsilon-figure docs/gdp_epsilon.png]
+        (the figures need `make bench-venv` for matplotlib)
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import pandas as pd
 from benchmarks.markdown import markdown_table
 from fedcore.data.datasets import make_waveform
 from fedcore.data.split import split_horizontal
-from fedcore.simulate import metrics, split_train_test
+from fedcore.simulate import metrics, read_table, split_train_test
 from fedcore.simulate_horizontal import build_estimator, declared_ranges, reference_extra_trees
 
 PAPER = {  # Federated Extra-Trees paper, Table 2: ET, FET, FET-LDP, FET-GDP
@@ -32,17 +37,25 @@ PAPER = {  # Federated Extra-Trees paper, Table 2: ET, FET, FET-LDP, FET-GDP
     "waveform-21": (0.8342, 0.8361, 0.8343, None),
 }
 MODES = (("FET", "extra-trees", "none"), ("FET-LDP", "extra-trees", "ldp"), ("FET-GDP", "extra-trees", "gdp"),
-         ("PPD-ERT", "ppd-ert", "secagg"))
+         ("PPD-ERT", "ppd-ert", "secagg"), ("PPD-ERT-domain", "ppd-ert", "secagg-domain"))
+"""(column, algorithm, privacy); PPD-ERT runs histogram thresholds (the default), PPD-ERT-domain the paper's."""
 
 
-def datasets(data_dir: Path) -> dict[str, tuple[pd.DataFrame, str]]:
-    """Name -> (table, label column); the UCI tables only where their file exists."""
+def datasets(data_dir: Path, extra: list[str] = ()) -> dict[str, tuple[pd.DataFrame, str]]:
+    """Name -> (table, label column); the UCI tables only where their file exists, then digits and every
+    `extra` "path:label"."""
+    from sklearn.datasets import load_digits
+
     out: dict[str, tuple[pd.DataFrame, str]] = {}
     for name, label in (("spambase", "type"), ("satellite", "classes")):
         path = data_dir / f"{name}.parquet"
         if path.exists():
             out[name] = (pd.read_parquet(path), label)
     out["waveform-21"] = (make_waveform(5000, random_state=0), "class")
+    out["digits"] = (load_digits(as_frame=True).frame, "target")
+    for spec in extra:
+        path, _, label = spec.rpartition(":")
+        out[Path(path).stem] = (read_table(path), label)
     return out
 
 
@@ -59,7 +72,12 @@ def run_table2(table: pd.DataFrame, label: str, seed: int, trees: int, clients: 
     parties = split_horizontal(train, clients, label=label, seed=seed)
     ranges = declared_ranges(train, label)
     for name, algorithm, privacy in modes:
-        model = build_estimator(algorithm, privacy, "classification", params, epsilon=epsilon, feature_ranges=ranges)
+        if privacy == "secagg-domain":
+            model = build_estimator(algorithm, "secagg", "classification", params, feature_ranges=ranges,
+                                    thresholds="domain")
+        else:
+            model = build_estimator(algorithm, privacy, "classification", params, epsilon=epsilon,
+                                    feature_ranges=ranges)
         started = time.perf_counter()
         model.fit(parties, label=label)
         result[f"{name}_fit_s"] = time.perf_counter() - started
@@ -79,6 +97,41 @@ def run_clients(table: pd.DataFrame, label: str, seed: int, trees: int, counts: 
                           test, label) for p in parties]
         rows.append({"clients": m, "federated": accuracy(federated, test, label), "local_only": float(np.mean(local))})
     return rows
+
+
+def run_epsilon_curve(table: pd.DataFrame, label: str, seed: int, trees: int, clients: int,
+                      epsilons: list[float]) -> list[dict]:
+    """FET-GDP's accuracy at each epsilon per query, beside ExtraTrees on the same split."""
+    train, test = split_train_test(table, label, "classification", 0.2, seed)
+    params = {"n_estimators": trees, "max_depth": None, "max_features": "sqrt", "random_state": seed}
+    reference = reference_extra_trees("classification", train, test, label, params)["metrics"]["accuracy"]
+    parties = split_horizontal(train, clients, label=label, seed=seed)
+    return [{"epsilon": eps, "ET": reference,
+             "FET-GDP": accuracy(build_estimator("extra-trees", "gdp", "classification", params, epsilon=eps)
+                                 .fit(parties, label=label), test, label)} for eps in epsilons]
+
+
+def plot_epsilon(name: str, curve: list[dict], path: Path) -> None:
+    """FET-GDP accuracy against epsilon per query (log scale), with ExtraTrees and ExtraTrees - 3 pp."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6, 4), dpi=120)
+    eps = [r["epsilon"] for r in curve]
+    reference = float(np.mean([r["ET"] for r in curve]))
+    axis.semilogx(eps, [r["FET-GDP"] for r in curve], "-o", color="tab:red", label="FET-GDP")
+    axis.axhline(reference, color="black", label="ExtraTrees (pooled rows)")
+    axis.axhline(reference - 0.03, color="black", linestyle=":", label="ExtraTrees - 3 pp")
+    axis.set_xlabel("epsilon per count query")
+    axis.set_ylabel("test accuracy")
+    axis.set_title(f"FET-GDP on {name}: accuracy against epsilon")
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
 
 
 def plot_clients(curves: dict[str, list[dict]], path: Path) -> None:
@@ -118,10 +171,19 @@ def main() -> None:
     parser.add_argument("--curve-trees", type=int, default=50, help="trees per model in the clients curve")
     parser.add_argument("--figure", type=Path, help="write the clients curve as a PNG here")
     parser.add_argument("--json", type=Path, help="also write the per-seed results here")
+    parser.add_argument("--table", action="append", default=[], metavar="PATH:LABEL",
+                        help="another classification table for Table 2 (repeatable), e.g. letter.parquet:lettr")
+    parser.add_argument("--only", nargs="*", help="Table 2 datasets to run (default: all)")
+    parser.add_argument("--epsilon-curve", help="dataset for FET-GDP's accuracy against epsilon")
+    parser.add_argument("--epsilons", type=float, nargs="+", default=[0.25, 0.5, 1.0, 2.0, 4.0, 8.0])
+    parser.add_argument("--epsilon-seeds", type=int, default=2)
+    parser.add_argument("--epsilon-figure", type=Path, help="write the epsilon curve as a PNG here")
     args = parser.parse_args()
 
-    rows, raw = [], {"table2": {}, "clients": {}}
-    tables = datasets(args.data_dir)
+    rows, raw = [], {"table2": {}, "clients": {}, "epsilon": {}}
+    tables = datasets(args.data_dir, args.table)
+    if args.only is not None:
+        tables = {name: tables[name] for name in args.only}
     modes = tuple(m for m in MODES if m[0] in args.modes)
     for name, (table, label) in tables.items():
         runs = [run_table2(table, label, seed, args.trees, args.clients, args.epsilon, modes)
@@ -148,6 +210,15 @@ def main() -> None:
         raw["clients"][name] = curves[name]
         print(f"{name} clients curve: {curves[name]}", flush=True)
 
+    if args.epsilon_curve:
+        table, label = datasets(args.data_dir, args.table)[args.epsilon_curve]
+        per_seed = [run_epsilon_curve(table, label, seed, args.trees, args.clients, args.epsilons)
+                    for seed in range(args.epsilon_seeds)]
+        curve = [{key: float(np.mean([s[i][key] for s in per_seed])) for key in per_seed[0][i]}
+                 for i in range(len(args.epsilons))]
+        raw["epsilon"][args.epsilon_curve] = curve
+        print(f"{args.epsilon_curve} epsilon curve: {curve}", flush=True)
+
     print(f"\nMachine: {platform.processor() or platform.machine()}, Python {platform.python_version()}; "
           f"{args.seeds} seeds, {args.trees} trees, max_features sqrt, {args.clients} clients (iid), "
           f"GDP epsilon {args.epsilon} per query; clients curve: {args.curve_trees} trees, {args.curve_seeds} seeds\n")
@@ -159,6 +230,13 @@ def main() -> None:
     if args.figure and curves:
         plot_clients(curves, args.figure)
         print(f"\nfigure: {args.figure}")
+    for name, curve in raw["epsilon"].items():
+        print(f"\n{name}: FET-GDP accuracy against epsilon per query\n")
+        print(markdown_table([{"epsilon": r["epsilon"], "FET-GDP": r["FET-GDP"], "ET": r["ET"],
+                               "GDP - ET (pp)": 100 * (r["FET-GDP"] - r["ET"])} for r in curve]))
+        if args.epsilon_figure:
+            plot_epsilon(name, curve, args.epsilon_figure)
+            print(f"\nfigure: {args.epsilon_figure}")
     if args.json:
         args.json.write_text(json.dumps(raw, indent=1))
 

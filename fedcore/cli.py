@@ -88,6 +88,9 @@ def build_parser(extra: Callable[[argparse._SubParsersAction], None] | None = No
                      help="forest: none (default) or paillier; extra-trees: none (default), ldp or gdp; "
                           "ppd-ert: secagg")
     sim.add_argument("--epsilon", type=float, default=1.0, help="gdp: epsilon per query (default 1.0)")
+    sim.add_argument("--thresholds", choices=("histogram", "domain"), default=None,
+                     help="ppd-ert: candidate thresholds within each node's populated grid cells (histogram, "
+                          "the default) or uniform in the declared domain (domain, the paper's)")
     sim.add_argument("--partition", choices=PARTITIONS, default="iid",
                      help="horizontal: how rows go to parties (default iid)")
     sim.add_argument("--partition-column", metavar="COL", help="the column whose values decide the party "
@@ -120,6 +123,8 @@ def _not_available(args: argparse.Namespace) -> str | None:
     if args.algorithm not in offered:
         names = ", ".join(f"{k!r} ({v})" for k, v in offered.items())
         return f"unknown algorithm {args.algorithm!r}: the {args.setting} setting offers {names}"
+    if args.thresholds is not None and args.algorithm != "ppd-ert":
+        return f"--thresholds applies to --algorithm ppd-ert only, not {args.algorithm!r}"
     modes = PRIVACY_MODES[args.algorithm]
     args.privacy = args.privacy or modes[0]
     if args.privacy not in modes:
@@ -140,7 +145,8 @@ def _simulate(args: argparse.Namespace) -> int:
             table, args.label, algorithm=args.algorithm, privacy=args.privacy, id_column=args.id_column,
             drop=args.drop, parties=args.parties, partition=args.partition, partition_column=args.partition_column,
             alpha=args.alpha, trees=args.trees, max_depth=args.max_depth, max_features=args.max_features,
-            epsilon=args.epsilon, seed=args.seed, test_size=args.test_size, task=args.task, progress=True)
+            epsilon=args.epsilon, thresholds=args.thresholds, seed=args.seed, test_size=args.test_size,
+            task=args.task, progress=True)
     else:
         result = simulate_vertical(
             table, args.label, id_column=args.id_column, drop=args.drop, parties=args.parties, trees=args.trees,
@@ -214,6 +220,8 @@ def _privacy_summary(report: dict) -> str:
     if report.get("mode") == "ldp":
         return (f"local DP on labels, epsilon {report['epsilon_permanent']:.3g} (permanent, any number of reports), "
                 f"{report['epsilon_instant']:.3g} per report")
+    if report.get("algorithm") == "ppdert":
+        return f"thresholds: {report['thresholds']}"
     return ""
 
 

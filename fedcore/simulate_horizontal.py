@@ -46,9 +46,11 @@ def check_mode(algorithm: str, privacy: str | None, task: str | None = None) -> 
 
 
 def build_estimator(algorithm: str, privacy: str, task: str, params: dict, *, epsilon: float = 1.0,
-                    feature_ranges: dict | None = None, categories: Mapping[str, Sequence[str]] | None = None):
+                    feature_ranges: dict | None = None, categories: Mapping[str, Sequence[str]] | None = None,
+                    thresholds: str | None = None):
     """An unfitted horizontal estimator; building it validates the parameters before any work starts.
-    `categories` are the agreed category lists of categorical columns (see `pooled_categories`)."""
+    `categories` are the agreed category lists of categorical columns (see `pooled_categories`);
+    `thresholds` PPD-ERT's threshold mode (None: its default)."""
     from fedcore.horizontal.estimators import (
         FederatedExtraTreesClassifier,
         FederatedExtraTreesRegressor,
@@ -57,7 +59,7 @@ def build_estimator(algorithm: str, privacy: str, task: str, params: dict, *, ep
 
     if algorithm == "ppd-ert":
         return PPDERTClassifier(**params, feature_ranges=feature_ranges, allow_data_ranges=feature_ranges is None,
-                                categories=categories)
+                                categories=categories, **({"thresholds": thresholds} if thresholds else {}))
     cls = FederatedExtraTreesClassifier if task == "classification" else FederatedExtraTreesRegressor
     return cls(**params, privacy=privacy, categories=categories, **({"epsilon": epsilon} if privacy == "gdp" else {}))
 
@@ -118,6 +120,7 @@ def simulate_horizontal(
     max_depth: int | None = None,
     max_features: str | int | float | None = "default",
     epsilon: float = 1.0,
+    thresholds: str | None = None,
     seed: int = 0,
     test_size: float = 0.2,
     task: str = "auto",
@@ -128,7 +131,8 @@ def simulate_horizontal(
     held-out rows against scikit-learn's ExtraTrees, the single-party run and local-only models.
 
     `columns` in the result says which column was the id, which were dropped, which dates became numbers
-    (see `prepare_input`) and how many categories each categorical column was agreed to have."""
+    (see `prepare_input`) and how many categories each categorical column was agreed to have.
+    `thresholds` (PPD-ERT only): "histogram" (default) or "domain" (the paper's draw)."""
     table, column_notes = prepare_input(table, label, id_column, drop)
     if task == "auto":
         task = infer_task(table[label])
@@ -137,11 +141,14 @@ def simulate_horizontal(
     if max_features == "default":
         max_features = "sqrt" if task == "classification" else 1.0
     params = {"n_estimators": trees, "max_depth": max_depth, "max_features": max_features, "random_state": seed}
+    if thresholds is not None and algorithm != "ppd-ert":
+        raise ParameterError(f"thresholds={thresholds!r} applies to --algorithm ppd-ert only; Federated "
+                             "Extra-Trees draws each threshold within the node's range already")
     train, test = split_train_test(table, label, task, test_size, seed)
     ranges = declared_ranges(train, label) if algorithm == "ppd-ert" else None
     categories = pooled_categories(table, label)
     make = lambda mode: build_estimator(algorithm, mode, task, params, epsilon=epsilon,  # noqa: E731
-                                        feature_ranges=ranges, categories=categories)
+                                        feature_ranges=ranges, categories=categories, thresholds=thresholds)
     federated_model = make(privacy)
     party_frames = split_horizontal(train, parties, partition=partition, label=label, column=partition_column,
                                     alpha=alpha, seed=seed)

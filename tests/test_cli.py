@@ -153,11 +153,25 @@ def test_version(capsys) -> None:
     (("--setting", "horizontal", "--algorithm", "ppd-ert", "--privacy", "ldp"), "algorithm 'ppd-ert' supports "
                                                                                 "privacy 'secagg', got 'ldp'"),
     (("--privacy", "ldp"), "algorithm 'forest' supports privacy 'none', 'paillier', got 'ldp'"),
+    (("--setting", "horizontal", "--thresholds", "domain"), "--thresholds applies to --algorithm ppd-ert only, not "
+                                                            "'extra-trees'"),
 ])
 def test_unknown_setting_algorithm_or_privacy_exits_2(capsys, breast_cancer_csv: Path, options: tuple,
                                                       message: str) -> None:
     line = _error_line(capsys, "simulate", "--data", breast_cancer_csv, "--label", "target", *options, code=2)
     assert line == f"fedforest: error: {message}"
+
+
+@pytest.mark.parametrize("thresholds", ["histogram", "domain"])
+def test_simulate_ppd_ert_with_either_threshold_mode(capsys, breast_cancer_csv: Path, thresholds: str) -> None:
+    result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--setting", "horizontal",
+                       "--algorithm", "ppd-ert", "--thresholds", thresholds, "--trees", "5")
+    assert result["single_party_identical"] is True
+    said = result["privacy_report"]["thresholds"]
+    assert said.startswith("within the populated cells" if thresholds == "histogram" else "uniform in the declared")
+    code, out, _ = _run(capsys, "simulate", "--data", breast_cancer_csv, "--label", "target", "--setting",
+                        "horizontal", "--algorithm", "ppd-ert", "--thresholds", thresholds, "--trees", "3")
+    assert code == 0 and f"privacy: thresholds: {said}" in out
 
 
 def test_usage_error_exits_2(capsys) -> None:
