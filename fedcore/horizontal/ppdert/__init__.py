@@ -1,9 +1,12 @@
 """PPD-ERT (Aminifar et al., SAC 2021): privacy-preserving distributed extremely randomized trees.
 
-A global seed shared by the parties (and the master) generates the same candidate splits everywhere
-without communication: per open node, k distinct features and one threshold each, drawn uniformly in the
-feature's DECLARED domain (`feature_ranges`, from the data contracts; categorical columns use their code
-domain), never from the data. Each party counts, per candidate and branch, its rows of each class; the
+A global seed shared by the parties (and the master) generates the same candidate features everywhere
+without communication: per open node, k distinct features and a uniform draw each. The draw places the
+threshold (`thresholds`): within the grid cells that hold the node's rows, which the master learns
+through securely aggregated extreme-cell indicators ("histogram", the default, `cells.py`), or uniformly
+in the feature's DECLARED domain (`feature_ranges`, from the data contracts; categorical columns use
+their code domain), never from the data ("domain", the paper's). Each party counts, per candidate and
+branch, its rows of each class; the
 master only ever sees the SUM over parties, through pairwise-mask secure aggregation
 (`fedcore.privacy.secagg`), picks the best candidate per node (gini or entropy) and tells the parties
 its index. Growth, stopping and leaf values are the one grower's (`fedcore/trees/grower.py`), split choice shared
@@ -11,12 +14,15 @@ with FET (`fedcore/horizontal/growth.py`).
 
 Rounds:
 
-    hello          1       schema and domain check; each party's X25519 public key, signed (M > 1)
-    ppdert_level   1/level previous decisions (+ the relayed signed keys, first level only) -> masked counts
+    hello          1       schema, domain and threshold-mode check; each party's X25519 public key, signed
+    domain:    ppdert_level   1/level   previous decisions (+ the relayed signed keys, first level only)
+                                        -> masked counts
+    histogram: ppdert_cells   1/level   previous decisions (+ keys), grid intervals -> masked cell indicators
+               ppdert_counts  1/level   thresholds -> masked counts
     model          1       the complete forest to every party
 
-so a fit takes 2 + L rounds, L = number of levels with open nodes summed over tree batches. Each level's
-counts are masked under a fresh round id. A run resumed from checkpoints (`growth.py`) restores the round
+so a fit takes 2 + L rounds (histogram: 2 + 2L), L = number of levels with open nodes summed over tree
+batches. Every masked round uses a fresh round id. A run resumed from checkpoints (`growth.py`) restores the round
 counter with the finished batches, so every level keeps the round id it has in an uninterrupted run; the
 resumed session has fresh keys and a fresh session id (new `hello`), so no mask of the interrupted session
 is ever used again, and the counts of a batch grown again are the same plain values, masked anew. With a
@@ -30,7 +36,8 @@ certificate's key; the simulator: an ephemeral Ed25519 key). The master relays k
 credential; every party verifies every peer's before deriving masks, and a substituted, unsigned or
 replayed key stops the session with `KeyAuthenticationError` naming the party.
 
-Modules: `agreed` (what every role derives alike: candidates, domain fingerprint, key context), `party`
+Modules: `agreed` (what every role derives alike: candidates, domain fingerprint, key context), `cells`
+(histogram thresholds: grid, indicators, spans, node boxes), `party`
 (the institution's role and its protocol table), `master` (the level strategy of the one grower,
 `fedcore/trees/grower.py`).
 """
