@@ -124,6 +124,8 @@ def plot_epsilon(name: str, curve: list[dict], path: Path) -> None:
     axis.semilogx(eps, [r["FET-GDP"] for r in curve], "-o", color="tab:red", label="FET-GDP")
     axis.axhline(reference, color="black", label="ExtraTrees (pooled rows)")
     axis.axhline(reference - 0.03, color="black", linestyle=":", label="ExtraTrees - 3 pp")
+    axis.set_xticks(eps, [f"{e:g}" for e in eps])
+    axis.minorticks_off()
     axis.set_xlabel("epsilon per count query")
     axis.set_ylabel("test accuracy")
     axis.set_title(f"FET-GDP on {name}: accuracy against epsilon")

@@ -1,5 +1,6 @@
 """Every horizontal engine on one table, in one run, beside scikit-learn's ExtraTrees: training time and
-test accuracy of FET (plain, GDP, LDP) and PPD-ERT (secure aggregation), fully grown trees.
+test accuracy of FET (plain, GDP, LDP) and PPD-ERT (secure aggregation; histogram and domain thresholds),
+fully grown trees.
 
 Issue #12's targets: FET plain and PPD-ERT within 1.5x ExtraTrees(n_jobs=-1); FET-LDP and FET-GDP within
 2x plain FET. Each engine is fitted `--repeat` times, the engines taking turns, and the median is kept;
@@ -31,8 +32,10 @@ def engines(trees: int) -> dict:
     return {
         "ExtraTrees (sklearn, n_jobs=-1)": None,
         "FET": lambda: FederatedExtraTreesClassifier(n_estimators=trees, random_state=0),
-        "PPD-ERT (secure aggregation)": lambda: PPDERTClassifier(n_estimators=trees, random_state=0,
-                                                                 allow_data_ranges=True),
+        "PPD-ERT (secure aggregation, histogram thresholds)": lambda: PPDERTClassifier(
+            n_estimators=trees, random_state=0, allow_data_ranges=True),
+        "PPD-ERT (secure aggregation, domain thresholds)": lambda: PPDERTClassifier(
+            n_estimators=trees, random_state=0, allow_data_ranges=True, thresholds="domain"),
         "FET-GDP (epsilon 1 per query)": lambda: FederatedExtraTreesClassifier(n_estimators=trees, random_state=0,
                                                                                privacy="gdp", epsilon=1.0),
         "FET-LDP (Bloom, defaults)": lambda: FederatedExtraTreesClassifier(n_estimators=trees, random_state=0,
