@@ -11,6 +11,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
 from fedcore.config import FederationConfig
 from fedcore.errors import ArtifactError
+from fedcore.models.publish import register_everywhere
 from fedcore.models.registry import PRODUCTION, ModelRegistry
 from fedcore.vertical.session import VerticalSession
 from tasks.common import DATA_LOCAL
@@ -54,14 +55,10 @@ def build_manifest(config: FederationConfig, session: VerticalSession, metrics: 
 
 @task(**DATA_LOCAL)
 def register_model(config: FederationConfig, session: VerticalSession, model_name: str, manifest: dict) -> str:
-    """Write the signed master version, then every institution's partial model under the same version."""
+    """Write the signed master version, then every institution's partial model under the same version, two-phase
+    (`fedcore.models.publish`): an earlier run's uncommitted version is withdrawn everywhere first."""
     registry = master_registry(config)
-    version = registry.register(model_name, manifest, session.master_tables())
-    try:
-        stored = session.store_at_institutions(model_name, version, registry.read_manifest(model_name, version))
-    except BaseException:
-        registry.withdraw(model_name, version)  # all parties' files or none
-        raise
+    version, stored = register_everywhere(registry, session, model_name, manifest, session.master_tables())
     if hasattr(session, "drop_checkpoints"):
         session.drop_checkpoints()  # the version is stored everywhere: the run's checkpoints are done
     path = config.master_registry / model_name / version

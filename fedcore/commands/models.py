@@ -74,6 +74,12 @@ def _list(args: argparse.Namespace) -> int:
         print(f"no models in {registry.root}")
     else:
         print(format_table(rows))
+    if not args.json:
+        for name in [args.model] if args.model else registry.models():
+            pending = registry.pending(name)
+            if pending:
+                print(f"{name}: uncommitted {', '.join(pending)} (a run stopped before every institution stored "
+                      "it; not listed, and withdrawn everywhere by the next retrain)")
     return 0
 
 

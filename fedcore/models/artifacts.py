@@ -169,7 +169,7 @@ def _publish(staging: Path, target: Path) -> None:
     if target.exists():
         raise ArtifactError(f"{target}: appeared while writing; a model version is never overwritten")
     os.rename(staging, target)
-    _fsync_directory(target.parent)
+    fsync_directory(target.parent)
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
@@ -180,7 +180,7 @@ def _write_bytes(path: Path, data: bytes) -> None:
         os.fsync(handle.fileno())
 
 
-def _fsync_directory(path: Path) -> None:
+def fsync_directory(path: Path) -> None:
     """Make a rename durable (best effort: not every platform can open a directory)."""
     try:
         fd = os.open(path, os.O_RDONLY)

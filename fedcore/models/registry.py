@@ -4,12 +4,20 @@
     <root>/<model-name>/aliases.json   {"aliases": {"latest": .., "production": ..}, "history": {alias: [..]},
                                         "events": [..]}; replaced atomically (write temp, os.replace)
     <root>/<model-name>/.lock          taken (flock) while a version number or aliases.json changes
+    <root>/<model-name>/.v0003.pending a version being registered across the federation (see below)
 
 The master's registry holds master.arrow and the signed manifest; each institution keeps its own registry
 (same class, no signing key) with its partial table and a copy of the master's signed manifest under
 "master_manifest", usually registered under the master's version number (`register(..., version=...)`).
 Only complete versions (a directory named vNNNN with a manifest.json) are listed; leftovers of a crashed
-write (`.vNNNN.tmp-*`) never are. Loading verifies every file's SHA-256 and the Ed25519 signature(s).
+write (`.vNNNN.tmp-*`) never are, and the next write removes them. Loading verifies every file's SHA-256
+and the Ed25519 signature(s).
+
+Two-phase registering (the master's registry, `register(..., pending=True)` then `commit`): a pending
+record `.vNNNN.pending` is written (and synced) before the version's directory appears, and removed, as
+the commit, only after every institution has stored its part. A pending version is not listed, resolved,
+promoted or loaded; `pending()` names them so that the next run withdraws them everywhere
+(`fedcore/models/publish.py`): a version exists at every institution or is not a version.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -29,7 +38,7 @@ import pyarrow as pa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from fedcore.errors import ArtifactError
-from fedcore.models.artifacts import MANIFEST, manifest_bytes, read_version, write_version
+from fedcore.models.artifacts import MANIFEST, fsync_directory, manifest_bytes, read_version, write_version
 from fedcore.models.signing import (
     PublicKeySource,
     embedded_public_key,
@@ -45,6 +54,8 @@ ALIASES_FILE = "aliases.json"
 LOCK_FILE = ".lock"
 MASTER_COPY = "master_manifest"
 VERSION_NAME = re.compile(r"^v(\d{4,})$")
+PENDING = re.compile(r"^\.(v\d{4,})\.pending$")
+STAGING = re.compile(r"^\.(v\d{4,}|aliases\.json)\.tmp-")
 VERSION_REF = re.compile(r"^v?(\d+)$")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -70,9 +81,19 @@ class ModelRegistry:
                       if p.is_dir() and SAFE_NAME.match(p.name) and self.versions(p.name))
 
     def versions(self, model_name: str) -> list[str]:
-        """Complete versions of a model, oldest first (half-written or foreign directories are skipped)."""
-        return [name for name in _version_names(self._model_dir(model_name))
-                if (self._model_dir(model_name) / name / MANIFEST).is_file()]
+        """Committed versions of a model, oldest first (half-written, pending or foreign directories are
+        skipped)."""
+        model_dir = self._model_dir(model_name)
+        return [name for name in _version_names(model_dir)
+                if (model_dir / name / MANIFEST).is_file() and not _pending_record(model_dir, name).exists()]
+
+    def pending(self, model_name: str) -> list[str]:
+        """Versions registered as pending and never committed (a run stopped while registering), oldest first."""
+        model_dir = self._model_dir(model_name)
+        if not model_dir.is_dir():
+            return []
+        names = (PENDING.match(p.name) for p in model_dir.iterdir())
+        return sorted((m.group(1) for m in names if m), key=_number)
 
     def aliases(self, model_name: str) -> dict[str, str]:
         """Alias -> version, as stored (`latest` is set by every register)."""
@@ -106,11 +127,12 @@ class ModelRegistry:
 
     # -- writing ------------------------------------------------------------------------------------
     def register(self, model_name: str, manifest: dict, tables: dict[str, pa.Table],
-                 version: str | int | None = None) -> str:
+                 version: str | int | None = None, pending: bool = False) -> str:
         """Store a new version atomically (signed when a signing key is set), point `latest` at it; return it.
 
         The number is the next free one, taken under the model's lock so concurrent writers never collide;
-        an institution may pass the master's `version` instead to keep the numbering in step.
+        an institution may pass the master's `version` instead to keep the numbering in step. With
+        `pending`, the version stays invisible (and `latest` unchanged) until `commit`.
         """
         body = _plain_json(manifest, model_name)
         body.pop("signature", None)
@@ -118,9 +140,10 @@ class ModelRegistry:
         model_dir.mkdir(parents=True, exist_ok=True)
         sign = None if self.signing_key is None else signer(self.signing_key)
         with self._lock(model_name):
-            taken = _version_names(model_dir)
+            _remove_staging(model_dir)  # leftovers of a crashed write: under the lock nobody is writing
+            taken = _version_names(model_dir) + self.pending(model_name)
             if version is None:
-                number = max((int(VERSION_NAME.match(v).group(1)) for v in taken), default=0) + 1
+                number = max((_number(v) for v in taken), default=0) + 1
                 chosen = format_version(number)
             else:
                 chosen = _parse_version(version)
@@ -128,14 +151,50 @@ class ModelRegistry:
                     raise ArtifactError(f"model {model_name!r} already has a version {chosen}; versions are never "
                                         "overwritten")
             body.update(model_name=model_name, version=chosen)
+            if pending:  # first, so that the directory is never visible uncommitted, even after a crash
+                _write_record(_pending_record(model_dir, chosen), {"version": chosen, "pending_since": _now()})
             write_version(model_dir / chosen, body, tables, signer=sign)
-            state = self._state(model_name)
-            current = state["aliases"].get(LATEST)
-            if current is None or _number(current) < _number(chosen):
-                state["aliases"][LATEST] = chosen
-            _log(state, "register", LATEST, chosen)
-            self._write_state(model_name, state)
+            if not pending:
+                self._publish_latest(model_name, chosen)
         return chosen
+
+    def commit(self, model_name: str, version: str) -> str:
+        """Make a pending version visible (every part of it is stored); removing the pending record is the
+        commit. Returns the version."""
+        chosen = _parse_version(version)
+        model_dir = self._model_dir(model_name)
+        with self._lock(model_name):
+            record = _pending_record(model_dir, chosen)
+            if not record.exists():
+                raise ArtifactError(f"model {model_name!r} has no pending version {chosen} to commit")
+            if not (model_dir / chosen / MANIFEST).is_file():
+                raise ArtifactError(f"model {model_name!r}: pending version {chosen} has no files to commit")
+            record.unlink()
+            fsync_directory(model_dir)
+            self._publish_latest(model_name, chosen)
+        return chosen
+
+    def discard_pending(self, model_name: str, version: str) -> None:
+        """Remove a pending version that will never be committed: its directory, then its record."""
+        chosen = _parse_version(version)
+        model_dir = self._model_dir(model_name)
+        with self._lock(model_name):
+            record = _pending_record(model_dir, chosen)
+            if not record.exists():
+                raise ArtifactError(f"model {model_name!r} has no pending version {chosen} to discard")
+            if (model_dir / chosen).is_dir():
+                shutil.rmtree(model_dir / chosen)
+            record.unlink()
+            fsync_directory(model_dir)
+
+    def _publish_latest(self, model_name: str, chosen: str) -> None:
+        """Point `latest` at a newly visible version and log it (under the model's lock)."""
+        state = self._state(model_name)
+        current = state["aliases"].get(LATEST)
+        if current is None or _number(current) < _number(chosen):
+            state["aliases"][LATEST] = chosen
+        _log(state, "register", LATEST, chosen)
+        self._write_state(model_name, state)
 
     def promote(self, model_name: str, version: str, alias: str = PRODUCTION) -> str:
         """Point `alias` (default production) at a version after verifying it loads; return the version."""
@@ -211,9 +270,15 @@ class ModelRegistry:
             raise ArtifactError(f"model {model_name!r} {version} refused: {error}") from error
         return manifest, tables
 
-    def read_manifest(self, model_name: str, ref: str = LATEST) -> dict:
-        """A version's manifest with its signature(s) verified, without reading the tables."""
-        version = self.resolve(model_name, ref)
+    def read_manifest(self, model_name: str, ref: str = LATEST, pending: bool = False) -> dict:
+        """A version's manifest with its signature(s) verified, without reading the tables. `pending`: `ref`
+        names a pending version (the one being registered), which is not visible otherwise."""
+        if pending:
+            version = _parse_version(ref)
+            if version not in self.pending(model_name):
+                raise ArtifactError(f"model {model_name!r} has no pending version {version}")
+        else:
+            version = self.resolve(model_name, ref)
         directory = self._model_dir(model_name) / version
         try:
             manifest = _read_json(directory / MANIFEST)
@@ -398,6 +463,29 @@ def _located(verify: Any, where: Path, what: str = "") -> Any:
             raise ArtifactError(f"{where}{' ' + what if what else ''}: {error}") from error
 
     return located
+
+
+def _pending_record(model_dir: Path, version: str) -> Path:
+    return model_dir / f".{version}.pending"
+
+
+def _write_record(path: Path, record: dict) -> None:
+    """Write a small JSON record durably: the file and its directory entry."""
+    with open(path, "wb") as handle:
+        handle.write(json.dumps(record).encode())
+        handle.flush()
+        os.fsync(handle.fileno())
+    fsync_directory(path.parent)
+
+
+def _remove_staging(model_dir: Path) -> None:
+    """Remove what a crashed write left behind: staging directories of versions and of aliases.json."""
+    for path in model_dir.iterdir():
+        if STAGING.match(path.name):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def _log(state: dict, action: str, alias: str, version: str) -> None:

@@ -58,6 +58,17 @@ def test_list_models_and_versions(capsys, registry):
     assert [row["version"] for row in json.loads(out)] == ["v0001", "v0002"]
 
 
+def test_list_names_uncommitted_versions_without_listing_them(capsys, registry, model):
+    registry.register(MODEL, *master_artifacts(model, 0.9), pending=True)  # a run killed while registering
+    code, out, _ = _run(capsys, "list", "--registry", registry.root, "--model", MODEL)
+    lines = out.splitlines()
+    assert code == 0 and [line.split()[0] for line in lines[1:3]] == ["v0001", "v0002"]
+    assert lines[3] == (f"{MODEL}: uncommitted v0003 (a run stopped before every institution stored it; not listed, "
+                        "and withdrawn everywhere by the next retrain)")
+    code, _, err = _run(capsys, "promote", "--registry", registry.root, "--model", MODEL, "--version", "v0003")
+    assert code != 0 and "has no version 'v0003'" in err
+
+
 def test_list_an_empty_registry(capsys, tmp_path):
     code, out, _ = _run(capsys, "list", "--registry", tmp_path / "nothing")
     assert code == 0 and out.startswith("no models in")
