@@ -66,6 +66,7 @@ def _open(args: argparse.Namespace) -> ModelRegistry:
 
 
 def _list(args: argparse.Namespace) -> int:
+    """Exit 1 when a listed version fails its checks (signature and every file's SHA-256)."""
     registry = _open(args)
     rows = _version_rows(registry, args.model) if args.model else _model_rows(registry)
     if args.json:
@@ -74,13 +75,15 @@ def _list(args: argparse.Namespace) -> int:
         print(f"no models in {registry.root}")
     else:
         print(format_table(rows))
+        if args.model:
+            print("checked: each version's signature and the SHA-256 of every file it lists")
     if not args.json:
         for name in [args.model] if args.model else registry.models():
             pending = registry.pending(name)
             if pending:
                 print(f"{name}: uncommitted {', '.join(pending)} (a run stopped before every institution stored "
                       "it; not listed, and withdrawn everywhere by the next retrain)")
-    return 0
+    return 1 if any(row.get("integrity", "ok") != "ok" for row in rows) else 0
 
 
 def _model_rows(registry: ModelRegistry) -> list[dict]:
@@ -97,19 +100,22 @@ def _version_rows(registry: ModelRegistry, model: str) -> list[dict]:
     aliases = registry.aliases(model)
     rows = []
     for version in registry.versions(model):
-        info = registry.describe(model, version, verify=False)
+        info = registry.describe(model, version, verify=True)
         rows.append({"version": version, "created_at": _short_time(info["created_at"]),
                      "algorithm": info["algorithm"] or "-",
                      "aliases": ",".join(sorted(a for a, v in aliases.items() if v == version)) or "-",
-                     "metrics": _metrics_text(info["metrics"]), "signature": _short_status(info["signature"])})
+                     "metrics": _metrics_text(info["metrics"]), "signature": _short_status(info["signature"]),
+                     "integrity": "ok" if info["integrity"] == "ok" else "FAILED"})
     return rows
 
 
 def _show(args: argparse.Namespace) -> int:
+    """Exit 1 when the version fails its checks (signature or files)."""
     info = _open(args).describe(args.model, args.version)
+    failed = 1 if info["integrity"] != "ok" else 0
     if args.json:
         print(json.dumps(info, indent=2))
-        return 0
+        return failed
     lines = [f"{info['model_name']} {info['version']}" + (f"  [{', '.join(info['aliases'])}]" if info["aliases"] else "")]
     for key in ("created_at", "algorithm", "setting", "task"):
         lines.append(f"  {key + ':':<12}{info[key] if info[key] is not None else '-'}")
@@ -121,7 +127,7 @@ def _show(args: argparse.Namespace) -> int:
     if info["files"]:
         lines += ["", _indent(format_table(info["files"]))]
     print("\n".join(lines))
-    return 0
+    return failed
 
 
 def _promote(args: argparse.Namespace) -> int:

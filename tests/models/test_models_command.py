@@ -49,9 +49,10 @@ def test_list_models_and_versions(capsys, registry):
 
     code, out, _ = _run(capsys, "list", "--registry", registry.root, "--model", MODEL)
     lines = out.splitlines()
-    assert code == 0 and lines[0].split() == ["version", "created_at", "algorithm", "aliases", "metrics", "signature"]
+    assert code == 0 and lines[0].split() == ["version", "created_at", "algorithm", "aliases", "metrics", "signature",
+                                              "integrity"]
     tokens = lines[2].split()
-    assert tokens[0] == "v0002" and tokens[-1] == "valid"
+    assert tokens[0] == "v0002" and tokens[-2:] == ["valid", "ok"]
     assert {"federated-forest", "latest", "accuracy=0.86"} <= set(tokens)
 
     code, out, _ = _run(capsys, "list", "--registry", registry.root, "--model", MODEL, "--json")
@@ -63,7 +64,7 @@ def test_list_names_uncommitted_versions_without_listing_them(capsys, registry, 
     code, out, _ = _run(capsys, "list", "--registry", registry.root, "--model", MODEL)
     lines = out.splitlines()
     assert code == 0 and [line.split()[0] for line in lines[1:3]] == ["v0001", "v0002"]
-    assert lines[3] == (f"{MODEL}: uncommitted v0003 (a run stopped before every institution stored it; not listed, "
+    assert lines[4] == (f"{MODEL}: uncommitted v0003 (a run stopped before every institution stored it; not listed, "
                         "and withdrawn everywhere by the next retrain)")
     code, _, err = _run(capsys, "promote", "--registry", registry.root, "--model", MODEL, "--version", "v0003")
     assert code != 0 and "has no version 'v0003'" in err
@@ -91,8 +92,24 @@ def test_show_reports_tampering(capsys, registry):
     path = registry.root / MODEL / "v0002" / "manifest.json"
     path.write_text(path.read_text().replace("0.86", "0.99"))
     code, out, _ = _run(capsys, "show", "--registry", registry.root, "--model", MODEL)
-    assert code == 0
+    assert code == 1
     assert "signature:  INVALID: " in out and "integrity:  FAILED: " in out
+    code, out, _ = _run(capsys, "show", "--registry", registry.root, "--model", MODEL, "--json")
+    assert code == 1 and json.loads(out)["integrity"].startswith("FAILED: ")
+
+
+def test_list_checks_every_file_not_only_the_signature(capsys, registry):
+    arrow = registry.root / MODEL / "v0001" / "master.arrow"
+    data = bytearray(arrow.read_bytes())
+    data[-20] ^= 0xFF  # one flipped byte: the signature still verifies, the file's SHA-256 does not
+    arrow.write_bytes(bytes(data))
+    code, out, _ = _run(capsys, "list", "--registry", registry.root, "--model", MODEL)
+    lines = out.splitlines()
+    assert code == 1
+    assert lines[0].split()[-2:] == ["signature", "integrity"]
+    assert lines[1].split()[0] == "v0001" and lines[1].split()[-2:] == ["valid", "FAILED"]
+    assert lines[2].split()[0] == "v0002" and lines[2].split()[-2:] == ["valid", "ok"]
+    assert lines[3] == "checked: each version's signature and the SHA-256 of every file it lists"
 
 
 def test_promote_and_rollback(capsys, registry):
