@@ -26,6 +26,7 @@ DEMO_PARAMS = {"n_estimators": 50, "max_depth": 10, "max_features": "sqrt", "ran
 def ensure_credentials(work: Path, institutions: tuple[str, ...]) -> None:
     """The consortium CA with master and institution certificates, the consortium key and the master's
     signing key under `work` (made once and kept)."""
+    from fedcore.files import PRIVATE, make_folders, write_file
     from fedcore.models.signing import generate_signing_key
     from fedcore.transport.tls import init_ca, issue_certificate
 
@@ -36,10 +37,9 @@ def ensure_credentials(work: Path, institutions: tuple[str, ...]) -> None:
     for name in institutions:
         if not (certs / f"{name}.pem").exists():
             issue_certificate(certs, name, certs, role="institution")
-    keys.mkdir(exist_ok=True)
-    if not (keys / "consortium.key").exists():
-        (keys / "consortium.key").write_text(secrets.token_hex(32))
-        (keys / "consortium.key").chmod(0o600)
+    make_folders(keys, 0o700)
+    if not (keys / "consortium.key").exists():  # 0600 from the start, whatever the umask
+        write_file(keys / "consortium.key", secrets.token_hex(32).encode(), PRIVATE, exclusive=True)
     if not (keys / "master.key").exists():
         generate_signing_key(keys / "master.key")
 

@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from fedcore.errors import ArtifactError
+from fedcore.files import FOLDER, PUBLIC, make_folders, write_file
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -56,8 +57,9 @@ def write_version(directory: str | os.PathLike, manifest: dict, tables: dict[str
         raise ArtifactError(f"{target}: already exists; a model version is never overwritten")
     for name in tables:
         _check_file_stem(name)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(target.parent)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    os.chmod(staging, FOLDER)  # the version's folder once published: readable by all, writable by the owner
     try:
         files = [_write_table(staging / f"{name}.arrow", table) for name, table in tables.items()]
         body = {k: v for k, v in manifest.items() if k not in ("format_version", "created_at", "files")}
@@ -173,11 +175,8 @@ def _publish(staging: Path, target: Path) -> None:
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
-    """Write and fsync one file."""
-    with open(path, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+    """Write and fsync one file, mode 0644 whatever the umask."""
+    write_file(path, data, PUBLIC)
 
 
 def fsync_directory(path: Path) -> None:

@@ -38,6 +38,7 @@ import pyarrow as pa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from fedcore.errors import ArtifactError
+from fedcore.files import PUBLIC, make_folders, write_file
 from fedcore.models.artifacts import MANIFEST, fsync_directory, manifest_bytes, read_version, write_version
 from fedcore.models.signing import (
     PublicKeySource,
@@ -136,8 +137,7 @@ class ModelRegistry:
         """
         body = _plain_json(manifest, model_name)
         body.pop("signature", None)
-        model_dir = self._model_dir(model_name)
-        model_dir.mkdir(parents=True, exist_ok=True)
+        model_dir = make_folders(self._model_dir(model_name))
         sign = None if self.signing_key is None else signer(self.signing_key)
         with self._lock(model_name):
             _remove_staging(model_dir)  # leftovers of a crashed write: under the lock nobody is writing
@@ -374,6 +374,7 @@ class ModelRegistry:
         model_dir = self._model_dir(model_name)
         fd, temp = tempfile.mkstemp(prefix=f".{ALIASES_FILE}.tmp-", dir=model_dir)
         try:
+            os.fchmod(fd, PUBLIC)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(json.dumps(state, indent=2).encode())
                 handle.flush()
@@ -386,9 +387,10 @@ class ModelRegistry:
     @contextmanager
     def _lock(self, model_name: str) -> Iterator[None]:
         """Exclusive lock on the model directory (across threads and processes), or ArtifactError on timeout."""
-        path = self._model_dir(model_name) / LOCK_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a+b") as handle:
+        path = make_folders(self._model_dir(model_name)) / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, PUBLIC)
+        os.fchmod(fd, PUBLIC)
+        with os.fdopen(fd, "a+b") as handle:
             deadline = time.monotonic() + self.lock_timeout
             while not _try_lock(handle):
                 if time.monotonic() > deadline:
@@ -470,11 +472,8 @@ def _pending_record(model_dir: Path, version: str) -> Path:
 
 
 def _write_record(path: Path, record: dict) -> None:
-    """Write a small JSON record durably: the file and its directory entry."""
-    with open(path, "wb") as handle:
-        handle.write(json.dumps(record).encode())
-        handle.flush()
-        os.fsync(handle.fileno())
+    """Write a small JSON record durably (mode 0644): the file and its directory entry."""
+    write_file(path, json.dumps(record).encode(), PUBLIC)
     fsync_directory(path.parent)
 
 

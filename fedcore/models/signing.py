@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from fedcore.errors import ArtifactError
+from fedcore.files import write_file
 
 ALGORITHM = "ed25519"
 KEY_FILE_MODE = 0o600
@@ -44,22 +45,11 @@ def generate_signing_key(path: str | os.PathLike) -> Ed25519PrivateKey:
 
 
 def write_new_file(path: Path, data: bytes, mode: int) -> None:
-    """Create `path` with `mode` and write `data`; refuse (ArtifactError) if it already exists."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Create `path` with exactly `mode` and write `data`; refuse (ArtifactError) if it already exists."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        write_file(path, data, mode, exclusive=True)
     except FileExistsError:
         raise ArtifactError(f"{path}: already exists; refusing to overwrite a key file") from None
-    try:
-        if hasattr(os, "fchmod"):
-            os.fchmod(fd, mode)  # exactly `mode`, whatever the umask
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:
-        os.unlink(path)
-        raise
 
 
 def load_signing_key(path: str | os.PathLike) -> Ed25519PrivateKey:

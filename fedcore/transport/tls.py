@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from fedcore.errors import FedForestError
+from fedcore.files import PRIVATE, PUBLIC, write_file
 
 ROLES = ("master", "institution")
 IDENTITY_PREFIX = "urn:fedforest:"
@@ -184,16 +185,11 @@ def _refuse_overwrite(paths: list[Path], overwrite: bool) -> None:
 
 def _write(cert_path: Path, key_path: Path, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey,
            overwrite: bool) -> None:
-    """Write the key (mode 0600, created exclusively unless overwriting) and then the certificate."""
-    cert_path.parent.mkdir(parents=True, exist_ok=True)
+    """Write the key (mode 0600, created exclusively unless overwriting) and then the certificate (0644)."""
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
-    try:
-        fd = os.open(key_path, flags, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), 0o600)
-            handle.write(key_pem)
-        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    try:  # explicit modes whatever the umask: the key 0600, the certificate 0644 (a writable CA is a forged CA)
+        write_file(key_path, key_pem, PRIVATE, exclusive=not overwrite)
+        write_file(cert_path, cert.public_bytes(serialization.Encoding.PEM), PUBLIC)
     except OSError as exc:
         raise TLSError(f"cannot write {exc.filename}: {exc.strerror}") from exc
