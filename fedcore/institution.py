@@ -38,6 +38,9 @@ class InstitutionData:
     contract: DataContract | None = None
     memory_budget_mb: int | None = None
     """Memory the agent's party grows tree batches in (None: half of what its process may allocate)."""
+    privacy: dict | None = None
+    """The federation's `privacy:` settings as this institution's own config reads them; its party runs
+    with these, and refuses a master that asks for others. None (in-process use): the master's."""
 
     @property
     def memory_budget(self) -> int:
@@ -75,6 +78,7 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
         name=name, frame=frame, id_column=inst.id_column, label=inst.label, registry=inst.registry,
         predictions_dir=inst.registry.parent / "predictions" / name if inst.predictions is None else inst.predictions,
         load_batch=batch, validation=report, contract=contract, memory_budget_mb=inst.memory_budget_mb,
+        privacy=dict(config.privacy),
     )
 
 

@@ -286,11 +286,11 @@ def _cells_reveal_only_the_extreme_cells(run: Recorded) -> None:
         if entry.receiver == MASTER and message.kind == "ppdert_masked_cells":
             replies.setdefault(entry.round, {})[entry.sender] = message.arrays["masked"]
     assert len(requests) == len(replies) == len(run.plain_ranges[run.parties[0]]) > 3
-    shared_cells = 0
+    shared_cells = odd = 0
     for level, (request, r) in enumerate(zip(requests, sorted(replies), strict=True)):
         grid_low, grid_high, n = request.arrays["grid_low"], request.arrays["grid_high"], request.header["n_cells"]
         total = unmask_sum([replies[r][p] for p in run.parties]).reshape(*grid_low.shape, 2, n)
-        assert total.dtype == np.int32  # the 32-bit ring
+        assert total.dtype == np.int64  # the 64-bit ring
         low = np.min([run.plain_ranges[p][level][0] for p in run.parties], axis=0)
         high = np.max([run.plain_ranges[p][level][1] for p in run.parties], axis=0)
         has = np.isfinite(low)
@@ -299,14 +299,17 @@ def _cells_reveal_only_the_extreme_cells(run: Recorded) -> None:
         cells = np.arange(n)
         np.testing.assert_array_equal(total[..., 0, :] != 0, (cells >= first[..., None]) & has[..., None])
         np.testing.assert_array_equal(total[..., 1, :] != 0, (cells <= last[..., None]) & has[..., None])
-        # where all three parties hold a cell, a plain count would read 3; the sums are spread over the ring
+        # where all three parties hold a cell, a plain count would read 3; the sums are spread over the ring,
+        # low bit included (odd multipliers would make it the count's parity)
         all_three = np.all([(cells >= cell_of(np.where(np.isfinite(lo), lo, 0), grid_low, grid_high, n)[..., None])
                             & np.isfinite(lo)[..., None] for lo, _ in (run.plain_ranges[p][level]
                                                                         for p in run.parties)], axis=0)
-        values = np.abs(total[..., 0, :][all_three].astype(np.int64))
+        values = total[..., 0, :][all_three]
         shared_cells += values.size
-        assert np.mean(values < 1 << 16) < 0.01
-    assert shared_cells > 100
+        odd += int(np.sum(values % 2))
+        assert np.mean(np.abs(values) < 1 << 32) < 0.01
+    assert shared_cells > 1000
+    assert 0.45 < odd / shared_cells < 0.55
 
 
 def _vertical_bitmaps_and_stats(run: Recorded) -> None:

@@ -325,9 +325,10 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
                           f"aggregation (each party's vector is uniform modulo 2**{self.master_.mask_bits} to the "
                           "master)")
         if self.thresholds == "histogram":
+            how = ("by secure aggregation of extreme-cell indicators" if not single and self.secure_aggregation
+                   else "from plain per-party extreme-cell indicators (no secure aggregation)")
             thresholds = (f"within the populated cells of a {self.threshold_cells}-cell grid per node and candidate: "
-                          "the master learns only the first and last cell holding any party's value, by secure "
-                          "aggregation of extreme-cell indicators")
+                          f"the master learns the first and last cell holding any party's value, {how}")
         else:
             thresholds = "uniform in the declared domains, from the shared seed: nothing learned from the data"
         return {

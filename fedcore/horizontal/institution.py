@@ -42,6 +42,7 @@ from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.model import HorizontalForest
+from fedcore.horizontal.ppdert.cells import DEFAULT_CELLS
 from fedcore.horizontal.ppdert.party import PPDERTParty
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.institution import (
@@ -121,7 +122,7 @@ class HorizontalInstitutionAgent(SessionAgent):
             self.party = PPDERTParty(self.name, train, self.schema, seed=int(h["seed"]),
                                      low=np.asarray(h["low"], np.float64), high=np.asarray(h["high"], np.float64),
                                      k=int(h["k"]), identity=self.identity, memory_budget=self.data.memory_budget,
-                                     thresholds=h.get("thresholds", "domain"), n_cells=int(h.get("cells", 16)))
+                                     **self._threshold_settings(h))
         else:
             from fedcore.privacy.ldp import LabelLDP
 
@@ -129,6 +130,12 @@ class HorizontalInstitutionAgent(SessionAgent):
             self.party = HorizontalParty(self.name, train, self.schema, privacy=h["privacy"],  # noise: a local secret seed
                                          epsilon=float(h["epsilon"]), ldp=ldp, memory_budget=self.data.memory_budget)
         return Message("ready", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
+
+    def _threshold_settings(self, h: dict) -> dict:
+        """PPD-ERT's threshold mode and grid: this institution's own configuration when it has one (the
+        party then refuses a master asking for another in `hello`), else the master's setup."""
+        own = self.data.privacy if self.data.privacy is not None else h
+        return {"thresholds": own.get("thresholds", "histogram"), "n_cells": int(own.get("cells", DEFAULT_CELLS))}
 
     # -- after training -----------------------------------------------------------------------------------
     def _require_model(self) -> HorizontalForest:

@@ -133,7 +133,8 @@ class HorizontalSession(InstitutionSession):
     def _context(self) -> str:
         """What a run's checkpoints are bound to: parameters, algorithm, privacy settings, the agreed schema
         and domains, the institutions and their row counts (each institution adds a digest of its own rows)."""
-        text = json.dumps({"params": self.params.to_dict(), "algorithm": self.algorithm, "privacy": self.privacy,
+        privacy = {**self.privacy, **(self._thresholds() if self.algorithm == "ppd-ert" else {})}  # resolved defaults
+        text = json.dumps({"params": self.params.to_dict(), "algorithm": self.algorithm, "privacy": privacy,
                            "schema": self.schema.fingerprint(), "holdout": self.holdout_fraction,
                            "parties": self.institutions, "rows": self.rows,
                            "domains": [self._low.tolist(), self._high.tolist()]},

@@ -73,9 +73,9 @@ def best_candidates(branch: np.ndarray, sizes: np.ndarray, valid: np.ndarray, cr
                     has_sizes: bool) -> tuple[np.ndarray, np.ndarray]:
     """Per open node: the best usable candidate (-1 when none) and every candidate's branch sizes (A, k, 2).
 
-    branch (A, k, 2, S) float64: left then right statistics; sizes (A, k, 2): the exact branch sizes
-    when `has_sizes` (LDP), else ignored and the sizes are the clamped counts (classification) or the
-    count statistic (regression). Usable: valid, both sides >= min_leaf, gain > 1e-12 max(n, 1). Ties go
+    branch (A, k, 2, S) float64: left then right statistics; sizes (A, k, 2): the branch sizes to use
+    when `has_sizes` (LDP: exact; GDP: the unclamped sums of the noisy counts), else ignored and the sizes
+    are the clamped counts (classification) or the count statistic (regression). Usable: valid, both sides >= min_leaf, gain > 1e-12 max(n, 1). Ties go
     to the lowest candidate index."""
     n_nodes, k, _, n_stats = branch.shape
     best = np.full(n_nodes, -1, dtype=np.int64)

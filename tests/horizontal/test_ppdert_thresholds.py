@@ -10,10 +10,12 @@ import pytest
 
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal import PPDERTClassifier
+from fedcore.horizontal.ppdert.agreed import candidate_draws
 from fedcore.horizontal.ppdert.cells import (
     NodeBoxes,
     cell_of,
     extreme_cell_indicators,
+    hide_multiplicity,
     populated_spans,
     span_thresholds,
 )
@@ -123,6 +125,9 @@ def test_a_party_refuses_a_master_that_asks_for_another_threshold_mode_or_grid()
         _master(schema, low, high, parties, thresholds="histogram", n_cells=32).fit()
 
 
+_N_FEATURES = len(horizontal_table(seed=4, n_rows=10).columns) - 1
+
+
 def _greeted(thresholds: str = "histogram"):
     parties, schema, low, high = _parties(thresholds)
     party = parties["a"]
@@ -136,21 +141,62 @@ def _greeted(thresholds: str = "histogram"):
 
 
 def _cells_request(low, high, n_trees: int = 2) -> Message:
-    grid_low, grid_high = np.tile(low[:3], (n_trees, 1)), np.tile(high[:3], (n_trees, 1))
+    """A root level's cells request, as the master sends it: each candidate's declared domain."""
+    features, _ = candidate_draws(1, np.arange(n_trees), 0, len(low), 3)
     return Message("ppdert_cells", {"depth": 0, "n_trees": n_trees, "new_batch": True, "n_cells": 16, "round_id": 1,
-                                    "mask_bits": 32},
-                   {"tree": np.arange(n_trees, dtype=np.int32), "grid_low": grid_low, "grid_high": grid_high})
+                                    "mask_bits": 64},
+                   {"tree": np.arange(n_trees, dtype=np.int32), "grid_low": low[features],
+                    "grid_high": high[features]})
 
 
-def test_a_party_refuses_thresholds_outside_their_grid_interval() -> None:
+def _drawn_thresholds(request: Message) -> np.ndarray:
+    """What the master would send back: the shared draw within the whole grid of every candidate."""
+    _, u = candidate_draws(1, request.arrays["tree"].astype(np.int64), 0, _N_FEATURES, 3)
+    low, high = request.arrays["grid_low"], request.arrays["grid_high"]
+    return span_thresholds(low, high, np.ones(low.shape, dtype=bool), u)[0]
+
+
+def test_a_party_accepts_only_the_shared_draw_within_whole_cells_of_its_grid() -> None:
     party, low, high = _greeted()
-    reply = party.handle(_cells_request(low, high))
+    request = _cells_request(low, high)
+    reply = party.handle(request)
     assert reply.kind == "ppdert_plain_cells" and reply.arrays["cells"].shape == (2 * 3 * 2 * 16,)
-    grid_high = np.tile(high[:3], (2, 1))
-    with pytest.raises(ProtocolError, match="party 'a': 1 thresholds lie outside their candidate's grid interval"):
-        party.handle(Message("ppdert_counts", {"depth": 0, "round_id": 2, "mask_bits": 16},
-                             {"thresholds": np.where(np.arange(6).reshape(2, 3) == 4, grid_high + 1.0, grid_high)}))
+    drawn = _drawn_thresholds(request)
+    nudged = np.where(np.arange(6).reshape(2, 3) == 4, np.nextafter(drawn, np.inf), drawn)  # one ulp off
+    with pytest.raises(ProtocolError, match="party 'a': 1 thresholds are not the shared draw within a span of whole "
+                                            "cells of their grid"):
+        party.handle(Message("ppdert_counts", {"depth": 0, "round_id": 2, "mask_bits": 16}, {"thresholds": nudged}))
     assert party.machine.state == "celled"  # refused: the level is still waiting for its thresholds
+    assert party.handle(Message("ppdert_counts", {"depth": 0, "round_id": 2, "mask_bits": 16},
+                                {"thresholds": drawn})).kind == "ppdert_plain_counts"
+
+
+def test_a_refused_cells_request_leaves_the_party_where_it_was() -> None:
+    party, low, high = _greeted()
+    request = _cells_request(low, high)
+    shifted = Message(request.kind, dict(request.header), dict(request.arrays))
+    shifted.arrays["grid_low"] = request.arrays["grid_low"] - 1.0  # not the declared domain at the roots
+    with pytest.raises(ProtocolError, match="party 'a': a tree's root grid must be the declared domain of each "
+                                            "candidate feature"):
+        party.handle(shifted)
+    assert party.machine.state == "greeted" and party.handle(request).kind == "ppdert_plain_cells"
+
+
+def test_the_master_cannot_count_parties_from_the_low_bits_of_the_cell_sums() -> None:
+    """Two parties hold every cell: each sum is two secret multiples, uniform in the ring. Odd multipliers
+    would make every such sum even (the count of parties, modulo 2)."""
+    indicators = np.ones(20000, dtype=np.uint64)
+    total = hide_multiplicity(indicators, b"a" * 32, 1) + hide_multiplicity(indicators, b"b" * 32, 1)
+    assert 0.48 < np.mean(total % 2) < 0.52  # 20,000 fair coins: 0.5 +- 0.0035 (1 sd)
+    assert np.all(hide_multiplicity(indicators, b"a" * 32, 1) != 0)
+
+
+def test_histogram_thresholds_train_on_the_widest_finite_domains() -> None:
+    table = horizontal_table(seed=2, n_rows=300)
+    table["num0"] = np.where(np.arange(300) % 2 == 0, -1e308, 1e308) * np.random.default_rng(0).random(300)
+    model = PPDERTClassifier(3, allow_data_ranges=True, max_depth=4, random_state=1).fit(split_rows(table, 2),
+                                                                                         "target")
+    assert np.all(np.isfinite(model.model_.threshold[model.model_.feature >= 0]))
 
 
 def test_a_party_refuses_a_grid_that_is_not_finite_intervals_and_a_domain_party_refuses_cells() -> None:
@@ -171,3 +217,38 @@ def test_the_estimator_refuses_unknown_modes_and_grids() -> None:
         PPDERTClassifier(allow_data_ranges=True, thresholds="quantile")
     with pytest.raises(ParameterError, match=r"PPD-ERT histogram cells must be one of \[4, 8, 16, 32, 64\], got 10"):
         PPDERTClassifier(allow_data_ranges=True, threshold_cells=10)
+
+
+def test_an_agent_runs_the_threshold_mode_of_its_own_config_and_refuses_a_master_asking_otherwise(tmp_path) -> None:
+    from fedcore.contracts.model import infer_contract
+    from fedcore.horizontal.institution import HorizontalInstitutionAgent
+    from fedcore.horizontal.params import ExtraTreesParams
+    from fedcore.horizontal.session import HorizontalSession
+    from fedcore.institution import InstitutionData
+    from fedcore.privacy.keyauth import ephemeral_identities
+
+    table = horizontal_table(seed=6, n_rows=200).assign(record_id=[f"R{i}" for i in range(200)])
+    contract = infer_contract(table, "own", id_column="record_id", label="target")
+    names = ("north", "south")
+    identities = ephemeral_identities(names)
+
+    def agents(own: dict | None) -> dict:
+        return {name: HorizontalInstitutionAgent(InstitutionData(
+            name=name, frame=part.reset_index(drop=True), id_column="record_id", label="target",
+            registry=tmp_path / name, predictions_dir=tmp_path / "p" / name, contract=contract, privacy=own),
+            identity=identities[name]) for name, part in zip(names, split_rows(table, 2), strict=True)}
+
+    def train(agents_: dict, master_privacy: dict) -> None:
+        transport = InProcessTransport({n: a.handle for n, a in agents_.items()})
+        transport.exchange({n: Message("validation_report") for n in agents_})
+        session = HorizontalSession(transport, ExtraTreesParams(n_estimators=2, max_depth=3), algorithm="ppd-ert",
+                                    privacy=master_privacy)
+        session.agree_schema()
+        session.train()
+
+    own = {"mode": "secagg", "thresholds": "domain", "cells": 16}
+    with pytest.raises(ProtocolError, match="party 'north' agreed to 'domain' thresholds; the master asked for "
+                                            "'histogram' on 16 cells"):
+        train(agents(own), {"mode": "secagg", "thresholds": "histogram"})
+    train(agents(own), {"mode": "secagg", "thresholds": "domain"})
+    train(agents(None), {"mode": "secagg", "thresholds": "histogram"})  # no own config (in-process): the master's

@@ -102,7 +102,7 @@ PINNED = {
     'fet ldp bloom': 'e1c77007dd78776f',
     'fet ldp krr': 'f3b43233a7219693',
     'ppdert secure': '1226ead6a817ac16',
-    'ppdert secure histogram': '09b1c9ef1782c2a7',
+    'ppdert secure histogram': '541d7c9f1d5fe577',
 }
 
 

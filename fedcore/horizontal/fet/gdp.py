@@ -93,5 +93,6 @@ def shrunk_proportions(stats: np.ndarray, parent_values: np.ndarray | None, vari
         return own
     n = np.maximum(stats.sum(axis=-1, keepdims=True), 0.0)
     alpha = SHRINKAGE * math.sqrt(stats.shape[-1] * variance)
-    return (n * own + alpha * parent_values) / (n + alpha)
+    weight = n + alpha
+    return np.where(weight > 0, (n * own + alpha * parent_values) / np.where(weight > 0, weight, 1.0), parent_values)
 

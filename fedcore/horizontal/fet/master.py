@@ -178,7 +178,10 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
             return total
         total = np.zeros(stats_shape, dtype=np.float64)
         for name in self.parties:
-            total += _reply_array(replies, name, "fet_noisy_counts", "counts", stats_shape)
+            part = _reply_array(replies, name, "fet_noisy_counts", "counts", stats_shape)
+            if not np.issubdtype(part.dtype, np.floating) or not np.all(np.isfinite(part)):
+                raise ProtocolError(f"party {name!r}: fet_noisy_counts.counts must be finite numbers")
+            total += part
         return total
 
 

@@ -33,7 +33,6 @@ def check_threshold_mode(thresholds: str, n_cells: int) -> tuple[str, int]:
     return thresholds, int(n_cells)
 
 
-
 def candidate_draws(seed: int, act_tree: np.ndarray, depth: int, n_features: int,
                     k: int) -> tuple[np.ndarray, np.ndarray]:
     """The shared draws of the open nodes: candidate features (A, k) and uniforms in [0, 1) (A, k) that
@@ -53,8 +52,13 @@ def ppdert_candidates(seed: int, act_tree: np.ndarray, depth: int, low: np.ndarr
     """The paper's candidate splits (`thresholds="domain"`): features (A, k) and thresholds (A, k) drawn
     uniformly in the declared domains, so every role derives them without communication."""
     features, u = candidate_draws(seed, act_tree, depth, len(low), k)
+    return features, domain_thresholds(features, u, low, high)
+
+
+def domain_thresholds(features: np.ndarray, u: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """The paper's thresholds: the shared uniforms placed in each candidate feature's declared domain."""
     lo, hi = low[features], high[features]
-    return features, lo + u * (hi - lo)
+    return lo + u * (hi - lo)
 
 
 def domain_fingerprint(low: np.ndarray, high: np.ndarray) -> str:

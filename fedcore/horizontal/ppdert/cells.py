@@ -10,12 +10,15 @@ threshold uniformly between the lower edge of the first and the upper edge of th
    declared domain at the roots). Each candidate's interval is cut into `n_cells` equal cells: the grid.
 2. Each party finds the cell of its own smallest value (c_lo) and of its largest (c_hi) among the node's
    rows, and sends two indicator vectors over the cells: `c >= c_lo` and `c <= c_hi`, each entry
-   multiplied by a fresh secret random odd 32-bit number, masked for secure aggregation in the 32-bit
-   ring (`CELL_RING_BITS`).
-3. The master's sum is non-zero exactly where some party's indicator is 1 (the random multipliers hide
-   how many), except with probability at most 2**-31 per cell when two or more parties' terms cancel. So
-   it learns the global first and last populated cells and nothing else: not which party, not how many
-   rows, not the parties' individual ranges (FET's master sees every party's exact min and max).
+   multiplied by a fresh secret random non-zero 64-bit number, masked for secure aggregation in the
+   64-bit ring (`CELL_RING_BITS`).
+3. The master's sum is non-zero exactly where some party's indicator is 1, except with probability about
+   2**-64 per cell when two or more parties' terms cancel. A sum of one or more uniform non-zero terms is
+   uniform (over the non-zero values for one term, over the ring for more), so its value says nothing
+   about how many parties hold the cell: the master learns the global first and last populated cells
+   and nothing else, not which party, not how many, not how many rows, not the parties' own ranges (FET's
+   master sees every party's exact min and max). (Odd multipliers, as first written, leaked the number
+   of parties modulo 2 through the sum's lowest bit.)
 4. The children inherit the box, narrowed to each candidate's populated span, and at the chosen split
    to either side of its threshold: deeper nodes get finer grids, following the data.
 
@@ -30,9 +33,10 @@ import numpy as np
 
 from fedcore.privacy.secagg import keystream
 
-CELL_RING_BITS = 32
+CELL_RING_BITS = 64
 """Ring the extreme-cell indicators are masked in: a cancelled sum (a populated cell read as empty) has
-probability at most 2**-31 per cell."""
+probability about 2**-64 per cell, so the forest is the single-party forest in practice (2**-31 of the
+32-bit ring would be met in a large run)."""
 DEFAULT_CELLS = 16
 CELL_CHOICES = (4, 8, 16, 32, 64)
 """Grid sizes a session may use: powers of two, so cell edges are exact fractions of the interval."""
@@ -40,34 +44,35 @@ CELL_CHOICES = (4, 8, 16, 32, 64)
 
 def cell_of(values: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray, n_cells: int) -> np.ndarray:
     """The grid cell of each value in [grid_low, grid_high] cut into n_cells: int64, clamped into range
-    (a value outside its box falls in the nearest end cell; a point interval has one cell, 0)."""
-    width = grid_high - grid_low
+    (a value outside its box falls in the nearest end cell; a point interval has one cell, 0). Halved
+    operands keep the width finite for any finite interval (1e308 wide included)."""
+    width = grid_high / 2 - grid_low / 2
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        position = np.floor((values - grid_low) / width * n_cells)
+        position = np.floor((values / 2 - grid_low / 2) / width * n_cells)
     position = np.where(np.isfinite(position) & (width > 0), position, 0.0)
     return np.clip(position, 0, n_cells - 1).astype(np.int64)
 
 
 def extreme_cell_indicators(low: np.ndarray, high: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray,
                             n_cells: int) -> np.ndarray:
-    """A party's indicators (A, k, 2, n_cells) uint32 from its per-candidate min and max (`low`, `high`,
+    """A party's indicators (A, k, 2, n_cells) uint64 from its per-candidate min and max (`low`, `high`,
     +inf / -inf where the node has no value): [..., 0, c] = c >= cell(min), [..., 1, c] = c <= cell(max)."""
     cells = np.arange(n_cells)
     has = np.isfinite(low) & np.isfinite(high)
     first = cell_of(np.where(has, low, 0.0), grid_low, grid_high, n_cells)
     last = cell_of(np.where(has, high, 0.0), grid_low, grid_high, n_cells)
-    out = np.empty((*low.shape, 2, n_cells), dtype=np.uint32)
+    out = np.empty((*low.shape, 2, n_cells), dtype=np.uint64)
     out[..., 0, :] = (cells >= first[..., None]) & has[..., None]
     out[..., 1, :] = (cells <= last[..., None]) & has[..., None]
     return out
 
 
 def hide_multiplicity(indicators: np.ndarray, secret: bytes, round_id: int) -> np.ndarray:
-    """Each indicator times a secret random odd 32-bit number (mod 2**32): a sum over parties says whether
-    any party's indicator is 1, not how many. The multipliers are ChaCha20 of the party's own secret key
-    (fresh per session, never sent), for this round."""
-    odd = keystream(secret, round_id, indicators.size, CELL_RING_BITS).reshape(indicators.shape) | np.uint32(1)
-    return indicators.astype(np.uint32) * odd
+    """Each indicator times a secret uniform non-zero 64-bit number (mod 2**64): a sum over parties says
+    whether any party's indicator is 1, not how many. The multipliers are ChaCha20 of the party's own
+    secret key (fresh per session, never sent), for this round; a zero word becomes 1 (probability 2**-64)."""
+    words = keystream(secret, round_id, indicators.size, CELL_RING_BITS).reshape(indicators.shape)
+    return indicators.astype(np.uint64) * np.maximum(words, np.uint64(1))
 
 
 def populated_spans(cell_sums: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray,
@@ -84,8 +89,10 @@ def populated_spans(cell_sums: np.ndarray, grid_low: np.ndarray, grid_high: np.n
 
 
 def cell_edge(grid_low: np.ndarray, grid_high: np.ndarray, edge: np.ndarray, n_cells: int) -> np.ndarray:
-    """Lower edge of cell `edge` (edge n_cells: the interval's upper end, exactly)."""
-    inner = grid_low + (grid_high - grid_low) * (edge / n_cells)
+    """Lower edge of cell `edge` (edge n_cells: the interval's upper end, exactly); a weighted mean of the
+    ends, finite for any finite interval."""
+    fraction = edge / n_cells
+    inner = grid_low * (1 - fraction) + grid_high * fraction
     return np.where(edge >= n_cells, grid_high, np.where(edge <= 0, grid_low, inner))
 
 
@@ -95,9 +102,25 @@ def span_thresholds(span_low: np.ndarray, span_high: np.ndarray, has: np.ndarray
     usable: the node has values and the span is not a point. Unusable ones get NaN (every row goes right)."""
     valid = has & (span_high > span_low)
     with np.errstate(invalid="ignore", over="ignore"):
-        thresholds = span_low + u * (span_high - span_low)
+        thresholds = span_low * (1 - u) + span_high * u  # a weighted mean: finite for any finite span
     thresholds = np.where(thresholds >= span_high, span_low, thresholds)  # a rounded-up draw
     return np.where(valid, thresholds, np.nan), valid
+
+
+def drawn_from_the_grid(thresholds: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray, u: np.ndarray,
+                        n_cells: int, chunk: int = 4096) -> np.ndarray:
+    """Which thresholds (A, k) are what `span_thresholds` gives for some span of whole cells [i, j] of their
+    grid and the shared uniform `u` (NaN: an unusable candidate, also accepted). A party checks this, so a
+    master can only choose among the n (n + 1) / 2 spans, not place a threshold anywhere it likes."""
+    first, last = np.triu_indices(n_cells)
+    ok = np.isnan(thresholds)
+    for start in range(0, len(thresholds), chunk):
+        rows = slice(start, start + chunk)
+        low, high, draw = grid_low[rows, :, None], grid_high[rows, :, None], u[rows, :, None]
+        spans = span_thresholds(cell_edge(low, high, first, n_cells), cell_edge(low, high, last + 1, n_cells),
+                                np.ones((1, 1, len(first)), dtype=bool), draw)[0]
+        ok[rows] |= (spans == thresholds[rows, :, None]).any(axis=-1)
+    return ok
 
 
 class NodeBoxes:

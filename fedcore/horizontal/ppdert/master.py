@@ -14,7 +14,12 @@ from fedcore.horizontal.growth import (
     ProgressCallback,
 )
 from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.ppdert.agreed import candidate_draws, check_threshold_mode, domain_fingerprint
+from fedcore.horizontal.ppdert.agreed import (
+    candidate_draws,
+    check_threshold_mode,
+    domain_fingerprint,
+    domain_thresholds,
+)
 from fedcore.horizontal.ppdert.cells import (
     CELL_RING_BITS,
     DEFAULT_CELLS,
@@ -108,14 +113,16 @@ class PPDERTMaster(BranchStatsLevels):
             arrays.update(transition)
         self._relay_keys(header, arrays)
         if self.thresholds == "domain":
-            lo, hi = self.low[features], self.high[features]
-            thresholds, valid = lo + u * (hi - lo), np.ones(features.shape, dtype=bool)
+            thresholds, valid = domain_thresholds(features, u, self.low, self.high), np.ones(features.shape, dtype=bool)
             counts = self._sum("ppdert_level", header, arrays, self.mask_bits)
         else:
             grid_low, grid_high = self._boxes.grid(features)
             header["n_cells"] = self.n_cells
             arrays.update(grid_low=grid_low, grid_high=grid_high)
             cells = self._sum("ppdert_cells", header, arrays, CELL_RING_BITS)
+            if cells.size != features.size * 2 * self.n_cells:
+                raise ProtocolError(f"aggregated cell indicators have {cells.size} entries, expected "
+                                    f"{features.size * 2 * self.n_cells}")
             cells = cells.reshape(*features.shape, 2, self.n_cells)
             span_low, span_high, has = populated_spans(cells, grid_low, grid_high, self.n_cells)
             thresholds, valid = span_thresholds(span_low, span_high, has, u)

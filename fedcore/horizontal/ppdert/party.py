@@ -22,6 +22,7 @@ from fedcore.horizontal.ppdert.agreed import (
 from fedcore.horizontal.ppdert.cells import (
     CELL_RING_BITS,
     DEFAULT_CELLS,
+    drawn_from_the_grid,
     extreme_cell_indicators,
     hide_multiplicity,
 )
@@ -100,7 +101,8 @@ class PPDERTParty:
         self.aggregator = None
         self._agreed = False
         self._secret = b""
-        self._grid = (np.zeros((0, 0)), np.zeros((0, 0)))  # the level's candidate intervals (histogram thresholds)
+        # the level's candidate intervals and shared uniforms (histogram thresholds)
+        self._grid = (np.zeros((0, 0)), np.zeros((0, 0)), np.zeros((0, 0)))
         self._ring: int | None = None  # the session's secure-aggregation ring, fixed by its first masked level
         self.machine = PPDERT_PROTOCOL.start(log)
 
@@ -155,11 +157,12 @@ class PPDERTParty:
         return self._counts(message.header)
 
     def _on_ppdert_cells(self, message: Message) -> Message:
-        """Histogram thresholds, first round of a level: apply the previous level, then the indicators of
-        the grid cells holding this party's smallest and largest value per candidate (`cells.py`)."""
+        """Histogram thresholds, first round of a level: the indicators of the grid cells holding this
+        party's smallest and largest value per candidate (`cells.py`). Everything is checked before the
+        previous level's decisions are applied, so a refused request leaves the party where it was."""
         h, a = message.header, message.arrays
-        act_tree = self._start_level(message)
-        features, _ = candidate_draws(self.seed, act_tree, int(h["depth"]), len(self.low), self.k)
+        act_tree = np.asarray(a["tree"]).astype(np.int64)
+        features, u = candidate_draws(self.seed, act_tree, int(h["depth"]), len(self.low), self.k)
         grid_low, grid_high = (np.asarray(a[name], dtype=np.float64) for name in ("grid_low", "grid_high"))
         if grid_low.shape != features.shape or grid_high.shape != features.shape \
                 or not (np.all(np.isfinite(grid_low)) and np.all(np.isfinite(grid_high)) and np.all(grid_low <= grid_high)):
@@ -167,28 +170,38 @@ class PPDERTParty:
         if h.get("n_cells") != self.n_cells:
             raise ProtocolError(f"party {self.name!r}: the level asks for {h.get('n_cells')} cells, the session "
                                 f"agreed {self.n_cells}")
+        if h.get("new_batch") and not (np.array_equal(grid_low, self.low[features])
+                                       and np.array_equal(grid_high, self.high[features])):
+            raise ProtocolError(f"party {self.name!r}: a tree's root grid must be the declared domain of each "
+                                "candidate feature")
+        if self.aggregator is not None and h.get("mask_bits") != CELL_RING_BITS:
+            raise ProtocolError(f"party {self.name!r}: cell indicators are masked in the {CELL_RING_BITS}-bit ring, "
+                                f"the master named {h.get('mask_bits')!r}")
+        self._start_level(message)
         self.rows.features, self.rows.thresholds = features, np.full(features.shape, np.nan)
-        self._grid = (grid_low, grid_high)
+        self._grid = (grid_low, grid_high, u)
         low, high = self.rows.ranges()
         indicators = extreme_cell_indicators(low, high, grid_low, grid_high, self.n_cells).reshape(-1)
         if self.aggregator is None:
             return Message("ppdert_plain_cells", {"plain": True}, {"cells": indicators.astype(np.uint8)})
-        bits = self._ring_of(h, CELL_RING_BITS)
+        if not self._agreed:
+            raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked round")
+        round_id = int(h["round_id"])
         return Message("ppdert_masked_cells", {}, {"masked": self.aggregator.mask(
-            hide_multiplicity(indicators, self._secret, int(h["round_id"])), int(h["round_id"]), bits)})
+            hide_multiplicity(indicators, self._secret, round_id), round_id, CELL_RING_BITS)})
 
     def _on_ppdert_counts(self, message: Message) -> Message:
-        """Histogram thresholds, second round: the master's thresholds (each within its grid interval),
-        then the masked counts as in the domain mode."""
+        """Histogram thresholds, second round: the master's thresholds, each what the shared uniform gives
+        for some span of whole cells of its grid, then the masked counts as in the domain mode."""
         thresholds = np.asarray(message.arrays["thresholds"], dtype=np.float64)
-        grid_low, grid_high = self._grid
+        grid_low, grid_high, u = self._grid
         if thresholds.shape != grid_low.shape:
             raise ProtocolError(f"party {self.name!r}: thresholds of shape {thresholds.shape}, the level has "
                                 f"{grid_low.shape} candidates")
-        inside = np.isnan(thresholds) | ((grid_low <= thresholds) & (thresholds <= grid_high))
-        if not inside.all():
-            raise ProtocolError(f"party {self.name!r}: {int((~inside).sum())} thresholds lie outside their candidate's "
-                                "grid interval; a threshold must fall within the populated cells")
+        drawn = drawn_from_the_grid(thresholds, grid_low, grid_high, u, self.n_cells)
+        if not drawn.all():
+            raise ProtocolError(f"party {self.name!r}: {int((~drawn).sum())} thresholds are not the shared draw within "
+                                "a span of whole cells of their grid")
         self.rows.thresholds = thresholds
         return self._counts(message.header)
 
@@ -224,15 +237,6 @@ class PPDERTParty:
             raise ProtocolError(f"party {self.name!r}: the master changed the ring from {self._ring} to {bits} bits "
                                 "within a session")
         return Message("ppdert_masked_counts", {}, {"masked": self.aggregator.mask(counts, int(h["round_id"]), bits)})
-
-    def _ring_of(self, h: dict, bits: int) -> int:
-        """The ring a masked round must use: `bits`, as the request must say; the peers' keys agreed first."""
-        if not self._agreed:
-            raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked round")
-        if h.get("mask_bits") != bits:
-            raise ProtocolError(f"party {self.name!r}: cell indicators are masked in the {bits}-bit ring, the master "
-                                f"named {h.get('mask_bits')!r}")
-        return bits
 
     def _on_model(self, message: Message) -> Message:
         self.model = receive_model(self.name, self.algorithm, self.schema, message)
