@@ -65,12 +65,11 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
         from fedcore.contracts import load_contract, validate_frame
 
         contract = load_contract(inst.contract)
-        # what leaves the institution carries no example values; the examples go to its own log only
+        # no example values, not even in this institution's own log: counts and columns only (the
+        # institution inspects its data with `fedforest contract check`, which shows examples on screen)
         report = validate_frame(frame, contract, name, include_label=inst.is_label_holder, max_examples=0)
-        if not report.success:
-            detailed = validate_frame(frame, contract, name, include_label=inst.is_label_holder)
-            for line in detailed.failure_lines():
-                log.warning("data contract violation (kept local): %s", line)
+        for line in report.failure_lines():
+            log.warning("data contract violation: %s", line)
     elif inst.id_column not in frame.columns:
         raise ColumnNotFoundError(f"institution {name!r}: id column {inst.id_column!r} not in {inst.data!r}")
     batch = (lambda: read_files(inst.predict_data, f"institution {name!r} prediction data")) if inst.predict_data else None

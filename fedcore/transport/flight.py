@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from fedcore.errors import CertificateRefused, ConfigError, PartyUnavailable, ProtocolError
+from fedcore.errors import CertificateRefused, ConfigError, FedForestError, PartyUnavailable, ProtocolError
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
 from fedcore.transport.diagnose import Diagnosis, explain_connection_failure
@@ -139,8 +139,10 @@ class AgentServer(flight.FlightServerBase):
             raise flight.FlightUnauthorizedError(reason)
 
     def _refuse(self, reason: str) -> None:
+        """One log line per refusal, with the running count (a flood of refusals cannot flood the log with
+        tracebacks)."""
         self.refused += 1
-        log.warning("agent %r refused a call: %s", self.name, reason)
+        log.warning("agent %r refused a call (%d refused so far): %s", self.name, self.refused, reason)
 
     def _refusal(self, reason: str) -> flight.FlightServerError:
         self._refuse(reason)
@@ -159,7 +161,11 @@ class AgentServer(flight.FlightServerBase):
             try:
                 kind = message.kind
                 return self.party.handle(message).to_buffer()
-            except Exception as exc:  # the master gets the reason; this agent logs it and keeps serving
+            except FedForestError as exc:  # a refusal or a named failure: one counted line, no traceback
+                self._refuse(f"party {self.name!r} on {kind!r}: {type(exc).__name__}: {exc}")
+                raise flight.FlightServerError(
+                    f"party {self.name!r} failed on {kind!r}: {type(exc).__name__}: {exc}") from None
+            except Exception as exc:  # unexpected: the master gets the reason; the traceback goes to this log
                 log.exception("party %r failed on %r", self.name, kind)
                 raise flight.FlightServerError(
                     f"party {self.name!r} failed on {kind!r}: {type(exc).__name__}: {exc}") from exc

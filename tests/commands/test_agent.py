@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -115,3 +117,27 @@ def test_agent_config_errors_are_one_line(federation: Path, capsys) -> None:
     assert f"institution {name!r} needs 'cert' to run an agent" in capsys.readouterr().err
     assert main(["agent", "serve", "--config", str(federation), "--institution", "nobody"]) == 1
     assert "no institution named 'nobody'" in capsys.readouterr().err
+
+
+def test_a_contract_violation_is_logged_without_any_raw_value(federation: Path, caplog) -> None:
+    from fedcore.contracts.model import dump_contract, infer_contract
+
+    raw = yaml.safe_load(federation.read_text())
+    bank = next(i for i in raw["institutions"] if i["name"] == "bank")
+    files = sorted((federation.parent / "data" / "bank").glob("*.parquet"))
+    frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    contract = infer_contract(frame, "bank", id_column="customer_id", label="target")
+    (federation.parent / "bank.yaml").write_text(dump_contract(contract))
+    column = next(c for c in frame.columns if c.startswith("num"))
+    broken = pd.read_parquet(files[0])
+    broken.loc[3, column] = 98765.4321  # far outside the contract's range
+    broken.to_parquet(files[0])
+    bank["contract"] = "bank.yaml"
+    federation.write_text(yaml.safe_dump(raw))
+    with caplog.at_level(logging.WARNING, logger="fedcore.institution"):
+        data = institution_from_config(load_config(federation), "bank")
+    assert not data.valid
+    lines = [r.getMessage() for r in caplog.records if r.name == "fedcore.institution"]
+    assert lines and all("data contract violation: institution 'bank'" in line for line in lines)
+    assert any(repr(column) in line for line in lines)
+    assert "98765" not in caplog.text

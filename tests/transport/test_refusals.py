@@ -112,7 +112,7 @@ def test_a_replayed_message_is_refused_and_logged(pki, agent, caplog) -> None:
             transport.exchange({"a": Message("again")})
         assert transport.exchange({"a": Message("next")})["a"].header == {"n": 2}
     assert server.party.calls == 2 and server.refused == 1
-    assert "agent 'a' refused a call: replayed or reordered message" in caplog.text
+    assert "agent 'a' refused a call (1 refused so far): replayed or reordered message" in caplog.text
 
 
 def test_messages_outside_the_current_session_are_refused(pki, agent) -> None:
@@ -217,3 +217,34 @@ def test_fuzzing_the_agent_never_crashes_or_hangs_it(pki, agent) -> None:
     assert sum(outcomes.values()) >= 2500 and outcomes["refused"] > 0
     assert 0 < server.refused <= outcomes["refused"]  # the rest reached the party and failed there
     _still_serving(pki, endpoint, server)
+
+
+class Refusing:
+    """A party that refuses every message, as a party refuses an out-of-protocol one."""
+
+    name = "a"
+
+    def handle(self, message: Message) -> Message:
+        if message.kind == "boom":
+            raise RuntimeError("a bug")
+        raise ProtocolError(f"party 'a' refuses {message.kind!r}")
+
+
+def test_refusals_are_one_counted_line_each_and_only_bugs_get_a_traceback(pki, caplog) -> None:
+    server = AgentServer(Refusing(), tls_cert=pki / "a.pem", tls_key=pki / "a.key", ca_cert=pki / "ca.pem")
+    try:
+        with caplog.at_level(logging.WARNING, logger="fedcore.transport.flight"):
+            with _transport(pki, f"grpc+tls://127.0.0.1:{server.port}") as transport:
+                for i in range(30):
+                    with pytest.raises(ProtocolError, match=rf"party 'a' failed on 'm{i}': ProtocolError: party 'a' "
+                                                            rf"refuses 'm{i}'"):
+                        transport.exchange({"a": Message(f"m{i}")})
+                with pytest.raises(ProtocolError, match="party 'a' failed on 'boom': RuntimeError: a bug"):
+                    transport.exchange({"a": Message("boom")})
+    finally:
+        server.shutdown()
+    records = [r for r in caplog.records if r.name == "fedcore.transport.flight"]
+    refusals = [r for r in records if "refused a call" in r.getMessage()]
+    assert len(refusals) == 30 and all(r.exc_info is None for r in refusals)
+    assert "(30 refused so far)" in refusals[-1].getMessage() and "\n" not in refusals[-1].getMessage()
+    assert [r.exc_info is not None for r in records if r not in refusals] == [True]  # the bug, with its traceback
