@@ -396,7 +396,7 @@ MODES = {
         to_master=_arrays({**HORIZONTAL_TO_MASTER, "hello_reply": "public_key", "ppdert_masked_counts": "masked",
                            "ppdert_masked_cells": "masked"}),
         to_parties=_arrays({**HORIZONTAL_TO_PARTIES, "ppdert_cells": "tree chosen next_pos peer_keys grid_low grid_high",
-                            "ppdert_counts": "thresholds"}),
+                            "ppdert_counts": "first_cell last_cell"}),
         schema_kinds=SCHEMA_KINDS, secagg=True, extras=(_cells_reveal_only_the_extreme_cells,)),
 }
 

@@ -12,10 +12,12 @@ from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal import PPDERTClassifier
 from fedcore.horizontal.ppdert.agreed import candidate_draws
 from fedcore.horizontal.ppdert.cells import (
+    NO_CELL,
     NodeBoxes,
     cell_of,
     extreme_cell_indicators,
     hide_multiplicity,
+    populated_cells,
     populated_spans,
     span_thresholds,
 )
@@ -38,7 +40,7 @@ def test_the_span_of_the_populated_cells_holds_every_value_and_at_most_one_cell_
     pooled = np.concatenate(parties, axis=-1)
     total = sum(extreme_cell_indicators(v.min(axis=-1), v.max(axis=-1), grid_low, grid_high, n_cells).astype(np.int64)
                 for v in parties)
-    span_low, span_high, has = populated_spans(total, grid_low, grid_high, n_cells)
+    span_low, span_high, has = populated_spans(*populated_cells(total, n_cells), grid_low, grid_high, n_cells)
     assert has.all()
     width = (grid_high - grid_low) / n_cells
     assert np.all(span_low <= pooled.min(axis=-1)) and np.all(pooled.max(axis=-1) <= span_high)
@@ -50,7 +52,9 @@ def test_a_node_without_values_has_no_span_and_no_usable_candidate() -> None:
     low, high = np.array([[np.inf, 1.0]]), np.array([[-np.inf, 3.0]])  # candidate 0: only NaN in the node
     indicators = extreme_cell_indicators(low, high, np.zeros((1, 2)), np.full((1, 2), 4.0), 8)
     assert not indicators[0, 0].any()
-    span_low, span_high, has = populated_spans(indicators, np.zeros((1, 2)), np.full((1, 2), 4.0), 8)
+    first, last = populated_cells(indicators, 8)
+    assert (first.tolist(), last.tolist()) == ([[NO_CELL, 2]], [[NO_CELL, 6]])
+    span_low, span_high, has = populated_spans(first, last, np.zeros((1, 2)), np.full((1, 2), 4.0), 8)
     assert has.tolist() == [[False, True]]
     assert (span_low[0, 1], span_high[0, 1]) == (1.0, 3.5)  # cells 2..6 of eight half-unit cells
     thresholds, valid = span_thresholds(span_low, span_high, has, np.array([[0.5, 0.5]]))
@@ -149,26 +153,28 @@ def _cells_request(low, high, n_trees: int = 2) -> Message:
                     "grid_high": high[features]})
 
 
-def _drawn_thresholds(request: Message) -> np.ndarray:
-    """What the master would send back: the shared draw within the whole grid of every candidate."""
-    _, u = candidate_draws(1, request.arrays["tree"].astype(np.int64), 0, _N_FEATURES, 3)
-    low, high = request.arrays["grid_low"], request.arrays["grid_high"]
-    return span_thresholds(low, high, np.ones(low.shape, dtype=bool), u)[0]
+def _counts_request(first: np.ndarray, last: np.ndarray) -> Message:
+    return Message("ppdert_counts", {"depth": 0, "round_id": 2, "mask_bits": 16},
+                   {"first_cell": first.astype(np.uint8), "last_cell": last.astype(np.uint8)})
 
 
-def test_a_party_accepts_only_the_shared_draw_within_whole_cells_of_its_grid() -> None:
+def test_a_party_places_the_thresholds_itself_from_the_populated_cells() -> None:
     party, low, high = _greeted()
     request = _cells_request(low, high)
     reply = party.handle(request)
     assert reply.kind == "ppdert_plain_cells" and reply.arrays["cells"].shape == (2 * 3 * 2 * 16,)
-    drawn = _drawn_thresholds(request)
-    nudged = np.where(np.arange(6).reshape(2, 3) == 4, np.nextafter(drawn, np.inf), drawn)  # one ulp off
-    with pytest.raises(ProtocolError, match="party 'a': 1 thresholds are not the shared draw within a span of whole "
-                                            "cells of their grid"):
-        party.handle(Message("ppdert_counts", {"depth": 0, "round_id": 2, "mask_bits": 16}, {"thresholds": nudged}))
-    assert party.machine.state == "celled"  # refused: the level is still waiting for its thresholds
-    assert party.handle(Message("ppdert_counts", {"depth": 0, "round_id": 2, "mask_bits": 16},
-                                {"thresholds": drawn})).kind == "ppdert_plain_counts"
+    first, last = np.full((2, 3), 2), np.full((2, 3), 9)
+    for bad_first, bad_last in ((first, last + 7), (last, first), (first, np.where(first == 2, NO_CELL, 9))):
+        with pytest.raises(ProtocolError, match=r"party 'a': the populated cells must be first <= last < 16 \(or "
+                                                r"both 255\) for each of the level's \(2, 3\) candidates"):
+            party.handle(_counts_request(bad_first, bad_last))
+        assert party.machine.state == "celled"  # refused: the level is still waiting for its cells
+    assert party.handle(_counts_request(first, last)).kind == "ppdert_plain_counts"
+    _, u = candidate_draws(1, np.arange(2), 0, _N_FEATURES, 3)
+    grid_low, grid_high = request.arrays["grid_low"], request.arrays["grid_high"]
+    lower = grid_low + (grid_high - grid_low) * 2 / 16
+    upper = grid_low + (grid_high - grid_low) * 10 / 16
+    np.testing.assert_allclose(party.rows.thresholds, lower + u * (upper - lower), rtol=1e-12)
 
 
 def test_a_refused_cells_request_leaves_the_party_where_it_was() -> None:

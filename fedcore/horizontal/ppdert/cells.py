@@ -22,9 +22,11 @@ threshold uniformly between the lower edge of the first and the upper edge of th
 4. The children inherit the box, narrowed to each candidate's populated span, and at the chosen split
    to either side of its threshold: deeper nodes get finer grids, following the data.
 
-The thresholds are chosen by the master (from the seed-shared uniforms, placed in the span) and sent to
-the parties, who then count classes per branch as in the domain mode. Parties learn every candidate's
-threshold, hence roughly the populated span of the union of the node's rows.
+The master sends every party the first and last populated cell of each candidate (`populated_cells`);
+master and parties place the threshold alike, the seed-shared uniform within that span
+(`populated_spans`, `span_thresholds`), so the master chooses no threshold, at most a span of whole
+cells. The parties then count classes per branch as in the domain mode. Parties learn every candidate's
+span, the populated cells of the union of the node's rows.
 """
 
 from __future__ import annotations
@@ -75,16 +77,28 @@ def hide_multiplicity(indicators: np.ndarray, secret: bytes, round_id: int) -> n
     return indicators.astype(np.uint64) * np.maximum(words, np.uint64(1))
 
 
-def populated_spans(cell_sums: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray,
-                    n_cells: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """From the summed indicators (A, k, 2, n_cells): the span from the lower edge of the first populated
-    cell to the upper edge of the last, and whether the node has any value there: (A, k) x 3."""
+NO_CELL = 255
+"""The cell index sent for a candidate whose node holds no value of the feature (uint8 on the wire)."""
+
+
+def populated_cells(cell_sums: np.ndarray, n_cells: int) -> tuple[np.ndarray, np.ndarray]:
+    """From the summed indicators (A, k, 2, n_cells): the first and last populated cell of each candidate,
+    (A, k) uint8, NO_CELL for both where the node holds no value of the feature."""
     above_min = cell_sums[..., 0, :] != 0
     below_max = cell_sums[..., 1, :] != 0
     has = above_min.any(axis=-1) & below_max.any(axis=-1)
     first = np.argmax(above_min, axis=-1)
-    last = n_cells - 1 - np.argmax(below_max[..., ::-1], axis=-1)
-    last = np.maximum(first, last)
+    last = np.maximum(first, n_cells - 1 - np.argmax(below_max[..., ::-1], axis=-1))
+    return (np.where(has, first, NO_CELL).astype(np.uint8), np.where(has, last, NO_CELL).astype(np.uint8))
+
+
+def populated_spans(first: np.ndarray, last: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray,
+                    n_cells: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The span from the lower edge of cell `first` to the upper edge of cell `last`, and whether there
+    is one (not NO_CELL): (A, k) x 3. Master and parties compute it alike, bit for bit."""
+    has = first != NO_CELL
+    first = np.where(has, first, 0).astype(np.int64)
+    last = np.where(has, last, 0).astype(np.int64)
     return cell_edge(grid_low, grid_high, first, n_cells), cell_edge(grid_low, grid_high, last + 1, n_cells), has
 
 
@@ -105,22 +119,6 @@ def span_thresholds(span_low: np.ndarray, span_high: np.ndarray, has: np.ndarray
         thresholds = span_low * (1 - u) + span_high * u  # a weighted mean: finite for any finite span
     thresholds = np.where(thresholds >= span_high, span_low, thresholds)  # a rounded-up draw
     return np.where(valid, thresholds, np.nan), valid
-
-
-def drawn_from_the_grid(thresholds: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray, u: np.ndarray,
-                        n_cells: int, chunk: int = 4096) -> np.ndarray:
-    """Which thresholds (A, k) are what `span_thresholds` gives for some span of whole cells [i, j] of their
-    grid and the shared uniform `u` (NaN: an unusable candidate, also accepted). A party checks this, so a
-    master can only choose among the n (n + 1) / 2 spans, not place a threshold anywhere it likes."""
-    first, last = np.triu_indices(n_cells)
-    ok = np.isnan(thresholds)
-    for start in range(0, len(thresholds), chunk):
-        rows = slice(start, start + chunk)
-        low, high, draw = grid_low[rows, :, None], grid_high[rows, :, None], u[rows, :, None]
-        spans = span_thresholds(cell_edge(low, high, first, n_cells), cell_edge(low, high, last + 1, n_cells),
-                                np.ones((1, 1, len(first)), dtype=bool), draw)[0]
-        ok[rows] |= (spans == thresholds[rows, :, None]).any(axis=-1)
-    return ok
 
 
 class NodeBoxes:

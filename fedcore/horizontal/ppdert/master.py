@@ -24,6 +24,7 @@ from fedcore.horizontal.ppdert.cells import (
     CELL_RING_BITS,
     DEFAULT_CELLS,
     NodeBoxes,
+    populated_cells,
     populated_spans,
     span_thresholds,
 )
@@ -123,11 +124,12 @@ class PPDERTMaster(BranchStatsLevels):
             if cells.size != features.size * 2 * self.n_cells:
                 raise ProtocolError(f"aggregated cell indicators have {cells.size} entries, expected "
                                     f"{features.size * 2 * self.n_cells}")
-            cells = cells.reshape(*features.shape, 2, self.n_cells)
-            span_low, span_high, has = populated_spans(cells, grid_low, grid_high, self.n_cells)
+            first, last = populated_cells(cells.reshape(*features.shape, 2, self.n_cells), self.n_cells)
+            span_low, span_high, has = populated_spans(first, last, grid_low, grid_high, self.n_cells)
             thresholds, valid = span_thresholds(span_low, span_high, has, u)
             self._boxes.narrow(features, span_low, span_high, has)
-            counts = self._sum("ppdert_counts", {"depth": depth}, {"thresholds": thresholds}, self.mask_bits)
+            counts = self._sum("ppdert_counts", {"depth": depth}, {"first_cell": first, "last_cell": last},
+                               self.mask_bits)
         size = features.size * 2 * self.n_stats
         if counts.size != size:
             raise ProtocolError(f"aggregated counts have {counts.size} entries, expected {size}")

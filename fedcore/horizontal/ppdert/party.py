@@ -22,9 +22,11 @@ from fedcore.horizontal.ppdert.agreed import (
 from fedcore.horizontal.ppdert.cells import (
     CELL_RING_BITS,
     DEFAULT_CELLS,
-    drawn_from_the_grid,
+    NO_CELL,
     extreme_cell_indicators,
     hide_multiplicity,
+    populated_spans,
+    span_thresholds,
 )
 from fedcore.horizontal.rows import PartyRows, check_hello, narrow, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
@@ -191,18 +193,20 @@ class PPDERTParty:
             hide_multiplicity(indicators, self._secret, round_id), round_id, CELL_RING_BITS)})
 
     def _on_ppdert_counts(self, message: Message) -> Message:
-        """Histogram thresholds, second round: the master's thresholds, each what the shared uniform gives
-        for some span of whole cells of its grid, then the masked counts as in the domain mode."""
-        thresholds = np.asarray(message.arrays["thresholds"], dtype=np.float64)
+        """Histogram thresholds, second round: the first and last populated cell of each candidate; the
+        party places the thresholds itself (the shared uniform within that span, as the master does), then
+        counts and masks as in the domain mode."""
         grid_low, grid_high, u = self._grid
-        if thresholds.shape != grid_low.shape:
-            raise ProtocolError(f"party {self.name!r}: thresholds of shape {thresholds.shape}, the level has "
-                                f"{grid_low.shape} candidates")
-        drawn = drawn_from_the_grid(thresholds, grid_low, grid_high, u, self.n_cells)
-        if not drawn.all():
-            raise ProtocolError(f"party {self.name!r}: {int((~drawn).sum())} thresholds are not the shared draw within "
-                                "a span of whole cells of their grid")
-        self.rows.thresholds = thresholds
+        first, last = (np.asarray(message.arrays[name]) for name in ("first_cell", "last_cell"))
+        has = first != NO_CELL
+        if first.shape != grid_low.shape or last.shape != grid_low.shape \
+                or not (np.issubdtype(first.dtype, np.integer) and np.issubdtype(last.dtype, np.integer)) \
+                or not np.array_equal(has, last != NO_CELL) \
+                or np.any(has & ((first > last) | (last >= self.n_cells))):
+            raise ProtocolError(f"party {self.name!r}: the populated cells must be first <= last < {self.n_cells} "
+                                f"(or both {NO_CELL}) for each of the level's {grid_low.shape} candidates")
+        span_low, span_high, has = populated_spans(first, last, grid_low, grid_high, self.n_cells)
+        self.rows.thresholds = span_thresholds(span_low, span_high, has, u)[0]
         return self._counts(message.header)
 
     def _start_level(self, message: Message) -> np.ndarray:
