@@ -32,6 +32,12 @@ def make_folders(path: str | os.PathLike, mode: int = FOLDER) -> Path:
     return path
 
 
+def set_mode(fd: int, mode: int) -> None:
+    """Set an open file's mode exactly (not masked by the umask), where the platform can."""
+    if hasattr(os, "fchmod"):
+        os.fchmod(fd, mode)
+
+
 def write_file(path: str | os.PathLike, data: bytes, mode: int = PUBLIC, *, exclusive: bool = False) -> Path:
     """Write `data` to `path` with exactly `mode` (set on the open file before any byte is written) and
     sync it. `exclusive`: refuse (FileExistsError) when the file exists; else it is replaced in place."""
@@ -40,7 +46,7 @@ def write_file(path: str | os.PathLike, data: bytes, mode: int = PUBLIC, *, excl
     flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
     fd = os.open(path, flags, mode)
     try:
-        os.fchmod(fd, mode)
+        set_mode(fd, mode)
         with os.fdopen(fd, "wb") as handle:
             fd = -1
             handle.write(data)

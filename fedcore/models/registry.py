@@ -38,7 +38,7 @@ import pyarrow as pa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from fedcore.errors import ArtifactError
-from fedcore.files import PUBLIC, make_folders, write_file
+from fedcore.files import PUBLIC, make_folders, set_mode, write_file
 from fedcore.models.artifacts import MANIFEST, fsync_directory, manifest_bytes, read_version, write_version
 from fedcore.models.signing import (
     PublicKeySource,
@@ -374,7 +374,7 @@ class ModelRegistry:
         model_dir = self._model_dir(model_name)
         fd, temp = tempfile.mkstemp(prefix=f".{ALIASES_FILE}.tmp-", dir=model_dir)
         try:
-            os.fchmod(fd, PUBLIC)
+            set_mode(fd, PUBLIC)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(json.dumps(state, indent=2).encode())
                 handle.flush()
@@ -388,8 +388,11 @@ class ModelRegistry:
     def _lock(self, model_name: str) -> Iterator[None]:
         """Exclusive lock on the model directory (across threads and processes), or ArtifactError on timeout."""
         path = make_folders(self._model_dir(model_name)) / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, PUBLIC)
-        os.fchmod(fd, PUBLIC)
+        try:  # a new lock file gets an explicit mode; an existing one (perhaps another user's) is only opened
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, PUBLIC)
+            set_mode(fd, PUBLIC)
+        except FileExistsError:
+            fd = os.open(path, os.O_RDWR)
         with os.fdopen(fd, "a+b") as handle:
             deadline = time.monotonic() + self.lock_timeout
             while not _try_lock(handle):
