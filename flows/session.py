@@ -16,6 +16,7 @@ from tasks.agents import (
     stop_local_agents,
     trigger_agent_deployments,
     wait_for_agent_runs,
+    wait_until_serving,
 )
 from tasks.validation import collect_validation
 
@@ -39,9 +40,12 @@ def agent_session(config: FederationConfig, agents: str) -> Iterator[tuple[Fligh
     agents' deployment runs are awaited (their final states are logged).
     """
     check_agent_mode(agents)
-    processes = start_local_agents(config, Path(config.path).parent / "logs") if agents == "local" else []
+    log_dir = Path(config.path).parent / "logs"
+    processes = start_local_agents(config, log_dir) if agents == "local" else []
     agent_runs: list[str] = []
     try:
+        if processes:  # one that cannot bind its port says so, before the master reaches whoever holds it
+            wait_until_serving(config, processes, log_dir, timeout_s=config.training.connect_timeout_s)
         if agents == "deployments":
             agent_runs = trigger_agent_deployments(config)
         transport = connect_agents(config, timeout_s=config.training.connect_timeout_s)

@@ -12,10 +12,13 @@ from pathlib import Path
 from prefect import get_run_logger, task
 
 from fedcore.config import FederationConfig
-from fedcore.errors import CertificateRefused, FedForestError
+from fedcore.errors import CertificateRefused, FedForestError, PartyUnavailable
 from fedcore.protocol.messages import Message
 from fedcore.transport.flight import FlightTransport
 from tasks.common import DATA_LOCAL
+
+STARTED = "--- agent started for"
+"""The line a master writes to an agent's (appended) log before starting it: what follows is this run's."""
 
 
 @task(**DATA_LOCAL)
@@ -30,12 +33,37 @@ def start_local_agents(config: FederationConfig, log_dir: Path) -> list[subproce
     for inst in config.institutions:
         log_path = log_dir / f"agent-{inst.name}.log"
         with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+            log.write(f"{STARTED} {inst.name} by master pid {os.getpid()}\n".encode())  # this run's part begins
+            log.flush()
             processes.append(subprocess.Popen(
                 [sys.executable, "-m", "fedcore.cli", "agent", "serve", "--config", str(config.path),
                  "--institution", inst.name, "--parent-pid", str(os.getpid())],
                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}))
         get_run_logger().info("started agent for %s (pid %d), log %s", inst.name, processes[-1].pid, log_path)
     return processes
+
+
+def wait_until_serving(config: FederationConfig, processes: list[subprocess.Popen], log_dir: Path,
+                       timeout_s: float = 60.0) -> None:
+    """Wait until every local agent says it is serving; if one exits first (its port is taken, by another
+    run's agent perhaps), raise with what it said, before this master can reach a stranger on that port."""
+    deadline = time.monotonic() + timeout_s
+    pending = dict(zip((inst.name for inst in config.institutions), processes, strict=True))
+    while pending:
+        for name, process in list(pending.items()):
+            log_path = log_dir / f"agent-{name}.log"
+            said = log_path.read_text(errors="replace").rsplit(f"{STARTED} {name} ", 1)[-1] if log_path.exists() else ""
+            if f"agent {name!r} (" in said and " serving on " in said:
+                del pending[name]
+            elif process.poll() is not None:
+                last = [line for line in said.splitlines() if line.strip()][-1:] or ["(no output)"]
+                raise PartyUnavailable(f"the agent this run started for {name!r} exited (code {process.returncode}) "
+                                       f"before serving: {last[0].strip()}; is another run's agent holding "
+                                       f"{config.institution(name).endpoint}? (log {log_path})")
+        if pending and time.monotonic() > deadline:
+            raise PartyUnavailable(f"the agents this run started for {sorted(pending)} did not start serving within "
+                                   f"{timeout_s:g} s (logs in {log_dir})")
+        time.sleep(0.1)
 
 
 def stop_local_agents(processes: list[subprocess.Popen], timeout_s: float = 10.0) -> None:

@@ -32,6 +32,7 @@ import logging
 import os
 import re
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -160,7 +161,10 @@ class AgentServer(flight.FlightServerBase):
                 raise self._refusal(str(exc)) from None
             try:
                 kind = message.kind
-                return self.party.handle(message).to_buffer()
+                reply = self.party.handle(message).to_buffer()
+                if kind == "close":  # the master is done with this session: another may start now
+                    self.guard.close()
+                return reply
             except FedForestError as exc:  # a refusal or a named failure: one counted line, no traceback
                 self._refuse(f"party {self.name!r} on {kind!r}: {type(exc).__name__}: {exc}")
                 raise flight.FlightServerError(
@@ -211,7 +215,7 @@ class FlightTransport(Transport):
 
     def __init__(self, endpoints: Mapping[str, str], *, tls_cert: PemSource, tls_key: PemSource,
                  ca_cert: PemSource, timeout_s: float | None = 3600.0, verify_party_names: bool = True,
-                 record_transcript: bool = False, record_payloads: bool = False) -> None:
+                 record_transcript: bool = False, record_payloads: bool = False, run: str | None = None) -> None:
         super().__init__(record_transcript=record_transcript, record_payloads=record_payloads)
         if not endpoints:
             raise ProtocolError("a FlightTransport needs at least one party endpoint")
@@ -234,6 +238,8 @@ class FlightTransport(Transport):
         self._closed = False
         self.session = secrets.token_hex(16)
         """This transport's session id: agents refuse it once a newer session has started, and replays."""
+        self.run = re.sub(r"[^A-Za-z0-9._:-]", "-", run or f"{socket.gethostname()}:{os.getpid()}")[:64]
+        """The label agents name this master's session by when they refuse another as busy."""
         self._seq = dict.fromkeys(self.endpoints, 0)
 
     @classmethod
@@ -278,7 +284,7 @@ class FlightTransport(Transport):
         """Send one request to one party and wait for its reply; every failure is a ProtocolError."""
         client, options = self._clients[party], flight.FlightCallOptions(timeout=self.timeout_s)
         self._seq[party] += 1
-        stamp = envelope(self.session, self._seq[party])
+        stamp = envelope(self.session, self._seq[party], self.run)
         try:
             if len(payload) <= ACTION_MAX_BYTES:
                 results = client.do_action(flight.Action(stamp, pa.py_buffer(payload)), options=options)

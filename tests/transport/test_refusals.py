@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +88,8 @@ def _raw_client(pki, endpoint: str) -> flight.FlightClient:
 
 
 def _still_serving(pki, endpoint: str, server: AgentServer) -> None:
+    """A new master session is answered (the test's earlier sessions are over, as after their `close`)."""
+    server.guard.close()
     before = server.party.calls
     with _transport(pki, endpoint) as transport:
         assert transport.exchange({"a": Message("hello", {}, {"x": np.arange(3)})})["a"].kind == "echo"
@@ -120,7 +123,8 @@ def test_messages_outside_the_current_session_are_refused(pki, agent) -> None:
     old, new = _transport(pki, endpoint), _transport(pki, endpoint)
     try:
         old.exchange({"a": Message("one")})
-        new.exchange({"a": Message("one")})  # a newer session starts at the agent
+        old.exchange({"a": Message("close")})  # the master is done: a newer session may start
+        new.exchange({"a": Message("one")})
         with pytest.raises(ProtocolError, match=r"refused the message: message of an earlier session \w{8}\.\.\., "
                                                 "which is over"):
             old.exchange({"a": Message("two")})
@@ -134,7 +138,29 @@ def test_messages_outside_the_current_session_are_refused(pki, agent) -> None:
     finally:
         old.close()
         new.close()
-    assert server.party.calls == 3
+    assert server.party.calls == 4
+
+
+def test_a_second_master_is_refused_while_a_session_is_in_progress(pki, agent) -> None:
+    server, endpoint = agent
+    first = FlightTransport({"a": endpoint}, tls_cert=pki / "master.pem", tls_key=pki / "master.key",
+                            ca_cert=pki / "ca.pem", timeout_s=10, run="retrain-7f3a")
+    second = _transport(pki, endpoint)
+    try:
+        first.exchange({"a": Message("one")})
+        with pytest.raises(ProtocolError, match=rf"refused the message: busy: session {first.session[:8]}\.\.\. of run "
+                                                r"retrain-7f3a is in progress \(its last message 0 s ago\); another "
+                                                r"master may start a session once it closes or has been idle for 120 s"):
+            second.exchange({"a": Message("one")})
+        assert first.exchange({"a": Message("two")})["a"].kind == "echo"  # the first run goes on undisturbed
+        server.guard.busy_seconds = 0.2  # a master that has said nothing for this long is presumed gone
+        time.sleep(0.3)
+        third = _transport(pki, endpoint)
+        assert third.exchange({"a": Message("one")})["a"].kind == "echo"
+        third.close()
+    finally:
+        first.close()
+        second.close()
 
 
 @pytest.mark.parametrize("size", [2 << 20, 6 << 20])  # one call, and a stream that passes the limit midway
