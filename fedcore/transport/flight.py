@@ -175,6 +175,7 @@ class AgentServer(flight.FlightServerBase):
                     f"party {self.name!r} failed on {kind!r}: {type(exc).__name__}: {exc}") from exc
             finally:
                 self.last_activity = time.monotonic()
+                self.guard.touch()
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         self._check_peer(context)

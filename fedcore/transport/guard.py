@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 
 ENVELOPE = re.compile(r"^message/(?P<session>[0-9a-f]{16,64})/(?P<seq>[1-9][0-9]{0,18})"
                       r"(?:/(?P<run>[A-Za-z0-9._:-]{1,64}))?$")
-BUSY_SECONDS = 120.0
-"""A session whose master has sent nothing for this long is presumed gone: a new master may start one."""
+BUSY_SECONDS = 600.0
+"""A session whose agent has neither received nor answered anything for this long is presumed abandoned
+(its master died): a new master may start one. Long enough for a master's own work between two levels."""
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 """1 GiB: far above any protocol message of a 1M-row session, far below what would exhaust memory."""
 
@@ -52,6 +53,11 @@ class SessionGuard:
     def close(self) -> None:
         """The current session's master said it is done: a new session may start at once."""
         self.closed = True
+
+    def touch(self) -> None:
+        """The agent just finished answering: the session was active until now, not only until the
+        message arrived (a long answer must not make the session look idle)."""
+        self.last_time = time.monotonic()
 
     def check_size(self, size: int) -> None:
         """Refuse a message above the limit (checked while it streams in, before it is parsed)."""

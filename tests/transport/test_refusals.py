@@ -150,7 +150,7 @@ def test_a_second_master_is_refused_while_a_session_is_in_progress(pki, agent) -
         first.exchange({"a": Message("one")})
         with pytest.raises(ProtocolError, match=rf"refused the message: busy: session {first.session[:8]}\.\.\. of run "
                                                 r"retrain-7f3a is in progress \(its last message 0 s ago\); another "
-                                                r"master may start a session once it closes or has been idle for 120 s"):
+                                                r"master may start a session once it closes or has been idle for 600 s"):
             second.exchange({"a": Message("one")})
         assert first.exchange({"a": Message("two")})["a"].kind == "echo"  # the first run goes on undisturbed
         server.guard.busy_seconds = 0.2  # a master that has said nothing for this long is presumed gone
