@@ -77,10 +77,10 @@ class PPDERTMaster(BranchStatsLevels):
 
     def master_bytes_per_node(self) -> int:
         """Histogram thresholds add each node's box (parent and children: 2 x 2 x d float64) and the
-        parties' extreme-cell indicators (one 32-bit vector per party and their sum)."""
+        parties' extreme-cell indicators (one 64-bit vector per party and their sum)."""
         extra = 0
         if self.thresholds == "histogram":
-            extra = 4 * self.schema.n_features * 8 + self.k * 2 * self.n_cells * 4 * (len(self.parties) + 1)
+            extra = 4 * self.schema.n_features * 8 + self.k * 2 * self.n_cells * 8 * (len(self.parties) + 1)
         return super().master_bytes_per_node() + extra
 
     def setup(self) -> None:
