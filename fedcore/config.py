@@ -338,11 +338,9 @@ def _parse_privacy(raw: Any, algorithm: str, path: Path) -> dict[str, Any]:
 
 def _parse_thresholds(raw: dict, path: Path) -> dict[str, Any]:
     """PPD-ERT's threshold mode and histogram grid (`fedcore/horizontal/ppdert/cells.py`)."""
-    from fedcore.horizontal.ppdert.agreed import check_threshold_mode
-    from fedcore.horizontal.ppdert.cells import DEFAULT_CELLS
+    from fedcore.horizontal.ppdert.agreed import threshold_settings
 
     try:
-        thresholds, cells = check_threshold_mode(raw.get("thresholds", "histogram"), raw.get("cells", DEFAULT_CELLS))
+        return threshold_settings(raw)
     except ParameterError as error:
         raise ConfigError(f"{path}: privacy: {error}") from error
-    return {"thresholds": thresholds, "cells": cells}

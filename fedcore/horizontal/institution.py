@@ -42,7 +42,7 @@ from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.model import HorizontalForest
-from fedcore.horizontal.ppdert.cells import DEFAULT_CELLS
+from fedcore.horizontal.ppdert.agreed import threshold_settings
 from fedcore.horizontal.ppdert.party import PPDERTParty
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.institution import (
@@ -134,8 +134,8 @@ class HorizontalInstitutionAgent(SessionAgent):
     def _threshold_settings(self, h: dict) -> dict:
         """PPD-ERT's threshold mode and grid: this institution's own configuration when it has one (the
         party then refuses a master asking for another in `hello`), else the master's setup."""
-        own = self.data.privacy if self.data.privacy is not None else h
-        return {"thresholds": own.get("thresholds", "histogram"), "n_cells": int(own.get("cells", DEFAULT_CELLS))}
+        settings = threshold_settings(self.data.privacy if self.data.privacy is not None else h)
+        return {"thresholds": settings["thresholds"], "n_cells": settings["cells"]}
 
     # -- after training -----------------------------------------------------------------------------------
     def _require_model(self) -> HorizontalForest:

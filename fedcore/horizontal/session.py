@@ -87,10 +87,10 @@ class HorizontalSession(InstitutionSession):
         return low, high
 
     def _thresholds(self) -> dict:
-        """PPD-ERT's threshold mode and grid, from the privacy settings (histogram on 16 cells by default)."""
-        from fedcore.horizontal.ppdert.cells import DEFAULT_CELLS
+        """PPD-ERT's threshold mode and grid, from the privacy settings (`agreed.threshold_settings`)."""
+        from fedcore.horizontal.ppdert.agreed import threshold_settings
 
-        return {"thresholds": self.privacy.get("thresholds", "histogram"), "cells": self.privacy.get("cells", DEFAULT_CELLS)}
+        return threshold_settings(self.privacy)
 
     def train(self, checkpoints: str | os.PathLike | None = None, run_id: str | None = None) -> HorizontalForest:
         """Grow the forest over the transport; every institution ends with the complete model.

@@ -137,7 +137,7 @@ class ModelRegistry:
         """
         body = _plain_json(manifest, model_name)
         body.pop("signature", None)
-        model_dir = make_folders(self._model_dir(model_name))
+        model_dir = self._model_dir(model_name)  # `_lock` creates it
         sign = None if self.signing_key is None else signer(self.signing_key)
         with self._lock(model_name):
             _remove_staging(model_dir)  # leftovers of a crashed write: under the lock nobody is writing

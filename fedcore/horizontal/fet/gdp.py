@@ -43,8 +43,9 @@ def count_variance(epsilons: list[float], task: str) -> float:
 
 
 def unbiased_sizes(branch: np.ndarray, task: str) -> np.ndarray:
-    """Branch sizes (A, k, 2) from noisy statistics (A, k, 2, S): the sum of the class counts, not of the
-    counts clamped at 0 (classification), or the count statistic (regression); at least 0."""
+    """Sizes from noisy statistics (..., S), e.g. of branches (A, k, 2, S) or nodes (A, S): the sum of the
+    class counts, not of the counts clamped at 0 (classification), or the count statistic (regression);
+    at least 0."""
     if task == "regression":
         return np.maximum(branch[..., 0], 0.0)
     return np.maximum(branch.sum(axis=-1), 0.0)

@@ -102,7 +102,7 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         if self.privacy != "gdp":
             return super().node_estimates(result)
         stats = combined_node_stats(result.branch, self._open_stats)
-        return stats, unbiased_sizes(stats[:, None, None, :], self.params.task)[:, 0, 0]
+        return stats, unbiased_sizes(stats, self.params.task)
 
     def node_values(self, stats: np.ndarray, parent_values: np.ndarray | None = None) -> np.ndarray:
         if self.privacy == "gdp" and self.params.task != "regression":

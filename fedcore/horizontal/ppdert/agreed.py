@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -14,7 +16,7 @@ from fedcore.horizontal.growth import (
     draw_features,
     tree_segments,
 )
-from fedcore.horizontal.ppdert.cells import CELL_CHOICES
+from fedcore.horizontal.ppdert.cells import CELL_CHOICES, DEFAULT_CELLS
 from fedcore.randomness import stream
 
 KEY_CONTEXT_FIELDS = ("algorithm", "schema", "domains", "k", "n_parties", "secure", "session_id", "thresholds",
@@ -31,6 +33,14 @@ def check_threshold_mode(thresholds: str, n_cells: int) -> tuple[str, int]:
     if isinstance(n_cells, bool) or n_cells not in CELL_CHOICES:
         raise ParameterError(f"PPD-ERT histogram cells must be one of {list(CELL_CHOICES)}, got {n_cells!r}")
     return thresholds, int(n_cells)
+
+
+def threshold_settings(privacy: Mapping[str, Any]) -> dict[str, Any]:
+    """PPD-ERT's threshold mode and grid from a `privacy:` mapping, defaults filled in (histogram on
+    DEFAULT_CELLS cells) and checked: {"thresholds": ..., "cells": ...}. Config, master session and
+    institution agents all read them here."""
+    mode, cells = check_threshold_mode(privacy.get("thresholds", "histogram"), privacy.get("cells", DEFAULT_CELLS))
+    return {"thresholds": mode, "cells": cells}
 
 
 def candidate_draws(seed: int, act_tree: np.ndarray, depth: int, n_features: int,
