@@ -24,11 +24,34 @@ action type (or exchange command). The agent's `SessionGuard` (`fedcore.transpor
 replays, messages of a session that is over or never started, and messages over `max_message_bytes`.
 It also refuses payloads that are not a well-formed message. Each refusal is logged with its reason
 and returned to the caller; the agent keeps serving.
+
+What a peer can cost an agent is bounded before the agent pays it:
+
+* a call's envelope is judged (`SessionGuard.judge`) before its body is parsed, and for a streamed
+  message before a byte of its body is read: a stream that would be refused (no valid envelope, a
+  replay, an earlier session, out of session, busy) is refused unread;
+* a streamed message is refused at its first invalid chunk: a chunk of another schema, a first chunk
+  that does not begin an Arrow IPC stream with its schema message (`StreamHead`: garbage is refused
+  after one chunk), or the chunk that takes it past `max_message_bytes`;
+* the request bytes of all calls in progress together stay within `max_bytes_in_flight` (an
+  `InFlightBudget`, by default `max_message_bytes`; a smaller budget also caps the message size): each
+  call takes its chunks from the budget as they arrive and gives them back when it ends, after its
+  answer is sent, or on any refusal or failure; a call whose next chunk would pass the budget is
+  refused at once, naming what is in flight. A `do_action` arrives whole: it counts for its size, and
+  one over ACTION_MAX_BYTES is refused (the master's transport streams those);
+* a streamed message costs about its own size once: its chunks are copied into one growing buffer as
+  they arrive and dropped at once (`Received`), not kept all until a joined copy is made.
+
+Beyond the budget, an agent holds at most the one gRPC message per call that arrived and was refused
+(a chunk, or a `do_action` body), and what gRPC buffers below Flight. How large that one message is,
+is the sender's choice: Flight lifts gRPC's 4 MiB message limit and pyarrow's FlightServerBase has no
+option to set one (apache/arrow#40257), so gRPC reads it whole before the agent sees it.
 """
 
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import re
 import secrets
@@ -47,7 +70,14 @@ from fedcore.errors import CertificateRefused, ConfigError, FedForestError, Part
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
 from fedcore.transport.diagnose import Diagnosis, explain_connection_failure
-from fedcore.transport.guard import DEFAULT_MAX_MESSAGE_BYTES, Refused, SessionGuard, envelope
+from fedcore.transport.guard import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Hold,
+    InFlightBudget,
+    Refused,
+    SessionGuard,
+    envelope,
+)
 from fedcore.transport.tls import identity_uri, parse_identity, read_pem, server_name
 
 if TYPE_CHECKING:
@@ -60,6 +90,9 @@ PING_ACTION = "ping"
 ACTION_MAX_BYTES = 1 << 20
 CHUNK_BYTES = 4 << 20
 CHUNK_SCHEMA = pa.schema([pa.field("chunk", pa.large_binary())])
+IPC_CONTINUATION = b"\xff\xff\xff\xff"
+"""How every message of an Arrow IPC stream begins (followed by the little-endian int32 length of its
+metadata); Arrow has written it since 0.15, and `Message.to_buffer` always does."""
 UNLIMITED_MESSAGES = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 PemSource = str | os.PathLike | bytes
 
@@ -78,15 +111,134 @@ def chunk_batches(payload: bytes | pa.Buffer) -> Iterable[pa.RecordBatch]:
         yield pa.record_batch([column], schema=CHUNK_SCHEMA)
 
 
-def join_pieces(pieces: list[pa.Buffer]) -> bytes | pa.Buffer:
-    """One buffer from received pieces (no copy when there is a single piece)."""
-    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+class Received:
+    """The pieces of one payload as they arrive, made contiguous (parsing needs one buffer) without holding
+    the pieces and their joined copy at the same time.
+
+    A single piece is kept as it is. From the second on, each piece is copied into one anonymous memory
+    map as it arrives and dropped at once, so its memory goes back to gRPC for the next chunk: a message
+    costs about its own size, not twice. The map grows by doubling with `mremap` (no copy, and pages not
+    yet written are never touched); where it cannot be resized in place, a larger one is mapped and the
+    bytes copied over.
+    """
+
+    def __init__(self) -> None:
+        self.size = 0
+        self._first: pa.Buffer | None = None
+        self._map: mmap.mmap | None = None
+
+    def add(self, piece: pa.Buffer) -> None:
+        """Append one piece (the caller may drop it afterwards)."""
+        if piece.size == 0:
+            return
+        if self.size == 0:
+            self._first, self.size = piece, piece.size
+            return
+        end = self.size + piece.size
+        if self._map is None:
+            self._map = _anonymous_map(max(end, 2 * self.size))
+            self._map[:self.size] = self._first
+            self._first = None
+        elif end > len(self._map):
+            self._grow(max(end, 2 * len(self._map)))
+        self._map[self.size:end] = piece
+        self.size = end
+
+    def _grow(self, capacity: int) -> None:
+        try:
+            self._map.resize(capacity)
+        except (OSError, SystemError, ValueError):  # no mremap on this platform
+            larger = _anonymous_map(capacity)
+            larger[:self.size] = self._map[:self.size]
+            self._map.close()
+            self._map = larger
+
+    def prefix(self, size: int) -> pa.Buffer:
+        """A view of the first `size` bytes received (or all, if fewer), without copying. Drop it before
+        the next `add`: the map cannot grow while a view of it exists (BufferError, never a stale view)."""
+        if self._map is None:
+            first = self._first if self._first is not None else pa.py_buffer(b"")
+            return first.slice(0, min(size, first.size))
+        return pa.py_buffer(memoryview(self._map)[:min(size, self.size)])
+
+    def payload(self) -> bytes | pa.Buffer:
+        """Everything received, as one buffer (after this, `add` may not be called again). The memory map
+        is unmapped once nothing refers to the buffer or to arrays parsed from it."""
+        if self._first is not None:
+            payload, self._first = self._first, None
+            return payload
+        if self._map is None:
+            return b""
+        payload, self._map = pa.py_buffer(self._map).slice(0, self.size), None
+        return payload
 
 
-def read_chunks(reader, limit: int | None = None) -> bytes | pa.Buffer:
-    """The payload carried by a Flight stream of chunk batches; with `limit`, stop reading and raise
-    `Refused` as soon as the stream passes that many bytes."""
-    pieces, size = [], 0
+def _anonymous_map(size: int) -> mmap.mmap:
+    """Private anonymous memory of `size` bytes (private: a shared anonymous map cannot grow by `mremap`)."""
+    if hasattr(mmap, "MAP_PRIVATE"):
+        return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
+    return mmap.mmap(-1, size)
+
+
+def join_pieces(pieces: Iterable[pa.Buffer]) -> bytes | pa.Buffer:
+    """One buffer from received pieces (no copy when there is a single piece; see `Received`)."""
+    received = Received()
+    for piece in pieces:
+        received.add(piece)
+    return received.payload()
+
+
+class StreamHead:
+    """Checks, as a stream arrives, that it begins with an Arrow IPC schema message, as every protocol
+    message does; `feed` raises `Refused` at the first chunk that shows it does not (for garbage, the
+    first chunk). A schema message longer than the first chunk is awaited, up to `limit` bytes."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit
+        self.need = 8  # the continuation marker and metadata length, then the whole schema message
+        self.ok = False
+
+    def feed(self, received: Received) -> None:
+        """Check the stream received so far, once there is enough of it."""
+        if self.ok or received.size < self.need:
+            if not self.ok and self.need == 8:  # fewer than 8 bytes so far: check what there is
+                self._check_marker(bytes(received.prefix(4)))
+            return
+        prefix = bytes(received.prefix(8))
+        self._check_marker(prefix[:4])
+        length = int.from_bytes(prefix[4:8], "little", signed=True)
+        if length <= 0 or (self.limit is not None and 8 + length > self.limit):
+            raise Refused(f"malformed message stream: its first Arrow IPC message declares {length} bytes of "
+                          "metadata")
+        self.need = 8 + length
+        if received.size < self.need:
+            return
+        try:
+            message = pa.ipc.read_message(received.prefix(received.size))
+            if message.type != "schema":
+                raise ValueError(f"its first Arrow IPC message is a {message.type!r}, not the stream's schema")
+            pa.ipc.read_schema(message)
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise Refused(f"malformed message stream: {_first_line(exc)}") from None
+        self.ok = True
+
+    @staticmethod
+    def _check_marker(first: bytes) -> None:
+        if first != IPC_CONTINUATION[:len(first)]:
+            raise Refused("malformed message stream: it does not begin with an Arrow IPC stream message "
+                          f"(first bytes {first.hex()})")
+
+
+def read_chunks(reader, limit: int | None = None, hold: Hold | None = None,
+                check_head: bool = False) -> bytes | pa.Buffer:
+    """The payload carried by a Flight stream of chunk batches. Raises `Refused` as soon as a chunk shows
+    the stream must be refused, without reading on: with `limit`, the chunk that passes that many bytes;
+    with `hold` (a call's share of an agent's `InFlightBudget`), the chunk that would pass the budget
+    (each chunk is added to `hold` as it arrives, before it is kept); with `check_head`, the first chunk
+    that shows the stream does not begin with an Arrow IPC schema message (`StreamHead`). A chunk of
+    another schema raises ValueError."""
+    received = Received()
+    head = StreamHead(limit) if check_head else None
     for chunk in reader:
         if chunk.data is None:
             continue
@@ -95,12 +247,17 @@ def read_chunks(reader, limit: int | None = None) -> bytes | pa.Buffer:
         column = chunk.data.column(0)
         for i in range(len(column)):
             piece = column[i].as_buffer()
-            size += 0 if piece is None else piece.size
+            if piece is None or piece.size == 0:
+                continue
+            size = received.size + piece.size
             if limit is not None and size > limit:
                 raise Refused(f"message of {size} bytes or more exceeds the limit of {limit} bytes")
-            if piece is not None:
-                pieces.append(piece)
-    return join_pieces(pieces) if pieces else b""
+            if hold is not None:
+                hold.add(piece.size)
+            received.add(piece)
+            if head is not None:
+                head.feed(received)
+    return received.payload()
 
 
 class AgentServer(flight.FlightServerBase):
@@ -108,7 +265,7 @@ class AgentServer(flight.FlightServerBase):
 
     def __init__(self, party, location: str = "grpc+tls://127.0.0.1:0", *, tls_cert: PemSource,
                  tls_key: PemSource, ca_cert: PemSource, allowed_master: str = "master",
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_bytes_in_flight: int | None = None) -> None:
         _require_tls(location, f"agent {getattr(party, 'name', 'party')!r}")
         cert, key = read_pem(tls_cert, "agent certificate"), read_pem(tls_key, "agent key")
         ca = read_pem(ca_cert, "CA certificate")
@@ -119,6 +276,9 @@ class AgentServer(flight.FlightServerBase):
         self._allowed_identity = identity_uri(allowed_master, "master")
         self._lock = threading.Lock()  # a party answers one message at a time
         self.guard = SessionGuard(max_message_bytes=max_message_bytes)
+        self.budget = InFlightBudget(max_message_bytes if max_bytes_in_flight is None else max_bytes_in_flight)
+        """The request bytes all calls in progress may hold together (`max_bytes_in_flight`, by default
+        `max_message_bytes`; a message larger than it is refused too)."""
         self.refused = 0
         """Calls refused before reaching the party (wrong identity, envelope, size or payload)."""
         self._stopped = False
@@ -181,34 +341,77 @@ class AgentServer(flight.FlightServerBase):
         self._check_peer(context)
         return [(MESSAGE_ACTION, "answer one protocol message"), (PING_ACTION, "the party's name")]
 
-    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[pa.Buffer]:
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterable[pa.Buffer]:
         self._check_peer(context)
         if action.type == PING_ACTION:
             return [pa.py_buffer(self.name.encode())]
         if not action.type.startswith(MESSAGE_ACTION):
             raise self._refusal(f"unknown action {action.type[:80]!r}")
-        return chunk_buffers(self._answer(action.body, action.type))
+        body = action.body if action.body is not None else pa.py_buffer(b"")
+        hold = self.budget.hold()
+        try:
+            self.guard.judge(action.type)
+            if body.size > ACTION_MAX_BYTES:
+                raise Refused(f"a message call of {body.size} bytes is over {ACTION_MAX_BYTES} bytes; the master's "
+                              "transport streams messages that large (do_exchange), so this call is not from it")
+            hold.add(body.size)  # it arrived whole: count it before parsing it
+        except Refused as exc:
+            raise self._refusal(str(exc)) from None
+        try:
+            reply = self._answer(body, action.type)
+        except BaseException:
+            hold.release()
+            raise
+        return _ReleasedAfterSending(chunk_buffers(reply), hold)
 
     def do_exchange(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor,
                     reader: flight.MetadataRecordBatchReader, writer: flight.MetadataRecordBatchWriter) -> None:
         self._check_peer(context)
         stamp = (descriptor.command or b"").decode(errors="replace")
         try:
-            payload = read_chunks(reader, limit=self.guard.max_message_bytes)
+            self.guard.judge(stamp)  # before reading a byte of the body
         except Refused as exc:
             raise self._refusal(str(exc)) from None
-        except (pa.ArrowException, ValueError, IndexError) as exc:
-            raise self._refusal(f"malformed message stream: {type(exc).__name__}: {_first_line(exc)}") from None
-        reply = self._answer(payload, stamp)
-        writer.begin(CHUNK_SCHEMA)
-        for batch in chunk_batches(reply):
-            writer.write_batch(batch)
+        with self.budget.hold() as hold:  # given back when the call ends: answered, refused or failed
+            try:
+                payload = read_chunks(reader, limit=self.guard.max_message_bytes, hold=hold, check_head=True)
+            except Refused as exc:
+                raise self._refusal(str(exc)) from None
+            except (pa.ArrowException, ValueError, IndexError) as exc:
+                raise self._refusal(f"malformed message stream: {type(exc).__name__}: {_first_line(exc)}") from None
+            reply = self._answer(payload, stamp)
+            del payload
+            writer.begin(CHUNK_SCHEMA)
+            for batch in chunk_batches(reply):
+                writer.write_batch(batch)
 
     def shutdown(self) -> None:
         """Stop serving once running calls finish (safe to call more than once)."""
         if not self._stopped:
             self._stopped = True
             super().shutdown()
+
+
+class _ReleasedAfterSending:
+    """A do_action's reply pieces, as Flight sends them; the call's `Hold` is released once the last is
+    sent, or when Flight drops the call unfinished (the client went away)."""
+
+    def __init__(self, pieces: list[pa.Buffer], hold: Hold) -> None:
+        self._pieces = iter(pieces)
+        self._hold = hold
+
+    def __iter__(self) -> _ReleasedAfterSending:
+        return self
+
+    def __next__(self) -> pa.Buffer:
+        try:
+            return next(self._pieces)
+        except StopIteration:
+            self._hold.release()
+            raise
+
+    def __del__(self) -> None:
+        self._hold.release()
 
 
 class FlightTransport(Transport):
@@ -289,7 +492,7 @@ class FlightTransport(Transport):
         try:
             if len(payload) <= ACTION_MAX_BYTES:
                 results = client.do_action(flight.Action(stamp, pa.py_buffer(payload)), options=options)
-                return join_pieces([r.body for r in results])
+                return join_pieces(r.body for r in results)
             return self._exchange(client, payload, options, stamp)
         except Exception as exc:
             raise self._error(party, exc) from exc

@@ -1,5 +1,6 @@
 """What an agent refuses before a message reaches its party: messages of a session that is over or never
-started here, replayed messages, and messages over the size limit.
+started here, replayed messages, messages over the size limit, and calls that would take the agent's
+bytes in flight over its budget.
 
 The master's transport stamps every protocol call with its session id (random, fresh per transport), a
 per-party sequence number starting at 1, and the label of the master process that runs it. An agent
@@ -9,11 +10,25 @@ not idle for `busy_seconds`), a second master's session is refused as busy, nami
 two runs on one federation must not interleave. Mutual TLS already keeps out everyone but the master;
 this guard stops a recorded call from being played again, a stale master process from talking into a
 newer session, and a second master from taking over a session in progress.
+
+The rules are written once, in `SessionGuard.judge`, which changes nothing: the agent judges a stream's
+envelope before it reads a byte of its body (and an action's before parsing the body gRPC delivered
+whole), and `admit` judges again and commits the session state only when the parsed message is passed
+on to the party.
+
+What a peer can make an agent hold is bounded twice: one message by `SessionGuard.max_message_bytes`
+(checked as it streams in), and all calls together by an `InFlightBudget`. Every receiving call takes
+its bytes from the budget as they arrive (`InFlightBudget.hold`) and gives them back when the call ends;
+a call whose next bytes would pass the limit is refused at once. So however many calls are open at the
+same time, the request bytes an agent holds stay within the budget, plus at most the one gRPC message
+per call (a chunk, or an action's body) that arrived but was refused, and what gRPC buffers below
+Flight (see `fedcore.transport.flight`).
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -36,10 +51,21 @@ def envelope(session: str, seq: int, run: str | None = None) -> str:
     return f"message/{session}/{seq}" + (f"/{run}" if run else "")
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """An envelope the guard would admit now: its session, sequence number and run label, and whether it
+    starts a new session."""
+
+    session: str
+    seq: int
+    run: str
+    starts_session: bool
+
+
 @dataclass
 class SessionGuard:
     """One agent's view of the master's sessions: the current one, its last sequence number, and every
-    session seen before (which stay closed)."""
+    session seen before (which stay closed). Safe to use from concurrent calls."""
 
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     busy_seconds: float = BUSY_SECONDS
@@ -49,32 +75,51 @@ class SessionGuard:
     last_time: float = 0.0
     closed: bool = False
     seen: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def close(self) -> None:
         """The current session's master said it is done: a new session may start at once."""
-        self.closed = True
+        with self._lock:
+            self.closed = True
 
     def touch(self) -> None:
         """The agent just finished answering: the session was active until now, not only until the
         message arrived (a long answer must not make the session look idle)."""
-        self.last_time = time.monotonic()
+        with self._lock:
+            self.last_time = time.monotonic()
 
     def check_size(self, size: int) -> None:
         """Refuse a message above the limit (checked while it streams in, before it is parsed)."""
         if size > self.max_message_bytes:
             raise Refused(f"message of {size} bytes or more exceeds the limit of {self.max_message_bytes} bytes")
 
+    def judge(self, stamp: str) -> Verdict:
+        """Whether the envelope `stamp` would be admitted now, changing nothing: its verdict, or Refused
+        saying why. The agent calls it before reading a call's body."""
+        with self._lock:
+            return self._judge(stamp, time.monotonic())
+
     def admit(self, stamp: str) -> None:
-        """Accept the envelope `stamp` or raise Refused saying why; on success it becomes the latest seen."""
+        """Accept the envelope `stamp` or raise Refused saying why (the rules of `judge`); on success it
+        becomes the latest seen."""
+        with self._lock:
+            now = time.monotonic()
+            verdict = self._judge(stamp, now)
+            if verdict.starts_session:
+                if self.current is not None:
+                    self.seen.add(self.current)
+                self.current, self.current_run, self.closed = verdict.session, verdict.run, False
+            self.last_seq, self.last_time = verdict.seq, now
+
+    def _judge(self, stamp: str, now: float) -> Verdict:
         match = ENVELOPE.match(stamp)
         if match is None:
             raise Refused(f"no valid session envelope (got {stamp[:80]!r}); only the master's transport may call")
-        session, seq, now = match["session"], int(match["seq"]), time.monotonic()
+        session, seq, run = match["session"], int(match["seq"]), match["run"] or "unknown"
         if session == self.current:
             if seq <= self.last_seq:
                 raise Refused(f"replayed or reordered message: sequence {seq} after {self.last_seq} in this session")
-            self.last_seq, self.last_time = seq, now
-            return
+            return Verdict(session, seq, run, starts_session=False)
         if session in self.seen:
             raise Refused(f"message of an earlier session {session[:8]}..., which is over")
         if seq != 1:
@@ -84,7 +129,63 @@ class SessionGuard:
             raise Refused(f"busy: session {self.current[:8]}... of run {self.current_run} is in progress (its last "
                           f"message {idle:.0f} s ago); another master may start a session once it closes or has been "
                           f"idle for {self.busy_seconds:g} s")
-        if self.current is not None:
-            self.seen.add(self.current)
-        self.current, self.current_run, self.last_seq, self.last_time = session, match["run"] or "unknown", 1, now
-        self.closed = False
+        return Verdict(session, seq, run, starts_session=True)
+
+
+class InFlightBudget:
+    """The request bytes an agent holds across all its calls at once, and their limit.
+
+    Each receiving call takes a `hold`, adds its bytes to it as they arrive (refused with `Refused` when
+    they would pass the limit) and releases it when the call ends. `peak` is the most ever held at once.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit <= 0:
+            raise ValueError(f"the bytes in flight limit must be positive, got {limit}")
+        self.limit = int(limit)
+        self.in_flight = 0
+        """Bytes held right now by calls in progress."""
+        self.peak = 0
+        """The most bytes ever held at once (never above `limit`)."""
+        self._lock = threading.Lock()
+
+    def hold(self) -> Hold:
+        """A new call's share of the budget, empty until it adds bytes."""
+        return Hold(self)
+
+    def _take(self, hold: Hold, size: int) -> None:
+        with self._lock:
+            if self.in_flight + size > self.limit:
+                raise Refused(f"{self.in_flight} bytes already in flight across concurrent calls; limit "
+                              f"{self.limit} (this call's next {size} bytes would pass it)")
+            self.in_flight += size
+            self.peak = max(self.peak, self.in_flight)
+            hold.size += size
+
+    def _give_back(self, hold: Hold) -> None:
+        with self._lock:
+            self.in_flight -= hold.size
+            hold.size = 0
+
+
+class Hold:
+    """The bytes one call holds from an `InFlightBudget`; `release` gives them all back (only once, however
+    often called). As a context manager, released on exit."""
+
+    def __init__(self, budget: InFlightBudget) -> None:
+        self.budget = budget
+        self.size = 0
+
+    def add(self, size: int) -> None:
+        """Take `size` more bytes for this call, or raise Refused (holding nothing more) if the budget is spent."""
+        self.budget._take(self, size)
+
+    def release(self) -> None:
+        """Give back every byte this call holds."""
+        self.budget._give_back(self)
+
+    def __enter__(self) -> Hold:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
