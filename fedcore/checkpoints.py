@@ -5,7 +5,8 @@ batch everyone completed and ends with the same model as an uninterrupted run.
 A run is identified by `run_id` (the master chooses it, e.g. its Prefect flow-run id, so a retried flow
 finds its checkpoints) and bound to a `context` digest of what must not change between attempts
 (parameters, parties, aligned row counts); checkpoints of another context are ignored. Each batch is
-one Arrow IPC file (a `Message`, so any set of named arrays) with its SHA-256 alongside.
+one Arrow IPC file (a `Message`, so any set of named arrays) with its SHA-256 alongside. Checkpoints hold
+training state and (horizontal DP) secret noise seeds: files 0600 in folders 0700, whatever the umask.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from fedcore.errors import ArtifactError
+from fedcore.files import PRIVATE, PRIVATE_FOLDER, make_folders, write_file
 from fedcore.protocol.messages import Message
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
@@ -45,7 +47,8 @@ class CheckpointStore:
         another context under the same run id are discarded first."""
         if not self._matches():
             shutil.rmtree(self.folder, ignore_errors=True)
-            self.folder.mkdir(parents=True, exist_ok=True)
+            make_folders(self.folder.parent.parent)  # the registry's own folder keeps the usual mode
+            make_folders(self.folder, PRIVATE_FOLDER)
             # written once per run and atomically: a kill -9 while rewriting it would leave a context that
             # matches nothing, and the next attempt would discard every checkpoint of the run
             self._write(self.folder / "context", self.context.encode())
@@ -60,10 +63,7 @@ class CheckpointStore:
     def _write(path: Path, payload: bytes) -> None:
         """Replace `path` atomically: a temporary file, fsync, rename (a reader sees the old or the new file)."""
         temp = path.with_name(f".{path.name}.tmp")
-        with open(temp, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
+        write_file(temp, payload, PRIVATE)
         os.replace(temp, path)
 
     def completed(self) -> list[int]:

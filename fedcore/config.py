@@ -9,7 +9,8 @@
     consortium_key: {env: FEDFOREST_CONSORTIUM_KEY}   # or {file: path}; never the key itself
     alignment: hash              # vertical ID alignment: hash (keyed HMAC-SHA256) | psi (ECDH PSI)
     tls: {ca: certs/ca.pem, master_cert: certs/master.pem, master_key: certs/master.key}
-    master: {registry: registry/master, work_pool: master, signing_key: keys/master.key}
+    master: {registry: registry/master, work_pool: master, signing_key: keys/master.key,
+             public_key: keys/master.key.pub}   # the key every registry trusts (default: beside signing_key)
     institutions:
       - name: bank
         data: data/bank/*.parquet          # a path or glob of .parquet/.csv
@@ -28,7 +29,10 @@
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
                metric: accuracy, predict_for: bank, connect_timeout_s: 60, agent_idle_timeout_s: 900}
 
-Relative paths are resolved against the config file's folder.
+Relative paths are resolved against the config file's folder. The master signs every model version and
+alias move with `master.signing_key` (needed where the master runs); every registry, the institutions'
+included, trusts only `master.public_key` (needed where agents run; default `<signing_key>.pub`, which
+`fedforest models keygen` and `fedforest demo` write).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import yaml
 
 from fedcore.errors import ConfigError, ParameterError
 from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.models.signing import public_key_path
 from fedcore.privacy.paillier import KEY_BITS as PAILLIER_KEY_BITS
 from fedcore.trees.params import ForestParams
 
@@ -140,6 +145,8 @@ class FederationConfig:
     alignment: str = "hash"
     """How vertical institutions align IDs: "hash" (keyed HMAC-SHA256) or "psi" (ECDH private set intersection)."""
     training: TrainingSettings = field(default_factory=TrainingSettings)
+    master_public_key: Path | None = None
+    """The master's public key every registry trusts: `master.public_key`, else `<signing_key>.pub`."""
 
     @property
     def model_name(self) -> str:
@@ -290,10 +297,18 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         master_registry=resolve(path, master.get("registry", "registry/master")),
         master_work_pool=str(master.get("work_pool", "master")),
         master_signing_key=resolve(path, master["signing_key"]) if master.get("signing_key") else None,
+        master_public_key=_master_public_key(master, path),
         params=forest, consortium_key=dict(key),
         tls={k: resolve(path, v) for k, v in (raw.get("tls") or {}).items()},
         training=training,
     )
+
+
+def _master_public_key(master: dict, path: Path) -> Path | None:
+    """`master.public_key`, or the public key `keygen` writes beside `master.signing_key`."""
+    if master.get("public_key"):
+        return resolve(path, master["public_key"])
+    return public_key_path(resolve(path, master["signing_key"])) if master.get("signing_key") else None
 
 
 def _parse_privacy(raw: Any, algorithm: str, path: Path) -> dict[str, Any]:

@@ -13,6 +13,10 @@ PRIVATE = 0o600
 PUBLIC = 0o644
 """Certificates, manifests, model tables, records: anyone may read, only the owner writes."""
 FOLDER = 0o755
+PRIVATE_FOLDER = 0o700
+"""Folders of secrets and training state (checkpoints, noise seeds): the owner only."""
+DATA = 0o640
+"""Outputs derived from an institution's rows (predictions): the owner writes, its group reads."""
 
 
 def make_folders(path: str | os.PathLike, mode: int = FOLDER) -> Path:

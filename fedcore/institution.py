@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +16,11 @@ import pyarrow as pa
 from fedcore.config import FederationConfig
 from fedcore.contracts.expectations import ValidationReport
 from fedcore.contracts.model import DataContract
-from fedcore.errors import ArtifactError, ColumnNotFoundError, DataReadError, ProtocolError
+from fedcore.errors import ArtifactError, ColumnNotFoundError, ConfigError, DataReadError, ProtocolError
+from fedcore.files import DATA, make_folders, set_mode
 from fedcore.models.artifacts import table_sha256
 from fedcore.models.registry import ModelRegistry
+from fedcore.models.signing import PublicKeySource
 from fedcore.protocol.messages import Message
 
 log = logging.getLogger(__name__)
@@ -41,6 +44,17 @@ class InstitutionData:
     privacy: dict | None = None
     """The federation's `privacy:` settings as this institution's own config reads them; its party runs
     with these, and refuses a master that asks for others. None (in-process use): the master's."""
+    master_key: PublicKeySource | None = None
+    """The master's public key this institution's registry trusts (`master.public_key`); without one it
+    stores nothing and loads nothing."""
+
+    def registry_store(self) -> ModelRegistry:
+        """This institution's model registry, trusting only the master's key."""
+        if self.master_key is None:
+            raise ConfigError(f"institution {self.name!r}: no trusted master key, so no model version can be "
+                              "stored or loaded here: set master.public_key in the federation config (the "
+                              "master's public key, written beside its signing key as <signing_key>.pub)")
+        return ModelRegistry(self.registry, public_key=self.master_key)
 
     @property
     def memory_budget(self) -> int:
@@ -59,6 +73,7 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
     """Load one institution's training table from its configured files and validate it against its
     contract (examples of bad values stay in the local report). Runs where the data lives."""
     inst = config.institution(name)
+    master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
     frame = read_files(inst.data, f"institution {name!r}")
     report = contract = None
     if inst.contract is not None:
@@ -77,8 +92,18 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
         name=name, frame=frame, id_column=inst.id_column, label=inst.label, registry=inst.registry,
         predictions_dir=inst.registry.parent / "predictions" / name if inst.predictions is None else inst.predictions,
         load_batch=batch, validation=report, contract=contract, memory_budget_mb=inst.memory_budget_mb,
-        privacy=dict(config.privacy),
+        privacy=dict(config.privacy), master_key=master_key,
     )
+
+
+def _master_key(config: FederationConfig, name: str) -> Path | None:
+    """The master's public key file the config names, checked to exist where this institution runs."""
+    path = config.master_public_key
+    if path is not None and not path.is_file():
+        raise ConfigError(f"institution {name!r}: the master's public key {str(path)!r} (master.public_key) is not "
+                          "there: copy the master's public key file to this host (fedforest models keygen writes "
+                          "it beside the signing key)")
+    return path
 
 
 def read_files(pattern: str, what: str) -> pd.DataFrame:
@@ -108,12 +133,18 @@ def store_signed_table(data: InstitutionData, header: dict, stem: str, table: pa
     """Store this institution's model table under the master's version, after checking that the master's
     signed manifest lists exactly this table's SHA-256; returns the version's folder."""
     master_manifest = json.loads(header["manifest"])
+    registry = data.registry_store()
+    try:
+        registry.verify_signed(master_manifest, "the master's manifest")
+    except ArtifactError as error:
+        raise ProtocolError(f"institution {data.name!r}: refusing to store {header['model']!r} {header['version']}: "
+                            f"{error}") from error
     signed = signed_digest(master_manifest, data.name)
     if signed != table_sha256(table):
         raise ProtocolError(f"institution {data.name!r}: the master's manifest signs partial model digest {signed!r}, "
                             f"not this party's model; refusing to store {header['model']!r} {header['version']}")
     manifest = {"institution": data.name, "master_manifest": master_manifest, **extra}
-    version = ModelRegistry(data.registry).register(header["model"], manifest, {stem: table}, version=header["version"])
+    version = registry.register(header["model"], manifest, {stem: table}, version=header["version"])
     return str(data.registry / header["model"] / version)
 
 
@@ -122,7 +153,7 @@ def load_signed_table(data: InstitutionData, header: dict, stem: str) -> tuple[d
     version and its SHA-256 is the one the master's signed manifest lists (`header["table_sha256"]`)."""
     model_name, version = header["model"], header["version"]
     try:
-        manifest, tables = ModelRegistry(data.registry).load(model_name, version)
+        manifest, tables = data.registry_store().load(model_name, version)
     except ArtifactError as error:
         raise ArtifactError(f"institution {data.name!r}: {error}") from error
     master_version = (manifest.get("master_manifest") or {}).get("version")
@@ -142,7 +173,7 @@ def load_signed_table(data: InstitutionData, header: dict, stem: str) -> tuple[d
 
 def withdraw_version(data: InstitutionData, header: dict) -> Message:
     """Take back this institution's part of a version that could not be stored everywhere."""
-    ModelRegistry(data.registry).withdraw(header["model"], header["version"])
+    ModelRegistry(data.registry).withdraw(header["model"], header["version"])  # needs no trust: only removes
     return Message("withdrawn")
 
 
@@ -153,11 +184,15 @@ def signed_digest(master_manifest: dict, institution: str) -> str | None:
 
 
 def write_predictions(data: InstitutionData, frame: pd.DataFrame, file_stem: str) -> Path:
-    """Write predictions atomically as Parquet in this institution's predictions folder."""
+    """Write predictions atomically as Parquet in this institution's predictions folder (mode 0640,
+    whatever the umask: they are derived from its rows)."""
     path = data.predictions_dir / f"{file_stem}.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(path.parent)
     tmp = path.with_suffix(".tmp")
-    frame.to_parquet(tmp, index=False)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, DATA)
+    set_mode(fd, DATA)
+    with os.fdopen(fd, "wb") as handle:
+        frame.to_parquet(handle, index=False)
     tmp.replace(path)
     return path
 

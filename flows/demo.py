@@ -27,7 +27,12 @@ def ensure_credentials(work: Path, institutions: tuple[str, ...]) -> None:
     """The consortium CA with master and institution certificates, the consortium key and the master's
     signing key under `work` (made once and kept)."""
     from fedcore.files import PRIVATE, make_folders, write_file
-    from fedcore.models.signing import generate_signing_key
+    from fedcore.models.signing import (
+        generate_signing_key,
+        load_signing_key,
+        public_key_path,
+        write_public_key,
+    )
     from fedcore.transport.tls import init_ca, issue_certificate
 
     certs, keys = work / "certs", work / "keys"
@@ -41,7 +46,9 @@ def ensure_credentials(work: Path, institutions: tuple[str, ...]) -> None:
     if not (keys / "consortium.key").exists():  # 0600 from the start, whatever the umask
         write_file(keys / "consortium.key", secrets.token_hex(32).encode(), PRIVATE, exclusive=True)
     if not (keys / "master.key").exists():
-        generate_signing_key(keys / "master.key")
+        generate_signing_key(keys / "master.key")  # and keys/master.key.pub, which every registry trusts
+    elif not public_key_path(keys / "master.key").exists():  # a workspace from before trusted keys
+        write_public_key(load_signing_key(keys / "master.key"), public_key_path(keys / "master.key"))
 
 
 def free_port() -> int:
@@ -64,7 +71,8 @@ def prepare_workspace(work: Path, n_customers: int = 6000, seed: int = 0) -> tup
         "federation": "retail-demo", "setting": "vertical", "algorithm": "forest",
         "consortium_key": {"file": "keys/consortium.key"},
         "tls": {"ca": "certs/ca.pem", "master_cert": "certs/master.pem", "master_key": "certs/master.key"},
-        "master": {"registry": "registry/master", "work_pool": "master", "signing_key": "keys/master.key"},
+        "master": {"registry": "registry/master", "work_pool": "master", "signing_key": "keys/master.key",
+                   "public_key": "keys/master.key.pub"},
         "institutions": [{
             "name": name, "data": f"data/{name}/train.parquet", "predict_data": f"data/{name}/new.parquet",
             "contract": str(DEMO_CONTRACTS / f"{name}.yaml"), "id_column": scenario["id_column"],

@@ -43,7 +43,8 @@ def prepare_horizontal_workspace(work: Path, n_patients: int = 9000, seed: int =
         "privacy": privacy or ("secagg" if algorithm == "ppd-ert" else "none"),
         "consortium_key": {"file": "keys/consortium.key"},
         "tls": {"ca": "certs/ca.pem", "master_cert": "certs/master.pem", "master_key": "certs/master.key"},
-        "master": {"registry": "registry/master", "work_pool": "master", "signing_key": "keys/master.key"},
+        "master": {"registry": "registry/master", "work_pool": "master", "signing_key": "keys/master.key",
+                   "public_key": "keys/master.key.pub"},
         "institutions": [{
             "name": name, "data": f"data/{name}/train.parquet", "predict_data": f"data/{name}/new.parquet",
             "contract": f"contracts/{name}.yaml", "id_column": scenario["id_column"], "label": scenario["label"],

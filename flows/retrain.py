@@ -39,6 +39,7 @@ from tasks.horizontal import (
 from tasks.prediction import predict_batch
 from tasks.registry import (
     build_manifest,
+    master_registry,
     previous_production,
     promote_if_not_worse,
     publish_model_card,
@@ -55,6 +56,7 @@ def retrain(config_path: str, agents: str = "deployments", model_name: str | Non
     `run_id` names the run's training checkpoints; default: this flow run's id. Pass the run id
     of a run that crashed (it is logged at its start) to resume it in a new flow run."""
     config = load_config(config_path)
+    master_registry(config)  # no signing key: fail before any agent starts, not after training
     model_name = model_name or config.model_name
     if config.setting == "horizontal":
         return retrain_horizontal(config, agents, model_name, predict, run_id)

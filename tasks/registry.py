@@ -10,7 +10,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
 from fedcore.config import FederationConfig
-from fedcore.errors import ArtifactError
+from fedcore.errors import ArtifactError, ConfigError
 from fedcore.models.publish import register_everywhere
 from fedcore.models.registry import PRODUCTION, ModelRegistry
 from fedcore.vertical.session import VerticalSession
@@ -18,8 +18,15 @@ from tasks.common import DATA_LOCAL
 
 
 def master_registry(config: FederationConfig) -> ModelRegistry:
-    """The master's registry, signing with the master's key when the config names one."""
-    return ModelRegistry(config.master_registry, signing_key=config.master_signing_key)
+    """The master's registry: signing with master.signing_key (training, promoting), or, where only the
+    public key is at hand, trusting master.public_key (resolving versions to predict with)."""
+    if config.master_signing_key is not None:
+        return ModelRegistry(config.master_registry, signing_key=config.master_signing_key)
+    if config.master_public_key is not None:
+        return ModelRegistry(config.master_registry, public_key=config.master_public_key)
+    raise ConfigError(f"{config.path}: master.signing_key is not set, but every model version and alias move is "
+                      "signed by the master: create a key (fedforest models keygen --out keys/master.key) and name "
+                      "it as master.signing_key")
 
 
 def code_version() -> str:

@@ -1,5 +1,5 @@
-"""Under umask 000, the PKI, the keys and the registries are still written with explicit modes: nothing
-group- or world-writable, private keys readable by their owner only."""
+"""Under umask 000, the PKI, the keys, the registries, checkpoints and predictions are still written with
+explicit modes: nothing group- or world-writable; private keys and checkpoints readable by their owner only."""
 
 from __future__ import annotations
 
@@ -7,9 +7,13 @@ import os
 import stat
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
+from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
+from fedcore.institution import InstitutionData, write_predictions
 from fedcore.models.publish import register_everywhere
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.signing import generate_signing_key
@@ -41,6 +45,10 @@ def test_nothing_is_writable_by_others_whatever_the_umask(tmp_path: Path, open_u
     registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=keys / "master.key")
     register_everywhere(registry, _Stored(), "credit", {"algorithm": "a"}, {"master": pa.table({"x": [1]})})
     registry.promote("credit", "v0001")
+    checkpoints = CheckpointStore(tmp_path / "registry" / "bank" / CHECKPOINTS, "run-1", "context")
+    checkpoints.save(0, {"noise_seed": np.array([7], np.int64)})
+    bank = InstitutionData("bank", None, "id", None, tmp_path / "registry" / "bank", tmp_path / "predictions" / "bank")
+    predictions = write_predictions(bank, pd.DataFrame({"id": ["a"], "prediction": [1]}), "batch-1")
     written = [p for p in tmp_path.rglob("*")]
     assert len(written) > 12
     writable = [f"{p.relative_to(tmp_path)} {stat.filemode(p.stat().st_mode)}" for p in written
@@ -49,3 +57,9 @@ def test_nothing_is_writable_by_others_whatever_the_umask(tmp_path: Path, open_u
     private = sorted(p.name for p in written if p.is_file() and p.stat().st_mode & 0o077 == 0)
     assert {"ca.key", "bank.key", "master.key"} <= set(private)
     assert stat.S_IMODE((certs / "ca.pem").stat().st_mode) == 0o644
+    assert stat.S_IMODE((keys / "master.key.pub").stat().st_mode) == 0o644
+    assert stat.S_IMODE((registry.root / "credit" / "aliases.log").stat().st_mode) == 0o644
+    assert stat.S_IMODE(checkpoints.folder.stat().st_mode) == 0o700  # training state and noise seeds
+    assert {stat.S_IMODE(p.stat().st_mode) for p in checkpoints.folder.iterdir()} == {0o600}
+    assert stat.S_IMODE((tmp_path / "registry" / "bank").stat().st_mode) == 0o755
+    assert stat.S_IMODE(predictions.stat().st_mode) == 0o640  # derived from the institution's rows

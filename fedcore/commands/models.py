@@ -1,25 +1,32 @@
 """`fedforest models`: inspect and manage a model registry (see fedcore.models.registry).
 
-    fedforest models list     --registry DIR [--model NAME] [--public-key FILE] [--json]
-    fedforest models show     --registry DIR --model NAME [--version REF] [--public-key FILE] [--json]
-    fedforest models promote  --registry DIR --model NAME --version REF [--alias production] [--public-key FILE]
-    fedforest models rollback --registry DIR --model NAME [--alias production] [--public-key FILE]
-    fedforest models keygen   --out FILE      (writes FILE, mode 0600, and FILE.pub)
+    fedforest models list     TRUST [--model NAME] [--json]
+    fedforest models show     TRUST --model NAME [--version REF] [--json]
+    fedforest models promote  TRUST --model NAME --version REF [--alias production]
+    fedforest models rollback TRUST --model NAME [--alias production]
+    fedforest models keygen   --out FILE      (writes FILE, mode 0600, and FILE.pub, mode 0644)
 
-Without --public-key, signatures are checked against the key each manifest carries (integrity, not trust).
+TRUST says which registry and which key to trust: `--config federation.yaml` (the master's registry, its
+master.public_key, and master.signing_key to promote), or `--registry DIR` with `--public-key FILE`
+(`--signing-key FILE` to promote). Unsigned manifests, and manifests or alias entries signed by any other
+key, are refused. `--trust-any-key` inspects a registry without a trusted key: each signature is checked
+against the key it carries, which proves nothing about who wrote it (a loud warning says so).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from fedcore.errors import ArtifactError
+from fedcore.errors import ConfigError
 from fedcore.models.registry import LATEST, PRODUCTION, ModelRegistry
-from fedcore.models.signing import generate_signing_key, key_id, public_key_pem, write_new_file
+from fedcore.models.signing import generate_signing_key, key_id, public_key_path
 
-PUBLIC_SUFFIX = ".pub"
+TRUST_ANY_KEY_WARNING = ("WARNING: --trust-any-key: no trusted key; signatures are only checked against the key "
+                         "each file carries, which anyone who can write the registry can replace. Nothing shown "
+                         "here is proven to come from the master.")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -40,13 +47,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     show.set_defaults(handler=_show)
 
     promote = sub.add_parser("promote", help="point an alias (default production) at a verified version")
-    _registry_options(promote)
+    _registry_options(promote, moves_aliases=True)
     promote.add_argument("--version", required=True, metavar="REF", help="the version to promote (e.g. v0003)")
     promote.add_argument("--alias", default=PRODUCTION, help="alias to move (default production)")
     promote.set_defaults(handler=_promote)
 
     rollback = sub.add_parser("rollback", help="move an alias back to its previous version")
-    _registry_options(rollback)
+    _registry_options(rollback, moves_aliases=True)
     rollback.add_argument("--alias", default=PRODUCTION, help="alias to move back (default production)")
     rollback.set_defaults(handler=_rollback)
 
@@ -55,14 +62,44 @@ def register(commands: argparse._SubParsersAction) -> None:
     keygen.set_defaults(handler=_keygen)
 
 
-def _registry_options(parser: argparse.ArgumentParser, model_required: bool = True) -> None:
-    parser.add_argument("--registry", required=True, metavar="DIR", help="the registry directory")
+def _registry_options(parser: argparse.ArgumentParser, model_required: bool = True,
+                      moves_aliases: bool = False) -> None:
+    parser.add_argument("--config", metavar="FILE", help="federation config: the master's registry, its trusted "
+                        "master.public_key" + (" and master.signing_key" if moves_aliases else ""))
+    parser.add_argument("--registry", metavar="DIR", help="the registry directory (default with --config: the master's)")
     parser.add_argument("--model", required=model_required, metavar="NAME", help="the model name")
-    parser.add_argument("--public-key", metavar="FILE", help="trusted public key (PEM); signatures must verify under it")
+    parser.add_argument("--public-key", metavar="FILE", help="the master's public key (PEM); every signature must "
+                        "verify under it")
+    if moves_aliases:
+        parser.add_argument("--signing-key", metavar="FILE", help="the master's signing key: every alias move is a "
+                            "signed entry of the registry's alias log")
+    else:
+        parser.add_argument("--trust-any-key", action="store_true", help="inspect without a trusted key (integrity "
+                            "only: anyone who can write the registry can re-sign); prints a warning")
 
 
 def _open(args: argparse.Namespace) -> ModelRegistry:
-    return ModelRegistry(args.registry, public_key=Path(args.public_key) if args.public_key else None)
+    """The registry the options name, with the trust they give; none given is an error, not a default."""
+    from fedcore.config import load_config
+
+    config = load_config(args.config) if args.config else None
+    root = args.registry or (config.master_registry if config else None)
+    if root is None:
+        raise ConfigError("models: name the registry: --config federation.yaml (the master's) or --registry DIR")
+    moves_aliases = hasattr(args, "signing_key")
+    if moves_aliases:  # the signing key is also the trusted key (its public half)
+        signing, public = args.signing_key or (config.master_signing_key if config else None), args.public_key
+        if signing is None:
+            raise ConfigError("models: moving an alias needs the master's signing key (each move is a signed entry "
+                              "of the alias log): pass --config with master.signing_key, or --signing-key FILE")
+        return ModelRegistry(root, signing_key=signing, public_key=public)
+    public = args.public_key or (config.master_public_key if config else None)
+    if public is None and not args.trust_any_key:
+        raise ConfigError("models: no trusted key: pass --config federation.yaml or --public-key FILE (the master's "
+                          "public key, e.g. keys/master.key.pub); --trust-any-key inspects without trust")
+    if public is None:
+        print(TRUST_ANY_KEY_WARNING, file=sys.stderr)
+    return ModelRegistry(root, public_key=public, trust_any_key=args.trust_any_key)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -74,9 +111,13 @@ def _list(args: argparse.Namespace) -> int:
     elif not rows:
         print(f"no models in {registry.root}")
     else:
-        print(format_table(rows))
+        print(format_table([{k: v for k, v in row.items() if k != "alias_moves"} for row in rows]))
         if args.model:
             print("checked: each version's signature and the SHA-256 of every file it lists")
+            moves = registry.alias_log(args.model)
+            if moves:
+                print("\nalias log (each entry signed by the master's key):")
+                print(_indent(format_table([_move_row(entry) for entry in moves])))
     if not args.json:
         for name in [args.model] if args.model else registry.models():
             pending = registry.pending(name)
@@ -98,6 +139,7 @@ def _model_rows(registry: ModelRegistry) -> list[dict]:
 def _version_rows(registry: ModelRegistry, model: str) -> list[dict]:
     registry.resolve(model, LATEST)  # a clear error when the model has no versions
     aliases = registry.aliases(model)
+    moves = registry.alias_log(model)
     rows = []
     for version in registry.versions(model):
         info = registry.describe(model, version, verify=True)
@@ -105,8 +147,17 @@ def _version_rows(registry: ModelRegistry, model: str) -> list[dict]:
                      "algorithm": info["algorithm"] or "-",
                      "aliases": ",".join(sorted(a for a, v in aliases.items() if v == version)) or "-",
                      "metrics": _metrics_text(info["metrics"]), "signature": _short_status(info["signature"]),
-                     "integrity": "ok" if info["integrity"] == "ok" else "FAILED"})
+                     "integrity": "ok" if info["integrity"] == "ok" else "FAILED",
+                     "alias_moves": [_move_row(entry) for entry in moves if entry["version"] == version]})
     return rows
+
+
+def _move_row(entry: dict) -> dict:
+    """One alias-log entry for people: when, what, which alias to which version, by whom (and which key)."""
+    by = entry["by"] if isinstance(entry["by"], dict) else {}
+    return {"at": _short_time(entry["at"]), "action": entry["action"], "alias": entry["alias"],
+            "version": entry["version"], "by": f"{by.get('user', '?')}@{by.get('host', '?')}",
+            "key": by.get("key_id", "?")}
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -144,11 +195,8 @@ def _rollback(args: argparse.Namespace) -> int:
 
 def _keygen(args: argparse.Namespace) -> int:
     private_path = Path(args.out)
-    public_path = private_path.with_name(private_path.name + PUBLIC_SUFFIX)
-    if public_path.exists():
-        raise ArtifactError(f"{public_path}: already exists; refusing to overwrite a key file")
+    public_path = public_key_path(private_path)
     key = generate_signing_key(private_path)
-    write_new_file(public_path, public_key_pem(key).encode(), 0o644)
     print(f"signing key {private_path} (keep it secret; mode 0600)\npublic key  {public_path} "
           f"(give it to everyone who loads models)\nkey id      {key_id(key)}")
     return 0

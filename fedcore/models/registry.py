@@ -1,9 +1,8 @@
 """The versioned model registry: numbered, verified, immutable versions plus movable aliases.
 
     <root>/<model-name>/v0001/         one `fedcore.models.artifacts` directory per version (never rewritten)
-    <root>/<model-name>/aliases.json   {"aliases": {"latest": .., "production": ..}, "history": {alias: [..]},
-                                        "events": [..]}; replaced atomically (write temp, os.replace)
-    <root>/<model-name>/.lock          taken (flock) while a version number or aliases.json changes
+    <root>/<model-name>/aliases.log    the signed alias log (`fedcore.models.aliases`): who promoted what when
+    <root>/<model-name>/.lock          taken (flock) while a version number or the alias log changes
     <root>/<model-name>/.v0003.pending a version being registered across the federation (see below)
 
 The master's registry holds master.arrow and the signed manifest; each institution keeps its own registry
@@ -12,6 +11,11 @@ The master's registry holds master.arrow and the signed manifest; each instituti
 Only complete versions (a directory named vNNNN with a manifest.json) are listed; leftovers of a crashed
 write (`.vNNNN.tmp-*`) never are, and the next write removes them. Loading verifies every file's SHA-256
 and the Ed25519 signature(s).
+
+Trust: a registry verifies signatures under the master's public key (`public_key`, or the public half of
+its `signing_key`) and refuses unsigned or otherwise-signed manifests and alias entries. Without a key it
+refuses to load anything, unless opened with `trust_any_key=True` (inspection only: a signature is then
+checked against the key it carries, which anyone who can write the folder can replace).
 
 Two-phase registering (the master's registry, `register(..., pending=True)` then `commit`): a pending
 record `.vNNNN.pending` is written (and synced) before the version's directory appears, and removed, as
@@ -26,7 +30,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,6 +42,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from fedcore.errors import ArtifactError
 from fedcore.files import PUBLIC, make_folders, set_mode, write_file
+from fedcore.models.aliases import LOG_FILE, append_entry, read_log, replay
 from fedcore.models.artifacts import MANIFEST, fsync_directory, manifest_bytes, read_version, write_version
 from fedcore.models.signing import (
     PublicKeySource,
@@ -51,26 +55,31 @@ from fedcore.models.signing import (
 )
 
 LATEST, PRODUCTION = "latest", "production"
-ALIASES_FILE = "aliases.json"
 LOCK_FILE = ".lock"
 MASTER_COPY = "master_manifest"
 VERSION_NAME = re.compile(r"^v(\d{4,})$")
 PENDING = re.compile(r"^\.(v\d{4,})\.pending$")
-STAGING = re.compile(r"^\.(v\d{4,}|aliases\.json)\.tmp-")
+STAGING = re.compile(r"^\.(v\d{4,}|aliases\.json|aliases\.log)\.tmp-")
 VERSION_REF = re.compile(r"^v?(\d+)$")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class ModelRegistry:
-    """Versions of named models under `root`; signs new versions with `signing_key`, trusts `public_key`."""
+    """Versions of named models under `root`; signs new versions and alias moves with `signing_key`, trusts
+    `public_key` (default: the signing key's public half); `trust_any_key` is for inspection only."""
 
     def __init__(self, root: str | os.PathLike, signing_key: Ed25519PrivateKey | str | os.PathLike | None = None,
-                 public_key: PublicKeySource | None = None, lock_timeout: float = 60.0) -> None:
+                 public_key: PublicKeySource | None = None, lock_timeout: float = 60.0,
+                 trust_any_key: bool = False) -> None:
         self.root = Path(root)
         self.signing_key = (signing_key if signing_key is None or isinstance(signing_key, Ed25519PrivateKey)
                             else load_signing_key(signing_key))
         trusted = public_key if public_key is not None else self.signing_key
         self.public_key: Ed25519PublicKey | None = None if trusted is None else load_public_key(trusted)
+        if self.signing_key is not None and public_key is not None and key_id(self.signing_key) != key_id(self.public_key):
+            raise ArtifactError(f"{self.root}: the signing key ({key_id(self.signing_key)}) is not the trusted key "
+                                f"({key_id(self.public_key)}); versions it signs would be refused")
+        self.trust_any_key = trust_any_key and self.public_key is None
         self.lock_timeout = lock_timeout
 
     # -- listing ------------------------------------------------------------------------------------
@@ -97,12 +106,18 @@ class ModelRegistry:
         return sorted((m.group(1) for m in names if m), key=_number)
 
     def aliases(self, model_name: str) -> dict[str, str]:
-        """Alias -> version, as stored (`latest` is set by every register)."""
-        return dict(self._state(model_name)["aliases"])
+        """Alias -> version from the verified alias log, plus `latest` (the newest committed version)."""
+        aliases, _ = replay(self.alias_log(model_name))
+        available = self.versions(model_name)
+        return {**aliases, LATEST: available[-1]} if available else aliases
 
     def history(self, model_name: str, alias: str = PRODUCTION) -> list[dict]:
         """The promotions still in effect for `alias`, oldest first (the last is current; rollback pops it)."""
-        return list(self._state(model_name)["history"].get(alias, []))
+        return replay(self.alias_log(model_name))[1].get(alias, [])
+
+    def alias_log(self, model_name: str) -> list[dict]:
+        """Every alias move (promote, rollback) with when and by whom, oldest first, each entry verified."""
+        return read_log(self._model_dir(model_name), self._verify)
 
     def resolve(self, model_name: str, ref: str = LATEST) -> str:
         """The version a reference names: an alias, `latest`, or a version such as v0003 (or 3)."""
@@ -110,7 +125,8 @@ class ModelRegistry:
         if not available:
             known = ", ".join(self.models()) or "none"
             raise ArtifactError(f"{self.root}: no versions of model {model_name!r} (models here: {known})")
-        aliases = self.aliases(model_name)
+        # a version or `latest` never reads the alias log (aliases cannot look like versions)
+        aliases = {} if ref == LATEST or VERSION_REF.match(str(ref)) else self.aliases(model_name)
         if ref in aliases:
             version = aliases[ref]
             if version not in available:
@@ -122,9 +138,10 @@ class ModelRegistry:
         match = VERSION_REF.match(str(ref))
         if match and format_version(int(match.group(1))) in available:
             return format_version(int(match.group(1)))
-        what = "version" if match else "alias or version"
-        raise ArtifactError(f"model {model_name!r} has no {what} {ref!r} (versions: {', '.join(available)}; "
-                            f"aliases: {', '.join(sorted(aliases)) or 'none'})")
+        if match:
+            raise ArtifactError(f"model {model_name!r} has no version {ref!r} (versions: {', '.join(available)})")
+        raise ArtifactError(f"model {model_name!r} has no alias or version {ref!r} (versions: {', '.join(available)}; "
+                            f"aliases: {', '.join(sorted(aliases))})")
 
     # -- writing ------------------------------------------------------------------------------------
     def register(self, model_name: str, manifest: dict, tables: dict[str, pa.Table],
@@ -154,8 +171,6 @@ class ModelRegistry:
             if pending:  # first, so that the directory is never visible uncommitted, even after a crash
                 _write_record(_pending_record(model_dir, chosen), {"version": chosen, "pending_since": _now()})
             write_version(model_dir / chosen, body, tables, signer=sign)
-            if not pending:
-                self._publish_latest(model_name, chosen)
         return chosen
 
     def commit(self, model_name: str, version: str) -> str:
@@ -171,7 +186,6 @@ class ModelRegistry:
                 raise ArtifactError(f"model {model_name!r}: pending version {chosen} has no files to commit")
             record.unlink()
             fsync_directory(model_dir)
-            self._publish_latest(model_name, chosen)
         return chosen
 
     def discard_pending(self, model_name: str, version: str) -> None:
@@ -187,69 +201,52 @@ class ModelRegistry:
             record.unlink()
             fsync_directory(model_dir)
 
-    def _publish_latest(self, model_name: str, chosen: str) -> None:
-        """Point `latest` at a newly visible version and log it (under the model's lock)."""
-        state = self._state(model_name)
-        current = state["aliases"].get(LATEST)
-        if current is None or _number(current) < _number(chosen):
-            state["aliases"][LATEST] = chosen
-        _log(state, "register", LATEST, chosen)
-        self._write_state(model_name, state)
-
     def promote(self, model_name: str, version: str, alias: str = PRODUCTION) -> str:
-        """Point `alias` (default production) at a version after verifying it loads; return the version."""
+        """Point `alias` (default production) at a version after verifying it loads, as a signed entry of
+        the alias log; return the version."""
         _check_alias(alias)
+        key = self._alias_signer(model_name)
         chosen = self.resolve(model_name, version)
         self.load(model_name, chosen)
         with self._lock(model_name):
-            state = self._state(model_name)
-            if state["aliases"].get(alias) != chosen:
-                state["aliases"][alias] = chosen
-                state["history"].setdefault(alias, []).append({"version": chosen, "promoted_at": _now()})
-                _log(state, "promote", alias, chosen)
-                self._write_state(model_name, state)
+            entries = read_log(self._model_dir(model_name), self._verify, replacing_legacy=True)
+            if replay(entries)[0].get(alias) != chosen:
+                append_entry(self._model_dir(model_name), entries, "promote", alias, chosen, key)
         return chosen
 
     def rollback(self, model_name: str, alias: str = PRODUCTION) -> str:
-        """Point `alias` back at the version it had before the last promotion (verified first); return it."""
+        """Point `alias` back at the version it had before the last promotion (verified first), as a signed
+        entry of the alias log; return it."""
         _check_alias(alias)
+        key = self._alias_signer(model_name)
         with self._lock(model_name):
-            state = self._state(model_name)
-            history = state["history"].get(alias, [])
-            if alias not in state["aliases"]:
+            entries = self.alias_log(model_name)
+            aliases, history = replay(entries)
+            if alias not in aliases:
                 raise ArtifactError(f"model {model_name!r} has no {alias!r} version to roll back")
-            if len(history) < 2:
-                raise ArtifactError(f"model {model_name!r}: {alias!r} ({state['aliases'][alias]}) has no earlier "
+            if len(history[alias]) < 2:
+                raise ArtifactError(f"model {model_name!r}: {alias!r} ({aliases[alias]}) has no earlier "
                                     "version to roll back to")
-            previous = history[-2]["version"]
+            previous = history[alias][-2]["version"]
             self.load(model_name, self.resolve(model_name, previous))
-            history.pop()
-            state["aliases"][alias] = previous
-            _log(state, "rollback", alias, previous)
-            self._write_state(model_name, state)
+            append_entry(self._model_dir(model_name), entries, "rollback", alias, previous, key)
         return previous
 
     def withdraw(self, model_name: str, version: str) -> None:
         """Take back a just-registered version whose other parts could not be stored elsewhere (a federated
         version is all parties' files or none). Never for a version an alias other than latest points to."""
         chosen = _parse_version(version)
+        model_dir = self._model_dir(model_name)
         with self._lock(model_name):
-            state = self._state(model_name)
-            held = sorted(alias for alias, v in state["aliases"].items() if v == chosen and alias != LATEST)
-            if held:
-                raise ArtifactError(f"model {model_name!r} {chosen} is {', '.join(held)}; roll back before withdrawing")
-            model_dir = self._model_dir(model_name)
+            if (model_dir / LOG_FILE).is_file():  # institutions' registries have no aliases
+                held = sorted(alias for alias, v in replay(self.alias_log(model_name))[0].items() if v == chosen)
+                if held:
+                    raise ArtifactError(f"model {model_name!r} {chosen} is {', '.join(held)}; roll back before "
+                                        "withdrawing")
             if not (model_dir / chosen).is_dir():
                 return
             (model_dir / chosen).rename(model_dir / f".withdrawn-{chosen}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}")
-            remaining = [v for v in _version_names(model_dir) if (model_dir / v / MANIFEST).is_file()]
-            if state["aliases"].get(LATEST) == chosen:
-                if remaining:
-                    state["aliases"][LATEST] = remaining[-1]
-                else:
-                    state["aliases"].pop(LATEST)
-            _log(state, "withdraw", LATEST, chosen)
-            self._write_state(model_name, state)
+            fsync_directory(model_dir)
 
     # -- reading ------------------------------------------------------------------------------------
     def load(self, model_name: str, ref: str = LATEST) -> tuple[dict, dict[str, pa.Table]]:
@@ -322,19 +319,44 @@ class ModelRegistry:
             return f"master manifest copy: {self.signature_status(copy)}"
         signature = manifest.get("signature")
         if signature is None:
-            return "unsigned" + ("" if self.public_key is None else f" (key {key_id(self.public_key)} required)")
+            if self.trust_any_key:
+                return "unsigned (accepted: --trust-any-key)"
+            return f"unsigned ({self._required()} required)"
         try:
             self._verify(manifest_bytes(manifest), signature)
         except ArtifactError as error:
             return f"INVALID: {error}"
         if self.public_key is not None:
             return f"valid (trusted key {key_id(self.public_key)})"
-        return f"valid (embedded key {key_id(embedded_public_key(signature))}; no trusted key configured)"
+        return f"valid (embedded key {key_id(embedded_public_key(signature))}; NOT TRUSTED: --trust-any-key)"
+
+    def verify_signed(self, manifest: dict, what: str = "manifest") -> None:
+        """Raise ArtifactError unless `manifest` carries a signature by the trusted key (a master manifest
+        an institution is asked to store)."""
+        if manifest.get("signature") is None and not self.trust_any_key:
+            raise ArtifactError(f"{what} is not signed, but {self._required()} is required")
+        if manifest.get("signature") is not None:
+            self._verify(manifest_bytes(manifest), manifest["signature"])
 
     # -- internals ----------------------------------------------------------------------------------
     def _verify(self, payload: bytes, signature: Any) -> None:
-        """Verify under the trusted key, or (none configured) under the key the signature carries."""
+        """Verify under the trusted key; with none, refuse, unless opened to trust any key (inspection)."""
+        if self.public_key is None and not self.trust_any_key:
+            raise ArtifactError(f"{self.root}: no trusted master key configured, so no signature can be trusted: "
+                                "give the registry the master's public key (master.public_key in the federation "
+                                "config, or --public-key); --trust-any-key only checks integrity")
         verify_manifest(payload, signature, self.public_key or embedded_public_key(signature))
+
+    def _required(self) -> str:
+        return "a signature" if self.public_key is None else f"a signature by key {key_id(self.public_key)}"
+
+    def _alias_signer(self, model_name: str) -> Ed25519PrivateKey:
+        """The key alias moves are signed with: only the master's registry moves aliases."""
+        if self.signing_key is None:
+            raise ArtifactError(f"model {model_name!r}: moving an alias needs the master's signing key (every alias "
+                                "move is a signed entry of the alias log): pass --config with master.signing_key, "
+                                "or --signing-key")
+        return self.signing_key
 
     def _check_manifest(self, manifest: dict, model_name: str, version: str, directory: Path,
                         own_checked: bool) -> None:
@@ -349,40 +371,14 @@ class ModelRegistry:
             raise ArtifactError(f"{where}: '{MASTER_COPY}' is not a JSON object")
         if copy_checked:
             _located(self._verify, where, f"'{MASTER_COPY}'")(manifest_bytes(copy), copy["signature"])
-        if self.public_key is not None and not (own_checked or copy_checked):
-            raise ArtifactError(f"{where}: not signed, but this registry requires signatures by key "
-                                f"{key_id(self.public_key)}")
+        if not (own_checked or copy_checked or self.trust_any_key):
+            raise ArtifactError(f"{where}: not signed, but this registry requires {self._required()}")
 
     def _model_dir(self, model_name: str) -> Path:
         if not isinstance(model_name, str) or not SAFE_NAME.match(model_name):
             raise ArtifactError(f"model name {model_name!r} is not a safe directory name "
                                 "(letters, digits, '.', '_', '-'; not starting with '.', '_' or '-')")
         return self.root / model_name
-
-    def _state(self, model_name: str) -> dict:
-        """aliases.json as {"aliases", "history", "events"} (empty when the model has none yet)."""
-        path = self._model_dir(model_name) / ALIASES_FILE
-        state = _read_json(path) if path.is_file() else {}
-        for key, kind in (("aliases", dict), ("history", dict), ("events", list)):
-            state.setdefault(key, kind())
-            if not isinstance(state[key], kind):
-                raise ArtifactError(f"{path}: '{key}' should be a JSON {kind.__name__}")
-        return state
-
-    def _write_state(self, model_name: str, state: dict) -> None:
-        """Replace aliases.json atomically: a reader sees the old or the new file, never a partial one."""
-        model_dir = self._model_dir(model_name)
-        fd, temp = tempfile.mkstemp(prefix=f".{ALIASES_FILE}.tmp-", dir=model_dir)
-        try:
-            set_mode(fd, PUBLIC)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(json.dumps(state, indent=2).encode())
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temp, model_dir / ALIASES_FILE)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
 
     @contextmanager
     def _lock(self, model_name: str) -> Iterator[None]:
@@ -488,10 +484,6 @@ def _remove_staging(model_dir: Path) -> None:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
-
-
-def _log(state: dict, action: str, alias: str, version: str) -> None:
-    state["events"].append({"at": _now(), "action": action, "alias": alias, "version": version})
 
 
 def _now() -> str:

@@ -28,6 +28,8 @@ from fedcore.files import write_file
 
 ALGORITHM = "ed25519"
 KEY_FILE_MODE = 0o600
+PUBLIC_FILE_MODE = 0o644
+PUBLIC_SUFFIX = ".pub"
 
 PublicKeySource = Ed25519PublicKey | Ed25519PrivateKey | bytes | str | os.PathLike
 """A public key as an object, PEM text/bytes, a PEM file path, or a private key (its public half is used)."""
@@ -35,13 +37,28 @@ PublicKeySource = Ed25519PublicKey | Ed25519PrivateKey | bytes | str | os.PathLi
 
 # -- keys -------------------------------------------------------------------------------------------
 def generate_signing_key(path: str | os.PathLike) -> Ed25519PrivateKey:
-    """Create a new Ed25519 private key as an unencrypted PKCS#8 PEM file readable by its owner only (0600)."""
+    """Create a new Ed25519 private key as an unencrypted PKCS#8 PEM file readable by its owner only (0600),
+    and its public key beside it (`public_key_path`, 0644) for every registry that must trust it."""
     target = Path(path)
+    if public_key_path(target).exists():
+        raise ArtifactError(f"{public_key_path(target)}: already exists; refusing to overwrite a key file")
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
     write_new_file(target, pem, KEY_FILE_MODE)
+    write_public_key(key, public_key_path(target))
     return key
+
+
+def public_key_path(signing_key_path: str | os.PathLike) -> Path:
+    """Where the public key of a signing key file lives by default: beside it, with '.pub' appended."""
+    path = Path(signing_key_path)
+    return path.with_name(path.name + PUBLIC_SUFFIX)
+
+
+def write_public_key(key: Ed25519PrivateKey | Ed25519PublicKey, path: str | os.PathLike) -> None:
+    """Write the public key as PEM (mode 0644), never over an existing file."""
+    write_new_file(Path(path), public_key_pem(key).encode(), PUBLIC_FILE_MODE)
 
 
 def write_new_file(path: Path, data: bytes, mode: int) -> None:

@@ -28,6 +28,11 @@ INSTITUTIONS = ("bank", "ecommerce", "insurer")
 MODEL = "retail-response"
 
 
+def _registry(work, name: str = "master") -> ModelRegistry:
+    """A registry of the demo federation in `work`, trusting the master's public key as institutions do."""
+    return ModelRegistry(work / "registry" / name, public_key=work / "keys" / "master.key.pub")
+
+
 class Processes:
     """Processes started in their own session, so stopping one stops its flow-run children too."""
 
@@ -168,10 +173,10 @@ def test_artifacts_model_version_and_predictions(deployed, weekly_run) -> None:
             "contract-insurer", "id-overlap", "training-progress", "model-version", "model-card",
             "batch-prediction"} <= keys
     work = deployed["config"].parent
-    manifest, tables = ModelRegistry(work / "registry" / "master").load(MODEL, "production")
+    manifest, tables = _registry(work).load(MODEL, "production")
     assert manifest["version"] == "v0001" and manifest["signature"]["algorithm"] == "ed25519"
     for name in INSTITUTIONS:
-        local, _ = ModelRegistry(work / "registry" / name).load(MODEL, "v0001")
+        local, _ = _registry(work, name).load(MODEL, "v0001")
         assert local["master_manifest"]["version"] == "v0001"
     files = sorted((work / "predictions").rglob("*.parquet"))
     assert [f.parent.name for f in files] == ["bank"]

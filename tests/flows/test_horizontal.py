@@ -21,6 +21,11 @@ HOSPITALS = ("riverside", "lakeside", "hillcrest")
 SMALL = {"n_estimators": 8, "max_depth": 6, "random_state": 0}
 
 
+def _registry(work, name: str = "master") -> ModelRegistry:
+    """A registry of the demo federation in `work`, trusting the master's public key as institutions do."""
+    return ModelRegistry(work / "registry" / name, public_key=work / "keys" / "master.key.pub")
+
+
 def _workspace(work, algorithm: str, privacy=None):
     config_path, scenario = prepare_horizontal_workspace(work, n_patients=1500, seed=2, algorithm=algorithm,
                                                          privacy=privacy, params=SMALL)
@@ -41,10 +46,10 @@ def test_every_hospital_stores_the_complete_model_and_predicts_at_home(fet) -> N
     work, _, scenario, result = fet
     assert (result["version"], result["promoted"], result["privacy"]["mode"]) == ("v0001", True, "none")
     assert 0.6 < result["metrics"]["accuracy"] <= 1
-    _, tables = ModelRegistry(work / "registry" / "master").load(MODEL, "production")
+    _, tables = _registry(work).load(MODEL, "production")
     master = HorizontalForest.from_table(tables["model"])
     for name in HOSPITALS:
-        manifest, local = ModelRegistry(work / "registry" / name).load(MODEL, "v0001")
+        manifest, local = _registry(work, name).load(MODEL, "v0001")
         assert HorizontalForest.from_table(local["model"]).same_as(master)
         predictions = pd.read_parquet(work / "predictions" / name / f"{MODEL}-v0001.parquet")
         new = pd.read_parquet(scenario["institutions"][name]["new"])
@@ -93,7 +98,7 @@ def test_a_contract_that_disagrees_stops_the_run(fet) -> None:
             retrain(str(config_path), agents="local")
     finally:
         path.write_text(original)
-    assert ModelRegistry(work / "registry" / "master").versions(MODEL) == ["v0001"]
+    assert _registry(work).versions(MODEL) == ["v0001"]
 
 
 def test_ppd_ert_with_secure_aggregation_runs_the_same_pipeline(tmp_path) -> None:

@@ -19,6 +19,11 @@ MODEL = "retail-response"
 PARAMS = {"n_estimators": 4, "max_depth": 4}
 
 
+def _registry(work, name: str = "master") -> ModelRegistry:
+    """A registry of the demo federation in `work`, trusting the master's public key as institutions do."""
+    return ModelRegistry(work / "registry" / name, public_key=work / "keys" / "master.key.pub")
+
+
 def _tables(work: Path, version: str) -> dict[str, bytes]:
     return {f"{folder.parents[1].name}/{table.name}": table.read_bytes()
             for folder in sorted((work / "registry").glob(f"*/{MODEL}/{version}")) for table in folder.glob("*.arrow")}
@@ -44,7 +49,7 @@ def test_paillier_retrain_registers_the_plain_model(tmp_path) -> None:
     plain, encrypted = _tables(tmp_path, "v0001"), _tables(tmp_path, "v0002")
     assert len(plain) == len(encrypted) == 4  # master plus three institutions
     assert list(plain.values()) == list(encrypted.values())
-    registry = ModelRegistry(tmp_path / "registry" / "master")
+    registry = _registry(tmp_path)
     manifest, _ = registry.load(MODEL, "v0002")
     assert manifest["params"]["privacy"] == "paillier" and manifest["params"]["paillier_key_bits"] == 2048
     assert registry.load(MODEL, "v0001")[0]["params"]["privacy"] == "none"

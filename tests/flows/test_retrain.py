@@ -28,6 +28,11 @@ pytestmark = pytest.mark.slow
 MODEL = "retail-response"
 
 
+def _registry(work, name: str = "master") -> ModelRegistry:
+    """A registry of the demo federation in `work`, trusting the master's public key as institutions do."""
+    return ModelRegistry(work / "registry" / name, public_key=work / "keys" / "master.key.pub")
+
+
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory, trained_federation):
     copy = copy_of(trained_federation, tmp_path_factory.mktemp("federation") / "work")
@@ -66,12 +71,12 @@ def test_retrain_registers_promotes_and_predicts(workspace, first_run) -> None:
     assert first_run["version"] == "v0001" and first_run["promoted"]
     assert first_run["alignment"]["overlap"] == scenario["overlap"]["train"]
     assert 0.5 < first_run["metrics"]["accuracy"] <= 1
-    master = ModelRegistry(work / "registry" / "master")
+    master = _registry(work)
     manifest, tables = master.load(MODEL, "production")
     assert manifest["signature"]["algorithm"] == "ed25519" and set(tables) == {"master"}
     assert [p["feature_count"] for p in manifest["parties"]] == [8, 6, 5]
     for name in ("bank", "ecommerce", "insurer"):
-        local, _ = ModelRegistry(work / "registry" / name).load(MODEL, "v0001")
+        local, _ = _registry(work, name).load(MODEL, "v0001")
         assert local["master_manifest"]["version"] == "v0001"
     files = sorted((work / "predictions").rglob("*.parquet"))
     assert [f.parent.name for f in files] == ["bank"]
@@ -149,7 +154,7 @@ def test_contract_violation_stops_before_training(workspace, first_run, running_
     finally:
         original.to_parquet(path)
     assert raw_value not in str(caught.value)
-    assert ModelRegistry(work / "registry" / "master").versions(MODEL) == ["v0001"]
+    assert _registry(work).versions(MODEL) == ["v0001"]
     failures = [a for a in _artifacts() if a.key == "failure"]
     assert failures and all(raw_value not in str(a.data) for a in failures)
 
@@ -166,7 +171,7 @@ def test_unreachable_agents_fail_with_their_names(workspace) -> None:
 
 def _assert_failed_cleanly(work, raw_values: list[str]) -> None:
     """No new version; the failure artifact exists and quotes no raw value."""
-    assert ModelRegistry(work / "registry" / "master").versions(MODEL) == ["v0001"]
+    assert _registry(work).versions(MODEL) == ["v0001"]
     failures = [a for a in _artifacts() if a.key == "failure"]
     assert failures and not [v for v in raw_values if v in str(failures[-1].data)]
 

@@ -19,6 +19,7 @@ from fedcore.models.registry import ModelRegistry
 from fedcore.privacy.keyauth import ephemeral_identities
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
+from tests.keys import master_key, master_public_key
 
 NAMES = ("north", "south", "east")
 
@@ -40,7 +41,7 @@ def _agents(table: pd.DataFrame, root, contract=None) -> dict[str, HorizontalIns
         new = part.sample(frac=0.3, random_state=2).drop(columns=["class"])
         data = InstitutionData(name=name, frame=part, id_column="patient_id", label="class",
                                registry=root / "registry" / name, predictions_dir=root / "predictions" / name,
-                               load_batch=lambda new=new: new, contract=contract)
+                               load_batch=lambda new=new: new, contract=contract, master_key=master_public_key(root))
         agents[name] = HorizontalInstitutionAgent(data, identity=identities[name])
     return agents
 
@@ -67,12 +68,13 @@ def test_train_evaluate_store_and_predict_locally(table, tmp_path, algorithm) ->
     assert metrics["accuracy"] == pytest.approx(float(np.mean(predicted == held["class"].to_numpy())), abs=1e-12)
     assert metrics["accuracy"] > 0.7 and session.facts["holdout_rows"] == len(held)
 
-    registry = ModelRegistry(tmp_path / "registry" / "master")
+    registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
     parties = session.manifest_parties()
     version = registry.register("waveform", {"task": "classification", "parties": parties}, session.master_tables())
     session.store_at_institutions("waveform", version, registry.read_manifest("waveform", version))
     for name in NAMES:
-        _, tables = ModelRegistry(tmp_path / "registry" / name).load("waveform", version)
+        _, tables = ModelRegistry(tmp_path / "registry" / name, public_key=master_public_key(tmp_path)).load(
+            "waveform", version)
         assert HorizontalForest_from(tables).same_as(model)
 
     result = session.predict_locally("batch-1")
@@ -97,7 +99,7 @@ def test_a_registered_version_loads_and_predicts_without_training(table, tmp_pat
     session = _session(agents)
     session.agree_schema()
     model = session.train()
-    registry = ModelRegistry(tmp_path / "registry" / "master")
+    registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
     version = registry.register("waveform", {"parties": session.manifest_parties()}, session.master_tables())
     session.store_at_institutions("waveform", version, registry.read_manifest("waveform", version))
     session.predict_locally("trained")

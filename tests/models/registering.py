@@ -45,7 +45,7 @@ def agents(workdir: Path) -> dict:
     return {name: HorizontalInstitutionAgent(InstitutionData(
         name=name, frame=frame.reset_index(drop=True), id_column="record_id", label="label",
         registry=workdir / "registry" / name, predictions_dir=workdir / "predictions" / name, contract=contract,
-        load_batch=lambda frame=frame: frame.drop(columns=["label"]).head(20)))
+        load_batch=lambda frame=frame: frame.drop(columns=["label"]).head(20), master_key=master_registry(workdir).public_key))
         for name, frame in zip(NAMES, frames, strict=True)}
 
 

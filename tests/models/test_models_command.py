@@ -6,9 +6,11 @@ import json
 import stat
 
 import pytest
+import yaml
 
 from fedcore.cli import main
 from fedcore.models import signing
+from fedcore.models.artifacts import manifest_bytes
 from fedcore.models.registry import ModelRegistry
 from tests.models.test_registry import MODEL, fit_model, master_artifacts
 
@@ -21,8 +23,7 @@ def model():
 @pytest.fixture
 def key_file(tmp_path):
     path = tmp_path / "master.pem"
-    signing.generate_signing_key(path)
-    (tmp_path / "master.pem.pub").write_text(signing.public_key_pem(signing.load_signing_key(path)))
+    signing.generate_signing_key(path)  # and master.pem.pub
     return path
 
 
@@ -40,14 +41,28 @@ def _run(capsys, *argv) -> tuple[int, str, str]:
     return code, out, err
 
 
+def _read(capsys, registry, *argv) -> tuple[int, str, str]:
+    """list/show trusting the master's public key (master.pem.pub beside the signing key)."""
+    return _run(capsys, *argv, "--registry", registry.root, "--public-key", _public(registry))
+
+
+def _move(capsys, registry, *argv) -> tuple[int, str, str]:
+    """promote/rollback with the master's signing key."""
+    return _run(capsys, *argv, "--registry", registry.root, "--signing-key", registry.root.parent / "master.pem")
+
+
+def _public(registry):
+    return registry.root.parent / "master.pem.pub"
+
+
 def test_list_models_and_versions(capsys, registry):
-    code, out, _ = _run(capsys, "list", "--registry", registry.root)
+    code, out, _ = _read(capsys, registry, "list")
     assert code == 0
     header, row = out.splitlines()
     assert header.split() == ["model", "versions", "latest", "production"]
     assert row.split() == [MODEL, "2", "v0002", "-"]
 
-    code, out, _ = _run(capsys, "list", "--registry", registry.root, "--model", MODEL)
+    code, out, _ = _read(capsys, registry, "list", "--model", MODEL)
     lines = out.splitlines()
     assert code == 0 and lines[0].split() == ["version", "created_at", "algorithm", "aliases", "metrics", "signature",
                                               "integrity"]
@@ -55,35 +70,87 @@ def test_list_models_and_versions(capsys, registry):
     assert tokens[0] == "v0002" and tokens[-2:] == ["valid", "ok"]
     assert {"federated-forest", "latest", "accuracy=0.86"} <= set(tokens)
 
-    code, out, _ = _run(capsys, "list", "--registry", registry.root, "--model", MODEL, "--json")
+    code, out, _ = _read(capsys, registry, "list", "--model", MODEL, "--json")
     assert [row["version"] for row in json.loads(out)] == ["v0001", "v0002"]
 
 
 def test_list_names_uncommitted_versions_without_listing_them(capsys, registry, model):
     registry.register(MODEL, *master_artifacts(model, 0.9), pending=True)  # a run killed while registering
-    code, out, _ = _run(capsys, "list", "--registry", registry.root, "--model", MODEL)
+    code, out, _ = _read(capsys, registry, "list", "--model", MODEL)
     lines = out.splitlines()
     assert code == 0 and [line.split()[0] for line in lines[1:3]] == ["v0001", "v0002"]
     assert lines[4] == (f"{MODEL}: uncommitted v0003 (a run stopped before every institution stored it; not listed, "
                         "and withdrawn everywhere by the next retrain)")
-    code, _, err = _run(capsys, "promote", "--registry", registry.root, "--model", MODEL, "--version", "v0003")
+    code, _, err = _move(capsys, registry, "promote", "--model", MODEL, "--version", "v0003")
     assert code != 0 and "has no version 'v0003'" in err
 
 
-def test_list_an_empty_registry(capsys, tmp_path):
-    code, out, _ = _run(capsys, "list", "--registry", tmp_path / "nothing")
+def test_list_an_empty_registry(capsys, tmp_path, key_file):
+    code, out, _ = _run(capsys, "list", "--registry", tmp_path / "nothing", "--public-key", f"{key_file}.pub")
     assert code == 0 and out.startswith("no models in")
 
 
+def test_without_a_trusted_key_nothing_is_shown_or_moved(capsys, registry):
+    """No key is not a default: reading needs the master's public key, moving an alias its signing key."""
+    for action in (["list"], ["show", "--model", MODEL]):
+        code, out, err = _run(capsys, *action, "--registry", registry.root)
+        assert (code, out) == (1, "") and err.count("\n") == 1
+        assert "no trusted key: pass --config federation.yaml or --public-key FILE" in err
+    code, _, err = _run(capsys, "promote", "--registry", registry.root, "--model", MODEL, "--version", "v0001",
+                        "--public-key", _public(registry))
+    assert code == 1 and "moving an alias needs the master's signing key" in err
+    assert "production" not in registry.aliases(MODEL)
+
+
+def test_trust_any_key_inspects_loudly(capsys, registry, tmp_path, model):
+    """The issue's attack (accuracy edited, re-signed with another key) fails with the trusted key and is
+    only 'valid' under --trust-any-key, which warns that nothing is proven."""
+    path = registry.root / MODEL / "v0002" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["metrics"]["accuracy"] = 0.9483
+    forger = signing.generate_signing_key(tmp_path / "forger.pem")
+    manifest["signature"] = signing.signer(forger)(manifest_bytes(manifest))
+    path.write_text(json.dumps(manifest))
+    code, out, _ = _read(capsys, registry, "show", "--model", MODEL)
+    assert code == 1 and "not by the trusted key" in out
+    code, _, err = _move(capsys, registry, "promote", "--model", MODEL, "--version", "v0002")
+    assert code == 1 and "not by the trusted key" in err
+    code, out, err = _run(capsys, "show", "--registry", registry.root, "--model", MODEL, "--trust-any-key")
+    assert code == 0 and "NOT TRUSTED" in out
+    assert err.startswith("WARNING: --trust-any-key: no trusted key;")
+
+
+def test_config_names_the_registry_and_the_keys(capsys, registry, tmp_path):
+    config = tmp_path / "federation.yaml"
+    config.write_text(yaml.safe_dump({
+        "federation": "f", "consortium_key": {"env": "UNUSED"}, "institutions": [
+            {"name": "bank", "data": "bank.parquet", "id_column": "id", "label": "y",
+             "endpoint": "grpc+tls://127.0.0.1:1"}],
+        "master": {"registry": "registry", "signing_key": "master.pem"}}))  # public key: master.pem.pub
+    code, out, _ = _run(capsys, "list", "--config", config, "--model", MODEL)
+    assert code == 0 and out.splitlines()[1].split()[-2:] == ["valid", "ok"]
+    code, out, _ = _run(capsys, "promote", "--config", config, "--model", MODEL, "--version", "v0002")
+    assert (code, out) == (0, f"{MODEL}: production -> v0002\n")
+    code, out, _ = _run(capsys, "list", "--config", config, "--model", MODEL)
+    lines = out.splitlines()
+    log = lines[lines.index("alias log (each entry signed by the master's key):") + 1:]
+    assert log[0].split() == ["at", "action", "alias", "version", "by", "key"]
+    row = log[1].split()
+    assert row[2:5] == ["promote", "production", "v0002"] and "@" in row[5]
+    assert row[6] == signing.key_id(registry.signing_key)
+    code, out, _ = _run(capsys, "list", "--config", config, "--model", MODEL, "--json")
+    moves = {row["version"]: row["alias_moves"] for row in json.loads(out)}
+    assert moves["v0001"] == [] and [m["action"] for m in moves["v0002"]] == ["promote"]
+
+
 def test_show_text_and_json(capsys, registry, key_file):
-    code, out, _ = _run(capsys, "show", "--registry", registry.root, "--model", MODEL, "--version", "v0001",
-                        "--public-key", f"{key_file}.pub")
+    code, out, _ = _read(capsys, registry, "show", "--model", MODEL, "--version", "v0001")
     assert code == 0
     assert out.splitlines()[0] == f"{MODEL} v0001"
     assert "signature:  valid (trusted key" in out and "integrity:  ok" in out
     assert "party0" in out and "master.arrow" in out and "accuracy=0.81" in out
 
-    code, out, _ = _run(capsys, "show", "--registry", registry.root, "--model", MODEL, "--json")
+    code, out, _ = _read(capsys, registry, "show", "--model", MODEL, "--json")
     info = json.loads(out)
     assert (info["version"], info["aliases"], info["integrity"]) == ("v0002", ["latest"], "ok")
 
@@ -91,10 +158,10 @@ def test_show_text_and_json(capsys, registry, key_file):
 def test_show_reports_tampering(capsys, registry):
     path = registry.root / MODEL / "v0002" / "manifest.json"
     path.write_text(path.read_text().replace("0.86", "0.99"))
-    code, out, _ = _run(capsys, "show", "--registry", registry.root, "--model", MODEL)
+    code, out, _ = _read(capsys, registry, "show", "--model", MODEL)
     assert code == 1
     assert "signature:  INVALID: " in out and "integrity:  FAILED: " in out
-    code, out, _ = _run(capsys, "show", "--registry", registry.root, "--model", MODEL, "--json")
+    code, out, _ = _read(capsys, registry, "show", "--model", MODEL, "--json")
     assert code == 1 and json.loads(out)["integrity"].startswith("FAILED: ")
 
 
@@ -103,7 +170,7 @@ def test_list_checks_every_file_not_only_the_signature(capsys, registry):
     data = bytearray(arrow.read_bytes())
     data[-20] ^= 0xFF  # one flipped byte: the signature still verifies, the file's SHA-256 does not
     arrow.write_bytes(bytes(data))
-    code, out, _ = _run(capsys, "list", "--registry", registry.root, "--model", MODEL)
+    code, out, _ = _read(capsys, registry, "list", "--model", MODEL)
     lines = out.splitlines()
     assert code == 1
     assert lines[0].split()[-2:] == ["signature", "integrity"]
@@ -113,28 +180,30 @@ def test_list_checks_every_file_not_only_the_signature(capsys, registry):
 
 
 def test_promote_and_rollback(capsys, registry):
-    assert _run(capsys, "promote", "--registry", registry.root, "--model", MODEL, "--version", "v0001")[:2] == (
+    assert _move(capsys, registry, "promote", "--model", MODEL, "--version", "v0001")[:2] == (
         0, f"{MODEL}: production -> v0001\n")
-    assert _run(capsys, "promote", "--registry", registry.root, "--model", MODEL, "--version", "2")[1] == (
+    assert _move(capsys, registry, "promote", "--model", MODEL, "--version", "2")[1] == (
         f"{MODEL}: production -> v0002\n")
-    code, out, _ = _run(capsys, "rollback", "--registry", registry.root, "--model", MODEL)
+    code, out, _ = _move(capsys, registry, "rollback", "--model", MODEL)
     assert (code, out) == (0, f"{MODEL}: production rolled back to v0001\n")
     assert registry.aliases(MODEL)["production"] == "v0001"
 
-    code, out, err = _run(capsys, "rollback", "--registry", registry.root, "--model", MODEL)
+    code, out, err = _move(capsys, registry, "rollback", "--model", MODEL)
     assert code == 1 and out == ""
     assert err.startswith("fedforest: error: ") and "no earlier version" in err and err.count("\n") == 1
 
 
 def test_errors_are_one_line(capsys, registry, tmp_path):
-    code, _, err = _run(capsys, "promote", "--registry", registry.root, "--model", MODEL, "--version", "v0009")
+    code, _, err = _move(capsys, registry, "promote", "--model", MODEL, "--version", "v0009")
     assert code == 1 and "has no version 'v0009'" in err and err.count("\n") == 1
     other = tmp_path / "other.pem"
     signing.generate_signing_key(other)
     code, _, err = _run(capsys, "promote", "--registry", registry.root, "--model", MODEL, "--version", "v0001",
-                        "--public-key", other)
+                        "--signing-key", other)
     assert code == 1 and "not by the trusted key" in err and err.count("\n") == 1
-    code, _, err = _run(capsys, "show", "--registry", registry.root, "--model", "nope")
+    code, _, err = _move(capsys, registry, "promote", "--model", MODEL, "--version", "v0001", "--public-key", other)
+    assert code == 1 and "is not the trusted key" in err and err.count("\n") == 1
+    code, _, err = _read(capsys, registry, "show", "--model", "nope")
     assert code == 1 and "no versions of model 'nope'" in err
 
 

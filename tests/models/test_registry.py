@@ -51,8 +51,9 @@ def key(tmp_path):
 
 
 @pytest.fixture
-def registry(tmp_path) -> ModelRegistry:
-    return ModelRegistry(tmp_path / "registry")
+def registry(tmp_path, key) -> ModelRegistry:
+    """The master's registry: signs versions and alias moves, trusts its own key."""
+    return ModelRegistry(tmp_path / "registry", signing_key=key)
 
 
 @pytest.fixture
@@ -107,8 +108,10 @@ def test_promote_and_rollback_keep_a_history(registry, model):
     with pytest.raises(ArtifactError, match=r"'production' \(v0001\) has no earlier version"):
         registry.rollback(MODEL)
     assert registry.aliases(MODEL) == {"latest": "v0003", "production": "v0001"}
-    state = json.loads((registry.root / MODEL / "aliases.json").read_text())
-    assert [e["action"] for e in state["events"]][-2:] == ["rollback", "rollback"]
+    log = registry.alias_log(MODEL)
+    assert [(e["action"], e["version"]) for e in log] == [
+        ("promote", "v0001"), ("promote", "v0002"), ("promote", "v0003"), ("rollback", "v0002"), ("rollback", "v0001")]
+    assert {e["by"]["key_id"] for e in log} == {signing.key_id(registry.signing_key)}
     assert registry.promote(MODEL, "latest", alias="staging") == "v0003"
     with pytest.raises(ArtifactError, match="cannot be promoted to"):
         registry.promote(MODEL, "v0001", alias="latest")
@@ -131,7 +134,7 @@ def test_withdraw_takes_back_an_unpromoted_version(registry, model):
 def test_only_registry_files_are_left_behind(registry, model):
     _register(registry, model)
     registry.promote(MODEL, "v0001")
-    assert sorted(p.name for p in (registry.root / MODEL).iterdir()) == [".lock", "aliases.json", "v0001"]
+    assert sorted(p.name for p in (registry.root / MODEL).iterdir()) == [".lock", "aliases.log", "v0001"]
 
 
 def test_manifest_must_be_plain_json(registry, model):
@@ -153,8 +156,13 @@ def test_signed_versions_verify_and_describe(signed, model, key):
     assert (info["version"], info["aliases"], info["algorithm"], info["metrics"]) == (
         "v0001", ["latest"], "federated-forest", {"accuracy": 0.9})
     assert [p["name"] for p in info["parties"]] == ["party0", "party1"]
-    reader = ModelRegistry(signed.root)  # no trusted key: checks against the embedded key
-    assert reader.describe(MODEL)["signature"].startswith("valid (embedded key")
+    untrusting = ModelRegistry(signed.root)  # no trusted key: nothing loads
+    with pytest.raises(ArtifactError, match="no trusted master key configured"):
+        untrusting.load(MODEL)
+    assert untrusting.describe(MODEL)["integrity"].startswith("FAILED: ")
+    inspector = ModelRegistry(signed.root, trust_any_key=True)  # inspection: the embedded key, said loudly
+    assert inspector.describe(MODEL)["signature"].startswith("valid (embedded key")
+    assert "NOT TRUSTED" in inspector.describe(MODEL)["signature"]
 
 
 def test_tampered_table_byte_is_refused(signed, model):
@@ -190,12 +198,34 @@ def test_wrong_public_key_is_refused(signed, model, tmp_path):
         reader.load(MODEL)
 
 
-def test_trusted_key_requires_a_signature(registry, model, key):
-    _register(registry, model)  # unsigned
-    reader = ModelRegistry(registry.root, public_key=key.public_key())
-    with pytest.raises(ArtifactError, match="v0001/manifest.json: not signed, but this registry requires"):
+def test_trusted_key_requires_a_signature(model, key, tmp_path):
+    _register(ModelRegistry(tmp_path / "unsigned"), model)  # a writer without a signing key
+    reader = ModelRegistry(tmp_path / "unsigned", public_key=key.public_key())
+    with pytest.raises(ArtifactError, match="v0001/manifest.json: not signed, but this registry requires a signature "
+                                            f"by key {signing.key_id(key)}"):
         reader.load(MODEL)
-    assert registry.load(MODEL)[0]["version"] == "v0001"  # without a trusted key, unsigned is allowed
+    with pytest.raises(ArtifactError, match="not signed, but this registry requires a signature"):
+        ModelRegistry(tmp_path / "unsigned").load(MODEL)  # no key at all: refused too, not accepted by default
+    inspector = ModelRegistry(tmp_path / "unsigned", trust_any_key=True)
+    assert inspector.load(MODEL)[0]["version"] == "v0001"
+    assert inspector.describe(MODEL)["signature"] == "unsigned (accepted: --trust-any-key)"
+
+
+def test_a_manifest_re_signed_with_another_key_is_refused(signed, model, tmp_path):
+    """The issue's attack: edit the accuracy, re-sign with one's own key (the embedded key then matches)."""
+    _register(signed, model)
+    path = signed.root / MODEL / "v0001" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["metrics"]["accuracy"] = 0.9483
+    forger = signing.generate_signing_key(tmp_path / "forger.pem")
+    manifest["signature"] = signing.signer(forger)(artifacts.manifest_bytes(manifest))
+    path.write_text(json.dumps(manifest, indent=2))
+    with pytest.raises(ArtifactError, match=f"signed by key {signing.key_id(forger)}, not by the trusted key"):
+        signed.load(MODEL)
+    with pytest.raises(ArtifactError, match="not by the trusted key"):
+        signed.promote(MODEL, "v0001")
+    assert signed.describe(MODEL)["signature"].startswith("INVALID: ")
+    assert "production" not in signed.aliases(MODEL)
 
 
 def test_a_version_copied_under_another_number_is_refused(signed, model):

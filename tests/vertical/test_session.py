@@ -12,13 +12,13 @@ from fedcore.data.scenario import make_vertical_scenario
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.institution import InstitutionData
 from fedcore.models.registry import ModelRegistry
-from fedcore.models.signing import generate_signing_key, load_signing_key
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.alignment import AlignmentError
 from fedcore.vertical.institution import InstitutionAgent
 from fedcore.vertical.session import VerticalSession
+from tests.keys import master_key, master_public_key
 
 KEY = b"consortium-key-for-tests-0123456789"
 
@@ -30,7 +30,8 @@ def _agents(scenario: dict, root: Path, new_batch: bool = True) -> dict[str, Ins
         data = InstitutionData(
             name=name, frame=pd.read_parquet(files["train"]), id_column=scenario["id_column"], label=label,
             registry=root / "registry" / name, predictions_dir=root / "predictions" / name,
-            load_batch=(lambda path=files["new"]: pd.read_parquet(path)) if new_batch else None)
+            load_batch=(lambda path=files["new"]: pd.read_parquet(path)) if new_batch else None,
+            master_key=master_public_key(root))
         agents[name] = InstitutionAgent(data, KEY)
     return agents
 
@@ -52,14 +53,14 @@ def test_session_end_to_end(scenario, tmp_path) -> None:
     assert 0.6 < metrics["accuracy"] <= 1.0
     assert session.facts.train_rows + session.facts.holdout_rows == plan.n_common
 
-    generate_signing_key(tmp_path / "master.key")
-    registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=load_signing_key(tmp_path / "master.key"))
+    registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
     version = registry.register("demo", {"metrics": metrics, "parties": session.manifest_parties()},
                                 session.master_tables())
     stored = session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
     assert set(stored) == set(agents)
     for name in agents:
-        manifest, tables = ModelRegistry(tmp_path / "registry" / name).load("demo", version)
+        manifest, tables = ModelRegistry(tmp_path / "registry" / name, public_key=master_public_key(tmp_path)).load(
+            "demo", version)
         assert manifest["master_manifest"]["version"] == version and len(tables) == 1
 
     holder = scenario["label_holder"]
@@ -94,8 +95,7 @@ def test_load_model_predicts_like_the_training_session(scenario, tmp_path) -> No
     session.align()
     session.train()
     manifest = {"task": "classification", "parties": session.manifest_parties()}
-    generate_signing_key(tmp_path / "master.key")
-    registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=load_signing_key(tmp_path / "master.key"))
+    registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
     version = registry.register("demo", manifest, session.master_tables())
     session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
     holder = scenario["label_holder"]
@@ -115,7 +115,7 @@ def test_load_model_predicts_like_the_training_session(scenario, tmp_path) -> No
 
     with pytest.raises(ArtifactError, match="has no version 'v0009'"):
         loaded.load_model(registry, "demo", "v0009")
-    bank = ModelRegistry(tmp_path / "registry" / "bank")  # a local version that belongs to another master version
+    bank = ModelRegistry(tmp_path / "registry" / "bank", public_key=master_public_key(tmp_path))  # a local version that belongs to another master version
     stored, tables = bank.load("demo", version)
     bank.register("demo", {"institution": "bank", "master_manifest": stored["master_manifest"]}, tables,
                   version="v0002")
@@ -131,7 +131,7 @@ def test_a_version_is_stored_at_every_institution_or_at_none(scenario, tmp_path)
     session.train()
     parties = session.manifest_parties()
     forged = [{**p, "table_sha256": "0" * 64} if p["name"] == "insurer" else p for p in parties]
-    registry = ModelRegistry(tmp_path / "registry" / "master")
+    registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
     version = registry.register("demo", {"task": "classification", "parties": forged}, session.master_tables())
     with pytest.raises(ProtocolError, match="institution 'insurer': the master's manifest signs partial model digest "
                                             "'0000000000000000000000000000000000000000000000000000000000000000', "
@@ -141,7 +141,7 @@ def test_a_version_is_stored_at_every_institution_or_at_none(scenario, tmp_path)
 
 
 def test_institutions_predict_only_with_the_partial_model_the_master_signed(scenario, tmp_path) -> None:
-    registry = ModelRegistry(tmp_path / "registry" / "master")
+    registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
     for seed in (5, 6):  # two versions of one model: swapping a party's files between them must be caught
         agents = _agents(scenario, tmp_path)
         session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}),
