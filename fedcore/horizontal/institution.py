@@ -34,6 +34,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -124,12 +125,30 @@ class HorizontalInstitutionAgent(SessionAgent):
                                      k=int(h["k"]), identity=self.identity, memory_budget=self.data.memory_budget,
                                      **self._threshold_settings(h))
         else:
-            from fedcore.privacy.ldp import LabelLDP
-
-            ldp = LabelLDP(**h["ldp"]) if h["privacy"] == "ldp" else None
-            self.party = HorizontalParty(self.name, train, self.schema, privacy=h["privacy"],  # noise: a local secret seed
-                                         epsilon=float(h["epsilon"]), ldp=ldp, memory_budget=self.data.memory_budget)
+            mode, epsilon, ldp = self._fet_privacy(h)
+            self.party = HorizontalParty(self.name, train, self.schema, privacy=mode,  # noise: a local secret seed
+                                         epsilon=epsilon, ldp=ldp, memory_budget=self.data.memory_budget)
         return Message("ready", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
+
+    def _fet_privacy(self, h: dict) -> tuple[str, float, Any]:
+        """FET's privacy mode, epsilon and label mechanism: this institution's own configuration when it has
+        one, and a master that asks for anything else (less noise, no noise) is refused before any row is
+        touched; else (in-process use) the master's setup."""
+        from fedcore.privacy.ldp import LabelLDP
+
+        def read(source: dict) -> tuple[str, float, Any]:
+            mode = source.get("mode", source.get("privacy"))
+            epsilon = float(source.get("epsilon", 1.0)) if mode == "gdp" else 1.0
+            return mode, epsilon, LabelLDP(**(source.get("ldp") or {})) if mode == "ldp" else None
+
+        asked = read({**h, "mode": h["privacy"]})
+        if self.data.privacy is None:
+            return asked
+        own = read(self.data.privacy)
+        if own != asked:
+            raise ProtocolError(f"institution {self.name!r}: the master asks for privacy {_privacy_text(*asked)}, "
+                                f"but this institution's configuration says {_privacy_text(*own)}; refusing to train")
+        return own
 
     def _threshold_settings(self, h: dict) -> dict:
         """PPD-ERT's threshold mode and grid: this institution's own configuration when it has one (the
@@ -245,3 +264,11 @@ class HorizontalInstitutionAgent(SessionAgent):
                 store.drop()
         return Message("ack")
 
+
+def _privacy_text(mode: str, epsilon: float, ldp: Any) -> str:
+    """A privacy setting for messages: 'gdp' (epsilon 0.5), 'ldp' (krr), 'none'."""
+    if mode == "gdp":
+        return f"'gdp' (epsilon {epsilon:g})"
+    if mode == "ldp":
+        return f"'ldp' ({ldp.mechanism}{f', epsilon {ldp.epsilon_krr:g}' if ldp.epsilon_krr else ''})"
+    return repr(mode)

@@ -10,7 +10,7 @@ import pytest
 from fedcore.contracts.model import infer_contract
 from fedcore.data.datasets import make_waveform
 from fedcore.data.split import split_horizontal
-from fedcore.errors import ArtifactError, ContractMismatch
+from fedcore.errors import ArtifactError, ContractMismatch, ProtocolError
 from fedcore.horizontal.institution import HorizontalInstitutionAgent
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.session import HorizontalSession, confusion_metrics
@@ -137,3 +137,26 @@ def test_confusion_metrics_match_scikit_learn() -> None:
     confusion = confusion_matrix(truth, predicted, labels=[0, 1, 2, 3])
     assert confusion_metrics(confusion) == pytest.approx(
         {"accuracy": accuracy_score(truth, predicted), "f1_macro": f1_score(truth, predicted, average="macro")})
+
+
+@pytest.mark.parametrize(("own", "asked", "refusal"), [
+    ({"mode": "gdp", "epsilon": 0.5}, {"mode": "none"},
+     "the master asks for privacy 'none', but this institution's configuration says 'gdp' \\(epsilon 0.5\\)"),
+    ({"mode": "gdp", "epsilon": 0.5}, {"mode": "gdp", "epsilon": 8.0},
+     "the master asks for privacy 'gdp' \\(epsilon 8\\), but .* says 'gdp' \\(epsilon 0.5\\)"),
+    ({"mode": "ldp", "ldp": {"mechanism": "krr", "epsilon_krr": 1.0}}, {"mode": "ldp", "ldp": {"mechanism": "bloom"}},
+     "the master asks for privacy 'ldp' \\(bloom\\), but .* says 'ldp' \\(krr, epsilon 1\\)"),
+])
+def test_an_agent_trains_fet_only_with_the_privacy_of_its_own_config(table, tmp_path, own, asked, refusal) -> None:
+    """A master (mistaken or hostile) cannot lower an institution's noise: it is refused before any row is used."""
+    agents = _agents(table.head(600), tmp_path)
+    for agent in agents.values():
+        agent.data.privacy = own
+    with pytest.raises(ProtocolError, match=f"institution 'north': {refusal}; refusing to train"):
+        _session(agents, privacy=asked).agree_schema()  # setup, before any row is used
+    agents = _agents(table.head(600), tmp_path / "agreed")
+    for agent in agents.values():
+        agent.data.privacy = own
+    agreed = _session(agents, privacy=own)
+    agreed.agree_schema()
+    assert agreed.train().n_trees == 12
