@@ -118,7 +118,8 @@ class InstitutionAgent(SessionAgent):
         aligned = aligned.drop(columns=[self.data.id_column])
         train, self._holdout = aligned[~holdout].reset_index(drop=True), aligned[holdout].reset_index(drop=True)
         self.party = VerticalParty(self.name, train, self.data.label, feature_key=self._feature_key(),
-                                   identity=self.identity, memory_budget=self.data.memory_budget)
+                                   identity=self.identity, memory_budget=self.data.memory_budget,
+                                   own_privacy=self.data.privacy)
         return Message("aligned", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
 
     def _feature_key(self) -> bytes:

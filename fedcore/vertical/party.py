@@ -124,13 +124,15 @@ class VerticalParty:
 
     def __init__(self, name: str, frame: pd.DataFrame, label: str | None = None, feature_key: bytes = b"",
                  paillier_key: PaillierPrivateKey | None = None, identity: PartyIdentity | None = None,
-                 memory_budget: int | None = None) -> None:
+                 memory_budget: int | None = None, own_privacy: dict | None = None) -> None:
         """`paillier_key`: the label holder's key for Paillier mode (default: a fresh one per training).
         `identity` signs this party's sealing key in Paillier mode and checks its peers' (an agent uses its
         mutual-TLS certificate); without one, relayed sealing keys are taken on trust. `memory_budget`:
         bytes this party grows tree batches in (default: a share of its available memory), reported to the
-        master at setup so batches fit (`fedcore.trees.budget`)."""
+        master at setup so batches fit (`fedcore.trees.budget`). `own_privacy`: the institution's configured
+        `privacy:` section; a master asking for another mode or a smaller Paillier key is refused."""
         self.name = name
+        self.own_privacy = own_privacy
         self.memory_budget = memory_budget
         self.label = label
         self.is_label_holder = label is not None
@@ -189,6 +191,13 @@ class VerticalParty:
         self._label_crypto = self._passive_crypto = self._sealing = None
         privacy = h.get("privacy", "none")
         _require(privacy in ("none", "paillier"), self.name, f"unknown privacy mode {privacy!r}")
+        if self.own_privacy is not None:
+            own_mode, own_bits = self.own_privacy.get("mode", "none"), int(self.own_privacy.get("key_bits", 0))
+            _require(privacy == own_mode, self.name, f"the master asks for privacy {privacy!r}; this institution's "
+                     f"configuration says {own_mode!r}")
+            _require(privacy != "paillier" or int(h.get("paillier_key_bits", 2048)) >= own_bits, self.name,
+                     f"the master asks for a {h.get('paillier_key_bits')}-bit Paillier key; this institution's "
+                     f"configuration says {own_bits}")
         if privacy == "paillier":
             context = str(h.get("session_context", ""))
             _require(len(context) == 32 and all(c in "0123456789abcdef" for c in context), self.name,

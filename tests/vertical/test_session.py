@@ -197,3 +197,19 @@ def test_psi_aligns_the_new_batch_too(scenario, tmp_path) -> None:
     predictions = pd.read_parquet(result["path"])
     new = {n: set(pd.read_parquet(f["new"])[scenario["id_column"]]) for n, f in scenario["institutions"].items()}
     assert set(predictions[scenario["id_column"]]) == set.intersection(*new.values())
+
+
+def test_an_agent_refuses_a_master_asking_for_weaker_label_protection_than_its_config(scenario, tmp_path) -> None:
+    """A master (mistaken or hostile) cannot switch off Paillier, nor shrink its key, at an institution whose
+    own config asks for it: refused at setup, before any label statistic is computed."""
+    agents = _agents(scenario, tmp_path, new_batch=False)
+    for agent in agents.values():
+        agent.data.privacy = {"mode": "paillier", "key_bits": 3072}
+    for params, refusal in ((ForestParams(n_estimators=2, max_depth=3), "the master asks for privacy 'none'; this "
+                             "institution's configuration says 'paillier'"),
+                            (ForestParams(n_estimators=2, max_depth=3, privacy="paillier", paillier_key_bits=2048),
+                             "the master asks for a 2048-bit Paillier key; this institution's configuration says 3072")):
+        session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}), params, min_overlap=100)
+        session.align()
+        with pytest.raises(ProtocolError, match=f"party '\\w+' refuses the request: {refusal}"):
+            session.train()
