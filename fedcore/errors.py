@@ -52,6 +52,11 @@ class PartyUnavailable(ProtocolError):
     a run can resume from its checkpoints once the party is back."""
 
 
+class AgentRunEnded(PartyUnavailable):
+    """An institution's agent flow run ended before its agent served (its error is quoted): waiting for
+    the agent or retrying the connection cannot help."""
+
+
 class CertificateRefused(ProtocolError):
     """A mutual-TLS peer's certificate was refused (wrong CA, wrong identity, expired): retrying cannot help."""
 

@@ -42,13 +42,13 @@ def agent_session(config: FederationConfig, agents: str) -> Iterator[tuple[Fligh
     check_agent_mode(agents)
     log_dir = Path(config.path).parent / "logs"
     processes = start_local_agents(config, log_dir) if agents == "local" else []
-    agent_runs: list[str] = []
+    agent_runs: dict[str, str] = {}
     try:
         if processes:  # one that cannot bind its port says so, before the master reaches whoever holds it
             wait_until_serving(config, processes, log_dir, timeout_s=config.training.connect_timeout_s)
-        if agents == "deployments":
+        if agents == "deployments":  # a run that ends before serving (bad config, missing key) fails this at once
             agent_runs = trigger_agent_deployments(config)
-        transport = connect_agents(config, timeout_s=config.training.connect_timeout_s)
+        transport = connect_agents(config, timeout_s=config.training.connect_timeout_s, agent_runs=agent_runs)
         try:
             yield transport, collect_validation(transport)
         finally:
@@ -57,4 +57,4 @@ def agent_session(config: FederationConfig, agents: str) -> Iterator[tuple[Fligh
     finally:
         stop_local_agents(processes)
         if agent_runs:
-            wait_for_agent_runs(agent_runs)
+            wait_for_agent_runs(list(agent_runs.values()))

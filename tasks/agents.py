@@ -7,12 +7,14 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from prefect import get_run_logger, task
 
 from fedcore.config import FederationConfig
-from fedcore.errors import CertificateRefused, FedForestError, PartyUnavailable
+from fedcore.errors import AgentRunEnded, CertificateRefused, FedForestError, PartyUnavailable
 from fedcore.protocol.messages import Message
 from fedcore.transport.flight import FlightTransport
 from tasks.common import DATA_LOCAL
@@ -80,21 +82,46 @@ def stop_local_agents(processes: list[subprocess.Popen], timeout_s: float = 10.0
 
 
 @task(**DATA_LOCAL)
-def trigger_agent_deployments(config: FederationConfig, flow_name: str = "institution-agent") -> list[str]:
-    """Start each institution's agent flow on its own work pool (production); returns the flow run ids.
+def trigger_agent_deployments(config: FederationConfig, flow_name: str = "institution-agent") -> dict[str, str]:
+    """Start each institution's agent flow on its own work pool (production); returns {institution: flow
+    run id}.
 
     Each run uses its deployment's own `config_path` (the institution's host has its own copy of the
     federation config); the runs show as subflows of the master's run in the UI.
     """
     from prefect.deployments import run_deployment
 
-    runs = []
+    runs = {}
     for inst in config.institutions:
         run = run_deployment(f"{flow_name}/{inst.name}", parameters={"institution": inst.name}, timeout=0,
                              as_subflow=True)
         get_run_logger().info("started %s's agent: flow run %s on work pool %r", inst.name, run.id, inst.work_pool)
-        runs.append(str(run.id))
+        runs[inst.name] = str(run.id)
     return runs
+
+
+def ended_agent_run(runs: dict[str, str], read_flow_run: Callable[[str], Any] | None = None,
+                    every_s: float = 1.0) -> Callable[[], str | None]:
+    """A check for `FlightTransport.wait_ready(gave_up=...)`: the first agent flow run (of {institution:
+    run id}) that has reached a final state before its agent served, with that run's own error quoted;
+    None while all run. Reads the runs at most every `every_s` seconds."""
+    read_flow_run = read_flow_run or _read_flow_run
+    last = {"at": float("-inf")}
+
+    def check() -> str | None:
+        if time.monotonic() - last["at"] < every_s:
+            return None
+        last["at"] = time.monotonic()
+        for name, run_id in runs.items():
+            run = read_flow_run(run_id)
+            state = run.state
+            if state is not None and state.is_final():
+                said = (state.message or "no message").strip()
+                return (f"institution {name!r}: its agent flow run {run.name} ({run_id}) ended {state.name} before "
+                        f"its agent served: {said}")
+        return None
+
+    return check
 
 
 def wait_for_agent_runs(run_ids: list[str], timeout_s: float = 60.0, poll_s: float = 1.0) -> dict[str, str]:
@@ -130,17 +157,50 @@ def release_agents(transport: FlightTransport) -> None:
             pass
 
 
+def agent_run_states(config: FederationConfig, runs: dict[str, str],
+                     read_flow_run: Callable[[str], Any] | None = None) -> str:
+    """Where each agent flow run stands, for a master that gave up waiting: a run still scheduled or
+    pending has not been picked up by a worker of its institution's pool."""
+    read_flow_run = read_flow_run or _read_flow_run
+    parts = []
+    for name, run_id in runs.items():
+        state = read_flow_run(run_id).state
+        label = state.name if state is not None else "unknown"
+        hint = (f" (is a worker polling work pool {config.institution(name).work_pool!r}?)"
+                if label in ("Scheduled", "Pending", "Late") else "")
+        parts.append(f"{name} {label}{hint}")
+    return ", ".join(parts)
+
+
+def _read_flow_run(run_id: str) -> Any:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return client.read_flow_run(run_id)
+
+
 def worth_retrying(task, task_run, state) -> bool:
-    """Retry a failed connection unless a certificate was refused: that needs an operator, not time."""
-    return not isinstance(state.result(raise_on_failure=False), CertificateRefused)
+    """Retry a failed connection unless a certificate was refused or an agent's flow run ended: those
+    need an operator, not time."""
+    return not isinstance(state.result(raise_on_failure=False), CertificateRefused | AgentRunEnded)
 
 
 @task(**DATA_LOCAL, retries=2, retry_delay_seconds=2, retry_condition_fn=worth_retrying)
-def connect_agents(config: FederationConfig, timeout_s: float = 60.0) -> FlightTransport:
-    """A mutual-TLS Flight transport to every institution, once all agents answer."""
+def connect_agents(config: FederationConfig, timeout_s: float = 60.0,
+                   agent_runs: dict[str, str] | None = None) -> FlightTransport:
+    """A mutual-TLS Flight transport to every institution, once all agents answer. With `agent_runs`
+    ({institution: flow run id}), an agent run that ends first fails this at once with its error."""
     transport = FlightTransport.from_config(config)
     try:
-        transport.wait_ready(timeout_s=timeout_s)
+        transport.wait_ready(timeout_s=timeout_s, gave_up=ended_agent_run(agent_runs) if agent_runs else None)
+    except AgentRunEnded:
+        transport.close()
+        raise
+    except PartyUnavailable as exc:  # timed out: say where each agent run stands (never picked up?)
+        transport.close()
+        if not agent_runs:
+            raise
+        raise PartyUnavailable(f"{exc}; agent flow runs: {agent_run_states(config, agent_runs)}") from exc
     except BaseException:
         transport.close()
         raise

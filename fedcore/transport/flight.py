@@ -58,7 +58,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -66,7 +66,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from fedcore.errors import CertificateRefused, ConfigError, FedForestError, PartyUnavailable, ProtocolError
+from fedcore.errors import (
+    AgentRunEnded,
+    CertificateRefused,
+    ConfigError,
+    FedForestError,
+    PartyUnavailable,
+    ProtocolError,
+)
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
 from fedcore.transport.diagnose import Diagnosis, explain_connection_failure
@@ -544,11 +551,17 @@ class FlightTransport(Transport):
         except Exception as exc:
             raise self._error(party, exc, diagnose=diagnose) from exc
 
-    def wait_ready(self, timeout_s: float = 30.0, interval_s: float = 0.2) -> None:
-        """Block until every agent answers a ping, or raise ProtocolError naming those that do not."""
+    def wait_ready(self, timeout_s: float = 30.0, interval_s: float = 0.2,
+                   gave_up: Callable[[], str | None] | None = None) -> None:
+        """Block until every agent answers a ping, or raise ProtocolError naming those that do not.
+        `gave_up`, asked between rounds, says why an agent never will (its flow run ended): raised at once
+        as AgentRunEnded, instead of waiting out the timeout."""
         deadline = time.monotonic() + timeout_s
         waiting = list(self.endpoints)
         while True:
+            reason = gave_up() if gave_up is not None else None
+            if reason:
+                raise AgentRunEnded(reason)
             failures = {}
             last_try = time.monotonic() >= deadline
             for party in waiting:
