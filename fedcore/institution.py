@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +16,7 @@ import pyarrow as pa
 from fedcore.config import FederationConfig
 from fedcore.contracts.expectations import ValidationReport
 from fedcore.contracts.model import DataContract
+from fedcore.data.numbers import check_finite_columns
 from fedcore.errors import ArtifactError, ColumnNotFoundError, ConfigError, DataReadError, ProtocolError
 from fedcore.files import DATA, make_folders, set_mode
 from fedcore.models.artifacts import table_sha256
@@ -74,7 +75,7 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
     contract (examples of bad values stay in the local report). Runs where the data lives."""
     inst = config.institution(name)
     master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
-    frame = read_files(inst.data, f"institution {name!r}")
+    frame = read_files(inst.data, f"institution {name!r}", skip=[inst.id_column, inst.label])
     report = contract = None
     if inst.contract is not None:
         from fedcore.contracts import load_contract, validate_frame
@@ -87,7 +88,8 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
             log.warning("data contract violation: %s", line)
     elif inst.id_column not in frame.columns:
         raise ColumnNotFoundError(f"institution {name!r}: id column {inst.id_column!r} not in {inst.data!r}")
-    batch = (lambda: read_files(inst.predict_data, f"institution {name!r} prediction data")) if inst.predict_data else None
+    batch = (lambda: read_files(inst.predict_data, f"institution {name!r} prediction data",
+                                skip=[inst.id_column])) if inst.predict_data else None
     return InstitutionData(
         name=name, frame=frame, id_column=inst.id_column, label=inst.label, registry=inst.registry,
         predictions_dir=inst.registry.parent / "predictions" / name if inst.predictions is None else inst.predictions,
@@ -106,8 +108,9 @@ def _master_key(config: FederationConfig, name: str) -> Path | None:
     return path
 
 
-def read_files(pattern: str, what: str) -> pd.DataFrame:
-    """All .parquet/.csv files matching `pattern` (a path or glob) as one table."""
+def read_files(pattern: str, what: str, skip: Collection[str | None] = ()) -> pd.DataFrame:
+    """All .parquet/.csv files matching `pattern` (a path or glob) as one table; refused if a numeric
+    column other than `skip` holds an infinity (`fedcore.data.numbers`)."""
     import glob
 
     from fedcore.simulate import read_table
@@ -115,7 +118,9 @@ def read_files(pattern: str, what: str) -> pd.DataFrame:
     files = sorted(glob.glob(pattern)) or ([pattern] if not glob.has_magic(pattern) else [])
     if not files:
         raise DataReadError(f"{what}: no file matches {pattern!r}")
-    return pd.concat([read_table(f) for f in files], ignore_index=True)
+    frame = pd.concat([read_table(f) for f in files], ignore_index=True)
+    check_finite_columns(frame, what, skip=[c for c in skip if c is not None])
+    return frame
 
 
 def validation_reply(report: ValidationReport | None) -> Message:

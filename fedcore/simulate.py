@@ -19,6 +19,7 @@ import pandas as pd
 
 from fedcore.data.binning import category_strings, is_categorical_dtype
 from fedcore.data.columns import check_category_sizes, convert_dates
+from fedcore.data.numbers import check_finite_columns
 from fedcore.data.split import split_vertical
 from fedcore.errors import (
     ColumnNotFoundError,
@@ -98,6 +99,7 @@ def prepare_input(table: pd.DataFrame, label: str, id_column: str | None = None,
     table = prepare_table(table, label, id_column, drop)
     table, dates = convert_dates(table, keep=[label])
     check_category_sizes(table, keep=[label])
+    check_finite_columns(table, skip=[label])  # the label's own check names it as the label
     return table, {"id": id_column, "dropped": list(drop), "dates": [d.to_dict() for d in dates]}
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from fedcore.data.numbers import numeric_values
 from fedcore.errors import ParameterError
 
 MISSING_BIN = 255
@@ -61,7 +62,7 @@ class ColumnBinning:
             codes = pd.Index(self.categories).get_indexer(values).astype(np.int16)  # unknown / missing: -1
             codes[codes < 0] = MISSING_BIN
             return codes.astype(np.uint8)
-        values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        values = numeric_values(series)
         codes = np.searchsorted(self.edges, values, side="left").astype(np.uint8)
         codes[np.isnan(values)] = MISSING_BIN
         return codes
@@ -93,7 +94,7 @@ def fit_column(series: pd.Series, max_bins: int = MAX_BINS, subsample: int = 200
                 "Group rare categories, or convert the column to numbers if it is ordinal."
             )
         return ColumnBinning(name=name, is_categorical=True, categories=categories)
-    values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    values = numeric_values(series)
     column_seed = (zlib.crc32(name.encode()) ^ int(seed)) & 0xFFFFFFFF
     return ColumnBinning(name=name, is_categorical=False, edges=_numeric_edges(values, max_bins, subsample, column_seed))
 

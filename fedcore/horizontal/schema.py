@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore.data.binning import category_strings
+from fedcore.data.numbers import numeric_values
 from fedcore.errors import ColumnNotFoundError, LabelError
 
 NUMERIC = "numeric"
@@ -122,20 +123,13 @@ class HorizontalSchema:
     def encode_labels(self, series: pd.Series) -> np.ndarray:
         """Class codes (int64) for classification, float64 targets for regression."""
         if self.task == "regression":
-            return pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+            return numeric_values(series, "label")
         codes = pd.Index(list(self.classes)).get_indexer(series.to_numpy())
         if np.any(codes < 0):
             unknown = sorted({repr(v) for v in series[codes < 0].tolist()})[:5]
             raise LabelError(f"label {self.label!r} has values {unknown} outside the agreed classes "
                              f"{list(self.classes)}")
         return codes.astype(np.int64)
-
-
-def numeric_values(series: pd.Series) -> np.ndarray:
-    """A numeric or boolean column as float64, missing values as NaN."""
-    if pd.api.types.is_bool_dtype(series.dtype):
-        series = series.astype("float64")
-    return pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def _json_scalar(value):

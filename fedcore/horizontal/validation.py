@@ -16,9 +16,10 @@ import numpy as np
 import pandas as pd
 
 from fedcore.data.binning import category_strings
+from fedcore.data.numbers import numeric_values
 from fedcore.data.split import named_parties as party_frames
 from fedcore.errors import ColumnNotFoundError, InputError, LabelError, ParameterError, PartyShapeError
-from fedcore.horizontal.schema import CATEGORICAL, NUMERIC, ColumnSpec, HorizontalSchema, numeric_values
+from fedcore.horizontal.schema import CATEGORICAL, NUMERIC, ColumnSpec, HorizontalSchema
 
 
 class SchemaMismatchError(PartyShapeError):
@@ -110,10 +111,7 @@ def _column_spec(frames: dict[str, pd.DataFrame], first: str, column: str, decla
                 "every institution")
     if expected == NUMERIC:
         for name, frame in frames.items():
-            values = numeric_values(frame[column])
-            if np.isinf(values).any():
-                raise InputError(f"column {column!r} at party {name!r} has {int(np.isinf(values).sum())} "
-                                 "infinite values; replace them by finite values or NaN (missing)")
+            numeric_values(frame[column], f"party {name!r} column")  # infinities refused, naming the party
         return ColumnSpec(column, NUMERIC)
     if declared is not None:
         if isinstance(declared, str) or not isinstance(declared, Sequence | np.ndarray | pd.Index):

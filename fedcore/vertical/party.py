@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore.data.binning import PartyBinner
+from fedcore.data.numbers import numeric_values
 from fedcore.errors import ProtocolError
 from fedcore.privacy.keyauth import PartyIdentity, SignedKey, context_digest
 from fedcore.privacy.packing import SlotLayout
@@ -213,7 +214,7 @@ class VerticalParty:
                 self._label_crypto = LabelHolderCrypto(key)
         if self.is_label_holder:
             if self._criterion == SQUARED_ERROR:
-                self._y = self._label_values.to_numpy(dtype=np.float64)
+                self._y = numeric_values(self._label_values, "label")
                 header["n_classes"] = 0
             else:
                 self.classes_, codes = np.unique(self._label_values.to_numpy(), return_inverse=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from fedcore.data.numbers import check_finite_columns
 from fedcore.errors import DuplicateColumnError, LabelError, LabelHolderError, PartyShapeError
 
 
@@ -30,6 +31,7 @@ def _check_shapes(frames: dict[str, pd.DataFrame], label: str | None = None) -> 
         if frame.columns.duplicated().any():
             dup = frame.columns[frame.columns.duplicated()][0]
             raise DuplicateColumnError(f"party {name!r} has column {dup!r} twice")
+        check_finite_columns(frame, f"party {name!r}", skip=[label])
     return next(iter(rows.values()))
 
 
@@ -83,4 +85,5 @@ def validate_prediction_parties(frames: dict[str, pd.DataFrame], expected: dict[
         missing = [c for c in columns if c not in frames[name].columns]
         if missing:
             raise PartyShapeError(f"party {name!r} lacks the trained columns {missing}")
+        check_finite_columns(frames[name][columns], f"party {name!r}")
     return next(iter(rows.values()))

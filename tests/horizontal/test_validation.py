@@ -153,8 +153,9 @@ def test_label_problems() -> None:
 def test_infinite_feature_values() -> None:
     frames = _frames()
     frames[1].loc[0, "a"] = np.inf
-    _raises(InputError, "column 'a' at party 'party1' has 1 infinite values; replace them by finite values or NaN "
-            "(missing)", lambda: FederatedExtraTreesClassifier(2).fit(frames, "y"))
+    _raises(InputError, "party 'party1' column 'a' holds 1 infinite value (inf or -inf): replace them with missing "
+            "values, which every engine handles, or with finite numbers",
+            lambda: FederatedExtraTreesClassifier(2).fit(frames, "y"))
 
 
 def test_ppdert_needs_declared_ranges() -> None:
