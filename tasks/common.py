@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
 from prefect import get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 
-from fedcore.progress import GrowthProgress, ProgressCallback
+from fedcore.progress import PROGRESS_LOGGER, GrowthProgress, ProgressCallback, progress_lines
 
 DATA_LOCAL = {"persist_result": False, "cache_policy": NO_CACHE}
 """Options for tasks whose inputs or outputs hold raw data or live connections: never persisted or cached."""
@@ -19,22 +20,23 @@ def artifact_key(*parts: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")[:100]
 
 
-def progress_reporter(description: str, depth_limit: int) -> tuple[ProgressCallback, object]:
+def progress_reporter(description: str) -> tuple[ProgressCallback, object]:
     """A `training-progress` artifact and the callback that moves it as levels and tree batches complete
-    (and logs each level); returns (callback, artifact id)."""
+    (finished trees plus the current batch's estimated share, see `fedcore.progress.GrowthTracker`), and
+    logs plain progress lines, rate-limited (the first, one per finished batch, else at most one every
+    10 s), to the run logger and to the `fedforest.progress` logger (silent unless a command shows it,
+    `fedcore.progress.echo_progress`); returns (callback, artifact id)."""
     artifact = create_progress_artifact(0.0, key="training-progress", description=description)
-    logger = get_run_logger()
+    run_logger, plain = get_run_logger(), logging.getLogger(PROGRESS_LOGGER)
+
+    def write(line: str) -> None:
+        run_logger.info("training progress: %s", line)
+        plain.info("training progress: %s", line)
+
+    lines = progress_lines(write)
 
     def report(p: GrowthProgress) -> None:
-        if p.n_batches:  # the plan, announced once when the trees do not all fit one batch
-            logger.info("growing %d trees in %d batches (memory budgets, or tree_batch_size)", p.n_trees, p.n_batches)
-        if p.depth < 0:
-            share = p.trees_done / p.n_trees
-        else:
-            share = (p.trees_done + p.batch_trees * min(p.depth + 1, depth_limit) / depth_limit) / p.n_trees
-        update_progress_artifact(artifact, progress=round(100 * min(share, 1.0), 1))
-        if p.depth >= 0:
-            logger.info("trees %d-%d: level %d, %d open nodes", p.trees_done, p.trees_done + p.batch_trees - 1,
-                        p.depth, p.open_nodes)
+        lines(p)
+        update_progress_artifact(artifact, progress=round(100 * lines.tracker.fraction, 1))
 
     return report, artifact

@@ -31,8 +31,7 @@ def agree_schema(session: HorizontalSession) -> dict:
 def train_extra_trees(session: HorizontalSession, checkpoints: Path | None = None, run_id: str | None = None) -> dict:
     """Grow the forest; a progress artifact moves as tree batches and levels complete. With `checkpoints`
     and `run_id`, completed tree batches are checkpointed, and an interrupted run resumes."""
-    report, artifact = progress_reporter(f"{session.algorithm} ({session.privacy['mode']}) growth",
-                                         session.params.max_depth or 32)
+    report, artifact = progress_reporter(f"{session.algorithm} ({session.privacy['mode']}) growth")
     session.progress = report
     session.train(checkpoints, run_id)
     update_progress_artifact(artifact, progress=100.0)

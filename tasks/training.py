@@ -26,8 +26,7 @@ def align_ids(session: VerticalSession) -> dict:
 def train_forest(session: VerticalSession, checkpoints: Path | None = None, run_id: str | None = None) -> dict:
     """Grow the forest; a progress artifact moves as levels and tree batches complete. With `checkpoints`
     and `run_id`, completed tree batches are checkpointed, and an interrupted run resumes."""
-    depth_limit = session.params.depth_limit if session.params.max_depth else 32
-    report, artifact = progress_reporter("Federated Forest growth", depth_limit)
+    report, artifact = progress_reporter("Federated Forest growth")
     logger = get_run_logger()
     session.master.progress = report
     session.train(checkpoints, run_id)

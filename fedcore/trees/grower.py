@@ -210,7 +210,8 @@ class LevelwiseGrower:
             records.append({"tree": open_tree, "node": open_node, "left": left, "right": right,
                             "depth": np.full(n_open, depth, np.int16), **level.fields})
             if self.progress:
-                self.progress(GrowthProgress(first_tree, self.params.n_estimators, len(trees), depth, n_open))
+                self.progress(GrowthProgress(first_tree, self.params.n_estimators, len(trees), depth, n_open,
+                                             max_depth=self.params.max_depth or 0, **level_rows(level, split_idx)))
             if not len(split_idx):
                 break
             child_tree = np.repeat(open_tree[split_idx], 2)
@@ -231,6 +232,24 @@ class LevelwiseGrower:
             open_tree, open_node = child_tree[child_open], child_node[child_open]
             depth += 1
         return records
+
+
+def level_rows(level: Level, split_idx: np.ndarray) -> dict[str, float | int]:
+    """Progress facts of a level (read only, for `GrowthProgress`): the rows (node weight) in its open
+    nodes, the rows in the nodes that stay open after it, and how many nodes those are (none without a
+    `weight` field)."""
+    weight = level.fields.get("weight")
+    if weight is None:
+        return {}
+    weight = np.maximum(np.asarray(weight, dtype=np.float64), 0.0)  # (a noisy estimate may go below 0)
+    rows_next = float(weight[split_idx].sum())
+    nodes_next = 2 * len(split_idx)
+    if level.child_open is not None:  # the children that close now take their rows with them
+        nodes_next = int(np.count_nonzero(level.child_open))
+        closed = level.child_fields.get("weight")
+        if closed is not None:
+            rows_next -= float(np.maximum(np.asarray(closed, dtype=np.float64), 0.0).sum())
+    return {"rows_open": float(weight.sum()), "rows_next": max(rows_next, 0.0), "nodes_next": nodes_next}
 
 
 def sort_records(records: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
