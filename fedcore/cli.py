@@ -5,14 +5,17 @@
     fedforest demo            (added by flows.cli: it runs Prefect flows)
     fedforest --version
 
-Errors fedcore raises on purpose (and unreadable files) end as one line `fedforest: error: ...` on stderr
-with exit code 1; an unknown setting, algorithm or privacy mode exits with code 2.
+Bad input ends as one line `fedforest: error: ...` on stderr and exit code 1, whoever finds it: the
+argument parser of any subcommand (a missing option, a value of the wrong type, an unknown choice), the
+checks of the setting, algorithm and privacy mode, or an error fedcore raises on purpose (and unreadable
+files). `--help` and `--version` exit 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -20,11 +23,15 @@ from importlib.metadata import PackageNotFoundError, version
 from fedcore.commands import register_all
 from fedcore.config import PRIVACY_MODES
 from fedcore.data.split import PARTITIONS
-from fedcore.errors import FedForestError
+from fedcore.errors import FedForestError, ParameterError
 from fedcore.simulate import TASK_DEFAULT, TASKS, read_table, simulate_vertical
+from fedcore.trees.budget import available_bytes
+from fedcore.trees.params import ForestParams, check_max_features, check_model_fits
 
 PROG = "fedforest"
-NOT_AVAILABLE = 2
+BAD_INPUT = 1
+MAX_SEED = 2**32 - 1
+"""scikit-learn's train/test split and reference forests take seeds up to 2^32 - 1."""
 ALGORITHMS = {"vertical": {"forest": "Federated Forest"},
               "horizontal": {"extra-trees": "Federated Extra-Trees", "ppd-ert": "PPD-ERT"}}
 
@@ -48,28 +55,54 @@ def _package_version() -> str:
         return "unknown"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are bad input like any other: one line on stderr, exit code 1,
+    no usage block (it names the `--help` to read instead). `add_subparsers` makes every subcommand's
+    parser of the same class, so the commands of fedcore.commands and flows.cli follow it too."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        _error(f"{message} (see '{self.prog} --help')")
+        self.exit(BAD_INPUT)
+
+
 def _max_features(text: str) -> str | int | float | None:
-    """Parse --max-features: sqrt, log2, none (all features), an integer count, a fraction or default."""
+    """Parse --max-features: sqrt, log2, none (all features), a count >= 1, a fraction in (0, 1] or default."""
     lowered = text.strip().lower()
     if lowered in ("sqrt", "log2", TASK_DEFAULT):
         return lowered
     if lowered in ("none", "all"):
         return None
     try:
-        return int(lowered)
+        value: int | float = int(lowered)
     except ValueError:
-        pass
+        try:
+            value = float(lowered)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected sqrt, log2, none, default, a count >= 1 or a fraction in (0, 1], got {text!r}") from None
     try:
-        return float(lowered)
+        check_max_features(value)
+    except ParameterError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return value
+
+
+def _seed(text: str) -> int:
+    """Parse --seed: an integer from 0 to 2^32 - 1 (what scikit-learn's split and reference forests take)."""
+    try:
+        value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected sqrt, log2, none, default, an integer or a fraction, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"the seed must be between 0 and {MAX_SEED} (the train/test split and "
+                                         f"scikit-learn's reference forests take 32-bit seeds), got {value}")
+    return value
 
 
 def build_parser(extra: Callable[[argparse._SubParsersAction], None] | None = None) -> argparse.ArgumentParser:
     """The argument parser: `simulate`, the modules of fedcore.commands, and `extra` (the Prefect-backed
     commands that `flows.cli` adds, since fedcore itself never imports Prefect)."""
-    parser = argparse.ArgumentParser(prog=PROG, description="Federated random forests across institutions.")
+    parser = OneLineParser(prog=PROG, description="Federated random forests across institutions.")
     parser.add_argument("--version", action="version", version=f"{PROG} {_package_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sim = commands.add_parser("simulate", help="split one table into simulated parties, train and evaluate",
@@ -103,7 +136,8 @@ def build_parser(extra: Callable[[argparse._SubParsersAction], None] | None = No
     sim.add_argument("--max-features", type=_max_features, default=TASK_DEFAULT, metavar="F",
                      help="features per node: sqrt, log2, none, a count or a fraction "
                           "(default sqrt for classification, all for regression)")
-    sim.add_argument("--seed", type=int, default=0, help="seed of the split, the parties and the forests")
+    sim.add_argument("--seed", type=_seed, default=0,
+                     help=f"seed of the split, the parties and the forests (0 to {MAX_SEED}, default 0)")
     sim.add_argument("--test-size", type=float, default=0.2, help="held-out fraction of rows (default 0.2)")
     sim.add_argument("--task", choices=TASKS, default="auto", help="auto infers it from the label")
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -136,8 +170,9 @@ def _simulate(args: argparse.Namespace) -> int:
     reason = _not_available(args)
     if reason:
         _error(reason)
-        return NOT_AVAILABLE
+        return BAD_INPUT
     table = read_table(args.data)
+    _check_model_fits(args, len(table))
     if args.setting == "horizontal":
         from fedcore.simulate_horizontal import simulate_horizontal
 
@@ -158,6 +193,20 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         print(format_result(result))
     return 0
+
+
+def _check_model_fits(args: argparse.Namespace, n_rows: int) -> None:
+    """Refuse, before the table is split and any party exists, trees and a depth whose worst-case model
+    cannot fit in this machine's available memory, where the simulator holds the master's and every party's
+    model tables (`fedcore.trees.params.check_model_fits`). The trees grow on the training rows."""
+    from fedcore.horizontal.params import ExtraTreesParams
+
+    cls = ExtraTreesParams if args.setting == "horizontal" else ForestParams
+    params = cls(n_estimators=args.trees, max_depth=args.max_depth, random_state=args.seed)
+    if not 0 < args.test_size < 1:
+        return  # the simulator refuses it, naming it
+    n_train = n_rows - math.ceil(args.test_size * n_rows)  # scikit-learn's train_test_split
+    check_model_fits(params, max(n_train, 1), available_bytes(), colocated_parties=max(args.parties, 0))
 
 
 def format_result(result: dict) -> str:
@@ -238,17 +287,21 @@ def _error(message: str) -> None:
 
 
 def main(argv: list[str] | None = None, extra: Callable[[argparse._SubParsersAction], None] | None = None) -> int:
-    """Run the `fedforest` command; return its exit code (0 ok, 1 bad input, 2 usage or not built yet)."""
+    """Run the `fedforest` command; return its exit code (0 ok, 1 bad input: one line on stderr)."""
     parser = build_parser(extra)
     try:
         args = parser.parse_args(argv)
-    except SystemExit as stop:  # --help, --version and usage errors
+    except SystemExit as stop:  # --help and --version (0), usage errors (1, `OneLineParser.error`)
         return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
     try:
         return args.handler(args)
     except (FedForestError, OSError) as error:
         _error(str(error))
-        return 1
+        return BAD_INPUT
+    except MemoryError:
+        _error("out of memory: the data or the parameters need more memory than this machine has left; lower "
+               "the number of trees or the depth, or train on fewer rows")
+        return BAD_INPUT
 
 
 if __name__ == "__main__":

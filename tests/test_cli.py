@@ -156,9 +156,9 @@ def test_version(capsys) -> None:
     (("--setting", "horizontal", "--thresholds", "domain"), "--thresholds applies to --algorithm ppd-ert only, not "
                                                             "'extra-trees'"),
 ])
-def test_unknown_setting_algorithm_or_privacy_exits_2(capsys, breast_cancer_csv: Path, options: tuple,
-                                                      message: str) -> None:
-    line = _error_line(capsys, "simulate", "--data", breast_cancer_csv, "--label", "target", *options, code=2)
+def test_unknown_setting_algorithm_or_privacy_is_bad_input(capsys, breast_cancer_csv: Path, options: tuple,
+                                                            message: str) -> None:
+    line = _error_line(capsys, "simulate", "--data", breast_cancer_csv, "--label", "target", *options)
     assert line == f"fedforest: error: {message}"
 
 
@@ -174,10 +174,53 @@ def test_simulate_ppd_ert_with_either_threshold_mode(capsys, breast_cancer_csv: 
     assert code == 0 and f"privacy: thresholds: {said}" in out
 
 
-def test_usage_error_exits_2(capsys) -> None:
-    code, _, err = _run(capsys, "simulate", "--label", "y")
-    assert code == 2
-    assert "the following arguments are required: --data" in err
+# -- one convention: a usage error is bad input too (one line, exit 1, no usage block) ----------------------
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("simulate", "--label", "y"), "the following arguments are required: --data (see 'fedforest simulate --help')"),
+    (("simulate", "--data", "t.csv", "--label", "y", "--trees", "1.5"),
+     "argument --trees: invalid int value: '1.5' (see 'fedforest simulate --help')"),
+    (("simulate", "--data", "t.csv", "--label", "y", "--max-features", "banana"),
+     "argument --max-features: expected sqrt, log2, none, default, a count >= 1 or a fraction in (0, 1], got "
+     "'banana' (see 'fedforest simulate --help')"),
+    (("simulate", "--data", "t.csv", "--label", "y", "--max-features", "1.5"),
+     "argument --max-features: max_features as a fraction must be in (0, 1], got 1.5 "
+     "(see 'fedforest simulate --help')"),
+    (("simulate", "--data", "t.csv", "--label", "y", "--task", "ranking"),
+     "argument --task: invalid choice: 'ranking' (choose from 'auto', 'classification', 'regression') "
+     "(see 'fedforest simulate --help')"),
+    (("simulate", "--data", "t.csv", "--label", "y", "--seed", "4294967296"),
+     "argument --seed: the seed must be between 0 and 4294967295 (the train/test split and scikit-learn's "
+     "reference forests take 32-bit seeds), got 4294967296 (see 'fedforest simulate --help')"),
+    (("simulate", "--data", "t.csv", "--label", "y", "--colour", "red"),
+     "unrecognized arguments: --colour red (see 'fedforest --help')"),
+    ((), "the following arguments are required: COMMAND (see 'fedforest --help')"),
+    (("certs",), "the following arguments are required: ACTION (see 'fedforest certs --help')"),
+    (("certs", "issue", "bank", "--role", "admin"),
+     "argument --role: invalid choice: 'admin' (choose from 'master', 'institution') "
+     "(see 'fedforest certs issue --help')"),
+])
+def test_usage_errors_are_one_line_and_exit_1(capsys, argv: tuple, message: str) -> None:
+    line = _error_line(capsys, *argv)
+    assert line == f"fedforest: error: {message}"
+
+
+def test_pipeline_commands_follow_the_same_convention(capsys) -> None:
+    from flows.cli import main as pipeline_main
+
+    code = pipeline_main(["retrain"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert err == "fedforest: error: the following arguments are required: --config (see 'fedforest retrain --help')\n"
+    assert pipeline_main(["predict", "--config", "f.yaml", "--agents", "cloud"]) == 1
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv", [("--help",), ("simulate", "--help"), ("certs", "issue", "--help")])
+def test_help_still_prints_help_and_exits_0(capsys, argv: tuple) -> None:
+    code, out, err = _run(capsys, *argv)
+    assert code == 0 and err == ""
+    assert out.startswith("usage: fedforest")
 
 
 # -- bad input: exit code 1 and one line naming the offending thing --------------------------------------

@@ -41,9 +41,17 @@ from fedcore.progress import ProgressCallback
 from fedcore.protocol.messages import Message
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
-from fedcore.trees.budget import BYTES_PER_TREE_ROW, level_nodes, reported_budget, resolve_budget, role_costs
+from fedcore.trees.budget import (
+    BYTES_PER_TREE_ROW,
+    available_bytes,
+    level_nodes,
+    reported_budget,
+    resolve_budget,
+    role_costs,
+)
 from fedcore.trees.candidates import CRITERION_CODES, best_candidates
 from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
+from fedcore.trees.params import check_model_fits
 
 
 @dataclass
@@ -215,6 +223,11 @@ class BranchStatsLevels(LevelStrategy, ABC):
         """
         p = self.params
         self.setup()
+        # the worst-case model must fit where it is held, before any tree grows (the simulator holds every
+        # party's copy too)
+        check_model_fits(p, sum(self.party_rows.values()), available_bytes(),
+                         n_outputs=self.schema.n_classes if p.task == "classification" else 1,
+                         colocated_parties=len(self.parties) if self.shared_budget is not None else 0)
         self._stopping = StoppingRules.of(p, self.min_samples_leaf)
         if self.noise_follows_batches:  # the plan must come from the configuration alone, not the machine
             if p.memory_budget_mb is not None:

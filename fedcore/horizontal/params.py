@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fedcore.errors import ParameterError
-from fedcore.trees.params import TreeParams
+from fedcore.trees.params import COMPLETE_NODE_BYTES, TreeParams
 
 PRIVACY_MODES = ("none", "ldp", "gdp")
 CLASSIFICATION_CRITERIA = ("gini", "entropy")
@@ -20,6 +20,10 @@ class ExtraTreesParams(TreeParams):
         allowed = CLASSIFICATION_CRITERIA if self.task == "classification" else REGRESSION_CRITERIA
         if self.criterion not in allowed:
             raise ParameterError(f"criterion for {self.task} must be one of {list(allowed)}, got {self.criterion!r}")
+
+    def node_bytes(self, n_outputs: int, colocated_parties: int = 0) -> int:
+        """The complete forest's node (fedcore/horizontal/model.py), held by the master and by every party."""
+        return (COMPLETE_NODE_BYTES + 8 * n_outputs) * (1 + colocated_parties)
 
 
 def check_privacy_mode(privacy: str, task: str) -> str:

@@ -20,10 +20,17 @@ from fedcore.progress import ProgressCallback
 from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
-from fedcore.trees.budget import BYTES_PER_TREE_ROW, level_nodes, reported_budget, resolve_budget, role_costs
+from fedcore.trees.budget import (
+    BYTES_PER_TREE_ROW,
+    available_bytes,
+    level_nodes,
+    reported_budget,
+    resolve_budget,
+    role_costs,
+)
 from fedcore.trees.criteria import SQUARED_ERROR, leaf_value
 from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
-from fedcore.trees.params import ForestParams
+from fedcore.trees.params import ForestParams, check_model_fits
 from fedcore.trees.predictor import intersect_leaf_sets
 from fedcore.trees.structure import NO_CHILD, ForestStructure
 
@@ -145,6 +152,11 @@ class VerticalMaster(LevelStrategy):
         if self.info is None:
             self.setup()
         p = self.params
+        # the worst-case model must fit where it is held, before any tree grows (the simulator holds every
+        # party's copy too)
+        check_model_fits(p, self.info.n_rows, available_bytes(),
+                         n_outputs=max(1, self.info.n_classes) if p.task == "classification" else 1,
+                         colocated_parties=len(self.info.parties) if self.shared_budget is not None else 0)
         self._stopping = StoppingRules.of(p)
         self.grower = self._grower()
         records, save_batch = self.grower.grow(checkpoints, resume_from)

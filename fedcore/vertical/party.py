@@ -29,6 +29,7 @@ from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message, pack_bits
 from fedcore.trees.budget import default_budget
 from fedcore.trees.criteria import SQUARED_ERROR, n_stats
+from fedcore.trees.params import MAX_TREES_PER_BATCH
 from fedcore.trees.partition import (
     SamplePartition,
     node_byte_lengths,
@@ -49,7 +50,6 @@ def opaque_feature_id(key: bytes, column: str) -> str:
     return hmac.new(key, column.encode(), hashlib.sha256).hexdigest()[:16]
 
 
-MAX_TREES_PER_BATCH = 100_000
 MAX_FEATURES = 10_000_000
 
 
@@ -299,7 +299,8 @@ class VerticalParty:
         h = message.header
         trees, n_draws = h["trees"], h["n_draws"]
         _require(isinstance(trees, list) and 0 < len(trees) <= MAX_TREES_PER_BATCH
-                 and all(isinstance(t, int) and t >= 0 for t in trees), self.name, "trees must be tree numbers")
+                 and all(isinstance(t, int) and t >= 0 for t in trees), self.name,
+                 f"a batch's trees must be 1 to {MAX_TREES_PER_BATCH} tree numbers")
         _require(n_draws is None or (isinstance(n_draws, int) and 0 < n_draws <= max(len(self._y), 1)), self.name,
                  f"n_draws must be between 1 and the {len(self._y)} rows, got {n_draws!r}")
         _require(len(self._y) == len(self.features), self.name, "configure must come before begin_batch")
