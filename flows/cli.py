@@ -23,7 +23,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     demo = commands.add_parser("demo", help="the whole pipeline on this machine (Prefect ephemeral server)",
                                description="Generate three institutions with overlapping customers and run the "
                                            "retrain pipeline on Prefect's ephemeral server, agents on loopback.")
-    demo.add_argument("--work", type=Path, default=Path("work/demo"), help="workspace folder (default work/demo)")
+    demo.add_argument("--work", type=Path, default=None,
+                      help="workspace folder (default: each demo its own, work/demo, work/demo-horizontal or "
+                           "work/demo-ppd-ert)")
     demo.add_argument("--verbose", action="store_true", help="show Prefect's own log lines")
     demo.add_argument("--setting", choices=("vertical", "horizontal"), default="vertical",
                       help="vertical: bank, e-commerce, insurer share customers (default); horizontal: three "
@@ -54,6 +56,26 @@ def register(commands: argparse._SubParsersAction) -> None:
     predict.set_defaults(handler=_predict)
 
 
+def demo_folder(setting: str, algorithm: str) -> Path:
+    """Each demo's own default workspace, so one never overwrites another's config, data or registry."""
+    if setting == "vertical":
+        return Path("work/demo")
+    return Path("work/demo-horizontal" if algorithm == "extra-trees" else f"work/demo-{algorithm}")
+
+
+def use_federation_prefect_home(config_path: Path) -> Path | None:
+    """Record runs where the federation's own Prefect home is (`<config folder>/.prefect`, which `demo`
+    creates and tells you to start the UI on), unless PREFECT_HOME or PREFECT_API_URL already says where;
+    returns the home used, if any. Keeps the demo's runs and the tour's `retrain`/`predict` runs together."""
+    home = config_path.resolve().parent / ".prefect"
+    if "PREFECT_HOME" in os.environ or "PREFECT_API_URL" in os.environ or not home.is_dir():
+        return None
+    os.environ["PREFECT_HOME"] = str(home)
+    print(f"fedforest: recording runs in {home} (this federation's Prefect home; browse them with "
+          f"PREFECT_HOME={home} prefect server start)", file=sys.stderr)
+    return home
+
+
 def _quiet(verbose: bool) -> None:
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
@@ -62,10 +84,14 @@ def _quiet(verbose: bool) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    work = args.work.resolve()
+    work = (args.work or demo_folder(args.setting, args.algorithm)).resolve()
     (work / ".prefect").mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PREFECT_HOME", str(work / ".prefect"))
     _quiet(args.verbose)
+    if not args.verbose:  # Prefect's own lines are quieted: show training progress as plain lines
+        from fedcore.progress import echo_progress
+
+        echo_progress()
     if args.setting == "horizontal":
         from flows.horizontal_demo import run_horizontal_demo
 
@@ -76,6 +102,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _retrain(args: argparse.Namespace) -> int:
+    use_federation_prefect_home(args.config)
     _quiet(verbose=True)
     import json
 
@@ -88,6 +115,7 @@ def _retrain(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
+    use_federation_prefect_home(args.config)
     _quiet(verbose=True)
     import json
 

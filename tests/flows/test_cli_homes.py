@@ -1,0 +1,52 @@
+"""Each demo has its own folder, and `retrain`/`predict` record their runs in the Prefect home the demo
+points the UI at (the federation's `.prefect`), unless the user chose a home or a server."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from flows.cli import demo_folder, main, use_federation_prefect_home
+
+
+def test_every_demo_has_its_own_folder():
+    folders = {demo_folder("vertical", "extra-trees"), demo_folder("horizontal", "extra-trees"),
+               demo_folder("horizontal", "ppd-ert")}
+    assert folders == {Path("work/demo"), Path("work/demo-horizontal"), Path("work/demo-ppd-ert")}
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for key in ("PREFECT_HOME", "PREFECT_API_URL"):
+        monkeypatch.delenv(key, raising=False)
+    yield monkeypatch
+    os.environ.pop("PREFECT_HOME", None)  # set by the code under test, not through monkeypatch
+
+
+def test_runs_go_to_the_federations_prefect_home(tmp_path, clean_env, capsys):
+    config = tmp_path / "federation.yaml"
+    assert use_federation_prefect_home(config) is None  # no .prefect there: Prefect's default
+    (tmp_path / ".prefect").mkdir()
+    assert use_federation_prefect_home(config) == tmp_path / ".prefect"
+    assert os.environ["PREFECT_HOME"] == str(tmp_path / ".prefect")
+    assert "recording runs in" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("chosen", ["PREFECT_HOME", "PREFECT_API_URL"])
+def test_a_home_or_server_the_user_chose_wins(tmp_path, clean_env, chosen):
+    (tmp_path / ".prefect").mkdir()
+    clean_env.setenv(chosen, "/elsewhere" if chosen == "PREFECT_HOME" else "http://server:4200/api")
+    assert use_federation_prefect_home(tmp_path / "federation.yaml") is None
+    assert os.environ.get("PREFECT_HOME") in (None, "/elsewhere")
+
+
+def test_retrain_uses_it(tmp_path, clean_env, monkeypatch):
+    import flows.retrain
+
+    seen = []
+    monkeypatch.setattr(flows.retrain, "retrain", lambda *a, **k: seen.append(os.environ.get("PREFECT_HOME")) or {})
+    (tmp_path / ".prefect").mkdir()
+    assert main(["retrain", "--config", str(tmp_path / "federation.yaml")]) == 0
+    assert seen == [str(tmp_path / ".prefect")]
