@@ -39,8 +39,8 @@ class ParameterError(InputError):
     """A hyper-parameter is outside its allowed range."""
 
 
-class NotFittedError(FedForestError, AttributeError):
-    """A model was used before `fit` (or `load`)."""
+class NotFittedError(FedForestError, AttributeError, ValueError):
+    """A model was used before `fit` (or `load`): an AttributeError and a ValueError, like scikit-learn's."""
 
 
 class ProtocolError(FedForestError):

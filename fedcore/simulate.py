@@ -144,7 +144,9 @@ def metrics(task: str, y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, floa
 def _engine(task: str, params: dict, progress: bool) -> FederatedForestClassifier | FederatedForestRegressor:
     """An unfitted engine; building it validates the parameters before any work starts."""
     cls = FederatedForestClassifier if task == "classification" else FederatedForestRegressor
-    return cls(**params, progress=progress)
+    model = cls(**params, progress=progress)
+    model.params  # noqa: B018 - validates the parameters now, before any work (scikit-learn style: not in __init__)
+    return model
 
 
 def _fit_engine(model, task: str, parties: list[pd.DataFrame], label: str, test: list[pd.DataFrame],

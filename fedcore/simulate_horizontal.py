@@ -59,10 +59,14 @@ def build_estimator(algorithm: str, privacy: str, task: str, params: dict, *, ep
     )
 
     if algorithm == "ppd-ert":
-        return PPDERTClassifier(**params, feature_ranges=feature_ranges, allow_data_ranges=feature_ranges is None,
-                                categories=categories, **({"thresholds": thresholds} if thresholds else {}))
-    cls = FederatedExtraTreesClassifier if task == "classification" else FederatedExtraTreesRegressor
-    return cls(**params, privacy=privacy, categories=categories, **({"epsilon": epsilon} if privacy == "gdp" else {}))
+        model = PPDERTClassifier(**params, feature_ranges=feature_ranges, allow_data_ranges=feature_ranges is None,
+                                 categories=categories, **({"thresholds": thresholds} if thresholds else {}))
+    else:
+        cls = FederatedExtraTreesClassifier if task == "classification" else FederatedExtraTreesRegressor
+        model = cls(**params, privacy=privacy, categories=categories,
+                    **({"epsilon": epsilon} if privacy == "gdp" else {}))
+    model.params  # noqa: B018 - validates the parameters now, before any work (scikit-learn style: not in __init__)
+    return model
 
 
 def declared_ranges(train: pd.DataFrame, label: str) -> dict[str, tuple[float, float]]:

@@ -1,4 +1,4 @@
-"""Simulation API: scikit-learn-like estimators that run the horizontal engines over an in-process
+"""Simulation API: scikit-learn-shaped estimators that run the horizontal engines over an in-process
 transport (every message still crosses as Arrow bytes, so byte counts and transcripts are real).
 
     parties = [frame.iloc[:300], frame.iloc[300:]]          # same columns, different rows
@@ -8,11 +8,15 @@ transport (every message still crosses as Arrow bytes, so byte counts and transc
 The agreed schema (columns, kinds, category lists, classes) is derived from the frames here; in a
 deployment it comes from the data contracts. Categorical columns need the same pandas Categorical dtype at
 every party, or an explicit `categories={column: [...]}`. Missing values go right at every split.
+
+The estimators follow scikit-learn's conventions (`fedcore.estimator_api`): the constructor only stores
+its parameters (checked by `fit`, through `ExtraTreesParams` and the privacy and threshold checks),
+`get_params` / `set_params` / `clone` work, fitted attributes end in `_`, and `score(frame, y)` takes what
+`predict` takes.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 import zlib
 from collections.abc import Mapping, Sequence
@@ -20,10 +24,18 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from fedcore.errors import NotFittedError, ParameterError
+from fedcore.errors import ParameterError
+from fedcore.estimator_api import (
+    ClassifierMixin,
+    EstimatorBase,
+    NotFittedError,
+    RegressorMixin,
+    check_fitted,
+    impurity_importances,
+    node_impurity_decrease,
+)
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.fet.party import HorizontalParty
-from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams, check_privacy_mode
 from fedcore.horizontal.ppdert.agreed import check_threshold_mode
 from fedcore.horizontal.ppdert.cells import DEFAULT_CELLS
@@ -36,7 +48,7 @@ from fedcore.horizontal.validation import (
     named_parties,
     resolve_feature_ranges,
 )
-from fedcore.progress import progress_bar
+from fedcore.progress import end_line, progress_bar
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.budget import resolve_budget
 
@@ -46,65 +58,79 @@ def party_noise_seed(random_state: int, name: str) -> int:
     return (int(random_state) << 32) ^ zlib.crc32(name.encode())
 
 
-class _HorizontalForest:
+class _HorizontalForest(EstimatorBase):
     """Shared machinery of the horizontal estimators."""
 
     _task = "classification"
     _algorithm = "fet"
+    _fitted_attribute = "model_"
 
-    def _init_common(self, n_estimators, criterion, max_depth, min_samples_split, min_samples_leaf, max_features,
-                     random_state, tree_batch_size, categories, bootstrap, progress, record_transcript,
-                     record_payloads, memory_budget_mb=None) -> None:
-        if bootstrap:
+    @property
+    def params(self) -> ExtraTreesParams:
+        """The validated forest parameters: those the model was fitted with once fitted (`params_`), else
+        the current constructor parameters, checked now (ParameterError names a bad one)."""
+        return self.params_ if self.__sklearn_is_fitted__() else self._forest_params()
+
+    @property
+    def params_(self) -> ExtraTreesParams:
+        """The forest parameters the model was fitted with."""
+        check_fitted(self)
+        return self.master_.params
+
+    def _forest_params(self) -> ExtraTreesParams:
+        """ExtraTreesParams of the constructor parameters: the one place they are checked."""
+        if self.bootstrap:
             raise ParameterError("bootstrap=True is not supported by the horizontal engines: Extra-Trees grow every "
                                  "tree on all rows, which keeps federated runs identical to the pooled run; "
                                  "leave bootstrap=False")
-        self.params = ExtraTreesParams(
-            task=self._task, n_estimators=n_estimators, criterion=criterion, max_depth=max_depth,
-            min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf, max_features=max_features,
-            random_state=random_state, tree_batch_size=tree_batch_size, memory_budget_mb=memory_budget_mb)
-        self.categories = None if categories is None else dict(categories)
-        self.progress = progress
-        self.record_transcript = record_transcript
-        self.record_payloads = record_payloads
-        self.model_: HorizontalForest | None = None
-        self.parties_: list[HorizontalParty] | None = None
-        self.transport_: InProcessTransport | None = None
-        self.master_ = None
-        self.fit_seconds_ = 0.0
+        return ExtraTreesParams(
+            task=self._task, n_estimators=self.n_estimators, criterion=self.criterion, max_depth=self.max_depth,
+            min_samples_split=self.min_samples_split, min_samples_leaf=self.min_samples_leaf,
+            max_features=self.max_features, random_state=self.random_state, tree_batch_size=self.tree_batch_size,
+            memory_budget_mb=self.memory_budget_mb)
+
+    def _check_settings(self) -> None:
+        """Check the engine's own settings (privacy, thresholds) and keep their resolved values."""
 
     def _make_parties(self, frames: dict[str, pd.DataFrame], schema) -> list[HorizontalParty]:
+        """The parties of this fit (its checked parameters are `self._params`)."""
         raise NotImplementedError
 
     def _make_master(self, transport, schema):
+        """The master of this fit (its checked parameters are `self._params`)."""
         raise NotImplementedError
 
     def fit(self, parties: PartyFrames, label: str):
         """Train on party DataFrames with the same columns (including `label`) and different rows."""
+        self._params = self._forest_params()
+        self._check_settings()
         frames = named_parties(parties)
         schema = build_schema(frames, label, self._task, self.categories)
         self._check_before_fit(schema, frames)
-        self.schema_ = schema
-        self.label_ = label
-        self.parties_ = self._make_parties(frames, schema)
-        self.transport_ = InProcessTransport({p.name: p.handle for p in self.parties_},
-                                             record_transcript=self.record_transcript,
-                                             record_payloads=self.record_payloads)
-        self.master_ = self._make_master(self.transport_, schema)
-        self.master_.shared_budget = resolve_budget(self.params.memory_budget_mb)  # one process for every role
+        members = self._make_parties(frames, schema)
+        transport = InProcessTransport({p.name: p.handle for p in members},
+                                       record_transcript=self.record_transcript,
+                                       record_payloads=self.record_payloads)
+        master = self._make_master(transport, schema)
+        master.shared_budget = resolve_budget(self._params.memory_budget_mb)  # one process for every role
         started = time.perf_counter()
-        self.model_ = self.master_.fit()
+        model = master.fit()
         self.fit_seconds_ = time.perf_counter() - started
         if self.progress:
-            sys.stderr.write("\n")
+            end_line()
+        self.schema_ = schema
+        self.label_ = label
+        self.parties_ = members
+        self.transport_ = transport
+        self.master_ = master
+        self.model_ = model  # last: its presence marks the estimator fitted
         return self
 
     def _check_before_fit(self, schema, frames) -> None:
         """Mode-specific checks before any party object exists."""
 
     def _predict_values(self, frame: pd.DataFrame) -> np.ndarray:
-        if self.model_ is None:
-            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit() first")
+        check_fitted(self)
         if not isinstance(frame, pd.DataFrame):
             raise ParameterError(f"predict takes one pandas DataFrame of rows, got {type(frame).__name__}")
         return self.model_.predict_values(self.schema_.encode(frame))
@@ -112,19 +138,50 @@ class _HorizontalForest:
     @property
     def communication_(self) -> dict:
         """Rounds and bytes of training, in total and per message kind."""
-        return self.transport_.stats.to_dict() if self.transport_ else {}
+        check_fitted(self)
+        return self.transport_.stats.to_dict()
 
     @property
     def transcript_(self) -> list:
         """Every message that crossed (with payload bytes when record_payloads=True)."""
-        if self.transport_ is None or not self.transport_.record_transcript:
+        check_fitted(self)
+        if not self.transport_.record_transcript:
             raise NotFittedError("no transcript: fit with record_transcript=True (or record_payloads=True)")
         return self.transport_.transcript
 
     @property
     def rounds_(self) -> int:
         """Round trips of training."""
-        return self.transport_.stats.rounds if self.transport_ else 0
+        check_fitted(self)
+        return self.transport_.stats.rounds
+
+    @property
+    def n_features_in_(self) -> int:
+        """Number of feature columns (the agreed schema's)."""
+        check_fitted(self)
+        return self.schema_.n_features
+
+    @property
+    def feature_names_in_(self) -> np.ndarray:
+        """The feature columns in schema order (the order of `feature_importances_`)."""
+        check_fitted(self)
+        return np.array(self.schema_.names, dtype=object)
+
+    @property
+    def feature_importances_(self) -> np.ndarray:
+        """Impurity-based importances over `feature_names_in_`, summing to 1: scikit-learn's definition (the
+        weighted impurity decrease of each split, as a share of its tree's total, averaged over the trees).
+
+        Every institution holds the whole forest, so every one can compute this same vector. It is computed
+        from the forest's node weights (aggregated row counts) and values (class probabilities or target
+        means), see `fedcore.estimator_api.node_impurity_decrease`: exact when those are (privacy "none" and
+        PPD-ERT), an estimate from the released noisy ones under "gdp" and "ldp".
+        """
+        check_fitted(self)
+        m = self.model_
+        decrease = node_impurity_decrease(m.tree, m.left, m.right, m.weight, m.value, self.params_.criterion,
+                                          m.n_trees)
+        return impurity_importances(decrease, m.tree, m.n_trees, m.feature, self.schema_.n_features)
 
 
 class _FETBase(_HorizontalForest):
@@ -136,53 +193,52 @@ class _FETBase(_HorizontalForest):
                  categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
                  tree_batch_size: int | None = None, memory_budget_mb: int | None = None, random_state: int = 0,
                  progress: bool = False, record_transcript: bool = False, record_payloads: bool = False) -> None:
-        self._init_common(n_estimators, criterion, max_depth, min_samples_split, min_samples_leaf, max_features,
-                          random_state, tree_batch_size, categories, bootstrap, progress, record_transcript,
-                          record_payloads, memory_budget_mb)
-        self.privacy = check_privacy_mode(privacy, self._task)
-        self.epsilon = epsilon
-        if privacy == "gdp":
+        self._store_params(locals())
+
+    def _check_settings(self) -> None:
+        self._privacy = check_privacy_mode(self.privacy, self._task)
+        self._epsilon = self.epsilon
+        if self._privacy == "gdp":
             from fedcore.privacy.laplace import check_epsilon
 
-            self.epsilon = check_epsilon(epsilon)
-        self.ldp = ldp
-        if privacy == "ldp" and ldp is None:
+            self._epsilon = check_epsilon(self.epsilon)
+        self._ldp = self.ldp
+        if self._privacy == "ldp" and self.ldp is None:
             from fedcore.privacy.ldp import LabelLDP
 
-            self.ldp = LabelLDP()
+            self._ldp = LabelLDP()
 
     def _check_before_fit(self, schema, frames) -> None:
-        if self.privacy == "ldp":
-            self.ldp.check_classes(schema.n_classes)
+        if self._privacy == "ldp":
+            self._ldp.check_classes(schema.n_classes)
 
     def _make_parties(self, frames, schema):
-        return [HorizontalParty(name, frame, schema, privacy=self.privacy, epsilon=self.epsilon, ldp=self.ldp,
-                                noise_seed=party_noise_seed(self.params.random_state, name))
+        return [HorizontalParty(name, frame, schema, privacy=self._privacy, epsilon=self._epsilon, ldp=self._ldp,
+                                noise_seed=party_noise_seed(self._params.random_state, name))
                 for name, frame in frames.items()]
 
     def _make_master(self, transport, schema):
-        return FederatedExtraTreesMaster(transport, self.params, schema, privacy=self.privacy, ldp=self.ldp,
+        return FederatedExtraTreesMaster(transport, self._params, schema, privacy=self._privacy, ldp=self._ldp,
                                          progress=progress_bar() if self.progress else None)
 
     @property
     def privacy_report_(self) -> dict:
         """What the master saw and what it cost, in this run's privacy mode."""
-        if self.master_ is None:
-            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit() first")
+        check_fitted(self)
         levels = self.master_.levels
-        report = {"algorithm": "fet", "mode": self.privacy, "queries": levels,
+        report = {"algorithm": "fet", "mode": self._privacy, "queries": levels,
                   "min_max": "per-party min and max of each candidate feature over each open node, in the clear "
                              "(as in the FET paper)"}
-        if self.privacy == "none":
+        if self._privacy == "none":
             report["label_statistics"] = "per-party plain integer branch counts"
             report["epsilon"] = None
             report["composed_epsilon"] = None
-        elif self.privacy == "gdp":
+        elif self._privacy == "gdp":
             spent = [p.accountant.to_dict() for p in self.parties_]
             worst = max(spent, key=lambda s: s["total_epsilon"])
             report.update({
                 "label_statistics": "per-party Laplace-noised branch counts",
-                "epsilon": self.epsilon, "epsilon_per_query": self.epsilon,
+                "epsilon": self._epsilon, "epsilon_per_query": self._epsilon,
                 "queries_per_row": worst["queries"], "composed_epsilon": worst["total_epsilon"],
                 "composition": "basic sequential composition over the count queries a single row takes part in "
                                "(one per candidate feature, per tree it is active in, per level); the two branches "
@@ -190,7 +246,7 @@ class _FETBase(_HorizontalForest):
                 "parties": {p.name: s for p, s in zip(self.parties_, spent, strict=True)},
             })
         else:
-            eps = self.ldp.epsilon()
+            eps = self._ldp.epsilon()
             reports = max(p.reports_per_row for p in self.parties_)
             ldp = self.parties_[0].ldp
             if ldp.mechanism == "krr":
@@ -217,7 +273,7 @@ class _FETBase(_HorizontalForest):
         return report
 
 
-class _Classifier:
+class _Classifier(ClassifierMixin):
     """Class predictions of a fitted horizontal classifier (FET or PPD-ERT)."""
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
@@ -226,13 +282,13 @@ class _Classifier:
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         """Most probable class per row, in the label's original values."""
-        return self.classes_[np.argmax(self.predict_proba(frame), axis=1)]
+        proba = self.predict_proba(frame)
+        return self.classes_[np.argmax(proba, axis=1)]
 
     @property
     def classes_(self) -> np.ndarray:
         """The union of the parties' classes, sorted."""
-        if self.model_ is None:
-            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit() first")
+        check_fitted(self)
         return np.array(self.schema_.classes)
 
 
@@ -242,14 +298,18 @@ class FederatedExtraTreesClassifier(_Classifier, _FETBase):
     _task = "classification"
 
 
-class FederatedExtraTreesRegressor(_FETBase):
+class FederatedExtraTreesRegressor(RegressorMixin, _FETBase):
     """Horizontal Federated Extra-Trees for regression (variance reduction); privacy "none" or "gdp"."""
 
     _task = "regression"
 
-    def __init__(self, n_estimators: int = 100, *, criterion: str = "squared_error", max_features=1.0,
-                 **kwargs) -> None:
-        super().__init__(n_estimators, criterion=criterion, max_features=max_features, **kwargs)
+    def __init__(self, n_estimators: int = 100, *, max_depth: int | None = None, min_samples_split: int = 2,
+                 min_samples_leaf: int = 1, max_features: str | int | float | None = 1.0,
+                 criterion: str = "squared_error", privacy: str = "none", epsilon: float = 1.0, ldp=None,
+                 categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
+                 tree_batch_size: int | None = None, memory_budget_mb: int | None = None, random_state: int = 0,
+                 progress: bool = False, record_transcript: bool = False, record_payloads: bool = False) -> None:
+        self._store_params(locals())
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
         """Mean prediction of the trees."""
@@ -276,63 +336,59 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
         per interval) that hold the node's rows, learning only the first and last populated cell over all
         parties (`fedcore/horizontal/ppdert/cells.py`); `"domain"` is the paper's draw, uniform in the
         declared domain, which reveals nothing beyond the counts but wastes thresholds on skewed columns."""
-        self._init_common(n_estimators, criterion, max_depth, min_samples_split, min_samples_leaf, max_features,
-                          random_state, tree_batch_size, categories, bootstrap, progress, record_transcript,
-                          record_payloads, memory_budget_mb)
-        self.secure_aggregation = bool(secure_aggregation)
-        self.thresholds, self.threshold_cells = check_threshold_mode(thresholds, threshold_cells)
-        self.feature_ranges = None if feature_ranges is None else dict(feature_ranges)
-        self.allow_data_ranges = bool(allow_data_ranges)
-        if feature_ranges is None and not allow_data_ranges:
+        self._store_params(locals())
+
+    def _check_settings(self) -> None:
+        self._thresholds, self._threshold_cells = check_threshold_mode(self.thresholds, self.threshold_cells)
+        self._secure = bool(self.secure_aggregation)
+        if self.feature_ranges is None and not self.allow_data_ranges:
             raise ParameterError(MISSING_RANGES)
 
     def _check_before_fit(self, schema, frames) -> None:
         self._low, self._high, self.ranges_source_ = resolve_feature_ranges(
-            schema, self.feature_ranges, frames, self.allow_data_ranges)
+            schema, self.feature_ranges, frames, bool(self.allow_data_ranges))
 
     def _make_parties(self, frames, schema):
-        k = self.params.n_candidate_features(schema.n_features)
+        k = self._params.n_candidate_features(schema.n_features)
         identities = {}
-        if self.secure_aggregation and len(frames) > 1:
+        if self._secure and len(frames) > 1:
             # no certificates in simulation: a fresh Ed25519 identity per party, pinned at every party, so
             # the keys are signed and verified exactly as in a deployment (see fedcore.privacy.keyauth)
             from fedcore.privacy.keyauth import ephemeral_identities
 
             identities = ephemeral_identities(frames)
-        return [PPDERTParty(name, frame, schema, seed=self.params.random_state, low=self._low, high=self._high, k=k,
-                            secure=self.secure_aggregation, identity=identities.get(name),
-                            thresholds=self.thresholds, n_cells=self.threshold_cells)
+        return [PPDERTParty(name, frame, schema, seed=self._params.random_state, low=self._low, high=self._high, k=k,
+                            secure=self._secure, identity=identities.get(name),
+                            thresholds=self._thresholds, n_cells=self._threshold_cells)
                 for name, frame in frames.items()]
 
     def _make_master(self, transport, schema):
-        return PPDERTMaster(transport, self.params, schema, low=self._low, high=self._high,
-                            progress=progress_bar() if self.progress else None, secure=self.secure_aggregation,
-                            thresholds=self.thresholds, n_cells=self.threshold_cells)
-
+        return PPDERTMaster(transport, self._params, schema, low=self._low, high=self._high,
+                            progress=progress_bar() if self.progress else None, secure=self._secure,
+                            thresholds=self._thresholds, n_cells=self._threshold_cells)
 
     @property
     def privacy_report_(self) -> dict:
         """What the master saw in this run."""
-        if self.master_ is None:
-            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit() first")
+        check_fitted(self)
         single = len(self.parties_) == 1
         if single:
             statistics = "plain counts of the single party (no peers to mask with)"
-        elif not self.secure_aggregation:
+        elif not self._secure:
             statistics = "plain per-party branch class counts (secure aggregation switched off: a baseline only)"
         else:
             statistics = ("only the sum over all parties of the branch class counts, by pairwise-mask secure "
                           f"aggregation (each party's vector is uniform modulo 2**{self.master_.mask_bits} to the "
                           "master)")
-        if self.thresholds == "histogram":
-            how = ("by secure aggregation of extreme-cell indicators" if not single and self.secure_aggregation
+        if self._thresholds == "histogram":
+            how = ("by secure aggregation of extreme-cell indicators" if not single and self._secure
                    else "from plain per-party extreme-cell indicators (no secure aggregation)")
-            thresholds = (f"within the populated cells of a {self.threshold_cells}-cell grid per node and candidate: "
+            thresholds = (f"within the populated cells of a {self._threshold_cells}-cell grid per node and candidate: "
                           f"the master learns the first and last cell holding any party's value, {how}")
         else:
             thresholds = "uniform in the declared domains, from the shared seed: nothing learned from the data"
         return {
-            "algorithm": "ppdert", "mode": "secagg" if self.secure_aggregation else "none",
+            "algorithm": "ppdert", "mode": "secagg" if self._secure else "none",
             "queries": self.master_.levels, "label_statistics": statistics, "thresholds": thresholds,
             "feature_ranges": self.ranges_source_, "parties": len(self.parties_), "plain_single_party": single,
             "epsilon": None, "composed_epsilon": None,

@@ -1,27 +1,37 @@
-"""Simulation API: scikit-learn-like estimators that run Federated Forest over an in-process transport.
+"""Simulation API: scikit-learn-shaped estimators that run Federated Forest over an in-process transport.
 
     parties = split_vertical(df, n_parties=3, label="y")
     model = FederatedForestClassifier(n_estimators=100).fit(parties, label="y")
     proba = model.predict_proba([p.drop(columns="y", errors="ignore") for p in parties])
 
 Each DataFrame is one party's columns of the same aligned rows; exactly one of them holds the label.
+The estimators follow scikit-learn's conventions (`fedcore.estimator_api`): the constructor only stores
+its parameters (checked by `fit`, through `ForestParams`), `get_params` / `set_params` / `clone` work,
+fitted attributes end in `_`, and `score(parties, y)` takes what `predict` takes.
 """
 
 from __future__ import annotations
 
 import hashlib
-import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 
 import numpy as np
 import pandas as pd
 
 from fedcore.data.split import named_parties
-from fedcore.errors import NotFittedError
+from fedcore.estimator_api import (
+    ClassifierMixin,
+    EstimatorBase,
+    RegressorMixin,
+    check_fitted,
+    impurity_importances,
+    node_impurity_decrease,
+)
 from fedcore.privacy.keyauth import ephemeral_identities
 from fedcore.privacy.paillier import PaillierPrivateKey
-from fedcore.progress import progress_bar
+from fedcore.progress import end_line, progress_bar
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.budget import resolve_budget
 from fedcore.trees.params import ForestParams
@@ -32,11 +42,15 @@ from fedcore.vertical.validation import validate_prediction_parties, validate_tr
 
 PartyFrames = Sequence[pd.DataFrame] | Mapping[str, pd.DataFrame]
 
+FOREST_PARAMS = tuple(f.name for f in fields(ForestParams) if f.name != "task")
+"""The constructor parameters that are ForestParams fields (the others drive the simulation)."""
 
-class _FederatedForest:
+
+class _FederatedForest(EstimatorBase):
     """Shared machinery of the classifier and the regressor."""
 
     _task = "classification"
+    _fitted_attribute = "master_"
 
     def __init__(
         self,
@@ -64,56 +78,57 @@ class _FederatedForest:
         record_transcript: bool = False,
         record_payloads: bool = False,
     ) -> None:
-        self.params = ForestParams(
-            task=self._task, n_estimators=n_estimators, criterion=criterion, max_depth=max_depth,
-            min_samples_split=min_samples_split, min_samples_leaf=min_samples_leaf,
-            min_impurity_decrease=min_impurity_decrease, max_features=max_features,
-            feature_sampling=feature_sampling, bootstrap=bootstrap, max_samples=max_samples,
-            max_bins=max_bins, random_state=random_state, tree_batch_size=tree_batch_size,
-            memory_budget_mb=memory_budget_mb,
-            privacy=privacy, paillier_key_bits=paillier_key_bits,
-        )
-        self.paillier_key = paillier_key
-        self.prediction = prediction
-        self.predict_batch_rows = predict_batch_rows
-        self.progress = progress
-        self.record_transcript = record_transcript
-        self.record_payloads = record_payloads
-        self.parties_: list[VerticalParty] | None = None
-        self.master_: VerticalMaster | None = None
-        self.transport_: InProcessTransport | None = None
-        self.fit_seconds_: float = 0.0
+        self._store_params(locals())
+
+    @property
+    def params(self) -> ForestParams:
+        """The validated forest parameters: those the model was fitted with once fitted (`params_`), else
+        the current constructor parameters, checked now (ParameterError names a bad one)."""
+        return self.params_ if self.__sklearn_is_fitted__() else self._forest_params()
+
+    @property
+    def params_(self) -> ForestParams:
+        """The forest parameters the model was fitted with."""
+        check_fitted(self)
+        return self.master_.params
+
+    def _forest_params(self) -> ForestParams:
+        """ForestParams of the constructor parameters: the one place they are checked."""
+        return ForestParams(task=self._task, **{name: getattr(self, name) for name in FOREST_PARAMS})
 
     def fit(self, parties: PartyFrames, label: str) -> _FederatedForest:
         """Train on party DataFrames (aligned rows, disjoint columns); the one holding `label` is active."""
+        params = self._forest_params()
         frames = named_parties(parties)
         validate_training_parties(frames, label, self._task)
-        key = hashlib.sha256(f"fedforest-simulation-{self.params.random_state}".encode()).digest()
+        key = hashlib.sha256(f"fedforest-simulation-{params.random_state}".encode()).digest()
         # no certificates in simulation: fresh Ed25519 identities, pinned at every party, sign the sealing keys
-        identities = ephemeral_identities(frames) if self.params.privacy == "paillier" else {}
-        self.parties_ = [
+        identities = ephemeral_identities(frames) if params.privacy == "paillier" else {}
+        members = [
             VerticalParty(name, frame, label if label in frame.columns else None, feature_key=key,
                           paillier_key=self.paillier_key if label in frame.columns else None,
                           identity=identities.get(name))
             for name, frame in frames.items()
         ]
-        self.label_ = label
-        self.transport_ = InProcessTransport({p.name: p.handle for p in self.parties_},
-                                             record_transcript=self.record_transcript,
-                                             record_payloads=self.record_payloads)
-        self.master_ = VerticalMaster(self.transport_, self.params, progress=progress_bar() if self.progress else None)
-        self.master_.shared_budget = resolve_budget(self.params.memory_budget_mb)  # one process for every role
+        transport = InProcessTransport({p.name: p.handle for p in members},
+                                       record_transcript=self.record_transcript,
+                                       record_payloads=self.record_payloads)
+        master = VerticalMaster(transport, params, progress=progress_bar() if self.progress else None)
+        master.shared_budget = resolve_budget(params.memory_budget_mb)  # one process for every role
         started = time.perf_counter()
-        self.master_.fit()
+        master.fit()
         self.fit_seconds_ = time.perf_counter() - started
-        self.training_communication_ = self.transport_.stats.to_dict()
+        self.training_communication_ = transport.stats.to_dict()
         if self.progress:
-            sys.stderr.write("\n")
+            end_line()
+        self.label_ = label
+        self.parties_ = members
+        self.transport_ = transport
+        self.master_ = master  # last: its presence marks the estimator fitted
         return self
 
     def _predict_values(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:
-        if self.master_ is None:
-            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit() or load() first")
+        check_fitted(self)
         frames = named_parties(parties)
         n_rows = validate_prediction_parties(frames, {p.name: p.model.column_names for p in self.parties_})
         for party in self.parties_:
@@ -123,12 +138,48 @@ class _FederatedForest:
     @property
     def communication_(self) -> dict:
         """Rounds and bytes so far (training and prediction)."""
-        return self.transport_.stats.to_dict() if self.transport_ else {}
+        check_fitted(self)
+        return self.transport_.stats.to_dict()
 
     @property
     def label_holder_(self) -> VerticalParty:
         """The active party (it keeps the class names)."""
+        check_fitted(self)
         return next(p for p in self.parties_ if p.is_label_holder)
+
+    @property
+    def n_features_in_(self) -> int:
+        """Number of feature columns over all parties."""
+        return len(self.feature_names_in_)
+
+    @property
+    def feature_names_in_(self) -> np.ndarray:
+        """The parties' feature columns, party after party (the order of the assembled importances)."""
+        check_fitted(self)
+        return np.array([c for p in self.parties_ for c in p.model.column_names], dtype=object)
+
+    @property
+    def feature_importances_(self) -> dict[str, pd.Series]:
+        """Impurity-based importances, per party: {party name: Series over that party's feature columns}.
+
+        scikit-learn's definition (the weighted impurity decrease of each split, as a share of its tree's
+        total, averaged over the trees), computed from the node weights (bootstrap-weighted row counts) and
+        values (class probabilities or target means) of the master's tree structure, which come from the
+        label holder's statistics: exact, not estimated (see `fedcore.estimator_api.node_impurity_decrease`).
+
+        A party knows which feature each of its own splits uses, and no other party's: each party gets its
+        own features' entries of the forest's importance vector, and they do not sum to 1 on their own.
+        Only the simulation, which holds every party, can assemble the global vector,
+        `pd.concat(model.feature_importances_.values())` (in `feature_names_in_` order), which sums to 1.
+        """
+        check_fitted(self)
+        s = self.master_.structure
+        decrease = node_impurity_decrease(s.tree, s.left, s.right, s.weight, s.value, self.params_.criterion,
+                                          s.n_trees)
+        return {p.name: pd.Series(impurity_importances(decrease, s.tree, s.n_trees, p.model.feature,
+                                                       len(p.model.column_names)),
+                                  index=pd.Index(p.model.column_names), name="importance")
+                for p in self.parties_}
 
     def save(self, path) -> None:
         """Write the master's table, each party's partial model and a manifest to directory `path`."""
@@ -140,7 +191,7 @@ class _FederatedForest:
         return load_simulation(cls, path)
 
 
-class FederatedForestClassifier(_FederatedForest):
+class FederatedForestClassifier(ClassifierMixin, _FederatedForest):
     """Vertical Federated Forest for classification (binary and multiclass)."""
 
     _task = "classification"
@@ -151,7 +202,8 @@ class FederatedForestClassifier(_FederatedForest):
 
     def predict(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:
         """Most probable class per row, in the label's original values."""
-        return self.classes_[np.argmax(self.predict_proba(parties, method), axis=1)]
+        proba = self.predict_proba(parties, method)
+        return self.classes_[np.argmax(proba, axis=1)]
 
     @property
     def classes_(self) -> np.ndarray:
@@ -159,16 +211,39 @@ class FederatedForestClassifier(_FederatedForest):
         return self.label_holder_.classes_
 
 
-class FederatedForestRegressor(_FederatedForest):
+class FederatedForestRegressor(RegressorMixin, _FederatedForest):
     """Vertical Federated Forest for regression (squared error)."""
 
     _task = "regression"
 
-    def __init__(self, n_estimators: int = 100, *, criterion: str = "squared_error", max_features=1.0, **kwargs) -> None:
-        super().__init__(n_estimators, criterion=criterion, max_features=max_features, **kwargs)
+    def __init__(
+        self,
+        n_estimators: int = 100,
+        *,
+        criterion: str = "squared_error",
+        max_depth: int | None = None,
+        min_samples_split: int = 2,
+        min_samples_leaf: int = 1,
+        min_impurity_decrease: float = 0.0,
+        max_features: str | int | float | None = 1.0,
+        feature_sampling: str = "node",
+        bootstrap: bool = True,
+        max_samples: int | float | None = None,
+        max_bins: int = 255,
+        random_state: int = 0,
+        tree_batch_size: int | None = None,
+        memory_budget_mb: int | None = None,
+        privacy: str = "none",
+        paillier_key_bits: int = 2048,
+        paillier_key: PaillierPrivateKey | None = None,
+        prediction: str = "auto",
+        predict_batch_rows: int = 8192,
+        progress: bool = False,
+        record_transcript: bool = False,
+        record_payloads: bool = False,
+    ) -> None:
+        self._store_params(locals())
 
     def predict(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:
         """Mean prediction of the trees."""
         return self._predict_values(parties, method)[:, 0]
-
-

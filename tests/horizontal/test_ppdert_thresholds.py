@@ -218,11 +218,12 @@ def test_a_party_refuses_a_grid_that_is_not_finite_intervals_and_a_domain_party_
 
 
 def test_the_estimator_refuses_unknown_modes_and_grids() -> None:
+    frames = split_rows(horizontal_table(seed=4, n_rows=40), 2)
     with pytest.raises(ParameterError, match=r"PPD-ERT thresholds must be one of \['histogram', 'domain'\], "
                                              r"got 'quantile'"):
-        PPDERTClassifier(allow_data_ranges=True, thresholds="quantile")
+        PPDERTClassifier(allow_data_ranges=True, thresholds="quantile").fit(frames, "target")
     with pytest.raises(ParameterError, match=r"PPD-ERT histogram cells must be one of \[4, 8, 16, 32, 64\], got 10"):
-        PPDERTClassifier(allow_data_ranges=True, threshold_cells=10)
+        PPDERTClassifier(allow_data_ranges=True, threshold_cells=10).fit(frames, "target")
 
 
 def test_an_agent_runs_the_threshold_mode_of_its_own_config_and_refuses_a_master_asking_otherwise(tmp_path) -> None:

@@ -74,7 +74,7 @@ def test_party_with_zero_rows() -> None:
 def test_epsilon_must_be_positive(epsilon) -> None:
     _raises(ParameterError, f"epsilon must be a finite number > 0, got {epsilon!r}: smaller epsilon = more noise "
             "and stronger privacy, larger = less noise (typical values 0.1 to 10)",
-            lambda: FederatedExtraTreesClassifier(2, privacy="gdp", epsilon=epsilon))
+            lambda: FederatedExtraTreesClassifier(2, privacy="gdp", epsilon=epsilon).fit(_frames(), "y"))
 
 
 def test_bloom_filter_too_small_for_the_classes() -> None:
@@ -90,18 +90,18 @@ def test_bloom_filter_too_small_for_the_classes() -> None:
 def test_ldp_refused_for_regression() -> None:
     _raises(ParameterError, "privacy='ldp' randomizes class labels and works for classification only; use "
             "privacy='gdp' (Laplace noise) or 'none' for regression",
-            lambda: FederatedExtraTreesRegressor(2, privacy="ldp"))
+            lambda: FederatedExtraTreesRegressor(2, privacy="ldp").fit(_frames(), "y"))
 
 
 def test_unknown_privacy_mode() -> None:
     _raises(ParameterError, "privacy must be one of ['none', 'ldp', 'gdp'], got 'secret'",
-            lambda: FederatedExtraTreesClassifier(2, privacy="secret"))
+            lambda: FederatedExtraTreesClassifier(2, privacy="secret").fit(_frames(), "y"))
 
 
 def test_bootstrap_refused() -> None:
     _raises(ParameterError, "bootstrap=True is not supported by the horizontal engines: Extra-Trees grow every "
             "tree on all rows, which keeps federated runs identical to the pooled run; leave bootstrap=False",
-            lambda: FederatedExtraTreesClassifier(2, bootstrap=True))
+            lambda: FederatedExtraTreesClassifier(2, bootstrap=True).fit(_frames(), "y"))
 
 
 def test_a_class_at_one_party_only_is_fine() -> None:
@@ -162,8 +162,8 @@ def test_ppdert_needs_declared_ranges() -> None:
     message = ("PPD-ERT draws thresholds from declared feature domains, never from the data: pass "
                "feature_ranges={column: (low, high)} for the numeric columns (from the data contracts), or "
                "allow_data_ranges=True in a simulation to use the pooled data's ranges")
-    _raises(ParameterError, message, lambda: PPDERTClassifier(2))
     frames = _frames()
+    _raises(ParameterError, message, lambda: PPDERTClassifier(2).fit(frames, "y"))
     _raises(ParameterError, "feature_ranges lacks the numeric columns ['b']; declare a (low, high) for each (from "
             "the data contracts)", lambda: PPDERTClassifier(2, feature_ranges={"a": (-9, 9)}).fit(frames, "y"))
     _raises(ParameterError, "feature_ranges['b'] must be finite with low <= high, got (3, 1)",
@@ -186,16 +186,17 @@ def test_pooled_ranges_are_reported() -> None:
 
 def test_hyper_parameters() -> None:
     _raises(ParameterError, "max_depth must be an integer >= 1, got 0",
-            lambda: FederatedExtraTreesClassifier(2, max_depth=0))
+            lambda: FederatedExtraTreesClassifier(2, max_depth=0).fit(_frames(), "y"))
     _raises(ParameterError, "criterion for regression must be one of ['squared_error'], got 'gini'",
-            lambda: FederatedExtraTreesRegressor(2, criterion="gini"))
+            lambda: FederatedExtraTreesRegressor(2, criterion="gini").fit(_frames(), "y"))
     _raises(ParameterError, "max_features as a fraction must be in (0, 1], got 1.5",
-            lambda: PPDERTClassifier(2, max_features=1.5, allow_data_ranges=True))
+            lambda: PPDERTClassifier(2, max_features=1.5, allow_data_ranges=True).fit(_frames(), "y"))
 
 
 def test_not_fitted_and_bad_prediction_input() -> None:
     model = FederatedExtraTreesClassifier(2)
-    _raises(NotFittedError, "FederatedExtraTreesClassifier is not fitted: call fit() first",
+    _raises(NotFittedError, "This FederatedExtraTreesClassifier instance is not fitted yet. Call 'fit' with "
+            "appropriate arguments before using this estimator.",
             lambda: model.predict(_frames()[0]))
     model.fit(_frames(), "y")
     _raises(ColumnNotFoundError, "the frame lacks the schema's feature columns ['b']; every institution must hold "

@@ -27,7 +27,8 @@ def test_budgets_are_configured_in_mib_or_default_to_a_share_of_available_memory
         with pytest.raises(ParameterError, match=r"memory_budget_mb must be a positive integer \(MiB\)"):
             resolve_budget(bad)
     with pytest.raises(ParameterError, match="memory_budget_mb must be an integer >= 1, got 0"):
-        FederatedForestClassifier(memory_budget_mb=0)
+        FederatedForestClassifier(memory_budget_mb=0).fit(split_vertical(mixed_table(n_rows=40), 2, label="target"),
+                                                          label="target")
 
 
 def test_a_small_budget_grows_the_same_forest_in_several_batches(capsys) -> None:

@@ -173,11 +173,12 @@ def test_a_tampered_split_choice_is_refused(key) -> None:
 
 
 def test_bad_privacy_settings_are_named() -> None:
+    parties = split_vertical(mixed_table(n_rows=40), 2, label="target")
     with pytest.raises(ParameterError, match=r"privacy must be one of \('none', 'paillier'\) in the vertical "
                                              r"setting, got 'ldp'"):
-        FederatedForestClassifier(privacy="ldp")
+        FederatedForestClassifier(privacy="ldp").fit(parties, label="target")
     with pytest.raises(ParameterError, match=r"paillier_key_bits must be one of \(2048, 3072\), got 1024"):
-        FederatedForestClassifier(privacy="paillier", paillier_key_bits=1024)
+        FederatedForestClassifier(privacy="paillier", paillier_key_bits=1024).fit(parties, label="target")
 
 
 def test_class_zero_is_the_total_weight_minus_the_encrypted_classes() -> None:
