@@ -37,6 +37,16 @@ def _run_json(capsys, *argv: str) -> dict:
     return json.loads(out)  # stdout holds exactly one JSON object (progress goes to stderr)
 
 
+def _readme_json_keys() -> set[str]:
+    """The top-level keys the README says `simulate --json` prints (vertical)."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    listed = re.search(r"`--json` prints one object: `(.*?)`, where", readme, re.S).group(1)
+    listed = re.sub(r"\{[^}]*\}", "", listed)  # nested keys
+    return {key.strip() for key in listed.replace("\n", " ").split(",")}
+
+
 def _error_line(capsys, *argv: str, code: int = 1) -> str:
     got, out, err = _run(capsys, *argv)
     assert got == code
@@ -58,6 +68,8 @@ def test_simulate_json_on_breast_cancer(capsys, breast_cancer_csv: Path) -> None
     assert reference["name"] == "sklearn.RandomForestClassifier"
     assert reference["metrics"]["accuracy"] > 0.85
     assert result["single_party_identical"] is True
+    assert set(result) == _readme_json_keys()  # the README documents exactly what --json prints
+    assert set(result["single_party"]) == {"metrics", "train_s", "predict_s", "rounds", "bytes"}
     assert set(result["timing"]) == {"train_s", "predict_s"}
     assert all(isinstance(v, float) and v > 0 for v in result["timing"].values())
     assert set(result["communication"]) == {"rounds", "bytes"}
