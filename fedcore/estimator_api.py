@@ -52,6 +52,22 @@ class EstimatorBase:
     _estimator_type: str | None = None
     _fitted_attribute = ""
 
+    @property
+    def params(self) -> Any:
+        """The validated forest parameters: those the model was fitted with once fitted (`params_`), else
+        the current constructor parameters, checked now (ParameterError names a bad one)."""
+        return self.params_ if self.__sklearn_is_fitted__() else self._forest_params()
+
+    @property
+    def params_(self) -> Any:
+        """The forest parameters the model was fitted with (its master's)."""
+        check_fitted(self)
+        return self.master_.params
+
+    def _forest_params(self) -> Any:
+        """The setting's parameter object of the constructor parameters: the one place they are checked."""
+        raise NotImplementedError
+
     @classmethod
     def _get_param_names(cls) -> list[str]:
         """The parameter names of `__init__`, sorted (as scikit-learn lists them)."""

@@ -65,18 +65,6 @@ class _HorizontalForest(EstimatorBase):
     _algorithm = "fet"
     _fitted_attribute = "model_"
 
-    @property
-    def params(self) -> ExtraTreesParams:
-        """The validated forest parameters: those the model was fitted with once fitted (`params_`), else
-        the current constructor parameters, checked now (ParameterError names a bad one)."""
-        return self.params_ if self.__sklearn_is_fitted__() else self._forest_params()
-
-    @property
-    def params_(self) -> ExtraTreesParams:
-        """The forest parameters the model was fitted with."""
-        check_fitted(self)
-        return self.master_.params
-
     def _forest_params(self) -> ExtraTreesParams:
         """ExtraTreesParams of the constructor parameters: the one place they are checked."""
         if self.bootstrap:

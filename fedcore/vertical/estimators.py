@@ -80,18 +80,6 @@ class _FederatedForest(EstimatorBase):
     ) -> None:
         self._store_params(locals())
 
-    @property
-    def params(self) -> ForestParams:
-        """The validated forest parameters: those the model was fitted with once fitted (`params_`), else
-        the current constructor parameters, checked now (ParameterError names a bad one)."""
-        return self.params_ if self.__sklearn_is_fitted__() else self._forest_params()
-
-    @property
-    def params_(self) -> ForestParams:
-        """The forest parameters the model was fitted with."""
-        check_fitted(self)
-        return self.master_.params
-
     def _forest_params(self) -> ForestParams:
         """ForestParams of the constructor parameters: the one place they are checked."""
         return ForestParams(task=self._task, **{name: getattr(self, name) for name in FOREST_PARAMS})

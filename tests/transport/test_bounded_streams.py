@@ -28,21 +28,9 @@ from fedcore.transport.flight import (
 )
 from fedcore.transport.guard import Hold, InFlightBudget, Refused, SessionGuard, envelope
 from fedcore.transport.tls import init_ca, issue_certificate, server_name
+from tests.transport.test_refusals import Counter
 
 MiB = 1 << 20
-
-
-class Echo:
-    """A stand-in party that echoes the array `x` reversed and counts what reaches it."""
-
-    name = "a"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def handle(self, message: Message) -> Message:
-        self.calls += 1
-        return Message("echo", {"n": self.calls}, {"x": message.arrays.get("x", np.zeros(0))[::-1].copy()})
 
 
 class WatchedBudget(InFlightBudget):
@@ -80,7 +68,7 @@ def pki(tmp_path_factory) -> Path:
 
 @contextmanager
 def _agent(pki: Path, **kwargs):
-    server = AgentServer(Echo(), tls_cert=pki / "a.pem", tls_key=pki / "a.key", ca_cert=pki / "ca.pem", **kwargs)
+    server = AgentServer(Counter(), tls_cert=pki / "a.pem", tls_key=pki / "a.key", ca_cert=pki / "ca.pem", **kwargs)
     try:
         yield server, f"grpc+tls://127.0.0.1:{server.port}"
     finally:
