@@ -25,6 +25,8 @@ from fedcore.models.signing import PublicKeySource
 from fedcore.protocol.messages import Message
 
 log = logging.getLogger(__name__)
+"""Also what an operator wants in the agent's run log (`fedforest agent serve` prints it; the agent flow
+forwards it to its Prefect run): contract violations, the versions stored, the predictions written."""
 
 
 @dataclass
@@ -150,7 +152,10 @@ def store_signed_table(data: InstitutionData, header: dict, stem: str, table: pa
                             f"not this party's model; refusing to store {header['model']!r} {header['version']}")
     manifest = {"institution": data.name, "master_manifest": master_manifest, **extra}
     version = registry.register(header["model"], manifest, {stem: table}, version=header["version"])
-    return str(data.registry / header["model"] / version)
+    folder = data.registry / header["model"] / version
+    log.info("%s: stored %s %s (signed by the master; table sha256 %s) in %s", data.name, header["model"], version,
+             signed[:12], folder)
+    return str(folder)
 
 
 def load_signed_table(data: InstitutionData, header: dict, stem: str) -> tuple[dict, pa.Table]:
@@ -199,6 +204,7 @@ def write_predictions(data: InstitutionData, frame: pd.DataFrame, file_stem: str
     with os.fdopen(fd, "wb") as handle:
         frame.to_parquet(handle, index=False)
     tmp.replace(path)
+    log.info("%s: wrote %d predictions to %s", data.name, len(frame), path)
     return path
 
 

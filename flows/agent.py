@@ -2,14 +2,20 @@
 
 The master's `retrain` flow starts it with `run_deployment("institution-agent/<name>")`. Its data-local
 steps (load, validate against the contract) show as tasks of this flow run. It then serves the session
-over Arrow Flight with mutual TLS until the master closes it. Nothing it returns or logs holds raw data.
+over Arrow Flight with mutual TLS until the master closes it, and its run's log says what it stored and
+wrote (the version, the predictions file). Nothing it returns or logs holds raw data.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
+from fedcore import institution as institution_module
 from fedcore.config import FederationConfig, load_config
 from fedcore.errors import ContractViolation
 from fedcore.institution import InstitutionData, institution_from_config
@@ -40,12 +46,40 @@ def serve_session(config: FederationConfig, institution: str, data: InstitutionD
     return server.party.sessions
 
 
+class _ToRunLogger(logging.Handler):
+    """Passes records to a Prefect run logger (which may be called from the Flight server's threads)."""
+
+    def __init__(self, run_logger: logging.LoggerAdapter) -> None:
+        super().__init__(logging.INFO)
+        self.run_logger = run_logger
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.run_logger.log(record.levelno, record.getMessage())
+
+
+@contextmanager
+def agent_log_in_run() -> Iterator[None]:
+    """While open, what the agent logs for its operator (`fedcore.institution`: contract violations,
+    versions stored, predictions written) also goes to this flow run's log in the Prefect UI."""
+    source = institution_module.log
+    handler, level = _ToRunLogger(get_run_logger()), source.level
+    source.addHandler(handler)
+    if source.getEffectiveLevel() > logging.INFO:
+        source.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        source.removeHandler(handler)
+        source.setLevel(level)
+
+
 @flow(name="institution-agent")
 def institution_agent(config_path: str, institution: str) -> dict:
     """Load, validate and serve one institution's data for one session of the master's retrain flow."""
     config = load_config(config_path)
-    data = load_and_validate(config, institution)
-    sessions = serve_session(config, institution, data)  # also when invalid: the master reports it for all
+    with agent_log_in_run():
+        data = load_and_validate(config, institution)
+        sessions = serve_session(config, institution, data)  # also when invalid: the master reports it for all
     if not data.valid:
         failed = [r for r in data.validation.rows if not r["success"]]
         raise ContractViolation(f"institution {institution!r}: {len(failed)} expectation(s) of its data contract "

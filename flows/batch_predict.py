@@ -10,28 +10,34 @@ horizontal setting every institution loads the complete model and predicts its o
 from __future__ import annotations
 
 from prefect import flow
+from prefect.states import State
 
 from fedcore.config import load_config
 from fedcore.horizontal.session import HorizontalSession
 from fedcore.vertical.session import VerticalSession
 from flows.hooks import write_failure_artifact
 from flows.session import agent_session
+from flows.ui import finished, name_run, predict_outcome, run_name
 from tasks.horizontal import predict_locally
 from tasks.prediction import load_registered_model, predict_batch
 from tasks.registry import master_registry
 
 
-@flow(name="batch-predict", on_failure=[write_failure_artifact], log_prints=True)
+@flow(name="batch-predict", flow_run_name=run_name("predict"), on_failure=[write_failure_artifact],
+      log_prints=True)
 def batch_predict(config_path: str, model_name: str | None = None, version: str = "production",
-                  requester: str | None = None, agents: str = "running") -> dict:
-    """Predict the institutions' new rows with a registered version; returns a JSON-ready summary."""
+                  requester: str | None = None, agents: str = "running") -> State:
+    """Predict the institutions' new rows with a registered version; calling it returns a JSON-ready
+    summary. The run is named `predict <model> <version>`; its final state's message says where how
+    many predictions went."""
     config = load_config(config_path)
     model_name = model_name or config.model_name
     requester = requester or config.prediction_requester
     names = [i.name for i in config.institutions]
     if requester not in names:
         raise ValueError(f"requester {requester!r} is not an institution of {config.federation!r} ({names})")
-    master_registry(config).resolve(model_name, version)  # a missing version fails before any agent starts
+    # a missing version fails before any agent starts
+    name_run(f"predict {model_name} {master_registry(config).resolve(model_name, version)}")
     with agent_session(config, agents) as (transport, validation):
         if config.setting == "horizontal":
             session = HorizontalSession(transport, config.params, algorithm=config.algorithm, privacy=config.privacy)
@@ -42,5 +48,6 @@ def batch_predict(config_path: str, model_name: str | None = None, version: str 
             resolved = load_registered_model(config, session, model_name, version)
             prediction = predict_batch(session, requester, f"{model_name}-{resolved}")
         session.close()
-    return {"model": model_name, "version": resolved, "ref": version, "validation": validation,
-            "prediction": prediction}
+    summary = {"model": model_name, "version": resolved, "ref": version, "validation": validation,
+               "prediction": prediction}
+    return finished(predict_outcome(model_name, resolved, prediction), summary)

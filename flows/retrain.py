@@ -21,6 +21,7 @@ from functools import partial
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
+from prefect.states import State
 
 from fedcore.checkpoints import CHECKPOINTS, RUN_ID
 from fedcore.config import FederationConfig, load_config
@@ -29,6 +30,7 @@ from fedcore.horizontal.session import HorizontalSession
 from fedcore.vertical.session import VerticalSession
 from flows.hooks import write_failure_artifact
 from flows.session import agent_session
+from flows.ui import finished, name_run, retrain_outcome, run_name
 from tasks.horizontal import (
     agree_schema,
     build_horizontal_manifest,
@@ -48,19 +50,23 @@ from tasks.registry import (
 from tasks.training import align_ids, evaluate_model, train_forest
 
 
-@flow(name="retrain", on_failure=[write_failure_artifact], log_prints=True)
+@flow(name="retrain", flow_run_name=run_name("retrain"), on_failure=[write_failure_artifact],
+      log_prints=True)
 def retrain(config_path: str, agents: str = "deployments", model_name: str | None = None,
-            predict: bool = True, run_id: str | None = None) -> dict:
-    """Train a new model version for the federation in `config_path`; returns a JSON-ready summary.
+            predict: bool = True, run_id: str | None = None) -> State:
+    """Train a new model version for the federation in `config_path`; calling it returns a JSON-ready
+    summary. The run is named `retrain <model> <version>` once the version is registered, and its final
+    state's message gives the version and headline metric.
 
     `run_id` names the run's training checkpoints; default: this flow run's id. Pass the run id
     of a run that crashed (it is logged at its start) to resume it in a new flow run."""
     config = load_config(config_path)
     master_registry(config)  # no signing key: fail before any agent starts, not after training
     model_name = model_name or config.model_name
-    if config.setting == "horizontal":
-        return retrain_horizontal(config, agents, model_name, predict, run_id)
-    return retrain_vertical(config, agents, model_name, predict, run_id)
+    retrain_setting = retrain_horizontal if config.setting == "horizontal" else retrain_vertical
+    summary = retrain_setting(config, agents, model_name, predict, run_id)
+    return finished(retrain_outcome(model_name, summary["version"], summary["metrics"], config.promotion_metric,
+                                    summary["promoted"], summary["production"]), summary)
 
 
 def resuming(config: FederationConfig, attempt: Callable[[str, list], dict], run_id: str | None = None) -> dict:
@@ -108,6 +114,7 @@ def vertical_session(config: FederationConfig, agents: str, model_name: str, pre
         manifest = build_manifest(config, session, metrics, validation, alignment, training)
         production = previous_production(config, model_name)
         version = register_model(config, session, model_name, manifest)
+        name_run(f"retrain {model_name} {version}")
         promoted = promote_if_not_worse(config, model_name, version, metrics, production,
                                         config.promotion_metric, settings.promote_margin)
         requester = config.prediction_requester
@@ -117,7 +124,8 @@ def vertical_session(config: FederationConfig, agents: str, model_name: str, pre
         publish_model_card(model_name, version, manifest, production, promoted, prediction)
         session.close()
     return {"model": model_name, "version": version, "promoted": promoted, "metrics": metrics,
-            "validation": validation, "alignment": alignment, "training": training, "prediction": prediction}
+            "production": _version_of(production), "validation": validation, "alignment": alignment,
+            "training": training, "prediction": prediction}
 
 
 def retrain_horizontal(config: FederationConfig, agents: str, model_name: str, predict: bool,
@@ -141,11 +149,20 @@ def horizontal_session(config: FederationConfig, agents: str, model_name: str, p
         manifest = build_horizontal_manifest(config, session, metrics, validation, training)
         production = previous_production(config, model_name)
         version = register_model(config, session, model_name, manifest)
+        name_run(f"retrain {model_name} {version}")
         promoted = promote_if_not_worse(config, model_name, version, metrics, production,
                                         config.promotion_metric, settings.promote_margin)
         prediction = predict_locally(session, f"{model_name}-{version}") if predict else None
         publish_model_card(model_name, version, manifest, production, promoted, prediction)
         session.close()
     return {"model": model_name, "version": version, "promoted": promoted, "metrics": metrics,
-            "validation": validation, "agreement": agreement, "training": training, "prediction": prediction,
+            "production": _version_of(production), "validation": validation, "agreement": agreement,
+            "training": training, "prediction": prediction,
             "privacy": manifest["privacy"]}
+
+
+def _version_of(production: dict | None) -> dict | None:
+    """The production version a run compared against: its version and metrics (None: there was none)."""
+    if production is None:
+        return None
+    return {"version": production.get("version"), "metrics": production.get("metrics", {})}

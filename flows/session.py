@@ -10,6 +10,7 @@ from pathlib import Path
 from fedcore.config import FederationConfig
 from fedcore.transport.flight import FlightTransport
 from tasks.agents import (
+    cancel_agent_runs,
     connect_agents,
     release_agents,
     start_local_agents,
@@ -37,18 +38,22 @@ def agent_session(config: FederationConfig, agents: str) -> Iterator[tuple[Fligh
 
     A contract violation stops here, before any training. On the way out, also when the flow failed,
     every agent is told the session is over, the transport is closed, local agents are stopped and the
-    agents' deployment runs are awaited (their final states are logged).
+    agents' deployment runs are awaited (their final states are logged). When the agents could not all be
+    reached (one's run failed first), the deployment runs still going are cancelled at once: no session
+    will come for them.
     """
     check_agent_mode(agents)
     log_dir = Path(config.path).parent / "logs"
     processes = start_local_agents(config, log_dir) if agents == "local" else []
     agent_runs: dict[str, str] = {}
+    connected = False
     try:
         if processes:  # one that cannot bind its port says so, before the master reaches whoever holds it
             wait_until_serving(config, processes, log_dir, timeout_s=config.training.connect_timeout_s)
         if agents == "deployments":  # a run that ends before serving (bad config, missing key) fails this at once
             agent_runs = trigger_agent_deployments(config)
         transport = connect_agents(config, timeout_s=config.training.connect_timeout_s, agent_runs=agent_runs)
+        connected = True
         try:
             yield transport, collect_validation(transport)
         finally:
@@ -56,5 +61,8 @@ def agent_session(config: FederationConfig, agents: str) -> Iterator[tuple[Fligh
             transport.close()
     finally:
         stop_local_agents(processes)
+        if agent_runs and not connected:
+            cancel_agent_runs(list(agent_runs.values()), "the master could not reach every agent of this session "
+                                                         "(its run says why), so no session will come")
         if agent_runs:
             wait_for_agent_runs(list(agent_runs.values()))

@@ -7,7 +7,7 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 
 from prefect import get_run_logger, task
-from prefect.artifacts import create_link_artifact, create_markdown_artifact
+from prefect.artifacts import create_markdown_artifact
 
 from fedcore.config import FederationConfig
 from fedcore.errors import ArtifactError, ConfigError
@@ -68,11 +68,36 @@ def register_model(config: FederationConfig, session: VerticalSession, model_nam
     version, stored = register_everywhere(registry, session, model_name, manifest, session.master_tables())
     if hasattr(session, "drop_checkpoints"):
         session.drop_checkpoints()  # the version is stored everywhere: the run's checkpoints are done
-    path = config.master_registry / model_name / version
-    create_link_artifact(path.as_uri(), link_text=f"{model_name} {version}", key="model-version",
-                         description=f"Master registry entry; institutions stored theirs at {sorted(stored)}")
-    get_run_logger().info("registered %s %s at %s", model_name, version, path)
+    markdown = model_version_markdown(config, model_name, version, registry.read_manifest(model_name, version))
+    create_markdown_artifact(markdown, key="model-version", description=f"{model_name} {version}: where it is, "
+                                                                        "how to load it")
+    get_run_logger().info("registered %s %s in %s; institutions stored theirs at %s", model_name, version,
+                          config.master_registry / model_name / version, sorted(stored))
     return version
+
+
+def model_version_markdown(config: FederationConfig, model_name: str, version: str, manifest: dict) -> str:
+    """Where a registered version is (registry folders, on the master's and institutions' own hosts), its
+    digests and signing key, and how to inspect, predict with or load it."""
+    folder = config.master_registry / model_name / version
+    signature = manifest.get("signature") or {}
+    lines = [f"# {model_name} {version}", "",
+             f"Registered in the master's registry on the master's host: `{folder}`, signed by key "
+             f"`{signature.get('key_id', '-')}` ({signature.get('algorithm', 'unsigned')}).", "",
+             "| file | bytes | sha256 |", "|---|---|---|"]
+    lines += [f"| {f['name']} | {f['bytes']} | `{f['sha256']}` |" for f in manifest.get("files", [])]
+    lines += ["", "Each institution keeps its own part in its own registry; the master's signature covers these "
+              "digests:", "", "| institution | role | table sha256 |", "|---|---|---|"]
+    lines += [f"| {p['name']} | {p.get('role', '-')} | `{p.get('table_sha256', '-')}` |"
+              for p in manifest.get("parties", [])]
+    public_key = config.master_public_key or "<the master's public key (PEM)>"
+    lines += ["", "## Use it", "", "```", f"fedforest models show --config {config.path} --model {model_name} "
+              f"--version {version}", f"fedforest predict --config {config.path} --model {model_name} "
+              f"--version {version}", "```", "", "In Python (verifies the signature and every file's SHA-256):", "",
+              "```python", "from fedcore.models.registry import ModelRegistry", "",
+              f'registry = ModelRegistry("{config.master_registry}", public_key="{public_key}")',
+              f'manifest, tables = registry.load("{model_name}", "{version}")', "```"]
+    return "\n".join(lines)
 
 
 def previous_production(config: FederationConfig, model_name: str) -> dict | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import os
 import signal
 import sys
@@ -101,7 +102,19 @@ def serve_until_stopped(server: AgentServer, parent_pid: int | None = None, poll
     return orphaned.is_set()
 
 
+def print_agent_log() -> None:
+    """Print what the agent logs for its operator (contract violations, versions stored, predictions
+    written; `fedcore.institution`) on stdout, next to the serving lines."""
+    from fedcore import institution
+
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("agent %(message)s"))
+    institution.log.addHandler(handler)
+    institution.log.setLevel(logging.INFO)
+
+
 def _serve(args: argparse.Namespace) -> int:
+    print_agent_log()
     config = load_config(args.config)
     server = build_agent(config, args.institution, args.master)
     inst = config.institution(args.institution)

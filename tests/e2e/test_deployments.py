@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from fedcore.models.registry import ModelRegistry
 from flows.demo import free_port
@@ -190,3 +191,80 @@ def test_no_raw_value_reaches_the_prefect_server(deployed, weekly_run) -> None:
     text = " ".join(str(a.data) for a in weekly_run["artifacts"]) + " ".join(m.message for m in weekly_run["logs"])
     text += " ".join(str(r.parameters) for r in weekly_run["runs"])
     assert [n for n in needles if n in text] == []
+
+
+def test_runs_are_named_after_the_version_and_say_how_good(weekly_run) -> None:
+    run = weekly_run["run"]
+    assert run.name == f"retrain {MODEL} v0001"
+    assert run.state.message.startswith(f"{MODEL} v0001: accuracy 0.") and run.state.message.endswith(
+        "on held-out rows; promoted to production")
+
+
+def test_each_agent_run_logs_the_version_it_stored_and_the_predictions_it_wrote(deployed, weekly_run) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    agents = {r.parameters["institution"]: r.id for r in weekly_run["runs"]
+              if r.parameters.get("institution") in INSTITUTIONS}
+    with temporary_settings({PREFECT_API_URL: deployed["api_url"]}):
+        with get_client(sync_client=True) as client:
+            said = {name: [log.message for log in client.read_logs(LogFilter(
+                flow_run_id=LogFilterFlowRunId(any_=[run_id])))] for name, run_id in agents.items()}
+    work = deployed["config"].parent
+    for name, messages in said.items():
+        folder = work / "registry" / name / MODEL / "v0001"
+        assert [m for m in messages if m.startswith(f"{name}: stored {MODEL} v0001 (signed by the master; ")
+                and m.endswith(f" in {folder}")], messages
+    rows = deployed["scenario"]["overlap"]["new"]
+    assert [name for name, messages in said.items() if any(" predictions to " in m for m in messages)] == ["bank"]
+    assert any(m.startswith(f"bank: wrote {rows} predictions to {work / 'predictions' / 'bank'}") for m in said["bank"])
+
+
+def test_an_agent_whose_config_is_broken_fails_the_master_at_once_with_its_error(deployed, weekly_run) -> None:
+    """The insurer's agent run reads a config whose consortium key names an environment variable its worker
+    does not have (as a worker started without it would): the master fails as soon as that run ends,
+    quoting its error, instead of waiting out its connect timeouts ("is the agent running?"), and cancels
+    the other agents' runs."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import DeploymentUpdate
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    config = deployed["config"]
+    raw = yaml.safe_load(config.read_text())
+    raw["consortium_key"] = {"env": "FEDFOREST_KEY_NOT_IN_WORKERS"}
+    broken = config.with_name("broken-insurer.yaml")
+    broken.write_text(yaml.safe_dump(raw))
+    connect_timeout_s = raw["training"]["connect_timeout_s"]
+    with temporary_settings({PREFECT_API_URL: deployed["api_url"]}):
+        with get_client(sync_client=True) as client:
+            agent = client.read_deployment_by_name("institution-agent/insurer")
+            client.update_deployment(agent.id, DeploymentUpdate(parameters={**agent.parameters,
+                                                                            "config_path": str(broken)}))
+            try:
+                retrain = client.read_deployment_by_name("retrain/weekly")
+                run = client.create_flow_run_from_deployment(retrain.id)
+                started = time.monotonic()
+                while not (run := client.read_flow_run(run.id)).state.is_final():
+                    assert time.monotonic() - started < 600, deployed["processes"].tail("worker-master", 80)
+                    time.sleep(1)
+            finally:
+                client.update_deployment(agent.id, DeploymentUpdate(parameters=agent.parameters))
+            earlier = {r.id for r in weekly_run["runs"]}
+            agents = {r.parameters["institution"]: r.state for r in client.read_flow_runs()
+                      if r.id not in earlier and r.parameters.get("institution") in INSTITUTIONS}
+            said = [log.message for log in client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))]
+    # the agents that came up are not left serving until their idle timeout: no session will come
+    assert {name: state.name for name, state in agents.items()} == {"bank": "Cancelled", "ecommerce": "Cancelled",
+                                                                    "insurer": "Failed"}
+    assert len([m for m in said if m.startswith("cancelled agent flow run ")
+                and m.endswith("the master could not reach every agent of this session (its run says why), "
+                               "so no session will come")]) == 2
+    assert run.state.name == "Failed"
+    assert "institution 'insurer': its agent flow run" in run.state.message
+    assert "environment variable FEDFOREST_KEY_NOT_IN_WORKERS is not set" in run.state.message
+    assert "is the agent running" not in run.state.message
+    # without watching the agent runs the master could not fail before its connect timeout
+    assert (run.end_time - run.start_time).total_seconds() < connect_timeout_s, (run.start_time, run.end_time)
+    assert _registry(config.parent).versions(MODEL) == ["v0001"]

@@ -7,6 +7,7 @@ import shutil
 
 import pandas as pd
 import pytest
+from prefect.client.orchestration import get_client
 
 from fedcore.errors import ArtifactError
 from flows.batch_predict import batch_predict
@@ -38,6 +39,16 @@ def test_registered_version_predicts_like_the_training_run(trained) -> None:
     predictions = pd.read_parquet(files[0])
     assert len(predictions) == result["prediction"]["rows"] == scenario["overlap"]["new"]
     assert files[0].read_bytes() == reference
+
+
+def test_the_run_is_named_after_the_version_and_says_where_predictions_went(trained) -> None:
+    _, config_path, scenario, _, _ = trained
+    state = batch_predict(str(config_path), version="latest", agents="local", return_state=True)
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(state.state_details.flow_run_id)
+    assert run.name == f"predict {MODEL} v0001"
+    assert state.message == f"{MODEL} v0001: {scenario['overlap']['new']} rows predicted for bank"
+    assert state.result()["version"] == "v0001"
 
 
 def test_missing_version_fails_clearly(trained) -> None:

@@ -55,6 +55,10 @@ def test_every_hospital_stores_the_complete_model_and_predicts_at_home(fet) -> N
         new = pd.read_parquet(scenario["institutions"][name]["new"])
         assert list(predictions["patient_id"]) == list(new["patient_id"])
     assert result["prediction"]["counts"] == {n: scenario["institutions"][n]["new_rows"] for n in HOSPITALS}
+    for name in HOSPITALS:  # what each agent did at home, in its own log
+        log = (work / "logs" / f"agent-{name}.log").read_text()
+        assert f"agent {name}: stored {MODEL} v0001 (signed by the master; table sha256 " in log
+        assert f"agent {name}: wrote {scenario['institutions'][name]['new_rows']} predictions to " in log
 
 
 def test_artifacts_describe_the_run_without_raw_values(fet) -> None:
@@ -77,8 +81,11 @@ def test_batch_predict_with_the_registered_version_repeats_the_predictions(fet) 
     before = {n: pd.read_parquet(work / "predictions" / n / f"{MODEL}-v0001.parquet") for n in HOSPITALS}
     for path in (work / "predictions").rglob("*.parquet"):
         path.unlink()
-    result = batch_predict(str(config_path), version="production", agents="local")
+    state = batch_predict(str(config_path), version="production", agents="local", return_state=True)
+    result = state.result()
     assert result["version"] == "v0001"
+    counts = ", ".join(f"{name} {count}" for name, count in result["prediction"]["counts"].items())
+    assert state.message == f"{MODEL} v0001: {result['prediction']['rows']} rows predicted locally ({counts})"
     for name in HOSPITALS:
         pd.testing.assert_frame_equal(pd.read_parquet(work / "predictions" / name / f"{MODEL}-v0001.parquet"),
                                       before[name])

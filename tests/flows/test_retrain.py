@@ -97,6 +97,42 @@ def test_artifacts_exist_and_hold_no_raw_data(workspace, first_run) -> None:
     assert [n for n in needles if n in text] == []
 
 
+def test_the_run_is_named_after_the_version_and_says_how_good(first_run) -> None:
+    """The run list answers "which version, how good": name and final message (deployments/README.md)."""
+    accuracy = f"accuracy {first_run['metrics']['accuracy']:.4f}"
+    with get_client(sync_client=True) as client:
+        runs = [r for r in client.read_flow_runs() if r.name == f"retrain {MODEL} v0001"]
+    assert f"{MODEL} v0001: {accuracy} on held-out rows; promoted to production" in [r.state.message for r in runs]
+
+
+def test_model_version_artifact_says_where_it_is_and_how_to_load_it(trained_federation, first_run) -> None:
+    """A markdown artifact (not a file:// link): the registry folder, every digest, and a Python snippet
+    that, run as shown, loads and verifies the version."""
+    folder = trained_federation.work / "registry" / "master" / MODEL / "v0001"
+    cards = [a for a in _artifacts() if a.key == "model-version" and f"`{folder}`" in str(a.data)]
+    assert len(cards) == 1 and cards[0].type == "markdown"
+    text = cards[0].data
+    manifest = _registry(trained_federation.work).read_manifest(MODEL, "v0001")
+    digests = [f["sha256"] for f in manifest["files"]] + [p["table_sha256"] for p in manifest["parties"]]
+    assert len(digests) == 4 and all(f"`{digest}`" in text for digest in digests)
+    assert f"--model {MODEL} --version v0001" in text and manifest["signature"]["key_id"] in text
+    snippet = text.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(snippet, namespace)  # noqa: S102 - the artifact's own instructions, run as a user would
+    assert namespace["manifest"]["version"] == "v0001" and set(namespace["tables"]) == {"master"}
+
+
+def test_agents_log_the_version_they_stored_and_the_predictions_they_wrote(trained_federation, first_run) -> None:
+    logs = {name: (trained_federation.work / "logs" / f"agent-{name}.log").read_text()
+            for name in ("bank", "ecommerce", "insurer")}
+    for name, text in logs.items():
+        assert f"agent {name}: stored {MODEL} v0001 (signed by the master; table sha256 " in text
+        assert str(trained_federation.work / "registry" / name / MODEL / "v0001") in text
+    rows = first_run["prediction"]["rows"]
+    assert f"agent bank: wrote {rows} predictions to " in logs["bank"]
+    assert [name for name, text in logs.items() if "predictions to" in text] == ["bank"]
+
+
 def _negative_age(frame: pd.DataFrame) -> str:
     frame.loc[frame.index[:3], "age"] = -4
     return "-4"
