@@ -68,8 +68,14 @@ def _blank(rng: np.random.Generator, frame: pd.DataFrame, rates: dict[str, float
         frame.loc[rng.random(len(frame)) < rate, column] = np.nan
 
 
-def _customers(rng: np.random.Generator, ids: np.ndarray) -> pd.DataFrame:
-    """Every column of every institution for `ids` (as if all were customers everywhere) and the label."""
+MISSING_RATES = {"income": 0.08, "balance": 0.03, "region": 0.02, "avg_basket": 0.03, "days_since_last_order": 0.03,
+                 "preferred_channel": 0.04, "premium": 0.03, "vehicle_type": 0.02}
+"""The share of values each column misses in the demo's data."""
+
+
+def _customers(rng: np.random.Generator, ids: np.ndarray, missing: dict[str, float] = MISSING_RATES) -> pd.DataFrame:
+    """Every column of every institution for `ids` (as if all were customers everywhere) and the label, with
+    `missing` shares of values blanked."""
     n = len(ids)
     age = np.clip(rng.normal(45, 15, n), 18, 90).astype(np.int64)
     affluence = rng.normal(size=n) + 0.02 * (age - 45)
@@ -125,8 +131,7 @@ def _customers(rng: np.random.Generator, ids: np.ndarray) -> pd.DataFrame:
     f[LABEL] = np.where(rng.random(n) < _sigmoid(logit), "yes", "no")
     for column, (low, high) in CONTRACT_BOUNDS.items():  # the demo contracts' ranges: rare tails are capped
         f[column] = f[column].clip(low, high)
-    _blank(rng, f, {"income": 0.08, "balance": 0.03, "region": 0.02, "avg_basket": 0.03,
-                    "days_since_last_order": 0.03, "preferred_channel": 0.04, "premium": 0.03, "vehicle_type": 0.02})
+    _blank(rng, f, missing)
     return f
 
 
@@ -169,6 +174,26 @@ def _write_batch(rng: np.random.Generator, universe: pd.DataFrame, out: Path, st
     (out / "truth").mkdir(parents=True, exist_ok=True)
     truth.to_parquet(out / "truth" / f"{stem}.parquet", index=False)
     return {"counts": counts, "overlap": int(np.logical_and.reduce(list(member.values())).sum())}
+
+
+SAMPLE_EPOCH = np.datetime64("2026-01-01")
+"""The day the sample table's `customer_since` dates count back from (fixed: the table is reproducible)."""
+
+
+def make_customer_table(n_customers: int = 5000, seed: int = 0) -> pd.DataFrame:
+    """The demo's customers as one ordinary table: every institution's columns, the label `responded`,
+    and a `customer_since` ISO date, with missing values. For trying `fedforest simulate` (`fedforest
+    sample-table`); a federation never has this pooled table."""
+    if n_customers < 20:
+        raise ParameterError(f"the sample table needs at least 20 customers, got {n_customers}")
+    rng = np.random.default_rng(seed)
+    width = max(6, len(str(n_customers - 1)))
+    ids = np.array([f"C{i:0{width}d}" for i in range(n_customers)], dtype=object)
+    frame = _customers(rng, ids, {k: v for k, v in MISSING_RATES.items() if k != "premium"})  # a label: complete
+    days = np.round(frame["tenure_years"].to_numpy() * 365.25).astype("timedelta64[D]")
+    frame.insert(frame.columns.get_loc("tenure_years"), "customer_since",
+                 pd.Series(SAMPLE_EPOCH - days).dt.strftime("%Y-%m-%d"))
+    return frame.drop(columns="tenure_years")
 
 
 def make_vertical_scenario(out_dir: str | Path, n_customers: int = 6000, seed: int = 0,
