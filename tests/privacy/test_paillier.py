@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gmpy2
 import numpy as np
 import pytest
 
@@ -32,15 +33,51 @@ def test_homomorphic_add_add_plain_and_scale(key):
     assert key.decrypt([pub.scale(b, 3)]) == [3 * 5678]
 
 
-def test_decryption_matches_phe():
-    from phe import paillier
+def test_ciphertexts_open_with_textbook_paillier(key):
+    """Ours against the definition (lambda = lcm(p-1, q-1), mu = L(g^lambda mod n^2)^-1 mod n, g = n + 1),
+    both ways: a textbook ciphertext with a random r decrypts with ours, and ours decrypts with it."""
+    import secrets
+    from math import lcm
 
-    public, private = paillier.generate_paillier_keypair(n_length=1024)
-    from fedcore.privacy.paillier import PaillierPrivateKey
+    n, n2 = int(key.public.n), int(key.public.n_square)
+    lam = lcm(int(key.p) - 1, int(key.q) - 1)
+    mu = pow((pow(n + 1, lam, n2) - 1) // n, -1, n)
+    r = secrets.randbelow(n - 1) + 1
+    textbook = pow(n + 1, 987654321, n2) * pow(r, n, n2) % n2
+    assert key.decrypt([gmpy2.mpz(textbook)]) == [987654321]
+    ours = int(key.encrypt([42])[0])
+    assert (pow(ours, lam, n2) - 1) // n * mu % n == 42
 
-    ours = PaillierPrivateKey(PaillierPublicKey(public.n), private.p, private.q)
-    assert ours.decrypt([public.raw_encrypt(987654321)]) == [987654321]
-    assert private.raw_decrypt(int(ours.encrypt([42])[0])) == 42
+
+def test_generated_keys_are_well_formed():
+    private = generate_keypair(1024, insecure_for_tests=True)
+    p, q, n = int(private.p), int(private.q), int(private.public.n)
+    assert p != q and p * q == n and n.bit_length() == 1024
+    assert p.bit_length() == q.bit_length() == 512 and p % 4 == q % 4 == 3
+    assert gmpy2.is_prime(p, 64) and gmpy2.is_prime(q, 64) and gmpy2.gcd(n, (p - 1) * (q - 1)) == 1
+    assert generate_keypair(1024, insecure_for_tests=True).public.n != private.public.n
+
+
+def test_fixed_base_powers_equal_modular_exponentiation(key):
+    from fedcore.privacy.paillier import FixedBase
+
+    modulus = key.p * key.p
+    base = gmpy2.mpz(123456789) ** 7 % modulus
+    table = FixedBase(base, modulus, 80)
+    for exponent in (b"\0" * 10, b"\1" + b"\0" * 9, bytes(range(246, 256)), b"\xff" * 10):
+        assert table.power(exponent) == gmpy2.powmod(base, int.from_bytes(exponent, "little"), modulus)
+
+
+def test_encryptions_of_zero_are_fresh_nth_residues_of_jacobi_symbol_one(key):
+    """Enc(0) = h_s^a with h_s = (-x^2)^n: an n-th residue (its phi(n)-th power is 1 mod n^2), a fresh one
+    each time, with Jacobi symbol +1 mod n whatever the message (-1 is a non-residue mod p = q = 3 mod 4):
+    the randomness DJN's variant draws from, as docs/paillier.md states."""
+    n, n2 = key.public.n, key.public.n_square
+    phi = (key.p - 1) * (key.q - 1)
+    zeros = key.encrypt([0] * 4)
+    assert len(set(zeros)) == 4 and all(gmpy2.powmod(z, phi, n2) == 1 for z in zeros)
+    assert {gmpy2.jacobi(c % n, n) for c in key.encrypt([0, 1, 5, 2**200])} == {1}
+    assert key.randomness_bits == 512
 
 
 def test_key_sizes_are_checked():
@@ -66,9 +103,14 @@ def test_wire_format_round_trip_and_refusals(key):
     zero = np.zeros_like(rows[:1])
     with pytest.raises(ProtocolError, match="outside the ciphertext space"):
         pub.from_bytes(zero)
+    assert pub.to_json()["scheme"] == "paillier" and pub.to_json()["version"] == 1
     assert PaillierPublicKey.from_json(pub.to_json()).n == pub.n
     with pytest.raises(ProtocolError, match="modulus of 9 bits refused"):
-        PaillierPublicKey.from_json({"n": "1ff"})
+        PaillierPublicKey.from_json({**pub.to_json(), "n": "1ff"})
+    with pytest.raises(ProtocolError, match=r"public key format \{'scheme': 'paillier', 'version': 2\} refused"):
+        PaillierPublicKey.from_json({**pub.to_json(), "version": 2})
+    with pytest.raises(ProtocolError, match="malformed Paillier public key: KeyError\\('scheme'\\)"):
+        PaillierPublicKey.from_json({"n": format(int(pub.n), "x")})
 
 
 def test_bin_sums_and_packing_decode_to_exact_class_counts(key):
