@@ -2,12 +2,13 @@
 
 A sample's plaintext holds `n_slots` non-negative integers (the one-hot of classes 1..C-1, or q, q^2 for a
 fixed-point target q) at `slot_bits` spacing, wide enough that summing any node's samples never carries
-into the next slot. A passive party sums ciphertexts per bin and adds, in plain, the bin's total weight
-above the top slot (it knows the bootstrap weights, and class 0's count or the weight slot follow from
-it), so the label holder learns nothing it would not learn from a full one-hot.
+into the next slot. A passive party sums ciphertexts per bin; each bin's total weight (it knows the
+bootstrap weights, and class 0's count or the weight slot follow from it) goes to the label holder in
+the sealed layout, not in the ciphertext, so the label holder learns nothing it would not learn from a
+full one-hot, and a bin takes half the bits it would with the weight packed beside its slots.
 
-A bin's width depends on its node: the top slot and the weight need only as many bits as the node's
-weight, so bins of small nodes are narrow. A passive party folds consecutive bin sums into one ciphertext
+A bin's width depends on its node: the top slot needs only as many bits as the node's weight, so bins
+of small nodes are narrow. A passive party folds consecutive bin sums into one ciphertext
 by Horner's rule (Enc(a)^(2^B) Enc(b) = Enc(a 2^B + b)) until the plaintext is full; the label holder
 decrypts one ciphertext per group of bins instead of one per bin, and both sides cut the groups with the
 same rule (`SlotLayout.groups`).
@@ -55,13 +56,10 @@ class SlotLayout:
                                 f"{layout.plaintext_bits}-bit plaintext")
         return layout
 
-    def weight_shift(self, node_weight: int) -> int:
-        """Where a bin's total weight sits: above the slots, whose top one holds up to weight x top_max."""
-        return self.slot_bits * (self.n_slots - 1) + (max(int(node_weight), 1) * self.top_max).bit_length()
-
     def bin_bits(self, node_weight: int) -> int:
-        """Width of one bin's statistics in a node of this (bootstrap-weighted) size."""
-        return self.weight_shift(node_weight) + max(int(node_weight), 1).bit_length()
+        """Width of one bin's statistics in a node of this (bootstrap-weighted) size: the full slots, then a
+        top slot that holds up to weight x top_max."""
+        return self.slot_bits * (self.n_slots - 1) + (max(int(node_weight), 1) * self.top_max).bit_length()
 
     def encode(self, values: np.ndarray) -> list[int]:
         """One plaintext per row of `values` (rows, n_slots) of non-negative integers."""
@@ -85,10 +83,13 @@ class SlotLayout:
             out.append((start, len(widths)))
         return out
 
-    def unpack(self, plaintexts: Sequence[int], node_weights: Sequence[int]) -> np.ndarray:
-        """Per bin (packing order; `node_weights` gives each bin's node weight): its slot sums and its
-        total weight as an (n_bins, n_slots + 1) array of Python ints."""
+    def unpack(self, plaintexts: Sequence[int], node_weights: Sequence[int], bin_weights: Sequence[int]) -> np.ndarray:
+        """Per bin (packing order; `node_weights` gives each bin's node weight, `bin_weights` its total
+        weight, from the sealed layout): its slot sums and its total weight as an (n_bins, n_slots + 1)
+        array of Python ints."""
         widths = [self.bin_bits(w) for w in node_weights]
+        if len(bin_weights) != len(widths):
+            raise ProtocolError(f"{len(bin_weights)} bin weights for {len(widths)} bins")
         groups = self.groups(widths)
         if len(plaintexts) != len(groups):
             raise ProtocolError(f"{len(plaintexts)} packed ciphertexts cannot carry {len(widths)} bins")
@@ -101,12 +102,10 @@ class SlotLayout:
             for j in range(start, stop):
                 offset -= widths[j]
                 value = (plaintext >> offset) & ((1 << widths[j]) - 1)
-                shift = self.weight_shift(node_weights[j])
                 for k in range(self.n_slots - 1):
                     out[j, k] = (value >> (k * self.slot_bits)) & slot_mask
-                top_start = self.slot_bits * (self.n_slots - 1)
-                out[j, self.n_slots - 1] = (value >> top_start) & ((1 << (shift - top_start)) - 1)
-                out[j, self.n_slots] = value >> shift
+                out[j, self.n_slots - 1] = value >> (self.slot_bits * (self.n_slots - 1))
+                out[j, self.n_slots] = int(bin_weights[j])
         return out
 
     def to_json(self) -> dict:
@@ -114,12 +113,11 @@ class SlotLayout:
         return {"n_slots": self.n_slots, "slot_bits": self.slot_bits, "top_max": self.top_max}
 
 
-def pack_bin_sums(public: PaillierPublicKey, sums: Sequence[mpz], weights: Sequence[int],
-                  node_weights: Sequence[int], layout: SlotLayout, workers: int | None = None) -> list[mpz]:
-    """Add each bin's total weight (in plain) above its slots and fold consecutive bins into as few
-    ciphertexts as the plaintext allows (Horner), the groups spread over `workers` threads."""
+def pack_bin_sums(public: PaillierPublicKey, sums: Sequence[mpz], node_weights: Sequence[int], layout: SlotLayout,
+                  workers: int | None = None) -> list[mpz]:
+    """Fold consecutive bins' encrypted sums into as few ciphertexts as the plaintext allows (Horner), the
+    groups spread over `workers` threads."""
     n2 = public.n_square
-    shifts = [layout.weight_shift(w) for w in node_weights]
     widths = [layout.bin_bits(w) for w in node_weights]
 
     def fold(ranges: list[tuple[int, int]]) -> list[mpz]:
@@ -127,7 +125,7 @@ def pack_bin_sums(public: PaillierPublicKey, sums: Sequence[mpz], weights: Seque
         for start, stop in ranges:
             acc = None
             for j in range(start, stop):
-                term = public.add_plain(sums[j], int(weights[j]) << shifts[j])
+                term = sums[j]
                 acc = term if acc is None else gmpy2.powmod(acc, mpz(1) << widths[j], n2) * term % n2
             packed.append(acc)
         return packed

@@ -123,8 +123,8 @@ class LabelHolderCrypto:
         if not np.array_equal(plan.node_weight, node_weight.astype(np.int64)):
             raise ProtocolError(f"the histogram layout of {party!r} disagrees with the label holder on node sizes")
         ciphertexts = self.key.public.from_bytes(packed, f"encrypted histograms of {party!r}")
-        bin_weights = np.repeat(plan.node_weight[plan.pair_node], np.diff(plan.hist_ptr)).tolist()
-        sums = self.layout.unpack(self.key.decrypt(ciphertexts), bin_weights)
+        node_weights = np.repeat(plan.node_weight[plan.pair_node], np.diff(plan.hist_ptr)).tolist()
+        sums = self.layout.unpack(self.key.decrypt(ciphertexts), node_weights, plan.bin_weight.tolist())
         histograms = plan.histograms(sums, self._previous.get(party, []))
         self._previous[party] = histograms
         hist_ptr = np.concatenate([[0], np.cumsum([len(b) for b, _ in histograms], dtype=np.int64)])
@@ -197,10 +197,11 @@ class PassiveCrypto:
             "feat_ptr": feat_ptr.astype(np.int64), "feat_local": feat_local.astype(np.int32),
             "feat_rank": feat_rank.astype(np.int32), "categorical": is_categorical[feat_local].astype(np.bool_),
             "derive_from": derive_from, "sibling": sibling, "node_weight": node_weight,
+            "bin_weight": np.array(totals, np.int64),  # sealed, not packed: half the bits per bin
         }
         self._previous = {(node, feature): q for q, (node, feature)
                           in enumerate(zip(pair_node.tolist(), feat_local.tolist(), strict=True)) if node_rows[node] >= 2}
-        packed = self.public.to_bytes(pack_bin_sums(self.public, sums, totals, bin_node_weights, self.layout)) \
+        packed = self.public.to_bytes(pack_bin_sums(self.public, sums, bin_node_weights, self.layout)) \
             if sums else np.zeros((0, self.public.ciphertext_bytes), np.uint8)
         sealed = self.channel.seal(arrays_to_bytes(plan), self.sequence - 1)
         return packed, np.frombuffer(sealed, np.uint8)
@@ -262,6 +263,7 @@ class _HistogramPlan:
     derive_from: np.ndarray
     sibling: np.ndarray
     node_weight: np.ndarray
+    bin_weight: np.ndarray
 
     def histograms(self, sums: np.ndarray, previous: list[tuple[np.ndarray, np.ndarray]]
                    ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -290,7 +292,8 @@ class _HistogramPlan:
                        arrays["feat_rank"].astype(np.int32), arrays["categorical"].astype(np.bool_),
                        np.repeat(np.arange(n_nodes, dtype=np.int64), np.diff(feat_ptr)) if len(feat_ptr) == n_nodes + 1
                        else np.zeros(0, np.int64), arrays["derive_from"].astype(np.int64),
-                       arrays["sibling"].astype(np.int64), arrays["node_weight"].astype(np.int64))
+                       arrays["sibling"].astype(np.int64), arrays["node_weight"].astype(np.int64),
+                       arrays["bin_weight"].astype(np.int64))
         except (KeyError, ValueError) as error:
             raise ProtocolError(f"malformed histogram layout: {error}") from error
         n_pairs = len(plan.feat_local)
@@ -298,6 +301,11 @@ class _HistogramPlan:
                 or len(hist_ptr) != n_pairs + 1 or hist_ptr[0] != 0 or hist_ptr[-1] != len(plan.bins)
                 or np.any(np.diff(hist_ptr) < 0) or len(plan.feat_rank) != n_pairs or len(plan.categorical) != n_pairs
                 or len(plan.derive_from) != n_pairs or len(plan.sibling) != n_pairs
-                or len(plan.node_weight) != n_nodes):
+                or len(plan.node_weight) != n_nodes or len(plan.bin_weight) != len(plan.bins)):
             raise ProtocolError("malformed histogram layout: pointers do not match the level's nodes and bins")
+        running = np.concatenate([[0], np.cumsum(plan.bin_weight)])
+        pair_weight, computed = running[hist_ptr[1:]] - running[hist_ptr[:-1]], np.diff(hist_ptr) > 0
+        if np.any(plan.bin_weight < 1) or not np.array_equal(pair_weight[computed],
+                                                              plan.node_weight[plan.pair_node][computed]):
+            raise ProtocolError("malformed histogram layout: bin weights do not add up to their node's weight")
         return plan

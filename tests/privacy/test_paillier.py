@@ -127,9 +127,9 @@ def test_bin_sums_and_packing_decode_to_exact_class_counts(key):
     codes, sums, totals = encrypted_bin_sums(key.public, powers, np.arange(n), weights, bins)
     assert list(codes) == sorted(set(bins.tolist()))
     small = SlotLayout(layout.n_slots, layout.slot_bits, layout.top_max, 5 * layout.bin_bits(node_weight))
-    packed = pack_bin_sums(key.public, sums, totals, [node_weight] * len(codes), small)
+    packed = pack_bin_sums(key.public, sums, [node_weight] * len(codes), small)
     assert len(packed) == -(-len(codes) // 5)  # five bins per ciphertext
-    decoded = small.unpack(key.decrypt(packed), [node_weight] * len(codes))
+    decoded = small.unpack(key.decrypt(packed), [node_weight] * len(codes), totals)
     for j, code in enumerate(codes):
         in_bin = bins == code
         expected = [int(weights[in_bin & (labels == c)].sum()) for c in range(1, n_classes)]
@@ -138,16 +138,18 @@ def test_bin_sums_and_packing_decode_to_exact_class_counts(key):
 
 def test_bins_of_small_nodes_are_narrow(key):
     layout = SlotLayout.for_values(np.ones((10, 1), dtype=object), 10_000, key.public)  # binary labels
-    assert (layout.bin_bits(10_000), layout.bin_bits(300), layout.bin_bits(1)) == (28, 18, 2)
-    assert layout.groups([28] * 40) == [(0, 36), (36, 40)]  # 1023 usable bits hold 36 bins of 28
+    assert (layout.bin_bits(10_000), layout.bin_bits(300), layout.bin_bits(1)) == (14, 9, 1)
+    assert layout.groups([14] * 80) == [(0, 73), (73, 80)]  # 1023 usable bits hold 73 bins of 14
 
 
 def test_unpack_refuses_wrong_counts_and_overflow(key):
     layout = SlotLayout(1, 4, 1, 64)
     with pytest.raises(ProtocolError, match="2 packed ciphertexts cannot carry 3 bins"):
-        layout.unpack([0, 0], [3, 3, 3])
+        layout.unpack([0, 0], [3, 3, 3], [1, 1, 1])
+    with pytest.raises(ProtocolError, match="2 bin weights for 3 bins"):
+        layout.unpack([0], [3, 3, 3], [1, 1])
     with pytest.raises(ProtocolError, match="overflows its slots"):
-        layout.unpack([1 << 70], [3])
+        layout.unpack([1 << 70], [3], [3])
     with pytest.raises(ProtocolError, match="do not fit"):
         SlotLayout.for_values(np.ones((2, 40), dtype=object), 2**30, key.public)
 
@@ -192,3 +194,32 @@ def test_parallel_encryption_and_decryption_agree_with_serial(key):
     ciphertexts = key.encrypt(values, workers=2)
     assert len(set(ciphertexts)) == len(values)
     assert key.decrypt(ciphertexts, workers=3) == key.decrypt(ciphertexts, workers=1) == values
+
+
+def _layout(**changes) -> dict:
+    """A passive party's sealed layout of one level: two nodes (weights 5 and 4), one feature each, bins
+    (weight) 0 (2), 3 (3) and 1 (4)."""
+    arrays = {"hist_ptr": np.array([0, 2, 3]), "bins": np.array([0, 3, 1], np.uint8), "feat_ptr": np.array([0, 1, 2]),
+              "feat_local": np.array([0, 1]), "feat_rank": np.array([0, 0]), "categorical": np.zeros(2, bool),
+              "derive_from": np.array([-1, -1]), "sibling": np.array([-1, -1]), "node_weight": np.array([5, 4]),
+              "bin_weight": np.array([2, 3, 4])}
+    return {**arrays, **changes}
+
+
+def test_the_label_holder_checks_the_sealed_bin_weights():
+    """The bin weights travel in the sealed layout (not in the ciphertexts): the label holder refuses
+    weights that are missing, misaligned, not positive or that do not add up to their node's weight."""
+    from fedcore.vertical.encrypted import _HistogramPlan
+
+    assert list(_HistogramPlan.from_arrays(_layout(), 2).bin_weight) == [2, 3, 4]
+    empty_pair = _layout(hist_ptr=np.array([0, 2, 2]), bins=np.array([0, 3], np.uint8), bin_weight=np.array([2, 3]))
+    assert list(_HistogramPlan.from_arrays(empty_pair, 2).bin_weight) == [2, 3]  # a node too small to split
+    for changes, message in (({"bin_weight": np.array([2, 3])}, "pointers do not match"),
+                             ({"bin_weight": np.array([2, 2, 4])}, "do not add up to their node's weight"),
+                             ({"bin_weight": np.array([5, 0, 4])}, "do not add up to their node's weight")):
+        with pytest.raises(ProtocolError, match=f"malformed histogram layout: .*{message}"):
+            _HistogramPlan.from_arrays(_layout(**changes), 2)
+    arrays = _layout()
+    del arrays["bin_weight"]
+    with pytest.raises(ProtocolError, match="malformed histogram layout: 'bin_weight'"):
+        _HistogramPlan.from_arrays(arrays, 2)
