@@ -143,17 +143,16 @@ def wait_for_agent_runs(run_ids: list[str], timeout_s: float = 60.0, poll_s: flo
         final = run.state is not None and run.state.is_final()
         level = logging.INFO if final and run.state.is_completed() else logging.WARNING
         logger.log(level, "agent flow run %s (%s): %s", run.name, run.id,
-                   states[str(run.id)] if final else f"still {states[str(run.id)]} after {timeout_s:g} s; cancelling it")
+                   states[str(run.id)] if final else f"still {states[str(run.id)]} after {timeout_s:g} s")
     cancel_agent_runs([str(r.id) for r in runs if not (r.state is not None and r.state.is_final())],
                       f"the master's session ended and this agent run had not stopped {timeout_s:g} s later")
     return states
 
 
 def cancel_agent_runs(run_ids: list[str], why: str) -> list[str]:
-    """Cancel the agent flow runs among `run_ids` that have not ended (their worker stops them), with `why`
-    as the state message; returns those cancelled. Used when no
-    session can start (an agent run failed first, so the others would wait out their idle timeout on
-    their ports) or a run outlives its session."""
+    """Cancel the agent flow runs among `run_ids` that have not ended (their worker stops them), logging
+    `why`; returns those cancelled. Used when no session can start (an agent run failed first, so the
+    others would wait out their idle timeout on their ports) or a run outlives its session."""
     from prefect.client.orchestration import get_client
     from prefect.states import Cancelling
 
@@ -163,7 +162,7 @@ def cancel_agent_runs(run_ids: list[str], why: str) -> list[str]:
             run = client.read_flow_run(run_id)
             if run.state is not None and run.state.is_final():
                 continue
-            client.set_flow_run_state(run_id, Cancelling(message=why), force=True)
+            client.set_flow_run_state(run_id, Cancelling(message=f"cancelled by the master: {why}"), force=True)
             get_run_logger().warning("cancelled agent flow run %s (%s): %s", run.name, run_id, why)
             cancelled.append(run_id)
     return cancelled

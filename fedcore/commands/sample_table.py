@@ -37,6 +37,8 @@ def _write(args: argparse.Namespace) -> int:
         raise ParameterError(f"--out {args.out}: the file must end in .csv or .parquet")
     if not 20 <= args.rows <= 10_000_000:
         raise ParameterError(f"--rows must be between 20 and 10000000, got {args.rows}")
+    if args.seed < 0:
+        raise ParameterError(f"--seed must be 0 or more, got {args.seed}")
     table = make_customer_table(args.rows, args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if suffix == ".csv":

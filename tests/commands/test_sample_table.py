@@ -38,6 +38,7 @@ def test_same_seed_same_table_other_seed_other_table(tmp_path) -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     (["--out", "t.xlsx"], "fedforest: error: --out t.xlsx: the file must end in .csv or .parquet"),
     (["--out", "t.csv", "--rows", "5"], "fedforest: error: --rows must be between 20 and 10000000, got 5"),
+    (["--out", "t.csv", "--seed", "-1"], "fedforest: error: --seed must be 0 or more, got -1"),
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch, argv, message) -> None:
     monkeypatch.chdir(tmp_path)
