@@ -200,8 +200,28 @@ class PaillierPrivateKey:
 
     def encrypt(self, plaintexts: Sequence[int], workers: int | None = None) -> list[mpz]:
         """Fresh ciphertexts of non-negative integers below n (randomness h_s^a from the fixed-base tables
-        modulo p^2 and q^2). `workers` is accepted for the callers' sake: table lookups hold the GIL, so
-        encryption runs on the calling thread."""
+        modulo p^2 and q^2). Table lookups hold the GIL, so with `workers` > 1 (default: one per core for
+        large batches) the batch is split over that many worker processes (`fedcore.privacy.gmp_workers`),
+        each with tables of its own."""
+        from fedcore.privacy.gmp_workers import GmpWorkers, default_worker_count
+
+        count = default_worker_count(len(plaintexts)) if workers is None else workers
+        if count <= 1:
+            return self._encrypt_here(plaintexts)
+        plaintexts = [int(m) for m in plaintexts]
+        if any(not 0 <= m < self.public.n for m in plaintexts):
+            raise ParameterError("a Paillier plaintext must lie in [0, n)")
+        pool = GmpWorkers(count)
+        try:
+            pool.all("load_key", int(self.public.n), int(self.p), int(self.q))
+            bounds = np.linspace(0, len(plaintexts), count + 1).astype(int)
+            parts = pool.each("encrypt", [(plaintexts[a:b],) for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
+        finally:
+            pool.close()
+        return [c for part in parts for c in part]
+
+    def _encrypt_here(self, plaintexts: Sequence[int]) -> list[mpz]:
+        """`encrypt` on this thread."""
         c, n, n2 = self._crt, self.public.n, self.public.n_square
         at_p, at_q = self._fixed_bases()
         width = -(-self.randomness_bits // 8)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedcore.errors import ProtocolError
+from fedcore.privacy.gmp_workers import GmpWorkers, balanced_chunks, default_worker_count
 from fedcore.privacy.packing import SlotLayout, encrypted_bin_sums, pack_bin_sums, weight_powers
 from fedcore.privacy.paillier import PaillierPrivateKey, PaillierPublicKey
 from fedcore.privacy.sealed import SealedChannel, arrays_to_bytes, bytes_to_arrays
@@ -150,11 +151,19 @@ class LabelHolderCrypto:
 class PassiveCrypto:
     """A passive party's side: the public key, the label ciphertexts, and its channel to the label holder."""
 
-    def __init__(self, public: PaillierPublicKey, layout: SlotLayout, ciphertexts: list, channel: SealedChannel) -> None:
+    def __init__(self, public: PaillierPublicKey, layout: SlotLayout, ciphertexts: list, channel: SealedChannel,
+                 workers: int | None = None) -> None:
+        """`workers`: processes for the bin sums (default: one per core for large tables, else none)."""
         self.public = public
         self.layout = layout
         self.channel = channel
-        self.powers = weight_powers(public, ciphertexts)  # Enc(y)^w for w = 1..3; powers[0] are the ciphertexts
+        count = default_worker_count(len(ciphertexts)) if workers is None else workers
+        self.pool = GmpWorkers(count) if count > 1 else None
+        if self.pool is not None:  # each worker keeps its own Enc(y)^w; this process needs none
+            self.powers: list[list] = []
+            self.pool.all("load_labels", int(public.n), list(ciphertexts))
+        else:
+            self.powers = weight_powers(public, ciphertexts)  # Enc(y)^w for w = 1..3; powers[0] are the ciphertexts
         self.sequence = 0  # find_splits rounds so far
         self._previous: dict[tuple[int, int], int] = {}  # last level: (node, feature) -> pair with a histogram
         self.pairs_computed = 0
@@ -176,21 +185,24 @@ class PassiveCrypto:
         derive_from, sibling = _subtraction_plan(feat_ptr, feat_local, node_rows, parents, self._previous)
         self.pairs_derived += int(np.sum(derive_from >= 0))
         node_weight = np.array([int(weight[a:b].sum()) for a, b in zip(starts, ends, strict=True)], np.int64)
-        bins, sums, counts, totals, bin_node_weights = [], [], [], [], []
+        jobs, job_nodes, job_pairs = [], [], []
         for q, (node, feature) in enumerate(zip(pair_node.tolist(), feat_local.tolist(), strict=True)):
             s, e = int(starts[node]), int(ends[node])
             if e - s < 2 or derive_from[q] >= 0:  # skipped as by the plain kernel, or derived by subtraction
-                counts.append(0)
                 continue
             rows = order[s:e]
-            pair_bins, pair_sums, pair_totals = encrypted_bin_sums(self.public, self.powers, rows, weight[s:e],
-                                                                   codes[rows, feature])
+            jobs.append((rows, weight[s:e], codes[rows, feature]))
+            job_nodes.append(node)
+            job_pairs.append(q)
+        bins, sums, totals, bin_node_weights = [], [], [], []
+        counts = np.zeros(len(feat_local), np.int64)
+        for q, node, (pair_bins, pair_sums, pair_totals) in zip(job_pairs, job_nodes, self._bin_sums(jobs), strict=True):
             bins.append(pair_bins)
             sums.extend(pair_sums)
             totals.extend(pair_totals)
             bin_node_weights.extend([int(node_weight[node])] * len(pair_bins))
-            self.pairs_computed += 1
-            counts.append(len(pair_bins))
+            counts[q] = len(pair_bins)
+        self.pairs_computed += len(jobs)
         plan = {
             "hist_ptr": np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]),
             "bins": np.concatenate(bins) if bins else np.zeros(0, np.uint8),
@@ -205,6 +217,25 @@ class PassiveCrypto:
             if sums else np.zeros((0, self.public.ciphertext_bytes), np.uint8)
         sealed = self.channel.seal(arrays_to_bytes(plan), self.sequence - 1)
         return packed, np.frombuffer(sealed, np.uint8)
+
+    def _bin_sums(self, jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[tuple]:
+        """`encrypted_bin_sums` of each (rows, weights, bins) job, in order: here, or split by rows over the
+        worker processes."""
+        if self.pool is None or len(jobs) < 2:
+            return [encrypted_bin_sums(self.public, self.powers, *job) for job in jobs] if self.pool is None \
+                else self.pool.each("bin_sums", [(jobs,)])[0]
+        chunks = [c for c in balanced_chunks([len(job[0]) for job in jobs], self.pool.count) if len(c)]
+        answers = self.pool.each("bin_sums", [([jobs[i] for i in chunk],) for chunk in chunks])
+        out: list = [None] * len(jobs)
+        for chunk, answer in zip(chunks, answers, strict=True):
+            for i, result in zip(chunk.tolist(), answer, strict=True):
+                out[i] = result
+        return out
+
+    def close(self) -> None:
+        """Stop the worker processes, if any."""
+        if self.pool is not None:
+            self.pool.close()
 
     def open_choices(self, records: np.ndarray, positions: np.ndarray, n_nodes: int) -> NodeSplits:
         """The label holder's split choices for the nodes at `positions` (other nodes stay empty)."""

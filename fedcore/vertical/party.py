@@ -189,6 +189,8 @@ class VerticalParty:
         header = {"n_rows": len(self.features), "label_holder": self.is_label_holder,
                   "memory_budget": self.memory_budget or default_budget()}
         arrays = {"feature_ids": ids.astype(str)}
+        if self._passive_crypto is not None:
+            self._passive_crypto.close()  # a new training: the last one's worker processes are done
         self._label_crypto = self._passive_crypto = self._sealing = None
         privacy = h.get("privacy", "none")
         _require(privacy in ("none", "paillier"), self.name, f"unknown privacy mode {privacy!r}")

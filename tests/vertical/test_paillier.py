@@ -187,3 +187,20 @@ def test_class_zero_is_the_total_weight_minus_the_encrypted_classes() -> None:
     assert values.tolist() == [[0, 0], [1, 0], [0, 1], [1, 0], [0, 0]]  # classes 1 and 2 only
     statistics = encoding.statistics(np.array([[2, 1, 5]], dtype=object))  # 2 of class 1, 1 of class 2, 5 rows
     assert statistics.tolist() == [[2.0, 2.0, 1.0]]
+
+
+def test_worker_processes_grow_the_same_forest(key, monkeypatch) -> None:
+    """Bin sums and label encryption over two worker processes (what a large table gets on a multi-core
+    machine, forced here for a small one): still exactly the plain forest."""
+    from fedcore.privacy import gmp_workers
+
+    monkeypatch.setattr(gmp_workers, "MIN_ROWS", 1)
+    monkeypatch.setattr(gmp_workers.os, "cpu_count", lambda: 2)
+    cls, table_args, n_parties, params = CASES["3 classes, 3 parties, unlimited depth"]
+    plain, paillier, _ = _pair(cls, mixed_table(n_rows=240, seed=11, **table_args), n_parties, key, **params)
+    _assert_same_forest(plain, paillier)
+    passive = [p._passive_crypto for p in paillier.parties_ if not p.is_label_holder]
+    assert all(c.pool is not None and c.pool.count == 2 for c in passive)
+    for crypto in passive:
+        crypto.close()
+        assert all(process.poll() is not None for process in crypto.pool.processes)

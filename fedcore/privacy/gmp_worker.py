@@ -1,0 +1,80 @@
+"""A worker process for Paillier arithmetic, started by `fedcore.privacy.gmp_workers` as
+`python -m fedcore.privacy.gmp_worker`: gmpy2 keeps the GIL for the multiplications behind bin sums and
+fixed-base encryption, so threads cannot share them over the cores; processes can.
+
+It reads requests from stdin and writes answers to stdout, each a pickle behind an 8-byte length. Only
+the process that started it is on the other end of these pipes (never a network peer). It keeps state
+between requests (the label ciphertexts' weight powers, or the private key and its tables) and exits when
+stdin closes, so it never outlives its parent.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+from fedcore.privacy.packing import encrypted_bin_sums, weight_powers
+from fedcore.privacy.paillier import PaillierPrivateKey, PaillierPublicKey
+
+HEADER_BYTES = 8
+
+
+def read_frame(stream: BinaryIO) -> Any | None:
+    """One length-prefixed pickle from `stream`, or None at end of stream."""
+    header = stream.read(HEADER_BYTES)
+    if len(header) < HEADER_BYTES:
+        return None
+    size = int.from_bytes(header, "big")
+    body = stream.read(size)
+    if len(body) < size:
+        return None
+    return pickle.loads(body)  # noqa: S301 - written by this worker's own parent process
+
+
+def write_frame(stream: BinaryIO, value: Any) -> None:
+    """`value` as one length-prefixed pickle on `stream`."""
+    body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(len(body).to_bytes(HEADER_BYTES, "big") + body)
+    stream.flush()
+
+
+def _load_labels(state: dict, n: int, ciphertexts: list) -> int:
+    public = PaillierPublicKey(n)
+    state["public"], state["powers"] = public, weight_powers(public, ciphertexts)
+    return len(ciphertexts)
+
+
+def _bin_sums(state: dict, pairs: list[tuple]) -> list[tuple]:
+    public, powers = state["public"], state["powers"]
+    return [encrypted_bin_sums(public, powers, rows, weights, bins) for rows, weights, bins in pairs]
+
+
+def _load_key(state: dict, n: int, p: int, q: int) -> int:
+    state["key"] = PaillierPrivateKey(PaillierPublicKey(n), p, q)
+    return 0
+
+
+def _encrypt(state: dict, plaintexts: list[int]) -> list:
+    return state["key"].encrypt(plaintexts, workers=1)  # here: this process is the worker
+
+
+OPERATIONS: dict[str, Callable[..., Any]] = {"load_labels": _load_labels, "bin_sums": _bin_sums,
+                                             "load_key": _load_key, "encrypt": _encrypt}
+
+
+def serve(requests: BinaryIO, answers: BinaryIO) -> None:
+    """Answer ("ok", result) or ("error", message) to each (operation, arguments) until `requests` ends."""
+    state: dict = {}
+    while (request := read_frame(requests)) is not None:
+        operation, arguments = request
+        try:
+            answer = ("ok", OPERATIONS[operation](state, *arguments))
+        except Exception as error:  # noqa: BLE001 - reported to the parent, which raises it
+            answer = ("error", f"{type(error).__name__}: {error}")
+        write_frame(answers, answer)
+
+
+if __name__ == "__main__":
+    serve(sys.stdin.buffer, sys.stdout.buffer)

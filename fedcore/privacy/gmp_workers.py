@@ -1,0 +1,108 @@
+"""Worker processes for Paillier arithmetic: a passive party's bin sums and the label holder's encryption.
+
+gmpy2 keeps the GIL for multiplications (the bulk of both), so threads run them on one core. These are
+`python -m fedcore.privacy.gmp_worker` processes the project starts itself, talking over pipes: no
+multiprocessing start method re-imports the caller's `__main__` (a script, a notebook, a Prefect flow).
+Each worker keeps its state (the label ciphertexts' powers, or the key and its tables) between requests.
+A worker exits when its stdin closes: when `close` is called, the pool is collected, or the parent dies.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fedcore.errors import ProtocolError
+from fedcore.privacy.gmp_worker import read_frame, write_frame
+
+MIN_ROWS = 5_000
+"""Below this many label rows, workers cost more to start and feed than they save."""
+
+
+def default_worker_count(rows: int) -> int:
+    """Workers for `rows` label rows: one per core on a multi-core machine for large tables, else none."""
+    cores = os.cpu_count() or 1
+    return cores if cores > 1 and rows >= MIN_ROWS else 0
+
+
+class GmpWorkers:
+    """`count` worker processes; requests go to all of them or one chunk each, answers come back in order."""
+
+    def __init__(self, count: int) -> None:
+        if count < 1:
+            raise ValueError(f"a worker pool needs at least one worker, got {count}")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.processes = [subprocess.Popen([sys.executable, "-m", "fedcore.privacy.gmp_worker"], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, env=env) for _ in range(count)]
+        self._finalizer = weakref.finalize(self, _stop, self.processes)
+
+    @property
+    def count(self) -> int:
+        """How many workers there are."""
+        return len(self.processes)
+
+    def each(self, operation: str, arguments: Sequence[tuple]) -> list[Any]:
+        """Worker i runs `operation(*arguments[i])` (at most one request per worker); the answers in order."""
+        if len(arguments) > self.count:
+            raise ValueError(f"{len(arguments)} requests for {self.count} workers")
+        busy = self.processes[:len(arguments)]
+        for process, args in zip(busy, arguments, strict=True):  # all write first: the workers run at once
+            self._send(process, (operation, tuple(args)))
+        return [self._receive(process, operation) for process in busy]
+
+    def all(self, operation: str, *arguments: Any) -> list[Any]:
+        """Every worker runs `operation(*arguments)` (loading shared state)."""
+        return self.each(operation, [arguments] * self.count)
+
+    def close(self) -> None:
+        """Stop the workers (they exit when their stdin closes)."""
+        self._finalizer()
+
+    def _send(self, process: subprocess.Popen, request: tuple) -> None:
+        try:
+            write_frame(process.stdin, request)
+        except (BrokenPipeError, OSError) as error:
+            raise ProtocolError(f"a Paillier worker process (pid {process.pid}) is gone: {error}") from error
+
+    def _receive(self, process: subprocess.Popen, operation: str) -> Any:
+        answer = read_frame(process.stdout)
+        if answer is None:
+            raise ProtocolError(f"a Paillier worker process (pid {process.pid}) exited during {operation!r} "
+                                f"(code {process.poll()})")
+        status, value = answer
+        if status != "ok":
+            raise ProtocolError(f"a Paillier worker failed during {operation!r}: {value}")
+        return value
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        for stream in (process.stdin, process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+    for process in processes:
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def balanced_chunks(costs: Sequence[int], count: int) -> list[np.ndarray]:
+    """Indices of `costs` split into `count` groups of near-equal total cost (largest first, each to the
+    least loaded group), each group in ascending order."""
+    loads = [0] * count
+    groups: list[list[int]] = [[] for _ in range(count)]
+    for index in np.argsort(-np.asarray(costs, dtype=np.int64), kind="stable").tolist():
+        lightest = loads.index(min(loads))
+        groups[lightest].append(index)
+        loads[lightest] += int(costs[index])
+    return [np.array(sorted(group), dtype=np.int64) for group in groups]
