@@ -221,9 +221,8 @@ class PassiveCrypto:
     def _bin_sums(self, jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[tuple]:
         """`encrypted_bin_sums` of each (rows, weights, bins) job, in order: here, or split by rows over the
         worker processes."""
-        if self.pool is None or len(jobs) < 2:
-            return [encrypted_bin_sums(self.public, self.powers, *job) for job in jobs] if self.pool is None \
-                else self.pool.each("bin_sums", [(jobs,)])[0]
+        if self.pool is None:
+            return [encrypted_bin_sums(self.public, self.powers, *job) for job in jobs]
         chunks = [c for c in balanced_chunks([len(job[0]) for job in jobs], self.pool.count) if len(c)]
         answers = self.pool.each("bin_sums", [([jobs[i] for i in chunk],) for chunk in chunks])
         out: list = [None] * len(jobs)
