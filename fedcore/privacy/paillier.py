@@ -205,12 +205,12 @@ class PaillierPrivateKey:
         each with tables of its own."""
         from fedcore.privacy.gmp_workers import GmpWorkers, default_worker_count
 
+        plaintexts = [mpz(m) for m in plaintexts]
+        if any(not 0 <= m < self.public.n for m in plaintexts):
+            raise ParameterError("a Paillier plaintext must lie in [0, n)")
         count = default_worker_count(len(plaintexts)) if workers is None else workers
         if count <= 1:
             return self._encrypt_here(plaintexts)
-        plaintexts = [int(m) for m in plaintexts]
-        if any(not 0 <= m < self.public.n for m in plaintexts):
-            raise ParameterError("a Paillier plaintext must lie in [0, n)")
         pool = GmpWorkers(count)
         try:
             pool.all("load_key", int(self.public.n), int(self.p), int(self.q))
@@ -220,16 +220,13 @@ class PaillierPrivateKey:
             pool.close()
         return [c for part in parts for c in part]
 
-    def _encrypt_here(self, plaintexts: Sequence[int]) -> list[mpz]:
-        """`encrypt` on this thread."""
+    def _encrypt_here(self, plaintexts: Sequence[mpz]) -> list[mpz]:
+        """`encrypt` of checked plaintexts, on this thread."""
         c, n, n2 = self._crt, self.public.n, self.public.n_square
         at_p, at_q = self._fixed_bases()
         width = -(-self.randomness_bits // 8)
         out = []
         for m in plaintexts:
-            m = mpz(m)
-            if not 0 <= m < n:
-                raise ParameterError("a Paillier plaintext must lie in [0, n)")
             exponent = secrets.token_bytes(width)
             rp, rq = at_p.power(exponent), at_q.power(exponent)
             randomness = rp + c["p2"] * ((rq - rp) * c["p2_inv_mod_q2"] % c["q2"])
