@@ -3,7 +3,7 @@
     federation: retail-consortium
     setting: vertical            # vertical | horizontal
     algorithm: forest            # vertical: forest; horizontal: extra-trees | ppd-ert
-    privacy: none                # forest: none | paillier ({mode: paillier, key_bits: 3072});
+    privacy: none                # forest: none | paillier | ou ({mode: paillier, key_bits: 3072});
                                  # extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 0.5});
                                  # ppd-ert: secagg ({mode: secagg, thresholds: histogram | domain, cells: 16})
     consortium_key: {env: FEDFOREST_CONSORTIUM_KEY}   # or {file: path}; never the key itself
@@ -48,12 +48,13 @@ import yaml
 from fedcore.errors import ConfigError, ParameterError
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.models.signing import public_key_path
-from fedcore.privacy.paillier import KEY_BITS as PAILLIER_KEY_BITS
+from fedcore.privacy.schemes import ENCRYPTED_MODES, scheme
+from fedcore.trees.params import PRIVACY_MODES as FOREST_PRIVACY_MODES
 from fedcore.trees.params import ForestParams
 
 SETTINGS = ("vertical", "horizontal")
 ALGORITHMS = {"vertical": ("forest",), "horizontal": ("extra-trees", "ppd-ert")}
-PRIVACY_MODES = {"forest": ("none", "paillier"), "extra-trees": ("none", "ldp", "gdp"), "ppd-ert": ("secagg",)}
+PRIVACY_MODES = {"forest": FOREST_PRIVACY_MODES, "extra-trees": ("none", "ldp", "gdp"), "ppd-ert": ("secagg",)}
 
 
 @dataclass(frozen=True)
@@ -283,10 +284,10 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
     master = raw.get("master") or {}
     params = raw.get("params") or {}
     if setting == "vertical":
-        if "privacy" in params or "paillier_key_bits" in params:
+        if {"privacy", "key_bits", "paillier_key_bits"} & set(params):
             raise ConfigError(f"{path}: params: set label protection in the 'privacy:' section "
                               "({mode: paillier, key_bits: 2048}), not in params")
-        params = {**params, "privacy": privacy["mode"], "paillier_key_bits": privacy.get("key_bits", 2048)}
+        params = {**params, "privacy": privacy["mode"], "key_bits": privacy.get("key_bits")}
     try:
         forest = ForestParams(**params) if setting == "vertical" else ExtraTreesParams(**params)
     except TypeError as exc:
@@ -312,8 +313,8 @@ def _master_public_key(master: dict, path: Path) -> Path | None:
 
 
 def _parse_privacy(raw: Any, algorithm: str, path: Path) -> dict[str, Any]:
-    """The `privacy:` section: {mode: none|paillier|ldp|gdp|secagg, epsilon: (gdp, per query),
-    ldp: {LabelLDP fields}, key_bits: (paillier) 2048 | 3072, thresholds: (secagg) histogram | domain,
+    """The `privacy:` section: {mode: none|paillier|ou|ldp|gdp|secagg, epsilon: (gdp, per query),
+    ldp: {LabelLDP fields}, key_bits: (paillier, ou) 2048 | 3072, thresholds: (secagg) histogram | domain,
     cells: (secagg, histogram) grid cells}."""
     modes = PRIVACY_MODES[algorithm]
     raw = {"mode": modes[0]} if raw is None else raw
@@ -336,13 +337,15 @@ def _parse_privacy(raw: Any, algorithm: str, path: Path) -> dict[str, Any]:
     if not isinstance(ldp, dict):
         raise ConfigError(f"{path}: privacy.ldp must be a mapping of LabelLDP fields, got {ldp!r}")
     parsed = {"mode": mode, "epsilon": float(epsilon), "ldp": dict(ldp)}
-    if "key_bits" in raw and mode != "paillier":
-        raise ConfigError(f"{path}: privacy.key_bits applies to mode 'paillier' only, not {mode!r}")
-    if mode == "paillier":
-        key_bits = raw.get("key_bits", 2048)
-        if isinstance(key_bits, bool) or key_bits not in PAILLIER_KEY_BITS:
-            raise ConfigError(f"{path}: privacy.key_bits must be one of {PAILLIER_KEY_BITS} (Paillier modulus "
-                              f"size), got {key_bits!r}")
+    if "key_bits" in raw and mode not in ENCRYPTED_MODES:
+        raise ConfigError(f"{path}: privacy.key_bits applies to the encrypted-label modes {list(ENCRYPTED_MODES)} "
+                          f"only, not {mode!r}")
+    if mode in ENCRYPTED_MODES:
+        encryption = scheme(mode)
+        key_bits = raw.get("key_bits", encryption.default_key_bits)
+        if isinstance(key_bits, bool) or key_bits not in encryption.key_bits:
+            raise ConfigError(f"{path}: privacy.key_bits must be one of {encryption.key_bits} ({encryption.title} "
+                              f"modulus size), got {key_bits!r}")
         parsed["key_bits"] = int(key_bits)
     if mode == "secagg":
         parsed.update(_parse_thresholds(raw, path))

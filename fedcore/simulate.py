@@ -237,8 +237,9 @@ def simulate_vertical(
     """Train Federated Forest on `parties` simulated vertical parties of `table` and evaluate it on held-out
     rows against scikit-learn and the single-party run; return the JSON-ready result.
 
-    With `privacy="paillier"` the federated run encrypts the labels (2048-bit key) and the single-party run
-    stays plain, so `single_party_identical` checks that encryption changes nothing.
+    With `privacy="paillier"` or `"ou"` the federated run encrypts the labels (at the mode's default key
+    size) and the single-party run stays plain, so `single_party_identical` checks that encryption changes
+    nothing.
 
     `communication` counts training plus the prediction of the test rows; `columns` says which column was
     the id, which were dropped and which dates became numbers (see `prepare_input`).

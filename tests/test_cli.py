@@ -164,7 +164,7 @@ def test_version(capsys) -> None:
                                                          "'gdp', got 'secagg'"),
     (("--setting", "horizontal", "--algorithm", "ppd-ert", "--privacy", "ldp"), "algorithm 'ppd-ert' supports "
                                                                                 "privacy 'secagg', got 'ldp'"),
-    (("--privacy", "ldp"), "algorithm 'forest' supports privacy 'none', 'paillier', got 'ldp'"),
+    (("--privacy", "ldp"), "algorithm 'forest' supports privacy 'none', 'paillier', 'ou', got 'ldp'"),
     (("--setting", "horizontal", "--thresholds", "domain"), "--thresholds applies to --algorithm ppd-ert only, not "
                                                             "'extra-trees'"),
 ])

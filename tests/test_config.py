@@ -110,7 +110,7 @@ def test_bad_federation_fields_are_refused_by_name(overrides, message) -> None:
     assert str(caught.value).startswith(f"{CONFIG}: {message}")
 
 
-def test_paillier_key_bits_belong_to_the_paillier_mode(tmp_path) -> None:
+def test_key_bits_belong_to_the_encrypted_label_modes(tmp_path) -> None:
     import yaml
 
     from fedcore.config import load_config
@@ -118,13 +118,21 @@ def test_paillier_key_bits_belong_to_the_paillier_mode(tmp_path) -> None:
 
     config_path, _ = small_federation(tmp_path, 200, seed=1, params={"n_estimators": 2})
     raw = yaml.safe_load(config_path.read_text())
-    raw["privacy"] = {"mode": "none", "key_bits": 3072}
-    config_path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(ConfigError, match=r"privacy.key_bits applies to mode 'paillier' only, not 'none'"):
-        load_config(config_path)
-    raw["privacy"] = {"mode": "paillier", "key_bits": 3072}
-    config_path.write_text(yaml.safe_dump(raw))
-    assert load_config(config_path).params.paillier_key_bits == 3072
+
+    def load(privacy):
+        raw["privacy"] = privacy
+        config_path.write_text(yaml.safe_dump(raw))
+        return load_config(config_path)
+
+    with pytest.raises(ConfigError, match=r"privacy.key_bits applies to the encrypted-label modes "
+                                          r"\['paillier', 'ou'\] only, not 'none'"):
+        load({"mode": "none", "key_bits": 3072})
+    assert load({"mode": "paillier", "key_bits": 3072}).params.key_bits == 3072
+    assert load({"mode": "paillier"}).params.key_bits == 2048
+    assert (load({"mode": "ou"}).params.privacy, load({"mode": "ou"}).params.key_bits) == ("ou", 3072)
+    with pytest.raises(ConfigError, match=r"privacy.key_bits must be one of \(2048, 3072\) \(Okamoto-Uchiyama "
+                                          r"modulus size\), got 1024"):
+        load({"mode": "ou", "key_bits": 1024})
 
 
 def test_an_institution_may_bound_its_agents_memory() -> None:

@@ -98,7 +98,7 @@ def _continuous(frame: pd.DataFrame) -> np.ndarray:
 # -- vertical ------------------------------------------------------------------------------------------
 def run_vertical(tmp_path: Path, alignment: str, privacy: str = "none") -> Recorded:
     """Vertical Federated Forest over three institutions with partially overlapping customers: align
-    (keyed hashes or PSI), train (labels shared, or Paillier-encrypted), evaluate on the held-out rows,
+    (keyed hashes or PSI), train (labels shared, or encrypted under Paillier or Okamoto-Uchiyama), evaluate on the held-out rows,
     batch predict new customers."""
     from fedcore.data.split import split_vertical
     from fedcore.institution import InstitutionData
@@ -139,7 +139,7 @@ def run_vertical(tmp_path: Path, alignment: str, privacy: str = "none") -> Recor
         raw_floats=np.unique(np.concatenate([_continuous(f) for f in frames.values()])),
         ids=set(table["record_id"]), feature_names=[c for c in table.columns if c != "record_id"],
         thresholds=thresholds, keyed_hashes=hash_ids(table["record_id"], KEY).tolist(), session=session,
-        label_codes={holder: agents[holder].party._y.astype(np.int64)} if privacy == "paillier" else {})
+        label_codes={holder: agents[holder].party._y.astype(np.int64)} if privacy != "none" else {})
 
 
 # -- horizontal ----------------------------------------------------------------------------------------
@@ -223,10 +223,10 @@ VERTICAL_TO_PARTIES = {  # DESIGN: its sampled feature ids; bitmaps of nodes it 
     "find_splits": "feat_ptr feat_global feat_rank split_mask split_owner bits_0 bits_1 bits_2",
     "apply_splits": "tree node positions", "finalize": "tree node left right", "load_holdout": "",
     "predict_leaves": "", "evaluate": "values", "align_batch": "positions", "deliver_predictions": "values"}
-PAILLIER_TO_MASTER = {  # DESIGN: as plain, with gains of passive parties computed at the label holder
+ENCRYPTED_LABELS_TO_MASTER = {  # DESIGN: as plain, with gains of passive parties computed at the label holder
     "setup_reply": "feature_ids seal_public", "labels": "enc_y", "encrypted_histograms": "packed sealed",
     "encrypted_best": " ".join(f"gain_{n} rank_{n} choice_{n}" for n in NAMES)}
-PAILLIER_TO_PARTIES = {
+ENCRYPTED_LABELS_TO_PARTIES = {
     "configure": "global_index enc_y " + " ".join(f"seal_{n}" for n in NAMES),
     "evaluate_encrypted": " ".join(f"packed_{n} sealed_{n}" for n in NAMES),
     "apply_splits": "tree node positions choice"}
@@ -329,7 +329,7 @@ def _no_keyed_hash_crosses(run: Recorded) -> None:
 
 
 def _passive_parties_get_ciphertexts_only(run: Recorded) -> None:
-    """Paillier: the label holder alone gets histograms to decrypt; passive parties get the label ciphertexts
+    """Encrypted labels: the label holder alone gets histograms to decrypt; passive parties get the label ciphertexts
     once, no plain label or statistic, and only split choices sealed for them."""
     holder = run.session.master.info.label_holder
     to_holder = {k for e, m in run.messages if e.receiver == holder for k in m.arrays}
@@ -338,7 +338,8 @@ def _passive_parties_get_ciphertexts_only(run: Recorded) -> None:
         if entry.receiver not in (holder, "master"):
             assert not {"y", "stats", "gain", "rank"} & set(message.arrays), _where(entry)
     configured = [m.arrays["enc_y"] for e, m in run.messages if m.kind == "configure" and "enc_y" in m.arrays]
-    assert len(configured) == len(run.parties) - 1 and all(c.shape[1] == 512 for c in configured)  # 2048-bit key
+    width = {"paillier": 512, "ou": 384}[run.session.master.params.privacy]  # n^2 of 2048 bits; n of 3072
+    assert len(configured) == len(run.parties) - 1 and all(c.shape[1] == width for c in configured)
 
 
 def _gdp_counts_are_noised(run: Recorded) -> None:
@@ -368,8 +369,13 @@ MODES = {
         label_codes_cross=True, private_thresholds=True, extras=(_vertical_bitmaps_and_stats, _no_keyed_hash_crosses)),
     "vertical-paillier": WireMode(  # passive: label ciphertexts only; label holder: histograms to decrypt
         run=lambda tmp: run_vertical(tmp, "hash", privacy="paillier"),
-        to_master=_arrays({**VERTICAL_TO_MASTER, **HASH_ALIGNMENT[0], **PAILLIER_TO_MASTER}),
-        to_parties=_arrays({**VERTICAL_TO_PARTIES, **HASH_ALIGNMENT[1], **PAILLIER_TO_PARTIES}),
+        to_master=_arrays({**VERTICAL_TO_MASTER, **HASH_ALIGNMENT[0], **ENCRYPTED_LABELS_TO_MASTER}),
+        to_parties=_arrays({**VERTICAL_TO_PARTIES, **HASH_ALIGNMENT[1], **ENCRYPTED_LABELS_TO_PARTIES}),
+        private_thresholds=True, extras=(_vertical_bitmaps_and_stats, _passive_parties_get_ciphertexts_only)),
+    "vertical-ou": WireMode(  # the same messages under Okamoto-Uchiyama
+        run=lambda tmp: run_vertical(tmp, "hash", privacy="ou"),
+        to_master=_arrays({**VERTICAL_TO_MASTER, **HASH_ALIGNMENT[0], **ENCRYPTED_LABELS_TO_MASTER}),
+        to_parties=_arrays({**VERTICAL_TO_PARTIES, **HASH_ALIGNMENT[1], **ENCRYPTED_LABELS_TO_PARTIES}),
         private_thresholds=True, extras=(_vertical_bitmaps_and_stats, _passive_parties_get_ciphertexts_only)),
     "horizontal-fet-none": WireMode(
         run=lambda tmp: run_horizontal(tmp, "extra-trees", "none"),

@@ -1,6 +1,7 @@
-"""A worker process for Paillier arithmetic, started by `fedcore.privacy.gmp_workers` as
-`python -m fedcore.privacy.gmp_worker`: gmpy2 keeps the GIL for the multiplications behind bin sums and
-fixed-base encryption, so threads cannot share them over the cores; processes can.
+"""A worker process for homomorphic (Paillier or Okamoto-Uchiyama) arithmetic, started by
+`fedcore.privacy.gmp_workers` as `python -m fedcore.privacy.gmp_worker`: gmpy2 keeps the GIL for the
+multiplications behind bin sums and fixed-base encryption, so threads cannot share them over the cores;
+processes can.
 
 It reads requests from stdin and writes answers to stdout, each a pickle behind an 8-byte length. Only
 the process that started it is on the other end of these pipes (never a network peer). It keeps state
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from fedcore.privacy.packing import encrypted_bin_sums, weight_powers
-from fedcore.privacy.paillier import PaillierPrivateKey, PaillierPublicKey
+from fedcore.privacy.schemes import private_key_from_worker_fields, public_key_from_any_json
 
 HEADER_BYTES = 8
 
@@ -40,8 +41,8 @@ def write_frame(stream: BinaryIO, value: Any) -> None:
     stream.flush()
 
 
-def _load_labels(state: dict, n: int, ciphertexts: list) -> int:
-    public = PaillierPublicKey(n)
+def _load_labels(state: dict, public_key: dict, ciphertexts: list) -> int:
+    public = public_key_from_any_json(public_key)
     state["public"], state["powers"] = public, weight_powers(public, ciphertexts)
     return len(ciphertexts)
 
@@ -51,8 +52,8 @@ def _bin_sums(state: dict, pairs: list[tuple]) -> list[tuple]:
     return [encrypted_bin_sums(public, powers, rows, weights, bins) for rows, weights, bins in pairs]
 
 
-def _load_key(state: dict, n: int, p: int, q: int) -> int:
-    state["key"] = PaillierPrivateKey(PaillierPublicKey(n), p, q)
+def _load_key(state: dict, fields: dict) -> int:
+    state["key"] = private_key_from_worker_fields(fields)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Worker processes for Paillier arithmetic: a passive party's bin sums and the label holder's encryption.
+"""Worker processes for homomorphic-encryption arithmetic: a passive party's bin sums and the label holder's encryption.
 
 gmpy2 keeps the GIL for multiplications (the bulk of both), so threads run them on one core. These are
 `python -m fedcore.privacy.gmp_worker` processes the project starts itself, talking over pipes: no
@@ -68,16 +68,16 @@ class GmpWorkers:
         try:
             write_frame(process.stdin, request)
         except (BrokenPipeError, OSError) as error:
-            raise ProtocolError(f"a Paillier worker process (pid {process.pid}) is gone: {error}") from error
+            raise ProtocolError(f"an encryption worker process (pid {process.pid}) is gone: {error}") from error
 
     def _receive(self, process: subprocess.Popen, operation: str) -> Any:
         answer = read_frame(process.stdout)
         if answer is None:
-            raise ProtocolError(f"a Paillier worker process (pid {process.pid}) exited during {operation!r} "
+            raise ProtocolError(f"an encryption worker process (pid {process.pid}) exited during {operation!r} "
                                 f"(code {process.poll()})")
         status, value = answer
         if status != "ok":
-            raise ProtocolError(f"a Paillier worker failed during {operation!r}: {value}")
+            raise ProtocolError(f"an encryption worker failed during {operation!r}: {value}")
         return value
 
 

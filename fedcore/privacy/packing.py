@@ -1,4 +1,5 @@
-"""Packing of label statistics into Paillier plaintexts, and of encrypted bin sums into few ciphertexts.
+"""Packing of label statistics into homomorphic plaintexts (Paillier or Okamoto-Uchiyama), and of
+encrypted bin sums into few ciphertexts.
 
 A sample's plaintext holds `n_slots` non-negative integers (the one-hot of classes 1..C-1, or q, q^2 for a
 fixed-point target q) at `slot_bits` spacing, wide enough that summing any node's samples never carries
@@ -24,7 +25,7 @@ import numpy as np
 from gmpy2 import mpz
 
 from fedcore.errors import ProtocolError
-from fedcore.privacy.paillier import PaillierPublicKey, parallel_map
+from fedcore.privacy.homomorphic import CiphertextSpace, parallel_map
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class SlotLayout:
                                 f"{self.slot_bits} and {self.top_max}")
 
     @classmethod
-    def for_values(cls, values: np.ndarray, max_weight: int, public: PaillierPublicKey) -> SlotLayout:
+    def for_values(cls, values: np.ndarray, max_weight: int, public: CiphertextSpace) -> SlotLayout:
         """The narrowest layout for per-sample `values` (rows, n_slots) summed over up to `max_weight` draws;
         refuses one whose widest bin would not fit a plaintext."""
         values = np.asarray(values)
@@ -113,11 +114,11 @@ class SlotLayout:
         return {"n_slots": self.n_slots, "slot_bits": self.slot_bits, "top_max": self.top_max}
 
 
-def pack_bin_sums(public: PaillierPublicKey, sums: Sequence[mpz], node_weights: Sequence[int], layout: SlotLayout,
+def pack_bin_sums(public: CiphertextSpace, sums: Sequence[mpz], node_weights: Sequence[int], layout: SlotLayout,
                   workers: int | None = None) -> list[mpz]:
     """Fold consecutive bins' encrypted sums into as few ciphertexts as the plaintext allows (Horner), the
     groups spread over `workers` threads."""
-    n2 = public.n_square
+    n2 = public.modulus
     widths = [layout.bin_bits(w) for w in node_weights]
 
     def fold(ranges: list[tuple[int, int]]) -> list[mpz]:
@@ -133,21 +134,21 @@ def pack_bin_sums(public: PaillierPublicKey, sums: Sequence[mpz], node_weights: 
     return parallel_map(fold, layout.groups(widths), workers)
 
 
-def weight_powers(public: PaillierPublicKey, ciphertexts: Sequence[mpz], largest: int = 3) -> list[list[mpz]]:
+def weight_powers(public: CiphertextSpace, ciphertexts: Sequence[mpz], largest: int = 3) -> list[list[mpz]]:
     """Enc(x)^w for w = 1..largest and every ciphertext: bootstrap weights then cost one multiplication."""
-    n2 = public.n_square
+    n2 = public.modulus
     powers = [list(ciphertexts)]
     for _ in range(2, largest + 1):
         powers.append([a * c % n2 for a, c in zip(powers[-1], ciphertexts, strict=True)])
     return powers
 
 
-def encrypted_bin_sums(public: PaillierPublicKey, powers: list[list[mpz]], rows: np.ndarray,
+def encrypted_bin_sums(public: CiphertextSpace, powers: list[list[mpz]], rows: np.ndarray,
                        weights: np.ndarray, bins: np.ndarray) -> tuple[np.ndarray, list[mpz], list[int]]:
     """Per non-empty bin (ascending): the product of the samples' ciphertexts raised to their weights, and
     the bin's total weight. `powers` is `weight_powers` of the label ciphertexts; `rows`, `weights` and
     `bins` describe one node's in-bag samples on one feature."""
-    n2 = public.n_square
+    n2 = public.modulus
     order = np.argsort(bins, kind="stable")
     sorted_bins = bins[order]
     bounds = np.flatnonzero(np.diff(sorted_bins)) + 1

@@ -6,11 +6,12 @@ import math
 from dataclasses import asdict, dataclass
 
 from fedcore.errors import ParameterError
-from fedcore.privacy.paillier import KEY_BITS as PAILLIER_KEY_BITS
+from fedcore.privacy.schemes import ENCRYPTED_MODES, check_key_bits, scheme
 from fedcore.trees.criteria import CRITERIA, SQUARED_ERROR
 
-PRIVACY_MODES = ("none", "paillier")
-"""Vertical label protection: none (labels shared, the paper's FF) or Paillier-encrypted (SecureBoost-style)."""
+PRIVACY_MODES = ("none", *ENCRYPTED_MODES)
+"""Vertical label protection: none (labels shared, the paper's FF), or encrypted under Paillier or
+Okamoto-Uchiyama ("ou"), SecureBoost-style."""
 
 
 DEPTH_UNLIMITED = 10_000
@@ -118,7 +119,8 @@ class ForestParams(TreeParams):
     max_samples: int | float | None = None
     max_bins: int = 255
     privacy: str = "none"
-    paillier_key_bits: int = 2048
+    key_bits: int | None = None
+    """Label-encryption key size; None: the mode's default (Paillier 2048, Okamoto-Uchiyama 3072)."""
 
     def _check_criterion(self) -> None:
         if self.criterion not in CRITERIA:
@@ -147,8 +149,21 @@ class ForestParams(TreeParams):
                       "a vertical party refuses larger batches")
         if self.privacy not in PRIVACY_MODES:
             raise ParameterError(f"privacy must be one of {PRIVACY_MODES} in the vertical setting, got {self.privacy!r}")
-        if isinstance(self.paillier_key_bits, bool) or self.paillier_key_bits not in PAILLIER_KEY_BITS:
-            raise ParameterError(f"paillier_key_bits must be one of {PAILLIER_KEY_BITS}, got {self.paillier_key_bits!r}")
+        if self.privacy in ENCRYPTED_MODES:
+            bits = scheme(self.privacy).default_key_bits if self.key_bits is None else self.key_bits
+            object.__setattr__(self, "key_bits", check_key_bits(self.privacy, bits))
+        elif self.key_bits is not None:
+            raise ParameterError(f"key_bits applies to the encrypted-label privacy modes {ENCRYPTED_MODES} only, "
+                                 f"not {self.privacy!r}")
+
+    @classmethod
+    def from_dict(cls, fields: dict) -> ForestParams:
+        """Parameters as `to_dict` wrote them, also by an older version (its `paillier_key_bits`)."""
+        fields = dict(fields)
+        legacy_bits = fields.pop("paillier_key_bits", None)
+        if legacy_bits is not None and fields.get("privacy") == "paillier":
+            fields.setdefault("key_bits", legacy_bits)
+        return cls(**fields)
 
     def batches(self, batch_size: int | None = None) -> list[list[int]]:
         """As `TreeParams.batches`, never more than MAX_TREES_PER_BATCH trees at once: a vertical party

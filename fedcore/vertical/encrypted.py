@@ -1,4 +1,5 @@
-"""Vertical Federated Forest with Paillier-encrypted labels: the label holder's and the passive parties' steps.
+"""Vertical Federated Forest with encrypted labels (Paillier or Okamoto-Uchiyama): the label holder's and the
+passive parties' steps.
 
 Once per training the label holder encrypts, per sample, its label statistics packed into one plaintext
 (the one-hot of classes 1..C-1, or q and q^2 for a fixed-point target q) and the master relays the
@@ -19,8 +20,8 @@ import numpy as np
 
 from fedcore.errors import ProtocolError
 from fedcore.privacy.gmp_workers import GmpWorkers, balanced_chunks, default_worker_count
+from fedcore.privacy.homomorphic import AdditivePrivateKey, CiphertextSpace
 from fedcore.privacy.packing import SlotLayout, encrypted_bin_sums, pack_bin_sums, weight_powers
-from fedcore.privacy.paillier import PaillierPrivateKey, PaillierPublicKey
 from fedcore.privacy.sealed import SealedChannel, arrays_to_bytes, bytes_to_arrays
 from fedcore.trees.criteria import SQUARED_ERROR
 from fedcore.trees.splitting import NodeSplits, best_splits_from_histograms
@@ -92,7 +93,7 @@ class TargetEncoding:
 class LabelHolderCrypto:
     """The label holder's side: the private key, the encoding, and a sealed channel per passive party."""
 
-    def __init__(self, key: PaillierPrivateKey) -> None:
+    def __init__(self, key: AdditivePrivateKey) -> None:
         self.key = key
         self.encoding: TargetEncoding | None = None
         self.layout: SlotLayout | None = None
@@ -151,7 +152,7 @@ class LabelHolderCrypto:
 class PassiveCrypto:
     """A passive party's side: the public key, the label ciphertexts, and its channel to the label holder."""
 
-    def __init__(self, public: PaillierPublicKey, layout: SlotLayout, ciphertexts: list, channel: SealedChannel,
+    def __init__(self, public: CiphertextSpace, layout: SlotLayout, ciphertexts: list, channel: SealedChannel,
                  workers: int | None = None) -> None:
         """`workers`: processes for the bin sums (default: one per core for large tables, else none)."""
         self.public = public
@@ -161,7 +162,7 @@ class PassiveCrypto:
         self.pool = GmpWorkers(count) if count > 1 else None
         if self.pool is not None:  # each worker keeps its own Enc(y)^w; this process needs none
             self.powers: list[list] = []
-            self.pool.all("load_labels", int(public.n), list(ciphertexts))
+            self.pool.all("load_labels", public.to_json(), list(ciphertexts))
         else:
             self.powers = weight_powers(public, ciphertexts)  # Enc(y)^w for w = 1..3; powers[0] are the ciphertexts
         self.sequence = 0  # find_splits rounds so far

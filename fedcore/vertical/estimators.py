@@ -29,8 +29,9 @@ from fedcore.estimator_api import (
     impurity_importances,
     node_impurity_decrease,
 )
+from fedcore.privacy.homomorphic import AdditivePrivateKey
 from fedcore.privacy.keyauth import ephemeral_identities
-from fedcore.privacy.paillier import PaillierPrivateKey
+from fedcore.privacy.schemes import ENCRYPTED_MODES
 from fedcore.progress import end_line, progress_bar
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.budget import resolve_budget
@@ -70,8 +71,8 @@ class _FederatedForest(EstimatorBase):
         tree_batch_size: int | None = None,
         memory_budget_mb: int | None = None,
         privacy: str = "none",
-        paillier_key_bits: int = 2048,
-        paillier_key: PaillierPrivateKey | None = None,
+        key_bits: int | None = None,
+        label_key: AdditivePrivateKey | None = None,
         prediction: str = "auto",
         predict_batch_rows: int = 8192,
         progress: bool = False,
@@ -91,10 +92,10 @@ class _FederatedForest(EstimatorBase):
         validate_training_parties(frames, label, self._task)
         key = hashlib.sha256(f"fedforest-simulation-{params.random_state}".encode()).digest()
         # no certificates in simulation: fresh Ed25519 identities, pinned at every party, sign the sealing keys
-        identities = ephemeral_identities(frames) if params.privacy == "paillier" else {}
+        identities = ephemeral_identities(frames) if params.privacy in ENCRYPTED_MODES else {}
         members = [
             VerticalParty(name, frame, label if label in frame.columns else None, feature_key=key,
-                          paillier_key=self.paillier_key if label in frame.columns else None,
+                          label_key=self.label_key if label in frame.columns else None,
                           identity=identities.get(name))
             for name, frame in frames.items()
         ]
@@ -222,8 +223,8 @@ class FederatedForestRegressor(RegressorMixin, _FederatedForest):
         tree_batch_size: int | None = None,
         memory_budget_mb: int | None = None,
         privacy: str = "none",
-        paillier_key_bits: int = 2048,
-        paillier_key: PaillierPrivateKey | None = None,
+        key_bits: int | None = None,
+        label_key: AdditivePrivateKey | None = None,
         prediction: str = "auto",
         predict_batch_rows: int = 8192,
         progress: bool = False,

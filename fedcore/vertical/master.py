@@ -3,7 +3,7 @@ picks the best of the parties' local splits per node, relays partition bitmaps, 
 leaf values, and combines prediction answers.
 
 Every exchange covers all open nodes of one level of every tree in the batch, so the number of round
-trips grows with depth (two per level; three with Paillier-encrypted labels, see
+trips grows with depth (two per level; three with encrypted labels, see
 `fedcore/vertical/encrypted.py`), never with nodes or rows.
 """
 
@@ -16,6 +16,7 @@ import numpy as np
 
 from fedcore.checkpoints import CheckpointStore
 from fedcore.errors import LabelHolderError, PartyShapeError, ProtocolError
+from fedcore.privacy.schemes import ENCRYPTED_MODES
 from fedcore.progress import ProgressCallback
 from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.randomness import stream
@@ -59,7 +60,7 @@ class FederationInfo:
 
 class VerticalMaster(LevelStrategy):
     """Coordinates training and prediction of one vertical federated forest over a transport; grows it
-    as the vertical level strategy (plain or Paillier-encrypted labels) of `LevelwiseGrower`."""
+    as the vertical level strategy (plain or encrypted labels) of `LevelwiseGrower`."""
 
     def __init__(self, transport: Transport, params: ForestParams, progress: ProgressCallback | None = None,
                  memory_budget: int | None = None) -> None:
@@ -76,14 +77,14 @@ class VerticalMaster(LevelStrategy):
 
     # -- setup ----------------------------------------------------------------------------------
     def setup(self) -> FederationInfo:
-        """Ask every party to bin its data and name its features; share the encoded labels (in Paillier mode,
+        """Ask every party to bin its data and name its features; share the encoded labels (with encrypted labels,
         relay their ciphertexts and the parties' signed sealing keys instead)."""
         p = self.params
         parties = self.transport.parties
         header = {"max_bins": p.max_bins, "binning_seed": p.random_state, "criterion": p.criterion_code,
                   "privacy": p.privacy}
-        if p.privacy == "paillier":
-            header.update(session_context=secrets.token_hex(16), paillier_key_bits=p.paillier_key_bits)
+        if p.privacy in ENCRYPTED_MODES:
+            header.update(session_context=secrets.token_hex(16), key_bits=p.key_bits)
         replies = self.transport.exchange({name: Message("setup", header) for name in parties})
         rows = {name: int(r.header["n_rows"]) for name, r in replies.items()}
         if len(set(rows.values())) != 1:
@@ -113,8 +114,8 @@ class VerticalMaster(LevelStrategy):
         for name in parties:
             header = {"n_features": len(ids), "n_classes": self.info.n_classes}
             arrays = {"global_index": np.array([position[str(x)] for x in replies[name].arrays["feature_ids"]], np.int64)}
-            if p.privacy == "paillier":
-                _relay_paillier_setup(name, holder, parties, replies, labels, header, arrays)
+            if p.privacy in ENCRYPTED_MODES:
+                _relay_encrypted_setup(name, holder, parties, replies, labels, header, arrays)
             elif name != holder:
                 arrays["y"] = labels.arrays["y"]
             requests[name] = Message("configure", header, arrays)
@@ -243,8 +244,8 @@ class VerticalMaster(LevelStrategy):
                              "value": leaf_value(stats, p.criterion_code)})
 
     def _score(self, replies: dict[str, Message]) -> dict[str, np.ndarray] | None:
-        """Plain mode: every party scored its own candidates (Paillier mode: see `_evaluate_encrypted`)."""
-        if self.params.privacy == "paillier":
+        """Plain mode: every party scored its own candidates (encrypted labels: see `_evaluate_encrypted`)."""
+        if self.params.privacy in ENCRYPTED_MODES:
             return self._evaluate_encrypted(replies)
         return None
 
@@ -268,7 +269,7 @@ class VerticalMaster(LevelStrategy):
         self._previous = {"split_mask": level.split.astype(np.uint8), "split_owner": split_owner.astype(np.int16)}
 
     def _evaluate_encrypted(self, replies: dict[str, Message]) -> dict[str, np.ndarray]:
-        """Paillier mode: the label holder scores the passive parties' encrypted histograms. Their gains and
+        """Encrypted labels: the label holder scores the passive parties' encrypted histograms. Their gains and
         ranks join the replies as in plain mode; the sealed split choices per node are returned."""
         holder = self.info.label_holder
         passive = [name for name in self.info.parties if name != holder]
@@ -370,9 +371,9 @@ def sample_rows_without_replacement(rng: np.random.Generator, n_rows: int, n: in
 STRUCTURE_ARRAYS = ("tree", "node", "left", "right", "depth", "owner", "weight", "value")
 
 
-def _relay_paillier_setup(name: str, holder: str, parties: list[str], replies: dict[str, Message], labels: Message,
+def _relay_encrypted_setup(name: str, holder: str, parties: list[str], replies: dict[str, Message], labels: Message,
                           header: dict, arrays: dict[str, np.ndarray]) -> None:
-    """Paillier mode: a passive party gets the public key, the label ciphertexts and the label holder's
+    """Encrypted labels: a passive party gets the public key, the label ciphertexts and the label holder's
     sealing key; the label holder gets every passive party's sealing key."""
     peers = [other for other in parties if other != holder] if name == holder else [holder]
     for peer in peers:  # each sealing key travels with its owner's signature (checked by the receiver)
@@ -382,5 +383,5 @@ def _relay_paillier_setup(name: str, holder: str, parties: list[str], replies: d
     if name == holder:
         header["passive_parties"] = peers
         return
-    header.update(paillier=labels.header["paillier"], label_holder=holder)
+    header.update(encryption=labels.header["encryption"], label_holder=holder)
     arrays["enc_y"] = labels.arrays["enc_y"]

@@ -2,10 +2,10 @@
 and answers the master's requests without letting raw values, bin edges or thresholds out.
 
 A party answers only `FEDERATED_FOREST`, in its order (`fedcore.protocol.dispatch`); its role is its mode
-(plain or Paillier, from the master's `setup`) and whether it holds the label:
+(plain or encrypted labels, from the master's `setup`) and whether it holds the label:
 
     setup -> export_labels (label holder) -> configure -> per batch: begin_batch, then per level
-    find_splits [-> evaluate_encrypted (Paillier label holder)] [-> apply_splits (owners of splits)]
+    find_splits [-> evaluate_encrypted (label holder, encrypted labels)] [-> apply_splits (owners of splits)]
     -> finalize; prediction (predict_leaves, route) only outside training, with a trained or loaded model.
 """
 
@@ -21,9 +21,10 @@ import pandas as pd
 from fedcore.data.binning import PartyBinner
 from fedcore.data.numbers import numeric_values
 from fedcore.errors import ProtocolError
+from fedcore.privacy.homomorphic import AdditivePrivateKey
 from fedcore.privacy.keyauth import PartyIdentity, SignedKey, context_digest
 from fedcore.privacy.packing import SlotLayout
-from fedcore.privacy.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
+from fedcore.privacy.schemes import ENCRYPTED_MODES, public_key_from_json, scheme, scheme_for
 from fedcore.privacy.sealed import SealingKey
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message, pack_bits
@@ -70,14 +71,14 @@ def _indices(array: np.ndarray, size: int, party: str, what: str) -> np.ndarray:
     return values
 
 
-ROLES = ("plain-holder", "plain-passive", "paillier-holder", "paillier-passive")
+ROLES = ("plain-holder", "plain-passive", "encrypted-holder", "encrypted-passive")
 """A party's role: its mode (from the master's setup) and whether it holds the label."""
-_HOLDER = {"plain-holder", "paillier-holder"}
-_PASSIVE = {"plain-passive", "paillier-passive"}
-_LOCAL_BEST = {"plain-holder", "plain-passive", "paillier-holder"}  # find_splits answers plain local best splits
-_ENCRYPTED = {"paillier-passive"}  # find_splits answers encrypted histograms
-_SEARCH_ENDS_LEVEL = {"plain-holder", "plain-passive", "paillier-passive"}  # its level ends with find_splits
-_SCORES = {"paillier-holder"}  # scores the passive parties' histograms: its level ends with evaluate_encrypted
+_HOLDER = {"plain-holder", "encrypted-holder"}
+_PASSIVE = {"plain-passive", "encrypted-passive"}
+_LOCAL_BEST = {"plain-holder", "plain-passive", "encrypted-holder"}  # find_splits answers plain local best splits
+_ENCRYPTED = {"encrypted-passive"}  # find_splits answers encrypted histograms
+_SEARCH_ENDS_LEVEL = {"plain-holder", "plain-passive", "encrypted-passive"}  # its level ends with find_splits
+_SCORES = {"encrypted-holder"}  # scores the passive parties' histograms: its level ends with evaluate_encrypted
 
 
 def _level_ends(state: str, roles: set[str]) -> list[Step]:
@@ -124,14 +125,15 @@ class VerticalParty:
     protocol = FEDERATED_FOREST
 
     def __init__(self, name: str, frame: pd.DataFrame, label: str | None = None, feature_key: bytes = b"",
-                 paillier_key: PaillierPrivateKey | None = None, identity: PartyIdentity | None = None,
+                 label_key: AdditivePrivateKey | None = None, identity: PartyIdentity | None = None,
                  memory_budget: int | None = None, own_privacy: dict | None = None) -> None:
-        """`paillier_key`: the label holder's key for Paillier mode (default: a fresh one per training).
-        `identity` signs this party's sealing key in Paillier mode and checks its peers' (an agent uses its
-        mutual-TLS certificate); without one, relayed sealing keys are taken on trust. `memory_budget`:
+        """`label_key`: the label holder's Paillier or Okamoto-Uchiyama key for encrypted labels (default: a
+        fresh one per training). `identity` signs this party's sealing key when labels are encrypted and
+        checks its peers' (an agent uses its mutual-TLS certificate); without one, relayed sealing keys are
+        taken on trust. `memory_budget`:
         bytes this party grows tree batches in (default: a share of its available memory), reported to the
         master at setup so batches fit (`fedcore.trees.budget`). `own_privacy`: the institution's configured
-        `privacy:` section; a master asking for another mode or a smaller Paillier key is refused."""
+        `privacy:` section; a master asking for another mode or a smaller key is refused."""
         self.name = name
         self.own_privacy = own_privacy
         self.memory_budget = memory_budget
@@ -154,20 +156,21 @@ class VerticalParty:
         self._n_stats = 0
         self.model: PartialForest | None = None
         self._predict_X: np.ndarray | None = None
-        self._paillier_key = paillier_key
+        self._label_key = label_key
         self.identity = identity
         self._sealing: SealingKey | None = None
         self._seal_context = b""
-        self._label_crypto: LabelHolderCrypto | None = None  # Paillier mode, label holder
-        self._passive_crypto: PassiveCrypto | None = None  # Paillier mode, passive party
+        self._label_crypto: LabelHolderCrypto | None = None  # encrypted labels, label holder
+        self._passive_crypto: PassiveCrypto | None = None  # encrypted labels, passive party
+        self._privacy = "none"  # the mode of the last setup
         self._level_totals = np.zeros((0, 0))
         self.machine = FEDERATED_FOREST.start(log)
 
     # -- dispatch -------------------------------------------------------------------------------
     @property
     def protocol_role(self) -> str:
-        """plain or paillier (as the last setup asked), holder or passive."""
-        mode = "paillier" if self._sealing is not None else "plain"
+        """plain or encrypted (as the last setup asked), holder or passive."""
+        mode = "encrypted" if self._sealing is not None else "plain"
         return f"{mode}-{'holder' if self.is_label_holder else 'passive'}"
 
     def handle(self, message: Message) -> Message:
@@ -193,18 +196,21 @@ class VerticalParty:
             self._passive_crypto.close()  # a new training: the last one's worker processes are done
         self._label_crypto = self._passive_crypto = self._sealing = None
         privacy = h.get("privacy", "none")
-        _require(privacy in ("none", "paillier"), self.name, f"unknown privacy mode {privacy!r}")
+        _require(privacy in ("none", *ENCRYPTED_MODES), self.name, f"unknown privacy mode {privacy!r}")
         if self.own_privacy is not None:
             own_mode, own_bits = self.own_privacy.get("mode", "none"), int(self.own_privacy.get("key_bits", 0))
             _require(privacy == own_mode, self.name, f"the master asks for privacy {privacy!r}; this institution's "
                      f"configuration says {own_mode!r}")
-            _require(privacy != "paillier" or int(h.get("paillier_key_bits", 2048)) >= own_bits, self.name,
-                     f"the master asks for a {h.get('paillier_key_bits')}-bit Paillier key; this institution's "
-                     f"configuration says {own_bits}")
-        if privacy == "paillier":
+            if privacy in ENCRYPTED_MODES:
+                asked = h.get("key_bits")
+                _require(isinstance(asked, int) and asked >= own_bits, self.name,
+                         f"the master asks for a {asked}-bit {scheme(privacy).title} key; this institution's "
+                         f"configuration says {own_bits}")
+        self._privacy = privacy
+        if privacy in ENCRYPTED_MODES:
             context = str(h.get("session_context", ""))
             _require(len(context) == 32 and all(c in "0123456789abcdef" for c in context), self.name,
-                     "Paillier mode needs a 16-byte hex session_context")
+                     "encrypted labels need a 16-byte hex session_context")
             self._sealing = SealingKey(self.name, bytes.fromhex(context))
             arrays["seal_public"] = np.frombuffer(self._sealing.public_bytes(), np.uint8)
             self._seal_context = context_digest(b"vertical paillier sealing", bytes.fromhex(context))
@@ -212,8 +218,7 @@ class VerticalParty:
                 header.update(self.identity.sign_key(self._seal_context, self._sealing.public_bytes(),
                                                      "sealing").to_header())
             if self.is_label_holder:
-                key = self._paillier_key or generate_keypair(int(h.get("paillier_key_bits", 2048)))
-                self._label_crypto = LabelHolderCrypto(key)
+                self._label_crypto = LabelHolderCrypto(self._session_key(privacy, h.get("key_bits")))
         if self.is_label_holder:
             if self._criterion == SQUARED_ERROR:
                 self._y = numeric_values(self._label_values, "label")
@@ -224,6 +229,19 @@ class VerticalParty:
                 header["n_classes"] = len(self.classes_)
         return Message("setup_reply", header, arrays)
 
+    def _session_key(self, mode: str, key_bits: object) -> AdditivePrivateKey:
+        """The label holder's key for this training: the one it was given (of the mode and at least the size
+        the master asks for), else a fresh one."""
+        encryption = scheme(mode)
+        _require(isinstance(key_bits, int) and not isinstance(key_bits, bool) and key_bits in encryption.key_bits,
+                 self.name, f"the master asks for a {key_bits!r}-bit {mode} key; allowed: {encryption.key_bits}")
+        key = self._label_key
+        if key is None:
+            return encryption.generate(key_bits)
+        _require(scheme_for(key.public) is encryption, self.name,
+                 f"the master asks for privacy {mode!r}; this party's label key is {scheme_for(key.public).mode!r}")
+        return key
+
     def _on_export_labels(self, message: Message) -> Message:
         if not self.is_label_holder:
             raise ProtocolError(f"party {self.name!r} holds no label")
@@ -233,7 +251,7 @@ class VerticalParty:
                      f"max_weight must be a positive integer, got {max_weight!r}")
             n_classes = 0 if self._criterion == SQUARED_ERROR else len(self.classes_)
             rows = self._label_crypto.encrypt_labels(self._y, self._criterion, n_classes, max_weight)
-            return Message("labels", {"paillier": self._label_crypto.announcement()}, {"enc_y": rows})
+            return Message("labels", {"encryption": self._label_crypto.announcement()}, {"enc_y": rows})
         y = self._y if self._criterion == SQUARED_ERROR else self._y.astype(np.int32)
         return Message("labels", {}, {"y": y})
 
@@ -260,18 +278,19 @@ class VerticalParty:
         return Message("ack")
 
     def _configure_passive_crypto(self, message: Message) -> None:
-        """Paillier mode: keep the public key and label ciphertexts; the label codes stay unknown."""
+        """Encrypted labels: keep the public key and label ciphertexts; the label codes stay unknown."""
         _require(self._sealing is not None and not self.is_label_holder, self.name,
-                 "encrypted labels are for passive parties in a Paillier-mode session")
+                 "encrypted labels are for passive parties in an encrypted-label session")
         h = message.header
         try:
-            public = PaillierPublicKey.from_json(h["paillier"]["public_key"])
-            spec = h["paillier"]["layout"]
+            public = public_key_from_json(h["encryption"]["public_key"], self._privacy)
+            spec = h["encryption"]["layout"]
             layout = SlotLayout(int(spec["n_slots"]), int(spec["slot_bits"]), int(spec["top_max"]),
                                 public.plaintext_bits)
             holder = str(h["label_holder"])
         except (KeyError, TypeError, ValueError) as error:
-            raise ProtocolError(f"party {self.name!r} refuses the request: malformed Paillier setup ({error})") from error
+            raise ProtocolError(f"party {self.name!r} refuses the request: malformed encrypted-label setup "
+                                f"({error})") from error
         ciphertexts = public.from_bytes(message.arrays["enc_y"], "label ciphertexts")
         _require(len(ciphertexts) == len(self.features), self.name, "one label ciphertext per row is needed")
         channel = self._sealing.channel(holder, self._peer_sealing_key(message, holder))
@@ -279,7 +298,7 @@ class VerticalParty:
         self._y = np.zeros(len(self.features))  # only the bootstrap's row count is needed
 
     def _configure_label_holder_crypto(self, message: Message) -> None:
-        """Paillier mode: a sealed channel to every passive party."""
+        """Encrypted labels: a sealed channel to every passive party."""
         passive = message.header.get("passive_parties")
         _require(isinstance(passive, list) and all(f"seal_{name}" in message.arrays for name in passive), self.name,
                  "the label holder needs every passive party's sealing key")
@@ -365,10 +384,10 @@ class VerticalParty:
         return Message("local_best", {}, arrays)
 
     def _on_evaluate_encrypted(self, message: Message) -> Message:
-        """Label holder, Paillier mode: decrypt each passive party's histograms and find its best splits."""
+        """Label holder, encrypted labels: decrypt each passive party's histograms and find its best splits."""
         crypto, part = self._label_crypto, self._partition
         _require(crypto is not None and part is not None and len(self._level_totals) == len(part.starts),
-                 self.name, "evaluate_encrypted needs a Paillier session and this level's find_splits first")
+                 self.name, "evaluate_encrypted needs an encrypted-label session and this level's find_splits first")
         parties = message.header.get("parties")
         _require(isinstance(parties, list) and set(parties) <= set(crypto.channels), self.name,
                  "evaluate_encrypted must name passive parties of this session")
@@ -386,7 +405,7 @@ class VerticalParty:
         a = message.arrays
         part = self._partition
         if self._passive_crypto is not None and part is not None:
-            _require("choice" in a, self.name, "Paillier mode: apply_splits needs the label holder's sealed choices")
+            _require("choice" in a, self.name, "encrypted labels: apply_splits needs the label holder's sealed choices")
             pos = _indices(a["positions"], len(part.starts), self.name, "positions")
             self._candidates = self._passive_crypto.open_choices(a["choice"], pos, len(part.starts))
             chosen = self._candidates.feature[pos]

@@ -56,7 +56,7 @@ def load_simulation(cls: type, path: str | os.PathLike) -> Any:
     manifest, tables = read_version(path)
     _check_kind(manifest, cls, Path(path))
     try:
-        params = ForestParams(**manifest["params"])
+        params = ForestParams.from_dict(manifest["params"])
         model = cls(**{k: v for k, v in params.to_dict().items() if k != "task"}, **_estimator_settings(manifest))
         parties = [_load_party(entry, manifest, tables, Path(path)) for entry in manifest["parties"]]
         structure = structure_from_table(tables[MASTER], manifest["n_trees"])

@@ -1,5 +1,5 @@
-"""`privacy: paillier` through the whole retrain flow (agents over Flight with mutual TLS): the registered
-tables are byte for byte those of the plain run, and the manifest records the mode."""
+"""`privacy: paillier` and `privacy: ou` through the whole retrain flow (agents over Flight with mutual
+TLS): the registered tables are byte for byte those of the plain run, and the manifest records the mode."""
 
 from __future__ import annotations
 
@@ -41,18 +41,20 @@ def _federation(work: Path, privacy) -> Path:
     return config_path
 
 
-def test_paillier_retrain_registers_the_plain_model(tmp_path) -> None:
+def test_encrypted_label_retrains_register_the_plain_model(tmp_path) -> None:
     config_path = _federation(tmp_path, "none")  # one federation: same consortium key, so same feature ids
     assert retrain(str(config_path), agents="local", predict=False)["version"] == "v0001"
-    _set_privacy(config_path, {"mode": "paillier", "key_bits": 2048})
-    assert retrain(str(config_path), agents="local", predict=False)["version"] == "v0002"
-    plain, encrypted = _tables(tmp_path, "v0001"), _tables(tmp_path, "v0002")
-    assert len(plain) == len(encrypted) == 4  # master plus three institutions
-    assert list(plain.values()) == list(encrypted.values())
     registry = _registry(tmp_path)
-    manifest, _ = registry.load(MODEL, "v0002")
-    assert manifest["params"]["privacy"] == "paillier" and manifest["params"]["paillier_key_bits"] == 2048
     assert registry.load(MODEL, "v0001")[0]["params"]["privacy"] == "none"
+    plain = _tables(tmp_path, "v0001")
+    assert len(plain) == 4  # master plus three institutions
+    for version, privacy, key_bits in (("v0002", {"mode": "paillier", "key_bits": 2048}, 2048),
+                                       ("v0003", {"mode": "ou"}, 3072)):  # Okamoto-Uchiyama's default size
+        _set_privacy(config_path, privacy)
+        assert retrain(str(config_path), agents="local", predict=False)["version"] == version
+        assert list(_tables(tmp_path, version).values()) == list(plain.values())
+        manifest, _ = registry.load(MODEL, version)
+        assert (manifest["params"]["privacy"], manifest["params"]["key_bits"]) == (privacy["mode"], key_bits)
 
 
 def test_paillier_settings_are_checked(tmp_path) -> None:

@@ -27,7 +27,7 @@ def test_bin_sums_in_workers_equal_those_computed_here(key) -> None:
     here = [encrypted_bin_sums(key.public, weight_powers(key.public, ciphertexts), *job) for job in jobs]
     pool = GmpWorkers(2)
     try:
-        pool.all("load_labels", int(key.public.n), ciphertexts)
+        pool.all("load_labels", key.public.to_json(), ciphertexts)
         chunks = balanced_chunks([len(job[0]) for job in jobs], 2)
         answers = pool.each("bin_sums", [([jobs[i] for i in chunk],) for chunk in chunks])
     finally:
@@ -56,11 +56,11 @@ def test_balanced_chunks_split_cost_evenly_and_keep_every_index() -> None:
 def test_a_failing_or_dead_worker_is_a_clear_error(key) -> None:
     pool = GmpWorkers(2)
     try:
-        with pytest.raises(ProtocolError, match=r"a Paillier worker failed during 'bin_sums': KeyError: 'public'"):
+        with pytest.raises(ProtocolError, match=r"an encryption worker failed during 'bin_sums': KeyError: 'public'"):
             pool.all("bin_sums", [])  # no labels loaded
         pool.processes[1].kill()
         pool.processes[1].wait()
-        with pytest.raises(ProtocolError, match=r"a Paillier worker process \(pid \d+\) (is gone|exited during "
+        with pytest.raises(ProtocolError, match=r"an encryption worker process \(pid \d+\) (is gone|exited during "
                                                 r"'load_labels')"):
             pool.all("load_labels", int(key.public.n), [])
     finally:

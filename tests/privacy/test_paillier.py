@@ -59,7 +59,7 @@ def test_generated_keys_are_well_formed():
 
 
 def test_fixed_base_powers_equal_modular_exponentiation(key):
-    from fedcore.privacy.paillier import FixedBase
+    from fedcore.privacy.homomorphic import FixedBase
 
     modulus = key.p * key.p
     base = gmpy2.mpz(123456789) ** 7 % modulus
@@ -81,7 +81,7 @@ def test_encryptions_of_zero_are_fresh_nth_residues_of_jacobi_symbol_one(key):
 
 
 def test_key_sizes_are_checked():
-    with pytest.raises(ParameterError, match=r"paillier_key_bits must be one of \(2048, 3072\), got 1024"):
+    with pytest.raises(ParameterError, match=r"key_bits must be one of \(2048, 3072\) for Paillier, got 1024"):
         generate_keypair(1024)
     with pytest.raises(ParameterError, match="got 512"):
         generate_keypair(512, insecure_for_tests=True)
@@ -188,7 +188,7 @@ def test_sealed_arrays_refuse_pickles():
 
 
 def test_parallel_encryption_and_decryption_agree_with_serial(key):
-    from fedcore.privacy.paillier import PARALLEL_MIN_ITEMS
+    from fedcore.privacy.homomorphic import PARALLEL_MIN_ITEMS
 
     values = list(range(2 * PARALLEL_MIN_ITEMS + 1))
     ciphertexts = key.encrypt(values, workers=2)

@@ -61,7 +61,7 @@ def _vertical(privacy: str):
     names = ["holder", "passive"]
     identities = ephemeral_identities(names) if privacy == "paillier" else {}
     parties = {name: VerticalParty(name, frame, "target" if "target" in frame else None, feature_key=FEATURE_KEY,
-                                   paillier_key=PAILLIER_KEY if "target" in frame else None,
+                                   label_key=PAILLIER_KEY if "target" in frame else None,
                                    identity=identities.get(name))
                for name, frame in zip(names, frames, strict=True)}
     params = ForestParams(n_estimators=2, max_depth=3, tree_batch_size=1, random_state=1, privacy=privacy)
@@ -351,13 +351,13 @@ def test_fet_stats_before_fet_ranges_is_refused() -> None:
 def test_a_message_of_another_role_or_mode_is_refused() -> None:
     parties = _until("vertical-plain", "holder", "", after="find_splits")  # the holder searched its first level
     with pytest.raises(ProtocolError, match=r"party 'holder' refuses 'evaluate_encrypted': in the Federated Forest "
-                                            r"protocol only a party in role paillier-holder answers it, this party "
+                                            r"protocol only a party in role encrypted-holder answers it, this party "
                                             r"is plain-holder"):
         parties["holder"].handle(Message("evaluate_encrypted", {"parties": ["passive"], "min_samples_leaf": 1}))
     parties = _until("vertical-paillier", "holder", "export_labels")
     with pytest.raises(ProtocolError, match=r"party 'passive' refuses 'export_labels': .* only a party in role "
-                                            r"paillier-holder or plain-holder answers it, this party is "
-                                            r"paillier-passive"):
+                                            r"encrypted-holder or plain-holder answers it, this party is "
+                                            r"encrypted-passive"):
         parties["passive"].handle(Message("export_labels", {"max_weight": 80}))
     parties = _until("vertical-paillier", "holder", "", after="find_splits")  # a Paillier label holder scores first
     with pytest.raises(ProtocolError, match=r"refuses 'apply_splits' out of protocol order: in state 'searched' "

@@ -65,7 +65,7 @@ CASES = {
         bootstrap=False, max_features=0.5, min_samples_leaf=3),
     "vertical paillier": lambda: _vertical(
         FederatedForestClassifier, mixed_table(n_rows=200, seed=11, n_classes=3), 2, n_estimators=2, max_depth=4,
-        privacy="paillier", paillier_key=_paillier_key()),
+        privacy="paillier", label_key=_paillier_key()),
     "fet plain": lambda: _horizontal(
         FederatedExtraTreesClassifier(n_estimators=5, random_state=11), horizontal_table(seed=1), 3),
     "fet plain regression, batches": lambda: _horizontal(

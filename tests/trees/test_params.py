@@ -85,3 +85,13 @@ def test_max_bins_and_max_samples_say_why() -> None:
         p.n_draws(499)
     assert str(excinfo.value) == ("max_samples must be at most the 499 training rows (a bootstrap sample draws from "
                                   "them), got 500; pass a fraction to scale with the data")
+
+
+def test_parameters_written_before_the_okamoto_uchiyama_option_still_read() -> None:
+    """Manifests of earlier versions hold `paillier_key_bits` (2048 even in plain mode); they still load."""
+    plain = ForestParams(n_estimators=3).to_dict()
+    old_plain = {**{k: v for k, v in plain.items() if k != "key_bits"}, "paillier_key_bits": 2048}
+    assert ForestParams.from_dict(old_plain) == ForestParams(n_estimators=3)
+    old_paillier = {**old_plain, "privacy": "paillier", "paillier_key_bits": 3072}
+    assert ForestParams.from_dict(old_paillier) == ForestParams(n_estimators=3, privacy="paillier", key_bits=3072)
+    assert ForestParams.from_dict(ForestParams(privacy="ou").to_dict()).key_bits == 3072

@@ -1,5 +1,6 @@
-"""Vertical Federated Forest with Paillier-encrypted labels: exactly the plain model, and what each role
-receives (no passive party gets a label, a statistic or anything it can decrypt)."""
+"""Vertical Federated Forest with encrypted labels, under Paillier and under Okamoto-Uchiyama: exactly the
+plain model, and what each role receives (no passive party gets a label, a statistic or anything it can
+decrypt)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from fedcore.data.split import split_vertical
 from fedcore.errors import ParameterError, ProtocolError
-from fedcore.privacy.paillier import generate_keypair
+from fedcore.privacy.schemes import ENCRYPTED_MODES, scheme, scheme_for
 from fedcore.protocol.messages import Message
 from fedcore.vertical.encrypted import TargetEncoding
 from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
@@ -16,15 +17,16 @@ from tests.conftest import mixed_table
 from tests.vertical.test_lossless import _assert_same_forest
 
 
-@pytest.fixture(scope="module")
-def key():
-    return generate_keypair(1024, insecure_for_tests=True)
+@pytest.fixture(scope="module", params=ENCRYPTED_MODES)
+def key(request):
+    """A small test key of each encrypted-label scheme: every test taking it runs under both."""
+    return scheme(request.param).generate(1024, insecure_for_tests=True)
 
 
 def _pair(cls, table, n_parties, key, **params):
     parties = split_vertical(table, n_parties, label="target", seed=7, label_party=0)
     plain = cls(random_state=3, **params).fit(parties, label="target")
-    paillier = cls(random_state=3, privacy="paillier", paillier_key=key, record_payloads=True, **params)
+    paillier = cls(random_state=3, privacy=scheme_for(key.public).mode, label_key=key, record_payloads=True, **params)
     paillier.fit(parties, label="target")
     return plain, paillier, [[c for c in p.columns if c != "target"] for p in parties]
 
@@ -111,8 +113,10 @@ def test_passive_parties_receive_only_ciphertexts_of_labels(recorded) -> None:
                 # never got (class 0 encrypts 0)
                 assert opened == [0 if c == 0 else 1 << (layout.slot_bits * (c - 1)) for c in codes[:50]]
         received = b"".join(e.payload for e in model.transport_.transcript if e.receiver == party.name)
-        for secret in (holder._label_crypto.key.p, holder._label_crypto.key.q):
-            assert int(secret).to_bytes(64, "big") not in received
+        secrets = {k: v for k, v in holder._label_crypto.key.worker_fields().items() if k != "public"}
+        assert set(secrets) >= {"p", "q"}
+        for secret in secrets.values():
+            assert secret.to_bytes((secret.bit_length() + 7) // 8, "big") not in received
 
 
 def test_choices_a_passive_party_can_open_are_its_own_splits(recorded) -> None:
@@ -149,7 +153,7 @@ def test_master_receives_no_plain_labels_thresholds_or_statistics_of_passive_par
 def test_a_tampered_split_choice_is_refused(key) -> None:
     table = mixed_table(n_rows=200, seed=21, n_classes=3)
     parties = split_vertical(table, 2, label="target", seed=7, label_party=0)
-    model = FederatedForestClassifier(n_estimators=2, max_depth=4, privacy="paillier", paillier_key=key)
+    model = FederatedForestClassifier(n_estimators=2, max_depth=4, privacy=scheme_for(key.public).mode, label_key=key)
     original = model.fit(parties, label="target").transport_  # a first fit works
 
     class Tamper:
@@ -174,11 +178,16 @@ def test_a_tampered_split_choice_is_refused(key) -> None:
 
 def test_bad_privacy_settings_are_named() -> None:
     parties = split_vertical(mixed_table(n_rows=40), 2, label="target")
-    with pytest.raises(ParameterError, match=r"privacy must be one of \('none', 'paillier'\) in the vertical "
-                                             r"setting, got 'ldp'"):
+    with pytest.raises(ParameterError, match=r"privacy must be one of \('none', 'paillier', 'ou'\) in the "
+                                             r"vertical setting, got 'ldp'"):
         FederatedForestClassifier(privacy="ldp").fit(parties, label="target")
-    with pytest.raises(ParameterError, match=r"paillier_key_bits must be one of \(2048, 3072\), got 1024"):
-        FederatedForestClassifier(privacy="paillier", paillier_key_bits=1024).fit(parties, label="target")
+    for mode in ("paillier", "ou"):
+        with pytest.raises(ParameterError, match=rf"key_bits must be one of \(2048, 3072\) for privacy '{mode}', "
+                                                 r"got 1024"):
+            FederatedForestClassifier(privacy=mode, key_bits=1024).fit(parties, label="target")
+    with pytest.raises(ParameterError, match=r"key_bits applies to the encrypted-label privacy modes "
+                                             r"\('paillier', 'ou'\) only, not 'none'"):
+        FederatedForestClassifier(key_bits=2048).fit(parties, label="target")
 
 
 def test_class_zero_is_the_total_weight_minus_the_encrypted_classes() -> None:
@@ -204,3 +213,11 @@ def test_worker_processes_grow_the_same_forest(key, monkeypatch) -> None:
     for crypto in passive:
         crypto.close()
         assert all(process.poll() is not None for process in crypto.pool.processes)
+
+
+def test_a_label_key_of_another_scheme_than_the_mode_is_refused(key) -> None:
+    other = next(mode for mode in ENCRYPTED_MODES if mode != scheme_for(key.public).mode)
+    parties = split_vertical(mixed_table(n_rows=40), 2, label="target")
+    with pytest.raises(ProtocolError, match=rf"the master asks for privacy '{other}'; this party's label key is "
+                                            rf"'{scheme_for(key.public).mode}'"):
+        FederatedForestClassifier(n_estimators=1, privacy=other, label_key=key).fit(parties, label="target")

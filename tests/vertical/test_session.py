@@ -207,7 +207,7 @@ def test_an_agent_refuses_a_master_asking_for_weaker_label_protection_than_its_c
         agent.data.privacy = {"mode": "paillier", "key_bits": 3072}
     for params, refusal in ((ForestParams(n_estimators=2, max_depth=3), "the master asks for privacy 'none'; this "
                              "institution's configuration says 'paillier'"),
-                            (ForestParams(n_estimators=2, max_depth=3, privacy="paillier", paillier_key_bits=2048),
+                            (ForestParams(n_estimators=2, max_depth=3, privacy="paillier", key_bits=2048),
                              "the master asks for a 2048-bit Paillier key; this institution's configuration says 3072")):
         session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}), params, min_overlap=100)
         session.align()
