@@ -94,10 +94,18 @@ def fit(parties, trees: int, depth: int, **mode) -> tuple[FederatedForestClassif
                    "mb_per_tree": stats["bytes"] / 1e6 / trees}
 
 
-def peak_memory_mb() -> dict:
-    """Peak resident memory so far of this process and of its largest finished child (a worker process)."""
+def peak_memory_mb(workers) -> dict:
+    """Peak resident memory so far of this process and of the passive party's largest worker process (read
+    from /proc before the workers stop: a child's getrusage peak would count the parent's pages at fork)."""
+    peaks = [0.0]
+    for process in (workers.processes if workers is not None else []):
+        try:
+            with open(f"/proc/{process.pid}/status") as status:
+                peaks += [int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM:")]
+        except OSError:
+            pass
     return {"peak MB (this process)": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "peak MB (largest worker)": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+            "peak MB (largest worker)": max(peaks)}
 
 
 def parse_schemes(specs: list[str]) -> list[tuple[str, int]]:
@@ -128,10 +136,10 @@ def main() -> None:
     keys, keygen_s = {}, {}
     for mode, bits in schemes:
         started = time.perf_counter()
-        keys[mode] = scheme(mode).generate(bits)
-        keygen_s[mode] = time.perf_counter() - started
+        keys[mode, bits] = scheme(mode).generate(bits)
+        keygen_s[f"{mode}-{bits}"] = time.perf_counter() - started
     print(f"# {platform.machine()}, {os.cpu_count()} cores; keys: "
-          + ", ".join(f"{mode} {bits} bits in {keygen_s[mode]:.1f} s" for mode, bits in schemes), flush=True)
+          + ", ".join(f"{name} in {seconds:.1f} s" for name, seconds in keygen_s.items()), flush=True)
     warm = split_vertical(make_table(500, args.features), 2, label="y", seed=0)
     FederatedForestClassifier(n_estimators=2, max_depth=4).fit(warm, label="y")  # compile the kernels first
     setups = [] if args.skip_fresh_setup else [fresh_setup(n, mode, bits) for n in args.rows for mode, bits in schemes]
@@ -146,7 +154,7 @@ def main() -> None:
             check.fit(parties, label="y")
             plain_amortized = p["growth_s_per_tree"] + p["setup_s"] / args.amortize
             for mode, bits in schemes:
-                encrypted, e = fit(parties, args.trees, depth, privacy=mode, key_bits=bits, label_key=keys[mode])
+                encrypted, e = fit(parties, args.trees, depth, privacy=mode, key_bits=bits, label_key=keys[mode, bits])
                 passive = next(x._passive_crypto for x in encrypted.parties_ if not x.is_label_holder)
                 amortized = e["growth_s_per_tree"] + e["setup_s"] / args.amortize
                 row = {
@@ -158,8 +166,8 @@ def main() -> None:
                     "histograms derived": f"{passive.pairs_derived}/{passive.pairs_derived + passive.pairs_computed}",
                     "same trees": same_structure(check.master_.structure, encrypted.master_.structure),
                 }
+                row.update(peak_memory_mb(passive.pool))
                 passive.close()
-                row.update(peak_memory_mb())
                 rows_out.append(row)
                 print(markdown_table([row], digits=3), flush=True)
     print()

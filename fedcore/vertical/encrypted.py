@@ -210,7 +210,8 @@ class PassiveCrypto:
             "feat_ptr": feat_ptr.astype(np.int64), "feat_local": feat_local.astype(np.int32),
             "feat_rank": feat_rank.astype(np.int32), "categorical": is_categorical[feat_local].astype(np.bool_),
             "derive_from": derive_from, "sibling": sibling, "node_weight": node_weight,
-            "bin_weight": np.array(totals, np.int64),  # sealed, not packed: half the bits per bin
+            # sealed, not packed: half the bits per bin; in the narrowest unsigned type that holds them
+            "bin_weight": np.array(totals, np.min_scalar_type(max(totals, default=0))),
         }
         self._previous = {(node, feature): q for q, (node, feature)
                           in enumerate(zip(pair_node.tolist(), feat_local.tolist(), strict=True)) if node_rows[node] >= 2}
@@ -325,6 +326,8 @@ class _HistogramPlan:
                        else np.zeros(0, np.int64), arrays["derive_from"].astype(np.int64),
                        arrays["sibling"].astype(np.int64), arrays["node_weight"].astype(np.int64),
                        arrays["bin_weight"].astype(np.int64))
+            if arrays["bin_weight"].dtype.kind not in "iu":
+                raise ValueError(f"bin weights must be integers, got {arrays['bin_weight'].dtype}")
         except (KeyError, ValueError) as error:
             raise ProtocolError(f"malformed histogram layout: {error}") from error
         n_pairs = len(plan.feat_local)

@@ -212,11 +212,13 @@ def test_the_label_holder_checks_the_sealed_bin_weights():
     from fedcore.vertical.encrypted import _HistogramPlan
 
     assert list(_HistogramPlan.from_arrays(_layout(), 2).bin_weight) == [2, 3, 4]
+    assert list(_HistogramPlan.from_arrays(_layout(bin_weight=np.array([2, 3, 4], np.uint8)), 2).bin_weight) == [2, 3, 4]
     empty_pair = _layout(hist_ptr=np.array([0, 2, 2]), bins=np.array([0, 3], np.uint8), bin_weight=np.array([2, 3]))
     assert list(_HistogramPlan.from_arrays(empty_pair, 2).bin_weight) == [2, 3]  # a node too small to split
     for changes, message in (({"bin_weight": np.array([2, 3])}, "pointers do not match"),
                              ({"bin_weight": np.array([2, 2, 4])}, "do not add up to their node's weight"),
-                             ({"bin_weight": np.array([5, 0, 4])}, "do not add up to their node's weight")):
+                             ({"bin_weight": np.array([5, 0, 4])}, "do not add up to their node's weight"),
+                             ({"bin_weight": np.array([2.0, 3.0, 4.0])}, "bin weights must be integers, got float64")):
         with pytest.raises(ProtocolError, match=f"malformed histogram layout: .*{message}"):
             _HistogramPlan.from_arrays(_layout(**changes), 2)
     arrays = _layout()
