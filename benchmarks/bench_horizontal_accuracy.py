@@ -28,8 +28,10 @@ import pandas as pd
 
 from benchmarks.markdown import markdown_table
 from fedcore.data.datasets import make_waveform
+from fedcore.data.io import read_table
 from fedcore.data.split import split_horizontal
-from fedcore.simulate import metrics, read_table, split_train_test
+from fedcore.metrics import metrics
+from fedcore.simulate import split_train_test
 from fedcore.simulate_horizontal import build_estimator, declared_ranges, reference_extra_trees
 
 PAPER = {  # Federated Extra-Trees paper, Table 2: ET, FET, FET-LDP, FET-GDP

@@ -24,11 +24,13 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.markdown import markdown_table
+from fedcore.data.io import read_table
 from fedcore.data.split import split_horizontal
 from fedcore.horizontal.estimators import FederatedExtraTreesClassifier
+from fedcore.metrics import metrics
 from fedcore.privacy import ldp as ldp_module
 from fedcore.privacy.ldp import LabelLDP
-from fedcore.simulate import metrics, read_table, split_train_test
+from fedcore.simulate import split_train_test
 from fedcore.simulate_horizontal import build_estimator, reference_extra_trees
 
 

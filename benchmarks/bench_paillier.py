@@ -8,7 +8,10 @@ production forest), the way a scheduled retrain pays it. The setup table times w
 once, from nothing: a fresh key, its fixed-base tables, and one encryption per row.
 
     .venv/bin/python -m benchmarks.bench_paillier [--rows 10000 50000] [--depths 6 10] [--trees 3]
-        [--plain-trees 20] [--schemes paillier:2048 ou:3072] [--json out.json]
+        [--plain-trees 20] [--schemes paillier:2048 ou:3072] [--fedtree] [--json out.json]
+
+`--fedtree` also grows one tree with FedTree 1.0.5 (vertical, homomorphic encryption, its own default key
+size) on the same table, in the same run: `pip install -e '.[fedtree]'` and `apt install libntl44` first.
 """
 
 from __future__ import annotations
@@ -108,6 +111,22 @@ def peak_memory_mb(workers) -> dict:
             "peak MB (largest worker)": max(peaks)}
 
 
+def fedtree_tree(table: pd.DataFrame, depth: int) -> dict | None:
+    """Seconds FedTree takes for one vertical tree with encrypted gradients (privacy_tech "he") over 2
+    parties on `table`, or None when FedTree or its libntl44 is missing."""
+    try:
+        from fedtree import FLClassifier
+    except (ImportError, OSError) as error:
+        print(f"# FedTree skipped: {error} (pip install -e '.[fedtree]'; apt install libntl44)", flush=True)
+        return None
+    x, y = table.drop(columns=["y"]).to_numpy(), table["y"].to_numpy()
+    model = FLClassifier(n_parties=2, mode="vertical", partition_mode="vertical", privacy_tech="he",
+                         max_depth=depth, n_trees=1, verbose=0, max_num_bin=255)
+    started = time.perf_counter()
+    model.fit(x, y)
+    return {"rows": len(table), "depth": depth, "mode": "FedTree 1.0.5 (he)", "encrypted s/tree": time.perf_counter() - started}
+
+
 def parse_schemes(specs: list[str]) -> list[tuple[str, int]]:
     """`mode:bits` pairs (`paillier:2048`); a bare mode takes its default key size."""
     out = []
@@ -129,6 +148,7 @@ def main() -> None:
                         help="encrypted-label modes and key sizes, as mode:bits")
     parser.add_argument("--skip-fresh-setup", action="store_true",
                         help="time the setup inside training only (not again from a fresh key)")
+    parser.add_argument("--fedtree", action="store_true", help="also time one FedTree tree per configuration")
     parser.add_argument("--json")
     args = parser.parse_args()
 
@@ -147,7 +167,8 @@ def main() -> None:
         print(markdown_table(setups, digits=3), flush=True)
     rows_out = []
     for n_rows in args.rows:
-        parties = split_vertical(make_table(n_rows, args.features), 2, label="y", seed=0)
+        table = make_table(n_rows, args.features)
+        parties = split_vertical(table, 2, label="y", seed=0)
         for depth in args.depths:
             _, p = fit(parties, args.plain_trees, depth)
             check = FederatedForestClassifier(n_estimators=args.trees, max_depth=depth, random_state=0)
@@ -170,6 +191,10 @@ def main() -> None:
                 passive.close()
                 rows_out.append(row)
                 print(markdown_table([row], digits=3), flush=True)
+            peer = fedtree_tree(table, depth) if args.fedtree else None
+            if peer is not None:
+                rows_out.append(peer)
+                print(markdown_table([peer], digits=3), flush=True)
     print()
     print(markdown_table(rows_out, digits=3))
     if args.json:

@@ -22,9 +22,10 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fedcore.commands import register_all
 from fedcore.config import PRIVACY_MODES
+from fedcore.data.io import read_table
 from fedcore.data.split import PARTITIONS
 from fedcore.errors import FedForestError, ParameterError
-from fedcore.simulate import TASK_DEFAULT, TASKS, read_table, simulate_vertical
+from fedcore.simulate import TASK_DEFAULT, TASKS, simulate_vertical
 from fedcore.trees.budget import available_bytes
 from fedcore.trees.params import ForestParams, check_max_features, check_model_fits
 

@@ -115,7 +115,7 @@ def read_files(pattern: str, what: str, skip: Collection[str | None] = ()) -> pd
     column other than `skip` holds an infinity (`fedcore.data.numbers`)."""
     import glob
 
-    from fedcore.simulate import read_table
+    from fedcore.data.io import read_table
 
     files = sorted(glob.glob(pattern)) or ([pattern] if not glob.has_magic(pattern) else [])
     if not files:

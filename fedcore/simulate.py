@@ -12,63 +12,29 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from fedcore.data.binning import category_strings, is_categorical_dtype
 from fedcore.data.columns import check_category_sizes, convert_dates
+from fedcore.data.labels import infer_task
 from fedcore.data.numbers import check_finite_columns
 from fedcore.data.split import split_vertical
 from fedcore.errors import (
     ColumnNotFoundError,
-    DataReadError,
-    FedForestError,
     InputError,
     ParameterError,
 )
+from fedcore.metrics import metrics
 from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
 from fedcore.vertical.validation import check_label
 
 TASKS = ("auto", "classification", "regression")
-# At most this many distinct integer-valued labels make `task="auto"` choose classification.
-MAX_AUTO_CLASSES = 20
 # `max_features` default: the engine's and scikit-learn's own per task (sqrt for classes, all for regression).
 TASK_DEFAULT = "default"
-TABLE_SUFFIXES = (".parquet", ".csv")
 # Master structure arrays that must match between the federated and the single-party run (not `owner`).
 STRUCTURE_FIELDS = ("tree", "node", "left", "right", "depth", "weight", "value")
-
-
-def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a .parquet or .csv table; any failure becomes a one-line `DataReadError` naming the file."""
-    from fedcore.data.datasets import load_table
-
-    path = Path(path)
-    if path.suffix.lower() not in TABLE_SUFFIXES:
-        raise DataReadError(f"cannot read {str(path)!r}: expected a .parquet or .csv file, found suffix {path.suffix!r}")
-    if not path.exists():
-        raise DataReadError(f"cannot read {str(path)!r}: no such file")
-    if path.is_dir():
-        raise DataReadError(f"cannot read {str(path)!r}: it is a directory")
-    try:
-        return load_table(path)
-    except FedForestError:
-        raise
-    except Exception as error:  # pandas and pyarrow raise many unrelated types for a bad file
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise DataReadError(f"cannot read {str(path)!r}: {type(error).__name__}: {reason}") from error
-
-
-def infer_task(y: pd.Series) -> str:
-    """Classification for non-numeric labels or at most 20 distinct integer values, else regression."""
-    if is_categorical_dtype(y) or not pd.api.types.is_numeric_dtype(y):
-        return "classification"
-    values = y.dropna().to_numpy(dtype=np.float64)
-    if np.all(np.isfinite(values)) and np.all(values == np.round(values)) and len(np.unique(values)) <= MAX_AUTO_CLASSES:
-        return "classification"
-    return "regression"
 
 
 def prepare_table(table: pd.DataFrame, label: str, id_column: str | None = None,
@@ -129,16 +95,6 @@ def _can_stratify(y: pd.Series, test_size: float) -> bool:
     counts = y.value_counts()
     n_test = int(np.ceil(test_size * len(y)))
     return bool(counts.min() >= 2 and len(y) - n_test >= len(counts) and n_test >= len(counts))
-
-
-def metrics(task: str, y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
-    """Accuracy and macro F1 for classification, RMSE and R^2 for regression."""
-    from sklearn.metrics import accuracy_score, f1_score, mean_squared_error, r2_score
-
-    if task == "classification":
-        return {"accuracy": float(accuracy_score(y_true, y_pred)),
-                "f1_macro": float(f1_score(y_true, y_pred, average="macro"))}
-    return {"rmse": float(np.sqrt(mean_squared_error(y_true, y_pred))), "r2": float(r2_score(y_true, y_pred))}
 
 
 def _engine(task: str, params: dict, progress: bool) -> FederatedForestClassifier | FederatedForestRegressor:

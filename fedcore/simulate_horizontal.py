@@ -17,12 +17,14 @@ import numpy as np
 import pandas as pd
 
 from fedcore.data.binning import category_strings
+from fedcore.data.labels import infer_task
 from fedcore.data.numbers import numeric_values
 from fedcore.data.split import split_horizontal
 from fedcore.errors import ParameterError
 from fedcore.horizontal.schema import CATEGORICAL, NUMERIC
 from fedcore.horizontal.validation import column_kind
-from fedcore.simulate import infer_task, metrics, one_hot, prepare_input, split_train_test, timed_reference
+from fedcore.metrics import metrics
+from fedcore.simulate import one_hot, prepare_input, split_train_test, timed_reference
 from fedcore.vertical.validation import check_label
 
 ALGORITHMS = ("extra-trees", "ppd-ert")

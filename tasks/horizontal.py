@@ -51,7 +51,7 @@ def evaluate_horizontal(session: HorizontalSession) -> dict[str, float]:
 
 def build_horizontal_manifest(config: FederationConfig, session: HorizontalSession, metrics: dict,
                               validation: dict, training: dict) -> dict:
-    """The master's manifest for a horizontal version (DESIGN.md, Model artifacts)."""
+    """The master's manifest for a horizontal version (docs/design.md, Model artifacts)."""
     report = privacy_summary(session)
     return {
         "algorithm": session.algorithm, "setting": config.setting, "task": session.params.task,

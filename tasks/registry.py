@@ -42,7 +42,7 @@ def code_version() -> str:
 
 def build_manifest(config: FederationConfig, session: VerticalSession, metrics: dict, validation: dict,
                    alignment: dict, training: dict) -> dict:
-    """The master's manifest: what was trained, on what, how well, and with which code (DESIGN.md)."""
+    """The master's manifest: what was trained, on what, how well, and with which code (docs/design.md)."""
     info = session.master.info
     counts = {name: int((info.feature_owner == i).sum()) for i, name in enumerate(info.parties)}
     return {

@@ -7,6 +7,8 @@ import pandas as pd
 import pytest
 from sklearn.datasets import load_breast_cancer
 
+from fedcore.data.io import read_table
+from fedcore.data.labels import infer_task
 from fedcore.data.split import split_horizontal, split_vertical
 from fedcore.errors import (
     ColumnNotFoundError,
@@ -19,11 +21,9 @@ from fedcore.errors import (
     PartyShapeError,
 )
 from fedcore.simulate import (
-    infer_task,
     one_hot,
     prepare_input,
     prepare_table,
-    read_table,
     simulate_vertical,
     split_train_test,
 )

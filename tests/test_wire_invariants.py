@@ -1,4 +1,4 @@
-"""What crosses the wire (DESIGN.md, "What crosses the wire"), asserted on recorded transcripts, mode by
+"""What crosses the wire (docs/design.md, "What crosses the wire"), asserted on recorded transcripts, mode by
 mode, as one table.
 
 Every row of MODES runs a whole in-process session of one setting and privacy mode (alignment, training,

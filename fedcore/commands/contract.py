@@ -49,7 +49,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _infer(args: argparse.Namespace) -> int:
     from fedcore.contracts.model import dump_contract, infer_contract
-    from fedcore.simulate import read_table
+    from fedcore.data.io import read_table
 
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not args.force:
@@ -70,7 +70,7 @@ def _infer(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from fedcore.contracts.expectations import validate_frame
     from fedcore.contracts.model import load_contract
-    from fedcore.simulate import read_table
+    from fedcore.data.io import read_table
 
     contract = load_contract(args.contract)
     table = read_table(args.data)

@@ -328,7 +328,9 @@ def _contract_dtype(series: pd.Series) -> str:
 
 
 def _infer_label(series: pd.Series) -> LabelSpec:
-    from fedcore.simulate import infer_task  # the same classification/regression rule as `fedforest simulate`
+    from fedcore.data.labels import (
+        infer_task,  # the same classification/regression rule as `fedforest simulate`
+    )
 
     if infer_task(series) == "classification":
         return LabelSpec(str(series.name), classes=_sorted_values(series.dropna().unique()))

@@ -11,7 +11,6 @@ from fedcore.errors import ContractMismatch
 from fedcore.horizontal.schema import CATEGORICAL, NUMERIC, ColumnSpec, HorizontalSchema
 
 NUMERIC_DTYPES = ("float", "int", "bool")
-CATEGORICAL_DTYPES = ("category", "string")
 
 
 def engine_schema(shared: SharedSchema, task: str) -> HorizontalSchema:

@@ -62,7 +62,6 @@ class _HorizontalForest(EstimatorBase):
     """Shared machinery of the horizontal estimators."""
 
     _task = "classification"
-    _algorithm = "fet"
     _fitted_attribute = "model_"
 
     def _forest_params(self) -> ExtraTreesParams:
@@ -308,7 +307,6 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
     """PPD-ERT classification: shared-seed candidate splits in declared domains, securely aggregated counts."""
 
     _task = "classification"
-    _algorithm = "ppdert"
 
     def __init__(self, n_estimators: int = 100, *, feature_ranges: Mapping[str, tuple[float, float]] | None = None,
                  allow_data_ranges: bool = False, max_depth: int | None = None, min_samples_split: int = 2,

@@ -214,7 +214,7 @@ class HorizontalInstitutionAgent(SessionAgent):
     def _party_state(self) -> dict[str, np.ndarray]:
         """What this party carries from one batch to the next: its noise counters (see the module doc)."""
         party = self.party
-        state = {"reports": np.array([party._reports], np.int64),  # noise streams are keyed by this count
+        state = {"reports": np.array([party.reports], np.int64),  # noise streams are keyed by this count
                  "reports_per_row": np.array([party.reports_per_row], np.int64)}
         if party.accountant is not None:
             spends = party.accountant.spends
@@ -251,7 +251,7 @@ class HorizontalInstitutionAgent(SessionAgent):
                 self._seeds.save(0, {"noise_seed": np.array([party.noise_seed], np.int64)})
         if batches:
             state = self._checkpoints.load(batches - 1)
-            party._reports = int(state["reports"][0])
+            party.reports = int(state["reports"][0])
             party.reports_per_row = int(state["reports_per_row"][0])
             if party.accountant is not None:
                 party.accountant.spends = [(float(e), int(n)) for e, n in

@@ -29,6 +29,7 @@ from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.ppdert.master import PPDERTMaster
 from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.metrics import confusion_metrics
 from fedcore.models.artifacts import table_sha256
 from fedcore.models.registry import ModelRegistry
 from fedcore.protocol.messages import Message
@@ -193,15 +194,3 @@ class HorizontalSession(InstitutionSession):
                                            for name in self.institutions})
         counts = {name: int(r.header["rows"]) for name, r in replies.items()}
         return {"rows": sum(counts.values()), "counts": counts, "seconds": time.perf_counter() - started}
-
-
-def confusion_metrics(confusion: np.ndarray) -> dict[str, float]:
-    """Accuracy and macro F1 from a summed confusion matrix (rows: truth, columns: prediction)."""
-    total = confusion.sum()
-    true_positive = np.diag(confusion).astype(np.float64)
-    predicted, actual = confusion.sum(axis=0), confusion.sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        f1 = np.where(predicted + actual > 0, 2 * true_positive / (predicted + actual), 0.0)
-    present = (predicted + actual) > 0  # as scikit-learn: classes seen in the truth or the predictions
-    return {"accuracy": float(true_positive.sum() / total) if total else float("nan"),
-            "f1_macro": float(f1[present].mean()) if present.any() else float("nan")}

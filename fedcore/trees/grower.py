@@ -18,7 +18,7 @@ What differs between algorithms plugs in as a `LevelStrategy` (the shape of scik
 `Splitter`, or Flower's `Strategy` hooks): what to ask the parties for a level, and how to choose splits
 from their answers. The strategies:
 
-    vertical plain, vertical Paillier    fedcore/vertical/master.py (VerticalMaster; Paillier scoring hook)
+    vertical plain, encrypted labels     fedcore/vertical/master.py (VerticalMaster; encrypted scoring hook)
     FET none / gdp / ldp                 fedcore/horizontal/fet/master.py (FederatedExtraTreesMaster)
     PPD-ERT                              fedcore/horizontal/ppdert/master.py (PPDERTMaster)
 

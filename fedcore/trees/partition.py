@@ -150,10 +150,6 @@ class SamplePartition:
         """Number of open nodes at this level."""
         return len(self.starts)
 
-    def node_sizes(self) -> np.ndarray:
-        """Number of in-bag rows in each open node."""
-        return self.ends - self.starts
-
     def split(self, split_mask: np.ndarray, packed: np.ndarray, byte_offsets: np.ndarray) -> None:
         """Apply the level's partition bitmaps; the children of split nodes become the new open nodes."""
         idx = np.flatnonzero(split_mask)

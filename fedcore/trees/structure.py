@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 NO_CHILD = -1
-NO_OWNER = -1
 
 
 def tree_offsets(tree: np.ndarray, n_trees: int) -> np.ndarray:

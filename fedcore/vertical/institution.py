@@ -26,6 +26,7 @@ from fedcore.institution import (
     store_signed_table,
     write_predictions,
 )
+from fedcore.metrics import metrics
 from fedcore.models.artifacts import decode_classes, encode_classes, table_sha256
 from fedcore.models.tables import partial_forest_from_table, party_table
 from fedcore.privacy.hashing import hash_ids
@@ -59,6 +60,7 @@ class InstitutionAgent(SessionAgent):
         self.party: VerticalParty | None = None
         self._holdout: pd.DataFrame | None = None
         self._batch_ids: pd.Series | None = None
+        self._batch: pd.DataFrame | None = None  # the last new batch loaded for prediction
         self._psi = None  # the PSIParty of an alignment in progress (its secret never leaves this object)
         self.aligned_ids: pd.Series | None = None
         self._checkpoints: CheckpointStore | None = None
@@ -133,8 +135,6 @@ class InstitutionAgent(SessionAgent):
     def _on_evaluate(self, message: Message) -> Message:
         if not self.data.label:
             raise ProtocolError(f"institution {self.name!r} holds no label and cannot evaluate")
-        from fedcore.simulate import metrics
-
         values = message.arrays["values"]
         y = self._holdout[self.data.label].to_numpy()
         if self.party.classes_ is not None:

@@ -156,6 +156,7 @@ class VerticalParty:
         self._n_stats = 0
         self.model: PartialForest | None = None
         self._predict_X: np.ndarray | None = None
+        self._threshold_index: ThresholdIndex | None = None  # built on the first prediction of a model
         self._label_key = label_key
         self.identity = identity
         self._sealing: SealingKey | None = None

@@ -13,7 +13,7 @@ from fedcore.data.split import split_horizontal
 from fedcore.errors import ArtifactError, ContractMismatch, ProtocolError
 from fedcore.horizontal.institution import HorizontalInstitutionAgent
 from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.session import HorizontalSession, confusion_metrics
+from fedcore.horizontal.session import HorizontalSession
 from fedcore.institution import InstitutionData
 from fedcore.models.registry import ModelRegistry
 from fedcore.privacy.keyauth import ephemeral_identities
@@ -126,17 +126,6 @@ def test_contracts_that_disagree_stop_the_session(table, tmp_path) -> None:
     with pytest.raises(ContractMismatch, match="institution 'east': its contract lacks \\['region'\\] compared with "
                                                "'north'"):
         _session(agents).agree_schema()
-
-
-def test_confusion_metrics_match_scikit_learn() -> None:
-    from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
-
-    rng = np.random.default_rng(0)
-    truth, predicted = rng.integers(0, 4, 300), rng.integers(0, 4, 300)
-    predicted[predicted == 3] = 2  # a class never predicted
-    confusion = confusion_matrix(truth, predicted, labels=[0, 1, 2, 3])
-    assert confusion_metrics(confusion) == pytest.approx(
-        {"accuracy": accuracy_score(truth, predicted), "f1_macro": f1_score(truth, predicted, average="macro")})
 
 
 @pytest.mark.parametrize(("own", "asked", "refusal"), [

@@ -193,7 +193,7 @@ def test_partition_over_several_levels_matches_lists() -> None:
                  for child in ([s for s, keep in zip(model[i], m, strict=True) if keep],
                                [s for s, keep in zip(model[i], m, strict=True) if not keep])]
         assert part.n_nodes == len(model)
-        np.testing.assert_array_equal(part.node_sizes(), [len(node) for node in model])
+        np.testing.assert_array_equal(part.ends - part.starts, [len(node) for node in model])
         for k, node in enumerate(model):
             s, e = part.starts[k], part.ends[k]
             assert list(zip(part.order[s:e].tolist(), part.weight[s:e].tolist(), part.target[s:e].tolist(),

@@ -84,7 +84,7 @@ class HorizontalParty:
         self.model: HorizontalForest | None = None
         self.accountant = None
         self.reports_per_row = 0  # LDP: instant reports the busiest row has sent
-        self._reports = 0
+        self.reports = 0  # noise reports so far: the noise streams are keyed by this count
         self._q: np.ndarray | None = None
         self._q_shift: int | None = None
         self._permanent: np.ndarray | None = None
@@ -140,7 +140,7 @@ class HorizontalParty:
             raise ProtocolError(f"party {self.name!r}: thresholds of shape {thresholds.shape} do not match the "
                                 f"candidates {self.rows.features.shape}")
         self.rows.thresholds = thresholds
-        self._reports += 1
+        self.reports += 1
         if self.privacy == "ldp":
             return self._ldp_reply()
         if self.schema.task == "regression":
@@ -166,7 +166,7 @@ class HorizontalParty:
     def _gdp_reply(self, counts: np.ndarray, q_bound_bits: int) -> Message:
         from fedcore.privacy.laplace import laplace_counts
 
-        rng = stream(self.noise_seed, "laplace", self._reports)
+        rng = stream(self.noise_seed, "laplace", self.reports)
         if self.schema.task == "regression":
             # (count, sum) per branch: half the budget each; a row moves the sum by at most 2**q_bound_bits
             noisy = np.empty(counts.shape, dtype=np.float64)
@@ -185,7 +185,7 @@ class HorizontalParty:
         n_bits = self.ldp.bits_for(self.schema.n_classes)
         # one fresh report per row and tree, added to the branch it takes under each candidate
         sums, sizes = self.rows.ldp_report_sums(self.ldp, self._permanent, stream(self.noise_seed, "ldp_instant",
-                                                                                   self._reports))
+                                                                                   self.reports))
         self.reports_per_row += self.rows.partition.active_slots_per_row()
         # the narrowest unsigned type that holds the largest size: deep levels send bytes, not int64s
         wire = np.min_scalar_type(int(sizes.max()) if sizes.size else 0)

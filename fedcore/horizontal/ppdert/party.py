@@ -75,7 +75,7 @@ class PPDERTParty:
     """Noise counters an institution agent checkpoints per batch (`HorizontalInstitutionAgent`): PPD-ERT adds
     no noise, so they stay empty and zero."""
     reports_per_row = 0
-    _reports = 0
+    reports = 0
 
     def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema, *, seed: int,
                  low: np.ndarray, high: np.ndarray, k: int, secure: bool = True,
