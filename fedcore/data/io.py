@@ -17,7 +17,8 @@ def read_table(path: str | Path) -> pd.DataFrame:
 
     path = Path(path)
     if path.suffix.lower() not in TABLE_SUFFIXES:
-        raise DataReadError(f"cannot read {str(path)!r}: expected a .parquet or .csv file, found suffix {path.suffix!r}")
+        raise DataReadError(f"cannot read {str(path)!r}: expected a .parquet or .csv file, found suffix "
+                            f"{path.suffix!r}")
     if not path.exists():
         raise DataReadError(f"cannot read {str(path)!r}: no such file")
     if path.is_dir():

@@ -16,6 +16,7 @@ def infer_task(y: pd.Series) -> str:
     if is_categorical_dtype(y) or not pd.api.types.is_numeric_dtype(y):
         return "classification"
     values = y.dropna().to_numpy(dtype=np.float64)
-    if np.all(np.isfinite(values)) and np.all(values == np.round(values)) and len(np.unique(values)) <= MAX_AUTO_CLASSES:
+    integral = np.all(np.isfinite(values)) and np.all(values == np.round(values))
+    if integral and len(np.unique(values)) <= MAX_AUTO_CLASSES:
         return "classification"
     return "regression"

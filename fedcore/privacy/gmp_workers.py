@@ -1,4 +1,5 @@
-"""Worker processes for homomorphic-encryption arithmetic: a passive party's bin sums and the label holder's encryption.
+"""Worker processes for homomorphic-encryption arithmetic: a passive party's bin sums and the label
+holder's encryption.
 
 gmpy2 keeps the GIL for multiplications (the bulk of both), so threads run them on one core. These are
 `python -m fedcore.privacy.gmp_worker` processes the project starts itself, talking over pipes: no

@@ -158,7 +158,8 @@ class AdditivePrivateKey:
         plaintexts = [mpz(m) for m in plaintexts]
         bound = self.plaintext_bound
         if any(not 0 <= m < bound for m in plaintexts):
-            raise ParameterError(f"a plaintext must lie in {self.bound_text} under this {self.public.scheme} key")
+            raise ParameterError(f"a plaintext must lie in {self.bound_text} under this "
+                                 f"{self.public.scheme} key")
         count = default_worker_count(len(plaintexts)) if workers is None else workers
         if count <= 1:
             return self._encrypt_here(plaintexts)
@@ -166,7 +167,8 @@ class AdditivePrivateKey:
         try:
             pool.all("load_key", self.worker_fields())
             bounds = np.linspace(0, len(plaintexts), count + 1).astype(int)
-            parts = pool.each("encrypt", [(plaintexts[a:b],) for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
+            chunks = [(plaintexts[a:b],) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+            parts = pool.each("encrypt", chunks)
         finally:
             pool.close()
         return [c for part in parts for c in part]

@@ -43,7 +43,8 @@ def scheme(mode: str) -> Scheme:
     try:
         return SCHEMES[mode]
     except KeyError:
-        raise ParameterError(f"{mode!r} is not an encrypted-label privacy mode; known: {list(SCHEMES)}") from None
+        raise ParameterError(f"{mode!r} is not an encrypted-label privacy mode; known: "
+                             f"{list(SCHEMES)}") from None
 
 
 def check_key_bits(mode: str, bits: object) -> int:
