@@ -119,7 +119,8 @@ def build_parser(extra: Callable[[argparse._SubParsersAction], None] | None = No
     sim.add_argument("--algorithm", default=None,
                      help="vertical: forest (default); horizontal: extra-trees (default) or ppd-ert")
     sim.add_argument("--privacy", default=None,
-                     help="forest: none (default), paillier or ou (encrypted labels); extra-trees: none (default), ldp or gdp; "
+                     help="forest: none (default), paillier or ou (encrypted labels); extra-trees: none (default), "
+                          "ldp or gdp; "
                           "ppd-ert: secagg")
     sim.add_argument("--epsilon", type=float, default=1.0, help="gdp: epsilon per query (default 1.0)")
     sim.add_argument("--thresholds", choices=("histogram", "domain"), default=None,

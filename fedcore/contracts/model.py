@@ -328,9 +328,8 @@ def _contract_dtype(series: pd.Series) -> str:
 
 
 def _infer_label(series: pd.Series) -> LabelSpec:
-    from fedcore.data.labels import (
-        infer_task,  # the same classification/regression rule as `fedforest simulate`
-    )
+    # the same classification/regression rule as `fedforest simulate`
+    from fedcore.data.labels import infer_task
 
     if infer_task(series) == "classification":
         return LabelSpec(str(series.name), classes=_sorted_values(series.dropna().unique()))
