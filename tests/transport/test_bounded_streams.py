@@ -27,7 +27,8 @@ from fedcore.transport.flight import (
     join_pieces,
 )
 from fedcore.transport.guard import Hold, InFlightBudget, Refused, SessionGuard, envelope
-from fedcore.transport.tls import init_ca, issue_certificate, server_name
+from fedcore.transport.tls import server_name
+from tests.transport.pki import master_and_agent_ca
 from tests.transport.test_refusals import Counter
 
 MiB = 1 << 20
@@ -59,11 +60,7 @@ class WatchedBudget(InFlightBudget):
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> Path:
-    ca = tmp_path_factory.mktemp("ca")
-    init_ca(ca)
-    for name, role in (("master", "master"), ("a", "institution")):
-        issue_certificate(ca, name, ca, role=role)
-    return ca
+    return master_and_agent_ca(tmp_path_factory.mktemp("ca"))
 
 
 @contextmanager

@@ -23,7 +23,8 @@ from fedcore.errors import CertificateRefused, ProtocolError
 from fedcore.protocol.messages import Message
 from fedcore.transport.flight import AgentServer, FlightTransport
 from fedcore.transport.guard import envelope
-from fedcore.transport.tls import init_ca, issue_certificate, load_ca, server_name
+from fedcore.transport.tls import load_ca, server_name
+from tests.transport.pki import master_and_agent_ca
 
 
 class Counter:
@@ -41,10 +42,7 @@ class Counter:
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> Path:
-    ca = tmp_path_factory.mktemp("ca")
-    init_ca(ca)
-    for name, role in (("master", "master"), ("a", "institution")):
-        issue_certificate(ca, name, ca, role=role)
+    ca = master_and_agent_ca(tmp_path_factory.mktemp("ca"))
     _expired_copy(ca, "master", ca / "expired")
     return ca
 
