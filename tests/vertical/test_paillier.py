@@ -26,9 +26,9 @@ def key(request):
 def _pair(cls, table, n_parties, key, **params):
     parties = split_vertical(table, n_parties, label="target", seed=7, label_party=0)
     plain = cls(random_state=3, **params).fit(parties, label="target")
-    paillier = cls(random_state=3, privacy=scheme_for(key.public).mode, label_key=key, record_payloads=True, **params)
-    paillier.fit(parties, label="target")
-    return plain, paillier, [[c for c in p.columns if c != "target"] for p in parties]
+    encrypted = cls(random_state=3, privacy=scheme_for(key.public).mode, label_key=key, record_payloads=True, **params)
+    encrypted.fit(parties, label="target")
+    return plain, encrypted, [[c for c in p.columns if c != "target"] for p in parties]
 
 
 CASES = {
@@ -42,16 +42,16 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_paillier_mode_grows_exactly_the_plain_forest(case, key) -> None:
+def test_encrypted_labels_grow_exactly_the_plain_forest(case, key) -> None:
     cls, table_args, n_parties, params = CASES[case]
     table = mixed_table(n_rows=240, seed=11, **table_args)
-    plain, paillier, columns = _pair(cls, table, n_parties, key, **params)
-    _assert_same_forest(plain, paillier)
-    np.testing.assert_array_equal(plain.master_.structure.owner, paillier.master_.structure.owner)
+    plain, encrypted, columns = _pair(cls, table, n_parties, key, **params)
+    _assert_same_forest(plain, encrypted)
+    np.testing.assert_array_equal(plain.master_.structure.owner, encrypted.master_.structure.owner)
     test = mixed_table(n_rows=80, seed=12, **table_args)
     np.testing.assert_array_equal(plain.predict_proba([test[c] for c in columns]),
-                                  paillier.predict_proba([test[c] for c in columns]))
-    passive = [p._passive_crypto for p in paillier.parties_ if not p.is_label_holder]
+                                  encrypted.predict_proba([test[c] for c in columns]))
+    passive = [p._passive_crypto for p in encrypted.parties_ if not p.is_label_holder]
     derived = sum(c.pairs_derived for c in passive)
     if params.get("feature_sampling") == "tree":  # siblings share candidates: one of each pair is subtracted
         assert derived > 0.3 * sum(c.pairs_computed for c in passive)
@@ -60,8 +60,8 @@ def test_paillier_mode_grows_exactly_the_plain_forest(case, key) -> None:
 def test_integer_regression_targets_are_exact(key) -> None:
     table = mixed_table(n_rows=200, seed=4, task="regression")
     table["target"] = np.round(table["target"] * 10)  # integer-valued: fixed point at scale 1 is exact
-    plain, paillier, _ = _pair(FederatedForestRegressor, table, 2, key, n_estimators=2, max_depth=4)
-    _assert_same_forest(plain, paillier)
+    plain, encrypted, _ = _pair(FederatedForestRegressor, table, 2, key, n_estimators=2, max_depth=4)
+    _assert_same_forest(plain, encrypted)
 
 
 def test_real_regression_targets_decode_to_the_quantized_sums() -> None:
@@ -206,9 +206,9 @@ def test_worker_processes_grow_the_same_forest(key, monkeypatch) -> None:
     monkeypatch.setattr(gmp_workers, "MIN_ROWS", 1)
     monkeypatch.setattr(gmp_workers.os, "cpu_count", lambda: 2)
     cls, table_args, n_parties, params = CASES["3 classes, 3 parties, unlimited depth"]
-    plain, paillier, _ = _pair(cls, mixed_table(n_rows=240, seed=11, **table_args), n_parties, key, **params)
-    _assert_same_forest(plain, paillier)
-    passive = [p._passive_crypto for p in paillier.parties_ if not p.is_label_holder]
+    plain, encrypted, _ = _pair(cls, mixed_table(n_rows=240, seed=11, **table_args), n_parties, key, **params)
+    _assert_same_forest(plain, encrypted)
+    passive = [p._passive_crypto for p in encrypted.parties_ if not p.is_label_holder]
     assert all(c.pool is not None and c.pool.count == 2 for c in passive)
     for crypto in passive:
         crypto.close()
