@@ -239,8 +239,9 @@ class VerticalParty:
         key = self._label_key
         if key is None:
             return encryption.generate(key_bits)
-        _require(scheme_for(key.public) is encryption, self.name,
-                 f"the master asks for privacy {mode!r}; this party's label key is {scheme_for(key.public).mode!r}")
+        own = scheme_for(key.public)
+        _require(own is encryption, self.name,
+                 f"the master asks for privacy {mode!r}; this party's label key is {own.mode!r}")
         return key
 
     def _on_export_labels(self, message: Message) -> Message:
