@@ -54,7 +54,7 @@ def main() -> int:
     args = parser.parse_args()
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.demo import prepare_workspace
+    from flows.demos.vertical import prepare_workspace
     from flows.retrain import retrain
 
     rows = []

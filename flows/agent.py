@@ -15,11 +15,11 @@ from contextlib import contextmanager
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
-from fedcore import institution as institution_module
+from fedcore import agents
+from fedcore.agents.data import InstitutionData, institution_from_config
+from fedcore.agents.serve import build_institution_server, serve_until_session_closed
 from fedcore.config import FederationConfig, load_config
 from fedcore.errors import ContractViolation
-from fedcore.institution import InstitutionData, institution_from_config
-from fedcore.vertical.serving import build_institution_server, serve_until_session_closed
 from tasks.common import DATA_LOCAL, artifact_key
 
 
@@ -59,9 +59,9 @@ class _ToRunLogger(logging.Handler):
 
 @contextmanager
 def agent_log_in_run() -> Iterator[None]:
-    """While open, what the agent logs for its operator (`fedcore.institution`: contract violations,
+    """While open, what the agent logs for its operator (the `fedcore.agents` log: contract violations,
     versions stored, predictions written) also goes to this flow run's log in the Prefect UI."""
-    source = institution_module.log
+    source = agents.log
     handler, level = _ToRunLogger(get_run_logger()), source.level
     source.addHandler(handler)
     if source.getEffectiveLevel() > logging.INFO:

@@ -93,10 +93,10 @@ def _demo(args: argparse.Namespace) -> int:
 
         echo_progress()
     if args.setting == "horizontal":
-        from flows.horizontal_demo import run_horizontal_demo
+        from flows.demos.horizontal import run_horizontal_demo
 
         return run_horizontal_demo(work, algorithm=args.algorithm, privacy=args.privacy)
-    from flows.demo import run_demo
+    from flows.demos.vertical import run_demo
 
     return run_demo(work)
 

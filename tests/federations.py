@@ -11,7 +11,7 @@ def small_federation(work, n_customers: int, seed: int, params: dict):
     returns (config path, scenario)."""
     import yaml
 
-    from flows.demo import prepare_workspace
+    from flows.demos.vertical import prepare_workspace
 
     config_path, scenario = prepare_workspace(work, n_customers=n_customers, seed=seed)
     raw = yaml.safe_load(config_path.read_text())

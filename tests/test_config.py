@@ -136,7 +136,7 @@ def test_key_bits_belong_to_the_encrypted_label_modes(tmp_path) -> None:
 
 
 def test_an_institution_may_bound_its_agents_memory() -> None:
-    from fedcore.institution import InstitutionData
+    from fedcore.agents.data import InstitutionData
     from fedcore.trees.budget import MIB
 
     raw = _raw()

@@ -12,8 +12,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from fedcore.agents.data import InstitutionData
+from fedcore.agents.storage import write_predictions
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
-from fedcore.institution import InstitutionData, write_predictions
 from fedcore.models.publish import register_everywhere
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.signing import generate_signing_key

@@ -7,12 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedcore.agents.data import read_files
 from fedcore.cli import main
 from fedcore.data.numbers import numeric_values
 from fedcore.data.split import split_horizontal, split_vertical
 from fedcore.errors import InputError
 from fedcore.horizontal.estimators import FederatedExtraTreesClassifier
-from fedcore.institution import read_files
 from fedcore.vertical.estimators import FederatedForestClassifier
 
 REFUSAL = "holds 2 infinite values \\(inf or -inf\\): replace them with missing values"

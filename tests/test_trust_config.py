@@ -10,9 +10,10 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from fedcore.agents.data import InstitutionData, institution_from_config
+from fedcore.agents.storage import store_signed_table
 from fedcore.config import parse_config
 from fedcore.errors import ConfigError, ProtocolError
-from fedcore.institution import InstitutionData, institution_from_config, store_signed_table
 from fedcore.models.artifacts import table_sha256
 from fedcore.models.registry import ModelRegistry
 from tests.keys import master_key, master_public_key

@@ -100,11 +100,11 @@ def run_vertical(tmp_path: Path, alignment: str, privacy: str = "none") -> Recor
     """Vertical Federated Forest over three institutions with partially overlapping customers: align
     (keyed hashes or PSI), train (labels shared, or encrypted under Paillier or Okamoto-Uchiyama), evaluate on the held-out rows,
     batch predict new customers."""
+    from fedcore.agents.data import InstitutionData
     from fedcore.data.split import split_vertical
-    from fedcore.institution import InstitutionData
     from fedcore.privacy.hashing import hash_ids
     from fedcore.trees.params import ForestParams
-    from fedcore.vertical.institution import InstitutionAgent
+    from fedcore.vertical.agent import VerticalInstitutionAgent
     from fedcore.vertical.session import VerticalSession
 
     table = _distinctive_table(420, seed=31, prefix="CUST")
@@ -119,7 +119,7 @@ def run_vertical(tmp_path: Path, alignment: str, privacy: str = "none") -> Recor
         data = InstitutionData(name=name, frame=frames[name], id_column="record_id",
                                label=LABEL if LABEL in cols else None, registry=tmp_path / "registry" / name,
                                predictions_dir=tmp_path / "predictions" / name, load_batch=lambda b=batch: b)
-        agents[name] = InstitutionAgent(data, KEY)
+        agents[name] = VerticalInstitutionAgent(data, KEY)
     transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=True)
     transport.exchange({n: Message("validation_report") for n in agents})
     session = VerticalSession(transport, ForestParams(n_estimators=4, max_depth=4, random_state=1, privacy=privacy),
@@ -147,11 +147,11 @@ def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str
     """Three hospitals with the same columns: agree the schema from their contracts, train (FET in one
     privacy mode, or PPD-ERT with secure aggregation and `thresholds`), evaluate, predict new patients at
     home."""
+    from fedcore.agents.data import InstitutionData
     from fedcore.contracts.model import infer_contract
-    from fedcore.horizontal.institution import HorizontalInstitutionAgent
+    from fedcore.horizontal.agent import HorizontalInstitutionAgent
     from fedcore.horizontal.params import ExtraTreesParams
     from fedcore.horizontal.session import HorizontalSession
-    from fedcore.institution import InstitutionData
     from fedcore.privacy.keyauth import ephemeral_identities
 
     table = _distinctive_table(540, seed=41, prefix="PAT")

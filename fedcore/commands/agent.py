@@ -53,7 +53,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 def build_agent(config: FederationConfig, name: str, master: str = "master") -> AgentServer:
     """An `AgentServer` for institution `name` on its endpoint, with its certificate and the consortium CA;
     it (re)loads and validates the institution's data at the start of every session."""
-    from fedcore.vertical.serving import build_institution_server
+    from fedcore.agents.serve import build_institution_server
 
     inst = config.institution(name)
     missing = [k for k, v in (("endpoint", inst.endpoint), ("cert", inst.cert), ("key", inst.key)) if not v]
@@ -104,13 +104,13 @@ def serve_until_stopped(server: AgentServer, parent_pid: int | None = None, poll
 
 def print_agent_log() -> None:
     """Print what the agent logs for its operator (contract violations, versions stored, predictions
-    written; `fedcore.institution`) on stdout, next to the serving lines."""
-    from fedcore import institution
+    written; the `fedcore.agents` log) on stdout, next to the serving lines."""
+    from fedcore import agents
 
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("agent %(message)s"))
-    institution.log.addHandler(handler)
-    institution.log.setLevel(logging.INFO)
+    agents.log.addHandler(handler)
+    agents.log.setLevel(logging.INFO)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -33,13 +33,13 @@ from fedcore.metrics import confusion_metrics
 from fedcore.models.artifacts import table_sha256
 from fedcore.models.registry import ModelRegistry
 from fedcore.protocol.messages import Message
-from fedcore.session_base import InstitutionSession
+from fedcore.session import MasterSession
 from fedcore.transport.base import Transport
 
 MODEL_TABLE = "model"
 
 
-class HorizontalSession(InstitutionSession):
+class HorizontalSession(MasterSession):
     """Drives one horizontal session (see the module docstring)."""
 
     def __init__(self, transport: Transport, params: ExtraTreesParams, algorithm: str = "extra-trees",

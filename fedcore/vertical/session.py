@@ -21,7 +21,7 @@ from fedcore.models.registry import ModelRegistry
 from fedcore.models.tables import N_TREES_KEY, master_table, structure_from_table
 from fedcore.protocol.messages import Message, pack_bits
 from fedcore.randomness import stream
-from fedcore.session_base import InstitutionSession
+from fedcore.session import MasterSession
 from fedcore.transport.base import Transport
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.alignment import AlignmentPlan, check_overlap, intersect_hashes
@@ -45,7 +45,7 @@ class TrainingFacts:
     """Tree batches taken from checkpoints of an interrupted attempt of the same run."""
 
 
-class VerticalSession(InstitutionSession):
+class VerticalSession(MasterSession):
     """Drives one session with the institutions reachable through `transport`."""
 
     def __init__(self, transport: Transport, params: ForestParams, holdout_fraction: float = 0.2,

@@ -15,18 +15,18 @@ import pandas as pd
 import pytest
 import yaml
 
+from fedcore.agents.data import institution_from_config
 from fedcore.cli import main
 from fedcore.commands.agent import build_agent
 from fedcore.config import load_config
 from fedcore.data.split import split_vertical
-from fedcore.institution import institution_from_config
 from fedcore.protocol.messages import Message
 from fedcore.transport.flight import FlightTransport
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.transport.tls import init_ca, issue_certificate
-from fedcore.vertical.institution import InstitutionAgent
+from fedcore.vertical.agent import VerticalInstitutionAgent
 from fedcore.vertical.session import VerticalSession
-from flows.demo import free_port
+from flows.demos.vertical import free_port
 from tests.conftest import mixed_table
 
 NAMES = ("bank", "insurer", "retailer")
@@ -91,7 +91,7 @@ def test_agent_serves_until_sigterm(federation: Path) -> None:
             transport.wait_ready(timeout_s=60)
             remote = _train(transport, config.params).master.structure
         key = config.read_consortium_key()
-        agents = {n: InstitutionAgent(institution_from_config(config, n), key) for n in NAMES}
+        agents = {n: VerticalInstitutionAgent(institution_from_config(config, n), key) for n in NAMES}
         local = _train(InProcessTransport({n: a.handle for n, a in agents.items()}), config.params).master.structure
         for f in fields(local):
             np.testing.assert_array_equal(getattr(remote, f.name), getattr(local, f.name), err_msg=f.name)
@@ -134,10 +134,10 @@ def test_a_contract_violation_is_logged_without_any_raw_value(federation: Path, 
     broken.to_parquet(files[0])
     bank["contract"] = "bank.yaml"
     federation.write_text(yaml.safe_dump(raw))
-    with caplog.at_level(logging.WARNING, logger="fedcore.institution"):
+    with caplog.at_level(logging.WARNING, logger="fedcore.agents"):
         data = institution_from_config(load_config(federation), "bank")
     assert not data.valid
-    lines = [r.getMessage() for r in caplog.records if r.name == "fedcore.institution"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "fedcore.agents.data"]
     assert lines and all("data contract violation: institution 'bank'" in line for line in lines)
     assert any(repr(column) in line for line in lines)
     assert "98765" not in caplog.text

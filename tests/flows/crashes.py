@@ -20,7 +20,7 @@ PARAMS = {"n_estimators": 24, "max_depth": 6, "tree_batch_size": 2}
 def copy_federation(reference_work: Path, crash_work: Path) -> Path:
     """A copy of the federation in `reference_work` (same data, keys and certificates) whose agents listen
     on other ports, so both can run side by side; returns the copy's config path."""
-    from flows.demo import free_port
+    from flows.demos.vertical import free_port
 
     shutil.copytree(reference_work, crash_work)
     config_path = crash_work / "federation.yaml"

@@ -12,7 +12,7 @@ from fedcore.errors import ContractMismatch
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.models.registry import ModelRegistry
 from flows.batch_predict import batch_predict
-from flows.horizontal_demo import prepare_horizontal_workspace
+from flows.demos.horizontal import prepare_horizontal_workspace
 from flows.retrain import retrain
 
 pytestmark = pytest.mark.slow

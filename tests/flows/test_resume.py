@@ -58,10 +58,10 @@ def _hospital_tables(work: Path) -> dict[str, bytes]:
 def _uninterrupted_horizontal_model(config_path: Path) -> bytes:
     """The model file an uninterrupted session of this federation trains, with the same agents and session
     code in process (a third flow run would add a minute of agent start-ups)."""
+    from fedcore.agents.data import institution_from_config
     from fedcore.config import load_config
-    from fedcore.horizontal.institution import HorizontalInstitutionAgent
+    from fedcore.horizontal.agent import HorizontalInstitutionAgent
     from fedcore.horizontal.session import HorizontalSession
-    from fedcore.institution import institution_from_config
     from fedcore.models.artifacts import table_file_bytes
     from fedcore.protocol.messages import Message
     from fedcore.transport.inprocess import InProcessTransport
@@ -81,7 +81,7 @@ def test_horizontal_training_resumes_to_the_same_model_after_a_killed_agent(tmp_
     """Federated Extra-Trees over Flight: a hospital's agent is killed once it checkpointed batch 3 of 8."""
     import yaml
 
-    from flows.horizontal_demo import prepare_horizontal_workspace
+    from flows.demos.horizontal import prepare_horizontal_workspace
 
     work = tmp_path / "hospitals"
     params = {"n_estimators": 16, "max_depth": 6, "tree_batch_size": 2, "random_state": 0}

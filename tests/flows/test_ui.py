@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from fedcore import institution
+from fedcore import agents
 from flows import agent as agent_flow
 from flows.ui import headline_metric, predict_outcome, retrain_outcome
 
@@ -45,16 +45,16 @@ def test_agent_log_reaches_the_run_logger_from_any_thread(monkeypatch: pytest.Mo
             received.append((level, msg % args if args else msg))
 
     monkeypatch.setattr(agent_flow, "get_run_logger", lambda: RunLogger(logging.getLogger("run"), {}))
-    level = institution.log.level
+    level = agents.log.level
     with agent_flow.agent_log_in_run():
-        worker = threading.Thread(target=institution.log.info, args=("%s: stored %s %s", "bank", "m", "v0003"))
+        worker = threading.Thread(target=agents.log.info, args=("%s: stored %s %s", "bank", "m", "v0003"))
         worker.start()
         worker.join()
-        institution.log.debug("not for the operator")
-    institution.log.info("after the run: not forwarded")
+        agents.log.debug("not for the operator")
+    agents.log.info("after the run: not forwarded")
     assert received == [(logging.INFO, "bank: stored m v0003")]
-    assert institution.log.level == level and not any(
-        isinstance(h, agent_flow._ToRunLogger) for h in institution.log.handlers)
+    assert agents.log.level == level and not any(
+        isinstance(h, agent_flow._ToRunLogger) for h in agents.log.handlers)
 
 
 def test_run_name_reads_the_model_from_the_parameters_or_the_config(monkeypatch, tmp_path) -> None:

@@ -227,11 +227,11 @@ def test_the_estimator_refuses_unknown_modes_and_grids() -> None:
 
 
 def test_an_agent_runs_the_threshold_mode_of_its_own_config_and_refuses_a_master_asking_otherwise(tmp_path) -> None:
+    from fedcore.agents.data import InstitutionData
     from fedcore.contracts.model import infer_contract
-    from fedcore.horizontal.institution import HorizontalInstitutionAgent
+    from fedcore.horizontal.agent import HorizontalInstitutionAgent
     from fedcore.horizontal.params import ExtraTreesParams
     from fedcore.horizontal.session import HorizontalSession
-    from fedcore.institution import InstitutionData
     from fedcore.privacy.keyauth import ephemeral_identities
 
     table = horizontal_table(seed=6, n_rows=200).assign(record_id=[f"R{i}" for i in range(200)])

@@ -8,15 +8,15 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from fedcore.agents.data import InstitutionData
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.contracts.model import infer_contract
 from fedcore.data.datasets import make_waveform
 from fedcore.data.split import split_horizontal
 from fedcore.errors import PartyUnavailable
-from fedcore.horizontal.institution import NOISE_SEEDS, HorizontalInstitutionAgent
+from fedcore.horizontal.agent import NOISE_SEEDS, HorizontalInstitutionAgent
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.session import HorizontalSession
-from fedcore.institution import InstitutionData
 from fedcore.models.artifacts import table_file_bytes
 from fedcore.privacy.keyauth import ephemeral_identities
 from fedcore.protocol.messages import Message

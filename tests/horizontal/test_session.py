@@ -7,14 +7,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedcore.agents.data import InstitutionData
 from fedcore.contracts.model import infer_contract
 from fedcore.data.datasets import make_waveform
 from fedcore.data.split import split_horizontal
 from fedcore.errors import ArtifactError, ContractMismatch, ProtocolError
-from fedcore.horizontal.institution import HorizontalInstitutionAgent
+from fedcore.horizontal.agent import HorizontalInstitutionAgent
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.session import HorizontalSession
-from fedcore.institution import InstitutionData
 from fedcore.models.registry import ModelRegistry
 from fedcore.privacy.keyauth import ephemeral_identities
 from fedcore.protocol.messages import Message

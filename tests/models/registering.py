@@ -35,9 +35,9 @@ def table(seed: int = 0, n_rows: int = 240) -> pd.DataFrame:
 
 def agents(workdir: Path) -> dict:
     """Fresh agents (a restarted process) on the institutions' registries under `workdir`."""
+    from fedcore.agents.data import InstitutionData
     from fedcore.contracts.model import infer_contract
-    from fedcore.horizontal.institution import HorizontalInstitutionAgent
-    from fedcore.institution import InstitutionData
+    from fedcore.horizontal.agent import HorizontalInstitutionAgent
 
     rows = table()
     frames = [rows.iloc[part] for part in np.array_split(np.arange(len(rows)), len(NAMES))]

@@ -11,12 +11,12 @@ import time
 import numpy as np
 import pytest
 
+from fedcore.agents.data import InstitutionData
 from fedcore.data.split import split_vertical
-from fedcore.institution import InstitutionData
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
-from fedcore.vertical.institution import InstitutionAgent
+from fedcore.vertical.agent import VerticalInstitutionAgent
 from fedcore.vertical.session import VerticalSession
 from tests.conftest import mixed_table
 
@@ -26,7 +26,7 @@ PARAMS = ForestParams(n_estimators=3, max_depth=4, random_state=2)
 FUZZ_SEED, FUZZ_MESSAGES = 11, 1500
 
 
-def _agents(tmp_path) -> dict[str, InstitutionAgent]:
+def _agents(tmp_path) -> dict[str, VerticalInstitutionAgent]:
     table = mixed_table(n_rows=300, seed=3)
     table.insert(0, "id", [f"R{i}" for i in range(len(table))])
     frames = split_vertical(table.drop(columns=["id"]), 2, label="target", seed=0)
@@ -37,7 +37,7 @@ def _agents(tmp_path) -> dict[str, InstitutionAgent]:
         data = InstitutionData(name=name, frame=frame, id_column="id", label="target" if "target" in frame else None,
                                registry=tmp_path / name, predictions_dir=tmp_path / "pred" / name,
                                load_batch=lambda frame=frame: frame.drop(columns=["target"], errors="ignore"))
-        agents[name] = InstitutionAgent(data, KEY)
+        agents[name] = VerticalInstitutionAgent(data, KEY)
     return agents
 
 

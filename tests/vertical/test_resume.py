@@ -7,16 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedcore.agents.data import InstitutionData
 from fedcore.checkpoints import CheckpointStore, resume_point
 from fedcore.data.scenario import make_vertical_scenario
 from fedcore.errors import ArtifactError
-from fedcore.institution import InstitutionData
 from fedcore.models.artifacts import table_file_bytes
 from fedcore.models.tables import master_table, party_table
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
-from fedcore.vertical.institution import InstitutionAgent
+from fedcore.vertical.agent import VerticalInstitutionAgent
 from fedcore.vertical.session import VerticalSession
 
 KEY = b"resume-consortium-key-0123456789"
@@ -29,10 +29,10 @@ def scenario(tmp_path_factory) -> dict:
     return make_vertical_scenario(tmp_path_factory.mktemp("scenario"), n_customers=1200, seed=9)
 
 
-def _agents(scenario, root) -> dict[str, InstitutionAgent]:
+def _agents(scenario, root) -> dict[str, VerticalInstitutionAgent]:
     import pandas as pd
 
-    return {name: InstitutionAgent(InstitutionData(
+    return {name: VerticalInstitutionAgent(InstitutionData(
         name=name, frame=pd.read_parquet(files["train"]), id_column=scenario["id_column"],
         label=scenario["label"] if name == scenario["label_holder"] else None, registry=root / "registry" / name,
         predictions_dir=root / "predictions" / name), KEY) for name, files in scenario["institutions"].items()}
@@ -42,7 +42,7 @@ class Crash(Exception):
     """Stands in for the process dying."""
 
 
-def _crashing(agent: InstitutionAgent, at_begin_batch: int):
+def _crashing(agent: VerticalInstitutionAgent, at_begin_batch: int):
     """The agent's handler, dying when the master starts the given batch (before it saves anything)."""
     seen = [0]
 

@@ -6,11 +6,11 @@ import time
 
 import pytest
 
+from fedcore.agents.serve import serve_until_session_closed
 from fedcore.errors import ProtocolError
 from fedcore.protocol.messages import Message
 from fedcore.transport.flight import AgentServer, FlightTransport
 from fedcore.transport.tls import init_ca, issue_certificate
-from fedcore.vertical.serving import serve_until_session_closed
 
 
 class Session:

@@ -8,22 +8,22 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from fedcore.agents.data import InstitutionData
 from fedcore.data.scenario import make_vertical_scenario
 from fedcore.errors import ArtifactError, ProtocolError
-from fedcore.institution import InstitutionData
 from fedcore.models.registry import ModelRegistry
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
+from fedcore.vertical.agent import VerticalInstitutionAgent
 from fedcore.vertical.alignment import AlignmentError
-from fedcore.vertical.institution import InstitutionAgent
 from fedcore.vertical.session import VerticalSession
 from tests.keys import master_key, master_public_key
 
 KEY = b"consortium-key-for-tests-0123456789"
 
 
-def _agents(scenario: dict, root: Path, new_batch: bool = True) -> dict[str, InstitutionAgent]:
+def _agents(scenario: dict, root: Path, new_batch: bool = True) -> dict[str, VerticalInstitutionAgent]:
     agents = {}
     for name, files in scenario["institutions"].items():
         label = scenario["label"] if name == scenario["label_holder"] else None
@@ -32,7 +32,7 @@ def _agents(scenario: dict, root: Path, new_batch: bool = True) -> dict[str, Ins
             registry=root / "registry" / name, predictions_dir=root / "predictions" / name,
             load_batch=(lambda path=files["new"]: pd.read_parquet(path)) if new_batch else None,
             master_key=master_public_key(root))
-        agents[name] = InstitutionAgent(data, KEY)
+        agents[name] = VerticalInstitutionAgent(data, KEY)
     return agents
 
 

@@ -39,6 +39,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedcore.agents.base import SessionAgent
+from fedcore.agents.data import InstitutionData
+from fedcore.agents.storage import load_signed_table, store_signed_table, write_predictions
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.fet.party import HorizontalParty
@@ -46,13 +49,6 @@ from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.ppdert.agreed import threshold_settings
 from fedcore.horizontal.ppdert.party import PPDERTParty
 from fedcore.horizontal.schema import HorizontalSchema
-from fedcore.institution import (
-    InstitutionData,
-    SessionAgent,
-    load_signed_table,
-    store_signed_table,
-    write_predictions,
-)
 from fedcore.models.artifacts import table_sha256
 from fedcore.privacy.keyauth import PartyIdentity
 from fedcore.protocol.messages import Message

@@ -1,6 +1,6 @@
 """The institution agent in a vertical training session: the data-local steps around Federated Forest.
 
-An `InstitutionAgent` answers the master for one institution. It hands out keyed hashes of its IDs,
+A `VerticalInstitutionAgent` answers the master for one institution. It hands out keyed hashes of its IDs,
 lines its rows up with the intersection the master computed, keeps a held-out slice for evaluation,
 serves the Federated Forest party protocol on the training rows, scores the master's held-out
 predictions (label holder), stores its own partial model, and writes batch predictions where they were
@@ -17,15 +17,11 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from fedcore.agents.base import SessionAgent
+from fedcore.agents.data import InstitutionData
+from fedcore.agents.storage import load_signed_table, store_signed_table, write_predictions
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import ArtifactError, ProtocolError
-from fedcore.institution import (
-    InstitutionData,
-    SessionAgent,
-    load_signed_table,
-    store_signed_table,
-    write_predictions,
-)
 from fedcore.metrics import metrics
 from fedcore.models.artifacts import decode_classes, encode_classes, table_sha256
 from fedcore.models.tables import partial_forest_from_table, party_table
@@ -44,7 +40,7 @@ PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_split
                "apply_splits", "finalize", "predict_leaves", "route"}
 
 
-class InstitutionAgent(SessionAgent):
+class VerticalInstitutionAgent(SessionAgent):
     """Answers the master's session messages for one institution; see the module docstring."""
 
     engine_kinds = frozenset(PARTY_KINDS)

@@ -15,7 +15,7 @@ from fedcore.transport.base import Transport
 log = logging.getLogger(__name__)
 
 
-class InstitutionSession:
+class MasterSession:
     """A session with the institutions reachable through `transport`."""
 
     def __init__(self, transport: Transport) -> None:

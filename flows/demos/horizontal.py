@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from flows.demo import ensure_credentials, free_port
+from flows.demos.vertical import ensure_credentials, free_port
 
 HORIZONTAL_PARAMS = {"n_estimators": 50, "max_depth": 12, "max_features": "sqrt", "random_state": 0}
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import threading
 
+from fedcore.agents.data import InstitutionData, institution_from_config
 from fedcore.config import FederationConfig
 from fedcore.errors import ConfigError, ProtocolError
-from fedcore.institution import InstitutionData, institution_from_config
 from fedcore.privacy.keyauth import PartyIdentity
 from fedcore.transport.flight import AgentServer
-from fedcore.vertical.institution import InstitutionAgent
+from fedcore.vertical.agent import VerticalInstitutionAgent
 
 
 def build_institution_server(config: FederationConfig, name: str, master: str = "master",
@@ -28,11 +28,11 @@ def build_institution_server(config: FederationConfig, name: str, master: str = 
     # so the master cannot substitute its own
     identity = PartyIdentity.from_certificate(name, inst.cert, inst.key, config.tls["ca"])
     if config.setting == "horizontal":
-        from fedcore.horizontal.institution import HorizontalInstitutionAgent
+        from fedcore.horizontal.agent import HorizontalInstitutionAgent
 
         agent = HorizontalInstitutionAgent(source, name=name, identity=identity)
     else:
-        agent = InstitutionAgent(source, config.read_consortium_key(), name=name, identity=identity)
+        agent = VerticalInstitutionAgent(source, config.read_consortium_key(), name=name, identity=identity)
     return AgentServer(agent, location=inst.endpoint, tls_cert=inst.cert, tls_key=inst.key, ca_cert=config.tls["ca"],
                        allowed_master=master)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-DEMO_CONTRACTS = Path(__file__).resolve().parents[1] / "data_contracts" / "demo"
+DEMO_CONTRACTS = Path(__file__).resolve().parents[2] / "data_contracts" / "demo"
 INSTITUTIONS = ("bank", "ecommerce", "insurer")
 DEMO_PARAMS = {"n_estimators": 50, "max_depth": 10, "max_features": "sqrt", "random_state": 0}
 

@@ -1,0 +1,91 @@
+"""The institution agent's base, shared by both settings: session start and validation report, engine
+messages passed to the party with batch checkpoints, withdrawal and close."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fedcore.agents.data import InstitutionData
+from fedcore.agents.storage import withdraw_version
+from fedcore.contracts.expectations import ValidationReport
+from fedcore.errors import ProtocolError
+from fedcore.protocol.messages import Message
+
+
+def validation_reply(report: ValidationReport | None) -> Message:
+    """The contract result for the master: pass/fail and counts per expectation, never example values."""
+    if report is None:
+        return Message("validation", {"checked": False, "success": True, "rows": [], "errors": []})
+    rows = [{k: row[k] for k in ("expectation", "column", "success", "unexpected_count", "expected")}
+            for row in report.rows]
+    return Message("validation", {"checked": True, "success": report.success, "rows": rows,
+                                  "errors": report.failure_lines(), "contract": report.contract,
+                                  "contract_version": report.version})
+
+
+class SessionAgent:
+    """What every institution agent does around its engine, in either setting: reload the data at each
+    session start and report its validation, pass engine messages to the party (checkpointing the batch
+    just finished first), dispatch the others to `_on_<kind>`, withdraw a version, and close.
+
+    Subclasses name their engine's message kinds, reset their own session state in `_start_session`, and
+    say what a finished batch's checkpoint holds (`_batch_checkpoint`)."""
+
+    engine_kinds: frozenset[str] = frozenset()
+    not_ready = "no party yet"
+    """Why an engine message that arrives before the party exists is refused."""
+
+    def __init__(self, data: InstitutionData | Callable[[], InstitutionData], name: str = "") -> None:
+        """`data` is the institution's table, or a loader called afresh at the start of every session
+        (a long-lived agent then trains each session on the data as it is then)."""
+        self._loader = data if callable(data) else None
+        self.data = None if callable(data) else data
+        self.name = data.name if not callable(data) else name
+        self.party = None
+        self._checkpoints = None  # the run's CheckpointStore, once the master asked to resume or checkpoint
+        self.closed = False
+        self.sessions = 0
+
+    def handle(self, message: Message) -> Message:
+        """Dispatch a session message, or pass an engine message to the party."""
+        if self.data is None and message.kind != "validation_report":
+            raise ProtocolError(f"institution agent: session not started ({message.kind!r} before validation_report)")
+        if message.kind in self.engine_kinds:
+            if self.party is None:
+                raise ProtocolError(f"institution {self.name!r}: {self.not_ready} ({message.kind!r} too early)")
+            if "save_batch" in message.header and self._checkpoints is not None:
+                # the batch just finished, before the next one (or the final model) changes anything
+                self._checkpoints.save(int(message.header["save_batch"]), self._batch_checkpoint())
+            return self._engine_reply(message)
+        handler = getattr(self, f"_on_{message.kind}", None)
+        if handler is None:
+            raise ProtocolError(f"institution {self.name!r} cannot handle message kind {message.kind!r}")
+        return handler(message)
+
+    def _engine_reply(self, message: Message) -> Message:
+        return self.party.handle(message)
+
+    def _batch_checkpoint(self) -> dict:
+        """The arrays this institution keeps for the tree batch it just finished."""
+        raise NotImplementedError
+
+    def _start_session(self) -> None:
+        """Forget the previous session's state (the party and checkpoints are reset already)."""
+
+    def _on_validation_report(self, message: Message) -> Message:
+        """Start of a session: (re)load the data if a loader was given, then report its validation:
+        pass/fail per expectation with counts, never the example values (they are raw data)."""
+        if self._loader is not None:
+            self.data = self._loader()
+            self.name = self.data.name
+        self.party, self._checkpoints, self.closed = None, None, False
+        self._start_session()
+        self.sessions += 1
+        return validation_reply(self.data.validation)
+
+    def _on_withdraw_model(self, message: Message) -> Message:
+        return withdraw_version(self.data, message.header)
+
+    def _on_close(self, message: Message) -> Message:
+        self.closed = True
+        return Message("ack")

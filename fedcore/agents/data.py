@@ -1,0 +1,117 @@
+"""An institution's data for a session: its table read from the configured files, checked against its
+data contract, and the contract result as it may leave the institution."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from fedcore.config import FederationConfig
+from fedcore.contracts.expectations import ValidationReport
+from fedcore.contracts.model import DataContract
+from fedcore.data.numbers import check_finite_columns
+from fedcore.errors import ColumnNotFoundError, ConfigError, DataReadError
+from fedcore.models.registry import ModelRegistry
+from fedcore.models.signing import PublicKeySource
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class InstitutionData:
+    """What an institution brings to a session: its (validated) table and how to read its new batches."""
+
+    name: str
+    frame: pd.DataFrame
+    id_column: str
+    label: str | None
+    registry: Path
+    predictions_dir: Path
+    load_batch: Callable[[], pd.DataFrame] | None = None
+    validation: ValidationReport | None = None
+    contract: DataContract | None = None
+    memory_budget_mb: int | None = None
+    """Memory the agent's party grows tree batches in (None: half of what its process may allocate)."""
+    privacy: dict | None = None
+    """The federation's `privacy:` settings as this institution's own config reads them; its party runs
+    with these, and refuses a master that asks for others. None (in-process use): the master's."""
+    master_key: PublicKeySource | None = None
+    """The master's public key this institution's registry trusts (`master.public_key`); without one it
+    stores nothing and loads nothing."""
+
+    def registry_store(self) -> ModelRegistry:
+        """This institution's model registry, trusting only the master's key."""
+        if self.master_key is None:
+            raise ConfigError(f"institution {self.name!r}: no trusted master key, so no model version can be "
+                              "stored or loaded here: set master.public_key in the federation config (the "
+                              "master's public key, written beside its signing key as <signing_key>.pub)")
+        return ModelRegistry(self.registry, public_key=self.master_key)
+
+    @property
+    def memory_budget(self) -> int:
+        """The party's budget in bytes (`fedcore.trees.budget`)."""
+        from fedcore.trees.budget import resolve_budget
+
+        return resolve_budget(self.memory_budget_mb)
+
+    @property
+    def valid(self) -> bool:
+        """Whether the table kept its data contract (True when there is no contract)."""
+        return self.validation is None or self.validation.success
+
+
+def institution_from_config(config: FederationConfig, name: str) -> InstitutionData:
+    """Load one institution's training table from its configured files and validate it against its
+    contract (examples of bad values stay in the local report). Runs where the data lives."""
+    inst = config.institution(name)
+    master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
+    frame = read_files(inst.data, f"institution {name!r}", skip=[inst.id_column, inst.label])
+    report = contract = None
+    if inst.contract is not None:
+        from fedcore.contracts import load_contract, validate_frame
+
+        contract = load_contract(inst.contract)
+        # no example values, not even in this institution's own log: counts and columns only (the
+        # institution inspects its data with `fedforest contract check`, which shows examples on screen)
+        report = validate_frame(frame, contract, name, include_label=inst.is_label_holder, max_examples=0)
+        for line in report.failure_lines():
+            log.warning("data contract violation: %s", line)
+    elif inst.id_column not in frame.columns:
+        raise ColumnNotFoundError(f"institution {name!r}: id column {inst.id_column!r} not in {inst.data!r}")
+    batch = (lambda: read_files(inst.predict_data, f"institution {name!r} prediction data",
+                                skip=[inst.id_column])) if inst.predict_data else None
+    return InstitutionData(
+        name=name, frame=frame, id_column=inst.id_column, label=inst.label, registry=inst.registry,
+        predictions_dir=inst.registry.parent / "predictions" / name if inst.predictions is None else inst.predictions,
+        load_batch=batch, validation=report, contract=contract, memory_budget_mb=inst.memory_budget_mb,
+        privacy=dict(config.privacy), master_key=master_key,
+    )
+
+
+def _master_key(config: FederationConfig, name: str) -> Path | None:
+    """The master's public key file the config names, checked to exist where this institution runs."""
+    path = config.master_public_key
+    if path is not None and not path.is_file():
+        raise ConfigError(f"institution {name!r}: the master's public key {str(path)!r} (master.public_key) is not "
+                          "there: copy the master's public key file to this host (fedforest models keygen writes "
+                          "it beside the signing key)")
+    return path
+
+
+def read_files(pattern: str, what: str, skip: Collection[str | None] = ()) -> pd.DataFrame:
+    """All .parquet/.csv files matching `pattern` (a path or glob) as one table; refused if a numeric
+    column other than `skip` holds an infinity (`fedcore.data.numbers`)."""
+    import glob
+
+    from fedcore.data.io import read_table
+
+    files = sorted(glob.glob(pattern)) or ([pattern] if not glob.has_magic(pattern) else [])
+    if not files:
+        raise DataReadError(f"{what}: no file matches {pattern!r}")
+    frame = pd.concat([read_table(f) for f in files], ignore_index=True)
+    check_finite_columns(frame, what, skip=[c for c in skip if c is not None])
+    return frame
