@@ -21,7 +21,7 @@ from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
 from fedcore.commands import register_all
-from fedcore.config import PRIVACY_MODES
+from fedcore.algorithms import ALGORITHMS as REGISTRY
 from fedcore.data.io import read_table
 from fedcore.data.split import PARTITIONS
 from fedcore.errors import FedForestError, ParameterError
@@ -161,7 +161,7 @@ def _not_available(args: argparse.Namespace) -> str | None:
         return f"unknown algorithm {args.algorithm!r}: the {args.setting} setting offers {names}"
     if args.thresholds is not None and args.algorithm != "ppd-ert":
         return f"--thresholds applies to --algorithm ppd-ert only, not {args.algorithm!r}"
-    modes = PRIVACY_MODES[args.algorithm]
+    modes = REGISTRY[args.algorithm].privacy_modes
     args.privacy = args.privacy or modes[0]
     if args.privacy not in modes:
         return f"algorithm {args.algorithm!r} supports privacy {', '.join(repr(m) for m in modes)}, got {args.privacy!r}"
@@ -271,7 +271,7 @@ def _privacy_summary(report: dict) -> str:
     if report.get("mode") == "ldp":
         return (f"local DP on labels, epsilon {report['epsilon_permanent']:.3g} (permanent, any number of reports), "
                 f"{report['epsilon_instant']:.3g} per report")
-    if report.get("algorithm") == "ppdert":
+    if report.get("algorithm") == "ppd-ert":
         return f"thresholds: {report['thresholds']}"
     return ""
 

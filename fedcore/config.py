@@ -45,16 +45,13 @@ from typing import Any
 
 import yaml
 
+from fedcore.algorithms import SETTINGS, Algorithm, in_setting
+from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.errors import ConfigError, ParameterError
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.models.signing import public_key_path
-from fedcore.privacy.schemes import ENCRYPTED_MODES, scheme
-from fedcore.trees.params import PRIVACY_MODES as FOREST_PRIVACY_MODES
+from fedcore.privacy.schemes import ENCRYPTED_MODES, check_key_bits, scheme
 from fedcore.trees.params import ForestParams
-
-SETTINGS = ("vertical", "horizontal")
-ALGORITHMS = {"vertical": ("forest",), "horizontal": ("extra-trees", "ppd-ert")}
-PRIVACY_MODES = {"forest": FOREST_PRIVACY_MODES, "extra-trees": ("none", "ldp", "gdp"), "ppd-ert": ("secagg",)}
 
 
 @dataclass(frozen=True)
@@ -268,10 +265,10 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
                               f"set 'label' for {without}" if without else
                               f"{path}: in a horizontal federation every institution holds the same label column, "
                               f"found {sorted({str(i.label) for i in institutions})}")
-    algorithm = str(raw.get("algorithm", ALGORITHMS[setting][0]))
-    if algorithm not in ALGORITHMS[setting]:
-        raise ConfigError(f"{path}: the {setting} setting offers algorithms {list(ALGORITHMS[setting])}, "
-                          f"got {algorithm!r}")
+    try:
+        algorithm = find_algorithm(str(raw.get("algorithm", in_setting(setting)[0].id)), setting)
+    except ParameterError as error:
+        raise ConfigError(f"{path}: {error}") from error
     privacy = _parse_privacy(raw.get("privacy"), algorithm, path)
     alignment = raw.get("alignment", "hash")
     if alignment not in ("hash", "psi"):
@@ -294,7 +291,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         raise ConfigError(f"{path}: params: {exc}") from exc
     return FederationConfig(
         path=path, federation=str(raw.get("federation", path.stem)), setting=setting,
-        algorithm=algorithm, privacy=privacy, alignment=alignment, institutions=institutions,
+        algorithm=algorithm.id, privacy=privacy, alignment=alignment, institutions=institutions,
         master_registry=resolve(path, master.get("registry", "registry/master")),
         master_work_pool=str(master.get("work_pool", "master")),
         master_signing_key=resolve(path, master["signing_key"]) if master.get("signing_key") else None,
@@ -312,12 +309,11 @@ def _master_public_key(master: dict, path: Path) -> Path | None:
     return public_key_path(resolve(path, master["signing_key"])) if master.get("signing_key") else None
 
 
-def _parse_privacy(raw: Any, algorithm: str, path: Path) -> dict[str, Any]:
+def _parse_privacy(raw: Any, algorithm: Algorithm, path: Path) -> dict[str, Any]:
     """The `privacy:` section: {mode: none|paillier|ou|ldp|gdp|secagg, epsilon: (gdp, per query),
     ldp: {LabelLDP fields}, key_bits: (paillier, ou) 2048 | 3072, thresholds: (secagg) histogram | domain,
     cells: (secagg, histogram) grid cells}."""
-    modes = PRIVACY_MODES[algorithm]
-    raw = {"mode": modes[0]} if raw is None else raw
+    raw = {"mode": algorithm.default_privacy} if raw is None else raw
     if isinstance(raw, str):
         raw = {"mode": raw}
     if not isinstance(raw, dict):
@@ -326,9 +322,10 @@ def _parse_privacy(raw: Any, algorithm: str, path: Path) -> dict[str, Any]:
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise ConfigError(f"{path}: privacy: unknown field(s) {unknown}; allowed: {sorted(allowed)}")
-    mode = raw.get("mode", modes[0])
-    if mode not in modes:
-        raise ConfigError(f"{path}: algorithm {algorithm!r} supports privacy {list(modes)}, got {mode!r}")
+    try:
+        mode = algorithm.check_privacy(raw.get("mode", algorithm.default_privacy))
+    except ParameterError as error:
+        raise ConfigError(f"{path}: {error}") from error
     epsilon = raw.get("epsilon", 1.0)
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < float("inf"):
         raise ConfigError(f"{path}: privacy.epsilon must be a finite number > 0 (smaller is more private, "
@@ -341,12 +338,10 @@ def _parse_privacy(raw: Any, algorithm: str, path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: privacy.key_bits applies to the encrypted-label modes {list(ENCRYPTED_MODES)} "
                           f"only, not {mode!r}")
     if mode in ENCRYPTED_MODES:
-        encryption = scheme(mode)
-        key_bits = raw.get("key_bits", encryption.default_key_bits)
-        if isinstance(key_bits, bool) or key_bits not in encryption.key_bits:
-            raise ConfigError(f"{path}: privacy.key_bits must be one of {encryption.key_bits} ({encryption.title} "
-                              f"modulus size), got {key_bits!r}")
-        parsed["key_bits"] = int(key_bits)
+        try:
+            parsed["key_bits"] = check_key_bits(mode, raw.get("key_bits", scheme(mode).default_key_bits))
+        except ParameterError as error:
+            raise ConfigError(f"{path}: privacy.{error}") from error
     if mode == "secagg":
         parsed.update(_parse_thresholds(raw, path))
     elif {"thresholds", "cells"} & set(raw):

@@ -46,7 +46,7 @@ def build_manifest(config: FederationConfig, session: VerticalSession, metrics: 
     info = session.master.info
     counts = {name: int((info.feature_owner == i).sum()) for i, name in enumerate(info.parties)}
     return {
-        "algorithm": "federated-forest", "setting": config.setting, "task": session.params.task,
+        "algorithm": config.algorithm, "setting": config.setting, "task": session.params.task,
         "params": session.params.to_dict(),
         "parties": [{**party, "feature_count": counts[party["name"]],
                      "owned_nodes": training["owned_nodes"].get(party["name"], 0)}

@@ -130,8 +130,8 @@ def test_key_bits_belong_to_the_encrypted_label_modes(tmp_path) -> None:
     assert load({"mode": "paillier", "key_bits": 3072}).params.key_bits == 3072
     assert load({"mode": "paillier"}).params.key_bits == 2048
     assert (load({"mode": "ou"}).params.privacy, load({"mode": "ou"}).params.key_bits) == ("ou", 3072)
-    with pytest.raises(ConfigError, match=r"privacy.key_bits must be one of \(2048, 3072\) \(Okamoto-Uchiyama "
-                                          r"modulus size\), got 1024"):
+    with pytest.raises(ConfigError, match=r"privacy.key_bits must be one of \(2048, 3072\) for privacy 'ou' "
+                                          r"\(Okamoto-Uchiyama modulus sizes\), got 1024"):
         load({"mode": "ou", "key_bits": 1024})
 
 

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from fedcore.algorithms import EXTRA_TREES, PPD_ERT
 from fedcore.errors import ParameterError
 from fedcore.estimator_api import (
     ClassifierMixin,
@@ -213,7 +214,7 @@ class _FETBase(_HorizontalForest):
         """What the master saw and what it cost, in this run's privacy mode."""
         check_fitted(self)
         levels = self.master_.levels
-        report = {"algorithm": "fet", "mode": self._privacy, "queries": levels,
+        report = {"algorithm": EXTRA_TREES.id, "mode": self._privacy, "queries": levels,
                   "min_max": "per-party min and max of each candidate feature over each open node, in the clear "
                              "(as in the FET paper)"}
         if self._privacy == "none":
@@ -374,7 +375,7 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
         else:
             thresholds = "uniform in the declared domains, from the shared seed: nothing learned from the data"
         return {
-            "algorithm": "ppdert", "mode": "secagg" if self._secure else "none",
+            "algorithm": PPD_ERT.id, "mode": "secagg" if self._secure else "none",
             "queries": self.master_.levels, "label_statistics": statistics, "thresholds": thresholds,
             "feature_ranges": self.ranges_source_, "parties": len(self.parties_), "plain_single_party": single,
             "epsilon": None, "composed_epsilon": None,

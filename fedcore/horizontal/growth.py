@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedcore.algorithms import EXTRA_TREES
 from fedcore.checkpoints import CheckpointStore
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams
@@ -119,7 +120,7 @@ class BranchStatsLevels(LevelStrategy, ABC):
     """The level strategy of FET and PPD-ERT: the parties send (aggregable) branch statistics of k candidate
     splits per open node; the master picks the best. Subclasses implement the exchange (`_level`)."""
 
-    algorithm = "fet"
+    algorithm = EXTRA_TREES.id
 
     def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema,
                  progress: ProgressCallback | None = None, memory_budget: int | None = None) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pyarrow as pa
 
+from fedcore.algorithms import EXTRA_TREES, read_algorithm
 from fedcore.errors import ArtifactError
 from fedcore.horizontal.schema import HorizontalSchema
 
@@ -45,7 +46,7 @@ class HorizontalForest:
     value: np.ndarray  # (n_nodes, n_outputs) float64
     n_trees: int
     task: str = "classification"
-    algorithm: str = "fet"
+    algorithm: str = EXTRA_TREES.id
     schema: HorizontalSchema | None = None
 
     @property
@@ -135,7 +136,8 @@ class HorizontalForest:
         value = value_column.values.to_numpy(zero_copy_only=False).reshape(table.num_rows, width)
         return cls(**arrays, threshold=table.column("threshold").to_numpy().astype(np.float64),
                    weight=table.column("weight").to_numpy().astype(np.float64), value=value.astype(np.float64),
-                   n_trees=int(meta["n_trees"]), task=meta["task"], algorithm=meta["algorithm"], schema=schema)
+                   n_trees=int(meta["n_trees"]), task=meta["task"], algorithm=read_algorithm(meta["algorithm"]).id,
+                   schema=schema)
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], n_trees: int, task: str, algorithm: str,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ParameterError
 from fedcore.trees.params import COMPLETE_NODE_BYTES, TreeParams
 
-PRIVACY_MODES = ("none", "ldp", "gdp")
+PRIVACY_MODES = EXTRA_TREES.privacy_modes
 CLASSIFICATION_CRITERIA = ("gini", "entropy")
 REGRESSION_CRITERIA = ("squared_error",)
 

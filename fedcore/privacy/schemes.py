@@ -49,9 +49,10 @@ def scheme(mode: str) -> Scheme:
 
 def check_key_bits(mode: str, bits: object) -> int:
     """`bits` as the key size for `mode`, or ParameterError naming the sizes it accepts."""
-    sizes = scheme(mode).key_bits
-    if isinstance(bits, bool) or bits not in sizes:
-        raise ParameterError(f"key_bits must be one of {sizes} for privacy {mode!r}, got {bits!r}")
+    found = scheme(mode)
+    if isinstance(bits, bool) or bits not in found.key_bits:
+        raise ParameterError(f"key_bits must be one of {found.key_bits} for privacy {mode!r} ({found.title} "
+                             f"modulus sizes), got {bits!r}")
     return int(bits)  # type: ignore[call-overload]
 
 

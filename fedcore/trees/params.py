@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from fedcore.algorithms import FOREST
 from fedcore.errors import ParameterError
 from fedcore.privacy.schemes import ENCRYPTED_MODES, check_key_bits, scheme
 from fedcore.trees.criteria import CRITERIA, SQUARED_ERROR
 
-PRIVACY_MODES = ("none", *ENCRYPTED_MODES)
+PRIVACY_MODES = FOREST.privacy_modes
 """Vertical label protection: none (labels shared, the paper's FF), or encrypted under Paillier or
 Okamoto-Uchiyama ("ou"), SecureBoost-style."""
 

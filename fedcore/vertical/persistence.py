@@ -23,14 +23,13 @@ from fedcore.models.artifacts import (
     read_version,
     write_version,
 )
+from fedcore.algorithms import FOREST
 from fedcore.models.tables import master_table, partial_forest_from_table, party_table, structure_from_table
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.master import FederationInfo, VerticalMaster
 from fedcore.vertical.party import VerticalParty
 
-ALGORITHM = "federated-forest"
-SETTING = "vertical"
 
 
 def party_file_stem(name: str) -> str:
@@ -78,8 +77,8 @@ def _simulation_manifest(model: Any, stems: dict[str, str]) -> dict:
     """The estimator's facts as manifest fields (`write_version` adds the file list and parties' sha256)."""
     info, holder = model.master_.info, model.label_holder_
     return {
-        "algorithm": ALGORITHM,
-        "setting": SETTING,
+        "algorithm": FOREST.id,
+        "setting": FOREST.setting,
         "task": model.params.task,
         "params": model.params.to_dict(),
         "estimator": {"prediction": model.prediction, "predict_batch_rows": model.predict_batch_rows},
@@ -135,8 +134,9 @@ def _load_party(entry: dict, manifest: dict, tables: dict[str, pa.Table], source
 def _check_kind(manifest: dict, cls: type, source: Path) -> None:
     """Refuse a directory that holds another kind of model than `cls` fits."""
     found = (manifest.get("algorithm"), manifest.get("setting"))
-    if found != (ALGORITHM, SETTING):
-        raise ArtifactError(f"{source}: holds a {found[0]!r}/{found[1]!r} model, expected {ALGORITHM!r}/{SETTING!r}")
+    if found[0] not in (FOREST.id, *FOREST.old_ids) or found[1] != FOREST.setting:
+        raise ArtifactError(f"{source}: holds a {found[0]!r}/{found[1]!r} model, "
+                            f"expected {FOREST.id!r}/{FOREST.setting!r}")
     task = getattr(cls, "_task", None)
     if manifest.get("task") != task:
         raise ArtifactError(f"{source}: holds a {manifest.get('task')} model; {cls.__name__} loads {task} models")

@@ -9,6 +9,7 @@ import pytest
 
 from fedcore.errors import ArtifactError
 from fedcore.horizontal import FederatedExtraTreesClassifier, FederatedExtraTreesRegressor, HorizontalForest
+from fedcore.horizontal.model import META_KEY
 from fedcore.horizontal.schema import CATEGORICAL, NUMERIC, ColumnSpec, HorizontalSchema
 from tests.horizontal.common import assert_same_forest, horizontal_table, split_rows
 
@@ -61,10 +62,15 @@ def test_arrow_table_round_trip() -> None:
     assert isinstance(arrow, pa.Table) and arrow.num_rows == model.model_.n_nodes
     back = HorizontalForest.from_table(arrow)
     assert_same_forest(model.model_, back)
-    assert back.schema == model.schema_ and back.task == "classification" and back.algorithm == "fet"
+    assert back.schema == model.schema_ and back.task == "classification" and back.algorithm == "extra-trees"
     np.testing.assert_array_equal(back.predict_values(model.schema_.encode(table)), model.predict_proba(table))
     with pytest.raises(ArtifactError, match="not a horizontal forest table"):
         HorizontalForest.from_table(pa.table({"x": [1]}))
+    # tables written before the algorithm registry say 'fet': read as extra-trees, written back canonical
+    meta = dict(arrow.schema.metadata)
+    meta[META_KEY] = meta[META_KEY].replace(b'"extra-trees"', b'"fet"')
+    old = HorizontalForest.from_table(arrow.replace_schema_metadata(meta))
+    assert old.algorithm == "extra-trees" and b'"extra-trees"' in old.to_table().schema.metadata[META_KEY]
 
 
 def test_probabilities_are_distributions() -> None:

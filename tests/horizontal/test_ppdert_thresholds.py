@@ -135,7 +135,7 @@ _N_FEATURES = len(horizontal_table(seed=4, n_rows=10).columns) - 1
 def _greeted(thresholds: str = "histogram"):
     parties, schema, low, high = _parties(thresholds)
     party = parties["a"]
-    hello = {"algorithm": "ppdert", "schema": schema.fingerprint(), "k": 3, "n_parties": 1, "secure": False,
+    hello = {"algorithm": "ppd-ert", "schema": schema.fingerprint(), "k": 3, "n_parties": 1, "secure": False,
              "session_id": "00" * 16, "thresholds": thresholds, "n_cells": 16}
     from fedcore.horizontal.ppdert.agreed import domain_fingerprint
 

@@ -33,7 +33,7 @@ def test_party_refuses_a_weaker_privacy_mode() -> None:
 
 def test_party_refuses_another_schema() -> None:
     parties, _, schema = _setup()
-    header = {"algorithm": "fet", "schema": "0" * 64, "privacy": "none"}
+    header = {"algorithm": "extra-trees", "schema": "0" * 64, "privacy": "none"}
     with pytest.raises(ProtocolError, match="schema fingerprint differs"):
         parties[0].handle(Message("hello", header))
     with pytest.raises(ProtocolError, match="cannot handle message kind 'find_splits'"):

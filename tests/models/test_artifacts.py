@@ -88,7 +88,7 @@ def test_loaded_classes_keep_their_dtype(int_labels, string_labels, tmp_path) ->
 def test_manifest_describes_the_model(string_labels, saved) -> None:
     model, _ = string_labels
     manifest = json.loads((saved / "manifest.json").read_text())
-    assert manifest["format_version"] == 1 and manifest["algorithm"] == "federated-forest"
+    assert manifest["format_version"] == 1 and manifest["algorithm"] == "forest"
     assert manifest["setting"] == "vertical" and manifest["task"] == "classification"
     assert manifest["params"] == model.params.to_dict()
     files = {f["name"]: f for f in manifest["files"]}
@@ -196,3 +196,16 @@ def test_classes_round_trip_with_their_dtype(classes) -> None:
     back = decode_classes(json.loads(json.dumps(encode_classes(classes))))
     assert back.dtype == classes.dtype and np.array_equal(back, classes)
     assert [type(c) for c in back.tolist()] == [type(c) for c in classes.tolist()]
+
+
+def test_a_manifest_with_the_old_algorithm_spelling_still_loads(string_labels, saved) -> None:
+    """Models saved before the algorithm registry say 'federated-forest'; reading accepts it, nothing writes it."""
+    model, parties = string_labels
+    path = saved / "manifest.json"
+    manifest = json.loads(path.read_text())
+    path.write_text(json.dumps({**manifest, "algorithm": "federated-forest"}))
+    loaded = FederatedForestClassifier.load(saved)
+    assert np.array_equal(loaded.predict(parties), model.predict(parties))
+    path.write_text(json.dumps({**manifest, "algorithm": "fet"}))
+    with pytest.raises(ArtifactError, match="holds a 'fet'/'vertical' model, expected 'forest'/'vertical'"):
+        FederatedForestClassifier.load(saved)

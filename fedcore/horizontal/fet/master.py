@@ -34,6 +34,7 @@ import math
 
 import numpy as np
 
+from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.fet.gdp import (
     combined_node_stats,
@@ -63,7 +64,7 @@ MIN_TARGET_BITS = 8
 class FederatedExtraTreesMaster(BranchStatsLevels):
     """Coordinates one FET training over a transport (see module doc)."""
 
-    algorithm = "fet"
+    algorithm = EXTRA_TREES.id
 
     def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema, *,
                  privacy: str = "none", ldp=None, progress: ProgressCallback | None = None,

@@ -26,6 +26,7 @@ import secrets
 import numpy as np
 import pandas as pd
 
+from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.rows import PartyRows, check_hello, narrow, receive_model
@@ -64,7 +65,7 @@ class HorizontalParty:
     from the master. None draws a fresh random seed (runs are then not reproducible).
     """
 
-    algorithm = "fet"
+    algorithm = EXTRA_TREES.id
     protocol = FET_PROTOCOL
 
     def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema, *, privacy: str = "none",

@@ -7,6 +7,7 @@ import hashlib
 
 import numpy as np
 
+from fedcore.algorithms import PPD_ERT
 from fedcore.errors import KeyAuthenticationError, ProtocolError
 from fedcore.horizontal.growth import (
     BranchStatsLevels,
@@ -44,7 +45,7 @@ REPLIES = {"ppdert_level": ("ppdert_masked_counts", "ppdert_plain_counts", "coun
 class PPDERTMaster(BranchStatsLevels):
     """Coordinates one PPD-ERT training over a transport (see module doc)."""
 
-    algorithm = "ppdert"
+    algorithm = PPD_ERT.id
 
     def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema, *,
                  low: np.ndarray, high: np.ndarray, session_id: bytes | None = None,

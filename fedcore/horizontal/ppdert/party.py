@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from fedcore.algorithms import PPD_ERT
 from fedcore.errors import KeyAuthenticationError, ProtocolError
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.ppdert.agreed import (
@@ -69,7 +70,7 @@ class PPDERTParty:
     It holds its rows and counts them like a FET party (`PartyRows`), but answers only `PPDERT_PROTOCOL`.
     """
 
-    algorithm = "ppdert"
+    algorithm = PPD_ERT.id
     protocol = PPDERT_PROTOCOL
     accountant = None
     """Noise counters an institution agent checkpoints per batch (`HorizontalInstitutionAgent`): PPD-ERT adds
