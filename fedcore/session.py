@@ -1,26 +1,129 @@
-"""Master-side session steps every setting shares: agreeing where a checkpointed run resumes, collecting
-the institutions' model digests for the signed manifest, storing a version everywhere or nowhere, and
-closing the session."""
+"""The master's side of a session, the same steps in every setting.
+
+`MasterSession` is the protocol orchestration calls (the Prefect tasks in `tasks/`, or plain Python):
+`prepare` (agree which rows or columns train), `train`, `evaluate`, `master_tables` and
+`manifest_entries` (what the signed version holds), `load_model` and `predict`, each returning the same
+types in both settings. It also does the steps every setting shares: agreeing where a checkpointed run
+resumes, collecting the institutions' model digests for the signed manifest, storing a version
+everywhere or nowhere, and closing the session.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
 
 from fedcore.checkpoints import CheckpointStore, resume_point
 from fedcore.errors import FedForestError
+from fedcore.models.registry import ModelRegistry
+from fedcore.progress import ProgressCallback
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
+from fedcore.trees.params import TreeParams
 
 log = logging.getLogger(__name__)
 
 
-class MasterSession:
-    """A session with the institutions reachable through `transport`."""
+@dataclass
+class Preparation:
+    """What `prepare` agreed before training: rows per institution, as a table for the operator."""
 
-    def __init__(self, transport: Transport) -> None:
+    artifact_key: str
+    """Where the table shows in the Prefect UI (`id-overlap`, `institution-rows`)."""
+    description: str
+    """One line for the log and the artifact: how many rows or columns were agreed."""
+    table: list[dict[str, Any]]
+    """One row per institution: counts only, never IDs or values."""
+    facts: dict[str, Any] = field(default_factory=dict)
+    """The JSON-ready figures a run reports (overlap, rows, features)."""
+
+
+@dataclass
+class TrainingFacts:
+    """What a training run did: rows, time, rounds and bytes (recorded in the manifest)."""
+
+    train_rows: int = 0
+    holdout_rows: int = 0
+    seconds: float = 0.0
+    rounds: int = 0
+    bytes: int = 0
+    nodes: int = 0
+    resumed_batches: int = 0
+    """Tree batches taken from checkpoints of an interrupted attempt of the same run."""
+    owned_nodes: dict[str, int] = field(default_factory=dict)
+    """Vertical: the split nodes each institution owns (empty in the horizontal setting)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The facts as a JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass
+class Prediction:
+    """What `predict` did: rows predicted per institution, and where the predictions went."""
+
+    rows: int
+    counts: dict[str, int]
+    """Vertical: each institution's new rows; horizontal: the rows each predicted at home."""
+    seconds: float
+    requester: str | None = None
+    """Vertical: the one institution the predictions (with IDs) were delivered to; horizontal: None,
+    every institution keeps its own."""
+    path: str | None = None
+    """Vertical: the file written at the requester (on its host)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary as a JSON-ready dict, without the requester's local path."""
+        return {k: v for k, v in asdict(self).items() if k != "path" and v is not None}
+
+
+class MasterSession(ABC):
+    """A session with the institutions reachable through `transport` (see the module docstring)."""
+
+    algorithm: str
+    """The algorithm's canonical id (`fedcore.algorithms`)."""
+    params: TreeParams
+
+    def __init__(self, transport: Transport, progress: ProgressCallback | None = None) -> None:
+        """`progress` is called as levels and tree batches complete (also settable later as `.progress`)."""
         self.transport = transport
+        self.progress = progress
+        self.facts = TrainingFacts()
         self._checkpoints: CheckpointStore | None = None
+
+    @abstractmethod
+    def prepare(self) -> Preparation:
+        """Agree with every institution which rows (vertical) or columns (horizontal) train, and the holdout."""
+
+    @abstractmethod
+    def train(self, checkpoints: str | os.PathLike | None = None, run_id: str | None = None) -> TrainingFacts:
+        """Grow the forest; with `checkpoints` and `run_id`, checkpoint each tree batch and resume a crashed run."""
+
+    @abstractmethod
+    def evaluate(self) -> dict[str, float]:
+        """Held-out metrics, scored where the labels are."""
+
+    @abstractmethod
+    def master_tables(self) -> dict[str, pa.Table]:
+        """The master's tables of the version to register."""
+
+    @abstractmethod
+    def manifest_entries(self) -> dict[str, Any]:
+        """The setting's manifest fields: `parties` (with the model digests the master signs) and the rest."""
+
+    @abstractmethod
+    def load_model(self, registry: ModelRegistry, model_name: str, ref: str = "production") -> str:
+        """Load a registered version (verified) at the master and every institution; returns the version."""
+
+    @abstractmethod
+    def predict(self, file_stem: str, requester: str | None = None) -> Prediction:
+        """Predict the institutions' new rows with the trained or loaded model."""
 
     def agree_resume_point(self, store: CheckpointStore, run_id: str) -> int:
         """Ask every institution which tree batches of run `run_id` it checkpointed (under the store's

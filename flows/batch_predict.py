@@ -13,14 +13,12 @@ from prefect import flow
 from prefect.states import State
 
 from fedcore.config import load_config
-from fedcore.horizontal.session import HorizontalSession
-from fedcore.vertical.session import VerticalSession
+from fedcore.open_session import open_session
 from flows.hooks import write_failure_artifact
 from flows.session import agent_session
 from flows.ui import finished, name_run, predict_outcome, run_name
-from tasks.horizontal import predict_locally
-from tasks.prediction import load_registered_model, predict_batch
 from tasks.registry import master_registry
+from tasks.session import load_registered_model, predict
 
 
 @flow(name="batch-predict", flow_run_name=run_name("predict"), on_failure=[write_failure_artifact],
@@ -39,14 +37,9 @@ def batch_predict(config_path: str, model_name: str | None = None, version: str 
     # a missing version fails before any agent starts
     name_run(f"predict {model_name} {master_registry(config).resolve(model_name, version)}")
     with agent_session(config, agents) as (transport, validation):
-        if config.setting == "horizontal":
-            session = HorizontalSession(transport, config.params, algorithm=config.algorithm, privacy=config.privacy)
-            resolved = load_registered_model(config, session, model_name, version)
-            prediction = predict_locally(session, f"{model_name}-{resolved}")
-        else:
-            session = VerticalSession(transport, config.params, alignment=config.alignment)
-            resolved = load_registered_model(config, session, model_name, version)
-            prediction = predict_batch(session, requester, f"{model_name}-{resolved}")
+        session = open_session(config, transport)
+        resolved = load_registered_model(config, session, model_name, version)
+        prediction = predict(session, f"{model_name}-{resolved}", requester)
         session.close()
     summary = {"model": model_name, "version": resolved, "ref": version, "validation": validation,
                "prediction": prediction}

@@ -26,28 +26,20 @@ from prefect.states import State
 from fedcore.checkpoints import CHECKPOINTS, RUN_ID
 from fedcore.config import FederationConfig, load_config
 from fedcore.errors import PartyUnavailable
-from fedcore.horizontal.session import HorizontalSession
-from fedcore.vertical.session import VerticalSession
+from fedcore.models.card import build_manifest
+from fedcore.open_session import open_session
 from flows.hooks import write_failure_artifact
 from flows.session import agent_session
 from flows.ui import finished, name_run, retrain_outcome, run_name
-from tasks.horizontal import (
-    agree_schema,
-    build_horizontal_manifest,
-    evaluate_horizontal,
-    predict_locally,
-    train_extra_trees,
-)
-from tasks.prediction import predict_batch
 from tasks.registry import (
-    build_manifest,
     master_registry,
     previous_production,
     promote_if_not_worse,
     publish_model_card,
     register_model,
 )
-from tasks.training import align_ids, evaluate_model, train_forest
+from tasks.session import evaluate, prepare, train
+from tasks.session import predict as predict_task
 
 
 @flow(name="retrain", flow_run_name=run_name("retrain"), on_failure=[write_failure_artifact],
@@ -63,8 +55,7 @@ def retrain(config_path: str, agents: str = "deployments", model_name: str | Non
     config = load_config(config_path)
     master_registry(config)  # no signing key: fail before any agent starts, not after training
     model_name = model_name or config.model_name
-    retrain_setting = retrain_horizontal if config.setting == "horizontal" else retrain_vertical
-    summary = retrain_setting(config, agents, model_name, predict, run_id)
+    summary = resuming(config, partial(session_attempt, config, agents, model_name, predict), run_id)
     return finished(retrain_outcome(model_name, summary["version"], summary["metrics"], config.promotion_metric,
                                     summary["promoted"], summary["production"]), summary)
 
@@ -93,72 +84,40 @@ def resuming(config: FederationConfig, attempt: Callable[[str, list], dict], run
     raise AssertionError("unreachable")
 
 
-def retrain_vertical(config: FederationConfig, agents: str, model_name: str, predict: bool,
-                     run_id: str | None = None) -> dict:
-    """Federated Forest with crash recovery (`resuming`)."""
-    return resuming(config, partial(vertical_session, config, agents, model_name, predict), run_id)
-
-
-def vertical_session(config: FederationConfig, agents: str, model_name: str, predict: bool, run_id: str,
-                     reached: list) -> dict:
-    """One attempt: align IDs, train (checkpointed), evaluate at the label holder, register, promote,
-    predict for the requester."""
+def session_attempt(config: FederationConfig, agents: str, model_name: str, predict: bool, run_id: str,
+                    reached: list) -> dict:
+    """One attempt, in either setting: prepare (align IDs, or agree the schema), train (checkpointed),
+    evaluate, register everywhere, promote, predict (for the requester, or at every institution)."""
     settings = config.training
     with agent_session(config, agents) as (transport, validation):
         reached.append(True)
-        session = VerticalSession(transport, config.params, holdout_fraction=settings.holdout,
-                                  min_overlap=settings.min_overlap, alignment=config.alignment)
-        alignment = align_ids(session)
-        training = train_forest(session, config.master_registry / CHECKPOINTS, run_id)
-        metrics = evaluate_model(session)
-        manifest = build_manifest(config, session, metrics, validation, alignment, training)
+        session = open_session(config, transport)
+        preparation = prepare(session)
+        training = train(session, config.master_registry / CHECKPOINTS, run_id)
+        metrics = evaluate(session)
+        manifest = build_manifest(session, config.federation, metrics, validation)
         production = previous_production(config, model_name)
         version = register_model(config, session, model_name, manifest)
         name_run(f"retrain {model_name} {version}")
         promoted = promote_if_not_worse(config, model_name, version, metrics, production,
                                         config.promotion_metric, settings.promote_margin)
-        requester = config.prediction_requester
         prediction = None
-        if predict and all(i.predict_data for i in config.institutions):
-            prediction = predict_batch(session, requester, f"{model_name}-{version}")
+        if predict and _has_new_rows(config):
+            prediction = predict_task(session, f"{model_name}-{version}", config.prediction_requester)
         publish_model_card(model_name, version, manifest, production, promoted, prediction)
         session.close()
-    return {"model": model_name, "version": version, "promoted": promoted, "metrics": metrics,
-            "production": _version_of(production), "validation": validation, "alignment": alignment,
-            "training": training, "prediction": prediction}
+    summary = {"model": model_name, "version": version, "promoted": promoted, "metrics": metrics,
+               "production": _version_of(production), "validation": validation, "preparation": preparation,
+               "training": training, "prediction": prediction}
+    if "privacy" in manifest:
+        summary["privacy"] = manifest["privacy"]
+    return summary
 
 
-def retrain_horizontal(config: FederationConfig, agents: str, model_name: str, predict: bool,
-                       run_id: str | None = None) -> dict:
-    """Federated Extra-Trees or PPD-ERT with crash recovery (`resuming`)."""
-    return resuming(config, partial(horizontal_session, config, agents, model_name, predict), run_id)
-
-
-def horizontal_session(config: FederationConfig, agents: str, model_name: str, predict: bool, run_id: str,
-                       reached: list) -> dict:
-    """One attempt: agree the schema from the contracts, train (checkpointed), evaluate at every
-    institution, register the complete model everywhere, promote, predict locally at each institution."""
-    settings = config.training
-    with agent_session(config, agents) as (transport, validation):
-        reached.append(True)
-        session = HorizontalSession(transport, config.params, algorithm=config.algorithm, privacy=config.privacy,
-                                    holdout_fraction=settings.holdout)
-        agreement = agree_schema(session)
-        training = train_extra_trees(session, config.master_registry / CHECKPOINTS, run_id)
-        metrics = evaluate_horizontal(session)
-        manifest = build_horizontal_manifest(config, session, metrics, validation, training)
-        production = previous_production(config, model_name)
-        version = register_model(config, session, model_name, manifest)
-        name_run(f"retrain {model_name} {version}")
-        promoted = promote_if_not_worse(config, model_name, version, metrics, production,
-                                        config.promotion_metric, settings.promote_margin)
-        prediction = predict_locally(session, f"{model_name}-{version}") if predict else None
-        publish_model_card(model_name, version, manifest, production, promoted, prediction)
-        session.close()
-    return {"model": model_name, "version": version, "promoted": promoted, "metrics": metrics,
-            "production": _version_of(production), "validation": validation, "agreement": agreement,
-            "training": training, "prediction": prediction,
-            "privacy": manifest["privacy"]}
+def _has_new_rows(config: FederationConfig) -> bool:
+    """Whether the run can batch predict: vertically every institution needs new rows to align; horizontally
+    each predicts whatever new rows it has."""
+    return config.setting == "horizontal" or all(i.predict_data for i in config.institutions)
 
 
 def _version_of(production: dict | None) -> dict | None:

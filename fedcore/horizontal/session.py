@@ -2,6 +2,9 @@
 contracts, train (FET or PPD-ERT), evaluate on every institution's held-out rows, store the complete
 model everywhere, and let each institution predict its own new rows at home.
 
+It implements `fedcore.session.MasterSession`: `prepare` is the schema agreement (`agree_schema`),
+`predict` is every institution predicting its own rows (`predict_locally`).
+
 Training can be checkpointed per tree batch and resumed after a crash, as in the vertical setting
 (`train(checkpoints, run_id)`): the master keeps each finished batch's node records, each institution
 its own per-batch state, and a restarted session resumes after the last batch all of them completed.
@@ -14,10 +17,12 @@ import json
 import os
 import secrets
 import time
+from typing import Any
 
 import numpy as np
 import yaml
 
+from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.checkpoints import CheckpointStore
 from fedcore.contracts.agreement import shared_schema
 from fedcore.contracts.model import parse_contract
@@ -33,7 +38,7 @@ from fedcore.metrics import confusion_metrics
 from fedcore.models.artifacts import table_sha256
 from fedcore.models.registry import ModelRegistry
 from fedcore.protocol.messages import Message
-from fedcore.session import MasterSession
+from fedcore.session import MasterSession, Prediction, Preparation, TrainingFacts
 from fedcore.transport.base import Transport
 
 MODEL_TABLE = "model"
@@ -45,18 +50,25 @@ class HorizontalSession(MasterSession):
     def __init__(self, transport: Transport, params: ExtraTreesParams, algorithm: str = "extra-trees",
                  privacy: dict | None = None, holdout_fraction: float = 0.2,
                  progress: ProgressCallback | None = None) -> None:
-        super().__init__(transport)
+        super().__init__(transport, progress)
         self.params = params
-        self.algorithm = algorithm
-        self.privacy = privacy or {"mode": "secagg" if algorithm == "ppd-ert" else "none", "epsilon": 1.0, "ldp": {}}
+        self.algorithm = find_algorithm(algorithm, "horizontal").id
+        self.privacy = privacy or {"mode": find_algorithm(algorithm).default_privacy, "epsilon": 1.0, "ldp": {}}
         self.holdout_fraction = holdout_fraction
-        self.progress = progress
         self.schema: HorizontalSchema | None = None
         self.master: FederatedExtraTreesMaster | PPDERTMaster | None = None
         self.model: HorizontalForest | None = None
         self.rows: dict[str, dict] = {}
-        self.facts: dict = {}
         self._low = self._high = np.zeros(0)
+
+    def prepare(self) -> Preparation:
+        """Agree the schema and set every institution up (`agree_schema`): the rows each keeps at home."""
+        schema = self.agree_schema()
+        table = [{"institution": name, "training rows": r["train_rows"], "held-out rows": r["holdout_rows"]}
+                 for name, r in self.rows.items()]
+        return Preparation("institution-rows", f"{schema.n_features} agreed feature columns, label {schema.label!r}",
+                           table, {"features": schema.n_features, "rows": self.rows,
+                                   "train_rows": self.facts.train_rows, "holdout_rows": self.facts.holdout_rows})
 
     def agree_schema(self) -> HorizontalSchema:
         """Check that every institution's contract declares the same columns, dtypes, categories and classes
@@ -78,6 +90,8 @@ class HorizontalSession(MasterSession):
         empty = [name for name, r in self.rows.items() if r["train_rows"] == 0]
         if empty:
             raise ProtocolError(f"institutions {empty} have no training rows; every institution needs at least one")
+        self.facts.train_rows = sum(r["train_rows"] for r in self.rows.values())
+        self.facts.holdout_rows = sum(r["holdout_rows"] for r in self.rows.values())
         return self.schema
 
     def _domains(self, ranges: dict[str, tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -93,8 +107,8 @@ class HorizontalSession(MasterSession):
 
         return threshold_settings(self.privacy)
 
-    def train(self, checkpoints: str | os.PathLike | None = None, run_id: str | None = None) -> HorizontalForest:
-        """Grow the forest over the transport; every institution ends with the complete model.
+    def train(self, checkpoints: str | os.PathLike | None = None, run_id: str | None = None) -> TrainingFacts:
+        """Grow the forest over the transport; every institution ends with the complete model (`.model`).
 
         With `checkpoints` (the master's checkpoint folder) and `run_id`, every completed tree batch is
         checkpointed at the master and at every institution; if this run was interrupted before, training
@@ -124,12 +138,12 @@ class HorizontalSession(MasterSession):
             store = CheckpointStore(checkpoints, run_id, self._context())
             resumed = self.agree_resume_point(store, run_id)
             self.model = self.master.fit(store, resumed)
-        self.facts = {"seconds": time.perf_counter() - started, "rounds": self.transport.stats.rounds - rounds,
-                      "bytes": self.transport.stats.bytes - sent, "nodes": int(self.model.n_nodes),
-                      "train_rows": sum(r["train_rows"] for r in self.rows.values()),
-                      "holdout_rows": sum(r["holdout_rows"] for r in self.rows.values()),
-                      "resumed_batches": resumed}
-        return self.model
+        self.facts.seconds = time.perf_counter() - started
+        self.facts.rounds = self.transport.stats.rounds - rounds
+        self.facts.bytes = self.transport.stats.bytes - sent
+        self.facts.nodes = int(self.model.n_nodes)
+        self.facts.resumed_batches = resumed
+        return self.facts
 
     def _context(self) -> str:
         """What a run's checkpoints are bound to: parameters, algorithm, privacy settings, the agreed schema
@@ -159,16 +173,34 @@ class HorizontalSession(MasterSession):
             raise ProtocolError("nothing trained yet")
         return {MODEL_TABLE: self.model.to_table()}
 
-    def manifest_parties(self) -> list[dict]:
-        """Each institution, its row counts and the SHA-256 of the model file it will store (the same for
-        all: it is the complete forest), for the master to sign."""
+    def manifest_entries(self) -> dict[str, Any]:
+        """The privacy report, the agreed schema, and each institution with its row counts and the SHA-256
+        of the model file it will store (the same for all: it is the complete forest), for the master to sign."""
+        if self.schema is None:
+            raise ProtocolError("nothing trained yet")
         digests = self.model_digests()
         mine = table_sha256(self.master_tables()[MODEL_TABLE])
         differ = [name for name, digest in digests.items() if digest != mine]
         if differ:
             raise ProtocolError(f"institutions {differ} hold a different forest than the master; refusing to register")
-        return [{"name": name, "role": "member", **self.rows.get(name, {}), "table_sha256": digests[name]}
-                for name in self.institutions]
+        parties = [{"name": name, "role": "member", **self.rows.get(name, {}), "table_sha256": digests[name]}
+                   for name in self.institutions]
+        return {"privacy": self.privacy_report(), "schema": self.schema.to_dict(), "parties": parties}
+
+    def privacy_report(self) -> dict[str, Any]:
+        """What the master saw and, for the DP modes, the budget the master can vouch for."""
+        mode = self.privacy["mode"]
+        out: dict[str, Any] = {"mode": mode}
+        if mode == "gdp":
+            out["epsilon_per_query"] = self.privacy["epsilon"]
+            out["note"] = "each institution adds the noise and keeps its own budget accounting"
+        if mode == "ldp":
+            from fedcore.privacy.ldp import LabelLDP
+
+            out["epsilon"] = LabelLDP(**(self.privacy.get("ldp") or {})).epsilon()
+        if mode == "secagg":
+            out["note"] = "the master received only masked sums of branch counts"
+        return out
 
     def load_model(self, registry: ModelRegistry, model_name: str, ref: str = "production") -> str:
         """Load a registered version (verified) at the master and at every institution; returns the version."""
@@ -186,6 +218,11 @@ class HorizontalSession(MasterSession):
                                                               "table_sha256": signed[name]})
                                  for name in self.institutions})
         return version
+
+    def predict(self, file_stem: str, requester: str | None = None) -> Prediction:
+        """Every institution predicts its own new rows (`predict_locally`); `requester` does not apply."""
+        result = self.predict_locally(file_stem)
+        return Prediction(rows=result["rows"], counts=result["counts"], seconds=result["seconds"])
 
     def predict_locally(self, file_stem: str) -> dict:
         """Every institution predicts its own new rows with the complete model; predictions stay there."""

@@ -1,7 +1,9 @@
 """The master's side of a vertical training session: align IDs, train, evaluate, store, predict.
 
-Each step is one method so that orchestration (Prefect tasks in `tasks/`) can show, retry and time it;
-all of them talk to the institutions only through the transport.
+It implements `fedcore.session.MasterSession`: each step is one method so that orchestration (Prefect
+tasks in `tasks/`) can show, retry and time it; all of them talk to the institutions only through the
+transport. `prepare` is ID alignment (`align`), `predict` is batch prediction for one requester
+(`batch_predict`).
 """
 
 from __future__ import annotations
@@ -11,17 +13,18 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from fedcore.algorithms import FOREST
 from fedcore.checkpoints import CheckpointStore
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.tables import N_TREES_KEY, master_table, structure_from_table
 from fedcore.protocol.messages import Message, pack_bits
 from fedcore.randomness import stream
-from fedcore.session import MasterSession
+from fedcore.session import MasterSession, Prediction, Preparation, TrainingFacts
 from fedcore.transport.base import Transport
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.alignment import AlignmentPlan, check_overlap, intersect_hashes
@@ -31,28 +34,16 @@ log = logging.getLogger(__name__)
 ALIGNMENTS = ("hash", "psi")
 
 
-@dataclass
-class TrainingFacts:
-    """What a training run did: rows, time, rounds and bytes (recorded in the manifest)."""
-
-    train_rows: int = 0
-    holdout_rows: int = 0
-    seconds: float = 0.0
-    rounds: int = 0
-    bytes: int = 0
-    owned_nodes: dict[str, int] = field(default_factory=dict)
-    resumed_batches: int = 0
-    """Tree batches taken from checkpoints of an interrupted attempt of the same run."""
-
-
 class VerticalSession(MasterSession):
     """Drives one session with the institutions reachable through `transport`."""
+
+    algorithm = FOREST.id
 
     def __init__(self, transport: Transport, params: ForestParams, holdout_fraction: float = 0.2,
                  min_overlap: int = 50, progress: ProgressCallback | None = None, alignment: str = "hash") -> None:
         """`alignment`: "hash" (keyed HMAC-SHA256 hashes, the default) or "psi" (ECDH private set
         intersection: the master sees only blinded values and no institution learns non-members)."""
-        super().__init__(transport)
+        super().__init__(transport, progress)
         if alignment not in ALIGNMENTS:
             raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
         self.alignment = alignment
@@ -60,7 +51,6 @@ class VerticalSession(MasterSession):
         self.holdout_fraction = holdout_fraction
         self.min_overlap = min_overlap
         self.master = VerticalMaster(transport, params, progress=progress)
-        self.facts = TrainingFacts()
         self.plan: AlignmentPlan | None = None
         self.fingerprints: dict[str, str] = {}
         """Per institution, a digest of its sorted keyed ID hashes: which rows trained the model."""
@@ -100,6 +90,13 @@ class VerticalSession(MasterSession):
             self.fingerprints = {n: "psi" for n in names}  # blinded values are fresh per session: no digest
         return AlignmentPlan(n_common=len(next(iter(positions.values()))), counts=counts, positions=positions)
 
+    def prepare(self) -> Preparation:
+        """Align the institutions' IDs (`align`): the overlap and the rows each institution trains on."""
+        plan = self.align()
+        return Preparation("id-overlap", f"{plan.n_common} rows are held by every institution", plan.overlap_table(),
+                           {"overlap": plan.n_common, "counts": dict(plan.counts),
+                            "train_rows": self.facts.train_rows, "holdout_rows": self.facts.holdout_rows})
+
     def align(self) -> AlignmentPlan:
         """Intersect the institutions' IDs; each learns its own rows' order and the holdout."""
         self.plan = self._intersect(batch=False)
@@ -115,7 +112,7 @@ class VerticalSession(MasterSession):
         self.facts.train_rows, self.facts.holdout_rows = int(first["train_rows"]), int(first["holdout_rows"])
         return self.plan
 
-    def train(self, checkpoints: str | os.PathLike | None = None, run_id: str | None = None) -> None:
+    def train(self, checkpoints: str | os.PathLike | None = None, run_id: str | None = None) -> TrainingFacts:
         """Grow the forest (Federated Forest protocol) on the aligned training rows.
 
         With `checkpoints` (the master's checkpoint folder) and `run_id`, every completed tree batch is
@@ -125,6 +122,7 @@ class VerticalSession(MasterSession):
         """
         before = (self.transport.stats.rounds, self.transport.stats.bytes)
         started = time.perf_counter()
+        self.master.progress = self.progress
         if checkpoints is None or run_id is None:
             self.master.fit()
         else:
@@ -137,6 +135,8 @@ class VerticalSession(MasterSession):
         self.facts.bytes = self.transport.stats.bytes - before[1]
         owners = self.master.structure.owner
         self.facts.owned_nodes = {name: int((owners == i).sum()) for i, name in enumerate(self.institutions)}
+        self.facts.nodes = int(self.master.structure.n_nodes)
+        return self.facts
 
     def _context(self) -> str:
         """What a run's checkpoints are bound to: parameters, parties, their features and the aligned rows."""
@@ -164,12 +164,17 @@ class VerticalSession(MasterSession):
             raise ProtocolError("nothing trained yet")
         return {"master": master_table(self.master.structure)}
 
-    def manifest_parties(self) -> list[dict]:
-        """The version manifest's "parties": each institution's role and the SHA-256 of the partial model it
-        will store, so the master's signature covers every party's file."""
+    def manifest_entries(self) -> dict[str, Any]:
+        """The manifest's "parties" (each institution's role, feature count, split nodes it owns and the
+        SHA-256 of the partial model it will store, so the master's signature covers every party's file),
+        the ID overlap and the data fingerprints."""
         info, digests = self.master.info, self.model_digests()
-        return [{"name": name, "role": "label_holder" if name == info.label_holder else "passive",
-                 "table_sha256": digests[name]} for name in info.parties]
+        parties = [{"name": name, "role": "label_holder" if name == info.label_holder else "passive",
+                    "table_sha256": digests[name], "feature_count": int((info.feature_owner == i).sum()),
+                    "owned_nodes": self.facts.owned_nodes.get(name, 0)} for i, name in enumerate(info.parties)]
+        overlap = self.plan.n_common if self.plan is not None else 0
+        return {"parties": parties, "training": {"overlap": overlap},
+                "lineage": {"data_fingerprints": self.fingerprints}}
 
     def load_model(self, registry: ModelRegistry, model_name: str, ref: str = "production") -> str:
         """Load a registered version (verified) at the master and at every institution, to batch predict
@@ -196,6 +201,14 @@ class VerticalSession(MasterSession):
                                                               "table_sha256": signed[name]})
                                  for name in self.institutions})
         return version
+
+    def predict(self, file_stem: str, requester: str | None = None) -> Prediction:
+        """Batch prediction (`batch_predict`): only `requester` receives the predictions, with IDs."""
+        if requester is None:
+            raise ProtocolError("vertical prediction delivers to one institution: name the requester")
+        result = self.batch_predict(requester, file_stem)
+        return Prediction(rows=result["rows"], counts=result["counts"], seconds=result["seconds"],
+                          requester=requester, path=result["path"])
 
     def batch_predict(self, requester: str, file_stem: str, min_overlap: int = 1) -> dict:
         """Align the institutions' new batches, predict them in one round per row batch, and deliver the

@@ -77,7 +77,7 @@ def run_horizontal_demo(work: Path, n_patients: int = 9000, algorithm: str = "ex
     print("\nWhat happened")
     print("  validation:  " + ", ".join(f"{n} {'passed' if v['success'] else 'FAILED'}"
                                        for n, v in result["validation"].items()))
-    print(f"  schema:      {result['agreement']['features']} feature columns agreed from the contracts")
+    print(f"  schema:      {result['preparation']['features']} feature columns agreed from the contracts")
     print(f"  training:    {algorithm} ({result['privacy']['mode']}), {training['seconds']:.1f} s, "
           f"{training['rounds']} rounds, {training['bytes'] / 2**20:.1f} MiB over Flight/mTLS")
     print("  held-out:    " + ", ".join(f"{k} {v:.3f}" for k, v in result["metrics"].items()))

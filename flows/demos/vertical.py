@@ -126,7 +126,7 @@ def run_demo(work: Path, n_customers: int = 6000) -> int:
     print(f"  institutions: {sizes}; label {scenario['label']!r} at {scenario['label_holder']}")
     result = retrain(str(config_path), agents="local")
     elapsed = time.perf_counter() - started
-    training, alignment = result["training"], result["alignment"]
+    training, alignment = result["training"], result["preparation"]
     registry = work / "registry" / "master" / result["model"] / result["version"]
     predictions = work / "predictions" / scenario["label_holder"] / f"{result['model']}-{result['version']}.parquet"
     print("\nWhat happened")

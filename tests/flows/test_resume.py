@@ -74,7 +74,8 @@ def _uninterrupted_horizontal_model(config_path: Path) -> bytes:
     session = HorizontalSession(transport, config.params, algorithm=config.algorithm, privacy=config.privacy,
                                 holdout_fraction=config.training.holdout)
     session.agree_schema()
-    return table_file_bytes(session.train().to_table())
+    session.train()
+    return table_file_bytes(session.model.to_table())
 
 
 def test_horizontal_training_resumes_to_the_same_model_after_a_killed_agent(tmp_path) -> None:

@@ -69,7 +69,7 @@ def _artifacts() -> list:
 def test_retrain_registers_promotes_and_predicts(workspace, first_run) -> None:
     work, _, scenario = workspace
     assert first_run["version"] == "v0001" and first_run["promoted"]
-    assert first_run["alignment"]["overlap"] == scenario["overlap"]["train"]
+    assert first_run["preparation"]["overlap"] == scenario["overlap"]["train"]
     assert 0.5 < first_run["metrics"]["accuracy"] <= 1
     master = _registry(work)
     manifest, tables = master.load(MODEL, "production")

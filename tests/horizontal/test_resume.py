@@ -121,8 +121,8 @@ def test_a_run_killed_mid_training_resumes_to_the_same_model(table, tmp_path, al
     other = {n: 5000 + i for i, n in enumerate(NAMES)}  # a restarted agent draws a new secret seed
     session = _session(restarted, algorithm, privacy, seeds=other)
     session.train(checkpoints, RUN)
-    assert session.facts["resumed_batches"] == 2  # the last batch south completed; batch 2 is grown again
-    assert session.facts["rounds"] < reference.facts["rounds"]  # batches 0 and 1 were not grown again
+    assert session.facts.resumed_batches == 2  # the last batch south completed; batch 2 is grown again
+    assert session.facts.rounds < reference.facts.rounds  # batches 0 and 1 were not grown again
     assert _model_bytes(session, restarted) == expected
     assert {n: a.party.privacy_spent() for n, a in restarted.items()} == spent
 
@@ -138,8 +138,8 @@ def test_an_uninterrupted_run_with_checkpoints_trains_the_same_model(table, tmp_
     agents = _agents(table, tmp_path / "checkpointed")
     session = _session(agents, "ppd-ert")
     session.train(tmp_path / "ckpt", RUN)
-    assert session.facts["resumed_batches"] == 0
-    assert session.facts["rounds"] == plain.facts["rounds"] + 2  # resume_status and resume
+    assert session.facts.resumed_batches == 0
+    assert session.facts.rounds == plain.facts.rounds + 2  # resume_status and resume
     assert _model_bytes(session, agents) == _model_bytes(plain, plain_agents)
     assert CheckpointStore(tmp_path / "ckpt", RUN, session._context()).completed() == [0, 1, 2, 3]
     for name in NAMES:  # the final `model` message made every institution save the last batch
@@ -156,8 +156,8 @@ def test_a_completed_run_resumes_without_growing_anything(table, tmp_path) -> No
     agents = _agents(table, tmp_path)
     session = _session(agents, "extra-trees")
     session.train(tmp_path / "ckpt", RUN)
-    assert session.facts["resumed_batches"] == 4 and session.master.levels == first.master.levels
-    assert session.facts["rounds"] == 4  # resume_status, resume, hello, model
+    assert session.facts.resumed_batches == 4 and session.master.levels == first.master.levels
+    assert session.facts.rounds == 4  # resume_status, resume, hello, model
     assert _model_bytes(session, agents) == _model_bytes(first, first_agents)
 
 
@@ -169,7 +169,7 @@ def test_an_institution_whose_rows_changed_makes_the_run_start_over(table, tmp_p
     frame.loc[frame.index[0], "x1"] += 1.0  # same row count, other data: only east can tell
     session = _session(agents, "extra-trees")
     session.train(tmp_path / "ckpt", RUN)
-    assert session.facts["resumed_batches"] == 0
+    assert session.facts.resumed_batches == 0
 
 
 def test_dp_noise_seeds_are_kept_per_run_and_dropped_with_the_checkpoints(table, tmp_path) -> None:
@@ -214,6 +214,6 @@ def test_resumed_ppd_ert_levels_keep_their_secure_aggregation_round_ids(table, t
     handlers["north"] = _recording(restarted["north"], resumed)
     session = _session(restarted, "ppd-ert", handlers=handlers)
     session.train(tmp_path / "ckpt", RUN)
-    assert session.facts["resumed_batches"] == 1  # east died as batch 2 started, before saving batch 1
+    assert session.facts.resumed_batches == 1  # east died as batch 2 started, before saving batch 1
     assert resumed and resumed == expected[-len(resumed):]  # batches 1-3, numbered as without the crash
     assert session.master.levels == reference.master.levels

@@ -59,17 +59,18 @@ def test_train_evaluate_store_and_predict_locally(table, tmp_path, algorithm) ->
     session = _session(agents, algorithm)
     schema = session.agree_schema()
     assert schema.names == [c for c in table.columns if c not in ("patient_id", "class")]
-    model = session.train()
+    session.train()
+    model = session.model
     assert all(a.model.same_as(model) for a in agents.values()), "every institution holds the complete model"
 
     metrics = session.evaluate()
     held = pd.concat([a._holdout for a in agents.values()])
     predicted = np.asarray(schema.classes)[np.argmax(model.predict_values(schema.encode(held)), axis=1)]
     assert metrics["accuracy"] == pytest.approx(float(np.mean(predicted == held["class"].to_numpy())), abs=1e-12)
-    assert metrics["accuracy"] > 0.7 and session.facts["holdout_rows"] == len(held)
+    assert metrics["accuracy"] > 0.7 and session.facts.holdout_rows == len(held)
 
     registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
-    parties = session.manifest_parties()
+    parties = session.manifest_entries()["parties"]
     version = registry.register("waveform", {"task": "classification", "parties": parties}, session.master_tables())
     session.store_at_institutions("waveform", version, registry.read_manifest("waveform", version))
     for name in NAMES:
@@ -98,9 +99,10 @@ def test_a_registered_version_loads_and_predicts_without_training(table, tmp_pat
     agents = _agents(table, tmp_path)
     session = _session(agents)
     session.agree_schema()
-    model = session.train()
+    session.train()
+    model = session.model
     registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
-    version = registry.register("waveform", {"parties": session.manifest_parties()}, session.master_tables())
+    version = registry.register("waveform", {"parties": session.manifest_entries()["parties"]}, session.master_tables())
     session.store_at_institutions("waveform", version, registry.read_manifest("waveform", version))
     session.predict_locally("trained")
 
@@ -148,4 +150,31 @@ def test_an_agent_trains_fet_only_with_the_privacy_of_its_own_config(table, tmp_
         agent.data.privacy = own
     agreed = _session(agents, privacy=own)
     agreed.agree_schema()
-    assert agreed.train().n_trees == 12
+    agreed.train()
+    assert agreed.model.n_trees == 12
+
+
+def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(table, tmp_path) -> None:
+    """The same protocol and types as the vertical session; the manifest adds the schema and privacy."""
+    from fedcore.models.card import build_manifest, model_card
+    from fedcore.session import Prediction, TrainingFacts
+
+    agents = _agents(table, tmp_path)
+    session = _session(agents, "ppd-ert")
+    preparation = session.prepare()
+    assert preparation.artifact_key == "institution-rows" and preparation.facts["features"] == session.schema.n_features
+    assert [row["institution"] for row in preparation.table] == list(NAMES)
+    facts = session.train()
+    assert isinstance(facts, TrainingFacts) and facts.nodes == session.model.n_nodes and facts.owned_nodes == {}
+    assert facts.train_rows == sum(row["training rows"] for row in preparation.table)
+    metrics = session.evaluate()
+    manifest = build_manifest(session, "hospitals", metrics, {})
+    assert (manifest["algorithm"], manifest["setting"]) == ("ppd-ert", "horizontal")
+    assert manifest["privacy"]["mode"] == "secagg" and manifest["schema"] == session.schema.to_dict()
+    assert "overlap" not in manifest["training"] and manifest["training"]["rows"] == facts.train_rows
+    prediction = session.predict("protocol")
+    assert isinstance(prediction, Prediction) and prediction.requester is None
+    assert prediction.rows == sum(prediction.counts.values()) > 0
+    card = model_card("hospitals", "v0001", manifest, None, False, prediction.to_dict())
+    assert card.startswith("# hospitals v0001\n\nPPD-ERT (horizontal, classification, privacy secagg); not promoted.")
+    assert "rows predicted locally at " + ", ".join(f"{n} ({c})" for n, c in prediction.counts.items()) in card

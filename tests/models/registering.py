@@ -119,7 +119,8 @@ def register(workdir: Path, step: str) -> str:
     handlers = {name: agent.handle for name, agent in agents(workdir).items()}
     session = trained_session(handlers)
     arm(step, handlers)
-    manifest = {"algorithm": "extra-trees", "setting": "horizontal", "parties": session.manifest_parties()}
+    manifest = {"algorithm": "extra-trees", "setting": "horizontal",
+                "parties": session.manifest_entries()["parties"]}
     version, _ = register_everywhere(master_registry(workdir), session, MODEL, manifest, session.master_tables())
     return version
 

@@ -54,7 +54,7 @@ def test_session_end_to_end(scenario, tmp_path) -> None:
     assert session.facts.train_rows + session.facts.holdout_rows == plan.n_common
 
     registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
-    version = registry.register("demo", {"metrics": metrics, "parties": session.manifest_parties()},
+    version = registry.register("demo", {"metrics": metrics, "parties": session.manifest_entries()["parties"]},
                                 session.master_tables())
     stored = session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
     assert set(stored) == set(agents)
@@ -94,7 +94,7 @@ def test_load_model_predicts_like_the_training_session(scenario, tmp_path) -> No
                               ForestParams(n_estimators=6, max_depth=5, random_state=2), min_overlap=100)
     session.align()
     session.train()
-    manifest = {"task": "classification", "parties": session.manifest_parties()}
+    manifest = {"task": "classification", "parties": session.manifest_entries()["parties"]}
     registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
     version = registry.register("demo", manifest, session.master_tables())
     session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
@@ -129,7 +129,7 @@ def test_a_version_is_stored_at_every_institution_or_at_none(scenario, tmp_path)
                               ForestParams(n_estimators=3, max_depth=3, random_state=5), min_overlap=100)
     session.align()
     session.train()
-    parties = session.manifest_parties()
+    parties = session.manifest_entries()["parties"]
     forged = [{**p, "table_sha256": "0" * 64} if p["name"] == "insurer" else p for p in parties]
     registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
     version = registry.register("demo", {"task": "classification", "parties": forged}, session.master_tables())
@@ -148,7 +148,7 @@ def test_institutions_predict_only_with_the_partial_model_the_master_signed(scen
                                   ForestParams(n_estimators=3, max_depth=3, random_state=seed), min_overlap=100)
         session.align()
         session.train()
-        version = registry.register("demo", {"task": "classification", "parties": session.manifest_parties()},
+        version = registry.register("demo", {"task": "classification", "parties": session.manifest_entries()["parties"]},
                                     session.master_tables())
         session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
     session.close()
@@ -213,3 +213,36 @@ def test_an_agent_refuses_a_master_asking_for_weaker_label_protection_than_its_c
         session.align()
         with pytest.raises(ProtocolError, match=f"party '\\w+' refuses the request: {refusal}"):
             session.train()
+
+
+def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(scenario, tmp_path) -> None:
+    """prepare/train/evaluate/predict return the shared types; the manifest and card come from fedcore."""
+    from fedcore.models.card import build_manifest, model_card
+    from fedcore.session import Prediction, Preparation, TrainingFacts
+
+    agents = _agents(scenario, tmp_path)
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()})
+    session = VerticalSession(transport, ForestParams(n_estimators=4, max_depth=4, random_state=1), min_overlap=100)
+    preparation = session.prepare()
+    assert isinstance(preparation, Preparation) and preparation.artifact_key == "id-overlap"
+    assert preparation.facts["overlap"] == scenario["overlap"]["train"]
+    assert [row["matched"] for row in preparation.table] == [scenario["overlap"]["train"]] * len(agents)
+    facts = session.train()
+    assert isinstance(facts, TrainingFacts) and facts is session.facts and facts.nodes > 0
+    assert sum(facts.owned_nodes.values()) <= facts.nodes
+    metrics = session.evaluate()
+    manifest = build_manifest(session, "retail", metrics, {})
+    assert (manifest["algorithm"], manifest["setting"], manifest["metrics"]) == ("forest", "vertical", metrics)
+    assert manifest["training"]["overlap"] == scenario["overlap"]["train"]
+    assert manifest["training"]["rows"] == facts.train_rows and manifest["training"]["nodes"] == facts.nodes
+    assert [p["name"] for p in manifest["parties"]] == session.institutions
+    assert set(manifest["lineage"]) == {"federation", "contracts", "data_fingerprints", "code_version"}
+    holder = scenario["label_holder"]
+    prediction = session.predict("protocol", holder)
+    assert isinstance(prediction, Prediction) and prediction.requester == holder
+    assert prediction.rows == scenario["overlap"]["new"]
+    card = model_card("retail", "v0001", manifest, None, True, prediction.to_dict())
+    assert card.startswith("# retail v0001\n\nFederated Forest (vertical, classification); promoted to production.")
+    assert f"rows delivered to {holder}" in card and "path" not in prediction.to_dict()
+    with pytest.raises(ProtocolError, match="vertical prediction delivers to one institution: name the requester"):
+        session.predict("protocol")

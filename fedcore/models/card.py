@@ -1,0 +1,138 @@
+"""What a registered version says about itself: its manifest, its model card and where it is stored.
+
+Built here, in fedcore, so that the plain Python API produces the same manifest and card as the Prefect
+flows (which only publish them as artifacts). Names and values of features never appear: counts only.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from importlib.metadata import version as package_version
+from pathlib import Path
+from typing import Any
+
+from fedcore.algorithms import read_algorithm
+from fedcore.config import FederationConfig
+from fedcore.session import MasterSession
+
+
+def code_version() -> str:
+    """The installed fedforest version, plus the git commit when run from a checkout."""
+    text = package_version("fedforest")
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                                cwd=Path(__file__).resolve().parent).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return f"{text}+{commit}" if commit else text
+
+
+def build_manifest(session: MasterSession, federation: str, metrics: dict[str, float],
+                   validation: dict[str, Any]) -> dict[str, Any]:
+    """The master's manifest of a trained session: what was trained, on what, how well, with which code.
+
+    The setting adds its own entries (`MasterSession.manifest_entries`): the parties with the model digests
+    the master signs, and for example the ID overlap (vertical) or the agreed schema and privacy report
+    (horizontal). See docs/design.md, Model artifacts.
+    """
+    algorithm, facts = read_algorithm(session.algorithm), session.facts
+    entries = session.manifest_entries()
+    manifest: dict[str, Any] = {"algorithm": algorithm.id, "setting": algorithm.setting,
+                                "task": session.params.task, "params": session.params.to_dict()}
+    manifest.update({k: v for k, v in entries.items() if k not in ("training", "lineage")})
+    manifest["metrics"] = metrics
+    manifest["training"] = {"rows": facts.train_rows, "holdout_rows": facts.holdout_rows,
+                            **entries.get("training", {}), "seconds": facts.seconds, "rounds": facts.rounds,
+                            "bytes": facts.bytes, "nodes": facts.nodes}
+    manifest["lineage"] = {"federation": federation, "contracts": validation, **entries.get("lineage", {}),
+                           "code_version": code_version()}
+    return manifest
+
+
+def model_card(model_name: str, version: str, manifest: dict[str, Any], production: dict[str, Any] | None,
+               promoted: bool, prediction: dict[str, Any] | None) -> str:
+    """A markdown model card: data sizes, parameters, metrics against the previous production version,
+    rows or features per institution (counts only), timings, communication and batch prediction."""
+    algorithm = read_algorithm(manifest["algorithm"])
+    vertical = algorithm.setting == "vertical"
+    privacy = "" if vertical else f", privacy {manifest['privacy']['mode']}"
+    lines = [f"# {model_name} {version}", "",
+             f"{algorithm.title} ({manifest['setting']}, {manifest['task']}{privacy}); "
+             f"{'promoted to production' if promoted else 'not promoted'}.", ""]
+    lines += _metric_lines(manifest, production, vertical)
+    lines += _data_lines(manifest, vertical)
+    lines += _training_lines(manifest)
+    lines += _prediction_lines(prediction)
+    return "\n".join(lines)
+
+
+def _metric_lines(manifest: dict[str, Any], production: dict[str, Any] | None, vertical: bool) -> list[str]:
+    """The metrics table, this version beside the previous production version."""
+    previous = (production or {}).get("metrics", {})
+    where = "computed at the label holder" if vertical else "aggregated from every institution"
+    lines = [f"## Metrics (held-out rows, {where})", "", "| metric | this version | previous production |",
+             "|---|---|---|"]
+    return lines + [f"| {k} | {v:.4f} | {previous[k]:.4f} |" if k in previous else f"| {k} | {v:.4f} | - |"
+                    for k, v in manifest["metrics"].items()]
+
+
+def _data_lines(manifest: dict[str, Any], vertical: bool) -> list[str]:
+    """Rows and, per institution, features and splits owned (vertical) or rows kept at home (horizontal)."""
+    t = manifest["training"]
+    if vertical:
+        lines = ["", "## Data", "", f"- aligned rows (ID overlap): {t['overlap']}; training {t['rows']}, "
+                 f"held out {t['holdout_rows']}", "", "| institution | role | features | splits owned |",
+                 "|---|---|---|---|"]
+        return lines + [f"| {p['name']} | {p['role']} | {p['feature_count']} | {p['owned_nodes']} |"
+                        for p in manifest["parties"]]
+    lines = ["", "## Data", "", f"- {len(manifest['schema']['columns'])} agreed feature columns; training "
+             f"{t['rows']} rows, held out {t['holdout_rows']}", "",
+             "| institution | training rows | held-out rows |", "|---|---|---|"]
+    return lines + [f"| {p['name']} | {p['train_rows']} | {p['holdout_rows']} |" for p in manifest["parties"]]
+
+
+def _training_lines(manifest: dict[str, Any]) -> list[str]:
+    """Parameters, time, rounds, bytes exchanged, nodes and the code version."""
+    t, params = manifest["training"], manifest["params"]
+    return ["", "## Training", "",
+            f"- {params['n_estimators']} trees, max_depth {params['max_depth']}, max_features "
+            f"{params['max_features']}, criterion {params['criterion']}",
+            f"- {t['seconds']:.1f} s, {t['rounds']} rounds, {t['bytes'] / 2**20:.1f} MiB exchanged, "
+            f"{t['nodes']} nodes",
+            f"- code {manifest['lineage']['code_version']}"]
+
+
+def _prediction_lines(prediction: dict[str, Any] | None) -> list[str]:
+    """Where the run's batch predictions went, if it made any."""
+    if not prediction:
+        return []
+    if prediction.get("requester"):
+        return ["", "## Batch prediction", "", f"- {prediction['rows']} rows delivered to "
+                f"{prediction['requester']} in {prediction['seconds']:.1f} s"]
+    at = ", ".join(f"{name} ({count})" for name, count in prediction["counts"].items())
+    return ["", "## Batch prediction", "", f"- {prediction['rows']} rows predicted locally at {at} in "
+            f"{prediction['seconds']:.1f} s"]
+
+
+def version_markdown(config: FederationConfig, model_name: str, version: str, manifest: dict[str, Any]) -> str:
+    """Where a registered version is (registry folders, on the master's and institutions' own hosts), its
+    digests and signing key, and how to inspect, predict with or load it."""
+    folder = config.master_registry / model_name / version
+    signature = manifest.get("signature") or {}
+    lines = [f"# {model_name} {version}", "",
+             f"Registered in the master's registry on the master's host: `{folder}`, signed by key "
+             f"`{signature.get('key_id', '-')}` ({signature.get('algorithm', 'unsigned')}).", "",
+             "| file | bytes | sha256 |", "|---|---|---|"]
+    lines += [f"| {f['name']} | {f['bytes']} | `{f['sha256']}` |" for f in manifest.get("files", [])]
+    lines += ["", "Each institution keeps its own part in its own registry; the master's signature covers these "
+              "digests:", "", "| institution | role | table sha256 |", "|---|---|---|"]
+    lines += [f"| {p['name']} | {p.get('role', '-')} | `{p.get('table_sha256', '-')}` |"
+              for p in manifest.get("parties", [])]
+    public_key = config.master_public_key or "<the master's public key (PEM)>"
+    lines += ["", "## Use it", "", "```", f"fedforest models show --config {config.path} --model {model_name} "
+              f"--version {version}", f"fedforest predict --config {config.path} --model {model_name} "
+              f"--version {version}", "```", "", "In Python (verifies the signature and every file's SHA-256):", "",
+              "```python", "from fedcore.models.registry import ModelRegistry", "",
+              f'registry = ModelRegistry("{config.master_registry}", public_key="{public_key}")',
+              f'manifest, tables = registry.load("{model_name}", "{version}")', "```"]
+    return "\n".join(lines)

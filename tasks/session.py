@@ -1,0 +1,72 @@
+"""The master session's steps as Prefect tasks, the same in both settings: each visible, timed and logged
+in the Prefect UI, with its table or progress artifact. The work is in `fedcore.session.MasterSession`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_table_artifact, update_progress_artifact
+
+from fedcore.algorithms import read_algorithm
+from fedcore.config import FederationConfig
+from fedcore.session import MasterSession
+from tasks.common import DATA_LOCAL, progress_reporter
+from tasks.registry import master_registry
+
+
+@task(**DATA_LOCAL)
+def prepare(session: MasterSession) -> dict[str, Any]:
+    """Agree with the institutions which rows (vertical: ID alignment) or columns (horizontal: the schema)
+    train; a table artifact of the counts per institution."""
+    preparation = session.prepare()
+    create_table_artifact(preparation.table, key=preparation.artifact_key, description=preparation.description)
+    get_run_logger().info("%s: %s", preparation.description, preparation.facts)
+    return preparation.facts
+
+
+@task(**DATA_LOCAL)
+def train(session: MasterSession, checkpoints: Path | None = None, run_id: str | None = None) -> dict[str, Any]:
+    """Grow the forest; a progress artifact moves as levels and tree batches complete. With `checkpoints`
+    and `run_id`, completed tree batches are checkpointed, and an interrupted run resumes."""
+    privacy = getattr(session, "privacy", None)
+    mode = f" ({privacy['mode']})" if privacy else ""
+    report, artifact = progress_reporter(f"{read_algorithm(session.algorithm).title}{mode} growth")
+    session.progress = report
+    facts = session.train(checkpoints, run_id)
+    update_progress_artifact(artifact, progress=100.0)
+    if facts.resumed_batches:
+        get_run_logger().info("resumed run %s: %d tree batches taken from checkpoints", run_id,
+                              facts.resumed_batches)
+    return facts.to_dict()
+
+
+@task(**DATA_LOCAL)
+def evaluate(session: MasterSession) -> dict[str, float]:
+    """Held-out metrics, scored where the labels are (the label holder, or every institution at home)."""
+    metrics = session.evaluate()
+    get_run_logger().info("held-out metrics: %s", metrics)
+    return metrics
+
+
+@task(**DATA_LOCAL)
+def predict(session: MasterSession, file_stem: str, requester: str | None = None) -> dict[str, Any]:
+    """Predict the institutions' new rows: delivered to `requester` only (vertical), or kept by each
+    institution (horizontal); a table artifact of the rows per institution."""
+    result = session.predict(file_stem, requester)
+    where = f"delivered to {requester}" if result.requester else "predicted locally"
+    column = "new rows" if result.requester else "predicted rows"
+    create_table_artifact([{"institution": name, column: count} for name, count in result.counts.items()],
+                          key="batch-prediction", description=f"{result.rows} rows {where} in {result.seconds:.1f} s")
+    get_run_logger().info("%d rows %s (%s)", result.rows, where, result.counts)
+    return result.to_dict()
+
+
+@task(**DATA_LOCAL)
+def load_registered_model(config: FederationConfig, session: MasterSession, model_name: str, ref: str) -> str:
+    """Load a registered version (signature verified) at the master and every institution; returns the version."""
+    version = session.load_model(master_registry(config), model_name, ref)
+    get_run_logger().info("loaded %s %s (%s) at the master and %s", model_name, version, ref,
+                          ", ".join(session.institutions))
+    return version
