@@ -45,13 +45,14 @@ test: venv
 test-fast: venv
 	$(RUN_ENV) $(BIN)/python -m pytest -q -m "not slow"
 
-## lint: ruff over every Python tree of the project
+## lint: ruff over every Python tree of the project, mypy over fedcore, tasks and flows ([tool.mypy])
 lint: venv
 	$(BIN)/ruff check fedcore flows tasks tests benchmarks
+	$(BIN)/mypy
 
 ## clean: remove caches and generated outputs (keeps .venv; see distclean)
 clean:
-	rm -rf .numba_cache .pytest_cache .ruff_cache work benchmarks/results *.egg-info build dist
+	rm -rf .numba_cache .pytest_cache .ruff_cache .mypy_cache work benchmarks/results *.egg-info build dist
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
 
 ## distclean: clean, and remove .venv too
