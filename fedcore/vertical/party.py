@@ -20,7 +20,7 @@ import pandas as pd
 
 from fedcore.data.binning import PartyBinner
 from fedcore.data.numbers import numeric_values
-from fedcore.errors import ProtocolError
+from fedcore.errors import NotFittedError, ProtocolError
 from fedcore.privacy.homomorphic import AdditivePrivateKey
 from fedcore.privacy.keyauth import PartyIdentity, SignedKey, context_digest
 from fedcore.privacy.packing import SlotLayout
@@ -54,10 +54,15 @@ def opaque_feature_id(key: bytes, column: str) -> str:
 MAX_FEATURES = 10_000_000
 
 
+def _refused(party: str, what: str) -> ProtocolError:
+    """The error with which a party refuses a master request."""
+    return ProtocolError(f"party {party!r} refuses the request: {what}")
+
+
 def _require(condition: bool, party: str, what: str) -> None:
     """Refuse a master request that would index outside this party's arrays (the kernels do not check)."""
     if not condition:
-        raise ProtocolError(f"party {party!r} refuses the request: {what}")
+        raise _refused(party, what)
 
 
 def _indices(array: np.ndarray, size: int, party: str, what: str) -> np.ndarray:
@@ -190,8 +195,8 @@ class VerticalParty:
         self._binner = PartyBinner(max_bins=int(h["max_bins"]), random_state=int(h["binning_seed"])).fit(self.features)
         self._codes = self._binner.transform(self.features)
         ids = np.array([opaque_feature_id(self.feature_key, str(c)) for c in self.features.columns], dtype=object)
-        header = {"n_rows": len(self.features), "label_holder": self.is_label_holder,
-                  "memory_budget": self.memory_budget or default_budget()}
+        header: dict[str, object] = {"n_rows": len(self.features), "label_holder": self.is_label_holder,
+                                     "memory_budget": self.memory_budget or default_budget()}
         arrays = {"feature_ids": ids.astype(str)}
         if self._passive_crypto is not None:
             self._passive_crypto.close()  # a new training: the last one's worker processes are done
@@ -221,11 +226,14 @@ class VerticalParty:
             if self.is_label_holder:
                 self._label_crypto = LabelHolderCrypto(self._session_key(privacy, h.get("key_bits")))
         if self.is_label_holder:
+            labels = self._label_values
+            if labels is None:
+                raise _refused(self.name, "it holds a loaded model's label role, not training labels")
             if self._criterion == SQUARED_ERROR:
-                self._y = numeric_values(self._label_values, "label")
+                self._y = numeric_values(labels, "label")
                 header["n_classes"] = 0
             else:
-                self.classes_, codes = np.unique(self._label_values.to_numpy(), return_inverse=True)
+                self.classes_, codes = np.unique(labels.to_numpy(), return_inverse=True)
                 self._y = codes.astype(np.float64)
                 header["n_classes"] = len(self.classes_)
         return Message("setup_reply", header, arrays)
@@ -249,9 +257,9 @@ class VerticalParty:
             raise ProtocolError(f"party {self.name!r} holds no label")
         if self._label_crypto is not None:
             max_weight = message.header.get("max_weight")
-            _require(isinstance(max_weight, int) and 0 < max_weight <= 2**40, self.name,
-                     f"max_weight must be a positive integer, got {max_weight!r}")
-            n_classes = 0 if self._criterion == SQUARED_ERROR else len(self.classes_)
+            if not (isinstance(max_weight, int) and 0 < max_weight <= 2**40):
+                raise _refused(self.name, f"max_weight must be a positive integer, got {max_weight!r}")
+            n_classes = 0 if self._criterion == SQUARED_ERROR else len(self._setup_classes())
             rows = self._label_crypto.encrypt_labels(self._y, self._criterion, n_classes, max_weight)
             return Message("labels", {"encryption": self._label_crypto.announcement()}, {"enc_y": rows})
         y = self._y if self._criterion == SQUARED_ERROR else self._y.astype(np.int32)
@@ -281,8 +289,10 @@ class VerticalParty:
 
     def _configure_passive_crypto(self, message: Message) -> None:
         """Encrypted labels: keep the public key and label ciphertexts; the label codes stay unknown."""
-        _require(self._sealing is not None and not self.is_label_holder, self.name,
-                 "encrypted labels are for passive parties in an encrypted-label session")
+        sealing = self._sealing
+        if sealing is None or self.is_label_holder:
+            raise _refused(self.name,
+                           "encrypted labels are for passive parties in an encrypted-label session")
         h = message.header
         try:
             public = public_key_from_json(h["encryption"]["public_key"], self._privacy)
@@ -295,18 +305,20 @@ class VerticalParty:
                                 f"({error})") from error
         ciphertexts = public.from_bytes(message.arrays["enc_y"], "label ciphertexts")
         _require(len(ciphertexts) == len(self.features), self.name, "one label ciphertext per row is needed")
-        channel = self._sealing.channel(holder, self._peer_sealing_key(message, holder))
+        channel = sealing.channel(holder, self._peer_sealing_key(message, holder))
         self._passive_crypto = PassiveCrypto(public, layout, ciphertexts, channel)
         self._y = np.zeros(len(self.features))  # only the bootstrap's row count is needed
 
     def _configure_label_holder_crypto(self, message: Message) -> None:
         """Encrypted labels: a sealed channel to every passive party."""
+        crypto, sealing = self._label_crypto, self._sealing
+        assert crypto is not None and sealing is not None, "setup makes the label crypto with the sealing key"
         passive = message.header.get("passive_parties")
-        _require(isinstance(passive, list) and all(f"seal_{name}" in message.arrays for name in passive), self.name,
-                 "the label holder needs every passive party's sealing key")
-        self._label_crypto.channels = {name: self._sealing.channel(name, self._peer_sealing_key(message, name))
-                                       for name in passive}
-        self._label_crypto.sequence = 0
+        if not (isinstance(passive, list) and all(f"seal_{name}" in message.arrays for name in passive)):
+            raise _refused(self.name, "the label holder needs every passive party's sealing key")
+        crypto.channels = {name: sealing.channel(name, self._peer_sealing_key(message, name))
+                           for name in passive}
+        crypto.sequence = 0
 
     def _peer_sealing_key(self, message: Message, peer: str) -> bytes:
         """A peer's relayed sealing key, checked against its signature when this party has an identity."""
@@ -334,27 +346,30 @@ class VerticalParty:
 
     def _apply_previous_splits(self, arrays: dict[str, np.ndarray], my_index: int) -> np.ndarray:
         """Split the open nodes with the owners' bitmaps; returns the positions of the nodes that split."""
-        n_nodes = len(self._partition.starts)
+        part = self._partition
+        assert part is not None, "the protocol admits find_splits only after begin_batch (the partition)"
+        n_nodes = len(part.starts)
         split_mask = np.asarray(arrays["split_mask"])
         _require(split_mask.shape == (n_nodes,), self.name, f"split_mask must have one entry per node ({n_nodes})")
         split_mask = split_mask.astype(bool)
         idx = np.flatnonzero(split_mask)
         owners = np.asarray(arrays["split_owner"]).astype(np.int64)
         _require(owners.shape == idx.shape, self.name, "split_owner must name one owner per split node")
-        lengths = node_byte_lengths(self._partition.starts[idx], self._partition.ends[idx])
+        lengths = node_byte_lengths(part.starts[idx], part.ends[idx])
         pieces = [(owners == my_index, self._own_bits)]
         for key, blob in arrays.items():
             if key.startswith("bits_"):
                 pieces.append((owners == int(key[5:]), blob))
         packed, offsets = scatter_node_bytes(pieces, lengths)
-        self._partition.split(split_mask, packed, offsets)
+        part.split(split_mask, packed, offsets)
         return idx
 
     def _on_find_splits(self, message: Message) -> Message:
         a, h = message.arrays, message.header
         parents = self._apply_previous_splits(a, int(h["party_index"])) if "split_mask" in a else None
         part = self._partition
-        _require(part is not None, self.name, "find_splits before begin_batch")
+        if part is None:
+            raise _refused(self.name, "find_splits before begin_batch")
         feat_global = _indices(a["feat_global"], len(self._global_to_local), self.name, "feat_global")
         feat_local = self._global_to_local[feat_global].astype(np.int32)
         if np.any(feat_local < 0):
@@ -367,15 +382,16 @@ class VerticalParty:
                  "feat_rank must give a non-negative rank per candidate")
         min_leaf = float(h["min_samples_leaf"])
         _require(np.isfinite(min_leaf) and min_leaf >= 0, self.name, "min_samples_leaf must be a number >= 0")
+        binner, codes = self._binned()
         if self._passive_crypto is not None:
             self._candidates = None
             packed, sealed = self._passive_crypto.histograms(
-                self._codes, part.order, part.weight, part.starts, part.ends, feat_ptr, feat_local, feat_rank,
-                self._binner.is_categorical, parents)
+                codes, part.order, part.weight, part.starts, part.ends, feat_ptr, feat_local, feat_rank,
+                binner.is_categorical, parents)
             return Message("encrypted_histograms", {}, {"packed": packed, "sealed": sealed})
         out = find_best_splits(
-            self._codes, part.target, part.order, part.weight, part.starts, part.ends,
-            feat_ptr, feat_local, feat_rank, self._binner.is_categorical, self._n_stats, self._criterion,
+            codes, part.target, part.order, part.weight, part.starts, part.ends,
+            feat_ptr, feat_local, feat_rank, binner.is_categorical, self._n_stats, self._criterion,
             min_leaf, self._n_stats,
         )
         self._candidates, stats = out
@@ -388,11 +404,12 @@ class VerticalParty:
     def _on_evaluate_encrypted(self, message: Message) -> Message:
         """Label holder, encrypted labels: decrypt each passive party's histograms and find its best splits."""
         crypto, part = self._label_crypto, self._partition
-        _require(crypto is not None and part is not None and len(self._level_totals) == len(part.starts),
-                 self.name, "evaluate_encrypted needs an encrypted-label session and this level's find_splits first")
+        if crypto is None or part is None or len(self._level_totals) != len(part.starts):
+            raise _refused(self.name, "evaluate_encrypted needs an encrypted-label session and this level's "
+                                      "find_splits first")
         parties = message.header.get("parties")
-        _require(isinstance(parties, list) and set(parties) <= set(crypto.channels), self.name,
-                 "evaluate_encrypted must name passive parties of this session")
+        if not (isinstance(parties, list) and set(parties) <= set(crypto.channels)):
+            raise _refused(self.name, "evaluate_encrypted must name passive parties of this session")
         min_leaf = float(message.header["min_samples_leaf"])
         node_rows = (part.ends - part.starts).astype(np.int64)
         arrays = {}
@@ -415,15 +432,17 @@ class VerticalParty:
                      and bool(np.all(self._candidates.bin[pos] < 255)), self.name,
                      "a split choice names a feature or bin this party does not have")
         c = self._candidates
-        _require(c is not None and part is not None, self.name, "apply_splits before find_splits")
+        if c is None or part is None:
+            raise _refused(self.name, "apply_splits before find_splits")
         pos = _indices(a["positions"], len(c.gain), self.name, "positions")
         _require(len(np.unique(pos)) == len(pos) and np.asarray(a["tree"]).shape == pos.shape
                  and np.asarray(a["node"]).shape == pos.shape, self.name,
                  "positions must be distinct, with one tree and node id each")
         starts, ends = part.starts[pos], part.ends[pos]
         offsets = offsets_from_lengths(node_byte_lengths(starts, ends))
+        _, codes = self._binned()
         self._own_bits = pack_split_bits(
-            self._codes, part.order, starts, ends, c.feature[pos], c.bin[pos], c.missing_left[pos],
+            codes, part.order, starts, ends, c.feature[pos], c.bin[pos], c.missing_left[pos],
             c.is_categorical[pos], c.cat_bits[pos], offsets,
         )
         self._splits.append(PartySplits(
@@ -447,7 +466,7 @@ class VerticalParty:
         # the model first: a malformed finalize is refused and must leave the batch in progress untouched
         self.model = build_partial_forest(
             a["tree"], a["node"], a["left"], a["right"], int(message.header["n_trees"]),
-            PartySplits.concatenate(self._splits), self._binner,
+            PartySplits.concatenate(self._splits), self._binned()[0],
         )
         self._partition = None
         self._candidates = None
@@ -457,38 +476,51 @@ class VerticalParty:
     # -- prediction -----------------------------------------------------------------------------
     def set_prediction_data(self, frame: pd.DataFrame) -> None:
         """Load the rows to predict (aligned with the other parties'); they never leave this party."""
-        self._predict_X = encode_columns(frame, self.model.column_names, self.model.column_categories)
         m = self.model
+        if m is None:
+            raise NotFittedError(f"party {self.name!r} has no trained or loaded model to predict with")
+        self._predict_X = encode_columns(frame, m.column_names, m.column_categories)
         self._threshold_index = ThresholdIndex(m.feature, m.threshold, m.is_categorical, len(m.column_names))
 
     def _on_predict_leaves(self, message: Message) -> Message:
-        m = self._require_prediction_model()
+        m, predict_X, threshold_index = self._prediction_inputs()
         start, stop = int(message.header["start"]), int(message.header["stop"])
-        _require(0 <= start <= stop <= len(self._predict_X), self.name,
-                 f"rows [{start}, {stop}) outside the {len(self._predict_X)} rows to predict")
+        _require(0 <= start <= stop <= len(predict_X), self.name,
+                 f"rows [{start}, {stop}) outside the {len(predict_X)} rows to predict")
         leaf_offsets, _, slot = m.leaves()
-        X = np.asfortranarray(self._predict_X[start:stop])
-        prefix, missing = self._threshold_index.bitmaps(X)
+        X = np.asfortranarray(predict_X[start:stop])
+        prefix, missing = threshold_index.bitmaps(X)
         sets = leaf_row_sets(
-            X, prefix, missing, self._threshold_index.node_row, m.tree_offsets(), m.left, m.right, m.feature,
+            X, prefix, missing, threshold_index.node_row, m.tree_offsets(), m.left, m.right, m.feature,
             m.missing_left, m.is_categorical, m.cat_bits, leaf_offsets, slot,
         )
         return Message("leaf_sets", {}, {"sets": sets})
 
     def _on_route(self, message: Message) -> Message:
-        m = self._require_prediction_model()
-        rows = _indices(message.arrays["rows"], len(self._predict_X), self.name, "rows")
+        m, predict_X, _ = self._prediction_inputs()
+        rows = _indices(message.arrays["rows"], len(predict_X), self.name, "rows")
         nodes = _indices(message.arrays["nodes"], len(m.feature), self.name, "nodes")
         _require(rows.shape == nodes.shape and bool(np.all(m.feature[nodes] >= 0)), self.name,
                  "route asks about nodes this party does not own")
-        bits = route_step(self._predict_X, rows, nodes, m.feature, m.threshold, m.missing_left,
+        bits = route_step(predict_X, rows, nodes, m.feature, m.threshold, m.missing_left,
                           m.is_categorical, m.cat_bits)
         return Message("route_bits", {}, {"bits": pack_bits(bits)})
 
-    def _require_prediction_model(self) -> PartialForest:
-        if self.model is None or self._predict_X is None:
+    def _prediction_inputs(self) -> tuple[PartialForest, np.ndarray, ThresholdIndex]:
+        """The model, the rows to predict and their threshold index (built with them), or ProtocolError."""
+        if self.model is None or self._predict_X is None or self._threshold_index is None:
             raise ProtocolError(f"party {self.name!r} has no model or no prediction data loaded")
-        return self.model
+        return self.model, self._predict_X, self._threshold_index
+
+    def _binned(self) -> tuple[PartyBinner, np.ndarray]:
+        """The binner and bin codes of this party's features; the protocol has no growth step before setup."""
+        assert self._binner is not None and self._codes is not None, "setup bins the features before growth"
+        return self._binner, self._codes
+
+    def _setup_classes(self) -> np.ndarray:
+        """The label holder's classes (classification); setup finds them before export_labels."""
+        assert self.classes_ is not None, "setup finds the classes before export_labels (classification)"
+        return self.classes_
 
 
 def build_partial_forest(tree, node, left, right, n_trees: int, splits: PartySplits, binner: PartyBinner) -> PartialForest:
