@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 import sys
 from collections import defaultdict
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -51,6 +51,7 @@ class EstimatorBase:
 
     _estimator_type: str | None = None
     _fitted_attribute = ""
+    master_: Any  # set by the setting's fit (or load): the master, whose `params` the model was fitted with
 
     @property
     def params(self) -> Any:
@@ -90,7 +91,7 @@ class EstimatorBase:
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """The constructor parameters by name; with `deep`, also `name__sub` for parameters that are
         estimators themselves."""
-        out = {}
+        out: dict[str, Any] = {}
         for name in self._get_param_names():
             value = getattr(self, name)
             if deep and hasattr(value, "get_params") and not isinstance(value, type):
@@ -146,12 +147,18 @@ class EstimatorBase:
         )
 
 
+class _Predictor(Protocol):
+    """What the mixins' `score` needs of the estimator it is mixed into."""
+
+    def predict(self, X: Any) -> Any: ...
+
+
 class ClassifierMixin:
     """`score` is the accuracy of `predict`; scikit-learn sees a classifier."""
 
-    _estimator_type = "classifier"
+    _estimator_type: str | None = "classifier"
 
-    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+    def score(self: _Predictor, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Mean accuracy of `predict(X)` against `y` (weighted by `sample_weight`); X: what predict takes."""
         return accuracy(y, self.predict(X), sample_weight)
 
@@ -159,9 +166,9 @@ class ClassifierMixin:
 class RegressorMixin:
     """`score` is the coefficient of determination R^2 of `predict`; scikit-learn sees a regressor."""
 
-    _estimator_type = "regressor"
+    _estimator_type: str | None = "regressor"
 
-    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+    def score(self: _Predictor, X: Any, y: Any, sample_weight: Any = None) -> float:
         """R^2 of `predict(X)` against `y` (weighted by `sample_weight`); X is what predict takes."""
         return r2(y, self.predict(X), sample_weight)
 

@@ -47,15 +47,15 @@ def warm_up() -> list[str]:
         fitted.predict(split_vertical(frame.drop(columns=[label]), 2))
         done.append(name)
     ranges = {c: (float(table[c].min()), float(table[c].max())) for c in ("a", "b", "c")}
-    horizontal = [
+    HorizontalEstimator = FederatedExtraTreesClassifier | FederatedExtraTreesRegressor | PPDERTClassifier
+    horizontal: list[tuple[str, HorizontalEstimator, pd.DataFrame, str]] = [
         (f"horizontal extra-trees {privacy}", FederatedExtraTreesClassifier(n_estimators=2, max_depth=4, privacy=privacy),
          classes, "y") for privacy in ("none", "gdp", "ldp")]
     horizontal += [
         ("horizontal extra-trees regression", FederatedExtraTreesRegressor(n_estimators=2, max_depth=4), values, "target"),
         ("horizontal ppd-ert", PPDERTClassifier(n_estimators=2, max_depth=4, feature_ranges=ranges), classes, "y")]
-    for name, model, frame, label in horizontal:
-        fitted = model.fit(split_horizontal(frame, 2, seed=0), label=label)
-        fitted.predict(frame.drop(columns=[label]))
+    for name, estimator, frame, label in horizontal:
+        estimator.fit(split_horizontal(frame, 2, seed=0), label=label).predict(frame.drop(columns=[label]))
         done.append(name)
     return done
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -53,6 +54,9 @@ from fedcore.progress import end_line, progress_bar
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.budget import resolve_budget
 
+if TYPE_CHECKING:
+    from fedcore.privacy.ldp import LabelLDP
+
 
 def party_noise_seed(random_state: int, name: str) -> int:
     """The simulation's stand-in for a party's own secret seed: reproducible per (random_state, party name)."""
@@ -64,6 +68,21 @@ class _HorizontalForest(EstimatorBase):
 
     _task = "classification"
     _fitted_attribute = "model_"
+    # the constructor parameters every horizontal estimator has (`_store_params` sets them)
+    n_estimators: int
+    max_depth: int | None
+    min_samples_split: int
+    min_samples_leaf: int
+    max_features: str | int | float | None
+    criterion: str
+    categories: Mapping[str, Sequence] | None
+    bootstrap: bool
+    tree_batch_size: int | None
+    memory_budget_mb: int | None
+    random_state: int
+    progress: bool
+    record_transcript: bool
+    record_payloads: bool
 
     def _forest_params(self) -> ExtraTreesParams:
         """ExtraTreesParams of the constructor parameters: the one place they are checked."""
@@ -175,6 +194,10 @@ class _HorizontalForest(EstimatorBase):
 class _FETBase(_HorizontalForest):
     """Federated Extra-Trees estimators."""
 
+    privacy: str
+    epsilon: float
+    ldp: LabelLDP | None
+
     def __init__(self, n_estimators: int = 100, *, max_depth: int | None = None, min_samples_split: int = 2,
                  min_samples_leaf: int = 1, max_features: str | int | float | None = "sqrt",
                  criterion: str = "gini", privacy: str = "none", epsilon: float = 1.0, ldp=None,
@@ -190,7 +213,7 @@ class _FETBase(_HorizontalForest):
             from fedcore.privacy.laplace import check_epsilon
 
             self._epsilon = check_epsilon(self.epsilon)
-        self._ldp = self.ldp
+        self._ldp: LabelLDP | None = self.ldp
         if self._privacy == "ldp" and self.ldp is None:
             from fedcore.privacy.ldp import LabelLDP
 
@@ -198,7 +221,12 @@ class _FETBase(_HorizontalForest):
 
     def _check_before_fit(self, schema, frames) -> None:
         if self._privacy == "ldp":
-            self._ldp.check_classes(schema.n_classes)
+            self._label_ldp().check_classes(schema.n_classes)
+
+    def _label_ldp(self) -> LabelLDP:
+        """The label LDP mechanism of privacy "ldp" (`_check_settings` makes a default one if none given)."""
+        assert self._ldp is not None, "privacy 'ldp' always has a mechanism after _check_settings"
+        return self._ldp
 
     def _make_parties(self, frames, schema):
         return [HorizontalParty(name, frame, schema, privacy=self._privacy, epsilon=self._epsilon, ldp=self._ldp,
@@ -222,7 +250,7 @@ class _FETBase(_HorizontalForest):
             report["epsilon"] = None
             report["composed_epsilon"] = None
         elif self._privacy == "gdp":
-            spent = [p.accountant.to_dict() for p in self.parties_]
+            spent = [p.privacy_spent() for p in self.parties_]
             worst = max(spent, key=lambda s: s["total_epsilon"])
             report.update({
                 "label_statistics": "per-party Laplace-noised branch counts",
@@ -234,9 +262,9 @@ class _FETBase(_HorizontalForest):
                 "parties": {p.name: s for p, s in zip(self.parties_, spent, strict=True)},
             })
         else:
-            eps = self._ldp.epsilon()
+            eps = self._label_ldp().epsilon()
             reports = max(p.reports_per_row for p in self.parties_)
-            ldp = self.parties_[0].ldp
+            ldp = self.parties_[0].label_ldp()
             if ldp.mechanism == "krr":
                 statistics = "per-party counts of k-ary randomized-response class reports, plus plain branch sizes"
                 composition = "k-RR: each sample's report is drawn once and reused: epsilon_krr for any number"
@@ -261,7 +289,7 @@ class _FETBase(_HorizontalForest):
         return report
 
 
-class _Classifier(ClassifierMixin):
+class _Classifier(ClassifierMixin, _HorizontalForest):
     """Class predictions of a fitted horizontal classifier (FET or PPD-ERT)."""
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
@@ -308,6 +336,11 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
     """PPD-ERT classification: shared-seed candidate splits in declared domains, securely aggregated counts."""
 
     _task = "classification"
+    feature_ranges: Mapping[str, tuple[float, float]] | None
+    allow_data_ranges: bool
+    secure_aggregation: bool
+    thresholds: str
+    threshold_cells: int
 
     def __init__(self, n_estimators: int = 100, *, feature_ranges: Mapping[str, tuple[float, float]] | None = None,
                  allow_data_ranges: bool = False, max_depth: int | None = None, min_samples_split: int = 2,

@@ -16,6 +16,7 @@ import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
+from typing import Self
 
 import numpy as np
 import pandas as pd
@@ -52,6 +53,14 @@ class _FederatedForest(EstimatorBase):
 
     _task = "classification"
     _fitted_attribute = "master_"
+    master_: VerticalMaster
+    # constructor parameters read by name (`_store_params` sets them all; FOREST_PARAMS are read by getattr)
+    label_key: AdditivePrivateKey | None
+    prediction: str
+    predict_batch_rows: int
+    progress: bool
+    record_transcript: bool
+    record_payloads: bool
 
     def __init__(
         self,
@@ -85,7 +94,7 @@ class _FederatedForest(EstimatorBase):
         """ForestParams of the constructor parameters: the one place they are checked."""
         return ForestParams(task=self._task, **{name: getattr(self, name) for name in FOREST_PARAMS})
 
-    def fit(self, parties: PartyFrames, label: str) -> _FederatedForest:
+    def fit(self, parties: PartyFrames, label: str) -> Self:
         """Train on party DataFrames (aligned rows, disjoint columns); the one holding `label` is active."""
         params = self._forest_params()
         frames = named_parties(parties)
@@ -119,7 +128,8 @@ class _FederatedForest(EstimatorBase):
     def _predict_values(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:
         check_fitted(self)
         frames = named_parties(parties)
-        n_rows = validate_prediction_parties(frames, {p.name: p.model.column_names for p in self.parties_})
+        columns = {p.name: p.trained_model.column_names for p in self.parties_}
+        n_rows = validate_prediction_parties(frames, columns)
         for party in self.parties_:
             party.set_prediction_data(frames[party.name])
         return self.master_.predict_values(n_rows, method or self.prediction, self.predict_batch_rows)
@@ -145,7 +155,7 @@ class _FederatedForest(EstimatorBase):
     def feature_names_in_(self) -> np.ndarray:
         """The parties' feature columns, party after party (the order of the assembled importances)."""
         check_fitted(self)
-        return np.array([c for p in self.parties_ for c in p.model.column_names], dtype=object)
+        return np.array([c for p in self.parties_ for c in p.trained_model.column_names], dtype=object)
 
     @property
     def feature_importances_(self) -> dict[str, pd.Series]:
@@ -162,13 +172,14 @@ class _FederatedForest(EstimatorBase):
         `pd.concat(model.feature_importances_.values())` (in `feature_names_in_` order), which sums to 1.
         """
         check_fitted(self)
-        s = self.master_.structure
+        s = self.master_.trained_structure
         decrease = node_impurity_decrease(s.tree, s.left, s.right, s.weight, s.value, self.params_.criterion,
                                           s.n_trees)
-        return {p.name: pd.Series(impurity_importances(decrease, s.tree, s.n_trees, p.model.feature,
-                                                       len(p.model.column_names)),
-                                  index=pd.Index(p.model.column_names), name="importance")
-                for p in self.parties_}
+        models = {p.name: p.trained_model for p in self.parties_}
+        return {name: pd.Series(impurity_importances(decrease, s.tree, s.n_trees, m.feature,
+                                                     len(m.column_names)),
+                                index=pd.Index(m.column_names), name="importance")
+                for name, m in models.items()}
 
     def save(self, path) -> None:
         """Write the master's table, each party's partial model and a manifest to directory `path`."""
@@ -197,7 +208,9 @@ class FederatedForestClassifier(ClassifierMixin, _FederatedForest):
     @property
     def classes_(self) -> np.ndarray:
         """Class labels, as known to the label holder."""
-        return self.label_holder_.classes_
+        classes = self.label_holder_.classes_
+        assert classes is not None, "a fitted (or loaded) classifier's label holder has its classes"
+        return classes
 
 
 class FederatedForestRegressor(RegressorMixin, _FederatedForest):

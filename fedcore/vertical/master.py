@@ -75,6 +75,20 @@ class VerticalMaster(LevelStrategy):
         self.grower: LevelwiseGrower | None = None  # the last fit's (its batch plan)
         self.structure: ForestStructure | None = None
 
+    @property
+    def federation(self) -> FederationInfo:
+        """The parties, label holder and features that `setup` found; ProtocolError before it."""
+        if self.info is None:
+            raise ProtocolError("the master has not set up the federation")
+        return self.info
+
+    @property
+    def trained_structure(self) -> ForestStructure:
+        """The structure of the trained (or loaded) forest; ProtocolError before it."""
+        if self.structure is None:
+            raise ProtocolError("the master has no trained forest")
+        return self.structure
+
     # -- setup ----------------------------------------------------------------------------------
     def setup(self) -> FederationInfo:
         """Ask every party to bin its data and name its features; share the encoded labels (with encrypted labels,
@@ -137,7 +151,7 @@ class VerticalMaster(LevelStrategy):
     def memory_costs(self) -> list[tuple[int, int]]:
         """(bytes per tree of a batch, budget) of every party and of the master (`fedcore.trees.budget`).
         A party that reported no budget is planned with the master's."""
-        p, info = self.params, self.info
+        p, info = self.params, self.federation
         own = self.memory_budget or resolve_budget(p.memory_budget_mb)
         nodes = level_nodes(p.depth_limit, info.n_rows // p.min_samples_leaf)
         return role_costs(dict.fromkeys(info.parties, info.n_rows), info.memory_budgets or {},
@@ -150,14 +164,13 @@ class VerticalMaster(LevelStrategy):
         request), and batches before `resume_from` are loaded instead of grown: the parties must have
         restored theirs (`VerticalSession.train` arranges both).
         """
-        if self.info is None:
-            self.setup()
+        info = self.info if self.info is not None else self.setup()
         p = self.params
         # the worst-case model must fit where it is held, before any tree grows (the simulator holds every
         # party's copy too)
-        check_model_fits(p, self.info.n_rows, available_bytes(),
-                         n_outputs=max(1, self.info.n_classes) if p.task == "classification" else 1,
-                         colocated_parties=len(self.info.parties) if self.shared_budget is not None else 0)
+        check_model_fits(p, info.n_rows, available_bytes(),
+                         n_outputs=max(1, info.n_classes) if p.task == "classification" else 1,
+                         colocated_parties=len(info.parties) if self.shared_budget is not None else 0)
         self._stopping = StoppingRules.of(p)
         self.grower = self._grower()
         records, save_batch = self.grower.grow(checkpoints, resume_from)
@@ -167,12 +180,12 @@ class VerticalMaster(LevelStrategy):
         if save_batch is not None:
             header["save_batch"] = save_batch
         structure = Message("finalize", header, {"tree": s.tree, "node": s.node, "left": s.left, "right": s.right})
-        self.transport.exchange(dict.fromkeys(self.info.parties, structure))
+        self.transport.exchange(dict.fromkeys(info.parties, structure))
         return self.structure
 
     def _sample_features(self, open_tree: np.ndarray, depth: int) -> np.ndarray:
         """Candidate global feature indices per open node, sorted ascending: (n_open, k)."""
-        p, n_features = self.params, len(self.info.feature_ids)
+        p, n_features = self.params, len(self.federation.feature_ids)
         k = p.n_candidate_features(n_features)
         out = np.empty((len(open_tree), k), dtype=np.int64)
         bounds = np.flatnonzero(np.diff(open_tree, prepend=-1, append=-1))
@@ -189,10 +202,12 @@ class VerticalMaster(LevelStrategy):
 
     def open_batch(self, trees: list[int], save_batch: int | None) -> None:
         """Every party draws the batch's bootstrap samples; `save_batch`: checkpoint the batch before."""
-        header = {"trees": trees, "seed": self.params.random_state, "n_draws": self.params.n_draws(self.info.n_rows)}
+        info = self.federation
+        header = {"trees": trees, "seed": self.params.random_state,
+                  "n_draws": self.params.n_draws(info.n_rows)}
         if save_batch is not None:
             header["save_batch"] = save_batch  # parties checkpoint the batch they just finished
-        self.transport.exchange({name: Message("begin_batch", header) for name in self.info.parties})
+        self.transport.exchange({name: Message("begin_batch", header) for name in info.parties})
         self._first_tree = trees[0]
         self._root_weight = np.zeros(len(trees))
         self._previous: dict[str, np.ndarray] | None = None
@@ -202,7 +217,7 @@ class VerticalMaster(LevelStrategy):
         """Every party proposes its best split per open node (on its sampled candidate features); the best
         over parties wins, ties to the lowest candidate rank. The label holder's statistics give the nodes'
         weights and values."""
-        p, info = self.params, self.info
+        p, info = self.params, self.federation
         parties = info.parties
         n_open = len(open_tree)
         can_split = self._stopping.may_split(depth)
@@ -254,7 +269,7 @@ class VerticalMaster(LevelStrategy):
         """The owners of the chosen splits partition their rows and send the partition bitmaps, which the
         next level's requests relay to the other parties."""
         open_tree, open_node, owner = self._open
-        parties = self.info.parties
+        parties = self.federation.parties
         split_owner = owner[split_idx]
         apply_requests = {}
         for index, name in enumerate(parties):
@@ -262,7 +277,7 @@ class VerticalMaster(LevelStrategy):
             if len(mine):
                 apply_requests[name] = Message("apply_splits", {}, {
                     "positions": mine.astype(np.int64), "tree": open_tree[mine], "node": open_node[mine]})
-                if self._choices is not None and name != self.info.label_holder:
+                if self._choices is not None and name != self.federation.label_holder:
                     apply_requests[name].arrays["choice"] = self._choices[name][mine]
         apply_replies = self.transport.exchange(apply_requests)
         self._blobs = {parties.index(name): r.arrays["bits"] for name, r in apply_replies.items()}
@@ -271,8 +286,8 @@ class VerticalMaster(LevelStrategy):
     def _evaluate_encrypted(self, replies: dict[str, Message]) -> dict[str, np.ndarray]:
         """Encrypted labels: the label holder scores the passive parties' encrypted histograms. Their gains and
         ranks join the replies as in plain mode; the sealed split choices per node are returned."""
-        holder = self.info.label_holder
-        passive = [name for name in self.info.parties if name != holder]
+        holder = self.federation.label_holder
+        passive = [name for name in self.federation.parties if name != holder]
         arrays = {}
         for name in passive:
             arrays[f"packed_{name}"] = replies[name].arrays["packed"]
@@ -292,11 +307,9 @@ class VerticalMaster(LevelStrategy):
         per round. "auto" takes one-round unless the forest has more than ONE_ROUND_MAX_LEAVES leaves,
         where leaf sets would outweigh depth-many small rounds. Both give identical outputs.
         """
-        if self.structure is None:
-            raise ProtocolError("the master has no trained forest")
+        s = self.trained_structure
         if method not in ("auto", "one-round", "node-by-node"):
             raise ValueError(f"method must be 'auto', 'one-round' or 'node-by-node', got {method!r}")
-        s = self.structure
         leaf_offsets, leaf_nodes, _ = s.leaves()
         if method == "auto":
             method = "one-round" if len(leaf_nodes) <= ONE_ROUND_MAX_LEAVES else "node-by-node"
@@ -314,9 +327,10 @@ class VerticalMaster(LevelStrategy):
         return out
 
     def _one_round_leaves(self, start: int, stop: int, leaf_offsets: np.ndarray, leaf_nodes: np.ndarray) -> np.ndarray:
+        parties = self.federation.parties
         replies = self.transport.exchange({
-            name: Message("predict_leaves", {"start": start, "stop": stop}) for name in self.info.parties})
-        sets = [replies[name].arrays["sets"] for name in self.info.parties]
+            name: Message("predict_leaves", {"start": start, "stop": stop}) for name in parties})
+        sets = [replies[name].arrays["sets"] for name in parties]
         combined = sets[0].copy()
         for other in sets[1:]:
             np.bitwise_and(combined, other, out=combined)
@@ -326,7 +340,7 @@ class VerticalMaster(LevelStrategy):
         return leaf_nodes[leaf_offsets[:-1][None, :] + slots]
 
     def _node_by_node_leaves(self, start: int, stop: int) -> np.ndarray:
-        s = self.structure
+        s = self.trained_structure
         offsets = s.tree_offsets()
         n = stop - start
         current = np.broadcast_to(offsets[:-1], (n, s.n_trees)).copy()
@@ -337,7 +351,7 @@ class VerticalMaster(LevelStrategy):
                 return current
             owner = s.owner[current]
             requests, masks = {}, {}
-            for index, name in enumerate(self.info.parties):
+            for index, name in enumerate(self.federation.parties):
                 mask = internal & (owner == index)
                 if mask.any():
                     masks[name] = mask

@@ -474,11 +474,16 @@ class VerticalParty:
         return Message("ack", {"owned_nodes": int(np.sum(self.model.feature >= 0))})
 
     # -- prediction -----------------------------------------------------------------------------
+    @property
+    def trained_model(self) -> PartialForest:
+        """This party's partial forest; NotFittedError before training finalizes it or a load sets it."""
+        if self.model is None:
+            raise NotFittedError(f"party {self.name!r} has no trained or loaded model")
+        return self.model
+
     def set_prediction_data(self, frame: pd.DataFrame) -> None:
         """Load the rows to predict (aligned with the other parties'); they never leave this party."""
-        m = self.model
-        if m is None:
-            raise NotFittedError(f"party {self.name!r} has no trained or loaded model to predict with")
+        m = self.trained_model
         self._predict_X = encode_columns(frame, m.column_names, m.column_categories)
         self._threshold_index = ThresholdIndex(m.feature, m.threshold, m.is_categorical, len(m.column_names))
 

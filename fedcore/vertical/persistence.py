@@ -145,7 +145,7 @@ def _check_kind(manifest: dict, cls: type, source: Path) -> None:
 def _check_consistent(structure: Any, parties: list[VerticalParty], source: Path) -> None:
     """Every party's partial forest must share the master's structure and own exactly the master's nodes."""
     for index, party in enumerate(parties):
-        m = party.model
+        m = party.trained_model
         for field in ("tree", "node", "left", "right"):
             if not np.array_equal(getattr(m, field), getattr(structure, field)):
                 raise ArtifactError(f"{source}: party {party.name!r}'s table disagrees with master.arrow on '{field}'")

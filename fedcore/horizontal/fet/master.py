@@ -31,6 +31,7 @@ alone (`noise_follows_batches`), and a resumed run keeps the plan its checkpoint
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -54,6 +55,9 @@ from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
 
+if TYPE_CHECKING:
+    from fedcore.privacy.ldp import LabelLDP
+
 SUM_BITS = 52
 """Quantised target sums stay below 2**SUM_BITS: exact in float64 and in int64."""
 MAX_TARGET_BITS = 40
@@ -67,14 +71,15 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
     algorithm = EXTRA_TREES.id
 
     def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema, *,
-                 privacy: str = "none", ldp=None, progress: ProgressCallback | None = None,
+                 privacy: str = "none", ldp: LabelLDP | None = None, progress: ProgressCallback | None = None,
                  memory_budget: int | None = None) -> None:
         super().__init__(transport, params, schema, progress, memory_budget)
         self.privacy = privacy
         self.noise_follows_batches = privacy in ("gdp", "ldp")
         self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None  # n_bits fixed for the classes
         if privacy == "ldp":  # a leaf's classes are estimated from its rows' reports: not from too few
-            self.min_samples_leaf = max(params.min_samples_leaf, self.ldp.leaf_floor(schema.n_classes))
+            floor = self._label_ldp().leaf_floor(schema.n_classes)
+            self.min_samples_leaf = max(params.min_samples_leaf, floor)
         self.n_rows = 0
         self.q_bits = 0  # |q| <= 2**q_bits
         self.q_shift = 0  # q = round(y * 2**q_shift)
@@ -150,21 +155,30 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         """LDP: sum the parties' bit sums and exact branch sizes, and estimate class counts of the branches
         that can matter: candidates with both sides of at least min_samples_leaf rows (the others cannot
         split), and at the roots candidate 0, whose branches give the root's own counts."""
-        n_bits = self.ldp.bits_for(self.schema.n_classes)
+        ldp = self._label_ldp()
+        n_bits = ldp.bits_for(self.schema.n_classes)
         parts = {name: {field: _reply_array(replies, name, "fet_bit_sums", field, (*shape, 2, n_bits)[:ndim])
                         for field, ndim in (("bit_sums", 4), ("sizes", 3))} for name in self.parties}
         for name, arrays in parts.items():
             for field, part in arrays.items():
                 if not np.issubdtype(part.dtype, np.integer):
                     raise ProtocolError(f"party {name!r}: fet_bit_sums.{field} must be integer counts, got {part.dtype}")
-        sizes = sum(arrays["sizes"].astype(np.int64) for arrays in parts.values())
+        # typeshed's sum may return 0 (an empty iterable); there is always a party
+        sizes = cast(np.ndarray, sum(arrays["sizes"].astype(np.int64) for arrays in parts.values()))
         needed = valid & (sizes.min(axis=-1) >= self.min_samples_leaf)
         if depth == 0:
             needed[:, 0] = True
         bit_sums = sum(arrays["bit_sums"][needed].astype(np.int64) for arrays in parts.values())  # needed only
         branch = np.zeros((*shape, 2, self.n_stats))
-        branch[needed] = self.ldp.estimate_counts(bit_sums, sizes[needed], self.schema.n_classes)
+        branch[needed] = ldp.estimate_counts(bit_sums, sizes[needed], self.schema.n_classes)
         return branch, sizes
+
+    def _label_ldp(self) -> LabelLDP:
+        """The label LDP mechanism (privacy "ldp"), sized for the schema's classes."""
+        if self.ldp is None:
+            raise ParameterError(f"privacy {self.privacy!r}: the master needs the label LDP mechanism "
+                                 "(ldp=...)")
+        return self.ldp
 
     def _aggregate(self, replies: dict[str, Message], shape: tuple[int, int]) -> np.ndarray:
         """Sum the parties' branch statistics (plain or gdp): (A, k, 2, S) float64."""

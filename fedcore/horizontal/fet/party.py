@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import logging
 import secrets
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from fedcore.algorithms import EXTRA_TREES
-from fedcore.errors import ProtocolError
+from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.rows import PartyRows, check_hello, narrow, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
@@ -35,6 +36,10 @@ from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message
 from fedcore.randomness import stream
 from fedcore.trees.budget import default_budget
+
+if TYPE_CHECKING:
+    from fedcore.privacy.laplace import PrivacyAccountant
+    from fedcore.privacy.ldp import LabelLDP
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +74,7 @@ class HorizontalParty:
     protocol = FET_PROTOCOL
 
     def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema, *, privacy: str = "none",
-                 epsilon: float = 1.0, ldp=None, noise_seed: int | None = None,
+                 epsilon: float = 1.0, ldp: LabelLDP | None = None, noise_seed: int | None = None,
                  memory_budget: int | None = None) -> None:
         """`memory_budget`: bytes this party grows tree batches in (default: a share of its available
         memory), reported in `hello_reply` so the master's batches fit (`fedcore.trees.budget`)."""
@@ -83,7 +88,7 @@ class HorizontalParty:
         self.rows = PartyRows(name, frame, schema)
         self.X, self.y, self.n_rows = self.rows.X, self.rows.y, self.rows.n_rows
         self.model: HorizontalForest | None = None
-        self.accountant = None
+        self.accountant: PrivacyAccountant | None = None
         self.reports_per_row = 0  # LDP: instant reports the busiest row has sent
         self.reports = 0  # noise reports so far: the noise streams are keyed by this count
         self._q: np.ndarray | None = None
@@ -112,15 +117,16 @@ class HorizontalParty:
         if h.get("privacy") != self.privacy:
             raise ProtocolError(f"party {self.name!r} is configured for privacy={self.privacy!r}, the master asked "
                                 f"for {h.get('privacy')!r}; the party's own setting wins: reconfigure the master")
-        header = {"n_rows": self.n_rows, "memory_budget": self.memory_budget or default_budget()}
+        header: dict[str, object] = {"n_rows": self.n_rows,
+                                     "memory_budget": self.memory_budget or default_budget()}
         if self.schema.task == "regression":
             largest = float(np.abs(self.y).max()) if self.n_rows else 0.0
             header["y_exponent"] = int(np.frexp(largest)[1])  # |y| < 2**y_exponent: a power of two, not a value
         if self.privacy == "gdp":
             header["epsilon"] = self.epsilon  # the noise scale is public: the master weighs noisy counts by it
         if self.privacy == "ldp":
-            self._permanent = self.ldp.permanent_bits(self.y, self.schema.n_classes,
-                                                      stream(self.noise_seed, "ldp_permanent"))
+            self._permanent = self.label_ldp().permanent_bits(self.y, self.schema.n_classes,
+                                                              stream(self.noise_seed, "ldp_permanent"))
         return Message("hello_reply", header)
 
     # -- growth ---------------------------------------------------------------------------------
@@ -178,15 +184,18 @@ class HorizontalParty:
         # per row: one query per candidate per tree it is active in (branches are disjoint: parallel)
         queries = counts.shape[1] * self.rows.partition.active_slots_per_row()
         if queries:
+            assert self.accountant is not None, "privacy 'gdp' makes the accountant in __init__"
             self.accountant.spend(self.epsilon, queries=queries)
         return Message("fet_noisy_counts", {}, {"counts": noisy})
 
     def _ldp_reply(self) -> Message:
         n_open, k = self.rows.features.shape
-        n_bits = self.ldp.bits_for(self.schema.n_classes)
+        ldp, permanent = self.label_ldp(), self._permanent
+        assert permanent is not None, "hello draws the permanent responses before any fet_stats"
+        n_bits = ldp.bits_for(self.schema.n_classes)
         # one fresh report per row and tree, added to the branch it takes under each candidate
-        sums, sizes = self.rows.ldp_report_sums(self.ldp, self._permanent, stream(self.noise_seed, "ldp_instant",
-                                                                                   self.reports))
+        sums, sizes = self.rows.ldp_report_sums(ldp, permanent,
+                                                stream(self.noise_seed, "ldp_instant", self.reports))
         self.reports_per_row += self.rows.partition.active_slots_per_row()
         # the narrowest unsigned type that holds the largest size: deep levels send bytes, not int64s
         wire = np.min_scalar_type(int(sizes.max()) if sizes.size else 0)
@@ -202,7 +211,15 @@ class HorizontalParty:
     def privacy_spent(self) -> dict:
         """What this party has released, in its own accounting."""
         if self.privacy == "gdp":
+            assert self.accountant is not None, "privacy 'gdp' makes the accountant in __init__"
             return self.accountant.to_dict()
         if self.privacy == "ldp":
-            return {"reports_per_row": self.reports_per_row, **self.ldp.epsilon()}
+            return {"reports_per_row": self.reports_per_row, **self.label_ldp().epsilon()}
         return {}
+
+    def label_ldp(self) -> LabelLDP:
+        """The label LDP mechanism (privacy "ldp"), sized for the schema's classes."""
+        if self.ldp is None:
+            raise ParameterError(f"privacy {self.privacy!r}: party {self.name!r} needs the label LDP "
+                                 "mechanism (ldp=...)")
+        return self.ldp
