@@ -7,9 +7,10 @@ Contracts are documents the consortium agrees on, not data: comparing them revea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from fedcore.contracts.model import DataContract
+from fedcore.contracts.model import DataContract, LabelSpec
 from fedcore.errors import ContractMismatch
 
 NUMERIC = ("float", "int")
@@ -40,7 +41,8 @@ class SharedSchema:
         if missing:
             raise ContractMismatch(f"PPD-ERT draws thresholds from declared domains: declare min and max for "
                                    f"column(s) {missing} in every institution's contract")
-        return {c.name: (c.low, c.high) for c in self.columns if c.dtype in NUMERIC}
+        return {c.name: (c.low, c.high) for c in self.columns
+                if c.dtype in NUMERIC and c.low is not None and c.high is not None}  # all: checked above
 
 
 def shared_schema(contracts: dict[str, DataContract]) -> SharedSchema:
@@ -49,10 +51,13 @@ def shared_schema(contracts: dict[str, DataContract]) -> SharedSchema:
     if not contracts:
         raise ContractMismatch("a horizontal federation needs a data contract at every institution")
     (first_name, first), *others = contracts.items()
+    labels: dict[str, LabelSpec] = {}
     for name, contract in contracts.items():
         if contract.label is None:
             raise ContractMismatch(f"institution {name!r}: its contract declares no label; in a horizontal "
                                    "federation every institution holds the label")
+        labels[name] = contract.label
+    first_label = labels[first_name]
     reference = {c.name: c for c in first.columns}
     for name, contract in others:
         columns = {c.name: c for c in contract.columns}
@@ -72,13 +77,14 @@ def shared_schema(contracts: dict[str, DataContract]) -> SharedSchema:
                     f"institution {name!r}, column {column.name!r}: categories {sorted(map(str, theirs.categories or []))}"
                     f", but {first_name!r} declares {sorted(map(str, column.categories))}; declare the same "
                     "categories everywhere (a category an institution never sees is fine)")
-        if contract.label.column != first.label.column:
-            raise ContractMismatch(f"institution {name!r}: label column {contract.label.column!r}, but {first_name!r} "
-                                   f"declares {first.label.column!r}")
-        ours, theirs = first.label.classes, contract.label.classes
-        if (ours is None) != (theirs is None) or (ours is not None and set(map(str, ours)) != set(map(str, theirs))):
-            only_ours = sorted(set(map(str, ours or [])) - set(map(str, theirs or [])))
-            only_theirs = sorted(set(map(str, theirs or [])) - set(map(str, ours or [])))
+        if labels[name].column != first_label.column:
+            raise ContractMismatch(f"institution {name!r}: label column {labels[name].column!r}, but "
+                                   f"{first_name!r} declares {first_label.column!r}")
+        our_classes, their_classes = first_label.classes, labels[name].classes
+        if (our_classes is None) != (their_classes is None) or set(map(str, our_classes or [])) != set(
+                map(str, their_classes or [])):
+            only_ours = sorted(set(map(str, our_classes or [])) - set(map(str, their_classes or [])))
+            only_theirs = sorted(set(map(str, their_classes or [])) - set(map(str, our_classes or [])))
             raise ContractMismatch(
                 f"institution {name!r}: label classes differ from {first_name!r} (only at {first_name!r}: "
                 f"{only_ours}; only at {name!r}: {only_theirs}); every contract must declare every class of "
@@ -90,6 +96,12 @@ def shared_schema(contracts: dict[str, DataContract]) -> SharedSchema:
         shared.append(SharedColumn(
             name=column.name, dtype=column.dtype,
             categories=tuple(sorted(map(str, column.categories))) if column.categories is not None else None,
-            low=min(lows) if None not in lows else None, high=max(highs) if None not in highs else None))
-    classes = tuple(sorted(first.label.classes, key=str)) if first.label.classes is not None else None
-    return SharedSchema(columns=tuple(shared), label=first.label.column, classes=classes)
+            low=_hull_end(lows, min), high=_hull_end(highs, max)))
+    classes = tuple(sorted(first_label.classes, key=str)) if first_label.classes is not None else None
+    return SharedSchema(columns=tuple(shared), label=first_label.column, classes=classes)
+
+
+def _hull_end(bounds: list[float | None], end: Callable[[list[float]], float]) -> float | None:
+    """`end` (min or max) of the contracts' bounds of a column, or None when a contract declares none."""
+    declared = [b for b in bounds if b is not None]
+    return end(declared) if len(declared) == len(bounds) else None

@@ -137,10 +137,10 @@ def build_suite(contract: DataContract, include_label: bool = True) -> Expectati
             specs.append(("ExpectColumnValuesToBeInSet", {"value_set": list(column.categories)}, column.name,
                           _set_text(column.categories)))
     expectations = []
-    for index, (class_name, kwargs, column, expected) in enumerate(specs):
-        if column is not None:
-            kwargs = {"column": column, **kwargs}
-        meta = {_META: {"index": index, "column": column, "expected": expected}}
+    for index, (class_name, kwargs, column_name, expected) in enumerate(specs):
+        if column_name is not None:
+            kwargs = {"column": column_name, **kwargs}
+        meta = {_META: {"index": index, "column": column_name, "expected": expected}}
         expectations.append(getattr(gxe, class_name)(**kwargs, meta=meta))
     # Passed to the constructor: `suite.add_expectation` needs an active data context in GX 1.24.
     suite = gx.ExpectationSuite(name=f"{contract.name}-v{contract.version}", expectations=expectations)
@@ -151,7 +151,7 @@ def build_suite(contract: DataContract, include_label: bool = True) -> Expectati
 
 
 def _presence(column: str, nullable: bool) -> list[tuple[str, dict, str, str]]:
-    specs = [("ExpectColumnToExist", {}, column, "")]
+    specs: list[tuple[str, dict, str, str]] = [("ExpectColumnToExist", {}, column, "")]
     if not nullable:
         specs.append(("ExpectColumnValuesToNotBeNull", {}, column, ""))
     return specs

@@ -25,10 +25,12 @@ def engine_schema(shared: SharedSchema, task: str) -> HorizontalSchema:
             raise ContractMismatch(f"column {column.name!r} is dtype {column.dtype!r} without declared categories: "
                                    "a horizontal federation encodes text columns by their agreed categories, so "
                                    "declare 'categories' in every contract (or drop the column)")
-    if task == "classification" and not shared.classes:
-        raise ContractMismatch(f"label {shared.label!r}: a classification federation needs the classes declared "
-                               "in every contract (label: {column: ..., classes: [...]})")
-    classes = tuple(sorted(shared.classes, key=str)) if task == "classification" else None
+    classes = None
+    if task == "classification":
+        if not shared.classes:
+            raise ContractMismatch(f"label {shared.label!r}: a classification federation needs the classes "
+                                   "declared in every contract (label: {column: ..., classes: [...]})")
+        classes = tuple(sorted(shared.classes, key=str))
     return HorizontalSchema(columns=tuple(columns), label=shared.label, task=task, classes=classes)
 
 

@@ -157,7 +157,7 @@ class PartyRows:
             raise ProtocolError(f"party {self.name!r}: the request covers {n_open} open nodes, "
                                 f"{self.partition.n_open} are open")
 
-    def _args(self) -> tuple[np.ndarray, ...]:
+    def _args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(order, starts, ends, X): the partition and rows every counting kernel reads."""
         part = self.partition
         return part.order, part.starts, part.ends, self.X

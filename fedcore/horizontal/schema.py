@@ -22,7 +22,7 @@ import pandas as pd
 
 from fedcore.data.binning import category_strings
 from fedcore.data.numbers import numeric_values
-from fedcore.errors import ColumnNotFoundError, LabelError
+from fedcore.errors import ColumnNotFoundError, InputError, LabelError
 
 NUMERIC = "numeric"
 CATEGORICAL = "categorical"
@@ -40,6 +40,13 @@ class ColumnSpec:
     def is_categorical(self) -> bool:
         """True for categorical columns (thresholds are over category codes)."""
         return self.kind == CATEGORICAL
+
+    @property
+    def category_list(self) -> tuple[str, ...]:
+        """The agreed categories of a categorical column (InputError for a column without them)."""
+        if self.categories is None:
+            raise InputError(f"column {self.name!r} has no agreed category list")
+        return self.categories
 
 
 @dataclass(frozen=True)
@@ -99,7 +106,7 @@ class HorizontalSchema:
         high = np.full(self.n_features, np.nan)
         for j, c in enumerate(self.columns):
             if c.is_categorical:
-                low[j], high[j] = 0.0, float(max(len(c.categories) - 1, 0))
+                low[j], high[j] = 0.0, float(max(len(c.category_list) - 1, 0))
         return low, high
 
     # -- encoding (party side) -------------------------------------------------------------------
@@ -113,8 +120,11 @@ class HorizontalSchema:
         for j, column in enumerate(self.columns):
             series = frame[column.name]
             if column.is_categorical:
-                values = category_strings(series).to_numpy(dtype=object, na_value=None)
-                codes = pd.Index(list(column.categories), dtype=object).get_indexer(values)  # unknown, missing: -1
+                # na_value=None is valid pandas; pandas-stubs do not list it
+                values = category_strings(series).to_numpy(  # type: ignore[call-overload]  # pandas-stubs gap
+                    dtype=object, na_value=None)
+                categories = pd.Index(list(column.category_list), dtype=object)
+                codes = categories.get_indexer(values)  # unknown, missing: -1
                 X[:, j] = np.where(codes < 0, np.nan, codes.astype(np.float64))
             else:
                 X[:, j] = numeric_values(series)
@@ -124,6 +134,8 @@ class HorizontalSchema:
         """Class codes (int64) for classification, float64 targets for regression."""
         if self.task == "regression":
             return numeric_values(series, "label")
+        if self.classes is None:
+            raise LabelError(f"label {self.label!r}: a classification schema needs the agreed classes")
         codes = pd.Index(list(self.classes)).get_indexer(series.to_numpy())
         if np.any(codes < 0):
             unknown = sorted({repr(v) for v in series[codes < 0].tolist()})[:5]

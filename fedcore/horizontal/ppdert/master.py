@@ -4,6 +4,7 @@ sums the parties' masked counts of the seed-shared candidates (see the package d
 from __future__ import annotations
 
 import hashlib
+from typing import cast
 
 import numpy as np
 
@@ -118,7 +119,9 @@ class PPDERTMaster(BranchStatsLevels):
             thresholds, valid = domain_thresholds(features, u, self.low, self.high), np.ones(features.shape, dtype=bool)
             counts = self._sum("ppdert_level", header, arrays, self.mask_bits)
         else:
-            grid_low, grid_high = self._boxes.grid(features)
+            boxes = self._boxes
+            assert boxes is not None, "histogram thresholds: the batch's first level made the root boxes"
+            grid_low, grid_high = boxes.grid(features)
             header["n_cells"] = self.n_cells
             arrays.update(grid_low=grid_low, grid_high=grid_high)
             cells = self._sum("ppdert_cells", header, arrays, CELL_RING_BITS)
@@ -128,7 +131,7 @@ class PPDERTMaster(BranchStatsLevels):
             first, last = populated_cells(cells.reshape(*features.shape, 2, self.n_cells), self.n_cells)
             span_low, span_high, has = populated_spans(first, last, grid_low, grid_high, self.n_cells)
             thresholds, valid = span_thresholds(span_low, span_high, has, u)
-            self._boxes.narrow(features, span_low, span_high, has)
+            boxes.narrow(features, span_low, span_high, has)
             counts = self._sum("ppdert_counts", {"depth": depth}, {"first_cell": first, "last_cell": last},
                                self.mask_bits)
         size = features.size * 2 * self.n_stats
@@ -145,6 +148,7 @@ class PPDERTMaster(BranchStatsLevels):
         """Besides the shared transition: the open children's boxes (histogram thresholds)."""
         super().advance(level, split_idx, left, child_open, next_pos)
         if self.thresholds == "histogram":
+            assert self._boxes is not None, "histogram thresholds: every level has its open nodes' boxes"
             self._boxes = self._boxes.children(split_idx, level.fields["feature"], level.fields["threshold"],
                                                child_open)
 
@@ -171,7 +175,9 @@ class PPDERTMaster(BranchStatsLevels):
             for name, reply in replies.items():
                 if not np.issubdtype(reply.arrays[field].dtype, np.integer):
                     raise ProtocolError(f"party {name!r}: {field} must be integers, got {reply.arrays[field].dtype}")
-            return sum(replies[name].arrays[field].reshape(-1).astype(np.int64) for name in self.parties)
+            # typeshed's sum may return 0 (an empty iterable); there is always a party
+            vectors = (replies[name].arrays[field].reshape(-1).astype(np.int64) for name in self.parties)
+            return cast(np.ndarray, sum(vectors))
         ring = np.dtype(f"uint{bits}")
         masked = []
         for name in self.parties:

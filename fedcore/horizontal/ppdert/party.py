@@ -38,6 +38,7 @@ from fedcore.trees.budget import default_budget
 
 if TYPE_CHECKING:
     from fedcore.privacy.keyauth import PartyIdentity
+    from fedcore.privacy.secagg import SecureAggregator
 
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class PPDERTParty:
         self.secure = bool(secure)
         self.seed = int(seed)
         self.low, self.high, self.k = np.asarray(low, np.float64), np.asarray(high, np.float64), int(k)
-        self.aggregator = None
+        self.aggregator: SecureAggregator | None = None
         self._agreed = False
         self._secret = b""
         # the level's candidate intervals and shared uniforms (histogram thresholds)
@@ -133,7 +134,9 @@ class PPDERTParty:
         if bool(h.get("secure", True)) != self.secure:
             raise ProtocolError(f"party {self.name!r} runs PPD-ERT {'with' if self.secure else 'without'} secure "
                                 f"aggregation; the master asked for {'it' if h.get('secure', True) else 'plain counts'}")
-        arrays, header = {}, {"n_rows": self.n_rows, "memory_budget": self.memory_budget or default_budget()}
+        arrays: dict[str, np.ndarray] = {}
+        header: dict[str, object] = {"n_rows": self.n_rows,
+                                     "memory_budget": self.memory_budget or default_budget()}
         self._n_parties = int(h["n_parties"])
         self.aggregator, self._agreed, self._ring = None, False, None
         if self._n_parties > 1 and self.secure:
@@ -265,7 +268,9 @@ class PPDERTParty:
                                 f"{len(credentials)} credentials for {n} keys")
         signed = [SignedKey.from_header(name, row.astype(np.uint8).tobytes(), sig, cred)
                   for name, row, sig, cred in zip(names, rows, signatures, credentials, strict=True)]
+        aggregator, identity = self.aggregator, self.identity
+        assert aggregator is not None and identity is not None, "hello made the aggregator, with the identity"
         own = next(s for s in signed if s.party == self.name)
-        if own.public_key != self.aggregator.public_key():
+        if own.public_key != aggregator.public_key():
             raise KeyAuthenticationError(f"party {self.name!r}: the master relayed another key as this party's own")
-        return self.identity.verify_peers(self._key_context, signed)
+        return identity.verify_peers(self._key_context, signed)
