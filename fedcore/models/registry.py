@@ -76,7 +76,8 @@ class ModelRegistry:
                             else load_signing_key(signing_key))
         trusted = public_key if public_key is not None else self.signing_key
         self.public_key: Ed25519PublicKey | None = None if trusted is None else load_public_key(trusted)
-        if self.signing_key is not None and public_key is not None and key_id(self.signing_key) != key_id(self.public_key):
+        if self.signing_key is not None and self.public_key is not None \
+                and key_id(self.signing_key) != key_id(self.public_key):
             raise ArtifactError(f"{self.root}: the signing key ({key_id(self.signing_key)}) is not the trusted key "
                                 f"({key_id(self.public_key)}); versions it signs would be refused")
         self.trust_any_key = trust_any_key and self.public_key is None
@@ -366,10 +367,10 @@ class ModelRegistry:
             raise ArtifactError(f"{where}: says model {manifest.get('model_name')!r} version "
                                 f"{manifest.get('version')!r}; a version moved or copied from elsewhere is refused")
         copy = manifest.get(MASTER_COPY)
-        copy_checked = isinstance(copy, dict) and copy.get("signature") is not None
         if copy is not None and not isinstance(copy, dict):
             raise ArtifactError(f"{where}: '{MASTER_COPY}' is not a JSON object")
-        if copy_checked:
+        copy_checked = copy is not None and copy.get("signature") is not None
+        if copy is not None and copy_checked:
             _located(self._verify, where, f"'{MASTER_COPY}'")(manifest_bytes(copy), copy["signature"])
         if not (own_checked or copy_checked or self.trust_any_key):
             raise ArtifactError(f"{where}: not signed, but this registry requires {self._required()}")
@@ -509,11 +510,11 @@ except ImportError:  # Windows
     def _try_lock(handle: Any) -> bool:
         handle.seek(0)
         try:
-            msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+            msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]  # win32 stubs
         except OSError:
             return False
         return True
 
     def _unlock(handle: Any) -> None:
         handle.seek(0)
-        msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
+        msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)  # type: ignore[attr-defined]  # win32 stubs

@@ -85,7 +85,8 @@ def load_public_key(source: PublicKeySource) -> Ed25519PublicKey:
         return source
     if isinstance(source, Ed25519PrivateKey):
         return source.public_key()
-    if isinstance(source, bytes | str) and _looks_like_pem(source):
+    # bytes are key data, never a path (Path takes no bytes): non-PEM bytes fail as "not a PEM public key"
+    if isinstance(source, bytes) or (isinstance(source, str) and _looks_like_pem(source)):
         data, where = (source.encode() if isinstance(source, str) else source), "public key"
     else:
         where = str(source)
@@ -207,5 +208,5 @@ def _private_from_pem(data: bytes, where: str) -> Ed25519PrivateKey:
     return key
 
 
-def _looks_like_pem(source: bytes | str) -> bool:
-    return (b"-----BEGIN" if isinstance(source, bytes) else "-----BEGIN") in source
+def _looks_like_pem(source: str) -> bool:
+    return "-----BEGIN" in source

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pickle
 import sys
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from fedcore.privacy.packing import encrypted_bin_sums, weight_powers
 from fedcore.privacy.schemes import private_key_from_worker_fields, public_key_from_any_json
@@ -22,7 +22,7 @@ from fedcore.privacy.schemes import private_key_from_worker_fields, public_key_f
 HEADER_BYTES = 8
 
 
-def read_frame(stream: BinaryIO) -> Any | None:
+def read_frame(stream: IO[bytes]) -> Any | None:
     """One length-prefixed pickle from `stream`, or None at end of stream."""
     header = stream.read(HEADER_BYTES)
     if len(header) < HEADER_BYTES:
@@ -34,7 +34,7 @@ def read_frame(stream: BinaryIO) -> Any | None:
     return pickle.loads(body)  # noqa: S301 - written by this worker's own parent process
 
 
-def write_frame(stream: BinaryIO, value: Any) -> None:
+def write_frame(stream: IO[bytes], value: Any) -> None:
     """`value` as one length-prefixed pickle on `stream`."""
     body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(len(body).to_bytes(HEADER_BYTES, "big") + body)

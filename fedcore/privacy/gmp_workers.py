@@ -66,12 +66,14 @@ class GmpWorkers:
         self._finalizer()
 
     def _send(self, process: subprocess.Popen, request: tuple) -> None:
+        assert process.stdin is not None, "the workers start with stdin and stdout pipes"
         try:
             write_frame(process.stdin, request)
         except (BrokenPipeError, OSError) as error:
             raise ProtocolError(f"an encryption worker process (pid {process.pid}) is gone: {error}") from error
 
     def _receive(self, process: subprocess.Popen, operation: str) -> Any:
+        assert process.stdout is not None, "the workers start with stdin and stdout pipes"
         answer = read_frame(process.stdout)
         if answer is None:
             raise ProtocolError(f"an encryption worker process (pid {process.pid}) exited during {operation!r} "
@@ -85,6 +87,7 @@ class GmpWorkers:
 def _stop(processes: list[subprocess.Popen]) -> None:
     for process in processes:
         for stream in (process.stdin, process.stdout):
+            assert stream is not None, "the workers start with stdin and stdout pipes"
             try:
                 stream.close()
             except OSError:

@@ -120,7 +120,7 @@ def hash_ids(series: pd.Series, key: bytes) -> np.ndarray:
     key = key.ljust(_BLOCK, b"\0")
     inner_copy = hashlib.sha256(bytes(b ^ 0x36 for b in key)).copy
     outer_copy = hashlib.sha256(bytes(b ^ 0x5C for b in key)).copy
-    out = []
+    out: list[bytes] = []
     append = out.append
     for text in texts:
         inner = inner_copy()

@@ -44,6 +44,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 from fedcore.errors import KeyAuthenticationError
 
@@ -178,7 +179,9 @@ def _spki(key: PublicKey) -> bytes:
 class PartyIdentity:
     """A party's long-term signing key, the credential that vouches for it, and the anchor it trusts."""
 
-    def __init__(self, name: str, private_key: PrivateKey, credential: bytes, trust: TrustAnchor) -> None:
+    def __init__(self, name: str, private_key: PrivateKeyTypes, credential: bytes,
+                 trust: TrustAnchor) -> None:
+        """`private_key` must be Ed25519 or EC (KeyAuthenticationError otherwise: it may come from a file)."""
         if not isinstance(private_key, (Ed25519PrivateKey, ec.EllipticCurvePrivateKey)):
             raise KeyAuthenticationError(f"party {name!r}: its identity key must be Ed25519 or EC, got "
                                          f"{type(private_key).__name__}")

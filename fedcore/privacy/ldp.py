@@ -23,6 +23,7 @@ import hashlib
 import math
 import numbers
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import numba as nb
 import numpy as np
@@ -41,7 +42,7 @@ def _is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
-def _is_real(value: object) -> bool:
+def _is_real(value: object) -> TypeGuard[float]:
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)
 
 
@@ -193,9 +194,14 @@ class LabelLDP:
             return _threshold63(1.0), _threshold63(0.0)
         return _threshold63(self.p_one_if_one), _threshold63(self.p_one_if_zero)
 
+    def _krr_epsilon(self) -> float:
+        """k-RR's epsilon, which `__post_init__` requires of mechanism 'krr'."""
+        assert self.epsilon_krr is not None, "__post_init__ requires epsilon_krr of mechanism 'krr'"
+        return self.epsilon_krr
+
     def _krr_keep(self, n_classes: int) -> float:
         """k-RR: the probability of reporting the true class."""
-        return 1.0 / (1.0 + (n_classes - 1) * math.exp(-self.epsilon_krr))
+        return 1.0 / (1.0 + (n_classes - 1) * math.exp(-self._krr_epsilon()))
 
     def _krr_permanent(self, labels: np.ndarray, n_classes: int, rng: np.random.Generator) -> np.ndarray:
         """k-RR reports as one-hot rows: the true class with probability `_krr_keep`, else another uniformly."""
@@ -265,7 +271,7 @@ class LabelLDP:
         """RAPPOR's privacy levels: 'permanent' (any number of reports) and 'instant' (a single report).
         k-RR's report is its permanent response: both are epsilon_krr."""
         if self.mechanism == "krr":
-            return {"permanent": float(self.epsilon_krr), "instant": float(self.epsilon_krr)}
+            return {"permanent": float(self._krr_epsilon()), "instant": float(self._krr_epsilon())}
         f, p, q, k = 1.0 - self.keep_probability, self.p_one_if_zero, self.p_one_if_one, self.n_hashes
         permanent = math.inf if f == 0 else 2 * k * math.log((1 - f / 2) / (f / 2))
         q_star = f / 2 * (p + q) + (1 - f) * q
@@ -282,7 +288,7 @@ def _threshold63(probability: float) -> np.uint64:
 
 
 @nb.njit(cache=True, inline="always")
-def _response(word: np.uint64, permanent_bit: np.uint8, if_one: np.uint64, if_zero: np.uint64) -> bool:
+def _response(word: np.uint64, permanent_bit: np.uint8, if_one: np.uint64, if_zero: np.uint64) -> np.bool_:
     """One instant response: 1 when the top 63 bits of a fresh random word fall below the threshold of
     its permanent bit (3.5x faster than drawing and comparing float64 uniforms, and as exact)."""
     return (word >> np.uint64(1)) < (if_one if permanent_bit else if_zero)
@@ -405,9 +411,11 @@ def _suggested_fix(ldp: LabelLDP, n_classes: int) -> str:
     if ldp.keep_probability == 0 and n_classes > 1:
         return "keep_probability=0 makes reports independent of the label; use keep_probability > 0"
     options = []
-    bits = max(2, 1 << (ldp.n_bits - 1).bit_length())
+    n_bits = ldp.bits_for(n_classes)  # its n_bits: `_design` sized it
+    bits = max(2, 1 << (n_bits - 1).bit_length())
     while bits <= 1 << 12:
-        if bits > ldp.n_bits and _identifiability_problem(dataclasses.replace(ldp, n_bits=bits), n_classes) is None:
+        if bits > n_bits and _identifiability_problem(dataclasses.replace(ldp, n_bits=bits),
+                                                       n_classes) is None:
             options.append(f"n_bits={bits} with n_hashes={ldp.n_hashes}")
             break
         bits *= 2

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gmpy2
 from gmpy2 import mpz
@@ -74,7 +74,7 @@ class OUPublicKey(CiphertextSpace):
             object.__setattr__(self, name, mpz(getattr(self, name)))
 
     @property
-    def modulus(self) -> mpz:  # type: ignore[override]
+    def modulus(self) -> mpz:
         """n: ciphertexts and their products live modulo n."""
         return self.n
 
@@ -108,6 +108,10 @@ class OUPrivateKey(AdditivePrivateKey):
     p: mpz
     q: mpz
     t: mpz
+    # derived in __post_init__: p^2, the inverse decryption multiplies by, the tables (built on first use)
+    _p2: mpz = field(init=False, repr=False, compare=False)
+    _gp_inv: mpz = field(init=False, repr=False, compare=False)
+    _tables: tuple[FixedBase, FixedBase] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         p, q, t = mpz(self.p), mpz(self.q), mpz(self.t)
@@ -150,12 +154,13 @@ class OUPrivateKey(AdditivePrivateKey):
 
     def _fixed_bases(self) -> tuple[FixedBase, FixedBase]:
         """Tables of G's powers (for m) and H's (for r) modulo n, built on first use."""
-        if self._tables is None:
+        tables = self._tables
+        if tables is None:
             public = self.public
             tables = (FixedBase(public.g, public.n, public.plaintext_bits),
                       FixedBase(public.h, public.n, self.randomness_bits))
             object.__setattr__(self, "_tables", tables)
-        return self._tables
+        return tables
 
     def _encrypt_here(self, plaintexts: Sequence[mpz]) -> list[mpz]:
         """G^m H^r mod n from the fixed-base tables (labels are sparse: G^m is a few multiplications)."""

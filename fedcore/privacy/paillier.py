@@ -90,6 +90,9 @@ class PaillierPrivateKey(AdditivePrivateKey):
     public: PaillierPublicKey
     p: mpz
     q: mpz
+    # derived in __post_init__: the CRT constants, and the fixed-base tables (built on first use)
+    _crt: dict[str, mpz] = field(init=False, repr=False, compare=False)
+    _tables: tuple[FixedBase, FixedBase] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         p, q, n = mpz(self.p), mpz(self.q), self.public.n
@@ -128,14 +131,15 @@ class PaillierPrivateKey(AdditivePrivateKey):
 
     def _fixed_bases(self) -> tuple[FixedBase, FixedBase]:
         """h_s = (-x^2)^n mod n^2 for a secret random x, as tables modulo p^2 and q^2 (built on first use)."""
-        if self._tables is None:
+        tables = self._tables
+        if tables is None:
             c, n = self._crt, self.public.n
             x = mpz(secrets.randbelow(int(n) - 2) + 2)
             h = (-x * x) % n
             tables = (FixedBase(gmpy2.powmod(h, n, c["p2"]), c["p2"], self.randomness_bits),
                       FixedBase(gmpy2.powmod(h, n, c["q2"]), c["q2"], self.randomness_bits))
             object.__setattr__(self, "_tables", tables)
-        return self._tables
+        return tables
 
     def _encrypt_here(self, plaintexts: Sequence[mpz]) -> list[mpz]:
         """(1 + m n) h_s^a mod n^2, with h_s^a from the fixed-base tables modulo p^2 and q^2 joined by CRT."""

@@ -114,9 +114,9 @@ def hash_to_u(texts: Sequence[str], key: bytes | None = None) -> np.ndarray:
         mac = hmac.new(_check_key(key), HASH_TAG, "sha256").copy
         digests = []
         for text in texts:
-            h = mac()
-            h.update(text.encode())
-            digests.append(h.digest())
+            keyed = mac()
+            keyed.update(text.encode())
+            digests.append(keyed.digest())
     return np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(-1, BLINDED_SIZE).copy()
 
 
@@ -338,13 +338,13 @@ def _round_robin(parties: list[PSIParty], wire: _Wire, executor: Executor | None
         lists[p.name] = wire.send(p.name, "master", "blinded", p.name, p.outgoing())
     clock["blind"] = time.perf_counter() - start
     for r in range(1, m):
-        pending = {}
+        reblinding = {}
         for i, owner in enumerate(parties):
             holder = parties[(i + r) % m]
             values = wire.send("master", holder.name, "reblind", owner.name, lists[owner.name])
-            pending[owner.name] = (holder, holder._start_reblind(values, executor))
-        for owner, (holder, job) in pending.items():
-            lists[owner] = wire.send(holder.name, "master", "reblinded", owner, job.result())
+            reblinding[owner.name] = (holder, holder._start_reblind(values, executor))
+        for name, (holder, job) in reblinding.items():
+            lists[name] = wire.send(holder.name, "master", "reblinded", name, job.result())
     clock["reblind"] = time.perf_counter() - start - clock["blind"]
     return lists
 
@@ -359,7 +359,8 @@ def run_psi(parties: list[PSIParty], *, workers: int | None = None,
     bytes_received per party, master_bytes_sent, seconds, seconds_by_step (blind, reblind, intersect).
     """
     _check_parties(parties)
-    wire, clock = _Wire([p.name for p in parties], record), {}
+    wire = _Wire([p.name for p in parties], record)
+    clock: dict[str, float] = {}
     start = time.perf_counter()
     executor = _make_executor(workers, len(parties) * sum(p.n_rows for p in parties))
     try:

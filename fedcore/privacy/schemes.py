@@ -53,7 +53,7 @@ def check_key_bits(mode: str, bits: object) -> int:
     if isinstance(bits, bool) or bits not in found.key_bits:
         raise ParameterError(f"key_bits must be one of {found.key_bits} for privacy {mode!r} ({found.title} "
                              f"modulus sizes), got {bits!r}")
-    return int(bits)  # type: ignore[call-overload]
+    return int(bits)
 
 
 def public_key_from_json(fields: object, mode: str) -> CiphertextSpace:

@@ -82,7 +82,7 @@ def _nonce(sequence: int, slot: int) -> bytes:
 def arrays_to_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     """Numeric arrays as one .npz byte string (no pickled objects)."""
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
+    np.savez(buffer, **arrays)  # type: ignore[arg-type]  # numpy stubs: a name could fill allow_pickle
     return buffer.getvalue()
 
 

@@ -100,8 +100,8 @@ def _check_bits(bits: object) -> int:
     return int(bits)
 
 
-_RING = {16: np.dtype(np.uint16), 32: np.dtype(np.uint32), 64: np.dtype(np.uint64)}
-_SIGNED = {16: np.dtype(np.int16), 32: np.dtype(np.int32), 64: np.dtype(np.int64)}
+_RING: dict[int, np.dtype] = {16: np.dtype(np.uint16), 32: np.dtype(np.uint32), 64: np.dtype(np.uint64)}
+_SIGNED: dict[int, np.dtype] = {16: np.dtype(np.int16), 32: np.dtype(np.int32), 64: np.dtype(np.int64)}
 
 
 class SecureAggregator:

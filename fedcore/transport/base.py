@@ -74,7 +74,8 @@ class Transport(ABC):
     def exchange(self, requests: dict[str, Message]) -> dict[str, Message]:
         """One round trip: send each party its request, return each party's reply."""
         self.stats.rounds += 1
-        encoded, by_message = {}, {}
+        encoded: dict[str, pa.Buffer] = {}
+        by_message: dict[int, pa.Buffer] = {}  # by id(message)
         for party, message in requests.items():
             # a message broadcast to several parties (the same object) is serialised once
             payload = by_message.get(id(message))

@@ -144,6 +144,7 @@ class Received:
         end = self.size + piece.size
         if self._map is None:
             self._map = _anonymous_map(max(end, 2 * self.size))
+            assert self._first is not None, "the first piece is kept until a second one arrives"
             self._map[:self.size] = self._first
             self._first = None
         elif end > len(self._map):
@@ -152,6 +153,7 @@ class Received:
         self.size = end
 
     def _grow(self, capacity: int) -> None:
+        assert self._map is not None, "only a map grows: add makes it at the second piece"
         try:
             self._map.resize(capacity)
         except (OSError, SystemError, ValueError):  # no mremap on this platform
@@ -540,7 +542,8 @@ class FlightTransport(Transport):
 
     def explain_unreachable(self, party: str) -> Diagnosis | None:
         """Why `party`'s agent cannot be reached (nothing listening, a certificate refused), if known."""
-        return explain_connection_failure(self.endpoints[party], party=party, **self._pem)
+        return explain_connection_failure(self.endpoints[party], party=party, cert=self._pem["cert"],
+                                          key=self._pem["key"], ca=self._pem["ca"])
 
     def ping(self, party: str, timeout_s: float = 5.0, diagnose: bool = True) -> str:
         """The name the agent at `party`'s endpoint serves (a cheap reachability and identity check)."""

@@ -21,6 +21,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -125,7 +126,8 @@ def load_ca(ca_dir: str | os.PathLike) -> tuple[x509.Certificate, ec.EllipticCur
     cert_pem, key_pem = read_pem(ca_dir / "ca.pem", "CA certificate"), read_pem(ca_dir / "ca.key", "CA key")
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
-        key = serialization.load_pem_private_key(key_pem, password=None)
+        # cryptography returns any private key type; init_ca writes an EC one
+        key = cast(ec.EllipticCurvePrivateKey, serialization.load_pem_private_key(key_pem, password=None))
     except (ValueError, TypeError) as exc:
         raise TLSError(f"{ca_dir}: ca.pem/ca.key are not a PEM certificate and unencrypted key: {exc}") from exc
     if _spki(cert.public_key()) != _spki(key.public_key()):
