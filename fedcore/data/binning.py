@@ -49,23 +49,33 @@ class ColumnBinning:
     @property
     def n_bins(self) -> int:
         """Number of value bins (the missing bin excluded)."""
-        return len(self.categories) if self.is_categorical else len(self.edges) + 1
+        return len(self._categories()) if self.is_categorical else len(self._edges()) + 1
 
     def threshold_value(self, bin_index: int) -> float:
         """The raw threshold equivalent to `bin <= bin_index` for a numeric column."""
-        return float(self.edges[bin_index]) if bin_index < len(self.edges) else float("inf")
+        edges = self._edges()
+        return float(edges[bin_index]) if bin_index < len(edges) else float("inf")
 
     def transform(self, series: pd.Series) -> np.ndarray:
         """Bin codes (uint8) of `series`."""
         if self.is_categorical:
-            values = category_strings(series)
-            codes = pd.Index(self.categories).get_indexer(values).astype(np.int16)  # unknown / missing: -1
-            codes[codes < 0] = MISSING_BIN
+            strings = category_strings(series)  # a Series: pandas takes it, pandas-stubs want an Index
+            vocabulary = pd.Index(self._categories())
+            codes = vocabulary.get_indexer(strings).astype(np.int16)  # type: ignore[arg-type]
+            codes[codes < 0] = MISSING_BIN  # unknown / missing: -1
             return codes.astype(np.uint8)
         values = numeric_values(series)
-        codes = np.searchsorted(self.edges, values, side="left").astype(np.uint8)
+        codes = np.searchsorted(self._edges(), values, side="left").astype(np.uint8)
         codes[np.isnan(values)] = MISSING_BIN
         return codes
+
+    def _edges(self) -> np.ndarray:
+        assert self.edges is not None, "a numeric column's binning has its edges"
+        return self.edges
+
+    def _categories(self) -> list[str]:
+        assert self.categories is not None, "a categorical column's binning has its categories"
+        return self.categories
 
 
 def _numeric_edges(values: np.ndarray, max_bins: int, subsample: int, seed: int) -> np.ndarray:

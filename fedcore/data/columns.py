@@ -72,7 +72,7 @@ def utc_datetimes(series: pd.Series) -> pd.Series:
     """Dates of any supported form as naive UTC datetime64 values; an impossible ISO date is an InputError."""
     if not pd.api.types.is_datetime64_any_dtype(series.dtype):
         text = all(isinstance(v, str) for v in series.dropna())
-        parsed = pd.to_datetime(series, utc=True, errors="coerce", **({"format": "ISO8601"} if text else {}))
+        parsed = pd.to_datetime(series, utc=True, errors="coerce", format="ISO8601" if text else None)
         _refuse_unparsed(series, parsed)
         series = parsed
     if series.dt.tz is not None:

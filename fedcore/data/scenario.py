@@ -17,6 +17,7 @@ and scoring the new batch; no real federation has such a table.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -59,7 +60,8 @@ def _category(rng: np.random.Generator, choices: list[str], logits: np.ndarray) 
     p = np.exp(logits - logits.max(axis=1, keepdims=True))
     p /= p.sum(axis=1, keepdims=True)
     index = (p.cumsum(axis=1) < rng.random(len(p))[:, None]).sum(axis=1)
-    return pd.Categorical.from_codes(np.minimum(index, len(choices) - 1), categories=choices)
+    codes = np.minimum(index, len(choices) - 1)
+    return pd.Categorical.from_codes(codes, categories=choices)  # type: ignore[call-overload]  # stubs: list
 
 
 def _blank(rng: np.random.Generator, frame: pd.DataFrame, rates: dict[str, float]) -> None:
@@ -115,8 +117,8 @@ def _customers(rng: np.random.Generator, ids: np.ndarray, missing: dict[str, flo
                                   np.stack([np.full(n, -0.5), np.zeros(n), 0.4 * affluence, 0.9 * affluence - 0.5,
                                             np.full(n, -1.2), 0.6 * risk - 1.5], axis=1))
     score = risk + 0.5 * f["claims_3y"].to_numpy()
-    f["risk_class"] = pd.Categorical.from_codes(np.digitize(score, np.quantile(score, [0.2, 0.4, 0.6, 0.8])),
-                                                categories=["A", "B", "C", "D", "E"])
+    f["risk_class"] = pd.Categorical.from_codes(  # type: ignore[call-overload]  # pandas-stubs: a list
+        np.digitize(score, np.quantile(score, [0.2, 0.4, 0.6, 0.8])), categories=["A", "B", "C", "D", "E"])
     # the offer (a travel card bundled with trip insurance): every institution's columns matter
     vehicle = f["vehicle_type"].astype(object)
     logit = (
@@ -191,7 +193,8 @@ def make_customer_table(n_customers: int = 5000, seed: int = 0) -> pd.DataFrame:
     ids = np.array([f"C{i:0{width}d}" for i in range(n_customers)], dtype=object)
     frame = _customers(rng, ids, {k: v for k, v in MISSING_RATES.items() if k != "premium"})  # a label: complete
     days = np.round(frame["tenure_years"].to_numpy() * 365.25).astype("timedelta64[D]")
-    frame.insert(frame.columns.get_loc("tenure_years"), "customer_since",
+    position = cast(int, frame.columns.get_loc("tenure_years"))  # a unique column's: an int
+    frame.insert(position, "customer_since",
                  pd.Series(SAMPLE_EPOCH - days).dt.strftime("%Y-%m-%d"))
     return frame.drop(columns="tenure_years")
 

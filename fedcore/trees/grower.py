@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -234,7 +235,15 @@ class LevelwiseGrower:
         return records
 
 
-def level_rows(level: Level, split_idx: np.ndarray) -> dict[str, float | int]:
+class LevelRows(TypedDict, total=False):
+    """A level's progress facts, as `GrowthProgress` names them."""
+
+    rows_open: float
+    rows_next: float
+    nodes_next: int
+
+
+def level_rows(level: Level, split_idx: np.ndarray) -> LevelRows:
     """Progress facts of a level (read only, for `GrowthProgress`): the rows (node weight) in its open
     nodes, the rows in the nodes that stay open after it, and how many nodes those are (none without a
     `weight` field)."""

@@ -172,7 +172,8 @@ def encode_columns(frame, column_names: list[str], column_categories: list[list[
             X[:, j] = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         else:
             # unknown and missing values are not in the vocabulary: -1 (pd.Categorical would warn, then raise)
-            codes = pd.Index(categories).get_indexer(category_strings(series)).astype(np.float64)
+            strings = category_strings(series)  # a Series: pandas takes it, pandas-stubs want an Index
+            codes = pd.Index(categories).get_indexer(strings).astype(np.float64)  # type: ignore[arg-type]
             codes[codes < 0] = np.nan
             X[:, j] = codes
     return X

@@ -77,8 +77,8 @@ class PartySplits:
     @classmethod
     def empty(cls) -> PartySplits:
         """No splits."""
-        return cls(*(np.empty(0, dt) for dt in (np.int32, np.int32, np.int32, np.int32, np.bool_, np.bool_)),
-                   np.empty((0, 4), np.uint64))
+        return cls(np.empty(0, np.int32), np.empty(0, np.int32), np.empty(0, np.int32), np.empty(0, np.int32),
+                   np.empty(0, np.bool_), np.empty(0, np.bool_), np.empty((0, 4), np.uint64))
 
     @classmethod
     def concatenate(cls, parts: list[PartySplits]) -> PartySplits:

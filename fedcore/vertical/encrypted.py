@@ -110,33 +110,39 @@ class LabelHolderCrypto:
 
     def announcement(self) -> dict:
         """What passive parties need: the public key and the slot layout."""
-        return {"public_key": self.key.public.to_json(), "layout": self.layout.to_json()}
+        return {"public_key": self.key.public.to_json(), "layout": self._encoded()[1].to_json()}
+
+    def _encoded(self) -> tuple[TargetEncoding, SlotLayout]:
+        """The label encoding and slot layout of `encrypt_labels`, which the protocol runs before any use."""
+        assert self.encoding is not None and self.layout is not None, "encrypt_labels sets both, first"
+        return self.encoding, self.layout
 
     def evaluate(self, party: str, packed: np.ndarray, sealed: np.ndarray, totals: np.ndarray,
                  node_rows: np.ndarray, min_leaf: float, n_class_orderings: int) -> tuple[NodeSplits, np.ndarray]:
         """Decrypt one passive party's histograms of this level; its best split per node, plus each
         node's choice sealed for that party ((n_nodes, CHOICE_RECORD_BYTES) uint8)."""
+        encoding, layout = self._encoded()
         channel = self.channels.get(party)
         if channel is None:
             raise ProtocolError(f"the label holder has no sealed channel with {party!r}")
         layout_arrays = bytes_to_arrays(channel.open(np.asarray(sealed, np.uint8).tobytes(), self.sequence))
         plan = _HistogramPlan.from_arrays(layout_arrays, len(totals))
-        node_weight = np.rint(totals[:, 0] if self.encoding.criterion == SQUARED_ERROR else totals.sum(axis=1))
+        node_weight = np.rint(totals[:, 0] if encoding.criterion == SQUARED_ERROR else totals.sum(axis=1))
         if not np.array_equal(plan.node_weight, node_weight.astype(np.int64)):
             raise ProtocolError(f"the histogram layout of {party!r} disagrees with the label holder on node sizes")
         ciphertexts = self.key.public.from_bytes(packed, f"encrypted histograms of {party!r}")
         node_weights = np.repeat(plan.node_weight[plan.pair_node], np.diff(plan.hist_ptr)).tolist()
-        sums = self.layout.unpack(self.key.decrypt(ciphertexts), node_weights, plan.bin_weight.tolist())
+        sums = layout.unpack(self.key.decrypt(ciphertexts), node_weights, plan.bin_weight.tolist())
         histograms = plan.histograms(sums, self._previous.get(party, []))
         self._previous[party] = histograms
         hist_ptr = np.concatenate([[0], np.cumsum([len(b) for b, _ in histograms], dtype=np.int64)])
-        width = self.layout.n_slots + 1
+        width = layout.n_slots + 1
         bins = np.concatenate([b for b, _ in histograms]) if histograms else np.zeros(0, np.uint8)
         stats = np.concatenate([v for _, v in histograms]) if histograms else np.zeros((0, width), object)
-        statistics = self.encoding.statistics(stats.reshape(len(bins), width)).reshape(len(bins), self.encoding.n_stats)
+        statistics = encoding.statistics(stats.reshape(len(bins), width)).reshape(len(bins), encoding.n_stats)
         splits = best_splits_from_histograms(
             hist_ptr, bins, statistics, plan.pair_node, plan.categorical, totals, node_rows, plan.feat_ptr,
-            plan.feat_local, plan.feat_rank, self.encoding.criterion, min_leaf, n_class_orderings,
+            plan.feat_local, plan.feat_rank, encoding.criterion, min_leaf, n_class_orderings,
         )
         return splits, self._seal_choices(channel, splits)
 

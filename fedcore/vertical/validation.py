@@ -31,7 +31,7 @@ def _check_shapes(frames: dict[str, pd.DataFrame], label: str | None = None) -> 
         if frame.columns.duplicated().any():
             dup = frame.columns[frame.columns.duplicated()][0]
             raise DuplicateColumnError(f"party {name!r} has column {dup!r} twice")
-        check_finite_columns(frame, f"party {name!r}", skip=[label])
+        check_finite_columns(frame, f"party {name!r}", skip=[label] if label is not None else ())
     return next(iter(rows.values()))
 
 
