@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from fedcore.algorithms import FOREST
 from fedcore.errors import ArtifactError
 from fedcore.models.artifacts import (
     MANIFEST,
@@ -23,13 +24,11 @@ from fedcore.models.artifacts import (
     read_version,
     write_version,
 )
-from fedcore.algorithms import FOREST
 from fedcore.models.tables import master_table, partial_forest_from_table, party_table, structure_from_table
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.master import FederationInfo, VerticalMaster
 from fedcore.vertical.party import VerticalParty
-
 
 
 def party_file_stem(name: str) -> str:
