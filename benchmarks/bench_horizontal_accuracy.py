@@ -31,8 +31,7 @@ from fedcore.data.datasets import make_waveform
 from fedcore.data.io import read_table
 from fedcore.data.split import split_horizontal
 from fedcore.metrics import metrics
-from fedcore.simulate import split_train_test
-from fedcore.simulate_horizontal import build_estimator, declared_ranges, reference_extra_trees
+from fedcore.simulation import build_estimator, declared_ranges, reference_extra_trees, split_train_test
 
 PAPER = {  # Federated Extra-Trees paper, Table 2: ET, FET, FET-LDP, FET-GDP
     "spambase": (0.9307, 0.9348, 0.9259, 0.9339),

@@ -25,7 +25,7 @@ from benchmarks.markdown import markdown_table
 from fedcore.data.io import read_table
 from fedcore.data.split import split_horizontal
 from fedcore.horizontal import FederatedExtraTreesClassifier, PPDERTClassifier
-from fedcore.simulate import split_train_test
+from fedcore.simulation import split_train_test
 
 
 def engines(trees: int) -> dict:

@@ -30,8 +30,7 @@ from fedcore.horizontal.estimators import FederatedExtraTreesClassifier
 from fedcore.metrics import metrics
 from fedcore.privacy import ldp as ldp_module
 from fedcore.privacy.ldp import LabelLDP
-from fedcore.simulate import split_train_test
-from fedcore.simulate_horizontal import build_estimator, reference_extra_trees
+from fedcore.simulation import build_estimator, reference_extra_trees, split_train_test
 
 
 class EstimationClock:

@@ -28,7 +28,7 @@ import pandas as pd
 from benchmarks.markdown import markdown_table
 from fedcore.data.split import split_vertical
 from fedcore.privacy.schemes import scheme
-from fedcore.simulate import same_structure
+from fedcore.simulation import same_structure
 from fedcore.vertical import master as master_module
 from fedcore.vertical.estimators import FederatedForestClassifier
 

@@ -25,7 +25,7 @@ from benchmarks.markdown import markdown_table
 from fedcore.data.datasets import make_waveform
 from fedcore.data.split import split_vertical
 from fedcore.metrics import metrics
-from fedcore.simulate import reference_forest, split_train_test
+from fedcore.simulation import reference_forest, split_train_test
 from fedcore.vertical.estimators import FederatedForestClassifier
 
 PAPER = {  # Liu et al., Federated Forest, Table 3 (2 parties): (NonFF, FF)

@@ -1,4 +1,4 @@
-"""The `fedforest` command: argument parsing and printing only; the work lives in `fedcore.simulate`.
+"""The `fedforest` command: argument parsing and printing only; the work lives in `fedcore.simulation`.
 
     fedforest simulate --data table.parquet --label y --parties 3 --trees 50 [--json]
     fedforest simulate --setting horizontal --algorithm extra-trees --privacy ldp --data t.parquet --label y
@@ -25,7 +25,7 @@ from fedcore.algorithms import ALGORITHMS as REGISTRY
 from fedcore.data.io import read_table
 from fedcore.data.split import PARTITIONS
 from fedcore.errors import FedForestError, ParameterError
-from fedcore.simulate import TASK_DEFAULT, TASKS, simulate_vertical
+from fedcore.simulation import TASK_DEFAULT, TASKS, simulate_vertical
 from fedcore.trees.budget import available_bytes
 from fedcore.trees.params import ForestParams, check_max_features, check_model_fits
 
@@ -176,7 +176,7 @@ def _simulate(args: argparse.Namespace) -> int:
     table = read_table(args.data)
     _check_model_fits(args, len(table))
     if args.setting == "horizontal":
-        from fedcore.simulate_horizontal import simulate_horizontal
+        from fedcore.simulation import simulate_horizontal
 
         result = simulate_horizontal(
             table, args.label, algorithm=args.algorithm, privacy=args.privacy, id_column=args.id_column,

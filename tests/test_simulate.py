@@ -20,14 +20,15 @@ from fedcore.errors import (
     ParameterError,
     PartyShapeError,
 )
-from fedcore.simulate import (
+from fedcore.simulation import (
+    build_estimator,
     one_hot,
+    pooled_categories,
     prepare_input,
     prepare_table,
     simulate_vertical,
     split_train_test,
 )
-from fedcore.simulate_horizontal import build_estimator, pooled_categories
 from fedcore.vertical.estimators import FederatedForestClassifier
 from fedcore.vertical.validation import check_label
 from tests.conftest import mixed_table, write_any_table

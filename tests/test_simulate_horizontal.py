@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fedcore.simulate_horizontal import declared_ranges, pooled_categories
+from fedcore.simulation import declared_ranges, pooled_categories
 
 
 def test_pooled_categories_lists_every_categorical_feature() -> None:

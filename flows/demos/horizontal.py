@@ -104,7 +104,7 @@ def demo_references(scenario: dict) -> tuple[dict[str, float], float]:
     import pandas as pd
     from sklearn.ensemble import ExtraTreesClassifier
 
-    from fedcore.simulate import one_hot
+    from fedcore.simulation import one_hot
 
     label, ids = scenario["label"], scenario["id_column"]
     truth = pd.read_parquet(scenario["truth"]["new"])

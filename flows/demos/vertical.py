@@ -98,7 +98,7 @@ def centralized_reference(scenario: dict, predictions: Path) -> dict:
     import pandas as pd
     from sklearn.ensemble import RandomForestClassifier
 
-    from fedcore.simulate import one_hot
+    from fedcore.simulation import one_hot
 
     truth = pd.read_parquet(scenario["truth"]["train"])
     new = pd.read_parquet(scenario["truth"]["new"])

@@ -8,7 +8,7 @@ import pytest
 
 from fedcore.cli import main
 from fedcore.data.io import read_table
-from fedcore.simulate import prepare_input
+from fedcore.simulation import prepare_input
 
 
 def test_csv_and_parquet_hold_the_same_customers(tmp_path, capsys) -> None:

@@ -1,17 +1,17 @@
-"""Simulate a horizontal federation on one table: Federated Extra-Trees (plain, local DP, global DP) or
-PPD-ERT with secure aggregation, against scikit-learn's ExtraTrees on the pooled rows.
+"""Simulate a horizontal federation on one table and compare it with scikit-learn's ExtraTrees.
 
-The training rows are dealt out to simulated institutions (iid, by a column's values, or label-skewed),
-each keeping every column. The result also holds the same engine with all rows at one party (M = 1),
-which must agree exactly where no noise is added, and `local_only`: the models each institution
-would train on its own rows alone, which is what joining the federation is measured against.
+The algorithms: Federated Extra-Trees (plain, local DP, global DP) or PPD-ERT with secure aggregation;
+the reference: scikit-learn's ExtraTrees on the pooled rows. The training rows are dealt out to simulated
+institutions (iid, by a column's values, or label-skewed), each keeping every column. The result also
+holds the same engine with all rows at one party (M = 1), which must agree exactly where no noise is
+added, and `local_only`: the models each institution would train on its own rows alone, which is what
+joining the federation is measured against.
 """
 
 from __future__ import annotations
 
-import sys
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,7 +24,10 @@ from fedcore.errors import ParameterError
 from fedcore.horizontal.schema import CATEGORICAL, NUMERIC
 from fedcore.horizontal.validation import column_kind
 from fedcore.metrics import metrics
-from fedcore.simulate import one_hot, prepare_input, split_train_test, timed_reference
+from fedcore.simulation.comparison import announce, compare, run_engine
+from fedcore.simulation.params import TASK_DEFAULT, forest_params
+from fedcore.simulation.reference import reference_extra_trees
+from fedcore.simulation.table import prepare_input, split_train_test
 from fedcore.vertical.validation import check_label
 
 ALGORITHMS = ("extra-trees", "ppd-ert")
@@ -37,23 +40,27 @@ CATEGORIES_FROM = "the pooled table (a data contract declares them in production
 def check_mode(algorithm: str, privacy: str | None, task: str | None = None) -> str:
     """The privacy mode to use (PPD-ERT: secagg; FET: none by default), refusing impossible combinations."""
     if algorithm not in ALGORITHMS:
-        raise ParameterError(f"the horizontal setting offers algorithms {list(ALGORITHMS)}, got {algorithm!r}")
+        raise ParameterError(f"the horizontal setting offers algorithms {list(ALGORITHMS)}, "
+                             f"got {algorithm!r}")
     privacy = privacy or PRIVACY[algorithm][0]
     if privacy not in PRIVACY[algorithm]:
-        raise ParameterError(f"algorithm {algorithm!r} supports privacy {list(PRIVACY[algorithm])}, got {privacy!r}")
+        raise ParameterError(f"algorithm {algorithm!r} supports privacy {list(PRIVACY[algorithm])}, "
+                             f"got {privacy!r}")
     if task == "regression" and (algorithm == "ppd-ert" or privacy == "ldp"):
         what = "PPD-ERT" if algorithm == "ppd-ert" else "privacy 'ldp' (Bloom-encoded labels)"
-        raise ParameterError(f"{what} is for classification only; use --algorithm extra-trees with privacy none "
-                             "or gdp for a regression label")
+        raise ParameterError(f"{what} is for classification only; use --algorithm extra-trees with privacy "
+                             "none or gdp for a regression label")
     return privacy
 
 
 def build_estimator(algorithm: str, privacy: str, task: str, params: dict, *, epsilon: float = 1.0,
                     feature_ranges: dict | None = None, categories: Mapping[str, Sequence[str]] | None = None,
-                    thresholds: str | None = None):
+                    thresholds: str | None = None) -> Any:
     """An unfitted horizontal estimator; building it validates the parameters before any work starts.
+
     `categories` are the agreed category lists of categorical columns (see `pooled_categories`);
-    `thresholds` PPD-ERT's threshold mode (None: its default)."""
+    `thresholds` PPD-ERT's threshold mode (None: its default).
+    """
     from fedcore.horizontal.estimators import (
         FederatedExtraTreesClassifier,
         FederatedExtraTreesRegressor,
@@ -61,8 +68,9 @@ def build_estimator(algorithm: str, privacy: str, task: str, params: dict, *, ep
     )
 
     if algorithm == "ppd-ert":
-        model = PPDERTClassifier(**params, feature_ranges=feature_ranges, allow_data_ranges=feature_ranges is None,
-                                 categories=categories, **({"thresholds": thresholds} if thresholds else {}))
+        model = PPDERTClassifier(**params, feature_ranges=feature_ranges,
+                                 allow_data_ranges=feature_ranges is None, categories=categories,
+                                 **({"thresholds": thresholds} if thresholds else {}))
     else:
         cls = FederatedExtraTreesClassifier if task == "classification" else FederatedExtraTreesRegressor
         model = cls(**params, privacy=privacy, categories=categories,
@@ -72,8 +80,10 @@ def build_estimator(algorithm: str, privacy: str, task: str, params: dict, *, ep
 
 
 def declared_ranges(train: pd.DataFrame, label: str) -> dict[str, tuple[float, float]]:
-    """Numeric feature domains for PPD-ERT (booleans: 0 to 1). In a real federation the data contracts declare
-    them; the simulator stands in for the consortium and reads them off the pooled training rows."""
+    """Numeric feature domains for PPD-ERT (booleans: 0 to 1), read off the pooled training rows.
+
+    In a real federation the data contracts declare them; the simulator stands in for the consortium.
+    """
     ranges = {}
     for column in train.columns:
         if column == label or column_kind(train[column]) != NUMERIC:
@@ -85,9 +95,11 @@ def declared_ranges(train: pd.DataFrame, label: str) -> dict[str, tuple[float, f
 
 
 def pooled_categories(table: pd.DataFrame, label: str) -> dict[str, list[str]]:
-    """The category list of every categorical feature column (a pandas Categorical keeps its own list, others
-    list their values, sorted). In a real federation the data contracts declare them; the simulator stands
-    in for the consortium and reads them off the pooled table."""
+    """The category list of every categorical feature column, read off the pooled table.
+
+    A pandas Categorical keeps its own list, other columns list their values, sorted. In a real federation
+    the data contracts declare them; the simulator stands in for the consortium.
+    """
     categories = {}
     for column in table.columns:
         values = table[column]
@@ -98,17 +110,6 @@ def pooled_categories(table: pd.DataFrame, label: str) -> dict[str, list[str]]:
         else:
             categories[column] = sorted(category_strings(values).dropna().unique().tolist())
     return categories
-
-
-def reference_extra_trees(task: str, train: pd.DataFrame, test: pd.DataFrame, label: str, params: dict) -> dict:
-    """scikit-learn's ExtraTrees with the same hyper-parameters on the pooled rows."""
-    from sklearn.ensemble import ExtraTreesClassifier, ExtraTreesRegressor
-
-    cls = ExtraTreesClassifier if task == "classification" else ExtraTreesRegressor
-    train_x, test_x = one_hot(train.drop(columns=[label]), test.drop(columns=[label]))
-    model = cls(n_estimators=params["n_estimators"], max_depth=params["max_depth"],
-                max_features=params["max_features"], random_state=params["random_state"], n_jobs=-1)
-    return timed_reference(model, task, train_x, train[label].to_numpy(), test_x, test[label].to_numpy())
 
 
 def simulate_horizontal(
@@ -125,7 +126,7 @@ def simulate_horizontal(
     alpha: float = 0.5,
     trees: int = 100,
     max_depth: int | None = None,
-    max_features: str | int | float | None = "default",
+    max_features: str | int | float | None = TASK_DEFAULT,
     epsilon: float = 1.0,
     thresholds: str | None = None,
     seed: int = 0,
@@ -134,20 +135,20 @@ def simulate_horizontal(
     local_only: bool = True,
     progress: bool = False,
 ) -> dict:
-    """Train the horizontal `algorithm` on `parties` simulated institutions of `table`; evaluate it on
-    held-out rows against scikit-learn's ExtraTrees, the single-party run and local-only models.
+    """Train the horizontal `algorithm` on `parties` simulated institutions of `table`; evaluate it.
 
+    It is compared on held-out rows with scikit-learn's ExtraTrees, the single-party run and local-only
+    models.
     `columns` in the result says which column was the id, which were dropped, which dates became numbers
     (see `prepare_input`) and how many categories each categorical column was agreed to have.
-    `thresholds` (PPD-ERT only): "histogram" (default) or "domain" (the paper's draw)."""
+    `thresholds` (PPD-ERT only): "histogram" (default) or "domain" (the paper's draw).
+    """
     table, column_notes = prepare_input(table, label, id_column, drop)
     if task == "auto":
         task = infer_task(table[label])
     privacy = check_mode(algorithm, privacy, task)
     check_label(table[label], task)
-    if max_features == "default":
-        max_features = "sqrt" if task == "classification" else 1.0
-    params = {"n_estimators": trees, "max_depth": max_depth, "max_features": max_features, "random_state": seed}
+    params = forest_params(task, trees, max_depth, max_features, seed)
     if thresholds is not None and algorithm != "ppd-ert":
         raise ParameterError(f"thresholds={thresholds!r} applies to --algorithm ppd-ert only; Federated "
                              "Extra-Trees draws each threshold within the node's range already")
@@ -162,27 +163,14 @@ def simulate_horizontal(
     features = test.drop(columns=[label])
     y_test = test[label].to_numpy()
 
-    _say(progress, f"{algorithm} ({privacy}), {parties} parties, {trees} trees")
-    started = time.perf_counter()
-    federated_model.fit(party_frames, label=label)
-    train_s = time.perf_counter() - started
-    started = time.perf_counter()
-    predictions = federated_model.predict(features)
-    predict_s = time.perf_counter() - started
-
-    _say(progress, "single-party run of the same engine (M = 1)")
-    single_model = make(privacy)
-    started = time.perf_counter()
-    single_model.fit([train], label=label)
-    single_train_s = time.perf_counter() - started
-    started = time.perf_counter()
-    single_predictions = single_model.predict(features)
-    single_predict_s = time.perf_counter() - started
+    federated = run_engine(federated_model, party_frames, label, features, progress=progress,
+                           caption=f"{algorithm} ({privacy}), {parties} parties, {trees} trees")
+    single = run_engine(make(privacy), [train], label, features,
+                        caption="single-party run of the same engine (M = 1)", progress=progress)
     identical = None
     if privacy in EXACT_MODES:
-        identical = bool(federated_model.model_.same_as(single_model.model_)
-                         and np.array_equal(predictions, single_predictions))
-    communication = federated_model.communication_
+        identical = bool(federated.model.model_.same_as(single.model.model_)
+                         and np.array_equal(federated.predictions, single.predictions))
     result = {
         "setting": "horizontal",
         "algorithm": algorithm,
@@ -194,22 +182,17 @@ def simulate_horizontal(
                       "rows": [len(p) for p in party_frames]},
         "rows_train": len(train),
         "rows_test": len(test),
-        "metrics": metrics(task, y_test, predictions),
-        "reference": reference_extra_trees(task, train, test, label, params),
-        "single_party_identical": identical,
-        "single_party": {"metrics": metrics(task, y_test, single_predictions), "train_s": single_train_s,
-                         "predict_s": single_predict_s, "rounds": single_model.communication_["rounds"],
-                         "bytes": single_model.communication_["bytes"]},
-        "timing": {"train_s": train_s, "predict_s": predict_s},
-        "communication": {"rounds": communication["rounds"], "bytes": communication["bytes"]},
+        **compare(task, y_test, federated, single, identical,
+                  reference_extra_trees(task, train, test, label, params)),
         "privacy_report": federated_model.privacy_report_,
         "columns": {**column_notes, "categories": {name: len(values) for name, values in categories.items()},
                     "categories_from": CATEGORIES_FROM},
     }
     if ranges is not None:
-        result["feature_ranges"] = "declared from the pooled training rows (a data contract declares them in production)"
+        result["feature_ranges"] = ("declared from the pooled training rows (a data contract declares them "
+                                    "in production)")
     if local_only:
-        _say(progress, "local-only models, one per institution")
+        announce(progress, "local-only models, one per institution")
         result["local_only"] = _local_only(party_frames, label, features, y_test, task,
                                            lambda: build_estimator("extra-trees", "none", task, params,
                                                                    categories=categories))
@@ -217,17 +200,14 @@ def simulate_horizontal(
 
 
 def _local_only(party_frames: list[pd.DataFrame], label: str, features: pd.DataFrame, y_test: np.ndarray,
-                task: str, make) -> dict:
-    """Each institution's model on its own rows alone (plain: a party alone needs no privacy), evaluated
-    on the common test rows; the mean is the paper's local-only baseline."""
+                task: str, make: Callable[[], Any]) -> dict:
+    """Each institution's model on its own rows alone, evaluated on the common test rows.
+
+    The models are plain (a party alone needs no privacy); their mean is the paper's local-only baseline.
+    """
     per_party = []
     for frame in party_frames:
         model = make().fit([frame], label=label)
         per_party.append(metrics(task, y_test, model.predict(features)))
     names = list(per_party[0])
     return {"mean": {n: float(np.mean([m[n] for m in per_party])) for n in names}, "per_party": per_party}
-
-
-def _say(progress: bool, text: str) -> None:
-    if progress:
-        sys.stderr.write(f"fedforest: {text}\n")
