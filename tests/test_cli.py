@@ -218,13 +218,11 @@ def test_usage_errors_are_one_line_and_exit_1(capsys, argv: tuple, message: str)
 
 
 def test_pipeline_commands_follow_the_same_convention(capsys) -> None:
-    from flows.cli import main as pipeline_main
-
-    code = pipeline_main(["retrain"])
+    code = main(["retrain"])
     out, err = capsys.readouterr()
     assert (code, out) == (1, "")
     assert err == "fedforest: error: the following arguments are required: --config (see 'fedforest retrain --help')\n"
-    assert pipeline_main(["predict", "--config", "f.yaml", "--agents", "cloud"]) == 1
+    assert main(["predict", "--config", "f.yaml", "--agents", "cloud"]) == 1
     assert capsys.readouterr().err.count("\n") == 1
 
 
@@ -392,3 +390,39 @@ def test_bad_drop(capsys, tmp_path: Path, drop: str, message: str) -> None:
     path = _small_table(tmp_path, y=np.arange(40) % 2)
     line = _error_line(capsys, "simulate", "--data", path, "--label", "y", "--drop", drop)
     assert line == f"fedforest: error: {message}"
+
+
+# -- one registration mechanism: the `fedforest.commands` entry points; fedcore never imports Prefect -----
+
+def test_every_command_is_registered_through_the_entry_point_group() -> None:
+    from importlib.metadata import entry_points
+
+    from fedcore.cli import COMMANDS_GROUP, build_parser
+
+    listed = {entry.name for entry in entry_points(group=COMMANDS_GROUP)}
+    assert {"simulate", "agent", "certs", "contract", "models", "sample-table", "demo", "retrain",
+            "predict"} <= listed
+    commands = next(a for a in build_parser()._actions if a.dest == "command")
+    assert list(commands.choices) == sorted(listed)
+
+
+def test_missing_entry_points_are_one_line(capsys, monkeypatch) -> None:
+    from fedcore import cli
+
+    monkeypatch.setattr(cli, "entry_points", lambda group: [])
+    line = _error_line(capsys, "simulate", "--help")
+    assert line.startswith("fedforest: error: no commands are registered (the 'fedforest.commands' entry "
+                           "points")
+
+
+def test_help_and_simulate_do_not_import_prefect(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = _small_table(tmp_path, y=np.arange(40) % 2)
+    script = ("import sys; from fedcore.cli import main; "
+              f"codes = [main(['--help']), main(['simulate', '--data', {str(path)!r}, '--label', 'y', "
+              "'--trees', '1', '--json'])]; "
+              "print(codes, sorted(m for m in sys.modules if m.split('.')[0] == 'prefect'), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.stderr.splitlines()[-1] == "[0, 0] []"

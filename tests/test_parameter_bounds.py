@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from fedcore import cli
+from fedcore.commands import simulate as simulate_command
 from fedcore.errors import ParameterError
 from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.params import ExtraTreesParams
@@ -87,7 +88,7 @@ def no_training(monkeypatch):
 
     monkeypatch.setattr(VerticalParty, "__init__", refuse)
     monkeypatch.setattr(HorizontalParty, "__init__", refuse)
-    monkeypatch.setattr(cli, "available_bytes", lambda: 8 * GIB)
+    monkeypatch.setattr(simulate_command, "available_bytes", lambda: 8 * GIB)
 
 
 def _one_line(capsys, *argv) -> str:
@@ -130,6 +131,6 @@ def test_a_memory_error_anywhere_is_one_line(capsys, four_thousand_rows: Path, m
     def exhausted(*args, **kwargs):
         raise MemoryError
 
-    monkeypatch.setattr(cli, "simulate_vertical", exhausted)
+    monkeypatch.setattr(simulate_command, "simulate_vertical", exhausted)
     line = _one_line(capsys, "simulate", "--data", four_thousand_rows, "--label", "y", "--trees", 3)
     assert line.startswith("fedforest: error: out of memory: ")

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from flows.cli import demo_folder, main, use_federation_prefect_home
+from fedcore.cli import main
+from flows.commands.demo import demo_folder
+from flows.commands.environment import use_federation_prefect_home
 
 
 def test_every_demo_has_its_own_folder():

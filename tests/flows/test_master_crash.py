@@ -43,7 +43,7 @@ def _completed(folder: Path) -> list[int]:
 def _start_master(config_path: Path, log_path: Path) -> subprocess.Popen:
     env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:
-        return subprocess.Popen([sys.executable, "-m", "flows.cli", "retrain", "--config", str(config_path),
+        return subprocess.Popen([sys.executable, "-m", "fedcore.cli", "retrain", "--config", str(config_path),
                                  "--agents", "local", "--no-predict"],
                                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
 
@@ -142,7 +142,7 @@ def test_a_killed_master_is_retried_and_resumes_to_the_same_model(tmp_path, cras
 def test_retrain_command_passes_the_run_id_to_resume(monkeypatch, tmp_path, capsys) -> None:
     """`fedforest retrain --run-id ID` (a new flow run resuming a crashed run's checkpoints)."""
     import flows.retrain
-    from flows.cli import main
+    from fedcore.cli import main
 
     calls = []
     monkeypatch.setattr(flows.retrain, "retrain", lambda *args, **kwargs: calls.append((args, kwargs)) or {})

@@ -1,0 +1,59 @@
+"""`fedforest demo`: the whole pipeline on this machine, on Prefect's ephemeral server.
+
+    fedforest demo [--setting horizontal] [--algorithm ppd-ert] [--privacy secagg] [--work DIR]
+
+Each demo writes its config, data, registry and Prefect home into its own workspace (`demo_folder`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from flows.commands.environment import quiet
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add `fedforest demo`."""
+    demo = commands.add_parser("demo", help="the whole pipeline on this machine (Prefect ephemeral server)",
+                               description="Generate three institutions with overlapping customers and run "
+                                           "the retrain pipeline on Prefect's ephemeral server, agents on "
+                                           "loopback.")
+    demo.add_argument("--work", type=Path, default=None,
+                      help="workspace folder (default: each demo its own, work/demo, work/demo-horizontal or "
+                           "work/demo-ppd-ert)")
+    demo.add_argument("--verbose", action="store_true", help="show Prefect's own log lines")
+    demo.add_argument("--setting", choices=("vertical", "horizontal"), default="vertical",
+                      help="vertical: bank, e-commerce, insurer share customers (default); horizontal: three "
+                           "hospitals share columns")
+    demo.add_argument("--algorithm", choices=("extra-trees", "ppd-ert"), default="extra-trees",
+                      help="horizontal demo: Federated Extra-Trees (default) or PPD-ERT")
+    demo.add_argument("--privacy", choices=("none", "ldp", "gdp", "secagg"), default=None,
+                      help="horizontal demo: extra-trees none (default) | ldp | gdp; ppd-ert secagg")
+    demo.set_defaults(handler=_demo)
+
+
+def demo_folder(setting: str, algorithm: str) -> Path:
+    """Each demo's own default workspace, so one never overwrites another's config, data or registry."""
+    if setting == "vertical":
+        return Path("work/demo")
+    return Path("work/demo-horizontal" if algorithm == "extra-trees" else f"work/demo-{algorithm}")
+
+
+def _demo(args: argparse.Namespace) -> int:
+    work = (args.work or demo_folder(args.setting, args.algorithm)).resolve()
+    (work / ".prefect").mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PREFECT_HOME", str(work / ".prefect"))
+    quiet(args.verbose)
+    if not args.verbose:  # Prefect's own lines are quieted: show training progress as plain lines
+        from fedcore.progress import echo_progress
+
+        echo_progress()
+    if args.setting == "horizontal":
+        from flows.demos.horizontal import run_horizontal_demo
+
+        return run_horizontal_demo(work, algorithm=args.algorithm, privacy=args.privacy)
+    from flows.demos.vertical import run_demo
+
+    return run_demo(work)

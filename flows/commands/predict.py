@@ -1,0 +1,44 @@
+"""`fedforest predict`: batch predict with a registered model version, no training.
+
+    fedforest predict --config federation.yaml [--version production] [--requester NAME] [--agents local]
+
+Runs the batch prediction flow (`flows.batch_predict`) and prints its result as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from flows.commands.environment import quiet, use_federation_prefect_home
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add `fedforest predict`."""
+    predict = commands.add_parser("predict",
+                                  help="batch predict with a registered model version (no training)")
+    predict.add_argument("--config", required=True, type=Path, metavar="FILE",
+                         help="the federation config (YAML)")
+    predict.add_argument("--model", metavar="NAME",
+                         help="model name (default: training.model_name or the federation)")
+    predict.add_argument("--version", default="production", metavar="V",
+                         help="version or alias, e.g. v0003, latest (default production)")
+    predict.add_argument("--requester", metavar="NAME",
+                         help="institution that receives the predictions (default: training.predict_for or "
+                              "the label holder)")
+    predict.add_argument("--agents", choices=("deployments", "local", "running"), default="running",
+                         help="start agents as deployments, as local processes, or use running ones "
+                              "(default)")
+    predict.set_defaults(handler=_predict)
+
+
+def _predict(args: argparse.Namespace) -> int:
+    use_federation_prefect_home(args.config)
+    quiet(verbose=True)
+    from flows.batch_predict import batch_predict
+
+    result = batch_predict(str(args.config.resolve()), model_name=args.model, version=args.version,
+                           requester=args.requester, agents=args.agents)
+    print(json.dumps(result, indent=2, default=str))
+    return 0

@@ -1,0 +1,41 @@
+"""`fedforest retrain`: run the retrain flow for a federation config.
+
+    fedforest retrain --config federation.yaml [--agents local] [--no-predict] [--run-id ID]
+
+Runs `flows.retrain` (training, evaluation, registration and, unless --no-predict, batch prediction) and
+prints its result as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from flows.commands.environment import quiet, use_federation_prefect_home
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add `fedforest retrain`."""
+    retrain = commands.add_parser("retrain", help="run the retrain flow for a federation config")
+    retrain.add_argument("--config", required=True, type=Path, metavar="FILE",
+                         help="the federation config (YAML)")
+    retrain.add_argument("--agents", choices=("deployments", "local", "running"), default="running",
+                         help="start agents as deployments, as local processes, or use running ones "
+                              "(default)")
+    retrain.add_argument("--no-predict", action="store_true", help="skip the batch prediction step")
+    retrain.add_argument("--run-id", metavar="ID",
+                         help="training run id (default: the flow run id); give a crashed run's id to resume "
+                              "its vertical training from its checkpoints")
+    retrain.set_defaults(handler=_retrain)
+
+
+def _retrain(args: argparse.Namespace) -> int:
+    use_federation_prefect_home(args.config)
+    quiet(verbose=True)
+    from flows.retrain import retrain
+
+    result = retrain(str(args.config.resolve()), agents=args.agents, predict=not args.no_predict,
+                     run_id=args.run_id)
+    print(json.dumps(result, indent=2, default=str))
+    return 0
