@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.data.binning import category_strings
 from fedcore.data.labels import infer_task
 from fedcore.data.numbers import numeric_values
@@ -30,8 +31,6 @@ from fedcore.simulation.reference import reference_extra_trees
 from fedcore.simulation.table import prepare_input, split_train_test
 from fedcore.vertical.validation import check_label
 
-ALGORITHMS = ("extra-trees", "ppd-ert")
-PRIVACY = {"extra-trees": ("none", "ldp", "gdp"), "ppd-ert": ("secagg",)}
 EXACT_MODES = ("none", "secagg")
 """Modes without noise: the federated run must equal the single-party run exactly."""
 CATEGORIES_FROM = "the pooled table (a data contract declares them in production)"
@@ -39,13 +38,8 @@ CATEGORIES_FROM = "the pooled table (a data contract declares them in production
 
 def check_mode(algorithm: str, privacy: str | None, task: str | None = None) -> str:
     """The privacy mode to use (PPD-ERT: secagg; FET: none by default), refusing impossible combinations."""
-    if algorithm not in ALGORITHMS:
-        raise ParameterError(f"the horizontal setting offers algorithms {list(ALGORITHMS)}, "
-                             f"got {algorithm!r}")
-    privacy = privacy or PRIVACY[algorithm][0]
-    if privacy not in PRIVACY[algorithm]:
-        raise ParameterError(f"algorithm {algorithm!r} supports privacy {list(PRIVACY[algorithm])}, "
-                             f"got {privacy!r}")
+    chosen = find_algorithm(algorithm, "horizontal")
+    privacy = chosen.check_privacy(privacy or chosen.default_privacy)
     if task == "regression" and (algorithm == "ppd-ert" or privacy == "ldp"):
         what = "PPD-ERT" if algorithm == "ppd-ert" else "privacy 'ldp' (Bloom-encoded labels)"
         raise ParameterError(f"{what} is for classification only; use --algorithm extra-trees with privacy "
