@@ -61,14 +61,16 @@ def build_estimator(algorithm: str, privacy: str, task: str, params: dict, *, ep
         PPDERTClassifier,
     )
 
+    model: Any
     if algorithm == "ppd-ert":
+        chosen_thresholds: dict[str, Any] = {"thresholds": thresholds} if thresholds else {}
         model = PPDERTClassifier(**params, feature_ranges=feature_ranges,
                                  allow_data_ranges=feature_ranges is None, categories=categories,
-                                 **({"thresholds": thresholds} if thresholds else {}))
+                                 **chosen_thresholds)
     else:
         cls = FederatedExtraTreesClassifier if task == "classification" else FederatedExtraTreesRegressor
-        model = cls(**params, privacy=privacy, categories=categories,
-                    **({"epsilon": epsilon} if privacy == "gdp" else {}))
+        noise: dict[str, Any] = {"epsilon": epsilon} if privacy == "gdp" else {}
+        model = cls(**params, privacy=privacy, categories=categories, **noise)
     model.params  # noqa: B018 - validates the parameters now, before any work (scikit-learn style: not in __init__)
     return model
 
