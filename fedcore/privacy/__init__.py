@@ -1,0 +1,1 @@
+"""Privacy techniques: ID hashing and PSI, label encryption, differential privacy, secure aggregation."""

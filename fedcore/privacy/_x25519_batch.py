@@ -20,7 +20,7 @@ _MAX_REMAPS = 64  # each remap hits a low-order point with probability ~2**-250:
 
 
 def remap_low_order(u: bytes) -> bytes:
-    """The deterministic replacement for a hashed ID that landed on a low-order point (a function of u only)."""
+    """The deterministic replacement for a hashed ID that landed on a low-order point (a function of u)."""
     return hashlib.sha256(LOW_ORDER_REMAP_TAG + u).digest()
 
 
@@ -32,8 +32,8 @@ def _one(exchange: Callable[[X25519PublicKey], bytes], u: bytes, remap: bool) ->
             return exchange(from_bytes(u))
         except ValueError:  # cryptography refuses the all-zero output of a low-order input point
             if not remap:
-                raise ProtocolError("a value to re-blind is a low-order curve point (an honest party's blinded "
-                                    "values never are); refusing it") from None
+                raise ProtocolError("a value to re-blind is a low-order curve point (an honest party's "
+                                    "blinded values never are); refusing it") from None
             u = remap_low_order(u)
     raise ProtocolError("hash-to-curve remapping did not leave the low-order points")  # pragma: no cover
 

@@ -1,6 +1,7 @@
-"""A worker process for homomorphic (Paillier or Okamoto-Uchiyama) arithmetic, started by
-`fedcore.privacy.gmp_workers` as `python -m fedcore.privacy.gmp_worker`: gmpy2 keeps the GIL for the
-multiplications behind bin sums and fixed-base encryption, so threads cannot share them over the cores;
+"""A worker process for homomorphic (Paillier or Okamoto-Uchiyama) arithmetic.
+
+Started by `fedcore.privacy.gmp_workers` as `python -m fedcore.privacy.gmp_worker`: gmpy2 keeps the GIL for
+the multiplications behind bin sums and fixed-base encryption, so threads cannot share them over the cores;
 processes can.
 
 It reads requests from stdin and writes answers to stdout, each a pickle behind an 8-byte length. Only

@@ -1,5 +1,6 @@
-"""Worker processes for homomorphic-encryption arithmetic: a passive party's bin sums and the label
-holder's encryption.
+"""Worker processes for homomorphic-encryption arithmetic.
+
+A passive party's bin sums and the label holder's encryption.
 
 gmpy2 keeps the GIL for multiplications (the bulk of both), so threads run them on one core. These are
 `python -m fedcore.privacy.gmp_worker` processes the project starts itself, talking over pipes: no
@@ -36,11 +37,13 @@ class GmpWorkers:
     """`count` worker processes; requests go to all of them or one chunk each, answers come back in order."""
 
     def __init__(self, count: int) -> None:
+        """Start `count` worker processes, stopped when this pool is garbage-collected."""
         if count < 1:
             raise ValueError(f"a worker pool needs at least one worker, got {count}")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.processes = [subprocess.Popen([sys.executable, "-m", "fedcore.privacy.gmp_worker"], stdin=subprocess.PIPE,
-                                           stdout=subprocess.PIPE, env=env) for _ in range(count)]
+        self.processes = [subprocess.Popen([sys.executable, "-m", "fedcore.privacy.gmp_worker"],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+                          for _ in range(count)]
         self._finalizer = weakref.finalize(self, _stop, self.processes)
 
     @property
@@ -70,14 +73,15 @@ class GmpWorkers:
         try:
             write_frame(process.stdin, request)
         except (BrokenPipeError, OSError) as error:
-            raise ProtocolError(f"an encryption worker process (pid {process.pid}) is gone: {error}") from error
+            raise ProtocolError(f"an encryption worker process (pid {process.pid}) is "
+                                f"gone: {error}") from error
 
     def _receive(self, process: subprocess.Popen, operation: str) -> Any:
         assert process.stdout is not None, "the workers start with stdin and stdout pipes"
         answer = read_frame(process.stdout)
         if answer is None:
-            raise ProtocolError(f"an encryption worker process (pid {process.pid}) exited during {operation!r} "
-                                f"(code {process.poll()})")
+            raise ProtocolError(f"an encryption worker process (pid {process.pid}) exited during "
+                                f"{operation!r} (code {process.poll()})")
         status, value = answer
         if status != "ok":
             raise ProtocolError(f"an encryption worker failed during {operation!r}: {value}")
@@ -101,8 +105,10 @@ def _stop(processes: list[subprocess.Popen]) -> None:
 
 
 def balanced_chunks(costs: Sequence[int], count: int) -> list[np.ndarray]:
-    """Indices of `costs` split into `count` groups of near-equal total cost (largest first, each to the
-    least loaded group), each group in ascending order."""
+    """Indices of `costs` split into `count` groups of near-equal total cost.
+
+    Largest first, each to the least loaded group; each group in ascending order.
+    """
     loads = [0] * count
     groups: list[list[int]] = [[] for _ in range(count)]
     for index in np.argsort(-np.asarray(costs, dtype=np.int64), kind="stable").tolist():

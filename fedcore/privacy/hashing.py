@@ -54,7 +54,8 @@ def _scalar_text(value: object) -> str:
         try:
             return value.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise InputError(f"ID {value!r} is not valid UTF-8 ({exc.reason}); IDs must be text or numbers") from exc
+            raise InputError(f"ID {value!r} is not valid UTF-8 ({exc.reason}); IDs must be "
+                             "text or numbers") from exc
     return str(value)
 
 
@@ -67,16 +68,17 @@ def _normalized_list(series: pd.Series) -> list[str]:
     normalize = unicodedata.normalize
     try:
         if missing.any():
-            texts = ["" if m else normalize("NFKC", v if type(v) is str else _scalar_text(v)).strip().casefold()
-                     for v, m in zip(values, missing.tolist(), strict=True)]
+            texts = ["" if m else normalize("NFKC", v if type(v) is str else _scalar_text(v))
+                     .strip().casefold() for v, m in zip(values, missing.tolist(), strict=True)]
         else:
-            texts = [normalize("NFKC", v if type(v) is str else _scalar_text(v)).strip().casefold() for v in values]
+            texts = [normalize("NFKC", v if type(v) is str else _scalar_text(v)).strip().casefold()
+                     for v in values]
     except InputError as exc:
         raise InputError(f"{_where(series)}: {exc}") from exc
     n_missing = texts.count("")
     if n_missing:
-        raise InputError(f"{_where(series)} has {n_missing} missing IDs (None, NaN or blank) among {len(texts)} rows; "
-                         "every row needs an ID: drop or fill those rows")
+        raise InputError(f"{_where(series)} has {n_missing} missing IDs (None, NaN or blank) among "
+                         f"{len(texts)} rows; every row needs an ID: drop or fill those rows")
     return texts
 
 
@@ -103,8 +105,8 @@ def _check_key(key: bytes) -> bytes:
     if not isinstance(key, (bytes, bytearray)):
         raise InputError(f"the consortium key must be bytes, got {type(key).__name__}")
     if len(key) < MIN_KEY_BYTES:
-        raise InputError(f"the consortium key has {len(key)} bytes; use at least {MIN_KEY_BYTES} random bytes "
-                         "(e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`)")
+        raise InputError(f"the consortium key has {len(key)} bytes; use at least {MIN_KEY_BYTES} random "
+                         "bytes (e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`)")
     return bytes(key)
 
 

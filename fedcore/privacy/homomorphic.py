@@ -29,8 +29,11 @@ PARALLEL_MIN_ITEMS = 64
 
 
 def parallel_map(work: Callable[[list], list], items: Sequence, workers: int | None = None) -> list:
-    """`work` over interleaved chunks of `items` in threads, results back in order. gmpy2 releases the GIL
-    in exponentiations when its (thread-local) context allows it, so modular powers use every core."""
+    """`work` over interleaved chunks of `items` in threads, results back in order.
+
+    gmpy2 releases the GIL in exponentiations when its (thread-local) context allows it, so modular powers use
+    every core.
+    """
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers <= 1 or len(items) < PARALLEL_MIN_ITEMS:
         return work(list(items))
@@ -48,8 +51,11 @@ def parallel_map(work: Callable[[list], list], items: Sequence, workers: int | N
 
 
 def random_prime(bits: int) -> mpz:
-    """A uniformly drawn prime of exactly `bits` bits, top two bits set (so a product of such primes has
-    the summed bits, or one less) and = 3 mod 4 (so -1 is a non-residue modulo it, as DJN's h = -x^2 asks)."""
+    """A uniformly drawn prime of exactly `bits` bits, top two bits set and = 3 mod 4.
+
+    The top bits make a product of such primes have the summed bits, or one less; 3 mod 4 makes -1 a
+    non-residue modulo it, as DJN's h = -x^2 asks.
+    """
     top = mpz(3) << (bits - 2)
     while True:
         candidate = mpz(secrets.randbits(bits)) | top | 3
@@ -58,11 +64,14 @@ def random_prime(bits: int) -> mpz:
 
 
 class FixedBase:
-    """Powers of one base modulo m from tables: row i holds base^(d 2^(8i)) for every byte value d, so
-    base^e is one multiplication per non-zero byte of e. Built once per key (16 MB for a 2048-bit
-    Paillier key's modulus p^2)."""
+    """Powers of one base modulo m from tables.
+
+    Row i holds base^(d 2^(8i)) for every byte value d, so base^e is one multiplication per non-zero byte of
+    e. Built once per key (16 MB for a 2048-bit Paillier key's modulus p^2).
+    """
 
     def __init__(self, base: mpz, modulus: mpz, exponent_bits: int) -> None:
+        """Build the tables of `base` modulo `modulus` for exponents of up to `exponent_bits` bits."""
         self.modulus = modulus
         self.rows: list[list[mpz]] = []
         step = base
@@ -145,14 +154,18 @@ class AdditivePrivateKey:
         raise NotImplementedError
 
     def worker_fields(self) -> dict:
-        """What a worker process needs to rebuild this key (`schemes.private_key_from_fields`); it goes
-        over a pipe to a child process of this one, never to a peer."""
+        """What a worker process needs to rebuild this key (`schemes.private_key_from_fields`).
+
+        It goes over a pipe to a child process of this one, never to a peer.
+        """
         raise NotImplementedError
 
     def encrypt(self, plaintexts: Sequence[int], workers: int | None = None) -> list[mpz]:
-        """Fresh ciphertexts of integers in [0, plaintext_bound). Table lookups hold the GIL, so with
-        `workers` > 1 (default: one per core for large batches) the batch is split over that many worker
-        processes (`fedcore.privacy.gmp_workers`), each with tables of its own."""
+        """Fresh ciphertexts of integers in [0, plaintext_bound).
+
+        Table lookups hold the GIL, so with `workers` > 1 (default: one per core for large batches) the batch
+        is split over that many worker processes (`fedcore.privacy.gmp_workers`), each with tables of its own.
+        """
         from fedcore.privacy.gmp_workers import GmpWorkers, default_worker_count
 
         plaintexts = [mpz(m) for m in plaintexts]

@@ -1,6 +1,8 @@
-"""Authenticated key exchange keys: every party signs its X25519 public key with a long-term identity,
-and every party checks every other party's signed key before it derives a pair mask (PPD-ERT's secure
-aggregation) or a sealed channel (vertical Paillier mode; `purpose="sealing"`).
+"""Authenticated key exchange keys.
+
+Every party signs its X25519 public key with a long-term identity, and every party checks every other party's
+signed key before it derives a pair mask (PPD-ERT's secure aggregation) or a sealed channel (vertical Paillier
+mode; `purpose="sealing"`).
 
 Without this, the master that relays the public keys could hand each party a key of its own and unmask
 every individual vector (man in the middle). With it, a substituted key carries no valid signature of the
@@ -62,7 +64,8 @@ class Untrusted(Exception):
     """Why a credential or signature is refused (the text completes "refuses the key of P: ...")."""
 
 
-def key_statement(context: bytes, party: str, public_key: bytes, purpose: str = "secure-aggregation") -> bytes:
+def key_statement(context: bytes, party: str, public_key: bytes,
+                  purpose: str = "secure-aggregation") -> bytes:
     """The exact bytes a party signs for its key of `purpose` in the session `context`."""
     fields = (PURPOSES[purpose], bytes(context), party.encode(), bytes(public_key))
     return b"".join(len(f).to_bytes(4, "big") + f for f in fields)
@@ -83,8 +86,12 @@ class SignedKey:
         return {"key_signature": self.signature.hex(), "key_credential": self.credential.hex()}
 
     @classmethod
-    def from_header(cls, party: str, public_key: bytes, signature: str | None, credential: str | None) -> SignedKey:
-        """Parse what `to_header` produced; absent or malformed fields become empty (and are refused later)."""
+    def from_header(cls, party: str, public_key: bytes, signature: str | None,
+                    credential: str | None) -> SignedKey:
+        """Parse what `to_header` produced.
+
+        Absent or malformed fields become empty (and are refused later).
+        """
         return cls(party, bytes(public_key), _unhex(signature), _unhex(credential))
 
 
@@ -118,6 +125,7 @@ class ConsortiumCA:
         self.role = role
 
     def verification_key(self, party: str, credential: bytes) -> PublicKey:
+        """The key that signs for `party`: that of a valid certificate the consortium CA issued to it."""
         from cryptography import x509
 
         from fedcore.transport.tls import certificate_identity
@@ -132,8 +140,9 @@ class ConsortiumCA:
             raise Untrusted("its certificate was not issued by the consortium CA") from None
         now = dt.datetime.now(dt.UTC)
         if not certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc:
-            raise Untrusted(f"its certificate is not valid now (valid {certificate.not_valid_before_utc:%Y-%m-%d %H:%M} "
-                            f"to {certificate.not_valid_after_utc:%Y-%m-%d %H:%M} UTC)")
+            raise Untrusted("its certificate is not valid now (valid "
+                            f"{certificate.not_valid_before_utc:%Y-%m-%d %H:%M} to "
+                            f"{certificate.not_valid_after_utc:%Y-%m-%d %H:%M} UTC)")
         identity = certificate_identity(credential)
         if identity != (party, self.role):
             holder = f"{identity[1]} {identity[0]!r}" if identity else "no fedforest identity"
@@ -148,9 +157,11 @@ class PinnedKeys:
     """Trusts exactly one raw Ed25519 public key per party name (the simulator's identities)."""
 
     def __init__(self, keys: Mapping[str, bytes]) -> None:
+        """Trust exactly `keys`: each party's pinned raw Ed25519 identity key."""
         self._keys = {name: bytes(key) for name, key in keys.items()}
 
     def verification_key(self, party: str, credential: bytes) -> PublicKey:
+        """The identity key pinned for `party`, if `credential` is exactly it."""
         pinned = self._keys.get(party)
         if pinned is None:
             raise Untrusted("no identity key is pinned for that party")
@@ -194,20 +205,24 @@ class PartyIdentity:
         except Untrusted as why:
             raise KeyAuthenticationError(f"party {name!r}: its own identity is not trusted: {why}") from None
         if _spki(vouched) != _spki(private_key.public_key()):
-            raise KeyAuthenticationError(f"party {name!r}: its identity key does not belong to its credential "
-                                         "(certificate and key files of different identities?)")
+            raise KeyAuthenticationError(f"party {name!r}: its identity key does not belong to its "
+                                         "credential (certificate and key files of different identities?)")
 
     @classmethod
     def from_certificate(cls, name: str, certificate, key, ca_certificate) -> PartyIdentity:
-        """The identity of an institution agent: its mutual-TLS certificate and key (PEM bytes or file
-        paths), trusted through the consortium CA certificate."""
+        """The identity of an institution agent.
+
+        Its mutual-TLS certificate and key (PEM bytes or file paths), trusted through the consortium CA
+        certificate.
+        """
         from fedcore.transport.tls import TLSError, read_pem
 
         pem = read_pem(certificate, "agent certificate")
         try:
             private_key = serialization.load_pem_private_key(read_pem(key, "agent key"), password=None)
         except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
-            raise TLSError(f"institution {name!r}: the agent key is not an unencrypted PEM private key: {exc}") from exc
+            raise TLSError(f"institution {name!r}: the agent key is not an unencrypted PEM "
+                           f"private key: {exc}") from exc
         return cls(name, private_key, pem, ConsortiumCA(ca_certificate))
 
     def sign_key(self, context: bytes, public_key: bytes, purpose: str = "secure-aggregation") -> SignedKey:
@@ -237,7 +252,7 @@ class PartyIdentity:
         return signed.public_key
 
     def verify_peers(self, context: bytes, signed: Iterable[SignedKey]) -> dict[str, bytes]:
-        """name -> public key of every peer (this party left out), each verified; for SecureAggregator.agree."""
+        """Each peer's name -> its verified public key (this party left out), for SecureAggregator.agree."""
         return {s.party: self.verify(context, s) for s in signed if s.party != self.name}
 
 

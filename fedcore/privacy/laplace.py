@@ -33,7 +33,8 @@ def laplace_counts(counts: np.ndarray, epsilon: float, rng: np.random.Generator,
     """Counts plus independent Laplace(0, sensitivity / epsilon) noise, as float64 of the same shape.
 
     The noise is exactly `rng.laplace(0, scale, counts.shape)`, value for value, and leaves `rng` where that
-    call would; it is computed in one compiled pass from the generator's raw words (`_add_laplace`)."""
+    call would; it is computed in one compiled pass from the generator's raw words (`_add_laplace`).
+    """
     epsilon = check_epsilon(epsilon)
     sensitivity = check_epsilon(sensitivity, "sensitivity")
     counts = np.asarray(counts, dtype=np.float64)
@@ -50,8 +51,11 @@ def laplace_counts(counts: np.ndarray, epsilon: float, rng: np.random.Generator,
 
 @nb.njit(cache=True, parallel=True)
 def _add_laplace(out: np.ndarray, words: np.ndarray, scale: float) -> bool:
-    """out += NumPy's `random_laplace(0, scale)` of each raw PCG64 word (next_double: the top 53 bits);
-    False when a word gives the uniform 0, which NumPy rejects and redraws (the caller falls back)."""
+    """Add NumPy's `random_laplace(0, scale)` of each raw PCG64 word to `out`.
+
+    A word's uniform is next_double: its top 53 bits. False when a word gives the uniform 0, which NumPy
+    rejects and redraws (the caller falls back).
+    """
     zeros = 0  # a prange reduction: a plain flag set inside the loop would stay thread-private
     for i in nb.prange(out.shape[0]):
         u = (words[i] >> np.uint64(11)) * (1.0 / 9007199254740992.0)

@@ -8,10 +8,10 @@ SHA-256 of ``f"{c}:{i}"``, the digest read as a big-endian integer, mod ``n_bits
 2. instant randomized response, fresh for every report: send 1 with probability ``p_one_if_one`` if the
    permanent bit is 1 and ``p_one_if_zero`` if it is 0.
 
-The master only sees per-group sums of instant bits and estimates class counts by non-negative
-regression on the known report probabilities (``estimate_counts``, solved by `fedcore.privacy.nnls`:
-exact, compiled, and the same for a group whatever other groups share the call). Privacy follows Erlingsson et al.
-(2014): ``epsilon()["permanent"]`` bounds what any number of reports reveal, ``["instant"]`` one report.
+The master only sees per-group sums of instant bits and estimates class counts by non-negative regression on
+the known report probabilities (``estimate_counts``, solved by `fedcore.privacy.nnls`: exact, compiled, and
+the same for a group whatever other groups share the call). Privacy follows Erlingsson et al. (2014):
+``epsilon()["permanent"]`` bounds what any number of reports reveal, ``["instant"]`` one report.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ def _is_int(value: object) -> bool:
 
 
 def _is_real(value: object) -> TypeGuard[float]:
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)
+    return (isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+            and math.isfinite(value))
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,13 @@ class LabelLDP:
     min_leaf_reports: int | None = None  # None: `leaf_floor` from the design
 
     def __post_init__(self) -> None:
+        """Check the mechanism and its settings (ParameterError names a bad one)."""
+        self._check_mechanism()
+        self._check_bloom_filter()
+        self._check_estimator()
+
+    def _check_mechanism(self) -> None:
+        """The mechanism is Bloom or k-RR, and k-RR has its epsilon (and no Bloom size)."""
         if self.mechanism not in MECHANISMS:
             raise ParameterError(f"mechanism must be 'bloom' or 'krr', got {self.mechanism!r}")
         if self.mechanism == "krr":
@@ -80,34 +88,46 @@ class LabelLDP:
         elif self.epsilon_krr is not None:
             raise ParameterError("epsilon_krr applies to mechanism 'krr' only; the Bloom mechanism's epsilon "
                                  "follows from n_hashes and keep_probability")
+
+    def _check_bloom_filter(self) -> None:
+        """The Bloom filter's size, hashes and response probabilities."""
         if self.n_bits is not None and (not _is_int(self.n_bits) or self.n_bits < 2):
-            raise ParameterError(f"n_bits must be an integer >= 2, got {self.n_bits!r}: use a larger Bloom filter "
-                                 "(e.g. n_bits=32), or leave it unset to size it to the classes")
+            raise ParameterError(f"n_bits must be an integer >= 2, got {self.n_bits!r}: use a larger Bloom "
+                                 "filter (e.g. n_bits=32), or leave it unset to size it to the classes")
         smallest = MIN_AUTO_BITS if self.n_bits is None else self.n_bits
         if not _is_int(self.n_hashes) or not 1 <= self.n_hashes <= smallest:
             raise ParameterError(f"n_hashes must be an integer with 1 <= n_hashes <= n_bits ({smallest}), "
                                  f"got {self.n_hashes!r}: use fewer hashes or more bits")
         if not _is_real(self.keep_probability) or not 0 <= self.keep_probability <= 1:
-            raise ParameterError(f"keep_probability must be a number in [0, 1], got {self.keep_probability!r}: "
-                                 "it is the chance of keeping the true Bloom bit (smaller = more privacy)")
+            raise ParameterError("keep_probability must be a number in [0, 1], got "
+                                 f"{self.keep_probability!r}: it is the chance of keeping the true Bloom bit "
+                                 "(smaller = more privacy)")
         p, q = self.p_one_if_zero, self.p_one_if_one
         if not (_is_real(p) and _is_real(q) and 0 <= p < q <= 1):
             raise ParameterError(f"need 0 <= p_one_if_zero < p_one_if_one <= 1, got p_one_if_zero={p!r}, "
                                  f"p_one_if_one={q!r}: a report must be more likely 1 when its bit is 1 "
                                  "(e.g. 0.2 and 0.8)")
+
+    def _check_estimator(self) -> None:
+        """The count estimator, its penalty and the leaf floor."""
         if self.estimator not in ESTIMATORS:
             raise ParameterError(f"estimator must be 'nnls' or 'lasso', got {self.estimator!r}")
         if not _is_real(self.lasso_alpha) or self.lasso_alpha < 0:
             raise ParameterError(f"lasso_alpha must be a finite number >= 0, got {self.lasso_alpha!r}: "
                                  "it is the L1 penalty on estimated class proportions (e.g. 0.01)")
-        if self.min_leaf_reports is not None and (not _is_int(self.min_leaf_reports) or self.min_leaf_reports < 1):
-            raise ParameterError(f"min_leaf_reports must be an integer >= 1, got {self.min_leaf_reports!r}: it is "
-                                 "the fewest rows a leaf may hold under LDP (unset: sized to the design)")
+        if self.min_leaf_reports is not None and (not _is_int(self.min_leaf_reports)
+                                                  or self.min_leaf_reports < 1):
+            raise ParameterError(f"min_leaf_reports must be an integer >= 1, got {self.min_leaf_reports!r}: "
+                                 "it is the fewest rows a leaf may hold under LDP (unset: sized to the "
+                                 "design)")
 
     def bits_for(self, n_classes: int) -> int:
-        """The Bloom filter's size for n_classes: n_bits if set, else the smallest power of two >= 32 and
-        >= 2 n_classes. Privacy does not depend on it (epsilon counts hashes); the count estimates' noise
-        does: 26 classes on 32 bits have 3.2x the standard error of 64 bits."""
+        """The Bloom filter's size for n_classes.
+
+        n_bits if set, else the smallest power of two >= 32 and >= 2 n_classes. Privacy does not depend on it
+        (epsilon counts hashes); the count estimates' noise does: 26 classes on 32 bits have 3.2x the standard
+        error of 64 bits.
+        """
         if self.mechanism == "krr":
             return _check_n_classes(n_classes)
         if self.n_bits is not None:
@@ -121,7 +141,10 @@ class LabelLDP:
         return dataclasses.replace(self, n_bits=self.bits_for(n_classes))
 
     def class_patterns(self, n_classes: int) -> np.ndarray:
-        """Bloom bits of each class code, (n_classes, n_bits) uint8; the same on every party and the master."""
+        """Bloom bits of each class code, (n_classes, n_bits) uint8.
+
+        The same on every party and the master.
+        """
         if self.mechanism == "krr":
             return np.eye(_check_n_classes(n_classes), dtype=np.uint8)
         return _patterns(self.bits_for(n_classes), self.n_hashes, _check_n_classes(n_classes)).copy()
@@ -131,7 +154,10 @@ class LabelLDP:
         _design(self, _check_n_classes(n_classes))
 
     def permanent_bits(self, labels: np.ndarray, n_classes: int, rng: np.random.Generator) -> np.ndarray:
-        """Permanent randomized response of each sample's Bloom bits, (n, n_bits) uint8: draw once, reuse per tree."""
+        """Permanent randomized response of each sample's Bloom bits, (n, n_bits) uint8.
+
+        Drawn once, reused for every tree.
+        """
         labels = _check_labels(labels, n_classes)
         self.check_classes(n_classes)
         if self.mechanism == "krr":
@@ -161,10 +187,12 @@ class LabelLDP:
 
     def add_report_sums(self, permanent: np.ndarray, groups: np.ndarray, rng: np.random.Generator,
                         bit_sums: np.ndarray, sizes: np.ndarray) -> None:
-        """Draw one fresh instant report per entry (row of ``permanent``) and add its bits to every group the
-        entry belongs to (``groups`` (n_entries, k) group ids): bit_sums (n_groups, n_bits) and sizes
-        (n_groups,) int64 are updated in place. The party's hot path: the same draws as `instant_bits`,
-        summed in the same compiled pass, never stored."""
+        """Draw one fresh instant report per entry and add its bits to every group the entry belongs to.
+
+        Entries are rows of ``permanent``; ``groups`` (n_entries, k) holds their group ids. bit_sums
+        (n_groups, n_bits) and sizes (n_groups,) int64 are updated in place. The party's hot path: the same
+        draws as `instant_bits`, summed in the same compiled pass, never stored.
+        """
         permanent = self._checked_permanent(permanent)
         groups = np.ascontiguousarray(groups, dtype=np.int64)
         if groups.ndim != 2 or groups.shape[0] != permanent.shape[0]:
@@ -173,8 +201,9 @@ class LabelLDP:
             raise ParameterError(f"group ids must be in 0..{sizes.shape[0] - 1}")
         if (bit_sums.dtype != np.int64 or sizes.dtype != np.int64 or sizes.ndim != 1
                 or bit_sums.shape != (sizes.shape[0], permanent.shape[1])):
-            raise ParameterError(f"bit_sums and sizes must be int64 of shapes (n_groups, {permanent.shape[1]}) and "
-                                 f"(n_groups,), got {bit_sums.dtype} {bit_sums.shape} and {sizes.dtype} {sizes.shape}")
+            raise ParameterError("bit_sums and sizes must be int64 of shapes (n_groups, "
+                                 f"{permanent.shape[1]}) and (n_groups,), got {bit_sums.dtype} "
+                                 f"{bit_sums.shape} and {sizes.dtype} {sizes.shape}")
         if_one, if_zero = self.instant_thresholds()
         for start in range(0, permanent.shape[0], _CHUNK_ROWS):
             rows = slice(start, start + _CHUNK_ROWS)
@@ -204,7 +233,10 @@ class LabelLDP:
         return 1.0 / (1.0 + (n_classes - 1) * math.exp(-self._krr_epsilon()))
 
     def _krr_permanent(self, labels: np.ndarray, n_classes: int, rng: np.random.Generator) -> np.ndarray:
-        """k-RR reports as one-hot rows: the true class with probability `_krr_keep`, else another uniformly."""
+        """k-RR reports as one-hot rows.
+
+        The true class with probability `_krr_keep`, else another, uniformly.
+        """
         keep = rng.random(labels.shape[0]) < self._krr_keep(n_classes)
         other = rng.integers(0, max(n_classes - 1, 1), size=labels.shape[0])
         reported = np.where(keep, labels, other + (other >= labels))
@@ -215,8 +247,9 @@ class LabelLDP:
         permanent = np.asarray(permanent)
         width = permanent.shape[1] if self.n_bits is None and permanent.ndim == 2 else self.n_bits
         if permanent.ndim != 2 or permanent.shape[1] != width:
-            raise ParameterError(f"permanent bits must have shape (n_samples, {width}), got {permanent.shape}; "
-                                 "pass the output of permanent_bits with the same LabelLDP")
+            raise ParameterError(f"permanent bits must have shape (n_samples, {width}), got "
+                                 f"{permanent.shape}; pass the output of permanent_bits with the same "
+                                 "LabelLDP")
         if permanent.size and (not np.issubdtype(permanent.dtype, np.integer) or permanent.min() < 0
                                or permanent.max() > 1):
             raise ParameterError("permanent bits must be integers 0 or 1; pass the output of permanent_bits")
@@ -229,7 +262,8 @@ class LabelLDP:
             keep = self._krr_keep(n_classes)
             other = (1.0 - keep) / (n_classes - 1) if n_classes > 1 else 0.0
             return np.where(np.eye(n_classes, dtype=bool), keep, other)
-        bloom = _patterns(self.bits_for(n_classes), self.n_hashes, _check_n_classes(n_classes)).astype(np.float64)
+        patterns = _patterns(self.bits_for(n_classes), self.n_hashes, _check_n_classes(n_classes))
+        bloom = patterns.astype(np.float64)
         p_permanent_one = self.keep_probability * bloom + (1.0 - self.keep_probability) / 2.0
         return self.p_one_if_zero + (self.p_one_if_one - self.p_one_if_zero) * p_permanent_one
 
@@ -242,8 +276,8 @@ class LabelLDP:
         if bit_sums.ndim < 1 or bit_sums.shape[-1] != n_bits:
             raise ParameterError(f"bit_sums must have shape (..., {n_bits}), got {bit_sums.shape}")
         if totals.shape != bit_sums.shape[:-1]:
-            raise ParameterError(f"totals must have shape {bit_sums.shape[:-1]} (one size per group of bit_sums), "
-                                 f"got {totals.shape}")
+            raise ParameterError(f"totals must have shape {bit_sums.shape[:-1]} (one size per group of "
+                                 f"bit_sums), got {totals.shape}")
         if not (np.isfinite(bit_sums).all() and np.isfinite(totals).all()) or (totals < 0).any():
             raise ParameterError("bit_sums and totals must be finite and totals >= 0 (group sizes)")
         lead = totals.shape
@@ -255,21 +289,29 @@ class LabelLDP:
         return (proportions * sizes[:, None]).reshape(*lead, n_classes)
 
     def standard_error(self, n_classes: int) -> float:
-        """The largest standard error of an estimated class proportion from ONE report (a group of n has
-        this / sqrt(n)): the linear estimator's, with each report bit's variance bounded by 1/4."""
+        """The largest standard error of an estimated class proportion from ONE report.
+
+        A group of n has this / sqrt(n): the linear estimator's, with each report bit's variance bounded by
+        1/4.
+        """
         return _design(self, _check_n_classes(n_classes)).standard_error
 
     def leaf_floor(self, n_classes: int) -> int:
-        """The fewest rows a leaf may hold: min_leaf_reports if set, else the fewest reports n whose class
-        proportion estimate has a standard error of at most 1 (its whole range): ceil(se^2). A leaf of
-        one row is mostly noise with many classes (26 classes, 64 bits: 3 rows), not with few (2-6: 1)."""
+        """The fewest rows a leaf may hold.
+
+        min_leaf_reports if set, else the fewest reports n whose class proportion estimate has a standard
+        error of at most 1 (its whole range): ceil(se^2). A leaf of one row is mostly noise with many classes
+        (26 classes, 64 bits: 3 rows), not with few (2-6: 1).
+        """
         if self.min_leaf_reports is not None:
             return self.min_leaf_reports
         return max(1, math.ceil(round(self.standard_error(n_classes) ** 2, 6)))
 
     def epsilon(self) -> dict[str, float]:
         """RAPPOR's privacy levels: 'permanent' (any number of reports) and 'instant' (a single report).
-        k-RR's report is its permanent response: both are epsilon_krr."""
+
+        k-RR's report is its permanent response: both are epsilon_krr.
+        """
         if self.mechanism == "krr":
             return {"permanent": float(self._krr_epsilon()), "instant": float(self._krr_epsilon())}
         f, p, q, k = 1.0 - self.keep_probability, self.p_one_if_zero, self.p_one_if_one, self.n_hashes
@@ -282,15 +324,21 @@ class LabelLDP:
 
 
 def _threshold63(probability: float) -> np.uint64:
-    """probability * 2**63 as an integer: a word's top 63 bits fall below it with exactly this probability
-    (every double >= 2**-10 is a multiple of 2**-63; smaller ones are truncated, by less than 2**-63)."""
+    """`probability` * 2**63 as an integer.
+
+    A word's top 63 bits fall below it with exactly this probability (every double >= 2**-10 is a multiple of
+    2**-63; smaller ones are truncated, by less than 2**-63).
+    """
     return np.uint64(int(fractions.Fraction(probability) * (1 << 63)))
 
 
 @nb.njit(cache=True, inline="always")
 def _response(word: np.uint64, permanent_bit: np.uint8, if_one: np.uint64, if_zero: np.uint64) -> np.bool_:
-    """One instant response: 1 when the top 63 bits of a fresh random word fall below the threshold of
-    its permanent bit (3.5x faster than drawing and comparing float64 uniforms, and as exact)."""
+    """One instant response.
+
+    1 when the top 63 bits of a fresh random word fall below the threshold of its permanent bit (3.5x faster
+    than drawing and comparing float64 uniforms, and as exact).
+    """
     return (word >> np.uint64(1)) < (if_one if permanent_bit else if_zero)
 
 
@@ -307,7 +355,10 @@ def _respond(permanent: np.ndarray, words: np.ndarray, if_one: np.uint64, if_zer
 @nb.njit(cache=True)
 def _respond_and_add(permanent: np.ndarray, words: np.ndarray, if_one: np.uint64, if_zero: np.uint64,
                      groups: np.ndarray, bit_sums: np.ndarray, sizes: np.ndarray) -> None:
-    """The responses `_respond` draws, added to each entry's groups: bit_sums[g] += response, sizes[g] += 1."""
+    """The responses `_respond` draws, added to each entry's groups.
+
+    bit_sums[g] += response, sizes[g] += 1.
+    """
     n_bits = permanent.shape[1]
     response = np.empty(n_bits, dtype=np.int64)
     for e in range(permanent.shape[0]):
@@ -333,8 +384,8 @@ def _check_labels(labels: np.ndarray, n_classes: int) -> np.ndarray:
         raise LabelError(f"labels must be a 1-D array of integer class codes, got dtype {labels.dtype}, "
                          f"shape {labels.shape}; encode classes as 0..n_classes-1 first")
     if labels.size and (labels.min() < 0 or labels.max() >= n_classes):
-        raise LabelError(f"labels must be class codes in 0..{n_classes - 1}, found values from {labels.min()} "
-                         f"to {labels.max()}; encode classes as 0..n_classes-1 first")
+        raise LabelError(f"labels must be class codes in 0..{n_classes - 1}, found values from "
+                         f"{labels.min()} to {labels.max()}; encode classes as 0..n_classes-1 first")
     return labels.astype(np.intp, copy=False)
 
 
@@ -393,7 +444,8 @@ def _identifiability_problem(ldp: LabelLDP, n_classes: int) -> str | None:
         _, first, which = np.unique(bloom, axis=0, return_index=True, return_inverse=True)
         shared = np.flatnonzero(first[which.reshape(-1)] != np.arange(n_classes))
         if shared.size:
-            return f"classes {int(first[which.reshape(-1)[shared[0]]])} and {int(shared[0])} share a Bloom pattern"
+            return (f"classes {int(first[which.reshape(-1)[shared[0]]])} and {int(shared[0])} share a Bloom "
+                    "pattern")
         rank = int(np.linalg.matrix_rank(probabilities))
         if rank < n_classes:
             return f"the estimation design matrix has rank {rank} < n_classes"
@@ -405,7 +457,10 @@ def _identifiability_problem(ldp: LabelLDP, n_classes: int) -> str | None:
 
 
 def _suggested_fix(ldp: LabelLDP, n_classes: int) -> str:
-    """Name working parameters: the fewest bits (powers of two) at these hashes, or fewer hashes at these bits."""
+    """Name working parameters.
+
+    The fewest bits (powers of two) at these hashes, or fewer hashes at these bits.
+    """
     if ldp.mechanism == "krr":
         return "use a larger epsilon_krr or fewer classes"
     if ldp.keep_probability == 0 and n_classes > 1:
@@ -425,7 +480,8 @@ def _suggested_fix(ldp: LabelLDP, n_classes: int) -> str:
             break
     if not options:
         return "use more bits (n_bits) or fewer hashes (n_hashes)"
-    return f"use more bits or fewer hashes: {', or '.join(options)} works (more bits cost bandwidth, not privacy)"
+    return (f"use more bits or fewer hashes: {', or '.join(options)} works (more bits cost bandwidth, not "
+            "privacy)")
 
 
 @functools.lru_cache(maxsize=64)

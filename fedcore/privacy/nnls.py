@@ -32,8 +32,11 @@ _ROWS_PER_BLOCK = 256  # rows per parallel work item (each has its own scratch b
 
 @nb.njit(cache=True)
 def _householder_triangularise(work: np.ndarray, n_cols: int, n_rows: int) -> bool:
-    """Householder QR in place of ``work[:n_rows, :n_cols]``, applied also to the columns after n_cols
-    (right-hand sides). Leaves R in the upper triangle; False if a column is numerically dependent."""
+    """Householder QR in place of ``work[:n_rows, :n_cols]``, also applied to the columns after n_cols.
+
+    Those columns are right-hand sides. Leaves R in the upper triangle; False if a column is numerically
+    dependent.
+    """
     total_cols = work.shape[1]
     for j in range(n_cols):
         norm2 = 0.0
@@ -83,7 +86,7 @@ def thin_qr(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @nb.njit(cache=True)
 def _back_substitute(r: np.ndarray, c: np.ndarray, z: np.ndarray) -> None:
-    """z = R^-1 c for upper triangular R."""
+    """`z` = R^-1 c for upper triangular R."""
     k = r.shape[0]
     for i in range(k - 1, -1, -1):
         acc = c[i]
@@ -112,17 +115,13 @@ def _append_column(r: np.ndarray, column: int, p: int, tri: np.ndarray, vecs: np
     """Append R[:, column] as column p of the triangular factor of the passive columns (updating QR).
 
     tri[:, :p] holds the triangularised passive columns, vecs[:, i] / vv[i] the Householder reflection i
-    (zero above row i), qc the right-hand side with reflections 0..p-1 applied. O(k p) work."""
+    (zero above row i), qc the right-hand side with reflections 0..p-1 applied. O(k p) work.
+    """
     k = r.shape[0]
     for i in range(k):
         tri[i, p] = r[i, column]
     for h in range(p):  # earlier reflections
-        dot = 0.0
-        for i in range(h, k):
-            dot += vecs[i, h] * tri[i, p]
-        scale = 2.0 * dot / vv[h]
-        for i in range(h, k):
-            tri[i, p] -= scale * vecs[i, h]
+        _reflect(vecs, vv, h, tri[:, p])
     norm2 = 0.0
     for i in range(p, k):
         norm2 += tri[i, p] * tri[i, p]
@@ -137,19 +136,26 @@ def _append_column(r: np.ndarray, column: int, p: int, tri: np.ndarray, vecs: np
     tri[p, p] = alpha
     for i in range(p + 1, k):
         tri[i, p] = 0.0
-    dot = 0.0
-    for i in range(p, k):
-        dot += vecs[i, p] * qc[i]
-    scale = 2.0 * dot / vv[p]
-    for i in range(p, k):
-        qc[i] -= scale * vecs[i, p]
+    _reflect(vecs, vv, p, qc)
     return True
+
+
+@nb.njit(cache=True)
+def _reflect(vecs: np.ndarray, vv: np.ndarray, h: int, target: np.ndarray) -> None:
+    """Apply Householder reflection h (vecs[:, h], zero above row h; vv[h] its squared norm) to `target`."""
+    k = target.shape[0]
+    dot = 0.0
+    for i in range(h, k):
+        dot += vecs[i, h] * target[i]
+    scale = 2.0 * dot / vv[h]
+    for i in range(h, k):
+        target[i] -= scale * vecs[i, h]
 
 
 @nb.njit(cache=True)
 def _passive_solution(tri: np.ndarray, qc: np.ndarray, order: np.ndarray, p: int, z: np.ndarray,
                       solved: np.ndarray) -> None:
-    """z = least-squares solution on the p passive columns (back substitution), zero elsewhere."""
+    """`z` = least-squares solution on the p passive columns (back substitution), zero elsewhere."""
     for j in range(z.shape[0]):
         z[j] = 0.0
     for i in range(p - 1, -1, -1):
@@ -164,9 +170,11 @@ def _passive_solution(tri: np.ndarray, qc: np.ndarray, order: np.ndarray, p: int
 @nb.njit(cache=True)
 def _refactor(r: np.ndarray, c: np.ndarray, order: np.ndarray, n_columns: int, passive: np.ndarray,
               x: np.ndarray, tri: np.ndarray, vecs: np.ndarray, vv: np.ndarray, qc: np.ndarray) -> int:
-    """Triangularise the columns order[:n_columns] of R from scratch, in that order, with qc = c
-    transformed alike; a column dependent on the earlier ones is left out (passive False, x 0).
-    Returns how many columns the factor holds (order is compacted to them)."""
+    """Triangularise the columns order[:n_columns] of R from scratch, in that order.
+
+    qc = c is transformed alike; a column dependent on the earlier ones is left out (passive False, x 0).
+    Returns how many columns the factor holds (order is compacted to them).
+    """
     for i in range(qc.shape[0]):
         qc[i] = c[i]
     p = 0
@@ -188,18 +196,13 @@ def _nnls_row(r: np.ndarray, gram: np.ndarray, c: np.ndarray, allowed: np.ndarra
     """Lawson-Hanson active set for min ||R x - c||, x >= 0, x_j = 0 where not allowed; result in x.
 
     The passive columns are kept triangularised in entry order: a column entering costs O(k p), one
-    leaving rebuilds the factor from the remaining columns."""
+    leaving rebuilds the factor from the remaining columns.
+    """
     k = r.shape[0]
     z, vv, qc, saved_qc, scratch, w, rc = (vectors[0], vectors[1], vectors[2], vectors[3], vectors[4],
                                            vectors[5], vectors[6])
     passive, blocked = flags[0], flags[1]
-    n_allowed = 0
-    for j in range(k):
-        if allowed[j]:
-            order[n_allowed] = j
-            n_allowed += 1
-        passive[j] = allowed[j]
-        x[j] = 0.0
+    n_allowed = _start_row(allowed, order, passive, x)
     # fast path: the least-squares solution on every allowed column is often already feasible; on all
     # columns it is R^-1 c by back substitution (R is triangular), else a factor of the allowed columns
     if n_allowed == k:
@@ -207,36 +210,17 @@ def _nnls_row(r: np.ndarray, gram: np.ndarray, c: np.ndarray, allowed: np.ndarra
     else:
         p = _refactor(r, c, order, n_allowed, passive, x, tri, vecs, vv, qc)
         _passive_solution(tri, qc, order, p, z, scratch)
-    feasible = True
-    for j in range(k):
-        if allowed[j] and z[j] < 0.0:
-            feasible = False
-    if feasible:
+    if _is_feasible(allowed, z):
         for j in range(k):
             x[j] = z[j]
         return
     p = 0
-    for j in range(k):
-        x[j] = 0.0
-        qc[j] = c[j]
-        passive[j] = False
-        blocked[j] = False  # entered, but rounding left it non-positive: try the next one
+    _clear_active_set(c, x, qc, passive, blocked)
     # R'c: with G = R'R, the gradient R'(c - R x) = R'c - G x costs O(k |P|)
-    for j in range(k):
-        acc = 0.0
-        for i in range(j + 1):
-            acc += r[i, j] * c[i]
-        rc[j] = acc
+    _transposed_product(r, c, rc)
     for _ in range(3 * k + 3):
-        for j in range(k):
-            acc = rc[j]
-            for i in range(p):
-                acc -= gram[j, order[i]] * x[order[i]]
-            w[j] = acc
-        best, enter = tol, -1
-        for j in range(k):
-            if allowed[j] and not passive[j] and not blocked[j] and w[j] > best:
-                best, enter = w[j], j
+        _gradient(rc, gram, order, p, x, w)
+        enter = _entering_column(allowed, passive, blocked, w, tol)
         if enter < 0:
             return
         saved_qc[:] = qc
@@ -255,34 +239,132 @@ def _nnls_row(r: np.ndarray, gram: np.ndarray, c: np.ndarray, allowed: np.ndarra
             continue
         for j in range(k):
             blocked[j] = False
-        for _inner in range(k + 1):
-            leaving, step = -1, np.inf
-            for j in range(k):
-                if passive[j] and z[j] <= 0.0:
-                    ratio = x[j] / (x[j] - z[j])  # x_j > 0 >= z_j: in [0, 1)
-                    if ratio < step:
-                        leaving, step = j, ratio
-            if leaving < 0:
-                break
-            for j in range(k):
-                if passive[j]:
-                    x[j] += step * (z[j] - x[j])
-            passive[leaving] = False
-            x[leaving] = 0.0
-            for j in range(k):
-                if passive[j] and x[j] <= 0.0:
-                    passive[j] = False
-                    x[j] = 0.0
-            # rebuild the factor from the remaining passive columns, in their entry order
-            kept = 0
-            for i in range(p):
-                if passive[order[i]]:
-                    order[kept] = order[i]
-                    kept += 1
-            p = _refactor(r, c, order, kept, passive, x, tri, vecs, vv, qc)
-            _passive_solution(tri, qc, order, p, z, scratch)
+        p = _leave_until_feasible(r, c, order, p, passive, x, z, tri, vecs, vv, qc, scratch)
         for j in range(k):
             x[j] = z[j] if passive[j] else 0.0
+
+
+@nb.njit(cache=True)
+def _start_row(allowed: np.ndarray, order: np.ndarray, passive: np.ndarray, x: np.ndarray) -> int:
+    """List the allowed columns in `order`, make them the passive set and zero x; returns their count."""
+    n_allowed = 0
+    for j in range(allowed.shape[0]):
+        if allowed[j]:
+            order[n_allowed] = j
+            n_allowed += 1
+        passive[j] = allowed[j]
+        x[j] = 0.0
+    return n_allowed
+
+
+@nb.njit(cache=True)
+def _is_feasible(allowed: np.ndarray, z: np.ndarray) -> bool:
+    """Whether `z` is non-negative on every allowed column."""
+    feasible = True
+    for j in range(allowed.shape[0]):
+        if allowed[j] and z[j] < 0.0:
+            feasible = False
+    return feasible
+
+
+@nb.njit(cache=True)
+def _clear_active_set(c: np.ndarray, x: np.ndarray, qc: np.ndarray, passive: np.ndarray,
+                      blocked: np.ndarray) -> None:
+    """Start the active set method from x = 0 with no passive column (qc = c, nothing blocked)."""
+    for j in range(x.shape[0]):
+        x[j] = 0.0
+        qc[j] = c[j]
+        passive[j] = False
+        blocked[j] = False  # entered, but rounding left it non-positive: try the next one
+
+
+@nb.njit(cache=True)
+def _transposed_product(r: np.ndarray, c: np.ndarray, rc: np.ndarray) -> None:
+    """`rc` = R'c for upper triangular R."""
+    for j in range(r.shape[0]):
+        acc = 0.0
+        for i in range(j + 1):
+            acc += r[i, j] * c[i]
+        rc[j] = acc
+
+
+@nb.njit(cache=True)
+def _gradient(rc: np.ndarray, gram: np.ndarray, order: np.ndarray, p: int, x: np.ndarray,
+              w: np.ndarray) -> None:
+    """`w` = R'c - G x, x non-zero only on the p passive columns order[:p]."""
+    for j in range(w.shape[0]):
+        acc = rc[j]
+        for i in range(p):
+            acc -= gram[j, order[i]] * x[order[i]]
+        w[j] = acc
+
+
+@nb.njit(cache=True)
+def _entering_column(allowed: np.ndarray, passive: np.ndarray, blocked: np.ndarray, w: np.ndarray,
+                     tol: float) -> int:
+    """The allowed, active, unblocked column of the largest gradient above `tol`, or -1."""
+    best, enter = tol, -1
+    for j in range(w.shape[0]):
+        if allowed[j] and not passive[j] and not blocked[j] and w[j] > best:
+            best, enter = w[j], j
+    return enter
+
+
+@nb.njit(cache=True)
+def _leave_until_feasible(r: np.ndarray, c: np.ndarray, order: np.ndarray, p: int, passive: np.ndarray,
+                          x: np.ndarray, z: np.ndarray, tri: np.ndarray, vecs: np.ndarray, vv: np.ndarray,
+                          qc: np.ndarray, scratch: np.ndarray) -> int:
+    """Step x towards z and drop passive columns until z is positive on all of them; returns p."""
+    for _inner in range(x.shape[0] + 1):
+        leaving, step = _leaving_column(passive, x, z)
+        if leaving < 0:
+            break
+        _step_towards(passive, x, z, step, leaving)
+        # rebuild the factor from the remaining passive columns, in their entry order
+        kept = _compact_passive(order, p, passive)
+        p = _refactor(r, c, order, kept, passive, x, tri, vecs, vv, qc)
+        _passive_solution(tri, qc, order, p, z, scratch)
+    return p
+
+
+@nb.njit(cache=True)
+def _leaving_column(passive: np.ndarray, x: np.ndarray, z: np.ndarray) -> tuple[int, float]:
+    """The passive column that reaches zero first on the way from x to z, and that step (-1, inf: none)."""
+    leaving, step = -1, np.inf
+    for j in range(x.shape[0]):
+        if passive[j] and z[j] <= 0.0:
+            ratio = x[j] / (x[j] - z[j])  # x_j > 0 >= z_j: in [0, 1)
+            if ratio < step:
+                leaving, step = j, ratio
+    return leaving, step
+
+
+@nb.njit(cache=True)
+def _step_towards(passive: np.ndarray, x: np.ndarray, z: np.ndarray, step: float, leaving: int) -> None:
+    """Move `x` by step (z - x) on the passive columns.
+
+    `leaving`, and any other column that is no longer positive, leaves them.
+    """
+    for j in range(x.shape[0]):
+        if passive[j]:
+            x[j] += step * (z[j] - x[j])
+    passive[leaving] = False
+    x[leaving] = 0.0
+    for j in range(x.shape[0]):
+        if passive[j] and x[j] <= 0.0:
+            passive[j] = False
+            x[j] = 0.0
+
+
+@nb.njit(cache=True)
+def _compact_passive(order: np.ndarray, p: int, passive: np.ndarray) -> int:
+    """Keep the still-passive columns of order[:p] at its front, in entry order; returns their count."""
+    kept = 0
+    for i in range(p):
+        if passive[order[i]]:
+            order[kept] = order[i]
+            kept += 1
+    return kept
 
 
 @nb.njit(cache=True, parallel=True)
@@ -317,6 +399,7 @@ class SharedNNLS:
     """``min ||A x - y||, x >= 0`` for many targets y and one full-column-rank ``A`` (see module doc)."""
 
     def __init__(self, matrix: np.ndarray) -> None:
+        """Factor the tall `matrix` once for every row's solve."""
         matrix = np.ascontiguousarray(matrix, dtype=np.float64)
         if matrix.ndim != 2 or matrix.shape[0] < matrix.shape[1] or matrix.shape[1] < 1:
             raise ValueError(f"need a tall matrix with at least one column, got shape {matrix.shape}")
@@ -327,6 +410,7 @@ class SharedNNLS:
 
     @property
     def n_columns(self) -> int:
+        """Number of columns of the design matrix."""
         return self.r.shape[0]
 
     def solve(self, targets: np.ndarray, allowed: np.ndarray | None = None,
@@ -334,7 +418,8 @@ class SharedNNLS:
         """Solutions (g, n) for targets (g, m): x >= 0, zero outside ``allowed`` (g, n) bool if given.
 
         ``offset`` (n,) is added to the reduced target ``Q'y``: a target shift ``y + Q offset`` within
-        the column space, without forming it (used by the Lasso's shift)."""
+        the column space, without forming it (used by the Lasso's shift).
+        """
         targets = np.ascontiguousarray(targets, dtype=np.float64)
         if targets.ndim != 2 or targets.shape[1] != self.q.shape[0]:
             raise ValueError(f"targets must have shape (g, {self.q.shape[0]}), got {targets.shape}")
@@ -349,7 +434,7 @@ class SharedNNLS:
         return _nnls_rows(self.q, self.r, self.gram, targets, offset, allowed, self.tol)
 
     def row_space_solution(self, rhs: np.ndarray) -> np.ndarray:
-        """z with R' z = rhs (forward substitution): ``Q z`` is the least-norm d with A'd = rhs."""
+        """The z with R' z = rhs (forward substitution): ``Q z`` is the least-norm d with A'd = rhs."""
         return _forward_transposed(self.r, np.ascontiguousarray(rhs, dtype=np.float64))
 
 
@@ -366,8 +451,10 @@ def _forward_transposed(r: np.ndarray, rhs: np.ndarray) -> np.ndarray:
 
 
 def lawson_hanson(matrix: np.ndarray, target: np.ndarray, max_iter: int | None = None) -> np.ndarray:
-    """Non-negative least squares min ||matrix x - target||, x >= 0, by Lawson and Hanson's active set
-    in plain NumPy, one row at a time: the reference the compiled solver is tested against."""
+    """Non-negative least squares min ||matrix x - target||, x >= 0, by Lawson and Hanson's active set.
+
+    In plain NumPy, one row at a time: the reference the compiled solver is tested against.
+    """
     matrix = np.asarray(matrix, dtype=np.float64)
     target = np.asarray(target, dtype=np.float64)
     n = matrix.shape[1]

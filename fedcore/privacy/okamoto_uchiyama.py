@@ -70,6 +70,7 @@ class OUPublicKey(CiphertextSpace):
     scheme = "okamoto-uchiyama"
 
     def __post_init__(self) -> None:
+        """Hold n, g and h as gmpy2 integers."""
         for name in ("n", "g", "h"):
             object.__setattr__(self, name, mpz(getattr(self, name)))
 
@@ -89,8 +90,10 @@ class OUPublicKey(CiphertextSpace):
 
     @classmethod
     def from_json(cls, fields: dict) -> OUPublicKey:
-        """Read `to_json`'s output; refuses another scheme or format version, moduli of unaccepted sizes and
-        bases outside (1, n)."""
+        """Read `to_json`'s output.
+
+        Refuses another scheme or format version, moduli of unaccepted sizes and bases outside (1, n).
+        """
         n, g, h = read_key_fields(fields, KEY_FORMAT, ["n", "g", "h"], "Okamoto-Uchiyama")
         if n.bit_length() not in (*KEY_BITS, TEST_KEY_BITS):
             raise ProtocolError(f"Okamoto-Uchiyama modulus of {n.bit_length()} bits refused: expected one of "
@@ -114,6 +117,7 @@ class OUPrivateKey(AdditivePrivateKey):
     _tables: tuple[FixedBase, FixedBase] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        """Check the key against its public half and precompute what decryption needs."""
         p, q, t = mpz(self.p), mpz(self.q), mpz(self.t)
         if p * p * q != self.public.n or (p - 1) % t:
             raise ParameterError("p^2 q must equal the public modulus and t must divide p - 1")
@@ -178,8 +182,10 @@ def _l_function(x: mpz, prime: mpz) -> mpz:
 
 
 def _prime_with_subgroup(bits: int, subgroup_bits: int) -> tuple[mpz, mpz]:
-    """(p, t): t a random prime of `subgroup_bits` bits and p = t u + 1 a prime of exactly `bits` bits with
-    its top two bits set, for a random even u."""
+    """(p, t): t a random prime of `subgroup_bits` bits and p = t u + 1 a prime of exactly `bits` bits.
+
+    p has its top two bits set; u is a random even number.
+    """
     t = random_prime(subgroup_bits)
     low, high = -(-(mpz(3) << (bits - 2)) // t), ((mpz(1) << bits) - 2) // t
     while True:
@@ -190,9 +196,11 @@ def _prime_with_subgroup(bits: int, subgroup_bits: int) -> tuple[mpz, mpz]:
 
 
 def generate_keypair(bits: int = DEFAULT_KEY_BITS, *, insecure_for_tests: bool = False) -> OUPrivateKey:
-    """A fresh key pair with a `bits`-bit modulus (2048 or 3072; 1024 only when `insecure_for_tests`): p
-    with a `SUBGROUP_BITS` prime factor t of p - 1 (`_prime_with_subgroup`), q a random prime, n = p^2 q
-    of exactly `bits` bits; G = g^u with G^t of order p modulo p^2, H = g'^(n u)."""
+    """A fresh key pair with a `bits`-bit modulus (2048 or 3072; 1024 only when `insecure_for_tests`).
+
+    p with a `SUBGROUP_BITS` prime factor t of p - 1 (`_prime_with_subgroup`), q a random prime, n = p^2 q of
+    exactly `bits` bits; G = g^u with G^t of order p modulo p^2, H = g'^(n u).
+    """
     allowed = (*KEY_BITS, TEST_KEY_BITS) if insecure_for_tests else KEY_BITS
     if isinstance(bits, bool) or bits not in allowed:
         raise ParameterError(f"key_bits must be one of {KEY_BITS} for Okamoto-Uchiyama, got {bits!r}")

@@ -1,5 +1,6 @@
-"""Packing of label statistics into homomorphic plaintexts (Paillier or Okamoto-Uchiyama), and of
-encrypted bin sums into few ciphertexts.
+"""Packing of label statistics into homomorphic plaintexts, and of encrypted bin sums into few ciphertexts.
+
+Both label-encryption schemes (Paillier and Okamoto-Uchiyama) use the same packing.
 
 A sample's plaintext holds `n_slots` non-negative integers (the one-hot of classes 1..C-1, or q, q^2 for a
 fixed-point target q) at `slot_bits` spacing, wide enough that summing any node's samples never carries
@@ -39,14 +40,17 @@ class SlotLayout:
     plaintext_bits: int
 
     def __post_init__(self) -> None:
+        """Refuse a layout without slots, slot bits or a top value."""
         if self.n_slots < 1 or self.slot_bits < 1 or self.top_max < 1:
-            raise ProtocolError(f"a slot layout needs slots, slot bits and a top value >= 1, got {self.n_slots}, "
-                                f"{self.slot_bits} and {self.top_max}")
+            raise ProtocolError("a slot layout needs slots, slot bits and a top value >= 1, got "
+                                f"{self.n_slots}, {self.slot_bits} and {self.top_max}")
 
     @classmethod
     def for_values(cls, values: np.ndarray, max_weight: int, public: CiphertextSpace) -> SlotLayout:
-        """The narrowest layout for per-sample `values` (rows, n_slots) summed over up to `max_weight` draws;
-        refuses one whose widest bin would not fit a plaintext."""
+        """The narrowest layout for per-sample `values` (rows, n_slots) summed over up to `max_weight` draws.
+
+        Refuses one whose widest bin would not fit a plaintext.
+        """
         values = np.asarray(values)
         largest = max((int(v) for v in values.ravel()), default=1)
         top = max((int(v) for v in values[:, -1]), default=1) if values.size else 1
@@ -58,8 +62,10 @@ class SlotLayout:
         return layout
 
     def bin_bits(self, node_weight: int) -> int:
-        """Width of one bin's statistics in a node of this (bootstrap-weighted) size: the full slots, then a
-        top slot that holds up to weight x top_max."""
+        """Width of one bin's statistics in a node of this (bootstrap-weighted) size.
+
+        The full slots, then a top slot that holds up to weight x top_max.
+        """
         return self.slot_bits * (self.n_slots - 1) + (max(int(node_weight), 1) * self.top_max).bit_length()
 
     def encode(self, values: np.ndarray) -> list[int]:
@@ -75,7 +81,8 @@ class SlotLayout:
         out, start, used = [], 0, 0
         for j, width in enumerate(widths):
             if width > self.plaintext_bits:
-                raise ProtocolError(f"a bin of {width} bits does not fit a {self.plaintext_bits}-bit plaintext")
+                raise ProtocolError(f"a bin of {width} bits does not fit a {self.plaintext_bits}-bit "
+                                    "plaintext")
             if used + width > self.plaintext_bits:
                 out.append((start, j))
                 start, used = j, 0
@@ -84,10 +91,13 @@ class SlotLayout:
             out.append((start, len(widths)))
         return out
 
-    def unpack(self, plaintexts: Sequence[int], node_weights: Sequence[int], bin_weights: Sequence[int]) -> np.ndarray:
-        """Per bin (packing order; `node_weights` gives each bin's node weight, `bin_weights` its total
-        weight, from the sealed layout): its slot sums and its total weight as an (n_bins, n_slots + 1)
-        array of Python ints."""
+    def unpack(self, plaintexts: Sequence[int], node_weights: Sequence[int],
+               bin_weights: Sequence[int]) -> np.ndarray:
+        """Per bin (packing order): its slot sums and its total weight, as Python ints.
+
+        `node_weights` gives each bin's node weight, `bin_weights` its total weight, both from the sealed
+        layout. Returns an (n_bins, n_slots + 1) array.
+        """
         widths = [self.bin_bits(w) for w in node_weights]
         if len(bin_weights) != len(widths):
             raise ProtocolError(f"{len(bin_weights)} bin weights for {len(widths)} bins")
@@ -114,10 +124,12 @@ class SlotLayout:
         return {"n_slots": self.n_slots, "slot_bits": self.slot_bits, "top_max": self.top_max}
 
 
-def pack_bin_sums(public: CiphertextSpace, sums: Sequence[mpz], node_weights: Sequence[int], layout: SlotLayout,
-                  workers: int | None = None) -> list[mpz]:
-    """Fold consecutive bins' encrypted sums into as few ciphertexts as the plaintext allows (Horner), the
-    groups spread over `workers` threads."""
+def pack_bin_sums(public: CiphertextSpace, sums: Sequence[mpz], node_weights: Sequence[int],
+                  layout: SlotLayout, workers: int | None = None) -> list[mpz]:
+    """Fold consecutive bins' encrypted sums into as few ciphertexts as the plaintext allows (Horner).
+
+    The groups are spread over `workers` threads.
+    """
     n2 = public.modulus
     widths = [layout.bin_bits(w) for w in node_weights]
 
@@ -145,9 +157,11 @@ def weight_powers(public: CiphertextSpace, ciphertexts: Sequence[mpz], largest: 
 
 def encrypted_bin_sums(public: CiphertextSpace, powers: list[list[mpz]], rows: np.ndarray,
                        weights: np.ndarray, bins: np.ndarray) -> tuple[np.ndarray, list[mpz], list[int]]:
-    """Per non-empty bin (ascending): the product of the samples' ciphertexts raised to their weights, and
-    the bin's total weight. `powers` is `weight_powers` of the label ciphertexts; `rows`, `weights` and
-    `bins` describe one node's in-bag samples on one feature."""
+    """Each non-empty bin's product of its samples' ciphertexts raised to their weights, and its weight.
+
+    Bins in ascending order; the weight is the bin's total weight. `powers` is `weight_powers` of the label
+    ciphertexts; `rows`, `weights` and `bins` describe one node's in-bag samples on one feature.
+    """
     n2 = public.modulus
     order = np.argsort(bins, kind="stable")
     sorted_bins = bins[order]

@@ -53,6 +53,7 @@ class PaillierPublicKey(CiphertextSpace):
     scheme = "paillier"
 
     def __post_init__(self) -> None:
+        """Hold n as a gmpy2 integer and precompute the ciphertext modulus n^2."""
         object.__setattr__(self, "n", mpz(self.n))
         object.__setattr__(self, "modulus", self.n * self.n)
 
@@ -76,10 +77,14 @@ class PaillierPublicKey(CiphertextSpace):
 
     @classmethod
     def from_json(cls, fields: dict) -> PaillierPublicKey:
-        """Read `to_json`'s output; refuses another scheme or format version and moduli of unaccepted sizes."""
+        """Read `to_json`'s output.
+
+        Refuses another scheme or format version, and moduli of unaccepted sizes.
+        """
         (n,) = read_key_fields(fields, KEY_FORMAT, ["n"], "Paillier")
         if n.bit_length() not in (*KEY_BITS, TEST_KEY_BITS):
-            raise ProtocolError(f"Paillier modulus of {n.bit_length()} bits refused: expected one of {KEY_BITS}")
+            raise ProtocolError(f"Paillier modulus of {n.bit_length()} bits refused: expected one of "
+                                f"{KEY_BITS}")
         return cls(n)
 
 
@@ -95,6 +100,7 @@ class PaillierPrivateKey(AdditivePrivateKey):
     _tables: tuple[FixedBase, FixedBase] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        """Check p q = n and precompute the CRT constants decryption uses."""
         p, q, n = mpz(self.p), mpz(self.q), self.public.n
         if p * q != n:
             raise ParameterError("p * q does not equal the public modulus")
@@ -174,8 +180,10 @@ def _l_function(x: mpz, prime: mpz) -> mpz:
 
 
 def generate_keypair(bits: int = DEFAULT_KEY_BITS, *, insecure_for_tests: bool = False) -> PaillierPrivateKey:
-    """A fresh key pair with a `bits`-bit modulus (2048 or 3072; 1024 only when `insecure_for_tests`): two
-    distinct random primes of `bits / 2` bits (`random_prime`), n = p q with gcd(n, (p-1)(q-1)) = 1."""
+    """A fresh key pair with a `bits`-bit modulus (2048 or 3072; 1024 only when `insecure_for_tests`).
+
+    Two distinct random primes of `bits / 2` bits (`random_prime`), n = p q with gcd(n, (p-1)(q-1)) = 1.
+    """
     allowed = (*KEY_BITS, TEST_KEY_BITS) if insecure_for_tests else KEY_BITS
     if isinstance(bits, bool) or bits not in allowed:
         raise ParameterError(f"key_bits must be one of {KEY_BITS} for Paillier, got {bits!r}")

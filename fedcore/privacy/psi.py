@@ -1,15 +1,16 @@
-"""ECDH private set intersection (PSI) over X25519: align IDs across institutions without revealing them.
+r"""ECDH private set intersection (PSI) over X25519: align IDs across institutions without revealing them.
 
 Construction (commutative "Diffie-Hellman" PSI, Meadows 1986 / Huberman-Franklin-Hogg 1999)
 --------------------------------------------------------------------------------------------
 * Hash to the curve. Each ID is normalised exactly as in `fedcore.privacy.hashing` (NFKC, strip,
   casefold, integral numbers without ``.0``) and mapped to a 32-byte u-coordinate
   ``H(x) = SHA-256(TAG || id)``, or ``HMAC-SHA256(key, TAG || id)`` with the optional consortium key;
-  ``TAG`` = ``b"fedforest/psi/v1/hash-to-u\\0"`` separates this use from every other hash of an ID.
+  ``TAG`` = ``b"fedforest/psi/v1/hash-to-u\0"`` separates this use from every other hash of an ID.
 * Blind. Party i holds a random 32-byte secret k_i and sends ``X25519(k_i, H(x))``. X25519 is scalar
   multiplication on the Montgomery u-line with the clamped scalar c_i (low three bits cleared, bit 254 set),
   so ``X25519(k_j, X25519(k_i, u)) = u(c_j c_i P) = X25519(k_i, X25519(k_j, u))``: values blinded by
-  every party's scalar match exactly when the IDs match (distinct IDs collide with probability ~2**-248 a pair).
+  every party's scalar match exactly when the IDs match (distinct IDs collide with probability ~2**-248 a
+  pair).
 * Any 32-byte string is a safe input: RFC 7748 decoding masks bit 255 and reduces mod p; a u-coordinate
   lies either on Curve25519 (order 8*l) or on its quadratic twist (order 4*l'), both with large prime
   subgroups (Curve25519 is twist-secure), so no invalid-curve attack exists and H need not land on the curve.
@@ -98,11 +99,15 @@ class PSIMessage:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the payload."""
         return int(self.payload.nbytes)
 
 
 def hash_to_u(texts: Sequence[str], key: bytes | None = None) -> np.ndarray:
-    """``(n, 32) uint8`` u-coordinates SHA-256(TAG || id), or HMAC-SHA256(key, TAG || id), of normalised IDs."""
+    """``(n, 32) uint8`` u-coordinates of normalised IDs.
+
+    SHA-256(TAG || id), or HMAC-SHA256(key, TAG || id).
+    """
     if key is None:
         base = hashlib.sha256(HASH_TAG).copy
         digests = []
@@ -182,6 +187,7 @@ class PSIParty:
 
     def __init__(self, name: str, ids: pd.Series | Sequence, *, key: bytes | None = None,
                  secret: bytes | None = None) -> None:
+        """Hash this party's IDs now; `secret` blinds them later (a fresh one when None)."""
         if not isinstance(name, str) or not name:
             raise ParameterError(f"a PSI party needs a non-empty name, got {name!r}")
         self.name = name
@@ -193,6 +199,7 @@ class PSIParty:
         self._order: np.ndarray | None = None
 
     def __repr__(self) -> str:  # never show IDs or the secret
+        """The name and row count only."""
         return f"PSIParty({self.name!r}, {self.n_rows} rows)"
 
     def _start_blinding(self, executor: Executor | None) -> _Pending:
@@ -213,7 +220,10 @@ class PSIParty:
         return self._start_reblind(values, executor).result()
 
     def send_order(self) -> np.ndarray:
-        """The secret permutation of row numbers in which this party sends its list (derived from its secret)."""
+        """The secret permutation of row numbers in which this party sends its list.
+
+        Derived from its secret.
+        """
         if self._order is None:
             seed = int.from_bytes(hmac.digest(self._secret, _SHUFFLE_TAG, "sha256"), "little")
             self._order = np.random.default_rng(seed).permutation(self.n_rows)
@@ -259,7 +269,10 @@ def _intersect_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def intersect_blinded(fully_blinded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Master side: per party, int64 positions of its rows in the intersection, in canonical (sorted) order."""
+    """Master side: per party, int64 positions of its rows in the intersection.
+
+    In canonical (sorted) order.
+    """
     if not fully_blinded:
         raise ProtocolError("no parties' fully blinded values to intersect")
     ordered, order = {}, {}
@@ -289,7 +302,9 @@ def _usable_cores() -> int:
 
 
 def psi_executor(workers: int | None = None) -> ProcessPoolExecutor:
-    """A process pool for `blinded_own` / `reblind` (``executor=``) of `workers` processes (default: all cores).
+    """A process pool for `blinded_own` / `reblind` (``executor=``).
+
+    It has `workers` processes (default: all cores).
 
     Forkserver start: safe beside threads (Prefect, Flight); the calling script needs the usual
     ``if __name__ == "__main__":`` guard. Use it as a context manager so the workers stop afterwards.
@@ -301,7 +316,10 @@ def psi_executor(workers: int | None = None) -> ProcessPoolExecutor:
 
 
 def _make_executor(workers: int | None, n_ops: int) -> ProcessPoolExecutor | None:
-    """`psi_executor(workers)`, or None (inline) for a single worker or too little work to pay for processes."""
+    """`psi_executor(workers)`, or None (inline) for a single worker.
+
+    Also None for too little work to pay for processes.
+    """
     n_workers = _usable_cores() if workers is None else int(workers)
     if n_workers <= 1 or n_ops < _MIN_PARALLEL_OPS:
         return None

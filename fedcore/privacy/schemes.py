@@ -1,5 +1,8 @@
-"""The label-encryption schemes of the vertical setting, by privacy mode: key sizes, key generation and
-reading public keys. Config, params, parties and worker processes all look a scheme up here."""
+"""The label-encryption schemes of the vertical setting, by privacy mode.
+
+Key sizes, key generation and reading public keys. Config, params, parties and worker processes all look a
+scheme up here.
+"""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ class SealingKey:
     """One party's X25519 key for a session; makes a `SealedChannel` to each peer."""
 
     def __init__(self, name: str, context: bytes) -> None:
+        """A fresh X25519 key of `name`, for channels bound to `context`."""
         self.name = name
         self.context = context
         self._private = X25519PrivateKey.generate()
@@ -43,7 +44,8 @@ class SealingKey:
         try:
             shared = self._private.exchange(X25519PublicKey.from_public_bytes(bytes(peer_public)))
         except ValueError as error:
-            raise ProtocolError(f"party {self.name!r}: the sealing key relayed for {peer!r} is invalid: {error}") from error
+            raise ProtocolError(f"party {self.name!r}: the sealing key relayed for {peer!r} is invalid: "
+                                f"{error}") from error
         return SealedChannel(self.name, peer, shared, self.context)
 
 
@@ -51,6 +53,7 @@ class SealedChannel:
     """Authenticated encryption between two named parties, one key per direction."""
 
     def __init__(self, own: str, peer: str, shared: bytes, context: bytes) -> None:
+        """One AEAD key per direction between `own` and `peer`, from their shared secret and `context`."""
         self.own, self.peer = own, peer
         self._send = ChaCha20Poly1305(_direction_key(shared, context, own, peer))
         self._receive = ChaCha20Poly1305(_direction_key(shared, context, peer, own))
@@ -64,8 +67,8 @@ class SealedChannel:
         try:
             return self._receive.decrypt(_nonce(sequence, slot), bytes(blob), None)
         except InvalidTag as error:
-            raise ProtocolError(f"party {self.own!r}: a sealed message from {self.peer!r} failed authentication "
-                                "(altered, replayed or misrouted)") from error
+            raise ProtocolError(f"party {self.own!r}: a sealed message from {self.peer!r} failed "
+                                "authentication (altered, replayed or misrouted)") from error
 
 
 def _direction_key(shared: bytes, context: bytes, sender: str, receiver: str) -> bytes:

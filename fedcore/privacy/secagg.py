@@ -72,22 +72,26 @@ def _pair_info(a: str, b: str) -> bytes:
 
 
 def keystream(key: bytes, round_id: int, n: int, bits: int = MODULUS_BITS) -> np.ndarray:
-    """n little-endian words of `bits` bits of ChaCha20(key) for this round and ring, starting at block 0.
+    """`n` little-endian words of `bits` bits of ChaCha20(key) for this round and ring, starting at block 0.
 
     The ring is part of the nonce (its last 4 bytes; 0 for the 64-bit ring): masks of different widths
     are independent streams, so a master that told parties different rings in one round would sum
     unrelated masks, not learn a vector (one 64-bit word is otherwise four 16-bit words of the same key
-    stream)."""
+    stream).
+    """
     ring = 0 if bits == MODULUS_BITS else bits
     nonce = bytes(4) + round_id.to_bytes(8, "little") + ring.to_bytes(4, "little")
     encryptor = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
     width = bits // 8
-    return np.frombuffer(encryptor.update(bytes(width * n)), dtype=f"<u{width}").astype(_RING[bits], copy=False)
+    words = np.frombuffer(encryptor.update(bytes(width * n)), dtype=f"<u{width}")
+    return words.astype(_RING[bits], copy=False)
 
 
 def ring_bits_for(largest_sum: int) -> int:
-    """The narrowest ring in `RING_BITS` whose signed range holds sums of magnitude up to `largest_sum`
-    (e.g. class counts over all parties' rows: at most the total row count)."""
+    """The narrowest ring in `RING_BITS` whose signed range holds sums up to `largest_sum` in magnitude.
+
+    E.g. class counts over all parties' rows: at most the total row count.
+    """
     for bits in RING_BITS:
         if abs(int(largest_sum)) < 1 << (bits - 1):
             return bits
@@ -111,7 +115,8 @@ class SecureAggregator:
         """Generate this party's X25519 key pair for `session_id` (bytes, the same for every party)."""
         self.name = _check_name(name, ParameterError, "party")
         if not isinstance(session_id, bytes) or not session_id:
-            raise ParameterError(f"session_id must be non-empty bytes shared by all parties, got {session_id!r}")
+            raise ParameterError("session_id must be non-empty bytes shared by all parties, got "
+                                 f"{session_id!r}")
         self.session_id = session_id
         self._private: X25519PrivateKey | None = X25519PrivateKey.generate()
         self._public = self._private.public_key().public_bytes_raw()
@@ -128,35 +133,43 @@ class SecureAggregator:
             raise ProtocolError(f"party {self.name!r}: agree() was already called in this session; "
                                 "start a new SecureAggregator (new session) to change peers")
         if not isinstance(peers, dict) or not peers:
-            raise ProtocolError(f"party {self.name!r}: secure aggregation needs at least 1 peer, got {peers!r}")
+            raise ProtocolError(f"party {self.name!r}: secure aggregation needs at least 1 peer, got "
+                                f"{peers!r}")
         seen: dict[bytes, str] = {self._public: self.name}
         pair_keys: dict[str, bytes] = {}
         for peer, key in peers.items():
             _check_name(peer, ProtocolError, "peer")
             if peer == self.name:
-                raise ProtocolError(f"party {self.name!r}: peers must list only the other parties, got its own name")
+                raise ProtocolError(f"party {self.name!r}: peers must list only the other parties, got its "
+                                    "own name")
             if not isinstance(key, (bytes, bytearray, memoryview)) or len(bytes(key)) != KEY_BYTES:
-                found = f"{len(bytes(key))} bytes" if isinstance(key, (bytes, bytearray, memoryview)) else repr(key)
-                raise ProtocolError(f"party {self.name!r}: public key of peer {peer!r} must be {KEY_BYTES} raw "
-                                    f"bytes (X25519), got {found}")
+                found = (f"{len(bytes(key))} bytes" if isinstance(key, (bytes, bytearray, memoryview))
+                         else repr(key))
+                raise ProtocolError(f"party {self.name!r}: public key of peer {peer!r} must be {KEY_BYTES} "
+                                    f"raw bytes (X25519), got {found}")
             key = bytes(key)
             if key in seen:
-                raise ProtocolError(f"party {self.name!r}: peer {peer!r} has the same public key as {seen[key]!r}; "
-                                    "every party must send its own key (possible relay error or key substitution)")
+                raise ProtocolError(f"party {self.name!r}: peer {peer!r} has the same public key as "
+                                    f"{seen[key]!r}; every party must send its own key (possible relay error "
+                                    "or key substitution)")
             seen[key] = peer
             try:
                 shared = self._private.exchange(X25519PublicKey.from_public_bytes(key))
             except ValueError as exc:
                 raise ProtocolError(f"party {self.name!r}: public key of peer {peer!r} is invalid "
                                     f"(low-order point, no shared secret): {exc}") from exc
-            hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=self.session_id, info=_pair_info(self.name, peer))
+            hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=self.session_id,
+                        info=_pair_info(self.name, peer))
             pair_keys[peer] = hkdf.derive(shared)
         self._pair_keys = dict(sorted(pair_keys.items()))
         self._private = None  # pair keys are all we need; drop the private key
 
     def mask(self, vector: np.ndarray, round_id: int, bits: int = MODULUS_BITS) -> np.ndarray:
-        """Mask an integer vector (any int dtype, may be negative) for `round_id` modulo 2**bits, as unsigned
-        `bits`-bit words. Every party of a round must use the same ring, wide enough for the sum."""
+        """Mask an integer vector for `round_id` modulo 2**bits, as unsigned `bits`-bit words.
+
+        Any int dtype, negative values included. Every party of a round must use the same ring, wide enough
+        for the sum.
+        """
         bits = _check_bits(bits)
         if self._pair_keys is None:
             raise ProtocolError(f"party {self.name!r}: call agree() with every other party's public key "
@@ -188,8 +201,10 @@ class SecureAggregator:
 
 
 def unmask_sum(masked: list[np.ndarray]) -> np.ndarray:
-    """Sum every party's masked vector modulo the ring they were masked in (their unsigned word width) and
-    read it as signed integers of that width, so signed sums come out right."""
+    """Sum every party's masked vector modulo their ring and read it as signed integers of its width.
+
+    The ring is the one they were masked in (their unsigned word width), so signed sums come out right.
+    """
     if not masked:
         raise ProtocolError("unmask_sum needs the masked vectors of every party, got none")
     arrays = [np.asarray(m) for m in masked]
@@ -197,8 +212,8 @@ def unmask_sum(masked: list[np.ndarray]) -> np.ndarray:
     if dtype == np.dtype(np.int64):  # uint64 words read back as int64
         dtype = np.dtype(np.uint64)
     if dtype not in _RING.values():
-        raise ProtocolError(f"masked vector 0 has dtype {arrays[0].dtype}; expected unsigned 16-, 32- or 64-bit "
-                            "words from mask()")
+        raise ProtocolError(f"masked vector 0 has dtype {arrays[0].dtype}; expected unsigned 16-, 32- or "
+                            "64-bit words from mask()")
     for index, array in enumerate(arrays):
         if array.dtype != dtype and not (dtype == np.uint64 and array.dtype == np.int64):
             raise ProtocolError(f"masked vector {index} has dtype {array.dtype}, vector 0 has {dtype}; every "
