@@ -1,0 +1,1 @@
+"""Tree growing shared by every engine: parameters, memory budget, the one grower and the kernels."""

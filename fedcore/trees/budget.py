@@ -31,8 +31,11 @@ MIB = 1 << 20
 
 
 def available_bytes() -> int:
-    """Memory this process may still allocate: the smallest of the system's available memory, the cgroup
-    limit's headroom and the address-space limit's headroom (RLIMIT_AS)."""
+    """Memory this process may still allocate.
+
+    The smallest of the system's available memory, the cgroup limit's headroom and the address-space limit's
+    headroom (RLIMIT_AS).
+    """
     candidates = [_meminfo_available()]
     candidates.append(_cgroup_headroom())
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
@@ -58,9 +61,12 @@ def resolve_budget(memory_budget_mb: int | None) -> int:
 
 def role_costs(party_rows: dict[str, int], party_budgets: dict[str, int], bytes_per_row: int,
                master_per_tree: int, own_budget: int) -> list[tuple[int, int]]:
-    """(bytes per tree of a batch, budget) of every party, from its rows, and of the master; a party that
-    reported no budget is planned with the master's."""
-    costs = [(rows * bytes_per_row, party_budgets.get(name) or own_budget) for name, rows in party_rows.items()]
+    """(bytes per tree of a batch, budget) of every party, from its rows, and of the master.
+
+    A party that reported no budget is planned with the master's.
+    """
+    costs = [(rows * bytes_per_row, party_budgets.get(name) or own_budget)
+             for name, rows in party_rows.items()]
     return [*costs, (master_per_tree, own_budget)]
 
 
@@ -70,8 +76,10 @@ def level_nodes(depth_limit: int, node_bound: int) -> int:
 
 
 def reported_budget(party: str, header: dict) -> int:
-    """A party's reported memory budget in bytes (0: none reported); anything but a non-negative integer
-    is refused, naming the party."""
+    """A party's reported memory budget in bytes (0: none reported).
+
+    Anything but a non-negative integer is refused, naming the party.
+    """
     value = header.get("memory_budget", 0)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ProtocolError(f"party {party!r} reported memory_budget {value!r}; expected a number of bytes")
@@ -79,10 +87,12 @@ def reported_budget(party: str, header: dict) -> int:
 
 
 def trees_per_batch(n_trees: int, costs: list[tuple[int, int]], shared_budget: int | None = None) -> int:
-    """The largest batch (1..n_trees) within every role's budget; `costs` holds (bytes per tree, budget)
-    per role. With `shared_budget` every role runs in one process (the simulator): their costs add up
-    against that one budget instead. At least one tree per batch, even when a single tree exceeds a budget
-    (growth then pages)."""
+    """The largest batch (1..n_trees) within every role's budget.
+
+    `costs` holds (bytes per tree, budget) per role. With `shared_budget` every role runs in one process (the
+    simulator): their costs add up against that one budget instead. At least one tree per batch, even when a
+    single tree exceeds a budget (growth then pages).
+    """
     if shared_budget is not None:
         costs = [(sum(per_tree for per_tree, _ in costs), shared_budget)]
     fit = n_trees
@@ -103,7 +113,7 @@ def _meminfo_available() -> int | None:
 
 
 def _cgroup_headroom() -> int | None:
-    """cgroup v2 memory.max minus memory.current, when this process runs under a limit."""
+    """The cgroup v2 memory.max minus memory.current, when this process runs under a limit."""
     try:
         limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
         if limit == "max":

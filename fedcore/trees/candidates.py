@@ -1,5 +1,7 @@
-"""Choosing the best of k candidate splits per node from aggregated branch statistics (the horizontal
-master's hot path, compiled): gains, the usable candidates and the winner, in one pass over (A, k, 2, S).
+"""Choosing the best of k candidate splits per node from aggregated branch statistics.
+
+The horizontal master's hot path, compiled: gains, the usable candidates and the winner, in one pass over (A,
+k, 2, S).
 
 The arithmetic is the same, operation for operation, as the NumPy definitions it replaced (kept as the
 reference in tests/trees/test_candidates.py): sums over the S statistics follow NumPy's pairwise order
@@ -21,8 +23,11 @@ CRITERION_CODES = {"gini": GINI, "entropy": ENTROPY, "squared_error": VARIANCE}
 
 @nb.njit(cache=True)
 def _numpy_sum(values: np.ndarray) -> float:
-    """Sum in NumPy's pairwise order for a contiguous row: 8 running partial sums up to 128 values, and
-    above that the halves (rounded to a multiple of 8) summed so, then added."""
+    """Sum in NumPy's pairwise order for a contiguous row.
+
+    8 running partial sums up to 128 values, and above that the halves (rounded to a multiple of 8) summed so,
+    then added.
+    """
     n = values.shape[0]
     if n > 128:
         half = n // 2
@@ -55,7 +60,10 @@ def _numpy_sum(values: np.ndarray) -> float:
 
 @nb.njit(cache=True, inline="always")
 def _class_term(counts: np.ndarray, scratch: np.ndarray, criterion: int) -> float:
-    """n * impurity of a clamped class-count vector (gini, or entropy in bits); `scratch` is S floats."""
+    """Impurity of a clamped class-count vector times its total count (gini, or entropy in bits).
+
+    `scratch` holds S floats.
+    """
     n = _numpy_sum(counts)
     if n <= 0:
         return 0.0
@@ -73,10 +81,11 @@ def best_candidates(branch: np.ndarray, sizes: np.ndarray, valid: np.ndarray, cr
                     has_sizes: bool) -> tuple[np.ndarray, np.ndarray]:
     """Per open node: the best usable candidate (-1 when none) and every candidate's branch sizes (A, k, 2).
 
-    branch (A, k, 2, S) float64: left then right statistics; sizes (A, k, 2): the branch sizes to use
-    when `has_sizes` (LDP: exact; GDP: the unclamped sums of the noisy counts), else ignored and the sizes
-    are the clamped counts (classification) or the count statistic (regression). Usable: valid, both sides >= min_leaf, gain > 1e-12 max(n, 1). Ties go
-    to the lowest candidate index."""
+    branch (A, k, 2, S) float64: left then right statistics; sizes (A, k, 2): the branch sizes to use when
+    `has_sizes` (LDP: exact; GDP: the unclamped sums of the noisy counts), else ignored and the sizes are the
+    clamped counts (classification) or the count statistic (regression). Usable: valid, both sides >=
+    min_leaf, gain > 1e-12 max(n, 1). Ties go to the lowest candidate index.
+    """
     n_nodes, k, _, n_stats = branch.shape
     best = np.full(n_nodes, -1, dtype=np.int64)
     branch_n = np.empty((n_nodes, k, 2), dtype=np.float64)

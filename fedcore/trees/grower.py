@@ -50,8 +50,10 @@ BATCH_SIZE_COUNTER = "tree_batch_size"
 
 @dataclass(frozen=True)
 class StoppingRules:
-    """When a node may split and when a child stays open, from the parameters (and a privacy mode's raised
-    leaf floor)."""
+    """When a node may split and when a child stays open.
+
+    From the parameters (and a privacy mode's raised leaf floor).
+    """
 
     depth_limit: int
     min_samples_split: int
@@ -59,6 +61,7 @@ class StoppingRules:
 
     @classmethod
     def of(cls, params: TreeParams, min_samples_leaf: int | None = None) -> StoppingRules:
+        """The rules of `params`, with `min_samples_leaf` in place of theirs when given."""
         return cls(params.depth_limit, params.min_samples_split,
                    params.min_samples_leaf if min_samples_leaf is None else min_samples_leaf)
 
@@ -109,9 +112,11 @@ class LevelStrategy(ABC):
     @abstractmethod
     def advance(self, level: Level, split_idx: np.ndarray, left: np.ndarray, child_open: np.ndarray,
                 next_pos: np.ndarray) -> None:
-        """The level's decisions are final: tell (or prepare to tell) the parties. `left` holds the left
-        child ids of the split nodes; `next_pos` each child's position among the next level's open nodes
-        (-1: a leaf)."""
+        """The level's decisions are final.
+
+        Tell (or prepare to tell) the parties. `left` holds the left child ids of the split nodes; `next_pos`
+        each child's position among the next level's open nodes (-1: a leaf).
+        """
 
     def counters(self) -> dict[str, int]:
         """The strategy's running counters, checkpointed with every batch (e.g. a round id)."""
@@ -125,7 +130,9 @@ class LevelStrategy(ABC):
 class LevelwiseGrower:
     """Grows every tree of a forest through one `LevelStrategy` (see the module doc)."""
 
-    def __init__(self, strategy: LevelStrategy, params: TreeParams, progress: ProgressCallback | None = None) -> None:
+    def __init__(self, strategy: LevelStrategy, params: TreeParams,
+                 progress: ProgressCallback | None = None) -> None:
+        """Grow the forest of `params` through `strategy`, in batches of `tree_batch_size` (default: all)."""
         self.strategy = strategy
         self.params = params
         self.progress = progress
@@ -133,9 +140,11 @@ class LevelwiseGrower:
         self.levels = 0  # levels with open nodes, over all batches
 
     def plan(self, costs: list[tuple[int, int]], shared_budget: int | None = None) -> int:
-        """Size the tree batches from every role's (bytes per tree, memory budget), or from one budget all
-        roles share in one process, unless the user set `tree_batch_size` (see `fedcore.trees.budget`):
-        the trees per batch."""
+        """The trees per batch, sized from every role's (bytes per tree, memory budget).
+
+        Or from one budget all roles share in one process, unless the user set `tree_batch_size` (see
+        `fedcore.trees.budget`).
+        """
         if self.params.tree_batch_size is None:
             self.batch_size = trees_per_batch(self.params.n_estimators, costs, shared_budget)
         return self.batch_size
@@ -144,13 +153,18 @@ class LevelwiseGrower:
         """The tree batches, in growth order."""
         return self.params.batches(self.batch_size)
 
-    def grow(self, checkpoints: CheckpointStore | None = None, resume_from: int = 0) -> tuple[dict, int | None]:
-        """Grow (or load) every batch: the node records of the forest, sorted by (tree, node), and the
-        batch the parties checkpoint with the final model (None without checkpoints or when every batch
-        came from checkpoints)."""
-        if checkpoints is not None and 0 in checkpoints.completed():  # the plan an earlier attempt started with
+    def grow(self, checkpoints: CheckpointStore | None = None,
+             resume_from: int = 0) -> tuple[dict, int | None]:
+        """Grow (or load) every batch.
+
+        The node records of the forest, sorted by (tree, node), and the batch the parties checkpoint with the
+        final model (None without checkpoints or when every batch came from checkpoints).
+        """
+        # the plan an earlier attempt started with
+        if checkpoints is not None and 0 in checkpoints.completed():
             recorded = checkpoints.load(0).get(COUNTER_PREFIX + BATCH_SIZE_COUNTER)
-            # checkpoints from before plans were recorded: the default of that time (one batch, or the size set)
+            # checkpoints from before plans were recorded: the default of that time (one batch, or the size
+            # set)
             self.batch_size = int(recorded[0]) if recorded is not None else (
                 self.params.tree_batch_size or self.params.n_estimators)
         batches = self.batches()
@@ -160,9 +174,10 @@ class LevelwiseGrower:
         for index, trees in enumerate(batches):
             if checkpoints is not None and index < resume_from:
                 saved = checkpoints.load(index)
-                if len(saved["tree"]) and not trees[0] <= int(saved["tree"].min()) <= int(saved["tree"].max()) <= trees[-1]:
-                    raise ArtifactError(f"checkpoint batch {index} holds trees outside {trees[0]}..{trees[-1]}: "
-                                        "it belongs to another batch plan")
+                if len(saved["tree"]) and not (trees[0] <= int(saved["tree"].min())
+                                               <= int(saved["tree"].max()) <= trees[-1]):
+                    raise ArtifactError(f"checkpoint batch {index} holds trees outside "
+                                        f"{trees[0]}..{trees[-1]}: it belongs to another batch plan")
                 counters = {name[len(COUNTER_PREFIX):]: int(a[0]) for name, a in saved.items()
                             if name.startswith(COUNTER_PREFIX)}
                 self._restore(counters)
@@ -212,7 +227,8 @@ class LevelwiseGrower:
                             "depth": np.full(n_open, depth, np.int16), **level.fields})
             if self.progress:
                 self.progress(GrowthProgress(first_tree, self.params.n_estimators, len(trees), depth, n_open,
-                                             max_depth=self.params.max_depth or 0, **level_rows(level, split_idx)))
+                                             max_depth=self.params.max_depth or 0,
+                                             **level_rows(level, split_idx)))
             if not len(split_idx):
                 break
             child_tree = np.repeat(open_tree[split_idx], 2)
@@ -223,9 +239,9 @@ class LevelwiseGrower:
                 n_closed = int(closed.sum())
                 records.append({
                     "tree": child_tree[closed], "node": child_node[closed],
-                    "left": np.full(n_closed, NO_CHILD, np.int32), "right": np.full(n_closed, NO_CHILD, np.int32),
-                    "depth": np.full(n_closed, depth + 1, np.int16),
-                    **level.child_fields,
+                    "left": np.full(n_closed, NO_CHILD, np.int32),
+                    "right": np.full(n_closed, NO_CHILD, np.int32),
+                    "depth": np.full(n_closed, depth + 1, np.int16), **level.child_fields,
                 })
             next_pos = np.full(len(child_tree), -1, dtype=np.int32)
             next_pos[child_open] = np.arange(int(child_open.sum()), dtype=np.int32)
@@ -244,9 +260,11 @@ class LevelRows(TypedDict, total=False):
 
 
 def level_rows(level: Level, split_idx: np.ndarray) -> LevelRows:
-    """Progress facts of a level (read only, for `GrowthProgress`): the rows (node weight) in its open
-    nodes, the rows in the nodes that stay open after it, and how many nodes those are (none without a
-    `weight` field)."""
+    """Progress facts of a level (read only, for `GrowthProgress`).
+
+    The rows (node weight) in its open nodes, the rows in the nodes that stay open after it, and how many
+    nodes those are (none without a `weight` field).
+    """
     weight = level.fields.get("weight")
     if weight is None:
         return {}
@@ -262,8 +280,11 @@ def level_rows(level: Level, split_idx: np.ndarray) -> LevelRows:
 
 
 def sort_records(records: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Per-level node records joined into arrays sorted by (tree, node): each piece is written once, at its
-    sorted place (half the copying of concatenating, then reordering, the forest's value arrays)."""
+    """Per-level node records joined into arrays sorted by (tree, node).
+
+    Each piece is written once, at its sorted place (half the copying of concatenating, then reordering, the
+    forest's value arrays).
+    """
     tree = np.concatenate([r["tree"] for r in records])
     node = np.concatenate([r["node"] for r in records])
     order = np.lexsort((node, tree))

@@ -44,9 +44,11 @@ output of its value."""
 
 @dataclass(frozen=True)
 class TreeParams:
-    """What a forest of either setting is told, with scikit-learn's meanings, checked in one place: the
-    task, how many trees, when to stop, how many candidate features, the seed and the tree batches.
-    Each setting's params add their own fields and criteria (`_check_criterion`)."""
+    """What a forest of either setting is told, with scikit-learn's meanings, checked in one place.
+
+    The task, how many trees, when to stop, how many candidate features, the seed and the tree batches. Each
+    setting's params add their own fields and criteria (`_check_criterion`).
+    """
 
     task: str = "classification"
     n_estimators: int = 100
@@ -60,6 +62,7 @@ class TreeParams:
     memory_budget_mb: int | None = None
 
     def __post_init__(self) -> None:
+        """Check every shared parameter (ParameterError names a bad one)."""
         if self.task not in ("classification", "regression"):
             raise ParameterError(f"task must be 'classification' or 'regression', got {self.task!r}")
         self._check_criterion()
@@ -80,14 +83,18 @@ class TreeParams:
         """Refuse a criterion this setting does not grow with (overridden per setting)."""
 
     def max_leaves(self, n_rows: int) -> int:
-        """The most leaves a tree grown on `n_rows` rows can have: every leaf holds at least
-        min_samples_leaf of them (counts without noise)."""
+        """The most leaves a tree grown on `n_rows` rows can have.
+
+        Every leaf holds at least min_samples_leaf of them (counts without noise).
+        """
         return max(1, n_rows // self.min_samples_leaf)
 
     def node_bytes(self, n_outputs: int, colocated_parties: int = 0) -> int:
-        """Bytes one node of the model takes at the master and at `colocated_parties` parties sharing its
-        memory (the simulator). Each setting states its own tables; this base counts the fields both share
-        (index numbers, depth, weight and value), a lower bound of either."""
+        """Bytes one node of the model takes at the master and at `colocated_parties` parties.
+
+        Those parties share the master's memory (the simulator). Each setting states its own tables; this base
+        counts the fields both share (index numbers, depth, weight and value), a lower bound of either.
+        """
         return (INDEX_BYTES + 2 + 8 + 8 * n_outputs) * (1 + colocated_parties)
 
     def n_candidate_features(self, n_features: int) -> int:
@@ -100,8 +107,11 @@ class TreeParams:
         return self.max_depth if self.max_depth is not None else DEPTH_UNLIMITED
 
     def batches(self, batch_size: int | None = None) -> list[list[int]]:
-        """Tree indices grouped into the batches grown together: `tree_batch_size` when set, else
-        `batch_size` (the grower's plan from the memory budget), else all at once."""
+        """Tree indices grouped into the batches grown together.
+
+        `tree_batch_size` when set, else `batch_size` (the grower's plan from the memory budget), else all at
+        once.
+        """
         size = self.tree_batch_size or batch_size or self.n_estimators
         return [list(range(a, min(a + size, self.n_estimators))) for a in range(0, self.n_estimators, size)]
 
@@ -130,32 +140,43 @@ class ForestParams(TreeParams):
             raise ParameterError(f"criterion {self.criterion!r} does not fit task {self.task!r}")
 
     def __post_init__(self) -> None:
+        """Check the Federated Forest parameters on top of the shared ones."""
         super().__post_init__()
         if self.min_impurity_decrease < 0:
             raise ParameterError(f"min_impurity_decrease must be >= 0, got {self.min_impurity_decrease}")
         if self.feature_sampling not in ("node", "tree"):
             raise ParameterError(f"feature_sampling must be 'node' or 'tree', got {self.feature_sampling!r}")
         if self.max_samples is not None:
-            if not self.bootstrap:
-                raise ParameterError("max_samples needs bootstrap=True")
-            if isinstance(self.max_samples, float) and not 0 < self.max_samples <= 1:
-                raise ParameterError(f"max_samples as a fraction must be in (0, 1], got {self.max_samples}")
-            if isinstance(self.max_samples, int) and self.max_samples < 1:
-                raise ParameterError(f"max_samples must be >= 1, got {self.max_samples}")
-        if isinstance(self.max_bins, bool) or not isinstance(self.max_bins, int) or not 2 <= self.max_bins <= 255:
-            raise ParameterError(f"max_bins must be an integer between 2 and 255 (bin codes are uint8 and code 255 "
-                                 f"marks missing values), got {self.max_bins!r}")
+            self._check_max_samples()
+        if (isinstance(self.max_bins, bool) or not isinstance(self.max_bins, int)
+                or not 2 <= self.max_bins <= 255):
+            raise ParameterError("max_bins must be an integer between 2 and 255 (bin codes are uint8 and "
+                                 f"code 255 marks missing values), got {self.max_bins!r}")
         if self.tree_batch_size is not None:
             check_int("tree_batch_size", self.tree_batch_size, 1, MAX_TREES_PER_BATCH,
                       "a vertical party refuses larger batches")
+        self._check_privacy()
+
+    def _check_max_samples(self) -> None:
+        """A bootstrap sample size: a fraction in (0, 1] or a count >= 1, and only with bootstrap."""
+        if not self.bootstrap:
+            raise ParameterError("max_samples needs bootstrap=True")
+        if isinstance(self.max_samples, float) and not 0 < self.max_samples <= 1:
+            raise ParameterError(f"max_samples as a fraction must be in (0, 1], got {self.max_samples}")
+        if isinstance(self.max_samples, int) and self.max_samples < 1:
+            raise ParameterError(f"max_samples must be >= 1, got {self.max_samples}")
+
+    def _check_privacy(self) -> None:
+        """A vertical privacy mode; encrypted modes get their key size checked (their default if unset)."""
         if self.privacy not in PRIVACY_MODES:
-            raise ParameterError(f"privacy must be one of {PRIVACY_MODES} in the vertical setting, got {self.privacy!r}")
+            raise ParameterError(f"privacy must be one of {PRIVACY_MODES} in the vertical setting, got "
+                                 f"{self.privacy!r}")
         if self.privacy in ENCRYPTED_MODES:
             bits = scheme(self.privacy).default_key_bits if self.key_bits is None else self.key_bits
             object.__setattr__(self, "key_bits", check_key_bits(self.privacy, bits))
         elif self.key_bits is not None:
-            raise ParameterError(f"key_bits applies to the encrypted-label privacy modes {ENCRYPTED_MODES} only, "
-                                 f"not {self.privacy!r}")
+            raise ParameterError(f"key_bits applies to the encrypted-label privacy modes {ENCRYPTED_MODES} "
+                                 f"only, not {self.privacy!r}")
 
     @classmethod
     def from_dict(cls, fields: dict) -> ForestParams:
@@ -167,8 +188,10 @@ class ForestParams(TreeParams):
         return cls(**fields)
 
     def batches(self, batch_size: int | None = None) -> list[list[int]]:
-        """As `TreeParams.batches`, never more than MAX_TREES_PER_BATCH trees at once: a vertical party
-        refuses a larger batch, however much memory the plan found."""
+        """As `TreeParams.batches`, never more than MAX_TREES_PER_BATCH trees at once.
+
+        A vertical party refuses a larger batch, however much memory the plan found.
+        """
         return super().batches(min(batch_size or self.n_estimators, MAX_TREES_PER_BATCH))
 
     @property
@@ -177,8 +200,11 @@ class ForestParams(TreeParams):
         return CRITERIA[self.criterion]
 
     def n_draws(self, n_rows: int) -> int | None:
-        """Bootstrap sample size per tree, or None without bootstrap. A count above `n_rows` is refused
-        (as scikit-learn does): the parties refuse to draw more rows than they hold."""
+        """Bootstrap sample size per tree, or None without bootstrap.
+
+        A count above `n_rows` is refused (as scikit-learn does): the parties refuse to draw more rows than
+        they hold.
+        """
         if not self.bootstrap:
             return None
         if self.max_samples is None:
@@ -186,13 +212,17 @@ class ForestParams(TreeParams):
         if isinstance(self.max_samples, float):
             return max(1, round(self.max_samples * n_rows))
         if self.max_samples > n_rows:
-            raise ParameterError(f"max_samples must be at most the {n_rows} training rows (a bootstrap sample "
-                                 f"draws from them), got {self.max_samples}; pass a fraction to scale with the data")
+            raise ParameterError(f"max_samples must be at most the {n_rows} training rows (a bootstrap "
+                                 f"sample draws from them), got {self.max_samples}; pass a fraction to scale "
+                                 "with the data")
         return int(self.max_samples)
 
     def max_leaves(self, n_rows: int) -> int:
-        """The most leaves a tree can have: each holds at least one of the `n_rows` rows and, counting bootstrap
-        draws, at least min_samples_leaf draws."""
+        """The most leaves a tree can have.
+
+        Each holds at least one of the `n_rows` rows and, counting bootstrap draws, at least min_samples_leaf
+        draws.
+        """
         draws = self.n_draws(n_rows) or n_rows
         return max(1, min(n_rows, draws // self.min_samples_leaf))
 
@@ -217,8 +247,10 @@ def candidate_count(max_features: str | int | float | None, n_features: int) -> 
 
 
 def check_int(name: str, value: object, minimum: int, maximum: int | None = None, why: str = "") -> None:
-    """Refuse a non-integer (or boolean), one below `minimum` or one above `maximum` (saying `why` that is
-    the bound), naming the parameter."""
+    """Refuse a non-integer (or boolean), or one outside [`minimum`, `maximum`], naming the parameter.
+
+    The refusal of a value above `maximum` says `why` that is the bound.
+    """
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ParameterError(f"{name} must be an integer >= {minimum}, got {value!r}")
     if maximum is not None and value > maximum:
@@ -226,11 +258,14 @@ def check_int(name: str, value: object, minimum: int, maximum: int | None = None
 
 
 def check_max_features(mf: object) -> None:
-    """Refuse anything scikit-learn's `max_features` does not mean: 'sqrt', 'log2', a count >= 1, a
-    fraction in (0, 1] or None."""
+    """Refuse anything scikit-learn's `max_features` does not mean.
+
+    'sqrt', 'log2', a count >= 1, a fraction in (0, 1] or None.
+    """
     if isinstance(mf, bool) or (isinstance(mf, str) and mf not in ("sqrt", "log2")) or not (
             mf is None or isinstance(mf, (str, int, float))):
-        raise ParameterError(f"max_features must be 'sqrt', 'log2', an int, a float in (0, 1] or None, got {mf!r}")
+        raise ParameterError("max_features must be 'sqrt', 'log2', an int, a float in (0, 1] or None, got "
+                             f"{mf!r}")
     if isinstance(mf, float) and not 0 < mf <= 1:
         raise ParameterError(f"max_features as a fraction must be in (0, 1], got {mf}")
     if isinstance(mf, int) and mf < 1:
@@ -239,8 +274,11 @@ def check_max_features(mf: object) -> None:
 
 # -- what the model can cost, before any work -------------------------------------------------------
 def max_nodes_per_tree(params: TreeParams, n_rows: int) -> int:
-    """The most nodes one tree can have: a binary tree with L leaves has 2L - 1 nodes, L is at most
-    `params.max_leaves(n_rows)`, and a tree of depth d has at most 2^(d+1) - 1 nodes."""
+    """The most nodes one tree can have.
+
+    A binary tree with L leaves has 2L - 1 nodes, L is at most `params.max_leaves(n_rows)`, and a tree of
+    depth d has at most 2^(d+1) - 1 nodes.
+    """
     by_rows = 2 * params.max_leaves(n_rows) - 1
     if params.max_depth is None:
         return by_rows
@@ -249,17 +287,20 @@ def max_nodes_per_tree(params: TreeParams, n_rows: int) -> int:
 
 def model_bytes(params: TreeParams, n_rows: int, n_outputs: int = 1, colocated_parties: int = 0) -> int:
     """Worst-case bytes of the model's tables (`max_nodes_per_tree` nodes in each of n_estimators trees)."""
-    return params.n_estimators * max_nodes_per_tree(params, n_rows) * params.node_bytes(n_outputs, colocated_parties)
+    return (params.n_estimators * max_nodes_per_tree(params, n_rows)
+            * params.node_bytes(n_outputs, colocated_parties))
 
 
 def check_model_fits(params: TreeParams, n_rows: int, budget_bytes: int, *, n_outputs: int = 1,
                      colocated_parties: int = 0) -> int:
-    """Refuse, before any work, a forest whose worst-case model cannot fit in `budget_bytes` (the memory
-    available to the role that holds it); return the worst-case bytes otherwise.
+    """Refuse, before any work, a forest whose worst-case model cannot fit in `budget_bytes`.
+
+    `budget_bytes` is the memory available to the role that holds it. Returns the worst-case bytes otherwise.
 
     `n_rows`: the training rows; `n_outputs`: values per node (classes, or 1 for regression);
     `colocated_parties`: parties whose model copies share this memory (the simulator: all of them; a
-    deployed master: 0)."""
+    deployed master: 0).
+    """
     need = model_bytes(params, n_rows, n_outputs, colocated_parties)
     if need <= budget_bytes:
         return need

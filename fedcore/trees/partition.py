@@ -50,9 +50,12 @@ def pack_split_bits(codes, order, starts, ends, feats, bins, missing_left, is_ca
 
 
 @nb.njit(cache=True, parallel=True)
-def apply_partition(order, weight, target, new_order, new_weight, new_target, starts, ends, packed, byte_offsets):
-    """Write each split node's samples, left ones first (stably), into the new_* arrays at the node's
-    segment; returns the left counts. Segments of nodes that did not split are left unwritten."""
+def apply_partition(order, weight, target, new_order, new_weight, new_target, starts, ends, packed,
+                    byte_offsets):
+    """Write each split node's samples into the new_* arrays at the node's segment, left ones first.
+
+    Stably; returns the left counts. Segments of nodes that did not split are left unwritten.
+    """
     n_left = np.zeros(starts.shape[0], np.int64)
     for i in nb.prange(starts.shape[0]):
         s, e = starts[i], ends[i]
@@ -93,7 +96,8 @@ def _compact_counts(counts, offsets, y):
     return order, weight, target
 
 
-def scatter_node_bytes(pieces: list[tuple[np.ndarray, np.ndarray]], node_lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def scatter_node_bytes(pieces: list[tuple[np.ndarray, np.ndarray]],
+                       node_lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Merge per-owner packed bitmaps into one, in node order.
 
     `pieces` holds, per owner, (mask of the nodes it owns, its packed bytes for those nodes in order).
@@ -119,6 +123,7 @@ class SamplePartition:
 
     def __init__(self, order: np.ndarray, weight: np.ndarray, target: np.ndarray, starts: np.ndarray,
                  ends: np.ndarray) -> None:
+        """Samples in `order` with their weights and targets, in node segments `starts`..`ends`."""
         self.order = order
         self.weight = weight
         self.target = target  # the label (class code or value) of each sample, aligned with `order`

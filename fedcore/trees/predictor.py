@@ -1,5 +1,6 @@
-"""Prediction kernels: one-round leaf sets (Federated Forest Alg. 3-4), their intersection, and the
-node-by-node routing used for comparison.
+"""Prediction kernels: one-round leaf sets (Federated Forest Alg. 3-4) and their intersection.
+
+Also the node-by-node routing used for comparison.
 
 One-round: a party walks each tree with its own tests on nodes it owns and both branches elsewhere; the
 rows that reach a leaf form that leaf's set (packed bits, one 64-bit word per 64 rows). The master ANDs
@@ -30,7 +31,9 @@ class ThresholdIndex:
     is at most the k-th threshold), so walking a tree costs a few word operations per node.
     """
 
-    def __init__(self, feature: np.ndarray, threshold: np.ndarray, is_cat: np.ndarray, n_columns: int) -> None:
+    def __init__(self, feature: np.ndarray, threshold: np.ndarray, is_cat: np.ndarray,
+                 n_columns: int) -> None:
+        """Index the distinct thresholds of the numeric nodes a party owns (feature >= 0), per column."""
         numeric_owned = (feature >= 0) & ~is_cat
         self.thresholds: list[np.ndarray] = []
         self.base = np.zeros(n_columns + 1, dtype=np.int64)
@@ -105,31 +108,51 @@ def leaf_row_sets(X, prefix, missing, node_row, tree_offsets, left, right, featu
                 visited[lc, :] = visited[n, :]
                 visited[rc, :] = visited[n, :]
                 continue
-            pr = node_row[g]
-            for w in range(n_words):
-                v = visited[n, w]
-                if v == 0:
-                    continue
-                if pr >= 0:
-                    d = prefix[pr, w]
-                    if missing_left[g]:
-                        d |= missing[f, w]
-                else:
-                    d = np.uint64(0)
-                    base = w * 64
-                    for bit in range(64):
-                        if (v >> np.uint64(bit)) & np.uint64(1):
-                            if goes_left(X[base + bit, f], 0.0, missing_left[g], is_cat[g], cat_bits[g]):
-                                d |= np.uint64(1) << np.uint64(bit)
-                visited[lc, w] = v & d
-                visited[rc, w] = v & ~d
+            _send_rows_down(X, prefix, missing, visited, n, lc, rc, f, node_row[g],
+                            missing_left[g], is_cat[g], cat_bits[g])
     return out
+
+
+@nb.njit(cache=True)
+def _send_rows_down(X, prefix, missing, visited, n, lc, rc, f, pr, missing_left, is_cat, cat_bits):
+    """Split the rows that reach node n between its children lc and rc, on this party's test of feature f.
+
+    A numeric node reads its decision from prefix bitmap row `pr`; a categorical one (pr < 0) tests row by
+    row.
+    """
+    for w in range(visited.shape[1]):
+        v = visited[n, w]
+        if v == 0:
+            continue
+        if pr >= 0:
+            d = prefix[pr, w]
+            if missing_left:
+                d |= missing[f, w]
+        else:
+            d = _left_bits(X, v, w, f, missing_left, is_cat, cat_bits)
+        visited[lc, w] = v & d
+        visited[rc, w] = v & ~d
+
+
+@nb.njit(cache=True)
+def _left_bits(X, v, w, f, missing_left, is_cat, cat_bits):
+    """Of the rows in word w set in `v`, those the node's test on X[:, f] sends left, as a word."""
+    d = np.uint64(0)
+    base = w * 64
+    for bit in range(64):
+        if (v >> np.uint64(bit)) & np.uint64(1):
+            if goes_left(X[base + bit, f], 0.0, missing_left, is_cat, cat_bits):
+                d |= np.uint64(1) << np.uint64(bit)
+    return d
 
 
 @nb.njit(cache=True, parallel=True)
 def intersect_leaf_sets(sets, leaf_offsets, n_rows):
-    """AND the parties' leaf sets (sets: (n_parties, n_leaves, n_words)); return each row's leaf slot
-    per tree ((n_rows, n_trees) int32), -1 where no leaf survived (inconsistent inputs)."""
+    """AND the parties' leaf sets (sets: (n_parties, n_leaves, n_words)).
+
+    Return each row's leaf slot per tree ((n_rows, n_trees) int32), -1 where no leaf survived (inconsistent
+    inputs).
+    """
     n_trees = leaf_offsets.shape[0] - 1
     n_words = sets.shape[2]
     out = np.full((n_rows, n_trees), -1, np.int32)
@@ -159,8 +182,10 @@ def route_step(X, rows, nodes, feature, threshold, missing_left, is_cat, cat_bit
 
 
 def encode_columns(frame, column_names: list[str], column_categories: list[list[str] | None]) -> np.ndarray:
-    """A party's raw columns as the float64 matrix the kernels read: numbers as they are, categories as
-    their vocabulary codes, missing and unknown categories as NaN."""
+    """A party's raw columns as the float64 matrix the kernels read.
+
+    Numbers as they are, categories as their vocabulary codes, missing and unknown categories as NaN.
+    """
     import pandas as pd
 
     from fedcore.data.binning import category_strings

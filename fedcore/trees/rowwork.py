@@ -1,5 +1,7 @@
-"""Numba kernels for a horizontal party's row work (FET and PPD-ERT): moving rows into the children of the
-nodes that split, per-candidate min/max, and per-branch class counts, regression sums and LDP report sums.
+"""Numba kernels for a horizontal party's row work (FET and PPD-ERT).
+
+Moving rows into the children of the nodes that split, per-candidate min/max, and per-branch class counts,
+regression sums and LDP report sums.
 
 Layout (`fedcore.horizontal.rows.RowPartition`): like the vertical `SamplePartition`, the rows of every
 open node of every tree of the batch sit in one contiguous segment `order[starts[p]:ends[p]]` of a flat
@@ -40,8 +42,11 @@ def _right(value: float, threshold: float) -> int:
 
 @nb.njit(cache=True)
 def _partition_segment(order: np.ndarray, s: int, e: int, X: np.ndarray, f: int, t: float) -> int:
-    """Partition order[s:e] in place, stably: rows with X[r, f] <= t first, the others (NaN included)
-    after; returns the number of left rows. Allocates a scratch for the right-going rows."""
+    """Partition order[s:e] in place, stably.
+
+    Rows with X[r, f] <= t first, the others (NaN included) after; returns the number of left rows. Allocates
+    a scratch for the right-going rows.
+    """
     right = np.empty(e - s, np.int32)
     nl = 0
     nr = 0
@@ -62,11 +67,14 @@ def _partition_segment(order: np.ndarray, s: int, e: int, X: np.ndarray, f: int,
 def split_nodes(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, node_slot: np.ndarray, X: np.ndarray,
                 chosen: np.ndarray, next_pos: np.ndarray, features: np.ndarray, thresholds: np.ndarray,
                 n_next: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Apply a level's decisions: each node p with chosen[p] = j >= 0 partitions its segment of `order` on
-    candidate j (left first, stably); the i-th such node's left / right part becomes open node
-    next_pos[2i] / next_pos[2i + 1] (-1: a leaf, its rows leave). Nodes with chosen -1 drop their rows.
-    Returns the next level's (starts, ends, node_slot), n_next long; positions no child took stay empty
-    with slot -1. The caller checks that non-negative next_pos are distinct and below n_next."""
+    """Apply a level's decisions.
+
+    Each node p with chosen[p] = j >= 0 partitions its segment of `order` on candidate j (left first, stably);
+    the i-th such node's left / right part becomes open node next_pos[2i] / next_pos[2i + 1] (-1: a leaf, its
+    rows leave). Nodes with chosen -1 drop their rows. Returns the next level's (starts, ends, node_slot),
+    n_next long; positions no child took stay empty with slot -1. The caller checks that non-negative next_pos
+    are distinct and below n_next.
+    """
     n_open = chosen.shape[0]
     rank = np.empty(n_open, np.int64)
     n_split = 0
@@ -94,10 +102,12 @@ def split_nodes(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, node_sl
 @nb.njit(cache=True, parallel=True)
 def node_ranges(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: np.ndarray,
                 features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per (open node, candidate): min and max of the candidate's feature over the node's rows, NaN ignored
-    (+inf / -inf when it has no other value). Rows are visited in ascending order and an equal value
-    replaces the current one, as `np.minimum.at` / `np.maximum.at` over a row-major scan do (the sign of
-    a zero is kept exactly)."""
+    """Min and max of each candidate's feature over each open node's rows, NaN ignored.
+
+    Per (open node, candidate), +inf / -inf when the node has no other value. Rows are visited in ascending
+    order and an equal value replaces the current one, as `np.minimum.at` / `np.maximum.at` over a row-major
+    scan do (the sign of a zero is kept exactly).
+    """
     n_open, k = features.shape
     low = np.empty((n_open, k))
     high = np.empty((n_open, k))
@@ -121,11 +131,15 @@ def node_ranges(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: np.n
 @nb.njit(cache=True, parallel=True)
 def class_counts(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: np.ndarray, y: np.ndarray,
                  features: np.ndarray, thresholds: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Per (open node, candidate, branch 0 left / 1 right, class): number of the node's rows, added into
-    `out` (A, k, 2, C), zeroed by the caller in any integer type that holds the largest node (returned)."""
+    """The number of rows per (open node, candidate, branch 0 left / 1 right, class).
+
+    Added into `out` (A, k, 2, C), zeroed by the caller in any integer type that holds the largest node
+    (returned).
+    """
     k = features.shape[1]
     for p in nb.prange(features.shape[0]):
-        for j in range(k):  # one candidate at a time: with X in column order its reads walk one column forward
+        # one candidate at a time: with X in column order its reads walk one column forward
+        for j in range(k):
             f, t = features[p, j], thresholds[p, j]
             for i in range(starts[p], ends[p]):
                 r = order[i]
@@ -136,8 +150,10 @@ def class_counts(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: np.
 @nb.njit(cache=True, parallel=True)
 def regression_sums(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: np.ndarray, q: np.ndarray,
                     features: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
-    """Per (open node, candidate, branch): (number of rows, sum of their integer targets q), (A, k, 2, 2)
-    int64; integer sums are exact (the master keeps |sum q| < 2**52) and independent of order."""
+    """Per (open node, candidate, branch): the number of rows and the sum of their integer targets q.
+
+    (A, k, 2, 2) int64; integer sums are exact (the master keeps |sum q| < 2**52) and independent of order.
+    """
     n_open, k = features.shape
     out = np.zeros((n_open, k, 2, 2), np.int64)
     for p in nb.prange(n_open):
@@ -154,8 +170,11 @@ def regression_sums(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: 
 @nb.njit(cache=True, parallel=True)
 def slot_positions(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, node_slot: np.ndarray,
                    first_slot: int, n_slots: int, n_rows: int) -> np.ndarray:
-    """The open-node position of every row in tree slots first_slot .. first_slot + n_slots - 1 (-1: in no
-    open node): (n_slots, n_rows) int32, the row-major view LDP draws its random words in."""
+    """The open-node position of every row in the tree slots from `first_slot` on.
+
+    Slots first_slot .. first_slot + n_slots - 1, -1 for a row in no open node: (n_slots, n_rows) int32, the
+    row-major view LDP draws its random words in.
+    """
     pos = np.full((n_slots, n_rows), -1, np.int32)
     for p in nb.prange(starts.shape[0]):
         s = node_slot[p] - first_slot
@@ -170,11 +189,13 @@ def ldp_report_sums(pos: np.ndarray, row_start: int, row_stop: int, word_offsets
                     words: np.ndarray, X: np.ndarray, features: np.ndarray, thresholds: np.ndarray,
                     permanent: np.ndarray, if_one: np.uint64, if_zero: np.uint64, bit_sums: np.ndarray,
                     sizes: np.ndarray) -> None:
-    """One fresh instant report per row of each slot of `pos` (rows row_start..row_stop-1 in an open node,
-    ascending), added to the branch group (p * k + j) * 2 + branch it takes under every candidate j:
-    bit_sums[g] += response, sizes[g] += 1, in place. Slot i's rows read consecutive n_bits-word blocks of
-    `words` from word_offsets[i]; bit b of a report is 1 when (word >> 1) < (if_one if permanent bit b
-    else if_zero), exactly `fedcore.privacy.ldp.LabelLDP.add_report_sums`."""
+    """One fresh instant report per row of each slot of `pos`, added to every branch group it takes.
+
+    Rows row_start..row_stop-1 in an open node, ascending; under candidate j a row's branch group is (p * k +
+    j) * 2 + branch: bit_sums[g] += response, sizes[g] += 1, in place. Slot i's rows read consecutive
+    n_bits-word blocks of `words` from word_offsets[i]; bit b of a report is 1 when (word >> 1) < (if_one if
+    permanent bit b else if_zero), exactly `fedcore.privacy.ldp.LabelLDP.add_report_sums`.
+    """
     k = features.shape[1]
     n_bits = permanent.shape[1]
     for s in nb.prange(pos.shape[0]):

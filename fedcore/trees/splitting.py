@@ -48,8 +48,10 @@ def _accumulate(hist, b, w, y, criterion):
 @nb.njit(cache=True)
 def _scan(hist, ordered, n_ordered, total, missing, has_missing, parent_term, criterion,
           min_leaf, best_gain, cum, lbuf, rbuf):
-    """Scan the prefix splits of `ordered` bins (plus "all values | missing" when there are missing
-    values); returns (gain, cut, missing_left) of the best one beating `best_gain`, cut -1 if none."""
+    """Scan the prefix splits of `ordered` bins, and "all values | missing" when values are missing.
+
+    Returns (gain, cut, missing_left) of the best one beating `best_gain`, cut -1 if none.
+    """
     S = hist.shape[1]
     found_cut = -1
     found_ml = False
@@ -77,7 +79,8 @@ def _scan(hist, ordered, n_ordered, total, missing, has_missing, parent_term, cr
 
 
 def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_local, feat_rank,
-                     is_cat, n_stats, criterion, min_leaf, n_class_orderings) -> tuple[NodeSplits, np.ndarray]:
+                     is_cat, n_stats, criterion, min_leaf,
+                     n_class_orderings) -> tuple[NodeSplits, np.ndarray]:
     """Best split per node over its candidate features (CSR: feat_ptr over nodes). See module docstring.
 
     (node, feature) pairs are processed grouped by feature, so one feature's codes stay in cache while
@@ -88,7 +91,8 @@ def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_
     pair_node = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(feat_ptr))
     by_feature = np.argsort(feat_local, kind="stable").astype(np.int64)
     pair_out = _best_split_per_pair(codes, target, order, weight, starts, ends, totals, pair_node,
-                                    feat_local, by_feature, is_cat, n_stats, criterion, min_leaf, n_class_orderings)
+                                    feat_local, by_feature, is_cat, n_stats, criterion, min_leaf,
+                                    n_class_orderings)
     return NodeSplits(*_reduce_pairs(feat_ptr, feat_local, feat_rank, *pair_out)), totals
 
 
@@ -173,11 +177,34 @@ def _best_split_of_pair(pair, i, f, codes, target, order, weight, s, e, total, i
 def _split_of_histogram(pair, categorical, n_touched, total, n_stats, criterion, min_leaf, n_class_orderings,
                         hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys, out_gain, out_bin,
                         out_ml, out_bits):
-    """Scan one node-feature histogram (bins `touched[:n_touched]`, flagged in `seen`) for its best split,
-    write it at `pair`, and reset the scratch histogram. Shared by the plain kernel and by the label
-    holder scanning decrypted histograms, so both pick bit-identical splits."""
+    """Scan one node-feature histogram for its best split, write it at `pair`, reset the scratch.
+
+    The histogram's bins are `touched[:n_touched]`, flagged in `seen`. Shared by the plain kernel and by the
+    label holder scanning decrypted histograms, so both pick bit-identical splits.
+    """
     parent_term = impurity_term(total, criterion)
-    best = -np.inf
+    _sort_touched(n_touched, seen, touched, ordered)
+    has_missing = seen[MISSING_BIN]
+    n_values = n_touched - 1 if has_missing else n_touched
+    for k in range(n_stats):
+        missing[k] = hist[MISSING_BIN, k] if has_missing else 0.0
+    if not categorical:
+        _numeric_split(pair, n_values, total, missing, has_missing, parent_term, criterion, min_leaf, hist,
+                       ordered, cum, lbuf, rbuf, out_gain, out_bin, out_ml)
+    else:
+        _categorical_split(pair, n_values, total, n_stats, missing, has_missing, parent_term,
+                           criterion, min_leaf, n_class_orderings, hist, ordered, cum, lbuf, rbuf, keys,
+                           out_gain, out_bin, out_ml, out_bits)
+    for t in range(n_touched):
+        b = touched[t]
+        seen[b] = False
+        for k in range(n_stats):
+            hist[b, k] = 0.0
+
+
+@nb.njit(cache=True)
+def _sort_touched(n_touched, seen, touched, ordered):
+    """The touched bin codes into ordered[:n_touched], ascending."""
     if n_touched > 48:  # a pass over all codes beats sorting many touched ones
         m = 0
         for b in range(N_CODES):
@@ -186,58 +213,70 @@ def _split_of_histogram(pair, categorical, n_touched, total, n_stats, criterion,
                 m += 1
     else:
         ordered[:n_touched] = np.sort(touched[:n_touched])
-    has_missing = seen[MISSING_BIN]
-    n_values = n_touched - 1 if has_missing else n_touched
-    for k in range(n_stats):
-        missing[k] = hist[MISSING_BIN, k] if has_missing else 0.0
-    if not categorical:
-        gain, cut, ml = _scan(hist, ordered, n_values, total, missing, has_missing, parent_term,
+
+
+@nb.njit(cache=True)
+def _numeric_split(pair, n_values, total, missing, has_missing, parent_term, criterion, min_leaf,
+                   hist, ordered, cum, lbuf, rbuf, out_gain, out_bin, out_ml):
+    """The best threshold over the ordered bins, written at `pair` if one is admissible."""
+    gain, cut, ml = _scan(hist, ordered, n_values, total, missing, has_missing, parent_term,
+                          criterion, min_leaf, -np.inf, cum, lbuf, rbuf)
+    if cut >= 0:
+        out_gain[pair] = gain
+        if cut == n_values - 1:  # all values left, missing right
+            out_bin[pair] = MISSING_BIN - 1
+        else:
+            out_bin[pair] = (ordered[cut] + ordered[cut + 1] - 1) // 2
+        out_ml[pair] = ml if has_missing else _more_left(hist, ordered, cut, total, criterion, lbuf)
+
+
+@nb.njit(cache=True)
+def _categorical_split(pair, n_values, total, n_stats, missing, has_missing, parent_term, criterion, min_leaf,
+                       n_class_orderings, hist, ordered, cum, lbuf, rbuf, keys, out_gain, out_bin, out_ml,
+                       out_bits):
+    """The best prefix of the categories under each documented ordering, written at `pair` if admissible."""
+    best = -np.inf
+    n_orderings = 1 if criterion == SQUARED_ERROR or n_stats == 2 else n_class_orderings
+    for o in range(n_orderings):
+        _category_keys(hist, ordered, n_values, n_stats, criterion, o, keys)
+        perm = np.argsort(keys[:n_values], kind="mergesort")
+        cats = ordered[:n_values][perm]
+        gain, cut, ml = _scan(hist, cats, n_values, total, missing, has_missing, parent_term,
                               criterion, min_leaf, best, cum, lbuf, rbuf)
         if cut >= 0:
+            best = gain
             out_gain[pair] = gain
-            if cut == n_values - 1:  # all values left, missing right
-                out_bin[pair] = MISSING_BIN - 1
-            else:
-                out_bin[pair] = (ordered[cut] + ordered[cut + 1] - 1) // 2
-            out_ml[pair] = ml if has_missing else _more_left(hist, ordered, cut, total, criterion, lbuf)
-    else:
-        n_orderings = 1 if criterion == SQUARED_ERROR or n_stats == 2 else n_class_orderings
-        for o in range(n_orderings):
-            for t in range(n_values):
-                c = ordered[t]
-                wc = stats_weight(hist[c], criterion)
-                if criterion == SQUARED_ERROR:
-                    keys[t] = hist[c, 1] / wc
-                else:
-                    keys[t] = hist[c, o if n_stats > 2 else n_stats - 1] / wc  # one class: every key is 1
-            perm = np.argsort(keys[:n_values], kind="mergesort")
-            cats = ordered[:n_values][perm]
-            gain, cut, ml = _scan(hist, cats, n_values, total, missing, has_missing, parent_term,
-                                  criterion, min_leaf, best, cum, lbuf, rbuf)
-            if cut >= 0:
-                best = gain
-                out_gain[pair] = gain
-                out_bin[pair] = -1
-                out_ml[pair] = ml if has_missing else _more_left(hist, cats, cut, total, criterion, lbuf)
-                for w in range(4):
-                    out_bits[pair, w] = 0
-                for t in range(cut + 1):
-                    c = cats[t]
-                    out_bits[pair, c >> 6] |= np.uint64(1) << np.uint64(c & 63)
-    for t in range(n_touched):
-        b = touched[t]
-        seen[b] = False
-        for k in range(n_stats):
-            hist[b, k] = 0.0
+            out_bin[pair] = -1
+            out_ml[pair] = ml if has_missing else _more_left(hist, cats, cut, total, criterion, lbuf)
+            for w in range(4):
+                out_bits[pair, w] = 0
+            for t in range(cut + 1):
+                c = cats[t]
+                out_bits[pair, c >> 6] |= np.uint64(1) << np.uint64(c & 63)
+
+
+@nb.njit(cache=True)
+def _category_keys(hist, ordered, n_values, n_stats, criterion, o, keys):
+    """Each category's key under ordering o: its mean target, or its share of class o (two classes: of 1)."""
+    for t in range(n_values):
+        c = ordered[t]
+        wc = stats_weight(hist[c], criterion)
+        if criterion == SQUARED_ERROR:
+            keys[t] = hist[c, 1] / wc
+        else:
+            keys[t] = hist[c, o if n_stats > 2 else n_stats - 1] / wc  # one class: every key is 1
 
 
 def best_splits_from_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categorical, totals,
                                 node_rows, feat_ptr, feat_local, feat_rank, criterion, min_leaf,
                                 n_class_orderings) -> NodeSplits:
-    """Best split per node from per-pair histograms someone else built (CSR: pair q's non-empty bins are
-    hist_bins[hist_ptr[q]:hist_ptr[q+1]] with statistics hist_stats rows). The label holder uses this on
-    decrypted histograms of a passive party; the scan is the plain kernel's, so results are identical.
-    `node_rows` holds each node's count of distinct in-bag rows (nodes under two are skipped, as there)."""
+    """Best split per node from per-pair histograms someone else built.
+
+    CSR: pair q's non-empty bins are hist_bins[hist_ptr[q]:hist_ptr[q+1]] with statistics hist_stats rows. The
+    label holder uses this on decrypted histograms of a passive party; the scan is the plain kernel's, so
+    results are identical. `node_rows` holds each node's count of distinct in-bag rows (nodes under two are
+    skipped, as there).
+    """
     pair_out = _splits_of_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categorical, totals,
                                      node_rows, hist_stats.shape[1], criterion, min_leaf, n_class_orderings)
     return NodeSplits(*_reduce_pairs(feat_ptr, feat_local, feat_rank, *pair_out))

@@ -1,5 +1,7 @@
-"""Tree tables: the master's forest structure (no features, no thresholds) and a party's partial forest
-(the same structure plus feature and threshold for the nodes that party owns), per Federated Forest 4.2.2.
+"""Tree tables: the master's forest structure and a party's partial forest.
+
+The structure has no features and no thresholds; a partial forest is the same structure plus feature and
+threshold for the nodes that party owns, per Federated Forest 4.2.2.
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ def tree_offsets(tree: np.ndarray, n_trees: int) -> np.ndarray:
     return np.searchsorted(tree, np.arange(n_trees + 1)).astype(np.int64)
 
 
-def leaf_numbering(tree: np.ndarray, left: np.ndarray, n_trees: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Number the leaves of each tree in node order: (leaf offsets per tree, global index of each leaf,
-    slot of each node within its tree's leaves or -1 for internal nodes). Master and parties agree on it."""
+def leaf_numbering(tree: np.ndarray, left: np.ndarray,
+                   n_trees: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Number the leaves of each tree in node order.
+
+    (leaf offsets per tree, global index of each leaf, slot of each node within its tree's leaves or -1 for
+    internal nodes). Master and parties agree on it.
+    """
     leaf_nodes = np.flatnonzero(left == NO_CHILD)
     leaf_offsets = np.searchsorted(tree[leaf_nodes], np.arange(n_trees + 1)).astype(np.int64)
     slot = np.full(len(tree), -1, dtype=np.int32)
