@@ -14,4 +14,5 @@ from fedcore.horizontal.estimators import (
 )
 from fedcore.horizontal.model import HorizontalForest
 
-__all__ = ["FederatedExtraTreesClassifier", "FederatedExtraTreesRegressor", "PPDERTClassifier", "HorizontalForest"]
+__all__ = ["FederatedExtraTreesClassifier", "FederatedExtraTreesRegressor", "PPDERTClassifier",
+           "HorizontalForest"]

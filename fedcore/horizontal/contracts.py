@@ -22,9 +22,10 @@ def engine_schema(shared: SharedSchema, task: str) -> HorizontalSchema:
         elif column.categories is not None:
             columns.append(ColumnSpec(column.name, CATEGORICAL, tuple(str(c) for c in column.categories)))
         else:
-            raise ContractMismatch(f"column {column.name!r} is dtype {column.dtype!r} without declared categories: "
-                                   "a horizontal federation encodes text columns by their agreed categories, so "
-                                   "declare 'categories' in every contract (or drop the column)")
+            raise ContractMismatch(f"column {column.name!r} is dtype {column.dtype!r} without declared "
+                                   "categories: a horizontal federation encodes text columns by their "
+                                   "agreed categories, so declare 'categories' in every contract (or drop "
+                                   "the column)")
     classes = None
     if task == "classification":
         if not shared.classes:

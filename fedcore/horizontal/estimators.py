@@ -1,5 +1,7 @@
-"""Simulation API: scikit-learn-shaped estimators that run the horizontal engines over an in-process
-transport (every message still crosses as Arrow bytes, so byte counts and transcripts are real).
+"""Simulation API: scikit-learn-shaped estimators that run the horizontal engines in process.
+
+They use an in-process transport; every message still crosses as Arrow bytes, so byte counts and transcripts
+are real.
 
     parties = [frame.iloc[:300], frame.iloc[300:]]          # same columns, different rows
     model = FederatedExtraTreesClassifier(50, privacy="none").fit(parties, label="y")
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
 
 
 def party_noise_seed(random_state: int, name: str) -> int:
-    """The simulation's stand-in for a party's own secret seed: reproducible per (random_state, party name)."""
+    """The simulation's stand-in for a party's own secret seed, reproducible per (random_state, name)."""
     return (int(random_state) << 32) ^ zlib.crc32(name.encode())
 
 
@@ -87,13 +89,14 @@ class _HorizontalForest(EstimatorBase):
     def _forest_params(self) -> ExtraTreesParams:
         """ExtraTreesParams of the constructor parameters: the one place they are checked."""
         if self.bootstrap:
-            raise ParameterError("bootstrap=True is not supported by the horizontal engines: Extra-Trees grow every "
-                                 "tree on all rows, which keeps federated runs identical to the pooled run; "
-                                 "leave bootstrap=False")
+            raise ParameterError("bootstrap=True is not supported by the horizontal engines: Extra-Trees "
+                                 "grow every tree on all rows, which keeps federated runs identical to the "
+                                 "pooled run; leave bootstrap=False")
         return ExtraTreesParams(
-            task=self._task, n_estimators=self.n_estimators, criterion=self.criterion, max_depth=self.max_depth,
-            min_samples_split=self.min_samples_split, min_samples_leaf=self.min_samples_leaf,
-            max_features=self.max_features, random_state=self.random_state, tree_batch_size=self.tree_batch_size,
+            task=self._task, n_estimators=self.n_estimators, criterion=self.criterion,
+            max_depth=self.max_depth, min_samples_split=self.min_samples_split,
+            min_samples_leaf=self.min_samples_leaf, max_features=self.max_features,
+            random_state=self.random_state, tree_batch_size=self.tree_batch_size,
             memory_budget_mb=self.memory_budget_mb)
 
     def _check_settings(self) -> None:
@@ -176,8 +179,10 @@ class _HorizontalForest(EstimatorBase):
 
     @property
     def feature_importances_(self) -> np.ndarray:
-        """Impurity-based importances over `feature_names_in_`, summing to 1: scikit-learn's definition (the
-        weighted impurity decrease of each split, as a share of its tree's total, averaged over the trees).
+        """Impurity-based importances over `feature_names_in_`, summing to 1.
+
+        Scikit-learn's definition (the weighted impurity decrease of each split, as a share of its tree's
+        total, averaged over the trees).
 
         Every institution holds the whole forest, so every one can compute this same vector. It is computed
         from the forest's node weights (aggregated row counts) and values (class probabilities or target
@@ -202,8 +207,9 @@ class _FETBase(_HorizontalForest):
                  min_samples_leaf: int = 1, max_features: str | int | float | None = "sqrt",
                  criterion: str = "gini", privacy: str = "none", epsilon: float = 1.0, ldp=None,
                  categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
-                 tree_batch_size: int | None = None, memory_budget_mb: int | None = None, random_state: int = 0,
-                 progress: bool = False, record_transcript: bool = False, record_payloads: bool = False) -> None:
+                 tree_batch_size: int | None = None, memory_budget_mb: int | None = None,
+                 random_state: int = 0, progress: bool = False, record_transcript: bool = False,
+                 record_payloads: bool = False) -> None:
         self._store_params(locals())
 
     def _check_settings(self) -> None:
@@ -229,13 +235,13 @@ class _FETBase(_HorizontalForest):
         return self._ldp
 
     def _make_parties(self, frames, schema):
-        return [HorizontalParty(name, frame, schema, privacy=self._privacy, epsilon=self._epsilon, ldp=self._ldp,
-                                noise_seed=party_noise_seed(self._params.random_state, name))
+        return [HorizontalParty(name, frame, schema, privacy=self._privacy, epsilon=self._epsilon,
+                                ldp=self._ldp, noise_seed=party_noise_seed(self._params.random_state, name))
                 for name, frame in frames.items()]
 
     def _make_master(self, transport, schema):
-        return FederatedExtraTreesMaster(transport, self._params, schema, privacy=self._privacy, ldp=self._ldp,
-                                         progress=progress_bar() if self.progress else None)
+        return FederatedExtraTreesMaster(transport, self._params, schema, privacy=self._privacy,
+                                         ldp=self._ldp, progress=progress_bar() if self.progress else None)
 
     @property
     def privacy_report_(self) -> dict:
@@ -243,8 +249,8 @@ class _FETBase(_HorizontalForest):
         check_fitted(self)
         levels = self.master_.levels
         report = {"algorithm": EXTRA_TREES.id, "mode": self._privacy, "queries": levels,
-                  "min_max": "per-party min and max of each candidate feature over each open node, in the clear "
-                             "(as in the FET paper)"}
+                  "min_max": "per-party min and max of each candidate feature over each open node, in the "
+                             "clear (as in the FET paper)"}
         if self._privacy == "none":
             report["label_statistics"] = "per-party plain integer branch counts"
             report["epsilon"] = None
@@ -256,9 +262,9 @@ class _FETBase(_HorizontalForest):
                 "label_statistics": "per-party Laplace-noised branch counts",
                 "epsilon": self._epsilon, "epsilon_per_query": self._epsilon,
                 "queries_per_row": worst["queries"], "composed_epsilon": worst["total_epsilon"],
-                "composition": "basic sequential composition over the count queries a single row takes part in "
-                               "(one per candidate feature, per tree it is active in, per level); the two branches "
-                               "of a candidate are disjoint (parallel composition)",
+                "composition": "basic sequential composition over the count queries a single row takes part "
+                               "in (one per candidate feature, per tree it is active in, per level); the two "
+                               "branches of a candidate are disjoint (parallel composition)",
                 "parties": {p.name: s for p, s in zip(self.parties_, spent, strict=True)},
             })
         else:
@@ -266,14 +272,16 @@ class _FETBase(_HorizontalForest):
             reports = max(p.reports_per_row for p in self.parties_)
             ldp = self.parties_[0].label_ldp()
             if ldp.mechanism == "krr":
-                statistics = "per-party counts of k-ary randomized-response class reports, plus plain branch sizes"
-                composition = "k-RR: each sample's report is drawn once and reused: epsilon_krr for any number"
+                statistics = ("per-party counts of k-ary randomized-response class reports, plus plain "
+                              "branch sizes")
+                composition = ("k-RR: each sample's report is drawn once and reused: epsilon_krr for any "
+                               "number")
                 mechanism = {"mechanism": "krr", "epsilon_krr": ldp.epsilon_krr, "estimator": ldp.estimator}
             else:
-                statistics = ("per-party sums of instant randomized-response bits of Bloom-encoded labels, plus "
-                              "plain branch sizes")
-                composition = ("RAPPOR: any number of reports reveal at most the permanent epsilon; each report at "
-                               "most the instant epsilon")
+                statistics = ("per-party sums of instant randomized-response bits of Bloom-encoded labels, "
+                              "plus plain branch sizes")
+                composition = ("RAPPOR: any number of reports reveal at most the permanent epsilon; each "
+                               "report at most the instant epsilon")
                 mechanism = {"mechanism": "bloom", "n_bits": ldp.n_bits, "n_hashes": ldp.n_hashes,
                              "keep_probability": ldp.keep_probability, "p_one_if_one": ldp.p_one_if_one,
                              "p_one_if_zero": ldp.p_one_if_zero, "estimator": ldp.estimator}
@@ -323,8 +331,10 @@ class FederatedExtraTreesRegressor(RegressorMixin, _FETBase):
                  min_samples_leaf: int = 1, max_features: str | int | float | None = 1.0,
                  criterion: str = "squared_error", privacy: str = "none", epsilon: float = 1.0, ldp=None,
                  categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
-                 tree_batch_size: int | None = None, memory_budget_mb: int | None = None, random_state: int = 0,
-                 progress: bool = False, record_transcript: bool = False, record_payloads: bool = False) -> None:
+                 tree_batch_size: int | None = None, memory_budget_mb: int | None = None,
+                 random_state: int = 0, progress: bool = False, record_transcript: bool = False,
+                 record_payloads: bool = False) -> None:
+        """Store the parameters as given; `fit` checks them."""
         self._store_params(locals())
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
@@ -333,7 +343,7 @@ class FederatedExtraTreesRegressor(RegressorMixin, _FETBase):
 
 
 class PPDERTClassifier(_Classifier, _HorizontalForest):
-    """PPD-ERT classification: shared-seed candidate splits in declared domains, securely aggregated counts."""
+    """PPD-ERT classification: shared-seed candidate splits and securely aggregated counts."""
 
     _task = "classification"
     feature_ranges: Mapping[str, tuple[float, float]] | None
@@ -342,7 +352,8 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
     thresholds: str
     threshold_cells: int
 
-    def __init__(self, n_estimators: int = 100, *, feature_ranges: Mapping[str, tuple[float, float]] | None = None,
+    def __init__(self, n_estimators: int = 100, *,
+                 feature_ranges: Mapping[str, tuple[float, float]] | None = None,
                  allow_data_ranges: bool = False, max_depth: int | None = None, min_samples_split: int = 2,
                  min_samples_leaf: int = 1, max_features: str | int | float | None = "sqrt",
                  criterion: str = "gini", categories: Mapping[str, Sequence] | None = None,
@@ -351,11 +362,14 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
                  record_transcript: bool = False, record_payloads: bool = False,
                  secure_aggregation: bool = True, thresholds: str = "histogram",
                  threshold_cells: int = DEFAULT_CELLS) -> None:
-        """`secure_aggregation=False` sends plain per-party counts: only a baseline to measure the masks' cost.
-        `thresholds="histogram"` draws each candidate threshold within the grid cells (`threshold_cells`
-        per interval) that hold the node's rows, learning only the first and last populated cell over all
-        parties (`fedcore/horizontal/ppdert/cells.py`); `"domain"` is the paper's draw, uniform in the
-        declared domain, which reveals nothing beyond the counts but wastes thresholds on skewed columns."""
+        """Store the parameters as given (`fit` checks them); the PPD-ERT-specific ones are these.
+
+        `secure_aggregation=False` sends plain per-party counts: only a baseline to measure the masks' cost.
+        `thresholds="histogram"` draws each candidate threshold within the grid cells (`threshold_cells` per
+        interval) that hold the node's rows, learning only the first and last populated cell over all parties
+        (`fedcore/horizontal/ppdert/cells.py`); `"domain"` is the paper's draw, uniform in the declared
+        domain, which reveals nothing beyond the counts but wastes thresholds on skewed columns.
+        """
         self._store_params(locals())
 
     def _check_settings(self) -> None:
@@ -377,8 +391,8 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
             from fedcore.privacy.keyauth import ephemeral_identities
 
             identities = ephemeral_identities(frames)
-        return [PPDERTParty(name, frame, schema, seed=self._params.random_state, low=self._low, high=self._high, k=k,
-                            secure=self._secure, identity=identities.get(name),
+        return [PPDERTParty(name, frame, schema, seed=self._params.random_state, low=self._low,
+                            high=self._high, k=k, secure=self._secure, identity=identities.get(name),
                             thresholds=self._thresholds, n_cells=self._threshold_cells)
                 for name, frame in frames.items()]
 
@@ -395,23 +409,26 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
         if single:
             statistics = "plain counts of the single party (no peers to mask with)"
         elif not self._secure:
-            statistics = "plain per-party branch class counts (secure aggregation switched off: a baseline only)"
+            statistics = ("plain per-party branch class counts (secure aggregation switched off: a baseline "
+                          "only)")
         else:
-            statistics = ("only the sum over all parties of the branch class counts, by pairwise-mask secure "
-                          f"aggregation (each party's vector is uniform modulo 2**{self.master_.mask_bits} to the "
-                          "master)")
+            statistics = ("only the sum over all parties of the branch class counts, by pairwise-mask "
+                          "secure aggregation (each party's vector is uniform modulo "
+                          f"2**{self.master_.mask_bits} to the master)")
         if self._thresholds == "histogram":
             how = ("by secure aggregation of extreme-cell indicators" if not single and self._secure
                    else "from plain per-party extreme-cell indicators (no secure aggregation)")
-            thresholds = (f"within the populated cells of a {self._threshold_cells}-cell grid per node and candidate: "
-                          f"the master learns the first and last cell holding any party's value, {how}")
+            thresholds = (f"within the populated cells of a {self._threshold_cells}-cell grid per node and "
+                          "candidate: the master learns the first and last cell holding any party's value, "
+                          f"{how}")
         else:
-            thresholds = "uniform in the declared domains, from the shared seed: nothing learned from the data"
+            thresholds = ("uniform in the declared domains, from the shared seed: nothing learned from the "
+                          "data")
         return {
             "algorithm": PPD_ERT.id, "mode": "secagg" if self._secure else "none",
             "queries": self.master_.levels, "label_statistics": statistics, "thresholds": thresholds,
-            "feature_ranges": self.ranges_source_, "parties": len(self.parties_), "plain_single_party": single,
-            "epsilon": None, "composed_epsilon": None,
+            "feature_ranges": self.ranges_source_, "parties": len(self.parties_),
+            "plain_single_party": single, "epsilon": None, "composed_epsilon": None,
         }
 
 

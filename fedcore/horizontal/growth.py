@@ -1,6 +1,7 @@
-"""The horizontal level strategies' shared half (FET and PPD-ERT, at the master): the candidates' random
-draws, and choosing splits from aggregated branch statistics. The growth loop itself (batches, numbering,
-stopping, checkpoints) is the one grower of every algorithm, `fedcore/trees/grower.py`.
+"""The horizontal level strategies' shared half (FET and PPD-ERT, at the master).
+
+The candidates' random draws, and choosing splits from aggregated branch statistics. The growth loop itself
+(batches, numbering, stopping, checkpoints) is the one grower of every algorithm, `fedcore/trees/grower.py`.
 
 Per level, for every open node of every tree in the batch, an algorithm-specific exchange (`_level`)
 yields k candidate splits (feature, threshold) and the aggregated label statistics of both branches of
@@ -17,13 +18,13 @@ layout. Noisy or estimated statistics may be negative or fractional: counts are 
 Ties between candidates go to the lowest candidate index (`argmax`); candidates are ordered by the draw.
 
 Checkpoints (`fit(checkpoints, resume_from)`, see the grower): every completed tree batch is saved at the
-master as its node records plus the counters after it (levels grown; PPD-ERT adds its secure-aggregation
-round id), so a resumed run loads finished batches instead of growing them again and numbers its rounds
-as the uninterrupted run would. Every draw of the master is keyed by (tree, depth); a DP party's noise is
-keyed by its count of answered queries, which its agent checkpoints, so a batch grown again under the same
-batch plan is the same batch (hence `noise_follows_batches`). The parties keep no tree state between batches (every party ends with the complete model anyway);
-they save their own per-batch state (noise counters in the DP modes) when the first request of the next
-batch, or the final `model`, carries `save_batch`.
+master as its node records plus the counters after it (levels grown; PPD-ERT adds its secure-aggregation round
+id), so a resumed run loads finished batches instead of growing them again and numbers its rounds as the
+uninterrupted run would. Every draw of the master is keyed by (tree, depth); a DP party's noise is keyed by
+its count of answered queries, which its agent checkpoints, so a batch grown again under the same batch plan
+is the same batch (hence `noise_follows_batches`). The parties keep no tree state between batches (every party
+ends with the complete model anyway); they save their own per-batch state (noise counters in the DP modes)
+when the first request of the next batch, or the final `model`, carries `save_batch`.
 """
 
 from __future__ import annotations
@@ -77,12 +78,16 @@ def tree_segments(act_tree: np.ndarray):
 
 
 def draw_features(rng: np.random.Generator, n_nodes: int, n_features: int, k: int) -> np.ndarray:
-    """k distinct features per node, in draw order (ranks of uniform keys): (n_nodes, k) int64."""
+    """`k` distinct features per node, in draw order (ranks of uniform keys): (n_nodes, k) int64."""
     return np.argsort(rng.random((n_nodes, n_features)), axis=1, kind="stable")[:, :k].astype(np.int64)
 
 
-def fet_candidate_features(seed: int, act_tree: np.ndarray, depth: int, n_features: int, k: int) -> np.ndarray:
-    """FET: the master's candidate features of the open nodes, from stream(seed, fet_features, tree, depth)."""
+def fet_candidate_features(seed: int, act_tree: np.ndarray, depth: int, n_features: int,
+                           k: int) -> np.ndarray:
+    """FET: the master's candidate features of the open nodes.
+
+    Drawn from stream(seed, fet_features, tree, depth).
+    """
     out = np.empty((len(act_tree), k), dtype=np.int64)
     for tree, a, b in tree_segments(act_tree):
         out[a:b] = draw_features(stream(seed, "fet_features", tree, depth), b - a, n_features, k)
@@ -106,8 +111,11 @@ def branch_counts(stats: np.ndarray, task: str) -> np.ndarray:
 
 
 def is_pure(stats: np.ndarray, task: str) -> np.ndarray:
-    """Classification nodes with at most one class present (regression purity is not observable: the
-    statistics hold no sum of squares; such nodes stop because every split gains exactly 0)."""
+    """Classification nodes with at most one class present.
+
+    Regression purity is not observable: the statistics hold no sum of squares; such nodes stop because every
+    split gains exactly 0.
+    """
     if task == "regression":
         return np.zeros(stats.shape[:-1], dtype=bool)
     return (stats > 0).sum(axis=-1) <= 1
@@ -117,15 +125,21 @@ def is_pure(stats: np.ndarray, task: str) -> np.ndarray:
 
 # -- the horizontal level strategy ----------------------------------------------------------------------
 class BranchStatsLevels(LevelStrategy, ABC):
-    """The level strategy of FET and PPD-ERT: the parties send (aggregable) branch statistics of k candidate
-    splits per open node; the master picks the best. Subclasses implement the exchange (`_level`)."""
+    """The level strategy of FET and PPD-ERT.
+
+    The parties send (aggregable) branch statistics of k candidate splits per open node; the master picks the
+    best. Subclasses implement the exchange (`_level`).
+    """
 
     algorithm = EXTRA_TREES.id
 
     def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema,
                  progress: ProgressCallback | None = None, memory_budget: int | None = None) -> None:
-        """`memory_budget`: bytes the master plans its share of a tree batch in (default: from
-        `params.memory_budget_mb`, else a share of the available memory)."""
+        """A level strategy over `transport`; `memory_budget` bounds the master's share of a tree batch.
+
+        `memory_budget` is in bytes (default: from `params.memory_budget_mb`, else a share of the available
+        memory).
+        """
         self.transport = transport
         self.memory_budget = memory_budget
         self.shared_budget: int | None = None  # the simulator: one budget for every role in this process
@@ -140,7 +154,8 @@ class BranchStatsLevels(LevelStrategy, ABC):
         self.min_samples_leaf = params.min_samples_leaf  # a privacy mode may raise it (LDP: `leaf_floor`)
         self.forest: HorizontalForest | None = None
         self.grower = LevelwiseGrower(self, params, progress)
-        self._save_batch: int | None = None  # the batch the parties checkpoint on the next batch's first request
+        # the batch the parties checkpoint on the next batch's first request
+        self._save_batch: int | None = None
 
     noise_follows_batches = False
     """Whether the parties' noise depends on how trees are batched (FET's DP modes: a party's noise is keyed
@@ -165,9 +180,11 @@ class BranchStatsLevels(LevelStrategy, ABC):
         """Exchange one level: apply the previous level's decisions, return candidates and statistics."""
 
     def node_estimates(self, result: LevelResult) -> tuple[np.ndarray, np.ndarray]:
-        """The open nodes' statistics (A, S) and sizes (A,): the parent's measurement of each node, or at
-        the roots the union of candidate 0's two branches; sizes exact where the mode sends them (LDP:
-        its estimated class counts only sum to them within rounding)."""
+        """The open nodes' statistics (A, S) and sizes (A,).
+
+        The parent's measurement of each node, or at the roots the union of candidate 0's two branches; sizes
+        exact where the mode sends them (LDP: its estimated class counts only sum to them within rounding).
+        """
         node_stats = self._open_stats if self._open_stats is not None else result.branch[:, 0].sum(axis=1)
         if self._open_n is not None:
             n_node = self._open_n
@@ -179,8 +196,10 @@ class BranchStatsLevels(LevelStrategy, ABC):
 
     def node_values(self, stats: np.ndarray, parent_values: np.ndarray | None = None) -> np.ndarray:
         """Node values from statistics: class proportions (uniform when empty), or the mean (override).
-        `parent_values` (the values of each node's parent; None at the roots) lets a noisy mode shrink
-        towards them; exact statistics ignore them."""
+
+        `parent_values` (the values of each node's parent; None at the roots) lets a noisy mode shrink towards
+        them; exact statistics ignore them.
+        """
         counts = np.maximum(stats, 0.0)
         total = counts.sum(axis=-1, keepdims=True)
         return np.where(total > 0, counts / np.where(total > 0, total, 1.0), 1.0 / counts.shape[-1])
@@ -199,19 +218,24 @@ class BranchStatsLevels(LevelStrategy, ABC):
         self.party_budgets = {name: reported_budget(name, r.header) for name, r in replies.items()}
 
     def memory_costs(self) -> list[tuple[int, int]]:
-        """(bytes per tree of a batch, budget) of every party and of the master (`fedcore.trees.budget`):
-        a party's row partition, and the master's per-level candidates and branch statistics (one array
-        per party's reply, their sum, and the gains), over at most min(2^depth, rows / 2 min_samples_leaf)
-        open nodes per tree. A party that reported no budget is planned with the master's."""
+        """(bytes per tree of a batch, budget) of every party and of the master (`fedcore.trees.budget`).
+
+        A party's row partition, and the master's per-level candidates and branch statistics (one array per
+        party's reply, their sum, and the gains), over at most min(2^depth, rows / 2 min_samples_leaf) open
+        nodes per tree. A party that reported no budget is planned with the master's.
+        """
         p = self.params
         own = self.memory_budget or resolve_budget(p.memory_budget_mb)
         nodes = level_nodes(p.depth_limit, sum(self.party_rows.values()) // (2 * self.min_samples_leaf))
         master_per_tree = nodes * self.master_bytes_per_node()
-        return role_costs(self.party_rows, self.party_budgets, BYTES_PER_TREE_ROW["horizontal"], master_per_tree, own)
+        return role_costs(self.party_rows, self.party_budgets, BYTES_PER_TREE_ROW["horizontal"],
+                          master_per_tree, own)
 
     def master_bytes_per_node(self) -> int:
-        """The master's bytes per open node of a level: candidates' branch statistics, one array per
-        party's reply, their sum, and the gains."""
+        """The master's bytes per open node of a level.
+
+        Candidates' branch statistics, one array per party's reply, their sum, and the gains.
+        """
         return self.k * 2 * self.n_stats * 8 * (len(self.parties) + 3)
 
     # -- driver -----------------------------------------------------------------------------------
@@ -256,8 +280,10 @@ class BranchStatsLevels(LevelStrategy, ABC):
         self._open_parent_values: np.ndarray | None = None
 
     def level(self, trees: list[int], depth: int, open_tree: np.ndarray, open_node: np.ndarray) -> Level:
-        """The best usable candidate of each open node (both sides >= min_samples_leaf, gain above the
-        rounding guard), and which children of the splits stay open."""
+        """The best usable candidate of each open node, and which children of the splits stay open.
+
+        Usable: both sides >= min_samples_leaf, gain above the rounding guard.
+        """
         p, task = self.params, self.params.task
         result = self._level(trees, depth, open_tree, open_node, self._transition)
         branch = result.branch

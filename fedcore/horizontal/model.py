@@ -109,7 +109,8 @@ class HorizontalForest:
         columns = {}
         for name, dtype in _INT_FIELDS.items():
             columns[name] = pa.array(np.asarray(getattr(self, name), dtype=dtype), _ARROW_TYPES[dtype])
-        columns["threshold"] = pa.array(np.asarray(self.threshold, np.float64), pa.float64(), from_pandas=False)
+        columns["threshold"] = pa.array(np.asarray(self.threshold, np.float64), pa.float64(),
+                                        from_pandas=False)
         columns["weight"] = pa.array(np.asarray(self.weight, np.float64), pa.float64())
         value = np.ascontiguousarray(self.value, dtype=np.float64)
         columns["value"] = pa.FixedSizeListArray.from_arrays(pa.array(value.reshape(-1)), value.shape[1])
@@ -124,9 +125,11 @@ class HorizontalForest:
         """Rebuild a forest written by `to_table` (exact, field by field)."""
         metadata = table.schema.metadata or {}
         if META_KEY not in metadata:
-            raise ArtifactError("not a horizontal forest table: metadata key fedforest.horizontal.meta is missing")
+            raise ArtifactError("not a horizontal forest table: metadata key fedforest.horizontal.meta is "
+                                "missing")
         meta = json.loads(metadata[META_KEY])
-        schema = HorizontalSchema.from_dict(json.loads(metadata[SCHEMA_KEY])) if SCHEMA_KEY in metadata else None
+        schema = (HorizontalSchema.from_dict(json.loads(metadata[SCHEMA_KEY])) if SCHEMA_KEY in metadata
+                  else None)
         missing = [c for c in (*_INT_FIELDS, "threshold", "weight", "value") if c not in table.column_names]
         if missing:
             raise ArtifactError(f"horizontal forest table lacks columns {missing}")
@@ -135,9 +138,9 @@ class HorizontalForest:
         width = value_column.type.list_size
         value = value_column.values.to_numpy(zero_copy_only=False).reshape(table.num_rows, width)
         return cls(**arrays, threshold=table.column("threshold").to_numpy().astype(np.float64),
-                   weight=table.column("weight").to_numpy().astype(np.float64), value=value.astype(np.float64),
-                   n_trees=int(meta["n_trees"]), task=meta["task"], algorithm=read_algorithm(meta["algorithm"]).id,
-                   schema=schema)
+                   weight=table.column("weight").to_numpy().astype(np.float64),
+                   value=value.astype(np.float64), n_trees=int(meta["n_trees"]), task=meta["task"],
+                   algorithm=read_algorithm(meta["algorithm"]).id, schema=schema)
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], n_trees: int, task: str, algorithm: str,
@@ -148,5 +151,5 @@ class HorizontalForest:
         if value.ndim == 1:
             value = value[:, None]
         return cls(**kwargs, threshold=np.asarray(arrays["threshold"], np.float64),
-                   weight=np.asarray(arrays["weight"], np.float64), value=value, n_trees=int(n_trees), task=task,
-                   algorithm=algorithm, schema=schema)
+                   weight=np.asarray(arrays["weight"], np.float64), value=value,
+                   n_trees=int(n_trees), task=task, algorithm=algorithm, schema=schema)

@@ -20,7 +20,8 @@ class ExtraTreesParams(TreeParams):
     def _check_criterion(self) -> None:
         allowed = CLASSIFICATION_CRITERIA if self.task == "classification" else REGRESSION_CRITERIA
         if self.criterion not in allowed:
-            raise ParameterError(f"criterion for {self.task} must be one of {list(allowed)}, got {self.criterion!r}")
+            raise ParameterError(f"criterion for {self.task} must be one of {list(allowed)}, got "
+                                 f"{self.criterion!r}")
 
     def node_bytes(self, n_outputs: int, colocated_parties: int = 0) -> int:
         """The complete forest's node (fedcore/horizontal/model.py), held by the master and by every party."""

@@ -1,8 +1,10 @@
-"""What every horizontal party holds whatever its algorithm: its own rows and labels, which open node each
-row sits in, the current level's candidate splits, and per-branch counting over them.
+"""What every horizontal party holds whatever its algorithm.
 
-Federated Extra-Trees (`fet/party.py`) and PPD-ERT (`ppdert/party.py`) parties each hold a `PartyRows` and add their
-own protocol on top; neither inherits the other's handlers. Also shared: the session check of `hello`
+Its own rows and labels, which open node each row sits in, the current level's candidate splits, and
+per-branch counting over them.
+
+Federated Extra-Trees (`fet/party.py`) and PPD-ERT (`ppdert/party.py`) parties each hold a `PartyRows` and add
+their own protocol on top; neither inherits the other's handlers. Also shared: the session check of `hello`
 (`check_hello`) and taking the finished forest (`receive_model`).
 
 The row work itself runs in the numba kernels of `fedcore.trees.rowwork` (no per-row Python): rows are
@@ -40,6 +42,7 @@ class RowPartition:
     """
 
     def __init__(self, n_rows: int) -> None:
+        """No tree batch yet: an empty partition of `n_rows` rows."""
         self.n_rows = n_rows
         self.n_slots = 0
         self.order = np.zeros(0, dtype=np.int32)
@@ -68,31 +71,38 @@ class RowPartition:
 
     def apply(self, X: np.ndarray, chosen: np.ndarray, next_pos: np.ndarray,
               features: np.ndarray, thresholds: np.ndarray) -> None:
-        """Move rows into the children of the nodes that split (`chosen` candidate, -1: no split) and out of
-        the others; child 2i / 2i + 1 (left / right) of the i-th split node becomes open node next_pos[...]
-        (-1: a leaf)."""
+        """Move rows into the children of the nodes that split, and out of the others.
+
+        `chosen` is each node's candidate (-1: no split); child 2i / 2i + 1 (left / right) of the i-th split
+        node becomes open node next_pos[...] (-1: a leaf).
+        """
         chosen = np.asarray(chosen).astype(np.int64)
         next_pos = np.asarray(next_pos).astype(np.int64)
         if chosen.ndim != 1 or next_pos.ndim != 1 or len(chosen) != self.n_open \
                 or len(next_pos) != 2 * int((chosen >= 0).sum()):
-            raise ProtocolError(f"split decisions for {len(chosen)} nodes and {len(next_pos)} children do not match "
-                                f"the {self.n_open} open nodes of the previous level")
+            raise ProtocolError(f"split decisions for {len(chosen)} nodes and {len(next_pos)} children do "
+                                f"not match the {self.n_open} open nodes of the previous level")
         if len(next_pos) and (features.shape[0] != self.n_open or chosen.max() >= features.shape[1]
                               or thresholds.shape != features.shape):
-            raise ProtocolError(f"split decisions name candidates outside the {features.shape} of the previous level")
+            raise ProtocolError(f"split decisions name candidates outside the {features.shape} of the "
+                                "previous level")
         opened = next_pos[next_pos >= 0]
         if opened.size and (opened.max() >= len(next_pos) or np.bincount(opened).max() > 1):
-            raise ProtocolError("split decisions must put each open child in its own open node, numbered below "
-                                f"the {len(next_pos)} children")
+            raise ProtocolError("split decisions must put each open child in its own open node, numbered "
+                                f"below the {len(next_pos)} children")
         n_next = int(next_pos.max()) + 1 if len(next_pos) else 0
         self.starts, self.ends, self.node_slot = rowwork.split_nodes(
             self.order, self.starts, self.ends, self.node_slot, X, chosen, next_pos,
-            np.ascontiguousarray(features, dtype=np.int64), np.ascontiguousarray(thresholds, dtype=np.float64), n_next)
+            np.ascontiguousarray(features, dtype=np.int64),
+            np.ascontiguousarray(thresholds, dtype=np.float64), n_next)
 
-    def slot_groups(self, n_bits: int, budget: int = CHUNK_ELEMENTS) -> Iterator[tuple[int, int, np.ndarray | None]]:
-        """Consecutive tree slots in draw order, grouped so that each group's reports need at most `budget`
-        random words of n_bits each: (first slot, number of slots, rows per slot in open nodes). A slot
-        alone over budget comes alone, with None: its caller cuts it into row windows."""
+    def slot_groups(self, n_bits: int,
+                    budget: int = CHUNK_ELEMENTS) -> Iterator[tuple[int, int, np.ndarray | None]]:
+        """Consecutive tree slots in draw order, grouped to need at most `budget` random words each.
+
+        Each report takes n_bits words; yields (first slot, number of slots, rows per slot in open nodes). A
+        slot alone over budget comes alone, with None: its caller cuts it into row windows.
+        """
         active = self.node_slot >= 0
         per_slot = np.bincount(self.node_slot[active], weights=self.node_sizes()[active],
                                minlength=self.n_slots).astype(np.int64)
@@ -117,10 +127,14 @@ class RowPartition:
 
 
 class PartyRows:
-    """One horizontal party's rows (encoded with the agreed schema), their labels, the row partition of the
-    current tree batch and the current level's candidates (features and thresholds, (open nodes, k))."""
+    """One horizontal party's rows (encoded with the agreed schema) and their labels.
+
+    Also the row partition of the current tree batch and the current level's candidates (features and
+    thresholds, (open nodes, k)).
+    """
 
     def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema) -> None:
+        """Encode `frame` with the agreed schema; no batch or candidates yet."""
         self.name = name
         self.schema = schema
         # column order: the kernels scan one candidate feature over a node's rows, in ascending row order
@@ -139,18 +153,21 @@ class PartyRows:
         self._in_batch = False
 
     def start_level(self, header: dict, arrays: dict[str, np.ndarray], n_open: int) -> None:
-        """A level's request: reset the partition on a new batch (`new_batch`, `n_trees`), or apply the
-        previous level's decisions (`chosen`, `next_pos`); the request must cover the `n_open` nodes then open."""
+        """A level's request: reset the partition on a new batch, or apply the previous level's decisions.
+
+        `new_batch`, `n_trees` start a batch; `chosen`, `next_pos` are the decisions. The request must cover
+        the `n_open` nodes then open.
+        """
         if header.get("new_batch"):
             n_trees = int(header["n_trees"])
             if n_trees != n_open:  # checked before the partition (n_trees x rows) is allocated
-                raise ProtocolError(f"party {self.name!r}: a new batch of {n_trees} trees, but the request covers "
-                                    f"{n_open} open nodes")
+                raise ProtocolError(f"party {self.name!r}: a new batch of {n_trees} trees, but the request "
+                                    f"covers {n_open} open nodes")
             self.partition.reset(n_trees)
             self._in_batch = True
         elif not self._in_batch:
-            raise ProtocolError(f"party {self.name!r}: a level of a tree batch that was never started (the first "
-                                "level of a batch carries new_batch)")
+            raise ProtocolError(f"party {self.name!r}: a level of a tree batch that was never started (the "
+                                "first level of a batch carries new_batch)")
         else:
             self.partition.apply(self.X, arrays["chosen"], arrays["next_pos"], self.features, self.thresholds)
         if n_open != self.partition.n_open:
@@ -163,8 +180,10 @@ class PartyRows:
         return part.order, part.starts, part.ends, self.X
 
     def ranges(self) -> tuple[np.ndarray, np.ndarray]:
-        """Min and max of each candidate feature over each open node's rows, NaN ignored (+inf / -inf
-        when there is no other value): two (A, k) float64."""
+        """Min and max of each candidate feature over each open node's rows: two (A, k) float64.
+
+        NaN ignored (+inf / -inf when there is no other value).
+        """
         return rowwork.node_ranges(*self._args(), np.ascontiguousarray(self.features, dtype=np.int64))
 
     def _candidates(self) -> tuple[np.ndarray, np.ndarray]:
@@ -173,24 +192,34 @@ class PartyRows:
                 np.ascontiguousarray(self.thresholds, dtype=np.float64))
 
     def class_counts(self, dtype: np.dtype | type | None = None) -> np.ndarray:
-        """Exact per-branch class counts of every candidate of every open node: (A, k, 2, C), in `dtype`, by
-        default the narrowest unsigned type that holds the party's row count (no count exceeds it)."""
+        """Exact per-branch class counts of every candidate of every open node.
+
+        (A, k, 2, C), in `dtype`, by default the narrowest unsigned type that holds the party's row count (no
+        count exceeds it).
+        """
         if self._codes is None:
             self._codes = np.ascontiguousarray(self.y, dtype=np.int64)
-        dtype = np.dtype(dtype) if dtype is not None else np.result_type(np.min_scalar_type(self.n_rows), np.uint16)
+        dtype = (np.dtype(dtype) if dtype is not None
+                 else np.result_type(np.min_scalar_type(self.n_rows), np.uint16))
         if not np.issubdtype(dtype, np.integer) or self.n_rows > np.iinfo(dtype).max:
             raise ValueError(f"class counts of {self.n_rows} rows do not fit {dtype}")
         out = np.zeros((*self.features.shape, 2, int(self.schema.n_classes)), dtype=dtype)
         return rowwork.class_counts(*self._args(), self._codes, *self._candidates(), out)
 
     def regression_sums(self, q: np.ndarray) -> np.ndarray:
-        """Per-branch (count, sum of integer targets q) of every candidate of every open node: (A, k, 2, 2) int64."""
-        return rowwork.regression_sums(*self._args(), np.ascontiguousarray(q, dtype=np.int64), *self._candidates())
+        """Per-branch (count, sum of integer targets q) of every candidate of every open node.
+
+        (A, k, 2, 2) int64.
+        """
+        return rowwork.regression_sums(*self._args(), np.ascontiguousarray(q, dtype=np.int64),
+                                       *self._candidates())
 
     def ldp_report_sums(self, ldp: LabelLDP, permanent: np.ndarray,
                         rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """One fresh instant report (`ldp`, from `rng`) per row in an open node per tree, added to the branch
-        it takes under each candidate: bit sums (A * k * 2, n_bits) and sizes (A * k * 2,) int64.
+        """One fresh instant report per row in an open node per tree, added to the branch it takes.
+
+        The reports come from `ldp` and `rng`; each is added under each candidate: bit sums (A * k * 2,
+        n_bits) and sizes (A * k * 2,) int64.
 
         Random words are drawn slot-major, then by row, n_bits per report: the order of the (tree slot,
         row) entries `LabelLDP.add_report_sums` was given before, so the reports are the same. Transient
@@ -214,7 +243,8 @@ class PartyRows:
             else:
                 spans = [(0, self.n_rows)]
             for r0, r1 in spans:
-                counts = per_slot if per_slot is not None else np.array([np.count_nonzero(pos[0, r0:r1] >= 0)])
+                counts = (per_slot if per_slot is not None
+                          else np.array([np.count_nonzero(pos[0, r0:r1] >= 0)]))
                 offsets = np.zeros(n_slots, dtype=np.int64)
                 np.cumsum(counts[:-1] * n_bits, out=offsets[1:])
                 words = ldp.instant_words(rng, int(counts.sum()) * n_bits)
@@ -225,12 +255,15 @@ class PartyRows:
 
 
 def narrow(counts: np.ndarray) -> np.ndarray:
-    """Integer counts in the narrowest integer type that holds them (unsigned when none is negative): deep
-    levels send bytes, not int64s. The master widens them back."""
+    """Integer counts in the narrowest integer type that holds them (unsigned when none is negative).
+
+    Deep levels send bytes, not int64s. The master widens them back.
+    """
     if counts.size == 0:
         return counts.astype(np.uint8)
     low, high = int(counts.min()), int(counts.max())
-    for wire in (np.uint8, np.uint16, np.uint32, np.uint64) if low >= 0 else (np.int8, np.int16, np.int32, np.int64):
+    unsigned, signed = (np.uint8, np.uint16, np.uint32, np.uint64), (np.int8, np.int16, np.int32, np.int64)
+    for wire in unsigned if low >= 0 else signed:
         if np.iinfo(wire).min <= low and high <= np.iinfo(wire).max:
             return counts.astype(wire)
     raise ValueError(f"counts in [{low}, {high}] fit no 64-bit integer type")
@@ -239,7 +272,8 @@ def narrow(counts: np.ndarray) -> np.ndarray:
 def check_hello(name: str, algorithm: str, schema: HorizontalSchema, header: dict) -> None:
     """A session's `hello` must name this party's algorithm and the agreed schema."""
     if header.get("algorithm") != algorithm:
-        raise ProtocolError(f"party {name!r} runs {algorithm!r}, the master asked for {header.get('algorithm')!r}")
+        raise ProtocolError(f"party {name!r} runs {algorithm!r}, the master asked for "
+                            f"{header.get('algorithm')!r}")
     if header.get("schema") != schema.fingerprint():
         raise ProtocolError(f"party {name!r}: the master's schema fingerprint differs from the party's; "
                             "both must use the same data contract (columns, categories, classes)")
@@ -249,6 +283,7 @@ def receive_model(name: str, algorithm: str, schema: HorizontalSchema, message: 
     """The complete forest of a `model` message, which must be one of this party's algorithm."""
     h = message.header
     if h.get("algorithm") != algorithm:
-        raise ProtocolError(f"party {name!r} trained {algorithm!r}; the master sent a {h.get('algorithm')!r} model")
+        raise ProtocolError(f"party {name!r} trained {algorithm!r}; the master sent a {h.get('algorithm')!r} "
+                            "model")
     return HorizontalForest.from_arrays(message.arrays, n_trees=int(h["n_trees"]), task=h["task"],
                                         algorithm=h["algorithm"], schema=schema)

@@ -1,5 +1,6 @@
-"""The column schema every institution of a horizontal federation shares: names, kinds, category lists,
-classes (classification) and the label.
+"""The column schema every institution of a horizontal federation shares.
+
+Names, kinds, category lists, classes (classification) and the label.
 
 In the horizontal setting all parties hold the same columns, so a feature is known on the wire only by its
 index into this agreed schema (names never cross). The schema comes from the data contracts in a real
@@ -85,13 +86,15 @@ class HorizontalSchema:
             "task": self.task,
             "classes": None if self.classes is None else [_json_scalar(c) for c in self.classes],
             "columns": [{"name": c.name, "kind": c.kind,
-                         "categories": None if c.categories is None else list(c.categories)} for c in self.columns],
+                         "categories": None if c.categories is None else list(c.categories)}
+                        for c in self.columns],
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> HorizontalSchema:
         """Inverse of `to_dict`."""
-        columns = tuple(ColumnSpec(c["name"], c["kind"], None if c["categories"] is None else tuple(c["categories"]))
+        columns = tuple(ColumnSpec(c["name"], c["kind"],
+                                   None if c["categories"] is None else tuple(c["categories"]))
                         for c in data["columns"])
         classes = None if data.get("classes") is None else tuple(data["classes"])
         return cls(columns=columns, label=data["label"], task=data["task"], classes=classes)

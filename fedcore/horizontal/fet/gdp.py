@@ -1,6 +1,7 @@
-"""Noise-aware estimates for FET with global differential privacy: what the master makes of the parties'
-Laplace-noised branch statistics. All of it is post-processing of the same answers: no query is added and
-none spends more budget.
+"""Noise-aware estimates for FET with global differential privacy.
+
+What the master makes of the parties' Laplace-noised branch statistics. All of it is post-processing of the
+same answers: no query is added and none spends more budget.
 
 Each party adds Laplace(1 / epsilon) noise (sensitivity 1) to every count it sends, so one class count
 summed over M parties has noise variance 2M / epsilon^2 (`count_variance`). Each party states its epsilon
@@ -36,25 +37,32 @@ import numpy as np
 
 
 def count_variance(epsilons: list[float], task: str) -> float:
-    """Noise variance of one count summed over the parties: Laplace(1 / epsilon_i) has variance
-    2 / epsilon_i^2; a regression party spends half its epsilon on the count (the other half on the sum)."""
+    """Noise variance of one count summed over the parties.
+
+    Laplace(1 / epsilon_i) has variance 2 / epsilon_i^2; a regression party spends half its epsilon on the
+    count (the other half on the sum).
+    """
     scale = 2.0 if task == "regression" else 1.0
     return float(sum(2.0 * (scale / eps) ** 2 for eps in epsilons))
 
 
 def unbiased_sizes(branch: np.ndarray, task: str) -> np.ndarray:
-    """Sizes from noisy statistics (..., S), e.g. of branches (A, k, 2, S) or nodes (A, S): the sum of the
-    class counts, not of the counts clamped at 0 (classification), or the count statistic (regression);
-    at least 0."""
+    """Sizes from noisy statistics (..., S), e.g. of branches (A, k, 2, S) or nodes (A, S).
+
+    The sum of the class counts, not of the counts clamped at 0 (classification), or the count statistic
+    (regression); at least 0.
+    """
     if task == "regression":
         return np.maximum(branch[..., 0], 0.0)
     return np.maximum(branch.sum(axis=-1), 0.0)
 
 
 def combined_node_stats(branch: np.ndarray, parent_stats: np.ndarray | None) -> np.ndarray:
-    """Each open node's statistics (A, S): the inverse-variance weighted mean of its parent's measurement
-    (weight 2: one noisy vector) and its k candidates' left + right sums (weight 1 each: two noisy
-    vectors). Roots have no parent measurement."""
+    """Each open node's statistics (A, S).
+
+    The inverse-variance weighted mean of its parent's measurement (weight 2: one noisy vector) and its k
+    candidates' left + right sums (weight 1 each: two noisy vectors). Roots have no parent measurement.
+    """
     candidates = branch.sum(axis=2)  # (A, k, S): every candidate's two branches add up to the node
     total = candidates.sum(axis=1)
     weight = candidates.shape[1]
@@ -65,8 +73,11 @@ def combined_node_stats(branch: np.ndarray, parent_stats: np.ndarray | None) -> 
 
 
 def simplex_proportions(stats: np.ndarray) -> np.ndarray:
-    """Class proportions (..., C) from noisy counts: the Euclidean projection of the counts onto
-    {c >= 0, sum c = n}, n the (unclamped) sum, divided by n; uniform where n <= 0."""
+    """Class proportions (..., C) from noisy counts.
+
+    The Euclidean projection of the counts onto {c >= 0, sum c = n}, n the (unclamped) sum, divided by n;
+    uniform where n <= 0.
+    """
     n = stats.sum(axis=-1, keepdims=True)
     ordered = -np.sort(-stats, axis=-1)
     cumulative = np.cumsum(ordered, axis=-1) - np.maximum(n, 0.0)
@@ -85,15 +96,19 @@ size."""
 
 
 def shrunk_proportions(stats: np.ndarray, parent_values: np.ndarray | None, variance: float) -> np.ndarray:
-    """A node's class proportions from noisy counts: projected onto the simplex (`simplex_proportions`),
-    then shrunk towards its parent's proportions with alpha = SHRINKAGE x sqrt(C x variance) pseudo-rows:
-    (n p + alpha p_parent) / (n + alpha), n the node's estimated size. Hierarchical shrinkage: nodes of
-    many rows keep their own proportions, nodes within the noise borrow their parent's."""
+    """A node's class proportions from noisy counts.
+
+    Projected onto the simplex (`simplex_proportions`), then shrunk towards its parent's proportions with
+    alpha = SHRINKAGE x sqrt(C x variance) pseudo-rows: (n p + alpha p_parent) / (n + alpha), n the node's
+    estimated size. Hierarchical shrinkage: nodes of many rows keep their own proportions, nodes within the
+    noise borrow their parent's.
+    """
     own = simplex_proportions(stats)
     if parent_values is None:
         return own
     n = np.maximum(stats.sum(axis=-1, keepdims=True), 0.0)
     alpha = SHRINKAGE * math.sqrt(stats.shape[-1] * variance)
     weight = n + alpha
-    return np.where(weight > 0, (n * own + alpha * parent_values) / np.where(weight > 0, weight, 1.0), parent_values)
+    return np.where(weight > 0, (n * own + alpha * parent_values) / np.where(weight > 0, weight, 1.0),
+                    parent_values)
 

@@ -1,6 +1,7 @@
-"""The master in horizontal Federated Extra-Trees (FET, Algorithms 1-2 of the paper): holds no data;
-draws candidate features and thresholds from seeded streams, aggregates the parties' min/max and branch
-label statistics, picks the best split per node and sends every party the finished forest.
+"""The master in horizontal Federated Extra-Trees (FET, Algorithms 1-2 of the paper).
+
+Holds no data; draws candidate features and thresholds from seeded streams, aggregates the parties' min/max
+and branch label statistics, picks the best split per node and sends every party the finished forest.
 
 Rounds (one `Transport.exchange` each), over all open nodes of all trees of a batch at once:
 
@@ -73,10 +74,12 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
     def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema, *,
                  privacy: str = "none", ldp: LabelLDP | None = None, progress: ProgressCallback | None = None,
                  memory_budget: int | None = None) -> None:
+        """The FET master in privacy mode `privacy` ('none', 'gdp' or 'ldp'); LDP raises the leaf floor."""
         super().__init__(transport, params, schema, progress, memory_budget)
         self.privacy = privacy
         self.noise_follows_batches = privacy in ("gdp", "ldp")
-        self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None  # n_bits fixed for the classes
+        # n_bits fixed for the classes
+        self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None
         if privacy == "ldp":  # a leaf's classes are estimated from its rows' reports: not from too few
             floor = self._label_ldp().leaf_floor(schema.n_classes)
             self.min_samples_leaf = max(params.min_samples_leaf, floor)
@@ -86,20 +89,22 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         self._noise_variance = 0.0  # GDP: of one count summed over the parties (from their hello replies)
 
     def setup(self) -> None:
+        """Greet every party; learn the row counts, GDP noise levels and (regression) the target scale."""
         header = {"algorithm": self.algorithm, "schema": self.schema.fingerprint(), "privacy": self.privacy,
                   "task": self.params.task}
         replies = self.transport.exchange({name: Message("hello", header) for name in self.parties})
         self._note_parties(replies)
         self.n_rows = sum(self.party_rows.values())
         if self.privacy == "gdp":
-            self._noise_variance = count_variance([_reported_epsilon(n, r.header) for n, r in replies.items()],
+            self._noise_variance = count_variance([_reported_epsilon(n, r.header)
+                                                   for n, r in replies.items()],
                                                   self.params.task)
         if self.params.task == "regression":
             exponent = max(int(r.header["y_exponent"]) for r in replies.values())
             bits = min(MAX_TARGET_BITS, SUM_BITS - math.ceil(math.log2(self.n_rows + 1)))
             if bits < MIN_TARGET_BITS:
-                raise ParameterError(f"{self.n_rows} rows leave fewer than {MIN_TARGET_BITS} bits per regression "
-                                     "target in the exact fixed-point sums; train on fewer rows")
+                raise ParameterError(f"{self.n_rows} rows leave fewer than {MIN_TARGET_BITS} bits per "
+                                     "regression target in the exact fixed-point sums; train on fewer rows")
             self.q_bits = bits
             self.q_shift = bits - exponent
 
@@ -111,6 +116,7 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         return stats, unbiased_sizes(stats, self.params.task)
 
     def node_values(self, stats: np.ndarray, parent_values: np.ndarray | None = None) -> np.ndarray:
+        """Node values: GDP class proportions projected and shrunk, regression means scaled back from q."""
         if self.privacy == "gdp" and self.params.task != "regression":
             # noisy counts: projected onto the simplex, shrunk towards the parent by the noise (`gdp.py`)
             return shrunk_proportions(stats, parent_values, self._noise_variance)
@@ -132,19 +138,23 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
             arrays.update(transition)
         request = Message("fet_ranges", header, arrays)  # one message object: serialised once for every party
         replies = self.transport.exchange(dict.fromkeys(self.parties, request))
-        low = np.min([_reply_array(replies, n, "fet_ranges_reply", "min", features.shape) for n in self.parties], axis=0)
-        high = np.max([_reply_array(replies, n, "fet_ranges_reply", "max", features.shape) for n in self.parties], axis=0)
+        low = np.min([_reply_array(replies, n, "fet_ranges_reply", "min", features.shape)
+                      for n in self.parties], axis=0)
+        high = np.max([_reply_array(replies, n, "fet_ranges_reply", "max", features.shape)
+                       for n in self.parties], axis=0)
         valid = np.isfinite(low) & np.isfinite(high) & (low < high)
         u = fet_threshold_uniforms(p.random_state, act_tree, depth, self.k)
         with np.errstate(invalid="ignore", over="ignore"):
             thresholds = low + u * (high - low)
-        thresholds = np.where(thresholds >= high, low, thresholds)  # a rounded-up draw: keep both sides non-empty
+        # a rounded-up draw: keep both sides non-empty
+        thresholds = np.where(thresholds >= high, low, thresholds)
         thresholds = np.where(valid, thresholds, np.nan)  # no usable range: every row goes right
         header = {"depth": depth, "q_shift": self.q_shift, "q_bound_bits": self.q_bits}
         replies = self.transport.exchange(dict.fromkeys(self.parties, Message("fet_stats", header,
                                                                               {"thresholds": thresholds})))
         if self.privacy == "ldp":
-            return LevelResult(features, thresholds, valid, *self._estimate(replies, features.shape, valid, depth))
+            return LevelResult(features, thresholds, valid,
+                               *self._estimate(replies, features.shape, valid, depth))
         branch = self._aggregate(replies, features.shape)
         if self.privacy == "gdp":  # sizes: the noisy counts' sums, without the bias of clamping each at 0
             return LevelResult(features, thresholds, valid, branch, unbiased_sizes(branch, self.params.task))
@@ -152,9 +162,11 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
 
     def _estimate(self, replies: dict[str, Message], shape: tuple[int, int], valid: np.ndarray,
                   depth: int) -> tuple[np.ndarray, np.ndarray]:
-        """LDP: sum the parties' bit sums and exact branch sizes, and estimate class counts of the branches
-        that can matter: candidates with both sides of at least min_samples_leaf rows (the others cannot
-        split), and at the roots candidate 0, whose branches give the root's own counts."""
+        """LDP: sum the parties' bit sums and exact branch sizes, and estimate the branches' class counts.
+
+        Only of the branches that can matter: candidates with both sides of at least min_samples_leaf rows
+        (the others cannot split), and at the roots candidate 0, whose branches give the root's own counts.
+        """
         ldp = self._label_ldp()
         n_bits = ldp.bits_for(self.schema.n_classes)
         parts = {name: {field: _reply_array(replies, name, "fet_bit_sums", field, (*shape, 2, n_bits)[:ndim])
@@ -162,13 +174,15 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         for name, arrays in parts.items():
             for field, part in arrays.items():
                 if not np.issubdtype(part.dtype, np.integer):
-                    raise ProtocolError(f"party {name!r}: fet_bit_sums.{field} must be integer counts, got {part.dtype}")
+                    raise ProtocolError(f"party {name!r}: fet_bit_sums.{field} must be integer counts, got "
+                                        f"{part.dtype}")
         # typeshed's sum may return 0 (an empty iterable); there is always a party
         sizes = cast(np.ndarray, sum(arrays["sizes"].astype(np.int64) for arrays in parts.values()))
         needed = valid & (sizes.min(axis=-1) >= self.min_samples_leaf)
         if depth == 0:
             needed[:, 0] = True
-        bit_sums = sum(arrays["bit_sums"][needed].astype(np.int64) for arrays in parts.values())  # needed only
+        # the needed branches' bit sums only
+        bit_sums = sum(arrays["bit_sums"][needed].astype(np.int64) for arrays in parts.values())
         branch = np.zeros((*shape, 2, self.n_stats))
         branch[needed] = ldp.estimate_counts(bit_sums, sizes[needed], self.schema.n_classes)
         return branch, sizes
@@ -188,7 +202,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
             for name in self.parties:
                 part = _reply_array(replies, name, "fet_counts", "counts", stats_shape)
                 if not np.issubdtype(part.dtype, np.integer):
-                    raise ProtocolError(f"party {name!r}: fet_counts.counts must be integers, got {part.dtype}")
+                    raise ProtocolError(f"party {name!r}: fet_counts.counts must be integers, got "
+                                        f"{part.dtype}")
                 total += part
             return total
         total = np.zeros(stats_shape, dtype=np.float64)
@@ -204,8 +219,8 @@ def _reported_epsilon(party: str, header: dict) -> float:
     """A GDP party's epsilon per query, from its hello reply (a finite number > 0)."""
     epsilon = header.get("epsilon")
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
-        raise ProtocolError(f"party {party!r} reported no usable epsilon per query ({epsilon!r}); a GDP party "
-                            "states the scale of its noise in its hello reply")
+        raise ProtocolError(f"party {party!r} reported no usable epsilon per query ({epsilon!r}); a GDP "
+                            "party states the scale of its noise in its hello reply")
     return float(epsilon)
 
 
@@ -216,5 +231,6 @@ def _reply_array(replies: dict[str, Message], party: str, kind: str, name: str, 
         raise ProtocolError(f"party {party!r} answered {reply.kind!r} without {name!r}; expected {kind!r}")
     array = reply.arrays[name]
     if tuple(array.shape) != tuple(shape):
-        raise ProtocolError(f"party {party!r}: {kind}.{name} has shape {tuple(array.shape)}, expected {tuple(shape)}")
+        raise ProtocolError(f"party {party!r}: {kind}.{name} has shape {tuple(array.shape)}, expected "
+                            f"{tuple(shape)}")
     return array

@@ -1,5 +1,6 @@
-"""The institution's role in horizontal Federated Extra-Trees: it holds some rows of every column (and
-their labels) and answers the master's requests with aggregates only.
+"""The institution's role in horizontal Federated Extra-Trees.
+
+It holds some rows of every column (and their labels) and answers the master's requests with aggregates only.
 
 Per level the party receives the candidate features of every open node (`fet_ranges`) and replies with
 its local min and max of each over the node's rows; then it receives the thresholds (`fet_stats`) and
@@ -63,8 +64,9 @@ The three modes share their message kinds; only the statistics' reply differs.""
 
 
 class HorizontalParty:
-    """One institution in Federated Extra-Trees: its rows, the agreed schema, its privacy settings and the
-    protocol handlers (`FET_PROTOCOL`).
+    """One institution in Federated Extra-Trees.
+
+    Its rows, the agreed schema, its privacy settings and the protocol handlers (`FET_PROTOCOL`).
 
     `noise_seed` seeds the party's own random streams (Laplace noise, randomized response); it never comes
     from the master. None draws a fresh random seed (runs are then not reproducible).
@@ -76,14 +78,18 @@ class HorizontalParty:
     def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema, *, privacy: str = "none",
                  epsilon: float = 1.0, ldp: LabelLDP | None = None, noise_seed: int | None = None,
                  memory_budget: int | None = None) -> None:
-        """`memory_budget`: bytes this party grows tree batches in (default: a share of its available
-        memory), reported in `hello_reply` so the master's batches fit (`fedcore.trees.budget`)."""
+        """Encode this party's rows with the agreed schema and keep its privacy and memory settings.
+
+        `memory_budget`: bytes this party grows tree batches in (default: a share of its available memory),
+        reported in `hello_reply` so the master's batches fit (`fedcore.trees.budget`).
+        """
         self.name = name
         self.memory_budget = memory_budget
         self.schema = schema
         self.privacy = privacy
         self.epsilon = float(epsilon)
-        self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None  # n_bits fixed for the classes
+        # n_bits fixed for the classes
+        self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None
         self.noise_seed = int(noise_seed) if noise_seed is not None else secrets.randbits(63)
         self.rows = PartyRows(name, frame, schema)
         self.X, self.y, self.n_rows = self.rows.X, self.rows.y, self.rows.n_rows
@@ -107,23 +113,28 @@ class HorizontalParty:
 
     # -- dispatch -------------------------------------------------------------------------------
     def handle(self, message: Message) -> Message:
-        """Answer one protocol message, or refuse it (ProtocolError) when it is not the next one of
-        `FET_PROTOCOL` for this party."""
+        """Answer one protocol message.
+
+        Refuse it (ProtocolError) when it is not the next one of `FET_PROTOCOL` for this party.
+        """
         return self.machine.handle(self, message)
 
     def _on_hello(self, message: Message) -> Message:
         h = message.header
         check_hello(self.name, self.algorithm, self.schema, h)
         if h.get("privacy") != self.privacy:
-            raise ProtocolError(f"party {self.name!r} is configured for privacy={self.privacy!r}, the master asked "
-                                f"for {h.get('privacy')!r}; the party's own setting wins: reconfigure the master")
+            raise ProtocolError(f"party {self.name!r} is configured for privacy={self.privacy!r}, the master "
+                                f"asked for {h.get('privacy')!r}; the party's own setting wins: reconfigure "
+                                "the master")
         header: dict[str, object] = {"n_rows": self.n_rows,
                                      "memory_budget": self.memory_budget or default_budget()}
         if self.schema.task == "regression":
             largest = float(np.abs(self.y).max()) if self.n_rows else 0.0
-            header["y_exponent"] = int(np.frexp(largest)[1])  # |y| < 2**y_exponent: a power of two, not a value
+            # |y| < 2**y_exponent: a power of two, not a value
+            header["y_exponent"] = int(np.frexp(largest)[1])
         if self.privacy == "gdp":
-            header["epsilon"] = self.epsilon  # the noise scale is public: the master weighs noisy counts by it
+            # the noise scale is public: the master weighs noisy counts by it
+            header["epsilon"] = self.epsilon
         if self.privacy == "ldp":
             self._permanent = self.label_ldp().permanent_bits(self.y, self.schema.n_classes,
                                                               stream(self.noise_seed, "ldp_permanent"))
@@ -133,7 +144,8 @@ class HorizontalParty:
     def _on_fet_ranges(self, message: Message) -> Message:
         features = message.arrays["features"].astype(np.int64)
         if features.ndim != 2:
-            raise ProtocolError(f"party {self.name!r}: candidate features must be (nodes, k), got {features.shape}")
+            raise ProtocolError(f"party {self.name!r}: candidate features must be (nodes, k), got "
+                                f"{features.shape}")
         self.rows.start_level(message.header, message.arrays, features.shape[0])
         if features.size and (features.min() < 0 or features.max() >= self.schema.n_features):
             raise ProtocolError(f"party {self.name!r}: candidate feature index outside the schema")
@@ -144,8 +156,8 @@ class HorizontalParty:
     def _on_fet_stats(self, message: Message) -> Message:
         thresholds = message.arrays["thresholds"].astype(np.float64)
         if thresholds.shape != self.rows.features.shape:
-            raise ProtocolError(f"party {self.name!r}: thresholds of shape {thresholds.shape} do not match the "
-                                f"candidates {self.rows.features.shape}")
+            raise ProtocolError(f"party {self.name!r}: thresholds of shape {thresholds.shape} do not match "
+                                f"the candidates {self.rows.features.shape}")
         self.rows.thresholds = thresholds
         self.reports += 1
         if self.privacy == "ldp":
@@ -155,7 +167,8 @@ class HorizontalParty:
         else:
             counts = self.rows.class_counts()  # the narrowest unsigned type holding the party's row count
         if self.privacy == "none":
-            return Message("fet_counts", {}, {"counts": narrow(counts) if counts.dtype == np.int64 else counts})
+            return Message("fet_counts", {},
+                           {"counts": narrow(counts) if counts.dtype == np.int64 else counts})
         return self._gdp_reply(counts, int(message.header.get("q_bound_bits", 0)))
 
     def _quantised(self, shift: int) -> np.ndarray:
@@ -166,8 +179,11 @@ class HorizontalParty:
         return self._q
 
     def _regression_sums(self, shift: int) -> np.ndarray:
-        """Per-branch (count, sum of quantised targets) of every candidate: (A, k, 2, 2) int64, summed in
-        int64 (exact; the master picks the scale so that |sum of q| over all rows stays below 2**52)."""
+        """Per-branch (count, sum of quantised targets) of every candidate.
+
+        (A, k, 2, 2) int64, summed in int64 (exact; the master picks the scale so that |sum of q| over all
+        rows stays below 2**52).
+        """
         return self.rows.regression_sums(self._quantised(shift))
 
     def _gdp_reply(self, counts: np.ndarray, q_bound_bits: int) -> Message:
@@ -178,7 +194,8 @@ class HorizontalParty:
             # (count, sum) per branch: half the budget each; a row moves the sum by at most 2**q_bound_bits
             noisy = np.empty(counts.shape, dtype=np.float64)
             noisy[..., 0] = laplace_counts(counts[..., 0], self.epsilon / 2, rng)
-            noisy[..., 1] = laplace_counts(counts[..., 1], self.epsilon / 2, rng, sensitivity=float(2 ** q_bound_bits))
+            noisy[..., 1] = laplace_counts(counts[..., 1], self.epsilon / 2, rng,
+                                           sensitivity=float(2 ** q_bound_bits))
         else:
             noisy = laplace_counts(counts, self.epsilon, rng)
         # per row: one query per candidate per tree it is active in (branches are disjoint: parallel)

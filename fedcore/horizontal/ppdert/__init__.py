@@ -1,15 +1,14 @@
 """PPD-ERT (Aminifar et al., SAC 2021): privacy-preserving distributed extremely randomized trees.
 
-A global seed shared by the parties (and the master) generates the same candidate features everywhere
-without communication: per open node, k distinct features and a uniform draw each. The draw places the
-threshold (`thresholds`): within the grid cells that hold the node's rows, which the master learns
-through securely aggregated extreme-cell indicators ("histogram", the default, `cells.py`), or uniformly
-in the feature's DECLARED domain (`feature_ranges`, from the data contracts; categorical columns use
-their code domain), never from the data ("domain", the paper's). Each party counts, per candidate and
-branch, its rows of each class; the
-master only ever sees the SUM over parties, through pairwise-mask secure aggregation
-(`fedcore.privacy.secagg`), picks the best candidate per node (gini or entropy) and tells the parties
-its index. Growth, stopping and leaf values are the one grower's (`fedcore/trees/grower.py`), split choice shared
+A global seed shared by the parties (and the master) generates the same candidate features everywhere without
+communication: per open node, k distinct features and a uniform draw each. The draw places the threshold
+(`thresholds`): within the grid cells that hold the node's rows, which the master learns through securely
+aggregated extreme-cell indicators ("histogram", the default, `cells.py`), or uniformly in the feature's
+DECLARED domain (`feature_ranges`, from the data contracts; categorical columns use their code domain), never
+from the data ("domain", the paper's). Each party counts, per candidate and branch, its rows of each class;
+the master only ever sees the SUM over parties, through pairwise-mask secure aggregation
+(`fedcore.privacy.secagg`), picks the best candidate per node (gini or entropy) and tells the parties its
+index. Growth, stopping and leaf values are the one grower's (`fedcore/trees/grower.py`), split choice shared
 with FET (`fedcore/horizontal/growth.py`).
 
 Rounds:
@@ -22,13 +21,13 @@ Rounds:
     model          1       the complete forest to every party
 
 so a fit takes 2 + L rounds (histogram: 2 + 2L), L = number of levels with open nodes summed over tree
-batches. Every masked round uses a fresh round id. A run resumed from checkpoints (`growth.py`) restores the round
-counter with the finished batches, so every level keeps the round id it has in an uninterrupted run; the
-resumed session has fresh keys and a fresh session id (new `hello`), so no mask of the interrupted session
-is ever used again, and the counts of a batch grown again are the same plain values, masked anew. With a
-single party there is no peer to mask with: it sends its plain counts, flagged `plain`, and the master accepts that only when M = 1 or when the session was set
-up without secure aggregation (`secure=False`, which every party must also be configured for: a
-baseline for measuring what the masks cost, not a privacy mode).
+batches. Every masked round uses a fresh round id. A run resumed from checkpoints (`growth.py`) restores the
+round counter with the finished batches, so every level keeps the round id it has in an uninterrupted run; the
+resumed session has fresh keys and a fresh session id (new `hello`), so no mask of the interrupted session is
+ever used again, and the counts of a batch grown again are the same plain values, masked anew. With a single
+party there is no peer to mask with: it sends its plain counts, flagged `plain`, and the master accepts that
+only when M = 1 or when the session was set up without secure aggregation (`secure=False`, which every party
+must also be configured for: a baseline for measuring what the masks cost, not a privacy mode).
 
 Authenticated keys (`fedcore.privacy.keyauth`): each party signs its public key, bound to `key_context`
 of the hello it received and to its name, with its identity (an institution agent: its mutual-TLS

@@ -1,6 +1,8 @@
-"""What every PPD-ERT role derives the same way, without communication: the seed-shared candidate splits
-of the open nodes, the fingerprint of the declared domains, and the context that binds a signed key to
-its session."""
+"""What every PPD-ERT role derives the same way, without communication.
+
+The seed-shared candidate splits of the open nodes, the fingerprint of the declared domains, and the context
+that binds a signed key to its session.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ from fedcore.horizontal.growth import (
 from fedcore.horizontal.ppdert.cells import CELL_CHOICES, DEFAULT_CELLS
 from fedcore.randomness import stream
 
-KEY_CONTEXT_FIELDS = ("algorithm", "schema", "domains", "k", "n_parties", "secure", "session_id", "thresholds",
-                      "n_cells")
+KEY_CONTEXT_FIELDS = ("algorithm", "schema", "domains", "k", "n_parties", "secure", "session_id",
+                      "thresholds", "n_cells")
 THRESHOLD_MODES = ("histogram", "domain")
 """Where candidate thresholds come from: the populated grid cells of the node's rows (`cells.py`), or
 the declared domain, as in the paper."""
@@ -36,18 +38,23 @@ def check_threshold_mode(thresholds: str, n_cells: int) -> tuple[str, int]:
 
 
 def threshold_settings(privacy: Mapping[str, Any]) -> dict[str, Any]:
-    """PPD-ERT's threshold mode and grid from a `privacy:` mapping, defaults filled in (histogram on
-    DEFAULT_CELLS cells) and checked: {"thresholds": ..., "cells": ...}. Config, master session and
-    institution agents all read them here."""
-    mode, cells = check_threshold_mode(privacy.get("thresholds", "histogram"), privacy.get("cells", DEFAULT_CELLS))
+    """PPD-ERT's threshold mode and grid from a `privacy:` mapping, defaults filled in and checked.
+
+    {"thresholds": ..., "cells": ...}, histogram on DEFAULT_CELLS cells by default. Config, master session and
+    institution agents all read them here.
+    """
+    mode, cells = check_threshold_mode(privacy.get("thresholds", "histogram"),
+                                       privacy.get("cells", DEFAULT_CELLS))
     return {"thresholds": mode, "cells": cells}
 
 
 def candidate_draws(seed: int, act_tree: np.ndarray, depth: int, n_features: int,
                     k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The shared draws of the open nodes: candidate features (A, k) and uniforms in [0, 1) (A, k) that
-    place each threshold in its interval, from stream(seed, ppdert_candidates, tree, depth); identical at
-    every role."""
+    """The shared draws of the open nodes.
+
+    Candidate features (A, k) and uniforms in [0, 1) (A, k) that place each threshold in its interval, from
+    stream(seed, ppdert_candidates, tree, depth); identical at every role.
+    """
     features = np.empty((len(act_tree), k), dtype=np.int64)
     u = np.empty((len(act_tree), k), dtype=np.float64)
     for tree, a, b in tree_segments(act_tree):
@@ -59,8 +66,11 @@ def candidate_draws(seed: int, act_tree: np.ndarray, depth: int, n_features: int
 
 def ppdert_candidates(seed: int, act_tree: np.ndarray, depth: int, low: np.ndarray, high: np.ndarray,
                       k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The paper's candidate splits (`thresholds="domain"`): features (A, k) and thresholds (A, k) drawn
-    uniformly in the declared domains, so every role derives them without communication."""
+    """The paper's candidate splits (`thresholds="domain"`).
+
+    Features (A, k) and thresholds (A, k) drawn uniformly in the declared domains, so every role derives them
+    without communication.
+    """
     features, u = candidate_draws(seed, act_tree, depth, len(low), k)
     return features, domain_thresholds(features, u, low, high)
 
@@ -73,13 +83,16 @@ def domain_thresholds(features: np.ndarray, u: np.ndarray, low: np.ndarray, high
 
 def domain_fingerprint(low: np.ndarray, high: np.ndarray) -> str:
     """SHA-256 of the declared domains: master and parties check they agree."""
-    return hashlib.sha256(np.ascontiguousarray(low, "<f8").tobytes() + np.ascontiguousarray(high, "<f8").tobytes()
-                          ).hexdigest()
+    return hashlib.sha256(np.ascontiguousarray(low, "<f8").tobytes()
+                          + np.ascontiguousarray(high, "<f8").tobytes()).hexdigest()
 
 
 def key_context(hello: dict) -> bytes:
-    """What a party's signature on its secure-aggregation key is bound to: the session id and run
-    parameters of the hello it received (a key signed for another session does not verify)."""
+    """What a party's signature on its secure-aggregation key is bound to.
+
+    The session id and run parameters of the hello it received (a key signed for another session does not
+    verify).
+    """
     from fedcore.privacy.keyauth import context_digest
 
     fields = {name: hello.get(name) for name in KEY_CONTEXT_FIELDS}

@@ -45,9 +45,11 @@ CELL_CHOICES = (4, 8, 16, 32, 64)
 
 
 def cell_of(values: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray, n_cells: int) -> np.ndarray:
-    """The grid cell of each value in [grid_low, grid_high] cut into n_cells: int64, clamped into range
-    (a value outside its box falls in the nearest end cell; a point interval has one cell, 0). Halved
-    operands keep the width finite for any finite interval (1e308 wide included)."""
+    """The grid cell of each value in [grid_low, grid_high] cut into n_cells.
+
+    int64, clamped into range (a value outside its box falls in the nearest end cell; a point interval has one
+    cell, 0). Halved operands keep the width finite for any finite interval (1e308 wide included).
+    """
     width = grid_high / 2 - grid_low / 2
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         position = np.floor((values / 2 - grid_low / 2) / width * n_cells)
@@ -57,8 +59,11 @@ def cell_of(values: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray, n_c
 
 def extreme_cell_indicators(low: np.ndarray, high: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray,
                             n_cells: int) -> np.ndarray:
-    """A party's indicators (A, k, 2, n_cells) uint64 from its per-candidate min and max (`low`, `high`,
-    +inf / -inf where the node has no value): [..., 0, c] = c >= cell(min), [..., 1, c] = c <= cell(max)."""
+    """A party's indicators (A, k, 2, n_cells) uint64 from its per-candidate min and max.
+
+    `low`, `high` are +inf / -inf where the node has no value; [..., 0, c] = c >= cell(min), [..., 1, c] = c
+    <= cell(max).
+    """
     cells = np.arange(n_cells)
     has = np.isfinite(low) & np.isfinite(high)
     first = cell_of(np.where(has, low, 0.0), grid_low, grid_high, n_cells)
@@ -70,9 +75,12 @@ def extreme_cell_indicators(low: np.ndarray, high: np.ndarray, grid_low: np.ndar
 
 
 def hide_multiplicity(indicators: np.ndarray, secret: bytes, round_id: int) -> np.ndarray:
-    """Each indicator times a secret uniform non-zero 64-bit number (mod 2**64): a sum over parties says
-    whether any party's indicator is 1, not how many. The multipliers are ChaCha20 of the party's own
-    secret key (fresh per session, never sent), for this round; a zero word becomes 1 (probability 2**-64)."""
+    """Each indicator times a secret uniform non-zero 64-bit number (mod 2**64).
+
+    A sum over parties says whether any party's indicator is 1, not how many. The multipliers are ChaCha20 of
+    the party's own secret key (fresh per session, never sent), for this round; a zero word becomes 1
+    (probability 2**-64).
+    """
     words = keystream(secret, round_id, indicators.size, CELL_RING_BITS).reshape(indicators.shape)
     return indicators.astype(np.uint64) * np.maximum(words, np.uint64(1))
 
@@ -82,8 +90,11 @@ NO_CELL = 255
 
 
 def populated_cells(cell_sums: np.ndarray, n_cells: int) -> tuple[np.ndarray, np.ndarray]:
-    """From the summed indicators (A, k, 2, n_cells): the first and last populated cell of each candidate,
-    (A, k) uint8, NO_CELL for both where the node holds no value of the feature."""
+    """The first and last populated cell of each candidate, from the summed indicators.
+
+    The indicators are (A, k, 2, n_cells); the cells (A, k) uint8, NO_CELL for both where the node holds no
+    value of the feature.
+    """
     above_min = cell_sums[..., 0, :] != 0
     below_max = cell_sums[..., 1, :] != 0
     has = above_min.any(axis=-1) & below_max.any(axis=-1)
@@ -94,17 +105,22 @@ def populated_cells(cell_sums: np.ndarray, n_cells: int) -> tuple[np.ndarray, np
 
 def populated_spans(first: np.ndarray, last: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray,
                     n_cells: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The span from the lower edge of cell `first` to the upper edge of cell `last`, and whether there
-    is one (not NO_CELL): (A, k) x 3. Master and parties compute it alike, bit for bit."""
+    """The span from the lower edge of cell `first` to the upper edge of cell `last`, and whether it exists.
+
+    (A, k) x 3: low, high and has (not NO_CELL). Master and parties compute it alike, bit for bit.
+    """
     has = first != NO_CELL
     first = np.where(has, first, 0).astype(np.int64)
     last = np.where(has, last, 0).astype(np.int64)
-    return cell_edge(grid_low, grid_high, first, n_cells), cell_edge(grid_low, grid_high, last + 1, n_cells), has
+    low = cell_edge(grid_low, grid_high, first, n_cells)
+    return low, cell_edge(grid_low, grid_high, last + 1, n_cells), has
 
 
 def cell_edge(grid_low: np.ndarray, grid_high: np.ndarray, edge: np.ndarray, n_cells: int) -> np.ndarray:
-    """Lower edge of cell `edge` (edge n_cells: the interval's upper end, exactly); a weighted mean of the
-    ends, finite for any finite interval."""
+    """Lower edge of cell `edge` (edge n_cells: the interval's upper end, exactly).
+
+    A weighted mean of the ends, finite for any finite interval.
+    """
     fraction = edge / n_cells
     inner = grid_low * (1 - fraction) + grid_high * fraction
     return np.where(edge >= n_cells, grid_high, np.where(edge <= 0, grid_low, inner))
@@ -112,8 +128,11 @@ def cell_edge(grid_low: np.ndarray, grid_high: np.ndarray, edge: np.ndarray, n_c
 
 def span_thresholds(span_low: np.ndarray, span_high: np.ndarray, has: np.ndarray,
                     u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Thresholds uniform in each populated span (the seed-shared uniforms `u`), and which candidates are
-    usable: the node has values and the span is not a point. Unusable ones get NaN (every row goes right)."""
+    """Thresholds uniform in each populated span (the seed-shared uniforms `u`), and which are usable.
+
+    A candidate is usable when the node has values and the span is not a point. Unusable ones get NaN (every
+    row goes right).
+    """
     valid = has & (span_high > span_low)
     with np.errstate(invalid="ignore", over="ignore"):
         thresholds = span_low * (1 - u) + span_high * u  # a weighted mean: finite for any finite span
@@ -129,6 +148,7 @@ class NodeBoxes:
     """
 
     def __init__(self, boxes: np.ndarray) -> None:
+        """Wrap the (A, d, 2) boxes of the open nodes."""
         self.boxes = boxes
 
     @classmethod
@@ -142,7 +162,8 @@ class NodeBoxes:
         rows = np.arange(len(features))[:, None]
         return self.boxes[rows, features, 0], self.boxes[rows, features, 1]
 
-    def narrow(self, features: np.ndarray, span_low: np.ndarray, span_high: np.ndarray, has: np.ndarray) -> None:
+    def narrow(self, features: np.ndarray, span_low: np.ndarray, span_high: np.ndarray,
+               has: np.ndarray) -> None:
         """Shrink each candidate's interval to its populated span (where the node has values)."""
         rows = np.broadcast_to(np.arange(len(features))[:, None], features.shape)
         self.boxes[rows[has], features[has], 0] = span_low[has]
@@ -150,8 +171,10 @@ class NodeBoxes:
 
     def children(self, split_idx: np.ndarray, feature: np.ndarray, threshold: np.ndarray,
                  child_open: np.ndarray) -> NodeBoxes:
-        """The open children's boxes, in the grower's order (left, right of each split node in turn): the
-        parent's box, cut at the split's threshold on its feature."""
+        """The open children's boxes, in the grower's order (left, right of each split node in turn).
+
+        The parent's box, cut at the split's threshold on its feature.
+        """
         boxes = np.repeat(self.boxes[split_idx], 2, axis=0)
         n = len(split_idx)
         f, t = feature[split_idx], threshold[split_idx]

@@ -1,5 +1,8 @@
-"""The master's role in PPD-ERT: the level strategy of the one grower (`fedcore/trees/grower.py`) that
-sums the parties' masked counts of the seed-shared candidates (see the package doc)."""
+"""The master's role in PPD-ERT.
+
+The level strategy of the one grower (`fedcore/trees/grower.py`) that sums the parties' masked counts of the
+seed-shared candidates (see the package doc).
+"""
 
 from __future__ import annotations
 
@@ -53,8 +56,11 @@ class PPDERTMaster(BranchStatsLevels):
                  progress: ProgressCallback | None = None, secure: bool = True,
                  memory_budget: int | None = None, thresholds: str = "histogram",
                  n_cells: int = DEFAULT_CELLS) -> None:
-        """`thresholds`: "histogram" (within the populated grid cells of each node, see `cells.py`) or
-        "domain" (the paper's: uniform in the declared domain); `n_cells`: the histogram grid's size."""
+        """The PPD-ERT master over the parties' declared domains (`low`, `high`).
+
+        `thresholds`: "histogram" (within the populated grid cells of each node, see `cells.py`) or "domain"
+        (the paper's: uniform in the declared domain); `n_cells`: the histogram grid's size.
+        """
         super().__init__(transport, params, schema, progress, memory_budget)
         self.thresholds, self.n_cells = check_threshold_mode(thresholds, n_cells)
         self._boxes: NodeBoxes | None = None
@@ -75,17 +81,22 @@ class PPDERTMaster(BranchStatsLevels):
         return {"round_id": self._round_id}
 
     def restore_counters(self, counters: dict[str, int]) -> None:
+        """Continue numbering rounds from a checkpoint's `counters`."""
         self._round_id = counters["round_id"]
 
     def master_bytes_per_node(self) -> int:
-        """Histogram thresholds add each node's box (parent and children: 2 x 2 x d float64) and the
-        parties' extreme-cell indicators (one 64-bit vector per party and their sum)."""
+        """The master's bytes per open node, with what histogram thresholds add.
+
+        Histogram thresholds add each node's box (parent and children: 2 x 2 x d float64) and the parties'
+        extreme-cell indicators (one 64-bit vector per party and their sum).
+        """
         extra = 0
         if self.thresholds == "histogram":
             extra = 4 * self.schema.n_features * 8 + self.k * 2 * self.n_cells * 8 * (len(self.parties) + 1)
         return super().master_bytes_per_node() + extra
 
     def setup(self) -> None:
+        """Greet every party, size the mask ring and collect the parties' signed secure-aggregation keys."""
         header = {"algorithm": self.algorithm, "schema": self.schema.fingerprint(),
                   "domains": domain_fingerprint(self.low, self.high), "k": self.k,
                   "n_parties": len(self.parties), "session_id": self.session_id.hex(), "secure": self.secure,
@@ -105,7 +116,8 @@ class PPDERTMaster(BranchStatsLevels):
                 self._key_proofs[name] = {k: reply.header[k] for k in ("key_signature", "key_credential")}
 
     def _level(self, trees, depth, act_tree, act_node, transition) -> LevelResult:
-        features, u = candidate_draws(self.params.random_state, act_tree, depth, self.schema.n_features, self.k)
+        features, u = candidate_draws(self.params.random_state, act_tree, depth,
+                                      self.schema.n_features, self.k)
         header = {"depth": depth, "n_trees": len(trees)}
         arrays = {"tree": act_tree.astype(np.int32)}
         if transition is None:
@@ -116,7 +128,8 @@ class PPDERTMaster(BranchStatsLevels):
             arrays.update(transition)
         self._relay_keys(header, arrays)
         if self.thresholds == "domain":
-            thresholds, valid = domain_thresholds(features, u, self.low, self.high), np.ones(features.shape, dtype=bool)
+            thresholds = domain_thresholds(features, u, self.low, self.high)
+            valid = np.ones(features.shape, dtype=bool)
             counts = self._sum("ppdert_level", header, arrays, self.mask_bits)
         else:
             boxes = self._boxes
@@ -162,19 +175,24 @@ class PPDERTMaster(BranchStatsLevels):
             self._relayed = True
 
     def _sum(self, kind: str, header: dict, arrays: dict, bits: int) -> np.ndarray:
-        """One round under a fresh round id: every party's vector, summed (masked in the `bits`-bit ring
-        with secure aggregation and several parties, else plain), as flat int64."""
+        """One round under a fresh round id.
+
+        Every party's vector, summed (masked in the `bits`-bit ring with secure aggregation and several
+        parties, else plain), as flat int64.
+        """
         self._round_id += 1
         header = {**header, "round_id": self._round_id, "mask_bits": bits}
         replies = self.transport.exchange(dict.fromkeys(self.parties, Message(kind, header, arrays)))
         masked_kind, plain_kind, field = REPLIES[kind]
         if len(self.parties) == 1 or not self.secure:
-            wrong = {name: r.kind for name, r in replies.items() if r.kind != plain_kind or field not in r.arrays}
+            wrong = {name: r.kind for name, r in replies.items()
+                     if r.kind != plain_kind or field not in r.arrays}
             if wrong:
                 raise ProtocolError(f"parties answered {wrong}, expected {plain_kind} with {field!r}")
             for name, reply in replies.items():
                 if not np.issubdtype(reply.arrays[field].dtype, np.integer):
-                    raise ProtocolError(f"party {name!r}: {field} must be integers, got {reply.arrays[field].dtype}")
+                    raise ProtocolError(f"party {name!r}: {field} must be integers, got "
+                                        f"{reply.arrays[field].dtype}")
             # typeshed's sum may return 0 (an empty iterable); there is always a party
             vectors = (replies[name].arrays[field].reshape(-1).astype(np.int64) for name in self.parties)
             return cast(np.ndarray, sum(vectors))
@@ -183,8 +201,9 @@ class PPDERTMaster(BranchStatsLevels):
         for name in self.parties:
             reply = replies[name]
             if reply.kind != masked_kind or reply.arrays.get("masked", np.zeros(0)).dtype != ring:
-                raise ProtocolError(f"party {name!r} answered {reply.kind!r}; with {len(self.parties)} parties only "
-                                    f"{masked_kind} masked in the agreed {bits}-bit ring is accepted")
+                raise ProtocolError(f"party {name!r} answered {reply.kind!r}; with {len(self.parties)} "
+                                    f"parties only {masked_kind} masked in the agreed {bits}-bit ring is "
+                                    "accepted")
             masked.append(reply.arrays["masked"].reshape(-1))
         if len({m.size for m in masked}) != 1:
             raise ProtocolError(f"parties masked vectors of different sizes: {[m.size for m in masked]}")

@@ -1,5 +1,8 @@
-"""The institution's role in PPD-ERT: its rows, the protocol table it answers (`PPDERT_PROTOCOL`) and the
-masked class counts of the seed-shared candidates (see the package doc)."""
+"""The institution's role in PPD-ERT.
+
+Its rows, the protocol table it answers (`PPDERT_PROTOCOL`) and the masked class counts of the seed-shared
+candidates (see the package doc).
+"""
 
 from __future__ import annotations
 
@@ -83,11 +86,14 @@ class PPDERTParty:
                  low: np.ndarray, high: np.ndarray, k: int, secure: bool = True,
                  identity: PartyIdentity | None = None, memory_budget: int | None = None,
                  thresholds: str = "histogram", n_cells: int = DEFAULT_CELLS) -> None:
-        """`identity` signs this party's secure-aggregation key and verifies its peers' (required with
-        secure aggregation and more than one party). `memory_budget`: bytes this party grows tree batches
-        in (default: a share of its available memory), reported in `hello_reply` (`fedcore.trees.budget`).
+        """Encode this party's rows with the agreed schema and keep its PPD-ERT settings.
+
+        `identity` signs this party's secure-aggregation key and verifies its peers' (required with secure
+        aggregation and more than one party). `memory_budget`: bytes this party grows tree batches in
+        (default: a share of its available memory), reported in `hello_reply` (`fedcore.trees.budget`).
         `thresholds`, `n_cells`: what this party agrees to reveal (see `PPDERTMaster`); the master's hello
-        must name the same."""
+        must name the same.
+        """
         self.name = name
         self.protocol_role, self.n_cells = check_threshold_mode(thresholds, n_cells)
         self.memory_budget = memory_budget
@@ -107,12 +113,15 @@ class PPDERTParty:
         self._secret = b""
         # the level's candidate intervals and shared uniforms (histogram thresholds)
         self._grid = (np.zeros((0, 0)), np.zeros((0, 0)), np.zeros((0, 0)))
-        self._ring: int | None = None  # the session's secure-aggregation ring, fixed by its first masked level
+        # the session's secure-aggregation ring, fixed by its first masked level
+        self._ring: int | None = None
         self.machine = PPDERT_PROTOCOL.start(log)
 
     def handle(self, message: Message) -> Message:
-        """Answer one protocol message, or refuse it (ProtocolError) when it is not the next one of
-        `PPDERT_PROTOCOL`."""
+        """Answer one protocol message.
+
+        Refuse it (ProtocolError) when it is not the next one of `PPDERT_PROTOCOL`.
+        """
         return self.machine.handle(self, message)
 
     def privacy_spent(self) -> dict:
@@ -123,17 +132,20 @@ class PPDERTParty:
         h = message.header
         check_hello(self.name, self.algorithm, self.schema, h)
         if h.get("domains") != domain_fingerprint(self.low, self.high):
-            raise ProtocolError(f"party {self.name!r}: the master's feature domains differ from the party's declared "
-                                "ranges; both must come from the same data contract")
-        if h.get("thresholds", "domain") != self.protocol_role or h.get("n_cells", self.n_cells) != self.n_cells:
-            raise ProtocolError(f"party {self.name!r} agreed to {self.protocol_role!r} thresholds"
-                                f"{f' on {self.n_cells} cells' if self.protocol_role == 'histogram' else ''}; the "
-                                f"master asked for {h.get('thresholds')!r} on {h.get('n_cells')} cells")
+            raise ProtocolError(f"party {self.name!r}: the master's feature domains differ from the party's "
+                                "declared ranges; both must come from the same data contract")
+        if (h.get("thresholds", "domain") != self.protocol_role
+                or h.get("n_cells", self.n_cells) != self.n_cells):
+            cells = f" on {self.n_cells} cells" if self.protocol_role == "histogram" else ""
+            raise ProtocolError(f"party {self.name!r} agreed to {self.protocol_role!r} thresholds{cells}; "
+                                f"the master asked for {h.get('thresholds')!r} on {h.get('n_cells')} cells")
         if int(h.get("k", -1)) != self.k:
-            raise ProtocolError(f"party {self.name!r}: the master draws {h.get('k')} candidates per node, the party {self.k}")
+            raise ProtocolError(f"party {self.name!r}: the master draws {h.get('k')} candidates per node, "
+                                f"the party {self.k}")
         if bool(h.get("secure", True)) != self.secure:
-            raise ProtocolError(f"party {self.name!r} runs PPD-ERT {'with' if self.secure else 'without'} secure "
-                                f"aggregation; the master asked for {'it' if h.get('secure', True) else 'plain counts'}")
+            raise ProtocolError(f"party {self.name!r} runs PPD-ERT {'with' if self.secure else 'without'} "
+                                "secure aggregation; the master asked for "
+                                f"{'it' if h.get('secure', True) else 'plain counts'}")
         arrays: dict[str, np.ndarray] = {}
         header: dict[str, object] = {"n_rows": self.n_rows,
                                      "memory_budget": self.memory_budget or default_budget()}
@@ -144,9 +156,9 @@ class PPDERTParty:
 
             if self.identity is None or self.identity.name != self.name:
                 found = "none" if self.identity is None else f"the identity of {self.identity.name!r}"
-                raise KeyAuthenticationError(f"party {self.name!r} needs its own signing identity to authenticate "
-                                             f"its secure-aggregation key (got {found}): an institution agent uses "
-                                             "its mutual-TLS certificate and key")
+                raise KeyAuthenticationError(f"party {self.name!r} needs its own signing identity to "
+                                             f"authenticate its secure-aggregation key (got {found}): an "
+                                             "institution agent uses its mutual-TLS certificate and key")
             self.aggregator = SecureAggregator(self.name, bytes.fromhex(h["session_id"]))
             self._secret = os.urandom(32)  # this session's multipliers of the cell indicators (`cells.py`)
             self._key_context = key_context(h)
@@ -158,31 +170,37 @@ class PPDERTParty:
     def _on_ppdert_level(self, message: Message) -> Message:
         """Domain thresholds: apply the previous level, count the seed-shared candidates, mask."""
         act_tree = self._start_level(message)
-        self.rows.features, self.rows.thresholds = ppdert_candidates(self.seed, act_tree, int(message.header["depth"]),
-                                                                     self.low, self.high, self.k)
+        self.rows.features, self.rows.thresholds = ppdert_candidates(self.seed, act_tree,
+                                                                     int(message.header["depth"]), self.low,
+                                                                     self.high, self.k)
         return self._counts(message.header)
 
     def _on_ppdert_cells(self, message: Message) -> Message:
-        """Histogram thresholds, first round of a level: the indicators of the grid cells holding this
-        party's smallest and largest value per candidate (`cells.py`). Everything is checked before the
-        previous level's decisions are applied, so a refused request leaves the party where it was."""
+        """Histogram thresholds, first round of a level.
+
+        The indicators of the grid cells holding this party's smallest and largest value per candidate
+        (`cells.py`). Everything is checked before the previous level's decisions are applied, so a refused
+        request leaves the party where it was.
+        """
         h, a = message.header, message.arrays
         act_tree = np.asarray(a["tree"]).astype(np.int64)
         features, u = candidate_draws(self.seed, act_tree, int(h["depth"]), len(self.low), self.k)
         grid_low, grid_high = (np.asarray(a[name], dtype=np.float64) for name in ("grid_low", "grid_high"))
         if grid_low.shape != features.shape or grid_high.shape != features.shape \
-                or not (np.all(np.isfinite(grid_low)) and np.all(np.isfinite(grid_high)) and np.all(grid_low <= grid_high)):
-            raise ProtocolError(f"party {self.name!r}: the grid must be finite intervals of shape {features.shape}")
+                or not (np.all(np.isfinite(grid_low)) and np.all(np.isfinite(grid_high))
+                        and np.all(grid_low <= grid_high)):
+            raise ProtocolError(f"party {self.name!r}: the grid must be finite intervals of shape "
+                                f"{features.shape}")
         if h.get("n_cells") != self.n_cells:
-            raise ProtocolError(f"party {self.name!r}: the level asks for {h.get('n_cells')} cells, the session "
-                                f"agreed {self.n_cells}")
+            raise ProtocolError(f"party {self.name!r}: the level asks for {h.get('n_cells')} cells, the "
+                                f"session agreed {self.n_cells}")
         if h.get("new_batch") and not (np.array_equal(grid_low, self.low[features])
                                        and np.array_equal(grid_high, self.high[features])):
-            raise ProtocolError(f"party {self.name!r}: a tree's root grid must be the declared domain of each "
-                                "candidate feature")
+            raise ProtocolError(f"party {self.name!r}: a tree's root grid must be the declared domain of "
+                                "each candidate feature")
         if self.aggregator is not None and h.get("mask_bits") != CELL_RING_BITS:
-            raise ProtocolError(f"party {self.name!r}: cell indicators are masked in the {CELL_RING_BITS}-bit ring, "
-                                f"the master named {h.get('mask_bits')!r}")
+            raise ProtocolError(f"party {self.name!r}: cell indicators are masked in the "
+                                f"{CELL_RING_BITS}-bit ring, the master named {h.get('mask_bits')!r}")
         self._start_level(message)
         self.rows.features, self.rows.thresholds = features, np.full(features.shape, np.nan)
         self._grid = (grid_low, grid_high, u)
@@ -191,15 +209,18 @@ class PPDERTParty:
         if self.aggregator is None:
             return Message("ppdert_plain_cells", {"plain": True}, {"cells": indicators.astype(np.uint8)})
         if not self._agreed:
-            raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked round")
+            raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked "
+                                "round")
         round_id = int(h["round_id"])
         return Message("ppdert_masked_cells", {}, {"masked": self.aggregator.mask(
             hide_multiplicity(indicators, self._secret, round_id), round_id, CELL_RING_BITS)})
 
     def _on_ppdert_counts(self, message: Message) -> Message:
-        """Histogram thresholds, second round: the first and last populated cell of each candidate; the
-        party places the thresholds itself (the shared uniform within that span, as the master does), then
-        counts and masks as in the domain mode."""
+        """Histogram thresholds, second round.
+
+        The first and last populated cell of each candidate; the party places the thresholds itself (the
+        shared uniform within that span, as the master does), then counts and masks as in the domain mode.
+        """
         grid_low, grid_high, u = self._grid
         first, last = (np.asarray(message.arrays[name]) for name in ("first_cell", "last_cell"))
         has = first != NO_CELL
@@ -207,8 +228,9 @@ class PPDERTParty:
                 or not (np.issubdtype(first.dtype, np.integer) and np.issubdtype(last.dtype, np.integer)) \
                 or not np.array_equal(has, last != NO_CELL) \
                 or np.any(has & ((first > last) | (last >= self.n_cells))):
-            raise ProtocolError(f"party {self.name!r}: the populated cells must be first <= last < {self.n_cells} "
-                                f"(or both {NO_CELL}) for each of the level's {grid_low.shape} candidates")
+            raise ProtocolError(f"party {self.name!r}: the populated cells must be first <= last < "
+                                f"{self.n_cells} (or both {NO_CELL}) for each of the level's "
+                                f"{grid_low.shape} candidates")
         span_low, span_high, has = populated_spans(first, last, grid_low, grid_high, self.n_cells)
         self.rows.thresholds = span_thresholds(span_low, span_high, has, u)[0]
         return self._counts(message.header)
@@ -228,23 +250,28 @@ class PPDERTParty:
         return act_tree
 
     def _counts(self, h: dict) -> Message:
-        """The class counts of the level's candidates: plain (one party, or no secure aggregation) or masked
-        in the session's ring."""
+        """The class counts of the level's candidates.
+
+        Plain (one party, or no secure aggregation) or masked in the session's ring.
+        """
         counts = self.rows.class_counts().reshape(-1)
         if self.aggregator is None:
             return Message("ppdert_plain_counts", {"plain": True}, {"counts": narrow(counts)})
         if not self._agreed:
-            raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked round")
+            raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked "
+                                "round")
         bits = h.get("mask_bits", MODULUS_BITS)
         if isinstance(bits, bool) or bits not in RING_BITS or self.n_rows >= 1 << (bits - 1):
-            raise ProtocolError(f"party {self.name!r}: a {bits}-bit ring cannot hold the counts of its {self.n_rows} "
-                                f"rows; the ring must be one of {list(RING_BITS)} and hold every sum")
+            raise ProtocolError(f"party {self.name!r}: a {bits}-bit ring cannot hold the counts of its "
+                                f"{self.n_rows} rows; the ring must be one of {list(RING_BITS)} and hold "
+                                "every sum")
         if self._ring is None:
             self._ring = bits  # one ring per session: every level masks in the ring the first one named
         elif bits != self._ring:
-            raise ProtocolError(f"party {self.name!r}: the master changed the ring from {self._ring} to {bits} bits "
-                                "within a session")
-        return Message("ppdert_masked_counts", {}, {"masked": self.aggregator.mask(counts, int(h["round_id"]), bits)})
+            raise ProtocolError(f"party {self.name!r}: the master changed the ring from {self._ring} to "
+                                f"{bits} bits within a session")
+        return Message("ppdert_masked_counts", {},
+                       {"masked": self.aggregator.mask(counts, int(h["round_id"]), bits)})
 
     def _on_model(self, message: Message) -> Message:
         self.model = receive_model(self.name, self.algorithm, self.schema, message)
@@ -258,8 +285,8 @@ class PPDERTParty:
         names = list(h.get("peer_names") or [])
         if len(names) != len(rows) or len(set(names)) != len(names) or len(names) != self._n_parties \
                 or self.name not in names:
-            raise ProtocolError(f"party {self.name!r}: the master relayed keys for {names}; expected one for each of "
-                                f"the {self._n_parties} parties, this one included")
+            raise ProtocolError(f"party {self.name!r}: the master relayed keys for {names}; expected one for "
+                                f"each of the {self._n_parties} parties, this one included")
         n = len(names)
         signatures = h.get("peer_signatures") or [None] * n
         credentials = h.get("peer_credentials") or [None] * n
@@ -272,5 +299,6 @@ class PPDERTParty:
         assert aggregator is not None and identity is not None, "hello made the aggregator, with the identity"
         own = next(s for s in signed if s.party == self.name)
         if own.public_key != aggregator.public_key():
-            raise KeyAuthenticationError(f"party {self.name!r}: the master relayed another key as this party's own")
+            raise KeyAuthenticationError(f"party {self.name!r}: the master relayed another key as this "
+                                         "party's own")
         return identity.verify_peers(self._key_context, signed)
