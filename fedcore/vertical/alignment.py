@@ -54,8 +54,9 @@ def _as_digests(name: str, hashes: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(hashes).view(_DIGEST_DTYPE).ravel()
     if hashes.ndim == 1 and hashes.dtype.kind == "S" and hashes.dtype.itemsize <= DIGEST_SIZE:
         return hashes.astype(_DIGEST_DTYPE, copy=False)
-    raise ProtocolError(f"institution {name!r} sent ID hashes of dtype {hashes.dtype} and shape {hashes.shape}; "
-                        f"expected {DIGEST_SIZE}-byte digests (S{DIGEST_SIZE}, or uint8 rows of {DIGEST_SIZE})")
+    raise ProtocolError(f"institution {name!r} sent ID hashes of dtype {hashes.dtype} and shape "
+                        f"{hashes.shape}; expected {DIGEST_SIZE}-byte digests (S{DIGEST_SIZE}, or uint8 rows "
+                        f"of {DIGEST_SIZE})")
 
 
 def _intersect_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -79,15 +80,16 @@ def intersect_hashes(hashes_by_party: Mapping[str, np.ndarray]) -> AlignmentPlan
         ordered[name] = digests[order[name]]
         n_dup = int(np.count_nonzero(ordered[name][1:] == ordered[name][:-1]))
         if n_dup:
-            raise AlignmentError(f"institution {name!r} sent {n_dup} duplicate ID hashes; "
-                                 "each row needs a unique ID (hash IDs with fedcore.privacy.hashing.hash_ids)")
+            raise AlignmentError(f"institution {name!r} sent {n_dup} duplicate ID hashes; each row needs a "
+                                 "unique ID (hash IDs with fedcore.privacy.hashing.hash_ids)")
     names = sorted(ordered, key=lambda n: len(ordered[n]))  # smallest first keeps the running set small
     common = ordered[names[0]]
     for name in names[1:]:
         common = _intersect_sorted(common, ordered[name])
     positions = {name: order[name][np.searchsorted(ordered[name], common)].astype(np.int64)
                  for name in hashes_by_party}
-    return AlignmentPlan(n_common=len(common), counts={n: len(o) for n, o in ordered.items()}, positions=positions)
+    return AlignmentPlan(n_common=len(common), counts={n: len(o) for n, o in ordered.items()},
+                         positions=positions)
 
 
 def check_overlap(plan: AlignmentPlan, min_overlap: int) -> None:
@@ -105,7 +107,8 @@ def align_frame(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
     """Party side: this party's rows in the canonical order the master sent (a fresh 0..n-1 index)."""
     positions = np.asarray(positions)
     if positions.ndim != 1 or (positions.size and positions.dtype.kind not in "iu"):
-        raise ProtocolError(f"alignment positions must be a 1-D integer array, got {positions.dtype}{list(positions.shape)}")
+        raise ProtocolError("alignment positions must be a 1-D integer array, got "
+                            f"{positions.dtype}{list(positions.shape)}")
     positions = positions.astype(np.int64, copy=False)
     if positions.size and (positions.min() < 0 or positions.max() >= len(frame)):
         raise ProtocolError(f"alignment positions run from {positions.min()} to {positions.max()}, "

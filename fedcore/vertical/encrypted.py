@@ -1,5 +1,6 @@
-"""Vertical Federated Forest with encrypted labels (Paillier or Okamoto-Uchiyama): the label holder's and the
-passive parties' steps.
+"""Vertical Federated Forest with encrypted labels (Paillier or Okamoto-Uchiyama).
+
+The label holder's and the passive parties' steps.
 
 Once per training the label holder encrypts, per sample, its label statistics packed into one plaintext
 (the one-hot of classes 1..C-1, or q and q^2 for a fixed-point target q) and the master relays the
@@ -47,9 +48,11 @@ class TargetEncoding:
 
     @classmethod
     def for_labels(cls, y: np.ndarray, criterion: int, n_classes: int) -> tuple[TargetEncoding, np.ndarray]:
-        """The encoding and the (n_rows, n_slots) integer values each sample encrypts: the one-hot of
-        classes 1..C-1, or (q, q^2). Class 0's count, or the weight, follows from the bin's total weight,
-        which the passive party adds."""
+        """The encoding and the (n_rows, n_slots) integer values each sample encrypts.
+
+        The one-hot of classes 1..C-1, or (q, q^2). Class 0's count, or the weight, follows from the bin's
+        total weight, which the passive party adds.
+        """
         if criterion != SQUARED_ERROR:
             codes = y.astype(np.int64)
             values = np.zeros((len(y), max(n_classes - 1, 1)), dtype=object)
@@ -58,7 +61,8 @@ class TargetEncoding:
             return cls(criterion, n_classes), values
         y = np.asarray(y, dtype=np.float64)
         low = float(y.min()) if len(y) else 0.0
-        integral = bool(np.all(y == np.round(y))) and float(y.max() - low if len(y) else 0) < 2.0**MAX_INTEGER_TARGET_BITS
+        integral = (bool(np.all(y == np.round(y)))
+                    and float(y.max() - low if len(y) else 0) < 2.0**MAX_INTEGER_TARGET_BITS)
         scale = 1 if integral else 1 << FIXED_POINT_BITS
         if integral:
             q = [int(v) - int(low) for v in y.tolist()]
@@ -73,8 +77,10 @@ class TargetEncoding:
         return 3 if self.criterion == SQUARED_ERROR else self.n_classes
 
     def statistics(self, sums: np.ndarray) -> np.ndarray:
-        """Exact slot sums plus total weight (Python ints, (n_bins, n_slots + 1)) to the float64 statistics
-        the plain kernel would accumulate."""
+        """Exact slot sums plus total weight to the float64 statistics the plain kernel would accumulate.
+
+        `sums` holds Python ints, (n_bins, n_slots + 1).
+        """
         if self.criterion != SQUARED_ERROR:
             out = np.empty((len(sums), self.n_classes), dtype=np.float64)
             for row, values in enumerate(sums.tolist()):
@@ -94,12 +100,14 @@ class LabelHolderCrypto:
     """The label holder's side: the private key, the encoding, and a sealed channel per passive party."""
 
     def __init__(self, key: AdditivePrivateKey) -> None:
+        """The label holder's state under `key`: no encoding, layout or channels until setup."""
         self.key = key
         self.encoding: TargetEncoding | None = None
         self.layout: SlotLayout | None = None
         self.channels: dict[str, SealedChannel] = {}
         self.sequence = 0  # evaluation rounds so far; both ends of every channel count them
-        self._previous: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}  # last level's histograms per party
+        # last level's histograms per party
+        self._previous: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
 
     def encrypt_labels(self, y: np.ndarray, criterion: int, n_classes: int, max_weight: int) -> np.ndarray:
         """Per sample, one ciphertext of its packed label statistics, as (n_rows, width) bytes."""
@@ -118,9 +126,13 @@ class LabelHolderCrypto:
         return self.encoding, self.layout
 
     def evaluate(self, party: str, packed: np.ndarray, sealed: np.ndarray, totals: np.ndarray,
-                 node_rows: np.ndarray, min_leaf: float, n_class_orderings: int) -> tuple[NodeSplits, np.ndarray]:
-        """Decrypt one passive party's histograms of this level; its best split per node, plus each
-        node's choice sealed for that party ((n_nodes, CHOICE_RECORD_BYTES) uint8)."""
+                 node_rows: np.ndarray, min_leaf: float,
+                 n_class_orderings: int) -> tuple[NodeSplits, np.ndarray]:
+        """Decrypt one passive party's histograms of this level.
+
+        Its best split per node, plus each node's choice sealed for that party ((n_nodes, CHOICE_RECORD_BYTES)
+        uint8).
+        """
         encoding, layout = self._encoded()
         channel = self.channels.get(party)
         if channel is None:
@@ -129,7 +141,8 @@ class LabelHolderCrypto:
         plan = _HistogramPlan.from_arrays(layout_arrays, len(totals))
         node_weight = np.rint(totals[:, 0] if encoding.criterion == SQUARED_ERROR else totals.sum(axis=1))
         if not np.array_equal(plan.node_weight, node_weight.astype(np.int64)):
-            raise ProtocolError(f"the histogram layout of {party!r} disagrees with the label holder on node sizes")
+            raise ProtocolError(f"the histogram layout of {party!r} disagrees with the label holder on node "
+                                "sizes")
         ciphertexts = self.key.public.from_bytes(packed, f"encrypted histograms of {party!r}")
         node_weights = np.repeat(plan.node_weight[plan.pair_node], np.diff(plan.hist_ptr)).tolist()
         sums = layout.unpack(self.key.decrypt(ciphertexts), node_weights, plan.bin_weight.tolist())
@@ -170,9 +183,11 @@ class PassiveCrypto:
             self.powers: list[list] = []
             self.pool.all("load_labels", public.to_json(), list(ciphertexts))
         else:
-            self.powers = weight_powers(public, ciphertexts)  # Enc(y)^w for w = 1..3; powers[0] are the ciphertexts
+            # Enc(y)^w for w = 1..3; powers[0] are the ciphertexts
+            self.powers = weight_powers(public, ciphertexts)
         self.sequence = 0  # find_splits rounds so far
-        self._previous: dict[tuple[int, int], int] = {}  # last level: (node, feature) -> pair with a histogram
+        # last level: (node, feature) -> pair with a histogram
+        self._previous: dict[tuple[int, int], int] = {}
         self.pairs_computed = 0
         self.pairs_derived = 0
         """Histograms summed here, and those the label holder derives by subtraction (for reports)."""
@@ -203,7 +218,8 @@ class PassiveCrypto:
             job_pairs.append(q)
         bins, sums, totals, bin_node_weights = [], [], [], []
         counts = np.zeros(len(feat_local), np.int64)
-        for q, node, (pair_bins, pair_sums, pair_totals) in zip(job_pairs, job_nodes, self._bin_sums(jobs), strict=True):
+        for q, node, (pair_bins, pair_sums, pair_totals) in zip(job_pairs, job_nodes, self._bin_sums(jobs),
+                                                                strict=True):
             bins.append(pair_bins)
             sums.extend(pair_sums)
             totals.extend(pair_totals)
@@ -214,21 +230,25 @@ class PassiveCrypto:
             "hist_ptr": np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]),
             "bins": np.concatenate(bins) if bins else np.zeros(0, np.uint8),
             "feat_ptr": feat_ptr.astype(np.int64), "feat_local": feat_local.astype(np.int32),
-            "feat_rank": feat_rank.astype(np.int32), "categorical": is_categorical[feat_local].astype(np.bool_),
-            "derive_from": derive_from, "sibling": sibling, "node_weight": node_weight,
+            "feat_rank": feat_rank.astype(np.int32),
+            "categorical": is_categorical[feat_local].astype(np.bool_), "derive_from": derive_from,
+            "sibling": sibling, "node_weight": node_weight,
             # sealed, not packed: half the bits per bin; in the narrowest unsigned type that holds them
             "bin_weight": np.array(totals, np.min_scalar_type(max(totals, default=0))),
         }
         self._previous = {(node, feature): q for q, (node, feature)
-                          in enumerate(zip(pair_node.tolist(), feat_local.tolist(), strict=True)) if node_rows[node] >= 2}
+                          in enumerate(zip(pair_node.tolist(), feat_local.tolist(), strict=True))
+                          if node_rows[node] >= 2}
         packed = self.public.to_bytes(pack_bin_sums(self.public, sums, bin_node_weights, self.layout)) \
             if sums else np.zeros((0, self.public.ciphertext_bytes), np.uint8)
         sealed = self.channel.seal(arrays_to_bytes(plan), self.sequence - 1)
         return packed, np.frombuffer(sealed, np.uint8)
 
     def _bin_sums(self, jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[tuple]:
-        """`encrypted_bin_sums` of each (rows, weights, bins) job, in order: here, or split by rows over the
-        worker processes."""
+        """`encrypted_bin_sums` of each (rows, weights, bins) job, in order.
+
+        Here, or split by rows over the worker processes.
+        """
         if self.pool is None:
             return [encrypted_bin_sums(self.public, self.powers, *job) for job in jobs]
         chunks = [c for c in balanced_chunks([len(job[0]) for job in jobs], self.pool.count) if len(c)]
@@ -265,10 +285,14 @@ class PassiveCrypto:
         return out
 
 
-def _subtraction_plan(feat_ptr: np.ndarray, feat_local: np.ndarray, node_rows: np.ndarray, parents: np.ndarray | None,
+def _subtraction_plan(feat_ptr: np.ndarray, feat_local: np.ndarray, node_rows: np.ndarray,
+                      parents: np.ndarray | None,
                       previous: dict[tuple[int, int], int]) -> tuple[np.ndarray, np.ndarray]:
-    """Per pair: the previous level's pair of its parent and this level's pair of its smaller sibling, where
-    its histogram is parent minus sibling (-1 where it is computed directly)."""
+    """Per pair: its parent's pair and its smaller sibling's, where its histogram is parent minus sibling.
+
+    The parent's pair is of the previous level, the sibling's of this level; -1 where the histogram is
+    computed directly.
+    """
     derive_from = np.full(len(feat_local), -1, np.int64)
     sibling = np.full(len(feat_local), -1, np.int64)
     if parents is None:
@@ -306,15 +330,18 @@ class _HistogramPlan:
     def histograms(self, sums: np.ndarray, previous: list[tuple[np.ndarray, np.ndarray]]
                    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per pair: (bins, slot sums), decrypted or derived as parent minus smaller sibling."""
-        out = [(self.bins[a:b], sums[a:b]) for a, b in zip(self.hist_ptr[:-1], self.hist_ptr[1:], strict=True)]
+        out = [(self.bins[a:b], sums[a:b])
+               for a, b in zip(self.hist_ptr[:-1], self.hist_ptr[1:], strict=True)]
         for q in np.flatnonzero(self.derive_from >= 0).tolist():
             parent, sibling = int(self.derive_from[q]), int(self.sibling[q])
             if not (parent < len(previous) and 0 <= sibling < len(out) and self.derive_from[sibling] < 0):
-                raise ProtocolError("malformed histogram layout: a derived histogram names no usable parent or sibling")
+                raise ProtocolError("malformed histogram layout: a derived histogram names no usable parent "
+                                    "or sibling")
             parent_bins, parent_sums = previous[parent]
             child_bins, child_sums = out[sibling]
             where = np.searchsorted(parent_bins, child_bins)
-            if len(child_bins) and (where.max() >= len(parent_bins) or np.any(parent_bins[where] != child_bins)):
+            if len(child_bins) and (where.max() >= len(parent_bins)
+                                    or np.any(parent_bins[where] != child_bins)):
                 raise ProtocolError("malformed histogram layout: a sibling has bins its parent lacks")
             derived = parent_sums.copy()
             derived[where] -= child_sums
@@ -326,10 +353,12 @@ class _HistogramPlan:
         try:
             feat_ptr = arrays["feat_ptr"].astype(np.int64)
             hist_ptr = arrays["hist_ptr"].astype(np.int64)
-            plan = cls(hist_ptr, arrays["bins"].astype(np.uint8), feat_ptr, arrays["feat_local"].astype(np.int32),
-                       arrays["feat_rank"].astype(np.int32), arrays["categorical"].astype(np.bool_),
-                       np.repeat(np.arange(n_nodes, dtype=np.int64), np.diff(feat_ptr)) if len(feat_ptr) == n_nodes + 1
-                       else np.zeros(0, np.int64), arrays["derive_from"].astype(np.int64),
+            plan = cls(hist_ptr, arrays["bins"].astype(np.uint8), feat_ptr,
+                       arrays["feat_local"].astype(np.int32), arrays["feat_rank"].astype(np.int32),
+                       arrays["categorical"].astype(np.bool_),
+                       (np.repeat(np.arange(n_nodes, dtype=np.int64), np.diff(feat_ptr))
+                        if len(feat_ptr) == n_nodes + 1 else np.zeros(0, np.int64)),
+                       arrays["derive_from"].astype(np.int64),
                        arrays["sibling"].astype(np.int64), arrays["node_weight"].astype(np.int64),
                        arrays["bin_weight"].astype(np.int64))
             if arrays["bin_weight"].dtype.kind not in "iu":
@@ -337,15 +366,19 @@ class _HistogramPlan:
         except (KeyError, ValueError) as error:
             raise ProtocolError(f"malformed histogram layout: {error}") from error
         n_pairs = len(plan.feat_local)
-        if (len(feat_ptr) != n_nodes + 1 or feat_ptr[0] != 0 or feat_ptr[-1] != n_pairs or np.any(np.diff(feat_ptr) < 0)
+        if (len(feat_ptr) != n_nodes + 1 or feat_ptr[0] != 0 or feat_ptr[-1] != n_pairs
+                or np.any(np.diff(feat_ptr) < 0)
                 or len(hist_ptr) != n_pairs + 1 or hist_ptr[0] != 0 or hist_ptr[-1] != len(plan.bins)
-                or np.any(np.diff(hist_ptr) < 0) or len(plan.feat_rank) != n_pairs or len(plan.categorical) != n_pairs
+                or np.any(np.diff(hist_ptr) < 0) or len(plan.feat_rank) != n_pairs
+                or len(plan.categorical) != n_pairs
                 or len(plan.derive_from) != n_pairs or len(plan.sibling) != n_pairs
                 or len(plan.node_weight) != n_nodes or len(plan.bin_weight) != len(plan.bins)):
-            raise ProtocolError("malformed histogram layout: pointers do not match the level's nodes and bins")
+            raise ProtocolError("malformed histogram layout: pointers do not match the level's nodes and "
+                                "bins")
         running = np.concatenate([[0], np.cumsum(plan.bin_weight)])
         pair_weight, computed = running[hist_ptr[1:]] - running[hist_ptr[:-1]], np.diff(hist_ptr) > 0
         if np.any(plan.bin_weight < 1) or not np.array_equal(pair_weight[computed],
                                                               plan.node_weight[plan.pair_node][computed]):
-            raise ProtocolError("malformed histogram layout: bin weights do not add up to their node's weight")
+            raise ProtocolError("malformed histogram layout: bin weights do not add up to their node's "
+                                "weight")
         return plan

@@ -100,7 +100,8 @@ class _FederatedForest(EstimatorBase):
         frames = named_parties(parties)
         validate_training_parties(frames, label, self._task)
         key = hashlib.sha256(f"fedforest-simulation-{params.random_state}".encode()).digest()
-        # no certificates in simulation: fresh Ed25519 identities, pinned at every party, sign the sealing keys
+        # no certificates in simulation: fresh Ed25519 identities, pinned at every party, sign the sealing
+        # keys
         identities = ephemeral_identities(frames) if params.privacy in ENCRYPTED_MODES else {}
         members = [
             VerticalParty(name, frame, label if label in frame.columns else None, feature_key=key,
@@ -244,6 +245,7 @@ class FederatedForestRegressor(RegressorMixin, _FederatedForest):
         record_transcript: bool = False,
         record_payloads: bool = False,
     ) -> None:
+        """Store the parameters as given; `fit` checks them."""
         self._store_params(locals())
 
     def predict(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:

@@ -1,6 +1,7 @@
-"""The master role in vertical Federated Forest: holds no data; samples rows and features from seeds,
-picks the best of the parties' local splits per node, relays partition bitmaps, stores the structure and
-leaf values, and combines prediction answers.
+"""The master role in vertical Federated Forest.
+
+Holds no data; samples rows and features from seeds, picks the best of the parties' local splits per node,
+relays partition bitmaps, stores the structure and leaf values, and combines prediction answers.
 
 Every exchange covers all open nodes of one level of every tree in the batch, so the number of round
 trips grows with depth (two per level; three with encrypted labels, see
@@ -59,13 +60,18 @@ class FederationInfo:
 
 
 class VerticalMaster(LevelStrategy):
-    """Coordinates training and prediction of one vertical federated forest over a transport; grows it
-    as the vertical level strategy (plain or encrypted labels) of `LevelwiseGrower`."""
+    """Coordinates training and prediction of one vertical federated forest over a transport.
+
+    Grows it as the vertical level strategy (plain or encrypted labels) of `LevelwiseGrower`.
+    """
 
     def __init__(self, transport: Transport, params: ForestParams, progress: ProgressCallback | None = None,
                  memory_budget: int | None = None) -> None:
-        """`memory_budget`: bytes the master plans its own share of a tree batch in (default: from
-        `params.memory_budget_mb`, else a share of the available memory)."""
+        """A vertical master over `transport`; `memory_budget` bounds its own share of a tree batch.
+
+        `memory_budget` is in bytes (default: from `params.memory_budget_mb`, else a share of the available
+        memory).
+        """
         self.transport = transport
         self.memory_budget = memory_budget
         self.shared_budget: int | None = None  # the simulator: one budget for every role in this process
@@ -91,8 +97,11 @@ class VerticalMaster(LevelStrategy):
 
     # -- setup ----------------------------------------------------------------------------------
     def setup(self) -> FederationInfo:
-        """Ask every party to bin its data and name its features; share the encoded labels (with encrypted labels,
-        relay their ciphertexts and the parties' signed sealing keys instead)."""
+        """Ask every party to bin its data and name its features.
+
+        Share the encoded labels (with encrypted labels, relay their ciphertexts and the parties' signed
+        sealing keys instead).
+        """
         p = self.params
         parties = self.transport.parties
         header = {"max_bins": p.max_bins, "binning_seed": p.random_state, "criterion": p.criterion_code,
@@ -127,7 +136,8 @@ class VerticalMaster(LevelStrategy):
         requests = {}
         for name in parties:
             header = {"n_features": len(ids), "n_classes": self.info.n_classes}
-            arrays = {"global_index": np.array([position[str(x)] for x in replies[name].arrays["feature_ids"]], np.int64)}
+            feature_ids = replies[name].arrays["feature_ids"]
+            arrays = {"global_index": np.array([position[str(x)] for x in feature_ids], np.int64)}
             if p.privacy in ENCRYPTED_MODES:
                 _relay_encrypted_setup(name, holder, parties, replies, labels, header, arrays)
             elif name != holder:
@@ -150,7 +160,9 @@ class VerticalMaster(LevelStrategy):
 
     def memory_costs(self) -> list[tuple[int, int]]:
         """(bytes per tree of a batch, budget) of every party and of the master (`fedcore.trees.budget`).
-        A party that reported no budget is planned with the master's."""
+
+        A party that reported no budget is planned with the master's.
+        """
         p, info = self.params, self.federation
         own = self.memory_budget or resolve_budget(p.memory_budget_mb)
         nodes = level_nodes(p.depth_limit, info.n_rows // p.min_samples_leaf)
@@ -179,7 +191,8 @@ class VerticalMaster(LevelStrategy):
         header = {"n_trees": s.n_trees}
         if save_batch is not None:
             header["save_batch"] = save_batch
-        structure = Message("finalize", header, {"tree": s.tree, "node": s.node, "left": s.left, "right": s.right})
+        structure = Message("finalize", header,
+                            {"tree": s.tree, "node": s.node, "left": s.left, "right": s.right})
         self.transport.exchange(dict.fromkeys(info.parties, structure))
         return self.structure
 
@@ -214,9 +227,11 @@ class VerticalMaster(LevelStrategy):
         self._blobs: dict[int, np.ndarray] = {}
 
     def level(self, trees: list[int], depth: int, open_tree: np.ndarray, open_node: np.ndarray) -> Level:
-        """Every party proposes its best split per open node (on its sampled candidate features); the best
-        over parties wins, ties to the lowest candidate rank. The label holder's statistics give the nodes'
-        weights and values."""
+        """Every party proposes its best split per open node (on its sampled candidate features).
+
+        The best over parties wins, ties to the lowest candidate rank. The label holder's statistics give the
+        nodes' weights and values.
+        """
         p, info = self.params, self.federation
         parties = info.parties
         n_open = len(open_tree)
@@ -225,7 +240,8 @@ class VerticalMaster(LevelStrategy):
         ranks = np.broadcast_to(np.arange(candidates.shape[1], dtype=np.int32), candidates.shape)
         requests = {}
         for index, name in enumerate(parties):
-            mine = info.feature_owner[candidates] == index if candidates.size else np.zeros(candidates.shape, bool)
+            mine = (info.feature_owner[candidates] == index if candidates.size
+                    else np.zeros(candidates.shape, bool))
             arrays = {
                 "feat_ptr": np.concatenate([[0], np.cumsum(mine.sum(axis=1))]).astype(np.int64),
                 "feat_global": candidates[mine].astype(np.int32),
@@ -234,7 +250,8 @@ class VerticalMaster(LevelStrategy):
             if self._previous is not None:
                 arrays.update(self._previous)
                 arrays.update({f"bits_{q}": blob for q, blob in self._blobs.items() if q != index})
-            requests[name] = Message("find_splits", {"party_index": index, "min_samples_leaf": p.min_samples_leaf}, arrays)
+            requests[name] = Message("find_splits",
+                                     {"party_index": index, "min_samples_leaf": p.min_samples_leaf}, arrays)
         replies = self.transport.exchange(requests)
         self._choices = self._score(replies)
         stats = replies[info.label_holder].arrays["stats"]
@@ -266,8 +283,10 @@ class VerticalMaster(LevelStrategy):
 
     def advance(self, level: Level, split_idx: np.ndarray, left: np.ndarray, child_open: np.ndarray,
                 next_pos: np.ndarray) -> None:
-        """The owners of the chosen splits partition their rows and send the partition bitmaps, which the
-        next level's requests relay to the other parties."""
+        """The owners of the chosen splits partition their rows and send the partition bitmaps.
+
+        The next level's requests relay them to the other parties.
+        """
         open_tree, open_node, owner = self._open
         parties = self.federation.parties
         split_owner = owner[split_idx]
@@ -281,11 +300,15 @@ class VerticalMaster(LevelStrategy):
                     apply_requests[name].arrays["choice"] = self._choices[name][mine]
         apply_replies = self.transport.exchange(apply_requests)
         self._blobs = {parties.index(name): r.arrays["bits"] for name, r in apply_replies.items()}
-        self._previous = {"split_mask": level.split.astype(np.uint8), "split_owner": split_owner.astype(np.int16)}
+        self._previous = {"split_mask": level.split.astype(np.uint8),
+                          "split_owner": split_owner.astype(np.int16)}
 
     def _evaluate_encrypted(self, replies: dict[str, Message]) -> dict[str, np.ndarray]:
-        """Encrypted labels: the label holder scores the passive parties' encrypted histograms. Their gains and
-        ranks join the replies as in plain mode; the sealed split choices per node are returned."""
+        """Encrypted labels: the label holder scores the passive parties' encrypted histograms.
+
+        Their gains and ranks join the replies as in plain mode; the sealed split choices per node are
+        returned.
+        """
         holder = self.federation.label_holder
         passive = [name for name in self.federation.parties if name != holder]
         arrays = {}
@@ -293,14 +316,16 @@ class VerticalMaster(LevelStrategy):
             arrays[f"packed_{name}"] = replies[name].arrays["packed"]
             arrays[f"sealed_{name}"] = replies[name].arrays["sealed"]
         header = {"parties": passive, "min_samples_leaf": self.params.min_samples_leaf}
-        scored = self.transport.exchange({holder: Message("evaluate_encrypted", header, arrays)})[holder].arrays
+        evaluated = self.transport.exchange({holder: Message("evaluate_encrypted", header, arrays)})
+        scored = evaluated[holder].arrays
         for name in passive:
-            replies[name] = Message("local_best", {}, {"gain": scored[f"gain_{name}"], "rank": scored[f"rank_{name}"]})
+            replies[name] = Message("local_best", {},
+                                    {"gain": scored[f"gain_{name}"], "rank": scored[f"rank_{name}"]})
         return {name: scored[f"choice_{name}"] for name in passive}
 
     # -- prediction -----------------------------------------------------------------------------
     def predict_values(self, n_rows: int, method: str = "auto", batch_rows: int = 8192) -> np.ndarray:
-        """Mean of the trees' leaf values for `n_rows` aligned rows loaded at every party: (n_rows, n_outputs).
+        """Mean of the trees' leaf values, (n_rows, n_outputs), for `n_rows` aligned rows at every party.
 
         "one-round" is the paper's leaf-set intersection (one round per row batch; its messages hold one
         bit per leaf and row, so row batches shrink as forests grow); "node-by-node" routes rows one level
@@ -326,7 +351,8 @@ class VerticalMaster(LevelStrategy):
             out[start:stop] = s.value[nodes].mean(axis=1)
         return out
 
-    def _one_round_leaves(self, start: int, stop: int, leaf_offsets: np.ndarray, leaf_nodes: np.ndarray) -> np.ndarray:
+    def _one_round_leaves(self, start: int, stop: int, leaf_offsets: np.ndarray,
+                          leaf_nodes: np.ndarray) -> np.ndarray:
         parties = self.federation.parties
         replies = self.transport.exchange({
             name: Message("predict_leaves", {"start": start, "stop": stop}) for name in parties})
@@ -336,7 +362,8 @@ class VerticalMaster(LevelStrategy):
             np.bitwise_and(combined, other, out=combined)
         slots = intersect_leaf_sets(combined[None], leaf_offsets, stop - start)
         if np.any(slots < 0):
-            raise ProtocolError("parties' leaf sets do not intersect in exactly one leaf: models are out of sync")
+            raise ProtocolError("parties' leaf sets do not intersect in exactly one leaf: models are out of "
+                                "sync")
         return leaf_nodes[leaf_offsets[:-1][None, :] + slots]
 
     def _node_by_node_leaves(self, start: int, stop: int) -> np.ndarray:
@@ -385,10 +412,13 @@ def sample_rows_without_replacement(rng: np.random.Generator, n_rows: int, n: in
 STRUCTURE_ARRAYS = ("tree", "node", "left", "right", "depth", "owner", "weight", "value")
 
 
-def _relay_encrypted_setup(name: str, holder: str, parties: list[str], replies: dict[str, Message], labels: Message,
-                          header: dict, arrays: dict[str, np.ndarray]) -> None:
-    """Encrypted labels: a passive party gets the public key, the label ciphertexts and the label holder's
-    sealing key; the label holder gets every passive party's sealing key."""
+def _relay_encrypted_setup(name: str, holder: str, parties: list[str], replies: dict[str, Message],
+                           labels: Message, header: dict, arrays: dict[str, np.ndarray]) -> None:
+    """Encrypted labels: relay the keys and label ciphertexts each party needs.
+
+    A passive party gets the public key, the label ciphertexts and the label holder's sealing key; the label
+    holder gets every passive party's sealing key.
+    """
     peers = [other for other in parties if other != holder] if name == holder else [holder]
     for peer in peers:  # each sealing key travels with its owner's signature (checked by the receiver)
         arrays[f"seal_{peer}"] = replies[peer].arrays["seal_public"]

@@ -1,5 +1,7 @@
-"""The party role in vertical Federated Forest: holds some columns (and maybe the label) of aligned rows
-and answers the master's requests without letting raw values, bin edges or thresholds out.
+"""The party role in vertical Federated Forest.
+
+Holds some columns (and maybe the label) of aligned rows and answers the master's requests without letting raw
+values, bin edges or thresholds out.
 
 A party answers only `FEDERATED_FOREST`, in its order (`fedcore.protocol.dispatch`); its role is its mode
 (plain or encrypted labels, from the master's `setup`) and whether it holds the label:
@@ -80,10 +82,10 @@ ROLES = ("plain-holder", "plain-passive", "encrypted-holder", "encrypted-passive
 """A party's role: its mode (from the master's setup) and whether it holds the label."""
 _HOLDER = {"plain-holder", "encrypted-holder"}
 _PASSIVE = {"plain-passive", "encrypted-passive"}
-_LOCAL_BEST = {"plain-holder", "plain-passive", "encrypted-holder"}  # find_splits answers plain local best splits
+_LOCAL_BEST = {"plain-holder", "plain-passive", "encrypted-holder"}  # find_splits answers plain best splits
 _ENCRYPTED = {"encrypted-passive"}  # find_splits answers encrypted histograms
 _SEARCH_ENDS_LEVEL = {"plain-holder", "plain-passive", "encrypted-passive"}  # its level ends with find_splits
-_SCORES = {"encrypted-holder"}  # scores the passive parties' histograms: its level ends with evaluate_encrypted
+_SCORES = {"encrypted-holder"}  # scores passive parties' histograms; its level ends with evaluate_encrypted
 
 
 def _level_ends(state: str, roles: set[str]) -> list[Step]:
@@ -98,7 +100,8 @@ def _level_ends(state: str, roles: set[str]) -> list[Step]:
 
 FEDERATED_FOREST = Protocol(
     "Federated Forest", initial="idle",
-    states={"idle": "no training: before setup, or after finalize (it predicts with a trained or loaded model)",
+    states={"idle": "no training: before setup, or after finalize (it predicts with a trained or loaded "
+                    "model)",
             "set_up": "after setup",
             "labels_out": "after export_labels",
             "configured": "after configure",
@@ -132,13 +135,16 @@ class VerticalParty:
     def __init__(self, name: str, frame: pd.DataFrame, label: str | None = None, feature_key: bytes = b"",
                  label_key: AdditivePrivateKey | None = None, identity: PartyIdentity | None = None,
                  memory_budget: int | None = None, own_privacy: dict | None = None) -> None:
-        """`label_key`: the label holder's Paillier or Okamoto-Uchiyama key for encrypted labels (default: a
+        """One institution's columns (and the label, when `label` names it) with its privacy settings.
+
+        `label_key`: the label holder's Paillier or Okamoto-Uchiyama key for encrypted labels (default: a
         fresh one per training). `identity` signs this party's sealing key when labels are encrypted and
         checks its peers' (an agent uses its mutual-TLS certificate); without one, relayed sealing keys are
-        taken on trust. `memory_budget`:
-        bytes this party grows tree batches in (default: a share of its available memory), reported to the
-        master at setup so batches fit (`fedcore.trees.budget`). `own_privacy`: the institution's configured
-        `privacy:` section; a master asking for another mode or a smaller key is refused."""
+        taken on trust. `memory_budget`: bytes this party grows tree batches in (default: a share of its
+        available memory), reported to the master at setup so batches fit (`fedcore.trees.budget`).
+        `own_privacy`: the institution's configured `privacy:` section; a master asking for another mode or a
+        smaller key is refused.
+        """
         self.name = name
         self.own_privacy = own_privacy
         self.memory_budget = memory_budget
@@ -175,13 +181,15 @@ class VerticalParty:
     # -- dispatch -------------------------------------------------------------------------------
     @property
     def protocol_role(self) -> str:
-        """plain or encrypted (as the last setup asked), holder or passive."""
+        """The role in the protocol table: plain or encrypted (as the last setup asked), holder or passive."""
         mode = "encrypted" if self._sealing is not None else "plain"
         return f"{mode}-{'holder' if self.is_label_holder else 'passive'}"
 
     def handle(self, message: Message) -> Message:
-        """Answer one protocol message, or refuse it (ProtocolError) when it is not the next one of
-        `FEDERATED_FOREST` for this party's role."""
+        """Answer one protocol message.
+
+        Refuse it (ProtocolError) when it is not the next one of `FEDERATED_FOREST` for this party's role.
+        """
         return self.machine.handle(self, message)
 
     # -- setup ----------------------------------------------------------------------------------
@@ -189,12 +197,16 @@ class VerticalParty:
         h = message.header
         from fedcore.trees.criteria import CRITERIA
 
-        _require(int(h["criterion"]) in set(CRITERIA.values()), self.name, f"unknown criterion {h['criterion']!r}")
-        _require(2 <= int(h["max_bins"]) <= 255, self.name, f"max_bins must be in [2, 255], got {h['max_bins']!r}")
+        _require(int(h["criterion"]) in set(CRITERIA.values()), self.name,
+                 f"unknown criterion {h['criterion']!r}")
+        _require(2 <= int(h["max_bins"]) <= 255, self.name,
+                 f"max_bins must be in [2, 255], got {h['max_bins']!r}")
         self._criterion = int(h["criterion"])
-        self._binner = PartyBinner(max_bins=int(h["max_bins"]), random_state=int(h["binning_seed"])).fit(self.features)
+        self._binner = PartyBinner(max_bins=int(h["max_bins"]),
+                                   random_state=int(h["binning_seed"])).fit(self.features)
         self._codes = self._binner.transform(self.features)
-        ids = np.array([opaque_feature_id(self.feature_key, str(c)) for c in self.features.columns], dtype=object)
+        ids = np.array([opaque_feature_id(self.feature_key, str(c)) for c in self.features.columns],
+                       dtype=object)
         header: dict[str, object] = {"n_rows": len(self.features), "label_holder": self.is_label_holder,
                                      "memory_budget": self.memory_budget or default_budget()}
         arrays = {"feature_ids": ids.astype(str)}
@@ -204,9 +216,11 @@ class VerticalParty:
         privacy = h.get("privacy", "none")
         _require(privacy in ("none", *ENCRYPTED_MODES), self.name, f"unknown privacy mode {privacy!r}")
         if self.own_privacy is not None:
-            own_mode, own_bits = self.own_privacy.get("mode", "none"), int(self.own_privacy.get("key_bits", 0))
-            _require(privacy == own_mode, self.name, f"the master asks for privacy {privacy!r}; this institution's "
-                     f"configuration says {own_mode!r}")
+            own_mode = self.own_privacy.get("mode", "none")
+            own_bits = int(self.own_privacy.get("key_bits", 0))
+            _require(privacy == own_mode, self.name,
+                     f"the master asks for privacy {privacy!r}; this institution's configuration says "
+                     f"{own_mode!r}")
             if privacy in ENCRYPTED_MODES:
                 asked = h.get("key_bits")
                 _require(isinstance(asked, int) and asked >= own_bits, self.name,
@@ -239,11 +253,14 @@ class VerticalParty:
         return Message("setup_reply", header, arrays)
 
     def _session_key(self, mode: str, key_bits: object) -> AdditivePrivateKey:
-        """The label holder's key for this training: the one it was given (of the mode and at least the size
-        the master asks for), else a fresh one."""
+        """The label holder's key for this training.
+
+        The one it was given (of the mode and at least the size the master asks for), else a fresh one.
+        """
         encryption = scheme(mode)
-        _require(isinstance(key_bits, int) and not isinstance(key_bits, bool) and key_bits in encryption.key_bits,
-                 self.name, f"the master asks for a {key_bits!r}-bit {mode} key; allowed: {encryption.key_bits}")
+        _require(isinstance(key_bits, int) and not isinstance(key_bits, bool)
+                 and key_bits in encryption.key_bits, self.name,
+                 f"the master asks for a {key_bits!r}-bit {mode} key; allowed: {encryption.key_bits}")
         key = self._label_key
         if key is None:
             return encryption.generate(key_bits)
@@ -270,15 +287,18 @@ class VerticalParty:
         _require(0 < n_features <= MAX_FEATURES, self.name, f"n_features out of range: {n_features}")
         _require(0 <= n_classes <= 65_535, self.name, f"n_classes out of range: {n_classes}")
         global_index = _indices(message.arrays["global_index"], n_features, self.name, "global_index")
-        _require(len(global_index) == self.features.shape[1] and len(np.unique(global_index)) == len(global_index),
+        _require(len(global_index) == self.features.shape[1]
+                 and len(np.unique(global_index)) == len(global_index),
                  self.name, "global_index must name each of this party's features once")
         self._global_to_local = np.full(n_features, -1, dtype=np.int64)
         self._global_to_local[global_index] = np.arange(len(global_index))
         self._n_stats = n_stats(self._criterion, n_classes)
         if "y" in message.arrays:
             y = np.asarray(message.arrays["y"])
-            _require(y.shape == (len(self.features),), self.name, f"labels must have one value per row, got {y.shape}")
-            _require(self._criterion == SQUARED_ERROR or (y.size == 0 or (y.min() >= 0 and y.max() < max(n_classes, 1))),
+            _require(y.shape == (len(self.features),), self.name,
+                     f"labels must have one value per row, got {y.shape}")
+            _require(self._criterion == SQUARED_ERROR
+                     or (y.size == 0 or (y.min() >= 0 and y.max() < max(n_classes, 1))),
                      self.name, "class codes must lie in [0, n_classes)")
             self._y = y.astype(np.float64)
         if "enc_y" in message.arrays:
@@ -326,7 +346,8 @@ class VerticalParty:
         if self.identity is None:
             return key
         signature = (message.header.get("seal_signatures") or {}).get(peer) or {}
-        signed = SignedKey.from_header(peer, key, signature.get("key_signature"), signature.get("key_credential"))
+        signed = SignedKey.from_header(peer, key, signature.get("key_signature"),
+                                       signature.get("key_credential"))
         return self.identity.verify(self._seal_context, signed, "sealing")
 
     # -- growth ---------------------------------------------------------------------------------
@@ -336,8 +357,8 @@ class VerticalParty:
         _require(isinstance(trees, list) and 0 < len(trees) <= MAX_TREES_PER_BATCH
                  and all(isinstance(t, int) and t >= 0 for t in trees), self.name,
                  f"a batch's trees must be 1 to {MAX_TREES_PER_BATCH} tree numbers")
-        _require(n_draws is None or (isinstance(n_draws, int) and 0 < n_draws <= max(len(self._y), 1)), self.name,
-                 f"n_draws must be between 1 and the {len(self._y)} rows, got {n_draws!r}")
+        _require(n_draws is None or (isinstance(n_draws, int) and 0 < n_draws <= max(len(self._y), 1)),
+                 self.name, f"n_draws must be between 1 and the {len(self._y)} rows, got {n_draws!r}")
         _require(len(self._y) == len(self.features), self.name, "configure must come before begin_batch")
         self._partition = SamplePartition.bootstrap(int(h["seed"]), list(trees), self._y, n_draws)
         self._batch_start = len(self._splits)
@@ -350,7 +371,8 @@ class VerticalParty:
         assert part is not None, "the protocol admits find_splits only after begin_batch (the partition)"
         n_nodes = len(part.starts)
         split_mask = np.asarray(arrays["split_mask"])
-        _require(split_mask.shape == (n_nodes,), self.name, f"split_mask must have one entry per node ({n_nodes})")
+        _require(split_mask.shape == (n_nodes,), self.name,
+                 f"split_mask must have one entry per node ({n_nodes})")
         split_mask = split_mask.astype(bool)
         idx = np.flatnonzero(split_mask)
         owners = np.asarray(arrays["split_owner"]).astype(np.int64)
@@ -375,11 +397,12 @@ class VerticalParty:
         if np.any(feat_local < 0):
             raise ProtocolError(f"party {self.name!r} was asked about features it does not hold")
         feat_ptr = np.asarray(a["feat_ptr"]).astype(np.int64)
-        _require(feat_ptr.shape == (len(part.starts) + 1,) and feat_ptr[0] == 0 and feat_ptr[-1] == len(feat_local)
-                 and bool(np.all(np.diff(feat_ptr) >= 0)), self.name, "feat_ptr must index the candidates per node")
+        _require(feat_ptr.shape == (len(part.starts) + 1,) and feat_ptr[0] == 0
+                 and feat_ptr[-1] == len(feat_local) and bool(np.all(np.diff(feat_ptr) >= 0)), self.name,
+                 "feat_ptr must index the candidates per node")
         feat_rank = np.asarray(a["feat_rank"]).astype(np.int32)
-        _require(feat_rank.shape == feat_local.shape and (feat_rank.size == 0 or feat_rank.min() >= 0), self.name,
-                 "feat_rank must give a non-negative rank per candidate")
+        _require(feat_rank.shape == feat_local.shape and (feat_rank.size == 0 or feat_rank.min() >= 0),
+                 self.name, "feat_rank must give a non-negative rank per candidate")
         min_leaf = float(h["min_samples_leaf"])
         _require(np.isfinite(min_leaf) and min_leaf >= 0, self.name, "min_samples_leaf must be a number >= 0")
         binner, codes = self._binned()
@@ -402,7 +425,7 @@ class VerticalParty:
         return Message("local_best", {}, arrays)
 
     def _on_evaluate_encrypted(self, message: Message) -> Message:
-        """Label holder, encrypted labels: decrypt each passive party's histograms and find its best splits."""
+        """Label holder, encrypted labels: decrypt each passive party's histograms, find its best splits."""
         crypto, part = self._label_crypto, self._partition
         if crypto is None or part is None or len(self._level_totals) != len(part.starts):
             raise _refused(self.name, "evaluate_encrypted needs an encrypted-label session and this level's "
@@ -414,9 +437,11 @@ class VerticalParty:
         node_rows = (part.ends - part.starts).astype(np.int64)
         arrays = {}
         for name in parties:
-            splits, choices = crypto.evaluate(name, message.arrays[f"packed_{name}"], message.arrays[f"sealed_{name}"],
-                                              self._level_totals, node_rows, min_leaf, self._n_stats)
-            arrays.update({f"gain_{name}": splits.gain, f"rank_{name}": splits.rank, f"choice_{name}": choices})
+            splits, choices = crypto.evaluate(name, message.arrays[f"packed_{name}"],
+                                              message.arrays[f"sealed_{name}"], self._level_totals, node_rows,
+                                              min_leaf, self._n_stats)
+            arrays.update({f"gain_{name}": splits.gain, f"rank_{name}": splits.rank,
+                           f"choice_{name}": choices})
         crypto.sequence += 1
         return Message("encrypted_best", {}, arrays)
 
@@ -424,7 +449,8 @@ class VerticalParty:
         a = message.arrays
         part = self._partition
         if self._passive_crypto is not None and part is not None:
-            _require("choice" in a, self.name, "encrypted labels: apply_splits needs the label holder's sealed choices")
+            _require("choice" in a, self.name,
+                     "encrypted labels: apply_splits needs the label holder's sealed choices")
             pos = _indices(a["positions"], len(part.starts), self.name, "positions")
             self._candidates = self._passive_crypto.open_choices(a["choice"], pos, len(part.starts))
             chosen = self._candidates.feature[pos]
@@ -528,7 +554,8 @@ class VerticalParty:
         return self.classes_
 
 
-def build_partial_forest(tree, node, left, right, n_trees: int, splits: PartySplits, binner: PartyBinner) -> PartialForest:
+def build_partial_forest(tree, node, left, right, n_trees: int, splits: PartySplits,
+                         binner: PartyBinner) -> PartialForest:
     """Combine the master's structure with this party's own splits into its partial model."""
     n = len(tree)
     key = tree.astype(np.int64) * (1 << 32) + node.astype(np.int64)

@@ -1,6 +1,8 @@
-"""Saving and loading the simulation estimators as a model directory (see fedcore.models.artifacts):
-master.arrow, one <party>.arrow per party and a manifest. Lives in `vertical` because rebuilding an
-estimator needs the party, master and transport classes, which `models` must not know about."""
+"""Saving and loading the simulation estimators as a model directory (see fedcore.models.artifacts).
+
+master.arrow, one <party>.arrow per party and a manifest. Lives in `vertical` because rebuilding an estimator
+needs the party, master and transport classes, which `models` must not know about.
+"""
 
 from __future__ import annotations
 
@@ -34,13 +36,17 @@ from fedcore.vertical.party import VerticalParty
 def party_file_stem(name: str) -> str:
     """File name stem for a party's table: unsafe characters become '_'; path separators are refused."""
     if not name or "/" in name or "\\" in name or "\0" in name or (os.altsep and os.altsep in name):
-        raise ArtifactError(f"party name {name!r} cannot name a file: it is empty or contains a path separator")
+        raise ArtifactError(f"party name {name!r} cannot name a file: it is empty or contains a path "
+                            "separator")
     stem = UNSAFE_NAME_CHARS.sub("_", name).lstrip(".") or "_"
     return stem
 
 
 def save_simulation(model: Any, path: str | os.PathLike) -> dict:
-    """Save a fitted vertical estimator (master table, every party's table, manifest) to new directory `path`."""
+    """Save a fitted vertical estimator to the new directory `path`.
+
+    The master table, every party's table and the manifest.
+    """
     if getattr(model, "master_", None) is None or model.master_.structure is None:
         raise ArtifactError(f"{type(model).__name__} is not fitted: nothing to save")
     stems = _party_stems([p.name for p in model.parties_])
@@ -50,20 +56,26 @@ def save_simulation(model: Any, path: str | os.PathLike) -> dict:
 
 
 def load_simulation(cls: type, path: str | os.PathLike) -> Any:
-    """Rebuild an estimator of class `cls` saved by `save_simulation`; its predictions equal the saved model's."""
+    """Rebuild an estimator of class `cls` saved by `save_simulation`.
+
+    Its predictions equal the saved model's.
+    """
     manifest, tables = read_version(path)
     _check_kind(manifest, cls, Path(path))
     try:
         params = ForestParams.from_dict(manifest["params"])
-        model = cls(**{k: v for k, v in params.to_dict().items() if k != "task"}, **_estimator_settings(manifest))
+        model = cls(**{k: v for k, v in params.to_dict().items() if k != "task"},
+                    **_estimator_settings(manifest))
         parties = [_load_party(entry, manifest, tables, Path(path)) for entry in manifest["parties"]]
         structure = structure_from_table(tables[MASTER], manifest["n_trees"])
     except (KeyError, TypeError) as exc:
-        raise ArtifactError(f"{Path(path) / MANIFEST}: incomplete or malformed ({type(exc).__name__}: {exc})") from exc
+        raise ArtifactError(f"{Path(path) / MANIFEST}: incomplete or malformed "
+                            f"({type(exc).__name__}: {exc})") from exc
     _check_consistent(structure, parties, Path(path))
     model.parties_ = parties
     model.label_ = manifest["label"]
-    model.transport_ = InProcessTransport({p.name: p.handle for p in parties}, record_transcript=model.record_transcript)
+    model.transport_ = InProcessTransport({p.name: p.handle for p in parties},
+                                          record_transcript=model.record_transcript)
     model.master_ = VerticalMaster(model.transport_, params)
     model.master_.structure = structure
     model.master_.info = _federation_info(manifest)
@@ -94,7 +106,8 @@ def _simulation_manifest(model: Any, stems: dict[str, str]) -> dict:
         "feature_ids": list(info.feature_ids),
         "feature_owner": [int(x) for x in info.feature_owner],
         "training": {"fit_seconds": float(model.fit_seconds_),
-                     "communication": getattr(model, "training_communication_", None) or model.communication_},
+                     "communication": (getattr(model, "training_communication_", None)
+                                       or model.communication_)},
     }
 
 
@@ -105,9 +118,11 @@ def _party_stems(names: list[str]) -> dict[str, str]:
     for name, stem in stems.items():
         key = stem.lower()
         if key in RESERVED_STEMS:
-            raise ArtifactError(f"party name {name!r} collides with the reserved file {stem}.arrow; rename the party")
+            raise ArtifactError(f"party name {name!r} collides with the reserved file {stem}.arrow; rename "
+                                "the party")
         if key in seen:
-            raise ArtifactError(f"parties {seen[key]!r} and {name!r} would share the file {stem}.arrow; rename one")
+            raise ArtifactError(f"parties {seen[key]!r} and {name!r} would share the file {stem}.arrow; "
+                                "rename one")
         seen[key] = name
     return stems
 
@@ -116,7 +131,8 @@ def _load_party(entry: dict, manifest: dict, tables: dict[str, pa.Table], source
     """One party object holding its partial forest (and, at the label holder, the classes)."""
     stem = str(entry["file"])[: -len(".arrow")]
     if stem not in tables:
-        raise ArtifactError(f"{source / str(entry['file'])}: party {entry['name']!r}'s file is not listed in the manifest")
+        raise ArtifactError(f"{source / str(entry['file'])}: party {entry['name']!r}'s file is not listed in "
+                            "the manifest")
     if tables[stem].schema.metadata is None:
         raise ArtifactError(f"{source / str(entry['file'])}: not a party table")
     model = partial_forest_from_table(tables[stem])
@@ -138,7 +154,8 @@ def _check_kind(manifest: dict, cls: type, source: Path) -> None:
                             f"expected {FOREST.id!r}/{FOREST.setting!r}")
     task = getattr(cls, "_task", None)
     if manifest.get("task") != task:
-        raise ArtifactError(f"{source}: holds a {manifest.get('task')} model; {cls.__name__} loads {task} models")
+        raise ArtifactError(f"{source}: holds a {manifest.get('task')} model; {cls.__name__} loads {task} "
+                            "models")
 
 
 def _check_consistent(structure: Any, parties: list[VerticalParty], source: Path) -> None:
@@ -147,9 +164,11 @@ def _check_consistent(structure: Any, parties: list[VerticalParty], source: Path
         m = party.trained_model
         for field in ("tree", "node", "left", "right"):
             if not np.array_equal(getattr(m, field), getattr(structure, field)):
-                raise ArtifactError(f"{source}: party {party.name!r}'s table disagrees with master.arrow on '{field}'")
+                raise ArtifactError(f"{source}: party {party.name!r}'s table disagrees with master.arrow on "
+                                    f"'{field}'")
         if not np.array_equal(m.feature >= 0, structure.owner == index):
-            raise ArtifactError(f"{source}: party {party.name!r}'s owned nodes differ from the owners in master.arrow")
+            raise ArtifactError(f"{source}: party {party.name!r}'s owned nodes differ from the owners in "
+                                "master.arrow")
 
 
 def _federation_info(manifest: dict) -> FederationInfo:

@@ -1,5 +1,7 @@
-"""Checks on vertical party tables before anything is sent: each failure is a named error that says
-which party and which column, what was expected and what was found."""
+"""Checks on vertical party tables before anything is sent.
+
+Each failure is a named error that says which party and which column, what was expected and what was found.
+"""
 
 from __future__ import annotations
 
@@ -25,8 +27,8 @@ def _check_shapes(frames: dict[str, pd.DataFrame], label: str | None = None) -> 
             if not isinstance(column, str):
                 raise PartyShapeError(f"party {name!r} has a non-string column name {column!r}")
             if column in seen:
-                raise DuplicateColumnError(f"column {column!r} is held by both party {seen[column]!r} and party {name!r}; "
-                                           "column names must be unique across parties")
+                raise DuplicateColumnError(f"column {column!r} is held by both party {seen[column]!r} and "
+                                           f"party {name!r}; column names must be unique across parties")
             seen[column] = name
         if frame.columns.duplicated().any():
             dup = frame.columns[frame.columns.duplicated()][0]
@@ -43,7 +45,8 @@ def validate_training_parties(frames: dict[str, pd.DataFrame], label: str, task:
         raise LabelHolderError(f"no party holds the label column {label!r}; parties' columns: "
                                + "; ".join(f"{n}: {list(f.columns)[:8]}" for n, f in frames.items()))
     if len(holders) > 1:
-        raise LabelHolderError(f"label column {label!r} is held by {len(holders)} parties {holders}; exactly one may hold it")
+        raise LabelHolderError(f"label column {label!r} is held by {len(holders)} parties {holders}; exactly "
+                               "one may hold it")
     for name, frame in frames.items():
         n_features = frame.shape[1] - (1 if name == holders[0] else 0)
         if n_features == 0 and name != holders[0]:
@@ -55,8 +58,11 @@ def validate_training_parties(frames: dict[str, pd.DataFrame], label: str, task:
 
 
 def check_label(y: pd.Series, task: str, holder: str | None = None) -> None:
-    """Refuse a label that cannot be learned from: missing or infinite values, a single class, a
-    non-numeric regression target. `holder` names the party holding it, when there are parties."""
+    """Refuse a label that cannot be learned from.
+
+    Missing or infinite values, a single class, a non-numeric regression target. `holder` names the party
+    holding it, when there are parties.
+    """
     where = f"label {y.name!r}" + (f" at party {holder!r}" if holder is not None else "")
     n_missing = int(y.isna().sum())
     if n_missing:
