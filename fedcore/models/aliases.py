@@ -52,9 +52,12 @@ def entry_bytes(entry: dict) -> bytes:
 
 
 def read_log(model_dir: Path, verify: Verify, replacing_legacy: bool = False) -> list[dict]:
-    """Every entry of the model's alias log, each checked: its signature, its sequence number and the
-    SHA-256 of the line before. Raises ArtifactError naming the first line that fails, or when only an
-    unsigned alias file of an older version names aliases (unless a promotion is `replacing_legacy` it)."""
+    """Every entry of the model's alias log, each checked.
+
+    Its signature, its sequence number and the SHA-256 of the line before. Raises ArtifactError naming the
+    first line that fails, or when only an unsigned alias file of an older version names aliases (unless a
+    promotion is `replacing_legacy` it).
+    """
     path = model_dir / LOG_FILE
     if not path.is_file():
         if not replacing_legacy:
@@ -92,8 +95,10 @@ def replay(entries: list[dict]) -> tuple[dict[str, str], dict[str, list[dict]]]:
 
 def append_entry(model_dir: Path, entries: list[dict], action: str, alias: str, version: str,
                  key: Ed25519PrivateKey) -> dict:
-    """Sign a new entry after the (verified) `entries` and replace the log with them plus it, atomically
-    (a reader sees the old log or the new one). The caller holds the model's lock."""
+    """Sign a new entry after the (verified) `entries` and replace the log with them plus it.
+
+    Atomically: a reader sees the old log or the new one. The caller holds the model's lock.
+    """
     path = model_dir / LOG_FILE
     lines = path.read_bytes().splitlines() if path.is_file() else []
     if len(lines) != len(entries):
@@ -113,14 +118,16 @@ def append_entry(model_dir: Path, entries: list[dict], action: str, alias: str, 
 def _check_entry(entry: Any, number: int, previous: str | None, where: str) -> None:
     """The entry's shape, its place in the sequence and its link to the line before."""
     if not isinstance(entry, dict) or set(entry) != ENTRY_FIELDS:
-        raise ArtifactError(f"{where}: not an alias entry (fields {sorted(ENTRY_FIELDS)}); the alias log was altered")
-    if entry["seq"] != number:
-        raise ArtifactError(f"{where}: entry {entry['seq']!r} where entry {number} belongs; entries were removed, "
-                            "inserted or reordered")
-    if entry["previous"] != previous:
-        raise ArtifactError(f"{where}: does not follow the line before it (its SHA-256 differs); the alias log was "
+        raise ArtifactError(f"{where}: not an alias entry (fields {sorted(ENTRY_FIELDS)}); the alias log was "
                             "altered")
-    if entry["action"] not in ACTIONS or not isinstance(entry["alias"], str) or not isinstance(entry["version"], str):
+    if entry["seq"] != number:
+        raise ArtifactError(f"{where}: entry {entry['seq']!r} where entry {number} belongs; entries were "
+                            "removed, inserted or reordered")
+    if entry["previous"] != previous:
+        raise ArtifactError(f"{where}: does not follow the line before it (its SHA-256 differs); the alias "
+                            "log was altered")
+    if (entry["action"] not in ACTIONS or not isinstance(entry["alias"], str)
+            or not isinstance(entry["version"], str)):
         raise ArtifactError(f"{where}: malformed entry (action {entry['action']!r})")
 
 
@@ -130,13 +137,14 @@ def _refuse_legacy(model_dir: Path) -> None:
     if not legacy.is_file():
         return
     try:
-        named = sorted(alias for alias in (json.loads(legacy.read_bytes()).get("aliases") or {}) if alias != "latest")
+        aliases = json.loads(legacy.read_bytes()).get("aliases") or {}
+        named = sorted(alias for alias in aliases if alias != "latest")
     except (ValueError, AttributeError, UnicodeDecodeError):
         named = ["(unreadable)"]
     if named:
-        raise ArtifactError(f"{legacy}: unsigned aliases ({', '.join(named)}) from an older fedforest are not trusted; "
-                            f"promote the version again (`fedforest models promote`), which starts the signed "
-                            f"{LOG_FILE} and removes {LEGACY_FILE}")
+        raise ArtifactError(f"{legacy}: unsigned aliases ({', '.join(named)}) from an older fedforest are "
+                            "not trusted; promote the version again (`fedforest models promote`), which "
+                            f"starts the signed {LOG_FILE} and removes {LEGACY_FILE}")
 
 
 def _replace(path: Path, data: bytes) -> None:

@@ -42,13 +42,15 @@ RESERVED_STEMS = {MASTER, "manifest"}
 Signer = Callable[[bytes], Any]
 """signer(canonical manifest bytes) -> JSON-ready signature stored under manifest["signature"]."""
 Verifier = Callable[[bytes, Any], None]
-"""verifier(canonical manifest bytes, manifest.get("signature")) raises ArtifactError if it does not verify."""
+"""verifier(canonical manifest bytes, manifest.get("signature")): raises ArtifactError if invalid."""
 
 
 # -- generic versions: tables + manifest ------------------------------------------------------------
 def write_version(directory: str | os.PathLike, manifest: dict, tables: dict[str, pa.Table],
                   signer: Signer | None = None) -> dict:
-    """Write `tables` as `<name>.arrow` and a manifest into the new `directory`, atomically; return the manifest.
+    """Write `tables` as `<name>.arrow` and a manifest into the new `directory`, atomically.
+
+    Returns the manifest.
 
     Entries of top-level manifest lists that carry a "file" (e.g. parties) get that file's "sha256" filled in.
     """
@@ -76,8 +78,12 @@ def write_version(directory: str | os.PathLike, manifest: dict, tables: dict[str
     return full
 
 
-def read_version(directory: str | os.PathLike, verifier: Verifier | None = None) -> tuple[dict, dict[str, pa.Table]]:
-    """Read a directory written by `write_version`, verifying format, presence, size and SHA-256 of every file."""
+def read_version(directory: str | os.PathLike,
+                 verifier: Verifier | None = None) -> tuple[dict, dict[str, pa.Table]]:
+    """Read a directory written by `write_version`.
+
+    Verifies the format, and the presence, size and SHA-256 of every file.
+    """
     source = Path(directory)
     manifest = _read_manifest(source)
     if verifier is not None:
@@ -135,9 +141,9 @@ def _read_table(path: Path, entry: dict) -> pa.Table:
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != entry.get("sha256") or len(data) != entry.get("bytes"):
-        raise ArtifactError(f"{path}: contents do not match the manifest (expected sha256 {entry.get('sha256')} "
-                            f"and {entry.get('bytes')} bytes, found sha256 {digest} and {len(data)} bytes); "
-                            "the file was altered or truncated")
+        raise ArtifactError(f"{path}: contents do not match the manifest (expected sha256 "
+                            f"{entry.get('sha256')} and {entry.get('bytes')} bytes, found sha256 {digest} "
+                            f"and {len(data)} bytes); the file was altered or truncated")
     try:
         return pa.ipc.open_file(pa.py_buffer(data)).read_all()
     except pa.ArrowException as exc:
@@ -159,8 +165,8 @@ def _read_manifest(source: Path) -> dict:
         raise ArtifactError(f"{path}: expected a JSON object, found {type(manifest).__name__}")
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
-        raise ArtifactError(f"{path}: unknown format_version {version!r}; this fedforest reads format_version "
-                            f"{FORMAT_VERSION}")
+        raise ArtifactError(f"{path}: unknown format_version {version!r}; this fedforest reads "
+                            f"format_version {FORMAT_VERSION}")
     if not isinstance(manifest.get("files"), list):
         raise ArtifactError(f"{path}: expected a 'files' list")
     return manifest
@@ -216,10 +222,12 @@ def encode_classes(classes: np.ndarray) -> dict:
     if classes.dtype.kind == "O":
         kinds = {type(v).__name__ for v in classes.tolist()}
         if len(kinds) != 1 or next(iter(kinds)) not in _ELEMENT_TYPES:
-            raise ArtifactError(f"class labels of Python types {sorted(kinds)} cannot be saved; use str, int, float or bool")
+            raise ArtifactError(f"class labels of Python types {sorted(kinds)} cannot be saved; use str, "
+                                "int, float or bool")
         encoded["element_type"] = kinds.pop()
     elif classes.dtype.kind not in "biufU":
-        raise ArtifactError(f"class labels of dtype {classes.dtype} cannot be saved; use numbers, booleans or strings")
+        raise ArtifactError(f"class labels of dtype {classes.dtype} cannot be saved; use numbers, booleans "
+                            "or strings")
     return encoded
 
 

@@ -28,27 +28,34 @@ log = logging.getLogger(__name__)
 class StoresAtInstitutions(Protocol):
     """What registering needs of a master session (both settings' sessions have it)."""
 
-    def store_at_institutions(self, model_name: str, version: str, manifest: dict) -> dict[str, str]: ...
+    def store_at_institutions(self, model_name: str, version: str, manifest: dict) -> dict[str, str]:
+        """Store the institutions' parts of a version; returns where each institution stored its part."""
 
-    def withdraw_at_institutions(self, model_name: str, version: str) -> None: ...
+    def withdraw_at_institutions(self, model_name: str, version: str) -> None:
+        """Remove a version's parts at every institution."""
 
 
-def withdraw_uncommitted(registry: ModelRegistry, session: StoresAtInstitutions, model_name: str) -> list[str]:
+def withdraw_uncommitted(registry: ModelRegistry, session: StoresAtInstitutions,
+                         model_name: str) -> list[str]:
     """Remove every pending version of `model_name`: first at the institutions, then at the master.
-    Returns the versions removed."""
+
+    Returns the versions removed.
+    """
     removed = registry.pending(model_name)
     for version in removed:
-        log.warning("withdrawing %s %s: an earlier run stopped before every institution stored it", model_name,
-                    version)
+        log.warning("withdrawing %s %s: an earlier run stopped before every institution stored it",
+                    model_name, version)
         session.withdraw_at_institutions(model_name, version)
         registry.discard_pending(model_name, version)
     return removed
 
 
-def register_everywhere(registry: ModelRegistry, session: StoresAtInstitutions, model_name: str, manifest: dict,
-                        tables: dict[str, pa.Table]) -> tuple[str, dict[str, str]]:
-    """Register a version at the master and every institution, two-phase (see the module doc); returns the
-    version and where each institution stored its part."""
+def register_everywhere(registry: ModelRegistry, session: StoresAtInstitutions, model_name: str,
+                        manifest: dict, tables: dict[str, pa.Table]) -> tuple[str, dict[str, str]]:
+    """Register a version at the master and every institution, two-phase (see the module doc).
+
+    Returns the version and where each institution stored its part.
+    """
     withdraw_uncommitted(registry, session, model_name)
     version = registry.register(model_name, manifest, tables, pending=True)
     try:

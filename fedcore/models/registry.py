@@ -65,12 +65,17 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class ModelRegistry:
-    """Versions of named models under `root`; signs new versions and alias moves with `signing_key`, trusts
-    `public_key` (default: the signing key's public half); `trust_any_key` is for inspection only."""
+    """Versions of named models under `root`.
 
-    def __init__(self, root: str | os.PathLike, signing_key: Ed25519PrivateKey | str | os.PathLike | None = None,
+    Signs new versions and alias moves with `signing_key`, trusts `public_key` (default: the signing key's
+    public half); `trust_any_key` is for inspection only.
+    """
+
+    def __init__(self, root: str | os.PathLike,
+                 signing_key: Ed25519PrivateKey | str | os.PathLike | None = None,
                  public_key: PublicKeySource | None = None, lock_timeout: float = 60.0,
                  trust_any_key: bool = False) -> None:
+        """A registry under `root`; refuses a signing key that is not the trusted key."""
         self.root = Path(root)
         self.signing_key = (signing_key if signing_key is None or isinstance(signing_key, Ed25519PrivateKey)
                             else load_signing_key(signing_key))
@@ -78,8 +83,9 @@ class ModelRegistry:
         self.public_key: Ed25519PublicKey | None = None if trusted is None else load_public_key(trusted)
         if self.signing_key is not None and self.public_key is not None \
                 and key_id(self.signing_key) != key_id(self.public_key):
-            raise ArtifactError(f"{self.root}: the signing key ({key_id(self.signing_key)}) is not the trusted key "
-                                f"({key_id(self.public_key)}); versions it signs would be refused")
+            raise ArtifactError(f"{self.root}: the signing key ({key_id(self.signing_key)}) is not the "
+                                f"trusted key ({key_id(self.public_key)}); versions it signs "
+                                "would be refused")
         self.trust_any_key = trust_any_key and self.public_key is None
         self.lock_timeout = lock_timeout
 
@@ -92,14 +98,19 @@ class ModelRegistry:
                       if p.is_dir() and SAFE_NAME.match(p.name) and self.versions(p.name))
 
     def versions(self, model_name: str) -> list[str]:
-        """Committed versions of a model, oldest first (half-written, pending or foreign directories are
-        skipped)."""
+        """Committed versions of a model, oldest first.
+
+        Half-written, pending or foreign directories are skipped.
+        """
         model_dir = self._model_dir(model_name)
         return [name for name in _version_names(model_dir)
                 if (model_dir / name / MANIFEST).is_file() and not _pending_record(model_dir, name).exists()]
 
     def pending(self, model_name: str) -> list[str]:
-        """Versions registered as pending and never committed (a run stopped while registering), oldest first."""
+        """Versions registered as pending and never committed, oldest first.
+
+        A run stopped while registering them.
+        """
         model_dir = self._model_dir(model_name)
         if not model_dir.is_dir():
             return []
@@ -113,7 +124,10 @@ class ModelRegistry:
         return {**aliases, LATEST: available[-1]} if available else aliases
 
     def history(self, model_name: str, alias: str = PRODUCTION) -> list[dict]:
-        """The promotions still in effect for `alias`, oldest first (the last is current; rollback pops it)."""
+        """The promotions still in effect for `alias`, oldest first.
+
+        The last is current; rollback pops it.
+        """
         return replay(self.alias_log(model_name))[1].get(alias, [])
 
     def alias_log(self, model_name: str) -> list[dict]:
@@ -131,8 +145,8 @@ class ModelRegistry:
         if ref in aliases:
             version = aliases[ref]
             if version not in available:
-                raise ArtifactError(f"model {model_name!r}: alias {ref!r} points to {version}, which is missing or "
-                                    f"incomplete (versions: {', '.join(available)})")
+                raise ArtifactError(f"model {model_name!r}: alias {ref!r} points to {version}, which is "
+                                    f"missing or incomplete (versions: {', '.join(available)})")
             return version
         if ref == LATEST:
             return available[-1]
@@ -140,9 +154,10 @@ class ModelRegistry:
         if match and format_version(int(match.group(1))) in available:
             return format_version(int(match.group(1)))
         if match:
-            raise ArtifactError(f"model {model_name!r} has no version {ref!r} (versions: {', '.join(available)})")
-        raise ArtifactError(f"model {model_name!r} has no alias or version {ref!r} (versions: {', '.join(available)}; "
-                            f"aliases: {', '.join(sorted(aliases))})")
+            raise ArtifactError(f"model {model_name!r} has no version {ref!r} (versions: "
+                                f"{', '.join(available)})")
+        raise ArtifactError(f"model {model_name!r} has no alias or version {ref!r} (versions: "
+                            f"{', '.join(available)}; aliases: {', '.join(sorted(aliases))})")
 
     # -- writing ------------------------------------------------------------------------------------
     def register(self, model_name: str, manifest: dict, tables: dict[str, pa.Table],
@@ -166,17 +181,20 @@ class ModelRegistry:
             else:
                 chosen = _parse_version(version)
                 if chosen in taken:
-                    raise ArtifactError(f"model {model_name!r} already has a version {chosen}; versions are never "
-                                        "overwritten")
+                    raise ArtifactError(f"model {model_name!r} already has a version {chosen}; versions are "
+                                        "never overwritten")
             body.update(model_name=model_name, version=chosen)
             if pending:  # first, so that the directory is never visible uncommitted, even after a crash
-                _write_record(_pending_record(model_dir, chosen), {"version": chosen, "pending_since": _now()})
+                _write_record(_pending_record(model_dir, chosen),
+                              {"version": chosen, "pending_since": _now()})
             write_version(model_dir / chosen, body, tables, signer=sign)
         return chosen
 
     def commit(self, model_name: str, version: str) -> str:
-        """Make a pending version visible (every part of it is stored); removing the pending record is the
-        commit. Returns the version."""
+        """Make a pending version visible (every part of it is stored).
+
+        Removing the pending record is the commit. Returns the version.
+        """
         chosen = _parse_version(version)
         model_dir = self._model_dir(model_name)
         with self._lock(model_name):
@@ -203,8 +221,10 @@ class ModelRegistry:
             fsync_directory(model_dir)
 
     def promote(self, model_name: str, version: str, alias: str = PRODUCTION) -> str:
-        """Point `alias` (default production) at a version after verifying it loads, as a signed entry of
-        the alias log; return the version."""
+        """Point `alias` (default production) at a version after verifying it loads; return the version.
+
+        The move is a signed entry of the alias log.
+        """
         _check_alias(alias)
         key = self._alias_signer(model_name)
         chosen = self.resolve(model_name, version)
@@ -216,8 +236,10 @@ class ModelRegistry:
         return chosen
 
     def rollback(self, model_name: str, alias: str = PRODUCTION) -> str:
-        """Point `alias` back at the version it had before the last promotion (verified first), as a signed
-        entry of the alias log; return it."""
+        """Point `alias` back at the version it had before the last promotion; return it.
+
+        The version is verified first; the move is a signed entry of the alias log.
+        """
         _check_alias(alias)
         key = self._alias_signer(model_name)
         with self._lock(model_name):
@@ -234,19 +256,24 @@ class ModelRegistry:
         return previous
 
     def withdraw(self, model_name: str, version: str) -> None:
-        """Take back a just-registered version whose other parts could not be stored elsewhere (a federated
-        version is all parties' files or none). Never for a version an alias other than latest points to."""
+        """Take back a just-registered version whose other parts could not be stored elsewhere.
+
+        A federated version is all parties' files or none. Never for a version an alias other than latest
+        points to.
+        """
         chosen = _parse_version(version)
         model_dir = self._model_dir(model_name)
         with self._lock(model_name):
             if (model_dir / LOG_FILE).is_file():  # institutions' registries have no aliases
-                held = sorted(alias for alias, v in replay(self.alias_log(model_name))[0].items() if v == chosen)
+                aliases = replay(self.alias_log(model_name))[0]
+                held = sorted(alias for alias, v in aliases.items() if v == chosen)
                 if held:
-                    raise ArtifactError(f"model {model_name!r} {chosen} is {', '.join(held)}; roll back before "
-                                        "withdrawing")
+                    raise ArtifactError(f"model {model_name!r} {chosen} is {', '.join(held)}; roll back "
+                                        "before withdrawing")
             if not (model_dir / chosen).is_dir():
                 return
-            (model_dir / chosen).rename(model_dir / f".withdrawn-{chosen}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}")
+            withdrawn = model_dir / f".withdrawn-{chosen}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
+            (model_dir / chosen).rename(withdrawn)
             fsync_directory(model_dir)
 
     # -- reading ------------------------------------------------------------------------------------
@@ -263,14 +290,17 @@ class ModelRegistry:
 
         try:
             manifest, tables = read_version(directory, verifier=_located(verify_own, directory / MANIFEST))
-            self._check_manifest(manifest, model_name, version, directory, own_checked=seen.get("checked", False))
+            self._check_manifest(manifest, model_name, version, directory,
+                                 own_checked=seen.get("checked", False))
         except ArtifactError as error:
             raise ArtifactError(f"model {model_name!r} {version} refused: {error}") from error
         return manifest, tables
 
     def read_manifest(self, model_name: str, ref: str = LATEST, pending: bool = False) -> dict:
-        """A version's manifest with its signature(s) verified, without reading the tables. `pending`: `ref`
-        names a pending version (the one being registered), which is not visible otherwise."""
+        """A version's manifest with its signature(s) verified, without reading the tables.
+
+        `pending`: `ref` names a pending version (the one being registered), which is not visible otherwise.
+        """
         if pending:
             version = _parse_version(ref)
             if version not in self.pending(model_name):
@@ -332,8 +362,10 @@ class ModelRegistry:
         return f"valid (embedded key {key_id(embedded_public_key(signature))}; NOT TRUSTED: --trust-any-key)"
 
     def verify_signed(self, manifest: dict, what: str = "manifest") -> None:
-        """Raise ArtifactError unless `manifest` carries a signature by the trusted key (a master manifest
-        an institution is asked to store)."""
+        """Raise ArtifactError unless `manifest` carries a signature by the trusted key.
+
+        For a master manifest an institution is asked to store.
+        """
         if manifest.get("signature") is None and not self.trust_any_key:
             raise ArtifactError(f"{what} is not signed, but {self._required()} is required")
         if manifest.get("signature") is not None:
@@ -343,9 +375,10 @@ class ModelRegistry:
     def _verify(self, payload: bytes, signature: Any) -> None:
         """Verify under the trusted key; with none, refuse, unless opened to trust any key (inspection)."""
         if self.public_key is None and not self.trust_any_key:
-            raise ArtifactError(f"{self.root}: no trusted master key configured, so no signature can be trusted: "
-                                "give the registry the master's public key (master.public_key in the federation "
-                                "config, or --public-key); --trust-any-key only checks integrity")
+            raise ArtifactError(f"{self.root}: no trusted master key configured, so no signature can be "
+                                "trusted: give the registry the master's public key (master.public_key in "
+                                "the federation config, or --public-key); --trust-any-key only checks "
+                                "integrity")
         verify_manifest(payload, signature, self.public_key or embedded_public_key(signature))
 
     def _required(self) -> str:
@@ -354,9 +387,9 @@ class ModelRegistry:
     def _alias_signer(self, model_name: str) -> Ed25519PrivateKey:
         """The key alias moves are signed with: only the master's registry moves aliases."""
         if self.signing_key is None:
-            raise ArtifactError(f"model {model_name!r}: moving an alias needs the master's signing key (every alias "
-                                "move is a signed entry of the alias log): pass --config with master.signing_key, "
-                                "or --signing-key")
+            raise ArtifactError(f"model {model_name!r}: moving an alias needs the master's signing key "
+                                "(every alias move is a signed entry of the alias log): pass --config with "
+                                "master.signing_key, or --signing-key")
         return self.signing_key
 
     def _check_manifest(self, manifest: dict, model_name: str, version: str, directory: Path,
@@ -365,7 +398,8 @@ class ModelRegistry:
         where = directory / MANIFEST
         if (manifest.get("model_name"), manifest.get("version")) != (model_name, version):
             raise ArtifactError(f"{where}: says model {manifest.get('model_name')!r} version "
-                                f"{manifest.get('version')!r}; a version moved or copied from elsewhere is refused")
+                                f"{manifest.get('version')!r}; a version moved or copied from elsewhere is "
+                                "refused")
         copy = manifest.get(MASTER_COPY)
         if copy is not None and not isinstance(copy, dict):
             raise ArtifactError(f"{where}: '{MASTER_COPY}' is not a JSON object")
@@ -383,7 +417,10 @@ class ModelRegistry:
 
     @contextmanager
     def _lock(self, model_name: str) -> Iterator[None]:
-        """Exclusive lock on the model directory (across threads and processes), or ArtifactError on timeout."""
+        """Exclusive lock on the model directory, across threads and processes.
+
+        ArtifactError on timeout.
+        """
         path = make_folders(self._model_dir(model_name)) / LOCK_FILE
         try:  # a new lock file gets an explicit mode; an existing one (perhaps another user's) is only opened
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, PUBLIC)
@@ -394,7 +431,8 @@ class ModelRegistry:
             deadline = time.monotonic() + self.lock_timeout
             while not _try_lock(handle):
                 if time.monotonic() > deadline:
-                    raise ArtifactError(f"{path}: still locked by another writer after {self.lock_timeout:g} s")
+                    raise ArtifactError(f"{path}: still locked by another writer after "
+                                        f"{self.lock_timeout:g} s")
                 time.sleep(0.01)
             try:
                 yield
@@ -426,13 +464,14 @@ def _version_names(model_dir: Path) -> list[str]:
     """Every vNNNN directory name, complete or not, by number (used for numbering, filtered for listing)."""
     if not model_dir.is_dir():
         return []
-    return sorted((p.name for p in model_dir.iterdir() if VERSION_NAME.match(p.name) and p.is_dir()), key=_number)
+    return sorted((p.name for p in model_dir.iterdir() if VERSION_NAME.match(p.name) and p.is_dir()),
+                  key=_number)
 
 
 def _check_alias(alias: str) -> None:
     if alias == LATEST or not SAFE_NAME.match(alias) or VERSION_REF.match(alias):
-        raise ArtifactError(f"{alias!r} cannot be promoted to: aliases are names like 'production' or 'staging' "
-                            f"('{LATEST}' follows register)")
+        raise ArtifactError(f"{alias!r} cannot be promoted to: aliases are names like 'production' or "
+                            f"'staging' ('{LATEST}' follows register)")
 
 
 def _plain_json(manifest: dict, model_name: str) -> dict:

@@ -37,8 +37,11 @@ PublicKeySource = Ed25519PublicKey | Ed25519PrivateKey | bytes | str | os.PathLi
 
 # -- keys -------------------------------------------------------------------------------------------
 def generate_signing_key(path: str | os.PathLike) -> Ed25519PrivateKey:
-    """Create a new Ed25519 private key as an unencrypted PKCS#8 PEM file readable by its owner only (0600),
-    and its public key beside it (`public_key_path`, 0644) for every registry that must trust it."""
+    """Create a new Ed25519 private key as an unencrypted PKCS#8 PEM file readable by its owner only.
+
+    The file is 0600; its public key goes beside it (`public_key_path`, 0644) for every registry that must
+    trust it.
+    """
     target = Path(path)
     if public_key_path(target).exists():
         raise ArtifactError(f"{public_key_path(target)}: already exists; refusing to overwrite a key file")
@@ -75,7 +78,8 @@ def load_signing_key(path: str | os.PathLike) -> Ed25519PrivateKey:
     try:
         data = source.read_bytes()
     except FileNotFoundError:
-        raise ArtifactError(f"{source}: signing key file not found (create one with `fedforest models keygen`)") from None
+        raise ArtifactError(f"{source}: signing key file not found (create one with `fedforest models "
+                            "keygen`)") from None
     return _private_from_pem(data, str(source))
 
 
@@ -108,7 +112,8 @@ def load_public_key(source: PublicKeySource) -> Ed25519PublicKey:
 def public_key_pem(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
     """The public key as SubjectPublicKeyInfo PEM text, to hand to everyone who verifies."""
     public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
-    return public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    return public.public_bytes(serialization.Encoding.PEM,
+                               serialization.PublicFormat.SubjectPublicKeyInfo).decode()
 
 
 def key_id(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
@@ -123,21 +128,27 @@ def sign_manifest(manifest_bytes: bytes, key: Ed25519PrivateKey) -> str:
 
 
 def verify_manifest(manifest_bytes: bytes, signature: str | dict, public_key: PublicKeySource) -> None:
-    """Raise ArtifactError unless `signature` (base64 text or the stored dict) signs the bytes under `public_key`."""
+    """Raise ArtifactError unless `signature` signs the bytes under `public_key`.
+
+    The signature is base64 text or the stored dict.
+    """
     trusted = load_public_key(public_key)
     value = _signature_value(signature)
     if isinstance(signature, dict) and signature.get("key_id") not in (None, key_id(trusted)):
-        raise ArtifactError(f"signature does not verify: the manifest was signed by key {signature.get('key_id')}, "
-                            f"not by the trusted key {key_id(trusted)}")
+        raise ArtifactError("signature does not verify: the manifest was signed by key "
+                            f"{signature.get('key_id')}, not by the trusted key {key_id(trusted)}")
     try:
         trusted.verify(value, manifest_bytes)
     except InvalidSignature:
-        raise ArtifactError(f"signature does not verify with key {key_id(trusted)}: the manifest was altered after "
-                            "signing, or signed by another key") from None
+        raise ArtifactError(f"signature does not verify with key {key_id(trusted)}: the manifest was altered "
+                            "after signing, or signed by another key") from None
 
 
 def signer(key: Ed25519PrivateKey) -> Callable[[bytes], dict]:
-    """A `write_version(signer=...)` callable: signs the manifest bytes and returns the stored signature dict."""
+    """A `write_version(signer=...)` callable.
+
+    It signs the manifest bytes and returns the stored signature dict.
+    """
     def sign(manifest_bytes: bytes) -> dict:
         return {"algorithm": ALGORITHM, "key_id": key_id(key),
                 "public_key": base64.b64encode(_raw_public(key)).decode("ascii"),
@@ -146,7 +157,8 @@ def signer(key: Ed25519PrivateKey) -> Callable[[bytes], dict]:
     return sign
 
 
-def verifier(public_key: PublicKeySource | None = None, required: bool = True) -> Callable[[bytes, Any], None]:
+def verifier(public_key: PublicKeySource | None = None,
+             required: bool = True) -> Callable[[bytes, Any], None]:
     """A `read_version(verifier=...)` callable.
 
     With `public_key`, the signature must verify under that trusted key. Without one, a present signature is
@@ -160,27 +172,34 @@ def verifier(public_key: PublicKeySource | None = None, required: bool = True) -
                 expected = f" by key {key_id(trusted)}" if trusted is not None else ""
                 raise ArtifactError(f"manifest is not signed, but a signature{expected} is required")
             return
-        verify_manifest(manifest_bytes, signature, trusted if trusted is not None else embedded_public_key(signature))
+        verify_manifest(manifest_bytes, signature,
+                        trusted if trusted is not None else embedded_public_key(signature))
 
     return verify
 
 
 def embedded_public_key(signature: Any) -> Ed25519PublicKey:
-    """The public key a stored signature dict carries (not a trusted key: anyone can re-sign with their own)."""
+    """The public key a stored signature dict carries.
+
+    Not a trusted key: anyone can re-sign with their own.
+    """
     raw = signature.get("public_key") if isinstance(signature, dict) else None
     if not isinstance(raw, str):
-        raise ArtifactError("signature does not verify: it carries no public key and no trusted key is configured")
+        raise ArtifactError("signature does not verify: it carries no public key and no trusted key is "
+                            "configured")
     try:
         return Ed25519PublicKey.from_public_bytes(base64.b64decode(raw, validate=True))
     except (binascii.Error, ValueError) as exc:
-        raise ArtifactError(f"signature does not verify: its embedded public key is malformed ({exc})") from exc
+        raise ArtifactError("signature does not verify: its embedded public key is "
+                            f"malformed ({exc})") from exc
 
 
 def _signature_value(signature: Any) -> bytes:
     """The raw signature bytes from base64 text or a stored signature dict."""
     if isinstance(signature, dict):
         if signature.get("algorithm", ALGORITHM) != ALGORITHM:
-            raise ArtifactError(f"signature algorithm {signature.get('algorithm')!r} is not supported (expected {ALGORITHM})")
+            raise ArtifactError(f"signature algorithm {signature.get('algorithm')!r} is not supported "
+                                f"(expected {ALGORITHM})")
         signature = signature.get("value")
     if not isinstance(signature, str):
         raise ArtifactError(f"signature is malformed: expected base64 text, found {type(signature).__name__}")

@@ -76,7 +76,8 @@ def party_table(model: PartialForest) -> pa.Table:
     columns["threshold"] = pa.array(model.threshold.astype(np.float64), pa.float64(), mask=~numeric)
     columns["missing_left"] = pa.array(model.missing_left.astype(np.bool_), pa.bool_(), mask=~owned)
     columns["categories_left"] = _categories_left(model)
-    vocabulary = [{"name": n, "categories": c} for n, c in zip(model.column_names, model.column_categories, strict=True)]
+    vocabulary = [{"name": n, "categories": c}
+                  for n, c in zip(model.column_names, model.column_categories, strict=True)]
     metadata = {COLUMNS_KEY: json.dumps(vocabulary).encode(), N_TREES_KEY: str(model.n_trees).encode()}
     return pa.table(columns, metadata=metadata)
 
@@ -91,7 +92,8 @@ def partial_forest_from_table(table: pa.Table) -> PartialForest:
     if np.any(is_categorical & (feature < 0)):
         raise ArtifactError("party table: a categorical split on a node without a feature")
     threshold = _column(table, "threshold").to_numpy(zero_copy_only=False).astype(np.float64)
-    missing_left = _column(table, "missing_left").fill_null(False).to_numpy(zero_copy_only=False).astype(np.bool_)
+    missing_left = (_column(table, "missing_left").fill_null(False).to_numpy(zero_copy_only=False)
+                    .astype(np.bool_))
     return PartialForest(
         **{name: _numpy(table, name, np.dtype(type.to_pandas_dtype())) for name, type in _INDEX_FIELDS},
         feature=feature,
@@ -106,7 +108,10 @@ def partial_forest_from_table(table: pa.Table) -> PartialForest:
 
 
 def _categories_left(model: PartialForest) -> pa.Array:
-    """Per node, the category strings sent left (null unless the node is one of this party's categorical splits)."""
+    """Per node, the category strings sent left.
+
+    Null unless the node is one of this party's categorical splits.
+    """
     n = len(model.tree)
     is_cat = (model.feature >= 0) & model.is_categorical
     cat_rows = np.flatnonzero(is_cat)
@@ -126,7 +131,8 @@ def _categories_left(model: PartialForest) -> pa.Array:
     return pa.ListArray.from_arrays(offsets, values, type=pa.list_(pa.string()), mask=pa.array(~is_cat))
 
 
-def _cat_bits(column: pa.Array, feature: np.ndarray, categories: list[list[str] | None], n: int) -> np.ndarray:
+def _cat_bits(column: pa.Array, feature: np.ndarray, categories: list[list[str] | None],
+              n: int) -> np.ndarray:
     """Rebuild the (n, 4) uint64 category bitsets from the category strings and the vocabulary."""
     bits = np.zeros((n, N_CAT_WORDS), np.uint64)
     lengths = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -172,7 +178,8 @@ def _vocabulary(table: pa.Table) -> tuple[list[str], list[list[str] | None]]:
     if raw is None:
         raise ArtifactError("party table: schema metadata 'fedforest.columns' is missing")
     entries = json.loads(raw)
-    return [str(e["name"]) for e in entries], [None if e["categories"] is None else list(e["categories"]) for e in entries]
+    return [str(e["name"]) for e in entries], [None if e["categories"] is None else list(e["categories"])
+                                               for e in entries]
 
 
 def _n_trees(table: pa.Table) -> int:
