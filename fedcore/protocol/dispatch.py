@@ -41,9 +41,12 @@ parameters, is a ValueError: a parameter the master sent); refused as ProtocolEr
 
 @dataclass(frozen=True)
 class Step:
-    """In any of `states`, a message of `kind` (at a party whose role is in `roles`; None: any role) is
-    answered by the party's method `handler` with a message of one of the `replies` kinds; then the party
-    is in state `next`."""
+    """One row of a protocol table: which message a party answers in which state, how, and what follows.
+
+    In any of `states`, a message of `kind` (at a party whose role is in `roles`; None: any role) is answered
+    by the party's method `handler` with a message of one of the `replies` kinds; then the party is in state
+    `next`.
+    """
 
     states: tuple[str, ...]
     kind: str
@@ -54,6 +57,7 @@ class Step:
 
     def __init__(self, states: str | Iterable[str], kind: str, next: str, replies: str | Iterable[str],
                  roles: Iterable[str] | None = None, handler: str | None = None) -> None:
+        """A step; `states` and `replies` may be one string; `handler` defaults to `_on_<kind>`."""
         object.__setattr__(self, "states", (states,) if isinstance(states, str) else tuple(states))
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "next", next)
@@ -66,6 +70,7 @@ class Protocol:
     """A party type's declared protocol: its states (name -> what the state means) and steps."""
 
     def __init__(self, name: str, initial: str, states: dict[str, str], steps: Iterable[Step]) -> None:
+        """The table of `steps`; refuses undeclared states and two steps for one message and role."""
         self.name = name
         self.initial = initial
         self.states = dict(states)
@@ -107,7 +112,8 @@ class Protocol:
             return (f"party {party!r} cannot handle message kind {kind!r}: not a message of the {self.name} "
                     f"protocol (it answers {', '.join(sorted(self.kinds))})")
         roles = {r for step in self.steps if step.kind == kind for r in (step.roles or ())}
-        if roles and not any(step.kind == kind and (step.roles is None or role in step.roles) for step in self.steps):
+        if roles and not any(step.kind == kind and (step.roles is None or role in step.roles)
+                             for step in self.steps):
             return (f"party {party!r} refuses {kind!r}: in the {self.name} protocol only a party in role "
                     f"{' or '.join(sorted(roles))} answers it, this party is {role}")
         expected = self.expected(state, role)
@@ -123,6 +129,7 @@ class ProtocolStateMachine:
     """One party's position in its protocol; `handle` is the party's only way to answer a message."""
 
     def __init__(self, protocol: Protocol, logger: logging.Logger | None = None) -> None:
+        """A party's position in `protocol`, starting in its initial state."""
         self.protocol = protocol
         self.state = protocol.initial
         self.log = logger or log
@@ -130,7 +137,8 @@ class ProtocolStateMachine:
     def handle(self, party: Any, message: Message) -> Message:
         """Answer `message` with `party`'s handler for it, or refuse it (see the module docstring).
 
-        `party` has a `name` and, when the protocol has role-specific steps, a `protocol_role`."""
+        `party` has a `name` and, when the protocol has role-specific steps, a `protocol_role`.
+        """
         name, kind = party.name, message.kind
         role = party.protocol_role if self.protocol.has_roles else None
         step = self.protocol.step(self.state, kind, role)
@@ -145,8 +153,8 @@ class ProtocolStateMachine:
             raise self._refuse(kind, f"party {name!r} refuses a malformed {kind!r} message: "
                                      f"{type(error).__name__}: {error}") from error
         if reply.kind not in step.replies:
-            raise RuntimeError(f"party {name!r} answered {kind!r} with {reply.kind!r}; the {self.protocol.name} "
-                               f"protocol declares {', '.join(step.replies)}")
+            raise RuntimeError(f"party {name!r} answered {kind!r} with {reply.kind!r}; the "
+                               f"{self.protocol.name} protocol declares {', '.join(step.replies)}")
         self.state = step.next
         return reply
 

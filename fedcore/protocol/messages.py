@@ -1,5 +1,7 @@
-"""The one message type that crosses between master and parties: a kind, a small JSON header and
-named NumPy arrays, carried as a single-row Arrow record batch (IPC stream bytes).
+"""The one message type that crosses between master and parties.
+
+A kind, a small JSON header and named NumPy arrays, carried as a single-row Arrow record batch (IPC stream
+bytes).
 
 Every array travels as an Arrow large-list column, so messages of any shape share one encoding and the
 transport can count, record and check every byte that crosses.
@@ -50,7 +52,8 @@ class Message:
             _HEADER_KEY: json.dumps(self.header, sort_keys=True).encode(),
             _SHAPES_KEY: json.dumps(shapes).encode(),
         }
-        schema = pa.schema([pa.field(n, c.type) for n, c in zip(names, columns, strict=True)], metadata=metadata)
+        schema = pa.schema([pa.field(n, c.type) for n, c in zip(names, columns, strict=True)],
+                           metadata=metadata)
         batch = pa.record_batch(columns, schema=schema)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, schema) as writer:
@@ -59,7 +62,10 @@ class Message:
 
     @classmethod
     def from_bytes(cls, payload: bytes | pa.Buffer) -> Message:
-        """Parse bytes made by `to_bytes` (or a buffer from `to_buffer`); anything else raises ProtocolError."""
+        """Parse bytes made by `to_bytes` (or a buffer from `to_buffer`).
+
+        Anything else raises ProtocolError.
+        """
         try:
             reader = pa.ipc.open_stream(pa.py_buffer(payload))
             batch = reader.read_next_batch()

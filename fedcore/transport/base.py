@@ -38,7 +38,8 @@ class CommunicationStats:
     rounds: int = 0
     bytes: int = 0
     messages: int = 0
-    by_kind: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: {"count": 0, "bytes": 0}))
+    by_kind: dict[str, dict[str, int]] = field(
+        default_factory=lambda: defaultdict(lambda: {"count": 0, "bytes": 0}))
 
     def add(self, kind: str, size: int) -> None:
         """Count one message of `kind` with `size` bytes."""
@@ -61,6 +62,7 @@ class Transport(ABC):
     """Carries master requests to named parties and their replies back, counting everything."""
 
     def __init__(self, record_transcript: bool = False, record_payloads: bool = False) -> None:
+        """Count traffic; with `record_transcript` (or `record_payloads`) also record each message."""
         self.stats = CommunicationStats()
         self.record_transcript = record_transcript or record_payloads
         self.record_payloads = record_payloads

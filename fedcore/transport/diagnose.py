@@ -83,14 +83,18 @@ def _agent_identity_problem(der: bytes | None, party: str) -> Diagnosis | None:
     identity = certificate_identity(x509.load_der_x509_certificate(der).public_bytes(Encoding.PEM))
     if identity != (party, "institution"):
         who = f"{identity[1]} {identity[0]!r}" if identity else "no fedforest identity"
-        return Diagnosis(f"the agent there presents the certificate of {who}, not of institution {party!r}", True)
+        return Diagnosis(f"the agent there presents the certificate of {who}, not of institution {party!r}",
+                         True)
     return None
 
 
 def _refusal_after_handshake(tls: ssl.SSLSocket, timeout_s: float) -> Diagnosis | None:
-    """With TLS 1.3 the server judges the client certificate after the handshake, so its verdict comes
-    on the first read: an alert, or (gRPC) the connection closed without a word. Data (HTTP/2 settings)
-    or silence means it accepted us."""
+    """The server's verdict on our client certificate, read after the TLS 1.3 handshake.
+
+    With TLS 1.3 the server judges the client certificate after the handshake, so its verdict comes on the
+    first read: an alert, or (gRPC) the connection closed without a word. Data (HTTP/2 settings) or silence
+    means it accepted us.
+    """
     tls.settimeout(min(timeout_s, 1.0))
     try:
         if tls.recv(1) == b"":

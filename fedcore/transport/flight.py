@@ -107,7 +107,8 @@ PemSource = str | os.PathLike | bytes
 def chunk_buffers(payload: bytes | pa.Buffer) -> list[pa.Buffer]:
     """Zero-copy slices of at most CHUNK_BYTES (one empty slice for an empty payload)."""
     buffer = pa.py_buffer(payload)
-    return [buffer.slice(s, min(CHUNK_BYTES, buffer.size - s)) for s in range(0, max(buffer.size, 1), CHUNK_BYTES)]
+    return [buffer.slice(s, min(CHUNK_BYTES, buffer.size - s))
+            for s in range(0, max(buffer.size, 1), CHUNK_BYTES)]
 
 
 def chunk_batches(payload: bytes | pa.Buffer) -> Iterable[pa.RecordBatch]:
@@ -119,8 +120,9 @@ def chunk_batches(payload: bytes | pa.Buffer) -> Iterable[pa.RecordBatch]:
 
 
 class Received:
-    """The pieces of one payload as they arrive, made contiguous (parsing needs one buffer) without holding
-    the pieces and their joined copy at the same time.
+    """The pieces of one payload as they arrive, made contiguous without holding them twice.
+
+    Parsing needs one buffer; the pieces and their joined copy are never held at the same time.
 
     A single piece is kept as it is. From the second on, each piece is copied into one anonymous memory
     map as it arrives and dropped at once, so its memory goes back to gRPC for the next chunk: a message
@@ -130,6 +132,7 @@ class Received:
     """
 
     def __init__(self) -> None:
+        """Nothing received yet."""
         self.size = 0
         self._first: pa.Buffer | None = None
         self._map: mmap.mmap | None = None
@@ -163,16 +166,21 @@ class Received:
             self._map = larger
 
     def prefix(self, size: int) -> pa.Buffer:
-        """A view of the first `size` bytes received (or all, if fewer), without copying. Drop it before
-        the next `add`: the map cannot grow while a view of it exists (BufferError, never a stale view)."""
+        """A view of the first `size` bytes received (or all, if fewer), without copying.
+
+        Drop it before the next `add`: the map cannot grow while a view of it exists (BufferError, never a
+        stale view).
+        """
         if self._map is None:
             first = self._first if self._first is not None else pa.py_buffer(b"")
             return first.slice(0, min(size, first.size))
         return pa.py_buffer(memoryview(self._map)[:min(size, self.size)])
 
     def payload(self) -> bytes | pa.Buffer:
-        """Everything received, as one buffer (after this, `add` may not be called again). The memory map
-        is unmapped once nothing refers to the buffer or to arrays parsed from it."""
+        """Everything received, as one buffer (after this, `add` may not be called again).
+
+        The memory map is unmapped once nothing refers to the buffer or to arrays parsed from it.
+        """
         if self._first is not None:
             payload, self._first = self._first, None
             return payload
@@ -198,11 +206,14 @@ def join_pieces(pieces: Iterable[pa.Buffer]) -> bytes | pa.Buffer:
 
 
 class StreamHead:
-    """Checks, as a stream arrives, that it begins with an Arrow IPC schema message, as every protocol
-    message does; `feed` raises `Refused` at the first chunk that shows it does not (for garbage, the
-    first chunk). A schema message longer than the first chunk is awaited, up to `limit` bytes."""
+    """Checks, as a stream arrives, that it begins with an Arrow IPC schema message.
+
+    Every protocol message does; `feed` raises `Refused` at the first chunk that shows it does not (for
+    garbage, the first chunk). A schema message longer than the first chunk is awaited, up to `limit` bytes.
+    """
 
     def __init__(self, limit: int | None = None) -> None:
+        """Nothing read yet; a schema message longer than `limit` bytes is refused."""
         self.limit = limit
         self.need = 8  # the continuation marker and metadata length, then the whole schema message
         self.ok = False
@@ -225,7 +236,8 @@ class StreamHead:
         try:
             message = pa.ipc.read_message(received.prefix(received.size))
             if message.type != "schema":
-                raise ValueError(f"its first Arrow IPC message is a {message.type!r}, not the stream's schema")
+                raise ValueError(f"its first Arrow IPC message is a {message.type!r}, not the "
+                                 "stream's schema")
             pa.ipc.read_schema(message)
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise Refused(f"malformed message stream: {_first_line(exc)}") from None
@@ -240,12 +252,14 @@ class StreamHead:
 
 def read_chunks(reader, limit: int | None = None, hold: Hold | None = None,
                 check_head: bool = False) -> bytes | pa.Buffer:
-    """The payload carried by a Flight stream of chunk batches. Raises `Refused` as soon as a chunk shows
-    the stream must be refused, without reading on: with `limit`, the chunk that passes that many bytes;
-    with `hold` (a call's share of an agent's `InFlightBudget`), the chunk that would pass the budget
-    (each chunk is added to `hold` as it arrives, before it is kept); with `check_head`, the first chunk
-    that shows the stream does not begin with an Arrow IPC schema message (`StreamHead`). A chunk of
-    another schema raises ValueError."""
+    """The payload carried by a Flight stream of chunk batches.
+
+    Raises `Refused` as soon as a chunk shows the stream must be refused, without reading on: with `limit`,
+    the chunk that passes that many bytes; with `hold` (a call's share of an agent's `InFlightBudget`), the
+    chunk that would pass the budget (each chunk is added to `hold` as it arrives, before it is kept); with
+    `check_head`, the first chunk that shows the stream does not begin with an Arrow IPC schema message
+    (`StreamHead`). A chunk of another schema raises ValueError.
+    """
     received = Received()
     head = StreamHead(limit) if check_head else None
     for chunk in reader:
@@ -274,7 +288,9 @@ class AgentServer(flight.FlightServerBase):
 
     def __init__(self, party, location: str = "grpc+tls://127.0.0.1:0", *, tls_cert: PemSource,
                  tls_key: PemSource, ca_cert: PemSource, allowed_master: str = "master",
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_bytes_in_flight: int | None = None) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 max_bytes_in_flight: int | None = None) -> None:
+        """Serve `party` over mutual TLS, answering only the master identity `allowed_master`."""
         _require_tls(location, f"agent {getattr(party, 'name', 'party')!r}")
         cert, key = read_pem(tls_cert, "agent certificate"), read_pem(tls_key, "agent key")
         ca = read_pem(ca_cert, "CA certificate")
@@ -285,7 +301,8 @@ class AgentServer(flight.FlightServerBase):
         self._allowed_identity = identity_uri(allowed_master, "master")
         self._lock = threading.Lock()  # a party answers one message at a time
         self.guard = SessionGuard(max_message_bytes=max_message_bytes)
-        self.budget = InFlightBudget(max_message_bytes if max_bytes_in_flight is None else max_bytes_in_flight)
+        self.budget = InFlightBudget(max_message_bytes if max_bytes_in_flight is None
+                                     else max_bytes_in_flight)
         """The request bytes all calls in progress may hold together (`max_bytes_in_flight`, by default
         `max_message_bytes`; a message larger than it is refused too)."""
         self.refused = 0
@@ -309,8 +326,10 @@ class AgentServer(flight.FlightServerBase):
             raise flight.FlightUnauthorizedError(reason)
 
     def _refuse(self, reason: str) -> None:
-        """One log line per refusal, with the running count (a flood of refusals cannot flood the log with
-        tracebacks)."""
+        """One log line per refusal, with the running count.
+
+        A flood of refusals cannot flood the log with tracebacks.
+        """
         self.refused += 1
         log.warning("agent %r refused a call (%d refused so far): %s", self.name, self.refused, reason)
 
@@ -347,10 +366,12 @@ class AgentServer(flight.FlightServerBase):
                 self.guard.touch()
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
+        """The actions this agent answers (for the allowed master only)."""
         self._check_peer(context)
         return [(MESSAGE_ACTION, "answer one protocol message"), (PING_ACTION, "the party's name")]
 
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterable[pa.Buffer]:
+        """Answer a ping, or one protocol message carried in the action body."""
         self._check_peer(context)
         if action.type == PING_ACTION:
             return [pa.py_buffer(self.name.encode())]
@@ -361,8 +382,9 @@ class AgentServer(flight.FlightServerBase):
         try:
             self.guard.judge(action.type)
             if body.size > ACTION_MAX_BYTES:
-                raise Refused(f"a message call of {body.size} bytes is over {ACTION_MAX_BYTES} bytes; the master's "
-                              "transport streams messages that large (do_exchange), so this call is not from it")
+                raise Refused(f"a message call of {body.size} bytes is over {ACTION_MAX_BYTES} bytes; the "
+                              "master's transport streams messages that large (do_exchange), so this call "
+                              "is not from it")
             hold.add(body.size)  # it arrived whole: count it before parsing it
         except Refused as exc:
             raise self._refusal(str(exc)) from None
@@ -374,7 +396,9 @@ class AgentServer(flight.FlightServerBase):
         return _ReleasedAfterSending(chunk_buffers(reply), hold)
 
     def do_exchange(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor,
-                    reader: flight.MetadataRecordBatchReader, writer: flight.MetadataRecordBatchWriter) -> None:
+                    reader: flight.MetadataRecordBatchReader,
+                    writer: flight.MetadataRecordBatchWriter) -> None:
+        """Answer one protocol message streamed in chunks, judging its envelope before reading the body."""
         self._check_peer(context)
         stamp = (descriptor.command or b"").decode(errors="replace")
         try:
@@ -387,7 +411,8 @@ class AgentServer(flight.FlightServerBase):
             except Refused as exc:
                 raise self._refusal(str(exc)) from None
             except (pa.ArrowException, ValueError, IndexError) as exc:
-                raise self._refusal(f"malformed message stream: {type(exc).__name__}: {_first_line(exc)}") from None
+                raise self._refusal(f"malformed message stream: {type(exc).__name__}: "
+                                    f"{_first_line(exc)}") from None
             reply = self._answer(payload, stamp)
             del payload
             writer.begin(CHUNK_SCHEMA)
@@ -402,8 +427,11 @@ class AgentServer(flight.FlightServerBase):
 
 
 class _ReleasedAfterSending:
-    """A do_action's reply pieces, as Flight sends them; the call's `Hold` is released once the last is
-    sent, or when Flight drops the call unfinished (the client went away)."""
+    """A do_action's reply pieces, as Flight sends them.
+
+    The call's `Hold` is released once the last is sent, or when Flight drops the call unfinished (the client
+    went away).
+    """
 
     def __init__(self, pieces: list[pa.Buffer], hold: Hold) -> None:
         self._pieces = iter(pieces)
@@ -428,7 +456,9 @@ class FlightTransport(Transport):
 
     def __init__(self, endpoints: Mapping[str, str], *, tls_cert: PemSource, tls_key: PemSource,
                  ca_cert: PemSource, timeout_s: float | None = 3600.0, verify_party_names: bool = True,
-                 record_transcript: bool = False, record_payloads: bool = False, run: str | None = None) -> None:
+                 record_transcript: bool = False, record_payloads: bool = False,
+                 run: str | None = None) -> None:
+        """Clients for every party endpoint, over mutual TLS with the master's certificate."""
         super().__init__(record_transcript=record_transcript, record_payloads=record_payloads)
         if not endpoints:
             raise ProtocolError("a FlightTransport needs at least one party endpoint")
@@ -443,11 +473,12 @@ class FlightTransport(Transport):
             extra = {"override_hostname": server_name(party)} if verify_party_names else {}
             try:
                 self._clients[party] = flight.FlightClient(endpoint, tls_root_certs=ca, cert_chain=cert,
-                                                           private_key=key, generic_options=UNLIMITED_MESSAGES,
-                                                           **extra)
+                                                           private_key=key,
+                                                           generic_options=UNLIMITED_MESSAGES, **extra)
             except (flight.FlightError, pa.ArrowException) as exc:
                 raise ProtocolError(f"party {party!r}: bad endpoint {endpoint!r}: {exc}") from exc
-        self._pool = ThreadPoolExecutor(max_workers=len(self.endpoints), thread_name_prefix="fedforest-flight")
+        self._pool = ThreadPoolExecutor(max_workers=len(self.endpoints),
+                                        thread_name_prefix="fedforest-flight")
         self._closed = False
         self.session = secrets.token_hex(16)
         """This transport's session id: agents refuse it once a newer session has started, and replays."""
@@ -457,7 +488,7 @@ class FlightTransport(Transport):
 
     @classmethod
     def from_config(cls, config: FederationConfig, **kwargs) -> FlightTransport:
-        """A transport to every institution's endpoint with the master's certificate from `tls` in the config."""
+        """A transport to every institution's endpoint, with the master's certificate from the config."""
         missing = [f"tls '{k}'" for k in ("ca", "master_cert", "master_key") if k not in config.tls]
         missing += [f"an endpoint for institution {i.name!r}" for i in config.institutions if not i.endpoint]
         if missing:
@@ -468,6 +499,7 @@ class FlightTransport(Transport):
 
     @property
     def parties(self) -> list[str]:
+        """The parties' names, in endpoint order."""
         return list(self.endpoints)
 
     def _deliver(self, requests: dict[str, pa.Buffer]) -> dict[str, bytes | pa.Buffer]:
@@ -479,7 +511,8 @@ class FlightTransport(Transport):
         if len(requests) == 1:
             (party, payload), = requests.items()
             return {party: self._call(party, payload)}
-        futures = {party: self._pool.submit(self._call, party, payload) for party, payload in requests.items()}
+        futures = {party: self._pool.submit(self._call, party, payload)
+                   for party, payload in requests.items()}
         replies, errors = {}, []
         for party, future in futures.items():
             try:
@@ -509,7 +542,8 @@ class FlightTransport(Transport):
     @staticmethod
     def _exchange(client: flight.FlightClient, payload: bytes | pa.Buffer,
                   options: flight.FlightCallOptions, stamp: str) -> bytes | pa.Buffer:
-        writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(stamp.encode()), options=options)
+        writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(stamp.encode()),
+                                            options=options)
         try:
             writer.begin(CHUNK_SCHEMA)
             for batch in chunk_batches(payload):
@@ -523,8 +557,10 @@ class FlightTransport(Transport):
                 pass
 
     def _error(self, party: str, exc: BaseException, diagnose: bool = True) -> ProtocolError:
-        """A ProtocolError naming the party and endpoint, with the first line of Flight's reason; when the
-        party cannot be reached, also why (see `fedcore.transport.diagnose`)."""
+        """A ProtocolError naming the party and endpoint, with the first line of Flight's reason.
+
+        When the party cannot be reached, also why (see `fedcore.transport.diagnose`).
+        """
         where = f"party {party!r} at {self.endpoints[party]}"
         reason = _first_line(exc)
         if isinstance(exc, flight.FlightTimedOutError) or "Deadline Exceeded" in reason:
@@ -533,7 +569,8 @@ class FlightTransport(Transport):
             why = self.explain_unreachable(party) if diagnose else None
             if why is None:
                 return PartyUnavailable(f"cannot reach {where}: {reason}")
-            return (CertificateRefused if why.certificate else PartyUnavailable)(f"cannot reach {where}: {why.reason}")
+            return (CertificateRefused if why.certificate else PartyUnavailable)(f"cannot reach {where}: "
+                                                                                 f"{why.reason}")
         if isinstance(exc, (flight.FlightUnauthorizedError, flight.FlightUnauthenticatedError)):
             return CertificateRefused(f"{where} refused this master: {reason}")
         if isinstance(exc, flight.FlightServerError):
@@ -557,8 +594,10 @@ class FlightTransport(Transport):
     def wait_ready(self, timeout_s: float = 30.0, interval_s: float = 0.2,
                    gave_up: Callable[[], str | None] | None = None) -> None:
         """Block until every agent answers a ping, or raise ProtocolError naming those that do not.
-        `gave_up`, asked between rounds, says why an agent never will (its flow run ended): raised at once
-        as AgentRunEnded, instead of waiting out the timeout."""
+
+        `gave_up`, asked between rounds, says why an agent never will (its flow run ended): raised at once as
+        AgentRunEnded, instead of waiting out the timeout.
+        """
         deadline = time.monotonic() + timeout_s
         waiting = list(self.endpoints)
         while True:
@@ -569,7 +608,8 @@ class FlightTransport(Transport):
             last_try = time.monotonic() >= deadline
             for party in waiting:
                 try:
-                    self.ping(party, timeout_s=max(0.5, min(5.0, deadline - time.monotonic())), diagnose=last_try)
+                    self.ping(party, timeout_s=max(0.5, min(5.0, deadline - time.monotonic())),
+                              diagnose=last_try)
                 except ProtocolError as exc:
                     failures[party] = exc
             waiting = list(failures)
@@ -591,9 +631,11 @@ class FlightTransport(Transport):
             client.close()
 
     def __enter__(self) -> FlightTransport:
+        """The transport itself, closed on exit."""
         return self
 
     def __exit__(self, *exc_info) -> None:
+        """Close every client."""
         self.close()
 
 

@@ -1,6 +1,7 @@
-"""What an agent refuses before a message reaches its party: messages of a session that is over or never
-started here, replayed messages, messages over the size limit, and calls that would take the agent's
-bytes in flight over its budget.
+"""What an agent refuses before a message reaches its party.
+
+Messages of a session that is over or never started here, replayed messages, messages over the size limit, and
+calls that would take the agent's bytes in flight over its budget.
 
 The master's transport stamps every protocol call with its session id (random, fresh per transport), a
 per-party sequence number starting at 1, and the label of the master process that runs it. An agent
@@ -46,15 +47,19 @@ class Refused(Exception):
 
 
 def envelope(session: str, seq: int, run: str | None = None) -> str:
-    """The Flight action type (or exchange command) that carries a message of `session` at `seq`, sent by
-    the master process labelled `run`."""
+    """The Flight action type (or exchange command) that carries a message of `session` at `seq`.
+
+    `run` labels the master process that sent it.
+    """
     return f"message/{session}/{seq}" + (f"/{run}" if run else "")
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """An envelope the guard would admit now: its session, sequence number and run label, and whether it
-    starts a new session."""
+    """An envelope the guard would admit now.
+
+    Its session, sequence number and run label, and whether it starts a new session.
+    """
 
     session: str
     seq: int
@@ -64,8 +69,11 @@ class Verdict:
 
 @dataclass
 class SessionGuard:
-    """One agent's view of the master's sessions: the current one, its last sequence number, and every
-    session seen before (which stay closed). Safe to use from concurrent calls."""
+    """One agent's view of the master's sessions.
+
+    The current one, its last sequence number, and every session seen before (which stay closed). Safe to use
+    from concurrent calls.
+    """
 
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     busy_seconds: float = BUSY_SECONDS
@@ -83,25 +91,33 @@ class SessionGuard:
             self.closed = True
 
     def touch(self) -> None:
-        """The agent just finished answering: the session was active until now, not only until the
-        message arrived (a long answer must not make the session look idle)."""
+        """The agent just finished answering.
+
+        The session was active until now, not only until the message arrived (a long answer must not make the
+        session look idle).
+        """
         with self._lock:
             self.last_time = time.monotonic()
 
     def check_size(self, size: int) -> None:
         """Refuse a message above the limit (checked while it streams in, before it is parsed)."""
         if size > self.max_message_bytes:
-            raise Refused(f"message of {size} bytes or more exceeds the limit of {self.max_message_bytes} bytes")
+            raise Refused(f"message of {size} bytes or more exceeds the limit of {self.max_message_bytes} "
+                          "bytes")
 
     def judge(self, stamp: str) -> Verdict:
-        """Whether the envelope `stamp` would be admitted now, changing nothing: its verdict, or Refused
-        saying why. The agent calls it before reading a call's body."""
+        """Whether the envelope `stamp` would be admitted now, changing nothing.
+
+        Its verdict, or Refused saying why. The agent calls it before reading a call's body.
+        """
         with self._lock:
             return self._judge(stamp, time.monotonic())
 
     def admit(self, stamp: str) -> None:
-        """Accept the envelope `stamp` or raise Refused saying why (the rules of `judge`); on success it
-        becomes the latest seen."""
+        """Accept the envelope `stamp` or raise Refused saying why (the rules of `judge`).
+
+        On success it becomes the latest seen.
+        """
         with self._lock:
             now = time.monotonic()
             verdict = self._judge(stamp, now)
@@ -114,21 +130,24 @@ class SessionGuard:
     def _judge(self, stamp: str, now: float) -> Verdict:
         match = ENVELOPE.match(stamp)
         if match is None:
-            raise Refused(f"no valid session envelope (got {stamp[:80]!r}); only the master's transport may call")
+            raise Refused(f"no valid session envelope (got {stamp[:80]!r}); only the master's transport may "
+                          "call")
         session, seq, run = match["session"], int(match["seq"]), match["run"] or "unknown"
         if session == self.current:
             if seq <= self.last_seq:
-                raise Refused(f"replayed or reordered message: sequence {seq} after {self.last_seq} in this session")
+                raise Refused(f"replayed or reordered message: sequence {seq} after {self.last_seq} in this "
+                              "session")
             return Verdict(session, seq, run, starts_session=False)
         if session in self.seen:
             raise Refused(f"message of an earlier session {session[:8]}..., which is over")
         if seq != 1:
-            raise Refused(f"out-of-session message: session {session[:8]}... never started here (sequence {seq})")
+            raise Refused(f"out-of-session message: session {session[:8]}... never started here (sequence "
+                          f"{seq})")
         idle = now - self.last_time
         if self.current is not None and not self.closed and idle < self.busy_seconds:
-            raise Refused(f"busy: session {self.current[:8]}... of run {self.current_run} is in progress (its last "
-                          f"message {idle:.0f} s ago); another master may start a session once it closes or has been "
-                          f"idle for {self.busy_seconds:g} s")
+            raise Refused(f"busy: session {self.current[:8]}... of run {self.current_run} is in progress "
+                          f"(its last message {idle:.0f} s ago); another master may start a session once it "
+                          f"closes or has been idle for {self.busy_seconds:g} s")
         return Verdict(session, seq, run, starts_session=True)
 
 
@@ -140,6 +159,7 @@ class InFlightBudget:
     """
 
     def __init__(self, limit: int) -> None:
+        """A budget of `limit` bytes held at once by all calls."""
         if limit <= 0:
             raise ValueError(f"the bytes in flight limit must be positive, got {limit}")
         self.limit = int(limit)
@@ -169,15 +189,21 @@ class InFlightBudget:
 
 
 class Hold:
-    """The bytes one call holds from an `InFlightBudget`; `release` gives them all back (only once, however
-    often called). As a context manager, released on exit."""
+    """The bytes one call holds from an `InFlightBudget`.
+
+    `release` gives them all back (only once, however often called). As a context manager, released on exit.
+    """
 
     def __init__(self, budget: InFlightBudget) -> None:
+        """Nothing held yet from `budget`."""
         self.budget = budget
         self.size = 0
 
     def add(self, size: int) -> None:
-        """Take `size` more bytes for this call, or raise Refused (holding nothing more) if the budget is spent."""
+        """Take `size` more bytes for this call.
+
+        Raises Refused (holding nothing more) if the budget is spent.
+        """
         self.budget._take(self, size)
 
     def release(self) -> None:
@@ -185,7 +211,9 @@ class Hold:
         self.budget._give_back(self)
 
     def __enter__(self) -> Hold:
+        """The hold itself, released on exit."""
         return self
 
     def __exit__(self, *exc_info) -> None:
+        """Give back everything held."""
         self.release()

@@ -19,12 +19,15 @@ Handler = Callable[[Message], Message]
 class InProcessTransport(Transport):
     """Delivers messages by calling each party's `handle(message) -> message` in turn."""
 
-    def __init__(self, handlers: dict[str, Handler], record_transcript: bool = False, record_payloads: bool = False):
+    def __init__(self, handlers: dict[str, Handler], record_transcript: bool = False,
+                 record_payloads: bool = False):
+        """Deliver each party's messages to its handler in this process."""
         super().__init__(record_transcript=record_transcript, record_payloads=record_payloads)
         self._handlers = dict(handlers)
 
     @property
     def parties(self) -> list[str]:
+        """The parties' names, in handler order."""
         return list(self._handlers)
 
     def _deliver(self, requests: dict[str, pa.Buffer]) -> dict[str, pa.Buffer]:

@@ -81,9 +81,9 @@ def init_ca(directory: str | os.PathLike, name: str = "fedforest consortium CA",
     return cert_path, key_path
 
 
-def issue_certificate(ca_dir: str | os.PathLike, name: str, out_dir: str | os.PathLike, role: str = "institution",
-                      hosts: Sequence[str] = ("127.0.0.1", "localhost"), days: int = 825,
-                      overwrite: bool = False) -> tuple[Path, Path]:
+def issue_certificate(ca_dir: str | os.PathLike, name: str, out_dir: str | os.PathLike,
+                      role: str = "institution", hosts: Sequence[str] = ("127.0.0.1", "localhost"),
+                      days: int = 825, overwrite: bool = False) -> tuple[Path, Path]:
     """Issue `<name>.pem`/`<name>.key` in `out_dir`, signed by the CA in `ca_dir`; returns their paths."""
     if role not in ROLES:
         raise TLSError(f"role must be one of {ROLES}, got {role!r}")
@@ -106,14 +106,17 @@ def issue_certificate(ca_dir: str | os.PathLike, name: str, out_dir: str | os.Pa
     sans += [_host_name(h) for h in hosts]
     cert = (
         x509.CertificateBuilder().subject_name(subject).issuer_name(ca_cert.subject).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - CLOCK_SKEW).not_valid_after(not_after)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW).not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(ca=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                              ExtendedKeyUsageOID.CLIENT_AUTH]),
                        critical=False)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                       critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     _write(cert_path, key_path, cert, key, overwrite)
@@ -129,7 +132,8 @@ def load_ca(ca_dir: str | os.PathLike) -> tuple[x509.Certificate, ec.EllipticCur
         # cryptography returns any private key type; init_ca writes an EC one
         key = cast(ec.EllipticCurvePrivateKey, serialization.load_pem_private_key(key_pem, password=None))
     except (ValueError, TypeError) as exc:
-        raise TLSError(f"{ca_dir}: ca.pem/ca.key are not a PEM certificate and unencrypted key: {exc}") from exc
+        raise TLSError(f"{ca_dir}: ca.pem/ca.key are not a PEM certificate and "
+                       f"unencrypted key: {exc}") from exc
     if _spki(cert.public_key()) != _spki(key.public_key()):
         raise TLSError(f"{ca_dir}: ca.key does not belong to ca.pem")
     return cert, key
@@ -157,7 +161,8 @@ def read_pem(source: str | os.PathLike | bytes, what: str) -> bytes:
 
 
 def _spki(public_key) -> bytes:
-    return public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return public_key.public_bytes(serialization.Encoding.DER,
+                                   serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 def _host_name(host: str) -> x509.GeneralName:
@@ -182,7 +187,8 @@ def _positive_days(days: int) -> int:
 def _refuse_overwrite(paths: list[Path], overwrite: bool) -> None:
     existing = [str(p) for p in paths if p.exists()]
     if existing and not overwrite:
-        raise TLSError(f"refusing to overwrite {', '.join(existing)} (pass overwrite=True / --force to replace)")
+        raise TLSError(f"refusing to overwrite {', '.join(existing)} (pass overwrite=True / --force to "
+                       "replace)")
 
 
 def _write(cert_path: Path, key_path: Path, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey,
@@ -190,7 +196,8 @@ def _write(cert_path: Path, key_path: Path, cert: x509.Certificate, key: ec.Elli
     """Write the key (mode 0600, created exclusively unless overwriting) and then the certificate (0644)."""
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
-    try:  # explicit modes whatever the umask: the key 0600, the certificate 0644 (a writable CA is a forged CA)
+    # explicit modes whatever the umask: the key 0600, the certificate 0644 (a writable CA is a forged CA)
+    try:
         write_file(key_path, key_pem, PRIVATE, exclusive=not overwrite)
         write_file(cert_path, cert.public_bytes(serialization.Encoding.PEM), PUBLIC)
     except OSError as exc:
