@@ -1,6 +1,8 @@
-"""Horizontal federations need one schema: every institution's contract must declare the same feature
-columns with the same dtypes and categories, and the same label with the same classes. This module
-checks that and returns the shared schema (with the feature domains PPD-ERT draws thresholds from).
+"""Horizontal federations need one schema.
+
+Every institution's contract must declare the same feature columns with the same dtypes and categories, and
+the same label with the same classes. This module checks that and returns the shared schema (with the feature
+domains PPD-ERT draws thresholds from).
 
 Contracts are documents the consortium agrees on, not data: comparing them reveals nothing about rows.
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fedcore.contracts.model import DataContract, LabelSpec
+from fedcore.contracts.model import ColumnSpec, DataContract, LabelSpec
 from fedcore.errors import ContractMismatch
 
 NUMERIC = ("float", "int")
@@ -46,8 +48,11 @@ class SharedSchema:
 
 
 def shared_schema(contracts: dict[str, DataContract]) -> SharedSchema:
-    """Check that the institutions' contracts agree; return the shared schema or raise ContractMismatch
-    naming the institution and column that differ from the first institution's contract."""
+    """Check that the institutions' contracts agree.
+
+    Return the shared schema or raise ContractMismatch naming the institution and column that differ from the
+    first institution's contract.
+    """
     if not contracts:
         raise ContractMismatch("a horizontal federation needs a data contract at every institution")
     (first_name, first), *others = contracts.items()
@@ -60,35 +65,8 @@ def shared_schema(contracts: dict[str, DataContract]) -> SharedSchema:
     first_label = labels[first_name]
     reference = {c.name: c for c in first.columns}
     for name, contract in others:
-        columns = {c.name: c for c in contract.columns}
-        missing, extra = sorted(set(reference) - set(columns)), sorted(set(columns) - set(reference))
-        if missing or extra:
-            parts = ([f"lacks {missing}"] if missing else []) + ([f"has extra {extra}"] if extra else [])
-            raise ContractMismatch(f"institution {name!r}: its contract {' and '.join(parts)} compared with "
-                                   f"{first_name!r}; every institution must declare the same feature columns")
-        for column in reference.values():
-            theirs = columns[column.name]
-            if theirs.dtype != column.dtype:
-                raise ContractMismatch(f"institution {name!r}, column {column.name!r}: dtype {theirs.dtype!r}, but "
-                                       f"{first_name!r} declares {column.dtype!r}; declare one dtype everywhere")
-            if column.categories is not None and set(map(str, theirs.categories or [])) != set(
-                    map(str, column.categories)):
-                raise ContractMismatch(
-                    f"institution {name!r}, column {column.name!r}: categories {sorted(map(str, theirs.categories or []))}"
-                    f", but {first_name!r} declares {sorted(map(str, column.categories))}; declare the same "
-                    "categories everywhere (a category an institution never sees is fine)")
-        if labels[name].column != first_label.column:
-            raise ContractMismatch(f"institution {name!r}: label column {labels[name].column!r}, but "
-                                   f"{first_name!r} declares {first_label.column!r}")
-        our_classes, their_classes = first_label.classes, labels[name].classes
-        if (our_classes is None) != (their_classes is None) or set(map(str, our_classes or [])) != set(
-                map(str, their_classes or [])):
-            only_ours = sorted(set(map(str, our_classes or [])) - set(map(str, their_classes or [])))
-            only_theirs = sorted(set(map(str, their_classes or [])) - set(map(str, our_classes or [])))
-            raise ContractMismatch(
-                f"institution {name!r}: label classes differ from {first_name!r} (only at {first_name!r}: "
-                f"{only_ours}; only at {name!r}: {only_theirs}); every contract must declare every class of "
-                "the federation, also one the institution never sees")
+        _check_same_columns(name, contract, first_name, reference)
+        _check_same_label(name, labels[name], first_name, first_label)
     shared = []
     for column in first.columns:
         lows = [c.min for contract in contracts.values() for c in contract.columns if c.name == column.name]
@@ -105,3 +83,43 @@ def _hull_end(bounds: list[float | None], end: Callable[[list[float]], float]) -
     """`end` (min or max) of the contracts' bounds of a column, or None when a contract declares none."""
     declared = [b for b in bounds if b is not None]
     return end(declared) if len(declared) == len(bounds) else None
+
+
+def _check_same_columns(name: str, contract: DataContract, first_name: str,
+                        reference: dict[str, ColumnSpec]) -> None:
+    """Raise ContractMismatch unless `contract` declares the `reference` columns, dtypes and categories."""
+    columns = {c.name: c for c in contract.columns}
+    missing, extra = sorted(set(reference) - set(columns)), sorted(set(columns) - set(reference))
+    if missing or extra:
+        parts = ([f"lacks {missing}"] if missing else []) + ([f"has extra {extra}"] if extra else [])
+        raise ContractMismatch(f"institution {name!r}: its contract {' and '.join(parts)} compared with "
+                               f"{first_name!r}; every institution must declare the same feature columns")
+    for column in reference.values():
+        theirs = columns[column.name]
+        if theirs.dtype != column.dtype:
+            raise ContractMismatch(f"institution {name!r}, column {column.name!r}: dtype "
+                                   f"{theirs.dtype!r}, but {first_name!r} declares {column.dtype!r}; "
+                                   "declare one dtype everywhere")
+        if column.categories is not None and set(map(str, theirs.categories or [])) != set(
+                map(str, column.categories)):
+            raise ContractMismatch(
+                f"institution {name!r}, column {column.name!r}: categories "
+                f"{sorted(map(str, theirs.categories or []))}, but {first_name!r} declares "
+                f"{sorted(map(str, column.categories))}; declare the same categories everywhere (a "
+                "category an institution never sees is fine)")
+
+
+def _check_same_label(name: str, label: LabelSpec, first_name: str, first: LabelSpec) -> None:
+    """Raise ContractMismatch unless institution `name`'s label has the column and classes of `first`."""
+    if label.column != first.column:
+        raise ContractMismatch(f"institution {name!r}: label column {label.column!r}, but "
+                               f"{first_name!r} declares {first.column!r}")
+    our_classes, their_classes = first.classes, label.classes
+    if (our_classes is None) != (their_classes is None) or set(map(str, our_classes or [])) != set(
+            map(str, their_classes or [])):
+        only_ours = sorted(set(map(str, our_classes or [])) - set(map(str, their_classes or [])))
+        only_theirs = sorted(set(map(str, their_classes or [])) - set(map(str, our_classes or [])))
+        raise ContractMismatch(
+            f"institution {name!r}: label classes differ from {first_name!r} (only at {first_name!r}: "
+            f"{only_ours}; only at {name!r}: {only_theirs}); every contract must declare every class of "
+            "the federation, also one the institution never sees")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from fedcore.contracts.model import DataContract
+from fedcore.contracts.model import ColumnSpec, DataContract, LabelSpec
 from fedcore.errors import ContractViolation, InputError
 
 if TYPE_CHECKING:
@@ -36,8 +36,8 @@ _META = "fedforest"
 _MAX_SHOWN_SET = 10
 
 INT_TYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "Int8Dtype",
-             "Int16Dtype", "Int32Dtype", "Int64Dtype", "UInt8Dtype", "UInt16Dtype", "UInt32Dtype", "UInt64Dtype",
-             "int"]
+             "Int16Dtype", "Int32Dtype", "Int64Dtype", "UInt8Dtype", "UInt16Dtype", "UInt32Dtype",
+             "UInt64Dtype", "int"]
 FLOAT_TYPES = ["float16", "float32", "float64", "Float32Dtype", "Float64Dtype", "float"] + INT_TYPES
 BOOL_TYPES = ["bool", "BooleanDtype"]
 STRING_TYPES = ["str"]
@@ -102,7 +102,10 @@ def _gx():
 
 
 def build_suite(contract: DataContract, include_label: bool = True) -> ExpectationSuite:
-    """The contract as a GX ExpectationSuite; `include_label=False` for data that has no label (prediction)."""
+    """The contract as a GX ExpectationSuite.
+
+    `include_label=False` for data that has no label (prediction).
+    """
     gx, gxe = _gx()
     specs: list[tuple[str, dict[str, Any], str | None, str]] = []  # (class name, kwargs, column, expected)
     if contract.row_count is not None:
@@ -110,32 +113,16 @@ def build_suite(contract: DataContract, include_label: bool = True) -> Expectati
         specs.append(("ExpectTableRowCountToBeBetween", {"min_value": low, "max_value": high}, None,
                       _bounds_text(low, high)))
     if not contract.allow_extra_columns:
-        specs.append(("ExpectTableColumnsToMatchSet", {"column_set": contract.column_names, "exact_match": True},
-                      None, f"exactly the contract's {len(contract.column_names)} columns"))
+        specs.append(("ExpectTableColumnsToMatchSet",
+                      {"column_set": contract.column_names, "exact_match": True}, None,
+                      f"exactly the contract's {len(contract.column_names)} columns"))
     specs += _presence(contract.id_column, nullable=False)
     specs.append(("ExpectColumnValuesToBeUnique", {}, contract.id_column, ""))
     label = contract.label
     if label is not None and include_label:
-        specs += _presence(label.column, nullable=False)
-        if label.classes is not None:
-            specs.append(("ExpectColumnValuesToBeInSet", {"value_set": list(label.classes)}, label.column,
-                          _set_text(label.classes)))
-        else:
-            specs.append(("ExpectColumnValuesToBeInTypeList", {"type_list": FLOAT_TYPES}, label.column,
-                          "dtype float"))
-            if label.min is not None or label.max is not None:
-                specs.append(("ExpectColumnValuesToBeBetween", {"min_value": label.min, "max_value": label.max},
-                              label.column, _bounds_text(label.min, label.max)))
+        specs += _label_specs(label)
     for column in contract.columns:
-        specs += _presence(column.name, nullable=column.nullable)
-        specs.append(("ExpectColumnValuesToBeInTypeList", {"type_list": _type_list(column.dtype, column.categories)},
-                      column.name, f"dtype {column.dtype}"))
-        if column.min is not None or column.max is not None:
-            specs.append(("ExpectColumnValuesToBeBetween", {"min_value": column.min, "max_value": column.max},
-                          column.name, _bounds_text(column.min, column.max)))
-        if column.categories is not None:
-            specs.append(("ExpectColumnValuesToBeInSet", {"value_set": list(column.categories)}, column.name,
-                          _set_text(column.categories)))
+        specs += _column_specs(column)
     expectations = []
     for index, (class_name, kwargs, column_name, expected) in enumerate(specs):
         if column_name is not None:
@@ -145,9 +132,40 @@ def build_suite(contract: DataContract, include_label: bool = True) -> Expectati
     # Passed to the constructor: `suite.add_expectation` needs an active data context in GX 1.24.
     suite = gx.ExpectationSuite(name=f"{contract.name}-v{contract.version}", expectations=expectations)
     if len(suite.expectations) != len(expectations):  # the constructor logs and drops invalid ones
-        raise InputError(f"data contract {contract.name!r}: GX refused {len(expectations) - len(suite.expectations)}"
-                         f" of its {len(expectations)} expectations; check its values")
+        raise InputError(f"data contract {contract.name!r}: GX refused "
+                         f"{len(expectations) - len(suite.expectations)} of its {len(expectations)} "
+                         "expectations; check its values")
     return suite
+
+
+def _label_specs(label: LabelSpec) -> list[tuple[str, dict, str, str]]:
+    """The label's expectations: present and never null, then its classes, or a float in its range."""
+    specs = _presence(label.column, nullable=False)
+    if label.classes is not None:
+        specs.append(("ExpectColumnValuesToBeInSet", {"value_set": list(label.classes)}, label.column,
+                      _set_text(label.classes)))
+    else:
+        specs.append(("ExpectColumnValuesToBeInTypeList", {"type_list": FLOAT_TYPES}, label.column,
+                      "dtype float"))
+        if label.min is not None or label.max is not None:
+            specs.append(("ExpectColumnValuesToBeBetween", {"min_value": label.min, "max_value": label.max},
+                          label.column, _bounds_text(label.min, label.max)))
+    return specs
+
+
+def _column_specs(column: ColumnSpec) -> list[tuple[str, dict, str, str]]:
+    """A feature column's expectations: presence, dtype, then its range and categories where declared."""
+    specs = _presence(column.name, nullable=column.nullable)
+    specs.append(("ExpectColumnValuesToBeInTypeList",
+                  {"type_list": _type_list(column.dtype, column.categories)}, column.name,
+                  f"dtype {column.dtype}"))
+    if column.min is not None or column.max is not None:
+        specs.append(("ExpectColumnValuesToBeBetween", {"min_value": column.min, "max_value": column.max},
+                      column.name, _bounds_text(column.min, column.max)))
+    if column.categories is not None:
+        specs.append(("ExpectColumnValuesToBeInSet", {"value_set": list(column.categories)}, column.name,
+                      _set_text(column.categories)))
+    return specs
 
 
 def _presence(column: str, nullable: bool) -> list[tuple[str, dict, str, str]]:
@@ -174,7 +192,8 @@ def _type_list(dtype: str, categories: list | None) -> list[str]:
 
 
 def _bounds_text(low: Any, high: Any) -> str:
-    return ", ".join(f"{name} {value!r}" for name, value in (("min", low), ("max", high)) if value is not None)
+    return ", ".join(f"{name} {value!r}" for name, value in (("min", low), ("max", high))
+                     if value is not None)
 
 
 def _set_text(values: list) -> str:
@@ -218,7 +237,8 @@ def _gx_view(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
     if contract.label is not None and contract.label.classes is not None:
         text_columns.append(contract.label.column)
     convert = [c for c in text_columns if c in frame.columns
-               and (isinstance(frame[c].dtype, pd.CategoricalDtype) or pd.api.types.is_string_dtype(frame[c].dtype))
+               and (isinstance(frame[c].dtype, pd.CategoricalDtype)
+                    or pd.api.types.is_string_dtype(frame[c].dtype))
                and not pd.api.types.is_object_dtype(frame[c].dtype)]
     if not convert:
         return frame

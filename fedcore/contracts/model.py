@@ -116,13 +116,15 @@ def parse_contract(raw: Any, source: str = "<contract>") -> DataContract:
         seen[label.column] = "label.column"
     for index, column in enumerate(columns):
         if column.name in seen:
-            raise fail(f"columns[{index}] ({column.name!r})", f"the name is already used by {seen[column.name]}")
+            raise fail(f"columns[{index}] ({column.name!r})",
+                       f"the name is already used by {seen[column.name]}")
         seen[column.name] = f"columns[{index}]"
     allow_extra = raw.get("allow_extra_columns", False)
     if not isinstance(allow_extra, bool):
         raise fail("allow_extra_columns", f"must be true or false, found {allow_extra!r}")
     return DataContract(name=name, version=str(version), id_column=id_column, columns=columns, label=label,
-                        row_count=_parse_row_count(raw.get("row_count"), fail), allow_extra_columns=allow_extra)
+                        row_count=_parse_row_count(raw.get("row_count"), fail),
+                        allow_extra_columns=allow_extra)
 
 
 def _no_unknown_keys(mapping: dict, allowed: set[str], where: str, fail) -> None:
@@ -134,7 +136,8 @@ def _no_unknown_keys(mapping: dict, allowed: set[str], where: str, fail) -> None
 def _text(mapping: dict, key: str, where: str, fail) -> str:
     value = mapping.get(key)
     if not isinstance(value, str) or not value.strip():
-        raise fail(key if where == "the contract" else f"{where}.{key}", f"must be a non-empty string, found {value!r}")
+        raise fail(key if where == "the contract" else f"{where}.{key}",
+                   f"must be a non-empty string, found {value!r}")
     return value
 
 
@@ -238,7 +241,8 @@ HEADER = """\
 
 def dump_contract(contract: DataContract, source: str | None = None) -> str:
     """The contract as YAML under a header asking the user to review it; `load_contract` reads it back."""
-    body: dict[str, Any] = {"name": contract.name, "version": contract.version, "id_column": contract.id_column}
+    body: dict[str, Any] = {"name": contract.name, "version": contract.version,
+                            "id_column": contract.id_column}
     if contract.label is not None:
         label: dict[str, Any] = {"column": contract.label.column}
         if contract.label.classes is not None:
@@ -252,7 +256,8 @@ def dump_contract(contract: DataContract, source: str | None = None) -> str:
     body["columns"] = [_column_mapping(c) for c in contract.columns]
     header = HEADER.format(name=contract.name, version=contract.version, padding=RANGE_PADDING,
                            source=f", drafted from {source}" if source else "")
-    return header + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=100, allow_unicode=True)
+    return header + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=100,
+                                   allow_unicode=True)
 
 
 def _column_mapping(column: ColumnSpec) -> dict[str, Any]:
@@ -287,7 +292,8 @@ def _guess_id_column(frame: pd.DataFrame) -> str:
     """The first column named like an id ('id', '*_id') whose values are unique and non-null."""
     for column in frame.columns:
         lowered = str(column).lower()
-        if (lowered == "id" or lowered.endswith("_id")) and frame[column].notna().all() and frame[column].is_unique:
+        if ((lowered == "id" or lowered.endswith("_id")) and frame[column].notna().all()
+                and frame[column].is_unique):
             return str(column)
     raise InputError("no id column given and none found (a unique, non-null column named 'id' or '*_id'); "
                      "name it with --id")
@@ -300,7 +306,8 @@ def _infer_column(series: pd.Series, name: str) -> ColumnSpec:
         low, high = widen_range(pd.to_numeric(series.dropna()), integer=dtype == "int")
         return ColumnSpec(name, dtype, nullable, min=low, max=high)
     if dtype == "category":
-        values = series.cat.categories if isinstance(series.dtype, pd.CategoricalDtype) else series.dropna().unique()
+        values = (series.cat.categories if isinstance(series.dtype, pd.CategoricalDtype)
+                  else series.dropna().unique())
         return ColumnSpec(name, dtype, nullable, categories=_sorted_values(values) or None)
     return ColumnSpec(name, dtype, nullable)
 
@@ -333,7 +340,8 @@ def _infer_label(series: pd.Series) -> LabelSpec:
 
     if infer_task(series) == "classification":
         return LabelSpec(str(series.name), classes=_sorted_values(series.dropna().unique()))
-    low, high = widen_range(pd.to_numeric(series.dropna()), integer=pd.api.types.is_integer_dtype(series.dtype))
+    low, high = widen_range(pd.to_numeric(series.dropna()),
+                            integer=pd.api.types.is_integer_dtype(series.dtype))
     return LabelSpec(str(series.name), min=low, max=high)
 
 
