@@ -1,0 +1,1 @@
+"""Tables: reading, column conversion, binning, labels, the demo datasets and splitting them into parties."""

@@ -91,7 +91,8 @@ def _numeric_edges(values: np.ndarray, max_bins: int, subsample: int, seed: int)
     return edges
 
 
-def fit_column(series: pd.Series, max_bins: int = MAX_BINS, subsample: int = 200_000, seed: int = 0) -> ColumnBinning:
+def fit_column(series: pd.Series, max_bins: int = MAX_BINS, subsample: int = 200_000,
+               seed: int = 0) -> ColumnBinning:
     """Learn the binning of one column; the subsample seed depends only on the column name and `seed`."""
     if not 2 <= max_bins <= MAX_BINS:
         raise ParameterError(f"max_bins must be between 2 and {MAX_BINS}, got {max_bins}")
@@ -100,19 +101,21 @@ def fit_column(series: pd.Series, max_bins: int = MAX_BINS, subsample: int = 200
         categories = sorted(category_strings(series).dropna().unique().tolist())
         if len(categories) > max_bins:
             raise ParameterError(
-                f"column {name!r} has {len(categories)} categories; at most max_bins={max_bins} are supported. "
-                "Group rare categories, or convert the column to numbers if it is ordinal."
+                f"column {name!r} has {len(categories)} categories; at most max_bins={max_bins} are "
+                "supported. Group rare categories, or convert the column to numbers if it is ordinal."
             )
         return ColumnBinning(name=name, is_categorical=True, categories=categories)
     values = numeric_values(series)
     column_seed = (zlib.crc32(name.encode()) ^ int(seed)) & 0xFFFFFFFF
-    return ColumnBinning(name=name, is_categorical=False, edges=_numeric_edges(values, max_bins, subsample, column_seed))
+    return ColumnBinning(name=name, is_categorical=False,
+                         edges=_numeric_edges(values, max_bins, subsample, column_seed))
 
 
 class PartyBinner:
     """Bins every column of one party's table; fitted and applied only where the data lives."""
 
     def __init__(self, max_bins: int = MAX_BINS, subsample: int = 200_000, random_state: int = 0) -> None:
+        """At most `max_bins` bins per column; numeric edges from a `subsample` of rows (`random_state`)."""
         self.max_bins = max_bins
         self.subsample = subsample
         self.random_state = random_state
@@ -120,7 +123,8 @@ class PartyBinner:
 
     def fit(self, frame: pd.DataFrame) -> PartyBinner:
         """Learn one ColumnBinning per column."""
-        self.columns = [fit_column(frame[c], self.max_bins, self.subsample, self.random_state) for c in frame.columns]
+        self.columns = [fit_column(frame[c], self.max_bins, self.subsample, self.random_state)
+                        for c in frame.columns]
         return self
 
     def transform(self, frame: pd.DataFrame) -> np.ndarray:

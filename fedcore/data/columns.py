@@ -1,5 +1,6 @@
-"""Make the feature columns of any table usable by both engines: dates become numbers, strings must be
-categorical-sized.
+"""Make the feature columns of any table usable by both engines.
+
+Dates become numbers, strings must be categorical-sized.
 
 Dates are decided once, here, for both settings: a date or datetime column becomes one float64 column
 of **days since 1970-01-01 UTC** (times of day as fractions of a day, missing stays NaN), under the
@@ -85,8 +86,8 @@ def _refuse_unparsed(series: pd.Series, parsed: pd.Series) -> None:
     bad = series.notna() & parsed.isna()
     if bad.any():
         shown = ", ".join(repr(str(v)) for v in series[bad].unique()[:3])
-        raise InputError(f"column {series.name!r} holds ISO dates, but {int(bad.sum())} values are not valid dates "
-                         f"({shown}); correct or blank them")
+        raise InputError(f"column {series.name!r} holds ISO dates, but {int(bad.sum())} values are not valid "
+                         f"dates ({shown}); correct or blank them")
 
 
 def days_since_epoch(series: pd.Series) -> pd.Series:
@@ -98,7 +99,8 @@ def days_since_epoch(series: pd.Series) -> pd.Series:
     return pd.Series(days, index=series.index, name=series.name)
 
 
-def convert_dates(table: pd.DataFrame, keep: Collection[str] = ()) -> tuple[pd.DataFrame, list[DateConversion]]:
+def convert_dates(table: pd.DataFrame,
+                  keep: Collection[str] = ()) -> tuple[pd.DataFrame, list[DateConversion]]:
     """`table` with every date column (except those in `keep`) as days since epoch, and what was converted."""
     conversions = []
     converted = table.copy()
@@ -110,8 +112,9 @@ def convert_dates(table: pd.DataFrame, keep: Collection[str] = ()) -> tuple[pd.D
     return converted, conversions
 
 
-def check_category_sizes(table: pd.DataFrame, keep: Collection[str] = (), limit: int = MAX_CATEGORIES) -> None:
-    """Refuse a categorical column (strings, objects) with more than `limit` distinct values, saying the fix."""
+def check_category_sizes(table: pd.DataFrame, keep: Collection[str] = (),
+                         limit: int = MAX_CATEGORIES) -> None:
+    """Refuse a categorical column (strings, objects) of over `limit` distinct values, saying the fix."""
     for column in table.columns:
         if column in keep or not is_categorical_dtype(table[column]):
             continue

@@ -50,4 +50,5 @@ def load_table(path: str | Path) -> pd.DataFrame:
         return pd.read_parquet(path)
     if suffix == ".csv":
         return pd.read_csv(path)
-    raise DataReadError(f"cannot read {str(path)!r}: expected a .parquet or .csv file, found suffix {suffix!r}")
+    raise DataReadError(f"cannot read {str(path)!r}: expected a .parquet or .csv file, found suffix "
+                        f"{suffix!r}")

@@ -28,8 +28,9 @@ FEATURES = ["age", "bmi", "systolic_bp", "cholesterol", "prior_admissions", "len
             "diabetes", "discharge_to"]
 
 
-def _patients(rng: np.random.Generator, n: int, mean_age: float, smoker_rate: float, diabetes_rate: float) -> pd.DataFrame:
-    """n patients of one hospital's population, with the readmission label drawn from a shared model."""
+def _patients(rng: np.random.Generator, n: int, mean_age: float, smoker_rate: float,
+              diabetes_rate: float) -> pd.DataFrame:
+    """`n` patients of one hospital's population, with the readmission label drawn from a shared model."""
     age = np.clip(rng.normal(mean_age, 12, n), 18, 99).round().astype(np.int64)
     bmi = np.clip(rng.normal(27 + 0.03 * (age - 50), 4.5, n), 15, 55).round(1)
     systolic = np.clip(rng.normal(118 + 0.5 * (age - 40), 14, n), 85, 220).round().astype(np.int64)
@@ -48,7 +49,9 @@ def _patients(rng: np.random.Generator, n: int, mean_age: float, smoker_rate: fl
                           "prior_admissions": prior, "length_of_stay": stay,
                           "smoker": pd.Categorical(smoker, categories=["current", "former", "never"]),
                           "diabetes": pd.Categorical(diabetes, categories=["none", "type1", "type2"]),
-                          "discharge_to": pd.Categorical(discharge, categories=["home", "home_care", "nursing", "rehab"]),
+                          "discharge_to": pd.Categorical(discharge,
+                                                         categories=["home", "home_care",
+                                                                     "nursing", "rehab"]),
                           LABEL: readmitted})
     for column, rate in (("bmi", 0.06), ("cholesterol", 0.12), ("smoker", 0.04)):
         frame.loc[rng.random(n) < rate, column] = np.nan
@@ -57,7 +60,10 @@ def _patients(rng: np.random.Generator, n: int, mean_age: float, smoker_rate: fl
 
 def make_horizontal_scenario(out_dir: str | Path, n_patients: int = 9000, new_share: float = 0.15,
                              seed: int = 0) -> dict:
-    """Write the hospitals' train/new tables under `out_dir`; return where everything is and the row counts."""
+    """Write the hospitals' train/new tables under `out_dir`.
+
+    Returns where everything is and the row counts.
+    """
     if n_patients < 300:
         raise ParameterError(f"n_patients must be at least 300 for three hospitals, got {n_patients}")
     out = Path(out_dir)

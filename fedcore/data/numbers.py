@@ -24,16 +24,19 @@ def numeric_values(series: pd.Series, what: str = "column") -> np.ndarray:
     values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     infinite = int(np.isinf(values).sum())
     if infinite:
-        raise InputError(f"{what} {series.name!r} holds {infinite} infinite value{'s' if infinite > 1 else ''} "
-                         "(inf or -inf): replace them with missing values, which every engine handles, or with "
-                         "finite numbers")
+        raise InputError(f"{what} {series.name!r} holds {infinite} infinite "
+                         f"value{'s' if infinite > 1 else ''} (inf or -inf): replace them with missing "
+                         "values, which every engine handles, or with finite numbers")
     return values
 
 
 def check_finite_columns(frame: pd.DataFrame, where: str = "", skip: Collection[str] = ()) -> None:
-    """Refuse a table whose numeric or boolean columns (other than `skip`) hold inf or -inf, naming the
-    first such column (`where` says whose table, e.g. "party 'bank'")."""
+    """Refuse a table whose numeric or boolean columns (other than `skip`) hold inf or -inf.
+
+    The error names the first such column (`where` says whose table, e.g. "party 'bank'").
+    """
     for name in frame.columns:
         series = frame[name]
-        if name not in skip and (pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype)):
+        if name not in skip and (pd.api.types.is_numeric_dtype(series.dtype)
+                                 or pd.api.types.is_bool_dtype(series.dtype)):
             numeric_values(series, f"{where} column".strip())

@@ -39,9 +39,10 @@ COLUMNS = {
 
 
 CONTRACT_BOUNDS = {
-    "age": (18, 100), "income": (0.0, 300_000.0), "balance": (-100_000.0, 900_000.0), "tenure_years": (0.0, 70.0),
-    "n_products": (0, 9), "orders_12m": (0, 80), "avg_basket": (0.0, 300.0), "days_since_last_order": (0.0, 500.0),
-    "returns_rate": (0.0, 0.7), "policies": (0, 7), "claims_3y": (0, 7), "premium": (0.0, 3000.0),
+    "age": (18, 100), "income": (0.0, 300_000.0), "balance": (-100_000.0, 900_000.0),
+    "tenure_years": (0.0, 70.0), "n_products": (0, 9), "orders_12m": (0, 80), "avg_basket": (0.0, 300.0),
+    "days_since_last_order": (0.0, 500.0), "returns_rate": (0.0, 0.7), "policies": (0, 7),
+    "claims_3y": (0, 7), "premium": (0.0, 3000.0),
 }
 """The numeric ranges `data_contracts/demo` declares: generated values are capped to them (after the label
 is drawn; the caps touch a handful of rows in the tails), so every seed's data keeps its contract."""
@@ -70,14 +71,18 @@ def _blank(rng: np.random.Generator, frame: pd.DataFrame, rates: dict[str, float
         frame.loc[rng.random(len(frame)) < rate, column] = np.nan
 
 
-MISSING_RATES = {"income": 0.08, "balance": 0.03, "region": 0.02, "avg_basket": 0.03, "days_since_last_order": 0.03,
-                 "preferred_channel": 0.04, "premium": 0.03, "vehicle_type": 0.02}
+MISSING_RATES = {"income": 0.08, "balance": 0.03, "region": 0.02, "avg_basket": 0.03,
+                 "days_since_last_order": 0.03, "preferred_channel": 0.04, "premium": 0.03,
+                 "vehicle_type": 0.02}
 """The share of values each column misses in the demo's data."""
 
 
-def _customers(rng: np.random.Generator, ids: np.ndarray, missing: dict[str, float] = MISSING_RATES) -> pd.DataFrame:
-    """Every column of every institution for `ids` (as if all were customers everywhere) and the label, with
-    `missing` shares of values blanked."""
+def _customers(rng: np.random.Generator, ids: np.ndarray,
+               missing: dict[str, float] = MISSING_RATES) -> pd.DataFrame:
+    """Every column of every institution for `ids` (as if all were customers everywhere) and the label.
+
+    `missing` gives the shares of values blanked.
+    """
     n = len(ids)
     age = np.clip(rng.normal(45, 15, n), 18, 90).astype(np.int64)
     affluence = rng.normal(size=n) + 0.02 * (age - 45)
@@ -100,7 +105,8 @@ def _customers(rng: np.random.Generator, ids: np.ndarray, missing: dict[str, flo
     orders = rng.poisson(np.exp(1.2 + 0.8 * digital + 0.2 * affluence))
     active = orders > 0
     f["orders_12m"] = orders
-    f["avg_basket"] = np.where(active, np.round(np.exp(3.6 + 0.35 * affluence + rng.normal(0, 0.4, n)), 2), np.nan)
+    f["avg_basket"] = np.where(active,
+                               np.round(np.exp(3.6 + 0.35 * affluence + rng.normal(0, 0.4, n)), 2), np.nan)
     f["days_since_last_order"] = np.where(
         active, np.minimum(365, np.floor(rng.exponential(365 / (orders + 1)))), np.nan)
     f["preferred_channel"] = _category(rng, ["app", "web", "marketplace", "phone"],
@@ -114,8 +120,9 @@ def _customers(rng: np.random.Generator, ids: np.ndarray, missing: dict[str, flo
     f["premium"] = np.round(np.maximum(120, 300 + 250 * f["policies"] + 180 * f["claims_3y"] + 100 * risk
                                        + rng.normal(0, 80, n)), 2)
     f["vehicle_type"] = _category(rng, ["none", "compact", "sedan", "suv", "van", "motorbike"],
-                                  np.stack([np.full(n, -0.5), np.zeros(n), 0.4 * affluence, 0.9 * affluence - 0.5,
-                                            np.full(n, -1.2), 0.6 * risk - 1.5], axis=1))
+                                  np.stack([np.full(n, -0.5), np.zeros(n), 0.4 * affluence,
+                                            0.9 * affluence - 0.5, np.full(n, -1.2), 0.6 * risk - 1.5],
+                                           axis=1))
     score = risk + 0.5 * f["claims_3y"].to_numpy()
     f["risk_class"] = pd.Categorical.from_codes(  # type: ignore[call-overload]  # pandas-stubs: a list
         np.digitize(score, np.quantile(score, [0.2, 0.4, 0.6, 0.8])), categories=["A", "B", "C", "D", "E"])
@@ -154,7 +161,8 @@ def _memberships(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     return member
 
 
-def _write_batch(rng: np.random.Generator, universe: pd.DataFrame, out: Path, stem: str, with_label: bool) -> dict:
+def _write_batch(rng: np.random.Generator, universe: pd.DataFrame, out: Path, stem: str,
+                 with_label: bool) -> dict:
     """Write each institution's shuffled slice of `universe` and the pooled truth table; return the counts."""
     member = _memberships(rng, len(universe))
     counts = {}
@@ -183,15 +191,18 @@ SAMPLE_EPOCH = np.datetime64("2026-01-01")
 
 
 def make_customer_table(n_customers: int = 5000, seed: int = 0) -> pd.DataFrame:
-    """The demo's customers as one ordinary table: every institution's columns, the label `responded`,
-    and a `customer_since` ISO date, with missing values. For trying `fedforest simulate` (`fedforest
-    sample-table`); a federation never has this pooled table."""
+    """The demo's customers as one ordinary table.
+
+    Every institution's columns, the label `responded`, and a `customer_since` ISO date, with missing values.
+    For trying `fedforest simulate` (`fedforest sample-table`); a federation never has this pooled table.
+    """
     if n_customers < 20:
         raise ParameterError(f"the sample table needs at least 20 customers, got {n_customers}")
     rng = np.random.default_rng(seed)
     width = max(6, len(str(n_customers - 1)))
     ids = np.array([f"C{i:0{width}d}" for i in range(n_customers)], dtype=object)
-    frame = _customers(rng, ids, {k: v for k, v in MISSING_RATES.items() if k != "premium"})  # a label: complete
+    # a label: complete
+    frame = _customers(rng, ids, {k: v for k, v in MISSING_RATES.items() if k != "premium"})
     days = np.round(frame["tenure_years"].to_numpy() * 365.25).astype("timedelta64[D]")
     position = cast(int, frame.columns.get_loc("tenure_years"))  # a unique column's: an int
     frame.insert(position, "customer_since",
@@ -205,18 +216,19 @@ def make_vertical_scenario(out_dir: str | Path, n_customers: int = 6000, seed: i
     out = Path(out_dir)
     n_new = max(n_customers // 5, 1) if n_new is None else n_new
     if n_customers < 20 or n_new < 20:
-        raise ParameterError(f"the scenario needs at least 20 customers per batch, got n_customers={n_customers}, "
-                             f"n_new={n_new}")
+        raise ParameterError("the scenario needs at least 20 customers per batch, got "
+                             f"n_customers={n_customers}, n_new={n_new}")
     rng = np.random.default_rng(seed)
     width = max(6, len(str(n_customers + n_new - 1)))
     ids = np.array([f"C{i:0{width}d}" for i in range(n_customers + n_new)], dtype=object)
     universe = _customers(rng, ids)
-    train = _write_batch(rng, universe.iloc[:n_customers].reset_index(drop=True), out, "train", with_label=True)
+    train = _write_batch(rng, universe.iloc[:n_customers].reset_index(drop=True), out, "train",
+                         with_label=True)
     new = _write_batch(rng, universe.iloc[n_customers:].reset_index(drop=True), out, "new", with_label=False)
     (out / "truth" / "README.md").write_text(
         "DEMO-ONLY ground truth: every customer with all institutions' columns pooled, membership flags "
-        "(in_<institution>) and the true `responded`. No real federation has this table; it exists to compute "
-        "a centralized reference model and to score predictions on the new batch.\n")
+        "(in_<institution>) and the true `responded`. No real federation has this table; it exists to "
+        "compute a centralized reference model and to score predictions on the new batch.\n")
     return {
         "out_dir": str(out), "id_column": ID_COLUMN, "label": LABEL, "label_holder": LABEL_HOLDER,
         "institutions": {

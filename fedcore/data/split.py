@@ -1,5 +1,7 @@
-"""Split one table into simulated parties: vertically (columns) for Federated Forest, horizontally (rows)
-for Federated Extra-Trees and PPD-ERT."""
+"""Split one table into simulated parties.
+
+Vertically (columns) for Federated Forest, horizontally (rows) for Federated Extra-Trees and PPD-ERT.
+"""
 
 from __future__ import annotations
 
@@ -100,7 +102,8 @@ def split_horizontal(
 def _by_column(frame: pd.DataFrame, n_parties: int, column: str | None) -> list[np.ndarray]:
     """Row positions per party, grouped by a column's values (numbers by quantile range)."""
     if column is None:
-        raise ParameterError("the column partition needs column=... (the column whose values decide the party)")
+        raise ParameterError("the column partition needs column=... (the column whose values decide the "
+                             "party)")
     if column not in frame.columns:
         raise ColumnNotFoundError(f"partition column {column!r} not in the table")
     values = frame[column]
