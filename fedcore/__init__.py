@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 def default_numba_cache() -> Path:
-    """The checkout's .numba_cache when fedcore runs from a writable source checkout, else the user's cache."""
+    """The checkout's .numba_cache when fedcore runs from a writable source checkout, else the user's."""
     checkout = Path(__file__).resolve().parent.parent
     if (checkout / "pyproject.toml").is_file() and os.access(checkout, os.W_OK):
         return checkout / ".numba_cache"

@@ -1,6 +1,8 @@
-"""Checkpoints of a training run: each completed tree batch, written atomically at the master and at every
-party, so that a run interrupted by a crash (kill -9 of an agent or of the master) resumes from the last
-batch everyone completed and ends with the same model as an uninterrupted run.
+"""Checkpoints of a training run.
+
+Each completed tree batch, written atomically at the master and at every party, so that a run interrupted by a
+crash (kill -9 of an agent or of the master) resumes from the last batch everyone completed and ends with the
+same model as an uninterrupted run.
 
 A run is identified by `run_id` (the master chooses it, e.g. its Prefect flow-run id, so a retried flow
 finds its checkpoints) and bound to a `context` digest of what must not change between attempts
@@ -32,6 +34,7 @@ class CheckpointStore:
     """Completed batches of one run under `root/<run_id>/`."""
 
     def __init__(self, root: str | os.PathLike, run_id: str, context: str) -> None:
+        """Checkpoints of run `run_id` under `root`, valid only for the digest `context`."""
         if not RUN_ID.match(str(run_id)):
             raise ArtifactError(f"run id {run_id!r} must be 1-128 letters, digits, '-' or '_'")
         self.folder = Path(root) / str(run_id)
@@ -43,8 +46,10 @@ class CheckpointStore:
         return path.is_file() and path.read_text() == self.context
 
     def save(self, batch: int, arrays: dict[str, np.ndarray]) -> None:
-        """Write batch `batch` atomically (temporary file, fsync, rename), with its SHA-256. Checkpoints of
-        another context under the same run id are discarded first."""
+        """Write batch `batch` atomically (temporary file, fsync, rename), with its SHA-256.
+
+        Checkpoints of another context under the same run id are discarded first.
+        """
         if not self._matches():
             shutil.rmtree(self.folder, ignore_errors=True)
             make_folders(self.folder.parent.parent)  # the registry's own folder keeps the usual mode
@@ -53,15 +58,17 @@ class CheckpointStore:
             # matches nothing, and the next attempt would discard every checkpoint of the run
             self._write(self.folder / "context", self.context.encode())
         booleans = sorted(name for name, a in arrays.items() if np.asarray(a).dtype == np.bool_)
-        stored = {name: (np.asarray(a).astype(np.uint8) if name in booleans else a) for name, a in arrays.items()}
+        stored = {name: (np.asarray(a).astype(np.uint8) if name in booleans else a)
+                  for name, a in arrays.items()}
         data = Message("checkpoint", {"batch": int(batch), "booleans": booleans}, stored).to_bytes()
         digest = hashlib.sha256(data).hexdigest()
-        for name, payload in ((f"batch-{batch:05d}.arrow", data), (f"batch-{batch:05d}.sha256", digest.encode())):
+        for name, payload in ((f"batch-{batch:05d}.arrow", data),
+                              (f"batch-{batch:05d}.sha256", digest.encode())):
             self._write(self.folder / name, payload)
 
     @staticmethod
     def _write(path: Path, payload: bytes) -> None:
-        """Replace `path` atomically: a temporary file, fsync, rename (a reader sees the old or the new file)."""
+        """Replace `path` atomically: a temporary file, fsync, rename (a reader sees the old or new file)."""
         temp = path.with_name(f".{path.name}.tmp")
         write_file(temp, payload, PRIVATE)
         os.replace(temp, path)

@@ -48,23 +48,32 @@ class ProtocolError(FedForestError):
 
 
 class PartyUnavailable(ProtocolError):
-    """A party cannot be reached or stopped answering (its process died, the network failed): transient;
-    a run can resume from its checkpoints once the party is back."""
+    """A party cannot be reached or stopped answering (its process died, the network failed).
+
+    Transient; a run can resume from its checkpoints once the party is back.
+    """
 
 
 class AgentRunEnded(PartyUnavailable):
-    """An institution's agent flow run ended before its agent served (its error is quoted): waiting for
-    the agent or retrying the connection cannot help."""
+    """An institution's agent flow run ended before its agent served (its error is quoted).
+
+    Waiting for the agent or retrying the connection cannot help.
+    """
 
 
 class CertificateRefused(ProtocolError):
-    """A mutual-TLS peer's certificate was refused (wrong CA, wrong identity, expired): retrying cannot help."""
+    """A mutual-TLS peer's certificate was refused (wrong CA, wrong identity, expired).
+
+    Retrying cannot help.
+    """
 
 
 class KeyAuthenticationError(ProtocolError):
-    """A party's secure-aggregation public key is not signed by that party's consortium identity (bad or
-    missing signature, a key signed for another session, a certificate the consortium CA did not issue
-    to that party): the key may have been substituted by the relay, so no mask is derived from it."""
+    """A party's secure-aggregation public key is not signed by that party's consortium identity.
+
+    A bad or missing signature, a key signed for another session, or a certificate the consortium CA did not
+    issue to that party: the key may have been substituted by the relay, so no mask is derived from it.
+    """
 
 
 class ArtifactError(FedForestError):
@@ -76,14 +85,17 @@ class ConfigError(InputError):
 
 
 class ContractMismatch(InputError):
-    """The institutions of a horizontal federation declare different schemas (columns, dtypes, categories,
-    label classes) in their data contracts."""
+    """The institutions of a horizontal federation declare different schemas in their data contracts.
+
+    Their columns, dtypes, categories or label classes differ.
+    """
 
 
 class ContractViolation(InputError):
     """Data broke its contract: the message lists every failed expectation with institution and column."""
 
     def __init__(self, message: str, institution: str, failures: list[dict]) -> None:
+        """`failures` lists what the contract check found wrong in `institution`'s data."""
         super().__init__(message)
         self.institution = institution
         self.failures = failures

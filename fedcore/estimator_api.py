@@ -1,5 +1,6 @@
-"""scikit-learn's estimator conventions, for both settings' simulation estimators, without importing
-scikit-learn (a test and benchmark dependency only).
+"""scikit-learn's estimator conventions for both settings' simulation estimators.
+
+Without importing scikit-learn (a test and benchmark dependency only).
 
 What an estimator gets by inheriting `EstimatorBase` and `ClassifierMixin` / `RegressorMixin`:
 
@@ -55,8 +56,11 @@ class EstimatorBase:
 
     @property
     def params(self) -> Any:
-        """The validated forest parameters: those the model was fitted with once fitted (`params_`), else
-        the current constructor parameters, checked now (ParameterError names a bad one)."""
+        """The validated forest parameters.
+
+        Those the model was fitted with once fitted (`params_`), else the current constructor parameters,
+        checked now (ParameterError names a bad one).
+        """
         return self.params_ if self.__sklearn_is_fitted__() else self._forest_params()
 
     @property
@@ -89,8 +93,10 @@ class EstimatorBase:
             setattr(self, name, arguments[name])
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """The constructor parameters by name; with `deep`, also `name__sub` for parameters that are
-        estimators themselves."""
+        """The constructor parameters by name.
+
+        With `deep`, also `name__sub` for parameters that are estimators themselves.
+        """
         out: dict[str, Any] = {}
         for name in self._get_param_names():
             value = getattr(self, name)
@@ -100,8 +106,10 @@ class EstimatorBase:
         return out
 
     def set_params(self, **params: Any) -> EstimatorBase:
-        """Set constructor parameters (`name__sub` reaches into a parameter that is an estimator); values are
-        checked by the next `fit`. Returns the estimator."""
+        """Set constructor parameters (`name__sub` reaches into a parameter that is an estimator).
+
+        Values are checked by the next `fit`. Returns the estimator.
+        """
         if not params:
             return self
         valid = self.get_params(deep=True)
@@ -121,6 +129,7 @@ class EstimatorBase:
         return self
 
     def __repr__(self) -> str:
+        """The class name with the parameters that differ from their defaults."""
         defaults = {name: p.default for name, p in inspect.signature(type(self).__init__).parameters.items()}
         changed = [f"{name}={value!r}" for name, value in self.get_params(deep=False).items()
                    if not _same_value(value, defaults.get(name, inspect.Parameter.empty))]
@@ -180,9 +189,11 @@ def accuracy(y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
 
 
 def r2(y_true: Any, y_pred: Any, sample_weight: Any = None) -> float:
-    """Coefficient of determination 1 - SS_res / SS_tot, scikit-learn's `r2_score` (a constant truth scores
-    1.0 when predicted exactly, else 0.0). The total sum of squares is taken around a refined mean (two passes),
-    never as E[y^2] - E[y]^2, so a large offset in y costs no precision."""
+    """Coefficient of determination 1 - SS_res / SS_tot, scikit-learn's `r2_score`.
+
+    A constant truth scores 1.0 when predicted exactly, else 0.0. The total sum of squares is taken around a
+    refined mean (two passes), never as E[y^2] - E[y]^2, so a large offset in y costs no precision.
+    """
     y_true, y_pred, weight = _aligned(y_true, y_pred, sample_weight, dtype=np.float64)
     mean = np.average(y_true, weights=weight)
     mean += np.average(y_true - mean, weights=weight)
@@ -223,7 +234,8 @@ def _same_value(value: Any, default: Any) -> bool:
 
 def node_impurity_decrease(tree: np.ndarray, left: np.ndarray, right: np.ndarray, weight: np.ndarray,
                            value: np.ndarray, criterion: str, n_trees: int) -> np.ndarray:
-    """The weighted impurity decrease of every split node (0 on leaves), scikit-learn's
+    """The weighted impurity decrease of every split node (0 on leaves), as scikit-learn defines it.
+
     w_t i(t) - w_l i(l) - w_r i(r), from each node's weight (weighted sample count) and value (class
     probabilities, or the mean of a regression target), the node statistics the forests keep.
 
@@ -258,9 +270,11 @@ def _divergence(child: np.ndarray, parent: np.ndarray, criterion: str) -> np.nda
 
 def impurity_importances(decrease: np.ndarray, tree: np.ndarray, n_trees: int, split_feature: np.ndarray,
                          n_features: int) -> np.ndarray:
-    """scikit-learn's forest `feature_importances_` from the per-node decreases: in each tree, each split's
-    decrease over the tree's total (a tree's importances sum to 1), summed per split feature and averaged
-    over the trees that split at all; the vector sums to 1 (all zeros if no tree splits).
+    """scikit-learn's forest `feature_importances_` from the per-node decreases.
+
+    In each tree, each split's decrease over the tree's total (a tree's importances sum to 1), summed per
+    split feature and averaged over the trees that split at all; the vector sums to 1 (all zeros if no tree
+    splits).
 
     `split_feature` is the feature index of each node's split, -1 where the node is a leaf *or where the
     caller does not know the feature*: a vertical party passes its own splits only and gets exactly its own

@@ -1,7 +1,9 @@
-"""Files and folders written with explicit permissions, whatever the process's umask: a private key is
-0600, everything else of the PKI and the registries 0644 (folders 0755). Under umask 000 the defaults
-would make the CA certificate, a model version or its folder world-writable, and anyone on the machine
-could replace them."""
+"""Files and folders written with explicit permissions, whatever the process's umask.
+
+A private key is 0600, everything else of the PKI and the registries 0644 (folders 0755). Under umask 000 the
+defaults would make the CA certificate, a model version or its folder world-writable, and anyone on the
+machine could replace them.
+"""
 
 from __future__ import annotations
 
@@ -43,8 +45,11 @@ def set_mode(fd: int, mode: int) -> None:
 
 
 def write_file(path: str | os.PathLike, data: bytes, mode: int = PUBLIC, *, exclusive: bool = False) -> Path:
-    """Write `data` to `path` with exactly `mode` (set on the open file before any byte is written) and
-    sync it. `exclusive`: refuse (FileExistsError) when the file exists; else it is replaced in place."""
+    """Write `data` to `path` with exactly `mode` and sync it.
+
+    The mode is set on the open file before any byte is written. `exclusive`: refuse (FileExistsError) when
+    the file exists; else it is replaced in place.
+    """
     path = Path(path)
     make_folders(path.parent)
     flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)

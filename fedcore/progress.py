@@ -1,5 +1,6 @@
-"""Training progress shared by every engine: what the masters report as tree batches and levels grow, and
-how it is shown.
+r"""Training progress shared by every engine.
+
+What the masters report as tree batches and levels grow, and how it is shown.
 
 The masters' growth loop (`fedcore.trees.grower.LevelwiseGrower`) reports a `GrowthProgress` after every
 level of a tree batch and after every finished batch. A `GrowthTracker` turns those reports into how far
@@ -9,7 +10,7 @@ in its open nodes level by level, against the depth limit.
 
 Displays:
 
-* `progress_bar()`: the one-line bar (`\\r`, erase to end of line) when stderr is a terminal; plain,
+* `progress_bar()`: the one-line bar (`\r`, erase to end of line) when stderr is a terminal; plain,
   complete, rate-limited lines when it is not (redirected to a file or pipe, or TERM=dumb);
 * `log_progress(logger)`: the same plain lines, rate-limited, through a `logging.Logger` (Prefect's run
   logger for flows and tasks);
@@ -41,8 +42,10 @@ DEFAULT_INTERVAL = 10.0
 
 @dataclass
 class GrowthProgress:
-    """Where training stands: finished trees, and the level being grown in the current tree batch
-    (depth -1 once a batch is done, or on the report announcing the plan).
+    """Where training stands.
+
+    Finished trees, and the level being grown in the current tree batch (depth -1 once a batch is done, or on
+    the report announcing the plan).
 
     The level facts after `n_batches` let a display estimate how far the current batch is: the depth
     limit (0: none), the rows (node weights, bootstrap draws counted) in the level's open nodes, the rows
@@ -66,8 +69,9 @@ ProgressCallback = Callable[[GrowthProgress], None]
 
 
 class GrowthTracker:
-    """Training progress from a stream of `GrowthProgress` reports: the plan, the current batch, the
-    share of its work done, and the elapsed time.
+    """Training progress from a stream of `GrowthProgress` reports.
+
+    The plan, the current batch, the share of its work done, and the elapsed time.
 
     The share of a batch is work done / (work done + work left), where the work of a level is the rows
     in its open nodes (every party reads each of them once per level), and the work left is the rows still
@@ -77,6 +81,7 @@ class GrowthTracker:
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        """Nothing reported yet; `clock` times the run."""
         self.clock = clock
         self.started = clock()
         self.n_batches = 1
@@ -89,6 +94,7 @@ class GrowthTracker:
         self.last: GrowthProgress | None = None
 
     def update(self, p: GrowthProgress) -> None:
+        """Take one report: note a new batch or level and the share of the batch's work done."""
         self.last = p
         if p.n_batches:
             self.n_batches = p.n_batches
@@ -121,6 +127,7 @@ class GrowthTracker:
 
     @property
     def elapsed(self) -> float:
+        """Seconds since the tracker was made."""
         return self.clock() - self.started
 
     @property
@@ -160,16 +167,20 @@ class GrowthTracker:
 
 
 class ProgressLines:
-    """A progress callback writing plain lines (no newline, no control codes) through `write`: the first
-    report, every finished batch, and otherwise at most one line every `interval` seconds."""
+    """A progress callback writing plain lines (no newline, no control codes) through `write`.
+
+    The first report, every finished batch, and otherwise at most one line every `interval` seconds.
+    """
 
     def __init__(self, write: Callable[[str], None], interval: float = DEFAULT_INTERVAL,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """Write progress lines through `write`, rate-limited to one per `interval` seconds of `clock`."""
         self.write, self.interval, self.clock = write, interval, clock
         self.tracker = GrowthTracker(clock)
         self.last_written: float | None = None
 
     def __call__(self, p: GrowthProgress) -> None:
+        """Take a report; write a line if it is the first, a batch's end, or `interval` has passed."""
         self.tracker.update(p)
         now = self.clock()
         if self.last_written is None or p.depth < 0 or now - self.last_written >= self.interval:
@@ -200,15 +211,17 @@ def uses_bar(stream: TextIO | None = None) -> bool:
 
 
 class ProgressBar:
-    """The one-line terminal bar: redrawn in place (`\\r`, erase to end of line) on every report."""
+    r"""The one-line terminal bar: redrawn in place (`\r`, erase to end of line) on every report."""
 
     width = 30
 
     def __init__(self, stream: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
+        """Draw the bar on `stream`."""
         self.stream = stream
         self.tracker = GrowthTracker(clock)
 
     def __call__(self, p: GrowthProgress) -> None:
+        """Take a report and redraw the bar, cut to the terminal's width."""
         self.tracker.update(p)
         filled = int(self.width * self.tracker.fraction)
         line = f"[{'#' * filled}{'.' * (self.width - filled)}] {self.tracker.describe()}"
@@ -219,9 +232,11 @@ class ProgressBar:
 
 def progress_bar(stream: TextIO | None = None, interval: float = DEFAULT_INTERVAL,
                  clock: Callable[[], float] = time.monotonic) -> ProgressBar | ProgressLines:
-    """Progress on `stream` (default stderr): the one-line bar on a terminal (finished trees plus the
-    current batch's share, and the level it is growing); plain, complete lines, rate-limited (see
-    `ProgressLines`) and prefixed "fedforest: ", otherwise."""
+    """Progress on `stream` (default stderr).
+
+    The one-line bar on a terminal (finished trees plus the current batch's share, and the level it is
+    growing); plain, complete lines, rate-limited (see `ProgressLines`) and prefixed "fedforest: ", otherwise.
+    """
     out = sys.stderr if stream is None else stream
     if uses_bar(out):
         return ProgressBar(out, clock)
@@ -242,8 +257,10 @@ def end_line(stream: TextIO | None = None) -> None:
 
 
 def echo_progress(stream: TextIO | None = None) -> logging.Handler:
-    """Show the `PROGRESS_LOGGER` lines on `stream` (default stderr) as plain text, whatever the logging
-    setup (e.g. a command that quiets Prefect's log lines); returns the handler (remove it to stop)."""
+    """Show the `PROGRESS_LOGGER` lines on `stream` (default stderr) as plain text; returns the handler.
+
+    Whatever the logging setup (e.g. a command that quiets Prefect's log lines). Remove the handler to stop.
+    """
     handler = logging.StreamHandler(sys.stderr if stream is None else stream)
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger = logging.getLogger(PROGRESS_LOGGER)

@@ -1,5 +1,6 @@
-"""Compile and cache every numba kernel once, so that the first demo, simulation or agent is as fast as the
-second: `python -m fedcore.warmup` (run by `make venv`).
+"""Compile and cache every numba kernel once: `python -m fedcore.warmup` (run by `make venv`).
+
+So that the first demo, simulation or agent is as fast as the second.
 
 Kernels are cached under NUMBA_CACHE_DIR, which fedcore sets to one place for every entry point unless
 the user chose one (`fedcore.__init__`). This trains and applies tiny forests of each engine, task and
@@ -49,11 +50,14 @@ def warm_up() -> list[str]:
     ranges = {c: (float(table[c].min()), float(table[c].max())) for c in ("a", "b", "c")}
     HorizontalEstimator = FederatedExtraTreesClassifier | FederatedExtraTreesRegressor | PPDERTClassifier
     horizontal: list[tuple[str, HorizontalEstimator, pd.DataFrame, str]] = [
-        (f"horizontal extra-trees {privacy}", FederatedExtraTreesClassifier(n_estimators=2, max_depth=4, privacy=privacy),
-         classes, "y") for privacy in ("none", "gdp", "ldp")]
+        (f"horizontal extra-trees {privacy}",
+         FederatedExtraTreesClassifier(n_estimators=2, max_depth=4, privacy=privacy), classes, "y")
+        for privacy in ("none", "gdp", "ldp")]
     horizontal += [
-        ("horizontal extra-trees regression", FederatedExtraTreesRegressor(n_estimators=2, max_depth=4), values, "target"),
-        ("horizontal ppd-ert", PPDERTClassifier(n_estimators=2, max_depth=4, feature_ranges=ranges), classes, "y")]
+        ("horizontal extra-trees regression", FederatedExtraTreesRegressor(n_estimators=2, max_depth=4),
+         values, "target"),
+        ("horizontal ppd-ert", PPDERTClassifier(n_estimators=2, max_depth=4, feature_ranges=ranges),
+         classes, "y")]
     for name, estimator, frame, label in horizontal:
         estimator.fit(split_horizontal(frame, 2, seed=0), label=label).predict(frame.drop(columns=[label]))
         done.append(name)
@@ -65,8 +69,8 @@ def main() -> int:
     import fedcore  # noqa: F401 - sets the default NUMBA_CACHE_DIR
 
     started = time.perf_counter()
-    print(f"fedforest: compiling numba kernels into {os.environ.get('NUMBA_CACHE_DIR')} (once; a few minutes on a "
-          "small machine)", file=sys.stderr, flush=True)
+    print(f"fedforest: compiling numba kernels into {os.environ.get('NUMBA_CACHE_DIR')} (once; a few minutes "
+          "on a small machine)", file=sys.stderr, flush=True)
     done = warm_up()
     print(f"fedforest: kernels ready for {len(done)} engine modes in {time.perf_counter() - started:.0f} s",
           file=sys.stderr)
