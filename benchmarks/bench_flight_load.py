@@ -1,7 +1,8 @@
-"""Transport overhead of Arrow Flight with mutual TLS against the in-process transport: three agents (each
-its own process) and a master on loopback train 200k x 40 (100 trees, depth 10), then the same training
-with every party in the master's process. Reports times, rounds and bytes, and the overhead as a share
-of the in-process training time (target: at most 25%).
+"""Transport overhead of Arrow Flight with mutual TLS against the in-process transport.
+
+Three agents (each its own process) and a master on loopback train 200k x 40 (100 trees, depth 10), then the
+same training with every party in the master's process. Reports times, rounds and bytes, and the overhead as a
+share of the in-process training time (target: at most 25%).
 
     .venv/bin/python -m benchmarks.bench_flight_load [--rows 200000] [--trees 100] [--depth 10]
 """
@@ -33,6 +34,7 @@ FEATURE_KEY = hashlib.sha256(b"fedforest benchmark").digest()
 
 
 def make_parties(rows: int, features: int = 40) -> list[pd.DataFrame]:
+    """A synthetic classification table of `rows` x `features`, split vertically over PARTIES."""
     from sklearn.datasets import make_classification
 
     x, y = make_classification(rows, features, n_informative=20, random_state=0)
@@ -52,6 +54,7 @@ def serve(name: str, path: str, certs: str, port_queue) -> None:
 
 
 def train(transport, params: ForestParams) -> dict:
+    """Fit a forest with `params` over `transport`: seconds, rounds, bytes and node count."""
     master = VerticalMaster(transport, params)
     started = time.perf_counter()
     master.fit()
@@ -60,6 +63,7 @@ def train(transport, params: ForestParams) -> dict:
 
 
 def main() -> None:
+    """Time training over Flight and in process, and print the overhead."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--trees", type=int, default=100)
@@ -86,7 +90,8 @@ def main() -> None:
             frame.to_parquet(Path(work) / f"{name}.parquet")
         context = multiprocessing.get_context("spawn")
         ports = context.Queue()
-        children = [context.Process(target=serve, args=(n, str(Path(work) / f"{n}.parquet"), str(certs), ports),
+        children = [context.Process(target=serve,
+                                    args=(n, str(Path(work) / f"{n}.parquet"), str(certs), ports),
                                     daemon=True) for n in PARTIES]
         for child in children:
             child.start()
@@ -107,13 +112,14 @@ def main() -> None:
                 child.join()
     print(f"flight: {flight_run}", flush=True)
     overhead = flight_run["seconds"] / local["seconds"] - 1
-    print(f"\nMachine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; {args.rows} rows x 40 "
-          f"features, 3 parties, {args.trees} trees, depth {args.depth}\n")
+    print(f"\nMachine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; {args.rows} "
+          f"rows x 40 features, 3 parties, {args.trees} trees, depth {args.depth}\n")
     print(markdown_table([
         {"transport": "in-process (one process)", "train s": local["seconds"], "rounds": local["rounds"],
          "MB": local["bytes"] / 1e6, "overhead": "-"},
-        {"transport": "Arrow Flight + mutual TLS (3 agent processes, loopback)", "train s": flight_run["seconds"],
-         "rounds": flight_run["rounds"], "MB": flight_run["bytes"] / 1e6, "overhead": f"{100 * overhead:+.1f}%"},
+        {"transport": "Arrow Flight + mutual TLS (3 agent processes, loopback)",
+         "train s": flight_run["seconds"], "rounds": flight_run["rounds"], "MB": flight_run["bytes"] / 1e6,
+         "overhead": f"{100 * overhead:+.1f}%"},
     ], digits=2))
 
 

@@ -1,7 +1,8 @@
-"""Accuracy of horizontal Federated Extra-Trees (plain, local DP, global DP) and PPD-ERT (histogram and
-domain thresholds) against scikit-learn's ExtraTrees with the same hyper-parameters: the Federated
-Extra-Trees paper's Table 2, its Figure 4 (accuracy against the number of clients, federated against
-local-only), and FET-GDP's accuracy against epsilon.
+"""Accuracy of horizontal Federated Extra-Trees and PPD-ERT against scikit-learn's ExtraTrees.
+
+FET plain, with local DP and with global DP, and PPD-ERT with histogram and domain thresholds, each with the
+same hyper-parameters as ExtraTrees: the Federated Extra-Trees paper's Table 2, its Figure 4 (accuracy against
+the number of clients, federated against local-only), and FET-GDP's accuracy against epsilon.
 
 Table 2: for each dataset and seed, a stratified 80/20 split, the training rows dealt iid to 2 clients,
 then ExtraTreesClassifier on the pooled rows and each federated mode. Datasets: spambase and satellite
@@ -39,12 +40,17 @@ PAPER = {  # Federated Extra-Trees paper, Table 2: ET, FET, FET-LDP, FET-GDP
 }
 MODES = (("FET", "extra-trees", "none"), ("FET-LDP", "extra-trees", "ldp"), ("FET-GDP", "extra-trees", "gdp"),
          ("PPD-ERT", "ppd-ert", "secagg"), ("PPD-ERT-domain", "ppd-ert", "secagg-domain"))
-"""(column, algorithm, privacy); PPD-ERT runs histogram thresholds (the default), PPD-ERT-domain the paper's."""
+"""(column, algorithm, privacy) of each federated mode.
+
+PPD-ERT runs histogram thresholds (the default), PPD-ERT-domain the paper's.
+"""
 
 
 def datasets(data_dir: Path, extra: list[str] = ()) -> dict[str, tuple[pd.DataFrame, str]]:
-    """Name -> (table, label column); the UCI tables only where their file exists, then digits and every
-    `extra` "path:label"."""
+    """Name -> (table, label column).
+
+    The UCI tables only where their file exists, then digits and every `extra` "path:label".
+    """
     from sklearn.datasets import load_digits
 
     out: dict[str, tuple[pd.DataFrame, str]] = {}
@@ -61,7 +67,9 @@ def datasets(data_dir: Path, extra: list[str] = ()) -> dict[str, tuple[pd.DataFr
 
 
 def accuracy(model, test: pd.DataFrame, label: str) -> float:
-    return metrics("classification", test[label].to_numpy(), model.predict(test.drop(columns=[label])))["accuracy"]
+    """Test accuracy of a fitted `model` on `test`."""
+    predicted = model.predict(test.drop(columns=[label]))
+    return metrics("classification", test[label].to_numpy(), predicted)["accuracy"]
 
 
 def run_table2(table: pd.DataFrame, label: str, seed: int, trees: int, clients: int, epsilon: float,
@@ -69,7 +77,8 @@ def run_table2(table: pd.DataFrame, label: str, seed: int, trees: int, clients: 
     """Accuracy of the reference and of every federated mode on one seeded split."""
     train, test = split_train_test(table, label, "classification", 0.2, seed)
     params = {"n_estimators": trees, "max_depth": None, "max_features": "sqrt", "random_state": seed}
-    result = {"ET": reference_extra_trees("classification", train, test, label, params)["metrics"]["accuracy"]}
+    reference = reference_extra_trees("classification", train, test, label, params)
+    result = {"ET": reference["metrics"]["accuracy"]}
     parties = split_horizontal(train, clients, label=label, seed=seed)
     ranges = declared_ranges(train, label)
     for name, algorithm, privacy in modes:
@@ -94,9 +103,10 @@ def run_clients(table: pd.DataFrame, label: str, seed: int, trees: int, counts: 
     for m in counts:
         parties = split_horizontal(train, m, label=label, seed=seed)
         federated = build_estimator("extra-trees", "none", "classification", params).fit(parties, label=label)
-        local = [accuracy(build_estimator("extra-trees", "none", "classification", params).fit([p], label=label),
-                          test, label) for p in parties]
-        rows.append({"clients": m, "federated": accuracy(federated, test, label), "local_only": float(np.mean(local))})
+        local = [accuracy(build_estimator("extra-trees", "none", "classification", params)
+                          .fit([p], label=label), test, label) for p in parties]
+        rows.append({"clients": m, "federated": accuracy(federated, test, label),
+                     "local_only": float(np.mean(local))})
     return rows
 
 
@@ -147,8 +157,10 @@ def plot_clients(curves: dict[str, list[dict]], path: Path) -> None:
     figure, axis = plt.subplots(figsize=(6, 4), dpi=120)
     for (name, rows), color in zip(curves.items(), ("tab:blue", "tab:orange", "tab:green"), strict=False):
         clients = [r["clients"] for r in rows]
-        axis.plot(clients, [r["federated"] for r in rows], "-o", color=color, label=f"{name}: federated (FET)")
-        axis.plot(clients, [r["local_only"] for r in rows], "--s", color=color, label=f"{name}: local-only (mean)")
+        axis.plot(clients, [r["federated"] for r in rows], "-o", color=color,
+                  label=f"{name}: federated (FET)")
+        axis.plot(clients, [r["local_only"] for r in rows], "--s", color=color,
+                  label=f"{name}: local-only (mean)")
     axis.set_xlabel("number of clients (iid rows)")
     axis.set_ylabel("test accuracy")
     axis.set_title("Federated Extra-Trees: joining helps as data is spread thinner")
@@ -159,9 +171,11 @@ def plot_clients(curves: dict[str, list[dict]], path: Path) -> None:
     figure.savefig(path)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line: which tables, curves and figures, over how many seeds and trees."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "datasets")
+    parser.add_argument("--data-dir", type=Path,
+                        default=Path(__file__).resolve().parents[2] / "shared" / "datasets")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--clients", type=int, default=2)
@@ -175,33 +189,39 @@ def main() -> None:
     parser.add_argument("--figure", type=Path, help="write the clients curve as a PNG here")
     parser.add_argument("--json", type=Path, help="also write the per-seed results here")
     parser.add_argument("--table", action="append", default=[], metavar="PATH:LABEL",
-                        help="another classification table for Table 2 (repeatable), e.g. letter.parquet:lettr")
+                        help="another classification table for Table 2 (repeatable), e.g. "
+                             "letter.parquet:lettr")
     parser.add_argument("--only", nargs="*", help="Table 2 datasets to run (default: all)")
     parser.add_argument("--epsilon-curve", help="dataset for FET-GDP's accuracy against epsilon")
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.25, 0.5, 1.0, 2.0, 4.0, 8.0])
     parser.add_argument("--epsilon-seeds", type=int, default=2)
     parser.add_argument("--epsilon-figure", type=Path, help="write the epsilon curve as a PNG here")
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    rows, raw = [], {"table2": {}, "clients": {}, "epsilon": {}}
-    tables = datasets(args.data_dir, args.table)
-    if args.only is not None:
-        tables = {name: tables[name] for name in args.only}
-    modes = tuple(m for m in MODES if m[0] in args.modes)
+
+def table2(args: argparse.Namespace, tables: dict, modes: tuple, raw: dict) -> list[dict]:
+    """Table 2: one row of mean accuracies per dataset; the per-seed results go into `raw`."""
+    rows = []
     for name, (table, label) in tables.items():
         runs = [run_table2(table, label, seed, args.trees, args.clients, args.epsilon, modes)
                 for seed in range(args.seeds)]
         raw["table2"][name] = runs
         mean = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
-        row = {"dataset": name, "rows x cols": f"{table.shape[0]} x {table.shape[1] - 1}", "ET (sklearn)": mean["ET"]}
+        row = {"dataset": name, "rows x cols": f"{table.shape[0]} x {table.shape[1] - 1}",
+               "ET (sklearn)": mean["ET"]}
         for mode, _, _ in modes:
             row[mode] = mean[mode]
             row[f"{mode} - ET (pp)"] = 100 * (mean[mode] - mean["ET"])
         paper = PAPER.get(name)
-        row["paper ET / FET / LDP / GDP"] = " / ".join("-" if v is None else f"{v:.4f}" for v in paper) if paper else ""
+        row["paper ET / FET / LDP / GDP"] = (" / ".join("-" if v is None else f"{v:.4f}" for v in paper)
+                                             if paper else "")
         rows.append(row)
         print(f"{name}: " + ", ".join(f"{k}={v:.4f}" for k, v in mean.items()), flush=True)
+    return rows
 
+
+def clients_curves(args: argparse.Namespace, tables: dict, raw: dict) -> dict[str, list[dict]]:
+    """Figure 4 for spambase and waveform-21 where present: mean accuracies against the clients."""
     curves = {}
     for name in [n for n in ("spambase", "waveform-21") if n in tables and args.curve_clients]:
         table, label = tables[name]
@@ -212,23 +232,31 @@ def main() -> None:
                         for i, m in enumerate(args.curve_clients)]
         raw["clients"][name] = curves[name]
         print(f"{name} clients curve: {curves[name]}", flush=True)
+    return curves
 
-    if args.epsilon_curve:
-        table, label = datasets(args.data_dir, args.table)[args.epsilon_curve]
-        per_seed = [run_epsilon_curve(table, label, seed, args.trees, args.clients, args.epsilons)
-                    for seed in range(args.epsilon_seeds)]
-        curve = [{key: float(np.mean([s[i][key] for s in per_seed])) for key in per_seed[0][i]}
-                 for i in range(len(args.epsilons))]
-        raw["epsilon"][args.epsilon_curve] = curve
-        print(f"{args.epsilon_curve} epsilon curve: {curve}", flush=True)
 
+def epsilon_curve(args: argparse.Namespace) -> list[dict]:
+    """FET-GDP's mean accuracy against epsilon on the `--epsilon-curve` dataset."""
+    table, label = datasets(args.data_dir, args.table)[args.epsilon_curve]
+    per_seed = [run_epsilon_curve(table, label, seed, args.trees, args.clients, args.epsilons)
+                for seed in range(args.epsilon_seeds)]
+    curve = [{key: float(np.mean([s[i][key] for s in per_seed])) for key in per_seed[0][i]}
+             for i in range(len(args.epsilons))]
+    print(f"{args.epsilon_curve} epsilon curve: {curve}", flush=True)
+    return curve
+
+
+def report(args: argparse.Namespace, rows: list[dict], curves: dict[str, list[dict]], raw: dict) -> None:
+    """Print the tables, draw the figures asked for and write the raw results."""
     print(f"\nMachine: {platform.processor() or platform.machine()}, Python {platform.python_version()}; "
-          f"{args.seeds} seeds, {args.trees} trees, max_features sqrt, {args.clients} clients (iid), "
-          f"GDP epsilon {args.epsilon} per query; clients curve: {args.curve_trees} trees, {args.curve_seeds} seeds\n")
+          f"{args.seeds} seeds, {args.trees} trees, max_features sqrt, {args.clients} clients (iid), GDP "
+          f"epsilon {args.epsilon} per query; clients curve: {args.curve_trees} trees, {args.curve_seeds} "
+          "seeds\n")
     print(markdown_table(rows))
     for name, curve in curves.items():
         print(f"\n{name}: accuracy against clients\n")
-        print(markdown_table([{"clients": r["clients"], "federated": r["federated"], "local-only (mean)": r["local_only"],
+        print(markdown_table([{"clients": r["clients"], "federated": r["federated"],
+                               "local-only (mean)": r["local_only"],
                                "gain (pp)": 100 * (r["federated"] - r["local_only"])} for r in curve]))
     if args.figure and curves:
         plot_clients(curves, args.figure)
@@ -242,6 +270,21 @@ def main() -> None:
             print(f"\nfigure: {args.epsilon_figure}")
     if args.json:
         args.json.write_text(json.dumps(raw, indent=1))
+
+
+def main() -> None:
+    """Run the selected tables and curves, print the results and draw the figures asked for."""
+    args = parse_args()
+    raw = {"table2": {}, "clients": {}, "epsilon": {}}
+    tables = datasets(args.data_dir, args.table)
+    if args.only is not None:
+        tables = {name: tables[name] for name in args.only}
+    modes = tuple(m for m in MODES if m[0] in args.modes)
+    rows = table2(args, tables, modes, raw)
+    curves = clients_curves(args, tables, raw)
+    if args.epsilon_curve:
+        raw["epsilon"][args.epsilon_curve] = epsilon_curve(args)
+    report(args, rows, curves, raw)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""Every horizontal engine on one table, in one run, beside scikit-learn's ExtraTrees: training time and
-test accuracy of FET (plain, GDP, LDP) and PPD-ERT (secure aggregation; histogram and domain thresholds),
-fully grown trees.
+"""Every horizontal engine on one table, in one run, beside scikit-learn's ExtraTrees.
+
+Training time and test accuracy of FET (plain, GDP, LDP) and PPD-ERT (secure aggregation; histogram and domain
+thresholds), fully grown trees.
 
 Issue #12's targets: FET plain and PPD-ERT within 1.5x ExtraTrees(n_jobs=-1); FET-LDP and FET-GDP within
 2x plain FET. Each engine is fitted `--repeat` times, the engines taking turns, and the median is kept;
@@ -37,14 +38,16 @@ def engines(trees: int) -> dict:
             n_estimators=trees, random_state=0, allow_data_ranges=True),
         "PPD-ERT (secure aggregation, domain thresholds)": lambda: PPDERTClassifier(
             n_estimators=trees, random_state=0, allow_data_ranges=True, thresholds="domain"),
-        "FET-GDP (epsilon 1 per query)": lambda: FederatedExtraTreesClassifier(n_estimators=trees, random_state=0,
-                                                                               privacy="gdp", epsilon=1.0),
+        "FET-GDP (epsilon 1 per query)": lambda: FederatedExtraTreesClassifier(n_estimators=trees,
+                                                                               random_state=0, privacy="gdp",
+                                                                               epsilon=1.0),
         "FET-LDP (Bloom, defaults)": lambda: FederatedExtraTreesClassifier(n_estimators=trees, random_state=0,
                                                                            privacy="ldp"),
     }
 
 
 def main() -> None:
+    """Fit every engine on `--data`, print time and accuracy beside ExtraTrees."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--label", required=True)
@@ -85,8 +88,8 @@ def main() -> None:
                      "x ExtraTrees": float(np.median(np.array(times) / np.array(et))),
                      "x FET": float(np.median(np.array(times) / np.array(fet)))})
     print(f"\n{platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; "
-          f"{args.data.name}: {len(train)} training rows x {X.shape[1]} columns, {len(np.unique(y))} classes, "
-          f"{args.parties} parties, {args.trees} trees, fully grown, {args.repeat} rounds\n")
+          f"{args.data.name}: {len(train)} training rows x {X.shape[1]} columns, {len(np.unique(y))} "
+          f"classes, {args.parties} parties, {args.trees} trees, fully grown, {args.repeat} rounds\n")
     print(markdown_table(rows, digits=3))
     if args.json:
         args.json.write_text(json.dumps({"seconds": seconds, "accuracy": accuracy}, indent=1))

@@ -1,6 +1,7 @@
-"""Training time and communication of the horizontal engines on 200k rows x 40 features, for 2, 3, 5 and 9
-parties: Federated Extra-Trees (plain), PPD-ERT without and with secure aggregation (the masks' overhead),
-and scikit-learn's ExtraTrees on the pooled rows in the same run as the reference.
+"""Training time and communication of the horizontal engines on 200k rows x 40 features.
+
+For 2, 3, 5 and 9 parties: Federated Extra-Trees (plain), PPD-ERT without and with secure aggregation (the
+masks' overhead), and scikit-learn's ExtraTrees on the pooled rows in the same run as the reference.
 
 Rows are dealt iid; every run uses the in-process transport, so bytes are the real Arrow message sizes
 and the time is compute plus serialisation (no network).
@@ -46,15 +47,18 @@ def timed_fit(model, parties: list[pd.DataFrame]) -> dict:
 
 
 def reference_seconds(table: pd.DataFrame, trees: int, depth: int) -> float:
+    """Seconds scikit-learn's ExtraTrees takes to fit the pooled table on all cores."""
     from sklearn.ensemble import ExtraTreesClassifier
 
-    model = ExtraTreesClassifier(n_estimators=trees, max_depth=depth, max_features="sqrt", random_state=0, n_jobs=-1)
+    model = ExtraTreesClassifier(n_estimators=trees, max_depth=depth, max_features="sqrt",
+                                 random_state=0, n_jobs=-1)
     started = time.perf_counter()
     model.fit(table.drop(columns=["y"]).to_numpy(), table["y"].to_numpy())
     return time.perf_counter() - started
 
 
 def main() -> None:
+    """Time every engine for each party count and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--features", type=int, default=40)
@@ -65,7 +69,8 @@ def main() -> None:
     args = parser.parse_args()
 
     table = make_table(args.rows, args.features)
-    ranges = {c: (float(table[c].min()) - 1.0, float(table[c].max()) + 1.0) for c in table.columns if c != "y"}
+    ranges = {c: (float(table[c].min()) - 1.0, float(table[c].max()) + 1.0)
+              for c in table.columns if c != "y"}
     options = {"n_estimators": args.trees, "max_depth": args.depth, "random_state": 0}
     sklearn_s = reference_seconds(table, args.trees, args.depth)
     print(f"sklearn ExtraTrees (pooled, n_jobs=-1): {sklearn_s:.2f} s", flush=True)
@@ -73,7 +78,8 @@ def main() -> None:
     for m in args.parties:
         parties = split_horizontal(table, m, seed=0)
         fet = timed_fit(FederatedExtraTreesClassifier(**options), parties)
-        plain = timed_fit(PPDERTClassifier(**options, feature_ranges=ranges, secure_aggregation=False), parties)
+        plain = timed_fit(PPDERTClassifier(**options, feature_ranges=ranges, secure_aggregation=False),
+                          parties)
         secure = timed_fit(PPDERTClassifier(**options, feature_ranges=ranges), parties)
         raw["runs"][m] = {"fet": fet, "ppdert_plain": plain, "ppdert_secagg": secure}
         rows.append({
@@ -82,12 +88,14 @@ def main() -> None:
             "PPD-ERT plain s": plain["seconds"], "PPD-ERT secagg s": secure["seconds"],
             "secagg overhead": f"{100 * (secure['seconds'] / plain['seconds'] - 1):+.0f}%",
             "PPD-ERT rounds": secure["rounds"], "secagg MB/round": secure["mb_per_round"],
-            "FET / sklearn": fet["seconds"] / sklearn_s, "PPD-ERT secagg / sklearn": secure["seconds"] / sklearn_s,
+            "FET / sklearn": fet["seconds"] / sklearn_s,
+            "PPD-ERT secagg / sklearn": secure["seconds"] / sklearn_s,
         })
         print(rows[-1], flush=True)
     print(f"\nMachine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()}; {args.rows} rows x {args.features} features, 3 classes, {args.trees} trees, "
-          f"depth {args.depth}, max_features sqrt; sklearn ExtraTrees (pooled, n_jobs=-1) {sklearn_s:.2f} s\n")
+          f"{platform.python_version()}; {args.rows} rows x {args.features} features, 3 classes, "
+          f"{args.trees} trees, depth {args.depth}, max_features sqrt; sklearn ExtraTrees (pooled, "
+          f"n_jobs=-1) {sklearn_s:.2f} s\n")
     print(markdown_table(rows, digits=2))
     if args.json:
         with open(args.json, "w") as handle:

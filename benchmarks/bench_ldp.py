@@ -1,5 +1,7 @@
-"""FET with local DP against plain FET and scikit-learn's ExtraTrees, in one run: training time (and the
-share spent estimating class counts) and accuracy, on a many-class table such as UCI letter.
+"""FET with local DP against plain FET and scikit-learn's ExtraTrees, in one run.
+
+Training time (and the share spent estimating class counts) and accuracy, on a many-class table such as UCI
+letter.
 
 The issue #11 target: FET-LDP training within 2x plain FET, accuracy within 1.5 pp of ExtraTrees. The
 Bloom mechanism runs at its defaults (the paper's), k-RR at each --krr epsilon.
@@ -37,11 +39,13 @@ class EstimationClock:
     """Time spent in LabelLDP.estimate_counts and how many groups it estimated (wraps the method)."""
 
     def __init__(self) -> None:
+        """Nothing timed yet; the unpatched `LabelLDP.estimate_counts` is kept to restore."""
         self.seconds = 0.0
         self.groups = 0
         self._original = ldp_module.LabelLDP.estimate_counts
 
     def __enter__(self) -> EstimationClock:
+        """Patch `LabelLDP.estimate_counts` to add its time and group count to this clock."""
         clock, original = self, self._original
 
         def timed(ldp, bit_sums, totals, n_classes):
@@ -56,14 +60,17 @@ class EstimationClock:
         return self
 
     def __exit__(self, *exc) -> None:
+        """Restore the original `LabelLDP.estimate_counts`."""
         ldp_module.LabelLDP.estimate_counts = self._original
 
 
 def run_seed(table: pd.DataFrame, label: str, seed: int, trees: int, parties: int, repeat: int,
              krr: list[float]) -> dict:
-    """Fit seconds and accuracy of ExtraTrees, FET and FET-LDP on one seeded split. The two federated fits
-    alternate `repeat` times (FET, LDP, FET, LDP, ...) and each reports its median: the pairing keeps the
-    ratio meaningful while the machine's speed drifts."""
+    """Fit seconds and accuracy of ExtraTrees, FET and FET-LDP on one seeded split.
+
+    The two federated fits alternate `repeat` times (FET, LDP, FET, LDP, ...) and each reports its median: the
+    pairing keeps the ratio meaningful while the machine's speed drifts.
+    """
     train, test = split_train_test(table, label, "classification", 0.2, seed)
     params = {"n_estimators": trees, "max_depth": None, "max_features": "sqrt", "random_state": seed}
     reference = reference_extra_trees("classification", train, test, label, params)
@@ -93,20 +100,24 @@ def run_seed(table: pd.DataFrame, label: str, seed: int, trees: int, parties: in
 
 
 def main() -> None:
+    """Run every seed, print the medians and write the per-seed results if asked."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, required=True, help="a Parquet or CSV table")
     parser.add_argument("--label", required=True)
     parser.add_argument("--parties", type=int, default=3)
     parser.add_argument("--trees", type=int, default=50)
     parser.add_argument("--seeds", type=int, default=1)
-    parser.add_argument("--repeat", type=int, default=3, help="alternating FET / FET-LDP fits per seed (medians)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="alternating FET / FET-LDP fits per seed (medians)")
     parser.add_argument("--krr", type=float, nargs="*", default=[4.95, 8.79],
-                        help="also k-RR at these epsilons (default: the Bloom defaults' per-report and overall levels)")
+                        help="also k-RR at these epsilons (default: the Bloom defaults' per-report and "
+                             "overall levels)")
     parser.add_argument("--json", type=Path, help="also write the per-seed results here")
     args = parser.parse_args()
 
     table = read_table(args.data)
-    model = build_estimator("extra-trees", "none", "classification", {"n_estimators": 1})  # compile the kernels
+    # compile the kernels
+    model = build_estimator("extra-trees", "none", "classification", {"n_estimators": 1})
     model.fit(split_horizontal(table.head(400), 2, label=args.label, seed=0), label=args.label)
     build_estimator("extra-trees", "ldp", "classification", {"n_estimators": 1}).fit(
         split_horizontal(table.head(400), 2, label=args.label, seed=0), label=args.label)
@@ -116,8 +127,9 @@ def main() -> None:
     mean = {key: float(np.mean([r[key] for r in runs])) for key in runs[0]}
     print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}; {args.data.name} {table.shape[0]} x {table.shape[1] - 1}, "
-          f"{table[args.label].nunique()} classes, {args.parties} parties, {args.trees} trees, {args.seeds} seed(s); "
-          f"fit seconds: medians of {args.repeat} alternating fits, 'x FET time' the median of the paired ratios\n")
+          f"{table[args.label].nunique()} classes, {args.parties} parties, {args.trees} trees, {args.seeds} "
+          f"seed(s); fit seconds: medians of {args.repeat} alternating fits, 'x FET time' the median of the "
+          "paired ratios\n")
     rows = [{"model": "ExtraTrees (sklearn, pooled)", "accuracy": mean["ET"], "- ET (pp)": 0.0,
              "fit s": mean["ET_fit_s"], "x FET time": mean["ET_fit_s"] / mean["FET_fit_s"],
              "estimation s": "", "groups estimated": ""}]

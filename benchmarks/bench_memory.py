@@ -1,5 +1,7 @@
-"""Training at scale with the default settings: rows x 40 features, 100 trees, depth 10, 3 parties
-in-process (vertical Federated Forest or horizontal FET), batches planned from the memory budget.
+"""Training at scale with the default settings.
+
+Rows x 40 features, 100 trees, depth 10, 3 parties in-process (vertical Federated Forest or horizontal FET),
+batches planned from the memory budget.
 
 Each run is a child process, so its peak resident memory (ru_maxrss) is its own. Reports the fit time,
 the planned batches, the peak memory and the data's own size, and checks the planner's estimate: the
@@ -55,7 +57,8 @@ print(json.dumps({{"setting": setting, "rows": rows, "fit_s": fit_s, "batch_size
 
 def run(rows: int, features: int, trees: int, depth: int, setting: str, budget: int | None) -> dict:
     """One fit in a child process: its JSON summary."""
-    code = CHILD.format(rows=rows, features=features, trees=trees, depth=depth, setting=setting, budget=budget)
+    code = CHILD.format(rows=rows, features=features, trees=trees, depth=depth, setting=setting,
+                        budget=budget)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if done.returncode != 0:
         return {"setting": setting, "rows": rows, "error": done.stderr.strip().splitlines()[-1:]}
@@ -63,13 +66,15 @@ def run(rows: int, features: int, trees: int, depth: int, setting: str, budget: 
 
 
 def main() -> None:
+    """Run each setting in a child process and print its time and peak memory."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--features", type=int, default=40)
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--depth", type=int, default=10)
     parser.add_argument("--setting", nargs="+", default=["vertical", "horizontal"])
-    parser.add_argument("--budget-mb", type=int, default=None, help="memory_budget_mb (default: the planner's)")
+    parser.add_argument("--budget-mb", type=int, default=None,
+                        help="memory_budget_mb (default: the planner's)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     results = [run(args.rows, args.features, args.trees, args.depth, s, args.budget_mb) for s in args.setting]

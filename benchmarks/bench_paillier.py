@@ -1,7 +1,8 @@
-"""Vertical Federated Forest with encrypted labels (Paillier, Okamoto-Uchiyama) against plain mode, in the
-same run: time per tree, one-off setup (key generation, label encryption), bytes and peak memory, for 2
-parties on n x 30 binary classification tables at depth 6 and 10 (issue #6's grid). Every mode grows the
-same trees (the benchmark checks it), so the ratio is the price of hiding the labels.
+"""Vertical Federated Forest with encrypted labels against plain mode, in the same run.
+
+Paillier and Okamoto-Uchiyama: time per tree, one-off setup (key generation, label encryption), bytes and peak
+memory, for 2 parties on n x 30 binary classification tables at depth 6 and 10 (issue #6's grid). Every mode
+grows the same trees (the benchmark checks it), so the ratio is the price of hiding the labels.
 
 Growth time per tree excludes the setup; `amortized x` spreads the setup over `--amortize` trees (a
 production forest), the way a scheduled retrain pays it. The setup table times what a training pays
@@ -48,10 +49,12 @@ class SetupTimer:
     """Times VerticalMaster.setup (key use, label encryption, relay) apart from growth."""
 
     def __init__(self) -> None:
+        """Nothing timed yet; the unpatched `VerticalMaster.setup` is kept to restore."""
         self.seconds = 0.0
         self._original = master_module.VerticalMaster.setup
 
     def __enter__(self) -> SetupTimer:
+        """Patch `VerticalMaster.setup` to add its time to this timer."""
         timer, original = self, self._original
 
         def timed(master):
@@ -65,6 +68,7 @@ class SetupTimer:
         return self
 
     def __exit__(self, *exc) -> None:
+        """Restore the original `VerticalMaster.setup`."""
         master_module.VerticalMaster.setup = self._original
 
 
@@ -86,6 +90,7 @@ def fresh_setup(rows: int, mode: str, key_bits: int) -> dict:
 
 
 def fit(parties, trees: int, depth: int, **mode) -> tuple[FederatedForestClassifier, dict]:
+    """Fit a vertical forest on `parties`: the model, with setup seconds, growth seconds per tree and MB."""
     model = FederatedForestClassifier(n_estimators=trees, max_depth=depth, random_state=0, **mode)
     with SetupTimer() as setup:
         started = time.perf_counter()
@@ -98,8 +103,10 @@ def fit(parties, trees: int, depth: int, **mode) -> tuple[FederatedForestClassif
 
 
 def peak_memory_mb(workers) -> dict:
-    """Peak resident memory so far of this process and of the passive party's largest worker process (read
-    from /proc before the workers stop: a child's getrusage peak would count the parent's pages at fork)."""
+    """Peak resident memory so far of this process and of the passive party's largest worker process.
+
+    Read from /proc before the workers stop: a child's getrusage peak would count the parent's pages at fork.
+    """
     peaks = [0.0]
     for process in (workers.processes if workers is not None else []):
         try:
@@ -112,8 +119,10 @@ def peak_memory_mb(workers) -> dict:
 
 
 def fedtree_tree(table: pd.DataFrame, depth: int) -> dict | None:
-    """Seconds FedTree takes for one vertical tree with encrypted gradients (privacy_tech "he") over 2
-    parties on `table`, or None when FedTree or its libntl44 is missing."""
+    """Seconds FedTree takes for one vertical tree with encrypted gradients (privacy_tech "he").
+
+    Over 2 parties on `table`; None when FedTree or its libntl44 is missing.
+    """
     try:
         from fedtree import FLClassifier
     except (ImportError, OSError) as error:
@@ -124,7 +133,8 @@ def fedtree_tree(table: pd.DataFrame, depth: int) -> dict | None:
                          max_depth=depth, n_trees=1, verbose=0, max_num_bin=255)
     started = time.perf_counter()
     model.fit(x, y)
-    return {"rows": len(table), "depth": depth, "mode": "FedTree 1.0.5 (he)", "encrypted s/tree": time.perf_counter() - started}
+    return {"rows": len(table), "depth": depth, "mode": "FedTree 1.0.5 (he)",
+            "encrypted s/tree": time.perf_counter() - started}
 
 
 def parse_schemes(specs: list[str]) -> list[tuple[str, int]]:
@@ -137,11 +147,13 @@ def parse_schemes(specs: list[str]) -> list[tuple[str, int]]:
 
 
 def main() -> None:
+    """Run the grid of rows, depths and schemes and print the growth and setup tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 50_000])
     parser.add_argument("--depths", type=int, nargs="+", default=[6, 10])
     parser.add_argument("--features", type=int, default=30)
-    parser.add_argument("--trees", type=int, default=3, help="trees grown per encrypted mode and configuration")
+    parser.add_argument("--trees", type=int, default=3,
+                        help="trees grown per encrypted mode and configuration")
     parser.add_argument("--plain-trees", type=int, default=20, help="trees grown in plain mode")
     parser.add_argument("--amortize", type=int, default=100, help="forest size the setup is spread over")
     parser.add_argument("--schemes", nargs="+", default=["paillier:2048", "ou:3072"],
@@ -162,7 +174,8 @@ def main() -> None:
           + ", ".join(f"{name} in {seconds:.1f} s" for name, seconds in keygen_s.items()), flush=True)
     warm = split_vertical(make_table(500, args.features), 2, label="y", seed=0)
     FederatedForestClassifier(n_estimators=2, max_depth=4).fit(warm, label="y")  # compile the kernels first
-    setups = [] if args.skip_fresh_setup else [fresh_setup(n, mode, bits) for n in args.rows for mode, bits in schemes]
+    setups = [] if args.skip_fresh_setup else [fresh_setup(n, mode, bits) for n in args.rows
+                                               for mode, bits in schemes]
     if setups:
         print(markdown_table(setups, digits=3), flush=True)
     rows_out = []
@@ -175,16 +188,20 @@ def main() -> None:
             check.fit(parties, label="y")
             plain_amortized = p["growth_s_per_tree"] + p["setup_s"] / args.amortize
             for mode, bits in schemes:
-                encrypted, e = fit(parties, args.trees, depth, privacy=mode, key_bits=bits, label_key=keys[mode, bits])
+                encrypted, e = fit(parties, args.trees, depth, privacy=mode, key_bits=bits,
+                                   label_key=keys[mode, bits])
                 passive = next(x._passive_crypto for x in encrypted.parties_ if not x.is_label_holder)
                 amortized = e["growth_s_per_tree"] + e["setup_s"] / args.amortize
                 row = {
-                    "rows": n_rows, "depth": depth, "mode": f"{mode}-{bits}", "plain s/tree": p["growth_s_per_tree"],
-                    "encrypted s/tree": e["growth_s_per_tree"],
-                    "ratio (growth)": e["growth_s_per_tree"] / p["growth_s_per_tree"], "setup s": e["setup_s"],
+                    "rows": n_rows, "depth": depth, "mode": f"{mode}-{bits}",
+                    "plain s/tree": p["growth_s_per_tree"], "encrypted s/tree": e["growth_s_per_tree"],
+                    "ratio (growth)": e["growth_s_per_tree"] / p["growth_s_per_tree"],
+                    "setup s": e["setup_s"],
                     f"ratio (setup over {args.amortize} trees)": amortized / plain_amortized,
-                    "plain MB/tree": p["mb_per_tree"], "encrypted MB/tree": e["mb_per_tree"], "MB total": e["mb"],
-                    "histograms derived": f"{passive.pairs_derived}/{passive.pairs_derived + passive.pairs_computed}",
+                    "plain MB/tree": p["mb_per_tree"], "encrypted MB/tree": e["mb_per_tree"],
+                    "MB total": e["mb"],
+                    "histograms derived":
+                        f"{passive.pairs_derived}/{passive.pairs_derived + passive.pairs_computed}",
                     "same trees": same_structure(check.master_.structure, encrypted.master_.structure),
                 }
                 row.update(peak_memory_mb(passive.pool))
@@ -199,7 +216,8 @@ def main() -> None:
     print(markdown_table(rows_out, digits=3))
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"keygen_s": keygen_s, "schemes": schemes, "setup": setups, "rows": rows_out}, handle, indent=2)
+            json.dump({"keygen_s": keygen_s, "schemes": schemes, "setup": setups, "rows": rows_out},
+                      handle, indent=2)
 
 
 if __name__ == "__main__":

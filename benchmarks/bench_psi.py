@@ -1,12 +1,12 @@
 """ECDH-PSI (X25519) throughput: M institutions of `size` string IDs each, a shared `overlap` fraction.
 
 Every party holds the same ``overlap * size`` IDs plus ``(1 - overlap) * size`` of its own (strings
-``cust-<i>``, rows shuffled), so the intersection of all M parties has ``overlap * size`` IDs. Reports setup (normalise +
-hash to curve) and protocol (blind, round-robin re-blind, master intersection) time, bytes per party,
-and checks the result against a plain set intersection. "core efficiency" is the single-core X25519 cost
-times the M * sum(n) multiplications over (protocol seconds x workers); "machine busy" the share of all
-cores busy during the run (any process): together they show whether other load competed. Reference: FATE reports 10M x 10M ECDH PSI in
-about 7.5 minutes on 16 cores.
+``cust-<i>``, rows shuffled), so the intersection of all M parties has ``overlap * size`` IDs. Reports setup
+(normalise + hash to curve) and protocol (blind, round-robin re-blind, master intersection) time, bytes per
+party, and checks the result against a plain set intersection. "core efficiency" is the single-core X25519
+cost times the M * sum(n) multiplications over (protocol seconds x workers); "machine busy" the share of all
+cores busy during the run (any process): together they show whether other load competed. Reference: FATE
+reports 10M x 10M ECDH PSI in about 7.5 minutes on 16 cores.
 
     .venv/bin/python -m benchmarks.bench_psi --size 1000000 --overlap 0.5 [--parties 2] [--workers N]
 """
@@ -31,7 +31,10 @@ MB = 1e6
 
 
 def party_ids(size: int, overlap: float, index: int, seed: int = 0) -> pd.Series:
-    """Party `index`'s IDs as strings in shuffled row order: a block shared by all parties plus its own block."""
+    """Party `index`'s IDs as strings in shuffled row order.
+
+    A block shared by all parties, then its own block.
+    """
     common = n_common(size, overlap)
     own = np.arange(size - common) + common + index * (size - common)
     ids = np.concatenate([np.arange(common), own])
@@ -103,6 +106,7 @@ def run(size: int, overlap: float, n_parties: int, workers: int | None, us_per_o
 
 
 def main() -> None:
+    """Time PSI at the given size, overlap and party count, and print the result."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=100_000, help="IDs per institution")
     parser.add_argument("--overlap", type=float, default=0.5, help="shared fraction of each party's IDs")

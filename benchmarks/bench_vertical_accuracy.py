@@ -70,8 +70,10 @@ def run_one(table: pd.DataFrame, label: str, seed: int, trees: int, party_counts
 
 
 def main() -> None:
+    """Run every dataset over the seeds and print the accuracy table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "datasets")
+    parser.add_argument("--data-dir", type=Path,
+                        default=Path(__file__).resolve().parents[2] / "shared" / "datasets")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--parties", type=int, nargs="+", default=[2, 3])

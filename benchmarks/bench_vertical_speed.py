@@ -47,7 +47,8 @@ def run_federated_forest(train: pd.DataFrame, test: pd.DataFrame, depth: int, n_
     parties = split_vertical(train, n_parties, label="y", seed=0)
     columns = [[c for c in p.columns if c != "y"] for p in parties]
     test_parties = [test[c] for c in columns]
-    model = FederatedForestClassifier(n_estimators=N_TREES, max_depth=depth, max_features="sqrt", random_state=0)
+    model = FederatedForestClassifier(n_estimators=N_TREES, max_depth=depth, max_features="sqrt",
+                                      random_state=0)
     started = time.perf_counter()
     model.fit(parties, label="y")
     fit_s = time.perf_counter() - started
@@ -106,7 +107,8 @@ def run_xgboost_federated(train: pd.DataFrame, test: pd.DataFrame, depth: int) -
 
     result = run_xgboost_federated_vertical(
         train.drop(columns="y").to_numpy(), train["y"].to_numpy(), test.drop(columns="y").to_numpy(),
-        n_parties=3, n_trees=N_TREES, max_depth=depth, seed=0, y_test=test["y"].to_numpy(), predict_batch_rows=4000)
+        n_parties=3, n_trees=N_TREES, max_depth=depth, seed=0, y_test=test["y"].to_numpy(),
+        predict_batch_rows=4000)
     return {"fit_s": result.get("train_s"), "predict_s": result.get("predict_s"),
             "accuracy": result.get("accuracy"), "error": result.get("error")}
 
@@ -130,14 +132,15 @@ def _ratio(reference: float | None, ours: float) -> str:
 
 
 def main() -> None:
+    """Time vertical training at each depth beside the XGBoost references and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--depths", type=int, nargs="+", default=[10, 16])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--skip-xgboost", action="store_true", help="skip both XGBoost references")
     parser.add_argument("--skip-1m", action="store_true", help="skip the 1,000,000-row run")
     parser.add_argument("--xgboost-federated-depths", type=int, nargs="*", default=None,
-                        help="depths at which to run XGBoost's federated mode (default: all; it takes ~10 min "
-                             "at depth 16)")
+                        help="depths at which to run XGBoost's federated mode (default: all; it takes ~10 "
+                             "min at depth 16)")
     args = parser.parse_args()
 
     train, test = make_data(args.rows)
@@ -168,7 +171,8 @@ def main() -> None:
                          "predict 40k s": "" if failed else ref["predict_s"],
                          "accuracy": "" if failed else ref["accuracy"],
                          "train ratio": "" if failed else _ratio(ref["fit_s"], ff["fit_s"]),
-                         "predict ratio": "" if failed else _ratio(ref["predict_s"], ff["predict_one-round_s"])})
+                         "predict ratio": "" if failed else _ratio(ref["predict_s"],
+                                                                   ff["predict_one-round_s"])})
             if failed:
                 print(f"  {name} failed: {str(failed)[:300]}", flush=True)
         print(f"  federated forest: {ff['nodes']} nodes, {ff['train_rounds']} training rounds, "
@@ -179,7 +183,8 @@ def main() -> None:
     if not args.skip_1m:
         big = large_run(1_000_000, 10)
         print(f"\n1,000,000 x 40, depth 10, 3 parties: train {big['fit_s']:.1f} s, predict 200k rows "
-              f"{big['predict_auto_s']:.1f} s, peak RSS {big['peak_rss_gib']:.2f} GiB, accuracy {big['accuracy']:.4f}")
+              f"{big['predict_auto_s']:.1f} s, peak RSS {big['peak_rss_gib']:.2f} GiB, accuracy "
+              f"{big['accuracy']:.4f}")
     print(f"\nMachine: {os.cpu_count()} cores; numpy {np.__version__}")
 
 

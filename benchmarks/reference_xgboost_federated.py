@@ -1,10 +1,11 @@
 """Reference peer: XGBoost's own federated vertical (column-split) mode training a random forest on loopback.
 
 Why: the vertical Federated Forest engine is benchmarked against the closest off-the-shelf system. XGBoost's
-federated plugin runs one gRPC server and one worker process per party; each worker holds a vertical slice
-of the columns (``data_split_mode=1``), rank 0 holds the label and broadcasts gradients, each party finds
-its best local split from its own histograms, and candidates and row-partition bits go through the server. A random forest is ``num_parallel_tree`` trees in a single boosting round with
-``learning_rate=1`` (XGBoost docs, "Random Forests in XGBoost").
+federated plugin runs one gRPC server and one worker process per party; each worker holds a vertical slice of
+the columns (``data_split_mode=1``), rank 0 holds the label and broadcasts gradients, each party finds its
+best local split from its own histograms, and candidates and row-partition bits go through the server. A
+random forest is ``num_parallel_tree`` trees in a single boosting round with ``learning_rate=1`` (XGBoost
+docs, "Random Forests in XGBoost").
 
 The server is insecure and binds 0.0.0.0 (``run_federated_server`` has no host argument), so run this only
 for local benchmarks; workers connect to 127.0.0.1. Needs the ``bench`` extra (``make bench-venv``).
@@ -32,7 +33,8 @@ import numpy as np
 
 _CTX = mp.get_context("spawn")  # fresh interpreters: no OpenMP/gRPC state inherited through fork
 _STARTUP_TIMEOUT_S = 60.0
-GRPC_MAX_MESSAGE_BYTES = 2**31 - 1  # the server and clients set this receive cap; protobuf's own limit is 2 GiB
+# the server and clients set this receive cap; protobuf's own limit is 2 GiB
+GRPC_MAX_MESSAGE_BYTES = 2**31 - 1
 
 
 def _redirect_output(log_path: str) -> None:
@@ -44,12 +46,16 @@ def _redirect_output(log_path: str) -> None:
 
 
 def _server_main(n_workers: int, port: int, timeout_s: int, port_queue: Any, log_path: str) -> None:
-    """Child: start XGBoost's insecure federated server (port 0: a free one), report its port, serve until killed."""
+    """Child: start XGBoost's insecure federated server, report its port and serve until killed.
+
+    Port 0 asks for a free one.
+    """
     _redirect_output(log_path)
     try:
         import xgboost.federated
 
-        args = xgboost.federated.run_federated_server(n_workers=n_workers, port=port, blocking=False, timeout=timeout_s)
+        args = xgboost.federated.run_federated_server(n_workers=n_workers, port=port, blocking=False,
+                                                      timeout=timeout_s)
         assert args is not None  # e.g. {"n_workers": 3, "dmlc_tracker_port": 40125, "dmlc_tracker_uri": ...}
         port_queue.put(("ok", int(args["dmlc_tracker_port"])))
     except BaseException:  # noqa: B036 - report anything to the parent, then die
@@ -75,7 +81,8 @@ def bitvector_limit_bytes(n_parties: int) -> int:
     """Largest column-split prediction bit vector to attempt: under gRPC's cap and ~1/(8 n) of free memory.
 
     Measured here (3 parties, 0.70 GiB vectors = 40k rows x 150k nodes): ~17 GB in use at the peak, the server
-    alone ~7 GB, i.e. ~6 copies per party in flight; past memory/(8 n) the OOM killer, not an error, ends the run.
+    alone ~7 GB, i.e. ~6 copies per party in flight; past memory/(8 n) the OOM killer, not an error, ends the
+    run.
     """
     return min(GRPC_MAX_MESSAGE_BYTES, _available_memory_bytes() // (8 * n_parties))
 
@@ -83,7 +90,8 @@ def bitvector_limit_bytes(n_parties: int) -> int:
 def _count_nodes(booster: Any) -> int:
     """Total node count over all trees (the bits per row of XGBoost's column-split prediction bit vectors)."""
     model = json.loads(booster.save_raw("json"))
-    return sum(int(tree["tree_param"]["num_nodes"]) for tree in model["learner"]["gradient_booster"]["model"]["trees"])
+    return sum(int(tree["tree_param"]["num_nodes"])
+               for tree in model["learner"]["gradient_booster"]["model"]["trees"])
 
 
 def _worker_main(
@@ -128,10 +136,11 @@ def _worker_main(
             }
             if predict_batch_rows is None and payload["bitvector_bytes"] > bitvector_limit:
                 payload["error"] = (
-                    f"prediction not attempted: column-split prediction would allreduce "
-                    f"{payload['bitvector_bytes'] / 2**30:.2f} GiB bit vectors ({step} rows x {nodes} nodes), over "
-                    f"the {bitvector_limit / 2**30:.2f} GiB limit (gRPC message cap, or memory for ~8 copies per "
-                    f"party); pass predict_batch_rows <= {max(1, bitvector_limit * 8 // nodes)} to predict in slices"
+                    "prediction not attempted: column-split prediction would allreduce "
+                    f"{payload['bitvector_bytes'] / 2**30:.2f} GiB bit vectors ({step} rows x {nodes} "
+                    f"nodes), over the {bitvector_limit / 2**30:.2f} GiB limit (gRPC message cap, or memory "
+                    "for ~8 copies per party); pass predict_batch_rows <= "
+                    f"{max(1, bitvector_limit * 8 // nodes)} to predict in slices"
                 )
             else:
                 t3 = time.perf_counter()
@@ -141,7 +150,8 @@ def _worker_main(
                 ])
                 payload["predict_s"] = time.perf_counter() - t3
                 if rank == 0:
-                    payload["predicted"] = raw.argmax(axis=1) if raw.ndim == 2 else (raw > 0.5).astype(np.int64)
+                    payload["predicted"] = (raw.argmax(axis=1) if raw.ndim == 2
+                                            else (raw > 0.5).astype(np.int64))
         result_queue.put((rank, "ok", payload))
     except BaseException:  # noqa: B036 - any failure goes back to the parent as text
         result_queue.put((rank, "error", traceback.format_exc()))
@@ -167,7 +177,8 @@ def _stop(processes: list[Any]) -> None:
             process.join(timeout=5)
 
 
-def forest_params(n_features: int, n_classes: int, n_trees: int, max_depth: int, seed: int, n_parties: int) -> dict[str, Any]:
+def forest_params(n_features: int, n_classes: int, n_trees: int, max_depth: int, seed: int,
+                  n_parties: int) -> dict[str, Any]:
     """XGBoost random-forest parameters: one round of bagged trees, sqrt-feature sampling per node, eta 1."""
     params: dict[str, Any] = {
         "tree_method": "hist",
@@ -247,7 +258,8 @@ def run_xgboost_federated_vertical(
             worker = _CTX.Process(
                 target=_worker_main,
                 args=(rank, server_port, n_parties, X_train[:, columns], y_codes if rank == 0 else None,
-                      X_test[:, columns], params, predict_batch_rows, limit, result_queue, str(log_dir / f"worker{rank}.log")),
+                      X_test[:, columns], params, predict_batch_rows, limit, result_queue,
+                      str(log_dir / f"worker{rank}.log")),
                 daemon=True,
             )
             worker.start()
@@ -268,8 +280,12 @@ def run_xgboost_federated_vertical(
     return result
 
 
-def _collect(workers: list[Any], result_queue: Any, log_dir: Path, deadline: float) -> dict[int, dict[str, Any]]:
-    """Wait for every worker's result; raise with the worker's log tail on the first error, death or timeout."""
+def _collect(workers: list[Any], result_queue: Any, log_dir: Path,
+             deadline: float) -> dict[int, dict[str, Any]]:
+    """Wait for every worker's result.
+
+    Raises with the worker's log tail on the first error, death or timeout.
+    """
     outcomes: dict[int, dict[str, Any]] = {}
     while len(outcomes) < len(workers):
         try:
@@ -282,10 +298,12 @@ def _collect(workers: list[Any], result_queue: Any, log_dir: Path, deadline: flo
                         f"{_log_tail(log_dir / f'worker{rank}.log')}"
                     ) from None
             if time.perf_counter() > deadline:
-                raise TimeoutError(f"no result after the time limit; {len(outcomes)} of {len(workers)} workers done") from None
+                raise TimeoutError(f"no result after the time limit; {len(outcomes)} of {len(workers)} "
+                                   "workers done") from None
             continue
         if status != "ok":
-            raise RuntimeError(f"worker {rank} failed:\n{payload}\nlog tail:\n{_log_tail(log_dir / f'worker{rank}.log')}")
+            raise RuntimeError(f"worker {rank} failed:\n{payload}\nlog "
+                               f"tail:\n{_log_tail(log_dir / f'worker{rank}.log')}")
         outcomes[rank] = payload
     return outcomes
 
@@ -302,7 +320,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--predict-batch-rows", type=int, default=None,
-                        help="predict in slices of this many rows (default: all at once, refused past bitvector_limit_bytes)")
+                        help="predict in slices of this many rows (default: all at once, refused past "
+                             "bitvector_limit_bytes)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before the run is abandoned")
     args = parser.parse_args(argv)
     # A plain SIGTERM would skip the cleanup in `finally`; turn it into SystemExit so children are stopped.
