@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 
-def mixed_table(n_rows: int = 600, seed: int = 0, task: str = "classification", n_classes: int = 3) -> pd.DataFrame:
+def mixed_table(n_rows: int = 600, seed: int = 0, task: str = "classification",
+                n_classes: int = 3) -> pd.DataFrame:
     """A table with numeric, integer, string-categorical and pandas-categorical columns and NaNs."""
     rng = np.random.default_rng(seed)
     frame = pd.DataFrame({f"num{i}": rng.normal(size=n_rows) for i in range(8)})
@@ -43,9 +44,11 @@ def regression_table() -> pd.DataFrame:
 
 
 def any_table(n_rows: int = 240, seed: int = 0) -> pd.DataFrame:
-    """A table as people have them: a string id, numbers, strings and booleans with missing values, a boolean,
-    a date and a timezone-aware datetime (both with missing values), a class label `y` and a numeric label
-    `amount`."""
+    """A table as people have them.
+
+    A string id, numbers, strings and booleans with missing values, a boolean, a date and a timezone-aware
+    datetime (both with missing values), a class label `y` and a numeric label `amount`.
+    """
     rng = np.random.default_rng(seed)
     frame = pd.DataFrame({
         "customer_id": [f"C{i:05d}" for i in range(n_rows)],
@@ -64,7 +67,8 @@ def any_table(n_rows: int = 240, seed: int = 0) -> pd.DataFrame:
     frame.loc[rng.random(n_rows) < 0.05, "last_seen"] = pd.NaT
     recent = (frame["signup"] > pd.Timestamp("2021-01-01")).to_numpy()
     frame["y"] = np.where((frame["plan"] == "pro").to_numpy() | recent, "churn", "stay").astype(object)
-    frame["amount"] = np.nan_to_num(frame["age"].to_numpy(), nan=40.0) + 20.0 * recent + 0.25 * rng.integers(0, 8, n_rows)
+    frame["amount"] = (np.nan_to_num(frame["age"].to_numpy(), nan=40.0) + 20.0 * recent
+                       + 0.25 * rng.integers(0, 8, n_rows))
     return frame
 
 

@@ -7,8 +7,10 @@ from pathlib import Path
 
 
 def small_federation(work, n_customers: int, seed: int, params: dict):
-    """The demo federation in `work`, with fewer customers and a small forest so flows run fast:
-    returns (config path, scenario)."""
+    """The demo federation in `work`: returns (config path, scenario).
+
+    Fewer customers and a small forest, so flows run fast.
+    """
     import yaml
 
     from flows.demos.vertical import prepare_workspace
@@ -32,8 +34,11 @@ class Federation:
 
 
 def copy_of(federation: Federation, destination: Path) -> Federation:
-    """A copy of `federation` in `destination` (data, keys, certificates, registries, predictions), its
-    agents on other ports and its scenario's paths pointing into the copy."""
+    """A copy of `federation` in `destination`, its agents on other ports.
+
+    Data, keys, certificates, registries and predictions are copied, and its scenario's paths point into the
+    copy.
+    """
     from tests.flows.crashes import copy_federation
 
     config_path = copy_federation(federation.work, destination)

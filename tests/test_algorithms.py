@@ -11,16 +11,19 @@ from fedcore.errors import ParameterError
 def test_each_setting_lists_its_algorithms_default_first() -> None:
     assert in_setting("vertical") == (FOREST,)
     assert in_setting("horizontal") == (EXTRA_TREES, PPD_ERT)
-    with pytest.raises(ParameterError, match=r"unknown setting 'diagonal': choose one of \['vertical', 'horizontal'\]"):
+    with pytest.raises(ParameterError,
+                       match=r"unknown setting 'diagonal': choose one of \['vertical', 'horizontal'\]"):
         in_setting("diagonal")
 
 
 def test_input_takes_canonical_ids_only() -> None:
     assert algorithm("ppd-ert", "horizontal") is PPD_ERT
-    with pytest.raises(ParameterError, match=r"the vertical setting offers algorithms \['forest'\], got 'ppd-ert'"):
+    with pytest.raises(ParameterError,
+                       match=r"the vertical setting offers algorithms \['forest'\], got 'ppd-ert'"):
         algorithm("ppd-ert", "vertical")
-    with pytest.raises(ParameterError, match=r"the horizontal setting offers algorithms \['extra-trees', 'ppd-ert'\], "
-                                             r"got 'fet'"):
+    with pytest.raises(ParameterError,
+                       match=r"the horizontal setting offers algorithms \['extra-trees', 'ppd-ert'\], "
+                             r"got 'fet'"):
         algorithm("fet", "horizontal")
 
 
@@ -28,13 +31,15 @@ def test_stored_models_may_use_the_old_spellings() -> None:
     assert [read_algorithm(old).id for old in ("federated-forest", "fet", "ppdert")] == [
         "forest", "extra-trees", "ppd-ert"]
     assert all(read_algorithm(a).id == a for a in ALGORITHMS)
-    with pytest.raises(ParameterError, match=r"unknown algorithm 'xgboost': fedforest has \['forest', 'extra-trees', "
-                                             r"'ppd-ert'\]"):
+    with pytest.raises(ParameterError,
+                       match=r"unknown algorithm 'xgboost': fedforest has \['forest', 'extra-trees', "
+                             r"'ppd-ert'\]"):
         read_algorithm("xgboost")
 
 
 def test_privacy_modes_are_checked_per_algorithm() -> None:
-    assert (FOREST.default_privacy, EXTRA_TREES.default_privacy, PPD_ERT.default_privacy) == ("none", "none", "secagg")
+    defaults = (FOREST.default_privacy, EXTRA_TREES.default_privacy, PPD_ERT.default_privacy)
+    assert defaults == ("none", "none", "secagg")
     assert FOREST.check_privacy("ou") == "ou"
     with pytest.raises(ParameterError, match=r"algorithm 'ppd-ert' supports privacy \['secagg'\], got 'ldp'"):
         PPD_ERT.check_privacy("ldp")

@@ -56,7 +56,8 @@ def _error_line(capsys, *argv: str, code: int = 1) -> str:
 
 
 def test_simulate_json_on_breast_cancer(capsys, breast_cancer_csv: Path) -> None:
-    result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--parties", 3, "--trees", 20)
+    result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--parties", 3,
+                       "--trees", 20)
     assert TOP_KEYS <= set(result)
     assert (result["setting"], result["algorithm"], result["task"], result["parties"]) == (
         "vertical", "forest", "classification", 3)
@@ -106,7 +107,8 @@ def test_simulate_json_regression_on_diabetes(capsys, tmp_path: Path) -> None:
     ("extra-trees", "none", True), ("extra-trees", "ldp", None), ("extra-trees", "gdp", None),
     ("ppd-ert", "secagg", True),
 ])
-def test_simulate_json_horizontal(capsys, breast_cancer_csv: Path, algorithm: str, privacy: str, exact) -> None:
+def test_simulate_json_horizontal(capsys, breast_cancer_csv: Path, algorithm: str, privacy: str,
+                                  exact) -> None:
     result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--setting", "horizontal",
                        "--algorithm", algorithm, "--privacy", privacy, "--parties", 3, "--trees", 10,
                        "--partition", "dirichlet", "--alpha", 1.0)
@@ -115,13 +117,15 @@ def test_simulate_json_horizontal(capsys, breast_cancer_csv: Path, algorithm: st
         "horizontal", algorithm, privacy, 3)
     assert result["reference"]["name"] == "sklearn.ExtraTreesClassifier"
     assert result["single_party_identical"] is exact
-    assert result["partition"]["kind"] == "dirichlet" and sum(result["partition"]["rows"]) == result["rows_train"]
+    assert result["partition"]["kind"] == "dirichlet"
+    assert sum(result["partition"]["rows"]) == result["rows_train"]
     assert len(result["local_only"]["per_party"]) == 3 and 0 < result["local_only"]["mean"]["accuracy"] <= 1
     assert result["metrics"]["accuracy"] > 0.85
     assert result["privacy_report"]["mode"] == privacy
 
 
-def test_simulate_json_vertical_paillier_is_exactly_the_plain_single_party_run(capsys, breast_cancer_csv: Path) -> None:
+def test_simulate_json_vertical_paillier_is_exactly_the_plain_single_party_run(
+        capsys, breast_cancer_csv: Path) -> None:
     result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--privacy", "paillier",
                        "--trees", 3, "--max-depth", 3)
     assert (result["setting"], result["algorithm"], result["privacy"]) == ("vertical", "forest", "paillier")
@@ -158,15 +162,16 @@ def test_version(capsys) -> None:
     (("--setting", "diagonal"), "unknown setting 'diagonal': choose one of ['vertical', 'horizontal']"),
     (("--algorithm", "boosting"), "unknown algorithm 'boosting': the vertical setting offers 'forest' "
                                   "(Federated Forest)"),
-    (("--setting", "horizontal", "--algorithm", "forest"), "unknown algorithm 'forest': the horizontal setting offers "
-                                                           "'extra-trees' (Federated Extra-Trees), 'ppd-ert' (PPD-ERT)"),
-    (("--setting", "horizontal", "--privacy", "secagg"), "algorithm 'extra-trees' supports privacy 'none', 'ldp', "
-                                                         "'gdp', got 'secagg'"),
-    (("--setting", "horizontal", "--algorithm", "ppd-ert", "--privacy", "ldp"), "algorithm 'ppd-ert' supports "
-                                                                                "privacy 'secagg', got 'ldp'"),
+    (("--setting", "horizontal", "--algorithm", "forest"),
+     "unknown algorithm 'forest': the horizontal setting offers 'extra-trees' (Federated Extra-Trees), "
+     "'ppd-ert' (PPD-ERT)"),
+    (("--setting", "horizontal", "--privacy", "secagg"),
+     "algorithm 'extra-trees' supports privacy 'none', 'ldp', 'gdp', got 'secagg'"),
+    (("--setting", "horizontal", "--algorithm", "ppd-ert", "--privacy", "ldp"),
+     "algorithm 'ppd-ert' supports privacy 'secagg', got 'ldp'"),
     (("--privacy", "ldp"), "algorithm 'forest' supports privacy 'none', 'paillier', 'ou', got 'ldp'"),
-    (("--setting", "horizontal", "--thresholds", "domain"), "--thresholds applies to --algorithm ppd-ert only, not "
-                                                            "'extra-trees'"),
+    (("--setting", "horizontal", "--thresholds", "domain"),
+     "--thresholds applies to --algorithm ppd-ert only, not 'extra-trees'"),
 ])
 def test_unknown_setting_algorithm_or_privacy_is_bad_input(capsys, breast_cancer_csv: Path, options: tuple,
                                                             message: str) -> None:
@@ -175,12 +180,14 @@ def test_unknown_setting_algorithm_or_privacy_is_bad_input(capsys, breast_cancer
 
 
 @pytest.mark.parametrize("thresholds", ["histogram", "domain"])
-def test_simulate_ppd_ert_with_either_threshold_mode(capsys, breast_cancer_csv: Path, thresholds: str) -> None:
+def test_simulate_ppd_ert_with_either_threshold_mode(capsys, breast_cancer_csv: Path,
+                                                     thresholds: str) -> None:
     result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--setting", "horizontal",
                        "--algorithm", "ppd-ert", "--thresholds", thresholds, "--trees", "5")
     assert result["single_party_identical"] is True
     said = result["privacy_report"]["thresholds"]
-    assert said.startswith("within the populated cells" if thresholds == "histogram" else "uniform in the declared")
+    expected = "within the populated cells" if thresholds == "histogram" else "uniform in the declared"
+    assert said.startswith(expected)
     code, out, _ = _run(capsys, "simulate", "--data", breast_cancer_csv, "--label", "target", "--setting",
                         "horizontal", "--algorithm", "ppd-ert", "--thresholds", thresholds, "--trees", "3")
     assert code == 0 and f"privacy: thresholds: {said}" in out
@@ -189,7 +196,8 @@ def test_simulate_ppd_ert_with_either_threshold_mode(capsys, breast_cancer_csv: 
 # -- one convention: a usage error is bad input too (one line, exit 1, no usage block) ----------------------
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (("simulate", "--label", "y"), "the following arguments are required: --data (see 'fedforest simulate --help')"),
+    (("simulate", "--label", "y"),
+     "the following arguments are required: --data (see 'fedforest simulate --help')"),
     (("simulate", "--data", "t.csv", "--label", "y", "--trees", "1.5"),
      "argument --trees: invalid int value: '1.5' (see 'fedforest simulate --help')"),
     (("simulate", "--data", "t.csv", "--label", "y", "--max-features", "banana"),
@@ -221,7 +229,8 @@ def test_pipeline_commands_follow_the_same_convention(capsys) -> None:
     code = main(["retrain"])
     out, err = capsys.readouterr()
     assert (code, out) == (1, "")
-    assert err == "fedforest: error: the following arguments are required: --config (see 'fedforest retrain --help')\n"
+    assert err == ("fedforest: error: the following arguments are required: --config (see 'fedforest retrain "
+                   "--help')\n")
     assert main(["predict", "--config", "f.yaml", "--agents", "cloud"]) == 1
     assert capsys.readouterr().err.count("\n") == 1
 
@@ -324,7 +333,8 @@ def any_tables(tmp_path: Path) -> dict[str, Path]:
 def _any_table_options(label: str, *options) -> list:
     """Train on `label`, leave the other label out (--drop) and the customer id too (--id-column)."""
     other = "amount" if label == "y" else "y"
-    return ["--label", label, "--drop", other, "--id-column", "customer_id", "--trees", 3, "--max-depth", 4, *options]
+    return ["--label", label, "--drop", other, "--id-column", "customer_id", "--trees", 3, "--max-depth",
+            4, *options]
 
 
 @pytest.mark.parametrize(("setting", "algorithm", "privacy", "label", "file"), [
@@ -346,9 +356,11 @@ def test_simulate_any_table(capsys, any_tables: dict, setting: str, algorithm: s
     columns = result["columns"]
     assert (columns["id"], columns["dropped"]) == ("customer_id", ["amount" if label == "y" else "y"])
     assert columns["dates"] == [{"column": name, "from": source, "to": DAYS}
-                                for name, source in zip(("signup", "last_seen"), DATE_SOURCES[file], strict=True)]
+                                for name, source in zip(("signup", "last_seen"), DATE_SOURCES[file],
+                                                        strict=True)]
     if setting == "horizontal":
-        assert columns["categories"] == {"plan": 3, "newsletter": 2}  # booleans with missing values: categories
+        # booleans with missing values: categories
+        assert columns["categories"] == {"plan": 3, "newsletter": 2}
     assert result["single_party_identical"] is (True if privacy in ("none", "secagg") else None)
     assert set(result["reference"]["metrics"]) == set(result["metrics"])  # scikit-learn ran on the same table
 
@@ -360,7 +372,8 @@ def test_simulate_any_table_output_names_the_conversions(capsys, any_tables: dic
     assert code == 0, err
     lines = out.splitlines()
     assert "not features: id column 'customer_id'; dropped 'amount'" in lines
-    assert (f"dates converted to {DAYS}: 'signup' (ISO date strings), 'last_seen' (ISO datetime strings)") in lines
+    assert (f"dates converted to {DAYS}: 'signup' (ISO date strings), 'last_seen' (ISO "
+            "datetime strings)") in lines
     categories = ("category lists from the pooled table (a data contract declares them in production): "
                   "'plan' (3), 'newsletter' (2)")
     assert (categories in lines) is (setting == "horizontal")
@@ -370,9 +383,9 @@ def test_simulate_any_table_output_names_the_conversions(capsys, any_tables: dic
 def test_a_string_column_too_wide_for_categories_is_refused(capsys, tmp_path: Path, setting: str) -> None:
     csv, _ = write_any_table(tmp_path, n_rows=300)  # 300 distinct customer ids, and no --id-column
     line = _error_line(capsys, "simulate", "--data", csv, "--label", "y", "--setting", setting)
-    assert line == ("fedforest: error: column 'customer_id' holds 300 distinct strings that are not ISO dates: too "
-                    "many for a categorical feature (at most 255); if it identifies rows pass it as the id column "
-                    "(--id-column customer_id), else leave it out (--drop customer_id)")
+    assert line == ("fedforest: error: column 'customer_id' holds 300 distinct strings that are not ISO "
+                    "dates: too many for a categorical feature (at most 255); if it identifies rows pass it "
+                    "as the id column (--id-column customer_id), else leave it out (--drop customer_id)")
 
 
 def test_an_impossible_iso_date_is_refused(capsys, tmp_path: Path) -> None:

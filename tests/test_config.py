@@ -30,7 +30,8 @@ def test_defaults_and_paths_relative_to_the_config_file() -> None:
     assert bank.data == "/srv/federation/data/bank/*.parquet" and insurer.data == "/data/insurer.csv"
     assert bank.registry == Path("/srv/federation/registry/bank") and insurer.work_pool == "insurer"
     assert config.training == TrainingSettings()
-    assert (config.model_name, config.prediction_requester, config.promotion_metric) == ("retail", "bank", "accuracy")
+    assert (config.model_name, config.prediction_requester, config.promotion_metric) == ("retail", "bank",
+                                                                                         "accuracy")
     assert (config.algorithm, config.privacy["mode"], config.alignment) == ("forest", "none", "hash")
 
 
@@ -40,7 +41,8 @@ def test_a_horizontal_federation_defaults_to_plain_extra_trees() -> None:
     assert (config.setting, config.algorithm, config.privacy) == ("horizontal", "extra-trees",
                                                                  {"mode": "none", "epsilon": 1.0, "ldp": {}})
     ppd = parse_config(_raw(setting="horizontal", algorithm="ppd-ert", institutions=institutions), CONFIG)
-    assert ppd.privacy == {"mode": "secagg", "epsilon": 1.0, "ldp": {}, "thresholds": "histogram", "cells": 16}
+    assert ppd.privacy == {"mode": "secagg", "epsilon": 1.0, "ldp": {}, "thresholds": "histogram",
+                           "cells": 16}
     ppd = parse_config(_raw(setting="horizontal", algorithm="ppd-ert", institutions=institutions,
                             privacy={"mode": "secagg", "thresholds": "domain"}), CONFIG)
     assert (ppd.privacy["thresholds"], ppd.privacy["cells"]) == ("domain", 16)
@@ -49,7 +51,8 @@ def test_a_horizontal_federation_defaults_to_plain_extra_trees() -> None:
 def test_training_settings_override_the_derived_values() -> None:
     config = parse_config(_raw(training={"model_name": "m", "predict_for": "insurer", "metric": "log_loss",
                                          "holdout": 0.3, "agent_idle_timeout_s": 60}), CONFIG)
-    assert (config.model_name, config.prediction_requester, config.promotion_metric) == ("m", "insurer", "log_loss")
+    assert (config.model_name, config.prediction_requester, config.promotion_metric) == ("m", "insurer",
+                                                                                         "log_loss")
     assert config.training.holdout == 0.3 and config.training.agent_idle_timeout_s == 60
 
 
@@ -59,7 +62,8 @@ def test_training_settings_override_the_derived_values() -> None:
     ({"holdout": 1.0}, "training.holdout must be between 0 and 1 (exclusive), got 1.0"),
     ({"connect_timeout_s": "soon"}, "training.connect_timeout_s must be a non-negative number, got 'soon'"),
     ({"min_overlap": -1}, "training.min_overlap must be a non-negative number, got -1"),
-    ({"predict_for": "retailer"}, "training.predict_for names no institution: 'retailer'; known: ['bank', 'insurer']"),
+    ({"predict_for": "retailer"},
+     "training.predict_for names no institution: 'retailer'; known: ['bank', 'insurer']"),
 ])
 def test_bad_training_settings_are_refused_by_name(training, message) -> None:
     with pytest.raises(ConfigError) as caught:
@@ -68,21 +72,22 @@ def test_bad_training_settings_are_refused_by_name(training, message) -> None:
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    ({"consortium_key": "0123456789abcdef0123"}, "consortium_key must be {env: VARIABLE} or {file: path}, never the "
-                                                 "key itself"),
+    ({"consortium_key": "0123456789abcdef0123"},
+     "consortium_key must be {env: VARIABLE} or {file: path}, never the key itself"),
     ({"setting": "diagonal"}, "setting must be one of ('vertical', 'horizontal'), got 'diagonal'"),
     ({"institutions": [{"name": "bank", "data": "x.csv", "id_column": "id", "label": "y"},
                        {"name": "bank", "data": "y.csv", "id_column": "id"}]},
      "institution names must be unique, got ['bank', 'bank']"),
     ({"institutions": [{"name": "bank", "data": "x.csv", "id_column": "id"}]},
      "a vertical federation needs exactly one institution with 'label', found []"),
-    ({"institutions": [{"name": "bank", "id_column": "id", "label": "y"}]}, "institution 'bank' needs 'data'"),
+    ({"institutions": [{"name": "bank", "id_column": "id", "label": "y"}]},
+     "institution 'bank' needs 'data'"),
     ({"params": {"n_trees": 5}}, "params: "),
     ({"algorithm": "extra-trees"}, "the vertical setting offers algorithms ['forest'], got 'extra-trees'"),
-    ({"alignment": "sha"}, "alignment must be 'hash' (keyed hashes) or 'psi' (ECDH private set intersection), "
-                           "got 'sha'"),
-    ({"setting": "horizontal"}, "in a horizontal federation every institution holds the same label column; set "
-                                "'label' for ['insurer']"),
+    ({"alignment": "sha"},
+     "alignment must be 'hash' (keyed hashes) or 'psi' (ECDH private set intersection), got 'sha'"),
+    ({"setting": "horizontal"},
+     "in a horizontal federation every institution holds the same label column; set 'label' for ['insurer']"),
     ({"setting": "horizontal", "algorithm": "extra-trees", "privacy": "secagg",
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
@@ -91,7 +96,8 @@ def test_bad_training_settings_are_refused_by_name(training, message) -> None:
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
      "privacy: PPD-ERT histogram cells must be one of [4, 8, 16, 32, 64], got 3"),
-    ({"setting": "horizontal", "algorithm": "ppd-ert", "privacy": {"mode": "secagg", "thresholds": "quantile"},
+    ({"setting": "horizontal", "algorithm": "ppd-ert",
+      "privacy": {"mode": "secagg", "thresholds": "quantile"},
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
      "privacy: PPD-ERT thresholds must be one of ['histogram', 'domain'], got 'quantile'"),
@@ -147,6 +153,7 @@ def test_an_institution_may_bound_its_agents_memory() -> None:
     assert data.memory_budget == 2048 * MIB  # what its party reports to the master for the batch plan
     for bad in (0, -5, 1.5, True, "2G"):
         raw["institutions"][1]["memory_budget_mb"] = bad
-        with pytest.raises(ConfigError, match=f"institution 'insurer': memory_budget_mb must be a positive integer "
-                                              rf"\(MiB\), got {bad!r}"):
+        with pytest.raises(ConfigError,
+                           match=f"institution 'insurer': memory_budget_mb must be a positive integer "
+                                 rf"\(MiB\), got {bad!r}"):
             parse_config(raw, CONFIG)

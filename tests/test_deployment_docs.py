@@ -1,5 +1,8 @@
-"""What deployments/README.md tells an operator to run works: the template config parses (and names the
-trusted key), and the worked contract step drafts a contract the data then passes."""
+"""What deployments/README.md tells an operator to run works.
+
+The template config parses (and names the trusted key), and the worked contract step drafts a contract the
+data then passes.
+"""
 
 from __future__ import annotations
 
@@ -24,14 +27,15 @@ def test_the_template_config_parses_with_the_documented_keys():
 
 def test_the_worked_contract_step_runs_as_written(tmp_path, monkeypatch, capsys):
     readme = (DEPLOYMENTS / "README.md").read_text()
-    infer = re.search(r"fedforest (contract infer .*?)\n\s*fedforest (contract check .*?)\n", readme.replace("\\\n", ""),
-                      re.S)
+    infer = re.search(r"fedforest (contract infer .*?)\n\s*fedforest (contract check .*?)\n",
+                      readme.replace("\\\n", ""), re.S)
     assert infer, "the worked contract step is in deployments/README.md"
     rng = np.random.default_rng(0)
     sample = tmp_path / "data" / "bank" / "train" / "part-0.parquet"
     sample.parent.mkdir(parents=True)
     pd.DataFrame({"customer_id": [f"C{i}" for i in range(200)], "age": rng.integers(18, 90, 200),
-                  "balance": rng.normal(1000, 300, 200), "responded": rng.integers(0, 2, 200)}).to_parquet(sample)
+                  "balance": rng.normal(1000, 300, 200),
+                  "responded": rng.integers(0, 2, 200)}).to_parquet(sample)
     (tmp_path / "contracts").mkdir()
     monkeypatch.chdir(tmp_path)
     for command in infer.groups():

@@ -1,5 +1,8 @@
-"""Under umask 000, the PKI, the keys, the registries, checkpoints and predictions are still written with
-explicit modes: nothing group- or world-writable; private keys and checkpoints readable by their owner only."""
+"""Under umask 000, everything fedforest writes still gets explicit modes.
+
+The PKI, the keys, the registries, checkpoints and predictions: nothing group- or world-writable; private keys
+and checkpoints readable by their owner only.
+"""
 
 from __future__ import annotations
 
@@ -48,7 +51,8 @@ def test_nothing_is_writable_by_others_whatever_the_umask(tmp_path: Path, open_u
     registry.promote("credit", "v0001")
     checkpoints = CheckpointStore(tmp_path / "registry" / "bank" / CHECKPOINTS, "run-1", "context")
     checkpoints.save(0, {"noise_seed": np.array([7], np.int64)})
-    bank = InstitutionData("bank", None, "id", None, tmp_path / "registry" / "bank", tmp_path / "predictions" / "bank")
+    bank = InstitutionData("bank", None, "id", None, tmp_path / "registry" / "bank",
+                           tmp_path / "predictions" / "bank")
     predictions = write_predictions(bank, pd.DataFrame({"id": ["a"], "prediction": [1]}), "batch-1")
     written = [p for p in tmp_path.rglob("*")]
     assert len(written) > 12

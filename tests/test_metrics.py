@@ -14,8 +14,10 @@ def test_classification_scores_match_scikit_learn() -> None:
     rng = np.random.default_rng(0)
     truth, predicted = rng.integers(0, 4, 300), rng.integers(0, 4, 300)
     predicted[predicted == 3] = 2  # a class never predicted
-    expected = {"accuracy": accuracy_score(truth, predicted), "f1_macro": f1_score(truth, predicted, average="macro")}
-    assert confusion_metrics(confusion_matrix(truth, predicted, labels=[0, 1, 2, 3])) == pytest.approx(expected)
+    expected = {"accuracy": accuracy_score(truth, predicted),
+                "f1_macro": f1_score(truth, predicted, average="macro")}
+    matrix = confusion_matrix(truth, predicted, labels=[0, 1, 2, 3])
+    assert confusion_metrics(matrix) == pytest.approx(expected)
     assert metrics("classification", truth, predicted) == pytest.approx(expected)
     names = np.array(["no", "yes", "maybe"])
     assert metrics("classification", names[truth % 3], names[predicted % 3]) == pytest.approx(

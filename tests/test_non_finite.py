@@ -1,5 +1,7 @@
-"""Infinities are refused the same way everywhere (simulate in both settings, both estimators, an agent's
-files, prediction batches), naming the column; missing values stay accepted."""
+"""Infinities are refused the same way everywhere, naming the column; missing values stay accepted.
+
+Everywhere: simulate in both settings, both estimators, an agent's files, prediction batches.
+"""
 
 from __future__ import annotations
 

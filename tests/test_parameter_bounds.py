@@ -30,7 +30,8 @@ def test_a_tree_has_at_most_two_nodes_a_leaf_and_two_to_the_depth_leaves() -> No
     assert max_nodes_per_tree(ForestParams(max_depth=3), 100) == 15  # 2^(depth + 1) - 1
     assert max_nodes_per_tree(ForestParams(max_depth=30), 100) == 199
     assert max_nodes_per_tree(ForestParams(min_samples_leaf=10), 100) == 19  # at most 10 leaves
-    assert max_nodes_per_tree(ForestParams(max_samples=40, min_samples_leaf=3), 100) == 25  # 40 draws: 13 leaves
+    # 40 draws: 13 leaves
+    assert max_nodes_per_tree(ForestParams(max_samples=40, min_samples_leaf=3), 100) == 25
     assert max_nodes_per_tree(ExtraTreesParams(min_samples_leaf=7), 100) == 27
     assert max_nodes_per_tree(ForestParams(max_depth=32767), 10**6) == 2 * 10**6 - 1  # no 2^32768 overflow
 
@@ -38,7 +39,8 @@ def test_a_tree_has_at_most_two_nodes_a_leaf_and_two_to_the_depth_leaves() -> No
 def test_bytes_a_node_are_those_of_the_model_tables() -> None:
     # vertical master: tree, node, left, right (int32), depth, owner (int16), weight and 3 values (float64)
     assert ForestParams().node_bytes(3) == 16 + 4 + 8 + 24
-    # ... plus each party's partial model: index, feature (int32), threshold, two flags, 4 words of category bits
+    # ... plus each party's partial model: index, feature (int32), threshold, two flags, 4 words of
+    # category bits
     assert ForestParams().node_bytes(3, colocated_parties=2) == 52 + 2 * (16 + 4 + 8 + 2 + 32)
     # horizontal: the complete forest (index, depth, feature, threshold, weight, values) at every holder
     assert ExtraTreesParams().node_bytes(1, colocated_parties=2) == 3 * (16 + 2 + 4 + 8 + 8 + 8)
@@ -57,11 +59,12 @@ def test_check_model_fits_refuses_a_model_beyond_a_small_budget() -> None:
         "max_depth=3 has up to 15 nodes, and the model tables of the master take 44 bytes a node; lower "
         "n_estimators, lower max_depth or raise min_samples_leaf")
     with pytest.raises(ParameterError) as excinfo:
-        check_model_fits(ExtraTreesParams(n_estimators=1000, min_samples_leaf=2), 5000, 1 << 20, colocated_parties=3)
+        check_model_fits(ExtraTreesParams(n_estimators=1000, min_samples_leaf=2), 5000, 1 << 20,
+                         colocated_parties=3)
     assert str(excinfo.value) == (
-        "n_estimators=1000 may need 877.2 MiB of memory, more than the 1.0 MiB available: a tree on 5000 rows with "
-        "min_samples_leaf=2 has up to 4999 nodes, and the model tables of the master and 3 parties take 184 "
-        "bytes a node; lower n_estimators, set max_depth or raise min_samples_leaf")
+        "n_estimators=1000 may need 877.2 MiB of memory, more than the 1.0 MiB available: a tree on 5000 "
+        "rows with min_samples_leaf=2 has up to 4999 nodes, and the model tables of the master and 3 parties "
+        "take 184 bytes a node; lower n_estimators, set max_depth or raise min_samples_leaf")
 
 
 def test_format_bytes() -> None:
@@ -100,31 +103,33 @@ def _one_line(capsys, *argv) -> str:
 
 
 @pytest.mark.parametrize(("setting", "node_bytes"), [("vertical", 160), ("horizontal", 138)])
-def test_a_hundred_million_trees_are_refused_before_any_party_exists(capsys, four_thousand_rows: Path, no_training,
-                                                                     setting: str, node_bytes: int) -> None:
+def test_a_hundred_million_trees_are_refused_before_any_party_exists(capsys, four_thousand_rows: Path,
+                                                                     no_training, setting: str,
+                                                                     node_bytes: int) -> None:
     line = _one_line(capsys, "simulate", "--data", four_thousand_rows, "--label", "y", "--trees", 100_000_000,
                      "--setting", setting)
     need = format_bytes(100_000_000 * 6399 * node_bytes)
-    assert line == (f"fedforest: error: n_estimators=100000000 may need {need} of memory, more than the 8.0 GiB "
-                    "available: a tree on 3200 rows has up to 6399 nodes, and the model tables of the master and 2 "
-                    f"parties take {node_bytes} bytes a node; lower n_estimators, set max_depth or raise "
-                    "min_samples_leaf")
+    assert line == (f"fedforest: error: n_estimators=100000000 may need {need} of memory, more than the 8.0 "
+                    "GiB available: a tree on 3200 rows has up to 6399 nodes, and the model tables of the "
+                    f"master and 2 parties take {node_bytes} bytes a node; lower n_estimators, set max_depth "
+                    "or raise min_samples_leaf")
 
 
 def test_a_shallow_forest_of_many_trees_is_bounded_by_its_depth(capsys, four_thousand_rows: Path,
                                                                 no_training) -> None:
     line = _one_line(capsys, "simulate", "--data", four_thousand_rows, "--label", "y", "--trees", 100_000_000,
                      "--max-depth", 2, "--parties", 3)
-    assert line == ("fedforest: error: n_estimators=100000000 may need 144.7 GiB of memory, more than the 8.0 GiB "
-                    "available: a tree on 3200 rows and max_depth=2 has up to 7 nodes, and the model tables of the "
-                    "master and 3 parties take 222 bytes a node; lower n_estimators, lower max_depth or raise "
-                    "min_samples_leaf")
+    assert line == ("fedforest: error: n_estimators=100000000 may need 144.7 GiB of memory, more than the "
+                    "8.0 GiB available: a tree on 3200 rows and max_depth=2 has up to 7 nodes, and the model "
+                    "tables of the master and 3 parties take 222 bytes a node; lower n_estimators, lower "
+                    "max_depth or raise min_samples_leaf")
 
 
-def test_a_trillion_trees_is_one_line_not_a_memory_error(capsys, four_thousand_rows: Path, no_training) -> None:
+def test_a_trillion_trees_is_one_line_not_a_memory_error(capsys, four_thousand_rows: Path,
+                                                         no_training) -> None:
     line = _one_line(capsys, "simulate", "--data", four_thousand_rows, "--label", "y", "--trees", 10**12)
-    assert line == ("fedforest: error: n_estimators must be at most 2147483648 (tree numbers are int32 in the model "
-                    "tables and messages), got 1000000000000")
+    assert line == ("fedforest: error: n_estimators must be at most 2147483648 (tree numbers are int32 in "
+                    "the model tables and messages), got 1000000000000")
 
 
 def test_a_memory_error_anywhere_is_one_line(capsys, four_thousand_rows: Path, monkeypatch) -> None:

@@ -1,5 +1,8 @@
-"""Training progress (issue #15, point 7): plain, complete, rate-limited lines when stderr is not a terminal
-(or TERM=dumb), the one-line bar on a terminal, and progress that moves within a tree batch."""
+"""Training progress (issue #15, point 7).
+
+Plain, complete, rate-limited lines when stderr is not a terminal (or TERM=dumb), the one-line bar on a
+terminal, and progress that moves within a tree batch.
+"""
 
 from __future__ import annotations
 
@@ -44,8 +47,10 @@ class Terminal(io.StringIO):
 
 
 def one_batch(n_trees: int = 100, max_depth: int = 6) -> list[GrowthProgress]:
-    """The reports of one batch of all `n_trees` trees: every level, then the batch done. Rows settle in
-    leaves as the levels go (400 rows per tree at the root)."""
+    """The reports of one batch of all `n_trees` trees.
+
+    Every level, then the batch done. Rows settle in leaves as the levels go (400 rows per tree at the root).
+    """
     rows = [40000.0, 39000.0, 36000.0, 30000.0, 20000.0, 8000.0, 0.0]
     nodes = [n_trees * 2 ** d for d in range(max_depth + 1)]
     levels = [GrowthProgress(0, n_trees, n_trees, d, nodes[d], max_depth=max_depth, rows_open=rows[d],
@@ -129,8 +134,8 @@ def test_within_batch_progress_without_a_depth_limit_and_without_rows() -> None:
     unlimited = GrowthTracker(Clock())
     shares = []
     for depth, (rows, next_rows) in enumerate([(1000, 990), (990, 950), (950, 700), (700, 200), (200, 0)]):
-        unlimited.update(GrowthProgress(0, 10, 10, depth, 10 * 2 ** depth, rows_open=rows, rows_next=next_rows,
-                                        nodes_next=20 * 2 ** depth))
+        unlimited.update(GrowthProgress(0, 10, 10, depth, 10 * 2 ** depth, rows_open=rows,
+                                        rows_next=next_rows, nodes_next=20 * 2 ** depth))
         shares.append(unlimited.share)
     assert all(a < b for a, b in zip(shares, shares[1:], strict=False)) and shares[-1] == 1.0
     assert "level 4 (no depth limit)" in unlimited.describe()
@@ -155,7 +160,8 @@ def test_a_real_single_batch_fit_reports_work_within_the_batch(engine, monkeypat
     monkeypatch.setattr(f"fedcore.{engine}.estimators.progress_bar", lambda: report)
     if engine == "vertical":
         parties = split_vertical(mixed_table(n_rows=300, seed=5), 2, label="target", seed=1, label_party=0)
-        FederatedForestClassifier(n_estimators=4, max_depth=4, random_state=2, progress=True).fit(parties, "target")
+        FederatedForestClassifier(n_estimators=4, max_depth=4, random_state=2,
+                                  progress=True).fit(parties, "target")
     else:
         FederatedExtraTreesClassifier(4, max_depth=4, progress=True).fit(
             split_rows(horizontal_table(seed=8, n_rows=300), 2), "target")

@@ -22,7 +22,8 @@ def test_every_module_the_layout_names_exists() -> None:
 
 
 def test_every_package_the_layout_names_exists() -> None:
-    packages = {p.name for top in ("fedcore", "tasks", "flows") for p in (ROOT / top).rglob("*") if p.is_dir()}
+    packages = {p.name for top in ("fedcore", "tasks", "flows")
+                for p in (ROOT / top).rglob("*") if p.is_dir()}
     named = {m.group(1) for m in re.finditer(r"^\s*([a-z_]+)/\s", _layout_block(), re.MULTILINE)}
     top = {"fedcore", "tasks", "flows", "deployments", "benchmarks", "tests"}
     assert sorted(named - packages - top) == []

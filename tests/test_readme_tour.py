@@ -1,7 +1,9 @@
-"""README's "A short tour", run top to bottom as written, in an empty folder, as a new user would: every
-command exits 0 and does what its comment says. Each command runs as its own process with the user's
+"""README's "A short tour", run top to bottom as written, in an empty folder, as a new user would.
+
+Every command exits 0 and does what its comment says. Each command runs as its own process with the user's
 environment minus any Prefect home or server, so the demos and the tour's runs share the federation's own
-`.prefect` (as the README says)."""
+`.prefect` (as the README says).
+"""
 
 from __future__ import annotations
 
@@ -38,8 +40,8 @@ def test_the_tour_works_as_written(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_HOME", "PREFECT_API_URL")}
     said = []
     for command in tour_commands():
-        done = subprocess.run([str(FEDFOREST), *command[1:]], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=900)
+        done = subprocess.run([str(FEDFOREST), *command[1:]], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, f"{shlex.join(command)} exited {done.returncode}:\n{done.stderr[-3000:]}"
         said.append((command, done.stdout))
     by_step = {" ".join(command[1:3]): stdout for command, stdout in said}

@@ -63,7 +63,8 @@ def test_simulate_vertical_drops_the_id_column() -> None:
 
 
 def test_simulate_vertical_refuses_an_unknown_task() -> None:
-    with pytest.raises(ParameterError, match=r"task must be one of \['auto', 'classification', 'regression'\]"):
+    with pytest.raises(ParameterError,
+                       match=r"task must be one of \['auto', 'classification', 'regression'\]"):
         simulate_vertical(mixed_table(n_rows=50), "target", task="ranking")
 
 
@@ -83,7 +84,8 @@ def test_infer_task(values: pd.Series, task: str) -> None:
 def test_check_label_names_the_problem() -> None:
     with pytest.raises(LabelError, match=r"^label 'y' has 1 missing values; drop or fill those rows$"):
         check_label(pd.Series([1.0, np.nan, 2.0], name="y"), "regression")
-    with pytest.raises(LabelError, match=r"^label 'y' has a single class 'yes'; classification needs at least two$"):
+    with pytest.raises(LabelError,
+                       match=r"^label 'y' has a single class 'yes'; classification needs at least two$"):
         check_label(pd.Series(["yes"] * 4, name="y"), "classification")
     with pytest.raises(LabelError, match=r"^regression label 'y' must be numeric, found dtype bool$"):
         check_label(pd.Series([True, False], name="y"), "regression")
@@ -92,7 +94,8 @@ def test_check_label_names_the_problem() -> None:
 def test_prepare_table_checks_columns_and_rows() -> None:
     table = pd.DataFrame({"x": [1.0, 2.0], "y": [0, 1], "id": [7, 8]})
     assert list(prepare_table(table, "y", "id").columns) == ["x", "y"]
-    with pytest.raises(ColumnNotFoundError, match=r"^label column 'z' not in the table; its columns are 'x', 'y', 'id'$"):
+    with pytest.raises(ColumnNotFoundError,
+                       match=r"^label column 'z' not in the table; its columns are 'x', 'y', 'id'$"):
         prepare_table(table, "z")
     with pytest.raises(InputError, match="^the id column and the label are the same column 'y'$"):
         prepare_table(table, "y", "y")
@@ -152,7 +155,8 @@ def test_split_is_stratified_and_falls_back_for_rare_classes() -> None:
 
 
 def test_one_hot_fits_categories_on_train() -> None:
-    train = pd.DataFrame({"n": [1.0, np.nan, 3.0], "c": ["a", "b", None], "k": pd.Categorical(["u", "v", "u"])})
+    train = pd.DataFrame({"n": [1.0, np.nan, 3.0], "c": ["a", "b", None],
+                          "k": pd.Categorical(["u", "v", "u"])})
     test = pd.DataFrame({"n": [np.nan, 2.0], "c": ["b", "z"], "k": pd.Categorical(["v", "w"])})
     train_x, test_x = one_hot(train, test)
     # columns: n, c_a, c_b, k_u, k_v; a missing or unseen category is all zeros
@@ -206,8 +210,9 @@ def test_parties_with_different_row_counts() -> None:
 
 def test_duplicate_column_across_parties() -> None:
     active, passive = _parties()
-    with pytest.raises(DuplicateColumnError, match=r"^column 'x1' is held by both party 'bank' and party 'shop'; "
-                                                   "column names must be unique across parties$"):
+    with pytest.raises(DuplicateColumnError,
+                       match=r"^column 'x1' is held by both party 'bank' and party 'shop'; "
+                             "column names must be unique across parties$"):
         _fit({"bank": active, "shop": passive.rename(columns={"x2": "x1"})})
 
 
@@ -220,8 +225,9 @@ def test_no_party_holds_the_label() -> None:
 
 def test_two_parties_hold_the_label() -> None:
     active, passive = _parties()
-    with pytest.raises(LabelHolderError, match=r"^label column 'y' is held by 2 parties \['party0', 'party1'\]; "
-                                               "exactly one may hold it$"):
+    with pytest.raises(LabelHolderError,
+                       match=r"^label column 'y' is held by 2 parties \['party0', 'party1'\]; "
+                             "exactly one may hold it$"):
         _fit([active, passive.assign(y=active["y"])])
 
 

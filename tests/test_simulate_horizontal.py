@@ -1,5 +1,7 @@
-"""The horizontal simulator's stand-ins for the data contracts: category lists and numeric domains read
-off the pooled table."""
+"""The horizontal simulator's stand-ins for the data contracts.
+
+Category lists and numeric domains read off the pooled table.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ def test_pooled_categories_lists_every_categorical_feature() -> None:
         "y": ["no", "yes", "no", "yes"],
     })
     assert pooled_categories(table, "y") == {"plan": ["basic", "pro"], "flag": ["False", "True"],
-                                             "level": ["b", "a", "unused"]}  # a Categorical keeps its own list
+                                             # a Categorical keeps its own list
+                                             "level": ["b", "a", "unused"]}
 
 
 def test_declared_ranges_cover_numbers_booleans_and_missing_values() -> None:

@@ -22,9 +22,9 @@ Not run: the checks of how a single array X is validated (check_fit2d_predict1d,
 check_fit2d_1sample, check_estimators_empty_data_messages, check_estimators_dtypes, check_dtype_object,
 check_complex_data, check_estimators_nan_inf, check_n_features_in_after_fitting, check_supervised_y_2d,
 check_requires_y_none, check_fit_score_takes_y, check_dataframe_column_names_consistency, the sparse and
-array-API checks): that validation would be the adapter's, not the estimators'. check_classifiers_train
-too: it expects predict to refuse an array with more columns, but the estimators select the trained
-columns of a DataFrame by name and ignore others (a prediction frame may keep the label column). Sample weights, class
+array-API checks): that validation would be the adapter's, not the estimators'. check_classifiers_train too:
+it expects predict to refuse an array with more columns, but the estimators select the trained columns of a
+DataFrame by name and ignore others (a prediction frame may keep the label column). Sample weights, class
 weights, multi-output, partial_fit, transformers, clusterers and outlier detectors: not features of these
 estimators. check_estimators_pickle: a fitted estimator holds its in-process transport and party objects
 (saving goes through `save` / `load`). check_mixin_order: only about scikit-learn's own mixins.
@@ -64,12 +64,13 @@ VERTICAL = (FederatedForestClassifier, FederatedForestRegressor)
 UNFITTED_CHECKS = [
     "check_estimator_cloneable", "check_estimator_repr", "check_get_params_invariance", "check_set_params",
     "check_parameters_default_constructible", "check_no_attributes_set_in_init",
-    "check_do_not_raise_errors_in_init_or_set_params", "check_valid_tag_types", "check_estimator_tags_renamed",
+    "check_do_not_raise_errors_in_init_or_set_params", "check_valid_tag_types",
+    "check_estimator_tags_renamed",
 ]
 FIT_CHECKS = [
-    "check_estimators_fit_returns_self", "check_dont_overwrite_parameters", "check_estimators_overwrite_params",
-    "check_fit_check_is_fitted", "check_n_features_in", "check_fit_idempotent", "check_methods_subset_invariance",
-    "check_methods_sample_order_invariance",
+    "check_estimators_fit_returns_self", "check_dont_overwrite_parameters",
+    "check_estimators_overwrite_params", "check_fit_check_is_fitted", "check_n_features_in",
+    "check_fit_idempotent", "check_methods_subset_invariance", "check_methods_sample_order_invariance",
 ]
 CLASSIFIER_CHECKS = ["check_classifiers_one_label", "check_classifiers_classes"]
 REGRESSOR_CHECKS = ["check_regressors_train", "check_regressors_int"]
@@ -156,19 +157,21 @@ def test_grid_search_clones_and_sets_parameters(name: str) -> None:
     assert [p["max_depth"] for p in search.cv_results_["params"]] == [1, 4]
     assert np.all(np.isfinite(search.cv_results_["mean_test_score"]))
     best = search.best_estimator_
-    assert best is not estimator and best.max_depth == search.best_params_["max_depth"] and best.n_estimators == 2
+    assert best is not estimator and best.n_estimators == 2
+    assert best.max_depth == search.best_params_["max_depth"]
     assert best.params_.max_depth == best.max_depth  # refitted with the chosen parameters
     assert not estimator.__sklearn_is_fitted__() and estimator.max_depth == 3  # the search fitted clones
 
 
 # -- parameters: stored, read, set and cloned; checked by fit -----------------------------------------
 def _table(n_rows: int = 160, seed: int = 0, task: str = "classification") -> pd.DataFrame:
-    """signal carries the label, weak a little, noise nothing."""
+    """A table whose column `signal` carries the label, `weak` a little, `noise` nothing."""
     rng = np.random.default_rng(seed)
     frame = pd.DataFrame({"signal": rng.normal(size=n_rows), "noise": rng.normal(size=n_rows),
                           "weak": rng.normal(size=n_rows), "noise2": rng.normal(size=n_rows)})
     score = frame["signal"] + 0.3 * frame["weak"]
-    frame[LABEL] = score + 0.05 * rng.normal(size=n_rows) if task == "regression" else np.where(score > 0, "a", "b")
+    frame[LABEL] = (score + 0.05 * rng.normal(size=n_rows) if task == "regression"
+                    else np.where(score > 0, "a", "b"))
     return frame
 
 
@@ -177,7 +180,8 @@ def _vertical_parties(table: pd.DataFrame, n_parties: int = 2) -> list[pd.DataFr
 
 
 def _row_split(table: pd.DataFrame, n_parties: int) -> list[pd.DataFrame]:
-    return [table.iloc[rows].reset_index(drop=True) for rows in np.array_split(np.arange(len(table)), n_parties)]
+    return [table.iloc[rows].reset_index(drop=True)
+            for rows in np.array_split(np.arange(len(table)), n_parties)]
 
 
 def _features(parties: list[pd.DataFrame]) -> list[pd.DataFrame]:
@@ -297,11 +301,15 @@ def test_r2_is_well_conditioned_and_matches_scikit_learn_on_constant_targets() -
 
 # -- feature importances ------------------------------------------------------------------------------
 def _sklearn_nodes(forest) -> dict[str, np.ndarray]:
-    """A fitted scikit-learn forest's nodes in fedcore's layout: sorted by (tree, node), per-tree child ids."""
+    """A fitted scikit-learn forest's nodes in fedcore's layout.
+
+    Sorted by (tree, node), with per-tree child ids.
+    """
     trees = [e.tree_ for e in forest.estimators_]
     value = np.concatenate([t.value[:, 0, :] for t in trees])
     if is_classifier(forest):
-        value = value / value.sum(axis=1, keepdims=True)  # class fractions (as scikit-learn >= 1.4 stores them)
+        # class fractions (as scikit-learn >= 1.4 stores them)
+        value = value / value.sum(axis=1, keepdims=True)
     return {
         "tree": np.concatenate([np.full(t.node_count, i) for i, t in enumerate(trees)]),
         "left": np.concatenate([t.children_left for t in trees]),
@@ -313,8 +321,9 @@ def _sklearn_nodes(forest) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize(("forest", "criterion"), [
-    (RandomForestClassifier, "gini"), (RandomForestClassifier, "entropy"), (RandomForestClassifier, "log_loss"),
-    (ExtraTreesClassifier, "gini"), (RandomForestRegressor, "squared_error"),
+    (RandomForestClassifier, "gini"), (RandomForestClassifier, "entropy"),
+    (RandomForestClassifier, "log_loss"), (ExtraTreesClassifier, "gini"),
+    (RandomForestRegressor, "squared_error"),
 ])
 def test_importances_equal_scikit_learns_on_the_same_trees(forest, criterion: str) -> None:
     table = _table(200, seed=3, task="regression" if forest is RandomForestRegressor else "classification")
@@ -342,7 +351,8 @@ def test_the_decrease_equals_the_difference_of_weighted_gini_impurities_on_a_ver
 def _assert_importance_properties(importances: pd.Series) -> None:
     assert np.all(importances >= 0) and importances.sum() == pytest.approx(1.0, abs=1e-12)
     assert importances["signal"] > 0.5
-    assert importances["noise"] < 0.1 * importances["signal"] and importances["noise2"] < 0.1 * importances["signal"]
+    assert importances["noise"] < 0.1 * importances["signal"]
+    assert importances["noise2"] < 0.1 * importances["signal"]
 
 
 @pytest.mark.parametrize("task", ["classification", "regression"])
@@ -362,7 +372,9 @@ def test_vertical_importances_per_party_assemble_to_the_single_party_vector(task
     _assert_importance_properties(assembled)
 
 
-@pytest.mark.parametrize("name", ["FederatedExtraTreesClassifier", "FederatedExtraTreesRegressor", "PPDERTClassifier"])
+@pytest.mark.parametrize("name",
+                         ["FederatedExtraTreesClassifier", "FederatedExtraTreesRegressor",
+                          "PPDERTClassifier"])
 def test_horizontal_importances_are_one_vector_equal_for_any_split_of_the_rows(name: str) -> None:
     task = "classification" if "Classifier" in name else "regression"
     table = _table(task=task)

@@ -1,5 +1,4 @@
-"""What crosses the wire (docs/design.md, "What crosses the wire"), asserted on recorded transcripts, mode by
-mode, as one table.
+"""What crosses the wire (docs/design.md), asserted on recorded transcripts, mode by mode.
 
 Every row of MODES runs a whole in-process session of one setting and privacy mode (alignment, training,
 evaluation, prediction) with payload recording, and says what DESIGN lets cross in that mode. One test
@@ -43,7 +42,8 @@ LABEL = "target_label"
 KEY = b"consortium-key-for-wire-tests-0123456789"
 ID_PATTERN = re.compile(rb"(?:CUST|PAT)-[0-9A-F]{10}")
 CLASSES = ("class_0", "class_1", "class_2")
-CATEGORIES = ("crimson", "emerald", "azure", "onyx")  # cat_str; cat_pd's one-letter values are not distinctive
+# cat_str; cat_pd's one-letter values are not distinctive
+CATEGORIES = ("crimson", "emerald", "azure", "onyx")
 NAMES = ("north", "south", "east")
 CODE_WINDOW = 64
 """Per-row label codes are searched as runs of this many consecutive rows (short runs of small integers
@@ -97,9 +97,11 @@ def _continuous(frame: pd.DataFrame) -> np.ndarray:
 
 # -- vertical ------------------------------------------------------------------------------------------
 def run_vertical(tmp_path: Path, alignment: str, privacy: str = "none") -> Recorded:
-    """Vertical Federated Forest over three institutions with partially overlapping customers: align
-    (keyed hashes or PSI), train (labels shared, or encrypted under Paillier or Okamoto-Uchiyama), evaluate on the held-out rows,
-    batch predict new customers."""
+    """Vertical Federated Forest over three institutions with partially overlapping customers.
+
+    Align (keyed hashes or PSI), train (labels shared, or encrypted under Paillier or Okamoto-Uchiyama),
+    evaluate on the held-out rows, batch predict new customers.
+    """
     from fedcore.agents.data import InstitutionData
     from fedcore.data.split import split_vertical
     from fedcore.privacy.hashing import hash_ids
@@ -109,7 +111,8 @@ def run_vertical(tmp_path: Path, alignment: str, privacy: str = "none") -> Recor
 
     table = _distinctive_table(420, seed=31, prefix="CUST")
     train, new = table.iloc[:360], table.iloc[360:]
-    columns = [list(p.columns) for p in split_vertical(table.drop(columns=["record_id"]), 3, label=LABEL, seed=5)]
+    columns = [list(p.columns) for p in split_vertical(table.drop(columns=["record_id"]), 3,
+                                                       label=LABEL, seed=5)]
     rng = np.random.default_rng(7)
     agents, frames = {}, {}
     for name, cols in zip(NAMES, columns, strict=True):
@@ -122,7 +125,8 @@ def run_vertical(tmp_path: Path, alignment: str, privacy: str = "none") -> Recor
         agents[name] = VerticalInstitutionAgent(data, KEY)
     transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=True)
     transport.exchange({n: Message("validation_report") for n in agents})
-    session = VerticalSession(transport, ForestParams(n_estimators=4, max_depth=4, random_state=1, privacy=privacy),
+    session = VerticalSession(transport,
+                              ForestParams(n_estimators=4, max_depth=4, random_state=1, privacy=privacy),
                               holdout_fraction=0.25, min_overlap=50, alignment=alignment)
     session.align()
     session.train()
@@ -132,7 +136,8 @@ def run_vertical(tmp_path: Path, alignment: str, privacy: str = "none") -> Recor
     thresholds = {}
     for name, agent in agents.items():
         t = agent.party.model.threshold
-        t = t[np.isfinite(t) & ~np.isclose(t * 2, np.round(t * 2))]  # int0's k + 0.5 also occurs as counts and gains
+        # int0's k + 0.5 also occurs as counts and gains
+        t = t[np.isfinite(t) & ~np.isclose(t * 2, np.round(t * 2))]
         thresholds[name] = float_bits(t)
     return Recorded(
         transcript=transport.transcript, parties=list(session.institutions),
@@ -144,9 +149,11 @@ def run_vertical(tmp_path: Path, alignment: str, privacy: str = "none") -> Recor
 
 # -- horizontal ----------------------------------------------------------------------------------------
 def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str = "histogram") -> Recorded:
-    """Three hospitals with the same columns: agree the schema from their contracts, train (FET in one
-    privacy mode, or PPD-ERT with secure aggregation and `thresholds`), evaluate, predict new patients at
-    home."""
+    """Three hospitals with the same columns.
+
+    Agree the schema from their contracts, train (FET in one privacy mode, or PPD-ERT with secure aggregation
+    and `thresholds`), evaluate, predict new patients at home.
+    """
     from fedcore.agents.data import InstitutionData
     from fedcore.contracts.model import infer_contract
     from fedcore.horizontal.agent import HorizontalInstitutionAgent
@@ -164,8 +171,9 @@ def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str
         frame = table.iloc[rows].reset_index(drop=True)
         batch = frame.sample(frac=0.2, random_state=3).drop(columns=[LABEL])
         data = InstitutionData(name=name, frame=frame, id_column="record_id", label=LABEL,
-                               registry=tmp_path / "registry" / name, predictions_dir=tmp_path / "predictions" / name,
-                               load_batch=lambda b=batch: b, contract=contract)
+                               registry=tmp_path / "registry" / name,
+                               predictions_dir=tmp_path / "predictions" / name, load_batch=lambda b=batch: b,
+                               contract=contract)
         agents[name] = HorizontalInstitutionAgent(data, identity=identities[name])
     transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=True)
     transport.exchange({n: Message("validation_report") for n in agents})
@@ -215,8 +223,9 @@ def _arrays(table: Mapping[str, str]) -> dict[str, frozenset[str]]:
 
 
 VERTICAL_TO_MASTER = {  # DESIGN: per node each party's best local gain; partition bitmaps; leaf class counts
-    "validation": "", "setup_reply": "feature_ids", "labels": "y", "aligned": "", "local_best": "gain rank stats",
-    "partition_bits": "bits", "leaf_sets": "sets", "ack": "", "metrics": "", "delivered": ""}
+    "validation": "", "setup_reply": "feature_ids", "labels": "y", "aligned": "",
+    "local_best": "gain rank stats", "partition_bits": "bits", "leaf_sets": "sets", "ack": "", "metrics": "",
+    "delivered": ""}
 VERTICAL_TO_PARTIES = {  # DESIGN: its sampled feature ids; bitmaps of nodes it does not own; encoded labels
     "validation_report": "", "align": "positions holdout", "setup": "", "export_labels": "",
     "configure": "global_index y", "begin_batch": "",
@@ -231,15 +240,17 @@ ENCRYPTED_LABELS_TO_PARTIES = {
     "evaluate_encrypted": " ".join(f"packed_{n} sealed_{n}" for n in NAMES),
     "apply_splits": "tree node positions choice"}
 HASH_ALIGNMENT = ({"id_hashes": "hashes"}, {"id_hashes": "", "batch_hashes": ""})
-PSI_ALIGNMENT = ({"psi_blinded": "blinded", "psi_reblinded": "values"}, {"psi_blinded": "", "psi_reblind": "values"})
+PSI_ALIGNMENT = ({"psi_blinded": "blinded", "psi_reblinded": "values"},
+                 {"psi_blinded": "", "psi_reblind": "values"})
 
 HORIZONTAL_TO_MASTER = {  # around training: contract, row counts, evaluation aggregates, predicted row counts
-    "validation": "", "contract": "", "ready": "", "hello_reply": "", "evaluation": "confusion", "predicted": "",
-    "ack": ""}
+    "validation": "", "contract": "", "ready": "", "hello_reply": "", "evaluation": "confusion",
+    "predicted": "", "ack": ""}
 HORIZONTAL_TO_PARTIES = {
     "validation_report": "", "contract": "", "setup": "", "hello": "", "evaluate": "", "predict_local": "",
     "model": "tree node left right depth feature threshold value weight"}  # DESIGN: the finished model
-FET_TO_PARTIES = {"fet_ranges": "features chosen next_pos", "fet_stats": "thresholds"}  # candidates, thresholds
+# candidates, thresholds
+FET_TO_PARTIES = {"fet_ranges": "features chosen next_pos", "fet_stats": "thresholds"}
 SCHEMA_KINDS = frozenset({"contract", "setup"})
 """Horizontal: the agreed schema (column names, categories, classes) crosses in these, no data."""
 
@@ -273,9 +284,12 @@ class WireMode:
 
 # -- checks of one mode only -------------------------------------------------------------------------------
 def _cells_reveal_only_the_extreme_cells(run: Recorded) -> None:
-    """PPD-ERT histogram thresholds: per candidate, the master's unmasked cell sums are non-zero exactly
-    from the cell of the smallest value over all parties on (first half) and up to the cell of the largest
-    (second half), and their values hide how many parties hold a cell (random odd multipliers)."""
+    """PPD-ERT histogram thresholds.
+
+    Per candidate, the master's unmasked cell sums are non-zero exactly from the cell of the smallest value
+    over all parties on (first half) and up to the cell of the largest (second half), and their values hide
+    how many parties hold a cell (random odd multipliers).
+    """
     from fedcore.horizontal.ppdert.cells import cell_of
     from fedcore.privacy.secagg import unmask_sum
 
@@ -288,7 +302,8 @@ def _cells_reveal_only_the_extreme_cells(run: Recorded) -> None:
     assert len(requests) == len(replies) == len(run.plain_ranges[run.parties[0]]) > 3
     shared_cells = odd = 0
     for level, (request, r) in enumerate(zip(requests, sorted(replies), strict=True)):
-        grid_low, grid_high, n = request.arrays["grid_low"], request.arrays["grid_high"], request.header["n_cells"]
+        grid_low, grid_high = request.arrays["grid_low"], request.arrays["grid_high"]
+        n = request.header["n_cells"]
         total = unmask_sum([replies[r][p] for p in run.parties]).reshape(*grid_low.shape, 2, n)
         assert total.dtype == np.int64  # the 64-bit ring
         low = np.min([run.plain_ranges[p][level][0] for p in run.parties], axis=0)
@@ -301,9 +316,10 @@ def _cells_reveal_only_the_extreme_cells(run: Recorded) -> None:
         np.testing.assert_array_equal(total[..., 1, :] != 0, (cells <= last[..., None]) & has[..., None])
         # where all three parties hold a cell, a plain count would read 3; the sums are spread over the ring,
         # low bit included (odd multipliers would make it the count's parity)
-        all_three = np.all([(cells >= cell_of(np.where(np.isfinite(lo), lo, 0), grid_low, grid_high, n)[..., None])
-                            & np.isfinite(lo)[..., None] for lo, _ in (run.plain_ranges[p][level]
-                                                                        for p in run.parties)], axis=0)
+        lows = [lo for lo, _ in (run.plain_ranges[p][level] for p in run.parties)]
+        first_cells = [cell_of(np.where(np.isfinite(lo), lo, 0), grid_low, grid_high, n) for lo in lows]
+        all_three = np.all([(cells >= own_first[..., None]) & np.isfinite(lo)[..., None]
+                            for own_first, lo in zip(first_cells, lows, strict=True)], axis=0)
         values = total[..., 0, :][all_three]
         shared_cells += values.size
         odd += int(np.sum(values % 2))
@@ -329,8 +345,11 @@ def _no_keyed_hash_crosses(run: Recorded) -> None:
 
 
 def _passive_parties_get_ciphertexts_only(run: Recorded) -> None:
-    """Encrypted labels: the label holder alone gets histograms to decrypt; passive parties get the label ciphertexts
-    once, no plain label or statistic, and only split choices sealed for them."""
+    """Encrypted labels: the label holder alone gets histograms to decrypt.
+
+    Passive parties get the label ciphertexts once, no plain label or statistic, and only split choices sealed
+    for them.
+    """
     holder = run.session.master.info.label_holder
     to_holder = {k for e, m in run.messages if e.receiver == holder for k in m.arrays}
     assert any(k.startswith("packed_") for k in to_holder) and "enc_y" not in to_holder
@@ -366,7 +385,8 @@ MODES = {
         run=lambda tmp: run_vertical(tmp, "psi"),
         to_master=_arrays({**VERTICAL_TO_MASTER, **PSI_ALIGNMENT[0]}),
         to_parties=_arrays({**VERTICAL_TO_PARTIES, **PSI_ALIGNMENT[1]}),
-        label_codes_cross=True, private_thresholds=True, extras=(_vertical_bitmaps_and_stats, _no_keyed_hash_crosses)),
+        label_codes_cross=True, private_thresholds=True,
+        extras=(_vertical_bitmaps_and_stats, _no_keyed_hash_crosses)),
     "vertical-paillier": WireMode(  # passive: label ciphertexts only; label holder: histograms to decrypt
         run=lambda tmp: run_vertical(tmp, "hash", privacy="paillier"),
         to_master=_arrays({**VERTICAL_TO_MASTER, **HASH_ALIGNMENT[0], **ENCRYPTED_LABELS_TO_MASTER}),
@@ -384,24 +404,28 @@ MODES = {
         schema_kinds=SCHEMA_KINDS, discloses=_min_max),
     "horizontal-fet-ldp": WireMode(
         run=lambda tmp: run_horizontal(tmp, "extra-trees", "ldp"),
-        to_master=_arrays({**HORIZONTAL_TO_MASTER, "fet_ranges_reply": "min max", "fet_bit_sums": "bit_sums sizes"}),
+        to_master=_arrays({**HORIZONTAL_TO_MASTER, "fet_ranges_reply": "min max",
+                           "fet_bit_sums": "bit_sums sizes"}),
         to_parties=_arrays({**HORIZONTAL_TO_PARTIES, **FET_TO_PARTIES}),
         schema_kinds=SCHEMA_KINDS, discloses=_min_max, extras=(_ldp_sends_bit_sums,)),
     "horizontal-fet-gdp": WireMode(
         run=lambda tmp: run_horizontal(tmp, "extra-trees", "gdp"),
-        to_master=_arrays({**HORIZONTAL_TO_MASTER, "fet_ranges_reply": "min max", "fet_noisy_counts": "counts"}),
+        to_master=_arrays({**HORIZONTAL_TO_MASTER, "fet_ranges_reply": "min max",
+                           "fet_noisy_counts": "counts"}),
         to_parties=_arrays({**HORIZONTAL_TO_PARTIES, **FET_TO_PARTIES}),
         schema_kinds=SCHEMA_KINDS, discloses=_min_max, extras=(_gdp_counts_are_noised,)),
     "horizontal-ppdert-secagg-domain": WireMode(
         run=lambda tmp: run_horizontal(tmp, "ppd-ert", "secagg", thresholds="domain"),
-        to_master=_arrays({**HORIZONTAL_TO_MASTER, "hello_reply": "public_key", "ppdert_masked_counts": "masked"}),
+        to_master=_arrays({**HORIZONTAL_TO_MASTER, "hello_reply": "public_key",
+                           "ppdert_masked_counts": "masked"}),
         to_parties=_arrays({**HORIZONTAL_TO_PARTIES, "ppdert_level": "tree chosen next_pos peer_keys"}),
         schema_kinds=SCHEMA_KINDS, secagg=True),
     "horizontal-ppdert-secagg-histogram": WireMode(
         run=lambda tmp: run_horizontal(tmp, "ppd-ert", "secagg", thresholds="histogram"),
-        to_master=_arrays({**HORIZONTAL_TO_MASTER, "hello_reply": "public_key", "ppdert_masked_counts": "masked",
-                           "ppdert_masked_cells": "masked"}),
-        to_parties=_arrays({**HORIZONTAL_TO_PARTIES, "ppdert_cells": "tree chosen next_pos peer_keys grid_low grid_high",
+        to_master=_arrays({**HORIZONTAL_TO_MASTER, "hello_reply": "public_key",
+                           "ppdert_masked_counts": "masked", "ppdert_masked_cells": "masked"}),
+        to_parties=_arrays({**HORIZONTAL_TO_PARTIES,
+                            "ppdert_cells": "tree chosen next_pos peer_keys grid_low grid_high",
                             "ppdert_counts": "first_cell last_cell"}),
         schema_kinds=SCHEMA_KINDS, secagg=True, extras=(_cells_reveal_only_the_extreme_cells,)),
 }
@@ -463,7 +487,8 @@ class Needles:
         return cls(words, runs)
 
 
-def _raw_leaks(mode: WireMode, run: Recorded, needles: Needles, entry: TranscriptEntry, message: Message) -> list[str]:
+def _raw_leaks(mode: WireMode, run: Recorded, needles: Needles, entry: TranscriptEntry,
+               message: Message) -> list[str]:
     """What of the raw data this message carries beyond what the mode documents."""
     payload, where, leaks = entry.payload, _where(entry), []
     floats = found_bits(payload, message.header, run.raw_floats)
@@ -485,7 +510,10 @@ def _raw_leaks(mode: WireMode, run: Recorded, needles: Needles, entry: Transcrip
 
 
 def _check_the_search_finds_raw_data(mode: WireMode, run: Recorded, needles: Needles) -> None:
-    """A probe carrying one of each kind of raw data: every kind must be reported (or the test proves nothing)."""
+    """A probe carrying one of each kind of raw data.
+
+    Every kind must be reported, or the test proves nothing.
+    """
     value = run.raw_floats[len(run.raw_floats) // 2].view(np.float64)
     some_id = min(run.ids)
     probes = [
@@ -494,11 +522,13 @@ def _check_the_search_finds_raw_data(mode: WireMode, run: Recorded, needles: Nee
         ("raw IDs", Message("probe", {}, {"ids": np.array([some_id], dtype=object)})),
         ("raw IDs", Message("probe", {"id": some_id})),
         ("labels or names", Message("probe", {"label": CLASSES[1]})),
-        ("labels or names", Message("probe", {}, {"columns": np.array(run.feature_names[-1:], dtype=object)})),
+        ("labels or names",
+         Message("probe", {}, {"columns": np.array(run.feature_names[-1:], dtype=object)})),
     ]
     for party, runs in needles.label_runs.items():
         assert runs, f"{party} has too few rows to search for its label sequence"
-        probes.append(("per-row labels", Message("probe", {}, {"y": run.label_codes[party].astype(np.int64)})))
+        probes.append(("per-row labels",
+                       Message("probe", {}, {"y": run.label_codes[party].astype(np.int64)})))
         probes.append(("per-row labels", Message("probe", {"y": run.label_codes[party].tolist()})))
     for expected, probe in probes:
         entry = TranscriptEntry(0, run.parties[0], MASTER, "probe", 0, "", probe.to_bytes())

@@ -80,9 +80,11 @@ def _train(transport, params) -> VerticalSession:
 def test_agent_serves_until_sigterm(federation: Path) -> None:
     config = load_config(federation)
     holder = config.label_holder.name
-    env = {**os.environ, "NUMBA_CACHE_DIR": os.environ.get("NUMBA_CACHE_DIR", str(federation.parent / "numba"))}
+    env = {**os.environ,
+           "NUMBA_CACHE_DIR": os.environ.get("NUMBA_CACHE_DIR", str(federation.parent / "numba"))}
     process = subprocess.Popen(
-        [sys.executable, "-m", "fedcore.cli", "agent", "serve", "--config", str(federation), "--institution", holder],
+        [sys.executable, "-m", "fedcore.cli", "agent", "serve", "--config", str(federation),
+         "--institution", holder],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
     servers = [build_agent(config, name) for name in NAMES if name != holder]
@@ -92,7 +94,8 @@ def test_agent_serves_until_sigterm(federation: Path) -> None:
             remote = _train(transport, config.params).master.structure
         key = config.read_consortium_key()
         agents = {n: VerticalInstitutionAgent(institution_from_config(config, n), key) for n in NAMES}
-        local = _train(InProcessTransport({n: a.handle for n, a in agents.items()}), config.params).master.structure
+        transport = InProcessTransport({n: a.handle for n, a in agents.items()})
+        local = _train(transport, config.params).master.structure
         for f in fields(local):
             np.testing.assert_array_equal(getattr(remote, f.name), getattr(local, f.name), err_msg=f.name)
         process.send_signal(signal.SIGTERM)

@@ -1,5 +1,8 @@
-"""`fedforest sample-table`: the README tour's table, as CSV or Parquet, the same for the same seed, read
-by `simulate` as the tour says (an ID column, an ISO date, strings, booleans and missing values)."""
+"""`fedforest sample-table`.
+
+The README tour's table, as CSV or Parquet, the same for the same seed, read by `simulate` as the tour says
+(an ID column, an ISO date, strings, booleans and missing values).
+"""
 
 from __future__ import annotations
 
@@ -32,8 +35,10 @@ def test_simulate_reads_it_as_the_tour_says(tmp_path) -> None:
 
 def test_same_seed_same_table_other_seed_other_table(tmp_path) -> None:
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):
-        assert main(["sample-table", "--out", str(tmp_path / f"{name}.csv"), "--rows", "50", "--seed", str(seed)]) == 0
-    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes() != (tmp_path / "c.csv").read_bytes()
+        assert main(["sample-table", "--out", str(tmp_path / f"{name}.csv"), "--rows", "50",
+                     "--seed", str(seed)]) == 0
+    a, b, c = ((tmp_path / f"{name}.csv").read_bytes() for name in "abc")
+    assert a == b != c
 
 
 @pytest.mark.parametrize(("argv", "message"), [

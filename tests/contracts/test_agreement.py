@@ -25,13 +25,15 @@ def test_agreeing_contracts_give_one_schema_with_the_hull_of_their_domains() -> 
                                     {"name": "smoker", "dtype": "category", "categories": ["yes", "no"]}])
     schema = shared_schema({"a": _contract("a"), "b": other})
     assert schema.label == "outcome" and schema.classes == ("healthy", "ill")
-    assert schema.columns == (SharedColumn("age", "int", None, 0, 120), SharedColumn("bmi", "float", None, 10.0, 60.0),
+    assert schema.columns == (SharedColumn("age", "int", None, 0, 120),
+                              SharedColumn("bmi", "float", None, 10.0, 60.0),
                               SharedColumn("smoker", "category", ("no", "yes")))
     assert schema.feature_ranges() == {"age": (0, 120), "bmi": (10.0, 60.0)}
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"columns": [{"name": "age", "dtype": "int"}, {"name": "smoker", "dtype": "category", "categories": ["no", "yes"]}]},
+    ({"columns": [{"name": "age", "dtype": "int"},
+                  {"name": "smoker", "dtype": "category", "categories": ["no", "yes"]}]},
      "institution 'b': its contract lacks ['bmi'] compared with 'a'; every institution must declare the same "
      "feature columns"),
     ({"columns": [{"name": "age", "dtype": "float"}, {"name": "bmi", "dtype": "float"},
@@ -41,8 +43,8 @@ def test_agreeing_contracts_give_one_schema_with_the_hull_of_their_domains() -> 
                   {"name": "smoker", "dtype": "category", "categories": ["no", "yes", "former"]}]},
      "institution 'b', column 'smoker': categories ['former', 'no', 'yes'], but 'a' declares ['no', 'yes']"),
     ({"label": {"column": "outcome", "classes": ["healthy", "ill", "deceased"]}},
-     "institution 'b': label classes differ from 'a' (only at 'a': []; only at 'b': ['deceased']); every contract "
-     "must declare every class of the federation"),
+     "institution 'b': label classes differ from 'a' (only at 'a': []; only at 'b': ['deceased']); every "
+     "contract must declare every class of the federation"),
     ({"label": {"column": "diagnosis", "classes": ["healthy", "ill"]}},
      "institution 'b': label column 'diagnosis', but 'a' declares 'outcome'"),
     ({"label": None}, "institution 'b': its contract declares no label"),

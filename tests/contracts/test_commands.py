@@ -1,4 +1,7 @@
-"""`fedforest contract infer` then `check`, run in-process: the draft round trip, exit codes, one-line errors."""
+"""`fedforest contract infer` then `check`, run in-process.
+
+The draft round trip, exit codes and one-line errors.
+"""
 
 from __future__ import annotations
 
@@ -35,7 +38,8 @@ def test_infer_then_check_round_trip(capsys, sample: Path, tmp_path: Path) -> No
     contract = load_contract(contract_path)
     assert (contract.name, contract.id_column, contract.label.column) == ("bank", "customer_id", "target")
 
-    code, out, err = _run(capsys, "contract", "check", sample, "--contract", contract_path, "--institution", "bank")
+    code, out, err = _run(capsys, "contract", "check", sample, "--contract", contract_path,
+                          "--institution", "bank")
     assert (code, err) == (0, "")
     rows = out.splitlines()[3:]
     assert out.startswith(f"contract 'bank' version 1, institution 'bank': all {len(rows)} expectations met")
@@ -45,11 +49,13 @@ def test_infer_then_check_round_trip(capsys, sample: Path, tmp_path: Path) -> No
     table = mixed_table(200).assign(customer_id=np.arange(200))
     table.loc[[3, 8], "cat_str"] = "purple"
     table.to_csv(broken, index=False)
-    code, out, err = _run(capsys, "contract", "check", broken, "--contract", contract_path, "--institution", "shop")
+    code, out, err = _run(capsys, "contract", "check", broken, "--contract", contract_path,
+                          "--institution", "shop")
     assert code == 1
     assert "FAIL    cat_str" in out
-    assert err == ("fedforest: error: institution 'shop', column 'cat_str': expect_column_values_to_be_in_set("
-                   "in ['azure', 'crimson', 'emerald', 'onyx']) failed: 2 unexpected values, e.g. ['purple']\n")
+    assert err == ("fedforest: error: institution 'shop', column 'cat_str': "
+                   "expect_column_values_to_be_in_set(in ['azure', 'crimson', 'emerald', 'onyx']) failed: 2 "
+                   "unexpected values, e.g. ['purple']\n")
 
 
 def test_infer_prints_to_stdout_and_refuses_to_overwrite(capsys, sample: Path, tmp_path: Path) -> None:
@@ -64,6 +70,8 @@ def test_infer_prints_to_stdout_and_refuses_to_overwrite(capsys, sample: Path, t
 
 def test_check_errors_are_one_line(capsys, sample: Path, tmp_path: Path) -> None:
     code, _, err = _run(capsys, "contract", "check", sample, "--contract", tmp_path / "none.yaml")
-    assert code == 1 and err.startswith("fedforest: error: cannot read data contract") and err.count("\n") == 1
-    code, _, err = _run(capsys, "contract", "check", tmp_path / "no.csv", "--contract", tmp_path / "none.yaml")
+    assert code == 1 and err.startswith("fedforest: error: cannot read data contract")
+    assert err.count("\n") == 1
+    code, _, err = _run(capsys, "contract", "check", tmp_path / "no.csv", "--contract",
+                        tmp_path / "none.yaml")
     assert code == 1 and err.count("\n") == 1

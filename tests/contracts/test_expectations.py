@@ -89,11 +89,12 @@ EXPECTED_FAILURES = [
     "institution 'bank', column 'age': expect_column_values_to_be_between(min 18, max 120) failed: "
     "7 unexpected values, e.g. [-4, 250, 999, 130, 17]",
     "institution 'bank', column 'income': expect_column_to_exist failed: not in the table",
-    "institution 'bank', column 'region': expect_column_values_to_be_in_set(in ['north', 'south', 'east']) failed: "
-    "2 unexpected values, e.g. ['west']",
-    "institution 'bank', column 'segment': expect_column_values_to_be_in_set(in ['basic', 'premium']) failed: "
-    "1 unexpected value, e.g. ['gold']",
-    "institution 'bank', column 'vip': expect_column_values_to_be_in_type_list(dtype bool) failed: found dtype str",
+    "institution 'bank', column 'region': expect_column_values_to_be_in_set(in ['north', 'south', 'east']) "
+    "failed: 2 unexpected values, e.g. ['west']",
+    "institution 'bank', column 'segment': expect_column_values_to_be_in_set(in ['basic', 'premium']) "
+    "failed: 1 unexpected value, e.g. ['gold']",
+    "institution 'bank', column 'vip': expect_column_values_to_be_in_type_list(dtype bool) failed: found "
+    "dtype str",
 ]
 
 
@@ -105,7 +106,8 @@ def test_a_clean_table_passes(clean_report: ValidationReport) -> None:
     clean_report.raise_for_failure()
 
 
-def test_every_violation_is_named_with_institution_column_and_found_values(broken_report: ValidationReport) -> None:
+def test_every_violation_is_named_with_institution_column_and_found_values(
+        broken_report: ValidationReport) -> None:
     assert not broken_report.success
     assert broken_report.failure_lines() == EXPECTED_FAILURES
     with pytest.raises(ContractViolation) as caught:
@@ -125,7 +127,8 @@ def test_rows_hold_counts_and_at_most_five_repr_examples(broken_report: Validati
         "expectation", "column", "success", "unexpected_count", "examples", "expected", "found"}
 
 
-def test_checks_that_depend_on_a_missing_or_mistyped_column_are_skipped(broken_report: ValidationReport) -> None:
+def test_checks_that_depend_on_a_missing_or_mistyped_column_are_skipped(
+        broken_report: ValidationReport) -> None:
     rows = {(row["column"], row["expectation"]): row for row in broken_report.rows}
     income = [row for row in broken_report.rows if row["column"] == "income"]
     assert [row["success"] for row in income] == [False, None, None]
@@ -134,7 +137,8 @@ def test_checks_that_depend_on_a_missing_or_mistyped_column_are_skipped(broken_r
 
 
 def test_examples_are_distinct_plain_reprs_capped() -> None:
-    assert _examples([np.float64(1.0), 1.0, np.int64(2), "a", None, 3, 4, 5], 5) == ["1.0", "2", "'a'", "None", "3"]
+    examples = _examples([np.float64(1.0), 1.0, np.int64(2), "a", None, 3, 4, 5], 5)
+    assert examples == ["1.0", "2", "'a'", "None", "3"]
     assert _examples([1, 2], 0) == []
 
 

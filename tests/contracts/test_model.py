@@ -67,20 +67,25 @@ BASE = {"name": "bank", "version": "1", "id_column": "id", "columns": [{"name": 
     ({"colums": []}, "the contract: unknown field(s) ['colums']"),
     ({"columns": [{"name": "age", "dtype": "integer"}]},
      "columns[0] ('age').dtype: must be one of float, int, string, category, bool, found 'integer'"),
-    ({"columns": [{"name": "age", "dtype": "int", "min": 5, "max": 1}]}, "columns[0] ('age'): min 5 is greater than max 1"),
-    ({"columns": [{"name": "age", "dtype": "int", "min": "ten"}]}, "columns[0] ('age').min: must be a number or null"),
+    ({"columns": [{"name": "age", "dtype": "int", "min": 5, "max": 1}]},
+     "columns[0] ('age'): min 5 is greater than max 1"),
+    ({"columns": [{"name": "age", "dtype": "int", "min": "ten"}]},
+     "columns[0] ('age').min: must be a number or null"),
     ({"columns": [{"name": "age", "dtype": "float", "categories": ["a"]}]},
      "columns[0] ('age'): categories apply to dtype category, not to dtype float"),
     ({"columns": [{"name": "r", "dtype": "category", "categories": ["a", "a"]}]},
      "columns[0] ('r').categories: values must be unique, found duplicates 'a'"),
-    ({"columns": [{"name": "age", "dtype": "int", "nulable": False}]}, "columns[0] ('age'): unknown field(s) ['nulable']"),
-    ({"columns": [{"name": "id", "dtype": "int"}]}, "columns[0] ('id'): the name is already used by id_column"),
+    ({"columns": [{"name": "age", "dtype": "int", "nulable": False}]},
+     "columns[0] ('age'): unknown field(s) ['nulable']"),
+    ({"columns": [{"name": "id", "dtype": "int"}]},
+     "columns[0] ('id'): the name is already used by id_column"),
     ({"label": {"column": "y", "classes": [0, 1], "min": 0}}, "label: give either classes"),
     ({"label": {"column": "id", "classes": [0, 1]}}, "label.column: 'id' is also the id column"),
     ({"row_count": {"min": -1}}, "row_count.min: must be a whole number >= 0 or null, found -1"),
     ({"id_column": ""}, "id_column: must be a non-empty string, found ''"),
 ])
-def test_bad_fields_are_config_errors_naming_file_and_field(tmp_path: Path, change: dict, message: str) -> None:
+def test_bad_fields_are_config_errors_naming_file_and_field(tmp_path: Path, change: dict,
+                                                            message: str) -> None:
     path = tmp_path / "bank.yaml"
     path.write_text(yaml.safe_dump({**BASE, **change}))
     with pytest.raises(ConfigError) as caught:
@@ -133,7 +138,8 @@ def test_infer_drafts_dtypes_nullability_ranges_and_categories() -> None:
         ColumnSpec("vip", "bool", nullable=False),
         ColumnSpec("note", "string", nullable=False),
     ]
-    assert all(type(v) is int for v in (contract.columns[2].min, contract.columns[2].max, *contract.label.classes))
+    assert all(type(v) is int for v in (contract.columns[2].min, contract.columns[2].max,
+                                        *contract.label.classes))
     assert parse_contract(yaml.safe_load(dump_contract(contract))) == contract
 
 
@@ -143,7 +149,8 @@ def test_infer_with_a_regression_label_and_pandas_string_dtype() -> None:
     frame["region"] = frame["region"].astype("str")
     contract = infer_contract(frame, "bank", id_column="customer_id", label="y")
     assert contract.label == LabelSpec("y", min=-1.0, max=1.0)
-    assert contract.columns[3] == ColumnSpec("region", "category", nullable=True, categories=["east", "north", "south"])
+    assert contract.columns[3] == ColumnSpec("region", "category", nullable=True,
+                                             categories=["east", "north", "south"])
 
 
 def test_infer_refuses_unknown_columns_and_a_missing_id() -> None:

@@ -1,4 +1,7 @@
-"""Dates to days since epoch and the categorical-size check (`fedcore.data.columns`), shared by both simulators."""
+"""Dates to days since epoch, and the categorical-size check (`fedcore.data.columns`).
+
+Both simulators share them.
+"""
 
 from __future__ import annotations
 
@@ -32,8 +35,10 @@ def test_parquet_date_forms_give_the_same_numbers_as_iso_strings() -> None:
     strings = pd.Series(["2020-03-01T00:59:59.5+01:00", "1999-12-31", None])
     expected = days_since_epoch(strings).to_numpy()
     naive_ns = pd.Series(pd.to_datetime(instants, format="ISO8601")).astype("datetime64[ns]")
-    paris = pd.Series(pd.to_datetime(instants, format="ISO8601")).dt.tz_localize("UTC").dt.tz_convert("Europe/Paris")
-    objects = pd.Series([dt.datetime(2020, 2, 29, 23, 59, 59, 500000), dt.date(1999, 12, 31), None], dtype=object)
+    paris = (pd.Series(pd.to_datetime(instants, format="ISO8601")).dt.tz_localize("UTC")
+             .dt.tz_convert("Europe/Paris"))
+    objects = pd.Series([dt.datetime(2020, 2, 29, 23, 59, 59, 500000), dt.date(1999, 12, 31), None],
+                        dtype=object)
     for form in (naive_ns, paris, objects):
         assert date_source(form) is not None
         np.testing.assert_array_equal(days_since_epoch(form).to_numpy(), expected)
@@ -90,7 +95,8 @@ def test_check_category_sizes_refuses_a_column_of_too_many_strings() -> None:
     table = pd.DataFrame({"note": [f"n{i}" for i in range(6)], "plan": ["a", "b"] * 3, "x": np.arange(6.0),
                           "y": [f"c{i}" for i in range(6)]})
     check_category_sizes(table, keep=["note", "y"], limit=5)
-    with pytest.raises(InputError, match=r"^column 'note' holds 6 distinct strings that are not ISO dates: too many "
-                                         r"for a categorical feature \(at most 5\); if it identifies rows pass it as "
-                                         r"the id column \(--id-column note\), else leave it out \(--drop note\)$"):
+    with pytest.raises(InputError,
+                       match=r"^column 'note' holds 6 distinct strings that are not ISO dates: too many "
+                             r"for a categorical feature \(at most 5\); if it identifies rows pass it as "
+                             r"the id column \(--id-column note\), else leave it out \(--drop note\)$"):
         check_category_sizes(table, keep=["y"], limit=5)

@@ -1,5 +1,8 @@
-"""The bank / e-commerce / insurer demo scenario: shapes, overlaps, determinism, where the label is, and
-that the federation is worth it (three parties beat the bank alone)."""
+"""The bank / e-commerce / insurer demo scenario.
+
+Shapes, overlaps, determinism, where the label is, and that the federation is worth it (three parties beat the
+bank alone).
+"""
 
 from __future__ import annotations
 
@@ -104,10 +107,12 @@ def test_federated_beats_bank_only_on_held_out_rows(scenario) -> None:
                for name, frame in frames.items()}
     cut = int(0.7 * plan.n_common)
     train = {name: frame.iloc[:cut] for name, frame in parties.items()}
-    test = {name: frame.iloc[cut:].drop(columns="responded", errors="ignore") for name, frame in parties.items()}
+    test = {name: frame.iloc[cut:].drop(columns="responded", errors="ignore")
+            for name, frame in parties.items()}
     y = parties["bank"]["responded"].iloc[cut:].to_numpy()
     federated = FederatedForestClassifier(n_estimators=20, max_depth=8).fit(train, label="responded")
-    bank_only = FederatedForestClassifier(n_estimators=20, max_depth=8).fit({"bank": train["bank"]}, label="responded")
+    bank_only = FederatedForestClassifier(n_estimators=20, max_depth=8).fit({"bank": train["bank"]},
+                                                                            label="responded")
     acc_federated = float(np.mean(federated.predict(test) == y))
     acc_bank = float(np.mean(bank_only.predict({"bank": test["bank"]}) == y))
     # measured at seed 0: 0.743 vs 0.631; seeds 0-4 all show a gap of 10 points or more

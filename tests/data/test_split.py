@@ -40,24 +40,29 @@ def test_column_partition_keeps_each_value_at_one_party(table) -> None:
     parties = split_horizontal(table, 3, partition="column", column="region")
     assert sorted(tuple(p["region"].unique()) for p in parties) == [("east",), ("north",), ("south",)]
     by_number = split_horizontal(table, 3, partition="column", column="x")
-    assert by_number[0]["x"].max() < by_number[1]["x"].min() and by_number[1]["x"].max() < by_number[2]["x"].min()
+    assert by_number[0]["x"].max() < by_number[1]["x"].min()
+    assert by_number[1]["x"].max() < by_number[2]["x"].min()
 
 
 def test_small_alpha_skews_labels_large_alpha_does_not(table) -> None:
     def skew(alpha: float) -> float:
         parties = split_horizontal(table, 3, partition="dirichlet", label="y", alpha=alpha, seed=2)
-        shares = np.array([p["y"].value_counts(normalize=True).reindex(list("abcd"), fill_value=0) for p in parties])
+        shares = np.array([p["y"].value_counts(normalize=True).reindex(list("abcd"), fill_value=0)
+                           for p in parties])
         return float(np.abs(shares - shares.mean(axis=0)).mean())
     assert skew(0.2) > 4 * skew(100.0)
 
 
 @pytest.mark.parametrize(("kwargs", "error", "message"), [
     ({"n_parties": 0}, ParameterError, "n_parties must be an integer >= 1, got 0"),
-    ({"n_parties": 2, "partition": "random"}, ParameterError, "partition must be one of ['iid', 'column', 'dirichlet']"),
+    ({"n_parties": 2, "partition": "random"}, ParameterError,
+     "partition must be one of ['iid', 'column', 'dirichlet']"),
     ({"n_parties": 2, "partition": "column"}, ParameterError, "the column partition needs column=..."),
-    ({"n_parties": 2, "partition": "column", "column": "zip"}, ColumnNotFoundError, "partition column 'zip' not in"),
+    ({"n_parties": 2, "partition": "column", "column": "zip"}, ColumnNotFoundError,
+     "partition column 'zip' not in"),
     ({"n_parties": 4, "partition": "column", "column": "region"}, ParameterError,
-     "the column partition leaves parties [3] without rows: column 'region' has fewer distinct values than parties"),
+     "the column partition leaves parties [3] without rows: column 'region' has fewer distinct values than "
+     "parties"),
     ({"n_parties": 2, "partition": "dirichlet", "label": "y", "alpha": 0}, ParameterError,
      "alpha must be a finite number > 0, got 0"),
     ({"n_parties": 5000}, ParameterError, "cannot deal 3000 rows out to 5000 parties"),

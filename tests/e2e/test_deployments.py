@@ -1,7 +1,10 @@
-"""Production shape, end to end: a real `prefect server start` on loopback, one process work pool and
-worker per institution plus the master's, everything deployed from prefect.yaml by deployments/deploy.sh,
-and `retrain/weekly` triggered as the schedule would. Asserts where each flow run ran, the artifacts,
-the registered version and where predictions landed; stops every process it started."""
+"""Production shape, end to end.
+
+A real `prefect server start` on loopback, one process work pool and worker per institution plus the master's,
+everything deployed from prefect.yaml by deployments/deploy.sh, and `retrain/weekly` triggered as the schedule
+would. Asserts where each flow run ran, the artifacts, the registered version and where predictions landed;
+stops every process it started.
+"""
 
 from __future__ import annotations
 
@@ -42,8 +45,8 @@ class Processes:
 
     def start(self, name: str, *argv: str) -> subprocess.Popen:
         with open(self.logs / f"{name}.log", "ab") as log:
-            process = subprocess.Popen(list(argv), cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
+            process = subprocess.Popen(list(argv), cwd=REPO, env=self.env, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
         self.started.append(process)
         return process
 
@@ -79,7 +82,8 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-def _wait_healthy(api_url: str, server: subprocess.Popen, processes: Processes, timeout_s: float = 180) -> None:
+def _wait_healthy(api_url: str, server: subprocess.Popen, processes: Processes,
+                  timeout_s: float = 180) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if server.poll() is not None:
@@ -106,7 +110,8 @@ def deployed(tmp_path_factory) -> Iterator[dict]:
            "PREFECT_UI_ENABLED": "false", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
            "GX_ANALYTICS_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "2",
            "NUMBA_CACHE_DIR": str(REPO / ".numba_cache"), "FEDFOREST_HOME": str(REPO),
-           "FEDFOREST_CONFIG": str(config_path), "PYTHON": sys.executable, "PATH": f"{BIN}:{os.environ['PATH']}"}
+           "FEDFOREST_CONFIG": str(config_path), "PYTHON": sys.executable,
+           "PATH": f"{BIN}:{os.environ['PATH']}"}
     processes = Processes(root / "logs", env)
     try:
         server = processes.start("server", str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
@@ -140,7 +145,8 @@ def weekly_run(deployed) -> dict:
             while not (run := client.read_flow_run(run.id)).state.is_final():
                 if time.monotonic() > deadline:
                     pytest.fail("retrain/weekly did not finish within 600 s:\n"
-                                + "\n".join(deployed["processes"].tail(f"worker-{p}") for p in ("master", *INSTITUTIONS)))
+                                + "\n".join(deployed["processes"].tail(f"worker-{p}")
+                                            for p in ("master", *INSTITUTIONS)))
                 time.sleep(2)
             time.sleep(3)  # the agents' runs finish just after the master closes the session
             runs = client.read_flow_runs()
@@ -155,8 +161,8 @@ def weekly_run(deployed) -> dict:
 
 def test_deploy_script_creates_a_process_pool_per_institution_and_the_master(deployed, weekly_run) -> None:
     pools = weekly_run["pools"]
-    assert {name: pools[name].type for name in ("master", *INSTITUTIONS)} == dict.fromkeys(("master", *INSTITUTIONS),
-                                                                                          "process")
+    roles = ("master", *INSTITUTIONS)
+    assert {name: pools[name].type for name in roles} == dict.fromkeys(roles, "process")
 
 
 def test_each_institution_agent_ran_on_its_own_pool_under_the_master_run(weekly_run) -> None:
@@ -170,9 +176,9 @@ def test_each_institution_agent_ran_on_its_own_pool_under_the_master_run(weekly_
 
 def test_artifacts_model_version_and_predictions(deployed, weekly_run) -> None:
     keys = {a.key for a in weekly_run["artifacts"]}
-    assert {"validation-bank", "validation-ecommerce", "validation-insurer", "contract-bank", "contract-ecommerce",
-            "contract-insurer", "id-overlap", "training-progress", "model-version", "model-card",
-            "batch-prediction"} <= keys
+    assert {"validation-bank", "validation-ecommerce", "validation-insurer", "contract-bank",
+            "contract-ecommerce", "contract-insurer", "id-overlap", "training-progress", "model-version",
+            "model-card", "batch-prediction"} <= keys
     work = deployed["config"].parent
     manifest, tables = _registry(work).load(MODEL, "production")
     assert manifest["version"] == "v0001" and manifest["signature"]["algorithm"] == "ed25519"
@@ -187,8 +193,10 @@ def test_artifacts_model_version_and_predictions(deployed, weekly_run) -> None:
 def test_no_raw_value_reaches_the_prefect_server(deployed, weekly_run) -> None:
     scenario = deployed["scenario"]
     bank = pd.read_parquet(scenario["institutions"]["bank"]["train"])
-    needles = list(bank[scenario["id_column"]].iloc[::40]) + [f"{v:.2f}" for v in bank["income"].dropna().iloc[::40]]
-    text = " ".join(str(a.data) for a in weekly_run["artifacts"]) + " ".join(m.message for m in weekly_run["logs"])
+    needles = (list(bank[scenario["id_column"]].iloc[::40])
+               + [f"{v:.2f}" for v in bank["income"].dropna().iloc[::40]])
+    text = (" ".join(str(a.data) for a in weekly_run["artifacts"])
+            + " ".join(m.message for m in weekly_run["logs"]))
     text += " ".join(str(r.parameters) for r in weekly_run["runs"])
     assert [n for n in needles if n in text] == []
 
@@ -217,15 +225,19 @@ def test_each_agent_run_logs_the_version_it_stored_and_the_predictions_it_wrote(
         assert [m for m in messages if m.startswith(f"{name}: stored {MODEL} v0001 (signed by the master; ")
                 and m.endswith(f" in {folder}")], messages
     rows = deployed["scenario"]["overlap"]["new"]
-    assert [name for name, messages in said.items() if any(" predictions to " in m for m in messages)] == ["bank"]
-    assert any(m.startswith(f"bank: wrote {rows} predictions to {work / 'predictions' / 'bank'}") for m in said["bank"])
+    assert [name for name, messages in said.items()
+            if any(" predictions to " in m for m in messages)] == ["bank"]
+    assert any(m.startswith(f"bank: wrote {rows} predictions to {work / 'predictions' / 'bank'}")
+               for m in said["bank"])
 
 
-def test_an_agent_whose_config_is_broken_fails_the_master_at_once_with_its_error(deployed, weekly_run) -> None:
-    """The insurer's agent run reads a config whose consortium key names an environment variable its worker
-    does not have (as a worker started without it would): the master fails as soon as that run ends,
-    quoting its error, instead of waiting out its connect timeouts ("is the agent running?"), and cancels
-    the other agents' runs."""
+def test_an_agent_whose_config_is_broken_fails_the_master_at_once_with_its_error(deployed,
+                                                                                 weekly_run) -> None:
+    """The insurer's agent run has its consortium key in an environment variable its worker lacks.
+
+    As a worker started without it would: the master fails as soon as that run ends, quoting its error,
+    instead of waiting out its connect timeouts ("is the agent running?"), and cancels the other agents' runs.
+    """
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import DeploymentUpdate
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
@@ -254,9 +266,11 @@ def test_an_agent_whose_config_is_broken_fails_the_master_at_once_with_its_error
             earlier = {r.id for r in weekly_run["runs"]}
             agents = {r.parameters["institution"]: r.state for r in client.read_flow_runs()
                       if r.id not in earlier and r.parameters.get("institution") in INSTITUTIONS}
-            said = [log.message for log in client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))]
+            logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
+            said = [log.message for log in logs]
     # the agents that came up are not left serving until their idle timeout: no session will come
-    assert {name: state.name for name, state in agents.items()} == {"bank": "Cancelled", "ecommerce": "Cancelled",
+    assert {name: state.name for name, state in agents.items()} == {"bank": "Cancelled",
+                                                                    "ecommerce": "Cancelled",
                                                                     "insurer": "Failed"}
     assert len([m for m in said if m.startswith("cancelled agent flow run ")
                 and m.endswith("the master could not reach every agent of this session (its run says why), "

@@ -1,8 +1,11 @@
-"""What the flow tests share, made once per session: a Prefect test server (prefect_test_harness) with
-analytics off, and two demo federations, one trained by `retrain` and one ready to be crashed.
+"""What the flow tests share, made once per session.
+
+A Prefect test server (prefect_test_harness) with analytics off, and two demo federations, one trained by
+`retrain` and one ready to be crashed.
 
 A shared federation is never changed: a test gets its own copy (`tests.federations.copy_of`), with the
-agents on other ports, and changes that."""
+agents on other ports, and changes that.
+"""
 
 from __future__ import annotations
 
@@ -30,17 +33,22 @@ def prefect_server():
 
 @pytest.fixture(scope="module", autouse=True)
 def _server_for_flow_runs(request) -> None:
-    """The session's server, before any of a module's fixtures runs a flow. Every test here that runs a
-    flow is marked slow; a module whose selected tests are all unmarked (command-line parsing) needs no
-    server, so `make test-fast` does not start one."""
-    if any(item.module is request.module and item.get_closest_marker("slow") for item in request.session.items):
+    """The session's server, before any of a module's fixtures runs a flow.
+
+    Every test here that runs a flow is marked slow; a module whose selected tests are all unmarked
+    (command-line parsing) needs no server, so `make test-fast` does not start one.
+    """
+    if any(item.module is request.module and item.get_closest_marker("slow")
+           for item in request.session.items):
         request.getfixturevalue("prefect_server")
 
 
 @pytest.fixture(scope="session")
 def trained_federation(tmp_path_factory, prefect_server) -> Federation:
-    """The demo federation (1,200 customers; 8 trees of depth 5) after one `retrain` with local agents:
-    version v0001 registered, promoted and predicted for the bank. Used through `copy_of`."""
+    """The demo federation (1,200 customers; 8 trees of depth 5) after one `retrain` with local agents.
+
+    Version v0001 is registered, promoted and predicted for the bank. Used through `copy_of`.
+    """
     from flows.retrain import retrain
 
     work = tmp_path_factory.mktemp("trained") / "federation"
@@ -50,8 +58,10 @@ def trained_federation(tmp_path_factory, prefect_server) -> Federation:
 
 @dataclass(frozen=True)
 class CrashReference:
-    """A federation nothing has run on yet (copy it to crash a run) and what an uninterrupted run of it
-    registers: the run's result and the bytes of its version's tables."""
+    """A federation nothing has run on yet, and what an uninterrupted run of it registers.
+
+    Copy it to crash a run; the run's result and the bytes of its version's tables are the reference.
+    """
 
     pristine: Federation
     result: dict
@@ -60,8 +70,10 @@ class CrashReference:
 
 @pytest.fixture(scope="session")
 def crash_reference(tmp_path_factory, prefect_server) -> CrashReference:
-    """The crash tests' federation (1,500 customers; crashes.PARAMS, checkpointed every 2 trees) and its
-    uninterrupted run, made once for the agent and master crash tests."""
+    """The crash tests' federation and its uninterrupted run, made once for both crash tests.
+
+    1,500 customers; crashes.PARAMS, checkpointed every 2 trees. Shared by the agent and master crash tests.
+    """
     from flows.retrain import retrain
 
     root = tmp_path_factory.mktemp("crash-reference")

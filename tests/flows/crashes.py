@@ -1,6 +1,8 @@
-"""Helpers of the crash tests (tests/flows/test_resume.py, tests/flows/test_master_crash.py) and of the flow
-tests that reuse a federation: a second copy of a federation on other ports, the processes serving it, and
-the tables of a registered version."""
+"""Helpers of the crash tests and of the flow tests that reuse a federation.
+
+A second copy of a federation on other ports, the processes serving it, and the tables of a registered
+version. The crash tests are tests/flows/test_resume.py and tests/flows/test_master_crash.py.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +20,10 @@ PARAMS = {"n_estimators": 24, "max_depth": 6, "tree_batch_size": 2}
 
 
 def copy_federation(reference_work: Path, crash_work: Path) -> Path:
-    """A copy of the federation in `reference_work` (same data, keys and certificates) whose agents listen
-    on other ports, so both can run side by side; returns the copy's config path."""
+    """A copy of the federation in `reference_work` whose agents listen on other ports.
+
+    Same data, keys and certificates, so both can run side by side; returns the copy's config path.
+    """
     from flows.demos.vertical import free_port
 
     shutil.copytree(reference_work, crash_work)
@@ -32,9 +36,11 @@ def copy_federation(reference_work: Path, crash_work: Path) -> Path:
 
 
 def start_agents(config_path: Path, log_dir: Path) -> list[subprocess.Popen]:
-    """`fedforest agent serve` for every institution of the config, as `retrain --agents local` starts
-    them (watching this process), for flows run with `agents="running"`; stop them with
-    `tasks.agents.stop_local_agents`."""
+    """`fedforest agent serve` for every institution of the config, as `retrain --agents local` starts them.
+
+    They watch this process; for flows run with `agents="running"`. Stop them with
+    `tasks.agents.stop_local_agents`.
+    """
     log_dir.mkdir(parents=True, exist_ok=True)
     processes = []
     for institution in yaml.safe_load(config_path.read_text())["institutions"]:

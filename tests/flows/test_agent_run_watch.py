@@ -1,6 +1,8 @@
-"""A master that started agents as deployments notices an agent flow run that ended before serving and
-fails at once with that run's own error, instead of waiting out the connect timeout (issue: a missing
-consortium key was reported as "nothing listens there" after 3 x 60 s)."""
+"""A master notices an agent flow run that ended before serving and fails at once with its error.
+
+For agents started as deployments: instead of waiting out the connect timeout (issue: a missing consortium key
+was reported as "nothing listens there" after 3 x 60 s).
+"""
 
 from __future__ import annotations
 
@@ -43,13 +45,14 @@ def test_the_first_ended_agent_run_is_quoted():
     check = ended_agent_run({"bank": "r1", "insurer": "r2"}, read_flow_run=_reader(states), every_s=0)
     assert check() is None
     states["r2"] = _State("Failed", KEY_MISSING)
-    assert check() == (f"institution 'insurer': its agent flow run agent-r2 (r2) ended Failed before its agent "
-                       f"served: {KEY_MISSING}")
+    assert check() == ("institution 'insurer': its agent flow run agent-r2 (r2) ended Failed before its "
+                       f"agent served: {KEY_MISSING}")
 
 
 def test_runs_are_read_at_most_every_interval():
     reads = []
-    check = ended_agent_run({"bank": "r1"}, read_flow_run=lambda r: reads.append(r) or _Run("a", _State("Running")),
+    check = ended_agent_run({"bank": "r1"},
+                            read_flow_run=lambda r: reads.append(r) or _Run("a", _State("Running")),
                             every_s=3600)
     assert check() is None and check() is None and len(reads) == 1
 
@@ -79,7 +82,8 @@ def test_wait_ready_gives_up_at_once_when_an_agent_run_ended(pki):  # noqa: F811
                 states["r1"] = _State("Failed", KEY_MISSING)
             return check()
 
-        with pytest.raises(AgentRunEnded, match=re.escape(f"ended Failed before its agent served: {KEY_MISSING}")):
+        with pytest.raises(AgentRunEnded,
+                           match=re.escape(f"ended Failed before its agent served: {KEY_MISSING}")):
             transport.wait_ready(timeout_s=60, interval_s=0.01, gave_up=gave_up)
         assert calls["n"] == 3  # at the round the run ended, not after the 60 s timeout
         with pytest.raises(PartyUnavailable, match="agents not ready after 0.2 s"):

@@ -1,5 +1,8 @@
-"""The batch-predict flow: a registered version predicts new rows without training, over Flight with mutual
-TLS under a Prefect test server, exactly as the training run's own batch prediction did."""
+"""The batch-predict flow.
+
+A registered version predicts new rows without training, over Flight with mutual TLS under a Prefect test
+server, exactly as the training run's own batch prediction did.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Each demo has its own folder, and `retrain`/`predict` record their runs in the Prefect home the demo
-points the UI at (the federation's `.prefect`), unless the user chose a home or a server."""
+"""Each demo has its own folder, and `retrain`/`predict` record runs in the demo's Prefect home.
+
+That is the home the demo points the UI at (the federation's `.prefect`), unless the user chose a home or a
+server.
+"""
 
 from __future__ import annotations
 
@@ -48,7 +51,8 @@ def test_retrain_uses_it(tmp_path, clean_env, monkeypatch):
     import flows.retrain
 
     seen = []
-    monkeypatch.setattr(flows.retrain, "retrain", lambda *a, **k: seen.append(os.environ.get("PREFECT_HOME")) or {})
+    monkeypatch.setattr(flows.retrain, "retrain",
+                        lambda *a, **k: seen.append(os.environ.get("PREFECT_HOME")) or {})
     (tmp_path / ".prefect").mkdir()
     assert main(["retrain", "--config", str(tmp_path / "federation.yaml")]) == 0
     assert seen == [str(tmp_path / ".prefect")]

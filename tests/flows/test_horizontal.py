@@ -1,5 +1,7 @@
-"""The retrain and batch-predict flows in the horizontal setting: three hospitals as local agents over
-Flight with mutual TLS under a Prefect test server."""
+"""The retrain and batch-predict flows in the horizontal setting.
+
+Three hospitals as local agents over Flight with mutual TLS under a Prefect test server.
+"""
 
 from __future__ import annotations
 
@@ -67,11 +69,13 @@ def test_artifacts_describe_the_run_without_raw_values(fet) -> None:
         artifacts = client.read_artifacts()
         logs = " ".join(log.message for log in client.read_logs())
     keys = {a.key for a in artifacts}
-    assert {"institution-rows", "training-progress", "model-card", "batch-prediction", "model-version"} <= keys
+    assert {"institution-rows", "training-progress", "model-card", "batch-prediction",
+            "model-version"} <= keys
     card = next(a.data for a in artifacts if a.key == "model-card" and a.data.startswith(f"# {MODEL} "))
     assert "Federated Extra-Trees (horizontal, classification, privacy none)" in card
     train = pd.read_parquet(scenario["institutions"]["riverside"]["train"])
-    needles = list(train["patient_id"].iloc[::50]) + [f"{v:.2f}" for v in train["cholesterol"].dropna().iloc[::50]]
+    needles = (list(train["patient_id"].iloc[::50])
+               + [f"{v:.2f}" for v in train["cholesterol"].dropna().iloc[::50]])
     text = " ".join(str(a.data) for a in artifacts) + logs
     assert [n for n in needles if n in text] == []
 
@@ -100,8 +104,9 @@ def test_a_contract_that_disagrees_stops_the_run(fet) -> None:
     contract["allow_extra_columns"] = True
     path.write_text(yaml.safe_dump(contract))
     try:
-        with pytest.raises(ContractMismatch, match=r"institution 'lakeside': its contract lacks \['cholesterol'\] "
-                                                   "compared with 'riverside'"):
+        with pytest.raises(ContractMismatch,
+                           match=r"institution 'lakeside': its contract lacks \['cholesterol'\] "
+                                 "compared with 'riverside'"):
             retrain(str(config_path), agents="local")
     finally:
         path.write_text(original)

@@ -1,7 +1,8 @@
-"""kill -9 of the MASTER halfway through training, then a Prefect retry of its flow run: the agents the
-master started stop by themselves once it is gone, the retried flow run (same flow-run id, hence the same
-training run id) resumes from the last tree batch the master and every institution checkpointed without
-growing those batches again, and it registers the model an uninterrupted run registers, byte for byte.
+"""kill -9 of the MASTER halfway through training, then a Prefect retry of its flow run.
+
+The agents the master started stop by themselves once it is gone, the retried flow run (same flow-run id,
+hence the same training run id) resumes from the last tree batch the master and every institution checkpointed
+without growing those batches again, and it registers the model an uninterrupted run registers, byte for byte.
 
 The master runs `fedforest retrain --agents local` in its own process against this session's Prefect
 test server, so that killing it kills nothing of the test. The retry is what `prefect flow-run retry
@@ -76,8 +77,11 @@ def _alive(pids: list[int], timeout_s: float) -> list[int]:
 
 
 def _retry_flow_run(flow_run_id: str) -> dict:
-    """What a worker and `prefect flow-run retry` do with a master killed mid-run: mark the run Crashed,
-    schedule it again and execute the same flow run (same id) with its stored parameters."""
+    """What a worker and `prefect flow-run retry` do with a master killed mid-run.
+
+    Mark the run Crashed, schedule it again and execute the same flow run (same id) with its stored
+    parameters.
+    """
     with get_client(sync_client=True) as client:
         run = client.read_flow_run(UUID(flow_run_id))
         assert run.state is not None and run.state.is_running(), run.state  # nobody reported the kill
@@ -94,7 +98,8 @@ def test_a_killed_master_is_retried_and_resumes_to_the_same_model(tmp_path, cras
     crash_work = tmp_path / "crash"
     crash_config = copy_of(crash_reference.pristine, crash_work).config_path
     master_checkpoints = crash_work / "registry" / "master" / CHECKPOINTS
-    reference = crash_reference.result  # the uninterrupted run of the same federation (tests/flows/conftest.py)
+    # the uninterrupted run of the same federation (tests/flows/conftest.py)
+    reference = crash_reference.result
 
     master = _start_master(crash_config, crash_work / "master.log")
     state: dict = {}

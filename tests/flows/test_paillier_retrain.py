@@ -1,5 +1,8 @@
-"""`privacy: paillier` and `privacy: ou` through the whole retrain flow (agents over Flight with mutual
-TLS): the registered tables are byte for byte those of the plain run, and the manifest records the mode."""
+"""`privacy: paillier` and `privacy: ou` through the whole retrain flow.
+
+Agents over Flight with mutual TLS: the registered tables are byte for byte those of the plain run, and the
+manifest records the mode.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +29,8 @@ def _registry(work, name: str = "master") -> ModelRegistry:
 
 def _tables(work: Path, version: str) -> dict[str, bytes]:
     return {f"{folder.parents[1].name}/{table.name}": table.read_bytes()
-            for folder in sorted((work / "registry").glob(f"*/{MODEL}/{version}")) for table in folder.glob("*.arrow")}
+            for folder in sorted((work / "registry").glob(f"*/{MODEL}/{version}"))
+            for table in folder.glob("*.arrow")}
 
 
 def _set_privacy(config_path: Path, privacy) -> None:

@@ -1,6 +1,8 @@
-"""kill -9 of an institution's agent halfway through training: the retrain flow starts the session again,
-training resumes from the last tree batch everyone checkpointed, and the registered model is byte for
-byte the one an uninterrupted run registers (vertical and horizontal)."""
+"""kill -9 of an institution's agent halfway through training.
+
+The retrain flow starts the session again, training resumes from the last tree batch everyone checkpointed,
+and the registered model is byte for byte the one an uninterrupted run registers (vertical and horizontal).
+"""
 
 from __future__ import annotations
 
@@ -26,11 +28,13 @@ def _kill_when_checkpointed(work: Path, config_path: Path, institution: str, bat
             done.setdefault("killed", []).append(pid)
 
 
-def test_a_killed_agent_is_restarted_and_training_resumes_to_the_same_model(tmp_path, crash_reference) -> None:
+def test_a_killed_agent_is_restarted_and_training_resumes_to_the_same_model(tmp_path,
+                                                                            crash_reference) -> None:
     crash_work = tmp_path / "crash"
     crash_config = copy_of(crash_reference.pristine, crash_work).config_path
 
-    reference = crash_reference.result  # the uninterrupted run of the same federation (tests/flows/conftest.py)
+    # the uninterrupted run of the same federation (tests/flows/conftest.py)
+    reference = crash_reference.result
     assert reference["training"]["resumed_batches"] == 0
 
     watcher_state: dict = {}
@@ -56,8 +60,10 @@ def _hospital_tables(work: Path) -> dict[str, bytes]:
 
 
 def _uninterrupted_horizontal_model(config_path: Path) -> bytes:
-    """The model file an uninterrupted session of this federation trains, with the same agents and session
-    code in process (a third flow run would add a minute of agent start-ups)."""
+    """The model file an uninterrupted session of this federation trains, in process.
+
+    With the same agents and session code (a third flow run would add a minute of agent start-ups).
+    """
     from fedcore.agents.data import institution_from_config
     from fedcore.config import load_config
     from fedcore.horizontal.agent import HorizontalInstitutionAgent

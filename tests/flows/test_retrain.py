@@ -1,11 +1,14 @@
-"""The retrain flow end to end on the demo scenario: agents over Flight with mutual TLS, under a Prefect
-test server. Checks artifacts, registries, where predictions land, that no raw value reaches Prefect,
-and that bad input stops the run before any version is registered.
+"""The retrain flow end to end on the demo scenario.
+
+Agents over Flight with mutual TLS, under a Prefect test server. Checks artifacts, registries, where
+predictions land, that no raw value reaches Prefect, and that bad input stops the run before any version is
+registered.
 
 The first run is the session's trained federation (local agents, started and stopped by the flow), in a
 copy of its own. The runs that must fail use agents that stay up between them (`agents="running"`, as an
 institution that runs its agent permanently): each session reloads and revalidates the institution's
-files, and no case pays for starting three agents and importing Great Expectations in each."""
+files, and no case pays for starting three agents and importing Great Expectations in each.
+"""
 
 from __future__ import annotations
 
@@ -46,8 +49,11 @@ def first_run(trained_federation):
 
 @pytest.fixture(scope="module")
 def running_agents(workspace):
-    """The workspace's agents kept running for the module, on ports of their own (`running.yaml`; the
-    workspace's own ports stay free for the unreachable-agents case); returns that config's path."""
+    """The workspace's agents, kept running for the module on ports of their own.
+
+    Their config is `running.yaml` (the workspace's own ports stay free for the unreachable-agents case);
+    returns its path.
+    """
     work, config_path, _ = workspace
     raw = yaml.safe_load(config_path.read_text())
     for institution in raw["institutions"]:
@@ -87,10 +93,11 @@ def test_artifacts_exist_and_hold_no_raw_data(workspace, first_run) -> None:
     work, _, scenario = workspace
     artifacts = _artifacts()
     keys = {a.key for a in artifacts}
-    assert {"validation-bank", "validation-ecommerce", "validation-insurer", "id-overlap", "training-progress",
-            "model-version", "model-card", "batch-prediction"} <= keys
+    assert {"validation-bank", "validation-ecommerce", "validation-insurer", "id-overlap",
+            "training-progress", "model-version", "model-card", "batch-prediction"} <= keys
     bank = pd.read_parquet(scenario["institutions"]["bank"]["train"])
-    needles = list(bank[scenario["id_column"]].iloc[::40]) + [f"{v:.2f}" for v in bank["income"].dropna().iloc[::40]]
+    needles = (list(bank[scenario["id_column"]].iloc[::40])
+               + [f"{v:.2f}" for v in bank["income"].dropna().iloc[::40]])
     with get_client(sync_client=True) as client:
         logs = " ".join(log.message for log in client.read_logs())
     text = " ".join(str(a.data) for a in artifacts) + " " + logs
@@ -102,12 +109,16 @@ def test_the_run_is_named_after_the_version_and_says_how_good(first_run) -> None
     accuracy = f"accuracy {first_run['metrics']['accuracy']:.4f}"
     with get_client(sync_client=True) as client:
         runs = [r for r in client.read_flow_runs() if r.name == f"retrain {MODEL} v0001"]
-    assert f"{MODEL} v0001: {accuracy} on held-out rows; promoted to production" in [r.state.message for r in runs]
+    said = [r.state.message for r in runs]
+    assert f"{MODEL} v0001: {accuracy} on held-out rows; promoted to production" in said
 
 
 def test_model_version_artifact_says_where_it_is_and_how_to_load_it(trained_federation, first_run) -> None:
-    """A markdown artifact (not a file:// link): the registry folder, every digest, and a Python snippet
-    that, run as shown, loads and verifies the version."""
+    """A markdown artifact (not a file:// link).
+
+    The registry folder, every digest, and a Python snippet that, run as shown, loads and verifies the
+    version.
+    """
     folder = trained_federation.work / "registry" / "master" / MODEL / "v0001"
     cards = [a for a in _artifacts() if a.key == "model-version" and f"`{folder}`" in str(a.data)]
     assert len(cards) == 1 and cards[0].type == "markdown"
@@ -122,7 +133,8 @@ def test_model_version_artifact_says_where_it_is_and_how_to_load_it(trained_fede
     assert namespace["manifest"]["version"] == "v0001" and set(namespace["tables"]) == {"master"}
 
 
-def test_agents_log_the_version_they_stored_and_the_predictions_they_wrote(trained_federation, first_run) -> None:
+def test_agents_log_the_version_they_stored_and_the_predictions_they_wrote(trained_federation,
+                                                                           first_run) -> None:
     logs = {name: (trained_federation.work / "logs" / f"agent-{name}.log").read_text()
             for name in ("bank", "ecommerce", "insurer")}
     for name, text in logs.items():
@@ -167,14 +179,17 @@ def _null_ids(frame: pd.DataFrame) -> str:
 
 
 @pytest.mark.parametrize(("institution", "damage", "expected"), [
-    ("bank", _negative_age, r"institution 'bank', column 'age': expect_column_values_to_be_between\(.*\) failed: "
-                            r"3 unexpected"),
+    ("bank", _negative_age,
+     r"institution 'bank', column 'age': expect_column_values_to_be_between\(.*\) failed: 3 unexpected"),
     ("ecommerce", _drop_basket, r"institution 'ecommerce', column 'avg_basket': expect_column_to_exist"),
-    ("insurer", _duplicate_id, r"institution 'insurer', column 'customer_id': expect_column_values_to_be_unique"),
-    ("insurer", _unknown_vehicle, r"institution 'insurer', column 'vehicle_type': expect_column_values_to_be_in_set"),
+    ("insurer", _duplicate_id,
+     r"institution 'insurer', column 'customer_id': expect_column_values_to_be_unique"),
+    ("insurer", _unknown_vehicle,
+     r"institution 'insurer', column 'vehicle_type': expect_column_values_to_be_in_set"),
     ("bank", _age_as_text, r"institution 'bank', column 'age': expect_column_values_to_be_in_type_list"),
-    ("ecommerce", _null_ids, r"institution 'ecommerce', column 'customer_id': expect_column_values_to_not_be_null"
-                             r" failed: 4 null values"),
+    ("ecommerce", _null_ids,
+     r"institution 'ecommerce', column 'customer_id': expect_column_values_to_not_be_null failed: 4 null "
+     r"values"),
 ])
 def test_contract_violation_stops_before_training(workspace, first_run, running_agents, institution, damage,
                                                   expected) -> None:
@@ -229,7 +244,8 @@ def test_empty_overlap_stops_before_training(workspace, first_run, running_agent
     _assert_failed_cleanly(work, list(strangers["customer_id"].iloc[:20]))
 
 
-def test_master_certificate_from_another_ca_is_refused(workspace, first_run, running_agents, tmp_path) -> None:
+def test_master_certificate_from_another_ca_is_refused(workspace, first_run, running_agents,
+                                                       tmp_path) -> None:
     work, _, _ = workspace
     init_ca(tmp_path / "rogue", name="not the consortium CA")
     issue_certificate(tmp_path / "rogue", "master", tmp_path / "rogue", role="master")
@@ -240,8 +256,9 @@ def test_master_certificate_from_another_ca_is_refused(workspace, first_run, run
     other = running_agents.with_name("rogue-master.yaml")
     other.write_text(yaml.safe_dump(raw))
     with pytest.raises(CertificateRefused, match=r"agents not ready after 20 s: cannot reach party 'bank' at "
-                                                 r"grpc\+tls://127\.0\.0\.1:\d+: the agent closed the connection "
-                                                 r"after the handshake: it refused this master's certificate"):
+                                                 r"grpc\+tls://127\.0\.0\.1:\d+: the agent closed the "
+                                                 r"connection after the handshake: it refused this master's "
+                                                 r"certificate"):
         retrain(str(other), agents="running")
     _assert_failed_cleanly(work, [])
     with get_client(sync_client=True) as client:

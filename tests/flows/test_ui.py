@@ -1,5 +1,8 @@
-"""What the Prefect UI shows of a run: the final messages (pure functions) and the agent's log lines
-forwarded to its run logger, also from the Flight server's threads."""
+"""What the Prefect UI shows of a run.
+
+The final messages (pure functions) and the agent's log lines forwarded to its run logger, also from the
+Flight server's threads.
+"""
 
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ def test_headline_metric_falls_back_to_the_first_metric() -> None:
 
 
 def test_predict_outcome_in_both_settings() -> None:
-    assert predict_outcome("m", "v0002", {"requester": "bank", "rows": 600}) == "m v0002: 600 rows predicted for bank"
+    assert (predict_outcome("m", "v0002", {"requester": "bank", "rows": 600})
+            == "m v0002: 600 rows predicted for bank")
     assert predict_outcome("m", "v0002", {"rows": 30, "counts": {"a": 10, "b": 20}}) == (
         "m v0002: 30 rows predicted locally (a 10, b 20)")
 
@@ -66,8 +70,10 @@ def test_run_name_reads_the_model_from_the_parameters_or_the_config(monkeypatch,
     config_path, _ = small_federation(tmp_path / "federation", 100, seed=0, params={"n_estimators": 2})
     monkeypatch.setattr(ui, "flow_run", SimpleNamespace(parameters={"config_path": str(config_path)}))
     assert ui.run_name("retrain")() == "retrain retail-response"
-    monkeypatch.setattr(ui, "flow_run", SimpleNamespace(parameters={"config_path": str(tmp_path / "missing.yaml"),
-                                                                    "model_name": "churn", "version": "v0002"}))
+    monkeypatch.setattr(ui, "flow_run",
+                        SimpleNamespace(parameters={"config_path": str(tmp_path / "missing.yaml"),
+                                                    "model_name": "churn", "version": "v0002"}))
     assert ui.run_name("predict")() == "predict churn v0002"
-    monkeypatch.setattr(ui, "flow_run", SimpleNamespace(parameters={"config_path": str(tmp_path / "missing.yaml")}))
+    monkeypatch.setattr(ui, "flow_run",
+                        SimpleNamespace(parameters={"config_path": str(tmp_path / "missing.yaml")}))
     assert ui.run_name("retrain")() == "retrain"  # the flow itself then says what is wrong with the config

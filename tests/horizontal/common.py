@@ -10,9 +10,12 @@ from tests.conftest import mixed_table
 CAT_STR = ["azure", "crimson", "emerald", "onyx"]
 
 
-def horizontal_table(seed: int = 0, task: str = "classification", n_rows: int = 600, n_classes: int = 3) -> pd.DataFrame:
-    """The shared mixed table (numeric, integer, boolean, two categoricals, NaNs), with cat_str as a pandas
-    Categorical so every party slice carries the same category list."""
+def horizontal_table(seed: int = 0, task: str = "classification", n_rows: int = 600,
+                     n_classes: int = 3) -> pd.DataFrame:
+    """The shared mixed table (numeric, integer, boolean, two categoricals, NaNs).
+
+    cat_str is a pandas Categorical so every party slice carries the same category list.
+    """
     table = mixed_table(n_rows=n_rows, seed=seed, task=task, n_classes=n_classes)
     table["cat_str"] = pd.Categorical(table["cat_str"], categories=CAT_STR)
     return table

@@ -1,5 +1,7 @@
-"""Accuracy sanity against scikit-learn's ExtraTrees, and the noisy modes: they run, are reproducible under
-the same seed, report their budget and stay reasonably accurate on easy data."""
+"""Accuracy sanity against scikit-learn's ExtraTrees, and the noisy modes.
+
+They run, are reproducible under the same seed, report their budget and stay reasonably accurate on easy data.
+"""
 
 from __future__ import annotations
 
@@ -28,15 +30,15 @@ def _accuracy(model, test) -> float:
 
 def _sklearn_accuracy(train, test) -> float:
     X, y = train.drop(columns="target"), train["target"]
-    return float(np.mean([(ExtraTreesClassifier(40, random_state=s).fit(X, y).predict(test.drop(columns="target"))
-                           == test["target"]).mean() for s in SEEDS]))
+    return float(np.mean([(ExtraTreesClassifier(40, random_state=s).fit(X, y)
+                            .predict(test.drop(columns="target")) == test["target"]).mean() for s in SEEDS]))
 
 
 @pytest.mark.parametrize("loader", [load_breast_cancer, load_wine])
 def test_fet_matches_sklearn_accuracy(loader) -> None:
     train, test = _data(loader)
-    ours = np.mean([_accuracy(FederatedExtraTreesClassifier(40, random_state=s).fit(split_rows(train, 3), "target"),
-                              test) for s in SEEDS])
+    ours = np.mean([_accuracy(FederatedExtraTreesClassifier(40, random_state=s)
+                              .fit(split_rows(train, 3), "target"), test) for s in SEEDS])
     reference = _sklearn_accuracy(train, test)
     assert ours >= reference - 0.03, (ours, reference)
 
@@ -110,8 +112,9 @@ def test_ldp_report_and_permanent_bits_fixed_once() -> None:
 def test_gdp_regression_runs_and_is_reproducible() -> None:
     table = horizontal_table(seed=7, task="regression")
     parties = split_rows(table, 2)
-    a = FederatedExtraTreesRegressor(5, privacy="gdp", epsilon=2.0, min_samples_leaf=20).fit(parties, "target")
-    b = FederatedExtraTreesRegressor(5, privacy="gdp", epsilon=2.0, min_samples_leaf=20).fit(parties, "target")
+    options = {"privacy": "gdp", "epsilon": 2.0, "min_samples_leaf": 20}
+    a = FederatedExtraTreesRegressor(5, **options).fit(parties, "target")
+    b = FederatedExtraTreesRegressor(5, **options).fit(parties, "target")
     assert_same_forest(a.model_, b.model_)
     prediction = a.predict(table)
     assert np.isfinite(prediction).all()

@@ -1,5 +1,8 @@
-"""FET-GDP's noise-aware estimates (fedcore/horizontal/fet/gdp.py): each against a direct definition, the
-variance they remove, what the master needs from the parties, and accuracy on many classes."""
+"""FET-GDP's noise-aware estimates (fedcore/horizontal/fet/gdp.py).
+
+Each against a direct definition, the variance they remove, what the master needs from the parties, and
+accuracy on many classes.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +26,10 @@ from tests.horizontal.common import horizontal_table, split_rows
 
 
 def _projection_by_bisection(v: np.ndarray) -> np.ndarray:
-    """The Euclidean projection of v onto {c >= 0, sum c = sum v} (sum v > 0): max(v - t, 0) for the t
-    that meets the sum, found by bisection (the sum falls as t rises)."""
+    """The Euclidean projection of v onto {c >= 0, sum c = sum v} (sum v > 0).
+
+    max(v - t, 0) for the t that meets the sum, found by bisection (the sum falls as t rises).
+    """
     total = v.sum()
     low, high = v.min() - total, v.max()
     for _ in range(200):
@@ -44,7 +49,8 @@ def test_simplex_proportions_are_the_euclidean_projection_divided_by_the_size() 
     for row, values in zip(stats, got, strict=True):
         np.testing.assert_allclose(values, _projection_by_bisection(row) / row.sum(), atol=1e-9)
     assert np.all(got >= 0) and np.allclose(got.sum(axis=1), 1.0)
-    exact = np.array([[3.0, 0.0, 1.0], [0.0, 0.0, 0.0], [-2.0, 1.0, 0.5]])  # on the simplex; empty; negative size
+    # on the simplex; empty; negative size
+    exact = np.array([[3.0, 0.0, 1.0], [0.0, 0.0, 0.0], [-2.0, 1.0, 0.5]])
     np.testing.assert_array_equal(simplex_proportions(exact), [[0.75, 0.0, 0.25], [1 / 3] * 3, [1 / 3] * 3])
 
 
@@ -89,8 +95,8 @@ def test_shrinkage_keeps_large_nodes_and_gives_empty_ones_their_parents_proporti
 
 def test_gdp_parties_state_their_epsilon_and_the_master_needs_it() -> None:
     table = horizontal_table(seed=3, n_rows=200)
-    model = FederatedExtraTreesClassifier(2, privacy="gdp", epsilon=0.7, max_depth=3, record_payloads=True).fit(
-        split_rows(table, 2), "target")
+    model = FederatedExtraTreesClassifier(2, privacy="gdp", epsilon=0.7, max_depth=3,
+                                          record_payloads=True).fit(split_rows(table, 2), "target")
     from fedcore.protocol.messages import Message
 
     hellos = [Message.from_bytes(e.payload) for e in model.transcript_ if e.kind == "hello_reply"]
@@ -103,21 +109,25 @@ def test_gdp_parties_state_their_epsilon_and_the_master_needs_it() -> None:
         return reply
     HorizontalParty._on_hello = silent
     try:
-        with pytest.raises(ProtocolError, match=r"party 'party0' reported no usable epsilon per query \(None\); a "
-                                                r"GDP party states the scale of its noise in its hello reply"):
+        with pytest.raises(ProtocolError,
+                           match=r"party 'party0' reported no usable epsilon per query \(None\); a "
+                                 r"GDP party states the scale of its noise in its hello reply"):
             FederatedExtraTreesClassifier(2, privacy="gdp", max_depth=3).fit(split_rows(table, 2), "target")
     finally:
         HorizontalParty._on_hello = original
 
 
 def test_gdp_on_ten_classes_stays_within_three_points_of_extra_trees() -> None:
-    """Digits (10 classes, 1,400 training rows, 3 parties) at epsilon 1 per query. Counts read as exact
-    gave 0.48 here; the estimates give about 0.97 against ExtraTrees' 0.98."""
+    """Digits (10 classes, 1,400 training rows, 3 parties) at epsilon 1 per query.
+
+    Counts read as exact gave 0.48 here; the estimates give about 0.97 against ExtraTrees' 0.98.
+    """
     frame = load_digits(as_frame=True).frame
     train, test = train_test_split(frame, train_size=1400, random_state=0, stratify=frame["target"])
     X, y = train.drop(columns="target"), train["target"]
     reference = np.mean([ExtraTreesClassifier(40, random_state=s).fit(X, y).score(test.drop(columns="target"),
-                                                                                     test["target"]) for s in (0, 1)])
+                                                                                     test["target"])
+                         for s in (0, 1)])
     ours = np.mean([np.mean(FederatedExtraTreesClassifier(40, privacy="gdp", epsilon=1.0, random_state=s).fit(
         split_rows(train, 3), "target").predict(test) == test["target"].to_numpy()) for s in (0, 1)])
     assert ours >= reference - 0.03, (ours, reference)

@@ -1,6 +1,8 @@
-"""PPD-ERT against a master that tampers with the secure-aggregation keys it relays: every party checks
-every peer's signed key before deriving masks, so a substituted, unsigned or replayed key stops the run
-with KeyAuthenticationError naming the party; honest runs give the same forest as before."""
+"""PPD-ERT against a master that tampers with the secure-aggregation keys it relays.
+
+Every party checks every peer's signed key before deriving masks, so a substituted, unsigned or replayed key
+stops the run with KeyAuthenticationError naming the party; honest runs give the same forest as before.
+"""
 
 from __future__ import annotations
 
@@ -24,14 +26,14 @@ from tests.horizontal.common import horizontal_table, split_rows
 
 NAMES = ("north", "south", "east")
 OPTIONS = {"n_estimators": 3, "max_depth": 4, "random_state": 3, "allow_data_ranges": True}
-SUBSTITUTED = ("party 'north' refuses the secure-aggregation key relayed for party 'south': the signature does not "
-               "verify against the identity of 'south' (the key was replaced on the way, or was signed for another "
-               "session)")
+SUBSTITUTED = ("party 'north' refuses the secure-aggregation key relayed for party 'south': the signature "
+               "does not verify against the identity of 'south' (the key was replaced on the way, or was "
+               "signed for another session)")
 
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory) -> SimpleNamespace:
-    """The parties' rows, the plain (unmasked) reference run, and certificate identities from a consortium CA."""
+    """The parties' rows, the plain (unmasked) reference run, and identities from a consortium CA."""
     frames = dict(zip(NAMES, split_rows(horizontal_table(seed=7), 3, seed=1), strict=True))
     plain = PPDERTClassifier(**OPTIONS, secure_aggregation=False).fit(frames, "target")
     certs = tmp_path_factory.mktemp("certs")
@@ -46,7 +48,9 @@ def federation(tmp_path_factory) -> SimpleNamespace:
 
 class RelayTransport(InProcessTransport):
     """The master's side of the wire with a hook on the relayed keys: an actively malicious master.
-    `tamper(transport, message)` rewrites the message that relays the keys."""
+
+    `tamper(transport, message)` rewrites the message that relays the keys.
+    """
 
     def __init__(self, handlers, tamper=None) -> None:
         super().__init__(handlers, record_payloads=True)
@@ -54,7 +58,8 @@ class RelayTransport(InProcessTransport):
 
     def exchange(self, requests: dict[str, Message]) -> dict[str, Message]:
         if self.tamper is not None:
-            requests = {name: self.tamper(self, m) if "peer_keys" in m.arrays else m for name, m in requests.items()}
+            requests = {name: self.tamper(self, m) if "peer_keys" in m.arrays else m
+                        for name, m in requests.items()}
         return super().exchange(requests)
 
     def sent(self, kind: str, sender: str | None = None) -> list[Message]:
@@ -65,8 +70,9 @@ class RelayTransport(InProcessTransport):
 def _fit(federation, identities, tamper=None, session_id: bytes = b"session-0001"):
     plain = federation.plain
     k = plain.params.n_candidate_features(plain.schema_.n_features)
-    parties = [PPDERTParty(name, frame, plain.schema_, seed=OPTIONS["random_state"], low=plain._low, high=plain._high,
-                           k=k, identity=identities.get(name)) for name, frame in federation.frames.items()]
+    parties = [PPDERTParty(name, frame, plain.schema_, seed=OPTIONS["random_state"], low=plain._low,
+                           high=plain._high, k=k, identity=identities.get(name))
+               for name, frame in federation.frames.items()]
     transport = RelayTransport({p.name: p.handle for p in parties}, tamper)
     master = PPDERTMaster(transport, plain.params, plain.schema_, low=plain._low, high=plain._high,
                           session_id=session_id)
@@ -77,7 +83,8 @@ def _identities(federation, kind: str) -> dict[str, PartyIdentity]:
     return federation.identities if kind == "certificates" else ephemeral_identities(NAMES)
 
 
-def _relayed(message: Message, name: str, key: bytes, signature: str | None = None, credential: str | None = None):
+def _relayed(message: Message, name: str, key: bytes, signature: str | None = None,
+             credential: str | None = None):
     """The relay message with `name`'s key (and optionally its signature and credential, as hex) replaced."""
     h, arrays = dict(message.header), dict(message.arrays)
     i = h["peer_names"].index(name)
@@ -112,7 +119,8 @@ def test_a_master_that_swaps_one_partys_key_is_caught(federation, kind) -> None:
 def test_a_master_that_signs_the_swapped_key_itself_is_caught(federation) -> None:
     """The master's own certificate, from the same CA, cannot vouch for an institution's key."""
     attacker = _attacker_key()
-    master_key = serialization.load_pem_private_key((federation.certs / "master.key").read_bytes(), password=None)
+    master_key = serialization.load_pem_private_key((federation.certs / "master.key").read_bytes(),
+                                                    password=None)
     master_pem = (federation.certs / "master.pem").read_bytes()
 
     def sign_as_master(transport: RelayTransport, message: Message) -> Message:
@@ -122,8 +130,8 @@ def test_a_master_that_signs_the_swapped_key_itself_is_caught(federation) -> Non
 
     with pytest.raises(KeyAuthenticationError) as caught:
         _fit(federation, federation.identities, tamper=sign_as_master)
-    assert str(caught.value) == ("party 'north' refuses the secure-aggregation key relayed for party 'south': its "
-                                 "certificate names master 'master', not institution 'south'")
+    assert str(caught.value) == ("party 'north' refuses the secure-aggregation key relayed for party "
+                                 "'south': its certificate names master 'master', not institution 'south'")
 
 
 def test_a_key_signed_for_another_session_is_refused(federation) -> None:
@@ -147,9 +155,10 @@ def test_unsigned_keys_and_parties_without_an_identity_are_refused(federation) -
 
     with pytest.raises(KeyAuthenticationError) as caught:
         _fit(federation, federation.identities, tamper=strip)
-    assert str(caught.value) == ("party 'north' refuses the secure-aggregation key relayed for party 'south': it "
-                                 "carries no signature")
+    assert str(caught.value) == ("party 'north' refuses the secure-aggregation key relayed for party "
+                                 "'south': it carries no signature")
     without_east = {n: i for n, i in federation.identities.items() if n != "east"}
-    with pytest.raises(KeyAuthenticationError, match="party 'east' needs its own signing identity to authenticate its "
-                                                     r"secure-aggregation key \(got none\)"):
+    with pytest.raises(KeyAuthenticationError,
+                       match="party 'east' needs its own signing identity to authenticate its "
+                             r"secure-aggregation key \(got none\)"):
         _fit(federation, without_east)

@@ -38,7 +38,8 @@ def test_leaf_floor_follows_the_design() -> None:
                                             (LabelLDP(min_leaf_reports=5), 5)])
 def test_no_leaf_holds_fewer_rows_than_the_floor(ldp: LabelLDP, floor: int) -> None:
     parties = split_rows(many_class_table(), 3)
-    model = FederatedExtraTreesClassifier(n_estimators=4, privacy="ldp", ldp=ldp, random_state=1).fit(parties, label="y")
+    model = FederatedExtraTreesClassifier(n_estimators=4, privacy="ldp", ldp=ldp,
+                                          random_state=1).fit(parties, label="y")
     weights = leaf_weights(model.model_)
     # weights are the exact branch sizes the parties sent, not the estimated counts' rounded sum
     np.testing.assert_array_equal(weights, np.round(weights))
@@ -57,7 +58,8 @@ def test_a_min_samples_leaf_above_the_floor_is_kept() -> None:
 def test_krr_trains_and_reports_its_mechanism() -> None:
     parties = split_rows(many_class_table(n_classes=8), 3)
     ldp = LabelLDP(mechanism="krr", epsilon_krr=6.0)
-    model = FederatedExtraTreesClassifier(n_estimators=3, privacy="ldp", ldp=ldp, random_state=3).fit(parties, label="y")
+    model = FederatedExtraTreesClassifier(n_estimators=3, privacy="ldp", ldp=ldp,
+                                          random_state=3).fit(parties, label="y")
     report = model.privacy_report_
     assert report["ldp_mechanism"] == {"mechanism": "krr", "epsilon_krr": 6.0, "estimator": "nnls"}
     assert report["min_samples_leaf"] == model.master_.min_samples_leaf == LabelLDP(

@@ -1,5 +1,8 @@
-"""Exact losslessness: M parties give node for node the forest, and prediction for prediction the outputs,
-of the same engine run with every row at one party (same seed)."""
+"""Exact losslessness: M parties give the forest and the outputs of all rows at one party.
+
+Node for node and prediction for prediction, against the same engine run with every row at one party (same
+seed).
+"""
 
 from __future__ import annotations
 
@@ -96,7 +99,8 @@ def test_constraints_hold_on_every_node() -> None:
     offsets = f.tree_offsets()
     rows = np.flatnonzero(internal)
     base = offsets[f.tree[rows]]
-    np.testing.assert_array_equal(f.weight[base + f.left[rows]] + f.weight[base + f.right[rows]], f.weight[rows])
+    np.testing.assert_array_equal(f.weight[base + f.left[rows]] + f.weight[base + f.right[rows]],
+                                  f.weight[rows])
     # pure nodes are never split
     assert not np.any(internal & (f.value.max(axis=1) == 1.0))
 
@@ -105,8 +109,8 @@ def test_constraints_hold_on_every_node() -> None:
 def test_entropy_criterion_is_lossless_too(cls) -> None:
     table = _table("fet-classification")
     extra = {"allow_data_ranges": True} if cls is PPDERTClassifier else {}
-    runs = [cls(4, criterion="entropy", max_features=3, random_state=2, **extra).fit(split_rows(table, m), "target")
-            for m in (1, 4)]
+    runs = [cls(4, criterion="entropy", max_features=3, random_state=2, **extra)
+            .fit(split_rows(table, m), "target") for m in (1, 4)]
     assert_same_forest(runs[0].model_, runs[1].model_)
     gini = cls(4, max_features=3, random_state=2, **extra).fit([table], "target")
     assert not np.array_equal(gini.model_.feature, runs[0].model_.feature)
@@ -122,15 +126,19 @@ def test_ppd_ert_without_masks_gives_the_same_forest_and_is_refused_by_a_secure_
     parties = split_rows(table, 3, seed=1)
     options = {"n_estimators": 4, "max_depth": 5, "random_state": 3, "allow_data_ranges": True}
     secure = PPDERTClassifier(**options).fit(parties, label="target")
-    plain = PPDERTClassifier(**options, secure_aggregation=False, record_transcript=True).fit(parties, label="target")
+    plain = PPDERTClassifier(**options, secure_aggregation=False,
+                             record_transcript=True).fit(parties, label="target")
     assert plain.model_.same_as(secure.model_) and plain.privacy_report_["mode"] == "none"
     assert "ppdert_masked_counts" not in {e.kind for e in plain.transcript_}
 
     k = plain.params.n_candidate_features(plain.schema_.n_features)
     members = [PPDERTParty(f"p{i}", frame, plain.schema_, seed=3, low=plain._low, high=plain._high, k=k,
-                           secure=i == 0) for i, frame in enumerate(parties)]  # p0 insists on secure aggregation
+                           # p0 insists on secure aggregation
+                           secure=i == 0) for i, frame in enumerate(parties)]
     transport = InProcessTransport({p.name: p.handle for p in members})
-    master = PPDERTMaster(transport, plain.params, plain.schema_, low=plain._low, high=plain._high, secure=False)
-    with pytest.raises(ProtocolError, match="party 'p0' runs PPD-ERT with secure aggregation; the master asked for "
-                                            "plain counts"):
+    master = PPDERTMaster(transport, plain.params, plain.schema_, low=plain._low, high=plain._high,
+                          secure=False)
+    with pytest.raises(ProtocolError,
+                       match="party 'p0' runs PPD-ERT with secure aggregation; the master asked for "
+                             "plain counts"):
         master.fit()

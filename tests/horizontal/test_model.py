@@ -20,7 +20,8 @@ def _stump() -> HorizontalForest:
         tree=np.zeros(3, np.int32), node=np.arange(3, dtype=np.int32), left=np.array([1, -1, -1], np.int32),
         right=np.array([2, -1, -1], np.int32), depth=np.array([0, 1, 1], np.int16),
         feature=np.array([0, -1, -1], np.int32), threshold=np.array([0.5, np.nan, np.nan]),
-        weight=np.array([10.0, 4.0, 6.0]), value=np.array([[0.5], [0.25], [0.75]]), n_trees=1, task="regression")
+        weight=np.array([10.0, 4.0, 6.0]), value=np.array([[0.5], [0.25], [0.75]]), n_trees=1,
+        task="regression")
 
 
 def test_missing_values_go_right() -> None:
@@ -63,7 +64,8 @@ def test_arrow_table_round_trip() -> None:
     back = HorizontalForest.from_table(arrow)
     assert_same_forest(model.model_, back)
     assert back.schema == model.schema_ and back.task == "classification" and back.algorithm == "extra-trees"
-    np.testing.assert_array_equal(back.predict_values(model.schema_.encode(table)), model.predict_proba(table))
+    np.testing.assert_array_equal(back.predict_values(model.schema_.encode(table)),
+                                  model.predict_proba(table))
     with pytest.raises(ArtifactError, match="not a horizontal forest table"):
         HorizontalForest.from_table(pa.table({"x": [1]}))
     # tables written before the algorithm registry say 'fet': read as extra-trees, written back canonical

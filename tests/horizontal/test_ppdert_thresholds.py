@@ -1,6 +1,8 @@
-"""PPD-ERT's data-following thresholds (`thresholds="histogram"`, fedcore/horizontal/ppdert/cells.py): the
-grid arithmetic, the spans, the boxes the children inherit, accuracy on skewed columns, and what a party
-refuses."""
+"""PPD-ERT's data-following thresholds (`thresholds="histogram"`, fedcore/horizontal/ppdert/cells.py).
+
+The grid arithmetic, the spans, the boxes the children inherit, accuracy on skewed columns, and what a party
+refuses.
+"""
 
 from __future__ import annotations
 
@@ -38,8 +40,8 @@ def test_the_span_of_the_populated_cells_holds_every_value_and_at_most_one_cell_
         values = grid_low[..., None] + rng.beta(0.3, 2.0, (50, 3, 20)) * (grid_high - grid_low)[..., None]
         parties.append(values)
     pooled = np.concatenate(parties, axis=-1)
-    total = sum(extreme_cell_indicators(v.min(axis=-1), v.max(axis=-1), grid_low, grid_high, n_cells).astype(np.int64)
-                for v in parties)
+    total = sum(extreme_cell_indicators(v.min(axis=-1), v.max(axis=-1), grid_low, grid_high, n_cells)
+                .astype(np.int64) for v in parties)
     span_low, span_high, has = populated_spans(*populated_cells(total, n_cells), grid_low, grid_high, n_cells)
     assert has.all()
     width = (grid_high - grid_low) / n_cells
@@ -70,7 +72,8 @@ def test_values_outside_the_interval_fall_in_the_end_cells() -> None:
 
 def test_children_inherit_the_box_cut_at_the_split() -> None:
     boxes = NodeBoxes.roots(np.array([0.0, 10.0]), np.array([1.0, 20.0]), 2)
-    boxes.narrow(np.array([[1], [0]]), np.array([[12.0], [0.25]]), np.array([[15.0], [0.5]]), np.ones((2, 1), bool))
+    boxes.narrow(np.array([[1], [0]]), np.array([[12.0], [0.25]]), np.array([[15.0], [0.5]]),
+                 np.ones((2, 1), bool))
     children = boxes.children(np.array([0, 1]), np.array([1, 0]), np.array([13.0, 0.3]),
                               np.array([True, True, False, True]))
     np.testing.assert_array_equal(children.boxes, [
@@ -94,7 +97,8 @@ def test_histogram_thresholds_learn_skewed_columns_the_domain_draw_wastes() -> N
     accuracy = {}
     for mode in ("domain", "histogram"):
         model = PPDERTClassifier(**options, thresholds=mode).fit(split_rows(train, 3), label="target")
-        accuracy[mode] = float(np.mean(model.predict(test.drop(columns=["target"])) == test["target"].to_numpy()))
+        predicted = model.predict(test.drop(columns=["target"]))
+        accuracy[mode] = float(np.mean(predicted == test["target"].to_numpy()))
     # the signal: the bulk of each column, an order of magnitude below its maximum; a draw over the whole
     # domain rarely lands there, a draw within the populated cells does at every depth
     assert accuracy["histogram"] > accuracy["domain"] + 0.05, accuracy
@@ -114,8 +118,8 @@ def _master(schema, low, high, parties, **options):
     from fedcore.horizontal.params import ExtraTreesParams
 
     params = ExtraTreesParams(n_estimators=2, max_depth=3, random_state=1, max_features=3)
-    return PPDERTMaster(InProcessTransport({n: p.handle for n, p in parties.items()}), params, schema, low=low,
-                        high=high, secure=False, **options)
+    return PPDERTMaster(InProcessTransport({n: p.handle for n, p in parties.items()}), params,
+                        schema, low=low, high=high, secure=False, **options)
 
 
 def test_a_party_refuses_a_master_that_asks_for_another_threshold_mode_or_grid() -> None:
@@ -124,8 +128,9 @@ def test_a_party_refuses_a_master_that_asks_for_another_threshold_mode_or_grid()
                                             "'histogram' on 16 cells"):
         _master(schema, low, high, parties, thresholds="histogram").fit()
     parties, schema, low, high = _parties("histogram", 16)
-    with pytest.raises(ProtocolError, match="party 'a' agreed to 'histogram' thresholds on 16 cells; the master "
-                                            "asked for 'histogram' on 32 cells"):
+    with pytest.raises(ProtocolError,
+                       match="party 'a' agreed to 'histogram' thresholds on 16 cells; the master "
+                             "asked for 'histogram' on 32 cells"):
         _master(schema, low, high, parties, thresholds="histogram", n_cells=32).fit()
 
 
@@ -147,8 +152,9 @@ def _greeted(thresholds: str = "histogram"):
 def _cells_request(low, high, n_trees: int = 2) -> Message:
     """A root level's cells request, as the master sends it: each candidate's declared domain."""
     features, _ = candidate_draws(1, np.arange(n_trees), 0, len(low), 3)
-    return Message("ppdert_cells", {"depth": 0, "n_trees": n_trees, "new_batch": True, "n_cells": 16, "round_id": 1,
-                                    "mask_bits": 64},
+    return Message("ppdert_cells",
+                   {"depth": 0, "n_trees": n_trees, "new_batch": True, "n_cells": 16, "round_id": 1,
+                    "mask_bits": 64},
                    {"tree": np.arange(n_trees, dtype=np.int32), "grid_low": low[features],
                     "grid_high": high[features]})
 
@@ -165,8 +171,9 @@ def test_a_party_places_the_thresholds_itself_from_the_populated_cells() -> None
     assert reply.kind == "ppdert_plain_cells" and reply.arrays["cells"].shape == (2 * 3 * 2 * 16,)
     first, last = np.full((2, 3), 2), np.full((2, 3), 9)
     for bad_first, bad_last in ((first, last + 7), (last, first), (first, np.where(first == 2, NO_CELL, 9))):
-        with pytest.raises(ProtocolError, match=r"party 'a': the populated cells must be first <= last < 16 \(or "
-                                                r"both 255\) for each of the level's \(2, 3\) candidates"):
+        with pytest.raises(ProtocolError,
+                           match=r"party 'a': the populated cells must be first <= last < 16 \(or "
+                                 r"both 255\) for each of the level's \(2, 3\) candidates"):
             party.handle(_counts_request(bad_first, bad_last))
         assert party.machine.state == "celled"  # refused: the level is still waiting for its cells
     assert party.handle(_counts_request(first, last)).kind == "ppdert_plain_counts"
@@ -182,15 +189,19 @@ def test_a_refused_cells_request_leaves_the_party_where_it_was() -> None:
     request = _cells_request(low, high)
     shifted = Message(request.kind, dict(request.header), dict(request.arrays))
     shifted.arrays["grid_low"] = request.arrays["grid_low"] - 1.0  # not the declared domain at the roots
-    with pytest.raises(ProtocolError, match="party 'a': a tree's root grid must be the declared domain of each "
-                                            "candidate feature"):
+    with pytest.raises(ProtocolError,
+                       match="party 'a': a tree's root grid must be the declared domain of each "
+                             "candidate feature"):
         party.handle(shifted)
     assert party.machine.state == "greeted" and party.handle(request).kind == "ppdert_plain_cells"
 
 
 def test_the_master_cannot_count_parties_from_the_low_bits_of_the_cell_sums() -> None:
-    """Two parties hold every cell: each sum is two secret multiples, uniform in the ring. Odd multipliers
-    would make every such sum even (the count of parties, modulo 2)."""
+    """Two parties hold every cell.
+
+    Each sum is two secret multiples, uniform in the ring. Odd multipliers would make every such sum even (the
+    count of parties, modulo 2).
+    """
     indicators = np.ones(20000, dtype=np.uint64)
     total = hide_multiplicity(indicators, b"a" * 32, 1) + hide_multiplicity(indicators, b"b" * 32, 1)
     assert 0.48 < np.mean(total % 2) < 0.52  # 20,000 fair coins: 0.5 +- 0.0035 (1 sd)
@@ -209,11 +220,13 @@ def test_a_party_refuses_a_grid_that_is_not_finite_intervals_and_a_domain_party_
     party, low, high = _greeted()
     request = _cells_request(low, high)
     request.arrays["grid_low"] = request.arrays["grid_high"] + 1.0
-    with pytest.raises(ProtocolError, match=r"party 'a': the grid must be finite intervals of shape \(2, 3\)"):
+    with pytest.raises(ProtocolError,
+                       match=r"party 'a': the grid must be finite intervals of shape \(2, 3\)"):
         party.handle(request)
     domain_party, low, high = _greeted("domain")
-    with pytest.raises(ProtocolError, match="party 'a' refuses 'ppdert_cells': in the PPD-ERT protocol only a party "
-                                            "in role histogram answers it, this party is domain"):
+    with pytest.raises(ProtocolError,
+                       match="party 'a' refuses 'ppdert_cells': in the PPD-ERT protocol only a party "
+                             "in role histogram answers it, this party is domain"):
         domain_party.handle(_cells_request(low, high))
 
 
@@ -222,11 +235,13 @@ def test_the_estimator_refuses_unknown_modes_and_grids() -> None:
     with pytest.raises(ParameterError, match=r"PPD-ERT thresholds must be one of \['histogram', 'domain'\], "
                                              r"got 'quantile'"):
         PPDERTClassifier(allow_data_ranges=True, thresholds="quantile").fit(frames, "target")
-    with pytest.raises(ParameterError, match=r"PPD-ERT histogram cells must be one of \[4, 8, 16, 32, 64\], got 10"):
+    with pytest.raises(ParameterError,
+                       match=r"PPD-ERT histogram cells must be one of \[4, 8, 16, 32, 64\], got 10"):
         PPDERTClassifier(allow_data_ranges=True, threshold_cells=10).fit(frames, "target")
 
 
-def test_an_agent_runs_the_threshold_mode_of_its_own_config_and_refuses_a_master_asking_otherwise(tmp_path) -> None:
+def test_an_agent_runs_the_threshold_mode_of_its_own_config_and_refuses_a_master_asking_otherwise(
+        tmp_path) -> None:
     from fedcore.agents.data import InstitutionData
     from fedcore.contracts.model import infer_contract
     from fedcore.horizontal.agent import HorizontalInstitutionAgent
@@ -248,14 +263,16 @@ def test_an_agent_runs_the_threshold_mode_of_its_own_config_and_refuses_a_master
     def train(agents_: dict, master_privacy: dict) -> None:
         transport = InProcessTransport({n: a.handle for n, a in agents_.items()})
         transport.exchange({n: Message("validation_report") for n in agents_})
-        session = HorizontalSession(transport, ExtraTreesParams(n_estimators=2, max_depth=3), algorithm="ppd-ert",
-                                    privacy=master_privacy)
+        session = HorizontalSession(transport, ExtraTreesParams(n_estimators=2, max_depth=3),
+                                    algorithm="ppd-ert", privacy=master_privacy)
         session.agree_schema()
         session.train()
 
     own = {"mode": "secagg", "thresholds": "domain", "cells": 16}
-    with pytest.raises(ProtocolError, match="party 'north' agreed to 'domain' thresholds; the master asked for "
-                                            "'histogram' on 16 cells"):
+    with pytest.raises(ProtocolError,
+                       match="party 'north' agreed to 'domain' thresholds; the master asked for "
+                             "'histogram' on 16 cells"):
         train(agents(own), {"mode": "secagg", "thresholds": "histogram"})
     train(agents(own), {"mode": "secagg", "thresholds": "domain"})
-    train(agents(None), {"mode": "secagg", "thresholds": "histogram"})  # no own config (in-process): the master's
+    # no own config (in-process): the master's
+    train(agents(None), {"mode": "secagg", "thresholds": "histogram"})

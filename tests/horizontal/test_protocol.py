@@ -21,13 +21,15 @@ def _setup(privacy_party="none", privacy_master="none"):
     schema = build_schema(frames, "target", "classification")
     parties = [HorizontalParty(n, f, schema, privacy=privacy_party, noise_seed=1) for n, f in frames.items()]
     transport = InProcessTransport({p.name: p.handle for p in parties})
-    master = FederatedExtraTreesMaster(transport, ExtraTreesParams(n_estimators=2), schema, privacy=privacy_master)
+    master = FederatedExtraTreesMaster(transport, ExtraTreesParams(n_estimators=2), schema,
+                                       privacy=privacy_master)
     return parties, master, schema
 
 
 def test_party_refuses_a_weaker_privacy_mode() -> None:
     _, master, _ = _setup(privacy_party="gdp", privacy_master="none")
-    with pytest.raises(ProtocolError, match="party 'a' is configured for privacy='gdp', the master asked for 'none'"):
+    with pytest.raises(ProtocolError,
+                       match="party 'a' is configured for privacy='gdp', the master asked for 'none'"):
         master.fit()
 
 
@@ -72,13 +74,15 @@ def test_master_refuses_plain_counts_from_several_parties() -> None:
         return parties
 
     model._make_parties = leaky
-    with pytest.raises(ProtocolError, match="party 'party1' answered 'ppdert_plain_counts'; with 2 parties only "
-                                            "ppdert_masked_counts masked in the agreed 16-bit ring is accepted"):
+    with pytest.raises(ProtocolError,
+                       match="party 'party1' answered 'ppdert_plain_counts'; with 2 parties only "
+                             "ppdert_masked_counts masked in the agreed 16-bit ring is accepted"):
         model.fit(frames, "target")
 
 
 def test_communication_stats_are_reported() -> None:
-    model = FederatedExtraTreesClassifier(3, max_depth=3).fit(split_rows(horizontal_table(seed=8), 2), "target")
+    model = FederatedExtraTreesClassifier(3, max_depth=3).fit(split_rows(horizontal_table(seed=8), 2),
+                                                              "target")
     stats = model.communication_
     assert stats["rounds"] == 2 + 2 * 3
     assert set(stats["by_kind"]) == {"hello", "hello_reply", "fet_ranges", "fet_ranges_reply", "fet_stats",
@@ -87,6 +91,7 @@ def test_communication_stats_are_reported() -> None:
 
 
 def test_progress_bar_reports_levels(capsys) -> None:
-    FederatedExtraTreesClassifier(3, max_depth=2, progress=True).fit(split_rows(horizontal_table(seed=8), 2), "target")
+    FederatedExtraTreesClassifier(3, max_depth=2, progress=True).fit(split_rows(horizontal_table(seed=8), 2),
+                                                                     "target")
     err = capsys.readouterr().err
     assert "trees 3/3" in err and "level 1" in err

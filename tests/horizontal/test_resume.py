@@ -1,7 +1,9 @@
-"""Horizontal training survives a crash: the master checkpoints every finished tree batch, every
-institution its own per-batch state, and a session interrupted mid-training resumes after the last batch
-all of them completed, ending with the forest, byte for byte, of an uninterrupted run (FET in every
-privacy mode, PPD-ERT with secure aggregation)."""
+"""Horizontal training survives a crash.
+
+The master checkpoints every finished tree batch, every institution its own per-batch state, and a session
+interrupted mid-training resumes after the last batch all of them completed, ending with the forest, byte for
+byte, of an uninterrupted run (FET in every privacy mode, PPD-ERT with secure aggregation).
+"""
 
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ FIRST_REQUEST = {"extra-trees": "fet_ranges", "ppd-ert": "ppdert_cells", "ppd-er
 
 
 def _first_request(algorithm: str, privacy: dict | None) -> str:
-    return FIRST_REQUEST[f"{algorithm} domain" if (privacy or {}).get("thresholds") == "domain" else algorithm]
+    domain = (privacy or {}).get("thresholds") == "domain"
+    return FIRST_REQUEST[f"{algorithm} domain" if domain else algorithm]
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +71,11 @@ def _crashing(agent: HorizontalInstitutionAgent, kind: str, at: int):
 
 
 def _session(agents, algorithm, privacy=None, handlers=None, seeds=None) -> HorizontalSession:
-    """A session up to the agreed schema; `seeds` fixes the parties' secret noise seeds (DP modes), as a
-    deployment's own secrets would be, so that two runs can be compared."""
+    """A session up to the agreed schema.
+
+    `seeds` fixes the parties' secret noise seeds (DP modes), as a deployment's own secrets would be, so that
+    two runs can be compared.
+    """
     transport = InProcessTransport(handlers or {n: a.handle for n, a in agents.items()})
     transport.exchange({n: Message("validation_report") for n in agents})
     session = HorizontalSession(transport, PARAMS, algorithm=algorithm, privacy=privacy, holdout_fraction=0.2)
@@ -110,8 +116,8 @@ def test_a_run_killed_mid_training_resumes_to_the_same_model(table, tmp_path, al
     checkpoints = tmp_path / "crash" / "master-checkpoints"
     with pytest.raises(Crash):
         _session(agents, algorithm, privacy, handlers, seeds=seeds).train(checkpoints, RUN)
-    saved = {n: sorted(p.name for p in (tmp_path / "crash" / "registry" / n / CHECKPOINTS / RUN).glob("*.sha256"))
-             for n in NAMES}
+    saved = {n: sorted(p.name for p in (tmp_path / "crash" / "registry" / n / CHECKPOINTS / RUN)
+                       .glob("*.sha256")) for n in NAMES}
     # north got batch 3's first request (and saved batch 2) before south died; east never got it
     assert saved["south"] == saved["east"] == ["batch-00000.sha256", "batch-00001.sha256"]
     assert saved["north"] == [*saved["south"], "batch-00002.sha256"]
@@ -148,8 +154,10 @@ def test_an_uninterrupted_run_with_checkpoints_trains_the_same_model(table, tmp_
 
 
 def test_a_completed_run_resumes_without_growing_anything(table, tmp_path) -> None:
-    """Every batch checkpointed everywhere (a crash after training): the forest comes from the checkpoints
-    alone, with no level exchanged."""
+    """Every batch checkpointed everywhere (a crash after training).
+
+    The forest comes from the checkpoints alone, with no level exchanged.
+    """
     first_agents = _agents(table, tmp_path)
     first = _session(first_agents, "extra-trees")
     first.train(tmp_path / "ckpt", RUN)

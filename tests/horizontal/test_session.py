@@ -1,5 +1,8 @@
-"""A whole horizontal session in process: agree the schema from the contracts, train, evaluate on every
-institution's held-out rows, store everywhere, predict locally; and the refusals around it."""
+"""A whole horizontal session in process.
+
+Agree the schema from the contracts, train, evaluate on every institution's held-out rows, store everywhere,
+predict locally; and the refusals around it.
+"""
 
 from __future__ import annotations
 
@@ -41,7 +44,8 @@ def _agents(table: pd.DataFrame, root, contract=None) -> dict[str, HorizontalIns
         new = part.sample(frac=0.3, random_state=2).drop(columns=["class"])
         data = InstitutionData(name=name, frame=part, id_column="patient_id", label="class",
                                registry=root / "registry" / name, predictions_dir=root / "predictions" / name,
-                               load_batch=lambda new=new: new, contract=contract, master_key=master_public_key(root))
+                               load_batch=lambda new=new: new, contract=contract,
+                               master_key=master_public_key(root))
         agents[name] = HorizontalInstitutionAgent(data, identity=identities[name])
     return agents
 
@@ -66,12 +70,14 @@ def test_train_evaluate_store_and_predict_locally(table, tmp_path, algorithm) ->
     metrics = session.evaluate()
     held = pd.concat([a._holdout for a in agents.values()])
     predicted = np.asarray(schema.classes)[np.argmax(model.predict_values(schema.encode(held)), axis=1)]
-    assert metrics["accuracy"] == pytest.approx(float(np.mean(predicted == held["class"].to_numpy())), abs=1e-12)
+    assert metrics["accuracy"] == pytest.approx(float(np.mean(predicted == held["class"].to_numpy())),
+                                                abs=1e-12)
     assert metrics["accuracy"] > 0.7 and session.facts.holdout_rows == len(held)
 
     registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
     parties = session.manifest_entries()["parties"]
-    version = registry.register("waveform", {"task": "classification", "parties": parties}, session.master_tables())
+    version = registry.register("waveform", {"task": "classification", "parties": parties},
+                                session.master_tables())
     session.store_at_institutions("waveform", version, registry.read_manifest("waveform", version))
     for name in NAMES:
         _, tables = ModelRegistry(tmp_path / "registry" / name, public_key=master_public_key(tmp_path)).load(
@@ -102,7 +108,8 @@ def test_a_registered_version_loads_and_predicts_without_training(table, tmp_pat
     session.train()
     model = session.model
     registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
-    version = registry.register("waveform", {"parties": session.manifest_entries()["parties"]}, session.master_tables())
+    version = registry.register("waveform", {"parties": session.manifest_entries()["parties"]},
+                                session.master_tables())
     session.store_at_institutions("waveform", version, registry.read_manifest("waveform", version))
     session.predict_locally("trained")
 
@@ -113,7 +120,8 @@ def test_a_registered_version_loads_and_predicts_without_training(table, tmp_pat
     loaded.predict_locally("loaded")
     for name in NAMES:
         folder = tmp_path / "predictions" / name
-        pd.testing.assert_frame_equal(pd.read_parquet(folder / "loaded.parquet"), pd.read_parquet(folder / "trained.parquet"))
+        pd.testing.assert_frame_equal(pd.read_parquet(folder / "loaded.parquet"),
+                                      pd.read_parquet(folder / "trained.parquet"))
 
     model_file = tmp_path / "registry" / "south" / "waveform" / version / "model.arrow"
     model_file.write_bytes(model_file.read_bytes()[:-8] + bytes(8))  # a local tamper
@@ -125,8 +133,9 @@ def test_contracts_that_disagree_stop_the_session(table, tmp_path) -> None:
     agents = _agents(table, tmp_path)
     narrow = infer_contract(table.drop(columns=["region"]), "waveform", id_column="patient_id", label="class")
     agents["east"].data.contract = narrow
-    with pytest.raises(ContractMismatch, match="institution 'east': its contract lacks \\['region'\\] compared with "
-                                               "'north'"):
+    with pytest.raises(ContractMismatch,
+                       match="institution 'east': its contract lacks \\['region'\\] compared with "
+                             "'north'"):
         _session(agents).agree_schema()
 
 
@@ -135,11 +144,16 @@ def test_contracts_that_disagree_stop_the_session(table, tmp_path) -> None:
      "the master asks for privacy 'none', but this institution's configuration says 'gdp' \\(epsilon 0.5\\)"),
     ({"mode": "gdp", "epsilon": 0.5}, {"mode": "gdp", "epsilon": 8.0},
      "the master asks for privacy 'gdp' \\(epsilon 8\\), but .* says 'gdp' \\(epsilon 0.5\\)"),
-    ({"mode": "ldp", "ldp": {"mechanism": "krr", "epsilon_krr": 1.0}}, {"mode": "ldp", "ldp": {"mechanism": "bloom"}},
+    ({"mode": "ldp", "ldp": {"mechanism": "krr", "epsilon_krr": 1.0}},
+     {"mode": "ldp", "ldp": {"mechanism": "bloom"}},
      "the master asks for privacy 'ldp' \\(bloom\\), but .* says 'ldp' \\(krr, epsilon 1\\)"),
 ])
-def test_an_agent_trains_fet_only_with_the_privacy_of_its_own_config(table, tmp_path, own, asked, refusal) -> None:
-    """A master (mistaken or hostile) cannot lower an institution's noise: it is refused before any row is used."""
+def test_an_agent_trains_fet_only_with_the_privacy_of_its_own_config(table, tmp_path, own, asked,
+                                                                     refusal) -> None:
+    """A master (mistaken or hostile) cannot lower an institution's noise.
+
+    It is refused before any row is used.
+    """
     agents = _agents(table.head(600), tmp_path)
     for agent in agents.values():
         agent.data.privacy = own
@@ -162,10 +176,12 @@ def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(ta
     agents = _agents(table, tmp_path)
     session = _session(agents, "ppd-ert")
     preparation = session.prepare()
-    assert preparation.artifact_key == "institution-rows" and preparation.facts["features"] == session.schema.n_features
+    assert preparation.artifact_key == "institution-rows"
+    assert preparation.facts["features"] == session.schema.n_features
     assert [row["institution"] for row in preparation.table] == list(NAMES)
     facts = session.train()
-    assert isinstance(facts, TrainingFacts) and facts.nodes == session.model.n_nodes and facts.owned_nodes == {}
+    assert isinstance(facts, TrainingFacts) and facts.nodes == session.model.n_nodes
+    assert facts.owned_nodes == {}
     assert facts.train_rows == sum(row["training rows"] for row in preparation.table)
     metrics = session.evaluate()
     manifest = build_manifest(session, "hospitals", metrics, {})
@@ -176,5 +192,7 @@ def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(ta
     assert isinstance(prediction, Prediction) and prediction.requester is None
     assert prediction.rows == sum(prediction.counts.values()) > 0
     card = model_card("hospitals", "v0001", manifest, None, False, prediction.to_dict())
-    assert card.startswith("# hospitals v0001\n\nPPD-ERT (horizontal, classification, privacy secagg); not promoted.")
-    assert "rows predicted locally at " + ", ".join(f"{n} ({c})" for n, c in prediction.counts.items()) in card
+    assert card.startswith("# hospitals v0001\n\nPPD-ERT (horizontal, classification, privacy secagg); not "
+                           "promoted.")
+    assert "rows predicted locally at " + ", ".join(f"{n} "
+                                                    f"({c})" for n, c in prediction.counts.items()) in card

@@ -1,7 +1,9 @@
-"""Horizontal transcripts beyond the mode table of tests/test_wire_invariants.py (which asserts DESIGN's
-"What crosses the wire" for every mode): FET's min/max are exactly the party's local extremes, regression
-targets never reach the master, and the round count of a fit (DESIGN principle 1: rounds grow with depth,
-never with nodes)."""
+"""Horizontal transcripts beyond the mode table of tests/test_wire_invariants.py.
+
+That table asserts DESIGN's "What crosses the wire" for every mode. Here: FET's min/max are exactly the
+party's local extremes, regression targets never reach the master, and the round count of a fit (DESIGN
+principle 1: rounds grow with depth, never with nodes).
+"""
 
 from __future__ import annotations
 
@@ -72,7 +74,8 @@ def test_ppdert_domain_rounds_are_one_per_level(n_parties: int) -> None:
     model = PPDERTClassifier(10, max_depth=5, allow_data_ranges=True, thresholds="domain").fit(
         split_rows(table, n_parties), "target")
     assert model.master_.levels == 5
-    assert model.communication_["rounds"] == 2 + 5  # hello (keys), one per level (keys relayed in the first), model
+    # hello (keys), one per level (keys relayed in the first), model
+    assert model.communication_["rounds"] == 2 + 5
     by_kind = model.communication_["by_kind"]
     assert by_kind["ppdert_level"]["count"] == 5 * n_parties
     assert "ppdert_cells" not in by_kind
@@ -81,7 +84,8 @@ def test_ppdert_domain_rounds_are_one_per_level(n_parties: int) -> None:
 @pytest.mark.parametrize("n_parties", [1, 3])
 def test_ppdert_histogram_rounds_are_two_per_level(n_parties: int) -> None:
     table = horizontal_table(seed=5)
-    model = PPDERTClassifier(10, max_depth=5, allow_data_ranges=True).fit(split_rows(table, n_parties), "target")
+    model = PPDERTClassifier(10, max_depth=5, allow_data_ranges=True).fit(split_rows(table, n_parties),
+                                                                          "target")
     assert model.master_.levels == 5
     assert model.communication_["rounds"] == 2 + 2 * 5  # hello, (cells + counts) per level, model
     by_kind = model.communication_["by_kind"]

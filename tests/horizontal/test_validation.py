@@ -39,19 +39,22 @@ def _raises(error, message, call):
 def test_column_sets_must_match() -> None:
     frames = _frames()
     frames[1]["c"] = 1.0
-    _raises(SchemaMismatchError, "party 'party1' has columns ['c'] that party 'party0' lacks; every institution "
-            "must hold the same columns", lambda: FederatedExtraTreesClassifier(2).fit(frames, "y"))
+    _raises(SchemaMismatchError,
+            "party 'party1' has columns ['c'] that party 'party0' lacks; every institution must hold the "
+            "same columns", lambda: FederatedExtraTreesClassifier(2).fit(frames, "y"))
     frames = _frames()
     frames = {"bank": frames[0], "insurer": frames[1].drop(columns="b")}
-    _raises(SchemaMismatchError, "party 'insurer' lacks columns ['b'] that party 'bank' has; every institution "
-            "must hold the same columns", lambda: FederatedExtraTreesClassifier(2).fit(frames, "y"))
+    _raises(SchemaMismatchError,
+            "party 'insurer' lacks columns ['b'] that party 'bank' has; every institution must hold the same "
+            "columns", lambda: FederatedExtraTreesClassifier(2).fit(frames, "y"))
 
 
 def test_column_types_must_match() -> None:
     frames = _frames()
     frames[1]["b"] = frames[1]["b"].astype(str)
-    _raises(SchemaMismatchError, "column 'b' is numeric (dtype float64) at party 'party0' but categorical (dtype "
-            "str) at party 'party1'; give it the same type at every institution",
+    _raises(SchemaMismatchError,
+            "column 'b' is numeric (dtype float64) at party 'party0' but categorical (dtype str) at party "
+            "'party1'; give it the same type at every institution",
             lambda: FederatedExtraTreesClassifier(2).fit(frames, "y"))
 
 
@@ -72,8 +75,9 @@ def test_party_with_zero_rows() -> None:
 
 @pytest.mark.parametrize("epsilon", [0, -1.0, float("nan")])
 def test_epsilon_must_be_positive(epsilon) -> None:
-    _raises(ParameterError, f"epsilon must be a finite number > 0, got {epsilon!r}: smaller epsilon = more noise "
-            "and stronger privacy, larger = less noise (typical values 0.1 to 10)",
+    _raises(ParameterError,
+            f"epsilon must be a finite number > 0, got {epsilon!r}: smaller epsilon = more noise and "
+            "stronger privacy, larger = less noise (typical values 0.1 to 10)",
             lambda: FederatedExtraTreesClassifier(2, privacy="gdp", epsilon=epsilon).fit(_frames(), "y"))
 
 
@@ -99,8 +103,9 @@ def test_unknown_privacy_mode() -> None:
 
 
 def test_bootstrap_refused() -> None:
-    _raises(ParameterError, "bootstrap=True is not supported by the horizontal engines: Extra-Trees grow every "
-            "tree on all rows, which keeps federated runs identical to the pooled run; leave bootstrap=False",
+    _raises(ParameterError,
+            "bootstrap=True is not supported by the horizontal engines: Extra-Trees grow every tree on all "
+            "rows, which keeps federated runs identical to the pooled run; leave bootstrap=False",
             lambda: FederatedExtraTreesClassifier(2, bootstrap=True).fit(_frames(), "y"))
 
 
@@ -116,14 +121,16 @@ def test_categories_must_agree() -> None:
     frames = _frames()
     frames[0]["c"] = pd.Categorical(np.resize(["x", "y"], 40), categories=["x", "y"])
     frames[1]["c"] = pd.Categorical(np.resize(["x", "z"], 40), categories=["x", "z"])
-    _raises(CategoryMismatchError, "column 'c' has categories ['x', 'y'] at party 'party0' but ['x', 'z'] at party "
-            "'party1'; use identical Categorical dtypes or pass categories={'c': [...]}",
+    _raises(CategoryMismatchError,
+            "column 'c' has categories ['x', 'y'] at party 'party0' but ['x', 'z'] at party 'party1'; use "
+            "identical Categorical dtypes or pass categories={'c': [...]}",
             lambda: FederatedExtraTreesClassifier(2).fit(frames, "y"))
     # an explicit list resolves it, and values outside a declared list are refused
     model = FederatedExtraTreesClassifier(2, categories={"c": ["x", "y", "z"]}).fit(frames, "y")
     assert model.schema_.columns[2].categories == ("x", "y", "z")
-    _raises(CategoryMismatchError, "column 'c' at party 'party1' has values ['z'] outside the declared categories "
-            "['x', 'y']; add them to categories['c'] or clean the data",
+    _raises(CategoryMismatchError,
+            "column 'c' at party 'party1' has values ['z'] outside the declared categories ['x', 'y']; add "
+            "them to categories['c'] or clean the data",
             lambda: FederatedExtraTreesClassifier(2, categories={"c": ["x", "y"]}).fit(frames, "y"))
 
 
@@ -131,8 +138,9 @@ def test_string_column_needs_declared_categories() -> None:
     frames = _frames()
     for f in frames:
         f["c"] = np.resize(["x", "y"], 40).astype(object)
-    _raises(InputError, "column 'c' at party 'party0' holds str values without an agreed category list; declare "
-            "it with categories={'c': [...]} or give it a pandas Categorical dtype with the same categories at every "
+    _raises(InputError,
+            "column 'c' at party 'party0' holds str values without an agreed category list; declare it with "
+            "categories={'c': [...]} or give it a pandas Categorical dtype with the same categories at every "
             "institution", lambda: FederatedExtraTreesClassifier(2).fit(frames, "y"))
 
 
@@ -144,7 +152,8 @@ def test_label_problems() -> None:
     frames = _frames()
     for f in frames:
         f["y"] = "same"
-    _raises(LabelError, "label 'y' has a single class 'same' over all parties; classification needs at least two",
+    _raises(LabelError,
+            "label 'y' has a single class 'same' over all parties; classification needs at least two",
             lambda: FederatedExtraTreesClassifier(2).fit(frames, "y"))
     _raises(LabelError, "regression label 'y' at party 'party0' must be numeric, found dtype str",
             lambda: FederatedExtraTreesRegressor(2).fit(frames, "y"))
@@ -153,7 +162,8 @@ def test_label_problems() -> None:
 def test_infinite_feature_values() -> None:
     frames = _frames()
     frames[1].loc[0, "a"] = np.inf
-    _raises(InputError, "party 'party1' column 'a' holds 1 infinite value (inf or -inf): replace them with missing "
+    _raises(InputError,
+            "party 'party1' column 'a' holds 1 infinite value (inf or -inf): replace them with missing "
             "values, which every engine handles, or with finite numbers",
             lambda: FederatedExtraTreesClassifier(2).fit(frames, "y"))
 
@@ -164,16 +174,20 @@ def test_ppdert_needs_declared_ranges() -> None:
                "allow_data_ranges=True in a simulation to use the pooled data's ranges")
     frames = _frames()
     _raises(ParameterError, message, lambda: PPDERTClassifier(2).fit(frames, "y"))
-    _raises(ParameterError, "feature_ranges lacks the numeric columns ['b']; declare a (low, high) for each (from "
-            "the data contracts)", lambda: PPDERTClassifier(2, feature_ranges={"a": (-9, 9)}).fit(frames, "y"))
+    _raises(ParameterError,
+            "feature_ranges lacks the numeric columns ['b']; declare a (low, high) for each (from the data "
+            "contracts)", lambda: PPDERTClassifier(2, feature_ranges={"a": (-9, 9)}).fit(frames, "y"))
     _raises(ParameterError, "feature_ranges['b'] must be finite with low <= high, got (3, 1)",
             lambda: PPDERTClassifier(2, feature_ranges={"a": (-9, 9), "b": (3, 1)}).fit(frames, "y"))
-    _raises(ColumnNotFoundError, "feature_ranges names ['zz'], which are not numeric feature columns (numeric "
+    _raises(ColumnNotFoundError,
+            "feature_ranges names ['zz'], which are not numeric feature columns (numeric "
             "columns: ['a', 'b'])",
-            lambda: PPDERTClassifier(2, feature_ranges={"a": (-9, 9), "b": (-9, 9), "zz": (0, 1)}).fit(frames, "y"))
+            lambda: PPDERTClassifier(2, feature_ranges={"a": (-9, 9), "b": (-9, 9),
+                                                        "zz": (0, 1)}).fit(frames, "y"))
     frames[1].loc[0, "b"] = 20.0
-    _raises(InputError, "column 'b' at party 'party1' has 1 values outside its declared range [-9.0, 9.0]; fix the "
-            "data or the declared range",
+    _raises(InputError,
+            "column 'b' at party 'party1' has 1 values outside its declared range [-9.0, 9.0]; fix the data "
+            "or the declared range",
             lambda: PPDERTClassifier(2, feature_ranges={"a": (-9, 9), "b": (-9, 9)}).fit(frames, "y"))
 
 
@@ -199,7 +213,8 @@ def test_not_fitted_and_bad_prediction_input() -> None:
             "appropriate arguments before using this estimator.",
             lambda: model.predict(_frames()[0]))
     model.fit(_frames(), "y")
-    _raises(ColumnNotFoundError, "the frame lacks the schema's feature columns ['b']; every institution must hold "
-            "every feature column", lambda: model.predict(_frames()[0].drop(columns="b")))
+    _raises(ColumnNotFoundError,
+            "the frame lacks the schema's feature columns ['b']; every institution must hold every feature "
+            "column", lambda: model.predict(_frames()[0].drop(columns="b")))
     _raises(PartyShapeError, "pass a list (or dict) of party DataFrames, not a single DataFrame",
             lambda: FederatedExtraTreesClassifier(2).fit(_frames()[0], "y"))

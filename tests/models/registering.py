@@ -1,5 +1,7 @@
-"""A master process registering a version across three institutions, which can be killed (SIGKILL, no
-cleanup) at any step of registering: `python -m tests.models.registering WORKDIR STEP`.
+"""A master process registering a version across three institutions, killable at any step.
+
+Killed with SIGKILL (no cleanup) at any step of registering: `python -m tests.models.registering WORKDIR
+STEP`.
 
 The institutions are real horizontal agents over an in-process transport, each with its own registry
 under WORKDIR; the master registry signs with WORKDIR/master.key. STEP names where the process kills
@@ -20,7 +22,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 NAMES = ("north", "south", "east")
 MODEL = "readmission"
-KILL_POINTS = ("pending-recorded", "master-written", "institution-writing", "stored-1", "stored-3", "committed")
+KILL_POINTS = ("pending-recorded", "master-written", "institution-writing", "stored-1", "stored-3",
+               "committed")
 """Steps of registering, in order: the pending record is on disk (the version's files are not); the
 master's version is written; the first institution is half-way through writing its part (a staging
 folder); one, then all three institutions stored theirs; the commit is on disk."""
@@ -44,20 +47,24 @@ def agents(workdir: Path) -> dict:
     contract = infer_contract(table(), "registering", id_column="record_id", label="label")
     return {name: HorizontalInstitutionAgent(InstitutionData(
         name=name, frame=frame.reset_index(drop=True), id_column="record_id", label="label",
-        registry=workdir / "registry" / name, predictions_dir=workdir / "predictions" / name, contract=contract,
-        load_batch=lambda frame=frame: frame.drop(columns=["label"]).head(20), master_key=master_registry(workdir).public_key))
+        registry=workdir / "registry" / name, predictions_dir=workdir / "predictions" / name,
+        contract=contract, load_batch=lambda frame=frame: frame.drop(columns=["label"]).head(20),
+        master_key=master_registry(workdir).public_key))
         for name, frame in zip(NAMES, frames, strict=True)}
 
 
 def trained_session(handlers: dict):
-    """A horizontal master session over `handlers` (looked up at every message, so a caller may rewire
-    them later), trained (two small trees)."""
+    """A horizontal master session over `handlers`, trained (two small trees).
+
+    The handlers are looked up at every message, so a caller may rewire them later.
+    """
     from fedcore.horizontal.params import ExtraTreesParams
     from fedcore.horizontal.session import HorizontalSession
     from fedcore.protocol.messages import Message
     from fedcore.transport.inprocess import InProcessTransport
 
-    transport = InProcessTransport({name: (lambda message, name=name: handlers[name](message)) for name in handlers})
+    transport = InProcessTransport({name: (lambda message, name=name: handlers[name](message))
+                                    for name in handlers})
     transport.exchange({n: Message("validation_report") for n in handlers})
     session = HorizontalSession(transport, ExtraTreesParams(n_estimators=2, max_depth=4, random_state=1),
                                 algorithm="extra-trees", holdout_fraction=0.2)
@@ -92,24 +99,30 @@ def arm(step: str, handlers: dict) -> None:
         registry.ModelRegistry.register = lambda self, *a, **k: (original(self, *a, **k), _die())[0]
     elif step == "institution-writing":
         original_publish = artifacts._publish
-        artifacts._publish = lambda staging, target: (_die() if Path(target).parts[-3] != "master"  # registry/<who>/..
+        # registry/<who>/..
+        artifacts._publish = lambda staging, target: (_die() if Path(target).parts[-3] != "master"
                                                       else original_publish(staging, target))
     elif step in ("stored-1", "stored-3"):
-        wanted, seen = int(step[-1]), []
-        for name, handle in list(handlers.items()):
-            def counted(message, handle=handle, name=name):
-                reply = handle(message)
-                if message.kind == "store_model":
-                    seen.append(name)
-                    if len(seen) == wanted:
-                        _die()
-                return reply
-            handlers[name] = counted
+        _die_after_stores(int(step[-1]), handlers)
     elif step == "committed":
         original_commit = registry.ModelRegistry.commit
         registry.ModelRegistry.commit = lambda self, *a, **k: (original_commit(self, *a, **k), _die())[0]
     elif step != "none":
         raise SystemExit(f"unknown step {step!r}; one of {KILL_POINTS} or none")
+
+
+def _die_after_stores(wanted: int, handlers: dict) -> None:
+    """Wrap every institution's handler so that this process dies once `wanted` of them stored the model."""
+    seen = []
+    for name, handle in list(handlers.items()):
+        def counted(message, handle=handle, name=name):
+            reply = handle(message)
+            if message.kind == "store_model":
+                seen.append(name)
+                if len(seen) == wanted:
+                    _die()
+            return reply
+        handlers[name] = counted
 
 
 def register(workdir: Path, step: str) -> str:
@@ -121,7 +134,8 @@ def register(workdir: Path, step: str) -> str:
     arm(step, handlers)
     manifest = {"algorithm": "extra-trees", "setting": "horizontal",
                 "parties": session.manifest_entries()["parties"]}
-    version, _ = register_everywhere(master_registry(workdir), session, MODEL, manifest, session.master_tables())
+    version, _ = register_everywhere(master_registry(workdir), session, MODEL, manifest,
+                                     session.master_tables())
     return version
 
 

@@ -1,5 +1,8 @@
-"""The signed alias log: hand edits, removed or reordered entries, foreign keys and old unsigned alias files
-never change what an alias resolves to silently."""
+"""The signed alias log.
+
+Hand edits, removed or reordered entries, foreign keys and old unsigned alias files never change what an alias
+resolves to silently.
+"""
 
 from __future__ import annotations
 
@@ -87,9 +90,11 @@ def test_an_entry_signed_by_another_key_is_refused(registry, tmp_path, model):
                            trust_any_key=True)
     entries = registry.alias_log(MODEL)
     aliases.append_entry(registry.root / MODEL, entries, "promote", "production", "v0001", forger.signing_key)
-    with pytest.raises(ArtifactError, match="line 4: signature does not verify: the manifest was signed by key"):
+    with pytest.raises(ArtifactError,
+                       match="line 4: signature does not verify: the manifest was signed by key"):
         registry.resolve(MODEL, "production")
-    reader = ModelRegistry(registry.root, public_key=registry.public_key)  # an institution's view: same refusal
+    # an institution's view: same refusal
+    reader = ModelRegistry(registry.root, public_key=registry.public_key)
     with pytest.raises(ArtifactError, match="line 4"):
         reader.aliases(MODEL)
 
@@ -100,8 +105,9 @@ def test_an_unsigned_alias_file_of_an_older_version_is_not_trusted(tmp_path, key
     registry.register(MODEL, *master_artifacts(model, 0.9))
     legacy = registry.root / MODEL / "aliases.json"
     legacy.write_text(json.dumps({"aliases": {"latest": "v0002", "production": "v0001"}}))
-    with pytest.raises(ArtifactError, match="unsigned aliases \\(production\\) from an older fedforest are not "
-                                            "trusted; promote the version again"):
+    with pytest.raises(ArtifactError,
+                       match="unsigned aliases \\(production\\) from an older fedforest are not "
+                             "trusted; promote the version again"):
         registry.resolve(MODEL, "production")
     assert registry.resolve(MODEL, "latest") == "v0002"
     assert registry.promote(MODEL, "v0001") == "v0001"  # starts the signed log, the old file goes

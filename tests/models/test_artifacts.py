@@ -1,4 +1,7 @@
-"""Model directories: save -> load gives identical predictions; tampered, partial or foreign versions are refused."""
+"""Model directories: save -> load gives identical predictions.
+
+Tampered, partial or foreign versions are refused.
+"""
 
 from __future__ import annotations
 
@@ -199,7 +202,10 @@ def test_classes_round_trip_with_their_dtype(classes) -> None:
 
 
 def test_a_manifest_with_the_old_algorithm_spelling_still_loads(string_labels, saved) -> None:
-    """Models saved before the algorithm registry say 'federated-forest'; reading accepts it, nothing writes it."""
+    """Models saved before the algorithm registry say 'federated-forest'.
+
+    Reading accepts the old name; nothing writes it.
+    """
     model, parties = string_labels
     path = saved / "manifest.json"
     manifest = json.loads(path.read_text())

@@ -48,7 +48,8 @@ def _read(capsys, registry, *argv) -> tuple[int, str, str]:
 
 def _move(capsys, registry, *argv) -> tuple[int, str, str]:
     """promote/rollback with the master's signing key."""
-    return _run(capsys, *argv, "--registry", registry.root, "--signing-key", registry.root.parent / "master.pem")
+    return _run(capsys, *argv, "--registry", registry.root, "--signing-key",
+                registry.root.parent / "master.pem")
 
 
 def _public(registry):
@@ -64,8 +65,8 @@ def test_list_models_and_versions(capsys, registry):
 
     code, out, _ = _read(capsys, registry, "list", "--model", MODEL)
     lines = out.splitlines()
-    assert code == 0 and lines[0].split() == ["version", "created_at", "algorithm", "aliases", "metrics", "signature",
-                                              "integrity"]
+    assert code == 0 and lines[0].split() == ["version", "created_at", "algorithm", "aliases", "metrics",
+                                              "signature", "integrity"]
     tokens = lines[2].split()
     assert tokens[0] == "v0002" and tokens[-2:] == ["valid", "ok"]
     assert {"federated-forest", "latest", "accuracy=0.86"} <= set(tokens)
@@ -79,8 +80,8 @@ def test_list_names_uncommitted_versions_without_listing_them(capsys, registry, 
     code, out, _ = _read(capsys, registry, "list", "--model", MODEL)
     lines = out.splitlines()
     assert code == 0 and [line.split()[0] for line in lines[1:3]] == ["v0001", "v0002"]
-    assert lines[4] == (f"{MODEL}: uncommitted v0003 (a run stopped before every institution stored it; not listed, "
-                        "and withdrawn everywhere by the next retrain)")
+    assert lines[4] == (f"{MODEL}: uncommitted v0003 (a run stopped before every institution stored it; not "
+                        "listed, and withdrawn everywhere by the next retrain)")
     code, _, err = _move(capsys, registry, "promote", "--model", MODEL, "--version", "v0003")
     assert code != 0 and "has no version 'v0003'" in err
 
@@ -96,15 +97,17 @@ def test_without_a_trusted_key_nothing_is_shown_or_moved(capsys, registry):
         code, out, err = _run(capsys, *action, "--registry", registry.root)
         assert (code, out) == (1, "") and err.count("\n") == 1
         assert "no trusted key: pass --config federation.yaml or --public-key FILE" in err
-    code, _, err = _run(capsys, "promote", "--registry", registry.root, "--model", MODEL, "--version", "v0001",
-                        "--public-key", _public(registry))
+    code, _, err = _run(capsys, "promote", "--registry", registry.root, "--model", MODEL,
+                        "--version", "v0001", "--public-key", _public(registry))
     assert code == 1 and "moving an alias needs the master's signing key" in err
     assert "production" not in registry.aliases(MODEL)
 
 
 def test_trust_any_key_inspects_loudly(capsys, registry, tmp_path, model):
-    """The issue's attack (accuracy edited, re-signed with another key) fails with the trusted key and is
-    only 'valid' under --trust-any-key, which warns that nothing is proven."""
+    """The issue's attack (accuracy edited, re-signed with another key) fails with the trusted key.
+
+    It is only 'valid' under --trust-any-key, which warns that nothing is proven.
+    """
     path = registry.root / MODEL / "v0002" / "manifest.json"
     manifest = json.loads(path.read_text())
     manifest["metrics"]["accuracy"] = 0.9483
@@ -198,10 +201,11 @@ def test_errors_are_one_line(capsys, registry, tmp_path):
     assert code == 1 and "has no version 'v0009'" in err and err.count("\n") == 1
     other = tmp_path / "other.pem"
     signing.generate_signing_key(other)
-    code, _, err = _run(capsys, "promote", "--registry", registry.root, "--model", MODEL, "--version", "v0001",
-                        "--signing-key", other)
+    code, _, err = _run(capsys, "promote", "--registry", registry.root, "--model", MODEL,
+                        "--version", "v0001", "--signing-key", other)
     assert code == 1 and "not by the trusted key" in err and err.count("\n") == 1
-    code, _, err = _move(capsys, registry, "promote", "--model", MODEL, "--version", "v0001", "--public-key", other)
+    code, _, err = _move(capsys, registry, "promote", "--model", MODEL, "--version", "v0001",
+                         "--public-key", other)
     assert code == 1 and "is not the trusted key" in err and err.count("\n") == 1
     code, _, err = _read(capsys, registry, "show", "--model", "nope")
     assert code == 1 and "no versions of model 'nope'" in err

@@ -1,5 +1,8 @@
-"""Two-phase registering (fedcore/models/publish.py, ModelRegistry pending/commit): a version exists at the
-master and every institution, or nowhere, even when the master is killed at any step of registering."""
+"""Two-phase registering (fedcore/models/publish.py, ModelRegistry pending/commit).
+
+A version exists at the master and every institution, or nowhere, even when the master is killed at any step
+of registering.
+"""
 
 from __future__ import annotations
 
@@ -89,12 +92,14 @@ def test_an_earlier_runs_uncommitted_version_is_withdrawn_everywhere_first(tmp_p
     institutions = _Institutions()
     assert withdraw_uncommitted(registry, institutions, "m") == ["v0001"]
     assert institutions.calls == [("withdraw", "v0001")] and registry.pending("m") == []
-    assert register_everywhere(registry, institutions, "m", {}, TABLE)[0] == "v0001"  # the number is free again
+    # the number is free again
+    assert register_everywhere(registry, institutions, "m", {}, TABLE)[0] == "v0001"
 
 
 def _run(workdir: Path, step: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tests.models.registering", str(workdir), step],
-                          capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
+                          capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[2])
 
 
 def _leftovers(workdir: Path) -> list[str]:
@@ -134,7 +139,8 @@ def test_a_master_killed_at_any_step_of_registering_leaves_no_half_version(tmp_p
     if step == "institution-writing":
         assert any(".v0002.tmp-" in p for p in _leftovers(tmp_path))
 
-    again = _run(tmp_path, "none")  # the next run: withdraws the uncommitted version everywhere, registers anew
+    # the next run: withdraws the uncommitted version everywhere, registers anew
+    again = _run(tmp_path, "none")
     assert again.returncode == 0, again.stderr
     expected = ["v0001", "v0002", "v0003"] if committed else ["v0001", "v0002"]  # a withdrawn number is free
     assert master.versions(registering.MODEL) == expected and master.pending(registering.MODEL) == []

@@ -1,4 +1,7 @@
-"""The versioned registry on a real fitted model: numbering, aliases, promote/rollback, signatures, crashes."""
+"""The versioned registry on a real fitted model.
+
+Numbering, aliases, promote/rollback, signatures and crashes.
+"""
 
 from __future__ import annotations
 
@@ -34,7 +37,8 @@ def master_artifacts(model: FederatedForestClassifier, accuracy: float = 0.9) ->
         "algorithm": "federated-forest", "setting": "vertical", "task": "classification",
         "params": model.params.to_dict(), "n_trees": int(model.master_.structure.n_trees),
         "parties": [{"name": p.name, "role": "label_holder" if p.is_label_holder else "passive",
-                     "feature_count": len(p.model.column_names), "file": f"{p.name}.arrow"} for p in model.parties_],
+                     "feature_count": len(p.model.column_names), "file": f"{p.name}.arrow"}
+                    for p in model.parties_],
         "metrics": {"accuracy": accuracy},
     }
     return manifest, {"master": master_table(model.master_.structure)}
@@ -74,7 +78,8 @@ def test_versions_are_numbered_and_latest_follows(registry, model):
     assert registry.models() == [MODEL]
     assert registry.aliases(MODEL) == {"latest": "v0002"}
     manifest, tables = registry.load(MODEL)
-    assert (manifest["model_name"], manifest["version"], manifest["metrics"]) == (MODEL, "v0002", {"accuracy": 0.9})
+    assert (manifest["model_name"], manifest["version"], manifest["metrics"]) == (MODEL, "v0002",
+                                                                                  {"accuracy": 0.9})
     assert registry.load(MODEL, "v0001")[0]["metrics"] == {"accuracy": 0.8}
     assert registry.load(MODEL, "1")[0]["version"] == "v0001"
     structure = structure_from_table(tables["master"], manifest["n_trees"])
@@ -110,7 +115,8 @@ def test_promote_and_rollback_keep_a_history(registry, model):
     assert registry.aliases(MODEL) == {"latest": "v0003", "production": "v0001"}
     log = registry.alias_log(MODEL)
     assert [(e["action"], e["version"]) for e in log] == [
-        ("promote", "v0001"), ("promote", "v0002"), ("promote", "v0003"), ("rollback", "v0002"), ("rollback", "v0001")]
+        ("promote", "v0001"), ("promote", "v0002"), ("promote", "v0003"), ("rollback", "v0002"),
+        ("rollback", "v0001")]
     assert {e["by"]["key_id"] for e in log} == {signing.key_id(registry.signing_key)}
     assert registry.promote(MODEL, "latest", alias="staging") == "v0003"
     with pytest.raises(ArtifactError, match="cannot be promoted to"):
@@ -124,8 +130,10 @@ def test_withdraw_takes_back_an_unpromoted_version(registry, model):
     registry.withdraw(MODEL, "v0002")
     assert registry.versions(MODEL) == ["v0001"]
     assert registry.aliases(MODEL) == {"latest": "v0001", "production": "v0001"}
-    assert [p.name.startswith(".withdrawn-v0002-") for p in (registry.root / MODEL).iterdir()].count(True) == 1
-    with pytest.raises(ArtifactError, match="model 'credit' v0001 is production; roll back before withdrawing"):
+    withdrawn = [p for p in (registry.root / MODEL).iterdir() if p.name.startswith(".withdrawn-v0002-")]
+    assert len(withdrawn) == 1
+    with pytest.raises(ArtifactError,
+                       match="model 'credit' v0001 is production; roll back before withdrawing"):
         registry.withdraw(MODEL, "v0001")
     assert _register(registry, model, 0.7) == "v0002"
     assert registry.load(MODEL, "v0002")[0]["metrics"] == {"accuracy": 0.7}
@@ -171,7 +179,8 @@ def test_tampered_table_byte_is_refused(signed, model):
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-    with pytest.raises(ArtifactError, match=r"model 'credit' v0001 refused: .*v0001/master.arrow: contents do not match"):
+    with pytest.raises(ArtifactError,
+                       match=r"model 'credit' v0001 refused: .*v0001/master.arrow: contents do not match"):
         signed.load(MODEL)
     assert signed.describe(MODEL)["integrity"].startswith("FAILED: model 'credit' v0001 refused")
     with pytest.raises(ArtifactError, match="master.arrow"):
@@ -185,7 +194,8 @@ def test_tampered_manifest_is_refused(signed, model):
     manifest = json.loads(path.read_text())
     manifest["metrics"]["accuracy"] = 0.99
     path.write_text(json.dumps(manifest, indent=2))
-    with pytest.raises(ArtifactError, match=r"v0001 refused: .*v0001/manifest.json: signature does not verify"):
+    with pytest.raises(ArtifactError,
+                       match=r"v0001 refused: .*v0001/manifest.json: signature does not verify"):
         signed.load(MODEL)
     assert signed.describe(MODEL)["signature"].startswith("INVALID: ")
 
@@ -194,18 +204,21 @@ def test_wrong_public_key_is_refused(signed, model, tmp_path):
     _register(signed, model)
     other = signing.generate_signing_key(tmp_path / "other.pem")
     reader = ModelRegistry(signed.root, public_key=other.public_key())
-    with pytest.raises(ArtifactError, match=f"signed by key .*not by the trusted key {signing.key_id(other)}"):
+    with pytest.raises(ArtifactError,
+                       match=f"signed by key .*not by the trusted key {signing.key_id(other)}"):
         reader.load(MODEL)
 
 
 def test_trusted_key_requires_a_signature(model, key, tmp_path):
     _register(ModelRegistry(tmp_path / "unsigned"), model)  # a writer without a signing key
     reader = ModelRegistry(tmp_path / "unsigned", public_key=key.public_key())
-    with pytest.raises(ArtifactError, match="v0001/manifest.json: not signed, but this registry requires a signature "
-                                            f"by key {signing.key_id(key)}"):
+    with pytest.raises(ArtifactError,
+                       match="v0001/manifest.json: not signed, but this registry requires a signature "
+                             f"by key {signing.key_id(key)}"):
         reader.load(MODEL)
     with pytest.raises(ArtifactError, match="not signed, but this registry requires a signature"):
-        ModelRegistry(tmp_path / "unsigned").load(MODEL)  # no key at all: refused too, not accepted by default
+        # no key at all: refused too, not accepted by default
+        ModelRegistry(tmp_path / "unsigned").load(MODEL)
     inspector = ModelRegistry(tmp_path / "unsigned", trust_any_key=True)
     assert inspector.load(MODEL)[0]["version"] == "v0001"
     assert inspector.describe(MODEL)["signature"] == "unsigned (accepted: --trust-any-key)"
@@ -220,7 +233,8 @@ def test_a_manifest_re_signed_with_another_key_is_refused(signed, model, tmp_pat
     forger = signing.generate_signing_key(tmp_path / "forger.pem")
     manifest["signature"] = signing.signer(forger)(artifacts.manifest_bytes(manifest))
     path.write_text(json.dumps(manifest, indent=2))
-    with pytest.raises(ArtifactError, match=f"signed by key {signing.key_id(forger)}, not by the trusted key"):
+    with pytest.raises(ArtifactError,
+                       match=f"signed by key {signing.key_id(forger)}, not by the trusted key"):
         signed.load(MODEL)
     with pytest.raises(ArtifactError, match="not by the trusted key"):
         signed.promote(MODEL, "v0001")

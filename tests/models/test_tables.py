@@ -15,7 +15,8 @@ from fedcore.vertical.estimators import FederatedForestClassifier
 from tests.conftest import mixed_table
 
 STRUCTURE_FIELDS = ("tree", "node", "left", "right", "depth", "owner", "weight", "value")
-PARTIAL_FIELDS = ("tree", "node", "left", "right", "feature", "threshold", "missing_left", "is_categorical", "cat_bits")
+PARTIAL_FIELDS = ("tree", "node", "left", "right", "feature", "threshold", "missing_left",
+                  "is_categorical", "cat_bits")
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,8 @@ def test_party_table_round_trip_is_exact(model) -> None:
         back = partial_forest_from_table(party_table(original))
         for field in PARTIAL_FIELDS:
             a, b = getattr(original, field), getattr(back, field)
-            assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=(field == "threshold")), (party.name, field)
+            assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=(field == "threshold")), (party.name,
+                                                                                                   field)
         assert back.n_trees == original.n_trees
         assert back.column_names == original.column_names
         assert back.column_categories == original.column_categories
@@ -69,7 +71,8 @@ def test_categorical_splits_are_stored_as_category_strings(model) -> None:
     found = []
     for party in model.parties_:
         table = party_table(party.model)
-        vocabulary = {c["name"]: c["categories"] for c in json.loads(table.schema.metadata[b"fedforest.columns"])}
+        vocabulary = {c["name"]: c["categories"]
+                      for c in json.loads(table.schema.metadata[b"fedforest.columns"])}
         rows = table.filter(table.column("categories_left").is_valid()).to_pylist()
         for row in rows:
             assert row["threshold"] is None

@@ -1,5 +1,7 @@
-"""Worker processes for Paillier arithmetic: the same results as in this process, in order, and clear
-errors when a worker fails or is gone."""
+"""Worker processes for Paillier arithmetic.
+
+The same results as in this process, in order, and clear errors when a worker fails or is gone.
+"""
 
 from __future__ import annotations
 
@@ -56,12 +58,14 @@ def test_balanced_chunks_split_cost_evenly_and_keep_every_index() -> None:
 def test_a_failing_or_dead_worker_is_a_clear_error(key) -> None:
     pool = GmpWorkers(2)
     try:
-        with pytest.raises(ProtocolError, match=r"an encryption worker failed during 'bin_sums': KeyError: 'public'"):
+        with pytest.raises(ProtocolError,
+                           match=r"an encryption worker failed during 'bin_sums': KeyError: 'public'"):
             pool.all("bin_sums", [])  # no labels loaded
         pool.processes[1].kill()
         pool.processes[1].wait()
-        with pytest.raises(ProtocolError, match=r"an encryption worker process \(pid \d+\) (is gone|exited during "
-                                                r"'load_labels')"):
+        with pytest.raises(ProtocolError,
+                           match=r"an encryption worker process \(pid \d+\) (is gone|exited during "
+                                 r"'load_labels')"):
             pool.all("load_labels", int(key.public.n), [])
     finally:
         pool.close()

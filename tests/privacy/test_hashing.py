@@ -17,14 +17,16 @@ KEY = b"consortium-key-for-tests-0123456789"
 
 
 def test_normalisation_case_space_and_unicode() -> None:
-    ids = pd.Series([" ABC ", "abc", "\tAbC\n", "ＡＢＣ", "Straße", "STRASSE"], name="customer_id", index=[5, 6, 7, 8, 9, 10])
+    ids = pd.Series([" ABC ", "abc", "\tAbC\n", "ＡＢＣ", "Straße", "STRASSE"], name="customer_id",
+                    index=[5, 6, 7, 8, 9, 10])
     out = normalize_ids(ids)
     assert out.tolist() == ["abc", "abc", "abc", "abc", "strasse", "strasse"]
     assert out.name == "customer_id" and out.index.tolist() == [5, 6, 7, 8, 9, 10]
 
 
 def test_normalisation_numbers_without_trailing_zero() -> None:
-    mixed = pd.Series([123, "123", 123.0, np.int64(123), np.float32(123.0), Decimal("123.00"), b"123", " 123 "],
+    mixed = pd.Series([123, "123", 123.0, np.int64(123), np.float32(123.0), Decimal("123.00"),
+                       b"123", " 123 "],
                       dtype=object)
     assert set(normalize_ids(mixed)) == {"123"}
     assert normalize_ids(pd.Series([1.5, -2.0, 7], dtype=object)).tolist() == ["1.5", "-2", "7"]

@@ -1,7 +1,8 @@
 """Signed secure-aggregation keys: what a party accepts as another party's key, and what it refuses.
 
 Deployment identities are the institutions' mutual-TLS certificates from the consortium CA; simulation
-identities are ephemeral Ed25519 keys pinned at every party. Both go through the same sign/verify code."""
+identities are ephemeral Ed25519 keys pinned at every party. Both go through the same sign/verify code.
+"""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ def _refused(verifier: str, peer: str, reason: str) -> str:
     return f"party '{verifier}' refuses the secure-aggregation key relayed for party '{peer}': {reason}"
 
 
-SUBSTITUTED = ("the signature does not verify against the identity of '{peer}' (the key was replaced on the way, "
-               "or was signed for another session)")
+SUBSTITUTED = ("the signature does not verify against the identity of '{peer}' (the key was replaced on the "
+               "way, or was signed for another session)")
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +86,8 @@ def test_pinned_keys_refuse_missing_signatures_and_made_up_identities() -> None:
     cases = {
         "it carries no signature": SignedKey("bob", KEY, b"", signed.credential),
         "its credential is not the identity key pinned for that party": mallory.sign_key(SESSION_A, KEY),
-        "no identity key is pinned for that party": SignedKey("dave", KEY, signed.signature, signed.credential),
+        "no identity key is pinned for that party": SignedKey("dave", KEY, signed.signature,
+                                                              signed.credential),
     }
     for reason, forged in cases.items():
         with pytest.raises(KeyAuthenticationError) as caught:
@@ -117,14 +119,14 @@ def test_a_relay_cannot_sign_for_a_party_with_any_other_certificate(consortium) 
     folder, foreign = consortium
     alice = _identity(folder, "alice")
     cases = {  # who signs bob's key, with which certificate -> why alice refuses it
-        "master": (_raw_key(folder, "master"), _pem(folder, "master"), "its certificate names master 'master', not "
-                                                                       "institution 'bob'"),
-        "carol": (_raw_key(folder, "carol"), _pem(folder, "carol"), "its certificate names institution 'carol', not "
-                                                                    "institution 'bob'"),
-        "foreign CA": (_raw_key(foreign, "bob"), _pem(foreign, "bob"), "its certificate was not issued by the "
-                                                                       "consortium CA"),
-        "not a certificate": (_raw_key(folder, "bob"), b"-----BEGIN NOTHING-----", "its credential is not a PEM "
-                                                                                   "certificate"),
+        "master": (_raw_key(folder, "master"), _pem(folder, "master"),
+                   "its certificate names master 'master', not institution 'bob'"),
+        "carol": (_raw_key(folder, "carol"), _pem(folder, "carol"),
+                  "its certificate names institution 'carol', not institution 'bob'"),
+        "foreign CA": (_raw_key(foreign, "bob"), _pem(foreign, "bob"),
+                       "its certificate was not issued by the consortium CA"),
+        "not a certificate": (_raw_key(folder, "bob"), b"-----BEGIN NOTHING-----",
+                              "its credential is not a PEM certificate"),
     }
     for case, (key, credential, reason) in cases.items():
         signature = key.sign(key_statement(SESSION_A, "bob", KEY), ec.ECDSA(hashes.SHA256()))
@@ -139,25 +141,29 @@ def test_an_expired_certificate_is_refused(consortium, tmp_path) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
     cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bob")])).issuer_name(ca_cert.subject)
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bob")]))
+            .issuer_name(ca_cert.subject)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(days=30)).not_valid_after(now - dt.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(identity_uri("bob", "institution"))]),
-                           critical=False)
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.UniformResourceIdentifier(identity_uri("bob", "institution"))]), critical=False)
             .sign(ca_key, hashes.SHA256()))
     pem = cert.public_bytes(serialization.Encoding.PEM)
     signature = key.sign(key_statement(SESSION_A, "bob", KEY), ec.ECDSA(hashes.SHA256()))
-    with pytest.raises(KeyAuthenticationError, match=r"refuses the secure-aggregation key relayed for party 'bob': "
-                                                     r"its certificate is not valid now \(valid .* UTC\)"):
+    with pytest.raises(KeyAuthenticationError,
+                       match=r"refuses the secure-aggregation key relayed for party 'bob': "
+                             r"its certificate is not valid now \(valid .* UTC\)"):
         _identity(folder, "alice").verify(SESSION_A, SignedKey("bob", KEY, signature, pem))
 
 
 def test_an_agent_refuses_to_start_with_an_identity_that_is_not_its_own(consortium) -> None:
     folder, foreign = consortium
-    with pytest.raises(KeyAuthenticationError, match="party 'alice': its own identity is not trusted: its certificate "
-                                                     "names institution 'bob', not institution 'alice'"):
+    with pytest.raises(KeyAuthenticationError,
+                       match="party 'alice': its own identity is not trusted: its certificate "
+                             "names institution 'bob', not institution 'alice'"):
         PartyIdentity.from_certificate("alice", folder / "bob.pem", folder / "bob.key", folder / "ca.pem")
-    with pytest.raises(KeyAuthenticationError, match="party 'bob': its identity key does not belong to its credential"):
+    with pytest.raises(KeyAuthenticationError,
+                       match="party 'bob': its identity key does not belong to its credential"):
         PartyIdentity.from_certificate("bob", folder / "bob.pem", folder / "carol.key", folder / "ca.pem")
     with pytest.raises(KeyAuthenticationError, match="not issued by the consortium CA"):
         _identity(foreign, "bob", ca_folder=folder)

@@ -33,7 +33,8 @@ def test_epsilon_of_the_defaults_by_hand() -> None:
 
 def test_epsilon_extremes() -> None:
     assert LabelLDP(keep_probability=1.0).epsilon()["permanent"] == math.inf
-    assert LabelLDP(keep_probability=1.0, p_one_if_zero=0.0, p_one_if_one=1.0).epsilon()["instant"] == math.inf
+    certain = LabelLDP(keep_probability=1.0, p_one_if_zero=0.0, p_one_if_one=1.0)
+    assert certain.epsilon()["instant"] == math.inf
     no_information = LabelLDP(keep_probability=0.0).epsilon()
     assert no_information == {"permanent": 0.0, "instant": 0.0}
     # fewer hashes, smaller epsilon: both are linear in k
@@ -41,9 +42,15 @@ def test_epsilon_extremes() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"n_bits": 1}, "n_bits must be an integer >= 2, got 1: use a larger Bloom filter (e.g. n_bits=32), or leave it unset to size it to the classes"),
-    ({"n_bits": 8.0}, "n_bits must be an integer >= 2, got 8.0: use a larger Bloom filter (e.g. n_bits=32), or leave it unset to size it to the classes"),
-    ({"n_bits": True}, "n_bits must be an integer >= 2, got True: use a larger Bloom filter (e.g. n_bits=32), or leave it unset to size it to the classes"),
+    ({"n_bits": 1},
+     "n_bits must be an integer >= 2, got 1: use a larger Bloom filter (e.g. n_bits=32), or leave it unset "
+     "to size it to the classes"),
+    ({"n_bits": 8.0},
+     "n_bits must be an integer >= 2, got 8.0: use a larger Bloom filter (e.g. n_bits=32), or leave it unset "
+     "to size it to the classes"),
+    ({"n_bits": True},
+     "n_bits must be an integer >= 2, got True: use a larger Bloom filter (e.g. n_bits=32), or leave it "
+     "unset to size it to the classes"),
     ({"n_hashes": 0}, "n_hashes must be an integer with 1 <= n_hashes <= n_bits (32), got 0: "
                       "use fewer hashes or more bits"),
     ({"n_bits": 8, "n_hashes": 9}, "n_hashes must be an integer with 1 <= n_hashes <= n_bits (8), got 9: "
@@ -52,27 +59,33 @@ def test_epsilon_extremes() -> None:
                        "use fewer hashes or more bits"),
     ({"keep_probability": 1.5}, "keep_probability must be a number in [0, 1], got 1.5: it is the chance of "
                                 "keeping the true Bloom bit (smaller = more privacy)"),
-    ({"keep_probability": float("nan")}, "keep_probability must be a number in [0, 1], got nan: it is the chance "
-                                         "of keeping the true Bloom bit (smaller = more privacy)"),
+    ({"keep_probability": float("nan")},
+     "keep_probability must be a number in [0, 1], got nan: it is the chance of keeping the true Bloom bit "
+     "(smaller = more privacy)"),
     ({"p_one_if_zero": 0.8, "p_one_if_one": 0.8},
      "need 0 <= p_one_if_zero < p_one_if_one <= 1, got p_one_if_zero=0.8, p_one_if_one=0.8: a report must be "
      "more likely 1 when its bit is 1 (e.g. 0.2 and 0.8)"),
     ({"p_one_if_zero": -0.1}, "need 0 <= p_one_if_zero < p_one_if_one <= 1, got p_one_if_zero=-0.1, "
-                              "p_one_if_one=0.8: a report must be more likely 1 when its bit is 1 (e.g. 0.2 and 0.8)"),
+                              "p_one_if_one=0.8: a report must be more likely 1 when its bit is 1 (e.g. 0.2 "
+                              "and 0.8)"),
     ({"p_one_if_one": 1.2}, "need 0 <= p_one_if_zero < p_one_if_one <= 1, got p_one_if_zero=0.2, "
-                            "p_one_if_one=1.2: a report must be more likely 1 when its bit is 1 (e.g. 0.2 and 0.8)"),
+                            "p_one_if_one=1.2: a report must be more likely 1 when its bit is 1 (e.g. 0.2 "
+                            "and 0.8)"),
     ({"estimator": "ols"}, "estimator must be 'nnls' or 'lasso', got 'ols'"),
     ({"lasso_alpha": -1.0}, "lasso_alpha must be a finite number >= 0, got -1.0: it is the L1 penalty on "
                             "estimated class proportions (e.g. 0.01)"),
     ({"mechanism": "rappor"}, "mechanism must be 'bloom' or 'krr', got 'rappor'"),
-    ({"mechanism": "krr"}, "mechanism 'krr' needs epsilon_krr, a finite number > 0, got None: the privacy level "
-                           "of each label report (e.g. 4)"),
-    ({"mechanism": "krr", "epsilon_krr": 0.0}, "mechanism 'krr' needs epsilon_krr, a finite number > 0, got 0.0: "
-                                               "the privacy level of each label report (e.g. 4)"),
+    ({"mechanism": "krr"},
+     "mechanism 'krr' needs epsilon_krr, a finite number > 0, got None: the privacy level of each label "
+     "report (e.g. 4)"),
+    ({"mechanism": "krr", "epsilon_krr": 0.0},
+     "mechanism 'krr' needs epsilon_krr, a finite number > 0, got 0.0: the privacy level of each label "
+     "report (e.g. 4)"),
     ({"mechanism": "krr", "epsilon_krr": 2.0, "n_bits": 32},
      "mechanism 'krr' reports one of n_classes codes: leave n_bits unset"),
-    ({"epsilon_krr": 2.0}, "epsilon_krr applies to mechanism 'krr' only; the Bloom mechanism's epsilon follows "
-                           "from n_hashes and keep_probability"),
+    ({"epsilon_krr": 2.0},
+     "epsilon_krr applies to mechanism 'krr' only; the Bloom mechanism's epsilon follows from n_hashes and "
+     "keep_probability"),
 ])
 def test_bad_parameters_raise_exact_messages(kwargs: dict, message: str) -> None:
     with pytest.raises(ParameterError) as excinfo:
@@ -85,9 +98,11 @@ def test_class_patterns_follow_sha256_and_are_deterministic() -> None:
     patterns = ldp.class_patterns(6)
     assert patterns.shape == (6, 16) and patterns.dtype == np.uint8
     for c in range(6):
-        expected = {int.from_bytes(hashlib.sha256(f"{c}:{i}".encode()).digest(), "big") % 16 for i in range(3)}
+        expected = {int.from_bytes(hashlib.sha256(f"{c}:{i}".encode()).digest(), "big") % 16
+                    for i in range(3)}
         assert set(np.flatnonzero(patterns[c])) == expected
-    np.testing.assert_array_equal(patterns, LabelLDP(n_bits=16, n_hashes=3, keep_probability=0.9).class_patterns(6))
+    np.testing.assert_array_equal(patterns,
+                                  LabelLDP(n_bits=16, n_hashes=3, keep_probability=0.9).class_patterns(6))
     patterns[0] = 1  # a copy: the cached patterns stay intact
     assert ldp.class_patterns(6)[0].sum() <= 3
 
@@ -96,16 +111,17 @@ def test_check_classes_refuses_shared_patterns_and_rank_deficiency() -> None:
     with pytest.raises(ParameterError) as shared:
         LabelLDP(n_bits=4, n_hashes=1).check_classes(3)
     assert str(shared.value) == ("LDP Bloom patterns with n_bits=4, n_hashes=1 cannot represent n_classes=3: "
-                                 "classes 1 and 2 share a Bloom pattern; use more bits or fewer hashes: n_bits=8 "
-                                 "with n_hashes=1 works (more bits cost bandwidth, not privacy)")
+                                 "classes 1 and 2 share a Bloom pattern; use more bits or fewer hashes: "
+                                 "n_bits=8 with n_hashes=1 works (more bits cost bandwidth, not privacy)")
     with pytest.raises(ParameterError) as rank:  # distinct patterns, but linearly dependent
         LabelLDP(n_bits=5, n_hashes=5).check_classes(4)
     assert str(rank.value) == ("LDP Bloom patterns with n_bits=5, n_hashes=5 cannot represent n_classes=4: "
-                               "the estimation design matrix has rank 3 < n_classes; use more bits or fewer hashes: "
-                               "n_bits=8 with n_hashes=5, or n_hashes=4 with n_bits=5 works (more bits cost "
-                               "bandwidth, not privacy)")
-    with pytest.raises(ParameterError, match="n_bits=8, n_hashes=4 cannot represent n_classes=9: the estimation "
-                                             "design matrix has rank 8 < n_classes"):
+                               "the estimation design matrix has rank 3 < n_classes; use more bits or fewer "
+                               "hashes: n_bits=8 with n_hashes=5, or n_hashes=4 with n_bits=5 works (more "
+                               "bits cost bandwidth, not privacy)")
+    with pytest.raises(ParameterError,
+                       match="n_bits=8, n_hashes=4 cannot represent n_classes=9: the estimation "
+                             "design matrix has rank 8 < n_classes"):
         LabelLDP(n_bits=8, n_hashes=4).check_classes(9)
     with pytest.raises(ParameterError, match="keep_probability=0 makes reports independent of the label"):
         LabelLDP(keep_probability=0.0).check_classes(2)
@@ -116,15 +132,19 @@ def test_check_classes_refuses_shared_patterns_and_rank_deficiency() -> None:
     LabelLDP().check_classes(60)  # unset n_bits is sized to the classes
     with pytest.raises(ParameterError) as many:  # more classes than bits: the fix names working parameters
         LabelLDP(n_bits=32).check_classes(40)
-    assert str(many.value) == ("LDP Bloom patterns with n_bits=32, n_hashes=4 cannot represent n_classes=40: the "
-                               "estimation design matrix has rank 32 < n_classes; use more bits or fewer hashes: "
-                               "n_bits=64 with n_hashes=4 works (more bits cost bandwidth, not privacy)")
+    assert str(many.value) == ("LDP Bloom patterns with n_bits=32, n_hashes=4 cannot represent n_classes=40: "
+                               "the estimation design matrix has rank 32 < n_classes; use more bits or fewer "
+                               "hashes: n_bits=64 with n_hashes=4 works (more bits cost bandwidth, not "
+                               "privacy)")
     LabelLDP(n_bits=64).check_classes(40)
-    with pytest.raises(ParameterError, match=r"n_bits=32, n_hashes=4 cannot represent n_classes=32: the estimation design matrix is ill-conditioned \(condition number 1\.77e\+04 > 10000: estimates "
-                                             r"would be mostly noise\); use more bits or fewer hashes: n_bits=64 "
-                                             r"with n_hashes=4, or n_hashes=3 with n_bits=32 works"):
+    with pytest.raises(ParameterError,
+                       match=r"n_bits=32, n_hashes=4 cannot represent n_classes=32: the estimation design "
+                             r"matrix is ill-conditioned \(condition number 1\.77e\+04 > 10000: estimates "
+                             r"would be mostly noise\); use more bits or fewer hashes: n_bits=64 with "
+                             r"n_hashes=4, or n_hashes=3 with n_bits=32 works"):
         LabelLDP(n_bits=32).check_classes(32)
-    LabelLDP(n_bits=4, n_hashes=4).check_classes(3)  # hash collisions, yet still 3 distinct, independent patterns
+    # hash collisions, yet still 3 distinct, independent patterns
+    LabelLDP(n_bits=4, n_hashes=4).check_classes(3)
 
 
 def test_permanent_bits_keep_or_flip_a_fair_coin() -> None:
@@ -275,7 +295,8 @@ def test_krr_reports_the_true_class_with_its_probability_and_estimates_counts() 
     assert perm.shape == (LABELS.size, 5) and (perm.sum(axis=1) == 1).all()  # one-hot reports
     assert (perm.argmax(axis=1) == LABELS).mean() == pytest.approx(keep, abs=0.01)
     np.testing.assert_array_equal(ldp.instant_bits(perm, np.random.default_rng(21)), perm)  # no instant step
-    np.testing.assert_allclose(ldp.report_probabilities(5), np.where(np.eye(5, dtype=bool), keep, (1 - keep) / 4))
+    np.testing.assert_allclose(ldp.report_probabilities(5),
+                               np.where(np.eye(5, dtype=bool), keep, (1 - keep) / 4))
     estimate = ldp.estimate_counts(perm.sum(axis=0), np.array(LABELS.size), 5)
     np.testing.assert_allclose(estimate, COUNTS, atol=0.01 * LABELS.size)
     assert ldp.epsilon() == {"permanent": 3.0, "instant": 3.0} and ldp.bits_for(26) == 26
@@ -284,13 +305,14 @@ def test_krr_reports_the_true_class_with_its_probability_and_estimates_counts() 
 def test_the_design_check_uses_the_configured_probabilities() -> None:
     # 26 classes on 32 bits pass at the default responses (condition 237), not with nearly random ones
     LabelLDP(n_bits=32).check_classes(26)
-    with pytest.raises(ParameterError, match=r"n_bits=32, n_hashes=4 cannot represent n_classes=26: the estimation "
-                                             r"design matrix is ill-conditioned \(condition number 1\.84e\+04"):
+    with pytest.raises(ParameterError,
+                       match=r"n_bits=32, n_hashes=4 cannot represent n_classes=26: the estimation "
+                             r"design matrix is ill-conditioned \(condition number 1\.84e\+04"):
         LabelLDP(n_bits=32, p_one_if_zero=0.495, p_one_if_one=0.505).check_classes(26)
     with pytest.raises(ParameterError) as krr:
         LabelLDP(mechanism="krr", epsilon_krr=0.001).check_classes(26)
-    assert str(krr.value).startswith("k-RR at epsilon_krr=0.001 cannot represent n_classes=26: the estimation design "
-                                     "matrix is ill-conditioned")
+    assert str(krr.value).startswith("k-RR at epsilon_krr=0.001 cannot represent n_classes=26: the "
+                                     "estimation design matrix is ill-conditioned")
     assert str(krr.value).endswith("use a larger epsilon_krr or fewer classes")
 
 

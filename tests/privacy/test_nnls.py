@@ -1,5 +1,8 @@
-"""The compiled NNLS behind LDP count estimation: exact (against Lawson-Hanson and scipy), and the answer for
-a row never depends on which other rows share the call, their order, or the number of threads."""
+"""The compiled NNLS behind LDP count estimation.
+
+Exact (against Lawson-Hanson and scipy), and the answer for a row never depends on which other rows share the
+call, their order, or the number of threads.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +19,11 @@ EPS = np.finfo(np.float64).eps
 
 
 def tolerance(matrix: np.ndarray, target: np.ndarray) -> float:
-    """Both solvers are backward stable on a strictly convex problem: their solutions differ by at most a
-    modest multiple of cond(A) * eps * (|y| / sigma_min), the forward error of a least-squares solve."""
+    """Both solvers are backward stable on a strictly convex problem.
+
+    Their solutions differ by at most a modest multiple of cond(A) * eps * (|y| / sigma_min), the forward
+    error of a least-squares solve.
+    """
     singular = np.linalg.svd(matrix, compute_uv=False)
     return 1e3 * EPS * (singular[0] / singular[-1]) * max(1.0, float(np.linalg.norm(target)) / singular[-1])
 
@@ -29,8 +35,11 @@ def ldp_design(n_classes: int, n_bits: int = 32) -> np.ndarray:
 
 @st.composite
 def problems(draw) -> tuple[np.ndarray, np.ndarray]:
-    """A full-column-rank design (random, or an LDP design of 2..26 classes) and 1..16 targets, some of them
-    near-ties: y = A x* with x* on the boundary of x >= 0, nudged by 1e-12."""
+    """A full-column-rank design and 1..16 targets, some of them near-ties.
+
+    The design is random, or an LDP design of 2..26 classes; near-ties are y = A x* with x* on the boundary of
+    x >= 0, nudged by 1e-12.
+    """
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     if draw(st.booleans()):
@@ -98,12 +107,16 @@ def test_allowed_columns_and_offset() -> None:
         np.testing.assert_allclose(out[row], expected, atol=tolerance(matrix, targets[row]))
     # an offset z on the reduced target is the target shift Q z
     z = rng.normal(size=5)
-    np.testing.assert_allclose(solver.solve(targets, offset=z), solver.solve(targets + z @ solver.q.T), atol=1e-12)
+    np.testing.assert_allclose(solver.solve(targets, offset=z),
+                               solver.solve(targets + z @ solver.q.T), atol=1e-12)
 
 
 def test_many_classes_estimate_a_large_group() -> None:
-    """26 classes on the Bloom filter sized for them (64 bits): a 20,000-sample group is estimated within
-    5 standard errors per class, and those are under 2% of the group (on 32 bits they would be 3.5%)."""
+    """26 classes on the Bloom filter sized for them (64 bits).
+
+    A 20,000-sample group is estimated within 5 standard errors per class, and those are under 2% of the group
+    (on 32 bits they would be 3.5%).
+    """
     ldp = LabelLDP().sized_for(26)
     assert ldp.n_bits == 64
     counts = np.random.default_rng(4).multinomial(20000, np.random.default_rng(5).dirichlet(np.ones(26)))

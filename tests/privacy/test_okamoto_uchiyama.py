@@ -1,5 +1,8 @@
-"""Okamoto-Uchiyama primitives: round trips, homomorphic sums, agreement with the textbook scheme, key
-shape and format, and the range check that keeps a wrapped-around plaintext from being used."""
+"""Okamoto-Uchiyama primitives.
+
+Round trips, homomorphic sums, agreement with the textbook scheme, key shape and format, and the range check
+that keeps a wrapped-around plaintext from being used.
+"""
 
 from __future__ import annotations
 
@@ -39,8 +42,11 @@ def test_homomorphic_add_and_scale(key) -> None:
 
 
 def test_ciphertexts_agree_with_the_textbook_scheme(key) -> None:
-    """Decryption by t equals the textbook's by p - 1 (Dec(c) = L(c^(p-1) mod p^2) / L(G^(p-1) mod p^2) mod
-    p), and a textbook ciphertext with r uniform below n decrypts with ours."""
+    """Decryption by t equals the textbook's by p - 1, and textbook ciphertexts decrypt with ours.
+
+    The textbook's: Dec(c) = L(c^(p-1) mod p^2) / L(G^(p-1) mod p^2) mod p; its ciphertexts use r uniform
+    below n.
+    """
     n, g, h, p = int(key.public.n), int(key.public.g), int(key.public.h), int(key.p)
     p2 = p * p
 
@@ -79,21 +85,26 @@ def test_the_public_key_format_is_checked(key) -> None:
     fields = key.public.to_json()
     assert (fields["scheme"], fields["version"]) == ("okamoto-uchiyama", 1) and set(fields) >= {"n", "g", "h"}
     assert OUPublicKey.from_json(fields) == key.public
-    with pytest.raises(ProtocolError, match=r"public key format \{'scheme': 'okamoto-uchiyama', 'version': 2\} "
-                                            r"refused"):
+    with pytest.raises(ProtocolError,
+                       match=r"public key format \{'scheme': 'okamoto-uchiyama', 'version': 2\} "
+                             r"refused"):
         OUPublicKey.from_json({**fields, "version": 2})
     with pytest.raises(ProtocolError, match=r"G and H must lie in \(1, n\)"):
         OUPublicKey.from_json({**fields, "h": "1"})
     with pytest.raises(ProtocolError, match=r"Okamoto-Uchiyama modulus of 9 bits refused"):
         OUPublicKey.from_json({**fields, "n": "1ff"})
-    with pytest.raises(ProtocolError, match=r"the session's privacy mode 'paillier' needs a paillier public key, "
-                                            r"got 'okamoto-uchiyama'"):
+    with pytest.raises(ProtocolError,
+                       match=r"the session's privacy mode 'paillier' needs a paillier public key, "
+                             r"got 'okamoto-uchiyama'"):
         public_key_from_json(fields, "paillier")
 
 
 def test_a_plaintext_wrapped_around_p_is_refused_by_the_range_check(key) -> None:
-    """A passive party that does not know p cannot make a value at or above p decrypt inside the layout's
-    width: it wraps to a value modulo p that sets bits above it, and the label holder refuses it."""
+    """A value at or above p never decrypts inside the layout's width.
+
+    A passive party that does not know p cannot make one: it wraps to a value modulo p that sets bits above
+    the width, and the label holder refuses it.
+    """
     layout = SlotLayout(n_slots=1, slot_bits=8, top_max=1, plaintext_bits=key.public.plaintext_bits)
     honest = key.encrypt([3, 5])
     packed = pack_bin_sums(key.public, honest, [200, 200], layout)

@@ -34,8 +34,11 @@ def test_homomorphic_add_add_plain_and_scale(key):
 
 
 def test_ciphertexts_open_with_textbook_paillier(key):
-    """Ours against the definition (lambda = lcm(p-1, q-1), mu = L(g^lambda mod n^2)^-1 mod n, g = n + 1),
-    both ways: a textbook ciphertext with a random r decrypts with ours, and ours decrypts with it."""
+    """Ours against the definition, both ways.
+
+    The definition: lambda = lcm(p-1, q-1), mu = L(g^lambda mod n^2)^-1 mod n, g = n + 1. A textbook
+    ciphertext with a random r decrypts with ours, and ours decrypts with it.
+    """
     import secrets
     from math import lcm
 
@@ -69,9 +72,12 @@ def test_fixed_base_powers_equal_modular_exponentiation(key):
 
 
 def test_encryptions_of_zero_are_fresh_nth_residues_of_jacobi_symbol_one(key):
-    """Enc(0) = h_s^a with h_s = (-x^2)^n: an n-th residue (its phi(n)-th power is 1 mod n^2), a fresh one
-    each time, with Jacobi symbol +1 mod n whatever the message (-1 is a non-residue mod p = q = 3 mod 4):
-    the randomness DJN's variant draws from, as docs/paillier.md states."""
+    """Enc(0) = h_s^a with h_s = (-x^2)^n.
+
+    An n-th residue (its phi(n)-th power is 1 mod n^2), a fresh one each time, with Jacobi symbol +1 mod n
+    whatever the message (-1 is a non-residue mod p = q = 3 mod 4): the randomness DJN's variant draws from,
+    as docs/paillier.md states.
+    """
     n, n2 = key.public.n, key.public.n_square
     phi = (key.p - 1) * (key.q - 1)
     zeros = key.encrypt([0] * 4)
@@ -81,7 +87,8 @@ def test_encryptions_of_zero_are_fresh_nth_residues_of_jacobi_symbol_one(key):
 
 
 def test_key_sizes_are_checked():
-    with pytest.raises(ParameterError, match=r"key_bits must be one of \(2048, 3072\) for Paillier, got 1024"):
+    with pytest.raises(ParameterError,
+                       match=r"key_bits must be one of \(2048, 3072\) for Paillier, got 1024"):
         generate_keypair(1024)
     with pytest.raises(ParameterError, match="got 512"):
         generate_keypair(512, insecure_for_tests=True)
@@ -107,7 +114,8 @@ def test_wire_format_round_trip_and_refusals(key):
     assert PaillierPublicKey.from_json(pub.to_json()).n == pub.n
     with pytest.raises(ProtocolError, match="modulus of 9 bits refused"):
         PaillierPublicKey.from_json({**pub.to_json(), "n": "1ff"})
-    with pytest.raises(ProtocolError, match=r"public key format \{'scheme': 'paillier', 'version': 2\} refused"):
+    with pytest.raises(ProtocolError,
+                       match=r"public key format \{'scheme': 'paillier', 'version': 2\} refused"):
         PaillierPublicKey.from_json({**pub.to_json(), "version": 2})
     with pytest.raises(ProtocolError, match="malformed Paillier public key: KeyError\\('scheme'\\)"):
         PaillierPublicKey.from_json({"n": format(int(pub.n), "x")})
@@ -197,28 +205,37 @@ def test_parallel_encryption_and_decryption_agree_with_serial(key):
 
 
 def _layout(**changes) -> dict:
-    """A passive party's sealed layout of one level: two nodes (weights 5 and 4), one feature each, bins
-    (weight) 0 (2), 3 (3) and 1 (4)."""
-    arrays = {"hist_ptr": np.array([0, 2, 3]), "bins": np.array([0, 3, 1], np.uint8), "feat_ptr": np.array([0, 1, 2]),
-              "feat_local": np.array([0, 1]), "feat_rank": np.array([0, 0]), "categorical": np.zeros(2, bool),
-              "derive_from": np.array([-1, -1]), "sibling": np.array([-1, -1]), "node_weight": np.array([5, 4]),
+    """A passive party's sealed layout of one level.
+
+    Two nodes (weights 5 and 4), one feature each, bins (weight) 0 (2), 3 (3) and 1 (4).
+    """
+    arrays = {"hist_ptr": np.array([0, 2, 3]), "bins": np.array([0, 3, 1], np.uint8),
+              "feat_ptr": np.array([0, 1, 2]), "feat_local": np.array([0, 1]), "feat_rank": np.array([0, 0]),
+              "categorical": np.zeros(2, bool), "derive_from": np.array([-1, -1]),
+              "sibling": np.array([-1, -1]), "node_weight": np.array([5, 4]),
               "bin_weight": np.array([2, 3, 4])}
     return {**arrays, **changes}
 
 
 def test_the_label_holder_checks_the_sealed_bin_weights():
-    """The bin weights travel in the sealed layout (not in the ciphertexts): the label holder refuses
-    weights that are missing, misaligned, not positive or that do not add up to their node's weight."""
+    """The bin weights travel in the sealed layout (not in the ciphertexts).
+
+    The label holder refuses weights that are missing, misaligned, not positive or that do not add up to their
+    node's weight.
+    """
     from fedcore.vertical.encrypted import _HistogramPlan
 
     assert list(_HistogramPlan.from_arrays(_layout(), 2).bin_weight) == [2, 3, 4]
-    assert list(_HistogramPlan.from_arrays(_layout(bin_weight=np.array([2, 3, 4], np.uint8)), 2).bin_weight) == [2, 3, 4]
-    empty_pair = _layout(hist_ptr=np.array([0, 2, 2]), bins=np.array([0, 3], np.uint8), bin_weight=np.array([2, 3]))
+    narrow = _layout(bin_weight=np.array([2, 3, 4], np.uint8))
+    assert list(_HistogramPlan.from_arrays(narrow, 2).bin_weight) == [2, 3, 4]
+    empty_pair = _layout(hist_ptr=np.array([0, 2, 2]), bins=np.array([0, 3], np.uint8),
+                         bin_weight=np.array([2, 3]))
     assert list(_HistogramPlan.from_arrays(empty_pair, 2).bin_weight) == [2, 3]  # a node too small to split
     for changes, message in (({"bin_weight": np.array([2, 3])}, "pointers do not match"),
                              ({"bin_weight": np.array([2, 2, 4])}, "do not add up to their node's weight"),
                              ({"bin_weight": np.array([5, 0, 4])}, "do not add up to their node's weight"),
-                             ({"bin_weight": np.array([2.0, 3.0, 4.0])}, "bin weights must be integers, got float64")):
+                             ({"bin_weight": np.array([2.0, 3.0, 4.0])},
+                              "bin weights must be integers, got float64")):
         with pytest.raises(ProtocolError, match=f"malformed histogram layout: .*{message}"):
             _HistogramPlan.from_arrays(_layout(**changes), 2)
     arrays = _layout()

@@ -29,7 +29,8 @@ KEY = b"consortium-key-for-psi-tests-0123456789"
 UNIVERSE = [f"customer-{i:06d}@bank.example" for i in range(400)]
 P = 2**255 - 19
 LOW_ORDER = [0, 1, P - 1, P, P + 1,
-             int.from_bytes(bytes.fromhex("e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800"), "little")]
+             int.from_bytes(bytes.fromhex("e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800"),
+                            "little")]
 
 
 def secret(i: int) -> bytes:
@@ -165,7 +166,8 @@ def test_worker_errors_surface_as_protocol_errors() -> None:
     party = PSIParty("a", ["x"], secret=secret(0))
     bad = np.zeros((3000, 32), dtype=np.uint8)
     with psi_executor(2) as executor:
-        assert (party.blinded_own(executor=executor) == PSIParty("b", ["x"], secret=secret(0)).blinded_own()).all()
+        inline = PSIParty("b", ["x"], secret=secret(0)).blinded_own()
+        assert (party.blinded_own(executor=executor) == inline).all()
         with pytest.raises(ProtocolError, match="low-order curve point"):
             party.reblind(bad, executor=executor)
 

@@ -83,8 +83,8 @@ def test_a_round_id_masks_only_once() -> None:
     parties[0].mask(np.zeros(4, dtype=np.int64), 3)
     with pytest.raises(ProtocolError) as excinfo:
         parties[0].mask(np.ones(4, dtype=np.int64), 3)
-    assert str(excinfo.value) == ("party 'party-0': round_id 3 was already used in this session; a reused mask "
-                                  "leaks the difference of two vectors, use a fresh round id")
+    assert str(excinfo.value) == ("party 'party-0': round_id 3 was already used in this session; a reused "
+                                  "mask leaks the difference of two vectors, use a fresh round id")
     parties[1].mask(np.zeros(4, dtype=np.int64), 3)  # the other party's round 3 is its own
     parties[0].mask(np.zeros(4, dtype=np.int64), 4)
 
@@ -119,8 +119,8 @@ def test_the_mask_follows_the_documented_derivation(monkeypatch: pytest.MonkeyPa
     pair_key = HKDF(algorithm=hashes.SHA256(), length=32, salt=SESSION,
                     info=b"fedforest secagg v1|alice|bob").derive(shared)
     nonce = bytes(4) + (5).to_bytes(8, "little") + bytes(4)  # block counter 0, then the round id
-    stream = np.frombuffer(Cipher(algorithms.ChaCha20(pair_key, nonce), mode=None).encryptor().update(bytes(24)),
-                           dtype="<u8")
+    encryptor = Cipher(algorithms.ChaCha20(pair_key, nonce), mode=None).encryptor()
+    stream = np.frombuffer(encryptor.update(bytes(24)), dtype="<u8")
     vector = np.array([1, -2, 3], dtype=np.int64)
     np.testing.assert_array_equal(alice.mask(vector, 5), vector.astype(np.uint64) + stream)  # "bob" > "alice"
     np.testing.assert_array_equal(bob.mask(vector, 5), vector.astype(np.uint64) - stream)
@@ -138,14 +138,15 @@ def test_bad_peer_keys_are_refused() -> None:
     assert _agree_error({}) == "party 'alice': secure aggregation needs at least 1 peer, got {}"
     assert _agree_error({"alice": good}) == ("party 'alice': peers must list only the other parties, "
                                              "got its own name")
-    assert _agree_error({"bob": good[:31]}) == ("party 'alice': public key of peer 'bob' must be 32 raw bytes "
-                                                "(X25519), got 31 bytes")
-    assert _agree_error({"bob": "not bytes"}) == ("party 'alice': public key of peer 'bob' must be 32 raw bytes "
-                                                  "(X25519), got 'not bytes'")
+    assert _agree_error({"bob": good[:31]}) == ("party 'alice': public key of peer 'bob' must be 32 raw "
+                                                "bytes (X25519), got 31 bytes")
+    assert _agree_error({"bob": "not bytes"}) == ("party 'alice': public key of peer 'bob' must be 32 raw "
+                                                  "bytes (X25519), got 'not bytes'")
     assert _agree_error({"bob": good, "carol": good}) == (
         "party 'alice': peer 'carol' has the same public key as 'bob'; every party must send its own key "
         "(possible relay error or key substitution)")
-    assert _agree_error({"bob": other, "": good}) == "peer name must be a non-empty string without '|', got ''"
+    assert (_agree_error({"bob": other, "": good})
+            == "peer name must be a non-empty string without '|', got ''")
     assert _agree_error({"bob": bytes(32)}).startswith(
         "party 'alice': public key of peer 'bob' is invalid (low-order point, no shared secret)")
     alice = SecureAggregator("alice", SESSION)
@@ -155,7 +156,8 @@ def test_bad_peer_keys_are_refused() -> None:
 
 def test_protocol_order_and_parameters_are_enforced() -> None:
     alice = SecureAggregator("alice", SESSION)
-    with pytest.raises(ProtocolError, match=r"call agree\(\) with every other party's public key before mask\(\)"):
+    with pytest.raises(ProtocolError,
+                       match=r"call agree\(\) with every other party's public key before mask\(\)"):
         alice.mask(np.zeros(2, dtype=np.int64), 0)
     alice.agree({"bob": SecureAggregator("bob", SESSION).public_key()})
     with pytest.raises(ProtocolError, match=r"agree\(\) was already called in this session"):
@@ -186,7 +188,8 @@ def test_unmask_sum_refuses_mismatched_inputs() -> None:
 def test_the_ring_is_the_narrowest_that_holds_the_sum() -> None:
     from fedcore.privacy.secagg import ring_bits_for
 
-    assert [ring_bits_for(n) for n in (0, 32767, 32768, 2**31 - 1, 2**31, 2**63 - 1)] == [16, 16, 32, 32, 64, 64]
+    sums = (0, 32767, 32768, 2**31 - 1, 2**31, 2**63 - 1)
+    assert [ring_bits_for(n) for n in sums] == [16, 16, 32, 32, 64, 64]
     with pytest.raises(ParameterError, match="do not fit a 64-bit ring"):
         ring_bits_for(2**63)
 
@@ -210,8 +213,9 @@ def test_rings_must_agree_and_be_known() -> None:
     parties = _federation(2)
     a = parties[0].mask(np.arange(5), round_id=1, bits=16)
     b = parties[1].mask(np.arange(5), round_id=1, bits=32)
-    with pytest.raises(ProtocolError, match="masked vector 1 has dtype uint32, vector 0 has uint16; every party "
-                                            "must mask in the same ring"):
+    with pytest.raises(ProtocolError,
+                       match="masked vector 1 has dtype uint32, vector 0 has uint16; every party "
+                             "must mask in the same ring"):
         unmask_sum([a, b])
     for bad in (8, 24, True, "16"):
         with pytest.raises(ParameterError, match=r"the ring must have one of \[16, 32, 64\] bits"):
@@ -219,8 +223,11 @@ def test_rings_must_agree_and_be_known() -> None:
 
 
 def test_rings_of_different_widths_use_unrelated_key_streams() -> None:
-    """A master telling parties different rings in one round must not be able to line a 64-bit mask up
-    with four 16-bit ones (the same key stream read at another width would cancel them)."""
+    """A master telling parties different rings in one round cannot line masks of two widths up.
+
+    A 64-bit mask must not line up with four 16-bit ones (the same key stream read at another width would
+    cancel them).
+    """
     key = bytes(range(32))
     wide = secagg.keystream(key, 5, 4, 64)
     for bits in (16, 32):
@@ -233,6 +240,7 @@ def test_rings_of_different_widths_use_unrelated_key_streams() -> None:
     # the attack: a masks in 16 bits, b and c in 64; b + c split into 16-bit words, plus a, is not a's vector
     parties = _federation(3)
     a = parties[0].mask(np.arange(8, dtype=np.int64), round_id=9, bits=16)
-    bc = (parties[1].mask(np.zeros(2, np.int64), round_id=9) + parties[2].mask(np.zeros(2, np.int64), round_id=9))
+    bc = (parties[1].mask(np.zeros(2, np.int64), round_id=9) + parties[2].mask(np.zeros(2, np.int64),
+                                                                               round_id=9))
     recovered = (bc.view(np.uint16) + a).view(np.int16)
     assert not np.array_equal(recovered, np.arange(8))

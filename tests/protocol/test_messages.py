@@ -39,7 +39,8 @@ def test_boolean_arrays_must_be_packed() -> None:
         Message("x", {}, {"mask": np.ones(3, dtype=bool)}).to_bytes()
 
 
-@pytest.mark.parametrize("payload", [b"", b"not arrow at all", Message("x", {}, {"a": np.arange(9)}).to_bytes()[:40]])
+@pytest.mark.parametrize("payload",
+                         [b"", b"not arrow at all", Message("x", {}, {"a": np.arange(9)}).to_bytes()[:40]])
 def test_malformed_bytes_raise_protocol_error(payload: bytes) -> None:
     with pytest.raises(ProtocolError, match="malformed message"):
         Message.from_bytes(payload)

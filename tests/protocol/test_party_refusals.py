@@ -60,7 +60,8 @@ def _vertical(privacy: str):
     frames = split_vertical(mixed_table(n_rows=80, seed=5), 2, label="target", seed=7, label_party=0)
     names = ["holder", "passive"]
     identities = ephemeral_identities(names) if privacy == "paillier" else {}
-    parties = {name: VerticalParty(name, frame, "target" if "target" in frame else None, feature_key=FEATURE_KEY,
+    parties = {name: VerticalParty(name, frame, "target" if "target" in frame else None,
+                                   feature_key=FEATURE_KEY,
                                    label_key=PAILLIER_KEY if "target" in frame else None,
                                    identity=identities.get(name))
                for name, frame in zip(names, frames, strict=True)}
@@ -102,8 +103,9 @@ def _ppdert(secure: bool, thresholds: str):
     low, high, _ = resolve_feature_ranges(schema, None, frames, allow_data_ranges=True)
     k = HORIZONTAL_PARAMS.n_candidate_features(schema.n_features)
     identities = ephemeral_identities(frames) if secure else {}
-    parties = {name: PPDERTParty(name, frame, schema, seed=HORIZONTAL_PARAMS.random_state, low=low, high=high, k=k,
-                                 secure=secure, identity=identities.get(name), thresholds=thresholds)
+    parties = {name: PPDERTParty(name, frame, schema, seed=HORIZONTAL_PARAMS.random_state, low=low,
+                                 high=high, k=k, secure=secure, identity=identities.get(name),
+                                 thresholds=thresholds)
                for name, frame in frames.items()}
 
     def run(transport: InProcessTransport) -> None:
@@ -132,13 +134,16 @@ def _send(party, message: Message) -> str:
         reply = party.handle(Message.from_bytes(message.to_bytes()))
     except ProtocolError:
         return "refused"
-    assert reply.kind in party.protocol.replies, f"{party.name!r} answered {reply.kind!r} outside its protocol"
+    assert reply.kind in party.protocol.replies, (f"{party.name!r} answered {reply.kind!r} outside its "
+                                                  "protocol")
     return reply.kind
 
 
 def _clone(party):
-    """A deep copy of a party in its current state; cryptography's key and cipher objects (immutable, and
-    not copyable) are shared with the original."""
+    """A deep copy of a party in its current state.
+
+    Cryptography's key and cipher objects (immutable, and not copyable) are shared with the original.
+    """
     memo: dict[int, object] = {}
     seen: set[int] = set()
     stack = [party]
@@ -166,7 +171,7 @@ class Recorded:
     pool: list[Message]
     """Every master message of a real run of every federation."""
     snapshots: dict[tuple[str, str], list]
-    """Per fuzzed party: a copy of it before each message it got in its federation's run, and after the run."""
+    """Per fuzzed party: a copy of it before each message it got in its federation's run, and after it."""
     received: dict[tuple[str, str], list[Message]]
     """Per fuzzed party: the messages it got, in order."""
 
@@ -203,7 +208,7 @@ def recorded() -> Recorded:
     return out
 
 
-# -- the fuzz -------------------------------------------------------------------------------------------------
+# -- the fuzz -----------------------------------------------------------------------------------------
 VALUES = st.one_of(st.integers(-3, 300), st.none(), st.booleans(), st.text("ab0-", max_size=4),
                    st.lists(st.integers(-2, 20), max_size=3))
 """Plausible header values: small integers, null, text, short integer lists."""
@@ -229,8 +234,10 @@ def _perturbed_array(data: st.DataObject, array: np.ndarray, pool: list[Message]
 
 
 def _message(data: st.DataObject, pool: list[Message]) -> Message:
-    """A recorded message of any protocol; perhaps under another kind, with a header value or an array
-    perturbed or dropped."""
+    """A recorded message of any protocol.
+
+    Perhaps under another kind, with a header value or an array perturbed or dropped.
+    """
     base = data.draw(st.sampled_from(pool))
     kind = data.draw(st.sampled_from(ALL_KINDS)) if data.draw(st.integers(0, 3)) == 0 else base.kind
     header, arrays = dict(base.header), dict(base.arrays)
@@ -279,8 +286,10 @@ def test_random_messages_of_every_protocol_never_crash_a_party_or_leave_its_prot
 
 # -- direct tests ------------------------------------------------------------------------------------------
 def _until(federation: str, target: str, kind: str, after: str | None = None):
-    """The federation's parties when `target` is about to get its first `kind` message (with `after`: its
-    first message following its first `after` message); the run is stopped there."""
+    """The federation's parties when `target` is about to get its first `kind` message.
+
+    With `after`: its first message following its first `after` message. The run is stopped there.
+    """
     parties, run = FEDERATIONS[federation]()
     received: list[str] = []
 
@@ -300,10 +309,12 @@ def _until(federation: str, target: str, kind: str, after: str | None = None):
 
 @pytest.mark.parametrize("kind", ["fet_ranges", "fet_stats"])
 def test_a_ppdert_party_refuses_fet_messages_and_logs_why(kind, caplog) -> None:
-    party = _until("ppdert-secagg", "a", "ppdert_cells")["a"]  # after hello, where a FET party would take ranges
+    # after hello, where a FET party would take ranges
+    party = _until("ppdert-secagg", "a", "ppdert_cells")["a"]
     request = {"fet_ranges": Message("fet_ranges", {"new_batch": True, "n_trees": 2, "depth": 0},
                                      {"features": np.zeros((2, 3), np.int32)}),
-               "fet_stats": Message("fet_stats", {"depth": 0, "q_shift": 0}, {"thresholds": np.zeros((2, 3))})}[kind]
+               "fet_stats": Message("fet_stats", {"depth": 0, "q_shift": 0},
+                                    {"thresholds": np.zeros((2, 3))})}[kind]
     expected = (f"party 'a' cannot handle message kind '{kind}': not a message of the PPD-ERT protocol "
                 "(it answers hello, model, ppdert_cells, ppdert_counts, ppdert_level)")
     with caplog.at_level(logging.WARNING, logger="fedcore.horizontal.ppdert.party"):
@@ -311,7 +322,8 @@ def test_a_ppdert_party_refuses_fet_messages_and_logs_why(kind, caplog) -> None:
             party.handle(request)
     assert str(refused.value) == expected
     assert [r.getMessage() for r in caplog.records] == [f"refused a '{kind}' message: {expected}"]
-    assert caplog.records[0].levelno == logging.WARNING and caplog.records[0].name == "fedcore.horizontal.ppdert.party"
+    assert caplog.records[0].levelno == logging.WARNING
+    assert caplog.records[0].name == "fedcore.horizontal.ppdert.party"
     assert party.machine.state == "greeted"  # unchanged: the real next level is still answered
     assert not hasattr(party, "_on_fet_ranges") and not hasattr(party, "_on_fet_stats")
 
@@ -333,8 +345,9 @@ def test_a_level_before_the_session_starts_is_refused_and_logged(recorded, feder
     party = parties[target]
     request = next(m for m in recorded.pool if m.kind == kind)  # a real one, from a real run
     with caplog.at_level(logging.WARNING):
-        with pytest.raises(ProtocolError, match=rf"party '{target}' refuses '{kind}' out of protocol order: in state "
-                                                rf"'idle' \(.*\) it expects .*{first}"):
+        with pytest.raises(ProtocolError,
+                           match=rf"party '{target}' refuses '{kind}' out of protocol order: in state "
+                                 rf"'idle' \(.*\) it expects .*{first}"):
             party.handle(request)
     assert any(f"refuses '{kind}' out of protocol order" in r.getMessage() and r.levelno == logging.WARNING
                for r in caplog.records)
@@ -349,26 +362,34 @@ def test_fet_stats_before_fet_ranges_is_refused() -> None:
 
 
 def test_a_message_of_another_role_or_mode_is_refused() -> None:
-    parties = _until("vertical-plain", "holder", "", after="find_splits")  # the holder searched its first level
-    with pytest.raises(ProtocolError, match=r"party 'holder' refuses 'evaluate_encrypted': in the Federated Forest "
-                                            r"protocol only a party in role encrypted-holder answers it, this party "
-                                            r"is plain-holder"):
-        parties["holder"].handle(Message("evaluate_encrypted", {"parties": ["passive"], "min_samples_leaf": 1}))
+    # the holder searched its first level
+    parties = _until("vertical-plain", "holder", "", after="find_splits")
+    with pytest.raises(ProtocolError,
+                       match=r"party 'holder' refuses 'evaluate_encrypted': in the Federated Forest "
+                             r"protocol only a party in role encrypted-holder answers it, this party "
+                             r"is plain-holder"):
+        parties["holder"].handle(Message("evaluate_encrypted",
+                                         {"parties": ["passive"], "min_samples_leaf": 1}))
     parties = _until("vertical-paillier", "holder", "export_labels")
-    with pytest.raises(ProtocolError, match=r"party 'passive' refuses 'export_labels': .* only a party in role "
-                                            r"encrypted-holder or plain-holder answers it, this party is "
-                                            r"encrypted-passive"):
+    with pytest.raises(ProtocolError,
+                       match=r"party 'passive' refuses 'export_labels': .* only a party in role "
+                             r"encrypted-holder or plain-holder answers it, this party is "
+                             r"encrypted-passive"):
         parties["passive"].handle(Message("export_labels", {"max_weight": 80}))
-    parties = _until("vertical-paillier", "holder", "", after="find_splits")  # a Paillier label holder scores first
-    with pytest.raises(ProtocolError, match=r"refuses 'apply_splits' out of protocol order: in state 'searched' "
-                                            r"\(after a level's find_splits\) it expects evaluate_encrypted"):
+    # a Paillier label holder scores first
+    parties = _until("vertical-paillier", "holder", "", after="find_splits")
+    with pytest.raises(ProtocolError,
+                       match=r"refuses 'apply_splits' out of protocol order: in state 'searched' "
+                             r"\(after a level's find_splits\) it expects evaluate_encrypted"):
         parties["holder"].handle(Message("apply_splits"))
 
 
 @pytest.mark.parametrize("federation", ["fet-gdp", "ppdert-secagg", "vertical-paillier"])
 def test_refused_messages_leave_a_party_where_it_was(recorded, federation) -> None:
-    """Before every real message, each party is sent a stray one of another protocol and refuses it; the
-    run then ends with the forest of an undisturbed run."""
+    """Before every real message, each party is sent a stray one of another protocol and refuses it.
+
+    The run then ends with the forest of an undisturbed run.
+    """
     strays = {"vertical-paillier": "fet_stats", "fet-gdp": "ppdert_level", "ppdert-secagg": "fet_ranges"}
     stray = next(m for m in recorded.pool if m.kind == strays[federation])
     reference = _forest(federation)
@@ -419,7 +440,8 @@ def test_a_party_takes_a_new_session_after_the_model(federation) -> None:
 def test_a_run_resumed_after_its_last_batch_skips_every_level(recorded, federation, target, skip_to) -> None:
     """Every batch restored from checkpoints: the session's setup is followed by the end directly."""
     own = recorded.received[federation, target]
-    first_level = next(i for i, m in enumerate(own) if m.kind in ("begin_batch", "ppdert_level", "ppdert_cells"))
+    first_level = next(i for i, m in enumerate(own) if m.kind in ("begin_batch", "ppdert_level",
+                                                                  "ppdert_cells"))
     party = _clone(recorded.snapshots[federation, target][first_level])
     assert _send(party, next(m for m in own if m.kind == skip_to)) == "ack"
     assert party.machine.state == "idle"

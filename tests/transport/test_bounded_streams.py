@@ -1,6 +1,9 @@
-"""Bounded cost per peer (issue #14, point 6): an agent judges a stream's envelope before reading its body,
-refuses a stream at its first invalid chunk, and keeps the bytes of all calls in progress within one
-budget; legitimate large messages still go through, and every byte taken is given back."""
+"""Bounded cost per peer (issue #14, point 6).
+
+An agent judges a stream's envelope before reading its body, refuses a stream at its first invalid chunk, and
+keeps the bytes of all calls in progress within one budget; legitimate large messages still go through, and
+every byte taken is given back.
+"""
 
 from __future__ import annotations
 
@@ -55,7 +58,8 @@ class WatchedBudget(InFlightBudget):
 
     def wait_for(self, predicate, timeout: float = 5.0) -> None:
         with self.changed:
-            assert self.changed.wait_for(lambda: predicate(self), timeout=timeout), (self.in_flight, self.peak)
+            reached = self.changed.wait_for(lambda: predicate(self), timeout=timeout)
+            assert reached, (self.in_flight, self.peak)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +69,8 @@ def pki(tmp_path_factory) -> Path:
 
 @contextmanager
 def _agent(pki: Path, **kwargs):
-    server = AgentServer(Counter(), tls_cert=pki / "a.pem", tls_key=pki / "a.key", ca_cert=pki / "ca.pem", **kwargs)
+    server = AgentServer(Counter(), tls_cert=pki / "a.pem", tls_key=pki / "a.key",
+                         ca_cert=pki / "ca.pem", **kwargs)
     try:
         yield server, f"grpc+tls://127.0.0.1:{server.port}"
     finally:
@@ -81,7 +86,8 @@ def _raw_client(pki: Path, endpoint: str) -> flight.FlightClient:
     """A client with the master's certificate that can send anything, as a compromised or buggy master."""
     return flight.FlightClient(endpoint, tls_root_certs=(pki / "ca.pem").read_bytes(),
                                cert_chain=(pki / "master.pem").read_bytes(),
-                               private_key=(pki / "master.key").read_bytes(), override_hostname=server_name("a"))
+                               private_key=(pki / "master.key").read_bytes(),
+                               override_hostname=server_name("a"))
 
 
 def _pieces(payload: bytes | pa.Buffer, size: int = MiB) -> list[pa.Buffer]:
@@ -157,7 +163,8 @@ def test_a_garbage_stream_is_refused_at_its_first_chunk(pki, first, reason) -> N
         stream = RawStream(client, envelope("ab" * 16, 1)).send([first] + [GARBAGE] * 40)
         assert stream.finish() is None
         client.close()
-        assert stream.refusal is not None and "refused the message: malformed message stream: " in stream.refusal
+        assert stream.refusal is not None
+        assert "refused the message: malformed message stream: " in stream.refusal
         assert reason in stream.refusal
         assert server.budget.peak <= len(first)  # only the first chunk was ever held, not 41 MiB
         assert server.budget.in_flight == 0 and server.party.calls == 0 and server.refused == 1
@@ -208,9 +215,10 @@ def test_concurrent_streams_share_one_budget(pki) -> None:
             second = RawStream(client, envelope("cd" * 16, 1)).send(second_pieces)
             assert second.finish() is None
             assert second.refusal is not None
-            assert (f"refused the message: {limit} bytes already in flight across concurrent calls; limit {limit} "
-                    f"(this call's next {MiB} bytes would pass it)") in second.refusal
-            assert budget.in_flight == 5 * MiB  # the refused call gave back its 5 MiB; the first holds its own
+            assert (f"refused the message: {limit} bytes already in flight across concurrent calls; limit "
+                    f"{limit} (this call's next {MiB} bytes would pass it)") in second.refusal
+            # the refused call gave back its 5 MiB; the first holds its own
+            assert budget.in_flight == 5 * MiB
             reply = first.send(first_pieces[5:]).finish()  # the first stream goes on undisturbed
         finally:
             client.close()
@@ -222,7 +230,8 @@ def test_concurrent_streams_share_one_budget(pki) -> None:
 
 @pytest.mark.parametrize("chunk_bytes, action_max, n_bytes", [(None, None, 6 * MiB), (100, 1024, 3000)],
                          ids=["4MiB-chunks", "100-byte-chunks"])
-def test_a_legitimate_large_message_still_goes_through(pki, monkeypatch, chunk_bytes, action_max, n_bytes) -> None:
+def test_a_legitimate_large_message_still_goes_through(pki, monkeypatch, chunk_bytes, action_max,
+                                                       n_bytes) -> None:
     if chunk_bytes is not None:  # a schema message spread over several chunks is awaited, not refused
         monkeypatch.setattr(flight_module, "CHUNK_BYTES", chunk_bytes)
         monkeypatch.setattr(flight_module, "ACTION_MAX_BYTES", action_max)
@@ -241,17 +250,20 @@ def test_oversized_or_over_budget_action_bodies_are_refused(pki) -> None:
     with _agent(pki, max_bytes_in_flight=512 << 10) as (server, endpoint):
         client = _raw_client(pki, endpoint)
         too_big = _message_bytes(2 * MiB)
-        with pytest.raises(flight.FlightServerError, match=rf"refused the message: a message call of {too_big.size} "
-                                                           r"bytes is over 1048576 bytes; the master's transport "
-                                                           r"streams messages that large"):
+        with pytest.raises(flight.FlightServerError,
+                           match=rf"refused the message: a message call of {too_big.size} "
+                                 r"bytes is over 1048576 bytes; the master's transport "
+                                 r"streams messages that large"):
             list(client.do_action(flight.Action(envelope("ab" * 16, 1), too_big)))
         assert server.budget.peak == 0
-        with pytest.raises(flight.FlightServerError, match=r"refused the message: 0 bytes already in flight across "
-                                                           r"concurrent calls; limit 524288"):
+        with pytest.raises(flight.FlightServerError,
+                           match=r"refused the message: 0 bytes already in flight across "
+                                 r"concurrent calls; limit 524288"):
             list(client.do_action(flight.Action(envelope("ab" * 16, 1), _message_bytes(800 << 10))))
         assert server.budget.peak == 0 and server.party.calls == 0 and server.refused == 2
         small = Message("small", {}, {"x": np.arange(10.0)}).to_buffer()
-        reply = b"".join(r.body.to_pybytes() for r in client.do_action(flight.Action(envelope("ab" * 16, 1), small)))
+        answers = client.do_action(flight.Action(envelope("ab" * 16, 1), small))
+        reply = b"".join(r.body.to_pybytes() for r in answers)
         client.close()
         assert Message.from_bytes(reply).kind == "echo"
         assert server.budget.peak == small.size and server.budget.in_flight == 0  # given back after the reply
@@ -278,12 +290,14 @@ def test_judge_changes_nothing_and_admit_applies_the_same_rules() -> None:
     session, other = "ab" * 16, "cd" * 16
     for _ in range(2):
         verdict = guard.judge(envelope(session, 1, "run-1"))
-        assert (verdict.session, verdict.seq, verdict.run, verdict.starts_session) == (session, 1, "run-1", True)
+        assert (verdict.session, verdict.seq, verdict.run, verdict.starts_session) == (session, 1, "run-1",
+                                                                                       True)
     assert guard.current is None and guard.last_seq == 0
     guard.admit(envelope(session, 1, "run-1"))
     assert (guard.current, guard.current_run, guard.last_seq) == (session, "run-1", 1)
     for stamp, reason in ((envelope(session, 1), "replayed"), (envelope(other, 1), "busy"),
-                          (envelope(other, 2), "out-of-session"), ("message/x/1", "no valid session envelope")):
+                          (envelope(other, 2), "out-of-session"),
+                          ("message/x/1", "no valid session envelope")):
         with pytest.raises(Refused, match=reason):
             guard.judge(stamp)
         with pytest.raises(Refused, match=reason):
@@ -295,7 +309,8 @@ def test_judge_changes_nothing_and_admit_applies_the_same_rules() -> None:
 
 def test_a_stream_longer_than_the_message_limit_is_refused_mid_way_within_the_budget(pki) -> None:
     with _agent(pki, max_message_bytes=3 * MiB) as (server, endpoint), _transport(pki, endpoint) as transport:
-        with pytest.raises(ProtocolError, match=r"message of \d+ bytes or more exceeds the limit of 3145728 bytes"):
+        with pytest.raises(ProtocolError,
+                           match=r"message of \d+ bytes or more exceeds the limit of 3145728 bytes"):
             transport.exchange({"a": Message("big", {}, {"x": np.zeros(6 * MiB // 8)})})
         assert server.budget.peak <= 3 * MiB and server.budget.in_flight == 0 and server.party.calls == 0
 
@@ -326,7 +341,8 @@ def test_a_schema_message_spread_over_tiny_pieces_is_awaited_and_garbage_is_not(
     assert head.ok
     head, received = StreamHead(limit=1 << 20), Received()
     received.add(pa.py_buffer(b"\xff\xff\x00"))
-    with pytest.raises(Refused, match=r"does not begin with an Arrow IPC stream message \(first bytes ffff00\)"):
+    with pytest.raises(Refused,
+                       match=r"does not begin with an Arrow IPC stream message \(first bytes ffff00\)"):
         head.feed(received)
     head, received = StreamHead(limit=1 << 20), Received()
     received.add(pa.py_buffer(b"\xff\xff\xff\xff" + (2 << 20).to_bytes(4, "little")))

@@ -153,9 +153,10 @@ def test_handler_error_is_reported_and_agent_keeps_serving(pki) -> None:
 def test_client_certificate_from_another_ca_is_refused(pki) -> None:
     party = Echo("a")
     with _agents([party], pki) as endpoints, _transport(endpoints, pki, cert_dir=pki["rogue"]) as transport:
-        with pytest.raises(CertificateRefused, match=r"cannot reach party 'a' at grpc\+tls://127\.0\.0\.1:\d+: the agent "
-                                                r"closed the connection after the handshake: it refused this "
-                                                r"master's certificate"):
+        with pytest.raises(CertificateRefused,
+                           match=r"cannot reach party 'a' at grpc\+tls://127\.0\.0\.1:\d+: the agent "
+                            r"closed the connection after the handshake: it refused this "
+                            r"master's certificate"):
             transport.exchange({"a": Message("ping")})
     assert party.calls == 0
 
@@ -163,11 +164,13 @@ def test_client_certificate_from_another_ca_is_refused(pki) -> None:
 def test_agent_certificate_from_another_ca_is_refused(pki) -> None:
     party = Echo("a")
     rogue = pki["rogue"]
-    server = AgentServer(party, tls_cert=rogue / "a.pem", tls_key=rogue / "a.key", ca_cert=pki["ca"] / "ca.pem")
+    server = AgentServer(party, tls_cert=rogue / "a.pem", tls_key=rogue / "a.key",
+                         ca_cert=pki["ca"] / "ca.pem")
     try:
         with _transport({"a": f"grpc+tls://127.0.0.1:{server.port}"}, pki) as transport:
-            with pytest.raises(CertificateRefused, match=r"cannot reach party 'a' at .*: the agent's certificate does not "
-                                                    r"verify against the consortium CA"):
+            with pytest.raises(CertificateRefused,
+                               match=r"cannot reach party 'a' at .*: the agent's certificate does not "
+                                r"verify against the consortium CA"):
                 transport.exchange({"a": Message("ping")})
     finally:
         server.shutdown()
@@ -183,8 +186,9 @@ def test_a_healthy_agent_has_nothing_to_explain(pki) -> None:
 def test_institution_certificate_cannot_act_as_master(pki) -> None:
     party = Echo("a")
     with _agents([party], pki) as endpoints, _transport(endpoints, pki, name="b") as transport:
-        with pytest.raises(CertificateRefused, match="refused this master: agent 'a' serves only master 'master'; "
-                                                r"the client at .* presented the certificate of institution 'b'"):
+        with pytest.raises(CertificateRefused,
+                           match="refused this master: agent 'a' serves only master 'master'; "
+                            r"the client at .* presented the certificate of institution 'b'"):
             transport.exchange({"a": Message("ping")})
     assert party.calls == 0
 
@@ -194,8 +198,9 @@ def test_master_refuses_an_agent_with_another_institutions_certificate(pki) -> N
     server = _server(impostor, pki)  # b's agent, listed as a's endpoint
     try:
         with _transport({"a": f"grpc+tls://127.0.0.1:{server.port}"}, pki) as transport:
-            with pytest.raises(CertificateRefused, match=r"cannot reach party 'a' at .*: the agent there presents the "
-                                                    r"certificate of institution 'b', not of institution 'a'"):
+            with pytest.raises(CertificateRefused,
+                               match=r"cannot reach party 'a' at .*: the agent there presents the "
+                                r"certificate of institution 'b', not of institution 'a'"):
                 transport.exchange({"a": Message("ping")})
     finally:
         server.shutdown()
@@ -210,8 +215,9 @@ def test_unreachable_endpoint_fails_fast_naming_the_party(pki) -> None:
     with _agents([Echo("a")], pki) as endpoints:
         with _transport({**endpoints, "b": endpoint}, pki, timeout_s=2.0) as transport:
             started = time.perf_counter()
-            with pytest.raises(ProtocolError, match=re.escape(f"cannot reach party 'b' at {endpoint}: nothing listens "
-                                                              "there: is the agent running?")):
+            with pytest.raises(ProtocolError,
+                               match=re.escape(f"cannot reach party 'b' at {endpoint}: nothing listens "
+                                               "there: is the agent running?")):
                 transport.exchange({"a": Message("ping"), "b": Message("ping")})
             assert time.perf_counter() - started < 2.5
 

@@ -28,7 +28,8 @@ def test_one_exchange_is_one_round_and_bytes_are_counted() -> None:
     assert transport.stats.by_kind["echo"]["count"] == 2
     assert transport.stats.bytes == sum(e.size for e in transport.transcript)
     senders = [(e.sender, e.receiver, e.kind) for e in transport.transcript]
-    assert senders == [("master", "a", "ping"), ("master", "b", "ping"), ("a", "master", "echo"), ("b", "master", "echo")]
+    assert senders == [("master", "a", "ping"), ("master", "b", "ping"), ("a", "master", "echo"),
+                       ("b", "master", "echo")]
     assert Message.from_bytes(transport.transcript[0].payload).kind == "ping"
     assert transport.transcript[0].schema == "x:float64[100]"
 

@@ -1,6 +1,8 @@
-"""What an agent refuses, each with a logged reason, while it keeps serving: an expired certificate,
-replayed, out-of-session and oversized messages, malformed or truncated payloads; and a fuzz of its
-request handling with thousands of random and mutated messages."""
+"""What an agent refuses, each with a logged reason, while it keeps serving.
+
+An expired certificate, replayed, out-of-session and oversized messages, malformed or truncated payloads; and
+a fuzz of its request handling with thousands of random and mutated messages.
+"""
 
 from __future__ import annotations
 
@@ -59,8 +61,10 @@ def _expired_copy(ca_dir: Path, name: str, out: Path) -> None:
     for extension in original.extensions:
         builder = builder.add_extension(extension.value, critical=extension.critical)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.pem").write_bytes(builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
-    (out / f"{name}.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    certificate = builder.sign(ca_key, hashes.SHA256())
+    (out / f"{name}.pem").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    (out / f"{name}.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                        serialization.PrivateFormat.PKCS8,
                                                         serialization.NoEncryption()))
 
 
@@ -82,7 +86,8 @@ def _raw_client(pki, endpoint: str) -> flight.FlightClient:
     """A client with the master's certificate that can send anything, as a compromised or buggy master."""
     return flight.FlightClient(endpoint, tls_root_certs=(pki / "ca.pem").read_bytes(),
                                cert_chain=(pki / "master.pem").read_bytes(),
-                               private_key=(pki / "master.key").read_bytes(), override_hostname=server_name("a"))
+                               private_key=(pki / "master.key").read_bytes(),
+                               override_hostname=server_name("a"))
 
 
 def _still_serving(pki, endpoint: str, server: AgentServer) -> None:
@@ -97,7 +102,8 @@ def _still_serving(pki, endpoint: str, server: AgentServer) -> None:
 def test_an_expired_master_certificate_is_refused(pki, agent, caplog) -> None:
     server, endpoint = agent
     with _transport(pki, endpoint, cert_dir=pki / "expired") as transport:
-        with pytest.raises(CertificateRefused, match="cannot reach party 'a' .* refused this master's certificate"):
+        with pytest.raises(CertificateRefused,
+                           match="cannot reach party 'a' .* refused this master's certificate"):
             transport.exchange({"a": Message("hello")})
     assert server.party.calls == 0
     _still_serving(pki, endpoint, server)
@@ -108,8 +114,9 @@ def test_a_replayed_message_is_refused_and_logged(pki, agent, caplog) -> None:
     with _transport(pki, endpoint) as transport, caplog.at_level(logging.WARNING, "fedcore.transport.flight"):
         transport.exchange({"a": Message("first")})
         transport._seq["a"] -= 1  # send the next message under the sequence number already used
-        with pytest.raises(ProtocolError, match="agent 'a' refused the message: replayed or reordered message: "
-                                                "sequence 1 after 1 in this session"):
+        with pytest.raises(ProtocolError,
+                           match="agent 'a' refused the message: replayed or reordered message: "
+                                 "sequence 1 after 1 in this session"):
             transport.exchange({"a": Message("again")})
         assert transport.exchange({"a": Message("next")})["a"].header == {"n": 2}
     assert server.party.calls == 2 and server.refused == 1
@@ -123,13 +130,15 @@ def test_messages_outside_the_current_session_are_refused(pki, agent) -> None:
         old.exchange({"a": Message("one")})
         old.exchange({"a": Message("close")})  # the master is done: a newer session may start
         new.exchange({"a": Message("one")})
-        with pytest.raises(ProtocolError, match=r"refused the message: message of an earlier session \w{8}\.\.\., "
-                                                "which is over"):
+        with pytest.raises(ProtocolError,
+                           match=r"refused the message: message of an earlier session \w{8}\.\.\., "
+                                 "which is over"):
             old.exchange({"a": Message("two")})
         late = _transport(pki, endpoint)
         late._seq["a"] = 4
-        with pytest.raises(ProtocolError, match=r"out-of-session message: session \w{8}\.\.\. never started here "
-                                                r"\(sequence 5\)"):
+        with pytest.raises(ProtocolError,
+                           match=r"out-of-session message: session \w{8}\.\.\. never started here "
+                                 r"\(sequence 5\)"):
             late.exchange({"a": Message("five")})
         late.close()
         assert new.exchange({"a": Message("two")})["a"].kind == "echo"
@@ -146,9 +155,10 @@ def test_a_second_master_is_refused_while_a_session_is_in_progress(pki, agent) -
     second = _transport(pki, endpoint)
     try:
         first.exchange({"a": Message("one")})
-        with pytest.raises(ProtocolError, match=rf"refused the message: busy: session {first.session[:8]}\.\.\. of run "
-                                                r"retrain-7f3a is in progress \(its last message 0 s ago\); another "
-                                                r"master may start a session once it closes or has been idle for 600 s"):
+        with pytest.raises(ProtocolError,
+                           match=rf"refused the message: busy: session {first.session[:8]}\.\.\. of run "
+                                 r"retrain-7f3a is in progress \(its last message 0 s ago\); another "
+                                 r"master may start a session once it closes or has been idle for 600 s"):
             second.exchange({"a": Message("one")})
         assert first.exchange({"a": Message("two")})["a"].kind == "echo"  # the first run goes on undisturbed
         server.guard.busy_seconds = 0.2  # a master that has said nothing for this long is presumed gone
@@ -170,15 +180,17 @@ def test_an_oversized_message_is_refused_before_it_reaches_the_party(pki, agent,
             transport.exchange({"a": Message("fits", {}, {"x": big})})
             assert server.party.calls == 1
         else:
-            with pytest.raises(ProtocolError, match=r"refused the message: message of \d+ bytes or more exceeds the "
-                                                    r"limit of 3145728 bytes"):
+            with pytest.raises(ProtocolError,
+                               match=r"refused the message: message of \d+ bytes or more exceeds the "
+                                     r"limit of 3145728 bytes"):
                 transport.exchange({"a": Message("too big", {}, {"x": big})})
             assert server.party.calls == 0
     _still_serving(pki, endpoint, server)
 
 
-@pytest.mark.parametrize("payload", [b"", b"not arrow at all", Message("ok", {}, {"x": np.arange(50)}).to_bytes()[:-20],
-                                     Message("ok").to_bytes()[8:]])
+@pytest.mark.parametrize("payload",
+                         [b"", b"not arrow at all", Message("ok", {}, {"x": np.arange(50)}).to_bytes()[:-20],
+                          Message("ok").to_bytes()[8:]])
 def test_malformed_or_truncated_payloads_are_refused(pki, agent, payload) -> None:
     server, endpoint = agent
     client = _raw_client(pki, endpoint)
@@ -200,7 +212,8 @@ def test_calls_without_a_session_envelope_are_refused(pki, agent) -> None:
 
 
 VALID = [Message("align", {"rows": 3}, {"positions": np.arange(5)}).to_bytes(),
-         Message("find_splits", {"depth": 1, "nodes": [1, 2]}, {"a": np.ones((2, 3)), "b": np.arange(4)}).to_bytes()]
+         Message("find_splits", {"depth": 1, "nodes": [1, 2]},
+                 {"a": np.ones((2, 3)), "b": np.arange(4)}).to_bytes()]
 
 
 def _mutate(data: st.DataObject) -> bytes:
@@ -260,8 +273,9 @@ def test_refusals_are_one_counted_line_each_and_only_bugs_get_a_traceback(pki, c
         with caplog.at_level(logging.WARNING, logger="fedcore.transport.flight"):
             with _transport(pki, f"grpc+tls://127.0.0.1:{server.port}") as transport:
                 for i in range(30):
-                    with pytest.raises(ProtocolError, match=rf"party 'a' failed on 'm{i}': ProtocolError: party 'a' "
-                                                            rf"refuses 'm{i}'"):
+                    with pytest.raises(ProtocolError,
+                                       match=rf"party 'a' failed on 'm{i}': ProtocolError: party 'a' "
+                                             rf"refuses 'm{i}'"):
                         transport.exchange({"a": Message(f"m{i}")})
                 with pytest.raises(ProtocolError, match="party 'a' failed on 'boom': RuntimeError: a bug"):
                     transport.exchange({"a": Message("boom")})
@@ -271,4 +285,5 @@ def test_refusals_are_one_counted_line_each_and_only_bugs_get_a_traceback(pki, c
     refusals = [r for r in records if "refused a call" in r.getMessage()]
     assert len(refusals) == 30 and all(r.exc_info is None for r in refusals)
     assert "(30 refused so far)" in refusals[-1].getMessage() and "\n" not in refusals[-1].getMessage()
-    assert [r.exc_info is not None for r in records if r not in refusals] == [True]  # the bug, with its traceback
+    # the bug, with its traceback
+    assert [r.exc_info is not None for r in records if r not in refusals] == [True]

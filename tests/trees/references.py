@@ -8,9 +8,11 @@ from fedcore.trees.criteria import GINI, SQUARED_ERROR
 
 
 def reference_term(y: np.ndarray, w: np.ndarray, criterion: int, n_classes: int = 0) -> float:
-    """Weight times impurity of weighted samples, by definition: gini 1 - sum p^2, entropy -sum p log2 p
-    (bits, as scikit-learn), squared error the weighted mean of (y - mean)^2 (two passes, no
-    sum-of-squares shortcut). Class labels are the codes 0 .. n_classes - 1."""
+    """Weight times impurity of weighted samples, by definition.
+
+    Gini 1 - sum p^2, entropy -sum p log2 p (bits, as scikit-learn), squared error the weighted mean of (y -
+    mean)^2 (two passes, no sum-of-squares shortcut). Class labels are the codes 0 .. n_classes - 1.
+    """
     total = float(np.sum(w))
     if total <= 0:
         return 0.0

@@ -17,7 +17,8 @@ def test_the_plan_is_the_largest_batch_every_role_can_hold() -> None:
     assert trees_per_batch(100, [(10, 10_000)]) == 100  # never more than the forest
     assert trees_per_batch(100, [(10, 5)]) == 1  # one tree even when it exceeds the budget
     assert trees_per_batch(7, []) == 7
-    assert trees_per_batch(100, [(10, 1000), (20, 1000)], shared_budget=1500) == 50  # one process: costs add up
+    # one process: costs add up
+    assert trees_per_batch(100, [(10, 1000), (20, 1000)], shared_budget=1500) == 50
 
 
 def test_budgets_are_configured_in_mib_or_default_to_a_share_of_available_memory() -> None:
@@ -27,14 +28,16 @@ def test_budgets_are_configured_in_mib_or_default_to_a_share_of_available_memory
         with pytest.raises(ParameterError, match=r"memory_budget_mb must be a positive integer \(MiB\)"):
             resolve_budget(bad)
     with pytest.raises(ParameterError, match="memory_budget_mb must be an integer >= 1, got 0"):
-        FederatedForestClassifier(memory_budget_mb=0).fit(split_vertical(mixed_table(n_rows=40), 2, label="target"),
+        FederatedForestClassifier(memory_budget_mb=0).fit(split_vertical(mixed_table(n_rows=40), 2,
+                                                                         label="target"),
                                                           label="target")
 
 
 def test_a_small_budget_grows_the_same_forest_in_several_batches(capsys) -> None:
     table = mixed_table(n_rows=600, seed=5)
     parties = split_vertical(table, 3, label="target", seed=1, label_party=0)
-    whole = FederatedForestClassifier(n_estimators=30, max_depth=5, random_state=2).fit(parties, label="target")
+    whole = FederatedForestClassifier(n_estimators=30, max_depth=5,
+                                      random_state=2).fit(parties, label="target")
     small = FederatedForestClassifier(n_estimators=30, max_depth=5, random_state=2, memory_budget_mb=1,
                                       progress=True).fit(parties, label="target")
     assert len(whole.master_.grower.batches()) == 1
@@ -46,7 +49,8 @@ def test_a_small_budget_grows_the_same_forest_in_several_batches(capsys) -> None
     assert len(small.master_.grower.batches()) == 3
     assert "in 3 batches" in capsys.readouterr().err
     for field in ("tree", "node", "left", "right", "owner", "weight", "value"):
-        np.testing.assert_array_equal(getattr(whole.master_.structure, field), getattr(small.master_.structure, field))
+        np.testing.assert_array_equal(getattr(whole.master_.structure, field),
+                                      getattr(small.master_.structure, field))
 
 
 def test_horizontal_batches_follow_the_budget_and_leave_plain_fet_unchanged() -> None:
@@ -54,11 +58,13 @@ def test_horizontal_batches_follow_the_budget_and_leave_plain_fet_unchanged() ->
     from tests.horizontal.common import horizontal_table, split_rows
 
     parties = split_rows(horizontal_table(seed=4), 3)
-    whole = FederatedExtraTreesClassifier(n_estimators=6, max_depth=10, random_state=1).fit(parties, label="target")
+    whole = FederatedExtraTreesClassifier(n_estimators=6, max_depth=10,
+                                          random_state=1).fit(parties, label="target")
     small = FederatedExtraTreesClassifier(n_estimators=6, max_depth=10, random_state=1,
                                           memory_budget_mb=1).fit(parties, label="target")
     master = small.master_
-    # the parties' partitions (600 rows x 16 bytes) and the master's level state, min(2^10, 600 / 2) open nodes
+    # the parties' partitions (600 rows x 16 bytes) and the master's level state, min(2^10, 600 / 2) open
+    # nodes
     per_tree = 600 * BYTES_PER_TREE_ROW["horizontal"] + 300 * master.k * 2 * master.n_stats * 8 * (3 + 3)
     assert sum(cost for cost, _ in master.memory_costs()) == per_tree
     assert master.grower.batch_size == MIB // per_tree < 6
@@ -82,15 +88,19 @@ def test_each_party_budget_bounds_the_batch_when_roles_run_apart() -> None:
     parties = [HorizontalParty("a", frames["a"], schema, noise_seed=1),
                HorizontalParty("b", frames["b"], schema, noise_seed=2, memory_budget=small)]
     master = FederatedExtraTreesMaster(InProcessTransport({p.name: p.handle for p in parties}),
-                                       ExtraTreesParams(n_estimators=8, max_depth=4), schema, memory_budget=1 << 30)
+                                       ExtraTreesParams(n_estimators=8, max_depth=4), schema,
+                                       memory_budget=1 << 30)
     master.fit()
     assert master.party_budgets["b"] == small and master.party_budgets["a"] > small  # a: its default share
     assert master.grower.batch_size == 3 and len(master.grower.batches()) == 3
 
 
 def test_dp_models_do_not_follow_the_memory_a_machine_has_free(monkeypatch) -> None:
-    """FET-GDP/LDP noise is keyed by each party's count of answered queries, so the batch plan shapes the
-    model: it comes from the configuration alone, never from the free memory measured at run time."""
+    """DP models depend on the configured batch plan only, never on the memory free at run time.
+
+    FET-GDP/LDP noise is keyed by each party's count of answered queries, so the batch plan shapes the model:
+    it comes from the configuration alone.
+    """
     from fedcore.horizontal import FederatedExtraTreesClassifier
     from fedcore.trees import budget
     from tests.horizontal.common import horizontal_table, split_rows
@@ -118,5 +128,6 @@ def test_a_reported_budget_must_be_a_byte_count() -> None:
     assert reported_budget("bank", {"memory_budget": 5 * MIB}) == 5 * MIB
     assert reported_budget("bank", {}) == 0  # none reported: planned with the master's
     for bad in ("8G", -1, 1.5, float("inf"), True, None):
-        with pytest.raises(ProtocolError, match=f"party 'bank' reported memory_budget {bad!r}; expected a number"):
+        with pytest.raises(ProtocolError,
+                           match=f"party 'bank' reported memory_budget {bad!r}; expected a number"):
             reported_budget("bank", {"memory_budget": bad})

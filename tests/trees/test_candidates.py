@@ -1,6 +1,9 @@
-"""The horizontal master's compiled split choice (`best_candidates`) against the NumPy definitions it
-replaced: the same winner and branch sizes, bit for bit, on exact counts, noisy counts (where the order of
-the class sums matters: NumPy's pairwise order from 8 classes on) and regression statistics."""
+"""The horizontal master's compiled split choice (`best_candidates`) against its NumPy definitions.
+
+The definitions it replaced: the same winner and branch sizes, bit for bit, on exact counts, noisy counts
+(where the order of the class sums matters: NumPy's pairwise order from 8 classes on) and regression
+statistics.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from fedcore.trees.candidates import CRITERION_CODES, best_candidates
 
 
 def class_term(counts: np.ndarray, criterion: str) -> np.ndarray:
-    """n * impurity of class-count vectors, by definition (gini, or entropy in bits)."""
+    """Impurity of class-count vectors times their totals, by definition (gini, or entropy in bits)."""
     n = counts.sum(axis=-1)
     safe = np.where(n > 0, n, 1.0)
     if criterion == "gini":
@@ -33,12 +36,14 @@ def reference(branch: np.ndarray, sizes: np.ndarray | None, valid: np.ndarray, c
         branch_n = np.stack([nl, nr], axis=-1)
     else:
         left, right = np.maximum(left, 0.0), np.maximum(right, 0.0)
-        gain = class_term(left + right, criterion) - class_term(left, criterion) - class_term(right, criterion)
+        gain = (class_term(left + right, criterion) - class_term(left, criterion)
+                - class_term(right, criterion))
         branch_n = np.stack([left.sum(axis=-1), right.sum(axis=-1)], axis=-1)
     if sizes is not None:
         branch_n = sizes.astype(np.float64)
     n_left, n_right = branch_n[..., 0], branch_n[..., 1]
-    usable = valid & (n_left >= min_leaf) & (n_right >= min_leaf) & (gain > 1e-12 * np.maximum(n_left + n_right, 1.0))
+    usable = (valid & (n_left >= min_leaf) & (n_right >= min_leaf)
+              & (gain > 1e-12 * np.maximum(n_left + n_right, 1.0)))
     best = np.argmax(np.where(usable, gain, -np.inf), axis=1)
     return np.where(usable.any(axis=1), best, -1), branch_n
 
@@ -52,7 +57,8 @@ def run(branch, sizes, valid, criterion, min_leaf):
 @pytest.mark.parametrize("criterion", ["gini", "entropy"])
 @pytest.mark.parametrize("n_classes", [2, 3, 7, 8, 9, 26, 40, 129, 300])
 @pytest.mark.parametrize("noisy", [False, True])
-def test_classification_choice_matches_the_numpy_definition(criterion: str, n_classes: int, noisy: bool) -> None:
+def test_classification_choice_matches_the_numpy_definition(criterion: str, n_classes: int,
+                                                            noisy: bool) -> None:
     rng = np.random.default_rng(n_classes * 7 + noisy)
     shape = (300, 5, 2, n_classes)
     branch = rng.integers(0, 6, shape).astype(np.float64) * (rng.random(shape) < 0.5)

@@ -1,6 +1,8 @@
-"""Criteria kernels (fedcore/trees/criteria.py) against their textbook definitions, computed from the raw
-weighted samples of a node rather than from the sufficient statistics the kernels read, and against the
-node impurities scikit-learn reports for the same samples."""
+"""Criteria kernels (fedcore/trees/criteria.py) against their textbook definitions.
+
+Computed from the raw weighted samples of a node rather than from the sufficient statistics the kernels read,
+and against the node impurities scikit-learn reports for the same samples.
+"""
 
 from __future__ import annotations
 
@@ -40,15 +42,19 @@ def moment_stats(y: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def term_tolerance(y: np.ndarray, w: np.ndarray, criterion: int) -> float:
-    """Absolute tolerance for a node term: the kernel subtracts quantities as large as W (classes) or
-    sum w*y^2 (squared error) and each carries a few ulps of rounding, so the error scales with them,
-    not with the (possibly tiny) term; 1e-12 of that scale leaves a wide margin over ~100 ulps."""
+    """Absolute tolerance for a node term.
+
+    The kernel subtracts quantities as large as W (classes) or sum w*y^2 (squared error) and each carries a
+    few ulps of rounding, so the error scales with them, not with the (possibly tiny) term; 1e-12 of that
+    scale leaves a wide margin over ~100 ulps.
+    """
     spread = 1.0 + float(np.max(y * y, initial=0.0)) if criterion == SQUARED_ERROR else 1.0
     return 1e-12 * max(float(np.sum(w)) * spread, 1.0)
 
 
-def random_node(rng: np.random.Generator, n: int, criterion: int, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """n weighted samples (bootstrap-like integer weights 1..4): class codes or real targets."""
+def random_node(rng: np.random.Generator, n: int, criterion: int,
+                n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """`n` weighted samples (bootstrap-like integer weights 1..4): class codes or real targets."""
     w = rng.integers(1, 5, n).astype(np.float64)
     if criterion == SQUARED_ERROR:
         return rng.normal(3.0, 2.0, n), w
@@ -70,7 +76,8 @@ def test_impurity_term_and_weight_match_definitions(criterion: int, n: int, n_cl
         stats = node_stats(y, w, criterion, n_classes)
         assert stats_weight(stats, criterion) == np.sum(w)  # integer weights: exact
         got = impurity_term(stats, criterion)
-        assert got == pytest.approx(reference_term(y, w, criterion, n_classes), abs=term_tolerance(y, w, criterion))
+        assert got == pytest.approx(reference_term(y, w, criterion, n_classes),
+                                    abs=term_tolerance(y, w, criterion))
 
 
 @pytest.mark.parametrize("criterion", CLASSIFICATION)
@@ -95,7 +102,8 @@ def test_empty_node(criterion: int) -> None:
     stats = np.zeros(n_stats(criterion, 3))
     assert impurity_term(stats, criterion) == 0.0
     assert stats_weight(stats, criterion) == 0.0
-    np.testing.assert_array_equal(leaf_value(stats, criterion), np.zeros(1 if criterion == SQUARED_ERROR else 3))
+    np.testing.assert_array_equal(leaf_value(stats, criterion),
+                                  np.zeros(1 if criterion == SQUARED_ERROR else 3))
 
 
 def test_squared_error_weight_is_the_first_statistic_only() -> None:
@@ -105,15 +113,17 @@ def test_squared_error_weight_is_the_first_statistic_only() -> None:
 
 
 def test_split_gain_equals_weighted_impurity_decrease() -> None:
-    """parent term - children terms = W * (impurity decrease scikit-learn computes), for any partition."""
+    """Parent term - children terms = W * (impurity decrease scikit-learn computes), for any partition."""
     rng = np.random.default_rng(5)
     for criterion in (GINI, ENTROPY, SQUARED_ERROR):
         y, w = random_node(rng, 60, criterion, 3)
         left = rng.random(60) < 0.4
         stats = [node_stats(y[m], w[m], criterion, 3) for m in (np.ones(60, bool), left, ~left)]
-        gain = impurity_term(stats[0], criterion) - impurity_term(stats[1], criterion) - impurity_term(stats[2], criterion)
+        gain = (impurity_term(stats[0], criterion) - impurity_term(stats[1], criterion)
+                - impurity_term(stats[2], criterion))
         W = np.sum(w)
-        imp = [reference_term(y[m], w[m], criterion, 3) / np.sum(w[m]) for m in (np.ones(60, bool), left, ~left)]
+        imp = [reference_term(y[m], w[m], criterion, 3) / np.sum(w[m])
+               for m in (np.ones(60, bool), left, ~left)]
         decrease = imp[0] - np.sum(w[left]) / W * imp[1] - np.sum(w[~left]) / W * imp[2]
         # both sides are differences of O(W * scale) quantities: compare at that scale
         assert gain == pytest.approx(W * decrease, abs=1e-11 * W * (1 + np.max(y * y)))
@@ -121,8 +131,11 @@ def test_split_gain_equals_weighted_impurity_decrease() -> None:
 
 @pytest.mark.parametrize("kind", ["gini", "entropy", "squared_error"])
 def test_node_impurities_match_scikit_learn(kind: str) -> None:
-    """scikit-learn's tree_.impurity of every node times its weighted sample count equals impurity_term of
-    the node's statistics, gathered here from the training samples that reach it (decision_path)."""
+    """scikit-learn's tree_.impurity of every node, times its weight, equals impurity_term.
+
+    Its weight is its weighted sample count; the node's statistics are gathered here from the training samples
+    that reach it (decision_path).
+    """
     from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
     rng = np.random.default_rng(7)
@@ -144,7 +157,8 @@ def test_node_impurities_match_scikit_learn(kind: str) -> None:
         weight = stats_weight(stats, criterion)
         assert weight == t.weighted_n_node_samples[node]
         # scikit-learn sums in its own order (and in float64 for squared error): compare at the term scale
-        assert impurity_term(stats, criterion) / weight == pytest.approx(t.impurity[node], rel=1e-9, abs=1e-12)
+        assert impurity_term(stats, criterion) / weight == pytest.approx(t.impurity[node],
+                                                                         rel=1e-9, abs=1e-12)
 
 
 @pytest.mark.parametrize("criterion", CLASSIFICATION)

@@ -1,7 +1,9 @@
-"""Partition kernels (fedcore/trees/partition.py) against plain Python: which samples go left under a split,
-how those bits are packed and merged across owners, and how a level's samples are regrouped into the
-children's segments (stably, over several levels, with the double buffer swapped each time). All
-comparisons are exact: these kernels only move integers around."""
+"""Partition kernels (fedcore/trees/partition.py) against plain Python.
+
+Which samples go left under a split, how those bits are packed and merged across owners, and how a level's
+samples are regrouped into the children's segments (stably, over several levels, with the double buffer
+swapped each time). All comparisons are exact: these kernels only move integers around.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +25,10 @@ MISSING = MISSING_BIN
 
 
 def goes_left(code: int, bin_: int, missing_left: bool, is_cat: bool, bits: np.ndarray) -> bool:
-    """The documented test on a bin code: missing -> missing_left; categorical -> code in the bitset;
-    numeric -> code <= bin."""
+    """The documented test on a bin code.
+
+    Missing -> missing_left; categorical -> code in the bitset; numeric -> code <= bin.
+    """
     if code == MISSING:
         return bool(missing_left)
     if is_cat:
@@ -55,8 +59,8 @@ def random_splits(rng: np.random.Generator, n_nodes: int, codes: np.ndarray, is_
     bins = rng.integers(0, 255, n_nodes).astype(np.int32)
     bins[::5] = MISSING - 1  # every value left
     missing_left = rng.random(n_nodes) < 0.5
-    cat_bits = rng.integers(0, 2**63, (n_nodes, 4), dtype=np.uint64) | (rng.integers(0, 2, (n_nodes, 4)).astype(np.uint64)
-                                                                       << np.uint64(63))
+    cat_bits = (rng.integers(0, 2**63, (n_nodes, 4), dtype=np.uint64)
+                | (rng.integers(0, 2, (n_nodes, 4)).astype(np.uint64) << np.uint64(63)))
     return feats, bins, missing_left, is_cat_column[feats], cat_bits
 
 
@@ -99,8 +103,10 @@ def test_pack_split_bits_matches_the_test_row_by_row(seed: int) -> None:
 
 
 def test_pack_split_bits_on_every_code() -> None:
-    """Each code 0..255 once, under a numeric cut at 100 and a categorical set of the odd codes above 60:
-    the boundaries (bin itself, bin + 1, 63/64 word edges, 254, missing) land on the right side."""
+    """Each code 0..255 once, under a numeric cut at 100 and a categorical set of the odd codes above 60.
+
+    The boundaries (bin itself, bin + 1, 63/64 word edges, 254, missing) land on the right side.
+    """
     codes = np.asfortranarray(np.arange(256, dtype=np.uint8)[:, None])
     odd = sum(1 << c for c in range(61, 255, 2))
     cat_bits = np.array([[(odd >> (64 * k)) & (2**64 - 1) for k in range(4)]] * 2, dtype=np.uint64)
@@ -128,7 +134,8 @@ def test_apply_partition_is_a_stable_partition_of_split_nodes_only() -> None:
     packed = pack([m.tolist() for m in masks])
     offsets = offsets_from_lengths(node_byte_lengths(starts, ends))
     new_order, new_weight, new_target = np.full(n, -7, np.int32), np.full(n, -7, np.int32), np.full(n, np.nan)
-    n_left = apply_partition(order, weight, target, new_order, new_weight, new_target, starts, ends, packed, offsets)
+    n_left = apply_partition(order, weight, target, new_order, new_weight, new_target, starts, ends,
+                             packed, offsets)
     assert n_left.tolist() == [int(m.sum()) for m in masks]
     untouched = np.ones(n, bool)
     for k, (s, e) in enumerate(zip(starts, ends, strict=True)):
@@ -147,7 +154,8 @@ def test_scatter_node_bytes_places_each_owners_blocks() -> None:
     lengths = node_byte_lengths(*segments(SIZES))
     owner = rng.integers(0, 2, len(SIZES)) * 2  # owners 0 and 2; owner 1 owns no node
     blocks = [rng.integers(0, 256, n).astype(np.uint8) for n in lengths]
-    pieces = [(owner == p, np.concatenate([np.zeros(0, np.uint8)] + [blocks[i] for i in np.flatnonzero(owner == p)]))
+    pieces = [(owner == p,
+               np.concatenate([np.zeros(0, np.uint8)] + [blocks[i] for i in np.flatnonzero(owner == p)]))
               for p in range(3)]
     merged, offsets = scatter_node_bytes(pieces, lengths)
     np.testing.assert_array_equal(offsets, offsets_from_lengths(lengths))
@@ -158,8 +166,11 @@ def test_scatter_node_bytes_places_each_owners_blocks() -> None:
 
 @pytest.mark.parametrize("n_draws", [None, 1, 37, 150])
 def test_bootstrap_roots(n_draws: int | None) -> None:
-    """Each tree's root segment: the rows drawn at least once, ascending, weighted by their draw counts,
-    carrying their labels; all rows with weight 1 without bootstrap."""
+    """Each tree's root segment.
+
+    The rows drawn at least once, ascending, weighted by their draw counts, carrying their labels; all rows
+    with weight 1 without bootstrap.
+    """
     y = np.arange(100, dtype=np.float64) * 0.5
     trees = [0, 3, 4]
     part = SamplePartition.bootstrap(11, trees, y, n_draws)
@@ -176,8 +187,11 @@ def test_bootstrap_roots(n_draws: int | None) -> None:
 
 
 def test_partition_over_several_levels_matches_lists() -> None:
-    """Five levels of random splits (some nodes stop, some children are empty) against a list-of-lists
-    model of the open nodes: children replace their parent in place, left before right, samples stable."""
+    """Five levels of random splits against a list-of-lists model of the open nodes.
+
+    Some nodes stop, some children are empty; children replace their parent in place, left before right,
+    samples stable.
+    """
     rng = np.random.default_rng(8)
     y = rng.normal(size=120)
     part = SamplePartition.bootstrap(2, [0, 1, 2], y, 120)

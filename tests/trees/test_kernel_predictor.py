@@ -1,6 +1,8 @@
-"""Prediction kernels (fedcore/trees/predictor.py) against plain Python walks over random partial forests:
-threshold prefix bitmaps, each party's one-round leaf sets (its own tests, both branches elsewhere), their
-intersection, node-by-node routing, and column encoding. All comparisons are exact (bit sets and slots).
+"""Prediction kernels (fedcore/trees/predictor.py) against plain Python walks over random forests.
+
+Random partial forests: threshold prefix bitmaps, each party's one-round leaf sets (its own tests, both
+branches elsewhere), their intersection, node-by-node routing, and column encoding. All comparisons are exact
+(bit sets and slots).
 """
 
 from __future__ import annotations
@@ -42,8 +44,11 @@ test_left.__test__ = False  # a helper, not a test
 
 @dataclass
 class Forest:
-    """A random forest structure (sorted by tree, node; breadth-first ids) and, per party, its partial
-    view: owner per node, and per party the arrays of PartialForest (feature -1 off its own nodes)."""
+    """A random forest structure and, per party, its partial view.
+
+    The structure is sorted by tree, node, with breadth-first ids; the view: owner per node, and per party the
+    arrays of PartialForest (feature -1 off its own nodes).
+    """
 
     tree: np.ndarray
     left: np.ndarray
@@ -98,8 +103,9 @@ def random_forest(seed: int, n_rows: int, n_parties: int = 3, n_trees: int = 6, 
         threshold = np.where(mine & ~is_cat, rng.choice(GRID[1:], n), np.nan)
         parties.append({
             "feature": feature, "threshold": threshold, "missing_left": mine & (rng.random(n) < 0.5),
-            "is_cat": is_cat, "cat_bits": np.where(is_cat[:, None], rng.integers(0, 2**63, (n, 4), dtype=np.uint64)
-                                                  * np.uint64(2) + np.uint64(1), np.uint64(0)).astype(np.uint64),
+            "is_cat": is_cat,
+            "cat_bits": np.where(is_cat[:, None], rng.integers(0, 2**63, (n, 4), dtype=np.uint64)
+                                * np.uint64(2) + np.uint64(1), np.uint64(0)).astype(np.uint64),
         })
         Xs.append(X)
         cats.append(is_cat_column)
@@ -110,12 +116,15 @@ def node_test(forest: Forest, p: int, g: int, row: int) -> bool:
     """Does `row` go left at global node g, by party p's test (p must own g)?"""
     a = forest.parties[p]
     f = a["feature"][g]
-    return test_left(forest.X[p][row, f], a["threshold"][g], a["missing_left"][g], a["is_cat"][g], a["cat_bits"][g])
+    return test_left(forest.X[p][row, f], a["threshold"][g], a["missing_left"][g], a["is_cat"][g],
+                     a["cat_bits"][g])
 
 
 def reached_leaves(forest: Forest, p: int | None, t: int, row: int) -> list[int]:
-    """Global leaf nodes `row` reaches in tree t following party p's tests on its nodes and both branches
-    elsewhere; p None: every owner's test (the full-information walk, one leaf)."""
+    """Global leaf nodes `row` reaches in tree t, following party p's tests on its nodes.
+
+    Both branches elsewhere; p None: every owner's test (the full-information walk, one leaf).
+    """
     base = int(np.searchsorted(forest.tree, t))
     out, stack = [], [0]
     while stack:
@@ -145,9 +154,9 @@ def party_sets(forest: Forest, p: int) -> np.ndarray:
     index = ThresholdIndex(a["feature"], a["threshold"], a["is_cat"], forest.X[p].shape[1])
     prefix, missing = index.bitmaps(forest.X[p])
     leaf_offsets, _, slot = leaf_numbering(forest.tree, forest.left, forest.n_trees)
-    return leaf_row_sets(forest.X[p], prefix, missing, index.node_row, tree_offsets(forest.tree, forest.n_trees),
-                         forest.left, forest.right, a["feature"], a["missing_left"], a["is_cat"], a["cat_bits"],
-                         leaf_offsets, slot)
+    return leaf_row_sets(forest.X[p], prefix, missing, index.node_row,
+                         tree_offsets(forest.tree, forest.n_trees), forest.left, forest.right, a["feature"],
+                         a["missing_left"], a["is_cat"], a["cat_bits"], leaf_offsets, slot)
 
 
 ROW_COUNTS = [1, 63, 64, 65, 130]
@@ -155,8 +164,11 @@ ROW_COUNTS = [1, 63, 64, 65, 130]
 
 @pytest.mark.parametrize("n_rows", ROW_COUNTS)
 def test_threshold_bitmaps_are_prefix_tests(n_rows: int) -> None:
-    """prefix[base[f] + k] holds exactly the rows with x <= k-th distinct threshold of feature f (NaN never),
-    missing[f] the NaN rows; every owned numeric node points at its own threshold; tail bits stay 0."""
+    """Each prefix bitmap holds exactly the rows at or below its threshold.
+
+    prefix[base[f] + k] holds the rows with x <= k-th distinct threshold of feature f (NaN never), missing[f]
+    the NaN rows; every owned numeric node points at its own threshold; tail bits stay 0.
+    """
     forest = random_forest(n_rows, n_rows)
     for p, a in enumerate(forest.parties):
         X = forest.X[p]
@@ -169,7 +181,8 @@ def test_threshold_bitmaps_are_prefix_tests(n_rows: int) -> None:
             for k, t in enumerate(index.thresholds[f]):
                 rows = [r for r in range(n_rows) if not np.isnan(X[r, f]) and X[r, f] <= t]
                 np.testing.assert_array_equal(prefix[index.base[f] + k], pack_rows(rows, n_rows))
-            np.testing.assert_array_equal(missing[f], pack_rows(list(np.flatnonzero(np.isnan(X[:, f]))), n_rows))
+            np.testing.assert_array_equal(missing[f],
+                                          pack_rows(list(np.flatnonzero(np.isnan(X[:, f]))), n_rows))
         for g in range(len(a["feature"])):
             if a["feature"][g] >= 0 and not a["is_cat"][g]:
                 assert index.flat[index.node_row[g]] == a["threshold"][g]
@@ -187,7 +200,8 @@ def test_leaf_row_sets_match_a_walk_with_both_branches_off_own_nodes(n_rows: int
         for t in range(forest.n_trees):
             for row in range(n_rows):
                 for g in reached_leaves(forest, p, t, row):
-                    expected[int(np.flatnonzero(leaf_nodes == g)[0]), row // 64] |= np.uint64(1) << np.uint64(row % 64)
+                    leaf = int(np.flatnonzero(leaf_nodes == g)[0])
+                    expected[leaf, row // 64] |= np.uint64(1) << np.uint64(row % 64)
         np.testing.assert_array_equal(got, expected)
         assert got.shape == (leaf_offsets[-1], (n_rows + 63) // 64)
 
@@ -232,18 +246,23 @@ def test_route_step_is_the_owner_test() -> None:
         owned = np.flatnonzero(a["feature"] >= 0)
         rows = rng.integers(0, n_rows, 500)
         nodes = rng.choice(owned, 500)
-        got = route_step(forest.X[p], rows, nodes, a["feature"], a["threshold"], a["missing_left"], a["is_cat"],
-                         a["cat_bits"])
+        got = route_step(forest.X[p], rows, nodes, a["feature"], a["threshold"], a["missing_left"],
+                         a["is_cat"], a["cat_bits"])
         assert got.dtype == np.uint8
-        np.testing.assert_array_equal(got, [node_test(forest, p, g, r) for r, g in zip(rows, nodes, strict=True)])
+        np.testing.assert_array_equal(got,
+                                      [node_test(forest, p, g, r) for r, g in zip(rows, nodes, strict=True)])
 
 
 def test_training_partition_and_prediction_routing_agree() -> None:
-    """A split chosen on bin codes (code <= bin, as pack_split_bits) and the same split at prediction time
-    on raw values (x <= threshold_value(bin), as route_step) send every training row the same way, for
-    every bin including 254 (all values left), both missing directions and categorical sets."""
+    """A split on bin codes and the same split on raw values send every training row the same way.
+
+    Training splits on codes (code <= bin, as pack_split_bits), prediction on raw values (x <=
+    threshold_value(bin), as route_step); for every bin including 254 (all values left), both missing
+    directions and categorical sets.
+    """
     rng = np.random.default_rng(21)
-    frame = pd.DataFrame({"x": rng.normal(size=300).round(2), "c": rng.choice(list("pqrstu"), 300).astype(object)})
+    frame = pd.DataFrame({"x": rng.normal(size=300).round(2),
+                          "c": rng.choice(list("pqrstu"), 300).astype(object)})
     frame.loc[rng.random(300) < 0.1, "x"] = np.nan
     frame.loc[rng.random(300) < 0.1, "c"] = None
     columns = [fit_column(frame[name], max_bins=16) for name in ("x", "c")]
@@ -260,9 +279,10 @@ def test_training_partition_and_prediction_routing_agree() -> None:
         missing_left = np.full(n, ml)
         starts, ends = np.zeros(n, np.int64), np.full(n, 300, np.int64)
         offsets = offsets_from_lengths(node_byte_lengths(starts, ends))
-        packed = pack_split_bits(codes, np.arange(300, dtype=np.int32), starts, ends, feats, bins, missing_left,
-                                 is_cat, cat_bits, offsets)
-        threshold = np.array([columns[0].threshold_value(int(b)) if not c else np.nan for b, c in zip(bins, is_cat, strict=True)])
+        packed = pack_split_bits(codes, np.arange(300, dtype=np.int32), starts, ends, feats, bins,
+                                 missing_left, is_cat, cat_bits, offsets)
+        threshold = np.array([columns[0].threshold_value(int(b)) if not c else np.nan
+                              for b, c in zip(bins, is_cat, strict=True)])
         rows = np.tile(np.arange(300), n)
         nodes = np.repeat(np.arange(n), 300)
         routed = route_step(X, rows, nodes, feats, threshold, missing_left, is_cat, cat_bits)
@@ -271,8 +291,10 @@ def test_training_partition_and_prediction_routing_agree() -> None:
 
 
 def test_encode_columns() -> None:
-    """Numbers as numbers (unparseable -> NaN), categories as vocabulary codes (unknown or missing -> NaN),
-    in a Fortran-ordered float64 matrix."""
+    """Numbers as numbers, categories as vocabulary codes, in a Fortran-ordered float64 matrix.
+
+    Unparseable numbers, and unknown or missing categories, become NaN.
+    """
     frame = pd.DataFrame({
         "n": pd.Series([1.5, None, "7", "x", -2], dtype=object),
         "c": pd.Series(["b", "zz", None, "a", "b"], dtype=object),

@@ -31,9 +31,12 @@ ALL_VALUES_LEFT = MISSING_BIN - 1  # the bin a numeric split reports when every 
 
 
 def gain_tolerance(y: np.ndarray, w: np.ndarray, criterion: int, n_classes: int) -> float:
-    """Absolute tolerance on a gain: the kernel subtracts terms of size up to W (x log2 C for entropy) or
-    sum w*y^2 (squared error, sum-of-squares form) that carry a few ulps each; 1e-12 of that scale is ~100x
-    the rounding error at these sizes and far below the gap between two genuinely different gains."""
+    """Absolute tolerance on a gain.
+
+    The kernel subtracts terms of size up to W (x log2 C for entropy) or sum w*y^2 (squared error,
+    sum-of-squares form) that carry a few ulps each; 1e-12 of that scale is ~100x the rounding error at these
+    sizes and far below the gap between two genuinely different gains.
+    """
     W = float(np.sum(w))
     if criterion == SQUARED_ERROR:
         return 1e-12 * max(1.0, W * (1.0 + float(np.max(y * y, initial=0.0))))
@@ -41,8 +44,10 @@ def gain_tolerance(y: np.ndarray, w: np.ndarray, criterion: int, n_classes: int)
 
 
 def side_terms(masks: np.ndarray, y: np.ndarray, w: np.ndarray, criterion: int, n_classes: int) -> np.ndarray:
-    """reference_term of the samples selected by each row of `masks` ((m, n) bool), vectorised: class
-    weights (or the mean) of each side summed over its samples, then the same definitions."""
+    """reference_term of the samples selected by each row of `masks` ((m, n) bool), vectorised.
+
+    Class weights (or the mean) of each side summed over its samples, then the same definitions.
+    """
     m = masks.astype(np.float64) * w[None, :]
     total = m.sum(axis=1)
     safe = np.where(total > 0, total, 1.0)
@@ -56,7 +61,8 @@ def side_terms(masks: np.ndarray, y: np.ndarray, w: np.ndarray, criterion: int, 
         return total * -np.sum(np.where(p > 0, p * np.log2(p), 0.0), axis=1)
 
 
-def split_gains(masks: np.ndarray, y: np.ndarray, w: np.ndarray, criterion: int, n_classes: int) -> np.ndarray:
+def split_gains(masks: np.ndarray, y: np.ndarray, w: np.ndarray, criterion: int,
+                n_classes: int) -> np.ndarray:
     """Parent term minus both children's terms, per row of `masks` (True: goes left)."""
     parent = reference_term(y, w, criterion, n_classes)
     return (parent - side_terms(masks, y, w, criterion, n_classes)
@@ -75,9 +81,11 @@ class Candidate:
 
 
 def _first_admissible(masks: np.ndarray, codes: np.ndarray, w: np.ndarray, min_leaf: float) -> list[int]:
-    """Rows of `masks` (in scan order) that are the first occurrence of an admissible partition: both
-    sides non-empty and at least min_leaf heavy; a side of missing values alone goes right (its mirror,
-    all values left and missing right, is the same split and the one the kernel writes)."""
+    """Rows of `masks` (in scan order) that are the first occurrence of an admissible partition.
+
+    Both sides non-empty and at least min_leaf heavy; a side of missing values alone goes right (its mirror,
+    all values left and missing right, is the same split and the one the kernel writes).
+    """
     values = codes != MISSING
     left_weight = masks.astype(np.float64) @ w
     ok = (masks.any(axis=1) & ~masks.all(axis=1) & (masks & values[None, :]).any(axis=1)
@@ -101,8 +109,11 @@ def _reported_missing_left(codes: np.ndarray, w: np.ndarray, left: np.ndarray, m
 
 def numeric_candidates(codes: np.ndarray, y: np.ndarray, w: np.ndarray, criterion: int, n_classes: int,
                        min_leaf: float) -> list[Candidate]:
-    """Every threshold b in 0..254 (left iff code <= b) and missing direction, lowest b first and missing
-    right before missing left, one entry per distinct partition (its first occurrence)."""
+    """Every threshold b in 0..254 (left iff code <= b) and missing direction, once per partition.
+
+    Lowest b first and missing right before missing left, one entry per distinct partition (its first
+    occurrence).
+    """
     thresholds = np.repeat(np.arange(MISSING), 2)
     ml = np.tile([False, True], MISSING)
     masks = np.where(codes[None, :] == MISSING, ml[:, None], codes[None, :] <= thresholds[:, None])
@@ -116,17 +127,22 @@ def numeric_candidates(codes: np.ndarray, y: np.ndarray, w: np.ndarray, criterio
         # the kernel's threshold: halfway (rounded down) between the node's neighbouring occupied bins
         reported = ALL_VALUES_LEFT if len(right_values) == 0 else (int(values[values <= b].max())
                                                                     + int(right_values.min()) - 1) // 2
-        out.append(Candidate(left, float(gain), _reported_missing_left(codes, w, left, bool(ml[r])), reported, None))
+        out.append(Candidate(left, float(gain), _reported_missing_left(codes, w, left, bool(ml[r])),
+                             reported, None))
     return out
 
 
 def category_orderings(codes: np.ndarray, y: np.ndarray, w: np.ndarray, criterion: int,
                        n_classes: int) -> list[list[int]]:
-    """The documented orderings of the node's categories: by mean target (regression), by share of class 1
-    (two classes), else one ordering per class by its share; ties keep ascending codes."""
+    """The documented orderings of the node's categories.
+
+    By mean target (regression), by share of class 1 (two classes), else one ordering per class by its share;
+    ties keep ascending codes.
+    """
     present = sorted(set(codes[codes != MISSING].tolist()))
     if criterion == SQUARED_ERROR:
-        keys = [{c: float(np.sum(w[codes == c] * y[codes == c])) / float(np.sum(w[codes == c])) for c in present}]
+        keys = [{c: float(np.sum(w[codes == c] * y[codes == c])) / float(np.sum(w[codes == c]))
+                 for c in present}]
     else:
         classes = [1] if n_classes == 2 else range(n_classes)
         keys = [{c: float(np.sum(w[(codes == c) & (y == k)])) / float(np.sum(w[codes == c])) for c in present}
@@ -155,7 +171,8 @@ def categorical_candidates(codes: np.ndarray, y: np.ndarray, w: np.ndarray, crit
             for r, g in zip(keep, gains, strict=True)]
 
 
-def all_subset_gains(codes: np.ndarray, y: np.ndarray, w: np.ndarray, criterion: int, n_classes: int) -> np.ndarray:
+def all_subset_gains(codes: np.ndarray, y: np.ndarray, w: np.ndarray, criterion: int,
+                     n_classes: int) -> np.ndarray:
     """Gain of every partition of {categories present} + {missing} into two non-empty sides."""
     present = sorted(set(codes[codes != MISSING].tolist()))
     masks = []
@@ -170,8 +187,10 @@ def all_subset_gains(codes: np.ndarray, y: np.ndarray, w: np.ndarray, criterion:
 
 
 def kernel_left(codes: np.ndarray, split: NodeSplits, i: int) -> np.ndarray:
-    """Which samples go left under the kernel's split of node i (missing: missing_left; categorical: bit
-    set; numeric: code <= bin)."""
+    """Which samples go left under the kernel's split of node i.
+
+    Missing: missing_left; categorical: bit set; numeric: code <= bin.
+    """
     if split.is_categorical[i]:
         bits = split.cat_bits[i]
         member = np.array([(int(bits[c >> 6]) >> (c & 63)) & 1 for c in codes.tolist()], dtype=bool)
@@ -226,9 +245,12 @@ class Problem:
 
 
 def feature_columns(rng: np.random.Generator, n_rows: int) -> tuple[list[np.ndarray], list[bool]]:
-    """Columns of codes covering the interesting shapes: few spread-out bins with missing values, >48
-    distinct bins (the kernel's full-scan path), no missing, constant, categoricals with low and with
-    high codes (all four bitset words), and a categorical with missing values."""
+    """Columns of codes covering the interesting shapes.
+
+    Few spread-out bins with missing values, >48 distinct bins (the kernel's full-scan path), no missing,
+    constant, categoricals with low and with high codes (all four bitset words), and a categorical with
+    missing values.
+    """
     def spread(choices: np.ndarray, missing_rate: float) -> np.ndarray:
         col = rng.choice(choices, n_rows).astype(np.uint8)
         col[rng.random(n_rows) < missing_rate] = MISSING
@@ -249,8 +271,10 @@ def feature_columns(rng: np.random.Generator, n_rows: int) -> tuple[list[np.ndar
 def random_problem(seed: int, criterion: int, n_classes: int, min_leaf: float,
                    sizes: tuple[int, ...] = (0, 1, 2, 2, 3, 4, 5, 8, 13, 21, 40, 90, 250) * 2,
                    constant_label: bool = False) -> Problem:
-    """Nodes of the given sizes (distinct rows each, weights 1..3), each with a random subset of the
-    features in random local order and ascending, gapped ranks, as the master sends them."""
+    """Nodes of the given sizes, each with a random subset of the features, as the master sends them.
+
+    Distinct rows each, weights 1..3; the features in random local order with ascending, gapped ranks.
+    """
     rng = np.random.default_rng(seed)
     n_rows = 300
     columns, cats = feature_columns(rng, n_rows)
@@ -258,7 +282,8 @@ def random_problem(seed: int, criterion: int, n_classes: int, min_leaf: float,
     if criterion == SQUARED_ERROR:
         y = rng.normal(0.0, 3.0, n_rows).round(3) if not constant_label else np.full(n_rows, 2.5)
     else:
-        y = rng.integers(0, n_classes, n_rows).astype(np.float64) if not constant_label else np.full(n_rows, 1.0)
+        y = (rng.integers(0, n_classes, n_rows).astype(np.float64) if not constant_label
+             else np.full(n_rows, 1.0))
     order = np.concatenate([np.zeros(0, np.int64)] + [rng.choice(n_rows, s, replace=False) for s in sizes])
     order = order.astype(np.int32)
     ends = np.cumsum(sizes).astype(np.int64)
@@ -281,9 +306,11 @@ def random_problem(seed: int, criterion: int, n_classes: int, min_leaf: float,
 
 
 def check_against_brute_force(problem: Problem, splits: NodeSplits) -> int:
-    """Each node: gain = the best brute-force gain over its candidate features; the reported split is one of
-    the brute-force optima, written as the kernel documents (rows left, bin, bits, missing side, rank).
-    Returns how many nodes split (so callers can check the case was not vacuous)."""
+    """Each node: gain = the best brute-force gain over its candidate features.
+
+    The reported split is one of the brute-force optima, written as the kernel documents (rows left, bin,
+    bits, missing side, rank). Returns how many nodes split (so callers can check the case was not vacuous).
+    """
     n_split = 0
     for i in range(len(problem.starts)):
         rows, w, y = problem.node(i)
@@ -300,8 +327,8 @@ def check_against_brute_force(problem: Problem, splits: NodeSplits) -> int:
         n_split += 1
         best, tol = max(gains), gain_tolerance(y, w, problem.criterion, problem.n_classes)
         assert abs(splits.gain[i] - best) <= tol, (i, splits.gain[i], best)
-        q = problem.feat_ptr[i] + int(np.flatnonzero(problem.feat_rank[problem.feat_ptr[i]:problem.feat_ptr[i + 1]]
-                                                     == splits.rank[i])[0])
+        ranks = problem.feat_rank[problem.feat_ptr[i]:problem.feat_ptr[i + 1]]
+        q = problem.feat_ptr[i] + int(np.flatnonzero(ranks == splits.rank[i])[0])
         f = problem.feat_local[q]
         assert splits.feature[i] == f and splits.is_categorical[i] == problem.is_cat[f]
         codes = problem.codes[rows, f]
@@ -311,7 +338,8 @@ def check_against_brute_force(problem: Problem, splits: NodeSplits) -> int:
         chosen = match[0]
         assert chosen.gain >= best - tol, f"node {i}: the kernel's split is not optimal"
         assert splits.missing_left[i] == chosen.missing_left and splits.bin[i] == chosen.bin, i
-        expected_bits = category_bits(chosen.categories) if chosen.categories is not None else np.zeros(4, np.uint64)
+        expected_bits = (category_bits(chosen.categories) if chosen.categories is not None
+                         else np.zeros(4, np.uint64))
         np.testing.assert_array_equal(splits.cat_bits[i], expected_bits)
     return n_split
 
@@ -325,7 +353,8 @@ def check_totals(problem: Problem, totals: np.ndarray) -> None:
             expected = [np.sum(w), np.sum(w * y), np.sum(w * y * y)]
             np.testing.assert_allclose(totals[i], expected, rtol=1e-13, atol=1e-12)  # summation order only
         else:
-            np.testing.assert_array_equal(totals[i], np.bincount(y.astype(int), weights=w, minlength=problem.n_classes))
+            np.testing.assert_array_equal(totals[i],
+                                          np.bincount(y.astype(int), weights=w, minlength=problem.n_classes))
 
 
 CASES = [(GINI, 2), (GINI, 3), (GINI, 5), (ENTROPY, 2), (ENTROPY, 4), (SQUARED_ERROR, 0)]
@@ -355,8 +384,11 @@ def test_min_leaf_zero_and_huge(criterion: int, n_classes: int) -> None:
 
 @pytest.mark.parametrize(("criterion", "n_classes"), [(GINI, 2), (ENTROPY, 2), (SQUARED_ERROR, 0)])
 def test_category_prefix_search_finds_the_best_subset(criterion: int, n_classes: int) -> None:
-    """Two classes or squared error: the best prefix of the sorted categories is the best of all 2^k
-    subsets with missing on either side (Breiman's theorem), so the kernel's gain equals the exhaustive one."""
+    """Two classes or squared error.
+
+    The best prefix of the sorted categories is the best of all 2^k subsets with missing on either side
+    (Breiman's theorem), so the kernel's gain equals the exhaustive one.
+    """
     problem = random_problem(31 + criterion, criterion, n_classes, 1.0, sizes=(2, 5, 9, 30, 80, 150))
     checked = 0
     for i in range(len(problem.starts)):
@@ -392,9 +424,11 @@ def test_many_class_category_search_never_beats_the_exhaustive_best() -> None:
 
 @pytest.mark.parametrize(("criterion", "n_classes"), [(GINI, 3), (ENTROPY, 2)])
 def test_pure_nodes_tie_everywhere_and_keep_the_first_candidate(criterion: int, n_classes: int) -> None:
-    """All rows one class: every split gains exactly 0.0 (pure terms are exact), so the documented order
-    decides alone: first feature in rank order, its lowest threshold (or first category prefix), missing
-    right."""
+    """All rows one class: every split gains exactly 0.0, so the documented order decides alone.
+
+    Pure terms are exact. The winner: first feature in rank order, its lowest threshold (or first category
+    prefix), missing right.
+    """
     problem = random_problem(55, criterion, n_classes, 1.0, sizes=(1, 2, 7, 60), constant_label=True)
     splits, _ = problem.run()
     for i in range(len(problem.starts)):
@@ -403,7 +437,8 @@ def test_pure_nodes_tie_everywhere_and_keep_the_first_candidate(criterion: int, 
         for q in range(problem.feat_ptr[i], problem.feat_ptr[i + 1]):
             f = problem.feat_local[q]
             enumerate_ = categorical_candidates if problem.is_cat[f] else numeric_candidates
-            found = enumerate_(problem.codes[rows, f], y, w, criterion, n_classes, 1.0) if len(rows) >= 2 else []
+            found = (enumerate_(problem.codes[rows, f], y, w, criterion, n_classes, 1.0) if len(rows) >= 2
+                     else [])
             candidates += [(q, c) for c in found]
         if not candidates:
             assert splits.gain[i] == -np.inf
@@ -412,14 +447,17 @@ def test_pure_nodes_tie_everywhere_and_keep_the_first_candidate(criterion: int, 
         assert splits.gain[i] == 0.0 and splits.rank[i] == problem.feat_rank[q]
         assert splits.feature[i] == problem.feat_local[q] and splits.bin[i] == first.bin
         assert splits.missing_left[i] == first.missing_left
-        np.testing.assert_array_equal(kernel_left(problem.codes[rows, splits.feature[i]], splits, i), first.left)
+        np.testing.assert_array_equal(kernel_left(problem.codes[rows, splits.feature[i]], splits, i),
+                                      first.left)
 
 
 def test_single_class_categories_keep_ascending_codes() -> None:
-    """One class: every category's share is 1.0, a tie, so the order is ascending codes and the first
-    candidate (all gains are exactly 0) is the prefix {63}, with missing to the heavier side (right).
-    Unreachable through the estimators (check_label refuses single-class labels) and harmless there
-    (gain 0 never splits), but the kernel reads outside its histogram."""
+    """One class: every category's share is 1.0, a tie, so the order is ascending codes.
+
+    The first candidate (all gains are exactly 0) is the prefix {63}, with missing to the heavier side
+    (right). Unreachable through the estimators (check_label refuses single-class labels) and harmless there
+    (gain 0 never splits), but the kernel reads outside its histogram.
+    """
     splits, _ = one_node([[63, 64, 64, 127]], [0, 0, 0, 0], n_classes=1, is_cat=[True]).run()
     assert splits.gain[0] == 0.0 and not splits.missing_left[0]
     np.testing.assert_array_equal(splits.cat_bits[0], category_bits(frozenset({63})))
@@ -441,23 +479,33 @@ def one_node(columns: list[list[int]], y: list[float], w: list[int] | None = Non
 
 
 def test_equal_gains_keep_the_lowest_threshold() -> None:
-    """Classes A B B A on bins 10 20 30 40: cutting after 10 or after 30 both leave one pure child (the
-    same gain to the bit); the lower threshold wins, written halfway between bins 10 and 20."""
+    """Classes A B B A on bins 10 20 30 40.
+
+    Cutting after 10 or after 30 both leave one pure child (the same gain to the bit); the lower threshold
+    wins, written halfway between bins 10 and 20.
+    """
     splits, _ = one_node([[10, 20, 30, 40]], [0, 1, 1, 0]).run()
     assert splits.gain[0] == 2.0 - (3.0 - 5.0 / 3.0)
-    assert splits.bin[0] == 14 and not splits.missing_left[0]  # no missing: the heavier child (3 rows) is right
+    # no missing: the heavier child (3 rows) is right
+    assert splits.bin[0] == 14 and not splits.missing_left[0]
 
 
 def test_equal_gains_prefer_missing_right() -> None:
-    """Classes 0 | 1 | missing=2: (0 | 1,2), (0,2 | 1) and (0,1 | 2) all gain exactly 1.0; the first in
-    scan order (cut after bin 5, missing right) wins."""
+    """Classes 0 | 1 | missing=2.
+
+    (0 | 1,2), (0,2 | 1) and (0,1 | 2) all gain exactly 1.0; the first in scan order (cut after bin 5, missing
+    right) wins.
+    """
     splits, _ = one_node([[5, 9, MISSING]], [0, 1, 2]).run()
     assert splits.gain[0] == 1.0 and splits.bin[0] == (5 + 9 - 1) // 2 and not splits.missing_left[0]
 
 
 def test_missing_alone_on_one_side_is_written_as_all_values_left() -> None:
-    """Values all class 0 and missing all class 1: the only pure split is values | missing, reported as
-    bin 254 with missing right (so any non-missing value, even an unseen bin, goes left)."""
+    """Values all class 0 and missing all class 1.
+
+    The only pure split is values | missing, reported as bin 254 with missing right (so any non-missing value,
+    even an unseen bin, goes left).
+    """
     splits, _ = one_node([[5, 9, 9, MISSING, MISSING]], [0, 0, 0, 1, 1]).run()
     assert splits.bin[0] == ALL_VALUES_LEFT and not splits.missing_left[0] and splits.gain[0] > 0
     splits, _ = one_node([[5, 9, 9, MISSING, MISSING]], [0, 0, 0, 1, 1], is_cat=[True]).run()
@@ -467,9 +515,12 @@ def test_missing_alone_on_one_side_is_written_as_all_values_left() -> None:
 
 @pytest.mark.parametrize(("w", "expected"), [([3, 1], True), ([1, 3], False), ([2, 2], True)])
 def test_without_missing_values_missing_goes_to_the_heavier_child(w: list[int], expected: bool) -> None:
-    """Bin 1 (class 0) | bin 2 (class 1) with the given weights: missing values, unseen in the node, follow
-    the heavier child, the left one on equal weights. (Categorical: the left set is {2} here, as category 2
-    comes first by class 0 share, so the heavier child is the other one.)"""
+    """Bin 1 (class 0) | bin 2 (class 1) with the given weights.
+
+    Missing values, unseen in the node, follow the heavier child, the left one on equal weights. (Categorical:
+    the left set is {2} here, as category 2 comes first by class 0 share, so the heavier child is the other
+    one.)
+    """
     splits, _ = one_node([[1, 2]], [0, 1], w).run()
     assert splits.bin[0] == 1 and splits.missing_left[0] == expected
     splits, _ = one_node([[1, 2]], [0, 1], w, is_cat=[True]).run()
@@ -477,8 +528,10 @@ def test_without_missing_values_missing_goes_to_the_heavier_child(w: list[int], 
 
 
 def test_identical_features_tie_by_rank_not_by_column() -> None:
-    """Three copies of one column (the same gains to the bit): the lowest rank wins, wherever the column
-    sits locally and however ranks are spaced."""
+    """Three copies of one column (the same gains to the bit).
+
+    The lowest rank wins, wherever the column sits locally and however ranks are spaced.
+    """
     col = [0, 3, 3, 7, MISSING, 9]
     y = [0, 0, 1, 1, 2, 2]
     problem = one_node([col, col, col], y, ranks=[4, 11, 12])
@@ -500,8 +553,10 @@ def test_min_leaf_is_a_weight_bound_on_both_children(min_leaf: float, splits_: b
 
 
 def test_nodes_of_fewer_than_two_rows_never_split() -> None:
-    """A single distinct row cannot split, however heavy (bootstrap weight 9); an empty node has zero
-    statistics and no split either."""
+    """A single distinct row cannot split, however heavy (bootstrap weight 9).
+
+    An empty node has zero statistics and no split either.
+    """
     problem = random_problem(3, GINI, 2, 0.0, sizes=(1, 0, 1))
     problem.weight[:] = 9
     splits, totals = problem.run()
@@ -526,8 +581,10 @@ def test_no_nodes_and_nodes_without_candidates() -> None:
 
 
 def test_categories_in_every_bitset_word() -> None:
-    """Categories 1, 64, 130, 254 with classes 0, 1, 0, 1: the left set is {1, 130} or {64, 254}, bits in
-    words 0 and 2 or 1 and 3."""
+    """Categories 1, 64, 130, 254 with classes 0, 1, 0, 1.
+
+    The left set is {1, 130} or {64, 254}, bits in words 0 and 2 or 1 and 3.
+    """
     splits, _ = one_node([[1, 64, 130, 254]], [0, 1, 0, 1], n_classes=2, is_cat=[True]).run()
     bits = [int(b) for b in splits.cat_bits[0]]
     assert bits in ([1 << 1, 0, 1 << 2, 0], [0, 1, 0, 1 << 62]) and splits.gain[0] == 2.0
@@ -545,8 +602,11 @@ def test_node_statistics_by_loop() -> None:
 
 
 def histograms_of(problem: Problem, rng: np.random.Generator, empty_bins: bool) -> tuple[np.ndarray, ...]:
-    """Per (node, feature) pair the CSR histogram a passive party's sums decrypt to: its bins in shuffled
-    order, optionally with zero-weight bins mixed in (as subtraction of sibling histograms leaves)."""
+    """Per (node, feature) pair the CSR histogram a passive party's sums decrypt to.
+
+    Its bins in shuffled order, optionally with zero-weight bins mixed in (as subtraction of sibling
+    histograms leaves).
+    """
     ptr, bins, stats = [0], [], []
     for i in range(len(problem.starts)):
         rows, w, y = problem.node(i)
@@ -574,8 +634,10 @@ def histograms_of(problem: Problem, rng: np.random.Generator, empty_bins: bool) 
 @pytest.mark.parametrize("empty_bins", [False, True])
 def test_histogram_entry_point_is_identical_to_the_plain_kernel(criterion: int, n_classes: int,
                                                                  empty_bins: bool) -> None:
-    """best_splits_from_histograms on the same statistics returns bit-identical splits. Regression targets
-    are multiples of 1/8 here so every histogram sum is exact whatever the summation order."""
+    """best_splits_from_histograms on the same statistics returns bit-identical splits.
+
+    Regression targets are multiples of 1/8 here so every histogram sum is exact whatever the summation order.
+    """
     problem = random_problem(17 * criterion + n_classes, criterion, n_classes, 2.0)
     if criterion == SQUARED_ERROR:
         problem.target = np.round(problem.target * 8) / 8

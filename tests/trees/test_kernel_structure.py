@@ -1,5 +1,7 @@
-"""Tree-table helpers (fedcore/trees/structure.py) against loops: tree offsets, the leaf numbering master
-and parties must agree on, and joining batches of a party's splits."""
+"""Tree-table helpers (fedcore/trees/structure.py) against loops.
+
+Tree offsets, the leaf numbering master and parties must agree on, and joining batches of a party's splits.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +11,10 @@ from fedcore.trees.structure import NO_CHILD, PartySplits, leaf_numbering, tree_
 
 
 def random_structure(seed: int, n_trees: int) -> tuple[np.ndarray, np.ndarray]:
-    """(tree, left) of n_trees trees numbered breadth first, sorted by (tree, node); some trees a lone leaf."""
+    """(tree, left) of n_trees trees numbered breadth first, sorted by (tree, node).
+
+    Some trees are a lone leaf.
+    """
     rng = np.random.default_rng(seed)
     tree, left = [], []
     for t in range(n_trees):
@@ -57,12 +62,14 @@ def test_party_splits_concatenate_and_empty() -> None:
     def batch(n: int) -> PartySplits:
         return PartySplits(rng.integers(0, 9, n).astype(np.int32), rng.integers(0, 9, n).astype(np.int32),
                            rng.integers(0, 9, n).astype(np.int32), rng.integers(-1, 254, n).astype(np.int32),
-                           rng.random(n) < 0.5, rng.random(n) < 0.5, rng.integers(0, 2**63, (n, 4), dtype=np.uint64))
+                           rng.random(n) < 0.5, rng.random(n) < 0.5,
+                           rng.integers(0, 2**63, (n, 4), dtype=np.uint64))
 
     parts = [batch(3), PartySplits.empty(), batch(5)]
     joined = PartySplits.concatenate(parts)
     for name in ("tree", "node", "feature", "bin", "missing_left", "is_categorical", "cat_bits"):
-        np.testing.assert_array_equal(getattr(joined, name), np.concatenate([getattr(p, name) for p in parts]))
+        np.testing.assert_array_equal(getattr(joined, name),
+                                      np.concatenate([getattr(p, name) for p in parts]))
         assert getattr(joined, name).dtype == getattr(parts[0], name).dtype
     empty = PartySplits.concatenate([])
     assert len(empty.tree) == 0 and empty.cat_bits.shape == (0, 4) and empty.cat_bits.dtype == np.uint64

@@ -1,6 +1,8 @@
-"""Regression pins: a small forest of every algorithm and mode, trained with a fixed seed, hashes to the
-digest the engine produced before the one-grower refactor (issue #12). A refactor of growth, batching
-or kernels that changes a single node, threshold, weight or value fails here.
+"""Regression pins: a small forest of every algorithm and mode hashes to its recorded digest.
+
+Each is trained with a fixed seed; the digests are those the engine produced before the one-grower refactor
+(issue #12). A refactor of growth, batching or kernels that changes a single node, threshold, weight or value
+fails here.
 
 The cases use gini / squared error (only +, -, *, / and comparisons on counts: the same bits on every
 CPU) and seeded noise, so the digests do not depend on the machine. When a change is *meant* to alter
@@ -36,7 +38,8 @@ def _vertical(cls, table, n_parties: int, **params) -> dict[str, np.ndarray]:
     parties = split_vertical(table, n_parties, label="target", seed=7, label_party=0)
     model = cls(random_state=3, **params).fit(parties, label="target")
     s = model.master_.structure
-    arrays = {f: getattr(s, f) for f in ("tree", "node", "left", "right", "depth", "owner", "weight", "value")}
+    arrays = {f: getattr(s, f) for f in ("tree", "node", "left", "right", "depth", "owner",
+                                         "weight", "value")}
     for index, party in enumerate(model.parties_):
         m = party.model
         for field in ("feature", "threshold", "missing_left", "cat_bits"):
@@ -61,33 +64,37 @@ CASES = {
         FederatedForestRegressor, mixed_table(seed=3, task="regression"), 2, n_estimators=5, max_depth=5,
         tree_batch_size=2, max_samples=0.7),
     "vertical plain per-tree features, no bootstrap": lambda: _vertical(
-        FederatedForestClassifier, mixed_table(seed=4, n_classes=2), 3, n_estimators=4, feature_sampling="tree",
-        bootstrap=False, max_features=0.5, min_samples_leaf=3),
+        FederatedForestClassifier, mixed_table(seed=4, n_classes=2), 3, n_estimators=4,
+        feature_sampling="tree", bootstrap=False, max_features=0.5, min_samples_leaf=3),
     "vertical paillier": lambda: _vertical(
-        FederatedForestClassifier, mixed_table(n_rows=200, seed=11, n_classes=3), 2, n_estimators=2, max_depth=4,
-        privacy="paillier", label_key=_paillier_key()),
+        FederatedForestClassifier, mixed_table(n_rows=200, seed=11, n_classes=3), 2, n_estimators=2,
+        max_depth=4, privacy="paillier", label_key=_paillier_key()),
     "fet plain": lambda: _horizontal(
         FederatedExtraTreesClassifier(n_estimators=5, random_state=11), horizontal_table(seed=1), 3),
     "fet plain regression, batches": lambda: _horizontal(
         FederatedExtraTreesRegressor(n_estimators=5, random_state=11, tree_batch_size=2, max_depth=7),
         horizontal_table(seed=3, task="regression"), 2),
     "fet gdp": lambda: _horizontal(
-        FederatedExtraTreesClassifier(n_estimators=4, random_state=5, privacy="gdp", epsilon=2.0, max_depth=5),
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=5, privacy="gdp", epsilon=2.0,
+                                      max_depth=5),
         horizontal_table(seed=2), 3),
     "fet gdp regression": lambda: _horizontal(
         FederatedExtraTreesRegressor(n_estimators=3, random_state=5, privacy="gdp", epsilon=2.0, max_depth=4),
         horizontal_table(seed=3, task="regression"), 2),
     "fet ldp bloom": lambda: _horizontal(
-        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp"), horizontal_table(seed=2), 3),
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp"),
+        horizontal_table(seed=2), 3),
     "fet ldp krr": lambda: _horizontal(
         FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp",
-                                      ldp=LabelLDP(mechanism="krr", epsilon_krr=4.0)), horizontal_table(seed=2), 2),
+                                      ldp=LabelLDP(mechanism="krr", epsilon_krr=4.0)),
+        horizontal_table(seed=2), 2),
     "ppdert secure": lambda: _horizontal(
-        PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8, thresholds="domain"),
+        PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8,
+                         thresholds="domain"),
         horizontal_table(seed=1), 3),
     "ppdert secure histogram": lambda: _horizontal(
-        PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8), horizontal_table(seed=1),
-        3),
+        PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8),
+        horizontal_table(seed=1), 3),
 }
 
 PINNED = {

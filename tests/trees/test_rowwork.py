@@ -1,6 +1,9 @@
-"""The party-side row kernels (fedcore.trees.rowwork, driven by fedcore.horizontal.rows) against brute-force
-NumPy references over the old (tree slot x row) position matrix: exact equality on random inputs with NaNs,
-signed zeros, empty nodes, rows in leaves, k = 1 and k > 1 and many trees."""
+"""The party-side row kernels (fedcore.trees.rowwork) against brute-force NumPy references.
+
+The kernels are driven by fedcore.horizontal.rows; the references use the old (tree slot x row) position
+matrix. Exact equality on random inputs with NaNs, signed zeros, empty nodes, rows in leaves, k = 1 and k > 1
+and many trees.
+"""
 
 from __future__ import annotations
 
@@ -101,8 +104,10 @@ def draw_decisions(rng, n_open, k):
 
 
 def levels(seed, n_rows=300, n_features=6, n_classes=5, n_trees=7, k=3, depth=5):
-    """Yield (rows, pos, features, thresholds) per level of a random tree batch; the partition under
-    test moves with the reference matrix, checked at each step."""
+    """Yield (rows, pos, features, thresholds) per level of a random tree batch.
+
+    The partition under test moves with the reference matrix, checked at each step.
+    """
     rng = np.random.default_rng(seed)
     rows = random_rows(rng, n_rows, n_features, n_classes)
     rows.start_level({"new_batch": True, "n_trees": n_trees}, {}, n_trees)
@@ -179,7 +184,8 @@ def test_ldp_report_sums_draw_the_same_words_as_add_report_sums(ldp, budget, mon
         sums, sizes = rows.ldp_report_sums(ldp, permanent, rng)
         assert np.array_equal(sums, ref_sums) and np.array_equal(sizes, ref_sizes)
         # exactly as many words consumed: the stream continues identically
-        assert rng.bit_generator.random_raw() == _after(ldp, np.random.default_rng(depth), len(r) * permanent.shape[1])
+        assert rng.bit_generator.random_raw() == _after(ldp, np.random.default_rng(depth),
+                                                        len(r) * permanent.shape[1])
 
 
 def _after(ldp, rng, n_words):
@@ -242,10 +248,12 @@ def test_bad_decisions_are_refused() -> None:
     with pytest.raises(ProtocolError, match="do not match"):
         rows.start_level({}, {"chosen": np.array([0], np.int32), "next_pos": np.array([0, 1], np.int32)}, 2)
     with pytest.raises(ProtocolError, match="candidates outside"):
-        rows.start_level({}, {"chosen": np.array([2, -1], np.int32), "next_pos": np.array([0, 1], np.int32)}, 2)
+        rows.start_level({},
+                         {"chosen": np.array([2, -1], np.int32), "next_pos": np.array([0, 1], np.int32)}, 2)
     for next_pos in ([0, 0], [0, 2]):  # two children in one node; a position beyond the children
         with pytest.raises(ProtocolError, match="its own open node"):
-            rows.start_level({}, {"chosen": np.array([0, -1], np.int32), "next_pos": np.array(next_pos, np.int32)}, 1)
+            rows.start_level({}, {"chosen": np.array([0, -1], np.int32),
+                                  "next_pos": np.array(next_pos, np.int32)}, 1)
 
 
 def test_class_counts_refuse_a_type_too_narrow_for_the_rows() -> None:

@@ -1,8 +1,10 @@
-"""Fuzz an institution agent's message handling with messages a buggy or hostile master could send:
-real protocol messages from a training run with their arrays and header values perturbed by a seeded
-generator (out-of-range and negative indices, wrong lengths and dtypes, huge counts). Every call must
-end, quickly, in an answer or a Python exception (never a crash of the process or a hang), and afterwards
-a fresh session must still train exactly as before."""
+"""Fuzz an institution agent's message handling with messages a buggy or hostile master could send.
+
+Real protocol messages from a training run with their arrays and header values perturbed by a seeded generator
+(out-of-range and negative indices, wrong lengths and dtypes, huge counts). Every call must end, quickly, in
+an answer or a Python exception (never a crash of the process or a hang), and afterwards a fresh session must
+still train exactly as before.
+"""
 
 from __future__ import annotations
 
@@ -34,8 +36,9 @@ def _agents(tmp_path) -> dict[str, VerticalInstitutionAgent]:
     for index, frame in enumerate(frames):
         name = f"p{index}"
         frame.insert(0, "id", table["id"])
-        data = InstitutionData(name=name, frame=frame, id_column="id", label="target" if "target" in frame else None,
-                               registry=tmp_path / name, predictions_dir=tmp_path / "pred" / name,
+        data = InstitutionData(name=name, frame=frame, id_column="id",
+                               label="target" if "target" in frame else None, registry=tmp_path / name,
+                               predictions_dir=tmp_path / "pred" / name,
                                load_batch=lambda frame=frame: frame.drop(columns=["target"], errors="ignore"))
         agents[name] = VerticalInstitutionAgent(data, KEY)
     return agents
@@ -64,7 +67,8 @@ def _perturb_array(rng: np.random.Generator, array: np.ndarray) -> np.ndarray:
     values = flat.astype(np.int64) if flat.dtype.kind in "iub" else flat.copy()
     if len(values):
         where = rng.integers(len(values))
-        values[where] = {"huge": 2**31 - 1, "negative": -3, "random": rng.integers(-50, 10**6, endpoint=True)}[choice]
+        values[where] = {"huge": 2**31 - 1, "negative": -3,
+                         "random": rng.integers(-50, 10**6, endpoint=True)}[choice]
     return values
 
 
@@ -126,7 +130,8 @@ def test_perturbed_messages_never_crash_or_hang_an_agent(tmp_path) -> None:
     # pinned; the floors say that the fuzz reaches the handlers with messages they must accept, and that
     # most perturbed messages are refused.
     assert not wrongly_refused, f"valid unperturbed messages were refused: {wrongly_refused[:3]}"
-    assert must_answer >= 100, f"only {must_answer} messages the agent must answer: the fuzz hardly reaches it"
+    assert must_answer >= 100, (f"only {must_answer} messages the agent must answer: the fuzz hardly "
+                                "reaches it")
     assert outcomes["refused"] > 1000, f"most perturbed messages should be refused: {outcomes}"
     again, _ = _train(agents)  # a new session on the same agents is unaffected
     for field in ("tree", "node", "left", "right", "value"):

@@ -1,5 +1,7 @@
-"""ID alignment: the master's intersection of keyed hashes, each party's canonical row order, and what
-crosses (a party receives its own row positions only)."""
+"""ID alignment: the master's intersection of keyed hashes and each party's canonical row order.
+
+And what crosses: a party receives its own row positions only.
+"""
 
 from __future__ import annotations
 
@@ -73,7 +75,8 @@ def test_a_party_receives_only_its_own_positions_over_the_transport() -> None:
         def handle(message: Message) -> Message:
             if message.kind == "id_hashes":
                 hashes = hash_ids(frames[name]["customer_id"], KEY)
-                return Message("id_hashes", {"rows": len(hashes)}, {"hashes": hashes.view(np.uint8).reshape(-1, 32)})
+                return Message("id_hashes", {"rows": len(hashes)},
+                               {"hashes": hashes.view(np.uint8).reshape(-1, 32)})
             aligned[name] = align_frame(frames[name], message.arrays["positions"])
             return Message("ack")
         return handle
@@ -92,7 +95,8 @@ def test_a_party_receives_only_its_own_positions_over_the_transport() -> None:
         assert Message.from_bytes(received[1].payload).arrays.keys() == {"positions"}
         blob = b"".join(e.payload for e in received)
         others = [d.tobytes()[:12] for other, h in sent.items() if other != name for d in h]
-        assert not [prefix for prefix in others if prefix in blob]  # no other party's digest, not even a prefix
+        # no other party's digest, not even a prefix
+        assert not [prefix for prefix in others if prefix in blob]
         own = [d.tobytes()[:12] for d in sent[name]]
         assert not [prefix for prefix in own if prefix in blob]  # nor its own: positions only
 
@@ -102,7 +106,8 @@ def test_digests_ending_in_nul_bytes_and_uint8_rows_are_handled() -> None:
     b = np.array([b"\x03" * 30 + b"\x00\x00", b"\x01" * 31 + b"\x00", b"\x01" * 31 + b"\x07"], dtype="S32")
     plan = intersect_hashes({"a": a, "b": np.frombuffer(b.tobytes(), np.uint8).reshape(3, 32)})
     assert plan.n_common == 2
-    assert [a[i].ljust(32, b"\0") for i in plan.positions["a"]] == [b[i].ljust(32, b"\0") for i in plan.positions["b"]]
+    assert [a[i].ljust(32, b"\0") for i in plan.positions["a"]] == [b[i].ljust(32, b"\0")
+                                                                    for i in plan.positions["b"]]
 
 
 def test_overlap_table() -> None:

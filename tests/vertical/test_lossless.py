@@ -26,8 +26,8 @@ def _splits_by_node(model) -> pd.DataFrame:
         for g in np.flatnonzero(m.feature >= 0):
             rows.append((int(m.tree[g]), int(m.node[g]), m.column_names[m.feature[g]], float(m.threshold[g]),
                          bool(m.missing_left[g]), tuple(int(x) for x in m.cat_bits[g])))
-    return pd.DataFrame(rows, columns=["tree", "node", "column", "threshold", "missing_left", "cats"]).sort_values(
-        ["tree", "node"]).reset_index(drop=True)
+    frame = pd.DataFrame(rows, columns=["tree", "node", "column", "threshold", "missing_left", "cats"])
+    return frame.sort_values(["tree", "node"]).reset_index(drop=True)
 
 
 def _assert_same_forest(single, federated) -> None:
@@ -79,7 +79,8 @@ def test_federated_equals_single_party_under_options(options: dict) -> None:
 
 def test_unlimited_depth_grows_pure_leaves() -> None:
     table = mixed_table(seed=5, n_classes=2)
-    model, columns = _fit(FederatedForestClassifier, table, 2, n_estimators=3, bootstrap=False, max_features=None)
+    model, columns = _fit(FederatedForestClassifier, table, 2, n_estimators=3, bootstrap=False,
+                          max_features=None)
     s = model.master_.structure
     leaves = s.left == -1
     assert np.all(s.value[leaves].max(axis=1) == 1.0)  # no two rows of the table are identical

@@ -1,6 +1,8 @@
-"""Vertical Federated Forest with encrypted labels, under Paillier and under Okamoto-Uchiyama: exactly the
-plain model, and what each role receives (no passive party gets a label, a statistic or anything it can
-decrypt)."""
+"""Vertical Federated Forest with encrypted labels, under Paillier and under Okamoto-Uchiyama.
+
+Exactly the plain model, and what each role receives (no passive party gets a label, a statistic or anything
+it can decrypt).
+"""
 
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ def key(request):
 def _pair(cls, table, n_parties, key, **params):
     parties = split_vertical(table, n_parties, label="target", seed=7, label_party=0)
     plain = cls(random_state=3, **params).fit(parties, label="target")
-    encrypted = cls(random_state=3, privacy=scheme_for(key.public).mode, label_key=key, record_payloads=True, **params)
+    encrypted = cls(random_state=3, privacy=scheme_for(key.public).mode, label_key=key,
+                    record_payloads=True, **params)
     encrypted.fit(parties, label="target")
     return plain, encrypted, [[c for c in p.columns if c != "target"] for p in parties]
 
@@ -84,7 +87,8 @@ def recorded(key):
 
 
 def _received(model, name):
-    return [(e.kind, Message.from_bytes(e.payload)) for e in model.transport_.transcript if e.receiver == name]
+    return [(e.kind, Message.from_bytes(e.payload))
+            for e in model.transport_.transcript if e.receiver == name]
 
 
 def test_passive_parties_receive_only_ciphertexts_of_labels(recorded) -> None:
@@ -104,7 +108,7 @@ def test_passive_parties_receive_only_ciphertexts_of_labels(recorded) -> None:
         for kind, message in _received(model, party.name):
             extra = {k for k in message.arrays if not k.startswith("bits_")} - allowed[kind]
             assert extra == set(), (party.name, kind, extra)
-            assert "y" not in message.arrays and "stats" not in message.arrays and "gain" not in message.arrays
+            assert not {"y", "stats", "gain"} & set(message.arrays)
             if kind == "configure":
                 ciphertexts = party._passive_crypto.public.from_bytes(message.arrays["enc_y"])
                 layout = holder._label_crypto.layout
@@ -125,7 +129,8 @@ def test_choices_a_passive_party_can_open_are_its_own_splits(recorded) -> None:
         if party.is_label_holder:
             continue
         owned = int(np.sum(party.model.feature >= 0))
-        applied = sum(len(m.arrays["positions"]) for kind, m in _received(model, party.name) if kind == "apply_splits")
+        applied = sum(len(m.arrays["positions"])
+                      for kind, m in _received(model, party.name) if kind == "apply_splits")
         assert applied == owned > 0
         assert int(np.sum(model.master_.structure.owner == index)) == owned
 
@@ -139,7 +144,8 @@ def test_master_receives_no_plain_labels_thresholds_or_statistics_of_passive_par
         arrays = Message.from_bytes(entry.payload).arrays
         assert "y" not in arrays
         if entry.sender != holder:
-            assert set(arrays) <= {"feature_ids", "seal_public", "packed", "sealed", "bits"}, (entry.kind, set(arrays))
+            assert set(arrays) <= {"feature_ids", "seal_public", "packed", "sealed", "bits"}, (entry.kind,
+                                                                                               set(arrays))
     blobs = [e.payload for e in model.transport_.transcript]
     for party in model.parties_:
         m = party.model
@@ -153,7 +159,8 @@ def test_master_receives_no_plain_labels_thresholds_or_statistics_of_passive_par
 def test_a_tampered_split_choice_is_refused(key) -> None:
     table = mixed_table(n_rows=200, seed=21, n_classes=3)
     parties = split_vertical(table, 2, label="target", seed=7, label_party=0)
-    model = FederatedForestClassifier(n_estimators=2, max_depth=4, privacy=scheme_for(key.public).mode, label_key=key)
+    model = FederatedForestClassifier(n_estimators=2, max_depth=4, privacy=scheme_for(key.public).mode,
+                                      label_key=key)
     original = model.fit(parties, label="target").transport_  # a first fit works
 
     class Tamper:
@@ -182,8 +189,9 @@ def test_bad_privacy_settings_are_named() -> None:
                                              r"vertical setting, got 'ldp'"):
         FederatedForestClassifier(privacy="ldp").fit(parties, label="target")
     for mode in ("paillier", "ou"):
-        with pytest.raises(ParameterError, match=rf"key_bits must be one of \(2048, 3072\) for privacy '{mode}' "
-                                                 r"\(.* modulus sizes\), got 1024"):
+        with pytest.raises(ParameterError,
+                           match=rf"key_bits must be one of \(2048, 3072\) for privacy '{mode}' "
+                                 r"\(.* modulus sizes\), got 1024"):
             FederatedForestClassifier(privacy=mode, key_bits=1024).fit(parties, label="target")
     with pytest.raises(ParameterError, match=r"key_bits applies to the encrypted-label privacy modes "
                                              r"\('paillier', 'ou'\) only, not 'none'"):
@@ -194,13 +202,16 @@ def test_class_zero_is_the_total_weight_minus_the_encrypted_classes() -> None:
     y = np.array([0, 1, 2, 1, 0], dtype=float)
     encoding, values = TargetEncoding.for_labels(y, criterion=0, n_classes=3)
     assert values.tolist() == [[0, 0], [1, 0], [0, 1], [1, 0], [0, 0]]  # classes 1 and 2 only
-    statistics = encoding.statistics(np.array([[2, 1, 5]], dtype=object))  # 2 of class 1, 1 of class 2, 5 rows
+    # 2 of class 1, 1 of class 2, 5 rows
+    statistics = encoding.statistics(np.array([[2, 1, 5]], dtype=object))
     assert statistics.tolist() == [[2.0, 2.0, 1.0]]
 
 
 def test_worker_processes_grow_the_same_forest(key, monkeypatch) -> None:
-    """Bin sums and label encryption over two worker processes (what a large table gets on a multi-core
-    machine, forced here for a small one): still exactly the plain forest."""
+    """Bin sums and label encryption over two worker processes still grow exactly the plain forest.
+
+    That is what a large table gets on a multi-core machine, forced here for a small one.
+    """
     from fedcore.privacy import gmp_workers
 
     monkeypatch.setattr(gmp_workers, "MIN_ROWS", 1)
@@ -218,6 +229,7 @@ def test_worker_processes_grow_the_same_forest(key, monkeypatch) -> None:
 def test_a_label_key_of_another_scheme_than_the_mode_is_refused(key) -> None:
     other = next(mode for mode in ENCRYPTED_MODES if mode != scheme_for(key.public).mode)
     parties = split_vertical(mixed_table(n_rows=40), 2, label="target")
-    with pytest.raises(ProtocolError, match=rf"the master asks for privacy '{other}'; this party's label key is "
-                                            rf"'{scheme_for(key.public).mode}'"):
+    with pytest.raises(ProtocolError,
+                       match=rf"the master asks for privacy '{other}'; this party's label key is "
+                             rf"'{scheme_for(key.public).mode}'"):
         FederatedForestClassifier(n_estimators=1, privacy=other, label_key=key).fit(parties, label="target")

@@ -1,5 +1,7 @@
-"""One-round prediction (leaf-set intersection) equals node-by-node routing, in any batch size, and
-costs one round per row batch."""
+"""One-round prediction (leaf-set intersection) equals node-by-node routing, in any batch size.
+
+It costs one round per row batch.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ def fitted():
     train, test = table.iloc[:500], table.iloc[500:]
     parties = split_vertical(train, 3, label="target", seed=2)
     columns = [[c for c in p.columns if c != "target"] for p in parties]
-    model = FederatedForestClassifier(n_estimators=12, max_depth=7, random_state=1).fit(parties, label="target")
+    model = FederatedForestClassifier(n_estimators=12, max_depth=7,
+                                      random_state=1).fit(parties, label="target")
     return model, [test[c] for c in columns], test["target"].to_numpy()
 
 
@@ -52,8 +55,11 @@ def test_node_by_node_needs_one_round_per_level(fitted) -> None:
 
 
 def test_intersection_is_the_leaf_reached_with_all_columns(fitted) -> None:
-    """Paper Alg. 3-4: each party's leaf sets intersect in exactly the leaf that a full-information
-    traversal reaches (checked against a plain Python walk over all parties' splits)."""
+    """Paper Alg. 3-4: each party's leaf sets intersect in exactly the full-information leaf.
+
+    That is the leaf a full-information traversal reaches, checked against a plain Python walk over all
+    parties' splits.
+    """
     model, test_parties, _ = fitted
     s = model.master_.structure
     for party, frame in zip(model.parties_, test_parties, strict=True):

@@ -1,6 +1,9 @@
-"""Training survives a crash: completed tree batches are checkpointed at the master and at every party,
-and a run interrupted mid-training resumes from the last batch all of them completed, ending with the
-same model, byte for byte, as an uninterrupted run."""
+"""Training survives a crash.
+
+Completed tree batches are checkpointed at the master and at every party, and a run interrupted mid-training
+resumes from the last batch all of them completed, ending with the same model, byte for byte, as an
+uninterrupted run.
+"""
 
 from __future__ import annotations
 
@@ -34,8 +37,9 @@ def _agents(scenario, root) -> dict[str, VerticalInstitutionAgent]:
 
     return {name: VerticalInstitutionAgent(InstitutionData(
         name=name, frame=pd.read_parquet(files["train"]), id_column=scenario["id_column"],
-        label=scenario["label"] if name == scenario["label_holder"] else None, registry=root / "registry" / name,
-        predictions_dir=root / "predictions" / name), KEY) for name, files in scenario["institutions"].items()}
+        label=scenario["label"] if name == scenario["label_holder"] else None,
+        registry=root / "registry" / name, predictions_dir=root / "predictions" / name), KEY)
+            for name, files in scenario["institutions"].items()}
 
 
 class Crash(Exception):

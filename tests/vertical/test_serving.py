@@ -45,8 +45,9 @@ def _server(pki) -> AgentServer:
 def test_an_agent_nobody_talks_to_stops_and_says_so(pki) -> None:
     server = _server(pki)
     started = time.monotonic()
-    with pytest.raises(ProtocolError, match=r"agent 'bank': no message from the master for 0.5 s \(before a session "
-                                            r"started\); stopped serving"):
+    with pytest.raises(ProtocolError,
+                       match=r"agent 'bank': no message from the master for 0.5 s \(before a session "
+                             r"started\); stopped serving"):
         serve_until_session_closed(server, idle_timeout_s=0.5)
     assert time.monotonic() - started < 5
 
@@ -57,7 +58,8 @@ def test_the_master_closing_the_session_ends_serving_without_error(pki) -> None:
     server = _server(pki)
     endpoint = f"grpc+tls://127.0.0.1:{server.port}"
     done = threading.Event()
-    thread = threading.Thread(target=lambda: (serve_until_session_closed(server, idle_timeout_s=30), done.set()))
+    thread = threading.Thread(target=lambda: (serve_until_session_closed(server, idle_timeout_s=30),
+                                              done.set()))
     thread.start()
     with FlightTransport({"bank": endpoint}, tls_cert=pki / "master.pem", tls_key=pki / "master.key",
                          ca_cert=pki / "ca.pem") as transport:

@@ -54,13 +54,14 @@ def test_session_end_to_end(scenario, tmp_path) -> None:
     assert session.facts.train_rows + session.facts.holdout_rows == plan.n_common
 
     registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
-    version = registry.register("demo", {"metrics": metrics, "parties": session.manifest_entries()["parties"]},
+    version = registry.register("demo",
+                                {"metrics": metrics, "parties": session.manifest_entries()["parties"]},
                                 session.master_tables())
     stored = session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
     assert set(stored) == set(agents)
     for name in agents:
-        manifest, tables = ModelRegistry(tmp_path / "registry" / name, public_key=master_public_key(tmp_path)).load(
-            "demo", version)
+        own = ModelRegistry(tmp_path / "registry" / name, public_key=master_public_key(tmp_path))
+        manifest, tables = own.load("demo", version)
         assert manifest["master_manifest"]["version"] == version and len(tables) == 1
 
     holder = scenario["label_holder"]
@@ -115,11 +116,13 @@ def test_load_model_predicts_like_the_training_session(scenario, tmp_path) -> No
 
     with pytest.raises(ArtifactError, match="has no version 'v0009'"):
         loaded.load_model(registry, "demo", "v0009")
-    bank = ModelRegistry(tmp_path / "registry" / "bank", public_key=master_public_key(tmp_path))  # a local version that belongs to another master version
+    # a local version that belongs to another master version
+    bank = ModelRegistry(tmp_path / "registry" / "bank", public_key=master_public_key(tmp_path))
     stored, tables = bank.load("demo", version)
     bank.register("demo", {"institution": "bank", "master_manifest": stored["master_manifest"]}, tables,
                   version="v0002")
-    with pytest.raises(ProtocolError, match=r"institution 'bank'.*master version 'v0001', not the requested 'v0002'"):
+    with pytest.raises(ProtocolError,
+                       match=r"institution 'bank'.*master version 'v0001', not the requested 'v0002'"):
         fresh["bank"].handle(Message("load_model", {"model": "demo", "version": "v0002"}))
 
 
@@ -132,10 +135,12 @@ def test_a_version_is_stored_at_every_institution_or_at_none(scenario, tmp_path)
     parties = session.manifest_entries()["parties"]
     forged = [{**p, "table_sha256": "0" * 64} if p["name"] == "insurer" else p for p in parties]
     registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
-    version = registry.register("demo", {"task": "classification", "parties": forged}, session.master_tables())
-    with pytest.raises(ProtocolError, match="institution 'insurer': the master's manifest signs partial model digest "
-                                            "'0000000000000000000000000000000000000000000000000000000000000000', "
-                                            "not this party's model; refusing to store 'demo' v0001"):
+    version = registry.register("demo", {"task": "classification", "parties": forged},
+                                session.master_tables())
+    with pytest.raises(ProtocolError,
+                       match="institution 'insurer': the master's manifest signs partial model digest "
+                             "'0000000000000000000000000000000000000000000000000000000000000000', "
+                             "not this party's model; refusing to store 'demo' v0001"):
         session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
     assert [ModelRegistry(tmp_path / "registry" / name).versions("demo") for name in agents] == [[], [], []]
 
@@ -145,10 +150,13 @@ def test_institutions_predict_only_with_the_partial_model_the_master_signed(scen
     for seed in (5, 6):  # two versions of one model: swapping a party's files between them must be caught
         agents = _agents(scenario, tmp_path)
         session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}),
-                                  ForestParams(n_estimators=3, max_depth=3, random_state=seed), min_overlap=100)
+                                  ForestParams(n_estimators=3, max_depth=3, random_state=seed),
+                                  min_overlap=100)
         session.align()
         session.train()
-        version = registry.register("demo", {"task": "classification", "parties": session.manifest_entries()["parties"]},
+        version = registry.register("demo",
+                                    {"task": "classification",
+                                     "parties": session.manifest_entries()["parties"]},
                                     session.master_tables())
         session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
     session.close()
@@ -165,8 +173,9 @@ def test_institutions_predict_only_with_the_partial_model_the_master_signed(scen
     transport = InProcessTransport({n: a.handle for n, a in fresh.items()})
     transport.exchange({n: Message("validation_report") for n in fresh})
     loaded = VerticalSession(transport, ForestParams(), min_overlap=100)
-    with pytest.raises(ArtifactError, match=r"institution 'ecommerce': its 'demo' v0001 partial model \(sha256 \w+\) "
-                                            r"is not the one the master's signed manifest lists"):
+    with pytest.raises(ArtifactError,
+                       match=r"institution 'ecommerce': its 'demo' v0001 partial model \(sha256 \w+\) "
+                             r"is not the one the master's signed manifest lists"):
         loaded.load_model(registry, "demo", "v0001")
 
 
@@ -195,21 +204,28 @@ def test_psi_aligns_the_new_batch_too(scenario, tmp_path) -> None:
     session.train()
     result = session.batch_predict(scenario["label_holder"], "psi-batch")
     predictions = pd.read_parquet(result["path"])
-    new = {n: set(pd.read_parquet(f["new"])[scenario["id_column"]]) for n, f in scenario["institutions"].items()}
+    new = {n: set(pd.read_parquet(f["new"])[scenario["id_column"]])
+           for n, f in scenario["institutions"].items()}
     assert set(predictions[scenario["id_column"]]) == set.intersection(*new.values())
 
 
-def test_an_agent_refuses_a_master_asking_for_weaker_label_protection_than_its_config(scenario, tmp_path) -> None:
-    """A master (mistaken or hostile) cannot switch off Paillier, nor shrink its key, at an institution whose
-    own config asks for it: refused at setup, before any label statistic is computed."""
+def test_an_agent_refuses_a_master_asking_for_weaker_label_protection_than_its_config(scenario,
+                                                                                      tmp_path) -> None:
+    """A master cannot switch off Paillier, nor shrink its key, at an institution whose config asks for it.
+
+    Whether mistaken or hostile, it is refused at setup, before any label statistic is computed.
+    """
     agents = _agents(scenario, tmp_path, new_batch=False)
     for agent in agents.values():
         agent.data.privacy = {"mode": "paillier", "key_bits": 3072}
-    for params, refusal in ((ForestParams(n_estimators=2, max_depth=3), "the master asks for privacy 'none'; this "
-                             "institution's configuration says 'paillier'"),
+    for params, refusal in ((ForestParams(n_estimators=2, max_depth=3),
+                             "the master asks for privacy 'none'; this institution's configuration says "
+                             "'paillier'"),
                             (ForestParams(n_estimators=2, max_depth=3, privacy="paillier", key_bits=2048),
-                             "the master asks for a 2048-bit Paillier key; this institution's configuration says 3072")):
-        session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}), params, min_overlap=100)
+                             "the master asks for a 2048-bit Paillier key; this institution's configuration "
+                             "says 3072")):
+        session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}), params,
+                                  min_overlap=100)
         session.align()
         with pytest.raises(ProtocolError, match=f"party '\\w+' refuses the request: {refusal}"):
             session.train()
@@ -222,7 +238,8 @@ def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(sc
 
     agents = _agents(scenario, tmp_path)
     transport = InProcessTransport({n: a.handle for n, a in agents.items()})
-    session = VerticalSession(transport, ForestParams(n_estimators=4, max_depth=4, random_state=1), min_overlap=100)
+    session = VerticalSession(transport, ForestParams(n_estimators=4, max_depth=4, random_state=1),
+                              min_overlap=100)
     preparation = session.prepare()
     assert isinstance(preparation, Preparation) and preparation.artifact_key == "id-overlap"
     assert preparation.facts["overlap"] == scenario["overlap"]["train"]
@@ -232,7 +249,8 @@ def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(sc
     assert sum(facts.owned_nodes.values()) <= facts.nodes
     metrics = session.evaluate()
     manifest = build_manifest(session, "retail", metrics, {})
-    assert (manifest["algorithm"], manifest["setting"], manifest["metrics"]) == ("forest", "vertical", metrics)
+    assert (manifest["algorithm"], manifest["setting"], manifest["metrics"]) == ("forest", "vertical",
+                                                                                 metrics)
     assert manifest["training"]["overlap"] == scenario["overlap"]["train"]
     assert manifest["training"]["rows"] == facts.train_rows and manifest["training"]["nodes"] == facts.nodes
     assert [p["name"] for p in manifest["parties"]] == session.institutions
@@ -242,7 +260,9 @@ def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(sc
     assert isinstance(prediction, Prediction) and prediction.requester == holder
     assert prediction.rows == scenario["overlap"]["new"]
     card = model_card("retail", "v0001", manifest, None, True, prediction.to_dict())
-    assert card.startswith("# retail v0001\n\nFederated Forest (vertical, classification); promoted to production.")
+    assert card.startswith("# retail v0001\n\nFederated Forest (vertical, classification); promoted to "
+                           "production.")
     assert f"rows delivered to {holder}" in card and "path" not in prediction.to_dict()
-    with pytest.raises(ProtocolError, match="vertical prediction delivers to one institution: name the requester"):
+    with pytest.raises(ProtocolError,
+                       match="vertical prediction delivers to one institution: name the requester"):
         session.predict("protocol")

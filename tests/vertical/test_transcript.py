@@ -1,5 +1,8 @@
-"""Round counts of vertical Federated Forest: they grow with depth only (DESIGN principle 1). What
-crosses the wire in each vertical mode is asserted by the mode table of tests/test_wire_invariants.py."""
+"""Round counts of vertical Federated Forest.
+
+They grow with depth only (DESIGN principle 1). What crosses the wire in each vertical mode is asserted by the
+mode table of tests/test_wire_invariants.py.
+"""
 
 from __future__ import annotations
 
@@ -24,5 +27,6 @@ def test_training_rounds_grow_with_depth_only(n_estimators: int, n_rows: int) ->
 def test_tree_batches_add_rounds_per_batch() -> None:
     table = mixed_table(n_rows=300, seed=23, n_classes=2)
     parties = split_vertical(table, 2, label="target", seed=0)
-    model = FederatedForestClassifier(n_estimators=6, max_depth=3, tree_batch_size=2).fit(parties, label="target")
+    model = FederatedForestClassifier(n_estimators=6, max_depth=3,
+                                      tree_batch_size=2).fit(parties, label="target")
     assert model.communication_["rounds"] == 4 + 3 * (1 + 2 * 3 + 1)
