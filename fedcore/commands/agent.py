@@ -2,10 +2,10 @@
 
     fedforest agent serve --config federation.yaml --institution bank
 
-The agent serves the institution's agent (vertical or horizontal, by the config's setting) on its `endpoint` with its `cert`/`key` and the
-consortium CA (`tls.ca`); at the start of every session it loads the institution's files and checks them
-against its data contract. Only the master whose
-certificate names it `--master` (default "master") is served. Ctrl-C or SIGTERM stops it cleanly.
+The agent serves the institution's agent (vertical or horizontal, by the config's setting) on its
+`endpoint` with its `cert`/`key` and the consortium CA (`tls.ca`); at the start of every session it loads
+the institution's files and checks them against its data contract. Only the master whose certificate
+names it `--master` (default "master") is served. Ctrl-C or SIGTERM stops it cleanly.
 
     fedforest agent serve --config federation.yaml --institution bank --parent-pid 4242
 
@@ -51,14 +51,17 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def build_agent(config: FederationConfig, name: str, master: str = "master") -> AgentServer:
-    """An `AgentServer` for institution `name` on its endpoint, with its certificate and the consortium CA;
-    it (re)loads and validates the institution's data at the start of every session."""
+    """An `AgentServer` for institution `name` on its endpoint, with its certificate and the consortium CA.
+
+    It (re)loads and validates the institution's data at the start of every session.
+    """
     from fedcore.agents.serve import build_institution_server
 
     inst = config.institution(name)
     missing = [k for k, v in (("endpoint", inst.endpoint), ("cert", inst.cert), ("key", inst.key)) if not v]
     if missing:
-        raise ConfigError(f"{config.path}: institution {name!r} needs {', '.join(map(repr, missing))} to run an agent")
+        raise ConfigError(f"{config.path}: institution {name!r} needs {', '.join(map(repr, missing))} to run "
+                          "an agent")
     if "ca" not in config.tls:
         raise ConfigError(f"{config.path}: tls needs 'ca' (the consortium CA certificate) to run an agent")
     if not inst.endpoint.startswith("grpc+tls://"):
@@ -76,8 +79,11 @@ def _raise_stop(signum, frame) -> None:
 
 
 def serve_until_stopped(server: AgentServer, parent_pid: int | None = None, poll_s: float = 0.25) -> bool:
-    """Serve until Ctrl-C or SIGTERM (Flight shuts the server down on either, then Python sees it) or, with
-    `parent_pid`, until that process is no longer this one's parent. Returns whether the parent is gone."""
+    """Serve until Ctrl-C or SIGTERM, or until the process `parent_pid` is no longer this one's parent.
+
+    Flight shuts the server down on either signal, then Python sees it. Returns whether the parent is
+    gone.
+    """
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     done, orphaned = threading.Event(), threading.Event()
 
@@ -103,8 +109,10 @@ def serve_until_stopped(server: AgentServer, parent_pid: int | None = None, poll
 
 
 def print_agent_log() -> None:
-    """Print what the agent logs for its operator (contract violations, versions stored, predictions
-    written; the `fedcore.agents` log) on stdout, next to the serving lines."""
+    """Print what the agent logs for its operator on stdout, next to the serving lines.
+
+    That is the `fedcore.agents` log: contract violations, versions stored, predictions written.
+    """
     from fedcore import agents
 
     handler = logging.StreamHandler(sys.stdout)
@@ -132,11 +140,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _exit_quickly(served: weakref.ref) -> None:
-    """Make the process exit at once once serving stopped (the master stops its local agents after every
-    run and waits for them). Two things would hold it for seconds: gRPC's exit handler waits up to 2 s for
-    gRPC to shut down, which it cannot while the Flight server object is alive, so the server is released
-    here; and the interpreter's last garbage collections go over everything the session imported (GX,
-    scipy, numba: 1.5-2 s of CPU), so what is left is frozen and left to the OS."""
+    """Make the process exit at once once serving stopped.
+
+    The master stops its local agents after every run and waits for them. Two things would hold it for
+    seconds: gRPC's exit handler waits up to 2 s for gRPC to shut down, which it cannot while the Flight
+    server object is alive, so the server is released here; and the interpreter's last garbage
+    collections go over everything the session imported (GX, scipy, numba: 1.5-2 s of CPU), so what is
+    left is frozen and left to the OS.
+    """
     if served() is not None:  # held by a reference cycle: collect just once, then freeze the rest
         gc.collect()
     gc.freeze()

@@ -34,7 +34,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     issue.add_argument("--role", choices=ROLES, help="master or institution (default: master for the name "
                                                      "'master', institution otherwise)")
     issue.add_argument("--host", action="append", metavar="HOST",
-                       help="a host name or IP the agent is reached at (repeatable; default 127.0.0.1 and localhost)")
+                       help="a host name or IP the agent is reached at (repeatable; default 127.0.0.1 and "
+                            "localhost)")
     issue.add_argument("--days", type=int, default=825, help="validity in days (default 825)")
     issue.add_argument("--force", action="store_true", help="replace existing files")
     issue.set_defaults(handler=_issue)

@@ -1,6 +1,6 @@
 """`fedforest contract infer|check`: draft a data contract from a sample file, or check a file against one.
 
-    fedforest contract infer data/bank.parquet --id customer_id --label responded --out data_contracts/bank.yaml
+    fedforest contract infer data/bank.parquet --id customer_id --label responded --out bank.yaml
     fedforest contract check data/bank.parquet --contract data_contracts/bank.yaml --institution bank
 
 `check` prints one line per expectation and exits 1 with a one-line error listing every failure.
@@ -24,11 +24,13 @@ STATUS = {True: "ok", False: "FAIL", None: "skip"}
 def register(commands: argparse._SubParsersAction) -> None:
     """Add `fedforest contract` with its `infer` and `check` subcommands."""
     contract = commands.add_parser("contract", help="draft or check a data contract",
-                                   description="Draft a data contract from a sample file, or check a file against one.")
+                                   description="Draft a data contract from a sample file, or check a file "
+                                               "against one.")
     actions = contract.add_subparsers(dest="contract_command", required=True, metavar="ACTION")
     infer = actions.add_parser("infer", help="draft a contract from a sample .parquet/.csv for you to review",
-                               description="Draft a data contract (YAML) from a sample table: dtypes, nullability, "
-                                           "widened numeric ranges and seen categories. Review it before use.")
+                               description="Draft a data contract (YAML) from a sample table: dtypes, "
+                                           "nullability, widened numeric ranges and seen categories. Review "
+                                           "it before use.")
     infer.add_argument("data", metavar="DATA", help="the sample table (.parquet or .csv)")
     infer.add_argument("--name", help="the contract (dataset) name (default: the file name without suffix)")
     infer.add_argument("--id", dest="id_column", metavar="COL",
@@ -38,12 +40,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     infer.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     infer.set_defaults(handler=_infer)
     check = actions.add_parser("check", help="validate a table against a contract",
-                               description="Validate a table against its data contract with Great Expectations; "
-                                           "exit 1 if any expectation fails.")
+                               description="Validate a table against its data contract with Great "
+                                           "Expectations; exit 1 if any expectation fails.")
     check.add_argument("data", metavar="DATA", help="the table (.parquet or .csv)")
     check.add_argument("--contract", required=True, metavar="FILE", help="the contract YAML")
-    check.add_argument("--institution", metavar="NAME", help="named in the report (default: the contract name)")
-    check.add_argument("--no-label", action="store_true", help="the table has no label column (prediction data)")
+    check.add_argument("--institution", metavar="NAME", help="named in the report (default: the contract "
+                                                             "name)")
+    check.add_argument("--no-label", action="store_true", help="the table has no label column (prediction "
+                                                               "data)")
     check.set_defaults(handler=_check)
 
 
@@ -55,7 +59,8 @@ def _infer(args: argparse.Namespace) -> int:
     if out is not None and out.exists() and not args.force:
         raise InputError(f"{str(out)!r} exists; pass --force to overwrite it")
     table = read_table(args.data)
-    contract = infer_contract(table, args.name or Path(args.data).stem, id_column=args.id_column, label=args.label)
+    contract = infer_contract(table, args.name or Path(args.data).stem, id_column=args.id_column,
+                              label=args.label)
     text = dump_contract(contract, source=f"{Path(args.data).name} ({len(table)} rows)")
     if out is None:
         sys.stdout.write(text)
@@ -74,7 +79,8 @@ def _check(args: argparse.Namespace) -> int:
 
     contract = load_contract(args.contract)
     table = read_table(args.data)
-    report = validate_frame(table, contract, args.institution or contract.name, include_label=not args.no_label)
+    report = validate_frame(table, contract, args.institution or contract.name,
+                            include_label=not args.no_label)
     print(format_report(report))
     sys.stdout.flush()
     report.raise_for_failure()  # `fedforest` turns it into one line on stderr and exit code 1
@@ -85,7 +91,8 @@ def format_report(report: ValidationReport) -> str:
     """The per-expectation table: status, column, expectation(arguments), what was found."""
     header = ("status", "column", "expectation", "found")
     cells = [(STATUS[row["success"]], row["column"] if row["column"] is not None else "(table)",
-              f"{row['expectation']}({row['expected']})" if row["expected"] else row["expectation"], row["found"])
+              f"{row['expectation']}({row['expected']})" if row["expected"] else row["expectation"],
+              row["found"])
              for row in report.rows]
     widths = [max(len(str(line[i])) for line in [header, *cells]) for i in range(3)]
     outcome = (f"all {len(report.rows)} expectations met" if report.success

@@ -24,9 +24,9 @@ from fedcore.errors import ConfigError
 from fedcore.models.registry import LATEST, PRODUCTION, ModelRegistry
 from fedcore.models.signing import generate_signing_key, key_id, public_key_path
 
-TRUST_ANY_KEY_WARNING = ("WARNING: --trust-any-key: no trusted key; signatures are only checked against the key "
-                         "each file carries, which anyone who can write the registry can replace. Nothing shown "
-                         "here is proven to come from the master.")
+TRUST_ANY_KEY_WARNING = ("WARNING: --trust-any-key: no trusted key; signatures are only checked against "
+                         "the key each file carries, which anyone who can write the registry can replace. "
+                         "Nothing shown here is proven to come from the master.")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -48,7 +48,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     promote = sub.add_parser("promote", help="point an alias (default production) at a verified version")
     _registry_options(promote, moves_aliases=True)
-    promote.add_argument("--version", required=True, metavar="REF", help="the version to promote (e.g. v0003)")
+    promote.add_argument("--version", required=True, metavar="REF",
+                         help="the version to promote (e.g. v0003)")
     promote.add_argument("--alias", default=PRODUCTION, help="alias to move (default production)")
     promote.set_defaults(handler=_promote)
 
@@ -57,24 +58,31 @@ def register(commands: argparse._SubParsersAction) -> None:
     rollback.add_argument("--alias", default=PRODUCTION, help="alias to move back (default production)")
     rollback.set_defaults(handler=_rollback)
 
-    keygen = sub.add_parser("keygen", help="create an Ed25519 signing key (FILE) and its public key (FILE.pub)")
-    keygen.add_argument("--out", required=True, metavar="FILE", help="private key file to create (never overwritten)")
+    keygen = sub.add_parser("keygen", help="create an Ed25519 signing key (FILE) and its public key "
+                                           "(FILE.pub)")
+    keygen.add_argument("--out", required=True, metavar="FILE", help="private key file to create (never "
+                                                                     "overwritten)")
     keygen.set_defaults(handler=_keygen)
 
 
 def _registry_options(parser: argparse.ArgumentParser, model_required: bool = True,
                       moves_aliases: bool = False) -> None:
-    parser.add_argument("--config", metavar="FILE", help="federation config: the master's registry, its trusted "
+    parser.add_argument("--config", metavar="FILE", help="federation config: the master's registry, its "
+                                                         "trusted "
                         "master.public_key" + (" and master.signing_key" if moves_aliases else ""))
-    parser.add_argument("--registry", metavar="DIR", help="the registry directory (default with --config: the master's)")
+    parser.add_argument("--registry", metavar="DIR", help="the registry directory (default with --config: "
+                                                          "the master's)")
     parser.add_argument("--model", required=model_required, metavar="NAME", help="the model name")
-    parser.add_argument("--public-key", metavar="FILE", help="the master's public key (PEM); every signature must "
+    parser.add_argument("--public-key", metavar="FILE", help="the master's public key (PEM); every signature "
+                                                             "must "
                         "verify under it")
     if moves_aliases:
-        parser.add_argument("--signing-key", metavar="FILE", help="the master's signing key: every alias move is a "
+        parser.add_argument("--signing-key", metavar="FILE", help="the master's signing key: every alias "
+                                                                  "move is a "
                             "signed entry of the registry's alias log")
     else:
-        parser.add_argument("--trust-any-key", action="store_true", help="inspect without a trusted key (integrity "
+        parser.add_argument("--trust-any-key", action="store_true", help="inspect without a trusted key "
+                                                                         "(integrity "
                             "only: anyone who can write the registry can re-sign); prints a warning")
 
 
@@ -85,18 +93,21 @@ def _open(args: argparse.Namespace) -> ModelRegistry:
     config = load_config(args.config) if args.config else None
     root = args.registry or (config.master_registry if config else None)
     if root is None:
-        raise ConfigError("models: name the registry: --config federation.yaml (the master's) or --registry DIR")
+        raise ConfigError("models: name the registry: --config federation.yaml (the master's) or --registry "
+                          "DIR")
     moves_aliases = hasattr(args, "signing_key")
     if moves_aliases:  # the signing key is also the trusted key (its public half)
         signing, public = args.signing_key or (config.master_signing_key if config else None), args.public_key
         if signing is None:
-            raise ConfigError("models: moving an alias needs the master's signing key (each move is a signed entry "
-                              "of the alias log): pass --config with master.signing_key, or --signing-key FILE")
+            raise ConfigError("models: moving an alias needs the master's signing key (each move is a signed "
+                              "entry of the alias log): pass --config with master.signing_key, or "
+                              "--signing-key FILE")
         return ModelRegistry(root, signing_key=signing, public_key=public)
     public = args.public_key or (config.master_public_key if config else None)
     if public is None and not args.trust_any_key:
-        raise ConfigError("models: no trusted key: pass --config federation.yaml or --public-key FILE (the master's "
-                          "public key, e.g. keys/master.key.pub); --trust-any-key inspects without trust")
+        raise ConfigError("models: no trusted key: pass --config federation.yaml or --public-key FILE (the "
+                          "master's public key, e.g. keys/master.key.pub); --trust-any-key inspects without "
+                          "trust")
     if public is None:
         print(TRUST_ANY_KEY_WARNING, file=sys.stderr)
     return ModelRegistry(root, public_key=public, trust_any_key=args.trust_any_key)
@@ -122,8 +133,8 @@ def _list(args: argparse.Namespace) -> int:
         for name in [args.model] if args.model else registry.models():
             pending = registry.pending(name)
             if pending:
-                print(f"{name}: uncommitted {', '.join(pending)} (a run stopped before every institution stored "
-                      "it; not listed, and withdrawn everywhere by the next retrain)")
+                print(f"{name}: uncommitted {', '.join(pending)} (a run stopped before every institution "
+                      "stored it; not listed, and withdrawn everywhere by the next retrain)")
     return 1 if any(row.get("integrity", "ok") != "ok" for row in rows) else 0
 
 
@@ -167,7 +178,8 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return failed
-    lines = [f"{info['model_name']} {info['version']}" + (f"  [{', '.join(info['aliases'])}]" if info["aliases"] else "")]
+    aliases = f"  [{', '.join(info['aliases'])}]" if info["aliases"] else ""
+    lines = [f"{info['model_name']} {info['version']}{aliases}"]
     for key in ("created_at", "algorithm", "setting", "task"):
         lines.append(f"  {key + ':':<12}{info[key] if info[key] is not None else '-'}")
     lines.append(f"  {'metrics:':<12}{_metrics_text(info['metrics'])}")
@@ -222,7 +234,8 @@ def _short_status(status: str) -> str:
     """'valid', 'unsigned' or 'INVALID' (prefixed for a master manifest copy), without the details."""
     copy = "master manifest copy: "
     core = status.removeprefix(copy)
-    return ("master copy " if status.startswith(copy) else "") + ("INVALID" if core.startswith("INVALID") else core.split(" (")[0])
+    verdict = "INVALID" if core.startswith("INVALID") else core.split(" (")[0]
+    return ("master copy " if status.startswith(copy) else "") + verdict
 
 
 def _short_time(stamp: str | None) -> str:

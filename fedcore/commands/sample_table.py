@@ -21,10 +21,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     """Add `fedforest sample-table`."""
     sample = commands.add_parser("sample-table", help="write a sample customer table to try simulate on",
                                  description="Write the demo's customers as one table (CSV or Parquet by the "
-                                             "suffix of --out): customer_id, numbers, booleans, strings, an ISO "
-                                             "date and missing values; labels responded (yes/no) and premium.")
-    sample.add_argument("--out", required=True, type=Path, metavar="FILE", help="where to write (.csv or .parquet)")
-    sample.add_argument("--rows", type=int, default=5000, metavar="N", help="customers (default 5000, at least 20)")
+                                             "suffix of --out): customer_id, numbers, booleans, strings, an "
+                                             "ISO date and missing values; labels responded (yes/no) and "
+                                             "premium.")
+    sample.add_argument("--out", required=True, type=Path, metavar="FILE", help="where to write (.csv or "
+                                                                                ".parquet)")
+    sample.add_argument("--rows", type=int, default=5000, metavar="N", help="customers (default 5000, at "
+                                                                            "least 20)")
     sample.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sample.set_defaults(handler=_write)
 
