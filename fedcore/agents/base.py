@@ -4,12 +4,23 @@ messages passed to the party with batch checkpoints, withdrawal and close."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
 
 from fedcore.agents.data import InstitutionData
 from fedcore.agents.storage import withdraw_version
+from fedcore.checkpoints import CheckpointStore
 from fedcore.contracts.expectations import ValidationReport
 from fedcore.errors import ProtocolError
 from fedcore.protocol.messages import Message
+
+
+class EngineParty(Protocol):
+    """What an agent needs of its engine's party: it answers the engine's messages."""
+
+    def handle(self, message: Message) -> Message: ...
+
+
+PartyT = TypeVar("PartyT", bound=EngineParty)
 
 
 def validation_reply(report: ValidationReport | None) -> Message:
@@ -23,7 +34,7 @@ def validation_reply(report: ValidationReport | None) -> Message:
                                   "contract_version": report.version})
 
 
-class SessionAgent:
+class SessionAgent(Generic[PartyT]):
     """What every institution agent does around its engine, in either setting: reload the data at each
     session start and report its validation, pass engine messages to the party (checkpointing the batch
     just finished first), dispatch the others to `_on_<kind>`, withdraw a version, and close.
@@ -39,20 +50,26 @@ class SessionAgent:
         """`data` is the institution's table, or a loader called afresh at the start of every session
         (a long-lived agent then trains each session on the data as it is then)."""
         self._loader = data if callable(data) else None
-        self.data = None if callable(data) else data
+        self._data = None if callable(data) else data
         self.name = data.name if not callable(data) else name
-        self.party = None
-        self._checkpoints = None  # the run's CheckpointStore, once the master asked to resume or checkpoint
+        self.party: PartyT | None = None
+        self._checkpoints: CheckpointStore | None = None  # once the master asked to resume or checkpoint
         self.closed = False
         self.sessions = 0
 
+    @property
+    def data(self) -> InstitutionData:
+        """The institution's table for this session (loaded at its start when a loader was given)."""
+        if self._data is None:
+            raise ProtocolError("institution agent: session not started (no validation_report yet)")
+        return self._data
+
     def handle(self, message: Message) -> Message:
         """Dispatch a session message, or pass an engine message to the party."""
-        if self.data is None and message.kind != "validation_report":
+        if self._data is None and message.kind != "validation_report":
             raise ProtocolError(f"institution agent: session not started ({message.kind!r} before validation_report)")
         if message.kind in self.engine_kinds:
-            if self.party is None:
-                raise ProtocolError(f"institution {self.name!r}: {self.not_ready} ({message.kind!r} too early)")
+            self._require_party(message.kind)
             if "save_batch" in message.header and self._checkpoints is not None:
                 # the batch just finished, before the next one (or the final model) changes anything
                 self._checkpoints.save(int(message.header["save_batch"]), self._batch_checkpoint())
@@ -62,8 +79,14 @@ class SessionAgent:
             raise ProtocolError(f"institution {self.name!r} cannot handle message kind {message.kind!r}")
         return handler(message)
 
+    def _require_party(self, kind: str) -> PartyT:
+        """The engine's party, or the refusal of a `kind` message that needs it before it exists."""
+        if self.party is None:
+            raise ProtocolError(f"institution {self.name!r}: {self.not_ready} ({kind!r} too early)")
+        return self.party
+
     def _engine_reply(self, message: Message) -> Message:
-        return self.party.handle(message)
+        return self._require_party(message.kind).handle(message)
 
     def _batch_checkpoint(self) -> dict:
         """The arrays this institution keeps for the tree batch it just finished."""
@@ -76,8 +99,8 @@ class SessionAgent:
         """Start of a session: (re)load the data if a loader was given, then report its validation:
         pass/fail per expectation with counts, never the example values (they are raw data)."""
         if self._loader is not None:
-            self.data = self._loader()
-            self.name = self.data.name
+            self._data = self._loader()
+            self.name = self._data.name
         self.party, self._checkpoints, self.closed = None, None, False
         self._start_session()
         self.sessions += 1

@@ -82,8 +82,9 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
             log.warning("data contract violation: %s", line)
     elif inst.id_column not in frame.columns:
         raise ColumnNotFoundError(f"institution {name!r}: id column {inst.id_column!r} not in {inst.data!r}")
-    batch = (lambda: read_files(inst.predict_data, f"institution {name!r} prediction data",
-                                skip=[inst.id_column])) if inst.predict_data else None
+    predict_data = inst.predict_data
+    batch = (lambda: read_files(predict_data, f"institution {name!r} prediction data",
+                                skip=[inst.id_column])) if predict_data else None
     return InstitutionData(
         name=name, frame=frame, id_column=inst.id_column, label=inst.label, registry=inst.registry,
         predictions_dir=inst.registry.parent / "predictions" / name if inst.predictions is None else inst.predictions,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+from fedcore.agents.base import SessionAgent
 from fedcore.agents.data import InstitutionData, institution_from_config
 from fedcore.config import FederationConfig
 from fedcore.errors import ConfigError, ProtocolError
@@ -26,7 +27,9 @@ def build_institution_server(config: FederationConfig, name: str, master: str = 
     # the mTLS certificate and key also sign the keys a master relays between institutions (PPD-ERT's
     # secure-aggregation keys, Paillier mode's sealing keys; peers check them against the consortium CA),
     # so the master cannot substitute its own
+    assert inst.cert is not None and inst.key is not None, "checked with the others in `missing` above"
     identity = PartyIdentity.from_certificate(name, inst.cert, inst.key, config.tls["ca"])
+    agent: SessionAgent
     if config.setting == "horizontal":
         from fedcore.horizontal.agent import HorizontalInstitutionAgent
 

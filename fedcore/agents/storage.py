@@ -74,7 +74,7 @@ def withdraw_version(data: InstitutionData, header: dict) -> Message:
 
 def signed_digest(master_manifest: dict, institution: str) -> str | None:
     """The model-table SHA-256 the master's manifest lists for `institution`."""
-    entry = next((p for p in master_manifest.get("parties") or [] if p.get("name") == institution), {})
+    entry: dict = next((p for p in master_manifest.get("parties") or [] if p.get("name") == institution), {})
     return entry.get("table_sha256")
 
 

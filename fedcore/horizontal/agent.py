@@ -63,7 +63,7 @@ NOISE_SEEDS = ".noise-seeds"
 NOISY = ("gdp", "ldp")
 
 
-class HorizontalInstitutionAgent(SessionAgent):
+class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
     """Answers one institution's side of horizontal sessions (see the module docstring)."""
 
     engine_kinds = frozenset(ENGINE_KINDS)
@@ -84,9 +84,10 @@ class HorizontalInstitutionAgent(SessionAgent):
         self._seeds: CheckpointStore | None = None
 
     def _engine_reply(self, message: Message) -> Message:
-        reply = self.party.handle(message)
+        party = self._require_party(message.kind)
+        reply = party.handle(message)
         if message.kind == "model":
-            self.model = self.party.model
+            self.model = party.model
         return reply
 
     def _batch_checkpoint(self) -> dict[str, np.ndarray]:
@@ -134,6 +135,8 @@ class HorizontalInstitutionAgent(SessionAgent):
 
         def read(source: dict) -> tuple[str, float, Any]:
             mode = source.get("mode", source.get("privacy"))
+            if mode is None:
+                raise ProtocolError(f"institution {self.name!r}: a privacy setting names no mode; refusing to train")
             epsilon = float(source.get("epsilon", 1.0)) if mode == "gdp" else 1.0
             return mode, epsilon, LabelLDP(**(source.get("ldp") or {})) if mode == "ldp" else None
 
@@ -161,6 +164,7 @@ class HorizontalInstitutionAgent(SessionAgent):
     def _on_evaluate(self, message: Message) -> Message:
         """Aggregates of the model's errors on this institution's held-out rows; the master sums them."""
         model, schema = self._require_model(), self.schema
+        assert schema is not None, "setup or load_model set the schema before any model exists"
         rows = self._holdout if self._holdout is not None else self.data.frame.iloc[:0]
         values = model.predict_values(schema.encode(rows)) if len(rows) else np.zeros((0, 1))
         if schema.task == "classification":
@@ -190,6 +194,7 @@ class HorizontalInstitutionAgent(SessionAgent):
     def _on_predict_local(self, message: Message) -> Message:
         """Predict this institution's new rows with the complete model; the predictions stay here."""
         model, schema = self._require_model(), self.schema
+        assert schema is not None, "setup or load_model set the schema before any model exists"
         if self.data.load_batch is None:
             return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0})
         started = time.perf_counter()
@@ -199,7 +204,7 @@ class HorizontalInstitutionAgent(SessionAgent):
         if schema.task == "classification":
             classes = np.asarray(schema.classes, dtype=object)
             out["prediction"] = classes[np.argmax(values, axis=1)]
-            for k, c in enumerate(schema.classes):
+            for k, c in enumerate(classes):
                 out[f"proba_{c}"] = values[:, k]
         else:
             out["prediction"] = values[:, 0]
@@ -210,6 +215,7 @@ class HorizontalInstitutionAgent(SessionAgent):
     def _party_state(self) -> dict[str, np.ndarray]:
         """What this party carries from one batch to the next: its noise counters (see the module doc)."""
         party = self.party
+        assert party is not None, "handle() checkpoints a batch only once the party exists"
         state = {"reports": np.array([party.reports], np.int64),  # noise streams are keyed by this count
                  "reports_per_row": np.array([party.reports_per_row], np.int64)}
         if party.accountant is not None:
@@ -241,6 +247,8 @@ class HorizontalInstitutionAgent(SessionAgent):
         batches = int(message.header["batches"])
         party = self.party
         if self._seeds is not None:
+            if not isinstance(party, HorizontalParty):  # the seeds of a DP mode, but the party was set up again
+                raise ProtocolError(f"institution {self.name!r}: resume with noise seeds but no FET party")
             if self._seeds.completed():
                 party.noise_seed = int(self._seeds.load(0)["noise_seed"][0])
             else:

@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -28,10 +29,13 @@ from fedcore.models.tables import partial_forest_from_table, party_table
 from fedcore.privacy.hashing import hash_ids
 from fedcore.privacy.keyauth import PartyIdentity
 from fedcore.protocol.messages import Message, unpack_bits
-from fedcore.trees.structure import PartySplits
+from fedcore.trees.structure import PartialForest, PartySplits
 from fedcore.vertical.alignment import align_frame
 from fedcore.vertical.party import VerticalParty
 from fedcore.vertical.persistence import party_file_stem
+
+if TYPE_CHECKING:
+    from fedcore.privacy.psi import PSIParty
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +44,7 @@ PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_split
                "apply_splits", "finalize", "predict_leaves", "route"}
 
 
-class VerticalInstitutionAgent(SessionAgent):
+class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
     """Answers the master's session messages for one institution; see the module docstring."""
 
     engine_kinds = frozenset(PARTY_KINDS)
@@ -57,11 +61,12 @@ class VerticalInstitutionAgent(SessionAgent):
         self._holdout: pd.DataFrame | None = None
         self._batch_ids: pd.Series | None = None
         self._batch: pd.DataFrame | None = None  # the last new batch loaded for prediction
-        self._psi = None  # the PSIParty of an alignment in progress (its secret never leaves this object)
+        self._psi: PSIParty | None = None  # the PSIParty of an alignment in progress (its secret never leaves this object)
         self.aligned_ids: pd.Series | None = None
         self._checkpoints: CheckpointStore | None = None
 
     def _batch_checkpoint(self) -> dict[str, np.ndarray]:
+        assert self.party is not None, "handle() checkpoints a batch only once the party exists"
         splits = self.party.batch_splits()  # the splits this institution owns in the batch just finished
         return {f: getattr(splits, f) for f in SPLIT_ARRAYS}
 
@@ -123,18 +128,33 @@ class VerticalInstitutionAgent(SessionAgent):
     def _feature_key(self) -> bytes:
         return hmac.new(self._key, b"fedforest feature ids", hashlib.sha256).digest()
 
+    def _require_holdout(self, kind: str) -> pd.DataFrame:
+        """The held-out rows of this session's alignment, or the refusal of a `kind` message that needs them."""
+        if self._holdout is None:
+            raise ProtocolError(f"institution {self.name!r}: no held-out rows ({kind!r} before align)")
+        return self._holdout
+
+    def _require_model(self, kind: str) -> PartialForest:
+        """This party's partial model, trained or loaded, or the refusal of a `kind` message that needs it."""
+        model = self._require_party(kind).model
+        if model is None:
+            raise ProtocolError(f"institution {self.name!r} holds no model yet ({kind!r} before finalize)")
+        return model
+
     def _on_load_holdout(self, message: Message) -> Message:
-        features = self._holdout.drop(columns=[self.data.label]) if self.data.label else self._holdout
-        self.party.set_prediction_data(features)
+        holdout = self._require_holdout(message.kind)
+        features = holdout.drop(columns=[self.data.label]) if self.data.label else holdout
+        self._require_party(message.kind).set_prediction_data(features)
         return Message("ack", {"rows": len(features)})
 
     def _on_evaluate(self, message: Message) -> Message:
         if not self.data.label:
             raise ProtocolError(f"institution {self.name!r} holds no label and cannot evaluate")
         values = message.arrays["values"]
-        y = self._holdout[self.data.label].to_numpy()
-        if self.party.classes_ is not None:
-            predicted = self.party.classes_[np.argmax(values, axis=1)]
+        y = self._require_holdout(message.kind)[self.data.label].to_numpy()
+        party = self._require_party(message.kind)
+        if party.classes_ is not None:
+            predicted = party.classes_[np.argmax(values, axis=1)]
             result = metrics("classification", y, predicted)
         else:
             result = metrics("regression", y, values[:, 0])
@@ -142,18 +162,18 @@ class VerticalInstitutionAgent(SessionAgent):
 
     def _on_model_digest(self, message: Message) -> Message:
         """The SHA-256 of this party's partial model file, for the master to sign before anyone stores."""
-        return Message("model_digest", {"sha256": table_sha256(party_table(self.party.model))})
+        return Message("model_digest", {"sha256": table_sha256(party_table(self._require_model(message.kind)))})
 
     def _on_store_model(self, message: Message) -> Message:
-        extra = {}
-        if self.party.classes_ is not None:
-            extra["classes"] = [str(c) for c in self.party.classes_]
+        party, model = self._require_party(message.kind), self._require_model(message.kind)
+        extra: dict[str, Any] = {}
+        if party.classes_ is not None:
+            extra["classes"] = [str(c) for c in party.classes_]
             try:  # the strings above lose the labels' dtype; this keeps it for `load_model`
-                extra["classes_encoding"] = encode_classes(self.party.classes_)
+                extra["classes_encoding"] = encode_classes(party.classes_)
             except ArtifactError:
                 pass
-        path = store_signed_table(self.data, message.header, party_file_stem(self.name), party_table(self.party.model),
-                                  extra)
+        path = store_signed_table(self.data, message.header, party_file_stem(self.name), party_table(model), extra)
         return Message("stored", {"path": path})
 
     def _on_load_model(self, message: Message) -> Message:
@@ -191,18 +211,21 @@ class VerticalInstitutionAgent(SessionAgent):
         return Message("id_hashes", {"rows": len(ids)}, {"hashes": self._hashes(ids)})
 
     def _on_align_batch(self, message: Message) -> Message:
+        if self._batch is None:
+            raise ProtocolError(f"institution {self.name!r}: no prediction batch loaded (align_batch before its IDs)")
         aligned = align_frame(self._batch, self._rows(message.arrays["positions"]))
         self._batch_ids = aligned[self.data.id_column].reset_index(drop=True)
         features = aligned.drop(columns=[c for c in (self.data.id_column, self.data.label) if c in aligned])
-        self.party.set_prediction_data(features.reset_index(drop=True))
+        self._require_party(message.kind).set_prediction_data(features.reset_index(drop=True))
         return Message("ack", {"rows": len(aligned)})
 
     def _on_deliver_predictions(self, message: Message) -> Message:
         values = message.arrays["values"]
         out = pd.DataFrame({self.data.id_column: self._batch_ids})
-        if self.party.classes_ is not None:
-            out["prediction"] = self.party.classes_[np.argmax(values, axis=1)]
-            for k, c in enumerate(self.party.classes_):
+        party = self._require_party(message.kind)
+        if party.classes_ is not None:
+            out["prediction"] = party.classes_[np.argmax(values, axis=1)]
+            for k, c in enumerate(party.classes_):
                 out[f"proba_{c}"] = values[:, k]
         else:
             out["prediction"] = values[:, 0]
