@@ -136,7 +136,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         def read(source: dict) -> tuple[str, float, Any]:
             mode = source.get("mode", source.get("privacy"))
             if mode is None:
-                raise ProtocolError(f"institution {self.name!r}: a privacy setting names no mode; refusing to train")
+                raise ProtocolError(f"institution {self.name!r}: a privacy setting has no mode")
             epsilon = float(source.get("epsilon", 1.0)) if mode == "gdp" else 1.0
             return mode, epsilon, LabelLDP(**(source.get("ldp") or {})) if mode == "ldp" else None
 
@@ -247,7 +247,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         batches = int(message.header["batches"])
         party = self.party
         if self._seeds is not None:
-            if not isinstance(party, HorizontalParty):  # the seeds of a DP mode, but the party was set up again
+            if not isinstance(party, HorizontalParty):  # a DP mode's seeds, but set up again since
                 raise ProtocolError(f"institution {self.name!r}: resume with noise seeds but no FET party")
             if self._seeds.completed():
                 party.noise_seed = int(self._seeds.load(0)["noise_seed"][0])

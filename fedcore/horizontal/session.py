@@ -17,7 +17,7 @@ import json
 import os
 import secrets
 import time
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import yaml
@@ -51,7 +51,7 @@ class HorizontalSession(MasterSession):
                  privacy: dict | None = None, holdout_fraction: float = 0.2,
                  progress: ProgressCallback | None = None) -> None:
         super().__init__(transport, progress)
-        self.params = params
+        self.params: ExtraTreesParams = params
         self.algorithm = find_algorithm(algorithm, "horizontal").id
         self.privacy = privacy or {"mode": find_algorithm(algorithm).default_privacy, "epsilon": 1.0, "ldp": {}}
         self.holdout_fraction = holdout_fraction
@@ -83,7 +83,7 @@ class HorizontalSession(MasterSession):
                   "holdout": self.holdout_fraction, "holdout_seed": self.params.random_state,
                   "seed": self.params.random_state, "k": self.params.n_candidate_features(self.schema.n_features)}
         if self.algorithm == "ppd-ert":
-            self._low, self._high = self._domains(declared_feature_ranges(shared))
+            self._low, self._high = self._domains(self.schema, declared_feature_ranges(shared))
             header.update(low=self._low.tolist(), high=self._high.tolist(), **self._thresholds())
         replies = self.transport.exchange({name: Message("setup", header) for name in self.institutions})
         self.rows = {name: dict(r.header) for name, r in replies.items()}
@@ -94,9 +94,10 @@ class HorizontalSession(MasterSession):
         self.facts.holdout_rows = sum(r["holdout_rows"] for r in self.rows.values())
         return self.schema
 
-    def _domains(self, ranges: dict[str, tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
-        low, high = self.schema.feature_domains()
-        for j, column in enumerate(self.schema.columns):
+    def _domains(self, schema: HorizontalSchema,
+                 ranges: dict[str, tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+        low, high = schema.feature_domains()
+        for j, column in enumerate(schema.columns):
             if not column.is_categorical:
                 low[j], high[j] = ranges[column.name]
         return low, high
@@ -149,6 +150,7 @@ class HorizontalSession(MasterSession):
         """What a run's checkpoints are bound to: parameters, algorithm, privacy settings, the agreed schema
         and domains, the institutions and their row counts (each institution adds a digest of its own rows)."""
         privacy = {**self.privacy, **(self._thresholds() if self.algorithm == "ppd-ert" else {})}  # resolved defaults
+        assert self.schema is not None, "train() checks the schema is agreed before binding checkpoints to it"
         text = json.dumps({"params": self.params.to_dict(), "algorithm": self.algorithm, "privacy": privacy,
                            "schema": self.schema.fingerprint(), "holdout": self.holdout_fraction,
                            "parties": self.institutions, "rows": self.rows,
@@ -160,9 +162,10 @@ class HorizontalSession(MasterSession):
         """Metrics over all institutions' held-out rows, from the aggregates each computes at home."""
         replies = self.transport.exchange({name: Message("evaluate") for name in self.institutions})
         if self.params.task == "classification":
-            confusion = sum(r.arrays["confusion"].astype(np.int64) for r in replies.values())
+            confusion = cast(np.ndarray, sum(r.arrays["confusion"].astype(np.int64)
+                                             for r in replies.values()))
             return confusion_metrics(confusion)
-        n, total, squares, sse = sum(r.arrays["sums"] for r in replies.values())
+        n, total, squares, sse = cast(np.ndarray, sum(r.arrays["sums"] for r in replies.values()))
         variance = squares - total * total / n if n else 0.0
         return {"rmse": float(np.sqrt(sse / n)) if n else float("nan"),
                 "r2": float(1 - sse / variance) if variance > 0 else float("nan")}

@@ -61,7 +61,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self._holdout: pd.DataFrame | None = None
         self._batch_ids: pd.Series | None = None
         self._batch: pd.DataFrame | None = None  # the last new batch loaded for prediction
-        self._psi: PSIParty | None = None  # the PSIParty of an alignment in progress (its secret never leaves this object)
+        self._psi: PSIParty | None = None  # an alignment in progress (its secret never leaves this object)
         self.aligned_ids: pd.Series | None = None
         self._checkpoints: CheckpointStore | None = None
 
@@ -129,7 +129,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         return hmac.new(self._key, b"fedforest feature ids", hashlib.sha256).digest()
 
     def _require_holdout(self, kind: str) -> pd.DataFrame:
-        """The held-out rows of this session's alignment, or the refusal of a `kind` message that needs them."""
+        """This session's held-out rows, or the refusal of a `kind` message that needs them."""
         if self._holdout is None:
             raise ProtocolError(f"institution {self.name!r}: no held-out rows ({kind!r} before align)")
         return self._holdout
@@ -162,7 +162,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
 
     def _on_model_digest(self, message: Message) -> Message:
         """The SHA-256 of this party's partial model file, for the master to sign before anyone stores."""
-        return Message("model_digest", {"sha256": table_sha256(party_table(self._require_model(message.kind)))})
+        model = self._require_model(message.kind)
+        return Message("model_digest", {"sha256": table_sha256(party_table(model))})
 
     def _on_store_model(self, message: Message) -> Message:
         party, model = self._require_party(message.kind), self._require_model(message.kind)
@@ -173,7 +174,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                 extra["classes_encoding"] = encode_classes(party.classes_)
             except ArtifactError:
                 pass
-        path = store_signed_table(self.data, message.header, party_file_stem(self.name), party_table(model), extra)
+        path = store_signed_table(self.data, message.header, party_file_stem(self.name), party_table(model),
+                                  extra)
         return Message("stored", {"path": path})
 
     def _on_load_model(self, message: Message) -> Message:
@@ -212,7 +214,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
 
     def _on_align_batch(self, message: Message) -> Message:
         if self._batch is None:
-            raise ProtocolError(f"institution {self.name!r}: no prediction batch loaded (align_batch before its IDs)")
+            raise ProtocolError(f"institution {self.name!r}: align_batch before the batch IDs")
         aligned = align_frame(self._batch, self._rows(message.arrays["positions"]))
         self._batch_ids = aligned[self.data.id_column].reset_index(drop=True)
         features = aligned.drop(columns=[c for c in (self.data.id_column, self.data.label) if c in aligned])

@@ -133,14 +133,14 @@ class VerticalSession(MasterSession):
         self.facts.seconds = time.perf_counter() - started
         self.facts.rounds = self.transport.stats.rounds - before[0]
         self.facts.bytes = self.transport.stats.bytes - before[1]
-        owners = self.master.structure.owner
+        owners = self.master.trained_structure.owner
         self.facts.owned_nodes = {name: int((owners == i).sum()) for i, name in enumerate(self.institutions)}
-        self.facts.nodes = int(self.master.structure.n_nodes)
+        self.facts.nodes = int(self.master.trained_structure.n_nodes)
         return self.facts
 
     def _context(self) -> str:
         """What a run's checkpoints are bound to: parameters, parties, their features and the aligned rows."""
-        info = self.master.info
+        info = self.master.federation
         text = json.dumps({"params": self.params.to_dict(), "parties": info.parties, "rows": info.n_rows,
                            "features": list(map(str, info.feature_ids)), "owners": info.feature_owner.tolist(),
                            "positions": {n: hashlib.sha256(np.asarray(p).tobytes()).hexdigest()
@@ -154,7 +154,7 @@ class VerticalSession(MasterSession):
             return {}
         self.transport.exchange({name: Message("load_holdout") for name in self.institutions})
         values = self.master.predict_values(self.facts.holdout_rows)
-        holder = self.master.info.label_holder
+        holder = self.master.federation.label_holder
         reply = self.transport.exchange({holder: Message("evaluate", {}, {"values": values})})[holder]
         return dict(reply.header["metrics"])
 
@@ -168,7 +168,7 @@ class VerticalSession(MasterSession):
         """The manifest's "parties" (each institution's role, feature count, split nodes it owns and the
         SHA-256 of the partial model it will store, so the master's signature covers every party's file),
         the ID overlap and the data fingerprints."""
-        info, digests = self.master.info, self.model_digests()
+        info, digests = self.master.federation, self.model_digests()
         parties = [{"name": name, "role": "label_holder" if name == info.label_holder else "passive",
                     "table_sha256": digests[name], "feature_count": int((info.feature_owner == i).sum()),
                     "owned_nodes": self.facts.owned_nodes.get(name, 0)} for i, name in enumerate(info.parties)]
