@@ -49,7 +49,7 @@ def serve_session(config: FederationConfig, institution: str, data: InstitutionD
 class _ToRunLogger(logging.Handler):
     """Passes records to a Prefect run logger (which may be called from the Flight server's threads)."""
 
-    def __init__(self, run_logger: logging.LoggerAdapter) -> None:
+    def __init__(self, run_logger: logging.Logger | logging.LoggerAdapter) -> None:
         super().__init__(logging.INFO)
         self.run_logger = run_logger
 
@@ -81,6 +81,7 @@ def institution_agent(config_path: str, institution: str) -> dict:
         data = load_and_validate(config, institution)
         sessions = serve_session(config, institution, data)  # also when invalid: the master reports it for all
     if not data.valid:
+        assert data.validation is not None, "only a contract's report makes data invalid"
         failed = [r for r in data.validation.rows if not r["success"]]
         raise ContractViolation(f"institution {institution!r}: {len(failed)} expectation(s) of its data contract "
                                 f"failed; see the {artifact_key('contract', institution)!r} artifact",

@@ -73,7 +73,7 @@ def resuming(config: FederationConfig, attempt: Callable[[str, list], dict], run
                           run_id, run_id)
     attempts = config.training.resume_attempts + 1
     for number in range(1, attempts + 1):
-        reached = []  # set once every agent answered: losing one after that is what resuming is for
+        reached: list[bool] = []  # set once every agent answered: losing one then is what resuming is for
         try:
             return attempt(run_id, reached)
         except PartyUnavailable as exc:

@@ -63,7 +63,7 @@ def retrain_outcome(model_name: str, version: str, metrics: dict[str, float], me
     the version went to production."""
     line = f"{model_name} {version}: {headline_metric(metrics, metric)} on held-out rows"
     previous = (production or {}).get("metrics", {})
-    if metric in metrics and metric in previous:
+    if production is not None and metric in metrics and metric in previous:
         line += f" (production {production.get('version', 'before')}: {previous[metric]:.4f})"
     return line + ("; promoted to production" if promoted else "; NOT promoted, production unchanged")
 

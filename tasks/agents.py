@@ -9,7 +9,8 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+from uuid import UUID
 
 from prefect import get_run_logger, task
 
@@ -18,6 +19,9 @@ from fedcore.errors import AgentRunEnded, CertificateRefused, FedForestError, Pa
 from fedcore.protocol.messages import Message
 from fedcore.transport.flight import FlightTransport
 from tasks.common import DATA_LOCAL
+
+if TYPE_CHECKING:
+    from prefect.client.schemas.objects import FlowRun
 
 STARTED = "--- agent started for"
 """The line a master writes to an agent's (appended) log before starting it: what follows is this run's."""
@@ -93,8 +97,9 @@ def trigger_agent_deployments(config: FederationConfig, flow_name: str = "instit
 
     runs = {}
     for inst in config.institutions:
-        run = run_deployment(f"{flow_name}/{inst.name}", parameters={"institution": inst.name}, timeout=0,
-                             as_subflow=True)
+        # a FlowRun when called from sync code (Prefect's async_dispatch types it as FlowRun or a coroutine)
+        run = cast("FlowRun", run_deployment(f"{flow_name}/{inst.name}", timeout=0, as_subflow=True,
+                                             parameters={"institution": inst.name}))
         get_run_logger().info("started %s's agent: flow run %s on work pool %r", inst.name, run.id, inst.work_pool)
         runs[inst.name] = str(run.id)
     return runs
@@ -124,7 +129,8 @@ def ended_agent_run(runs: dict[str, str], read_flow_run: Callable[[str], Any] | 
     return check
 
 
-def wait_for_agent_runs(run_ids: list[str], timeout_s: float = 60.0, poll_s: float = 1.0) -> dict[str, str]:
+def wait_for_agent_runs(run_ids: list[str], timeout_s: float = 60.0,
+                        poll_s: float = 1.0) -> dict[str, str | None]:
     """Wait until the agents' flow runs reach a final state; log and return {run id: state name}. A run
     still going after `timeout_s` is cancelled: its session is over, and it would hold its institution's
     port until its idle timeout."""
@@ -134,14 +140,15 @@ def wait_for_agent_runs(run_ids: list[str], timeout_s: float = 60.0, poll_s: flo
     deadline = time.monotonic() + timeout_s
     with get_client(sync_client=True) as client:
         while True:
-            runs = [client.read_flow_run(run_id) for run_id in run_ids]
+            runs = [client.read_flow_run(UUID(run_id)) for run_id in run_ids]
             if all(r.state is not None and r.state.is_final() for r in runs) or time.monotonic() > deadline:
                 break
             time.sleep(poll_s)
     states = {str(r.id): r.state.name if r.state else "unknown" for r in runs}
     for run in runs:
         final = run.state is not None and run.state.is_final()
-        level = logging.INFO if final and run.state.is_completed() else logging.WARNING
+        completed = final and run.state is not None and run.state.is_completed()
+        level = logging.INFO if completed else logging.WARNING
         logger.log(level, "agent flow run %s (%s): %s", run.name, run.id,
                    states[str(run.id)] if final else f"still {states[str(run.id)]} after {timeout_s:g} s")
     cancel_agent_runs([str(r.id) for r in runs if not (r.state is not None and r.state.is_final())],
@@ -159,7 +166,7 @@ def cancel_agent_runs(run_ids: list[str], why: str) -> list[str]:
     cancelled = []
     with get_client(sync_client=True) as client:
         for run_id in run_ids:
-            run = client.read_flow_run(run_id)
+            run = client.read_flow_run(UUID(run_id))
             if run.state is not None and run.state.is_final():
                 continue
             client.set_flow_run_state(run_id, Cancelling(message=f"cancelled by the master: {why}"), force=True)
@@ -171,8 +178,9 @@ def cancel_agent_runs(run_ids: list[str], why: str) -> list[str]:
 def release_agents(transport: FlightTransport) -> None:
     """Tell every agent the session is over (best effort: some may be gone), so none waits for a master
     that has finished or failed."""
-    if getattr(transport, "timeout_s", None) is not None:
-        transport.timeout_s = min(transport.timeout_s, 10.0)  # a hung agent must not hold the master
+    timeout_s = getattr(transport, "timeout_s", None)
+    if timeout_s is not None:
+        transport.timeout_s = min(timeout_s, 10.0)  # a hung agent must not hold the master
     for party in transport.parties:
         try:
             transport.exchange({party: Message("close")})
@@ -199,7 +207,7 @@ def _read_flow_run(run_id: str) -> Any:
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
-        return client.read_flow_run(run_id)
+        return client.read_flow_run(UUID(run_id))
 
 
 def worth_retrying(task, task_run, state) -> bool:

@@ -10,6 +10,7 @@ import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, cast
 
 import yaml
 
@@ -72,7 +73,8 @@ def run_horizontal_demo(work: Path, n_patients: int = 9000, algorithm: str = "ex
                                                          privacy=privacy)
     print(f"fedforest demo (horizontal): workspace {work}")
     print("  hospitals: " + ", ".join(f"{n} ({i['train_rows']} patients)" for n, i in scenario["institutions"].items()))
-    result = retrain(str(config_path), agents="local")
+    # the flow returns `finished(...)`: called, it gives that State's data (Prefect types it as the State)
+    result = cast(dict[str, Any], retrain(str(config_path), agents="local"))
     training = result["training"]
     print("\nWhat happened")
     print("  validation:  " + ", ".join(f"{n} {'passed' if v['success'] else 'FAILED'}"
