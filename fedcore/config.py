@@ -312,7 +312,8 @@ def _master_public_key(master: dict, path: Path) -> Path | None:
 def _parse_privacy(raw: Any, algorithm: Algorithm, path: Path) -> dict[str, Any]:
     """The `privacy:` section: {mode: none|paillier|ou|ldp|gdp|secagg, epsilon: (gdp, per query),
     ldp: {LabelLDP fields}, key_bits: (paillier, ou) 2048 | 3072, thresholds: (secagg) histogram | domain,
-    cells: (secagg, histogram) grid cells}."""
+    cells: (secagg, histogram) grid cells}.
+    """
     raw = {"mode": algorithm.default_privacy} if raw is None else raw
     if isinstance(raw, str):
         raw = {"mode": raw}

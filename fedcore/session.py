@@ -127,7 +127,8 @@ class MasterSession(ABC):
 
     def agree_resume_point(self, store: CheckpointStore, run_id: str) -> int:
         """Ask every institution which tree batches of run `run_id` it checkpointed (under the store's
-        context), and tell all of them to resume after the last batch everyone, the master included, has."""
+        context), and tell all of them to resume after the last batch everyone, the master included, has.
+        """
         replies = self.transport.exchange({n: Message("resume_status", {"run": run_id, "context": store.context})
                                            for n in self.institutions})
         done = [list(r.arrays["completed"].astype(int)) for r in replies.values()]
@@ -155,7 +156,8 @@ class MasterSession(ABC):
 
     def store_at_institutions(self, model_name: str, version: str, manifest: dict) -> dict[str, str]:
         """Ask every institution to store its model under the master's version. If any cannot, those that did
-        withdraw theirs again and the error is raised: a version is stored everywhere or nowhere."""
+        withdraw theirs again and the error is raised: a version is stored everywhere or nowhere.
+        """
         header = {"model": model_name, "version": version, "manifest": json.dumps(manifest, default=str)}
         try:
             replies = self.transport.exchange({name: Message("store_model", header) for name in self.institutions})

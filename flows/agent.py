@@ -60,7 +60,8 @@ class _ToRunLogger(logging.Handler):
 @contextmanager
 def agent_log_in_run() -> Iterator[None]:
     """While open, what the agent logs for its operator (the `fedcore.agents` log: contract violations,
-    versions stored, predictions written) also goes to this flow run's log in the Prefect UI."""
+    versions stored, predictions written) also goes to this flow run's log in the Prefect UI.
+    """
     source = agents.log
     handler, level = _ToRunLogger(get_run_logger()), source.level
     source.addHandler(handler)

@@ -27,7 +27,8 @@ def batch_predict(config_path: str, model_name: str | None = None, version: str 
                   requester: str | None = None, agents: str = "running") -> State:
     """Predict the institutions' new rows with a registered version; calling it returns a JSON-ready
     summary. The run is named `predict <model> <version>`; its final state's message says where how
-    many predictions went."""
+    many predictions went.
+    """
     config = load_config(config_path)
     model_name = model_name or config.model_name
     requester = requester or config.prediction_requester

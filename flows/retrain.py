@@ -51,7 +51,8 @@ def retrain(config_path: str, agents: str = "deployments", model_name: str | Non
     state's message gives the version and headline metric.
 
     `run_id` names the run's training checkpoints; default: this flow run's id. Pass the run id
-    of a run that crashed (it is logged at its start) to resume it in a new flow run."""
+    of a run that crashed (it is logged at its start) to resume it in a new flow run.
+    """
     config = load_config(config_path)
     master_registry(config)  # no signing key: fail before any agent starts, not after training
     model_name = model_name or config.model_name
@@ -65,7 +66,8 @@ def resuming(config: FederationConfig, attempt: Callable[[str, list], dict], run
     institution is lost mid-session (its process died, the network failed), the session starts again
     (`training.resume_attempts` times) with the same run id, and training resumes from the last tree
     batch the master and every institution checkpointed. `attempt` appends to `reached` once every
-    agent answered: an agent that never came up is not retried. `run_id`: default, this flow run's id."""
+    agent answered: an agent that never came up is not retried. `run_id`: default, this flow run's id.
+    """
     if run_id is not None and not RUN_ID.match(str(run_id)):
         raise ValueError(f"run id {run_id!r} must be 1-128 letters, digits, '-' or '_'")
     run_id = str(run_id or flow_run.id or uuid.uuid4())  # stable across attempts: checkpoints are found again
@@ -87,7 +89,8 @@ def resuming(config: FederationConfig, attempt: Callable[[str, list], dict], run
 def session_attempt(config: FederationConfig, agents: str, model_name: str, predict: bool, run_id: str,
                     reached: list) -> dict:
     """One attempt, in either setting: prepare (align IDs, or agree the schema), train (checkpointed),
-    evaluate, register everywhere, promote, predict (for the requester, or at every institution)."""
+    evaluate, register everywhere, promote, predict (for the requester, or at every institution).
+    """
     settings = config.training
     with agent_session(config, agents) as (transport, validation):
         reached.append(True)
@@ -116,7 +119,8 @@ def session_attempt(config: FederationConfig, agents: str, model_name: str, pred
 
 def _has_new_rows(config: FederationConfig) -> bool:
     """Whether the run can batch predict: vertically every institution needs new rows to align; horizontally
-    each predicts whatever new rows it has."""
+    each predicts whatever new rows it has.
+    """
     return config.setting == "horizontal" or all(i.predict_data for i in config.institutions)
 
 

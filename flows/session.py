@@ -1,5 +1,6 @@
 """The part every master flow shares: reach the institutions' agents, check their data, and always
-disconnect and stop what was started, whatever happens in between."""
+disconnect and stop what was started, whatever happens in between.
+"""
 
 from __future__ import annotations
 

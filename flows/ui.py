@@ -1,6 +1,7 @@
 """What the Prefect UI shows of a master run at a glance: a name after the model and version
 (`retrain retail-response v0003`, `predict retail-response v0002`) and a final state whose message says
-which version and how good, so a list of runs answers "which version, how good" without opening one."""
+which version and how good, so a list of runs answers "which version, how good" without opening one.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from fedcore.config import load_config
 
 def run_name(kind: str) -> Callable[[], str]:
     """A `flow_run_name` for a master flow: `<kind> <model>`, plus the version asked for when there is
-    one (`predict retail-response production`); the flow renames the run once the version is known."""
+    one (`predict retail-response production`); the flow renames the run once the version is known.
+    """
 
     def name() -> str:
         parameters = flow_run.parameters
@@ -35,7 +37,8 @@ def _configured_model(config_path: str | None) -> str | None:
 
 def name_run(name: str) -> None:
     """Rename the current flow run (nothing outside one). The name is for people: failing to set it is
-    logged, never raised."""
+    logged, never raised.
+    """
     run_id = flow_run.id
     if run_id is None:
         return
@@ -60,7 +63,8 @@ def headline_metric(metrics: dict[str, float], metric: str) -> str:
 def retrain_outcome(model_name: str, version: str, metrics: dict[str, float], metric: str, promoted: bool,
                     production: dict | None) -> str:
     """The retrain run's final message: version, headline metric (against production's) and whether
-    the version went to production."""
+    the version went to production.
+    """
     line = f"{model_name} {version}: {headline_metric(metrics, metric)} on held-out rows"
     previous = (production or {}).get("metrics", {})
     if production is not None and metric in metrics and metric in previous:
@@ -78,5 +82,6 @@ def predict_outcome(model_name: str, version: str, prediction: dict) -> str:
 
 def finished(message: str, summary: dict) -> State:
     """The flow's Completed state with `message` (shown in the UI's run list); calling the flow still
-    returns `summary`."""
+    returns `summary`.
+    """
     return Completed(message=message, data=summary)

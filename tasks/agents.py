@@ -52,7 +52,8 @@ def start_local_agents(config: FederationConfig, log_dir: Path) -> list[subproce
 def wait_until_serving(config: FederationConfig, processes: list[subprocess.Popen], log_dir: Path,
                        timeout_s: float = 60.0) -> None:
     """Wait until every local agent says it is serving; if one exits first (its port is taken, by another
-    run's agent perhaps), raise with what it said, before this master can reach a stranger on that port."""
+    run's agent perhaps), raise with what it said, before this master can reach a stranger on that port.
+    """
     deadline = time.monotonic() + timeout_s
     pending = dict(zip((inst.name for inst in config.institutions), processes, strict=True))
     while pending:
@@ -109,7 +110,8 @@ def ended_agent_run(runs: dict[str, str], read_flow_run: Callable[[str], Any] | 
                     every_s: float = 1.0) -> Callable[[], str | None]:
     """A check for `FlightTransport.wait_ready(gave_up=...)`: the first agent flow run (of {institution:
     run id}) that has reached a final state before its agent served, with that run's own error quoted;
-    None while all run. Reads the runs at most every `every_s` seconds."""
+    None while all run. Reads the runs at most every `every_s` seconds.
+    """
     read_flow_run = read_flow_run or _read_flow_run
     last = {"at": float("-inf")}
 
@@ -133,7 +135,8 @@ def wait_for_agent_runs(run_ids: list[str], timeout_s: float = 60.0,
                         poll_s: float = 1.0) -> dict[str, str | None]:
     """Wait until the agents' flow runs reach a final state; log and return {run id: state name}. A run
     still going after `timeout_s` is cancelled: its session is over, and it would hold its institution's
-    port until its idle timeout."""
+    port until its idle timeout.
+    """
     from prefect.client.orchestration import get_client
 
     logger = get_run_logger()
@@ -159,7 +162,8 @@ def wait_for_agent_runs(run_ids: list[str], timeout_s: float = 60.0,
 def cancel_agent_runs(run_ids: list[str], why: str) -> list[str]:
     """Cancel the agent flow runs among `run_ids` that have not ended (their worker stops them), logging
     `why`; returns those cancelled. Used when no session can start (an agent run failed first, so the
-    others would wait out their idle timeout on their ports) or a run outlives its session."""
+    others would wait out their idle timeout on their ports) or a run outlives its session.
+    """
     from prefect.client.orchestration import get_client
     from prefect.states import Cancelling
 
@@ -177,7 +181,8 @@ def cancel_agent_runs(run_ids: list[str], why: str) -> list[str]:
 
 def release_agents(transport: FlightTransport) -> None:
     """Tell every agent the session is over (best effort: some may be gone), so none waits for a master
-    that has finished or failed."""
+    that has finished or failed.
+    """
     timeout_s = getattr(transport, "timeout_s", None)
     if timeout_s is not None:
         transport.timeout_s = min(timeout_s, 10.0)  # a hung agent must not hold the master
@@ -191,7 +196,8 @@ def release_agents(transport: FlightTransport) -> None:
 def agent_run_states(config: FederationConfig, runs: dict[str, str],
                      read_flow_run: Callable[[str], Any] | None = None) -> str:
     """Where each agent flow run stands, for a master that gave up waiting: a run still scheduled or
-    pending has not been picked up by a worker of its institution's pool."""
+    pending has not been picked up by a worker of its institution's pool.
+    """
     read_flow_run = read_flow_run or _read_flow_run
     parts = []
     for name, run_id in runs.items():
@@ -212,7 +218,8 @@ def _read_flow_run(run_id: str) -> Any:
 
 def worth_retrying(task, task_run, state) -> bool:
     """Retry a failed connection unless a certificate was refused or an agent's flow run ended: those
-    need an operator, not time."""
+    need an operator, not time.
+    """
     return not isinstance(state.result(raise_on_failure=False), CertificateRefused | AgentRunEnded)
 
 
@@ -220,7 +227,8 @@ def worth_retrying(task, task_run, state) -> bool:
 def connect_agents(config: FederationConfig, timeout_s: float = 60.0,
                    agent_runs: dict[str, str] | None = None) -> FlightTransport:
     """A mutual-TLS Flight transport to every institution, once all agents answer. With `agent_runs`
-    ({institution: flow run id}), an agent run that ends first fails this at once with its error."""
+    ({institution: flow run id}), an agent run that ends first fails this at once with its error.
+    """
     transport = FlightTransport.from_config(config)
     try:
         transport.wait_ready(timeout_s=timeout_s, gave_up=ended_agent_run(agent_runs) if agent_runs else None)

@@ -35,7 +35,8 @@ def progress_reporter(description: str) -> tuple[ProgressCallback, UUID]:
     (finished trees plus the current batch's estimated share, see `fedcore.progress.GrowthTracker`), and
     logs plain progress lines, rate-limited (the first, one per finished batch, else at most one every
     10 s), to the run logger and to the `fedforest.progress` logger (silent unless a command shows it,
-    `fedcore.progress.echo_progress`); returns (callback, artifact id)."""
+    `fedcore.progress.echo_progress`); returns (callback, artifact id).
+    """
     # a UUID when called from sync code (Prefect's async_dispatch types it as UUID or a coroutine)
     artifact = cast(UUID, create_progress_artifact(0.0, key="training-progress", description=description))
     run_logger, plain = get_run_logger(), logging.getLogger(PROGRESS_LOGGER)

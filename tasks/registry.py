@@ -16,7 +16,8 @@ from tasks.common import DATA_LOCAL
 
 def master_registry(config: FederationConfig) -> ModelRegistry:
     """The master's registry: signing with master.signing_key (training, promoting), or, where only the
-    public key is at hand, trusting master.public_key (resolving versions to predict with)."""
+    public key is at hand, trusting master.public_key (resolving versions to predict with).
+    """
     if config.master_signing_key is not None:
         return ModelRegistry(config.master_registry, signing_key=config.master_signing_key)
     if config.master_public_key is not None:
@@ -29,7 +30,8 @@ def master_registry(config: FederationConfig) -> ModelRegistry:
 @task(**DATA_LOCAL)
 def register_model(config: FederationConfig, session: MasterSession, model_name: str, manifest: dict) -> str:
     """Write the signed master version, then every institution's partial model under the same version, two-phase
-    (`fedcore.models.publish`): an earlier run's uncommitted version is withdrawn everywhere first."""
+    (`fedcore.models.publish`): an earlier run's uncommitted version is withdrawn everywhere first.
+    """
     registry = master_registry(config)
     version, stored = register_everywhere(registry, session, model_name, manifest, session.master_tables())
     session.drop_checkpoints()  # the version is stored everywhere: the run's checkpoints are done

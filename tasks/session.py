@@ -1,5 +1,6 @@
 """The master session's steps as Prefect tasks, the same in both settings: each visible, timed and logged
-in the Prefect UI, with its table or progress artifact. The work is in `fedcore.session.MasterSession`."""
+in the Prefect UI, with its table or progress artifact. The work is in `fedcore.session.MasterSession`.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from tasks.registry import master_registry
 @task(**DATA_LOCAL)
 def prepare(session: MasterSession) -> dict[str, Any]:
     """Agree with the institutions which rows (vertical: ID alignment) or columns (horizontal: the schema)
-    train; a table artifact of the counts per institution."""
+    train; a table artifact of the counts per institution.
+    """
     preparation = session.prepare()
     create_table_artifact(preparation.table, key=preparation.artifact_key, description=preparation.description)
     get_run_logger().info("%s: %s", preparation.description, preparation.facts)
@@ -29,7 +31,8 @@ def prepare(session: MasterSession) -> dict[str, Any]:
 @task(**DATA_LOCAL)
 def train(session: MasterSession, checkpoints: Path | None = None, run_id: str | None = None) -> dict[str, Any]:
     """Grow the forest; a progress artifact moves as levels and tree batches complete. With `checkpoints`
-    and `run_id`, completed tree batches are checkpointed, and an interrupted run resumes."""
+    and `run_id`, completed tree batches are checkpointed, and an interrupted run resumes.
+    """
     privacy = getattr(session, "privacy", None)
     mode = f" ({privacy['mode']})" if privacy else ""
     report, artifact = progress_reporter(f"{read_algorithm(session.algorithm).title}{mode} growth")
@@ -53,7 +56,8 @@ def evaluate(session: MasterSession) -> dict[str, float]:
 @task(**DATA_LOCAL)
 def predict(session: MasterSession, file_stem: str, requester: str | None = None) -> dict[str, Any]:
     """Predict the institutions' new rows: delivered to `requester` only (vertical), or kept by each
-    institution (horizontal); a table artifact of the rows per institution."""
+    institution (horizontal); a table artifact of the rows per institution.
+    """
     result = session.predict(file_stem, requester)
     where = f"delivered to {requester}" if result.requester else "predicted locally"
     column = "new rows" if result.requester else "predicted rows"

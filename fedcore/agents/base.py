@@ -1,5 +1,6 @@
 """The institution agent's base, shared by both settings: session start and validation report, engine
-messages passed to the party with batch checkpoints, withdrawal and close."""
+messages passed to the party with batch checkpoints, withdrawal and close.
+"""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ class SessionAgent(Generic[PartyT]):
     just finished first), dispatch the others to `_on_<kind>`, withdraw a version, and close.
 
     Subclasses name their engine's message kinds, reset their own session state in `_start_session`, and
-    say what a finished batch's checkpoint holds (`_batch_checkpoint`)."""
+    say what a finished batch's checkpoint holds (`_batch_checkpoint`).
+    """
 
     engine_kinds: frozenset[str] = frozenset()
     not_ready = "no party yet"
@@ -48,7 +50,8 @@ class SessionAgent(Generic[PartyT]):
 
     def __init__(self, data: InstitutionData | Callable[[], InstitutionData], name: str = "") -> None:
         """`data` is the institution's table, or a loader called afresh at the start of every session
-        (a long-lived agent then trains each session on the data as it is then)."""
+        (a long-lived agent then trains each session on the data as it is then).
+        """
         self._loader = data if callable(data) else None
         self._data = None if callable(data) else data
         self.name = data.name if not callable(data) else name
@@ -97,7 +100,8 @@ class SessionAgent(Generic[PartyT]):
 
     def _on_validation_report(self, message: Message) -> Message:
         """Start of a session: (re)load the data if a loader was given, then report its validation:
-        pass/fail per expectation with counts, never the example values (they are raw data)."""
+        pass/fail per expectation with counts, never the example values (they are raw data).
+        """
         if self._loader is not None:
             self._data = self._loader()
             self.name = self._data.name

@@ -1,5 +1,6 @@
 """An institution's data for a session: its table read from the configured files, checked against its
-data contract, and the contract result as it may leave the institution."""
+data contract, and the contract result as it may leave the institution.
+"""
 
 from __future__ import annotations
 
@@ -66,7 +67,8 @@ class InstitutionData:
 
 def institution_from_config(config: FederationConfig, name: str) -> InstitutionData:
     """Load one institution's training table from its configured files and validate it against its
-    contract (examples of bad values stay in the local report). Runs where the data lives."""
+    contract (examples of bad values stay in the local report). Runs where the data lives.
+    """
     inst = config.institution(name)
     master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
     frame = read_files(inst.data, f"institution {name!r}", skip=[inst.id_column, inst.label])
@@ -105,7 +107,8 @@ def _master_key(config: FederationConfig, name: str) -> Path | None:
 
 def read_files(pattern: str, what: str, skip: Collection[str | None] = ()) -> pd.DataFrame:
     """All .parquet/.csv files matching `pattern` (a path or glob) as one table; refused if a numeric
-    column other than `skip` holds an infinity (`fedcore.data.numbers`)."""
+    column other than `skip` holds an infinity (`fedcore.data.numbers`).
+    """
     import glob
 
     from fedcore.data.io import read_table

@@ -1,5 +1,6 @@
 """Serving one institution's agent over Arrow Flight with mutual TLS, from the federation config (the
-vertical or the horizontal agent, by the config's setting)."""
+vertical or the horizontal agent, by the config's setting).
+"""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from fedcore.vertical.agent import VerticalInstitutionAgent
 def build_institution_server(config: FederationConfig, name: str, master: str = "master",
                              data: InstitutionData | None = None) -> AgentServer:
     """An AgentServer for institution `name`, serving `data` or, without it, (re)loading and validating the
-    configured files at each session start."""
+    configured files at each session start.
+    """
     inst = config.institution(name)
     missing = [what for what, value in (("endpoint", inst.endpoint), ("cert", inst.cert), ("key", inst.key),
                                         ("tls.ca", config.tls.get("ca"))) if not value]

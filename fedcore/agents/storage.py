@@ -1,5 +1,6 @@
 """What an institution keeps: its partial model tables, stored and loaded only under the master's signed
-manifest, and the predictions it receives."""
+manifest, and the predictions it receives.
+"""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ log = logging.getLogger(__name__)
 
 def store_signed_table(data: InstitutionData, header: dict, stem: str, table: pa.Table, extra: dict) -> str:
     """Store this institution's model table under the master's version, after checking that the master's
-    signed manifest lists exactly this table's SHA-256; returns the version's folder."""
+    signed manifest lists exactly this table's SHA-256; returns the version's folder.
+    """
     master_manifest = json.loads(header["manifest"])
     registry = data.registry_store()
     try:
@@ -45,7 +47,8 @@ def store_signed_table(data: InstitutionData, header: dict, stem: str, table: pa
 
 def load_signed_table(data: InstitutionData, header: dict, stem: str) -> tuple[dict, pa.Table]:
     """This institution's stored table of the requested version, refused unless it belongs to that master
-    version and its SHA-256 is the one the master's signed manifest lists (`header["table_sha256"]`)."""
+    version and its SHA-256 is the one the master's signed manifest lists (`header["table_sha256"]`).
+    """
     model_name, version = header["model"], header["version"]
     try:
         manifest, tables = data.registry_store().load(model_name, version)
@@ -80,7 +83,8 @@ def signed_digest(master_manifest: dict, institution: str) -> str | None:
 
 def write_predictions(data: InstitutionData, frame: pd.DataFrame, file_stem: str) -> Path:
     """Write predictions atomically as Parquet in this institution's predictions folder (mode 0640,
-    whatever the umask: they are derived from its rows)."""
+    whatever the umask: they are derived from its rows).
+    """
     path = data.predictions_dir / f"{file_stem}.parquet"
     make_folders(path.parent)
     tmp = path.with_suffix(".tmp")

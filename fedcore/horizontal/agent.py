@@ -73,7 +73,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
                  identity: PartyIdentity | None = None) -> None:
         """`data`, or a loader called afresh at every session start (a long-lived agent trains on its data as
         it is then). `identity` signs the institution's PPD-ERT secure-aggregation keys and checks its peers'
-        (`fedcore.privacy.keyauth`; an agent server uses its mutual-TLS certificate and key)."""
+        (`fedcore.privacy.keyauth`; an agent server uses its mutual-TLS certificate and key).
+        """
         super().__init__(data, name)
         self.identity = identity
         self.party: HorizontalParty | PPDERTParty | None = None
@@ -130,7 +131,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
     def _fet_privacy(self, h: dict) -> tuple[str, float, Any]:
         """FET's privacy mode, epsilon and label mechanism: this institution's own configuration when it has
         one, and a master that asks for anything else (less noise, no noise) is refused before any row is
-        touched; else (in-process use) the master's setup."""
+        touched; else (in-process use) the master's setup.
+        """
         from fedcore.privacy.ldp import LabelLDP
 
         def read(source: dict) -> tuple[str, float, Any]:
@@ -151,7 +153,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
 
     def _threshold_settings(self, h: dict) -> dict:
         """PPD-ERT's threshold mode and grid: this institution's own configuration when it has one (the
-        party then refuses a master asking for another in `hello`), else the master's setup."""
+        party then refuses a master asking for another in `hello`), else the master's setup.
+        """
         settings = threshold_settings(self.data.privacy if self.data.privacy is not None else h)
         return {"thresholds": settings["thresholds"], "n_cells": settings["cells"]}
 
@@ -226,7 +229,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
 
     def _on_resume_status(self, message: Message) -> Message:
         """Open this run's checkpoints (the master's context plus a digest of this institution's training
-        rows); report the completed batches."""
+        rows); report the completed batches.
+        """
         if self.party is None:
             raise ProtocolError(f"institution {self.name!r}: resume_status before setup")
         h = message.header
@@ -241,7 +245,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
 
     def _on_resume(self, message: Message) -> Message:
         """Restore the state after the first `batches` batches; in the DP modes, take up this run's noise
-        seed (or keep the current one for every later attempt). Must come before `hello`."""
+        seed (or keep the current one for every later attempt). Must come before `hello`.
+        """
         if self._checkpoints is None or self.party is None:
             raise ProtocolError(f"institution {self.name!r}: resume before resume_status")
         batches = int(message.header["batches"])

@@ -72,7 +72,8 @@ class HorizontalSession(MasterSession):
 
     def agree_schema(self) -> HorizontalSchema:
         """Check that every institution's contract declares the same columns, dtypes, categories and classes
-        (ContractMismatch names the first difference); send everyone the schema and the session setup."""
+        (ContractMismatch names the first difference); send everyone the schema and the session setup.
+        """
         replies = self.transport.exchange({name: Message("contract") for name in self.institutions})
         contracts = {name: parse_contract(yaml.safe_load(r.header["yaml"]), f"institution {name!r}'s contract")
                      for name, r in replies.items()}
@@ -148,7 +149,8 @@ class HorizontalSession(MasterSession):
 
     def _context(self) -> str:
         """What a run's checkpoints are bound to: parameters, algorithm, privacy settings, the agreed schema
-        and domains, the institutions and their row counts (each institution adds a digest of its own rows)."""
+        and domains, the institutions and their row counts (each institution adds a digest of its own rows).
+        """
         privacy = {**self.privacy, **(self._thresholds() if self.algorithm == "ppd-ert" else {})}  # resolved defaults
         assert self.schema is not None, "train() checks the schema is agreed before binding checkpoints to it"
         text = json.dumps({"params": self.params.to_dict(), "algorithm": self.algorithm, "privacy": privacy,
@@ -178,7 +180,8 @@ class HorizontalSession(MasterSession):
 
     def manifest_entries(self) -> dict[str, Any]:
         """The privacy report, the agreed schema, and each institution with its row counts and the SHA-256
-        of the model file it will store (the same for all: it is the complete forest), for the master to sign."""
+        of the model file it will store (the same for all: it is the complete forest), for the master to sign.
+        """
         if self.schema is None:
             raise ProtocolError("nothing trained yet")
         digests = self.model_digests()

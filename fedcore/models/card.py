@@ -52,7 +52,8 @@ def build_manifest(session: MasterSession, federation: str, metrics: dict[str, f
 def model_card(model_name: str, version: str, manifest: dict[str, Any], production: dict[str, Any] | None,
                promoted: bool, prediction: dict[str, Any] | None) -> str:
     """A markdown model card: data sizes, parameters, metrics against the previous production version,
-    rows or features per institution (counts only), timings, communication and batch prediction."""
+    rows or features per institution (counts only), timings, communication and batch prediction.
+    """
     algorithm = read_algorithm(manifest["algorithm"])
     vertical = algorithm.setting == "vertical"
     privacy = "" if vertical else f", privacy {manifest['privacy']['mode']}"
@@ -116,7 +117,8 @@ def _prediction_lines(prediction: dict[str, Any] | None) -> list[str]:
 
 def version_markdown(config: FederationConfig, model_name: str, version: str, manifest: dict[str, Any]) -> str:
     """Where a registered version is (registry folders, on the master's and institutions' own hosts), its
-    digests and signing key, and how to inspect, predict with or load it."""
+    digests and signing key, and how to inspect, predict with or load it.
+    """
     folder = config.master_registry / model_name / version
     signature = manifest.get("signature") or {}
     lines = [f"# {model_name} {version}", "",

@@ -53,7 +53,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
     def __init__(self, data: InstitutionData | Callable[[], InstitutionData], consortium_key: bytes,
                  name: str = "", identity: PartyIdentity | None = None) -> None:
         """`data` is the institution's table, or a loader called afresh at the start of every session.
-        `identity` signs the institution's sealing key in Paillier mode and checks its peers'."""
+        `identity` signs the institution's sealing key in Paillier mode and checks its peers'.
+        """
         super().__init__(data, name)
         self._key = consortium_key
         self.identity = identity
@@ -86,7 +87,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
 
     def _on_psi_blinded(self, message: Message) -> Message:
         """PSI step 1: this institution's IDs (training rows, or the new batch) blinded with a fresh secret,
-        in a secret shuffled order."""
+        in a secret shuffled order.
+        """
         from fedcore.privacy.psi import PSIParty
 
         if message.header.get("batch"):
@@ -194,7 +196,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
 
     def _stored_classes(self, manifest: dict) -> np.ndarray:
         """The label holder's classes as trained: decoded with their dtype, or (older versions, strings
-        only) mapped back to the values of the same label in its current table where they match."""
+        only) mapped back to the values of the same label in its current table where they match.
+        """
         if manifest.get("classes_encoding") is not None:
             return decode_classes(manifest["classes_encoding"])
         stored = [str(c) for c in manifest["classes"]]

@@ -42,7 +42,8 @@ class VerticalSession(MasterSession):
     def __init__(self, transport: Transport, params: ForestParams, holdout_fraction: float = 0.2,
                  min_overlap: int = 50, progress: ProgressCallback | None = None, alignment: str = "hash") -> None:
         """`alignment`: "hash" (keyed HMAC-SHA256 hashes, the default) or "psi" (ECDH private set
-        intersection: the master sees only blinded values and no institution learns non-members)."""
+        intersection: the master sees only blinded values and no institution learns non-members).
+        """
         super().__init__(transport, progress)
         if alignment not in ALIGNMENTS:
             raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
@@ -72,7 +73,8 @@ class VerticalSession(MasterSession):
     def _psi_plan(self, batch: bool) -> AlignmentPlan:
         """ECDH PSI through the master (`fedcore.privacy.psi`): every institution blinds its IDs, each list
         is re-blinded once by every other institution in M - 1 rounds, the master intersects the fully
-        blinded lists. Positions index each institution's (secretly shuffled) sent list."""
+        blinded lists. Positions index each institution's (secretly shuffled) sent list.
+        """
         names = self.institutions
         replies = self.transport.exchange({n: Message("psi_blinded", {"batch": batch}) for n in names})
         lists = {n: replies[n].arrays["blinded"].reshape(-1, 32) for n in names}
@@ -167,7 +169,8 @@ class VerticalSession(MasterSession):
     def manifest_entries(self) -> dict[str, Any]:
         """The manifest's "parties" (each institution's role, feature count, split nodes it owns and the
         SHA-256 of the partial model it will store, so the master's signature covers every party's file),
-        the ID overlap and the data fingerprints."""
+        the ID overlap and the data fingerprints.
+        """
         info, digests = self.master.federation, self.model_digests()
         parties = [{"name": name, "role": "label_holder" if name == info.label_holder else "passive",
                     "table_sha256": digests[name], "feature_count": int((info.feature_owner == i).sum()),
@@ -178,7 +181,8 @@ class VerticalSession(MasterSession):
 
     def load_model(self, registry: ModelRegistry, model_name: str, ref: str = "production") -> str:
         """Load a registered version (verified) at the master and at every institution, to batch predict
-        without training; returns the resolved version."""
+        without training; returns the resolved version.
+        """
         version = registry.resolve(model_name, ref)
         manifest, tables = registry.load(model_name, version)
         if "master" not in tables:
@@ -212,7 +216,8 @@ class VerticalSession(MasterSession):
 
     def batch_predict(self, requester: str, file_stem: str, min_overlap: int = 1) -> dict:
         """Align the institutions' new batches, predict them in one round per row batch, and deliver the
-        predictions (with IDs) to `requester` only."""
+        predictions (with IDs) to `requester` only.
+        """
         started = time.perf_counter()
         plan = self._intersect(batch=True)
         check_overlap(plan, min_overlap)

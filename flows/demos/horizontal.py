@@ -22,7 +22,8 @@ HORIZONTAL_PARAMS = {"n_estimators": 50, "max_depth": 12, "max_features": "sqrt"
 def prepare_horizontal_workspace(work: Path, n_patients: int = 9000, seed: int = 0, algorithm: str = "extra-trees",
                                  privacy: str | dict | None = None, params: dict | None = None) -> tuple[Path, dict]:
     """Write the hospitals' data, their (identical) data contracts, certificates, keys and a horizontal
-    federation.yaml into `work`; return the config path and the scenario."""
+    federation.yaml into `work`; return the config path and the scenario.
+    """
     import pandas as pd
 
     from fedcore.contracts.model import dump_contract, infer_contract
@@ -102,7 +103,8 @@ def run_horizontal_demo(work: Path, n_patients: int = 9000, algorithm: str = "ex
 
 def demo_references(scenario: dict) -> tuple[dict[str, float], float]:
     """Demo-only yardsticks no real federation can compute: each hospital's model on its own rows, and one
-    model on all rows pooled, scored on every new patient."""
+    model on all rows pooled, scored on every new patient.
+    """
     import pandas as pd
     from sklearn.ensemble import ExtraTreesClassifier
 

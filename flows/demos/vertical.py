@@ -26,7 +26,8 @@ DEMO_PARAMS = {"n_estimators": 50, "max_depth": 10, "max_features": "sqrt", "ran
 
 def ensure_credentials(work: Path, institutions: tuple[str, ...]) -> None:
     """The consortium CA with master and institution certificates, the consortium key and the master's
-    signing key under `work` (made once and kept)."""
+    signing key under `work` (made once and kept).
+    """
     from fedcore.files import PRIVATE, make_folders, write_file
     from fedcore.models.signing import (
         generate_signing_key,
@@ -61,7 +62,8 @@ def free_port() -> int:
 
 def prepare_workspace(work: Path, n_customers: int = 6000, seed: int = 0) -> tuple[Path, dict]:
     """Write data, contracts, certificates, keys and federation.yaml into `work`; return the config path
-    and the scenario description. Certificates and keys are made once and kept; data is regenerated."""
+    and the scenario description. Certificates and keys are made once and kept; data is regenerated.
+    """
     from fedcore.data.scenario import make_vertical_scenario
 
     work.mkdir(parents=True, exist_ok=True)
