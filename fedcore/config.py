@@ -24,8 +24,10 @@
         cert: certs/bank.pem
         key: certs/bank.key
         predictions: predictions/bank      # where batch predictions land (default: next to the registry)
-        memory_budget_mb: 8192             # memory its agent grows tree batches in (default: half its free memory)
-    params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal) fields
+        memory_budget_mb: 8192             # memory its agent grows tree batches in
+                                           # (default: half its free memory)
+    params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal)
+                                               # fields
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
                metric: accuracy, predict_for: bank, connect_timeout_s: 60, agent_idle_timeout_s: 900}
 
@@ -97,7 +99,8 @@ class TrainingSettings:
     connect_timeout_s: float = 60.0
     """How long the master waits for every agent to answer before failing, naming those that do not."""
     agent_idle_timeout_s: float = 900.0
-    """An agent started for one session stops (and fails) after this long without a message from the master."""
+    """An agent started for one session stops (and fails) after this long without a message from the
+    master."""
     call_timeout_s: float = 600.0
     """A party that does not answer one protocol message within this long is reported by name (and the
     session resumes from its checkpoints, see resume_attempts) instead of being waited for forever."""
@@ -120,7 +123,8 @@ class TrainingSettings:
                 raise ConfigError(f"{where}: training.{key} must be a non-negative number, got {value!r}")
             values[key] = value
         if not 0 < values.get("holdout", 0.2) < 1:
-            raise ConfigError(f"{where}: training.holdout must be between 0 and 1 (exclusive), got {values['holdout']!r}")
+            raise ConfigError(f"{where}: training.holdout must be between 0 and 1 (exclusive), "
+                              f"got {values['holdout']!r}")
         return cls(**values)
 
 
@@ -141,7 +145,8 @@ class FederationConfig:
     tls: dict[str, Path] = field(default_factory=dict)
     privacy: dict[str, Any] = field(default_factory=lambda: {"mode": "none"})
     alignment: str = "hash"
-    """How vertical institutions align IDs: "hash" (keyed HMAC-SHA256) or "psi" (ECDH private set intersection)."""
+    """How vertical institutions align IDs: "hash" (keyed HMAC-SHA256) or "psi" (ECDH private set
+    intersection)."""
     training: TrainingSettings = field(default_factory=TrainingSettings)
     master_public_key: Path | None = None
     """The master's public key every registry trusts: `master.public_key`, else `<signing_key>.pub`."""
@@ -166,7 +171,8 @@ class FederationConfig:
         for inst in self.institutions:
             if inst.name == name:
                 return inst
-        raise ConfigError(f"{self.path}: no institution named {name!r}; known: {[i.name for i in self.institutions]}")
+        raise ConfigError(f"{self.path}: no institution named {name!r}; "
+                          f"known: {[i.name for i in self.institutions]}")
 
     @property
     def label_holder(self) -> Institution:
@@ -178,7 +184,8 @@ class FederationConfig:
         if "env" in self.consortium_key:
             value = os.environ.get(self.consortium_key["env"])
             if not value:
-                raise ConfigError(f"consortium key: environment variable {self.consortium_key['env']} is not set")
+                raise ConfigError(f"consortium key: environment variable {self.consortium_key['env']} "
+                                  "is not set")
             return value.encode()
         path = self._resolve(self.consortium_key["file"])
         try:
@@ -218,53 +225,19 @@ def load_config(path: str | os.PathLike) -> FederationConfig:
 def _memory_budget(value: Any, path: Path, where: str) -> int | None:
     """An institution's memory_budget_mb: a positive integer (MiB), or None for the default share."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ConfigError(f"{path}: {where}: memory_budget_mb must be a positive integer (MiB), got {value!r}")
+        raise ConfigError(f"{path}: {where}: memory_budget_mb must be a positive integer (MiB), "
+                          f"got {value!r}")
     return value
 
 
 def parse_config(raw: dict, path: Path) -> FederationConfig:
     """Validate an already-parsed config mapping (see module docstring for the fields)."""
-    def need(mapping: dict, key: str, where: str) -> Any:
-        if key not in mapping or mapping[key] in (None, ""):
-            raise ConfigError(f"{path}: {where} needs '{key}'")
-        return mapping[key]
-
     setting = raw.get("setting", "vertical")
     if setting not in SETTINGS:
         raise ConfigError(f"{path}: setting must be one of {SETTINGS}, got {setting!r}")
-    key = need(raw, "consortium_key", "the federation")
-    if not isinstance(key, dict) or len(key) != 1 or not ({"env", "file"} & set(key)):
-        raise ConfigError(f"{path}: consortium_key must be {{env: VARIABLE}} or {{file: path}}, never the key itself")
-    institutions = []
-    for index, item in enumerate(need(raw, "institutions", "the federation")):
-        where = f"institutions[{index}]"
-        name = str(need(item, "name", where))
-        where = f"institution {name!r}"
-        institutions.append(Institution(
-            name=name, data=str(resolve(path, need(item, "data", where))),
-            contract=resolve(path, item["contract"]) if item.get("contract") else None,
-            id_column=str(need(item, "id_column", where)), endpoint=str(item.get("endpoint", "")),
-            work_pool=str(item.get("work_pool", name)),
-            registry=resolve(path, item.get("registry", f"registry/{name}")), label=item.get("label"),
-            predict_data=str(resolve(path, item["predict_data"])) if item.get("predict_data") else None,
-            cert=resolve(path, item["cert"]) if item.get("cert") else None,
-            key=resolve(path, item["key"]) if item.get("key") else None,
-            predictions=resolve(path, item["predictions"]) if item.get("predictions") else None,
-            memory_budget_mb=_memory_budget(item.get("memory_budget_mb"), path, where),
-        ))
+    key = _consortium_key(raw, path)
+    institutions = _parse_institutions(raw, setting, path)
     names = [i.name for i in institutions]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"{path}: institution names must be unique, got {names}")
-    holders = [i.name for i in institutions if i.is_label_holder]
-    if setting == "vertical" and len(holders) != 1:
-        raise ConfigError(f"{path}: a vertical federation needs exactly one institution with 'label', found {holders}")
-    if setting == "horizontal":
-        without = [i.name for i in institutions if not i.is_label_holder]
-        if without or len({i.label for i in institutions}) != 1:
-            raise ConfigError(f"{path}: in a horizontal federation every institution holds the same label column; "
-                              f"set 'label' for {without}" if without else
-                              f"{path}: in a horizontal federation every institution holds the same label column, "
-                              f"found {sorted({str(i.label) for i in institutions})}")
     try:
         algorithm = find_algorithm(str(raw.get("algorithm", in_setting(setting)[0].id)), setting)
     except ParameterError as error:
@@ -279,16 +252,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         raise ConfigError(f"{path}: training.predict_for names no institution: {training.predict_for!r}; "
                           f"known: {names}")
     master = raw.get("master") or {}
-    params = raw.get("params") or {}
-    if setting == "vertical":
-        if {"privacy", "key_bits", "paillier_key_bits"} & set(params):
-            raise ConfigError(f"{path}: params: set label protection in the 'privacy:' section "
-                              "({mode: paillier, key_bits: 2048}), not in params")
-        params = {**params, "privacy": privacy["mode"], "key_bits": privacy.get("key_bits")}
-    try:
-        forest = ForestParams(**params) if setting == "vertical" else ExtraTreesParams(**params)
-    except TypeError as exc:
-        raise ConfigError(f"{path}: params: {exc}") from exc
+    forest = _parse_params(raw.get("params") or {}, setting, privacy, path)
     return FederationConfig(
         path=path, federation=str(raw.get("federation", path.stem)), setting=setting,
         algorithm=algorithm.id, privacy=privacy, alignment=alignment, institutions=institutions,
@@ -302,6 +266,80 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
     )
 
 
+def _need(mapping: dict, key: str, where: str, path: Path) -> Any:
+    """`mapping[key]`, which must be present and not empty; otherwise a ConfigError naming `where`."""
+    if key not in mapping or mapping[key] in (None, ""):
+        raise ConfigError(f"{path}: {where} needs '{key}'")
+    return mapping[key]
+
+
+def _consortium_key(raw: dict, path: Path) -> dict:
+    """The `consortium_key:` reference ({env: VARIABLE} or {file: path}); the key itself is refused."""
+    key = _need(raw, "consortium_key", "the federation", path)
+    if not isinstance(key, dict) or len(key) != 1 or not ({"env", "file"} & set(key)):
+        raise ConfigError(f"{path}: consortium_key must be {{env: VARIABLE}} or {{file: path}}, "
+                          "never the key itself")
+    return key
+
+
+def _parse_institutions(raw: dict, setting: str, path: Path) -> list[Institution]:
+    """The `institutions:` list, with unique names and the label columns the setting needs."""
+    institutions = [_parse_institution(item, index, path)
+                    for index, item in enumerate(_need(raw, "institutions", "the federation", path))]
+    names = [i.name for i in institutions]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{path}: institution names must be unique, got {names}")
+    _check_labels(institutions, setting, path)
+    return institutions
+
+
+def _parse_institution(item: dict, index: int, path: Path) -> Institution:
+    """One entry of `institutions:`, its paths resolved against the config file's folder."""
+    name = str(_need(item, "name", f"institutions[{index}]", path))
+    where = f"institution {name!r}"
+    return Institution(
+        name=name, data=str(resolve(path, _need(item, "data", where, path))),
+        contract=resolve(path, item["contract"]) if item.get("contract") else None,
+        id_column=str(_need(item, "id_column", where, path)), endpoint=str(item.get("endpoint", "")),
+        work_pool=str(item.get("work_pool", name)),
+        registry=resolve(path, item.get("registry", f"registry/{name}")), label=item.get("label"),
+        predict_data=str(resolve(path, item["predict_data"])) if item.get("predict_data") else None,
+        cert=resolve(path, item["cert"]) if item.get("cert") else None,
+        key=resolve(path, item["key"]) if item.get("key") else None,
+        predictions=resolve(path, item["predictions"]) if item.get("predictions") else None,
+        memory_budget_mb=_memory_budget(item.get("memory_budget_mb"), path, where),
+    )
+
+
+def _check_labels(institutions: list[Institution], setting: str, path: Path) -> None:
+    """Vertical: exactly one institution holds the label; horizontal: all hold the same label column."""
+    holders = [i.name for i in institutions if i.is_label_holder]
+    if setting == "vertical" and len(holders) != 1:
+        raise ConfigError(f"{path}: a vertical federation needs exactly one institution with 'label', "
+                          f"found {holders}")
+    if setting == "horizontal":
+        without = [i.name for i in institutions if not i.is_label_holder]
+        if without or len({i.label for i in institutions}) != 1:
+            raise ConfigError(f"{path}: in a horizontal federation every institution holds the same label "
+                              f"column; set 'label' for {without}" if without else
+                              f"{path}: in a horizontal federation every institution holds the same label "
+                              f"column, found {sorted({str(i.label) for i in institutions})}")
+
+
+def _parse_params(params: dict, setting: str, privacy: dict[str, Any],
+                  path: Path) -> ForestParams | ExtraTreesParams:
+    """The `params:` section as the setting's parameter class (vertical label protection: from `privacy:`)."""
+    if setting == "vertical":
+        if {"privacy", "key_bits", "paillier_key_bits"} & set(params):
+            raise ConfigError(f"{path}: params: set label protection in the 'privacy:' section "
+                              "({mode: paillier, key_bits: 2048}), not in params")
+        params = {**params, "privacy": privacy["mode"], "key_bits": privacy.get("key_bits")}
+    try:
+        return ForestParams(**params) if setting == "vertical" else ExtraTreesParams(**params)
+    except TypeError as exc:
+        raise ConfigError(f"{path}: params: {exc}") from exc
+
+
 def _master_public_key(master: dict, path: Path) -> Path | None:
     """`master.public_key`, or the public key `keygen` writes beside `master.signing_key`."""
     if master.get("public_key"):
@@ -310,10 +348,33 @@ def _master_public_key(master: dict, path: Path) -> Path | None:
 
 
 def _parse_privacy(raw: Any, algorithm: Algorithm, path: Path) -> dict[str, Any]:
-    """The `privacy:` section: {mode: none|paillier|ou|ldp|gdp|secagg, epsilon: (gdp, per query),
-    ldp: {LabelLDP fields}, key_bits: (paillier, ou) 2048 | 3072, thresholds: (secagg) histogram | domain,
-    cells: (secagg, histogram) grid cells}.
+    """The `privacy:` section, checked against the algorithm.
+
+    Fields: {mode: none|paillier|ou|ldp|gdp|secagg, epsilon: (gdp, per query), ldp: {LabelLDP fields},
+    key_bits: (paillier, ou) 2048 | 3072, thresholds: (secagg) histogram | domain, cells: (secagg, histogram)
+    grid cells}.
     """
+    raw = _privacy_mapping(raw, algorithm, path)
+    try:
+        mode = algorithm.check_privacy(raw.get("mode", algorithm.default_privacy))
+    except ParameterError as error:
+        raise ConfigError(f"{path}: {error}") from error
+    epsilon = _privacy_epsilon(raw, path)
+    ldp = raw.get("ldp") or {}
+    if not isinstance(ldp, dict):
+        raise ConfigError(f"{path}: privacy.ldp must be a mapping of LabelLDP fields, got {ldp!r}")
+    parsed = {"mode": mode, "epsilon": epsilon, "ldp": dict(ldp)}
+    parsed.update(_privacy_key_bits(raw, mode, path))
+    if mode == "secagg":
+        parsed.update(_parse_thresholds(raw, path))
+    elif {"thresholds", "cells"} & set(raw):
+        raise ConfigError(f"{path}: privacy.thresholds and privacy.cells apply to PPD-ERT (mode 'secagg') "
+                          "only")
+    return parsed
+
+
+def _privacy_mapping(raw: Any, algorithm: Algorithm, path: Path) -> dict:
+    """The `privacy:` section as a mapping: absent means the algorithm's default, a bare name {mode: name}."""
     raw = {"mode": algorithm.default_privacy} if raw is None else raw
     if isinstance(raw, str):
         raw = {"mode": raw}
@@ -323,31 +384,29 @@ def _parse_privacy(raw: Any, algorithm: Algorithm, path: Path) -> dict[str, Any]
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise ConfigError(f"{path}: privacy: unknown field(s) {unknown}; allowed: {sorted(allowed)}")
-    try:
-        mode = algorithm.check_privacy(raw.get("mode", algorithm.default_privacy))
-    except ParameterError as error:
-        raise ConfigError(f"{path}: {error}") from error
+    return raw
+
+
+def _privacy_epsilon(raw: dict, path: Path) -> float:
+    """`privacy.epsilon` (default 1.0): a finite number above zero."""
     epsilon = raw.get("epsilon", 1.0)
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < float("inf"):
         raise ConfigError(f"{path}: privacy.epsilon must be a finite number > 0 (smaller is more private, "
                           f"noisier), got {epsilon!r}")
-    ldp = raw.get("ldp") or {}
-    if not isinstance(ldp, dict):
-        raise ConfigError(f"{path}: privacy.ldp must be a mapping of LabelLDP fields, got {ldp!r}")
-    parsed = {"mode": mode, "epsilon": float(epsilon), "ldp": dict(ldp)}
+    return float(epsilon)
+
+
+def _privacy_key_bits(raw: dict, mode: str, path: Path) -> dict[str, Any]:
+    """{key_bits: checked size} for the encrypted-label modes; {} otherwise, where key_bits is refused."""
     if "key_bits" in raw and mode not in ENCRYPTED_MODES:
-        raise ConfigError(f"{path}: privacy.key_bits applies to the encrypted-label modes {list(ENCRYPTED_MODES)} "
-                          f"only, not {mode!r}")
-    if mode in ENCRYPTED_MODES:
-        try:
-            parsed["key_bits"] = check_key_bits(mode, raw.get("key_bits", scheme(mode).default_key_bits))
-        except ParameterError as error:
-            raise ConfigError(f"{path}: privacy.{error}") from error
-    if mode == "secagg":
-        parsed.update(_parse_thresholds(raw, path))
-    elif {"thresholds", "cells"} & set(raw):
-        raise ConfigError(f"{path}: privacy.thresholds and privacy.cells apply to PPD-ERT (mode 'secagg') only")
-    return parsed
+        raise ConfigError(f"{path}: privacy.key_bits applies to the encrypted-label modes "
+                          f"{list(ENCRYPTED_MODES)} only, not {mode!r}")
+    if mode not in ENCRYPTED_MODES:
+        return {}
+    try:
+        return {"key_bits": check_key_bits(mode, raw.get("key_bits", scheme(mode).default_key_bits))}
+    except ParameterError as error:
+        raise ConfigError(f"{path}: privacy.{error}") from error
 
 
 def _parse_thresholds(raw: dict, path: Path) -> dict[str, Any]:
