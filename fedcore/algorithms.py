@@ -35,12 +35,15 @@ class Algorithm:
     def check_privacy(self, mode: str) -> str:
         """`mode`, refused unless this algorithm offers it."""
         if mode not in self.privacy_modes:
-            raise ParameterError(f"algorithm {self.id!r} supports privacy {list(self.privacy_modes)}, got {mode!r}")
+            raise ParameterError(f"algorithm {self.id!r} supports privacy {list(self.privacy_modes)}, "
+                                 f"got {mode!r}")
         return mode
 
 
-FOREST = Algorithm("forest", "vertical", "Federated Forest", ("none", *ENCRYPTED_MODES), ("federated-forest",))
-EXTRA_TREES = Algorithm("extra-trees", "horizontal", "Federated Extra-Trees", ("none", "ldp", "gdp"), ("fet",))
+FOREST = Algorithm("forest", "vertical", "Federated Forest", ("none", *ENCRYPTED_MODES),
+                   ("federated-forest",))
+EXTRA_TREES = Algorithm("extra-trees", "horizontal", "Federated Extra-Trees", ("none", "ldp", "gdp"),
+                        ("fet",))
 PPD_ERT = Algorithm("ppd-ert", "horizontal", "PPD-ERT", ("secagg",), ("ppdert",))
 
 ALGORITHMS: dict[str, Algorithm] = {a.id: a for a in (FOREST, EXTRA_TREES, PPD_ERT)}

@@ -99,11 +99,11 @@ class MasterSession(ABC):
 
     @abstractmethod
     def prepare(self) -> Preparation:
-        """Agree with every institution which rows (vertical) or columns (horizontal) train, and the holdout."""
+        """Agree with the institutions which rows (vertical) or columns (horizontal) train, and a holdout."""
 
     @abstractmethod
     def train(self, checkpoints: str | os.PathLike | None = None, run_id: str | None = None) -> TrainingFacts:
-        """Grow the forest; with `checkpoints` and `run_id`, checkpoint each tree batch and resume a crashed run."""
+        """Grow the forest; given `checkpoints` and `run_id`, checkpoint batches and resume a crashed run."""
 
     @abstractmethod
     def evaluate(self) -> dict[str, float]:
@@ -126,11 +126,13 @@ class MasterSession(ABC):
         """Predict the institutions' new rows with the trained or loaded model."""
 
     def agree_resume_point(self, store: CheckpointStore, run_id: str) -> int:
-        """Ask every institution which tree batches of run `run_id` it checkpointed (under the store's
-        context), and tell all of them to resume after the last batch everyone, the master included, has.
+        """Agree after how many tree batches run `run_id` resumes, and tell every institution.
+
+        Every institution reports which batches of the run it checkpointed (under the store's context); all
+        resume after the last batch everyone, the master included, has. Returns that batch count.
         """
-        replies = self.transport.exchange({n: Message("resume_status", {"run": run_id, "context": store.context})
-                                           for n in self.institutions})
+        header = {"run": run_id, "context": store.context}
+        replies = self.transport.exchange({n: Message("resume_status", header) for n in self.institutions})
         done = [list(r.arrays["completed"].astype(int)) for r in replies.values()]
         resumed = resume_point(store.completed(), *done)
         self.transport.exchange({n: Message("resume", {"batches": resumed}) for n in self.institutions})
@@ -155,12 +157,15 @@ class MasterSession(ABC):
         return {name: str(reply.header["sha256"]) for name, reply in replies.items()}
 
     def store_at_institutions(self, model_name: str, version: str, manifest: dict) -> dict[str, str]:
-        """Ask every institution to store its model under the master's version. If any cannot, those that did
-        withdraw theirs again and the error is raised: a version is stored everywhere or nowhere.
+        """Ask every institution to store its model under the master's version.
+
+        If any cannot, those that did withdraw theirs again and the error is raised: a version is stored
+        everywhere or nowhere.
         """
         header = {"model": model_name, "version": version, "manifest": json.dumps(manifest, default=str)}
         try:
-            replies = self.transport.exchange({name: Message("store_model", header) for name in self.institutions})
+            replies = self.transport.exchange({name: Message("store_model", header)
+                                               for name in self.institutions})
         except FedForestError:
             self.withdraw_at_institutions(model_name, version)
             raise

@@ -1,6 +1,8 @@
-"""What runs at an institution, in either setting: its data (`data`), its signed model tables and
-predictions (`storage`), the agent base that answers a session's messages (`base`) and the server that
-exposes it (`serve`). The setting's own agents are `vertical.agent` and `horizontal.agent`.
+"""What runs at an institution, in either setting.
+
+Its data (`data`), its signed model tables and predictions (`storage`), the agent base that answers a
+session's messages (`base`) and the server that exposes it (`serve`). The setting's own agents are
+`vertical.agent` and `horizontal.agent`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""An institution's data for a session: its table read from the configured files, checked against its
-data contract, and the contract result as it may leave the institution.
+"""An institution's data for a session.
+
+Its table read from the configured files, checked against its data contract, and the contract result as
+it may leave the institution.
 """
 
 from __future__ import annotations
@@ -66,8 +68,9 @@ class InstitutionData:
 
 
 def institution_from_config(config: FederationConfig, name: str) -> InstitutionData:
-    """Load one institution's training table from its configured files and validate it against its
-    contract (examples of bad values stay in the local report). Runs where the data lives.
+    """Load one institution's training table from its configured files and validate it against its contract.
+
+    Examples of bad values stay in the local report. Runs where the data lives.
     """
     inst = config.institution(name)
     master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
@@ -89,7 +92,8 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
                                 skip=[inst.id_column])) if predict_data else None
     return InstitutionData(
         name=name, frame=frame, id_column=inst.id_column, label=inst.label, registry=inst.registry,
-        predictions_dir=inst.registry.parent / "predictions" / name if inst.predictions is None else inst.predictions,
+        predictions_dir=(inst.registry.parent / "predictions" / name if inst.predictions is None
+                         else inst.predictions),
         load_batch=batch, validation=report, contract=contract, memory_budget_mb=inst.memory_budget_mb,
         privacy=dict(config.privacy), master_key=master_key,
     )
@@ -99,15 +103,16 @@ def _master_key(config: FederationConfig, name: str) -> Path | None:
     """The master's public key file the config names, checked to exist where this institution runs."""
     path = config.master_public_key
     if path is not None and not path.is_file():
-        raise ConfigError(f"institution {name!r}: the master's public key {str(path)!r} (master.public_key) is not "
-                          "there: copy the master's public key file to this host (fedforest models keygen writes "
-                          "it beside the signing key)")
+        raise ConfigError(f"institution {name!r}: the master's public key {str(path)!r} (master.public_key) "
+                          "is not there: copy the master's public key file to this host (fedforest models "
+                          "keygen writes it beside the signing key)")
     return path
 
 
 def read_files(pattern: str, what: str, skip: Collection[str | None] = ()) -> pd.DataFrame:
-    """All .parquet/.csv files matching `pattern` (a path or glob) as one table; refused if a numeric
-    column other than `skip` holds an infinity (`fedcore.data.numbers`).
+    """All .parquet/.csv files matching `pattern` (a path or glob) as one table.
+
+    Refused if a numeric column other than `skip` holds an infinity (`fedcore.data.numbers`).
     """
     import glob
 

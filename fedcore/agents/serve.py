@@ -1,5 +1,6 @@
-"""Serving one institution's agent over Arrow Flight with mutual TLS, from the federation config (the
-vertical or the horizontal agent, by the config's setting).
+"""Serving one institution's agent over Arrow Flight with mutual TLS, from the federation config.
+
+The agent is the vertical or the horizontal one, by the config's setting.
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ from fedcore.vertical.agent import VerticalInstitutionAgent
 
 def build_institution_server(config: FederationConfig, name: str, master: str = "master",
                              data: InstitutionData | None = None) -> AgentServer:
-    """An AgentServer for institution `name`, serving `data` or, without it, (re)loading and validating the
-    configured files at each session start.
+    """An AgentServer for institution `name`.
+
+    It serves `data` or, without it, (re)loads and validates the configured files at each session start.
     """
     inst = config.institution(name)
     missing = [what for what, value in (("endpoint", inst.endpoint), ("cert", inst.cert), ("key", inst.key),
                                         ("tls.ca", config.tls.get("ca"))) if not value]
     if missing:
-        raise ConfigError(f"{config.path}: institution {name!r} needs {', '.join(missing)} to serve over Flight")
+        raise ConfigError(f"{config.path}: institution {name!r} needs {', '.join(missing)} to serve "
+                          "over Flight")
     source = data if data is not None else (lambda: institution_from_config(config, name))
     # the mTLS certificate and key also sign the keys a master relays between institutions (PPD-ERT's
     # secure-aggregation keys, Paillier mode's sealing keys; peers check them against the consortium CA),
@@ -38,8 +41,8 @@ def build_institution_server(config: FederationConfig, name: str, master: str = 
         agent = HorizontalInstitutionAgent(source, name=name, identity=identity)
     else:
         agent = VerticalInstitutionAgent(source, config.read_consortium_key(), name=name, identity=identity)
-    return AgentServer(agent, location=inst.endpoint, tls_cert=inst.cert, tls_key=inst.key, ca_cert=config.tls["ca"],
-                       allowed_master=master)
+    return AgentServer(agent, location=inst.endpoint, tls_cert=inst.cert, tls_key=inst.key,
+                       ca_cert=config.tls["ca"], allowed_master=master)
 
 
 def serve_until_session_closed(server: AgentServer, idle_timeout_s: float | None = None,

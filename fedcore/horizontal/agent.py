@@ -1,20 +1,25 @@
-"""An institution's agent in a horizontal federation: it answers the master's session messages around the
-Federated Extra-Trees / PPD-ERT protocol and keeps its rows, labels and predictions at home.
+"""An institution's agent in a horizontal federation.
 
-Session messages (the engine's own messages go to the party, see `fet/party.py` and `ppdert/party.py`):
+It answers the master's session messages around the Federated Extra-Trees / PPD-ERT protocol and keeps
+its rows, labels and predictions at home.
 
-| kind | master sends | institution answers |
-|---|---|---|
-| `validation_report` | - | pass/fail and counts per expectation of its data contract (session start) |
-| `contract` | - | its data contract (a consortium document, no data) for the master to check agreement |
-| `setup` | the agreed schema, algorithm, privacy mode and parameters, holdout fraction and seed | its training and holdout row counts |
-| `evaluate` | - | on its own held-out rows: the confusion matrix, or (n, sum y, sum y^2, squared error) |
-| `model_digest` / `store_model` / `withdraw_model` / `load_model` | as in the vertical setting | the complete model, stored (or loaded) in its own registry, checked against the master's signature |
-| `predict_local` | a file stem | predicts its own new rows and writes them, with its IDs, at home; answers the row count |
-| `resume_status` | run id and the master's checkpoint context | the tree batches it has checkpointed for that run |
-| `resume` | how many batches the run resumes after | restores its state after the last of them |
-| `drop_checkpoints` | - | removes the run's checkpoints (the version is stored) |
-| `close` | - | ack |
+Session messages, as `kind` (what the master sends): what the institution answers. The engine's own
+messages go to the party, see `fet/party.py` and `ppdert/party.py`.
+
+- `validation_report`: pass/fail and counts per expectation of its data contract (session start).
+- `contract`: its data contract (a consortium document, no data) for the master to check agreement.
+- `setup` (the agreed schema, algorithm, privacy mode and parameters, holdout fraction and seed): its
+  training and holdout row counts.
+- `evaluate`: on its own held-out rows, the confusion matrix, or (n, sum y, sum y^2, squared error).
+- `model_digest` / `store_model` / `withdraw_model` / `load_model` (as in the vertical setting): the
+  complete model, stored (or loaded) in its own registry, checked against the master's signature.
+- `predict_local` (a file stem): it predicts its own new rows and writes them, with its IDs, at home;
+  answers the row count.
+- `resume_status` (run id and the master's checkpoint context): the tree batches it has checkpointed
+  for that run.
+- `resume` (how many batches the run resumes after): it restores its state after the last of them.
+- `drop_checkpoints`: it removes the run's checkpoints (the version is stored).
+- `close`: ack.
 
 Checkpoints (crash recovery) live under `<its registry>/.checkpoints/<run id>`, bound to the master's
 context digest plus a digest of this institution's own training rows, so changed data starts the run
@@ -71,9 +76,11 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
 
     def __init__(self, data: InstitutionData | Callable[[], InstitutionData], name: str = "",
                  identity: PartyIdentity | None = None) -> None:
-        """`data`, or a loader called afresh at every session start (a long-lived agent trains on its data as
-        it is then). `identity` signs the institution's PPD-ERT secure-aggregation keys and checks its peers'
-        (`fedcore.privacy.keyauth`; an agent server uses its mutual-TLS certificate and key).
+        """An agent for `data`, or for a loader called afresh at every session start.
+
+        With a loader, a long-lived agent trains on its data as it is then. `identity` signs the
+        institution's PPD-ERT secure-aggregation keys and checks its peers' (`fedcore.privacy.keyauth`; an
+        agent server uses its mutual-TLS certificate and key).
         """
         super().__init__(data, name)
         self.identity = identity
@@ -102,14 +109,15 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         from fedcore.contracts.model import dump_contract
 
         if self.data.contract is None:
-            raise ProtocolError(f"institution {self.name!r} has no data contract; a horizontal federation agrees its "
-                                "schema through the contracts, so configure one")
+            raise ProtocolError(f"institution {self.name!r} has no data contract; a horizontal federation "
+                                "agrees its schema through the contracts, so configure one")
         return Message("contract", {"yaml": dump_contract(self.data.contract)})
 
     def _on_setup(self, message: Message) -> Message:
         """Build the party on this institution's training rows; hold out a seeded share for evaluation."""
         if not self.data.valid:
-            raise ProtocolError(f"institution {self.name!r}: its data failed validation; it takes no part in training")
+            raise ProtocolError(f"institution {self.name!r}: its data failed validation; it takes no part "
+                                "in training")
         h = message.header
         self.schema = HorizontalSchema.from_dict(h["schema"])
         frame = self.data.frame.drop(columns=[self.data.id_column])
@@ -119,19 +127,22 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         train, self._holdout = frame[~held].reset_index(drop=True), frame[held].reset_index(drop=True)
         if h["algorithm"] == "ppd-ert":
             self.party = PPDERTParty(self.name, train, self.schema, seed=int(h["seed"]),
-                                     low=np.asarray(h["low"], np.float64), high=np.asarray(h["high"], np.float64),
-                                     k=int(h["k"]), identity=self.identity, memory_budget=self.data.memory_budget,
-                                     **self._threshold_settings(h))
+                                     low=np.asarray(h["low"], np.float64),
+                                     high=np.asarray(h["high"], np.float64),
+                                     k=int(h["k"]), identity=self.identity,
+                                     memory_budget=self.data.memory_budget, **self._threshold_settings(h))
         else:
             mode, epsilon, ldp = self._fet_privacy(h)
-            self.party = HorizontalParty(self.name, train, self.schema, privacy=mode,  # noise: a local secret seed
+            # noise: a local secret seed
+            self.party = HorizontalParty(self.name, train, self.schema, privacy=mode,
                                          epsilon=epsilon, ldp=ldp, memory_budget=self.data.memory_budget)
         return Message("ready", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
 
     def _fet_privacy(self, h: dict) -> tuple[str, float, Any]:
-        """FET's privacy mode, epsilon and label mechanism: this institution's own configuration when it has
-        one, and a master that asks for anything else (less noise, no noise) is refused before any row is
-        touched; else (in-process use) the master's setup.
+        """FET's privacy mode, epsilon and label mechanism.
+
+        This institution's own configuration when it has one, and a master that asks for anything else
+        (less noise, no noise) is refused before any row is touched; else (in-process use) the master's setup.
         """
         from fedcore.privacy.ldp import LabelLDP
 
@@ -147,13 +158,16 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             return asked
         own = read(self.data.privacy)
         if own != asked:
-            raise ProtocolError(f"institution {self.name!r}: the master asks for privacy {_privacy_text(*asked)}, "
-                                f"but this institution's configuration says {_privacy_text(*own)}; refusing to train")
+            raise ProtocolError(f"institution {self.name!r}: the master asks for privacy "
+                                f"{_privacy_text(*asked)}, but this institution's configuration says "
+                                f"{_privacy_text(*own)}; refusing to train")
         return own
 
     def _threshold_settings(self, h: dict) -> dict:
-        """PPD-ERT's threshold mode and grid: this institution's own configuration when it has one (the
-        party then refuses a master asking for another in `hello`), else the master's setup.
+        """PPD-ERT's threshold mode and grid.
+
+        This institution's own configuration when it has one (the party then refuses a master asking for
+        another in `hello`), else the master's setup.
         """
         settings = threshold_settings(self.data.privacy if self.data.privacy is not None else h)
         return {"thresholds": settings["thresholds"], "n_cells": settings["cells"]}
@@ -212,7 +226,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         else:
             out["prediction"] = values[:, 0]
         path = write_predictions(self.data, out, message.header["file_stem"])
-        return Message("predicted", {"rows": len(out), "path": str(path), "seconds": time.perf_counter() - started})
+        return Message("predicted",
+                       {"rows": len(out), "path": str(path), "seconds": time.perf_counter() - started})
 
     # -- checkpoints (resuming a run after a crash) ------------------------------------------------------
     def _party_state(self) -> dict[str, np.ndarray]:
@@ -228,8 +243,9 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         return state
 
     def _on_resume_status(self, message: Message) -> Message:
-        """Open this run's checkpoints (the master's context plus a digest of this institution's training
-        rows); report the completed batches.
+        """Open this run's checkpoints and report the completed batches.
+
+        The checkpoints are bound to the master's context plus a digest of this institution's training rows.
         """
         if self.party is None:
             raise ProtocolError(f"institution {self.name!r}: resume_status before setup")
@@ -244,8 +260,10 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         return Message("resume_status", {}, {"completed": np.array(self._checkpoints.completed(), np.int64)})
 
     def _on_resume(self, message: Message) -> Message:
-        """Restore the state after the first `batches` batches; in the DP modes, take up this run's noise
-        seed (or keep the current one for every later attempt). Must come before `hello`.
+        """Restore the state after the first `batches` batches.
+
+        In the DP modes, take up this run's noise seed (or keep the current one for every later attempt). Must
+        come before `hello`.
         """
         if self._checkpoints is None or self.party is None:
             raise ProtocolError(f"institution {self.name!r}: resume before resume_status")

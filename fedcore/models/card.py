@@ -20,8 +20,8 @@ def code_version() -> str:
     """The installed fedforest version, plus the git commit when run from a checkout."""
     text = package_version("fedforest")
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-                                cwd=Path(__file__).resolve().parent).stdout.strip()
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                timeout=5, cwd=Path(__file__).resolve().parent).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
     return f"{text}+{commit}" if commit else text
@@ -51,8 +51,10 @@ def build_manifest(session: MasterSession, federation: str, metrics: dict[str, f
 
 def model_card(model_name: str, version: str, manifest: dict[str, Any], production: dict[str, Any] | None,
                promoted: bool, prediction: dict[str, Any] | None) -> str:
-    """A markdown model card: data sizes, parameters, metrics against the previous production version,
-    rows or features per institution (counts only), timings, communication and batch prediction.
+    """A markdown model card.
+
+    It shows data sizes, parameters, metrics against the previous production version, rows or features per
+    institution (counts only), timings, communication and batch prediction.
     """
     algorithm = read_algorithm(manifest["algorithm"])
     vertical = algorithm.setting == "vertical"
@@ -115,9 +117,12 @@ def _prediction_lines(prediction: dict[str, Any] | None) -> list[str]:
             f"{prediction['seconds']:.1f} s"]
 
 
-def version_markdown(config: FederationConfig, model_name: str, version: str, manifest: dict[str, Any]) -> str:
-    """Where a registered version is (registry folders, on the master's and institutions' own hosts), its
-    digests and signing key, and how to inspect, predict with or load it.
+def version_markdown(config: FederationConfig, model_name: str, version: str,
+                     manifest: dict[str, Any]) -> str:
+    """Where a registered version is, its digests and signing key, and how to use it.
+
+    The registry folders are on the master's and institutions' own hosts; the text shows how to inspect,
+    predict with or load the version.
     """
     folder = config.master_registry / model_name / version
     signature = manifest.get("signature") or {}
@@ -126,14 +131,17 @@ def version_markdown(config: FederationConfig, model_name: str, version: str, ma
              f"`{signature.get('key_id', '-')}` ({signature.get('algorithm', 'unsigned')}).", "",
              "| file | bytes | sha256 |", "|---|---|---|"]
     lines += [f"| {f['name']} | {f['bytes']} | `{f['sha256']}` |" for f in manifest.get("files", [])]
-    lines += ["", "Each institution keeps its own part in its own registry; the master's signature covers these "
+    lines += ["",
+              "Each institution keeps its own part in its own registry; the master's signature covers these "
               "digests:", "", "| institution | role | table sha256 |", "|---|---|---|"]
     lines += [f"| {p['name']} | {p.get('role', '-')} | `{p.get('table_sha256', '-')}` |"
               for p in manifest.get("parties", [])]
     public_key = config.master_public_key or "<the master's public key (PEM)>"
-    lines += ["", "## Use it", "", "```", f"fedforest models show --config {config.path} --model {model_name} "
+    lines += ["", "## Use it", "", "```",
+              f"fedforest models show --config {config.path} --model {model_name} "
               f"--version {version}", f"fedforest predict --config {config.path} --model {model_name} "
-              f"--version {version}", "```", "", "In Python (verifies the signature and every file's SHA-256):", "",
+              f"--version {version}", "```", "",
+              "In Python (verifies the signature and every file's SHA-256):", "",
               "```python", "from fedcore.models.registry import ModelRegistry", "",
               f'registry = ModelRegistry("{config.master_registry}", public_key="{public_key}")',
               f'manifest, tables = registry.load("{model_name}", "{version}")', "```"]

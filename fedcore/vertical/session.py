@@ -40,9 +40,12 @@ class VerticalSession(MasterSession):
     algorithm = FOREST.id
 
     def __init__(self, transport: Transport, params: ForestParams, holdout_fraction: float = 0.2,
-                 min_overlap: int = 50, progress: ProgressCallback | None = None, alignment: str = "hash") -> None:
-        """`alignment`: "hash" (keyed HMAC-SHA256 hashes, the default) or "psi" (ECDH private set
-        intersection: the master sees only blinded values and no institution learns non-members).
+                 min_overlap: int = 50, progress: ProgressCallback | None = None,
+                 alignment: str = "hash") -> None:
+        """A master session over `transport`, aligning the institutions' IDs by `alignment`.
+
+        `alignment` is "hash" (keyed HMAC-SHA256 hashes, the default) or "psi" (ECDH private set intersection:
+        the master sees only blinded values and no institution learns non-members).
         """
         super().__init__(transport, progress)
         if alignment not in ALIGNMENTS:
@@ -58,7 +61,8 @@ class VerticalSession(MasterSession):
 
     def _hashes(self, kind: str) -> dict[str, np.ndarray]:
         replies = self.transport.exchange({name: Message(kind) for name in self.institutions})
-        return {name: r.arrays["hashes"].reshape(-1, 32).copy().view("S32").ravel() for name, r in replies.items()}
+        return {name: r.arrays["hashes"].reshape(-1, 32).copy().view("S32").ravel()
+                for name, r in replies.items()}
 
     def _intersect(self, batch: bool) -> AlignmentPlan:
         """The alignment plan of the training rows (or of the new batch), by keyed hashes or by ECDH PSI."""
@@ -71,9 +75,11 @@ class VerticalSession(MasterSession):
         return intersect_hashes(hashes)
 
     def _psi_plan(self, batch: bool) -> AlignmentPlan:
-        """ECDH PSI through the master (`fedcore.privacy.psi`): every institution blinds its IDs, each list
-        is re-blinded once by every other institution in M - 1 rounds, the master intersects the fully
-        blinded lists. Positions index each institution's (secretly shuffled) sent list.
+        """ECDH PSI through the master (`fedcore.privacy.psi`).
+
+        Every institution blinds its IDs, each list is re-blinded once by every other institution in M - 1
+        rounds, the master intersects the fully blinded lists. Positions index each institution's (secretly
+        shuffled) sent list.
         """
         names = self.institutions
         replies = self.transport.exchange({n: Message("psi_blinded", {"batch": batch}) for n in names})
@@ -95,8 +101,8 @@ class VerticalSession(MasterSession):
     def prepare(self) -> Preparation:
         """Align the institutions' IDs (`align`): the overlap and the rows each institution trains on."""
         plan = self.align()
-        return Preparation("id-overlap", f"{plan.n_common} rows are held by every institution", plan.overlap_table(),
-                           {"overlap": plan.n_common, "counts": dict(plan.counts),
+        return Preparation("id-overlap", f"{plan.n_common} rows are held by every institution",
+                           plan.overlap_table(), {"overlap": plan.n_common, "counts": dict(plan.counts),
                             "train_rows": self.facts.train_rows, "holdout_rows": self.facts.holdout_rows})
 
     def align(self) -> AlignmentPlan:
@@ -108,7 +114,8 @@ class VerticalSession(MasterSession):
         holdout = np.zeros(n, dtype=np.uint8)
         holdout[rng.permutation(n)[: int(round(self.holdout_fraction * n))]] = 1
         replies = self.transport.exchange({
-            name: Message("align", {}, {"positions": self.plan.positions[name], "holdout": pack_bits(holdout)})
+            name: Message("align", {},
+                          {"positions": self.plan.positions[name], "holdout": pack_bits(holdout)})
             for name in self.institutions})
         first = next(iter(replies.values())).header
         self.facts.train_rows, self.facts.holdout_rows = int(first["train_rows"]), int(first["holdout_rows"])
@@ -144,7 +151,8 @@ class VerticalSession(MasterSession):
         """What a run's checkpoints are bound to: parameters, parties, their features and the aligned rows."""
         info = self.master.federation
         text = json.dumps({"params": self.params.to_dict(), "parties": info.parties, "rows": info.n_rows,
-                           "features": list(map(str, info.feature_ids)), "owners": info.feature_owner.tolist(),
+                           "features": list(map(str, info.feature_ids)),
+                           "owners": info.feature_owner.tolist(),
                            "positions": {n: hashlib.sha256(np.asarray(p).tobytes()).hexdigest()
                                          for n, p in (self.plan.positions if self.plan else {}).items()}},
                           sort_keys=True, default=str)
@@ -167,21 +175,24 @@ class VerticalSession(MasterSession):
         return {"master": master_table(self.master.structure)}
 
     def manifest_entries(self) -> dict[str, Any]:
-        """The manifest's "parties" (each institution's role, feature count, split nodes it owns and the
-        SHA-256 of the partial model it will store, so the master's signature covers every party's file),
-        the ID overlap and the data fingerprints.
+        """The manifest's "parties", the ID overlap and the data fingerprints.
+
+        Each party entry has the institution's role, feature count, split nodes it owns and the SHA-256 of the
+        partial model it will store, so the master's signature covers every party's file.
         """
         info, digests = self.master.federation, self.model_digests()
         parties = [{"name": name, "role": "label_holder" if name == info.label_holder else "passive",
                     "table_sha256": digests[name], "feature_count": int((info.feature_owner == i).sum()),
-                    "owned_nodes": self.facts.owned_nodes.get(name, 0)} for i, name in enumerate(info.parties)]
+                    "owned_nodes": self.facts.owned_nodes.get(name, 0)}
+                   for i, name in enumerate(info.parties)]
         overlap = self.plan.n_common if self.plan is not None else 0
         return {"parties": parties, "training": {"overlap": overlap},
                 "lineage": {"data_fingerprints": self.fingerprints}}
 
     def load_model(self, registry: ModelRegistry, model_name: str, ref: str = "production") -> str:
-        """Load a registered version (verified) at the master and at every institution, to batch predict
-        without training; returns the resolved version.
+        """Load a registered version (verified) at the master and at every institution; returns the version.
+
+        This lets the master batch predict without training; the version returned is the resolved one.
         """
         version = registry.resolve(model_name, ref)
         manifest, tables = registry.load(model_name, version)
@@ -193,13 +204,14 @@ class VerticalSession(MasterSession):
         parties = [p["name"] for p in manifest.get("parties") or []]
         holders = [p["name"] for p in manifest.get("parties") or [] if p.get("role") == "label_holder"]
         if sorted(parties) != sorted(self.institutions) or len(holders) != 1:
-            raise ProtocolError(f"model {model_name!r} {version} was trained by {parties} (label holder {holders}); "
-                                f"this session has {sorted(self.institutions)}")
+            raise ProtocolError(f"model {model_name!r} {version} was trained by {parties} (label holder "
+                                f"{holders}); this session has {sorted(self.institutions)}")
         structure = structure_from_table(table, n_trees)
         self.master.structure = structure
         n_classes = structure.value.shape[1] if manifest.get("task") == "classification" else 0
-        self.master.info = FederationInfo(parties=parties, label_holder=holders[0], n_rows=0, n_classes=n_classes,
-                                          feature_ids=[], feature_owner=np.zeros(0, np.int64))
+        self.master.info = FederationInfo(parties=parties, label_holder=holders[0], n_rows=0,
+                                          n_classes=n_classes, feature_ids=[],
+                                          feature_owner=np.zeros(0, np.int64))
         signed = {p["name"]: p.get("table_sha256") for p in manifest.get("parties") or []}
         self.transport.exchange({name: Message("load_model", {"model": model_name, "version": version,
                                                               "table_sha256": signed[name]})
@@ -215,8 +227,9 @@ class VerticalSession(MasterSession):
                           requester=requester, path=result["path"])
 
     def batch_predict(self, requester: str, file_stem: str, min_overlap: int = 1) -> dict:
-        """Align the institutions' new batches, predict them in one round per row batch, and deliver the
-        predictions (with IDs) to `requester` only.
+        """Align the institutions' new batches, predict them in one round per row batch, and deliver them.
+
+        The predictions (with IDs) go to `requester` only.
         """
         started = time.perf_counter()
         plan = self._intersect(batch=True)
