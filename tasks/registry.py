@@ -15,29 +15,33 @@ from tasks.common import DATA_LOCAL
 
 
 def master_registry(config: FederationConfig) -> ModelRegistry:
-    """The master's registry: signing with master.signing_key (training, promoting), or, where only the
-    public key is at hand, trusting master.public_key (resolving versions to predict with).
+    """The master's registry, signing or only trusting the master's key.
+
+    It signs with master.signing_key (training, promoting), or, where only the public key is at hand, trusts
+    master.public_key (resolving versions to predict with).
     """
     if config.master_signing_key is not None:
         return ModelRegistry(config.master_registry, signing_key=config.master_signing_key)
     if config.master_public_key is not None:
         return ModelRegistry(config.master_registry, public_key=config.master_public_key)
-    raise ConfigError(f"{config.path}: master.signing_key is not set, but every model version and alias move is "
-                      "signed by the master: create a key (fedforest models keygen --out keys/master.key) and name "
-                      "it as master.signing_key")
+    raise ConfigError(f"{config.path}: master.signing_key is not set, but every model version and alias move "
+                      "is signed by the master: create a key (fedforest models keygen --out "
+                      "keys/master.key) and name it as master.signing_key")
 
 
 @task(**DATA_LOCAL)
 def register_model(config: FederationConfig, session: MasterSession, model_name: str, manifest: dict) -> str:
-    """Write the signed master version, then every institution's partial model under the same version, two-phase
-    (`fedcore.models.publish`): an earlier run's uncommitted version is withdrawn everywhere first.
+    """Write the signed master version, then every institution's partial model under the same version.
+
+    It is two-phase (`fedcore.models.publish`): an earlier run's uncommitted version is withdrawn everywhere
+    first.
     """
     registry = master_registry(config)
     version, stored = register_everywhere(registry, session, model_name, manifest, session.master_tables())
     session.drop_checkpoints()  # the version is stored everywhere: the run's checkpoints are done
     markdown = version_markdown(config, model_name, version, registry.read_manifest(model_name, version))
-    create_markdown_artifact(markdown, key="model-version", description=f"{model_name} {version}: where it is, "
-                                                                        "how to load it")
+    create_markdown_artifact(markdown, key="model-version",
+                             description=f"{model_name} {version}: where it is, how to load it")
     get_run_logger().info("registered %s %s in %s; institutions stored theirs at %s", model_name, version,
                           config.master_registry / model_name / version, sorted(stored))
     return version

@@ -1,5 +1,7 @@
-"""The master session's steps as Prefect tasks, the same in both settings: each visible, timed and logged
-in the Prefect UI, with its table or progress artifact. The work is in `fedcore.session.MasterSession`.
+"""The master session's steps as Prefect tasks, the same in both settings.
+
+Each is visible, timed and logged in the Prefect UI, with its table or progress artifact. The work is in
+`fedcore.session.MasterSession`.
 """
 
 from __future__ import annotations
@@ -19,19 +21,23 @@ from tasks.registry import master_registry
 
 @task(**DATA_LOCAL)
 def prepare(session: MasterSession) -> dict[str, Any]:
-    """Agree with the institutions which rows (vertical: ID alignment) or columns (horizontal: the schema)
-    train; a table artifact of the counts per institution.
+    """Agree with the institutions which rows or columns train; a table artifact of counts per institution.
+
+    Rows in the vertical setting (ID alignment), columns in the horizontal one (the schema).
     """
     preparation = session.prepare()
-    create_table_artifact(preparation.table, key=preparation.artifact_key, description=preparation.description)
+    create_table_artifact(preparation.table, key=preparation.artifact_key,
+                          description=preparation.description)
     get_run_logger().info("%s: %s", preparation.description, preparation.facts)
     return preparation.facts
 
 
 @task(**DATA_LOCAL)
-def train(session: MasterSession, checkpoints: Path | None = None, run_id: str | None = None) -> dict[str, Any]:
-    """Grow the forest; a progress artifact moves as levels and tree batches complete. With `checkpoints`
-    and `run_id`, completed tree batches are checkpointed, and an interrupted run resumes.
+def train(session: MasterSession, checkpoints: Path | None = None,
+          run_id: str | None = None) -> dict[str, Any]:
+    """Grow the forest; a progress artifact moves as levels and tree batches complete.
+
+    With `checkpoints` and `run_id`, completed tree batches are checkpointed, and an interrupted run resumes.
     """
     privacy = getattr(session, "privacy", None)
     mode = f" ({privacy['mode']})" if privacy else ""
@@ -55,21 +61,23 @@ def evaluate(session: MasterSession) -> dict[str, float]:
 
 @task(**DATA_LOCAL)
 def predict(session: MasterSession, file_stem: str, requester: str | None = None) -> dict[str, Any]:
-    """Predict the institutions' new rows: delivered to `requester` only (vertical), or kept by each
-    institution (horizontal); a table artifact of the rows per institution.
+    """Predict the institutions' new rows; a table artifact of the rows per institution.
+
+    The predictions are delivered to `requester` only (vertical), or kept by each institution (horizontal).
     """
     result = session.predict(file_stem, requester)
     where = f"delivered to {requester}" if result.requester else "predicted locally"
     column = "new rows" if result.requester else "predicted rows"
     create_table_artifact([{"institution": name, column: count} for name, count in result.counts.items()],
-                          key="batch-prediction", description=f"{result.rows} rows {where} in {result.seconds:.1f} s")
+                          key="batch-prediction",
+                          description=f"{result.rows} rows {where} in {result.seconds:.1f} s")
     get_run_logger().info("%d rows %s (%s)", result.rows, where, result.counts)
     return result.to_dict()
 
 
 @task(**DATA_LOCAL)
 def load_registered_model(config: FederationConfig, session: MasterSession, model_name: str, ref: str) -> str:
-    """Load a registered version (signature verified) at the master and every institution; returns the version."""
+    """Load a registered version (signature verified) at the master and every institution; returns it."""
     version = session.load_model(master_registry(config), model_name, ref)
     get_run_logger().info("loaded %s %s (%s) at the master and %s", model_name, version, ref,
                           ", ".join(session.institutions))

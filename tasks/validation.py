@@ -28,8 +28,8 @@ def collect_validation(transport: Transport) -> dict[str, dict]:
             rows = [{**row, "success": {True: "pass", False: "FAIL", None: "not checked"}[row["success"]]}
                     for row in h["rows"]]
             create_table_artifact(rows, key=artifact_key("validation", name),
-                                  description=f"Data contract {h['contract']} v{h['contract_version']} at {name}: "
-                                              f"{'passed' if h['success'] else 'FAILED'}")
+                                  description=f"Data contract {h['contract']} v{h['contract_version']} at "
+                                              f"{name}: {'passed' if h['success'] else 'FAILED'}")
         errors += h["errors"]
         get_run_logger().info("validation at %s: %s", name, "passed" if h["success"] else "FAILED")
     if errors:
