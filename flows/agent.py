@@ -59,8 +59,9 @@ class _ToRunLogger(logging.Handler):
 
 @contextmanager
 def agent_log_in_run() -> Iterator[None]:
-    """While open, what the agent logs for its operator (the `fedcore.agents` log: contract violations,
-    versions stored, predictions written) also goes to this flow run's log in the Prefect UI.
+    """While open, what the agent logs for its operator also goes to this flow run's log in the Prefect UI.
+
+    That is the `fedcore.agents` log: contract violations, versions stored, predictions written.
     """
     source = agents.log
     handler, level = _ToRunLogger(get_run_logger()), source.level
@@ -80,11 +81,13 @@ def institution_agent(config_path: str, institution: str) -> dict:
     config = load_config(config_path)
     with agent_log_in_run():
         data = load_and_validate(config, institution)
-        sessions = serve_session(config, institution, data)  # also when invalid: the master reports it for all
+        # also when invalid: the master reports it for all
+        sessions = serve_session(config, institution, data)
     if not data.valid:
         assert data.validation is not None, "only a contract's report makes data invalid"
         failed = [r for r in data.validation.rows if not r["success"]]
-        raise ContractViolation(f"institution {institution!r}: {len(failed)} expectation(s) of its data contract "
-                                f"failed; see the {artifact_key('contract', institution)!r} artifact",
+        raise ContractViolation(f"institution {institution!r}: {len(failed)} expectation(s) of its data "
+                                "contract failed; see the "
+                                f"{artifact_key('contract', institution)!r} artifact",
                                 institution=institution, failures=failed)
     return {"institution": institution, "valid": data.valid, "sessions": sessions}

@@ -1,4 +1,4 @@
-"""Batch prediction with an already registered model version (master side), without training:
+"""Batch prediction with an already registered model version (master side), without training.
 
     batch_predict(config_path="federation.yaml", version="production", agents="running")
 
@@ -25,9 +25,10 @@ from tasks.session import load_registered_model, predict
       log_prints=True)
 def batch_predict(config_path: str, model_name: str | None = None, version: str = "production",
                   requester: str | None = None, agents: str = "running") -> State:
-    """Predict the institutions' new rows with a registered version; calling it returns a JSON-ready
-    summary. The run is named `predict <model> <version>`; its final state's message says where how
-    many predictions went.
+    """Predict the institutions' new rows with a registered version; calling it returns a JSON-ready summary.
+
+    The run is named `predict <model> <version>`; its final state's message says where how many predictions
+    went.
     """
     config = load_config(config_path)
     model_name = model_name or config.model_name

@@ -1,6 +1,8 @@
-"""The scheduled retrain pipeline (master side): start agents, validate, align (vertical) or agree the
-schema (horizontal), train, evaluate, register, promote when not worse than production, then batch
-predict (vertical: for the requester; horizontal: every institution locally).
+"""The scheduled retrain pipeline (master side).
+
+It starts agents, validates, aligns (vertical) or agrees the schema (horizontal), trains, evaluates,
+registers, promotes when not worse than production, then batch predicts (vertical: for the requester;
+horizontal: every institution locally).
 
     retrain(config_path="federation.yaml", agents="deployments" | "local" | "running")
 
@@ -46,9 +48,10 @@ from tasks.session import predict as predict_task
       log_prints=True)
 def retrain(config_path: str, agents: str = "deployments", model_name: str | None = None,
             predict: bool = True, run_id: str | None = None) -> State:
-    """Train a new model version for the federation in `config_path`; calling it returns a JSON-ready
-    summary. The run is named `retrain <model> <version>` once the version is registered, and its final
-    state's message gives the version and headline metric.
+    """Train a new model version for the federation in `config_path`; calling it returns a JSON-ready summary.
+
+    The run is named `retrain <model> <version>` once the version is registered, and its final state's
+    message gives the version and headline metric.
 
     `run_id` names the run's training checkpoints; default: this flow run's id. Pass the run id
     of a run that crashed (it is logged at its start) to resume it in a new flow run.
@@ -57,16 +60,19 @@ def retrain(config_path: str, agents: str = "deployments", model_name: str | Non
     master_registry(config)  # no signing key: fail before any agent starts, not after training
     model_name = model_name or config.model_name
     summary = resuming(config, partial(session_attempt, config, agents, model_name, predict), run_id)
-    return finished(retrain_outcome(model_name, summary["version"], summary["metrics"], config.promotion_metric,
-                                    summary["promoted"], summary["production"]), summary)
+    return finished(retrain_outcome(model_name, summary["version"], summary["metrics"],
+                                    config.promotion_metric, summary["promoted"], summary["production"]),
+                    summary)
 
 
-def resuming(config: FederationConfig, attempt: Callable[[str, list], dict], run_id: str | None = None) -> dict:
-    """Run `attempt(run_id, reached)` (one session) with crash recovery, in either setting: when an
-    institution is lost mid-session (its process died, the network failed), the session starts again
-    (`training.resume_attempts` times) with the same run id, and training resumes from the last tree
-    batch the master and every institution checkpointed. `attempt` appends to `reached` once every
-    agent answered: an agent that never came up is not retried. `run_id`: default, this flow run's id.
+def resuming(config: FederationConfig, attempt: Callable[[str, list], dict],
+             run_id: str | None = None) -> dict:
+    """Run `attempt(run_id, reached)` (one session) with crash recovery, in either setting.
+
+    When an institution is lost mid-session (its process died, the network failed), the session starts again
+    (`training.resume_attempts` times) with the same run id, and training resumes from the last tree batch
+    the master and every institution checkpointed. `attempt` appends to `reached` once every agent answered:
+    an agent that never came up is not retried. `run_id`: default, this flow run's id.
     """
     if run_id is not None and not RUN_ID.match(str(run_id)):
         raise ValueError(f"run id {run_id!r} must be 1-128 letters, digits, '-' or '_'")
@@ -88,8 +94,10 @@ def resuming(config: FederationConfig, attempt: Callable[[str, list], dict], run
 
 def session_attempt(config: FederationConfig, agents: str, model_name: str, predict: bool, run_id: str,
                     reached: list) -> dict:
-    """One attempt, in either setting: prepare (align IDs, or agree the schema), train (checkpointed),
-    evaluate, register everywhere, promote, predict (for the requester, or at every institution).
+    """One session attempt, in either setting, from preparation to prediction.
+
+    It prepares (aligns IDs, or agrees the schema), trains (checkpointed), evaluates, registers everywhere,
+    promotes, and predicts (for the requester, or at every institution).
     """
     settings = config.training
     with agent_session(config, agents) as (transport, validation):
@@ -118,8 +126,10 @@ def session_attempt(config: FederationConfig, agents: str, model_name: str, pred
 
 
 def _has_new_rows(config: FederationConfig) -> bool:
-    """Whether the run can batch predict: vertically every institution needs new rows to align; horizontally
-    each predicts whatever new rows it has.
+    """Whether the run can batch predict.
+
+    Vertically every institution needs new rows to align; horizontally each predicts whatever new rows it
+    has.
     """
     return config.setting == "horizontal" or all(i.predict_data for i in config.institutions)
 

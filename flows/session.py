@@ -1,5 +1,6 @@
-"""The part every master flow shares: reach the institutions' agents, check their data, and always
-disconnect and stop what was started, whatever happens in between.
+"""The part every master flow shares: reach the institutions' agents and check their data.
+
+It always disconnects and stops what was started, whatever happens in between.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def agent_session(config: FederationConfig, agents: str) -> Iterator[tuple[Fligh
     try:
         if processes:  # one that cannot bind its port says so, before the master reaches whoever holds it
             wait_until_serving(config, processes, log_dir, timeout_s=config.training.connect_timeout_s)
-        if agents == "deployments":  # a run that ends before serving (bad config, missing key) fails this at once
+        # a run that ends before serving (bad config, missing key) fails this at once
+        if agents == "deployments":
             agent_runs = trigger_agent_deployments(config)
         transport = connect_agents(config, timeout_s=config.training.connect_timeout_s, agent_runs=agent_runs)
         connected = True
@@ -63,7 +65,8 @@ def agent_session(config: FederationConfig, agents: str) -> Iterator[tuple[Fligh
     finally:
         stop_local_agents(processes)
         if agent_runs and not connected:
-            cancel_agent_runs(list(agent_runs.values()), "the master could not reach every agent of this session "
-                                                         "(its run says why), so no session will come")
+            cancel_agent_runs(list(agent_runs.values()),
+                              "the master could not reach every agent of this session (its run says why), "
+                              "so no session will come")
         if agent_runs:
             wait_for_agent_runs(list(agent_runs.values()))

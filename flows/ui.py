@@ -1,6 +1,8 @@
-"""What the Prefect UI shows of a master run at a glance: a name after the model and version
-(`retrain retail-response v0003`, `predict retail-response v0002`) and a final state whose message says
-which version and how good, so a list of runs answers "which version, how good" without opening one.
+"""What the Prefect UI shows of a master run at a glance: its name and final message.
+
+The name is after the model and version (`retrain retail-response v0003`, `predict retail-response
+v0002`) and the final state's message says which version and how good, so a list of runs answers "which
+version, how good" without opening one.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from fedcore.config import load_config
 
 
 def run_name(kind: str) -> Callable[[], str]:
-    """A `flow_run_name` for a master flow: `<kind> <model>`, plus the version asked for when there is
-    one (`predict retail-response production`); the flow renames the run once the version is known.
+    """A `flow_run_name` for a master flow: `<kind> <model>`, plus the version asked for when there is one.
+
+    For example `predict retail-response production`; the flow renames the run once the version is known.
     """
 
     def name() -> str:
@@ -36,8 +39,9 @@ def _configured_model(config_path: str | None) -> str | None:
 
 
 def name_run(name: str) -> None:
-    """Rename the current flow run (nothing outside one). The name is for people: failing to set it is
-    logged, never raised.
+    """Rename the current flow run (nothing outside one).
+
+    The name is for people: failing to set it is logged, never raised.
     """
     run_id = flow_run.id
     if run_id is None:
@@ -62,8 +66,10 @@ def headline_metric(metrics: dict[str, float], metric: str) -> str:
 
 def retrain_outcome(model_name: str, version: str, metrics: dict[str, float], metric: str, promoted: bool,
                     production: dict | None) -> str:
-    """The retrain run's final message: version, headline metric (against production's) and whether
-    the version went to production.
+    """The retrain run's final message.
+
+    It gives the version, headline metric (against production's) and whether the version went to
+    production.
     """
     line = f"{model_name} {version}: {headline_metric(metrics, metric)} on held-out rows"
     previous = (production or {}).get("metrics", {})
@@ -81,7 +87,8 @@ def predict_outcome(model_name: str, version: str, prediction: dict) -> str:
 
 
 def finished(message: str, summary: dict) -> State:
-    """The flow's Completed state with `message` (shown in the UI's run list); calling the flow still
-    returns `summary`.
+    """The flow's Completed state with `message` (shown in the UI's run list).
+
+    Calling the flow still returns `summary`.
     """
     return Completed(message=message, data=summary)
