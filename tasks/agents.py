@@ -39,7 +39,8 @@ def start_local_agents(config: FederationConfig, log_dir: Path) -> list[subproce
     for inst in config.institutions:
         log_path = log_dir / f"agent-{inst.name}.log"
         with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
-            log.write(f"{STARTED} {inst.name} by master pid {os.getpid()}\n".encode())  # this run's part begins
+            # this run's part begins
+            log.write(f"{STARTED} {inst.name} by master pid {os.getpid()}\n".encode())
             log.flush()
             processes.append(subprocess.Popen(
                 [sys.executable, "-m", "fedcore.cli", "agent", "serve", "--config", str(config.path),
@@ -51,25 +52,29 @@ def start_local_agents(config: FederationConfig, log_dir: Path) -> list[subproce
 
 def wait_until_serving(config: FederationConfig, processes: list[subprocess.Popen], log_dir: Path,
                        timeout_s: float = 60.0) -> None:
-    """Wait until every local agent says it is serving; if one exits first (its port is taken, by another
-    run's agent perhaps), raise with what it said, before this master can reach a stranger on that port.
+    """Wait until every local agent says it is serving.
+
+    If one exits first (its port is taken, by another run's agent perhaps), raise with what it said, before
+    this master can reach a stranger on that port.
     """
     deadline = time.monotonic() + timeout_s
     pending = dict(zip((inst.name for inst in config.institutions), processes, strict=True))
     while pending:
         for name, process in list(pending.items()):
             log_path = log_dir / f"agent-{name}.log"
-            said = log_path.read_text(errors="replace").rsplit(f"{STARTED} {name} ", 1)[-1] if log_path.exists() else ""
+            said = (log_path.read_text(errors="replace").rsplit(f"{STARTED} {name} ", 1)[-1]
+                    if log_path.exists() else "")
             if f"agent {name!r} (" in said and " serving on " in said:
                 del pending[name]
             elif process.poll() is not None:
                 last = [line for line in said.splitlines() if line.strip()][-1:] or ["(no output)"]
-                raise PartyUnavailable(f"the agent this run started for {name!r} exited (code {process.returncode}) "
-                                       f"before serving: {last[0].strip()}; is another run's agent holding "
-                                       f"{config.institution(name).endpoint}? (log {log_path})")
+                raise PartyUnavailable(f"the agent this run started for {name!r} exited (code "
+                                       f"{process.returncode}) before serving: {last[0].strip()}; is another "
+                                       f"run's agent holding {config.institution(name).endpoint}? "
+                                       f"(log {log_path})")
         if pending and time.monotonic() > deadline:
-            raise PartyUnavailable(f"the agents this run started for {sorted(pending)} did not start serving within "
-                                   f"{timeout_s:g} s (logs in {log_dir})")
+            raise PartyUnavailable(f"the agents this run started for {sorted(pending)} did not start serving "
+                                   f"within {timeout_s:g} s (logs in {log_dir})")
         time.sleep(0.1)
 
 
@@ -87,9 +92,9 @@ def stop_local_agents(processes: list[subprocess.Popen], timeout_s: float = 10.0
 
 
 @task(**DATA_LOCAL)
-def trigger_agent_deployments(config: FederationConfig, flow_name: str = "institution-agent") -> dict[str, str]:
-    """Start each institution's agent flow on its own work pool (production); returns {institution: flow
-    run id}.
+def trigger_agent_deployments(config: FederationConfig,
+                              flow_name: str = "institution-agent") -> dict[str, str]:
+    """Start each institution's agent flow on its own work pool (production); returns {institution: run id}.
 
     Each run uses its deployment's own `config_path` (the institution's host has its own copy of the
     federation config); the runs show as subflows of the master's run in the UI.
@@ -101,16 +106,19 @@ def trigger_agent_deployments(config: FederationConfig, flow_name: str = "instit
         # a FlowRun when called from sync code (Prefect's async_dispatch types it as FlowRun or a coroutine)
         run = cast("FlowRun", run_deployment(f"{flow_name}/{inst.name}", timeout=0, as_subflow=True,
                                              parameters={"institution": inst.name}))
-        get_run_logger().info("started %s's agent: flow run %s on work pool %r", inst.name, run.id, inst.work_pool)
+        get_run_logger().info("started %s's agent: flow run %s on work pool %r", inst.name, run.id,
+                              inst.work_pool)
         runs[inst.name] = str(run.id)
     return runs
 
 
 def ended_agent_run(runs: dict[str, str], read_flow_run: Callable[[str], Any] | None = None,
                     every_s: float = 1.0) -> Callable[[], str | None]:
-    """A check for `FlightTransport.wait_ready(gave_up=...)`: the first agent flow run (of {institution:
-    run id}) that has reached a final state before its agent served, with that run's own error quoted;
-    None while all run. Reads the runs at most every `every_s` seconds.
+    """A check for `FlightTransport.wait_ready(gave_up=...)`.
+
+    The first agent flow run (of {institution: run id}) that has reached a final state before its agent
+    served, with that run's own error quoted; None while all run. Reads the runs at most every `every_s`
+    seconds.
     """
     read_flow_run = read_flow_run or _read_flow_run
     last = {"at": float("-inf")}
@@ -124,8 +132,8 @@ def ended_agent_run(runs: dict[str, str], read_flow_run: Callable[[str], Any] | 
             state = run.state
             if state is not None and state.is_final():
                 said = (state.message or "no message").strip()
-                return (f"institution {name!r}: its agent flow run {run.name} ({run_id}) ended {state.name} before "
-                        f"its agent served: {said}")
+                return (f"institution {name!r}: its agent flow run {run.name} ({run_id}) ended {state.name} "
+                        f"before its agent served: {said}")
         return None
 
     return check
@@ -133,9 +141,10 @@ def ended_agent_run(runs: dict[str, str], read_flow_run: Callable[[str], Any] | 
 
 def wait_for_agent_runs(run_ids: list[str], timeout_s: float = 60.0,
                         poll_s: float = 1.0) -> dict[str, str | None]:
-    """Wait until the agents' flow runs reach a final state; log and return {run id: state name}. A run
-    still going after `timeout_s` is cancelled: its session is over, and it would hold its institution's
-    port until its idle timeout.
+    """Wait until the agents' flow runs reach a final state.
+
+    Log and return {run id: state name}. A run still going after `timeout_s` is cancelled: its session is
+    over, and it would hold its institution's port until its idle timeout.
     """
     from prefect.client.orchestration import get_client
 
@@ -160,8 +169,9 @@ def wait_for_agent_runs(run_ids: list[str], timeout_s: float = 60.0,
 
 
 def cancel_agent_runs(run_ids: list[str], why: str) -> list[str]:
-    """Cancel the agent flow runs among `run_ids` that have not ended (their worker stops them), logging
-    `why`; returns those cancelled. Used when no session can start (an agent run failed first, so the
+    """Cancel the agent flow runs among `run_ids` that have not ended, logging `why`; return those cancelled.
+
+    Their worker stops them. Used when no session can start (an agent run failed first, so the
     others would wait out their idle timeout on their ports) or a run outlives its session.
     """
     from prefect.client.orchestration import get_client
@@ -173,15 +183,17 @@ def cancel_agent_runs(run_ids: list[str], why: str) -> list[str]:
             run = client.read_flow_run(UUID(run_id))
             if run.state is not None and run.state.is_final():
                 continue
-            client.set_flow_run_state(run_id, Cancelling(message=f"cancelled by the master: {why}"), force=True)
+            client.set_flow_run_state(run_id, Cancelling(message=f"cancelled by the master: {why}"),
+                                      force=True)
             get_run_logger().warning("cancelled agent flow run %s (%s): %s", run.name, run_id, why)
             cancelled.append(run_id)
     return cancelled
 
 
 def release_agents(transport: FlightTransport) -> None:
-    """Tell every agent the session is over (best effort: some may be gone), so none waits for a master
-    that has finished or failed.
+    """Tell every agent the session is over, so none waits for a master that has finished or failed.
+
+    Best effort: some may be gone.
     """
     timeout_s = getattr(transport, "timeout_s", None)
     if timeout_s is not None:
@@ -195,8 +207,9 @@ def release_agents(transport: FlightTransport) -> None:
 
 def agent_run_states(config: FederationConfig, runs: dict[str, str],
                      read_flow_run: Callable[[str], Any] | None = None) -> str:
-    """Where each agent flow run stands, for a master that gave up waiting: a run still scheduled or
-    pending has not been picked up by a worker of its institution's pool.
+    """Where each agent flow run stands, for a master that gave up waiting.
+
+    A run still scheduled or pending has not been picked up by a worker of its institution's pool.
     """
     read_flow_run = read_flow_run or _read_flow_run
     parts = []
@@ -217,8 +230,9 @@ def _read_flow_run(run_id: str) -> Any:
 
 
 def worth_retrying(task, task_run, state) -> bool:
-    """Retry a failed connection unless a certificate was refused or an agent's flow run ended: those
-    need an operator, not time.
+    """Retry a failed connection unless a certificate was refused or an agent's flow run ended.
+
+    Those need an operator, not time.
     """
     return not isinstance(state.result(raise_on_failure=False), CertificateRefused | AgentRunEnded)
 
@@ -226,8 +240,10 @@ def worth_retrying(task, task_run, state) -> bool:
 @task(**DATA_LOCAL, retries=2, retry_delay_seconds=2, retry_condition_fn=worth_retrying)
 def connect_agents(config: FederationConfig, timeout_s: float = 60.0,
                    agent_runs: dict[str, str] | None = None) -> FlightTransport:
-    """A mutual-TLS Flight transport to every institution, once all agents answer. With `agent_runs`
-    ({institution: flow run id}), an agent run that ends first fails this at once with its error.
+    """A mutual-TLS Flight transport to every institution, once all agents answer.
+
+    With `agent_runs` ({institution: flow run id}), an agent run that ends first fails this at once with its
+    error.
     """
     transport = FlightTransport.from_config(config)
     try:

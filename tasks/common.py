@@ -31,11 +31,12 @@ def artifact_key(*parts: str) -> str:
 
 
 def progress_reporter(description: str) -> tuple[ProgressCallback, UUID]:
-    """A `training-progress` artifact and the callback that moves it as levels and tree batches complete
-    (finished trees plus the current batch's estimated share, see `fedcore.progress.GrowthTracker`), and
-    logs plain progress lines, rate-limited (the first, one per finished batch, else at most one every
-    10 s), to the run logger and to the `fedforest.progress` logger (silent unless a command shows it,
-    `fedcore.progress.echo_progress`); returns (callback, artifact id).
+    """A `training-progress` artifact and the callback that moves it; returns (callback, artifact id).
+
+    The callback moves it as levels and tree batches complete (finished trees plus the current batch's
+    estimated share, see `fedcore.progress.GrowthTracker`), and logs plain progress lines, rate-limited
+    (the first, one per finished batch, else at most one every 10 s), to the run logger and to the
+    `fedforest.progress` logger (silent unless a command shows it, `fedcore.progress.echo_progress`).
     """
     # a UUID when called from sync code (Prefect's async_dispatch types it as UUID or a coroutine)
     artifact = cast(UUID, create_progress_artifact(0.0, key="training-progress", description=description))

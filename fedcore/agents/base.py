@@ -1,5 +1,7 @@
-"""The institution agent's base, shared by both settings: session start and validation report, engine
-messages passed to the party with batch checkpoints, withdrawal and close.
+"""The institution agent's base, shared by both settings.
+
+Session start and validation report, engine messages passed to the party with batch checkpoints, withdrawal
+and close.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from fedcore.protocol.messages import Message
 class EngineParty(Protocol):
     """What an agent needs of its engine's party: it answers the engine's messages."""
 
-    def handle(self, message: Message) -> Message: ...
+    def handle(self, message: Message) -> Message:
+        """The party's reply to one engine message."""
+        ...
 
 
 PartyT = TypeVar("PartyT", bound=EngineParty)
@@ -36,9 +40,11 @@ def validation_reply(report: ValidationReport | None) -> Message:
 
 
 class SessionAgent(Generic[PartyT]):
-    """What every institution agent does around its engine, in either setting: reload the data at each
-    session start and report its validation, pass engine messages to the party (checkpointing the batch
-    just finished first), dispatch the others to `_on_<kind>`, withdraw a version, and close.
+    """What every institution agent does around its engine, in either setting.
+
+    Reload the data at each session start and report its validation, pass engine messages to the party
+    (checkpointing the batch just finished first), dispatch the others to `_on_<kind>`, withdraw a version,
+    and close.
 
     Subclasses name their engine's message kinds, reset their own session state in `_start_session`, and
     say what a finished batch's checkpoint holds (`_batch_checkpoint`).
@@ -49,8 +55,9 @@ class SessionAgent(Generic[PartyT]):
     """Why an engine message that arrives before the party exists is refused."""
 
     def __init__(self, data: InstitutionData | Callable[[], InstitutionData], name: str = "") -> None:
-        """`data` is the institution's table, or a loader called afresh at the start of every session
-        (a long-lived agent then trains each session on the data as it is then).
+        """An agent for the institution's table `data`, or for a loader called afresh at every session start.
+
+        With a loader, a long-lived agent trains each session on the data as it is then.
         """
         self._loader = data if callable(data) else None
         self._data = None if callable(data) else data
@@ -70,7 +77,8 @@ class SessionAgent(Generic[PartyT]):
     def handle(self, message: Message) -> Message:
         """Dispatch a session message, or pass an engine message to the party."""
         if self._data is None and message.kind != "validation_report":
-            raise ProtocolError(f"institution agent: session not started ({message.kind!r} before validation_report)")
+            raise ProtocolError(f"institution agent: session not started ({message.kind!r} "
+                                "before validation_report)")
         if message.kind in self.engine_kinds:
             self._require_party(message.kind)
             if "save_batch" in message.header and self._checkpoints is not None:
@@ -99,8 +107,10 @@ class SessionAgent(Generic[PartyT]):
         """Forget the previous session's state (the party and checkpoints are reset already)."""
 
     def _on_validation_report(self, message: Message) -> Message:
-        """Start of a session: (re)load the data if a loader was given, then report its validation:
-        pass/fail per expectation with counts, never the example values (they are raw data).
+        """Start of a session.
+
+        (re)load the data if a loader was given, then report its validation: pass/fail per expectation with
+        counts, never the example values (they are raw data).
         """
         if self._loader is not None:
             self._data = self._loader()

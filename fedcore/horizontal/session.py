@@ -1,6 +1,8 @@
-"""The master's side of one horizontal session with real institutions: agree the schema from the data
-contracts, train (FET or PPD-ERT), evaluate on every institution's held-out rows, store the complete
-model everywhere, and let each institution predict its own new rows at home.
+"""The master's side of one horizontal session with real institutions.
+
+It agrees the schema from the data contracts, trains (FET or PPD-ERT), evaluates on every institution's
+held-out rows, stores the complete model everywhere, and lets each institution predict its own new rows
+at home.
 
 It implements `fedcore.session.MasterSession`: `prepare` is the schema agreement (`agree_schema`),
 `predict` is every institution predicting its own rows (`predict_locally`).
@@ -50,10 +52,12 @@ class HorizontalSession(MasterSession):
     def __init__(self, transport: Transport, params: ExtraTreesParams, algorithm: str = "extra-trees",
                  privacy: dict | None = None, holdout_fraction: float = 0.2,
                  progress: ProgressCallback | None = None) -> None:
+        """A master session over `transport` growing `algorithm` with `privacy` (default: the algorithm's)."""
         super().__init__(transport, progress)
         self.params: ExtraTreesParams = params
         self.algorithm = find_algorithm(algorithm, "horizontal").id
-        self.privacy = privacy or {"mode": find_algorithm(algorithm).default_privacy, "epsilon": 1.0, "ldp": {}}
+        self.privacy = privacy or {"mode": find_algorithm(algorithm).default_privacy, "epsilon": 1.0,
+                                   "ldp": {}}
         self.holdout_fraction = holdout_fraction
         self.schema: HorizontalSchema | None = None
         self.master: FederatedExtraTreesMaster | PPDERTMaster | None = None
@@ -66,23 +70,30 @@ class HorizontalSession(MasterSession):
         schema = self.agree_schema()
         table = [{"institution": name, "training rows": r["train_rows"], "held-out rows": r["holdout_rows"]}
                  for name, r in self.rows.items()]
-        return Preparation("institution-rows", f"{schema.n_features} agreed feature columns, label {schema.label!r}",
+        return Preparation("institution-rows",
+                           f"{schema.n_features} agreed feature columns, label {schema.label!r}",
                            table, {"features": schema.n_features, "rows": self.rows,
-                                   "train_rows": self.facts.train_rows, "holdout_rows": self.facts.holdout_rows})
+                                   "train_rows": self.facts.train_rows,
+                                   "holdout_rows": self.facts.holdout_rows})
 
     def agree_schema(self) -> HorizontalSchema:
-        """Check that every institution's contract declares the same columns, dtypes, categories and classes
-        (ContractMismatch names the first difference); send everyone the schema and the session setup.
+        """Check that the institutions' contracts agree; send everyone the schema and the session setup.
+
+        Every contract must declare the same columns, dtypes, categories and classes (ContractMismatch
+        names the first difference).
         """
         replies = self.transport.exchange({name: Message("contract") for name in self.institutions})
-        contracts = {name: parse_contract(yaml.safe_load(r.header["yaml"]), f"institution {name!r}'s contract")
+        contracts = {name: parse_contract(yaml.safe_load(r.header["yaml"]),
+                                          f"institution {name!r}'s contract")
                      for name, r in replies.items()}
         shared = shared_schema(contracts)
         self.schema = engine_schema(shared, self.params.task)
-        header = {"schema": self.schema.to_dict(), "algorithm": self.algorithm, "privacy": self.privacy["mode"],
+        header = {"schema": self.schema.to_dict(), "algorithm": self.algorithm,
+                  "privacy": self.privacy["mode"],
                   "epsilon": self.privacy.get("epsilon", 1.0), "ldp": self.privacy.get("ldp") or {},
                   "holdout": self.holdout_fraction, "holdout_seed": self.params.random_state,
-                  "seed": self.params.random_state, "k": self.params.n_candidate_features(self.schema.n_features)}
+                  "seed": self.params.random_state,
+                  "k": self.params.n_candidate_features(self.schema.n_features)}
         if self.algorithm == "ppd-ert":
             self._low, self._high = self._domains(self.schema, declared_feature_ranges(shared))
             header.update(low=self._low.tolist(), high=self._high.tolist(), **self._thresholds())
@@ -90,7 +101,8 @@ class HorizontalSession(MasterSession):
         self.rows = {name: dict(r.header) for name, r in replies.items()}
         empty = [name for name, r in self.rows.items() if r["train_rows"] == 0]
         if empty:
-            raise ProtocolError(f"institutions {empty} have no training rows; every institution needs at least one")
+            raise ProtocolError(f"institutions {empty} have no training rows; every institution needs at "
+                                "least one")
         self.facts.train_rows = sum(r["train_rows"] for r in self.rows.values())
         self.facts.holdout_rows = sum(r["holdout_rows"] for r in self.rows.values())
         return self.schema
@@ -123,15 +135,17 @@ class HorizontalSession(MasterSession):
         started = time.perf_counter()
         if self.algorithm == "ppd-ert":
             grid = self._thresholds()
-            self.master = PPDERTMaster(self.transport, self.params, self.schema, low=self._low, high=self._high,
-                                       session_id=secrets.token_bytes(16), progress=self.progress,
+            self.master = PPDERTMaster(self.transport, self.params, self.schema, low=self._low,
+                                       high=self._high, session_id=secrets.token_bytes(16),
+                                       progress=self.progress,
                                        thresholds=grid["thresholds"], n_cells=grid["cells"])
         else:
             from fedcore.privacy.ldp import LabelLDP
 
             ldp = LabelLDP(**(self.privacy.get("ldp") or {})) if self.privacy["mode"] == "ldp" else None
             self.master = FederatedExtraTreesMaster(self.transport, self.params, self.schema,
-                                                    privacy=self.privacy["mode"], ldp=ldp, progress=self.progress)
+                                                    privacy=self.privacy["mode"], ldp=ldp,
+                                                    progress=self.progress)
         resumed = 0
         if checkpoints is None or run_id is None:
             self.model = self.master.fit()
@@ -148,10 +162,13 @@ class HorizontalSession(MasterSession):
         return self.facts
 
     def _context(self) -> str:
-        """What a run's checkpoints are bound to: parameters, algorithm, privacy settings, the agreed schema
-        and domains, the institutions and their row counts (each institution adds a digest of its own rows).
+        """What a run's checkpoints are bound to.
+
+        Parameters, algorithm, privacy settings, the agreed schema and domains, the institutions and their row
+        counts (each institution adds a digest of its own rows).
         """
-        privacy = {**self.privacy, **(self._thresholds() if self.algorithm == "ppd-ert" else {})}  # resolved defaults
+        # with the resolved defaults
+        privacy = {**self.privacy, **(self._thresholds() if self.algorithm == "ppd-ert" else {})}
         assert self.schema is not None, "train() checks the schema is agreed before binding checkpoints to it"
         text = json.dumps({"params": self.params.to_dict(), "algorithm": self.algorithm, "privacy": privacy,
                            "schema": self.schema.fingerprint(), "holdout": self.holdout_fraction,
@@ -179,8 +196,10 @@ class HorizontalSession(MasterSession):
         return {MODEL_TABLE: self.model.to_table()}
 
     def manifest_entries(self) -> dict[str, Any]:
-        """The privacy report, the agreed schema, and each institution with its row counts and the SHA-256
-        of the model file it will store (the same for all: it is the complete forest), for the master to sign.
+        """The privacy report, the agreed schema, and the parties with the model digests the master signs.
+
+        Each institution comes with its row counts and the SHA-256 of the model file it will store (the
+        same for all: it is the complete forest).
         """
         if self.schema is None:
             raise ProtocolError("nothing trained yet")
@@ -188,7 +207,8 @@ class HorizontalSession(MasterSession):
         mine = table_sha256(self.master_tables()[MODEL_TABLE])
         differ = [name for name, digest in digests.items() if digest != mine]
         if differ:
-            raise ProtocolError(f"institutions {differ} hold a different forest than the master; refusing to register")
+            raise ProtocolError(f"institutions {differ} hold a different forest than the master; refusing "
+                                "to register")
         parties = [{"name": name, "role": "member", **self.rows.get(name, {}), "table_sha256": digests[name]}
                    for name in self.institutions]
         return {"privacy": self.privacy_report(), "schema": self.schema.to_dict(), "parties": parties}
@@ -209,11 +229,12 @@ class HorizontalSession(MasterSession):
         return out
 
     def load_model(self, registry: ModelRegistry, model_name: str, ref: str = "production") -> str:
-        """Load a registered version (verified) at the master and at every institution; returns the version."""
+        """Load a registered version (verified) at the master and every institution; returns the version."""
         version = registry.resolve(model_name, ref)
         manifest, tables = registry.load(model_name, version)
         if MODEL_TABLE not in tables:
-            raise ArtifactError(f"model {model_name!r} {version}: no {MODEL_TABLE!r} table in {registry.root}")
+            raise ArtifactError(f"model {model_name!r} {version}: no {MODEL_TABLE!r} table "
+                                f"in {registry.root}")
         self.model = HorizontalForest.from_table(tables[MODEL_TABLE])
         self.schema = self.model.schema
         signed = {p["name"]: p.get("table_sha256") for p in manifest.get("parties") or []}

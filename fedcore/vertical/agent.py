@@ -53,6 +53,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
     def __init__(self, data: InstitutionData | Callable[[], InstitutionData], consortium_key: bytes,
                  name: str = "", identity: PartyIdentity | None = None) -> None:
         """`data` is the institution's table, or a loader called afresh at the start of every session.
+
         `identity` signs the institution's sealing key in Paillier mode and checks its peers'.
         """
         super().__init__(data, name)
@@ -81,13 +82,16 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
     # -- alignment and training ------------------------------------------------------------------------
     def _on_id_hashes(self, message: Message) -> Message:
         if not self.data.valid:
-            raise ProtocolError(f"institution {self.name!r}: its data failed validation; it takes no part in training")
+            raise ProtocolError(f"institution {self.name!r}: its data failed validation; it takes no part "
+                                "in training")
         frame = self.data.frame
-        return Message("id_hashes", {"rows": len(frame)}, {"hashes": self._hashes(frame[self.data.id_column])})
+        return Message("id_hashes", {"rows": len(frame)},
+                       {"hashes": self._hashes(frame[self.data.id_column])})
 
     def _on_psi_blinded(self, message: Message) -> Message:
-        """PSI step 1: this institution's IDs (training rows, or the new batch) blinded with a fresh secret,
-        in a secret shuffled order.
+        """PSI step 1: this institution's IDs blinded with a fresh secret, in a secret shuffled order.
+
+        The IDs are those of the training rows, or of the new batch.
         """
         from fedcore.privacy.psi import PSIParty
 
@@ -105,7 +109,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         """PSI step 2: apply this institution's secret to another institution's list (order kept)."""
         if self._psi is None:
             raise ProtocolError(f"institution {self.name!r}: psi_reblind before psi_blinded")
-        return Message("psi_reblinded", {}, {"values": self._psi.reblind(message.arrays["values"].reshape(-1, 32))})
+        return Message("psi_reblinded", {},
+                       {"values": self._psi.reblind(message.arrays["values"].reshape(-1, 32))})
 
     def _rows(self, positions: np.ndarray) -> np.ndarray:
         """Row numbers of the master's positions: as they are after hashing, mapped back after PSI."""
@@ -121,7 +126,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         aligned = align_frame(self.data.frame, positions)
         self.aligned_ids = aligned[self.data.id_column]  # kept here, for audits; never sent
         aligned = aligned.drop(columns=[self.data.id_column])
-        train, self._holdout = aligned[~holdout].reset_index(drop=True), aligned[holdout].reset_index(drop=True)
+        train = aligned[~holdout].reset_index(drop=True)
+        self._holdout = aligned[holdout].reset_index(drop=True)
         self.party = VerticalParty(self.name, train, self.data.label, feature_key=self._feature_key(),
                                    identity=self.identity, memory_budget=self.data.memory_budget,
                                    own_privacy=self.data.privacy)
@@ -187,7 +193,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         model = partial_forest_from_table(table)
         label = self.data.label
         columns = list(model.column_names) + ([label] if label else [])
-        party = VerticalParty(self.name, pd.DataFrame(columns=columns), label, feature_key=self._feature_key())
+        party = VerticalParty(self.name, pd.DataFrame(columns=columns), label,
+                              feature_key=self._feature_key())
         party.model = model
         if label and manifest.get("classes") is not None:
             party.classes_ = self._stored_classes(manifest)
@@ -195,8 +202,10 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         return Message("loaded", {"version": version, "owned_nodes": int(np.sum(model.feature >= 0))})
 
     def _stored_classes(self, manifest: dict) -> np.ndarray:
-        """The label holder's classes as trained: decoded with their dtype, or (older versions, strings
-        only) mapped back to the values of the same label in its current table where they match.
+        """The label holder's classes as trained.
+
+        Decoded with their dtype, or (older versions, strings only) mapped back to the values of the same
+        label in its current table where they match.
         """
         if manifest.get("classes_encoding") is not None:
             return decode_classes(manifest["classes_encoding"])
@@ -239,7 +248,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
 
     # -- checkpoints (resuming a run after a crash) ------------------------------------------------------
     def _on_resume_status(self, message: Message) -> Message:
-        """Open this run's checkpoints (bound to the master's context digest); report the completed batches."""
+        """Open this run's checkpoints (bound to the master's context digest); report completed batches."""
         h = message.header
         self._checkpoints = CheckpointStore(self.data.registry / CHECKPOINTS, h["run"], h["context"])
         return Message("resume_status", {}, {"completed": np.array(self._checkpoints.completed(), np.int64)})
