@@ -11,6 +11,7 @@ from pathlib import Path
 
 from fedcore.config import FederationConfig
 from fedcore.transport.flight import FlightTransport
+from flows import AGENT_MODES
 from tasks.agents import (
     cancel_agent_runs,
     connect_agents,
@@ -22,10 +23,6 @@ from tasks.agents import (
     wait_until_serving,
 )
 from tasks.validation import collect_validation
-
-AGENT_MODES = ("deployments", "local", "running")
-"""deployments: each institution's agent flow on its own pool; local: processes on this machine (the
-embedded demo); running: agents that are up already."""
 
 
 def check_agent_mode(agents: str) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
+
+from flows import AGENT_MODES
 
 QUIET_ENV = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
              "GX_ANALYTICS_ENABLED": "false",
@@ -34,3 +37,15 @@ def quiet(verbose: bool) -> None:
         os.environ.setdefault(key, value)
     if not verbose:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+def add_config_option(parser: argparse.ArgumentParser) -> None:
+    """Add `--config`, the federation config every master pipeline command reads."""
+    parser.add_argument("--config", required=True, type=Path, metavar="FILE",
+                        help="the federation config (YAML)")
+
+
+def add_agents_option(parser: argparse.ArgumentParser) -> None:
+    """Add `--agents`, how a master pipeline command reaches the institutions' agents."""
+    parser.add_argument("--agents", choices=AGENT_MODES, default="running",
+                        help="start agents as deployments, as local processes, or use running ones (default)")

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
-from flows.commands.environment import quiet, use_federation_prefect_home
+from flows.commands.environment import (
+    add_agents_option,
+    add_config_option,
+    quiet,
+    use_federation_prefect_home,
+)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add `fedforest predict`."""
     predict = commands.add_parser("predict",
                                   help="batch predict with a registered model version (no training)")
-    predict.add_argument("--config", required=True, type=Path, metavar="FILE",
-                         help="the federation config (YAML)")
+    add_config_option(predict)
     predict.add_argument("--model", metavar="NAME",
                          help="model name (default: training.model_name or the federation)")
     predict.add_argument("--version", default="production", metavar="V",
@@ -27,9 +30,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--requester", metavar="NAME",
                          help="institution that receives the predictions (default: training.predict_for or "
                               "the label holder)")
-    predict.add_argument("--agents", choices=("deployments", "local", "running"), default="running",
-                         help="start agents as deployments, as local processes, or use running ones "
-                              "(default)")
+    add_agents_option(predict)
     predict.set_defaults(handler=_predict)
 
 

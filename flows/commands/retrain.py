@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
-from flows.commands.environment import quiet, use_federation_prefect_home
+from flows.commands.environment import (
+    add_agents_option,
+    add_config_option,
+    quiet,
+    use_federation_prefect_home,
+)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add `fedforest retrain`."""
     retrain = commands.add_parser("retrain", help="run the retrain flow for a federation config")
-    retrain.add_argument("--config", required=True, type=Path, metavar="FILE",
-                         help="the federation config (YAML)")
-    retrain.add_argument("--agents", choices=("deployments", "local", "running"), default="running",
-                         help="start agents as deployments, as local processes, or use running ones "
-                              "(default)")
+    add_config_option(retrain)
+    add_agents_option(retrain)
     retrain.add_argument("--no-predict", action="store_true", help="skip the batch prediction step")
     retrain.add_argument("--run-id", metavar="ID",
                          help="training run id (default: the flow run id); give a crashed run's id to resume "

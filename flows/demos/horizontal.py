@@ -15,7 +15,8 @@ from typing import Any, cast
 
 import yaml
 
-from flows.demos.vertical import ensure_credentials, free_port
+from fedcore.algorithms import algorithm as algorithm_named
+from flows.demos.workspace import credential_sections, ensure_credentials, local_institution
 
 HORIZONTAL_PARAMS = {"n_estimators": 50, "max_depth": 12, "max_features": "sqrt", "random_state": 0}
 
@@ -46,18 +47,10 @@ def prepare_horizontal_workspace(work: Path, n_patients: int = 9000, seed: int =
         (work / "contracts" / f"{name}.yaml").write_text(dump_contract(contract))
     config = {
         "federation": "hospital-readmissions", "setting": "horizontal", "algorithm": algorithm,
-        "privacy": privacy or ("secagg" if algorithm == "ppd-ert" else "none"),
-        "consortium_key": {"file": "keys/consortium.key"},
-        "tls": {"ca": "certs/ca.pem", "master_cert": "certs/master.pem", "master_key": "certs/master.key"},
-        "master": {"registry": "registry/master", "work_pool": "master", "signing_key": "keys/master.key",
-                   "public_key": "keys/master.key.pub"},
-        "institutions": [{
-            "name": name, "data": f"data/{name}/train.parquet", "predict_data": f"data/{name}/new.parquet",
-            "contract": f"contracts/{name}.yaml", "id_column": scenario["id_column"],
-            "label": scenario["label"], "endpoint": f"grpc+tls://127.0.0.1:{free_port()}", "work_pool": name,
-            "registry": f"registry/{name}", "predictions": f"predictions/{name}", "cert": f"certs/{name}.pem",
-            "key": f"certs/{name}.key"}
-            for name in names],
+        "privacy": privacy or algorithm_named(algorithm).default_privacy,
+        **credential_sections(),
+        "institutions": [local_institution(name, f"contracts/{name}.yaml", scenario["id_column"],
+                                           scenario["label"]) for name in names],
         "params": params or HORIZONTAL_PARAMS,
         "training": {"model_name": "readmission", "holdout": 0.2, "promote_margin": 0.01,
                      "metric": "accuracy"},

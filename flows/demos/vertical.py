@@ -10,56 +10,18 @@ process it started.
 
 from __future__ import annotations
 
-import secrets
 import shutil
-import socket
 import time
 from pathlib import Path
 from typing import Any, cast
 
 import yaml
 
+from flows.demos.workspace import credential_sections, ensure_credentials, local_institution
+
 DEMO_CONTRACTS = Path(__file__).resolve().parents[2] / "data_contracts" / "demo"
 INSTITUTIONS = ("bank", "ecommerce", "insurer")
 DEMO_PARAMS = {"n_estimators": 50, "max_depth": 10, "max_features": "sqrt", "random_state": 0}
-
-
-def ensure_credentials(work: Path, institutions: tuple[str, ...]) -> None:
-    """Make the demo's credentials under `work` once and keep them.
-
-    They are the consortium CA with master and institution certificates, the consortium key and the master's
-    signing key.
-    """
-    from fedcore.files import PRIVATE, make_folders, write_file
-    from fedcore.models.signing import (
-        generate_signing_key,
-        load_signing_key,
-        public_key_path,
-        write_public_key,
-    )
-    from fedcore.transport.tls import init_ca, issue_certificate
-
-    certs, keys = work / "certs", work / "keys"
-    if not (certs / "ca.pem").exists():
-        init_ca(certs)
-        issue_certificate(certs, "master", certs, role="master")
-    for name in institutions:
-        if not (certs / f"{name}.pem").exists():
-            issue_certificate(certs, name, certs, role="institution")
-    make_folders(keys, 0o700)
-    if not (keys / "consortium.key").exists():  # 0600 from the start, whatever the umask
-        write_file(keys / "consortium.key", secrets.token_hex(32).encode(), PRIVATE, exclusive=True)
-    if not (keys / "master.key").exists():
-        generate_signing_key(keys / "master.key")  # and keys/master.key.pub, which every registry trusts
-    elif not public_key_path(keys / "master.key").exists():  # a workspace from before trusted keys
-        write_public_key(load_signing_key(keys / "master.key"), public_key_path(keys / "master.key"))
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now (for the demo's loopback agents)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def prepare_workspace(work: Path, n_customers: int = 6000, seed: int = 0) -> tuple[Path, dict]:
@@ -75,18 +37,10 @@ def prepare_workspace(work: Path, n_customers: int = 6000, seed: int = 0) -> tup
     scenario = make_vertical_scenario(work / "data", n_customers=n_customers, seed=seed)
     ensure_credentials(work, INSTITUTIONS)
     config = {
-        "federation": "retail-demo", "setting": "vertical", "algorithm": "forest",
-        "consortium_key": {"file": "keys/consortium.key"},
-        "tls": {"ca": "certs/ca.pem", "master_cert": "certs/master.pem", "master_key": "certs/master.key"},
-        "master": {"registry": "registry/master", "work_pool": "master", "signing_key": "keys/master.key",
-                   "public_key": "keys/master.key.pub"},
-        "institutions": [{
-            "name": name, "data": f"data/{name}/train.parquet", "predict_data": f"data/{name}/new.parquet",
-            "contract": str(DEMO_CONTRACTS / f"{name}.yaml"), "id_column": scenario["id_column"],
-            **({"label": scenario["label"]} if name == scenario["label_holder"] else {}),
-            "endpoint": f"grpc+tls://127.0.0.1:{free_port()}", "work_pool": name,
-            "registry": f"registry/{name}", "predictions": f"predictions/{name}",
-            "cert": f"certs/{name}.pem", "key": f"certs/{name}.key"} for name in INSTITUTIONS],
+        "federation": "retail-demo", "setting": "vertical", "algorithm": "forest", **credential_sections(),
+        "institutions": [local_institution(name, str(DEMO_CONTRACTS / f"{name}.yaml"), scenario["id_column"],
+                                           scenario["label"] if name == scenario["label_holder"] else None)
+                         for name in INSTITUTIONS],
         "params": DEMO_PARAMS,
         "training": {"model_name": "retail-response", "holdout": 0.2, "min_overlap": 100,
                      "promote_margin": 0.01, "metric": "accuracy", "predict_for": scenario["label_holder"]},

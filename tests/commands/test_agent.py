@@ -26,7 +26,7 @@ from fedcore.transport.inprocess import InProcessTransport
 from fedcore.transport.tls import init_ca, issue_certificate
 from fedcore.vertical.agent import VerticalInstitutionAgent
 from fedcore.vertical.session import VerticalSession
-from flows.demos.vertical import free_port
+from flows.demos.workspace import free_port
 from tests.conftest import mixed_table
 
 NAMES = ("bank", "insurer", "retailer")

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from fedcore.models.registry import ModelRegistry
-from flows.demos.vertical import free_port
+from flows.demos.workspace import free_port
 from tests.federations import small_federation
 
 pytestmark = pytest.mark.slow

@@ -24,7 +24,7 @@ def copy_federation(reference_work: Path, crash_work: Path) -> Path:
 
     Same data, keys and certificates, so both can run side by side; returns the copy's config path.
     """
-    from flows.demos.vertical import free_port
+    from flows.demos.workspace import free_port
 
     shutil.copytree(reference_work, crash_work)
     config_path = crash_work / "federation.yaml"

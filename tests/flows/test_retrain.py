@@ -21,7 +21,7 @@ from fedcore.errors import CertificateRefused, ContractViolation, ProtocolError
 from fedcore.models.registry import ModelRegistry
 from fedcore.transport.tls import init_ca, issue_certificate
 from fedcore.vertical.alignment import AlignmentError
-from flows.demos.vertical import free_port
+from flows.demos.workspace import free_port
 from flows.retrain import retrain
 from tasks.agents import stop_local_agents
 from tests.federations import copy_of
