@@ -113,6 +113,11 @@ class MasterSession(ABC):
     def master_tables(self) -> dict[str, pa.Table]:
         """The master's tables of the version to register."""
 
+    @property
+    @abstractmethod
+    def privacy_mode(self) -> str:
+        """The privacy mode the session trains under (`fedcore.algorithms`: none, paillier, ou, ldp...)."""
+
     @abstractmethod
     def manifest_entries(self) -> dict[str, Any]:
         """The setting's manifest fields: `parties` (with the model digests the master signs) and the rest."""

@@ -39,9 +39,8 @@ def train(session: MasterSession, checkpoints: Path | None = None,
 
     With `checkpoints` and `run_id`, completed tree batches are checkpointed, and an interrupted run resumes.
     """
-    privacy = getattr(session, "privacy", None)
-    mode = f" ({privacy['mode']})" if privacy else ""
-    report, artifact = progress_reporter(f"{read_algorithm(session.algorithm).title}{mode} growth")
+    title = read_algorithm(session.algorithm).title
+    report, artifact = progress_reporter(f"{title} ({session.privacy_mode}) growth")
     session.progress = report
     facts = session.train(checkpoints, run_id)
     update_progress_artifact(artifact, progress=100.0)

@@ -195,6 +195,11 @@ class HorizontalSession(MasterSession):
             raise ProtocolError("nothing trained yet")
         return {MODEL_TABLE: self.model.to_table()}
 
+    @property
+    def privacy_mode(self) -> str:
+        """The configured privacy mode: none, ldp, gdp or secagg."""
+        return str(self.privacy["mode"])
+
     def manifest_entries(self) -> dict[str, Any]:
         """The privacy report, the agreed schema, and the parties with the model digests the master signs.
 

@@ -51,7 +51,7 @@ class VerticalSession(MasterSession):
         if alignment not in ALIGNMENTS:
             raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
         self.alignment = alignment
-        self.params = params
+        self.params: ForestParams = params
         self.holdout_fraction = holdout_fraction
         self.min_overlap = min_overlap
         self.master = VerticalMaster(transport, params, progress=progress)
@@ -173,6 +173,11 @@ class VerticalSession(MasterSession):
         if self.master.structure is None:
             raise ProtocolError("nothing trained yet")
         return {"master": master_table(self.master.structure)}
+
+    @property
+    def privacy_mode(self) -> str:
+        """The label protection of the parameters: none, paillier or ou."""
+        return self.params.privacy
 
     def manifest_entries(self) -> dict[str, Any]:
         """The manifest's "parties", the ID overlap and the data fingerprints.
