@@ -43,14 +43,7 @@ from fedcore.progress import ProgressCallback
 from fedcore.protocol.messages import Message
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
-from fedcore.trees.budget import (
-    BYTES_PER_TREE_ROW,
-    available_bytes,
-    level_nodes,
-    reported_budget,
-    resolve_budget,
-    role_costs,
-)
+from fedcore.trees.budget import available_bytes, batch_costs, reported_budgets, resolve_budget
 from fedcore.trees.candidates import CRITERION_CODES, best_candidates
 from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
 from fedcore.trees.params import check_model_fits
@@ -215,7 +208,7 @@ class BranchStatsLevels(LevelStrategy, ABC):
     def _note_parties(self, replies: dict[str, Message]) -> None:
         """Each party's rows and memory budget, from its hello reply (for the batch plan)."""
         self.party_rows = {name: int(r.header["n_rows"]) for name, r in replies.items()}
-        self.party_budgets = {name: reported_budget(name, r.header) for name, r in replies.items()}
+        self.party_budgets = reported_budgets(replies)
 
     def memory_costs(self) -> list[tuple[int, int]]:
         """(bytes per tree of a batch, budget) of every party and of the master (`fedcore.trees.budget`).
@@ -224,12 +217,10 @@ class BranchStatsLevels(LevelStrategy, ABC):
         party's reply, their sum, and the gains), over at most min(2^depth, rows / 2 min_samples_leaf) open
         nodes per tree. A party that reported no budget is planned with the master's.
         """
-        p = self.params
-        own = self.memory_budget or resolve_budget(p.memory_budget_mb)
-        nodes = level_nodes(p.depth_limit, sum(self.party_rows.values()) // (2 * self.min_samples_leaf))
-        master_per_tree = nodes * self.master_bytes_per_node()
-        return role_costs(self.party_rows, self.party_budgets, BYTES_PER_TREE_ROW["horizontal"],
-                          master_per_tree, own)
+        node_bound = sum(self.party_rows.values()) // (2 * self.min_samples_leaf)
+        return batch_costs("horizontal", self.params, self.party_rows, self.party_budgets,
+                           node_bound=node_bound, master_bytes_per_node=self.master_bytes_per_node(),
+                           own_budget=self.memory_budget)
 
     def master_bytes_per_node(self) -> int:
         """The master's bytes per open node of a level.

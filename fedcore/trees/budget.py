@@ -13,9 +13,15 @@ from __future__ import annotations
 
 import os
 import resource
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedcore.errors import ParameterError, ProtocolError
+
+if TYPE_CHECKING:
+    from fedcore.protocol.messages import Message
+    from fedcore.trees.params import TreeParams
 
 DEFAULT_SHARE = 0.5
 """Share of the available memory a role plans to use by default: the rest is for the data itself,
@@ -59,7 +65,21 @@ def resolve_budget(memory_budget_mb: int | None) -> int:
     return memory_budget_mb * MIB
 
 
-def role_costs(party_rows: dict[str, int], party_budgets: dict[str, int], bytes_per_row: int,
+def batch_costs(setting: str, params: TreeParams, party_rows: Mapping[str, int],
+                party_budgets: Mapping[str, int], *, node_bound: int, master_bytes_per_node: int,
+                own_budget: int | None = None) -> list[tuple[int, int]]:
+    """(bytes per tree of a batch, budget) of every party and of the master, for either setting's master.
+
+    A party's cost is its rows times `BYTES_PER_TREE_ROW[setting]`; the master's is `master_bytes_per_node`
+    times the most open nodes one tree can have at a level (`level_nodes` of the depth limit and
+    `node_bound`). The master's budget is `own_budget`, or the one `params.memory_budget_mb` resolves to.
+    """
+    own = own_budget or resolve_budget(params.memory_budget_mb)
+    master_per_tree = level_nodes(params.depth_limit, node_bound) * master_bytes_per_node
+    return role_costs(party_rows, party_budgets, BYTES_PER_TREE_ROW[setting], master_per_tree, own)
+
+
+def role_costs(party_rows: Mapping[str, int], party_budgets: Mapping[str, int], bytes_per_row: int,
                master_per_tree: int, own_budget: int) -> list[tuple[int, int]]:
     """(bytes per tree of a batch, budget) of every party, from its rows, and of the master.
 
@@ -84,6 +104,11 @@ def reported_budget(party: str, header: dict) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ProtocolError(f"party {party!r} reported memory_budget {value!r}; expected a number of bytes")
     return value
+
+
+def reported_budgets(replies: Mapping[str, Message]) -> dict[str, int]:
+    """Every party's reported memory budget in bytes, from its opening reply (`reported_budget`)."""
+    return {name: reported_budget(name, reply.header) for name, reply in replies.items()}
 
 
 def trees_per_batch(n_trees: int, costs: list[tuple[int, int]], shared_budget: int | None = None) -> int:

@@ -22,14 +22,7 @@ from fedcore.progress import ProgressCallback
 from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
-from fedcore.trees.budget import (
-    BYTES_PER_TREE_ROW,
-    available_bytes,
-    level_nodes,
-    reported_budget,
-    resolve_budget,
-    role_costs,
-)
+from fedcore.trees.budget import available_bytes, batch_costs, reported_budgets
 from fedcore.trees.criteria import SQUARED_ERROR, leaf_value
 from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
 from fedcore.trees.params import ForestParams, check_model_fits
@@ -128,7 +121,7 @@ class VerticalMaster(LevelStrategy):
             parties=parties, label_holder=holder, n_rows=rows[holder],
             n_classes=int(replies[holder].header["n_classes"]),
             feature_ids=[ids[i] for i in order], feature_owner=np.array(owner, dtype=np.int64)[order],
-            memory_budgets={name: reported_budget(name, r.header) for name, r in replies.items()},
+            memory_budgets=reported_budgets(replies),
         )
         position = {fid: g for g, fid in enumerate(self.info.feature_ids)}
         label_header = {"max_weight": p.n_draws(self.info.n_rows) or self.info.n_rows}
@@ -164,10 +157,9 @@ class VerticalMaster(LevelStrategy):
         A party that reported no budget is planned with the master's.
         """
         p, info = self.params, self.federation
-        own = self.memory_budget or resolve_budget(p.memory_budget_mb)
-        nodes = level_nodes(p.depth_limit, info.n_rows // p.min_samples_leaf)
-        return role_costs(dict.fromkeys(info.parties, info.n_rows), info.memory_budgets or {},
-                          BYTES_PER_TREE_ROW["vertical"], nodes * MASTER_BYTES_PER_NODE, own)
+        return batch_costs("vertical", p, dict.fromkeys(info.parties, info.n_rows), info.memory_budgets or {},
+                           node_bound=info.n_rows // p.min_samples_leaf,
+                           master_bytes_per_node=MASTER_BYTES_PER_NODE, own_budget=self.memory_budget)
 
     def fit(self, checkpoints: CheckpointStore | None = None, resume_from: int = 0) -> ForestStructure:
         """Grow all trees, batch by batch, and hand every party the structure it needs to predict.

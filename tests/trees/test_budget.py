@@ -131,3 +131,19 @@ def test_a_reported_budget_must_be_a_byte_count() -> None:
         with pytest.raises(ProtocolError,
                            match=f"party 'bank' reported memory_budget {bad!r}; expected a number"):
             reported_budget("bank", {"memory_budget": bad})
+
+
+def test_batch_costs_charge_parties_by_rows_and_the_master_by_open_nodes() -> None:
+    from fedcore.trees.budget import batch_costs
+    from fedcore.trees.params import ForestParams
+
+    params = ForestParams(task="classification", max_depth=3, memory_budget_mb=8)
+    costs = batch_costs("vertical", params, {"bank": 1000, "shop": 1000}, {"bank": 5 * MIB},
+                        node_bound=500, master_bytes_per_node=256)
+    per_row = BYTES_PER_TREE_ROW["vertical"]
+    # the shop reported no budget: it is planned with the master's (8 MiB from the params)
+    assert costs == [(1000 * per_row, 5 * MIB), (1000 * per_row, 8 * MIB), (2**3 * 256, 8 * MIB)]
+    # a deep tree's open nodes are bounded by the rows; an explicit master budget wins over the params
+    deep = ForestParams(task="classification", memory_budget_mb=8)
+    assert batch_costs("horizontal", deep, {"bank": 10}, {}, node_bound=3, master_bytes_per_node=100,
+                       own_budget=MIB) == [(10 * BYTES_PER_TREE_ROW["horizontal"], MIB), (300, MIB)]
