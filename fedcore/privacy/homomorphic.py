@@ -20,6 +20,10 @@ from gmpy2 import mpz
 
 from fedcore.errors import ParameterError, ProtocolError
 
+KEY_BITS = (2048, 3072)
+"""Modulus sizes either scheme accepts for real keys (about 112- and 128-bit security)."""
+TEST_KEY_BITS = 1024
+"""A small modulus that only `generate_keypair(..., insecure_for_tests=True)` accepts, to keep tests fast."""
 PRIME_TEST_ROUNDS = 64
 """gmpy2.is_prime rounds: GMP's Baillie-PSW test plus Miller-Rabin rounds on random bases."""
 WINDOW_BITS = 8
@@ -203,8 +207,24 @@ class AdditivePrivateKey:
         raise NotImplementedError
 
 
+def check_key_bits_to_generate(bits: int, insecure_for_tests: bool, scheme: str) -> None:
+    """Refuse a modulus size `generate_keypair` may not make: `KEY_BITS`, or `TEST_KEY_BITS` in tests."""
+    allowed = (*KEY_BITS, TEST_KEY_BITS) if insecure_for_tests else KEY_BITS
+    if isinstance(bits, bool) or bits not in allowed:
+        raise ParameterError(f"key_bits must be one of {KEY_BITS} for {scheme}, got {bits!r}")
+
+
+def check_received_modulus(n: mpz, scheme: str) -> None:
+    """Refuse a received public key whose modulus is not of an accepted size (`TEST_KEY_BITS` included)."""
+    if n.bit_length() not in (*KEY_BITS, TEST_KEY_BITS):
+        raise ProtocolError(f"{scheme} modulus of {n.bit_length()} bits refused: expected one of {KEY_BITS}")
+
+
 def read_key_fields(fields: dict, key_format: dict, names: Sequence[str], what: str) -> list[mpz]:
-    """The hex integers `names` of a public key's JSON fields, after checking its scheme and version."""
+    """The hex integers `names` of a public key's JSON fields, after checking its scheme and version.
+
+    The first name is the modulus: a size other than `KEY_BITS` (or `TEST_KEY_BITS`) is refused.
+    """
     try:
         stated = {key: fields[key] for key in key_format}
         values = [mpz(int(str(fields[name]), 16)) for name in names]
@@ -212,4 +232,5 @@ def read_key_fields(fields: dict, key_format: dict, names: Sequence[str], what: 
         raise ProtocolError(f"malformed {what} public key: {error!r} missing or invalid") from error
     if stated != key_format:
         raise ProtocolError(f"public key format {stated} refused: this version reads {key_format}")
+    check_received_modulus(values[0], what)
     return values

@@ -35,15 +35,13 @@ from fedcore.privacy.homomorphic import (
     AdditivePrivateKey,
     CiphertextSpace,
     FixedBase,
+    check_key_bits_to_generate,
     random_prime,
     read_key_fields,
 )
 
-KEY_BITS = (2048, 3072)
-"""Modulus sizes accepted for real keys: 3072 bits by default (n = p^2 q with 1024-bit primes)."""
 DEFAULT_KEY_BITS = 3072
-TEST_KEY_BITS = 1024
-"""A small modulus that only `generate_keypair(..., insecure_for_tests=True)` accepts, to keep tests fast."""
+"""3072 bits by default: n = p^2 q with 1024-bit primes."""
 SUBGROUP_BITS = {1024: 160, 2048: 224, 3072: 256}
 """Bits of t, the prime factor of p - 1 that decryption raises to: twice the security level."""
 RANDOMNESS_BITS = SUBGROUP_BITS
@@ -95,9 +93,6 @@ class OUPublicKey(CiphertextSpace):
         Refuses another scheme or format version, moduli of unaccepted sizes and bases outside (1, n).
         """
         n, g, h = read_key_fields(fields, KEY_FORMAT, ["n", "g", "h"], "Okamoto-Uchiyama")
-        if n.bit_length() not in (*KEY_BITS, TEST_KEY_BITS):
-            raise ProtocolError(f"Okamoto-Uchiyama modulus of {n.bit_length()} bits refused: expected one of "
-                                f"{KEY_BITS}")
         if not (1 < g < n and 1 < h < n):
             raise ProtocolError("Okamoto-Uchiyama public key refused: G and H must lie in (1, n)")
         return cls(n, g, h)
@@ -201,9 +196,7 @@ def generate_keypair(bits: int = DEFAULT_KEY_BITS, *, insecure_for_tests: bool =
     p with a `SUBGROUP_BITS` prime factor t of p - 1 (`_prime_with_subgroup`), q a random prime, n = p^2 q of
     exactly `bits` bits; G = g^u with G^t of order p modulo p^2, H = g'^(n u).
     """
-    allowed = (*KEY_BITS, TEST_KEY_BITS) if insecure_for_tests else KEY_BITS
-    if isinstance(bits, bool) or bits not in allowed:
-        raise ParameterError(f"key_bits must be one of {KEY_BITS} for Okamoto-Uchiyama, got {bits!r}")
+    check_key_bits_to_generate(bits, insecure_for_tests, "Okamoto-Uchiyama")
     p_bits = prime_bits(bits)
     p, t = _prime_with_subgroup(p_bits, SUBGROUP_BITS[bits])
     u = (p - 1) // t

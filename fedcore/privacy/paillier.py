@@ -26,20 +26,18 @@ from dataclasses import dataclass, field
 import gmpy2
 from gmpy2 import mpz
 
-from fedcore.errors import ParameterError, ProtocolError
+from fedcore.errors import ParameterError
 from fedcore.privacy.homomorphic import (
     AdditivePrivateKey,
     CiphertextSpace,
     FixedBase,
+    check_key_bits_to_generate,
     random_prime,
     read_key_fields,
 )
 
-KEY_BITS = (2048, 3072)
-"""Modulus sizes accepted for real keys: 2048 bits (about 112-bit security) by default, 3072 (128-bit)."""
 DEFAULT_KEY_BITS = 2048
-TEST_KEY_BITS = 1024
-"""A small modulus that only `generate_keypair(..., insecure_for_tests=True)` accepts, to keep tests fast."""
+"""2048 bits by default: about 112-bit security (3072 gives 128)."""
 KEY_FORMAT = {"scheme": "paillier", "version": 1}
 """What `PaillierPublicKey.to_json` says it is; a key of another scheme or format version is refused."""
 
@@ -82,9 +80,6 @@ class PaillierPublicKey(CiphertextSpace):
         Refuses another scheme or format version, and moduli of unaccepted sizes.
         """
         (n,) = read_key_fields(fields, KEY_FORMAT, ["n"], "Paillier")
-        if n.bit_length() not in (*KEY_BITS, TEST_KEY_BITS):
-            raise ProtocolError(f"Paillier modulus of {n.bit_length()} bits refused: expected one of "
-                                f"{KEY_BITS}")
         return cls(n)
 
 
@@ -184,9 +179,7 @@ def generate_keypair(bits: int = DEFAULT_KEY_BITS, *, insecure_for_tests: bool =
 
     Two distinct random primes of `bits / 2` bits (`random_prime`), n = p q with gcd(n, (p-1)(q-1)) = 1.
     """
-    allowed = (*KEY_BITS, TEST_KEY_BITS) if insecure_for_tests else KEY_BITS
-    if isinstance(bits, bool) or bits not in allowed:
-        raise ParameterError(f"key_bits must be one of {KEY_BITS} for Paillier, got {bits!r}")
+    check_key_bits_to_generate(bits, insecure_for_tests, "Paillier")
     while True:
         p, q = random_prime(bits // 2), random_prime(bits // 2)
         n = p * q

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.privacy import okamoto_uchiyama, paillier
-from fedcore.privacy.homomorphic import AdditivePrivateKey, CiphertextSpace
+from fedcore.privacy.homomorphic import KEY_BITS, AdditivePrivateKey, CiphertextSpace
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,10 @@ class Scheme:
 
 
 SCHEMES: dict[str, Scheme] = {
-    "paillier": Scheme("paillier", "Paillier", paillier.KEY_BITS, paillier.DEFAULT_KEY_BITS,
+    "paillier": Scheme("paillier", "Paillier", KEY_BITS, paillier.DEFAULT_KEY_BITS,
                        paillier.generate_keypair, paillier.PaillierPublicKey.from_json,
                        paillier.PaillierPrivateKey.from_worker_fields, paillier.KEY_FORMAT),
-    "ou": Scheme("ou", "Okamoto-Uchiyama", okamoto_uchiyama.KEY_BITS, okamoto_uchiyama.DEFAULT_KEY_BITS,
+    "ou": Scheme("ou", "Okamoto-Uchiyama", KEY_BITS, okamoto_uchiyama.DEFAULT_KEY_BITS,
                  okamoto_uchiyama.generate_keypair, okamoto_uchiyama.OUPublicKey.from_json,
                  okamoto_uchiyama.OUPrivateKey.from_worker_fields, okamoto_uchiyama.KEY_FORMAT),
 }
