@@ -157,7 +157,7 @@ def test_a_real_single_batch_fit_reports_work_within_the_batch(engine, monkeypat
             seen.append(lines.tracker.trees_completed)
 
     # the estimators' display, replaced by a recorder
-    monkeypatch.setattr(f"fedcore.{engine}.estimators.progress_bar", lambda: report)
+    monkeypatch.setattr("fedcore.simulated_fit.progress_bar", lambda: report)
     if engine == "vertical":
         parties = split_vertical(mixed_table(n_rows=300, seed=5), 2, label="target", seed=1, label_party=0)
         FederatedForestClassifier(n_estimators=4, max_depth=4, random_state=2,

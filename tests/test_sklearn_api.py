@@ -237,6 +237,23 @@ def test_fit_sets_only_trailing_underscore_attributes_and_clone_gives_an_unfitte
     assert model.params_.max_depth == 3 and all(np.isfinite(scores))
 
 
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_communication_rounds_and_transcript_read_the_same_way_in_both_settings(name: str) -> None:
+    model = ESTIMATORS[name]()
+    for attribute in ("communication_", "rounds_", "transcript_"):
+        assert not hasattr(model, attribute)
+    table = _table(task="classification" if is_classifier(model) else "regression")
+    model, X = _fit(name, table)
+    trained = model.communication_
+    assert model.rounds_ == trained["rounds"] > 0
+    with pytest.raises(NotFittedError, match="no transcript: fit with record_transcript=True"):
+        model.transcript_  # noqa: B018
+    model.predict(X)  # vertical prediction crosses the wire; horizontal prediction is local
+    assert (model.rounds_ > trained["rounds"]) == isinstance(model, VERTICAL)
+    recorded, _ = _fit(name, table, record_transcript=True)
+    assert len(recorded.transcript_) == recorded.communication_["messages"]
+
+
 def _fit_args(name: str, table: pd.DataFrame):
     if issubclass(type(ESTIMATORS[name]()), VERTICAL):
         return _vertical_parties(table), LABEL

@@ -19,7 +19,6 @@ its parameters (checked by `fit`, through `ExtraTreesParams` and the privacy and
 
 from __future__ import annotations
 
-import time
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -31,8 +30,6 @@ from fedcore.algorithms import EXTRA_TREES, PPD_ERT
 from fedcore.errors import ParameterError
 from fedcore.estimator_api import (
     ClassifierMixin,
-    EstimatorBase,
-    NotFittedError,
     RegressorMixin,
     check_fitted,
     impurity_importances,
@@ -52,9 +49,7 @@ from fedcore.horizontal.validation import (
     named_parties,
     resolve_feature_ranges,
 )
-from fedcore.progress import end_line, progress_bar
-from fedcore.transport.inprocess import InProcessTransport
-from fedcore.trees.budget import resolve_budget
+from fedcore.simulated_fit import SimulatedFederation
 
 if TYPE_CHECKING:
     from fedcore.privacy.ldp import LabelLDP
@@ -65,10 +60,9 @@ def party_noise_seed(random_state: int, name: str) -> int:
     return (int(random_state) << 32) ^ zlib.crc32(name.encode())
 
 
-class _HorizontalForest(EstimatorBase):
+class _HorizontalForest(SimulatedFederation):
     """Shared machinery of the horizontal estimators."""
 
-    _task = "classification"
     _fitted_attribute = "model_"
     # the constructor parameters every horizontal estimator has (`_store_params` sets them)
     n_estimators: int
@@ -82,9 +76,6 @@ class _HorizontalForest(EstimatorBase):
     tree_batch_size: int | None
     memory_budget_mb: int | None
     random_state: int
-    progress: bool
-    record_transcript: bool
-    record_payloads: bool
 
     def _forest_params(self) -> ExtraTreesParams:
         """ExtraTreesParams of the constructor parameters: the one place they are checked."""
@@ -118,16 +109,9 @@ class _HorizontalForest(EstimatorBase):
         schema = build_schema(frames, label, self._task, self.categories)
         self._check_before_fit(schema, frames)
         members = self._make_parties(frames, schema)
-        transport = InProcessTransport({p.name: p.handle for p in members},
-                                       record_transcript=self.record_transcript,
-                                       record_payloads=self.record_payloads)
+        transport = self._in_process_transport(members)
         master = self._make_master(transport, schema)
-        master.shared_budget = resolve_budget(self._params.memory_budget_mb)  # one process for every role
-        started = time.perf_counter()
-        model = master.fit()
-        self.fit_seconds_ = time.perf_counter() - started
-        if self.progress:
-            end_line()
+        model = self._fit_master(master, self._params.memory_budget_mb)
         self.schema_ = schema
         self.label_ = label
         self.parties_ = members
@@ -144,26 +128,6 @@ class _HorizontalForest(EstimatorBase):
         if not isinstance(frame, pd.DataFrame):
             raise ParameterError(f"predict takes one pandas DataFrame of rows, got {type(frame).__name__}")
         return self.model_.predict_values(self.schema_.encode(frame))
-
-    @property
-    def communication_(self) -> dict:
-        """Rounds and bytes of training, in total and per message kind."""
-        check_fitted(self)
-        return self.transport_.stats.to_dict()
-
-    @property
-    def transcript_(self) -> list:
-        """Every message that crossed (with payload bytes when record_payloads=True)."""
-        check_fitted(self)
-        if not self.transport_.record_transcript:
-            raise NotFittedError("no transcript: fit with record_transcript=True (or record_payloads=True)")
-        return self.transport_.transcript
-
-    @property
-    def rounds_(self) -> int:
-        """Round trips of training."""
-        check_fitted(self)
-        return self.transport_.stats.rounds
 
     @property
     def n_features_in_(self) -> int:
@@ -241,7 +205,7 @@ class _FETBase(_HorizontalForest):
 
     def _make_master(self, transport, schema):
         return FederatedExtraTreesMaster(transport, self._params, schema, privacy=self._privacy,
-                                         ldp=self._ldp, progress=progress_bar() if self.progress else None)
+                                         ldp=self._ldp, progress=self._progress_callback())
 
     @property
     def privacy_report_(self) -> dict:
@@ -398,7 +362,7 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
 
     def _make_master(self, transport, schema):
         return PPDERTMaster(transport, self._params, schema, low=self._low, high=self._high,
-                            progress=progress_bar() if self.progress else None, secure=self._secure,
+                            progress=self._progress_callback(), secure=self._secure,
                             thresholds=self._thresholds, n_cells=self._threshold_cells)
 
     @property

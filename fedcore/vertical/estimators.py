@@ -13,7 +13,6 @@ fitted attributes end in `_`, and `score(parties, y)` takes what `predict` takes
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Self
@@ -24,7 +23,6 @@ import pandas as pd
 from fedcore.data.split import named_parties
 from fedcore.estimator_api import (
     ClassifierMixin,
-    EstimatorBase,
     RegressorMixin,
     check_fitted,
     impurity_importances,
@@ -33,9 +31,7 @@ from fedcore.estimator_api import (
 from fedcore.privacy.homomorphic import AdditivePrivateKey
 from fedcore.privacy.keyauth import ephemeral_identities
 from fedcore.privacy.schemes import ENCRYPTED_MODES
-from fedcore.progress import end_line, progress_bar
-from fedcore.transport.inprocess import InProcessTransport
-from fedcore.trees.budget import resolve_budget
+from fedcore.simulated_fit import SimulatedFederation
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.master import VerticalMaster
 from fedcore.vertical.party import VerticalParty
@@ -48,19 +44,15 @@ FOREST_PARAMS = tuple(f.name for f in fields(ForestParams) if f.name != "task")
 """The constructor parameters that are ForestParams fields (the others drive the simulation)."""
 
 
-class _FederatedForest(EstimatorBase):
+class _FederatedForest(SimulatedFederation):
     """Shared machinery of the classifier and the regressor."""
 
-    _task = "classification"
     _fitted_attribute = "master_"
     master_: VerticalMaster
     # constructor parameters read by name (`_store_params` sets them all; FOREST_PARAMS are read by getattr)
     label_key: AdditivePrivateKey | None
     prediction: str
     predict_batch_rows: int
-    progress: bool
-    record_transcript: bool
-    record_payloads: bool
 
     def __init__(
         self,
@@ -109,17 +101,10 @@ class _FederatedForest(EstimatorBase):
                           identity=identities.get(name))
             for name, frame in frames.items()
         ]
-        transport = InProcessTransport({p.name: p.handle for p in members},
-                                       record_transcript=self.record_transcript,
-                                       record_payloads=self.record_payloads)
-        master = VerticalMaster(transport, params, progress=progress_bar() if self.progress else None)
-        master.shared_budget = resolve_budget(params.memory_budget_mb)  # one process for every role
-        started = time.perf_counter()
-        master.fit()
-        self.fit_seconds_ = time.perf_counter() - started
+        transport = self._in_process_transport(members)
+        master = VerticalMaster(transport, params, progress=self._progress_callback())
+        self._fit_master(master, params.memory_budget_mb)
         self.training_communication_ = transport.stats.to_dict()
-        if self.progress:
-            end_line()
         self.label_ = label
         self.parties_ = members
         self.transport_ = transport
@@ -134,12 +119,6 @@ class _FederatedForest(EstimatorBase):
         for party in self.parties_:
             party.set_prediction_data(frames[party.name])
         return self.master_.predict_values(n_rows, method or self.prediction, self.predict_batch_rows)
-
-    @property
-    def communication_(self) -> dict:
-        """Rounds and bytes so far (training and prediction)."""
-        check_fitted(self)
-        return self.transport_.stats.to_dict()
 
     @property
     def label_holder_(self) -> VerticalParty:
