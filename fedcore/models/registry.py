@@ -40,7 +40,8 @@ from typing import Any
 import pyarrow as pa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from fedcore.errors import ArtifactError
+from fedcore.algorithms import read_algorithm
+from fedcore.errors import ArtifactError, ParameterError
 from fedcore.files import PUBLIC, make_folders, set_mode, write_file
 from fedcore.models.aliases import LOG_FILE, append_entry, read_log, replay
 from fedcore.models.artifacts import MANIFEST, fsync_directory, manifest_bytes, read_version, write_version
@@ -334,7 +335,8 @@ class ModelRegistry:
             "version": version,
             "aliases": sorted(a for a, v in self.aliases(model_name).items() if v == version),
             "created_at": manifest.get("created_at"),
-            **{key: manifest.get(key) for key in ("algorithm", "setting", "task", "metrics")},
+            "algorithm": _algorithm_id(manifest.get("algorithm")),
+            **{key: manifest.get(key) for key in ("setting", "task", "metrics")},
             "parties": [{k: p.get(k) for k in ("name", "role", "feature_count", "file")}
                         for p in manifest.get("parties") or [] if isinstance(p, dict)],
             "files": [{k: f.get(k) for k in ("name", "bytes", "sha256")} for f in manifest.get("files") or []
@@ -557,3 +559,14 @@ except ImportError:  # Windows
     def _unlock(handle: Any) -> None:
         handle.seek(0)
         msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)  # type: ignore[attr-defined]  # win32 stubs
+
+
+def _algorithm_id(stored: Any) -> Any:
+    """A manifest's algorithm by its canonical id (versions written before the registry use older spellings).
+
+    A name fedforest does not know is shown as stored.
+    """
+    try:
+        return read_algorithm(stored).id if isinstance(stored, str) else stored
+    except ParameterError:
+        return stored

@@ -69,7 +69,7 @@ def test_list_models_and_versions(capsys, registry):
                                               "signature", "integrity"]
     tokens = lines[2].split()
     assert tokens[0] == "v0002" and tokens[-2:] == ["valid", "ok"]
-    assert {"federated-forest", "latest", "accuracy=0.86"} <= set(tokens)
+    assert {"forest", "latest", "accuracy=0.86"} <= set(tokens)
 
     code, out, _ = _read(capsys, registry, "list", "--model", MODEL, "--json")
     assert [row["version"] for row in json.loads(out)] == ["v0001", "v0002"]

@@ -34,7 +34,7 @@ def fit_model() -> FederatedForestClassifier:
 def master_artifacts(model: FederatedForestClassifier, accuracy: float = 0.9) -> tuple[dict, dict]:
     """What the master registers: the manifest facts and master.arrow (no party tables)."""
     manifest = {
-        "algorithm": "federated-forest", "setting": "vertical", "task": "classification",
+        "algorithm": "forest", "setting": "vertical", "task": "classification",
         "params": model.params.to_dict(), "n_trees": int(model.master_.structure.n_trees),
         "parties": [{"name": p.name, "role": "label_holder" if p.is_label_holder else "passive",
                      "feature_count": len(p.model.column_names), "file": f"{p.name}.arrow"}
@@ -67,6 +67,15 @@ def signed(tmp_path, key) -> ModelRegistry:
 
 def _register(registry: ModelRegistry, model, accuracy: float = 0.9) -> str:
     return registry.register(MODEL, *master_artifacts(model, accuracy))
+
+
+def test_versions_written_with_an_older_algorithm_spelling_are_described_by_the_canonical_id(registry, model):
+    manifest, tables = master_artifacts(model)
+    registry.register(MODEL, {**manifest, "algorithm": "federated-forest"}, tables)
+    registry.register(MODEL, {**manifest, "algorithm": "someone-elses-forest"}, tables)
+    assert registry.load(MODEL, "v0001")[0]["algorithm"] == "federated-forest"  # the signed file, as stored
+    assert registry.describe(MODEL, "v0001")["algorithm"] == "forest"
+    assert registry.describe(MODEL, "v0002")["algorithm"] == "someone-elses-forest"  # unknown: as stored
 
 
 # -- numbering and aliases --------------------------------------------------------------------------
@@ -162,7 +171,7 @@ def test_signed_versions_verify_and_describe(signed, model, key):
     assert info["signature"] == f"valid (trusted key {signing.key_id(key)})"
     assert info["integrity"] == "ok"
     assert (info["version"], info["aliases"], info["algorithm"], info["metrics"]) == (
-        "v0001", ["latest"], "federated-forest", {"accuracy": 0.9})
+        "v0001", ["latest"], "forest", {"accuracy": 0.9})
     assert [p["name"] for p in info["parties"]] == ["party0", "party1"]
     untrusting = ModelRegistry(signed.root)  # no trusted key: nothing loads
     with pytest.raises(ArtifactError, match="no trusted master key configured"):
