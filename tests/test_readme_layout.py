@@ -27,3 +27,20 @@ def test_every_package_the_layout_names_exists() -> None:
     named = {m.group(1) for m in re.finditer(r"^\s*([a-z_]+)/\s", _layout_block(), re.MULTILINE)}
     top = {"fedcore", "tasks", "flows", "deployments", "benchmarks", "tests"}
     assert sorted(named - packages - top) == []
+
+
+def _expand(path: str) -> list[str]:
+    """`a/{b,c}.py` -> `a/b.py`, `a/c.py`."""
+    match = re.fullmatch(r"(.*)\{([^}]*)\}(.*)", path)
+    return [f"{match[1]}{name}{match[3]}" for name in match[2].split(",")] if match else [path]
+
+
+def test_the_protocol_pages_where_each_step_lives_name_real_files() -> None:
+    for page in ("docs/protocol.md", "docs/horizontal.md"):
+        text = (ROOT / page).read_text()
+        section = text[text.index("## Where each step lives"):]
+        section = section[:section.index("\n## ", 1)]
+        cited = re.findall(r"`((?:fedcore|tasks|flows)/[^`\s]+\.py)`", section)
+        named = {path for raw in cited for path in _expand(raw)}
+        assert len(named) > 10, page
+        assert sorted(p for p in named if not (ROOT / p).is_file()) == [], page
