@@ -220,7 +220,7 @@ class BranchStatsLevels(LevelStrategy, ABC):
         node_bound = sum(self.party_rows.values()) // (2 * self.min_samples_leaf)
         return batch_costs("horizontal", self.params, self.party_rows, self.party_budgets,
                            node_bound=node_bound, master_bytes_per_node=self.master_bytes_per_node(),
-                           own_budget=self.memory_budget)
+                           party_bytes_per_node=self.party_bytes_per_node(), own_budget=self.memory_budget)
 
     def master_bytes_per_node(self) -> int:
         """The master's bytes per open node of a level.
@@ -228,6 +228,10 @@ class BranchStatsLevels(LevelStrategy, ABC):
         Candidates' branch statistics, one array per party's reply, their sum, and the gains.
         """
         return self.k * 2 * self.n_stats * 8 * (len(self.parties) + 3)
+
+    def party_bytes_per_node(self) -> int:
+        """A party's bytes per open node of a level, besides its rows' share (none by default)."""
+        return 0
 
     # -- driver -----------------------------------------------------------------------------------
     def fit(self, checkpoints: CheckpointStore | None = None, resume_from: int = 0) -> HorizontalForest:

@@ -76,6 +76,16 @@ class RowPartition:
         `chosen` is each node's candidate (-1: no split); child 2i / 2i + 1 (left / right) of the i-th split
         node becomes open node next_pos[...] (-1: a leaf).
         """
+        chosen, next_pos = self.check_decisions(chosen, next_pos, features, thresholds)
+        n_next = int(next_pos.max()) + 1 if len(next_pos) else 0
+        self.starts, self.ends, self.node_slot = rowwork.split_nodes(
+            self.order, self.starts, self.ends, self.node_slot, X, chosen, next_pos,
+            np.ascontiguousarray(features, dtype=np.int64),
+            np.ascontiguousarray(thresholds, dtype=np.float64), n_next)
+
+    def check_decisions(self, chosen: np.ndarray, next_pos: np.ndarray, features: np.ndarray,
+                        thresholds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`apply`'s arguments as int64 arrays, refused (ProtocolError) unless they fit the open nodes."""
         chosen = np.asarray(chosen).astype(np.int64)
         next_pos = np.asarray(next_pos).astype(np.int64)
         if chosen.ndim != 1 or next_pos.ndim != 1 or len(chosen) != self.n_open \
@@ -90,11 +100,7 @@ class RowPartition:
         if opened.size and (opened.max() >= len(next_pos) or np.bincount(opened).max() > 1):
             raise ProtocolError("split decisions must put each open child in its own open node, numbered "
                                 f"below the {len(next_pos)} children")
-        n_next = int(next_pos.max()) + 1 if len(next_pos) else 0
-        self.starts, self.ends, self.node_slot = rowwork.split_nodes(
-            self.order, self.starts, self.ends, self.node_slot, X, chosen, next_pos,
-            np.ascontiguousarray(features, dtype=np.int64),
-            np.ascontiguousarray(thresholds, dtype=np.float64), n_next)
+        return chosen, next_pos
 
     def slot_groups(self, n_bits: int,
                     budget: int = CHUNK_ELEMENTS) -> Iterator[tuple[int, int, np.ndarray | None]]:

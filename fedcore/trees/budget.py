@@ -67,25 +67,28 @@ def resolve_budget(memory_budget_mb: int | None) -> int:
 
 def batch_costs(setting: str, params: TreeParams, party_rows: Mapping[str, int],
                 party_budgets: Mapping[str, int], *, node_bound: int, master_bytes_per_node: int,
-                own_budget: int | None = None) -> list[tuple[int, int]]:
+                party_bytes_per_node: int = 0, own_budget: int | None = None) -> list[tuple[int, int]]:
     """(bytes per tree of a batch, budget) of every party and of the master, for either setting's master.
 
-    A party's cost is its rows times `BYTES_PER_TREE_ROW[setting]`; the master's is `master_bytes_per_node`
+    Per tree, a party's cost is its rows times `BYTES_PER_TREE_ROW[setting]`, plus `party_bytes_per_node`
     times the most open nodes one tree can have at a level (`level_nodes` of the depth limit and
-    `node_bound`). The master's budget is `own_budget`, or the one `params.memory_budget_mb` resolves to.
+    `node_bound`); the master's is `master_bytes_per_node` times those nodes. The master's budget is
+    `own_budget`, or the one `params.memory_budget_mb` resolves to.
     """
     own = own_budget or resolve_budget(params.memory_budget_mb)
-    master_per_tree = level_nodes(params.depth_limit, node_bound) * master_bytes_per_node
-    return role_costs(party_rows, party_budgets, BYTES_PER_TREE_ROW[setting], master_per_tree, own)
+    nodes = level_nodes(params.depth_limit, node_bound)
+    return role_costs(party_rows, party_budgets, BYTES_PER_TREE_ROW[setting], nodes * master_bytes_per_node,
+                      own, party_per_tree=nodes * party_bytes_per_node)
 
 
 def role_costs(party_rows: Mapping[str, int], party_budgets: Mapping[str, int], bytes_per_row: int,
-               master_per_tree: int, own_budget: int) -> list[tuple[int, int]]:
+               master_per_tree: int, own_budget: int, party_per_tree: int = 0) -> list[tuple[int, int]]:
     """(bytes per tree of a batch, budget) of every party, from its rows, and of the master.
 
-    A party that reported no budget is planned with the master's.
+    `party_per_tree` is what every party holds per tree besides its rows' share. A party that reported no
+    budget is planned with the master's.
     """
-    costs = [(rows * bytes_per_row, party_budgets.get(name) or own_budget)
+    costs = [(rows * bytes_per_row + party_per_tree, party_budgets.get(name) or own_budget)
              for name, rows in party_rows.items()]
     return [*costs, (master_per_tree, own_budget)]
 

@@ -196,6 +196,30 @@ def test_a_refused_cells_request_leaves_the_party_where_it_was() -> None:
     assert party.machine.state == "greeted" and party.handle(request).kind == "ppdert_plain_cells"
 
 
+def test_a_party_refuses_a_deeper_grid_narrower_than_the_nodes_box() -> None:
+    """A master that halves each child's box would learn in which half of it the parties' values lie."""
+
+    class Probing(PPDERTMaster):
+        def advance(self, level, split_idx, left, child_open, next_pos) -> None:
+            super().advance(level, split_idx, left, child_open, next_pos)
+            boxes = self._boxes.boxes
+            boxes[..., 1] = boxes[..., 0] / 2 + boxes[..., 1] / 2
+
+    parties, schema, low, high = _parties()
+    honest = _master(schema, low, high, parties)
+    honest.fit()  # the parties derive the same boxes as an honest master, level after level
+    parties, schema, low, high = _parties()
+    probing = Probing(InProcessTransport({n: p.handle for n, p in parties.items()}), honest.params, schema,
+                      low=low, high=high, secure=False)
+    with pytest.raises(ProtocolError,
+                       match="party 'a': a node's grid must be its box on each candidate feature .* a "
+                             "narrower grid would locate the parties' values more finely"):
+        probing.fit()
+    refused = parties["a"]
+    assert refused.machine.state == "counted" and refused.rows.partition.n_open == 2  # the two roots:
+    # refused before the depth-0 decisions were applied
+
+
 def test_the_master_cannot_count_parties_from_the_low_bits_of_the_cell_sums() -> None:
     """Two parties hold every cell.
 

@@ -147,3 +147,7 @@ def test_batch_costs_charge_parties_by_rows_and_the_master_by_open_nodes() -> No
     deep = ForestParams(task="classification", memory_budget_mb=8)
     assert batch_costs("horizontal", deep, {"bank": 10}, {}, node_bound=3, master_bytes_per_node=100,
                        own_budget=MIB) == [(10 * BYTES_PER_TREE_ROW["horizontal"], MIB), (300, MIB)]
+    # what a party keeps per open node (PPD-ERT's node boxes) adds to its rows' share
+    with_boxes = batch_costs("horizontal", deep, {"bank": 10}, {}, node_bound=3, master_bytes_per_node=100,
+                             party_bytes_per_node=7, own_budget=MIB)
+    assert with_boxes[0] == (10 * BYTES_PER_TREE_ROW["horizontal"] + 3 * 7, MIB)

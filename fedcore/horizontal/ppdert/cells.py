@@ -27,12 +27,16 @@ master and parties place the threshold alike, the seed-shared uniform within tha
 (`populated_spans`, `span_thresholds`), so the master chooses no threshold, at most a span of whole
 cells. The parties then count classes per branch as in the domain mode. Parties learn every candidate's
 span, the populated cells of the union of the node's rows.
+
+Every party keeps the open nodes' boxes too (`NodeBoxes.after_decisions`) and refuses a grid that is not
+exactly a node's box, so a master cannot probe a narrower interval than the protocol reveals.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from fedcore.errors import ProtocolError
 from fedcore.privacy.secagg import keystream
 
 CELL_RING_BITS = 64
@@ -175,10 +179,31 @@ class NodeBoxes:
 
         The parent's box, cut at the split's threshold on its feature.
         """
+        return NodeBoxes(self._cut(split_idx, feature[split_idx], threshold[split_idx])[child_open])
+
+    def after_decisions(self, chosen: np.ndarray, next_pos: np.ndarray, features: np.ndarray,
+                        thresholds: np.ndarray) -> NodeBoxes:
+        """The next level's boxes, as a party derives them from the level's decisions (`RowPartition.apply`).
+
+        `chosen` is each node's candidate (-1: no split), `features` and `thresholds` the level's candidates
+        (A, k), and child 2i / 2i + 1 of the i-th split node becomes open node `next_pos[...]` (-1: a leaf).
+        The open children must be numbered 0 .. n - 1 (checked, ProtocolError).
+        """
+        split_idx = np.flatnonzero(chosen >= 0)
+        winner = chosen[split_idx]
+        cut = self._cut(split_idx, features[split_idx, winner], thresholds[split_idx, winner])
+        opened = next_pos >= 0
+        if not np.array_equal(np.sort(next_pos[opened]), np.arange(int(opened.sum()))):
+            raise ProtocolError("split decisions must number the open children 0 .. n - 1")
+        boxes = np.empty_like(cut[:int(opened.sum())])
+        boxes[next_pos[opened]] = cut[opened]
+        return NodeBoxes(boxes)
+
+    def _cut(self, split_idx: np.ndarray, feature: np.ndarray, threshold: np.ndarray) -> np.ndarray:
+        """(2n, d, 2): the left and right child of each split node in turn, its box cut at the split."""
         boxes = np.repeat(self.boxes[split_idx], 2, axis=0)
         n = len(split_idx)
-        f, t = feature[split_idx], threshold[split_idx]
         left, right = np.arange(0, 2 * n, 2), np.arange(1, 2 * n, 2)
-        boxes[left, f, 1] = np.minimum(boxes[left, f, 1], t)
-        boxes[right, f, 0] = np.maximum(boxes[right, f, 0], t)
-        return NodeBoxes(boxes[child_open])
+        boxes[left, feature, 1] = np.minimum(boxes[left, feature, 1], threshold)
+        boxes[right, feature, 0] = np.maximum(boxes[right, feature, 0], threshold)
+        return boxes

@@ -95,6 +95,10 @@ class PPDERTMaster(BranchStatsLevels):
             extra = 4 * self.schema.n_features * 8 + self.k * 2 * self.n_cells * 8 * (len(self.parties) + 1)
         return super().master_bytes_per_node() + extra
 
+    def party_bytes_per_node(self) -> int:
+        """Histogram thresholds: each party keeps every open node's box too (parent and children)."""
+        return 4 * self.schema.n_features * 8 if self.thresholds == "histogram" else 0
+
     def setup(self) -> None:
         """Greet every party, size the mask ring and collect the parties' signed secure-aggregation keys."""
         header = {"algorithm": self.algorithm, "schema": self.schema.fingerprint(),

@@ -27,6 +27,7 @@ from fedcore.horizontal.ppdert.cells import (
     CELL_RING_BITS,
     DEFAULT_CELLS,
     NO_CELL,
+    NodeBoxes,
     extreme_cell_indicators,
     hide_multiplicity,
     populated_spans,
@@ -113,6 +114,9 @@ class PPDERTParty:
         self._secret = b""
         # the level's candidate intervals and shared uniforms (histogram thresholds)
         self._grid = (np.zeros((0, 0)), np.zeros((0, 0)), np.zeros((0, 0)))
+        # the open nodes' boxes (histogram thresholds), derived as the master derives them: a grid the
+        # master sends must be exactly the node's box, so no request can locate values more finely
+        self._boxes: NodeBoxes | None = None
         # the session's secure-aggregation ring, fixed by its first masked level
         self._ring: int | None = None
         self.machine = PPDERT_PROTOCOL.start(log)
@@ -194,16 +198,21 @@ class PPDERTParty:
         if h.get("n_cells") != self.n_cells:
             raise ProtocolError(f"party {self.name!r}: the level asks for {h.get('n_cells')} cells, the "
                                 f"session agreed {self.n_cells}")
-        if h.get("new_batch") and not (np.array_equal(grid_low, self.low[features])
-                                       and np.array_equal(grid_high, self.high[features])):
-            raise ProtocolError(f"party {self.name!r}: a tree's root grid must be the declared domain of "
-                                "each candidate feature")
+        boxes = self._level_boxes(h, a, len(act_tree))
+        box_low, box_high = boxes.grid(features)
+        if not (np.array_equal(grid_low, box_low) and np.array_equal(grid_high, box_high)):
+            if h.get("new_batch"):
+                raise ProtocolError(f"party {self.name!r}: a tree's root grid must be the declared domain of "
+                                    "each candidate feature")
+            raise ProtocolError(f"party {self.name!r}: a node's grid must be its box on each candidate "
+                                "feature (its parent's, narrowed to the populated spans and cut at the "
+                                "split); a narrower grid would locate the parties' values more finely")
         if self.aggregator is not None and h.get("mask_bits") != CELL_RING_BITS:
             raise ProtocolError(f"party {self.name!r}: cell indicators are masked in the "
                                 f"{CELL_RING_BITS}-bit ring, the master named {h.get('mask_bits')!r}")
         self._start_level(message)
         self.rows.features, self.rows.thresholds = features, np.full(features.shape, np.nan)
-        self._grid = (grid_low, grid_high, u)
+        self._grid, self._boxes = (grid_low, grid_high, u), boxes
         low, high = self.rows.ranges()
         indicators = extreme_cell_indicators(low, high, grid_low, grid_high, self.n_cells).reshape(-1)
         if self.aggregator is None:
@@ -233,7 +242,29 @@ class PPDERTParty:
                                 f"{grid_low.shape} candidates")
         span_low, span_high, has = populated_spans(first, last, grid_low, grid_high, self.n_cells)
         self.rows.thresholds = span_thresholds(span_low, span_high, has, u)[0]
+        assert self._boxes is not None, "the level's cells request set the open nodes' boxes"
+        self._boxes.narrow(self.rows.features, span_low, span_high, has)
         return self._counts(message.header)
+
+    def _level_boxes(self, h: dict, a: dict[str, np.ndarray], n_open: int) -> NodeBoxes:
+        """The open nodes' boxes this level's grid must follow, from the party's own record.
+
+        The declared domains at a batch's roots; deeper, the previous level's boxes after its decisions.
+        Nothing is changed here: the caller keeps them once the whole request is accepted.
+        """
+        if h.get("new_batch"):
+            return NodeBoxes.roots(self.low, self.high, n_open)
+        if self._boxes is None:
+            raise ProtocolError(f"party {self.name!r}: a level of a tree batch that was never started (the "
+                                "first level of a batch carries new_batch)")
+        features, thresholds = self.rows.features, self.rows.thresholds
+        chosen, next_pos = self.rows.partition.check_decisions(a["chosen"], a["next_pos"], features,
+                                                               thresholds)
+        boxes = self._boxes.after_decisions(chosen, next_pos, features, thresholds)
+        if len(boxes.boxes) != n_open:
+            raise ProtocolError(f"party {self.name!r}: the request covers {n_open} open nodes, the previous "
+                                f"level's decisions open {len(boxes.boxes)}")
+        return boxes
 
     def _start_level(self, message: Message) -> np.ndarray:
         """Relayed peer keys (first level), the previous level's decisions; the open nodes' trees."""
@@ -276,6 +307,7 @@ class PPDERTParty:
     def _on_model(self, message: Message) -> Message:
         self.model = receive_model(self.name, self.algorithm, self.schema, message)
         self.rows.clear()
+        self._boxes = None
         return Message("ack", {"n_nodes": self.model.n_nodes})
 
     def _verified_peer_keys(self, h: dict, rows: np.ndarray) -> dict[str, bytes]:
