@@ -25,7 +25,7 @@ def test_every_package_the_layout_names_exists() -> None:
     packages = {p.name for top in ("fedcore", "tasks", "flows")
                 for p in (ROOT / top).rglob("*") if p.is_dir()}
     named = {m.group(1) for m in re.finditer(r"^\s*([a-z_]+)/\s", _layout_block(), re.MULTILINE)}
-    top = {"fedcore", "tasks", "flows", "deployments", "benchmarks", "tests"}
+    top = {"fedcore", "tasks", "flows", "data_contracts", "deployments", "benchmarks", "tests"}
     assert sorted(named - packages - top) == []
 
 
@@ -44,3 +44,11 @@ def test_the_protocol_pages_where_each_step_lives_name_real_files() -> None:
         named = {path for raw in cited for path in _expand(raw)}
         assert len(named) > 10, page
         assert sorted(p for p in named if not (ROOT / p).is_file()) == [], page
+
+
+def test_the_layout_names_every_module() -> None:
+    """A new module is named in the layout, so a newcomer finds it from README alone."""
+    named = set(re.findall(r"\b([a-z_0-9]+\.py)\b", _layout_block()))
+    modules = {p.relative_to(ROOT).as_posix() for top in ("fedcore", "tasks", "flows")
+               for p in (ROOT / top).rglob("*.py") if p.name != "__init__.py"}
+    assert sorted(m for m in modules if m.rsplit("/", 1)[-1] not in named) == []
