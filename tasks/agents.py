@@ -7,7 +7,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
@@ -139,33 +140,39 @@ def ended_agent_run(runs: dict[str, str], read_flow_run: Callable[[str], Any] | 
     return check
 
 
-def wait_for_agent_runs(run_ids: list[str], timeout_s: float = 60.0,
-                        poll_s: float = 1.0) -> dict[str, str | None]:
+def wait_for_agent_runs(run_ids: list[str], timeout_s: float = 60.0, poll_s: float = 1.0, *,
+                        read_flow_run: Callable[[str], Any] | None = None,
+                        cancel: Callable[[list[str], str], list[str]] | None = None,
+                        logger: logging.Logger | logging.LoggerAdapter | None = None) -> dict[str, str]:
     """Wait until the agents' flow runs reach a final state.
 
     Log and return {run id: state name}. A run still going after `timeout_s` is cancelled: its session is
-    over, and it would hold its institution's port until its idle timeout.
+    over, and it would hold its institution's port until its idle timeout. `read_flow_run`, `cancel` and
+    `logger` default to the Prefect server's and the run logger (tests pass their own).
     """
-    from prefect.client.orchestration import get_client
-
-    logger = get_run_logger()
+    log = logger or get_run_logger()
     deadline = time.monotonic() + timeout_s
-    with get_client(sync_client=True) as client:
+    with nullcontext(read_flow_run) if read_flow_run else flow_run_reader() as read:
         while True:
-            runs = [client.read_flow_run(UUID(run_id)) for run_id in run_ids]
-            if all(r.state is not None and r.state.is_final() for r in runs) or time.monotonic() > deadline:
+            runs = [read(run_id) for run_id in run_ids]
+            if all(_is_final(r) for r in runs) or time.monotonic() > deadline:
                 break
             time.sleep(poll_s)
-    states = {str(r.id): r.state.name if r.state else "unknown" for r in runs}
-    for run in runs:
-        final = run.state is not None and run.state.is_final()
-        completed = final and run.state is not None and run.state.is_completed()
-        level = logging.INFO if completed else logging.WARNING
-        logger.log(level, "agent flow run %s (%s): %s", run.name, run.id,
-                   states[str(run.id)] if final else f"still {states[str(run.id)]} after {timeout_s:g} s")
-    cancel_agent_runs([str(r.id) for r in runs if not (r.state is not None and r.state.is_final())],
-                      f"the master's session ended and this agent run had not stopped {timeout_s:g} s later")
+    states = {run_id: r.state.name if r.state else "unknown" for run_id, r in zip(run_ids, runs, strict=True)}
+    for run_id, run in zip(run_ids, runs, strict=True):
+        level = logging.INFO if _is_final(run) and run.state.is_completed() else logging.WARNING
+        log.log(level, "agent flow run %s (%s): %s", run.name, run_id,
+                states[run_id] if _is_final(run) else f"still {states[run_id]} after {timeout_s:g} s")
+    still_going = [run_id for run_id, run in zip(run_ids, runs, strict=True) if not _is_final(run)]
+    if still_going:
+        (cancel or cancel_agent_runs)(still_going, "the master's session ended and this agent run had not "
+                                                   f"stopped {timeout_s:g} s later")
     return states
+
+
+def _is_final(run: Any) -> bool:
+    """Whether a flow run has reached a final state (completed, failed, crashed or cancelled)."""
+    return run.state is not None and run.state.is_final()
 
 
 def cancel_agent_runs(run_ids: list[str], why: str) -> list[str]:
@@ -223,10 +230,18 @@ def agent_run_states(config: FederationConfig, runs: dict[str, str],
 
 
 def _read_flow_run(run_id: str) -> Any:
+    """One flow run, read with a client of its own (one-off reads; polling loops use `flow_run_reader`)."""
+    with flow_run_reader() as read:
+        return read(run_id)
+
+
+@contextmanager
+def flow_run_reader() -> Iterator[Callable[[str], Any]]:
+    """A function reading flow runs by id over one Prefect client, open while the context lasts."""
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
-        return client.read_flow_run(UUID(run_id))
+        yield lambda run_id: client.read_flow_run(UUID(run_id))
 
 
 def worth_retrying(task, task_run, state) -> bool:

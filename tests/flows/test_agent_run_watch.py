@@ -6,6 +6,7 @@ was reported as "nothing listens there" after 3 x 60 s).
 
 from __future__ import annotations
 
+import logging
 import re
 import socket
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ import pytest
 
 from fedcore.config import parse_config
 from fedcore.errors import AgentRunEnded, PartyUnavailable
-from tasks.agents import agent_run_states, ended_agent_run
+from tasks.agents import agent_run_states, ended_agent_run, wait_for_agent_runs
 from tests.transport.test_flight import _transport, pki  # noqa: F401 - the module's CA fixture
 
 KEY_MISSING = ("Flow run encountered an exception: ConfigError: consortium key: environment variable "
@@ -28,6 +29,9 @@ class _State:
 
     def is_final(self) -> bool:
         return self.name in ("Completed", "Failed", "Crashed", "Cancelled")
+
+    def is_completed(self) -> bool:
+        return self.name == "Completed"
 
 
 @dataclass
@@ -88,3 +92,31 @@ def test_wait_ready_gives_up_at_once_when_an_agent_run_ended(pki):  # noqa: F811
         assert calls["n"] == 3  # at the round the run ended, not after the 60 s timeout
         with pytest.raises(PartyUnavailable, match="agents not ready after 0.2 s"):
             transport.wait_ready(timeout_s=0.2, interval_s=0.01, gave_up=lambda: None)
+
+
+def test_agent_runs_are_awaited_until_final_and_one_outliving_its_session_is_cancelled(caplog):
+    states = {"r1": _State("Running"), "r2": _State("Running")}
+    reads = {"n": 0}
+
+    def read(run_id: str) -> _Run:
+        reads["n"] += 1
+        if reads["n"] == 3:  # the runs end while the master waits
+            states["r1"], states["r2"] = _State("Completed"), _State("Failed", KEY_MISSING)
+        return _reader(states)(run_id)
+
+    cancelled: list = []
+    log = logging.getLogger("test-agent-runs")
+    result = wait_for_agent_runs(["r1", "r2"], timeout_s=60, poll_s=0, read_flow_run=read,
+                                 cancel=lambda ids, why: cancelled.append((ids, why)) or ids, logger=log)
+    assert result == {"r1": "Completed", "r2": "Failed"} and cancelled == []
+
+    states["r2"] = _State("Running")  # an agent run that does not stop when its session ends
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="test-agent-runs"):
+        result = wait_for_agent_runs(["r1", "r2"], timeout_s=0, poll_s=0, read_flow_run=_reader(states),
+                                     cancel=lambda ids, why: cancelled.append((ids, why)) or ids, logger=log)
+    assert result == {"r1": "Completed", "r2": "Running"}
+    assert cancelled == [(["r2"], "the master's session ended and this agent run had not stopped 0 s later")]
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "agent flow run agent-r1 (r1): Completed"),
+        ("WARNING", "agent flow run agent-r2 (r2): still Running after 0 s")]
