@@ -11,6 +11,7 @@ A worker exits when its stdin closes: when `close` is called, the pool is collec
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -22,15 +23,32 @@ import numpy as np
 
 from fedcore.errors import ProtocolError
 from fedcore.privacy.gmp_worker import read_frame, write_frame
+from fedcore.trees.budget import MIB, default_budget
+
+log = logging.getLogger(__name__)
 
 MIN_ROWS = 5_000
 """Below this many label rows, workers cost more to start and feed than they save."""
 
 
-def default_worker_count(rows: int) -> int:
-    """Workers for `rows` label rows: one per core on a multi-core machine for large tables, else none."""
+def default_worker_count(rows: int, bytes_each: int = 0) -> int:
+    """Workers for `rows` label rows: one per core on a multi-core machine for large tables, else none.
+
+    `bytes_each` is what one worker keeps (a passive party's label powers): no more workers start than the
+    default memory budget holds (`fedcore.trees.budget.default_budget`), and fewer than two means none (the
+    work stays in this process, which holds one copy).
+    """
     cores = os.cpu_count() or 1
-    return cores if cores > 1 and rows >= MIN_ROWS else 0
+    if cores < 2 or rows < MIN_ROWS:
+        return 0
+    if bytes_each > 0:
+        budget = default_budget()
+        fit = min(cores, budget // bytes_each)
+        if fit < cores:
+            log.info("%d of %d worker processes: each keeps %.0f MiB of label ciphertexts, and the memory "
+                     "budget is %.0f MiB", fit if fit > 1 else 0, cores, bytes_each / MIB, budget / MIB)
+        cores = fit
+    return cores if cores > 1 else 0
 
 
 class GmpWorkers:

@@ -22,7 +22,13 @@ import numpy as np
 from fedcore.errors import ProtocolError
 from fedcore.privacy.gmp_workers import GmpWorkers, balanced_chunks, default_worker_count
 from fedcore.privacy.homomorphic import AdditivePrivateKey, CiphertextSpace
-from fedcore.privacy.packing import SlotLayout, encrypted_bin_sums, pack_bin_sums, weight_powers
+from fedcore.privacy.packing import (
+    SlotLayout,
+    encrypted_bin_sums,
+    pack_bin_sums,
+    weight_powers,
+    weight_powers_bytes,
+)
 from fedcore.privacy.sealed import SealedChannel, arrays_to_bytes, bytes_to_arrays
 from fedcore.trees.criteria import SQUARED_ERROR
 from fedcore.trees.splitting import NodeSplits, best_splits_from_histograms
@@ -177,7 +183,9 @@ class PassiveCrypto:
         self.public = public
         self.layout = layout
         self.channel = channel
-        count = default_worker_count(len(ciphertexts)) if workers is None else workers
+        if workers is None:  # as many as cores, and as memory holds: each worker keeps Enc(y)^w for w = 1..3
+            workers = default_worker_count(len(ciphertexts), weight_powers_bytes(public, len(ciphertexts)))
+        count = workers
         self.pool = GmpWorkers(count) if count > 1 else None
         if self.pool is not None:  # each worker keeps its own Enc(y)^w; this process needs none
             self.powers: list[list] = []
