@@ -59,7 +59,7 @@ def _load_key(state: dict, fields: dict) -> int:
 
 
 def _encrypt(state: dict, plaintexts: list[int]) -> list:
-    return state["key"].encrypt(plaintexts, workers=1)  # here: this process is the worker
+    return state["key"].encrypt(plaintexts)  # here: this process is the worker
 
 
 OPERATIONS: dict[str, Callable[..., Any]] = {"load_labels": _load_labels, "bin_sums": _bin_sums,

@@ -1,6 +1,6 @@
 """Worker processes for homomorphic-encryption arithmetic.
 
-A passive party's bin sums and the label holder's encryption.
+A passive party's bin sums and the label holder's encryption (`encrypt_over_workers`).
 
 gmpy2 keeps the GIL for multiplications (the bulk of both), so threads run them on one core. These are
 `python -m fedcore.privacy.gmp_worker` processes the project starts itself, talking over pipes: no
@@ -17,13 +17,16 @@ import subprocess
 import sys
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedcore.errors import ProtocolError
 from fedcore.privacy.gmp_worker import read_frame, write_frame
 from fedcore.trees.budget import MIB, default_budget
+
+if TYPE_CHECKING:
+    from fedcore.privacy.homomorphic import AdditivePrivateKey
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,26 @@ def default_worker_count(rows: int, bytes_each: int = 0) -> int:
                      "budget is %.0f MiB", fit if fit > 1 else 0, cores, bytes_each / MIB, budget / MIB)
         cores = fit
     return cores if cores > 1 else 0
+
+
+def encrypt_over_workers(key: AdditivePrivateKey, plaintexts: Sequence[int],
+                         workers: int | None = None) -> list:
+    """`key.encrypt(plaintexts)`, split over `workers` processes (default: one per core for large batches).
+
+    Each worker builds its own fixed-base tables from the key; plaintexts are checked here first.
+    """
+    checked = key.checked_plaintexts(plaintexts)
+    count = default_worker_count(len(checked)) if workers is None else workers
+    if count <= 1:
+        return key.encrypt(checked)
+    pool = GmpWorkers(count)
+    try:
+        pool.all("load_key", key.worker_fields())
+        bounds = np.linspace(0, len(checked), count + 1).astype(int)
+        parts = pool.each("encrypt", [(checked[a:b],) for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
+    finally:
+        pool.close()
+    return [c for part in parts for c in part]
 
 
 class GmpWorkers:

@@ -148,7 +148,7 @@ class CiphertextSpace:
 
 
 class AdditivePrivateKey:
-    """The label holder's key: encrypts (here or in worker processes) and decrypts (over threads)."""
+    """The label holder's key: encrypts (on this thread) and decrypts (over threads)."""
 
     public: CiphertextSpace
 
@@ -164,31 +164,22 @@ class AdditivePrivateKey:
         """
         raise NotImplementedError
 
-    def encrypt(self, plaintexts: Sequence[int], workers: int | None = None) -> list[mpz]:
-        """Fresh ciphertexts of integers in [0, plaintext_bound).
+    def encrypt(self, plaintexts: Sequence[int]) -> list[mpz]:
+        """Fresh ciphertexts of integers in [0, plaintext_bound), on this thread.
 
-        Table lookups hold the GIL, so with `workers` > 1 (default: one per core for large batches) the batch
-        is split over that many worker processes (`fedcore.privacy.gmp_workers`), each with tables of its own.
+        Table lookups hold the GIL: `fedcore.privacy.gmp_workers.encrypt_over_workers` spreads a large batch
+        over worker processes, each with tables of its own.
         """
-        from fedcore.privacy.gmp_workers import GmpWorkers, default_worker_count
+        return self._encrypt_here(self.checked_plaintexts(plaintexts))
 
-        plaintexts = [mpz(m) for m in plaintexts]
+    def checked_plaintexts(self, plaintexts: Sequence[int]) -> list[mpz]:
+        """The plaintexts as gmpy2 integers; ParameterError unless each lies in [0, plaintext_bound)."""
+        checked = [mpz(m) for m in plaintexts]
         bound = self.plaintext_bound
-        if any(not 0 <= m < bound for m in plaintexts):
+        if any(not 0 <= m < bound for m in checked):
             raise ParameterError(f"a plaintext must lie in {self.bound_text} under this "
                                  f"{self.public.scheme} key")
-        count = default_worker_count(len(plaintexts)) if workers is None else workers
-        if count <= 1:
-            return self._encrypt_here(plaintexts)
-        pool = GmpWorkers(count)
-        try:
-            pool.all("load_key", self.worker_fields())
-            bounds = np.linspace(0, len(plaintexts), count + 1).astype(int)
-            chunks = [(plaintexts[a:b],) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-            parts = pool.each("encrypt", chunks)
-        finally:
-            pool.close()
-        return [c for part in parts for c in part]
+        return checked
 
     @property
     def bound_text(self) -> str:

@@ -15,13 +15,12 @@ import os
 import resource
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from fedcore.errors import ParameterError, ProtocolError
 
 if TYPE_CHECKING:
     from fedcore.protocol.messages import Message
-    from fedcore.trees.params import TreeParams
 
 DEFAULT_SHARE = 0.5
 """Share of the available memory a role plans to use by default: the rest is for the data itself,
@@ -34,6 +33,18 @@ order of the open nodes' segments (4 bytes), LDP's row positions (4 more) and ro
 replies. Upper bounds: benchmarks/bench_memory.py measured 26 and 7 at 10M rows (docs/benchmarks.md)."""
 
 MIB = 1 << 20
+
+
+class BudgetParams(Protocol):
+    """What a batch plan reads of a setting's parameters (`fedcore.trees.params.TreeParams` has both)."""
+
+    @property
+    def memory_budget_mb(self) -> int | None:
+        """The configured budget in MiB, or None for the default share."""
+
+    @property
+    def depth_limit(self) -> int:
+        """The deepest level a tree can reach."""
 
 
 def available_bytes() -> int:
@@ -65,7 +76,7 @@ def resolve_budget(memory_budget_mb: int | None) -> int:
     return memory_budget_mb * MIB
 
 
-def batch_costs(setting: str, params: TreeParams, party_rows: Mapping[str, int],
+def batch_costs(setting: str, params: BudgetParams, party_rows: Mapping[str, int],
                 party_budgets: Mapping[str, int], *, node_bound: int, master_bytes_per_node: int,
                 party_bytes_per_node: int = 0, own_budget: int | None = None) -> list[tuple[int, int]]:
     """(bytes per tree of a batch, budget) of every party and of the master, for either setting's master.

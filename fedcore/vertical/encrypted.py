@@ -20,7 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedcore.errors import ProtocolError
-from fedcore.privacy.gmp_workers import GmpWorkers, balanced_chunks, default_worker_count
+from fedcore.privacy.gmp_workers import (
+    GmpWorkers,
+    balanced_chunks,
+    default_worker_count,
+    encrypt_over_workers,
+)
 from fedcore.privacy.homomorphic import AdditivePrivateKey, CiphertextSpace
 from fedcore.privacy.packing import (
     SlotLayout,
@@ -120,7 +125,7 @@ class LabelHolderCrypto:
         self.encoding, values = TargetEncoding.for_labels(y, criterion, n_classes)
         self.layout = SlotLayout.for_values(values, max_weight, self.key.public)
         public = self.key.public
-        return public.to_bytes(self.key.encrypt(self.layout.encode(values)))
+        return public.to_bytes(encrypt_over_workers(self.key, self.layout.encode(values)))
 
     def announcement(self) -> dict:
         """What passive parties need: the public key and the slot layout."""

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedcore.errors import ProtocolError
-from fedcore.privacy.gmp_workers import GmpWorkers, balanced_chunks
+from fedcore.privacy.gmp_workers import GmpWorkers, balanced_chunks, encrypt_over_workers
 from fedcore.privacy.packing import SlotLayout, encrypted_bin_sums, weight_powers
 from fedcore.privacy.paillier import generate_keypair
 
@@ -23,7 +23,7 @@ def test_bin_sums_in_workers_equal_those_computed_here(key) -> None:
     rng = np.random.default_rng(5)
     n = 200
     layout = SlotLayout.for_values(np.ones((n, 1), dtype=object), 4 * n, key.public)
-    ciphertexts = key.encrypt(layout.encode(rng.integers(0, 2, (n, 1))), workers=1)
+    ciphertexts = key.encrypt(layout.encode(rng.integers(0, 2, (n, 1))))
     jobs = [(rng.permutation(n)[:size], rng.integers(1, 6, size), rng.integers(0, 30, size).astype(np.uint8))
             for size in (150, 3, 80, 40, 120)]
     here = [encrypted_bin_sums(key.public, weight_powers(key.public, ciphertexts), *job) for job in jobs]
@@ -43,9 +43,9 @@ def test_bin_sums_in_workers_equal_those_computed_here(key) -> None:
 
 def test_encryption_in_workers_decrypts_and_checks_plaintexts(key) -> None:
     values = list(range(300))
-    assert key.decrypt(key.encrypt(values, workers=2)) == values
+    assert key.decrypt(encrypt_over_workers(key, values, workers=2)) == values
     with pytest.raises(Exception, match=r"plaintext must lie in \[0, n\)"):
-        key.encrypt([*values, -1], workers=2)
+        encrypt_over_workers(key, [*values, -1], workers=2)
 
 
 def test_balanced_chunks_split_cost_evenly_and_keep_every_index() -> None:
@@ -90,7 +90,7 @@ def test_no_more_workers_start_than_the_memory_budget_holds(key, monkeypatch, ca
     from fedcore.privacy.packing import weight_powers_bytes
 
     monkeypatch.setattr(gmp_workers.os, "cpu_count", lambda: 4)
-    powers = weight_powers(key.public, key.encrypt(list(range(10)), workers=1))
+    powers = weight_powers(key.public, key.encrypt(list(range(10))))
     held = sum(sys.getsizeof(c) + 8 for row in powers for c in row)
     each = weight_powers_bytes(key.public, 10)
     assert held <= each <= 1.6 * held  # an upper bound on what the powers take (spare limbs included)

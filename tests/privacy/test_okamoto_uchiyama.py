@@ -12,6 +12,7 @@ import gmpy2
 import pytest
 
 from fedcore.errors import ParameterError, ProtocolError
+from fedcore.privacy.gmp_workers import encrypt_over_workers
 from fedcore.privacy.okamoto_uchiyama import (
     OVERFLOW_MARGIN_BITS,
     SUBGROUP_BITS,
@@ -78,7 +79,7 @@ def test_plaintexts_outside_the_bound_are_refused(key) -> None:
                                              r"okamoto-uchiyama key"):
         key.encrypt([1 << bits])
     with pytest.raises(ParameterError, match="a plaintext must lie in"):
-        key.encrypt([-1], workers=2)
+        encrypt_over_workers(key, [-1], workers=2)
 
 
 def test_the_public_key_format_is_checked(key) -> None:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from fedcore.errors import ParameterError, ProtocolError
+from fedcore.privacy.gmp_workers import encrypt_over_workers
 from fedcore.privacy.packing import SlotLayout, encrypted_bin_sums, pack_bin_sums, weight_powers
 from fedcore.privacy.paillier import PaillierPublicKey, generate_keypair
 from fedcore.privacy.sealed import SealingKey, arrays_to_bytes, bytes_to_arrays
@@ -199,7 +200,7 @@ def test_parallel_encryption_and_decryption_agree_with_serial(key):
     from fedcore.privacy.homomorphic import PARALLEL_MIN_ITEMS
 
     values = list(range(2 * PARALLEL_MIN_ITEMS + 1))
-    ciphertexts = key.encrypt(values, workers=2)
+    ciphertexts = encrypt_over_workers(key, values, workers=2)
     assert len(set(ciphertexts)) == len(values)
     assert key.decrypt(ciphertexts, workers=3) == key.decrypt(ciphertexts, workers=1) == values
 
