@@ -164,9 +164,11 @@ def wait_for_agent_runs(run_ids: list[str], timeout_s: float = 60.0, poll_s: flo
         log.log(level, "agent flow run %s (%s): %s", run.name, run_id,
                 states[run_id] if _is_final(run) else f"still {states[run_id]} after {timeout_s:g} s")
     still_going = [run_id for run_id, run in zip(run_ids, runs, strict=True) if not _is_final(run)]
-    if still_going:
-        (cancel or cancel_agent_runs)(still_going, "the master's session ended and this agent run had not "
-                                                   f"stopped {timeout_s:g} s later")
+    why = f"the master's session ended and this agent run had not stopped {timeout_s:g} s later"
+    if still_going and cancel is not None:
+        cancel(still_going, why)
+    elif still_going:
+        cancel_agent_runs(still_going, why, logger=log)
     return states
 
 
@@ -175,7 +177,8 @@ def _is_final(run: Any) -> bool:
     return run.state is not None and run.state.is_final()
 
 
-def cancel_agent_runs(run_ids: list[str], why: str) -> list[str]:
+def cancel_agent_runs(run_ids: list[str], why: str,
+                      logger: logging.Logger | logging.LoggerAdapter | None = None) -> list[str]:
     """Cancel the agent flow runs among `run_ids` that have not ended, logging `why`; return those cancelled.
 
     Their worker stops them. Used when no session can start (an agent run failed first, so the
@@ -192,7 +195,8 @@ def cancel_agent_runs(run_ids: list[str], why: str) -> list[str]:
                 continue
             client.set_flow_run_state(run_id, Cancelling(message=f"cancelled by the master: {why}"),
                                       force=True)
-            get_run_logger().warning("cancelled agent flow run %s (%s): %s", run.name, run_id, why)
+            log = logger or get_run_logger()
+            log.warning("cancelled agent flow run %s (%s): %s", run.name, run_id, why)
             cancelled.append(run_id)
     return cancelled
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from fedcore.errors import ProtocolError
 from fedcore.privacy.gmp_worker import read_frame, write_frame
-from fedcore.trees.budget import MIB, default_budget
+from fedcore.trees.budget import MIB
 
 if TYPE_CHECKING:
     from fedcore.privacy.homomorphic import AdditivePrivateKey
@@ -34,22 +34,21 @@ MIN_ROWS = 5_000
 """Below this many label rows, workers cost more to start and feed than they save."""
 
 
-def default_worker_count(rows: int, bytes_each: int = 0) -> int:
+def default_worker_count(rows: int, bytes_each: int = 0, budget: int | None = None) -> int:
     """Workers for `rows` label rows: one per core on a multi-core machine for large tables, else none.
 
-    `bytes_each` is what one worker keeps (a passive party's label powers): no more workers start than the
-    default memory budget holds (`fedcore.trees.budget.default_budget`), and fewer than two means none (the
-    work stays in this process, which holds one copy).
+    With `bytes_each` (what one worker keeps: a passive party's label powers) and `budget`, no more workers
+    start than the budget holds, and fewer than two means none: the work stays in this process, which
+    holds one copy.
     """
     cores = os.cpu_count() or 1
     if cores < 2 or rows < MIN_ROWS:
         return 0
-    if bytes_each > 0:
-        budget = default_budget()
+    if bytes_each > 0 and budget is not None:
         fit = min(cores, budget // bytes_each)
         if fit < cores:
-            log.info("%d of %d worker processes: each keeps %.0f MiB of label ciphertexts, and the memory "
-                     "budget is %.0f MiB", fit if fit > 1 else 0, cores, bytes_each / MIB, budget / MIB)
+            log.info("%d of %d worker processes: each keeps %.0f MiB of label ciphertexts, and %.0f MiB are "
+                     "planned for them", fit if fit > 1 else 0, cores, bytes_each / MIB, budget / MIB)
         cores = fit
     return cores if cores > 1 else 0
 

@@ -158,14 +158,14 @@ def weight_powers(public: CiphertextSpace, ciphertexts: Sequence[mpz], largest: 
     return powers
 
 
-def weight_powers_bytes(public: CiphertextSpace, rows: int, largest: int = 3) -> int:
-    """An upper bound on the memory `weight_powers` takes for `rows` ciphertexts.
+def weight_powers_bytes(ciphertext_bytes: int, rows: int, largest: int = 3) -> int:
+    """An upper bound on the memory `weight_powers` takes for `rows` ciphertexts of `ciphertext_bytes`.
 
     `largest` gmpy2 integers and list slots a row. A product reduced modulo n keeps spare limbs: measured,
     an integer holds 1.08 to 1.5 times its digits on average (Paillier and Okamoto-Uchiyama, 1024 to 3072
     bits), so 1.5 is counted.
     """
-    return rows * largest * (public.ciphertext_bytes * 3 // 2 + MPZ_OVERHEAD_BYTES + 8)
+    return rows * largest * (ciphertext_bytes * 3 // 2 + MPZ_OVERHEAD_BYTES + 8)
 
 
 def encrypted_bin_sums(public: CiphertextSpace, powers: list[list[mpz]], rows: np.ndarray,

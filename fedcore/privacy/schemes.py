@@ -27,15 +27,21 @@ class Scheme:
     public_from_json: Callable[[dict], CiphertextSpace]
     private_from_worker_fields: Callable[[dict], AdditivePrivateKey]
     key_format: dict
+    ciphertext_moduli: int
+    """Ciphertexts live modulo n^ciphertext_moduli: Paillier's modulo n^2, Okamoto-Uchiyama's modulo n."""
+
+    def ciphertext_bytes(self, key_bits: int) -> int:
+        """Width of one ciphertext under a `key_bits`-bit key (`CiphertextSpace.ciphertext_bytes`)."""
+        return (self.ciphertext_moduli * key_bits + 7) // 8
 
 
 SCHEMES: dict[str, Scheme] = {
     "paillier": Scheme("paillier", "Paillier", KEY_BITS, paillier.DEFAULT_KEY_BITS,
                        paillier.generate_keypair, paillier.PaillierPublicKey.from_json,
-                       paillier.PaillierPrivateKey.from_worker_fields, paillier.KEY_FORMAT),
+                       paillier.PaillierPrivateKey.from_worker_fields, paillier.KEY_FORMAT, 2),
     "ou": Scheme("ou", "Okamoto-Uchiyama", KEY_BITS, okamoto_uchiyama.DEFAULT_KEY_BITS,
                  okamoto_uchiyama.generate_keypair, okamoto_uchiyama.OUPublicKey.from_json,
-                 okamoto_uchiyama.OUPrivateKey.from_worker_fields, okamoto_uchiyama.KEY_FORMAT),
+                 okamoto_uchiyama.OUPrivateKey.from_worker_fields, okamoto_uchiyama.KEY_FORMAT, 1),
 }
 """Encrypted-label privacy modes, by name."""
 ENCRYPTED_MODES = tuple(SCHEMES)

@@ -183,13 +183,19 @@ class PassiveCrypto:
     """A passive party's side: the public key, the label ciphertexts, and its channel to the label holder."""
 
     def __init__(self, public: CiphertextSpace, layout: SlotLayout, ciphertexts: list, channel: SealedChannel,
-                 workers: int | None = None) -> None:
-        """`workers`: processes for the bin sums (default: one per core for large tables, else none)."""
+                 workers: int | None = None, powers_budget: int | None = None) -> None:
+        """`workers`: processes for the bin sums.
+
+        By default one per core for large tables, else none, and no more than `powers_budget` bytes hold:
+        each keeps Enc(y)^w for w = 1..3 (`weight_powers_bytes`).
+        """
         self.public = public
         self.layout = layout
         self.channel = channel
-        if workers is None:  # as many as cores, and as memory holds: each worker keeps Enc(y)^w for w = 1..3
-            workers = default_worker_count(len(ciphertexts), weight_powers_bytes(public, len(ciphertexts)))
+        if workers is None:
+            rows = len(ciphertexts)
+            each = weight_powers_bytes(public.ciphertext_bytes, rows)
+            workers = default_worker_count(rows, each, powers_budget)
         count = workers
         self.pool = GmpWorkers(count) if count > 1 else None
         if self.pool is not None:  # each worker keeps its own Enc(y)^w; this process needs none

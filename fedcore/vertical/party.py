@@ -23,10 +23,11 @@ import pandas as pd
 from fedcore.data.binning import PartyBinner
 from fedcore.data.numbers import numeric_values
 from fedcore.errors import NotFittedError, ProtocolError
+from fedcore.privacy.gmp_workers import default_worker_count
 from fedcore.privacy.homomorphic import AdditivePrivateKey
 from fedcore.privacy.keyauth import PartyIdentity, SignedKey, context_digest
-from fedcore.privacy.packing import SlotLayout
-from fedcore.privacy.schemes import ENCRYPTED_MODES, public_key_from_json, scheme, scheme_for
+from fedcore.privacy.packing import SlotLayout, weight_powers_bytes
+from fedcore.privacy.schemes import ENCRYPTED_MODES, Scheme, public_key_from_json, scheme, scheme_for
 from fedcore.privacy.sealed import SealingKey
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message, pack_bits
@@ -174,6 +175,7 @@ class VerticalParty:
         self._seal_context = b""
         self._label_crypto: LabelHolderCrypto | None = None  # encrypted labels, label holder
         self._passive_crypto: PassiveCrypto | None = None  # encrypted labels, passive party
+        self._powers_budget: int | None = None  # bytes planned for its label powers (setup), passive party
         self._privacy = "none"  # the mode of the last setup
         self._level_totals = np.zeros((0, 0))
         self.machine = FEDERATED_FOREST.start(log)
@@ -207,8 +209,9 @@ class VerticalParty:
         self._codes = self._binner.transform(self.features)
         ids = np.array([opaque_feature_id(self.feature_key, str(c)) for c in self.features.columns],
                        dtype=object)
-        header: dict[str, object] = {"n_rows": len(self.features), "label_holder": self.is_label_holder,
-                                     "memory_budget": self.memory_budget or default_budget()}
+        header: dict[str, object] = {"n_rows": len(self.features), "label_holder": self.is_label_holder}
+        budget = self.memory_budget or default_budget()
+        self._powers_budget = None
         arrays = {"feature_ids": ids.astype(str)}
         if self._passive_crypto is not None:
             self._passive_crypto.close()  # a new training: the last one's worker processes are done
@@ -239,6 +242,10 @@ class VerticalParty:
                                                      "sealing").to_header())
             if self.is_label_holder:
                 self._label_crypto = LabelHolderCrypto(self._session_key(privacy, h.get("key_bits")))
+            else:  # the label ciphertexts' powers take their share first; the rest grows tree batches
+                self._powers_budget = self._label_powers_share(budget, scheme(privacy), h.get("key_bits"))
+                budget = max(budget - self._powers_budget, 1)
+        header["memory_budget"] = budget
         if self.is_label_holder:
             labels = self._label_values
             if labels is None:
@@ -251,6 +258,20 @@ class VerticalParty:
                 self._y = codes.astype(np.float64)
                 header["n_classes"] = len(self.classes_)
         return Message("setup_reply", header, arrays)
+
+    def _label_powers_share(self, budget: int, encryption: Scheme, key_bits: object) -> int:
+        """The part of `budget` a passive party plans for the label ciphertexts' weight powers.
+
+        One copy per bin-sum worker (`default_worker_count`), at most half the budget, but always one copy
+        (the party needs it, in its own process if no worker fits). Sized for the key the master asks for;
+        `PassiveCrypto` starts the workers the share holds once the label holder's key is known.
+        """
+        bits = key_bits if isinstance(key_bits, int) and key_bits in encryption.key_bits \
+            else encryption.default_key_bits
+        rows = len(self.features)
+        one_copy = weight_powers_bytes(encryption.ciphertext_bytes(bits), rows)
+        wanted = one_copy * max(default_worker_count(rows), 1)
+        return min(wanted, max(budget // 2, one_copy))
 
     def _session_key(self, mode: str, key_bits: object) -> AdditivePrivateKey:
         """The label holder's key for this training.
@@ -326,7 +347,8 @@ class VerticalParty:
         ciphertexts = public.from_bytes(message.arrays["enc_y"], "label ciphertexts")
         _require(len(ciphertexts) == len(self.features), self.name, "one label ciphertext per row is needed")
         channel = sealing.channel(holder, self._peer_sealing_key(message, holder))
-        self._passive_crypto = PassiveCrypto(public, layout, ciphertexts, channel)
+        self._passive_crypto = PassiveCrypto(public, layout, ciphertexts, channel,
+                                             powers_budget=self._powers_budget)
         self._y = np.zeros(len(self.features))  # only the bootstrap's row count is needed
 
     def _configure_label_holder_crypto(self, message: Message) -> None:

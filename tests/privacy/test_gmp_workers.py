@@ -92,15 +92,12 @@ def test_no_more_workers_start_than_the_memory_budget_holds(key, monkeypatch, ca
     monkeypatch.setattr(gmp_workers.os, "cpu_count", lambda: 4)
     powers = weight_powers(key.public, key.encrypt(list(range(10))))
     held = sum(sys.getsizeof(c) + 8 for row in powers for c in row)
-    each = weight_powers_bytes(key.public, 10)
-    assert held <= each <= 1.6 * held  # an upper bound on what the powers take (spare limbs included)
-    each = weight_powers_bytes(key.public, 100_000)
-    monkeypatch.setattr(gmp_workers, "default_budget", lambda: 10 * each)
-    assert gmp_workers.default_worker_count(100_000, each) == 4  # room for all: one per core
-    assert gmp_workers.default_worker_count(100, each) == 0  # too few rows for workers to pay
-    monkeypatch.setattr(gmp_workers, "default_budget", lambda: 3 * each)
+    assert held <= weight_powers_bytes(key.public.ciphertext_bytes, 10) <= 1.6 * held  # an upper bound
+    each = weight_powers_bytes(key.public.ciphertext_bytes, 100_000)
+    assert gmp_workers.default_worker_count(100_000, each, 10 * each) == 4  # room for all: one per core
+    assert gmp_workers.default_worker_count(100_000) == 4  # no budget given: one per core
+    assert gmp_workers.default_worker_count(100, each, 10 * each) == 0  # too few rows for workers to pay
     with caplog.at_level(logging.INFO, logger="fedcore.privacy.gmp_workers"):
-        assert gmp_workers.default_worker_count(100_000, each) == 3
+        assert gmp_workers.default_worker_count(100_000, each, 3 * each) == 3
     assert "3 of 4 worker processes: each keeps" in caplog.text
-    monkeypatch.setattr(gmp_workers, "default_budget", lambda: each)
-    assert gmp_workers.default_worker_count(100_000, each) == 0  # one copy fits: it stays in this process
+    assert gmp_workers.default_worker_count(100_000, each, each) == 0  # one copy: it stays in this process

@@ -233,3 +233,31 @@ def test_a_label_key_of_another_scheme_than_the_mode_is_refused(key) -> None:
                        match=rf"the master asks for privacy '{other}'; this party's label key is "
                              rf"'{scheme_for(key.public).mode}'"):
         FederatedForestClassifier(n_estimators=1, privacy=other, label_key=key).fit(parties, label="target")
+
+
+@pytest.mark.parametrize("copies_in_budget", [10, 1])
+def test_a_passive_party_plans_its_label_powers_inside_its_memory_budget(key, monkeypatch,
+                                                                          copies_in_budget) -> None:
+    """The powers' share comes off the budget the party reports for tree batches; workers fit the share."""
+    from fedcore.privacy import gmp_workers
+    from fedcore.privacy.packing import weight_powers_bytes
+    from fedcore.vertical import party as party_module
+
+    monkeypatch.setattr(gmp_workers, "MIN_ROWS", 1)
+    monkeypatch.setattr(gmp_workers.os, "cpu_count", lambda: 2)
+    mode = scheme_for(key.public)
+    asked = weight_powers_bytes(mode.ciphertext_bytes(mode.default_key_bits), 240)  # the master's key size
+    budget = copies_in_budget * asked
+    monkeypatch.setattr(party_module, "default_budget", lambda: budget)
+    parties = split_vertical(mixed_table(n_rows=240, seed=11), 2, label="target", seed=7, label_party=0)
+    model = FederatedForestClassifier(n_estimators=2, max_depth=3, privacy=mode.mode, label_key=key,
+                                      record_payloads=True).fit(parties, "target")
+    passive = next(p for p in model.parties_ if not p.is_label_holder)
+    reply = next(Message.from_bytes(e.payload) for e in model.transcript_
+                 if e.kind == "setup_reply" and e.sender == passive.name)
+    share = min(2 * asked, max(budget // 2, asked))  # a copy per worker, at most half, at least one copy
+    assert reply.header["memory_budget"] == max(budget - share, 1)  # 0 would read as "none reported"
+    fit = share // weight_powers_bytes(key.public.ciphertext_bytes, 240)  # copies of the key it got
+    pool = passive._passive_crypto.pool
+    assert (pool.count if pool is not None else 0) == (min(fit, 2) if fit > 1 else 0)
+    passive._passive_crypto.close()
