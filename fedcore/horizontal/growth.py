@@ -215,7 +215,8 @@ class BranchStatsLevels(LevelStrategy, ABC):
 
         A party's row partition, and the master's per-level candidates and branch statistics (one array per
         party's reply, their sum, and the gains), over at most min(2^depth, rows / 2 min_samples_leaf) open
-        nodes per tree. A party that reported no budget is planned with the master's.
+        nodes per tree, plus what a party keeps per open node (`party_bytes_per_node`, PPD-ERT's boxes). A
+        party that reported no budget is planned with the master's.
         """
         node_bound = sum(self.party_rows.values()) // (2 * self.min_samples_leaf)
         return batch_costs("horizontal", self.params, self.party_rows, self.party_budgets,

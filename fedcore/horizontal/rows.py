@@ -165,10 +165,7 @@ class PartyRows:
         the `n_open` nodes then open.
         """
         if header.get("new_batch"):
-            n_trees = int(header["n_trees"])
-            if n_trees != n_open:  # checked before the partition (n_trees x rows) is allocated
-                raise ProtocolError(f"party {self.name!r}: a new batch of {n_trees} trees, but the request "
-                                    f"covers {n_open} open nodes")
+            n_trees = self.check_batch_start(header, n_open)
             self.partition.reset(n_trees)
             self._in_batch = True
         elif not self._in_batch:
@@ -179,6 +176,17 @@ class PartyRows:
         if n_open != self.partition.n_open:
             raise ProtocolError(f"party {self.name!r}: the request covers {n_open} open nodes, "
                                 f"{self.partition.n_open} are open")
+
+    def check_batch_start(self, header: dict, n_open: int) -> int:
+        """A new batch's tree count, refused unless the request covers that many roots.
+
+        Checked before anything per tree (the partition: trees x rows) is allocated.
+        """
+        n_trees = int(header["n_trees"])
+        if n_trees != n_open:
+            raise ProtocolError(f"party {self.name!r}: a new batch of {n_trees} trees, but the request "
+                                f"covers {n_open} open nodes")
+        return n_trees
 
     def _args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(order, starts, ends, X): the partition and rows every counting kernel reads."""

@@ -74,13 +74,23 @@ def test_children_inherit_the_box_cut_at_the_split() -> None:
     boxes = NodeBoxes.roots(np.array([0.0, 10.0]), np.array([1.0, 20.0]), 2)
     boxes.narrow(np.array([[1], [0]]), np.array([[12.0], [0.25]]), np.array([[15.0], [0.5]]),
                  np.ones((2, 1), bool))
-    children = boxes.children(np.array([0, 1]), np.array([1, 0]), np.array([13.0, 0.3]),
-                              np.array([True, True, False, True]))
-    np.testing.assert_array_equal(children.boxes, [
+    children = boxes.split(np.array([0, 1]), np.array([1, 0]), np.array([13.0, 0.3]), np.array([0, 1, -1, 2]))
+    expected = [
         [[0.0, 1.0], [12.0, 13.0]],  # node 0, left: feature 1 cut above at 13
         [[0.0, 1.0], [13.0, 15.0]],  # node 0, right
         [[0.3, 0.5], [10.0, 20.0]],  # node 1, right (its left child closed): feature 0 cut below at 0.3
-    ])
+    ]
+    np.testing.assert_array_equal(children.boxes, expected)
+    # the open nodes numbered in another order: each box goes where next_pos puts its child
+    permuted = boxes.split(np.array([0, 1]), np.array([1, 0]), np.array([13.0, 0.3]), np.array([2, 0, -1, 1]))
+    np.testing.assert_array_equal(permuted.boxes, [expected[1], expected[2], expected[0]])
+    # a party derives the same from the decisions it receives (chosen candidate per node)
+    features, thresholds = np.array([[0, 1], [0, 1]]), np.array([[0.9, 13.0], [0.3, 11.0]])
+    np.testing.assert_array_equal(
+        boxes.after_decisions(np.array([1, 0]), np.array([2, 0, -1, 1]), features, thresholds).boxes,
+        permuted.boxes)
+    closed = boxes.split(np.array([0]), np.array([1]), np.array([13.0]), np.array([-1, -1]))
+    assert closed.boxes.shape == (0, 2, 2)  # both children leaves: no open node
 
 
 def _skewed(seed: int, n_rows: int = 1500) -> pd.DataFrame:
@@ -218,6 +228,22 @@ def test_a_party_refuses_a_deeper_grid_narrower_than_the_nodes_box() -> None:
     refused = parties["a"]
     assert refused.machine.state == "counted" and refused.rows.partition.n_open == 2  # the two roots:
     # refused before the depth-0 decisions were applied
+
+
+def test_a_party_refuses_deeper_cells_before_a_batch_or_with_children_numbered_with_gaps() -> None:
+    party, low, high = _greeted()
+    root = _cells_request(low, high)
+    decisions = {"chosen": np.array([0, 0], np.int32), "next_pos": np.array([0, -1, 2, -1], np.int32)}
+    deeper = Message("ppdert_cells", {**root.header, "new_batch": False, "depth": 1},
+                     {**root.arrays, **decisions})
+    with pytest.raises(ProtocolError, match="party 'a': a level of a tree batch that was never started"):
+        party.handle(deeper)
+    party.handle(root)
+    party.handle(_counts_request(np.full((2, 3), 2), np.full((2, 3), 9)))
+    with pytest.raises(ProtocolError, match="party 'a': the request covers 2 open nodes; the previous "
+                                            "level's decisions must number its open children 0 to n - 1"):
+        party.handle(deeper)
+    assert party.machine.state == "counted" and party.rows.partition.n_open == 2  # nothing applied
 
 
 def test_the_master_cannot_count_parties_from_the_low_bits_of_the_cell_sums() -> None:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedcore.errors import ProtocolError
 from fedcore.privacy.secagg import keystream
 
 CELL_RING_BITS = 64
@@ -173,37 +172,33 @@ class NodeBoxes:
         self.boxes[rows[has], features[has], 0] = span_low[has]
         self.boxes[rows[has], features[has], 1] = span_high[has]
 
-    def children(self, split_idx: np.ndarray, feature: np.ndarray, threshold: np.ndarray,
-                 child_open: np.ndarray) -> NodeBoxes:
-        """The open children's boxes, in the grower's order (left, right of each split node in turn).
+    def split(self, split_idx: np.ndarray, feature: np.ndarray, threshold: np.ndarray,
+              next_pos: np.ndarray) -> NodeBoxes:
+        """The next level's boxes: each open child's parent box, cut at the parent's split.
 
-        The parent's box, cut at the split's threshold on its feature.
+        `split_idx` are the nodes that split, `feature` and `threshold` their splits; child 2i / 2i + 1
+        (left / right) of the i-th becomes open node `next_pos[...]` (-1: a leaf), numbered 0 .. n - 1 (the
+        grower numbers them so; a party checks it before). Only the open children's boxes are made, in
+        their final order: old and new boxes are all that is held at once.
         """
-        return NodeBoxes(self._cut(split_idx, feature[split_idx], threshold[split_idx])[child_open])
+        opened = np.flatnonzero(next_pos >= 0)
+        child = np.empty(len(opened), dtype=np.int64)
+        child[next_pos[opened]] = opened  # open node -> its child index 2i (left) or 2i + 1 (right)
+        parent = child // 2
+        boxes = self.boxes[split_idx[parent]]
+        nodes = np.arange(len(child))
+        f, t, left = feature[parent], threshold[parent], child % 2 == 0
+        boxes[nodes[left], f[left], 1] = np.minimum(boxes[nodes[left], f[left], 1], t[left])
+        boxes[nodes[~left], f[~left], 0] = np.maximum(boxes[nodes[~left], f[~left], 0], t[~left])
+        return NodeBoxes(boxes)
 
     def after_decisions(self, chosen: np.ndarray, next_pos: np.ndarray, features: np.ndarray,
                         thresholds: np.ndarray) -> NodeBoxes:
-        """The next level's boxes, as a party derives them from the level's decisions (`RowPartition.apply`).
+        """`split`, from a level's decisions as a party receives them (`RowPartition.apply`).
 
-        `chosen` is each node's candidate (-1: no split), `features` and `thresholds` the level's candidates
-        (A, k), and child 2i / 2i + 1 of the i-th split node becomes open node `next_pos[...]` (-1: a leaf).
-        The open children must be numbered 0 .. n - 1 (checked, ProtocolError).
+        `chosen` is each node's candidate (-1: no split); `features` and `thresholds` the level's candidates
+        (A, k).
         """
         split_idx = np.flatnonzero(chosen >= 0)
         winner = chosen[split_idx]
-        cut = self._cut(split_idx, features[split_idx, winner], thresholds[split_idx, winner])
-        opened = next_pos >= 0
-        if not np.array_equal(np.sort(next_pos[opened]), np.arange(int(opened.sum()))):
-            raise ProtocolError("split decisions must number the open children 0 .. n - 1")
-        boxes = np.empty_like(cut[:int(opened.sum())])
-        boxes[next_pos[opened]] = cut[opened]
-        return NodeBoxes(boxes)
-
-    def _cut(self, split_idx: np.ndarray, feature: np.ndarray, threshold: np.ndarray) -> np.ndarray:
-        """(2n, d, 2): the left and right child of each split node in turn, its box cut at the split."""
-        boxes = np.repeat(self.boxes[split_idx], 2, axis=0)
-        n = len(split_idx)
-        left, right = np.arange(0, 2 * n, 2), np.arange(1, 2 * n, 2)
-        boxes[left, feature, 1] = np.minimum(boxes[left, feature, 1], threshold)
-        boxes[right, feature, 0] = np.maximum(boxes[right, feature, 0], threshold)
-        return boxes
+        return self.split(split_idx, features[split_idx, winner], thresholds[split_idx, winner], next_pos)

@@ -166,8 +166,8 @@ class PPDERTMaster(BranchStatsLevels):
         super().advance(level, split_idx, left, child_open, next_pos)
         if self.thresholds == "histogram":
             assert self._boxes is not None, "histogram thresholds: every level has its open nodes' boxes"
-            self._boxes = self._boxes.children(split_idx, level.fields["feature"], level.fields["threshold"],
-                                               child_open)
+            self._boxes = self._boxes.split(split_idx, level.fields["feature"][split_idx],
+                                            level.fields["threshold"][split_idx], next_pos)
 
     def _relay_keys(self, header: dict, arrays: dict) -> None:
         """The first request of the session relays every party's signed public key."""

@@ -253,18 +253,18 @@ class PPDERTParty:
         Nothing is changed here: the caller keeps them once the whole request is accepted.
         """
         if h.get("new_batch"):
-            return NodeBoxes.roots(self.low, self.high, n_open)
+            return NodeBoxes.roots(self.low, self.high, self.rows.check_batch_start(h, n_open))
         if self._boxes is None:
             raise ProtocolError(f"party {self.name!r}: a level of a tree batch that was never started (the "
                                 "first level of a batch carries new_batch)")
         features, thresholds = self.rows.features, self.rows.thresholds
         chosen, next_pos = self.rows.partition.check_decisions(a["chosen"], a["next_pos"], features,
                                                                thresholds)
-        boxes = self._boxes.after_decisions(chosen, next_pos, features, thresholds)
-        if len(boxes.boxes) != n_open:
-            raise ProtocolError(f"party {self.name!r}: the request covers {n_open} open nodes, the previous "
-                                f"level's decisions open {len(boxes.boxes)}")
-        return boxes
+        opened = next_pos[next_pos >= 0]
+        if not np.array_equal(np.sort(opened), np.arange(n_open)):
+            raise ProtocolError(f"party {self.name!r}: the request covers {n_open} open nodes; the previous "
+                                "level's decisions must number its open children 0 to n - 1, one a node")
+        return self._boxes.after_decisions(chosen, next_pos, features, thresholds)
 
     def _start_level(self, message: Message) -> np.ndarray:
         """Relayed peer keys (first level), the previous level's decisions; the open nodes' trees."""
