@@ -59,10 +59,10 @@ def encrypt_over_workers(key: AdditivePrivateKey, plaintexts: Sequence[int],
 
     Each worker builds its own fixed-base tables from the key; plaintexts are checked here first.
     """
-    checked = key.checked_plaintexts(plaintexts)
-    count = default_worker_count(len(checked)) if workers is None else workers
+    count = default_worker_count(len(plaintexts)) if workers is None else workers
     if count <= 1:
-        return key.encrypt(checked)
+        return key.encrypt(plaintexts)  # checks them itself
+    checked = key.checked_plaintexts(plaintexts)
     pool = GmpWorkers(count)
     try:
         pool.all("load_key", key.worker_fields())

@@ -196,8 +196,7 @@ class PassiveCrypto:
             rows = len(ciphertexts)
             each = weight_powers_bytes(public.ciphertext_bytes, rows)
             workers = default_worker_count(rows, each, powers_budget)
-        count = workers
-        self.pool = GmpWorkers(count) if count > 1 else None
+        self.pool = GmpWorkers(workers) if workers > 1 else None
         if self.pool is not None:  # each worker keeps its own Enc(y)^w; this process needs none
             self.powers: list[list] = []
             self.pool.all("load_labels", public.to_json(), list(ciphertexts))
