@@ -36,6 +36,8 @@ import numpy as np
 
 from fedcore.algorithms import EXTRA_TREES
 from fedcore.checkpoints import CheckpointStore
+from fedcore.errors import ProtocolError
+from fedcore.horizontal.counts import CountLedger
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.schema import HorizontalSchema
@@ -138,6 +140,8 @@ class BranchStatsLevels(LevelStrategy, ABC):
         self.shared_budget: int | None = None  # the simulator: one budget for every role in this process
         self.party_rows: dict[str, int] = {}
         self.party_budgets: dict[str, int] = {}
+        self.declared_rows: dict[str, int] | None = None  # a federation: each party's training rows at setup
+        self.counts = CountLedger()  # the exact counts' checks (`fedcore/horizontal/counts.py`)
         self.params = params
         self.schema = schema
         self.progress = progress
@@ -206,8 +210,21 @@ class BranchStatsLevels(LevelStrategy, ABC):
         return header
 
     def _note_parties(self, replies: dict[str, Message]) -> None:
-        """Each party's rows and memory budget, from its hello reply (for the batch plan)."""
-        self.party_rows = {name: int(r.header["n_rows"]) for name, r in replies.items()}
+        """Each party's rows and memory budget, from its hello reply (the batch plan; the count checks).
+
+        The rows must be a count, and in a federation (`declared_rows`) the training rows the party declared
+        at setup.
+        """
+        self.party_rows = {}
+        for name, reply in replies.items():
+            rows = reply.header.get("n_rows")
+            if isinstance(rows, (bool, np.bool_)) or not isinstance(rows, (int, np.integer)) or rows < 0:
+                raise ProtocolError(f"party {name!r} declared {rows!r} rows in hello; a row count is an "
+                                    "integer >= 0")
+            if self.declared_rows is not None and rows != self.declared_rows.get(name):
+                raise ProtocolError(f"party {name!r} declared {rows} rows in hello, but "
+                                    f"{self.declared_rows.get(name)} training rows at setup")
+            self.party_rows[name] = int(rows)
         self.party_budgets = reported_budgets(replies)
 
     def memory_costs(self) -> list[tuple[int, int]]:
@@ -274,6 +291,7 @@ class BranchStatsLevels(LevelStrategy, ABC):
         self._open_stats: np.ndarray | None = None
         self._open_n: np.ndarray | None = None
         self._open_parent_values: np.ndarray | None = None
+        self.counts.open_batch()
 
     def level(self, trees: list[int], depth: int, open_tree: np.ndarray, open_node: np.ndarray) -> Level:
         """The best usable candidate of each open node, and which children of the splits stay open.
@@ -321,3 +339,4 @@ class BranchStatsLevels(LevelStrategy, ABC):
         self._open_stats = child_stats[child_open]
         self._open_n = child_n[child_open]
         self._open_parent_values = child_parent_values[child_open]
+        self.counts.advance(split_idx, best, child_open)

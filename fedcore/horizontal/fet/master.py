@@ -38,6 +38,7 @@ import numpy as np
 
 from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ParameterError, ProtocolError
+from fedcore.horizontal.counts import check_bit_sums, check_noisy_counts
 from fedcore.horizontal.fet.gdp import (
     combined_node_stats,
     count_variance,
@@ -87,6 +88,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         self.q_bits = 0  # |q| <= 2**q_bits
         self.q_shift = 0  # q = round(y * 2**q_shift)
         self._noise_variance = 0.0  # GDP: of one count summed over the parties (from their hello replies)
+        self.party_epsilon: dict[str, float] = {}  # GDP: each party's declared epsilon per query
+        self.party_y_exponent: dict[str, int] = {}  # regression: each party's |y| < 2**exponent
 
     def setup(self) -> None:
         """Greet every party; learn the row counts, GDP noise levels and (regression) the target scale."""
@@ -96,11 +99,11 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         self._note_parties(replies)
         self.n_rows = sum(self.party_rows.values())
         if self.privacy == "gdp":
-            self._noise_variance = count_variance([_reported_epsilon(n, r.header)
-                                                   for n, r in replies.items()],
-                                                  self.params.task)
+            self.party_epsilon = {n: _reported_epsilon(n, r.header) for n, r in replies.items()}
+            self._noise_variance = count_variance(list(self.party_epsilon.values()), self.params.task)
         if self.params.task == "regression":
-            exponent = max(int(r.header["y_exponent"]) for r in replies.values())
+            self.party_y_exponent = {n: _reported_exponent(n, r.header) for n, r in replies.items()}
+            exponent = max(self.party_y_exponent.values())
             bits = min(MAX_TARGET_BITS, SUM_BITS - math.ceil(math.log2(self.n_rows + 1)))
             if bits < MIN_TARGET_BITS:
                 raise ParameterError(f"{self.n_rows} rows leave fewer than {MIN_TARGET_BITS} bits per "
@@ -176,6 +179,10 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                 if not np.issubdtype(part.dtype, np.integer):
                     raise ProtocolError(f"party {name!r}: fet_bit_sums.{field} must be integer counts, got "
                                         f"{part.dtype}")
+            # exact branch sizes, checked as counts; each bit sum within its branch's size
+            self.counts.check(f"party {name!r}", "fet_bit_sums.sizes", arrays["sizes"][..., None],
+                              self.party_rows[name])
+            check_bit_sums(f"party {name!r}", arrays["bit_sums"], arrays["sizes"])
         # typeshed's sum may return 0 (an empty iterable); there is always a party
         sizes = cast(np.ndarray, sum(arrays["sizes"].astype(np.int64) for arrays in parts.values()))
         needed = valid & (sizes.min(axis=-1) >= self.min_samples_leaf)
@@ -201,18 +208,35 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
             total = np.zeros(stats_shape, dtype=np.float64)
             for name in self.parties:
                 part = _reply_array(replies, name, "fet_counts", "counts", stats_shape)
-                if not np.issubdtype(part.dtype, np.integer):
-                    raise ProtocolError(f"party {name!r}: fet_counts.counts must be integers, got "
-                                        f"{part.dtype}")
+                self.counts.check(f"party {name!r}", "fet_counts.counts", part, self.party_rows[name],
+                                  self._target_bits(name))
                 total += part
             return total
         total = np.zeros(stats_shape, dtype=np.float64)
         for name in self.parties:
             part = _reply_array(replies, name, "fet_noisy_counts", "counts", stats_shape)
-            if not np.issubdtype(part.dtype, np.floating) or not np.all(np.isfinite(part)):
-                raise ProtocolError(f"party {name!r}: fet_noisy_counts.counts must be finite numbers")
+            check_noisy_counts(f"party {name!r}", "fet_noisy_counts.counts", part, self.party_rows[name],
+                               *self._noise_scales(name))
             total += part
         return total
+
+    def _target_bits(self, party: str) -> int | None:
+        """Regression: b with |q| <= 2**b for each of the party's quantised targets; None for classes.
+
+        |y| < 2**y_exponent (its hello), so |y * 2**q_shift| < 2**(y_exponent + q_shift), and rounding reaches
+        at most that power of two (at least 1).
+        """
+        if self.params.task != "regression":
+            return None
+        return max(self.party_y_exponent[party] + self.q_shift, 0)
+
+    def _noise_scales(self, party: str) -> tuple[float, int | None, float]:
+        """GDP: the party's count noise scale, its targets' bits and its sums' noise scale (`_gdp_reply`)."""
+        epsilon = self.party_epsilon[party]
+        if self.params.task != "regression":
+            return 1.0 / epsilon, None, 0.0
+        # (count, sum) per branch: half the budget each; the sum's sensitivity is 2**q_bits
+        return 2.0 / epsilon, self._target_bits(party), float(2 ** self.q_bits) * 2.0 / epsilon
 
 
 def _reported_epsilon(party: str, header: dict) -> float:
@@ -222,6 +246,17 @@ def _reported_epsilon(party: str, header: dict) -> float:
         raise ProtocolError(f"party {party!r} reported no usable epsilon per query ({epsilon!r}); a GDP "
                             "party states the scale of its noise in its hello reply")
     return float(epsilon)
+
+
+def _reported_exponent(party: str, header: dict) -> int:
+    """A regression party's y_exponent from its hello reply: |y| < 2**y_exponent, a float64's exponent."""
+    exponent = header.get("y_exponent")
+    if isinstance(exponent, (bool, np.bool_)) or not isinstance(exponent, (int, np.integer)) \
+            or not -1074 <= exponent <= 1024:
+        raise ProtocolError(f"party {party!r} reported no usable target magnitude ({exponent!r}); a "
+                            "regression party states y_exponent, an integer in [-1074, 1024] with "
+                            "|y| < 2**y_exponent, in its hello reply")
+    return int(exponent)
 
 
 def _reply_array(replies: dict[str, Message], party: str, kind: str, name: str, shape: tuple) -> np.ndarray:

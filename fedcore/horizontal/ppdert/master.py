@@ -13,6 +13,7 @@ import numpy as np
 
 from fedcore.algorithms import PPD_ERT
 from fedcore.errors import KeyAuthenticationError, ProtocolError
+from fedcore.horizontal.counts import SUM_OF_PARTIES
 from fedcore.horizontal.growth import (
     BranchStatsLevels,
     LevelResult,
@@ -134,14 +135,14 @@ class PPDERTMaster(BranchStatsLevels):
         if self.thresholds == "domain":
             thresholds = domain_thresholds(features, u, self.low, self.high)
             valid = np.ones(features.shape, dtype=bool)
-            counts = self._sum("ppdert_level", header, arrays, self.mask_bits)
+            counts, plain = self._sum("ppdert_level", header, arrays, self.mask_bits)
         else:
             boxes = self._boxes
             assert boxes is not None, "histogram thresholds: the batch's first level made the root boxes"
             grid_low, grid_high = boxes.grid(features)
             header["n_cells"] = self.n_cells
             arrays.update(grid_low=grid_low, grid_high=grid_high)
-            cells = self._sum("ppdert_cells", header, arrays, CELL_RING_BITS)
+            cells, _ = self._sum("ppdert_cells", header, arrays, CELL_RING_BITS)
             if cells.size != features.size * 2 * self.n_cells:
                 raise ProtocolError(f"aggregated cell indicators have {cells.size} entries, expected "
                                     f"{features.size * 2 * self.n_cells}")
@@ -149,16 +150,33 @@ class PPDERTMaster(BranchStatsLevels):
             span_low, span_high, has = populated_spans(first, last, grid_low, grid_high, self.n_cells)
             thresholds, valid = span_thresholds(span_low, span_high, has, u)
             boxes.narrow(features, span_low, span_high, has)
-            counts = self._sum("ppdert_counts", {"depth": depth}, {"first_cell": first, "last_cell": last},
-                               self.mask_bits)
-        size = features.size * 2 * self.n_stats
+            counts, plain = self._sum("ppdert_counts", {"depth": depth},
+                                      {"first_cell": first, "last_cell": last}, self.mask_bits)
+        shape = (*features.shape, 2, self.n_stats)
+        self._check_counts(counts, plain, shape)
+        branch = counts.reshape(shape).astype(np.float64)
+        return LevelResult(features, thresholds, valid, branch)
+
+    def _check_counts(self, counts: np.ndarray, plain: dict[str, np.ndarray], shape: tuple[int, ...]) -> None:
+        """Refuse counts no party could hold (`fedcore/horizontal/counts.py`).
+
+        Plain counts party by party, each named; masked ones only as their sum over all parties, against
+        the rows they declared together: each party's own vector is uniformly masked, so nothing about a
+        single party can be checked, nor a party named.
+        """
+        size = int(np.prod(shape))
         if counts.size != size:
             raise ProtocolError(f"aggregated counts have {counts.size} entries, expected {size}")
+        for name, part in plain.items():
+            self.counts.check(f"party {name!r}", "ppdert_plain_counts.counts", part.reshape(shape),
+                              self.party_rows[name])
+        if plain:
+            return
         if counts.size and int(counts.min()) < 0:  # counts cannot be negative: a sum wrapped around the ring
             raise ProtocolError(f"the masked counts sum to negative values in the {self.mask_bits}-bit ring: "
                                 "a party counted more rows than it reported, or masked in another ring")
-        branch = counts.reshape(*features.shape, 2, self.n_stats).astype(np.float64)
-        return LevelResult(features, thresholds, valid, branch)
+        self.counts.check(SUM_OF_PARTIES, "ppdert_masked_counts", counts.reshape(shape),
+                          sum(self.party_rows.values()))
 
     def advance(self, level: Level, split_idx: np.ndarray, left: np.ndarray, child_open: np.ndarray,
                 next_pos: np.ndarray) -> None:
@@ -178,11 +196,12 @@ class PPDERTMaster(BranchStatsLevels):
             arrays["peer_keys"] = np.stack([np.frombuffer(k, dtype=np.uint8) for k in self._keys.values()])
             self._relayed = True
 
-    def _sum(self, kind: str, header: dict, arrays: dict, bits: int) -> np.ndarray:
+    def _sum(self, kind: str, header: dict, arrays: dict,
+             bits: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """One round under a fresh round id.
 
         Every party's vector, summed (masked in the `bits`-bit ring with secure aggregation and several
-        parties, else plain), as flat int64.
+        parties, else plain), as flat int64; and each party's flat vector when they are plain (else empty).
         """
         self._round_id += 1
         header = {**header, "round_id": self._round_id, "mask_bits": bits}
@@ -197,9 +216,12 @@ class PPDERTMaster(BranchStatsLevels):
                 if not np.issubdtype(reply.arrays[field].dtype, np.integer):
                     raise ProtocolError(f"party {name!r}: {field} must be integers, got "
                                         f"{reply.arrays[field].dtype}")
+            plain = {name: replies[name].arrays[field].reshape(-1) for name in self.parties}
+            if len({v.size for v in plain.values()}) != 1:
+                raise ProtocolError("parties sent vectors of different sizes: "
+                                    f"{ {name: v.size for name, v in plain.items()} }")
             # typeshed's sum may return 0 (an empty iterable); there is always a party
-            vectors = (replies[name].arrays[field].reshape(-1).astype(np.int64) for name in self.parties)
-            return cast(np.ndarray, sum(vectors))
+            return cast(np.ndarray, sum(v.astype(np.int64) for v in plain.values())), plain
         ring = np.dtype(f"uint{bits}")
         masked = []
         for name in self.parties:
@@ -211,4 +233,4 @@ class PPDERTMaster(BranchStatsLevels):
             masked.append(reply.arrays["masked"].reshape(-1))
         if len({m.size for m in masked}) != 1:
             raise ProtocolError(f"parties masked vectors of different sizes: {[m.size for m in masked]}")
-        return unmask_sum(masked).astype(np.int64)
+        return unmask_sum(masked).astype(np.int64), {}
