@@ -8,7 +8,8 @@
                                  # ppd-ert: secagg ({mode: secagg, thresholds: histogram | domain, cells: 16})
     consortium_key: {env: FEDFOREST_CONSORTIUM_KEY}   # or {file: path}; never the key itself
     alignment: hash              # vertical ID alignment: hash (keyed HMAC-SHA256) | psi (ECDH PSI)
-    tls: {ca: certs/ca.pem, master_cert: certs/master.pem, master_key: certs/master.key}
+    tls: {ca: certs/ca.pem, master_ca: certs/master-ca.pem,  # agents accept only masters it signed
+          master_cert: certs/master.pem, master_key: certs/master.key}
     master: {registry: registry/master, work_pool: master, signing_key: keys/master.key,
              public_key: keys/master.key.pub}   # the key every registry trusts (default: beside signing_key)
     institutions:
@@ -29,7 +30,8 @@
     params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal)
                                                # fields
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
-               metric: accuracy, predict_for: bank, connect_timeout_s: 60, agent_idle_timeout_s: 900}
+               metric: accuracy, predict_for: bank, connect_timeout_s: 60, agent_idle_timeout_s: 900,
+               agent_session_timeout_s: 30}
 
 Relative paths are resolved against the config file's folder. The master signs every model version and
 alias move with `master.signing_key` (needed where the master runs); every registry, the institutions'
@@ -49,9 +51,10 @@ import yaml
 
 from fedcore.algorithms import SETTINGS, Algorithm, in_setting
 from fedcore.algorithms import algorithm as find_algorithm
-from fedcore.errors import ConfigError, ParameterError
+from fedcore.errors import ConfigError, InputError, ParameterError
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.models.signing import public_key_path
+from fedcore.names import check_name
 from fedcore.privacy.schemes import ENCRYPTED_MODES, check_key_bits, scheme
 from fedcore.trees.params import ForestParams
 
@@ -99,8 +102,12 @@ class TrainingSettings:
     connect_timeout_s: float = 60.0
     """How long the master waits for every agent to answer before failing, naming those that do not."""
     agent_idle_timeout_s: float = 900.0
-    """An agent started for one session stops (and fails) after this long without a message from the
-    master."""
+    """An agent started for one session stops (and fails) after this long without a call from the master
+    (it never came)."""
+    agent_session_timeout_s: float = 30.0
+    """A session whose master has sent no message and no keep-alive for this long (while its agents were
+    not answering) is presumed abandoned: another master may start one, and an agent started for one
+    session stops, freeing its port. The master sends keep-alives every min(5, this / 4) seconds."""
     call_timeout_s: float = 600.0
     """A party that does not answer one protocol message within this long is reported by name (and the
     session resumes from its checkpoints, see resume_attempts) instead of being waited for forever."""
@@ -122,6 +129,9 @@ class TrainingSettings:
             if numeric and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
                 raise ConfigError(f"{where}: training.{key} must be a non-negative number, got {value!r}")
             values[key] = value
+        if values.get("agent_session_timeout_s", 30.0) <= 0:
+            raise ConfigError(f"{where}: training.agent_session_timeout_s must be positive, got "
+                              f"{values['agent_session_timeout_s']!r}")
         if not 0 < values.get("holdout", 0.2) < 1:
             raise ConfigError(f"{where}: training.holdout must be between 0 and 1 (exclusive), "
                               f"got {values['holdout']!r}")
@@ -253,17 +263,46 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
                           f"known: {names}")
     master = raw.get("master") or {}
     forest = _parse_params(raw.get("params") or {}, setting, privacy, path)
+    federation = str(raw.get("federation", path.stem))
+    # names that become folders and files are checked now, not after a whole training run
+    _safe_name(training.model_name or federation,
+               "training.model_name" if training.model_name else "federation (the default model name)", path)
     return FederationConfig(
-        path=path, federation=str(raw.get("federation", path.stem)), setting=setting,
+        path=path, federation=federation, setting=setting,
         algorithm=algorithm.id, privacy=privacy, alignment=alignment, institutions=institutions,
         master_registry=resolve(path, master.get("registry", "registry/master")),
         master_work_pool=str(master.get("work_pool", "master")),
         master_signing_key=resolve(path, master["signing_key"]) if master.get("signing_key") else None,
         master_public_key=_master_public_key(master, path),
         params=forest, consortium_key=dict(key),
-        tls={k: resolve(path, v) for k, v in (raw.get("tls") or {}).items()},
+        tls=_parse_tls(raw.get("tls") or {}, path),
         training=training,
     )
+
+
+TLS_KEYS = ("ca", "master_ca", "master_cert", "master_key")
+"""The `tls:` section's files: the consortium CA, the master CA (agents accept only master certificates it
+signed), and the master's certificate and key."""
+
+
+def _parse_tls(tls: dict, path: Path) -> dict[str, Path]:
+    """The `tls:` section's paths, resolved; an unknown key (a misspelt `master_ca`) is refused by name."""
+    if not isinstance(tls, dict):
+        raise ConfigError(f"{path}: tls must be a mapping of {', '.join(TLS_KEYS)} to files")
+    for key in tls:
+        if key not in TLS_KEYS:
+            close = difflib.get_close_matches(str(key), TLS_KEYS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {list(TLS_KEYS)}"
+            raise ConfigError(f"{path}: unknown tls setting {key!r}{hint}")
+    return {k: resolve(path, v) for k, v in tls.items()}
+
+
+def _safe_name(value: Any, where: str, path: Path) -> str:
+    """`value` as a name that may become a file or folder name (`fedcore.names`), else a ConfigError."""
+    try:
+        return check_name(str(value), where)
+    except InputError as error:
+        raise ConfigError(f"{path}: {error}") from None
 
 
 def _need(mapping: dict, key: str, where: str, path: Path) -> Any:
@@ -295,7 +334,8 @@ def _parse_institutions(raw: dict, setting: str, path: Path) -> list[Institution
 
 def _parse_institution(item: dict, index: int, path: Path) -> Institution:
     """One entry of `institutions:`, its paths resolved against the config file's folder."""
-    name = str(_need(item, "name", f"institutions[{index}]", path))
+    name = _safe_name(_need(item, "name", f"institutions[{index}]", path), f"institutions[{index}].name",
+                      path)
     where = f"institution {name!r}"
     return Institution(
         name=name, data=str(resolve(path, _need(item, "data", where, path))),

@@ -41,31 +41,51 @@ def build_institution_server(config: FederationConfig, name: str, master: str = 
         agent = HorizontalInstitutionAgent(source, name=name, identity=identity)
     else:
         agent = VerticalInstitutionAgent(source, config.read_consortium_key(), name=name, identity=identity)
+    # with tls.master_ca, only a master certificate passes the TLS handshake: no other member's call is read
     return AgentServer(agent, location=inst.endpoint, tls_cert=inst.cert, tls_key=inst.key,
-                       ca_cert=config.tls["ca"], allowed_master=master)
+                       ca_cert=config.tls["ca"], master_ca=config.tls.get("master_ca"), allowed_master=master,
+                       busy_seconds=config.training.agent_session_timeout_s)
 
 
 def serve_until_session_closed(server: AgentServer, idle_timeout_s: float | None = None,
                                poll_s: float = 0.2) -> None:
     """Serve until the master closes the session (an agent started for one session, e.g. by Prefect).
 
-    With `idle_timeout_s`, give up when the master sends nothing for that long (it never came, or died
-    mid-session): the agent stops and raises ProtocolError rather than holding its port forever.
+    It gives up, stops serving and raises ProtocolError rather than hold its port for a master that is gone:
+    once the master has called (a ping, a keep-alive, a message), when it has been silent for the session
+    window (`server.guard.busy_seconds`: a live master's transport sends keep-alives every few seconds) or
+    its session is abandoned (no message or keep-alive of it for that long, while the agent was not
+    answering); before the master ever called, with `idle_timeout_s`, after that long (it never came). So
+    a retried run's agents can bind the port within the window of the old master's death.
     """
     thread = threading.Thread(target=server.serve, name=f"agent-{server.name}", daemon=True)
     thread.start()
     stop = threading.Event()
-    idle = False
+    reason = None
     while thread.is_alive() and not stop.wait(poll_s):
-        agent = server.party
-        if agent.closed and agent.sessions:
-            break
-        if idle_timeout_s is not None and server.idle_seconds() > idle_timeout_s:
-            idle = True
+        reason = _why_stop_waiting(server, idle_timeout_s)
+        if reason is not None:
             break
     server.shutdown()
     thread.join(timeout=10)
-    if idle:
-        state = "mid-session" if server.party.sessions else "before a session started"
-        raise ProtocolError(f"agent {server.name!r}: no message from the master for {idle_timeout_s:g} s "
-                            f"({state}); stopped serving")
+    if reason:
+        raise ProtocolError(f"agent {server.name!r}: {reason}; stopped serving")
+
+
+def _why_stop_waiting(server: AgentServer, idle_timeout_s: float | None) -> str | None:
+    """Why an agent serving one session should stop now: "" when its master closed it, None to go on."""
+    agent, window = server.party, server.guard.busy_seconds
+    if agent.closed and agent.sessions:
+        return ""
+    if server.guard.in_session():
+        if server.guard.abandoned():
+            return (f"no message and no keep-alive from the master for {window:g} s (mid-session): its "
+                    "master is gone")
+        return None
+    silent = server.silent_seconds()
+    if silent is not None and silent > window:  # it came (pings, keep-alives), then went silent
+        state = "mid-session" if agent.sessions else "before a session started"
+        return f"no call from the master for {window:g} s ({state}): its master is gone"
+    if silent is None and idle_timeout_s is not None and server.idle_seconds() > idle_timeout_s:
+        return f"no message from the master for {idle_timeout_s:g} s (before a session started)"
+    return None

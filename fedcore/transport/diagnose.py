@@ -3,7 +3,9 @@
 gRPC reports every failed TLS handshake as "Socket closed"; this module repeats the handshake with
 Python's `ssl` and the same certificates to tell apart: nothing listening, an agent whose certificate
 the consortium CA did not sign (or that belongs to another institution), and an agent that refuses
-this master's certificate.
+this master's certificate. An agent checks the master's certificate against its master CA
+(`tls.master_ca`), or against the consortium CA if it has none; the diagnosis says which CA signed this
+master's certificate.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from urllib.parse import urlparse
 
 from cryptography import x509
 
-from fedcore.transport.tls import certificate_identity
+from fedcore.transport.tls import certificate_identity, issued_by
 
 _AGENT_REFUSED = ("unknown ca", "bad certificate", "certificate required", "certificate expired",
                   "certificate revoked", "certificate unknown", "unsupported certificate", "decrypt error")
@@ -50,12 +52,12 @@ def explain_connection_failure(endpoint: str, *, cert: bytes, key: bytes, ca: by
                 problem = _agent_identity_problem(tls.getpeercert(binary_form=True), party)
                 if problem:
                     return problem
-                return _refusal_after_handshake(tls, timeout_s)
+                return _refusal_after_handshake(tls, timeout_s, _master_signer(cert, ca))
         except ssl.SSLCertVerificationError as exc:
             return Diagnosis(f"the agent's certificate does not verify against the consortium CA "
                              f"({exc.verify_message}): it was issued by another CA or has expired", True)
         except ssl.SSLError as exc:
-            return _refusal_reason(exc)
+            return _refusal_reason(exc, _master_signer(cert, ca))
         except OSError:
             return None
 
@@ -88,7 +90,16 @@ def _agent_identity_problem(der: bytes | None, party: str) -> Diagnosis | None:
     return None
 
 
-def _refusal_after_handshake(tls: ssl.SSLSocket, timeout_s: float) -> Diagnosis | None:
+def _master_signer(cert: bytes, ca: bytes) -> str:
+    """Which CA signed this master's certificate, and what an agent then does with it."""
+    if issued_by(cert, ca):
+        return ("this master's certificate is from the consortium CA, which an agent with a master CA "
+                "(tls.master_ca) refuses: issue it from the master CA (`fedforest certs issue master`)")
+    return ("an agent accepts only a master certificate signed by its master CA (tls.master_ca) or, without "
+            "one, by the consortium CA; this one is signed by neither it trusts, or has expired")
+
+
+def _refusal_after_handshake(tls: ssl.SSLSocket, timeout_s: float, signer: str) -> Diagnosis | None:
     """The server's verdict on our client certificate, read after the TLS 1.3 handshake.
 
     With TLS 1.3 the server judges the client certificate after the handshake, so its verdict comes on the
@@ -99,17 +110,16 @@ def _refusal_after_handshake(tls: ssl.SSLSocket, timeout_s: float) -> Diagnosis 
     try:
         if tls.recv(1) == b"":
             return Diagnosis("the agent closed the connection after the handshake: it refused this master's "
-                             "certificate (issued by another CA than the one it trusts?)", True)
+                             f"certificate ({signer})", True)
     except ssl.SSLError as exc:
-        return _refusal_reason(exc)
+        return _refusal_reason(exc, signer)
     except OSError:
         return None
     return None
 
 
-def _refusal_reason(exc: ssl.SSLError) -> Diagnosis:
+def _refusal_reason(exc: ssl.SSLError, signer: str) -> Diagnosis:
     reason = (exc.reason or str(exc)).replace("_", " ").lower()
     if any(marker in reason for marker in _AGENT_REFUSED):
-        return Diagnosis(f"the agent refused this master's certificate ({reason}): the master must use a "
-                         "certificate issued by the consortium CA the agent trusts", True)
+        return Diagnosis(f"the agent refused this master's certificate ({reason}): {signer}", True)
     return Diagnosis(f"TLS handshake failed: {reason}", True)

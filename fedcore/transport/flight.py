@@ -1,18 +1,25 @@
 """The real transport: institution agents served over Arrow Flight with mutual TLS.
 
     server = AgentServer(party, "grpc+tls://0.0.0.0:8815", tls_cert="certs/bank.pem",
-                         tls_key="certs/bank.key", ca_cert="certs/ca.pem")
+                         tls_key="certs/bank.key", ca_cert="certs/ca.pem",
+                         master_ca="certs/master-ca.pem")
     server.serve()                                     # at the institution, blocks until shutdown
 
     with FlightTransport({"bank": "grpc+tls://bank.example.org:8815", ...}, tls_cert="certs/master.pem",
                          tls_key="certs/master.key", ca_cert="certs/ca.pem") as transport:
         VerticalMaster(transport, params).fit()       # at the master
 
-Both sides present certificates from the consortium CA (`fedcore.transport.tls`). An agent serves only
-the master named `allowed_master`: it reads the client's identity URI from the TLS peer identity
-(`ServerCallContext.peer_identity()`, the client certificate's first SAN). The master addresses an agent
-by its institution name (`<name>.institution.fedforest` as TLS target name), so an endpoint held by
-another member of the consortium is refused.
+Agents present certificates from the consortium CA, and the master one from the master CA, a second
+root that signs master certificates only (`fedcore.transport.tls`). An agent given the master CA
+(`master_ca`, config `tls.master_ca`) verifies client certificates against it alone, so any other
+certificate, another institution's included, fails the TLS handshake: gRPC reads nothing of that peer's
+calls, and no Python code of the agent runs for them. Behind the handshake, an agent serves only the master
+named `allowed_master`: it reads the client's identity URI from the TLS peer identity
+(`ServerCallContext.peer_identity()`, the client certificate's first SAN). An agent without a master CA
+verifies clients against the consortium CA, as before the master CA existed, and warns at start: every
+member then passes the handshake, and is refused only by that identity check. The master addresses an
+agent by its institution name (`<name>.institution.fedforest` as TLS target name) and verifies it against
+the consortium CA, so an endpoint held by another member of the consortium is refused.
 
 One protocol message is one Flight call. Requests up to ACTION_MAX_BYTES go as a `do_action` (one gRPC
 message, the lowest latency); larger ones stream as `do_exchange` record batches of CHUNK_BYTES. Replies
@@ -24,6 +31,15 @@ action type (or exchange command). The agent's `SessionGuard` (`fedcore.transpor
 replays, messages of a session that is over or never started, and messages over `max_message_bytes`.
 It also refuses payloads that are not a well-formed message. Each refusal is logged with its reason
 and returned to the caller; the agent keeps serving.
+
+While a FlightTransport is open, a thread per party sends its agent a keep-alive every `keepalive_s`
+(KEEPALIVE_SECONDS, 5 s): a `keepalive/<session>` action, with no body, no sequence number and no party
+lock, accepted only from the allowed master and only for the session in progress (any other is answered
+"ignored" and changes nothing). An agent presumes a session abandoned once its master has sent neither a
+message nor a keep-alive for `busy_seconds` (30 s) while the agent was not answering; then another
+master may start a session, and an agent started for one session stops (`fedcore.agents.serve`). A master
+that dies mid-session thus frees its agents within about 30 s of their last answer, while a live one holds
+them however long it works between messages.
 
 What a peer can cost an agent is bounded before the agent pays it:
 
@@ -44,8 +60,18 @@ What a peer can cost an agent is bounded before the agent pays it:
 
 Beyond the budget, an agent holds at most the one gRPC message per call that arrived and was refused
 (a chunk, or a `do_action` body), and what gRPC buffers below Flight. How large that one message is,
-is the sender's choice: Flight lifts gRPC's 4 MiB message limit and pyarrow's FlightServerBase has no
-option to set one (apache/arrow#40257), so gRPC reads it whole before the agent sees it.
+is the sender's choice: Flight lifts gRPC's 4 MiB message limit, and pyarrow's FlightServerBase (26.0)
+has no option to set one (apache/arrow#40257: no gRPC server arguments, no builder hook) nor any hook
+that runs before a call's first message is read (server middleware and the handlers run after gRPC
+delivered a `do_action` body, or a `do_put`/`do_exchange` first message, whole). So gRPC reads it whole
+before the agent sees it, and the only place to refuse a peer unread is the TLS handshake.
+
+Who can make an agent read such a message is therefore who passes the handshake. With a master CA, that
+is only a holder of a master certificate; the remaining risk is a hostile or compromised *master*: its
+`do_action` body over ACTION_MAX_BYTES (or a stream chunk of any size) is still read whole by gRPC, then
+refused, and several concurrent calls each hold their own (`benchmarks/bench_oversized_body.py` measures
+the agent's peak memory under both attacks; docs/benchmarks.md). Without a master CA, every consortium
+member can do the same.
 """
 
 from __future__ import annotations
@@ -73,19 +99,23 @@ from fedcore.errors import (
     FedForestError,
     PartyUnavailable,
     ProtocolError,
+    failure_summary,
 )
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
 from fedcore.transport.diagnose import Diagnosis, explain_connection_failure
 from fedcore.transport.guard import (
+    BUSY_SECONDS,
     DEFAULT_MAX_MESSAGE_BYTES,
     Hold,
     InFlightBudget,
     Refused,
     SessionGuard,
     envelope,
+    keepalive_action,
+    keepalive_session,
 )
-from fedcore.transport.tls import identity_uri, parse_identity, read_pem, server_name
+from fedcore.transport.tls import identity_uri, issued_by, parse_identity, read_pem, server_name
 
 if TYPE_CHECKING:
     from fedcore.config import FederationConfig
@@ -94,6 +124,10 @@ log = logging.getLogger(__name__)
 
 MESSAGE_ACTION = "message"
 PING_ACTION = "ping"
+KEEPALIVE_ACTION = "keepalive"
+KEEPALIVE_SECONDS = 5.0
+"""How often an open FlightTransport tells every agent its session is alive (`SessionGuard.keep_alive`); well
+within BUSY_SECONDS, after which an agent presumes a silent master's session abandoned."""
 ACTION_MAX_BYTES = 1 << 20
 CHUNK_BYTES = 4 << 20
 CHUNK_SCHEMA = pa.schema([pa.field("chunk", pa.large_binary())])
@@ -287,20 +321,34 @@ class AgentServer(flight.FlightServerBase):
     """Serves one party's `handle(Message) -> Message` over Flight with mutual TLS, to one master only."""
 
     def __init__(self, party, location: str = "grpc+tls://127.0.0.1:0", *, tls_cert: PemSource,
-                 tls_key: PemSource, ca_cert: PemSource, allowed_master: str = "master",
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 max_bytes_in_flight: int | None = None) -> None:
-        """Serve `party` over mutual TLS, answering only the master identity `allowed_master`."""
-        _require_tls(location, f"agent {getattr(party, 'name', 'party')!r}")
+                 tls_key: PemSource, ca_cert: PemSource, master_ca: PemSource | None = None,
+                 allowed_master: str = "master", max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 max_bytes_in_flight: int | None = None, busy_seconds: float = BUSY_SECONDS) -> None:
+        """Serve `party` over mutual TLS, answering only the master identity `allowed_master`.
+
+        With `master_ca` (the CA that signs master certificates only), a client certificate must be signed by
+        it to pass the TLS handshake; without, by the consortium CA `ca_cert`, as every member's is (a
+        warning says so). `busy_seconds`: how long a silent master's session keeps other masters out.
+        """
+        self.name = str(getattr(party, "name", "party"))
+        _require_tls(location, f"agent {self.name!r}")
         cert, key = read_pem(tls_cert, "agent certificate"), read_pem(tls_key, "agent key")
         ca = read_pem(ca_cert, "CA certificate")
-        super().__init__(location, tls_certificates=[(cert, key)], verify_client=True, root_certificates=ca)
+        clients = ca if master_ca is None else read_pem(master_ca, "master CA certificate")
+        super().__init__(location, tls_certificates=[(cert, key)], verify_client=True,
+                         root_certificates=clients)
+        self.master_ca = master_ca is not None
+        """Whether only master-CA certificates pass the handshake (members' are refused unread)."""
+        if not self.master_ca:
+            log.warning("agent %r: no master CA (tls.master_ca), so every consortium member's certificate "
+                        "passes the TLS handshake and can make this agent read a message call of any size "
+                        "before it is refused; fix: `fedforest certs master-ca`, a master certificate issued "
+                        "from it, and tls.master_ca in the config", self.name)
         self.party = party
-        self.name = str(getattr(party, "name", "party"))
         self.allowed_master = allowed_master
         self._allowed_identity = identity_uri(allowed_master, "master")
         self._lock = threading.Lock()  # a party answers one message at a time
-        self.guard = SessionGuard(max_message_bytes=max_message_bytes)
+        self.guard = SessionGuard(max_message_bytes=max_message_bytes, busy_seconds=busy_seconds)
         self.budget = InFlightBudget(max_message_bytes if max_bytes_in_flight is None
                                      else max_bytes_in_flight)
         """The request bytes all calls in progress may hold together (`max_bytes_in_flight`, by default
@@ -309,11 +357,19 @@ class AgentServer(flight.FlightServerBase):
         """Calls refused before reaching the party (wrong identity, envelope, size or payload)."""
         self._stopped = False
         self.last_activity = time.monotonic()
-        """When the master last sent a message or this agent last finished answering one."""
+        """When the master last sent a message or a keep-alive of the session in progress, or this agent last
+        finished answering one."""
+        self.last_contact: float | None = None
+        """When the allowed master last called at all (a message, a ping, a keep-alive of any session); None
+        before it ever did."""
 
     def idle_seconds(self) -> float:
-        """Seconds since the last message, 0 while one is being answered."""
+        """Seconds since the last message or keep-alive of the session in progress (0 while answering)."""
         return 0.0 if self._lock.locked() else time.monotonic() - self.last_activity
+
+    def silent_seconds(self) -> float | None:
+        """Seconds since the allowed master last called at all, or None if it never did."""
+        return None if self.last_contact is None else time.monotonic() - self.last_contact
 
     def _check_peer(self, context: flight.ServerCallContext) -> None:
         identity = context.peer_identity().decode(errors="replace")
@@ -324,6 +380,7 @@ class AgentServer(flight.FlightServerBase):
                       f"{context.peer()} presented the certificate of {who}")
             self._refuse(reason)
             raise flight.FlightUnauthorizedError(reason)
+        self.last_contact = time.monotonic()
 
     def _refuse(self, reason: str) -> None:
         """One log line per refusal, with the running count.
@@ -357,10 +414,12 @@ class AgentServer(flight.FlightServerBase):
                 self._refuse(f"party {self.name!r} on {kind!r}: {type(exc).__name__}: {exc}")
                 raise flight.FlightServerError(
                     f"party {self.name!r} failed on {kind!r}: {type(exc).__name__}: {exc}") from None
-            except Exception as exc:  # unexpected: the master gets the reason; the traceback goes to this log
-                log.exception("party %r failed on %r", self.name, kind)
+            except Exception as exc:  # unexpected: one line with the type and where, never the text (it
+                # may quote the institution's data: a label, a cell), in this log and to the master alike
+                summary = failure_summary(exc)
+                log.error("party %r failed on %r: %s", self.name, kind, summary)
                 raise flight.FlightServerError(
-                    f"party {self.name!r} failed on {kind!r}: {type(exc).__name__}: {exc}") from exc
+                    f"party {self.name!r} failed on {kind!r}: {summary}") from None
             finally:
                 self.last_activity = time.monotonic()
                 self.guard.touch()
@@ -368,13 +427,16 @@ class AgentServer(flight.FlightServerBase):
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         """The actions this agent answers (for the allowed master only)."""
         self._check_peer(context)
-        return [(MESSAGE_ACTION, "answer one protocol message"), (PING_ACTION, "the party's name")]
+        return [(MESSAGE_ACTION, "answer one protocol message"), (PING_ACTION, "the party's name"),
+                (KEEPALIVE_ACTION, "the master of the session in progress is alive")]
 
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterable[pa.Buffer]:
-        """Answer a ping, or one protocol message carried in the action body."""
+        """Answer a ping, a keep-alive, or one protocol message carried in the action body."""
         self._check_peer(context)
         if action.type == PING_ACTION:
             return [pa.py_buffer(self.name.encode())]
+        if action.type.startswith(KEEPALIVE_ACTION):
+            return [pa.py_buffer(self._keep_alive(action.type))]
         if not action.type.startswith(MESSAGE_ACTION):
             raise self._refusal(f"unknown action {action.type[:80]!r}")
         body = action.body if action.body is not None else pa.py_buffer(b"")
@@ -394,6 +456,20 @@ class AgentServer(flight.FlightServerBase):
             hold.release()
             raise
         return _ReleasedAfterSending(chunk_buffers(reply), hold)
+
+    def _keep_alive(self, action_type: str) -> bytes:
+        """Keep the session in progress if the keep-alive names it (no party lock, no sequence number).
+
+        Any other keep-alive changes nothing and is not a refusal (a master sends them from the moment its
+        transport opens, before its session starts here): b"kept" or b"ignored".
+        """
+        session = keepalive_session(action_type)
+        if session is None:
+            raise self._refusal(f"malformed keep-alive {action_type[:80]!r}")
+        if not self.guard.keep_alive(session):
+            return b"ignored"
+        self.last_activity = max(self.last_activity, time.monotonic())
+        return b"kept"
 
     def do_exchange(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor,
                     reader: flight.MetadataRecordBatchReader,
@@ -457,8 +533,12 @@ class FlightTransport(Transport):
     def __init__(self, endpoints: Mapping[str, str], *, tls_cert: PemSource, tls_key: PemSource,
                  ca_cert: PemSource, timeout_s: float | None = 3600.0, verify_party_names: bool = True,
                  record_transcript: bool = False, record_payloads: bool = False,
-                 run: str | None = None) -> None:
-        """Clients for every party endpoint, over mutual TLS with the master's certificate."""
+                 run: str | None = None, keepalive_s: float | None = KEEPALIVE_SECONDS) -> None:
+        """Clients for every party endpoint, over mutual TLS with the master's certificate.
+
+        Every `keepalive_s` seconds until `close`, a background thread per party tells its agent this
+        transport's session is alive (None: never, as a master that died would).
+        """
         super().__init__(record_transcript=record_transcript, record_payloads=record_payloads)
         if not endpoints:
             raise ProtocolError("a FlightTransport needs at least one party endpoint")
@@ -485,6 +565,39 @@ class FlightTransport(Transport):
         self.run = re.sub(r"[^A-Za-z0-9._:-]", "-", run or f"{socket.gethostname()}:{os.getpid()}")[:64]
         """The label agents name this master's session by when they refuse another as busy."""
         self._seq = dict.fromkeys(self.endpoints, 0)
+        if keepalive_s is not None and not keepalive_s > 0:
+            raise ProtocolError(f"keepalive_s must be a positive number of seconds or None, got "
+                                f"{keepalive_s!r}")
+        self.keepalive_s = keepalive_s
+        self._keepalive_stop = threading.Event()
+        self._keepalive_threads = [
+            threading.Thread(target=self._keep_alive, args=(party, keepalive_s), daemon=True,
+                             name=f"fedforest-keepalive-{party}")
+            for party in (self.endpoints if keepalive_s is not None else ())]
+        for thread in self._keepalive_threads:
+            thread.start()
+
+    def _keep_alive(self, party: str, every_s: float) -> None:
+        """Tell `party`'s agent this session is alive every `every_s` seconds until stopped.
+
+        A keep-alive takes no party lock and no sequence number; one that fails (the agent is not up yet, or
+        gone) is not retried: the next one comes `every_s` later. Its own thread per party, so an agent that
+        does not answer cannot delay the others'.
+        """
+        action = flight.Action(keepalive_action(self.session), b"")
+        options = flight.FlightCallOptions(timeout=min(every_s, 5.0))
+        while not self._keepalive_stop.wait(every_s):
+            try:
+                for _ in self._clients[party].do_action(action, options=options):
+                    pass
+            except Exception as exc:  # best effort: the protocol calls report an unreachable agent
+                log.debug("keep-alive to party %r failed: %s", party, _first_line(exc))
+
+    def stop_keepalives(self) -> None:
+        """Stop telling the agents this session is alive (`close` does; alone, as a dead master would)."""
+        self._keepalive_stop.set()
+        for thread in self._keepalive_threads:
+            thread.join(timeout=6.0)
 
     @classmethod
     def from_config(cls, config: FederationConfig, **kwargs) -> FlightTransport:
@@ -493,7 +606,15 @@ class FlightTransport(Transport):
         missing += [f"an endpoint for institution {i.name!r}" for i in config.institutions if not i.endpoint]
         if missing:
             raise ConfigError(f"{config.path}: the master over Flight needs {', '.join(missing)}")
+        master_ca, master_cert = config.tls.get("master_ca"), config.tls["master_cert"]
+        if master_ca is not None and not issued_by(read_pem(master_cert, "master certificate"),
+                                                   read_pem(master_ca, "master CA certificate")):
+            raise ConfigError(f"{config.path}: tls.master_cert {master_cert} was not issued by tls.master_ca "
+                              f"{master_ca}, so every agent would refuse it; issue it again with `fedforest "
+                              "certs issue master --dir DIR --force` (DIR holding master-ca.pem and "
+                              "master-ca.key)")
         kwargs.setdefault("timeout_s", config.training.call_timeout_s)
+        kwargs.setdefault("keepalive_s", min(KEEPALIVE_SECONDS, config.training.agent_session_timeout_s / 4))
         return cls({i.name: i.endpoint for i in config.institutions}, tls_cert=config.tls["master_cert"],
                    tls_key=config.tls["master_key"], ca_cert=config.tls["ca"], **kwargs)
 
@@ -622,10 +743,11 @@ class FlightTransport(Transport):
             time.sleep(interval_s)
 
     def close(self) -> None:
-        """Close every client connection and the worker threads."""
+        """Stop the keep-alives; close every client connection and the worker threads."""
         if self._closed:
             return
         self._closed = True
+        self.stop_keepalives()
         self._pool.shutdown(wait=True)
         for client in self._clients.values():
             client.close()

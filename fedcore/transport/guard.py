@@ -6,11 +6,21 @@ calls that would take the agent's bytes in flight over its budget.
 The master's transport stamps every protocol call with its session id (random, fresh per transport), a
 per-party sequence number starting at 1, and the label of the master process that runs it. An agent
 accepts a new session only at sequence 1, never a session it has seen before, and within a session only
-increasing sequence numbers. While a session is in progress (not closed by its master's `close`, and
-not idle for `busy_seconds`), a second master's session is refused as busy, naming the one in progress:
-two runs on one federation must not interleave. Mutual TLS already keeps out everyone but the master;
-this guard stops a recorded call from being played again, a stale master process from talking into a
-newer session, and a second master from taking over a session in progress.
+increasing sequence numbers. While a session is in progress, a second master's session is refused as
+busy, naming the one in progress: two runs on one federation must not interleave. Mutual TLS already
+keeps out everyone but the master; this guard stops a recorded call from being played again, a stale
+master process from talking into a newer session, and a second master from taking over a session in
+progress.
+
+A session is in progress until its master closes it (`close`) or abandons it: while the transport that
+runs it is open, the master sends every agent a keep-alive (`keep_alive`, carrying the session id, no
+sequence number, no party lock) every few seconds, so a session whose master has sent neither a message
+nor a keep-alive for `busy_seconds` (BUSY_SECONDS, 30 s) is presumed abandoned (its master died) and a
+new master may start one. The window counts only while the agent is idle: while its party answers a
+message, the session is in progress however long the answer takes. A keep-alive counts only for the
+session in progress here; one of any other session (earlier, never started, closed) changes nothing.
+So a master that dies mid-session holds its agents for `busy_seconds` after their last answer, not ten
+minutes, and a live master holds them however long it works between two messages.
 
 The rules are written once, in `SessionGuard.judge`, which changes nothing: the agent judges a stream's
 envelope before it reads a byte of its body (and an action's before parsing the body gRPC delivered
@@ -35,9 +45,12 @@ from dataclasses import dataclass, field
 
 ENVELOPE = re.compile(r"^message/(?P<session>[0-9a-f]{16,64})/(?P<seq>[1-9][0-9]{0,18})"
                       r"(?:/(?P<run>[A-Za-z0-9._:-]{1,64}))?$")
-BUSY_SECONDS = 600.0
-"""A session whose agent has neither received nor answered anything for this long is presumed abandoned
-(its master died): a new master may start one. Long enough for a master's own work between two levels."""
+KEEPALIVE = re.compile(r"^keepalive/(?P<session>[0-9a-f]{16,64})$")
+BUSY_SECONDS = 30.0
+"""A session whose master has sent neither a message nor a keep-alive for this long, while its agent was
+not answering, is presumed abandoned (its master died): a new master may start one. A live master's
+transport sends a keep-alive every few seconds (`fedcore.transport.flight.KEEPALIVE_SECONDS`), so this
+only has to cover a keep-alive delayed by a busy network or machine, not the master's own work."""
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 """1 GiB: far above any protocol message of a 1M-row session, far below what would exhaust memory."""
 
@@ -52,6 +65,17 @@ def envelope(session: str, seq: int, run: str | None = None) -> str:
     `run` labels the master process that sent it.
     """
     return f"message/{session}/{seq}" + (f"/{run}" if run else "")
+
+
+def keepalive_action(session: str) -> str:
+    """The Flight action type of a keep-alive for `session` (no sequence number: it is not a message)."""
+    return f"keepalive/{session}"
+
+
+def keepalive_session(action_type: str) -> str | None:
+    """The session a keep-alive action names, or None when `action_type` is not a well-formed one."""
+    match = KEEPALIVE.match(action_type)
+    return match["session"] if match else None
 
 
 @dataclass(frozen=True)
@@ -71,8 +95,9 @@ class Verdict:
 class SessionGuard:
     """One agent's view of the master's sessions.
 
-    The current one, its last sequence number, and every session seen before (which stay closed). Safe to use
-    from concurrent calls.
+    The current one, its last sequence number, when its master was last heard from, whether the agent is
+    answering one of its messages, and every session seen before (which stay closed). Safe to use from
+    concurrent calls.
     """
 
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
@@ -82,6 +107,8 @@ class SessionGuard:
     last_seq: int = 0
     last_time: float = 0.0
     closed: bool = False
+    answering: int = 0
+    """Messages admitted and not yet answered (`admit` to `touch`): the session is in progress meanwhile."""
     seen: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
@@ -91,13 +118,36 @@ class SessionGuard:
             self.closed = True
 
     def touch(self) -> None:
-        """The agent just finished answering.
+        """The agent just finished answering a message `admit` let in.
 
         The session was active until now, not only until the message arrived (a long answer must not make the
         session look idle).
         """
         with self._lock:
+            self.answering = max(0, self.answering - 1)
             self.last_time = time.monotonic()
+
+    def keep_alive(self, session: str) -> bool:
+        """A keep-alive from the master of `session`: whether it kept the session in progress here.
+
+        Only the session in progress (started here, not closed) is kept; for any other it changes nothing.
+        """
+        with self._lock:
+            if session != self.current or self.closed:
+                return False
+            self.last_time = time.monotonic()
+            return True
+
+    def in_session(self) -> bool:
+        """Whether a session has started here and its master has not closed it (abandoned or not)."""
+        with self._lock:
+            return self.current is not None and not self.closed
+
+    def abandoned(self) -> bool:
+        """Whether the session in progress is presumed abandoned: its master silent for `busy_seconds`."""
+        with self._lock:
+            return (self.current is not None and not self.closed and not self.answering
+                    and time.monotonic() - self.last_time >= self.busy_seconds)
 
     def check_size(self, size: int) -> None:
         """Refuse a message above the limit (checked while it streams in, before it is parsed)."""
@@ -116,7 +166,7 @@ class SessionGuard:
     def admit(self, stamp: str) -> None:
         """Accept the envelope `stamp` or raise Refused saying why (the rules of `judge`).
 
-        On success it becomes the latest seen.
+        On success it becomes the latest seen, and its message is being answered until `touch`.
         """
         with self._lock:
             now = time.monotonic()
@@ -126,6 +176,7 @@ class SessionGuard:
                     self.seen.add(self.current)
                 self.current, self.current_run, self.closed = verdict.session, verdict.run, False
             self.last_seq, self.last_time = verdict.seq, now
+            self.answering += 1
 
     def _judge(self, stamp: str, now: float) -> Verdict:
         match = ENVELOPE.match(stamp)
@@ -144,10 +195,12 @@ class SessionGuard:
             raise Refused(f"out-of-session message: session {session[:8]}... never started here (sequence "
                           f"{seq})")
         idle = now - self.last_time
-        if self.current is not None and not self.closed and idle < self.busy_seconds:
+        if self.current is not None and not self.closed and (self.answering or idle < self.busy_seconds):
+            heard = ("this agent is answering one of its messages" if self.answering
+                     else f"its master was last heard from {idle:.0f} s ago")
             raise Refused(f"busy: session {self.current[:8]}... of run {self.current_run} is in progress "
-                          f"(its last message {idle:.0f} s ago); another master may start a session once it "
-                          f"closes or has been idle for {self.busy_seconds:g} s")
+                          f"({heard}); another master may start a session once it closes or its master has "
+                          f"sent nothing (no message, no keep-alive) for {self.busy_seconds:g} s")
         return Verdict(session, seq, run, starts_session=True)
 
 

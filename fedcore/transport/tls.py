@@ -1,8 +1,18 @@
-"""The consortium's certificates: one CA, and one ECDSA P-256 certificate per master and institution.
+"""The consortium's certificates: two CAs, and one ECDSA P-256 certificate per master and institution.
 
     init_ca("certs")                                              # certs/ca.pem, certs/ca.key
+    init_master_ca("certs")                                       # certs/master-ca.pem, certs/master-ca.key
     issue_certificate("certs", "master", "certs", role="master")  # certs/master.pem, certs/master.key
     issue_certificate("certs", "bank", "certs", role="institution", hosts=("bank.example.org",))
+
+The consortium CA (`ca.pem`) signs the institutions' certificates: the master checks an agent's server
+certificate against it, and institutions check each other's signing keys with it
+(`fedcore.privacy.keyauth`). The master CA (`master-ca.pem`, config `tls.master_ca`) is a second
+self-signed root that signs master certificates only; `issue_certificate` signs a master's certificate
+with it when the folder holds one, and refuses to sign an institution's with it. An agent given the
+master CA trusts only it for clients, so another institution's certificate fails the TLS handshake and
+nothing that institution sends is ever read (`fedcore.transport.flight`). Without a master CA the master's
+certificate comes from the consortium CA, as before, and every member passes the agents' handshake.
 
 Every certificate names its holder and role three ways: CN = name and OU = role (for people), the first
 subject-alternative name `urn:fedforest:<role>:<name>` (what an agent checks: gRPC reports the first SAN as
@@ -24,6 +34,7 @@ from pathlib import Path
 from typing import cast
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -32,6 +43,9 @@ from fedcore.errors import FedForestError
 from fedcore.files import PRIVATE, PUBLIC, write_file
 
 ROLES = ("master", "institution")
+CONSORTIUM_CA = "ca"
+MASTER_CA = "master-ca"
+"""File stem of the master CA (`master-ca.pem`, `master-ca.key`), beside the consortium CA's `ca.pem`."""
 IDENTITY_PREFIX = "urn:fedforest:"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 CLOCK_SKEW = dt.timedelta(minutes=5)
@@ -60,10 +74,13 @@ def parse_identity(identity: str) -> tuple[str, str] | None:
 
 
 def init_ca(directory: str | os.PathLike, name: str = "fedforest consortium CA", days: int = 3650,
-            overwrite: bool = False) -> tuple[Path, Path]:
-    """Create the consortium CA in `directory`: ca.pem and ca.key (0600); returns their paths."""
+            overwrite: bool = False, stem: str = CONSORTIUM_CA) -> tuple[Path, Path]:
+    """Create a CA in `directory`: `<stem>.pem` and `<stem>.key` (0600); returns their paths.
+
+    By default the consortium CA (ca.pem, ca.key); `init_master_ca` makes the master CA.
+    """
     directory = Path(directory)
-    cert_path, key_path = directory / "ca.pem", directory / "ca.key"
+    cert_path, key_path = directory / f"{stem}.pem", directory / f"{stem}.key"
     _refuse_overwrite([cert_path, key_path], overwrite)
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
@@ -81,19 +98,43 @@ def init_ca(directory: str | os.PathLike, name: str = "fedforest consortium CA",
     return cert_path, key_path
 
 
+def init_master_ca(directory: str | os.PathLike, name: str = "fedforest master CA", days: int = 3650,
+                   overwrite: bool = False) -> tuple[Path, Path]:
+    """Create the master CA in `directory`: master-ca.pem and master-ca.key (0600); returns their paths.
+
+    It signs master certificates only. Agents given it (`tls.master_ca`) accept no other client.
+    """
+    return init_ca(directory, name=name, days=days, overwrite=overwrite, stem=MASTER_CA)
+
+
+def has_master_ca(ca_dir: str | os.PathLike) -> bool:
+    """Whether `ca_dir` holds a master CA (`master-ca.pem`)."""
+    return (Path(ca_dir) / f"{MASTER_CA}.pem").exists()
+
+
 def issue_certificate(ca_dir: str | os.PathLike, name: str, out_dir: str | os.PathLike,
                       role: str = "institution", hosts: Sequence[str] = ("127.0.0.1", "localhost"),
-                      days: int = 825, overwrite: bool = False) -> tuple[Path, Path]:
-    """Issue `<name>.pem`/`<name>.key` in `out_dir`, signed by the CA in `ca_dir`; returns their paths."""
+                      days: int = 825, overwrite: bool = False,
+                      ca: str | None = None) -> tuple[Path, Path]:
+    """Issue `<name>.pem`/`<name>.key` in `out_dir`, signed by a CA in `ca_dir`; returns their paths.
+
+    `ca` is the signing CA's file stem: by default the master CA for a master when `ca_dir` holds one
+    (`has_master_ca`), the consortium CA otherwise. The master CA never signs an institution's certificate.
+    """
     if role not in ROLES:
         raise TLSError(f"role must be one of {ROLES}, got {role!r}")
+    if ca is None:
+        ca = MASTER_CA if role == "master" and has_master_ca(ca_dir) else CONSORTIUM_CA
+    if ca == MASTER_CA and role != "master":
+        raise TLSError(f"the master CA signs master certificates only, not {role} {name!r}'s: an agent "
+                       "accepts as its client whoever holds a certificate from it")
     if not NAME_PATTERN.match(name):
         raise TLSError(f"certificate name {name!r} must be 1-63 letters, digits, '-' or '_', starting with a "
                        "letter or digit (it becomes part of a DNS name)")
     out_dir = Path(out_dir)
     cert_path, key_path = out_dir / f"{name}.pem", out_dir / f"{name}.key"
     _refuse_overwrite([cert_path, key_path], overwrite)
-    ca_cert, ca_key = load_ca(ca_dir)
+    ca_cert, ca_key = load_ca(ca_dir, stem=ca)
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
     not_after = min(now + dt.timedelta(days=_positive_days(days)), ca_cert.not_valid_after_utc)
@@ -123,20 +164,33 @@ def issue_certificate(ca_dir: str | os.PathLike, name: str, out_dir: str | os.Pa
     return cert_path, key_path
 
 
-def load_ca(ca_dir: str | os.PathLike) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    """The CA certificate and key from `ca_dir` (made by `init_ca`)."""
+def load_ca(ca_dir: str | os.PathLike,
+            stem: str = CONSORTIUM_CA) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A CA's certificate and key from `ca_dir` (made by `init_ca`; `stem` "master-ca" for the master CA)."""
     ca_dir = Path(ca_dir)
-    cert_pem, key_pem = read_pem(ca_dir / "ca.pem", "CA certificate"), read_pem(ca_dir / "ca.key", "CA key")
+    what = "master CA" if stem == MASTER_CA else "CA"
+    cert_pem = read_pem(ca_dir / f"{stem}.pem", f"{what} certificate")
+    key_pem = read_pem(ca_dir / f"{stem}.key", f"{what} key")
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
         # cryptography returns any private key type; init_ca writes an EC one
         key = cast(ec.EllipticCurvePrivateKey, serialization.load_pem_private_key(key_pem, password=None))
     except (ValueError, TypeError) as exc:
-        raise TLSError(f"{ca_dir}: ca.pem/ca.key are not a PEM certificate and "
+        raise TLSError(f"{ca_dir}: {stem}.pem/{stem}.key are not a PEM certificate and "
                        f"unencrypted key: {exc}") from exc
     if _spki(cert.public_key()) != _spki(key.public_key()):
-        raise TLSError(f"{ca_dir}: ca.key does not belong to ca.pem")
+        raise TLSError(f"{ca_dir}: {stem}.key does not belong to {stem}.pem")
     return cert, key
+
+
+def issued_by(certificate: bytes, ca_certificate: bytes) -> bool:
+    """Whether the PEM `certificate` was signed by the PEM `ca_certificate` (its signature only)."""
+    try:
+        cert = x509.load_pem_x509_certificate(certificate)
+        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_certificate))
+    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
+        return False
+    return True
 
 
 def certificate_identity(pem: bytes) -> tuple[str, str] | None:

@@ -11,8 +11,9 @@ from typing import Any
 def ensure_credentials(work: Path, institutions: tuple[str, ...]) -> None:
     """Make the demo's credentials under `work` once and keep them.
 
-    They are the consortium CA with master and institution certificates, the consortium key and the master's
-    signing key.
+    They are the consortium CA with the institutions' certificates, the master CA with the master's
+    certificate, the consortium key and the master's signing key. A workspace from before the master CA gets
+    one, and a master certificate issued from it.
     """
     from fedcore.files import PRIVATE, make_folders, write_file
     from fedcore.models.signing import (
@@ -21,12 +22,14 @@ def ensure_credentials(work: Path, institutions: tuple[str, ...]) -> None:
         public_key_path,
         write_public_key,
     )
-    from fedcore.transport.tls import init_ca, issue_certificate
+    from fedcore.transport.tls import has_master_ca, init_ca, init_master_ca, issue_certificate
 
     certs, keys = work / "certs", work / "keys"
     if not (certs / "ca.pem").exists():
         init_ca(certs)
-        issue_certificate(certs, "master", certs, role="master")
+    if not has_master_ca(certs):  # agents accept only master certificates it signed (tls.master_ca)
+        init_master_ca(certs)
+        issue_certificate(certs, "master", certs, role="master", overwrite=True)
     for name in institutions:
         if not (certs / f"{name}.pem").exists():
             issue_certificate(certs, name, certs, role="institution")
@@ -50,7 +53,8 @@ def credential_sections() -> dict[str, Any]:
     """The config's consortium key, TLS and master sections, naming the files `ensure_credentials` makes."""
     return {
         "consortium_key": {"file": "keys/consortium.key"},
-        "tls": {"ca": "certs/ca.pem", "master_cert": "certs/master.pem", "master_key": "certs/master.key"},
+        "tls": {"ca": "certs/ca.pem", "master_ca": "certs/master-ca.pem", "master_cert": "certs/master.pem",
+                "master_key": "certs/master.key"},
         "master": {"registry": "registry/master", "work_pool": "master", "signing_key": "keys/master.key",
                    "public_key": "keys/master.key.pub"},
     }

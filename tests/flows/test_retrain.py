@@ -252,6 +252,7 @@ def test_master_certificate_from_another_ca_is_refused(workspace, first_run, run
     raw = yaml.safe_load(running_agents.read_text())
     raw["tls"].update(master_cert=str(tmp_path / "rogue" / "master.pem"),
                       master_key=str(tmp_path / "rogue" / "master.key"))
+    raw["tls"].pop("master_ca")  # a rogue master's own config: its master would otherwise refuse itself
     raw["training"]["connect_timeout_s"] = 20
     other = running_agents.with_name("rogue-master.yaml")
     other.write_text(yaml.safe_dump(raw))
