@@ -99,3 +99,22 @@ class ContractViolation(InputError):
         super().__init__(message)
         self.institution = institution
         self.failures = failures
+
+
+def failure_summary(error: BaseException, frames: int = 3) -> str:
+    """One line on an unexpected exception that quotes no value: its type and where it was raised.
+
+    The text of a NumPy, pandas or Arrow exception may quote the data it failed on (a label, a cell), so an
+    agent never logs or returns it; the innermost `frames` code locations say where to look instead.
+    """
+    import traceback
+    from pathlib import Path
+
+    stack = traceback.extract_tb(error.__traceback__)[-frames:]
+    where = " <- ".join(f"{_source_name(Path(f.filename))}:{f.lineno} in {f.name}" for f in reversed(stack))
+    return f"{type(error).__name__} at {where}" if where else type(error).__name__
+
+
+def _source_name(path) -> str:
+    """A source file as 'package/module.py' (its last two path parts): short, and no home folder."""
+    return "/".join(path.parts[-2:])

@@ -127,8 +127,11 @@ class MasterSession(ABC):
         """Load a registered version (verified) at the master and every institution; returns the version."""
 
     @abstractmethod
-    def predict(self, file_stem: str, requester: str | None = None) -> Prediction:
-        """Predict the institutions' new rows with the trained or loaded model."""
+    def predict(self, requester: str | None = None) -> Prediction:
+        """Predict the institutions' new rows with the trained or loaded model.
+
+        The institutions name the files they write (model, version, time), never the master.
+        """
 
     def agree_resume_point(self, store: CheckpointStore, run_id: str) -> int:
         """Agree after how many tree batches run `run_id` resumes, and tell every institution.

@@ -41,7 +41,7 @@ def batch_predict(config_path: str, model_name: str | None = None, version: str 
     with agent_session(config, agents) as (transport, validation):
         session = open_session(config, transport)
         resolved = load_registered_model(config, session, model_name, version)
-        prediction = predict(session, f"{model_name}-{resolved}", requester)
+        prediction = predict(session, requester)
         session.close()
     summary = {"model": model_name, "version": resolved, "ref": version, "validation": validation,
                "prediction": prediction}

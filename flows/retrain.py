@@ -29,6 +29,7 @@ from fedcore.checkpoints import CHECKPOINTS, RUN_ID
 from fedcore.config import FederationConfig, load_config
 from fedcore.errors import PartyUnavailable
 from fedcore.models.card import build_manifest
+from fedcore.names import check_name
 from fedcore.open_session import open_session
 from flows.hooks import write_failure_artifact
 from flows.session import agent_session
@@ -58,7 +59,8 @@ def retrain(config_path: str, agents: str = "deployments", model_name: str | Non
     """
     config = load_config(config_path)
     master_registry(config)  # no signing key: fail before any agent starts, not after training
-    model_name = model_name or config.model_name
+    # the model name becomes a folder: checked before any training
+    model_name = check_name(model_name or config.model_name, "model name")
     summary = resuming(config, partial(session_attempt, config, agents, model_name, predict), run_id)
     return finished(retrain_outcome(model_name, summary["version"], summary["metrics"],
                                     config.promotion_metric, summary["promoted"], summary["production"]),
@@ -114,7 +116,7 @@ def session_attempt(config: FederationConfig, agents: str, model_name: str, pred
                                         config.promotion_metric, settings.promote_margin)
         prediction = None
         if predict and _has_new_rows(config):
-            prediction = predict_task(session, f"{model_name}-{version}", config.prediction_requester)
+            prediction = predict_task(session, config.prediction_requester)
         publish_model_card(model_name, version, manifest, production, promoted, prediction)
         session.close()
     summary = {"model": model_name, "version": version, "promoted": promoted, "metrics": metrics,

@@ -59,12 +59,12 @@ def evaluate(session: MasterSession) -> dict[str, float]:
 
 
 @task(**DATA_LOCAL)
-def predict(session: MasterSession, file_stem: str, requester: str | None = None) -> dict[str, Any]:
+def predict(session: MasterSession, requester: str | None = None) -> dict[str, Any]:
     """Predict the institutions' new rows; a table artifact of the rows per institution.
 
     The predictions are delivered to `requester` only (vertical), or kept by each institution (horizontal).
     """
-    result = session.predict(file_stem, requester)
+    result = session.predict(requester)
     where = f"delivered to {requester}" if result.requester else "predicted locally"
     column = "new rows" if result.requester else "predicted rows"
     create_table_artifact([{"institution": name, column: count} for name, count in result.counts.items()],

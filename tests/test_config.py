@@ -157,3 +157,21 @@ def test_an_institution_may_bound_its_agents_memory() -> None:
                            match=f"institution 'insurer': memory_budget_mb must be a positive integer "
                                  rf"\(MiB\), got {bad!r}"):
             parse_config(raw, CONFIG)
+
+
+SAFE_RULE = ("is not a safe name: it becomes a file or folder name, so it must start with a letter or digit and "
+             "hold only letters, digits, '.', '_' or '-' (at most 128 characters)")
+
+
+@pytest.mark.parametrize(("overrides", "field"), [
+    ({"training": {"model_name": "../../x"}}, "training.model_name '../../x'"),
+    ({"training": {"model_name": "/etc/cron.d/x"}}, "training.model_name '/etc/cron.d/x'"),
+    ({"federation": ".hidden"}, "federation (the default model name) '.hidden'"),
+    ({"institutions": [{"name": "../bank", "data": "b.csv", "id_column": "id", "label": "y"}]},
+     "institutions[0].name '../bank'"),
+])
+def test_names_that_become_paths_are_refused_when_the_config_loads(overrides, field) -> None:
+    """A bad model or institution name is refused before any work, not after a whole training run."""
+    with pytest.raises(ConfigError) as refusal:
+        parse_config(_raw(**overrides), CONFIG)
+    assert str(refusal.value) == f"{CONFIG}: {field} {SAFE_RULE}"

@@ -132,7 +132,7 @@ def run_vertical(tmp_path: Path, alignment: str, privacy: str = "none") -> Recor
     session.train()
     session.evaluate()
     holder = next(n for n, a in agents.items() if a.data.label)
-    session.batch_predict(holder, "wire-batch")
+    session.batch_predict(holder)
     thresholds = {}
     for name, agent in agents.items():
         t = agent.party.model.threshold
@@ -191,7 +191,7 @@ def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str
             agent.party.rows.ranges = _spy_ranges(agent.party.rows.ranges, plain_ranges[name])
     session.train()
     session.evaluate()
-    session.predict_locally("wire-batch")
+    session.predict_locally()
     return Recorded(
         transcript=transport.transcript, parties=list(session.institutions),
         raw_floats=_continuous(table), ids=set(table["record_id"]),

@@ -53,6 +53,9 @@ class SessionAgent(Generic[PartyT]):
     engine_kinds: frozenset[str] = frozenset()
     not_ready = "no party yet"
     """Why an engine message that arrives before the party exists is refused."""
+    session_headers: dict[str, frozenset[str]] = {}
+    """Per session message kind, the header fields it may carry; any other field is refused (a peer's
+    string never becomes a path here). A kind not listed is checked by its handler."""
 
     def __init__(self, data: InstitutionData | Callable[[], InstitutionData], name: str = "") -> None:
         """An agent for the institution's table `data`, or for a loader called afresh at every session start.
@@ -66,6 +69,10 @@ class SessionAgent(Generic[PartyT]):
         self._checkpoints: CheckpointStore | None = None  # once the master asked to resume or checkpoint
         self.closed = False
         self.sessions = 0
+        self.model_ref: tuple[str, str] | None = None
+        """(model, version) this agent stored or loaded in this session: what its predictions are named by."""
+        self._done: set[str] = set()
+        """Session message kinds answered in this session that may be answered only once (`_once`)."""
 
     @property
     def data(self) -> InstitutionData:
@@ -88,7 +95,30 @@ class SessionAgent(Generic[PartyT]):
         handler = getattr(self, f"_on_{message.kind}", None)
         if handler is None:
             raise ProtocolError(f"institution {self.name!r} cannot handle message kind {message.kind!r}")
+        self._check_header(message)
         return handler(message)
+
+    def _check_header(self, message: Message) -> None:
+        """Refuse header fields a session message of this kind does not have (see `session_headers`)."""
+        allowed = self.session_headers.get(message.kind)
+        if allowed is None:
+            return
+        unknown = sorted(set(message.header) - allowed)
+        if unknown:
+            raise ProtocolError(f"institution {self.name!r} refuses {message.kind!r} with header field(s) "
+                                f"{unknown}: it takes {sorted(allowed) or 'none'} (an agent names its own "
+                                "files and reads its own settings)")
+
+    def _once(self, kind: str) -> None:
+        """Refuse a second `kind` message in this session (evaluation is answered once per session)."""
+        if kind in self._done:
+            raise ProtocolError(f"institution {self.name!r} refuses a second {kind!r} in this session: it is "
+                                "answered once per session")
+        self._done.add(kind)
+
+    def _prediction_target(self) -> tuple[str, str] | None:
+        """The (model, version) predictions are named by; None for a model trained here but not stored."""
+        return self.model_ref
 
     def _require_party(self, kind: str) -> PartyT:
         """The engine's party, or the refusal of a `kind` message that needs it before it exists."""
@@ -116,6 +146,7 @@ class SessionAgent(Generic[PartyT]):
             self._data = self._loader()
             self.name = self._data.name
         self.party, self._checkpoints, self.closed = None, None, False
+        self.model_ref, self._done = None, set()
         self._start_session()
         self.sessions += 1
         return validation_reply(self.data.validation)

@@ -42,6 +42,11 @@ class InstitutionData:
     privacy: dict | None = None
     """The federation's `privacy:` settings as this institution's own config reads them; its party runs
     with these, and refuses a master that asks for others. None (in-process use): the master's."""
+    holdout: float | None = None
+    """This institution's own `training.holdout`: it refuses a master holding out another share of the rows.
+    None (in-process use): the master's."""
+    min_overlap: int | None = None
+    """This institution's own `training.min_overlap` (vertical): it refuses to align fewer rows. None: 1."""
     master_key: PublicKeySource | None = None
     """The master's public key this institution's registry trusts (`master.public_key`); without one it
     stores nothing and loads nothing."""
@@ -96,6 +101,7 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
                          else inst.predictions),
         load_batch=batch, validation=report, contract=contract, memory_budget_mb=inst.memory_budget_mb,
         privacy=dict(config.privacy), master_key=master_key,
+        holdout=config.training.holdout, min_overlap=config.training.min_overlap,
     )
 
 

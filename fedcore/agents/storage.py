@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +19,8 @@ from fedcore.agents.data import InstitutionData
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.files import DATA, make_folders, set_mode
 from fedcore.models.artifacts import table_sha256
-from fedcore.models.registry import ModelRegistry
+from fedcore.models.registry import VERSION_NAME, ModelRegistry
+from fedcore.names import check_name
 from fedcore.protocol.messages import Message
 
 log = logging.getLogger(__name__)
@@ -88,14 +90,38 @@ def signed_digest(master_manifest: dict, institution: str) -> str | None:
     return entry.get("table_sha256")
 
 
-def write_predictions(data: InstitutionData, frame: pd.DataFrame, file_stem: str) -> Path:
-    """Write predictions atomically as Parquet in this institution's predictions folder.
+def prediction_file(folder: Path, version: tuple[str, str] | None, when: datetime | None = None) -> Path:
+    """A new file for predictions of `version` (model, version), named by the institution, never by a peer.
 
-    The file gets mode 0640 whatever the umask: the predictions are derived from its rows.
+    `<model>-<version>-<UTC time>.parquet` in `folder` (`unregistered-<UTC time>.parquet` for a model
+    trained but not stored), with `-2`, `-3`, ... if that name is taken, so every prediction run keeps its
+    own file. The model and version are those this agent stored or loaded itself (checked safe again here).
     """
-    path = data.predictions_dir / f"{file_stem}.parquet"
-    make_folders(path.parent)
-    tmp = path.with_suffix(".tmp")
+    stem = "unregistered"
+    if version is not None:
+        model, number = version
+        check_name(model, "model name")
+        if not VERSION_NAME.match(str(number)):
+            raise ProtocolError(f"version {number!r} is not a version name like 'v0001'")
+        stem = f"{model}-{number}"
+    stem += "-" + (when or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    path, copy = folder / f"{stem}.parquet", 1
+    while path.exists():
+        copy += 1
+        path = folder / f"{stem}-{copy}.parquet"
+    return path
+
+
+def write_predictions(data: InstitutionData, frame: pd.DataFrame,
+                      version: tuple[str, str] | None) -> Path:
+    """Write predictions of `version` (model, version) atomically as Parquet in the predictions folder.
+
+    The agent names the file (`prediction_file`); the file gets mode 0640 whatever the umask: the
+    predictions are derived from its rows.
+    """
+    make_folders(data.predictions_dir)
+    path = prediction_file(data.predictions_dir, version)
+    tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, DATA)
     set_mode(fd, DATA)
     with os.fdopen(fd, "wb") as handle:

@@ -63,6 +63,12 @@ log = logging.getLogger(__name__)
 MODEL_STEM = "model"
 """Every institution stores the same complete forest as `model.arrow`."""
 ENGINE_KINDS = {"hello", "fet_ranges", "fet_stats", "ppdert_level", "ppdert_cells", "ppdert_counts", "model"}
+SESSION_HEADERS = {kind: frozenset(fields) for kind, fields in {
+    "validation_report": (), "contract": (), "evaluate": (), "model_digest": (),
+    "store_model": ("model", "version", "manifest"), "load_model": ("model", "version", "table_sha256"),
+    "predict_local": (), "resume_status": ("run", "context"), "resume": ("batches",), "drop_checkpoints": (),
+    "withdraw_model": ("model", "version"), "close": ()}.items()}
+"""The header fields of each session message but `setup` (`SessionAgent.session_headers`)."""
 NOISE_SEEDS = ".noise-seeds"
 """Folder under the checkpoints for the DP modes' noise seeds (a leading dot: never a run id)."""
 NOISY = ("gdp", "ldp")
@@ -73,6 +79,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
 
     engine_kinds = frozenset(ENGINE_KINDS)
     not_ready = "no setup yet"
+    session_headers = SESSION_HEADERS
 
     def __init__(self, data: InstitutionData | Callable[[], InstitutionData], name: str = "",
                  identity: PartyIdentity | None = None) -> None:
@@ -90,12 +97,13 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         self._holdout: pd.DataFrame | None = None
         self._checkpoints: CheckpointStore | None = None
         self._seeds: CheckpointStore | None = None
+        self._trained = False  # the model was trained in this session (its `model` message), not loaded
 
     def _engine_reply(self, message: Message) -> Message:
         party = self._require_party(message.kind)
         reply = party.handle(message)
         if message.kind == "model":
-            self.model = party.model
+            self.model, self._trained = party.model, True
         return reply
 
     def _batch_checkpoint(self) -> dict[str, np.ndarray]:
@@ -103,7 +111,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
 
     # -- session start ----------------------------------------------------------------------------------
     def _start_session(self) -> None:
-        self.model, self._holdout, self._seeds = None, None, None
+        self.model, self._holdout, self._seeds, self._trained = None, None, None, False
 
     def _on_contract(self, message: Message) -> Message:
         from fedcore.contracts.model import dump_contract
@@ -123,7 +131,11 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         frame = self.data.frame.drop(columns=[self.data.id_column])
         rng = np.random.default_rng(np.random.SeedSequence(int(h["holdout_seed"]),
                                                            spawn_key=(zlib.crc32(self.name.encode()),)))
-        held = rng.random(len(frame)) < float(h["holdout"])
+        fraction = float(h["holdout"])
+        if self.data.holdout is not None and fraction != self.data.holdout:
+            raise ProtocolError(f"institution {self.name!r}: the master holds out {fraction:g} of the rows; "
+                                f"this institution's training.holdout is {self.data.holdout:g}")
+        held = rng.random(len(frame)) < fraction
         train, self._holdout = frame[~held].reset_index(drop=True), frame[held].reset_index(drop=True)
         if h["algorithm"] == "ppd-ert":
             self.party = PPDERTParty(self.name, train, self.schema, seed=int(h["seed"]),
@@ -179,10 +191,18 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         return self.model
 
     def _on_evaluate(self, message: Message) -> Message:
-        """Aggregates of the model's errors on this institution's held-out rows; the master sums them."""
+        """Aggregates of the model's errors on this institution's held-out rows; the master sums them.
+
+        Once per session, on the model trained in it (not one loaded, which has no held-out rows here):
+        repeated answers about models the master varies would be an oracle for single held-out labels.
+        """
         model, schema = self._require_model(), self.schema
         assert schema is not None, "setup or load_model set the schema before any model exists"
-        rows = self._holdout if self._holdout is not None else self.data.frame.iloc[:0]
+        if self._holdout is None or not self._trained:
+            raise ProtocolError(f"institution {self.name!r}: 'evaluate' scores only the model trained in "
+                                "this session")
+        self._once(message.kind)
+        rows = self._holdout
         values = model.predict_values(schema.encode(rows)) if len(rows) else np.zeros((0, 1))
         if schema.task == "classification":
             truth = schema.encode_labels(rows[schema.label])
@@ -199,6 +219,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
 
     def _on_store_model(self, message: Message) -> Message:
         path = store_signed_table(self.data, message.header, MODEL_STEM, self._require_model().to_table(), {})
+        self.model_ref = (message.header["model"], message.header["version"])
         return Message("stored", {"path": path})
 
     def _on_load_model(self, message: Message) -> Message:
@@ -206,6 +227,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         _, table = load_signed_table(self.data, message.header, MODEL_STEM)
         self.model = HorizontalForest.from_table(table)
         self.schema = self.model.schema
+        self._holdout, self._trained = None, False
+        self.model_ref = (message.header["model"], message.header["version"])
         return Message("loaded", {"version": message.header["version"], "nodes": self.model.n_nodes})
 
     def _on_predict_local(self, message: Message) -> Message:
@@ -225,7 +248,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
                 out[f"proba_{c}"] = values[:, k]
         else:
             out["prediction"] = values[:, 0]
-        path = write_predictions(self.data, out, message.header["file_stem"])
+        path = write_predictions(self.data, out, self._prediction_target())
         return Message("predicted",
                        {"rows": len(out), "path": str(path), "seconds": time.perf_counter() - started})
 

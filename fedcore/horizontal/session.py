@@ -251,15 +251,20 @@ class HorizontalSession(MasterSession):
                                  for name in self.institutions})
         return version
 
-    def predict(self, file_stem: str, requester: str | None = None) -> Prediction:
+    def predict(self, requester: str | None = None) -> Prediction:
         """Every institution predicts its own new rows (`predict_locally`); `requester` does not apply."""
-        result = self.predict_locally(file_stem)
+        result = self.predict_locally()
         return Prediction(rows=result["rows"], counts=result["counts"], seconds=result["seconds"])
 
-    def predict_locally(self, file_stem: str) -> dict:
-        """Every institution predicts its own new rows with the complete model; predictions stay there."""
+    def predict_locally(self) -> dict:
+        """Every institution predicts its own new rows with the complete model; predictions stay there.
+
+        Each names its own file (model, version, time): the master names nothing that becomes a path.
+        """
         started = time.perf_counter()
-        replies = self.transport.exchange({name: Message("predict_local", {"file_stem": file_stem})
+        replies = self.transport.exchange({name: Message("predict_local")
                                            for name in self.institutions})
         counts = {name: int(r.header["rows"]) for name, r in replies.items()}
-        return {"rows": sum(counts.values()), "counts": counts, "seconds": time.perf_counter() - started}
+        paths = {name: r.header["path"] for name, r in replies.items()}
+        return {"rows": sum(counts.values()), "counts": counts, "paths": paths,
+                "seconds": time.perf_counter() - started}

@@ -54,6 +54,7 @@ from fedcore.models.signing import (
     signer,
     verify_manifest,
 )
+from fedcore.names import SAFE_NAME
 
 LATEST, PRODUCTION = "latest", "production"
 LOCK_FILE = ".lock"
@@ -62,7 +63,6 @@ VERSION_NAME = re.compile(r"^v(\d{4,})$")
 PENDING = re.compile(r"^\.(v\d{4,})\.pending$")
 STAGING = re.compile(r"^\.(v\d{4,}|aliases\.json|aliases\.log)\.tmp-")
 VERSION_REF = re.compile(r"^v?(\d+)$")
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class ModelRegistry:

@@ -14,7 +14,8 @@ Its `ProtocolStateMachine` then refuses, with a `ProtocolError` and a logged rea
 and moves to the next state only when the handler answered. A refused or failed message leaves the
 state as it was. A handler that trips over a malformed message (a missing header field, a wrong type or
 shape, a parameter out of range) refuses it too: the error is re-raised as ProtocolError, chained to the
-original. A reply kind the
+original, saying its type and where it was raised but not its text (which may quote the party's
+data). A reply kind the
 step does not declare is a bug in the party and raises RuntimeError instead of leaving the party.
 
 The tables live beside their parties: `fedcore.vertical.party` (Federated Forest, plain and Paillier,
@@ -29,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from fedcore.errors import ProtocolError
+from fedcore.errors import ProtocolError, failure_summary
 from fedcore.protocol.messages import Message
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ class ProtocolStateMachine:
             raise
         except MALFORMED as error:
             raise self._refuse(kind, f"party {name!r} refuses a malformed {kind!r} message: "
-                                     f"{type(error).__name__}: {error}") from error
+                                     f"{failure_summary(error)}") from error
         if reply.kind not in step.replies:
             raise RuntimeError(f"party {name!r} answered {kind!r} with {reply.kind!r}; the "
                                f"{self.protocol.name} protocol declares {', '.join(step.replies)}")

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore.agents.base import SessionAgent
+from fedcore.agents.checks import check_holdout, prediction_values
 from fedcore.agents.data import InstitutionData
 from fedcore.agents.storage import load_signed_table, store_signed_table, write_predictions
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
@@ -40,6 +41,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SPLIT_ARRAYS = ("tree", "node", "feature", "bin", "missing_left", "is_categorical", "cat_bits")
+SESSION_HEADERS = {kind: frozenset(fields) for kind, fields in {
+    "validation_report": (), "id_hashes": (), "psi_blinded": ("batch",), "psi_reblind": (),
+    "align": ("rows",),
+    "load_holdout": (), "evaluate": (), "model_digest": (), "store_model": ("model", "version", "manifest"),
+    "load_model": ("model", "version", "table_sha256"), "batch_hashes": (), "align_batch": ("rows",),
+    "deliver_predictions": (), "resume_status": ("run", "context"), "resume": ("batches",),
+    "drop_checkpoints": (), "withdraw_model": ("model", "version"), "close": ()}.items()}
+"""The header fields of each session message (`SessionAgent.session_headers`)."""
 PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "evaluate_encrypted",
                "apply_splits", "finalize", "predict_leaves", "route"}
 
@@ -49,6 +58,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
 
     engine_kinds = frozenset(PARTY_KINDS)
     not_ready = "rows are not aligned yet"
+    session_headers = SESSION_HEADERS
 
     def __init__(self, data: InstitutionData | Callable[[], InstitutionData], consortium_key: bytes,
                  name: str = "", identity: PartyIdentity | None = None) -> None:
@@ -64,6 +74,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self._batch_ids: pd.Series | None = None
         self._batch: pd.DataFrame | None = None  # the last new batch loaded for prediction
         self._psi: PSIParty | None = None  # an alignment in progress (its secret never leaves this object)
+        self._holdout_loaded = False  # the held-out rows are the party's prediction data (load_holdout)
         self.aligned_ids: pd.Series | None = None
         self._checkpoints: CheckpointStore | None = None
 
@@ -74,6 +85,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
 
     def _start_session(self) -> None:
         self._holdout, self._batch_ids, self._psi = None, None, None
+        self._holdout_loaded = False
 
     def _hashes(self, ids: pd.Series) -> np.ndarray:
         digests = hash_ids(ids, self._key)
@@ -112,6 +124,19 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         return Message("psi_reblinded", {},
                        {"values": self._psi.reblind(message.arrays["values"].reshape(-1, 32))})
 
+    def _announced(self, message: Message) -> np.ndarray:
+        """The master's positions, checked against what it announced and this institution's `min_overlap`."""
+        positions = np.asarray(message.arrays["positions"])
+        announced = message.header.get("rows")
+        if not isinstance(announced, int) or announced != len(positions):
+            raise ProtocolError(f"institution {self.name!r}: {message.kind!r} announces {announced!r} rows "
+                                f"but carries {len(positions)} positions")
+        least = self.data.min_overlap if message.kind == "align" else 1
+        if least is not None and len(positions) < least:
+            raise ProtocolError(f"institution {self.name!r}: {message.kind!r} aligns {len(positions)} rows, "
+                                f"fewer than this institution's min_overlap={least}")
+        return positions
+
     def _rows(self, positions: np.ndarray) -> np.ndarray:
         """Row numbers of the master's positions: as they are after hashing, mapped back after PSI."""
         positions = np.asarray(positions)
@@ -121,8 +146,9 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         return rows
 
     def _on_align(self, message: Message) -> Message:
-        positions = self._rows(message.arrays["positions"])
+        positions = self._rows(self._announced(message))
         holdout = unpack_bits(message.arrays["holdout"], len(positions)).astype(bool)
+        check_holdout(self.name, int(holdout.sum()), len(positions), self.data.holdout)
         aligned = align_frame(self.data.frame, positions)
         self.aligned_ids = aligned[self.data.id_column]  # kept here, for audits; never sent
         aligned = aligned.drop(columns=[self.data.id_column])
@@ -151,16 +177,29 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
 
     def _on_load_holdout(self, message: Message) -> Message:
         holdout = self._require_holdout(message.kind)
+        self._require_model(message.kind)  # trained in this session: load_model drops the held-out rows
+        self._once(message.kind)
         features = holdout.drop(columns=[self.data.label]) if self.data.label else holdout
         self._require_party(message.kind).set_prediction_data(features)
+        self._holdout_loaded = True
         return Message("ack", {"rows": len(features)})
 
     def _on_evaluate(self, message: Message) -> Message:
+        """Score the master's predictions of the whole held-out set, once per session, after training.
+
+        Anything else (a second call, a subset of rows, values of another shape) is refused: the metrics
+        would otherwise be an oracle for single held-out labels.
+        """
         if not self.data.label:
             raise ProtocolError(f"institution {self.name!r} holds no label and cannot evaluate")
-        values = message.arrays["values"]
+        if not self._holdout_loaded:
+            raise ProtocolError(f"institution {self.name!r}: 'evaluate' before the held-out rows were "
+                                "predicted (load_holdout after training)")
         y = self._require_holdout(message.kind)[self.data.label].to_numpy()
         party = self._require_party(message.kind)
+        width = len(party.classes_) if party.classes_ is not None else 1
+        values = prediction_values(self.name, message, len(y), width)
+        self._once(message.kind)  # a refused call above revealed nothing; this one answers
         if party.classes_ is not None:
             predicted = party.classes_[np.argmax(values, axis=1)]
             result = metrics("classification", y, predicted)
@@ -184,6 +223,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                 pass
         path = store_signed_table(self.data, message.header, party_file_stem(self.name), party_table(model),
                                   extra)
+        self.model_ref = (message.header["model"], message.header["version"])
         return Message("stored", {"path": path})
 
     def _on_load_model(self, message: Message) -> Message:
@@ -199,6 +239,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         if label and manifest.get("classes") is not None:
             party.classes_ = self._stored_classes(manifest)
         self.party, self._holdout, self._batch_ids = party, None, None
+        self.model_ref = (message.header["model"], version)
         return Message("loaded", {"version": version, "owned_nodes": int(np.sum(model.feature >= 0))})
 
     def _stored_classes(self, manifest: dict) -> np.ndarray:
@@ -227,23 +268,26 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
     def _on_align_batch(self, message: Message) -> Message:
         if self._batch is None:
             raise ProtocolError(f"institution {self.name!r}: align_batch before the batch IDs")
-        aligned = align_frame(self._batch, self._rows(message.arrays["positions"]))
+        aligned = align_frame(self._batch, self._rows(self._announced(message)))
         self._batch_ids = aligned[self.data.id_column].reset_index(drop=True)
         features = aligned.drop(columns=[c for c in (self.data.id_column, self.data.label) if c in aligned])
         self._require_party(message.kind).set_prediction_data(features.reset_index(drop=True))
         return Message("ack", {"rows": len(aligned)})
 
     def _on_deliver_predictions(self, message: Message) -> Message:
-        values = message.arrays["values"]
-        out = pd.DataFrame({self.data.id_column: self._batch_ids})
+        if self._batch_ids is None:
+            raise ProtocolError(f"institution {self.name!r}: 'deliver_predictions' before align_batch")
         party = self._require_party(message.kind)
+        width = len(party.classes_) if party.classes_ is not None else 1
+        values = prediction_values(self.name, message, len(self._batch_ids), width)
+        out = pd.DataFrame({self.data.id_column: self._batch_ids})
         if party.classes_ is not None:
             out["prediction"] = party.classes_[np.argmax(values, axis=1)]
             for k, c in enumerate(party.classes_):
                 out[f"proba_{c}"] = values[:, k]
         else:
             out["prediction"] = values[:, 0]
-        path = write_predictions(self.data, out, message.header["file_stem"])
+        path = write_predictions(self.data, out, self._prediction_target())
         return Message("delivered", {"path": str(path), "rows": len(out)})
 
     # -- checkpoints (resuming a run after a crash) ------------------------------------------------------

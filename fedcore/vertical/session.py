@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from fedcore.agents.checks import expected_holdout
 from fedcore.algorithms import FOREST
 from fedcore.checkpoints import CheckpointStore
 from fedcore.errors import ArtifactError, ProtocolError
@@ -112,9 +113,9 @@ class VerticalSession(MasterSession):
         rng = stream(self.params.random_state, "split", 0)
         n = self.plan.n_common
         holdout = np.zeros(n, dtype=np.uint8)
-        holdout[rng.permutation(n)[: int(round(self.holdout_fraction * n))]] = 1
+        holdout[rng.permutation(n)[: expected_holdout(n, self.holdout_fraction)]] = 1
         replies = self.transport.exchange({
-            name: Message("align", {},
+            name: Message("align", {"rows": n},
                           {"positions": self.plan.positions[name], "holdout": pack_bits(holdout)})
             for name in self.institutions})
         first = next(iter(replies.values())).header
@@ -223,26 +224,27 @@ class VerticalSession(MasterSession):
                                  for name in self.institutions})
         return version
 
-    def predict(self, file_stem: str, requester: str | None = None) -> Prediction:
+    def predict(self, requester: str | None = None) -> Prediction:
         """Batch prediction (`batch_predict`): only `requester` receives the predictions, with IDs."""
         if requester is None:
             raise ProtocolError("vertical prediction delivers to one institution: name the requester")
-        result = self.batch_predict(requester, file_stem)
+        result = self.batch_predict(requester)
         return Prediction(rows=result["rows"], counts=result["counts"], seconds=result["seconds"],
                           requester=requester, path=result["path"])
 
-    def batch_predict(self, requester: str, file_stem: str, min_overlap: int = 1) -> dict:
+    def batch_predict(self, requester: str, min_overlap: int = 1) -> dict:
         """Align the institutions' new batches, predict them in one round per row batch, and deliver them.
 
-        The predictions (with IDs) go to `requester` only.
+        The predictions (with IDs) go to `requester` only, which names the file they are written to.
         """
         started = time.perf_counter()
         plan = self._intersect(batch=True)
         check_overlap(plan, min_overlap)
-        self.transport.exchange({name: Message("align_batch", {}, {"positions": plan.positions[name]})
+        self.transport.exchange({name: Message("align_batch", {"rows": plan.n_common},
+                                               {"positions": plan.positions[name]})
                                  for name in self.institutions})
         values = self.master.predict_values(plan.n_common)
-        reply = self.transport.exchange({requester: Message("deliver_predictions", {"file_stem": file_stem},
+        reply = self.transport.exchange({requester: Message("deliver_predictions", {},
                                                             {"values": values})})[requester]
         return {"rows": plan.n_common, "counts": dict(plan.counts), "path": reply.header["path"],
                 "seconds": time.perf_counter() - started, "requester": requester}

@@ -6,6 +6,8 @@ predict locally; and the refusals around it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -84,10 +86,12 @@ def test_train_evaluate_store_and_predict_locally(table, tmp_path, algorithm) ->
             "waveform", version)
         assert HorizontalForest_from(tables).same_as(model)
 
-    result = session.predict_locally("batch-1")
+    result = session.predict_locally()
     assert result["counts"] == {n: len(a.data.load_batch()) for n, a in agents.items()}
     for name, agent in agents.items():
-        written = pd.read_parquet(tmp_path / "predictions" / name / "batch-1.parquet")
+        path = Path(result["paths"][name])
+        assert path.parent == tmp_path / "predictions" / name and path.name.startswith(f"waveform-{version}-")
+        written = pd.read_parquet(path)
         new = agent.data.load_batch()
         assert list(written["patient_id"]) == list(new["patient_id"])
         expected = np.asarray(schema.classes)[np.argmax(model.predict_values(schema.encode(new)), axis=1)]
@@ -111,17 +115,16 @@ def test_a_registered_version_loads_and_predicts_without_training(table, tmp_pat
     version = registry.register("waveform", {"parties": session.manifest_entries()["parties"]},
                                 session.master_tables())
     session.store_at_institutions("waveform", version, registry.read_manifest("waveform", version))
-    session.predict_locally("trained")
+    trained = session.predict_locally()["paths"]
 
     fresh = _agents(table, tmp_path)
     loaded = _session(fresh)
     assert loaded.load_model(registry, "waveform", "latest") == version
     assert all(a.model.same_as(model) for a in fresh.values())
-    loaded.predict_locally("loaded")
+    paths = loaded.predict_locally()["paths"]
     for name in NAMES:
-        folder = tmp_path / "predictions" / name
-        pd.testing.assert_frame_equal(pd.read_parquet(folder / "loaded.parquet"),
-                                      pd.read_parquet(folder / "trained.parquet"))
+        assert paths[name] != trained[name]
+        pd.testing.assert_frame_equal(pd.read_parquet(paths[name]), pd.read_parquet(trained[name]))
 
     model_file = tmp_path / "registry" / "south" / "waveform" / version / "model.arrow"
     model_file.write_bytes(model_file.read_bytes()[:-8] + bytes(8))  # a local tamper
@@ -188,7 +191,7 @@ def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(ta
     assert (manifest["algorithm"], manifest["setting"]) == ("ppd-ert", "horizontal")
     assert manifest["privacy"]["mode"] == "secagg" and manifest["schema"] == session.schema.to_dict()
     assert "overlap" not in manifest["training"] and manifest["training"]["rows"] == facts.train_rows
-    prediction = session.predict("protocol")
+    prediction = session.predict()
     assert isinstance(prediction, Prediction) and prediction.requester is None
     assert prediction.rows == sum(prediction.counts.values()) > 0
     card = model_card("hospitals", "v0001", manifest, None, False, prediction.to_dict())

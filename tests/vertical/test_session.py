@@ -65,7 +65,7 @@ def test_session_end_to_end(scenario, tmp_path) -> None:
         assert manifest["master_manifest"]["version"] == version and len(tables) == 1
 
     holder = scenario["label_holder"]
-    result = session.batch_predict(holder, "demo-v0001")
+    result = session.batch_predict(holder)
     assert result["rows"] == scenario["overlap"]["new"]
     predictions = pd.read_parquet(result["path"])
     assert list(predictions.columns[:2]) == [scenario["id_column"], "prediction"]
@@ -100,7 +100,8 @@ def test_load_model_predicts_like_the_training_session(scenario, tmp_path) -> No
     version = registry.register("demo", manifest, session.master_tables())
     session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
     holder = scenario["label_holder"]
-    trained = pd.read_parquet(session.batch_predict(holder, "trained")["path"])
+    trained_path = session.batch_predict(holder)["path"]
+    trained = pd.read_parquet(trained_path)
     session.close()
 
     fresh = _agents(scenario, tmp_path)
@@ -108,10 +109,10 @@ def test_load_model_predicts_like_the_training_session(scenario, tmp_path) -> No
     transport.exchange({n: Message("validation_report") for n in fresh})
     loaded = VerticalSession(transport, ForestParams(), min_overlap=100)
     assert loaded.load_model(registry, "demo", "latest") == version
-    result = loaded.batch_predict(holder, "loaded")
+    result = loaded.batch_predict(holder)
     assert result["rows"] == scenario["overlap"]["new"]
-    assert (tmp_path / "predictions" / holder / "loaded.parquet").read_bytes() == \
-        (tmp_path / "predictions" / holder / "trained.parquet").read_bytes()
+    assert result["path"] != trained_path  # every prediction run keeps its own file
+    assert Path(result["path"]).read_bytes() == Path(trained_path).read_bytes()
     pd.testing.assert_frame_equal(pd.read_parquet(result["path"]), trained)
 
     with pytest.raises(ArtifactError, match="has no version 'v0009'"):
@@ -202,7 +203,7 @@ def test_psi_aligns_the_new_batch_too(scenario, tmp_path) -> None:
                               alignment="psi")
     session.align()
     session.train()
-    result = session.batch_predict(scenario["label_holder"], "psi-batch")
+    result = session.batch_predict(scenario["label_holder"])
     predictions = pd.read_parquet(result["path"])
     new = {n: set(pd.read_parquet(f["new"])[scenario["id_column"]])
            for n, f in scenario["institutions"].items()}
@@ -256,7 +257,7 @@ def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(sc
     assert [p["name"] for p in manifest["parties"]] == session.institutions
     assert set(manifest["lineage"]) == {"federation", "contracts", "data_fingerprints", "code_version"}
     holder = scenario["label_holder"]
-    prediction = session.predict("protocol", holder)
+    prediction = session.predict(holder)
     assert isinstance(prediction, Prediction) and prediction.requester == holder
     assert prediction.rows == scenario["overlap"]["new"]
     card = model_card("retail", "v0001", manifest, None, True, prediction.to_dict())
@@ -265,4 +266,4 @@ def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(sc
     assert f"rows delivered to {holder}" in card and "path" not in prediction.to_dict()
     with pytest.raises(ProtocolError,
                        match="vertical prediction delivers to one institution: name the requester"):
-        session.predict("protocol")
+        session.predict()

@@ -1,0 +1,29 @@
+"""Names that become file or folder names, checked where they enter: the config, a peer's message.
+
+A model, an institution or an alias names a folder or a file; a name from a config or from the master
+must not be able to climb out of its folder (`..`, `/`), hide (a leading dot) or smuggle separators.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fedcore.errors import InputError
+
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+"""A letter or digit, then up to 127 letters, digits, '.', '_' or '-': never '..', '/', or a hidden file."""
+
+
+def is_safe_name(value: object) -> bool:
+    """Whether `value` is a string that may name a file or folder (`SAFE_NAME`)."""
+    return isinstance(value, str) and SAFE_NAME.match(value) is not None
+
+
+def check_name(value: object, what: str) -> str:
+    """`value` if it may name a file or folder, else InputError naming `what` and the rule."""
+    if not is_safe_name(value):
+        raise InputError(f"{what} {value!r} is not a safe name: it becomes a file or folder name, so it must "
+                         "start with a letter or digit and hold only letters, digits, '.', '_' or '-' "
+                         "(at most 128 characters)")
+    assert isinstance(value, str)
+    return value
