@@ -19,7 +19,7 @@ what the same party sent one level up. Every check is a few whole-array operatio
 - **GDP noisy counts** (`check_noisy_counts`): finite, and within the largest noise the Laplace sampler can
   draw (`LAPLACE_NOISE_BOUND` scales) of [0, rows]. Nothing else is provable: every count carries its own
   independent noise, so branches, candidates and levels need not add up, and a party can still bias a count by
-  up to that bound (about 36 / epsilon) without being caught.
+  up to that bound (about 37 / epsilon) without being caught.
 """
 
 from __future__ import annotations
@@ -162,7 +162,8 @@ def check_noisy_counts(who: str, what: str, counts: np.ndarray, rows: int, count
     if n.size:
         low, high = float(n.min()), float(n.max())
         if low < -reach * FLOAT_SLACK or high > (rows + reach) * FLOAT_SLACK:
-            raise ProtocolError(f"{who}: {what} holds a count of {low if low < 0 else high:.6g}, further "
+            shown = low if low < -reach * FLOAT_SLACK else high
+            raise ProtocolError(f"{who}: {what} holds a count of {shown:.6g}, further "
                                 f"outside [0, {rows}] (the rows declared in hello) than the largest Laplace "
                                 f"noise of the party's declared scale can reach ({reach:.6g})")
     if target_bits is not None and counts.size:

@@ -99,6 +99,12 @@ class HorizontalSession(MasterSession):
             header.update(low=self._low.tolist(), high=self._high.tolist(), **self._thresholds())
         replies = self.transport.exchange({name: Message("setup", header) for name in self.institutions})
         self.rows = {name: dict(r.header) for name, r in replies.items()}
+        for name, r in self.rows.items():  # the bounds of every count the institution sends in training
+            for field, what in (("train_rows", "training rows"), ("holdout_rows", "held-out rows")):
+                value = r.get(field)
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise ProtocolError(f"institution {name!r} declared {value!r} {what} at setup; a row "
+                                        "count is an integer >= 0")
         empty = [name for name, r in self.rows.items() if r["train_rows"] == 0]
         if empty:
             raise ProtocolError(f"institutions {empty} have no training rows; every institution needs at "
@@ -146,6 +152,8 @@ class HorizontalSession(MasterSession):
             self.master = FederatedExtraTreesMaster(self.transport, self.params, self.schema,
                                                     privacy=self.privacy["mode"], ldp=ldp,
                                                     progress=self.progress)
+        # each institution's hello must declare the training rows it declared at setup (its counts' bound)
+        self.master.declared_rows = {name: int(r["train_rows"]) for name, r in self.rows.items()}
         resumed = 0
         if checkpoints is None or run_id is None:
             self.model = self.master.fit()

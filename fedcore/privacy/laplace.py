@@ -18,12 +18,12 @@ from fedcore.errors import ParameterError
 
 _HINT = "smaller epsilon = more noise and stronger privacy, larger = less noise (typical values 0.1 to 10)"
 
-LAPLACE_NOISE_BOUND = 52 * math.log(2)
+LAPLACE_NOISE_BOUND = 53 * math.log(2)
 """No noise `laplace_counts` adds (nor NumPy's `Generator.laplace`, any bit generator) exceeds this many
-scales in magnitude, about 36.04: its uniform u is a multiple of 2^-53 in (0, 1), and the noise is
-scale * log(2u) below 1/2, else -scale * log(2 - 2u), where both 2u and 2 - 2u are at least 2^-52. The
-horizontal master refuses noisy counts further than this from any count a party could hold
-(`fedcore.horizontal.counts`)."""
+scales in magnitude, about 36.74: its uniform u is a multiple of 2^-53 in (0, 1), and the noise is
+scale * log(u + u) below 1/2 (u + u >= 2^-52), else -scale * log(2 - u - u), which float64 computes as at
+least 2^-53 (2 - u rounds to 1 at u = 1 - 2^-53). The horizontal master refuses noisy counts further than
+this from any count a party could hold (`fedcore.horizontal.counts`)."""
 
 
 def check_epsilon(epsilon: float, what: str = "epsilon") -> float:

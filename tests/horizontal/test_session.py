@@ -171,6 +171,49 @@ def test_an_agent_trains_fet_only_with_the_privacy_of_its_own_config(table, tmp_
     assert agreed.model.n_trees == 12
 
 
+@pytest.mark.parametrize("algorithm", ["extra-trees", "ppd-ert"])
+def test_an_institution_declares_the_same_training_rows_in_hello_as_at_setup(table, tmp_path,
+                                                                            algorithm) -> None:
+    """The rows bound every count an institution sends (`fedcore/horizontal/counts.py`): it cannot raise them.
+
+    A hostile institution that declares more rows in hello than at setup is refused before any level.
+    """
+    agents = _agents(table.head(600), tmp_path)
+    honest = agents["north"].handle
+
+    def inflating(message):
+        reply = honest(message)
+        if reply.kind == "hello_reply":
+            return Message(reply.kind, {**reply.header, "n_rows": reply.header["n_rows"] + 7}, reply.arrays)
+        return reply
+
+    agents["north"].handle = inflating
+    session = _session(agents, algorithm)
+    session.agree_schema()
+    rows = session.rows["north"]["train_rows"]
+    with pytest.raises(ProtocolError) as refused:
+        session.train()
+    assert str(refused.value) == (f"party 'north' declared {rows + 7} rows in hello, but {rows} training "
+                                  "rows at setup")
+
+
+def test_an_institution_declares_row_counts_at_setup(table, tmp_path) -> None:
+    agents = _agents(table.head(600), tmp_path)
+    honest = agents["south"].handle
+
+    def negative(message):
+        reply = honest(message)
+        if reply.kind == "ready":
+            return Message(reply.kind, {**reply.header, "holdout_rows": -3})
+        return reply
+
+    agents["south"].handle = negative
+    with pytest.raises(ProtocolError) as refused:
+        _session(agents).agree_schema()
+    assert str(refused.value) == ("institution 'south' declared -3 held-out rows at setup; a row count is an "
+                                  "integer >= 0")
+
+
 def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(table, tmp_path) -> None:
     """The same protocol and types as the vertical session; the manifest adds the schema and privacy."""
     from fedcore.models.card import build_manifest, model_card

@@ -98,3 +98,22 @@ def test_a_zero_uniform_falls_back_to_numpys_redraw(monkeypatch: pytest.MonkeyPa
     np.testing.assert_array_equal(laplace.laplace_counts(np.arange(4), 1.0, rng),
                                   np.arange(4) + reference.laplace(0.0, 1.0, 4))
     assert rng.random() == reference.random()
+
+
+def test_no_draw_exceeds_the_noise_bound() -> None:
+    from fedcore.privacy import laplace
+
+    # the 2,000 most extreme non-zero uniforms, k * 2^-53 and 1 - k * 2^-53 (low bits: dropped, set anyway)
+    k = np.arange(1, 1001, dtype=np.uint64)
+    top = (np.uint64(1 << 53) - k) << np.uint64(11)
+    words = np.concatenate([k << np.uint64(11), top | np.uint64(2047)])
+    out = np.zeros(len(words))
+    assert laplace._add_laplace(out, words, 1.0)
+    assert np.abs(out).max() <= laplace.LAPLACE_NOISE_BOUND * (1 + 2.0 ** -50)
+    # both ends are reached: 2u = 2^-52 below 1/2; 2 - u - u rounds to 2^-53 at u = 1 - 2^-53
+    assert out[0] == pytest.approx(-52 * np.log(2), rel=1e-15)
+    assert out[1000] == pytest.approx(laplace.LAPLACE_NOISE_BOUND, rel=1e-15)
+    # NumPy's own sampler, which a party without PCG64 falls back to, draws the same
+    scale = 2.5
+    rng = np.random.Generator(np.random.PCG64(3))
+    assert np.abs(rng.laplace(0.0, scale, 100_000)).max() <= laplace.LAPLACE_NOISE_BOUND * scale

@@ -1,0 +1,295 @@
+"""The master refuses label statistics no party could hold, naming the party (issue #27, point 8).
+
+Party 'b' is hostile: its replies pass through an alteration (negative counts, counts above its rows,
+branches that do not add up to their node, a node that is not its parent's branch) before they reach the
+master. Every mode where a check applies: FET `none` (classification and regression), `ldp` (branch sizes and
+bit sums), `gdp` (finite, within the largest noise), PPD-ERT without masks (per party) and with secure
+aggregation (the unmasked sum: no party can be named). Small forests, refused at the first or second level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from fedcore.errors import ProtocolError
+from fedcore.horizontal.counts import SUM_OF_PARTIES
+from fedcore.horizontal.estimators import (
+    FederatedExtraTreesClassifier,
+    FederatedExtraTreesRegressor,
+    PPDERTClassifier,
+)
+from fedcore.privacy import laplace
+from fedcore.protocol.messages import Message
+from tests.horizontal.common import horizontal_table, split_rows
+
+OPTIONS = {"n_estimators": 2, "max_depth": 3, "max_features": 3, "random_state": 0}
+K, C = 3, 3  # candidates per node, classes
+
+
+def _frames(task: str = "classification") -> dict:
+    return dict(zip("ab", split_rows(horizontal_table(seed=8, task=task, n_rows=200), 2), strict=True))
+
+
+ROWS = len(_frames()["b"])  # the hostile party's rows
+TOTAL = 200
+
+
+def _fit(model, alter: Callable[[list, Message, Message], Message], task: str = "classification") -> None:
+    """Fit `model` with party 'b' passing every reply through alter(parties, request, reply)."""
+    original = model._make_parties
+
+    def make(frames, schema):
+        parties = original(frames, schema)
+        hostile = parties[-1]
+        honest = hostile.handle
+        hostile.handle = lambda message: alter(parties, message, honest(message))
+        return parties
+
+    model._make_parties = make
+    model.fit(_frames(task), "target")
+
+
+def _altering(kind: str, field: str, depth: int, change: Callable[[np.ndarray], None]):
+    """An alteration of array `field` of `kind` replies at `depth`, seen as (nodes, k, 2, stats) int64."""
+    def alter(parties, message, reply):
+        if reply.kind != kind or message.header.get("depth") != depth:
+            return reply
+        sent = reply.arrays[field]
+        c = sent.astype(np.int64)
+        c = c[..., None] if field == "sizes" else c.reshape(-1, K, 2, C) if c.ndim == 1 else c
+        change(c)
+        return Message(reply.kind, reply.header, {**reply.arrays, field: c.reshape(sent.shape)})
+    return alter
+
+
+def _set(value):
+    def change(c):
+        c[0, 0, 0, 0] = value
+    return change
+
+
+def _one_candidate_more(c):
+    c[0, 1, 0, 0] += 1
+
+
+def _one_row_more(c):  # under every candidate: they agree, the node does not (a left branch is never full)
+    c[0, :, 0, 0] += 1
+
+
+# (reply kind, array, its name in refusals, the estimator)
+EXACT = {
+    "none": ("fet_counts", "counts", lambda: FederatedExtraTreesClassifier(**OPTIONS)),
+    "ldp": ("fet_bit_sums", "sizes", lambda: FederatedExtraTreesClassifier(privacy="ldp", **OPTIONS)),
+    "ppd-ert plain": ("ppdert_plain_counts", "counts",
+                      lambda: PPDERTClassifier(secure_aggregation=False, allow_data_ranges=True, **OPTIONS)),
+}
+CASES = {
+    "negative": (0, _set(-1), "{what} holds a count of -1, outside [0, {rows}], the rows declared in hello"),
+    "above its rows": (0, _set(ROWS + 1),
+                       "{what} holds a count of {above}, outside [0, {rows}], the rows declared in hello"),
+    "candidates differ": (0, _one_candidate_more,
+                          "{what}: the two branches of the 3 candidates of open node 0 add up to different "
+                          "counts; every candidate splits the same rows"),
+    "root above its rows": (0, _one_row_more,
+                            "{what}: the branches of root 0 add up to {above} rows, not the {rows} declared "
+                            "in hello"),
+    "not the parent's branch": (1, _one_row_more,
+                                "{what}: open node 0 holds other counts than the branch that made it (its "
+                                "parent's chosen candidate, one level up)"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("mode", EXACT)
+def test_exact_counts_out_of_bounds_or_not_adding_up_are_refused_naming_the_party(mode, case) -> None:
+    kind, field, model = EXACT[mode]
+    depth, change, text = CASES[case]
+    what = f"{kind}.{field}"
+    expected = "party 'b': " + text.format(what=what, rows=ROWS, above=ROWS + 1)
+    with pytest.raises(ProtocolError) as refused:
+        _fit(model(), _altering(kind, field, depth, change))
+    assert str(refused.value) == expected
+
+
+def test_ldp_bit_sums_beyond_their_branch_or_not_adding_up_are_refused() -> None:
+    def alter_bits(make):
+        def alter(parties, message, reply):
+            if reply.kind != "fet_bit_sums" or message.header.get("depth") != 0:
+                return reply
+            bits, sizes = reply.arrays["bit_sums"].astype(np.int64), reply.arrays["sizes"].astype(np.int64)
+            make(bits, sizes)
+            return Message(reply.kind, reply.header, {**reply.arrays, "bit_sums": bits})
+        return alter
+
+    def above_size(bits, sizes):
+        bits[0, 0, 0, 0] = sizes[0, 0, 0] + 1
+
+    def negative(bits, sizes):
+        bits[0, 0, 0, 0] = -1
+
+    def one_report_more(bits, sizes):  # candidate 1's left branch: one more 1 bit than its rows sent
+        b = int(np.flatnonzero(bits[0, 1, 0] < sizes[0, 1, 0])[0])
+        bits[0, 1, 0, b] += 1
+
+    outside = ("party 'b': fet_bit_sums.bit_sums at open node 0 holds a bit sum outside [0, its branch's "
+               "size]: a branch sums one 0/1 report per row")
+    for make, text in ((above_size, outside), (negative, outside),
+                       (one_report_more, "party 'b': fet_bit_sums.bit_sums: the two branches of the "
+                                         "candidates of open node 0 add up to different bit sums; each "
+                                         "row's one report is counted under every candidate")):
+        with pytest.raises(ProtocolError) as refused:
+            _fit(FederatedExtraTreesClassifier(privacy="ldp", **OPTIONS), alter_bits(make))
+        assert str(refused.value) == text
+
+
+def _regression_alter(make):
+    """Alter party 'b''s first-level (count, sum q) with make(counts, bits), bits bounding its |q|."""
+    def alter(parties, message, reply):
+        if reply.kind != "fet_counts" or message.header["depth"] != 0:
+            return reply
+        hostile = parties[-1]
+        bits = max(int(np.frexp(np.abs(hostile.y).max())[1]) + int(message.header["q_shift"]), 0)
+        c = reply.arrays["counts"].astype(np.int64)
+        make(c, bits)
+        return Message(reply.kind, reply.header, {"counts": c})
+    return alter
+
+
+def test_regression_counts_and_target_sums_are_bounded() -> None:
+    def negative(c, bits):
+        c[0, 0, 0, 0] = -1
+
+    def sum_beyond_count(c, bits):  # a branch's sum above count x 2**bits, within rows x 2**bits overall
+        c[0, 0, 0, 1] = (int(c[0, 0, 0, 0]) << bits) + 1
+
+    def huge_sum(c, bits):
+        c[0, 0, 0, 1] = -(1 << 60)
+
+    seen = {}
+
+    def record(c, bits):
+        seen["bits"] = bits
+
+    _fit(FederatedExtraTreesRegressor(**OPTIONS), _regression_alter(record), task="regression")  # honest
+    beyond = (f"party 'b': fet_counts.counts: a branch's sum of quantised targets exceeds its count times "
+              f"2**{seen['bits']}, the bound on each target from the magnitude declared in hello")
+    for make, text in ((negative, f"party 'b': fet_counts.counts holds a count of -1, outside [0, {ROWS}], "
+                                  "the rows declared in hello"),
+                       (sum_beyond_count, beyond), (huge_sum, beyond)):
+        with pytest.raises(ProtocolError) as refused:
+            _fit(FederatedExtraTreesRegressor(**OPTIONS), _regression_alter(make), task="regression")
+        assert str(refused.value) == text
+
+
+def test_regression_party_must_state_a_float_exponent() -> None:
+    def alter(parties, message, reply):
+        if reply.kind == "hello_reply":
+            return Message(reply.kind, {**reply.header, "y_exponent": 5000}, reply.arrays)
+        return reply
+
+    with pytest.raises(ProtocolError) as refused:
+        _fit(FederatedExtraTreesRegressor(**OPTIONS), alter, task="regression")
+    assert str(refused.value) == ("party 'b' reported no usable target magnitude (5000); a regression party "
+                                  "states y_exponent, an integer in [-1074, 1024] with |y| < 2**y_exponent, "
+                                  "in its hello reply")
+
+
+@pytest.mark.parametrize("rows", [-5, 1.5, "200", True])
+def test_hello_must_declare_a_row_count(rows) -> None:
+    def alter(parties, message, reply):
+        if reply.kind == "hello_reply":
+            return Message(reply.kind, {**reply.header, "n_rows": rows}, reply.arrays)
+        return reply
+
+    with pytest.raises(ProtocolError) as refused:
+        _fit(FederatedExtraTreesClassifier(**OPTIONS), alter)
+    assert str(refused.value) == (f"party 'b' declared {rows!r} rows in hello; a row count is an integer "
+                                  ">= 0")
+
+
+def test_gdp_counts_beyond_the_largest_noise_are_refused() -> None:
+    reach = laplace.LAPLACE_NOISE_BOUND  # epsilon 1: scale 1
+    beyond = [(1e9, "1e+09"), (-reach - 0.01, "-36.7468"), (ROWS + reach + 0.01, f"{ROWS + 36.7468:g}")]
+
+    def noisy(value):
+        def alter(parties, message, reply):
+            if reply.kind != "fet_noisy_counts":
+                return reply
+            counts = reply.arrays["counts"].copy()
+            counts[0, 0, 0, 0] = value
+            return Message(reply.kind, reply.header, {"counts": counts})
+        return alter
+
+    gdp = {"privacy": "gdp", "epsilon": 1.0, **OPTIONS}
+    for value, shown in beyond:
+        with pytest.raises(ProtocolError) as refused:
+            _fit(FederatedExtraTreesClassifier(**gdp), noisy(value))
+        assert str(refused.value) == (f"party 'b': fet_noisy_counts.counts holds a count of {shown}, further "
+                                      f"outside [0, {ROWS}] (the rows declared in hello) than the largest "
+                                      "Laplace noise of the party's declared scale can reach (36.7368)")
+    # right at the bound is a count an honest party can send
+    _fit(FederatedExtraTreesClassifier(**gdp), noisy(-reach))
+    with pytest.raises(ProtocolError, match=r"^party 'b': fet_noisy_counts.counts must be finite numbers$"):
+        _fit(FederatedExtraTreesClassifier(**gdp), noisy(np.inf))
+
+
+def _secagg_fit(change: Callable[[np.ndarray, int, np.ndarray], None]) -> None:
+    """PPD-ERT with secure aggregation; party 'b' alters its counts before masking them.
+
+    change(its counts, depth, the other party's counts), all (nodes, k, 2, classes) int64.
+    """
+    model = PPDERTClassifier(allow_data_ranges=True, **OPTIONS)
+    original = model._make_parties
+
+    def make(frames, schema):
+        parties = original(frames, schema)
+        other, hostile = parties
+        honest_counts, honest_handle, depth = hostile.rows.class_counts, hostile.handle, {}
+
+        def counts(dtype=None):
+            c = honest_counts().astype(np.int64)
+            change(c, depth["now"], other.rows.class_counts().astype(np.int64))
+            return c
+
+        def handle(message):
+            depth["now"] = message.header.get("depth")
+            return honest_handle(message)
+
+        hostile.rows.class_counts, hostile.handle = counts, handle
+        return parties
+
+    model._make_parties = make
+    model.fit(_frames(), "target")
+
+
+def test_secure_aggregation_sums_are_bounded_and_add_up_but_name_no_party() -> None:
+    def above_all_rows(c, depth, other):  # the sum of entry 0 becomes one more than every row
+        c[0, 0, 0, 0] = TOTAL + 1 - other[0, 0, 0, 0]
+
+    def below_zero(c, depth, other):
+        c[0, 0, 0, 0] = -1 - other[0, 0, 0, 0]
+
+    def at(level, alteration):
+        def change(c, depth, other):
+            if depth == level:
+                alteration(c)
+        return change
+
+    what = f"{SUM_OF_PARTIES}: ppdert_masked_counts"
+    for change, text in (
+            (above_all_rows, f"{what} holds a count of {TOTAL + 1}, outside [0, {TOTAL}], the rows declared "
+                             "in hello"),
+            (below_zero, "the masked counts sum to negative values in the 16-bit ring: a party counted more "
+                         "rows than it reported, or masked in another ring"),
+            (at(0, _one_candidate_more), f"{what}: the two branches of the 3 candidates of open node 0 add "
+                                         "up to different counts; every candidate splits the same rows"),
+            (at(0, _one_row_more), f"{what}: the branches of root 0 add up to {TOTAL + 1} rows, not the "
+                                   f"{TOTAL} declared in hello"),
+            (at(1, _one_row_more), f"{what}: open node 0 holds other counts than the branch that made it "
+                                   "(its parent's chosen candidate, one level up)")):
+        with pytest.raises(ProtocolError) as refused:
+            _secagg_fit(change)
+        assert str(refused.value) == text
