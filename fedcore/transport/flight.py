@@ -84,6 +84,7 @@ import secrets
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
@@ -570,28 +571,14 @@ class FlightTransport(Transport):
                                 f"{keepalive_s!r}")
         self.keepalive_s = keepalive_s
         self._keepalive_stop = threading.Event()
+        action_type = keepalive_action(self.session)
         self._keepalive_threads = [
-            threading.Thread(target=self._keep_alive, args=(party, keepalive_s), daemon=True,
-                             name=f"fedforest-keepalive-{party}")
+            threading.Thread(target=_send_keepalives, daemon=True, name=f"fedforest-keepalive-{party}",
+                             args=(weakref.ref(self), party, self._clients[party], action_type, keepalive_s,
+                                   self._keepalive_stop))
             for party in (self.endpoints if keepalive_s is not None else ())]
         for thread in self._keepalive_threads:
             thread.start()
-
-    def _keep_alive(self, party: str, every_s: float) -> None:
-        """Tell `party`'s agent this session is alive every `every_s` seconds until stopped.
-
-        A keep-alive takes no party lock and no sequence number; one that fails (the agent is not up yet, or
-        gone) is not retried: the next one comes `every_s` later. Its own thread per party, so an agent that
-        does not answer cannot delay the others'.
-        """
-        action = flight.Action(keepalive_action(self.session), b"")
-        options = flight.FlightCallOptions(timeout=min(every_s, 5.0))
-        while not self._keepalive_stop.wait(every_s):
-            try:
-                for _ in self._clients[party].do_action(action, options=options):
-                    pass
-            except Exception as exc:  # best effort: the protocol calls report an unreachable agent
-                log.debug("keep-alive to party %r failed: %s", party, _first_line(exc))
 
     def stop_keepalives(self) -> None:
         """Stop telling the agents this session is alive (`close` does; alone, as a dead master would)."""
@@ -759,6 +746,25 @@ class FlightTransport(Transport):
     def __exit__(self, *exc_info) -> None:
         """Close every client."""
         self.close()
+
+
+def _send_keepalives(transport: weakref.ref, party: str, client: flight.FlightClient, action_type: str,
+                     every_s: float, stop: threading.Event) -> None:
+    """Tell `party`'s agent the transport's session is alive every `every_s` seconds until `stop` is set.
+
+    A keep-alive takes no party lock and no sequence number; one that fails (the agent is not up yet, or
+    gone) is not retried: the next one comes `every_s` later. Each party has its own thread, so an agent
+    that does not answer cannot delay the others'. The thread holds the transport only weakly: one that
+    was dropped without `close` stops sending too, so its sessions are released as a dead master's.
+    """
+    action = flight.Action(action_type, b"")
+    options = flight.FlightCallOptions(timeout=min(every_s, 5.0))
+    while not stop.wait(every_s) and transport() is not None:
+        try:
+            for _ in client.do_action(action, options=options):
+                pass
+        except Exception as exc:  # best effort: the protocol calls report an unreachable agent
+            log.debug("keep-alive to party %r failed: %s", party, _first_line(exc))
 
 
 def _require_tls(location: str, who: str) -> None:

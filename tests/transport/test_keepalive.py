@@ -6,6 +6,7 @@ A real AgentServer and FlightTransports in one process, with a session window of
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from pathlib import Path
@@ -198,3 +199,14 @@ def test_the_guard_counts_the_window_from_the_last_sign_of_life() -> None:
     assert guard.abandoned() and guard.in_session()
     guard.admit(envelope("cd" * 16, 1))  # a new master takes over the abandoned session
     assert guard.current == "cd" * 16 and not guard.keep_alive(session)
+
+
+def test_a_transport_dropped_without_close_stops_its_keepalives(pki, agent) -> None:
+    server, endpoint = agent
+    master = _master(pki, endpoint)
+    master.exchange({"a": Message("hello")})
+    thread = master._keepalive_threads[0]
+    del master
+    gc.collect()
+    thread.join(timeout=2)
+    assert not thread.is_alive()
