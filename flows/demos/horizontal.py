@@ -87,7 +87,10 @@ def run_horizontal_demo(work: Path, n_patients: int = 9000, algorithm: str = "ex
     print("  held-out:    " + ", ".join(f"{k} {v:.3f}" for k, v in result["metrics"].items()))
     if result["prediction"]:
         truth = pd.read_parquet(scenario["truth"]["new"])
-        files = sorted((work / "predictions").rglob(f"{result['model']}-{result['version']}.parquet"))
+        # each hospital names its own file <model>-<version>-<UTC time>.parquet: the newest of each
+        newest = {f.parent: f for f in sorted((work / "predictions").rglob(
+            f"{result['model']}-{result['version']}-*.parquet"))}
+        files = sorted(newest.values())
         predicted = pd.concat([pd.read_parquet(f) for f in files]).merge(truth, on=scenario["id_column"])
         accuracy = float((predicted["prediction"] == predicted[scenario["label"]]).mean())
         print(f"  new patients: {result['prediction']['rows']} scored, each hospital at home "

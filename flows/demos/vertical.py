@@ -94,8 +94,6 @@ def run_demo(work: Path, n_customers: int = 6000) -> int:
     elapsed = time.perf_counter() - started
     training, alignment = result["training"], result["preparation"]
     registry = work / "registry" / "master" / result["model"] / result["version"]
-    predictions = (work / "predictions" / scenario["label_holder"]
-                   / f"{result['model']}-{result['version']}.parquet")
     print("\nWhat happened")
     print("  validation:  " + ", ".join(f"{n} {'passed' if v['success'] else 'FAILED'} "
                                        f"({v['expectations']} expectations)"
@@ -108,6 +106,7 @@ def run_demo(work: Path, n_customers: int = 6000) -> int:
           "over Flight/mTLS")
     print("  held-out:    " + ", ".join(f"{k} {v:.3f}" for k, v in result["metrics"].items()))
     if result["prediction"]:
+        predictions = Path(result["prediction"]["path"])  # the bank named it: <model>-<version>-<UTC time>
         comparison = centralized_reference(scenario, predictions)
         print(f"  new batch:   {result['prediction']['rows']} customers predicted, written only at "
               f"{scenario['label_holder']}: {predictions}")
