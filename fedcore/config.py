@@ -4,8 +4,10 @@
     setting: vertical            # vertical | horizontal
     algorithm: forest            # vertical: forest; horizontal: extra-trees | ppd-ert
     privacy: none                # forest: none | paillier | ou ({mode: paillier, key_bits: 3072});
-                                 # extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 0.5});
+                                 # extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 0.5},
+                                 #   {mode: ldp, epsilon: 4, mechanism: krr});
                                  # ppd-ert: secagg ({mode: secagg, thresholds: histogram | domain, cells: 16})
+                                 # (fedcore/privacy/settings.py: every mode's fields; others are refused)
     consortium_key: {env: FEDFOREST_CONSORTIUM_KEY}   # or {file: path}; never the key itself
     alignment: hash              # vertical ID alignment: hash (keyed HMAC-SHA256) | psi (ECDH PSI)
     tls: {ca: certs/ca.pem, master_ca: certs/master-ca.pem,  # agents accept only masters it signed
@@ -49,13 +51,13 @@ from typing import Any
 
 import yaml
 
-from fedcore.algorithms import SETTINGS, Algorithm, in_setting
+from fedcore.algorithms import SETTINGS, in_setting
 from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.errors import ConfigError, InputError, ParameterError
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.models.signing import public_key_path
 from fedcore.names import check_name
-from fedcore.privacy.schemes import ENCRYPTED_MODES, check_key_bits, scheme
+from fedcore.privacy.settings import EncryptedLabels, NoPrivacy, PrivacySetting, parse_privacy
 from fedcore.trees.params import ForestParams
 
 
@@ -153,7 +155,9 @@ class FederationConfig:
     params: ForestParams | ExtraTreesParams
     consortium_key: dict[str, str]
     tls: dict[str, Path] = field(default_factory=dict)
-    privacy: dict[str, Any] = field(default_factory=lambda: {"mode": "none"})
+    privacy: PrivacySetting = field(default_factory=NoPrivacy)
+    """The `privacy:` section, parsed once (`fedcore.privacy.settings`): the master trains with it, and every
+    institution's agent refuses a master asking for another."""
     alignment: str = "hash"
     """How vertical institutions align IDs: "hash" (keyed HMAC-SHA256) or "psi" (ECDH private set
     intersection)."""
@@ -252,7 +256,10 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         algorithm = find_algorithm(str(raw.get("algorithm", in_setting(setting)[0].id)), setting)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
-    privacy = _parse_privacy(raw.get("privacy"), algorithm, path)
+    try:
+        privacy = parse_privacy(raw.get("privacy"), algorithm)
+    except ParameterError as error:
+        raise ConfigError(f"{path}: {error}") from error
     alignment = raw.get("alignment", "hash")
     if alignment not in ("hash", "psi"):
         raise ConfigError(f"{path}: alignment must be 'hash' (keyed hashes) or 'psi' (ECDH private set "
@@ -263,6 +270,10 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
                           f"known: {names}")
     master = raw.get("master") or {}
     forest = _parse_params(raw.get("params") or {}, setting, privacy, path)
+    try:
+        parse_privacy(privacy, algorithm, forest.task)
+    except ParameterError as error:
+        raise ConfigError(f"{path}: {error}") from error
     federation = str(raw.get("federation", path.stem))
     # names that become folders and files are checked now, not after a whole training run
     _safe_name(training.model_name or federation,
@@ -366,14 +377,15 @@ def _check_labels(institutions: list[Institution], setting: str, path: Path) -> 
                               f"column, found {sorted({str(i.label) for i in institutions})}")
 
 
-def _parse_params(params: dict, setting: str, privacy: dict[str, Any],
+def _parse_params(params: dict, setting: str, privacy: PrivacySetting,
                   path: Path) -> ForestParams | ExtraTreesParams:
     """The `params:` section as the setting's parameter class (vertical label protection: from `privacy:`)."""
     if setting == "vertical":
         if {"privacy", "key_bits", "paillier_key_bits"} & set(params):
             raise ConfigError(f"{path}: params: set label protection in the 'privacy:' section "
                               "({mode: paillier, key_bits: 2048}), not in params")
-        params = {**params, "privacy": privacy["mode"], "key_bits": privacy.get("key_bits")}
+        key_bits = privacy.key_bits if isinstance(privacy, EncryptedLabels) else None
+        params = {**params, "privacy": privacy.mode, "key_bits": key_bits}
     try:
         return ForestParams(**params) if setting == "vertical" else ExtraTreesParams(**params)
     except TypeError as exc:
@@ -385,75 +397,3 @@ def _master_public_key(master: dict, path: Path) -> Path | None:
     if master.get("public_key"):
         return resolve(path, master["public_key"])
     return public_key_path(resolve(path, master["signing_key"])) if master.get("signing_key") else None
-
-
-def _parse_privacy(raw: Any, algorithm: Algorithm, path: Path) -> dict[str, Any]:
-    """The `privacy:` section, checked against the algorithm.
-
-    Fields: {mode: none|paillier|ou|ldp|gdp|secagg, epsilon: (gdp, per query), ldp: {LabelLDP fields},
-    key_bits: (paillier, ou) 2048 | 3072, thresholds: (secagg) histogram | domain, cells: (secagg, histogram)
-    grid cells}.
-    """
-    raw = _privacy_mapping(raw, algorithm, path)
-    try:
-        mode = algorithm.check_privacy(raw.get("mode", algorithm.default_privacy))
-    except ParameterError as error:
-        raise ConfigError(f"{path}: {error}") from error
-    epsilon = _privacy_epsilon(raw, path)
-    ldp = raw.get("ldp") or {}
-    if not isinstance(ldp, dict):
-        raise ConfigError(f"{path}: privacy.ldp must be a mapping of LabelLDP fields, got {ldp!r}")
-    parsed = {"mode": mode, "epsilon": epsilon, "ldp": dict(ldp)}
-    parsed.update(_privacy_key_bits(raw, mode, path))
-    if mode == "secagg":
-        parsed.update(_parse_thresholds(raw, path))
-    elif {"thresholds", "cells"} & set(raw):
-        raise ConfigError(f"{path}: privacy.thresholds and privacy.cells apply to PPD-ERT (mode 'secagg') "
-                          "only")
-    return parsed
-
-
-def _privacy_mapping(raw: Any, algorithm: Algorithm, path: Path) -> dict:
-    """The `privacy:` section as a mapping: absent means the algorithm's default, a bare name {mode: name}."""
-    raw = {"mode": algorithm.default_privacy} if raw is None else raw
-    if isinstance(raw, str):
-        raw = {"mode": raw}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: privacy must be a mode name or a mapping with 'mode', got {raw!r}")
-    allowed = {"mode", "epsilon", "ldp", "key_bits", "thresholds", "cells"}
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        raise ConfigError(f"{path}: privacy: unknown field(s) {unknown}; allowed: {sorted(allowed)}")
-    return raw
-
-
-def _privacy_epsilon(raw: dict, path: Path) -> float:
-    """`privacy.epsilon` (default 1.0): a finite number above zero."""
-    epsilon = raw.get("epsilon", 1.0)
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < float("inf"):
-        raise ConfigError(f"{path}: privacy.epsilon must be a finite number > 0 (smaller is more private, "
-                          f"noisier), got {epsilon!r}")
-    return float(epsilon)
-
-
-def _privacy_key_bits(raw: dict, mode: str, path: Path) -> dict[str, Any]:
-    """{key_bits: checked size} for the encrypted-label modes; {} otherwise, where key_bits is refused."""
-    if "key_bits" in raw and mode not in ENCRYPTED_MODES:
-        raise ConfigError(f"{path}: privacy.key_bits applies to the encrypted-label modes "
-                          f"{list(ENCRYPTED_MODES)} only, not {mode!r}")
-    if mode not in ENCRYPTED_MODES:
-        return {}
-    try:
-        return {"key_bits": check_key_bits(mode, raw.get("key_bits", scheme(mode).default_key_bits))}
-    except ParameterError as error:
-        raise ConfigError(f"{path}: privacy.{error}") from error
-
-
-def _parse_thresholds(raw: dict, path: Path) -> dict[str, Any]:
-    """PPD-ERT's threshold mode and histogram grid (`fedcore/horizontal/ppdert/cells.py`)."""
-    from fedcore.horizontal.ppdert.agreed import threshold_settings
-
-    try:
-        return threshold_settings(raw)
-    except ParameterError as error:
-        raise ConfigError(f"{path}: privacy: {error}") from error

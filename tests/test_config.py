@@ -8,6 +8,8 @@ import pytest
 
 from fedcore.config import TrainingSettings, parse_config
 from fedcore.errors import ConfigError
+from fedcore.privacy.ldp import LabelLDP
+from fedcore.privacy.settings import LocalDP, NoPrivacy, SecureAggregation
 
 CONFIG = Path("/srv/federation/federation.yaml")
 
@@ -32,20 +34,19 @@ def test_defaults_and_paths_relative_to_the_config_file() -> None:
     assert config.training == TrainingSettings()
     assert (config.model_name, config.prediction_requester, config.promotion_metric) == ("retail", "bank",
                                                                                          "accuracy")
-    assert (config.algorithm, config.privacy["mode"], config.alignment) == ("forest", "none", "hash")
+    assert (config.algorithm, config.privacy, config.alignment) == ("forest", NoPrivacy(), "hash")
 
 
 def test_a_horizontal_federation_defaults_to_plain_extra_trees() -> None:
     institutions = [{"name": n, "data": f"{n}.csv", "id_column": "id", "label": "y"} for n in ("a", "b")]
     config = parse_config(_raw(setting="horizontal", institutions=institutions), CONFIG)
-    assert (config.setting, config.algorithm, config.privacy) == ("horizontal", "extra-trees",
-                                                                 {"mode": "none", "epsilon": 1.0, "ldp": {}})
+    assert (config.setting, config.algorithm, config.privacy) == ("horizontal", "extra-trees", NoPrivacy())
     ppd = parse_config(_raw(setting="horizontal", algorithm="ppd-ert", institutions=institutions), CONFIG)
-    assert ppd.privacy == {"mode": "secagg", "epsilon": 1.0, "ldp": {}, "thresholds": "histogram",
-                           "cells": 16}
+    assert ppd.privacy == SecureAggregation("histogram", 16)
+    assert ppd.privacy.to_dict() == {"mode": "secagg", "thresholds": "histogram", "cells": 16}
     ppd = parse_config(_raw(setting="horizontal", algorithm="ppd-ert", institutions=institutions,
                             privacy={"mode": "secagg", "thresholds": "domain"}), CONFIG)
-    assert (ppd.privacy["thresholds"], ppd.privacy["cells"]) == ("domain", 16)
+    assert (ppd.privacy.thresholds, ppd.privacy.cells) == ("domain", None)
 
 
 def test_training_settings_override_the_derived_values() -> None:
@@ -104,16 +105,52 @@ def test_bad_training_settings_are_refused_by_name(training, message) -> None:
     ({"setting": "horizontal", "privacy": {"mode": "gdp", "thresholds": "domain"},
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
-     "privacy.thresholds and privacy.cells apply to PPD-ERT (mode 'secagg') only"),
+     "privacy: mode 'gdp' does not use field(s) ['thresholds']; valid: ['epsilon', 'mode']"),
     ({"setting": "horizontal", "privacy": {"mode": "gdp", "epsilon": 0},
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
-     "privacy.epsilon must be a finite number > 0 (smaller is more private, noisier), got 0"),
+     "privacy: epsilon must be a finite number > 0, got 0: smaller epsilon = more noise and stronger "
+     "privacy, larger = less noise (typical values 0.1 to 10)"),
 ])
 def test_bad_federation_fields_are_refused_by_name(overrides, message) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(_raw(**overrides), CONFIG)
     assert str(caught.value).startswith(f"{CONFIG}: {message}")
+
+
+HORIZONTAL = [{"name": n, "data": f"{n}.csv", "id_column": "id", "label": "y"} for n in ("a", "b")]
+
+
+def test_an_ldp_epsilon_is_honoured_not_ignored() -> None:
+    """`{mode: ldp, epsilon: 0.1}` used to load and train at the Bloom defaults' epsilon 8.79 (issue #27)."""
+    config = parse_config(_raw(setting="horizontal", institutions=HORIZONTAL,
+                               privacy={"mode": "ldp", "epsilon": 0.1}), CONFIG)
+    assert isinstance(config.privacy, LocalDP)
+    assert config.privacy.epsilon == pytest.approx(0.1, rel=1e-12) and config.privacy.epsilon <= 0.1
+    krr = parse_config(_raw(setting="horizontal", institutions=HORIZONTAL,
+                            privacy={"mode": "ldp", "mechanism": "krr", "epsilon": 4}), CONFIG)
+    assert krr.privacy == LocalDP(LabelLDP(mechanism="krr", epsilon_krr=4.0))
+
+
+@pytest.mark.parametrize(("privacy", "params", "message"), [
+    ({"mode": "ldp", "n_bit": 32}, {},
+     "privacy: unknown field(s) ['n_bit'] for mode 'ldp'; valid: ['epsilon', 'estimator', "
+     "'keep_probability', 'mechanism', 'min_leaf_reports', 'mode', 'n_bits', 'n_hashes', 'p_one_if_one', "
+     "'p_one_if_zero']"),
+    ({"mode": "none", "epsilon": 0.1}, {},
+     "privacy: mode 'none' does not use field(s) ['epsilon']; valid: ['mode']"),
+    ({"mode": "ldp", "mechanism": "krr", "epsilon": 2, "keep_probability": 0.5}, {},
+     "privacy: mode 'ldp' with mechanism 'krr' and estimator 'nnls' does not use field(s) "
+     "['keep_probability']; valid: ['epsilon', 'estimator', 'mechanism', 'min_leaf_reports', 'mode']"),
+    ("ldp", {"task": "regression", "criterion": "squared_error"},
+     "privacy 'ldp' randomizes class labels and works for classification only; use 'gdp' (Laplace noise) or "
+     "'none' for a regression label"),
+])
+def test_a_privacy_field_is_refused_when_the_config_loads(privacy, params, message) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_raw(setting="horizontal", institutions=HORIZONTAL, privacy=privacy, params=params),
+                     CONFIG)
+    assert str(caught.value) == f"{CONFIG}: {message}"
 
 
 def test_key_bits_belong_to_the_encrypted_label_modes(tmp_path) -> None:
@@ -130,13 +167,13 @@ def test_key_bits_belong_to_the_encrypted_label_modes(tmp_path) -> None:
         config_path.write_text(yaml.safe_dump(raw))
         return load_config(config_path)
 
-    with pytest.raises(ConfigError, match=r"privacy.key_bits applies to the encrypted-label modes "
-                                          r"\['paillier', 'ou'\] only, not 'none'"):
+    with pytest.raises(ConfigError, match=r"privacy: mode 'none' does not use field\(s\) \['key_bits'\]; "
+                                          r"valid: \['mode'\]"):
         load({"mode": "none", "key_bits": 3072})
     assert load({"mode": "paillier", "key_bits": 3072}).params.key_bits == 3072
     assert load({"mode": "paillier"}).params.key_bits == 2048
     assert (load({"mode": "ou"}).params.privacy, load({"mode": "ou"}).params.key_bits) == ("ou", 3072)
-    with pytest.raises(ConfigError, match=r"privacy.key_bits must be one of \(2048, 3072\) for privacy 'ou' "
+    with pytest.raises(ConfigError, match=r"privacy: key_bits must be one of \(2048, 3072\) for privacy 'ou' "
                                           r"\(Okamoto-Uchiyama modulus sizes\), got 1024"):
         load({"mode": "ou", "key_bits": 1024})
 
@@ -159,8 +196,8 @@ def test_an_institution_may_bound_its_agents_memory() -> None:
             parse_config(raw, CONFIG)
 
 
-SAFE_RULE = ("is not a safe name: it becomes a file or folder name, so it must start with a letter or digit and "
-             "hold only letters, digits, '.', '_' or '-' (at most 128 characters)")
+SAFE_RULE = ("is not a safe name: it becomes a file or folder name, so it must start with a letter or digit "
+             "and hold only letters, digits, '.', '_' or '-' (at most 128 characters)")
 
 
 @pytest.mark.parametrize(("overrides", "field"), [

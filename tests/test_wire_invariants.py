@@ -178,8 +178,9 @@ def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str
     transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=True)
     transport.exchange({n: Message("validation_report") for n in agents})
     session = HorizontalSession(transport, ExtraTreesParams(n_estimators=6, max_depth=5, random_state=2),
-                                algorithm=algorithm, privacy={"mode": privacy, "epsilon": 1.0, "ldp": {},
-                                                              "thresholds": thresholds},
+                                algorithm=algorithm,
+                                privacy={"mode": privacy, **({"epsilon": 1.0} if privacy == "gdp" else {}),
+                                         **({"thresholds": thresholds} if privacy == "secagg" else {})},
                                 holdout_fraction=0.2)
     session.agree_schema()
     plain_counts: dict[str, list[np.ndarray]] = {}

@@ -20,6 +20,7 @@ from fedcore.data.numbers import check_finite_columns
 from fedcore.errors import ColumnNotFoundError, ConfigError, DataReadError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.signing import PublicKeySource
+from fedcore.privacy.settings import PrivacySetting
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +40,10 @@ class InstitutionData:
     contract: DataContract | None = None
     memory_budget_mb: int | None = None
     """Memory the agent's party grows tree batches in (None: half of what its process may allocate)."""
-    privacy: dict | None = None
-    """The federation's `privacy:` settings as this institution's own config reads them; its party runs
-    with these, and refuses a master that asks for others. None (in-process use): the master's."""
+    privacy: PrivacySetting | None = None
+    """The federation's `privacy:` setting as this institution's own config reads it (a mapping is read by
+    `fedcore.privacy.settings.parse_privacy` too); its party runs with it, and refuses a master that asks
+    for another. None (in-process use): the master's."""
     holdout: float | None = None
     """This institution's own `training.holdout`: it refuses a master holding out another share of the rows.
     None (in-process use): the master's."""
@@ -100,7 +102,7 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
         predictions_dir=(inst.registry.parent / "predictions" / name if inst.predictions is None
                          else inst.predictions),
         load_batch=batch, validation=report, contract=contract, memory_budget_mb=inst.memory_budget_mb,
-        privacy=dict(config.privacy), master_key=master_key,
+        privacy=config.privacy, master_key=master_key,
         holdout=config.training.holdout, min_overlap=config.training.min_overlap,
     )
 

@@ -17,6 +17,7 @@ from fedcore.algorithms import ALGORITHMS, SETTINGS, in_setting
 from fedcore.data.io import read_table
 from fedcore.data.split import PARTITIONS
 from fedcore.errors import ParameterError
+from fedcore.privacy.settings import MODE_FIELDS, privacy_with
 from fedcore.simulation import TASK_DEFAULT, TASKS, simulate_horizontal, simulate_vertical
 from fedcore.trees.budget import available_bytes
 from fedcore.trees.params import ForestParams, check_max_features, check_model_fits
@@ -53,7 +54,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--privacy", default=None,
                      help="forest: none (default), paillier or ou (encrypted labels); extra-trees: none "
                           "(default), ldp or gdp; ppd-ert: secagg")
-    sim.add_argument("--epsilon", type=float, default=1.0, help="gdp: epsilon per query (default 1.0)")
+    sim.add_argument("--epsilon", type=float, default=None,
+                     help="gdp: epsilon per count query (default 1.0); ldp: each row's label epsilon, over "
+                          "any number of reports (default: the Bloom mechanism's defaults, 8.79)")
     sim.add_argument("--thresholds", choices=("histogram", "domain"), default=None,
                      help="ppd-ert: candidate thresholds within each node's populated grid cells (histogram, "
                           "the default) or uniform in the declared domain (domain, the paper's)")
@@ -128,6 +131,12 @@ def _not_available(args: argparse.Namespace) -> str | None:
     if args.privacy not in modes:
         return (f"algorithm {args.algorithm!r} supports privacy {', '.join(repr(m) for m in modes)}, "
                 f"got {args.privacy!r}")
+    if args.epsilon is not None and "epsilon" not in MODE_FIELDS[args.privacy]:
+        using = [m for m in modes if "epsilon" in MODE_FIELDS[m]]
+        if not using:
+            return f"--epsilon applies to --algorithm extra-trees only, not {args.algorithm!r}"
+        return (f"--epsilon applies to privacy {' and '.join(repr(m) for m in using)} only, not "
+                f"{args.privacy!r}")
     return None
 
 
@@ -135,21 +144,22 @@ def _simulate(args: argparse.Namespace) -> int:
     reason = _not_available(args)
     if reason:
         raise ParameterError(reason)
+    # the one privacy parser (fedcore.privacy.settings), before the table is read
+    privacy = privacy_with(args.privacy, args.algorithm, epsilon=args.epsilon, thresholds=args.thresholds)
     table = read_table(args.data)
     _check_model_fits(args, len(table))
     if args.setting == "horizontal":
         result = simulate_horizontal(
-            table, args.label, algorithm=args.algorithm, privacy=args.privacy, id_column=args.id_column,
+            table, args.label, algorithm=args.algorithm, privacy=privacy, id_column=args.id_column,
             drop=args.drop, parties=args.parties, partition=args.partition,
             partition_column=args.partition_column, alpha=args.alpha, trees=args.trees,
-            max_depth=args.max_depth, max_features=args.max_features, epsilon=args.epsilon,
-            thresholds=args.thresholds, seed=args.seed, test_size=args.test_size, task=args.task,
-            progress=True)
+            max_depth=args.max_depth, max_features=args.max_features, seed=args.seed,
+            test_size=args.test_size, task=args.task, progress=True)
     else:
         result = simulate_vertical(
             table, args.label, id_column=args.id_column, drop=args.drop, parties=args.parties,
             trees=args.trees, max_depth=args.max_depth, max_features=args.max_features, seed=args.seed,
-            test_size=args.test_size, task=args.task, privacy=args.privacy, progress=True)
+            test_size=args.test_size, task=args.task, privacy=privacy, progress=True)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

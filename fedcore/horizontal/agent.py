@@ -8,7 +8,7 @@ messages go to the party, see `fet/party.py` and `ppdert/party.py`.
 
 - `validation_report`: pass/fail and counts per expectation of its data contract (session start).
 - `contract`: its data contract (a consortium document, no data) for the master to check agreement.
-- `setup` (the agreed schema, algorithm, privacy mode and parameters, holdout fraction and seed): its
+- `setup` (the agreed schema, algorithm, privacy setting and parameters, holdout fraction and seed): its
   training and holdout row counts.
 - `evaluate`: on its own held-out rows, the confusion matrix, or (n, sum y, sum y^2, squared error).
 - `model_digest` / `store_model` / `withdraw_model` / `load_model` (as in the vertical setting): the
@@ -39,7 +39,6 @@ import logging
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -48,14 +47,14 @@ from fedcore.agents.base import SessionAgent
 from fedcore.agents.data import InstitutionData
 from fedcore.agents.storage import load_signed_table, store_signed_table, write_predictions
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
-from fedcore.errors import ProtocolError
+from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.model import HorizontalForest
-from fedcore.horizontal.ppdert.agreed import threshold_settings
 from fedcore.horizontal.ppdert.party import PPDERTParty
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.models.artifacts import table_sha256
 from fedcore.privacy.keyauth import PartyIdentity
+from fedcore.privacy.settings import GlobalDP, LocalDP, PrivacySetting, SecureAggregation, parse_privacy
 from fedcore.protocol.messages import Message
 
 log = logging.getLogger(__name__)
@@ -137,52 +136,48 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
                                 f"this institution's training.holdout is {self.data.holdout:g}")
         held = rng.random(len(frame)) < fraction
         train, self._holdout = frame[~held].reset_index(drop=True), frame[held].reset_index(drop=True)
-        if h["algorithm"] == "ppd-ert":
+        privacy = self._privacy(h)
+        if isinstance(privacy, SecureAggregation):
             self.party = PPDERTParty(self.name, train, self.schema, seed=int(h["seed"]),
                                      low=np.asarray(h["low"], np.float64),
                                      high=np.asarray(h["high"], np.float64),
                                      k=int(h["k"]), identity=self.identity,
-                                     memory_budget=self.data.memory_budget, **self._threshold_settings(h))
-        else:
-            mode, epsilon, ldp = self._fet_privacy(h)
-            # noise: a local secret seed
-            self.party = HorizontalParty(self.name, train, self.schema, privacy=mode,
-                                         epsilon=epsilon, ldp=ldp, memory_budget=self.data.memory_budget)
+                                     memory_budget=self.data.memory_budget, thresholds=privacy.thresholds,
+                                     n_cells=privacy.n_cells)
+        else:  # noise: a local secret seed
+            self.party = HorizontalParty(self.name, train, self.schema, privacy=privacy.mode,
+                                         epsilon=privacy.epsilon if isinstance(privacy, GlobalDP) else 1.0,
+                                         ldp=privacy.ldp if isinstance(privacy, LocalDP) else None,
+                                         memory_budget=self.data.memory_budget)
         return Message("ready", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
 
-    def _fet_privacy(self, h: dict) -> tuple[str, float, Any]:
-        """FET's privacy mode, epsilon and label mechanism.
+    def _privacy(self, h: dict) -> PrivacySetting:
+        """The privacy setting this institution trains with (`fedcore.privacy.settings`).
 
-        This institution's own configuration when it has one, and a master that asks for anything else
-        (less noise, no noise) is refused before any row is touched; else (in-process use) the master's setup.
+        Its own configuration's when it has one: a master whose setup asks for any other (less noise, no
+        noise, other thresholds) is refused before any row is touched. Else (in-process use) the master's.
+        Both are read by the one parser, for the algorithm the master names.
         """
-        from fedcore.privacy.ldp import LabelLDP
-
-        def read(source: dict) -> tuple[str, float, Any]:
-            mode = source.get("mode", source.get("privacy"))
-            if mode is None:
-                raise ProtocolError(f"institution {self.name!r}: a privacy setting has no mode")
-            epsilon = float(source.get("epsilon", 1.0)) if mode == "gdp" else 1.0
-            return mode, epsilon, LabelLDP(**(source.get("ldp") or {})) if mode == "ldp" else None
-
-        asked = read({**h, "mode": h["privacy"]})
+        try:
+            asked = parse_privacy(h.get("privacy"), str(h.get("algorithm")))
+        except ParameterError as error:
+            raise ProtocolError(f"institution {self.name!r}: the master's setup asks for no usable privacy "
+                                f"setting ({error}); refusing to train") from None
         if self.data.privacy is None:
             return asked
-        own = read(self.data.privacy)
+        try:
+            own = parse_privacy(self.data.privacy, str(h["algorithm"]))
+        except ParameterError as error:
+            raise ProtocolError(f"institution {self.name!r}: its own privacy configuration, read for the "
+                                f"algorithm {h['algorithm']!r} the master asks for, is refused ({error}); "
+                                "refusing to train") from None
         if own != asked:
-            raise ProtocolError(f"institution {self.name!r}: the master asks for privacy "
-                                f"{_privacy_text(*asked)}, but this institution's configuration says "
-                                f"{_privacy_text(*own)}; refusing to train")
+            said, says = asked.describe(), own.describe()
+            if said == says:  # they differ in a field the short form leaves out
+                said, says = str(asked.to_dict()), str(own.to_dict())
+            raise ProtocolError(f"institution {self.name!r}: the master asks for privacy {said}, but this "
+                                f"institution's configuration says {says}; refusing to train")
         return own
-
-    def _threshold_settings(self, h: dict) -> dict:
-        """PPD-ERT's threshold mode and grid.
-
-        This institution's own configuration when it has one (the party then refuses a master asking for
-        another in `hello`), else the master's setup.
-        """
-        settings = threshold_settings(self.data.privacy if self.data.privacy is not None else h)
-        return {"thresholds": settings["thresholds"], "n_cells": settings["cells"]}
 
     # -- after training -----------------------------------------------------------------------------------
     def _require_model(self) -> HorizontalForest:
@@ -313,12 +308,3 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             if store is not None:
                 store.drop()
         return Message("ack")
-
-
-def _privacy_text(mode: str, epsilon: float, ldp: Any) -> str:
-    """A privacy setting for messages: 'gdp' (epsilon 0.5), 'ldp' (krr), 'none'."""
-    if mode == "gdp":
-        return f"'gdp' (epsilon {epsilon:g})"
-    if mode == "ldp":
-        return f"'ldp' ({ldp.mechanism}{f', epsilon {ldp.epsilon_krr:g}' if ldp.epsilon_krr else ''})"
-    return repr(mode)

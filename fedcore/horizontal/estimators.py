@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -37,9 +37,7 @@ from fedcore.estimator_api import (
 )
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.fet.party import HorizontalParty
-from fedcore.horizontal.params import ExtraTreesParams, check_privacy_mode
-from fedcore.horizontal.ppdert.agreed import check_threshold_mode
-from fedcore.horizontal.ppdert.cells import DEFAULT_CELLS
+from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.ppdert.master import PPDERTMaster
 from fedcore.horizontal.ppdert.party import PPDERTParty
 from fedcore.horizontal.validation import (
@@ -49,10 +47,16 @@ from fedcore.horizontal.validation import (
     named_parties,
     resolve_feature_ranges,
 )
+from fedcore.privacy.ldp import LabelLDP
+from fedcore.privacy.settings import (
+    GlobalDP,
+    LocalDP,
+    PrivacySetting,
+    SecureAggregation,
+    label_ldp_fields,
+    privacy_with,
+)
 from fedcore.simulated_fit import SimulatedFederation
-
-if TYPE_CHECKING:
-    from fedcore.privacy.ldp import LabelLDP
 
 
 def party_noise_seed(random_state: int, name: str) -> int:
@@ -64,6 +68,7 @@ class _HorizontalForest(SimulatedFederation):
     """Shared machinery of the horizontal estimators."""
 
     _fitted_attribute = "model_"
+    _setting: PrivacySetting  # parsed by `fit` (`_check_settings`)
     # the constructor parameters every horizontal estimator has (`_store_params` sets them)
     n_estimators: int
     max_depth: int | None
@@ -91,7 +96,13 @@ class _HorizontalForest(SimulatedFederation):
             memory_budget_mb=self.memory_budget_mb)
 
     def _check_settings(self) -> None:
-        """Check the engine's own settings (privacy, thresholds) and keep their resolved values."""
+        """Parse the privacy setting (`fedcore.privacy.settings`) and check the engine's own settings."""
+
+    @property
+    def privacy_setting_(self) -> PrivacySetting:
+        """The privacy setting the model was fitted with, every default filled in."""
+        check_fitted(self)
+        return self._setting
 
     def _make_parties(self, frames: dict[str, pd.DataFrame], schema) -> list[HorizontalParty]:
         """The parties of this fit (its checked parameters are `self._params`)."""
@@ -161,15 +172,22 @@ class _HorizontalForest(SimulatedFederation):
 
 
 class _FETBase(_HorizontalForest):
-    """Federated Extra-Trees estimators."""
+    """Federated Extra-Trees estimators.
 
-    privacy: str
-    epsilon: float
+    `privacy`: "none", "gdp" or "ldp" (classification), a mapping with `mode` and its fields, or a
+    `PrivacySetting` (`fedcore.privacy.settings`). `epsilon` and `ldp` (a `LabelLDP`) are shorthands for
+    its fields: gdp's epsilon per count query; ldp's epsilon for each row's label, and its mechanism. A
+    field the mode does not use is refused.
+    """
+
+    privacy: str | Mapping[str, Any] | PrivacySetting
+    epsilon: float | None
     ldp: LabelLDP | None
 
     def __init__(self, n_estimators: int = 100, *, max_depth: int | None = None, min_samples_split: int = 2,
                  min_samples_leaf: int = 1, max_features: str | int | float | None = "sqrt",
-                 criterion: str = "gini", privacy: str = "none", epsilon: float = 1.0, ldp=None,
+                 criterion: str = "gini", privacy: str | Mapping[str, Any] | PrivacySetting = "none",
+                 epsilon: float | None = None, ldp: LabelLDP | None = None,
                  categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
                  tree_batch_size: int | None = None, memory_budget_mb: int | None = None,
                  random_state: int = 0, progress: bool = False, record_transcript: bool = False,
@@ -177,17 +195,21 @@ class _FETBase(_HorizontalForest):
         self._store_params(locals())
 
     def _check_settings(self) -> None:
-        self._privacy = check_privacy_mode(self.privacy, self._task)
-        self._epsilon = self.epsilon
-        if self._privacy == "gdp":
-            from fedcore.privacy.laplace import check_epsilon
-
-            self._epsilon = check_epsilon(self.epsilon)
-        self._ldp: LabelLDP | None = self.ldp
-        if self._privacy == "ldp" and self.ldp is None:
-            from fedcore.privacy.ldp import LabelLDP
-
-            self._ldp = LabelLDP()
+        if self.ldp is not None and not isinstance(self.ldp, LabelLDP):
+            raise ParameterError(f"ldp must be a LabelLDP, got {type(self.ldp).__name__}")
+        fields: dict[str, Any] = {"epsilon": self.epsilon}
+        given = label_ldp_fields(self.ldp, complete=False) if self.ldp is not None else {}
+        for name, value in given.items():
+            if fields.get(name) is not None:  # k-RR's epsilon_krr
+                raise ParameterError(f"privacy: {name} given both as {name}= and in ldp=; give it once")
+            fields[name] = value
+        self._setting = privacy_with(self.privacy, EXTRA_TREES, self._task, **fields)
+        if self.ldp is not None and not isinstance(self._setting, LocalDP):
+            raise ParameterError(f"privacy: ldp= (the label mechanism) applies to mode 'ldp' only, not "
+                                 f"{self._setting.mode!r}")
+        self._privacy = self._setting.mode
+        self._epsilon = self._setting.epsilon if isinstance(self._setting, GlobalDP) else 1.0
+        self._ldp = self._setting.ldp if isinstance(self._setting, LocalDP) else None
 
     def _check_before_fit(self, schema, frames) -> None:
         if self._privacy == "ldp":
@@ -212,7 +234,8 @@ class _FETBase(_HorizontalForest):
         """What the master saw and what it cost, in this run's privacy mode."""
         check_fitted(self)
         levels = self.master_.levels
-        report = {"algorithm": EXTRA_TREES.id, "mode": self._privacy, "queries": levels,
+        report = {"algorithm": EXTRA_TREES.id, "mode": self._privacy, "setting": self._setting.to_dict(),
+                  "queries": levels,
                   "min_max": "per-party min and max of each candidate feature over each open node, in the "
                              "clear (as in the FET paper)"}
         if self._privacy == "none":
@@ -293,7 +316,9 @@ class FederatedExtraTreesRegressor(RegressorMixin, _FETBase):
 
     def __init__(self, n_estimators: int = 100, *, max_depth: int | None = None, min_samples_split: int = 2,
                  min_samples_leaf: int = 1, max_features: str | int | float | None = 1.0,
-                 criterion: str = "squared_error", privacy: str = "none", epsilon: float = 1.0, ldp=None,
+                 criterion: str = "squared_error",
+                 privacy: str | Mapping[str, Any] | PrivacySetting = "none", epsilon: float | None = None,
+                 ldp: LabelLDP | None = None,
                  categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
                  tree_batch_size: int | None = None, memory_budget_mb: int | None = None,
                  random_state: int = 0, progress: bool = False, record_transcript: bool = False,
@@ -313,8 +338,9 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
     feature_ranges: Mapping[str, tuple[float, float]] | None
     allow_data_ranges: bool
     secure_aggregation: bool
-    thresholds: str
-    threshold_cells: int
+    privacy: str | Mapping[str, Any] | PrivacySetting
+    thresholds: str | None
+    threshold_cells: int | None
 
     def __init__(self, n_estimators: int = 100, *,
                  feature_ranges: Mapping[str, tuple[float, float]] | None = None,
@@ -324,20 +350,27 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
                  bootstrap: bool = False, tree_batch_size: int | None = None,
                  memory_budget_mb: int | None = None, random_state: int = 0, progress: bool = False,
                  record_transcript: bool = False, record_payloads: bool = False,
-                 secure_aggregation: bool = True, thresholds: str = "histogram",
-                 threshold_cells: int = DEFAULT_CELLS) -> None:
+                 secure_aggregation: bool = True,
+                 privacy: str | Mapping[str, Any] | PrivacySetting = "secagg", thresholds: str | None = None,
+                 threshold_cells: int | None = None) -> None:
         """Store the parameters as given (`fit` checks them); the PPD-ERT-specific ones are these.
 
         `secure_aggregation=False` sends plain per-party counts: only a baseline to measure the masks' cost.
-        `thresholds="histogram"` draws each candidate threshold within the grid cells (`threshold_cells` per
-        interval) that hold the node's rows, learning only the first and last populated cell over all parties
-        (`fedcore/horizontal/ppdert/cells.py`); `"domain"` is the paper's draw, uniform in the declared
-        domain, which reveals nothing beyond the counts but wastes thresholds on skewed columns.
+        `privacy`: "secagg", a mapping with its fields (`thresholds`, `cells`) or a `PrivacySetting`
+        (`fedcore.privacy.settings`); `thresholds` and `threshold_cells` are shorthands for its fields.
+        Thresholds "histogram" (the default) draws each candidate threshold within the grid cells (16 per
+        interval by default) that hold the node's rows, learning only the first and last populated cell
+        over all parties (`fedcore/horizontal/ppdert/cells.py`); `"domain"` is the paper's draw, uniform in
+        the declared domain, which reveals nothing beyond the counts but wastes thresholds on skewed columns.
         """
         self._store_params(locals())
 
     def _check_settings(self) -> None:
-        self._thresholds, self._threshold_cells = check_threshold_mode(self.thresholds, self.threshold_cells)
+        setting = privacy_with(self.privacy, PPD_ERT, self._task, thresholds=self.thresholds,
+                               cells=self.threshold_cells)
+        assert isinstance(setting, SecureAggregation), "PPD-ERT's only privacy mode is secagg"
+        self._setting = setting
+        self._thresholds, self._threshold_cells = setting.thresholds, setting.n_cells
         self._secure = bool(self.secure_aggregation)
         if self.feature_ranges is None and not self.allow_data_ranges:
             raise ParameterError(MISSING_RANGES)
@@ -393,6 +426,7 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
             "queries": self.master_.levels, "label_statistics": statistics, "thresholds": thresholds,
             "feature_ranges": self.ranges_source_, "parties": len(self.parties_),
             "plain_single_party": single, "epsilon": None, "composed_epsilon": None,
+            "setting": self._setting.to_dict(),
         }
 
 

@@ -39,6 +39,7 @@ from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.metrics import confusion_metrics
 from fedcore.models.artifacts import table_sha256
 from fedcore.models.registry import ModelRegistry
+from fedcore.privacy.settings import GlobalDP, LocalDP, PrivacySetting, SecureAggregation, parse_privacy
 from fedcore.protocol.messages import Message
 from fedcore.session import MasterSession, Prediction, Preparation, TrainingFacts
 from fedcore.transport.base import Transport
@@ -50,14 +51,16 @@ class HorizontalSession(MasterSession):
     """Drives one horizontal session (see the module docstring)."""
 
     def __init__(self, transport: Transport, params: ExtraTreesParams, algorithm: str = "extra-trees",
-                 privacy: dict | None = None, holdout_fraction: float = 0.2,
+                 privacy: PrivacySetting | str | dict | None = None, holdout_fraction: float = 0.2,
                  progress: ProgressCallback | None = None) -> None:
-        """A master session over `transport` growing `algorithm` with `privacy` (default: the algorithm's)."""
+        """A master session over `transport` growing `algorithm` with `privacy` (default: the algorithm's).
+
+        `privacy`: a parsed setting (a config's), or what `fedcore.privacy.settings.parse_privacy` reads.
+        """
         super().__init__(transport, progress)
         self.params: ExtraTreesParams = params
         self.algorithm = find_algorithm(algorithm, "horizontal").id
-        self.privacy = privacy or {"mode": find_algorithm(algorithm).default_privacy, "epsilon": 1.0,
-                                   "ldp": {}}
+        self.privacy: PrivacySetting = parse_privacy(privacy, self.algorithm, params.task)
         self.holdout_fraction = holdout_fraction
         self.schema: HorizontalSchema | None = None
         self.master: FederatedExtraTreesMaster | PPDERTMaster | None = None
@@ -89,14 +92,13 @@ class HorizontalSession(MasterSession):
         shared = shared_schema(contracts)
         self.schema = engine_schema(shared, self.params.task)
         header = {"schema": self.schema.to_dict(), "algorithm": self.algorithm,
-                  "privacy": self.privacy["mode"],
-                  "epsilon": self.privacy.get("epsilon", 1.0), "ldp": self.privacy.get("ldp") or {},
+                  "privacy": self.privacy.to_dict(),
                   "holdout": self.holdout_fraction, "holdout_seed": self.params.random_state,
                   "seed": self.params.random_state,
                   "k": self.params.n_candidate_features(self.schema.n_features)}
         if self.algorithm == "ppd-ert":
             self._low, self._high = self._domains(self.schema, declared_feature_ranges(shared))
-            header.update(low=self._low.tolist(), high=self._high.tolist(), **self._thresholds())
+            header.update(low=self._low.tolist(), high=self._high.tolist())
         replies = self.transport.exchange({name: Message("setup", header) for name in self.institutions})
         self.rows = {name: dict(r.header) for name, r in replies.items()}
         for name, r in self.rows.items():  # the bounds of every count the institution sends in training
@@ -121,12 +123,6 @@ class HorizontalSession(MasterSession):
                 low[j], high[j] = ranges[column.name]
         return low, high
 
-    def _thresholds(self) -> dict:
-        """PPD-ERT's threshold mode and grid, from the privacy settings (`agreed.threshold_settings`)."""
-        from fedcore.horizontal.ppdert.agreed import threshold_settings
-
-        return threshold_settings(self.privacy)
-
     def train(self, checkpoints: str | os.PathLike | None = None, run_id: str | None = None) -> TrainingFacts:
         """Grow the forest over the transport; every institution ends with the complete model (`.model`).
 
@@ -139,18 +135,15 @@ class HorizontalSession(MasterSession):
             raise ProtocolError("agree_schema() must run before train()")
         rounds, sent = self.transport.stats.rounds, self.transport.stats.bytes
         started = time.perf_counter()
-        if self.algorithm == "ppd-ert":
-            grid = self._thresholds()
+        if isinstance(self.privacy, SecureAggregation):
             self.master = PPDERTMaster(self.transport, self.params, self.schema, low=self._low,
                                        high=self._high, session_id=secrets.token_bytes(16),
                                        progress=self.progress,
-                                       thresholds=grid["thresholds"], n_cells=grid["cells"])
+                                       thresholds=self.privacy.thresholds, n_cells=self.privacy.n_cells)
         else:
-            from fedcore.privacy.ldp import LabelLDP
-
-            ldp = LabelLDP(**(self.privacy.get("ldp") or {})) if self.privacy["mode"] == "ldp" else None
+            ldp = self.privacy.ldp if isinstance(self.privacy, LocalDP) else None
             self.master = FederatedExtraTreesMaster(self.transport, self.params, self.schema,
-                                                    privacy=self.privacy["mode"], ldp=ldp,
+                                                    privacy=self.privacy.mode, ldp=ldp,
                                                     progress=self.progress)
         # each institution's hello must declare the training rows it declared at setup (its counts' bound)
         self.master.declared_rows = {name: int(r["train_rows"]) for name, r in self.rows.items()}
@@ -175,8 +168,7 @@ class HorizontalSession(MasterSession):
         Parameters, algorithm, privacy settings, the agreed schema and domains, the institutions and their row
         counts (each institution adds a digest of its own rows).
         """
-        # with the resolved defaults
-        privacy = {**self.privacy, **(self._thresholds() if self.algorithm == "ppd-ert" else {})}
+        privacy = self.privacy.to_dict()  # with the resolved defaults
         assert self.schema is not None, "train() checks the schema is agreed before binding checkpoints to it"
         text = json.dumps({"params": self.params.to_dict(), "algorithm": self.algorithm, "privacy": privacy,
                            "schema": self.schema.fingerprint(), "holdout": self.holdout_fraction,
@@ -206,7 +198,7 @@ class HorizontalSession(MasterSession):
     @property
     def privacy_mode(self) -> str:
         """The configured privacy mode: none, ldp, gdp or secagg."""
-        return str(self.privacy["mode"])
+        return self.privacy.mode
 
     def manifest_entries(self) -> dict[str, Any]:
         """The privacy report, the agreed schema, and the parties with the model digests the master signs.
@@ -228,15 +220,13 @@ class HorizontalSession(MasterSession):
 
     def privacy_report(self) -> dict[str, Any]:
         """What the master saw and, for the DP modes, the budget the master can vouch for."""
-        mode = self.privacy["mode"]
-        out: dict[str, Any] = {"mode": mode}
-        if mode == "gdp":
-            out["epsilon_per_query"] = self.privacy["epsilon"]
+        mode = self.privacy.mode
+        out: dict[str, Any] = {"mode": mode, "setting": self.privacy.to_dict()}
+        if isinstance(self.privacy, GlobalDP):
+            out["epsilon_per_query"] = self.privacy.epsilon
             out["note"] = "each institution adds the noise and keeps its own budget accounting"
-        if mode == "ldp":
-            from fedcore.privacy.ldp import LabelLDP
-
-            out["epsilon"] = LabelLDP(**(self.privacy.get("ldp") or {})).epsilon()
+        if isinstance(self.privacy, LocalDP):
+            out["epsilon"] = self.privacy.ldp.epsilon()
         if mode == "secagg":
             out["note"] = "the master received only masked sums of branch counts"
         return out

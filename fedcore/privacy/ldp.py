@@ -315,12 +315,36 @@ class LabelLDP:
         if self.mechanism == "krr":
             return {"permanent": float(self._krr_epsilon()), "instant": float(self._krr_epsilon())}
         f, p, q, k = 1.0 - self.keep_probability, self.p_one_if_zero, self.p_one_if_one, self.n_hashes
-        permanent = math.inf if f == 0 else 2 * k * math.log((1 - f / 2) / (f / 2))
+        permanent = _permanent_epsilon(self.keep_probability, k)
         q_star = f / 2 * (p + q) + (1 - f) * q
         p_star = f / 2 * (p + q) + (1 - f) * p
         numerator, denominator = q_star * (1 - p_star), p_star * (1 - q_star)
         instant = math.inf if denominator == 0 else k * math.log(numerator / denominator)
         return {"permanent": permanent, "instant": instant}
+
+
+def _permanent_epsilon(keep_probability: float, n_hashes: int) -> float:
+    """The Bloom mechanism's permanent epsilon: RAPPOR's 2 h ln((1 - f/2) / (f/2)), f = 1 - keep_probability.
+
+    Evaluated as 4 h artanh(keep_probability), the same value without forming 1 - keep (which loses the
+    digits of a small keep_probability).
+    """
+    return math.inf if keep_probability >= 1 else 4 * n_hashes * math.atanh(keep_probability)
+
+
+def keep_probability_for(epsilon: float, n_hashes: int) -> float:
+    """The Bloom keep_probability whose permanent epsilon at `n_hashes` hashes is `epsilon`, never above it.
+
+    2 h ln((1 + keep) / (1 - keep)) = epsilon gives keep = tanh(epsilon / (4 h)); where rounding puts
+    `LabelLDP.epsilon()` above `epsilon`, keep steps down to the next smaller double until it does not.
+    """
+    keep = math.tanh(epsilon / (4 * n_hashes))
+    for _ in range(64):  # both sides are within a few ulps: a step or two at most
+        if _permanent_epsilon(keep, n_hashes) <= epsilon:
+            return keep
+        keep = math.nextafter(keep, 0.0)
+    raise ParameterError(f"no keep_probability gives the Bloom mechanism epsilon {epsilon!r} at "
+                         f"n_hashes={n_hashes}")
 
 
 def _threshold63(probability: float) -> np.uint64:

@@ -25,6 +25,7 @@ from fedcore.errors import ParameterError
 from fedcore.horizontal.schema import CATEGORICAL, NUMERIC
 from fedcore.horizontal.validation import column_kind
 from fedcore.metrics import metrics
+from fedcore.privacy.settings import PrivacySetting, privacy_with
 from fedcore.simulation.comparison import announce, compare, run_engine
 from fedcore.simulation.params import TASK_DEFAULT, forest_params
 from fedcore.simulation.reference import reference_extra_trees
@@ -36,24 +37,31 @@ EXACT_MODES = ("none", "secagg")
 CATEGORIES_FROM = "the pooled table (a data contract declares them in production)"
 
 
-def check_mode(algorithm: str, privacy: str | None, task: str | None = None) -> str:
-    """The privacy mode to use (PPD-ERT: secagg; FET: none by default), refusing impossible combinations."""
+def check_mode(algorithm: str, privacy: object, task: str | None = None, *, epsilon: float | None = None,
+               thresholds: str | None = None) -> PrivacySetting:
+    """The privacy setting to use (PPD-ERT: secagg; FET: none by default), refusing impossible combinations.
+
+    `privacy`: a mode name, a mapping or a setting (`fedcore.privacy.settings`); `epsilon` and `thresholds`
+    (None: not given) are fields of it.
+    """
     chosen = find_algorithm(algorithm, "horizontal")
-    privacy = chosen.check_privacy(privacy or chosen.default_privacy)
-    if task == "regression" and (algorithm == "ppd-ert" or privacy == "ldp"):
+    setting = privacy_with(privacy, chosen, epsilon=epsilon, thresholds=thresholds)
+    if task == "regression" and (algorithm == "ppd-ert" or setting.mode == "ldp"):
         what = "PPD-ERT" if algorithm == "ppd-ert" else "privacy 'ldp' (Bloom-encoded labels)"
         raise ParameterError(f"{what} is for classification only; use --algorithm extra-trees with privacy "
                              "none or gdp for a regression label")
-    return privacy
+    return setting
 
 
-def build_estimator(algorithm: str, privacy: str, task: str, params: dict, *, epsilon: float = 1.0,
-                    feature_ranges: dict | None = None, categories: Mapping[str, Sequence[str]] | None = None,
+def build_estimator(algorithm: str, privacy: str | Mapping[str, Any] | PrivacySetting, task: str,
+                    params: dict, *, epsilon: float | None = None, feature_ranges: dict | None = None,
+                    categories: Mapping[str, Sequence[str]] | None = None,
                     thresholds: str | None = None) -> Any:
     """An unfitted horizontal estimator; building it validates the parameters before any work starts.
 
-    `categories` are the agreed category lists of categorical columns (see `pooled_categories`);
-    `thresholds` PPD-ERT's threshold mode (None: its default).
+    `privacy` is what the estimators' `privacy=` takes; `epsilon` (FET) and `thresholds` (PPD-ERT) are
+    fields of it (None: not given). `categories` are the agreed category lists of categorical columns (see
+    `pooled_categories`).
     """
     from fedcore.horizontal.estimators import (
         FederatedExtraTreesClassifier,
@@ -63,14 +71,18 @@ def build_estimator(algorithm: str, privacy: str, task: str, params: dict, *, ep
 
     model: Any
     if algorithm == "ppd-ert":
-        chosen_thresholds: dict[str, Any] = {"thresholds": thresholds} if thresholds else {}
+        if epsilon is not None:
+            raise ParameterError("epsilon applies to --algorithm extra-trees (privacy gdp or ldp) only, not "
+                                 "'ppd-ert'")
         model = PPDERTClassifier(**params, feature_ranges=feature_ranges,
                                  allow_data_ranges=feature_ranges is None, categories=categories,
-                                 **chosen_thresholds)
+                                 privacy=privacy, thresholds=thresholds)
     else:
+        if thresholds is not None:
+            raise ParameterError(f"thresholds={thresholds!r} applies to --algorithm ppd-ert only; Federated "
+                                 "Extra-Trees draws each threshold within the node's range already")
         cls = FederatedExtraTreesClassifier if task == "classification" else FederatedExtraTreesRegressor
-        noise: dict[str, Any] = {"epsilon": epsilon} if privacy == "gdp" else {}
-        model = cls(**params, privacy=privacy, categories=categories, **noise)
+        model = cls(**params, privacy=privacy, categories=categories, epsilon=epsilon)
     model.params  # noqa: B018 - validates the parameters now, before any work (scikit-learn style: not in __init__)
     return model
 
@@ -113,7 +125,7 @@ def simulate_horizontal(
     label: str,
     *,
     algorithm: str = "extra-trees",
-    privacy: str | None = None,
+    privacy: str | Mapping[str, Any] | PrivacySetting | None = None,
     id_column: str | None = None,
     drop: Sequence[str] = (),
     parties: int = 2,
@@ -123,7 +135,7 @@ def simulate_horizontal(
     trees: int = 100,
     max_depth: int | None = None,
     max_features: str | int | float | None = TASK_DEFAULT,
-    epsilon: float = 1.0,
+    epsilon: float | None = None,
     thresholds: str | None = None,
     seed: int = 0,
     test_size: float = 0.2,
@@ -137,23 +149,24 @@ def simulate_horizontal(
     models.
     `columns` in the result says which column was the id, which were dropped, which dates became numbers
     (see `prepare_input`) and how many categories each categorical column was agreed to have.
-    `thresholds` (PPD-ERT only): "histogram" (default) or "domain" (the paper's draw).
+    `privacy`: a mode name, a mapping or a setting (`fedcore.privacy.settings`), the algorithm's default
+    mode if None; `epsilon` (gdp: per count query; ldp: each row's label) and `thresholds` (PPD-ERT:
+    "histogram", the default, or "domain", the paper's draw) are fields of it, None when not given. A field
+    the mode does not use is refused.
     """
     table, column_notes = prepare_input(table, label, id_column, drop)
     if task == "auto":
         task = infer_task(table[label])
-    privacy = check_mode(algorithm, privacy, task)
+    setting = check_mode(algorithm, privacy, task, epsilon=epsilon, thresholds=thresholds)
+    privacy = setting.mode
     check_label(table[label], task)
     params = forest_params(task, trees, max_depth, max_features, seed)
-    if thresholds is not None and algorithm != "ppd-ert":
-        raise ParameterError(f"thresholds={thresholds!r} applies to --algorithm ppd-ert only; Federated "
-                             "Extra-Trees draws each threshold within the node's range already")
     train, test = split_train_test(table, label, task, test_size, seed)
     ranges = declared_ranges(train, label) if algorithm == "ppd-ert" else None
     categories = pooled_categories(table, label)
-    make = lambda mode: build_estimator(algorithm, mode, task, params, epsilon=epsilon,  # noqa: E731
-                                        feature_ranges=ranges, categories=categories, thresholds=thresholds)
-    federated_model = make(privacy)
+    make = lambda: build_estimator(algorithm, setting, task, params,  # noqa: E731
+                                   feature_ranges=ranges, categories=categories)
+    federated_model = make()
     party_frames = split_horizontal(train, parties, partition=partition, label=label, column=partition_column,
                                     alpha=alpha, seed=seed)
     features = test.drop(columns=[label])
@@ -161,7 +174,7 @@ def simulate_horizontal(
 
     federated = run_engine(federated_model, party_frames, label, features, progress=progress,
                            caption=f"{algorithm} ({privacy}), {parties} parties, {trees} trees")
-    single = run_engine(make(privacy), [train], label, features,
+    single = run_engine(make(), [train], label, features,
                         caption="single-party run of the same engine (M = 1)", progress=progress)
     identical = None
     if privacy in EXACT_MODES:

@@ -9,15 +9,17 @@ benchmarks both call it; it returns a JSON-ready dict.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from fedcore.algorithms import FOREST
 from fedcore.data.labels import infer_task
 from fedcore.data.split import split_vertical
 from fedcore.errors import ParameterError
+from fedcore.privacy.settings import PrivacySetting, parse_privacy
 from fedcore.simulation.comparison import compare, run_engine
 from fedcore.simulation.params import TASK_DEFAULT, TASKS, forest_params
 from fedcore.simulation.reference import reference_forest
@@ -56,27 +58,28 @@ def simulate_vertical(
     seed: int = 0,
     test_size: float = 0.2,
     task: str = "auto",
-    privacy: str = "none",
+    privacy: str | Mapping[str, Any] | PrivacySetting = "none",
     progress: bool = False,
 ) -> dict:
     """Train Federated Forest on `parties` simulated vertical parties of `table`; compare it on held-out rows.
 
     The comparison is with scikit-learn and the single-party run; the result is JSON-ready.
-    With `privacy="paillier"` or `"ou"` the federated run encrypts the labels (at the mode's default key
-    size) and the single-party run stays plain, so `single_party_identical` checks that encryption changes
-    nothing.
+    With `privacy="paillier"` or `"ou"` (or a setting with its `key_bits`, `fedcore.privacy.settings`) the
+    federated run encrypts the labels and the single-party run stays plain, so `single_party_identical`
+    checks that encryption changes nothing.
 
     `communication` counts training plus the prediction of the test rows; `columns` says which column was
     the id, which were dropped and which dates became numbers (see `prepare_input`).
     """
     if task not in TASKS:
         raise ParameterError(f"task must be one of {list(TASKS)}, got {task!r}")
+    setting = parse_privacy(privacy, FOREST)
     table, column_notes = prepare_input(table, label, id_column, drop)
     if task == "auto":
         task = infer_task(table[label])
     check_label(table[label], task)
     params = forest_params(task, trees, max_depth, max_features, seed)
-    federated_model = _engine(task, {**params, "privacy": privacy}, progress)
+    federated_model = _engine(task, {**params, "privacy": setting}, progress)
     single_model = _engine(task, params, progress)
     train, test = split_train_test(table, label, task, test_size, seed)
     party_frames = split_vertical(train, parties, label=label, seed=seed)
@@ -93,7 +96,7 @@ def simulate_vertical(
     return {
         "setting": "vertical",
         "algorithm": "forest",
-        "privacy": privacy,
+        "privacy": setting.mode,
         "task": task,
         "parties": parties,
         "rows_train": len(train),

@@ -15,11 +15,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 import pandas as pd
 
+from fedcore.algorithms import FOREST
 from fedcore.data.split import named_parties
 from fedcore.estimator_api import (
     ClassifierMixin,
@@ -31,6 +32,7 @@ from fedcore.estimator_api import (
 from fedcore.privacy.homomorphic import AdditivePrivateKey
 from fedcore.privacy.keyauth import ephemeral_identities
 from fedcore.privacy.schemes import ENCRYPTED_MODES
+from fedcore.privacy.settings import EncryptedLabels, PrivacySetting, privacy_with
 from fedcore.simulated_fit import SimulatedFederation
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.master import VerticalMaster
@@ -71,7 +73,7 @@ class _FederatedForest(SimulatedFederation):
         random_state: int = 0,
         tree_batch_size: int | None = None,
         memory_budget_mb: int | None = None,
-        privacy: str = "none",
+        privacy: str | Mapping[str, Any] | PrivacySetting = "none",
         key_bits: int | None = None,
         label_key: AdditivePrivateKey | None = None,
         prediction: str = "auto",
@@ -84,7 +86,11 @@ class _FederatedForest(SimulatedFederation):
 
     def _forest_params(self) -> ForestParams:
         """ForestParams of the constructor parameters: the one place they are checked."""
-        return ForestParams(task=self._task, **{name: getattr(self, name) for name in FOREST_PARAMS})
+        values = {name: getattr(self, name) for name in FOREST_PARAMS}
+        # `privacy`: a mode name, a mapping or a PrivacySetting; `key_bits` a shorthand for its field
+        setting = privacy_with(values.pop("privacy"), FOREST, key_bits=values.pop("key_bits"))
+        key_bits = setting.key_bits if isinstance(setting, EncryptedLabels) else None
+        return ForestParams(task=self._task, privacy=setting.mode, key_bits=key_bits, **values)
 
     def fit(self, parties: PartyFrames, label: str) -> Self:
         """Train on party DataFrames (aligned rows, disjoint columns); the one holding `label` is active."""
@@ -215,7 +221,7 @@ class FederatedForestRegressor(RegressorMixin, _FederatedForest):
         random_state: int = 0,
         tree_batch_size: int | None = None,
         memory_budget_mb: int | None = None,
-        privacy: str = "none",
+        privacy: str | Mapping[str, Any] | PrivacySetting = "none",
         key_bits: int | None = None,
         label_key: AdditivePrivateKey | None = None,
         prediction: str = "auto",

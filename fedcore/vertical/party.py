@@ -20,6 +20,7 @@ import logging
 import numpy as np
 import pandas as pd
 
+from fedcore.algorithms import FOREST
 from fedcore.data.binning import PartyBinner
 from fedcore.data.numbers import numeric_values
 from fedcore.errors import NotFittedError, ProtocolError
@@ -29,6 +30,7 @@ from fedcore.privacy.keyauth import PartyIdentity, SignedKey, context_digest
 from fedcore.privacy.packing import SlotLayout, weight_powers_bytes
 from fedcore.privacy.schemes import ENCRYPTED_MODES, Scheme, public_key_from_json, scheme, scheme_for
 from fedcore.privacy.sealed import SealingKey
+from fedcore.privacy.settings import EncryptedLabels, PrivacySetting, parse_privacy
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message, pack_bits
 from fedcore.trees.budget import default_budget
@@ -135,7 +137,7 @@ class VerticalParty:
 
     def __init__(self, name: str, frame: pd.DataFrame, label: str | None = None, feature_key: bytes = b"",
                  label_key: AdditivePrivateKey | None = None, identity: PartyIdentity | None = None,
-                 memory_budget: int | None = None, own_privacy: dict | None = None) -> None:
+                 memory_budget: int | None = None, own_privacy: PrivacySetting | None = None) -> None:
         """One institution's columns (and the label, when `label` names it) with its privacy settings.
 
         `label_key`: the label holder's Paillier or Okamoto-Uchiyama key for encrypted labels (default: a
@@ -143,11 +145,12 @@ class VerticalParty:
         checks its peers' (an agent uses its mutual-TLS certificate); without one, relayed sealing keys are
         taken on trust. `memory_budget`: bytes this party grows tree batches in (default: a share of its
         available memory), reported to the master at setup so batches fit (`fedcore.trees.budget`).
-        `own_privacy`: the institution's configured `privacy:` section; a master asking for another mode or a
-        smaller key is refused.
+        `own_privacy`: the institution's configured `privacy:` setting (or what
+        `fedcore.privacy.settings.parse_privacy` reads); a master asking for another mode or a smaller key is
+        refused.
         """
         self.name = name
-        self.own_privacy = own_privacy
+        self.own_privacy = None if own_privacy is None else parse_privacy(own_privacy, FOREST)
         self.memory_budget = memory_budget
         self.label = label
         self.is_label_holder = label is not None
@@ -218,17 +221,16 @@ class VerticalParty:
         self._label_crypto = self._passive_crypto = self._sealing = None
         privacy = h.get("privacy", "none")
         _require(privacy in ("none", *ENCRYPTED_MODES), self.name, f"unknown privacy mode {privacy!r}")
-        if self.own_privacy is not None:
-            own_mode = self.own_privacy.get("mode", "none")
-            own_bits = int(self.own_privacy.get("key_bits", 0))
-            _require(privacy == own_mode, self.name,
+        own = self.own_privacy
+        if own is not None:
+            _require(privacy == own.mode, self.name,
                      f"the master asks for privacy {privacy!r}; this institution's configuration says "
-                     f"{own_mode!r}")
-            if privacy in ENCRYPTED_MODES:
+                     f"{own.mode!r}")
+            if isinstance(own, EncryptedLabels):  # a larger key than configured is stronger: accepted
                 asked = h.get("key_bits")
-                _require(isinstance(asked, int) and asked >= own_bits, self.name,
-                         f"the master asks for a {asked}-bit {scheme(privacy).title} key; this institution's "
-                         f"configuration says {own_bits}")
+                _require(isinstance(asked, int) and not isinstance(asked, bool) and asked >= own.bits,
+                         self.name, f"the master asks for a {asked}-bit {scheme(privacy).title} key; this "
+                         f"institution's configuration says {own.bits}")
         self._privacy = privacy
         if privacy in ENCRYPTED_MODES:
             context = str(h.get("session_context", ""))

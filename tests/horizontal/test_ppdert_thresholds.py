@@ -318,10 +318,11 @@ def test_an_agent_runs_the_threshold_mode_of_its_own_config_and_refuses_a_master
         session.agree_schema()
         session.train()
 
-    own = {"mode": "secagg", "thresholds": "domain", "cells": 16}
+    own = {"mode": "secagg", "thresholds": "domain"}
     with pytest.raises(ProtocolError,
-                       match="party 'north' agreed to 'domain' thresholds; the master asked for "
-                             "'histogram' on 16 cells"):
+                       match=r"institution 'north': the master asks for privacy 'secagg' \(histogram "
+                             r"thresholds on 16 cells\), but this institution's configuration says 'secagg' "
+                             r"\(domain thresholds\); refusing to train"):
         train(agents(own), {"mode": "secagg", "thresholds": "histogram"})
     train(agents(own), {"mode": "secagg", "thresholds": "domain"})
     # no own config (in-process): the master's

@@ -96,7 +96,7 @@ CASES = [
     pytest.param("ppd-ert", None, id="ppdert-secagg"),
     pytest.param("ppd-ert", {"mode": "secagg", "thresholds": "domain"}, id="ppdert-secagg-domain"),
     pytest.param("extra-trees", {"mode": "gdp", "epsilon": 2.0}, id="fet-gdp"),
-    pytest.param("extra-trees", {"mode": "ldp", "ldp": {}}, id="fet-ldp"),
+    pytest.param("extra-trees", {"mode": "ldp"}, id="fet-ldp"),
 ]
 
 

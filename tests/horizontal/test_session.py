@@ -147,9 +147,13 @@ def test_contracts_that_disagree_stop_the_session(table, tmp_path) -> None:
      "the master asks for privacy 'none', but this institution's configuration says 'gdp' \\(epsilon 0.5\\)"),
     ({"mode": "gdp", "epsilon": 0.5}, {"mode": "gdp", "epsilon": 8.0},
      "the master asks for privacy 'gdp' \\(epsilon 8\\), but .* says 'gdp' \\(epsilon 0.5\\)"),
-    ({"mode": "ldp", "ldp": {"mechanism": "krr", "epsilon_krr": 1.0}},
-     {"mode": "ldp", "ldp": {"mechanism": "bloom"}},
-     "the master asks for privacy 'ldp' \\(bloom\\), but .* says 'ldp' \\(krr, epsilon 1\\)"),
+    ({"mode": "ldp", "mechanism": "krr", "epsilon": 1.0}, {"mode": "ldp", "mechanism": "bloom"},
+     "the master asks for privacy 'ldp' \\(bloom, epsilon 8.79\\), but .* says 'ldp' \\(krr, epsilon 1\\)"),
+    ({"mode": "ldp", "epsilon": 3}, {"mode": "ldp"},
+     "the master asks for privacy 'ldp' \\(bloom, epsilon 8.79\\), but .* says 'ldp' \\(bloom, epsilon 3\\)"),
+    ({"mode": "ldp", "n_bits": 64}, {"mode": "ldp"},
+     "the master asks for privacy \\{'mode': 'ldp', .*\\}, but .* says \\{'mode': 'ldp', "
+     "'mechanism': 'bloom', 'n_bits': 64, .*\\}"),
 ])
 def test_an_agent_trains_fet_only_with_the_privacy_of_its_own_config(table, tmp_path, own, asked,
                                                                      refusal) -> None:
@@ -169,6 +173,33 @@ def test_an_agent_trains_fet_only_with_the_privacy_of_its_own_config(table, tmp_
     agreed.agree_schema()
     agreed.train()
     assert agreed.model.n_trees == 12
+
+
+def test_a_configured_ldp_epsilon_is_the_epsilon_every_party_randomizes_labels_at(table, tmp_path) -> None:
+    """`privacy: {mode: ldp, epsilon: 3}` trains at epsilon 3, not at the Bloom defaults' 8.79 (issue #27).
+
+    The config is parsed once; the master sends the setting in its setup, every agent parses it and its own
+    config with the same parser, and the party's mechanism is the configured one.
+    """
+    from fedcore.config import parse_config
+
+    institutions = [{"name": n, "data": f"{n}.csv", "id_column": "patient_id", "label": "class"}
+                    for n in NAMES]
+    config = parse_config({"federation": "waveform", "setting": "horizontal", "institutions": institutions,
+                           "consortium_key": {"env": "KEY"}, "privacy": {"mode": "ldp", "epsilon": 3}},
+                          tmp_path / "federation.yaml")
+    agents = _agents(table.head(600), tmp_path)
+    for agent in agents.values():
+        agent.data.privacy = config.privacy
+    session = _session(agents, privacy=config.privacy)
+    session.agree_schema()
+    session.train()
+    for agent in agents.values():
+        spent = agent.party.privacy_spent()
+        assert spent["permanent"] == pytest.approx(3.0, rel=1e-12) and spent["permanent"] <= 3.0
+        assert agent.party.label_ldp().keep_probability == pytest.approx(np.tanh(3 / 16))
+    assert session.privacy_report()["epsilon"]["permanent"] == pytest.approx(3.0, rel=1e-12)
+    assert session.privacy_report()["setting"] == config.privacy.to_dict()
 
 
 @pytest.mark.parametrize("algorithm", ["extra-trees", "ppd-ert"])

@@ -76,8 +76,8 @@ def test_party_with_zero_rows() -> None:
 @pytest.mark.parametrize("epsilon", [0, -1.0, float("nan")])
 def test_epsilon_must_be_positive(epsilon) -> None:
     _raises(ParameterError,
-            f"epsilon must be a finite number > 0, got {epsilon!r}: smaller epsilon = more noise and "
-            "stronger privacy, larger = less noise (typical values 0.1 to 10)",
+            f"privacy: epsilon must be a finite number > 0, got {epsilon!r}: smaller epsilon = more noise "
+            "and stronger privacy, larger = less noise (typical values 0.1 to 10)",
             lambda: FederatedExtraTreesClassifier(2, privacy="gdp", epsilon=epsilon).fit(_frames(), "y"))
 
 
@@ -92,13 +92,13 @@ def test_bloom_filter_too_small_for_the_classes() -> None:
 
 
 def test_ldp_refused_for_regression() -> None:
-    _raises(ParameterError, "privacy='ldp' randomizes class labels and works for classification only; use "
-            "privacy='gdp' (Laplace noise) or 'none' for regression",
+    _raises(ParameterError, "privacy 'ldp' randomizes class labels and works for classification only; use "
+            "'gdp' (Laplace noise) or 'none' for a regression label",
             lambda: FederatedExtraTreesRegressor(2, privacy="ldp").fit(_frames(), "y"))
 
 
 def test_unknown_privacy_mode() -> None:
-    _raises(ParameterError, "privacy must be one of ['none', 'ldp', 'gdp'], got 'secret'",
+    _raises(ParameterError, "algorithm 'extra-trees' supports privacy ['none', 'ldp', 'gdp'], got 'secret'",
             lambda: FederatedExtraTreesClassifier(2, privacy="secret").fit(_frames(), "y"))
 
 

@@ -185,16 +185,16 @@ def test_a_tampered_split_choice_is_refused(key) -> None:
 
 def test_bad_privacy_settings_are_named() -> None:
     parties = split_vertical(mixed_table(n_rows=40), 2, label="target")
-    with pytest.raises(ParameterError, match=r"privacy must be one of \('none', 'paillier', 'ou'\) in the "
-                                             r"vertical setting, got 'ldp'"):
+    with pytest.raises(ParameterError, match=r"algorithm 'forest' supports privacy \['none', 'paillier', "
+                                             r"'ou'\], got 'ldp'"):
         FederatedForestClassifier(privacy="ldp").fit(parties, label="target")
     for mode in ("paillier", "ou"):
         with pytest.raises(ParameterError,
                            match=rf"key_bits must be one of \(2048, 3072\) for privacy '{mode}' "
                                  r"\(.* modulus sizes\), got 1024"):
             FederatedForestClassifier(privacy=mode, key_bits=1024).fit(parties, label="target")
-    with pytest.raises(ParameterError, match=r"key_bits applies to the encrypted-label privacy modes "
-                                             r"\('paillier', 'ou'\) only, not 'none'"):
+    with pytest.raises(ParameterError, match=r"privacy: mode 'none' does not use field\(s\) \['key_bits'\]; "
+                                             r"valid: \['mode'\]"):
         FederatedForestClassifier(key_bits=2048).fit(parties, label="target")
 
 

@@ -8,44 +8,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
-from fedcore.errors import ParameterError
 from fedcore.horizontal.growth import (
     draw_features,
     tree_segments,
 )
-from fedcore.horizontal.ppdert.cells import CELL_CHOICES, DEFAULT_CELLS
+from fedcore.privacy.settings import THRESHOLD_MODES as THRESHOLD_MODES  # PPD-ERT's, in its privacy setting
+from fedcore.privacy.settings import check_threshold_mode as check_threshold_mode
 from fedcore.randomness import stream
 
 KEY_CONTEXT_FIELDS = ("algorithm", "schema", "domains", "k", "n_parties", "secure", "session_id",
                       "thresholds", "n_cells")
-THRESHOLD_MODES = ("histogram", "domain")
-"""Where candidate thresholds come from: the populated grid cells of the node's rows (`cells.py`), or
-the declared domain, as in the paper."""
-
-
-def check_threshold_mode(thresholds: str, n_cells: int) -> tuple[str, int]:
-    """Refuse an unknown threshold mode or grid size (both roles check what they are configured with)."""
-    if thresholds not in THRESHOLD_MODES:
-        raise ParameterError(f"PPD-ERT thresholds must be one of {list(THRESHOLD_MODES)}, got {thresholds!r}")
-    if isinstance(n_cells, bool) or n_cells not in CELL_CHOICES:
-        raise ParameterError(f"PPD-ERT histogram cells must be one of {list(CELL_CHOICES)}, got {n_cells!r}")
-    return thresholds, int(n_cells)
-
-
-def threshold_settings(privacy: Mapping[str, Any]) -> dict[str, Any]:
-    """PPD-ERT's threshold mode and grid from a `privacy:` mapping, defaults filled in and checked.
-
-    {"thresholds": ..., "cells": ...}, histogram on DEFAULT_CELLS cells by default. Config, master session and
-    institution agents all read them here.
-    """
-    mode, cells = check_threshold_mode(privacy.get("thresholds", "histogram"),
-                                       privacy.get("cells", DEFAULT_CELLS))
-    return {"thresholds": mode, "cells": cells}
 
 
 def candidate_draws(seed: int, act_tree: np.ndarray, depth: int, n_features: int,

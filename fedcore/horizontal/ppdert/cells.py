@@ -37,14 +37,13 @@ from __future__ import annotations
 import numpy as np
 
 from fedcore.privacy.secagg import keystream
+from fedcore.privacy.settings import CELL_CHOICES as CELL_CHOICES  # the grid sizes a privacy setting takes
+from fedcore.privacy.settings import DEFAULT_CELLS as DEFAULT_CELLS
 
 CELL_RING_BITS = 64
 """Ring the extreme-cell indicators are masked in: a cancelled sum (a populated cell read as empty) has
 probability about 2**-64 per cell, so the forest is the single-party forest in practice (2**-31 of the
 32-bit ring would be met in a large run)."""
-DEFAULT_CELLS = 16
-CELL_CHOICES = (4, 8, 16, 32, 64)
-"""Grid sizes a session may use: powers of two, so cell edges are exact fractions of the interval."""
 
 
 def cell_of(values: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray, n_cells: int) -> np.ndarray:
