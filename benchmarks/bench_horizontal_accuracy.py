@@ -86,8 +86,9 @@ def run_table2(table: pd.DataFrame, label: str, seed: int, trees: int, clients: 
             model = build_estimator(algorithm, "secagg", "classification", params, feature_ranges=ranges,
                                     thresholds="domain")
         else:
-            model = build_estimator(algorithm, privacy, "classification", params, epsilon=epsilon,
-                                    feature_ranges=ranges)
+            # epsilon is GDP's per query; FET-LDP runs the Bloom defaults (an epsilon would set its own)
+            model = build_estimator(algorithm, privacy, "classification", params,
+                                    epsilon=epsilon if privacy == "gdp" else None, feature_ranges=ranges)
         started = time.perf_counter()
         model.fit(parties, label=label)
         result[f"{name}_fit_s"] = time.perf_counter() - started
