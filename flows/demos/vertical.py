@@ -106,7 +106,9 @@ def run_demo(work: Path, n_customers: int = 6000) -> int:
           "over Flight/mTLS")
     print("  held-out:    " + ", ".join(f"{k} {v:.3f}" for k, v in result["metrics"].items()))
     if result["prediction"]:
-        predictions = Path(result["prediction"]["path"])  # the bank named it: <model>-<version>-<UTC time>
+        # the bank named it <model>-<version>-<UTC time>.parquet: the newest of this version
+        predictions = sorted((work / "predictions" / scenario["label_holder"]).glob(
+            f"{result['model']}-{result['version']}-*.parquet"))[-1]
         comparison = centralized_reference(scenario, predictions)
         print(f"  new batch:   {result['prediction']['rows']} customers predicted, written only at "
               f"{scenario['label_holder']}: {predictions}")
