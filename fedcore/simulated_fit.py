@@ -3,6 +3,11 @@
 The run options (`progress`, `record_transcript`, `record_payloads`), the in-process transport between the
 master and the party objects, the timed master fit with every role's memory planned against one budget, and
 what crossed that transport (`communication_`, `rounds_`, `transcript_`).
+
+A fitted estimator pickles (`pickle`, `joblib`) and unpickles to the same predictions and fitted attributes:
+the fit's progress bar is dropped when the fit ends, and each party pickles without its session's secrets
+(signing identity, sealing and masking keys, encrypted-label state and its worker processes), which only
+training uses.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ class _Master(Protocol):
     """A master the estimator runs: its budget is set, then `fit` grows the forest."""
 
     shared_budget: int | None
+    progress: ProgressCallback | None
+    grower: Any  # the fit's LevelwiseGrower (None before one exists), which reports to `progress` too
 
     def fit(self) -> Any: ...
 
@@ -63,6 +70,10 @@ class SimulatedFederation(EstimatorBase):
         try:
             fitted = master.fit()
         finally:
+            # the bar ends with the fit: it writes to a stream, which would keep the estimator from pickling
+            master.progress = None
+            if master.grower is not None:
+                master.grower.progress = None
             if self.progress:
                 end_line()
         self.fit_seconds_ = time.perf_counter() - started

@@ -15,8 +15,8 @@ scikit-learn's own checks (sklearn.utils.estimator_checks) that run, on all five
   the single-party run of the same engine) and call the estimator unchanged. Through it run
   check_estimators_fit_returns_self, check_dont_overwrite_parameters, check_estimators_overwrite_params,
   check_fit_check_is_fitted, check_n_features_in, check_fit_idempotent, check_methods_subset_invariance,
-  check_methods_sample_order_invariance, check_classifiers_one_label, check_classifiers_classes,
-  check_regressors_train and check_regressors_int; and GridSearchCV itself.
+  check_methods_sample_order_invariance, check_estimators_pickle, check_classifiers_one_label,
+  check_classifiers_classes, check_regressors_train and check_regressors_int; and GridSearchCV itself.
 
 Not run: the checks of how a single array X is validated (check_fit2d_predict1d, check_fit1d,
 check_fit2d_1sample, check_estimators_empty_data_messages, check_estimators_dtypes, check_dtype_object,
@@ -26,8 +26,8 @@ array-API checks): that validation would be the adapter's, not the estimators'. 
 it expects predict to refuse an array with more columns, but the estimators select the trained columns of a
 DataFrame by name and ignore others (a prediction frame may keep the label column). Sample weights, class
 weights, multi-output, partial_fit, transformers, clusterers and outlier detectors: not features of these
-estimators. check_estimators_pickle: a fitted estimator holds its in-process transport and party objects
-(saving goes through `save` / `load`). check_mixin_order: only about scikit-learn's own mixins.
+estimators. check_mixin_order: only about scikit-learn's own mixins. Pickling in every privacy mode:
+tests/test_estimator_pickle.py.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ FIT_CHECKS = [
     "check_estimators_fit_returns_self", "check_dont_overwrite_parameters",
     "check_estimators_overwrite_params", "check_fit_check_is_fitted", "check_n_features_in",
     "check_fit_idempotent", "check_methods_subset_invariance", "check_methods_sample_order_invariance",
+    "check_estimators_pickle",
 ]
 CLASSIFIER_CHECKS = ["check_classifiers_one_label", "check_classifiers_classes"]
 REGRESSOR_CHECKS = ["check_regressors_train", "check_regressors_int"]
@@ -112,6 +113,7 @@ def one_party(cls: type) -> type:
     if hasattr(cls, "predict_proba"):
         OneParty.predict_proba = lambda self, X, *method: cls.predict_proba(self, rows(X), *method)
     OneParty.__name__ = OneParty.__qualname__ = f"OneParty{cls.__name__}"
+    globals()[OneParty.__name__] = OneParty  # pickle finds a class by its module and name
     return OneParty
 
 

@@ -31,15 +31,24 @@ class TranscriptEntry:
     payload: bytes | None = None
 
 
+def _kind_counter() -> dict[str, int]:
+    """A message kind's counters before its first message (module level, so the stats pickle)."""
+    return {"count": 0, "bytes": 0}
+
+
+def _by_kind() -> defaultdict[str, dict[str, int]]:
+    """Counters per message kind, created at a kind's first message."""
+    return defaultdict(_kind_counter)
+
+
 @dataclass
 class CommunicationStats:
-    """Rounds and bytes, in total and per message kind."""
+    """Rounds and bytes, in total and per message kind (plain data: it pickles with a fitted estimator)."""
 
     rounds: int = 0
     bytes: int = 0
     messages: int = 0
-    by_kind: dict[str, dict[str, int]] = field(
-        default_factory=lambda: defaultdict(lambda: {"count": 0, "bytes": 0}))
+    by_kind: dict[str, dict[str, int]] = field(default_factory=_by_kind)
 
     def add(self, kind: str, size: int) -> None:
         """Count one message of `kind` with `size` bytes."""

@@ -183,6 +183,17 @@ class VerticalParty:
         self._level_totals = np.zeros((0, 0))
         self.machine = FEDERATED_FOREST.start(log)
 
+    def __getstate__(self) -> dict:
+        """The party to pickle (a fitted estimator's): its model and data, without its session's secrets.
+
+        The signing identity, the sealing key, the encrypted-label state (keys, channels, worker processes)
+        serve one training and cannot, or must not, be written out. An unpickled party predicts; the
+        estimators make new parties, with new identities, to fit again.
+        """
+        state = self.__dict__.copy()
+        state.update(identity=None, _sealing=None, _label_crypto=None, _passive_crypto=None)
+        return state
+
     # -- dispatch -------------------------------------------------------------------------------
     @property
     def protocol_role(self) -> str:

@@ -128,6 +128,17 @@ class PPDERTParty:
         """
         return self.machine.handle(self, message)
 
+    def __getstate__(self) -> dict:
+        """The party to pickle (a fitted estimator's): its model and rows, without its session's secrets.
+
+        The signing identity, the masking keys and the cell multipliers serve one session and cannot, or must
+        not, be written out. An unpickled party predicts, and refuses a secure session until it is given an
+        identity; the estimator makes new parties to fit again.
+        """
+        state = self.__dict__.copy()
+        state.update(identity=None, aggregator=None, _secret=b"")
+        return state
+
     def privacy_spent(self) -> dict:
         """What this party has released in its own accounting: nothing beyond masked sums."""
         return {}
