@@ -172,11 +172,26 @@ def test_version(capsys) -> None:
     (("--privacy", "ldp"), "algorithm 'forest' supports privacy 'none', 'paillier', 'ou', got 'ldp'"),
     (("--setting", "horizontal", "--thresholds", "domain"),
      "--thresholds applies to --algorithm ppd-ert only, not 'extra-trees'"),
+    (("--setting", "horizontal", "--epsilon", "0.5"),
+     "--epsilon applies to privacy 'ldp' and 'gdp' only, not 'none'"),
+    (("--epsilon", "0.5"), "--epsilon applies to --algorithm extra-trees only, not 'forest'"),
+    (("--setting", "horizontal", "--privacy", "gdp", "--epsilon", "0"),
+     "privacy: epsilon must be a finite number > 0, got 0.0: smaller epsilon = more noise and stronger "
+     "privacy, larger = less noise (typical values 0.1 to 10)"),
 ])
 def test_unknown_setting_algorithm_or_privacy_is_bad_input(capsys, breast_cancer_csv: Path, options: tuple,
                                                             message: str) -> None:
     line = _error_line(capsys, "simulate", "--data", breast_cancer_csv, "--label", "target", *options)
     assert line == f"fedforest: error: {message}"
+
+
+def test_simulate_ldp_trains_at_the_epsilon_given(capsys, breast_cancer_csv: Path) -> None:
+    """`--privacy ldp --epsilon 2` randomizes the labels at epsilon 2, not at the Bloom defaults' 8.79."""
+    result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--setting", "horizontal",
+                       "--privacy", "ldp", "--epsilon", "2", "--trees", "3", "--max-depth", "4")
+    report = result["privacy_report"]
+    assert report["epsilon_permanent"] == pytest.approx(2.0, rel=1e-12) and report["epsilon_permanent"] <= 2
+    assert report["setting"]["mode"] == "ldp" and report["setting"]["mechanism"] == "bloom"
 
 
 @pytest.mark.parametrize("thresholds", ["histogram", "domain"])
