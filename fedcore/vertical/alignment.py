@@ -10,6 +10,10 @@ party's row count and the intersection size; a party receives only the positions
 that are in the intersection (hence which of its own IDs are shared, and how many), never another
 party's digests or anything about IDs outside the intersection. Because digests are keyed, the
 canonical order is a keyed pseudo-random permutation, not an order of the raw IDs.
+
+When the intersection is empty or below `min_overlap`, the master also counts how many digests each pair of
+institutions shares (`pairwise_overlaps`: counts it could compute from what it holds anyway, no new message,
+no ID) to name an institution that shares none with any other: its consortium key or ID column differs.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ class AlignmentPlan:
     n_common: int
     counts: dict[str, int]
     positions: dict[str, np.ndarray]
+    pairwise: dict[tuple[str, str], int] | None = None
+    """With three or more institutions and an intersection below the threshold `intersect_hashes` was given:
+    the digests each pair shares (counts only), to name an institution that shares none; else None."""
 
     def overlap_table(self) -> list[dict[str, object]]:
         """One row per institution (rows, matched, matched share) for a Prefect table artifact."""
@@ -69,8 +76,12 @@ def _intersect_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a[b[idx] == a]
 
 
-def intersect_hashes(hashes_by_party: Mapping[str, np.ndarray]) -> AlignmentPlan:
-    """Master side: intersect the parties' ID digests and give each party its rows in canonical order."""
+def intersect_hashes(hashes_by_party: Mapping[str, np.ndarray], explain_below: int = 1) -> AlignmentPlan:
+    """Master side: intersect the parties' ID digests and give each party its rows in canonical order.
+
+    An intersection of fewer than `explain_below` rows (pass `min_overlap`) among three or more parties also
+    gets the pairwise overlaps (`AlignmentPlan.pairwise`), which `check_overlap` uses to say who differs.
+    """
     if not hashes_by_party:
         raise AlignmentError("no institutions' ID hashes to intersect")
     order, ordered = {}, {}
@@ -88,19 +99,63 @@ def intersect_hashes(hashes_by_party: Mapping[str, np.ndarray]) -> AlignmentPlan
         common = _intersect_sorted(common, ordered[name])
     positions = {name: order[name][np.searchsorted(ordered[name], common)].astype(np.int64)
                  for name in hashes_by_party}
+    pairwise = (_pairwise_sorted(ordered) if len(common) < explain_below and len(ordered) > 2 else None)
     return AlignmentPlan(n_common=len(common), counts={n: len(o) for n, o in ordered.items()},
-                         positions=positions)
+                         positions=positions, pairwise=pairwise)
+
+
+def pairwise_overlaps(hashes_by_party: Mapping[str, np.ndarray]) -> dict[tuple[str, str], int]:
+    """How many digests (or fully blinded PSI values) each pair of parties shares, in the parties' order.
+
+    Counts only: what a master holding every party's digests can compute anyway.
+    """
+    return _pairwise_sorted({name: np.unique(_as_digests(name, hashes))
+                             for name, hashes in hashes_by_party.items()})
+
+
+def _pairwise_sorted(ordered: Mapping[str, np.ndarray]) -> dict[tuple[str, str], int]:
+    """`pairwise_overlaps` of sorted, duplicate-free digest arrays."""
+    names = list(ordered)
+    return {(a, b): len(_intersect_sorted(ordered[a], ordered[b]))
+            for i, a in enumerate(names) for b in names[i + 1:]}
 
 
 def check_overlap(plan: AlignmentPlan, min_overlap: int) -> None:
-    """Refuse to train or predict on an empty or too small intersection, naming each institution's count."""
+    """Refuse to train or predict on an empty or too small intersection, naming each institution's count.
+
+    With the plan's pairwise overlaps, it names the institutions that share no ID with any other (their
+    consortium key or ID column differs), or else gives the pairwise counts.
+    """
     counts = ", ".join(f"{name} {rows} rows" for name, rows in plan.counts.items())
+    pairwise = _pairwise_reading(plan.pairwise)
     if plan.n_common == 0:
-        raise AlignmentError(f"ID overlap is empty ({counts}); check that every institution uses the same "
-                             "consortium key and the same kind of ID in its id_column")
+        raise AlignmentError(f"ID overlap is empty ({counts}); " + (pairwise or (
+            "check that every institution uses the same consortium key and the same kind of ID in its "
+            "id_column")))
     if plan.n_common < min_overlap:
         raise AlignmentError(f"only {plan.n_common} rows overlap (fewer than min_overlap={min_overlap}); "
-                             f"{counts}")
+                             f"{counts}" + (f"; {pairwise}" if pairwise else ""))
+
+
+def _pairwise_reading(pairwise: dict[tuple[str, str], int] | None) -> str | None:
+    """What the pairwise overlaps say; None without them, or when no two institutions share an ID.
+
+    When some pair shares IDs, an institution in no such pair stands out: every other institution shares
+    IDs with someone under the same key, so its key or ID column is the one that differs. When every
+    institution shares with some other, the pairwise counts themselves say where the overlap is lost.
+    """
+    if not pairwise or not any(pairwise.values()):
+        return None
+    names = list(dict.fromkeys(name for pair in pairwise for name in pair))
+    shared = {pair: n for pair, n in pairwise.items() if n}
+    alone = [name for name in names if not any(name in pair for pair in shared)]
+    if not alone:
+        return "pairwise overlaps: " + ", ".join(f"{a}-{b} {n}" for (a, b), n in pairwise.items())
+    who = (f"institution {alone[0]!r} shares" if len(alone) == 1
+           else f"institutions {', '.join(map(repr, alone))} share")
+    listed = ", ".join(f"{a}-{b} share {n}" for (a, b), n in shared.items())
+    return (f"{who} no ID hash with any other institution ({listed}): "
+            f"{'its' if len(alone) == 1 else 'their'} consortium key or id_column differs")
 
 
 def align_frame(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:

@@ -28,7 +28,7 @@ from fedcore.randomness import stream
 from fedcore.session import MasterSession, Prediction, Preparation, TrainingFacts
 from fedcore.transport.base import Transport
 from fedcore.trees.params import ForestParams
-from fedcore.vertical.alignment import AlignmentPlan, check_overlap, intersect_hashes
+from fedcore.vertical.alignment import AlignmentPlan, check_overlap, intersect_hashes, pairwise_overlaps
 from fedcore.vertical.master import FederationInfo, ProgressCallback, VerticalMaster
 
 log = logging.getLogger(__name__)
@@ -65,22 +65,26 @@ class VerticalSession(MasterSession):
         return {name: r.arrays["hashes"].reshape(-1, 32).copy().view("S32").ravel()
                 for name, r in replies.items()}
 
-    def _intersect(self, batch: bool) -> AlignmentPlan:
-        """The alignment plan of the training rows (or of the new batch), by keyed hashes or by ECDH PSI."""
+    def _intersect(self, batch: bool, explain_below: int = 1) -> AlignmentPlan:
+        """The alignment plan of the training rows (or of the new batch), by keyed hashes or by ECDH PSI.
+
+        Below `explain_below` common rows, the plan also has the pairwise overlaps (`check_overlap`).
+        """
         if self.alignment == "psi":
-            return self._psi_plan(batch)
+            return self._psi_plan(batch, explain_below)
         hashes = self._hashes("batch_hashes" if batch else "id_hashes")
         if not batch:
             self.fingerprints = {name: hashlib.sha256(np.sort(h).tobytes()).hexdigest()[:16]
                                  for name, h in hashes.items()}
-        return intersect_hashes(hashes)
+        return intersect_hashes(hashes, explain_below)
 
-    def _psi_plan(self, batch: bool) -> AlignmentPlan:
+    def _psi_plan(self, batch: bool, explain_below: int = 1) -> AlignmentPlan:
         """ECDH PSI through the master (`fedcore.privacy.psi`).
 
         Every institution blinds its IDs, each list is re-blinded once by every other institution in M - 1
         rounds, the master intersects the fully blinded lists. Positions index each institution's (secretly
-        shuffled) sent list.
+        shuffled) sent list. Below `explain_below` common rows, the pairwise overlaps of the fully blinded
+        lists are counted too.
         """
         names = self.institutions
         replies = self.transport.exchange({n: Message("psi_blinded", {"batch": batch}) for n in names})
@@ -97,7 +101,9 @@ class VerticalSession(MasterSession):
         positions = intersect_blinded(lists)
         if not batch:
             self.fingerprints = {n: "psi" for n in names}  # blinded values are fresh per session: no digest
-        return AlignmentPlan(n_common=len(next(iter(positions.values()))), counts=counts, positions=positions)
+        n_common = len(next(iter(positions.values())))
+        pairwise = pairwise_overlaps(lists) if n_common < explain_below and len(names) > 2 else None
+        return AlignmentPlan(n_common=n_common, counts=counts, positions=positions, pairwise=pairwise)
 
     def prepare(self) -> Preparation:
         """Align the institutions' IDs (`align`): the overlap and the rows each institution trains on."""
@@ -108,7 +114,7 @@ class VerticalSession(MasterSession):
 
     def align(self) -> AlignmentPlan:
         """Intersect the institutions' IDs; each learns its own rows' order and the holdout."""
-        self.plan = self._intersect(batch=False)
+        self.plan = self._intersect(batch=False, explain_below=self.min_overlap)
         check_overlap(self.plan, self.min_overlap)
         rng = stream(self.params.random_state, "split", 0)
         n = self.plan.n_common
@@ -238,7 +244,7 @@ class VerticalSession(MasterSession):
         The predictions (with IDs) go to `requester` only, which names the file they are written to.
         """
         started = time.perf_counter()
-        plan = self._intersect(batch=True)
+        plan = self._intersect(batch=True, explain_below=min_overlap)
         check_overlap(plan, min_overlap)
         self.transport.exchange({name: Message("align_batch", {"rows": plan.n_common},
                                                {"positions": plan.positions[name]})

@@ -136,6 +136,37 @@ def test_empty_and_small_overlaps_are_refused_with_counts() -> None:
     check_overlap(small, min_overlap=2)
 
 
+def test_a_small_overlap_gives_the_pairwise_overlaps_and_those_sharing_none_are_named() -> None:
+    def ids(*numbers: int) -> np.ndarray:
+        return hash_ids(pd.Series([f"C{i}" for i in numbers]), KEY)
+
+    hashes = {"bank": ids(1, 2, 3, 4), "telco": ids(1, 2, 3, 9), "insurer": ids(3, 4, 9)}
+    plan = intersect_hashes(hashes, explain_below=2)
+    assert plan.n_common == 1 and plan.pairwise == {("bank", "telco"): 3, ("bank", "insurer"): 2,
+                                                    ("telco", "insurer"): 2}
+    with pytest.raises(AlignmentError) as refused:
+        check_overlap(plan, min_overlap=2)
+    assert str(refused.value) == ("only 1 rows overlap (fewer than min_overlap=2); bank 4 rows, telco 4 "
+                                  "rows, insurer 3 rows; pairwise overlaps: bank-telco 3, bank-insurer 2, "
+                                  "telco-insurer 2")
+    assert intersect_hashes(hashes, explain_below=1).pairwise is None  # enough rows: nothing more counted
+    # two of four with keys of their own are both named
+    other = KEY + b"other"
+    hashes = {"bank": ids(1, 2), "telco": ids(1, 2), "insurer": hash_ids(pd.Series(["C1"]), other),
+              "retail": hash_ids(pd.Series(["C2"]), other + b"2")}
+    with pytest.raises(AlignmentError) as refused:
+        check_overlap(intersect_hashes(hashes), min_overlap=1)
+    assert str(refused.value).endswith("; institutions 'insurer', 'retail' share no ID hash with any other "
+                                       "institution (bank-telco share 2): their consortium key or id_column "
+                                       "differs")
+    # every one shares with another, but no row is held by all: the pairwise counts say where it is lost
+    hashes = {"bank": ids(1, 2), "telco": ids(2, 3), "insurer": ids(3)}
+    with pytest.raises(AlignmentError) as refused:
+        check_overlap(intersect_hashes(hashes), min_overlap=1)
+    assert str(refused.value) == ("ID overlap is empty (bank 2 rows, telco 2 rows, insurer 1 rows); pairwise "
+                                  "overlaps: bank-telco 1, bank-insurer 0, telco-insurer 1")
+
+
 def test_bad_hashes_and_positions_are_refused() -> None:
     h = hash_ids(pd.Series(["a", "b"]), KEY)
     with pytest.raises(AlignmentError, match="institution 'bank' sent 1 duplicate ID hashes"):

@@ -80,13 +80,23 @@ def test_session_end_to_end(scenario, tmp_path) -> None:
     assert all(a.closed for a in agents.values())
 
 
-def test_empty_overlap_is_refused(scenario, tmp_path) -> None:
+@pytest.mark.parametrize("alignment", ["hash", "psi"])
+def test_empty_overlap_is_refused_naming_the_institution_whose_key_differs(scenario, tmp_path,
+                                                                          alignment) -> None:
     agents = _agents(scenario, tmp_path, new_batch=False)
     agents["insurer"]._key = b"another-consortium-key-9876543210"
     transport = InProcessTransport({n: a.handle for n, a in agents.items()})
-    session = VerticalSession(transport, ForestParams(n_estimators=2, max_depth=2), min_overlap=10)
-    with pytest.raises(AlignmentError, match="ID overlap is empty"):
+    session = VerticalSession(transport, ForestParams(n_estimators=2, max_depth=2), min_overlap=10,
+                              alignment=alignment)
+    truth = pd.read_parquet(scenario["truth"]["train"])
+    counts = {name: files["train_rows"] for name, files in scenario["institutions"].items()}
+    shared = int((truth["in_bank"] & truth["in_ecommerce"]).sum())  # the two with the consortium's key
+    with pytest.raises(AlignmentError) as refused:
         session.align()
+    assert str(refused.value) == (
+        f"ID overlap is empty (bank {counts['bank']} rows, ecommerce {counts['ecommerce']} rows, insurer "
+        f"{counts['insurer']} rows); institution 'insurer' shares no ID hash with any other institution "
+        f"(bank-ecommerce share {shared}): its consortium key or id_column differs")
 
 
 def test_load_model_predicts_like_the_training_session(scenario, tmp_path) -> None:
