@@ -53,7 +53,7 @@ def test_nothing_is_writable_by_others_whatever_the_umask(tmp_path: Path, open_u
     checkpoints.save(0, {"noise_seed": np.array([7], np.int64)})
     bank = InstitutionData("bank", None, "id", None, tmp_path / "registry" / "bank",
                            tmp_path / "predictions" / "bank")
-    predictions = write_predictions(bank, pd.DataFrame({"id": ["a"], "prediction": [1]}), "batch-1")
+    predictions = write_predictions(bank, pd.DataFrame({"id": ["a"], "prediction": [1]}), ("model", "v0001"))
     written = [p for p in tmp_path.rglob("*")]
     assert len(written) > 12
     writable = [f"{p.relative_to(tmp_path)} {stat.filemode(p.stat().st_mode)}" for p in written
