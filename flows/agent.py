@@ -39,7 +39,11 @@ def load_and_validate(config: FederationConfig, institution: str) -> Institution
 
 @task(**DATA_LOCAL)
 def serve_session(config: FederationConfig, institution: str, data: InstitutionData) -> int:
-    """Answer the master over Flight until it closes the session; returns the number of sessions served."""
+    """Answer the master over Flight until it closes the session; returns the number of sessions served.
+
+    It fails (and so does the agent run) when the party refused or failed on one of the session's messages,
+    quoting that one line, or when the master never came or went silent (`serve_until_session_closed`).
+    """
     server = build_institution_server(config, institution, data=data)
     get_run_logger().info("%s serving on %s", institution, config.institution(institution).endpoint)
     serve_until_session_closed(server, idle_timeout_s=config.training.agent_idle_timeout_s)

@@ -6,6 +6,7 @@ it may leave the institution.
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -77,26 +78,28 @@ class InstitutionData:
 def institution_from_config(config: FederationConfig, name: str) -> InstitutionData:
     """Load one institution's training table from its configured files and validate it against its contract.
 
-    Examples of bad values stay in the local report. Runs where the data lives.
+    Examples of bad values stay in the local report. Runs where the data lives. The configured ID column
+    and label are checked first (`check_configured_columns`): a misspelt one fails here, with the fix.
     """
     inst = config.institution(name)
     master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
     frame = read_files(inst.data, f"institution {name!r}", skip=[inst.id_column, inst.label])
     report = contract = None
     if inst.contract is not None:
-        from fedcore.contracts import load_contract, validate_frame
+        from fedcore.contracts import load_contract
 
         contract = load_contract(inst.contract)
+    check_configured_columns(config, name, frame.columns, contract)
+    if contract is not None:
+        from fedcore.contracts import validate_frame
+
         # no example values, not even in this institution's own log: counts and columns only (the
         # institution inspects its data with `fedforest contract check`, which shows examples on screen)
         report = validate_frame(frame, contract, name, include_label=inst.is_label_holder, max_examples=0)
         for line in report.failure_lines():
             log.warning("data contract violation: %s", line)
-    elif inst.id_column not in frame.columns:
-        raise ColumnNotFoundError(f"institution {name!r}: id column {inst.id_column!r} not in {inst.data!r}")
     predict_data = inst.predict_data
-    batch = (lambda: read_files(predict_data, f"institution {name!r} prediction data",
-                                skip=[inst.id_column])) if predict_data else None
+    batch = (lambda: _read_batch(config, name, predict_data)) if predict_data else None
     return InstitutionData(
         name=name, frame=frame, id_column=inst.id_column, label=inst.label, registry=inst.registry,
         predictions_dir=(inst.registry.parent / "predictions" / name if inst.predictions is None
@@ -105,6 +108,43 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
         privacy=config.privacy, master_key=master_key,
         holdout=config.training.holdout, min_overlap=config.training.min_overlap,
     )
+
+
+def check_configured_columns(config: FederationConfig, name: str, columns: Collection,
+                             contract: DataContract | None = None, table: str = "its table",
+                             keys: Collection[str] = ("id_column", "label")) -> None:
+    """Refuse a configured `id_column` or `label` (label holders) that is not the table's, naming the fix.
+
+    Against the institution's data contract when it declares the column (ConfigError; the contract's own
+    check then finds a table without it), else against the table's `columns` (ColumnNotFoundError): one line
+    naming the institution, the configured column, a close match and the config entry to set, before any
+    work (a misspelt label would otherwise pass validation and fail at alignment).
+    """
+    index, inst = next((i, inst) for i, inst in enumerate(config.institutions) if inst.name == name)
+    declared = {"id_column": contract.id_column if contract else None,
+                "label": contract.label.column if contract and contract.label else None}
+    for key, configured in (("id_column", inst.id_column), ("label", inst.label)):
+        if configured is None or key not in keys:
+            continue
+        fix = f"set institutions[{index}].{key} in {config.path}"
+        if declared[key] is not None and declared[key] != configured:
+            raise ConfigError(f"institution {name!r}: {key} {configured!r} is not the {key} of its data "
+                              f"contract {str(inst.contract)!r} ({declared[key]!r}); {fix} (or correct the "
+                              "contract)")
+        if declared[key] is None and configured not in columns:
+            close = difflib.get_close_matches(configured, [str(c) for c in columns], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ColumnNotFoundError(f"institution {name!r}: {key} {configured!r} is not a column of {table}"
+                                      f"{hint}; {fix}")
+
+
+def _read_batch(config: FederationConfig, name: str, pattern: str) -> pd.DataFrame:
+    """An institution's new rows to predict, refused unless they have its ID column."""
+    frame = read_files(pattern, f"institution {name!r} prediction data",
+                       skip=[config.institution(name).id_column])
+    check_configured_columns(config, name, frame.columns, table=f"its prediction data {pattern!r}",
+                             keys=("id_column",))
+    return frame
 
 
 def _master_key(config: FederationConfig, name: str) -> Path | None:

@@ -57,6 +57,9 @@ def serve_until_session_closed(server: AgentServer, idle_timeout_s: float | None
     its session is abandoned (no message or keep-alive of it for that long, while the agent was not
     answering); before the master ever called, with `idle_timeout_s`, after that long (it never came). So
     a retried run's agents can bind the port within the window of the old master's death.
+
+    It also raises ProtocolError, once the master closed the session, when the party refused or failed on
+    one of the session's messages (`AgentServer.session_failure`): a run serving a failed session fails.
     """
     thread = threading.Thread(target=server.serve, name=f"agent-{server.name}", daemon=True)
     thread.start()
@@ -68,6 +71,9 @@ def serve_until_session_closed(server: AgentServer, idle_timeout_s: float | None
             break
     server.shutdown()
     thread.join(timeout=10)
+    failure = server.session_failure()
+    if not reason and failure is not None:
+        reason = f"its session failed here: {failure}"
     if reason:
         raise ProtocolError(f"agent {server.name!r}: {reason}; stopped serving")
 

@@ -356,6 +356,9 @@ class AgentServer(flight.FlightServerBase):
         `max_message_bytes`; a message larger than it is refused too)."""
         self.refused = 0
         """Calls refused before reaching the party (wrong identity, envelope, size or payload)."""
+        self.failures: dict[str, str] = {}
+        """Per session (its envelope's id), the first message of the master the party refused or failed on,
+        as the one line the master got (`session_failure`)."""
         self._stopped = False
         self.last_activity = time.monotonic()
         """When the master last sent a message or a keep-alive of the session in progress, or this agent last
@@ -371,6 +374,15 @@ class AgentServer(flight.FlightServerBase):
     def silent_seconds(self) -> float | None:
         """Seconds since the allowed master last called at all, or None if it never did."""
         return None if self.last_contact is None else time.monotonic() - self.last_contact
+
+    def session_failure(self) -> str | None:
+        """The first message of the current (or last) session the party refused or failed on; None if none."""
+        return self.failures.get(self.guard.current) if self.guard.current is not None else None
+
+    def _failed(self, line: str) -> flight.FlightServerError:
+        """Record the party's failure in this session (the first one is kept); the error for the master."""
+        self.failures.setdefault(self.guard.current or "", line)
+        return flight.FlightServerError(line)
 
     def _check_peer(self, context: flight.ServerCallContext) -> None:
         identity = context.peer_identity().decode(errors="replace")
@@ -413,14 +425,13 @@ class AgentServer(flight.FlightServerBase):
                 return reply
             except FedForestError as exc:  # a refusal or a named failure: one counted line, no traceback
                 self._refuse(f"party {self.name!r} on {kind!r}: {type(exc).__name__}: {exc}")
-                raise flight.FlightServerError(
+                raise self._failed(
                     f"party {self.name!r} failed on {kind!r}: {type(exc).__name__}: {exc}") from None
             except Exception as exc:  # unexpected: one line with the type and where, never the text (it
                 # may quote the institution's data: a label, a cell), in this log and to the master alike
                 summary = failure_summary(exc)
                 log.error("party %r failed on %r: %s", self.name, kind, summary)
-                raise flight.FlightServerError(
-                    f"party {self.name!r} failed on {kind!r}: {summary}") from None
+                raise self._failed(f"party {self.name!r} failed on {kind!r}: {summary}") from None
             finally:
                 self.last_activity = time.monotonic()
                 self.guard.touch()

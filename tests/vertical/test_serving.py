@@ -22,6 +22,8 @@ class Session:
         self.sessions, self.closed = 0, False
 
     def handle(self, message: Message) -> Message:
+        if message.kind == "refuse":
+            raise ProtocolError("institution 'bank' refuses 'refuse'")
         if message.kind == "close":
             self.closed = True
         else:
@@ -68,3 +70,32 @@ def test_the_master_closing_the_session_ends_serving_without_error(pki) -> None:
         transport.exchange({"bank": Message("close")})
     thread.join(timeout=10)
     assert done.is_set() and server.party.closed
+
+
+def test_an_agent_whose_party_refused_a_message_of_its_session_fails_once_the_master_closes_it(pki) -> None:
+    """An agent run whose session failed ends Failed, not Completed (issue #28)."""
+    import threading
+
+    server = _server(pki)
+    endpoint = f"grpc+tls://127.0.0.1:{server.port}"
+    raised: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            serve_until_session_closed(server, idle_timeout_s=30)
+        except ProtocolError as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    with FlightTransport({"bank": endpoint}, tls_cert=pki / "master.pem", tls_key=pki / "master.key",
+                         ca_cert=pki / "ca.pem") as transport:
+        transport.wait_ready(timeout_s=10)
+        transport.exchange({"bank": Message("validation_report")})
+        with pytest.raises(ProtocolError, match="refuses 'refuse'"):
+            transport.exchange({"bank": Message("refuse")})
+        transport.exchange({"bank": Message("close")})  # the master releases its agents after failing
+    thread.join(timeout=10)
+    assert server.party.closed and [str(e) for e in raised] == [
+        "agent 'bank': its session failed here: party 'bank' failed on 'refuse': ProtocolError: institution "
+        "'bank' refuses 'refuse'; stopped serving"]
