@@ -26,7 +26,7 @@
         registry: registry/bank
         cert: certs/bank.pem
         key: certs/bank.key
-        predictions: predictions/bank      # where batch predictions land (default: next to the registry)
+        predictions: predictions/bank      # where batch predictions land (default: predictions/<name>)
         memory_budget_mb: 8192             # memory its agent grows tree batches in
                                            # (default: half its free memory)
     params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal)
@@ -77,6 +77,7 @@ class Institution:
     cert: Path | None = None
     key: Path | None = None
     predictions: Path | None = None
+    """Where its batch predictions land; a parsed config always names one (`default_predictions`)."""
     memory_budget_mb: int | None = None
 
     @property
@@ -215,6 +216,14 @@ def resolve(config_path: Path, value: str | os.PathLike) -> Path:
     """A config path made absolute against the config file's folder."""
     p = Path(os.path.expanduser(str(value)))
     return p if p.is_absolute() else (config_path.parent / p)
+
+
+def default_predictions(config_path: Path, name: str) -> Path:
+    """Where institution `name` writes batch predictions unless its `predictions:` says otherwise.
+
+    `predictions/<name>` in the config file's folder: beside the default `registry/` folder, never inside it.
+    """
+    return resolve(config_path, Path("predictions") / name)
 
 
 def read_yaml(path: Path, what: str) -> Any:
@@ -357,7 +366,8 @@ def _parse_institution(item: dict, index: int, path: Path) -> Institution:
         predict_data=str(resolve(path, item["predict_data"])) if item.get("predict_data") else None,
         cert=resolve(path, item["cert"]) if item.get("cert") else None,
         key=resolve(path, item["key"]) if item.get("key") else None,
-        predictions=resolve(path, item["predictions"]) if item.get("predictions") else None,
+        predictions=(resolve(path, item["predictions"]) if item.get("predictions")
+                     else default_predictions(path, name)),
         memory_budget_mb=_memory_budget(item.get("memory_budget_mb"), path, where),
     )
 

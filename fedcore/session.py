@@ -75,12 +75,14 @@ class Prediction:
     requester: str | None = None
     """Vertical: the one institution the predictions (with IDs) were delivered to; horizontal: None,
     every institution keeps its own."""
-    path: str | None = None
-    """Vertical: the file written at the requester (on its host)."""
+    paths: dict[str, str] = field(default_factory=dict)
+    """Where the predictions were written, per institution that wrote them (vertical: the requester only;
+    horizontal: every institution), as each reported it: a path on its own host, which the master can
+    neither see nor check. Each institution names its file `<model>-<version>-<UTC time>.parquet`."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The summary as a JSON-ready dict, without the requester's local path."""
-        return {k: v for k, v in asdict(self).items() if k != "path" and v is not None}
+        """The summary as a JSON-ready dict."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 class MasterSession(ABC):

@@ -79,11 +79,33 @@ def retrain_outcome(model_name: str, version: str, metrics: dict[str, float], me
 
 
 def predict_outcome(model_name: str, version: str, prediction: dict) -> str:
-    """The batch-predict run's final message: version and where how many predictions went."""
+    """The batch-predict run's final message: version, how many predictions went where, and their files."""
     if "requester" in prediction:
-        return f"{model_name} {version}: {prediction['rows']} rows predicted for {prediction['requester']}"
-    where = ", ".join(f"{name} {count}" for name, count in prediction["counts"].items())
-    return f"{model_name} {version}: {prediction['rows']} rows predicted locally ({where})"
+        line = f"{model_name} {version}: {prediction['rows']} rows predicted for {prediction['requester']}"
+    else:
+        where = ", ".join(f"{name} {count}" for name, count in prediction["counts"].items())
+        line = f"{model_name} {version}: {prediction['rows']} rows predicted locally ({where})"
+    paths = prediction.get("paths") or {}
+    return f"{line}, written {_written_at(paths)}" if paths else line
+
+
+def _written_at(paths: dict[str, str]) -> str:
+    """`at bank to /srv/bank/predictions/m-v0002-<time>.parquet, at ...`: each institution's file.
+
+    The paths as the institutions reported them: each is on that institution's own host.
+    """
+    return ", ".join(f"at {name} to {path}" for name, path in paths.items())
+
+
+def prediction_files(summary: dict) -> list[str]:
+    """Lines saying where a flow's batch predictions went, for the CLI (none when it predicted nothing)."""
+    prediction = summary.get("prediction") or {}
+    lines = []
+    for name, path in (prediction.get("paths") or {}).items():
+        rows = prediction["rows"] if prediction.get("requester") else prediction["counts"].get(name, 0)
+        lines.append(f"fedforest: {rows} predictions of {summary.get('model')} {summary.get('version')} "
+                     f"written at {name} to {path}")
+    return lines
 
 
 def finished(message: str, summary: dict) -> State:

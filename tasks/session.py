@@ -60,17 +60,21 @@ def evaluate(session: MasterSession) -> dict[str, float]:
 
 @task(**DATA_LOCAL)
 def predict(session: MasterSession, requester: str | None = None) -> dict[str, Any]:
-    """Predict the institutions' new rows; a table artifact of the rows per institution.
+    """Predict the institutions' new rows; a table artifact of the rows and the file per institution.
 
-    The predictions are delivered to `requester` only (vertical), or kept by each institution (horizontal).
+    The predictions are delivered to `requester` only (vertical), or kept by each institution (horizontal);
+    the files are where each institution reported writing them, on its own host.
     """
     result = session.predict(requester)
     where = f"delivered to {requester}" if result.requester else "predicted locally"
     column = "new rows" if result.requester else "predicted rows"
-    create_table_artifact([{"institution": name, column: count} for name, count in result.counts.items()],
+    files = result.paths
+    create_table_artifact([{"institution": name, column: count, "predictions file": files.get(name, "")}
+                           for name, count in result.counts.items()],
                           key="batch-prediction",
                           description=f"{result.rows} rows {where} in {result.seconds:.1f} s")
-    get_run_logger().info("%d rows %s (%s)", result.rows, where, result.counts)
+    get_run_logger().info("%d rows %s (%s); written %s", result.rows, where, result.counts,
+                          ", ".join(f"at {name} to {path}" for name, path in files.items()) or "nowhere")
     return result.to_dict()
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from fedcore.agents.data import institution_from_config
 from fedcore.config import TrainingSettings, parse_config
 from fedcore.errors import ConfigError
 from fedcore.privacy.ldp import LabelLDP
@@ -35,6 +37,23 @@ def test_defaults_and_paths_relative_to_the_config_file() -> None:
     assert (config.model_name, config.prediction_requester, config.promotion_metric) == ("retail", "bank",
                                                                                          "accuracy")
     assert (config.algorithm, config.privacy, config.alignment) == ("forest", NoPrivacy(), "hash")
+
+
+def test_predictions_land_beside_the_registry_folder_not_inside_it(tmp_path) -> None:
+    config = parse_config(_raw(), CONFIG)
+    bank, _ = config.institutions
+    assert bank.predictions == Path("/srv/federation/predictions/bank")  # not registry/predictions/bank
+    assert not bank.predictions.is_relative_to(bank.registry.parent)
+    raw = _raw()
+    raw["institutions"][0]["predictions"] = "/data/bank/scores"
+    assert parse_config(raw, CONFIG).institutions[0].predictions == Path("/data/bank/scores")
+    # the folder the institution's agent writes to
+    pd.DataFrame({"customer_id": ["a", "b"], "x": [1.0, 2.0], "responded": [0, 1]}).to_parquet(
+        tmp_path / "bank.parquet")
+    raw = _raw()
+    raw["institutions"][0]["data"] = "bank.parquet"
+    data = institution_from_config(parse_config(raw, tmp_path / "federation.yaml"), "bank")
+    assert data.predictions_dir == tmp_path / "predictions" / "bank"
 
 
 def test_a_horizontal_federation_defaults_to_plain_extra_trees() -> None:

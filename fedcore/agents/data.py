@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedcore.config import FederationConfig
+from fedcore.config import FederationConfig, default_predictions
 from fedcore.contracts.expectations import ValidationReport
 from fedcore.contracts.model import DataContract
 from fedcore.data.numbers import check_finite_columns
@@ -102,8 +102,7 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
     batch = (lambda: _read_batch(config, name, predict_data)) if predict_data else None
     return InstitutionData(
         name=name, frame=frame, id_column=inst.id_column, label=inst.label, registry=inst.registry,
-        predictions_dir=(inst.registry.parent / "predictions" / name if inst.predictions is None
-                         else inst.predictions),
+        predictions_dir=inst.predictions or default_predictions(config.path, name),
         load_batch=batch, validation=report, contract=contract, memory_budget_mb=inst.memory_budget_mb,
         privacy=config.privacy, master_key=master_key,
         holdout=config.training.holdout, min_overlap=config.training.min_overlap,

@@ -250,9 +250,14 @@ class HorizontalSession(MasterSession):
         return version
 
     def predict(self, requester: str | None = None) -> Prediction:
-        """Every institution predicts its own new rows (`predict_locally`); `requester` does not apply."""
+        """Every institution predicts its own new rows (`predict_locally`); `requester` does not apply.
+
+        `paths` lists the files as the institutions reported them (one without new rows writes none).
+        """
         result = self.predict_locally()
-        return Prediction(rows=result["rows"], counts=result["counts"], seconds=result["seconds"])
+        paths = {name: str(path) for name, path in result["paths"].items() if path is not None}
+        return Prediction(rows=result["rows"], counts=result["counts"], seconds=result["seconds"],
+                          paths=paths)
 
     def predict_locally(self) -> dict:
         """Every institution predicts its own new rows with the complete model; predictions stay there.

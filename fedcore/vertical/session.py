@@ -236,7 +236,7 @@ class VerticalSession(MasterSession):
             raise ProtocolError("vertical prediction delivers to one institution: name the requester")
         result = self.batch_predict(requester)
         return Prediction(rows=result["rows"], counts=result["counts"], seconds=result["seconds"],
-                          requester=requester, path=result["path"])
+                          requester=requester, paths={requester: str(result["path"])})
 
     def batch_predict(self, requester: str, min_overlap: int = 1) -> dict:
         """Align the institutions' new batches, predict them in one round per row batch, and deliver them.

@@ -2,13 +2,16 @@
 
     fedforest predict --config federation.yaml [--version production] [--requester NAME] [--agents local]
 
-Runs the batch prediction flow (`flows.batch_predict`) and prints its result as JSON.
+Runs the batch prediction flow (`flows.batch_predict`) and prints its result as JSON, then, on stderr, where
+each institution wrote its predictions (the same paths as the result's `prediction.paths`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from typing import Any, cast
 
 from flows.commands.environment import (
     add_agents_option,
@@ -38,8 +41,13 @@ def _predict(args: argparse.Namespace) -> int:
     use_federation_prefect_home(args.config)
     quiet(verbose=True)
     from flows.batch_predict import batch_predict
+    from flows.ui import prediction_files
 
-    result = batch_predict(str(args.config.resolve()), model_name=args.model, version=args.version,
-                           requester=args.requester, agents=args.agents)
+    # the flow returns `finished(...)`: called, it gives that State's data (Prefect types it as the State)
+    result = cast(dict[str, Any], batch_predict(str(args.config.resolve()), model_name=args.model,
+                                                version=args.version, requester=args.requester,
+                                                agents=args.agents))
     print(json.dumps(result, indent=2, default=str))
+    for line in prediction_files(result):
+        print(line, file=sys.stderr)
     return 0

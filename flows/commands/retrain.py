@@ -3,13 +3,16 @@
     fedforest retrain --config federation.yaml [--agents local] [--no-predict] [--run-id ID]
 
 Runs `flows.retrain` (training, evaluation, registration and, unless --no-predict, batch prediction) and
-prints its result as JSON.
+prints its result as JSON, then, on stderr, where each institution wrote its predictions (the result's
+`prediction.paths`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from typing import Any, cast
 
 from flows.commands.environment import (
     add_agents_option,
@@ -35,8 +38,12 @@ def _retrain(args: argparse.Namespace) -> int:
     use_federation_prefect_home(args.config)
     quiet(verbose=True)
     from flows.retrain import retrain
+    from flows.ui import prediction_files
 
-    result = retrain(str(args.config.resolve()), agents=args.agents, predict=not args.no_predict,
-                     run_id=args.run_id)
+    # the flow returns `finished(...)`: called, it gives that State's data (Prefect types it as the State)
+    result = cast(dict[str, Any], retrain(str(args.config.resolve()), agents=args.agents,
+                                          predict=not args.no_predict, run_id=args.run_id))
     print(json.dumps(result, indent=2, default=str))
+    for line in prediction_files(result):
+        print(line, file=sys.stderr)
     return 0

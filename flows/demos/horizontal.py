@@ -87,10 +87,8 @@ def run_horizontal_demo(work: Path, n_patients: int = 9000, algorithm: str = "ex
     print("  held-out:    " + ", ".join(f"{k} {v:.3f}" for k, v in result["metrics"].items()))
     if result["prediction"]:
         truth = pd.read_parquet(scenario["truth"]["new"])
-        # each hospital names its own file <model>-<version>-<UTC time>.parquet: the newest of each
-        newest = {f.parent: f for f in sorted((work / "predictions").rglob(
-            f"{result['model']}-{result['version']}-*.parquet"))}
-        files = sorted(newest.values())
+        # the file each hospital named (<model>-<version>-<UTC time>.parquet) and reported
+        files = [Path(path) for path in result["prediction"]["paths"].values()]
         predicted = pd.concat([pd.read_parquet(f) for f in files]).merge(truth, on=scenario["id_column"])
         accuracy = float((predicted["prediction"] == predicted[scenario["label"]]).mean())
         print(f"  new patients: {result['prediction']['rows']} scored, each hospital at home "

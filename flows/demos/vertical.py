@@ -106,9 +106,8 @@ def run_demo(work: Path, n_customers: int = 6000) -> int:
           "over Flight/mTLS")
     print("  held-out:    " + ", ".join(f"{k} {v:.3f}" for k, v in result["metrics"].items()))
     if result["prediction"]:
-        # the bank named it <model>-<version>-<UTC time>.parquet: the newest of this version
-        predictions = sorted((work / "predictions" / scenario["label_holder"]).glob(
-            f"{result['model']}-{result['version']}-*.parquet"))[-1]
+        # the file the bank named (<model>-<version>-<UTC time>.parquet) and reported
+        predictions = Path(result["prediction"]["paths"][scenario["label_holder"]])
         comparison = centralized_reference(scenario, predictions)
         print(f"  new batch:   {result['prediction']['rows']} customers predicted, written only at "
               f"{scenario['label_holder']}: {predictions}")

@@ -41,6 +41,7 @@ def test_registered_version_predicts_like_the_training_run(trained) -> None:
     files = sorted((work / "predictions").rglob("*.parquet"))
     assert [f.parent.name for f in files] == ["bank"]
     assert re.fullmatch(rf"{MODEL}-v0001-\d{{8}}T\d{{6}}Z\.parquet", files[0].name)  # the agent names it
+    assert result["prediction"]["paths"] == {"bank": str(files[0])}  # as the bank reported it
     predictions = pd.read_parquet(files[0])
     assert len(predictions) == result["prediction"]["rows"] == scenario["overlap"]["new"]
     assert files[0].read_bytes() == reference
@@ -52,8 +53,10 @@ def test_the_run_is_named_after_the_version_and_says_where_predictions_went(trai
     with get_client(sync_client=True) as client:
         run = client.read_flow_run(state.state_details.flow_run_id)
     assert run.name == f"predict {MODEL} v0001"
-    assert state.message == f"{MODEL} v0001: {scenario['overlap']['new']} rows predicted for bank"
-    assert state.result()["version"] == "v0001"
+    result = state.result()
+    assert state.message == (f"{MODEL} v0001: {scenario['overlap']['new']} rows predicted for bank, "
+                             f"written at bank to {result['prediction']['paths']['bank']}")
+    assert result["version"] == "v0001"
 
 
 def test_missing_version_fails_clearly(trained) -> None:

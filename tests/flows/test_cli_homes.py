@@ -6,6 +6,7 @@ server.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -56,3 +57,20 @@ def test_retrain_uses_it(tmp_path, clean_env, monkeypatch):
     (tmp_path / ".prefect").mkdir()
     assert main(["retrain", "--config", str(tmp_path / "federation.yaml")]) == 0
     assert seen == [str(tmp_path / ".prefect")]
+
+
+@pytest.mark.parametrize("command", ["retrain", "predict"])
+def test_retrain_and_predict_print_where_the_predictions_went(tmp_path, clean_env, monkeypatch, capsys,
+                                                              command):
+    import flows.batch_predict
+    import flows.retrain
+
+    path = "/srv/bank/predictions/bank/m-v0001-20261127T101500Z.parquet"
+    prediction = {"requester": "bank", "rows": 600, "counts": {"bank": 700}, "paths": {"bank": path}}
+    summary = {"model": "m", "version": "v0001", "prediction": prediction}
+    monkeypatch.setattr(flows.retrain if command == "retrain" else flows.batch_predict,
+                        "retrain" if command == "retrain" else "batch_predict", lambda *a, **k: summary)
+    assert main([command, "--config", str(tmp_path / "federation.yaml")]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["prediction"]["paths"] == {"bank": path}
+    assert err.splitlines()[-1] == f"fedforest: 600 predictions of m v0001 written at bank to {path}"

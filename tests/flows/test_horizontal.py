@@ -95,7 +95,11 @@ def test_batch_predict_with_the_registered_version_repeats_the_predictions(fet) 
     result = state.result()
     assert result["version"] == "v0001"
     counts = ", ".join(f"{name} {count}" for name, count in result["prediction"]["counts"].items())
-    assert state.message == f"{MODEL} v0001: {result['prediction']['rows']} rows predicted locally ({counts})"
+    paths = {name: str(_prediction(work, name)) for name in HOSPITALS}  # each hospital's own file
+    assert result["prediction"]["paths"] == paths
+    written = ", ".join(f"at {name} to {path}" for name, path in paths.items())
+    assert state.message == (f"{MODEL} v0001: {result['prediction']['rows']} rows predicted locally "
+                             f"({counts}), written {written}")
     for name in HOSPITALS:
         pd.testing.assert_frame_equal(pd.read_parquet(_prediction(work, name)),
                                       before[name])

@@ -12,6 +12,8 @@ files, and no case pays for starting three agents and importing Great Expectatio
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import yaml
@@ -87,6 +89,9 @@ def test_retrain_registers_promotes_and_predicts(workspace, first_run) -> None:
     files = sorted((work / "predictions").rglob("*.parquet"))
     assert [f.parent.name for f in files] == ["bank"]
     assert len(pd.read_parquet(files[0])) == scenario["overlap"]["new"]
+    # the summary says where the bank wrote them (in the trained federation this workspace copies)
+    (written,) = first_run["prediction"]["paths"].items()
+    assert written[0] == "bank" and Path(written[1]).name == files[0].name
 
 
 def test_artifacts_exist_and_hold_no_raw_data(workspace, first_run) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from fedcore import agents
 from flows import agent as agent_flow
-from flows.ui import headline_metric, predict_outcome, retrain_outcome
+from flows.ui import headline_metric, predict_outcome, prediction_files, retrain_outcome
 
 METRICS = {"accuracy": 0.75333, "f1_macro": 0.7457}
 
@@ -39,6 +39,24 @@ def test_predict_outcome_in_both_settings() -> None:
             == "m v0002: 600 rows predicted for bank")
     assert predict_outcome("m", "v0002", {"rows": 30, "counts": {"a": 10, "b": 20}}) == (
         "m v0002: 30 rows predicted locally (a 10, b 20)")
+
+
+def test_predict_outcome_and_the_cli_lines_say_where_each_institution_wrote_its_predictions() -> None:
+    vertical = {"requester": "bank", "rows": 600, "counts": {"bank": 700, "shop": 650},
+                "paths": {"bank": "/srv/bank/predictions/m-v0002-20261127T101500Z.parquet"}}
+    assert predict_outcome("m", "v0002", vertical) == (
+        "m v0002: 600 rows predicted for bank, written at bank to "
+        "/srv/bank/predictions/m-v0002-20261127T101500Z.parquet")
+    assert prediction_files({"model": "m", "version": "v0002", "prediction": vertical}) == [
+        "fedforest: 600 predictions of m v0002 written at bank to "
+        "/srv/bank/predictions/m-v0002-20261127T101500Z.parquet"]
+    horizontal = {"rows": 30, "counts": {"a": 10, "b": 20}, "paths": {"a": "pa.parquet", "b": "pb.parquet"}}
+    assert predict_outcome("m", "v0002", horizontal) == (
+        "m v0002: 30 rows predicted locally (a 10, b 20), written at a to pa.parquet, at b to pb.parquet")
+    assert prediction_files({"model": "m", "version": "v0002", "prediction": horizontal}) == [
+        "fedforest: 10 predictions of m v0002 written at a to pa.parquet",
+        "fedforest: 20 predictions of m v0002 written at b to pb.parquet"]
+    assert prediction_files({"model": "m", "version": "v0002", "prediction": None}) == []  # --no-predict
 
 
 def test_agent_log_reaches_the_run_logger_from_any_thread(monkeypatch: pytest.MonkeyPatch) -> None:

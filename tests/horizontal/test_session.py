@@ -268,6 +268,11 @@ def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(ta
     prediction = session.predict()
     assert isinstance(prediction, Prediction) and prediction.requester is None
     assert prediction.rows == sum(prediction.counts.values()) > 0
+    # every institution's own file, as it reported it (the summary carries them; the card does not)
+    assert prediction.to_dict()["paths"] == prediction.paths
+    assert list(prediction.paths) == list(prediction.counts)
+    for name, path in prediction.paths.items():
+        assert Path(path).parent == tmp_path / "predictions" / name and Path(path).is_file()
     card = model_card("hospitals", "v0001", manifest, None, False, prediction.to_dict())
     assert card.startswith("# hospitals v0001\n\nPPD-ERT (horizontal, classification, privacy secagg); not "
                            "promoted.")

@@ -273,7 +273,11 @@ def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(sc
     card = model_card("retail", "v0001", manifest, None, True, prediction.to_dict())
     assert card.startswith("# retail v0001\n\nFederated Forest (vertical, classification); promoted to "
                            "production.")
-    assert f"rows delivered to {holder}" in card and "path" not in prediction.to_dict()
+    assert f"rows delivered to {holder}" in card
+    # the file as the requester reported it, on its own host: in the summary, not in the model card
+    (path,) = prediction.to_dict()["paths"].values()
+    assert list(prediction.paths) == [holder] and path not in card
+    assert Path(path).parent == tmp_path / "predictions" / holder and Path(path).is_file()
     with pytest.raises(ProtocolError,
                        match="vertical prediction delivers to one institution: name the requester"):
         session.predict()
