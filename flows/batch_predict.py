@@ -14,6 +14,8 @@ from prefect.states import State
 
 from fedcore.config import load_config
 from fedcore.open_session import open_session
+from flows import RETURNED_SUMMARY
+from flows.federation_lock import holding_federation
 from flows.hooks import write_failure_artifact
 from flows.session import agent_session
 from flows.ui import finished, name_run, predict_outcome, run_name
@@ -22,13 +24,14 @@ from tasks.session import load_registered_model, predict
 
 
 @flow(name="batch-predict", flow_run_name=run_name("predict"), on_failure=[write_failure_artifact],
-      log_prints=True)
+      log_prints=True, **RETURNED_SUMMARY)
 def batch_predict(config_path: str, model_name: str | None = None, version: str = "production",
                   requester: str | None = None, agents: str = "running") -> State:
     """Predict the institutions' new rows with a registered version; calling it returns a JSON-ready summary.
 
     The run is named `predict <model> <version>`; its final state's message says where how many predictions
-    went.
+    went. The summary is persisted as the run's result (JSON), and the run waits while another run of the
+    same federation has its agents, as `retrain` does.
     """
     config = load_config(config_path)
     model_name = model_name or config.model_name
@@ -38,7 +41,8 @@ def batch_predict(config_path: str, model_name: str | None = None, version: str 
         raise ValueError(f"requester {requester!r} is not an institution of {config.federation!r} ({names})")
     # a missing version fails before any agent starts
     name_run(f"predict {model_name} {master_registry(config).resolve(model_name, version)}")
-    with agent_session(config, agents) as (transport, validation):
+    # one run of a federation at a time: they share its agents' ports
+    with holding_federation(config.federation), agent_session(config, agents) as (transport, validation):
         session = open_session(config, transport)
         resolved = load_registered_model(config, session, model_name, version)
         prediction = predict(session, requester)

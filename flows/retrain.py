@@ -31,6 +31,8 @@ from fedcore.errors import PartyUnavailable
 from fedcore.models.card import build_manifest
 from fedcore.names import check_name
 from fedcore.open_session import open_session
+from flows import RETURNED_SUMMARY
+from flows.federation_lock import holding_federation
 from flows.hooks import write_failure_artifact
 from flows.session import agent_session
 from flows.ui import finished, name_run, retrain_outcome, run_name
@@ -46,13 +48,15 @@ from tasks.session import predict as predict_task
 
 
 @flow(name="retrain", flow_run_name=run_name("retrain"), on_failure=[write_failure_artifact],
-      log_prints=True)
+      log_prints=True, **RETURNED_SUMMARY)
 def retrain(config_path: str, agents: str = "deployments", model_name: str | None = None,
             predict: bool = True, run_id: str | None = None) -> State:
     """Train a new model version for the federation in `config_path`; calling it returns a JSON-ready summary.
 
     The run is named `retrain <model> <version>` once the version is registered, and its final state's
-    message gives the version and headline metric.
+    message gives the version and headline metric. The summary is persisted as the run's result (JSON), so
+    `run_deployment(...).state.result()` returns it too. While another run of the same federation has
+    its agents, this one waits (`flows.federation_lock`).
 
     `run_id` names the run's training checkpoints; default: this flow run's id. Pass the run id
     of a run that crashed (it is logged at its start) to resume it in a new flow run.
@@ -61,7 +65,8 @@ def retrain(config_path: str, agents: str = "deployments", model_name: str | Non
     master_registry(config)  # no signing key: fail before any agent starts, not after training
     # the model name becomes a folder: checked before any training
     model_name = check_name(model_name or config.model_name, "model name")
-    summary = resuming(config, partial(session_attempt, config, agents, model_name, predict), run_id)
+    with holding_federation(config.federation):  # one run of a federation at a time: they share its ports
+        summary = resuming(config, partial(session_attempt, config, agents, model_name, predict), run_id)
     return finished(retrain_outcome(model_name, summary["version"], summary["metrics"],
                                     config.promotion_metric, summary["promoted"], summary["production"]),
                     summary)

@@ -24,6 +24,12 @@ class TaskOptions(TypedDict, total=False):
 DATA_LOCAL: TaskOptions = {"persist_result": False, "cache_policy": NO_CACHE}
 """Options for tasks whose inputs or outputs hold raw data or live connections: never persisted or cached."""
 
+NOT_PERSISTED: TaskOptions = {"persist_result": False, "cache_policy": NO_CACHE}
+"""Options for the master flows' other tasks (promoting, the model card): never persisted or cached either.
+
+The flows persist only the summary they return (`flows.RETURNED_SUMMARY`); a task without its own setting
+would inherit theirs."""
+
 
 def artifact_key(*parts: str) -> str:
     """A valid Prefect artifact key (lowercase letters, digits and dashes) from free text."""

@@ -11,7 +11,7 @@ from fedcore.models.card import model_card, version_markdown
 from fedcore.models.publish import register_everywhere
 from fedcore.models.registry import PRODUCTION, ModelRegistry
 from fedcore.session import MasterSession
-from tasks.common import DATA_LOCAL
+from tasks.common import DATA_LOCAL, NOT_PERSISTED
 
 
 def master_registry(config: FederationConfig) -> ModelRegistry:
@@ -56,7 +56,7 @@ def previous_production(config: FederationConfig, model_name: str) -> dict | Non
         return None
 
 
-@task
+@task(**NOT_PERSISTED)
 def promote_if_not_worse(config: FederationConfig, model_name: str, version: str, metrics: dict,
                          production: dict | None, metric: str, margin: float) -> bool:
     """Make `version` production unless it is worse than production by more than `margin` on `metric`."""
@@ -74,7 +74,7 @@ def promote_if_not_worse(config: FederationConfig, model_name: str, version: str
     return True
 
 
-@task
+@task(**NOT_PERSISTED)
 def publish_model_card(model_name: str, version: str, manifest: dict, production: dict | None, promoted: bool,
                        prediction: dict | None) -> str:
     """Publish the version's model card (`fedcore.models.card.model_card`) as the `model-card` artifact."""

@@ -24,11 +24,15 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 
 @pytest.fixture(scope="session")
-def prefect_server():
+def prefect_server(tmp_path_factory):
+    """The test server; the master flows' results (`flows.RETURNED_SUMMARY`) go to a temporary folder."""
+    from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=180):
-        yield
+    results = tmp_path_factory.mktemp("prefect-results")
+    with temporary_settings({PREFECT_LOCAL_STORAGE_PATH: results}):
+        with prefect_test_harness(server_startup_timeout=180):
+            yield
 
 
 @pytest.fixture(scope="module", autouse=True)
