@@ -32,8 +32,8 @@
     params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal)
                                                # fields
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
-               metric: accuracy, predict_for: bank, connect_timeout_s: 60, agent_idle_timeout_s: 900,
-               agent_session_timeout_s: 30}
+               metric: accuracy, predict_for: bank, connect_timeout_s: 60, agent_late_timeout_s: 30,
+               agent_idle_timeout_s: 900, agent_session_timeout_s: 30}
 
 Relative paths are resolved against the config file's folder. The master signs every model version and
 alias move with `master.signing_key` (needed where the master runs); every registry, the institutions'
@@ -104,6 +104,10 @@ class TrainingSettings:
     """Institution that receives batch predictions; default: the label holder."""
     connect_timeout_s: float = 60.0
     """How long the master waits for every agent to answer before failing, naming those that do not."""
+    agent_late_timeout_s: float = 30.0
+    """Agents started as deployments: an agent flow run that no worker of its institution's pool picked up
+    this long after the master started it (still Scheduled, or Late) fails the master's run, naming the
+    institution and its work pool, instead of waiting out connect_timeout_s and its retries."""
     agent_idle_timeout_s: float = 900.0
     """An agent started for one session stops (and fails) after this long without a call from the master
     (it never came)."""

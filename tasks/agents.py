@@ -7,8 +7,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
@@ -113,15 +114,26 @@ def trigger_agent_deployments(config: FederationConfig,
     return runs
 
 
+NOT_PICKED_UP = ("Scheduled", "Late")
+"""States of a flow run no worker has picked up yet (Late: Prefect's name for one past its start time)."""
+
+
 def ended_agent_run(runs: dict[str, str], read_flow_run: Callable[[str], Any] | None = None,
-                    every_s: float = 1.0) -> Callable[[], str | None]:
-    """A check for `FlightTransport.wait_ready(gave_up=...)`.
+                    every_s: float = 1.0, *, late_after_s: float | None = None,
+                    pools: Mapping[str, str | None] | None = None,
+                    describe_pool: Callable[[str], str] | None = None,
+                    now: Callable[[], datetime] | None = None) -> Callable[[], str | None]:
+    """A check for `FlightTransport.wait_ready(gave_up=...)`: why an agent will never serve, or None.
 
     The first agent flow run (of {institution: run id}) that has reached a final state before its agent
-    served, with that run's own error quoted; None while all run. Reads the runs at most every `every_s`
-    seconds.
+    served, with that run's own error quoted. With `late_after_s`, also the first that no worker picked up
+    that long after its scheduled start (still Scheduled, or Late), naming its work pool (`pools`:
+    {institution: pool}) and what `describe_pool` (default: the Prefect server, `work_pool_status`) says
+    of its workers. Reads the runs at most every `every_s` seconds.
     """
     read_flow_run = read_flow_run or _read_flow_run
+    describe_pool = describe_pool or work_pool_status
+    now = now or (lambda: datetime.now(UTC))
     last = {"at": float("-inf")}
 
     def check() -> str | None:
@@ -135,9 +147,69 @@ def ended_agent_run(runs: dict[str, str], read_flow_run: Callable[[str], Any] | 
                 said = (state.message or "no message").strip()
                 return (f"institution {name!r}: its agent flow run {run.name} ({run_id}) ended {state.name} "
                         f"before its agent served: {said}")
+            waited = _waiting_for_a_worker(run, now())
+            if late_after_s is not None and waited is not None and waited >= late_after_s:
+                pool = (pools or {}).get(name)
+                where = describe_pool(pool) if pool else "it has no work pool configured (work_pool)"
+                return (f"institution {name!r}: its agent flow run {run.name} ({run_id}) is still "
+                        f"{state.name} {waited:.0f} s after it was scheduled: {where} "
+                        f"(training.agent_late_timeout_s={late_after_s:g})")
         return None
 
     return check
+
+
+def _waiting_for_a_worker(run: Any, now: datetime) -> float | None:
+    """Seconds a run not yet picked up by a worker has been past its scheduled start; None once picked up."""
+    state = run.state
+    if state is None or state.name not in NOT_PICKED_UP:
+        return None
+    start = getattr(run, "expected_start_time", None) or getattr(
+        getattr(state, "state_details", None), "scheduled_time", None)
+    return None if start is None else max(0.0, (now - start).total_seconds())
+
+
+def work_pool_status(pool: str) -> str:
+    """What the Prefect server says of work pool `pool` and its workers, as a clause for an error message."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    try:
+        with get_client(sync_client=True) as client:
+            work_pool = client.read_work_pool(pool)
+            workers = client.read_workers_for_work_pool(pool)
+    except ObjectNotFound:
+        return f"work pool {pool!r} does not exist on the Prefect server (deploy the federation's pools)"
+    except Exception as error:  # noqa: BLE001 - the message still names the pool; the reason why is extra
+        return f"work pool {pool!r} could not be read ({type(error).__name__}); is a worker polling it?"
+    return pool_reading(pool, work_pool, workers)
+
+
+def pool_reading(pool: str, work_pool: Any, workers: list[Any], now: datetime | None = None) -> str:
+    """`work_pool_status` from a read work pool and its workers (Prefect's `WorkPool`, `Worker`).
+
+    A worker stopped a moment ago still shows online until it misses its heartbeats (about 90 s), so
+    online workers are given with when they were last seen.
+    """
+    now = now or datetime.now(UTC)
+    if getattr(work_pool, "is_paused", False):
+        return f"work pool {pool!r} is paused (resume it: prefect work-pool resume {pool})"
+    online = [w for w in workers if str(getattr(w.status, "value", w.status)).upper() == "ONLINE"]
+    if online:
+        count = f"{len(online)} online worker{'s' if len(online) > 1 else ''}"
+        names = ", ".join(f"{w.name} last seen {_ago(w.last_heartbeat_time, now)}" for w in online)
+        return (f"work pool {pool!r} has {count} ({names}), which did not pick it up: stopped since, busy, "
+                "or at a concurrency limit?")
+    heard = [w.last_heartbeat_time for w in workers if w.last_heartbeat_time is not None]
+    seen = (f"its last worker was seen {max(heard).astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if heard
+            else "no worker ever polled it")
+    return (f"no worker is polling work pool {pool!r} ({seen}); start one on the institution's host: "
+            f"prefect worker start --pool {pool}")
+
+
+def _ago(when: datetime | None, now: datetime) -> str:
+    """`12 s ago`, or `never`."""
+    return "never" if when is None else f"{max(0.0, (now - when).total_seconds()):.0f} s ago"
 
 
 def wait_for_agent_runs(run_ids: list[str], timeout_s: float = 60.0, poll_s: float = 1.0, *,
@@ -262,11 +334,15 @@ def connect_agents(config: FederationConfig, timeout_s: float = 60.0,
     """A mutual-TLS Flight transport to every institution, once all agents answer.
 
     With `agent_runs` ({institution: flow run id}), an agent run that ends first fails this at once with its
-    error.
+    error, and one no worker picked up within `training.agent_late_timeout_s` fails it naming its work pool.
     """
     transport = FlightTransport.from_config(config)
+    # a run no worker picks up fails this after training.agent_late_timeout_s (0: only the timeout does)
+    pools = {i.name: i.work_pool for i in config.institutions}
+    late_after_s = config.training.agent_late_timeout_s or None
+    gave_up = ended_agent_run(agent_runs, late_after_s=late_after_s, pools=pools) if agent_runs else None
     try:
-        transport.wait_ready(timeout_s=timeout_s, gave_up=ended_agent_run(agent_runs) if agent_runs else None)
+        transport.wait_ready(timeout_s=timeout_s, gave_up=gave_up)
     except AgentRunEnded:
         transport.close()
         raise

@@ -10,12 +10,14 @@ import logging
 import re
 import socket
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
 
 from fedcore.config import parse_config
 from fedcore.errors import AgentRunEnded, PartyUnavailable
-from tasks.agents import agent_run_states, ended_agent_run, wait_for_agent_runs
+from tasks.agents import agent_run_states, ended_agent_run, pool_reading, wait_for_agent_runs
 from tests.transport.test_flight import _transport, pki  # noqa: F401 - the module's CA fixture
 
 KEY_MISSING = ("Flow run encountered an exception: ConfigError: consortium key: environment variable "
@@ -38,10 +40,11 @@ class _State:
 class _Run:
     name: str
     state: _State | None
+    expected_start_time: datetime | None = None
 
 
-def _reader(states: dict[str, _State | None]):
-    return lambda run_id: _Run(name=f"agent-{run_id}", state=states[run_id])
+def _reader(states: dict[str, _State | None], scheduled: datetime | None = None):
+    return lambda run_id: _Run(name=f"agent-{run_id}", state=states[run_id], expected_start_time=scheduled)
 
 
 def test_the_first_ended_agent_run_is_quoted():
@@ -51,6 +54,55 @@ def test_the_first_ended_agent_run_is_quoted():
     states["r2"] = _State("Failed", KEY_MISSING)
     assert check() == ("institution 'insurer': its agent flow run agent-r2 (r2) ended Failed before its "
                        f"agent served: {KEY_MISSING}")
+
+
+def test_an_agent_run_no_worker_picks_up_fails_the_master_once_late_for_the_timeout():
+    """A partner whose worker is down was reported after 203 s (3 x connect_timeout_s); now after 30 s."""
+    started = datetime(2026, 5, 4, 3, 0, tzinfo=UTC)
+    clock = {"now": started + timedelta(seconds=5)}
+    states = {"r1": _State("Running"), "r2": _State("Scheduled")}
+    pools: list[str] = []
+
+    def describe(pool: str) -> str:
+        pools.append(pool)
+        return f"no worker is polling work pool {pool!r}"
+
+    check = ended_agent_run({"bank": "r1", "telco": "r2"}, read_flow_run=_reader(states, started), every_s=0,
+                            late_after_s=30, pools={"bank": "bank", "telco": "telco-pool"},
+                            describe_pool=describe, now=lambda: clock["now"])
+    assert check() is None
+    states["r2"], clock["now"] = _State("Late"), started + timedelta(seconds=29.5)  # Late after 15 s
+    assert check() is None and pools == []
+    clock["now"] = started + timedelta(seconds=31)
+    assert check() == ("institution 'telco': its agent flow run agent-r2 (r2) is still Late 31 s after it "
+                       "was scheduled: no worker is polling work pool 'telco-pool' "
+                       "(training.agent_late_timeout_s=30)")
+    states["r2"] = _State("Pending")  # a worker picked it up: no longer late
+    assert check() is None
+    without = ended_agent_run({"telco": "r2"}, read_flow_run=_reader({"r2": _State("Late")}, started),
+                              every_s=0, now=lambda: started + timedelta(hours=1))
+    assert without() is None  # no late_after_s: only a final state gives up
+
+
+def test_what_the_server_says_of_a_pool_no_worker_picked_a_run_from():
+    def worker(name: str, status: str, seen: datetime | None) -> SimpleNamespace:
+        return SimpleNamespace(name=name, status=SimpleNamespace(value=status), last_heartbeat_time=seen)
+
+    pool = SimpleNamespace(is_paused=False)
+    seen = datetime(2026, 5, 4, 2, 58, 7, tzinfo=UTC)
+    assert pool_reading("telco", pool, [worker("w1", "OFFLINE", seen)]) == (
+        "no worker is polling work pool 'telco' (its last worker was seen 2026-05-04 02:58:07 UTC); start "
+        "one on the institution's host: prefect worker start --pool telco")
+    assert pool_reading("telco", pool, []) == (
+        "no worker is polling work pool 'telco' (no worker ever polled it); start one on the institution's "
+        "host: prefect worker start --pool telco")
+    now = seen + timedelta(seconds=40)  # a worker stopped a moment ago still shows online for a while
+    assert pool_reading("telco", pool, [worker("w1", "ONLINE", seen), worker("w2", "OFFLINE", None)],
+                        now=now) == (
+        "work pool 'telco' has 1 online worker (w1 last seen 40 s ago), which did not pick it up: stopped "
+        "since, busy, or at a concurrency limit?")
+    assert pool_reading("telco", SimpleNamespace(is_paused=True), []) == (
+        "work pool 'telco' is paused (resume it: prefect work-pool resume telco)")
 
 
 def test_runs_are_read_at_most_every_interval():
