@@ -13,15 +13,19 @@ RUN_ENV := GX_ANALYTICS_ENABLED=false PREFECT_SERVER_ANALYTICS_ENABLED=false DO_
 
 .PHONY: venv bench-venv demo test test-fast lint clean distclean
 
-## venv: create .venv, install the project editable with [dev] and compile the numba kernels once (about a
-## minute on two cores); reinstalls only when pyproject.toml changes
+## venv: create .venv, install the project editable with [dev] (about three minutes the first time, mostly
+## downloads) and compile the numba kernels once (80 s on two cores); reinstalls only when pyproject.toml
+## changes. Each long step says what it does first; pip lists each package, the warm-up each engine mode.
 venv: $(DEV_STAMP)
 
 $(BIN)/python:
+	@echo "fedforest: creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
 
 $(DEV_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
+	@echo "fedforest: installing fedforest and its dependencies (with [dev]) into $(VENV): about three minutes"
+	@echo "fedforest: the first time, mostly downloads; pip lists each package as it goes"
+	$(BIN)/pip install -e '.[dev]'
 	$(RUN_ENV) $(BIN)/python -m fedcore.warmup
 	touch $@
 
@@ -29,7 +33,8 @@ $(DEV_STAMP): pyproject.toml | $(BIN)/python
 bench-venv: $(BENCH_STAMP)
 
 $(BENCH_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	@echo "fedforest: installing the [bench] extra into $(VENV) (xgboost, lightgbm; ~470 MB of downloads)"
+	$(BIN)/pip install -e '.[dev,bench]'
 	$(RUN_ENV) $(BIN)/python -m fedcore.warmup
 	touch $@ $(DEV_STAMP)
 

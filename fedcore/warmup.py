@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -28,8 +29,13 @@ def warm_table(n_rows: int = 240, seed: int = 0) -> pd.DataFrame:
                          "y": (x[:, 1] + x[:, 2] > 0).astype(int), "target": x[:, 1] * 2.0 + x[:, 2]})
 
 
-def warm_up() -> list[str]:
-    """Fit and predict with every engine on `warm_table`; returns what was run."""
+MEASURED_S = 80
+"""Seconds a cold warm-up took on two cores: `rm -rf .numba_cache && time python -m fedcore.warmup` gave 80 s
+wall, 68 s CPU, on a shared two-core machine. The first engine mode compiles the shared kernels: half."""
+
+
+def warm_steps() -> list[tuple[str, Callable[[], object]]]:
+    """Each engine mode's kernel group, as (name, fit and predict tiny forests on `warm_table`)."""
     from fedcore.data.split import split_horizontal, split_vertical
     from fedcore.horizontal.estimators import (
         FederatedExtraTreesClassifier,
@@ -40,38 +46,77 @@ def warm_up() -> list[str]:
 
     table = warm_table()
     classes, values = table.drop(columns=["target"]), table.drop(columns=["y"])
-    done = []
-    for name, model, frame, label in (
-            ("vertical classification", FederatedForestClassifier(n_estimators=2, max_depth=4), classes, "y"),
-            ("vertical regression", FederatedForestRegressor(n_estimators=2, max_depth=4), values, "target")):
-        fitted = model.fit(split_vertical(frame, 2, label=label), label=label)
-        fitted.predict(split_vertical(frame.drop(columns=[label]), 2))
-        done.append(name)
-    ranges = {c: (float(table[c].min()), float(table[c].max())) for c in ("a", "b", "c")}
+
+    def vertical(model: FederatedForestClassifier | FederatedForestRegressor, frame: pd.DataFrame,
+                 label: str) -> Callable[[], object]:
+        return lambda: model.fit(split_vertical(frame, 2, label=label), label=label).predict(
+            split_vertical(frame.drop(columns=[label]), 2))
+
     HorizontalEstimator = FederatedExtraTreesClassifier | FederatedExtraTreesRegressor | PPDERTClassifier
-    horizontal: list[tuple[str, HorizontalEstimator, pd.DataFrame, str]] = [
-        (f"horizontal extra-trees {privacy}",
-         FederatedExtraTreesClassifier(n_estimators=2, max_depth=4, privacy=privacy), classes, "y")
-        for privacy in ("none", "gdp", "ldp")]
-    horizontal += [
-        ("horizontal extra-trees regression", FederatedExtraTreesRegressor(n_estimators=2, max_depth=4),
-         values, "target"),
-        ("horizontal ppd-ert", PPDERTClassifier(n_estimators=2, max_depth=4, feature_ranges=ranges),
-         classes, "y")]
-    for name, estimator, frame, label in horizontal:
-        estimator.fit(split_horizontal(frame, 2, seed=0), label=label).predict(frame.drop(columns=[label]))
+
+    def horizontal(model: HorizontalEstimator, frame: pd.DataFrame, label: str) -> Callable[[], object]:
+        return lambda: model.fit(split_horizontal(frame, 2, seed=0), label=label).predict(
+            frame.drop(columns=[label]))
+
+    ranges = {c: (float(table[c].min()), float(table[c].max())) for c in ("a", "b", "c")}
+    steps = [("vertical classification",
+              vertical(FederatedForestClassifier(n_estimators=2, max_depth=4), classes, "y")),
+             ("vertical regression",
+              vertical(FederatedForestRegressor(n_estimators=2, max_depth=4), values, "target"))]
+    steps += [(f"horizontal extra-trees {privacy}",
+               horizontal(FederatedExtraTreesClassifier(n_estimators=2, max_depth=4, privacy=privacy),
+                          classes, "y"))
+              for privacy in ("none", "gdp", "ldp")]
+    steps += [("horizontal extra-trees regression",
+               horizontal(FederatedExtraTreesRegressor(n_estimators=2, max_depth=4), values, "target")),
+              ("horizontal ppd-ert",
+               horizontal(PPDERTClassifier(n_estimators=2, max_depth=4, feature_ranges=ranges), classes,
+                          "y"))]
+    return steps
+
+
+def warm_up(report: Callable[[int, int, str, float | None], None] | None = None) -> list[str]:
+    """Fit and predict with every engine on `warm_table`; returns what was run.
+
+    `report(index, count, name, seconds)` is called as each group starts (seconds None) and when it is done.
+    """
+    steps = warm_steps()
+    done = []
+    for index, (name, step) in enumerate(steps, start=1):
+        if report:
+            report(index, len(steps), name, None)
+        started = time.perf_counter()
+        step()
+        if report:
+            report(index, len(steps), name, time.perf_counter() - started)
         done.append(name)
     return done
 
 
+def _print_step(index: int, count: int, name: str, seconds: float | None) -> None:
+    """`fedforest: [3/7] horizontal extra-trees none ... 12 s`: the name as it starts, its time when done."""
+    if seconds is None:
+        print(f"fedforest: [{index}/{count}] {name} ...", end="", file=sys.stderr, flush=True)
+    else:
+        print(f" {seconds:.0f} s", file=sys.stderr, flush=True)
+
+
+def _minutes(seconds: float) -> str:
+    """`2 minutes`, `1 minute`, `40 s`."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{round(seconds / 60)} minutes"
+
+
 def main() -> int:
-    """Warm the kernel cache and say where it is and how long it took."""
+    """Warm the kernel cache, saying which engine mode compiles, where the cache is and how long it took."""
     import fedcore  # noqa: F401 - sets the default NUMBA_CACHE_DIR
 
     started = time.perf_counter()
-    print(f"fedforest: compiling numba kernels into {os.environ.get('NUMBA_CACHE_DIR')} (once; a few minutes "
-          "on a small machine)", file=sys.stderr, flush=True)
-    done = warm_up()
+    print(f"fedforest: compiling the numba kernels into {os.environ.get('NUMBA_CACHE_DIR')}, one engine mode "
+          f"after another (the first time only: about {_minutes(MEASURED_S)} on two cores; seconds once "
+          "cached)", file=sys.stderr, flush=True)
+    done = warm_up(_print_step)
     print(f"fedforest: kernels ready for {len(done)} engine modes in {time.perf_counter() - started:.0f} s",
           file=sys.stderr)
     return 0
