@@ -240,9 +240,11 @@ def test_empty_overlap_stops_before_training(workspace, first_run, running_agent
     strangers["customer_id"] = [f"X{i:07d}" for i in range(len(strangers))]
     strangers.to_parquet(path)
     try:
+        # the pairwise overlaps name the institution whose IDs (or consortium key) differ
         with pytest.raises(AlignmentError, match=r"ID overlap is empty \(bank \d+ rows, ecommerce \d+ rows, "
-                                                 r"insurer \d+ rows\); check that every institution uses the "
-                                                 r"same consortium key"):
+                           r"insurer \d+ rows\); institution 'insurer' shares no ID hash with any other "
+                           r"institution \(bank-ecommerce share \d+\): its consortium key or id_column "
+                           r"differs$"):
             retrain(str(running_agents), agents="running")
     finally:
         original.to_parquet(path)
