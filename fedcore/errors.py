@@ -57,7 +57,8 @@ class PartyUnavailable(ProtocolError):
 class AgentRunEnded(PartyUnavailable):
     """An institution's agent flow run ended before its agent served (its error is quoted).
 
-    Waiting for the agent or retrying the connection cannot help.
+    Or no worker of its pool picked it up in time (`training.agent_late_timeout_s`). Waiting for the agent
+    or retrying the connection cannot help.
     """
 
 

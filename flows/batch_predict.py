@@ -40,9 +40,11 @@ def batch_predict(config_path: str, model_name: str | None = None, version: str 
     if requester not in names:
         raise ValueError(f"requester {requester!r} is not an institution of {config.federation!r} ({names})")
     # a missing version fails before any agent starts
-    name_run(f"predict {model_name} {master_registry(config).resolve(model_name, version)}")
+    purpose = f"predict {model_name} {master_registry(config).resolve(model_name, version)}"
+    name_run(purpose)  # and its agent runs `<institution>: predict <model> <version>`
     # one run of a federation at a time: they share its agents' ports
-    with holding_federation(config.federation), agent_session(config, agents) as (transport, validation):
+    with (holding_federation(config.federation),
+          agent_session(config, agents, purpose) as (transport, validation)):
         session = open_session(config, transport)
         resolved = load_registered_model(config, session, model_name, version)
         prediction = predict(session, requester)

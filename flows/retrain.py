@@ -36,6 +36,7 @@ from flows.federation_lock import holding_federation
 from flows.hooks import write_failure_artifact
 from flows.session import agent_session
 from flows.ui import finished, name_run, retrain_outcome, run_name
+from tasks.agents import name_agent_runs
 from tasks.registry import (
     master_registry,
     previous_production,
@@ -107,7 +108,8 @@ def session_attempt(config: FederationConfig, agents: str, model_name: str, pred
     promotes, and predicts (for the requester, or at every institution).
     """
     settings = config.training
-    with agent_session(config, agents) as (transport, validation):
+    agent_runs: dict[str, str] = {}  # agents started as deployments: renamed once the version is known
+    with agent_session(config, agents, f"retrain {model_name}", agent_runs) as (transport, validation):
         reached.append(True)
         session = open_session(config, transport)
         preparation = prepare(session)
@@ -117,6 +119,7 @@ def session_attempt(config: FederationConfig, agents: str, model_name: str, pred
         production = previous_production(config, model_name)
         version = register_model(config, session, model_name, manifest)
         name_run(f"retrain {model_name} {version}")
+        name_agent_runs(agent_runs, f"retrain {model_name} {version}")
         promoted = promote_if_not_worse(config, model_name, version, metrics, production,
                                         config.promotion_metric, settings.promote_margin)
         prediction = None

@@ -32,7 +32,8 @@ def check_agent_mode(agents: str) -> None:
 
 
 @contextmanager
-def agent_session(config: FederationConfig, agents: str) -> Iterator[tuple[FlightTransport, dict]]:
+def agent_session(config: FederationConfig, agents: str, purpose: str | None = None,
+                  agent_runs: dict[str, str] | None = None) -> Iterator[tuple[FlightTransport, dict]]:
     """Start (or reach) the agents and collect their data-contract results; yield (transport, validation).
 
     A contract violation stops here, before any training. On the way out, also when the flow failed,
@@ -40,18 +41,21 @@ def agent_session(config: FederationConfig, agents: str) -> Iterator[tuple[Fligh
     agents' deployment runs are awaited (their final states are logged). When the agents could not all be
     reached (one's run failed first), the deployment runs still going are cancelled at once: no session
     will come for them.
+
+    Deployment runs are named `<institution>: <purpose>` (`bank: retrain churn-90d`); `agent_runs`, when
+    given, receives {institution: run id}, for the caller to rename them (`tasks.agents.name_agent_runs`).
     """
     check_agent_mode(agents)
     log_dir = Path(config.path).parent / "logs"
     processes = start_local_agents(config, log_dir) if agents == "local" else []
-    agent_runs: dict[str, str] = {}
+    agent_runs = {} if agent_runs is None else agent_runs
     connected = False
     try:
         if processes:  # one that cannot bind its port says so, before the master reaches whoever holds it
             wait_until_serving(config, processes, log_dir, timeout_s=config.training.connect_timeout_s)
         # a run that ends before serving (bad config, missing key) fails this at once
         if agents == "deployments":
-            agent_runs = trigger_agent_deployments(config)
+            agent_runs.update(trigger_agent_deployments(config, purpose=purpose))
         transport = connect_agents(config, timeout_s=config.training.connect_timeout_s, agent_runs=agent_runs)
         connected = True
         try:

@@ -93,13 +93,19 @@ def stop_local_agents(processes: list[subprocess.Popen], timeout_s: float = 10.0
             process.wait()
 
 
+def agent_run_name(institution: str, purpose: str | None) -> str | None:
+    """An agent flow run's name in the UI, `bank: retrain churn-90d v0002`; None (Prefect's) without one."""
+    return f"{institution}: {purpose}" if purpose else None
+
+
 @task(**DATA_LOCAL)
-def trigger_agent_deployments(config: FederationConfig,
-                              flow_name: str = "institution-agent") -> dict[str, str]:
+def trigger_agent_deployments(config: FederationConfig, flow_name: str = "institution-agent",
+                              purpose: str | None = None) -> dict[str, str]:
     """Start each institution's agent flow on its own work pool (production); returns {institution: run id}.
 
     Each run uses its deployment's own `config_path` (the institution's host has its own copy of the
-    federation config); the runs show as subflows of the master's run in the UI.
+    federation config); the runs show as subflows of the master's run in the UI, named after the institution
+    and `purpose` (`bank: retrain churn-90d`, `agent_run_name`) rather than Prefect's random names.
     """
     from prefect.deployments import run_deployment
 
@@ -107,7 +113,8 @@ def trigger_agent_deployments(config: FederationConfig,
     for inst in config.institutions:
         # a FlowRun when called from sync code (Prefect's async_dispatch types it as FlowRun or a coroutine)
         run = cast("FlowRun", run_deployment(f"{flow_name}/{inst.name}", timeout=0, as_subflow=True,
-                                             parameters={"institution": inst.name}))
+                                             parameters={"institution": inst.name},
+                                             flow_run_name=agent_run_name(inst.name, purpose)))
         get_run_logger().info("started %s's agent: flow run %s on work pool %r", inst.name, run.id,
                               inst.work_pool)
         runs[inst.name] = str(run.id)
@@ -116,6 +123,37 @@ def trigger_agent_deployments(config: FederationConfig,
 
 NOT_PICKED_UP = ("Scheduled", "Late")
 """States of a flow run no worker has picked up yet (Late: Prefect's name for one past its start time)."""
+
+
+def name_agent_runs(runs: Mapping[str, str], purpose: str,
+                    rename: Callable[[str, str], None] | None = None,
+                    logger: logging.Logger | logging.LoggerAdapter | None = None) -> None:
+    """Rename the agent flow runs ({institution: run id}) `<institution>: <purpose>`, once it is known.
+
+    For example `bank: retrain churn-90d v0002` once the version is registered. The names are for people:
+    a failure is logged, never raised. `rename(run id, name)` defaults to the Prefect server's.
+    """
+    if not runs:
+        return
+    try:
+        with nullcontext(rename) if rename else _flow_run_renamer() as apply:
+            for institution, run_id in runs.items():
+                apply(run_id, f"{institution}: {purpose}")
+    except Exception as error:  # noqa: BLE001 - an unreachable API must not fail a trained run
+        (logger or get_run_logger()).warning("could not rename the agent flow runs %r: %s", purpose, error)
+
+
+@contextmanager
+def _flow_run_renamer() -> Iterator[Callable[[str, str], None]]:
+    """A function renaming flow runs by id over one Prefect client, open while the context lasts."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+
+        def rename(run_id: str, name: str) -> None:
+            client.update_flow_run(UUID(run_id), name=name)
+
+        yield rename
 
 
 def ended_agent_run(runs: dict[str, str], read_flow_run: Callable[[str], Any] | None = None,

@@ -714,8 +714,8 @@ class FlightTransport(Transport):
                    gave_up: Callable[[], str | None] | None = None) -> None:
         """Block until every agent answers a ping, or raise ProtocolError naming those that do not.
 
-        `gave_up`, asked between rounds, says why an agent never will (its flow run ended): raised at once as
-        AgentRunEnded, instead of waiting out the timeout.
+        `gave_up`, asked between rounds, says why an agent never will (its flow run ended, or no worker picked
+        it up): raised at once as AgentRunEnded, instead of waiting out the timeout.
         """
         deadline = time.monotonic() + timeout_s
         waiting = list(self.endpoints)

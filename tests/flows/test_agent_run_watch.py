@@ -15,9 +15,17 @@ from types import SimpleNamespace
 
 import pytest
 
+import tasks.agents
 from fedcore.config import parse_config
 from fedcore.errors import AgentRunEnded, PartyUnavailable
-from tasks.agents import agent_run_states, ended_agent_run, pool_reading, wait_for_agent_runs
+from tasks.agents import (
+    agent_run_states,
+    ended_agent_run,
+    name_agent_runs,
+    pool_reading,
+    trigger_agent_deployments,
+    wait_for_agent_runs,
+)
 from tests.transport.test_flight import _transport, pki  # noqa: F401 - the module's CA fixture
 
 KEY_MISSING = ("Flow run encountered an exception: ConfigError: consortium key: environment variable "
@@ -172,3 +180,37 @@ def test_agent_runs_are_awaited_until_final_and_one_outliving_its_session_is_can
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("INFO", "agent flow run agent-r1 (r1): Completed"),
         ("WARNING", "agent flow run agent-r2 (r2): still Running after 0 s")]
+
+
+def test_agent_runs_are_named_after_institution_purpose_model_and_then_version(tmp_path, monkeypatch):
+    """Not Prefect's random names: three of every four rows of the UI's run list are agent runs."""
+    import prefect.deployments
+
+    raw = {"federation": "f", "consortium_key": {"env": "K"}, "institutions": [
+        {"name": "bank", "data": "b.csv", "id_column": "id", "label": "y"},
+        {"name": "telco", "data": "t.csv", "id_column": "id"}]}
+    config = parse_config(raw, tmp_path / "federation.yaml")
+    started: list[dict] = []
+
+    def run_deployment(name: str, **kwargs) -> SimpleNamespace:
+        started.append({"deployment": name, **kwargs})
+        return SimpleNamespace(id=f"id-{len(started)}")
+
+    monkeypatch.setattr(prefect.deployments, "run_deployment", run_deployment)
+    monkeypatch.setattr(tasks.agents, "get_run_logger", lambda: logging.getLogger("test-agent-runs"))
+    runs = trigger_agent_deployments.fn(config, purpose="retrain churn-90d")
+    assert runs == {"bank": "id-1", "telco": "id-2"}
+    assert [(s["deployment"], s["flow_run_name"], s["parameters"]) for s in started] == [
+        ("institution-agent/bank", "bank: retrain churn-90d", {"institution": "bank"}),
+        ("institution-agent/telco", "telco: retrain churn-90d", {"institution": "telco"})]
+
+    renamed: list[tuple[str, str]] = []
+    name_agent_runs(runs, "retrain churn-90d v0002",
+                    rename=lambda run_id, name: renamed.append((run_id, name)))
+    assert renamed == [("id-1", "bank: retrain churn-90d v0002"), ("id-2", "telco: retrain churn-90d v0002")]
+
+    def unreachable(run_id: str, name: str) -> None:
+        raise ConnectionError("the API is down")
+
+    log = logging.getLogger("test-agent-runs")
+    name_agent_runs(runs, "retrain churn-90d v0002", rename=unreachable, logger=log)  # logged, not raised
