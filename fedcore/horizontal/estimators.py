@@ -27,6 +27,8 @@ import numpy as np
 import pandas as pd
 
 from fedcore.algorithms import EXTRA_TREES, PPD_ERT
+from fedcore.compute import DEFAULT_BLOCK_ROWS
+from fedcore.compute.cluster import compute_from_spec, connect
 from fedcore.errors import ParameterError
 from fedcore.estimator_api import (
     ClassifierMixin,
@@ -81,6 +83,11 @@ class _HorizontalForest(SimulatedFederation):
     tree_batch_size: int | None
     memory_budget_mb: int | None
     random_state: int
+    compute: Any
+    """Where each party does its row work: None (in process), "local:N" (a LocalCluster of N workers for
+    the fit), a Dask scheduler address, or a `distributed.Client` (`fedcore.compute`). Every party's rows
+    go to that cluster in blocks of `block_rows` rows; the forest is the in-process one."""
+    block_rows: int | None
 
     def _forest_params(self) -> ExtraTreesParams:
         """ExtraTreesParams of the constructor parameters: the one place they are checked."""
@@ -108,6 +115,15 @@ class _HorizontalForest(SimulatedFederation):
         """The parties of this fit (its checked parameters are `self._params`)."""
         raise NotImplementedError
 
+    def _rows(self, name: str, frame: pd.DataFrame, schema) -> dict[str, Any]:
+        """A party's rows as its constructor takes them: the frame, or (`compute`) blocks on the cluster."""
+        if self._cluster is None:
+            return {"frame": frame}
+        from fedcore.compute.dask_rows import DaskPartyRows
+
+        return {"frame": None, "rows": DaskPartyRows.from_frame(name, frame, schema, self._cluster.client,
+                                                                self._block_rows)}
+
     def _make_master(self, transport, schema):
         """The master of this fit (its checked parameters are `self._params`)."""
         raise NotImplementedError
@@ -119,10 +135,22 @@ class _HorizontalForest(SimulatedFederation):
         frames = named_parties(parties)
         schema = build_schema(frames, label, self._task, self.categories)
         self._check_before_fit(schema, frames)
-        members = self._make_parties(frames, schema)
-        transport = self._in_process_transport(members)
-        master = self._make_master(transport, schema)
-        model = self._fit_master(master, self._params.memory_budget_mb)
+        compute = compute_from_spec(self.compute, self.block_rows)
+        self._block_rows = (self.block_rows if self.block_rows is not None
+                            else getattr(compute, "block_rows", DEFAULT_BLOCK_ROWS))
+        self._cluster = connect(compute) if compute is not None else None
+        members: list = []
+        try:
+            members = self._make_parties(frames, schema)
+            transport = self._in_process_transport(members)
+            master = self._make_master(transport, schema)
+            model = self._fit_master(master, self._params.memory_budget_mb)
+        finally:  # the rows leave the cluster with the fit: the model predicts in process
+            if self._cluster is not None:
+                for member in members:
+                    member.rows.close()
+                self._cluster.close()
+            self._cluster = None
         self.schema_ = schema
         self.label_ = label
         self.parties_ = members
@@ -191,7 +219,7 @@ class _FETBase(_HorizontalForest):
                  categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
                  tree_batch_size: int | None = None, memory_budget_mb: int | None = None,
                  random_state: int = 0, progress: bool = False, record_transcript: bool = False,
-                 record_payloads: bool = False) -> None:
+                 record_payloads: bool = False, compute: Any = None, block_rows: int | None = None) -> None:
         self._store_params(locals())
 
     def _check_settings(self) -> None:
@@ -221,8 +249,13 @@ class _FETBase(_HorizontalForest):
         return self._ldp
 
     def _make_parties(self, frames, schema):
-        return [HorizontalParty(name, frame, schema, privacy=self._privacy, epsilon=self._epsilon,
-                                ldp=self._ldp, noise_seed=party_noise_seed(self._params.random_state, name))
+        if self._cluster is not None and self._privacy == "ldp":
+            from fedcore.compute.dask_rows import LDP_REFUSED
+
+            raise ParameterError(LDP_REFUSED)
+        return [HorizontalParty(name=name, schema=schema, privacy=self._privacy, epsilon=self._epsilon,
+                                ldp=self._ldp, noise_seed=party_noise_seed(self._params.random_state, name),
+                                **self._rows(name, frame, schema))
                 for name, frame in frames.items()]
 
     def _make_master(self, transport, schema):
@@ -322,7 +355,7 @@ class FederatedExtraTreesRegressor(RegressorMixin, _FETBase):
                  categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
                  tree_batch_size: int | None = None, memory_budget_mb: int | None = None,
                  random_state: int = 0, progress: bool = False, record_transcript: bool = False,
-                 record_payloads: bool = False) -> None:
+                 record_payloads: bool = False, compute: Any = None, block_rows: int | None = None) -> None:
         """Store the parameters as given; `fit` checks them."""
         self._store_params(locals())
 
@@ -352,7 +385,8 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
                  record_transcript: bool = False, record_payloads: bool = False,
                  secure_aggregation: bool = True,
                  privacy: str | Mapping[str, Any] | PrivacySetting = "secagg", thresholds: str | None = None,
-                 threshold_cells: int | None = None) -> None:
+                 threshold_cells: int | None = None, compute: Any = None,
+                 block_rows: int | None = None) -> None:
         """Store the parameters as given (`fit` checks them); the PPD-ERT-specific ones are these.
 
         `secure_aggregation=False` sends plain per-party counts: only a baseline to measure the masks' cost.
@@ -388,9 +422,10 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
             from fedcore.privacy.keyauth import ephemeral_identities
 
             identities = ephemeral_identities(frames)
-        return [PPDERTParty(name, frame, schema, seed=self._params.random_state, low=self._low,
+        return [PPDERTParty(name=name, schema=schema, seed=self._params.random_state, low=self._low,
                             high=self._high, k=k, secure=self._secure, identity=identities.get(name),
-                            thresholds=self._thresholds, n_cells=self._threshold_cells)
+                            thresholds=self._thresholds, n_cells=self._threshold_cells,
+                            **self._rows(name, frame, schema))
                 for name, frame in frames.items()]
 
     def _make_master(self, transport, schema):

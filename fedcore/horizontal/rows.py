@@ -13,6 +13,7 @@ grouped by open node (`RowPartition`), and counting is a histogram per node.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ from fedcore.protocol.messages import Message
 from fedcore.trees import rowwork
 
 if TYPE_CHECKING:
+    from fedcore.compute.dask_rows import DaskPartyRows
     from fedcore.privacy.ldp import LabelLDP
 
 CHUNK_ELEMENTS = 1 << 21
@@ -152,11 +154,16 @@ class PartyRows:
         self.thresholds = np.zeros((0, 0))
         self._in_batch = False
         self._codes: np.ndarray | None = None
+        self._q: np.ndarray | None = None
+        self._q_shift: int | None = None
 
     def clear(self) -> None:
         """No batch in progress (a new session, or the finished model)."""
         self.partition = RowPartition(self.n_rows)
         self._in_batch = False
+
+    def close(self) -> None:
+        """Nothing to release in process (`DaskPartyRows.close` releases its blocks on the cluster)."""
 
     def start_level(self, header: dict, arrays: dict[str, np.ndarray], n_open: int) -> None:
         """A level's request: reset the partition on a new batch, or apply the previous level's decisions.
@@ -227,6 +234,29 @@ class PartyRows:
         """
         return rowwork.regression_sums(*self._args(), np.ascontiguousarray(q, dtype=np.int64),
                                        *self._candidates())
+
+    def shifted_regression_sums(self, shift: int) -> np.ndarray:
+        """`regression_sums` of the targets as int64 fixed point q = round(y * 2**shift).
+
+        Exact in float64 sums: the master picks the shift so that |sum of q| over all rows stays below 2**52.
+        """
+        if self._q is None or self._q_shift != shift:
+            self._q = np.rint(np.ldexp(self.y, shift)).astype(np.int64)
+            self._q_shift = shift
+        return self.regression_sums(self._q)
+
+    def active_slots_per_row(self) -> int:
+        """The most trees any single row is active in (for per-row privacy accounting)."""
+        return self.partition.active_slots_per_row()
+
+    def label_abs_max(self) -> float:
+        """The largest |y| (a regression party's hello bounds its targets by it)."""
+        return float(np.abs(self.y).max()) if self.n_rows else 0.0
+
+    def rows_digest(self) -> str:
+        """SHA-256 of the encoded rows and labels (an agent binds its checkpoints to it)."""
+        return hashlib.sha256(np.ascontiguousarray(self.X).tobytes()
+                              + np.ascontiguousarray(self.y).tobytes()).hexdigest()
 
     def ldp_report_sums(self, ldp: LabelLDP, permanent: np.ndarray,
                         rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -301,3 +331,12 @@ def receive_model(name: str, algorithm: str, schema: HorizontalSchema, message: 
                             "model")
     return HorizontalForest.from_arrays(message.arrays, n_trees=int(h["n_trees"]), task=h["task"],
                                         algorithm=h["algorithm"], schema=schema)
+
+
+def own_rows(name: str, frame: pd.DataFrame | None, schema: HorizontalSchema,
+             rows: DaskPartyRows | None) -> PartyRows | DaskPartyRows:
+    """A party's rows: `frame` encoded in process, or `rows` already on a Dask cluster (exactly one given)."""
+    if (frame is None) == (rows is None):
+        raise ValueError(f"party {name!r}: give its rows either as a frame or on a Dask cluster (rows=), "
+                         "exactly one")
+    return PartyRows(name, frame, schema) if frame is not None else rows  # type: ignore[return-value]

@@ -16,6 +16,7 @@ import hashlib
 import numpy as np
 import pytest
 
+from fedcore.compute.cluster import DaskCompute
 from fedcore.data.split import split_vertical
 from fedcore.horizontal import FederatedExtraTreesClassifier, FederatedExtraTreesRegressor, PPDERTClassifier
 from fedcore.privacy.ldp import LabelLDP
@@ -45,6 +46,10 @@ def _vertical(cls, table, n_parties: int, **params) -> dict[str, np.ndarray]:
         for field in ("feature", "threshold", "missing_left", "cat_bits"):
             arrays[f"party{index}.{field}"] = np.asarray(getattr(m, field))
     return arrays
+
+
+_DASK = DaskCompute(workers=3, processes=False)
+"""A LocalCluster of three in-process workers, started for the fit and closed after it."""
 
 
 def _horizontal(model, table, n_parties: int) -> dict[str, np.ndarray]:
@@ -95,6 +100,19 @@ CASES = {
     "ppdert secure histogram": lambda: _horizontal(
         PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8),
         horizontal_table(seed=1), 3),
+    # the same forests with every party's rows on a Dask cluster of three workers, in blocks of 50 rows
+    # (issue #29): pinned to the in-process digests above
+    "fet plain, dask": lambda: _horizontal(
+        FederatedExtraTreesClassifier(n_estimators=5, random_state=11, compute=_DASK, block_rows=50),
+        horizontal_table(seed=1), 3),
+    "fet gdp regression, dask": lambda: _horizontal(
+        FederatedExtraTreesRegressor(n_estimators=3, random_state=5, privacy="gdp", epsilon=2.0, max_depth=4,
+                                     compute=_DASK, block_rows=50),
+        horizontal_table(seed=3, task="regression"), 2),
+    "ppdert secure histogram, dask": lambda: _horizontal(
+        PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8, compute=_DASK,
+                         block_rows=50),
+        horizontal_table(seed=1), 3),
 }
 
 PINNED = {
@@ -110,6 +128,9 @@ PINNED = {
     'fet ldp krr': 'f3b43233a7219693',
     'ppdert secure': '1226ead6a817ac16',
     'ppdert secure histogram': '541d7c9f1d5fe577',
+    'fet plain, dask': '446d5a9d39c1101b',
+    'fet gdp regression, dask': '81259633f2469c43',
+    'ppdert secure histogram, dask': '541d7c9f1d5fe577',
 }
 
 

@@ -31,7 +31,7 @@ import pandas as pd
 from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.model import HorizontalForest
-from fedcore.horizontal.rows import PartyRows, check_hello, narrow, receive_model
+from fedcore.horizontal.rows import PartyRows, check_hello, narrow, own_rows, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message
@@ -39,6 +39,7 @@ from fedcore.randomness import stream
 from fedcore.trees.budget import default_budget
 
 if TYPE_CHECKING:
+    from fedcore.compute.dask_rows import DaskPartyRows
     from fedcore.privacy.laplace import PrivacyAccountant
     from fedcore.privacy.ldp import LabelLDP
 
@@ -75,13 +76,16 @@ class HorizontalParty:
     algorithm = EXTRA_TREES.id
     protocol = FET_PROTOCOL
 
-    def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema, *, privacy: str = "none",
-                 epsilon: float = 1.0, ldp: LabelLDP | None = None, noise_seed: int | None = None,
-                 memory_budget: int | None = None) -> None:
+    def __init__(self, name: str, frame: pd.DataFrame | None, schema: HorizontalSchema, *,
+                 privacy: str = "none", epsilon: float = 1.0, ldp: LabelLDP | None = None,
+                 noise_seed: int | None = None, memory_budget: int | None = None,
+                 rows: DaskPartyRows | None = None) -> None:
         """Encode this party's rows with the agreed schema and keep its privacy and memory settings.
 
         `memory_budget`: bytes this party grows tree batches in (default: a share of its available memory),
-        reported in `hello_reply` so the master's batches fit (`fedcore.trees.budget`).
+        reported in `hello_reply` so the master's batches fit (`fedcore.trees.budget`). `rows`: the rows
+        already on a Dask cluster (`fedcore.compute.dask_rows`), instead of `frame` (then None); LDP is
+        refused there.
         """
         self.name = name
         self.memory_budget = memory_budget
@@ -91,14 +95,18 @@ class HorizontalParty:
         # n_bits fixed for the classes
         self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None
         self.noise_seed = int(noise_seed) if noise_seed is not None else secrets.randbits(63)
-        self.rows = PartyRows(name, frame, schema)
-        self.X, self.y, self.n_rows = self.rows.X, self.rows.y, self.rows.n_rows
+        self.rows: PartyRows | DaskPartyRows = own_rows(name, frame, schema, rows)
+        if privacy == "ldp" and not isinstance(self.rows, PartyRows):
+            from fedcore.compute.dask_rows import LDP_REFUSED
+
+            raise ParameterError(f"party {name!r}: {LDP_REFUSED}")
+        if isinstance(self.rows, PartyRows):  # in process: the encoded rows, as before
+            self.X, self.y = self.rows.X, self.rows.y
+        self.n_rows = self.rows.n_rows
         self.model: HorizontalForest | None = None
         self.accountant: PrivacyAccountant | None = None
         self.reports_per_row = 0  # LDP: instant reports the busiest row has sent
         self.reports = 0  # noise reports so far: the noise streams are keyed by this count
-        self._q: np.ndarray | None = None
-        self._q_shift: int | None = None
         self._permanent: np.ndarray | None = None
         if privacy == "gdp":
             from fedcore.privacy.laplace import PrivacyAccountant
@@ -129,7 +137,7 @@ class HorizontalParty:
         header: dict[str, object] = {"n_rows": self.n_rows,
                                      "memory_budget": self.memory_budget or default_budget()}
         if self.schema.task == "regression":
-            largest = float(np.abs(self.y).max()) if self.n_rows else 0.0
+            largest = self.rows.label_abs_max()
             # |y| < 2**y_exponent: a power of two, not a value
             header["y_exponent"] = int(np.frexp(largest)[1])
         if self.privacy == "gdp":
@@ -171,20 +179,13 @@ class HorizontalParty:
                            {"counts": narrow(counts) if counts.dtype == np.int64 else counts})
         return self._gdp_reply(counts, int(message.header.get("q_bound_bits", 0)))
 
-    def _quantised(self, shift: int) -> np.ndarray:
-        """Targets as int64 fixed point y * 2**shift (exact in float64 sums: see the master's scale)."""
-        if self._q is None or self._q_shift != shift:
-            self._q = np.rint(np.ldexp(self.y, shift)).astype(np.int64)
-            self._q_shift = shift
-        return self._q
-
     def _regression_sums(self, shift: int) -> np.ndarray:
         """Per-branch (count, sum of quantised targets) of every candidate.
 
         (A, k, 2, 2) int64, summed in int64 (exact; the master picks the scale so that |sum of q| over all
         rows stays below 2**52).
         """
-        return self.rows.regression_sums(self._quantised(shift))
+        return self.rows.shifted_regression_sums(shift)
 
     def _gdp_reply(self, counts: np.ndarray, q_bound_bits: int) -> Message:
         from fedcore.privacy.laplace import laplace_counts
@@ -199,7 +200,7 @@ class HorizontalParty:
         else:
             noisy = laplace_counts(counts, self.epsilon, rng)
         # per row: one query per candidate per tree it is active in (branches are disjoint: parallel)
-        queries = counts.shape[1] * self.rows.partition.active_slots_per_row()
+        queries = counts.shape[1] * self.rows.active_slots_per_row()
         if queries:
             assert self.accountant is not None, "privacy 'gdp' makes the accountant in __init__"
             self.accountant.spend(self.epsilon, queries=queries)
@@ -213,7 +214,7 @@ class HorizontalParty:
         # one fresh report per row and tree, added to the branch it takes under each candidate
         sums, sizes = self.rows.ldp_report_sums(ldp, permanent,
                                                 stream(self.noise_seed, "ldp_instant", self.reports))
-        self.reports_per_row += self.rows.partition.active_slots_per_row()
+        self.reports_per_row += self.rows.active_slots_per_row()
         # the narrowest unsigned type that holds the largest size: deep levels send bytes, not int64s
         wire = np.min_scalar_type(int(sizes.max()) if sizes.size else 0)
         return Message("fet_bit_sums", {}, {"bit_sums": sums.reshape(n_open, k, 2, n_bits).astype(wire),

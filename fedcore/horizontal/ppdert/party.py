@@ -33,7 +33,7 @@ from fedcore.horizontal.ppdert.cells import (
     populated_spans,
     span_thresholds,
 )
-from fedcore.horizontal.rows import PartyRows, check_hello, narrow, receive_model
+from fedcore.horizontal.rows import PartyRows, check_hello, narrow, own_rows, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.secagg import MODULUS_BITS, RING_BITS
 from fedcore.protocol.dispatch import Protocol, Step
@@ -41,6 +41,7 @@ from fedcore.protocol.messages import Message
 from fedcore.trees.budget import default_budget
 
 if TYPE_CHECKING:
+    from fedcore.compute.dask_rows import DaskPartyRows
     from fedcore.privacy.keyauth import PartyIdentity
     from fedcore.privacy.secagg import SecureAggregator
 
@@ -83,25 +84,29 @@ class PPDERTParty:
     reports_per_row = 0
     reports = 0
 
-    def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema, *, seed: int,
+    def __init__(self, name: str, frame: pd.DataFrame | None, schema: HorizontalSchema, *, seed: int,
                  low: np.ndarray, high: np.ndarray, k: int, secure: bool = True,
                  identity: PartyIdentity | None = None, memory_budget: int | None = None,
-                 thresholds: str = "histogram", n_cells: int = DEFAULT_CELLS) -> None:
+                 thresholds: str = "histogram", n_cells: int = DEFAULT_CELLS,
+                 rows: DaskPartyRows | None = None) -> None:
         """Encode this party's rows with the agreed schema and keep its PPD-ERT settings.
 
         `identity` signs this party's secure-aggregation key and verifies its peers' (required with secure
         aggregation and more than one party). `memory_budget`: bytes this party grows tree batches in
         (default: a share of its available memory), reported in `hello_reply` (`fedcore.trees.budget`).
         `thresholds`, `n_cells`: what this party agrees to reveal (see `PPDERTMaster`); the master's hello
-        must name the same.
+        must name the same. `rows`: the rows already on a Dask cluster (`fedcore.compute.dask_rows`),
+        instead of `frame` (then None).
         """
         self.name = name
         self.protocol_role, self.n_cells = check_threshold_mode(thresholds, n_cells)
         self.memory_budget = memory_budget
         self.schema = schema
         self.privacy = "secagg" if secure else "none"
-        self.rows = PartyRows(name, frame, schema)
-        self.X, self.y, self.n_rows = self.rows.X, self.rows.y, self.rows.n_rows
+        self.rows: PartyRows | DaskPartyRows = own_rows(name, frame, schema, rows)
+        if isinstance(self.rows, PartyRows):  # in process: the encoded rows, as before
+            self.X, self.y = self.rows.X, self.rows.y
+        self.n_rows = self.rows.n_rows
         self.model: HorizontalForest | None = None
         self.identity = identity
         self._key_context = b""

@@ -1,0 +1,114 @@
+"""An institution's rows as fixed blocks in a canonical order, and reading one block where it runs.
+
+The order is the institution's row order: for an in-memory frame its rows, cut every `block_rows`; for
+Parquet, the files sorted by their path relative to the dataset folder, each file's row groups in order,
+each row group cut every `block_rows`. It depends on the data and `block_rows` only, never on the
+number of workers or where a block runs, so every level's per-block results combine in block order to
+the in-process party's results (`fedcore.compute.dask_rows`).
+
+Only Parquet metadata is read here (row counts per row group); the rows themselves are read by
+`load_block`, on the worker that holds the block.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedcore.compute import DEFAULT_BLOCK_ROWS
+from fedcore.errors import DataReadError, ParameterError
+from fedcore.horizontal.schema import HorizontalSchema
+
+
+@dataclass(frozen=True)
+class Block:
+    """One block: rows [start, stop) of the institution's canonical order.
+
+    For Parquet, where they are: `path`, its row group `row_group`, rows from `group_start` of that group.
+    `path` None: a slice of an in-memory frame.
+    """
+
+    index: int
+    start: int
+    stop: int
+    path: str | None = None
+    row_group: int = -1
+    group_start: int = 0
+
+    @property
+    def n_rows(self) -> int:
+        """Rows in the block."""
+        return self.stop - self.start
+
+
+def _check_block_rows(block_rows: int) -> int:
+    if isinstance(block_rows, bool) or not isinstance(block_rows, int | np.integer) or block_rows < 1:
+        raise ParameterError(f"block_rows must be a positive integer, got {block_rows!r}")
+    return int(block_rows)
+
+
+def frame_blocks(n_rows: int, block_rows: int = DEFAULT_BLOCK_ROWS) -> list[Block]:
+    """Blocks of `block_rows` rows (the last one shorter) over `n_rows` in-memory rows."""
+    block_rows = _check_block_rows(block_rows)
+    return [Block(i, start, min(start + block_rows, n_rows))
+            for i, start in enumerate(range(0, n_rows, block_rows))]
+
+
+def parquet_files(source: str | os.PathLike) -> list[Path]:
+    """A Parquet file, or every `*.parquet` file under a folder, sorted by path relative to the folder."""
+    root = Path(source)
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        raise DataReadError(f"Parquet source {str(root)!r}: no such file or folder")
+    files = sorted(root.rglob("*.parquet"), key=lambda p: p.relative_to(root).as_posix())
+    if not files:
+        raise DataReadError(f"Parquet source {str(root)!r}: the folder holds no *.parquet file")
+    return files
+
+
+def parquet_blocks(source: str | os.PathLike, block_rows: int = DEFAULT_BLOCK_ROWS) -> list[Block]:
+    """The blocks of a Parquet file or dataset folder: (file, row group, row range), in canonical order."""
+    import pyarrow.parquet as pq
+
+    block_rows = _check_block_rows(block_rows)
+    blocks: list[Block] = []
+    start = 0
+    for path in parquet_files(source):
+        meta = pq.ParquetFile(path).metadata
+        for group in range(meta.num_row_groups):
+            n = meta.row_group(group).num_rows
+            for first in range(0, n, block_rows):
+                size = min(block_rows, n - first)
+                blocks.append(Block(len(blocks), start, start + size, str(path), group, first))
+                start += size
+    return blocks
+
+
+def read_block(block: Block, columns: list[str]) -> pd.DataFrame:
+    """The block's rows of `columns`, read from its Parquet file (one row group, sliced)."""
+    import pyarrow.parquet as pq
+
+    assert block.path is not None, "in-memory blocks are scattered, not read"
+    table = pq.ParquetFile(block.path).read_row_group(block.row_group, columns=columns)
+    return table.slice(block.group_start, block.n_rows).to_pandas()
+
+
+def encode_block(frame: pd.DataFrame, schema: HorizontalSchema) -> tuple[np.ndarray, np.ndarray]:
+    """(X, y) of a block's rows, encoded exactly as `PartyRows` encodes the whole table.
+
+    X float64 in column (Fortran) order; y class codes (int64) or targets (float64). Encoding is per row,
+    so the blocks' rows, stacked, are the whole table's.
+    """
+    X = np.asfortranarray(schema.encode(frame), dtype=np.float64)
+    y = np.ascontiguousarray(schema.encode_labels(frame[schema.label]))
+    return X, y
+
+
+def load_block(block: Block, schema: HorizontalSchema) -> tuple[np.ndarray, np.ndarray]:
+    """Read a Parquet block and encode it (`encode_block`): what a worker runs."""
+    return encode_block(read_block(block, [*schema.names, schema.label]), schema)

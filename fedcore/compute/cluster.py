@@ -1,0 +1,206 @@
+"""The `compute:` setting (where an institution's party does its row work) and connecting to Dask.
+
+Forms, all parsed here once:
+
+* a config's `institutions[].compute`: `{dask: {address: tcp://host:8786}}` (a running scheduler, TLS
+  from Dask's own `distributed.comm.tls` settings for a `tls://` address) or
+  `{dask: {local: {workers: 2, threads_per_worker: 1, memory_limit: 4GiB}}}` (a `LocalCluster` the
+  agent starts); both may add `block_rows` (rows per block) and `connect_timeout_s`;
+* the estimators' `compute=` and `fedforest simulate --dask`: `"local:N"`, a scheduler address, or (the
+  estimators) a `distributed.Client`.
+
+Absent (None): today's in-process party, unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fedcore.compute import DEFAULT_BLOCK_ROWS
+from fedcore.errors import ConfigError, ParameterError
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+DASK_KEYS = ("address", "local", "block_rows", "connect_timeout_s")
+LOCAL_KEYS = ("workers", "threads_per_worker", "memory_limit", "processes")
+ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc)://\S+$")
+
+
+@dataclass(frozen=True)
+class DaskCompute:
+    """A party's rows on Dask: a scheduler's `address`, or a local cluster of `workers`."""
+
+    address: str | None = None
+    workers: int = 2
+    threads_per_worker: int = 1
+    memory_limit: str | int | None = None
+    processes: bool = True
+    block_rows: int = DEFAULT_BLOCK_ROWS
+    connect_timeout_s: float = 30.0
+
+    def describe(self) -> str:
+        """One line for logs and errors."""
+        if self.address is not None:
+            return f"the Dask scheduler at {self.address}"
+        limit = f", {self.memory_limit} each" if self.memory_limit is not None else ""
+        return f"a local Dask cluster of {self.workers} worker(s){limit}"
+
+
+def _positive_int(value: Any, what: str, error: type[Exception]) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise error(f"{what} must be a positive integer, got {value!r}")
+    return value
+
+
+def parse_compute(raw: Any, where: str) -> DaskCompute | None:
+    """An institution's `compute:` mapping, or None when absent; ConfigError names `where` and the fix."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or list(raw) != ["dask"] or not isinstance(raw["dask"], dict):
+        raise ConfigError(f"{where}: compute must be {{dask: {{address: tcp://host:8786}}}} or "
+                          f"{{dask: {{local: {{workers: 2}}}}}}, got {raw!r}")
+    dask = raw["dask"]
+    try:
+        _known(dask, DASK_KEYS, "compute.dask")
+        if ("address" in dask) == ("local" in dask):
+            raise ConfigError("compute.dask needs exactly one of 'address' (a running scheduler) or 'local' "
+                              "(a cluster the agent starts)")
+        fields = _common_fields(dask)
+        if "address" in dask:
+            address = dask["address"]
+            if not isinstance(address, str) or not ADDRESS.match(address):
+                raise ConfigError(f"compute.dask.address must be a scheduler address such as "
+                                  f"tcp://scheduler:8786 or tls://scheduler:8786, got {address!r}")
+            return DaskCompute(address=address, **fields)
+        return DaskCompute(**fields, **_local_fields(dask["local"] if dask["local"] is not None else {}))
+    except ConfigError as error:
+        raise ConfigError(f"{where}: {error}") from None
+
+
+def _known(mapping: dict, keys: tuple[str, ...], what: str) -> None:
+    unknown = sorted(set(mapping) - set(keys))
+    if unknown:
+        raise ConfigError(f"unknown {what} setting(s) {unknown}; valid: {list(keys)}")
+
+
+def _common_fields(dask: dict) -> dict[str, Any]:
+    """`block_rows` and `connect_timeout_s`, checked."""
+    fields: dict[str, Any] = {}
+    if "block_rows" in dask:
+        fields["block_rows"] = _positive_int(dask["block_rows"], "compute.dask.block_rows", ConfigError)
+    if "connect_timeout_s" in dask:
+        timeout = dask["connect_timeout_s"]
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ConfigError(f"compute.dask.connect_timeout_s must be a positive number, got {timeout!r}")
+        fields["connect_timeout_s"] = float(timeout)
+    return fields
+
+
+def _local_fields(local: Any) -> dict[str, Any]:
+    """`compute.dask.local`'s fields, checked."""
+    if not isinstance(local, dict):
+        raise ConfigError(f"compute.dask.local must be a mapping of {list(LOCAL_KEYS)}, got {local!r}")
+    _known(local, LOCAL_KEYS, "compute.dask.local")
+    fields: dict[str, Any] = {}
+    for name in ("workers", "threads_per_worker"):
+        if name in local:
+            fields[name] = _positive_int(local[name], f"compute.dask.local.{name}", ConfigError)
+    if "memory_limit" in local:
+        fields["memory_limit"] = _memory_limit(local["memory_limit"])
+    if "processes" in local:
+        if not isinstance(local["processes"], bool):
+            raise ConfigError("compute.dask.local.processes must be true or false, got "
+                              f"{local['processes']!r}")
+        fields["processes"] = local["processes"]
+    return fields
+
+
+def _memory_limit(value: Any) -> str | int:
+    """A worker's memory limit: bytes, or a size Dask reads ("4GiB", "512MB")."""
+    from dask.utils import parse_bytes
+
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ConfigError(f"compute.dask.local.memory_limit must be a size such as 4GiB, got {value!r}")
+    try:
+        if parse_bytes(value) <= 0:
+            raise ValueError
+    except (ValueError, TypeError):
+        raise ConfigError(f"compute.dask.local.memory_limit must be a size such as 4GiB, got {value!r}") \
+            from None
+    return value
+
+
+def compute_from_spec(spec: Any, block_rows: int | None = None) -> DaskCompute | Client | None:
+    """The estimators' `compute=` and simulate's `--dask`: None, "local:N", an address, or a Client."""
+    if spec is None:
+        return None
+    if isinstance(spec, DaskCompute):
+        return spec
+    fields: dict[str, Any] = {}
+    if block_rows is not None:
+        fields["block_rows"] = _positive_int(block_rows, "block_rows", ParameterError)
+    if isinstance(spec, str):
+        match = re.fullmatch(r"local:(\d+)", spec)
+        if match and int(match.group(1)) >= 1:
+            return DaskCompute(workers=int(match.group(1)), **fields)
+        if ADDRESS.match(spec):
+            return DaskCompute(address=spec, **fields)
+    else:
+        try:
+            from distributed import Client
+        except ImportError:  # pragma: no cover - dask is a dependency
+            Client = None  # type: ignore[assignment,misc]  # noqa: N806
+        if Client is not None and isinstance(spec, Client):
+            return spec
+    raise ParameterError(f"compute must be None, 'local:N' (N workers on this machine), a Dask scheduler "
+                         f"address such as 'tcp://scheduler:8786', or a distributed.Client; got {spec!r}")
+
+
+class Cluster:
+    """A connected Dask client, and the local cluster it started (closed with it), as a context manager."""
+
+    def __init__(self, client: Client, owned: list) -> None:
+        """`owned`: what `close` shuts down (the client and cluster this object started)."""
+        self.client = client
+        self._owned = owned
+
+    def close(self) -> None:
+        """Close what this object started; a Client given by the caller stays open."""
+        for thing in self._owned:
+            thing.close()
+        self._owned = []
+
+    def __enter__(self) -> Cluster:
+        """The cluster, closed on leaving the block."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Close what this object started."""
+        self.close()
+
+
+def connect(compute: DaskCompute | Client) -> Cluster:
+    """A client to `compute`'s cluster: a scheduler reached within its timeout, or a new LocalCluster.
+
+    A scheduler that does not answer is one ConfigError naming its address and the timeout.
+    """
+    from distributed import Client, LocalCluster
+
+    if isinstance(compute, Client):
+        return Cluster(compute, [])
+    if compute.address is not None:
+        try:
+            client = Client(compute.address, timeout=compute.connect_timeout_s, set_as_default=False)
+        except (OSError, TimeoutError):
+            raise ConfigError(f"cannot reach the Dask scheduler at {compute.address} within "
+                              f"{compute.connect_timeout_s:g} s: check compute.dask.address (or --dask) and "
+                              "that the scheduler runs") from None
+        return Cluster(client, [client])
+    cluster = LocalCluster(n_workers=compute.workers, threads_per_worker=compute.threads_per_worker,
+                           memory_limit=compute.memory_limit or "auto", processes=compute.processes,
+                           dashboard_address=":0")
+    client = Client(cluster, set_as_default=False)
+    return Cluster(client, [client, cluster])

@@ -1,0 +1,151 @@
+"""A horizontal party's rows on a Dask cluster grow exactly the in-process forest (issue #29).
+
+Blocks of 40 rows give each party several blocks per worker; every case is compared, node for node, with
+the same estimator in process and the same seed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from fedcore.compute.blocks import parquet_blocks
+from fedcore.compute.cluster import DaskCompute, connect
+from fedcore.compute.dask_rows import DaskPartyRows
+from fedcore.errors import ConfigError, ParameterError
+from fedcore.horizontal import FederatedExtraTreesClassifier, FederatedExtraTreesRegressor, PPDERTClassifier
+from tests.horizontal.common import assert_same_forest, horizontal_table, split_rows
+
+BLOCK = 40
+
+
+def _fit(model, table: pd.DataFrame, n_parties: int = 3):
+    return model.fit(split_rows(table, n_parties, seed=n_parties), label="target")
+
+
+def _fet(**kwargs) -> FederatedExtraTreesClassifier:
+    return FederatedExtraTreesClassifier(n_estimators=3, max_depth=5, random_state=3, **kwargs)
+
+
+@pytest.mark.parametrize("privacy", ["none", "gdp"])
+@pytest.mark.parametrize("workers", ["one_worker", "three_workers"])
+def test_fet_on_dask_is_the_in_process_forest(privacy, workers, request) -> None:
+    client = request.getfixturevalue(workers)
+    table = horizontal_table(seed=1)
+    expected = _fit(_fet(privacy=privacy), table)
+    got = _fit(_fet(privacy=privacy, compute=client, block_rows=BLOCK), table)
+    assert_same_forest(expected.model_, got.model_)
+    assert got.model_.same_as(expected.model_)
+
+
+def test_fet_regression_and_ppdert_on_dask(three_workers) -> None:
+    table = horizontal_table(seed=3, task="regression")
+    make = lambda **kw: FederatedExtraTreesRegressor(n_estimators=3, max_depth=4, random_state=5,  # noqa: E731
+                                                     tree_batch_size=2, **kw)
+    assert_same_forest(_fit(make(), table, 2).model_,
+                       _fit(make(compute=three_workers, block_rows=BLOCK), table, 2).model_)
+    table = horizontal_table(seed=1)
+    make = lambda **kw: PPDERTClassifier(n_estimators=2, max_depth=5, random_state=9,  # noqa: E731
+                                         allow_data_ranges=True, **kw)
+    assert_same_forest(_fit(make(), table).model_,
+                       _fit(make(compute=three_workers, block_rows=BLOCK), table).model_)
+
+
+def test_blocks_submitted_in_any_order_give_the_same_forest(three_workers, monkeypatch) -> None:
+    made = DaskPartyRows.from_frame.__func__  # type: ignore[attr-defined]
+
+    def shuffled(cls, *args, **kwargs):
+        rows = made(cls, *args, **kwargs)
+        rows.submit_order = list(np.random.default_rng(len(rows.blocks)).permutation(len(rows.blocks)))
+        assert rows.submit_order != sorted(rows.submit_order)
+        return rows
+
+    monkeypatch.setattr(DaskPartyRows, "from_frame", classmethod(shuffled))
+    table = horizontal_table(seed=2)
+    assert_same_forest(_fit(_fet(), table).model_,
+                       _fit(_fet(compute=three_workers, block_rows=BLOCK), table).model_)
+
+
+def _write_dataset(frame: pd.DataFrame, folder) -> None:
+    """The frame as three Parquet files (sorted names in row order) of several row groups each."""
+    folder.mkdir()
+    for index, part in enumerate(np.array_split(np.arange(len(frame)), 3)):
+        table = pa.Table.from_pandas(frame.iloc[part], preserve_index=False)
+        pq.write_table(table, folder / f"part-{index:02d}.parquet", row_group_size=25)
+
+
+class _FromParquet(FederatedExtraTreesClassifier):
+    """FET whose parties' workers read their rows from a Parquet dataset (written from the frames first)."""
+
+    folder = None
+
+    def _rows(self, name, frame, schema):
+        _write_dataset(frame, self.folder / name)
+        return {"frame": None, "rows": DaskPartyRows.from_parquet(name, self.folder / name, schema,
+                                                                  self._cluster.client, 30)}
+
+
+def test_a_parquet_dataset_read_by_the_workers_gives_the_in_memory_forest(three_workers, tmp_path) -> None:
+    table = horizontal_table(seed=4)
+    model = _FromParquet(n_estimators=3, max_depth=5, random_state=3, compute=three_workers)
+    model.folder = tmp_path
+    got = _fit(model, table)
+    blocks = parquet_blocks(tmp_path / "party2")  # the third party: 300 rows, 3 files of 4 row groups
+    assert [(b.path.rsplit("/", 1)[1], b.row_group, b.n_rows) for b in blocks[:5]] == [
+        ("part-00.parquet", 0, 25), ("part-00.parquet", 1, 25), ("part-00.parquet", 2, 25),
+        ("part-00.parquet", 3, 25), ("part-01.parquet", 0, 25)]
+    assert_same_forest(_fit(_fet(), table).model_, got.model_)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_lost_mid_forest_still_gives_the_same_forest(tmp_path, monkeypatch) -> None:
+    import distributed
+
+    cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
+                                       dashboard_address=":0")
+    client = distributed.Client(cluster, set_as_default=False)
+    levels, lost = [0], []
+    started = DaskPartyRows.start_level
+
+    def start_level(self, header, arrays, n_open):
+        started(self, header, arrays, n_open)
+        levels[0] += 1
+        if levels[0] == 8 and not lost:  # past the first levels: the partitions have a lineage to replay
+            held = client.has_what()
+            name, worker = max(cluster.workers.items(), key=lambda item: len(held[item[1].address]))
+            assert held[worker.address], "the worker to lose holds blocks"
+            cluster.sync(worker.close)
+            lost.append(name)
+
+    monkeypatch.setattr(DaskPartyRows, "start_level", start_level)
+    try:
+        table = horizontal_table(seed=5)
+        model = _FromParquet(n_estimators=3, max_depth=5, random_state=3, compute=client)
+        model.folder = tmp_path
+        got = _fit(model, table)
+        assert lost and len(client.scheduler_info()["workers"]) == 2
+    finally:
+        client.close()
+        cluster.close()
+    assert_same_forest(_fit(_fet(), table).model_, got.model_)
+
+
+def test_ldp_is_refused_on_dask(one_worker) -> None:
+    with pytest.raises(ParameterError, match=r"^privacy 'ldp' runs in process only: .* \(issue #29\)"):
+        _fit(_fet(privacy="ldp", compute=one_worker), horizontal_table(seed=1))
+
+
+def test_an_unreachable_scheduler_is_one_error_naming_its_address() -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    with pytest.raises(ConfigError) as error:
+        connect(DaskCompute(address=address, connect_timeout_s=0.5))
+    assert str(error.value) == (f"cannot reach the Dask scheduler at {address} within 0.5 s: check "
+                                "compute.dask.address (or --dask) and that the scheduler runs")
