@@ -29,6 +29,9 @@
         predictions: predictions/bank      # where batch predictions land (default: predictions/<name>)
         memory_budget_mb: 8192             # memory its agent grows tree batches in
                                            # (default: half its free memory)
+        compute: {dask: {address: tcp://dask:8786}}  # horizontal: its party's rows on its own Dask
+                                           # cluster, or {dask: {local: {workers: 2, memory_limit: 4GiB}}}
+                                           # (default: in the agent's process; fedcore/compute/cluster.py)
     params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal)
                                                # fields
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
@@ -53,6 +56,7 @@ import yaml
 
 from fedcore.algorithms import SETTINGS, in_setting
 from fedcore.algorithms import algorithm as find_algorithm
+from fedcore.compute.cluster import DaskCompute, parse_compute
 from fedcore.errors import ConfigError, InputError, ParameterError
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.models.signing import public_key_path
@@ -79,6 +83,9 @@ class Institution:
     predictions: Path | None = None
     """Where its batch predictions land; a parsed config always names one (`default_predictions`)."""
     memory_budget_mb: int | None = None
+    compute: DaskCompute | None = None
+    """Where its agent's party does the row work (`compute: {dask: ...}`, `fedcore.compute.cluster`); None:
+    in the agent's own process."""
 
     @property
     def is_label_holder(self) -> bool:
@@ -273,6 +280,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         privacy = parse_privacy(raw.get("privacy"), algorithm)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
+    _check_compute(institutions, setting, privacy, path)
     alignment = raw.get("alignment", "hash")
     if alignment not in ("hash", "psi"):
         raise ConfigError(f"{path}: alignment must be 'hash' (keyed hashes) or 'psi' (ECDH private set "
@@ -373,7 +381,24 @@ def _parse_institution(item: dict, index: int, path: Path) -> Institution:
         predictions=(resolve(path, item["predictions"]) if item.get("predictions")
                      else default_predictions(path, name)),
         memory_budget_mb=_memory_budget(item.get("memory_budget_mb"), path, where),
+        compute=parse_compute(item.get("compute"), f"{path}: {where}"),
     )
+
+
+def _check_compute(institutions: list[Institution], setting: str, privacy: PrivacySetting,
+                   path: Path) -> None:
+    """`compute: dask` runs a horizontal party's rows on a cluster; what it cannot run yet is refused here."""
+    for inst in institutions:
+        if inst.compute is None:
+            continue
+        if setting != "horizontal":
+            raise ConfigError(f"{path}: institution {inst.name!r}: compute: dask runs the horizontal "
+                              "setting's parties only; the vertical setting's come later (issue #29): remove "
+                              "compute")
+        if privacy.mode == "ldp":
+            from fedcore.compute.dask_rows import LDP_REFUSED
+
+            raise ConfigError(f"{path}: institution {inst.name!r}: {LDP_REFUSED}")
 
 
 def _check_labels(institutions: list[Institution], setting: str, path: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedcore.compute.cluster import DaskCompute
 from fedcore.config import FederationConfig, default_predictions
 from fedcore.contracts.expectations import ValidationReport
 from fedcore.contracts.model import DataContract
@@ -53,6 +54,9 @@ class InstitutionData:
     master_key: PublicKeySource | None = None
     """The master's public key this institution's registry trusts (`master.public_key`); without one it
     stores nothing and loads nothing."""
+    compute: DaskCompute | None = None
+    """Where a horizontal party does its row work (`compute:` in its config, `fedcore.compute.cluster`);
+    None: in the agent's process."""
 
     def registry_store(self) -> ModelRegistry:
         """This institution's model registry, trusting only the master's key."""
@@ -105,7 +109,7 @@ def institution_from_config(config: FederationConfig, name: str) -> InstitutionD
         predictions_dir=inst.predictions or default_predictions(config.path, name),
         load_batch=batch, validation=report, contract=contract, memory_budget_mb=inst.memory_budget_mb,
         privacy=config.privacy, master_key=master_key,
-        holdout=config.training.holdout, min_overlap=config.training.min_overlap,
+        holdout=config.training.holdout, min_overlap=config.training.min_overlap, compute=inst.compute,
     )
 
 

@@ -14,6 +14,7 @@ import json
 import math
 
 from fedcore.algorithms import ALGORITHMS, SETTINGS, in_setting
+from fedcore.compute.cluster import compute_from_spec
 from fedcore.data.io import read_table
 from fedcore.data.split import PARTITIONS
 from fedcore.errors import ParameterError
@@ -76,6 +77,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                      help=f"seed of the split, the parties and the forests (0 to {MAX_SEED}, default 0)")
     sim.add_argument("--test-size", type=float, default=0.2, help="held-out fraction of rows (default 0.2)")
     sim.add_argument("--task", choices=TASKS, default="auto", help="auto infers it from the label")
+    sim.add_argument("--dask", metavar="SPEC", default=None,
+                     help="horizontal: every party's rows on Dask: local:N (a local cluster of N workers) or "
+                          "a scheduler address (tcp://host:8786); the forest is the in-process one")
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     sim.set_defaults(handler=_simulate)
 
@@ -124,6 +128,8 @@ def _not_available(args: argparse.Namespace) -> str | None:
     if args.algorithm not in offered:
         names = ", ".join(f"{k!r} ({v})" for k, v in offered.items())
         return f"unknown algorithm {args.algorithm!r}: the {args.setting} setting offers {names}"
+    if args.dask is not None and args.setting != "horizontal":
+        return "--dask applies to --setting horizontal only (the vertical setting's parties come later)"
     if args.thresholds is not None and args.algorithm != "ppd-ert":
         return f"--thresholds applies to --algorithm ppd-ert only, not {args.algorithm!r}"
     modes = ALGORITHMS[args.algorithm].privacy_modes
@@ -131,6 +137,12 @@ def _not_available(args: argparse.Namespace) -> str | None:
     if args.privacy not in modes:
         return (f"algorithm {args.algorithm!r} supports privacy {', '.join(repr(m) for m in modes)}, "
                 f"got {args.privacy!r}")
+    if args.dask is not None:
+        if args.privacy == "ldp":
+            from fedcore.compute.dask_rows import LDP_REFUSED
+
+            return LDP_REFUSED.replace("remove compute: dask", "drop --dask")
+        compute_from_spec(args.dask)  # a bad spec is refused before the table is read
     if args.epsilon is not None and "epsilon" not in MODE_FIELDS[args.privacy]:
         using = [m for m in modes if "epsilon" in MODE_FIELDS[m]]
         if not using:
@@ -154,7 +166,8 @@ def _simulate(args: argparse.Namespace) -> int:
             drop=args.drop, parties=args.parties, partition=args.partition,
             partition_column=args.partition_column, alpha=args.alpha, trees=args.trees,
             max_depth=args.max_depth, max_features=args.max_features, seed=args.seed,
-            test_size=args.test_size, task=args.task, progress=True)
+            test_size=args.test_size, task=args.task, progress=True,
+            compute=args.dask)
     else:
         result = simulate_vertical(
             table, args.label, id_column=args.id_column, drop=args.drop, parties=args.parties,

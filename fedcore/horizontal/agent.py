@@ -47,6 +47,7 @@ from fedcore.agents.base import SessionAgent
 from fedcore.agents.data import InstitutionData
 from fedcore.agents.storage import load_signed_table, store_signed_table, write_predictions
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
+from fedcore.compute.cluster import Cluster
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.model import HorizontalForest
@@ -97,6 +98,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         self._checkpoints: CheckpointStore | None = None
         self._seeds: CheckpointStore | None = None
         self._trained = False  # the model was trained in this session (its `model` message), not loaded
+        self._cluster: Cluster | None = None  # the institution's Dask cluster (`compute:`), once connected
 
     def _engine_reply(self, message: Message) -> Message:
         party = self._require_party(message.kind)
@@ -137,19 +139,47 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         held = rng.random(len(frame)) < fraction
         train, self._holdout = frame[~held].reset_index(drop=True), frame[held].reset_index(drop=True)
         privacy = self._privacy(h)
+        if self.party is not None:
+            self.party.rows.close()  # the last session's rows (on a cluster: its blocks)
+        rows = self._rows(train, privacy)
         if isinstance(privacy, SecureAggregation):
-            self.party = PPDERTParty(self.name, train, self.schema, seed=int(h["seed"]),
+            self.party = PPDERTParty(self.name, schema=self.schema, seed=int(h["seed"]),
                                      low=np.asarray(h["low"], np.float64),
                                      high=np.asarray(h["high"], np.float64),
                                      k=int(h["k"]), identity=self.identity,
                                      memory_budget=self.data.memory_budget, thresholds=privacy.thresholds,
-                                     n_cells=privacy.n_cells)
+                                     n_cells=privacy.n_cells, **rows)
         else:  # noise: a local secret seed
-            self.party = HorizontalParty(self.name, train, self.schema, privacy=privacy.mode,
+            self.party = HorizontalParty(self.name, schema=self.schema, privacy=privacy.mode,
                                          epsilon=privacy.epsilon if isinstance(privacy, GlobalDP) else 1.0,
                                          ldp=privacy.ldp if isinstance(privacy, LocalDP) else None,
-                                         memory_budget=self.data.memory_budget)
+                                         memory_budget=self.data.memory_budget, **rows)
         return Message("ready", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
+
+    def _rows(self, train: pd.DataFrame, privacy: PrivacySetting) -> dict:
+        """The party's rows as its constructor takes them: in process, or on this institution's Dask cluster.
+
+        The cluster is the institution's own choice (`compute:` in its config, never the master's): the agent
+        connects once (or starts its local cluster) and sends the training rows there in blocks.
+        """
+        compute = self.data.compute
+        if compute is None:
+            return {"frame": train}
+        from fedcore.compute.dask_rows import LDP_REFUSED, DaskPartyRows
+
+        if isinstance(privacy, LocalDP):
+            raise ProtocolError(f"institution {self.name!r}: {LDP_REFUSED}")
+        if self._cluster is None:
+            from fedcore.compute.cluster import connect
+
+            self._cluster = connect(compute)
+            log.info("institution %r: party rows on %s", self.name, compute.describe())
+        assert self.schema is not None, "setup sets the schema first"
+        rows = DaskPartyRows.from_frame(self.name, train, self.schema, self._cluster.client,
+                                        compute.block_rows)
+        log.info("institution %r: %d training rows in %d blocks on %d Dask worker(s)", self.name, rows.n_rows,
+                 len(rows.blocks), len(self._cluster.client.scheduler_info().get("workers", {})))
+        return {"frame": None, "rows": rows}
 
     def _privacy(self, h: dict) -> PrivacySetting:
         """The privacy setting this institution trains with (`fedcore.privacy.settings`).
@@ -268,8 +298,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         if self.party is None:
             raise ProtocolError(f"institution {self.name!r}: resume_status before setup")
         h = message.header
-        rows = hashlib.sha256(np.ascontiguousarray(self.party.X).tobytes()
-                              + np.ascontiguousarray(self.party.y).tobytes()).hexdigest()
+        rows = self.party.rows.rows_digest()
         context = hashlib.sha256(f"{h['context']}|{rows}".encode()).hexdigest()
         root = self.data.registry / CHECKPOINTS
         self._checkpoints = CheckpointStore(root, h["run"], context)

@@ -56,12 +56,12 @@ def check_mode(algorithm: str, privacy: object, task: str | None = None, *, epsi
 def build_estimator(algorithm: str, privacy: str | Mapping[str, Any] | PrivacySetting, task: str,
                     params: dict, *, epsilon: float | None = None, feature_ranges: dict | None = None,
                     categories: Mapping[str, Sequence[str]] | None = None,
-                    thresholds: str | None = None) -> Any:
+                    thresholds: str | None = None, compute: Any = None) -> Any:
     """An unfitted horizontal estimator; building it validates the parameters before any work starts.
 
     `privacy` is what the estimators' `privacy=` takes; `epsilon` (FET) and `thresholds` (PPD-ERT) are
     fields of it (None: not given). `categories` are the agreed category lists of categorical columns (see
-    `pooled_categories`).
+    `pooled_categories`). `compute`: where every party's rows go (the estimators' `compute=`).
     """
     from fedcore.horizontal.estimators import (
         FederatedExtraTreesClassifier,
@@ -76,13 +76,13 @@ def build_estimator(algorithm: str, privacy: str | Mapping[str, Any] | PrivacySe
                                  "'ppd-ert'")
         model = PPDERTClassifier(**params, feature_ranges=feature_ranges,
                                  allow_data_ranges=feature_ranges is None, categories=categories,
-                                 privacy=privacy, thresholds=thresholds)
+                                 privacy=privacy, thresholds=thresholds, compute=compute)
     else:
         if thresholds is not None:
             raise ParameterError(f"thresholds={thresholds!r} applies to --algorithm ppd-ert only; Federated "
                                  "Extra-Trees draws each threshold within the node's range already")
         cls = FederatedExtraTreesClassifier if task == "classification" else FederatedExtraTreesRegressor
-        model = cls(**params, privacy=privacy, categories=categories, epsilon=epsilon)
+        model = cls(**params, privacy=privacy, categories=categories, epsilon=epsilon, compute=compute)
     model.params  # noqa: B018 - validates the parameters now, before any work (scikit-learn style: not in __init__)
     return model
 
@@ -142,6 +142,7 @@ def simulate_horizontal(
     task: str = "auto",
     local_only: bool = True,
     progress: bool = False,
+    compute: Any = None,
 ) -> dict:
     """Train the horizontal `algorithm` on `parties` simulated institutions of `table`; evaluate it.
 
@@ -152,7 +153,9 @@ def simulate_horizontal(
     `privacy`: a mode name, a mapping or a setting (`fedcore.privacy.settings`), the algorithm's default
     mode if None; `epsilon` (gdp: per count query; ldp: each row's label) and `thresholds` (PPD-ERT:
     "histogram", the default, or "domain", the paper's draw) are fields of it, None when not given. A field
-    the mode does not use is refused.
+    the mode does not use is refused. `compute` ("local:N", a Dask scheduler address or a Client): every
+    simulated party's rows on that Dask cluster (`fedcore.compute`); the single-party run stays in process,
+    so `single_party_identical` compares the two.
     """
     table, column_notes = prepare_input(table, label, id_column, drop)
     if task == "auto":
@@ -166,7 +169,8 @@ def simulate_horizontal(
     categories = pooled_categories(table, label)
     make = lambda: build_estimator(algorithm, setting, task, params,  # noqa: E731
                                    feature_ranges=ranges, categories=categories)
-    federated_model = make()
+    federated_model = build_estimator(algorithm, setting, task, params, feature_ranges=ranges,
+                                      categories=categories, compute=compute)
     party_frames = split_horizontal(train, parties, partition=partition, label=label, column=partition_column,
                                     alpha=alpha, seed=seed)
     features = test.drop(columns=[label])
@@ -189,6 +193,7 @@ def simulate_horizontal(
         "partition": {"kind": partition, **({"column": partition_column} if partition == "column" else {}),
                       **({"alpha": alpha} if partition == "dirichlet" else {}),
                       "rows": [len(p) for p in party_frames]},
+        **({"compute": compute} if isinstance(compute, str) else {}),
         "rows_train": len(train),
         "rows_test": len(test),
         **compare(task, y_test, federated, single, identical,

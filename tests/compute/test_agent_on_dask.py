@@ -1,0 +1,31 @@
+"""An institution's agent whose own config puts its party on Dask trains the in-process model (issue #29)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedcore.compute.cluster import DaskCompute
+from fedcore.data.datasets import make_waveform
+from tests.horizontal.test_session import _agents, _session
+
+
+@pytest.mark.parametrize("algorithm", ["extra-trees", "ppd-ert"])
+def test_an_agent_with_compute_dask_trains_the_same_model(tmp_path, algorithm) -> None:
+    table = make_waveform(600, random_state=3)
+    table["class"] = table["class"].map({0: "a", 1: "b", 2: "c"})
+    table.insert(0, "patient_id", [f"P{i:05d}" for i in range(len(table))])
+    models = []
+    for on_dask in (False, True):
+        agents = _agents(table, tmp_path / str(on_dask))
+        if on_dask:  # the north institution's own config: its party on a local cluster of two workers
+            north = agents["north"]
+            north.data.compute = DaskCompute(workers=2, processes=False, block_rows=50)
+        session = _session(agents, algorithm)
+        session.agree_schema()
+        session.train()
+        models.append(session.model)
+        if on_dask:
+            assert type(north.party.rows).__name__ == "DaskPartyRows" and len(north.party.rows.blocks) > 2
+            north._cluster.close()
+        session.close()
+    assert models[1].same_as(models[0])

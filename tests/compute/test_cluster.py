@@ -1,0 +1,81 @@
+"""The `compute:` setting: parsed once when the config loads, every mistake refused by name (issue #29)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedcore.compute.cluster import DaskCompute, compute_from_spec
+from fedcore.config import parse_config
+from fedcore.errors import ConfigError, ParameterError
+
+CONFIG = Path("/fed/federation.yaml")
+
+
+def _raw(compute, setting: str = "horizontal", privacy: str = "none") -> dict:
+    return {"federation": "clinics", "setting": setting, "privacy": privacy,
+            "consortium_key": {"env": "FEDFOREST_CONSORTIUM_KEY"},
+            "institutions": [
+                {"name": "north", "data": "n.parquet", "id_column": "id", "label": "y", "compute": compute},
+                {"name": "south", "data": "s.parquet", "id_column": "id", "label": "y"}]}
+
+
+def test_an_institution_may_run_its_party_on_its_own_dask_cluster() -> None:
+    north, south = parse_config(_raw({"dask": {"address": "tls://dask.north:8786", "block_rows": 500000}}),
+                                CONFIG).institutions
+    assert north.compute == DaskCompute(address="tls://dask.north:8786", block_rows=500000)
+    assert south.compute is None  # absent: in the agent's process, as before
+    local = {"dask": {"local": {"workers": 4, "threads_per_worker": 1, "memory_limit": "4GiB"}}}
+    assert parse_config(_raw(local), CONFIG).institutions[0].compute == DaskCompute(
+        workers=4, threads_per_worker=1, memory_limit="4GiB")
+
+
+WHERE = "/fed/federation.yaml: institution 'north': "
+
+
+@pytest.mark.parametrize("compute, message", [
+    ({"ray": {}}, "compute must be {dask: {address: tcp://host:8786}} or {dask: {local: {workers: 2}}}, got "
+                  "{'ray': {}}"),
+    ({"dask": {"adress": "tcp://x:1"}}, "unknown compute.dask setting(s) ['adress']; valid: ['address', "
+                                        "'local', 'block_rows', 'connect_timeout_s']"),
+    ({"dask": {}}, "compute.dask needs exactly one of 'address' (a running scheduler) or 'local' (a cluster "
+                   "the agent starts)"),
+    ({"dask": {"address": "dask:8786"}}, "compute.dask.address must be a scheduler address such as "
+                                         "tcp://scheduler:8786 or tls://scheduler:8786, got 'dask:8786'"),
+    ({"dask": {"local": {"workers": 0}}}, "compute.dask.local.workers must be a positive integer, got 0"),
+    ({"dask": {"local": {"cores": 2}}}, "unknown compute.dask.local setting(s) ['cores']; valid: ['workers', "
+                                        "'threads_per_worker', 'memory_limit', 'processes']"),
+    ({"dask": {"local": {"memory_limit": "lots"}}}, "compute.dask.local.memory_limit must be a size such as "
+                                                    "4GiB, got 'lots'"),
+    ({"dask": {"local": {}, "block_rows": 1.5}},
+     "compute.dask.block_rows must be a positive integer, got 1.5"),
+    ({"dask": {"address": "tcp://x:1", "connect_timeout_s": 0}}, "compute.dask.connect_timeout_s must be a "
+                                                                 "positive number, got 0"),
+])
+def test_a_bad_compute_setting_is_refused_by_name(compute, message) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config(_raw(compute), CONFIG)
+    assert str(error.value) == WHERE + message
+
+
+def test_what_a_dask_party_cannot_run_yet_is_refused_when_the_config_loads() -> None:
+    compute = {"dask": {"local": {"workers": 2}}}
+    with pytest.raises(ConfigError, match=r"^/fed/federation.yaml: institution 'north': compute: dask runs "
+                                          r"the horizontal setting's parties only; the vertical"):
+        raw = _raw(compute, setting="vertical")
+        raw["institutions"][1].pop("label")
+        parse_config(raw, CONFIG)
+    with pytest.raises(ConfigError, match=r"^/fed/federation.yaml: institution 'north': privacy 'ldp' runs "
+                                          r"in process only: .*\(issue #29\)"):
+        parse_config(_raw(compute, privacy="ldp"), CONFIG)
+
+
+def test_the_estimators_and_simulate_take_local_n_or_an_address() -> None:
+    assert compute_from_spec(None) is None
+    assert compute_from_spec("local:3", block_rows=1000) == DaskCompute(workers=3, block_rows=1000)
+    assert compute_from_spec("tcp://10.0.0.5:8786") == DaskCompute(address="tcp://10.0.0.5:8786")
+    for bad in ("local:0", "local", "10.0.0.5:8786", 3):
+        with pytest.raises(ParameterError, match=r"^compute must be None, 'local:N' \(N workers on this "
+                                                 rf"machine\), .*; got {bad!r}$"):
+            compute_from_spec(bad)
