@@ -125,13 +125,20 @@ def test_perturbed_messages_never_crash_or_hang_an_agent(tmp_path) -> None:
     # changed with the order tests ran in and with edits anywhere in the code. Seeded, the counts are the
     # same in any order (measured alone, after other test files and in the full suite): 259 answered and
     # 1,241 refused, 101 of the answered being unperturbed messages valid in this state, which the first
-    # assertion requires. The other answered messages (session messages and perturbed find_splits that
+    # assertion requires (99 once `align` announced its row count, issue #27). The other answered messages
+    # (session messages and perturbed find_splits that
     # stay valid) depend on the party's order rules (422 before issue #11's refusals), so they are not
     # pinned; the floors say that the fuzz reaches the handlers with messages they must accept, and that
     # most perturbed messages are refused.
     assert not wrongly_refused, f"valid unperturbed messages were refused: {wrongly_refused[:3]}"
-    assert must_answer >= 100, (f"only {must_answer} messages the agent must answer: the fuzz hardly "
-                                "reaches it")
+    # How many to expect: each valid-next message is drawn with probability 1/len(recorded) and left
+    # unperturbed with probability 1/2 per array and 1/2 for a non-empty header. The count moves with the
+    # seeded stream whenever a recorded message changes (it was 101 at an expectation near 100), so the
+    # floor is three quarters of the expectation: about 2.5 standard deviations of that binomial below it.
+    expected = sum(FUZZ_MESSAGES / len(recorded) * 0.5 ** (len(recorded[i].arrays) + bool(recorded[i].header))
+                   for i in valid_next)
+    assert must_answer >= 0.75 * expected, (f"only {must_answer} messages the agent must answer (about "
+                                            f"{expected:.0f} expected): the fuzz hardly reaches it")
     assert outcomes["refused"] > 1000, f"most perturbed messages should be refused: {outcomes}"
     again, _ = _train(agents)  # a new session on the same agents is unaffected
     for field in ("tree", "node", "left", "right", "value"):
