@@ -173,7 +173,13 @@ class DaskPartyRows:
                      block_rows: int = DEFAULT_BLOCK_ROWS) -> DaskPartyRows:
         """A Parquet file or dataset folder, each block read and encoded by the worker that holds it."""
         blocks = parquet_blocks(source, block_rows)
-        data = [client.submit(load_block, b, schema, pure=False) for b in blocks]
+        # an equal share of consecutive blocks per worker (Dask would place these first tasks as workers
+        # free up, unevenly); a lost worker's blocks may still be rebuilt anywhere
+        workers = sorted(client.scheduler_info().get("workers", {}))
+        data = [client.submit(load_block, b, schema, pure=False,
+                              workers=[workers[i * len(workers) // len(blocks)]] if workers else None,
+                              allow_other_workers=True)
+                for i, b in enumerate(blocks)]
         counts = client.gather(client.map(_n_rows, data, pure=False))
         assert counts == [b.n_rows for b in blocks], "a block read another number of rows than its metadata"
         return cls(name, schema, client, blocks, data)
