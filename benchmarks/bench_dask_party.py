@@ -1,0 +1,194 @@
+"""The horizontal party on a Dask cluster against the in-process party (issue #29).
+
+One institution, a horizontal FET fit (privacy none) of `--rows` x `--features`, `--trees` trees of depth
+`--depth`, twice, each in its own process so that peak memory is its own:
+
+* in process: the agent process reads the table and holds the party's rows (today's party);
+* on Dask: a LocalCluster of `--workers` worker processes (one thread each, numba single-threaded, so
+  the cluster uses the same cores as the in-process party's numba threads); the workers read their
+  blocks from a Parquet dataset themselves, and the agent process only holds a 1,000-row sample for the
+  schema (a deployment gets it from the data contracts) and the level's small arrays.
+
+Reports time per tree and the ratio, the per-level scheduling overhead (p50 / p95 over levels: a level's
+wall time at the agent minus, per round, the busiest worker's compute time on that round's tasks, from
+Dask's task stream), the agent's peak RSS and each worker's, and whether both forests are the same.
+
+    .venv/bin/python -m benchmarks.bench_dask_party [--rows 2000000] [--features 20] [--trees 20]
+        [--depth 8] [--workers 2] [--block-rows 250000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from benchmarks.markdown import markdown_table
+
+
+def write_dataset(folder: Path, rows: int, features: int, row_group: int) -> None:
+    """A synthetic classification table as 4 Parquet files of `row_group`-row groups (written in pieces)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    weights = rng.normal(size=features)
+    per_file = -(-rows // 4)
+    for index in range(4):
+        n = min(per_file, rows - index * per_file)
+        with pq.ParquetWriter(folder / f"part-{index}.parquet", _schema(features)) as writer:
+            for start in range(0, n, row_group):
+                m = min(row_group, n - start)
+                x = rng.normal(size=(m, features))
+                y = np.where(x @ weights + rng.normal(size=m) > 0, "yes", "no")
+                table = pa.table({**{f"f{j}": x[:, j] for j in range(features)}, "y": y})
+                writer.write_table(table.cast(_schema(features)), row_group_size=row_group)
+
+
+def _schema(features: int):
+    import pyarrow as pa
+
+    fields = [pa.field(f"f{j}", pa.float64()) for j in range(features)]
+    return pa.schema([*fields, pa.field("y", pa.string())])
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _model(args: argparse.Namespace, **kwargs):
+    from fedcore.horizontal import FederatedExtraTreesClassifier
+
+    return FederatedExtraTreesClassifier(n_estimators=args.trees, max_depth=args.depth, random_state=1,
+                                         max_features="sqrt", **kwargs)
+
+
+def _digest(model) -> str:
+    h = hashlib.sha256()
+    for name, value in sorted(model.model_.arrays().items()):
+        h.update(name.encode() + np.ascontiguousarray(value).tobytes())
+    return h.hexdigest()[:16]
+
+
+def run_in_process(args: argparse.Namespace) -> dict:
+    """Today's party: the agent process reads the table and holds every row."""
+    frame = pd.read_parquet(args.data)
+    model = _model(args).fit([frame], label="y")
+    return {"seconds": model.fit_seconds_, "digest": _digest(model), "agent_peak_mib": _peak_rss_mib()}
+
+
+def run_on_dask(args: argparse.Namespace) -> dict:
+    """The party's rows on a LocalCluster whose workers read the Parquet dataset themselves."""
+    from distributed import Client, LocalCluster, get_task_stream
+
+    from fedcore.compute.dask_rows import DaskPartyRows
+    from fedcore.horizontal.estimators import FederatedExtraTreesClassifier
+
+    made: list[DaskPartyRows] = []
+
+    class FromParquet(FederatedExtraTreesClassifier):
+        def _rows(self, name, frame, schema):
+            rows = DaskPartyRows.from_parquet(name, args.data, schema, self._cluster.client, args.block_rows)
+            made.append(rows)
+            return {"frame": None, "rows": rows}
+
+    import pyarrow.parquet as pq
+
+    first = sorted(Path(args.data).glob("*.parquet"))[0]
+    sample = pq.ParquetFile(first).read_row_group(0).slice(0, 1000).to_pandas()  # the schema's columns
+    cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
+                           dashboard_address=":0", env={"NUMBA_NUM_THREADS": "1"})
+    client = Client(cluster)
+    model = FromParquet(n_estimators=args.trees, max_depth=args.depth, random_state=1, max_features="sqrt",
+                        compute=client)
+    with get_task_stream(client) as stream:
+        model.fit([sample], label="y")
+    workers_peak = client.run(lambda: _vm_hwm_mib())
+    rows = made[0]
+    busy: dict[str, dict[str, float]] = {}
+    for task in stream.data:
+        compute = sum(s["stop"] - s["start"] for s in task["startstops"] if s["action"] == "compute")
+        busy.setdefault(task["key"], {})[task["worker"]] = compute
+    overheads = []
+    for wall, keys in rows.rounds:
+        per_worker: dict[str, float] = {}
+        for key in keys:
+            for worker, seconds in busy.get(key, {}).items():
+                per_worker[worker] = per_worker.get(worker, 0.0) + seconds
+        overheads.append(wall - max(per_worker.values(), default=0.0))
+    levels = [a + b for a, b in zip(overheads[0::2], overheads[1::2], strict=False)]  # ranges + counts
+    result = {"seconds": model.fit_seconds_, "digest": _digest(model), "agent_peak_mib": _peak_rss_mib(),
+              "workers_peak_mib": sorted(workers_peak.values()), "blocks": len(rows.blocks),
+              "levels": len(levels), "overhead_p50_ms": 1000 * float(np.percentile(levels, 50)),
+              "overhead_p95_ms": 1000 * float(np.percentile(levels, 95))}
+    client.close()
+    cluster.close()
+    return result
+
+
+def _vm_hwm_mib() -> float:
+    """This process's peak resident memory (Linux VmHWM), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> None:
+    """Write the table, run both parties (each in its own process), print the report."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--features", type=int, default=20)
+    parser.add_argument("--trees", type=int, default=20)
+    parser.add_argument("--depth", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--block-rows", type=int, default=250_000)
+    parser.add_argument("--mode", choices=("in-process", "dask"), help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.mode:  # one measured run, in its own process
+        run = run_in_process if args.mode == "in-process" else run_on_dask
+        print(json.dumps(run(args)))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "table"
+        write_dataset(data, args.rows, args.features, args.block_rows)
+        results = {}
+        for mode in ("in-process", "dask"):
+            command = [sys.executable, "-m", "benchmarks.bench_dask_party", *sys.argv[1:], "--mode", mode,
+                       "--data", str(data)]
+            out = subprocess.run(command, check=True, capture_output=True, text=True,
+                                 env={**os.environ, "PYTHONWARNINGS": "ignore"})
+            results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+    ref, dask = results["in-process"], results["dask"]
+    print(f"{args.rows:,} x {args.features}, {args.trees} trees, depth {args.depth}; {platform.processor()}, "
+          f"{os.cpu_count()} cores; {args.workers} workers, {dask['blocks']} blocks of {args.block_rows:,} "
+          "rows\n")
+    print(markdown_table([
+        {"party": "in process (reference)", "s per tree": f"{ref['seconds'] / args.trees:.2f}",
+         "ratio": "1.00",
+         "agent peak RSS (MiB)": f"{ref['agent_peak_mib']:.0f}", "workers' peak RSS (MiB)": "-",
+         "forest digest": ref["digest"]},
+        {"party": f"Dask, {args.workers} workers", "s per tree": f"{dask['seconds'] / args.trees:.2f}",
+         "ratio": f"{dask['seconds'] / ref['seconds']:.2f}",
+         "agent peak RSS (MiB)": f"{dask['agent_peak_mib']:.0f}",
+         "workers' peak RSS (MiB)": ", ".join(f"{m:.0f}" for m in dask["workers_peak_mib"]),
+         "forest digest": dask["digest"]}]))
+    print(f"\nper-level scheduling overhead over {dask['levels']} levels: "
+          f"p50 {dask['overhead_p50_ms']:.1f} ms, "
+          f"p95 {dask['overhead_p95_ms']:.1f} ms; same forest: {ref['digest'] == dask['digest']}")
+
+
+if __name__ == "__main__":
+    main()
