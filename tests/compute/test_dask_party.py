@@ -30,8 +30,8 @@ def _fet(**kwargs) -> FederatedExtraTreesClassifier:
     return FederatedExtraTreesClassifier(n_estimators=3, max_depth=5, random_state=3, **kwargs)
 
 
-@pytest.mark.parametrize("privacy", ["none", "gdp"])
-@pytest.mark.parametrize("workers", ["one_worker", "three_workers"])
+@pytest.mark.parametrize("privacy, workers", [("none", "one_worker"), ("none", "three_workers"),
+                                               ("gdp", "three_workers")])
 def test_fet_on_dask_is_the_in_process_forest(privacy, workers, request) -> None:
     client = request.getfixturevalue(workers)
     table = horizontal_table(seed=1)
