@@ -149,3 +149,11 @@ def test_an_unreachable_scheduler_is_one_error_naming_its_address() -> None:
         connect(DaskCompute(address=address, connect_timeout_s=0.5))
     assert str(error.value) == (f"cannot reach the Dask scheduler at {address} within 0.5 s: check "
                                 "compute.dask.address (or --dask) and that the scheduler runs")
+
+
+def test_simulate_on_dask_reports_the_single_party_run_identical(three_workers) -> None:
+    from fedcore.simulation import simulate_horizontal
+
+    result = simulate_horizontal(horizontal_table(seed=6), "target", parties=3, trees=3, max_depth=4,
+                                 local_only=False, compute=three_workers)
+    assert result["single_party_identical"] is True
