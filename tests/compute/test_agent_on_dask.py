@@ -29,3 +29,22 @@ def test_an_agent_with_compute_dask_trains_the_same_model(tmp_path, algorithm) -
             north._cluster.close()
         session.close()
     assert models[1].same_as(models[0])
+
+
+def test_an_agent_whose_scheduler_cannot_be_reached_says_so_at_setup(tmp_path) -> None:
+    import socket
+
+    from fedcore.errors import ConfigError
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    table = make_waveform(200, random_state=3)
+    table["class"] = table["class"].map({0: "a", 1: "b", 2: "c"})
+    table.insert(0, "patient_id", [f"P{i:05d}" for i in range(len(table))])
+    agents = _agents(table, tmp_path)
+    agents["north"].data.compute = DaskCompute(address=address, connect_timeout_s=0.5)
+    with pytest.raises(ConfigError) as error:
+        _session(agents).agree_schema()
+    assert str(error.value) == (f"cannot reach the Dask scheduler at {address} within 0.5 s: check "
+                                "compute.dask.address (or --dask) and that the scheduler runs")
