@@ -7,7 +7,9 @@ the block's `RowPartition`: a new batch's is made from the block's row count, an
 previous level's and the master's decisions, by a task that copies it first (a task never changes its
 inputs). Nothing lives on a worker outside futures, so when a worker is lost Dask rebuilds its blocks and
 partitions from their lineage (reading the Parquet row group again, replaying the levels' decisions).
-The decisions and candidates of a batch are scattered to every worker and held until the batch ends.
+The level's decisions and candidates travel inside the tasks (the scheduler keeps them with the task, so
+the lineage holds them); when they are large they are scattered to every worker and held until the batch
+ends.
 
 Per level, the per-node statistics are one task per block over every open node of every tree of the
 batch, run by the same numba kernels as in process (`fedcore.trees.rowwork`), and combined here in block
@@ -53,6 +55,8 @@ LDP_REFUSED = ("privacy 'ldp' runs in process only: its reports draw random word
                "the whole table, which blocks on a Dask cluster do not reproduce yet (issue #29); remove "
                "compute: dask, or use privacy none or gdp")
 """Why a Dask party refuses LDP."""
+INLINE_BYTES = 16 << 20
+"""A level's arrays travel inside each block's task up to this many bytes over all blocks (else scattered)."""
 
 
 # -- what the workers run (module functions: pickled by reference) -------------------------------------
@@ -203,10 +207,18 @@ class DaskPartyRows:
         self._pending, self._round_start = [], None
         return results
 
-    def _scatter(self, value: Any) -> Future:
-        """A level's small arrays, on every worker, held until the batch ends (the partitions' lineage)."""
+    def _scatter(self, value: tuple[np.ndarray, ...] | np.ndarray) -> Any:
+        """A level's arrays as every block's task takes them.
+
+        Inline in the tasks while their copies, one per block, stay within `INLINE_BYTES` (no round trip to
+        the scheduler; the scheduler keeps them with the tasks, so the partitions' lineage holds them);
+        larger ones scattered once to every worker and held until the batch ends.
+        """
         if self._round_start is None:
             self._round_start = time.perf_counter()
+        arrays = value if isinstance(value, tuple) else (value,)
+        if sum(a.nbytes for a in arrays) * max(len(self.blocks), 1) <= INLINE_BYTES:
+            return value
         future = self.client.scatter(value, broadcast=True, hash=False)
         self._held.append(future)
         return future
@@ -261,7 +273,7 @@ class DaskPartyRows:
                                 f"covers {n_open} open nodes")
         return n_trees
 
-    def _candidates(self) -> Future:
+    def _candidates(self) -> Any:
         return self._scatter((np.ascontiguousarray(self.features, dtype=np.int64),
                               np.ascontiguousarray(self.thresholds, dtype=np.float64)))
 

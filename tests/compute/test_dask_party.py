@@ -101,8 +101,14 @@ def test_a_parquet_dataset_read_by_the_workers_gives_the_in_memory_forest(three_
 
 
 @pytest.mark.timeout(120)
-def test_a_worker_lost_mid_forest_still_gives_the_same_forest(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("inline", [True, False], ids=["arrays in the tasks", "arrays scattered"])
+def test_a_worker_lost_mid_forest_still_gives_the_same_forest(tmp_path, monkeypatch, inline) -> None:
     import distributed
+
+    from fedcore.compute import dask_rows
+
+    if not inline:  # every level's arrays scattered to the workers instead of travelling in the tasks
+        monkeypatch.setattr(dask_rows, "INLINE_BYTES", 0)
 
     cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
                                        dashboard_address=":0")
