@@ -6,7 +6,10 @@ classes and (for PPD-ERT) numeric domains all come from the contracts the consor
 
 from __future__ import annotations
 
+import math
+
 from fedcore.contracts.agreement import SharedSchema
+from fedcore.contracts.model import DataContract
 from fedcore.errors import ContractMismatch
 from fedcore.horizontal.schema import CATEGORICAL, NUMERIC, ColumnSpec, HorizontalSchema
 
@@ -41,3 +44,20 @@ def declared_feature_ranges(shared: SharedSchema) -> dict[str, tuple[float, floa
     numeric = SharedSchema(columns=tuple(c for c in shared.columns if c.dtype in ("float", "int")),
                            label=shared.label, classes=shared.classes)
     return {**ranges, **{k: (float(lo), float(hi)) for k, (lo, hi) in numeric.feature_ranges().items()}}
+
+
+def declared_y_exponent(contract: DataContract) -> int | None:
+    """The largest y_exponent an honest regression party under `contract` can state; None without a bound.
+
+    Its contract's label range [min, max] (both declared, finite) holds every label it trains on (an agent
+    whose data breaks its contract takes no part), so |y| <= max(|min|, |max|), and frexp's exponent, which
+    the party states (`HorizontalParty._on_hello`), only grows with the magnitude.
+    """
+    label = contract.label
+    if label is None or label.min is None or label.max is None:
+        return None
+    try:
+        bound = max(abs(float(label.min)), abs(float(label.max)))
+    except OverflowError:  # an integer beyond float64: no bound a label can reach
+        return None
+    return int(math.frexp(bound)[1]) if math.isfinite(bound) else None

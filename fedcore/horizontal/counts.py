@@ -3,8 +3,9 @@
 A hostile institution could otherwise send negative or huge counts, or counts that contradict each other,
 and skew every split silently (issue #27). The master refuses, with a ProtocolError naming the party, what it
 can prove wrong from what it knows: each party's rows (its `hello`; in a federation also its `setup` reply),
-its regression targets' magnitude (`y_exponent` in `hello`), its GDP noise scale (`epsilon` in `hello`), and
-what the same party sent one level up. Every check is a few whole-array operations per party and level.
+its regression targets' magnitude (`y_exponent` in `hello`, which the master bounds there), the agreed GDP
+noise scale (the configured epsilon: a `hello` stating another is refused), and what the same party sent one
+level up. Every check is a few whole-array operations per party and level.
 
 - **Exact counts** (`CountLedger`): FET `none` and PPD-ERT without masks per party, FET `ldp`'s branch sizes
   per party, and PPD-ERT with secure aggregation on the unmasked sum over all parties (each party's own
@@ -150,7 +151,7 @@ def check_noisy_counts(who: str, what: str, counts: np.ndarray, rows: int, count
                        target_bits: int | None = None, sum_scale: float = 0.0) -> None:
     """GDP: refuse noisy counts that no count of `rows` rows plus the party's Laplace noise can give.
 
-    `counts` (A, k, 2, S) float64, noise of scale `count_scale` (the party's declared epsilon); regression
+    `counts` (A, k, 2, S) float64, noise of scale `count_scale` (from the agreed epsilon); regression
     (`target_bits`): column 1 is a sum of quantised targets, each |q| <= 2**target_bits, with noise of scale
     `sum_scale`. The sampler's noise is at most `LAPLACE_NOISE_BOUND` scales in magnitude, so that far beyond
     [0, rows] (or beyond rows x 2**target_bits for a sum) no honest party reaches.
@@ -165,11 +166,11 @@ def check_noisy_counts(who: str, what: str, counts: np.ndarray, rows: int, count
             shown = low if low < -reach * FLOAT_SLACK else high
             raise ProtocolError(f"{who}: {what} holds a count of {shown:.6g}, further "
                                 f"outside [0, {rows}] (the rows declared in hello) than the largest Laplace "
-                                f"noise of the party's declared scale can reach ({reach:.6g})")
+                                f"noise of the agreed scale can reach ({reach:.6g})")
     if target_bits is not None and counts.size:
         sums = counts[..., 1]
         bound = ((rows << target_bits) + LAPLACE_NOISE_BOUND * sum_scale) * FLOAT_SLACK
         if max(-float(sums.min()), float(sums.max())) > bound:
             raise ProtocolError(f"{who}: {what}: a branch's noisy sum of quantised targets exceeds "
                                 f"{bound:.6g}: {rows} rows of targets within 2**{target_bits} (declared in "
-                                "hello) plus the largest Laplace noise of the party's declared scale")
+                                "hello) plus the largest Laplace noise of the agreed scale")

@@ -260,6 +260,7 @@ class _FETBase(_HorizontalForest):
 
     def _make_master(self, transport, schema):
         return FederatedExtraTreesMaster(transport, self._params, schema, privacy=self._privacy,
+                                         epsilon=self._epsilon if self._privacy == "gdp" else None,
                                          ldp=self._ldp, progress=self._progress_callback())
 
     @property

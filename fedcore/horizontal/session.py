@@ -29,7 +29,7 @@ from fedcore.checkpoints import CheckpointStore
 from fedcore.contracts.agreement import shared_schema
 from fedcore.contracts.model import parse_contract
 from fedcore.errors import ArtifactError, ProtocolError
-from fedcore.horizontal.contracts import declared_feature_ranges, engine_schema
+from fedcore.horizontal.contracts import declared_feature_ranges, declared_y_exponent, engine_schema
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.growth import ProgressCallback
 from fedcore.horizontal.model import HorizontalForest
@@ -67,6 +67,7 @@ class HorizontalSession(MasterSession):
         self.model: HorizontalForest | None = None
         self.rows: dict[str, dict] = {}
         self._low = self._high = np.zeros(0)
+        self._y_exponents: dict[str, int | None] = {}  # regression: each contract's label range, as 2-powers
 
     def prepare(self) -> Preparation:
         """Agree the schema and set every institution up (`agree_schema`): the rows each keeps at home."""
@@ -91,6 +92,7 @@ class HorizontalSession(MasterSession):
                      for name, r in replies.items()}
         shared = shared_schema(contracts)
         self.schema = engine_schema(shared, self.params.task)
+        self._y_exponents = {name: declared_y_exponent(contract) for name, contract in contracts.items()}
         header = {"schema": self.schema.to_dict(), "algorithm": self.algorithm,
                   "privacy": self.privacy.to_dict(),
                   "holdout": self.holdout_fraction, "holdout_seed": self.params.random_state,
@@ -142,9 +144,12 @@ class HorizontalSession(MasterSession):
                                        thresholds=self.privacy.thresholds, n_cells=self.privacy.n_cells)
         else:
             ldp = self.privacy.ldp if isinstance(self.privacy, LocalDP) else None
+            epsilon = self.privacy.epsilon if isinstance(self.privacy, GlobalDP) else None
             self.master = FederatedExtraTreesMaster(self.transport, self.params, self.schema,
-                                                    privacy=self.privacy.mode, ldp=ldp,
+                                                    privacy=self.privacy.mode, epsilon=epsilon, ldp=ldp,
                                                     progress=self.progress)
+            # a regression party's hello may state no larger target than its contract's label range allows
+            self.master.declared_y_exponent = dict(self._y_exponents)
         # each institution's hello must declare the training rows it declared at setup (its counts' bound)
         self.master.declared_rows = {name: int(r["train_rows"]) for name, r in self.rows.items()}
         resumed = 0

@@ -5,6 +5,11 @@ branches that do not add up to their node, a node that is not its parent's branc
 master. Every mode where a check applies: FET `none` (classification and regression), `ldp` (branch sizes and
 bit sums), `gdp` (finite, within the largest noise), PPD-ERT without masks (per party) and with secure
 aggregation (the unmasked sum: no party can be named). Small forests, refused at the first or second level.
+
+The bounds come from what the master knows, never from the bounded party's own word: under `gdp` the agreed
+epsilon (every hello must state it), and for regression targets a `y_exponent` within a label's range, within
+its contract's label range, and at most 12 powers of two above every other party's; in the estimators and in
+a federation (`HorizontalSession`, its configured setting and the institutions' contracts).
 """
 
 from __future__ import annotations
@@ -14,15 +19,19 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from fedcore.errors import ProtocolError
+from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.counts import SUM_OF_PARTIES
 from fedcore.horizontal.estimators import (
     FederatedExtraTreesClassifier,
     FederatedExtraTreesRegressor,
     PPDERTClassifier,
 )
+from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
+from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.horizontal.validation import build_schema
 from fedcore.privacy import laplace
 from fedcore.protocol.messages import Message
+from fedcore.transport.inprocess import InProcessTransport
 from tests.horizontal.common import horizontal_table, split_rows
 
 OPTIONS = {"n_estimators": 2, "max_depth": 3, "max_features": 3, "random_state": 0}
@@ -184,17 +193,67 @@ def test_regression_counts_and_target_sums_are_bounded() -> None:
         assert str(refused.value) == text
 
 
-def test_regression_party_must_state_a_float_exponent() -> None:
+def _stating(**fields):
+    """Party 'b''s hello reply with `fields` instead of what it would state."""
     def alter(parties, message, reply):
         if reply.kind == "hello_reply":
-            return Message(reply.kind, {**reply.header, "y_exponent": 5000}, reply.arrays)
+            return Message(reply.kind, {**reply.header, **fields}, reply.arrays)
         return reply
+    return alter
 
+
+@pytest.mark.parametrize("exponent", [257, 1000, 5000, 1.5])
+def test_regression_party_must_state_an_exponent_a_label_can_have(exponent) -> None:
+    """y_exponent 1000 shifted every party's targets to 0 and every prediction was 0.0 (issue #27)."""
     with pytest.raises(ProtocolError) as refused:
-        _fit(FederatedExtraTreesRegressor(**OPTIONS), alter, task="regression")
-    assert str(refused.value) == ("party 'b' reported no usable target magnitude (5000); a regression party "
-                                  "states y_exponent, an integer in [-1074, 1024] with |y| < 2**y_exponent, "
-                                  "in its hello reply")
+        _fit(FederatedExtraTreesRegressor(**OPTIONS), _stating(y_exponent=exponent), task="regression")
+    assert str(refused.value) == (f"party 'b' reported no usable target magnitude ({exponent!r}); a "
+                                  "regression party states y_exponent, an integer in [-1074, 256] with "
+                                  "|y| < 2**y_exponent, in its hello reply")
+
+
+def _exponent(frame) -> int:
+    """What an honest party states: the exponent of its largest |y|."""
+    return int(np.frexp(np.abs(frame["target"].to_numpy()).max())[1])
+
+
+def test_regression_party_may_not_state_an_exponent_far_above_the_others() -> None:
+    """One party's magnitude sets every party's fixed-point scale: at most 12 powers of two above others'."""
+    others = _exponent(_frames("regression")["a"])
+    with pytest.raises(ProtocolError) as refused:
+        _fit(FederatedExtraTreesRegressor(**OPTIONS), _stating(y_exponent=others + 13), task="regression")
+    assert str(refused.value) == (f"party 'b' stated y_exponent {others + 13} (|y| < 2**{others + 13}) in "
+                                  f"hello, more than 12 above every other party's (at most {others}); its "
+                                  "targets would set the fixed-point scale of all")
+    model = FederatedExtraTreesRegressor(**OPTIONS)  # 12 above: a magnitude an honest party may have
+    _fit(model, _stating(y_exponent=others + 12), task="regression")
+    frames = _frames("regression")
+    assert np.all(model.predict(frames["a"].drop(columns="target")) != 0.0)
+
+
+def test_gdp_party_must_state_the_agreed_epsilon() -> None:
+    """A party stating a tiny epsilon set its own counts' bound: +1e9 passed and one class won (issue #27)."""
+    def huge(parties, message, reply):
+        if reply.kind == "fet_noisy_counts":
+            return Message(reply.kind, reply.header, {"counts": reply.arrays["counts"] + 1e9})
+        return _stating(epsilon=1e-12)(parties, message, reply)
+
+    for alter in (huge, _stating(epsilon=2.0)):
+        with pytest.raises(ProtocolError) as refused:
+            _fit(FederatedExtraTreesClassifier(privacy="gdp", epsilon=0.5, **OPTIONS), alter)
+        stated = 1e-12 if alter is huge else 2.0
+        assert str(refused.value) == (f"party 'b' stated epsilon {stated!r} per query in hello, but the "
+                                      "agreed privacy setting is 'gdp' with epsilon 0.5")
+
+
+def test_a_gdp_master_needs_the_agreed_epsilon() -> None:
+    frames = _frames()
+    schema = build_schema(frames, "target", "classification")
+    transport = InProcessTransport({name: (lambda message: message) for name in frames})
+    with pytest.raises(ParameterError) as refused:
+        FederatedExtraTreesMaster(transport, ExtraTreesParams(n_estimators=2), schema, privacy="gdp")
+    assert str(refused.value) == ("privacy 'gdp': the master needs the agreed epsilon per count query "
+                                  "(epsilon=..., the privacy setting's)")
 
 
 @pytest.mark.parametrize("rows", [-5, 1.5, "200", True])
@@ -229,7 +288,7 @@ def test_gdp_counts_beyond_the_largest_noise_are_refused() -> None:
             _fit(FederatedExtraTreesClassifier(**gdp), noisy(value))
         assert str(refused.value) == (f"party 'b': fet_noisy_counts.counts holds a count of {shown}, further "
                                       f"outside [0, {ROWS}] (the rows declared in hello) than the largest "
-                                      "Laplace noise of the party's declared scale can reach (36.7368)")
+                                      "Laplace noise of the agreed scale can reach (36.7368)")
     # right at the bound is a count an honest party can send
     _fit(FederatedExtraTreesClassifier(**gdp), noisy(-reach))
     with pytest.raises(ProtocolError, match=r"^party 'b': fet_noisy_counts.counts must be finite numbers$"):
@@ -293,3 +352,68 @@ def test_secure_aggregation_sums_are_bounded_and_add_up_but_name_no_party() -> N
         with pytest.raises(ProtocolError) as refused:
             _secagg_fit(change)
         assert str(refused.value) == text
+
+
+CRITERIA = {"classification": "gini", "regression": "squared_error"}
+
+
+def _federation(tmp_path, task: str, privacy: dict | None, alter: Callable[[Message], Message]):
+    """A HorizontalSession over three in-process institution agents; 'north' passes replies through alter."""
+    from fedcore.agents.data import InstitutionData
+    from fedcore.contracts.model import infer_contract
+    from fedcore.horizontal.agent import HorizontalInstitutionAgent
+    from fedcore.horizontal.session import HorizontalSession
+    from tests.keys import master_public_key
+
+    table = horizontal_table(seed=8, task=task, n_rows=300)
+    table.insert(0, "row_id", [f"R{i:04d}" for i in range(len(table))])
+    contract = infer_contract(table, "hostile", id_column="row_id", label="target")
+    agents = {}
+    for name, part in zip(("north", "south", "east"), split_rows(table, 3), strict=True):
+        data = InstitutionData(name=name, frame=part, id_column="row_id", label="target",
+                               registry=tmp_path / "registry" / name, predictions_dir=tmp_path / name,
+                               contract=contract, privacy=privacy, master_key=master_public_key(tmp_path))
+        agents[name] = HorizontalInstitutionAgent(data)
+    honest = agents["north"].handle
+    agents["north"].handle = lambda message: alter(honest(message))
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()})
+    transport.exchange({n: Message("validation_report") for n in agents})
+    session = HorizontalSession(transport, ExtraTreesParams(n_estimators=2, max_depth=3, task=task,
+                                                                 criterion=CRITERIA[task]),
+                                privacy=privacy)
+    session.agree_schema()
+    return session, contract
+
+
+def _hello(**fields) -> Callable[[Message], Message]:
+    def alter(reply: Message) -> Message:
+        if reply.kind == "hello_reply":
+            return Message(reply.kind, {**reply.header, **fields}, reply.arrays)
+        return reply
+    return alter
+
+
+def test_a_federation_bounds_noisy_counts_by_the_configured_epsilon(tmp_path) -> None:
+    """The session gives its master the configured setting's epsilon; a hello stating another is refused."""
+    privacy = {"mode": "gdp", "epsilon": 0.5}
+    session, _ = _federation(tmp_path, "classification", privacy, _hello(epsilon=1e-12))
+    with pytest.raises(ProtocolError) as refused:
+        session.train()
+    assert str(refused.value) == ("party 'north' stated epsilon 1e-12 per query in hello, but the agreed "
+                                  "privacy setting is 'gdp' with epsilon 0.5")
+    session, _ = _federation(tmp_path / "honest", "classification", privacy, lambda reply: reply)
+    session.train()
+    assert session.master.epsilon == 0.5
+
+
+def test_a_federation_bounds_each_target_magnitude_by_the_contract(tmp_path) -> None:
+    """The contracts declare the label in [-6, 6]: every |y| < 2**3, so y_exponent 4 is no honest party's."""
+    session, contract = _federation(tmp_path, "regression", None, _hello(y_exponent=4))
+    assert (contract.label.min, contract.label.max) == (-6.0, 6.0)
+    with pytest.raises(ProtocolError) as refused:
+        session.train()
+    assert str(refused.value) == ("party 'north' stated y_exponent 4 (|y| < 2**4) in hello, but its data "
+                                  "contract's label range bounds |y| below 2**3")
+    session, _ = _federation(tmp_path / "honest", "regression", None, _hello(y_exponent=3))
+    session.train()
+    assert session.master.declared_y_exponent == {"north": 3, "south": 3, "east": 3}

@@ -94,7 +94,8 @@ def _fet(privacy: str):
                for name, frame in frames.items()}
 
     def run(transport: InProcessTransport) -> None:
-        FederatedExtraTreesMaster(transport, HORIZONTAL_PARAMS, schema, privacy=privacy, ldp=ldp).fit()
+        FederatedExtraTreesMaster(transport, HORIZONTAL_PARAMS, schema, privacy=privacy,
+                                  epsilon=1.0 if privacy == "gdp" else None, ldp=ldp).fit()  # the party's
     return parties, run
 
 

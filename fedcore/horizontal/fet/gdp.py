@@ -5,7 +5,8 @@ same answers: no query is added and none spends more budget.
 
 Each party adds Laplace(1 / epsilon) noise (sensitivity 1) to every count it sends, so one class count
 summed over M parties has noise variance 2M / epsilon^2 (`count_variance`). Each party states its epsilon
-in its hello reply: the mechanism's parameters are public, only the noise is secret.
+in its hello reply: the mechanism's parameters are public, only the noise is secret. The master refuses an
+epsilon other than the agreed one, and uses only the agreed one.
 
 Read as exact counts, the noise ruins deep nodes. Noisy counts are never zero, so no node is ever pure.
 Clamping the many empty classes at 0 inflates every node by about C x 0.4 noise scales. The trees then

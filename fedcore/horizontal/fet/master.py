@@ -5,7 +5,8 @@ and branch label statistics, picks the best split per node and sends every party
 
 Rounds (one `Transport.exchange` each), over all open nodes of all trees of a batch at once:
 
-    hello                      1       schema check; regression: row counts and target magnitude (2-power)
+    hello                      1       schema check; row counts; gdp: the agreed epsilon; regression: the
+                                       target magnitude (2-power)
     per level: fet_ranges      1       candidate features -> per-party min/max
                fet_stats       1       thresholds -> per-party branch statistics (privacy mode)
     model                      1       the complete forest to every party
@@ -54,6 +55,7 @@ from fedcore.horizontal.growth import (
 )
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.privacy.laplace import check_epsilon
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
 
@@ -65,6 +67,19 @@ SUM_BITS = 52
 MAX_TARGET_BITS = 40
 """At most this many bits of precision per quantised target."""
 MIN_TARGET_BITS = 8
+MAX_Y_EXPONENT = 256
+"""The largest y_exponent a party may state: every |y| < 2**256 (about 1.2e77). No measured label comes near
+it; below it the evaluation's float64 sums stay finite (a squared sum of targets over 2**63 rows is within
+2**(2 * (256 + 63)) < 2**1024), and a party stating more could set the fixed-point scale of every target."""
+Y_EXPONENT_SPREAD = 12
+"""How far (in powers of two) a party's y_exponent may exceed every other party's.
+
+An honest party states the exponent of its largest |y| (`HorizontalParty._on_hello`), and the master scales
+every party's targets by the largest exponent stated (`q_shift`). The parties hold the same agreed label, so
+their largest values differ by how far the label's tail reaches among their own rows: one institution's
+largest target 4096 times every other's is beyond that. A party stating more would shrink the others'
+quantised targets to nothing (a y_exponent of 1000 made every prediction 0.0); within the spread the others'
+largest targets keep at least q_bits - 13 significant bits (19 bits, a relative 2e-6, below 2**20 rows)."""
 
 
 class FederatedExtraTreesMaster(BranchStatsLevels):
@@ -73,11 +88,21 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
     algorithm = EXTRA_TREES.id
 
     def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema, *,
-                 privacy: str = "none", ldp: LabelLDP | None = None, progress: ProgressCallback | None = None,
-                 memory_budget: int | None = None) -> None:
-        """The FET master in privacy mode `privacy` ('none', 'gdp' or 'ldp'); LDP raises the leaf floor."""
+                 privacy: str = "none", epsilon: float | None = None, ldp: LabelLDP | None = None,
+                 progress: ProgressCallback | None = None, memory_budget: int | None = None) -> None:
+        """The FET master in privacy mode `privacy` ('none', 'gdp' or 'ldp'); LDP raises the leaf floor.
+
+        `epsilon` (gdp, required there): the agreed epsilon per count query, the configured setting's
+        (`GlobalDP.epsilon`). Every party's hello must state it; it bounds the parties' noisy counts.
+        """
         super().__init__(transport, params, schema, progress, memory_budget)
         self.privacy = privacy
+        self.epsilon: float | None = None
+        if privacy == "gdp":
+            if epsilon is None:
+                raise ParameterError("privacy 'gdp': the master needs the agreed epsilon per count query "
+                                     "(epsilon=..., the privacy setting's)")
+            self.epsilon = check_epsilon(epsilon, "privacy 'gdp': the agreed epsilon per count query")
         self.noise_follows_batches = privacy in ("gdp", "ldp")
         # n_bits fixed for the classes
         self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None
@@ -87,22 +112,30 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         self.n_rows = 0
         self.q_bits = 0  # |q| <= 2**q_bits
         self.q_shift = 0  # q = round(y * 2**q_shift)
-        self._noise_variance = 0.0  # GDP: of one count summed over the parties (from their hello replies)
-        self.party_epsilon: dict[str, float] = {}  # GDP: each party's declared epsilon per query
+        self._noise_variance = 0.0  # GDP: of one count summed over the parties
         self.party_y_exponent: dict[str, int] = {}  # regression: each party's |y| < 2**exponent
+        # regression in a federation: the largest y_exponent each party's data contract allows (its declared
+        # label range; None: the contract declares none)
+        self.declared_y_exponent: dict[str, int | None] | None = None
 
     def setup(self) -> None:
-        """Greet every party; learn the row counts, GDP noise levels and (regression) the target scale."""
+        """Greet every party; learn the row counts and (regression) the target scale; gdp: check epsilon."""
         header = {"algorithm": self.algorithm, "schema": self.schema.fingerprint(), "privacy": self.privacy,
                   "task": self.params.task}
         replies = self.transport.exchange({name: Message("hello", header) for name in self.parties})
         self._note_parties(replies)
         self.n_rows = sum(self.party_rows.values())
         if self.privacy == "gdp":
-            self.party_epsilon = {n: _reported_epsilon(n, r.header) for n, r in replies.items()}
-            self._noise_variance = count_variance(list(self.party_epsilon.values()), self.params.task)
+            epsilon = self._agreed_epsilon()
+            for name, reply in replies.items():  # the noise scale, so the counts' bound, is the agreed one
+                stated = _reported_epsilon(name, reply.header)
+                if stated != epsilon:
+                    raise ProtocolError(f"party {name!r} stated epsilon {stated!r} per query in hello, but "
+                                        f"the agreed privacy setting is 'gdp' with epsilon {epsilon!r}")
+            self._noise_variance = count_variance([epsilon] * len(replies), self.params.task)
         if self.params.task == "regression":
             self.party_y_exponent = {n: _reported_exponent(n, r.header) for n, r in replies.items()}
+            self._check_exponents()
             exponent = max(self.party_y_exponent.values())
             bits = min(MAX_TARGET_BITS, SUM_BITS - math.ceil(math.log2(self.n_rows + 1)))
             if bits < MIN_TARGET_BITS:
@@ -110,6 +143,31 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                                      "regression target in the exact fixed-point sums; train on fewer rows")
             self.q_bits = bits
             self.q_shift = bits - exponent
+
+    def _check_exponents(self) -> None:
+        """Refuse a y_exponent (already in [-1074, MAX_Y_EXPONENT]) no honest party can state, naming it.
+
+        Above the label range its data contract declares (an institution whose data breaks its contract takes
+        no part), or more than Y_EXPONENT_SPREAD above every other party's.
+        """
+        for name, exponent in self.party_y_exponent.items():
+            allowed = (self.declared_y_exponent or {}).get(name)
+            if allowed is not None and exponent > allowed:
+                raise ProtocolError(f"party {name!r} stated y_exponent {exponent} (|y| < 2**{exponent}) in "
+                                    f"hello, but its data contract's label range bounds |y| below "
+                                    f"2**{allowed}")
+        for name, exponent in self.party_y_exponent.items():
+            others = [e for other, e in self.party_y_exponent.items() if other != name]
+            if others and exponent > max(others) + Y_EXPONENT_SPREAD:
+                raise ProtocolError(f"party {name!r} stated y_exponent {exponent} (|y| < 2**{exponent}) in "
+                                    f"hello, more than {Y_EXPONENT_SPREAD} above every other party's (at "
+                                    f"most {max(others)}); its targets would set the fixed-point scale of "
+                                    "all")
+
+    def _agreed_epsilon(self) -> float:
+        """GDP: the agreed epsilon per count query (`__init__` requires it under gdp)."""
+        assert self.epsilon is not None, "__init__ requires the agreed epsilon under gdp"
+        return self.epsilon
 
     def node_estimates(self, result: LevelResult) -> tuple[np.ndarray, np.ndarray]:
         """GDP: every measurement of the open nodes combined, sizes without clamping bias (`gdp.py`)."""
@@ -231,8 +289,11 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         return max(self.party_y_exponent[party] + self.q_shift, 0)
 
     def _noise_scales(self, party: str) -> tuple[float, int | None, float]:
-        """GDP: the party's count noise scale, its targets' bits and its sums' noise scale (`_gdp_reply`)."""
-        epsilon = self.party_epsilon[party]
+        """GDP: the party's count noise scale, its targets' bits and its sums' noise scale (`_gdp_reply`).
+
+        From the agreed epsilon, which every party's hello stated (`setup`), never from a party's own word.
+        """
+        epsilon = self._agreed_epsilon()
         if self.params.task != "regression":
             return 1.0 / epsilon, None, 0.0
         # (count, sum) per branch: half the budget each; the sum's sensitivity is 2**q_bits
@@ -249,13 +310,16 @@ def _reported_epsilon(party: str, header: dict) -> float:
 
 
 def _reported_exponent(party: str, header: dict) -> int:
-    """A regression party's y_exponent from its hello reply: |y| < 2**y_exponent, a float64's exponent."""
+    """A regression party's y_exponent from its hello reply: |y| < 2**y_exponent, a float64's exponent.
+
+    At most MAX_Y_EXPONENT: a label beyond that is no measurement (see there).
+    """
     exponent = header.get("y_exponent")
     if isinstance(exponent, (bool, np.bool_)) or not isinstance(exponent, (int, np.integer)) \
-            or not -1074 <= exponent <= 1024:
+            or not -1074 <= exponent <= MAX_Y_EXPONENT:
         raise ProtocolError(f"party {party!r} reported no usable target magnitude ({exponent!r}); a "
-                            "regression party states y_exponent, an integer in [-1074, 1024] with "
-                            "|y| < 2**y_exponent, in its hello reply")
+                            f"regression party states y_exponent, an integer in [-1074, {MAX_Y_EXPONENT}] "
+                            "with |y| < 2**y_exponent, in its hello reply")
     return int(exponent)
 
 
