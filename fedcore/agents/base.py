@@ -14,6 +14,7 @@ from fedcore.agents.storage import withdraw_version
 from fedcore.checkpoints import CheckpointStore
 from fedcore.contracts.expectations import ValidationReport
 from fedcore.errors import ProtocolError
+from fedcore.models.registry import ModelRegistry
 from fedcore.protocol.messages import Message
 
 
@@ -71,6 +72,8 @@ class SessionAgent(Generic[PartyT]):
         self.sessions = 0
         self.model_ref: tuple[str, str] | None = None
         """(model, version) this agent stored or loaded in this session: what its predictions are named by."""
+        self._stored: tuple[str, str] | None = None
+        """(model, version) this agent stored in this session: the only one a master may withdraw."""
         self._done: set[str] = set()
         """Session message kinds answered in this session that may be answered only once (`_once`)."""
 
@@ -116,6 +119,10 @@ class SessionAgent(Generic[PartyT]):
                                 "answered once per session")
         self._done.add(kind)
 
+    def _stored_version(self, header: dict) -> None:
+        """This session stored `header`'s version here: predictions are named by it; it may be withdrawn."""
+        self.model_ref = self._stored = (header["model"], header["version"])
+
     def _prediction_target(self) -> tuple[str, str] | None:
         """The (model, version) predictions are named by; None for a model trained here but not stored."""
         return self.model_ref
@@ -146,12 +153,25 @@ class SessionAgent(Generic[PartyT]):
             self._data = self._loader()
             self.name = self._data.name
         self.party, self._checkpoints, self.closed = None, None, False
-        self.model_ref, self._done = None, set()
+        self.model_ref, self._stored, self._done = None, None, set()
         self._start_session()
         self.sessions += 1
         return validation_reply(self.data.validation)
 
     def _on_withdraw_model(self, message: Message) -> Message:
+        """Take back a version that could not be stored everywhere.
+
+        Only the version this session stored here, or this institution's newest version of the model (what
+        a run that crashed while registering leaves, which the next run withdraws): a master may not remove
+        the versions before it.
+        """
+        model, version = message.header.get("model"), message.header.get("version")
+        if (model, version) != self._stored:
+            newest = ModelRegistry(self.data.registry).versions(str(model))[-1:]
+            if newest != [version]:
+                raise ProtocolError(f"institution {self.name!r} withdraws only the version it stored in this "
+                                    f"session or its newest one of the model, not {version!r}")
+        self._stored = None
         return withdraw_version(self.data, message.header)
 
     def _on_close(self, message: Message) -> Message:

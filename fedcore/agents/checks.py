@@ -42,3 +42,18 @@ def prediction_values(institution: str, message: Message, rows: int, width: int)
     if not np.isfinite(values).all():
         raise ProtocolError(f"institution {institution!r}: {message.kind!r} values must be finite")
     return values.astype(np.float64, copy=False)
+
+
+REPORTED_DIGITS = 4
+"""Significant digits of what an agent reports about its held-out rows: enough to compare models, too few
+for predictions crafted per row (say, one power of two each) to be read back label by label."""
+
+
+def reported(values: np.ndarray | list[float] | float) -> np.ndarray:
+    """`values` rounded to REPORTED_DIGITS significant digits (zeros and non-finite values kept)."""
+    array = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(array) & (array != 0)
+    scale = np.zeros_like(array)
+    scale[finite] = np.floor(np.log10(np.abs(array[finite])))
+    factor = 10.0 ** (REPORTED_DIGITS - 1 - scale)
+    return np.where(finite, np.round(array * factor) / factor, array)

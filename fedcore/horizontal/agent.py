@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore.agents.base import SessionAgent
+from fedcore.agents.checks import reported
 from fedcore.agents.data import InstitutionData
 from fedcore.agents.storage import load_signed_table, store_signed_table, write_predictions
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
@@ -128,7 +129,11 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             raise ProtocolError(f"institution {self.name!r}: its data failed validation; it takes no part "
                                 "in training")
         h = message.header
+        if "setup" in self._done:
+            raise ProtocolError(f"institution {self.name!r} refuses a second 'setup' in this session: it is "
+                                "answered once per session")
         self.schema = HorizontalSchema.from_dict(h["schema"])
+        self._check_schema(self.schema)
         frame = self.data.frame.drop(columns=[self.data.id_column])
         rng = np.random.default_rng(np.random.SeedSequence(int(h["holdout_seed"]),
                                                            spawn_key=(zlib.crc32(self.name.encode()),)))
@@ -154,6 +159,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
                                          epsilon=privacy.epsilon if isinstance(privacy, GlobalDP) else 1.0,
                                          ldp=privacy.ldp if isinstance(privacy, LocalDP) else None,
                                          memory_budget=self.data.memory_budget, **rows)
+        self._done.add("setup")  # a refused setup may be corrected; one that answered is final
         return Message("ready", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
 
     def _rows(self, train: pd.DataFrame, privacy: PrivacySetting) -> dict:
@@ -180,6 +186,26 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         log.info("institution %r: %d training rows in %d blocks on %d Dask worker(s)", self.name, rows.n_rows,
                  len(rows.blocks), len(self._cluster.client.scheduler_info().get("workers", {})))
         return {"frame": None, "rows": rows}
+
+    def _check_schema(self, schema: HorizontalSchema) -> None:
+        """Refuse a schema other than the one this institution's own data contract gives.
+
+        A master may not choose the label, the columns, the categories, the classes or the task: encoding
+        this institution's rows with a schema of the master's making would answer with what they hold.
+        Without a contract (in-process use) the master's schema is taken.
+        """
+        contract = self.data.contract
+        if contract is None:
+            return
+        from fedcore.contracts.agreement import shared_schema
+        from fedcore.horizontal.contracts import engine_schema
+
+        task = "classification" if contract.label is not None and contract.label.classes else "regression"
+        own = engine_schema(shared_schema({self.name: contract}), task)
+        if schema.fingerprint() != own.fingerprint():
+            raise ProtocolError(f"institution {self.name!r}: the master's schema is not the one its data "
+                                "contract gives (label, columns, categories, classes or task differ); "
+                                "refusing to set up")
 
     def _privacy(self, h: dict) -> PrivacySetting:
         """The privacy setting this institution trains with (`fedcore.privacy.settings`).
@@ -236,7 +262,9 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             return Message("evaluation", {"rows": len(rows)}, {"confusion": confusion})
         y = schema.encode_labels(rows[schema.label])
         errors = y - values[:, 0]
-        sums = np.array([len(y), y.sum(), (y * y).sum(), (errors * errors).sum()], np.float64)
+        # rounded (the count stays exact): the master sent the model, so full precision would let one
+        # crafted per row carry that row's target back
+        sums = np.array([len(y), *reported([y.sum(), (y * y).sum(), (errors * errors).sum()])], np.float64)
         return Message("evaluation", {"rows": len(rows)}, {"sums": sums})
 
     def _on_model_digest(self, message: Message) -> Message:
@@ -244,7 +272,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
 
     def _on_store_model(self, message: Message) -> Message:
         path = store_signed_table(self.data, message.header, MODEL_STEM, self._require_model().to_table(), {})
-        self.model_ref = (message.header["model"], message.header["version"])
+        self._stored_version(message.header)
         return Message("stored", {"path": path})
 
     def _on_load_model(self, message: Message) -> Message:
@@ -260,6 +288,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         """Predict this institution's new rows with the complete model; the predictions stay here."""
         model, schema = self._require_model(), self.schema
         assert schema is not None, "setup or load_model set the schema before any model exists"
+        self._once(message.kind)  # one file per session: a master cannot fill the disk with copies
         if self.data.load_batch is None:
             return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0})
         started = time.perf_counter()

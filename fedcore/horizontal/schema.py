@@ -141,9 +141,10 @@ class HorizontalSchema:
             raise LabelError(f"label {self.label!r}: a classification schema needs the agreed classes")
         codes = pd.Index(list(self.classes)).get_indexer(series.to_numpy())
         if np.any(codes < 0):
-            unknown = sorted({repr(v) for v in series[codes < 0].tolist()})[:5]
-            raise LabelError(f"label {self.label!r} has values {unknown} outside the agreed classes "
-                             f"{list(self.classes)}")
+            # counts, never the values: this text may travel to the master
+            rows, distinct = int(np.count_nonzero(codes < 0)), int(series[codes < 0].nunique(dropna=False))
+            raise LabelError(f"label {self.label!r}: {rows} rows hold {distinct} distinct values outside the "
+                             f"agreed classes {list(self.classes)}")
         return codes.astype(np.int64)
 
 

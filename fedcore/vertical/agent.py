@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore.agents.base import SessionAgent
-from fedcore.agents.checks import check_holdout, prediction_values
+from fedcore.agents.checks import check_holdout, prediction_values, reported
 from fedcore.agents.data import InstitutionData
 from fedcore.agents.storage import load_signed_table, store_signed_table, write_predictions
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
@@ -146,6 +146,9 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         return rows
 
     def _on_align(self, message: Message) -> Message:
+        if "align" in self._done:  # a second alignment would be a fresh party, without the trained model
+            raise ProtocolError(f"institution {self.name!r} refuses a second 'align' in this session: it is "
+                                "answered once per session")
         positions = self._rows(self._announced(message))
         holdout = unpack_bits(message.arrays["holdout"], len(positions)).astype(bool)
         check_holdout(self.name, int(holdout.sum()), len(positions), self.data.holdout)
@@ -157,6 +160,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self.party = VerticalParty(self.name, train, self.data.label, feature_key=self._feature_key(),
                                    identity=self.identity, memory_budget=self.data.memory_budget,
                                    own_privacy=self.data.privacy)
+        self._holdout_loaded = False
+        self._done.add("align")  # a refused alignment may be corrected; one that answered is final
         return Message("aligned", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
 
     def _feature_key(self) -> bytes:
@@ -197,6 +202,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                                 "predicted (load_holdout after training)")
         y = self._require_holdout(message.kind)[self.data.label].to_numpy()
         party = self._require_party(message.kind)
+        self._require_model(message.kind)  # trained in this session (load_holdout checked it too)
         width = len(party.classes_) if party.classes_ is not None else 1
         values = prediction_values(self.name, message, len(y), width)
         self._once(message.kind)  # a refused call above revealed nothing; this one answers
@@ -205,7 +211,9 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             result = metrics("classification", y, predicted)
         else:
             result = metrics("regression", y, values[:, 0])
-        return Message("metrics", {"metrics": result, "rows": int(len(y))})
+        # rounded: the predictions are the master's, so full precision would let crafted ones carry labels
+        rounded = {name: float(reported(value)) for name, value in result.items()}
+        return Message("metrics", {"metrics": rounded, "rows": int(len(y))})
 
     def _on_model_digest(self, message: Message) -> Message:
         """The SHA-256 of this party's partial model file, for the master to sign before anyone stores."""
@@ -223,7 +231,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                 pass
         path = store_signed_table(self.data, message.header, party_file_stem(self.name), party_table(model),
                                   extra)
-        self.model_ref = (message.header["model"], message.header["version"])
+        self._stored_version(message.header)
         return Message("stored", {"path": path})
 
     def _on_load_model(self, message: Message) -> Message:
@@ -280,6 +288,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         party = self._require_party(message.kind)
         width = len(party.classes_) if party.classes_ is not None else 1
         values = prediction_values(self.name, message, len(self._batch_ids), width)
+        self._once(message.kind)  # one file per session: a master cannot fill the disk with copies
         out = pd.DataFrame({self.data.id_column: self._batch_ids})
         if party.classes_ is not None:
             out["prediction"] = party.classes_[np.argmax(values, axis=1)]

@@ -22,6 +22,7 @@ from fedcore.errors import ProtocolError
 from fedcore.horizontal.agent import HorizontalInstitutionAgent
 from fedcore.protocol.messages import Message, pack_bits
 from fedcore.transport.flight import AgentServer, FlightTransport
+from fedcore.transport.inprocess import InProcessTransport
 from fedcore.transport.tls import init_ca, issue_certificate
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.agent import VerticalInstitutionAgent
@@ -160,6 +161,9 @@ def test_evaluation_is_answered_once_per_session_over_the_whole_held_out_set(sce
         flipped[0] = flipped[0, ::-1]  # the oracle's probe: one row changed, read the accuracy again
         _refused(transport, holder, Message("evaluate", {}, {"values": flipped}),
                  "refuses a second 'evaluate' in this session: it is answered once per session")
+        # aligning again (to a held-out set of the master's choosing, on a fresh party) is refused too
+        _refused(transport, holder, _align(np.arange(MIN_OVERLAP, dtype=np.int64), 20),
+                 "refuses a second 'align' in this session")
 
 
 def _align(positions: np.ndarray, held: int, announced: int | None = None) -> Message:
@@ -223,6 +227,18 @@ def test_a_horizontal_institution_evaluates_once_and_only_what_it_trained(tmp_pa
     with pytest.raises(ProtocolError,
                        match="institution 'north' refuses a second 'evaluate' in this session"):
         transport.exchange({"north": Message("evaluate")})
+    # the schema is the one the institution's own contract gives, and setup is answered once per session
+    with pytest.raises(ProtocolError, match="institution 'north' refuses a second 'setup' in this session"):
+        transport.exchange({"north": Message("setup", {"schema": session.schema.to_dict()})})
+    transport.exchange({"north": Message("validation_report")})  # a new session
+    label_swapped = {**session.schema.to_dict(), "task": "regression", "classes": None}
+    with pytest.raises(ProtocolError, match="institution 'north': the master's schema is not the one its "
+                                            "data contract gives"):
+        transport.exchange({"north": Message("setup", {"schema": label_swapped})})
+    # nor may it withdraw a version this institution did not store in this session (nor its newest)
+    with pytest.raises(ProtocolError, match="institution 'north' withdraws only the version it stored in "
+                                            "this session or its newest one of the model, not 'v0001'"):
+        transport.exchange({"north": Message("withdraw_model", {"model": "t", "version": "v0001"})})
 
 
 # -- point 4: one line per refusal, no raw value in a reply or a log line ----------------------------------
@@ -251,3 +267,29 @@ def test_malformed_evaluations_are_one_line_each_and_quote_no_data(scenario, pki
     for text in replies + [r.getMessage() for r in caplog.records]:
         quoted = {label for label in labels if f"'{label}'" in text or f'"{label}"' in text}
         assert not quoted, text
+
+
+def test_metrics_are_reported_to_four_significant_digits(tmp_path) -> None:
+    """Regression predictions crafted as one power of two per row cannot be read back from the RMSE."""
+    from fedcore.agents.checks import reported
+
+    assert list(reported([0.123456789, -12345.678, 0.0, np.inf])) == [0.1235, -12350.0, 0.0, np.inf]
+    rows = 40
+    frame = pd.DataFrame({"id": [f"r{i}" for i in range(rows)], "x": np.arange(rows, dtype=float),
+                          "y": np.arange(rows, dtype=float) % 2})
+    agent = VerticalInstitutionAgent(InstitutionData(
+        name="bank", frame=frame, id_column="id", label="y", registry=tmp_path / "r",
+        predictions_dir=tmp_path / "p"), KEY)
+    transport = InProcessTransport({"bank": agent.handle})
+    transport.exchange({"bank": Message("validation_report")})
+    session = VerticalSession(transport, ForestParams(n_estimators=1, max_depth=2, task="regression",
+                                                               criterion="squared_error"),
+                              holdout_fraction=0.5, min_overlap=1)
+    session.align()
+    session.train()
+    transport.exchange({"bank": Message("load_holdout")})
+    n = session.facts.holdout_rows
+    crafted = (-(2.0 ** -34) * 2.0 ** np.arange(n)).reshape(-1, 1)
+    result = transport.exchange({"bank": Message("evaluate", {}, {"values": crafted})})["bank"].header
+    assert result["metrics"]
+    assert all(value == float(reported(value)) for value in result["metrics"].values())

@@ -235,8 +235,9 @@ def test_an_agent_refuses_a_master_asking_for_weaker_label_protection_than_its_c
                             (ForestParams(n_estimators=2, max_depth=3, privacy="paillier", key_bits=2048),
                              "the master asks for a 2048-bit Paillier key; this institution's configuration "
                              "says 3072")):
-        session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}), params,
-                                  min_overlap=100)
+        transport = InProcessTransport({n: a.handle for n, a in agents.items()})
+        transport.exchange({n: Message("validation_report") for n in agents})  # each attempt its own session
+        session = VerticalSession(transport, params, min_overlap=100)
         session.align()
         with pytest.raises(ProtocolError, match=f"party '\\w+' refuses the request: {refusal}"):
             session.train()
