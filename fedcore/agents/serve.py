@@ -92,6 +92,8 @@ def _why_stop_waiting(server: AgentServer, idle_timeout_s: float | None) -> str 
     if silent is not None and silent > window:  # it came (pings, keep-alives), then went silent
         state = "mid-session" if agent.sessions else "before a session started"
         return f"no call from the master for {window:g} s ({state}): its master is gone"
-    if silent is None and idle_timeout_s is not None and server.idle_seconds() > idle_timeout_s:
+    # before its first session message, the idle timeout holds whether the master called or not: pings and
+    # keep-alives of a session that never starts here must not hold the agent forever
+    if not agent.sessions and idle_timeout_s is not None and server.idle_seconds() > idle_timeout_s:
         return f"no message from the master for {idle_timeout_s:g} s (before a session started)"
     return None

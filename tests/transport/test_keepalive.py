@@ -185,6 +185,17 @@ def test_an_agent_whose_master_went_silent_before_its_session_stops_after_the_wi
             serve_until_session_closed(server, idle_timeout_s=600, poll_s=0.05)
 
 
+def test_a_master_that_keeps_calling_but_never_starts_a_session_does_not_hold_the_agent(pki) -> None:
+    """Keep-alives of a session that never starts here are not activity: the idle timeout still runs."""
+    server = AgentServer(Party(), tls_cert=pki / "a.pem", tls_key=pki / "a.key", ca_cert=pki / "ca.pem",
+                         busy_seconds=WINDOW)
+    with _master(pki, f"grpc+tls://127.0.0.1:{server.port}") as master:
+        master.wait_ready(timeout_s=10)  # it calls, and its keep-alives keep coming, but no session
+        with pytest.raises(ProtocolError, match=r"agent 'a': no message from the master for 2 s \(before a "
+                                                r"session started\)"):
+            serve_until_session_closed(server, idle_timeout_s=2 * WINDOW, poll_s=0.05)
+
+
 def test_the_guard_counts_the_window_from_the_last_sign_of_life() -> None:
     guard = SessionGuard(busy_seconds=0.5)
     session = "ab" * 16
