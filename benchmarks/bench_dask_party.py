@@ -117,6 +117,7 @@ def run_on_dask(args: argparse.Namespace) -> dict:
     workers_peak = client.run(lambda: _vm_hwm_mib())
     rows = made[0]
     busy: dict[str, dict[str, float]] = {}
+    transfers = sum(1 for task in stream.data for s in task["startstops"] if s["action"] == "transfer")
     for task in stream.data:
         compute = sum(s["stop"] - s["start"] for s in task["startstops"] if s["action"] == "compute")
         busy.setdefault(task["key"], {})[task["worker"]] = compute
@@ -130,7 +131,8 @@ def run_on_dask(args: argparse.Namespace) -> dict:
     levels = [a + b for a, b in zip(overheads[0::2], overheads[1::2], strict=False)]  # ranges + counts
     result = {"seconds": model.fit_seconds_, "digest": _digest(model), "agent_peak_mib": _peak_rss_mib(),
               "workers_peak_mib": sorted(workers_peak.values()), "blocks": len(rows.blocks),
-              "levels": len(levels), "overhead_p50_ms": 1000 * float(np.percentile(levels, 50)),
+              "levels": len(levels), "tasks": len(stream.data), "transfers": transfers,
+              "overhead_p50_ms": 1000 * float(np.percentile(levels, 50)),
               "overhead_p95_ms": 1000 * float(np.percentile(levels, 95))}
     client.close()
     cluster.close()
@@ -186,8 +188,9 @@ def main() -> None:
          "workers' peak RSS (MiB)": ", ".join(f"{m:.0f}" for m in dask["workers_peak_mib"]),
          "forest digest": dask["digest"]}]))
     print(f"\nper-level scheduling overhead over {dask['levels']} levels: "
-          f"p50 {dask['overhead_p50_ms']:.1f} ms, "
-          f"p95 {dask['overhead_p95_ms']:.1f} ms; same forest: {ref['digest'] == dask['digest']}")
+          f"p50 {dask['overhead_p50_ms']:.1f} ms, p95 {dask['overhead_p95_ms']:.1f} ms; same forest: "
+          f"{ref['digest'] == dask['digest']}; {dask['tasks']} tasks, {dask['transfers']} transfers between "
+          "workers")
 
 
 if __name__ == "__main__":
