@@ -27,6 +27,8 @@ class EngineParty(Protocol):
 
 
 PartyT = TypeVar("PartyT", bound=EngineParty)
+PREDICTION_KINDS = frozenset({"deliver_predictions", "predict_local"})
+"""The messages that write a predictions file: answered once per model version a session holds."""
 
 
 def validation_reply(report: ValidationReport | None) -> Message:
@@ -121,7 +123,13 @@ class SessionAgent(Generic[PartyT]):
 
     def _stored_version(self, header: dict) -> None:
         """This session stored `header`'s version here: predictions are named by it; it may be withdrawn."""
-        self.model_ref = self._stored = (header["model"], header["version"])
+        self._model_version(header)
+        self._stored = self.model_ref
+
+    def _model_version(self, header: dict) -> None:
+        """The model version this session now predicts with (stored or loaded): one prediction file each."""
+        self.model_ref = (header["model"], header["version"])
+        self._done -= PREDICTION_KINDS
 
     def _prediction_target(self) -> tuple[str, str] | None:
         """The (model, version) predictions are named by; None for a model trained here but not stored."""
@@ -162,13 +170,13 @@ class SessionAgent(Generic[PartyT]):
         """Take back a version that could not be stored everywhere.
 
         Only the version this session stored here, or this institution's newest version of the model (what
-        a run that crashed while registering leaves, which the next run withdraws): a master may not remove
-        the versions before it.
+        a run that crashed while registering leaves, which the next run withdraws), or one it does not hold
+        (a no-op): a master may not remove the versions before the newest.
         """
         model, version = message.header.get("model"), message.header.get("version")
         if (model, version) != self._stored:
-            newest = ModelRegistry(self.data.registry).versions(str(model))[-1:]
-            if newest != [version]:
+            held = ModelRegistry(self.data.registry).versions(str(model))
+            if version in held[:-1]:  # not held at all: nothing to take back, nothing to refuse
                 raise ProtocolError(f"institution {self.name!r} withdraws only the version it stored in this "
                                     f"session or its newest one of the model, not {version!r}")
         self._stored = None

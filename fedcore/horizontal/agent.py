@@ -281,14 +281,14 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         self.model = HorizontalForest.from_table(table)
         self.schema = self.model.schema
         self._holdout, self._trained = None, False
-        self.model_ref = (message.header["model"], message.header["version"])
+        self._model_version(message.header)
         return Message("loaded", {"version": message.header["version"], "nodes": self.model.n_nodes})
 
     def _on_predict_local(self, message: Message) -> Message:
         """Predict this institution's new rows with the complete model; the predictions stay here."""
         model, schema = self._require_model(), self.schema
         assert schema is not None, "setup or load_model set the schema before any model exists"
-        self._once(message.kind)  # one file per session: a master cannot fill the disk with copies
+        self._once(message.kind)  # one file per model version: a master cannot fill the disk with copies
         if self.data.load_batch is None:
             return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0})
         started = time.perf_counter()

@@ -247,7 +247,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         if label and manifest.get("classes") is not None:
             party.classes_ = self._stored_classes(manifest)
         self.party, self._holdout, self._batch_ids = party, None, None
-        self.model_ref = (message.header["model"], version)
+        self._model_version(message.header)
         return Message("loaded", {"version": version, "owned_nodes": int(np.sum(model.feature >= 0))})
 
     def _stored_classes(self, manifest: dict) -> np.ndarray:
@@ -288,7 +288,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         party = self._require_party(message.kind)
         width = len(party.classes_) if party.classes_ is not None else 1
         values = prediction_values(self.name, message, len(self._batch_ids), width)
-        self._once(message.kind)  # one file per session: a master cannot fill the disk with copies
+        self._once(message.kind)  # one file per model version: a master cannot fill the disk with copies
         out = pd.DataFrame({self.data.id_column: self._batch_ids})
         if party.classes_ is not None:
             out["prediction"] = party.classes_[np.argmax(values, axis=1)]

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.models.publish import register_everywhere, withdraw_uncommitted
 from fedcore.models.registry import ModelRegistry
+from fedcore.protocol.messages import Message
 from tests.models import registering
 
 TABLE = {"master": pa.table({"x": [1, 2, 3]})}
@@ -121,6 +122,13 @@ def _every_listed_version_loads_and_predicts_everywhere(workdir: Path) -> list[s
     for version in listed:
         assert session.load_model(master, registering.MODEL, version) == version
         assert session.predict_locally()["counts"] == dict.fromkeys(registering.NAMES, 20)
+    if len(listed) > 1:  # a master may not take back a version an institution stored before its newest
+        name = registering.NAMES[0]
+        with pytest.raises(ProtocolError, match=f"institution '{name}' withdraws only the version it stored "
+                                                f"in this session or its newest one of the model, not "
+                                                f"'{listed[0]}'"):
+            session.transport.exchange({name: Message("withdraw_model", {"model": registering.MODEL,
+                                                                         "version": listed[0]})})
     return listed
 
 
