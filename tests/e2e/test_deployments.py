@@ -203,6 +203,20 @@ def _readers_flow(folder: Path):
     return runpy.run_path(str(script))["weekly_report"]
 
 
+def _drain_prefect_workers() -> None:
+    """Send this process's pending Prefect events and logs to the e2e server while it still runs.
+
+    The flow above ran in this process, so Prefect's event and log workers (process-wide singletons) hold
+    connections to the e2e server; left running, they would keep retrying it after it stops, and every
+    later test server's teardown (which drains them) would wait on events that can never be sent.
+    """
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    EventsWorker.drain_all(timeout=30)
+    APILogWorker.drain_all(timeout=30)
+
+
 @pytest.fixture(scope="module")
 def weekly_run(deployed) -> dict:
     """retrain/weekly, run by the README's own flow (run_deployment), and what the server then holds."""
@@ -223,6 +237,8 @@ def weekly_run(deployed) -> dict:
             except Exception as error:  # noqa: BLE001 - the run failed: say why, with the master's log
                 pytest.fail(f"retrain/weekly failed: {error}\n"
                             + deployed["processes"].tail("worker-master", 80))
+            finally:
+                _drain_prefect_workers()
         time.sleep(3)  # the agents' runs finish just after the master closes the session
         with get_client(sync_client=True) as client:
             retrain = client.read_deployment_by_name("retrain/weekly")
