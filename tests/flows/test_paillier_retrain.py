@@ -63,7 +63,7 @@ def test_encrypted_label_retrains_register_the_plain_model(tmp_path) -> None:
 
 def test_paillier_settings_are_checked(tmp_path) -> None:
     config_path = _federation(tmp_path, {"mode": "paillier", "key_bits": 1024})
-    with pytest.raises(ConfigError, match=r"privacy.key_bits must be one of \(2048, 3072\) for privacy "
+    with pytest.raises(ConfigError, match=r"privacy: key_bits must be one of \(2048, 3072\) for privacy "
                                           r"'paillier' \(Paillier modulus sizes\), got 1024"):
         load_config(config_path)
     raw = yaml.safe_load(config_path.read_text())
