@@ -115,7 +115,7 @@ class SessionAgent(Generic[PartyT]):
                                 "files and reads its own settings)")
 
     def _once(self, kind: str) -> None:
-        """Refuse a second `kind` message in this session (evaluation is answered once per session)."""
+        """Refuse a second `kind` message in this session (align, setup, evaluate, load_holdout, ...)."""
         if kind in self._done:
             raise ProtocolError(f"institution {self.name!r} refuses a second {kind!r} in this session: it is "
                                 "answered once per session")
@@ -176,7 +176,7 @@ class SessionAgent(Generic[PartyT]):
         model, version = message.header.get("model"), message.header.get("version")
         if (model, version) != self._stored:
             held = ModelRegistry(self.data.registry).versions(str(model))
-            if version in held[:-1]:  # not held at all: nothing to take back, nothing to refuse
+            if version in held[:-1]:  # an older one it holds; the newest, or one it lacks (a no-op), may go
                 raise ProtocolError(f"institution {self.name!r} withdraws only the version it stored in this "
                                     f"session or its newest one of the model, not {version!r}")
         self._stored = None
