@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -135,10 +136,7 @@ class TrainingSettings:
         known = {f.name: f for f in fields(cls)}
         values = {}
         for key, value in raw.items():
-            if key not in known:
-                close = difflib.get_close_matches(key, known, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f"; known: {sorted(known)}"
-                raise ConfigError(f"{where}: unknown training setting {key!r}{hint}")
+            refuse_unknown_keys([key], sorted(known), f"{where}: unknown training setting")
             numeric = known[key].type in ("float", "int")
             if numeric and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
                 raise ConfigError(f"{where}: training.{key} must be a non-negative number, got {value!r}")
@@ -317,15 +315,23 @@ TLS_KEYS = ("ca", "master_ca", "master_cert", "master_key")
 signed), and the master's certificate and key."""
 
 
+def refuse_unknown_keys(keys: Iterable[Any], known: Sequence[str], refusal: str) -> None:
+    """Refuse the first of `keys` not in `known`: ConfigError `<refusal> 'key'` with a did-you-mean hint.
+
+    The hint is the closest known key (a typo), else the list of known ones.
+    """
+    for key in keys:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {list(known)}"
+            raise ConfigError(f"{refusal} {key!r}{hint}")
+
+
 def _parse_tls(tls: dict, path: Path) -> dict[str, Path]:
     """The `tls:` section's paths, resolved; an unknown key (a misspelt `master_ca`) is refused by name."""
     if not isinstance(tls, dict):
         raise ConfigError(f"{path}: tls must be a mapping of {', '.join(TLS_KEYS)} to files")
-    for key in tls:
-        if key not in TLS_KEYS:
-            close = difflib.get_close_matches(str(key), TLS_KEYS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {list(TLS_KEYS)}"
-            raise ConfigError(f"{path}: unknown tls setting {key!r}{hint}")
+    refuse_unknown_keys(tls, TLS_KEYS, f"{path}: unknown tls setting")
     return {k: resolve(path, v) for k, v in tls.items()}
 
 

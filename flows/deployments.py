@@ -23,13 +23,12 @@ the agent deployments of institutions no longer in it. The optional `deployments
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, cast
 
-from fedcore.config import FederationConfig, read_yaml
+from fedcore.config import FederationConfig, read_yaml, refuse_unknown_keys
 from fedcore.errors import ConfigError
 
 AGENT_FLOW = "institution-agent"
@@ -116,11 +115,7 @@ def deploy_settings(config: FederationConfig, cron: str | None = None, timezone:
     where = f"{config.path}: deployments"
     if not isinstance(raw, dict):
         raise ConfigError(f"{where} must be a mapping of {', '.join(SECTION)}")
-    for key in raw:
-        if key not in SECTION:
-            close = difflib.get_close_matches(str(key), SECTION, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {list(SECTION)}"
-            raise ConfigError(f"{where}: unknown setting {key!r}{hint}")
+    refuse_unknown_keys(raw, SECTION, f"{where}: unknown setting")
     path = worker_config or raw.get("config_path") or str(config.path)
     if not PurePosixPath(str(path)).is_absolute():
         raise ConfigError(f"{where}.config_path must be an absolute path (where every worker reads the "
