@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import traceback
+from pathlib import Path
+
 
 class FedForestError(Exception):
     """Base class of every error fedcore raises on purpose."""
@@ -108,14 +111,11 @@ def failure_summary(error: BaseException, frames: int = 3) -> str:
     The text of a NumPy, pandas or Arrow exception may quote the data it failed on (a label, a cell), so an
     agent never logs or returns it; the innermost `frames` code locations say where to look instead.
     """
-    import traceback
-    from pathlib import Path
-
     stack = traceback.extract_tb(error.__traceback__)[-frames:]
     where = " <- ".join(f"{_source_name(Path(f.filename))}:{f.lineno} in {f.name}" for f in reversed(stack))
     return f"{type(error).__name__} at {where}" if where else type(error).__name__
 
 
-def _source_name(path) -> str:
+def _source_name(path: Path) -> str:
     """A source file as 'package/module.py' (its last two path parts): short, and no home folder."""
     return "/".join(path.parts[-2:])

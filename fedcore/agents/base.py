@@ -27,6 +27,19 @@ class EngineParty(Protocol):
 
 
 PartyT = TypeVar("PartyT", bound=EngineParty)
+SHARED_HEADERS: dict[str, tuple[str, ...]] = {
+    "validation_report": (), "evaluate": (), "model_digest": (),
+    "store_model": ("model", "version", "manifest"), "load_model": ("model", "version", "table_sha256"),
+    "resume_status": ("run", "context"), "resume": ("batches",), "drop_checkpoints": (),
+    "withdraw_model": ("model", "version"), "close": ()}
+"""The header fields of the session messages both settings' agents answer."""
+
+
+def session_headers(**fields: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    """Header fields per session message kind: those every agent answers (SHARED_HEADERS), plus `fields`."""
+    return {kind: frozenset(names) for kind, names in {**SHARED_HEADERS, **fields}.items()}
+
+
 PREDICTION_KINDS = frozenset({"deliver_predictions", "predict_local"})
 """The messages that write a predictions file: answered once per model version a session holds."""
 

@@ -43,7 +43,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from fedcore.agents.base import SessionAgent
+from fedcore.agents.base import SessionAgent, session_headers
 from fedcore.agents.checks import reported
 from fedcore.agents.data import InstitutionData
 from fedcore.agents.storage import load_signed_table, store_signed_table, write_predictions
@@ -64,11 +64,7 @@ log = logging.getLogger(__name__)
 MODEL_STEM = "model"
 """Every institution stores the same complete forest as `model.arrow`."""
 ENGINE_KINDS = {"hello", "fet_ranges", "fet_stats", "ppdert_level", "ppdert_cells", "ppdert_counts", "model"}
-SESSION_HEADERS = {kind: frozenset(fields) for kind, fields in {
-    "validation_report": (), "contract": (), "evaluate": (), "model_digest": (),
-    "store_model": ("model", "version", "manifest"), "load_model": ("model", "version", "table_sha256"),
-    "predict_local": (), "resume_status": ("run", "context"), "resume": ("batches",), "drop_checkpoints": (),
-    "withdraw_model": ("model", "version"), "close": ()}.items()}
+SESSION_HEADERS = session_headers(contract=(), predict_local=())
 """The header fields of each session message but `setup` (`SessionAgent.session_headers`)."""
 NOISE_SEEDS = ".noise-seeds"
 """Folder under the checkpoints for the DP modes' noise seeds (a leading dot: never a run id)."""

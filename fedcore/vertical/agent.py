@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from fedcore.agents.base import SessionAgent
+from fedcore.agents.base import SessionAgent, session_headers
 from fedcore.agents.checks import check_holdout, prediction_values, reported
 from fedcore.agents.data import InstitutionData
 from fedcore.agents.storage import load_signed_table, store_signed_table, write_predictions
@@ -41,13 +41,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SPLIT_ARRAYS = ("tree", "node", "feature", "bin", "missing_left", "is_categorical", "cat_bits")
-SESSION_HEADERS = {kind: frozenset(fields) for kind, fields in {
-    "validation_report": (), "id_hashes": (), "psi_blinded": ("batch",), "psi_reblind": (),
-    "align": ("rows",),
-    "load_holdout": (), "evaluate": (), "model_digest": (), "store_model": ("model", "version", "manifest"),
-    "load_model": ("model", "version", "table_sha256"), "batch_hashes": (), "align_batch": ("rows",),
-    "deliver_predictions": (), "resume_status": ("run", "context"), "resume": ("batches",),
-    "drop_checkpoints": (), "withdraw_model": ("model", "version"), "close": ()}.items()}
+SESSION_HEADERS = session_headers(id_hashes=(), psi_blinded=("batch",), psi_reblind=(), align=("rows",),
+                                  load_holdout=(), batch_hashes=(), align_batch=("rows",),
+                                  deliver_predictions=())
 """The header fields of each session message (`SessionAgent.session_headers`)."""
 PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "evaluate_encrypted",
                "apply_splits", "finalize", "predict_leaves", "route"}
