@@ -27,7 +27,7 @@ from fedcore.transport.tls import init_ca, issue_certificate
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.agent import VerticalInstitutionAgent
 from fedcore.vertical.session import VerticalSession
-from tests.keys import master_public_key
+from tests.vertical.test_session import _agents
 
 KEY = b"consortium-key-for-hostile-tests-0123"
 PARAMS = ForestParams(n_estimators=3, max_depth=4, random_state=1)
@@ -50,16 +50,8 @@ def pki(tmp_path_factory, scenario) -> Path:
 
 
 def _vertical_agents(scenario: dict, root: Path) -> dict[str, VerticalInstitutionAgent]:
-    agents = {}
-    for name, files in scenario["institutions"].items():
-        label = scenario["label"] if name == scenario["label_holder"] else None
-        data = InstitutionData(
-            name=name, frame=pd.read_parquet(files["train"]), id_column=scenario["id_column"], label=label,
-            registry=root / "registry" / name, predictions_dir=root / "predictions" / name,
-            load_batch=lambda path=files["new"]: pd.read_parquet(path), master_key=master_public_key(root),
-            holdout=HOLDOUT, min_overlap=MIN_OVERLAP)
-        agents[name] = VerticalInstitutionAgent(data, KEY)
-    return agents
+    """The scenario's agents, each with its own training.holdout and min_overlap, as a config gives them."""
+    return _agents(scenario, root, holdout=HOLDOUT, min_overlap=MIN_OVERLAP)
 
 
 @contextmanager

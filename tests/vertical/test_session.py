@@ -23,7 +23,9 @@ from tests.keys import master_key, master_public_key
 KEY = b"consortium-key-for-tests-0123456789"
 
 
-def _agents(scenario: dict, root: Path, new_batch: bool = True) -> dict[str, VerticalInstitutionAgent]:
+def _agents(scenario: dict, root: Path, new_batch: bool = True,
+            **settings) -> dict[str, VerticalInstitutionAgent]:
+    """The scenario's institutions as agents; `settings` are further InstitutionData fields (holdout, ...)."""
     agents = {}
     for name, files in scenario["institutions"].items():
         label = scenario["label"] if name == scenario["label_holder"] else None
@@ -31,7 +33,7 @@ def _agents(scenario: dict, root: Path, new_batch: bool = True) -> dict[str, Ver
             name=name, frame=pd.read_parquet(files["train"]), id_column=scenario["id_column"], label=label,
             registry=root / "registry" / name, predictions_dir=root / "predictions" / name,
             load_batch=(lambda path=files["new"]: pd.read_parquet(path)) if new_batch else None,
-            master_key=master_public_key(root))
+            master_key=master_public_key(root), **settings)
         agents[name] = VerticalInstitutionAgent(data, KEY)
     return agents
 
