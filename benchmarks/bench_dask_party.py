@@ -67,11 +67,12 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _model(args: argparse.Namespace, **kwargs):
+def _model(args: argparse.Namespace, cls: type | None = None, **kwargs):
+    """The benchmark's FET classifier (`cls`: a subclass of it), `args.trees` trees of `args.depth`."""
     from fedcore.horizontal import FederatedExtraTreesClassifier
 
-    return FederatedExtraTreesClassifier(n_estimators=args.trees, max_depth=args.depth, random_state=1,
-                                         max_features="sqrt", **kwargs)
+    return (cls or FederatedExtraTreesClassifier)(n_estimators=args.trees, max_depth=args.depth,
+                                                  random_state=1, max_features="sqrt", **kwargs)
 
 
 def _digest(model) -> str:
@@ -88,10 +89,12 @@ def run_in_process(args: argparse.Namespace) -> dict:
     return {"seconds": model.fit_seconds_, "digest": _digest(model), "agent_peak_mib": _peak_rss_mib()}
 
 
-def run_on_dask(args: argparse.Namespace) -> dict:
-    """The party's rows on a LocalCluster whose workers read the Parquet dataset themselves."""
-    from distributed import Client, LocalCluster, get_task_stream
+def fit_from_parquet(args: argparse.Namespace, client):
+    """A FET fit whose party's rows are `args.data`'s blocks, read by the workers of `client` themselves.
 
+    The agent process holds a 1,000-row sample (the schema's columns; a deployment gets them from its data
+    contract) and the level's small arrays. Returns the fitted model and its `DaskPartyRows`.
+    """
     from fedcore.compute.dask_rows import DaskPartyRows
     from fedcore.horizontal.estimators import FederatedExtraTreesClassifier
 
@@ -106,16 +109,22 @@ def run_on_dask(args: argparse.Namespace) -> dict:
     import pyarrow.parquet as pq
 
     first = sorted(Path(args.data).glob("*.parquet"))[0]
-    sample = pq.ParquetFile(first).read_row_group(0).slice(0, 1000).to_pandas()  # the schema's columns
+    sample = pq.ParquetFile(first).read_row_group(0).slice(0, 1000).to_pandas()
+    model = _model(args, FromParquet, compute=client)
+    model.fit([sample], label="y")
+    return model, made[0]
+
+
+def run_on_dask(args: argparse.Namespace) -> dict:
+    """The party's rows on a LocalCluster whose workers read the Parquet dataset themselves."""
+    from distributed import Client, LocalCluster, get_task_stream
+
     cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
                            dashboard_address=":0", env={"NUMBA_NUM_THREADS": "1"})
     client = Client(cluster)
-    model = FromParquet(n_estimators=args.trees, max_depth=args.depth, random_state=1, max_features="sqrt",
-                        compute=client)
     with get_task_stream(client) as stream:
-        model.fit([sample], label="y")
+        model, rows = fit_from_parquet(args, client)
     workers_peak = client.run(lambda: _vm_hwm_mib())
-    rows = made[0]
     busy: dict[str, dict[str, float]] = {}
     transfers = sum(1 for task in stream.data for s in task["startstops"] if s["action"] == "transfer")
     for task in stream.data:
