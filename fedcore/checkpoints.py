@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -23,9 +22,9 @@ import numpy as np
 
 from fedcore.errors import ArtifactError
 from fedcore.files import PRIVATE, PRIVATE_FOLDER, make_folders, write_file
+from fedcore.names import check_name
 from fedcore.protocol.messages import Message
 
-RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 CHECKPOINTS = ".checkpoints"
 """Folder name next to a registry's models (hidden: the registry never lists it)."""
 
@@ -35,8 +34,7 @@ class CheckpointStore:
 
     def __init__(self, root: str | os.PathLike, run_id: str, context: str) -> None:
         """Checkpoints of run `run_id` under `root`, valid only for the digest `context`."""
-        if not RUN_ID.match(str(run_id)):
-            raise ArtifactError(f"run id {run_id!r} must be 1-128 letters, digits, '-' or '_'")
+        check_name(run_id, "run id", ArtifactError)
         self.folder = Path(root) / str(run_id)
         self.context = context
 

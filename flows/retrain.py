@@ -25,7 +25,7 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from prefect.states import State
 
-from fedcore.checkpoints import CHECKPOINTS, RUN_ID
+from fedcore.checkpoints import CHECKPOINTS
 from fedcore.config import FederationConfig, load_config
 from fedcore.errors import PartyUnavailable
 from fedcore.models.card import build_manifest
@@ -82,8 +82,8 @@ def resuming(config: FederationConfig, attempt: Callable[[str, list], dict],
     the master and every institution checkpointed. `attempt` appends to `reached` once every agent answered:
     an agent that never came up is not retried. `run_id`: default, this flow run's id.
     """
-    if run_id is not None and not RUN_ID.match(str(run_id)):
-        raise ValueError(f"run id {run_id!r} must be 1-128 letters, digits, '-' or '_'")
+    if run_id is not None:
+        check_name(run_id, "run id")
     run_id = str(run_id or flow_run.id or uuid.uuid4())  # stable across attempts: checkpoints are found again
     get_run_logger().info("training run id %s (pass run_id=%r to resume its checkpoints in a new flow run)",
                           run_id, run_id)

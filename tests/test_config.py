@@ -231,3 +231,16 @@ def test_names_that_become_paths_are_refused_when_the_config_loads(overrides, fi
     with pytest.raises(ConfigError) as refusal:
         parse_config(_raw(**overrides), CONFIG)
     assert str(refusal.value) == f"{CONFIG}: {field} {SAFE_RULE}"
+
+
+@pytest.mark.parametrize("run_id", ["../x", ".hidden", "a/b", ""])
+def test_a_run_id_follows_the_same_name_rule(tmp_path, run_id) -> None:
+    """A checkpoint folder's run id is a name like any other (`fedcore.names`): one rule, one message."""
+    from fedcore.checkpoints import CheckpointStore
+    from fedcore.errors import ArtifactError
+
+    with pytest.raises(ArtifactError) as refusal:
+        CheckpointStore(tmp_path, run_id, "context")
+    assert str(refusal.value) == f"run id {run_id!r} {SAFE_RULE}"
+    dotted = "flow-run.2026-11-27"
+    assert CheckpointStore(tmp_path, dotted, "context").folder == tmp_path / dotted

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -32,11 +31,11 @@ import pyarrow as pa
 
 from fedcore.errors import ArtifactError
 from fedcore.files import FOLDER, PUBLIC, make_folders, write_file
+from fedcore.names import check_name
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 MASTER = "master"
-UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 RESERVED_STEMS = {MASTER, "manifest"}
 
 Signer = Callable[[bytes], Any]
@@ -207,8 +206,7 @@ def _json_bytes(manifest: dict) -> bytes:
 
 def _check_file_stem(name: str) -> None:
     """A table name must be a plain, safe file name stem (it is used as `<name>.arrow`)."""
-    if not name or name in (".", "..") or UNSAFE_NAME_CHARS.search(name) or name.startswith("."):
-        raise ArtifactError(f"table name {name!r} is not a safe file name (letters, digits, '.', '_', '-')")
+    check_name(name, "table name", ArtifactError)
 
 
 # -- class labels ----------------------------------------------------------------------------------

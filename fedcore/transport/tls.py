@@ -28,7 +28,6 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
@@ -41,13 +40,13 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from fedcore.errors import FedForestError
 from fedcore.files import PRIVATE, PUBLIC, write_file
+from fedcore.names import DNS_LABEL
 
 ROLES = ("master", "institution")
 CONSORTIUM_CA = "ca"
 MASTER_CA = "master-ca"
 """File stem of the master CA (`master-ca.pem`, `master-ca.key`), beside the consortium CA's `ca.pem`."""
 IDENTITY_PREFIX = "urn:fedforest:"
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 CLOCK_SKEW = dt.timedelta(minutes=5)
 
 
@@ -128,7 +127,7 @@ def issue_certificate(ca_dir: str | os.PathLike, name: str, out_dir: str | os.Pa
     if ca == MASTER_CA and role != "master":
         raise TLSError(f"the master CA signs master certificates only, not {role} {name!r}'s: an agent "
                        "accepts as its client whoever holds a certificate from it")
-    if not NAME_PATTERN.match(name):
+    if not DNS_LABEL.match(name):
         raise TLSError(f"certificate name {name!r} must be 1-63 letters, digits, '-' or '_', starting with a "
                        "letter or digit (it becomes part of a DNS name)")
     out_dir = Path(out_dir)

@@ -20,13 +20,13 @@ from fedcore.models.artifacts import (
     MANIFEST,
     MASTER,
     RESERVED_STEMS,
-    UNSAFE_NAME_CHARS,
     decode_classes,
     encode_classes,
     read_version,
     write_version,
 )
 from fedcore.models.tables import master_table, partial_forest_from_table, party_table, structure_from_table
+from fedcore.names import UNSAFE_NAME_CHARS
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.master import FederationInfo, VerticalMaster
