@@ -128,6 +128,7 @@ def load_block(block: Block, schema: HorizontalSchema) -> tuple[np.ndarray, np.n
     return encode_block(read_block(block, [*schema.names, schema.label]), schema)
 
 
-def load_kept_block(block: Block, schema: HorizontalSchema, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Read a Parquet block, keep the rows `keep` marks (packed bits) and encode them: a block's training rows."""
+def load_kept_block(block: Block, schema: HorizontalSchema,
+                    keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Read a Parquet block, keep the rows `keep` marks (packed bits), encode them: its training rows."""
     return encode_block(kept_rows(read_block(block, [*schema.names, schema.label]), keep), schema)

@@ -40,8 +40,14 @@ import numpy as np
 import pandas as pd
 
 from fedcore.compute import DEFAULT_BLOCK_ROWS
-from fedcore.compute.blocks import (Block, encode_block, frame_blocks, load_block, load_kept_block,
-                                    parquet_blocks)
+from fedcore.compute.blocks import (
+    Block,
+    encode_block,
+    frame_blocks,
+    load_block,
+    load_kept_block,
+    parquet_blocks,
+)
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.rows import RowPartition
 from fedcore.horizontal.schema import HorizontalSchema

@@ -15,7 +15,7 @@ block-sized piece at a time, and sent to each block packed (one bit per row).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -94,13 +94,14 @@ def open_parquet(files: Sequence[str], what: str, block_rows: int = DEFAULT_BLOC
 
 
 # -- what the workers run ------------------------------------------------------------------------------
-def read_table_block(block: Block, table: ParquetTable, columns: Collection[str] | None = None) -> pd.DataFrame:
+def read_table_block(block: Block, table: ParquetTable,
+                     columns: Collection[str] | None = None) -> pd.DataFrame:
     """A block's rows (of `columns`, default all) with the whole table's dtypes: what a worker checks."""
     names = [c for c in table.columns if columns is None or c in columns]
     frame = read_block(block, names)
     for name, dtype in table.casts.items():
         if name in frame.columns:
-            frame[name] = frame[name].astype(dtype)
+            frame[name] = frame[name].astype(dtype)  # type: ignore[call-overload]  # a dtype name
     return frame
 
 
@@ -118,7 +119,7 @@ def held_rows(block: Block, table: ParquetTable, held: np.ndarray,
 
 
 # -- the agent's side ----------------------------------------------------------------------------------
-def submit_blocks(client: Client, func: object, table: ParquetTable, *per_block: Sequence,
+def submit_blocks(client: Client, func: Callable, table: ParquetTable, *per_block: Sequence,
                   **shared: object) -> list[Future]:
     """One task `func(block, table, *per-block args, **shared)` per block, in block order."""
     return [client.submit(func, block, table, *(args[i] for args in per_block), pure=False, **shared)
@@ -154,3 +155,9 @@ def holdout_masks(rng: np.random.Generator, blocks: Sequence[Block], fraction: f
 def count_bits(masks: Sequence[np.ndarray], blocks: Sequence[Block]) -> int:
     """How many rows the packed masks mark."""
     return sum(int(np.unpackbits(m, count=b.n_rows).sum()) for m, b in zip(masks, blocks, strict=True))
+
+
+def invert_masks(masks: Sequence[np.ndarray], blocks: Sequence[Block]) -> list[np.ndarray]:
+    """The rows the packed masks do not mark (a block's training rows from its held-out ones), packed."""
+    return [np.packbits(~np.unpackbits(m, count=b.n_rows).astype(bool)) for m, b in zip(masks, blocks,
+                                                                                          strict=True)]

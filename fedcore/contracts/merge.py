@@ -18,8 +18,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fedcore.contracts.expectations import (BETWEEN, IN_SET, ROW_COUNT, TYPE_LIST, UNIQUE, ValidationReport,
-                                            counted_found)
+from fedcore.contracts.expectations import (
+    BETWEEN,
+    IN_SET,
+    ROW_COUNT,
+    TYPE_LIST,
+    UNIQUE,
+    ValidationReport,
+    counted_found,
+)
 from fedcore.contracts.model import DataContract
 
 WRONG_TYPE = "not checked: the column has the wrong dtype"

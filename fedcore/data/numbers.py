@@ -34,7 +34,7 @@ def _floats(series: pd.Series) -> np.ndarray:
 
 
 def infinity_error(what: str, column: object, count: int) -> InputError:
-    """The one refusal of a column holding `count` infinities (`what`: whose column, e.g. "party 'x' column")."""
+    """The refusal of a column holding `count` infinities (`what`: whose column, e.g. "party 'x' column")."""
     return InputError(f"{what} {column!r} holds {count} infinite value{'s' if count > 1 else ''} (inf or "
                       "-inf): replace them with missing values, which every engine handles, or with finite "
                       "numbers")
