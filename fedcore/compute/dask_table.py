@@ -121,8 +121,13 @@ def held_rows(block: Block, table: ParquetTable, held: np.ndarray,
 # -- the agent's side ----------------------------------------------------------------------------------
 def submit_blocks(client: Client, func: Callable, table: ParquetTable, *per_block: Sequence,
                   **shared: object) -> list[Future]:
-    """One task `func(block, table, *per-block args, **shared)` per block, in block order."""
-    return [client.submit(func, block, table, *(args[i] for args in per_block), pure=False, **shared)
+    """One task `func(block, table, *per-block args, **shared)` per block, in block order.
+
+    The tasks get the table without its block and file lists (a block carries its own file), so each task
+    stays small however many blocks there are.
+    """
+    reader = dataclasses.replace(table, files=(), blocks=())
+    return [client.submit(func, block, reader, *(args[i] for args in per_block), pure=False, **shared)
             for i, block in enumerate(table.blocks)]
 
 
