@@ -40,6 +40,8 @@ def _table(task: str) -> pd.DataFrame:
     else:  # a float target from the features (the label column keeps the name the helpers use)
         noise = np.random.default_rng(1).normal(0, 0.1, len(frame))
         frame["class"] = frame["x5"] * 2.0 - frame["x10"] + noise
+    # a categorical column: each row group stores its own dictionary, the whole file another
+    frame["region"] = pd.Categorical(np.random.default_rng(0).choice(["x", "y", "z"], len(frame)))
     frame.insert(0, "patient_id", [f"P{i:05d}" for i in range(len(frame))])
     return frame
 
@@ -56,9 +58,11 @@ def _write(frame: pd.DataFrame, folder: Path, plain: bool = False) -> None:
                        row_group_size=GROUP_ROWS)
 
 
-def _config(root: Path, north: pd.DataFrame, new: pd.DataFrame, contract, on_dask: bool):
+def _config(root: Path, north: pd.DataFrame, new: pd.DataFrame, contract, on_dask: bool,
+            data: str | None = None):
+    """A config whose institution north reads `data` (default: its Parquet files, written once)."""
     (root / "north.yaml").write_text(dump_contract(contract))
-    data = root / "north" / "*.parquet"
+    data = data or str(root / "north" / "*.parquet")
     if not (root / "north").exists():
         _write(north, root / "north")
         _write(new, root / "new")
@@ -66,7 +70,7 @@ def _config(root: Path, north: pd.DataFrame, new: pd.DataFrame, contract, on_das
     raw = {"federation": "f", "setting": "horizontal", "consortium_key": {"env": "UNUSED"},
            "master": {"public_key": str(master_public_key(root))}, "training": {"holdout": 0.25},
            "institutions": [
-               {"name": "north", "data": str(data), "predict_data": str(root / "new" / "*.parquet"),
+               {"name": "north", "data": data, "predict_data": str(root / "new" / "*.parquet"),
                 "id_column": "patient_id", "label": "class", "contract": str(root / "north.yaml"),
                 "registry": str(root / f"registry-{on_dask}"),
                 "predictions": str(root / f"predictions-{on_dask}"), **compute},
@@ -243,3 +247,17 @@ def test_regression_sums_are_exact_whatever_the_blocks() -> None:
     assert exact_value(exact_parts(np.zeros((0, 1)))[0]) == 0.0
     with pytest.raises(InputError, match=re.escape("held-out statistics: a value is not finite")):
         exact_parts(np.array([[np.nan]]))
+
+
+def test_csv_data_stays_in_the_agent_process_and_says_so(tmp_path, three_workers, caplog) -> None:
+    table = _table("classification")
+    contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
+    north, new = _north_and_new(table)
+    (tmp_path / "csv").mkdir()
+    north.to_csv(tmp_path / "csv" / "north.csv", index=False)
+    config = _config(tmp_path, north, new, contract, on_dask=True, data=str(tmp_path / "csv" / "*.csv"))
+    with caplog.at_level("INFO", logger="fedcore.agents.data"):
+        data = _load(config, three_workers, on_dask=True)
+    assert data.table is None and len(data.frame) == len(north) and data.open_batch is not None
+    assert (f"institution 'north': '{tmp_path}/csv/*.csv' is not all Parquet, so the agent reads it in its "
+            "own process (compute: dask reads Parquet on the workers)") in caplog.messages
