@@ -149,8 +149,9 @@ class _OpenNodes(RowPartition):
 class DaskPartyRows:
     """One horizontal party's rows on a Dask cluster, with `PartyRows`' interface (see the module doc).
 
-    Build it with `from_frame` (an in-memory frame, scattered once in blocks of `block_rows`) or
-    `from_parquet` (a Parquet file or dataset folder the workers read themselves).
+    Build it with `from_frame` (an in-memory frame, scattered once in blocks of `block_rows`),
+    `from_parquet` (a Parquet file or dataset folder the workers read themselves) or `from_parquet_kept`
+    (Parquet blocks keeping the rows a mask marks: an agent's training rows).
     """
 
     def __init__(self, name: str, schema: HorizontalSchema, client: Client, blocks: Sequence[Block],
