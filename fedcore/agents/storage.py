@@ -142,7 +142,8 @@ def part_file(folder: Path, index: int) -> Path:
     return folder / f"part-{index:05d}.parquet"
 
 
-def new_prediction_folder(data: InstitutionData, version: tuple[str, str] | None) -> tuple[Path, Path]:
+def new_prediction_folder(data: InstitutionData, version: tuple[str, str] | None,
+                          when: datetime | None = None) -> tuple[Path, Path]:
     """(hidden temporary folder, final folder) for a predictions dataset written block by block.
 
     The final folder takes the name the in-process file would (`prediction_file`: never one that exists,
@@ -150,7 +151,7 @@ def new_prediction_folder(data: InstitutionData, version: tuple[str, str] | None
     are there, so a failed run leaves no half dataset under that name.
     """
     make_folders(data.predictions_dir)
-    path = prediction_file(data.predictions_dir, version)
+    path = prediction_file(data.predictions_dir, version, when)
     tmp = path.with_name(f".{path.name}.tmp")
     if tmp.exists():  # what a crashed run left: its parts would mix with these
         shutil.rmtree(tmp)
