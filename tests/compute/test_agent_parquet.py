@@ -261,3 +261,23 @@ def test_csv_data_stays_in_the_agent_process_and_says_so(tmp_path, three_workers
     assert data.table is None and len(data.frame) == len(north) and data.open_batch is not None
     assert (f"institution 'north': '{tmp_path}/csv/*.csv' is not all Parquet, so the agent reads it in its "
             "own process (compute: dask reads Parquet on the workers)") in caplog.messages
+
+
+def test_an_agent_process_connects_once_and_keeps_its_cluster_across_sessions(tmp_path) -> None:
+    from fedcore.agents import data as agent_data
+
+    _write(_north_and_new(_table("classification"))[0], tmp_path / "north")
+    local = {"dask": {"local": {"workers": 1, "processes": False}, "block_rows": BLOCK_ROWS}}
+    raw = {"federation": "f", "setting": "horizontal", "consortium_key": {"env": "UNUSED"},
+           "institutions": [
+               {"name": "north", "data": str(tmp_path / "north" / "*.parquet"), "id_column": "patient_id",
+                "label": "class", "compute": local},
+               {"name": "south", "data": "unused.parquet", "id_column": "patient_id", "label": "class"}]}
+    config = parse_config(raw, tmp_path / "federation.yaml")
+    first = institution_from_config(config, "north")  # a session start: the loader reads the config again
+    try:
+        second = institution_from_config(config, "north")
+        assert first.cluster is second.cluster and first.table == second.table and first.validation is None
+        assert len(first.cluster.client.scheduler_info()["workers"]) == 1
+    finally:
+        agent_data._CLUSTERS.pop(config.institution("north").compute).close()
