@@ -5,8 +5,9 @@
 columns of the frame that concatenation would give. Workers read their own blocks (`read_table_block`)
 with the whole table's pandas dtypes: an integer column that holds a null anywhere is float64 in the
 whole table (a boolean one, object) though a block without nulls would read it as int64 (bool), so
-`profile` counts the nulls per block first and fixes those casts; it also counts infinities per block and
-refuses them as `check_finite_columns` refuses the whole table (same column, same count).
+`profile` fixes those casts from the null counts, and refuses infinities as `check_finite_columns` refuses
+the whole table (same column, same count). The row groups' statistics usually settle both (null counts; no
+float column's min or max infinite) without reading a row; else every block counts them on a worker.
 
 The holdout mask (`holdout_masks`) is drawn here, from the session's generator over all rows in order, one
 block-sized piece at a time, and sent to each block packed (one bit per row).
@@ -134,19 +135,61 @@ def submit_blocks(client: Client, func: Callable, table: ParquetTable, *per_bloc
 def profile(client: Client, table: ParquetTable, skip: Collection[str | None] = ()) -> ParquetTable:
     """`table` with its whole-table casts, after refusing infinities as `check_finite_columns` would.
 
-    Each block counts its nulls and infinities on a worker; the counts add up to the whole table's.
+    From the row groups' statistics when they settle it (null counts of the integer and boolean columns,
+    no float column's min or max infinite): no row is read. Else each block counts its nulls and
+    infinities on a worker; the counts add up to the whole table's.
     """
-    skip = [c for c in skip if c is not None]
+    skipped = [c for c in skip if c is not None]
+    known = _metadata_nulls(table, skipped)
+    if known is not None:
+        return dataclasses.replace(table, casts=_casts(table, known))
     nulls = dict.fromkeys(table.nullable, 0)
     infinite: dict[str, int] = {}
-    for block_nulls, block_infinite in client.gather(submit_blocks(client, _profile_block, table, skip=skip)):
+    counts = client.gather(submit_blocks(client, _profile_block, table, skip=skipped))
+    for block_nulls, block_infinite in counts:
         for name, n in block_nulls.items():
             nulls[name] += n
         for name, n in block_infinite.items():
             infinite[name] = infinite.get(name, 0) + n
     refuse_infinite(infinite, table.what)
-    casts = {name: NULL_DTYPES[kind] for name, kind in table.nullable.items() if nulls[name]}
-    return dataclasses.replace(table, casts=casts)
+    return dataclasses.replace(table, casts=_casts(table, nulls))
+
+
+def _casts(table: ParquetTable, nulls: Mapping[str, int]) -> dict[str, str]:
+    """The columns whose whole-table dtype is the one pandas gives them with nulls."""
+    return {name: NULL_DTYPES[kind] for name, kind in table.nullable.items() if nulls[name]}
+
+
+def _metadata_nulls(table: ParquetTable, skip: Collection[str]) -> dict[str, int] | None:
+    """Null counts of `table.nullable` from the row groups' statistics, or None unless they settle it.
+
+    They settle it when every row group has null counts for those columns and min/max for every float
+    column not in `skip`, none of them infinite (so no infinity anywhere; Parquet keeps NaN out of min/max).
+    """
+    import pyarrow.parquet as pq
+
+    floats = [c for c in table.columns if c not in skip and c not in table.nullable]
+    nulls = dict.fromkeys(table.nullable, 0)
+    for path in table.files:
+        meta = pq.ParquetFile(path).metadata
+        for group in range(meta.num_row_groups):
+            chunks = {meta.row_group(group).column(j).path_in_schema: meta.row_group(group).column(j)
+                      for j in range(meta.num_columns)}
+            for name in nulls:
+                stats = chunks[name].statistics if name in chunks else None
+                if stats is None or not stats.has_null_count:
+                    return None
+                nulls[name] += stats.null_count
+            for name in floats:
+                chunk = chunks.get(name)
+                if chunk is None:
+                    return None
+                if chunk.physical_type not in ("FLOAT", "DOUBLE"):
+                    continue
+                stats = chunk.statistics
+                if stats is None or not stats.has_min_max or np.isinf(stats.min) or np.isinf(stats.max):
+                    return None
+    return nulls
 
 
 def holdout_masks(rng: np.random.Generator, blocks: Sequence[Block], fraction: float) -> list[np.ndarray]:

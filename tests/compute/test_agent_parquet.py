@@ -17,6 +17,7 @@ import pytest
 
 from fedcore.agents.data import institution_from_config
 from fedcore.agents.scoring import exact_parts, exact_value, merge_statistics
+from fedcore.compute import dask_table
 from fedcore.compute.blocks import Block
 from fedcore.compute.cluster import Cluster
 from fedcore.compute.dask_table import holdout_masks, open_parquet
@@ -46,7 +47,7 @@ def _table(task: str) -> pd.DataFrame:
     return frame
 
 
-def _write(frame: pd.DataFrame, folder: Path, plain: bool = False) -> None:
+def _write(frame: pd.DataFrame, folder: Path, plain: bool = False, statistics: bool = True) -> None:
     """`frame` as Parquet files of ROWS_PER_FILE rows, row groups of GROUP_ROWS (`plain`: no pandas meta)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -55,7 +56,7 @@ def _write(frame: pd.DataFrame, folder: Path, plain: bool = False) -> None:
     for i, start in enumerate(range(0, len(frame), ROWS_PER_FILE)):
         part = pa.Table.from_pandas(frame.iloc[start:start + ROWS_PER_FILE], preserve_index=False)
         pq.write_table(part.replace_schema_metadata(None) if plain else part, folder / f"part-{i}.parquet",
-                       row_group_size=GROUP_ROWS)
+                       row_group_size=GROUP_ROWS, write_statistics=statistics)
 
 
 def _config(root: Path, north: pd.DataFrame, new: pd.DataFrame, contract, on_dask: bool,
@@ -177,16 +178,21 @@ def test_a_table_that_breaks_its_contract_gets_the_in_process_report(tmp_path, t
             == [{k: r[k] for k in fields} for r in reports[0].rows])
 
 
-def test_an_integer_column_with_a_null_in_one_block_has_the_whole_tables_dtype(tmp_path,
-                                                                               three_workers) -> None:
+@pytest.mark.parametrize("statistics", [True, False], ids=["from the statistics", "counted by the workers"])
+def test_an_integer_column_with_a_null_in_one_block_has_the_whole_tables_dtype(
+        tmp_path, three_workers, monkeypatch, statistics) -> None:
     table = _table("classification")
     north, new = _north_and_new(table)
     north["visits"] = np.arange(len(north))
     contract = infer_contract(north, "waveform", id_column="patient_id", label="class")  # visits: int
     north["visits"] = pd.array(north["visits"], dtype="Int64")
     north.loc[10, "visits"] = pd.NA  # Arrow int64 with one null, no pandas metadata: read as float64 in
-    _write(north, tmp_path / "north", plain=True)  # the first file, int64 in the second (float64 together)
+    _write(north, tmp_path / "north", plain=True, statistics=statistics)  # the first file, int64 in the
+    # second (float64 together)
     _write(new, tmp_path / "new")
+    settled = []  # what the statistics settled (None: the workers counted)
+    monkeypatch.setattr(dask_table, "_metadata_nulls", lambda *args, nulls=dask_table._metadata_nulls:
+                        settled.append(nulls(*args)) or settled[-1])
     reports = []
     for on_dask in (False, True):
         config = _config(tmp_path, north, new, contract, on_dask)
@@ -194,6 +200,7 @@ def test_an_integer_column_with_a_null_in_one_block_has_the_whole_tables_dtype(t
         reports.append(data.validation)
         if on_dask:
             assert data.table.casts == {"visits": "float64"}
+            assert settled == ([{"visits": 1}] if statistics else [None])
     visits = [r for r in reports[0].rows if r["column"] == "visits"]
     assert [r["found"] for r in visits] == ["", "1 null value", "found dtype float64",
                                             "not checked: the column has the wrong dtype"]
