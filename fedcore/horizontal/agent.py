@@ -179,7 +179,9 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         from fedcore.compute.dask_rows import DaskPartyRows
 
         self._refuse_ldp(privacy)
-        if self._cluster is None:
+        if self._cluster is None and self.data.cluster is not None:  # the one its data load connected
+            self._cluster = self.data.cluster
+        elif self._cluster is None:
             from fedcore.compute.cluster import connect
 
             self._cluster = connect(compute)
