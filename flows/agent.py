@@ -32,7 +32,7 @@ def load_and_validate(config: FederationConfig, institution: str) -> Institution
                 for r in data.validation.rows]
         create_table_artifact(rows, key=artifact_key("contract", institution),
                               description=f"{institution}: {'passed' if data.valid else 'FAILED'}")
-    get_run_logger().info("%s: %d rows loaded, contract %s", institution, len(data.frame),
+    get_run_logger().info("%s: %d rows loaded, contract %s", institution, data.n_rows,
                           "passed" if data.valid else "FAILED")
     return data
 

@@ -1,7 +1,8 @@
 """An institution's data for a session.
 
 Its table read from the configured files, checked against its data contract, and the contract result as
-it may leave the institution.
+it may leave the institution. With `compute: dask` and Parquet files the agent reads only their metadata
+(`fedcore.compute.dask_table`): the workers read, check and validate the blocks (issue #29).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -24,12 +26,23 @@ from fedcore.models.registry import ModelRegistry
 from fedcore.models.signing import PublicKeySource
 from fedcore.privacy.settings import PrivacySetting
 
+if TYPE_CHECKING:
+    from fedcore.compute.cluster import Cluster
+    from fedcore.compute.dask_table import ParquetTable
+
 log = logging.getLogger(__name__)
+_CLUSTERS: dict[DaskCompute, Cluster] = {}
+"""The clusters this process connected to (or started), one per `compute:` setting, kept across sessions."""
 
 
 @dataclass
 class InstitutionData:
-    """What an institution brings to a session: its (validated) table and how to read its new batches."""
+    """What an institution brings to a session: its (validated) table and how to read its new batches.
+
+    In process, `frame` is the table. On a Dask cluster with Parquet data, `frame` holds no rows (the
+    table's columns only) and `table` describes the files' blocks, which `cluster`'s workers read
+    (`fedcore.compute.dask_table`).
+    """
 
     name: str
     frame: pd.DataFrame
@@ -57,6 +70,17 @@ class InstitutionData:
     compute: DaskCompute | None = None
     """Where a horizontal party does its row work (`compute:` in its config, `fedcore.compute.cluster`);
     None: in the agent's process."""
+    table: ParquetTable | None = None
+    """The Parquet files' blocks when the workers read them (then `frame` is None)."""
+    cluster: Cluster | None = None
+    """The institution's Dask cluster that holds `table`'s blocks."""
+    open_batch: Callable[[], ParquetTable] | None = None
+    """The new rows to predict as Parquet blocks the workers read (instead of `load_batch`)."""
+
+    @property
+    def n_rows(self) -> int:
+        """Rows of the table (from the Parquet metadata when the agent does not hold them)."""
+        return self.table.n_rows if self.table is not None else len(self.frame)
 
     def registry_store(self) -> ModelRegistry:
         """This institution's model registry, trusting only the master's key."""
@@ -79,38 +103,87 @@ class InstitutionData:
         return self.validation is None or self.validation.success
 
 
-def institution_from_config(config: FederationConfig, name: str) -> InstitutionData:
+def institution_from_config(config: FederationConfig, name: str, cluster: Cluster | None = None
+                            ) -> InstitutionData:
     """Load one institution's training table from its configured files and validate it against its contract.
 
     Examples of bad values stay in the local report. Runs where the data lives. The configured ID column
     and label are checked first (`check_configured_columns`): a misspelt one fails here, with the fix.
+    With `compute: dask` and Parquet files, only their metadata is read here; the workers of `cluster`
+    (default: the config's, connected once per process) check and validate the blocks.
     """
     inst = config.institution(name)
     master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
-    frame = read_files(inst.data, f"institution {name!r}", skip=[inst.id_column, inst.label])
-    report = contract = None
+    what = f"institution {name!r}"
+    contract = None
     if inst.contract is not None:
         from fedcore.contracts import load_contract
 
         contract = load_contract(inst.contract)
-    check_configured_columns(config, name, frame.columns, contract)
-    if contract is not None:
-        from fedcore.contracts import validate_frame
+    table = batch = open_batch = None
+    skip = [inst.id_column, inst.label]
+    if inst.compute is not None and _on_dask(inst.data, what):
+        from fedcore.compute.dask_table import open_parquet, profile
 
+        cluster = cluster or _cluster(inst.compute)
+        table = profile(cluster.client, open_parquet(matching_files(inst.data, what), what,
+                                                     inst.compute.block_rows), skip)
+        frame = pd.DataFrame(columns=list(table.columns))  # the columns, never the rows
+    else:
+        frame = read_files(inst.data, what, skip=skip)
+    check_configured_columns(config, name, frame.columns, contract)
+    report = None
+    if contract is not None:
         # no example values, not even in this institution's own log: counts and columns only (the
         # institution inspects its data with `fedforest contract check`, which shows examples on screen)
-        report = validate_frame(frame, contract, name, include_label=inst.is_label_holder, max_examples=0)
+        if table is not None:
+            from fedcore.compute.dask_validation import validate_blocks
+
+            assert cluster is not None, "a table on Dask comes with its cluster"
+            report = validate_blocks(cluster.client, table, contract, name,
+                                     include_label=inst.is_label_holder)
+        else:
+            from fedcore.contracts import validate_frame
+
+            report = validate_frame(frame, contract, name, include_label=inst.is_label_holder, max_examples=0)
         for line in report.failure_lines():
             log.warning("data contract violation: %s", line)
     predict_data = inst.predict_data
-    batch = (lambda: _read_batch(config, name, predict_data)) if predict_data else None
+    if predict_data and inst.compute is not None and _on_dask(predict_data, f"{what} prediction data"):
+        cluster = held = cluster or _cluster(inst.compute)
+        open_batch = lambda: _open_batch(config, name, predict_data, held)  # noqa: E731
+    elif predict_data:
+        batch = lambda: _read_batch(config, name, predict_data)  # noqa: E731
     return InstitutionData(
         name=name, frame=frame, id_column=inst.id_column, label=inst.label, registry=inst.registry,
         predictions_dir=inst.predictions or default_predictions(config.path, name),
         load_batch=batch, validation=report, contract=contract, memory_budget_mb=inst.memory_budget_mb,
         privacy=config.privacy, master_key=master_key,
         holdout=config.training.holdout, min_overlap=config.training.min_overlap, compute=inst.compute,
+        table=table, cluster=cluster if table is not None or open_batch is not None else None,
+        open_batch=open_batch,
     )
+
+
+def _on_dask(pattern: str, what: str) -> bool:
+    """Whether files matching `pattern` go to the workers (all Parquet); CSV stays in the agent, logged."""
+    from fedcore.compute.dask_table import is_parquet
+
+    if is_parquet(matching_files(pattern, what)):
+        return True
+    log.info("%s: %r is not all Parquet, so the agent reads it in its own process (compute: dask reads "
+             "Parquet on the workers)", what, pattern)
+    return False
+
+
+def _cluster(compute: DaskCompute) -> Cluster:
+    """This process's cluster for `compute` (connected, or started, on first use)."""
+    if compute not in _CLUSTERS:
+        from fedcore.compute.cluster import connect
+
+        _CLUSTERS[compute] = connect(compute)
+        log.info("data-local work on %s", compute.describe())
+    return _CLUSTERS[compute]
 
 
 def check_configured_columns(config: FederationConfig, name: str, columns: Collection,
@@ -150,6 +223,20 @@ def _read_batch(config: FederationConfig, name: str, pattern: str) -> pd.DataFra
     return frame
 
 
+def _open_batch(config: FederationConfig, name: str, pattern: str, cluster: Cluster) -> ParquetTable:
+    """New rows to predict as Parquet blocks, refused as `_read_batch` refuses them (rows not read here)."""
+    from fedcore.compute.dask_table import open_parquet, profile
+
+    what = f"institution {name!r} prediction data"
+    inst = config.institution(name)
+    assert inst.compute is not None, "only with compute: dask"
+    blocks = open_parquet(matching_files(pattern, what), what, inst.compute.block_rows)
+    table = profile(cluster.client, blocks, [inst.id_column])
+    check_configured_columns(config, name, table.columns, table=f"its prediction data {pattern!r}",
+                             keys=("id_column",))
+    return table
+
+
 def _master_key(config: FederationConfig, name: str) -> Path | None:
     """The master's public key file the config names, checked to exist where this institution runs."""
     path = config.master_public_key
@@ -165,13 +252,18 @@ def read_files(pattern: str, what: str, skip: Collection[str | None] = ()) -> pd
 
     Refused if a numeric column other than `skip` holds an infinity (`fedcore.data.numbers`).
     """
-    import glob
-
     from fedcore.data.io import read_table
+
+    frame = pd.concat([read_table(f) for f in matching_files(pattern, what)], ignore_index=True)
+    check_finite_columns(frame, what, skip=[c for c in skip if c is not None])
+    return frame
+
+
+def matching_files(pattern: str, what: str) -> list[str]:
+    """The files `pattern` (a path or glob) names, sorted: the order their rows are concatenated in."""
+    import glob
 
     files = sorted(glob.glob(pattern)) or ([pattern] if not glob.has_magic(pattern) else [])
     if not files:
         raise DataReadError(f"{what}: no file matches {pattern!r}")
-    frame = pd.concat([read_table(f) for f in files], ignore_index=True)
-    check_finite_columns(frame, what, skip=[c for c in skip if c is not None])
-    return frame
+    return files

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -121,11 +122,38 @@ def write_predictions(data: InstitutionData, frame: pd.DataFrame,
     """
     make_folders(data.predictions_dir)
     path = prediction_file(data.predictions_dir, version)
+    write_parquet(path, frame)
+    log.info("%s: wrote %d predictions to %s", data.name, len(frame), path)
+    return path
+
+
+def write_parquet(path: Path, frame: pd.DataFrame) -> None:
+    """Write `frame` to `path` atomically (a hidden temporary file renamed), mode 0640 whatever the umask."""
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, DATA)
     set_mode(fd, DATA)
     with os.fdopen(fd, "wb") as handle:
         frame.to_parquet(handle, index=False)
     tmp.replace(path)
-    log.info("%s: wrote %d predictions to %s", data.name, len(frame), path)
-    return path
+
+
+def part_file(folder: Path, index: int) -> Path:
+    """Block `index`'s part of a predictions dataset folder: `part-00000.parquet`, ... (name order = rows)."""
+    return folder / f"part-{index:05d}.parquet"
+
+
+def new_prediction_folder(data: InstitutionData, version: tuple[str, str] | None,
+                          when: datetime | None = None) -> tuple[Path, Path]:
+    """(hidden temporary folder, final folder) for a predictions dataset written block by block.
+
+    The final folder takes the name the in-process file would (`prediction_file`: never one that exists,
+    named by the institution); the parts are written into the temporary folder and it is renamed once all
+    are there, so a failed run leaves no half dataset under that name.
+    """
+    make_folders(data.predictions_dir)
+    path = prediction_file(data.predictions_dir, version, when)
+    tmp = path.with_name(f".{path.name}.tmp")
+    if tmp.exists():  # what a crashed run left: its parts would mix with these
+        shutil.rmtree(tmp)
+    make_folders(tmp)
+    return tmp, path

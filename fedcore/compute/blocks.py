@@ -13,6 +13,7 @@ Only Parquet metadata is read here (row counts per row group); the rows themselv
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,14 +72,21 @@ def parquet_files(source: str | os.PathLike) -> list[Path]:
     return files
 
 
-def parquet_blocks(source: str | os.PathLike, block_rows: int = DEFAULT_BLOCK_ROWS) -> list[Block]:
-    """The blocks of a Parquet file or dataset folder: (file, row group, row range), in canonical order."""
+def parquet_blocks(source: str | os.PathLike | Sequence[str | os.PathLike],
+                   block_rows: int = DEFAULT_BLOCK_ROWS) -> list[Block]:
+    """The blocks of a Parquet file or dataset folder: (file, row group, row range), in canonical order.
+
+    `source` may also be a list of files (a config's `data` glob, sorted as `fedcore.agents.data.read_files`
+    concatenates them): their blocks follow one another in that order.
+    """
     import pyarrow.parquet as pq
 
     block_rows = _check_block_rows(block_rows)
+    files = ([Path(f) for f in source] if isinstance(source, Sequence) and not isinstance(source, str)
+             else parquet_files(source))
     blocks: list[Block] = []
     start = 0
-    for path in parquet_files(source):
+    for path in files:
         meta = pq.ParquetFile(path).metadata
         for group in range(meta.num_row_groups):
             n = meta.row_group(group).num_rows
@@ -98,6 +106,12 @@ def read_block(block: Block, columns: list[str]) -> pd.DataFrame:
     return table.slice(block.group_start, block.n_rows).to_pandas()
 
 
+def kept_rows(frame: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
+    """The rows of a block a packed bit mask marks (`np.packbits` of one bool per row), index reset."""
+    mask = np.unpackbits(keep, count=len(frame)).astype(bool)
+    return frame[mask].reset_index(drop=True)
+
+
 def encode_block(frame: pd.DataFrame, schema: HorizontalSchema) -> tuple[np.ndarray, np.ndarray]:
     """(X, y) of a block's rows, encoded exactly as `PartyRows` encodes the whole table.
 
@@ -112,3 +126,9 @@ def encode_block(frame: pd.DataFrame, schema: HorizontalSchema) -> tuple[np.ndar
 def load_block(block: Block, schema: HorizontalSchema) -> tuple[np.ndarray, np.ndarray]:
     """Read a Parquet block and encode it (`encode_block`): what a worker runs."""
     return encode_block(read_block(block, [*schema.names, schema.label]), schema)
+
+
+def load_kept_block(block: Block, schema: HorizontalSchema,
+                    keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Read a Parquet block, keep the rows `keep` marks (packed bits), encode them: its training rows."""
+    return encode_block(kept_rows(read_block(block, [*schema.names, schema.label]), keep), schema)

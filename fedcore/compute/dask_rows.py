@@ -40,7 +40,14 @@ import numpy as np
 import pandas as pd
 
 from fedcore.compute import DEFAULT_BLOCK_ROWS
-from fedcore.compute.blocks import Block, encode_block, frame_blocks, load_block, parquet_blocks
+from fedcore.compute.blocks import (
+    Block,
+    encode_block,
+    frame_blocks,
+    load_block,
+    load_kept_block,
+    parquet_blocks,
+)
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.rows import RowPartition
 from fedcore.horizontal.schema import HorizontalSchema
@@ -115,6 +122,18 @@ def _n_rows(data: tuple[np.ndarray, np.ndarray]) -> int:
     return len(data[1])
 
 
+def _placed(client: Client, tasks: list[tuple]) -> list[Future]:
+    """One future per (function, *args) task, an equal share of consecutive ones per worker.
+
+    Dask would place these first tasks as workers free up, unevenly; a lost worker's blocks may still be
+    rebuilt anywhere.
+    """
+    workers = sorted(client.scheduler_info().get("workers", {}))
+    return [client.submit(*task, pure=False, workers=[workers[i * len(workers) // len(tasks)]] if workers
+                          else None, allow_other_workers=True)
+            for i, task in enumerate(tasks)]
+
+
 class _OpenNodes(RowPartition):
     """The agent's view of the blocks' partitions: how many nodes are open (the same in every block).
 
@@ -130,8 +149,9 @@ class _OpenNodes(RowPartition):
 class DaskPartyRows:
     """One horizontal party's rows on a Dask cluster, with `PartyRows`' interface (see the module doc).
 
-    Build it with `from_frame` (an in-memory frame, scattered once in blocks of `block_rows`) or
-    `from_parquet` (a Parquet file or dataset folder the workers read themselves).
+    Build it with `from_frame` (an in-memory frame, scattered once in blocks of `block_rows`),
+    `from_parquet` (a Parquet file or dataset folder the workers read themselves) or `from_parquet_kept`
+    (Parquet blocks keeping the rows a mask marks: an agent's training rows).
     """
 
     def __init__(self, name: str, schema: HorizontalSchema, client: Client, blocks: Sequence[Block],
@@ -177,16 +197,25 @@ class DaskPartyRows:
                      block_rows: int = DEFAULT_BLOCK_ROWS) -> DaskPartyRows:
         """A Parquet file or dataset folder, each block read and encoded by the worker that holds it."""
         blocks = parquet_blocks(source, block_rows)
-        # an equal share of consecutive blocks per worker (Dask would place these first tasks as workers
-        # free up, unevenly); a lost worker's blocks may still be rebuilt anywhere
-        workers = sorted(client.scheduler_info().get("workers", {}))
-        data = [client.submit(load_block, b, schema, pure=False,
-                              workers=[workers[i * len(workers) // len(blocks)]] if workers else None,
-                              allow_other_workers=True)
-                for i, b in enumerate(blocks)]
+        data = _placed(client, [(load_block, b, schema) for b in blocks])
         counts = client.gather(client.map(_n_rows, data, pure=False))
         assert counts == [b.n_rows for b in blocks], "a block read another number of rows than its metadata"
         return cls(name, schema, client, blocks, data)
+
+    @classmethod
+    def from_parquet_kept(cls, name: str, blocks: Sequence[Block], keep: Sequence[np.ndarray],
+                          schema: HorizontalSchema, client: Client) -> DaskPartyRows:
+        """Parquet blocks of which each keeps the rows its packed mask marks (an agent's training rows).
+
+        The party's blocks are the kept rows, in block order: the table the in-process party trains on.
+        """
+        data = _placed(client, [(load_kept_block, b, schema, k) for b, k in zip(blocks, keep, strict=True)])
+        counts = client.gather(client.map(_n_rows, data, pure=False))
+        kept, start = [], 0
+        for block, n in zip(blocks, counts, strict=True):
+            kept.append(Block(block.index, start, start + n))
+            start += n
+        return cls(name, schema, client, kept, data)
 
     # -- the cluster ---------------------------------------------------------------------------------
     def _map(self, func: Callable, *per_block: Sequence, **shared: Any) -> list[Future]:

@@ -17,6 +17,7 @@ import logging
 import os
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -300,14 +301,20 @@ def _fill_found(row: dict[str, Any], result: dict, frame: pd.DataFrame, max_exam
         row["found"] = f"extra columns {extra} not in the contract" if extra else ""
     elif kind == TYPE_LIST and count is None:
         row["found"] = f"found dtype {frame[column].dtype}"
-    elif row["success"] or not count:
-        row["found"] = ""
     else:
-        what = {NOT_NULL: "null value", UNIQUE: "non-unique value", TYPE_LIST: "value of another type"}
-        noun = what.get(kind, "unexpected value")
-        row["found"] = f"{count} {noun if count == 1 else noun.replace('value', 'values')}"
-        if kind != NOT_NULL and row["examples"]:
-            row["found"] += f", e.g. [{', '.join(row['examples'])}]"
+        row["found"] = counted_found(kind, count if not row["success"] else 0, row["examples"])
+
+
+def counted_found(kind: str, count: int | None, examples: Sequence[str] = ()) -> str:
+    """What a row-wise expectation found: "" when it passed, else "<count> <what>" with any examples."""
+    if not count:
+        return ""
+    what = {NOT_NULL: "null value", UNIQUE: "non-unique value", TYPE_LIST: "value of another type"}
+    noun = what.get(kind, "unexpected value")
+    found = f"{count} {noun if count == 1 else noun.replace('value', 'values')}"
+    if kind != NOT_NULL and examples:
+        found += f", e.g. [{', '.join(examples)}]"
+    return found
 
 
 def _examples(values: list, limit: int) -> list[str]:

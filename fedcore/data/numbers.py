@@ -19,15 +19,47 @@ from fedcore.errors import InputError
 
 def numeric_values(series: pd.Series, what: str = "column") -> np.ndarray:
     """A numeric or boolean column as float64, missing values as NaN; InputError if it holds inf or -inf."""
-    if pd.api.types.is_bool_dtype(series.dtype):
-        series = series.astype("float64")
-    values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    values = _floats(series)
     infinite = int(np.isinf(values).sum())
     if infinite:
-        raise InputError(f"{what} {series.name!r} holds {infinite} infinite "
-                         f"value{'s' if infinite > 1 else ''} (inf or -inf): replace them with missing "
-                         "values, which every engine handles, or with finite numbers")
+        raise infinity_error(what, series.name, infinite)
     return values
+
+
+def _floats(series: pd.Series) -> np.ndarray:
+    """A numeric or boolean column as float64, missing values as NaN."""
+    if pd.api.types.is_bool_dtype(series.dtype):
+        series = series.astype("float64")
+    return pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def infinity_error(what: str, column: object, count: int) -> InputError:
+    """The refusal of a column holding `count` infinities (`what`: whose column, e.g. "party 'x' column")."""
+    return InputError(f"{what} {column!r} holds {count} infinite value{'s' if count > 1 else ''} (inf or "
+                      "-inf): replace them with missing values, which every engine handles, or with finite "
+                      "numbers")
+
+
+def infinite_counts(frame: pd.DataFrame, skip: Collection[str] = ()) -> dict[str, int]:
+    """How many inf or -inf each numeric or boolean column (other than `skip`) holds, in column order.
+
+    Counts add up over blocks of rows, so a table read in blocks is checked as the whole table
+    (`fedcore.compute.dask_table`).
+    """
+    counts: dict[str, int] = {}
+    for name in frame.columns:
+        series = frame[name]
+        if name not in skip and (pd.api.types.is_numeric_dtype(series.dtype)
+                                 or pd.api.types.is_bool_dtype(series.dtype)):
+            counts[name] = int(np.isinf(_floats(series)).sum())
+    return counts
+
+
+def refuse_infinite(counts: dict[str, int], where: str = "") -> None:
+    """Raise `infinity_error` for the first column of `counts` holding an infinity."""
+    for name, count in counts.items():
+        if count:
+            raise infinity_error(f"{where} column".strip(), name, count)
 
 
 def check_finite_columns(frame: pd.DataFrame, where: str = "", skip: Collection[str] = ()) -> None:
@@ -35,8 +67,4 @@ def check_finite_columns(frame: pd.DataFrame, where: str = "", skip: Collection[
 
     The error names the first such column (`where` says whose table, e.g. "party 'bank'").
     """
-    for name in frame.columns:
-        series = frame[name]
-        if name not in skip and (pd.api.types.is_numeric_dtype(series.dtype)
-                                 or pd.api.types.is_bool_dtype(series.dtype)):
-            numeric_values(series, f"{where} column".strip())
+    refuse_infinite(infinite_counts(frame, skip), where)

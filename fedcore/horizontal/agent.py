@@ -44,9 +44,14 @@ import numpy as np
 import pandas as pd
 
 from fedcore.agents.base import SessionAgent, session_headers
-from fedcore.agents.checks import reported
 from fedcore.agents.data import InstitutionData
-from fedcore.agents.storage import load_signed_table, store_signed_table, write_predictions
+from fedcore.agents.scoring import evaluation_reply, holdout_statistics, prediction_frame
+from fedcore.agents.storage import (
+    load_signed_table,
+    new_prediction_folder,
+    store_signed_table,
+    write_predictions,
+)
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.compute.cluster import Cluster
 from fedcore.errors import ParameterError, ProtocolError
@@ -92,6 +97,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         self.model: HorizontalForest | None = None
         self.schema: HorizontalSchema | None = None
         self._holdout: pd.DataFrame | None = None
+        self._held: list[np.ndarray] | None = None  # on Dask: each block's held-out rows, packed bits
         self._checkpoints: CheckpointStore | None = None
         self._seeds: CheckpointStore | None = None
         self._trained = False  # the model was trained in this session (its `model` message), not loaded
@@ -109,7 +115,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
 
     # -- session start ----------------------------------------------------------------------------------
     def _start_session(self) -> None:
-        self.model, self._holdout, self._seeds, self._trained = None, None, None, False
+        self.model, self._holdout, self._held, self._seeds, self._trained = None, None, None, None, False
 
     def _on_contract(self, message: Message) -> Message:
         from fedcore.contracts.model import dump_contract
@@ -130,19 +136,22 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
                                 "answered once per session")
         self.schema = HorizontalSchema.from_dict(h["schema"])
         self._check_schema(self.schema)
-        frame = self.data.frame.drop(columns=[self.data.id_column])
         rng = np.random.default_rng(np.random.SeedSequence(int(h["holdout_seed"]),
                                                            spawn_key=(zlib.crc32(self.name.encode()),)))
         fraction = float(h["holdout"])
         if self.data.holdout is not None and fraction != self.data.holdout:
             raise ProtocolError(f"institution {self.name!r}: the master holds out {fraction:g} of the rows; "
                                 f"this institution's training.holdout is {self.data.holdout:g}")
-        held = rng.random(len(frame)) < fraction
-        train, self._holdout = frame[~held].reset_index(drop=True), frame[held].reset_index(drop=True)
         privacy = self._privacy(h)
         if self.party is not None:
             self.party.rows.close()  # the last session's rows (on a cluster: its blocks)
-        rows = self._rows(train, privacy)
+        if self.data.table is not None:  # on the workers: the agent holds each block's packed holdout mask
+            rows, n_train, n_held = self._rows_on_workers(rng, fraction, privacy)
+        else:
+            frame = self.data.frame.drop(columns=[self.data.id_column])
+            held = rng.random(len(frame)) < fraction
+            train, self._holdout = frame[~held].reset_index(drop=True), frame[held].reset_index(drop=True)
+            rows, n_train, n_held = self._rows(train, privacy), len(train), len(self._holdout)
         if isinstance(privacy, SecureAggregation):
             self.party = PPDERTParty(self.name, schema=self.schema, seed=int(h["seed"]),
                                      low=np.asarray(h["low"], np.float64),
@@ -156,7 +165,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
                                          ldp=privacy.ldp if isinstance(privacy, LocalDP) else None,
                                          memory_budget=self.data.memory_budget, **rows)
         self._done.add("setup")  # a refused setup may be corrected; one that answered is final
-        return Message("ready", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
+        return Message("ready", {"train_rows": n_train, "holdout_rows": n_held})
 
     def _rows(self, train: pd.DataFrame, privacy: PrivacySetting) -> dict:
         """The party's rows as its constructor takes them: in process, or on this institution's Dask cluster.
@@ -167,11 +176,12 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         compute = self.data.compute
         if compute is None:
             return {"frame": train}
-        from fedcore.compute.dask_rows import LDP_REFUSED, DaskPartyRows
+        from fedcore.compute.dask_rows import DaskPartyRows
 
-        if isinstance(privacy, LocalDP):
-            raise ProtocolError(f"institution {self.name!r}: {LDP_REFUSED}")
-        if self._cluster is None:
+        self._refuse_ldp(privacy)
+        if self._cluster is None and self.data.cluster is not None:  # the one its data load connected
+            self._cluster = self.data.cluster
+        elif self._cluster is None:
             from fedcore.compute.cluster import connect
 
             self._cluster = connect(compute)
@@ -182,6 +192,33 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         log.info("institution %r: %d training rows in %d blocks on %d Dask worker(s)", self.name, rows.n_rows,
                  len(rows.blocks), len(self._cluster.client.scheduler_info().get("workers", {})))
         return {"frame": None, "rows": rows}
+
+    def _rows_on_workers(self, rng: np.random.Generator, fraction: float,
+                         privacy: PrivacySetting) -> tuple[dict, int, int]:
+        """The party's rows when the workers read the table: each block keeps its training rows.
+
+        The holdout mask is drawn here block by block (the in-process mask's stream) and kept packed, one
+        per block, for `evaluate`; the held-out rows stay in the files, read again by the workers then.
+        """
+        from fedcore.compute.dask_rows import DaskPartyRows
+        from fedcore.compute.dask_table import count_bits, holdout_masks, invert_masks
+
+        self._refuse_ldp(privacy)
+        table, cluster = self.data.table, self.data.cluster
+        assert table is not None and cluster is not None and self.schema is not None, "setup on Dask"
+        self._held = holdout_masks(rng, table.blocks, fraction)
+        keep = invert_masks(self._held, table.blocks)
+        rows = DaskPartyRows.from_parquet_kept(self.name, table.blocks, keep, self.schema, cluster.client)
+        n_held = count_bits(self._held, table.blocks)
+        log.info("institution %r: %d training rows in %d blocks read by the Dask workers, %d held out",
+                 self.name, rows.n_rows, len(rows.blocks), n_held)
+        return {"frame": None, "rows": rows}, rows.n_rows, n_held
+
+    def _refuse_ldp(self, privacy: PrivacySetting) -> None:
+        from fedcore.compute.dask_rows import LDP_REFUSED
+
+        if isinstance(privacy, LocalDP):
+            raise ProtocolError(f"institution {self.name!r}: {LDP_REFUSED}")
 
     def _check_schema(self, schema: HorizontalSchema) -> None:
         """Refuse a schema other than the one this institution's own data contract gives.
@@ -245,23 +282,19 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         """
         model, schema = self._require_model(), self.schema
         assert schema is not None, "setup or load_model set the schema before any model exists"
-        if self._holdout is None or not self._trained:
+        if (self._holdout is None and self._held is None) or not self._trained:
             raise ProtocolError(f"institution {self.name!r}: 'evaluate' scores only the model trained in "
                                 "this session")
         self._once(message.kind)
-        rows = self._holdout
-        values = model.predict_values(schema.encode(rows)) if len(rows) else np.zeros((0, 1))
-        if schema.task == "classification":
-            truth = schema.encode_labels(rows[schema.label])
-            confusion = np.zeros((schema.n_classes, schema.n_classes), np.int64)
-            np.add.at(confusion, (truth, np.argmax(values, axis=1)), 1)
-            return Message("evaluation", {"rows": len(rows)}, {"confusion": confusion})
-        y = schema.encode_labels(rows[schema.label])
-        errors = y - values[:, 0]
-        # rounded (the count stays exact): the master sent the model, so full precision would let one
-        # crafted per row carry that row's target back
-        sums = np.array([len(y), *reported([y.sum(), (y * y).sum(), (errors * errors).sum()])], np.float64)
-        return Message("evaluation", {"rows": len(rows)}, {"sums": sums})
+        if self._held is not None:  # on the workers, block by block
+            from fedcore.compute.dask_predict import evaluate_blocks
+
+            assert self.data.table is not None and self.data.cluster is not None, "held out on Dask"
+            statistics = evaluate_blocks(self.data.cluster.client, self.data.table, self._held, model, schema)
+        else:
+            assert self._holdout is not None
+            statistics = holdout_statistics(model, schema, self._holdout)
+        return evaluation_reply(schema, statistics)
 
     def _on_model_digest(self, message: Message) -> Message:
         return Message("model_digest", {"sha256": table_sha256(self._require_model().to_table())})
@@ -276,7 +309,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         _, table = load_signed_table(self.data, message.header, MODEL_STEM)
         self.model = HorizontalForest.from_table(table)
         self.schema = self.model.schema
-        self._holdout, self._trained = None, False
+        self._holdout, self._held, self._trained = None, None, False
         self._model_version(message.header)
         return Message("loaded", {"version": message.header["version"], "nodes": self.model.n_nodes})
 
@@ -285,22 +318,30 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         model, schema = self._require_model(), self.schema
         assert schema is not None, "setup or load_model set the schema before any model exists"
         self._once(message.kind)  # one file per model version: a master cannot fill the disk with copies
+        if self.data.open_batch is not None:
+            return self._predict_on_workers(model, schema)
         if self.data.load_batch is None:
             return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0})
         started = time.perf_counter()
-        batch = self.data.load_batch()
-        values = model.predict_values(schema.encode(batch))
-        out = pd.DataFrame({self.data.id_column: batch[self.data.id_column].to_numpy()})
-        if schema.task == "classification":
-            classes = np.asarray(schema.classes, dtype=object)
-            out["prediction"] = classes[np.argmax(values, axis=1)]
-            for k, c in enumerate(classes):
-                out[f"proba_{c}"] = values[:, k]
-        else:
-            out["prediction"] = values[:, 0]
+        out = prediction_frame(model, schema, self.data.load_batch(), self.data.id_column)
         path = write_predictions(self.data, out, self._prediction_target())
         return Message("predicted",
                        {"rows": len(out), "path": str(path), "seconds": time.perf_counter() - started})
+
+    def _predict_on_workers(self, model: HorizontalForest, schema: HorizontalSchema) -> Message:
+        """The workers read, predict and write the new rows' blocks: a Parquet dataset folder, a part each."""
+        from fedcore.compute.dask_predict import predict_blocks
+
+        started = time.perf_counter()
+        assert self.data.open_batch is not None and self.data.cluster is not None, "prediction data on Dask"
+        table = self.data.open_batch()
+        tmp, path = new_prediction_folder(self.data, self._prediction_target())
+        rows = predict_blocks(self.data.cluster.client, table, model, schema, self.data.id_column, tmp)
+        tmp.replace(path)
+        log.info("%s: the Dask workers wrote %d predictions in %d parts to %s", self.name, rows,
+                 len(table.blocks), path)
+        return Message("predicted",
+                       {"rows": rows, "path": str(path), "seconds": time.perf_counter() - started})
 
     # -- checkpoints (resuming a run after a crash) ------------------------------------------------------
     def _party_state(self) -> dict[str, np.ndarray]:

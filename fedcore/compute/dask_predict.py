@@ -1,0 +1,57 @@
+"""A horizontal model applied to an institution's Parquet blocks on its Dask workers (issue #29).
+
+Evaluation: each block's held-out rows (its packed holdout mask) are read and predicted where the block
+is, and only their statistics come back (`fedcore.agents.scoring.holdout_statistics`: integer confusion
+counts or exact regression parts), merged by the agent into the whole held-out set's.
+
+Batch prediction: each block of the new rows is read, predicted and written by its worker as one part
+file of a Parquet dataset folder (`fedcore.agents.storage.part_file`, named by block index, so the parts
+in name order are the rows in order); the agent names the folder and renames it into place once every
+part is written. The workers must see the predictions folder at the agent's path (a shared mount).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fedcore.agents.scoring import holdout_statistics, merge_statistics, prediction_frame
+from fedcore.agents.storage import part_file, write_parquet
+from fedcore.compute.blocks import Block
+from fedcore.compute.dask_table import ParquetTable, held_rows, read_table_block, submit_blocks
+from fedcore.horizontal.model import HorizontalForest
+from fedcore.horizontal.schema import HorizontalSchema
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+
+def _evaluate_block(block: Block, table: ParquetTable, held: np.ndarray, model: HorizontalForest,
+                    schema: HorizontalSchema) -> np.ndarray:
+    return holdout_statistics(model, schema, held_rows(block, table, held, [*schema.names, schema.label]))
+
+
+def _predict_block(block: Block, table: ParquetTable, model: HorizontalForest, schema: HorizontalSchema,
+                   id_column: str, folder: str) -> int:
+    batch = read_table_block(block, table, [id_column, *schema.names])
+    write_parquet(part_file(Path(folder), block.index), prediction_frame(model, schema, batch, id_column))
+    return len(batch)
+
+
+def evaluate_blocks(client: Client, table: ParquetTable, held: Sequence[np.ndarray], model: HorizontalForest,
+                    schema: HorizontalSchema) -> np.ndarray:
+    """The held-out set's statistics, each block's computed on its worker (see the module doc)."""
+    shared = client.scatter(model, broadcast=True, hash=False)
+    return merge_statistics(client.gather(submit_blocks(client, _evaluate_block, table, held, model=shared,
+                                                        schema=schema)))
+
+
+def predict_blocks(client: Client, table: ParquetTable, model: HorizontalForest, schema: HorizontalSchema,
+                   id_column: str, folder: Path) -> int:
+    """Write every block's predictions into `folder` (one part each); returns the row count."""
+    shared = client.scatter(model, broadcast=True, hash=False)
+    return sum(client.gather(submit_blocks(client, _predict_block, table, model=shared, schema=schema,
+                                           id_column=id_column, folder=str(folder))))

@@ -1,0 +1,211 @@
+"""An institution's Parquet table as its agent knows it on a Dask cluster: metadata only (issue #29).
+
+`open_parquet` reads the configured files' schemas and row-group sizes, never their rows: the blocks
+(`fedcore.compute.blocks`, files in the order `fedcore.agents.data.read_files` concatenates them) and the
+columns of the frame that concatenation would give. Workers read their own blocks (`read_table_block`)
+with the whole table's pandas dtypes: an integer column that holds a null anywhere is float64 in the
+whole table (a boolean one, object) though a block without nulls would read it as int64 (bool), so
+`profile` fixes those casts from the null counts, and refuses infinities as `check_finite_columns` refuses
+the whole table (same column, same count). The row groups' statistics usually settle both (null counts; no
+float column's min or max infinite) without reading a row; else every block counts them on a worker.
+
+The holdout mask (`holdout_masks`) is drawn here, from the session's generator over all rows in order, one
+block-sized piece at a time, and sent to each block packed (one bit per row).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from fedcore.compute import DEFAULT_BLOCK_ROWS
+from fedcore.compute.blocks import Block, kept_rows, parquet_blocks, read_block
+from fedcore.data.numbers import infinite_counts, refuse_infinite
+from fedcore.errors import DataReadError
+
+if TYPE_CHECKING:
+    from distributed import Client, Future
+
+NULL_DTYPES = {"int": "float64", "bool": "object"}
+"""The pandas dtype an Arrow integer or boolean column reads as when it holds a null."""
+
+
+@dataclass(frozen=True)
+class ParquetTable:
+    """One institution's Parquet files as blocks: what the agent holds instead of the rows."""
+
+    what: str
+    """Whose table, for errors ("institution 'north'")."""
+    files: tuple[str, ...]
+    blocks: tuple[Block, ...]
+    columns: tuple[str, ...]
+    """The columns of the frame `read_files` would give, in order."""
+    nullable: Mapping[str, str] = field(default_factory=dict)
+    """Columns pandas reads as numpy integers or booleans, "int" or "bool": a null anywhere in the table
+    makes the whole column float64 or object."""
+    casts: Mapping[str, str] = field(default_factory=dict)
+    """Columns whose whole-table dtype is not what a null-free block reads (set by `profile`)."""
+
+    @property
+    def n_rows(self) -> int:
+        """Rows over all files (from the metadata)."""
+        return sum(b.n_rows for b in self.blocks)
+
+
+def is_parquet(files: Sequence[str]) -> bool:
+    """Whether every file is Parquet (by suffix, as `fedcore.data.io.read_table` decides)."""
+    return bool(files) and all(str(f).lower().endswith(".parquet") for f in files)
+
+
+def open_parquet(files: Sequence[str], what: str, block_rows: int = DEFAULT_BLOCK_ROWS) -> ParquetTable:
+    """The blocks and columns of `files` (sorted as the caller concatenates them), from their metadata.
+
+    Refused unless every file has the first one's Arrow schema: the blocks are checked and encoded alike,
+    whereas concatenating frames of different schemas would change dtypes under them.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schemas = []
+    for path in files:
+        try:
+            schemas.append(pq.read_schema(path))
+        except (OSError, pa.ArrowException) as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise DataReadError(f"cannot read {str(path)!r}: {type(error).__name__}: {reason}") from error
+    first = schemas[0]
+    for path, schema in zip(files[1:], schemas[1:], strict=True):
+        if not schema.remove_metadata().equals(first.remove_metadata()):
+            raise DataReadError(f"{what}: on a Dask cluster every Parquet file must have the schema of "
+                                f"{str(files[0])!r}; {str(path)!r} has another (columns or types): rewrite "
+                                "it with the same columns and types, or remove compute: dask")
+    empty = first.empty_table().to_pandas()  # the dtypes pandas reads, the file's pandas metadata applied
+    columns = tuple(str(c) for c in empty.columns)
+    nullable = {}
+    for name, dtype in empty.dtypes.items():  # numpy int and bool only (Int64 and boolean hold nulls)
+        if isinstance(dtype, np.dtype) and dtype.kind in "iub":
+            nullable[str(name)] = "bool" if dtype.kind == "b" else "int"
+    return ParquetTable(what, tuple(str(f) for f in files), tuple(parquet_blocks(list(files), block_rows)),
+                        columns, nullable)
+
+
+# -- what the workers run ------------------------------------------------------------------------------
+def read_table_block(block: Block, table: ParquetTable,
+                     columns: Collection[str] | None = None) -> pd.DataFrame:
+    """A block's rows (of `columns`, default all) with the whole table's dtypes: what a worker checks."""
+    names = [c for c in table.columns if columns is None or c in columns]
+    frame = read_block(block, names)
+    for name, dtype in table.casts.items():
+        if name in frame.columns:
+            frame[name] = frame[name].astype(dtype)  # type: ignore[call-overload]  # a dtype name
+    return frame
+
+
+def _profile_block(block: Block, table: ParquetTable, skip: Collection[str]) -> tuple[dict, dict]:
+    """(nulls per integer or boolean column, infinities per numeric column) of one block."""
+    frame = read_block(block, list(table.columns))
+    nulls = {name: int(frame[name].isna().sum()) for name in table.nullable}
+    return nulls, infinite_counts(frame, skip)
+
+
+def held_rows(block: Block, table: ParquetTable, held: np.ndarray,
+              columns: Collection[str] | None = None) -> pd.DataFrame:
+    """A block's held-out rows (packed mask `held`), with the whole table's dtypes."""
+    return kept_rows(read_table_block(block, table, columns), held)
+
+
+# -- the agent's side ----------------------------------------------------------------------------------
+def submit_blocks(client: Client, func: Callable, table: ParquetTable, *per_block: Sequence,
+                  **shared: object) -> list[Future]:
+    """One task `func(block, table, *per-block args, **shared)` per block, in block order.
+
+    The tasks get the table without its block and file lists (a block carries its own file), so each task
+    stays small however many blocks there are.
+    """
+    reader = dataclasses.replace(table, files=(), blocks=())
+    return [client.submit(func, block, reader, *(args[i] for args in per_block), pure=False, **shared)
+            for i, block in enumerate(table.blocks)]
+
+
+def profile(client: Client, table: ParquetTable, skip: Collection[str | None] = ()) -> ParquetTable:
+    """`table` with its whole-table casts, after refusing infinities as `check_finite_columns` would.
+
+    From the row groups' statistics when they settle it (null counts of the integer and boolean columns,
+    no float column's min or max infinite): no row is read. Else each block counts its nulls and
+    infinities on a worker; the counts add up to the whole table's.
+    """
+    skipped = [c for c in skip if c is not None]
+    known = _metadata_nulls(table, skipped)
+    if known is not None:
+        return dataclasses.replace(table, casts=_casts(table, known))
+    nulls = dict.fromkeys(table.nullable, 0)
+    infinite: dict[str, int] = {}
+    counts = client.gather(submit_blocks(client, _profile_block, table, skip=skipped))
+    for block_nulls, block_infinite in counts:
+        for name, n in block_nulls.items():
+            nulls[name] += n
+        for name, n in block_infinite.items():
+            infinite[name] = infinite.get(name, 0) + n
+    refuse_infinite(infinite, table.what)
+    return dataclasses.replace(table, casts=_casts(table, nulls))
+
+
+def _casts(table: ParquetTable, nulls: Mapping[str, int]) -> dict[str, str]:
+    """The columns whose whole-table dtype is the one pandas gives them with nulls."""
+    return {name: NULL_DTYPES[kind] for name, kind in table.nullable.items() if nulls[name]}
+
+
+def _metadata_nulls(table: ParquetTable, skip: Collection[str]) -> dict[str, int] | None:
+    """Null counts of `table.nullable` from the row groups' statistics, or None unless they settle it.
+
+    They settle it when every row group has null counts for those columns and min/max for every float
+    column not in `skip`, none of them infinite (so no infinity anywhere; Parquet keeps NaN out of min/max).
+    """
+    import pyarrow.parquet as pq
+
+    floats = [c for c in table.columns if c not in skip and c not in table.nullable]
+    nulls = dict.fromkeys(table.nullable, 0)
+    for path in table.files:
+        meta = pq.ParquetFile(path).metadata
+        for group in range(meta.num_row_groups):
+            chunks = {meta.row_group(group).column(j).path_in_schema: meta.row_group(group).column(j)
+                      for j in range(meta.num_columns)}
+            for name in nulls:
+                stats = chunks[name].statistics if name in chunks else None
+                if stats is None or not stats.has_null_count:
+                    return None
+                nulls[name] += stats.null_count
+            for name in floats:
+                chunk = chunks.get(name)
+                if chunk is None:
+                    return None
+                if chunk.physical_type not in ("FLOAT", "DOUBLE"):
+                    continue
+                stats = chunk.statistics
+                if stats is None or not stats.has_min_max or np.isinf(stats.min) or np.isinf(stats.max):
+                    return None
+    return nulls
+
+
+def holdout_masks(rng: np.random.Generator, blocks: Sequence[Block], fraction: float) -> list[np.ndarray]:
+    """Each block's held-out rows, packed: `rng.random(n) < fraction` over all rows, drawn block by block.
+
+    The generator's stream is the same drawn at once or in pieces, so these are the in-process agent's rows.
+    """
+    return [np.packbits(rng.random(b.n_rows) < fraction) for b in blocks]
+
+
+def count_bits(masks: Sequence[np.ndarray], blocks: Sequence[Block]) -> int:
+    """How many rows the packed masks mark."""
+    return sum(int(np.unpackbits(m, count=b.n_rows).sum()) for m, b in zip(masks, blocks, strict=True))
+
+
+def invert_masks(masks: Sequence[np.ndarray], blocks: Sequence[Block]) -> list[np.ndarray]:
+    """The rows the packed masks do not mark (a block's training rows from its held-out ones), packed."""
+    return [np.packbits(~np.unpackbits(m, count=b.n_rows).astype(bool)) for m, b in zip(masks, blocks,
+                                                                                          strict=True)]

@@ -1,0 +1,290 @@
+"""An agent on Dask with Parquet data holds only metadata, and answers as the in-process agent (issue #29).
+
+North's table is two Parquet files of two row groups each, cut into blocks of 50 rows (one row group cut
+in two). The same files, read by the in-process agent and by the agent whose workers read them, give the
+same validation report, the same forest, the same held-out evaluation and the same predictions.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedcore.agents.data import institution_from_config
+from fedcore.agents.scoring import exact_parts, exact_value, merge_statistics
+from fedcore.compute import dask_table
+from fedcore.compute.blocks import Block
+from fedcore.compute.cluster import Cluster
+from fedcore.compute.dask_table import holdout_masks, open_parquet
+from fedcore.config import parse_config
+from fedcore.contracts.model import dump_contract, infer_contract
+from fedcore.data.datasets import make_waveform
+from fedcore.data.split import split_horizontal
+from fedcore.errors import DataReadError, InputError
+from fedcore.horizontal.agent import HorizontalInstitutionAgent
+from fedcore.horizontal.params import ExtraTreesParams
+from tests.horizontal.test_session import _agents, _session
+from tests.keys import master_public_key
+
+ROWS_PER_FILE, GROUP_ROWS, BLOCK_ROWS = 100, 60, 50
+
+
+def _table(task: str) -> pd.DataFrame:
+    frame = make_waveform(600, random_state=3)
+    if task == "classification":
+        frame["class"] = frame["class"].map({0: "a", 1: "b", 2: "c"})
+    else:  # a float target from the features (the label column keeps the name the helpers use)
+        noise = np.random.default_rng(1).normal(0, 0.1, len(frame))
+        frame["class"] = frame["x5"] * 2.0 - frame["x10"] + noise
+    # a categorical column: each row group stores its own dictionary, the whole file another
+    frame["region"] = pd.Categorical(np.random.default_rng(0).choice(["x", "y", "z"], len(frame)))
+    frame.insert(0, "patient_id", [f"P{i:05d}" for i in range(len(frame))])
+    return frame
+
+
+def _write(frame: pd.DataFrame, folder: Path, plain: bool = False, statistics: bool = True) -> None:
+    """`frame` as Parquet files of ROWS_PER_FILE rows, row groups of GROUP_ROWS (`plain`: no pandas meta)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True)
+    for i, start in enumerate(range(0, len(frame), ROWS_PER_FILE)):
+        part = pa.Table.from_pandas(frame.iloc[start:start + ROWS_PER_FILE], preserve_index=False)
+        pq.write_table(part.replace_schema_metadata(None) if plain else part, folder / f"part-{i}.parquet",
+                       row_group_size=GROUP_ROWS, write_statistics=statistics)
+
+
+def _config(root: Path, north: pd.DataFrame, new: pd.DataFrame, contract, on_dask: bool,
+            data: str | None = None):
+    """A config whose institution north reads `data` (default: its Parquet files, written once)."""
+    (root / "north.yaml").write_text(dump_contract(contract))
+    data = data or str(root / "north" / "*.parquet")
+    if not (root / "north").exists():
+        _write(north, root / "north")
+        _write(new, root / "new")
+    compute = {"compute": {"dask": {"local": {"workers": 1}, "block_rows": BLOCK_ROWS}}} if on_dask else {}
+    raw = {"federation": "f", "setting": "horizontal", "consortium_key": {"env": "UNUSED"},
+           "master": {"public_key": str(master_public_key(root))}, "training": {"holdout": 0.25},
+           "institutions": [
+               {"name": "north", "data": data, "predict_data": str(root / "new" / "*.parquet"),
+                "id_column": "patient_id", "label": "class", "contract": str(root / "north.yaml"),
+                "registry": str(root / f"registry-{on_dask}"),
+                "predictions": str(root / f"predictions-{on_dask}"), **compute},
+               {"name": "south", "data": "unused.parquet", "id_column": "patient_id", "label": "class"}]}
+    return parse_config(raw, root / "federation.yaml")
+
+
+def _north_and_new(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    north = split_horizontal(table, 3, seed=1)[0].reset_index(drop=True)  # north's part, as `_agents` cuts it
+    new = north.sample(frac=0.6, random_state=2).drop(columns=["class"]).reset_index(drop=True)
+    return north, new
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_an_agent_whose_workers_read_its_parquet_answers_as_the_in_process_agent(tmp_path, three_workers,
+                                                                                  monkeypatch, task) -> None:
+    table = _table(task)
+    contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
+    north, new = _north_and_new(table)
+    results = {}
+    for on_dask in (False, True):
+        config = _config(tmp_path, north, new, contract, on_dask)
+        if on_dask:  # the agent process never reads rows: every pandas reader fails here
+            _refuse_readers(monkeypatch)
+        data = _load(config, three_workers, on_dask)
+        monkeypatch.undo()
+        assert data.valid and data.n_rows == len(north)
+        if on_dask:
+            assert len(data.frame) == 0 and list(data.frame.columns) == list(north.columns)
+            assert data.table is not None and len(data.table.files) == 2 and len(data.table.blocks) == 6
+            assert data.load_batch is None and data.open_batch is not None
+        agents = _agents(table, tmp_path / f"run-{on_dask}", contract)
+        agents["north"] = HorizontalInstitutionAgent(data, identity=agents["north"].identity)
+        session = _session(agents)
+        if task == "regression":
+            session.params = ExtraTreesParams(n_estimators=12, max_depth=8, random_state=4, task=task,
+                                              criterion="squared_error")
+        session.agree_schema()
+        if on_dask:
+            _refuse_readers(monkeypatch)
+        session.train()
+        metrics = session.evaluate()
+        reply = agents["north"].handle(_predict_local())
+        monkeypatch.undo()
+        if on_dask:
+            rows = agents["north"].party.rows
+            assert type(rows).__name__ == "DaskPartyRows" and len(rows.blocks) == 6
+        results[on_dask] = session.model, metrics, session.facts.holdout_rows, reply
+        session.close()
+    (model, metrics, held, reply), (dask_model, dask_metrics, dask_held, dask_reply) = results.values()
+    assert dask_model.same_as(model) and dask_metrics == metrics and dask_held == held
+    written = pd.read_parquet(reply.header["path"])
+    folder = Path(dask_reply.header["path"])
+    assert folder.is_dir() and folder.parent == tmp_path / "predictions-True"
+    assert folder.name.startswith("unregistered-") and folder.suffix == ".parquet"
+    parts = sorted(folder.iterdir())
+    assert [p.name for p in parts] == [f"part-{i:05d}.parquet" for i in range(len(parts))] and len(parts) == 4
+    pd.testing.assert_frame_equal(pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True), written)
+    assert dask_reply.header["rows"] == reply.header["rows"] == len(new)
+    assert list(written["patient_id"]) == list(new["patient_id"])
+
+
+def _load(config, client, on_dask: bool):
+    """North's data from `config`, its blocks on `client`'s workers when `on_dask`."""
+    return institution_from_config(config, "north", cluster=Cluster(client, []) if on_dask else None)
+
+
+def _refuse_readers(monkeypatch) -> None:
+    """Every way the agent could read rows in its process fails (the threaded workers read with pyarrow)."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the agent read rows")
+
+    for target in ("fedcore.agents.data.read_files", "fedcore.data.io.read_table", "pandas.read_parquet",
+                   "pandas.read_csv"):
+        monkeypatch.setattr(target, refuse)
+
+
+def _predict_local():
+    from fedcore.protocol.messages import Message
+
+    return Message("predict_local")
+
+
+def test_a_table_that_breaks_its_contract_gets_the_in_process_report(tmp_path, three_workers) -> None:
+    table = _table("classification")
+    contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
+    north, new = _north_and_new(table)
+    north.loc[5, "patient_id"] = north.loc[150, "patient_id"]  # the same ID in two files
+    north.loc[[7, 8], "class"] = "z"
+    north.loc[[9, 120], "x1"] = np.nan
+    north.loc[170, "x2"] = 1e6
+    north["visits"] = pd.array(np.arange(len(north)), dtype="Int64")  # an extra column, nullable integers
+    north.loc[130, "visits"] = pd.NA
+    north["count"] = np.arange(len(north))  # an extra int column
+    reports = []
+    for on_dask in (False, True):
+        config = _config(tmp_path, north, new, contract, on_dask)
+        data = _load(config, three_workers, on_dask)
+        reports.append(data.validation)
+    assert not reports[0].success and len(reports[0].failures) == 5
+    assert reports[1].failure_lines() == reports[0].failure_lines()
+    fields = ("expectation", "column", "success", "unexpected_count", "found", "expected")
+    assert ([{k: r[k] for k in fields} for r in reports[1].rows]
+            == [{k: r[k] for k in fields} for r in reports[0].rows])
+
+
+@pytest.mark.parametrize("statistics", [True, False], ids=["from the statistics", "counted by the workers"])
+def test_an_integer_column_with_a_null_in_one_block_has_the_whole_tables_dtype(
+        tmp_path, three_workers, monkeypatch, statistics) -> None:
+    table = _table("classification")
+    north, new = _north_and_new(table)
+    north["visits"] = np.arange(len(north))
+    contract = infer_contract(north, "waveform", id_column="patient_id", label="class")  # visits: int
+    north["visits"] = pd.array(north["visits"], dtype="Int64")
+    north.loc[10, "visits"] = pd.NA  # Arrow int64 with one null, no pandas metadata: read as float64 in
+    _write(north, tmp_path / "north", plain=True, statistics=statistics)  # the first file, int64 in the
+    # second (float64 together)
+    _write(new, tmp_path / "new")
+    settled = []  # what the statistics settled (None: the workers counted)
+    monkeypatch.setattr(dask_table, "_metadata_nulls", lambda *args, nulls=dask_table._metadata_nulls:
+                        settled.append(nulls(*args)) or settled[-1])
+    reports = []
+    for on_dask in (False, True):
+        config = _config(tmp_path, north, new, contract, on_dask)
+        data = _load(config, three_workers, on_dask)
+        reports.append(data.validation)
+        if on_dask:
+            assert data.table.casts == {"visits": "float64"}
+            assert settled == ([{"visits": 1}] if statistics else [None])
+    visits = [r for r in reports[0].rows if r["column"] == "visits"]
+    assert [r["found"] for r in visits] == ["", "1 null value", "found dtype float64",
+                                            "not checked: the column has the wrong dtype"]
+    assert reports[1].rows == reports[0].rows
+
+
+def test_infinities_are_refused_in_the_in_process_words(tmp_path, three_workers) -> None:
+    table = _table("classification")
+    contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
+    north, new = _north_and_new(table)
+    north.loc[[3, 160], "x4"] = [np.inf, -np.inf]  # one in each file
+    errors = []
+    for on_dask in (False, True):
+        config = _config(tmp_path, north, new, contract, on_dask)
+        with pytest.raises(InputError) as refused:
+            _load(config, three_workers, on_dask)
+        errors.append(str(refused.value))
+    assert errors[1] == errors[0] == ("institution 'north' column 'x4' holds 2 infinite values (inf or "
+                                      "-inf): replace them with missing values, which every engine handles, "
+                                      "or with finite numbers")
+
+
+def test_parquet_files_of_different_schemas_are_refused_on_dask(tmp_path) -> None:
+    pd.DataFrame({"id": ["a"], "x": [1.0]}).to_parquet(tmp_path / "a.parquet")
+    pd.DataFrame({"id": ["b"], "x": [1]}).to_parquet(tmp_path / "b.parquet")
+    files = [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]
+    with pytest.raises(DataReadError) as refused:
+        open_parquet(files, "institution 'north'")
+    assert str(refused.value) == (f"institution 'north': on a Dask cluster every Parquet file must have the "
+                                  f"schema of '{files[0]}'; '{files[1]}' has another (columns or types): "
+                                  "rewrite it with the same columns and types, or remove compute: dask")
+
+
+def test_the_holdout_stream_is_the_same_drawn_at_once_or_block_by_block() -> None:
+    blocks = [Block(i, 0, n) for i, n in enumerate([7, 1, 64, 33, 0, 250])]
+    whole = np.random.default_rng(np.random.SeedSequence(5, spawn_key=(9,))).random(355) < 0.3
+    pieces = holdout_masks(np.random.default_rng(np.random.SeedSequence(5, spawn_key=(9,))), blocks, 0.3)
+    drawn = np.concatenate([np.unpackbits(p, count=b.n_rows).astype(bool) for p, b in zip(pieces, blocks,
+                                                                                              strict=True)])
+    assert np.array_equal(drawn, whole) and 0 < whole.sum() < 355
+
+
+def test_regression_sums_are_exact_whatever_the_blocks() -> None:
+    rng = np.random.default_rng(4)
+    values = np.concatenate([rng.normal(0, 1e8, 500), rng.normal(0, 1e-8, 500), [1e300, -1e300, 5e-324]])
+    rng.shuffle(values)
+    for cuts in ([], [1], [10, 500, 501], list(range(50, 1003, 50))):
+        parts = [exact_parts(piece[:, None]) for piece in np.split(values, cuts)]
+        total = exact_value(merge_statistics(parts)[0])
+        assert total == math.fsum(values)  # the correctly rounded sum, for every cut
+    assert exact_value(exact_parts(np.zeros((0, 1)))[0]) == 0.0
+    with pytest.raises(InputError, match=re.escape("held-out statistics: a value is not finite")):
+        exact_parts(np.array([[np.nan]]))
+
+
+def test_csv_data_stays_in_the_agent_process_and_says_so(tmp_path, three_workers, caplog) -> None:
+    table = _table("classification")
+    contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
+    north, new = _north_and_new(table)
+    (tmp_path / "csv").mkdir()
+    north.to_csv(tmp_path / "csv" / "north.csv", index=False)
+    config = _config(tmp_path, north, new, contract, on_dask=True, data=str(tmp_path / "csv" / "*.csv"))
+    with caplog.at_level("INFO", logger="fedcore.agents.data"):
+        data = _load(config, three_workers, on_dask=True)
+    assert data.table is None and len(data.frame) == len(north) and data.open_batch is not None
+    assert (f"institution 'north': '{tmp_path}/csv/*.csv' is not all Parquet, so the agent reads it in its "
+            "own process (compute: dask reads Parquet on the workers)") in caplog.messages
+
+
+def test_an_agent_process_connects_once_and_keeps_its_cluster_across_sessions(tmp_path) -> None:
+    from fedcore.agents import data as agent_data
+
+    _write(_north_and_new(_table("classification"))[0], tmp_path / "north")
+    local = {"dask": {"local": {"workers": 1, "processes": False}, "block_rows": BLOCK_ROWS}}
+    raw = {"federation": "f", "setting": "horizontal", "consortium_key": {"env": "UNUSED"},
+           "institutions": [
+               {"name": "north", "data": str(tmp_path / "north" / "*.parquet"), "id_column": "patient_id",
+                "label": "class", "compute": local},
+               {"name": "south", "data": "unused.parquet", "id_column": "patient_id", "label": "class"}]}
+    config = parse_config(raw, tmp_path / "federation.yaml")
+    first = institution_from_config(config, "north")  # a session start: the loader reads the config again
+    try:
+        second = institution_from_config(config, "north")
+        assert first.cluster is second.cluster and first.table == second.table and first.validation is None
+        assert len(first.cluster.client.scheduler_info()["workers"]) == 1
+    finally:
+        agent_data._CLUSTERS.pop(config.institution("north").compute).close()
