@@ -142,7 +142,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         privacy = self._privacy(h)
         if self.party is not None:
             self.party.rows.close()  # the last session's rows (on a cluster: its blocks)
-        rows = self._rows(train, privacy)
+        rows = self._rows(train)
         if isinstance(privacy, SecureAggregation):
             self.party = PPDERTParty(self.name, schema=self.schema, seed=int(h["seed"]),
                                      low=np.asarray(h["low"], np.float64),
@@ -158,7 +158,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         self._done.add("setup")  # a refused setup may be corrected; one that answered is final
         return Message("ready", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
 
-    def _rows(self, train: pd.DataFrame, privacy: PrivacySetting) -> dict:
+    def _rows(self, train: pd.DataFrame) -> dict:
         """The party's rows as its constructor takes them: in process, or on this institution's Dask cluster.
 
         The cluster is the institution's own choice (`compute:` in its config, never the master's): the agent
@@ -167,10 +167,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         compute = self.data.compute
         if compute is None:
             return {"frame": train}
-        from fedcore.compute.dask_rows import LDP_REFUSED, DaskPartyRows
+        from fedcore.compute.dask_rows import DaskPartyRows
 
-        if isinstance(privacy, LocalDP):
-            raise ProtocolError(f"institution {self.name!r}: {LDP_REFUSED}")
         if self._cluster is None:
             from fedcore.compute.cluster import connect
 
