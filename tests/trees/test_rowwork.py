@@ -206,8 +206,11 @@ def test_results_do_not_depend_on_the_number_of_threads() -> None:
         for threads in (1, numba.config.NUMBA_NUM_THREADS):
             numba.set_num_threads(threads)
             out = []
-            for rows, _, _, _ in levels(seed=11, n_trees=20, k=4, depth=6):
-                out += [*rows.ranges(), rows.class_counts(), rows.partition.order.copy()]
+            ldp = LabelLDP().sized_for(5)
+            for report, (rows, _, _, _) in enumerate(levels(seed=11, n_trees=20, k=4, depth=6)):
+                rows.draw_permanent(ldp, counter_key(2, "ldp_permanent"))
+                out += [*rows.ranges(), rows.class_counts(), rows.partition.order.copy(), rows.permanent,
+                        *rows.ldp_report_sums(ldp, counter_key(2, "ldp_instant"), report)]
             outputs.append(out)
         assert all(a.tobytes() == b.tobytes() for a, b in zip(outputs[0], outputs[-1], strict=True))
     finally:
