@@ -107,8 +107,9 @@ def test_a_parquet_dataset_read_by_the_workers_gives_the_in_memory_forest(three_
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("inline", [True, False], ids=["arrays in the tasks", "arrays scattered"])
-def test_a_worker_lost_mid_forest_still_gives_the_same_forest(tmp_path, monkeypatch, inline) -> None:
+@pytest.mark.parametrize("inline, privacy", [(True, "none"), (False, "none"), (True, "ldp")],
+                         ids=["arrays in the tasks", "arrays scattered", "ldp: permanent responses rebuilt"])
+def test_a_worker_lost_mid_forest_still_gives_the_same_forest(tmp_path, monkeypatch, inline, privacy) -> None:
     import distributed
 
     from fedcore.compute import dask_rows
@@ -135,14 +136,14 @@ def test_a_worker_lost_mid_forest_still_gives_the_same_forest(tmp_path, monkeypa
     monkeypatch.setattr(DaskPartyRows, "start_level", start_level)
     try:
         table = horizontal_table(seed=5)
-        model = _FromParquet(n_estimators=3, max_depth=5, random_state=3, compute=client)
+        model = _FromParquet(n_estimators=3, max_depth=5, random_state=3, compute=client, privacy=privacy)
         model.folder = tmp_path
         got = _fit(model, table)
         assert lost and len(client.scheduler_info()["workers"]) == 2
     finally:
         client.close()
         cluster.close()
-    assert_same_forest(_fit(_fet(), table).model_, got.model_)
+    assert_same_forest(_fit(_fet(privacy=privacy), table).model_, got.model_)
 
 
 def test_an_unreachable_scheduler_is_one_error_naming_its_address() -> None:
