@@ -22,6 +22,7 @@ import pandas as pd
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.privacy import ldp_draws
 from fedcore.protocol.messages import Message
 from fedcore.trees import rowwork
 
@@ -117,8 +118,8 @@ class RowPartition:
         sums = np.zeros((size, n_bits), dtype=np.int64)
         sizes = np.zeros(size, dtype=np.int64)
         rowwork.ldp_report_sums(self.order, self.starts, self.ends, self.node_slot, X, features, thresholds,
-                                np.ascontiguousarray(permanent, dtype=np.uint8), int(first_row), key,
-                                int(report), *ldp.instant_thresholds(), sums, sizes)
+                                np.ascontiguousarray(permanent, dtype=np.uint8), int(first_row),
+                                ldp_draws.check_key(key), int(report), *ldp.instant_thresholds(), sums, sizes)
         return sums, sizes
 
     def active_slots_per_row(self) -> int:

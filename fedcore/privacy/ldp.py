@@ -164,7 +164,7 @@ class LabelLDP:
         """
         labels = _check_labels(labels, n_classes)
         self.check_classes(n_classes)
-        key = _check_key(key)
+        key = ldp_draws.check_key(key)
         n_bits = self.bits_for(n_classes)
         out = np.zeros((labels.shape[0], n_bits), dtype=np.uint8)
         if self.mechanism == "krr":
@@ -186,8 +186,8 @@ class LabelLDP:
         permanent = self._checked_permanent(permanent)
         out = np.empty(permanent.shape, dtype=np.uint8)
         if_one, if_zero = self.instant_thresholds()
-        ldp_draws.instant_bits(permanent, _check_key(key), int(first_row), int(slot), int(report), if_one,
-                               if_zero, out)
+        ldp_draws.instant_bits(permanent, ldp_draws.check_key(key), int(first_row), int(slot), int(report),
+                               if_one, if_zero, out)
         return out
 
     def instant_thresholds(self) -> tuple[np.uint64, np.uint64]:
@@ -308,15 +308,6 @@ def keep_probability_for(epsilon: float, n_hashes: int) -> float:
         keep = math.nextafter(keep, 0.0)
     raise ParameterError(f"no keep_probability gives the Bloom mechanism epsilon {epsilon!r} at "
                          f"n_hashes={n_hashes}")
-
-
-def _check_key(key: np.ndarray) -> np.ndarray:
-    """A 128-bit key as `fedcore.randomness.counter_key` makes it: 2 uint64."""
-    key = np.asarray(key)
-    if key.shape != (2,) or key.dtype != np.uint64:
-        raise ParameterError(f"key must be 2 uint64 (fedcore.randomness.counter_key), got {key.dtype} "
-                             f"{key.shape}")
-    return np.ascontiguousarray(key)
 
 
 def _check_n_classes(n_classes: int) -> int:

@@ -22,6 +22,7 @@ import numba as nb
 import numpy as np
 
 from fedcore import philox
+from fedcore.errors import ParameterError
 
 CERTAIN = np.uint64(1 << 63)
 """`threshold63(1.0)`: a comparison that always holds."""
@@ -34,6 +35,18 @@ def threshold63(probability: float) -> np.uint64:
     2**-63; smaller ones are truncated, by less than 2**-63).
     """
     return np.uint64(int(fractions.Fraction(probability) * (1 << 63)))
+
+
+def check_key(key: np.ndarray) -> np.ndarray:
+    """A 128-bit key as `fedcore.randomness.counter_key` makes it (2 uint64), or ParameterError.
+
+    Checked before any kernel sees it: numba would compile other integer types into other words.
+    """
+    key = np.asarray(key)
+    if key.shape != (2,) or key.dtype != np.uint64:
+        raise ParameterError(f"key must be 2 uint64 (fedcore.randomness.counter_key), got {key.dtype} "
+                             f"{key.shape}")
+    return np.ascontiguousarray(key)
 
 
 _LOW47 = np.uint64((1 << 47) - 1)
