@@ -279,7 +279,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         privacy = parse_privacy(raw.get("privacy"), algorithm)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
-    _check_compute(institutions, setting, privacy, path)
+    _check_compute(institutions, setting, path)
     alignment = raw.get("alignment", "hash")
     if alignment not in ("hash", "psi"):
         raise ConfigError(f"{path}: alignment must be 'hash' (keyed hashes) or 'psi' (ECDH private set "
@@ -392,8 +392,7 @@ def _parse_institution(item: dict, index: int, path: Path) -> Institution:
     )
 
 
-def _check_compute(institutions: list[Institution], setting: str, privacy: PrivacySetting,
-                   path: Path) -> None:
+def _check_compute(institutions: list[Institution], setting: str, path: Path) -> None:
     """`compute: dask` runs a horizontal party's rows on a cluster; what it cannot run yet is refused here."""
     for inst in institutions:
         if inst.compute is None:
@@ -402,10 +401,6 @@ def _check_compute(institutions: list[Institution], setting: str, privacy: Priva
             raise ConfigError(f"{path}: institution {inst.name!r}: compute: dask runs the horizontal "
                               "setting's parties only; the vertical setting's come later (issue #29): remove "
                               "compute")
-        if privacy.mode == "ldp":
-            from fedcore.compute.dask_rows import LDP_REFUSED
-
-            raise ConfigError(f"{path}: institution {inst.name!r}: {LDP_REFUSED}")
 
 
 def _check_labels(institutions: list[Institution], setting: str, path: Path) -> None:

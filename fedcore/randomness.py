@@ -27,3 +27,12 @@ def bootstrap_counts(seed: int, tree: int, n_rows: int, n_draws: int) -> np.ndar
     rng = stream(seed, "bootstrap", tree)
     draws = rng.integers(0, n_rows, size=n_draws, dtype=np.int64)
     return np.bincount(draws, minlength=n_rows).astype(np.int32)
+
+
+def counter_key(seed: int, purpose: str, *keys: int) -> np.ndarray:
+    """The 128-bit key (2 uint64) of `purpose` and `keys` under `seed`, for the counter-based fedcore.philox.
+
+    For draws addressed by position (a row's LDP words, whichever block holds the row): their words come from
+    counters under this key, secret as long as `seed` is. Taken from `stream`'s own SeedSequence.
+    """
+    return stream(seed, purpose, *keys).bit_generator.seed_seq.generate_state(2, np.uint64)

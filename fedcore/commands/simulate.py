@@ -138,10 +138,6 @@ def _not_available(args: argparse.Namespace) -> str | None:
         return (f"algorithm {args.algorithm!r} supports privacy {', '.join(repr(m) for m in modes)}, "
                 f"got {args.privacy!r}")
     if args.dask is not None:
-        if args.privacy == "ldp":
-            from fedcore.compute.dask_rows import LDP_REFUSED
-
-            return LDP_REFUSED.replace("remove compute: dask", "drop --dask")
         compute_from_spec(args.dask)  # a bad spec is refused before the table is read
     if args.epsilon is not None and "epsilon" not in MODE_FIELDS[args.privacy]:
         using = [m for m in modes if "epsilon" in MODE_FIELDS[m]]
@@ -226,6 +222,9 @@ def format_result(result: dict) -> str:
     identical = result["single_party_identical"]
     verdict = "not expected: noise is added" if identical is None else ("yes" if identical else "NO")
     lines += ["", f"single-party identical (same trees, same predictions): {verdict}"]
+    if "in_process_identical" in result:
+        lines.append("on Dask, identical to the same federation in process: "
+                     f"{'yes' if result['in_process_identical'] else 'NO'}")
     summary = _privacy_summary(result.get("privacy_report") or {})
     if summary:
         lines.append(f"privacy: {summary} (details in --json)")

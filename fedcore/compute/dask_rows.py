@@ -18,11 +18,14 @@ order:
 * class counts and regression (count, sum of q) sums: integer sums, so any order gives the in-process
   counts exactly, in the same integer type;
 * minima and maxima: block by block, an equal value replacing the current one, as the kernel does row by
-  row, so even the sign of a zero is the in-process one.
+  row, so even the sign of a zero is the in-process one;
+* LDP bit sums and branch sizes: int64 sums of reports whose random words are addressed by (report, tree
+  slot, row) position (`fedcore.privacy.ldp_draws`), so a block draws exactly its rows' words; each block's
+  permanent responses are drawn on its worker at hello (a future per block, rebuilt from lineage like the
+  rows).
 
 So the party's replies, and the forest, are the in-process party's, for any number of workers and any
-placement of the blocks. LDP's reports draw random words in an order that runs over the whole table, so a
-Dask party refuses LDP (issue #29).
+placement of the blocks.
 
 The agent process holds the blocks' descriptions, the futures and the level's small arrays; the rows and
 their partitions stay on the workers.
@@ -48,7 +51,7 @@ from fedcore.compute.blocks import (
     load_kept_block,
     parquet_blocks,
 )
-from fedcore.errors import ParameterError, ProtocolError
+from fedcore.errors import ProtocolError
 from fedcore.horizontal.rows import RowPartition
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.trees import rowwork
@@ -58,10 +61,6 @@ if TYPE_CHECKING:
 
     from fedcore.privacy.ldp import LabelLDP
 
-LDP_REFUSED = ("privacy 'ldp' runs in process only: its reports draw random words in an order that runs over "
-               "the whole table, which blocks on a Dask cluster do not reproduce yet (issue #29); remove "
-               "compute: dask, or use privacy none or gdp")
-"""Why a Dask party refuses LDP."""
 INLINE_BYTES = 16 << 20
 """A level's arrays travel inside each block's task up to this many bytes over all blocks (else scattered)."""
 
@@ -103,6 +102,19 @@ def _regression_sums(part: RowPartition, data: tuple[np.ndarray, np.ndarray], ca
     features, thresholds = candidates
     q = np.rint(np.ldexp(data[1], shift)).astype(np.int64)  # as `PartyRows.shifted_regression_sums`
     return rowwork.regression_sums(part.order, part.starts, part.ends, data[0], q, features, thresholds)
+
+
+# LDP's keys travel as `words_key`: `Client.submit` takes `key` for itself
+def _permanent(data: tuple[np.ndarray, np.ndarray], first_row: int, ldp: LabelLDP, n_classes: int,
+               words_key: np.ndarray) -> np.ndarray:
+    """The block's permanent LDP responses: rows first_row, first_row + 1, ... of the party."""
+    return ldp.permanent_bits(data[1], n_classes, words_key, first_row)
+
+
+def _ldp_report_sums(part: RowPartition, data: tuple[np.ndarray, np.ndarray], permanent: np.ndarray,
+                     first_row: int, candidates: tuple, ldp: LabelLDP, words_key: np.ndarray,
+                     report: int) -> tuple[np.ndarray, np.ndarray]:
+    return part.ldp_report_sums(data[0], permanent, first_row, candidates, ldp, words_key, report)
 
 
 def _active_slots(part: RowPartition) -> int:
@@ -168,6 +180,7 @@ class DaskPartyRows:
         self.partition = _OpenNodes()
         self.parts: list[Future] = []
         self._held: list[Future] = []  # the batch's scattered decisions: the partitions' lineage
+        self.permanent: list[Future] | None = None  # LDP: each block's permanent responses (`draw_permanent`)
         self.features = np.zeros((0, 0), np.int64)
         self.thresholds = np.zeros((0, 0))
         self._in_batch = False
@@ -254,12 +267,12 @@ class DaskPartyRows:
 
     def close(self) -> None:
         """Release every future of this party (its rows leave the workers)."""
-        self.data, self.parts, self._held = [], [], []
+        self.data, self.parts, self._held, self.permanent = [], [], [], None
 
     def __getstate__(self) -> dict:
         """A fitted estimator's party pickles without the cluster: only training used the rows."""
         state = self.__dict__.copy()
-        state.update(client=None, data=[], parts=[], _held=[])
+        state.update(client=None, data=[], parts=[], _held=[], permanent=None)
         return state
 
     # -- PartyRows' interface ---------------------------------------------------------------------------
@@ -360,7 +373,23 @@ class DaskPartyRows:
             digest.update(f"{block.n_rows}:".encode() + part)
         return digest.hexdigest()
 
-    def ldp_report_sums(self, ldp: LabelLDP, permanent: np.ndarray,
-                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """Refused: see `LDP_REFUSED`."""
-        raise ParameterError(LDP_REFUSED)
+    def draw_permanent(self, ldp: LabelLDP, key: np.ndarray) -> None:
+        """Each block's permanent LDP responses, drawn and kept on its worker (`PartyRows.draw_permanent`)."""
+        ldp.check_classes(self.schema.n_classes)  # a bad mechanism is refused here, not on every worker
+        self.permanent = self._map(_permanent, self.data, [b.start for b in self.blocks], ldp=ldp,
+                                   n_classes=int(self.schema.n_classes), words_key=key)
+        drawn = self._gather(self._map(len, self.permanent))  # drawn (errors surface here)
+        assert drawn == [b.n_rows for b in self.blocks], "a block drew another number of responses than rows"
+
+    def ldp_report_sums(self, ldp: LabelLDP, key: np.ndarray, report: int) -> tuple[np.ndarray, np.ndarray]:
+        """The level's instant reports summed per branch: one task per block, int64 sums in block order."""
+        assert self.permanent is not None, "hello draws the permanent responses before any report"
+        n_bits = ldp.bits_for(self.schema.n_classes)
+        sums = np.zeros((self.features.size * 2, n_bits), dtype=np.int64)
+        sizes = np.zeros(self.features.size * 2, dtype=np.int64)
+        for block_sums, block_sizes in self._gather(self._map(
+                _ldp_report_sums, self.parts, self.data, self.permanent, [b.start for b in self.blocks],
+                candidates=self._candidates(), ldp=ldp, words_key=key, report=int(report))):
+            sums += block_sums
+            sizes += block_sizes
+        return sums, sizes

@@ -146,12 +146,12 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         if self.party is not None:
             self.party.rows.close()  # the last session's rows (on a cluster: its blocks)
         if self.data.table is not None:  # on the workers: the agent holds each block's packed holdout mask
-            rows, n_train, n_held = self._rows_on_workers(rng, fraction, privacy)
+            rows, n_train, n_held = self._rows_on_workers(rng, fraction)
         else:
             frame = self.data.frame.drop(columns=[self.data.id_column])
             held = rng.random(len(frame)) < fraction
             train, self._holdout = frame[~held].reset_index(drop=True), frame[held].reset_index(drop=True)
-            rows, n_train, n_held = self._rows(train, privacy), len(train), len(self._holdout)
+            rows, n_train, n_held = self._rows(train), len(train), len(self._holdout)
         if isinstance(privacy, SecureAggregation):
             self.party = PPDERTParty(self.name, schema=self.schema, seed=int(h["seed"]),
                                      low=np.asarray(h["low"], np.float64),
@@ -167,7 +167,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         self._done.add("setup")  # a refused setup may be corrected; one that answered is final
         return Message("ready", {"train_rows": n_train, "holdout_rows": n_held})
 
-    def _rows(self, train: pd.DataFrame, privacy: PrivacySetting) -> dict:
+    def _rows(self, train: pd.DataFrame) -> dict:
         """The party's rows as its constructor takes them: in process, or on this institution's Dask cluster.
 
         The cluster is the institution's own choice (`compute:` in its config, never the master's): the agent
@@ -178,7 +178,6 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             return {"frame": train}
         from fedcore.compute.dask_rows import DaskPartyRows
 
-        self._refuse_ldp(privacy)
         if self._cluster is None and self.data.cluster is not None:  # the one its data load connected
             self._cluster = self.data.cluster
         elif self._cluster is None:
@@ -193,8 +192,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
                  len(rows.blocks), len(self._cluster.client.scheduler_info().get("workers", {})))
         return {"frame": None, "rows": rows}
 
-    def _rows_on_workers(self, rng: np.random.Generator, fraction: float,
-                         privacy: PrivacySetting) -> tuple[dict, int, int]:
+    def _rows_on_workers(self, rng: np.random.Generator, fraction: float) -> tuple[dict, int, int]:
         """The party's rows when the workers read the table: each block keeps its training rows.
 
         The holdout mask is drawn here block by block (the in-process mask's stream) and kept packed, one
@@ -203,7 +201,6 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         from fedcore.compute.dask_rows import DaskPartyRows
         from fedcore.compute.dask_table import count_bits, holdout_masks, invert_masks
 
-        self._refuse_ldp(privacy)
         table, cluster = self.data.table, self.data.cluster
         assert table is not None and cluster is not None and self.schema is not None, "setup on Dask"
         self._held = holdout_masks(rng, table.blocks, fraction)
@@ -213,12 +210,6 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         log.info("institution %r: %d training rows in %d blocks read by the Dask workers, %d held out",
                  self.name, rows.n_rows, len(rows.blocks), n_held)
         return {"frame": None, "rows": rows}, rows.n_rows, n_held
-
-    def _refuse_ldp(self, privacy: PrivacySetting) -> None:
-        from fedcore.compute.dask_rows import LDP_REFUSED
-
-        if isinstance(privacy, LocalDP):
-            raise ProtocolError(f"institution {self.name!r}: {LDP_REFUSED}")
 
     def _check_schema(self, schema: HorizontalSchema) -> None:
         """Refuse a schema other than the one this institution's own data contract gives.

@@ -249,10 +249,6 @@ class _FETBase(_HorizontalForest):
         return self._ldp
 
     def _make_parties(self, frames, schema):
-        if self._cluster is not None and self._privacy == "ldp":
-            from fedcore.compute.dask_rows import LDP_REFUSED
-
-            raise ParameterError(LDP_REFUSED)
         return [HorizontalParty(name=name, schema=schema, privacy=self._privacy, epsilon=self._epsilon,
                                 ldp=self._ldp, noise_seed=party_noise_seed(self._params.random_state, name),
                                 **self._rows(name, frame, schema))

@@ -14,7 +14,6 @@ grouped by open node (`RowPartition`), and counting is a histogram per node.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,15 +22,13 @@ import pandas as pd
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.privacy import ldp_draws
 from fedcore.protocol.messages import Message
 from fedcore.trees import rowwork
 
 if TYPE_CHECKING:
     from fedcore.compute.dask_rows import DaskPartyRows
     from fedcore.privacy.ldp import LabelLDP
-
-CHUNK_ELEMENTS = 1 << 21
-"""Upper bound on the random words (8 bytes each) an LDP reply draws at once."""
 
 
 class RowPartition:
@@ -104,28 +101,26 @@ class RowPartition:
                                 f"below the {len(next_pos)} children")
         return chosen, next_pos
 
-    def slot_groups(self, n_bits: int,
-                    budget: int = CHUNK_ELEMENTS) -> Iterator[tuple[int, int, np.ndarray | None]]:
-        """Consecutive tree slots in draw order, grouped to need at most `budget` random words each.
+    def ldp_report_sums(self, X: np.ndarray, permanent: np.ndarray, first_row: int,
+                        candidates: tuple[np.ndarray, np.ndarray], ldp: LabelLDP, key: np.ndarray,
+                        report: int) -> tuple[np.ndarray, np.ndarray]:
+        """One fresh instant report per row in an open node per tree, added to the branch it takes.
 
-        Each report takes n_bits words; yields (first slot, number of slots, rows per slot in open nodes). A
-        slot alone over budget comes alone, with None: its caller cuts it into row windows.
+        The rows (X, their permanent bits) are the party's rows first_row, first_row + 1, ...: each report
+        is drawn at (row, tree slot, `report`) under `key` (`fedcore.privacy.ldp_draws`) and added under each
+        candidate: bit sums (A * k * 2, n_bits) and sizes (A * k * 2,) int64. Integers drawn by position:
+        the sums of blocks of rows add up to the whole table's exactly. What the in-process party and each
+        Dask block run.
         """
-        active = self.node_slot >= 0
-        per_slot = np.bincount(self.node_slot[active], weights=self.node_sizes()[active],
-                               minlength=self.n_slots).astype(np.int64)
-        first = 0
-        while first < self.n_slots:
-            if per_slot[first] * n_bits > budget:
-                yield first, 1, None
-                first += 1
-                continue
-            stop, total = first + 1, per_slot[first]
-            while stop < self.n_slots and (total + per_slot[stop]) * n_bits <= budget:
-                total += per_slot[stop]
-                stop += 1
-            yield first, stop - first, per_slot[first:stop]
-            first = stop
+        features, thresholds = candidates
+        n_bits = permanent.shape[1]
+        size = features.size * 2
+        sums = np.zeros((size, n_bits), dtype=np.int64)
+        sizes = np.zeros(size, dtype=np.int64)
+        rowwork.ldp_report_sums(self.order, self.starts, self.ends, self.node_slot, X, features, thresholds,
+                                np.ascontiguousarray(permanent, dtype=np.uint8), int(first_row),
+                                ldp_draws.check_key(key), int(report), *ldp.instant_thresholds(), sums, sizes)
+        return sums, sizes
 
     def active_slots_per_row(self) -> int:
         """The most trees any single row is active in (for per-row privacy accounting)."""
@@ -156,6 +151,7 @@ class PartyRows:
         self._codes: np.ndarray | None = None
         self._q: np.ndarray | None = None
         self._q_shift: int | None = None
+        self.permanent: np.ndarray | None = None  # LDP: each row's permanent response (`draw_permanent`)
 
     def clear(self) -> None:
         """No batch in progress (a new session, or the finished model)."""
@@ -258,44 +254,14 @@ class PartyRows:
         return hashlib.sha256(np.ascontiguousarray(self.X).tobytes()
                               + np.ascontiguousarray(self.y).tobytes()).hexdigest()
 
-    def ldp_report_sums(self, ldp: LabelLDP, permanent: np.ndarray,
-                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """One fresh instant report per row in an open node per tree, added to the branch it takes.
+    def draw_permanent(self, ldp: LabelLDP, key: np.ndarray) -> None:
+        """Draw each row's permanent response under `key` (at hello): kept for the session's reports."""
+        self.permanent = ldp.permanent_bits(self.y, self.schema.n_classes, key)
 
-        The reports come from `ldp` and `rng`; each is added under each candidate: bit sums (A * k * 2,
-        n_bits) and sizes (A * k * 2,) int64.
-
-        Random words are drawn slot-major, then by row, n_bits per report: the order of the (tree slot,
-        row) entries `LabelLDP.add_report_sums` was given before, so the reports are the same. Transient
-        memory: the (slots of a group x rows) int32 positions (at most the partition's size) and at most
-        CHUNK_ELEMENTS random words.
-        """
-        part = self.partition
-        features, thresholds = self._candidates()
-        permanent = np.ascontiguousarray(permanent, dtype=np.uint8)
-        n_bits = permanent.shape[1]
-        size = features.size * 2
-        sums = np.zeros((size, n_bits), dtype=np.int64)
-        sizes = np.zeros(size, dtype=np.int64)
-        if_one, if_zero = ldp.instant_thresholds()
-        window = max(1, CHUNK_ELEMENTS // max(n_bits, 1))
-        for first, n_slots, per_slot in part.slot_groups(n_bits, CHUNK_ELEMENTS):
-            pos = rowwork.slot_positions(part.order, part.starts, part.ends, part.node_slot, first, n_slots,
-                                         self.n_rows)
-            if per_slot is None:  # one slot over budget: row windows of at most `window` reports each
-                spans = [(r0, min(r0 + window, self.n_rows)) for r0 in range(0, self.n_rows, window)]
-            else:
-                spans = [(0, self.n_rows)]
-            for r0, r1 in spans:
-                counts = (per_slot if per_slot is not None
-                          else np.array([np.count_nonzero(pos[0, r0:r1] >= 0)]))
-                offsets = np.zeros(n_slots, dtype=np.int64)
-                np.cumsum(counts[:-1] * n_bits, out=offsets[1:])
-                words = ldp.instant_words(rng, int(counts.sum()) * n_bits)
-                rowwork.ldp_report_sums(pos, r0, r1, offsets, words, self.X, features, thresholds, permanent,
-                                        if_one, if_zero, sums, sizes)
-        return sums, sizes
-
+    def ldp_report_sums(self, ldp: LabelLDP, key: np.ndarray, report: int) -> tuple[np.ndarray, np.ndarray]:
+        """The level's instant reports summed per branch (`RowPartition.ldp_report_sums`) over all rows."""
+        assert self.permanent is not None, "hello draws the permanent responses before any report"
+        return self.partition.ldp_report_sums(self.X, self.permanent, 0, self._candidates(), ldp, key, report)
 
 
 def narrow(counts: np.ndarray) -> np.ndarray:

@@ -8,6 +8,10 @@ SHA-256 of ``f"{c}:{i}"``, the digest read as a big-endian integer, mod ``n_bits
 2. instant randomized response, fresh for every report: send 1 with probability ``p_one_if_one`` if the
    permanent bit is 1 and ``p_one_if_zero`` if it is 0.
 
+Both draw their random words by position (`fedcore.privacy.ldp_draws`): the permanent response of row r, and
+the instant report of (report, tree slot, row r), each from its own counters under the party's secret keys, so
+any block of rows draws exactly what the whole table draws for it.
+
 The master only sees per-group sums of instant bits and estimates class counts by non-negative regression on
 the known report probabilities (``estimate_counts``, solved by `fedcore.privacy.nnls`: exact, compiled, and
 the same for a group whatever other groups share the call). Privacy follows Erlingsson et al. (2014):
@@ -17,7 +21,6 @@ the same for a group whatever other groups share the call). Privacy follows Erli
 from __future__ import annotations
 
 import dataclasses
-import fractions
 import functools
 import hashlib
 import math
@@ -25,17 +28,16 @@ import numbers
 from dataclasses import dataclass
 from typing import TypeGuard
 
-import numba as nb
 import numpy as np
 
 from fedcore.errors import LabelError, ParameterError
+from fedcore.privacy import ldp_draws
 from fedcore.privacy.nnls import SharedNNLS
 
 ESTIMATORS = ("nnls", "lasso")
 MECHANISMS = ("bloom", "krr")
 MIN_AUTO_BITS = 32  # the smallest Bloom filter chosen when n_bits is left unset
 SUM_WEIGHT = 1e3  # weight of the equation sum(proportions) = 1, against bit equations of scale <= 1
-_CHUNK_ROWS = 1 << 15  # rows per random draw, to bound memory on large parties
 
 
 def _is_int(value: object) -> bool:
@@ -153,75 +155,46 @@ class LabelLDP:
         """Refuse a class count the Bloom patterns cannot tell apart, before any sample is encoded."""
         _design(self, _check_n_classes(n_classes))
 
-    def permanent_bits(self, labels: np.ndarray, n_classes: int, rng: np.random.Generator) -> np.ndarray:
+    def permanent_bits(self, labels: np.ndarray, n_classes: int, key: np.ndarray,
+                       first_row: int = 0) -> np.ndarray:
         """Permanent randomized response of each sample's Bloom bits, (n, n_bits) uint8.
 
-        Drawn once, reused for every tree.
+        Drawn once, reused for every tree. Sample i is row first_row + i of the party: its response comes from
+        that row's words under `key` (`ldp_draws`), whatever other rows are drawn with it.
         """
         labels = _check_labels(labels, n_classes)
         self.check_classes(n_classes)
-        if self.mechanism == "krr":
-            return self._krr_permanent(labels, n_classes, rng)
+        key = ldp_draws.check_key(key)
         n_bits = self.bits_for(n_classes)
-        bloom = _patterns(n_bits, self.n_hashes, n_classes)
-        keep = self.keep_probability
-        coin_one = keep + (1.0 - keep) / 2.0  # one uniform per bit: [0, keep) keeps, then 1 / 0 half each
-        out = np.empty((labels.shape[0], n_bits), dtype=np.uint8)
-        for start in range(0, labels.shape[0], _CHUNK_ROWS):
-            rows = slice(start, start + _CHUNK_ROWS)
-            u = rng.random((labels[rows].shape[0], n_bits))
-            out[rows] = np.where(u < keep, bloom[labels[rows]], u < coin_one)
+        out = np.zeros((labels.shape[0], n_bits), dtype=np.uint8)
+        if self.mechanism == "krr":
+            keep = ldp_draws.threshold63(self._krr_keep(n_classes))
+            ldp_draws.permanent_krr(labels, n_classes, int(first_row), key, keep, out)
+        else:
+            bloom = _patterns(n_bits, self.n_hashes, n_classes)
+            ldp_draws.permanent_bloom(labels, bloom, int(first_row), key,
+                                      ldp_draws.threshold63(self.keep_probability), out)
         return out
 
-    def instant_bits(self, permanent: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Instant randomized response of permanent bits, same shape uint8: draw fresh for every report."""
+    def instant_bits(self, permanent: np.ndarray, key: np.ndarray, report: int = 0, slot: int = 0,
+                     first_row: int = 0) -> np.ndarray:
+        """Instant randomized response of permanent bits, same shape uint8: fresh for every (report, slot).
+
+        Row i is the party's row first_row + i (`ldp_draws`); the party's own reports are summed where its
+        rows are (`fedcore.trees.rowwork.ldp_report_sums`), from the same draws.
+        """
         permanent = self._checked_permanent(permanent)
         out = np.empty(permanent.shape, dtype=np.uint8)
         if_one, if_zero = self.instant_thresholds()
-        for start in range(0, permanent.shape[0], _CHUNK_ROWS):
-            rows = slice(start, start + _CHUNK_ROWS)
-            block = permanent[rows]
-            words = self.instant_words(rng, block.size)  # one 64-bit word per reported bit
-            _respond(block, words, if_one, if_zero, out[rows])
+        ldp_draws.instant_bits(permanent, ldp_draws.check_key(key), int(first_row), int(slot), int(report),
+                               if_one, if_zero, out)
         return out
-
-    def add_report_sums(self, permanent: np.ndarray, groups: np.ndarray, rng: np.random.Generator,
-                        bit_sums: np.ndarray, sizes: np.ndarray) -> None:
-        """Draw one fresh instant report per entry and add its bits to every group the entry belongs to.
-
-        Entries are rows of ``permanent``; ``groups`` (n_entries, k) holds their group ids. bit_sums
-        (n_groups, n_bits) and sizes (n_groups,) int64 are updated in place. The party's hot path: the same
-        draws as `instant_bits`, summed in the same compiled pass, never stored.
-        """
-        permanent = self._checked_permanent(permanent)
-        groups = np.ascontiguousarray(groups, dtype=np.int64)
-        if groups.ndim != 2 or groups.shape[0] != permanent.shape[0]:
-            raise ParameterError(f"groups must have shape ({permanent.shape[0]}, k), got {groups.shape}")
-        if groups.size and (groups.min() < 0 or groups.max() >= sizes.shape[0]):
-            raise ParameterError(f"group ids must be in 0..{sizes.shape[0] - 1}")
-        if (bit_sums.dtype != np.int64 or sizes.dtype != np.int64 or sizes.ndim != 1
-                or bit_sums.shape != (sizes.shape[0], permanent.shape[1])):
-            raise ParameterError("bit_sums and sizes must be int64 of shapes (n_groups, "
-                                 f"{permanent.shape[1]}) and (n_groups,), got {bit_sums.dtype} "
-                                 f"{bit_sums.shape} and {sizes.dtype} {sizes.shape}")
-        if_one, if_zero = self.instant_thresholds()
-        for start in range(0, permanent.shape[0], _CHUNK_ROWS):
-            rows = slice(start, start + _CHUNK_ROWS)
-            block = permanent[rows]
-            words = self.instant_words(rng, block.size)
-            _respond_and_add(block, words, if_one, if_zero, groups[rows], bit_sums, sizes)
-
-    def instant_words(self, rng: np.random.Generator, size: int) -> np.ndarray:
-        """Random words for `size` instant responses; k-RR has no instant step and draws none."""
-        if self.mechanism == "krr":
-            return np.zeros(size, dtype=np.uint64)
-        return rng.bit_generator.random_raw(size)
 
     def instant_thresholds(self) -> tuple[np.uint64, np.uint64]:
         """The instant response's thresholds; k-RR has no instant step (its report is the permanent one)."""
         if self.mechanism == "krr":
-            return _threshold63(1.0), _threshold63(0.0)
-        return _threshold63(self.p_one_if_one), _threshold63(self.p_one_if_zero)
+            return ldp_draws.CERTAIN, np.uint64(0)
+        return ldp_draws.threshold63(self.p_one_if_one), ldp_draws.threshold63(self.p_one_if_zero)
 
     def _krr_epsilon(self) -> float:
         """k-RR's epsilon, which `__post_init__` requires of mechanism 'krr'."""
@@ -231,16 +204,6 @@ class LabelLDP:
     def _krr_keep(self, n_classes: int) -> float:
         """k-RR: the probability of reporting the true class."""
         return 1.0 / (1.0 + (n_classes - 1) * math.exp(-self._krr_epsilon()))
-
-    def _krr_permanent(self, labels: np.ndarray, n_classes: int, rng: np.random.Generator) -> np.ndarray:
-        """k-RR reports as one-hot rows.
-
-        The true class with probability `_krr_keep`, else another, uniformly.
-        """
-        keep = rng.random(labels.shape[0]) < self._krr_keep(n_classes)
-        other = rng.integers(0, max(n_classes - 1, 1), size=labels.shape[0])
-        reported = np.where(keep, labels, other + (other >= labels))
-        return np.eye(n_classes, dtype=np.uint8)[reported]
 
     def _checked_permanent(self, permanent: np.ndarray) -> np.ndarray:
         """Permanent bits as contiguous uint8 (n, n_bits), or the error that says what to pass."""
@@ -345,54 +308,6 @@ def keep_probability_for(epsilon: float, n_hashes: int) -> float:
         keep = math.nextafter(keep, 0.0)
     raise ParameterError(f"no keep_probability gives the Bloom mechanism epsilon {epsilon!r} at "
                          f"n_hashes={n_hashes}")
-
-
-def _threshold63(probability: float) -> np.uint64:
-    """`probability` * 2**63 as an integer.
-
-    A word's top 63 bits fall below it with exactly this probability (every double >= 2**-10 is a multiple of
-    2**-63; smaller ones are truncated, by less than 2**-63).
-    """
-    return np.uint64(int(fractions.Fraction(probability) * (1 << 63)))
-
-
-@nb.njit(cache=True, inline="always")
-def _response(word: np.uint64, permanent_bit: np.uint8, if_one: np.uint64, if_zero: np.uint64) -> np.bool_:
-    """One instant response.
-
-    1 when the top 63 bits of a fresh random word fall below the threshold of its permanent bit (3.5x faster
-    than drawing and comparing float64 uniforms, and as exact).
-    """
-    return (word >> np.uint64(1)) < (if_one if permanent_bit else if_zero)
-
-
-@nb.njit(cache=True)
-def _respond(permanent: np.ndarray, words: np.ndarray, if_one: np.uint64, if_zero: np.uint64,
-             out: np.ndarray) -> None:
-    """Instant responses of a block of permanent bits, one word each, in row-major order."""
-    n_bits = permanent.shape[1]
-    for e in range(permanent.shape[0]):
-        for b in range(n_bits):
-            out[e, b] = _response(words[e * n_bits + b], permanent[e, b], if_one, if_zero)
-
-
-@nb.njit(cache=True)
-def _respond_and_add(permanent: np.ndarray, words: np.ndarray, if_one: np.uint64, if_zero: np.uint64,
-                     groups: np.ndarray, bit_sums: np.ndarray, sizes: np.ndarray) -> None:
-    """The responses `_respond` draws, added to each entry's groups.
-
-    bit_sums[g] += response, sizes[g] += 1.
-    """
-    n_bits = permanent.shape[1]
-    response = np.empty(n_bits, dtype=np.int64)
-    for e in range(permanent.shape[0]):
-        for b in range(n_bits):
-            response[b] = _response(words[e * n_bits + b], permanent[e, b], if_one, if_zero)
-        for j in range(groups.shape[1]):  # branch-free row adds: the compiler vectorises them
-            g = groups[e, j]
-            sizes[g] += 1
-            for b in range(n_bits):
-                bit_sums[g, b] += response[b]
 
 
 def _check_n_classes(n_classes: int) -> int:

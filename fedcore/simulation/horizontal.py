@@ -26,7 +26,7 @@ from fedcore.horizontal.schema import CATEGORICAL, NUMERIC
 from fedcore.horizontal.validation import column_kind
 from fedcore.metrics import metrics
 from fedcore.privacy.settings import PrivacySetting, privacy_with
-from fedcore.simulation.comparison import announce, compare, run_engine
+from fedcore.simulation.comparison import EngineRun, announce, compare, run_engine
 from fedcore.simulation.params import TASK_DEFAULT, forest_params
 from fedcore.simulation.reference import reference_extra_trees
 from fedcore.simulation.table import prepare_input, split_train_test
@@ -120,6 +120,11 @@ def pooled_categories(table: pd.DataFrame, label: str) -> dict[str, list[str]]:
     return categories
 
 
+def _same_run(a: EngineRun, b: EngineRun) -> bool:
+    """The same trees and the same predictions."""
+    return bool(a.model.model_.same_as(b.model.model_) and np.array_equal(a.predictions, b.predictions))
+
+
 def simulate_horizontal(
     table: pd.DataFrame,
     label: str,
@@ -155,7 +160,8 @@ def simulate_horizontal(
     "histogram", the default, or "domain", the paper's draw) are fields of it, None when not given. A field
     the mode does not use is refused. `compute` ("local:N", a Dask scheduler address or a Client): every
     simulated party's rows on that Dask cluster (`fedcore.compute`); the single-party run stays in process,
-    so `single_party_identical` compares the two.
+    so `single_party_identical` compares the two. Where noise is added (gdp, ldp) no single-party run can
+    be identical: `in_process_identical` then compares the Dask run with the same federation in process.
     """
     table, column_notes = prepare_input(table, label, id_column, drop)
     if task == "auto":
@@ -180,10 +186,12 @@ def simulate_horizontal(
                            caption=f"{algorithm} ({privacy}), {parties} parties, {trees} trees")
     single = run_engine(make(), [train], label, features,
                         caption="single-party run of the same engine (M = 1)", progress=progress)
-    identical = None
+    identical = in_process = None
     if privacy in EXACT_MODES:
-        identical = bool(federated.model.model_.same_as(single.model.model_)
-                         and np.array_equal(federated.predictions, single.predictions))
+        identical = _same_run(federated, single)
+    elif compute is not None:  # the Dask run's lossless reference: the same parties and noise, in process
+        in_process = _same_run(federated, run_engine(make(), party_frames, label, features, progress=progress,
+                                                     caption="the same federation in process"))
     result = {
         "setting": "horizontal",
         "algorithm": algorithm,
@@ -194,6 +202,7 @@ def simulate_horizontal(
                       **({"alpha": alpha} if partition == "dirichlet" else {}),
                       "rows": [len(p) for p in party_frames]},
         **({"compute": compute} if isinstance(compute, str) else {}),
+        **({"in_process_identical": in_process} if in_process is not None else {}),
         "rows_train": len(train),
         "rows_test": len(test),
         **compare(task, y_test, federated, single, identical,

@@ -8,9 +8,10 @@ open node of every tree of the batch sit in one contiguous segment `order[starts
 int32 array; tree slot s owns `order[s * n_rows:(s + 1) * n_rows]` and its nodes' segments subdivide that
 range. Splits partition segments stably, so each segment lists its rows in ascending order: a node sees
 its rows in the same order as a row-major scan of the old (tree x row) position matrix, which keeps
-min/max ties (+0.0 / -0.0) and the LDP random-word order exactly as they were. Counting is a histogram
-per node (its (k, 2, C) block stays in cache) and the kernels run in parallel over nodes (over tree slots
-for LDP): every output cell belongs to one node, so results do not depend on the number of threads.
+min/max ties (+0.0 / -0.0) exactly as they were. Counting is a histogram per node (its (k, 2, C) block
+stays in cache) and the kernels run in parallel over nodes: every output cell belongs to one node, so
+results do not depend on the number of threads. LDP reports draw their words by (report, tree slot,
+row) position (`fedcore.privacy.ldp_draws`), so they do not depend on the order either.
 
 Branches everywhere: a value goes left when `x <= threshold`; NaN values (and NaN thresholds) go right.
 
@@ -21,10 +22,7 @@ What each kernel allocates besides its output:
 * `node_ranges`, `regression_sums`: nothing but their outputs ((A, k) float64 x2; (A, k, 2, 2) int64);
 * `class_counts`: nothing; it counts into the caller's (A, k, 2, C) array, whose integer type the caller
   picks to hold the largest node (`PartyRows` uses uint16 below 65536 rows: a quarter of int64's memory);
-* `slot_positions`: the (slots of the group x n_rows) int32 position matrix it returns (the caller groups
-  slots so that this stays within the partition's own 4 bytes per (tree, row));
-* `ldp_report_sums`: one n_bits int64 response vector per slot; the caller's random words are bounded
-  by its chunk size;
+* `ldp_report_sums`: one n_bits int64 response vector per open node;
 * `rows_active_count`: one n_rows int32 counter.
 """
 
@@ -32,6 +30,8 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
+
+from fedcore.privacy.ldp_draws import instant_report
 
 
 @nb.njit(cache=True, inline="always")
@@ -168,47 +168,26 @@ def regression_sums(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: 
 
 
 @nb.njit(cache=True, parallel=True)
-def slot_positions(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, node_slot: np.ndarray,
-                   first_slot: int, n_slots: int, n_rows: int) -> np.ndarray:
-    """The open-node position of every row in the tree slots from `first_slot` on.
+def ldp_report_sums(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, node_slot: np.ndarray,
+                    X: np.ndarray, features: np.ndarray, thresholds: np.ndarray, permanent: np.ndarray,
+                    first_row: int, key: np.ndarray, report: int, if_one: np.uint64, if_zero: np.uint64,
+                    bit_sums: np.ndarray, sizes: np.ndarray) -> None:
+    """One fresh instant report per row of each open node, added to every branch group it takes.
 
-    Slots first_slot .. first_slot + n_slots - 1, -1 for a row in no open node: (n_slots, n_rows) int32, the
-    row-major view LDP draws its random words in.
-    """
-    pos = np.full((n_slots, n_rows), -1, np.int32)
-    for p in nb.prange(starts.shape[0]):
-        s = node_slot[p] - first_slot
-        if 0 <= s < n_slots:  # nodes own disjoint rows of their slot: no two write the same cell
-            for i in range(starts[p], ends[p]):
-                pos[s, order[i]] = p
-    return pos
-
-
-@nb.njit(cache=True, parallel=True)
-def ldp_report_sums(pos: np.ndarray, row_start: int, row_stop: int, word_offsets: np.ndarray,
-                    words: np.ndarray, X: np.ndarray, features: np.ndarray, thresholds: np.ndarray,
-                    permanent: np.ndarray, if_one: np.uint64, if_zero: np.uint64, bit_sums: np.ndarray,
-                    sizes: np.ndarray) -> None:
-    """One fresh instant report per row of each slot of `pos`, added to every branch group it takes.
-
-    Rows row_start..row_stop-1 in an open node, ascending; under candidate j a row's branch group is (p * k +
-    j) * 2 + branch: bit_sums[g] += response, sizes[g] += 1, in place. Slot i's rows read consecutive
-    n_bits-word blocks of `words` from word_offsets[i]; bit b of a report is 1 when (word >> 1) < (if_one if
-    permanent bit b else if_zero), exactly `fedcore.privacy.ldp.LabelLDP.add_report_sums`.
+    Row r of the rows given is the party's row first_row + r; its report in the node's tree slot is
+    `ldp_draws.instant_report` at (first_row + r, node_slot[p], report). Under candidate j a row's branch
+    group is (p * k + j) * 2 + branch: bit_sums[g] += response, sizes[g] += 1, in place (int64: exact, so
+    blocks of rows add up to the whole table's sums).
     """
     k = features.shape[1]
     n_bits = permanent.shape[1]
-    for s in nb.prange(pos.shape[0]):
-        response = np.empty(n_bits, np.int64)
-        w = word_offsets[s]
-        for r in range(row_start, row_stop):
-            p = pos[s, r]
-            if p < 0:
-                continue
-            for b in range(n_bits):
-                threshold = if_one if permanent[r, b] else if_zero
-                response[b] = 1 if (words[w + b] >> np.uint64(1)) < threshold else 0
-            w += n_bits
+    for p in nb.prange(starts.shape[0]):
+        response = np.empty(n_bits, np.uint8)
+        slot = np.uint64(node_slot[p])
+        for i in range(starts[p], ends[p]):
+            r = order[i]
+            instant_report(permanent[r], key, np.uint64(first_row + r), slot, np.uint64(report), if_one,
+                           if_zero, response)
             for j in range(k):
                 g = (p * k + j) * 2 + _right(X[r, features[p, j]], thresholds[p, j])
                 sizes[g] += 1

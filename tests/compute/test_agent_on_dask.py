@@ -6,22 +6,30 @@ import pytest
 
 from fedcore.compute.cluster import DaskCompute
 from fedcore.data.datasets import make_waveform
+from fedcore.privacy.settings import parse_privacy
 from tests.horizontal.test_session import _agents, _session
 
 
-@pytest.mark.parametrize("algorithm", ["extra-trees", "ppd-ert"])
-def test_an_agent_with_compute_dask_trains_the_same_model(tmp_path, algorithm) -> None:
+@pytest.mark.parametrize("algorithm, privacy", [("extra-trees", None), ("ppd-ert", None),
+                                                ("extra-trees", "ldp")])
+def test_an_agent_with_compute_dask_trains_the_same_model(tmp_path, algorithm, privacy) -> None:
     table = make_waveform(600, random_state=3)
     table["class"] = table["class"].map({0: "a", 1: "b", 2: "c"})
     table.insert(0, "patient_id", [f"P{i:05d}" for i in range(len(table))])
     models = []
     for on_dask in (False, True):
         agents = _agents(table, tmp_path / str(on_dask))
+        if privacy is not None:
+            for agent in agents.values():
+                agent.data.privacy = parse_privacy(privacy, algorithm)
         if on_dask:  # the north institution's own config: its party on a local cluster of two workers
             north = agents["north"]
             north.data.compute = DaskCompute(workers=2, processes=False, block_rows=50)
-        session = _session(agents, algorithm)
+        session = _session(agents, algorithm, privacy=privacy)
         session.agree_schema()
+        if privacy == "ldp":  # each party's noise seed (drawn per session), the same in both runs
+            for index, agent in enumerate(agents.values()):
+                agent.party.noise_seed = 100 + index
         session.train()
         models.append(session.model)
         if on_dask:

@@ -66,9 +66,8 @@ def test_what_a_dask_party_cannot_run_yet_is_refused_when_the_config_loads() -> 
         raw = _raw(compute, setting="vertical")
         raw["institutions"][1].pop("label")
         parse_config(raw, CONFIG)
-    with pytest.raises(ConfigError, match=r"^/fed/federation.yaml: institution 'north': privacy 'ldp' runs "
-                                          r"in process only: .*\(issue #29\)"):
-        parse_config(_raw(compute, privacy="ldp"), CONFIG)
+    config = parse_config(_raw(compute, privacy="ldp"), CONFIG)  # every privacy mode runs on Dask
+    assert config.privacy.mode == "ldp" and config.institutions[0].compute == DaskCompute(workers=2)
 
 
 def test_the_estimators_and_simulate_take_local_n_or_an_address() -> None:

@@ -6,6 +6,8 @@ the same estimator in process and the same seed.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -15,8 +17,9 @@ import pytest
 from fedcore.compute.blocks import parquet_blocks
 from fedcore.compute.cluster import DaskCompute, connect
 from fedcore.compute.dask_rows import DaskPartyRows
-from fedcore.errors import ConfigError, ParameterError
+from fedcore.errors import ConfigError
 from fedcore.horizontal import FederatedExtraTreesClassifier, FederatedExtraTreesRegressor, PPDERTClassifier
+from fedcore.privacy.ldp import LabelLDP
 from tests.horizontal.common import assert_same_forest, horizontal_table, split_rows
 
 BLOCK = 40
@@ -31,7 +34,8 @@ def _fet(**kwargs) -> FederatedExtraTreesClassifier:
 
 
 @pytest.mark.parametrize("privacy, workers", [("none", "one_worker"), ("none", "three_workers"),
-                                               ("gdp", "three_workers")])
+                                               ("gdp", "three_workers"), ("ldp", "one_worker"),
+                                               ("ldp", "three_workers")])
 def test_fet_on_dask_is_the_in_process_forest(privacy, workers, request) -> None:
     client = request.getfixturevalue(workers)
     table = horizontal_table(seed=1)
@@ -55,6 +59,7 @@ def test_fet_regression_and_ppdert_on_dask(three_workers) -> None:
 
 
 def test_blocks_submitted_in_any_order_give_the_same_forest(three_workers, monkeypatch) -> None:
+    """LDP k-RR here: every statistic (min/max, report sums) whatever order the blocks' tasks run in."""
     made = DaskPartyRows.from_frame.__func__  # type: ignore[attr-defined]
 
     def shuffled(cls, *args, **kwargs):
@@ -65,8 +70,9 @@ def test_blocks_submitted_in_any_order_give_the_same_forest(three_workers, monke
 
     monkeypatch.setattr(DaskPartyRows, "from_frame", classmethod(shuffled))
     table = horizontal_table(seed=2)
-    assert_same_forest(_fit(_fet(), table).model_,
-                       _fit(_fet(compute=three_workers, block_rows=BLOCK), table).model_)
+    krr = {"privacy": "ldp", "ldp": LabelLDP(mechanism="krr", epsilon_krr=3.0)}
+    assert_same_forest(_fit(_fet(**krr), table).model_,
+                       _fit(_fet(**krr, compute=three_workers, block_rows=BLOCK), table).model_)
 
 
 def _write_dataset(frame: pd.DataFrame, folder) -> None:
@@ -101,8 +107,9 @@ def test_a_parquet_dataset_read_by_the_workers_gives_the_in_memory_forest(three_
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("inline", [True, False], ids=["arrays in the tasks", "arrays scattered"])
-def test_a_worker_lost_mid_forest_still_gives_the_same_forest(tmp_path, monkeypatch, inline) -> None:
+@pytest.mark.parametrize("inline, privacy", [(True, "none"), (False, "none"), (True, "ldp")],
+                         ids=["arrays in the tasks", "arrays scattered", "ldp: permanent responses rebuilt"])
+def test_a_worker_lost_mid_forest_still_gives_the_same_forest(tmp_path, monkeypatch, inline, privacy) -> None:
     import distributed
 
     from fedcore.compute import dask_rows
@@ -129,19 +136,14 @@ def test_a_worker_lost_mid_forest_still_gives_the_same_forest(tmp_path, monkeypa
     monkeypatch.setattr(DaskPartyRows, "start_level", start_level)
     try:
         table = horizontal_table(seed=5)
-        model = _FromParquet(n_estimators=3, max_depth=5, random_state=3, compute=client)
+        model = _FromParquet(n_estimators=3, max_depth=5, random_state=3, compute=client, privacy=privacy)
         model.folder = tmp_path
         got = _fit(model, table)
         assert lost and len(client.scheduler_info()["workers"]) == 2
     finally:
         client.close()
         cluster.close()
-    assert_same_forest(_fit(_fet(), table).model_, got.model_)
-
-
-def test_ldp_is_refused_on_dask(one_worker) -> None:
-    with pytest.raises(ParameterError, match=r"^privacy 'ldp' runs in process only: .* \(issue #29\)"):
-        _fit(_fet(privacy="ldp", compute=one_worker), horizontal_table(seed=1))
+    assert_same_forest(_fit(_fet(privacy=privacy), table).model_, got.model_)
 
 
 def test_an_unreachable_scheduler_is_one_error_naming_its_address() -> None:
@@ -162,4 +164,21 @@ def test_simulate_on_dask_reports_the_single_party_run_identical(three_workers) 
 
     result = simulate_horizontal(horizontal_table(seed=6), "target", parties=3, trees=3, max_depth=4,
                                  local_only=False, compute=three_workers)
-    assert result["single_party_identical"] is True
+    assert result["single_party_identical"] is True and "in_process_identical" not in result
+
+
+def test_simulate_ldp_on_dask_is_the_same_federation_in_process(three_workers, tmp_path, capsys) -> None:
+    """No single-party run has the parties' noise: the Dask run is compared with the federation in process."""
+    from fedcore.cli import main
+    from fedcore.commands.simulate import format_result
+
+    path = tmp_path / "table.csv"
+    horizontal_table(seed=6).to_csv(path, index=False)
+    address = three_workers.scheduler.address
+    assert main(["simulate", "--data", str(path), "--label", "target", "--setting", "horizontal",
+                 "--privacy", "ldp", "--parties", "3", "--trees", "3", "--max-depth", "4", "--dask", address,
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["privacy"] == "ldp" and result["compute"] == address
+    assert result["single_party_identical"] is None and result["in_process_identical"] is True
+    assert "on Dask, identical to the same federation in process: yes" in format_result(result)

@@ -104,9 +104,9 @@ def test_ldp_report_and_permanent_bits_fixed_once() -> None:
     assert report["reports_per_row"] == 3 * 2  # one instant report per tree and level a row is active in
     assert report["composed_epsilon"] == min(report["epsilon_permanent"], 6 * report["epsilon_instant"])
     party = model.parties_[0]
-    kept = party._permanent.copy()
+    kept = party.rows.permanent.copy()
     model2 = FederatedExtraTreesClassifier(3, max_depth=2, privacy="ldp").fit(split_rows(table, 2), "target")
-    np.testing.assert_array_equal(kept, model2.parties_[0]._permanent)
+    np.testing.assert_array_equal(kept, model2.parties_[0].rows.permanent)
 
 
 def test_gdp_regression_runs_and_is_reproducible() -> None:

@@ -12,15 +12,18 @@ import pytest
 from fedcore.errors import LabelError, ParameterError
 from fedcore.privacy.ldp import LabelLDP
 from fedcore.privacy.nnls import SharedNNLS
-from fedcore.randomness import stream
+from fedcore.randomness import counter_key
 
 COUNTS = np.array([10000, 6000, 3000, 1000, 0])
 LABELS = np.repeat(np.arange(COUNTS.size), COUNTS)
 
 
+def _key(seed: int, purpose: str = "ldp_instant") -> np.ndarray:
+    return counter_key(seed, purpose)
+
+
 def _reports(ldp: LabelLDP, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return ldp.instant_bits(ldp.permanent_bits(LABELS, COUNTS.size, rng), rng)
+    return ldp.instant_bits(ldp.permanent_bits(LABELS, COUNTS.size, _key(seed, "ldp_permanent")), _key(seed))
 
 
 def test_epsilon_of_the_defaults_by_hand() -> None:
@@ -149,20 +152,20 @@ def test_check_classes_refuses_shared_patterns_and_rank_deficiency() -> None:
 
 def test_permanent_bits_keep_or_flip_a_fair_coin() -> None:
     ldp = LabelLDP()
-    perm = ldp.permanent_bits(LABELS, 5, np.random.default_rng(1))
+    perm = ldp.permanent_bits(LABELS, 5, _key(1))
     assert perm.shape == (LABELS.size, 32) and perm.dtype == np.uint8
     bloom = ldp.class_patterns(5)[LABELS].astype(bool)
     # P(1 | Bloom 1) = p + (1 - p) / 2 = 0.75, P(1 | Bloom 0) = 0.25; binomial sd < 0.002 here
     assert perm[bloom].mean() == pytest.approx(0.75, abs=0.01)
     assert perm[~bloom].mean() == pytest.approx(0.25, abs=0.01)
-    exact = LabelLDP(keep_probability=1.0).permanent_bits(LABELS, 5, np.random.default_rng(1))
+    exact = LabelLDP(keep_probability=1.0).permanent_bits(LABELS, 5, _key(1))
     np.testing.assert_array_equal(exact, bloom.astype(np.uint8))
 
 
 def test_instant_bits_report_with_the_configured_probabilities() -> None:
     ldp = LabelLDP(p_one_if_one=0.9, p_one_if_zero=0.3)
     perm = np.random.default_rng(2).integers(0, 2, size=(20000, 32), dtype=np.uint8)
-    inst = ldp.instant_bits(perm, np.random.default_rng(3))
+    inst = ldp.instant_bits(perm, _key(3))
     assert inst.shape == perm.shape and inst.dtype == np.uint8
     assert inst[perm == 1].mean() == pytest.approx(0.9, abs=0.01)
     assert inst[perm == 0].mean() == pytest.approx(0.3, abs=0.01)
@@ -182,9 +185,14 @@ def test_same_seed_same_bits_different_seed_different_bits() -> None:
     ldp = LabelLDP()
     np.testing.assert_array_equal(_reports(ldp, 7), _reports(ldp, 7))
     assert (_reports(ldp, 7) != _reports(ldp, 8)).mean() > 0.3
-    from_streams = [ldp.instant_bits(ldp.permanent_bits(LABELS, 5, stream(11, "ldp_permanent", 0)),
-                                     stream(11, "ldp_instant", 0, 3)) for _ in range(2)]
-    np.testing.assert_array_equal(*from_streams)
+    from_keys = [ldp.instant_bits(ldp.permanent_bits(LABELS, 5, counter_key(11, "ldp_permanent")),
+                                  counter_key(11, "ldp_instant"), report=3, slot=2) for _ in range(2)]
+    np.testing.assert_array_equal(*from_keys)
+    # another report, or another tree slot, draws fresh words
+    permanent = ldp.permanent_bits(LABELS, 5, counter_key(11, "ldp_permanent"))
+    for other in ({"report": 4, "slot": 2}, {"report": 3, "slot": 1}):
+        fresh = ldp.instant_bits(permanent, counter_key(11, "ldp_instant"), **other)
+        assert (fresh != from_keys[0]).mean() > 0.3
 
 
 @pytest.mark.parametrize("estimator", ["nnls", "lasso"])
@@ -244,15 +252,18 @@ def test_estimate_counts_refuses_bad_shapes() -> None:
 
 def test_labels_must_be_class_codes() -> None:
     ldp = LabelLDP(n_bits=32)
-    rng = np.random.default_rng(0)
+    key = _key(0)
     with pytest.raises(LabelError, match=r"class codes in 0\.\.2, found values from 0 to 3"):
-        ldp.permanent_bits(np.array([0, 1, 3]), 3, rng)
+        ldp.permanent_bits(np.array([0, 1, 3]), 3, key)
     with pytest.raises(LabelError, match="integer class codes, got dtype float64"):
-        ldp.permanent_bits(np.array([0.0, 1.0]), 3, rng)
+        ldp.permanent_bits(np.array([0.0, 1.0]), 3, key)
     with pytest.raises(ParameterError, match=r"permanent bits must have shape \(n_samples, 32\)"):
-        ldp.instant_bits(np.zeros((2, 8), dtype=np.uint8), rng)
+        ldp.instant_bits(np.zeros((2, 8), dtype=np.uint8), key)
     with pytest.raises(ParameterError, match="integers 0 or 1"):
-        ldp.instant_bits(np.full((2, 32), 2, dtype=np.uint8), rng)
+        ldp.instant_bits(np.full((2, 32), 2, dtype=np.uint8), key)
+    with pytest.raises(ParameterError) as error:
+        ldp.permanent_bits(np.array([0, 1]), 3, np.random.default_rng(0))
+    assert str(error.value) == "key must be 2 uint64 (fedcore.randomness.counter_key), got object ()"
 
 
 def test_nnls_matches_brute_force_over_supports() -> None:
@@ -272,29 +283,28 @@ def test_nnls_matches_brute_force_over_supports() -> None:
         assert np.sum((matrix @ x - target) ** 2) == pytest.approx(best, rel=1e-9, abs=1e-12)
 
 
-def test_report_sums_add_the_instant_bits_of_the_same_draws() -> None:
-    ldp = LabelLDP(n_bits=32)
-    perm = ldp.permanent_bits(LABELS[:5000], 5, np.random.default_rng(12))
-    groups = np.random.default_rng(13).integers(0, 40, size=(5000, 3))
-    sums, sizes = np.zeros((40, 32), np.int64), np.zeros(40, np.int64)
-    ldp.add_report_sums(perm, groups, np.random.default_rng(14), sums, sizes)
-    instant = ldp.instant_bits(perm, np.random.default_rng(14)).astype(np.int64)
-    expected = np.zeros((40, 32), np.int64)
-    for j in range(3):
-        np.add.at(expected, groups[:, j], instant)
-    np.testing.assert_array_equal(sums, expected)
-    np.testing.assert_array_equal(sizes, np.bincount(groups.reshape(-1), minlength=40))
-    with pytest.raises(ParameterError, match=r"group ids must be in 0\.\.39"):
-        ldp.add_report_sums(perm, groups + 1, np.random.default_rng(14), sums, sizes)
+def test_a_block_of_rows_draws_exactly_what_the_whole_table_draws_for_it() -> None:
+    """Every word is addressed by the row's position: rows a..b alone, told they start at a, draw the same."""
+    for ldp in (LabelLDP(n_bits=32), LabelLDP(mechanism="krr", epsilon_krr=1.0)):
+        whole = ldp.permanent_bits(LABELS, 5, _key(30, "ldp_permanent"))
+        reports = ldp.instant_bits(whole, _key(31), report=7, slot=3)
+        for a, b in ((0, 1), (5, 977), (19999, 20000)):
+            block = ldp.permanent_bits(LABELS[a:b], 5, _key(30, "ldp_permanent"), first_row=a)
+            np.testing.assert_array_equal(block, whole[a:b])
+            np.testing.assert_array_equal(ldp.instant_bits(block, _key(31), report=7, slot=3, first_row=a),
+                                          reports[a:b])
+        # and not another position's: the same labels one row further draw other bits
+        shifted = ldp.permanent_bits(LABELS[5:977], 5, _key(30, "ldp_permanent"), first_row=6)
+        assert (shifted != whole[5:977]).any()
 
 
 def test_krr_reports_the_true_class_with_its_probability_and_estimates_counts() -> None:
     ldp = LabelLDP(mechanism="krr", epsilon_krr=3.0)
     keep = math.exp(3.0) / (math.exp(3.0) + 4)  # 5 classes
-    perm = ldp.permanent_bits(LABELS, 5, np.random.default_rng(20))
+    perm = ldp.permanent_bits(LABELS, 5, _key(20))
     assert perm.shape == (LABELS.size, 5) and (perm.sum(axis=1) == 1).all()  # one-hot reports
     assert (perm.argmax(axis=1) == LABELS).mean() == pytest.approx(keep, abs=0.01)
-    np.testing.assert_array_equal(ldp.instant_bits(perm, np.random.default_rng(21)), perm)  # no instant step
+    np.testing.assert_array_equal(ldp.instant_bits(perm, _key(21)), perm)  # no instant step
     np.testing.assert_allclose(ldp.report_probabilities(5),
                                np.where(np.eye(5, dtype=bool), keep, (1 - keep) / 4))
     estimate = ldp.estimate_counts(perm.sum(axis=0), np.array(LABELS.size), 5)
@@ -314,11 +324,3 @@ def test_the_design_check_uses_the_configured_probabilities() -> None:
     assert str(krr.value).startswith("k-RR at epsilon_krr=0.001 cannot represent n_classes=26: the "
                                      "estimation design matrix is ill-conditioned")
     assert str(krr.value).endswith("use a larger epsilon_krr or fewer classes")
-
-
-def test_report_sums_refuse_arrays_of_another_width() -> None:
-    ldp = LabelLDP().sized_for(26)
-    perm = ldp.permanent_bits(np.arange(26), 26, np.random.default_rng(0))
-    with pytest.raises(ParameterError, match=r"bit_sums and sizes must be int64 of shapes \(n_groups, 64\)"):
-        ldp.add_report_sums(perm, np.zeros((26, 1), np.int64), np.random.default_rng(1),
-                            np.zeros((3, 32), np.int64), np.zeros(3, np.int64))

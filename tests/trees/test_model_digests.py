@@ -111,6 +111,10 @@ CASES = {
         PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8, compute=_DASK,
                          block_rows=50),
         horizontal_table(seed=1), 3),
+    "fet ldp bloom, dask": lambda: _horizontal(
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp", compute=_DASK,
+                                      block_rows=50),
+        horizontal_table(seed=2), 3),
 }
 
 PINNED = {
@@ -122,12 +126,13 @@ PINNED = {
     'fet plain regression, batches': '771c434ef1ba80de',
     'fet gdp': 'bdf5fb73a78887b6',
     'fet gdp regression': '81259633f2469c43',
-    'fet ldp bloom': 'e1c77007dd78776f',
-    'fet ldp krr': 'f3b43233a7219693',
+    'fet ldp bloom': '44780879cc3a6656',
+    'fet ldp krr': '7c66d65b5b73cff0',
     'ppdert secure': '1226ead6a817ac16',
     'ppdert secure histogram': '541d7c9f1d5fe577',
     'fet gdp regression, dask': '81259633f2469c43',
     'ppdert secure histogram, dask': '541d7c9f1d5fe577',
+    'fet ldp bloom, dask': '44780879cc3a6656',
 }
 
 

@@ -13,6 +13,7 @@ import pytest
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.rows import PartyRows, RowPartition, narrow
 from fedcore.privacy.ldp import LabelLDP
+from fedcore.randomness import counter_key
 from fedcore.trees import rowwork
 
 
@@ -166,31 +167,26 @@ def test_regression_sums_are_exact_integers(case) -> None:
 
 
 @pytest.mark.parametrize("ldp", [LabelLDP(n_bits=16, n_hashes=2), LabelLDP(mechanism="krr", epsilon_krr=2.0)])
-@pytest.mark.parametrize("budget", [1 << 21, 100])  # 100 words: groups of slots, and one slot in row windows
-def test_ldp_report_sums_draw_the_same_words_as_add_report_sums(ldp, budget, monkeypatch) -> None:
-    import fedcore.horizontal.rows as rows_module
-
-    monkeypatch.setattr(rows_module, "CHUNK_ELEMENTS", budget)
-    for depth, (rows, pos, features, thresholds) in enumerate(levels(seed=7, n_trees=9, n_rows=90)):
+def test_ldp_report_sums_add_each_rows_report_drawn_at_its_slot_and_level(ldp) -> None:
+    """Row r in tree slot s at report t adds `LabelLDP.instant_bits` of (r, s, t) to each branch it takes."""
+    permanent_key, key = counter_key(4, "ldp_permanent"), counter_key(4, "ldp_instant")
+    for report, (rows, pos, features, thresholds) in enumerate(levels(seed=7, n_trees=9, n_rows=90)):
         C = rows.schema.n_classes
         ldp = ldp.sized_for(C)
-        permanent = ldp.permanent_bits(rows.y, C, np.random.default_rng(0))
-        r, codes = branch_codes(pos, rows.X, features, thresholds)
+        rows.draw_permanent(ldp, permanent_key)
+        np.testing.assert_array_equal(rows.permanent, ldp.permanent_bits(rows.y, C, permanent_key))
+        reports = np.stack([ldp.instant_bits(rows.permanent, key, report=report + 10, slot=s)
+                            for s in range(pos.shape[0])])  # (slot, row, bit): every row's report
+        slots, r, _ = entries(pos)
+        _, codes = branch_codes(pos, rows.X, features, thresholds)
         size = features.size * 2
-        ref_sums = np.zeros((size, permanent.shape[1]), np.int64)
-        ref_sizes = np.zeros(size, np.int64)
-        ldp.add_report_sums(permanent[r], codes, np.random.default_rng(depth), ref_sums, ref_sizes)
-        rng = np.random.default_rng(depth)
-        sums, sizes = rows.ldp_report_sums(ldp, permanent, rng)
-        assert np.array_equal(sums, ref_sums) and np.array_equal(sizes, ref_sizes)
-        # exactly as many words consumed: the stream continues identically
-        assert rng.bit_generator.random_raw() == _after(ldp, np.random.default_rng(depth),
-                                                        len(r) * permanent.shape[1])
-
-
-def _after(ldp, rng, n_words):
-    ldp.instant_words(rng, n_words)
-    return rng.bit_generator.random_raw()
+        ref_sums = np.zeros((size, rows.permanent.shape[1]), np.int64)
+        for j in range(codes.shape[1]):
+            np.add.at(ref_sums, codes[:, j], reports[slots, r].astype(np.int64))
+        sums, sizes = rows.ldp_report_sums(ldp, key, report + 10)
+        assert sums.dtype == sizes.dtype == np.int64
+        assert np.array_equal(sums, ref_sums)
+        assert np.array_equal(sizes, np.bincount(codes.reshape(-1), minlength=size))
 
 
 def test_active_slots_per_row() -> None:
@@ -210,8 +206,11 @@ def test_results_do_not_depend_on_the_number_of_threads() -> None:
         for threads in (1, numba.config.NUMBA_NUM_THREADS):
             numba.set_num_threads(threads)
             out = []
-            for rows, _, _, _ in levels(seed=11, n_trees=20, k=4, depth=6):
-                out += [*rows.ranges(), rows.class_counts(), rows.partition.order.copy()]
+            ldp = LabelLDP().sized_for(5)
+            for report, (rows, _, _, _) in enumerate(levels(seed=11, n_trees=20, k=4, depth=6)):
+                rows.draw_permanent(ldp, counter_key(2, "ldp_permanent"))
+                out += [*rows.ranges(), rows.class_counts(), rows.partition.order.copy(), rows.permanent,
+                        *rows.ldp_report_sums(ldp, counter_key(2, "ldp_instant"), report)]
             outputs.append(out)
         assert all(a.tobytes() == b.tobytes() for a, b in zip(outputs[0], outputs[-1], strict=True))
     finally:

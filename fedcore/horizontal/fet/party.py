@@ -9,7 +9,8 @@ replies with per-branch label statistics in its privacy mode:
 * none: exact integer class counts, or (count, sum of quantised targets) for regression;
 * gdp: the same vector plus Laplace noise, `epsilon` per query, from the party's own seeded stream;
 * ldp: sums of instant randomized-response bits of Bloom-encoded labels (permanent responses fixed once
-  per sample and reused across trees), plus plain branch sizes.
+  per sample and reused across trees), plus plain branch sizes. Every random word is addressed by the row's
+  position (`fedcore.privacy.ldp_draws`), so a party on a Dask cluster draws exactly the in-process words.
 
 Rows never leave; the party tracks which open node each of its rows sits in, per tree of the batch, and
 applies the master's decisions locally (`PartyRows` in `rows.py`, which PPD-ERT parties hold too).
@@ -35,7 +36,7 @@ from fedcore.horizontal.rows import PartyRows, check_hello, narrow, own_rows, re
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message
-from fedcore.randomness import stream
+from fedcore.randomness import counter_key, stream
 from fedcore.trees.budget import default_budget
 
 if TYPE_CHECKING:
@@ -84,8 +85,7 @@ class HorizontalParty:
 
         `memory_budget`: bytes this party grows tree batches in (default: a share of its available memory),
         reported in `hello_reply` so the master's batches fit (`fedcore.trees.budget`). `rows`: the rows
-        already on a Dask cluster (`fedcore.compute.dask_rows`), instead of `frame` (then None); LDP is
-        refused there.
+        already on a Dask cluster (`fedcore.compute.dask_rows`), instead of `frame` (then None).
         """
         self.name = name
         self.memory_budget = memory_budget
@@ -96,10 +96,6 @@ class HorizontalParty:
         self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None
         self.noise_seed = int(noise_seed) if noise_seed is not None else secrets.randbits(63)
         self.rows: PartyRows | DaskPartyRows = own_rows(name, frame, schema, rows)
-        if privacy == "ldp" and not isinstance(self.rows, PartyRows):
-            from fedcore.compute.dask_rows import LDP_REFUSED
-
-            raise ParameterError(f"party {name!r}: {LDP_REFUSED}")
         if isinstance(self.rows, PartyRows):  # in process: the encoded rows, as before
             self.X, self.y = self.rows.X, self.rows.y
         self.n_rows = self.rows.n_rows
@@ -107,7 +103,6 @@ class HorizontalParty:
         self.accountant: PrivacyAccountant | None = None
         self.reports_per_row = 0  # LDP: instant reports the busiest row has sent
         self.reports = 0  # noise reports so far: the noise streams are keyed by this count
-        self._permanent: np.ndarray | None = None
         if privacy == "gdp":
             from fedcore.privacy.laplace import PrivacyAccountant
 
@@ -144,8 +139,7 @@ class HorizontalParty:
             # the noise scale is public: the master weighs noisy counts by it
             header["epsilon"] = self.epsilon
         if self.privacy == "ldp":
-            self._permanent = self.label_ldp().permanent_bits(self.y, self.schema.n_classes,
-                                                              stream(self.noise_seed, "ldp_permanent"))
+            self.rows.draw_permanent(self.label_ldp(), counter_key(self.noise_seed, "ldp_permanent"))
         return Message("hello_reply", header)
 
     # -- growth ---------------------------------------------------------------------------------
@@ -208,12 +202,12 @@ class HorizontalParty:
 
     def _ldp_reply(self) -> Message:
         n_open, k = self.rows.features.shape
-        ldp, permanent = self.label_ldp(), self._permanent
-        assert permanent is not None, "hello draws the permanent responses before any fet_stats"
+        ldp = self.label_ldp()
         n_bits = ldp.bits_for(self.schema.n_classes)
-        # one fresh report per row and tree, added to the branch it takes under each candidate
-        sums, sizes = self.rows.ldp_report_sums(ldp, permanent,
-                                                stream(self.noise_seed, "ldp_instant", self.reports))
+        # one fresh report per row and tree, added to the branch it takes under each candidate: drawn at
+        # (row, tree slot, this report's number)
+        key = counter_key(self.noise_seed, "ldp_instant")
+        sums, sizes = self.rows.ldp_report_sums(ldp, key, self.reports)
         self.reports_per_row += self.rows.active_slots_per_row()
         # the narrowest unsigned type that holds the largest size: deep levels send bytes, not int64s
         wire = np.min_scalar_type(int(sizes.max()) if sizes.size else 0)
