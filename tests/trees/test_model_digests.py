@@ -114,10 +114,10 @@ CASES = {
 }
 
 PINNED = {
-    'vertical plain gini': '770b876abfabeaec',
-    'vertical plain regression, batches': '95f099e0e1bca310',
+    'vertical plain gini': 'f317f3fb0ad63814',
+    'vertical plain regression, batches': 'b9b091a93ca9cb40',
     'vertical plain per-tree features, no bootstrap': '9f7ae9d34df09610',
-    'vertical paillier': '63adb4c55a4f2a47',
+    'vertical paillier': 'fe69e54ec44a2b35',
     'fet plain': '446d5a9d39c1101b',
     'fet plain regression, batches': '771c434ef1ba80de',
     'fet gdp': 'bdf5fb73a78887b6',
