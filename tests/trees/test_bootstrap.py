@@ -23,8 +23,11 @@ def test_any_cut_into_blocks_gives_the_whole_tables_counts(cuts: list[int]) -> N
 
 
 def test_the_counts_are_a_uniform_multinomial() -> None:
-    """Over 30 trees: chunk totals within 5 sigma of their binomial means, per-row sums pass a chi-square
-    test against uniform, and the share of rows never drawn is (1 - 1/n)^n as for draws with replacement."""
+    """Over 30 trees the counts behave as n uniform draws with replacement.
+
+    Chunk totals within 5 sigma of their binomial means, per-row sums pass a chi-square test against
+    uniform, and the share of rows never drawn is (1 - 1/n)^n.
+    """
     n_trees, n_draws = 30, N_ROWS
     counts = np.stack([bootstrap_counts(9, t, N_ROWS, n_draws) for t in range(n_trees)]).astype(np.int64)
     assert np.all(counts.sum(axis=1) == n_draws)

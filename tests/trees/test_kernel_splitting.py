@@ -682,8 +682,10 @@ def _block_of(problem: Problem, low: int, high: int) -> tuple[np.ndarray, ...]:
 @pytest.mark.parametrize("cuts", [[], [150], [1, 77, 78, 200, 299]])
 def test_block_histograms_summed_then_scanned_are_the_plain_kernel(criterion: int, n_classes: int,
                                                                    cuts: list[int]) -> None:
-    """Rows cut into blocks: each block's int64 histograms, added up in a shuffled order and scanned, give
-    bit-identical splits and node totals to the fused in-process kernel (the Dask vertical path)."""
+    """Rows cut into blocks: their int64 histograms, added in any order and scanned, are the plain kernel's.
+
+    Bit-identical splits and node totals to the fused in-process kernel (the Dask vertical path).
+    """
     problem = random_problem(3 * criterion + n_classes, criterion, n_classes, 2.0)
     plain, totals = problem.run()
     edges = [0, *cuts, 300]
@@ -711,7 +713,7 @@ def test_block_histograms_summed_then_scanned_are_the_plain_kernel(criterion: in
 
 def test_block_histograms_refuse_regression() -> None:
     problem = random_problem(1, SQUARED_ERROR, 0, 1.0)
-    with pytest.raises(ValueError, match="^block histograms are integer class counts: regression sums floats, "
-                                         "which do not add up exactly across blocks$"):
+    with pytest.raises(ValueError, match="^block histograms are integer class counts: regression sums "
+                                         "floats, which do not add up exactly across blocks$"):
         block_histograms(problem.codes, problem.target, problem.order, problem.weight, problem.starts,
                          problem.ends, problem.feat_ptr, problem.feat_local, 3, SQUARED_ERROR)
