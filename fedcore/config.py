@@ -278,7 +278,6 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         privacy = parse_privacy(raw.get("privacy"), algorithm)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
-    _check_compute(institutions, setting, privacy, path)
     alignment = raw.get("alignment", "hash")
     if alignment not in ("hash", "psi"):
         raise ConfigError(f"{path}: alignment must be 'hash' (keyed hashes) or 'psi' (ECDH private set "
@@ -293,6 +292,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         parse_privacy(privacy, algorithm, forest.task)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
+    _check_compute(institutions, setting, privacy, forest.task, path)
     federation = str(raw.get("federation", path.stem))
     # names that become folders and files are checked now, not after a whole training run
     _safe_name(training.model_name or federation,
@@ -391,17 +391,22 @@ def _parse_institution(item: dict, index: int, path: Path) -> Institution:
     )
 
 
-def _check_compute(institutions: list[Institution], setting: str, privacy: PrivacySetting,
+def _check_compute(institutions: list[Institution], setting: str, privacy: PrivacySetting, task: str,
                    path: Path) -> None:
-    """`compute: dask` runs a horizontal party's rows on a cluster; what it cannot run yet is refused here."""
+    """`compute: dask` runs a party's rows on a cluster; what it cannot run yet is refused here (issue #29).
+
+    Horizontal: all but LDP. Vertical: classification with plain labels (no regression, no paillier / ou).
+    """
     for inst in institutions:
         if inst.compute is None:
             continue
-        if setting != "horizontal":
-            raise ConfigError(f"{path}: institution {inst.name!r}: compute: dask runs the horizontal "
-                              "setting's parties only; the vertical setting's come later (issue #29): remove "
-                              "compute")
-        if privacy.mode == "ldp":
+        if setting == "vertical":
+            from fedcore.compute.dask_vertical import refusal
+
+            cannot = refusal(task == "regression", privacy.mode)
+            if cannot is not None:
+                raise ConfigError(f"{path}: institution {inst.name!r}: {cannot}")
+        elif privacy.mode == "ldp":
             from fedcore.compute.dask_rows import LDP_REFUSED
 
             raise ConfigError(f"{path}: institution {inst.name!r}: {LDP_REFUSED}")

@@ -144,3 +144,75 @@ def test_regression_and_encrypted_labels_are_refused_on_dask(one_worker) -> None
         _forest(privacy="ou", compute=one_worker).fit(_parties(), label="target")
     assert str(error.value) == ENCRYPTED_REFUSED
     assert "issue #29" in ENCRYPTED_REFUSED
+
+
+def test_agents_with_compute_dask_train_the_in_process_model(tmp_path) -> None:
+    """Every institution's own config puts its party on a local cluster: the session's model is unchanged."""
+    from fedcore.compute.cluster import DaskCompute
+    from fedcore.data.scenario import make_vertical_scenario
+    from fedcore.transport.inprocess import InProcessTransport
+    from fedcore.trees.params import ForestParams
+    from fedcore.vertical.session import VerticalSession
+    from tests.vertical.test_session import _agents
+
+    scenario = make_vertical_scenario(tmp_path / "scenario", n_customers=700, seed=3)
+    models = []
+    for on_dask in (False, True):
+        settings = {"compute": DaskCompute(workers=2, processes=False, block_rows=90)} if on_dask else {}
+        agents = _agents(scenario, tmp_path / str(on_dask), new_batch=False, **settings)
+        transport = InProcessTransport({n: a.handle for n, a in agents.items()})
+        session = VerticalSession(transport, ForestParams(n_estimators=4, max_depth=5, random_state=1),
+                                  holdout_fraction=0.25, min_overlap=100)
+        session.align()
+        session.train()
+        s = session.master.structure
+        arrays = {f: getattr(s, f) for f in ("tree", "node", "left", "right", "owner", "weight", "value")}
+        for name, agent in agents.items():
+            for field in ("feature", "threshold", "missing_left", "cat_bits"):
+                arrays[f"{name}.{field}"] = np.asarray(getattr(agent.party.model, field))
+        if on_dask:
+            assert all(type(a.party.rows).__name__ == "DaskVerticalRows" and len(a.party.rows.blocks) > 2
+                       for a in agents.values())
+            for agent in agents.values():
+                agent._cluster.close()
+        session.close()
+        models.append(arrays)
+    assert models[0].keys() == models[1].keys()
+    for name in models[0]:
+        assert models[0][name].tobytes() == models[1][name].tobytes(), name
+
+
+def test_a_dask_party_refuses_a_regression_session() -> None:
+    """A party whose rows are on Dask refuses a master's regression setup, naming issue #29."""
+    from fedcore.errors import ProtocolError
+    from fedcore.protocol.messages import Message
+    from fedcore.trees.criteria import SQUARED_ERROR
+    from fedcore.vertical.party import VerticalParty
+
+    frame = mixed_table(n_rows=50, seed=1, task="regression")
+    party = VerticalParty("north", frame, "target")
+    party.rows = DaskVerticalRows(party.features, client=None, block_rows=20)  # type: ignore[arg-type]
+    setup = Message("setup", {"criterion": SQUARED_ERROR, "max_bins": 16, "binning_seed": 0})
+    with pytest.raises(ProtocolError) as error:
+        party.handle(setup)
+    assert str(error.value) == f"party 'north' refuses the request: {REGRESSION_REFUSED}"
+
+
+def test_simulate_on_dask_reports_the_single_party_run_identical(three_workers) -> None:
+    from fedcore.simulation import simulate_vertical
+
+    table = mixed_table(seed=6)
+    result = simulate_vertical(table, "target", parties=3, trees=3, max_depth=4, compute=three_workers)
+    assert result["single_party_identical"] is True
+    with pytest.raises(ParameterError) as error:
+        simulate_vertical(mixed_table(seed=6, task="regression"), "target", trees=2, compute=three_workers)
+    assert str(error.value) == REGRESSION_REFUSED
+
+
+def test_simulate_command_refuses_encrypted_labels_on_dask(capsys) -> None:
+    from fedcore.cli import main
+
+    assert main(["simulate", "--data", "unread.csv", "--label", "y", "--setting", "vertical",
+                 "--privacy", "paillier", "--dask", "local:2"]) != 0
+    refused = ENCRYPTED_REFUSED.replace("remove compute: dask (or compute=)", "drop --dask")
+    assert refused in capsys.readouterr().err

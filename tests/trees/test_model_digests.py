@@ -101,8 +101,8 @@ CASES = {
         PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8),
         horizontal_table(seed=1), 3),
     # the same forests with every party's rows on a Dask cluster of three workers, in blocks of 50 rows
-    # (issue #29): pinned to the in-process digests above (FET plain classification on Dask is compared
-    # with the in-process forest in tests/compute/test_dask_party.py)
+    # (issue #29), and a vertical classifier's: pinned to the in-process digests above (FET plain
+    # classification on Dask is compared with the in-process forest in tests/compute/test_dask_party.py)
     "fet gdp regression, dask": lambda: _horizontal(
         FederatedExtraTreesRegressor(n_estimators=3, random_state=5, privacy="gdp", epsilon=2.0, max_depth=4,
                                      compute=_DASK, block_rows=50),
@@ -111,6 +111,9 @@ CASES = {
         PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8, compute=_DASK,
                          block_rows=50),
         horizontal_table(seed=1), 3),
+    "vertical plain gini, dask": lambda: _vertical(
+        FederatedForestClassifier, mixed_table(seed=1, n_classes=3), 3, n_estimators=5, max_depth=6,
+        compute=_DASK, block_rows=50),
 }
 
 PINNED = {
@@ -128,6 +131,7 @@ PINNED = {
     'ppdert secure histogram': '541d7c9f1d5fe577',
     'fet gdp regression, dask': '81259633f2469c43',
     'ppdert secure histogram, dask': '541d7c9f1d5fe577',
+    'vertical plain gini, dask': 'f317f3fb0ad63814',
 }
 
 
