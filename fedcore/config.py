@@ -29,9 +29,10 @@
         predictions: predictions/bank      # where batch predictions land (default: predictions/<name>)
         memory_budget_mb: 8192             # memory its agent grows tree batches in
                                            # (default: half its free memory)
-        compute: {dask: {address: tcp://dask:8786}}  # horizontal: its party's rows on its own Dask
+        compute: {dask: {address: tcp://dask:8786}}  # its party's rows on its own Dask
                                            # cluster, or {dask: {local: {workers: 2, memory_limit: 4GiB}}}
-                                           # (default: in the agent's process; fedcore/compute/cluster.py)
+                                           # (default: in the agent's process; fedcore/compute/cluster.py;
+                                           # vertical: classification with plain labels only, issue #29)
     params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal)
                                                # fields
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
