@@ -293,7 +293,7 @@ def best_splits_from_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair
     return NodeSplits(*_reduce_pairs(feat_ptr, feat_local, feat_rank, *pair_out))
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, parallel=True)
 def _splits_of_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categorical, totals, node_rows,
                           n_stats, criterion, min_leaf, n_class_orderings):
     n_pairs = pair_node.shape[0]
@@ -301,23 +301,25 @@ def _splits_of_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categ
     out_bin = np.zeros(n_pairs, np.int32)
     out_ml = np.zeros(n_pairs, np.bool_)
     out_bits = np.zeros((n_pairs, 4), np.uint64)
-    hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys = _scratch(n_stats)
-    for q in range(n_pairs):
-        if node_rows[pair_node[q]] < 2:
-            continue  # as the plain kernel: a node of one distinct row has no split
-        n_touched = 0
-        for t in range(hist_ptr[q], hist_ptr[q + 1]):
-            b = hist_bins[t]
-            if stats_weight(hist_stats[t], criterion) <= 0.0:
-                continue  # an empty bin: the plain kernel never sees it
-            seen[b] = True
-            touched[n_touched] = b
-            n_touched += 1
-            for k in range(n_stats):
-                hist[b, k] = hist_stats[t, k]
-        _split_of_histogram(q, pair_categorical[q], n_touched, totals[pair_node[q]], n_stats, criterion,
-                            min_leaf, n_class_orderings, hist, seen, touched, ordered, cum, lbuf, rbuf,
-                            missing, keys, out_gain, out_bin, out_ml, out_bits)
+    n_chunks = min(n_pairs, 64)
+    for chunk in nb.prange(n_chunks):  # every pair writes only its own outputs: any thread count, same bits
+        hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys = _scratch(n_stats)
+        for q in range(chunk * n_pairs // n_chunks, (chunk + 1) * n_pairs // n_chunks):
+            if node_rows[pair_node[q]] < 2:
+                continue  # as the plain kernel: a node of one distinct row has no split
+            n_touched = 0
+            for t in range(hist_ptr[q], hist_ptr[q + 1]):
+                b = hist_bins[t]
+                if stats_weight(hist_stats[t], criterion) <= 0.0:
+                    continue  # an empty bin: the plain kernel never sees it
+                seen[b] = True
+                touched[n_touched] = b
+                n_touched += 1
+                for k in range(n_stats):
+                    hist[b, k] = hist_stats[t, k]
+            _split_of_histogram(q, pair_categorical[q], n_touched, totals[pair_node[q]], n_stats, criterion,
+                                min_leaf, n_class_orderings, hist, seen, touched, ordered, cum, lbuf, rbuf,
+                                missing, keys, out_gain, out_bin, out_ml, out_bits)
     return out_gain, out_bin, out_ml, out_bits
 
 
