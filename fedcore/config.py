@@ -32,7 +32,7 @@
         compute: {dask: {address: tcp://dask:8786}}  # its party's rows on its own Dask
                                            # cluster, or {dask: {local: {workers: 2, memory_limit: 4GiB}}}
                                            # (default: in the agent's process; fedcore/compute/cluster.py;
-                                           # vertical: classification with plain labels only, issue #29)
+                                           # vertical: classification only, issue #29)
     params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal)
                                                # fields
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
@@ -396,7 +396,7 @@ def _check_compute(institutions: list[Institution], setting: str, privacy: Priva
                    path: Path) -> None:
     """`compute: dask` runs a party's rows on a cluster; what it cannot run yet is refused here (issue #29).
 
-    Horizontal: all but LDP. Vertical: classification with plain labels (no regression, no paillier / ou).
+    Horizontal: all but LDP. Vertical: classification (plain or encrypted labels), not regression.
     """
     for inst in institutions:
         if inst.compute is None:

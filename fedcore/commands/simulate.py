@@ -18,7 +18,6 @@ from fedcore.compute.cluster import compute_from_spec
 from fedcore.data.io import read_table
 from fedcore.data.split import PARTITIONS
 from fedcore.errors import ParameterError
-from fedcore.privacy.schemes import ENCRYPTED_MODES
 from fedcore.privacy.settings import MODE_FIELDS, privacy_with
 from fedcore.simulation import TASK_DEFAULT, TASKS, simulate_horizontal, simulate_vertical
 from fedcore.trees.budget import available_bytes
@@ -81,7 +80,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--dask", metavar="SPEC", default=None,
                      help="every party's rows on Dask: local:N (a local cluster of N workers) or a scheduler "
                           "address (tcp://host:8786); the forest is the in-process one (vertical: "
-                          "classification with plain labels)")
+                          "classification)")
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     sim.set_defaults(handler=_simulate)
 
@@ -142,10 +141,6 @@ def _not_available(args: argparse.Namespace) -> str | None:
             from fedcore.compute.dask_rows import LDP_REFUSED
 
             return LDP_REFUSED.replace("remove compute: dask", "drop --dask")
-        if args.privacy in ENCRYPTED_MODES:
-            from fedcore.compute.dask_vertical import ENCRYPTED_REFUSED
-
-            return ENCRYPTED_REFUSED.replace("remove compute: dask (or compute=)", "drop --dask")
         compute_from_spec(args.dask)  # a bad spec is refused before the table is read
     if args.epsilon is not None and "epsilon" not in MODE_FIELDS[args.privacy]:
         using = [m for m in modes if "epsilon" in MODE_FIELDS[m]]

@@ -23,8 +23,14 @@ Per level:
 * other owners' bits: cut per block by each block's per-node row counts, which the agent tracks (the
   bootstrap's counts once per batch, then the children's from the bits themselves).
 
-Regression sums floats (w*y, w*y*y) whose totals depend on the order of addition, and encrypted labels
-need the passive party's ciphertext sums: both are refused on Dask (issue #29).
+Encrypted labels (paillier, ou): a passive party's label ciphertexts go to the blocks once (inside the
+tasks that raise them to the bootstrap weights 1..3, `weight_powers`); per level one task per block
+computes each (node, feature) job's per-bin ciphertext products over the block's samples, and the agent
+multiplies the blocks' products modulo n^2 (`merge_bin_sums`): the same integers as in process, in any
+order, so the encrypted histograms are the in-process ones. The label holder on Dask works as a plain one.
+
+Regression sums floats (w*y, w*y*y) whose totals depend on the order of addition: refused on Dask
+(issue #29).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import pandas as pd
 from fedcore.compute import DEFAULT_BLOCK_ROWS
 from fedcore.compute.blocks import Block, frame_blocks
 from fedcore.data.binning import PartyBinner
-from fedcore.privacy.schemes import ENCRYPTED_MODES
+from fedcore.privacy.packing import encrypted_bin_sums, weight_powers
 from fedcore.randomness import bootstrap_chunk_totals
 from fedcore.trees.criteria import SQUARED_ERROR
 from fedcore.trees.partition import (
@@ -60,22 +66,22 @@ from fedcore.trees.splitting import (
 if TYPE_CHECKING:
     from distributed import Client, Future
 
+    from fedcore.privacy.homomorphic import CiphertextSpace
+    from fedcore.vertical.encrypted import PassiveCrypto
+
 REGRESSION_REFUSED = ("vertical regression runs in process only: its histograms sum floats (w*y, w*y*y), "
                       "whose totals over blocks of rows depend on the order of addition (issue #29); remove "
                       "compute: dask (or compute=) for regression")
 """Why a vertical Dask party refuses regression."""
-ENCRYPTED_REFUSED = ("encrypted labels (privacy paillier / ou) run in process only: a passive party's "
-                     "encrypted histograms are not built per block yet (issue #29); remove compute: dask "
-                     "(or compute=), or use privacy none")
-"""Why a vertical Dask party refuses encrypted labels."""
 
 
 def refusal(regression: bool, privacy: str) -> str | None:
-    """Why a vertical party on Dask cannot train this task with this privacy mode (None: it can)."""
+    """Why a vertical party on Dask cannot train this task with this privacy mode (None: it can).
+
+    Every privacy mode runs; `privacy` stays so that callers ask once for both.
+    """
     if regression:
         return REGRESSION_REFUSED
-    if privacy in ENCRYPTED_MODES:
-        return ENCRYPTED_REFUSED
     return None
 
 
@@ -107,6 +113,43 @@ def _histograms(part: SamplePartition, codes: np.ndarray, feat_ptr: np.ndarray, 
                             feat_local, n_stats, criterion)
     totals = node_statistics(part.target, part.weight, part.starts, part.ends, n_stats, criterion)
     return hist, totals.astype(np.int64)
+
+
+def _powers(ciphertexts: list, public: CiphertextSpace) -> list[list]:
+    """The block's label ciphertexts raised to the bootstrap weights 1..3 (`weight_powers`)."""
+    return weight_powers(public, ciphertexts)
+
+
+def _encrypted_bin_sums(part: SamplePartition, codes: np.ndarray, powers: list[list], public: CiphertextSpace,
+                        nodes: np.ndarray, features: np.ndarray) -> tuple[list[tuple], np.ndarray]:
+    """Each (node, feature) job's encrypted bin sums over the block's samples, and its nodes' weights."""
+    out: list[tuple] = []
+    for node, feature in zip(nodes.tolist(), features.tolist(), strict=True):
+        s, e = int(part.starts[node]), int(part.ends[node])
+        rows = part.order[s:e]
+        out.append(encrypted_bin_sums(public, powers, rows, part.weight[s:e], codes[rows, feature]) if e > s
+                   else (np.zeros(0, np.uint8), [], []))
+    weights = np.array([int(part.weight[a:b].sum()) for a, b in zip(part.starts, part.ends, strict=True)],
+                       np.int64)
+    return out, weights
+
+
+def merge_bin_sums(parts: Sequence[tuple], modulus: Any) -> tuple[np.ndarray, list, list[int]]:
+    """One job's blocks' (bins, ciphertext sums, weights) combined, bins ascending.
+
+    A bin's sum is the product of its blocks' modulo n^2 (or n): the same integer as the in-process
+    product of every sample's term, in whatever order, so the encrypted histograms are the in-process ones.
+    """
+    merged: dict[int, tuple[Any, int]] = {}
+    for bins, sums, totals in parts:
+        for b, value, total in zip(bins.tolist(), sums, totals, strict=True):
+            if b in merged:
+                acc, weight = merged[b]
+                merged[b] = (acc * value % modulus, weight + total)
+            else:
+                merged[b] = (value, total)
+    keys = sorted(merged)
+    return np.array(keys, np.uint8), [merged[b][0] for b in keys], [merged[b][1] for b in keys]
 
 
 def _bits(part: SamplePartition, codes: np.ndarray, pos: np.ndarray, splits: tuple) -> np.ndarray:
@@ -156,11 +199,13 @@ class DaskVerticalRows:
         self.counts = np.zeros((len(self.blocks), 0), np.int64)
         """Rows of each open node in each block (n_blocks, n_open); kept here, level by level."""
         self._in_batch = False
+        self.powers: list[Future] = []  # encrypted labels, passive party: each block's weight powers
+        self._public: Any = None
 
     def __getstate__(self) -> dict:
         """A fitted estimator's party pickles without the cluster: only training used the rows."""
         state = self.__dict__.copy()
-        state.update(client=None, codes=[], labels=[], parts=[], _labels_of=None, _in_batch=False)
+        state.update(client=None, codes=[], labels=[], parts=[], _labels_of=None, _in_batch=False, powers=[])
         return state
 
     def _map(self, func: Callable, *per_block: Sequence, **shared: Any) -> list[Future]:
@@ -254,7 +299,27 @@ class DaskVerticalRows:
         bits = node_major([unpack_nodes(blob, counts[b]) for b, blob in enumerate(blobs)], counts)
         return pack_nodes(bits, counts.sum(axis=0))
 
+    def load_ciphertexts(self, public: CiphertextSpace, ciphertexts: list) -> None:
+        """Encrypted labels: each block's label ciphertexts to the cluster, raised there to weights 1..3."""
+        self._public = public
+        self.powers = self._map(_powers, [list(ciphertexts[b.start:b.stop]) for b in self.blocks],
+                                public=public)
+
+    def encrypted_bin_sums(self, crypto: PassiveCrypto, nodes: np.ndarray,
+                           features: np.ndarray) -> tuple[list[tuple], np.ndarray]:
+        """One task per block over every job; each job's blocks merged (`merge_bin_sums`), weights summed."""
+        if not self.powers:
+            raise ValueError("encrypted bin sums before the label ciphertexts were loaded")
+        results = self.client.gather(self._map(_encrypted_bin_sums, self.parts, self.codes, self.powers,
+                                               public=self._public, nodes=nodes, features=features))
+        weights = np.zeros(self.counts.shape[1], np.int64)
+        for _, block_weights in results:
+            weights += block_weights
+        modulus = self._public.modulus
+        jobs = [merge_bin_sums([block[0][j] for block in results], modulus) for j in range(len(nodes))]
+        return jobs, weights
+
     def close(self) -> None:
         """Release every future of these rows (they leave the workers)."""
         self.clear()
-        self.codes, self.labels, self._labels_of = [], [], None
+        self.codes, self.labels, self._labels_of, self.powers = [], [], None, []

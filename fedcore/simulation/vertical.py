@@ -72,7 +72,7 @@ def simulate_vertical(
     `communication` counts training plus the prediction of the test rows; `columns` says which column was
     the id, which were dropped and which dates became numbers (see `prepare_input`). `compute` ("local:N", a
     Dask scheduler address or a Client): every simulated party's rows on that Dask cluster
-    (`fedcore.compute.dask_vertical`, classification with plain labels); the single-party run stays in
+    (`fedcore.compute.dask_vertical`, classification only); the single-party run stays in
     process, so `single_party_identical` compares the two.
     """
     if task not in TASKS:

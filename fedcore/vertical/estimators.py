@@ -64,7 +64,7 @@ class _FederatedForest(SimulatedFederation):
     """Where each party does its row work: None (in process), "local:N" (a LocalCluster of N workers for
     the fit), a Dask scheduler address, or a `distributed.Client` (`fedcore.compute`). Every party's rows
     go to that cluster in blocks of `block_rows` rows; the forest is the in-process one. Classification
-    with plain labels only (issue #29)."""
+    only, plain or encrypted labels (issue #29)."""
     block_rows: int | None
 
     def __init__(

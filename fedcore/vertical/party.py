@@ -46,7 +46,6 @@ from fedcore.vertical.rows import LocalRows
 
 if TYPE_CHECKING:
     from fedcore.compute.dask_vertical import DaskVerticalRows
-    from fedcore.trees.partition import SamplePartition
 
 log = logging.getLogger(__name__)
 
@@ -364,8 +363,10 @@ class VerticalParty:
         ciphertexts = public.from_bytes(message.arrays["enc_y"], "label ciphertexts")
         _require(len(ciphertexts) == len(self.features), self.name, "one label ciphertext per row is needed")
         channel = sealing.channel(holder, self._peer_sealing_key(message, holder))
+        on_dask = not isinstance(self.rows, LocalRows)
         self._passive_crypto = PassiveCrypto(public, layout, ciphertexts, channel,
-                                             powers_budget=self._powers_budget)
+                                             powers_budget=self._powers_budget, local=not on_dask)
+        self.rows.load_ciphertexts(public, ciphertexts)
         self._y = np.zeros(len(self.features))  # only the bootstrap's row count is needed
 
     def _configure_label_holder_crypto(self, message: Message) -> None:
@@ -447,10 +448,8 @@ class VerticalParty:
         binner = self._binned()
         if self._passive_crypto is not None:
             self._candidates = None
-            part, codes = self._local_rows()
-            packed, sealed = self._passive_crypto.histograms(
-                codes, part.order, part.weight, part.starts, part.ends, feat_ptr, feat_local, feat_rank,
-                binner.is_categorical, parents)
+            packed, sealed = self._passive_crypto.histograms(self.rows, feat_ptr, feat_local, feat_rank,
+                                                             binner.is_categorical, parents)
             return Message("encrypted_histograms", {}, {"packed": packed, "sealed": sealed})
         self._candidates, stats = self.rows.best_splits(feat_ptr, feat_local, feat_rank,
                                                         binner.is_categorical, self._n_stats, self._criterion,
@@ -578,13 +577,6 @@ class VerticalParty:
         """The binner of this party's features; the protocol has no growth step before setup."""
         assert self._binner is not None, "setup bins the features before growth"
         return self._binner
-
-    def _local_rows(self) -> tuple[SamplePartition, np.ndarray]:
-        """The in-process partition and codes (encrypted labels run in process only: setup refuses else)."""
-        rows = self.rows
-        assert isinstance(rows, LocalRows) and rows.partition is not None and rows.codes is not None, \
-            "encrypted labels run on in-process rows after begin_batch"
-        return rows.partition, rows.codes
 
     def _setup_classes(self) -> np.ndarray:
         """The label holder's classes (classification); setup finds them before export_labels."""

@@ -8,12 +8,18 @@ master's requests once and hands the row work to either. Both call the same kern
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
 from fedcore.data.binning import PartyBinner
 from fedcore.trees.partition import SamplePartition, node_byte_lengths, offsets_from_lengths, pack_split_bits
 from fedcore.trees.splitting import NodeSplits, find_best_splits
+
+if TYPE_CHECKING:
+    from fedcore.privacy.homomorphic import CiphertextSpace
+    from fedcore.vertical.encrypted import PassiveCrypto
 
 
 class LocalRows:
@@ -71,6 +77,22 @@ class LocalRows:
         offsets = offsets_from_lengths(node_byte_lengths(starts, ends))
         return pack_split_bits(self._codes(), part.order, starts, ends, c.feature[pos], c.bin[pos],
                                c.missing_left[pos], c.is_categorical[pos], c.cat_bits[pos], offsets)
+
+    def load_ciphertexts(self, public: CiphertextSpace, ciphertexts: list) -> None:
+        """Encrypted labels: the passive party's `PassiveCrypto` keeps them in process."""
+
+    def encrypted_bin_sums(self, crypto: PassiveCrypto, nodes: np.ndarray,
+                           features: np.ndarray) -> tuple[list[tuple], np.ndarray]:
+        """Encrypted labels: each (node, feature) job's bin sums (`PassiveCrypto.bin_sums`), node weights."""
+        part, codes = self._partition(), self._codes()
+        jobs = []
+        for node, feature in zip(nodes.tolist(), features.tolist(), strict=True):
+            s, e = int(part.starts[node]), int(part.ends[node])
+            rows = part.order[s:e]
+            jobs.append((rows, part.weight[s:e], codes[rows, feature]))
+        node_weight = np.array([int(part.weight[a:b].sum())
+                                for a, b in zip(part.starts, part.ends, strict=True)], np.int64)
+        return crypto.bin_sums(jobs), node_weight
 
     def close(self) -> None:
         """Nothing to release in process."""
