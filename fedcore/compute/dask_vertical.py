@@ -225,7 +225,7 @@ class DaskVerticalRows:
         self.clear()
         self.codes = self._map(_hold, [np.asfortranarray(binner.transform(self.features.iloc[b.start:b.stop]))
                                        for b in self.blocks])
-        self.labels, self._labels_of = [], None
+        self.labels, self._labels_of, self.powers = [], None, []  # a new session's labels come next
 
     def begin_batch(self, seed: int, trees: list[int], y: np.ndarray, n_draws: int | None) -> None:
         """A new batch: each block draws its rows' bootstrap counts (the chunk totals drawn here, once)."""
