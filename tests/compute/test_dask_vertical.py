@@ -161,7 +161,8 @@ def test_encrypted_labels_on_dask_grow_the_in_process_forest(mode, three_workers
                            for p in passive)
 
 
-def test_agents_with_compute_dask_train_the_in_process_model(tmp_path) -> None:
+@pytest.mark.parametrize("privacy", ["none", "ou"])
+def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy) -> None:
     """Every institution's own config puts its party on a local cluster: the session's model is unchanged."""
     from fedcore.compute.cluster import DaskCompute
     from fedcore.data.scenario import make_vertical_scenario
@@ -176,7 +177,9 @@ def test_agents_with_compute_dask_train_the_in_process_model(tmp_path) -> None:
         settings = {"compute": DaskCompute(workers=2, processes=False, block_rows=90)} if on_dask else {}
         agents = _agents(scenario, tmp_path / str(on_dask), new_batch=False, **settings)
         transport = InProcessTransport({n: a.handle for n, a in agents.items()})
-        session = VerticalSession(transport, ForestParams(n_estimators=4, max_depth=5, random_state=1),
+        params = ForestParams(n_estimators=4 if privacy == "none" else 2, max_depth=5, random_state=1,
+                              privacy=privacy, key_bits=None if privacy == "none" else 2048)
+        session = VerticalSession(transport, params,
                                   holdout_fraction=0.25, min_overlap=100)
         session.align()
         session.train()
@@ -188,6 +191,9 @@ def test_agents_with_compute_dask_train_the_in_process_model(tmp_path) -> None:
         if on_dask:
             assert all(type(a.party.rows).__name__ == "DaskVerticalRows" and len(a.party.rows.blocks) > 2
                        for a in agents.values())
+            passive = [a.party for a in agents.values() if not a.party.is_label_holder]
+            assert all((p._passive_crypto is not None and p._passive_crypto.pairs_computed > 0)
+                       == (privacy == "ou") for p in passive)
             for agent in agents.values():
                 agent._cluster.close()
         session.close()
