@@ -29,10 +29,11 @@
         predictions: predictions/bank      # where batch predictions land (default: predictions/<name>)
         memory_budget_mb: 8192             # memory its agent grows tree batches in
                                            # (default: half its free memory)
-        compute: {dask: {address: tcp://dask:8786}}  # horizontal: its party's rows on its own Dask
+        compute: {dask: {address: tcp://dask:8786}}  # its party's rows on its own Dask
                                            # cluster, or {dask: {local: {workers: 2, memory_limit: 4GiB}}}
-                                           # (default: in the agent's process; fedcore/compute/cluster.py);
-                                           # Parquet data is then read by the workers at the same path
+                                           # (default: in the agent's process; fedcore/compute/cluster.py;
+                                           # vertical: classification only, issue #29); horizontal Parquet
+                                           # data is then read by the workers at the same path
     params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal)
                                                # fields
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
@@ -279,7 +280,6 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         privacy = parse_privacy(raw.get("privacy"), algorithm)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
-    _check_compute(institutions, setting, path)
     alignment = raw.get("alignment", "hash")
     if alignment not in ("hash", "psi"):
         raise ConfigError(f"{path}: alignment must be 'hash' (keyed hashes) or 'psi' (ECDH private set "
@@ -294,6 +294,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         parse_privacy(privacy, algorithm, forest.task)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
+    _check_compute(institutions, setting, privacy, forest.task, path)
     federation = str(raw.get("federation", path.stem))
     # names that become folders and files are checked now, not after a whole training run
     _safe_name(training.model_name or federation,
@@ -392,15 +393,21 @@ def _parse_institution(item: dict, index: int, path: Path) -> Institution:
     )
 
 
-def _check_compute(institutions: list[Institution], setting: str, path: Path) -> None:
-    """`compute: dask` runs a horizontal party's rows on a cluster; what it cannot run yet is refused here."""
+def _check_compute(institutions: list[Institution], setting: str, privacy: PrivacySetting, task: str,
+                   path: Path) -> None:
+    """`compute: dask` runs a party's rows on a cluster; what it cannot run yet is refused here (issue #29).
+
+    Horizontal: every mode. Vertical: classification (plain or encrypted labels), not regression.
+    """
     for inst in institutions:
         if inst.compute is None:
             continue
-        if setting != "horizontal":
-            raise ConfigError(f"{path}: institution {inst.name!r}: compute: dask runs the horizontal "
-                              "setting's parties only; the vertical setting's come later (issue #29): remove "
-                              "compute")
+        if setting == "vertical":
+            from fedcore.compute.dask_vertical import refusal
+
+            cannot = refusal(task == "regression", privacy.mode)
+            if cannot is not None:
+                raise ConfigError(f"{path}: institution {inst.name!r}: {cannot}")
 
 
 def _check_labels(institutions: list[Institution], setting: str, path: Path) -> None:

@@ -11,7 +11,12 @@ import numpy as np
 PURPOSES = {"bootstrap": 1, "features": 2, "tree_features": 3, "thresholds": 4, "split": 5,
             "ldp_permanent": 6, "ldp_instant": 7, "laplace": 8,
             # horizontal engine: master-side draws keyed by (tree, depth)
-            "fet_features": 9, "fet_thresholds": 10, "ppdert_candidates": 11}
+            "fet_features": 9, "fet_thresholds": 10, "ppdert_candidates": 11,
+            # vertical bootstrap: one stream per canonical chunk of rows, keyed by (tree, chunk)
+            "bootstrap_chunk": 12}
+
+BOOTSTRAP_CHUNK_ROWS = 1 << 16
+"""Rows per canonical bootstrap chunk: fixed, so a draw never depends on how rows are cut into blocks."""
 
 
 def stream(seed: int, purpose: str, *keys: int) -> np.random.Generator:
@@ -22,11 +27,46 @@ def stream(seed: int, purpose: str, *keys: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(int(seed), spawn_key=spawn_key)))
 
 
-def bootstrap_counts(seed: int, tree: int, n_rows: int, n_draws: int) -> np.ndarray:
-    """How often each row is drawn into tree `tree`'s bootstrap sample (length n_rows, int32)."""
+def bootstrap_chunk_totals(seed: int, tree: int, n_rows: int, n_draws: int) -> np.ndarray:
+    """How many of tree `tree`'s `n_draws` bootstrap draws fall in each canonical chunk of rows (int64).
+
+    The draws are uniform integers over all rows from the (seed, tree) stream, counted by chunk (row >> 16):
+    integers only, so every CPU gets the same totals. Drawn in pieces, so memory stays bounded.
+    """
     rng = stream(seed, "bootstrap", tree)
-    draws = rng.integers(0, n_rows, size=n_draws, dtype=np.int64)
-    return np.bincount(draws, minlength=n_rows).astype(np.int32)
+    n_chunks = -(-n_rows // BOOTSTRAP_CHUNK_ROWS)
+    totals = np.zeros(n_chunks, np.int64)
+    shift = BOOTSTRAP_CHUNK_ROWS.bit_length() - 1
+    for first in range(0, n_draws, 1 << 22):
+        draws = rng.integers(0, n_rows, size=min(1 << 22, n_draws - first), dtype=np.int64)
+        totals += np.bincount(draws >> shift, minlength=n_chunks)
+    return totals
+
+
+def bootstrap_counts(seed: int, tree: int, n_rows: int, n_draws: int, start: int = 0,
+                     stop: int | None = None, totals: np.ndarray | None = None) -> np.ndarray:
+    """How often each of rows [start, stop) is drawn into tree `tree`'s bootstrap sample (int32).
+
+    A multinomial draw of `n_draws` over `n_rows` rows, layout-independent: the per-chunk totals
+    (`bootstrap_chunk_totals`, pass them as `totals` to draw them once), then each chunk's rows drawn
+    uniformly from its own (seed, tree, chunk) stream. Given its total, a chunk's draws are uniform over
+    its rows, so the counts are those of `n_draws` uniform draws over all rows; a block of rows computes
+    only the chunks it overlaps, and gets the same counts as the whole table's.
+    """
+    stop = n_rows if stop is None else stop
+    if totals is None:
+        totals = bootstrap_chunk_totals(seed, tree, n_rows, n_draws)
+    out = np.zeros(stop - start, np.int32)
+    if stop <= start:
+        return out
+    for chunk in range(start // BOOTSTRAP_CHUNK_ROWS, (stop - 1) // BOOTSTRAP_CHUNK_ROWS + 1):
+        low = chunk * BOOTSTRAP_CHUNK_ROWS
+        size = min(BOOTSTRAP_CHUNK_ROWS, n_rows - low)
+        rng = stream(seed, "bootstrap_chunk", tree, chunk)
+        counts = np.bincount(rng.integers(0, size, size=int(totals[chunk]), dtype=np.int64), minlength=size)
+        lo, hi = max(start, low), min(stop, low + size)
+        out[lo - start:hi - start] = counts[lo - low:hi - low]
+    return out
 
 
 def counter_key(seed: int, purpose: str, *keys: int) -> np.ndarray:

@@ -78,8 +78,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--test-size", type=float, default=0.2, help="held-out fraction of rows (default 0.2)")
     sim.add_argument("--task", choices=TASKS, default="auto", help="auto infers it from the label")
     sim.add_argument("--dask", metavar="SPEC", default=None,
-                     help="horizontal: every party's rows on Dask: local:N (a local cluster of N workers) or "
-                          "a scheduler address (tcp://host:8786); the forest is the in-process one")
+                     help="every party's rows on Dask: local:N (a local cluster of N workers) or a scheduler "
+                          "address (tcp://host:8786); the forest is the in-process one (vertical: "
+                          "classification)")
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     sim.set_defaults(handler=_simulate)
 
@@ -128,8 +129,6 @@ def _not_available(args: argparse.Namespace) -> str | None:
     if args.algorithm not in offered:
         names = ", ".join(f"{k!r} ({v})" for k, v in offered.items())
         return f"unknown algorithm {args.algorithm!r}: the {args.setting} setting offers {names}"
-    if args.dask is not None and args.setting != "horizontal":
-        return "--dask applies to --setting horizontal only (the vertical setting's parties come later)"
     if args.thresholds is not None and args.algorithm != "ppd-ert":
         return f"--thresholds applies to --algorithm ppd-ert only, not {args.algorithm!r}"
     modes = ALGORITHMS[args.algorithm].privacy_modes
@@ -168,7 +167,7 @@ def _simulate(args: argparse.Namespace) -> int:
         result = simulate_vertical(
             table, args.label, id_column=args.id_column, drop=args.drop, parties=args.parties,
             trees=args.trees, max_depth=args.max_depth, max_features=args.max_features, seed=args.seed,
-            test_size=args.test_size, task=args.task, privacy=privacy, progress=True)
+            test_size=args.test_size, task=args.task, privacy=privacy, progress=True, compute=args.dask)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

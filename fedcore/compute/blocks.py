@@ -16,6 +16,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,8 @@ import pandas as pd
 from fedcore.compute import DEFAULT_BLOCK_ROWS
 from fedcore.errors import DataReadError, ParameterError
 from fedcore.horizontal.schema import HorizontalSchema
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -97,11 +100,21 @@ def parquet_blocks(source: str | os.PathLike | Sequence[str | os.PathLike],
     return blocks
 
 
+def rebuildable(value: T) -> T:
+    """`value` itself, computed by a task that carries it inline: a future Dask can rebuild.
+
+    A scattered value has no lineage, and Dask's memory manager drops the spare replicas of a broadcast,
+    so a lost worker can take its last copy; a task holding the value is simply run again. Used for what
+    many blocks' tasks share (a level's large arrays, a model) and for the blocks' own inline data.
+    """
+    return value
+
+
 def read_block(block: Block, columns: list[str]) -> pd.DataFrame:
     """The block's rows of `columns`, read from its Parquet file (one row group, sliced)."""
     import pyarrow.parquet as pq
 
-    assert block.path is not None, "in-memory blocks are scattered, not read"
+    assert block.path is not None, "in-memory blocks are scattered or given inline, not read"
     table = pq.ParquetFile(block.path).read_row_group(block.row_group, columns=columns)
     return table.slice(block.group_start, block.n_rows).to_pandas()
 

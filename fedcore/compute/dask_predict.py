@@ -20,7 +20,7 @@ import numpy as np
 
 from fedcore.agents.scoring import holdout_statistics, merge_statistics, prediction_frame
 from fedcore.agents.storage import part_file, write_parquet
-from fedcore.compute.blocks import Block
+from fedcore.compute.blocks import Block, rebuildable
 from fedcore.compute.dask_table import ParquetTable, held_rows, read_table_block, submit_blocks
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.schema import HorizontalSchema
@@ -44,7 +44,7 @@ def _predict_block(block: Block, table: ParquetTable, model: HorizontalForest, s
 def evaluate_blocks(client: Client, table: ParquetTable, held: Sequence[np.ndarray], model: HorizontalForest,
                     schema: HorizontalSchema) -> np.ndarray:
     """The held-out set's statistics, each block's computed on its worker (see the module doc)."""
-    shared = client.scatter(model, broadcast=True, hash=False)
+    shared = client.submit(rebuildable, model, pure=False)  # rebuilt if its worker is lost
     return merge_statistics(client.gather(submit_blocks(client, _evaluate_block, table, held, model=shared,
                                                         schema=schema)))
 
@@ -52,6 +52,6 @@ def evaluate_blocks(client: Client, table: ParquetTable, held: Sequence[np.ndarr
 def predict_blocks(client: Client, table: ParquetTable, model: HorizontalForest, schema: HorizontalSchema,
                    id_column: str, folder: Path) -> int:
     """Write every block's predictions into `folder` (one part each); returns the row count."""
-    shared = client.scatter(model, broadcast=True, hash=False)
+    shared = client.submit(rebuildable, model, pure=False)  # rebuilt if its worker is lost
     return sum(client.gather(submit_blocks(client, _predict_block, table, model=shared, schema=schema,
                                            id_column=id_column, folder=str(folder))))

@@ -8,7 +8,7 @@ previous level's and the master's decisions, by a task that copies it first (a t
 inputs). Nothing lives on a worker outside futures, so when a worker is lost Dask rebuilds its blocks and
 partitions from their lineage (reading the Parquet row group again, replaying the levels' decisions).
 The level's decisions and candidates travel inside the tasks (the scheduler keeps them with the task, so
-the lineage holds them); when they are large they are scattered to every worker and held until the batch
+the lineage holds them); when they are large they go once into a task of their own, held until the batch
 ends.
 
 Per level, the per-node statistics are one task per block over every open node of every tree of the
@@ -50,6 +50,7 @@ from fedcore.compute.blocks import (
     load_block,
     load_kept_block,
     parquet_blocks,
+    rebuildable,
 )
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.rows import RowPartition
@@ -254,14 +255,15 @@ class DaskPartyRows:
 
         Inline in the tasks while their copies, one per block, stay within `INLINE_BYTES` (no round trip to
         the scheduler; the scheduler keeps them with the tasks, so the partitions' lineage holds them);
-        larger ones scattered once to every worker and held until the batch ends.
+        larger ones once, in a task of their own (`blocks.rebuildable`: rebuilt like any task when a worker is
+        lost, which a scattered value is not), held until the batch ends.
         """
         if self._round_start is None:
             self._round_start = time.perf_counter()
         arrays = value if isinstance(value, tuple) else (value,)
         if sum(a.nbytes for a in arrays) * max(len(self.blocks), 1) <= INLINE_BYTES:
             return value
-        future = self.client.scatter(value, broadcast=True, hash=False)
+        future = self.client.submit(rebuildable, value, pure=False)
         self._held.append(future)
         return future
 

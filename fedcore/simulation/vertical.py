@@ -60,6 +60,7 @@ def simulate_vertical(
     task: str = "auto",
     privacy: str | Mapping[str, Any] | PrivacySetting = "none",
     progress: bool = False,
+    compute: Any = None,
 ) -> dict:
     """Train Federated Forest on `parties` simulated vertical parties of `table`; compare it on held-out rows.
 
@@ -69,7 +70,10 @@ def simulate_vertical(
     checks that encryption changes nothing.
 
     `communication` counts training plus the prediction of the test rows; `columns` says which column was
-    the id, which were dropped and which dates became numbers (see `prepare_input`).
+    the id, which were dropped and which dates became numbers (see `prepare_input`). `compute` ("local:N", a
+    Dask scheduler address or a Client): every simulated party's rows on that Dask cluster
+    (`fedcore.compute.dask_vertical`, classification only); the single-party run stays in
+    process, so `single_party_identical` compares the two.
     """
     if task not in TASKS:
         raise ParameterError(f"task must be one of {list(TASKS)}, got {task!r}")
@@ -79,7 +83,13 @@ def simulate_vertical(
         task = infer_task(table[label])
     check_label(table[label], task)
     params = forest_params(task, trees, max_depth, max_features, seed)
-    federated_model = _engine(task, {**params, "privacy": setting}, progress)
+    if compute is not None:
+        from fedcore.compute.dask_vertical import refusal
+
+        cannot = refusal(task == "regression", setting.mode)
+        if cannot is not None:
+            raise ParameterError(cannot)
+    federated_model = _engine(task, {**params, "privacy": setting, "compute": compute}, progress)
     single_model = _engine(task, params, progress)
     train, test = split_train_test(table, label, task, test_size, seed)
     party_frames = split_vertical(train, parties, label=label, seed=seed)
@@ -99,6 +109,7 @@ def simulate_vertical(
         "privacy": setting.mode,
         "task": task,
         "parties": parties,
+        **({"compute": compute} if isinstance(compute, str) else {}),
         "rows_train": len(train),
         "rows_test": len(test),
         **compare(task, test[label].to_numpy(), federated, single, identical,

@@ -16,7 +16,7 @@ from fedcore.data.binning import MISSING_BIN
 from fedcore.randomness import bootstrap_counts
 
 
-def node_byte_lengths(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def node_byte_lengths(starts: np.ndarray | int, ends: np.ndarray) -> np.ndarray:
     """Bytes of each node's packed partition bitmap (one bit per in-bag row, byte aligned per node)."""
     return (ends - starts + 7) // 8
 
@@ -118,6 +118,25 @@ def scatter_node_bytes(pieces: list[tuple[np.ndarray, np.ndarray]],
     return merged, offsets
 
 
+def unpack_nodes(packed: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per-node packed bitmaps (byte aligned per node) as one array of bits (uint8 0/1), node after node."""
+    lengths = np.asarray(lengths, np.int64)
+    bits = np.unpackbits(np.asarray(packed, np.uint8), bitorder="little")
+    firsts = offsets_from_lengths(node_byte_lengths(0, lengths))[:-1] * 8
+    starts = offsets_from_lengths(lengths)
+    return bits[np.repeat(firsts - starts[:-1], lengths) + np.arange(starts[-1])]
+
+
+def pack_nodes(bits: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The inverse of `unpack_nodes`: bits node after node, packed byte aligned per node."""
+    lengths = np.asarray(lengths, np.int64)
+    byte_offsets = offsets_from_lengths(node_byte_lengths(0, lengths))
+    padded = np.zeros(byte_offsets[-1] * 8, np.uint8)
+    starts = offsets_from_lengths(lengths)
+    padded[np.repeat(byte_offsets[:-1] * 8 - starts[:-1], lengths) + np.arange(starts[-1])] = bits
+    return np.packbits(padded, bitorder="little")
+
+
 class SamplePartition:
     """In-bag samples of a batch of trees, grouped by the open nodes of the current level."""
 
@@ -129,15 +148,19 @@ class SamplePartition:
         self.target = target  # the label (class code or value) of each sample, aligned with `order`
         self.starts = starts
         self.ends = ends
-        self._spare = (np.empty_like(order), np.empty_like(weight), np.empty_like(target))
+        self._spare: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the split's output, reused
 
     @classmethod
-    def bootstrap(cls, seed: int, trees: list[int], y: np.ndarray, n_draws: int | None) -> SamplePartition:
+    def bootstrap(cls, seed: int, trees: list[int], y: np.ndarray, n_draws: int | None, start: int = 0,
+                  n_rows: int | None = None, totals: list[np.ndarray] | None = None) -> SamplePartition:
         """Roots of `trees`: the bootstrap sample of each (all rows with weight 1 if n_draws is None).
 
         `y` holds the label per row (class codes or values); samples carry it along so that histogram
-        building reads it sequentially.
+        building reads it sequentially. A block of rows (a Dask worker's) passes its first row `start`, the
+        table's `n_rows` and the trees' chunk totals (`bootstrap_chunk_totals`): its rows get the whole
+        table's counts, numbered from 0 within the block.
         """
+        table_rows = len(y) if n_rows is None else n_rows
         n_rows = len(y)
         if n_draws is None:
             order = np.tile(np.arange(n_rows, dtype=np.int32), len(trees))
@@ -145,7 +168,9 @@ class SamplePartition:
             target = np.tile(y.astype(np.float64), len(trees))
             offsets = np.arange(len(trees) + 1, dtype=np.int64) * n_rows
         else:
-            counts = np.stack([bootstrap_counts(seed, tree, n_rows, n_draws) for tree in trees])
+            counts = np.stack([bootstrap_counts(seed, tree, table_rows, n_draws, start, start + n_rows,
+                                                None if totals is None else totals[k])
+                               for k, tree in enumerate(trees)]).reshape(len(trees), n_rows)
             offsets = offsets_from_lengths(np.count_nonzero(counts, axis=1))
             order, weight, target = _compact_counts(counts, offsets, y.astype(np.float64))
         return cls(order, weight, target, offsets[:-1].copy(), offsets[1:].copy())
@@ -159,6 +184,8 @@ class SamplePartition:
         """Apply the level's partition bitmaps; the children of split nodes become the new open nodes."""
         idx = np.flatnonzero(split_mask)
         starts, ends = self.starts[idx], self.ends[idx]
+        if self._spare is None:
+            self._spare = (np.empty_like(self.order), np.empty_like(self.weight), np.empty_like(self.target))
         new_order, new_weight, new_target = self._spare
         n_left = apply_partition(self.order, self.weight, self.target, new_order, new_weight, new_target,
                                  starts, ends, packed, byte_offsets)
@@ -169,3 +196,11 @@ class SamplePartition:
         new_starts[0::2], new_ends[0::2] = starts, starts + n_left
         new_starts[1::2], new_ends[1::2] = starts + n_left, ends
         self.starts, self.ends = new_starts, new_ends
+
+    def split_copy(self, split_mask: np.ndarray, packed: np.ndarray,
+                   byte_offsets: np.ndarray) -> SamplePartition:
+        """The partition after `split`, as a new object; this one is left as it was (a Dask task's input)."""
+        new = SamplePartition(self.order, self.weight, self.target, self.starts, self.ends)
+        new.split(split_mask, packed, byte_offsets)
+        new._spare = None  # it holds this partition's arrays: never written through the copy
+        return new

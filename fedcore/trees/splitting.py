@@ -159,6 +159,19 @@ def _best_split_of_pair(pair, i, f, codes, target, order, weight, s, e, total, i
                         criterion, min_leaf, n_class_orderings, hist, seen, touched, ordered, cum, lbuf,
                         rbuf, missing, keys, out_gain, out_bin, out_ml, out_bits):
     """Best split of node i on feature f, written into the out_* arrays at `pair`."""
+    n_touched = _pair_histogram(f, codes, target, order, weight, s, e, criterion, hist, seen, touched)
+    _split_of_histogram(pair, is_cat[f], n_touched, total, n_stats, criterion, min_leaf, n_class_orderings,
+                        hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys, out_gain, out_bin,
+                        out_ml, out_bits)
+
+
+@nb.njit(cache=True)
+def _pair_histogram(f, codes, target, order, weight, s, e, criterion, hist, seen, touched):
+    """The histogram kernel: samples s..e of feature f into `hist`; returns how many bins they touch.
+
+    The touched bins are `touched[:n]`, flagged in `seen`. Shared by the fused in-process kernel and by
+    `block_histograms` (a block of rows on a Dask worker), so both count the same samples the same way.
+    """
     n_touched = 0
     for j in range(s, e):
         r = order[j]
@@ -168,9 +181,7 @@ def _best_split_of_pair(pair, i, f, codes, target, order, weight, s, e, total, i
             touched[n_touched] = b
             n_touched += 1
         _accumulate(hist, b, weight[j], target[j], criterion)
-    _split_of_histogram(pair, is_cat[f], n_touched, total, n_stats, criterion, min_leaf, n_class_orderings,
-                        hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys, out_gain, out_bin,
-                        out_ml, out_bits)
+    return n_touched
 
 
 @nb.njit(cache=True)
@@ -282,7 +293,7 @@ def best_splits_from_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair
     return NodeSplits(*_reduce_pairs(feat_ptr, feat_local, feat_rank, *pair_out))
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, parallel=True)
 def _splits_of_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categorical, totals, node_rows,
                           n_stats, criterion, min_leaf, n_class_orderings):
     n_pairs = pair_node.shape[0]
@@ -290,23 +301,25 @@ def _splits_of_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categ
     out_bin = np.zeros(n_pairs, np.int32)
     out_ml = np.zeros(n_pairs, np.bool_)
     out_bits = np.zeros((n_pairs, 4), np.uint64)
-    hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys = _scratch(n_stats)
-    for q in range(n_pairs):
-        if node_rows[pair_node[q]] < 2:
-            continue  # as the plain kernel: a node of one distinct row has no split
-        n_touched = 0
-        for t in range(hist_ptr[q], hist_ptr[q + 1]):
-            b = hist_bins[t]
-            if stats_weight(hist_stats[t], criterion) <= 0.0:
-                continue  # an empty bin: the plain kernel never sees it
-            seen[b] = True
-            touched[n_touched] = b
-            n_touched += 1
-            for k in range(n_stats):
-                hist[b, k] = hist_stats[t, k]
-        _split_of_histogram(q, pair_categorical[q], n_touched, totals[pair_node[q]], n_stats, criterion,
-                            min_leaf, n_class_orderings, hist, seen, touched, ordered, cum, lbuf, rbuf,
-                            missing, keys, out_gain, out_bin, out_ml, out_bits)
+    n_chunks = min(n_pairs, 64)
+    for chunk in nb.prange(n_chunks):  # every pair writes only its own outputs: any thread count, same bits
+        hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys = _scratch(n_stats)
+        for q in range(chunk * n_pairs // n_chunks, (chunk + 1) * n_pairs // n_chunks):
+            if node_rows[pair_node[q]] < 2:
+                continue  # as the plain kernel: a node of one distinct row has no split
+            n_touched = 0
+            for t in range(hist_ptr[q], hist_ptr[q + 1]):
+                b = hist_bins[t]
+                if stats_weight(hist_stats[t], criterion) <= 0.0:
+                    continue  # an empty bin: the plain kernel never sees it
+                seen[b] = True
+                touched[n_touched] = b
+                n_touched += 1
+                for k in range(n_stats):
+                    hist[b, k] = hist_stats[t, k]
+            _split_of_histogram(q, pair_categorical[q], n_touched, totals[pair_node[q]], n_stats, criterion,
+                                min_leaf, n_class_orderings, hist, seen, touched, ordered, cum, lbuf, rbuf,
+                                missing, keys, out_gain, out_bin, out_ml, out_bits)
     return out_gain, out_bin, out_ml, out_bits
 
 
@@ -331,3 +344,70 @@ def node_statistics(target, weight, starts, ends, n_stats, criterion):
         for j in range(starts[i], ends[i]):
             _accumulate(out, i, weight[j], target[j], criterion)
     return out
+
+
+# -- histograms of a block of rows (a vertical party's rows on Dask, issue #29) ---------------------------
+def block_histograms(codes, target, order, weight, starts, ends, feat_ptr, feat_local, n_stats,
+                     criterion) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (node, candidate feature) pair's histogram over a block's samples, as int64 counts in CSR.
+
+    Returns (hist_ptr (n_pairs + 1), hist_bins, hist_stats (m, n_stats)): pair q's non-empty bins, ascending,
+    are hist_bins[hist_ptr[q]:hist_ptr[q + 1]]. Classification only: class counts weighted by integer
+    bootstrap counts are exact integers, so blocks add up (`sum_histograms`) to the whole table's in any
+    order; regression's float sums would not, and are refused.
+    """
+    if criterion == SQUARED_ERROR:
+        raise ValueError("block histograms are integer class counts: regression sums floats, which do not "
+                         "add up exactly across blocks")
+    pair_node = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(feat_ptr))
+    bound = np.minimum(ends - starts, N_CODES)[pair_node].astype(np.int64)
+    slots = np.zeros(len(bound) + 1, np.int64)
+    np.cumsum(bound, out=slots[1:])
+    bins, stats, counts = _block_histograms(codes, target, order, weight, starts, ends, pair_node,
+                                            feat_local.astype(np.int64), slots, n_stats, criterion)
+    keep = np.arange(slots[-1]) - np.repeat(slots[:-1], bound) < np.repeat(counts, bound)
+    ptr = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr, bins[keep], stats[keep]
+
+
+@nb.njit(cache=True, parallel=True)
+def _block_histograms(codes, target, order, weight, starts, ends, pair_node, pair_feat, slots, n_stats,
+                      criterion):
+    n_pairs = pair_node.shape[0]
+    bins = np.zeros(slots[-1], np.uint8)
+    stats = np.zeros((slots[-1], n_stats), np.int64)
+    counts = np.zeros(n_pairs, np.int64)
+    n_chunks = min(n_pairs, 64)
+    for chunk in nb.prange(n_chunks):
+        hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys = _scratch(n_stats)
+        for q in range(chunk * n_pairs // n_chunks, (chunk + 1) * n_pairs // n_chunks):
+            i = pair_node[q]
+            n = _pair_histogram(pair_feat[q], codes, target, order, weight, starts[i], ends[i], criterion,
+                                hist, seen, touched)
+            _sort_touched(n, seen, touched, ordered)
+            for t in range(n):
+                b = ordered[t]
+                bins[slots[q] + t] = b
+                for k in range(n_stats):
+                    stats[slots[q] + t, k] = np.int64(hist[b, k])
+                    hist[b, k] = 0.0
+                seen[b] = False
+            counts[q] = n
+    return bins, stats, counts
+
+
+def sum_histograms(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                   n_pairs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The blocks' `block_histograms` added up: one CSR over the union of their bins (int64, exact)."""
+    n_stats = parts[0][2].shape[1] if parts else 0
+    keys = [np.repeat(np.arange(n_pairs, dtype=np.int64), np.diff(ptr)) * N_CODES + bins
+            for ptr, bins, _ in parts]
+    key = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+    stats = np.concatenate([p[2] for p in parts]) if parts else np.zeros((0, n_stats), np.int64)
+    unique, inverse = np.unique(key, return_inverse=True)
+    total = np.zeros((len(unique), n_stats), np.int64)
+    np.add.at(total, inverse, stats)
+    ptr = np.zeros(n_pairs + 1, np.int64)
+    np.cumsum(np.bincount(unique // N_CODES, minlength=n_pairs), out=ptr[1:])
+    return ptr, (unique % N_CODES).astype(np.uint8), total

@@ -4,7 +4,8 @@ A `VerticalInstitutionAgent` answers the master for one institution. It hands ou
 lines its rows up with the intersection the master computed, keeps a held-out slice for evaluation,
 serves the Federated Forest party protocol on the training rows, scores the master's held-out
 predictions (label holder), stores its own partial model, and writes batch predictions where they were
-asked for. Raw values, raw IDs and class names never leave it.
+asked for. Raw values, raw IDs and class names never leave it. With `compute:` in its config, its party's
+row work runs on the institution's own Dask cluster (`fedcore.compute.dask_vertical`, issue #29).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from fedcore.vertical.party import VerticalParty
 from fedcore.vertical.persistence import party_file_stem
 
 if TYPE_CHECKING:
+    from fedcore.compute.cluster import Cluster
     from fedcore.privacy.psi import PSIParty
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self._holdout_loaded = False  # the held-out rows are the party's prediction data (load_holdout)
         self.aligned_ids: pd.Series | None = None
         self._checkpoints: CheckpointStore | None = None
+        self._cluster: Cluster | None = None  # the institution's Dask cluster (`compute:`), once connected
 
     def _batch_checkpoint(self) -> dict[str, np.ndarray]:
         assert self.party is not None, "handle() checkpoints a batch only once the party exists"
@@ -153,12 +156,35 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         aligned = aligned.drop(columns=[self.data.id_column])
         train = aligned[~holdout].reset_index(drop=True)
         self._holdout = aligned[holdout].reset_index(drop=True)
+        if self.party is not None:
+            self.party.rows.close()  # the last session's rows (on a cluster: its blocks)
         self.party = VerticalParty(self.name, train, self.data.label, feature_key=self._feature_key(),
                                    identity=self.identity, memory_budget=self.data.memory_budget,
                                    own_privacy=self.data.privacy)
+        self._on_cluster(self.party)
         self._holdout_loaded = False
         self._done.add("align")  # a refused alignment may be corrected; one that answered is final
         return Message("aligned", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
+
+    def _on_cluster(self, party: VerticalParty) -> None:
+        """Put the party's row work on this institution's Dask cluster, when its own config says so.
+
+        The cluster is the institution's choice (`compute:`, never the master's): the agent connects once (or
+        starts its local cluster); the rows go there in blocks when setup bins them.
+        """
+        compute = self.data.compute
+        if compute is None:
+            return
+        from fedcore.compute.dask_vertical import DaskVerticalRows
+
+        if self._cluster is None:
+            from fedcore.compute.cluster import connect
+
+            self._cluster = connect(compute)
+            log.info("institution %r: party rows on %s", self.name, compute.describe())
+        party.rows = DaskVerticalRows(party.features, self._cluster.client, compute.block_rows)
+        log.info("institution %r: %d training rows in %d blocks", self.name, party.rows.n_rows,
+                 len(party.rows.blocks))
 
     def _feature_key(self) -> bytes:
         return hmac.new(self._key, b"fedforest feature ids", hashlib.sha256).digest()

@@ -16,6 +16,7 @@ blobs, gains and partition bitmaps, as in plain mode.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -179,19 +180,36 @@ class LabelHolderCrypto:
         return np.frombuffer(b"".join(sealed), np.uint8).reshape(len(records), CHOICE_RECORD_BYTES)
 
 
+class EncryptedRows(Protocol):
+    """Where a passive party's samples are (`fedcore.vertical.rows.LocalRows` or `DaskVerticalRows`)."""
+
+    def node_sizes(self) -> np.ndarray:
+        """Distinct in-bag rows of each open node."""
+        ...
+
+    def encrypted_bin_sums(self, crypto: PassiveCrypto, nodes: np.ndarray,
+                           features: np.ndarray) -> tuple[list[tuple], np.ndarray]:
+        """`encrypted_bin_sums` of each (node, feature) job over its node's samples; each node's weight."""
+        ...
+
+
 class PassiveCrypto:
     """A passive party's side: the public key, the label ciphertexts, and its channel to the label holder."""
 
     def __init__(self, public: CiphertextSpace, layout: SlotLayout, ciphertexts: list, channel: SealedChannel,
-                 workers: int | None = None, powers_budget: int | None = None) -> None:
+                 workers: int | None = None, powers_budget: int | None = None, local: bool = True) -> None:
         """`workers`: processes for the bin sums.
 
         By default one per core for large tables, else none, and no more than `powers_budget` bytes hold:
-        each keeps Enc(y)^w for w = 1..3 (`weight_powers_bytes`).
+        each keeps Enc(y)^w for w = 1..3 (`weight_powers_bytes`). `local` False: the party's rows, and the
+        bin sums, are on a Dask cluster (`fedcore.compute.dask_vertical`), so this process keeps no powers.
         """
         self.public = public
         self.layout = layout
         self.channel = channel
+        if not local:
+            workers = 0
+            ciphertexts = []
         if workers is None:
             rows = len(ciphertexts)
             each = weight_powers_bytes(public.ciphertext_bytes, rows)
@@ -210,40 +228,35 @@ class PassiveCrypto:
         self.pairs_derived = 0
         """Histograms summed here, and those the label holder derives by subtraction (for reports)."""
 
-    def histograms(self, codes: np.ndarray, order: np.ndarray, weight: np.ndarray, starts: np.ndarray,
-                   ends: np.ndarray, feat_ptr: np.ndarray, feat_local: np.ndarray, feat_rank: np.ndarray,
-                   is_categorical: np.ndarray, parents: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def histograms(self, rows: EncryptedRows, feat_ptr: np.ndarray, feat_local: np.ndarray,
+                   feat_rank: np.ndarray, is_categorical: np.ndarray,
+                   parents: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Packed encrypted histograms of every (node, candidate feature) and their sealed layout.
 
+        `rows` computes the bin sums over the party's samples (in process, or per block on Dask).
         `parents` are the previous level's positions of the nodes that split into this level's sibling
         pairs (None on a batch's first level). Where both siblings and their parent consider a feature,
         only the smaller sibling's histogram is computed: the label holder subtracts it from the parent's.
         """
         self.sequence += 1
-        pair_node = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(feat_ptr))
-        node_rows = ends - starts
+        pair_node = np.repeat(np.arange(len(feat_ptr) - 1, dtype=np.int64), np.diff(feat_ptr))
+        node_rows = rows.node_sizes()
         derive_from, sibling = _subtraction_plan(feat_ptr, feat_local, node_rows, parents, self._previous)
         self.pairs_derived += int(np.sum(derive_from >= 0))
-        node_weight = np.array([int(weight[a:b].sum()) for a, b in zip(starts, ends, strict=True)], np.int64)
-        jobs, job_nodes, job_pairs = [], [], []
-        for q, (node, feature) in enumerate(zip(pair_node.tolist(), feat_local.tolist(), strict=True)):
-            s, e = int(starts[node]), int(ends[node])
-            if e - s < 2 or derive_from[q] >= 0:  # skipped as by the plain kernel, or derived by subtraction
-                continue
-            rows = order[s:e]
-            jobs.append((rows, weight[s:e], codes[rows, feature]))
-            job_nodes.append(node)
-            job_pairs.append(q)
+        job_pairs = [q for q, node in enumerate(pair_node.tolist())
+                     if node_rows[node] >= 2 and derive_from[q] < 0]  # as the plain kernel; or derived
+        job_nodes = [int(pair_node[q]) for q in job_pairs]
+        results, node_weight = rows.encrypted_bin_sums(self, np.array(job_nodes, np.int64),
+                                                       feat_local[job_pairs].astype(np.int64))
         bins, sums, totals, bin_node_weights = [], [], [], []
         counts = np.zeros(len(feat_local), np.int64)
-        for q, node, (pair_bins, pair_sums, pair_totals) in zip(job_pairs, job_nodes, self._bin_sums(jobs),
-                                                                strict=True):
+        for q, node, (pair_bins, pair_sums, pair_totals) in zip(job_pairs, job_nodes, results, strict=True):
             bins.append(pair_bins)
             sums.extend(pair_sums)
             totals.extend(pair_totals)
             bin_node_weights.extend([int(node_weight[node])] * len(pair_bins))
             counts[q] = len(pair_bins)
-        self.pairs_computed += len(jobs)
+        self.pairs_computed += len(job_pairs)
         plan = {
             "hist_ptr": np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]),
             "bins": np.concatenate(bins) if bins else np.zeros(0, np.uint8),
@@ -262,7 +275,7 @@ class PassiveCrypto:
         sealed = self.channel.seal(arrays_to_bytes(plan), self.sequence - 1)
         return packed, np.frombuffer(sealed, np.uint8)
 
-    def _bin_sums(self, jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[tuple]:
+    def bin_sums(self, jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[tuple]:
         """`encrypted_bin_sums` of each (rows, weights, bins) job, in order.
 
         Here, or split by rows over the worker processes.

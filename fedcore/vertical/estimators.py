@@ -21,7 +21,11 @@ import numpy as np
 import pandas as pd
 
 from fedcore.algorithms import FOREST
+from fedcore.compute import DEFAULT_BLOCK_ROWS
+from fedcore.compute.cluster import Cluster, compute_from_spec, connect
+from fedcore.compute.dask_vertical import DaskVerticalRows, refusal
 from fedcore.data.split import named_parties
+from fedcore.errors import ParameterError
 from fedcore.estimator_api import (
     ClassifierMixin,
     RegressorMixin,
@@ -38,6 +42,7 @@ from fedcore.trees.params import ForestParams
 from fedcore.vertical.master import VerticalMaster
 from fedcore.vertical.party import VerticalParty
 from fedcore.vertical.persistence import load_simulation, save_simulation
+from fedcore.vertical.rows import LocalRows
 from fedcore.vertical.validation import validate_prediction_parties, validate_training_parties
 
 PartyFrames = Sequence[pd.DataFrame] | Mapping[str, pd.DataFrame]
@@ -55,6 +60,12 @@ class _FederatedForest(SimulatedFederation):
     label_key: AdditivePrivateKey | None
     prediction: str
     predict_batch_rows: int
+    compute: Any
+    """Where each party does its row work: None (in process), "local:N" (a LocalCluster of N workers for
+    the fit), a Dask scheduler address, or a `distributed.Client` (`fedcore.compute`). Every party's rows
+    go to that cluster in blocks of `block_rows` rows; the forest is the in-process one. Classification
+    only, plain or encrypted labels (issue #29)."""
+    block_rows: int | None
 
     def __init__(
         self,
@@ -81,6 +92,8 @@ class _FederatedForest(SimulatedFederation):
         progress: bool = False,
         record_transcript: bool = False,
         record_payloads: bool = False,
+        compute: Any = None,
+        block_rows: int | None = None,
     ) -> None:
         self._store_params(locals())
 
@@ -107,15 +120,38 @@ class _FederatedForest(SimulatedFederation):
                           identity=identities.get(name))
             for name, frame in frames.items()
         ]
-        transport = self._in_process_transport(members)
-        master = VerticalMaster(transport, params, progress=self._progress_callback())
-        self._fit_master(master, params.memory_budget_mb)
+        cluster = self._connect(params)
+        try:
+            if cluster is not None:
+                for member in members:
+                    member.rows = DaskVerticalRows(member.features, cluster.client, self._block_rows)
+            transport = self._in_process_transport(members)
+            master = VerticalMaster(transport, params, progress=self._progress_callback())
+            self._fit_master(master, params.memory_budget_mb)
+        finally:  # the rows leave the cluster with the fit: the model predicts in process
+            if cluster is not None:
+                for member in members:
+                    member.rows.close()
+                    member.rows = LocalRows(member.features)
+                cluster.close()
         self.training_communication_ = transport.stats.to_dict()
         self.label_ = label
         self.parties_ = members
         self.transport_ = transport
         self.master_ = master  # last: its presence marks the estimator fitted
         return self
+
+    def _connect(self, params: ForestParams) -> Cluster | None:
+        """The fit's Dask cluster (`compute`), or None in process; what it cannot run is refused first."""
+        compute = compute_from_spec(self.compute, self.block_rows)
+        if compute is None:
+            return None
+        cannot = refusal(self._task == "regression", params.privacy)
+        if cannot is not None:
+            raise ParameterError(cannot)
+        self._block_rows = (self.block_rows if self.block_rows is not None
+                            else getattr(compute, "block_rows", DEFAULT_BLOCK_ROWS))
+        return connect(compute)
 
     def _predict_values(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:
         check_fitted(self)
@@ -229,6 +265,8 @@ class FederatedForestRegressor(RegressorMixin, _FederatedForest):
         progress: bool = False,
         record_transcript: bool = False,
         record_payloads: bool = False,
+        compute: Any = None,
+        block_rows: int | None = None,
     ) -> None:
         """Store the parameters as given; `fit` checks them."""
         self._store_params(locals())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -36,17 +37,15 @@ from fedcore.protocol.messages import Message, pack_bits
 from fedcore.trees.budget import default_budget
 from fedcore.trees.criteria import SQUARED_ERROR, n_stats
 from fedcore.trees.params import MAX_TREES_PER_BATCH
-from fedcore.trees.partition import (
-    SamplePartition,
-    node_byte_lengths,
-    offsets_from_lengths,
-    pack_split_bits,
-    scatter_node_bytes,
-)
+from fedcore.trees.partition import node_byte_lengths, scatter_node_bytes
 from fedcore.trees.predictor import ThresholdIndex, encode_columns, leaf_row_sets, route_step
-from fedcore.trees.splitting import NodeSplits, find_best_splits
+from fedcore.trees.splitting import NodeSplits
 from fedcore.trees.structure import PartialForest, PartySplits
 from fedcore.vertical.encrypted import LabelHolderCrypto, PassiveCrypto
+from fedcore.vertical.rows import LocalRows
+
+if TYPE_CHECKING:
+    from fedcore.compute.dask_vertical import DaskVerticalRows
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +136,8 @@ class VerticalParty:
 
     def __init__(self, name: str, frame: pd.DataFrame, label: str | None = None, feature_key: bytes = b"",
                  label_key: AdditivePrivateKey | None = None, identity: PartyIdentity | None = None,
-                 memory_budget: int | None = None, own_privacy: PrivacySetting | None = None) -> None:
+                 memory_budget: int | None = None, own_privacy: PrivacySetting | None = None,
+                 rows: LocalRows | DaskVerticalRows | None = None) -> None:
         """One institution's columns (and the label, when `label` names it) with its privacy settings.
 
         `label_key`: the label holder's Paillier or Okamoto-Uchiyama key for encrypted labels (default: a
@@ -147,7 +147,8 @@ class VerticalParty:
         available memory), reported to the master at setup so batches fit (`fedcore.trees.budget`).
         `own_privacy`: the institution's configured `privacy:` setting (or what
         `fedcore.privacy.settings.parse_privacy` reads); a master asking for another mode or a smaller key is
-        refused.
+        refused. `rows`: where the row work runs (default: in this process, `LocalRows`; on a Dask cluster,
+        `fedcore.compute.dask_vertical.DaskVerticalRows` of the same rows).
         """
         self.name = name
         self.own_privacy = None if own_privacy is None else parse_privacy(own_privacy, FOREST)
@@ -159,10 +160,9 @@ class VerticalParty:
         self.feature_key = feature_key
         self.classes_: np.ndarray | None = None
         self._binner: PartyBinner | None = None
-        self._codes: np.ndarray | None = None
+        self.rows = rows if rows is not None else LocalRows(self.features)
         self._y = np.zeros(0, np.float64)  # class codes or regression targets
         self._global_to_local = np.zeros(0, np.int64)
-        self._partition: SamplePartition | None = None
         self._candidates: NodeSplits | None = None
         self._own_bits = np.zeros(0, np.uint8)
         self._splits: list[PartySplits] = []
@@ -218,9 +218,13 @@ class VerticalParty:
         _require(2 <= int(h["max_bins"]) <= 255, self.name,
                  f"max_bins must be in [2, 255], got {h['max_bins']!r}")
         self._criterion = int(h["criterion"])
+        privacy = h.get("privacy", "none")
+        cannot = self.rows.check_setup(self._criterion, privacy)
+        _require(cannot is None, self.name, str(cannot))
+        # the bin edges come from the whole frame, here, wherever the rows are binned
         self._binner = PartyBinner(max_bins=int(h["max_bins"]),
                                    random_state=int(h["binning_seed"])).fit(self.features)
-        self._codes = self._binner.transform(self.features)
+        self.rows.bin(self._binner)
         ids = np.array([opaque_feature_id(self.feature_key, str(c)) for c in self.features.columns],
                        dtype=object)
         header: dict[str, object] = {"n_rows": len(self.features), "label_holder": self.is_label_holder}
@@ -230,7 +234,6 @@ class VerticalParty:
         if self._passive_crypto is not None:
             self._passive_crypto.close()  # a new training: the last one's worker processes are done
         self._label_crypto = self._passive_crypto = self._sealing = None
-        privacy = h.get("privacy", "none")
         _require(privacy in ("none", *ENCRYPTED_MODES), self.name, f"unknown privacy mode {privacy!r}")
         own = self.own_privacy
         if own is not None:
@@ -360,8 +363,10 @@ class VerticalParty:
         ciphertexts = public.from_bytes(message.arrays["enc_y"], "label ciphertexts")
         _require(len(ciphertexts) == len(self.features), self.name, "one label ciphertext per row is needed")
         channel = sealing.channel(holder, self._peer_sealing_key(message, holder))
+        on_dask = not isinstance(self.rows, LocalRows)
         self._passive_crypto = PassiveCrypto(public, layout, ciphertexts, channel,
-                                             powers_budget=self._powers_budget)
+                                             powers_budget=self._powers_budget, local=not on_dask)
+        self.rows.load_ciphertexts(public, ciphertexts)
         self._y = np.zeros(len(self.features))  # only the bootstrap's row count is needed
 
     def _configure_label_holder_crypto(self, message: Message) -> None:
@@ -395,16 +400,16 @@ class VerticalParty:
         _require(n_draws is None or (isinstance(n_draws, int) and 0 < n_draws <= max(len(self._y), 1)),
                  self.name, f"n_draws must be between 1 and the {len(self._y)} rows, got {n_draws!r}")
         _require(len(self._y) == len(self.features), self.name, "configure must come before begin_batch")
-        self._partition = SamplePartition.bootstrap(int(h["seed"]), list(trees), self._y, n_draws)
+        self.rows.begin_batch(int(h["seed"]), list(trees), self._y, n_draws)
         self._batch_start = len(self._splits)
         self._candidates = None
         return Message("ack")
 
     def _apply_previous_splits(self, arrays: dict[str, np.ndarray], my_index: int) -> np.ndarray:
         """Split the open nodes with the owners' bitmaps; returns the positions of the nodes that split."""
-        part = self._partition
-        assert part is not None, "the protocol admits find_splits only after begin_batch (the partition)"
-        n_nodes = len(part.starts)
+        assert self.rows.in_batch, "the protocol admits find_splits only after begin_batch (the partition)"
+        sizes = self.rows.node_sizes()
+        n_nodes = len(sizes)
         split_mask = np.asarray(arrays["split_mask"])
         _require(split_mask.shape == (n_nodes,), self.name,
                  f"split_mask must have one entry per node ({n_nodes})")
@@ -412,27 +417,27 @@ class VerticalParty:
         idx = np.flatnonzero(split_mask)
         owners = np.asarray(arrays["split_owner"]).astype(np.int64)
         _require(owners.shape == idx.shape, self.name, "split_owner must name one owner per split node")
-        lengths = node_byte_lengths(part.starts[idx], part.ends[idx])
+        lengths = node_byte_lengths(0, sizes[idx])
         pieces = [(owners == my_index, self._own_bits)]
         for key, blob in arrays.items():
             if key.startswith("bits_"):
                 pieces.append((owners == int(key[5:]), blob))
         packed, offsets = scatter_node_bytes(pieces, lengths)
-        part.split(split_mask, packed, offsets)
+        self.rows.split(split_mask, packed, offsets)
         return idx
 
     def _on_find_splits(self, message: Message) -> Message:
         a, h = message.arrays, message.header
-        parents = self._apply_previous_splits(a, int(h["party_index"])) if "split_mask" in a else None
-        part = self._partition
-        if part is None:
+        if not self.rows.in_batch:
             raise _refused(self.name, "find_splits before begin_batch")
+        parents = self._apply_previous_splits(a, int(h["party_index"])) if "split_mask" in a else None
+        n_open = len(self.rows.node_sizes())
         feat_global = _indices(a["feat_global"], len(self._global_to_local), self.name, "feat_global")
         feat_local = self._global_to_local[feat_global].astype(np.int32)
         if np.any(feat_local < 0):
             raise ProtocolError(f"party {self.name!r} was asked about features it does not hold")
         feat_ptr = np.asarray(a["feat_ptr"]).astype(np.int64)
-        _require(feat_ptr.shape == (len(part.starts) + 1,) and feat_ptr[0] == 0
+        _require(feat_ptr.shape == (n_open + 1,) and feat_ptr[0] == 0
                  and feat_ptr[-1] == len(feat_local) and bool(np.all(np.diff(feat_ptr) >= 0)), self.name,
                  "feat_ptr must index the candidates per node")
         feat_rank = np.asarray(a["feat_rank"]).astype(np.int32)
@@ -440,19 +445,15 @@ class VerticalParty:
                  self.name, "feat_rank must give a non-negative rank per candidate")
         min_leaf = float(h["min_samples_leaf"])
         _require(np.isfinite(min_leaf) and min_leaf >= 0, self.name, "min_samples_leaf must be a number >= 0")
-        binner, codes = self._binned()
+        binner = self._binned()
         if self._passive_crypto is not None:
             self._candidates = None
-            packed, sealed = self._passive_crypto.histograms(
-                codes, part.order, part.weight, part.starts, part.ends, feat_ptr, feat_local, feat_rank,
-                binner.is_categorical, parents)
+            packed, sealed = self._passive_crypto.histograms(self.rows, feat_ptr, feat_local, feat_rank,
+                                                             binner.is_categorical, parents)
             return Message("encrypted_histograms", {}, {"packed": packed, "sealed": sealed})
-        out = find_best_splits(
-            codes, part.target, part.order, part.weight, part.starts, part.ends,
-            feat_ptr, feat_local, feat_rank, binner.is_categorical, self._n_stats, self._criterion,
-            min_leaf, self._n_stats,
-        )
-        self._candidates, stats = out
+        self._candidates, stats = self.rows.best_splits(feat_ptr, feat_local, feat_rank,
+                                                        binner.is_categorical, self._n_stats, self._criterion,
+                                                        min_leaf)
         arrays = {"gain": self._candidates.gain, "rank": self._candidates.rank}
         if self.is_label_holder:
             arrays["stats"] = stats
@@ -461,15 +462,15 @@ class VerticalParty:
 
     def _on_evaluate_encrypted(self, message: Message) -> Message:
         """Label holder, encrypted labels: decrypt each passive party's histograms, find its best splits."""
-        crypto, part = self._label_crypto, self._partition
-        if crypto is None or part is None or len(self._level_totals) != len(part.starts):
+        crypto = self._label_crypto
+        if crypto is None or not self.rows.in_batch or len(self._level_totals) != len(self.rows.node_sizes()):
             raise _refused(self.name, "evaluate_encrypted needs an encrypted-label session and this level's "
                                       "find_splits first")
         parties = message.header.get("parties")
         if not (isinstance(parties, list) and set(parties) <= set(crypto.channels)):
             raise _refused(self.name, "evaluate_encrypted must name passive parties of this session")
         min_leaf = float(message.header["min_samples_leaf"])
-        node_rows = (part.ends - part.starts).astype(np.int64)
+        node_rows = self.rows.node_sizes().astype(np.int64)
         arrays = {}
         for name in parties:
             splits, choices = crypto.evaluate(name, message.arrays[f"packed_{name}"],
@@ -482,30 +483,24 @@ class VerticalParty:
 
     def _on_apply_splits(self, message: Message) -> Message:
         a = message.arrays
-        part = self._partition
-        if self._passive_crypto is not None and part is not None:
+        if self._passive_crypto is not None and self.rows.in_batch:
             _require("choice" in a, self.name,
                      "encrypted labels: apply_splits needs the label holder's sealed choices")
-            pos = _indices(a["positions"], len(part.starts), self.name, "positions")
-            self._candidates = self._passive_crypto.open_choices(a["choice"], pos, len(part.starts))
+            n_open = len(self.rows.node_sizes())
+            pos = _indices(a["positions"], n_open, self.name, "positions")
+            self._candidates = self._passive_crypto.open_choices(a["choice"], pos, n_open)
             chosen = self._candidates.feature[pos]
             _require(bool(np.all((chosen >= 0) & (chosen < self.features.shape[1])))
                      and bool(np.all(self._candidates.bin[pos] < 255)), self.name,
                      "a split choice names a feature or bin this party does not have")
         c = self._candidates
-        if c is None or part is None:
+        if c is None or not self.rows.in_batch:
             raise _refused(self.name, "apply_splits before find_splits")
         pos = _indices(a["positions"], len(c.gain), self.name, "positions")
         _require(len(np.unique(pos)) == len(pos) and np.asarray(a["tree"]).shape == pos.shape
                  and np.asarray(a["node"]).shape == pos.shape, self.name,
                  "positions must be distinct, with one tree and node id each")
-        starts, ends = part.starts[pos], part.ends[pos]
-        offsets = offsets_from_lengths(node_byte_lengths(starts, ends))
-        _, codes = self._binned()
-        self._own_bits = pack_split_bits(
-            codes, part.order, starts, ends, c.feature[pos], c.bin[pos], c.missing_left[pos],
-            c.is_categorical[pos], c.cat_bits[pos], offsets,
-        )
+        self._own_bits = self.rows.split_bits(pos, c)
         self._splits.append(PartySplits(
             tree=a["tree"].astype(np.int32), node=a["node"].astype(np.int32), feature=c.feature[pos],
             bin=c.bin[pos], missing_left=c.missing_left[pos], is_categorical=c.is_categorical[pos],
@@ -527,9 +522,9 @@ class VerticalParty:
         # the model first: a malformed finalize is refused and must leave the batch in progress untouched
         self.model = build_partial_forest(
             a["tree"], a["node"], a["left"], a["right"], int(message.header["n_trees"]),
-            PartySplits.concatenate(self._splits), self._binned()[0],
+            PartySplits.concatenate(self._splits), self._binned(),
         )
-        self._partition = None
+        self.rows.clear()
         self._candidates = None
         self._splits = []
         return Message("ack", {"owned_nodes": int(np.sum(self.model.feature >= 0))})
@@ -578,10 +573,10 @@ class VerticalParty:
             raise ProtocolError(f"party {self.name!r} has no model or no prediction data loaded")
         return self.model, self._predict_X, self._threshold_index
 
-    def _binned(self) -> tuple[PartyBinner, np.ndarray]:
-        """The binner and bin codes of this party's features; the protocol has no growth step before setup."""
-        assert self._binner is not None and self._codes is not None, "setup bins the features before growth"
-        return self._binner, self._codes
+    def _binned(self) -> PartyBinner:
+        """The binner of this party's features; the protocol has no growth step before setup."""
+        assert self._binner is not None, "setup bins the features before growth"
+        return self._binner
 
     def _setup_classes(self) -> np.ndarray:
         """The label holder's classes (classification); setup finds them before export_labels."""

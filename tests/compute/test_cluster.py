@@ -60,12 +60,23 @@ def test_a_bad_compute_setting_is_refused_by_name(compute, message) -> None:
 
 
 def test_what_a_dask_party_cannot_run_yet_is_refused_when_the_config_loads() -> None:
+    from fedcore.compute.dask_vertical import REGRESSION_REFUSED
+
     compute = {"dask": {"local": {"workers": 2}}}
-    with pytest.raises(ConfigError, match=r"^/fed/federation.yaml: institution 'north': compute: dask runs "
-                                          r"the horizontal setting's parties only; the vertical"):
-        raw = _raw(compute, setting="vertical")
+
+    def vertical(**kwargs) -> dict:
+        raw = _raw(compute, setting="vertical", **kwargs)
         raw["institutions"][1].pop("label")
+        return raw
+
+    assert parse_config(vertical(), CONFIG).institutions[0].compute == DaskCompute(workers=2)
+    encrypted = parse_config(vertical(privacy="paillier"), CONFIG)
+    assert encrypted.institutions[0].compute == DaskCompute(workers=2)
+    raw = vertical()
+    raw["params"] = {"task": "regression", "criterion": "squared_error"}
+    with pytest.raises(ConfigError) as error:
         parse_config(raw, CONFIG)
+    assert str(error.value) == f"{CONFIG}: institution 'north': {REGRESSION_REFUSED}"
     config = parse_config(_raw(compute, privacy="ldp"), CONFIG)  # every privacy mode runs on Dask
     assert config.privacy.mode == "ldp" and config.institutions[0].compute == DaskCompute(workers=2)
 

@@ -212,6 +212,8 @@ def test_partition_over_several_levels_matches_lists() -> None:
             s, e = part.starts[k], part.ends[k]
             assert list(zip(part.order[s:e].tolist(), part.weight[s:e].tolist(), part.target[s:e].tolist(),
                             strict=True)) == node
+            # a node's rows ascend: a Dask party's blocks, concatenated in block order, give its bitmaps
+            assert np.all(np.diff(part.order[s:e]) > 0)
     assert part.n_nodes > 8
 
 

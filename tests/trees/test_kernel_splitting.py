@@ -20,7 +20,14 @@ import pytest
 
 from fedcore.data.binning import MISSING_BIN
 from fedcore.trees.criteria import ENTROPY, GINI, SQUARED_ERROR, n_stats
-from fedcore.trees.splitting import NodeSplits, best_splits_from_histograms, find_best_splits, node_statistics
+from fedcore.trees.splitting import (
+    NodeSplits,
+    best_splits_from_histograms,
+    block_histograms,
+    find_best_splits,
+    node_statistics,
+    sum_histograms,
+)
 from tests.trees.references import reference_term
 
 MISSING = MISSING_BIN
@@ -661,3 +668,52 @@ def test_histogram_entry_point_skips_nodes_of_one_row() -> None:
     rest = (problem.feat_ptr, problem.feat_local, problem.feat_rank, GINI, 1.0, 2)
     assert np.isfinite(best_splits_from_histograms(*args, np.array([4]), *rest).gain[0])
     assert best_splits_from_histograms(*args, np.array([1]), *rest).gain[0] == -np.inf
+
+
+def _block_of(problem: Problem, low: int, high: int) -> tuple[np.ndarray, ...]:
+    """(order, weight, target, starts, ends) of the samples of rows [low, high), node by node."""
+    keep = (problem.order >= low) & (problem.order < high)
+    sizes = [int(keep[s:e].sum()) for s, e in zip(problem.starts, problem.ends, strict=True)]
+    ends = np.cumsum(sizes).astype(np.int64)
+    return (problem.order[keep], problem.weight[keep], problem.target[keep], ends - np.asarray(sizes), ends)
+
+
+@pytest.mark.parametrize(("criterion", "n_classes"), [(GINI, 2), (GINI, 4), (ENTROPY, 3)])
+@pytest.mark.parametrize("cuts", [[], [150], [1, 77, 78, 200, 299]])
+def test_block_histograms_summed_then_scanned_are_the_plain_kernel(criterion: int, n_classes: int,
+                                                                   cuts: list[int]) -> None:
+    """Rows cut into blocks: their int64 histograms, added in any order and scanned, are the plain kernel's.
+
+    Bit-identical splits and node totals to the fused in-process kernel (the Dask vertical path).
+    """
+    problem = random_problem(3 * criterion + n_classes, criterion, n_classes, 2.0)
+    plain, totals = problem.run()
+    edges = [0, *cuts, 300]
+    parts, block_totals, node_rows = [], np.zeros_like(totals, dtype=np.int64), 0
+    for low, high in zip(edges[:-1], edges[1:], strict=True):
+        order, weight, target, starts, ends = _block_of(problem, low, high)
+        parts.append(block_histograms(problem.codes, target, order, weight, starts, ends, problem.feat_ptr,
+                                      problem.feat_local, problem.n_stats, criterion))
+        assert parts[-1][2].dtype == np.int64
+        block_totals += node_statistics(target, weight, starts, ends, problem.n_stats,
+                                        criterion).astype(np.int64)
+        node_rows = node_rows + (ends - starts)
+    order = np.random.default_rng(len(cuts)).permutation(len(parts))
+    ptr, bins, stats = sum_histograms([parts[i] for i in order], len(problem.feat_local))
+    np.testing.assert_array_equal(block_totals.astype(np.float64), totals)
+    pair_node = np.repeat(np.arange(len(problem.starts)), np.diff(problem.feat_ptr))
+    got = best_splits_from_histograms(ptr, bins, stats.astype(np.float64), pair_node,
+                                      problem.is_cat[problem.feat_local], block_totals.astype(np.float64),
+                                      node_rows, problem.feat_ptr, problem.feat_local, problem.feat_rank,
+                                      criterion, 2.0, problem.n_stats)
+    for name in ("gain", "rank", "feature", "bin", "missing_left", "is_categorical", "cat_bits"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(plain, name), err_msg=name)
+    assert np.isfinite(plain.gain).sum() >= 10
+
+
+def test_block_histograms_refuse_regression() -> None:
+    problem = random_problem(1, SQUARED_ERROR, 0, 1.0)
+    with pytest.raises(ValueError, match="^block histograms are integer class counts: regression sums "
+                                         "floats, which do not add up exactly across blocks$"):
+        block_histograms(problem.codes, problem.target, problem.order, problem.weight, problem.starts,
+                         problem.ends, problem.feat_ptr, problem.feat_local, 3, SQUARED_ERROR)

@@ -101,8 +101,8 @@ CASES = {
         PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8),
         horizontal_table(seed=1), 3),
     # the same forests with every party's rows on a Dask cluster of three workers, in blocks of 50 rows
-    # (issue #29): pinned to the in-process digests above (FET plain classification on Dask is compared
-    # with the in-process forest in tests/compute/test_dask_party.py)
+    # (issue #29), and a vertical classifier's: pinned to the in-process digests above (FET plain
+    # classification on Dask is compared with the in-process forest in tests/compute/test_dask_party.py)
     "fet gdp regression, dask": lambda: _horizontal(
         FederatedExtraTreesRegressor(n_estimators=3, random_state=5, privacy="gdp", epsilon=2.0, max_depth=4,
                                      compute=_DASK, block_rows=50),
@@ -115,13 +115,16 @@ CASES = {
         FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp", compute=_DASK,
                                       block_rows=50),
         horizontal_table(seed=2), 3),
+    "vertical plain gini, dask": lambda: _vertical(
+        FederatedForestClassifier, mixed_table(seed=1, n_classes=3), 3, n_estimators=5, max_depth=6,
+        compute=_DASK, block_rows=50),
 }
 
 PINNED = {
-    'vertical plain gini': '770b876abfabeaec',
-    'vertical plain regression, batches': '95f099e0e1bca310',
+    'vertical plain gini': 'f317f3fb0ad63814',
+    'vertical plain regression, batches': 'b9b091a93ca9cb40',
     'vertical plain per-tree features, no bootstrap': '9f7ae9d34df09610',
-    'vertical paillier': '63adb4c55a4f2a47',
+    'vertical paillier': 'fe69e54ec44a2b35',
     'fet plain': '446d5a9d39c1101b',
     'fet plain regression, batches': '771c434ef1ba80de',
     'fet gdp': 'bdf5fb73a78887b6',
@@ -133,6 +136,7 @@ PINNED = {
     'fet gdp regression, dask': '81259633f2469c43',
     'ppdert secure histogram, dask': '541d7c9f1d5fe577',
     'fet ldp bloom, dask': '44780879cc3a6656',
+    'vertical plain gini, dask': 'f317f3fb0ad63814',
 }
 
 

@@ -1,0 +1,321 @@
+"""A vertical Federated Forest party's rows on a Dask cluster: `DaskVerticalRows`, a drop-in for `LocalRows`.
+
+The party's aligned rows are cut into blocks of `block_rows` (`fedcore.compute.blocks.frame_blocks`). Bin
+edges are fitted by the party on its whole frame, exactly as in process (`VerticalParty` fits its
+`PartyBinner` on the agent, where the aligned frame is), and the agent bins the rows with them: each block's
+uint8 codes and, per label vector, its labels, travel inside the task that makes their future, so the
+scheduler keeps them and a lost worker's blocks are rebuilt from lineage (the price: the scheduler holds
+the codes, one byte per cell). Each block's `SamplePartition` (its in-bag samples per open node, rows
+numbered within the block) is a future: a batch's is drawn by the block itself
+(`fedcore.randomness.bootstrap_counts` over the canonical chunks it overlaps, the same counts as the
+whole table's), and each level's is a new future made by a task from the previous one and the level's
+bits (`SamplePartition.split_copy`: a task never changes its inputs).
+
+Per level:
+
+* histograms: ONE task per block over every open node of the batch (`block_histograms`, int64 class
+  counts, with the block's node statistics); the agent adds them up (integers: exact in any order) and runs
+  the same scan as the label holder's decrypted histograms (`best_splits_from_histograms`), which gives
+  the in-process kernel's splits bit for bit;
+* own splits: each block packs its rows' bits per split node; a node's rows are in ascending row order in
+  process (the bootstrap lists rows ascending and splits are stable), so the blocks' bits concatenated in
+  block order are exactly the in-process `partition_bits`;
+* other owners' bits: cut per block by each block's per-node row counts, which the agent tracks (the
+  bootstrap's counts once per batch, then the children's from the bits themselves).
+
+Encrypted labels (paillier, ou): a passive party's label ciphertexts go to the blocks once (inside the
+tasks that raise them to the bootstrap weights 1..3, `weight_powers`); per level one task per block
+computes each (node, feature) job's per-bin ciphertext products over the block's samples, and the agent
+multiplies the blocks' products modulo n^2 (`merge_bin_sums`): the same integers as in process, in any
+order, so the encrypted histograms are the in-process ones. The label holder on Dask works as a plain one.
+
+Regression sums floats (w*y, w*y*y) whose totals depend on the order of addition: refused on Dask
+(issue #29).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from fedcore.compute import DEFAULT_BLOCK_ROWS
+from fedcore.compute.blocks import Block, frame_blocks, rebuildable
+from fedcore.data.binning import PartyBinner
+from fedcore.privacy.packing import encrypted_bin_sums, weight_powers
+from fedcore.randomness import bootstrap_chunk_totals
+from fedcore.trees.criteria import SQUARED_ERROR
+from fedcore.trees.partition import (
+    SamplePartition,
+    node_byte_lengths,
+    offsets_from_lengths,
+    pack_nodes,
+    pack_split_bits,
+    unpack_nodes,
+)
+from fedcore.trees.splitting import (
+    NodeSplits,
+    best_splits_from_histograms,
+    block_histograms,
+    node_statistics,
+    sum_histograms,
+)
+
+if TYPE_CHECKING:
+    from distributed import Client, Future
+
+    from fedcore.privacy.homomorphic import CiphertextSpace
+    from fedcore.vertical.encrypted import PassiveCrypto
+
+REGRESSION_REFUSED = ("vertical regression runs in process only: its histograms sum floats (w*y, w*y*y), "
+                      "whose totals over blocks of rows depend on the order of addition (issue #29); remove "
+                      "compute: dask (or compute=) for regression")
+"""Why a vertical Dask party refuses regression."""
+
+
+def refusal(regression: bool, privacy: str) -> str | None:
+    """Why a vertical party on Dask cannot train this task with this privacy mode (None: it can).
+
+    Every privacy mode runs; `privacy` stays so that callers ask once for both.
+    """
+    if regression:
+        return REGRESSION_REFUSED
+    return None
+
+
+# -- what the workers run (module functions: pickled by reference) -------------------------------------
+def _bootstrap(y: np.ndarray, start: int, n_rows: int, seed: int, trees: list[int], n_draws: int | None,
+               totals: list[np.ndarray] | None) -> SamplePartition:
+    """The block's roots of a new batch: its rows' bootstrap counts, numbered within the block."""
+    return SamplePartition.bootstrap(seed, trees, y, n_draws, start=start, n_rows=n_rows, totals=totals)
+
+
+def _sizes(part: SamplePartition) -> np.ndarray:
+    return part.ends - part.starts
+
+
+def _split(part: SamplePartition, packed: np.ndarray, offsets: np.ndarray,
+           split_mask: np.ndarray) -> SamplePartition:
+    return part.split_copy(split_mask, packed, offsets)
+
+
+def _histograms(part: SamplePartition, codes: np.ndarray, feat_ptr: np.ndarray, feat_local: np.ndarray,
+                n_stats: int, criterion: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """The block's histograms of every (open node, candidate) pair and its nodes' statistics, int64."""
+    hist = block_histograms(codes, part.target, part.order, part.weight, part.starts, part.ends, feat_ptr,
+                            feat_local, n_stats, criterion)
+    totals = node_statistics(part.target, part.weight, part.starts, part.ends, n_stats, criterion)
+    return hist, totals.astype(np.int64)
+
+
+def _powers(ciphertexts: list, public: CiphertextSpace) -> list[list]:
+    """The block's label ciphertexts raised to the bootstrap weights 1..3 (`weight_powers`)."""
+    return weight_powers(public, ciphertexts)
+
+
+def _encrypted_bin_sums(part: SamplePartition, codes: np.ndarray, powers: list[list], public: CiphertextSpace,
+                        nodes: np.ndarray, features: np.ndarray) -> tuple[list[tuple], np.ndarray]:
+    """Each (node, feature) job's encrypted bin sums over the block's samples, and its nodes' weights."""
+    out: list[tuple] = []
+    for node, feature in zip(nodes.tolist(), features.tolist(), strict=True):
+        s, e = int(part.starts[node]), int(part.ends[node])
+        rows = part.order[s:e]
+        out.append(encrypted_bin_sums(public, powers, rows, part.weight[s:e], codes[rows, feature]) if e > s
+                   else (np.zeros(0, np.uint8), [], []))
+    weights = np.array([int(part.weight[a:b].sum()) for a, b in zip(part.starts, part.ends, strict=True)],
+                       np.int64)
+    return out, weights
+
+
+def merge_bin_sums(parts: Sequence[tuple], modulus: Any) -> tuple[np.ndarray, list, list[int]]:
+    """One job's blocks' (bins, ciphertext sums, weights) combined, bins ascending.
+
+    A bin's sum is the product of its blocks' modulo n^2 (or n): the same integer as the in-process
+    product of every sample's term, in whatever order, so the encrypted histograms are the in-process ones.
+    """
+    merged: dict[int, tuple[Any, int]] = {}
+    for bins, sums, totals in parts:
+        for b, value, total in zip(bins.tolist(), sums, totals, strict=True):
+            if b in merged:
+                acc, weight = merged[b]
+                merged[b] = (acc * value % modulus, weight + total)
+            else:
+                merged[b] = (value, total)
+    keys = sorted(merged)
+    return np.array(keys, np.uint8), [merged[b][0] for b in keys], [merged[b][1] for b in keys]
+
+
+def _bits(part: SamplePartition, codes: np.ndarray, pos: np.ndarray, splits: tuple) -> np.ndarray:
+    """The block's packed bits of the split nodes at `pos` (byte aligned per node, as in process)."""
+    starts, ends = part.starts[pos], part.ends[pos]
+    offsets = offsets_from_lengths(node_byte_lengths(starts, ends))
+    feature, bins, missing_left, is_categorical, cat_bits = splits
+    return pack_split_bits(codes, part.order, starts, ends, feature, bins, missing_left, is_categorical,
+                           cat_bits, offsets)
+
+
+# -- the agent's side ------------------------------------------------------------------------------------
+def node_major(block_bits: Sequence[np.ndarray], counts: np.ndarray) -> np.ndarray:
+    """Bits given block after block (each block's nodes in order) rearranged node after node, blocks in order.
+
+    `counts[b, j]`: bits of node j in block b.
+    """
+    flat = np.concatenate([np.zeros(0, np.uint8), *block_bits])
+    source = offsets_from_lengths(counts.ravel())[:-1].reshape(counts.shape).T.ravel()
+    lengths = counts.T.ravel()
+    return flat[np.repeat(source - offsets_from_lengths(lengths)[:-1], lengths) + np.arange(lengths.sum())]
+
+
+def block_major(bits: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
+    """The inverse of `node_major`: node-after-node bits cut into each block's (its nodes in order)."""
+    source = offsets_from_lengths(counts.T.ravel())[:-1].reshape(counts.T.shape).T.ravel()
+    lengths = counts.ravel()
+    flat = bits[np.repeat(source - offsets_from_lengths(lengths)[:-1], lengths) + np.arange(lengths.sum())]
+    return np.split(flat, np.cumsum(counts.sum(axis=1))[:-1])
+
+
+class DaskVerticalRows:
+    """A vertical party's rows on a Dask cluster, with `LocalRows`' interface (see the module doc)."""
+
+    def __init__(self, features: pd.DataFrame, client: Client, block_rows: int = DEFAULT_BLOCK_ROWS) -> None:
+        """The party's feature columns, to go to the cluster in blocks of `block_rows` rows at each setup."""
+        self.features = features
+        self.client = client
+        self.blocks: list[Block] = frame_blocks(len(features), block_rows)
+        self.n_rows = len(features)
+        self.submit_order = list(range(len(self.blocks)))
+        """The order blocks' tasks are submitted in (results are combined in block order whatever it is)."""
+        self.codes: list[Future] = []
+        self.labels: list[Future] = []
+        self._labels_of: np.ndarray | None = None  # the label vector `labels` holds
+        self.parts: list[Future] = []
+        self.counts = np.zeros((len(self.blocks), 0), np.int64)
+        """Rows of each open node in each block (n_blocks, n_open); kept here, level by level."""
+        self._in_batch = False
+        self.powers: list[Future] = []  # encrypted labels, passive party: each block's weight powers
+        self._public: Any = None
+
+    def __getstate__(self) -> dict:
+        """A fitted estimator's party pickles without the cluster: only training used the rows."""
+        state = self.__dict__.copy()
+        state.update(client=None, codes=[], labels=[], parts=[], _labels_of=None, _in_batch=False, powers=[])
+        return state
+
+    def _map(self, func: Callable, *per_block: Sequence, **shared: Any) -> list[Future]:
+        """One task per block, submitted in `submit_order`; the futures in block order."""
+        futures: list[Any] = [None] * len(self.blocks)
+        for i in self.submit_order:
+            futures[i] = self.client.submit(func, *(args[i] for args in per_block), pure=False, **shared)
+        return futures
+
+    # -- LocalRows' interface -------------------------------------------------------------------------
+    def check_setup(self, criterion: int, privacy: str) -> str | None:
+        """Why this training cannot run on Dask (`refusal`), or None."""
+        return refusal(criterion == SQUARED_ERROR, privacy)
+
+    def bin(self, binner: PartyBinner) -> None:
+        """Bin each block with the party's binner (fitted on the whole frame) and send it to the cluster."""
+        self.clear()
+        self.codes = self._map(rebuildable,
+                               [np.asfortranarray(binner.transform(self.features.iloc[b.start:b.stop]))
+                                for b in self.blocks])
+        self.labels, self._labels_of, self.powers = [], None, []  # a new session's labels come next
+
+    def begin_batch(self, seed: int, trees: list[int], y: np.ndarray, n_draws: int | None) -> None:
+        """A new batch: each block draws its rows' bootstrap counts (the chunk totals drawn here, once)."""
+        if self._labels_of is not y:
+            self.labels = self._map(rebuildable, [np.ascontiguousarray(y[b.start:b.stop], np.float64)
+                                            for b in self.blocks])
+            self._labels_of = y
+        totals = (None if n_draws is None
+                  else [bootstrap_chunk_totals(seed, tree, self.n_rows, n_draws) for tree in trees])
+        self.parts = self._map(_bootstrap, self.labels, [b.start for b in self.blocks], n_rows=self.n_rows,
+                               seed=seed, trees=list(trees), n_draws=n_draws, totals=totals)
+        self.counts = np.array(self.client.gather(self._map(_sizes, self.parts)), np.int64).reshape(
+            len(self.blocks), len(trees))
+        self._in_batch = True
+
+    def clear(self) -> None:
+        """No batch in progress (training finalized): the partitions leave the workers."""
+        self.parts = []
+        self.counts = np.zeros((len(self.blocks), 0), np.int64)
+        self._in_batch = False
+
+    @property
+    def in_batch(self) -> bool:
+        """Whether a batch was begun and not finalized."""
+        return self._in_batch
+
+    def node_sizes(self) -> np.ndarray:
+        """Distinct in-bag rows of each open node, over the blocks (int64)."""
+        return self.counts.sum(axis=0, dtype=np.int64)
+
+    def split(self, split_mask: np.ndarray, packed: np.ndarray, offsets: np.ndarray) -> None:
+        """Apply the level's merged bitmaps: each block gets its rows' bits and makes its new partition."""
+        idx = np.flatnonzero(split_mask)
+        counts = self.counts[:, idx]
+        per_block = block_major(unpack_nodes(packed, counts.sum(axis=0)), counts)
+        blobs, block_offsets, children = [], [], np.zeros((len(self.blocks), 2 * len(idx)), np.int64)
+        for b, bits in enumerate(per_block):
+            blobs.append(pack_nodes(bits, counts[b]))
+            block_offsets.append(offsets_from_lengths(node_byte_lengths(0, counts[b])))
+            left = np.zeros(len(idx), np.int64)
+            np.add.at(left, np.repeat(np.arange(len(idx)), counts[b]), bits)
+            children[b, 0::2], children[b, 1::2] = left, counts[b] - left
+        self.parts = self._map(_split, self.parts, blobs, block_offsets,
+                               split_mask=np.asarray(split_mask, bool))
+        self.counts = children
+
+    def best_splits(self, feat_ptr: np.ndarray, feat_local: np.ndarray, feat_rank: np.ndarray,
+                    is_categorical: np.ndarray, n_stats: int, criterion: int,
+                    min_leaf: float) -> tuple[NodeSplits, np.ndarray]:
+        """One histogram task per block, added up in block order, then the shared scan."""
+        if criterion == SQUARED_ERROR:
+            raise ValueError(REGRESSION_REFUSED)
+        results = self.client.gather(self._map(_histograms, self.parts, self.codes, feat_ptr=feat_ptr,
+                                               feat_local=feat_local, n_stats=n_stats, criterion=criterion))
+        ptr, bins, stats = sum_histograms([hist for hist, _ in results], len(feat_local))
+        totals = np.zeros((len(feat_ptr) - 1, n_stats), np.int64)
+        for _, block_totals in results:
+            totals += block_totals
+        pair_node = np.repeat(np.arange(len(feat_ptr) - 1, dtype=np.int64), np.diff(feat_ptr))
+        splits = best_splits_from_histograms(ptr, bins, stats.astype(np.float64), pair_node,
+                                             is_categorical[feat_local], totals.astype(np.float64),
+                                             self.node_sizes(), feat_ptr, feat_local, feat_rank, criterion,
+                                             min_leaf, n_stats)
+        return splits, totals.astype(np.float64)
+
+    def split_bits(self, pos: np.ndarray, c: NodeSplits) -> np.ndarray:
+        """The in-process `partition_bits` message: the blocks' bits per node, concatenated in block order."""
+        splits = (c.feature[pos], c.bin[pos], c.missing_left[pos], c.is_categorical[pos], c.cat_bits[pos])
+        blobs = self.client.gather(self._map(_bits, self.parts, self.codes, pos=pos, splits=splits))
+        counts = self.counts[:, pos]
+        bits = node_major([unpack_nodes(blob, counts[b]) for b, blob in enumerate(blobs)], counts)
+        return pack_nodes(bits, counts.sum(axis=0))
+
+    def load_ciphertexts(self, public: CiphertextSpace, ciphertexts: list) -> None:
+        """Encrypted labels: each block's label ciphertexts to the cluster, raised there to weights 1..3."""
+        self._public = public
+        self.powers = self._map(_powers, [list(ciphertexts[b.start:b.stop]) for b in self.blocks],
+                                public=public)
+
+    def encrypted_bin_sums(self, crypto: PassiveCrypto, nodes: np.ndarray,
+                           features: np.ndarray) -> tuple[list[tuple], np.ndarray]:
+        """One task per block over every job; each job's blocks merged (`merge_bin_sums`), weights summed."""
+        if not self.powers:
+            raise ValueError("encrypted bin sums before the label ciphertexts were loaded")
+        results = self.client.gather(self._map(_encrypted_bin_sums, self.parts, self.codes, self.powers,
+                                               public=self._public, nodes=nodes, features=features))
+        weights = np.zeros(self.counts.shape[1], np.int64)
+        for _, block_weights in results:
+            weights += block_weights
+        modulus = self._public.modulus
+        jobs = [merge_bin_sums([block[0][j] for block in results], modulus) for j in range(len(nodes))]
+        return jobs, weights
+
+    def close(self) -> None:
+        """Release every future of these rows (they leave the workers)."""
+        self.clear()
+        self.codes, self.labels, self._labels_of, self.powers = [], [], None, []

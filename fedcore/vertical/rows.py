@@ -1,0 +1,106 @@
+"""Where a vertical party's row work runs: its bin codes, its sample partition and the per-level kernels.
+
+`LocalRows` keeps them in the party's process; `fedcore.compute.dask_vertical.DaskVerticalRows` keeps them
+on a Dask cluster in blocks of rows (issue #29) with the same interface, so `VerticalParty` checks the
+master's requests once and hands the row work to either. Both call the same kernels
+(`fedcore.trees.splitting`, `fedcore.trees.partition`) and give byte-identical answers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from fedcore.data.binning import PartyBinner
+from fedcore.trees.partition import SamplePartition, node_byte_lengths, offsets_from_lengths, pack_split_bits
+from fedcore.trees.splitting import NodeSplits, find_best_splits
+
+if TYPE_CHECKING:
+    from fedcore.privacy.homomorphic import CiphertextSpace
+    from fedcore.vertical.encrypted import PassiveCrypto
+
+
+class LocalRows:
+    """A vertical party's rows in its own process: bin codes and the batch's `SamplePartition`."""
+
+    def __init__(self, features: pd.DataFrame) -> None:
+        """The party's feature columns (aligned rows); binned at each setup."""
+        self.features = features
+        self.codes: np.ndarray | None = None
+        self.partition: SamplePartition | None = None
+
+    def check_setup(self, criterion: int, privacy: str) -> str | None:
+        """Why this training cannot run here (None: it can); in process, everything runs."""
+        return None
+
+    def bin(self, binner: PartyBinner) -> None:
+        """Bin the rows with the binner the party fitted on them."""
+        self.codes = binner.transform(self.features)
+
+    def begin_batch(self, seed: int, trees: list[int], y: np.ndarray, n_draws: int | None) -> None:
+        """A new batch: each tree's bootstrap sample in its root."""
+        self.partition = SamplePartition.bootstrap(seed, trees, y, n_draws)
+
+    def clear(self) -> None:
+        """No batch in progress (training finalized)."""
+        self.partition = None
+
+    @property
+    def in_batch(self) -> bool:
+        """Whether a batch was begun and not finalized."""
+        return self.partition is not None
+
+    def node_sizes(self) -> np.ndarray:
+        """Distinct in-bag rows of each open node (int64)."""
+        part = self._partition()
+        return part.ends - part.starts
+
+    def split(self, split_mask: np.ndarray, packed: np.ndarray, offsets: np.ndarray) -> None:
+        """Apply the level's merged partition bitmaps (`SamplePartition.split`)."""
+        self._partition().split(split_mask, packed, offsets)
+
+    def best_splits(self, feat_ptr: np.ndarray, feat_local: np.ndarray, feat_rank: np.ndarray,
+                    is_categorical: np.ndarray, n_stats: int, criterion: int,
+                    min_leaf: float) -> tuple[NodeSplits, np.ndarray]:
+        """This party's best split per open node and the nodes' statistics (`find_best_splits`)."""
+        part = self._partition()
+        return find_best_splits(self._codes(), part.target, part.order, part.weight, part.starts, part.ends,
+                                feat_ptr, feat_local, feat_rank, is_categorical, n_stats, criterion, min_leaf,
+                                n_stats)
+
+    def split_bits(self, pos: np.ndarray, c: NodeSplits) -> np.ndarray:
+        """The `partition_bits` message of the nodes at `pos` under splits `c`: one bit per row, per node."""
+        part = self._partition()
+        starts, ends = part.starts[pos], part.ends[pos]
+        offsets = offsets_from_lengths(node_byte_lengths(starts, ends))
+        return pack_split_bits(self._codes(), part.order, starts, ends, c.feature[pos], c.bin[pos],
+                               c.missing_left[pos], c.is_categorical[pos], c.cat_bits[pos], offsets)
+
+    def load_ciphertexts(self, public: CiphertextSpace, ciphertexts: list) -> None:
+        """Encrypted labels: the passive party's `PassiveCrypto` keeps them in process."""
+
+    def encrypted_bin_sums(self, crypto: PassiveCrypto, nodes: np.ndarray,
+                           features: np.ndarray) -> tuple[list[tuple], np.ndarray]:
+        """Encrypted labels: each (node, feature) job's bin sums (`PassiveCrypto.bin_sums`), node weights."""
+        part, codes = self._partition(), self._codes()
+        jobs = []
+        for node, feature in zip(nodes.tolist(), features.tolist(), strict=True):
+            s, e = int(part.starts[node]), int(part.ends[node])
+            rows = part.order[s:e]
+            jobs.append((rows, part.weight[s:e], codes[rows, feature]))
+        node_weight = np.array([int(part.weight[a:b].sum())
+                                for a, b in zip(part.starts, part.ends, strict=True)], np.int64)
+        return crypto.bin_sums(jobs), node_weight
+
+    def close(self) -> None:
+        """Nothing to release in process."""
+
+    def _partition(self) -> SamplePartition:
+        assert self.partition is not None, "the protocol admits row work only after begin_batch"
+        return self.partition
+
+    def _codes(self) -> np.ndarray:
+        assert self.codes is not None, "setup bins the features before growth"
+        return self.codes

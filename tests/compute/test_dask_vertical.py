@@ -1,0 +1,231 @@
+"""Vertical Federated Forest parties on a Dask cluster grow exactly the in-process forest (issue #29).
+
+Blocks of 70 rows give each party several blocks per worker (the bootstrap's canonical chunks are 2**16 rows,
+so the small tables here also check that a block draws only its own rows of a chunk); every case is
+compared with the same estimator in process: the forest array by array, and, where payloads are recorded,
+every message that crossed the transport byte for byte.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedcore.compute.dask_vertical import (
+    REGRESSION_REFUSED,
+    DaskVerticalRows,
+    block_major,
+    node_major,
+)
+from fedcore.data.split import split_vertical
+from fedcore.errors import ParameterError
+from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
+from tests.conftest import mixed_table
+
+BLOCK = 70
+
+
+def _parties(seed: int = 1, n_parties: int = 3, **table):
+    return split_vertical(mixed_table(seed=seed, **table), n_parties, label="target", seed=7, label_party=0)
+
+
+def _forest(**kwargs) -> FederatedForestClassifier:
+    return FederatedForestClassifier(**{"n_estimators": 4, "max_depth": 6, "random_state": 3, **kwargs})
+
+
+def _arrays(model) -> dict[str, np.ndarray]:
+    s = model.master_.structure
+    out = {f: getattr(s, f) for f in ("tree", "node", "left", "right", "depth", "owner", "weight", "value")}
+    for party in model.parties_:
+        for field in ("feature", "threshold", "missing_left", "is_categorical", "cat_bits"):
+            out[f"{party.name}.{field}"] = np.asarray(getattr(party.model, field))
+    return out
+
+
+def assert_same_forest(expected, got) -> None:
+    a, b = _arrays(expected), _arrays(got)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].dtype == b[name].dtype and a[name].tobytes() == b[name].tobytes(), name
+
+
+def _payloads(model) -> list[tuple[str, str, str, bytes]]:
+    """Every message that crossed, but setup replies: they report the memory available at that moment."""
+    return [(e.sender, e.receiver, e.kind, e.payload) for e in model.transcript_ if e.kind != "setup_reply"]
+
+
+@pytest.mark.parametrize("workers", ["one_worker", "three_workers"])
+@pytest.mark.parametrize("bootstrap", [True, False], ids=["bootstrap", "all rows"])
+def test_the_forest_on_dask_is_the_in_process_forest(workers, bootstrap, request) -> None:
+    client = request.getfixturevalue(workers)
+    parties = _parties()
+    expected = _forest(bootstrap=bootstrap, record_payloads=True).fit(parties, label="target")
+    got = _forest(bootstrap=bootstrap, record_payloads=True, compute=client,
+                  block_rows=BLOCK).fit(parties, label="target")
+    assert_same_forest(expected, got)
+    sent, received = _payloads(expected), _payloads(got)
+    bits = [p for p in sent if p[2] == "partition_bits"]
+    assert len(bits) > 10 and [p for p in received if p[2] == "partition_bits"] == bits
+    assert received == sent  # every other message, byte for byte
+    assert all(type(p.rows).__name__ == "LocalRows" for p in got.parties_)  # the rows left the cluster
+    np.testing.assert_array_equal(got.predict_proba(parties), expected.predict_proba(parties))
+
+
+def test_batches_max_samples_and_two_classes_on_dask(three_workers) -> None:
+    parties = _parties(seed=5, n_parties=2, n_classes=2)
+    make = lambda **kw: _forest(tree_batch_size=3, max_samples=0.6, feature_sampling="tree",  # noqa: E731
+                                min_samples_leaf=2, n_estimators=5, **kw)
+    assert_same_forest(make().fit(parties, label="target"),
+                       make(compute=three_workers, block_rows=45).fit(parties, label="target"))
+
+
+def test_blocks_submitted_in_any_order_give_the_same_forest(three_workers, monkeypatch) -> None:
+    made = DaskVerticalRows.__init__
+
+    def shuffled(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        self.submit_order = list(np.random.default_rng(len(self.blocks)).permutation(len(self.blocks)))
+        assert self.submit_order != sorted(self.submit_order)
+
+    monkeypatch.setattr(DaskVerticalRows, "__init__", shuffled)
+    parties = _parties(seed=2)
+    assert_same_forest(_forest().fit(parties, label="target"),
+                       _forest(compute=three_workers, block_rows=BLOCK).fit(parties, label="target"))
+
+
+def test_block_and_node_order_round_trip() -> None:
+    counts = np.array([[2, 0, 3], [1, 4, 0]])
+    blocks = [np.array([1, 2, 3, 4, 5]), np.array([6, 7, 8, 9, 10])]
+    nodes = node_major(blocks, counts)
+    assert nodes.tolist() == [1, 2, 6, 7, 8, 9, 10, 3, 4, 5]
+    assert [b.tolist() for b in block_major(nodes, counts)] == [b.tolist() for b in blocks]
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_lost_mid_forest_still_gives_the_same_forest(monkeypatch) -> None:
+    import distributed
+
+    cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
+                                       dashboard_address=":0")
+    client = distributed.Client(cluster, set_as_default=False)
+    levels, lost = [0], []
+    searched = DaskVerticalRows.best_splits
+
+    def best_splits(self, *args, **kwargs):
+        out = searched(self, *args, **kwargs)
+        levels[0] += 1
+        if levels[0] == 12 and not lost:  # past the first levels: the partitions have a lineage to replay
+            held = client.has_what()
+            name, worker = max(cluster.workers.items(), key=lambda item: len(held[item[1].address]))
+            assert held[worker.address], "the worker to lose holds blocks"
+            cluster.sync(worker.close)
+            lost.append(name)
+        return out
+
+    monkeypatch.setattr(DaskVerticalRows, "best_splits", best_splits)
+    parties = _parties(seed=4)
+    try:
+        got = _forest(compute=client, block_rows=BLOCK).fit(parties, label="target")
+        assert lost and len(client.scheduler_info()["workers"]) == 2
+    finally:
+        client.close()
+        cluster.close()
+    assert_same_forest(_forest().fit(parties, label="target"), got)
+
+
+def test_regression_is_refused_on_dask(one_worker) -> None:
+    with pytest.raises(ParameterError) as error:
+        FederatedForestRegressor(n_estimators=2, compute=one_worker).fit(
+            _parties(task="regression"), label="target")
+    assert str(error.value) == REGRESSION_REFUSED
+    assert "issue #29" in REGRESSION_REFUSED
+
+
+@pytest.mark.parametrize("mode", ["paillier", "ou"])
+def test_encrypted_labels_on_dask_grow_the_in_process_forest(mode, three_workers) -> None:
+    """Encrypted bin sums per block, multiplied together at the agent, are the in-process ones.
+
+    So the forest is the same (the ciphertexts themselves are fresh per run, so the messages differ).
+    """
+    from fedcore.privacy.schemes import scheme
+
+    key = scheme(mode).generate(1024, insecure_for_tests=True)
+    parties = _parties(seed=11, n_parties=3, n_rows=200)
+    make = lambda **kw: _forest(n_estimators=2, max_depth=4, privacy=mode, label_key=key,  # noqa: E731
+                                **kw)
+    expected = make().fit(parties, label="target")
+    got = make(compute=three_workers, block_rows=45).fit(parties, label="target")
+    assert_same_forest(expected, got)
+    passive = [p for p in got.parties_ if not p.is_label_holder]
+    assert passive and all(p._passive_crypto is not None and p._passive_crypto.pairs_computed > 0
+                           for p in passive)
+
+
+@pytest.mark.parametrize("privacy", ["none", "ou"])
+def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy) -> None:
+    """Every institution's own config puts its party on a local cluster: the session's model is unchanged."""
+    from fedcore.compute.cluster import DaskCompute
+    from fedcore.data.scenario import make_vertical_scenario
+    from fedcore.transport.inprocess import InProcessTransport
+    from fedcore.trees.params import ForestParams
+    from fedcore.vertical.session import VerticalSession
+    from tests.vertical.test_session import _agents
+
+    scenario = make_vertical_scenario(tmp_path / "scenario", n_customers=700, seed=3)
+    models = []
+    for on_dask in (False, True):
+        settings = {"compute": DaskCompute(workers=2, processes=False, block_rows=90)} if on_dask else {}
+        agents = _agents(scenario, tmp_path / str(on_dask), new_batch=False, **settings)
+        transport = InProcessTransport({n: a.handle for n, a in agents.items()})
+        params = ForestParams(n_estimators=4 if privacy == "none" else 2, max_depth=5, random_state=1,
+                              privacy=privacy, key_bits=None if privacy == "none" else 2048)
+        session = VerticalSession(transport, params,
+                                  holdout_fraction=0.25, min_overlap=100)
+        session.align()
+        session.train()
+        s = session.master.structure
+        arrays = {f: getattr(s, f) for f in ("tree", "node", "left", "right", "owner", "weight", "value")}
+        for name, agent in agents.items():
+            for field in ("feature", "threshold", "missing_left", "cat_bits"):
+                arrays[f"{name}.{field}"] = np.asarray(getattr(agent.party.model, field))
+        if on_dask:
+            assert all(type(a.party.rows).__name__ == "DaskVerticalRows" and len(a.party.rows.blocks) > 2
+                       for a in agents.values())
+            passive = [a.party for a in agents.values() if not a.party.is_label_holder]
+            assert all((p._passive_crypto is not None and p._passive_crypto.pairs_computed > 0)
+                       == (privacy == "ou") for p in passive)
+            for agent in agents.values():
+                agent._cluster.close()
+        session.close()
+        models.append(arrays)
+    assert models[0].keys() == models[1].keys()
+    for name in models[0]:
+        assert models[0][name].tobytes() == models[1][name].tobytes(), name
+
+
+def test_a_dask_party_refuses_a_regression_session() -> None:
+    """A party whose rows are on Dask refuses a master's regression setup, naming issue #29."""
+    from fedcore.errors import ProtocolError
+    from fedcore.protocol.messages import Message
+    from fedcore.trees.criteria import SQUARED_ERROR
+    from fedcore.vertical.party import VerticalParty
+
+    frame = mixed_table(n_rows=50, seed=1, task="regression")
+    party = VerticalParty("north", frame, "target")
+    party.rows = DaskVerticalRows(party.features, client=None, block_rows=20)  # type: ignore[arg-type]
+    setup = Message("setup", {"criterion": SQUARED_ERROR, "max_bins": 16, "binning_seed": 0})
+    with pytest.raises(ProtocolError) as error:
+        party.handle(setup)
+    assert str(error.value) == f"party 'north' refuses the request: {REGRESSION_REFUSED}"
+
+
+def test_simulate_on_dask_reports_the_single_party_run_identical(three_workers) -> None:
+    from fedcore.simulation import simulate_vertical
+
+    table = mixed_table(seed=6)
+    result = simulate_vertical(table, "target", parties=3, trees=3, max_depth=4, compute=three_workers)
+    assert result["single_party_identical"] is True
+    with pytest.raises(ParameterError) as error:
+        simulate_vertical(mixed_table(seed=6, task="regression"), "target", trees=2, compute=three_workers)
+    assert str(error.value) == REGRESSION_REFUSED
+
