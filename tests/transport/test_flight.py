@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import socket
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import fields
@@ -68,10 +69,10 @@ def _agents(parties, pki):
 
 
 class Echo:
-    """A stand-in party: echoes arrays reversed, sleeps or fails on request, counts calls."""
+    """A stand-in party: echoes arrays reversed, sleeps, fails or meets on request, counts calls."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, name: str, meeting: threading.Barrier | None = None) -> None:
+        self.name, self.meeting = name, meeting
         self.calls = 0
 
     def handle(self, message: Message) -> Message:
@@ -80,6 +81,8 @@ class Echo:
             raise ValueError("kaboom")
         if message.kind == "sleep":
             time.sleep(float(message.header["s"]))
+        if message.kind == "meet":  # answers only once every party of the meeting was called
+            self.meeting.wait()
         x = message.arrays.get("x", np.zeros(0))
         return Message("echo", {"who": self.name}, {"x": x[::-1].copy()})
 
@@ -132,14 +135,17 @@ def test_large_messages_stream_in_chunks(pki, monkeypatch) -> None:
 
 
 def test_parties_answer_in_parallel(pki) -> None:
-    parties = [Echo(n) for n in PARTIES]
+    """No party answers before all three were called: called one after another, the first would never answer.
+
+    An order, not a duration: the call would fail on the transport's timeout (or the meeting's) instead.
+    """
+    meeting = threading.Barrier(len(PARTIES), timeout=20)
+    parties = [Echo(n, meeting) for n in PARTIES]
     with _agents(parties, pki) as endpoints, _transport(endpoints, pki) as transport:
         transport.wait_ready(timeout_s=10)
-        started = time.perf_counter()
-        replies = transport.exchange({n: Message("sleep", {"s": 0.6}) for n in PARTIES})
-        elapsed = time.perf_counter() - started
+        replies = transport.exchange({n: Message("meet") for n in PARTIES})
     assert {n: r.header["who"] for n, r in replies.items()} == {n: n for n in PARTIES}
-    assert elapsed < 1.5, f"three 0.6 s answers took {elapsed:.2f} s: parties were not called concurrently"
+    assert not meeting.broken and [p.calls for p in parties] == [1, 1, 1]
 
 
 def test_handler_error_is_reported_and_agent_keeps_serving(pki) -> None:

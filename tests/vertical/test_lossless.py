@@ -47,13 +47,29 @@ DATASETS = {
 }
 
 
+PARAMS = {"n_estimators": 8, "max_depth": 8}
+
+
+@pytest.fixture(scope="module")
+def single_party():
+    """Each dataset's single-party forest, fitted once for the module: the reference of every M."""
+    fitted = {}
+
+    def reference(dataset: str):
+        if dataset not in fitted:
+            table, cls = DATASETS[dataset]()
+            fitted[dataset] = _fit(cls, table, 1, **PARAMS)[0]
+        return fitted[dataset]
+
+    return reference
+
+
 @pytest.mark.parametrize("dataset", sorted(DATASETS))
 @pytest.mark.parametrize("n_parties", [2, 3, 5])
-def test_federated_equals_single_party(dataset: str, n_parties: int) -> None:
+def test_federated_equals_single_party(single_party, dataset: str, n_parties: int) -> None:
     table, cls = DATASETS[dataset]()
-    params = {"n_estimators": 8, "max_depth": 8}
-    single, _ = _fit(cls, table, 1, **params)
-    federated, columns = _fit(cls, table, n_parties, **params)
+    single = single_party(dataset)
+    federated, columns = _fit(cls, table, n_parties, **PARAMS)
     _assert_same_forest(single, federated)
     owners = federated.master_.structure.owner
     assert federated.master_.structure.max_depth() >= 4
