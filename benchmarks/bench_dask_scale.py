@@ -1,8 +1,9 @@
 """Issue #29's scale and recovery targets for a horizontal party on Dask.
 
 `scale`: under a per-process memory limit L, how many rows the in-process party trains within L (its peak
-RSS measured at two sizes, a line through them, refined until a run at its estimate fits L), and a party of
-`--factor` times those rows on a LocalCluster of `--workers` worker processes, each limited to L by Dask
+RSS measured at two sizes, then at the estimate of a line through the last two sizes run, until the
+estimate repeats: the most rows that stayed within L), and a party of `--factor` times those rows on a
+LocalCluster of `--workers` worker processes, each limited to L by Dask
 (a worker over its limit is restarted by its nanny: the run reports whether any was). Reports rows, time,
 the peak RSS of the agent process and of each worker, and the forest digest of the in-process run against
 the Dask run of the same rows (where both fit).
@@ -143,15 +144,18 @@ def scale(args: argparse.Namespace) -> None:
         probes = [args.probe_rows, 2 * args.probe_rows]
         peaks = [_measure("in-process", _dataset(tmp, n, args), n, shared)["agent_peak_mib"] for n in probes]
         points = list(zip(probes, peaks, strict=True))
-        for _ in range(4):  # a line through the last two sizes, until a run at its estimate fits L
+        runs: dict[int, dict] = {}
+        for _ in range(5):  # a line through the last two sizes, until its estimate is a size already run
             (n0, p0), (n1, p1) = points[-2:]
-            fit_rows = n1 + int((limit_mib - p1) * (n1 - n0) / (p1 - p0))
-            fit_rows -= fit_rows % args.block_rows  # whole blocks
-            data = _dataset(tmp, fit_rows, args)
-            ref = _measure("in-process", data, fit_rows, shared)
-            points.append((fit_rows, ref["agent_peak_mib"]))
-            if ref["agent_peak_mib"] <= limit_mib:
+            estimate = n1 + int((limit_mib - p1) * (n1 - n0) / (p1 - p0))
+            estimate -= estimate % args.block_rows  # whole blocks
+            if estimate in runs or estimate <= 0:
                 break
+            runs[estimate] = _measure("in-process", _dataset(tmp, estimate, args), estimate, shared)
+            points.append((estimate, runs[estimate]["agent_peak_mib"]))
+        fitting = [n for n, run in runs.items() if run["agent_peak_mib"] <= limit_mib]
+        fit_rows = max(fitting) if fitting else min(runs)
+        ref, data = runs[fit_rows], _dataset(tmp, fit_rows, args)
         same = _measure("dask", data, fit_rows, [*shared, "--limit", args.limit])
         big_rows = args.factor * fit_rows
         big = _measure("dask", _dataset(tmp, big_rows, args), big_rows, [*shared, "--limit", args.limit])
