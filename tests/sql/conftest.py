@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-MISSING = "PostgreSQL's initdb is not installed: apt-get install postgresql (Debian) to run the postgres tests"
+MISSING = (
+    "PostgreSQL is not installed: apt-get install postgresql (Debian) to run the postgres tests")
 
 
 @dataclass(frozen=True)
@@ -104,3 +105,14 @@ def database(postgres: Server, request: pytest.FixtureRequest) -> Iterator[str]:
     postgres.execute(f'CREATE DATABASE "{name}"')
     yield postgres.url(name)
     postgres.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def load_table(url: str, name: str, frame) -> None:
+    """Create table `name` in the database at `url` with `frame`'s rows (ADBC ingestion, as Arrow)."""
+    import adbc_driver_postgresql.dbapi as pg
+    import pyarrow as pa
+
+    with pg.connect(url) as conn:
+        with conn.cursor() as cursor:
+            cursor.adbc_ingest(name, pa.Table.from_pandas(frame, preserve_index=False), mode="create")
+        conn.commit()
