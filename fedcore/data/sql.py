@@ -129,9 +129,10 @@ def reason(error: BaseException, url: str) -> str:
     """An ADBC error's message as one masked line, without the driver's `IO: [libpq]` prefixes."""
     text = " ".join(str(error).split())
     text = re.sub(r"^[A-Z_]+: (\[libpq\] )?", "", text)
-    text = re.sub(r"(Failed to prepare query: )?ERROR: ", "", text)
-    text = re.sub(r" LINE \d+: .*$", "", text)
-    return mask(text, url)
+    text = re.sub(r"^Failed to (prepare query|execute prepared statement|execute query): ", "", text)
+    text = re.sub(r"^(PGRES_FATAL_ERROR )?(ERROR: )?", "", text)
+    text = re.sub(r"( LINE \d+: .*| Query was: .*| ?\. SQLSTATE: \w+)$", "", text)
+    return mask(text.strip(), url)
 
 
 @contextmanager
@@ -157,8 +158,8 @@ def read_arrow(source: SqlSource, what: str) -> Any:
     """`source`'s rows as one Arrow table (record batches from the server, no Python loop over rows)."""
     import adbc_driver_manager
 
+    url = connection_string(source, what)
     with connect(source, what) as conn:
-        url = connection_string(source, what)
         try:
             with conn.cursor() as cursor:
                 cursor.execute(source.select())

@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 MODEL_STEM = "model"
 """Every institution stores the same complete forest as `model.arrow`."""
 ENGINE_KINDS = {"hello", "fet_ranges", "fet_stats", "ppdert_level", "ppdert_cells", "ppdert_counts", "model"}
-SESSION_HEADERS = session_headers(contract=(), predict_local=())
+SESSION_HEADERS = session_headers(contract=(), predict_local=("run",))
 """The header fields of each session message but `setup` (`SessionAgent.session_headers`)."""
 NOISE_SEEDS = ".noise-seeds"
 """Folder under the checkpoints for the DP modes' noise seeds (a leading dot: never a run id)."""
@@ -324,7 +324,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0})
         started = time.perf_counter()
         out = prediction_frame(model, schema, self.data.load_batch(), self.data.id_column)
-        path = write_predictions(self.data, out, self._prediction_target())
+        path = write_predictions(self.data, out, self._prediction_target(), message.header.get("run"))
         return Message("predicted",
                        {"rows": len(out), "path": str(path), "seconds": time.perf_counter() - started})
 

@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 SPLIT_ARRAYS = ("tree", "node", "feature", "bin", "missing_left", "is_categorical", "cat_bits")
 SESSION_HEADERS = session_headers(id_hashes=(), psi_blinded=("batch",), psi_reblind=(), align=("rows",),
                                   load_holdout=(), batch_hashes=(), align_batch=("rows",),
-                                  deliver_predictions=())
+                                  deliver_predictions=("run",))
 """The header fields of each session message (`SessionAgent.session_headers`)."""
 PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "evaluate_encrypted",
                "apply_splits", "finalize", "predict_leaves", "route"}
@@ -292,7 +292,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                 out[f"proba_{c}"] = values[:, k]
         else:
             out["prediction"] = values[:, 0]
-        path = write_predictions(self.data, out, self._prediction_target())
+        path = write_predictions(self.data, out, self._prediction_target(), message.header.get("run"))
         return Message("delivered", {"path": str(path), "rows": len(out)})
 
     # -- checkpoints (resuming a run after a crash) ------------------------------------------------------
