@@ -120,6 +120,11 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     inst = config.institution(name)
     master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
     what = f"institution {name!r}"
+    if inst.predictions_sql is not None and inst.compute is not None and inst.predict_data is not None \
+            and _on_dask(inst.predict_data, f"{what} prediction data"):
+        raise ConfigError(f"{what}: with compute: dask the workers write the predictions of Parquet "
+                          "predict_data as a Parquet dataset, not into a database table yet: set "
+                          "predictions to a folder, or remove compute")
     contract = None
     if inst.contract is not None:
         from fedcore.contracts import load_contract
@@ -155,10 +160,6 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
             log.warning("data contract violation: %s", line)
     predict_data = inst.predict_data
     if predict_data and inst.compute is not None and _on_dask(predict_data, f"{what} prediction data"):
-        if inst.predictions_sql is not None:
-            raise ConfigError(f"{what}: with compute: dask the workers write the predictions of Parquet "
-                              "predict_data as a Parquet dataset, not into a database table yet: set "
-                              "predictions to a folder, or remove compute")
         cluster = held = cluster or _cluster(inst.compute)
         open_batch = lambda: _open_batch(config, name, predict_data, held)  # noqa: E731
     elif predict_data:
