@@ -13,8 +13,9 @@ messages go to the party, see `fet/party.py` and `ppdert/party.py`.
 - `evaluate`: on its own held-out rows, the confusion matrix, or (n, sum y, sum y^2, squared error).
 - `model_digest` / `store_model` / `withdraw_model` / `load_model` (as in the vertical setting): the
   complete model, stored (or loaded) in its own registry, checked against the master's signature.
-- `predict_local` (a file stem): it predicts its own new rows and writes them, with its IDs, at home;
-  answers the row count.
+- `predict_local` (the flow run's id, optional): it predicts its own new rows and writes them, with its
+  IDs, at home (a file it names, or its database table: a retry of the run replaces its rows); answers
+  the row count.
 - `resume_status` (run id and the master's checkpoint context): the tree batches it has checkpointed
   for that run.
 - `resume` (how many batches the run resumes after): it restores its state after the last of them.
