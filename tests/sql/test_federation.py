@@ -1,4 +1,4 @@
-"""A horizontal federation whose institutions keep their rows and predictions in PostgreSQL.
+"""Federations (horizontal, vertical) whose institutions keep their rows and predictions in PostgreSQL.
 
 The same rows from database tables and from Parquet files give the same model (digest) and the same
 predictions; a batch prediction retried under the same flow run id leaves one copy of its rows.
@@ -125,3 +125,79 @@ def test_a_database_sink_for_dask_workers_writing_parquet_is_refused_before_any_
     assert str(refused.value) == (
         "institution 'north': with compute: dask the workers write the predictions of Parquet predict_data "
         "as a Parquet dataset, not into a database table yet: set predictions to a folder, or remove compute")
+
+
+def _vertical_rows(database: str, root: Path) -> None:
+    """The vertical demo's institutions' rows in the database and as Parquet files of the same rows.
+
+    Their categorical columns as text: a database holds strings, not pandas categories.
+    """
+    from fedcore.data.scenario import make_vertical_scenario
+
+    scenario = make_vertical_scenario(root / "scenario", n_customers=400, seed=3)
+    for name, files in scenario["institutions"].items():
+        for kind in ("train", "new"):
+            rows = pd.read_parquet(files[kind])
+            categories = [c for c in rows.columns if isinstance(rows[c].dtype, pd.CategoricalDtype)]
+            rows = rows.astype(dict.fromkeys(categories, "str"))
+            load_table(database, f"{name}_{kind}", rows)
+            rows.to_parquet(root / f"{name}_{kind}.parquet")
+
+
+def _vertical_config(root: Path, sql: bool):
+    kind = "db" if sql else "files"
+    institutions = [{
+        "name": name, "id_column": "customer_id", "registry": f"{kind}/registry/{name}",
+        **({"label": "responded"} if name == "bank" else {}),
+        "data": {"sql": {**SQL, "table": f"{name}_train"}} if sql else f"{name}_train.parquet",
+        "predict_data": {"sql": {**SQL, "table": f"{name}_new"}} if sql else f"{name}_new.parquet",
+        **({"predictions": {"sql": {**SQL, "table": "bank_scores"}}} if sql and name == "bank" else {}),
+    } for name in ("bank", "ecommerce", "insurer")]
+    raw = {"federation": "demo", "consortium_key": {"env": "UNUSED"},
+           "master": {"public_key": str(master_public_key(root))}, "institutions": institutions}
+    return parse_config(raw, root / "federation.yaml")
+
+
+def _vertical_session(config):
+    from fedcore.trees.params import ForestParams
+    from fedcore.vertical.agent import VerticalInstitutionAgent
+    from fedcore.vertical.session import VerticalSession
+
+    agents = {i.name: VerticalInstitutionAgent(lambda name=i.name: institution_from_config(config, name),
+                                               b"consortium-key-for-tests-0123456789")
+              for i in config.institutions}
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()})
+    transport.exchange({n: Message("validation_report") for n in agents})
+    return VerticalSession(transport, ForestParams(n_estimators=5, max_depth=5, random_state=1),
+                           holdout_fraction=0.2, min_overlap=50)
+
+
+def test_a_vertical_federation_from_postgresql_trains_the_parquet_model_and_delivers_once(
+        database, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("FED_DB_URL", database)
+    _vertical_rows(database, tmp_path)
+    digests, delivered = [], []
+    for sql in (False, True):
+        session = _vertical_session(_vertical_config(tmp_path, sql))
+        session.align()
+        session.train()
+        parties = session.manifest_entries()["parties"]
+        master_digest = table_sha256(session.master_tables()["master"])
+        digests.append([p["table_sha256"] for p in parties] + [master_digest])
+        root = tmp_path / ("db" if sql else "files")
+        registry = ModelRegistry(root / "registry" / "master", signing_key=master_key(tmp_path))
+        version = registry.register("demo", {"parties": parties}, session.master_tables())
+        session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
+        delivered.append(session.batch_predict("bank", run_id="flow-run-7"))
+    assert digests[1] == digests[0] and all(len(d) == 64 for d in digests[0]) and len(digests[0]) == 4
+    assert delivered[1]["path"] == "table 'bank_scores'"
+
+    again = _vertical_session(_vertical_config(tmp_path, sql=True))  # the retried flow run
+    master = ModelRegistry(tmp_path / "db" / "registry" / "master", public_key=master_public_key(tmp_path))
+    again.load_model(master, "demo", "latest")
+    assert again.batch_predict("bank", run_id="flow-run-7")["rows"] == delivered[1]["rows"]
+    scores = read_sql(SqlSource(("url", database), query="SELECT * FROM bank_scores ORDER BY customer_id"),
+                      "test")
+    expected = pd.read_parquet(delivered[0]["path"]).sort_values("customer_id", ignore_index=True)
+    assert len(scores) == delivered[1]["rows"] and set(scores["run_id"]) == {"flow-run-7"}
+    pd.testing.assert_frame_equal(scores[list(expected.columns)], expected, check_exact=True)
