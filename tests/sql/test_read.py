@@ -119,3 +119,34 @@ def test_a_connection_string_in_the_config_is_refused(tmp_path) -> None:
     assert str(refused.value) == (f"{tmp_path}/federation.yaml: institution 'bank': data: sql.table "
                                   "'customers; DROP TABLE x' is not a table name like 'customers' or "
                                   "'bank.customers' (letters, digits, underscores)")
+
+
+def test_a_query_returning_a_column_the_contract_does_not_know_fails_validation_by_name(
+        database, tmp_path, monkeypatch) -> None:
+    frame = _frame()
+    load_table(database, "customers", frame.assign(segment="retail"))
+    contract = infer_contract(frame, "bank", "customer_id", "churned")
+    (tmp_path / "bank.yaml").write_text(dump_contract(contract))
+    monkeypatch.setenv("BANK_DB_URL", database)
+    config = _config(tmp_path, {"sql": {"url": {"env": "BANK_DB_URL"}, "query": "SELECT * FROM customers"}},
+                     contract="bank.yaml")
+    data = institution_from_config(config, "bank")
+    assert not data.valid and data.validation is not None
+    assert any("segment" in line for line in data.validation.failure_lines())
+    agreeing = _config(tmp_path, {"sql": {"url": {"env": "BANK_DB_URL"},
+                                          "query": f"SELECT {', '.join(frame.columns)} FROM customers"}},
+                       contract="bank.yaml")
+    assert institution_from_config(agreeing, "bank").valid
+
+
+def test_a_predictions_sink_is_a_table_never_a_query(tmp_path) -> None:
+    sink = {"sql": {"url": {"env": "BANK_DB_URL"}, "query": "SELECT 1"}}
+    with pytest.raises(ConfigError) as refused:
+        _config(tmp_path, "bank.parquet", predictions=sink)
+    assert str(refused.value) == (f"{tmp_path}/federation.yaml: institution 'bank': predictions: unknown sql "
+                                  "setting 'query'; known: ['url', 'table']")
+    config = _config(tmp_path, "bank.parquet",
+                     predictions={"sql": {"url": {"file": "secrets/db"}, "table": "bank.scores"}})
+    inst = config.institution("bank")
+    assert inst.predictions_sql == SqlSource(("file", f"{tmp_path}/secrets/db"), table="bank.scores")
+    assert inst.predictions == tmp_path / "predictions" / "bank"
