@@ -111,6 +111,18 @@ def prediction_file(folder: Path, version: tuple[str, str] | None, when: datetim
     return path
 
 
+def run_id(institution: str, header: dict) -> str | None:
+    """The flow run id a prediction request carries (`run`), refused unless it looks like one.
+
+    Checked when the request arrives, before any work: a database sink writes it as a value, never a name.
+    """
+    run = header.get("run")
+    if run is not None and not (isinstance(run, str) and RUN_ID.fullmatch(run)):
+        raise ProtocolError(f"institution {institution!r}: run id {str(run)[:40]!r} is not a flow run id "
+                            "(letters, digits, '.', '_', ':', '-'; at most 128)")
+    return run
+
+
 def checked_version(version: tuple[str, str]) -> tuple[str, str]:
     """(model, version) this agent stored or loaded, checked safe again before it names anything."""
     model, number = version
@@ -126,8 +138,8 @@ def write_predictions(data: InstitutionData, frame: pd.DataFrame,
 
     The agent names the file (`prediction_file`); the file gets mode 0640 whatever the umask: the
     predictions are derived from its rows. With a database sink (`predictions: {sql: ...}`) the rows go to
-    its table instead, replacing those an earlier attempt of the same flow run `run` delivered (without a
-    run id, each delivery is its own); returns `table '<name>'` then.
+    its table instead, replacing those an earlier attempt of the same flow run `run` (checked by `run_id`)
+    delivered (without a run id, each delivery is its own); returns `table '<name>'` then.
     """
     if data.predictions_sql is not None:
         return _deliver_to_table(data, frame, version, run)
@@ -145,9 +157,6 @@ def _deliver_to_table(data: InstitutionData, frame: pd.DataFrame, version: tuple
 
     sink = data.predictions_sql
     assert sink is not None, "only with a database sink"
-    if run is not None and not RUN_ID.fullmatch(str(run)):
-        raise ProtocolError(f"institution {data.name!r}: run id {str(run)[:40]!r} is not a flow run id "
-                            "(letters, digits, '.', '_', ':', '-'; at most 128)")
     model, number = ("unregistered", "-") if version is None else checked_version(version)
     rows = deliver_predictions(sink, frame, model, number, str(run or uuid.uuid4().hex),
                                f"institution {data.name!r}")

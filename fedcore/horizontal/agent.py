@@ -50,6 +50,7 @@ from fedcore.agents.scoring import evaluation_reply, holdout_statistics, predict
 from fedcore.agents.storage import (
     load_signed_table,
     new_prediction_folder,
+    run_id,
     store_signed_table,
     write_predictions,
 )
@@ -316,6 +317,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
 
     def _on_predict_local(self, message: Message) -> Message:
         """Predict this institution's new rows with the complete model; the predictions stay here."""
+        run = run_id(self.name, message.header)
         model, schema = self._require_model(), self.schema
         assert schema is not None, "setup or load_model set the schema before any model exists"
         self._once(message.kind)  # one file per model version: a master cannot fill the disk with copies
@@ -325,7 +327,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0})
         started = time.perf_counter()
         out = prediction_frame(model, schema, self.data.load_batch(), self.data.id_column)
-        path = write_predictions(self.data, out, self._prediction_target(), message.header.get("run"))
+        path = write_predictions(self.data, out, self._prediction_target(), run)
         return Message("predicted",
                        {"rows": len(out), "path": str(path), "seconds": time.perf_counter() - started})
 
