@@ -176,4 +176,19 @@ def read_arrow(source: SqlSource, what: str) -> Any:
 
 def read_sql(source: SqlSource, what: str) -> pd.DataFrame:
     """`source`'s rows as the pandas frame `pd.read_parquet` gives for the same Arrow table."""
-    return read_arrow(source, what).to_pandas()
+    table = read_arrow(source, what)
+    check_types(table.schema, what)
+    return table.to_pandas()
+
+
+def check_types(schema: Any, what: str) -> None:
+    """Refuse a column ADBC can only hand over as opaque text (numeric, money, ...), naming the cast to use.
+
+    Read as strings, a numeric column would become a categorical feature with one category per value.
+    """
+    for field in schema:
+        kind = getattr(field.type, "type_name", None)
+        if kind is not None:
+            raise DataReadError(f"{what}: column {field.name!r} has PostgreSQL type {kind}, which is read as "
+                                f"text: read it through sql.query with a cast, e.g. SELECT "
+                                f"{field.name}::float8 AS {field.name}, ...")

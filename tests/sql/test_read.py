@@ -150,3 +150,16 @@ def test_a_predictions_sink_is_a_table_never_a_query(tmp_path) -> None:
     inst = config.institution("bank")
     assert inst.predictions_sql == SqlSource(("file", f"{tmp_path}/secrets/db"), table="bank.scores")
     assert inst.predictions == tmp_path / "predictions" / "bank"
+
+
+def test_a_numeric_column_is_refused_with_the_cast_to_use(postgres, database) -> None:
+    postgres.execute("CREATE TABLE loans AS SELECT 'L1' AS loan_id, 1250.50::numeric AS amount",
+                     database.rsplit("/", 1)[1])
+    with pytest.raises(DataReadError) as refused:
+        read_sql(SqlSource(("url", database), table="loans"), "institution 'bank'")
+    assert str(refused.value) == ("institution 'bank': column 'amount' has PostgreSQL type numeric, which is "
+                                  "read as text: read it through sql.query with a cast, e.g. SELECT "
+                                  "amount::float8 AS amount, ...")
+    cast = read_sql(SqlSource(("url", database), query="SELECT loan_id, amount::float8 AS amount FROM loans"),
+                    "institution 'bank'")
+    assert cast["amount"].tolist() == [1250.5]
