@@ -21,6 +21,8 @@ import pytest
 
 MISSING = (
     "PostgreSQL is not installed: apt-get install postgresql (Debian) to run the postgres tests")
+PG_LIB = os.environ.get("FEDFOREST_TEST_PG_LIB", "/usr/lib/postgresql")
+"""Where Debian installs PostgreSQL's versions (<version>/bin); the missing-server tests point it away."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ def _binary(name: str) -> str | None:
     found = shutil.which(name)
     if found:
         return found
-    versions = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"),
+    versions = sorted(glob.glob(f"{PG_LIB}/*/bin/{name}"),
                       key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0)
     return versions[-1] if versions else None
 
