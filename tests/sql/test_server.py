@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytestmark = pytest.mark.postgres
@@ -23,8 +25,10 @@ def test_without_postgresql_a_developer_gets_one_line_and_ci_fails(tmp_path, ci)
 
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     env.update(PATH=str(tmp_path), FEDFOREST_TEST_PG_LIB=str(tmp_path), **({"CI": "1"} if ci else {}))
+    root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "answers",
-                           "tests/sql/test_server.py"], env=env, capture_output=True, text=True, timeout=300)
+                           "tests/sql/test_server.py"], env=env, cwd=root, capture_output=True, text=True,
+                          timeout=300)
     line = "PostgreSQL is not installed: apt-get install postgresql (Debian) to run the postgres tests"
     lines = [x for x in done.stdout.splitlines() if line in x]
     if ci:
