@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,10 +32,11 @@ class SqlSource:
     """Where rows live in a database: a table or a query, and where its connection string is kept.
 
     `url` is ("env", VARIABLE) or ("file", absolute path) in a config, or ("url", the string itself) for a
-    command-line argument. A predictions sink is a source with a `table`.
+    command-line argument (then a secret: left out of its repr). A predictions sink is a source with a
+    `table`.
     """
 
-    url: tuple[str, str]
+    url: tuple[str, str] = field(repr=False)
     table: str | None = None
     query: str | None = None
 
