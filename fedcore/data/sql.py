@@ -187,9 +187,9 @@ def check_types(schema: Any, what: str) -> None:
 
     Read as strings, a numeric column would become a categorical feature with one category per value.
     """
-    for field in schema:
-        kind = getattr(field.type, "type_name", None)
+    for column in schema:
+        kind = getattr(column.type, "type_name", None)
         if kind is not None:
-            raise DataReadError(f"{what}: column {field.name!r} has PostgreSQL type {kind}, which is read as "
+            raise DataReadError(f"{what}: column {column.name!r} has PostgreSQL type {kind}, which is read as "
                                 f"text: read it through sql.query with a cast, e.g. SELECT "
-                                f"{field.name}::float8 AS {field.name}, ...")
+                                f"{column.name}::float8 AS {column.name}, ...")
