@@ -190,6 +190,6 @@ def check_types(schema: Any, what: str) -> None:
     for column in schema:
         kind = getattr(column.type, "type_name", None)
         if kind is not None:
-            raise DataReadError(f"{what}: column {column.name!r} has PostgreSQL type {kind}, which is read as "
-                                f"text: read it through sql.query with a cast, e.g. SELECT "
+            raise DataReadError(f"{what}: column {column.name!r} has PostgreSQL type {kind}, which is read "
+                                f"as text: read it through sql.query with a cast, e.g. SELECT "
                                 f"{column.name}::float8 AS {column.name}, ...")
