@@ -29,7 +29,7 @@ from fedcore.privacy.keyauth import ephemeral_identities
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from tests.keys import master_key, master_public_key
-from tests.sql.conftest import load_table
+from tests.postgres import load_table
 
 pytestmark = pytest.mark.postgres
 NAMES = ("north", "south", "east")

@@ -1,6 +1,6 @@
 """An institution's table and prediction batch in PostgreSQL: read as the Parquet path reads the same rows.
 
-Against the suite's throwaway server (tests/sql/conftest.py). The refusals are one line naming the
+Against the suite's throwaway server (tests/postgres.py). The refusals are one line naming the
 institution and the fix, and never show the connection string's password.
 """
 
@@ -17,7 +17,7 @@ from fedcore.config import parse_config
 from fedcore.contracts.model import dump_contract, infer_contract
 from fedcore.data.sql import SqlSource, read_sql
 from fedcore.errors import ConfigError, DataReadError
-from tests.sql.conftest import load_table
+from tests.postgres import load_table
 
 pytestmark = pytest.mark.postgres
 

@@ -9,7 +9,7 @@ import pytest
 from sklearn.datasets import load_breast_cancer
 
 from fedcore.cli import main
-from tests.sql.conftest import load_table
+from tests.postgres import load_table
 
 pytestmark = pytest.mark.postgres
 ARGS = ("--label", "target", "--parties", "2", "--trees", "5", "--json")

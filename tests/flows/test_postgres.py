@@ -12,15 +12,13 @@ import yaml
 
 from fedcore.data.sql import SqlSource, read_sql
 from tests.federations import small_federation
-from tests.flows.conftest import prefect_server  # noqa: F401 - the flow tests' Prefect test server
-from tests.sql.conftest import load_table
+from tests.postgres import load_table
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 SQL = {"url": {"env": "BANK_DB_URL"}}
 
 
-def test_retrain_and_batch_predict_read_and_write_the_banks_database(prefect_server, database,  # noqa: F811
-                                                                     tmp_path, monkeypatch) -> None:
+def test_retrain_and_batch_predict_read_and_write_the_banks_database(database, tmp_path, monkeypatch) -> None:
     from flows.batch_predict import batch_predict
     from flows.retrain import retrain
 

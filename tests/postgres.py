@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL server for the tests that need one (marked `postgres`).
+"""A throwaway PostgreSQL server for the tests that need one (marked `postgres`; tests/conftest.py shares it).
 
 `initdb` + `pg_ctl` into a temporary folder, on a free port of 127.0.0.1, stopped at the end of the session.
 As root the server runs as the `postgres` user (PostgreSQL refuses root). Without PostgreSQL a developer's
