@@ -16,8 +16,11 @@
              public_key: keys/master.key.pub}   # the key every registry trusts (default: beside signing_key)
     institutions:
       - name: bank
-        data: data/bank/*.parquet          # a path or glob of .parquet/.csv
-        predict_data: data/bank/new/*.parquet
+        data: data/bank/*.parquet          # a path or glob of .parquet/.csv, or a PostgreSQL table or
+                                           # query: {sql: {url: {env: BANK_DB_URL}, table: customers}},
+                                           # {sql: {url: {file: secrets/bank-db}, query: "SELECT ..."}}
+                                           # (the connection string never in this file; fedcore/data/sql.py)
+        predict_data: data/bank/new/*.parquet   # the same forms as data
         contract: data_contracts/bank.yaml
         id_column: customer_id
         label: responded                   # only at the label holder
@@ -26,7 +29,10 @@
         registry: registry/bank
         cert: certs/bank.pem
         key: certs/bank.key
-        predictions: predictions/bank      # where batch predictions land (default: predictions/<name>)
+        predictions: predictions/bank      # where batch predictions land (default: predictions/<name>),
+                                           # or a PostgreSQL table {sql: {url: {env: BANK_DB_URL},
+                                           # table: predictions}} (created if absent; a retried run
+                                           # replaces its own rows: fedcore/data/sql_sink.py)
         memory_budget_mb: 8192             # memory its agent grows tree batches in
                                            # (default: half its free memory)
         compute: {dask: {address: tcp://dask:8786}}  # its party's rows on its own Dask
@@ -60,6 +66,7 @@ import yaml
 from fedcore.algorithms import SETTINGS, in_setting
 from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.compute.cluster import DaskCompute, parse_compute
+from fedcore.data.sql import SqlSource, parse_sql
 from fedcore.errors import ConfigError, InputError, ParameterError
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.models.signing import public_key_path
@@ -73,18 +80,21 @@ class Institution:
     """One institution: where its data, contract, agent and registry are."""
 
     name: str
-    data: str
+    data: str | SqlSource
+    """A path or glob of files, or a table or query in a database (`fedcore.data.sql`)."""
     contract: Path | None
     id_column: str
     endpoint: str
     work_pool: str
     registry: Path
     label: str | None = None
-    predict_data: str | None = None
+    predict_data: str | SqlSource | None = None
     cert: Path | None = None
     key: Path | None = None
     predictions: Path | None = None
     """Where its batch predictions land; a parsed config always names one (`default_predictions`)."""
+    predictions_sql: SqlSource | None = None
+    """A database table its batch predictions are written to instead (`predictions: {sql: ...}`)."""
     memory_budget_mb: int | None = None
     compute: DaskCompute | None = None
     """Where its agent's party does the row work (`compute: {dask: ...}`, `fedcore.compute.cluster`); None:
@@ -377,20 +387,31 @@ def _parse_institution(item: dict, index: int, path: Path) -> Institution:
     name = _safe_name(_need(item, "name", f"institutions[{index}]", path), f"institutions[{index}].name",
                       path)
     where = f"institution {name!r}"
+    sink = item.get("predictions")
+    sink_sql = isinstance(sink, dict)
     return Institution(
-        name=name, data=str(resolve(path, _need(item, "data", where, path))),
+        name=name, data=_source(_need(item, "data", where, path), f"{where}: data", path),
         contract=resolve(path, item["contract"]) if item.get("contract") else None,
         id_column=str(_need(item, "id_column", where, path)), endpoint=str(item.get("endpoint", "")),
         work_pool=str(item.get("work_pool", name)),
         registry=resolve(path, item.get("registry", f"registry/{name}")), label=item.get("label"),
-        predict_data=str(resolve(path, item["predict_data"])) if item.get("predict_data") else None,
+        predict_data=(_source(item["predict_data"], f"{where}: predict_data", path)
+                      if item.get("predict_data") else None),
         cert=resolve(path, item["cert"]) if item.get("cert") else None,
         key=resolve(path, item["key"]) if item.get("key") else None,
-        predictions=(resolve(path, item["predictions"]) if item.get("predictions")
-                     else default_predictions(path, name)),
+        predictions=(resolve(path, sink) if sink and not sink_sql else default_predictions(path, name)),
+        predictions_sql=(parse_sql(sink, f"{path}: {where}: predictions", lambda f: resolve(path, f),
+                                   sink=True) if sink_sql else None),
         memory_budget_mb=_memory_budget(item.get("memory_budget_mb"), path, where),
         compute=parse_compute(item.get("compute"), f"{path}: {where}"),
     )
+
+
+def _source(value: Any, where: str, path: Path) -> str | SqlSource:
+    """A `data:` or `predict_data:` value: a path or glob resolved against the config, or `{sql: ...}`."""
+    if isinstance(value, dict):
+        return parse_sql(value, f"{path}: {where}", lambda f: resolve(path, f))
+    return str(resolve(path, value))
 
 
 def _check_compute(institutions: list[Institution], setting: str, privacy: PrivacySetting, task: str,

@@ -18,6 +18,10 @@ class DataReadError(InputError):
     """A data file could not be read."""
 
 
+class DataWriteError(InputError):
+    """Predictions could not be written where the institution keeps them (nothing was written)."""
+
+
 class ColumnNotFoundError(InputError):
     """A named column (label, id, feature) is absent."""
 

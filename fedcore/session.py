@@ -129,10 +129,12 @@ class MasterSession(ABC):
         """Load a registered version (verified) at the master and every institution; returns the version."""
 
     @abstractmethod
-    def predict(self, requester: str | None = None) -> Prediction:
+    def predict(self, requester: str | None = None, run_id: str | None = None) -> Prediction:
         """Predict the institutions' new rows with the trained or loaded model.
 
-        The institutions name the files they write (model, version, time), never the master.
+        The institutions name the files they write (model, version, time), never the master. `run_id` (the
+        flow run's) goes with the request: a database sink replaces the rows an earlier attempt of that run
+        delivered (`fedcore.data.sql_sink`).
         """
 
     def agree_resume_point(self, store: CheckpointStore, run_id: str) -> int:

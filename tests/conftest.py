@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.postgres import database, postgres  # noqa: F401 - the throwaway PostgreSQL server's fixtures
+
 
 def mixed_table(n_rows: int = 600, seed: int = 0, task: str = "classification",
                 n_classes: int = 3) -> pd.DataFrame:

@@ -1,8 +1,9 @@
 """An institution's data for a session.
 
-Its table read from the configured files, checked against its data contract, and the contract result as
-it may leave the institution. With `compute: dask` and Parquet files the agent reads only their metadata
-(`fedcore.compute.dask_table`): the workers read, check and validate the blocks (issue #29).
+Its table read from the configured files or database (`fedcore.data.sql`), checked against its data
+contract, and the contract result as it may leave the institution. With `compute: dask` and Parquet
+files the agent reads only their metadata (`fedcore.compute.dask_table`): the workers read, check and
+validate the blocks (issue #29).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 import pandas as pd
 
@@ -21,6 +22,7 @@ from fedcore.config import FederationConfig, default_predictions
 from fedcore.contracts.expectations import ValidationReport
 from fedcore.contracts.model import DataContract
 from fedcore.data.numbers import check_finite_columns
+from fedcore.data.sql import SqlSource
 from fedcore.errors import ColumnNotFoundError, ConfigError, DataReadError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.signing import PublicKeySource
@@ -76,6 +78,9 @@ class InstitutionData:
     """The institution's Dask cluster that holds `table`'s blocks."""
     open_batch: Callable[[], ParquetTable] | None = None
     """The new rows to predict as Parquet blocks the workers read (instead of `load_batch`)."""
+    predictions_sql: SqlSource | None = None
+    """A database table the predictions are written to instead of `predictions_dir`
+    (`fedcore.data.sql_sink`)."""
 
     @property
     def n_rows(self) -> int:
@@ -115,6 +120,11 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     inst = config.institution(name)
     master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
     what = f"institution {name!r}"
+    if inst.predictions_sql is not None and inst.compute is not None and inst.predict_data is not None \
+            and _on_dask(inst.predict_data, f"{what} prediction data"):
+        raise ConfigError(f"{what}: with compute: dask the workers write the predictions of Parquet "
+                          "predict_data as a Parquet dataset, not into a database table yet: set "
+                          "predictions to a folder, or remove compute")
     contract = None
     if inst.contract is not None:
         from fedcore.contracts import load_contract
@@ -130,7 +140,7 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
                                                      inst.compute.block_rows), skip)
         frame = pd.DataFrame(columns=list(table.columns))  # the columns, never the rows
     else:
-        frame = read_files(inst.data, what, skip=skip)
+        frame = read_source(inst.data, what, skip=skip)
     check_configured_columns(config, name, frame.columns, contract)
     report = None
     if contract is not None:
@@ -161,14 +171,18 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
         privacy=config.privacy, master_key=master_key,
         holdout=config.training.holdout, min_overlap=config.training.min_overlap, compute=inst.compute,
         table=table, cluster=cluster if table is not None or open_batch is not None else None,
-        open_batch=open_batch,
+        open_batch=open_batch, predictions_sql=inst.predictions_sql,
     )
 
 
-def _on_dask(pattern: str, what: str) -> bool:
-    """Whether files matching `pattern` go to the workers (all Parquet); CSV stays in the agent, logged."""
+def _on_dask(pattern: str | SqlSource, what: str) -> TypeGuard[str]:
+    """Whether files matching `pattern` go to the workers (all Parquet); CSV and SQL stay in the agent."""
     from fedcore.compute.dask_table import is_parquet
 
+    if isinstance(pattern, SqlSource):
+        log.info("%s: %s in a database is read in the agent's own process (compute: dask reads Parquet on "
+                 "the workers)", what, pattern.describe())
+        return False
     if is_parquet(matching_files(pattern, what)):
         return True
     log.info("%s: %r is not all Parquet, so the agent reads it in its own process (compute: dask reads "
@@ -214,11 +228,12 @@ def check_configured_columns(config: FederationConfig, name: str, columns: Colle
                                       f"{hint}; {fix}")
 
 
-def _read_batch(config: FederationConfig, name: str, pattern: str) -> pd.DataFrame:
+def _read_batch(config: FederationConfig, name: str, pattern: str | SqlSource) -> pd.DataFrame:
     """An institution's new rows to predict, refused unless they have its ID column."""
-    frame = read_files(pattern, f"institution {name!r} prediction data",
-                       skip=[config.institution(name).id_column])
-    check_configured_columns(config, name, frame.columns, table=f"its prediction data {pattern!r}",
+    frame = read_source(pattern, f"institution {name!r} prediction data",
+                        skip=[config.institution(name).id_column])
+    shown = pattern.describe() if isinstance(pattern, SqlSource) else repr(pattern)
+    check_configured_columns(config, name, frame.columns, table=f"its prediction data {shown}",
                              keys=("id_column",))
     return frame
 
@@ -245,6 +260,20 @@ def _master_key(config: FederationConfig, name: str) -> Path | None:
                           "is not there: copy the master's public key file to this host (fedforest models "
                           "keygen writes it beside the signing key)")
     return path
+
+
+def read_source(source: str | SqlSource, what: str, skip: Collection[str | None] = ()) -> pd.DataFrame:
+    """A configured `data`/`predict_data`: files (`read_files`) or a database table or query, as one table.
+
+    Refused if a numeric column other than `skip` holds an infinity (`fedcore.data.numbers`).
+    """
+    if not isinstance(source, SqlSource):
+        return read_files(source, what, skip)
+    from fedcore.data.sql import read_sql
+
+    frame = read_sql(source, what)
+    check_finite_columns(frame, what, skip=[c for c in skip if c is not None])
+    return frame
 
 
 def read_files(pattern: str, what: str, skip: Collection[str | None] = ()) -> pd.DataFrame:

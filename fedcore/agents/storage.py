@@ -1,7 +1,7 @@
 """What an institution keeps.
 
 Its partial model tables, stored and loaded only under the master's signed manifest, and the predictions
-it receives.
+it receives (Parquet files in its predictions folder, or rows of its database table: `fedcore.data.sql_sink`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,6 +27,8 @@ from fedcore.names import check_name
 from fedcore.protocol.messages import Message
 
 log = logging.getLogger(__name__)
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+"""A flow run's id as a master may send it with a prediction request (a value in a column, never a name)."""
 
 
 def store_signed_table(data: InstitutionData, header: dict, stem: str, table: pa.Table, extra: dict) -> str:
@@ -98,13 +102,7 @@ def prediction_file(folder: Path, version: tuple[str, str] | None, when: datetim
     trained but not stored), with `-2`, `-3`, ... if that name is taken, so every prediction run keeps its
     own file. The model and version are those this agent stored or loaded itself (checked safe again here).
     """
-    stem = "unregistered"
-    if version is not None:
-        model, number = version
-        check_name(model, "model name")
-        if not VERSION_NAME.match(str(number)):
-            raise ProtocolError(f"version {number!r} is not a version name like 'v0001'")
-        stem = f"{model}-{number}"
+    stem = "unregistered" if version is None else "-".join(checked_version(version))
     stem += "-" + (when or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
     path, copy = folder / f"{stem}.parquet", 1
     while path.exists():
@@ -113,18 +111,58 @@ def prediction_file(folder: Path, version: tuple[str, str] | None, when: datetim
     return path
 
 
+def run_id(institution: str, header: dict) -> str | None:
+    """The flow run id a prediction request carries (`run`), refused unless it looks like one.
+
+    Checked when the request arrives, before any work: a database sink writes it as a value, never a name.
+    """
+    run = header.get("run")
+    if run is not None and not (isinstance(run, str) and RUN_ID.fullmatch(run)):
+        raise ProtocolError(f"institution {institution!r}: run id {str(run)[:40]!r} is not a flow run id "
+                            "(letters, digits, '.', '_', ':', '-'; at most 128)")
+    return run
+
+
+def checked_version(version: tuple[str, str]) -> tuple[str, str]:
+    """(model, version) this agent stored or loaded, checked safe again before it names anything."""
+    model, number = version
+    check_name(model, "model name")
+    if not VERSION_NAME.match(str(number)):
+        raise ProtocolError(f"version {number!r} is not a version name like 'v0001'")
+    return model, str(number)
+
+
 def write_predictions(data: InstitutionData, frame: pd.DataFrame,
-                      version: tuple[str, str] | None) -> Path:
+                      version: tuple[str, str] | None, run: str | None = None) -> Path | str:
     """Write predictions of `version` (model, version) atomically as Parquet in the predictions folder.
 
     The agent names the file (`prediction_file`); the file gets mode 0640 whatever the umask: the
-    predictions are derived from its rows.
+    predictions are derived from its rows. With a database sink (`predictions: {sql: ...}`) the rows go to
+    its table instead, replacing those an earlier attempt of the same flow run `run` (checked by `run_id`)
+    delivered (without a run id, each delivery is its own); returns `table '<name>'` then.
     """
+    if data.predictions_sql is not None:
+        return _deliver_to_table(data, frame, version, run)
     make_folders(data.predictions_dir)
     path = prediction_file(data.predictions_dir, version)
     write_parquet(path, frame)
     log.info("%s: wrote %d predictions to %s", data.name, len(frame), path)
     return path
+
+
+def _deliver_to_table(data: InstitutionData, frame: pd.DataFrame, version: tuple[str, str] | None,
+                      run: str | None) -> str:
+    """The predictions into the institution's database table (`fedcore.data.sql_sink`)."""
+    from fedcore.data.sql_sink import deliver_predictions
+
+    sink = data.predictions_sql
+    assert sink is not None, "only with a database sink"
+    model, number = ("unregistered", "-") if version is None else checked_version(version)
+    rows = deliver_predictions(sink, frame, model, number, str(run or uuid.uuid4().hex),
+                               f"institution {data.name!r}")
+    log.info("%s: wrote %d predictions of %s %s (run %s) to %s", data.name, rows, model, number, run,
+             sink.describe())
+    return sink.describe()
 
 
 def write_parquet(path: Path, frame: pd.DataFrame) -> None:

@@ -2,6 +2,7 @@
 
     fedforest simulate --data table.parquet --label y --parties 3 --trees 50 [--json]
     fedforest simulate --setting horizontal --algorithm extra-trees --privacy ldp --data t.parquet --label y
+    fedforest simulate --data postgresql://user@host/db --table customers --label y  (or --query "SELECT")
 
 Argument parsing and printing only; the work lives in `fedcore.simulation`. The setting, algorithm and
 privacy mode are checked here, before the table is read, and refused as bad input.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from typing import TYPE_CHECKING
 
 from fedcore.algorithms import ALGORITHMS, SETTINGS, in_setting
 from fedcore.compute.cluster import compute_from_spec
@@ -22,6 +24,9 @@ from fedcore.privacy.settings import MODE_FIELDS, privacy_with
 from fedcore.simulation import TASK_DEFAULT, TASKS, simulate_horizontal, simulate_vertical
 from fedcore.trees.budget import available_bytes
 from fedcore.trees.params import ForestParams, check_max_features, check_model_fits
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MAX_SEED = 2**32 - 1
 """scikit-learn's train/test split and reference forests take seeds up to 2^32 - 1."""
@@ -42,7 +47,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     """Add `fedforest simulate`."""
     sim = commands.add_parser("simulate", help="split one table into simulated parties, train and evaluate",
                               description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sim.add_argument("--data", required=True, metavar="FILE", help="the table (.parquet or .csv)")
+    sim.add_argument("--data", required=True, metavar="FILE",
+                     help="the table (.parquet or .csv), or a PostgreSQL URL (postgresql://user@host/db) "
+                          "with --table or --query")
+    source = sim.add_mutually_exclusive_group()
+    source.add_argument("--table", metavar="NAME", help="with a PostgreSQL --data: the table to read")
+    source.add_argument("--query", metavar="SQL", help="with a PostgreSQL --data: the query to read")
     sim.add_argument("--label", required=True, metavar="COL", help="the label column")
     sim.add_argument("--id-column", "--id", dest="id_column", metavar="COL",
                      help="a row id column, left out of the features")
@@ -153,7 +163,7 @@ def _simulate(args: argparse.Namespace) -> int:
         raise ParameterError(reason)
     # the one privacy parser (fedcore.privacy.settings), before the table is read
     privacy = privacy_with(args.privacy, args.algorithm, epsilon=args.epsilon, thresholds=args.thresholds)
-    table = read_table(args.data)
+    table = _read_data(args)
     _check_model_fits(args, len(table))
     if args.setting == "horizontal":
         result = simulate_horizontal(
@@ -173,6 +183,23 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         print(format_result(result))
     return 0
+
+
+def _read_data(args: argparse.Namespace) -> pd.DataFrame:
+    """--data as a file, or a PostgreSQL URL's --table or --query (`fedcore.data.sql`, as agents read it)."""
+    from fedcore.data.sql import IDENTIFIER, SqlSource, read_sql
+
+    if not args.data.startswith(("postgresql://", "postgres://")):
+        if args.table or args.query:
+            raise ParameterError("--table and --query apply to a PostgreSQL --data URL "
+                                 "(postgresql://user@host/db), not a file")
+        return read_table(args.data)
+    if not (args.table or args.query):
+        raise ParameterError("a PostgreSQL --data URL needs --table NAME or --query \"SELECT ...\"")
+    if args.table and not IDENTIFIER.fullmatch(args.table):
+        raise ParameterError(f"--table {args.table!r} is not a table name like 'customers' or "
+                             "'bank.customers' (letters, digits, underscores)")
+    return read_sql(SqlSource(("url", args.data), table=args.table, query=args.query), "--data")
 
 
 def _check_model_fits(args: argparse.Namespace, n_rows: int) -> None:

@@ -13,8 +13,9 @@ messages go to the party, see `fet/party.py` and `ppdert/party.py`.
 - `evaluate`: on its own held-out rows, the confusion matrix, or (n, sum y, sum y^2, squared error).
 - `model_digest` / `store_model` / `withdraw_model` / `load_model` (as in the vertical setting): the
   complete model, stored (or loaded) in its own registry, checked against the master's signature.
-- `predict_local` (a file stem): it predicts its own new rows and writes them, with its IDs, at home;
-  answers the row count.
+- `predict_local` (the flow run's id, optional): it predicts its own new rows and writes them, with its
+  IDs, at home (a file it names, or its database table: a retry of the run replaces its rows); answers
+  the row count.
 - `resume_status` (run id and the master's checkpoint context): the tree batches it has checkpointed
   for that run.
 - `resume` (how many batches the run resumes after): it restores its state after the last of them.
@@ -49,6 +50,7 @@ from fedcore.agents.scoring import evaluation_reply, holdout_statistics, predict
 from fedcore.agents.storage import (
     load_signed_table,
     new_prediction_folder,
+    run_id,
     store_signed_table,
     write_predictions,
 )
@@ -69,7 +71,7 @@ log = logging.getLogger(__name__)
 MODEL_STEM = "model"
 """Every institution stores the same complete forest as `model.arrow`."""
 ENGINE_KINDS = {"hello", "fet_ranges", "fet_stats", "ppdert_level", "ppdert_cells", "ppdert_counts", "model"}
-SESSION_HEADERS = session_headers(contract=(), predict_local=())
+SESSION_HEADERS = session_headers(contract=(), predict_local=("run",))
 """The header fields of each session message but `setup` (`SessionAgent.session_headers`)."""
 NOISE_SEEDS = ".noise-seeds"
 """Folder under the checkpoints for the DP modes' noise seeds (a leading dot: never a run id)."""
@@ -306,6 +308,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
 
     def _on_predict_local(self, message: Message) -> Message:
         """Predict this institution's new rows with the complete model; the predictions stay here."""
+        run = run_id(self.name, message.header)
         model, schema = self._require_model(), self.schema
         assert schema is not None, "setup or load_model set the schema before any model exists"
         self._once(message.kind)  # one file per model version: a master cannot fill the disk with copies
@@ -315,7 +318,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0})
         started = time.perf_counter()
         out = prediction_frame(model, schema, self.data.load_batch(), self.data.id_column)
-        path = write_predictions(self.data, out, self._prediction_target())
+        path = write_predictions(self.data, out, self._prediction_target(), run)
         return Message("predicted",
                        {"rows": len(out), "path": str(path), "seconds": time.perf_counter() - started})
 

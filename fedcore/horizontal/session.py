@@ -254,23 +254,25 @@ class HorizontalSession(MasterSession):
                                  for name in self.institutions})
         return version
 
-    def predict(self, requester: str | None = None) -> Prediction:
+    def predict(self, requester: str | None = None, run_id: str | None = None) -> Prediction:
         """Every institution predicts its own new rows (`predict_locally`); `requester` does not apply.
 
         `paths` lists the files as the institutions reported them (one without new rows writes none).
         """
-        result = self.predict_locally()
+        result = self.predict_locally(run_id)
         paths = {name: str(path) for name, path in result["paths"].items() if path is not None}
         return Prediction(rows=result["rows"], counts=result["counts"], seconds=result["seconds"],
                           paths=paths)
 
-    def predict_locally(self) -> dict:
+    def predict_locally(self, run_id: str | None = None) -> dict:
         """Every institution predicts its own new rows with the complete model; predictions stay there.
 
-        Each names its own file (model, version, time): the master names nothing that becomes a path.
+        Each names its own file (model, version, time): the master names nothing that becomes a path. A
+        `run_id` lets a database sink replace what an earlier attempt of the run delivered.
         """
         started = time.perf_counter()
-        replies = self.transport.exchange({name: Message("predict_local")
+        header = {} if run_id is None else {"run": run_id}
+        replies = self.transport.exchange({name: Message("predict_local", header)
                                            for name in self.institutions})
         counts = {name: int(r.header["rows"]) for name, r in replies.items()}
         paths = {name: r.header["path"] for name, r in replies.items()}

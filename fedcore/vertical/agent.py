@@ -22,7 +22,7 @@ import pandas as pd
 from fedcore.agents.base import SessionAgent, session_headers
 from fedcore.agents.checks import check_holdout, prediction_values, reported
 from fedcore.agents.data import InstitutionData
-from fedcore.agents.storage import load_signed_table, store_signed_table, write_predictions
+from fedcore.agents.storage import load_signed_table, run_id, store_signed_table, write_predictions
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.metrics import metrics
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 SPLIT_ARRAYS = ("tree", "node", "feature", "bin", "missing_left", "is_categorical", "cat_bits")
 SESSION_HEADERS = session_headers(id_hashes=(), psi_blinded=("batch",), psi_reblind=(), align=("rows",),
                                   load_holdout=(), batch_hashes=(), align_batch=("rows",),
-                                  deliver_predictions=())
+                                  deliver_predictions=("run",))
 """The header fields of each session message (`SessionAgent.session_headers`)."""
 PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "evaluate_encrypted",
                "apply_splits", "finalize", "predict_leaves", "route"}
@@ -305,6 +305,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         return Message("ack", {"rows": len(aligned)})
 
     def _on_deliver_predictions(self, message: Message) -> Message:
+        run = run_id(self.name, message.header)
         if self._batch_ids is None:
             raise ProtocolError(f"institution {self.name!r}: 'deliver_predictions' before align_batch")
         party = self._require_party(message.kind)
@@ -318,7 +319,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                 out[f"proba_{c}"] = values[:, k]
         else:
             out["prediction"] = values[:, 0]
-        path = write_predictions(self.data, out, self._prediction_target())
+        path = write_predictions(self.data, out, self._prediction_target(), run)
         return Message("delivered", {"path": str(path), "rows": len(out)})
 
     # -- checkpoints (resuming a run after a crash) ------------------------------------------------------

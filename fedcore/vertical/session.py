@@ -230,18 +230,19 @@ class VerticalSession(MasterSession):
                                  for name in self.institutions})
         return version
 
-    def predict(self, requester: str | None = None) -> Prediction:
+    def predict(self, requester: str | None = None, run_id: str | None = None) -> Prediction:
         """Batch prediction (`batch_predict`): only `requester` receives the predictions, with IDs."""
         if requester is None:
             raise ProtocolError("vertical prediction delivers to one institution: name the requester")
-        result = self.batch_predict(requester)
+        result = self.batch_predict(requester, run_id=run_id)
         return Prediction(rows=result["rows"], counts=result["counts"], seconds=result["seconds"],
                           requester=requester, paths={requester: str(result["path"])})
 
-    def batch_predict(self, requester: str, min_overlap: int = 1) -> dict:
+    def batch_predict(self, requester: str, min_overlap: int = 1, run_id: str | None = None) -> dict:
         """Align the institutions' new batches, predict them in one round per row batch, and deliver them.
 
-        The predictions (with IDs) go to `requester` only, which names the file they are written to.
+        The predictions (with IDs) go to `requester` only, which names the file they are written to (a
+        database sink replaces what an earlier attempt of run `run_id` delivered).
         """
         started = time.perf_counter()
         plan = self._intersect(batch=True, explain_below=min_overlap)
@@ -250,7 +251,8 @@ class VerticalSession(MasterSession):
                                                {"positions": plan.positions[name]})
                                  for name in self.institutions})
         values = self.master.predict_values(plan.n_common)
-        reply = self.transport.exchange({requester: Message("deliver_predictions", {},
+        header = {} if run_id is None else {"run": run_id}
+        reply = self.transport.exchange({requester: Message("deliver_predictions", header,
                                                             {"values": values})})[requester]
         return {"rows": plan.n_common, "counts": dict(plan.counts), "path": reply.header["path"],
                 "seconds": time.perf_counter() - started, "requester": requester}

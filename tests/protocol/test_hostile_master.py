@@ -103,7 +103,7 @@ def test_a_master_cannot_name_the_file_an_agent_writes(scenario, pki, tmp_path) 
         for stem in ("../../data/bank/train", str(tmp_path / "outside")):
             _refused(transport, holder, Message("deliver_predictions", {"file_stem": stem},
                                                 {"values": np.zeros((1, 2))}),
-                     "refuses 'deliver_predictions' with header field(s) ['file_stem']: it takes none")
+                     "refuses 'deliver_predictions' with header field(s) ['file_stem']: it takes ['run']")
         result = session.batch_predict(holder)
     assert train_file.read_bytes() == train_bytes
     written = _files(tmp_path) - before
@@ -122,7 +122,11 @@ def test_a_horizontal_master_cannot_name_the_file_an_agent_writes(pki, tmp_path)
     with _served({"bank": HorizontalInstitutionAgent(data)}, pki) as endpoints, \
             _master(endpoints, pki) as transport:
         _refused(transport, "bank", Message("predict_local", {"file_stem": "../../x"}),
-                 "refuses 'predict_local' with header field(s) ['file_stem']: it takes none")
+                 "refuses 'predict_local' with header field(s) ['file_stem']: it takes ['run']")
+        # the flow run's id is a value in a database sink's column, checked, never a name
+        _refused(transport, "bank", Message("predict_local", {"run": "../../x"}),
+                 "institution 'bank': run id '../../x' is not a flow run id (letters, digits, '.', '_', ':', "
+                 "'-'; at most 128)")
     assert not (tmp_path / "predictions").exists()
 
 

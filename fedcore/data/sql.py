@@ -1,0 +1,195 @@
+"""Tables in a PostgreSQL database: a table or a query read into Arrow through ADBC, the connection secret.
+
+The connection string comes from an environment variable or a file (`{env: BANK_DB_URL}`, `{file: path}`),
+never from federation.yaml, and is masked in every error this module raises. Rows arrive as Arrow record
+batches (ADBC's PostgreSQL driver reads the binary COPY format), never row by row in Python, and become the
+pandas frame `pd.read_parquet` gives for the same Arrow table.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import pandas as pd
+
+from fedcore.errors import ConfigError, DataReadError
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?")
+"""A table name a config may give: `name` or `schema.name` (letters, digits, underscores)."""
+URL_KINDS = ("env", "file")
+MISSING_TABLE = "42P01"
+"""PostgreSQL's SQLSTATE for an undefined table."""
+
+
+@dataclass(frozen=True)
+class SqlSource:
+    """Where rows live in a database: a table or a query, and where its connection string is kept.
+
+    `url` is ("env", VARIABLE) or ("file", absolute path) in a config, or ("url", the string itself) for a
+    command-line argument (then a secret: left out of its repr). A predictions sink is a source with a
+    `table`.
+    """
+
+    url: tuple[str, str] = field(repr=False)
+    table: str | None = None
+    query: str | None = None
+
+    def describe(self) -> str:
+        """What it names, without the connection string: `table 'customers'` or `a query`."""
+        return f"table {self.table!r}" if self.table else "a query"
+
+    def connection_ref(self) -> str:
+        """Where the connection string is kept, as a person would look for it (never the string itself)."""
+        kind, value = self.url
+        return {"env": f"environment variable {value}", "file": f"file {value!r}"}.get(kind, "the --data URL")
+
+    def select(self) -> str:
+        """The statement that reads it (a table's name quoted as identifiers)."""
+        return self.query if self.query is not None else f"SELECT * FROM {quote_table(str(self.table))}"
+
+
+def quote_table(name: str) -> str:
+    """`schema.table` as quoted identifiers (`"schema"."table"`); names were checked against IDENTIFIER."""
+    return ".".join(f'"{part}"' for part in name.split("."))
+
+
+def parse_sql(value: Any, where: str, resolve_file: Any, sink: bool = False) -> SqlSource:
+    """`{sql: {url: {env: VAR} | {file: path}, table: T}}` (or `query:` for a source), checked.
+
+    `where` names the config entry in errors; `resolve_file` makes a `{file: path}` absolute. A connection
+    string written into the config is refused: it would be a secret in federation.yaml.
+    """
+    body = value.get("sql") if isinstance(value, dict) and set(value) == {"sql"} else None
+    if not isinstance(body, dict):
+        raise ConfigError(f"{where}: expected a path or glob, or {{sql: {{url: {{env: VARIABLE}}, table: "
+                          "name}}")
+    allowed = ("url", "table") if sink else ("url", "table", "query")
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise ConfigError(f"{where}: unknown sql setting {unknown[0]!r}; known: {list(allowed)}")
+    url = body.get("url")
+    if not isinstance(url, dict) or len(url) != 1 or next(iter(url)) not in URL_KINDS:
+        raise ConfigError(f"{where}: sql.url must be {{env: VARIABLE}} or {{file: path}}, never the "
+                          "connection string itself")
+    kind, ref = next(iter(url.items()))
+    ref = str(resolve_file(ref)) if kind == "file" else str(ref)
+    table, query = body.get("table"), body.get("query")
+    if (table is None) == (query is None):
+        raise ConfigError(f"{where}: sql needs 'table'" + ("" if sink else " or 'query' (one of them)"))
+    if table is not None and not IDENTIFIER.fullmatch(str(table)):
+        raise ConfigError(f"{where}: sql.table {table!r} is not a table name like 'customers' or "
+                          "'bank.customers' (letters, digits, underscores)")
+    return SqlSource(url=(kind, ref), table=None if table is None else str(table),
+                     query=None if query is None else str(query))
+
+
+def connection_string(source: SqlSource, what: str) -> str:
+    """The connection string from where `source` keeps it; an unset variable or unreadable file is refused."""
+    kind, ref = source.url
+    if kind == "url":
+        return ref
+    if kind == "env":
+        value = os.environ.get(ref, "").strip()
+        if not value:
+            raise ConfigError(f"{what}: environment variable {ref} is not set: export it with the database's "
+                              "connection string (postgresql://user:password@host:port/database)")
+        return value
+    try:
+        with open(ref) as handle:
+            value = handle.read().strip()
+    except OSError as error:
+        raise ConfigError(f"{what}: cannot read the connection string file {ref!r}: "
+                          f"{error.strerror or error}") from None
+    if not value:
+        raise ConfigError(f"{what}: the connection string file {ref!r} is empty: write the database's "
+                          "connection string in it (postgresql://user:password@host:port/database)")
+    return value
+
+
+def mask(text: str, url: str) -> str:
+    """`text` without the connection string or its password (a libpq error may repeat either)."""
+    secrets = [url]
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    secrets += [password] if password else []
+    secrets += re.findall(r"password\s*=\s*(\S+)", url)  # key=value connection strings
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def reason(error: BaseException, url: str) -> str:
+    """An ADBC error's message as one masked line, without the driver's `IO: [libpq]` prefixes."""
+    text = " ".join(str(error).split())
+    text = re.sub(r"^[A-Z_]+: (\[libpq\] )?", "", text)
+    text = re.sub(r"^Failed to (prepare query|execute prepared statement|execute query): ", "", text)
+    text = re.sub(r"^(PGRES_FATAL_ERROR )?(ERROR: )?", "", text)
+    text = re.sub(r"( LINE \d+: .*| Query was: .*| ?\. SQLSTATE: \w+)$", "", text)
+    return mask(text.strip(), url)
+
+
+@contextmanager
+def connect(source: SqlSource, what: str) -> Iterator[Any]:
+    """An ADBC connection to `source`'s database; a failure to connect is one line naming where to fix it."""
+    import adbc_driver_manager
+    import adbc_driver_postgresql.dbapi as pg
+
+    url = connection_string(source, what)
+    try:
+        conn = pg.connect(url)
+    except adbc_driver_manager.Error as error:
+        raise DataReadError(f"{what}: cannot connect to the database: {reason(error, url)}; correct the "
+                            f"connection string in {source.connection_ref()} (server, port, database, user "
+                            "and password)") from None
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def read_arrow(source: SqlSource, what: str) -> Any:
+    """`source`'s rows as one Arrow table (record batches from the server, no Python loop over rows)."""
+    import adbc_driver_manager
+
+    url = connection_string(source, what)
+    with connect(source, what) as conn:
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(source.select())
+                return cursor.fetch_arrow_table()
+        except adbc_driver_manager.Error as error:
+            if source.table is not None and getattr(error, "sqlstate", None) == MISSING_TABLE:
+                raise DataReadError(f"{what}: table {source.table!r} does not exist in the database of "
+                                    f"{source.connection_ref()}: create it, or name the right table in "
+                                    "sql.table") from None
+            fix = "correct sql.table" if source.table is not None else "correct sql.query"
+            raise DataReadError(f"{what}: cannot read {source.describe()}: {reason(error, url)}; "
+                                f"{fix}") from None
+
+
+def read_sql(source: SqlSource, what: str) -> pd.DataFrame:
+    """`source`'s rows as the pandas frame `pd.read_parquet` gives for the same Arrow table."""
+    table = read_arrow(source, what)
+    check_types(table.schema, what)
+    return table.to_pandas()
+
+
+def check_types(schema: Any, what: str) -> None:
+    """Refuse a column ADBC can only hand over as opaque text (numeric, money, ...), naming the cast to use.
+
+    Read as strings, a numeric column would become a categorical feature with one category per value.
+    """
+    for column in schema:
+        kind = getattr(column.type, "type_name", None)
+        if kind is not None:
+            raise DataReadError(f"{what}: column {column.name!r} has PostgreSQL type {kind}, which is read "
+                                f"as text: read it through sql.query with a cast, e.g. SELECT "
+                                f"{column.name}::float8 AS {column.name}, ...")

@@ -1,0 +1,71 @@
+"""Predictions delivered into a PostgreSQL table: atomic and idempotent per (model, version, run id).
+
+One transaction creates the table if absent (else deletes the rows an earlier attempt of the same run
+delivered) and appends the new ones (ADBC bulk ingestion, PostgreSQL's COPY), so a retried flow run leaves
+exactly one copy and a failed write leaves the table as it was. The table is the institution's own
+config's; the master's messages give values (model, version, run id), never a name.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pandas as pd
+
+from fedcore.data.sql import SqlSource, connect, connection_string, quote_table, reason
+from fedcore.errors import DataWriteError
+
+DELIVERY_COLUMNS = ("model", "version", "run_id", "predicted_at")
+"""The columns each delivered row gets besides the predictions: which model version, which run, when."""
+INSUFFICIENT_PRIVILEGE = "42501"
+
+
+def deliver_predictions(sink: SqlSource, frame: pd.DataFrame, model: str, version: str, run_id: str,
+                        what: str, when: datetime | None = None) -> int:
+    """Write `frame` (IDs and predictions) into `sink`'s table as run `run_id` of `model` `version`.
+
+    Replaces the rows of the same (model, version, run id) in one transaction; returns the rows written.
+    """
+    import adbc_driver_manager
+    import pyarrow as pa
+
+    assert sink.table is not None, "a sink is a table"
+    clash = [c for c in DELIVERY_COLUMNS if c in frame.columns]
+    if clash:
+        raise DataWriteError(f"{what}: the predictions already have a column {clash[0]!r}, which the "
+                             f"delivery adds ({', '.join(DELIVERY_COLUMNS)}): rename the id column")
+    n = len(frame)
+    stamp = pd.Timestamp(when or datetime.now(UTC)).tz_convert("UTC")
+    rows = pa.Table.from_pandas(frame, preserve_index=False)
+    for column, value in zip(DELIVERY_COLUMNS[:3], (model, version, run_id), strict=True):
+        rows = rows.append_column(column, pa.array([value] * n, pa.string()))
+    rows = rows.append_column("predicted_at", pa.array([stamp] * n, pa.timestamp("us", tz="UTC")))
+    schema, _, name = sink.table.rpartition(".")
+    in_schema = schema or None
+    url = connection_string(sink, what)
+    with connect(sink, what) as conn:
+        try:
+            with conn.cursor() as cursor:
+                # create only when absent: CREATE TABLE IF NOT EXISTS needs CREATE on the schema even then
+                cursor.execute("SELECT to_regclass($1) IS NOT NULL", (quote_table(sink.table),))
+                exists = cursor.fetchone()[0]
+                if exists:
+                    cursor.execute(f"DELETE FROM {quote_table(sink.table)} WHERE model = $1 AND version = $2 "
+                                   "AND run_id = $3", (model, version, run_id))
+                mode = "append" if exists else "create"
+                cursor.adbc_ingest(name, rows, mode=mode, db_schema_name=in_schema)
+            conn.commit()
+        except adbc_driver_manager.Error as error:
+            conn.rollback()
+            raise DataWriteError(_refusal(sink, error, url, what)) from None
+    return n
+
+
+def _refusal(sink: SqlSource, error: BaseException, url: str, what: str) -> str:
+    """One line on why the delivery failed (nothing was written) and what the institution fixes."""
+    head = f"{what}: cannot write predictions to table {sink.table!r}, nothing written: {reason(error, url)}"
+    if getattr(error, "sqlstate", None) == INSUFFICIENT_PRIVILEGE or "permission denied" in str(error):
+        return (f"{head}; grant the database user of {sink.connection_ref()} CREATE on the schema and "
+                f"SELECT, INSERT and DELETE on {sink.table!r}")
+    return (f"{head}; the table's columns must be the predictions' (id column, prediction, proba_<class>, "
+            f"{', '.join(DELIVERY_COLUMNS)}): name a new table in predictions.sql.table")

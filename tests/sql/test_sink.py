@@ -1,0 +1,85 @@
+"""Predictions delivered into a PostgreSQL table: created if absent, one copy per (model, version, run id).
+
+A failed delivery (a table of other columns, a user without write permission) is one line and leaves the
+table as it was.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pandas as pd
+import pytest
+
+from fedcore.data.sql import SqlSource, read_sql
+from fedcore.data.sql_sink import deliver_predictions
+from fedcore.errors import DataWriteError
+
+pytestmark = pytest.mark.postgres
+WHEN = datetime(2026, 11, 27, 8, 30, tzinfo=UTC)
+
+
+def _predictions(n: int, offset: int = 0) -> pd.DataFrame:
+    return pd.DataFrame({"customer_id": [f"C{i:03d}" for i in range(offset, offset + n)],
+                         "prediction": ["churn" if i % 3 else "stay" for i in range(n)],
+                         "proba_churn": [i / n for i in range(n)],
+                         "proba_stay": [1 - i / n for i in range(n)]})
+
+
+def _rows(database: str) -> pd.DataFrame:
+    table = SqlSource(("url", database), query="SELECT * FROM scores ORDER BY run_id, customer_id")
+    return read_sql(table, "test")
+
+
+def test_a_retried_delivery_replaces_its_own_rows_and_other_runs_stay(database) -> None:
+    sink = SqlSource(("url", database), table="scores")
+    assert deliver_predictions(sink, _predictions(5), "churn", "v0001", "run-a", "bank", WHEN) == 5
+    assert deliver_predictions(sink, _predictions(4, 10), "churn", "v0001", "run-a", "bank", WHEN) == 4
+    rows = _rows(database)
+    assert rows["customer_id"].tolist() == [f"C{i:03d}" for i in range(10, 14)], "the retry replaced run-a"
+    assert list(rows.columns) == ["customer_id", "prediction", "proba_churn", "proba_stay", "model",
+                                  "version", "run_id", "predicted_at"]
+    assert set(rows["model"]) == {"churn"} and set(rows["version"]) == {"v0001"}
+    assert (rows["predicted_at"] == pd.Timestamp(WHEN)).all()
+    pd.testing.assert_frame_equal(rows[_predictions(1).columns], _predictions(4, 10), check_exact=True)
+    deliver_predictions(sink, _predictions(3), "churn", "v0001", "run-b", "bank", WHEN)
+    deliver_predictions(sink, _predictions(2), "churn", "v0002", "run-a", "bank", WHEN)
+    counts = _rows(database).groupby(["version", "run_id"]).size().to_dict()
+    assert counts == {("v0001", "run-a"): 4, ("v0001", "run-b"): 3, ("v0002", "run-a"): 2}
+
+
+def test_a_failed_delivery_leaves_the_table_as_it_was(database) -> None:
+    sink = SqlSource(("url", database), table="scores")
+    deliver_predictions(sink, _predictions(5), "churn", "v0001", "run-a", "bank", WHEN)
+    other = _predictions(5).assign(prediction=1.5)  # a number where the table holds text
+    with pytest.raises(DataWriteError) as refused:
+        deliver_predictions(sink, other, "churn", "v0001", "run-a", "institution 'bank'", WHEN)
+    message = str(refused.value)
+    assert message.startswith("institution 'bank': cannot write predictions to table 'scores', nothing "
+                              "written: ")
+    assert message.endswith("; the table's columns must be the predictions' (id column, prediction, "
+                            "proba_<class>, model, version, run_id, predicted_at): name a new table in "
+                            "predictions.sql.table")
+    assert "\n" not in message
+    pd.testing.assert_frame_equal(_rows(database)[_predictions(1).columns], _predictions(5), check_exact=True)
+
+
+def test_a_user_without_write_permission_is_one_line_and_nothing_is_written(postgres, database) -> None:
+    name = database.rsplit("/", 1)[1]
+    sink = SqlSource(("url", database), table="scores")
+    deliver_predictions(sink, _predictions(5), "churn", "v0001", "run-a", "bank", WHEN)
+    if not postgres.execute("SELECT 1 FROM pg_roles WHERE rolname = 'reader'"):
+        postgres.execute("CREATE ROLE reader LOGIN")
+    postgres.execute("GRANT SELECT ON scores TO reader", name)
+    reader = SqlSource(("url", postgres.url(name, user="reader", password="r3ader-pw")), table="scores")
+    with pytest.raises(DataWriteError) as refused:
+        deliver_predictions(reader, _predictions(2), "churn", "v0001", "run-a", "institution 'bank'", WHEN)
+    assert str(refused.value) == (
+        "institution 'bank': cannot write predictions to table 'scores', nothing written: permission denied "
+        "for table scores; grant the database user of the --data URL CREATE on the schema and SELECT, INSERT "
+        "and DELETE on 'scores'")
+    assert len(_rows(database)) == 5
+    elsewhere = SqlSource(reader.url, table="new_scores")  # PostgreSQL 15: no CREATE on public by default
+    with pytest.raises(DataWriteError, match="permission denied for schema public; grant"):
+        deliver_predictions(elsewhere, _predictions(2), "churn", "v0001", "run-a", "bank", WHEN)
+    assert postgres.execute("SELECT to_regclass('new_scores') IS NULL", name) == [(True,)]
