@@ -12,14 +12,14 @@ import re
 
 from fedcore.errors import InputError
 
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 """A letter or digit, then up to 127 letters, digits, '.', '_' or '-': never '..', '/', or a hidden file."""
 SAFE_RULE = ("start with a letter or digit and hold only letters, digits, '.', '_' or '-' (at most 128 "
              "characters)")
 """`SAFE_NAME` in words, for error messages."""
 UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 """A character `SAFE_NAME` never holds (what `fedcore.vertical.persistence` replaces in a file stem)."""
-DNS_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+DNS_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
 """A safe name that is also a DNS label: no '.', at most 63 characters (a certificate's name)."""
 
 

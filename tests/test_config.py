@@ -233,7 +233,7 @@ def test_names_that_become_paths_are_refused_when_the_config_loads(overrides, fi
     assert str(refusal.value) == f"{CONFIG}: {field} {SAFE_RULE}"
 
 
-@pytest.mark.parametrize("run_id", ["../x", ".hidden", "a/b", ""])
+@pytest.mark.parametrize("run_id", ["../x", ".hidden", "a/b", "", "run\n"])
 def test_a_run_id_follows_the_same_name_rule(tmp_path, run_id) -> None:
     """A checkpoint folder's run id is a name like any other (`fedcore.names`): one rule, one message."""
     from fedcore.checkpoints import CheckpointStore

@@ -120,8 +120,9 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     inst = config.institution(name)
     master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
     what = f"institution {name!r}"
-    if inst.predictions_sql is not None and inst.compute is not None and inst.predict_data is not None \
-            and _on_dask(inst.predict_data, f"{what} prediction data"):
+    workers_read = inst.compute is not None and config.setting == "horizontal"  # vertical: in process
+    if inst.predictions_sql is not None and workers_read and inst.predict_data is not None \
+            and _on_dask(inst.predict_data, f"{what} prediction data", batch=True):
         raise ConfigError(f"{what}: with compute: dask the workers write the predictions of Parquet "
                           "predict_data as a Parquet dataset, not into a database table yet: set "
                           "predictions to a folder, or remove compute")
@@ -132,9 +133,10 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
         contract = load_contract(inst.contract)
     table = batch = open_batch = None
     skip = [inst.id_column, inst.label]
-    if inst.compute is not None and _on_dask(inst.data, what):
+    if workers_read and _on_dask(inst.data, what):
         from fedcore.compute.dask_table import open_parquet, profile
 
+        assert inst.compute is not None, "workers read only with compute: dask"
         cluster = cluster or _cluster(inst.compute)
         table = profile(cluster.client, open_parquet(matching_files(inst.data, what), what,
                                                      inst.compute.block_rows), skip)
@@ -159,7 +161,8 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
         for line in report.failure_lines():
             log.warning("data contract violation: %s", line)
     predict_data = inst.predict_data
-    if predict_data and inst.compute is not None and _on_dask(predict_data, f"{what} prediction data"):
+    if predict_data and workers_read and _on_dask(predict_data, f"{what} prediction data", batch=True):
+        assert inst.compute is not None, "workers read only with compute: dask"
         cluster = held = cluster or _cluster(inst.compute)
         open_batch = lambda: _open_batch(config, name, predict_data, held)  # noqa: E731
     elif predict_data:
@@ -175,15 +178,19 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     )
 
 
-def _on_dask(pattern: str | SqlSource, what: str) -> TypeGuard[str]:
-    """Whether files matching `pattern` go to the workers (all Parquet); CSV and SQL stay in the agent."""
+def _on_dask(pattern: str | SqlSource, what: str, batch: bool = False) -> TypeGuard[str]:
+    """Whether files matching `pattern` go to the workers (all Parquet); CSV and SQL stay in the agent.
+
+    `batch`: prediction data, which may not exist yet when the agent loads (a new batch arrives later):
+    decided by the pattern's own suffix then, and its files are matched when a prediction reads them.
+    """
     from fedcore.compute.dask_table import is_parquet
 
     if isinstance(pattern, SqlSource):
         log.info("%s: %s in a database is read in the agent's own process (compute: dask reads Parquet on "
                  "the workers)", what, pattern.describe())
         return False
-    if is_parquet(matching_files(pattern, what)):
+    if is_parquet([pattern] if batch else matching_files(pattern, what)):
         return True
     log.info("%s: %r is not all Parquet, so the agent reads it in its own process (compute: dask reads "
              "Parquet on the workers)", what, pattern)

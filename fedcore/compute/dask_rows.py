@@ -2,7 +2,8 @@
 
 The rows live on the workers as one future per block (`fedcore.compute.blocks`): the block's encoded X
 (float64, column order) and labels, read and encoded by the worker itself for a Parquet source, or
-scattered once from an in-memory frame. Which open node each of a block's rows sits in is a future too,
+encoded there from an in-memory frame's rows given inline in the task. Which open node each of a block's
+rows sits in is a future too,
 the block's `RowPartition`: a new batch's is made from the block's row count, and each level's from the
 previous level's and the master's decisions, by a task that copies it first (a task never changes its
 inputs). Nothing lives on a worker outside futures, so when a worker is lost Dask rebuilds its blocks and
@@ -63,7 +64,8 @@ if TYPE_CHECKING:
     from fedcore.privacy.ldp import LabelLDP
 
 INLINE_BYTES = 16 << 20
-"""A level's arrays travel inside each block's task up to this many bytes over all blocks (else scattered)."""
+"""A level's arrays travel inside each block's task up to this many bytes over all blocks (else in a task
+of their own)."""
 
 
 # -- what the workers run (module functions: pickled by reference) -------------------------------------
@@ -162,7 +164,7 @@ class _OpenNodes(RowPartition):
 class DaskPartyRows:
     """One horizontal party's rows on a Dask cluster, with `PartyRows`' interface (see the module doc).
 
-    Build it with `from_frame` (an in-memory frame, scattered once in blocks of `block_rows`),
+    Build it with `from_frame` (an in-memory frame in blocks of `block_rows`, each inline in its task),
     `from_parquet` (a Parquet file or dataset folder the workers read themselves) or `from_parquet_kept`
     (Parquet blocks keeping the rows a mask marks: an agent's training rows).
     """
@@ -180,7 +182,7 @@ class DaskPartyRows:
         """The order blocks' tasks are submitted in (results are combined in block order whatever it is)."""
         self.partition = _OpenNodes()
         self.parts: list[Future] = []
-        self._held: list[Future] = []  # the batch's scattered decisions: the partitions' lineage
+        self._held: list[Future] = []  # the batch's large level arrays: the partitions' lineage
         self.permanent: list[Future] | None = None  # LDP: each block's permanent responses (`draw_permanent`)
         self.features = np.zeros((0, 0), np.int64)
         self.thresholds = np.zeros((0, 0))
@@ -194,16 +196,18 @@ class DaskPartyRows:
     @classmethod
     def from_frame(cls, name: str, frame: pd.DataFrame, schema: HorizontalSchema, client: Client,
                    block_rows: int = DEFAULT_BLOCK_ROWS) -> DaskPartyRows:
-        """Scatter an in-memory frame in blocks of `block_rows` rows; the workers encode them."""
+        """An in-memory frame in blocks of `block_rows` rows, each encoded by a worker.
+
+        Each block's rows travel inside the task that encodes them (the scheduler keeps a copy), so a lost
+        worker's blocks are encoded again from it: scattered rows would have no lineage.
+        """
         blocks = frame_blocks(len(frame), block_rows)
         columns = [*schema.names, schema.label]
         missing = [c for c in columns if c not in frame.columns]
         if missing:  # as `schema.encode` says, before anything reaches the cluster
             schema.encode(frame.iloc[:0])
-        slices = client.scatter([frame.iloc[b.start:b.stop][columns] for b in blocks], hash=False)
-        data = [client.submit(encode_block, s, schema, pure=False) for s in slices]
-        client.gather(client.map(_n_rows, data, pure=False))  # encoded (errors surface here), then ...
-        del slices  # ... only the encoded blocks are kept
+        data = _placed(client, [(encode_block, frame.iloc[b.start:b.stop][columns], schema) for b in blocks])
+        client.gather(client.map(_n_rows, data, pure=False))  # encoded: errors surface here
         return cls(name, schema, client, blocks, data)
 
     @classmethod
@@ -250,7 +254,7 @@ class DaskPartyRows:
         self._pending, self._round_start = [], None
         return results
 
-    def _scatter(self, value: tuple[np.ndarray, ...] | np.ndarray) -> Any:
+    def _shared(self, value: tuple[np.ndarray, ...] | np.ndarray) -> Any:
         """A level's arrays as every block's task takes them.
 
         Inline in the tasks while their copies, one per block, stay within `INLINE_BYTES` (no round trip to
@@ -301,7 +305,7 @@ class DaskPartyRows:
         else:
             chosen, next_pos = self.partition.check_decisions(arrays["chosen"], arrays["next_pos"],
                                                               self.features, self.thresholds)
-            decisions = self._scatter((chosen, next_pos, np.ascontiguousarray(self.features, dtype=np.int64),
+            decisions = self._shared((chosen, next_pos, np.ascontiguousarray(self.features, dtype=np.int64),
                                        np.ascontiguousarray(self.thresholds, dtype=np.float64)))
             self.parts = self._map(_apply, self.parts, self.data, decisions=decisions)
             self.partition = _OpenNodes(int(next_pos.max()) + 1 if len(next_pos) else 0)
@@ -318,12 +322,12 @@ class DaskPartyRows:
         return n_trees
 
     def _candidates(self) -> Any:
-        return self._scatter((np.ascontiguousarray(self.features, dtype=np.int64),
+        return self._shared((np.ascontiguousarray(self.features, dtype=np.int64),
                               np.ascontiguousarray(self.thresholds, dtype=np.float64)))
 
     def ranges(self) -> tuple[np.ndarray, np.ndarray]:
         """Min and max of each candidate feature over each open node's rows, combined in block order."""
-        features = self._scatter(np.ascontiguousarray(self.features, dtype=np.int64))
+        features = self._shared(np.ascontiguousarray(self.features, dtype=np.int64))
         low = np.full(self.features.shape, np.inf)
         high = np.full(self.features.shape, -np.inf)
         for block_low, block_high in self._gather(self._map(_ranges, self.parts, self.data,

@@ -60,7 +60,7 @@ def _write(frame: pd.DataFrame, folder: Path, plain: bool = False, statistics: b
 
 
 def _config(root: Path, north: pd.DataFrame, new: pd.DataFrame, contract, on_dask: bool,
-            data: str | None = None):
+            data: str | None = None, predict_data: str | None = None):
     """A config whose institution north reads `data` (default: its Parquet files, written once)."""
     (root / "north.yaml").write_text(dump_contract(contract))
     data = data or str(root / "north" / "*.parquet")
@@ -71,7 +71,8 @@ def _config(root: Path, north: pd.DataFrame, new: pd.DataFrame, contract, on_das
     raw = {"federation": "f", "setting": "horizontal", "consortium_key": {"env": "UNUSED"},
            "master": {"public_key": str(master_public_key(root))}, "training": {"holdout": 0.25},
            "institutions": [
-               {"name": "north", "data": data, "predict_data": str(root / "new" / "*.parquet"),
+               {"name": "north", "data": data,
+                "predict_data": predict_data or str(root / "new" / "*.parquet"),
                 "id_column": "patient_id", "label": "class", "contract": str(root / "north.yaml"),
                 "registry": str(root / f"registry-{on_dask}"),
                 "predictions": str(root / f"predictions-{on_dask}"), **compute},
@@ -288,3 +289,34 @@ def test_an_agent_process_connects_once_and_keeps_its_cluster_across_sessions(tm
         assert len(first.cluster.client.scheduler_info()["workers"]) == 1
     finally:
         agent_data._CLUSTERS.pop(config.institution("north").compute).close()
+
+
+def test_a_vertical_agent_on_dask_reads_its_parquet_rows_itself(tmp_path, three_workers) -> None:
+    """A vertical party aligns and bins its rows in the agent: its Parquet table is read there, whole."""
+    north = _north_and_new(_table("classification"))[0]
+    _write(north, tmp_path / "north")
+    local = {"dask": {"local": {"workers": 1}, "block_rows": BLOCK_ROWS}}
+    raw = {"federation": "f", "setting": "vertical", "consortium_key": {"env": "UNUSED"},
+           "institutions": [
+               {"name": "north", "data": str(tmp_path / "north" / "*.parquet"), "id_column": "patient_id",
+                "label": "class", "compute": local,
+                "predict_data": str(tmp_path / "not-yet" / "*.parquet")},  # a batch that arrives later
+               {"name": "south", "data": "unused.parquet", "id_column": "patient_id"}]}
+    config = parse_config(raw, tmp_path / "federation.yaml")
+    data = _load(config, three_workers, on_dask=True)
+    assert data.table is None and data.open_batch is None and data.load_batch is not None
+    pd.testing.assert_frame_equal(data.frame, north)
+
+
+def test_a_parquet_batch_that_has_not_arrived_yet_does_not_stop_the_agent_loading(tmp_path,
+                                                                                  three_workers) -> None:
+    table = _table("classification")
+    contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
+    north, new = _north_and_new(table)
+    config = _config(tmp_path, north, new, contract, on_dask=True,
+                     predict_data=str(tmp_path / "later" / "*.parquet"))
+    data = _load(config, three_workers, on_dask=True)
+    assert data.table is not None and data.open_batch is not None
+    with pytest.raises(DataReadError, match=re.escape(
+            f"institution 'north' prediction data: no file matches '{tmp_path}/later/*.parquet'")):
+        data.open_batch()
