@@ -1,21 +1,28 @@
-"""Predictions delivered into a PostgreSQL table: atomic and idempotent per (model, version, run id).
+"""Predictions delivered into a PostgreSQL table: atomic and idempotent per (model, version, run, batch).
 
 One transaction creates the table if absent (else deletes the rows an earlier attempt of the same run
-delivered) and appends the new ones (ADBC bulk ingestion, PostgreSQL's COPY), so a retried flow run leaves
-exactly one copy and a failed write leaves the table as it was. The table is the institution's own
-config's; the master's messages give values (model, version, run id), never a name.
+delivered for the same predictions) and appends the new ones (ADBC bulk ingestion, PostgreSQL's COPY), so
+a retried flow run leaves exactly one copy and a failed write leaves the table as it was. The table is the
+institution's own config's; the master's messages give values (model, version, run id), never a name.
+The delivered rows' digest (`batch_sha256`) is part of what a delivery replaces: a master that replays an
+old run id with the version of that run cannot make the agent delete that run's rows for other ones.
 """
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from fedcore.data.sql import SqlSource, connect, connection_string, quote_table, reason
 from fedcore.errors import DataWriteError
 
-DELIVERY_COLUMNS = ("model", "version", "run_id", "predicted_at")
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+DELIVERY_COLUMNS = ("model", "version", "run_id", "batch_sha256", "predicted_at")
 """The columns each delivered row gets besides the predictions: which model version, which run, when."""
 INSUFFICIENT_PRIVILEGE = "42501"
 
@@ -24,7 +31,8 @@ def deliver_predictions(sink: SqlSource, frame: pd.DataFrame, model: str, versio
                         what: str, when: datetime | None = None) -> int:
     """Write `frame` (IDs and predictions) into `sink`'s table as run `run_id` of `model` `version`.
 
-    Replaces the rows of the same (model, version, run id) in one transaction; returns the rows written.
+    Replaces the rows of the same (model, version, run id) and the same predictions (their digest) in one
+    transaction; returns the rows written.
     """
     import adbc_driver_manager
     import pyarrow as pa
@@ -37,7 +45,8 @@ def deliver_predictions(sink: SqlSource, frame: pd.DataFrame, model: str, versio
     n = len(frame)
     stamp = pd.Timestamp(when or datetime.now(UTC)).tz_convert("UTC")
     rows = pa.Table.from_pandas(frame, preserve_index=False)
-    for column, value in zip(DELIVERY_COLUMNS[:3], (model, version, run_id), strict=True):
+    batch = rows_sha256(rows)
+    for column, value in zip(DELIVERY_COLUMNS[:4], (model, version, run_id, batch), strict=True):
         rows = rows.append_column(column, pa.array([value] * n, pa.string()))
     rows = rows.append_column("predicted_at", pa.array([stamp] * n, pa.timestamp("us", tz="UTC")))
     schema, _, name = sink.table.rpartition(".")
@@ -51,7 +60,7 @@ def deliver_predictions(sink: SqlSource, frame: pd.DataFrame, model: str, versio
                 exists = cursor.fetchone()[0]
                 if exists:
                     cursor.execute(f"DELETE FROM {quote_table(sink.table)} WHERE model = $1 AND version = $2 "
-                                   "AND run_id = $3", (model, version, run_id))
+                                   "AND run_id = $3 AND batch_sha256 = $4", (model, version, run_id, batch))
                 mode = "append" if exists else "create"
                 cursor.adbc_ingest(name, rows, mode=mode, db_schema_name=in_schema)
             conn.commit()
@@ -59,6 +68,16 @@ def deliver_predictions(sink: SqlSource, frame: pd.DataFrame, model: str, versio
             conn.rollback()
             raise DataWriteError(_refusal(sink, error, url, what)) from None
     return n
+
+
+def rows_sha256(rows: pa.Table) -> str:
+    """SHA-256 of the rows in Arrow's IPC stream format: equal rows, columns and types give equal digests."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema.remove_metadata()) as writer:
+        writer.write_table(rows.replace_schema_metadata(None))
+    return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
 
 
 def _refusal(sink: SqlSource, error: BaseException, url: str, what: str) -> str:

@@ -6,7 +6,7 @@ table as it was.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pytest
@@ -33,19 +33,30 @@ def _rows(database: str) -> pd.DataFrame:
 
 def test_a_retried_delivery_replaces_its_own_rows_and_other_runs_stay(database) -> None:
     sink = SqlSource(("url", database), table="scores")
-    assert deliver_predictions(sink, _predictions(5), "churn", "v0001", "run-a", "bank", WHEN) == 5
+    later = WHEN + timedelta(minutes=5)
     assert deliver_predictions(sink, _predictions(4, 10), "churn", "v0001", "run-a", "bank", WHEN) == 4
+    assert deliver_predictions(sink, _predictions(4, 10), "churn", "v0001", "run-a", "bank", later) == 4
     rows = _rows(database)
     assert rows["customer_id"].tolist() == [f"C{i:03d}" for i in range(10, 14)], "the retry replaced run-a"
     assert list(rows.columns) == ["customer_id", "prediction", "proba_churn", "proba_stay", "model",
-                                  "version", "run_id", "predicted_at"]
+                                  "version", "run_id", "batch_sha256", "predicted_at"]
     assert set(rows["model"]) == {"churn"} and set(rows["version"]) == {"v0001"}
-    assert (rows["predicted_at"] == pd.Timestamp(WHEN)).all()
+    assert (rows["predicted_at"] == pd.Timestamp(later)).all() and rows["batch_sha256"].nunique() == 1
     pd.testing.assert_frame_equal(rows[_predictions(1).columns], _predictions(4, 10), check_exact=True)
     deliver_predictions(sink, _predictions(3), "churn", "v0001", "run-b", "bank", WHEN)
     deliver_predictions(sink, _predictions(2), "churn", "v0002", "run-a", "bank", WHEN)
     counts = _rows(database).groupby(["version", "run_id"]).size().to_dict()
     assert counts == {("v0001", "run-a"): 4, ("v0001", "run-b"): 3, ("v0002", "run-a"): 2}
+
+
+def test_a_replayed_run_id_with_other_predictions_deletes_nothing(database) -> None:
+    """A master replaying an old run's id (and version) over another batch adds rows; the old run's stay."""
+    sink = SqlSource(("url", database), table="scores")
+    deliver_predictions(sink, _predictions(5), "churn", "v0001", "run-a", "bank", WHEN)
+    deliver_predictions(sink, _predictions(4, 10), "churn", "v0001", "run-a", "bank", WHEN)
+    rows = _rows(database)
+    assert len(rows) == 9 and rows["batch_sha256"].nunique() == 2
+    assert set(rows["customer_id"]) == {f"C{i:03d}" for i in [*range(5), *range(10, 14)]}
 
 
 def test_a_failed_delivery_leaves_the_table_as_it_was(database) -> None:
@@ -58,8 +69,8 @@ def test_a_failed_delivery_leaves_the_table_as_it_was(database) -> None:
     assert message.startswith("institution 'bank': cannot write predictions to table 'scores', nothing "
                               "written: ")
     assert message.endswith("; the table's columns must be the predictions' (id column, prediction, "
-                            "proba_<class>, model, version, run_id, predicted_at): name a new table in "
-                            "predictions.sql.table")
+                            "proba_<class>, model, version, run_id, batch_sha256, predicted_at): name a "
+                            "new table in predictions.sql.table")
     assert "\n" not in message
     pd.testing.assert_frame_equal(_rows(database)[_predictions(1).columns], _predictions(5), check_exact=True)
 
