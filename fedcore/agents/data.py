@@ -70,10 +70,11 @@ class InstitutionData:
     """The master's public key this institution's registry trusts (`master.public_key`); without one it
     stores nothing and loads nothing."""
     compute: DaskCompute | None = None
-    """Where a horizontal party does its row work (`compute:` in its config, `fedcore.compute.cluster`);
-    None: in the agent's process."""
+    """Where its party does its row work (`compute:` in its config, `fedcore.compute.cluster`); None: in the
+    agent's process."""
     table: ParquetTable | None = None
-    """The Parquet files' blocks when the workers read them (then `frame` is None)."""
+    """The Parquet files' blocks when the workers read them (horizontal; then `frame` holds the columns and
+    no rows)."""
     cluster: Cluster | None = None
     """The institution's Dask cluster that holds `table`'s blocks."""
     open_batch: Callable[[], ParquetTable] | None = None
