@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import shutil
 import time
 import zlib
 from collections.abc import Callable
@@ -56,7 +57,7 @@ from fedcore.agents.storage import (
 )
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.compute.cluster import Cluster
-from fedcore.errors import ParameterError, ProtocolError
+from fedcore.errors import DataWriteError, ParameterError, ProtocolError
 from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.ppdert.party import PPDERTParty
@@ -330,8 +331,18 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         assert self.data.open_batch is not None and self.data.cluster is not None, "prediction data on Dask"
         table = self.data.open_batch()
         tmp, path = new_prediction_folder(self.data, self._prediction_target())
-        rows = predict_blocks(self.data.cluster.client, table, model, schema, self.data.id_column, tmp)
-        tmp.replace(path)
+        try:
+            rows = predict_blocks(self.data.cluster.client, table, model, schema, self.data.id_column, tmp)
+            written = len(list(tmp.glob("part-*.parquet")))
+            if written != len(table.blocks):  # the workers wrote on a disk this agent does not see
+                raise DataWriteError(f"institution {self.name!r}: the Dask workers wrote {written} of "
+                                     f"{len(table.blocks)} prediction parts into {str(tmp)!r} as this agent "
+                                     "sees it: the workers must see the institution's predictions folder at "
+                                     "the same path (a shared file system)")
+            tmp.replace(path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # no half dataset left behind, under any name
+            raise
         log.info("%s: the Dask workers wrote %d predictions in %d parts to %s", self.name, rows,
                  len(table.blocks), path)
         return Message("predicted",
