@@ -11,7 +11,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 # puts them for every entry point (this checkout's .numba_cache/, see fedcore/__init__.py).
 RUN_ENV := GX_ANALYTICS_ENABLED=false PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1
 
-.PHONY: venv bench-venv demo test test-fast lint clean distclean
+.PHONY: venv bench-venv demo test test-slow test-all lint clean distclean
 
 ## venv: create .venv, install the project editable with [dev] (about three minutes the first time, mostly
 ## downloads) and compile the numba kernels once (80 s on two cores); reinstalls only when pyproject.toml
@@ -42,13 +42,18 @@ $(BENCH_STAMP): pyproject.toml | $(BIN)/python
 demo: venv
 	$(RUN_ENV) $(BIN)/fedforest demo
 
-## test: the whole suite, slow tests included
+## test: the suite without the tests marked slow (flows, Prefect servers, agent processes, the README tour):
+## about seven minutes on two cores; CI (.ci/run) runs test-slow after it
 test: venv
-	$(RUN_ENV) $(BIN)/python -m pytest -q
-
-## test-fast: the unmarked tests only (-m "not slow": no flows, Prefect servers or agent processes)
-test-fast: venv
 	$(RUN_ENV) $(BIN)/python -m pytest -q -m "not slow"
+
+## test-slow: the slow end-to-end tests only (about twelve minutes on two cores)
+test-slow: venv
+	$(RUN_ENV) $(BIN)/python -m pytest -q -m slow
+
+## test-all: the whole suite in one run (test and test-slow together)
+test-all: venv
+	$(RUN_ENV) $(BIN)/python -m pytest -q
 
 ## lint: ruff over every Python tree of the project, mypy over fedcore, tasks and flows ([tool.mypy])
 lint: venv

@@ -40,7 +40,7 @@ def _server_for_flow_runs(request) -> None:
     """The session's server, before any of a module's fixtures runs a flow.
 
     Every test here that runs a flow is marked slow; a module whose selected tests are all unmarked
-    (command-line parsing) needs no server, so `make test-fast` does not start one.
+    (command-line parsing) needs no server, so `make test` (not slow) does not start one.
     """
     if any(item.module is request.module and item.get_closest_marker("slow")
            for item in request.session.items):
