@@ -22,6 +22,7 @@ import pandas as pd
 from fedcore.agents.base import SessionAgent, session_headers
 from fedcore.agents.checks import check_holdout, prediction_values, reported
 from fedcore.agents.data import InstitutionData
+from fedcore.agents.scoring import predictions_table
 from fedcore.agents.storage import load_signed_table, run_id, store_signed_table, write_predictions
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import ArtifactError, ProtocolError
@@ -312,13 +313,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         width = len(party.classes_) if party.classes_ is not None else 1
         values = prediction_values(self.name, message, len(self._batch_ids), width)
         self._once(message.kind)  # one file per model version: a master cannot fill the disk with copies
-        out = pd.DataFrame({self.data.id_column: self._batch_ids})
-        if party.classes_ is not None:
-            out["prediction"] = party.classes_[np.argmax(values, axis=1)]
-            for k, c in enumerate(party.classes_):
-                out[f"proba_{c}"] = values[:, k]
-        else:
-            out["prediction"] = values[:, 0]
+        out = predictions_table(self._batch_ids, values, party.classes_, self.data.id_column)
         path = write_predictions(self.data, out, self._prediction_target(), run)
         return Message("delivered", {"path": str(path), "rows": len(out)})
 
