@@ -47,7 +47,7 @@ demo: venv
 test: venv
 	$(RUN_ENV) $(BIN)/python -m pytest -q -m "not slow"
 
-## test-slow: the slow end-to-end tests only (about twelve minutes on two cores)
+## test-slow: the slow end-to-end tests only (about fifteen minutes on two cores)
 test-slow: venv
 	$(RUN_ENV) $(BIN)/python -m pytest -q -m slow
 
