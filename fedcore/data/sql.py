@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import pandas as pd
 
@@ -119,8 +119,10 @@ def mask(text: str, url: str) -> str:
         password = urlsplit(url).password
     except ValueError:
         password = None
-    secrets += [password] if password else []
-    secrets += re.findall(r"password\s*=\s*(\S+)", url)  # key=value connection strings
+    secrets += [password, unquote(password)] if password else []  # as written, and percent-decoded
+    # key=value connection strings: a quoted value may hold spaces and escaped quotes
+    for quoted, bare in re.findall(r"password\s*=\s*(?:'((?:[^'\\]|\\.)*)'|(\S+))", url):
+        secrets += [quoted, re.sub(r"\\(.)", r"\1", quoted)] if quoted else [bare]
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, "***")
     return text

@@ -19,6 +19,14 @@ def test_a_password_is_masked_in_url_and_key_value_connection_strings() -> None:
         "connection to db.internal failed for password=***"
 
 
+def test_quoted_and_percent_encoded_passwords_are_masked_whole() -> None:
+    quoted = "host=db user=bank password='s3 cr\\'et' dbname=warehouse"
+    masked = mask("auth failed for s3 cr'et (given as s3 cr\\'et)", quoted)
+    assert masked == "auth failed for *** (given as ***)"
+    encoded = "postgresql://bank:p%40ss@db.internal/warehouse"
+    assert mask("password p@ss, or p%40ss, refused", encoded) == "password ***, or ***, refused"
+
+
 def test_a_connection_string_file_that_is_missing_or_empty_is_one_line(tmp_path) -> None:
     missing = SqlSource(("file", str(tmp_path / "db-url")), table="customers")
     with pytest.raises(ConfigError) as refused:
