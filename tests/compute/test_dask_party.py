@@ -20,6 +20,7 @@ from fedcore.compute.dask_rows import DaskPartyRows
 from fedcore.errors import ConfigError
 from fedcore.horizontal import FederatedExtraTreesClassifier, FederatedExtraTreesRegressor, PPDERTClassifier
 from fedcore.privacy.ldp import LabelLDP
+from tests.compute.workers import close_busiest_worker
 from tests.horizontal.common import assert_same_forest, horizontal_table, split_rows
 
 BLOCK = 40
@@ -127,11 +128,7 @@ def test_a_worker_lost_mid_forest_still_gives_the_same_forest(tmp_path, monkeypa
         started(self, header, arrays, n_open)
         levels[0] += 1
         if levels[0] == 8 and not lost:  # past the first levels: the partitions have a lineage to replay
-            held = client.has_what()
-            name, worker = max(cluster.workers.items(), key=lambda item: len(held[item[1].address]))
-            assert held[worker.address], "the worker to lose holds blocks"
-            cluster.sync(worker.close)
-            lost.append(name)
+            lost.append(close_busiest_worker(cluster, client))
 
     monkeypatch.setattr(DaskPartyRows, "start_level", start_level)
     try:

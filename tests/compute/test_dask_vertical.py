@@ -20,6 +20,7 @@ from fedcore.compute.dask_vertical import (
 from fedcore.data.split import split_vertical
 from fedcore.errors import ParameterError
 from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
+from tests.compute.workers import close_busiest_worker
 from tests.conftest import mixed_table
 
 BLOCK = 70
@@ -115,11 +116,7 @@ def test_a_worker_lost_mid_forest_still_gives_the_same_forest(monkeypatch) -> No
         out = searched(self, *args, **kwargs)
         levels[0] += 1
         if levels[0] == 12 and not lost:  # past the first levels: the partitions have a lineage to replay
-            held = client.has_what()
-            name, worker = max(cluster.workers.items(), key=lambda item: len(held[item[1].address]))
-            assert held[worker.address], "the worker to lose holds blocks"
-            cluster.sync(worker.close)
-            lost.append(name)
+            lost.append(close_busiest_worker(cluster, client))
         return out
 
     monkeypatch.setattr(DaskVerticalRows, "best_splits", best_splits)
