@@ -14,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,10 @@ MISSING = (
     "PostgreSQL is not installed: apt-get install postgresql (Debian) to run the postgres tests")
 PG_LIB = os.environ.get("FEDFOREST_TEST_PG_LIB", "/usr/lib/postgresql")
 """Where Debian installs PostgreSQL's versions (<version>/bin); the missing-server tests point it away."""
+
+
+class ServerMissing(RuntimeError):
+    """PostgreSQL's initdb/pg_ctl are not installed here."""
 
 
 @dataclass(frozen=True)
@@ -71,14 +76,15 @@ def _run(command: list[str], as_postgres: bool) -> None:
         raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stdout}{done.stderr}")
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[Server]:
-    """A PostgreSQL server for the whole session (trust authentication on 127.0.0.1 only)."""
+@contextmanager
+def throwaway_server() -> Iterator[Server]:
+    """A PostgreSQL server in a temporary folder (trust authentication on 127.0.0.1 only), stopped after.
+
+    Raises `ServerMissing` when initdb/pg_ctl are not installed. Also used by benchmarks/bench_sql.py.
+    """
     initdb, pg_ctl = _binary("initdb"), _binary("pg_ctl")
     if initdb is None or pg_ctl is None:
-        if os.environ.get("CI"):
-            pytest.fail(MISSING)
-        pytest.skip(MISSING)
+        raise ServerMissing(MISSING)
     as_postgres = os.geteuid() == 0
     root = Path(tempfile.mkdtemp(prefix="fedforest-pg-"))
     data, sockets = root / "data", root / "sockets"
@@ -97,6 +103,18 @@ def postgres() -> Iterator[Server]:
         if (data / "postmaster.pid").exists():
             _run([pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"], as_postgres)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Server]:
+    """A PostgreSQL server for the whole session (`throwaway_server`)."""
+    try:
+        with throwaway_server() as server:
+            yield server
+    except ServerMissing as missing:
+        if os.environ.get("CI"):
+            pytest.fail(str(missing))
+        pytest.skip(str(missing))
 
 
 @pytest.fixture

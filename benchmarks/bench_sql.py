@@ -1,0 +1,227 @@
+"""A party's table read from PostgreSQL and its predictions written back, against references (issue #30).
+
+A throwaway PostgreSQL server (the test suite's `tests.postgres.throwaway_server`; or `--url` for one of
+yours) gets a table of `--rows` x `--features` float8 columns and a bigint id, made inside the server
+(`generate_series`, `setseed(0)`). Then, each measurement in a fresh process (so that its peak RSS is its
+own) and the pairs run in turn (A B A B ...; the median of `--repeat` pairs is quoted):
+
+* **read**: fedforest's source (`fedcore.agents.data.read_source` on `{sql: {table: ...}}`: ADBC, Arrow, then
+  the party's pandas frame) against PostgreSQL's own `COPY (SELECT * FROM t) TO STDOUT (FORMAT binary)`
+  by `psql` into /dev/null (the issue's target: at most 1.5x);
+* **read, small**: the same source against `pandas.read_sql` over SQLAlchemy and psycopg2 on the first
+  `--pandas-rows` rows (pandas builds a Python object per value, so its full-size run would take many
+  minutes and tens of GiB: the ratio is taken at the smaller size, both sides in the same run; target >= 5x);
+* **write**: `--write-rows` predictions (id, class, two probabilities) delivered by
+  `fedcore.data.sql_sink.deliver_predictions` (created table, delete-then-append in one transaction)
+  against `COPY ... FROM STDIN (FORMAT binary)` of the same rows, delivery columns included, by `psql`
+  into an empty table (target: at most 1.5x).
+
+A Python child's time is its operation's own (after its imports and, for the write, after building the
+frame); a `psql` child's is its whole process (start-up is milliseconds).
+
+    .venv/bin/python -m benchmarks.bench_sql [--rows 10000000] [--features 40] [--pandas-rows 1000000]
+        [--write-rows 1000000] [--repeat 3] [--url postgresql://...]
+
+Needs psycopg2 for the pandas reference (`pip install psycopg2-binary`; benchmarks only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.markdown import markdown_table
+
+CHILD = [sys.executable, "-m", "benchmarks.bench_sql", "--child"]
+
+
+def _psql(url: str, sql: str, stdin: Path | None = None, stdout: Path | None = None) -> None:
+    """Run `sql` with psql (one statement, errors stop it)."""
+    with open(stdin or os.devnull, "rb") as source, open(stdout or os.devnull, "wb") as sink:
+        subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", url, "-c", sql], stdin=source,
+                       stdout=sink, check=True)
+
+
+def make_table(url: str, name: str, rows: int, features: int) -> None:
+    """`name` with an id and `features` float8 columns of uniform values, made in the server."""
+    columns = ", ".join(f"random() AS f{j}" for j in range(features))
+    _psql(url, f"DROP TABLE IF EXISTS {name}")
+    _psql(url, f"SELECT setseed(0); CREATE TABLE {name} AS SELECT g::bigint AS id, {columns} "
+               f"FROM generate_series(1, {rows}) AS g")
+    _psql(url, f"VACUUM ANALYZE {name}")
+
+
+def _timed_process(command: list[str]) -> dict:
+    """Run `command`: what it printed as JSON if it measured itself, else its wall seconds."""
+    start = time.perf_counter()
+    done = subprocess.run(command, stdout=subprocess.PIPE, check=True)
+    wall = time.perf_counter() - start
+    text = done.stdout.decode().strip()
+    if text.startswith("{"):
+        return json.loads(text.splitlines()[-1])
+    return {"seconds": wall, "peak_mib": float("nan")}
+
+
+def paired(a: Callable[[], dict], b: Callable[[], dict], repeat: int,
+           before: Callable[[], None] = lambda: None) -> tuple[list[dict], list[dict]]:
+    """`repeat` runs of a and b in turn (a b a b ...), `before` each run."""
+    runs_a, runs_b = [], []
+    for _ in range(repeat):
+        before()
+        runs_a.append(a())
+        before()
+        runs_b.append(b())
+    return runs_a, runs_b
+
+
+def _median(runs: list[dict], key: str) -> float:
+    return float(statistics.median(r[key] for r in runs))
+
+
+def _row(what: str, ours: list[dict], reference: list[dict], reference_name: str, rows: int) -> dict:
+    ratios = [a["seconds"] / b["seconds"] for a, b in zip(ours, reference, strict=True)]
+    return {"measurement": what, "rows": f"{rows:,}", "fedforest s": _median(ours, "seconds"),
+            "fedforest peak MiB": _median(ours, "peak_mib"), "reference": reference_name,
+            "reference s": _median(reference, "seconds"),
+            "ratio (median of pairs)": statistics.median(ratios)}
+
+
+# -- the children ----------------------------------------------------------------------------------------
+def _peak_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child_read(url: str, table: str) -> dict:
+    """Read `table` into the party's frame as fedforest does."""
+    from fedcore.agents.data import read_source
+    from fedcore.data.sql import SqlSource
+
+    start = time.perf_counter()
+    frame = read_source(SqlSource(url=("url", url), table=table), "benchmark")
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "peak_mib": _peak_mib(), "rows": len(frame)}
+
+
+def child_pandas(url: str, table: str) -> dict:
+    """pandas.read_sql over SQLAlchemy (psycopg2) of `table`."""
+    import pandas as pd
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg2://", 1))
+    start = time.perf_counter()
+    with engine.connect() as conn:
+        frame = pd.read_sql(sqlalchemy.text(f"SELECT * FROM {table}"), conn)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "peak_mib": _peak_mib(), "rows": len(frame)}
+
+
+def predictions(rows: int):
+    """`rows` predictions as a party delivers them: id, class, one probability per class."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    yes = rng.random(rows)
+    return pd.DataFrame({"id": np.arange(rows, dtype=np.int64),
+                         "prediction": np.where(yes > 0.5, "yes", "no"), "proba_no": 1.0 - yes,
+                         "proba_yes": yes})
+
+
+def child_write(url: str, table: str, rows: int) -> dict:
+    """Deliver `rows` predictions into `table` as fedforest does."""
+    from fedcore.data.sql import SqlSource
+    from fedcore.data.sql_sink import deliver_predictions
+
+    frame = predictions(rows)
+    start = time.perf_counter()
+    deliver_predictions(SqlSource(url=("url", url), table=table), frame, "bench", "1", "run-1", "benchmark")
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "peak_mib": _peak_mib(), "rows": rows}
+
+
+# -- the run ---------------------------------------------------------------------------------------------
+def run(url: str, args: argparse.Namespace, scratch: Path) -> list[dict]:
+    """Every measurement against `url`'s database; the report's rows."""
+    print(f"making {args.rows:,} x {args.features} in the server ...", file=sys.stderr)
+    make_table(url, "bench", args.rows, args.features)
+    small = min(args.pandas_rows, args.rows)
+    _psql(url, "DROP TABLE IF EXISTS bench_small")
+    _psql(url, f"CREATE TABLE bench_small AS SELECT * FROM bench WHERE id <= {small}")
+    report = []
+
+    def ours(table: str) -> Callable[[], dict]:
+        return lambda: _timed_process([*CHILD, "read", url, table])
+
+    copy_out = ["psql", "-X", "-q", url, "-o", os.devnull, "-c",
+                "COPY (SELECT * FROM bench) TO STDOUT (FORMAT binary)"]
+    print("read vs COPY TO ...", file=sys.stderr)
+    a, b = paired(ours("bench"), lambda: _timed_process(copy_out), args.repeat)
+    report.append(_row("read table into the party", a, b, "COPY TO STDOUT (FORMAT binary) > /dev/null",
+                       args.rows))
+    print("read vs pandas.read_sql ...", file=sys.stderr)
+    a, b = paired(ours("bench_small"), lambda: _timed_process([*CHILD, "pandas", url, "bench_small"]),
+                  args.repeat)
+    report.append(_row("read table into the party", a, b, "pandas.read_sql (SQLAlchemy, psycopg2)", small))
+
+    print("write vs COPY FROM ...", file=sys.stderr)
+    _psql(url, "DROP TABLE IF EXISTS preds")
+    _timed_process([*CHILD, "write", url, "preds", str(args.write_rows)])
+    dump = scratch / "preds.bin"
+    _psql(url, "COPY preds TO STDOUT (FORMAT binary)", stdout=dump)
+    _psql(url, "DROP TABLE IF EXISTS preds_copy")
+    _psql(url, "CREATE TABLE preds_copy (LIKE preds)")
+    copy_in = ["sh", "-c", f"exec psql -X -q -v ON_ERROR_STOP=1 '{url}' "
+                           f"-c 'COPY preds_copy FROM STDIN (FORMAT binary)' < {dump}"]
+
+    def empty() -> None:
+        _psql(url, "DROP TABLE IF EXISTS preds")
+        _psql(url, "TRUNCATE preds_copy")
+
+    a, b = paired(lambda: _timed_process([*CHILD, "write", url, "preds", str(args.write_rows)]),
+                  lambda: _timed_process(copy_in), args.repeat, before=empty)
+    report.append(_row("write predictions (new table)", a, b, "COPY FROM STDIN (FORMAT binary)",
+                       args.write_rows))
+    return report
+
+
+def main() -> None:
+    """Start (or use) a server, measure, print the Markdown report."""
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        kind, url, table, *rest = sys.argv[2:]
+        result = {"read": lambda: child_read(url, table), "pandas": lambda: child_pandas(url, table),
+                  "write": lambda: child_write(url, table, int(rest[0]))}[kind]()
+        print(json.dumps(result))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--features", type=int, default=40)
+    parser.add_argument("--pandas-rows", type=int, default=1_000_000)
+    parser.add_argument("--write-rows", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--url", help="an existing server's database (default: a throwaway server)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        if args.url:
+            report = run(args.url, args, Path(scratch))
+        else:
+            from tests.postgres import throwaway_server
+
+            with throwaway_server() as server:
+                report = run(server.url(), args, Path(scratch))
+    print(f"# bench_sql ({platform.machine()}, {os.cpu_count()} cores; medians of {args.repeat} pairs)\n")
+    print(markdown_table(report, digits=2))
+
+
+if __name__ == "__main__":
+    main()
