@@ -132,7 +132,7 @@ def check_bit_sums(who: str, bit_sums: np.ndarray, sizes: np.ndarray) -> None:
     under every candidate of its node, so both branches of every candidate sum to the same bits.
     """
     if not np.issubdtype(bit_sums.dtype, np.integer):
-        raise ProtocolError(f"{who}: fet_bit_sums.bit_sums must be integer counts, got {bit_sums.dtype}")
+        raise ProtocolError(f"{who}: fet_bit_sums.bit_sums must be integers, got {bit_sums.dtype}")
     outside = bit_sums > sizes[..., None]
     if np.issubdtype(bit_sums.dtype, np.signedinteger):
         outside |= bit_sums < 0

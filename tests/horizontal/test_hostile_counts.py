@@ -154,6 +154,19 @@ def test_ldp_bit_sums_beyond_their_branch_or_not_adding_up_are_refused() -> None
         assert str(refused.value) == text
 
 
+@pytest.mark.parametrize("field", ["bit_sums", "sizes"])
+def test_ldp_bit_sums_or_sizes_that_are_not_integers_are_refused(field) -> None:
+    def as_floats(parties, message, reply):
+        if reply.kind != "fet_bit_sums":
+            return reply
+        floats = reply.arrays[field].astype(np.float64)
+        return Message(reply.kind, reply.header, {**reply.arrays, field: floats})
+
+    with pytest.raises(ProtocolError) as refused:
+        _fit(FederatedExtraTreesClassifier(privacy="ldp", **OPTIONS), as_floats)
+    assert str(refused.value) == f"party 'b': fet_bit_sums.{field} must be integers, got float64"
+
+
 def _regression_alter(make):
     """Alter party 'b''s first-level (count, sum q) with make(counts, bits), bits bounding its |q|."""
     def alter(parties, message, reply):
