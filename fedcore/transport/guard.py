@@ -41,6 +41,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 ENVELOPE = re.compile(r"^message/(?P<session>[0-9a-f]{16,64})/(?P<seq>[1-9][0-9]{0,18})"
@@ -110,6 +111,8 @@ class SessionGuard:
     answering: int = 0
     """Messages admitted and not yet answered (`admit` to `touch`): the session is in progress meanwhile."""
     seen: set[str] = field(default_factory=set)
+    clock: Callable[[], float] = time.monotonic
+    """Seconds on a monotonic clock (a test steps its own instead of sleeping)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def close(self) -> None:
@@ -125,7 +128,7 @@ class SessionGuard:
         """
         with self._lock:
             self.answering = max(0, self.answering - 1)
-            self.last_time = time.monotonic()
+            self.last_time = self.clock()
 
     def keep_alive(self, session: str) -> bool:
         """A keep-alive from the master of `session`: whether it kept the session in progress here.
@@ -135,7 +138,7 @@ class SessionGuard:
         with self._lock:
             if session != self.current or self.closed:
                 return False
-            self.last_time = time.monotonic()
+            self.last_time = self.clock()
             return True
 
     def in_session(self) -> bool:
@@ -147,7 +150,7 @@ class SessionGuard:
         """Whether the session in progress is presumed abandoned: its master silent for `busy_seconds`."""
         with self._lock:
             return (self.current is not None and not self.closed and not self.answering
-                    and time.monotonic() - self.last_time >= self.busy_seconds)
+                    and self.clock() - self.last_time >= self.busy_seconds)
 
     def check_size(self, size: int) -> None:
         """Refuse a message above the limit (checked while it streams in, before it is parsed)."""
@@ -161,7 +164,7 @@ class SessionGuard:
         Its verdict, or Refused saying why. The agent calls it before reading a call's body.
         """
         with self._lock:
-            return self._judge(stamp, time.monotonic())
+            return self._judge(stamp, self.clock())
 
     def admit(self, stamp: str) -> None:
         """Accept the envelope `stamp` or raise Refused saying why (the rules of `judge`).
@@ -169,7 +172,7 @@ class SessionGuard:
         On success it becomes the latest seen, and its message is being answered until `touch`.
         """
         with self._lock:
-            now = time.monotonic()
+            now = self.clock()
             verdict = self._judge(stamp, now)
             if verdict.starts_session:
                 if self.current is not None:

@@ -197,16 +197,20 @@ def test_a_master_that_keeps_calling_but_never_starts_a_session_does_not_hold_th
 
 
 def test_the_guard_counts_the_window_from_the_last_sign_of_life() -> None:
-    guard = SessionGuard(busy_seconds=0.5)
+    now = [100.0]
+    guard = SessionGuard(busy_seconds=0.5, clock=lambda: now[0])
     session = "ab" * 16
     guard.admit(envelope(session, 1))
     assert guard.in_session() and not guard.abandoned()
-    time.sleep(0.6)
+    now[0] += 0.625  # binary fractions: the clock's sums are exact
     assert not guard.abandoned()  # still answering the message it admitted
     guard.touch()
-    time.sleep(0.2)
+    now[0] += 0.375
+    assert not guard.abandoned()  # the window counts from the answer, not from the message
     assert guard.keep_alive(session) and not guard.abandoned()
-    time.sleep(0.6)
+    now[0] += 0.375
+    assert not guard.abandoned()  # and from the keep-alive
+    now[0] += 0.125
     assert guard.abandoned() and guard.in_session()
     guard.admit(envelope("cd" * 16, 1))  # a new master takes over the abandoned session
     assert guard.current == "cd" * 16 and not guard.keep_alive(session)
