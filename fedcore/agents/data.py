@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -124,9 +124,9 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     workers_read = inst.compute is not None and config.setting == "horizontal"  # vertical: in process
     if inst.predictions_sql is not None and workers_read and inst.predict_data is not None \
             and _on_dask(inst.predict_data, f"{what} prediction data", batch=True):
-        raise ConfigError(f"{what}: with compute: dask the workers write the predictions of Parquet "
-                          "predict_data as a Parquet dataset, not into a database table yet: set "
-                          "predictions to a folder, or remove compute")
+        raise ConfigError(f"{what}: with compute: dask the workers write the predictions as a Parquet "
+                          "dataset, not into a database table yet: set predictions to a folder, or remove "
+                          "compute")
     contract = None
     if inst.contract is not None:
         from fedcore.contracts import load_contract
@@ -135,15 +135,14 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     table = batch = open_batch = None
     skip = [inst.id_column, inst.label]
     if workers_read and _on_dask(inst.data, what):
-        from fedcore.compute.dask_table import open_parquet, profile
+        from fedcore.compute.dask_table import profile
 
         assert inst.compute is not None, "workers read only with compute: dask"
         cluster = cluster or _cluster(inst.compute)
-        table = profile(cluster.client, open_parquet(matching_files(inst.data, what), what,
-                                                     inst.compute.block_rows), skip)
+        table = profile(cluster.client, _open_blocks(config, name, inst.data, what), skip)
         frame = pd.DataFrame(columns=list(table.columns))  # the columns, never the rows
     else:
-        frame = read_source(inst.data, what, skip=skip)
+        frame = read_source(inst.data, what, skip=skip, order_by=inst.id_column)
     check_configured_columns(config, name, frame.columns, contract)
     report = None
     if contract is not None:
@@ -179,23 +178,36 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     )
 
 
-def _on_dask(pattern: str | SqlSource, what: str, batch: bool = False) -> TypeGuard[str]:
-    """Whether files matching `pattern` go to the workers (all Parquet); CSV and SQL stay in the agent.
+def _on_dask(pattern: str | SqlSource, what: str, batch: bool = False) -> bool:
+    """Whether the workers read `pattern`: Parquet files or a database table or query (CSV: the agent).
 
     `batch`: prediction data, which may not exist yet when the agent loads (a new batch arrives later):
     decided by the pattern's own suffix then, and its files are matched when a prediction reads them.
     """
     from fedcore.compute.dask_table import is_parquet
 
-    if isinstance(pattern, SqlSource):
-        log.info("%s: %s in a database is read in the agent's own process (compute: dask reads Parquet on "
-                 "the workers)", what, pattern.describe())
-        return False
-    if is_parquet([pattern] if batch else matching_files(pattern, what)):
+    if isinstance(pattern, SqlSource) or is_parquet([pattern] if batch else matching_files(pattern, what)):
         return True
     log.info("%s: %r is not all Parquet, so the agent reads it in its own process (compute: dask reads "
-             "Parquet on the workers)", what, pattern)
+             "Parquet and databases on the workers)", what, pattern)
     return False
+
+
+def _open_blocks(config: FederationConfig, name: str, source: str | SqlSource, what: str) -> ParquetTable:
+    """The blocks an institution's workers read: Parquet files' row groups, or a database's rows in ID order.
+
+    A database's blocks are cut by the ID column: one missing from the table or query is refused first,
+    by name (`check_configured_columns`).
+    """
+    from fedcore.compute.dask_table import open_parquet, open_sql
+
+    inst = config.institution(name)
+    assert inst.compute is not None, "workers read only with compute: dask"
+    if not isinstance(source, SqlSource):
+        return open_parquet(matching_files(source, what), what, inst.compute.block_rows)
+    check_configured_columns(config, name, _sql_columns(source, what), table=source.describe(),
+                             keys=("id_column",))
+    return open_sql(source, what, inst.id_column, inst.compute.block_rows)
 
 
 def _cluster(compute: DaskCompute) -> Cluster:
@@ -238,24 +250,26 @@ def check_configured_columns(config: FederationConfig, name: str, columns: Colle
 
 def _read_batch(config: FederationConfig, name: str, pattern: str | SqlSource) -> pd.DataFrame:
     """An institution's new rows to predict, refused unless they have its ID column."""
-    frame = read_source(pattern, f"institution {name!r} prediction data",
-                        skip=[config.institution(name).id_column])
+    id_column = config.institution(name).id_column
+    frame = read_source(pattern, f"institution {name!r} prediction data", skip=[id_column],
+                        order_by=id_column)
     shown = pattern.describe() if isinstance(pattern, SqlSource) else repr(pattern)
     check_configured_columns(config, name, frame.columns, table=f"its prediction data {shown}",
                              keys=("id_column",))
     return frame
 
 
-def _open_batch(config: FederationConfig, name: str, pattern: str, cluster: Cluster) -> ParquetTable:
-    """New rows to predict as Parquet blocks, refused as `_read_batch` refuses them (rows not read here)."""
-    from fedcore.compute.dask_table import open_parquet, profile
+def _open_batch(config: FederationConfig, name: str, pattern: str | SqlSource, cluster: Cluster
+                ) -> ParquetTable:
+    """New rows to predict as blocks, refused as `_read_batch` refuses them (rows not read here)."""
+    from fedcore.compute.dask_table import profile
 
     what = f"institution {name!r} prediction data"
     inst = config.institution(name)
     assert inst.compute is not None, "only with compute: dask"
-    blocks = open_parquet(matching_files(pattern, what), what, inst.compute.block_rows)
-    table = profile(cluster.client, blocks, [inst.id_column])
-    check_configured_columns(config, name, table.columns, table=f"its prediction data {pattern!r}",
+    shown = pattern.describe() if isinstance(pattern, SqlSource) else repr(pattern)
+    table = profile(cluster.client, _open_blocks(config, name, pattern, what), [inst.id_column])
+    check_configured_columns(config, name, table.columns, table=f"its prediction data {shown}",
                              keys=("id_column",))
     return table
 
@@ -270,18 +284,31 @@ def _master_key(config: FederationConfig, name: str) -> Path | None:
     return path
 
 
-def read_source(source: str | SqlSource, what: str, skip: Collection[str | None] = ()) -> pd.DataFrame:
+def read_source(source: str | SqlSource, what: str, skip: Collection[str | None] = (),
+                order_by: str | None = None) -> pd.DataFrame:
     """A configured `data`/`predict_data`: files (`read_files`) or a database table or query, as one table.
 
-    Refused if a numeric column other than `skip` holds an infinity (`fedcore.data.numbers`).
+    A database's rows in `order_by`'s order (the ID column; a database has no order of its own), unless
+    `order_by` is not one of its columns (then the configured-columns check names it). Refused if a
+    numeric column other than `skip` holds an infinity (`fedcore.data.numbers`).
     """
     if not isinstance(source, SqlSource):
         return read_files(source, what, skip)
     from fedcore.data.sql import read_sql
 
-    frame = read_sql(source, what)
+    if order_by is not None and order_by not in _sql_columns(source, what):
+        order_by = None
+    frame = read_sql(source, what, order_by)
     check_finite_columns(frame, what, skip=[c for c in skip if c is not None])
     return frame
+
+
+def _sql_columns(source: SqlSource, what: str) -> list[str]:
+    """The columns a database table or query gives (no row is read)."""
+    from fedcore.data.sql import read_arrow
+
+    empty = read_arrow(source, what, statement=f"SELECT * FROM ({source.select()}) AS source LIMIT 0")
+    return [str(c) for c in empty.schema.names]
 
 
 def read_files(pattern: str, what: str, skip: Collection[str | None] = ()) -> pd.DataFrame:

@@ -7,7 +7,8 @@ number of workers or where a block runs, so every level's per-block results comb
 the in-process party's results (`fedcore.compute.dask_rows`).
 
 Only Parquet metadata is read here (row counts per row group); the rows themselves are read by
-`load_block`, on the worker that holds the block.
+`load_block`, on the worker that holds the block. A database table or query is cut by its key instead
+(`fedcore.data.sql.key_blocks`: every block the rows between two keys, in key order).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,9 @@ import pandas as pd
 from fedcore.compute import DEFAULT_BLOCK_ROWS
 from fedcore.errors import DataReadError, ParameterError
 from fedcore.horizontal.schema import HorizontalSchema
+
+if TYPE_CHECKING:
+    from fedcore.data.sql import SqlBlock
 
 T = TypeVar("T")
 
@@ -33,7 +37,7 @@ class Block:
     """One block: rows [start, stop) of the institution's canonical order.
 
     For Parquet, where they are: `path`, its row group `row_group`, rows from `group_start` of that group.
-    `path` None: a slice of an in-memory frame.
+    In a database, `sql`: the key range the worker reads. Neither: a slice of an in-memory frame.
     """
 
     index: int
@@ -42,6 +46,7 @@ class Block:
     path: str | None = None
     row_group: int = -1
     group_start: int = 0
+    sql: SqlBlock | None = None
 
     @property
     def n_rows(self) -> int:
@@ -111,9 +116,13 @@ def rebuildable(value: T) -> T:
 
 
 def read_block(block: Block, columns: list[str]) -> pd.DataFrame:
-    """The block's rows of `columns`, read from its Parquet file (one row group, sliced)."""
+    """The block's rows of `columns`, read from its Parquet file (one row group, sliced) or its database."""
     import pyarrow.parquet as pq
 
+    if block.sql is not None:
+        from fedcore.data.sql import read_range
+
+        return read_range(block.sql, f"a Dask worker reading block {block.index}", columns)
     assert block.path is not None, "in-memory blocks are scattered or given inline, not read"
     table = pq.ParquetFile(block.path).read_row_group(block.row_group, columns=columns)
     return table.slice(block.group_start, block.n_rows).to_pandas()

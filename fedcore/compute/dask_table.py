@@ -1,4 +1,6 @@
-"""An institution's Parquet table as its agent knows it on a Dask cluster: metadata only (issue #29).
+"""An institution's table as its agent knows it on a Dask cluster: metadata only (issue #29).
+
+Parquet files or a database table or query (`open_sql`: blocks of the ID column's order, issue #30).
 
 `open_parquet` reads the configured files' schemas and row-group sizes, never their rows: the blocks
 (`fedcore.compute.blocks`, files in the order `fedcore.agents.data.read_files` concatenates them) and the
@@ -29,7 +31,10 @@ from fedcore.data.numbers import infinite_counts, refuse_infinite
 from fedcore.errors import DataReadError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from distributed import Client, Future
+
+    from fedcore.data.sql import SqlSource
 
 NULL_DTYPES = {"int": "float64", "bool": "object"}
 """The pandas dtype an Arrow integer or boolean column reads as when it holds a null."""
@@ -84,14 +89,37 @@ def open_parquet(files: Sequence[str], what: str, block_rows: int = DEFAULT_BLOC
             raise DataReadError(f"{what}: on a Dask cluster every Parquet file must have the schema of "
                                 f"{str(files[0])!r}; {str(path)!r} has another (columns or types): rewrite "
                                 "it with the same columns and types, or remove compute: dask")
-    empty = first.empty_table().to_pandas()  # the dtypes pandas reads, the file's pandas metadata applied
-    columns = tuple(str(c) for c in empty.columns)
+    columns, nullable = _pandas_columns(first)
+    return ParquetTable(what, tuple(str(f) for f in files), tuple(parquet_blocks(list(files), block_rows)),
+                        columns, nullable)
+
+
+def open_sql(source: SqlSource, what: str, key: str, block_rows: int = DEFAULT_BLOCK_ROWS) -> ParquetTable:
+    """A database table or query as blocks of `block_rows` rows in `key`'s order (the ID column).
+
+    The agent asks the server for the row count and one key per block (`fedcore.data.sql.key_blocks`);
+    the workers read the rows. In process the same rows are read in the same order
+    (`fedcore.agents.data.read_source`), so the party's rows are the same.
+    """
+    from fedcore.data.sql import key_blocks
+
+    cuts, schema = key_blocks(source, what, key, block_rows)
+    blocks, start = [], 0
+    for index, cut in enumerate(cuts):
+        blocks.append(Block(index, start, start + cut.n_rows, sql=cut))
+        start += cut.n_rows
+    columns, nullable = _pandas_columns(schema)
+    return ParquetTable(what, (), tuple(blocks), columns, nullable)
+
+
+def _pandas_columns(schema: pa.Schema) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The columns of the frame an Arrow table of `schema` becomes, and which read as numpy ints or bools."""
+    empty = schema.empty_table().to_pandas()  # the dtypes pandas reads, a file's pandas metadata applied
     nullable = {}
     for name, dtype in empty.dtypes.items():  # numpy int and bool only (Int64 and boolean hold nulls)
         if isinstance(dtype, np.dtype) and dtype.kind in "iub":
             nullable[str(name)] = "bool" if dtype.kind == "b" else "int"
-    return ParquetTable(what, tuple(str(f) for f in files), tuple(parquet_blocks(list(files), block_rows)),
-                        columns, nullable)
+    return tuple(str(c) for c in empty.columns), nullable
 
 
 # -- what the workers run ------------------------------------------------------------------------------
@@ -168,6 +196,8 @@ def _metadata_nulls(table: ParquetTable, skip: Collection[str]) -> dict[str, int
     """
     import pyarrow.parquet as pq
 
+    if not table.files:  # a database's blocks: no statistics to read
+        return None
     floats = [c for c in table.columns if c not in skip and c not in table.nullable]
     nulls = dict.fromkeys(table.nullable, 0)
     for path in table.files:

@@ -49,14 +49,27 @@ class SqlSource:
         kind, value = self.url
         return {"env": f"environment variable {value}", "file": f"file {value!r}"}.get(kind, "the --data URL")
 
-    def select(self) -> str:
-        """The statement that reads it (a table's name quoted as identifiers)."""
-        return self.query if self.query is not None else f"SELECT * FROM {quote_table(str(self.table))}"
+    def select(self, order_by: str | None = None) -> str:
+        """The statement that reads it (a table's name quoted as identifiers), in `order_by`'s order if given.
+
+        Without ORDER BY PostgreSQL returns rows in whatever order its plan gives (a VACUUM or an UPDATE can
+        change it), and the rows' order is part of a trained model: training reads in the ID column's order.
+        """
+        select = self.query.strip().rstrip(";") if self.query is not None \
+            else f"SELECT * FROM {quote_table(str(self.table))}"
+        if order_by is None:
+            return select
+        return f"SELECT * FROM ({select}) AS source ORDER BY {quote_identifier(order_by)}"
 
 
 def quote_table(name: str) -> str:
     """`schema.table` as quoted identifiers (`"schema"."table"`); names were checked against IDENTIFIER."""
     return ".".join(f'"{part}"' for part in name.split("."))
+
+
+def quote_identifier(name: str) -> str:
+    """`name` as one quoted SQL identifier (a column name from a config: any text, quotes doubled)."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def parse_sql(value: Any, where: str, resolve_file: Any, sink: bool = False) -> SqlSource:
@@ -139,12 +152,16 @@ def reason(error: BaseException, url: str) -> str:
 
 
 @contextmanager
-def connect(source: SqlSource, what: str) -> Iterator[Any]:
-    """An ADBC connection to `source`'s database; a failure to connect is one line naming where to fix it."""
+def connect(source: SqlSource, what: str, url: str | None = None) -> Iterator[Any]:
+    """An ADBC connection to `source`'s database; a failure to connect is one line naming where to fix it.
+
+    `url`: the connection string when the caller already read it (read once per operation: a file
+    rewritten meanwhile cannot give two).
+    """
     import adbc_driver_manager
     import adbc_driver_postgresql.dbapi as pg
 
-    url = connection_string(source, what)
+    url = url if url is not None else connection_string(source, what)
     try:
         conn = pg.connect(url)
     except adbc_driver_manager.Error as error:
@@ -157,15 +174,20 @@ def connect(source: SqlSource, what: str) -> Iterator[Any]:
         conn.close()
 
 
-def read_arrow(source: SqlSource, what: str) -> Any:
-    """`source`'s rows as one Arrow table (record batches from the server, no Python loop over rows)."""
+def read_arrow(source: SqlSource, what: str, order_by: str | None = None,
+               statement: str | None = None, parameters: tuple = ()) -> Any:
+    """`source`'s rows as one Arrow table (record batches from the server, no Python loop over rows).
+
+    In `order_by`'s order if given; `statement` (with `parameters` bound as $1, $2, ...) reads instead of
+    `source.select()` (a block's range of rows: `read_range`).
+    """
     import adbc_driver_manager
 
     url = connection_string(source, what)
-    with connect(source, what) as conn:
+    with connect(source, what, url) as conn:
         try:
             with conn.cursor() as cursor:
-                cursor.execute(source.select())
+                cursor.execute(statement or source.select(order_by), parameters or None)
                 return cursor.fetch_arrow_table()
         except adbc_driver_manager.Error as error:
             if source.table is not None and getattr(error, "sqlstate", None) == MISSING_TABLE:
@@ -177,10 +199,76 @@ def read_arrow(source: SqlSource, what: str) -> Any:
                                 f"{fix}") from None
 
 
-def read_sql(source: SqlSource, what: str) -> pd.DataFrame:
+def read_sql(source: SqlSource, what: str, order_by: str | None = None) -> pd.DataFrame:
     """`source`'s rows as the pandas frame `pd.read_parquet` gives for the same Arrow table."""
-    table = read_arrow(source, what)
+    table = read_arrow(source, what, order_by)
     check_types(table.schema, what)
+    return table.to_pandas()
+
+
+@dataclass(frozen=True)
+class SqlBlock:
+    """One block of a source's rows in `key`'s order, and how many rows it held when the blocks were cut.
+
+    Its rows have key > `after` (None: from the first row) and key <= `upto` (None: to the last row). A Dask
+    worker reads it with its own connection (`read_range`): the source names where the connection string is
+    kept, never the string itself, so no secret travels in a task.
+    """
+
+    source: SqlSource
+    key: str
+    after: Any
+    upto: Any
+    n_rows: int
+
+
+def key_blocks(source: SqlSource, what: str, key: str, block_rows: int) -> tuple[list[SqlBlock], Any]:
+    """`source`'s rows cut into blocks of `block_rows` in `key`'s order, and the rows' Arrow schema.
+
+    The server numbers the rows in key order and returns every `block_rows`-th key (the agent receives one
+    key per block, never the rows); a null key is refused, since no range holds it.
+    """
+    column = quote_identifier(key)
+    select = source.select()
+    counted = read_arrow(source, what, statement=f"SELECT count(*) AS n, count({column}) AS keyed "
+                                                 f"FROM ({select}) AS source")
+    n, keyed = counted["n"][0].as_py(), counted["keyed"][0].as_py()
+    if keyed != n:
+        raise DataReadError(f"{what}: {n - keyed} rows of {source.describe()} have no {key!r}: the rows are "
+                            f"read in blocks of that column's order, so it may hold no null")
+    ends = read_arrow(source, what, statement=(
+        f"SELECT key FROM (SELECT {column} AS key, row_number() OVER (ORDER BY {column}) AS n "
+        f"FROM ({select}) AS source) AS numbered WHERE n % $1 = 0 ORDER BY n"), parameters=(block_rows,))
+    uppers = ends["key"].to_pylist()
+    starts = [None, *uppers]
+    blocks = [SqlBlock(source, key, after, upto, block_rows)
+              for after, upto in zip(starts, uppers, strict=False)]
+    if n % block_rows:
+        blocks.append(SqlBlock(source, key, starts[-1], None, n % block_rows))
+    schema = read_arrow(source, what, statement=f"SELECT * FROM ({select}) AS source LIMIT 0").schema
+    check_types(schema, what)
+    return blocks, schema
+
+
+def read_range(block: SqlBlock, what: str, columns: list[str] | None = None) -> pd.DataFrame:
+    """One block's rows (of `columns`, default all), in key order: what a Dask worker reads.
+
+    Refused if the block no longer holds the rows counted when the blocks were cut (the table changed).
+    """
+    source, column = block.source, quote_identifier(block.key)
+    wanted = ", ".join(quote_identifier(c) for c in columns) if columns is not None else "*"
+    conditions, values = [], []
+    for operator, value in ((">", block.after), ("<=", block.upto)):
+        if value is not None:
+            values.append(value)
+            conditions.append(f"{column} {operator} ${len(values)}")
+    where = " WHERE " + " AND ".join(conditions) if conditions else ""
+    statement = f"SELECT {wanted} FROM ({source.select()}) AS source{where} ORDER BY {column}"
+    table = read_arrow(source, what, statement=statement, parameters=tuple(values))
+    if table.num_rows != block.n_rows:
+        raise DataReadError(f"{what}: {source.describe()} changed while it was read: a block holds "
+                            f"{table.num_rows} rows, not the {block.n_rows} counted when it was opened; "
+                            "read from a table or snapshot that does not change during the run")
     return table.to_pandas()
 
 

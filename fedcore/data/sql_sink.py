@@ -54,7 +54,7 @@ def deliver_predictions(sink: SqlSource, frame: pd.DataFrame, model: str, versio
     schema, _, name = sink.table.rpartition(".")
     in_schema = schema or None
     url = connection_string(sink, what)
-    with connect(sink, what) as conn:
+    with connect(sink, what, url) as conn:
         try:
             with conn.cursor() as cursor:
                 # create only when absent: CREATE TABLE IF NOT EXISTS needs CREATE on the schema even then

@@ -268,7 +268,7 @@ def test_csv_data_stays_in_the_agent_process_and_says_so(tmp_path, three_workers
         data = _load(config, three_workers, on_dask=True)
     assert data.table is None and len(data.frame) == len(north) and data.open_batch is not None
     assert (f"institution 'north': '{tmp_path}/csv/*.csv' is not all Parquet, so the agent reads it in its "
-            "own process (compute: dask reads Parquet on the workers)") in caplog.messages
+            "own process (compute: dask reads Parquet and databases on the workers)") in caplog.messages
 
 
 def test_an_agent_process_connects_once_and_keeps_its_cluster_across_sessions(tmp_path) -> None:
