@@ -73,8 +73,7 @@ class InstitutionData:
     """Where its party does its row work (`compute:` in its config, `fedcore.compute.cluster`); None: in the
     agent's process."""
     table: ParquetTable | None = None
-    """The Parquet files' blocks when the workers read them (horizontal; then `frame` holds the columns and
-    no rows)."""
+    """The Parquet files' blocks when the workers read them (then `frame` holds the columns and no rows)."""
     cluster: Cluster | None = None
     """The institution's Dask cluster that holds `table`'s blocks."""
     open_batch: Callable[[], ParquetTable] | None = None
@@ -121,8 +120,9 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     inst = config.institution(name)
     master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
     what = f"institution {name!r}"
-    workers_read = inst.compute is not None and config.setting == "horizontal"  # vertical: in process
-    if inst.predictions_sql is not None and workers_read and inst.predict_data is not None \
+    workers_read = inst.compute is not None
+    workers_predict = workers_read and config.setting == "horizontal"  # vertical batches: in process
+    if inst.predictions_sql is not None and workers_predict and inst.predict_data is not None \
             and _on_dask(inst.predict_data, f"{what} prediction data", batch=True):
         raise ConfigError(f"{what}: with compute: dask the workers write the predictions as a Parquet "
                           "dataset, not into a database table yet: set predictions to a folder, or remove "
@@ -161,7 +161,7 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
         for line in report.failure_lines():
             log.warning("data contract violation: %s", line)
     predict_data = inst.predict_data
-    if predict_data and workers_read and _on_dask(predict_data, f"{what} prediction data", batch=True):
+    if predict_data and workers_predict and _on_dask(predict_data, f"{what} prediction data", batch=True):
         assert inst.compute is not None, "workers read only with compute: dask"
         cluster = held = cluster or _cluster(inst.compute)
         open_batch = lambda: _open_batch(config, name, predict_data, held)  # noqa: E731

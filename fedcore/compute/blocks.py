@@ -117,6 +117,7 @@ def rebuildable(value: T) -> T:
 
 def read_block(block: Block, columns: list[str]) -> pd.DataFrame:
     """The block's rows of `columns`, read from its Parquet file (one row group, sliced) or its database."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     if block.sql is not None:
@@ -124,8 +125,17 @@ def read_block(block: Block, columns: list[str]) -> pd.DataFrame:
 
         return read_range(block.sql, f"a Dask worker reading block {block.index}", columns)
     assert block.path is not None, "in-memory blocks are scattered or given inline, not read"
-    table = pq.ParquetFile(block.path).read_row_group(block.row_group, columns=columns)
+    try:
+        table = pq.ParquetFile(block.path).read_row_group(block.row_group, columns=columns)
+    except (OSError, pa.ArrowException) as error:  # a file changed or gone since the agent opened it
+        raise read_error(block.path, error) from error
     return table.slice(block.group_start, block.n_rows).to_pandas()
+
+
+def read_error(path: str | os.PathLike, error: Exception) -> DataReadError:
+    """The one-line refusal of a Parquet file that cannot be read, naming it and the reader's reason."""
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return DataReadError(f"cannot read {str(path)!r}: {type(error).__name__}: {reason}")
 
 
 def kept_rows(frame: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:

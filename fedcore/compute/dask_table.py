@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore.compute import DEFAULT_BLOCK_ROWS
-from fedcore.compute.blocks import Block, kept_rows, parquet_blocks, read_block
+from fedcore.compute.blocks import Block, kept_rows, parquet_blocks, read_block, read_error
 from fedcore.data.numbers import infinite_counts, refuse_infinite
 from fedcore.errors import DataReadError
 
@@ -81,8 +81,7 @@ def open_parquet(files: Sequence[str], what: str, block_rows: int = DEFAULT_BLOC
         try:
             schemas.append(pq.read_schema(path))
         except (OSError, pa.ArrowException) as error:
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise DataReadError(f"cannot read {str(path)!r}: {type(error).__name__}: {reason}") from error
+            raise read_error(path, error) from error
     first = schemas[0]
     for path, schema in zip(files[1:], schemas[1:], strict=True):
         if not schema.remove_metadata().equals(first.remove_metadata()):

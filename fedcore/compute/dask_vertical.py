@@ -92,6 +92,11 @@ def _bootstrap(y: np.ndarray, start: int, n_rows: int, seed: int, trees: list[in
     return SamplePartition.bootstrap(seed, trees, y, n_draws, start=start, n_rows=n_rows, totals=totals)
 
 
+def _bin(frame: pd.DataFrame, binner: PartyBinner) -> np.ndarray:
+    """A block's bin codes (Fortran order), binned where the block is."""
+    return np.asfortranarray(binner.transform(frame))
+
+
 def _sizes(part: SamplePartition) -> np.ndarray:
     return part.ends - part.starts
 
@@ -181,7 +186,10 @@ class DaskVerticalRows:
 
     def __init__(self, features: pd.DataFrame, client: Client, block_rows: int = DEFAULT_BLOCK_ROWS) -> None:
         """The party's feature columns, to go to the cluster in blocks of `block_rows` rows at each setup."""
-        self.features = features
+        self.features: pd.DataFrame | None = features
+        self.frames: list[Future] = []
+        """Or (`on_workers`) each block's rows as a future on the workers, which fit and bin them there."""
+        self.columns = [str(c) for c in features.columns]
         self.client = client
         self.blocks: list[Block] = frame_blocks(len(features), block_rows)
         self.n_rows = len(features)
@@ -197,10 +205,28 @@ class DaskVerticalRows:
         self.powers: list[Future] = []  # encrypted labels, passive party: each block's weight powers
         self._public: Any = None
 
+    @classmethod
+    def on_workers(cls, client: Client, frames: Sequence[Future], sizes: Sequence[int],
+                   columns: Sequence[str]) -> DaskVerticalRows:
+        """Rows that are on the workers already: block i is future `frames[i]` of `sizes[i]` rows.
+
+        The frames hold the feature `columns` (and may hold more); setup fits the binner over them
+        (`fedcore.compute.dask_binning`) and each block bins its own rows, so no row passes the agent.
+        """
+        rows = cls(pd.DataFrame(columns=list(columns)), client)
+        ends = np.cumsum([0, *sizes])
+        rows.features, rows.frames = None, list(frames)
+        rows.blocks = [Block(i, int(a), int(b))
+                       for i, (a, b) in enumerate(zip(ends[:-1], ends[1:], strict=True))]
+        rows.n_rows, rows.submit_order = int(ends[-1]), list(range(len(frames)))
+        rows.counts = np.zeros((len(frames), 0), np.int64)
+        return rows
+
     def __getstate__(self) -> dict:
         """A fitted estimator's party pickles without the cluster: only training used the rows."""
         state = self.__dict__.copy()
-        state.update(client=None, codes=[], labels=[], parts=[], _labels_of=None, _in_batch=False, powers=[])
+        state.update(client=None, codes=[], labels=[], parts=[], _labels_of=None, _in_batch=False, powers=[],
+                     frames=[])
         return state
 
     def _map(self, func: Callable, *per_block: Sequence, **shared: Any) -> list[Future]:
@@ -215,12 +241,25 @@ class DaskVerticalRows:
         """Why this training cannot run on Dask (`refusal`), or None."""
         return refusal(criterion == SQUARED_ERROR, privacy)
 
+    def fit(self, max_bins: int, seed: int) -> PartyBinner:
+        """The party's binner, fitted on all its rows: the frame's here, or over the blocks on the workers."""
+        binner = PartyBinner(max_bins=max_bins, random_state=seed)
+        if self.features is not None:
+            return binner.fit(self.features)
+        from fedcore.compute.dask_binning import fit_on_blocks
+
+        return fit_on_blocks(binner, self.client, self.frames, self.columns)
+
     def bin(self, binner: PartyBinner) -> None:
-        """Bin each block with the party's binner (fitted on the whole frame) and send it to the cluster."""
+        """Bin each block with the party's binner: here, sent to the cluster inline, or where the block is."""
         self.clear()
-        self.codes = self._map(rebuildable,
-                               [np.asfortranarray(binner.transform(self.features.iloc[b.start:b.stop]))
-                                for b in self.blocks])
+        if self.features is None:
+            self.codes = self._map(_bin, self.frames, binner=binner)
+        else:
+            features = self.features
+            self.codes = self._map(rebuildable,
+                                   [np.asfortranarray(binner.transform(features.iloc[b.start:b.stop]))
+                                    for b in self.blocks])
         self.labels, self._labels_of, self.powers = [], None, []  # a new session's labels come next
 
     def begin_batch(self, seed: int, trees: list[int], y: np.ndarray, n_draws: int | None) -> None:
@@ -318,4 +357,4 @@ class DaskVerticalRows:
     def close(self) -> None:
         """Release every future of these rows (they leave the workers)."""
         self.clear()
-        self.codes, self.labels, self._labels_of, self.powers = [], [], None, []
+        self.codes, self.labels, self._labels_of, self.powers, self.frames = [], [], None, [], []

@@ -78,37 +78,64 @@ class ColumnBinning:
         return self.categories
 
 
-def _numeric_edges(values: np.ndarray, max_bins: int, subsample: int, seed: int) -> np.ndarray:
-    values = values[~np.isnan(values)]
-    if len(values) > subsample:
-        rng = np.random.default_rng(seed)
-        values = values[rng.choice(len(values), subsample, replace=False)]
+def subsample_indices(n_values: int, subsample: int, seed: int) -> np.ndarray | None:
+    """Which of a column's `n_values` non-NaN values (row order) its edges come from; None: all of them.
+
+    A column of more than `subsample` values is cut to a `rng.choice` of them. The in-process fit indexes
+    its array with these; a party on Dask gathers just these values from its blocks
+    (`fedcore.compute.dask_binning`), so both fit the same edges bit for bit.
+    """
+    if n_values > subsample:
+        return np.random.default_rng(seed).choice(n_values, subsample, replace=False)
+    return None
+
+
+def edges_from_values(values: np.ndarray, max_bins: int) -> np.ndarray:
+    """A numeric column's edges from its (subsampled) non-NaN values.
+
+    Midpoints between the distinct values when there are at most `max_bins`, else midpoint percentiles.
+    """
     distinct = np.unique(values)
     if len(distinct) <= max_bins:
         return (distinct[:-1] + distinct[1:]) / 2.0
     percentiles = np.linspace(0, 100, max_bins + 1)[1:-1]
-    edges = np.unique(np.percentile(values, percentiles, method="midpoint"))
-    return edges
+    return np.unique(np.percentile(values, percentiles, method="midpoint"))
+
+
+def column_seed(name: str, seed: int) -> int:
+    """The subsample seed of column `name`: from its name and the binning seed only."""
+    return (zlib.crc32(name.encode()) ^ int(seed)) & 0xFFFFFFFF
+
+
+def check_max_bins(max_bins: int) -> None:
+    """Refuse a `max_bins` outside [2, MAX_BINS]."""
+    if not 2 <= max_bins <= MAX_BINS:
+        raise ParameterError(f"max_bins must be between 2 and {MAX_BINS}, got {max_bins}")
+
+
+def categorical_binning(name: str, categories: list[str], max_bins: int) -> ColumnBinning:
+    """A categorical column's binning from its sorted distinct strings, refused beyond `max_bins`."""
+    if len(categories) > max_bins:
+        raise ParameterError(
+            f"column {name!r} has {len(categories)} categories; at most max_bins={max_bins} are "
+            "supported. Group rare categories, or convert the column to numbers if it is ordinal."
+        )
+    return ColumnBinning(name=name, is_categorical=True, categories=categories)
 
 
 def fit_column(series: pd.Series, max_bins: int = MAX_BINS, subsample: int = 200_000,
                seed: int = 0) -> ColumnBinning:
     """Learn the binning of one column; the subsample seed depends only on the column name and `seed`."""
-    if not 2 <= max_bins <= MAX_BINS:
-        raise ParameterError(f"max_bins must be between 2 and {MAX_BINS}, got {max_bins}")
+    check_max_bins(max_bins)
     name = str(series.name)
     if is_categorical_dtype(series):
         categories = sorted(category_strings(series).dropna().unique().tolist())
-        if len(categories) > max_bins:
-            raise ParameterError(
-                f"column {name!r} has {len(categories)} categories; at most max_bins={max_bins} are "
-                "supported. Group rare categories, or convert the column to numbers if it is ordinal."
-            )
-        return ColumnBinning(name=name, is_categorical=True, categories=categories)
+        return categorical_binning(name, categories, max_bins)
     values = numeric_values(series)
-    column_seed = (zlib.crc32(name.encode()) ^ int(seed)) & 0xFFFFFFFF
-    return ColumnBinning(name=name, is_categorical=False,
-                         edges=_numeric_edges(values, max_bins, subsample, column_seed))
+    values = values[~np.isnan(values)]
+    chosen = subsample_indices(len(values), subsample, column_seed(name, seed))
+    edges = edges_from_values(values if chosen is None else values[chosen], max_bins)
+    return ColumnBinning(name=name, is_categorical=False, edges=edges)
 
 
 class PartyBinner:

@@ -33,12 +33,15 @@ from fedcore.privacy.hashing import hash_ids
 from fedcore.privacy.keyauth import PartyIdentity
 from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.trees.structure import PartialForest, PartySplits
-from fedcore.vertical.alignment import align_frame
+from fedcore.vertical.alignment import align_frame, check_positions
 from fedcore.vertical.party import VerticalParty
 from fedcore.vertical.persistence import party_file_stem
 
 if TYPE_CHECKING:
+    from distributed import Client
+
     from fedcore.compute.cluster import Cluster
+    from fedcore.compute.dask_vertical import DaskVerticalRows
     from fedcore.privacy.psi import PSIParty
 
 log = logging.getLogger(__name__)
@@ -87,18 +90,31 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self._holdout, self._batch_ids, self._psi = None, None, None
         self._holdout_loaded = False
 
-    def _hashes(self, ids: pd.Series) -> np.ndarray:
-        digests = hash_ids(ids, self._key)
+    def _hashes(self, ids: pd.Series | None) -> np.ndarray:
+        """The keyed digests of `ids` as uint8 rows of 32 (None: of the training table's IDs).
+
+        On a Dask cluster each block hashes its training IDs on a worker (`dask_alignment.block_hashes`).
+        """
+        table, id_column = self.data.table, self.data.id_column
+        if ids is not None or table is None:
+            digests = hash_ids(self.data.frame[id_column] if ids is None else ids, self._key)
+        else:
+            from fedcore.compute.dask_alignment import block_hashes
+
+            digests = block_hashes(self._client(), table, id_column, self._key)
         return np.frombuffer(digests.tobytes(), dtype=np.uint8).reshape(len(digests), 32)
+
+    def _client(self) -> Client:
+        """The client of the cluster that holds this institution's Parquet blocks."""
+        assert self.data.cluster is not None, "a table on Dask comes with its cluster"
+        return self.data.cluster.client
 
     # -- alignment and training ------------------------------------------------------------------------
     def _on_id_hashes(self, message: Message) -> Message:
         if not self.data.valid:
             raise ProtocolError(f"institution {self.name!r}: its data failed validation; it takes no part "
                                 "in training")
-        frame = self.data.frame
-        return Message("id_hashes", {"rows": len(frame)},
-                       {"hashes": self._hashes(frame[self.data.id_column])})
+        return Message("id_hashes", {"rows": self.data.n_rows}, {"hashes": self._hashes(None)})
 
     def _on_psi_blinded(self, message: Message) -> Message:
         """PSI step 1: this institution's IDs blinded with a fresh secret, in a secret shuffled order.
@@ -112,6 +128,10 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                 raise ProtocolError(f"institution {self.name!r} has no prediction data configured")
             self._batch = self.data.load_batch()
             ids = self._batch[self.data.id_column]
+        elif self.data.table is not None:  # PSI blinds in the agent: the ID column is gathered here
+            from fedcore.compute.dask_alignment import gather_column
+
+            ids = gather_column(self._client(), self.data.table, self.data.id_column)
         else:
             ids = self.data.frame[self.data.id_column]
         self._psi = PSIParty(self.name, ids, key=self._key)
@@ -152,20 +172,49 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         positions = self._rows(self._announced(message))
         holdout = unpack_bits(message.arrays["holdout"], len(positions)).astype(bool)
         check_holdout(self.name, int(holdout.sum()), len(positions), self.data.holdout)
-        aligned = align_frame(self.data.frame, positions)
-        self.aligned_ids = aligned[self.data.id_column]  # kept here, for audits; never sent
-        aligned = aligned.drop(columns=[self.data.id_column])
-        train = aligned[~holdout].reset_index(drop=True)
-        self._holdout = aligned[holdout].reset_index(drop=True)
         if self.party is not None:
             self.party.rows.close()  # the last session's rows (on a cluster: its blocks)
-        self.party = VerticalParty(self.name, train, self.data.label, feature_key=self._feature_key(),
-                                   identity=self.identity, memory_budget=self.data.memory_budget,
-                                   own_privacy=self.data.privacy)
-        self._on_cluster(self.party)
+            self.party = None
+        if self.data.table is not None:
+            self.party, self._holdout = self._align_on_workers(positions, holdout)
+        else:
+            aligned = align_frame(self.data.frame, positions)
+            self.aligned_ids = aligned[self.data.id_column]  # kept here, for audits; never sent
+            aligned = aligned.drop(columns=[self.data.id_column])
+            self._holdout = aligned[holdout].reset_index(drop=True)
+            self.party = self._party(aligned[~holdout].reset_index(drop=True))
+            self._on_cluster(self.party)
         self._holdout_loaded = False
         self._done.add("align")  # a refused alignment may be corrected; one that answered is final
-        return Message("aligned", {"train_rows": len(train), "holdout_rows": len(self._holdout)})
+        return Message("aligned", {"train_rows": self.party.rows.n_rows, "holdout_rows": len(self._holdout)})
+
+    def _party(self, frame: pd.DataFrame, rows: DaskVerticalRows | None = None) -> VerticalParty:
+        """This session's party over its training `frame` (or `rows` on the workers and `frame` the label)."""
+        return VerticalParty(self.name, frame, self.data.label, feature_key=self._feature_key(),
+                             identity=self.identity, memory_budget=self.data.memory_budget,
+                             own_privacy=self.data.privacy, rows=rows)
+
+    def _align_on_workers(self, positions: np.ndarray,
+                          holdout: np.ndarray) -> tuple[VerticalParty, pd.DataFrame]:
+        """The party over training blocks the workers aligned, and the held-out rows gathered here.
+
+        The agent holds the held-out rows and (label holder) the training labels, which the protocol needs
+        here; the training features stay on the workers (`fedcore.compute.dask_alignment`).
+        """
+        from fedcore.compute.dask_alignment import align_blocks
+        from fedcore.compute.dask_vertical import DaskVerticalRows
+
+        table, client, label = self.data.table, self._client(), self.data.label
+        assert table is not None and self.data.compute is not None, "a table on Dask has its compute"
+        aligned = align_blocks(client, table, check_positions(positions, table.n_rows), holdout,
+                               self.data.id_column, self.data.compute.block_rows)
+        self.aligned_ids = None  # on the workers' side only: the agent never holds the aligned IDs
+        features = [c for c in aligned.columns if c != label]
+        rows = DaskVerticalRows.on_workers(client, aligned.frames, aligned.sizes, features)
+        labels = aligned.labels(client, label).to_frame() if label else pd.DataFrame()
+        log.info("institution %r: %d training rows aligned on the workers in %d blocks", self.name,
+                 rows.n_rows, len(rows.blocks))
+        return self._party(labels, rows), aligned.holdout
 
     def _on_cluster(self, party: VerticalParty) -> None:
         """Put the party's row work on this institution's Dask cluster, when its own config says so.

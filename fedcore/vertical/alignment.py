@@ -160,14 +160,22 @@ def _pairwise_reading(pairwise: dict[tuple[str, str], int] | None) -> str | None
 
 def align_frame(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
     """Party side: this party's rows in the canonical order the master sent (a fresh 0..n-1 index)."""
+    return frame.iloc[check_positions(positions, len(frame))].reset_index(drop=True)
+
+
+def check_positions(positions: np.ndarray, n_rows: int) -> np.ndarray:
+    """The master's alignment positions as int64 row numbers of a party's `n_rows`, or ProtocolError.
+
+    A 1-D integer array, every position a row of the party's table, none repeated.
+    """
     positions = np.asarray(positions)
     if positions.ndim != 1 or (positions.size and positions.dtype.kind not in "iu"):
         raise ProtocolError("alignment positions must be a 1-D integer array, got "
                             f"{positions.dtype}{list(positions.shape)}")
     positions = positions.astype(np.int64, copy=False)
-    if positions.size and (positions.min() < 0 or positions.max() >= len(frame)):
+    if positions.size and (positions.min() < 0 or positions.max() >= n_rows):
         raise ProtocolError(f"alignment positions run from {positions.min()} to {positions.max()}, "
-                            f"outside this party's {len(frame)} rows")
+                            f"outside this party's {n_rows} rows")
     if len(np.unique(positions)) != len(positions):
         raise ProtocolError("alignment positions repeat a row; each row may appear once")
-    return frame.iloc[positions].reset_index(drop=True)
+    return positions

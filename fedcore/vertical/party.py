@@ -221,13 +221,11 @@ class VerticalParty:
         privacy = h.get("privacy", "none")
         cannot = self.rows.check_setup(self._criterion, privacy)
         _require(cannot is None, self.name, str(cannot))
-        # the bin edges come from the whole frame, here, wherever the rows are binned
-        self._binner = PartyBinner(max_bins=int(h["max_bins"]),
-                                   random_state=int(h["binning_seed"])).fit(self.features)
+        # the bin edges come from all the rows, wherever they are (`PartyBinner.fit`'s edges either way)
+        self._binner = self.rows.fit(int(h["max_bins"]), int(h["binning_seed"]))
         self.rows.bin(self._binner)
-        ids = np.array([opaque_feature_id(self.feature_key, str(c)) for c in self.features.columns],
-                       dtype=object)
-        header: dict[str, object] = {"n_rows": len(self.features), "label_holder": self.is_label_holder}
+        ids = np.array([opaque_feature_id(self.feature_key, c) for c in self.rows.columns], dtype=object)
+        header: dict[str, object] = {"n_rows": self.rows.n_rows, "label_holder": self.is_label_holder}
         budget = self.memory_budget or default_budget()
         self._powers_budget = None
         arrays = {"feature_ids": ids.astype(str)}
@@ -284,7 +282,7 @@ class VerticalParty:
         """
         bits = key_bits if isinstance(key_bits, int) and key_bits in encryption.key_bits \
             else encryption.default_key_bits
-        rows = len(self.features)
+        rows = self.rows.n_rows
         one_copy = weight_powers_bytes(encryption.ciphertext_bytes(bits), rows)
         wanted = one_copy * max(default_worker_count(rows), 1)
         return min(wanted, max(budget // 2, one_copy))
@@ -324,7 +322,7 @@ class VerticalParty:
         _require(0 < n_features <= MAX_FEATURES, self.name, f"n_features out of range: {n_features}")
         _require(0 <= n_classes <= 65_535, self.name, f"n_classes out of range: {n_classes}")
         global_index = _indices(message.arrays["global_index"], n_features, self.name, "global_index")
-        _require(len(global_index) == self.features.shape[1]
+        _require(len(global_index) == len(self.rows.columns)
                  and len(np.unique(global_index)) == len(global_index),
                  self.name, "global_index must name each of this party's features once")
         self._global_to_local = np.full(n_features, -1, dtype=np.int64)
@@ -332,7 +330,7 @@ class VerticalParty:
         self._n_stats = n_stats(self._criterion, n_classes)
         if "y" in message.arrays:
             y = np.asarray(message.arrays["y"])
-            _require(y.shape == (len(self.features),), self.name,
+            _require(y.shape == (self.rows.n_rows,), self.name,
                      f"labels must have one value per row, got {y.shape}")
             _require(self._criterion == SQUARED_ERROR
                      or (y.size == 0 or (y.min() >= 0 and y.max() < max(n_classes, 1))),
@@ -361,13 +359,13 @@ class VerticalParty:
             raise ProtocolError(f"party {self.name!r} refuses the request: malformed encrypted-label setup "
                                 f"({error})") from error
         ciphertexts = public.from_bytes(message.arrays["enc_y"], "label ciphertexts")
-        _require(len(ciphertexts) == len(self.features), self.name, "one label ciphertext per row is needed")
+        _require(len(ciphertexts) == self.rows.n_rows, self.name, "one label ciphertext per row is needed")
         channel = sealing.channel(holder, self._peer_sealing_key(message, holder))
         on_dask = not isinstance(self.rows, LocalRows)
         self._passive_crypto = PassiveCrypto(public, layout, ciphertexts, channel,
                                              powers_budget=self._powers_budget, local=not on_dask)
         self.rows.load_ciphertexts(public, ciphertexts)
-        self._y = np.zeros(len(self.features))  # only the bootstrap's row count is needed
+        self._y = np.zeros(self.rows.n_rows)  # only the bootstrap's row count is needed
 
     def _configure_label_holder_crypto(self, message: Message) -> None:
         """Encrypted labels: a sealed channel to every passive party."""
@@ -399,7 +397,7 @@ class VerticalParty:
                  f"a batch's trees must be 1 to {MAX_TREES_PER_BATCH} tree numbers")
         _require(n_draws is None or (isinstance(n_draws, int) and 0 < n_draws <= max(len(self._y), 1)),
                  self.name, f"n_draws must be between 1 and the {len(self._y)} rows, got {n_draws!r}")
-        _require(len(self._y) == len(self.features), self.name, "configure must come before begin_batch")
+        _require(len(self._y) == self.rows.n_rows, self.name, "configure must come before begin_batch")
         self.rows.begin_batch(int(h["seed"]), list(trees), self._y, n_draws)
         self._batch_start = len(self._splits)
         self._candidates = None
@@ -490,7 +488,7 @@ class VerticalParty:
             pos = _indices(a["positions"], n_open, self.name, "positions")
             self._candidates = self._passive_crypto.open_choices(a["choice"], pos, n_open)
             chosen = self._candidates.feature[pos]
-            _require(bool(np.all((chosen >= 0) & (chosen < self.features.shape[1])))
+            _require(bool(np.all((chosen >= 0) & (chosen < len(self.rows.columns))))
                      and bool(np.all(self._candidates.bin[pos] < 255)), self.name,
                      "a split choice names a feature or bin this party does not have")
         c = self._candidates

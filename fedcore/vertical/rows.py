@@ -31,9 +31,23 @@ class LocalRows:
         self.codes: np.ndarray | None = None
         self.partition: SamplePartition | None = None
 
+    @property
+    def n_rows(self) -> int:
+        """Rows of the party."""
+        return len(self.features)
+
+    @property
+    def columns(self) -> list[str]:
+        """The party's feature columns, in order."""
+        return [str(c) for c in self.features.columns]
+
     def check_setup(self, criterion: int, privacy: str) -> str | None:
         """Why this training cannot run here (None: it can); in process, everything runs."""
         return None
+
+    def fit(self, max_bins: int, seed: int) -> PartyBinner:
+        """The party's binner, fitted on its rows (`PartyBinner.fit`)."""
+        return PartyBinner(max_bins=max_bins, random_state=seed).fit(self.features)
 
     def bin(self, binner: PartyBinner) -> None:
         """Bin the rows with the binner the party fitted on them."""

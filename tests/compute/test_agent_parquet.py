@@ -291,8 +291,12 @@ def test_an_agent_process_connects_once_and_keeps_its_cluster_across_sessions(tm
         agent_data._CLUSTERS.pop(config.institution("north").compute).close()
 
 
-def test_a_vertical_agent_on_dask_reads_its_parquet_rows_itself(tmp_path, three_workers) -> None:
-    """A vertical party aligns and bins its rows in the agent: its Parquet table is read there, whole."""
+def test_a_vertical_agent_on_dask_reads_its_parquet_metadata_only(tmp_path, three_workers,
+                                                                  monkeypatch) -> None:
+    """A vertical party's workers read its Parquet table (`tests/compute/test_vertical_parquet.py`).
+
+    Its new batches are still read in the agent.
+    """
     north = _north_and_new(_table("classification"))[0]
     _write(north, tmp_path / "north")
     local = {"dask": {"local": {"workers": 1}, "block_rows": BLOCK_ROWS}}
@@ -303,9 +307,12 @@ def test_a_vertical_agent_on_dask_reads_its_parquet_rows_itself(tmp_path, three_
                 "predict_data": str(tmp_path / "not-yet" / "*.parquet")},  # a batch that arrives later
                {"name": "south", "data": "unused.parquet", "id_column": "patient_id"}]}
     config = parse_config(raw, tmp_path / "federation.yaml")
+    _refuse_readers(monkeypatch)
     data = _load(config, three_workers, on_dask=True)
-    assert data.table is None and data.open_batch is None and data.load_batch is not None
-    pd.testing.assert_frame_equal(data.frame, north)
+    monkeypatch.undo()
+    assert data.table is not None and data.open_batch is None and data.load_batch is not None
+    assert data.n_rows == len(north) and len(data.table.blocks) == 6
+    assert len(data.frame) == 0 and list(data.frame.columns) == list(north.columns)
 
 
 def test_a_parquet_batch_that_has_not_arrived_yet_does_not_stop_the_agent_loading(tmp_path,

@@ -1,0 +1,147 @@
+"""A vertical party's Parquet table on its Dask workers: ID hashes, aligned blocks (issue #29).
+
+The agent holds the table's metadata (`ParquetTable`). Each block hashes its own IDs (`hash_ids`, the
+same keyed hash) and the agent concatenates the digests in block order: 32 bytes a row, the in-process
+answer byte for byte.
+
+Alignment puts the training rows in the master's canonical order, which is a keyed pseudo-random
+permutation of the table's rows: training block k holds canonical training rows [k*block_rows,
+(k+1)*block_rows), gathered from every table block that has some of them. Each table block reads its rows
+once and cuts them into one piece per training block (and one of its held-out rows); a small task per
+(table block, training block) pair picks the piece, and one task per training block puts its pieces in
+canonical order. Every future is made by a task, so a lost worker's blocks are rebuilt from lineage. The
+held-out rows (a `training.holdout` share) and the label holder's training labels (one column, which
+the protocol needs at the agent: it exports or encrypts them) are gathered into the agent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from fedcore.compute.dask_table import ParquetTable, read_table_block, submit_blocks
+from fedcore.errors import InputError
+from fedcore.privacy.hashing import DIGEST_SIZE, hash_ids
+
+if TYPE_CHECKING:
+    from distributed import Client, Future
+
+
+# -- what the workers run ------------------------------------------------------------------------------
+def _hashes(block, table: ParquetTable, column: str, secret: bytes) -> np.ndarray:
+    """The block's IDs' keyed digests (`hash_ids` with the consortium key `secret`), in row order."""
+    return hash_ids(read_table_block(block, table, [column])[column], secret)
+
+
+def _column(block, table: ParquetTable, column: str) -> pd.Series:
+    return read_table_block(block, table, [column])[column]
+
+
+def _cut(block, table: ParquetTable, rows: list[np.ndarray], columns: list[str]) -> list[pd.DataFrame]:
+    """The block's `columns`, read once and cut into pieces of the given row numbers (within the block)."""
+    frame = read_table_block(block, table, columns)
+    return [frame.iloc[r].reset_index(drop=True) for r in rows]
+
+
+def _pick(pieces: list[pd.DataFrame], i: int) -> pd.DataFrame:
+    return pieces[i]
+
+
+def _assemble(order: np.ndarray, *pieces: pd.DataFrame) -> pd.DataFrame:
+    """A training block: its pieces (table blocks in order) put in canonical order."""
+    return pd.concat(pieces, ignore_index=True).iloc[order].reset_index(drop=True)
+
+
+def _label(frame: pd.DataFrame, label: str) -> pd.Series:
+    return frame[label]
+
+
+# -- the agent's side ----------------------------------------------------------------------------------
+def block_hashes(client: Client, table: ParquetTable, column: str, key: bytes) -> np.ndarray:
+    """Every row's digest (`S32`), hashed block by block on the workers, in table order.
+
+    An ID repeated in two blocks is refused here, as `hash_ids` refuses one repeated within a block.
+    """
+    parts = client.gather(submit_blocks(client, _hashes, table, column=column, secret=key))
+    digests = np.concatenate([np.zeros(0, f"S{DIGEST_SIZE}"), *parts])
+    repeated = len(digests) - len(np.unique(digests))
+    if repeated:
+        raise InputError(f"{table.what}: ID column {column!r} has {repeated} IDs that occur more than once "
+                         "after normalisation (in different blocks of its files); each row needs a unique ID")
+    return digests
+
+
+def gather_column(client: Client, table: ParquetTable, column: str) -> pd.Series:
+    """One whole column of the table, gathered into the agent (the IDs for PSI)."""
+    parts = client.gather(submit_blocks(client, _column, table, column=column))
+    return pd.concat(parts, ignore_index=True) if parts else pd.Series(name=column, dtype=object)
+
+
+@dataclass
+class AlignedBlocks:
+    """A party's aligned rows: training rows on the workers in blocks, held-out rows in the agent."""
+
+    frames: list[Future]
+    """Training block k: canonical training rows [k*block_rows, ...), the table's columns but the ID."""
+    sizes: list[int]
+    holdout: pd.DataFrame
+    """The held-out rows in canonical order (as `align_frame(...)[holdout]` gives them), ID column dropped."""
+    columns: list[str]
+
+    def labels(self, client: Client, label: str) -> pd.Series:
+        """The training rows' label column, gathered into the agent in canonical order."""
+        parts = client.gather([client.submit(_label, f, label, pure=False) for f in self.frames])
+        return pd.concat(parts, ignore_index=True)
+
+    def release(self) -> None:
+        """Let the workers drop the training rows."""
+        self.frames = []
+
+
+def _where(table: ParquetTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(table block, row within it) of each table row number."""
+    starts = np.array([b.start for b in table.blocks], np.int64)
+    block = np.searchsorted(starts, rows, side="right") - 1
+    return block, rows - starts[block]
+
+
+def align_blocks(client: Client, table: ParquetTable, positions: np.ndarray, holdout: np.ndarray,
+                 id_column: str, block_rows: int) -> AlignedBlocks:
+    """The rows at the master's (checked) `positions`, split by the `holdout` mask (see the module doc)."""
+    columns = [c for c in table.columns if c != id_column]
+    train, held = positions[~holdout], positions[holdout]
+    n_blocks = len(table.blocks)
+    n_targets = -(-len(train) // block_rows)
+    # what each table block sends where: its rows of each training block (canonical order), then its
+    # held-out rows; `j` is each row's canonical position within the training rows (or the held-out rows)
+    src, local = _where(table, train)
+    hsrc, hlocal = _where(table, held)
+    target = np.arange(len(train)) // block_rows
+    by_block = np.argsort(src, kind="stable")  # per table block, its rows in canonical order
+    held_by_block = np.argsort(hsrc, kind="stable")
+    edges = np.searchsorted(src[by_block], np.arange(n_blocks + 1))
+    held_edges = np.searchsorted(hsrc[held_by_block], np.arange(n_blocks + 1))
+    canonical: list[list[np.ndarray]] = []  # [table block][training block]: canonical positions
+    rows: list[list[np.ndarray]] = []  # the same rows' numbers within the table block, then its held-out
+    for b in range(n_blocks):
+        mine = by_block[edges[b]:edges[b + 1]]
+        bounds = np.searchsorted(target[mine], np.arange(n_targets + 1))
+        canonical.append([mine[bounds[k]:bounds[k + 1]] for k in range(n_targets)])
+        held_rows = hlocal[held_by_block[held_edges[b]:held_edges[b + 1]]]
+        rows.append([local[c] for c in canonical[b]] + [held_rows])
+    cut = submit_blocks(client, _cut, table, rows, columns=columns)
+    frames, sizes = [], []
+    for k in range(n_targets):
+        sources = [b for b in range(n_blocks) if len(canonical[b][k])]
+        picks = [client.submit(_pick, cut[b], k, pure=False) for b in sources]
+        order = np.argsort(np.concatenate([canonical[b][k] for b in sources]), kind="stable")
+        frames.append(client.submit(_assemble, order, *picks, pure=False))
+        sizes.append(len(order))
+    held_parts = client.gather([client.submit(_pick, cut[b], n_targets, pure=False) for b in range(n_blocks)])
+    held_frame = (pd.concat(held_parts, ignore_index=True).iloc[np.argsort(held_by_block, kind="stable")]
+                  .reset_index(drop=True))
+    return AlignedBlocks(frames, sizes, held_frame, columns)
+

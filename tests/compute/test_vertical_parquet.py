@@ -1,0 +1,182 @@
+"""A vertical party whose Parquet table never passes its agent trains the in-process forest (issue #29).
+
+Every institution's table is rewritten as three Parquet files of row groups of 70 rows, cut into blocks of
+40; the agent holds their metadata, its workers hash, align, fit the binner and bin. The forest, the
+held-out evaluation and the `id_hashes` answer are the in-process agent's, byte for byte.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedcore.agents.data import InstitutionData
+from fedcore.compute import dask_alignment
+from fedcore.compute.blocks import rebuildable
+from fedcore.compute.cluster import Cluster, DaskCompute
+from fedcore.compute.dask_binning import fit_on_blocks
+from fedcore.compute.dask_table import open_parquet, profile
+from fedcore.data.binning import PartyBinner
+from fedcore.data.scenario import make_vertical_scenario
+from fedcore.errors import DataReadError, InputError
+from fedcore.protocol.messages import Message
+from fedcore.transport.inprocess import InProcessTransport
+from fedcore.trees.params import ForestParams
+from fedcore.vertical.agent import VerticalInstitutionAgent
+from fedcore.vertical.session import VerticalSession
+from tests.compute.test_agent_parquet import _refuse_readers
+from tests.conftest import mixed_table
+from tests.keys import master_public_key
+from tests.vertical.test_session import KEY, _agents
+
+GROUP_ROWS, BLOCK_ROWS = 70, 40
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory) -> dict:
+    return make_vertical_scenario(tmp_path_factory.mktemp("scenario"), n_customers=600, seed=3)
+
+
+def _write(frame: pd.DataFrame, folder: Path, n_files: int = 3) -> list[str]:
+    """`frame` as `n_files` Parquet files of row groups of GROUP_ROWS rows, in the order they concatenate."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for i, part in enumerate(np.array_split(np.arange(len(frame)), n_files)):
+        path = folder / f"part-{i}.parquet"
+        pq.write_table(pa.Table.from_pandas(frame.iloc[part], preserve_index=False), path,
+                       row_group_size=GROUP_ROWS)
+        files.append(str(path))
+    return files
+
+
+def _parquet_agents(scenario: dict, root: Path, client) -> dict[str, VerticalInstitutionAgent]:
+    """The scenario's institutions as agents whose workers (on `client`) read their Parquet files."""
+    agents = {}
+    for name, files in scenario["institutions"].items():
+        what = f"institution {name!r}"
+        table = profile(client, open_parquet(_write(pd.read_parquet(files["train"]), root / "data" / name),
+                                             what, BLOCK_ROWS), [scenario["id_column"]])
+        label = scenario["label"] if name == scenario["label_holder"] else None
+        data = InstitutionData(
+            name=name, frame=pd.DataFrame(columns=list(table.columns)), id_column=scenario["id_column"],
+            label=label, registry=root / "registry" / name, predictions_dir=root / "predictions" / name,
+            master_key=master_public_key(root), compute=DaskCompute(block_rows=BLOCK_ROWS), table=table,
+            cluster=Cluster(client, []))
+        agents[name] = VerticalInstitutionAgent(data, KEY)
+    return agents
+
+
+def _train(agents: dict, privacy: str) -> tuple[dict[str, bytes], dict[str, float]]:
+    """The forest a session trains over `agents` (every array's bytes) and its held-out evaluation."""
+    session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}),
+                              ForestParams(n_estimators=3 if privacy == "none" else 2, max_depth=4,
+                                           random_state=1, privacy=privacy,
+                                           key_bits=None if privacy == "none" else 2048),
+                              holdout_fraction=0.25, min_overlap=100)
+    session.align()
+    session.train()
+    metrics = session.evaluate()
+    s = session.master.structure
+    arrays = {f: np.asarray(getattr(s, f)).tobytes() for f in ("tree", "node", "left", "right", "owner",
+                                                                "weight", "value")}
+    for name, agent in agents.items():
+        for field in ("feature", "threshold", "missing_left", "is_categorical", "cat_bits"):
+            arrays[f"{name}.{field}"] = np.asarray(getattr(agent.party.model, field)).tobytes()
+    session.close()
+    return arrays, metrics
+
+
+@pytest.mark.parametrize("workers", ["one_worker", "three_workers"])
+def test_agents_on_parquet_blocks_train_the_in_process_forest(scenario, tmp_path, workers, request,
+                                                              monkeypatch) -> None:
+    client = request.getfixturevalue(workers)
+    expected = _train(_agents(scenario, tmp_path / "local", new_batch=False), "none")
+    agents = _parquet_agents(scenario, tmp_path / "dask", client)
+    _refuse_readers(monkeypatch)  # no agent reads a row: the threaded workers read with pyarrow
+    got = _train(agents, "none")
+    monkeypatch.undo()
+    assert got[1] == expected[1]
+    assert got[0].keys() == expected[0].keys()
+    for name in expected[0]:
+        assert got[0][name] == expected[0][name], name
+    for agent in agents.values():
+        rows = agent.party.rows
+        assert type(rows).__name__ == "DaskVerticalRows" and rows.features is None
+        assert len(rows.blocks) == -(-rows.n_rows // BLOCK_ROWS) > 2 and agent.aligned_ids is None
+
+
+def test_an_encrypted_session_on_parquet_blocks_trains_the_in_process_forest(scenario, tmp_path,
+                                                                             three_workers) -> None:
+    expected = _train(_agents(scenario, tmp_path / "local", new_batch=False), "ou")
+    got = _train(_parquet_agents(scenario, tmp_path / "dask", three_workers), "ou")
+    assert got[1] == expected[1]
+    for name in expected[0]:
+        assert got[0][name] == expected[0][name], name
+
+
+def test_the_id_hashes_answer_is_the_in_process_one(scenario, tmp_path, three_workers) -> None:
+    local = _agents(scenario, tmp_path / "local", new_batch=False)
+    dask = _parquet_agents(scenario, tmp_path / "dask", three_workers)
+    for name in local:
+        expected, got = (agents[name].handle(Message("id_hashes")) for agents in (local, dask))
+        assert got.header == expected.header
+        assert got.arrays["hashes"].dtype == expected.arrays["hashes"].dtype == np.uint8
+        assert got.arrays["hashes"].tobytes() == expected.arrays["hashes"].tobytes()
+
+
+def test_an_id_repeated_in_two_blocks_is_refused(tmp_path, three_workers) -> None:
+    frame = pd.DataFrame({"id": [f"C{i}" for i in range(100)], "x": np.arange(100.0)})
+    frame.loc[90, "id"] = " c3"  # the same ID as row 3 once normalised, in another file
+    table = open_parquet(_write(frame, tmp_path), "institution 'north'", BLOCK_ROWS)
+    with pytest.raises(InputError) as refused:
+        dask_alignment.block_hashes(three_workers, table, "id", KEY)
+    assert str(refused.value) == ("institution 'north': ID column 'id' has 1 IDs that occur more than once "
+                                  "after normalisation (in different blocks of its files); each row needs a "
+                                  "unique ID")
+
+
+def _blocks(client, frame: pd.DataFrame, sizes: list[int]) -> list:
+    ends = np.cumsum([0, *sizes])
+    return [client.submit(rebuildable, frame.iloc[a:b].reset_index(drop=True), pure=False)
+            for a, b in zip(ends[:-1], ends[1:], strict=True)]
+
+
+@pytest.mark.parametrize("subsample", [150, 100_000])
+def test_the_binner_fitted_over_blocks_is_party_binner_fit(three_workers, subsample) -> None:
+    """NaNs, few distinct values, an empty column, more rows than `subsample` (150) or fewer (100,000)."""
+    frame = mixed_table(n_rows=500, seed=4).drop(columns=["target"])
+    frame["few"] = np.where(np.arange(500) % 7 == 0, np.nan, np.arange(500) % 3)
+    frame["empty"] = np.nan
+    frame["spiky"] = np.round(np.random.default_rng(2).exponential(size=500), 1)
+    columns = list(frame.columns)
+    sizes = [0, 130, 1, 200, 169]  # uneven, one block empty
+    for max_bins in (4, 32):
+        expected = PartyBinner(max_bins=max_bins, subsample=subsample, random_state=7).fit(frame)
+        got = fit_on_blocks(PartyBinner(max_bins=max_bins, subsample=subsample, random_state=7),
+                            three_workers, _blocks(three_workers, frame, sizes), columns)
+        assert [c.name for c in got.columns] == columns
+        for e, g in zip(expected.columns, got.columns, strict=True):
+            assert g.is_categorical == e.is_categorical and g.categories == e.categories, e.name
+            if not e.is_categorical:
+                assert g.edges is not None and e.edges is not None
+                assert g.edges.dtype == e.edges.dtype and g.edges.tobytes() == e.edges.tobytes(), e.name
+        assert sum(len(c.edges) for c in got.columns if c.edges is not None) > 10
+
+
+def test_a_worker_side_read_error_is_one_line_naming_the_file(tmp_path, three_workers) -> None:
+    frame = pd.DataFrame({"id": [f"C{i}" for i in range(100)], "x": np.arange(100.0)})
+    files = _write(frame, tmp_path)
+    table = open_parquet(files, "institution 'north'", BLOCK_ROWS)
+    Path(files[1]).write_bytes(b"not a parquet file any more")  # replaced after the agent opened it
+    with pytest.raises(DataReadError) as refused:
+        dask_alignment.block_hashes(three_workers, table, "id", KEY)
+    assert str(refused.value) == (f"cannot read {files[1]!r}: ArrowInvalid: Parquet magic bytes not found in "
+                                  "footer. Either the file is corrupted or this is not a parquet file.")
+    assert re.fullmatch(r"[^\n]+", str(refused.value))
