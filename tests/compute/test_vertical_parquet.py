@@ -23,10 +23,11 @@ from fedcore.compute.dask_table import open_parquet, profile
 from fedcore.data.binning import PartyBinner
 from fedcore.data.scenario import make_vertical_scenario
 from fedcore.errors import DataReadError, InputError
-from fedcore.protocol.messages import Message
+from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.agent import VerticalInstitutionAgent
+from fedcore.vertical.alignment import align_frame
 from fedcore.vertical.session import VerticalSession
 from tests.compute.test_agent_parquet import _refuse_readers
 from tests.conftest import mixed_table
@@ -73,13 +74,13 @@ def _parquet_agents(scenario: dict, root: Path, client) -> dict[str, VerticalIns
     return agents
 
 
-def _train(agents: dict, privacy: str) -> tuple[dict[str, bytes], dict[str, float]]:
+def _train(agents: dict, privacy: str, alignment: str = "hash") -> tuple[dict[str, bytes], dict[str, float]]:
     """The forest a session trains over `agents` (every array's bytes) and its held-out evaluation."""
     session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}),
                               ForestParams(n_estimators=3 if privacy == "none" else 2, max_depth=4,
                                            random_state=1, privacy=privacy,
                                            key_bits=None if privacy == "none" else 2048),
-                              holdout_fraction=0.25, min_overlap=100)
+                              holdout_fraction=0.25, min_overlap=100, alignment=alignment)
     session.align()
     session.train()
     metrics = session.evaluate()
@@ -119,6 +120,97 @@ def test_an_encrypted_session_on_parquet_blocks_trains_the_in_process_forest(sce
     assert got[1] == expected[1]
     for name in expected[0]:
         assert got[0][name] == expected[0][name], name
+
+
+def _aligned_rows(agent: VerticalInstitutionAgent, client) -> pd.DataFrame:
+    """A Dask agent's training rows, gathered from its blocks in order (to compare; the agent never does)."""
+    return pd.concat(client.gather(agent.party.rows.frames), ignore_index=True)
+
+
+def test_blocks_aligned_on_the_workers_are_align_frames_rows(tmp_path, three_workers) -> None:
+    """Random positions and holdout: the training blocks in order and the held-out rows are `align_frame`'s."""
+    frame = mixed_table(n_rows=300, seed=5).drop(columns=["target"])
+    frame.insert(0, "id", [f"C{i}" for i in range(300)])
+    table = profile(three_workers, open_parquet(_write(frame, tmp_path), "institution 'north'", BLOCK_ROWS))
+    rng = np.random.default_rng(0)
+    positions = rng.permutation(300)[:220]
+    holdout = rng.random(220) < 0.3
+    aligned = dask_alignment.align_blocks(three_workers, table, positions, holdout, "id", 37)
+    expected = align_frame(frame, positions).drop(columns=["id"])
+    assert aligned.sizes == [37] * 4 + [int((~holdout).sum()) - 148]
+    pd.testing.assert_frame_equal(pd.concat(three_workers.gather(aligned.frames), ignore_index=True),
+                                  expected[~holdout].reset_index(drop=True))
+    pd.testing.assert_frame_equal(aligned.holdout, expected[holdout].reset_index(drop=True))
+
+
+def test_psi_alignment_aligns_the_blocks_as_the_in_process_agent(scenario, tmp_path, three_workers,
+                                                                 monkeypatch) -> None:
+    """PSI blinds in the agent (the ID column is gathered there); the rows it aligns are `align_frame`'s.
+
+    Blinding secrets are fresh per session, so the canonical order is too: each agent's own row numbers
+    (after PSI) and the holdout bits it was sent are recorded, and the in-process alignment compared.
+    """
+    seen: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    mapped = VerticalInstitutionAgent._rows
+
+    def record(self, positions):
+        rows = mapped(self, positions)
+        seen[self.name] = rows, self._align_holdout
+        return rows
+
+    agents = _parquet_agents(scenario, tmp_path / "dask", three_workers)
+    for agent in agents.values():
+        handle = agent.handle
+
+        def remember(message, agent=agent, handle=handle):
+            if message.kind == "align":
+                bits = unpack_bits(message.arrays["holdout"], message.header["rows"])
+                agent._align_holdout = bits.astype(bool)
+            return handle(message)
+
+        agent.handle = remember  # type: ignore[method-assign]
+    monkeypatch.setattr(VerticalInstitutionAgent, "_rows", record)
+    _train(agents, "none", "psi")
+    for name, agent in agents.items():
+        rows, holdout = seen[name]
+        frame = pd.read_parquet(scenario["institutions"][name]["train"])
+        expected = align_frame(frame, rows).drop(columns=[scenario["id_column"]])
+        assert 0 < holdout.sum() < len(holdout)
+        pd.testing.assert_frame_equal(_aligned_rows(agent, three_workers),
+                                      expected[~holdout].reset_index(drop=True))
+        pd.testing.assert_frame_equal(agent._holdout, expected[holdout].reset_index(drop=True))
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_lost_mid_forest_rebuilds_the_aligned_blocks(scenario, tmp_path, monkeypatch) -> None:
+    """The aligned blocks and their codes are made by tasks: a lost worker's are read and cut again."""
+    import distributed
+
+    from fedcore.compute.dask_vertical import DaskVerticalRows
+    from tests.compute.workers import close_busiest_worker
+
+    expected = _train(_agents(scenario, tmp_path / "local", new_batch=False), "none")
+    cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
+                                       dashboard_address=":0")
+    client = distributed.Client(cluster, set_as_default=False)
+    levels, lost = [0], []
+    searched = DaskVerticalRows.best_splits
+
+    def best_splits(self, *args, **kwargs):
+        out = searched(self, *args, **kwargs)
+        levels[0] += 1
+        if levels[0] == 8 and not lost:
+            lost.append(close_busiest_worker(cluster, client))
+        return out
+
+    monkeypatch.setattr(DaskVerticalRows, "best_splits", best_splits)
+    try:
+        got = _train(_parquet_agents(scenario, tmp_path / "dask", client), "none")
+        assert lost and len(client.scheduler_info()["workers"]) == 2
+    finally:
+        client.close()
+        cluster.close()
+    assert got == expected
 
 
 def test_the_id_hashes_answer_is_the_in_process_one(scenario, tmp_path, three_workers) -> None:
