@@ -128,7 +128,7 @@ def _aligned_rows(agent: VerticalInstitutionAgent, client) -> pd.DataFrame:
 
 
 def test_blocks_aligned_on_the_workers_are_align_frames_rows(tmp_path, three_workers) -> None:
-    """Random positions and holdout: the training blocks in order and the held-out rows are `align_frame`'s."""
+    """Random positions and holdout: the training blocks in order, the held-out rows: `align_frame`'s."""
     frame = mixed_table(n_rows=300, seed=5).drop(columns=["target"])
     frame.insert(0, "id", [f"C{i}" for i in range(300)])
     table = profile(three_workers, open_parquet(_write(frame, tmp_path), "institution 'north'", BLOCK_ROWS))
