@@ -1,11 +1,12 @@
 """A vertical Federated Forest party's rows on a Dask cluster: `DaskVerticalRows`, a drop-in for `LocalRows`.
 
-The party's aligned rows are cut into blocks of `block_rows` (`fedcore.compute.blocks.frame_blocks`). Bin
-edges are fitted by the party on its whole frame, exactly as in process (`VerticalParty` fits its
-`PartyBinner` on the agent, where the aligned frame is), and the agent bins the rows with them: each block's
-uint8 codes and, per label vector, its labels, travel inside the task that makes their future, so the
-scheduler keeps them and a lost worker's blocks are rebuilt from lineage (the price: the scheduler holds
-the codes, one byte per cell). Each block's `SamplePartition` (its in-bag samples per open node, rows
+The party's aligned rows are either a frame in the agent, cut into blocks of `block_rows`
+(`fedcore.compute.blocks.frame_blocks`), or already on the workers (`DaskVerticalRows.on_workers`: the
+training blocks `fedcore.compute.dask_alignment` made from Parquet). A frame's bin edges are fitted on it
+(`PartyBinner.fit`) and the agent bins the rows: each block's uint8 codes travel inside the task that
+makes their future (the scheduler holds them, one byte per cell). Blocks on the workers get the same edges
+from `fedcore.compute.dask_binning` and bin themselves. Either way, per label vector, each block's labels
+travel inside a task, and a lost worker's blocks are rebuilt from lineage. Each block's `SamplePartition` (its in-bag samples per open node, rows
 numbered within the block) is a future: a batch's is drawn by the block itself
 (`fedcore.randomness.bootstrap_counts` over the canonical chunks it overlaps, the same counts as the
 whole table's), and each level's is a new future made by a task from the previous one and the level's
