@@ -96,10 +96,6 @@ class AlignedBlocks:
         parts = client.gather([client.submit(_label, f, label, pure=False) for f in self.frames])
         return pd.concat(parts, ignore_index=True)
 
-    def release(self) -> None:
-        """Let the workers drop the training rows."""
-        self.frames = []
-
 
 def _where(table: ParquetTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(table block, row within it) of each table row number."""
