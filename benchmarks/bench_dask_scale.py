@@ -17,6 +17,13 @@ levels replayed). Reports both times, the extra time, and whether both forests a
         [--workers 4] [--trees 4] [--depth 8] [--block-rows 250000]
     .venv/bin/python -m benchmarks.bench_dask_scale recovery [--rows 2000000] [--features 20] [--workers 2]
         [--trees 6] [--depth 8] [--kill-after 0.5]
+    .venv/bin/python -m benchmarks.bench_dask_scale --setting vertical [--rows 2000000] [--features 20]
+        [--parties 3] [--workers 2] [--limit 2GiB] [--trees 4] [--depth 8] [--block-rows 250000]
+
+`--setting vertical` (`benchmarks/vertical_parties.py`): one vertical session at `--rows`, every party's
+agent reading its whole table (in process), then every party on its own LocalCluster reading its Parquet
+metadata only; time to align and per tree, the agents' and workers' peak RSS, and whether the forests are
+the same. `scale` and `recovery` are horizontal.
 
 Each measured run is its own process (its peak RSS is its own); the tables go to stdout as Markdown.
 """
@@ -44,6 +51,9 @@ from benchmarks.bench_dask_party import (
     write_dataset,
 )
 from benchmarks.markdown import markdown_table
+from benchmarks.vertical_parties import run_in_process as vertical_in_process
+from benchmarks.vertical_parties import run_on_dask as vertical_on_dask
+from benchmarks.vertical_parties import write_parties
 
 
 def _cluster(args: argparse.Namespace, memory_limit: str | int | None):
@@ -107,7 +117,8 @@ def run_undisturbed(args: argparse.Namespace) -> dict:
     return {"seconds": model.fit_seconds_, "digest": _digest(model)}
 
 
-RUNS = {"in-process": run_in_process, "dask": run_on_dask, "kill": run_with_a_kill, "calm": run_undisturbed}
+RUNS = {"in-process": run_in_process, "dask": run_on_dask, "kill": run_with_a_kill, "calm": run_undisturbed,
+        "vertical-in-process": vertical_in_process, "vertical-dask": vertical_on_dask}
 
 
 def _measure(mode: str, data: Path, rows: int, extra: list[str]) -> dict:
@@ -200,14 +211,38 @@ def recovery(args: argparse.Namespace) -> None:
           f"{ref['digest'] == calm['digest'] == hit['digest']}")
 
 
+def vertical(args: argparse.Namespace) -> None:
+    """One vertical session in process, then with every party on its own cluster (see the module doc)."""
+    shared = [*_shared(args), "--parties", str(args.parties)]
+    with tempfile.TemporaryDirectory(dir=args.tmp) as name:
+        data = Path(name)
+        print(f"  writing {args.parties} parties' {args.rows:,} x {args.features} ...", file=sys.stderr,
+              flush=True)
+        write_parties(data, args.rows, args.features, args.parties, args.block_rows)
+        ref = _measure("vertical-in-process", data, args.rows, shared)
+        dask = _measure("vertical-dask", data, args.rows, [*shared, "--limit", args.limit])
+    print(f"{args.rows:,} rows, {args.features} features over {args.parties} parties, {args.trees} trees of "
+          f"depth {args.depth}; Dask: each party {args.workers} workers of {args.limit}; "
+          f"{platform.machine()}, {os.cpu_count()} cores\n")
+    print(markdown_table([
+        {"run": run, "align s": f"{r['align_seconds']:.1f}", "s per tree": f"{r['seconds'] / args.trees:.2f}",
+         "agents' peak RSS (MiB)": f"{r['agent_peak_mib']:.0f}",
+         "workers' peak RSS (MiB)": ", ".join(f"{m:.0f}" for m in r.get("workers_peak_mib", [])) or "-",
+         "forest digest": r["digest"]}
+        for run, r in (("in process (reference)", ref), ("Dask, a cluster per party", dask))]))
+    print(f"\nthe same forest: {ref['digest'] == dask['digest']}")
+
+
 def main() -> None:
     """`scale` or `recovery` (see the module doc); `--run` is one measured run, used internally."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("target", nargs="?", choices=("scale", "recovery"))
+    parser.add_argument("--setting", choices=("horizontal", "vertical"), default="horizontal")
+    parser.add_argument("--parties", type=int, default=3, help="institutions (vertical)")
     parser.add_argument("--limit", default="2GiB", help="per-process memory limit L (scale)")
     parser.add_argument("--factor", type=int, default=5, help="times the in-process rows on Dask (scale)")
     parser.add_argument("--probe-rows", type=int, default=500_000, help="first in-process probe (scale)")
-    parser.add_argument("--rows", type=int, default=2_000_000, help="rows (recovery)")
+    parser.add_argument("--rows", type=int, default=2_000_000, help="rows (recovery, vertical)")
     parser.add_argument("--features", type=int, default=20)
     parser.add_argument("--trees", type=int, default=4)
     parser.add_argument("--depth", type=int, default=8)
@@ -222,6 +257,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.run:
         print(json.dumps(RUNS[args.run](args)))
+    elif args.setting == "vertical":
+        vertical(args)
     elif args.target == "scale":
         scale(args)
     elif args.target == "recovery":
