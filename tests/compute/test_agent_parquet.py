@@ -60,15 +60,18 @@ def _write(frame: pd.DataFrame, folder: Path, plain: bool = False, statistics: b
 
 
 def _config(root: Path, north: pd.DataFrame, new: pd.DataFrame, contract, on_dask: bool,
-            data: str | None = None, predict_data: str | None = None):
-    """A config whose institution north reads `data` (default: its Parquet files, written once)."""
+            data: str | None = None, predict_data: str | None = None, setting: str = "horizontal"):
+    """A config whose institution north reads `data` (default: its Parquet files, written once).
+
+    `setting` vertical: north holds the label, south does not.
+    """
     (root / "north.yaml").write_text(dump_contract(contract))
     data = data or str(root / "north" / "*.parquet")
     if not (root / "north").exists():
         _write(north, root / "north")
         _write(new, root / "new")
     compute = {"compute": {"dask": {"local": {"workers": 1}, "block_rows": BLOCK_ROWS}}} if on_dask else {}
-    raw = {"federation": "f", "setting": "horizontal", "consortium_key": {"env": "UNUSED"},
+    raw = {"federation": "f", "setting": setting, "consortium_key": {"env": "UNUSED"},
            "master": {"public_key": str(master_public_key(root))}, "training": {"holdout": 0.25},
            "institutions": [
                {"name": "north", "data": data,
@@ -76,7 +79,8 @@ def _config(root: Path, north: pd.DataFrame, new: pd.DataFrame, contract, on_das
                 "id_column": "patient_id", "label": "class", "contract": str(root / "north.yaml"),
                 "registry": str(root / f"registry-{on_dask}"),
                 "predictions": str(root / f"predictions-{on_dask}"), **compute},
-               {"name": "south", "data": "unused.parquet", "id_column": "patient_id", "label": "class"}]}
+               {"name": "south", "data": "unused.parquet", "id_column": "patient_id",
+                **({"label": "class"} if setting == "horizontal" else {})}]}
     return parse_config(raw, root / "federation.yaml")
 
 
@@ -156,7 +160,9 @@ def _predict_local():
     return Message("predict_local")
 
 
-def test_a_table_that_breaks_its_contract_gets_the_in_process_report(tmp_path, three_workers) -> None:
+@pytest.mark.parametrize("setting", ["horizontal", "vertical"])
+def test_a_table_that_breaks_its_contract_gets_the_in_process_report(tmp_path, three_workers,
+                                                                      setting) -> None:
     table = _table("classification")
     contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
     north, new = _north_and_new(table)
@@ -169,8 +175,9 @@ def test_a_table_that_breaks_its_contract_gets_the_in_process_report(tmp_path, t
     north["count"] = np.arange(len(north))  # an extra int column
     reports = []
     for on_dask in (False, True):
-        config = _config(tmp_path, north, new, contract, on_dask)
+        config = _config(tmp_path, north, new, contract, on_dask, setting=setting)
         data = _load(config, three_workers, on_dask)
+        assert (data.table is not None) == on_dask
         reports.append(data.validation)
     assert not reports[0].success and len(reports[0].failures) == 5
     assert reports[1].failure_lines() == reports[0].failure_lines()
