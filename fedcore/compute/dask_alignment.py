@@ -98,10 +98,16 @@ class AlignedBlocks:
 
 
 def _where(table: ParquetTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(table block, row within it) of each table row number."""
+    """(table block, row within it) of each table row number, as int32 (both are under 2**31)."""
     starts = np.array([b.start for b in table.blocks], np.int64)
-    block = np.searchsorted(starts, rows, side="right") - 1
-    return block, rows - starts[block]
+    block = (np.searchsorted(starts, rows, side="right") - 1).astype(np.int32)
+    return block, (rows - starts[block]).astype(np.int32)
+
+
+def _by_block(block: np.ndarray, n_blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of `block`'s entries grouped by block, ascending within each, and each group's edges."""
+    return (np.argsort(block, kind="stable"),
+            np.concatenate([[0], np.cumsum(np.bincount(block, minlength=n_blocks))]))
 
 
 def align_blocks(client: Client, table: ParquetTable, positions: np.ndarray, holdout: np.ndarray,
@@ -111,20 +117,20 @@ def align_blocks(client: Client, table: ParquetTable, positions: np.ndarray, hol
     train, held = positions[~holdout], positions[holdout]
     n_blocks = len(table.blocks)
     n_targets = -(-len(train) // block_rows)
-    # what each table block sends where: its rows of each training block (canonical order), then its
-    # held-out rows; `j` is each row's canonical position within the training rows (or the held-out rows)
+    # what each table block sends where: its rows of each training block, then its held-out rows. A
+    # training row's index in `train` is its canonical position; training block k holds positions
+    # [k*block_rows, (k+1)*block_rows)
     src, local = _where(table, train)
     hsrc, hlocal = _where(table, held)
-    target = np.arange(len(train)) // block_rows
-    by_block = np.argsort(src, kind="stable")  # per table block, its rows in canonical order
-    held_by_block = np.argsort(hsrc, kind="stable")
-    edges = np.searchsorted(src[by_block], np.arange(n_blocks + 1))
-    held_edges = np.searchsorted(hsrc[held_by_block], np.arange(n_blocks + 1))
+    by_block, edges = _by_block(src, n_blocks)  # per table block, its rows' canonical positions, ascending
+    held_by_block, held_edges = _by_block(hsrc, n_blocks)
+    del src, hsrc
+    cuts = np.arange(n_targets + 1) * block_rows
     canonical: list[list[np.ndarray]] = []  # [table block][training block]: canonical positions
     rows: list[list[np.ndarray]] = []  # the same rows' numbers within the table block, then its held-out
     for b in range(n_blocks):
         mine = by_block[edges[b]:edges[b + 1]]
-        bounds = np.searchsorted(target[mine], np.arange(n_targets + 1))
+        bounds = np.searchsorted(mine, cuts)
         canonical.append([mine[bounds[k]:bounds[k + 1]] for k in range(n_targets)])
         held_rows = hlocal[held_by_block[held_edges[b]:held_edges[b + 1]]]
         rows.append([local[c] for c in canonical[b]] + [held_rows])
@@ -133,7 +139,7 @@ def align_blocks(client: Client, table: ParquetTable, positions: np.ndarray, hol
     for k in range(n_targets):
         sources = [b for b in range(n_blocks) if len(canonical[b][k])]
         picks = [client.submit(_pick, cut[b], k, pure=False) for b in sources]
-        order = np.argsort(np.concatenate([canonical[b][k] for b in sources]), kind="stable")
+        order = np.argsort(np.concatenate([canonical[b][k] for b in sources]), kind="stable").astype(np.int32)
         frames.append(client.submit(_assemble, order, *picks, pure=False))
         sizes.append(len(order))
     held_parts = client.gather([client.submit(_pick, cut[b], n_targets, pure=False) for b in range(n_blocks)])
