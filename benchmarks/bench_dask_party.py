@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,11 @@ from benchmarks.markdown import markdown_table
 
 
 def write_dataset(folder: Path, rows: int, features: int, row_group: int) -> None:
-    """A synthetic classification table as 4 Parquet files of `row_group`-row groups (written in pieces)."""
+    """A synthetic classification table as 4 Parquet files of `row_group`-row groups (written in pieces).
+
+    Its first 1,000 rows also go to `sample_path(folder)`, outside the dataset: the agent's schema sample
+    (reading it from the dataset would decode a whole row group, `row_group` rows, in the agent).
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -54,6 +57,13 @@ def write_dataset(folder: Path, rows: int, features: int, row_group: int) -> Non
                 y = np.where(x @ weights + rng.normal(size=m) > 0, "yes", "no")
                 table = pa.table({**{f"f{j}": x[:, j] for j in range(features)}, "y": y})
                 writer.write_table(table.cast(_schema(features)), row_group_size=row_group)
+                if index == 0 and start == 0:
+                    pq.write_table(table.slice(0, 1000).cast(_schema(features)), sample_path(folder))
+
+
+def sample_path(folder: Path) -> Path:
+    """Where `write_dataset` puts its 1,000-row schema sample, beside the dataset folder."""
+    return Path(folder).with_name(Path(folder).name + "-sample.parquet")
 
 
 def _schema(features: int):
@@ -64,7 +74,12 @@ def _schema(features: int):
 
 
 def _peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's own peak RSS (`_vm_hwm_mib`).
+
+    Not getrusage's ru_maxrss: on Linux a child's starts at its parent's peak at fork (it survives exec), so
+    it reported the dataset writer's ~1.1 GiB as the agent's at 10M x 40 (issue #29).
+    """
+    return _vm_hwm_mib()
 
 
 def _model(args: argparse.Namespace, cls: type | None = None, **kwargs):
@@ -106,10 +121,7 @@ def fit_from_parquet(args: argparse.Namespace, client):
             made.append(rows)
             return {"frame": None, "rows": rows}
 
-    import pyarrow.parquet as pq
-
-    first = sorted(Path(args.data).glob("*.parquet"))[0]
-    sample = pq.ParquetFile(first).read_row_group(0).slice(0, 1000).to_pandas()
+    sample = pd.read_parquet(sample_path(args.data))
     model = _model(args, FromParquet, compute=client)
     model.fit([sample], label="y")
     return model, made[0]
