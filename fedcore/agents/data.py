@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeGuard
 
 import pandas as pd
 
-from fedcore.compute.cluster import DaskCompute
+from fedcore.compute.cluster import DaskCompute, shared_cluster
 from fedcore.config import FederationConfig, default_predictions
 from fedcore.contracts.expectations import ValidationReport
 from fedcore.contracts.model import DataContract
@@ -33,8 +33,6 @@ if TYPE_CHECKING:
     from fedcore.compute.dask_table import ParquetTable
 
 log = logging.getLogger(__name__)
-_CLUSTERS: dict[DaskCompute, Cluster] = {}
-"""The clusters this process connected to (or started), one per `compute:` setting, kept across sessions."""
 
 
 @dataclass
@@ -138,7 +136,7 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
         from fedcore.compute.dask_table import open_parquet, profile
 
         assert inst.compute is not None, "workers read only with compute: dask"
-        cluster = cluster or _cluster(inst.compute)
+        cluster = cluster or shared_cluster(inst.compute)
         table = profile(cluster.client, open_parquet(matching_files(inst.data, what), what,
                                                      inst.compute.block_rows), skip)
         frame = pd.DataFrame(columns=list(table.columns))  # the columns, never the rows
@@ -164,7 +162,7 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     predict_data = inst.predict_data
     if predict_data and workers_read and _on_dask(predict_data, f"{what} prediction data", batch=True):
         assert inst.compute is not None, "workers read only with compute: dask"
-        cluster = held = cluster or _cluster(inst.compute)
+        cluster = held = cluster or shared_cluster(inst.compute)
         open_batch = lambda: _open_batch(config, name, predict_data, held)  # noqa: E731
     elif predict_data:
         batch = lambda: _read_batch(config, name, predict_data)  # noqa: E731
@@ -196,16 +194,6 @@ def _on_dask(pattern: str | SqlSource, what: str, batch: bool = False) -> TypeGu
     log.info("%s: %r is not all Parquet, so the agent reads it in its own process (compute: dask reads "
              "Parquet on the workers)", what, pattern)
     return False
-
-
-def _cluster(compute: DaskCompute) -> Cluster:
-    """This process's cluster for `compute` (connected, or started, on first use)."""
-    if compute not in _CLUSTERS:
-        from fedcore.compute.cluster import connect
-
-        _CLUSTERS[compute] = connect(compute)
-        log.info("data-local work on %s", compute.describe())
-    return _CLUSTERS[compute]
 
 
 def check_configured_columns(config: FederationConfig, name: str, columns: Collection,
