@@ -75,11 +75,8 @@ REGRESSION_REFUSED = ("vertical regression runs in process only: its histograms 
 """Why a vertical Dask party refuses regression."""
 
 
-def refusal(regression: bool, privacy: str) -> str | None:
-    """Why a vertical party on Dask cannot train this task with this privacy mode (None: it can).
-
-    Every privacy mode runs; `privacy` stays so that callers ask once for both.
-    """
+def refusal(regression: bool) -> str | None:
+    """Why a vertical party on Dask cannot train this task (None: it can); every privacy mode runs."""
     if regression:
         return REGRESSION_REFUSED
     return None
@@ -211,9 +208,9 @@ class DaskVerticalRows:
         return futures
 
     # -- LocalRows' interface -------------------------------------------------------------------------
-    def check_setup(self, criterion: int, privacy: str) -> str | None:
+    def check_setup(self, criterion: int) -> str | None:
         """Why this training cannot run on Dask (`refusal`), or None."""
-        return refusal(criterion == SQUARED_ERROR, privacy)
+        return refusal(criterion == SQUARED_ERROR)
 
     def bin(self, binner: PartyBinner) -> None:
         """Bin each block with the party's binner (fitted on the whole frame) and send it to the cluster."""

@@ -31,7 +31,7 @@ class LocalRows:
         self.codes: np.ndarray | None = None
         self.partition: SamplePartition | None = None
 
-    def check_setup(self, criterion: int, privacy: str) -> str | None:
+    def check_setup(self, criterion: int) -> str | None:
         """Why this training cannot run here (None: it can); in process, everything runs."""
         return None
 
