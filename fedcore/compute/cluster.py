@@ -247,10 +247,10 @@ def hold_shared(compute: DaskCompute) -> Callable[[], None]:
             if released.is_set():
                 return
             released.set()
-            _HOLDERS[compute] -= 1
-            if _HOLDERS[compute]:
+            left = _HOLDERS.pop(compute, 0) - 1  # 0 held after `close_shared_clusters`
+            if left > 0:
+                _HOLDERS[compute] = left
                 return
-            del _HOLDERS[compute]
             cluster = _SHARED.pop(compute, None)
         if cluster is not None:
             cluster.close()
