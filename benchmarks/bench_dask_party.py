@@ -35,11 +35,12 @@ import pandas as pd
 from benchmarks.markdown import markdown_table
 
 
-def write_dataset(folder: Path, rows: int, features: int, row_group: int) -> None:
+def write_dataset(folder: Path, rows: int, features: int, row_group: int, ids: bool = False) -> None:
     """A synthetic classification table as 4 Parquet files of `row_group`-row groups (written in pieces).
 
     Its first 1,000 rows also go to `sample_path(folder)`, outside the dataset: the agent's schema sample
-    (reading it from the dataset would decode a whole row group, `row_group` rows, in the agent).
+    (reading it from the dataset would decode a whole row group, `row_group` rows, in the agent). `ids`:
+    a first column `pid`, the row's position (an agent's ID column).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -48,17 +49,19 @@ def write_dataset(folder: Path, rows: int, features: int, row_group: int) -> Non
     rng = np.random.default_rng(0)
     weights = rng.normal(size=features)
     per_file = -(-rows // 4)
+    schema = _schema(features, ids)
     for index in range(4):
         n = min(per_file, rows - index * per_file)
-        with pq.ParquetWriter(folder / f"part-{index}.parquet", _schema(features)) as writer:
+        with pq.ParquetWriter(folder / f"part-{index}.parquet", schema) as writer:
             for start in range(0, n, row_group):
                 m = min(row_group, n - start)
                 x = rng.normal(size=(m, features))
                 y = np.where(x @ weights + rng.normal(size=m) > 0, "yes", "no")
-                table = pa.table({**{f"f{j}": x[:, j] for j in range(features)}, "y": y})
-                writer.write_table(table.cast(_schema(features)), row_group_size=row_group)
+                first = {"pid": np.arange(m) + index * per_file + start} if ids else {}
+                table = pa.table({**first, **{f"f{j}": x[:, j] for j in range(features)}, "y": y})
+                writer.write_table(table.cast(schema), row_group_size=row_group)
                 if index == 0 and start == 0:
-                    pq.write_table(table.slice(0, 1000).cast(_schema(features)), sample_path(folder))
+                    pq.write_table(table.slice(0, 1000).cast(schema), sample_path(folder))
 
 
 def sample_path(folder: Path) -> Path:
@@ -66,11 +69,11 @@ def sample_path(folder: Path) -> Path:
     return Path(folder).with_name(Path(folder).name + "-sample.parquet")
 
 
-def _schema(features: int):
+def _schema(features: int, ids: bool = False):
     import pyarrow as pa
 
     fields = [pa.field(f"f{j}", pa.float64()) for j in range(features)]
-    return pa.schema([*fields, pa.field("y", pa.string())])
+    return pa.schema([*([pa.field("pid", pa.int64())] if ids else []), *fields, pa.field("y", pa.string())])
 
 
 def _peak_rss_mib() -> float:
