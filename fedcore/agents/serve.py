@@ -47,8 +47,7 @@ def build_institution_server(config: FederationConfig, name: str, master: str = 
     # the process's cluster for its `compute:` (started or connected at first use) is held while it serves
     release = hold_shared(inst.compute) if inst.compute is not None else None
     try:
-        # with tls.master_ca, only a master certificate passes the TLS handshake: no other member's call is
-        # read
+        # with tls.master_ca only a master certificate passes the TLS handshake: no member's call is read
         return AgentServer(agent, location=inst.endpoint, tls_cert=inst.cert, tls_key=inst.key,
                            ca_cert=config.tls["ca"], master_ca=config.tls.get("master_ca"),
                            allowed_master=master, busy_seconds=config.training.agent_session_timeout_s,
