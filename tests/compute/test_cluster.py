@@ -108,3 +108,20 @@ def test_one_cluster_per_setting_held_by_each_server_closes_when_the_last_lets_g
     assert again is not cluster
     hold_shared(compute)()
     assert again.client.status == "closed"
+
+
+def test_a_reached_scheduler_outlives_the_agent_only_its_client_closes() -> None:
+    """An agent that connected to a running scheduler closes its client when it lets go, not the cluster."""
+    from distributed import Client, LocalCluster
+
+    from fedcore.compute.cluster import hold_shared, shared_cluster
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as running:
+        compute = DaskCompute(address=running.scheduler_address)
+        release = hold_shared(compute)
+        cluster = shared_cluster(compute)
+        assert len(cluster.client.scheduler_info()["workers"]) == 1
+        release()
+        assert cluster.client.status == "closed"
+        with Client(running.scheduler_address, set_as_default=False) as other:  # the scheduler runs on
+            assert len(other.scheduler_info()["workers"]) == 1
