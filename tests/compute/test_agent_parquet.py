@@ -365,6 +365,7 @@ def test_prediction_parts_the_agent_does_not_see_are_refused_and_leave_no_folder
     agents["north"] = HorizontalInstitutionAgent(_load(config, three_workers, on_dask=True),
                                                  identity=agents["north"].identity)
     session = _session(agents)
+    session.params = ExtraTreesParams(n_estimators=2, max_depth=3, random_state=4)  # any model will do
     session.agree_schema()
     session.train()
     predictions = tmp_path / "predictions-True"
