@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -36,8 +35,13 @@ import pandas as pd
 from benchmarks.markdown import markdown_table
 
 
-def write_dataset(folder: Path, rows: int, features: int, row_group: int) -> None:
-    """A synthetic classification table as 4 Parquet files of `row_group`-row groups (written in pieces)."""
+def write_dataset(folder: Path, rows: int, features: int, row_group: int, ids: bool = False) -> None:
+    """A synthetic classification table as 4 Parquet files of `row_group`-row groups (written in pieces).
+
+    Its first 1,000 rows also go to `sample_path(folder)`, outside the dataset: the agent's schema sample
+    (reading it from the dataset would decode a whole row group, `row_group` rows, in the agent). `ids`:
+    a first column `pid`, the row's position (an agent's ID column).
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -45,26 +49,40 @@ def write_dataset(folder: Path, rows: int, features: int, row_group: int) -> Non
     rng = np.random.default_rng(0)
     weights = rng.normal(size=features)
     per_file = -(-rows // 4)
+    schema = _schema(features, ids)
     for index in range(4):
         n = min(per_file, rows - index * per_file)
-        with pq.ParquetWriter(folder / f"part-{index}.parquet", _schema(features)) as writer:
+        with pq.ParquetWriter(folder / f"part-{index}.parquet", schema) as writer:
             for start in range(0, n, row_group):
                 m = min(row_group, n - start)
                 x = rng.normal(size=(m, features))
                 y = np.where(x @ weights + rng.normal(size=m) > 0, "yes", "no")
-                table = pa.table({**{f"f{j}": x[:, j] for j in range(features)}, "y": y})
-                writer.write_table(table.cast(_schema(features)), row_group_size=row_group)
+                first = {"pid": np.arange(m) + index * per_file + start} if ids else {}
+                table = pa.table({**first, **{f"f{j}": x[:, j] for j in range(features)}, "y": y})
+                writer.write_table(table.cast(schema), row_group_size=row_group)
+                if index == 0 and start == 0:
+                    pq.write_table(table.slice(0, 1000).cast(schema), sample_path(folder))
 
 
-def _schema(features: int):
+def sample_path(folder: Path) -> Path:
+    """Where `write_dataset` puts its 1,000-row schema sample, beside the dataset folder."""
+    return Path(folder).with_name(Path(folder).name + "-sample.parquet")
+
+
+def _schema(features: int, ids: bool = False):
     import pyarrow as pa
 
     fields = [pa.field(f"f{j}", pa.float64()) for j in range(features)]
-    return pa.schema([*fields, pa.field("y", pa.string())])
+    return pa.schema([*([pa.field("pid", pa.int64())] if ids else []), *fields, pa.field("y", pa.string())])
 
 
 def _peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's own peak RSS (`_vm_hwm_mib`).
+
+    Not getrusage's ru_maxrss: on Linux a child's starts at its parent's peak at fork (it survives exec), so
+    it reported the dataset writer's ~1.1 GiB as the agent's at 10M x 40 (issue #29).
+    """
+    return _vm_hwm_mib()
 
 
 def _model(args: argparse.Namespace, cls: type | None = None, **kwargs):
@@ -106,10 +124,7 @@ def fit_from_parquet(args: argparse.Namespace, client):
             made.append(rows)
             return {"frame": None, "rows": rows}
 
-    import pyarrow.parquet as pq
-
-    first = sorted(Path(args.data).glob("*.parquet"))[0]
-    sample = pq.ParquetFile(first).read_row_group(0).slice(0, 1000).to_pandas()
+    sample = pd.read_parquet(sample_path(args.data))
     model = _model(args, FromParquet, compute=client)
     model.fit([sample], label="y")
     return model, made[0]

@@ -304,7 +304,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         parse_privacy(privacy, algorithm, forest.task)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
-    _check_compute(institutions, setting, privacy, forest.task, path)
+    _check_compute(institutions, setting, forest.task, path)
     federation = str(raw.get("federation", path.stem))
     # names that become folders and files are checked now, not after a whole training run
     _safe_name(training.model_name or federation,
@@ -414,8 +414,7 @@ def _source(value: Any, where: str, path: Path) -> str | SqlSource:
     return str(resolve(path, value))
 
 
-def _check_compute(institutions: list[Institution], setting: str, privacy: PrivacySetting, task: str,
-                   path: Path) -> None:
+def _check_compute(institutions: list[Institution], setting: str, task: str, path: Path) -> None:
     """`compute: dask` runs a party's rows on a cluster; what it cannot run yet is refused here (issue #29).
 
     Horizontal: every mode. Vertical: classification (plain or encrypted labels), not regression.
@@ -426,7 +425,7 @@ def _check_compute(institutions: list[Institution], setting: str, privacy: Priva
         if setting == "vertical":
             from fedcore.compute.dask_vertical import refusal
 
-            cannot = refusal(task == "regression", privacy.mode)
+            cannot = refusal(task == "regression")
             if cannot is not None:
                 raise ConfigError(f"{path}: institution {inst.name!r}: {cannot}")
 

@@ -63,17 +63,6 @@ def block(c0: np.uint64, c1: np.uint64, c2: np.uint64, c3: np.uint64, k0: np.uin
 
 
 @nb.njit(cache=True)
-def fill(out: np.ndarray, key: np.ndarray, c1: np.uint64, c2: np.uint64, c3: np.uint64) -> None:
-    """The first len(out) words of the stream at (c1, c2, c3) under `key` (2 uint64), into `out` (uint64)."""
-    k0, k1 = key[0], key[1]
-    n = out.shape[0]
-    for g in range((n + 3) // 4):
-        w = block(np.uint64(g), c1, c2, c3, k0, k1)
-        for lane in range(min(4, n - 4 * g)):
-            out[4 * g + lane] = w[lane]
-
-
-@nb.njit(cache=True)
 def word(key: np.ndarray, i: int, c1: np.uint64, c2: np.uint64, c3: np.uint64) -> np.uint64:
     """Word i of the stream at (c1, c2, c3) under `key`, alone (for draws of a varying length)."""
     return block(np.uint64(i // 4), c1, c2, c3, key[0], key[1])[i % 4]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from fedcore.compute.cluster import DaskCompute
+from fedcore.compute.cluster import DaskCompute, shared_cluster
 from fedcore.config import FederationConfig, default_predictions
 from fedcore.contracts.expectations import ValidationReport
 from fedcore.contracts.model import DataContract
@@ -33,8 +33,6 @@ if TYPE_CHECKING:
     from fedcore.compute.dask_table import ParquetTable
 
 log = logging.getLogger(__name__)
-_CLUSTERS: dict[DaskCompute, Cluster] = {}
-"""The clusters this process connected to (or started), one per `compute:` setting, kept across sessions."""
 
 
 @dataclass
@@ -115,7 +113,7 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     Examples of bad values stay in the local report. Runs where the data lives. The configured ID column
     and label are checked first (`check_configured_columns`): a misspelt one fails here, with the fix.
     With `compute: dask` and Parquet files, only their metadata is read here; the workers of `cluster`
-    (default: the config's, connected once per process) check and validate the blocks.
+    (default: the config's, `shared_cluster`: one per process) check and validate the blocks.
     """
     inst = config.institution(name)
     master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
@@ -138,7 +136,7 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
         from fedcore.compute.dask_table import profile
 
         assert inst.compute is not None, "workers read only with compute: dask"
-        cluster = cluster or _cluster(inst.compute)
+        cluster = cluster or shared_cluster(inst.compute)
         table = profile(cluster.client, _open_blocks(config, name, inst.data, what), skip)
         frame = pd.DataFrame(columns=list(table.columns))  # the columns, never the rows
     else:
@@ -163,7 +161,7 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     predict_data = inst.predict_data
     if predict_data and workers_predict and _on_dask(predict_data, f"{what} prediction data", batch=True):
         assert inst.compute is not None, "workers read only with compute: dask"
-        cluster = held = cluster or _cluster(inst.compute)
+        cluster = held = cluster or shared_cluster(inst.compute)
         open_batch = lambda: _open_batch(config, name, predict_data, held)  # noqa: E731
     elif predict_data:
         batch = lambda: _read_batch(config, name, predict_data)  # noqa: E731
@@ -208,16 +206,6 @@ def _open_blocks(config: FederationConfig, name: str, source: str | SqlSource, w
     check_configured_columns(config, name, _sql_columns(source, what), table=source.describe(),
                              keys=("id_column",))
     return open_sql(source, what, inst.id_column, inst.compute.block_rows)
-
-
-def _cluster(compute: DaskCompute) -> Cluster:
-    """This process's cluster for `compute` (connected, or started, on first use)."""
-    if compute not in _CLUSTERS:
-        from fedcore.compute.cluster import connect
-
-        _CLUSTERS[compute] = connect(compute)
-        log.info("data-local work on %s", compute.describe())
-    return _CLUSTERS[compute]
 
 
 def check_configured_columns(config: FederationConfig, name: str, columns: Collection,

@@ -9,6 +9,7 @@ import threading
 
 from fedcore.agents.base import SessionAgent
 from fedcore.agents.data import InstitutionData, institution_from_config
+from fedcore.compute.cluster import hold_shared
 from fedcore.config import FederationConfig
 from fedcore.errors import ConfigError, ProtocolError
 from fedcore.privacy.keyauth import PartyIdentity
@@ -21,6 +22,8 @@ def build_institution_server(config: FederationConfig, name: str, master: str = 
     """An AgentServer for institution `name`.
 
     It serves `data` or, without it, (re)loads and validates the configured files at each session start.
+    With `compute: dask`, its shutdown closes the cluster this process started for it (or the client of the
+    one it reached), unless another of the process's agent servers still holds it (`hold_shared`).
     """
     inst = config.institution(name)
     missing = [what for what, value in (("endpoint", inst.endpoint), ("cert", inst.cert), ("key", inst.key),
@@ -41,10 +44,18 @@ def build_institution_server(config: FederationConfig, name: str, master: str = 
         agent = HorizontalInstitutionAgent(source, name=name, identity=identity)
     else:
         agent = VerticalInstitutionAgent(source, config.read_consortium_key(), name=name, identity=identity)
-    # with tls.master_ca, only a master certificate passes the TLS handshake: no other member's call is read
-    return AgentServer(agent, location=inst.endpoint, tls_cert=inst.cert, tls_key=inst.key,
-                       ca_cert=config.tls["ca"], master_ca=config.tls.get("master_ca"), allowed_master=master,
-                       busy_seconds=config.training.agent_session_timeout_s)
+    # the process's cluster for its `compute:` (started or connected at first use) is held while it serves
+    release = hold_shared(inst.compute) if inst.compute is not None else None
+    try:
+        # with tls.master_ca only a master certificate passes the TLS handshake: no member's call is read
+        return AgentServer(agent, location=inst.endpoint, tls_cert=inst.cert, tls_key=inst.key,
+                           ca_cert=config.tls["ca"], master_ca=config.tls.get("master_ca"),
+                           allowed_master=master, busy_seconds=config.training.agent_session_timeout_s,
+                           on_shutdown=release)
+    except BaseException:
+        if release is not None:
+            release()
+        raise
 
 
 def serve_until_session_closed(server: AgentServer, idle_timeout_s: float | None = None,

@@ -10,11 +10,18 @@ Forms, all parsed here once:
   estimators) a `distributed.Client`.
 
 Absent (None): today's in-process party, unchanged.
+
+An agent process keeps one cluster per setting (`shared_cluster`) across its sessions; each agent server
+holds it while it serves (`hold_shared`) and the last one to stop closes it (`atexit` as a last resort).
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import re
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +31,7 @@ from fedcore.errors import ConfigError, ParameterError
 if TYPE_CHECKING:
     from distributed import Client
 
+log = logging.getLogger(__name__)
 DASK_KEYS = ("address", "local", "block_rows", "connect_timeout_s")
 LOCAL_KEYS = ("workers", "threads_per_worker", "memory_limit", "processes")
 ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc)://\S+$")
@@ -204,3 +212,60 @@ def connect(compute: DaskCompute | Client) -> Cluster:
                            dashboard_address=":0")
     client = Client(cluster, set_as_default=False)
     return Cluster(client, [client, cluster])
+
+
+_SHARED: dict[DaskCompute, Cluster] = {}
+"""The clusters this process connected to (or started), one per `compute:` setting, kept across sessions."""
+_HOLDERS: dict[DaskCompute, int] = {}
+_LOCK = threading.Lock()
+
+
+def shared_cluster(compute: DaskCompute) -> Cluster:
+    """This process's cluster for `compute`: connected (or started) on first use, the same one after.
+
+    An agent's sessions (and its data loads) share it rather than start a cluster each.
+    """
+    with _LOCK:
+        if compute not in _SHARED:
+            _SHARED[compute] = connect(compute)
+            log.info("data-local work on %s, kept for this process's sessions", compute.describe())
+        return _SHARED[compute]
+
+
+def hold_shared(compute: DaskCompute) -> Callable[[], None]:
+    """Keep `compute`'s shared cluster until the returned call (an agent server: until it shuts down).
+
+    The last holder's call closes it: a local cluster stops with its workers; a remote scheduler's client
+    closes and the cluster runs on. Calling it twice releases once.
+    """
+    with _LOCK:
+        _HOLDERS[compute] = _HOLDERS.get(compute, 0) + 1
+    released = threading.Event()
+
+    def release() -> None:
+        with _LOCK:
+            if released.is_set():
+                return
+            released.set()
+            left = _HOLDERS.pop(compute, 0) - 1  # 0 held after `close_shared_clusters`
+            if left > 0:
+                _HOLDERS[compute] = left
+                return
+            cluster = _SHARED.pop(compute, None)
+        if cluster is not None:
+            cluster.close()
+
+    return release
+
+
+def close_shared_clusters() -> None:
+    """Close every shared cluster of this process (at interpreter exit, whatever still holds them)."""
+    with _LOCK:
+        clusters = list(_SHARED.values())
+        _SHARED.clear()
+        _HOLDERS.clear()
+    for cluster in clusters:
+        cluster.close()
+
+
+atexit.register(close_shared_clusters)  # a last resort: agent servers close theirs when they stop

@@ -76,11 +76,8 @@ REGRESSION_REFUSED = ("vertical regression runs in process only: its histograms 
 """Why a vertical Dask party refuses regression."""
 
 
-def refusal(regression: bool, privacy: str) -> str | None:
-    """Why a vertical party on Dask cannot train this task with this privacy mode (None: it can).
-
-    Every privacy mode runs; `privacy` stays so that callers ask once for both.
-    """
+def refusal(regression: bool) -> str | None:
+    """Why a vertical party on Dask cannot train this task (None: it can); every privacy mode runs."""
     if regression:
         return REGRESSION_REFUSED
     return None
@@ -238,9 +235,9 @@ class DaskVerticalRows:
         return futures
 
     # -- LocalRows' interface -------------------------------------------------------------------------
-    def check_setup(self, criterion: int, privacy: str) -> str | None:
+    def check_setup(self, criterion: int) -> str | None:
         """Why this training cannot run on Dask (`refusal`), or None."""
-        return refusal(criterion == SQUARED_ERROR, privacy)
+        return refusal(criterion == SQUARED_ERROR)
 
     def fit(self, max_bins: int, seed: int) -> PartyBinner:
         """The party's binner, fitted on all its rows: the frame's here, or over the blocks on the workers."""

@@ -56,7 +56,6 @@ from fedcore.agents.storage import (
     write_predictions,
 )
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
-from fedcore.compute.cluster import Cluster
 from fedcore.errors import DataWriteError, ParameterError, ProtocolError
 from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.model import HorizontalForest
@@ -104,7 +103,6 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         self._checkpoints: CheckpointStore | None = None
         self._seeds: CheckpointStore | None = None
         self._trained = False  # the model was trained in this session (its `model` message), not loaded
-        self._cluster: Cluster | None = None  # the institution's Dask cluster (`compute:`), once connected
 
     def _engine_reply(self, message: Message) -> Message:
         party = self._require_party(message.kind)
@@ -173,26 +171,20 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
     def _rows(self, train: pd.DataFrame) -> dict:
         """The party's rows as its constructor takes them: in process, or on this institution's Dask cluster.
 
-        The cluster is the institution's own choice (`compute:` in its config, never the master's): the agent
-        connects once (or starts its local cluster) and sends the training rows there in blocks.
+        The cluster is the institution's own choice (`compute:` in its config, never the master's): this
+        process's one cluster for it (`shared_cluster`), which gets the training rows in blocks.
         """
         compute = self.data.compute
         if compute is None:
             return {"frame": train}
+        from fedcore.compute.cluster import shared_cluster
         from fedcore.compute.dask_rows import DaskPartyRows
 
-        if self._cluster is None and self.data.cluster is not None:  # the one its data load connected
-            self._cluster = self.data.cluster
-        elif self._cluster is None:
-            from fedcore.compute.cluster import connect
-
-            self._cluster = connect(compute)
-            log.info("institution %r: party rows on %s", self.name, compute.describe())
+        client = (self.data.cluster or shared_cluster(compute)).client
         assert self.schema is not None, "setup sets the schema first"
-        rows = DaskPartyRows.from_frame(self.name, train, self.schema, self._cluster.client,
-                                        compute.block_rows)
+        rows = DaskPartyRows.from_frame(self.name, train, self.schema, client, compute.block_rows)
         log.info("institution %r: %d training rows in %d blocks on %d Dask worker(s)", self.name, rows.n_rows,
-                 len(rows.blocks), len(self._cluster.client.scheduler_info().get("workers", {})))
+                 len(rows.blocks), len(client.scheduler_info().get("workers", {})))
         return {"frame": None, "rows": rows}
 
     def _rows_on_workers(self, rng: np.random.Generator, fraction: float) -> tuple[dict, int, int]:

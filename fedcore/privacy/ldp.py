@@ -176,20 +176,6 @@ class LabelLDP:
                                       ldp_draws.threshold63(self.keep_probability), out)
         return out
 
-    def instant_bits(self, permanent: np.ndarray, key: np.ndarray, report: int = 0, slot: int = 0,
-                     first_row: int = 0) -> np.ndarray:
-        """Instant randomized response of permanent bits, same shape uint8: fresh for every (report, slot).
-
-        Row i is the party's row first_row + i (`ldp_draws`); the party's own reports are summed where its
-        rows are (`fedcore.trees.rowwork.ldp_report_sums`), from the same draws.
-        """
-        permanent = self._checked_permanent(permanent)
-        out = np.empty(permanent.shape, dtype=np.uint8)
-        if_one, if_zero = self.instant_thresholds()
-        ldp_draws.instant_bits(permanent, ldp_draws.check_key(key), int(first_row), int(slot), int(report),
-                               if_one, if_zero, out)
-        return out
-
     def instant_thresholds(self) -> tuple[np.uint64, np.uint64]:
         """The instant response's thresholds; k-RR has no instant step (its report is the permanent one)."""
         if self.mechanism == "krr":
@@ -204,19 +190,6 @@ class LabelLDP:
     def _krr_keep(self, n_classes: int) -> float:
         """k-RR: the probability of reporting the true class."""
         return 1.0 / (1.0 + (n_classes - 1) * math.exp(-self._krr_epsilon()))
-
-    def _checked_permanent(self, permanent: np.ndarray) -> np.ndarray:
-        """Permanent bits as contiguous uint8 (n, n_bits), or the error that says what to pass."""
-        permanent = np.asarray(permanent)
-        width = permanent.shape[1] if self.n_bits is None and permanent.ndim == 2 else self.n_bits
-        if permanent.ndim != 2 or permanent.shape[1] != width:
-            raise ParameterError(f"permanent bits must have shape (n_samples, {width}), got "
-                                 f"{permanent.shape}; pass the output of permanent_bits with the same "
-                                 "LabelLDP")
-        if permanent.size and (not np.issubdtype(permanent.dtype, np.integer) or permanent.min() < 0
-                               or permanent.max() > 1):
-            raise ParameterError("permanent bits must be integers 0 or 1; pass the output of permanent_bits")
-        return np.ascontiguousarray(permanent, dtype=np.uint8)
 
     def report_probabilities(self, n_classes: int) -> np.ndarray:
         """P(instant bit = 1 | class), (n_classes, n_bits) float64: the design of the count estimation."""

@@ -118,15 +118,6 @@ def instant_report(permanent: np.ndarray, key: np.ndarray, row: np.uint64, slot:
 
 
 @nb.njit(cache=True, parallel=True)
-def instant_bits(permanent: np.ndarray, key: np.ndarray, first_row: int, slot: int, report: int,
-                 if_one: np.uint64, if_zero: np.uint64, out: np.ndarray) -> None:
-    """The instant reports of rows first_row, first_row + 1, ... in tree slot `slot` at report `report`."""
-    for i in nb.prange(permanent.shape[0]):
-        instant_report(permanent[i], key, np.uint64(first_row + i), np.uint64(slot), np.uint64(report),
-                       if_one, if_zero, out[i])
-
-
-@nb.njit(cache=True, parallel=True)
 def permanent_bloom(labels: np.ndarray, bloom: np.ndarray, first_row: int, key: np.ndarray,
                     keep: np.uint64, out: np.ndarray) -> None:
     """The Bloom mechanism's permanent responses of rows first_row, first_row + 1, ... into `out`.

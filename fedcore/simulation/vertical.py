@@ -86,7 +86,7 @@ def simulate_vertical(
     if compute is not None:
         from fedcore.compute.dask_vertical import refusal
 
-        cannot = refusal(task == "regression", setting.mode)
+        cannot = refusal(task == "regression")
         if cannot is not None:
             raise ParameterError(cannot)
     federated_model = _engine(task, {**params, "privacy": setting, "compute": compute}, progress)

@@ -324,13 +324,16 @@ class AgentServer(flight.FlightServerBase):
     def __init__(self, party, location: str = "grpc+tls://127.0.0.1:0", *, tls_cert: PemSource,
                  tls_key: PemSource, ca_cert: PemSource, master_ca: PemSource | None = None,
                  allowed_master: str = "master", max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 max_bytes_in_flight: int | None = None, busy_seconds: float = BUSY_SECONDS) -> None:
+                 max_bytes_in_flight: int | None = None, busy_seconds: float = BUSY_SECONDS,
+                 on_shutdown: Callable[[], None] | None = None) -> None:
         """Serve `party` over mutual TLS, answering only the master identity `allowed_master`.
 
         With `master_ca` (the CA that signs master certificates only), a client certificate must be signed by
         it to pass the TLS handshake; without, by the consortium CA `ca_cert`, as every member's is (a
         warning says so). `busy_seconds`: how long a silent master's session keeps other masters out.
+        `on_shutdown`: called once when serving stops, after the running calls (the agent's Dask cluster).
         """
+        self._on_shutdown = on_shutdown
         self.name = str(getattr(party, "name", "party"))
         _require_tls(location, f"agent {self.name!r}")
         cert, key = read_pem(tls_cert, "agent certificate"), read_pem(tls_key, "agent key")
@@ -512,6 +515,8 @@ class AgentServer(flight.FlightServerBase):
         if not self._stopped:
             self._stopped = True
             super().shutdown()
+            if self._on_shutdown is not None:
+                self._on_shutdown()
 
 
 class _ReleasedAfterSending:

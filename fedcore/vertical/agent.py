@@ -40,7 +40,6 @@ from fedcore.vertical.persistence import party_file_stem
 if TYPE_CHECKING:
     from distributed import Client
 
-    from fedcore.compute.cluster import Cluster
     from fedcore.compute.dask_vertical import DaskVerticalRows
     from fedcore.privacy.psi import PSIParty
 
@@ -79,7 +78,6 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self._holdout_loaded = False  # the held-out rows are the party's prediction data (load_holdout)
         self.aligned_ids: pd.Series | None = None
         self._checkpoints: CheckpointStore | None = None
-        self._cluster: Cluster | None = None  # the institution's Dask cluster (`compute:`), once connected
 
     def _batch_checkpoint(self) -> dict[str, np.ndarray]:
         assert self.party is not None, "handle() checkpoints a batch only once the party exists"
@@ -219,20 +217,16 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
     def _on_cluster(self, party: VerticalParty) -> None:
         """Put the party's row work on this institution's Dask cluster, when its own config says so.
 
-        The cluster is the institution's choice (`compute:`, never the master's): the agent connects once (or
-        starts its local cluster); the rows go there in blocks when setup bins them.
+        The cluster is the institution's choice (`compute:`, never the master's): this process's one cluster
+        for it (`shared_cluster`); the rows go there in blocks when setup bins them.
         """
         compute = self.data.compute
         if compute is None:
             return
+        from fedcore.compute.cluster import shared_cluster
         from fedcore.compute.dask_vertical import DaskVerticalRows
 
-        if self._cluster is None:
-            from fedcore.compute.cluster import connect
-
-            self._cluster = connect(compute)
-            log.info("institution %r: party rows on %s", self.name, compute.describe())
-        party.rows = DaskVerticalRows(party.features, self._cluster.client, compute.block_rows)
+        party.rows = DaskVerticalRows(party.features, shared_cluster(compute).client, compute.block_rows)
         log.info("institution %r: %d training rows in %d blocks", self.name, party.rows.n_rows,
                  len(party.rows.blocks))
 

@@ -146,7 +146,7 @@ class _FederatedForest(SimulatedFederation):
         compute = compute_from_spec(self.compute, self.block_rows)
         if compute is None:
             return None
-        cannot = refusal(self._task == "regression", params.privacy)
+        cannot = refusal(self._task == "regression")
         if cannot is not None:
             raise ParameterError(cannot)
         self._block_rows = (self.block_rows if self.block_rows is not None

@@ -219,7 +219,7 @@ class VerticalParty:
                  f"max_bins must be in [2, 255], got {h['max_bins']!r}")
         self._criterion = int(h["criterion"])
         privacy = h.get("privacy", "none")
-        cannot = self.rows.check_setup(self._criterion, privacy)
+        cannot = self.rows.check_setup(self._criterion)
         _require(cannot is None, self.name, str(cannot))
         # the bin edges come from all the rows, wherever they are (`PartyBinner.fit`'s edges either way)
         self._binner = self.rows.fit(int(h["max_bins"]), int(h["binning_seed"]))

@@ -41,7 +41,7 @@ class LocalRows:
         """The party's feature columns, in order."""
         return [str(c) for c in self.features.columns]
 
-    def check_setup(self, criterion: int, privacy: str) -> str | None:
+    def check_setup(self, criterion: int) -> str | None:
         """Why this training cannot run here (None: it can); in process, everything runs."""
         return None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fedcore.compute.cluster import DaskCompute
+from fedcore.compute.cluster import DaskCompute, hold_shared
 from fedcore.data.datasets import make_waveform
 from fedcore.privacy.settings import parse_privacy
 from tests.horizontal.test_session import _agents, _session
@@ -25,6 +25,7 @@ def test_an_agent_with_compute_dask_trains_the_same_model(tmp_path, algorithm, p
         if on_dask:  # the north institution's own config: its party on a local cluster of two workers
             north = agents["north"]
             north.data.compute = DaskCompute(workers=2, processes=False, block_rows=50)
+            release = hold_shared(north.data.compute)  # as the agent's server holds it while it serves
         session = _session(agents, algorithm, privacy=privacy)
         session.agree_schema()
         if privacy == "ldp":  # each party's noise seed (drawn per session), the same in both runs
@@ -34,7 +35,7 @@ def test_an_agent_with_compute_dask_trains_the_same_model(tmp_path, algorithm, p
         models.append(session.model)
         if on_dask:
             assert type(north.party.rows).__name__ == "DaskPartyRows" and len(north.party.rows.blocks) > 2
-            north._cluster.close()
+            release()
         session.close()
     assert models[1].same_as(models[0])
 

@@ -25,7 +25,7 @@ from fedcore.config import parse_config
 from fedcore.contracts.model import dump_contract, infer_contract
 from fedcore.data.datasets import make_waveform
 from fedcore.data.split import split_horizontal
-from fedcore.errors import DataReadError, InputError
+from fedcore.errors import DataReadError, DataWriteError, InputError
 from fedcore.horizontal.agent import HorizontalInstitutionAgent
 from fedcore.horizontal.params import ExtraTreesParams
 from tests.horizontal.test_session import _agents, _session
@@ -278,24 +278,54 @@ def test_csv_data_stays_in_the_agent_process_and_says_so(tmp_path, three_workers
             "own process (compute: dask reads Parquet and databases on the workers)") in caplog.messages
 
 
-def test_an_agent_process_connects_once_and_keeps_its_cluster_across_sessions(tmp_path) -> None:
-    from fedcore.agents import data as agent_data
+def test_an_agent_server_keeps_one_cluster_across_sessions_and_closes_it_when_it_stops(tmp_path) -> None:
+    """Two sessions of a served agent share the LocalCluster it started; stopping leaves no worker behind."""
+    import threading
 
+    import psutil
+
+    from fedcore.agents.serve import build_institution_server, serve_until_session_closed
+    from fedcore.protocol.messages import Message
+    from fedcore.transport.flight import FlightTransport
+    from fedcore.transport.tls import init_ca, issue_certificate
+
+    pki = tmp_path / "pki"
+    init_ca(pki)
+    for name, role in (("master", "master"), ("north", "institution")):
+        issue_certificate(pki, name, pki, role=role)
     _write(_north_and_new(_table("classification"))[0], tmp_path / "north")
-    local = {"dask": {"local": {"workers": 1, "processes": False}, "block_rows": BLOCK_ROWS}}
+    local = {"dask": {"local": {"workers": 1}, "block_rows": BLOCK_ROWS}}  # a worker process (a nanny's)
     raw = {"federation": "f", "setting": "horizontal", "consortium_key": {"env": "UNUSED"},
+           "tls": {"ca": str(pki / "ca.pem")},
            "institutions": [
                {"name": "north", "data": str(tmp_path / "north" / "*.parquet"), "id_column": "patient_id",
-                "label": "class", "compute": local},
+                "label": "class", "compute": local, "endpoint": "grpc+tls://127.0.0.1:0",
+                "cert": str(pki / "north.pem"), "key": str(pki / "north.key")},
                {"name": "south", "data": "unused.parquet", "id_column": "patient_id", "label": "class"}]}
     config = parse_config(raw, tmp_path / "federation.yaml")
-    first = institution_from_config(config, "north")  # a session start: the loader reads the config again
-    try:
-        second = institution_from_config(config, "north")
-        assert first.cluster is second.cluster and first.table == second.table and first.validation is None
-        assert len(first.cluster.client.scheduler_info()["workers"]) == 1
-    finally:
-        agent_data._CLUSTERS.pop(config.institution("north").compute).close()
+    def workers() -> set[int]:  # this process's children, but multiprocessing's one resource tracker
+        return {p.pid for p in psutil.Process().children(recursive=True)
+                if "resource_tracker" not in " ".join(p.cmdline())}
+
+    children, threads = workers(), set(threading.enumerate())
+    server = build_institution_server(config, "north")
+    serving = threading.Thread(target=serve_until_session_closed, args=(server, 60))
+    serving.start()
+    clusters = []
+    with FlightTransport({"north": f"grpc+tls://127.0.0.1:{server.port}"}, tls_cert=pki / "master.pem",
+                         tls_key=pki / "master.key", ca_cert=pki / "ca.pem") as transport:
+        transport.wait_ready(timeout_s=10)
+        for _ in range(2):  # two sessions: each reloads the data (a session start)
+            transport.exchange({"north": Message("validation_report")})
+            clusters.append(server.party.data.cluster)
+        started = workers() - children
+        transport.exchange({"north": Message("close")})
+    serving.join(timeout=30)
+    assert not serving.is_alive() and server.party.sessions == 2
+    assert clusters[0] is clusters[1] and started  # one cluster, with its worker process
+    assert clusters[0].client.status == "closed"
+    assert not workers() - children  # its worker processes are gone
+    assert not [t.name for t in threading.enumerate() if t not in threads and t.is_alive()]
 
 
 def test_a_vertical_agent_on_dask_reads_its_parquet_metadata_only(tmp_path, three_workers,
@@ -334,3 +364,44 @@ def test_a_parquet_batch_that_has_not_arrived_yet_does_not_stop_the_agent_loadin
     with pytest.raises(DataReadError, match=re.escape(
             f"institution 'north' prediction data: no file matches '{tmp_path}/later/*.parquet'")):
         data.open_batch()
+
+
+def test_prediction_parts_the_agent_does_not_see_are_refused_and_leave_no_folder(tmp_path, three_workers
+                                                                                 ) -> None:
+    """A worker writing where the agent does not look (block 1's part gone from its view): no dataset."""
+    from distributed import WorkerPlugin
+
+    table = _table("classification")
+    contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
+    north, new = _north_and_new(table)
+    config = _config(tmp_path, north, new, contract, on_dask=True)
+    agents = _agents(table, tmp_path / "run", contract)
+    agents["north"] = HorizontalInstitutionAgent(_load(config, three_workers, on_dask=True),
+                                                 identity=agents["north"].identity)
+    session = _session(agents)
+    session.params = ExtraTreesParams(n_estimators=2, max_depth=3, random_state=4)  # any model will do
+    session.agree_schema()
+    session.train()
+    predictions = tmp_path / "predictions-True"
+
+    class OtherDisk(WorkerPlugin):
+        name = "other-disk"
+
+        def transition(self, key, start, finish, **kwargs) -> None:
+            if finish == "memory" and "_predict_block" in str(key):
+                for part in predictions.glob("*/part-00001.parquet"):
+                    part.unlink()
+
+    three_workers.register_plugin(OtherDisk())
+    try:
+        with pytest.raises(DataWriteError) as refused:
+            agents["north"].handle(_predict_local())
+    finally:
+        three_workers.unregister_worker_plugin("other-disk")
+        session.close()
+    folder = re.escape(str(predictions)) + r"/\.unregistered-[^/']+\.parquet\.tmp"
+    assert re.fullmatch(re.escape("institution 'north': the Dask workers wrote 3 of 4 prediction parts into ")
+                        + f"'{folder}'" + re.escape(" as this agent sees it: the workers must see the "
+                                                    "institution's predictions folder at the same path (a "
+                                                    "shared file system)"), str(refused.value))
+    assert list(predictions.iterdir()) == []  # neither the parts nor a renamed folder

@@ -89,3 +89,39 @@ def test_the_estimators_and_simulate_take_local_n_or_an_address() -> None:
         with pytest.raises(ParameterError, match=r"^compute must be None, 'local:N' \(N workers on this "
                                                  rf"machine\), .*; got {bad!r}$"):
             compute_from_spec(bad)
+
+
+def test_one_cluster_per_setting_held_by_each_server_closes_when_the_last_lets_go() -> None:
+    """Two agent servers of one process share a setting's cluster; it closes when the last one stops."""
+    from fedcore.compute.cluster import hold_shared, shared_cluster
+
+    compute = DaskCompute(workers=1, processes=False)
+    first, second = hold_shared(compute), hold_shared(compute)
+    cluster = shared_cluster(compute)
+    assert shared_cluster(compute) is cluster and DaskCompute(workers=1, processes=False) == compute
+    first()
+    first()  # a second call of the same holder releases nothing more
+    assert cluster.client.status == "running" and shared_cluster(compute) is cluster
+    second()
+    assert cluster.client.status == "closed"
+    again = shared_cluster(compute)  # a later agent starts a new one
+    assert again is not cluster
+    hold_shared(compute)()
+    assert again.client.status == "closed"
+
+
+def test_a_reached_scheduler_outlives_the_agent_only_its_client_closes() -> None:
+    """An agent that connected to a running scheduler closes its client when it lets go, not the cluster."""
+    from distributed import Client, LocalCluster
+
+    from fedcore.compute.cluster import hold_shared, shared_cluster
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as running:
+        compute = DaskCompute(address=running.scheduler_address)
+        release = hold_shared(compute)
+        cluster = shared_cluster(compute)
+        assert len(cluster.client.scheduler_info()["workers"]) == 1
+        release()
+        assert cluster.client.status == "closed"
+        with Client(running.scheduler_address, set_as_default=False) as other:  # the scheduler runs on
+            assert len(other.scheduler_info()["workers"]) == 1

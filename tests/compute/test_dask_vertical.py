@@ -161,7 +161,7 @@ def test_encrypted_labels_on_dask_grow_the_in_process_forest(mode, three_workers
 @pytest.mark.parametrize("privacy", ["none", "ou"])
 def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy) -> None:
     """Every institution's own config puts its party on a local cluster: the session's model is unchanged."""
-    from fedcore.compute.cluster import DaskCompute
+    from fedcore.compute.cluster import DaskCompute, hold_shared
     from fedcore.data.scenario import make_vertical_scenario
     from fedcore.transport.inprocess import InProcessTransport
     from fedcore.trees.params import ForestParams
@@ -173,6 +173,7 @@ def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy) 
     for on_dask in (False, True):
         settings = {"compute": DaskCompute(workers=2, processes=False, block_rows=90)} if on_dask else {}
         agents = _agents(scenario, tmp_path / str(on_dask), new_batch=False, **settings)
+        release = hold_shared(settings["compute"]) if on_dask else None  # as an agent server holds it
         transport = InProcessTransport({n: a.handle for n, a in agents.items()})
         params = ForestParams(n_estimators=4 if privacy == "none" else 2, max_depth=5, random_state=1,
                               privacy=privacy, key_bits=None if privacy == "none" else 2048)
@@ -191,8 +192,9 @@ def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy) 
             passive = [a.party for a in agents.values() if not a.party.is_label_holder]
             assert all((p._passive_crypto is not None and p._passive_crypto.pairs_computed > 0)
                        == (privacy == "ou") for p in passive)
-            for agent in agents.values():
-                agent._cluster.close()
+            assert len({id(a.party.rows.client) for a in agents.values()}) == 1  # one cluster per setting
+        if release is not None:
+            release()
         session.close()
         models.append(arrays)
     assert models[0].keys() == models[1].keys()

@@ -34,9 +34,11 @@ def reference_instant(permanent: np.ndarray, row: int, slot: int, report: int, i
 
 def _instant(permanent: np.ndarray, first_row: int, slot: int, report: int, if_one: int,
              if_zero: int) -> np.ndarray:
+    """Each row's report by the per-row kernel the party's sums draw with (`rowwork.ldp_report_sums`)."""
     out = np.empty(permanent.shape, dtype=np.uint8)
-    ldp_draws.instant_bits(permanent, KEY, first_row, slot, report, np.uint64(if_one), np.uint64(if_zero),
-                           out)
+    for i in range(permanent.shape[0]):
+        ldp_draws.instant_report(permanent[i], KEY, np.uint64(first_row + i), np.uint64(slot),
+                                 np.uint64(report), np.uint64(if_one), np.uint64(if_zero), out[i])
     return out
 
 

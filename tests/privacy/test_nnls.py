@@ -15,6 +15,7 @@ from scipy.optimize import nnls as scipy_nnls
 from fedcore.privacy.ldp import SUM_WEIGHT, LabelLDP
 from fedcore.privacy.nnls import SharedNNLS, lawson_hanson
 from fedcore.randomness import counter_key
+from tests.privacy.reports import instant_bits
 
 EPS = np.finfo(np.float64).eps
 
@@ -122,7 +123,7 @@ def test_many_classes_estimate_a_large_group() -> None:
     assert ldp.n_bits == 64
     counts = np.random.default_rng(4).multinomial(20000, np.random.default_rng(5).dirichlet(np.ones(26)))
     labels = np.repeat(np.arange(26), counts)
-    reports = ldp.instant_bits(ldp.permanent_bits(labels, 26, counter_key(6, "ldp_permanent")),
+    reports = instant_bits(ldp, ldp.permanent_bits(labels, 26, counter_key(6, "ldp_permanent")),
                                counter_key(6, "ldp_instant"))
     estimate = ldp.estimate_counts(reports.sum(axis=0), np.array(labels.size), 26)
     assert (estimate >= 0).all() and estimate.sum() == pytest.approx(20000, rel=1e-5)

@@ -15,6 +15,7 @@ from fedcore.horizontal.rows import PartyRows, RowPartition, narrow
 from fedcore.privacy.ldp import LabelLDP
 from fedcore.randomness import counter_key
 from fedcore.trees import rowwork
+from tests.privacy.reports import instant_bits
 
 
 # -- references: the (slot, row) -> open node matrix and brute-force loops over it ------------------------
@@ -168,14 +169,14 @@ def test_regression_sums_are_exact_integers(case) -> None:
 
 @pytest.mark.parametrize("ldp", [LabelLDP(n_bits=16, n_hashes=2), LabelLDP(mechanism="krr", epsilon_krr=2.0)])
 def test_ldp_report_sums_add_each_rows_report_drawn_at_its_slot_and_level(ldp) -> None:
-    """Row r in tree slot s at report t adds `LabelLDP.instant_bits` of (r, s, t) to each branch it takes."""
+    """Row r in tree slot s at report t adds its `instant_report` of (r, s, t) to each branch it takes."""
     permanent_key, key = counter_key(4, "ldp_permanent"), counter_key(4, "ldp_instant")
     for report, (rows, pos, features, thresholds) in enumerate(levels(seed=7, n_trees=9, n_rows=90)):
         C = rows.schema.n_classes
         ldp = ldp.sized_for(C)
         rows.draw_permanent(ldp, permanent_key)
         np.testing.assert_array_equal(rows.permanent, ldp.permanent_bits(rows.y, C, permanent_key))
-        reports = np.stack([ldp.instant_bits(rows.permanent, key, report=report + 10, slot=s)
+        reports = np.stack([instant_bits(ldp, rows.permanent, key, report=report + 10, slot=s)
                             for s in range(pos.shape[0])])  # (slot, row, bit): every row's report
         slots, r, _ = entries(pos)
         _, codes = branch_codes(pos, rows.X, features, thresholds)
