@@ -4,10 +4,15 @@ Its table read from the configured files or database (`fedcore.data.sql`), check
 contract, and the contract result as it may leave the institution. With `compute: dask` and Parquet
 files the agent reads only their metadata (`fedcore.compute.dask_table`): the workers read, check and
 validate the blocks (issue #29).
+
+Dates train as numbers, converted exactly as `fedforest simulate` converts them (`fedcore.data.columns`,
+days since 1970-01-01 UTC) after validation: the contract's date and timestamp columns, or without a
+contract the columns the training table holds dates in; prediction batches convert the same columns.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 from collections.abc import Callable, Collection
@@ -21,9 +26,10 @@ from fedcore.compute.cluster import DaskCompute
 from fedcore.config import FederationConfig, default_predictions
 from fedcore.contracts.expectations import ValidationReport
 from fedcore.contracts.model import DataContract
+from fedcore.data.columns import convert_dates, guess_date_columns
 from fedcore.data.numbers import check_finite_columns
 from fedcore.data.sql import SqlSource
-from fedcore.errors import ColumnNotFoundError, ConfigError, DataReadError
+from fedcore.errors import ColumnNotFoundError, ConfigError, DataReadError, InputError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.signing import PublicKeySource
 from fedcore.privacy.settings import PrivacySetting
@@ -82,6 +88,8 @@ class InstitutionData:
     predictions_sql: SqlSource | None = None
     """A database table the predictions are written to instead of `predictions_dir`
     (`fedcore.data.sql_sink`)."""
+    dates: tuple[str, ...] = ()
+    """The columns converted to days since epoch in the table and in every prediction batch."""
 
     @property
     def n_rows(self) -> int:
@@ -161,13 +169,16 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
             report = validate_frame(frame, contract, name, include_label=inst.is_label_holder, max_examples=0)
         for line in report.failure_lines():
             log.warning("data contract violation: %s", line)
+    dates = date_columns(contract, frame, skip)
+    if report is None or report.success:  # a table that broke its contract does not train: left as read
+        frame, table = _dates_as_numbers(frame, table, dates)
     predict_data = inst.predict_data
     if predict_data and workers_read and _on_dask(predict_data, f"{what} prediction data", batch=True):
         assert inst.compute is not None, "workers read only with compute: dask"
         cluster = held = cluster or _cluster(inst.compute)
-        open_batch = lambda: _open_batch(config, name, predict_data, held)  # noqa: E731
+        open_batch = lambda: _open_batch(config, name, predict_data, held, dates)  # noqa: E731
     elif predict_data:
-        batch = lambda: _read_batch(config, name, predict_data)  # noqa: E731
+        batch = lambda: _read_batch(config, name, predict_data, dates)  # noqa: E731
     return InstitutionData(
         name=name, frame=frame, id_column=inst.id_column, label=inst.label, registry=inst.registry,
         predictions_dir=inst.predictions or default_predictions(config.path, name),
@@ -175,8 +186,28 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
         privacy=config.privacy, master_key=master_key,
         holdout=config.training.holdout, min_overlap=config.training.min_overlap, compute=inst.compute,
         table=table, cluster=cluster if table is not None or open_batch is not None else None,
-        open_batch=open_batch, predictions_sql=inst.predictions_sql,
+        open_batch=open_batch, predictions_sql=inst.predictions_sql, dates=dates,
     )
+
+
+def _dates_as_numbers(frame: pd.DataFrame, table: ParquetTable | None,
+                      dates: tuple[str, ...]) -> tuple[pd.DataFrame, ParquetTable | None]:
+    """The table with `dates` as days since epoch: converted here, or by the workers as they read blocks."""
+    if table is not None:
+        return frame, dataclasses.replace(table, dates=dates)
+    return convert_dates(frame, dates=dates)[0], None
+
+
+def date_columns(contract: DataContract | None, frame: pd.DataFrame,
+                 skip: Collection[str | None]) -> tuple[str, ...]:
+    """The columns an agent converts to days since epoch: its contract's dates, else the table's own.
+
+    Decided once per session from the training table, so that a batch never holds a date where the table
+    held a string (or the reverse).
+    """
+    if contract is not None:
+        return tuple(contract.date_columns)
+    return tuple(guess_date_columns(frame, keep=[c for c in skip if c is not None]))
 
 
 def _on_dask(pattern: str | SqlSource, what: str, batch: bool = False) -> TypeGuard[str]:
@@ -236,18 +267,26 @@ def check_configured_columns(config: FederationConfig, name: str, columns: Colle
                                       f"{hint}; {fix}")
 
 
-def _read_batch(config: FederationConfig, name: str, pattern: str | SqlSource) -> pd.DataFrame:
-    """An institution's new rows to predict, refused unless they have its ID column."""
-    frame = read_source(pattern, f"institution {name!r} prediction data",
-                        skip=[config.institution(name).id_column])
+def _read_batch(config: FederationConfig, name: str, pattern: str | SqlSource,
+                dates: Collection[str] = ()) -> pd.DataFrame:
+    """An institution's new rows to predict, refused unless they have its ID column; `dates` converted."""
+    what = f"institution {name!r} prediction data"
+    frame = read_source(pattern, what, skip=[config.institution(name).id_column])
     shown = pattern.describe() if isinstance(pattern, SqlSource) else repr(pattern)
     check_configured_columns(config, name, frame.columns, table=f"its prediction data {shown}",
                              keys=("id_column",))
-    return frame
+    try:
+        return convert_dates(frame, dates=dates)[0]
+    except InputError as error:
+        raise InputError(f"{what}: {error}") from None
 
 
-def _open_batch(config: FederationConfig, name: str, pattern: str, cluster: Cluster) -> ParquetTable:
-    """New rows to predict as Parquet blocks, refused as `_read_batch` refuses them (rows not read here)."""
+def _open_batch(config: FederationConfig, name: str, pattern: str, cluster: Cluster,
+                dates: tuple[str, ...] = ()) -> ParquetTable:
+    """New rows to predict as Parquet blocks, refused as `_read_batch` refuses them (rows not read here).
+
+    The workers convert `dates` in each block they read.
+    """
     from fedcore.compute.dask_table import open_parquet, profile
 
     what = f"institution {name!r} prediction data"
@@ -257,7 +296,7 @@ def _open_batch(config: FederationConfig, name: str, pattern: str, cluster: Clus
     table = profile(cluster.client, blocks, [inst.id_column])
     check_configured_columns(config, name, table.columns, table=f"its prediction data {pattern!r}",
                              keys=("id_column",))
-    return table
+    return dataclasses.replace(table, dates=dates)
 
 
 def _master_key(config: FederationConfig, name: str) -> Path | None:

@@ -320,3 +320,37 @@ def test_a_parquet_batch_that_has_not_arrived_yet_does_not_stop_the_agent_loadin
     with pytest.raises(DataReadError, match=re.escape(
             f"institution 'north' prediction data: no file matches '{tmp_path}/later/*.parquet'")):
         data.open_batch()
+
+
+def test_dates_read_by_the_workers_train_and_predict_as_the_in_process_agents(tmp_path,
+                                                                              three_workers) -> None:
+    from fedcore.data.columns import convert_dates
+
+    table = _table("classification")[["patient_id", "x5", "x6", "x7", "region", "class"]]
+    days = pd.Timestamp("2016-01-01") + pd.to_timedelta(np.arange(len(table)) * 7 % 3000, unit="D")
+    table["opened"] = [None if i % 13 == 0 else d.date() for i, d in enumerate(days)]  # a Parquet date
+    table["seen"] = (days + pd.Timedelta(hours=9)).tz_localize("Europe/Berlin")  # a timestamp with a zone
+    contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
+    north, new = _north_and_new(table)
+    others = convert_dates(table, dates=contract.date_columns)[0]  # south and east: simulate's numbers
+    results = {}
+    for on_dask in (False, True):
+        data = _load(_config(tmp_path, north, new, contract, on_dask), three_workers, on_dask)
+        assert data.valid and data.dates == ("opened", "seen")
+        assert (data.table.dates if on_dask else data.frame["opened"].dtype) == (("opened", "seen") if on_dask
+                                                                                else np.float64)
+        agents = _agents(others, tmp_path / f"run-{on_dask}", contract)
+        agents["north"] = HorizontalInstitutionAgent(data, identity=agents["north"].identity)
+        session = _session(agents)
+        session.agree_schema()
+        session.train()
+        metrics = session.evaluate()
+        reply = agents["north"].handle(_predict_local())
+        path = Path(reply.header["path"])
+        written = (pd.concat([pd.read_parquet(p) for p in sorted(path.iterdir())], ignore_index=True)
+                   if path.is_dir() else pd.read_parquet(path))
+        results[on_dask] = session.model, metrics, written
+        session.close()
+    (model, metrics, written), (dask_model, dask_metrics, dask_written) = results.values()
+    assert dask_model.same_as(model) and dask_metrics == metrics
+    pd.testing.assert_frame_equal(dask_written, written, check_exact=True)
