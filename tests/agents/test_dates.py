@@ -54,8 +54,12 @@ def write_both(rows: pd.DataFrame, stem: Path) -> None:
 
 
 def _horizontal_config(root: Path, suffix: str):
+    """Files `<name><suffix>`, or (suffix "sql") the tables of the database in $FED_DB_URL."""
+    def source(stem: str) -> str | dict:
+        return {"sql": {"url": {"env": "FED_DB_URL"}, "table": stem}} if suffix == "sql" else f"{stem}{suffix}"
+
     institutions = [{"name": name, "id_column": "customer_id", "label": "class", "contract": "contract.yaml",
-                     "data": f"{name}{suffix}", "predict_data": f"{name}_new{suffix}",
+                     "data": source(name), "predict_data": source(f"{name}_new"),
                      "registry": f"registry{suffix}/{name}", "predictions": f"predictions{suffix}/{name}"}
                     for name in NAMES]
     raw = {"federation": "dated", "setting": "horizontal", "consortium_key": {"env": "UNUSED"},
@@ -73,6 +77,30 @@ def _horizontal_session(config) -> HorizontalSession:
                              algorithm="extra-trees", holdout_fraction=0.2)
 
 
+def _write_horizontal(table: pd.DataFrame, root: Path, database: str | None = None) -> None:
+    """Each institution's rows and new rows as Parquet, CSV and (with a `database`) PostgreSQL tables."""
+    for name, part in zip(NAMES, split_horizontal(table, 2, seed=1), strict=True):
+        part = part.reset_index(drop=True)
+        new = part.sample(frac=0.3, random_state=2).drop(columns=["class"])
+        for rows, stem in ((part, name), (new, f"{name}_new")):
+            write_both(rows, root / stem)
+            if database is not None:
+                from tests.postgres import load_table
+
+                load_table(database, stem, rows)
+
+
+def _train_and_predict(config) -> tuple[str, dict[str, pd.DataFrame]]:
+    """The forest's digest (after checking that it splits on the dates) and each institution's predictions."""
+    session = _horizontal_session(config)
+    session.agree_schema()
+    session.train()
+    used = set(session.model.feature.tolist())
+    assert {session.schema.names.index(c) for c in ("opened", "last_login")} <= used, "dates split"
+    paths = session.predict_locally("flow-run-1")["paths"]
+    return table_sha256(session.model.to_table()), {n: pd.read_parquet(p) for n, p in paths.items()}
+
+
 def test_a_horizontal_federation_trains_the_same_model_from_parquet_dates_and_csv_iso_strings(
         tmp_path) -> None:
     table = dated_table()
@@ -80,29 +108,38 @@ def test_a_horizontal_federation_trains_the_same_model_from_parquet_dates_and_cs
     assert {c.name: c.dtype for c in contract.columns if c.dtype in ("date", "timestamp")} == {
         "opened": "date", "last_login": "timestamp"}
     (tmp_path / "contract.yaml").write_text(dump_contract(contract))
-    for name, part in zip(NAMES, split_horizontal(table, 2, seed=1), strict=True):
-        part = part.reset_index(drop=True)
-        write_both(part, tmp_path / name)
-        write_both(part.sample(frac=0.3, random_state=2).drop(columns=["class"]), tmp_path / f"{name}_new")
+    _write_horizontal(table, tmp_path)
     north = institution_from_config(_horizontal_config(tmp_path, ".csv"), "north")
     assert north.valid and north.dates == ("opened", "last_login")
     simulated, _ = prepare_input(pd.read_parquet(tmp_path / "north.parquet"), "class", "customer_id")
     for column in ("opened", "last_login"):  # simulate's numbers, bit for bit, from the CSV's strings
         np.testing.assert_array_equal(north.frame[column].to_numpy(), simulated[column].to_numpy())
 
-    digests, predictions = [], []
-    for suffix in (".parquet", ".csv"):
-        session = _horizontal_session(_horizontal_config(tmp_path, suffix))
-        session.agree_schema()
-        session.train()
-        used = set(session.model.feature.tolist())
-        assert {session.schema.names.index(c) for c in ("opened", "last_login")} <= used, "dates split"
-        digests.append(table_sha256(session.model.to_table()))
-        paths = session.predict_locally("flow-run-1")["paths"]
-        predictions.append({n: pd.read_parquet(p) for n, p in paths.items()})
-    assert digests[0] == digests[1]
+    (digest, predictions), (csv_digest, csv_predictions) = (
+        _train_and_predict(_horizontal_config(tmp_path, suffix)) for suffix in (".parquet", ".csv"))
+    assert csv_digest == digest
     for name in NAMES:
-        pd.testing.assert_frame_equal(predictions[1][name], predictions[0][name], check_exact=True)
+        pd.testing.assert_frame_equal(csv_predictions[name], predictions[name], check_exact=True)
+
+
+@pytest.mark.postgres
+def test_date_and_timestamptz_columns_in_postgresql_train_the_parquet_model(database, tmp_path,
+                                                                            monkeypatch) -> None:
+    monkeypatch.setenv("FED_DB_URL", database)
+    table = dated_table()
+    (tmp_path / "contract.yaml").write_text(dump_contract(infer_contract(table, "dated", "customer_id",
+                                                                         "class")))
+    _write_horizontal(table, tmp_path, database)
+    from fedcore.data.sql import SqlSource, read_arrow
+
+    types = read_arrow(SqlSource(("url", database), table="north"), "test").schema
+    assert (str(types.field("opened").type), str(types.field("last_login").type)) == (
+        "date32[day]", "timestamp[us, tz=UTC]")
+    (digest, predictions), (sql_digest, sql_predictions) = (
+        _train_and_predict(_horizontal_config(tmp_path, suffix)) for suffix in (".parquet", "sql"))
+    assert sql_digest == digest
+    for name in NAMES:
+        pd.testing.assert_frame_equal(sql_predictions[name], predictions[name], check_exact=True)
 
 
 def test_a_batch_that_breaks_the_declared_dates_is_one_line_naming_the_column(tmp_path) -> None:
