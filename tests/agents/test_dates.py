@@ -56,7 +56,9 @@ def write_both(rows: pd.DataFrame, stem: Path) -> None:
 def _horizontal_config(root: Path, suffix: str):
     """Files `<name><suffix>`, or (suffix "sql") the tables of the database in $FED_DB_URL."""
     def source(stem: str) -> str | dict:
-        return {"sql": {"url": {"env": "FED_DB_URL"}, "table": stem}} if suffix == "sql" else f"{stem}{suffix}"
+        if suffix == "sql":
+            return {"sql": {"url": {"env": "FED_DB_URL"}, "table": stem}}
+        return f"{stem}{suffix}"
 
     institutions = [{"name": name, "id_column": "customer_id", "label": "class", "contract": "contract.yaml",
                      "data": source(name), "predict_data": source(f"{name}_new"),
