@@ -27,6 +27,7 @@ from fedcore.config import FederationConfig, default_predictions
 from fedcore.contracts.expectations import ValidationReport
 from fedcore.contracts.model import DataContract
 from fedcore.data.columns import convert_dates, guess_date_columns
+from fedcore.data.dialect import CsvDialect, CsvSource
 from fedcore.data.numbers import check_finite_columns
 from fedcore.data.sql import SqlSource
 from fedcore.errors import ColumnNotFoundError, ConfigError, DataReadError, InputError
@@ -210,7 +211,7 @@ def date_columns(contract: DataContract | None, frame: pd.DataFrame,
     return tuple(guess_date_columns(frame, keep=[c for c in skip if c is not None]))
 
 
-def _on_dask(pattern: str | SqlSource, what: str, batch: bool = False) -> TypeGuard[str]:
+def _on_dask(pattern: str | CsvSource | SqlSource, what: str, batch: bool = False) -> TypeGuard[str]:
     """Whether files matching `pattern` go to the workers (all Parquet); CSV and SQL stay in the agent.
 
     `batch`: prediction data, which may not exist yet when the agent loads (a new batch arrives later):
@@ -221,6 +222,10 @@ def _on_dask(pattern: str | SqlSource, what: str, batch: bool = False) -> TypeGu
     if isinstance(pattern, SqlSource):
         log.info("%s: %s in a database is read in the agent's own process (compute: dask reads Parquet on "
                  "the workers)", what, pattern.describe())
+        return False
+    if isinstance(pattern, CsvSource):
+        log.info("%s: CSV files %s are read in the agent's own process (compute: dask reads Parquet on the "
+                 "workers)", what, pattern.describe())
         return False
     if is_parquet([pattern] if batch else matching_files(pattern, what)):
         return True
@@ -267,12 +272,12 @@ def check_configured_columns(config: FederationConfig, name: str, columns: Colle
                                       f"{hint}; {fix}")
 
 
-def _read_batch(config: FederationConfig, name: str, pattern: str | SqlSource,
+def _read_batch(config: FederationConfig, name: str, pattern: str | CsvSource | SqlSource,
                 dates: Collection[str] = ()) -> pd.DataFrame:
     """An institution's new rows to predict, refused unless they have its ID column; `dates` converted."""
     what = f"institution {name!r} prediction data"
     frame = read_source(pattern, what, skip=[config.institution(name).id_column])
-    shown = pattern.describe() if isinstance(pattern, SqlSource) else repr(pattern)
+    shown = pattern.describe() if isinstance(pattern, SqlSource | CsvSource) else repr(pattern)
     check_configured_columns(config, name, frame.columns, table=f"its prediction data {shown}",
                              keys=("id_column",))
     try:
@@ -309,11 +314,14 @@ def _master_key(config: FederationConfig, name: str) -> Path | None:
     return path
 
 
-def read_source(source: str | SqlSource, what: str, skip: Collection[str | None] = ()) -> pd.DataFrame:
+def read_source(source: str | CsvSource | SqlSource, what: str,
+                skip: Collection[str | None] = ()) -> pd.DataFrame:
     """A configured `data`/`predict_data`: files (`read_files`) or a database table or query, as one table.
 
     Refused if a numeric column other than `skip` holds an infinity (`fedcore.data.numbers`).
     """
+    if isinstance(source, CsvSource):
+        return read_files(source.path, what, skip, source.dialect)
     if not isinstance(source, SqlSource):
         return read_files(source, what, skip)
     from fedcore.data.sql import read_sql
@@ -323,14 +331,15 @@ def read_source(source: str | SqlSource, what: str, skip: Collection[str | None]
     return frame
 
 
-def read_files(pattern: str, what: str, skip: Collection[str | None] = ()) -> pd.DataFrame:
-    """All .parquet/.csv files matching `pattern` (a path or glob) as one table.
+def read_files(pattern: str, what: str, skip: Collection[str | None] = (),
+               dialect: CsvDialect | None = None) -> pd.DataFrame:
+    """All .parquet/.csv files matching `pattern` (a path or glob) as one table; CSV read in `dialect`.
 
     Refused if a numeric column other than `skip` holds an infinity (`fedcore.data.numbers`).
     """
     from fedcore.data.io import read_table
 
-    frame = pd.concat([read_table(f) for f in matching_files(pattern, what)], ignore_index=True)
+    frame = pd.concat([read_table(f, dialect) for f in matching_files(pattern, what)], ignore_index=True)
     check_finite_columns(frame, what, skip=[c for c in skip if c is not None])
     return frame
 
