@@ -96,10 +96,14 @@ def utc_datetimes(series: pd.Series) -> pd.Series:
 
 
 def may_hold_dates(series: pd.Series) -> bool:
-    """Whether `series` has a dtype dates can arrive in: datetime64, objects or strings (not numbers)."""
+    """Whether `series` may hold dates: datetime64, objects, strings, or no values (an empty CSV column).
+
+    Numbers and booleans are no dates.
+    """
     return (pd.api.types.is_datetime64_any_dtype(series.dtype) or pd.api.types.is_object_dtype(series.dtype)
             or (pd.api.types.is_string_dtype(series.dtype)
-                and not isinstance(series.dtype, pd.CategoricalDtype)))
+                and not isinstance(series.dtype, pd.CategoricalDtype))
+            or bool(series.isna().all()))
 
 
 def parse_instant(text: str) -> pd.Timestamp | None:
@@ -151,8 +155,9 @@ def convert_dates(table: pd.DataFrame, keep: Collection[str] = (),
     for column in columns:
         series = table[column]
         if not may_hold_dates(series):
-            raise InputError(f"column {column!r} is a date column in the data contract, but holds dtype "
-                             f"{series.dtype}: give it dates or ISO 8601 strings, or correct the contract")
+            raise InputError(f"column {column!r} holds dtype {series.dtype}, but its data contract (or, "
+                             "without one, the training table) makes it a date column: give it dates or ISO "
+                             "8601 strings")
         converted[column] = days_since_epoch(series)
         conversions.append(DateConversion(str(column), date_source(series) or "no values"))
     return converted, conversions
