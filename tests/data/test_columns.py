@@ -113,5 +113,5 @@ def test_declared_dates_convert_exactly_those_columns_and_refuse_numbers() -> No
     with pytest.raises(InputError) as refused:
         convert_dates(table, dates=["n"])
     assert str(refused.value) == (
-        "column 'n' holds dtype float64, but its data contract (or, without one, the training table) makes it a "
-        "date column: give it dates or ISO 8601 strings")
+        "column 'n' holds dtype float64, but its data contract (or, without one, the training table) makes "
+        "it a date column: give it dates or ISO 8601 strings")
