@@ -354,3 +354,27 @@ def test_dates_read_by_the_workers_train_and_predict_as_the_in_process_agents(tm
     (model, metrics, written), (dask_model, dask_metrics, dask_written) = results.values()
     assert dask_model.same_as(model) and dask_metrics == metrics
     pd.testing.assert_frame_equal(dask_written, written, check_exact=True)
+
+
+def test_a_table_whose_dates_break_its_contract_gets_the_in_process_report(tmp_path, three_workers) -> None:
+    table = _table("classification")[["patient_id", "x5", "class"]]
+    days = pd.Timestamp("2016-01-01") + pd.to_timedelta(np.arange(len(table)) % 2000, unit="D")
+    table["opened"] = [d.date() for d in days]  # a Parquet date
+    table["due"] = [d.date().isoformat() for d in days]  # ISO strings in Parquet
+    contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
+    north, new = _north_and_new(table)
+    north.loc[[10, 160], "opened"] = [pd.Timestamp("2031-05-06").date(), pd.Timestamp("2001-01-01").date()]
+    north.loc[[20, 130, 170], "due"] = ["2021-02-30", "soon", "2021-02-03T10:00"]
+    reports = []
+    for on_dask in (False, True):
+        data = _load(_config(tmp_path, north, new, contract, on_dask), three_workers, on_dask)
+        assert data.dates == ("opened", "due") and (data.table is None or data.table.dates == ())
+        reports.append(data.validation)
+    assert reports[0].failure_lines() == [
+        "institution 'north', column 'opened': expect_column_values_to_be_between(min '2016-01-01', max "
+        "'2017-12-31') failed: 2 unexpected values",
+        "institution 'north', column 'due': expect_column_values_to_be_in_type_list(dtype date) failed: 3 "
+        "values that are not a valid date"]
+    fields = ("expectation", "column", "success", "unexpected_count", "found", "expected")
+    assert ([{k: r[k] for k in fields} for r in reports[1].rows]
+            == [{k: r[k] for k in fields} for r in reports[0].rows])
