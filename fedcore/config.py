@@ -19,7 +19,10 @@
         data: data/bank/*.parquet          # a path or glob of .parquet/.csv, or a PostgreSQL table or
                                            # query: {sql: {url: {env: BANK_DB_URL}, table: customers}},
                                            # {sql: {url: {file: secrets/bank-db}, query: "SELECT ..."}}
-                                           # (the connection string never in this file; fedcore/data/sql.py)
+                                           # (the connection string never in this file; fedcore/data/sql.py),
+                                           # or CSV exports with their dialect: {csv: {path: data/bank/*.csv,
+                                           # sep: ";", decimal: ",", encoding: latin-1, quotechar: "'",
+                                           # na_values: ["n/a"]}} (fedcore/data/dialect.py)
         predict_data: data/bank/new/*.parquet   # the same forms as data
         contract: data_contracts/bank.yaml
         id_column: customer_id
@@ -66,6 +69,7 @@ import yaml
 from fedcore.algorithms import SETTINGS, in_setting
 from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.compute.cluster import DaskCompute, parse_compute
+from fedcore.data.dialect import CsvSource, parse_csv
 from fedcore.data.sql import SqlSource, parse_sql
 from fedcore.errors import ConfigError, InputError, ParameterError
 from fedcore.horizontal.params import ExtraTreesParams
@@ -80,15 +84,16 @@ class Institution:
     """One institution: where its data, contract, agent and registry are."""
 
     name: str
-    data: str | SqlSource
-    """A path or glob of files, or a table or query in a database (`fedcore.data.sql`)."""
+    data: str | CsvSource | SqlSource
+    """A path or glob of files, CSV files with their dialect (`fedcore.data.dialect`), or a table or query
+    in a database (`fedcore.data.sql`)."""
     contract: Path | None
     id_column: str
     endpoint: str
     work_pool: str
     registry: Path
     label: str | None = None
-    predict_data: str | SqlSource | None = None
+    predict_data: str | CsvSource | SqlSource | None = None
     cert: Path | None = None
     key: Path | None = None
     predictions: Path | None = None
@@ -407,8 +412,10 @@ def _parse_institution(item: dict, index: int, path: Path) -> Institution:
     )
 
 
-def _source(value: Any, where: str, path: Path) -> str | SqlSource:
-    """A `data:` or `predict_data:` value: a path or glob resolved against the config, or `{sql: ...}`."""
+def _source(value: Any, where: str, path: Path) -> str | CsvSource | SqlSource:
+    """A `data:`/`predict_data:` value: a path or glob resolved against the config, `{csv:}` or `{sql:}`."""
+    if isinstance(value, dict) and set(value) == {"csv"}:
+        return parse_csv(value, f"{path}: {where}", lambda f: resolve(path, f))
     if isinstance(value, dict):
         return parse_sql(value, f"{path}: {where}", lambda f: resolve(path, f))
     return str(resolve(path, value))

@@ -4,16 +4,21 @@ Its table read from the configured files or database (`fedcore.data.sql`), check
 contract, and the contract result as it may leave the institution. With `compute: dask` and Parquet
 files the agent reads only their metadata (`fedcore.compute.dask_table`): the workers read, check and
 validate the blocks (issue #29).
+
+Dates train as numbers, converted exactly as `fedforest simulate` converts them (`fedcore.data.columns`,
+days since 1970-01-01 UTC) after validation: the contract's date and timestamp columns, or without a
+contract the columns the training table holds dates in; prediction batches convert the same columns.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 import pandas as pd
 
@@ -21,9 +26,11 @@ from fedcore.compute.cluster import DaskCompute, shared_cluster
 from fedcore.config import FederationConfig, default_predictions
 from fedcore.contracts.expectations import ValidationReport
 from fedcore.contracts.model import DataContract
+from fedcore.data.columns import convert_dates, guess_date_columns
+from fedcore.data.dialect import CsvDialect, CsvSource
 from fedcore.data.numbers import check_finite_columns
 from fedcore.data.sql import SqlSource
-from fedcore.errors import ColumnNotFoundError, ConfigError, DataReadError
+from fedcore.errors import ColumnNotFoundError, ConfigError, DataReadError, InputError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.signing import PublicKeySource
 from fedcore.privacy.settings import PrivacySetting
@@ -79,6 +86,8 @@ class InstitutionData:
     predictions_sql: SqlSource | None = None
     """A database table the predictions are written to instead of `predictions_dir`
     (`fedcore.data.sql_sink`)."""
+    dates: tuple[str, ...] = ()
+    """The columns converted to days since epoch in the table and in every prediction batch."""
 
     @property
     def n_rows(self) -> int:
@@ -158,13 +167,16 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
             report = validate_frame(frame, contract, name, include_label=inst.is_label_holder, max_examples=0)
         for line in report.failure_lines():
             log.warning("data contract violation: %s", line)
+    dates = date_columns(contract, frame, skip)
+    if report is None or report.success:  # a table that broke its contract does not train: left as read
+        frame, table = _dates_as_numbers(frame, table, dates)
     predict_data = inst.predict_data
     if predict_data and workers_predict and _on_dask(predict_data, f"{what} prediction data", batch=True):
         assert inst.compute is not None, "workers read only with compute: dask"
         cluster = held = cluster or shared_cluster(inst.compute)
-        open_batch = lambda: _open_batch(config, name, predict_data, held)  # noqa: E731
+        open_batch = lambda: _open_batch(config, name, predict_data, held, dates)  # noqa: E731
     elif predict_data:
-        batch = lambda: _read_batch(config, name, predict_data)  # noqa: E731
+        batch = lambda: _read_batch(config, name, predict_data, dates)  # noqa: E731
     return InstitutionData(
         name=name, frame=frame, id_column=inst.id_column, label=inst.label, registry=inst.registry,
         predictions_dir=inst.predictions or default_predictions(config.path, name),
@@ -172,11 +184,32 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
         privacy=config.privacy, master_key=master_key,
         holdout=config.training.holdout, min_overlap=config.training.min_overlap, compute=inst.compute,
         table=table, cluster=cluster if table is not None or open_batch is not None else None,
-        open_batch=open_batch, predictions_sql=inst.predictions_sql,
+        open_batch=open_batch, predictions_sql=inst.predictions_sql, dates=dates,
     )
 
 
-def _on_dask(pattern: str | SqlSource, what: str, batch: bool = False) -> bool:
+def _dates_as_numbers(frame: pd.DataFrame, table: ParquetTable | None,
+                      dates: tuple[str, ...]) -> tuple[pd.DataFrame, ParquetTable | None]:
+    """The table with `dates` as days since epoch: converted here, or by the workers as they read blocks."""
+    if table is not None:
+        return frame, dataclasses.replace(table, dates=dates)
+    return convert_dates(frame, dates=dates)[0], None
+
+
+def date_columns(contract: DataContract | None, frame: pd.DataFrame,
+                 skip: Collection[str | None]) -> tuple[str, ...]:
+    """The columns an agent converts to days since epoch: its contract's dates, else the table's own.
+
+    Decided once per session from the training table, so that a batch never holds a date where the table
+    held a string (or the reverse).
+    """
+    if contract is not None:
+        return tuple(contract.date_columns)
+    return tuple(guess_date_columns(frame, keep=[c for c in skip if c is not None]))
+
+
+def _on_dask(pattern: str | CsvSource | SqlSource, what: str,
+             batch: bool = False) -> TypeGuard[str | SqlSource]:
     """Whether the workers read `pattern`: Parquet files or a database table or query (CSV: the agent).
 
     `batch`: prediction data, which may not exist yet when the agent loads (a new batch arrives later):
@@ -184,6 +217,10 @@ def _on_dask(pattern: str | SqlSource, what: str, batch: bool = False) -> bool:
     """
     from fedcore.compute.dask_table import is_parquet
 
+    if isinstance(pattern, CsvSource):
+        log.info("%s: CSV files %s are read in the agent's own process (compute: dask reads Parquet and "
+                 "databases on the workers)", what, pattern.describe())
+        return False
     if isinstance(pattern, SqlSource) or is_parquet([pattern] if batch else matching_files(pattern, what)):
         return True
     log.info("%s: %r is not all Parquet, so the agent reads it in its own process (compute: dask reads "
@@ -236,20 +273,27 @@ def check_configured_columns(config: FederationConfig, name: str, columns: Colle
                                       f"{hint}; {fix}")
 
 
-def _read_batch(config: FederationConfig, name: str, pattern: str | SqlSource) -> pd.DataFrame:
-    """An institution's new rows to predict, refused unless they have its ID column."""
+def _read_batch(config: FederationConfig, name: str, pattern: str | CsvSource | SqlSource,
+                dates: Collection[str] = ()) -> pd.DataFrame:
+    """An institution's new rows to predict, refused unless they have its ID column; `dates` converted."""
+    what = f"institution {name!r} prediction data"
     id_column = config.institution(name).id_column
-    frame = read_source(pattern, f"institution {name!r} prediction data", skip=[id_column],
-                        order_by=id_column)
-    shown = pattern.describe() if isinstance(pattern, SqlSource) else repr(pattern)
+    frame = read_source(pattern, what, skip=[id_column], order_by=id_column)
+    shown = pattern.describe() if isinstance(pattern, SqlSource | CsvSource) else repr(pattern)
     check_configured_columns(config, name, frame.columns, table=f"its prediction data {shown}",
                              keys=("id_column",))
-    return frame
+    try:
+        return convert_dates(frame, dates=dates)[0]
+    except InputError as error:
+        raise InputError(f"{what}: {error}") from None
 
 
-def _open_batch(config: FederationConfig, name: str, pattern: str | SqlSource, cluster: Cluster
-                ) -> ParquetTable:
-    """New rows to predict as blocks, refused as `_read_batch` refuses them (rows not read here)."""
+def _open_batch(config: FederationConfig, name: str, pattern: str | SqlSource, cluster: Cluster,
+                dates: tuple[str, ...] = ()) -> ParquetTable:
+    """New rows to predict as blocks, refused as `_read_batch` refuses them (rows not read here).
+
+    The workers convert `dates` in each block they read.
+    """
     from fedcore.compute.dask_table import profile
 
     what = f"institution {name!r} prediction data"
@@ -259,7 +303,7 @@ def _open_batch(config: FederationConfig, name: str, pattern: str | SqlSource, c
     table = profile(cluster.client, _open_blocks(config, name, pattern, what), [inst.id_column])
     check_configured_columns(config, name, table.columns, table=f"its prediction data {shown}",
                              keys=("id_column",))
-    return table
+    return dataclasses.replace(table, dates=dates)
 
 
 def _master_key(config: FederationConfig, name: str) -> Path | None:
@@ -272,7 +316,7 @@ def _master_key(config: FederationConfig, name: str) -> Path | None:
     return path
 
 
-def read_source(source: str | SqlSource, what: str, skip: Collection[str | None] = (),
+def read_source(source: str | CsvSource | SqlSource, what: str, skip: Collection[str | None] = (),
                 order_by: str | None = None) -> pd.DataFrame:
     """A configured `data`/`predict_data`: files (`read_files`) or a database table or query, as one table.
 
@@ -280,6 +324,8 @@ def read_source(source: str | SqlSource, what: str, skip: Collection[str | None]
     `order_by` is not one of its columns (then the configured-columns check names it). Refused if a
     numeric column other than `skip` holds an infinity (`fedcore.data.numbers`).
     """
+    if isinstance(source, CsvSource):
+        return read_files(source.path, what, skip, source.dialect)
     if not isinstance(source, SqlSource):
         return read_files(source, what, skip)
     from fedcore.data.sql import read_sql
@@ -299,14 +345,15 @@ def _sql_columns(source: SqlSource, what: str) -> list[str]:
     return [str(c) for c in empty.schema.names]
 
 
-def read_files(pattern: str, what: str, skip: Collection[str | None] = ()) -> pd.DataFrame:
-    """All .parquet/.csv files matching `pattern` (a path or glob) as one table.
+def read_files(pattern: str, what: str, skip: Collection[str | None] = (),
+               dialect: CsvDialect | None = None) -> pd.DataFrame:
+    """All .parquet/.csv files matching `pattern` (a path or glob) as one table; CSV read in `dialect`.
 
     Refused if a numeric column other than `skip` holds an infinity (`fedcore.data.numbers`).
     """
     from fedcore.data.io import read_table
 
-    frame = pd.concat([read_table(f) for f in matching_files(pattern, what)], ignore_index=True)
+    frame = pd.concat([read_table(f, dialect) for f in matching_files(pattern, what)], ignore_index=True)
     check_finite_columns(frame, what, skip=[c for c in skip if c is not None])
     return frame
 

@@ -2,6 +2,7 @@
 
     fedforest contract infer data/bank.parquet --id customer_id --label responded --out bank.yaml
     fedforest contract check data/bank.parquet --contract data_contracts/bank.yaml --institution bank
+    fedforest contract infer export.csv --sep ';' --decimal , --encoding latin-1 --id customer_id
 
 `check` prints one line per expectation and exits 1 with a one-line error listing every failure.
 """
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fedcore.data.dialect import add_dialect_arguments, dialect_from_args
 from fedcore.errors import InputError
 
 if TYPE_CHECKING:
@@ -38,6 +40,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     infer.add_argument("--label", metavar="COL", help="the label column, if this dataset holds it")
     infer.add_argument("--out", metavar="FILE", help="write the draft here instead of printing it")
     infer.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    add_dialect_arguments(infer)
     infer.set_defaults(handler=_infer)
     check = actions.add_parser("check", help="validate a table against a contract",
                                description="Validate a table against its data contract with Great "
@@ -48,6 +51,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                                                              "name)")
     check.add_argument("--no-label", action="store_true", help="the table has no label column (prediction "
                                                                "data)")
+    add_dialect_arguments(check)
     check.set_defaults(handler=_check)
 
 
@@ -58,7 +62,7 @@ def _infer(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not args.force:
         raise InputError(f"{str(out)!r} exists; pass --force to overwrite it")
-    table = read_table(args.data)
+    table = read_table(args.data, dialect_from_args(args))
     contract = infer_contract(table, args.name or Path(args.data).stem, id_column=args.id_column,
                               label=args.label)
     text = dump_contract(contract, source=f"{Path(args.data).name} ({len(table)} rows)")
@@ -78,7 +82,7 @@ def _check(args: argparse.Namespace) -> int:
     from fedcore.data.io import read_table
 
     contract = load_contract(args.contract)
-    table = read_table(args.data)
+    table = read_table(args.data, dialect_from_args(args))
     report = validate_frame(table, contract, args.institution or contract.name,
                             include_label=not args.no_label)
     print(format_report(report))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from fedcore.algorithms import ALGORITHMS, SETTINGS, in_setting
 from fedcore.compute.cluster import compute_from_spec
+from fedcore.data.dialect import add_dialect_arguments, dialect_from_args
 from fedcore.data.io import read_table
 from fedcore.data.split import PARTITIONS
 from fedcore.errors import ParameterError
@@ -92,6 +93,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                           "address (tcp://host:8786); the forest is the in-process one (vertical: "
                           "classification)")
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_dialect_arguments(sim)
     sim.set_defaults(handler=_simulate)
 
 
@@ -193,7 +195,7 @@ def _read_data(args: argparse.Namespace) -> pd.DataFrame:
         if args.table or args.query:
             raise ParameterError("--table and --query apply to a PostgreSQL --data URL "
                                  "(postgresql://user@host/db), not a file")
-        return read_table(args.data)
+        return read_table(args.data, dialect_from_args(args))
     if not (args.table or args.query):
         raise ParameterError("a PostgreSQL --data URL needs --table NAME or --query \"SELECT ...\"")
     if args.table and not IDENTIFIER.fullmatch(args.table):

@@ -222,12 +222,15 @@ class DaskPartyRows:
 
     @classmethod
     def from_parquet_kept(cls, name: str, blocks: Sequence[Block], keep: Sequence[np.ndarray],
-                          schema: HorizontalSchema, client: Client) -> DaskPartyRows:
+                          schema: HorizontalSchema, client: Client,
+                          dates: Sequence[str] = ()) -> DaskPartyRows:
         """Parquet blocks of which each keeps the rows its packed mask marks (an agent's training rows).
 
-        The party's blocks are the kept rows, in block order: the table the in-process party trains on.
+        The party's blocks are the kept rows, in block order: the table the in-process party trains on
+        (`dates` converted to days since epoch, as there).
         """
-        data = _placed(client, [(load_kept_block, b, schema, k) for b, k in zip(blocks, keep, strict=True)])
+        data = _placed(client, [(load_kept_block, b, schema, k, tuple(dates))
+                                for b, k in zip(blocks, keep, strict=True)])
         counts = client.gather(client.map(_n_rows, data, pure=False))
         kept, start = [], 0
         for block, n in zip(blocks, counts, strict=True):

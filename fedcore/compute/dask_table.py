@@ -27,6 +27,7 @@ import pandas as pd
 
 from fedcore.compute import DEFAULT_BLOCK_ROWS
 from fedcore.compute.blocks import Block, kept_rows, parquet_blocks, read_block, read_error
+from fedcore.data.columns import convert_dates
 from fedcore.data.numbers import infinite_counts, refuse_infinite
 from fedcore.errors import DataReadError
 
@@ -55,6 +56,9 @@ class ParquetTable:
     makes the whole column float64 or object."""
     casts: Mapping[str, str] = field(default_factory=dict)
     """Columns whose whole-table dtype is not what a null-free block reads (set by `profile`)."""
+    dates: tuple[str, ...] = ()
+    """Columns a block's reader converts to days since epoch (`fedcore.data.columns.convert_dates`), as the
+    agent converts the whole table: set after validation, which checks the dates as read."""
 
     @property
     def n_rows(self) -> int:
@@ -124,13 +128,13 @@ def _pandas_columns(schema: pa.Schema) -> tuple[tuple[str, ...], dict[str, str]]
 # -- what the workers run ------------------------------------------------------------------------------
 def read_table_block(block: Block, table: ParquetTable,
                      columns: Collection[str] | None = None) -> pd.DataFrame:
-    """A block's rows (of `columns`, default all) with the whole table's dtypes: what a worker checks."""
+    """A block's rows (of `columns`, default all) with the whole table's dtypes and its dates as numbers."""
     names = [c for c in table.columns if columns is None or c in columns]
     frame = read_block(block, names)
     for name, dtype in table.casts.items():
         if name in frame.columns:
             frame[name] = frame[name].astype(dtype)  # type: ignore[call-overload]  # a dtype name
-    return frame
+    return convert_dates(frame, dates=table.dates)[0] if table.dates else frame
 
 
 def _profile_block(block: Block, table: ParquetTable, skip: Collection[str]) -> tuple[dict, dict]:

@@ -2,7 +2,8 @@
 
 Every institution's contract must declare the same feature columns with the same dtypes and categories, and
 the same label with the same classes. This module checks that and returns the shared schema (with the feature
-domains PPD-ERT draws thresholds from).
+domains PPD-ERT draws thresholds from). Date and timestamp columns train as numbers (days since 1970-01-01
+UTC, `fedcore.data.columns`), so their declared ISO bounds become days here.
 
 Contracts are documents the consortium agrees on, not data: comparing them reveals nothing about rows.
 """
@@ -12,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fedcore.contracts.model import ColumnSpec, DataContract, LabelSpec
+from fedcore.contracts.model import DATE_DTYPES, ColumnSpec, DataContract, LabelSpec
 from fedcore.errors import ContractMismatch
 
-NUMERIC = ("float", "int")
+NUMERIC = ("float", "int", *DATE_DTYPES)
+"""Contract dtypes the engines read as numbers with a declared domain (dates as days since epoch)."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class SharedColumn:
     dtype: str
     categories: tuple | None = None
     low: float | None = None
+    """The lowest declared bound over the contracts (dates: in days since epoch)."""
     high: float | None = None
 
 
@@ -69,14 +72,25 @@ def shared_schema(contracts: dict[str, DataContract]) -> SharedSchema:
         _check_same_label(name, labels[name], first_name, first_label)
     shared = []
     for column in first.columns:
-        lows = [c.min for contract in contracts.values() for c in contract.columns if c.name == column.name]
-        highs = [c.max for contract in contracts.values() for c in contract.columns if c.name == column.name]
+        lows = [_bound(c.min) for contract in contracts.values() for c in contract.columns
+                if c.name == column.name]
+        highs = [_bound(c.max) for contract in contracts.values() for c in contract.columns
+                 if c.name == column.name]
         shared.append(SharedColumn(
             name=column.name, dtype=column.dtype,
             categories=tuple(sorted(map(str, column.categories))) if column.categories is not None else None,
             low=_hull_end(lows, min), high=_hull_end(highs, max)))
     classes = tuple(sorted(first_label.classes, key=str)) if first_label.classes is not None else None
     return SharedSchema(columns=tuple(shared), label=first_label.column, classes=classes)
+
+
+def _bound(value: float | str | None) -> float | None:
+    """A declared bound as a number: a date's ISO text as days since epoch (the value it trains as)."""
+    if isinstance(value, str):
+        from fedcore.data.columns import instant_days
+
+        return instant_days(value)
+    return value
 
 
 def _hull_end(bounds: list[float | None], end: Callable[[list[float]], float]) -> float | None:

@@ -9,6 +9,12 @@ dtype checks: GX 1.24's `expect_column_values_to_be_in_type_list` compares a col
 names, but matches neither pandas 3's default `str` dtype nor `category`; for string and category contract
 columns those dtypes are validated as `object`, so each value's Python type is checked instead. A float
 column accepts integer dtypes too (an integer is a valid number; CSV readers give int64 for whole numbers).
+
+Dates: GX sees a date or timestamp column parsed by `fedcore.data.columns.parse_dates` (the parser the
+agents convert with), as pandas Timestamps in UTC, and every value it could not parse (or, in a `date`
+column, one with a time of day) as its text. `expect_column_values_to_be_in_type_list([Timestamp])` then
+counts the unparsable values, and `expect_column_values_to_be_between` checks the range on the parsed
+instants. A column of numbers or booleans is left as it is, so its dtype fails.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from fedcore.contracts.model import ColumnSpec, DataContract, LabelSpec
+from fedcore.contracts.model import DATE_DTYPES, ColumnSpec, DataContract, LabelSpec
 from fedcore.errors import ContractViolation, InputError
 
 if TYPE_CHECKING:
@@ -42,6 +48,7 @@ INT_TYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "ui
 FLOAT_TYPES = ["float16", "float32", "float64", "Float32Dtype", "Float64Dtype", "float"] + INT_TYPES
 BOOL_TYPES = ["bool", "BooleanDtype"]
 STRING_TYPES = ["str"]
+DATE_TYPES = ["Timestamp"]
 
 EXIST = "expect_column_to_exist"
 NOT_NULL = "expect_column_values_to_not_be_null"
@@ -161,7 +168,13 @@ def _column_specs(column: ColumnSpec) -> list[tuple[str, dict, str, str]]:
                   {"type_list": _type_list(column.dtype, column.categories)}, column.name,
                   f"dtype {column.dtype}"))
     if column.min is not None or column.max is not None:
-        specs.append(("ExpectColumnValuesToBeBetween", {"min_value": column.min, "max_value": column.max},
+        low: Any = column.min
+        high: Any = column.max
+        if column.dtype in DATE_DTYPES:  # compared as instants, as the view holds them
+            from fedcore.data.columns import parse_instant
+
+            low, high = (None if v is None else parse_instant(str(v)) for v in (low, high))
+        specs.append(("ExpectColumnValuesToBeBetween", {"min_value": low, "max_value": high},
                       column.name, _bounds_text(column.min, column.max)))
     if column.categories is not None:
         specs.append(("ExpectColumnValuesToBeInSet", {"value_set": list(column.categories)}, column.name,
@@ -184,6 +197,8 @@ def _type_list(dtype: str, categories: list | None) -> list[str]:
         return INT_TYPES
     if dtype == "bool":
         return BOOL_TYPES
+    if dtype in DATE_DTYPES:
+        return DATE_TYPES
     if dtype == "category" and categories:
         kinds = {type(value) for value in categories}
         names = [name for kind, group in ((str, STRING_TYPES), (bool, BOOL_TYPES), (int, INT_TYPES),
@@ -233,7 +248,18 @@ def validate_frame(frame: pd.DataFrame, contract: DataContract, institution: str
 
 
 def _gx_view(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
-    """The frame with string and categorical dtypes of text columns as object, so GX checks value types."""
+    """The frame as GX checks it (see the module doc).
+
+    String and categorical dtypes of text columns as object (so GX checks value types), date columns parsed.
+    """
+    from fedcore.data.columns import may_hold_dates
+
+    dates = {c.name: c.dtype for c in contract.columns if c.dtype in DATE_DTYPES
+             and c.name in frame.columns and may_hold_dates(frame[c.name])}
+    if dates:
+        frame = frame.copy(deep=False)
+        for name, dtype in dates.items():
+            frame[name] = _date_view(frame[name], dtype)
     text_columns = [c.name for c in contract.columns if c.dtype in ("string", "category")]
     if contract.label is not None and contract.label.classes is not None:
         text_columns.append(contract.label.column)
@@ -246,6 +272,20 @@ def _gx_view(frame: pd.DataFrame, contract: DataContract) -> pd.DataFrame:
     view = frame.copy(deep=False)
     for column in convert:
         view[column] = frame[column].astype(object)
+    return view
+
+
+def _date_view(series: pd.Series, dtype: str) -> pd.Series:
+    """Parsed dates as Timestamps (UTC), None where missing, the text of a value that is not a `dtype`."""
+    from fedcore.data.columns import parse_dates
+
+    parsed = parse_dates(series)
+    bad = series.notna().to_numpy() & parsed.isna().to_numpy()
+    if dtype == "date":
+        bad |= (parsed.notna() & (parsed != parsed.dt.normalize())).to_numpy()
+    view = parsed.astype(object).where(parsed.notna(), None)
+    if bad.any():
+        view[bad] = series[bad].astype(str).to_numpy()
     return view
 
 
@@ -302,16 +342,23 @@ def _fill_found(row: dict[str, Any], result: dict, frame: pd.DataFrame, max_exam
     elif kind == TYPE_LIST and count is None:
         row["found"] = f"found dtype {frame[column].dtype}"
     else:
-        row["found"] = counted_found(kind, count if not row["success"] else 0, row["examples"])
+        row["found"] = counted_found(kind, count if not row["success"] else 0, row["examples"],
+                                     row["expected"])
 
 
-def counted_found(kind: str, count: int | None, examples: Sequence[str] = ()) -> str:
-    """What a row-wise expectation found: "" when it passed, else "<count> <what>" with any examples."""
+def counted_found(kind: str, count: int | None, examples: Sequence[str] = (), expected: str = "") -> str:
+    """What a row-wise expectation found: "" when it passed, else "<count> <what>" with any examples.
+
+    `expected` is the row's expectation text: a date column's type check counts values that are no date.
+    """
     if not count:
         return ""
     what = {NOT_NULL: "null value", UNIQUE: "non-unique value", TYPE_LIST: "value of another type"}
     noun = what.get(kind, "unexpected value")
     found = f"{count} {noun if count == 1 else noun.replace('value', 'values')}"
+    dtype = expected.removeprefix("dtype ")
+    if kind == TYPE_LIST and dtype in DATE_DTYPES:
+        found = f"{count} {'value that is not a' if count == 1 else 'values that are not a'} valid {dtype}"
     if kind != NOT_NULL and examples:
         found += f", e.g. [{', '.join(examples)}]"
     return found
@@ -321,6 +368,8 @@ def _examples(values: list, limit: int) -> list[str]:
     """At most `limit` distinct unexpected values, repr'd as plain Python values, in order of appearance."""
     shown: list[str] = []
     for value in values:
+        if isinstance(value, pd.Timestamp):  # a parsed date (see `_date_view`) as its ISO text
+            value = value.isoformat() if value != value.normalize() else value.date().isoformat()
         text = repr(value.item() if isinstance(value, np.generic) else value)
         if text not in shown:
             shown.append(text)

@@ -58,7 +58,7 @@ def merge_reports(parts: Sequence[ValidationReport], contract: DataContract, n_r
             count = duplicates if row["expectation"] == UNIQUE else sum(
                 r["unexpected_count"] for r in same if r["unexpected_count"] is not None)
             merged.update(success=not count, unexpected_count=int(count or 0),
-                          found=counted_found(row["expectation"], count))
+                          found=counted_found(row["expectation"], count, expected=row["expected"]))
         rows.append(merged)
     wrong_type = {r["column"] for r in rows if r["expectation"] == TYPE_LIST and r["success"] is False}
     for row in rows:

@@ -9,16 +9,25 @@
     columns:
       - {name: age, dtype: int, nullable: false, min: 0, max: 130}
       - {name: region, dtype: category, nullable: true, categories: [north, south]}
+      - {name: opened, dtype: date, nullable: false, min: "2000-01-01", max: "2026-12-31"}
+      - {name: last_login, dtype: timestamp, nullable: true, min: "2020-01-01T00:00:00Z", max: null}
 
-`dtype` is one of float, int, string, category, bool. `min`/`max` apply to float and int, `categories` to
-category. `load_contract` refuses anything else with a `ConfigError` naming the file and the field;
+`dtype` is one of float, int, string, category, bool, date, timestamp. `min`/`max` apply to float and int
+(numbers) and to date and timestamp (ISO 8601 strings), `categories` to category. A `date` holds calendar
+days (Parquet dates, `YYYY-MM-DD` strings); a `timestamp` holds instants (Parquet timestamps, ISO date-time
+strings). Timezone rule: values and bounds with an offset (`Z`, `+02:00`) are converted to UTC, values
+without one are read as UTC. Both train as days since 1970-01-01 UTC (`fedcore.data.columns`).
+
+`load_contract` refuses anything else with a `ConfigError` naming the file and the field;
 `infer_contract` drafts a contract from a sample table for the user to review.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,8 +39,10 @@ import yaml
 from fedcore.config import read_yaml
 from fedcore.errors import ConfigError, InputError
 
-DTYPES = ("float", "int", "string", "category", "bool")
+DTYPES = ("float", "int", "string", "category", "bool", "date", "timestamp")
 NUMERIC_DTYPES = ("float", "int")
+DATE_DTYPES = ("date", "timestamp")
+"""Contract dtypes of dates: validated as dates, converted to days since epoch before training."""
 # infer_contract: string columns with at most this many distinct values become categories.
 MAX_INFERRED_CATEGORIES = 50
 # infer_contract: numeric bounds are widened by this fraction of the observed range, then rounded outward.
@@ -59,8 +70,9 @@ class ColumnSpec:
     name: str
     dtype: str
     nullable: bool = True
-    min: float | None = None
-    max: float | None = None
+    min: float | str | None = None
+    """A number (float, int), or an ISO 8601 string (date, timestamp)."""
+    max: float | str | None = None
     categories: list[Scalar] | None = None
 
 
@@ -75,6 +87,11 @@ class DataContract:
     label: LabelSpec | None = None
     row_count: tuple[int | None, int | None] | None = None
     allow_extra_columns: bool = False
+
+    @property
+    def date_columns(self) -> list[str]:
+        """The feature columns declared date or timestamp: converted to days since epoch before training."""
+        return [c.name for c in self.columns if c.dtype in DATE_DTYPES]
 
     @property
     def column_names(self) -> list[str]:
@@ -157,6 +174,28 @@ def _range(mapping: dict, where: str, fail) -> tuple[float | int | None, float |
     return low, high
 
 
+def _date_range(mapping: dict, where: str, dtype: str, fail) -> tuple[str | None, str | None]:
+    """A date or timestamp column's min/max: ISO 8601 strings (YAML's own dates accepted), min <= max."""
+    from fedcore.data.columns import ISO_DATE, parse_instant
+
+    bounds: list[str | None] = []
+    for key in ("min", "max"):
+        value = mapping.get(key)
+        if isinstance(value, dt.date):  # YAML reads an unquoted 2020-01-01 as a date
+            value = value.isoformat()
+        if value is not None and (parse_instant(value) is None
+                                  or dtype == "date" and not re.fullmatch(ISO_DATE, value.strip())):
+            form = '"YYYY-MM-DD"' if dtype == "date" else '"YYYY-MM-DDThh:mm:ssZ" (or a date)'
+            raise fail(f"{where}.{key}", f"must be an ISO 8601 {dtype} such as {form}, or null, found "
+                                         f"{value!r}")
+        bounds.append(None if value is None else value.strip())
+    low, high = bounds
+    first, last = (None if b is None else parse_instant(b) for b in bounds)
+    if first is not None and last is not None and first > last:
+        raise fail(where, f"min {low!r} is later than max {high!r}")
+    return low, high
+
+
 def _value_list(value: Any, where: str, fail) -> list[Scalar]:
     if not isinstance(value, list) or not value:
         raise fail(where, f"must be a non-empty list, found {value!r}")
@@ -200,9 +239,9 @@ def _parse_column(raw: Any, index: int, fail) -> ColumnSpec:
     nullable = raw.get("nullable", True)
     if not isinstance(nullable, bool):
         raise fail(f"{where}.nullable", f"must be true or false, found {nullable!r}")
-    low, high = _range(raw, where, fail)
-    if dtype not in NUMERIC_DTYPES and (low is not None or high is not None):
-        raise fail(where, f"min/max apply to float and int columns, not to dtype {dtype}")
+    low, high = _date_range(raw, where, dtype, fail) if dtype in DATE_DTYPES else _range(raw, where, fail)
+    if dtype not in NUMERIC_DTYPES + DATE_DTYPES and (low is not None or high is not None):
+        raise fail(where, f"min/max apply to float, int, date and timestamp columns, not to dtype {dtype}")
     categories = raw.get("categories")
     if categories is not None:
         if dtype != "category":
@@ -234,8 +273,9 @@ HEADER = """\
 # Data contract {name!r} version {version}{source}.
 # REVIEW BEFORE USE: it is checked against every institution's data before training, and any
 # violation stops the run. Drafted ranges are the sample's min/max widened by {padding:.0%} of the range
-# and rounded outward to a power of ten; categories are the values seen in the sample. Tighten or
-# widen them to what the data may legitimately hold, set row_count, and bump version when you edit.
+# and rounded outward to a power of ten (dates and timestamps: to whole years, in UTC); categories
+# are the values seen in the sample. Tighten or widen them to what the data may legitimately hold,
+# set row_count, and bump version when you edit.
 """
 
 
@@ -262,7 +302,7 @@ def dump_contract(contract: DataContract, source: str | None = None) -> str:
 
 def _column_mapping(column: ColumnSpec) -> dict[str, Any]:
     mapping: dict[str, Any] = {"name": column.name, "dtype": column.dtype, "nullable": column.nullable}
-    if column.dtype in NUMERIC_DTYPES:
+    if column.dtype in NUMERIC_DTYPES + DATE_DTYPES:
         mapping.update(min=column.min, max=column.max)
     if column.categories is not None:
         mapping["categories"] = list(column.categories)
@@ -305,6 +345,9 @@ def _infer_column(series: pd.Series, name: str) -> ColumnSpec:
     if dtype in NUMERIC_DTYPES:
         low, high = widen_range(pd.to_numeric(series.dropna()), integer=dtype == "int")
         return ColumnSpec(name, dtype, nullable, min=low, max=high)
+    if dtype in DATE_DTYPES:
+        first, last = year_range(series, dtype)
+        return ColumnSpec(name, dtype, nullable, min=first, max=last)
     if dtype == "category":
         values = (series.cat.categories if isinstance(series.dtype, pd.CategoricalDtype)
                   else series.dropna().unique())
@@ -314,9 +357,16 @@ def _infer_column(series: pd.Series, name: str) -> ColumnSpec:
 
 def _contract_dtype(series: pd.Series) -> str:
     """Contract dtype from the pandas dtype; object columns by what their values are."""
+    from fedcore.data.columns import date_source
+
     dtype = series.dtype
     if isinstance(dtype, pd.CategoricalDtype):
         return "category"
+    source = date_source(series)
+    if source is not None:  # the forms `convert_dates` converts: what trains as a date is declared one
+        calendar = source == "ISO date strings" or source == "date and datetime values" and not any(
+            isinstance(v, dt.datetime) for v in series.dropna())
+        return "date" if calendar else "timestamp"
     if pd.api.types.is_bool_dtype(dtype):
         return "bool"
     if pd.api.types.is_integer_dtype(dtype):
@@ -349,6 +399,23 @@ def _sorted_values(values) -> list[Scalar]:
     """Distinct values as plain Python scalars (YAML-safe), sorted by type name then value."""
     plain = {v.item() if isinstance(v, np.generic) else v for v in values}
     return sorted(plain, key=lambda v: (type(v).__name__, v))
+
+
+def year_range(series: pd.Series, dtype: str) -> tuple[str | None, str | None]:
+    """A date column's observed UTC min/max rounded outward to whole years, as ISO strings (None if empty).
+
+    For example dates in 2019-03-04..2024-11-30 become "2019-01-01".."2024-12-31"; a timestamp column's
+    bounds are instants ("2019-01-01T00:00:00Z".."2025-01-01T00:00:00Z").
+    """
+    from fedcore.data.columns import utc_datetimes
+
+    values = utc_datetimes(series).dropna()
+    if values.empty:
+        return None, None
+    first, last = values.min().year, values.max().year
+    if dtype == "date":
+        return f"{first:04d}-01-01", f"{last:04d}-12-31"
+    return f"{first:04d}-01-01T00:00:00Z", f"{last + 1:04d}-01-01T00:00:00Z"
 
 
 def widen_range(values: pd.Series, integer: bool = False) -> tuple[float | int | None, float | int | None]:

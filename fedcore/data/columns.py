@@ -14,6 +14,10 @@ arrive:
   time `[T ]hh:mm[:ss[.fff]]` and an offset (`Z`, `+hh:mm`): a CSV date. A column that has this form
   but holds an impossible date (2021-02-30) is refused, naming the value; any other string stays a string.
 
+A data contract may declare the date columns instead (dtype `date` or `timestamp`): then exactly those are
+converted (`convert_dates(..., dates=...)`), in the training table and every prediction batch alike, and
+no other column is guessed. `parse_dates` is the one parser behind both and behind contract validation.
+
 Every other string (or object) column is categorical in both engines; it may hold at most
 `MAX_CATEGORIES` distinct values (the vertical engine's bin limit), else it is refused with the fix.
 """
@@ -21,6 +25,7 @@ Every other string (or object) column is categorical in both engines; it may hol
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -69,16 +74,49 @@ def date_source(series: pd.Series) -> str | None:
     return "ISO date strings" if text.str.fullmatch(ISO_DATE).all() else "ISO datetime strings"
 
 
-def utc_datetimes(series: pd.Series) -> pd.Series:
-    """Dates of any supported form as naive UTC datetime64 values; an impossible ISO date is an InputError."""
+def parse_dates(series: pd.Series) -> pd.Series:
+    """Dates of any supported form as naive UTC datetime64 values, NaT where missing or not a date.
+
+    Never raises: validation counts the values it could not parse, conversion refuses them.
+    """
     if not pd.api.types.is_datetime64_any_dtype(series.dtype):
         text = all(isinstance(v, str) for v in series.dropna())
-        parsed = pd.to_datetime(series, utc=True, errors="coerce", format="ISO8601" if text else None)
-        _refuse_unparsed(series, parsed)
-        series = parsed
+        series = pd.to_datetime(series, utc=True, errors="coerce", format="ISO8601" if text else None)
     if series.dt.tz is not None:
         series = series.dt.tz_convert("UTC").dt.tz_localize(None)
     return series
+
+
+def utc_datetimes(series: pd.Series) -> pd.Series:
+    """Dates of any supported form as naive UTC datetime64 values; an impossible ISO date is an InputError."""
+    parsed = parse_dates(series)
+    if not pd.api.types.is_datetime64_any_dtype(series.dtype):
+        _refuse_unparsed(series, parsed)
+    return parsed
+
+
+def may_hold_dates(series: pd.Series) -> bool:
+    """Whether `series` may hold dates: datetime64, objects, strings, or no values (an empty CSV column).
+
+    Numbers and booleans are no dates.
+    """
+    return (pd.api.types.is_datetime64_any_dtype(series.dtype) or pd.api.types.is_object_dtype(series.dtype)
+            or (pd.api.types.is_string_dtype(series.dtype)
+                and not isinstance(series.dtype, pd.CategoricalDtype))
+            or bool(series.isna().all()))
+
+
+def parse_instant(text: str) -> pd.Timestamp | None:
+    """An ISO 8601 date or date-time (a contract's min/max) as a naive UTC Timestamp; None if it is none."""
+    if not isinstance(text, str) or not re.fullmatch(ISO_DATETIME, text.strip()):
+        return None
+    parsed = parse_dates(pd.Series([text.strip()], dtype=object)).iloc[0]
+    return None if pd.isna(parsed) else parsed
+
+
+def instant_days(text: str) -> float:
+    """An ISO date or date-time as days since 1970-01-01 UTC, the number a date column trains as."""
+    return float(days_since_epoch(pd.Series([text], dtype=object)).iloc[0])
 
 
 def _refuse_unparsed(series: pd.Series, parsed: pd.Series) -> None:
@@ -99,16 +137,29 @@ def days_since_epoch(series: pd.Series) -> pd.Series:
     return pd.Series(days, index=series.index, name=series.name)
 
 
-def convert_dates(table: pd.DataFrame,
-                  keep: Collection[str] = ()) -> tuple[pd.DataFrame, list[DateConversion]]:
-    """`table` with every date column (except those in `keep`) as days since epoch, and what was converted."""
+def guess_date_columns(table: pd.DataFrame, keep: Collection[str] = ()) -> list[str]:
+    """The columns (except `keep`) that hold dates (`date_source`): what is converted without a contract."""
+    return [str(c) for c in table.columns if c not in keep and date_source(table[c]) is not None]
+
+
+def convert_dates(table: pd.DataFrame, keep: Collection[str] = (),
+                  dates: Collection[str] | None = None) -> tuple[pd.DataFrame, list[DateConversion]]:
+    """`table` with its date columns as days since epoch, and what was converted.
+
+    `dates`: exactly these columns (a contract's declared dates; one absent from `table` is skipped), each
+    refused unless it holds dates; None: every column that holds dates, except those in `keep`.
+    """
+    columns = guess_date_columns(table, keep) if dates is None else [c for c in dates if c in table.columns]
     conversions = []
     converted = table.copy()
-    for column in table.columns:
-        source = None if column in keep else date_source(table[column])
-        if source is not None:
-            converted[column] = days_since_epoch(table[column])
-            conversions.append(DateConversion(str(column), source))
+    for column in columns:
+        series = table[column]
+        if not may_hold_dates(series):
+            raise InputError(f"column {column!r} holds dtype {series.dtype}, but its data contract (or, "
+                             "without one, the training table) makes it a date column: give it dates or ISO "
+                             "8601 strings")
+        converted[column] = days_since_epoch(series)
+        conversions.append(DateConversion(str(column), date_source(series) or "no values"))
     return converted, conversions
 
 

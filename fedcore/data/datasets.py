@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedcore.data.dialect import CsvDialect, read_csv
 from fedcore.errors import DataReadError
 
 WAVEFORM_N_FEATURES = 21
@@ -42,13 +43,16 @@ def make_waveform(n_samples: int = 5000, random_state: int = 0) -> pd.DataFrame:
     return frame
 
 
-def load_table(path: str | Path) -> pd.DataFrame:
-    """Read a party's table from a .parquet or .csv file; any other suffix is refused with a ValueError."""
+def load_table(path: str | Path, dialect: CsvDialect | None = None) -> pd.DataFrame:
+    """Read a party's table from a .parquet or .csv file (`dialect`: how the CSV is written).
+
+    Any other suffix is refused with a DataReadError.
+    """
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         return pd.read_parquet(path)
     if suffix == ".csv":
-        return pd.read_csv(path)
+        return read_csv(str(path), dialect)
     raise DataReadError(f"cannot read {str(path)!r}: expected a .parquet or .csv file, found suffix "
                         f"{suffix!r}")

@@ -6,13 +6,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedcore.data.dialect import CsvDialect
 from fedcore.errors import DataReadError, FedForestError
 
 TABLE_SUFFIXES = (".parquet", ".csv")
 
 
-def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a .parquet or .csv table; any failure becomes a one-line `DataReadError` naming the file."""
+def read_table(path: str | Path, dialect: CsvDialect | None = None) -> pd.DataFrame:
+    """Read a .parquet or .csv table (`dialect`: how a CSV is written).
+
+    Any failure becomes a one-line `DataReadError` naming the file.
+    """
     from fedcore.data.datasets import load_table
 
     path = Path(path)
@@ -24,7 +28,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
     if path.is_dir():
         raise DataReadError(f"cannot read {str(path)!r}: it is a directory")
     try:
-        return load_table(path)
+        return load_table(path, dialect)
     except FedForestError:
         raise
     except Exception as error:  # pandas and pyarrow raise many unrelated types for a bad file

@@ -81,7 +81,7 @@ def parse_sql(value: Any, where: str, resolve_file: Any, sink: bool = False) -> 
     body = value.get("sql") if isinstance(value, dict) and set(value) == {"sql"} else None
     if not isinstance(body, dict):
         raise ConfigError(f"{where}: expected a path or glob, or {{sql: {{url: {{env: VARIABLE}}, table: "
-                          "name}}")
+                          "name}}, or {{csv: {{path: files.csv, sep: ';'}}}}")
     allowed = ("url", "table") if sink else ("url", "table", "query")
     unknown = sorted(set(body) - set(allowed))
     if unknown:

@@ -13,7 +13,8 @@ from fedcore.contracts.model import DataContract
 from fedcore.errors import ContractMismatch
 from fedcore.horizontal.schema import CATEGORICAL, NUMERIC, ColumnSpec, HorizontalSchema
 
-NUMERIC_DTYPES = ("float", "int", "bool")
+NUMERIC_DTYPES = ("float", "int", "bool", "date", "timestamp")
+"""Contract dtypes the engine reads as numbers (dates as days since epoch, converted by the agents)."""
 
 
 def engine_schema(shared: SharedSchema, task: str) -> HorizontalSchema:
@@ -39,9 +40,10 @@ def engine_schema(shared: SharedSchema, task: str) -> HorizontalSchema:
 
 
 def declared_feature_ranges(shared: SharedSchema) -> dict[str, tuple[float, float]]:
-    """PPD-ERT's numeric domains from the contracts (bool columns are 0..1)."""
+    """PPD-ERT's numeric domains from the contracts (bool columns are 0..1, dates in days since epoch)."""
     ranges = {c.name: (0.0, 1.0) for c in shared.columns if c.dtype == "bool"}
-    numeric = SharedSchema(columns=tuple(c for c in shared.columns if c.dtype in ("float", "int")),
+    numeric = SharedSchema(columns=tuple(c for c in shared.columns if c.dtype != "bool"
+                                         and c.dtype in NUMERIC_DTYPES),
                            label=shared.label, classes=shared.classes)
     return {**ranges, **{k: (float(lo), float(hi)) for k, (lo, hi) in numeric.feature_ranges().items()}}
 

@@ -405,3 +405,61 @@ def test_prediction_parts_the_agent_does_not_see_are_refused_and_leave_no_folder
                                                     "institution's predictions folder at the same path (a "
                                                     "shared file system)"), str(refused.value))
     assert list(predictions.iterdir()) == []  # neither the parts nor a renamed folder
+
+
+def test_dates_read_by_the_workers_train_and_predict_as_the_in_process_agents(tmp_path,
+                                                                              three_workers) -> None:
+    from fedcore.data.columns import convert_dates
+
+    table = _table("classification")[["patient_id", "x5", "x6", "x7", "region", "class"]]
+    days = pd.Timestamp("2016-01-01") + pd.to_timedelta(np.arange(len(table)) * 7 % 3000, unit="D")
+    table["opened"] = [None if i % 13 == 0 else d.date() for i, d in enumerate(days)]  # a Parquet date
+    table["seen"] = (days + pd.Timedelta(hours=9)).tz_localize("Europe/Berlin")  # a timestamp with a zone
+    contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
+    north, new = _north_and_new(table)
+    others = convert_dates(table, dates=contract.date_columns)[0]  # south and east: simulate's numbers
+    results = {}
+    for on_dask in (False, True):
+        data = _load(_config(tmp_path, north, new, contract, on_dask), three_workers, on_dask)
+        assert data.valid and data.dates == ("opened", "seen")
+        assert (data.table.dates if on_dask else data.frame["opened"].dtype) == (("opened", "seen") if on_dask
+                                                                                else np.float64)
+        agents = _agents(others, tmp_path / f"run-{on_dask}", contract)
+        agents["north"] = HorizontalInstitutionAgent(data, identity=agents["north"].identity)
+        session = _session(agents)
+        session.agree_schema()
+        session.train()
+        metrics = session.evaluate()
+        reply = agents["north"].handle(_predict_local())
+        path = Path(reply.header["path"])
+        written = (pd.concat([pd.read_parquet(p) for p in sorted(path.iterdir())], ignore_index=True)
+                   if path.is_dir() else pd.read_parquet(path))
+        results[on_dask] = session.model, metrics, written
+        session.close()
+    (model, metrics, written), (dask_model, dask_metrics, dask_written) = results.values()
+    assert dask_model.same_as(model) and dask_metrics == metrics
+    pd.testing.assert_frame_equal(dask_written, written, check_exact=True)
+
+
+def test_a_table_whose_dates_break_its_contract_gets_the_in_process_report(tmp_path, three_workers) -> None:
+    table = _table("classification")[["patient_id", "x5", "class"]]
+    days = pd.Timestamp("2016-01-01") + pd.to_timedelta(np.arange(len(table)) % 2000, unit="D")
+    table["opened"] = [d.date() for d in days]  # a Parquet date
+    table["due"] = [d.date().isoformat() for d in days]  # ISO strings in Parquet
+    contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
+    north, new = _north_and_new(table)
+    north.loc[[10, 160], "opened"] = [pd.Timestamp("2031-05-06").date(), pd.Timestamp("2001-01-01").date()]
+    north.loc[[20, 130, 170], "due"] = ["2021-02-30", "soon", "2021-02-03T10:00"]
+    reports = []
+    for on_dask in (False, True):
+        data = _load(_config(tmp_path, north, new, contract, on_dask), three_workers, on_dask)
+        assert data.dates == ("opened", "due") and (data.table is None or data.table.dates == ())
+        reports.append(data.validation)
+    assert reports[0].failure_lines() == [
+        "institution 'north', column 'opened': expect_column_values_to_be_between(min '2016-01-01', max "
+        "'2017-12-31') failed: 2 unexpected values",
+        "institution 'north', column 'due': expect_column_values_to_be_in_type_list(dtype date) failed: 3 "
+        "values that are not a valid date"]
+    fields = ("expectation", "column", "success", "unexpected_count", "found", "expected")
+    assert ([{k: r[k] for k in fields} for r in reports[1].rows]
+            == [{k: r[k] for k in fields} for r in reports[0].rows])

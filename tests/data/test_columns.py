@@ -100,3 +100,18 @@ def test_check_category_sizes_refuses_a_column_of_too_many_strings() -> None:
                              r"for a categorical feature \(at most 5\); if it identifies rows pass it as "
                              r"the id column \(--id-column note\), else leave it out \(--drop note\)$"):
         check_category_sizes(table, keep=["y"], limit=5)
+
+
+def test_declared_dates_convert_exactly_those_columns_and_refuse_numbers() -> None:
+    table = pd.DataFrame({"opened": ["2020-01-02", None], "other": ["2020-01-03", "2020-01-04"],
+                          "empty": [np.nan, np.nan], "n": [1.0, 2.0]})
+    converted, notes = convert_dates(table, dates=["opened", "empty", "absent"])
+    np.testing.assert_array_equal(converted["opened"].to_numpy(), [18263.0, np.nan])
+    assert converted["empty"].isna().all() and converted["empty"].dtype == np.float64
+    assert list(converted["other"]) == ["2020-01-03", "2020-01-04"], "an undeclared column is not guessed"
+    assert [n.column for n in notes] == ["opened", "empty"]
+    with pytest.raises(InputError) as refused:
+        convert_dates(table, dates=["n"])
+    assert str(refused.value) == (
+        "column 'n' holds dtype float64, but its data contract (or, without one, the training table) makes "
+        "it a date column: give it dates or ISO 8601 strings")
