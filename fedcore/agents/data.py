@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeGuard
 
 import pandas as pd
 
+from fedcore.agents.batches import BatchLedger
 from fedcore.compute.cluster import DaskCompute
 from fedcore.config import FederationConfig, default_predictions
 from fedcore.contracts.expectations import ValidationReport
 from fedcore.contracts.model import DataContract
 from fedcore.data.numbers import check_finite_columns
 from fedcore.data.sql import SqlSource
-from fedcore.errors import ColumnNotFoundError, ConfigError, DataReadError
+from fedcore.errors import ColumnNotFoundError, ConfigError, DataReadError, ProtocolError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.signing import PublicKeySource
 from fedcore.privacy.settings import PrivacySetting
@@ -52,7 +54,8 @@ class InstitutionData:
     label: str | None
     registry: Path
     predictions_dir: Path
-    load_batch: Callable[[], pd.DataFrame] | None = None
+    load_batch: Callable[..., pd.DataFrame] | None = None
+    """The new rows to predict; called with the batch's `:since`/`:until` values when `batches` is set."""
     validation: ValidationReport | None = None
     contract: DataContract | None = None
     memory_budget_mb: int | None = None
@@ -82,6 +85,19 @@ class InstitutionData:
     predictions_sql: SqlSource | None = None
     """A database table the predictions are written to instead of `predictions_dir`
     (`fedcore.data.sql_sink`)."""
+    predictions_dataset: Path | None = None
+    """A Parquet dataset the predictions are delivered to, partitioned by model and version
+    (`fedcore.data.parquet_sink`)."""
+    batches: BatchLedger | None = None
+    """The delivered batches of a `predict_data` query with `:since`/`:until` (`fedcore.agents.batches`)."""
+
+    def new_batch(self, until: datetime | None) -> pd.DataFrame:
+        """The new rows to predict: those of the batch scheduled at `until` when the query selects by time."""
+        if self.load_batch is None:
+            raise ProtocolError(f"institution {self.name!r} has no prediction data configured")
+        if self.batches is None:
+            return self.load_batch()
+        return self.load_batch(**self.batches.window(until, self.name))
 
     @property
     def n_rows(self) -> int:
@@ -122,11 +138,12 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
     what = f"institution {name!r}"
     workers_read = inst.compute is not None and config.setting == "horizontal"  # vertical: in process
-    if inst.predictions_sql is not None and workers_read and inst.predict_data is not None \
+    sink = inst.predictions_sql is not None or inst.predictions_dataset is not None
+    if sink and workers_read and inst.predict_data is not None \
             and _on_dask(inst.predict_data, f"{what} prediction data", batch=True):
         raise ConfigError(f"{what}: with compute: dask the workers write the predictions of Parquet "
-                          "predict_data as a Parquet dataset, not into a database table yet: set "
-                          "predictions to a folder, or remove compute")
+                          "predict_data as a Parquet dataset folder per run, not into a predictions sink "
+                          "yet: set predictions to a folder, or remove compute")
     contract = None
     if inst.contract is not None:
         from fedcore.contracts import load_contract
@@ -167,7 +184,7 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
         cluster = held = cluster or _cluster(inst.compute)
         open_batch = lambda: _open_batch(config, name, predict_data, held)  # noqa: E731
     elif predict_data:
-        batch = lambda: _read_batch(config, name, predict_data)  # noqa: E731
+        batch = lambda **values: _read_batch(config, name, predict_data, values)  # noqa: E731
     return InstitutionData(
         name=name, frame=frame, id_column=inst.id_column, label=inst.label, registry=inst.registry,
         predictions_dir=inst.predictions or default_predictions(config.path, name),
@@ -176,6 +193,9 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
         holdout=config.training.holdout, min_overlap=config.training.min_overlap, compute=inst.compute,
         table=table, cluster=cluster if table is not None or open_batch is not None else None,
         open_batch=open_batch, predictions_sql=inst.predictions_sql,
+        predictions_dataset=inst.predictions_dataset,
+        batches=(BatchLedger.beside(inst.registry, predict_data)
+                 if isinstance(predict_data, SqlSource) and predict_data.parameters else None),
     )
 
 
@@ -236,10 +256,11 @@ def check_configured_columns(config: FederationConfig, name: str, columns: Colle
                                       f"{hint}; {fix}")
 
 
-def _read_batch(config: FederationConfig, name: str, pattern: str | SqlSource) -> pd.DataFrame:
-    """An institution's new rows to predict, refused unless they have its ID column."""
+def _read_batch(config: FederationConfig, name: str, pattern: str | SqlSource,
+                values: Mapping[str, datetime]) -> pd.DataFrame:
+    """An institution's new rows to predict (`values`: its query's placeholders), refused without its IDs."""
     frame = read_source(pattern, f"institution {name!r} prediction data",
-                        skip=[config.institution(name).id_column])
+                        skip=[config.institution(name).id_column], values=values)
     shown = pattern.describe() if isinstance(pattern, SqlSource) else repr(pattern)
     check_configured_columns(config, name, frame.columns, table=f"its prediction data {shown}",
                              keys=("id_column",))
@@ -270,8 +291,11 @@ def _master_key(config: FederationConfig, name: str) -> Path | None:
     return path
 
 
-def read_source(source: str | SqlSource, what: str, skip: Collection[str | None] = ()) -> pd.DataFrame:
+def read_source(source: str | SqlSource, what: str, skip: Collection[str | None] = (),
+                values: Mapping[str, datetime] | None = None) -> pd.DataFrame:
     """A configured `data`/`predict_data`: files (`read_files`) or a database table or query, as one table.
+
+    `values`: the query's placeholder values (a prediction batch's `:since`, `:until`).
 
     Refused if a numeric column other than `skip` holds an infinity (`fedcore.data.numbers`).
     """
@@ -279,7 +303,7 @@ def read_source(source: str | SqlSource, what: str, skip: Collection[str | None]
         return read_files(source, what, skip)
     from fedcore.data.sql import read_sql
 
-    frame = read_sql(source, what)
+    frame = read_sql(source, what, values)
     check_finite_columns(frame, what, skip=[c for c in skip if c is not None])
     return frame
 

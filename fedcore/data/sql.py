@@ -3,16 +3,19 @@
 The connection string comes from an environment variable or a file (`{env: BANK_DB_URL}`, `{file: path}`),
 never from federation.yaml, and is masked in every error this module raises. Rows arrive as Arrow record
 batches (ADBC's PostgreSQL driver reads the binary COPY format), never row by row in Python, and become the
-pandas frame `pd.read_parquet` gives for the same Arrow table.
+pandas frame `pd.read_parquet` gives for the same Arrow table. A prediction batch's query may use `:since`
+and `:until` (`BATCH_PARAMETERS`): the agent binds their values (`fedcore.agents.batches`), ADBC sends them
+as query parameters ($1, $2), never as SQL text.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -39,6 +42,10 @@ class SqlSource:
     url: tuple[str, str] = field(repr=False)
     table: str | None = None
     query: str | None = None
+    parameters: tuple[str, ...] = ()
+    """The query's placeholders (`:since`, `:until`) in the order `select` numbers them ($1, $2, ...)."""
+    since: datetime | None = None
+    """`:since` of the first batch (`sql.since`), before the agent has delivered any."""
 
     def describe(self) -> str:
         """What it names, without the connection string: `table 'customers'` or `a query`."""
@@ -50,8 +57,26 @@ class SqlSource:
         return {"env": f"environment variable {value}", "file": f"file {value!r}"}.get(kind, "the --data URL")
 
     def select(self) -> str:
-        """The statement that reads it (a table's name quoted as identifiers)."""
-        return self.query if self.query is not None else f"SELECT * FROM {quote_table(str(self.table))}"
+        """The statement that reads it (a table's name quoted as identifiers; placeholders as $1, $2, ...)."""
+        if self.query is None:
+            return f"SELECT * FROM {quote_table(str(self.table))}"
+        return _PLACEHOLDER.sub(lambda m: f"${self.parameters.index(m[1]) + 1}" if m[1] else m[0], self.query)
+
+    def bound(self, values: Mapping[str, datetime]) -> tuple[datetime, ...]:
+        """The values of its placeholders, in `select`'s order (bound by the driver, never formatted in)."""
+        return tuple(values[name] for name in self.parameters)
+
+
+_PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|::|:([A-Za-z_][A-Za-z0-9_]*)")
+"""A `:name` placeholder (group 1), or text that holds none: a quoted literal or identifier, a `::` cast."""
+BATCH_PARAMETERS = ("since", "until")
+"""The placeholders a `predict_data` query may use: the agent binds them per scheduled batch."""
+
+
+def placeholders(query: str) -> tuple[str, ...]:
+    """The distinct `:name` placeholders of `query`, in order of first use (not inside quotes or `::`)."""
+    found = [m[1] for m in _PLACEHOLDER.finditer(query) if m[1]]
+    return tuple(dict.fromkeys(found))
 
 
 def quote_table(name: str) -> str:
@@ -59,17 +84,20 @@ def quote_table(name: str) -> str:
     return ".".join(f'"{part}"' for part in name.split("."))
 
 
-def parse_sql(value: Any, where: str, resolve_file: Any, sink: bool = False) -> SqlSource:
+def parse_sql(value: Any, where: str, resolve_file: Any, sink: bool = False,
+              parameters: tuple[str, ...] = ()) -> SqlSource:
     """`{sql: {url: {env: VAR} | {file: path}, table: T}}` (or `query:` for a source), checked.
 
     `where` names the config entry in errors; `resolve_file` makes a `{file: path}` absolute. A connection
-    string written into the config is refused: it would be a secret in federation.yaml.
+    string written into the config is refused: it would be a secret in federation.yaml. A query may use
+    the placeholders `parameters` allows (`BATCH_PARAMETERS` for prediction batches; `:since` needs
+    `since:`, the first batch's start).
     """
     body = value.get("sql") if isinstance(value, dict) and set(value) == {"sql"} else None
     if not isinstance(body, dict):
         raise ConfigError(f"{where}: expected a path or glob, or {{sql: {{url: {{env: VARIABLE}}, table: "
                           "name}}")
-    allowed = ("url", "table") if sink else ("url", "table", "query")
+    allowed = ("url", "table") if sink else ("url", "table", "query") + (("since",) if parameters else ())
     unknown = sorted(set(body) - set(allowed))
     if unknown:
         raise ConfigError(f"{where}: unknown sql setting {unknown[0]!r}; known: {list(allowed)}")
@@ -85,8 +113,40 @@ def parse_sql(value: Any, where: str, resolve_file: Any, sink: bool = False) -> 
     if table is not None and not IDENTIFIER.fullmatch(str(table)):
         raise ConfigError(f"{where}: sql.table {table!r} is not a table name like 'customers' or "
                           "'bank.customers' (letters, digits, underscores)")
+    used = placeholders(str(query)) if query is not None else ()
+    unknown = [name for name in used if name not in parameters]
+    if unknown:
+        known = ", ".join(f":{p}" for p in parameters) or "none here (only predict_data binds :since, :until)"
+        raise ConfigError(f"{where}: sql.query has an unknown placeholder :{unknown[0]}; known: {known}")
+    since = _since(body.get("since"), where) if "since" in used or "since" in body else None
+    if since is None and "since" in used:
+        raise ConfigError(f"{where}: sql.query uses :since, so set sql.since, the start of the first batch "
+                          "(e.g. since: '2026-01-01T00:00:00Z')")
     return SqlSource(url=(kind, ref), table=None if table is None else str(table),
-                     query=None if query is None else str(query))
+                     query=None if query is None else str(query), parameters=used, since=since)
+
+
+def _since(value: Any, where: str) -> datetime | None:
+    """`sql.since` as a UTC timestamp (a YAML timestamp or an ISO 8601 string with a time zone)."""
+    if value is None:
+        return None
+    stamp = timestamp(value)
+    if stamp is None:
+        raise ConfigError(f"{where}: sql.since {str(value)[:40]!r} is not a timestamp with a time zone, like "
+                          "'2026-01-01T00:00:00Z'")
+    return stamp
+
+
+def timestamp(value: Any) -> datetime | None:
+    """`value` (a datetime or an ISO 8601 string) as an aware UTC datetime; None unless it has a time zone."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        return None
+    return value.astimezone(UTC)
 
 
 def connection_string(source: SqlSource, what: str) -> str:
@@ -157,15 +217,18 @@ def connect(source: SqlSource, what: str) -> Iterator[Any]:
         conn.close()
 
 
-def read_arrow(source: SqlSource, what: str) -> Any:
-    """`source`'s rows as one Arrow table (record batches from the server, no Python loop over rows)."""
+def read_arrow(source: SqlSource, what: str, values: Mapping[str, datetime] | None = None) -> Any:
+    """`source`'s rows as one Arrow table (record batches from the server, no Python loop over rows).
+
+    `values`: its placeholders' values (`SqlSource.bound`), bound through ADBC's parameter binding.
+    """
     import adbc_driver_manager
 
     url = connection_string(source, what)
     with connect(source, what) as conn:
         try:
             with conn.cursor() as cursor:
-                cursor.execute(source.select())
+                cursor.execute(source.select(), source.bound(values or {}) if source.parameters else None)
                 return cursor.fetch_arrow_table()
         except adbc_driver_manager.Error as error:
             if source.table is not None and getattr(error, "sqlstate", None) == MISSING_TABLE:
@@ -177,9 +240,9 @@ def read_arrow(source: SqlSource, what: str) -> Any:
                                 f"{fix}") from None
 
 
-def read_sql(source: SqlSource, what: str) -> pd.DataFrame:
+def read_sql(source: SqlSource, what: str, values: Mapping[str, datetime] | None = None) -> pd.DataFrame:
     """`source`'s rows as the pandas frame `pd.read_parquet` gives for the same Arrow table."""
-    table = read_arrow(source, what)
+    table = read_arrow(source, what, values)
     check_types(table.schema, what)
     return table.to_pandas()
 
