@@ -1,0 +1,72 @@
+"""Predictions delivered into a Parquet dataset partitioned by model and version (Hive style).
+
+One file per delivery, named by the agent: a retried run replaces its own file, other runs' files stay, a
+replayed run id with other predictions replaces nothing; a failed write is one line and leaves nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd
+import pyarrow.dataset as ds
+import pytest
+
+from fedcore.data.parquet_sink import deliver_to_dataset
+from fedcore.errors import DataWriteError
+
+WHEN = datetime(2026, 11, 27, 8, 30, tzinfo=UTC)
+
+
+def _predictions(n: int, offset: int = 0) -> pd.DataFrame:
+    return pd.DataFrame({"customer_id": [f"C{i:03d}" for i in range(offset, offset + n)],
+                         "prediction": ["churn" if i % 3 else "stay" for i in range(n)],
+                         "proba_churn": [i / n for i in range(n)]})
+
+
+def _rows(root) -> pd.DataFrame:
+    table = ds.dataset(root, format="parquet", partitioning="hive").to_table().to_pandas()
+    return table.sort_values(["version", "run_id", "customer_id"], ignore_index=True)
+
+
+def test_a_retried_delivery_replaces_its_own_file_and_other_runs_stay(tmp_path) -> None:
+    root = tmp_path / "scores"
+    first = deliver_to_dataset(root, _predictions(4, 10), "churn", "v0001", "run-a", "bank", WHEN)
+    retried = deliver_to_dataset(root, _predictions(4, 10), "churn", "v0001", "run-a", "bank",
+                                 WHEN + timedelta(minutes=5))
+    assert retried == first and first.parent == root / "model=churn" / "version=v0001"
+    assert stat.S_IMODE(os.stat(first).st_mode) == 0o640
+    rows = _rows(root)
+    pd.testing.assert_frame_equal(rows[["customer_id", "prediction", "proba_churn"]], _predictions(4, 10),
+                                  check_exact=True)
+    assert (rows["predicted_at"] == pd.Timestamp(WHEN + timedelta(minutes=5))).all()
+    deliver_to_dataset(root, _predictions(3), "churn", "v0001", "run-b", "bank", WHEN)
+    deliver_to_dataset(root, _predictions(2), "churn", "v0002", "run-a", "bank", WHEN)
+    deliver_to_dataset(root, _predictions(5), "churn", "v0001", "run-a", "bank", WHEN)  # a replayed run id
+    counts = _rows(root).groupby(["version", "run_id", "batch_sha256"]).size()
+    assert sorted(counts.droplevel("batch_sha256").items()) == [
+        (("v0001", "run-a"), 4), (("v0001", "run-a"), 5), (("v0001", "run-b"), 3), (("v0002", "run-a"), 2)]
+    assert sorted(p.name for p in root.iterdir()) == ["model=churn"], "no temporary folder left"
+
+
+def test_a_failed_write_is_one_line_and_leaves_nothing(tmp_path) -> None:
+    root = tmp_path / "scores"
+    deliver_to_dataset(root, _predictions(4), "churn", "v0001", "run-a", "bank", WHEN)
+    (root / "model=churn" / "version=v0002").write_text("a file where the partition's folder goes")
+    with pytest.raises(DataWriteError) as refused:
+        deliver_to_dataset(root, _predictions(2), "churn", "v0002", "run-b", "institution 'bank'", WHEN)
+    assert str(refused.value) == (
+        f"institution 'bank': cannot write predictions to the dataset {str(root)!r}, nothing written: Not a "
+        "directory; let the agent's user write there, or set predictions.parquet.path to a folder it may "
+        "write")
+    assert sorted(p.name for p in root.iterdir()) == ["model=churn"]
+    assert len(pd.read_parquet(root / "model=churn" / "version=v0001")) == 4
+
+
+def test_a_column_the_delivery_adds_is_refused(tmp_path) -> None:
+    with pytest.raises(DataWriteError, match="^bank: the predictions already have a column 'run_id', which "):
+        deliver_to_dataset(tmp_path, _predictions(2).rename(columns={"customer_id": "run_id"}), "churn",
+                           "v0001", "run-a", "bank", WHEN)
+    assert list(tmp_path.iterdir()) == []
