@@ -20,7 +20,10 @@
                                            # query: {sql: {url: {env: BANK_DB_URL}, table: customers}},
                                            # {sql: {url: {file: secrets/bank-db}, query: "SELECT ..."}}
                                            # (the connection string never in this file; fedcore/data/sql.py)
-        predict_data: data/bank/new/*.parquet   # the same forms as data
+        predict_data: data/bank/new/*.parquet   # the same forms as data; a query may select one scheduled
+                                           # batch: "... WHERE t > :since AND t <= :until" with since:
+                                           # '2026-01-01T00:00:00Z' (the first batch's start; :until is the
+                                           # flow run's scheduled time: fedcore/agents/batches.py)
         contract: data_contracts/bank.yaml
         id_column: customer_id
         label: responded                   # only at the label holder
@@ -32,7 +35,9 @@
         predictions: predictions/bank      # where batch predictions land (default: predictions/<name>),
                                            # or a PostgreSQL table {sql: {url: {env: BANK_DB_URL},
                                            # table: predictions}} (created if absent; a retried run
-                                           # replaces its own rows: fedcore/data/sql_sink.py)
+                                           # replaces its own rows: fedcore/data/sql_sink.py), or a
+                                           # Parquet dataset {parquet: {path: scores}} partitioned by
+                                           # model and version (fedcore/data/parquet_sink.py)
         memory_budget_mb: 8192             # memory its agent grows tree batches in
                                            # (default: half its free memory)
         compute: {dask: {address: tcp://dask:8786}}  # its party's rows on its own Dask

@@ -70,3 +70,20 @@ def test_a_column_the_delivery_adds_is_refused(tmp_path) -> None:
         deliver_to_dataset(tmp_path, _predictions(2).rename(columns={"customer_id": "run_id"}), "churn",
                            "v0001", "run-a", "bank", WHEN)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_config_names_the_dataset_and_nothing_else(tmp_path) -> None:
+    from fedcore.config import parse_config
+    from fedcore.errors import ConfigError
+
+    raw = {"federation": "f", "setting": "horizontal", "consortium_key": {"env": "UNUSED"},
+           "institutions": [{"name": "bank", "id_column": "id", "label": "y", "data": "t.parquet",
+                             "predictions": {"parquet": {"path": "scores"}}}]}
+    bank = parse_config(raw, tmp_path / "federation.yaml").institution("bank")
+    assert bank.predictions_dataset == tmp_path / "scores" and bank.predictions_sql is None
+    raw["institutions"][0]["predictions"] = {"parquet": {"path": "scores", "partition_by": ["run_id"]}}
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw, tmp_path / "federation.yaml")
+    assert str(refused.value) == (f"{tmp_path / 'federation.yaml'}: institution 'bank': predictions: "
+                                  "expected {parquet: {path: folder}} (a dataset partitioned by model and "
+                                  "version)")
