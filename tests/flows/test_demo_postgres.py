@@ -20,6 +20,11 @@ def test_without_a_database_the_demo_says_how_to_start_one(tmp_path, monkeypatch
     assert main(["demo", "--source", "postgres", "--work", str(tmp_path / "demo")]) == 1
     assert capsys.readouterr().err == f"fedforest: error: {NO_DATABASE}\n"
     assert not (tmp_path / "demo").exists(), "refused before anything is written"
+    assert main(["demo", "--source", "postgres", "--setting", "horizontal", "--database-url", "postgresql://x",
+                 "--work", str(tmp_path / "demo")]) == 1
+    assert capsys.readouterr().err == ("fedforest: error: fedforest demo --source postgres runs the vertical "
+                                       "demo: leave out --setting horizontal\n")
+    assert not (tmp_path / "demo").exists()
 
 
 @pytest.mark.slow
