@@ -28,11 +28,14 @@ def deliver_to_dataset(root: Path, frame: pd.DataFrame, model: str, version: str
                        when: datetime | None = None) -> Path:
     """Write `frame` (IDs and predictions) into the dataset at `root` as run `run_id`; returns the file.
 
-    Replaces the file of the same delivery (`Delivery.key`); the other runs' files stay.
+    Replaces the file of the same delivery (`Delivery.key`); the other runs' files stay. A batch without
+    rows writes no file (a dataset has no rows to add) and returns the partition's folder.
     """
     import pyarrow.dataset as ds
 
     delivery = prepare_delivery(frame, model, version, run_id, what, when)
+    if delivery.rows.num_rows == 0:
+        return root / f"model={model}" / f"version={version}"
     tmp = root / f".tmp-{delivery.stem}"
     try:
         make_folders(root)

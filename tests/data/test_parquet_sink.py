@@ -49,6 +49,8 @@ def test_a_retried_delivery_replaces_its_own_file_and_other_runs_stay(tmp_path) 
     assert sorted(counts.droplevel("batch_sha256").items()) == [
         (("v0001", "run-a"), 4), (("v0001", "run-a"), 5), (("v0001", "run-b"), 3), (("v0002", "run-a"), 2)]
     assert sorted(p.name for p in root.iterdir()) == ["model=churn"], "no temporary folder left"
+    empty = deliver_to_dataset(root, _predictions(0), "churn", "v0003", "run-c", "bank", WHEN)
+    assert empty == root / "model=churn" / "version=v0003" and not empty.exists(), "no rows, no file"
 
 
 def test_a_failed_write_is_one_line_and_leaves_nothing(tmp_path) -> None:

@@ -155,6 +155,10 @@ def test_scheduled_runs_predict_only_the_new_customers_once_even_after_a_failed_
                           "run-3": _signed_up(news[name], DAYS[1], DAYS[2])}, "each customer once"
         assert third["counts"][name] == len(by_run["run-3"]) > 0
     assert len(list((tmp_path / "scores").rglob("*.parquet"))) == 3, "one file per run, retries replaced"
+    quiet = _scheduled_run(config, master, "run-4", DAYS[2] + timedelta(days=1))  # nobody signed up
+    assert quiet["counts"] == {"north": 0, "south": 0}
+    assert {name: len(rows) for name, rows in _delivered(database, tmp_path).items()} == {
+        name: sum(run["counts"][name] for run in (first, second, third)) for name in NAMES}
     assert not list((tmp_path / "scores").glob(".tmp-*")), "no temporary folder left"
 
 
