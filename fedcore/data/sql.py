@@ -60,7 +60,8 @@ class SqlSource:
         """The statement that reads it (a table's name quoted as identifiers; placeholders as $1, $2, ...)."""
         if self.query is None:
             return f"SELECT * FROM {quote_table(str(self.table))}"
-        return _PLACEHOLDER.sub(lambda m: f"${self.parameters.index(m[1]) + 1}" if m[1] else m[0], self.query)
+        return _PLACEHOLDER.sub(lambda m: f"${self.parameters.index(m[1]) + 1}" if m[1] in self.parameters
+                                else m[0], self.query)  # another `:name` (not from a config) stays as written
 
     def bound(self, values: Mapping[str, datetime]) -> tuple[datetime, ...]:
         """The values of its placeholders, in `select`'s order (bound by the driver, never formatted in)."""

@@ -179,6 +179,8 @@ def test_placeholders_are_only_outside_quotes_and_casts_and_bound_in_order(tmp_p
     assert source.select() == ("SELECT x::float8, ':label' AS \":name\" FROM north_new WHERE t <= $1 AND "
                                "t > $2 AND u <= $1")
     assert source.bound({"since": START, "until": DAYS[0]}) == (DAYS[0], START)
+    typed = SqlSource(("url", "postgresql://db"), query="SELECT :x")  # `simulate --query`: runs as written
+    assert typed.select() == "SELECT :x"
 
 
 def test_training_data_takes_no_placeholder_and_since_needs_its_default(tmp_path) -> None:
