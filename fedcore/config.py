@@ -23,7 +23,10 @@
                                            # or CSV exports with their dialect: {csv: {path: data/bank/*.csv,
                                            # sep: ";", decimal: ",", encoding: latin-1, quotechar: "'",
                                            # na_values: ["n/a"]}} (fedcore/data/dialect.py)
-        predict_data: data/bank/new/*.parquet   # the same forms as data
+        predict_data: data/bank/new/*.parquet   # the same forms as data; a query may select one scheduled
+                                           # batch: "... WHERE t > :since AND t <= :until" with since:
+                                           # '2026-01-01T00:00:00Z' (the first batch's start; :until is the
+                                           # flow run's scheduled time: fedcore/agents/batches.py)
         contract: data_contracts/bank.yaml
         id_column: customer_id
         label: responded                   # only at the label holder
@@ -35,7 +38,9 @@
         predictions: predictions/bank      # where batch predictions land (default: predictions/<name>),
                                            # or a PostgreSQL table {sql: {url: {env: BANK_DB_URL},
                                            # table: predictions}} (created if absent; a retried run
-                                           # replaces its own rows: fedcore/data/sql_sink.py)
+                                           # replaces its own rows: fedcore/data/sql_sink.py), or a
+                                           # Parquet dataset {parquet: {path: scores}} partitioned by
+                                           # model and version (fedcore/data/parquet_sink.py)
         memory_budget_mb: 8192             # memory its agent grows tree batches in
                                            # (default: half its free memory)
         compute: {dask: {address: tcp://dask:8786}}  # its party's rows on its own Dask
@@ -70,7 +75,7 @@ from fedcore.algorithms import SETTINGS, in_setting
 from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.compute.cluster import DaskCompute, parse_compute
 from fedcore.data.dialect import CsvSource, parse_csv
-from fedcore.data.sql import SqlSource, parse_sql
+from fedcore.data.sql import BATCH_PARAMETERS, SqlSource, parse_sql
 from fedcore.errors import ConfigError, InputError, ParameterError
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.models.signing import public_key_path
@@ -100,6 +105,9 @@ class Institution:
     """Where its batch predictions land; a parsed config always names one (`default_predictions`)."""
     predictions_sql: SqlSource | None = None
     """A database table its batch predictions are written to instead (`predictions: {sql: ...}`)."""
+    predictions_dataset: Path | None = None
+    """A Parquet dataset its batch predictions are delivered to instead (`predictions: {parquet: {path:
+    ...}}`), partitioned by model and version."""
     memory_budget_mb: int | None = None
     compute: DaskCompute | None = None
     """Where its agent's party does the row work (`compute: {dask: ...}`, `fedcore.compute.cluster`); None:
@@ -393,18 +401,22 @@ def _parse_institution(item: dict, index: int, path: Path) -> Institution:
                       path)
     where = f"institution {name!r}"
     sink = item.get("predictions")
-    sink_sql = isinstance(sink, dict)
+    sink_sql = isinstance(sink, dict) and "parquet" not in sink
+    dataset = _dataset_sink(sink, f"{where}: predictions", path) if isinstance(sink, dict) and not sink_sql \
+        else None
     return Institution(
         name=name, data=_source(_need(item, "data", where, path), f"{where}: data", path),
         contract=resolve(path, item["contract"]) if item.get("contract") else None,
         id_column=str(_need(item, "id_column", where, path)), endpoint=str(item.get("endpoint", "")),
         work_pool=str(item.get("work_pool", name)),
         registry=resolve(path, item.get("registry", f"registry/{name}")), label=item.get("label"),
-        predict_data=(_source(item["predict_data"], f"{where}: predict_data", path)
+        predict_data=(_source(item["predict_data"], f"{where}: predict_data", path, BATCH_PARAMETERS)
                       if item.get("predict_data") else None),
         cert=resolve(path, item["cert"]) if item.get("cert") else None,
         key=resolve(path, item["key"]) if item.get("key") else None,
-        predictions=(resolve(path, sink) if sink and not sink_sql else default_predictions(path, name)),
+        predictions=(resolve(path, sink) if sink and not isinstance(sink, dict)
+                     else default_predictions(path, name)),
+        predictions_dataset=dataset,
         predictions_sql=(parse_sql(sink, f"{path}: {where}: predictions", lambda f: resolve(path, f),
                                    sink=True) if sink_sql else None),
         memory_budget_mb=_memory_budget(item.get("memory_budget_mb"), path, where),
@@ -412,12 +424,25 @@ def _parse_institution(item: dict, index: int, path: Path) -> Institution:
     )
 
 
-def _source(value: Any, where: str, path: Path) -> str | CsvSource | SqlSource:
-    """A `data:`/`predict_data:` value: a path or glob resolved against the config, `{csv:}` or `{sql:}`."""
+def _dataset_sink(value: dict, where: str, path: Path) -> Path:
+    """`predictions: {parquet: {path: folder}}`: the Parquet dataset's root, resolved against the config."""
+    body = value.get("parquet") if set(value) == {"parquet"} else None
+    if not isinstance(body, dict) or set(body) != {"path"}:
+        raise ConfigError(f"{path}: {where}: expected {{parquet: {{path: folder}}}} (a dataset partitioned "
+                          "by model and version)")
+    return resolve(path, body["path"])
+
+
+def _source(value: Any, where: str, path: Path,
+            parameters: tuple[str, ...] = ()) -> str | CsvSource | SqlSource:
+    """A `data:`/`predict_data:` value: a path or glob resolved against the config, `{csv:}` or `{sql:}`.
+
+    `parameters`: the placeholders its query may use (a prediction batch's `:since`, `:until`).
+    """
     if isinstance(value, dict) and set(value) == {"csv"}:
         return parse_csv(value, f"{path}: {where}", lambda f: resolve(path, f))
     if isinstance(value, dict):
-        return parse_sql(value, f"{path}: {where}", lambda f: resolve(path, f))
+        return parse_sql(value, f"{path}: {where}", lambda f: resolve(path, f), parameters=parameters)
     return str(resolve(path, value))
 
 

@@ -15,6 +15,7 @@ import logging
 import os
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -129,12 +130,14 @@ class MasterSession(ABC):
         """Load a registered version (verified) at the master and every institution; returns the version."""
 
     @abstractmethod
-    def predict(self, requester: str | None = None, run_id: str | None = None) -> Prediction:
+    def predict(self, requester: str | None = None, run_id: str | None = None,
+                until: datetime | None = None) -> Prediction:
         """Predict the institutions' new rows with the trained or loaded model.
 
         The institutions name the files they write (model, version, time), never the master. `run_id` (the
-        flow run's) goes with the request: a database sink replaces the rows an earlier attempt of that run
-        delivered (`fedcore.data.sql_sink`).
+        flow run's) goes with the request: a sink replaces the rows an earlier attempt of that run delivered
+        (`fedcore.data.delivery`). `until` (the run's scheduled time) ends a batch an institution's query
+        selects by time (`fedcore.agents.batches`).
         """
 
     def agree_resume_point(self, store: CheckpointStore, run_id: str) -> int:
@@ -195,3 +198,9 @@ class MasterSession(ABC):
     def close(self) -> None:
         """Tell the agents the session is over."""
         self.transport.exchange({name: Message("close") for name in self.institutions})
+
+
+def prediction_header(run_id: str | None = None, until: datetime | None = None) -> dict[str, str]:
+    """What a prediction request carries: the flow run's id and scheduled time (ISO 8601), when known."""
+    header = {} if run_id is None else {"run": run_id}
+    return header | ({} if until is None else {"until": until.isoformat()})

@@ -9,6 +9,8 @@ horizontal setting every institution loads the complete model and predicts its o
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from prefect import flow
 from prefect.states import State
 
@@ -26,8 +28,13 @@ from tasks.session import load_registered_model, predict
 @flow(name="batch-predict", flow_run_name=run_name("predict"), on_failure=[write_failure_artifact],
       log_prints=True, **RETURNED_SUMMARY)
 def batch_predict(config_path: str, model_name: str | None = None, version: str = "production",
-                  requester: str | None = None, agents: str = "running") -> State:
+                  requester: str | None = None, agents: str = "running",
+                  until: datetime | None = None) -> State:
     """Predict the institutions' new rows with a registered version; calling it returns a JSON-ready summary.
+
+    `until` ends the batch an institution's `predict_data` query selects by time (`:until`; the agent
+    tracks `:since`, `fedcore.agents.batches`); default: this run's scheduled start time, so a scheduled
+    run reads the rows up to its schedule and a retry reads the same ones.
 
     The run is named `predict <model> <version>`; its final state's message says where how many predictions
     went. The summary is persisted as the run's result (JSON), and the run waits while another run of the
@@ -47,7 +54,7 @@ def batch_predict(config_path: str, model_name: str | None = None, version: str 
           agent_session(config, agents, purpose) as (transport, validation)):
         session = open_session(config, transport)
         resolved = load_registered_model(config, session, model_name, version)
-        prediction = predict(session, requester)
+        prediction = predict(session, requester, until)
         session.close()
     summary = {"model": model_name, "version": resolved, "ref": version, "validation": validation,
                "prediction": prediction}

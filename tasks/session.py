@@ -6,6 +6,7 @@ Each is visible, timed and logged in the Prefect UI, with its table or progress 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,16 +60,20 @@ def evaluate(session: MasterSession) -> dict[str, float]:
 
 
 @task(**DATA_LOCAL)
-def predict(session: MasterSession, requester: str | None = None) -> dict[str, Any]:
+def predict(session: MasterSession, requester: str | None = None,
+            until: datetime | None = None) -> dict[str, Any]:
     """Predict the institutions' new rows; a table artifact of the rows and the file per institution.
 
     The predictions are delivered to `requester` only (vertical), or kept by each institution (horizontal);
-    the files are where each institution reported writing them, on its own host.
+    the files are where each institution reported writing them, on its own host. `until` ends a batch an
+    institution's query selects by time (`:until`); default: the flow run's scheduled start time.
     """
     from prefect.runtime import flow_run
 
-    # the flow run's id: a database sink replaces the rows a retried attempt of this run delivered
-    result = session.predict(requester, run_id=flow_run.id)
+    if until is None:  # a datetime subclass (pendulum's): as the standard library's, in UTC
+        until = datetime.fromisoformat(flow_run.scheduled_start_time.isoformat()).astimezone(UTC)
+    # the flow run's id: a sink replaces the rows a retried attempt of this run delivered
+    result = session.predict(requester, run_id=flow_run.id, until=until)
     where = f"delivered to {requester}" if result.requester else "predicted locally"
     column = "new rows" if result.requester else "predicted rows"
     files = result.paths

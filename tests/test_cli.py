@@ -248,6 +248,10 @@ def test_pipeline_commands_follow_the_same_convention(capsys) -> None:
                    "--help')\n")
     assert main(["predict", "--config", "f.yaml", "--agents", "cloud"]) == 1
     assert capsys.readouterr().err.count("\n") == 1
+    assert main(["predict", "--config", "f.yaml", "--until", "2026-11-27T06:00:00"]) == 1
+    assert capsys.readouterr().err == (
+        "fedforest: error: argument --until: '2026-11-27T06:00:00' is not a time with a time zone, like "
+        "2026-11-27T06:00:00Z (see 'fedforest predict --help')\n")
 
 
 @pytest.mark.parametrize("argv", [("--help",), ("simulate", "--help"), ("certs", "issue", "--help")])

@@ -15,13 +15,15 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeGuard
 
 import pandas as pd
 
+from fedcore.agents.batches import BatchLedger
 from fedcore.compute.cluster import DaskCompute, shared_cluster
 from fedcore.config import FederationConfig, default_predictions
 from fedcore.contracts.expectations import ValidationReport
@@ -30,7 +32,7 @@ from fedcore.data.columns import convert_dates, guess_date_columns
 from fedcore.data.dialect import CsvDialect, CsvSource
 from fedcore.data.numbers import check_finite_columns
 from fedcore.data.sql import SqlSource
-from fedcore.errors import ColumnNotFoundError, ConfigError, DataReadError, InputError
+from fedcore.errors import ColumnNotFoundError, ConfigError, DataReadError, InputError, ProtocolError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.signing import PublicKeySource
 from fedcore.privacy.settings import PrivacySetting
@@ -57,7 +59,8 @@ class InstitutionData:
     label: str | None
     registry: Path
     predictions_dir: Path
-    load_batch: Callable[[], pd.DataFrame] | None = None
+    load_batch: Callable[..., pd.DataFrame] | None = None
+    """The new rows to predict; called with the batch's `:since`/`:until` values when `batches` is set."""
     validation: ValidationReport | None = None
     contract: DataContract | None = None
     memory_budget_mb: int | None = None
@@ -88,6 +91,19 @@ class InstitutionData:
     (`fedcore.data.sql_sink`)."""
     dates: tuple[str, ...] = ()
     """The columns converted to days since epoch in the table and in every prediction batch."""
+    predictions_dataset: Path | None = None
+    """A Parquet dataset the predictions are delivered to, partitioned by model and version
+    (`fedcore.data.parquet_sink`)."""
+    batches: BatchLedger | None = None
+    """The delivered batches of a `predict_data` query with `:since`/`:until` (`fedcore.agents.batches`)."""
+
+    def new_batch(self, until: datetime | None) -> pd.DataFrame:
+        """The new rows to predict: those of the batch scheduled at `until` when the query selects by time."""
+        if self.load_batch is None:
+            raise ProtocolError(f"institution {self.name!r} has no prediction data configured")
+        if self.batches is None:
+            return self.load_batch()
+        return self.load_batch(**self.batches.window(until, self.name))
 
     @property
     def n_rows(self) -> int:
@@ -129,11 +145,12 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     what = f"institution {name!r}"
     workers_read = inst.compute is not None
     workers_predict = workers_read and config.setting == "horizontal"  # vertical batches: in process
-    if inst.predictions_sql is not None and workers_predict and inst.predict_data is not None \
+    sink = inst.predictions_sql is not None or inst.predictions_dataset is not None
+    if sink and workers_predict and inst.predict_data is not None \
             and _on_dask(inst.predict_data, f"{what} prediction data", batch=True):
         raise ConfigError(f"{what}: with compute: dask the workers write the predictions as a Parquet "
-                          "dataset, not into a database table yet: set predictions to a folder, or remove "
-                          "compute")
+                          "dataset folder per run, not into a predictions sink yet: set predictions to a "
+                          "folder, or remove compute")
     contract = None
     if inst.contract is not None:
         from fedcore.contracts import load_contract
@@ -176,7 +193,7 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
         cluster = held = cluster or shared_cluster(inst.compute)
         open_batch = lambda: _open_batch(config, name, predict_data, held, dates)  # noqa: E731
     elif predict_data:
-        batch = lambda: _read_batch(config, name, predict_data, dates)  # noqa: E731
+        batch = lambda **values: _read_batch(config, name, predict_data, dates, values)  # noqa: E731
     return InstitutionData(
         name=name, frame=frame, id_column=inst.id_column, label=inst.label, registry=inst.registry,
         predictions_dir=inst.predictions or default_predictions(config.path, name),
@@ -185,6 +202,9 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
         holdout=config.training.holdout, min_overlap=config.training.min_overlap, compute=inst.compute,
         table=table, cluster=cluster if table is not None or open_batch is not None else None,
         open_batch=open_batch, predictions_sql=inst.predictions_sql, dates=dates,
+        predictions_dataset=inst.predictions_dataset,
+        batches=(BatchLedger.beside(inst.registry, predict_data)
+                 if isinstance(predict_data, SqlSource) and predict_data.parameters else None),
     )
 
 
@@ -220,6 +240,10 @@ def _on_dask(pattern: str | CsvSource | SqlSource, what: str,
     if isinstance(pattern, CsvSource):
         log.info("%s: CSV files %s are read in the agent's own process (compute: dask reads Parquet and "
                  "databases on the workers)", what, pattern.describe())
+        return False
+    if isinstance(pattern, SqlSource) and pattern.parameters:
+        log.info("%s: a query with :since/:until is read in the agent's own process (its batches are "
+                 "small and chosen per run)", what)
         return False
     if isinstance(pattern, SqlSource) or is_parquet([pattern] if batch else matching_files(pattern, what)):
         return True
@@ -274,11 +298,14 @@ def check_configured_columns(config: FederationConfig, name: str, columns: Colle
 
 
 def _read_batch(config: FederationConfig, name: str, pattern: str | CsvSource | SqlSource,
-                dates: Collection[str] = ()) -> pd.DataFrame:
-    """An institution's new rows to predict, refused unless they have its ID column; `dates` converted."""
+                dates: Collection[str] = (), values: Mapping[str, datetime] | None = None) -> pd.DataFrame:
+    """An institution's new rows to predict, refused without its ID column; `dates` converted.
+
+    `values`: its query's placeholders (a scheduled batch's `:since`, `:until`).
+    """
     what = f"institution {name!r} prediction data"
     id_column = config.institution(name).id_column
-    frame = read_source(pattern, what, skip=[id_column], order_by=id_column)
+    frame = read_source(pattern, what, skip=[id_column], order_by=id_column, values=values)
     shown = pattern.describe() if isinstance(pattern, SqlSource | CsvSource) else repr(pattern)
     check_configured_columns(config, name, frame.columns, table=f"its prediction data {shown}",
                              keys=("id_column",))
@@ -317,12 +344,13 @@ def _master_key(config: FederationConfig, name: str) -> Path | None:
 
 
 def read_source(source: str | CsvSource | SqlSource, what: str, skip: Collection[str | None] = (),
-                order_by: str | None = None) -> pd.DataFrame:
+                order_by: str | None = None, values: Mapping[str, datetime] | None = None) -> pd.DataFrame:
     """A configured `data`/`predict_data`: files (`read_files`) or a database table or query, as one table.
 
     A database's rows in `order_by`'s order (the ID column; a database has no order of its own), unless
-    `order_by` is not one of its columns (then the configured-columns check names it). Refused if a
-    numeric column other than `skip` holds an infinity (`fedcore.data.numbers`).
+    `order_by` is not one of its columns (then the configured-columns check names it); `values`: the
+    query's placeholder values (a prediction batch's `:since`, `:until`). Refused if a numeric column
+    other than `skip` holds an infinity (`fedcore.data.numbers`).
     """
     if isinstance(source, CsvSource):
         return read_files(source.path, what, skip, source.dialect)
@@ -330,18 +358,19 @@ def read_source(source: str | CsvSource | SqlSource, what: str, skip: Collection
         return read_files(source, what, skip)
     from fedcore.data.sql import read_sql
 
-    if order_by is not None and order_by not in _sql_columns(source, what):
+    if order_by is not None and order_by not in _sql_columns(source, what, values):
         order_by = None
-    frame = read_sql(source, what, order_by)
+    frame = read_sql(source, what, order_by, values)
     check_finite_columns(frame, what, skip=[c for c in skip if c is not None])
     return frame
 
 
-def _sql_columns(source: SqlSource, what: str) -> list[str]:
-    """The columns a database table or query gives (no row is read)."""
+def _sql_columns(source: SqlSource, what: str, values: Mapping[str, datetime] | None = None) -> list[str]:
+    """The columns a database table or query gives (no row is read; `values`: its placeholders')."""
     from fedcore.data.sql import read_arrow
 
-    empty = read_arrow(source, what, statement=f"SELECT * FROM ({source.select()}) AS source LIMIT 0")
+    empty = read_arrow(source, what, statement=f"SELECT * FROM ({source.select()}) AS source LIMIT 0",
+                       parameters=source.bound(values))
     return [str(c) for c in empty.schema.names]
 
 

@@ -132,37 +132,48 @@ def checked_version(version: tuple[str, str]) -> tuple[str, str]:
     return model, str(number)
 
 
-def write_predictions(data: InstitutionData, frame: pd.DataFrame,
-                      version: tuple[str, str] | None, run: str | None = None) -> Path | str:
+def write_predictions(data: InstitutionData, frame: pd.DataFrame, version: tuple[str, str] | None,
+                      run: str | None = None, until: datetime | None = None) -> Path | str:
     """Write predictions of `version` (model, version) atomically as Parquet in the predictions folder.
 
     The agent names the file (`prediction_file`); the file gets mode 0640 whatever the umask: the
-    predictions are derived from its rows. With a database sink (`predictions: {sql: ...}`) the rows go to
-    its table instead, replacing those an earlier attempt of the same flow run `run` (checked by `run_id`)
-    delivered (without a run id, each delivery is its own); returns `table '<name>'` then.
+    predictions are derived from its rows. With a sink (`predictions: {sql: ...}` or `{parquet: ...}`) the
+    rows go to its table or dataset instead, replacing those an earlier attempt of the same flow run `run`
+    (checked by `run_id`) delivered (without a run id, each delivery is its own); returns `table '<name>'`
+    or the dataset file then. Once delivered, a batch selected by time is recorded as delivered up to
+    `until` (`fedcore.agents.batches`): a failed delivery leaves the next batch where it was.
     """
-    if data.predictions_sql is not None:
-        return _deliver_to_table(data, frame, version, run)
-    make_folders(data.predictions_dir)
-    path = prediction_file(data.predictions_dir, version)
-    write_parquet(path, frame)
-    log.info("%s: wrote %d predictions to %s", data.name, len(frame), path)
-    return path
+    if data.predictions_sql is not None or data.predictions_dataset is not None:
+        where: Path | str = _deliver(data, frame, version, run)
+    else:
+        make_folders(data.predictions_dir)
+        where = prediction_file(data.predictions_dir, version)
+        write_parquet(where, frame)
+        log.info("%s: wrote %d predictions to %s", data.name, len(frame), where)
+    if data.batches is not None and until is not None:
+        data.batches.delivered(until)
+    return where
 
 
-def _deliver_to_table(data: InstitutionData, frame: pd.DataFrame, version: tuple[str, str] | None,
-                      run: str | None) -> str:
-    """The predictions into the institution's database table (`fedcore.data.sql_sink`)."""
-    from fedcore.data.sql_sink import deliver_predictions
-
-    sink = data.predictions_sql
-    assert sink is not None, "only with a database sink"
+def _deliver(data: InstitutionData, frame: pd.DataFrame, version: tuple[str, str] | None,
+             run: str | None) -> Path | str:
+    """The predictions into the institution's database table or Parquet dataset (`fedcore.data.delivery`)."""
     model, number = ("unregistered", "-") if version is None else checked_version(version)
-    rows = deliver_predictions(sink, frame, model, number, str(run or uuid.uuid4().hex),
-                               f"institution {data.name!r}")
-    log.info("%s: wrote %d predictions of %s %s (run %s) to %s", data.name, rows, model, number, run,
-             sink.describe())
-    return sink.describe()
+    run = str(run or uuid.uuid4().hex)
+    what = f"institution {data.name!r}"
+    if data.predictions_sql is not None:
+        from fedcore.data.sql_sink import deliver_predictions
+
+        deliver_predictions(data.predictions_sql, frame, model, number, run, what)
+        where: Path | str = data.predictions_sql.describe()
+    else:
+        from fedcore.data.parquet_sink import deliver_to_dataset
+
+        assert data.predictions_dataset is not None, "only with a sink"
+        where = deliver_to_dataset(data.predictions_dataset, frame, model, number, run, what)
+    log.info("%s: wrote %d predictions of %s %s (run %s) to %s", data.name, len(frame), model, number, run,
+             where)
+    return where
 
 
 def write_parquet(path: Path, frame: pd.DataFrame) -> None:

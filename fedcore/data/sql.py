@@ -3,16 +3,19 @@
 The connection string comes from an environment variable or a file (`{env: BANK_DB_URL}`, `{file: path}`),
 never from federation.yaml, and is masked in every error this module raises. Rows arrive as Arrow record
 batches (ADBC's PostgreSQL driver reads the binary COPY format), never row by row in Python, and become the
-pandas frame `pd.read_parquet` gives for the same Arrow table.
+pandas frame `pd.read_parquet` gives for the same Arrow table. A prediction batch's query may use `:since`
+and `:until` (`BATCH_PARAMETERS`): the agent binds their values (`fedcore.agents.batches`), ADBC sends them
+as query parameters ($1, $2), never as SQL text.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -39,6 +42,10 @@ class SqlSource:
     url: tuple[str, str] = field(repr=False)
     table: str | None = None
     query: str | None = None
+    parameters: tuple[str, ...] = ()
+    """The query's placeholders (`:since`, `:until`) in the order `select` numbers them ($1, $2, ...)."""
+    since: datetime | None = None
+    """`:since` of the first batch (`sql.since`), before the agent has delivered any."""
 
     def describe(self) -> str:
         """What it names, without the connection string: `table 'customers'` or `a query`."""
@@ -50,16 +57,38 @@ class SqlSource:
         return {"env": f"environment variable {value}", "file": f"file {value!r}"}.get(kind, "the --data URL")
 
     def select(self, order_by: str | None = None) -> str:
-        """The statement that reads it (a table's name quoted as identifiers), in `order_by`'s order if given.
+        """The statement that reads it, in `order_by`'s order if given.
 
-        Without ORDER BY PostgreSQL returns rows in whatever order its plan gives (a VACUUM or an UPDATE can
-        change it), and the rows' order is part of a trained model: training reads in the ID column's order.
+        A table's name is quoted as identifiers; a query's placeholders become $1, $2, ... (`bound` gives
+        their values). Without ORDER BY PostgreSQL returns rows in whatever order its plan gives (a VACUUM
+        or an UPDATE can change it), and the rows' order is part of a trained model: the agents read in the
+        ID column's order.
         """
-        select = self.query.strip().rstrip(";") if self.query is not None \
-            else f"SELECT * FROM {quote_table(str(self.table))}"
+        if self.query is None:
+            select = f"SELECT * FROM {quote_table(str(self.table))}"
+        else:  # another `:name` (not from a config) stays as written
+            names = self.parameters
+            select = _PLACEHOLDER.sub(lambda m: f"${names.index(m[1]) + 1}" if m[1] in names else m[0],
+                                      self.query.strip().rstrip(";"))
         if order_by is None:
             return select
         return f"SELECT * FROM ({select}) AS source ORDER BY {quote_identifier(order_by)}"
+
+    def bound(self, values: Mapping[str, datetime] | None) -> tuple[datetime, ...]:
+        """The values of its placeholders, in `select`'s order (bound by the driver, never formatted in)."""
+        return tuple((values or {})[name] for name in self.parameters)
+
+
+_PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|::|:([A-Za-z_][A-Za-z0-9_]*)")
+"""A `:name` placeholder (group 1), or text that holds none: a quoted literal or identifier, a `::` cast."""
+BATCH_PARAMETERS = ("since", "until")
+"""The placeholders a `predict_data` query may use: the agent binds them per scheduled batch."""
+
+
+def placeholders(query: str) -> tuple[str, ...]:
+    """The distinct `:name` placeholders of `query`, in order of first use (not inside quotes or `::`)."""
+    found = [m[1] for m in _PLACEHOLDER.finditer(query) if m[1]]
+    return tuple(dict.fromkeys(found))
 
 
 def quote_table(name: str) -> str:
@@ -72,17 +101,20 @@ def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def parse_sql(value: Any, where: str, resolve_file: Any, sink: bool = False) -> SqlSource:
+def parse_sql(value: Any, where: str, resolve_file: Any, sink: bool = False,
+              parameters: tuple[str, ...] = ()) -> SqlSource:
     """`{sql: {url: {env: VAR} | {file: path}, table: T}}` (or `query:` for a source), checked.
 
     `where` names the config entry in errors; `resolve_file` makes a `{file: path}` absolute. A connection
-    string written into the config is refused: it would be a secret in federation.yaml.
+    string written into the config is refused: it would be a secret in federation.yaml. A query may use
+    the placeholders `parameters` allows (`BATCH_PARAMETERS` for prediction batches; `:since` needs
+    `since:`, the first batch's start).
     """
     body = value.get("sql") if isinstance(value, dict) and set(value) == {"sql"} else None
     if not isinstance(body, dict):
         raise ConfigError(f"{where}: expected a path or glob, or {{sql: {{url: {{env: VARIABLE}}, table: "
                           "name}}, or {{csv: {{path: files.csv, sep: ';'}}}}")
-    allowed = ("url", "table") if sink else ("url", "table", "query")
+    allowed = ("url", "table") if sink else ("url", "table", "query") + (("since",) if parameters else ())
     unknown = sorted(set(body) - set(allowed))
     if unknown:
         raise ConfigError(f"{where}: unknown sql setting {unknown[0]!r}; known: {list(allowed)}")
@@ -98,8 +130,40 @@ def parse_sql(value: Any, where: str, resolve_file: Any, sink: bool = False) -> 
     if table is not None and not IDENTIFIER.fullmatch(str(table)):
         raise ConfigError(f"{where}: sql.table {table!r} is not a table name like 'customers' or "
                           "'bank.customers' (letters, digits, underscores)")
+    used = placeholders(str(query)) if query is not None else ()
+    unknown = [name for name in used if name not in parameters]
+    if unknown:
+        known = ", ".join(f":{p}" for p in parameters) or "none here (only predict_data binds :since, :until)"
+        raise ConfigError(f"{where}: sql.query has an unknown placeholder :{unknown[0]}; known: {known}")
+    since = _since(body.get("since"), where) if "since" in used or "since" in body else None
+    if since is None and "since" in used:
+        raise ConfigError(f"{where}: sql.query uses :since, so set sql.since, the start of the first batch "
+                          "(e.g. since: '2026-01-01T00:00:00Z')")
     return SqlSource(url=(kind, ref), table=None if table is None else str(table),
-                     query=None if query is None else str(query))
+                     query=None if query is None else str(query), parameters=used, since=since)
+
+
+def _since(value: Any, where: str) -> datetime | None:
+    """`sql.since` as a UTC timestamp (a YAML timestamp or an ISO 8601 string with a time zone)."""
+    if value is None:
+        return None
+    stamp = timestamp(value)
+    if stamp is None:
+        raise ConfigError(f"{where}: sql.since {str(value)[:40]!r} is not a timestamp with a time zone, like "
+                          "'2026-01-01T00:00:00Z'")
+    return stamp
+
+
+def timestamp(value: Any) -> datetime | None:
+    """`value` (a datetime or an ISO 8601 string) as an aware UTC datetime; None unless it has a time zone."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        return None
+    return value.astimezone(UTC)
 
 
 def connection_string(source: SqlSource, what: str) -> str:
@@ -175,10 +239,12 @@ def connect(source: SqlSource, what: str, url: str | None = None) -> Iterator[An
 
 
 def read_arrow(source: SqlSource, what: str, order_by: str | None = None,
-               statement: str | None = None, parameters: tuple = ()) -> Any:
+               values: Mapping[str, datetime] | None = None, statement: str | None = None,
+               parameters: tuple = ()) -> Any:
     """`source`'s rows as one Arrow table (record batches from the server, no Python loop over rows).
 
-    In `order_by`'s order if given; `statement` (with `parameters` bound as $1, $2, ...) reads instead of
+    In `order_by`'s order if given; `values`: its placeholders' values (`SqlSource.bound`), bound through
+    ADBC's parameter binding. `statement` (with `parameters` bound as $1, $2, ...) reads instead of
     `source.select()` (a block's range of rows: `read_range`).
     """
     import adbc_driver_manager
@@ -187,7 +253,9 @@ def read_arrow(source: SqlSource, what: str, order_by: str | None = None,
     with connect(source, what, url) as conn:
         try:
             with conn.cursor() as cursor:
-                cursor.execute(statement or source.select(order_by), parameters or None)
+                if statement is None:
+                    statement, parameters = source.select(order_by), source.bound(values)
+                cursor.execute(statement, parameters or None)
                 return cursor.fetch_arrow_table()
         except adbc_driver_manager.Error as error:
             if source.table is not None and getattr(error, "sqlstate", None) == MISSING_TABLE:
@@ -199,9 +267,10 @@ def read_arrow(source: SqlSource, what: str, order_by: str | None = None,
                                 f"{fix}") from None
 
 
-def read_sql(source: SqlSource, what: str, order_by: str | None = None) -> pd.DataFrame:
+def read_sql(source: SqlSource, what: str, order_by: str | None = None,
+             values: Mapping[str, datetime] | None = None) -> pd.DataFrame:
     """`source`'s rows as the pandas frame `pd.read_parquet` gives for the same Arrow table."""
-    table = read_arrow(source, what, order_by)
+    table = read_arrow(source, what, order_by, values)
     check_types(table.schema, what)
     return table.to_pandas()
 
@@ -212,7 +281,8 @@ class SqlBlock:
 
     Its rows have key > `after` (None: from the first row) and key <= `upto` (None: to the last row). A Dask
     worker reads it with its own connection (`read_range`): the source names where the connection string is
-    kept, never the string itself, so no secret travels in a task.
+    kept, never the string itself, so no secret travels in a task. `values`: the query's bound placeholders
+    (a scheduled batch's `:since`, `:until`), $1, $2, ... before the range's own.
     """
 
     source: SqlSource
@@ -220,32 +290,37 @@ class SqlBlock:
     after: Any
     upto: Any
     n_rows: int
+    values: tuple = ()
 
 
-def key_blocks(source: SqlSource, what: str, key: str, block_rows: int) -> tuple[list[SqlBlock], Any]:
+def key_blocks(source: SqlSource, what: str, key: str, block_rows: int,
+               values: Mapping[str, datetime] | None = None) -> tuple[list[SqlBlock], Any]:
     """`source`'s rows cut into blocks of `block_rows` in `key`'s order, and the rows' Arrow schema.
 
     The server numbers the rows in key order and returns every `block_rows`-th key (the agent receives one
-    key per block, never the rows); a null key is refused, since no range holds it.
+    key per block, never the rows); a null key is refused, since no range holds it. `values`: the query's
+    placeholders' values.
     """
     column = quote_identifier(key)
-    select = source.select()
+    select, bound = source.select(), source.bound(values)
     counted = read_arrow(source, what, statement=f"SELECT count(*) AS n, count({column}) AS keyed "
-                                                 f"FROM ({select}) AS source")
+                                                 f"FROM ({select}) AS source", parameters=bound)
     n, keyed = counted["n"][0].as_py(), counted["keyed"][0].as_py()
     if keyed != n:
         raise DataReadError(f"{what}: {n - keyed} rows of {source.describe()} have no {key!r}: the rows are "
                             f"read in blocks of that column's order, so it may hold no null")
     ends = read_arrow(source, what, statement=(
         f"SELECT key FROM (SELECT {column} AS key, row_number() OVER (ORDER BY {column}) AS n "
-        f"FROM ({select}) AS source) AS numbered WHERE n % $1 = 0 ORDER BY n"), parameters=(block_rows,))
+        f"FROM ({select}) AS source) AS numbered WHERE n % ${len(bound) + 1} = 0 ORDER BY n"),
+        parameters=(*bound, block_rows))
     uppers = ends["key"].to_pylist()
     starts = [None, *uppers]
-    blocks = [SqlBlock(source, key, after, upto, block_rows)
+    blocks = [SqlBlock(source, key, after, upto, block_rows, bound)
               for after, upto in zip(starts, uppers, strict=False)]
     if n % block_rows:
-        blocks.append(SqlBlock(source, key, starts[-1], None, n % block_rows))
-    schema = read_arrow(source, what, statement=f"SELECT * FROM ({select}) AS source LIMIT 0").schema
+        blocks.append(SqlBlock(source, key, starts[-1], None, n % block_rows, bound))
+    schema = read_arrow(source, what, statement=f"SELECT * FROM ({select}) AS source LIMIT 0",
+                        parameters=bound).schema
     check_types(schema, what)
     return blocks, schema
 
@@ -257,7 +332,7 @@ def read_range(block: SqlBlock, what: str, columns: list[str] | None = None) -> 
     """
     source, column = block.source, quote_identifier(block.key)
     wanted = ", ".join(quote_identifier(c) for c in columns) if columns is not None else "*"
-    conditions, values = [], []
+    conditions, values = [], list(block.values)
     for operator, value in ((">", block.after), ("<=", block.upto)):
         if value is not None:
             values.append(value)

@@ -1,29 +1,25 @@
-"""Predictions delivered into a PostgreSQL table: atomic and idempotent per (model, version, run, batch).
+"""Predictions delivered into a PostgreSQL table: atomic and idempotent (`fedcore.data.delivery`).
 
-One transaction creates the table if absent (else deletes the rows an earlier attempt of the same run
-delivered for the same predictions) and appends the new ones (ADBC bulk ingestion, PostgreSQL's COPY), so
-a retried flow run leaves exactly one copy and a failed write leaves the table as it was. The table is the
-institution's own config's; the master's messages give values (model, version, run id), never a name.
-The delivered rows' digest (`batch_sha256`) is part of what a delivery replaces: a master that replays an
-old run id with the version of that run cannot make the agent delete that run's rows for other ones.
+One transaction creates the table if absent (else deletes the rows an earlier attempt of the same delivery
+wrote) and appends the new ones (ADBC bulk ingestion, PostgreSQL's COPY), so a retried flow run leaves
+exactly one copy and a failed write leaves the table as it was. The table is the institution's own
+config's; the master's messages give values (model, version, run id), never a name.
 """
 
 from __future__ import annotations
 
-import hashlib
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from fedcore.data.delivery import DELIVERY_COLUMNS, prepare_delivery
 from fedcore.data.sql import SqlSource, connect, connection_string, quote_table, reason
 from fedcore.errors import DataWriteError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-DELIVERY_COLUMNS = ("model", "version", "run_id", "batch_sha256", "predicted_at")
-"""The columns each delivered row gets besides the predictions: which model version, which run, when."""
 INSUFFICIENT_PRIVILEGE = "42501"
 COPY_BATCH_ROWS = 16_384
 """Rows per batch handed to ADBC's COPY writer (`_stream`)."""
@@ -33,24 +29,13 @@ def deliver_predictions(sink: SqlSource, frame: pd.DataFrame, model: str, versio
                         what: str, when: datetime | None = None) -> int:
     """Write `frame` (IDs and predictions) into `sink`'s table as run `run_id` of `model` `version`.
 
-    Replaces the rows of the same (model, version, run id) and the same predictions (their digest) in one
-    transaction; returns the rows written.
+    Replaces the rows of the same delivery (`Delivery.key`: model, version, run id and the predictions'
+    digest) in one transaction; returns the rows written.
     """
     import adbc_driver_manager
-    import pyarrow as pa
 
     assert sink.table is not None, "a sink is a table"
-    clash = [c for c in DELIVERY_COLUMNS if c in frame.columns]
-    if clash:
-        raise DataWriteError(f"{what}: the predictions already have a column {clash[0]!r}, which the "
-                             f"delivery adds ({', '.join(DELIVERY_COLUMNS)}): rename the id column")
-    n = len(frame)
-    stamp = pd.Timestamp(when or datetime.now(UTC)).tz_convert("UTC")
-    rows = pa.Table.from_pandas(frame, preserve_index=False)
-    batch = rows_sha256(rows)
-    for column, value in zip(DELIVERY_COLUMNS[:4], (model, version, run_id, batch), strict=True):
-        rows = rows.append_column(column, pa.repeat(pa.scalar(value, pa.string()), n))
-    rows = rows.append_column("predicted_at", pa.repeat(pa.scalar(stamp, pa.timestamp("us", tz="UTC")), n))
+    delivery = prepare_delivery(frame, model, version, run_id, what, when)
     schema, _, name = sink.table.rpartition(".")
     in_schema = schema or None
     url = connection_string(sink, what)
@@ -62,14 +47,14 @@ def deliver_predictions(sink: SqlSource, frame: pd.DataFrame, model: str, versio
                 exists = cursor.fetchone()[0]
                 if exists:
                     cursor.execute(f"DELETE FROM {quote_table(sink.table)} WHERE model = $1 AND version = $2 "
-                                   "AND run_id = $3 AND batch_sha256 = $4", (model, version, run_id, batch))
+                                   "AND run_id = $3 AND batch_sha256 = $4", delivery.key)
                 mode = "append" if exists else "create"
-                cursor.adbc_ingest(name, _stream(rows), mode=mode, db_schema_name=in_schema)
+                cursor.adbc_ingest(name, _stream(delivery.rows), mode=mode, db_schema_name=in_schema)
             conn.commit()
         except adbc_driver_manager.Error as error:
             conn.rollback()
             raise DataWriteError(_refusal(sink, error, url, what)) from None
-    return n
+    return delivery.rows.num_rows
 
 
 def _stream(rows: pa.Table) -> pa.RecordBatchReader:
@@ -81,16 +66,6 @@ def _stream(rows: pa.Table) -> pa.RecordBatchReader:
     import pyarrow as pa
 
     return pa.RecordBatchReader.from_batches(rows.schema, rows.to_batches(max_chunksize=COPY_BATCH_ROWS))
-
-
-def rows_sha256(rows: pa.Table) -> str:
-    """SHA-256 of the rows in Arrow's IPC stream format: equal rows, columns and types give equal digests."""
-    import pyarrow as pa
-
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, rows.schema.remove_metadata()) as writer:
-        writer.write_table(rows.replace_schema_metadata(None))
-    return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
 
 
 def _refusal(sink: SqlSource, error: BaseException, url: str, what: str) -> str:

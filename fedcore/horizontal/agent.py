@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore.agents.base import SessionAgent, session_headers
+from fedcore.agents.batches import requested_until
 from fedcore.agents.data import InstitutionData
 from fedcore.agents.scoring import evaluation_reply, holdout_statistics, prediction_frame
 from fedcore.agents.storage import (
@@ -71,7 +72,7 @@ log = logging.getLogger(__name__)
 MODEL_STEM = "model"
 """Every institution stores the same complete forest as `model.arrow`."""
 ENGINE_KINDS = {"hello", "fet_ranges", "fet_stats", "ppdert_level", "ppdert_cells", "ppdert_counts", "model"}
-SESSION_HEADERS = session_headers(contract=(), predict_local=("run",))
+SESSION_HEADERS = session_headers(contract=(), predict_local=("run", "until"))
 """The header fields of each session message but `setup` (`SessionAgent.session_headers`)."""
 NOISE_SEEDS = ".noise-seeds"
 """Folder under the checkpoints for the DP modes' noise seeds (a leading dot: never a run id)."""
@@ -302,7 +303,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
 
     def _on_predict_local(self, message: Message) -> Message:
         """Predict this institution's new rows with the complete model; the predictions stay here."""
-        run = run_id(self.name, message.header)
+        run, until = run_id(self.name, message.header), requested_until(self.name, message.header)
         model, schema = self._require_model(), self.schema
         assert schema is not None, "setup or load_model set the schema before any model exists"
         self._once(message.kind)  # one file per model version: a master cannot fill the disk with copies
@@ -311,8 +312,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         if self.data.load_batch is None:
             return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0})
         started = time.perf_counter()
-        out = prediction_frame(model, schema, self.data.load_batch(), self.data.id_column)
-        path = write_predictions(self.data, out, self._prediction_target(), run)
+        out = prediction_frame(model, schema, self.data.new_batch(until), self.data.id_column)
+        path = write_predictions(self.data, out, self._prediction_target(), run, until)
         return Message("predicted",
                        {"rows": len(out), "path": str(path), "seconds": time.perf_counter() - started})
 

@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import time
+from datetime import datetime
 from typing import Any, cast
 
 import numpy as np
@@ -41,7 +42,7 @@ from fedcore.models.artifacts import table_sha256
 from fedcore.models.registry import ModelRegistry
 from fedcore.privacy.settings import GlobalDP, LocalDP, PrivacySetting, SecureAggregation, parse_privacy
 from fedcore.protocol.messages import Message
-from fedcore.session import MasterSession, Prediction, Preparation, TrainingFacts
+from fedcore.session import MasterSession, Prediction, Preparation, TrainingFacts, prediction_header
 from fedcore.transport.base import Transport
 
 MODEL_TABLE = "model"
@@ -254,24 +255,26 @@ class HorizontalSession(MasterSession):
                                  for name in self.institutions})
         return version
 
-    def predict(self, requester: str | None = None, run_id: str | None = None) -> Prediction:
+    def predict(self, requester: str | None = None, run_id: str | None = None,
+                until: datetime | None = None) -> Prediction:
         """Every institution predicts its own new rows (`predict_locally`); `requester` does not apply.
 
         `paths` lists the files as the institutions reported them (one without new rows writes none).
         """
-        result = self.predict_locally(run_id)
+        result = self.predict_locally(run_id, until)
         paths = {name: str(path) for name, path in result["paths"].items() if path is not None}
         return Prediction(rows=result["rows"], counts=result["counts"], seconds=result["seconds"],
                           paths=paths)
 
-    def predict_locally(self, run_id: str | None = None) -> dict:
+    def predict_locally(self, run_id: str | None = None, until: datetime | None = None) -> dict:
         """Every institution predicts its own new rows with the complete model; predictions stay there.
 
         Each names its own file (model, version, time): the master names nothing that becomes a path. A
-        `run_id` lets a database sink replace what an earlier attempt of the run delivered.
+        `run_id` lets a sink replace what an earlier attempt of the run delivered; `until` ends a batch
+        selected by time (`prediction_header`).
         """
         started = time.perf_counter()
-        header = {} if run_id is None else {"run": run_id}
+        header = prediction_header(run_id, until)
         replies = self.transport.exchange({name: Message("predict_local", header)
                                            for name in self.institutions})
         counts = {name: int(r.header["rows"]) for name, r in replies.items()}

@@ -14,12 +14,14 @@ import hashlib
 import hmac
 import logging
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from fedcore.agents.base import SessionAgent, session_headers
+from fedcore.agents.batches import requested_until
 from fedcore.agents.checks import check_holdout, prediction_values, reported
 from fedcore.agents.data import InstitutionData
 from fedcore.agents.scoring import predictions_table
@@ -46,9 +48,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SPLIT_ARRAYS = ("tree", "node", "feature", "bin", "missing_left", "is_categorical", "cat_bits")
-SESSION_HEADERS = session_headers(id_hashes=(), psi_blinded=("batch",), psi_reblind=(), align=("rows",),
-                                  load_holdout=(), batch_hashes=(), align_batch=("rows",),
-                                  deliver_predictions=("run",))
+SESSION_HEADERS = session_headers(id_hashes=(), psi_blinded=("batch", "until"), psi_reblind=(),
+                                  align=("rows",), load_holdout=(), batch_hashes=("until",),
+                                  align_batch=("rows",), deliver_predictions=("run",))
 """The header fields of each session message (`SessionAgent.session_headers`)."""
 PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "evaluate_encrypted",
                "apply_splits", "finalize", "predict_leaves", "route"}
@@ -74,6 +76,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self._holdout: pd.DataFrame | None = None
         self._batch_ids: pd.Series | None = None
         self._batch: pd.DataFrame | None = None  # the last new batch loaded for prediction
+        self._until: datetime | None = None  # its scheduled time (the request's `until`)
         self._psi: PSIParty | None = None  # an alignment in progress (its secret never leaves this object)
         self._holdout_loaded = False  # the held-out rows are the party's prediction data (load_holdout)
         self.aligned_ids: pd.Series | None = None
@@ -122,10 +125,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         from fedcore.privacy.psi import PSIParty
 
         if message.header.get("batch"):
-            if self.data.load_batch is None:
-                raise ProtocolError(f"institution {self.name!r} has no prediction data configured")
-            self._batch = self.data.load_batch()
-            ids = self._batch[self.data.id_column]
+            ids = self._load_batch(message)
         elif self.data.table is not None:  # PSI blinds in the agent: the ID column is gathered here
             from fedcore.compute.dask_alignment import gather_column
 
@@ -332,11 +332,14 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         return np.array(stored, dtype=object)
 
     # -- batch prediction ---------------------------------------------------------------------------
+    def _load_batch(self, message: Message) -> pd.Series:
+        """Read the new batch (the one scheduled at the request's `until`); its IDs."""
+        self._until = requested_until(self.name, message.header)
+        self._batch = self.data.new_batch(self._until)
+        return self._batch[self.data.id_column]
+
     def _on_batch_hashes(self, message: Message) -> Message:
-        if self.data.load_batch is None:
-            raise ProtocolError(f"institution {self.name!r} has no prediction data configured")
-        self._batch = self.data.load_batch()
-        ids = self._batch[self.data.id_column]
+        ids = self._load_batch(message)
         return Message("id_hashes", {"rows": len(ids)}, {"hashes": self._hashes(ids)})
 
     def _on_align_batch(self, message: Message) -> Message:
@@ -357,7 +360,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         values = prediction_values(self.name, message, len(self._batch_ids), width)
         self._once(message.kind)  # one file per model version: a master cannot fill the disk with copies
         out = predictions_table(self._batch_ids, values, party.classes_, self.data.id_column)
-        path = write_predictions(self.data, out, self._prediction_target(), run)
+        path = write_predictions(self.data, out, self._prediction_target(), run, self._until)
         return Message("delivered", {"path": str(path), "rows": len(out)})
 
     # -- checkpoints (resuming a run after a crash) ------------------------------------------------------

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import time
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ from fedcore.models.registry import ModelRegistry
 from fedcore.models.tables import N_TREES_KEY, master_table, structure_from_table
 from fedcore.protocol.messages import Message, pack_bits
 from fedcore.randomness import stream
-from fedcore.session import MasterSession, Prediction, Preparation, TrainingFacts
+from fedcore.session import MasterSession, Prediction, Preparation, TrainingFacts, prediction_header
 from fedcore.transport.base import Transport
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.alignment import AlignmentPlan, check_overlap, intersect_hashes, pairwise_overlaps
@@ -60,25 +61,28 @@ class VerticalSession(MasterSession):
         self.fingerprints: dict[str, str] = {}
         """Per institution, a digest of its sorted keyed ID hashes: which rows trained the model."""
 
-    def _hashes(self, kind: str) -> dict[str, np.ndarray]:
-        replies = self.transport.exchange({name: Message(kind) for name in self.institutions})
+    def _hashes(self, kind: str, header: dict | None = None) -> dict[str, np.ndarray]:
+        replies = self.transport.exchange({name: Message(kind, dict(header or {}))
+                                           for name in self.institutions})
         return {name: r.arrays["hashes"].reshape(-1, 32).copy().view("S32").ravel()
                 for name, r in replies.items()}
 
-    def _intersect(self, batch: bool, explain_below: int = 1) -> AlignmentPlan:
+    def _intersect(self, batch: bool, explain_below: int = 1, until: datetime | None = None) -> AlignmentPlan:
         """The alignment plan of the training rows (or of the new batch), by keyed hashes or by ECDH PSI.
 
-        Below `explain_below` common rows, the plan also has the pairwise overlaps (`check_overlap`).
+        Below `explain_below` common rows, the plan also has the pairwise overlaps (`check_overlap`). A new
+        batch's request carries `until` (`prediction_header`).
         """
+        header = prediction_header(until=until) if batch else {}
         if self.alignment == "psi":
-            return self._psi_plan(batch, explain_below)
-        hashes = self._hashes("batch_hashes" if batch else "id_hashes")
+            return self._psi_plan(batch, explain_below, header)
+        hashes = self._hashes("batch_hashes" if batch else "id_hashes", header)
         if not batch:
             self.fingerprints = {name: hashlib.sha256(np.sort(h).tobytes()).hexdigest()[:16]
                                  for name, h in hashes.items()}
         return intersect_hashes(hashes, explain_below)
 
-    def _psi_plan(self, batch: bool, explain_below: int = 1) -> AlignmentPlan:
+    def _psi_plan(self, batch: bool, explain_below: int = 1, header: dict | None = None) -> AlignmentPlan:
         """ECDH PSI through the master (`fedcore.privacy.psi`).
 
         Every institution blinds its IDs, each list is re-blinded once by every other institution in M - 1
@@ -87,7 +91,8 @@ class VerticalSession(MasterSession):
         lists are counted too.
         """
         names = self.institutions
-        replies = self.transport.exchange({n: Message("psi_blinded", {"batch": batch}) for n in names})
+        replies = self.transport.exchange({n: Message("psi_blinded", {"batch": batch, **(header or {})})
+                                           for n in names})
         lists = {n: replies[n].arrays["blinded"].reshape(-1, 32) for n in names}
         counts = {n: len(v) for n, v in lists.items()}
         for shift in range(1, len(names)):
@@ -230,28 +235,31 @@ class VerticalSession(MasterSession):
                                  for name in self.institutions})
         return version
 
-    def predict(self, requester: str | None = None, run_id: str | None = None) -> Prediction:
+    def predict(self, requester: str | None = None, run_id: str | None = None,
+                until: datetime | None = None) -> Prediction:
         """Batch prediction (`batch_predict`): only `requester` receives the predictions, with IDs."""
         if requester is None:
             raise ProtocolError("vertical prediction delivers to one institution: name the requester")
-        result = self.batch_predict(requester, run_id=run_id)
+        result = self.batch_predict(requester, run_id=run_id, until=until)
         return Prediction(rows=result["rows"], counts=result["counts"], seconds=result["seconds"],
                           requester=requester, paths={requester: str(result["path"])})
 
-    def batch_predict(self, requester: str, min_overlap: int = 1, run_id: str | None = None) -> dict:
+    def batch_predict(self, requester: str, min_overlap: int = 1, run_id: str | None = None,
+                      until: datetime | None = None) -> dict:
         """Align the institutions' new batches, predict them in one round per row batch, and deliver them.
 
         The predictions (with IDs) go to `requester` only, which names the file they are written to (a
-        database sink replaces what an earlier attempt of run `run_id` delivered).
+        sink replaces what an earlier attempt of run `run_id` delivered; `until` ends a batch selected by
+        time).
         """
         started = time.perf_counter()
-        plan = self._intersect(batch=True, explain_below=min_overlap)
+        plan = self._intersect(batch=True, explain_below=min_overlap, until=until)
         check_overlap(plan, min_overlap)
         self.transport.exchange({name: Message("align_batch", {"rows": plan.n_common},
                                                {"positions": plan.positions[name]})
                                  for name in self.institutions})
         values = self.master.predict_values(plan.n_common)
-        header = {} if run_id is None else {"run": run_id}
+        header = prediction_header(run_id)
         reply = self.transport.exchange({requester: Message("deliver_predictions", header,
                                                             {"values": values})})[requester]
         return {"rows": plan.n_common, "counts": dict(plan.counts), "path": reply.header["path"],

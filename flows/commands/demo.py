@@ -1,6 +1,7 @@
 """`fedforest demo`: the whole pipeline on this machine, on Prefect's ephemeral server.
 
     fedforest demo [--setting horizontal] [--algorithm ppd-ert] [--privacy secagg] [--work DIR]
+    fedforest demo --source postgres [--database-url URL]   # the vertical demo's tables in PostgreSQL
 
 Each demo writes its config, data, registry and Prefect home into its own workspace (`demo_folder`).
 """
@@ -11,6 +12,7 @@ import argparse
 import os
 from pathlib import Path
 
+from fedcore.errors import ConfigError
 from flows.commands.environment import quiet
 
 
@@ -31,6 +33,14 @@ def register(commands: argparse._SubParsersAction) -> None:
                       help="horizontal demo: Federated Extra-Trees (default) or PPD-ERT")
     demo.add_argument("--privacy", choices=("none", "ldp", "gdp", "secagg"), default=None,
                       help="horizontal demo: extra-trees none (default) | ldp | gdp; ppd-ert secagg")
+    demo.add_argument("--source", choices=("files", "postgres"), default="files",
+                      help="where the institutions' tables and predictions live: Parquet files in the "
+                           "workspace (default, no server) or a PostgreSQL database (vertical demo)")
+    demo.add_argument("--database-url", metavar="URL", default=None,
+                      help="--source postgres: the database's connection string (default: the "
+                           "FEDFOREST_DEMO_DB_URL environment variable)")
+    demo.add_argument("--customers", type=int, default=6000, metavar="N",
+                      help="vertical demo: customers generated (default 6000)")
     demo.set_defaults(handler=_demo)
 
 
@@ -42,6 +52,14 @@ def demo_folder(setting: str, algorithm: str) -> Path:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    database = None
+    if args.source == "postgres":
+        from flows.demos.postgres import database_url
+
+        if args.setting != "vertical":
+            raise ConfigError("fedforest demo --source postgres runs the vertical demo: leave out --setting "
+                              "horizontal")
+        database = database_url(args.database_url)  # before anything is written
     work = (args.work or demo_folder(args.setting, args.algorithm)).resolve()
     (work / ".prefect").mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PREFECT_HOME", str(work / ".prefect"))
@@ -56,4 +74,4 @@ def _demo(args: argparse.Namespace) -> int:
         return run_horizontal_demo(work, algorithm=args.algorithm, privacy=args.privacy)
     from flows.demos.vertical import run_demo
 
-    return run_demo(work)
+    return run_demo(work, n_customers=args.customers, database=database)

@@ -13,9 +13,12 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from flows.demos.workspace import credential_sections, ensure_credentials, local_institution
 
@@ -51,7 +54,7 @@ def prepare_workspace(work: Path, n_customers: int = 6000, seed: int = 0) -> tup
     return path, scenario
 
 
-def centralized_reference(scenario: dict, predictions: Path) -> dict:
+def centralized_reference(scenario: dict, predictions: pd.DataFrame) -> dict:
     """Demo-only yardstick from the pooled ground truth, which no real federation has.
 
     A scikit-learn random forest trained on the pooled rows of the customers all three institutions
@@ -73,19 +76,28 @@ def centralized_reference(scenario: dict, predictions: Path) -> dict:
                                     max_depth=DEMO_PARAMS["max_depth"],
                                     random_state=0, n_jobs=-1).fit(x_train, train[scenario["label"]])
     reference = float((forest.predict(x_test) == test[scenario["label"]].to_numpy()).mean())
-    ours = pd.read_parquet(predictions).merge(new[[scenario["id_column"], scenario["label"]]],
+    ours = predictions.merge(new[[scenario["id_column"], scenario["label"]]],
                                               on=scenario["id_column"])
     federated = float((ours["prediction"] == ours[scenario["label"]]).mean())
     return {"federated": federated, "reference": reference, "rows": len(ours)}
 
 
-def run_demo(work: Path, n_customers: int = 6000) -> int:
-    """Prepare the workspace, run `retrain` with local agents, print the story; return an exit code."""
+def run_demo(work: Path, n_customers: int = 6000, database: str | None = None) -> int:
+    """Prepare the workspace, run `retrain` with local agents, print the story; return an exit code.
+
+    With `database` (a PostgreSQL connection string) the institutions' tables and predictions live there
+    (`flows.demos.postgres`), else in the workspace's Parquet files.
+    """
     from flows.retrain import retrain
 
     started = time.perf_counter()
     config_path, scenario = prepare_workspace(work, n_customers=n_customers)
     print(f"fedforest demo: workspace {work}")
+    if database is not None:
+        from flows.demos.postgres import move_to_postgres
+
+        move_to_postgres(config_path, scenario, database)
+        print("  data:        each institution's <name>_train and <name>_new tables in PostgreSQL")
     sizes = ", ".join(f"{name} ({info['train_rows']} customers)"
                       for name, info in scenario["institutions"].items())
     print(f"  institutions: {sizes}; label {scenario['label']!r} at {scenario['label_holder']}")
@@ -106,11 +118,20 @@ def run_demo(work: Path, n_customers: int = 6000) -> int:
           "over Flight/mTLS")
     print("  held-out:    " + ", ".join(f"{k} {v:.3f}" for k, v in result["metrics"].items()))
     if result["prediction"]:
-        # the file the bank named (<model>-<version>-<UTC time>.parquet) and reported
-        predictions = Path(result["prediction"]["paths"][scenario["label_holder"]])
+        # the file the bank named (<model>-<version>-<UTC time>.parquet), or its table, as it reported
+        holder = scenario["label_holder"]
+        where = result["prediction"]["paths"][holder]
+        if database is not None:
+            from flows.demos.postgres import delivered_predictions
+
+            predictions = delivered_predictions(database, holder)
+        else:
+            import pandas as pd
+
+            predictions = pd.read_parquet(where)
         comparison = centralized_reference(scenario, predictions)
         print(f"  new batch:   {result['prediction']['rows']} customers predicted, written only at "
-              f"{scenario['label_holder']}: {predictions}")
+              f"{holder}: {where}")
         print(f"  accuracy on the new customers: federated {comparison['federated']:.3f} vs centralized "
               f"scikit-learn RandomForest on pooled data {comparison['reference']:.3f} (demo-only ground "
               f"truth; the reference also learns from the {alignment['holdout_rows']} rows held out "

@@ -1,10 +1,13 @@
 """The retrain and batch-predict flows with the bank's rows, new batch and predictions in PostgreSQL.
 
 Local agents over Flight with mutual TLS under a Prefect test server: the flow run's id reaches the bank's
-scores table, one copy of each run's rows.
+scores table, one copy of each run's rows; the bank's batch query selects its customers by signup time up
+to the flow's `until` (default: the run's scheduled time).
 """
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import pandas as pd
 import pytest
@@ -28,21 +31,32 @@ def test_retrain_and_batch_predict_read_and_write_the_banks_database(database, t
     for kind in ("train", "new"):
         rows = pd.read_parquet(scenario["institutions"]["bank"][kind])
         categories = [c for c in rows.columns if isinstance(rows[c].dtype, pd.CategoricalDtype)]
-        load_table(database, f"bank_{kind}", rows.astype(dict.fromkeys(categories, "str")))
+        rows = rows.astype(dict.fromkeys(categories, "str"))
+        if kind == "new":  # every other customer signed up in June, the others in November
+            rows["signup_at"] = [pd.Timestamp(f"2026-{6 if i % 2 else 11}-15", tz="UTC")
+                                 for i in range(len(rows))]
+            june = set(rows.loc[rows["signup_at"].dt.month == 6, "customer_id"])
+        load_table(database, f"bank_{kind}", rows)
     raw = yaml.safe_load(config_path.read_text())
     bank = next(i for i in raw["institutions"] if i["name"] == "bank")
     bank.update(data={"sql": {**SQL, "table": "bank_train"}},
-                predict_data={"sql": {**SQL, "table": "bank_new"}},
+                predict_data={"sql": {**SQL, "since": "2026-01-01T00:00:00Z", "query": (
+                    "SELECT * FROM bank_new WHERE signup_at > :since AND signup_at <= :until")}},
                 predictions={"sql": {**SQL, "table": "bank_scores"}})
     config_path.write_text(yaml.safe_dump(raw))
 
     trained = retrain(str(config_path), agents="local", return_state=True)
     result = trained.result()
     assert result["prediction"]["paths"] == {"bank": "table 'bank_scores'"}
-    predicted = batch_predict(str(config_path), agents="local", return_state=True)
+    # the batch up to July: nothing of it was delivered before July, so it starts at sql.since
+    predicted = batch_predict(str(config_path), agents="local", until=datetime(2026, 7, 1, tzinfo=UTC),
+                              return_state=True)
     assert predicted.result()["prediction"]["paths"] == {"bank": "table 'bank_scores'"}
     scores = read_sql(SqlSource(("url", database), table="bank_scores"), "test")
     runs = {str(trained.state_details.flow_run_id): result["prediction"]["rows"],
             str(predicted.state_details.flow_run_id): predicted.result()["prediction"]["rows"]}
     assert scores.groupby("run_id").size().to_dict() == runs
+    retrained = set(scores.loc[scores["run_id"] == str(trained.state_details.flow_run_id), "customer_id"])
+    assert set(scores.loc[scores["run_id"] == str(predicted.state_details.flow_run_id), "customer_id"]) == (
+        retrained & june) and retrained - june, "retrain predicted up to its schedule (now), predict to July"
     assert set(scores["version"]) == {"v0001"} and not (tmp_path / "work" / "predictions" / "bank").exists()

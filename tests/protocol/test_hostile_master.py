@@ -122,11 +122,15 @@ def test_a_horizontal_master_cannot_name_the_file_an_agent_writes(pki, tmp_path)
     with _served({"bank": HorizontalInstitutionAgent(data)}, pki) as endpoints, \
             _master(endpoints, pki) as transport:
         _refused(transport, "bank", Message("predict_local", {"file_stem": "../../x"}),
-                 "refuses 'predict_local' with header field(s) ['file_stem']: it takes ['run']")
+                 "refuses 'predict_local' with header field(s) ['file_stem']: it takes ['run', 'until']")
         # the flow run's id is a value in a database sink's column, checked, never a name
         _refused(transport, "bank", Message("predict_local", {"run": "../../x"}),
                  "institution 'bank': run id '../../x' is not a flow run id (letters, digits, '.', '_', ':', "
                  "'-'; at most 128)")
+        # the scheduled time ends a batch query: a value the agent binds, checked as a timestamp, never SQL
+        _refused(transport, "bank", Message("predict_local", {"until": "'; DROP TABLE scores; --"}),
+                 "institution 'bank': until \"'; DROP TABLE scores; --\" is not a timestamp with a time zone "
+                 "(ISO 8601)")
     assert not (tmp_path / "predictions").exists()
 
 

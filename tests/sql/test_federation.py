@@ -123,8 +123,8 @@ def test_a_database_sink_for_dask_workers_writing_parquet_is_refused_before_any_
     with pytest.raises(ConfigError) as refused:
         institution_from_config(config, "north", cluster=object())  # refused before the cluster is used
     assert str(refused.value) == (
-        "institution 'north': with compute: dask the workers write the predictions as a Parquet dataset, not "
-        "into a database table yet: set predictions to a folder, or remove compute")
+        "institution 'north': with compute: dask the workers write the predictions as a Parquet dataset "
+        "folder per run, not into a predictions sink yet: set predictions to a folder, or remove compute")
 
 
 def _vertical_rows(database: str, root: Path) -> None:

@@ -43,4 +43,4 @@ def test_a_connection_string_file_that_is_missing_or_empty_is_one_line(tmp_path)
 
 def test_a_source_never_shows_its_connection_string_in_its_repr() -> None:
     source = SqlSource(("url", "postgresql://bank:s3cret@db/warehouse"), table="customers")
-    assert repr(source) == "SqlSource(table='customers', query=None)"
+    assert repr(source) == "SqlSource(table='customers', query=None, parameters=(), since=None)"
