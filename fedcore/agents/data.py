@@ -121,8 +121,9 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
     what = f"institution {name!r}"
     workers_read = inst.compute is not None
-    workers_predict = workers_read and config.setting == "horizontal"  # vertical batches: in process
-    if inst.predictions_sql is not None and workers_predict and inst.predict_data is not None \
+    # horizontal workers write the predictions; a vertical agent writes them itself (one row per aligned ID)
+    if inst.predictions_sql is not None and workers_read and config.setting == "horizontal" \
+            and inst.predict_data is not None \
             and _on_dask(inst.predict_data, f"{what} prediction data", batch=True):
         raise ConfigError(f"{what}: with compute: dask the workers write the predictions as a Parquet "
                           "dataset, not into a database table yet: set predictions to a folder, or remove "
@@ -161,7 +162,7 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
         for line in report.failure_lines():
             log.warning("data contract violation: %s", line)
     predict_data = inst.predict_data
-    if predict_data and workers_predict and _on_dask(predict_data, f"{what} prediction data", batch=True):
+    if predict_data and workers_read and _on_dask(predict_data, f"{what} prediction data", batch=True):
         assert inst.compute is not None, "workers read only with compute: dask"
         cluster = held = cluster or _cluster(inst.compute)
         open_batch = lambda: _open_batch(config, name, predict_data, held)  # noqa: E731

@@ -55,8 +55,8 @@ def _assemble(order: np.ndarray, *pieces: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(pieces, ignore_index=True).iloc[order].reset_index(drop=True)
 
 
-def _label(frame: pd.DataFrame, label: str) -> pd.Series:
-    return frame[label]
+def _select(frame: pd.DataFrame, name: str) -> pd.Series:
+    return frame[name]
 
 
 # -- the agent's side ----------------------------------------------------------------------------------
@@ -91,10 +91,18 @@ class AlignedBlocks:
     """The held-out rows in canonical order (as `align_frame(...)[holdout]` gives them), ID column dropped."""
     columns: list[str]
 
+    def column(self, client: Client, name: str) -> list[Future]:
+        """One column of the training blocks, as futures (made by tasks) in block order."""
+        return [client.submit(_select, f, name, pure=False) for f in self.frames]
+
     def labels(self, client: Client, label: str) -> pd.Series:
         """The training rows' label column, gathered into the agent in canonical order."""
-        parts = client.gather([client.submit(_label, f, label, pure=False) for f in self.frames])
-        return pd.concat(parts, ignore_index=True)
+        return gather_series(client, self.column(client, label))
+
+
+def gather_series(client: Client, parts: list[Future]) -> pd.Series:
+    """Blocks of one column, gathered into the agent and put end to end."""
+    return pd.concat(client.gather(parts), ignore_index=True)
 
 
 def _where(table: ParquetTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -111,9 +119,12 @@ def _by_block(block: np.ndarray, n_blocks: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def align_blocks(client: Client, table: ParquetTable, positions: np.ndarray, holdout: np.ndarray,
-                 id_column: str, block_rows: int) -> AlignedBlocks:
-    """The rows at the master's (checked) `positions`, split by the `holdout` mask (see the module doc)."""
-    columns = [c for c in table.columns if c != id_column]
+                 id_column: str, block_rows: int, keep_id: bool = False) -> AlignedBlocks:
+    """The rows at the master's (checked) `positions`, split by the `holdout` mask (see the module doc).
+
+    `keep_id`: the blocks keep the ID column (a prediction batch's, delivered with the predictions).
+    """
+    columns = [c for c in table.columns if keep_id or c != id_column]
     train, held = positions[~holdout], positions[holdout]
     n_blocks = len(table.blocks)
     n_targets = -(-len(train) // block_rows)

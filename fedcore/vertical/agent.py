@@ -38,9 +38,10 @@ from fedcore.vertical.party import VerticalParty
 from fedcore.vertical.persistence import party_file_stem
 
 if TYPE_CHECKING:
-    from distributed import Client
+    from distributed import Client, Future
 
     from fedcore.compute.cluster import Cluster
+    from fedcore.compute.dask_table import ParquetTable
     from fedcore.compute.dask_vertical import DaskVerticalRows
     from fedcore.privacy.psi import PSIParty
 
@@ -73,8 +74,9 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self.identity = identity
         self.party: VerticalParty | None = None
         self._holdout: pd.DataFrame | None = None
-        self._batch_ids: pd.Series | None = None
-        self._batch: pd.DataFrame | None = None  # the last new batch loaded for prediction
+        self._batch_ids: pd.Series | list[Future] | None = None  # on Dask: the aligned IDs' blocks
+        self._batch: pd.DataFrame | ParquetTable | None = None  # the last new batch loaded (or opened)
+        self._batch_rows = 0  # rows of the aligned batch
         self._psi: PSIParty | None = None  # an alignment in progress (its secret never leaves this object)
         self._holdout_loaded = False  # the held-out rows are the party's prediction data (load_holdout)
         self.aligned_ids: pd.Series | None = None
@@ -90,19 +92,40 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self._holdout, self._batch_ids, self._psi = None, None, None
         self._holdout_loaded = False
 
-    def _hashes(self, ids: pd.Series | None) -> np.ndarray:
-        """The keyed digests of `ids` as uint8 rows of 32 (None: of the training table's IDs).
+    def _training_rows(self) -> pd.DataFrame | ParquetTable:
+        """The training table: its rows in the agent, or its blocks on the workers."""
+        return self.data.frame if self.data.table is None else self.data.table
 
-        On a Dask cluster each block hashes its training IDs on a worker (`dask_alignment.block_hashes`).
+    def _new_batch(self) -> pd.DataFrame | ParquetTable:
+        """The new rows to predict: read here, or opened as blocks the workers read (`open_batch`)."""
+        if self.data.open_batch is not None:
+            self._batch = self.data.open_batch()
+        elif self.data.load_batch is not None:
+            self._batch = self.data.load_batch()
+        else:
+            raise ProtocolError(f"institution {self.name!r} has no prediction data configured")
+        return self._batch
+
+    def _hashes(self, rows: pd.DataFrame | ParquetTable) -> np.ndarray:
+        """The keyed digests of the IDs of `rows` as uint8 rows of 32.
+
+        Blocks on a Dask cluster hash their IDs on the workers (`dask_alignment.block_hashes`).
         """
-        table, id_column = self.data.table, self.data.id_column
-        if ids is not None or table is None:
-            digests = hash_ids(self.data.frame[id_column] if ids is None else ids, self._key)
+        if isinstance(rows, pd.DataFrame):
+            digests = hash_ids(rows[self.data.id_column], self._key)
         else:
             from fedcore.compute.dask_alignment import block_hashes
 
-            digests = block_hashes(self._client(), table, id_column, self._key)
+            digests = block_hashes(self._client(), rows, self.data.id_column, self._key)
         return np.frombuffer(digests.tobytes(), dtype=np.uint8).reshape(len(digests), 32)
+
+    def _ids(self, rows: pd.DataFrame | ParquetTable) -> pd.Series:
+        """The ID column of `rows`, gathered here from blocks on the workers (PSI blinds in the agent)."""
+        if isinstance(rows, pd.DataFrame):
+            return rows[self.data.id_column]
+        from fedcore.compute.dask_alignment import gather_column
+
+        return gather_column(self._client(), rows, self.data.id_column)
 
     def _client(self) -> Client:
         """The client of the cluster that holds this institution's Parquet blocks."""
@@ -114,7 +137,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         if not self.data.valid:
             raise ProtocolError(f"institution {self.name!r}: its data failed validation; it takes no part "
                                 "in training")
-        return Message("id_hashes", {"rows": self.data.n_rows}, {"hashes": self._hashes(None)})
+        hashes = self._hashes(self._training_rows())
+        return Message("id_hashes", {"rows": self.data.n_rows}, {"hashes": hashes})
 
     def _on_psi_blinded(self, message: Message) -> Message:
         """PSI step 1: this institution's IDs blinded with a fresh secret, in a secret shuffled order.
@@ -123,18 +147,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         """
         from fedcore.privacy.psi import PSIParty
 
-        if message.header.get("batch"):
-            if self.data.load_batch is None:
-                raise ProtocolError(f"institution {self.name!r} has no prediction data configured")
-            self._batch = self.data.load_batch()
-            ids = self._batch[self.data.id_column]
-        elif self.data.table is not None:  # PSI blinds in the agent: the ID column is gathered here
-            from fedcore.compute.dask_alignment import gather_column
-
-            ids = gather_column(self._client(), self.data.table, self.data.id_column)
-        else:
-            ids = self.data.frame[self.data.id_column]
-        self._psi = PSIParty(self.name, ids, key=self._key)
+        rows = self._new_batch() if message.header.get("batch") else self._training_rows()
+        self._psi = PSIParty(self.name, self._ids(rows), key=self._key)
         return Message("psi_blinded", {"rows": self._psi.n_rows}, {"blinded": self._psi.outgoing()})
 
     def _on_psi_reblind(self, message: Message) -> Message:
@@ -339,20 +353,43 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
 
     # -- batch prediction ---------------------------------------------------------------------------
     def _on_batch_hashes(self, message: Message) -> Message:
-        if self.data.load_batch is None:
-            raise ProtocolError(f"institution {self.name!r} has no prediction data configured")
-        self._batch = self.data.load_batch()
-        ids = self._batch[self.data.id_column]
-        return Message("id_hashes", {"rows": len(ids)}, {"hashes": self._hashes(ids)})
+        hashes = self._hashes(self._new_batch())
+        return Message("id_hashes", {"rows": len(hashes)}, {"hashes": hashes})
 
     def _on_align_batch(self, message: Message) -> Message:
         if self._batch is None:
             raise ProtocolError(f"institution {self.name!r}: align_batch before the batch IDs")
-        aligned = align_frame(self._batch, self._rows(self._announced(message)))
+        party = self._require_party(message.kind)
+        positions = self._rows(self._announced(message))
+        if not isinstance(self._batch, pd.DataFrame):
+            return self._align_batch_on_workers(party, self._batch, positions)
+        aligned = align_frame(self._batch, positions)
         self._batch_ids = aligned[self.data.id_column].reset_index(drop=True)
+        self._batch_rows = len(aligned)
         features = aligned.drop(columns=[c for c in (self.data.id_column, self.data.label) if c in aligned])
-        self._require_party(message.kind).set_prediction_data(features.reset_index(drop=True))
+        party.set_prediction_data(features.reset_index(drop=True))
         return Message("ack", {"rows": len(aligned)})
+
+    def _align_batch_on_workers(self, party: VerticalParty, table: ParquetTable,
+                                positions: np.ndarray) -> Message:
+        """The batch aligned, encoded and predicted in blocks on the workers, its IDs kept there to delivery.
+
+        (`fedcore.compute.dask_vertical_predict`: the party's answers are the in-process ones, bit for bit.)
+        """
+        from fedcore.compute.dask_alignment import align_blocks
+        from fedcore.compute.dask_vertical_predict import DaskPredictionRows
+
+        assert self.data.compute is not None, "a batch on Dask comes with its compute"
+        client = self._client()
+        aligned = align_blocks(client, table, check_positions(positions, table.n_rows),
+                               np.zeros(len(positions), bool), self.data.id_column,
+                               self.data.compute.block_rows, keep_id=True)
+        self._batch_ids, self._batch_rows = aligned.column(client, self.data.id_column), len(positions)
+        rows = DaskPredictionRows(client, aligned.frames, aligned.sizes, party.trained_model)
+        party.set_prediction_rows(rows)
+        log.info("institution %r: %d batch rows aligned on the workers in %d blocks", self.name,
+                 len(positions), len(aligned.frames))
+        return Message("ack", {"rows": len(positions)})
 
     def _on_deliver_predictions(self, message: Message) -> Message:
         run = run_id(self.name, message.header)
@@ -360,9 +397,14 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             raise ProtocolError(f"institution {self.name!r}: 'deliver_predictions' before align_batch")
         party = self._require_party(message.kind)
         width = len(party.classes_) if party.classes_ is not None else 1
-        values = prediction_values(self.name, message, len(self._batch_ids), width)
+        values = prediction_values(self.name, message, self._batch_rows, width)
         self._once(message.kind)  # one file per model version: a master cannot fill the disk with copies
-        out = predictions_table(self._batch_ids, values, party.classes_, self.data.id_column)
+        ids = self._batch_ids
+        if not isinstance(ids, pd.Series):  # the aligned IDs' blocks on the workers: gathered to be written
+            from fedcore.compute.dask_alignment import gather_series
+
+            ids = gather_series(self._client(), ids)
+        out = predictions_table(ids, values, party.classes_, self.data.id_column)
         path = write_predictions(self.data, out, self._prediction_target(), run)
         return Message("delivered", {"path": str(path), "rows": len(out)})
 
