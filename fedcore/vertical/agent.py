@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from distributed import Client, Future
 
     from fedcore.compute.cluster import Cluster
+    from fedcore.compute.dask_alignment import Blocks
     from fedcore.compute.dask_table import ParquetTable
     from fedcore.compute.dask_vertical import DaskVerticalRows
     from fedcore.privacy.psi import PSIParty
@@ -54,6 +55,11 @@ SESSION_HEADERS = session_headers(id_hashes=(), psi_blinded=("batch",), psi_rebl
 """The header fields of each session message (`SessionAgent.session_headers`)."""
 PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "evaluate_encrypted",
                "apply_splits", "finalize", "predict_leaves", "route"}
+
+
+def _n_rows(rows: pd.DataFrame | Blocks) -> int:
+    """Rows of a frame, or of blocks on the workers."""
+    return len(rows) if isinstance(rows, pd.DataFrame) else rows.n_rows
 
 
 class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
@@ -73,7 +79,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self._key = consortium_key
         self.identity = identity
         self.party: VerticalParty | None = None
-        self._holdout: pd.DataFrame | None = None
+        self._holdout: pd.DataFrame | Blocks | None = None  # on Dask: blocks on the workers
         self._batch_ids: pd.Series | list[Future] | None = None  # on Dask: the aligned IDs' blocks
         self._batch: pd.DataFrame | ParquetTable | None = None  # the last new batch loaded (or opened)
         self._batch_rows = 0  # rows of the aligned batch
@@ -200,7 +206,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             self._on_cluster(self.party)
         self._holdout_loaded = False
         self._done.add("align")  # a refused alignment may be corrected; one that answered is final
-        return Message("aligned", {"train_rows": self.party.rows.n_rows, "holdout_rows": len(self._holdout)})
+        return Message("aligned", {"train_rows": self.party.rows.n_rows,
+                                   "holdout_rows": _n_rows(self._holdout)})
 
     def _party(self, frame: pd.DataFrame, rows: DaskVerticalRows | None = None) -> VerticalParty:
         """This session's party over its training `frame` (or `rows` on the workers and `frame` the label)."""
@@ -208,12 +215,11 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                              identity=self.identity, memory_budget=self.data.memory_budget,
                              own_privacy=self.data.privacy, rows=rows)
 
-    def _align_on_workers(self, positions: np.ndarray,
-                          holdout: np.ndarray) -> tuple[VerticalParty, pd.DataFrame]:
-        """The party over training blocks the workers aligned, and the held-out rows gathered here.
+    def _align_on_workers(self, positions: np.ndarray, holdout: np.ndarray) -> tuple[VerticalParty, Blocks]:
+        """The party over training blocks the workers aligned, and the held-out blocks beside them.
 
-        The agent holds the held-out rows and (label holder) the training labels, which the protocol needs
-        here; the training features stay on the workers (`fedcore.compute.dask_alignment`).
+        The agent holds (label holder) the training labels, which the protocol needs here; the rows stay on
+        the workers (`fedcore.compute.dask_alignment`).
         """
         from fedcore.compute.dask_alignment import align_blocks
         from fedcore.compute.dask_vertical import DaskVerticalRows
@@ -225,10 +231,10 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self.aligned_ids = None  # on the workers' side only: the agent never holds the aligned IDs
         features = [c for c in aligned.columns if c != label]
         rows = DaskVerticalRows.on_workers(client, aligned.frames, aligned.sizes, features)
-        labels = aligned.labels(client, label).to_frame() if label else pd.DataFrame()
+        labels = aligned.gathered(client, label).to_frame() if label else pd.DataFrame()
         log.info("institution %r: %d training rows aligned on the workers in %d blocks", self.name,
                  rows.n_rows, len(rows.blocks))
-        return self._party(labels, rows), aligned.holdout
+        return self._party(labels, rows), aligned.held
 
     def _on_cluster(self, party: VerticalParty) -> None:
         """Put the party's row work on this institution's Dask cluster, when its own config says so.
@@ -253,7 +259,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
     def _feature_key(self) -> bytes:
         return hmac.new(self._key, b"fedforest feature ids", hashlib.sha256).digest()
 
-    def _require_holdout(self, kind: str) -> pd.DataFrame:
+    def _require_holdout(self, kind: str) -> pd.DataFrame | Blocks:
         """This session's held-out rows, or the refusal of a `kind` message that needs them."""
         if self._holdout is None:
             raise ProtocolError(f"institution {self.name!r}: no held-out rows ({kind!r} before align)")
@@ -268,12 +274,18 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
 
     def _on_load_holdout(self, message: Message) -> Message:
         holdout = self._require_holdout(message.kind)
-        self._require_model(message.kind)  # trained in this session: load_model drops the held-out rows
+        model = self._require_model(message.kind)  # trained in this session: load_model drops held-out rows
         self._once(message.kind)
-        features = holdout.drop(columns=[self.data.label]) if self.data.label else holdout
-        self._require_party(message.kind).set_prediction_data(features)
+        party = self._require_party(message.kind)
+        if isinstance(holdout, pd.DataFrame):
+            party.set_prediction_data(holdout.drop(columns=[self.data.label]) if self.data.label else holdout)
+        else:  # predicted where its blocks are, as a batch (the label column is not the model's: unread)
+            from fedcore.compute.dask_vertical_predict import DaskPredictionRows
+
+            party.set_prediction_rows(DaskPredictionRows(self._client(), holdout.frames, holdout.sizes,
+                                                         model))
         self._holdout_loaded = True
-        return Message("ack", {"rows": len(features)})
+        return Message("ack", {"rows": _n_rows(holdout)})
 
     def _on_evaluate(self, message: Message) -> Message:
         """Score the master's predictions of the whole held-out set, once per session, after training.
@@ -286,7 +298,9 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         if not self._holdout_loaded:
             raise ProtocolError(f"institution {self.name!r}: 'evaluate' before the held-out rows were "
                                 "predicted (load_holdout after training)")
-        y = self._require_holdout(message.kind)[self.data.label].to_numpy()
+        holdout = self._require_holdout(message.kind)
+        y = (holdout[self.data.label] if isinstance(holdout, pd.DataFrame)  # on Dask: one column gathered
+             else holdout.gathered(self._client(), self.data.label)).to_numpy()
         party = self._require_party(message.kind)
         self._require_model(message.kind)  # trained in this session (load_holdout checked it too)
         width = len(party.classes_) if party.classes_ is not None else 1

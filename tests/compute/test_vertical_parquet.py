@@ -111,6 +111,9 @@ def test_agents_on_parquet_blocks_train_the_in_process_forest(scenario, tmp_path
         rows = agent.party.rows
         assert type(rows).__name__ == "DaskVerticalRows" and rows.features is None
         assert len(rows.blocks) == -(-rows.n_rows // BLOCK_ROWS) > 2 and agent.aligned_ids is None
+        held = agent.party._prediction  # the held-out rows were evaluated in their blocks
+        assert type(held).__name__ == "DaskPredictionRows"
+        assert len(held.blocks) == -(-held.n_rows // BLOCK_ROWS) > 1
 
 
 def test_an_encrypted_session_on_parquet_blocks_trains_the_in_process_forest(scenario, tmp_path,
@@ -140,7 +143,10 @@ def test_blocks_aligned_on_the_workers_are_align_frames_rows(tmp_path, three_wor
     assert aligned.sizes == [37] * 4 + [int((~holdout).sum()) - 148]
     pd.testing.assert_frame_equal(pd.concat(three_workers.gather(aligned.frames), ignore_index=True),
                                   expected[~holdout].reset_index(drop=True))
-    pd.testing.assert_frame_equal(aligned.holdout, expected[holdout].reset_index(drop=True))
+    held = int(holdout.sum())
+    assert aligned.held.sizes == [37] * (held // 37) + [held % 37] * (held % 37 > 0)
+    pd.testing.assert_frame_equal(pd.concat(three_workers.gather(aligned.held.frames), ignore_index=True),
+                                  expected[holdout].reset_index(drop=True))
 
 
 def test_psi_alignment_aligns_the_blocks_as_the_in_process_agent(scenario, tmp_path, three_workers,
@@ -178,7 +184,8 @@ def test_psi_alignment_aligns_the_blocks_as_the_in_process_agent(scenario, tmp_p
         assert 0 < holdout.sum() < len(holdout)
         pd.testing.assert_frame_equal(_aligned_rows(agent, three_workers),
                                       expected[~holdout].reset_index(drop=True))
-        pd.testing.assert_frame_equal(agent._holdout, expected[holdout].reset_index(drop=True))
+        held = pd.concat(three_workers.gather(agent._holdout.frames), ignore_index=True)
+        pd.testing.assert_frame_equal(held, expected[holdout].reset_index(drop=True))
 
 
 @pytest.mark.timeout(120)

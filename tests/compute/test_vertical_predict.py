@@ -3,6 +3,7 @@
 The new batch is three Parquet files the agents never read (the workers hash, align and encode its blocks
 of 40 rows); every prediction message an institution answers and the delivered predictions are the
 in-process agent's, byte for byte, with one-round row batches that cut across blocks and node-by-node routing.
+The held-out rows stay in their blocks too, and the evaluation is the in-process one.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from tests.compute.test_agent_parquet import _refuse_readers
 from tests.compute.test_vertical_parquet import BLOCK_ROWS, _parquet_agents, _write
 from tests.vertical.test_session import _agents
 
-PREDICTION_KINDS = {"batch_hashes", "align_batch", "predict_leaves", "route", "deliver_predictions"}
+PREDICTION_KINDS = {"load_holdout", "batch_hashes", "align_batch", "predict_leaves", "route",
+                    "deliver_predictions"}
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +77,7 @@ def _predict(agents: dict, scenario: dict, monkeypatch=None, alignment: str = "h
                               holdout_fraction=0.25, min_overlap=100)
     session.align()
     session.train()
+    metrics = session.evaluate()  # the held-out rows: in their blocks on Dask
     session.alignment = alignment
     if monkeypatch is not None:
         _refuse_readers(monkeypatch)  # no agent reads a batch row: the threaded workers read with pyarrow
@@ -85,7 +88,7 @@ def _predict(agents: dict, scenario: dict, monkeypatch=None, alignment: str = "h
         monkeypatch.undo()
     delivered = pd.read_parquet(result["path"])
     session.close()
-    return seen, delivered, values
+    return seen, delivered, values, metrics
 
 
 def test_a_batch_on_the_workers_answers_as_the_in_process_agent(scenario, tmp_path, three_workers,
@@ -95,11 +98,13 @@ def test_a_batch_on_the_workers_answers_as_the_in_process_agent(scenario, tmp_pa
     got = _predict(agents, scenario, monkeypatch)
     assert got[0] == expected[0]
     kinds = [kind for kind, *_ in got[0][scenario["label_holder"]]]
-    assert kinds.count("predict_leaves") == 1 + -(-len(got[1]) // 100) and "route" in kinds
+    # the held-out rows, the batch in one row batch, then in row batches of 100
+    assert kinds.count("predict_leaves") == 2 + -(-len(got[1]) // 100) and "route" in kinds
     pd.testing.assert_frame_equal(got[1], expected[1])
     assert len(got[1]) > 2 * BLOCK_ROWS
     for g, e in zip(got[2], expected[2], strict=True):
         assert g.tobytes() == e.tobytes()
+    assert got[3] == expected[3] and set(got[3]) >= {"accuracy"}
     for agent in agents.values():
         rows = agent.party._prediction
         assert isinstance(rows, DaskPredictionRows) and len(rows.blocks) > 2
@@ -115,6 +120,7 @@ def test_psi_on_a_batch_on_the_workers_delivers_the_in_process_predictions(scena
     got = _predict(_dask_agents(scenario, tmp_path / "dask", three_workers), scenario, alignment="psi")
     by_id = [frame.sort_values(scenario["id_column"], ignore_index=True) for frame in (got[1], expected[1])]
     pd.testing.assert_frame_equal(*by_id)
+    assert got[3] == expected[3]
     assert not got[1].equals(by_id[0])  # the canonical order is not the IDs' (it is a blinded shuffle)
 
 
@@ -145,7 +151,7 @@ def test_a_worker_lost_during_prediction_gives_the_same_answer(scenario, tmp_pat
     finally:
         client.close()
         cluster.close()
-    assert got[0] == expected[0]
+    assert got[0] == expected[0] and got[3] == expected[3]
     pd.testing.assert_frame_equal(got[1], expected[1])
 
 
