@@ -26,6 +26,7 @@ import pandas as pd
 from fedcore.compute.dask_table import ParquetTable, read_table_block, submit_blocks
 from fedcore.errors import InputError
 from fedcore.privacy.hashing import DIGEST_SIZE, hash_ids
+from fedcore.privacy.psi import BLINDED_SIZE, blinded_ids
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -37,8 +38,9 @@ def _hashes(block, table: ParquetTable, column: str, secret: bytes) -> np.ndarra
     return hash_ids(read_table_block(block, table, [column])[column], secret)
 
 
-def _column(block, table: ParquetTable, column: str) -> pd.Series:
-    return read_table_block(block, table, [column])[column]
+def _blinded(block, table: ParquetTable, column: str, consortium: bytes, secret: bytes) -> np.ndarray:
+    """The block's IDs blinded for PSI (`blinded_ids` with the `consortium` key and the party's secret)."""
+    return blinded_ids(read_table_block(block, table, [column])[column], consortium, secret)
 
 
 def _cut(block, table: ParquetTable, rows: list[np.ndarray], columns: list[str]) -> list[pd.DataFrame]:
@@ -75,10 +77,11 @@ def block_hashes(client: Client, table: ParquetTable, column: str, key: bytes) -
     return digests
 
 
-def gather_column(client: Client, table: ParquetTable, column: str) -> pd.Series:
-    """One whole column of the table, gathered into the agent (the IDs for PSI)."""
-    parts = client.gather(submit_blocks(client, _column, table, column=column))
-    return pd.concat(parts, ignore_index=True) if parts else pd.Series(name=column, dtype=object)
+def block_blinded(client: Client, table: ParquetTable, column: str, key: bytes, secret: bytes) -> np.ndarray:
+    """Every row's PSI-blinded ID ((n, 32) uint8), blinded block by block on the workers, in table order."""
+    parts = client.gather(submit_blocks(client, _blinded, table, column=column, consortium=key,
+                                        secret=secret))
+    return np.concatenate([np.zeros((0, BLINDED_SIZE), np.uint8), *parts])
 
 
 @dataclass

@@ -83,7 +83,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self._batch_ids: pd.Series | list[Future] | None = None  # on Dask: the aligned IDs' blocks
         self._batch: pd.DataFrame | ParquetTable | None = None  # the last new batch loaded (or opened)
         self._batch_rows = 0  # rows of the aligned batch
-        self._psi: PSIParty | None = None  # an alignment in progress (its secret never leaves this object)
+        self._psi: PSIParty | None = None  # an alignment in progress (its secret: here and own workers only)
         self._holdout_loaded = False  # the held-out rows are the party's prediction data (load_holdout)
         self.aligned_ids: pd.Series | None = None
         self._checkpoints: CheckpointStore | None = None
@@ -125,13 +125,21 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             digests = block_hashes(self._client(), rows, self.data.id_column, self._key)
         return np.frombuffer(digests.tobytes(), dtype=np.uint8).reshape(len(digests), 32)
 
-    def _ids(self, rows: pd.DataFrame | ParquetTable) -> pd.Series:
-        """The ID column of `rows`, gathered here from blocks on the workers (PSI blinds in the agent)."""
-        if isinstance(rows, pd.DataFrame):
-            return rows[self.data.id_column]
-        from fedcore.compute.dask_alignment import gather_column
+    def _psi_party(self, rows: pd.DataFrame | ParquetTable) -> PSIParty:
+        """PSI's party over the IDs of `rows`, with a fresh secret.
 
-        return gather_column(self._client(), rows, self.data.id_column)
+        Blocks on a Dask cluster blind their own IDs on the workers with that secret (`block_blinded`);
+        the agent holds the blinded values (32 bytes a row, the message it sends) and the secret.
+        """
+        from fedcore.privacy.psi import PSIParty, new_secret
+
+        if isinstance(rows, pd.DataFrame):
+            return PSIParty(self.name, rows[self.data.id_column], key=self._key)
+        from fedcore.compute.dask_alignment import block_blinded
+
+        secret = new_secret()
+        blinded = block_blinded(self._client(), rows, self.data.id_column, self._key, secret)
+        return PSIParty.of_blinded(self.name, blinded, secret)
 
     def _client(self) -> Client:
         """The client of the cluster that holds this institution's Parquet blocks."""
@@ -151,10 +159,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
 
         The IDs are those of the training rows, or of the new batch.
         """
-        from fedcore.privacy.psi import PSIParty
-
         rows = self._new_batch() if message.header.get("batch") else self._training_rows()
-        self._psi = PSIParty(self.name, self._ids(rows), key=self._key)
+        self._psi = self._psi_party(rows)
         return Message("psi_blinded", {"rows": self._psi.n_rows}, {"blinded": self._psi.outgoing()})
 
     def _on_psi_reblind(self, message: Message) -> Message:

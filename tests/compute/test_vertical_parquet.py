@@ -279,3 +279,39 @@ def test_a_worker_side_read_error_is_one_line_naming_the_file(tmp_path, three_wo
     assert str(refused.value) == (f"cannot read {files[1]!r}: ArrowInvalid: Parquet magic bytes not found in "
                                   "footer. Either the file is corrupted or this is not a parquet file.")
     assert re.fullmatch(r"[^\n]+", str(refused.value))
+
+
+def test_psi_blinded_per_block_is_the_in_process_message(scenario, three_workers, tmp_path) -> None:
+    """One secret: the blocks' blinded IDs, shuffled at the agent, are `PSIParty.outgoing` byte for byte."""
+    from fedcore.privacy.psi import PSIParty
+
+    frame = pd.read_parquet(scenario["institutions"]["bank"]["train"])
+    table = open_parquet(_write(frame, tmp_path), "institution 'bank'", BLOCK_ROWS)
+    secret = bytes(range(32))
+    expected = PSIParty("bank", frame[scenario["id_column"]], key=KEY, secret=secret)
+    blinded = dask_alignment.block_blinded(three_workers, table, scenario["id_column"], KEY, secret)
+    got = PSIParty.of_blinded("bank", blinded, secret)
+    assert len(table.blocks) > 3 and got.n_rows == expected.n_rows == len(frame)
+    assert got.outgoing().dtype == np.uint8 and got.outgoing().tobytes() == expected.outgoing().tobytes()
+    positions = np.array([5, 0, 17], np.int64)
+    assert got.rows_from_positions(positions).tolist() == expected.rows_from_positions(positions).tolist()
+    peer = expected.outgoing()[:9]
+    assert got.reblind(peer).tobytes() == expected.reblind(peer).tobytes()
+
+
+def test_an_id_repeated_in_two_blocks_is_refused_by_psi_as_in_process(tmp_path, three_workers) -> None:
+    from fedcore.errors import ParameterError
+    from fedcore.privacy.psi import PSIParty
+
+    frame = pd.DataFrame({"id": [f"C{i}" for i in range(100)], "x": np.arange(100.0)})
+    frame.loc[90, "id"] = " c3"  # the same ID as row 3 once normalised, in another file
+    table = open_parquet(_write(frame, tmp_path), "institution 'north'", BLOCK_ROWS)
+    secret = bytes(32)
+    with pytest.raises(ParameterError) as expected:
+        PSIParty("north", frame["id"], key=KEY, secret=secret)
+    with pytest.raises(ParameterError) as refused:
+        PSIParty.of_blinded("north", dask_alignment.block_blinded(three_workers, table, "id", KEY, secret),
+                            secret)
+    assert str(refused.value) == str(expected.value) == (
+        "PSI party 'north' has 1 duplicate IDs among 100 rows (after normalisation); each row needs a "
+        "unique ID")
