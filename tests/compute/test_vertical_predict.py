@@ -16,7 +16,7 @@ import pytest
 
 from fedcore.compute.cluster import Cluster
 from fedcore.compute.dask_table import open_parquet, profile
-from fedcore.compute.dask_vertical_predict import DaskPredictionRows, _bits, _words
+from fedcore.compute.dask_vertical_predict import DaskPredictionRows, _bits, _words, join_leaf_sets
 from fedcore.data.scenario import make_vertical_scenario
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
@@ -155,13 +155,17 @@ def test_a_worker_lost_during_prediction_gives_the_same_answer(scenario, tmp_pat
     pd.testing.assert_frame_equal(got[1], expected[1])
 
 
-def test_leaf_words_cut_and_joined_at_any_row_are_the_same_words() -> None:
+@pytest.mark.parametrize("cuts", [[0], [1], [63], [64], [100], [203], [64, 128], [40, 80, 120, 160]])
+def test_leaf_sets_cut_at_any_row_join_to_the_whole_sets(cuts) -> None:
+    """Whole words side by side (cuts at multiples of 64) or bits repacked: the sets of all 203 rows."""
     rng = np.random.default_rng(0)
     bits = (rng.random((5, 203)) < 0.5).astype(np.uint8)
     words = _words(bits)
     assert words.dtype == np.uint64 and words.shape == (5, 4)
-    for cut in (0, 1, 63, 64, 100, 203):
-        parts = [_words(bits[:, :cut]), _words(bits[:, cut:])]
-        joined = np.concatenate([_bits(parts[0], cut), _bits(parts[1], 203 - cut)], axis=1)
-        assert _words(joined).tobytes() == words.tobytes()
     assert int(words[0, 0]) == sum(int(b) << i for i, b in enumerate(bits[0, :64]))
+    edges = [0, *cuts, 203]
+    parts = [_words(bits[:, a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    for part, a, b in zip(parts, edges[:-1], edges[1:], strict=True):
+        assert _bits(part, b - a).tobytes() == bits[:, a:b].tobytes()
+    joined = join_leaf_sets(parts, np.diff(edges).tolist(), 5)
+    assert joined.dtype == np.uint64 and joined.tobytes() == words.tobytes()
