@@ -18,6 +18,7 @@ from fedcore.compute.cluster import Cluster
 from fedcore.compute.dask_table import open_parquet, profile
 from fedcore.compute.dask_vertical_predict import DaskPredictionRows, _bits, _words, join_leaf_sets
 from fedcore.data.scenario import make_vertical_scenario
+from fedcore.models.registry import ModelRegistry
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
@@ -25,6 +26,7 @@ from fedcore.vertical.agent import VerticalInstitutionAgent
 from fedcore.vertical.session import VerticalSession
 from tests.compute.test_agent_parquet import _refuse_readers
 from tests.compute.test_vertical_parquet import BLOCK_ROWS, _parquet_agents, _write
+from tests.keys import master_key
 from tests.vertical.test_session import _agents
 
 PREDICTION_KINDS = {"load_holdout", "batch_hashes", "align_batch", "predict_leaves", "route",
@@ -153,6 +155,33 @@ def test_a_worker_lost_during_prediction_gives_the_same_answer(scenario, tmp_pat
         cluster.close()
     assert got[0] == expected[0] and got[3] == expected[3]
     pd.testing.assert_frame_equal(got[1], expected[1])
+
+
+def test_a_loaded_model_predicts_a_batch_on_the_workers_as_the_training_session(scenario, tmp_path,
+                                                                                 three_workers) -> None:
+    """The predict flow's path: fresh Dask agents load their stored partial models, then predict in blocks."""
+    holder = scenario["label_holder"]
+    agents = _agents(scenario, tmp_path)
+    session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}),
+                              ForestParams(n_estimators=3, max_depth=4, random_state=1), min_overlap=100)
+    session.align()
+    session.train()
+    registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
+    version = registry.register("demo", {"task": "classification",
+                                         "parties": session.manifest_entries()["parties"]},
+                                session.master_tables())
+    session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
+    trained = pd.read_parquet(session.batch_predict(holder)["path"])
+    session.close()
+
+    fresh = _dask_agents(scenario, tmp_path, three_workers)  # the same registries
+    transport = InProcessTransport({n: a.handle for n, a in fresh.items()})
+    transport.exchange({n: Message("validation_report") for n in fresh})
+    loaded = VerticalSession(transport, ForestParams(), min_overlap=100)
+    assert loaded.load_model(registry, "demo", "latest") == version
+    pd.testing.assert_frame_equal(pd.read_parquet(loaded.batch_predict(holder)["path"]), trained)
+    assert all(isinstance(a.party._prediction, DaskPredictionRows) for a in fresh.values())
+    loaded.close()
 
 
 @pytest.mark.parametrize("cuts", [[0], [1], [63], [64], [100], [203], [64, 128], [40, 80, 120, 160]])
