@@ -253,6 +253,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             return
         from fedcore.compute.dask_vertical import DaskVerticalRows
 
+        if self._cluster is None and self.data.cluster is not None:
+            self._cluster = self.data.cluster  # the workers that read its Parquet/SQL prediction batches
         if self._cluster is None:
             from fedcore.compute.cluster import connect
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedcore.compute.cluster import Cluster
+from fedcore.compute.cluster import Cluster, DaskCompute
 from fedcore.compute.dask_table import open_parquet, profile
 from fedcore.compute.dask_vertical_predict import DaskPredictionRows, _bits, _words, join_leaf_sets
 from fedcore.data.scenario import make_vertical_scenario
@@ -40,7 +40,12 @@ def scenario(tmp_path_factory) -> dict:
 
 def _dask_agents(scenario: dict, root: Path, client) -> dict[str, VerticalInstitutionAgent]:
     """`_parquet_agents` whose new batch is Parquet blocks the workers read (as `_open_batch` opens them)."""
-    agents = _parquet_agents(scenario, root, client)
+    return _with_parquet_batch(_parquet_agents(scenario, root, client), scenario, root, client)
+
+
+def _with_parquet_batch(agents: dict, scenario: dict, root: Path,
+                        client) -> dict[str, VerticalInstitutionAgent]:
+    """`agents` whose new batch is Parquet blocks the workers of `client` read."""
     for name, agent in agents.items():
         files = _write(pd.read_parquet(scenario["institutions"][name]["new"]), root / "new" / name)
         what = f"institution {name!r} prediction data"
@@ -182,6 +187,20 @@ def test_a_loaded_model_predicts_a_batch_on_the_workers_as_the_training_session(
     pd.testing.assert_frame_equal(pd.read_parquet(loaded.batch_predict(holder)["path"]), trained)
     assert all(isinstance(a.party._prediction, DaskPredictionRows) for a in fresh.values())
     loaded.close()
+
+
+def test_a_csv_trained_party_with_a_parquet_batch_uses_one_cluster(scenario, tmp_path,
+                                                                   three_workers) -> None:
+    """Training rows from the agent (CSV) and a batch the workers read: the same cluster, one connection."""
+    expected = _predict(_agents(scenario, tmp_path / "local"), scenario)
+    in_agent = _agents(scenario, tmp_path / "mixed", compute=DaskCompute(block_rows=BLOCK_ROWS))
+    agents = _with_parquet_batch(in_agent, scenario, tmp_path / "mixed", three_workers)
+    got = _predict(agents, scenario)
+    assert got[0] == expected[0] and got[3] == expected[3]
+    pd.testing.assert_frame_equal(got[1], expected[1])
+    for agent in agents.values():
+        assert agent.party.rows.client is three_workers
+        assert isinstance(agent.party._prediction, DaskPredictionRows)
 
 
 @pytest.mark.parametrize("cuts", [[0], [1], [63], [64], [100], [203], [64, 128], [40, 80, 120, 160]])
