@@ -46,8 +46,8 @@
         compute: {dask: {address: tcp://dask:8786}}  # its party's rows on its own Dask
                                            # cluster, or {dask: {local: {workers: 2, memory_limit: 4GiB}}}
                                            # (default: in the agent's process; fedcore/compute/cluster.py;
-                                           # vertical: classification only, issue #29); horizontal Parquet
-                                           # data is then read by the workers at the same path
+                                           # vertical: classification only, issue #29); Parquet data and
+                                           # predict_data are then read by the workers at the same path
     params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal)
                                                # fields
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,

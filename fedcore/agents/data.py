@@ -144,9 +144,9 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
     what = f"institution {name!r}"
     workers_read = inst.compute is not None
-    workers_predict = workers_read and config.setting == "horizontal"  # vertical batches: in process
+    # horizontal workers write the predictions; a vertical agent writes them itself (one row per aligned ID)
     sink = inst.predictions_sql is not None or inst.predictions_dataset is not None
-    if sink and workers_predict and inst.predict_data is not None \
+    if sink and workers_read and config.setting == "horizontal" and inst.predict_data is not None \
             and _on_dask(inst.predict_data, f"{what} prediction data", batch=True):
         raise ConfigError(f"{what}: with compute: dask the workers write the predictions as a Parquet "
                           "dataset folder per run, not into a predictions sink yet: set predictions to a "
@@ -188,7 +188,7 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     if report is None or report.success:  # a table that broke its contract does not train: left as read
         frame, table = _dates_as_numbers(frame, table, dates)
     predict_data = inst.predict_data
-    if predict_data and workers_predict and _on_dask(predict_data, f"{what} prediction data", batch=True):
+    if predict_data and workers_read and _on_dask(predict_data, f"{what} prediction data", batch=True):
         assert inst.compute is not None, "workers read only with compute: dask"
         cluster = held = cluster or shared_cluster(inst.compute)
         open_batch = lambda: _open_batch(config, name, predict_data, held, dates)  # noqa: E731

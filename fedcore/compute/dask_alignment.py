@@ -7,11 +7,12 @@ answer byte for byte.
 Alignment puts the training rows in the master's canonical order, which is a keyed pseudo-random
 permutation of the table's rows: training block k holds canonical training rows [k*block_rows,
 (k+1)*block_rows), gathered from every table block that has some of them. Each table block reads its rows
-once and cuts them into one piece per training block (and one of its held-out rows); a small task per
-(table block, training block) pair picks the piece, and one task per training block puts its pieces in
-canonical order. Every future is made by a task, so a lost worker's blocks are rebuilt from lineage. The
-held-out rows (a `training.holdout` share) and the label holder's training labels (one column, which
-the protocol needs at the agent: it exports or encrypts them) are gathered into the agent.
+once and cuts them into one piece per training block and per held-out block (the held-out rows, a
+`training.holdout` share, are blocks of the same size in their own canonical order); a small task per
+(table block, target block) pair picks the piece, and one task per target block puts its pieces in
+canonical order. Every future is made by a task, so a lost worker's blocks are rebuilt from lineage. Only
+the label holder's training labels (one column, which the protocol needs at the agent: it exports or
+encrypts them) and, at evaluation, its held-out labels are gathered into the agent.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import pandas as pd
 from fedcore.compute.dask_table import ParquetTable, read_table_block, submit_blocks
 from fedcore.errors import InputError
 from fedcore.privacy.hashing import DIGEST_SIZE, hash_ids
+from fedcore.privacy.psi import BLINDED_SIZE, blinded_ids
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -36,8 +38,9 @@ def _hashes(block, table: ParquetTable, column: str, secret: bytes) -> np.ndarra
     return hash_ids(read_table_block(block, table, [column])[column], secret)
 
 
-def _column(block, table: ParquetTable, column: str) -> pd.Series:
-    return read_table_block(block, table, [column])[column]
+def _blinded(block, table: ParquetTable, column: str, consortium: bytes, secret: bytes) -> np.ndarray:
+    """The block's IDs blinded for PSI (`blinded_ids` with the `consortium` key and the party's secret)."""
+    return blinded_ids(read_table_block(block, table, [column])[column], consortium, secret)
 
 
 def _cut(block, table: ParquetTable, rows: list[np.ndarray], columns: list[str]) -> list[pd.DataFrame]:
@@ -55,8 +58,8 @@ def _assemble(order: np.ndarray, *pieces: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(pieces, ignore_index=True).iloc[order].reset_index(drop=True)
 
 
-def _label(frame: pd.DataFrame, label: str) -> pd.Series:
-    return frame[label]
+def _select(frame: pd.DataFrame, name: str) -> pd.Series:
+    return frame[name]
 
 
 # -- the agent's side ----------------------------------------------------------------------------------
@@ -74,27 +77,49 @@ def block_hashes(client: Client, table: ParquetTable, column: str, key: bytes) -
     return digests
 
 
-def gather_column(client: Client, table: ParquetTable, column: str) -> pd.Series:
-    """One whole column of the table, gathered into the agent (the IDs for PSI)."""
-    parts = client.gather(submit_blocks(client, _column, table, column=column))
-    return pd.concat(parts, ignore_index=True) if parts else pd.Series(name=column, dtype=object)
+def block_blinded(client: Client, table: ParquetTable, column: str, key: bytes, secret: bytes) -> np.ndarray:
+    """Every row's PSI-blinded ID ((n, 32) uint8), blinded block by block on the workers, in table order."""
+    parts = client.gather(submit_blocks(client, _blinded, table, column=column, consortium=key,
+                                        secret=secret))
+    return np.concatenate([np.zeros((0, BLINDED_SIZE), np.uint8), *parts])
 
 
 @dataclass
-class AlignedBlocks:
-    """A party's aligned rows: training rows on the workers in blocks, held-out rows in the agent."""
+class Blocks:
+    """Rows on the workers: block i is future `frames[i]` (made by a task) of `sizes[i]` rows."""
 
     frames: list[Future]
-    """Training block k: canonical training rows [k*block_rows, ...), the table's columns but the ID."""
     sizes: list[int]
-    holdout: pd.DataFrame
-    """The held-out rows in canonical order (as `align_frame(...)[holdout]` gives them), ID column dropped."""
+
+    @property
+    def n_rows(self) -> int:
+        """Rows in all the blocks."""
+        return sum(self.sizes)
+
+    def column(self, client: Client, name: str) -> list[Future]:
+        """One column of the blocks, as futures (made by tasks) in block order."""
+        return [client.submit(_select, f, name, pure=False) for f in self.frames]
+
+    def gathered(self, client: Client, name: str) -> pd.Series:
+        """One column of the blocks, gathered into the agent in row order (a label column)."""
+        return gather_series(client, self.column(client, name))
+
+
+@dataclass
+class AlignedBlocks(Blocks):
+    """A party's aligned rows on the workers: its training blocks, then its held-out ones.
+
+    Training block k holds canonical training rows [k*block_rows, ...); `held`, the held-out rows in
+    canonical order (as `align_frame(...)[holdout]` gives them), in blocks of the same size.
+    """
+
+    held: Blocks
     columns: list[str]
 
-    def labels(self, client: Client, label: str) -> pd.Series:
-        """The training rows' label column, gathered into the agent in canonical order."""
-        parts = client.gather([client.submit(_label, f, label, pure=False) for f in self.frames])
-        return pd.concat(parts, ignore_index=True)
+
+def gather_series(client: Client, parts: list[Future]) -> pd.Series:
+    """Blocks of one column, gathered into the agent and put end to end."""
+    return pd.concat(client.gather(parts), ignore_index=True)
 
 
 def _where(table: ParquetTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -110,40 +135,54 @@ def _by_block(block: np.ndarray, n_blocks: int) -> tuple[np.ndarray, np.ndarray]
             np.concatenate([[0], np.cumsum(np.bincount(block, minlength=n_blocks))]))
 
 
-def align_blocks(client: Client, table: ParquetTable, positions: np.ndarray, holdout: np.ndarray,
-                 id_column: str, block_rows: int) -> AlignedBlocks:
-    """The rows at the master's (checked) `positions`, split by the `holdout` mask (see the module doc)."""
-    columns = [c for c in table.columns if c != id_column]
-    train, held = positions[~holdout], positions[holdout]
+def _plan(table: ParquetTable, rows: np.ndarray, block_rows: int) -> tuple[list[list[np.ndarray]],
+                                                                            list[list[np.ndarray]]]:
+    """Where the table rows `rows` (in canonical order) go, as [table block][target block] lists.
+
+    Their canonical positions, and the same rows' numbers within the table block. Target block k holds
+    positions [k*block_rows, (k+1)*block_rows).
+    """
     n_blocks = len(table.blocks)
-    n_targets = -(-len(train) // block_rows)
-    # what each table block sends where: its rows of each training block, then its held-out rows. A
-    # training row's index in `train` is its canonical position; training block k holds positions
-    # [k*block_rows, (k+1)*block_rows)
-    src, local = _where(table, train)
-    hsrc, hlocal = _where(table, held)
+    src, local = _where(table, rows)
     by_block, edges = _by_block(src, n_blocks)  # per table block, its rows' canonical positions, ascending
-    held_by_block, held_edges = _by_block(hsrc, n_blocks)
-    del src, hsrc
-    cuts = np.arange(n_targets + 1) * block_rows
-    canonical: list[list[np.ndarray]] = []  # [table block][training block]: canonical positions
-    rows: list[list[np.ndarray]] = []  # the same rows' numbers within the table block, then its held-out
+    del src
+    cuts = np.arange(-(-len(rows) // block_rows) + 1) * block_rows
+    canonical, within = [], []
     for b in range(n_blocks):
         mine = by_block[edges[b]:edges[b + 1]]
         bounds = np.searchsorted(mine, cuts)
-        canonical.append([mine[bounds[k]:bounds[k + 1]] for k in range(n_targets)])
-        held_rows = hlocal[held_by_block[held_edges[b]:held_edges[b + 1]]]
-        rows.append([local[c] for c in canonical[b]] + [held_rows])
-    cut = submit_blocks(client, _cut, table, rows, columns=columns)
+        canonical.append([mine[bounds[k]:bounds[k + 1]] for k in range(len(cuts) - 1)])
+        within.append([local[c] for c in canonical[b]])
+    return canonical, within
+
+
+def _assembled(client: Client, cut: list[Future], canonical: list[list[np.ndarray]], first: int) -> Blocks:
+    """The target blocks of one plan, from the table blocks' pieces `first`, `first + 1`, ..."""
     frames, sizes = [], []
-    for k in range(n_targets):
-        sources = [b for b in range(n_blocks) if len(canonical[b][k])]
-        picks = [client.submit(_pick, cut[b], k, pure=False) for b in sources]
+    for k in range(len(canonical[0]) if canonical else 0):
+        sources = [b for b in range(len(cut)) if len(canonical[b][k])]
+        picks = [client.submit(_pick, cut[b], first + k, pure=False) for b in sources]
         order = np.argsort(np.concatenate([canonical[b][k] for b in sources]), kind="stable").astype(np.int32)
         frames.append(client.submit(_assemble, order, *picks, pure=False))
         sizes.append(len(order))
-    held_parts = client.gather([client.submit(_pick, cut[b], n_targets, pure=False) for b in range(n_blocks)])
-    held_frame = (pd.concat(held_parts, ignore_index=True).iloc[np.argsort(held_by_block, kind="stable")]
-                  .reset_index(drop=True))
-    return AlignedBlocks(frames, sizes, held_frame, columns)
+    return Blocks(frames, sizes)
 
+
+def align_blocks(client: Client, table: ParquetTable, positions: np.ndarray, holdout: np.ndarray,
+                 id_column: str, block_rows: int, keep_id: bool = False) -> AlignedBlocks:
+    """The rows at the master's (checked) `positions`, split by the `holdout` mask (see the module doc).
+
+    Each table block reads its rows once and cuts its pieces of every training block, then of every
+    held-out block. `keep_id`: the blocks keep the ID column (a prediction batch's, delivered with the
+    predictions).
+    """
+    columns = [c for c in table.columns if keep_id or c != id_column]
+    # a row's index in positions[~holdout] (positions[holdout]) is its canonical training (held-out) position
+    train, train_rows = _plan(table, positions[~holdout], block_rows)
+    held, held_rows = _plan(table, positions[holdout], block_rows)
+    cut = submit_blocks(client, _cut, table, [a + b for a, b in zip(train_rows, held_rows, strict=True)],
+                        columns=columns)
+    del train_rows, held_rows
+    n_train = len(train[0]) if train else 0
+    trained = _assembled(client, cut, train, 0)
+    return AlignedBlocks(trained.frames, trained.sizes, _assembled(client, cut, held, n_train), columns)

@@ -131,16 +131,39 @@ def _party_texts(name: str, ids: pd.Series | Sequence) -> list[str]:
     if len(series) == 0:
         raise ParameterError(f"PSI party {name!r} has no IDs; every party needs at least one ID")
     texts = _normalized_list(series)
-    n_dup = len(texts) - len(set(texts))
-    if n_dup:
-        raise ParameterError(f"PSI party {name!r} has {n_dup} duplicate IDs among {len(texts)} rows "
-                             "(after normalisation); each row needs a unique ID")
+    _refuse_duplicates(name, len(texts) - len(set(texts)), len(texts))
     return texts
+
+
+def _refuse_duplicates(name: str, n_dup: int, n_rows: int) -> None:
+    if n_dup:
+        raise ParameterError(f"PSI party {name!r} has {n_dup} duplicate IDs among {n_rows} rows "
+                             "(after normalisation); each row needs a unique ID")
+
+
+def new_secret() -> bytes:
+    """A fresh blinding secret (what `PSIParty` draws when it is given none)."""
+    return _secrets.token_bytes(SECRET_SIZE)
+
+
+def blinded_ids(ids: pd.Series, key: bytes | None, secret: bytes) -> np.ndarray:
+    """``(n, 32) uint8`` X25519(secret, H(id)) of `ids` in row order, repeats not checked.
+
+    What `PSIParty.blinded_own` computes, for one block of a party's IDs blinded where the block is (its
+    own Dask workers); `PSIParty.of_blinded` joins the blocks and refuses repeated IDs.
+    """
+    return _Pending(scalarmult_chunk(secret, hash_to_u(_normalized_list(ids), key).tobytes(), True)).result()
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise ParameterError(f"a PSI party needs a non-empty name, got {name!r}")
+    return name
 
 
 def _check_secret(name: str, secret: bytes | None) -> bytes:
     if secret is None:
-        return _secrets.token_bytes(SECRET_SIZE)
+        return new_secret()
     if not isinstance(secret, (bytes, bytearray)) or len(secret) != SECRET_SIZE:
         size = len(secret) if isinstance(secret, (bytes, bytearray)) else type(secret).__name__
         raise ParameterError(f"PSI party {name!r}: the secret must be {SECRET_SIZE} bytes, got {size}")
@@ -188,15 +211,29 @@ class PSIParty:
     def __init__(self, name: str, ids: pd.Series | Sequence, *, key: bytes | None = None,
                  secret: bytes | None = None) -> None:
         """Hash this party's IDs now; `secret` blinds them later (a fresh one when None)."""
-        if not isinstance(name, str) or not name:
-            raise ParameterError(f"a PSI party needs a non-empty name, got {name!r}")
-        self.name = name
-        texts = _party_texts(name, ids)
-        self.n_rows = len(texts)
-        self._secret = _check_secret(name, secret)
-        self._u = hash_to_u(texts, key)
-        self._blinded: np.ndarray | None = None
+        texts = _party_texts(_check_name(name), ids)
+        self._start_party(name, len(texts), _check_secret(name, secret), hash_to_u(texts, key), None)
+
+    def _start_party(self, name: str, n_rows: int, secret: bytes, u: np.ndarray,
+                     blinded: np.ndarray | None) -> None:
+        self.name, self.n_rows, self._secret, self._u = name, n_rows, secret, u
+        self._blinded: np.ndarray | None = blinded
         self._order: np.ndarray | None = None
+
+    @classmethod
+    def of_blinded(cls, name: str, blinded: np.ndarray, secret: bytes) -> PSIParty:
+        """A party whose IDs were blinded elsewhere with `secret` (`blinded_ids`, in row order).
+
+        Refused as the constructor refuses: no IDs, or repeated ones (distinct IDs give distinct values).
+        """
+        values = _as_blinded(blinded, f"PSI party {_check_name(name)!r}'s blinded IDs")
+        if len(values) == 0:
+            raise ParameterError(f"PSI party {name!r} has no IDs; every party needs at least one ID")
+        digests = values.view(_BLINDED_DTYPE).ravel()
+        _refuse_duplicates(name, len(digests) - len(np.unique(digests)), len(digests))
+        party = cls.__new__(cls)
+        party._start_party(name, len(values), _check_secret(name, secret), values[:0], values)
+        return party
 
     def __repr__(self) -> str:  # never show IDs or the secret
         """The name and row count only."""

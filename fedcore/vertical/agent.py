@@ -40,8 +40,10 @@ from fedcore.vertical.party import VerticalParty
 from fedcore.vertical.persistence import party_file_stem
 
 if TYPE_CHECKING:
-    from distributed import Client
+    from distributed import Client, Future
 
+    from fedcore.compute.dask_alignment import Blocks
+    from fedcore.compute.dask_table import ParquetTable
     from fedcore.compute.dask_vertical import DaskVerticalRows
     from fedcore.privacy.psi import PSIParty
 
@@ -54,6 +56,11 @@ SESSION_HEADERS = session_headers(id_hashes=(), psi_blinded=("batch", "until"), 
 """The header fields of each session message (`SessionAgent.session_headers`)."""
 PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "evaluate_encrypted",
                "apply_splits", "finalize", "predict_leaves", "route"}
+
+
+def _n_rows(rows: pd.DataFrame | Blocks) -> int:
+    """Rows of a frame, or of blocks on the workers."""
+    return len(rows) if isinstance(rows, pd.DataFrame) else rows.n_rows
 
 
 class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
@@ -73,11 +80,12 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self._key = consortium_key
         self.identity = identity
         self.party: VerticalParty | None = None
-        self._holdout: pd.DataFrame | None = None
-        self._batch_ids: pd.Series | None = None
-        self._batch: pd.DataFrame | None = None  # the last new batch loaded for prediction
+        self._holdout: pd.DataFrame | Blocks | None = None  # on Dask: blocks on the workers
+        self._batch_ids: pd.Series | list[Future] | None = None  # on Dask: the aligned IDs' blocks
+        self._batch: pd.DataFrame | ParquetTable | None = None  # the last new batch loaded (or opened)
+        self._batch_rows = 0  # rows of the aligned batch
         self._until: datetime | None = None  # its scheduled time (the request's `until`)
-        self._psi: PSIParty | None = None  # an alignment in progress (its secret never leaves this object)
+        self._psi: PSIParty | None = None  # an alignment in progress (its secret: here and own workers only)
         self._holdout_loaded = False  # the held-out rows are the party's prediction data (load_holdout)
         self.aligned_ids: pd.Series | None = None
         self._checkpoints: CheckpointStore | None = None
@@ -91,19 +99,50 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self._holdout, self._batch_ids, self._psi = None, None, None
         self._holdout_loaded = False
 
-    def _hashes(self, ids: pd.Series | None) -> np.ndarray:
-        """The keyed digests of `ids` as uint8 rows of 32 (None: of the training table's IDs).
+    def _training_rows(self) -> pd.DataFrame | ParquetTable:
+        """The training table: its rows in the agent, or its blocks on the workers."""
+        return self.data.frame if self.data.table is None else self.data.table
 
-        On a Dask cluster each block hashes its training IDs on a worker (`dask_alignment.block_hashes`).
+    def _new_batch(self, message: Message) -> pd.DataFrame | ParquetTable:
+        """The new rows to predict: read here, or opened as blocks the workers read (`open_batch`).
+
+        A query that selects batches by time reads the one scheduled at the request's `until`.
         """
-        table, id_column = self.data.table, self.data.id_column
-        if ids is not None or table is None:
-            digests = hash_ids(self.data.frame[id_column] if ids is None else ids, self._key)
+        self._until = requested_until(self.name, message.header)
+        if self.data.open_batch is not None:
+            self._batch = self.data.open_batch()
+        else:
+            self._batch = self.data.new_batch(self._until)
+        return self._batch
+
+    def _hashes(self, rows: pd.DataFrame | ParquetTable) -> np.ndarray:
+        """The keyed digests of the IDs of `rows` as uint8 rows of 32.
+
+        Blocks on a Dask cluster hash their IDs on the workers (`dask_alignment.block_hashes`).
+        """
+        if isinstance(rows, pd.DataFrame):
+            digests = hash_ids(rows[self.data.id_column], self._key)
         else:
             from fedcore.compute.dask_alignment import block_hashes
 
-            digests = block_hashes(self._client(), table, id_column, self._key)
+            digests = block_hashes(self._client(), rows, self.data.id_column, self._key)
         return np.frombuffer(digests.tobytes(), dtype=np.uint8).reshape(len(digests), 32)
+
+    def _psi_party(self, rows: pd.DataFrame | ParquetTable) -> PSIParty:
+        """PSI's party over the IDs of `rows`, with a fresh secret.
+
+        Blocks on a Dask cluster blind their own IDs on the workers with that secret (`block_blinded`);
+        the agent holds the blinded values (32 bytes a row, the message it sends) and the secret.
+        """
+        from fedcore.privacy.psi import PSIParty, new_secret
+
+        if isinstance(rows, pd.DataFrame):
+            return PSIParty(self.name, rows[self.data.id_column], key=self._key)
+        from fedcore.compute.dask_alignment import block_blinded
+
+        secret = new_secret()
+        blinded = block_blinded(self._client(), rows, self.data.id_column, self._key, secret)
+        return PSIParty.of_blinded(self.name, blinded, secret)
 
     def _client(self) -> Client:
         """The client of the cluster that holds this institution's Parquet blocks."""
@@ -115,24 +154,16 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         if not self.data.valid:
             raise ProtocolError(f"institution {self.name!r}: its data failed validation; it takes no part "
                                 "in training")
-        return Message("id_hashes", {"rows": self.data.n_rows}, {"hashes": self._hashes(None)})
+        hashes = self._hashes(self._training_rows())
+        return Message("id_hashes", {"rows": self.data.n_rows}, {"hashes": hashes})
 
     def _on_psi_blinded(self, message: Message) -> Message:
         """PSI step 1: this institution's IDs blinded with a fresh secret, in a secret shuffled order.
 
         The IDs are those of the training rows, or of the new batch.
         """
-        from fedcore.privacy.psi import PSIParty
-
-        if message.header.get("batch"):
-            ids = self._load_batch(message)
-        elif self.data.table is not None:  # PSI blinds in the agent: the ID column is gathered here
-            from fedcore.compute.dask_alignment import gather_column
-
-            ids = gather_column(self._client(), self.data.table, self.data.id_column)
-        else:
-            ids = self.data.frame[self.data.id_column]
-        self._psi = PSIParty(self.name, ids, key=self._key)
+        rows = self._new_batch(message) if message.header.get("batch") else self._training_rows()
+        self._psi = self._psi_party(rows)
         return Message("psi_blinded", {"rows": self._psi.n_rows}, {"blinded": self._psi.outgoing()})
 
     def _on_psi_reblind(self, message: Message) -> Message:
@@ -184,7 +215,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             self._on_cluster(self.party)
         self._holdout_loaded = False
         self._done.add("align")  # a refused alignment may be corrected; one that answered is final
-        return Message("aligned", {"train_rows": self.party.rows.n_rows, "holdout_rows": len(self._holdout)})
+        return Message("aligned", {"train_rows": self.party.rows.n_rows,
+                                   "holdout_rows": _n_rows(self._holdout)})
 
     def _party(self, frame: pd.DataFrame, rows: DaskVerticalRows | None = None) -> VerticalParty:
         """This session's party over its training `frame` (or `rows` on the workers and `frame` the label)."""
@@ -192,12 +224,11 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                              identity=self.identity, memory_budget=self.data.memory_budget,
                              own_privacy=self.data.privacy, rows=rows)
 
-    def _align_on_workers(self, positions: np.ndarray,
-                          holdout: np.ndarray) -> tuple[VerticalParty, pd.DataFrame]:
-        """The party over training blocks the workers aligned, and the held-out rows gathered here.
+    def _align_on_workers(self, positions: np.ndarray, holdout: np.ndarray) -> tuple[VerticalParty, Blocks]:
+        """The party over training blocks the workers aligned, and the held-out blocks beside them.
 
-        The agent holds the held-out rows and (label holder) the training labels, which the protocol needs
-        here; the training features stay on the workers (`fedcore.compute.dask_alignment`).
+        The agent holds (label holder) the training labels, which the protocol needs here; the rows stay on
+        the workers (`fedcore.compute.dask_alignment`).
         """
         from fedcore.compute.dask_alignment import align_blocks
         from fedcore.compute.dask_vertical import DaskVerticalRows
@@ -209,10 +240,10 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self.aligned_ids = None  # on the workers' side only: the agent never holds the aligned IDs
         features = [c for c in aligned.columns if c != label]
         rows = DaskVerticalRows.on_workers(client, aligned.frames, aligned.sizes, features)
-        labels = aligned.labels(client, label).to_frame() if label else pd.DataFrame()
+        labels = aligned.gathered(client, label).to_frame() if label else pd.DataFrame()
         log.info("institution %r: %d training rows aligned on the workers in %d blocks", self.name,
                  rows.n_rows, len(rows.blocks))
-        return self._party(labels, rows), aligned.holdout
+        return self._party(labels, rows), aligned.held
 
     def _on_cluster(self, party: VerticalParty) -> None:
         """Put the party's row work on this institution's Dask cluster, when its own config says so.
@@ -226,14 +257,15 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         from fedcore.compute.cluster import shared_cluster
         from fedcore.compute.dask_vertical import DaskVerticalRows
 
-        party.rows = DaskVerticalRows(party.features, shared_cluster(compute).client, compute.block_rows)
+        cluster = self.data.cluster if self.data.cluster is not None else shared_cluster(compute)
+        party.rows = DaskVerticalRows(party.features, cluster.client, compute.block_rows)
         log.info("institution %r: %d training rows in %d blocks", self.name, party.rows.n_rows,
                  len(party.rows.blocks))
 
     def _feature_key(self) -> bytes:
         return hmac.new(self._key, b"fedforest feature ids", hashlib.sha256).digest()
 
-    def _require_holdout(self, kind: str) -> pd.DataFrame:
+    def _require_holdout(self, kind: str) -> pd.DataFrame | Blocks:
         """This session's held-out rows, or the refusal of a `kind` message that needs them."""
         if self._holdout is None:
             raise ProtocolError(f"institution {self.name!r}: no held-out rows ({kind!r} before align)")
@@ -248,12 +280,18 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
 
     def _on_load_holdout(self, message: Message) -> Message:
         holdout = self._require_holdout(message.kind)
-        self._require_model(message.kind)  # trained in this session: load_model drops the held-out rows
+        model = self._require_model(message.kind)  # trained in this session: load_model drops held-out rows
         self._once(message.kind)
-        features = holdout.drop(columns=[self.data.label]) if self.data.label else holdout
-        self._require_party(message.kind).set_prediction_data(features)
+        party = self._require_party(message.kind)
+        if isinstance(holdout, pd.DataFrame):
+            party.set_prediction_data(holdout.drop(columns=[self.data.label]) if self.data.label else holdout)
+        else:  # predicted where its blocks are, as a batch (the label column is not the model's: unread)
+            from fedcore.compute.dask_vertical_predict import DaskPredictionRows
+
+            party.set_prediction_rows(DaskPredictionRows(self._client(), holdout.frames, holdout.sizes,
+                                                         model))
         self._holdout_loaded = True
-        return Message("ack", {"rows": len(features)})
+        return Message("ack", {"rows": _n_rows(holdout)})
 
     def _on_evaluate(self, message: Message) -> Message:
         """Score the master's predictions of the whole held-out set, once per session, after training.
@@ -266,7 +304,9 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         if not self._holdout_loaded:
             raise ProtocolError(f"institution {self.name!r}: 'evaluate' before the held-out rows were "
                                 "predicted (load_holdout after training)")
-        y = self._require_holdout(message.kind)[self.data.label].to_numpy()
+        holdout = self._require_holdout(message.kind)
+        y = (holdout[self.data.label] if isinstance(holdout, pd.DataFrame)  # on Dask: one column gathered
+             else holdout.gathered(self._client(), self.data.label)).to_numpy()
         party = self._require_party(message.kind)
         self._require_model(message.kind)  # trained in this session (load_holdout checked it too)
         width = len(party.classes_) if party.classes_ is not None else 1
@@ -332,24 +372,44 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         return np.array(stored, dtype=object)
 
     # -- batch prediction ---------------------------------------------------------------------------
-    def _load_batch(self, message: Message) -> pd.Series:
-        """Read the new batch (the one scheduled at the request's `until`); its IDs."""
-        self._until = requested_until(self.name, message.header)
-        self._batch = self.data.new_batch(self._until)
-        return self._batch[self.data.id_column]
-
     def _on_batch_hashes(self, message: Message) -> Message:
-        ids = self._load_batch(message)
-        return Message("id_hashes", {"rows": len(ids)}, {"hashes": self._hashes(ids)})
+        hashes = self._hashes(self._new_batch(message))
+        return Message("id_hashes", {"rows": len(hashes)}, {"hashes": hashes})
 
     def _on_align_batch(self, message: Message) -> Message:
         if self._batch is None:
             raise ProtocolError(f"institution {self.name!r}: align_batch before the batch IDs")
-        aligned = align_frame(self._batch, self._rows(self._announced(message)))
+        party = self._require_party(message.kind)
+        positions = self._rows(self._announced(message))
+        if not isinstance(self._batch, pd.DataFrame):
+            return self._align_batch_on_workers(party, self._batch, positions)
+        aligned = align_frame(self._batch, positions)
         self._batch_ids = aligned[self.data.id_column].reset_index(drop=True)
+        self._batch_rows = len(aligned)
         features = aligned.drop(columns=[c for c in (self.data.id_column, self.data.label) if c in aligned])
-        self._require_party(message.kind).set_prediction_data(features.reset_index(drop=True))
+        party.set_prediction_data(features.reset_index(drop=True))
         return Message("ack", {"rows": len(aligned)})
+
+    def _align_batch_on_workers(self, party: VerticalParty, table: ParquetTable,
+                                positions: np.ndarray) -> Message:
+        """The batch aligned, encoded and predicted in blocks on the workers, its IDs kept there to delivery.
+
+        (`fedcore.compute.dask_vertical_predict`: the party's answers are the in-process ones, bit for bit.)
+        """
+        from fedcore.compute.dask_alignment import align_blocks
+        from fedcore.compute.dask_vertical_predict import DaskPredictionRows
+
+        assert self.data.compute is not None, "a batch on Dask comes with its compute"
+        client = self._client()
+        aligned = align_blocks(client, table, check_positions(positions, table.n_rows),
+                               np.zeros(len(positions), bool), self.data.id_column,
+                               self.data.compute.block_rows, keep_id=True)
+        self._batch_ids, self._batch_rows = aligned.column(client, self.data.id_column), len(positions)
+        rows = DaskPredictionRows(client, aligned.frames, aligned.sizes, party.trained_model)
+        party.set_prediction_rows(rows)
+        log.info("institution %r: %d batch rows aligned on the workers in %d blocks", self.name,
+                 len(positions), len(aligned.frames))
+        return Message("ack", {"rows": len(positions)})
 
     def _on_deliver_predictions(self, message: Message) -> Message:
         run = run_id(self.name, message.header)
@@ -357,9 +417,14 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             raise ProtocolError(f"institution {self.name!r}: 'deliver_predictions' before align_batch")
         party = self._require_party(message.kind)
         width = len(party.classes_) if party.classes_ is not None else 1
-        values = prediction_values(self.name, message, len(self._batch_ids), width)
+        values = prediction_values(self.name, message, self._batch_rows, width)
         self._once(message.kind)  # one file per model version: a master cannot fill the disk with copies
-        out = predictions_table(self._batch_ids, values, party.classes_, self.data.id_column)
+        ids = self._batch_ids
+        if not isinstance(ids, pd.Series):  # the aligned IDs' blocks on the workers: gathered to be written
+            from fedcore.compute.dask_alignment import gather_series
+
+            ids = gather_series(self._client(), ids)
+        out = predictions_table(ids, values, party.classes_, self.data.id_column)
         path = write_predictions(self.data, out, self._prediction_target(), run, self._until)
         return Message("delivered", {"path": str(path), "rows": len(out)})
 

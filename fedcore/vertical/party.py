@@ -38,14 +38,16 @@ from fedcore.trees.budget import default_budget
 from fedcore.trees.criteria import SQUARED_ERROR, n_stats
 from fedcore.trees.params import MAX_TREES_PER_BATCH
 from fedcore.trees.partition import node_byte_lengths, scatter_node_bytes
-from fedcore.trees.predictor import ThresholdIndex, encode_columns, leaf_row_sets, route_step
+from fedcore.trees.predictor import encode_columns
 from fedcore.trees.splitting import NodeSplits
 from fedcore.trees.structure import PartialForest, PartySplits
 from fedcore.vertical.encrypted import LabelHolderCrypto, PassiveCrypto
+from fedcore.vertical.prediction_rows import LocalPredictionRows
 from fedcore.vertical.rows import LocalRows
 
 if TYPE_CHECKING:
     from fedcore.compute.dask_vertical import DaskVerticalRows
+    from fedcore.compute.dask_vertical_predict import DaskPredictionRows
 
 log = logging.getLogger(__name__)
 
@@ -170,8 +172,7 @@ class VerticalParty:
         self._criterion = 0
         self._n_stats = 0
         self.model: PartialForest | None = None
-        self._predict_X: np.ndarray | None = None
-        self._threshold_index: ThresholdIndex | None = None  # built on the first prediction of a model
+        self._prediction: LocalPredictionRows | DaskPredictionRows | None = None  # the rows to predict
         self._label_key = label_key
         self.identity = identity
         self._sealing: SealingKey | None = None
@@ -538,38 +539,36 @@ class VerticalParty:
     def set_prediction_data(self, frame: pd.DataFrame) -> None:
         """Load the rows to predict (aligned with the other parties'); they never leave this party."""
         m = self.trained_model
-        self._predict_X = encode_columns(frame, m.column_names, m.column_categories)
-        self._threshold_index = ThresholdIndex(m.feature, m.threshold, m.is_categorical, len(m.column_names))
+        self.set_prediction_rows(LocalPredictionRows(encode_columns(frame, m.column_names,
+                                                                    m.column_categories), m))
+
+    def set_prediction_rows(self, rows: LocalPredictionRows | DaskPredictionRows) -> None:
+        """The rows to predict, in this process or in blocks on the institution's workers."""
+        if self._prediction is not None:
+            self._prediction.close()
+        self._prediction = rows
 
     def _on_predict_leaves(self, message: Message) -> Message:
-        m, predict_X, threshold_index = self._prediction_inputs()
+        rows = self._prediction_rows()
         start, stop = int(message.header["start"]), int(message.header["stop"])
-        _require(0 <= start <= stop <= len(predict_X), self.name,
-                 f"rows [{start}, {stop}) outside the {len(predict_X)} rows to predict")
-        leaf_offsets, _, slot = m.leaves()
-        X = np.asfortranarray(predict_X[start:stop])
-        prefix, missing = threshold_index.bitmaps(X)
-        sets = leaf_row_sets(
-            X, prefix, missing, threshold_index.node_row, m.tree_offsets(), m.left, m.right, m.feature,
-            m.missing_left, m.is_categorical, m.cat_bits, leaf_offsets, slot,
-        )
-        return Message("leaf_sets", {}, {"sets": sets})
+        _require(0 <= start <= stop <= rows.n_rows, self.name,
+                 f"rows [{start}, {stop}) outside the {rows.n_rows} rows to predict")
+        return Message("leaf_sets", {}, {"sets": rows.leaf_sets(start, stop)})
 
     def _on_route(self, message: Message) -> Message:
-        m, predict_X, _ = self._prediction_inputs()
-        rows = _indices(message.arrays["rows"], len(predict_X), self.name, "rows")
+        predict = self._prediction_rows()
+        m = predict.model
+        rows = _indices(message.arrays["rows"], predict.n_rows, self.name, "rows")
         nodes = _indices(message.arrays["nodes"], len(m.feature), self.name, "nodes")
         _require(rows.shape == nodes.shape and bool(np.all(m.feature[nodes] >= 0)), self.name,
                  "route asks about nodes this party does not own")
-        bits = route_step(predict_X, rows, nodes, m.feature, m.threshold, m.missing_left,
-                          m.is_categorical, m.cat_bits)
-        return Message("route_bits", {}, {"bits": pack_bits(bits)})
+        return Message("route_bits", {}, {"bits": pack_bits(predict.route(rows, nodes))})
 
-    def _prediction_inputs(self) -> tuple[PartialForest, np.ndarray, ThresholdIndex]:
-        """The model, the rows to predict and their threshold index (built with them), or ProtocolError."""
-        if self.model is None or self._predict_X is None or self._threshold_index is None:
+    def _prediction_rows(self) -> LocalPredictionRows | DaskPredictionRows:
+        """The rows to predict (with the model they were loaded for), or ProtocolError."""
+        if self.model is None or self._prediction is None or self._prediction.model is not self.model:
             raise ProtocolError(f"party {self.name!r} has no model or no prediction data loaded")
-        return self.model, self._predict_X, self._threshold_index
+        return self._prediction
 
     def _binned(self) -> PartyBinner:
         """The binner of this party's features; the protocol has no growth step before setup."""

@@ -332,7 +332,7 @@ def test_a_vertical_agent_on_dask_reads_its_parquet_metadata_only(tmp_path, thre
                                                                   monkeypatch) -> None:
     """A vertical party's workers read its Parquet table (`tests/compute/test_vertical_parquet.py`).
 
-    Its new batches are still read in the agent.
+    And its new batches (`tests/compute/test_vertical_predict.py`): the agent only opens them.
     """
     north = _north_and_new(_table("classification"))[0]
     _write(north, tmp_path / "north")
@@ -347,7 +347,7 @@ def test_a_vertical_agent_on_dask_reads_its_parquet_metadata_only(tmp_path, thre
     _refuse_readers(monkeypatch)
     data = _load(config, three_workers, on_dask=True)
     monkeypatch.undo()
-    assert data.table is not None and data.open_batch is None and data.load_batch is not None
+    assert data.table is not None and data.open_batch is not None and data.load_batch is None
     assert data.n_rows == len(north) and len(data.table.blocks) == 6
     assert len(data.frame) == 0 and list(data.frame.columns) == list(north.columns)
 

@@ -111,6 +111,9 @@ def test_agents_on_parquet_blocks_train_the_in_process_forest(scenario, tmp_path
         rows = agent.party.rows
         assert type(rows).__name__ == "DaskVerticalRows" and rows.features is None
         assert len(rows.blocks) == -(-rows.n_rows // BLOCK_ROWS) > 2 and agent.aligned_ids is None
+        held = agent.party._prediction  # the held-out rows were evaluated in their blocks
+        assert type(held).__name__ == "DaskPredictionRows"
+        assert len(held.blocks) == -(-held.n_rows // BLOCK_ROWS) > 1
 
 
 def test_an_encrypted_session_on_parquet_blocks_trains_the_in_process_forest(scenario, tmp_path,
@@ -140,7 +143,10 @@ def test_blocks_aligned_on_the_workers_are_align_frames_rows(tmp_path, three_wor
     assert aligned.sizes == [37] * 4 + [int((~holdout).sum()) - 148]
     pd.testing.assert_frame_equal(pd.concat(three_workers.gather(aligned.frames), ignore_index=True),
                                   expected[~holdout].reset_index(drop=True))
-    pd.testing.assert_frame_equal(aligned.holdout, expected[holdout].reset_index(drop=True))
+    held = int(holdout.sum())
+    assert aligned.held.sizes == [37] * (held // 37) + [held % 37] * (held % 37 > 0)
+    pd.testing.assert_frame_equal(pd.concat(three_workers.gather(aligned.held.frames), ignore_index=True),
+                                  expected[holdout].reset_index(drop=True))
 
 
 def test_psi_alignment_aligns_the_blocks_as_the_in_process_agent(scenario, tmp_path, three_workers,
@@ -178,7 +184,8 @@ def test_psi_alignment_aligns_the_blocks_as_the_in_process_agent(scenario, tmp_p
         assert 0 < holdout.sum() < len(holdout)
         pd.testing.assert_frame_equal(_aligned_rows(agent, three_workers),
                                       expected[~holdout].reset_index(drop=True))
-        pd.testing.assert_frame_equal(agent._holdout, expected[holdout].reset_index(drop=True))
+        held = pd.concat(three_workers.gather(agent._holdout.frames), ignore_index=True)
+        pd.testing.assert_frame_equal(held, expected[holdout].reset_index(drop=True))
 
 
 @pytest.mark.timeout(120)
@@ -272,3 +279,39 @@ def test_a_worker_side_read_error_is_one_line_naming_the_file(tmp_path, three_wo
     assert str(refused.value) == (f"cannot read {files[1]!r}: ArrowInvalid: Parquet magic bytes not found in "
                                   "footer. Either the file is corrupted or this is not a parquet file.")
     assert re.fullmatch(r"[^\n]+", str(refused.value))
+
+
+def test_psi_blinded_per_block_is_the_in_process_message(scenario, three_workers, tmp_path) -> None:
+    """One secret: the blocks' blinded IDs, shuffled at the agent, are `PSIParty.outgoing` byte for byte."""
+    from fedcore.privacy.psi import PSIParty
+
+    frame = pd.read_parquet(scenario["institutions"]["bank"]["train"])
+    table = open_parquet(_write(frame, tmp_path), "institution 'bank'", BLOCK_ROWS)
+    secret = bytes(range(32))
+    expected = PSIParty("bank", frame[scenario["id_column"]], key=KEY, secret=secret)
+    blinded = dask_alignment.block_blinded(three_workers, table, scenario["id_column"], KEY, secret)
+    got = PSIParty.of_blinded("bank", blinded, secret)
+    assert len(table.blocks) > 3 and got.n_rows == expected.n_rows == len(frame)
+    assert got.outgoing().dtype == np.uint8 and got.outgoing().tobytes() == expected.outgoing().tobytes()
+    positions = np.array([5, 0, 17], np.int64)
+    assert got.rows_from_positions(positions).tolist() == expected.rows_from_positions(positions).tolist()
+    peer = expected.outgoing()[:9]
+    assert got.reblind(peer).tobytes() == expected.reblind(peer).tobytes()
+
+
+def test_an_id_repeated_in_two_blocks_is_refused_by_psi_as_in_process(tmp_path, three_workers) -> None:
+    from fedcore.errors import ParameterError
+    from fedcore.privacy.psi import PSIParty
+
+    frame = pd.DataFrame({"id": [f"C{i}" for i in range(100)], "x": np.arange(100.0)})
+    frame.loc[90, "id"] = " c3"  # the same ID as row 3 once normalised, in another file
+    table = open_parquet(_write(frame, tmp_path), "institution 'north'", BLOCK_ROWS)
+    secret = bytes(32)
+    with pytest.raises(ParameterError) as expected:
+        PSIParty("north", frame["id"], key=KEY, secret=secret)
+    with pytest.raises(ParameterError) as refused:
+        PSIParty.of_blinded("north", dask_alignment.block_blinded(three_workers, table, "id", KEY, secret),
+                            secret)
+    assert str(refused.value) == str(expected.value) == (
+        "PSI party 'north' has 1 duplicate IDs among 100 rows (after normalisation); each row needs a "
+        "unique ID")

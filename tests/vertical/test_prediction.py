@@ -88,7 +88,7 @@ def _walk_all(model, test_parties) -> np.ndarray:
             while s.left[g] != -1:
                 party = model.parties_[s.owner[g]]
                 m = party.model
-                x = party._predict_X[r, m.feature[g]]
+                x = party._prediction.X[r, m.feature[g]]
                 if np.isnan(x):
                     left = m.missing_left[g]
                 elif m.is_categorical[g]:

@@ -1,0 +1,219 @@
+"""A vertical party's prediction batch in blocks on its Dask workers answers as in process (issue #29).
+
+The new batch is three Parquet files the agents never read (the workers hash, align and encode its blocks
+of 40 rows); every prediction message an institution answers and the delivered predictions are the
+in-process agent's, byte for byte, with one-round row batches that cut across blocks and node-by-node routing.
+The held-out rows stay in their blocks too, and the evaluation is the in-process one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedcore.compute.cluster import Cluster, DaskCompute
+from fedcore.compute.dask_table import open_parquet, profile
+from fedcore.compute.dask_vertical_predict import DaskPredictionRows, _bits, _words, join_leaf_sets
+from fedcore.data.scenario import make_vertical_scenario
+from fedcore.models.registry import ModelRegistry
+from fedcore.protocol.messages import Message
+from fedcore.transport.inprocess import InProcessTransport
+from fedcore.trees.params import ForestParams
+from fedcore.vertical.agent import VerticalInstitutionAgent
+from fedcore.vertical.session import VerticalSession
+from tests.compute.test_agent_parquet import _refuse_readers
+from tests.compute.test_vertical_parquet import BLOCK_ROWS, _parquet_agents, _write
+from tests.keys import master_key
+from tests.vertical.test_session import _agents
+
+PREDICTION_KINDS = {"load_holdout", "batch_hashes", "align_batch", "predict_leaves", "route",
+                    "deliver_predictions"}
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory) -> dict:
+    return make_vertical_scenario(tmp_path_factory.mktemp("scenario"), n_customers=600, n_new=300, seed=3)
+
+
+def _dask_agents(scenario: dict, root: Path, client) -> dict[str, VerticalInstitutionAgent]:
+    """`_parquet_agents` whose new batch is Parquet blocks the workers read (as `_open_batch` opens them)."""
+    return _with_parquet_batch(_parquet_agents(scenario, root, client), scenario, root, client)
+
+
+def _with_parquet_batch(agents: dict, scenario: dict, root: Path,
+                        client) -> dict[str, VerticalInstitutionAgent]:
+    """`agents` whose new batch is Parquet blocks the workers of `client` read."""
+    for name, agent in agents.items():
+        files = _write(pd.read_parquet(scenario["institutions"][name]["new"]), root / "new" / name)
+        what = f"institution {name!r} prediction data"
+        agent.data.open_batch = (lambda files=files, what=what: profile(
+            client, open_parquet(files, what, BLOCK_ROWS), [scenario["id_column"]]))
+        agent.data.cluster = Cluster(client, [])
+    return agents
+
+
+def _recorded(agents: dict) -> dict[str, list]:
+    """Every prediction reply of each agent: (request kind, reply kind, header, arrays' dtype and bytes)."""
+    seen: dict[str, list] = {name: [] for name in agents}
+    for name, agent in agents.items():
+        handle = agent.handle
+
+        def record(message: Message, name=name, handle=handle) -> Message:
+            reply = handle(message)
+            if message.kind in PREDICTION_KINDS:
+                arrays = {k: (v.dtype.str, v.shape, v.tobytes()) for k, v in reply.arrays.items()}
+                header = {k: v for k, v in reply.header.items() if k != "path"}
+                seen[name].append((message.kind, reply.kind, header, arrays))
+            return reply
+
+        agent.handle = record  # type: ignore[method-assign]
+    return seen
+
+
+def _predict(agents: dict, scenario: dict, monkeypatch=None, alignment: str = "hash") -> tuple:
+    """Train (hash alignment), predict the batch aligned by `alignment`, again in row batches of 100.
+
+    The predictions are delivered to the label holder.
+    """
+    seen = _recorded(agents)
+    session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}),
+                              ForestParams(n_estimators=3, max_depth=4, random_state=1),
+                              holdout_fraction=0.25, min_overlap=100)
+    session.align()
+    session.train()
+    metrics = session.evaluate()  # the held-out rows: in their blocks on Dask
+    session.alignment = alignment
+    if monkeypatch is not None:
+        _refuse_readers(monkeypatch)  # no agent reads a batch row: the threaded workers read with pyarrow
+    result = session.batch_predict(scenario["label_holder"])
+    values = [session.master.predict_values(result["rows"], method, batch_rows=100)
+              for method in ("one-round", "node-by-node")]
+    if monkeypatch is not None:
+        monkeypatch.undo()
+    delivered = pd.read_parquet(result["path"])
+    session.close()
+    return seen, delivered, values, metrics
+
+
+def test_a_batch_on_the_workers_answers_as_the_in_process_agent(scenario, tmp_path, three_workers,
+                                                                 monkeypatch) -> None:
+    expected = _predict(_agents(scenario, tmp_path / "local"), scenario)
+    agents = _dask_agents(scenario, tmp_path / "dask", three_workers)
+    got = _predict(agents, scenario, monkeypatch)
+    assert got[0] == expected[0]
+    kinds = [kind for kind, *_ in got[0][scenario["label_holder"]]]
+    # the held-out rows, the batch in one row batch, then in row batches of 100
+    assert kinds.count("predict_leaves") == 2 + -(-len(got[1]) // 100) and "route" in kinds
+    pd.testing.assert_frame_equal(got[1], expected[1])
+    assert len(got[1]) > 2 * BLOCK_ROWS
+    for g, e in zip(got[2], expected[2], strict=True):
+        assert g.tobytes() == e.tobytes()
+    assert got[3] == expected[3] and set(got[3]) >= {"accuracy"}
+    for agent in agents.values():
+        rows = agent.party._prediction
+        assert isinstance(rows, DaskPredictionRows) and len(rows.blocks) > 2
+
+
+def test_psi_on_a_batch_on_the_workers_delivers_the_in_process_predictions(scenario, tmp_path,
+                                                                           three_workers) -> None:
+    """PSI blinds afresh each session, so the messages and the rows' order differ; each ID's prediction not.
+
+    (Both sessions train on hash alignment: PSI's fresh order would give each its own holdout and forest.)
+    """
+    expected = _predict(_agents(scenario, tmp_path / "local"), scenario, alignment="psi")
+    got = _predict(_dask_agents(scenario, tmp_path / "dask", three_workers), scenario, alignment="psi")
+    by_id = [frame.sort_values(scenario["id_column"], ignore_index=True) for frame in (got[1], expected[1])]
+    pd.testing.assert_frame_equal(*by_id)
+    assert got[3] == expected[3]
+    assert not got[1].equals(by_id[0])  # the canonical order is not the IDs' (it is a blinded shuffle)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_lost_during_prediction_gives_the_same_answer(scenario, tmp_path, monkeypatch) -> None:
+    import distributed
+
+    from tests.compute.workers import close_busiest_worker
+
+    expected = _predict(_agents(scenario, tmp_path / "local"), scenario)
+    cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
+                                       dashboard_address=":0")
+    client = distributed.Client(cluster, set_as_default=False)
+    calls, lost = [0], []
+    answered = DaskPredictionRows.leaf_sets
+
+    def leaf_sets(self, start, stop):
+        out = answered(self, start, stop)
+        calls[0] += 1
+        if calls[0] == 2 and not lost:
+            lost.append(close_busiest_worker(cluster, client))
+        return out
+
+    monkeypatch.setattr(DaskPredictionRows, "leaf_sets", leaf_sets)
+    try:
+        got = _predict(_dask_agents(scenario, tmp_path / "dask", client), scenario)
+        assert lost and len(client.scheduler_info()["workers"]) == 2
+    finally:
+        client.close()
+        cluster.close()
+    assert got[0] == expected[0] and got[3] == expected[3]
+    pd.testing.assert_frame_equal(got[1], expected[1])
+
+
+def test_a_loaded_model_predicts_a_batch_on_the_workers_as_the_training_session(scenario, tmp_path,
+                                                                                 three_workers) -> None:
+    """The predict flow's path: fresh Dask agents load their stored partial models, then predict in blocks."""
+    holder = scenario["label_holder"]
+    agents = _agents(scenario, tmp_path)
+    session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}),
+                              ForestParams(n_estimators=3, max_depth=4, random_state=1), min_overlap=100)
+    session.align()
+    session.train()
+    registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
+    version = registry.register("demo", {"task": "classification",
+                                         "parties": session.manifest_entries()["parties"]},
+                                session.master_tables())
+    session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
+    trained = pd.read_parquet(session.batch_predict(holder)["path"])
+    session.close()
+
+    fresh = _dask_agents(scenario, tmp_path, three_workers)  # the same registries
+    transport = InProcessTransport({n: a.handle for n, a in fresh.items()})
+    transport.exchange({n: Message("validation_report") for n in fresh})
+    loaded = VerticalSession(transport, ForestParams(), min_overlap=100)
+    assert loaded.load_model(registry, "demo", "latest") == version
+    pd.testing.assert_frame_equal(pd.read_parquet(loaded.batch_predict(holder)["path"]), trained)
+    assert all(isinstance(a.party._prediction, DaskPredictionRows) for a in fresh.values())
+    loaded.close()
+
+
+def test_a_csv_trained_party_with_a_parquet_batch_uses_one_cluster(scenario, tmp_path,
+                                                                   three_workers) -> None:
+    """Training rows from the agent (CSV) and a batch the workers read: the same cluster, one connection."""
+    expected = _predict(_agents(scenario, tmp_path / "local"), scenario)
+    in_agent = _agents(scenario, tmp_path / "mixed", compute=DaskCompute(block_rows=BLOCK_ROWS))
+    agents = _with_parquet_batch(in_agent, scenario, tmp_path / "mixed", three_workers)
+    got = _predict(agents, scenario)
+    assert got[0] == expected[0] and got[3] == expected[3]
+    pd.testing.assert_frame_equal(got[1], expected[1])
+    for agent in agents.values():
+        assert agent.party.rows.client is three_workers
+        assert isinstance(agent.party._prediction, DaskPredictionRows)
+
+
+@pytest.mark.parametrize("cuts", [[0], [1], [63], [64], [100], [203], [64, 128], [40, 80, 120, 160]])
+def test_leaf_sets_cut_at_any_row_join_to_the_whole_sets(cuts) -> None:
+    """Whole words side by side (cuts at multiples of 64) or bits repacked: the sets of all 203 rows."""
+    rng = np.random.default_rng(0)
+    bits = (rng.random((5, 203)) < 0.5).astype(np.uint8)
+    words = _words(bits)
+    assert words.dtype == np.uint64 and words.shape == (5, 4)
+    assert int(words[0, 0]) == sum(int(b) << i for i, b in enumerate(bits[0, :64]))
+    edges = [0, *cuts, 203]
+    parts = [_words(bits[:, a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    for part, a, b in zip(parts, edges[:-1], edges[1:], strict=True):
+        assert _bits(part, b - a).tobytes() == bits[:, a:b].tobytes()
+    joined = join_leaf_sets(parts, np.diff(edges).tolist(), 5)
+    assert joined.dtype == np.uint64 and joined.tobytes() == words.tobytes()
