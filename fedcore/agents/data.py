@@ -184,7 +184,7 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
             report = validate_frame(frame, contract, name, include_label=inst.is_label_holder, max_examples=0)
         for line in report.failure_lines():
             log.warning("data contract violation: %s", line)
-    dates = date_columns(contract, frame, skip)
+    dates = date_columns(contract, frame, skip, table, cluster)
     if report is None or report.success:  # a table that broke its contract does not train: left as read
         frame, table = _dates_as_numbers(frame, table, dates)
     predict_data = inst.predict_data
@@ -216,16 +216,23 @@ def _dates_as_numbers(frame: pd.DataFrame, table: ParquetTable | None,
     return convert_dates(frame, dates=dates)[0], None
 
 
-def date_columns(contract: DataContract | None, frame: pd.DataFrame,
-                 skip: Collection[str | None]) -> tuple[str, ...]:
+def date_columns(contract: DataContract | None, frame: pd.DataFrame, skip: Collection[str | None],
+                 table: ParquetTable | None = None, cluster: Cluster | None = None) -> tuple[str, ...]:
     """The columns an agent converts to days since epoch: its contract's dates, else the table's own.
 
-    Decided once per session from the training table, so that a batch never holds a date where the table
+    Decided once per session from the training table (on Dask: from every block's evidence, so that the
+    workers convert what the in-process agent would), so that a batch never holds a date where the table
     held a string (or the reverse).
     """
     if contract is not None:
         return tuple(contract.date_columns)
-    return tuple(guess_date_columns(frame, keep=[c for c in skip if c is not None]))
+    keep = [c for c in skip if c is not None]
+    if table is not None:
+        from fedcore.compute.dask_table import guess_block_dates
+
+        assert cluster is not None, "a table on Dask comes with its cluster"
+        return guess_block_dates(cluster.client, table, keep)
+    return tuple(guess_date_columns(frame, keep=keep))
 
 
 def _on_dask(pattern: str | CsvSource | SqlSource, what: str,
@@ -369,8 +376,8 @@ def _sql_columns(source: SqlSource, what: str, values: Mapping[str, datetime] | 
     """The columns a database table or query gives (no row is read; `values`: its placeholders')."""
     from fedcore.data.sql import read_arrow
 
-    empty = read_arrow(source, what, statement=f"SELECT * FROM ({source.select()}) AS source LIMIT 0",
-                       parameters=source.bound(values))
+    statement = f"SELECT * FROM (\n{source.select()}\n) AS source LIMIT 0"
+    empty = read_arrow(source, what, statement=statement, parameters=source.bound(values))
     return [str(c) for c in empty.schema.names]
 
 

@@ -27,7 +27,7 @@ import pandas as pd
 
 from fedcore.compute import DEFAULT_BLOCK_ROWS
 from fedcore.compute.blocks import Block, kept_rows, parquet_blocks, read_block, read_error
-from fedcore.data.columns import convert_dates
+from fedcore.data.columns import DateEvidence, convert_dates, date_evidence, holds_dates
 from fedcore.data.numbers import infinite_counts, refuse_infinite
 from fedcore.errors import DataReadError
 
@@ -142,6 +142,25 @@ def _profile_block(block: Block, table: ParquetTable, skip: Collection[str]) -> 
     frame = read_block(block, list(table.columns))
     nulls = {name: int(frame[name].isna().sum()) for name in table.nullable}
     return nulls, infinite_counts(frame, skip)
+
+
+def _date_evidence(block: Block, table: ParquetTable, columns: list[str]) -> dict[str, DateEvidence]:
+    """Each column's `date_evidence` in one block (read as the whole table's dtypes, dates not converted)."""
+    frame = read_table_block(block, dataclasses.replace(table, dates=()), columns)
+    return {c: date_evidence(frame[c]) for c in columns}
+
+
+def guess_block_dates(client: Client, table: ParquetTable, keep: Collection[str | None]) -> tuple[str, ...]:
+    """The columns (except `keep`) that hold dates over all blocks: `guess_date_columns` of the whole table.
+
+    Each block reports its evidence on a worker; `holds_dates` combines it exactly, so a table without a
+    contract converts the same columns on the workers as in process.
+    """
+    columns = [c for c in table.columns if c not in keep]
+    if not columns or not table.blocks:
+        return ()
+    parts = client.gather(submit_blocks(client, _date_evidence, table, columns=columns))
+    return tuple(c for c in columns if holds_dates([part[c] for part in parts]))
 
 
 def held_rows(block: Block, table: ParquetTable, held: np.ndarray,

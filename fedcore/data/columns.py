@@ -139,7 +139,43 @@ def days_since_epoch(series: pd.Series) -> pd.Series:
 
 def guess_date_columns(table: pd.DataFrame, keep: Collection[str] = ()) -> list[str]:
     """The columns (except `keep`) that hold dates (`date_source`): what is converted without a contract."""
-    return [str(c) for c in table.columns if c not in keep and date_source(table[c]) is not None]
+    return [str(c) for c in table.columns if c not in keep and holds_dates([date_evidence(table[c])])]
+
+
+@dataclass(frozen=True)
+class DateEvidence:
+    """What one part of a column (a block of rows) says about the whole column holding dates.
+
+    `typed`: a datetime dtype (the same in every part); else its `present` values, whether all of them are
+    date/datetime objects and whether all are ISO 8601 strings (both true of a part without values).
+    """
+
+    typed: bool
+    present: int
+    all_dates: bool
+    all_iso: bool
+
+
+def date_evidence(series: pd.Series) -> DateEvidence:
+    """`series`'s evidence, which `holds_dates` combines over the parts of a column (`date_source`'s rule)."""
+    if pd.api.types.is_datetime64_any_dtype(series.dtype):
+        return DateEvidence(True, len(series), True, False)
+    if isinstance(series.dtype, pd.CategoricalDtype) or not is_categorical_dtype(series) \
+            or pd.api.types.is_bool_dtype(series.dtype):
+        return DateEvidence(False, 0, False, False)
+    present = series.dropna()
+    strings = all(isinstance(v, str) for v in present)
+    iso = strings and bool(present.astype(str).str.fullmatch(ISO_DATETIME).all())
+    return DateEvidence(False, len(present), all(isinstance(v, dt.date) for v in present), iso)
+
+
+def holds_dates(parts: Collection[DateEvidence]) -> bool:
+    """Whether a column whose parts gave `parts` holds dates (`date_source` of the whole is not None)."""
+    if any(p.typed for p in parts):
+        return True
+    if not any(p.present for p in parts):
+        return False
+    return all(p.all_dates for p in parts) or all(p.all_iso for p in parts)
 
 
 def convert_dates(table: pd.DataFrame, keep: Collection[str] = (),

@@ -72,7 +72,7 @@ class SqlSource:
                                       self.query.strip().rstrip(";"))
         if order_by is None:
             return select
-        return f"SELECT * FROM ({select}) AS source ORDER BY {quote_identifier(order_by)}"
+        return f"SELECT * FROM (\n{select}\n) AS source ORDER BY {quote_identifier(order_by)}"
 
     def bound(self, values: Mapping[str, datetime] | None) -> tuple[datetime, ...]:
         """The values of its placeholders, in `select`'s order (bound by the driver, never formatted in)."""
@@ -303,15 +303,20 @@ def key_blocks(source: SqlSource, what: str, key: str, block_rows: int,
     """
     column = quote_identifier(key)
     select, bound = source.select(), source.bound(values)
-    counted = read_arrow(source, what, statement=f"SELECT count(*) AS n, count({column}) AS keyed "
-                                                 f"FROM ({select}) AS source", parameters=bound)
-    n, keyed = counted["n"][0].as_py(), counted["keyed"][0].as_py()
+    counted = read_arrow(source, what, statement=f"SELECT count(*) AS n, count({column}) AS keyed, "
+                                                 f"count(DISTINCT {column}) AS keys "
+                                                 f"FROM (\n{select}\n) AS source", parameters=bound)
+    n, keyed, keys = (counted[c][0].as_py() for c in ("n", "keyed", "keys"))
     if keyed != n:
         raise DataReadError(f"{what}: {n - keyed} rows of {source.describe()} have no {key!r}: the rows are "
                             f"read in blocks of that column's order, so it may hold no null")
+    if keys != keyed:
+        raise DataReadError(f"{what}: {keyed - keys} rows of {source.describe()} repeat another row's "
+                            f"{key!r}: the rows are read in blocks between two of its values, so each must "
+                            "be unique")
     ends = read_arrow(source, what, statement=(
         f"SELECT key FROM (SELECT {column} AS key, row_number() OVER (ORDER BY {column}) AS n "
-        f"FROM ({select}) AS source) AS numbered WHERE n % ${len(bound) + 1} = 0 ORDER BY n"),
+        f"FROM (\n{select}\n) AS source) AS numbered WHERE n % ${len(bound) + 1} = 0 ORDER BY n"),
         parameters=(*bound, block_rows))
     uppers = ends["key"].to_pylist()
     starts = [None, *uppers]
@@ -319,7 +324,7 @@ def key_blocks(source: SqlSource, what: str, key: str, block_rows: int,
               for after, upto in zip(starts, uppers, strict=False)]
     if n % block_rows:
         blocks.append(SqlBlock(source, key, starts[-1], None, n % block_rows, bound))
-    schema = read_arrow(source, what, statement=f"SELECT * FROM ({select}) AS source LIMIT 0",
+    schema = read_arrow(source, what, statement=f"SELECT * FROM (\n{select}\n) AS source LIMIT 0",
                         parameters=bound).schema
     check_types(schema, what)
     return blocks, schema
@@ -338,7 +343,7 @@ def read_range(block: SqlBlock, what: str, columns: list[str] | None = None) -> 
             values.append(value)
             conditions.append(f"{column} {operator} ${len(values)}")
     where = " WHERE " + " AND ".join(conditions) if conditions else ""
-    statement = f"SELECT {wanted} FROM ({source.select()}) AS source{where} ORDER BY {column}"
+    statement = f"SELECT {wanted} FROM (\n{source.select()}\n) AS source{where} ORDER BY {column}"
     table = read_arrow(source, what, statement=statement, parameters=tuple(values))
     if table.num_rows != block.n_rows:
         raise DataReadError(f"{what}: {source.describe()} changed while it was read: a block holds "

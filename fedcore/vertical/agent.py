@@ -96,7 +96,9 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         return {f: getattr(splits, f) for f in SPLIT_ARRAYS}
 
     def _start_session(self) -> None:
+        """Forget the last session's held-out rows, batch and alignment: a new master starts from nothing."""
         self._holdout, self._batch_ids, self._psi = None, None, None
+        self._batch, self._until, self._batch_rows = None, None, 0
         self._holdout_loaded = False
 
     def _training_rows(self) -> pd.DataFrame | ParquetTable:

@@ -463,3 +463,25 @@ def test_a_table_whose_dates_break_its_contract_gets_the_in_process_report(tmp_p
     fields = ("expectation", "column", "success", "unexpected_count", "found", "expected")
     assert ([{k: r[k] for k in fields} for r in reports[1].rows]
             == [{k: r[k] for k in fields} for r in reports[0].rows])
+
+
+def test_without_a_contract_the_workers_find_the_date_columns_the_whole_table_holds(tmp_path,
+                                                                                   three_workers) -> None:
+    """Blocks report their evidence; the columns converted are `guess_date_columns` of the whole table."""
+    from fedcore.compute.dask_table import guess_block_dates, profile
+    from fedcore.data.columns import guess_date_columns
+
+    table = _table("classification")[["patient_id", "x5", "region", "class"]]
+    days = pd.Timestamp("2016-01-01") + pd.to_timedelta(np.arange(len(table)) % 900, unit="D")
+    table["opened"] = [None if i % 7 == 0 else d.date() for i, d in enumerate(days)]  # a Parquet date
+    table["due"] = [d.date().isoformat() for d in days]  # ISO strings
+    table["note"] = table["due"]
+    table.loc[590, "note"] = "soon"  # ISO strings but one, in the last file only
+    table["seen"] = days.tz_localize("UTC")  # a timestamp
+    _write(table, tmp_path / "dated")
+    opened = profile(three_workers, open_parquet(sorted(str(p) for p in (tmp_path / "dated").iterdir()),
+                                                 "test", BLOCK_ROWS))
+    whole = pd.read_parquet(tmp_path / "dated")
+    keep = ["patient_id", "class"]
+    assert guess_date_columns(whole, keep) == ["opened", "due", "seen"]
+    assert guess_block_dates(three_workers, opened, keep) == ("opened", "due", "seen")

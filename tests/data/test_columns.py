@@ -115,3 +115,29 @@ def test_declared_dates_convert_exactly_those_columns_and_refuse_numbers() -> No
     assert str(refused.value) == (
         "column 'n' holds dtype float64, but its data contract (or, without one, the training table) makes "
         "it a date column: give it dates or ISO 8601 strings")
+
+
+COLUMNS = {
+    "date objects": [dt.date(2020, 1, 2), None, dt.date(2021, 5, 6), dt.date(2019, 3, 4), None,
+                     dt.date(2022, 1, 1)],
+    "iso strings": ["2020-01-02", None, "2021-05-06T10:00", "2019-03-04", "2018-01-01", None],
+    "dates then strings": [dt.date(2020, 1, 2), dt.date(2021, 5, 6), None, "2019-03-04", "2018-01-01", None],
+    "a word among dates": ["2020-01-02", "2021-05-06", "soon", "2019-03-04", None, "2018-01-01"],
+    "all missing": [None] * 6,
+    "words": ["a", "b", None, "c", "d", "e"],
+    "numbers": [1.0, 2.0, np.nan, 4.0, 5.0, 6.0],
+    "booleans": [True, False, True, True, False, True],
+    "timestamps": pd.to_datetime(["2020-01-02", None, "2021-05-06", "2019-03-04", "2018-01-01", None]),
+}
+
+
+@pytest.mark.parametrize("cuts", [(), (3,), (1, 2), (2, 4), (5,), (0, 6)])
+@pytest.mark.parametrize("column", COLUMNS)
+def test_blocks_evidence_decides_dates_as_the_whole_column(column, cuts) -> None:
+    """Dask blocks decide a table's date columns without a contract exactly as the whole table does."""
+    from fedcore.data.columns import date_evidence, holds_dates
+
+    whole = pd.Series(COLUMNS[column], name=column)
+    bounds = [0, *cuts, len(whole)]
+    parts = [whole.iloc[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    assert holds_dates([date_evidence(p) for p in parts]) == (date_source(whole) is not None)

@@ -152,6 +152,13 @@ def test_a_table_changed_while_it_is_read_is_refused(database, monkeypatch) -> N
                                                             (89, None, 10)]
     pd.testing.assert_frame_equal(read_range(blocks[1], "test"), frame.iloc[30:60].reset_index(drop=True),
                                   check_exact=True)
+    commented = SqlSource(("url", database), query="SELECT * FROM t -- every row")
+    assert [b.n_rows for b in key_blocks(commented, "test", "id", 30)[0]] == [30, 30, 30, 10]
+    load_table(database, "twice", pd.concat([frame, frame.iloc[[5, 6]]], ignore_index=True))
+    with pytest.raises(DataReadError) as repeated:
+        key_blocks(SqlSource(("url", database), table="twice"), "test", "id", 30)
+    assert str(repeated.value) == ("test: 2 rows of table 'twice' repeat another row's 'id': the rows are "
+                                   "read in blocks between two of its values, so each must be unique")
     import adbc_driver_postgresql.dbapi as pg
 
     with pg.connect(database, autocommit=True) as conn, conn.cursor() as cursor:
