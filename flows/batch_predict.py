@@ -46,6 +46,9 @@ def batch_predict(config_path: str, model_name: str | None = None, version: str 
     names = [i.name for i in config.institutions]
     if requester not in names:
         raise ValueError(f"requester {requester!r} is not an institution of {config.federation!r} ({names})")
+    if until is not None and until.tzinfo is None:  # from the UI or a deployment: every agent would refuse it
+        raise ValueError(f"until {until.isoformat()} has no time zone: give one, e.g. "
+                         f"{until.isoformat()}+00:00 for UTC")
     # a missing version fails before any agent starts
     purpose = f"predict {model_name} {master_registry(config).resolve(model_name, version)}"
     name_run(purpose)  # and its agent runs `<institution>: predict <model> <version>`

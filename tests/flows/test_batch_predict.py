@@ -63,3 +63,16 @@ def test_missing_version_fails_clearly(trained) -> None:
     _, config_path, _, _, _ = trained
     with pytest.raises(ArtifactError, match=rf"model '{MODEL}' has no version 'v0042' \(versions: v0001"):
         batch_predict(str(config_path), version="v0042", agents="local")
+
+
+def test_an_until_without_a_time_zone_fails_before_any_agent_starts(trained) -> None:
+    from datetime import datetime
+
+    _, config_path, _, _, _ = trained
+    state = batch_predict(str(config_path), agents="local", until=datetime(2026, 6, 30, 12, 0),
+                          return_state=True)
+    assert state.is_failed()
+    with pytest.raises(ValueError) as refused:
+        state.result()
+    assert str(refused.value) == ("until 2026-06-30T12:00:00 has no time zone: give one, e.g. "
+                                  "2026-06-30T12:00:00+00:00 for UTC")
