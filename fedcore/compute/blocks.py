@@ -158,15 +158,3 @@ def encode_block(frame: pd.DataFrame, schema: HorizontalSchema) -> tuple[np.ndar
 def load_block(block: Block, schema: HorizontalSchema) -> tuple[np.ndarray, np.ndarray]:
     """Read a Parquet block and encode it (`encode_block`): what a worker runs."""
     return encode_block(read_block(block, [*schema.names, schema.label]), schema)
-
-
-def load_kept_block(block: Block, schema: HorizontalSchema, keep: np.ndarray,
-                    dates: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-    """Read a Parquet block, keep the rows `keep` marks (packed bits), encode them: its training rows.
-
-    `dates`: columns converted to days since epoch first, as the agent converts its whole table.
-    """
-    from fedcore.data.columns import convert_dates
-
-    frame = read_block(block, [*schema.names, schema.label])
-    return encode_block(kept_rows(convert_dates(frame, dates=dates)[0] if dates else frame, keep), schema)

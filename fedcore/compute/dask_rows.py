@@ -49,7 +49,6 @@ from fedcore.compute.blocks import (
     encode_block,
     frame_blocks,
     load_block,
-    load_kept_block,
     parquet_blocks,
     rebuildable,
 )
@@ -61,6 +60,7 @@ from fedcore.trees import rowwork
 if TYPE_CHECKING:
     from distributed import Client, Future
 
+    from fedcore.compute.dask_table import ParquetTable
     from fedcore.privacy.ldp import LabelLDP
 
 INLINE_BYTES = 16 << 20
@@ -221,19 +221,22 @@ class DaskPartyRows:
         return cls(name, schema, client, blocks, data)
 
     @classmethod
-    def from_parquet_kept(cls, name: str, blocks: Sequence[Block], keep: Sequence[np.ndarray],
-                          schema: HorizontalSchema, client: Client,
-                          dates: Sequence[str] = ()) -> DaskPartyRows:
-        """Parquet blocks of which each keeps the rows its packed mask marks (an agent's training rows).
+    def from_parquet_kept(cls, name: str, table: ParquetTable, keep: Sequence[np.ndarray],
+                          schema: HorizontalSchema, client: Client) -> DaskPartyRows:
+        """A table's blocks of which each keeps the rows its packed mask marks (an agent's training rows).
 
-        The party's blocks are the kept rows, in block order: the table the in-process party trains on
-        (`dates` converted to days since epoch, as there).
+        The party's blocks are the kept rows, in block order, read as every other block read is
+        (`fedcore.compute.dask_table.training_rows`: the whole table's dtypes, dates as numbers): the table
+        the in-process party trains on.
         """
-        data = _placed(client, [(load_kept_block, b, schema, k, tuple(dates))
-                                for b, k in zip(blocks, keep, strict=True)])
+        from fedcore.compute.dask_table import reader, training_rows
+
+        small = reader(table)
+        data = _placed(client, [(training_rows, b, small, k, schema)
+                                for b, k in zip(table.blocks, keep, strict=True)])
         counts = client.gather(client.map(_n_rows, data, pure=False))
         kept, start = [], 0
-        for block, n in zip(blocks, counts, strict=True):
+        for block, n in zip(table.blocks, counts, strict=True):
             kept.append(Block(block.index, start, start + n))
             start += n
         return cls(name, schema, client, kept, data)

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore.compute import DEFAULT_BLOCK_ROWS
-from fedcore.compute.blocks import Block, kept_rows, parquet_blocks, read_block, read_error
+from fedcore.compute.blocks import Block, encode_block, kept_rows, parquet_blocks, read_block, read_error
 from fedcore.data.columns import DateEvidence, convert_dates, date_evidence, holds_dates
 from fedcore.data.numbers import infinite_counts, refuse_infinite
 from fedcore.errors import DataReadError
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from distributed import Client, Future
 
     from fedcore.data.sql import SqlSource
+    from fedcore.horizontal.schema import HorizontalSchema
 
 NULL_DTYPES = {"int": "float64", "bool": "object"}
 """The pandas dtype an Arrow integer or boolean column reads as when it holds a null."""
@@ -169,6 +170,17 @@ def held_rows(block: Block, table: ParquetTable, held: np.ndarray,
     return kept_rows(read_table_block(block, table, columns), held)
 
 
+def training_rows(block: Block, table: ParquetTable, keep: np.ndarray,
+                  schema: HorizontalSchema) -> tuple[np.ndarray, np.ndarray]:
+    """A block's training rows (packed mask `keep`), read as `held_rows` reads, encoded (`encode_block`)."""
+    return encode_block(held_rows(block, table, keep, [*schema.names, schema.label]), schema)
+
+
+def reader(table: ParquetTable) -> ParquetTable:
+    """`table` without its block and file lists: what a task needs besides its own block (stays small)."""
+    return dataclasses.replace(table, files=(), blocks=())
+
+
 # -- the agent's side ----------------------------------------------------------------------------------
 def submit_blocks(client: Client, func: Callable, table: ParquetTable, *per_block: Sequence,
                   **shared: object) -> list[Future]:
@@ -177,8 +189,8 @@ def submit_blocks(client: Client, func: Callable, table: ParquetTable, *per_bloc
     The tasks get the table without its block and file lists (a block carries its own file), so each task
     stays small however many blocks there are.
     """
-    reader = dataclasses.replace(table, files=(), blocks=())
-    return [client.submit(func, block, reader, *(args[i] for args in per_block), pure=False, **shared)
+    small = reader(table)
+    return [client.submit(func, block, small, *(args[i] for args in per_block), pure=False, **shared)
             for i, block in enumerate(table.blocks)]
 
 

@@ -201,8 +201,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         assert table is not None and cluster is not None and self.schema is not None, "setup on Dask"
         self._held = holdout_masks(rng, table.blocks, fraction)
         keep = invert_masks(self._held, table.blocks)
-        rows = DaskPartyRows.from_parquet_kept(self.name, table.blocks, keep, self.schema, cluster.client,
-                                               table.dates)
+        rows = DaskPartyRows.from_parquet_kept(self.name, table, keep, self.schema, cluster.client)
         n_held = count_bits(self._held, table.blocks)
         log.info("institution %r: %d training rows in %d blocks read by the Dask workers, %d held out",
                  self.name, rows.n_rows, len(rows.blocks), n_held)
