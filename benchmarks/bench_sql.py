@@ -102,13 +102,13 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child_read(url: str, table: str) -> dict:
-    """Read `table` into the party's frame as fedforest does."""
+def child_read(url: str, table: str, order_by: str | None = None) -> dict:
+    """Read `table` into the party's frame as fedforest does (an agent: in its ID column's order)."""
     from fedcore.agents.data import read_source
     from fedcore.data.sql import SqlSource
 
     start = time.perf_counter()
-    frame = read_source(SqlSource(url=("url", url), table=table), "benchmark")
+    frame = read_source(SqlSource(url=("url", url), table=table), "benchmark", order_by=order_by)
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "peak_mib": _peak_mib(), "rows": len(frame)}
 
@@ -160,20 +160,40 @@ def run(url: str, args: argparse.Namespace, scratch: Path) -> list[dict]:
     _psql(url, f"CREATE TABLE bench_small AS SELECT * FROM bench WHERE id <= {small}")
     report = []
 
-    def ours(table: str) -> Callable[[], dict]:
-        return lambda: _timed_process([*CHILD, "read", url, table])
+    def ours(table: str, *order: str) -> Callable[[], dict]:
+        return lambda: _timed_process([*CHILD, "read", url, table, *order])
 
-    copy_out = ["psql", "-X", "-q", url, "-o", os.devnull, "-c",
-                "COPY (SELECT * FROM bench) TO STDOUT (FORMAT binary)"]
-    print("read vs COPY TO ...", file=sys.stderr)
-    a, b = paired(ours("bench"), lambda: _timed_process(copy_out), args.repeat)
-    report.append(_row("read table into the party", a, b, "COPY TO STDOUT (FORMAT binary) > /dev/null",
-                       args.rows))
-    print("read vs pandas.read_sql ...", file=sys.stderr)
-    a, b = paired(ours("bench_small"), lambda: _timed_process([*CHILD, "pandas", url, "bench_small"]),
-                  args.repeat)
-    report.append(_row("read table into the party", a, b, "pandas.read_sql (SQLAlchemy, psycopg2)", small))
+    def copy_out(select: str) -> Callable[[], dict]:
+        command = ["psql", "-X", "-q", url, "-o", os.devnull, "-c",
+                   f"COPY ({select}) TO STDOUT (FORMAT binary)"]
+        return lambda: _timed_process(command)
 
+    if "read" in args.measure:
+        print("read vs COPY TO ...", file=sys.stderr)
+        a, b = paired(ours("bench"), copy_out("SELECT * FROM bench"), args.repeat)
+        report.append(_row("read table into the party", a, b, "COPY TO STDOUT (FORMAT binary) > /dev/null",
+                           args.rows))
+    if "ordered" in args.measure:  # what an agent reads: the same query in its ID column's order
+        print("read in ID order vs COPY TO in ID order ...", file=sys.stderr)
+        from fedcore.data.sql import SqlSource
+
+        ordered = SqlSource(url=("url", url), table="bench").select(order_by="id")
+        a, b = paired(ours("bench", "id"), copy_out(ordered), args.repeat)
+        report.append(_row("read table into the party, ORDER BY id", a, b,
+                           "COPY (same query) TO STDOUT (FORMAT binary) > /dev/null", args.rows))
+    if "pandas" in args.measure:
+        print("read vs pandas.read_sql ...", file=sys.stderr)
+        a, b = paired(ours("bench_small"), lambda: _timed_process([*CHILD, "pandas", url, "bench_small"]),
+                      args.repeat)
+        report.append(_row("read table into the party", a, b, "pandas.read_sql (SQLAlchemy, psycopg2)",
+                           small))
+    if "write" in args.measure:
+        report.append(_write(url, args, scratch))
+    return report
+
+
+def _write(url: str, args: argparse.Namespace, scratch: Path) -> dict:
+    """Delivering predictions against COPY FROM of the same rows into an empty table."""
     print("write vs COPY FROM ...", file=sys.stderr)
     _psql(url, "DROP TABLE IF EXISTS preds")
     _timed_process([*CHILD, "write", url, "preds", str(args.write_rows)])
@@ -190,16 +210,14 @@ def run(url: str, args: argparse.Namespace, scratch: Path) -> list[dict]:
 
     a, b = paired(lambda: _timed_process([*CHILD, "write", url, "preds", str(args.write_rows)]),
                   lambda: _timed_process(copy_in), args.repeat, before=empty)
-    report.append(_row("write predictions (new table)", a, b, "COPY FROM STDIN (FORMAT binary)",
-                       args.write_rows))
-    return report
+    return _row("write predictions (new table)", a, b, "COPY FROM STDIN (FORMAT binary)", args.write_rows)
 
 
 def main() -> None:
     """Start (or use) a server, measure, print the Markdown report."""
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         kind, url, table, *rest = sys.argv[2:]
-        result = {"read": lambda: child_read(url, table), "pandas": lambda: child_pandas(url, table),
+        result = {"read": lambda: child_read(url, table, *rest), "pandas": lambda: child_pandas(url, table),
                   "write": lambda: child_write(url, table, int(rest[0]))}[kind]()
         print(json.dumps(result))
         return
@@ -210,7 +228,10 @@ def main() -> None:
     parser.add_argument("--write-rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--url", help="an existing server's database (default: a throwaway server)")
+    parser.add_argument("--measure", default="read,ordered,pandas,write",
+                        help="which measurements, comma-separated (read, ordered, pandas, write)")
     args = parser.parse_args()
+    args.measure = set(args.measure.split(","))
     with tempfile.TemporaryDirectory() as scratch:
         if args.url:
             report = run(args.url, args, Path(scratch))
