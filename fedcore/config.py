@@ -16,8 +16,10 @@
              public_key: keys/master.key.pub}   # the key every registry trusts (default: beside signing_key)
     institutions:
       - name: bank
-        data: data/bank/*.parquet          # a path or glob of .parquet/.csv, or a PostgreSQL table or
-                                           # query: {sql: {url: {env: BANK_DB_URL}, table: customers}},
+        data: data/bank/*.parquet          # a path or glob of .parquet/.csv, a Parquet dataset folder or
+                                           # URL (s3://...; Hive partitions become columns), or a
+                                           # PostgreSQL table or query:
+                                           # {sql: {url: {env: BANK_DB_URL}, table: customers}},
                                            # {sql: {url: {file: secrets/bank-db}, query: "SELECT ..."}}
                                            # (the connection string never in this file; fedcore/data/sql.py),
                                            # or CSV exports with their dialect: {csv: {path: data/bank/*.csv,

@@ -30,6 +30,7 @@ from fedcore.contracts.expectations import ValidationReport
 from fedcore.contracts.model import DataContract
 from fedcore.data.columns import convert_dates, guess_date_columns
 from fedcore.data.dialect import CsvDialect, CsvSource
+from fedcore.data.io import is_dataset
 from fedcore.data.numbers import check_finite_columns
 from fedcore.data.sql import SqlSource
 from fedcore.errors import ColumnNotFoundError, ConfigError, DataReadError, InputError, ProtocolError
@@ -252,6 +253,10 @@ def _on_dask(pattern: str | CsvSource | SqlSource, what: str,
         log.info("%s: a query with :since/:until is read in the agent's own process (its batches are "
                  "small and chosen per run)", what)
         return False
+    if isinstance(pattern, str) and is_dataset(pattern):
+        log.info("%s: the Parquet dataset %r is read in the agent's own process (compute: dask reads "
+                 "Parquet files and databases on the workers; give the files as a glob)", what, pattern)
+        return False
     if isinstance(pattern, SqlSource) or is_parquet([pattern] if batch else matching_files(pattern, what)):
         return True
     log.info("%s: %r is not all Parquet, so the agent reads it in its own process (compute: dask reads "
@@ -385,11 +390,17 @@ def read_files(pattern: str, what: str, skip: Collection[str | None] = (),
                dialect: CsvDialect | None = None) -> pd.DataFrame:
     """All .parquet/.csv files matching `pattern` (a path or glob) as one table; CSV read in `dialect`.
 
+    A folder or URL is a Parquet dataset (`fedcore.data.io.read_dataset`: Hive partitions as columns).
+
     Refused if a numeric column other than `skip` holds an infinity (`fedcore.data.numbers`).
     """
-    from fedcore.data.io import read_table
+    from fedcore.data.io import read_dataset, read_table
 
-    frame = pd.concat([read_table(f, dialect) for f in matching_files(pattern, what)], ignore_index=True)
+    files = matching_files(pattern, what)
+    if len(files) == 1 and is_dataset(files[0]):
+        frame = read_dataset(files[0])
+    else:
+        frame = pd.concat([read_table(f, dialect) for f in files], ignore_index=True)
     check_finite_columns(frame, what, skip=[c for c in skip if c is not None])
     return frame
 
@@ -398,6 +409,8 @@ def matching_files(pattern: str, what: str) -> list[str]:
     """The files `pattern` (a path or glob) names, sorted: the order their rows are concatenated in."""
     import glob
 
+    if "://" in pattern:  # a dataset URL: pyarrow's file systems list it
+        return [pattern]
     files = sorted(glob.glob(pattern)) or ([pattern] if not glob.has_magic(pattern) else [])
     if not files:
         raise DataReadError(f"{what}: no file matches {pattern!r}")
