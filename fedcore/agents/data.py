@@ -138,8 +138,9 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
 
     Examples of bad values stay in the local report. Runs where the data lives. The configured ID column
     and label are checked first (`check_configured_columns`): a misspelt one fails here, with the fix.
-    With `compute: dask` and Parquet files, only their metadata is read here; the workers of `cluster`
-    (default: the config's, `shared_cluster`: one per process) check and validate the blocks.
+    With `compute: dask` and Parquet files (or a database table or query), only their metadata (one ID
+    per block) is read here; the workers of `cluster` (default: the config's, `shared_cluster`: one per
+    process) check and validate the blocks.
     """
     inst = config.institution(name)
     master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
