@@ -51,3 +51,43 @@ def copy_of(federation: Federation, destination: Path) -> Federation:
         return new + value[len(old):] if inside else value
 
     return replace(federation, work=destination, config_path=config_path, scenario=moved(federation.scenario))
+
+
+def horizontal_session_from_config(config, params):
+    """A horizontal session over in-process agents that load their data from `config`, contracts checked.
+
+    `params`: the forest's `ExtraTreesParams`. Each agent reads its institution's configured source when the
+    session starts (`institution_from_config`), as a served agent does.
+    """
+    from fedcore.agents.data import institution_from_config
+    from fedcore.horizontal.agent import HorizontalInstitutionAgent
+    from fedcore.horizontal.session import HorizontalSession
+    from fedcore.privacy.keyauth import ephemeral_identities
+    from fedcore.protocol.messages import Message
+    from fedcore.transport.inprocess import InProcessTransport
+
+    names = [i.name for i in config.institutions]
+    identities = ephemeral_identities(names)
+    agents = {name: HorizontalInstitutionAgent(lambda name=name: institution_from_config(config, name),
+                                               identity=identities[name]) for name in names}
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()})
+    transport.exchange({n: Message("validation_report") for n in agents})
+    return HorizontalSession(transport, params, algorithm="extra-trees", holdout_fraction=0.2)
+
+
+def vertical_session_from_config(config):
+    """A vertical session (5 trees of depth 5) over in-process agents that load their data from `config`."""
+    from fedcore.agents.data import institution_from_config
+    from fedcore.protocol.messages import Message
+    from fedcore.transport.inprocess import InProcessTransport
+    from fedcore.trees.params import ForestParams
+    from fedcore.vertical.agent import VerticalInstitutionAgent
+    from fedcore.vertical.session import VerticalSession
+
+    agents = {i.name: VerticalInstitutionAgent(lambda name=i.name: institution_from_config(config, name),
+                                               b"consortium-key-for-tests-0123456789")
+              for i in config.institutions}
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()})
+    transport.exchange({n: Message("validation_report") for n in agents})
+    return VerticalSession(transport, ForestParams(n_estimators=5, max_depth=5, random_state=1),
+                           holdout_fraction=0.2, min_overlap=50)

@@ -19,14 +19,11 @@ from fedcore.contracts.model import dump_contract, infer_contract
 from fedcore.data.datasets import make_waveform
 from fedcore.data.split import split_horizontal
 from fedcore.errors import InputError
-from fedcore.horizontal.agent import HorizontalInstitutionAgent
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.session import HorizontalSession
 from fedcore.models.artifacts import table_sha256
-from fedcore.privacy.keyauth import ephemeral_identities
-from fedcore.protocol.messages import Message
 from fedcore.simulation.table import prepare_input
-from fedcore.transport.inprocess import InProcessTransport
+from tests.federations import horizontal_session_from_config, vertical_session_from_config
 from tests.keys import master_public_key
 
 NAMES = ("north", "south")
@@ -70,13 +67,8 @@ def _horizontal_config(root: Path, suffix: str):
 
 
 def _horizontal_session(config) -> HorizontalSession:
-    identities = ephemeral_identities(NAMES)
-    agents = {name: HorizontalInstitutionAgent(lambda name=name: institution_from_config(config, name),
-                                               identity=identities[name]) for name in NAMES}
-    transport = InProcessTransport({n: a.handle for n, a in agents.items()})
-    transport.exchange({n: Message("validation_report") for n in agents})
-    return HorizontalSession(transport, ExtraTreesParams(n_estimators=8, max_depth=6, random_state=4),
-                             algorithm="extra-trees", holdout_fraction=0.2)
+    return horizontal_session_from_config(
+        config, ExtraTreesParams(n_estimators=8, max_depth=6, random_state=4))
 
 
 def _write_horizontal(table: pd.DataFrame, root: Path, database: str | None = None) -> None:
@@ -173,20 +165,6 @@ def _vertical_config(root: Path, suffix: str):
     return parse_config(raw, root / "federation.yaml")
 
 
-def _vertical_session(config):
-    from fedcore.trees.params import ForestParams
-    from fedcore.vertical.agent import VerticalInstitutionAgent
-    from fedcore.vertical.session import VerticalSession
-
-    agents = {i.name: VerticalInstitutionAgent(lambda name=i.name: institution_from_config(config, name),
-                                               b"consortium-key-for-tests-0123456789")
-              for i in config.institutions}
-    transport = InProcessTransport({n: a.handle for n, a in agents.items()})
-    transport.exchange({n: Message("validation_report") for n in agents})
-    return VerticalSession(transport, ForestParams(n_estimators=5, max_depth=5, random_state=1),
-                           holdout_fraction=0.2, min_overlap=50)
-
-
 def test_a_vertical_federation_without_contracts_trains_the_same_model_from_parquet_and_csv(tmp_path) -> None:
     from fedcore.models.registry import ModelRegistry
     from tests.keys import master_key
@@ -202,7 +180,7 @@ def test_a_vertical_federation_without_contracts_trains_the_same_model_from_parq
     for suffix in (".parquet", ".csv"):
         config = _vertical_config(tmp_path, suffix)
         assert institution_from_config(config, "shop").dates == ("opened", "last_login")
-        session = _vertical_session(config)
+        session = vertical_session_from_config(config)
         session.align()
         session.train()
         entries = session.manifest_entries()["parties"]

@@ -18,20 +18,16 @@ import pyarrow.dataset as ds
 import pytest
 
 from fedcore.agents.batches import LEDGER
-from fedcore.agents.data import institution_from_config
 from fedcore.config import parse_config
 from fedcore.contracts.model import dump_contract, infer_contract
 from fedcore.data.datasets import make_waveform
 from fedcore.data.split import split_horizontal
 from fedcore.data.sql import SqlSource, read_sql
 from fedcore.errors import ConfigError, DataWriteError, ProtocolError
-from fedcore.horizontal.agent import HorizontalInstitutionAgent
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.session import HorizontalSession
 from fedcore.models.registry import ModelRegistry
-from fedcore.privacy.keyauth import ephemeral_identities
-from fedcore.protocol.messages import Message
-from fedcore.transport.inprocess import InProcessTransport
+from tests.federations import horizontal_session_from_config
 from tests.keys import master_key, master_public_key
 from tests.postgres import load_table
 
@@ -74,13 +70,8 @@ def _config(root: Path, query: str = BATCH):
 
 
 def _session(config) -> HorizontalSession:
-    identities = ephemeral_identities(NAMES)
-    agents = {name: HorizontalInstitutionAgent(lambda name=name: institution_from_config(config, name),
-                                               identity=identities[name]) for name in NAMES}
-    transport = InProcessTransport({n: a.handle for n, a in agents.items()})
-    transport.exchange({n: Message("validation_report") for n in agents})
-    return HorizontalSession(transport, ExtraTreesParams(n_estimators=3, max_depth=4, random_state=4),
-                             algorithm="extra-trees", holdout_fraction=0.2)
+    return horizontal_session_from_config(
+        config, ExtraTreesParams(n_estimators=3, max_depth=4, random_state=4))
 
 
 def _registered(config, root: Path) -> ModelRegistry:

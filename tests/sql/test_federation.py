@@ -20,14 +20,11 @@ from fedcore.data.datasets import make_waveform
 from fedcore.data.split import split_horizontal
 from fedcore.data.sql import SqlSource, read_sql
 from fedcore.errors import ConfigError
-from fedcore.horizontal.agent import HorizontalInstitutionAgent
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.session import HorizontalSession
 from fedcore.models.artifacts import table_sha256
 from fedcore.models.registry import ModelRegistry
-from fedcore.privacy.keyauth import ephemeral_identities
-from fedcore.protocol.messages import Message
-from fedcore.transport.inprocess import InProcessTransport
+from tests.federations import horizontal_session_from_config, vertical_session_from_config
 from tests.keys import master_key, master_public_key
 from tests.postgres import load_table
 
@@ -66,13 +63,8 @@ def _config(root: Path, sql: bool):
 
 
 def _session(config) -> HorizontalSession:
-    identities = ephemeral_identities(NAMES)
-    agents = {name: HorizontalInstitutionAgent(lambda name=name: institution_from_config(config, name),
-                                               identity=identities[name]) for name in NAMES}
-    transport = InProcessTransport({n: a.handle for n, a in agents.items()})
-    transport.exchange({n: Message("validation_report") for n in agents})
-    return HorizontalSession(transport, ExtraTreesParams(n_estimators=6, max_depth=6, random_state=4),
-                             algorithm="extra-trees", holdout_fraction=0.2)
+    return horizontal_session_from_config(
+        config, ExtraTreesParams(n_estimators=6, max_depth=6, random_state=4))
 
 
 def _train_store_predict(config, root: Path, run_id: str) -> tuple[str, dict]:
@@ -158,27 +150,13 @@ def _vertical_config(root: Path, sql: bool):
     return parse_config(raw, root / "federation.yaml")
 
 
-def _vertical_session(config):
-    from fedcore.trees.params import ForestParams
-    from fedcore.vertical.agent import VerticalInstitutionAgent
-    from fedcore.vertical.session import VerticalSession
-
-    agents = {i.name: VerticalInstitutionAgent(lambda name=i.name: institution_from_config(config, name),
-                                               b"consortium-key-for-tests-0123456789")
-              for i in config.institutions}
-    transport = InProcessTransport({n: a.handle for n, a in agents.items()})
-    transport.exchange({n: Message("validation_report") for n in agents})
-    return VerticalSession(transport, ForestParams(n_estimators=5, max_depth=5, random_state=1),
-                           holdout_fraction=0.2, min_overlap=50)
-
-
 def test_a_vertical_federation_from_postgresql_trains_the_parquet_model_and_delivers_once(
         database, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("FED_DB_URL", database)
     _vertical_rows(database, tmp_path)
     digests, delivered = [], []
     for sql in (False, True):
-        session = _vertical_session(_vertical_config(tmp_path, sql))
+        session = vertical_session_from_config(_vertical_config(tmp_path, sql))
         session.align()
         session.train()
         parties = session.manifest_entries()["parties"]
@@ -192,7 +170,7 @@ def test_a_vertical_federation_from_postgresql_trains_the_parquet_model_and_deli
     assert digests[1] == digests[0] and all(len(d) == 64 for d in digests[0]) and len(digests[0]) == 4
     assert delivered[1]["path"] == "table 'bank_scores'"
 
-    again = _vertical_session(_vertical_config(tmp_path, sql=True))  # the retried flow run
+    again = vertical_session_from_config(_vertical_config(tmp_path, sql=True))  # the retried flow run
     master = ModelRegistry(tmp_path / "db" / "registry" / "master", public_key=master_public_key(tmp_path))
     again.load_model(master, "demo", "latest")
     assert again.batch_predict("bank", run_id="flow-run-7")["rows"] == delivered[1]["rows"]
