@@ -20,7 +20,7 @@ from fedcore.compute.dask_rows import DaskPartyRows
 from fedcore.errors import ConfigError
 from fedcore.horizontal import FederatedExtraTreesClassifier, FederatedExtraTreesRegressor, PPDERTClassifier
 from fedcore.privacy.ldp import LabelLDP
-from tests.compute.workers import close_busiest_worker
+from tests.compute.workers import lose_a_worker_on_call
 from tests.horizontal.common import assert_same_forest, horizontal_table, split_rows
 
 BLOCK = 40
@@ -121,16 +121,8 @@ def test_a_worker_lost_mid_forest_still_gives_the_same_forest(tmp_path, monkeypa
     cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
                                        dashboard_address=":0")
     client = distributed.Client(cluster, set_as_default=False)
-    levels, lost = [0], []
-    started = DaskPartyRows.start_level
-
-    def start_level(self, header, arrays, n_open):
-        started(self, header, arrays, n_open)
-        levels[0] += 1
-        if levels[0] == 8 and not lost:  # past the first levels: the partitions have a lineage to replay
-            lost.append(close_busiest_worker(cluster, client))
-
-    monkeypatch.setattr(DaskPartyRows, "start_level", start_level)
+    # past the first levels: the partitions have a lineage to replay
+    lost = lose_a_worker_on_call(monkeypatch, DaskPartyRows, "start_level", 8, cluster, client)
     try:
         table = horizontal_table(seed=5)
         model = _FromParquet(n_estimators=3, max_depth=5, random_state=3, compute=client, privacy=privacy)

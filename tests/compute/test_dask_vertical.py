@@ -20,7 +20,7 @@ from fedcore.compute.dask_vertical import (
 from fedcore.data.split import split_vertical
 from fedcore.errors import ParameterError
 from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
-from tests.compute.workers import close_busiest_worker
+from tests.compute.workers import lose_a_worker_on_call
 from tests.conftest import mixed_table
 
 BLOCK = 70
@@ -109,17 +109,8 @@ def test_a_worker_lost_mid_forest_still_gives_the_same_forest(monkeypatch) -> No
     cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
                                        dashboard_address=":0")
     client = distributed.Client(cluster, set_as_default=False)
-    levels, lost = [0], []
-    searched = DaskVerticalRows.best_splits
-
-    def best_splits(self, *args, **kwargs):
-        out = searched(self, *args, **kwargs)
-        levels[0] += 1
-        if levels[0] == 12 and not lost:  # past the first levels: the partitions have a lineage to replay
-            lost.append(close_busiest_worker(cluster, client))
-        return out
-
-    monkeypatch.setattr(DaskVerticalRows, "best_splits", best_splits)
+    # past the first levels: the partitions have a lineage to replay
+    lost = lose_a_worker_on_call(monkeypatch, DaskVerticalRows, "best_splits", 12, cluster, client)
     parties = _parties(seed=4)
     try:
         got = _forest(compute=client, block_rows=BLOCK).fit(parties, label="target")

@@ -194,23 +194,13 @@ def test_a_worker_lost_mid_forest_rebuilds_the_aligned_blocks(scenario, tmp_path
     import distributed
 
     from fedcore.compute.dask_vertical import DaskVerticalRows
-    from tests.compute.workers import close_busiest_worker
+    from tests.compute.workers import lose_a_worker_on_call
 
     expected = _train(_agents(scenario, tmp_path / "local", new_batch=False), "none")
     cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
                                        dashboard_address=":0")
     client = distributed.Client(cluster, set_as_default=False)
-    levels, lost = [0], []
-    searched = DaskVerticalRows.best_splits
-
-    def best_splits(self, *args, **kwargs):
-        out = searched(self, *args, **kwargs)
-        levels[0] += 1
-        if levels[0] == 8 and not lost:
-            lost.append(close_busiest_worker(cluster, client))
-        return out
-
-    monkeypatch.setattr(DaskVerticalRows, "best_splits", best_splits)
+    lost = lose_a_worker_on_call(monkeypatch, DaskVerticalRows, "best_splits", 8, cluster, client)
     try:
         got = _train(_parquet_agents(scenario, tmp_path / "dask", client), "none")
         assert lost and len(client.scheduler_info()["workers"]) == 2

@@ -135,23 +135,13 @@ def test_psi_on_a_batch_on_the_workers_delivers_the_in_process_predictions(scena
 def test_a_worker_lost_during_prediction_gives_the_same_answer(scenario, tmp_path, monkeypatch) -> None:
     import distributed
 
-    from tests.compute.workers import close_busiest_worker
+    from tests.compute.workers import lose_a_worker_on_call
 
     expected = _predict(_agents(scenario, tmp_path / "local"), scenario)
     cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
                                        dashboard_address=":0")
     client = distributed.Client(cluster, set_as_default=False)
-    calls, lost = [0], []
-    answered = DaskPredictionRows.leaf_sets
-
-    def leaf_sets(self, start, stop):
-        out = answered(self, start, stop)
-        calls[0] += 1
-        if calls[0] == 2 and not lost:
-            lost.append(close_busiest_worker(cluster, client))
-        return out
-
-    monkeypatch.setattr(DaskPredictionRows, "leaf_sets", leaf_sets)
+    lost = lose_a_worker_on_call(monkeypatch, DaskPredictionRows, "leaf_sets", 2, cluster, client)
     try:
         got = _predict(_dask_agents(scenario, tmp_path / "dask", client), scenario)
         assert lost and len(client.scheduler_info()["workers"]) == 2
