@@ -14,7 +14,7 @@ own) and the pairs run in turn (A B A B ...; the median of `--repeat` pairs is q
 * **write**: `--write-rows` predictions (id, class, two probabilities) delivered by
   `fedcore.data.sql_sink.deliver_predictions` (created table, delete-then-append in one transaction)
   against `COPY ... FROM STDIN (FORMAT binary)` of the same rows, delivery columns included, by `psql`
-  into an empty table (target: at most 1.5x).
+  into an empty table (target: at most 1.5x); a `CHECKPOINT` before each run of either side.
 
 A Python child's time is its operation's own (after its imports and, for the write, after building the
 frame); a `psql` child's is its whole process (start-up is milliseconds).
@@ -204,9 +204,10 @@ def _write(url: str, args: argparse.Namespace, scratch: Path) -> dict:
     copy_in = ["sh", "-c", f"exec psql -X -q -v ON_ERROR_STOP=1 '{url}' "
                            f"-c 'COPY preds_copy FROM STDIN (FORMAT binary)' < {dump}"]
 
-    def empty() -> None:
+    def empty() -> None:  # and a checkpoint: the previous run's WAL is not flushed during the next one
         _psql(url, "DROP TABLE IF EXISTS preds")
         _psql(url, "TRUNCATE preds_copy")
+        _psql(url, "CHECKPOINT")
 
     a, b = paired(lambda: _timed_process([*CHILD, "write", url, "preds", str(args.write_rows)]),
                   lambda: _timed_process(copy_in), args.repeat, before=empty)

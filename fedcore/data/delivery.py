@@ -19,6 +19,8 @@ import pandas as pd
 from fedcore.errors import DataWriteError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import pyarrow as pa
 
 DELIVERY_COLUMNS = ("model", "version", "run_id", "batch_sha256", "predicted_at")
@@ -27,13 +29,14 @@ DELIVERY_COLUMNS = ("model", "version", "run_id", "batch_sha256", "predicted_at"
 
 @dataclass(frozen=True)
 class Delivery:
-    """One run's predictions with their delivery columns, ready for a sink."""
+    """One run's predictions and the values of their delivery columns, ready for a sink."""
 
-    rows: pa.Table
+    predictions: pa.Table
     model: str
     version: str
     run_id: str
     batch_sha256: str
+    predicted_at: pd.Timestamp
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -45,24 +48,59 @@ class Delivery:
         """A file name stem for the delivery, chosen by the agent: a digest of `key` (no master text)."""
         return hashlib.sha256("\0".join(self.key).encode()).hexdigest()[:32]
 
+    @property
+    def num_rows(self) -> int:
+        """The rows delivered."""
+        return self.predictions.num_rows
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The delivered rows' columns: the predictions', then DELIVERY_COLUMNS."""
+        import pyarrow as pa
+
+        delivery = [pa.field(name, scalar.type) for name, scalar in zip(DELIVERY_COLUMNS, self._scalars(),
+                                                                          strict=True)]
+        return pa.schema([*self.predictions.schema.remove_metadata(), *delivery])
+
+    @property
+    def rows(self) -> pa.Table:
+        """The predictions with their delivery columns, whole."""
+        import pyarrow as pa
+
+        return pa.Table.from_batches(list(self.batches(max(self.num_rows, 1))), self.schema)
+
+    def batches(self, max_rows: int) -> Iterator[pa.RecordBatch]:
+        """The rows in batches of at most `max_rows`, each batch's delivery columns made as it is asked for.
+
+        A sink that streams (PostgreSQL's COPY) never holds the repeated columns of every row at once.
+        """
+        import pyarrow as pa
+
+        schema = self.schema
+        repeated = [pa.repeat(scalar, min(max_rows, self.num_rows)) for scalar in self._scalars()]
+        for batch in self.predictions.to_batches(max_chunksize=max_rows):
+            columns = [*batch.columns, *(column.slice(0, batch.num_rows) for column in repeated)]
+            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    def _scalars(self) -> list[pa.Scalar]:
+        """The values of DELIVERY_COLUMNS, typed."""
+        import pyarrow as pa
+
+        texts = [pa.scalar(value, pa.string()) for value in self.key]
+        return [*texts, pa.scalar(self.predicted_at, pa.timestamp("us", tz="UTC"))]
 
 def prepare_delivery(frame: pd.DataFrame, model: str, version: str, run_id: str, what: str,
                      when: datetime | None = None) -> Delivery:
-    """`frame` (IDs and predictions) as Arrow with the delivery columns, refused if it already has one."""
+    """`frame` (IDs and predictions) as Arrow with the delivery's values, refused if it has a delivery column."""
     import pyarrow as pa
 
     clash = [c for c in DELIVERY_COLUMNS if c in frame.columns]
     if clash:
         raise DataWriteError(f"{what}: the predictions already have a column {clash[0]!r}, which the "
                              f"delivery adds ({', '.join(DELIVERY_COLUMNS)}): rename the id column")
-    n = len(frame)
     stamp = pd.Timestamp(when or datetime.now(UTC)).tz_convert("UTC")
-    rows = pa.Table.from_pandas(frame, preserve_index=False)
-    batch = rows_sha256(rows)
-    for column, value in zip(DELIVERY_COLUMNS[:4], (model, version, run_id, batch), strict=True):
-        rows = rows.append_column(column, pa.repeat(pa.scalar(value, pa.string()), n))
-    rows = rows.append_column("predicted_at", pa.repeat(pa.scalar(stamp, pa.timestamp("us", tz="UTC")), n))
-    return Delivery(rows, model, version, run_id, batch)
+    predictions = pa.Table.from_pandas(frame, preserve_index=False)
+    return Delivery(predictions, model, version, run_id, rows_sha256(predictions), stamp)
 
 
 def rows_sha256(rows: pa.Table) -> str:
@@ -72,4 +110,4 @@ def rows_sha256(rows: pa.Table) -> str:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, rows.schema.remove_metadata()) as writer:
         writer.write_table(rows.replace_schema_metadata(None))
-    return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
+    return hashlib.sha256(memoryview(sink.getvalue())).hexdigest()  # the buffer itself, not a copy of it

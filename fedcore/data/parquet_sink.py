@@ -34,7 +34,7 @@ def deliver_to_dataset(root: Path, frame: pd.DataFrame, model: str, version: str
     import pyarrow.dataset as ds
 
     delivery = prepare_delivery(frame, model, version, run_id, what, when)
-    if delivery.rows.num_rows == 0:
+    if delivery.num_rows == 0:
         return root / f"model={model}" / f"version={version}"
     tmp = root / f".tmp-{delivery.stem}"
     try:
