@@ -91,7 +91,7 @@ class Delivery:
 
 def prepare_delivery(frame: pd.DataFrame, model: str, version: str, run_id: str, what: str,
                      when: datetime | None = None) -> Delivery:
-    """`frame` (IDs and predictions) as Arrow with its delivery values; refused if it has a delivery column."""
+    """`frame` (IDs and predictions) as Arrow with its delivery values; a delivery column in it is refused."""
     import pyarrow as pa
 
     clash = [c for c in DELIVERY_COLUMNS if c in frame.columns]
