@@ -117,7 +117,7 @@ class Delivery:
             yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
     def reader(self, max_rows: int) -> pa.RecordBatchReader:
-        """`batches(max_rows)` as a stream a writer pulls from (ADBC's COPY, pyarrow.dataset)."""
+        """`batches(max_rows)` as a stream a writer pulls from (ADBC's COPY)."""
         import pyarrow as pa
 
         return pa.RecordBatchReader.from_batches(self.schema, self.batches(max_rows))

@@ -13,10 +13,12 @@ from datetime import UTC, datetime
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from fedcore.agents.storage import part_file, write_parquet
 from fedcore.data.delivery import BATCH_ROWS, PredictionBatches, prepare_delivery, rows_sha256
+from fedcore.data.parquet_sink import deliver_to_dataset
 from fedcore.errors import DataWriteError
 
 WHEN = datetime(2026, 11, 27, 8, 30, tzinfo=UTC)
@@ -61,6 +63,12 @@ def test_the_digest_and_the_delivered_rows_do_not_depend_on_how_the_rows_arrive(
     assert [b.num_rows for b in deliveries[2].batches(16_384)] == [16_384] * 9 + [ROWS - 9 * 16_384]
     assert delivered[1].equals(delivered[0]) and delivered[2].equals(delivered[0])
     assert delivered[0].select(list(frame.columns)).to_pandas().equals(frame)
+    path = deliver_to_dataset(tmp_path / "scores", parts, "churn", "v0001", "run-a", "bank", WHEN)
+    written = pq.ParquetFile(path)  # streamed: a row group per digest batch, never the whole at once
+    assert path.name == f"{deliveries[0].stem}-0.parquet"
+    assert [written.metadata.row_group(i).num_rows for i in range(written.metadata.num_row_groups)] == [
+        BATCH_ROWS, BATCH_ROWS, ROWS - 2 * BATCH_ROWS]
+    assert written.read().equals(delivered[0].drop_columns(["model", "version"]))
     changed = frame.copy()
     changed.loc[ROWS - 1, "proba_stay"] += 1e-12  # one value in the last batch: another digest
     assert rows_sha256(PredictionBatches.of_frame(changed))[0] != expected.hexdigest()
