@@ -60,6 +60,7 @@ class InstitutionData:
     label: str | None
     registry: Path
     predictions_dir: Path
+    """The predictions folder; with a sink and Dask workers, where their parts wait for delivery (hidden)."""
     load_batch: Callable[..., pd.DataFrame] | None = None
     """The new rows to predict; called with the batch's `:since`/`:until` values when `batches` is set."""
     validation: ValidationReport | None = None
@@ -146,13 +147,6 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
     what = f"institution {name!r}"
     workers_read = inst.compute is not None
-    # horizontal workers write the predictions; a vertical agent writes them itself (one row per aligned ID)
-    sink = inst.predictions_sql is not None or inst.predictions_dataset is not None
-    if sink and workers_read and config.setting == "horizontal" and inst.predict_data is not None \
-            and _on_dask(inst.predict_data, f"{what} prediction data", batch=True):
-        raise ConfigError(f"{what}: with compute: dask the workers write the predictions as a Parquet "
-                          "dataset folder per run, not into a predictions sink yet: set predictions to a "
-                          "folder, or remove compute")
     contract = None
     if inst.contract is not None:
         from fedcore.contracts import load_contract

@@ -1,7 +1,8 @@
 """What an institution keeps.
 
 Its partial model tables, stored and loaded only under the master's signed manifest, and the predictions
-it receives (Parquet files in its predictions folder, or rows of its database table: `fedcore.data.sql_sink`).
+it receives (Parquet files in its predictions folder, or rows of its database table or Parquet dataset:
+`fedcore.data.delivery`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import shutil
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import pyarrow as pa
@@ -25,6 +27,9 @@ from fedcore.models.artifacts import table_sha256
 from fedcore.models.registry import VERSION_NAME, ModelRegistry
 from fedcore.names import check_name
 from fedcore.protocol.messages import Message
+
+if TYPE_CHECKING:
+    from fedcore.data.delivery import PredictionBatches
 
 log = logging.getLogger(__name__)
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -143,8 +148,8 @@ def write_predictions(data: InstitutionData, frame: pd.DataFrame, version: tuple
     or the dataset file then. Once delivered, a batch selected by time is recorded as delivered up to
     `until` (`fedcore.agents.batches`): a failed delivery leaves the next batch where it was.
     """
-    if data.predictions_sql is not None or data.predictions_dataset is not None:
-        where: Path | str = _deliver(data, frame, version, run)
+    if has_sink(data):
+        where: Path | str = _deliver(data, frame, len(frame), version, run)
     else:
         make_folders(data.predictions_dir)
         where = prediction_file(data.predictions_dir, version)
@@ -155,8 +160,44 @@ def write_predictions(data: InstitutionData, frame: pd.DataFrame, version: tuple
     return where
 
 
-def _deliver(data: InstitutionData, frame: pd.DataFrame, version: tuple[str, str] | None,
-             run: str | None) -> Path | str:
+def place_parts(data: InstitutionData, tmp: Path, path: Path, rows: int, version: tuple[str, str] | None,
+                run: str | None = None) -> Path | str:
+    """The Dask workers' prediction parts in `tmp` (`new_prediction_folder`) where the institution wants them.
+
+    Without a sink, `tmp` is renamed to `path`, a Parquet dataset folder. With one, the parts are delivered
+    as `write_predictions` delivers a frame, streamed in their order (`PredictionBatches.of_parts`), and
+    `tmp` is removed, delivered or not. Returns what `write_predictions` returns.
+    """
+    if not has_sink(data):
+        tmp.replace(path)
+        return path
+    from fedcore.data.delivery import PredictionBatches
+
+    try:
+        parts = sorted(tmp.glob("part-*.parquet"))  # name order: the blocks' order (`part_file`)
+        if parts:
+            return _deliver(data, PredictionBatches.of_parts(parts, f"institution {data.name!r}"), rows,
+                            version, run)
+        log.info("%s: no rows to predict, nothing delivered", data.name)  # no part: no columns to create
+        return _sink_name(data)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def has_sink(data: InstitutionData) -> bool:
+    """Whether the institution's predictions go to a database table or a Parquet dataset (not a folder)."""
+    return data.predictions_sql is not None or data.predictions_dataset is not None
+
+
+def _sink_name(data: InstitutionData) -> str:
+    """The sink as a reply names it: `table '<name>'` or the dataset's folder."""
+    if data.predictions_sql is not None:
+        return data.predictions_sql.describe()
+    return str(data.predictions_dataset)
+
+
+def _deliver(data: InstitutionData, predictions: pd.DataFrame | PredictionBatches, rows: int,
+             version: tuple[str, str] | None, run: str | None) -> Path | str:
     """The predictions into the institution's database table or Parquet dataset (`fedcore.data.delivery`)."""
     model, number = ("unregistered", "-") if version is None else checked_version(version)
     run = str(run or uuid.uuid4().hex)
@@ -164,15 +205,14 @@ def _deliver(data: InstitutionData, frame: pd.DataFrame, version: tuple[str, str
     if data.predictions_sql is not None:
         from fedcore.data.sql_sink import deliver_predictions
 
-        deliver_predictions(data.predictions_sql, frame, model, number, run, what)
+        deliver_predictions(data.predictions_sql, predictions, model, number, run, what)
         where: Path | str = data.predictions_sql.describe()
     else:
         from fedcore.data.parquet_sink import deliver_to_dataset
 
         assert data.predictions_dataset is not None, "only with a sink"
-        where = deliver_to_dataset(data.predictions_dataset, frame, model, number, run, what)
-    log.info("%s: wrote %d predictions of %s %s (run %s) to %s", data.name, len(frame), model, number, run,
-             where)
+        where = deliver_to_dataset(data.predictions_dataset, predictions, model, number, run, what)
+    log.info("%s: wrote %d predictions of %s %s (run %s) to %s", data.name, rows, model, number, run, where)
     return where
 
 
@@ -197,7 +237,8 @@ def new_prediction_folder(data: InstitutionData, version: tuple[str, str] | None
 
     The final folder takes the name the in-process file would (`prediction_file`: never one that exists,
     named by the institution); the parts are written into the temporary folder and it is renamed once all
-    are there, so a failed run leaves no half dataset under that name.
+    are there, so a failed run leaves no half dataset under that name (with a sink, `place_parts` delivers
+    them and removes the folder).
     """
     make_folders(data.predictions_dir)
     path = prediction_file(data.predictions_dir, version, when)

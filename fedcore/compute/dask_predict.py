@@ -7,7 +7,9 @@ counts or exact regression parts), merged by the agent into the whole held-out s
 Batch prediction: each block of the new rows is read, predicted and written by its worker as one part
 file of a Parquet dataset folder (`fedcore.agents.storage.part_file`, named by block index, so the parts
 in name order are the rows in order); the agent names the folder and renames it into place once every
-part is written. The workers must see the predictions folder at the agent's path (a shared mount).
+part is written, or delivers the parts into the institution's sink, streamed, and removes the folder
+(`fedcore.agents.storage.place_parts`). The workers must see the predictions folder at the agent's path
+(a shared mount).
 """
 
 from __future__ import annotations

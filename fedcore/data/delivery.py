@@ -5,13 +5,19 @@ one copy per (model, version, run id, digest) (`Delivery.key`): a retried run re
 master that replays an old run's id with other predictions replaces nothing of that run. The database sink
 (`fedcore.data.sql_sink`) deletes the key's rows before appending; the Parquet dataset sink
 (`fedcore.data.parquet_sink`) names the run's file by the key's digest (`Delivery.stem`).
+
+The predictions arrive as a stream of record batches read twice (`PredictionBatches`): a frame the agent
+predicted, or the part files its Dask workers wrote, which are never held whole. The digest is taken over
+the rows re-chunked into BATCH_ROWS-row batches, so it does not depend on how the rows arrive.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -19,19 +25,58 @@ import pandas as pd
 from fedcore.errors import DataWriteError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     import pyarrow as pa
 
 DELIVERY_COLUMNS = ("model", "version", "run_id", "batch_sha256", "predicted_at")
 """The columns each delivered row gets besides the predictions: which model version, which run, when."""
+BATCH_ROWS = 65_536
+"""Rows per batch of the IPC stream the digest hashes (the last batch fewer), however the rows arrive."""
+
+
+@dataclass(frozen=True)
+class PredictionBatches:
+    """Predictions (IDs and predicted values) as record batches that `read` gives again for each pass."""
+
+    schema: pa.Schema
+    read: Callable[[], Iterable[pa.RecordBatch]]
+
+    @classmethod
+    def of_frame(cls, frame: pd.DataFrame) -> PredictionBatches:
+        """A frame predicted in the agent's process, as one Arrow table."""
+        import pyarrow as pa
+
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        return cls(plain_schema(table.schema), table.to_batches)
+
+    @classmethod
+    def of_parts(cls, files: Sequence[Path], what: str) -> PredictionBatches:
+        """Parquet part files (a Dask worker's block each), in order, read BATCH_ROWS rows at a time.
+
+        Every part must have the first one's columns and types: one stream has one schema.
+        """
+        import pyarrow.parquet as pq
+
+        assert files, "a stream of parts has at least one part"
+        schema = plain_schema(pq.read_schema(files[0]))
+
+        def read() -> Iterator[pa.RecordBatch]:
+            for file in files:
+                with pq.ParquetFile(file) as part:
+                    if plain_schema(part.schema_arrow) != schema:
+                        raise DataWriteError(f"{what}: the prediction part {str(file)!r} has other columns "
+                                             f"or types than {str(files[0])!r}, nothing written: the "
+                                             "Dask workers must run the agent's fedforest version")
+                    yield from part.iter_batches(batch_size=BATCH_ROWS)
+
+        return cls(schema, read)
 
 
 @dataclass(frozen=True)
 class Delivery:
     """One run's predictions and the values of their delivery columns, ready for a sink."""
 
-    predictions: pa.Table
+    predictions: PredictionBatches
+    num_rows: int
     model: str
     version: str
     run_id: str
@@ -49,38 +94,33 @@ class Delivery:
         return hashlib.sha256("\0".join(self.key).encode()).hexdigest()[:32]
 
     @property
-    def num_rows(self) -> int:
-        """The rows delivered."""
-        return self.predictions.num_rows
-
-    @property
     def schema(self) -> pa.Schema:
         """The delivered rows' columns: the predictions', then DELIVERY_COLUMNS."""
         import pyarrow as pa
 
         delivery = [pa.field(name, scalar.type) for name, scalar in zip(DELIVERY_COLUMNS, self._scalars(),
                                                                           strict=True)]
-        return pa.schema([*self.predictions.schema.remove_metadata(), *delivery])
-
-    @property
-    def rows(self) -> pa.Table:
-        """The predictions with their delivery columns, whole."""
-        import pyarrow as pa
-
-        return pa.Table.from_batches(list(self.batches(max(self.num_rows, 1))), self.schema)
+        return pa.schema([*self.predictions.schema, *delivery])
 
     def batches(self, max_rows: int) -> Iterator[pa.RecordBatch]:
-        """The rows in batches of at most `max_rows`, each batch's delivery columns made as it is asked for.
+        """The rows in batches of `max_rows` (the last fewer), each with its delivery columns.
 
-        A sink that streams (PostgreSQL's COPY) never holds the repeated columns of every row at once.
+        Each batch is made as it is asked for: a sink that streams never holds the rows, or the repeated
+        columns of every row, at once.
         """
         import pyarrow as pa
 
         schema = self.schema
         repeated = [pa.repeat(scalar, min(max_rows, self.num_rows)) for scalar in self._scalars()]
-        for batch in self.predictions.to_batches(max_chunksize=max_rows):
+        for batch in rechunk(self.predictions, max_rows):
             columns = [*batch.columns, *(column.slice(0, batch.num_rows) for column in repeated)]
             yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    def reader(self, max_rows: int) -> pa.RecordBatchReader:
+        """`batches(max_rows)` as a stream a writer pulls from (ADBC's COPY)."""
+        import pyarrow as pa
+
+        return pa.RecordBatchReader.from_batches(self.schema, self.batches(max_rows))
 
     def _scalars(self) -> list[pa.Scalar]:
         """The values of DELIVERY_COLUMNS, typed."""
@@ -89,25 +129,81 @@ class Delivery:
         texts = [pa.scalar(value, pa.string()) for value in self.key]
         return [*texts, pa.scalar(self.predicted_at, pa.timestamp("us", tz="UTC"))]
 
-def prepare_delivery(frame: pd.DataFrame, model: str, version: str, run_id: str, what: str,
-                     when: datetime | None = None) -> Delivery:
-    """`frame` (IDs and predictions) as Arrow with its delivery values; a delivery column in it is refused."""
-    import pyarrow as pa
 
-    clash = [c for c in DELIVERY_COLUMNS if c in frame.columns]
+def prepare_delivery(predictions: pd.DataFrame | PredictionBatches, model: str, version: str, run_id: str,
+                     what: str, when: datetime | None = None) -> Delivery:
+    """`predictions` (IDs and predicted values) with their delivery values; a delivery column is refused.
+
+    Reads the predictions once, for their digest and row count (`rows_sha256`).
+    """
+    if isinstance(predictions, pd.DataFrame):
+        predictions = PredictionBatches.of_frame(predictions)
+    clash = [c for c in DELIVERY_COLUMNS if c in predictions.schema.names]
     if clash:
         raise DataWriteError(f"{what}: the predictions already have a column {clash[0]!r}, which the "
                              f"delivery adds ({', '.join(DELIVERY_COLUMNS)}): rename the id column")
     stamp = pd.Timestamp(when or datetime.now(UTC)).tz_convert("UTC")
-    predictions = pa.Table.from_pandas(frame, preserve_index=False)
-    return Delivery(predictions, model, version, run_id, rows_sha256(predictions), stamp)
+    digest, rows = rows_sha256(predictions)
+    return Delivery(predictions, rows, model, version, run_id, digest, stamp)
 
 
-def rows_sha256(rows: pa.Table) -> str:
-    """SHA-256 of the rows in Arrow's IPC stream format: equal rows, columns and types give equal digests."""
+def rows_sha256(predictions: PredictionBatches) -> tuple[str, int]:
+    """SHA-256 of the rows as an Arrow IPC stream of BATCH_ROWS-row batches, and the row count.
+
+    Equal rows, columns and types give equal digests however the rows are chunked (one frame, a part per
+    Dask block); streamed into the hash, one batch at a time.
+    """
     import pyarrow as pa
 
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, rows.schema.remove_metadata()) as writer:
-        writer.write_table(rows.replace_schema_metadata(None))
-    return hashlib.sha256(memoryview(sink.getvalue())).hexdigest()  # the buffer itself, not a copy of it
+    digest, rows = hashlib.sha256(), 0
+    with pa.ipc.new_stream(_HashSink(digest), predictions.schema) as writer:
+        for batch in rechunk(predictions, BATCH_ROWS):
+            writer.write_batch(batch)
+            rows += batch.num_rows
+    return digest.hexdigest(), rows
+
+
+def rechunk(predictions: PredictionBatches, rows: int) -> Iterator[pa.RecordBatch]:
+    """The predictions in contiguous batches of exactly `rows` rows (the last fewer), in `schema`.
+
+    Each batch is copied out of the pieces that make it (`pa.concat_batches`), so its buffers, and so
+    its IPC bytes, do not depend on the batches the rows arrived in.
+    """
+    import pyarrow as pa
+
+    pieces: list[pa.RecordBatch] = []
+    held = 0
+    for arrived in predictions.read():
+        batch = pa.RecordBatch.from_arrays(arrived.columns, schema=predictions.schema)
+        while batch.num_rows:
+            take = min(rows - held, batch.num_rows)
+            pieces.append(batch.slice(0, take))
+            held, batch = held + take, batch.slice(take)
+            if held == rows:
+                yield pa.concat_batches(pieces)
+                pieces, held = [], 0
+    if held:
+        yield pa.concat_batches(pieces)
+
+
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """`schema`'s names and types only: no pandas or Parquet metadata, which the rows' digest ignores."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field(field.name, field.type) for field in schema])
+
+
+class _HashSink:
+    """A write-only file that feeds what an IPC writer writes into a hash (nothing is kept)."""
+
+    closed = False
+
+    def __init__(self, digest: hashlib._Hash) -> None:
+        self.digest = digest
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        return len(data)
+
+    def flush(self) -> None:
+        """Nothing is buffered."""

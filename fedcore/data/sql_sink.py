@@ -13,29 +13,32 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from fedcore.data.delivery import DELIVERY_COLUMNS, Delivery, prepare_delivery
+from fedcore.data.delivery import DELIVERY_COLUMNS, prepare_delivery
 from fedcore.data.sql import SqlSource, connect, connection_string, quote_table, reason
 from fedcore.errors import DataWriteError
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    from fedcore.data.delivery import PredictionBatches
 
 INSUFFICIENT_PRIVILEGE = "42501"
 COPY_BATCH_ROWS = 16_384
-"""Rows per batch handed to ADBC's COPY writer (`_stream`)."""
+"""Rows per batch handed to ADBC's COPY writer, each made as ADBC asks for it (`Delivery.reader`).
+
+ADBC encodes a whole batch before it sends it: in small batches the server parses one while the driver
+encodes the next (1M predictions: about 1.2 s instead of 1.8 s, `benchmarks/bench_sql.py`)."""
 
 
-def deliver_predictions(sink: SqlSource, frame: pd.DataFrame, model: str, version: str, run_id: str,
-                        what: str, when: datetime | None = None) -> int:
-    """Write `frame` (IDs and predictions) into `sink`'s table as run `run_id` of `model` `version`.
+def deliver_predictions(sink: SqlSource, predictions: pd.DataFrame | PredictionBatches, model: str,
+                        version: str, run_id: str, what: str, when: datetime | None = None) -> int:
+    """Write `predictions` (IDs and predicted values) into `sink`'s table, run `run_id` of `model` `version`.
 
     Replaces the rows of the same delivery (`Delivery.key`: model, version, run id and the predictions'
-    digest) in one transaction; returns the rows written.
+    digest) in one transaction, streamed to COPY; returns the rows written.
     """
     import adbc_driver_manager
 
     assert sink.table is not None, "a sink is a table"
-    delivery = prepare_delivery(frame, model, version, run_id, what, when)
+    delivery = prepare_delivery(predictions, model, version, run_id, what, when)
     schema, _, name = sink.table.rpartition(".")
     in_schema = schema or None
     url = connection_string(sink, what)
@@ -49,24 +52,13 @@ def deliver_predictions(sink: SqlSource, frame: pd.DataFrame, model: str, versio
                     cursor.execute(f"DELETE FROM {quote_table(sink.table)} WHERE model = $1 AND version = $2 "
                                    "AND run_id = $3 AND batch_sha256 = $4", delivery.key)
                 mode = "append" if exists else "create"
-                cursor.adbc_ingest(name, _stream(delivery), mode=mode, db_schema_name=in_schema)
+                cursor.adbc_ingest(name, delivery.reader(COPY_BATCH_ROWS), mode=mode,
+                                   db_schema_name=in_schema)
             conn.commit()
         except adbc_driver_manager.Error as error:
             conn.rollback()
             raise DataWriteError(_refusal(sink, error, url, what)) from None
     return delivery.num_rows
-
-
-def _stream(delivery: Delivery) -> pa.RecordBatchReader:
-    """The delivery's rows as a stream of COPY_BATCH_ROWS-row batches, each made as ADBC asks for it.
-
-    ADBC encodes a whole batch before it sends it: in small batches the server parses one while the
-    driver encodes the next (1M predictions: about 1.2 s instead of 1.8 s, `benchmarks/bench_sql.py`).
-    """
-    import pyarrow as pa
-
-    batches = delivery.batches(COPY_BATCH_ROWS)
-    return pa.RecordBatchReader.from_batches(delivery.schema, batches)
 
 
 def _refusal(sink: SqlSource, error: BaseException, url: str, what: str) -> str:

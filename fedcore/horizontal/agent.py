@@ -52,6 +52,7 @@ from fedcore.agents.scoring import evaluation_reply, holdout_statistics, predict
 from fedcore.agents.storage import (
     load_signed_table,
     new_prediction_folder,
+    place_parts,
     run_id,
     store_signed_table,
     write_predictions,
@@ -307,7 +308,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         assert schema is not None, "setup or load_model set the schema before any model exists"
         self._once(message.kind)  # one file per model version: a master cannot fill the disk with copies
         if self.data.open_batch is not None:
-            return self._predict_on_workers(model, schema)
+            return self._predict_on_workers(model, schema, run)
         if self.data.load_batch is None:
             return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0})
         started = time.perf_counter()
@@ -316,14 +317,18 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         return Message("predicted",
                        {"rows": len(out), "path": str(path), "seconds": time.perf_counter() - started})
 
-    def _predict_on_workers(self, model: HorizontalForest, schema: HorizontalSchema) -> Message:
-        """The workers read, predict and write the new rows' blocks: a Parquet dataset folder, a part each."""
+    def _predict_on_workers(self, model: HorizontalForest, schema: HorizontalSchema, run: str | None
+                            ) -> Message:
+        """The workers read, predict and write the new rows' blocks into a temporary folder, a part each.
+
+        The folder is renamed into a predictions dataset folder, or delivered into the sink (`place_parts`).
+        """
         from fedcore.compute.dask_predict import predict_blocks
 
         started = time.perf_counter()
         assert self.data.open_batch is not None and self.data.cluster is not None, "prediction data on Dask"
-        table = self.data.open_batch()
-        tmp, path = new_prediction_folder(self.data, self._prediction_target())
+        table, target = self.data.open_batch(), self._prediction_target()
+        tmp, path = new_prediction_folder(self.data, target)
         try:
             rows = predict_blocks(self.data.cluster.client, table, model, schema, self.data.id_column, tmp)
             written = len(list(tmp.glob("part-*.parquet")))
@@ -332,14 +337,14 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
                                      f"{len(table.blocks)} prediction parts into {str(tmp)!r} as this agent "
                                      "sees it: the workers must see the institution's predictions folder at "
                                      "the same path (a shared file system)")
-            tmp.replace(path)
+            where = place_parts(self.data, tmp, path, rows, target, run)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)  # no half dataset left behind, under any name
             raise
-        log.info("%s: the Dask workers wrote %d predictions in %d parts to %s", self.name, rows,
-                 len(table.blocks), path)
+        log.info("%s: the Dask workers predicted %d rows in %d parts, now in %s", self.name, rows,
+                 len(table.blocks), where)
         return Message("predicted",
-                       {"rows": rows, "path": str(path), "seconds": time.perf_counter() - started})
+                       {"rows": rows, "path": str(where), "seconds": time.perf_counter() - started})
 
     # -- checkpoints (resuming a run after a crash) ------------------------------------------------------
     def _party_state(self) -> dict[str, np.ndarray]:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pandas as pd
 
 from fedcore.agents.data import InstitutionData
-from fedcore.agents.storage import new_prediction_folder, part_file, write_parquet
+from fedcore.agents.storage import new_prediction_folder, part_file, place_parts, write_parquet
 
 WHEN = datetime(2026, 11, 27, 19, 5, 0, tzinfo=UTC)
 
@@ -32,3 +32,13 @@ def test_a_predictions_folder_is_named_like_the_file_and_never_reuses_a_name(tmp
     assert again == tmp_path / "predictions" / "waveform-v0003-20261127T190500Z-2.parquet"
     assert tmp.is_dir() and list(tmp.iterdir()) == []  # a crashed run's parts are gone
     assert list(pd.read_parquet(path)["id"]) == ["a", "b"]
+
+
+def test_no_prediction_parts_deliver_nothing_into_a_sink_and_leave_no_folder(tmp_path) -> None:
+    """A batch of no rows on Dask has no blocks, so no part: no columns to deliver, nothing written."""
+    data = InstitutionData(name="north", frame=pd.DataFrame(), id_column="id", label=None,
+                           registry=tmp_path / "registry", predictions_dir=tmp_path / "predictions",
+                           predictions_dataset=tmp_path / "scores")
+    tmp, path = new_prediction_folder(data, ("waveform", "v0003"), WHEN)
+    assert place_parts(data, tmp, path, 0, ("waveform", "v0003"), "run-1") == str(tmp_path / "scores")
+    assert list((tmp_path / "predictions").iterdir()) == [] and not (tmp_path / "scores").exists()

@@ -60,10 +60,12 @@ def _write(frame: pd.DataFrame, folder: Path, plain: bool = False, statistics: b
 
 
 def _config(root: Path, north: pd.DataFrame, new: pd.DataFrame, contract, on_dask: bool,
-            data: str | None = None, predict_data: str | None = None, setting: str = "horizontal"):
+            data: str | None = None, predict_data: str | None = None, setting: str = "horizontal",
+            predictions: object = None):
     """A config whose institution north reads `data` (default: its Parquet files, written once).
 
-    `setting` vertical: north holds the label, south does not.
+    `setting` vertical: north holds the label, south does not. `predictions`: north's `predictions:` entry
+    (default: a folder per `on_dask`).
     """
     (root / "north.yaml").write_text(dump_contract(contract))
     data = data or str(root / "north" / "*.parquet")
@@ -78,7 +80,7 @@ def _config(root: Path, north: pd.DataFrame, new: pd.DataFrame, contract, on_das
                 "predict_data": predict_data or str(root / "new" / "*.parquet"),
                 "id_column": "patient_id", "label": "class", "contract": str(root / "north.yaml"),
                 "registry": str(root / f"registry-{on_dask}"),
-                "predictions": str(root / f"predictions-{on_dask}"), **compute},
+                "predictions": predictions or str(root / f"predictions-{on_dask}"), **compute},
                {"name": "south", "data": "unused.parquet", "id_column": "patient_id",
                 **({"label": "class"} if setting == "horizontal" else {})}]}
     return parse_config(raw, root / "federation.yaml")

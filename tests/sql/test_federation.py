@@ -6,20 +6,16 @@ predictions; a batch prediction retried under the same flow run id leaves one co
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from fedcore.agents.data import institution_from_config
-from fedcore.compute.cluster import parse_compute
 from fedcore.config import parse_config
 from fedcore.contracts.model import dump_contract, infer_contract
 from fedcore.data.datasets import make_waveform
 from fedcore.data.split import split_horizontal
 from fedcore.data.sql import SqlSource, read_sql
-from fedcore.errors import ConfigError
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.session import HorizontalSession
 from fedcore.models.artifacts import table_sha256
@@ -101,22 +97,6 @@ def test_rows_from_postgresql_train_the_parquet_model_and_a_retried_prediction_l
         assert len(scores) == first["counts"][name], "the retry replaced its rows, no second copy"
         assert set(scores["run_id"]) == {"flow-run-1"} and set(scores["version"]) == {"v0001"}
         pd.testing.assert_frame_equal(scores[list(expected.columns)], expected, check_exact=True)
-
-
-def test_a_database_sink_for_dask_workers_writing_parquet_is_refused_before_any_cluster(database, tmp_path,
-                                                                                     monkeypatch) -> None:
-    monkeypatch.setenv("FED_DB_URL", database)
-    _write_rows(database, tmp_path)
-    config = _config(tmp_path, sql=True)
-    north = replace(config.institutions[0], data=str(tmp_path / "north.parquet"),
-                    predict_data=str(tmp_path / "north_new.parquet"),
-                    compute=parse_compute({"dask": {"local": {"workers": 1}}}, "test"))
-    config = replace(config, institutions=[north, *config.institutions[1:]])
-    with pytest.raises(ConfigError) as refused:
-        institution_from_config(config, "north", cluster=object())  # refused before the cluster is used
-    assert str(refused.value) == (
-        "institution 'north': with compute: dask the workers write the predictions as a Parquet dataset "
-        "folder per run, not into a predictions sink yet: set predictions to a folder, or remove compute")
 
 
 def _vertical_rows(database: str, root: Path) -> None:
