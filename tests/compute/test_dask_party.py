@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fedcore.compute.blocks import parquet_blocks
-from fedcore.compute.cluster import DaskCompute, connect
+from fedcore.compute.cluster import DaskCompute, held_cluster
 from fedcore.compute.dask_rows import DaskPartyRows
 from fedcore.errors import ConfigError
 from fedcore.horizontal import FederatedExtraTreesClassifier, FederatedExtraTreesRegressor, PPDERTClassifier
@@ -134,8 +134,9 @@ def test_an_unreachable_scheduler_is_one_error_naming_its_address() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     address = f"tcp://127.0.0.1:{port}"
-    with pytest.raises(ConfigError) as error:
-        connect(DaskCompute(address=address, connect_timeout_s=0.5))
+    compute = DaskCompute(address=address, connect_timeout_s=0.5)
+    with pytest.raises(ConfigError) as error, held_cluster(compute):
+        pass
     assert str(error.value) == (f"cannot reach the Dask scheduler at {address} within 0.5 s: check "
                                 "compute.dask.address (or --dask) and that the scheduler runs")
 

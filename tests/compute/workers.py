@@ -1,4 +1,4 @@
-"""Losing a worker mid-forest, shared by the horizontal and vertical worker-loss tests."""
+"""Losing a worker mid-forest (the worker-loss tests); what a test leaves running (the lifecycle tests)."""
 
 from __future__ import annotations
 
@@ -53,3 +53,21 @@ def losable_cluster(workers: int = 3) -> Iterator[tuple]:
     finally:
         client.close()
         cluster.close()
+
+
+def worker_processes() -> set[int]:
+    """This process's children (a LocalCluster's nannies and workers), but multiprocessing's tracker."""
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)
+            if "resource_tracker" not in " ".join(p.cmdline())}
+
+
+def open_clusters() -> list:
+    """This process's Dask clusters, schedulers and workers not closed (`distributed`'s own registries)."""
+    from distributed import Nanny, Scheduler, Worker
+    from distributed.core import Status
+    from distributed.deploy.spec import SpecCluster
+
+    return [thing for kind in (SpecCluster, Scheduler, Nanny, Worker) for thing in list(kind._instances)
+            if thing.status not in (Status.closed, Status.closing, Status.failed)]
