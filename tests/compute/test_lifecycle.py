@@ -128,3 +128,13 @@ def test_a_loaded_table_keeps_the_cluster_for_whoever_serves_it(tmp_path) -> Non
     assert shared_cluster(config.institution("north").compute) is data.cluster
     hold_shared(config.institution("north").compute)()
     assert data.cluster.client.status == "closed" and not open_clusters()
+
+
+def test_a_fit_on_a_scheduler_closes_its_client_and_the_cluster_runs_on() -> None:
+    from distributed import Client
+
+    with losable_cluster(1) as (running, mine):
+        model, parties = _horizontal()
+        model.set_params(compute=running.scheduler_address).fit(parties, label="target")
+        assert [c for c in list(Client._instances) if c.status != "closed"] == [mine]  # the fit's is closed
+        assert len(mine.scheduler_info()["workers"]) == 1
