@@ -18,6 +18,7 @@ from prefect.artifacts import create_table_artifact
 from fedcore import agents
 from fedcore.agents.data import InstitutionData, institution_from_config
 from fedcore.agents.serve import build_institution_server, serve_until_session_closed
+from fedcore.compute.cluster import held_cluster
 from fedcore.config import FederationConfig, load_config
 from fedcore.errors import ContractViolation
 from tasks.common import DATA_LOCAL, artifact_key
@@ -83,7 +84,9 @@ def agent_log_in_run() -> Iterator[None]:
 def institution_agent(config_path: str, institution: str) -> dict:
     """Load, validate and serve one institution's data for one session of the master's retrain flow."""
     config = load_config(config_path)
-    with agent_log_in_run():
+    # with compute: dask, the process's cluster is held for the run: let go (closed) when it ends or fails,
+    # a failed load or a server that could not start included
+    with agent_log_in_run(), held_cluster(config.institution(institution).compute):
         data = load_and_validate(config, institution)
         # also when invalid: the master reports it for all
         sessions = serve_session(config, institution, data)

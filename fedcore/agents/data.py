@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TypeGuard
 import pandas as pd
 
 from fedcore.agents.batches import BatchLedger
-from fedcore.compute.cluster import DaskCompute, shared_cluster
+from fedcore.compute.cluster import DaskCompute, loading_cluster
 from fedcore.config import FederationConfig, default_predictions
 from fedcore.contracts.expectations import ValidationReport
 from fedcore.contracts.model import DataContract
@@ -141,8 +141,16 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     and label are checked first (`check_configured_columns`): a misspelt one fails here, with the fix.
     With `compute: dask` and Parquet files (or a database table or query), only their metadata (one ID
     per block) is read here; the workers of `cluster` (default: the config's, `shared_cluster`: one per
-    process) check and validate the blocks.
+    process) check and validate the blocks. A load that fails lets go of the shared cluster
+    (`loading_cluster`): one it started closes.
     """
+    with loading_cluster(config.institution(name).compute) as shared:
+        return _load_institution(config, name, cluster, shared)
+
+
+def _load_institution(config: FederationConfig, name: str, cluster: Cluster | None,
+                      shared: Callable[[], Cluster]) -> InstitutionData:
+    """`institution_from_config`'s load, on `cluster` or else (when the workers read) on `shared()`."""
     inst = config.institution(name)
     master_key = _master_key(config, name)  # before reading data: a missing key file fails at once
     what = f"institution {name!r}"
@@ -157,8 +165,7 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
     if workers_read and _on_dask(inst.data, what):
         from fedcore.compute.dask_table import profile
 
-        assert inst.compute is not None, "workers read only with compute: dask"
-        cluster = cluster or shared_cluster(inst.compute)
+        cluster = cluster or shared()
         table = profile(cluster.client, _open_blocks(config, name, inst.data, what), skip)
         frame = pd.DataFrame(columns=list(table.columns))  # the columns, never the rows
     else:
@@ -185,8 +192,7 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
         frame, table = _dates_as_numbers(frame, table, dates)
     predict_data = inst.predict_data
     if predict_data and workers_read and _on_dask(predict_data, f"{what} prediction data", batch=True):
-        assert inst.compute is not None, "workers read only with compute: dask"
-        cluster = held = cluster or shared_cluster(inst.compute)
+        cluster = held = cluster or shared()
         open_batch = lambda: _open_batch(config, name, predict_data, held, dates)  # noqa: E731
     elif predict_data:
         batch = lambda **values: _read_batch(config, name, predict_data, dates, values)  # noqa: E731

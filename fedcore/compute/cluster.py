@@ -11,8 +11,10 @@ Forms, all parsed here once:
 
 Absent (None): today's in-process party, unchanged.
 
-An agent process keeps one cluster per setting (`shared_cluster`) across its sessions; each agent server
-holds it while it serves (`hold_shared`) and the last one to stop closes it (`atexit` as a last resort).
+One lifecycle owns every cluster: a process keeps one cluster per setting (`shared_cluster`) across its
+sessions; whatever uses it holds it meanwhile (`hold_shared`: an agent server while it serves, an agent
+flow run, an estimator's fit, `held_cluster`) and the last holder to let go closes it (`atexit` as a last
+resort). A `distributed.Client` a caller gives is the caller's: used, never closed.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import atexit
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -190,15 +193,14 @@ class Cluster:
         self.close()
 
 
-def connect(compute: DaskCompute | Client) -> Cluster:
+def _connect(compute: DaskCompute) -> Cluster:
     """A client to `compute`'s cluster: a scheduler reached within its timeout, or a new LocalCluster.
 
-    A scheduler that does not answer is one ConfigError naming its address and the timeout.
+    Only `shared_cluster` calls it, so that every cluster has the one lifecycle. A scheduler that does not
+    answer is one ConfigError naming its address and the timeout.
     """
     from distributed import Client, LocalCluster
 
-    if isinstance(compute, Client):
-        return Cluster(compute, [])
     if compute.address is not None:
         try:
             client = Client(compute.address, timeout=compute.connect_timeout_s, set_as_default=False)
@@ -227,22 +229,23 @@ def shared_cluster(compute: DaskCompute) -> Cluster:
     """
     with _LOCK:
         if compute not in _SHARED:
-            _SHARED[compute] = connect(compute)
+            _SHARED[compute] = _connect(compute)
             log.info("data-local work on %s, kept for this process's sessions", compute.describe())
         return _SHARED[compute]
 
 
-def hold_shared(compute: DaskCompute) -> Callable[[], None]:
+def hold_shared(compute: DaskCompute) -> Callable[..., None]:
     """Keep `compute`'s shared cluster until the returned call (an agent server: until it shuts down).
 
     The last holder's call closes it: a local cluster stops with its workers; a remote scheduler's client
-    closes and the cluster runs on. Calling it twice releases once.
+    closes and the cluster runs on. Called with `keep=True`, it lets go without closing: the cluster stays
+    the process's for its next holder (`loading_cluster`). Calling it twice releases once.
     """
     with _LOCK:
         _HOLDERS[compute] = _HOLDERS.get(compute, 0) + 1
     released = threading.Event()
 
-    def release() -> None:
+    def release(keep: bool = False) -> None:
         with _LOCK:
             if released.is_set():
                 return
@@ -251,11 +254,54 @@ def hold_shared(compute: DaskCompute) -> Callable[[], None]:
             if left > 0:
                 _HOLDERS[compute] = left
                 return
-            cluster = _SHARED.pop(compute, None)
+            cluster = None if keep else _SHARED.pop(compute, None)
         if cluster is not None:
             cluster.close()
 
     return release
+
+
+@contextmanager
+def held_cluster(compute: DaskCompute | Client | None) -> Iterator[Cluster | None]:
+    """`compute`'s cluster held for a block of work (an estimator's fit, an agent flow run), then let go.
+
+    The process's shared cluster (`shared_cluster`), held (`hold_shared`) until the block ends or fails:
+    one it started then closes, unless something else of the process (an agent server) still holds it.
+    A Client the caller gave is used as it is and stays open; None (in process) holds nothing.
+    """
+    if not isinstance(compute, DaskCompute):
+        yield None if compute is None else Cluster(compute, [])
+        return
+    release = hold_shared(compute)
+    try:
+        yield shared_cluster(compute)
+    finally:
+        release()
+
+
+@contextmanager
+def loading_cluster(compute: DaskCompute | None) -> Iterator[Callable[[], Cluster]]:
+    """For loading an institution's data: a call that gives `compute`'s shared cluster, held from then on.
+
+    If the load fails, the cluster is let go as `held_cluster` lets go (one the load started closes);
+    loaded, it stays the process's for whoever then uses the data (an agent server, a flow run holds it).
+    """
+    releases: list[Callable[..., None]] = []
+
+    def cluster() -> Cluster:
+        assert compute is not None, "only an institution with compute: dask has a cluster"
+        if not releases:
+            releases.append(hold_shared(compute))
+        return shared_cluster(compute)
+
+    try:
+        yield cluster
+    except BaseException:
+        for release in releases:
+            release()
+        raise
+    for release in releases:
+        release(keep=True)
 
 
 def close_shared_clusters() -> None:

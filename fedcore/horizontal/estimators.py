@@ -28,7 +28,7 @@ import pandas as pd
 
 from fedcore.algorithms import EXTRA_TREES, PPD_ERT
 from fedcore.compute import DEFAULT_BLOCK_ROWS
-from fedcore.compute.cluster import compute_from_spec, connect
+from fedcore.compute.cluster import compute_from_spec, held_cluster
 from fedcore.errors import ParameterError
 from fedcore.estimator_api import (
     ClassifierMixin,
@@ -138,19 +138,18 @@ class _HorizontalForest(SimulatedFederation):
         compute = compute_from_spec(self.compute, self.block_rows)
         self._block_rows = (self.block_rows if self.block_rows is not None
                             else getattr(compute, "block_rows", DEFAULT_BLOCK_ROWS))
-        self._cluster = connect(compute) if compute is not None else None
         members: list = []
-        try:
-            members = self._make_parties(frames, schema)
-            transport = self._in_process_transport(members)
-            master = self._make_master(transport, schema)
-            model = self._fit_master(master, self._params.memory_budget_mb)
-        finally:  # the rows leave the cluster with the fit: the model predicts in process
-            if self._cluster is not None:
-                for member in members:
-                    member.rows.close()
-                self._cluster.close()
-            self._cluster = None
+        with held_cluster(compute) as self._cluster:  # let go when the fit ends or fails
+            try:
+                members = self._make_parties(frames, schema)
+                transport = self._in_process_transport(members)
+                master = self._make_master(transport, schema)
+                model = self._fit_master(master, self._params.memory_budget_mb)
+            finally:  # the rows leave the cluster with the fit: the model predicts in process
+                if self._cluster is not None:
+                    for member in members:
+                        member.rows.close()
+                self._cluster = None
         self.schema_ = schema
         self.label_ = label
         self.parties_ = members

@@ -15,14 +15,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 import pandas as pd
 
 from fedcore.algorithms import FOREST
 from fedcore.compute import DEFAULT_BLOCK_ROWS
-from fedcore.compute.cluster import Cluster, compute_from_spec, connect
+from fedcore.compute.cluster import DaskCompute, compute_from_spec, held_cluster
 from fedcore.compute.dask_vertical import DaskVerticalRows, refusal
 from fedcore.data.split import named_parties
 from fedcore.errors import ParameterError
@@ -44,6 +44,9 @@ from fedcore.vertical.party import VerticalParty
 from fedcore.vertical.persistence import load_simulation, save_simulation
 from fedcore.vertical.rows import LocalRows
 from fedcore.vertical.validation import validate_prediction_parties, validate_training_parties
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 PartyFrames = Sequence[pd.DataFrame] | Mapping[str, pd.DataFrame]
 
@@ -120,20 +123,19 @@ class _FederatedForest(SimulatedFederation):
                           identity=identities.get(name))
             for name, frame in frames.items()
         ]
-        cluster = self._connect(params)
-        try:
-            if cluster is not None:
-                for member in members:
-                    member.rows = DaskVerticalRows(member.features, cluster.client, self._block_rows)
-            transport = self._in_process_transport(members)
-            master = VerticalMaster(transport, params, progress=self._progress_callback())
-            self._fit_master(master, params.memory_budget_mb)
-        finally:  # the rows leave the cluster with the fit: the model predicts in process
-            if cluster is not None:
-                for member in members:
-                    member.rows.close()
-                    member.rows = LocalRows(member.features)
-                cluster.close()
+        with held_cluster(self._compute()) as cluster:  # let go when the fit ends or fails
+            try:
+                if cluster is not None:
+                    for member in members:
+                        member.rows = DaskVerticalRows(member.features, cluster.client, self._block_rows)
+                transport = self._in_process_transport(members)
+                master = VerticalMaster(transport, params, progress=self._progress_callback())
+                self._fit_master(master, params.memory_budget_mb)
+            finally:  # the rows leave the cluster with the fit: the model predicts in process
+                if cluster is not None:
+                    for member in members:
+                        member.rows.close()
+                        member.rows = LocalRows(member.features)
         self.training_communication_ = transport.stats.to_dict()
         self.label_ = label
         self.parties_ = members
@@ -141,8 +143,8 @@ class _FederatedForest(SimulatedFederation):
         self.master_ = master  # last: its presence marks the estimator fitted
         return self
 
-    def _connect(self, params: ForestParams) -> Cluster | None:
-        """The fit's Dask cluster (`compute`), or None in process; what it cannot run is refused first."""
+    def _compute(self) -> DaskCompute | Client | None:
+        """Where the fit runs (`compute`), or None in process; what it cannot run on Dask is refused here."""
         compute = compute_from_spec(self.compute, self.block_rows)
         if compute is None:
             return None
@@ -151,7 +153,7 @@ class _FederatedForest(SimulatedFederation):
             raise ParameterError(cannot)
         self._block_rows = (self.block_rows if self.block_rows is not None
                             else getattr(compute, "block_rows", DEFAULT_BLOCK_ROWS))
-        return connect(compute)
+        return compute
 
     def _predict_values(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:
         check_fitted(self)

@@ -28,6 +28,7 @@ from fedcore.data.split import split_horizontal
 from fedcore.errors import DataReadError, DataWriteError, InputError
 from fedcore.horizontal.agent import HorizontalInstitutionAgent
 from fedcore.horizontal.params import ExtraTreesParams
+from tests.compute.workers import worker_processes
 from tests.horizontal.test_session import _agents, _session
 from tests.keys import master_public_key
 
@@ -284,8 +285,6 @@ def test_an_agent_server_keeps_one_cluster_across_sessions_and_closes_it_when_it
     """Two sessions of a served agent share the LocalCluster it started; stopping leaves no worker behind."""
     import threading
 
-    import psutil
-
     from fedcore.agents.serve import build_institution_server, serve_until_session_closed
     from fedcore.protocol.messages import Message
     from fedcore.transport.flight import FlightTransport
@@ -305,11 +304,7 @@ def test_an_agent_server_keeps_one_cluster_across_sessions_and_closes_it_when_it
                 "cert": str(pki / "north.pem"), "key": str(pki / "north.key")},
                {"name": "south", "data": "unused.parquet", "id_column": "patient_id", "label": "class"}]}
     config = parse_config(raw, tmp_path / "federation.yaml")
-    def workers() -> set[int]:  # this process's children, but multiprocessing's one resource tracker
-        return {p.pid for p in psutil.Process().children(recursive=True)
-                if "resource_tracker" not in " ".join(p.cmdline())}
-
-    children, threads = workers(), set(threading.enumerate())
+    children, threads = worker_processes(), set(threading.enumerate())
     server = build_institution_server(config, "north")
     serving = threading.Thread(target=serve_until_session_closed, args=(server, 60))
     serving.start()
@@ -320,13 +315,13 @@ def test_an_agent_server_keeps_one_cluster_across_sessions_and_closes_it_when_it
         for _ in range(2):  # two sessions: each reloads the data (a session start)
             transport.exchange({"north": Message("validation_report")})
             clusters.append(server.party.data.cluster)
-        started = workers() - children
+        started = worker_processes() - children
         transport.exchange({"north": Message("close")})
     serving.join(timeout=30)
     assert not serving.is_alive() and server.party.sessions == 2
     assert clusters[0] is clusters[1] and started  # one cluster, with its worker process
     assert clusters[0].client.status == "closed"
-    assert not workers() - children  # its worker processes are gone
+    assert not worker_processes() - children  # its worker processes are gone
     assert not [t.name for t in threading.enumerate() if t not in threads and t.is_alive()]
 
 

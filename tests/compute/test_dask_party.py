@@ -15,12 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from fedcore.compute.blocks import parquet_blocks
-from fedcore.compute.cluster import DaskCompute, connect
+from fedcore.compute.cluster import DaskCompute, held_cluster
 from fedcore.compute.dask_rows import DaskPartyRows
 from fedcore.errors import ConfigError
 from fedcore.horizontal import FederatedExtraTreesClassifier, FederatedExtraTreesRegressor, PPDERTClassifier
 from fedcore.privacy.ldp import LabelLDP
-from tests.compute.workers import lose_a_worker_on_call
+from tests.compute.workers import losable_cluster, lose_a_worker_on_call
 from tests.horizontal.common import assert_same_forest, horizontal_table, split_rows
 
 BLOCK = 40
@@ -111,27 +111,19 @@ def test_a_parquet_dataset_read_by_the_workers_gives_the_in_memory_forest(three_
 @pytest.mark.parametrize("inline, privacy", [(True, "none"), (False, "none"), (True, "ldp")],
                          ids=["arrays in the tasks", "arrays scattered", "ldp: permanent responses rebuilt"])
 def test_a_worker_lost_mid_forest_still_gives_the_same_forest(tmp_path, monkeypatch, inline, privacy) -> None:
-    import distributed
-
     from fedcore.compute import dask_rows
 
     if not inline:  # every level's arrays scattered to the workers instead of travelling in the tasks
         monkeypatch.setattr(dask_rows, "INLINE_BYTES", 0)
 
-    cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
-                                       dashboard_address=":0")
-    client = distributed.Client(cluster, set_as_default=False)
-    # past the first levels: the partitions have a lineage to replay
-    lost = lose_a_worker_on_call(monkeypatch, DaskPartyRows, "start_level", 8, cluster, client)
-    try:
-        table = horizontal_table(seed=5)
+    table = horizontal_table(seed=5)
+    with losable_cluster() as (cluster, client):
+        # past the first levels: the partitions have a lineage to replay
+        lost = lose_a_worker_on_call(monkeypatch, DaskPartyRows, "start_level", 8, cluster, client)
         model = _FromParquet(n_estimators=3, max_depth=5, random_state=3, compute=client, privacy=privacy)
         model.folder = tmp_path
         got = _fit(model, table)
         assert lost and len(client.scheduler_info()["workers"]) == 2
-    finally:
-        client.close()
-        cluster.close()
     assert_same_forest(_fit(_fet(privacy=privacy), table).model_, got.model_)
 
 
@@ -142,8 +134,9 @@ def test_an_unreachable_scheduler_is_one_error_naming_its_address() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     address = f"tcp://127.0.0.1:{port}"
-    with pytest.raises(ConfigError) as error:
-        connect(DaskCompute(address=address, connect_timeout_s=0.5))
+    compute = DaskCompute(address=address, connect_timeout_s=0.5)
+    with pytest.raises(ConfigError) as error, held_cluster(compute):
+        pass
     assert str(error.value) == (f"cannot reach the Dask scheduler at {address} within 0.5 s: check "
                                 "compute.dask.address (or --dask) and that the scheduler runs")
 

@@ -20,7 +20,7 @@ from fedcore.compute.dask_vertical import (
 from fedcore.data.split import split_vertical
 from fedcore.errors import ParameterError
 from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
-from tests.compute.workers import lose_a_worker_on_call
+from tests.compute.workers import losable_cluster, lose_a_worker_on_call
 from tests.conftest import mixed_table
 
 BLOCK = 70
@@ -104,20 +104,12 @@ def test_block_and_node_order_round_trip() -> None:
 
 @pytest.mark.timeout(120)
 def test_a_worker_lost_mid_forest_still_gives_the_same_forest(monkeypatch) -> None:
-    import distributed
-
-    cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
-                                       dashboard_address=":0")
-    client = distributed.Client(cluster, set_as_default=False)
-    # past the first levels: the partitions have a lineage to replay
-    lost = lose_a_worker_on_call(monkeypatch, DaskVerticalRows, "best_splits", 12, cluster, client)
     parties = _parties(seed=4)
-    try:
+    with losable_cluster() as (cluster, client):
+        # past the first levels: the partitions have a lineage to replay
+        lost = lose_a_worker_on_call(monkeypatch, DaskVerticalRows, "best_splits", 12, cluster, client)
         got = _forest(compute=client, block_rows=BLOCK).fit(parties, label="target")
         assert lost and len(client.scheduler_info()["workers"]) == 2
-    finally:
-        client.close()
-        cluster.close()
     assert_same_forest(_forest().fit(parties, label="target"), got)
 
 

@@ -30,6 +30,7 @@ from fedcore.vertical.agent import VerticalInstitutionAgent
 from fedcore.vertical.alignment import align_frame
 from fedcore.vertical.session import VerticalSession
 from tests.compute.test_agent_parquet import _refuse_readers
+from tests.compute.workers import losable_cluster, lose_a_worker_on_call
 from tests.conftest import mixed_table
 from tests.keys import master_public_key
 from tests.vertical.test_session import KEY, _agents
@@ -191,23 +192,47 @@ def test_psi_alignment_aligns_the_blocks_as_the_in_process_agent(scenario, tmp_p
 @pytest.mark.timeout(120)
 def test_a_worker_lost_mid_forest_rebuilds_the_aligned_blocks(scenario, tmp_path, monkeypatch) -> None:
     """The aligned blocks and their codes are made by tasks: a lost worker's are read and cut again."""
-    import distributed
-
     from fedcore.compute.dask_vertical import DaskVerticalRows
-    from tests.compute.workers import lose_a_worker_on_call
 
     expected = _train(_agents(scenario, tmp_path / "local", new_batch=False), "none")
-    cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
-                                       dashboard_address=":0")
-    client = distributed.Client(cluster, set_as_default=False)
-    lost = lose_a_worker_on_call(monkeypatch, DaskVerticalRows, "best_splits", 8, cluster, client)
-    try:
+    with losable_cluster() as (cluster, client):
+        lost = lose_a_worker_on_call(monkeypatch, DaskVerticalRows, "best_splits", 8, cluster, client)
         got = _train(_parquet_agents(scenario, tmp_path / "dask", client), "none")
         assert lost and len(client.scheduler_info()["workers"]) == 2
-    finally:
-        client.close()
-        cluster.close()
     assert got == expected
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("alignment", ["hash", "psi"])
+def test_a_worker_lost_while_the_ids_are_hashed_gives_the_in_process_answer(scenario, tmp_path, monkeypatch,
+                                                                            alignment) -> None:
+    """Each block's digests (PSI: blinded IDs) are a task over its file: a lost worker's are made again.
+
+    The worker goes once the first institution's blocks have all been hashed (blinded), before the agent
+    gathers them; every institution's answer is still the in-process one, byte for byte.
+    """
+    from fedcore.privacy.psi import PSIParty
+
+    local = _agents(scenario, tmp_path / "local", new_batch=False)
+    secret = bytes(range(32))
+    with losable_cluster() as (cluster, client):
+        dask = _parquet_agents(scenario, tmp_path / "dask", client)
+        lost = lose_a_worker_on_call(monkeypatch, dask_alignment, "submit_blocks", 1, cluster, client,
+                                     settle=True)
+        for name, agent in dask.items():
+            assert agent.data.table is not None and len(agent.data.table.blocks) > 3
+            if alignment == "hash":
+                expected, got = (a[name].handle(Message("id_hashes")) for a in (local, dask))
+                assert got.header == expected.header
+                expected_bytes, got_bytes = (m.arrays["hashes"].tobytes() for m in (expected, got))
+            else:
+                ids = pd.read_parquet(scenario["institutions"][name]["train"])[scenario["id_column"]]
+                expected_bytes = PSIParty(name, ids, key=KEY, secret=secret).outgoing().tobytes()
+                blinded = dask_alignment.block_blinded(client, agent.data.table, scenario["id_column"], KEY,
+                                                       secret)
+                got_bytes = PSIParty.of_blinded(name, blinded, secret).outgoing().tobytes()
+            assert got_bytes == expected_bytes, name
+        assert lost and len(client.scheduler_info()["workers"]) == 2
 
 
 def test_the_id_hashes_answer_is_the_in_process_one(scenario, tmp_path, three_workers) -> None:

@@ -25,7 +25,8 @@ from fedcore.trees.params import ForestParams
 from fedcore.vertical.agent import VerticalInstitutionAgent
 from fedcore.vertical.session import VerticalSession
 from tests.compute.test_agent_parquet import _refuse_readers
-from tests.compute.test_vertical_parquet import BLOCK_ROWS, _parquet_agents, _write
+from tests.compute.test_vertical_parquet import BLOCK_ROWS, _parquet_agents, _train, _write
+from tests.compute.workers import losable_cluster, lose_a_worker_on_call
 from tests.keys import master_key
 from tests.vertical.test_session import _agents
 
@@ -36,6 +37,14 @@ PREDICTION_KINDS = {"load_holdout", "batch_hashes", "align_batch", "predict_leav
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory) -> dict:
     return make_vertical_scenario(tmp_path_factory.mktemp("scenario"), n_customers=600, n_new=300, seed=3)
+
+
+@pytest.fixture(scope="module")
+def in_process_evaluation(scenario, tmp_path_factory) -> tuple[dict, tuple]:
+    """The in-process agents' replies (`_recorded`) and `_train`'s forest and held-out evaluation."""
+    local = _agents(scenario, tmp_path_factory.mktemp("local"), new_batch=False)
+    seen = _recorded(local)
+    return seen, _train(local, "none")
 
 
 def _dask_agents(scenario: dict, root: Path, client) -> dict[str, VerticalInstitutionAgent]:
@@ -133,23 +142,35 @@ def test_psi_on_a_batch_on_the_workers_delivers_the_in_process_predictions(scena
 
 @pytest.mark.timeout(120)
 def test_a_worker_lost_during_prediction_gives_the_same_answer(scenario, tmp_path, monkeypatch) -> None:
-    import distributed
-
-    from tests.compute.workers import lose_a_worker_on_call
-
     expected = _predict(_agents(scenario, tmp_path / "local"), scenario)
-    cluster = distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
-                                       dashboard_address=":0")
-    client = distributed.Client(cluster, set_as_default=False)
-    lost = lose_a_worker_on_call(monkeypatch, DaskPredictionRows, "leaf_sets", 2, cluster, client)
-    try:
+    with losable_cluster() as (cluster, client):
+        lost = lose_a_worker_on_call(monkeypatch, DaskPredictionRows, "leaf_sets", 2, cluster, client)
         got = _predict(_dask_agents(scenario, tmp_path / "dask", client), scenario)
         assert lost and len(client.scheduler_info()["workers"]) == 2
-    finally:
-        client.close()
-        cluster.close()
     assert got[0] == expected[0] and got[3] == expected[3]
     pd.testing.assert_frame_equal(got[1], expected[1])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("call", [1, 3])
+def test_a_worker_lost_during_the_held_out_evaluation_gives_the_in_process_answers(scenario, tmp_path,
+                                                                                   in_process_evaluation,
+                                                                                   monkeypatch, call) -> None:
+    """The held-out blocks and their codes are made by tasks: a lost worker's are read, cut and encoded again.
+
+    The worker goes after the first institution's held-out leaf sets (call 1: the others' blocks are rebuilt
+    to answer) or after the last one's (call 3: the label holder's held-out labels are rebuilt to score).
+    """
+    expected_seen, expected = in_process_evaluation
+    with losable_cluster() as (cluster, client):
+        lost = lose_a_worker_on_call(monkeypatch, DaskPredictionRows, "leaf_sets", call, cluster, client)
+        agents = _parquet_agents(scenario, tmp_path / "dask", client)
+        seen = _recorded(agents)
+        got = _train(agents, "none")
+        assert lost and len(client.scheduler_info()["workers"]) == 2
+    assert [kind for kind, *_ in seen[scenario["label_holder"]]] == ["load_holdout", "predict_leaves"]
+    assert seen == expected_seen
+    assert got == expected and set(got[1]) >= {"accuracy"}
 
 
 def test_a_loaded_model_predicts_a_batch_on_the_workers_as_the_training_session(scenario, tmp_path,
