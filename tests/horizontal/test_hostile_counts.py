@@ -271,6 +271,35 @@ def test_a_gdp_master_needs_the_agreed_epsilon() -> None:
                                   "(epsilon=..., the privacy setting's)")
 
 
+@pytest.mark.parametrize("mode", ["gdp", "ldp"])
+def test_a_dp_party_that_sends_ranges_is_refused(mode) -> None:
+    """In a DP mode thresholds come from the declared domains: a reply carrying a min or max is refused."""
+    def with_ranges(parties, message, reply):
+        if reply.kind != "fet_ranges_reply":
+            return reply
+        shape = message.arrays["features"].shape
+        return Message(reply.kind, reply.header, {"min": np.zeros(shape), "max": np.ones(shape)})
+
+    with pytest.raises(ProtocolError) as refused:
+        _fit(FederatedExtraTreesClassifier(privacy=mode, **DP), with_ranges)
+    assert str(refused.value) == (f"party 'b' answered 'fet_ranges_reply' with arrays ['max', 'min']; in "
+                                  f"privacy {mode!r} a party sends no ranges: expected an empty "
+                                  "'fet_ranges_reply'")
+
+
+@pytest.mark.parametrize("mode", ["gdp", "ldp"])
+def test_a_dp_master_needs_the_declared_domains(mode) -> None:
+    frames = _frames()
+    schema = build_schema(frames, "target", "classification")
+    transport = InProcessTransport({name: (lambda message: message) for name in frames})
+    with pytest.raises(ParameterError) as refused:
+        FederatedExtraTreesMaster(transport, ExtraTreesParams(n_estimators=2), schema, privacy=mode,
+                                  epsilon=1.0 if mode == "gdp" else None)
+    assert str(refused.value) == (f"privacy {mode!r}: the master draws thresholds in the declared feature "
+                                  "domains (low=..., high=..., from the data contracts), never from a "
+                                  "party's extremes")
+
+
 @pytest.mark.parametrize("rows", [-5, 1.5, "200", True])
 def test_hello_must_declare_a_row_count(rows) -> None:
     def alter(parties, message, reply):
