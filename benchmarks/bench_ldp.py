@@ -83,7 +83,8 @@ def run_seed(table: pd.DataFrame, label: str, seed: int, trees: int, parties: in
     for _ in range(repeat):
         for name, ldp in models:
             model = (FederatedExtraTreesClassifier(**params) if ldp is None
-                     else FederatedExtraTreesClassifier(**params, privacy="ldp", ldp=ldp))
+                     else FederatedExtraTreesClassifier(**params, privacy="ldp", ldp=ldp,
+                                                        allow_data_ranges=True))
             with EstimationClock() as clock:
                 started = time.perf_counter()
                 model.fit(frames, label=label)

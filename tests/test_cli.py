@@ -122,6 +122,10 @@ def test_simulate_json_horizontal(capsys, breast_cancer_csv: Path, algorithm: st
     assert len(result["local_only"]["per_party"]) == 3 and 0 < result["local_only"]["mean"]["accuracy"] <= 1
     assert result["metrics"]["accuracy"] > 0.85
     assert result["privacy_report"]["mode"] == privacy
+    # thresholds from declared domains (PPD-ERT, FET's DP modes): the simulator reads them off the rows
+    assert ("feature_ranges" in result) is (privacy != "none")
+    if algorithm == "extra-trees":  # no party's extremes cross in a DP mode
+        assert (result["privacy_report"]["min_max"] is None) is (privacy != "none")
 
 
 def test_simulate_json_vertical_paillier_is_exactly_the_plain_single_party_run(

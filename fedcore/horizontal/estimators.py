@@ -88,6 +88,14 @@ class _HorizontalForest(SimulatedFederation):
     the fit), a Dask scheduler address, or a `distributed.Client` (`fedcore.compute`). Every party's rows
     go to that cluster in blocks of `block_rows` rows; the forest is the in-process one."""
     block_rows: int | None
+    feature_ranges: Mapping[str, tuple[float, float]] | None
+    """Declared (low, high) of numeric columns, where thresholds come from declared domains (PPD-ERT, FET's
+    DP modes); `allow_data_ranges=True` (simulation only) takes missing ones from the pooled rows."""
+    allow_data_ranges: bool
+    _low: np.ndarray | None
+    _high: np.ndarray | None
+    ranges_source_: str | None
+    """Where the declared domains came from (`_resolve_domains`); None where thresholds need none."""
 
     def _forest_params(self) -> ExtraTreesParams:
         """ExtraTreesParams of the constructor parameters: the one place they are checked."""
@@ -161,6 +169,15 @@ class _HorizontalForest(SimulatedFederation):
     def _check_before_fit(self, schema, frames) -> None:
         """Mode-specific checks before any party object exists."""
 
+    def _resolve_domains(self, schema, frames) -> None:
+        """The declared domains thresholds are drawn in (`_low`, `_high`) and where they came from.
+
+        `ranges_source_`: "declared", or the pooled data's extent with `allow_data_ranges` (a simulation
+        convenience, said so in the privacy report).
+        """
+        self._low, self._high, self.ranges_source_ = resolve_feature_ranges(
+            schema, self.feature_ranges, frames, bool(self.allow_data_ranges))
+
     def _predict_values(self, frame: pd.DataFrame) -> np.ndarray:
         check_fitted(self)
         if not isinstance(frame, pd.DataFrame):
@@ -205,6 +222,10 @@ class _FETBase(_HorizontalForest):
     `PrivacySetting` (`fedcore.privacy.settings`). `epsilon` and `ldp` (a `LabelLDP`) are shorthands for
     its fields: gdp's epsilon per count query; ldp's epsilon for each row's label, and its mechanism. A
     field the mode does not use is refused.
+
+    In gdp and ldp no party sends a node's min or max: thresholds are drawn in the declared domains
+    (`feature_ranges`, as PPD-ERT's; `allow_data_ranges=True` in a simulation takes the pooled rows' extent),
+    narrowed along each path by the splits. Mode none draws them in the nodes' exact ranges (the paper's).
     """
 
     privacy: str | Mapping[str, Any] | PrivacySetting
@@ -215,6 +236,8 @@ class _FETBase(_HorizontalForest):
                  min_samples_leaf: int = 1, max_features: str | int | float | None = "sqrt",
                  criterion: str = "gini", privacy: str | Mapping[str, Any] | PrivacySetting = "none",
                  epsilon: float | None = None, ldp: LabelLDP | None = None,
+                 feature_ranges: Mapping[str, tuple[float, float]] | None = None,
+                 allow_data_ranges: bool = False,
                  categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
                  tree_batch_size: int | None = None, memory_budget_mb: int | None = None,
                  random_state: int = 0, progress: bool = False, record_transcript: bool = False,
@@ -241,6 +264,11 @@ class _FETBase(_HorizontalForest):
     def _check_before_fit(self, schema, frames) -> None:
         if self._privacy == "ldp":
             self._label_ldp().check_classes(schema.n_classes)
+        if self._privacy in ("gdp", "ldp"):
+            self._resolve_domains(schema, frames)
+        else:  # mode none: the nodes' exact ranges (the paper's)
+            self._low = self._high = None
+            self.ranges_source_ = None
 
     def _label_ldp(self) -> LabelLDP:
         """The label LDP mechanism of privacy "ldp" (`_check_settings` makes a default one if none given)."""
@@ -256,17 +284,24 @@ class _FETBase(_HorizontalForest):
     def _make_master(self, transport, schema):
         return FederatedExtraTreesMaster(transport, self._params, schema, privacy=self._privacy,
                                          epsilon=self._epsilon if self._privacy == "gdp" else None,
-                                         ldp=self._ldp, progress=self._progress_callback())
+                                         ldp=self._ldp, low=self._low, high=self._high,
+                                         progress=self._progress_callback())
 
     @property
     def privacy_report_(self) -> dict:
         """What the master saw and what it cost, in this run's privacy mode."""
         check_fitted(self)
         levels = self.master_.levels
-        report = {"algorithm": EXTRA_TREES.id, "mode": self._privacy, "setting": self._setting.to_dict(),
-                  "queries": levels,
-                  "min_max": "per-party min and max of each candidate feature over each open node, in the "
-                             "clear (as in the FET paper)"}
+        report: dict[str, Any] = {"algorithm": EXTRA_TREES.id, "mode": self._privacy,
+                                  "setting": self._setting.to_dict(), "queries": levels}
+        if self._privacy == "none":
+            report["min_max"] = ("per-party min and max of each candidate feature over each open node, in "
+                                 "the clear (as in the FET paper)")
+        else:
+            report["min_max"] = None
+            report["thresholds"] = ("uniform in each node's box, the declared feature domain cut by the "
+                                    "splits above it: no party sends a min or max")
+            report["feature_ranges"] = self.ranges_source_
         if self._privacy == "none":
             report["label_statistics"] = "per-party plain integer branch counts"
             report["epsilon"] = None
@@ -347,7 +382,8 @@ class FederatedExtraTreesRegressor(RegressorMixin, _FETBase):
                  min_samples_leaf: int = 1, max_features: str | int | float | None = 1.0,
                  criterion: str = "squared_error",
                  privacy: str | Mapping[str, Any] | PrivacySetting = "none", epsilon: float | None = None,
-                 ldp: LabelLDP | None = None,
+                 ldp: LabelLDP | None = None, feature_ranges: Mapping[str, tuple[float, float]] | None = None,
+                 allow_data_ranges: bool = False,
                  categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
                  tree_batch_size: int | None = None, memory_budget_mb: int | None = None,
                  random_state: int = 0, progress: bool = False, record_transcript: bool = False,
@@ -364,8 +400,6 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
     """PPD-ERT classification: shared-seed candidate splits and securely aggregated counts."""
 
     _task = "classification"
-    feature_ranges: Mapping[str, tuple[float, float]] | None
-    allow_data_ranges: bool
     secure_aggregation: bool
     privacy: str | Mapping[str, Any] | PrivacySetting
     thresholds: str | None
@@ -406,8 +440,7 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
             raise ParameterError(MISSING_RANGES)
 
     def _check_before_fit(self, schema, frames) -> None:
-        self._low, self._high, self.ranges_source_ = resolve_feature_ranges(
-            schema, self.feature_ranges, frames, bool(self.allow_data_ranges))
+        self._resolve_domains(schema, frames)
 
     def _make_parties(self, frames, schema):
         k = self._params.n_candidate_features(schema.n_features)

@@ -102,6 +102,9 @@ class HorizontalSession(MasterSession):
         if self.algorithm == "ppd-ert":
             self._low, self._high = self._domains(self.schema, declared_feature_ranges(shared))
             header.update(low=self._low.tolist(), high=self._high.tolist())
+        elif self.privacy.mode in ("gdp", "ldp"):  # FET's DP modes: the master draws thresholds in them
+            user = f"Federated Extra-Trees in privacy {self.privacy.mode!r}"
+            self._low, self._high = self._domains(self.schema, declared_feature_ranges(shared, user))
         replies = self.transport.exchange({name: Message("setup", header) for name in self.institutions})
         self.rows = {name: dict(r.header) for name, r in replies.items()}
         for name, r in self.rows.items():  # the bounds of every count the institution sends in training
@@ -146,9 +149,11 @@ class HorizontalSession(MasterSession):
         else:
             ldp = self.privacy.ldp if isinstance(self.privacy, LocalDP) else None
             epsilon = self.privacy.epsilon if isinstance(self.privacy, GlobalDP) else None
+            dp = self.privacy.mode in ("gdp", "ldp")
             self.master = FederatedExtraTreesMaster(self.transport, self.params, self.schema,
                                                     privacy=self.privacy.mode, epsilon=epsilon, ldp=ldp,
-                                                    progress=self.progress)
+                                                    low=self._low if dp else None,
+                                                    high=self._high if dp else None, progress=self.progress)
             # a regression party's hello may state no larger target than its contract's label range allows
             self.master.declared_y_exponent = dict(self._y_exponents)
         # each institution's hello must declare the training rows it declared at setup (its counts' bound)

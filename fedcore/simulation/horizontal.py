@@ -82,13 +82,14 @@ def build_estimator(algorithm: str, privacy: str | Mapping[str, Any] | PrivacySe
             raise ParameterError(f"thresholds={thresholds!r} applies to --algorithm ppd-ert only; Federated "
                                  "Extra-Trees draws each threshold within the node's range already")
         cls = FederatedExtraTreesClassifier if task == "classification" else FederatedExtraTreesRegressor
-        model = cls(**params, privacy=privacy, categories=categories, epsilon=epsilon, compute=compute)
+        model = cls(**params, privacy=privacy, categories=categories, epsilon=epsilon, compute=compute,
+                    feature_ranges=feature_ranges)
     model.params  # noqa: B018 - validates the parameters now, before any work (scikit-learn style: not in __init__)
     return model
 
 
 def declared_ranges(train: pd.DataFrame, label: str) -> dict[str, tuple[float, float]]:
-    """Numeric feature domains for PPD-ERT (booleans: 0 to 1), read off the pooled training rows.
+    """Numeric feature domains (PPD-ERT, FET's DP modes; booleans: 0 to 1), read off the pooled training rows.
 
     In a real federation the data contracts declare them; the simulator stands in for the consortium.
     """
@@ -171,7 +172,8 @@ def simulate_horizontal(
     check_label(table[label], task)
     params = forest_params(task, trees, max_depth, max_features, seed)
     train, test = split_train_test(table, label, task, test_size, seed)
-    ranges = declared_ranges(train, label) if algorithm == "ppd-ert" else None
+    # thresholds from declared domains: PPD-ERT, and FET in a DP mode (no party sends a node's extremes)
+    ranges = declared_ranges(train, label) if algorithm == "ppd-ert" or privacy in ("gdp", "ldp") else None
     categories = pooled_categories(table, label)
     make = lambda: build_estimator(algorithm, setting, task, params,  # noqa: E731
                                    feature_ranges=ranges, categories=categories)

@@ -63,12 +63,15 @@ def test_fet_regression_matches_sklearn() -> None:
 def test_noisy_modes_are_reproducible_and_accurate(privacy: str) -> None:
     train, test = _data(load_breast_cancer)
     parties = split_rows(train, 3)
-    first = FederatedExtraTreesClassifier(30, privacy=privacy, random_state=4).fit(parties, "target")
-    again = FederatedExtraTreesClassifier(30, privacy=privacy, random_state=4).fit(parties, "target")
+    def fit(seed: int) -> FederatedExtraTreesClassifier:
+        return FederatedExtraTreesClassifier(30, privacy=privacy, allow_data_ranges=True,
+                                             random_state=seed).fit(parties, "target")
+
+    first, again = fit(4), fit(4)
     assert_same_forest(first.model_, again.model_)
     plain = FederatedExtraTreesClassifier(30, random_state=4).fit(parties, "target")
     assert not np.array_equal(first.model_.value, plain.model_.value)  # the noise is real
-    other = FederatedExtraTreesClassifier(30, privacy=privacy, random_state=5).fit(parties, "target")
+    other = fit(5)
     assert not np.array_equal(first.model_.threshold, other.model_.threshold, equal_nan=True)
     assert _accuracy(first, test) >= 0.88
     report = first.privacy_report_
@@ -78,7 +81,8 @@ def test_noisy_modes_are_reproducible_and_accurate(privacy: str) -> None:
 
 def test_gdp_budget_composes_over_queries() -> None:
     table = horizontal_table(seed=6)
-    model = FederatedExtraTreesClassifier(4, max_depth=3, privacy="gdp", epsilon=0.5, max_features=2).fit(
+    model = FederatedExtraTreesClassifier(4, max_depth=3, privacy="gdp", epsilon=0.5, max_features=2,
+                                          allow_data_ranges=True).fit(
         split_rows(table, 2), "target")
     report = model.privacy_report_
     assert report["epsilon_per_query"] == 0.5
@@ -87,32 +91,37 @@ def test_gdp_budget_composes_over_queries() -> None:
     assert report["composed_epsilon"] == pytest.approx(0.5 * 24)
     # smaller epsilon -> more noise: leaf values further from the plain run
     plain = FederatedExtraTreesClassifier(4, max_depth=3, max_features=2).fit(split_rows(table, 2), "target")
-    strong = FederatedExtraTreesClassifier(4, max_depth=3, privacy="gdp", epsilon=50.0, max_features=2).fit(
+    strong = FederatedExtraTreesClassifier(4, max_depth=3, privacy="gdp", epsilon=50.0, max_features=2,
+                                           allow_data_ranges=True).fit(
         split_rows(table, 2), "target")
+    def root_weights(run):  # each tree's first node (trees differ in size when their splits do)
+        return run.model_.weight[run.model_.tree_offsets()[:-1]]
+
     def root_error(run):
-        roots = run.model_.tree_offsets()[:-1]
-        return np.abs(run.model_.weight[roots] - plain.model_.weight[roots]).mean()
+        return np.abs(root_weights(run) - root_weights(plain)).mean()
 
     assert root_error(plain) == 0 and 0 < root_error(strong) < 0.5 < root_error(model)
 
 
 def test_ldp_report_and_permanent_bits_fixed_once() -> None:
     table = horizontal_table(seed=6)
-    model = FederatedExtraTreesClassifier(3, max_depth=2, privacy="ldp").fit(split_rows(table, 2), "target")
+    model = FederatedExtraTreesClassifier(3, max_depth=2, privacy="ldp", allow_data_ranges=True).fit(
+        split_rows(table, 2), "target")
     report = model.privacy_report_
     assert set(report["epsilon"]) == {"permanent", "instant"}
     assert report["reports_per_row"] == 3 * 2  # one instant report per tree and level a row is active in
     assert report["composed_epsilon"] == min(report["epsilon_permanent"], 6 * report["epsilon_instant"])
     party = model.parties_[0]
     kept = party.rows.permanent.copy()
-    model2 = FederatedExtraTreesClassifier(3, max_depth=2, privacy="ldp").fit(split_rows(table, 2), "target")
+    model2 = FederatedExtraTreesClassifier(3, max_depth=2, privacy="ldp", allow_data_ranges=True).fit(
+        split_rows(table, 2), "target")
     np.testing.assert_array_equal(kept, model2.parties_[0].rows.permanent)
 
 
 def test_gdp_regression_runs_and_is_reproducible() -> None:
     table = horizontal_table(seed=7, task="regression")
     parties = split_rows(table, 2)
-    options = {"privacy": "gdp", "epsilon": 2.0, "min_samples_leaf": 20}
+    options = {"privacy": "gdp", "epsilon": 2.0, "allow_data_ranges": True, "min_samples_leaf": 20}
     a = FederatedExtraTreesRegressor(5, **options).fit(parties, "target")
     b = FederatedExtraTreesRegressor(5, **options).fit(parties, "target")
     assert_same_forest(a.model_, b.model_)

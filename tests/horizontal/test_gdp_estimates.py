@@ -95,7 +95,7 @@ def test_shrinkage_keeps_large_nodes_and_gives_empty_ones_their_parents_proporti
 
 def test_gdp_parties_state_their_epsilon_and_the_master_needs_it() -> None:
     table = horizontal_table(seed=3, n_rows=200)
-    model = FederatedExtraTreesClassifier(2, privacy="gdp", epsilon=0.7, max_depth=3,
+    model = FederatedExtraTreesClassifier(2, privacy="gdp", epsilon=0.7, allow_data_ranges=True, max_depth=3,
                                           record_payloads=True).fit(split_rows(table, 2), "target")
     from fedcore.protocol.messages import Message
 
@@ -112,7 +112,8 @@ def test_gdp_parties_state_their_epsilon_and_the_master_needs_it() -> None:
         with pytest.raises(ProtocolError,
                            match=r"party 'party0' reported no usable epsilon per query \(None\); a "
                                  r"GDP party states the scale of its noise in its hello reply"):
-            FederatedExtraTreesClassifier(2, privacy="gdp", max_depth=3).fit(split_rows(table, 2), "target")
+            FederatedExtraTreesClassifier(2, privacy="gdp", max_depth=3, allow_data_ranges=True).fit(
+                split_rows(table, 2), "target")
     finally:
         HorizontalParty._on_hello = original
 
@@ -128,6 +129,7 @@ def test_gdp_on_ten_classes_stays_within_three_points_of_extra_trees() -> None:
     reference = np.mean([ExtraTreesClassifier(40, random_state=s).fit(X, y).score(test.drop(columns="target"),
                                                                                      test["target"])
                          for s in (0, 1)])
-    ours = np.mean([np.mean(FederatedExtraTreesClassifier(40, privacy="gdp", epsilon=1.0, random_state=s).fit(
+    ours = np.mean([np.mean(FederatedExtraTreesClassifier(40, privacy="gdp", epsilon=1.0, random_state=s,
+                                                          allow_data_ranges=True).fit(
         split_rows(train, 3), "target").predict(test) == test["target"].to_numpy()) for s in (0, 1)])
     assert ours >= reference - 0.03, (ours, reference)

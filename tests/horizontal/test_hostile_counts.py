@@ -35,6 +35,8 @@ from fedcore.transport.inprocess import InProcessTransport
 from tests.horizontal.common import horizontal_table, split_rows
 
 OPTIONS = {"n_estimators": 2, "max_depth": 3, "max_features": 3, "random_state": 0}
+DP = {**OPTIONS, "allow_data_ranges": True}
+"""FET's DP modes draw thresholds in declared domains: here the pooled rows'."""
 K, C = 3, 3  # candidates per node, classes
 
 
@@ -91,7 +93,7 @@ def _one_row_more(c):  # under every candidate: they agree, the node does not (a
 # (reply kind, array, its name in refusals, the estimator)
 EXACT = {
     "none": ("fet_counts", "counts", lambda: FederatedExtraTreesClassifier(**OPTIONS)),
-    "ldp": ("fet_bit_sums", "sizes", lambda: FederatedExtraTreesClassifier(privacy="ldp", **OPTIONS)),
+    "ldp": ("fet_bit_sums", "sizes", lambda: FederatedExtraTreesClassifier(privacy="ldp", **DP)),
     "ppd-ert plain": ("ppdert_plain_counts", "counts",
                       lambda: PPDERTClassifier(secure_aggregation=False, allow_data_ranges=True, **OPTIONS)),
 }
@@ -150,7 +152,7 @@ def test_ldp_bit_sums_beyond_their_branch_or_not_adding_up_are_refused() -> None
                                          "candidates of open node 0 add up to different bit sums; each "
                                          "row's one report is counted under every candidate")):
         with pytest.raises(ProtocolError) as refused:
-            _fit(FederatedExtraTreesClassifier(privacy="ldp", **OPTIONS), alter_bits(make))
+            _fit(FederatedExtraTreesClassifier(privacy="ldp", **DP), alter_bits(make))
         assert str(refused.value) == text
 
 
@@ -163,7 +165,7 @@ def test_ldp_bit_sums_or_sizes_that_are_not_integers_are_refused(field) -> None:
         return Message(reply.kind, reply.header, {**reply.arrays, field: floats})
 
     with pytest.raises(ProtocolError) as refused:
-        _fit(FederatedExtraTreesClassifier(privacy="ldp", **OPTIONS), as_floats)
+        _fit(FederatedExtraTreesClassifier(privacy="ldp", **DP), as_floats)
     assert str(refused.value) == f"party 'b': fet_bit_sums.{field} must be integers, got float64"
 
 
@@ -253,7 +255,7 @@ def test_gdp_party_must_state_the_agreed_epsilon() -> None:
 
     for alter in (huge, _stating(epsilon=2.0)):
         with pytest.raises(ProtocolError) as refused:
-            _fit(FederatedExtraTreesClassifier(privacy="gdp", epsilon=0.5, **OPTIONS), alter)
+            _fit(FederatedExtraTreesClassifier(privacy="gdp", epsilon=0.5, **DP), alter)
         stated = 1e-12 if alter is huge else 2.0
         assert str(refused.value) == (f"party 'b' stated epsilon {stated!r} per query in hello, but the "
                                       "agreed privacy setting is 'gdp' with epsilon 0.5")
@@ -267,6 +269,35 @@ def test_a_gdp_master_needs_the_agreed_epsilon() -> None:
         FederatedExtraTreesMaster(transport, ExtraTreesParams(n_estimators=2), schema, privacy="gdp")
     assert str(refused.value) == ("privacy 'gdp': the master needs the agreed epsilon per count query "
                                   "(epsilon=..., the privacy setting's)")
+
+
+@pytest.mark.parametrize("mode", ["gdp", "ldp"])
+def test_a_dp_party_that_sends_ranges_is_refused(mode) -> None:
+    """In a DP mode thresholds come from the declared domains: a reply carrying a min or max is refused."""
+    def with_ranges(parties, message, reply):
+        if reply.kind != "fet_ranges_reply":
+            return reply
+        shape = message.arrays["features"].shape
+        return Message(reply.kind, reply.header, {"min": np.zeros(shape), "max": np.ones(shape)})
+
+    with pytest.raises(ProtocolError) as refused:
+        _fit(FederatedExtraTreesClassifier(privacy=mode, **DP), with_ranges)
+    assert str(refused.value) == (f"party 'b' answered 'fet_ranges_reply' with arrays ['max', 'min']; in "
+                                  f"privacy {mode!r} a party sends no ranges: expected an empty "
+                                  "'fet_ranges_reply'")
+
+
+@pytest.mark.parametrize("mode", ["gdp", "ldp"])
+def test_a_dp_master_needs_the_declared_domains(mode) -> None:
+    frames = _frames()
+    schema = build_schema(frames, "target", "classification")
+    transport = InProcessTransport({name: (lambda message: message) for name in frames})
+    with pytest.raises(ParameterError) as refused:
+        FederatedExtraTreesMaster(transport, ExtraTreesParams(n_estimators=2), schema, privacy=mode,
+                                  epsilon=1.0 if mode == "gdp" else None)
+    assert str(refused.value) == (f"privacy {mode!r}: the master draws thresholds in the declared feature "
+                                  "domains (low=..., high=..., from the data contracts), never from a "
+                                  "party's extremes")
 
 
 @pytest.mark.parametrize("rows", [-5, 1.5, "200", True])
@@ -295,7 +326,7 @@ def test_gdp_counts_beyond_the_largest_noise_are_refused() -> None:
             return Message(reply.kind, reply.header, {"counts": counts})
         return alter
 
-    gdp = {"privacy": "gdp", "epsilon": 1.0, **OPTIONS}
+    gdp = {"privacy": "gdp", "epsilon": 1.0, **DP}
     for value, shown in beyond:
         with pytest.raises(ProtocolError) as refused:
             _fit(FederatedExtraTreesClassifier(**gdp), noisy(value))

@@ -38,7 +38,7 @@ def test_leaf_floor_follows_the_design() -> None:
                                             (LabelLDP(min_leaf_reports=5), 5)])
 def test_no_leaf_holds_fewer_rows_than_the_floor(ldp: LabelLDP, floor: int) -> None:
     parties = split_rows(many_class_table(), 3)
-    model = FederatedExtraTreesClassifier(n_estimators=4, privacy="ldp", ldp=ldp,
+    model = FederatedExtraTreesClassifier(n_estimators=4, privacy="ldp", allow_data_ranges=True, ldp=ldp,
                                           random_state=1).fit(parties, label="y")
     weights = leaf_weights(model.model_)
     # weights are the exact branch sizes the parties sent, not the estimated counts' rounded sum
@@ -50,15 +50,15 @@ def test_no_leaf_holds_fewer_rows_than_the_floor(ldp: LabelLDP, floor: int) -> N
 
 def test_a_min_samples_leaf_above_the_floor_is_kept() -> None:
     parties = split_rows(many_class_table(), 2)
-    model = FederatedExtraTreesClassifier(n_estimators=3, privacy="ldp", min_samples_leaf=6,
-                                          random_state=2).fit(parties, label="y")
+    model = FederatedExtraTreesClassifier(n_estimators=3, privacy="ldp", allow_data_ranges=True,
+                                          min_samples_leaf=6, random_state=2).fit(parties, label="y")
     assert leaf_weights(model.model_).min() >= 6
 
 
 def test_krr_trains_and_reports_its_mechanism() -> None:
     parties = split_rows(many_class_table(n_classes=8), 3)
     ldp = LabelLDP(mechanism="krr", epsilon_krr=6.0)
-    model = FederatedExtraTreesClassifier(n_estimators=3, privacy="ldp", ldp=ldp,
+    model = FederatedExtraTreesClassifier(n_estimators=3, privacy="ldp", allow_data_ranges=True, ldp=ldp,
                                           random_state=3).fit(parties, label="y")
     report = model.privacy_report_
     assert report["ldp_mechanism"] == {"mechanism": "krr", "epsilon_krr": 6.0, "estimator": "nnls"}

@@ -278,3 +278,32 @@ def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(ta
                            "promoted.")
     assert "rows predicted locally at " + ", ".join(f"{n} "
                                                     f"({c})" for n, c in prediction.counts.items()) in card
+
+
+@pytest.mark.parametrize("mode", ["gdp", "ldp"])
+def test_fet_in_a_dp_mode_needs_every_numeric_range_declared_in_the_contracts(table, tmp_path, mode) -> None:
+    """FET's DP modes draw thresholds in the declared domains: a contract without a range stops them."""
+    import dataclasses
+
+    from fedcore.privacy.settings import parse_privacy
+
+    contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
+    columns = [dataclasses.replace(c, min=None, max=None) if c.name == "x3" else c for c in contract.columns]
+    agents = _agents(table, tmp_path, dataclasses.replace(contract, columns=columns))
+    for agent in agents.values():
+        agent.data.privacy = parse_privacy(mode, "extra-trees")
+    with pytest.raises(ContractMismatch) as refused:
+        _session(agents, privacy=mode).agree_schema()
+    assert str(refused.value) == (f"Federated Extra-Trees in privacy {mode!r} draws thresholds from declared "
+                                  "domains: declare min and max for column(s) ['x3'] in every institution's "
+                                  "contract")
+    declared = _agents(table, tmp_path / "declared")  # every range declared: it trains, from the domains
+    for agent in declared.values():
+        agent.data.privacy = parse_privacy(mode, "extra-trees")
+    session = _session(declared, privacy=mode)
+    session.agree_schema()
+    session.train()
+    low, high = session.master.domains
+    x3 = session.schema.names.index("x3")
+    spec = next(c for c in contract.columns if c.name == "x3")  # the contract's range, not the data's
+    assert (low[x3], high[x3]) == (float(spec.min), float(spec.max)) != (table["x3"].min(), table["x3"].max())

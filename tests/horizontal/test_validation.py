@@ -168,12 +168,21 @@ def test_infinite_feature_values() -> None:
             lambda: FederatedExtraTreesClassifier(2).fit(frames, "y"))
 
 
-def test_ppdert_needs_declared_ranges() -> None:
-    message = ("PPD-ERT draws thresholds from declared feature domains, never from the data: pass "
-               "feature_ranges={column: (low, high)} for the numeric columns (from the data contracts), or "
-               "allow_data_ranges=True in a simulation to use the pooled data's ranges")
+def test_ppdert_and_fet_dp_modes_need_declared_ranges() -> None:
+    message = ("PPD-ERT and Federated Extra-Trees in privacy gdp or ldp draw thresholds from declared "
+               "feature domains, never from the data: pass feature_ranges={column: (low, high)} for the "
+               "numeric columns (from the data contracts), or allow_data_ranges=True in a simulation to use "
+               "the pooled data's ranges")
     frames = _frames()
     _raises(ParameterError, message, lambda: PPDERTClassifier(2).fit(frames, "y"))
+    for mode in ("gdp", "ldp"):
+        _raises(ParameterError, message,
+                lambda mode=mode: FederatedExtraTreesClassifier(2, privacy=mode).fit(frames, "y"))
+    _raises(ParameterError,
+            "feature_ranges lacks the numeric columns ['b']; declare a (low, high) for each (from the data "
+            "contracts)",
+            lambda: FederatedExtraTreesClassifier(2, privacy="gdp", feature_ranges={"a": (-9, 9)}).fit(frames,
+                                                                                                        "y"))
     _raises(ParameterError,
             "feature_ranges lacks the numeric columns ['b']; declare a (low, high) for each (from the data "
             "contracts)", lambda: PPDERTClassifier(2, feature_ranges={"a": (-9, 9)}).fit(frames, "y"))
@@ -196,6 +205,13 @@ def test_pooled_ranges_are_reported() -> None:
     assert model.privacy_report_["feature_ranges"].startswith("pooled data (simulation convenience")
     declared = PPDERTClassifier(2, feature_ranges={"a": (-9, 9), "b": (-9, 9)}).fit(_frames(), "y")
     assert declared.privacy_report_["feature_ranges"] == "declared"
+    for mode in ("gdp", "ldp"):
+        pooled = FederatedExtraTreesClassifier(2, privacy=mode, allow_data_ranges=True).fit(_frames(), "y")
+        assert pooled.privacy_report_["feature_ranges"].startswith("pooled data (simulation convenience")
+        assert pooled.privacy_report_["min_max"] is None
+        declared = FederatedExtraTreesClassifier(2, privacy=mode, feature_ranges={"a": (-9, 9), "b": (-9, 9)}
+                                                 ).fit(_frames(), "y")
+        assert declared.privacy_report_["feature_ranges"] == "declared"
 
 
 def test_hyper_parameters() -> None:

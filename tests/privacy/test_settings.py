@@ -148,11 +148,11 @@ def _frames() -> list[pd.DataFrame]:
 def test_the_estimators_take_a_mode_a_mapping_or_a_setting_and_run_what_they_are_given() -> None:
     from fedcore.horizontal import FederatedExtraTreesClassifier, PPDERTClassifier
 
-    by_mapping = FederatedExtraTreesClassifier(2, max_depth=3, privacy={"mode": "ldp", "epsilon": 2.0}).fit(
+    pooled = {"max_depth": 3, "allow_data_ranges": True}
+    by_mapping = FederatedExtraTreesClassifier(2, **pooled, privacy={"mode": "ldp", "epsilon": 2.0}).fit(
         _frames(), "y")
-    by_argument = FederatedExtraTreesClassifier(2, max_depth=3, privacy="ldp", epsilon=2.0).fit(_frames(),
-                                                                                                "y")
-    by_setting = FederatedExtraTreesClassifier(2, max_depth=3, privacy=by_mapping.privacy_setting_).fit(
+    by_argument = FederatedExtraTreesClassifier(2, **pooled, privacy="ldp", epsilon=2.0).fit(_frames(), "y")
+    by_setting = FederatedExtraTreesClassifier(2, **pooled, privacy=by_mapping.privacy_setting_).fit(
         _frames(), "y")
     for model in (by_mapping, by_argument, by_setting):
         assert model.privacy_setting_ == by_mapping.privacy_setting_

@@ -1,13 +1,22 @@
 """The master in horizontal Federated Extra-Trees (FET, Algorithms 1-2 of the paper).
 
 Holds no data; draws candidate features and thresholds from seeded streams, aggregates the parties' min/max
-and branch label statistics, picks the best split per node and sends every party the finished forest.
+(mode none) and branch label statistics, picks the best split per node and sends every party the finished
+forest.
+
+Thresholds: in mode none (the paper's algorithm, lossless against a single party) each is the seed-shared
+uniform placed in the candidate's [min, max] over all parties, which are the node's exact extremes. In the DP
+modes (gdp, ldp) no extreme leaves a party: the same uniform is placed in the node's box, the feature's
+declared (public) domain cut along the path by the chosen splits (`fedcore/horizontal/boxes.py`, shared with
+PPD-ERT), so thresholds depend on public values and earlier decisions only. A box that is a point makes the
+candidate unusable, as an empty range does in mode none.
 
 Rounds (one `Transport.exchange` each), over all open nodes of all trees of a batch at once:
 
     hello                      1       schema check; row counts; gdp: the agreed epsilon; regression: the
                                        target magnitude (2-power)
-    per level: fet_ranges      1       candidate features -> per-party min/max
+    per level: fet_ranges      1       candidate features, the previous level's decisions -> none: per-party
+                                       min/max; gdp / ldp: an empty reply (thresholds from the boxes)
                fet_stats       1       thresholds -> per-party branch statistics (privacy mode)
     model                      1       the complete forest to every party
 
@@ -39,6 +48,7 @@ import numpy as np
 
 from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ParameterError, ProtocolError
+from fedcore.horizontal.boxes import NodeBoxes, box_bytes_per_node, span_thresholds
 from fedcore.horizontal.counts import check_bit_sums, check_noisy_counts
 from fedcore.horizontal.fet.gdp import (
     combined_node_stats,
@@ -58,6 +68,7 @@ from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.laplace import check_epsilon
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
+from fedcore.trees.grower import Level
 
 if TYPE_CHECKING:
     from fedcore.privacy.ldp import LabelLDP
@@ -89,11 +100,14 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
 
     def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema, *,
                  privacy: str = "none", epsilon: float | None = None, ldp: LabelLDP | None = None,
+                 low: np.ndarray | None = None, high: np.ndarray | None = None,
                  progress: ProgressCallback | None = None, memory_budget: int | None = None) -> None:
         """The FET master in privacy mode `privacy` ('none', 'gdp' or 'ldp'); LDP raises the leaf floor.
 
         `epsilon` (gdp, required there): the agreed epsilon per count query, the configured setting's
         (`GlobalDP.epsilon`). Every party's hello must state it; it bounds the parties' noisy counts.
+        `low`, `high` (gdp and ldp, required there): the declared (public) domain of every feature, in schema
+        order; thresholds are drawn in them, narrowed by the splits above (`fedcore/horizontal/boxes.py`).
         """
         super().__init__(transport, params, schema, progress, memory_budget)
         self.privacy = privacy
@@ -103,6 +117,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                 raise ParameterError("privacy 'gdp': the master needs the agreed epsilon per count query "
                                      "(epsilon=..., the privacy setting's)")
             self.epsilon = check_epsilon(epsilon, "privacy 'gdp': the agreed epsilon per count query")
+        self.domains = _dp_domains(privacy, low, high, schema.n_features)
+        self._boxes: NodeBoxes | None = None  # DP modes: the open nodes' boxes
         self.noise_follows_batches = privacy in ("gdp", "ldp")
         # n_bits fixed for the classes
         self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None
@@ -195,21 +211,17 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         arrays = {"features": features.astype(np.int32)}
         if transition is None:
             self._new_batch(header)
+            if self.domains is not None:  # DP modes: every root's box is the declared domain
+                self._boxes = NodeBoxes.roots(*self.domains, len(act_tree))
         else:
             arrays.update(transition)
         request = Message("fet_ranges", header, arrays)  # one message object: serialised once for every party
         replies = self.transport.exchange(dict.fromkeys(self.parties, request))
-        low = np.min([_reply_array(replies, n, "fet_ranges_reply", "min", features.shape)
-                      for n in self.parties], axis=0)
-        high = np.max([_reply_array(replies, n, "fet_ranges_reply", "max", features.shape)
-                       for n in self.parties], axis=0)
-        valid = np.isfinite(low) & np.isfinite(high) & (low < high)
         u = fet_threshold_uniforms(p.random_state, act_tree, depth, self.k)
-        with np.errstate(invalid="ignore", over="ignore"):
-            thresholds = low + u * (high - low)
-        # a rounded-up draw: keep both sides non-empty
-        thresholds = np.where(thresholds >= high, low, thresholds)
-        thresholds = np.where(valid, thresholds, np.nan)  # no usable range: every row goes right
+        if self._boxes is None:
+            thresholds, valid = self._range_thresholds(replies, features, u)
+        else:
+            thresholds, valid = self._box_thresholds(replies, features, u, self._boxes)
         header = {"depth": depth, "q_shift": self.q_shift, "q_bound_bits": self.q_bits}
         replies = self.transport.exchange(dict.fromkeys(self.parties, Message("fet_stats", header,
                                                                               {"thresholds": thresholds})))
@@ -220,6 +232,52 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         if self.privacy == "gdp":  # sizes: the noisy counts' sums, without the bias of clamping each at 0
             return LevelResult(features, thresholds, valid, branch, unbiased_sizes(branch, self.params.task))
         return LevelResult(features, thresholds, valid, branch)
+
+    def _range_thresholds(self, replies: dict[str, Message], features: np.ndarray,
+                          u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mode none (the paper's): thresholds uniform in each candidate's [min, max] over the parties.
+
+        Returns thresholds (NaN where unusable: every row goes right) and which candidates are usable (the
+        node's global range is not a point).
+        """
+        low = np.min([_reply_array(replies, n, "fet_ranges_reply", "min", features.shape)
+                      for n in self.parties], axis=0)
+        high = np.max([_reply_array(replies, n, "fet_ranges_reply", "max", features.shape)
+                       for n in self.parties], axis=0)
+        valid = np.isfinite(low) & np.isfinite(high) & (low < high)
+        with np.errstate(invalid="ignore", over="ignore"):
+            thresholds = low + u * (high - low)
+        # a rounded-up draw: keep both sides non-empty
+        thresholds = np.where(thresholds >= high, low, thresholds)
+        return np.where(valid, thresholds, np.nan), valid
+
+    def _box_thresholds(self, replies: dict[str, Message], features: np.ndarray, u: np.ndarray,
+                        boxes: NodeBoxes) -> tuple[np.ndarray, np.ndarray]:
+        """DP modes: thresholds uniform in each candidate's box (declared domain cut by the splits above).
+
+        The parties' replies must carry nothing (no extremes). A box that is a point makes its candidate
+        unusable, as an empty range does in mode none.
+        """
+        for name in self.parties:
+            reply = replies[name]
+            if reply.kind != "fet_ranges_reply" or reply.arrays:
+                raise ProtocolError(f"party {name!r} answered {reply.kind!r} with arrays "
+                                    f"{sorted(reply.arrays)}; in privacy {self.privacy!r} a party sends no "
+                                    "ranges: expected an empty 'fet_ranges_reply'")
+        low, high = boxes.grid(features)
+        return span_thresholds(low, high, np.ones(features.shape, dtype=bool), u)
+
+    def advance(self, level: Level, split_idx: np.ndarray, left: np.ndarray, child_open: np.ndarray,
+                next_pos: np.ndarray) -> None:
+        """Besides the shared transition: the open children's boxes (DP modes)."""
+        super().advance(level, split_idx, left, child_open, next_pos)
+        if self._boxes is not None:
+            self._boxes = self._boxes.after_level(level, split_idx, next_pos)
+
+    def master_bytes_per_node(self) -> int:
+        """The DP modes add each open node's box (parent and children)."""
+        extra = box_bytes_per_node(self.schema.n_features) if self.domains is not None else 0
+        return super().master_bytes_per_node() + extra
 
     def _estimate(self, replies: dict[str, Message], shape: tuple[int, int], valid: np.ndarray,
                   depth: int) -> tuple[np.ndarray, np.ndarray]:
@@ -294,6 +352,22 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
             return 1.0 / epsilon, None, 0.0
         # (count, sum) per branch: half the budget each; the sum's sensitivity is 2**q_bits
         return 2.0 / epsilon, self._target_bits(party), float(2 ** self.q_bits) * 2.0 / epsilon
+
+
+def _dp_domains(privacy: str, low: np.ndarray | None, high: np.ndarray | None,
+               n_features: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The declared domains the DP modes draw thresholds in (None in mode none, which uses the ranges)."""
+    if privacy not in ("gdp", "ldp"):
+        return None
+    if low is None or high is None:
+        raise ParameterError(f"privacy {privacy!r}: the master draws thresholds in the declared feature "
+                             "domains (low=..., high=..., from the data contracts), never from a party's "
+                             "extremes")
+    domains = np.asarray(low, np.float64), np.asarray(high, np.float64)
+    if any(d.shape != (n_features,) for d in domains):
+        raise ParameterError(f"privacy {privacy!r}: low and high need one value per feature ({n_features}), "
+                             f"got shapes {domains[0].shape} and {domains[1].shape}")
+    return domains
 
 
 def _reported_epsilon(party: str, header: dict) -> float:

@@ -2,9 +2,11 @@
 
 It holds some rows of every column (and their labels) and answers the master's requests with aggregates only.
 
-Per level the party receives the candidate features of every open node (`fet_ranges`) and replies with
-its local min and max of each over the node's rows; then it receives the thresholds (`fet_stats`) and
-replies with per-branch label statistics in its privacy mode:
+Per level the party receives the candidate features of every open node and the previous level's decisions
+(`fet_ranges`); in mode none it replies with its local min and max of each candidate over the node's rows (the
+paper's), in the DP modes with an empty reply: a node's minimum is a record's raw value, so no extreme leaves
+a DP party (the master draws thresholds in the declared domains instead). Then it receives the thresholds
+(`fet_stats`) and replies with per-branch label statistics in its privacy mode:
 
 * none: exact integer class counts, or (count, sum of quantised targets) for regression;
 * gdp: the same vector plus Laplace noise, `epsilon` per query, from the party's own seeded stream;
@@ -62,7 +64,8 @@ FET_PROTOCOL = Protocol(
         Step(("greeted", "counted"), "model", "idle", "ack"),
     ])
 """What a FET party answers, in which order; the role is its privacy mode (see fedcore.protocol.dispatch).
-The three modes share their message kinds; only the statistics' reply differs."""
+The three modes share their message kinds; the statistics' reply differs, and `fet_ranges_reply` carries the
+min/max arrays in mode none only (empty in gdp and ldp)."""
 
 
 class HorizontalParty:
@@ -152,6 +155,8 @@ class HorizontalParty:
         if features.size and (features.min() < 0 or features.max() >= self.schema.n_features):
             raise ProtocolError(f"party {self.name!r}: candidate feature index outside the schema")
         self.rows.features = features
+        if self.privacy != "none":  # DP modes: no extreme leaves the party (thresholds from declared domains)
+            return Message("fet_ranges_reply", {})
         low, high = self.rows.ranges()
         return Message("fet_ranges_reply", {}, {"min": low, "max": high})
 

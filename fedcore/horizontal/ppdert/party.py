@@ -15,6 +15,7 @@ import pandas as pd
 
 from fedcore.algorithms import PPD_ERT
 from fedcore.errors import KeyAuthenticationError, ProtocolError
+from fedcore.horizontal.boxes import NodeBoxes, span_thresholds
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.ppdert.agreed import (
     candidate_draws,
@@ -27,11 +28,9 @@ from fedcore.horizontal.ppdert.cells import (
     CELL_RING_BITS,
     DEFAULT_CELLS,
     NO_CELL,
-    NodeBoxes,
     extreme_cell_indicators,
     hide_multiplicity,
     populated_spans,
-    span_thresholds,
 )
 from fedcore.horizontal.rows import PartyRows, check_hello, narrow, own_rows, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
