@@ -74,7 +74,7 @@ def test_an_ldp_epsilon_sets_the_bloom_mechanism_to_that_epsilon_never_above_it(
     ({"epsilon": 0.5}, EXTRA_TREES,  # no mode: the default, none
      "privacy: mode 'none' does not use field(s) ['epsilon']; valid: ['mode']"),
     ({"mode": "gdp", "n_bits": 32}, EXTRA_TREES,
-     "privacy: mode 'gdp' does not use field(s) ['n_bits']; valid: ['epsilon', 'mode']"),
+     "privacy: mode 'gdp' does not use field(s) ['n_bits']; valid: ['delta', 'epsilon', 'mode']"),
     ({"mode": "ldp", "mechanism": "krr", "epsilon": 2, "n_hashes": 2}, EXTRA_TREES,
      "privacy: mode 'ldp' with mechanism 'krr' and estimator 'nnls' does not use field(s) ['n_hashes']; "
      "valid: ['epsilon', 'estimator', 'mechanism', 'min_leaf_reports', 'mode']"),
@@ -120,7 +120,7 @@ def test_unknown_unused_and_bad_fields_are_refused_by_name(raw, algorithm, messa
 
 def test_ldp_is_refused_for_a_regression_label() -> None:
     with pytest.raises(ParameterError, match="^privacy 'ldp' randomizes class labels and works for "
-                                             "classification only; use 'gdp' \\(Laplace noise\\) or 'none' "
+                                             "classification only; use 'gdp' \\(Gaussian noise\\) or 'none' "
                                              "for a regression label$"):
         parse_privacy("ldp", EXTRA_TREES, "regression")
     assert parse_privacy("gdp", EXTRA_TREES, "regression") == GlobalDP()
