@@ -125,6 +125,11 @@ def test_bad_training_settings_are_refused_by_name(training, message) -> None:
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
      "privacy: mode 'gdp' does not use field(s) ['thresholds']; valid: ['delta', 'epsilon', 'mode']"),
+    ({"setting": "horizontal", "privacy": {"mode": "gdp", "epsilon": 1, "delta": 1e-6},
+      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
+                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+     "privacy 'gdp' needs a bounded depth: set params.max_depth (the model's budget is spread over trees x "
+     "levels)"),
     ({"setting": "horizontal", "privacy": {"mode": "gdp", "epsilon": 0},
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},

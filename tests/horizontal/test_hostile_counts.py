@@ -319,6 +319,28 @@ def test_a_gdp_party_refuses_more_candidates_than_its_plan() -> None:
                                   "for k = 2: more raise each release's sensitivity")
 
 
+def test_a_gdp_party_refuses_a_sum_noise_below_its_targets_bound() -> None:
+    """A master sending a smaller q_bound_bits would scale the sums' noise below one row's reach."""
+    model = FederatedExtraTreesRegressor(privacy="gdp", epsilon=1.0, **OPTIONS)
+    original = model._make_master
+    sent = {}
+
+    def make(transport, schema):
+        master = original(transport, schema)
+        honest_setup = master.setup
+
+        def setup():
+            honest_setup()
+            master.q_bits = sent["bits"] = master.q_bits - 20
+        master.setup = setup
+        return master
+    model._make_master = make
+    with pytest.raises(ProtocolError) as refused:
+        model.fit(_frames("regression"), "target")
+    assert str(refused.value) == (f"party 'a': q_bound_bits {sent['bits']} is below its quantised targets' "
+                                  "bound: the sums' noise would not cover one row")
+
+
 @pytest.mark.parametrize("rows", [-5, 1.5, "200", True])
 def test_hello_must_declare_a_row_count(rows) -> None:
     def alter(parties, message, reply):
