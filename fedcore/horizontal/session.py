@@ -234,9 +234,10 @@ class HorizontalSession(MasterSession):
         mode = self.privacy.mode
         out: dict[str, Any] = {"mode": mode, "setting": self.privacy.to_dict()}
         if isinstance(self.privacy, GlobalDP):
-            out.update({"epsilon_total": self.privacy.epsilon, "delta": self.privacy.delta,
+            out.update({"epsilon_budget": self.privacy.epsilon, "delta": self.privacy.delta,
                         "note": "the model's whole budget, per row: each institution adds Gaussian noise "
-                                "calibrated to it and keeps its own ledger, which refuses a release past it"})
+                                "calibrated to it and keeps its own ledger, which refuses a release past it; "
+                                "what each spent stays in its ledger"})
             plan = getattr(self.master, "plan", None)
             if plan is not None:
                 out["sigma"], out["planned_releases_per_row"] = plan.sigma, plan.releases

@@ -492,7 +492,9 @@ def test_a_federation_bounds_noisy_counts_by_the_configured_budget(tmp_path) -> 
                                   f"{plan.sensitivity:g} plans sigma {plan.sigma!r}")
     session, _ = _federation(tmp_path / "honest", "classification", privacy, lambda reply: reply)
     session.train()
-    assert session.privacy_report()["sigma"] == plan.sigma
+    report = session.privacy_report()
+    assert (report["epsilon_budget"], report["delta"], report["sigma"]) == (0.5, 1e-7, plan.sigma)
+    assert "epsilon_per_query" not in report
 
 
 def test_a_federation_bounds_each_target_magnitude_by_the_contract(tmp_path) -> None:
