@@ -109,9 +109,10 @@ def test_simulate_json_regression_on_diabetes(capsys, tmp_path: Path) -> None:
 ])
 def test_simulate_json_horizontal(capsys, breast_cancer_csv: Path, algorithm: str, privacy: str,
                                   exact) -> None:
+    budget = ("--epsilon", 8, "--max-depth", 4) if privacy == "gdp" else ()  # the whole model's budget
     result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--setting", "horizontal",
                        "--algorithm", algorithm, "--privacy", privacy, "--parties", 3, "--trees", 10,
-                       "--partition", "dirichlet", "--alpha", 1.0)
+                       "--partition", "dirichlet", "--alpha", 1.0, *budget)
     assert TOP_KEYS | {"privacy", "partition", "local_only", "privacy_report"} <= set(result)
     assert (result["setting"], result["algorithm"], result["privacy"], result["parties"]) == (
         "horizontal", algorithm, privacy, 3)
@@ -126,6 +127,10 @@ def test_simulate_json_horizontal(capsys, breast_cancer_csv: Path, algorithm: st
     assert ("feature_ranges" in result) is (privacy != "none")
     if algorithm == "extra-trees":  # no party's extremes cross in a DP mode
         assert (result["privacy_report"]["min_max"] is None) is (privacy != "none")
+    if privacy == "gdp":  # what the accountant says the busiest row of each party spent, within the budget
+        report = result["privacy_report"]
+        assert 0 < report["epsilon_total"] <= 8 and report["delta"] == 1e-6
+        assert report["epsilon_total"] == max(p["epsilon_total"] for p in report["parties"].values())
 
 
 def test_simulate_json_vertical_paillier_is_exactly_the_plain_single_party_run(
@@ -179,7 +184,13 @@ def test_version(capsys) -> None:
     (("--setting", "horizontal", "--epsilon", "0.5"),
      "--epsilon applies to privacy 'ldp' and 'gdp' only, not 'none'"),
     (("--epsilon", "0.5"), "--epsilon applies to --algorithm extra-trees only, not 'forest'"),
-    (("--setting", "horizontal", "--privacy", "gdp", "--epsilon", "0"),
+    (("--setting", "horizontal", "--privacy", "gdp"),
+     "--privacy gdp needs --max-depth: the model's budget is spread over trees x levels"),
+    (("--setting", "horizontal", "--delta", "1e-6"), "--delta applies to privacy 'gdp' only, not 'none'"),
+    (("--setting", "horizontal", "--privacy", "gdp", "--max-depth", "3", "--delta", "0.5"),
+     "privacy: delta must be a number in (0, 0.01], got 0.5: the probability that the epsilon guarantee "
+     "fails for a row; keep it far below 1 / rows (default 1e-06)"),
+    (("--setting", "horizontal", "--privacy", "gdp", "--epsilon", "0", "--max-depth", "3"),
      "privacy: epsilon must be a finite number > 0, got 0.0: smaller epsilon = more noise and stronger "
      "privacy, larger = less noise (typical values 0.1 to 10)"),
 ])
@@ -210,6 +221,17 @@ def test_simulate_ppd_ert_with_either_threshold_mode(capsys, breast_cancer_csv: 
     code, out, _ = _run(capsys, "simulate", "--data", breast_cancer_csv, "--label", "target", "--setting",
                         "horizontal", "--algorithm", "ppd-ert", "--thresholds", thresholds, "--trees", "3")
     assert code == 0 and f"privacy: thresholds: {said}" in out
+
+
+def test_simulate_gdp_prints_what_the_accountant_says_was_spent(capsys, breast_cancer_csv: Path) -> None:
+    options = ("--data", breast_cancer_csv, "--label", "target", "--setting", "horizontal", "--privacy",
+               "gdp", "--trees", "3", "--max-depth", "3", "--epsilon", "2", "--delta", "1e-7")
+    report = _run_json(capsys, *options)["privacy_report"]
+    assert report["setting"] == {"mode": "gdp", "epsilon": 2.0, "delta": 1e-7}
+    assert 0 < report["epsilon_total"] <= 2.0 and report["delta"] == 1e-7
+    code, out, _ = _run(capsys, "simulate", *options)
+    assert code == 0 and (f"privacy: global DP, epsilon {report['epsilon_total']:.4g} (delta 1e-07) spent by "
+                          "the busiest row of the most charged party, of the model's budget 2") in out
 
 
 # -- one convention: a usage error is bad input too (one line, exit 1, no usage block) ----------------------

@@ -124,7 +124,12 @@ def test_bad_training_settings_are_refused_by_name(training, message) -> None:
     ({"setting": "horizontal", "privacy": {"mode": "gdp", "thresholds": "domain"},
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
-     "privacy: mode 'gdp' does not use field(s) ['thresholds']; valid: ['epsilon', 'mode']"),
+     "privacy: mode 'gdp' does not use field(s) ['thresholds']; valid: ['delta', 'epsilon', 'mode']"),
+    ({"setting": "horizontal", "privacy": {"mode": "gdp", "epsilon": 1, "delta": 1e-6},
+      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
+                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+     "privacy 'gdp' needs a bounded depth: set params.max_depth (the model's budget is spread over trees x "
+     "levels)"),
     ({"setting": "horizontal", "privacy": {"mode": "gdp", "epsilon": 0},
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
@@ -162,7 +167,7 @@ def test_an_ldp_epsilon_is_honoured_not_ignored() -> None:
      "privacy: mode 'ldp' with mechanism 'krr' and estimator 'nnls' does not use field(s) "
      "['keep_probability']; valid: ['epsilon', 'estimator', 'mechanism', 'min_leaf_reports', 'mode']"),
     ("ldp", {"task": "regression", "criterion": "squared_error"},
-     "privacy 'ldp' randomizes class labels and works for classification only; use 'gdp' (Laplace noise) or "
+     "privacy 'ldp' randomizes class labels and works for classification only; use 'gdp' (Gaussian noise) or "
      "'none' for a regression label"),
 ])
 def test_a_privacy_field_is_refused_when_the_config_loads(privacy, params, message) -> None:

@@ -39,6 +39,7 @@ from fedcore.estimator_api import (
 )
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.fet.party import HorizontalParty
+from fedcore.horizontal.fet.plan import check_bounded_depth
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.ppdert.master import PPDERTMaster
 from fedcore.horizontal.ppdert.party import PPDERTParty
@@ -49,6 +50,7 @@ from fedcore.horizontal.validation import (
     named_parties,
     resolve_feature_ranges,
 )
+from fedcore.privacy.accounting import DEFAULT_DELTA
 from fedcore.privacy.ldp import LabelLDP
 from fedcore.privacy.settings import (
     GlobalDP,
@@ -219,9 +221,10 @@ class _FETBase(_HorizontalForest):
     """Federated Extra-Trees estimators.
 
     `privacy`: "none", "gdp" or "ldp" (classification), a mapping with `mode` and its fields, or a
-    `PrivacySetting` (`fedcore.privacy.settings`). `epsilon` and `ldp` (a `LabelLDP`) are shorthands for
-    its fields: gdp's epsilon per count query; ldp's epsilon for each row's label, and its mechanism. A
-    field the mode does not use is refused.
+    `PrivacySetting` (`fedcore.privacy.settings`). `epsilon`, `delta` and `ldp` (a `LabelLDP`) are
+    shorthands for its fields: gdp's (epsilon, delta), the whole model's budget per row (gdp needs a
+    `max_depth`); ldp's epsilon for each row's label, and its mechanism. A field the mode does not use is
+    refused.
 
     In gdp and ldp no party sends a node's min or max: thresholds are drawn in the declared domains
     (`feature_ranges`, as PPD-ERT's; `allow_data_ranges=True` in a simulation takes the pooled rows' extent),
@@ -230,12 +233,13 @@ class _FETBase(_HorizontalForest):
 
     privacy: str | Mapping[str, Any] | PrivacySetting
     epsilon: float | None
+    delta: float | None
     ldp: LabelLDP | None
 
     def __init__(self, n_estimators: int = 100, *, max_depth: int | None = None, min_samples_split: int = 2,
                  min_samples_leaf: int = 1, max_features: str | int | float | None = "sqrt",
                  criterion: str = "gini", privacy: str | Mapping[str, Any] | PrivacySetting = "none",
-                 epsilon: float | None = None, ldp: LabelLDP | None = None,
+                 epsilon: float | None = None, delta: float | None = None, ldp: LabelLDP | None = None,
                  feature_ranges: Mapping[str, tuple[float, float]] | None = None,
                  allow_data_ranges: bool = False,
                  categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
@@ -247,7 +251,7 @@ class _FETBase(_HorizontalForest):
     def _check_settings(self) -> None:
         if self.ldp is not None and not isinstance(self.ldp, LabelLDP):
             raise ParameterError(f"ldp must be a LabelLDP, got {type(self.ldp).__name__}")
-        fields: dict[str, Any] = {"epsilon": self.epsilon}
+        fields: dict[str, Any] = {"epsilon": self.epsilon, "delta": self.delta}
         given = label_ldp_fields(self.ldp, complete=False) if self.ldp is not None else {}
         for name, value in given.items():
             if fields.get(name) is not None:  # k-RR's epsilon_krr
@@ -257,8 +261,9 @@ class _FETBase(_HorizontalForest):
         if self.ldp is not None and not isinstance(self._setting, LocalDP):
             raise ParameterError(f"privacy: ldp= (the label mechanism) applies to mode 'ldp' only, not "
                                  f"{self._setting.mode!r}")
+        check_bounded_depth(self._setting, self._params.max_depth)
         self._privacy = self._setting.mode
-        self._epsilon = self._setting.epsilon if isinstance(self._setting, GlobalDP) else 1.0
+        self._gdp = self._setting if isinstance(self._setting, GlobalDP) else None
         self._ldp = self._setting.ldp if isinstance(self._setting, LocalDP) else None
 
     def _check_before_fit(self, schema, frames) -> None:
@@ -276,15 +281,19 @@ class _FETBase(_HorizontalForest):
         return self._ldp
 
     def _make_parties(self, frames, schema):
-        return [HorizontalParty(name=name, schema=schema, privacy=self._privacy, epsilon=self._epsilon,
-                                ldp=self._ldp, noise_seed=party_noise_seed(self._params.random_state, name),
+        budget = self._gdp or GlobalDP()  # used under gdp only
+        return [HorizontalParty(name=name, schema=schema, privacy=self._privacy, epsilon=budget.epsilon,
+                                delta=budget.delta, ldp=self._ldp,
+                                noise_seed=party_noise_seed(self._params.random_state, name),
                                 **self._rows(name, frame, schema))
                 for name, frame in frames.items()]
 
     def _make_master(self, transport, schema):
+        gdp = self._gdp
         return FederatedExtraTreesMaster(transport, self._params, schema, privacy=self._privacy,
-                                         epsilon=self._epsilon if self._privacy == "gdp" else None,
-                                         ldp=self._ldp, low=self._low, high=self._high,
+                                         epsilon=gdp.epsilon if gdp else None,
+                                         delta=gdp.delta if gdp else DEFAULT_DELTA, ldp=self._ldp,
+                                         low=self._low, high=self._high,
                                          progress=self._progress_callback())
 
     @property
@@ -307,16 +316,18 @@ class _FETBase(_HorizontalForest):
             report["epsilon"] = None
             report["composed_epsilon"] = None
         elif self._privacy == "gdp":
-            spent = [p.privacy_spent() for p in self.parties_]
-            worst = max(spent, key=lambda s: s["total_epsilon"])
+            spent = {p.name: p.privacy_spent() for p in self.parties_}
+            worst = max(spent.values(), key=lambda s: s["epsilon_total"])
             report.update({
-                "label_statistics": "per-party Laplace-noised branch counts",
-                "epsilon": self._epsilon, "epsilon_per_query": self._epsilon,
-                "queries_per_row": worst["queries"], "composed_epsilon": worst["total_epsilon"],
-                "composition": "basic sequential composition over the count queries a single row takes part "
-                               "in (one per candidate feature, per tree it is active in, per level); the two "
-                               "branches of a candidate are disjoint (parallel composition)",
-                "parties": {p.name: s for p, s in zip(self.parties_, spent, strict=True)},
+                "label_statistics": "per-party Gaussian-noised branch counts",
+                "epsilon_total": worst["epsilon_total"], "delta": worst["delta"],
+                "epsilon_budget": worst["epsilon_budget"], "sigma": worst["sigma"],
+                "releases_per_row": worst["releases_per_row"],
+                "composition": "dp-accounting's PLD accountant over the Gaussian releases the busiest row "
+                               "took part in: one per tree it is active in, per level, each the node's "
+                               "branch counts of all k candidates (L2 sensitivity sqrt(k), regression "
+                               "sqrt(2k))",
+                "parties": spent,
             })
         else:
             eps = self._label_ldp().epsilon()
@@ -382,7 +393,8 @@ class FederatedExtraTreesRegressor(RegressorMixin, _FETBase):
                  min_samples_leaf: int = 1, max_features: str | int | float | None = 1.0,
                  criterion: str = "squared_error",
                  privacy: str | Mapping[str, Any] | PrivacySetting = "none", epsilon: float | None = None,
-                 ldp: LabelLDP | None = None, feature_ranges: Mapping[str, tuple[float, float]] | None = None,
+                 delta: float | None = None, ldp: LabelLDP | None = None,
+                 feature_ranges: Mapping[str, tuple[float, float]] | None = None,
                  allow_data_ranges: bool = False,
                  categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
                  tree_batch_size: int | None = None, memory_budget_mb: int | None = None,

@@ -8,7 +8,7 @@ setting already parsed) and returns the setting of its mode:
 |---|---|---|
 | none | `NoPrivacy` | - |
 | paillier, ou | `EncryptedLabels` | `key_bits` (the scheme's sizes; default 2048 Paillier, 3072 OU) |
-| gdp | `GlobalDP` | `epsilon`: per count query (default 1.0) |
+| gdp | `GlobalDP` | `epsilon` (default 1.0), `delta` (default 1e-6): the whole model's budget, per row |
 | ldp | `LocalDP` | `epsilon`: each row's label, over any number of reports; the `LabelLDP` fields |
 | secagg | `SecureAggregation` | `thresholds` (histogram, the default, or domain); `cells` (histogram only) |
 
@@ -35,7 +35,7 @@ from typing import Any
 from fedcore.algorithms import Algorithm
 from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.errors import ParameterError
-from fedcore.privacy.laplace import check_epsilon
+from fedcore.privacy.accounting import DEFAULT_DELTA, check_delta, check_epsilon
 from fedcore.privacy.ldp import ESTIMATORS, MECHANISMS, LabelLDP, keep_probability_for
 from fedcore.privacy.schemes import ENCRYPTED_MODES, check_key_bits, scheme
 
@@ -54,7 +54,8 @@ _MOVED = {"ldp": "the LabelLDP fields now go directly under privacy:",
 _BLOOM_FIELDS = ("n_bits", "n_hashes", "keep_probability", "p_one_if_one", "p_one_if_zero")
 _LDP_FIELDS = ("epsilon", "mechanism", *_BLOOM_FIELDS, "estimator", "lasso_alpha", "min_leaf_reports")
 MODE_FIELDS: dict[str, tuple[str, ...]] = {
-    "none": (), **{mode: ("key_bits",) for mode in ENCRYPTED_MODES}, "gdp": ("epsilon",), "ldp": _LDP_FIELDS,
+    "none": (), **{mode: ("key_bits",) for mode in ENCRYPTED_MODES}, "gdp": ("epsilon", "delta"),
+    "ldp": _LDP_FIELDS,
     "secagg": ("thresholds", "cells"),
 }
 """The fields each mode may have, besides `mode` (some only with a given mechanism, estimator or threshold
@@ -126,22 +127,28 @@ class EncryptedLabels(PrivacySetting):
 
 @dataclass(frozen=True)
 class GlobalDP(PrivacySetting):
-    """Mode `gdp` (FET): each party adds Laplace noise of scale 1 / epsilon to every count it reports."""
+    """Mode `gdp` (FET): each party adds Gaussian noise calibrated to the whole model's (epsilon, delta)."""
 
     epsilon: float = DEFAULT_GDP_EPSILON
-    """Epsilon per count query."""
+    """The whole trained model's epsilon, per row (add/remove-one neighbours)."""
+    delta: float = DEFAULT_DELTA
+    """The probability that the epsilon guarantee fails for a row (`fedcore.privacy.accounting`)."""
     mode: str = field(default="gdp", init=False)
 
     def __post_init__(self) -> None:
-        """Check epsilon: a finite number > 0."""
+        """Check epsilon (a finite number > 0) and delta (`check_delta`)."""
         object.__setattr__(self, "epsilon", _epsilon(self.epsilon))
+        try:
+            object.__setattr__(self, "delta", check_delta(self.delta))
+        except ParameterError as error:
+            raise ParameterError(f"privacy: {error}") from None
 
     def _fields(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon}
+        return {"epsilon": self.epsilon, "delta": self.delta}
 
     def describe(self) -> str:
-        """For messages: 'gdp' (epsilon 0.5)."""
-        return f"'gdp' (epsilon {self.epsilon:g})"
+        """For messages: 'gdp' (epsilon 0.5, delta 1e-06)."""
+        return f"'gdp' (epsilon {self.epsilon:g}, delta {self.delta:g})"
 
 
 @dataclass(frozen=True)
@@ -261,7 +268,7 @@ def parse_privacy(raw: object, algorithm: Algorithm | str, task: str | None = No
         setting = _BUILDERS[mode](mode, fields)
     if task == "regression" and setting.mode == "ldp":
         raise ParameterError("privacy 'ldp' randomizes class labels and works for classification only; use "
-                             "'gdp' (Laplace noise) or 'none' for a regression label")
+                             "'gdp' (Gaussian noise) or 'none' for a regression label")
     return setting
 
 
@@ -338,7 +345,7 @@ def _key_bits(mode: str, bits: object) -> int:
 
 def _global_dp(mode: str, fields: dict[str, Any]) -> PrivacySetting:
     _check_fields(fields, valid_fields(mode), mode)
-    return GlobalDP(fields.get("epsilon", DEFAULT_GDP_EPSILON))
+    return GlobalDP(fields.get("epsilon", DEFAULT_GDP_EPSILON), fields.get("delta", DEFAULT_DELTA))
 
 
 def _secure_aggregation(mode: str, fields: dict[str, Any]) -> PrivacySetting:

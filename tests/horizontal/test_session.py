@@ -144,9 +144,14 @@ def test_contracts_that_disagree_stop_the_session(table, tmp_path) -> None:
 
 @pytest.mark.parametrize(("own", "asked", "refusal"), [
     ({"mode": "gdp", "epsilon": 0.5}, {"mode": "none"},
-     "the master asks for privacy 'none', but this institution's configuration says 'gdp' \\(epsilon 0.5\\)"),
+     "the master asks for privacy 'none', but this institution's configuration says 'gdp' \\(epsilon 0.5, "
+     "delta 1e-06\\)"),
     ({"mode": "gdp", "epsilon": 0.5}, {"mode": "gdp", "epsilon": 8.0},
-     "the master asks for privacy 'gdp' \\(epsilon 8\\), but .* says 'gdp' \\(epsilon 0.5\\)"),
+     "the master asks for privacy 'gdp' \\(epsilon 8, delta 1e-06\\), but .* says 'gdp' \\(epsilon 0.5, "
+     "delta 1e-06\\)"),
+    ({"mode": "gdp", "epsilon": 0.5}, {"mode": "gdp", "epsilon": 0.5, "delta": 1e-3},
+     "the master asks for privacy 'gdp' \\(epsilon 0.5, delta 0.001\\), but .* says 'gdp' \\(epsilon 0.5, "
+     "delta 1e-06\\)"),
     ({"mode": "ldp", "mechanism": "krr", "epsilon": 1.0}, {"mode": "ldp", "mechanism": "bloom"},
      "the master asks for privacy 'ldp' \\(bloom, epsilon 8.79\\), but .* says 'ldp' \\(krr, epsilon 1\\)"),
     ({"mode": "ldp", "epsilon": 3}, {"mode": "ldp"},

@@ -93,7 +93,7 @@ def test_bloom_filter_too_small_for_the_classes() -> None:
 
 def test_ldp_refused_for_regression() -> None:
     _raises(ParameterError, "privacy 'ldp' randomizes class labels and works for classification only; use "
-            "'gdp' (Laplace noise) or 'none' for a regression label",
+            "'gdp' (Gaussian noise) or 'none' for a regression label",
             lambda: FederatedExtraTreesRegressor(2, privacy="ldp").fit(_frames(), "y"))
 
 

@@ -27,6 +27,7 @@ LDP_FIELDS = ("['epsilon', 'estimator', 'keep_probability', 'mechanism', 'min_le
     (None, EXTRA_TREES, NoPrivacy()),
     ("gdp", EXTRA_TREES, GlobalDP(1.0)),
     ({"mode": "gdp", "epsilon": 0.5}, EXTRA_TREES, GlobalDP(0.5)),
+    ({"mode": "gdp", "epsilon": 4, "delta": 1e-8}, EXTRA_TREES, GlobalDP(4.0, 1e-8)),
     ({"mode": "ldp"}, EXTRA_TREES, LocalDP(LabelLDP())),
     ({"mode": "ldp", "mechanism": "krr", "epsilon": 2}, EXTRA_TREES,
      LocalDP(LabelLDP(mechanism="krr", epsilon_krr=2.0))),
@@ -74,7 +75,7 @@ def test_an_ldp_epsilon_sets_the_bloom_mechanism_to_that_epsilon_never_above_it(
     ({"epsilon": 0.5}, EXTRA_TREES,  # no mode: the default, none
      "privacy: mode 'none' does not use field(s) ['epsilon']; valid: ['mode']"),
     ({"mode": "gdp", "n_bits": 32}, EXTRA_TREES,
-     "privacy: mode 'gdp' does not use field(s) ['n_bits']; valid: ['epsilon', 'mode']"),
+     "privacy: mode 'gdp' does not use field(s) ['n_bits']; valid: ['delta', 'epsilon', 'mode']"),
     ({"mode": "ldp", "mechanism": "krr", "epsilon": 2, "n_hashes": 2}, EXTRA_TREES,
      "privacy: mode 'ldp' with mechanism 'krr' and estimator 'nnls' does not use field(s) ['n_hashes']; "
      "valid: ['epsilon', 'estimator', 'mechanism', 'min_leaf_reports', 'mode']"),
@@ -95,6 +96,9 @@ def test_an_ldp_epsilon_sets_the_bloom_mechanism_to_that_epsilon_never_above_it(
     ({"mode": "ldp", "epsilon": -1}, EXTRA_TREES,
      "privacy: epsilon must be a finite number > 0, got -1: smaller epsilon = more noise and stronger "
      "privacy, larger = less noise (typical values 0.1 to 10)"),
+    ({"mode": "gdp", "delta": 0.1}, EXTRA_TREES,
+     "privacy: delta must be a number in (0, 0.01], got 0.1: the probability that the epsilon guarantee "
+     "fails for a row; keep it far below 1 / rows (default 1e-06)"),
     ({"mode": "gdp", "epsilon": True}, EXTRA_TREES,
      "privacy: epsilon must be a finite number > 0, got True: smaller epsilon = more noise and stronger "
      "privacy, larger = less noise (typical values 0.1 to 10)"),
@@ -120,7 +124,7 @@ def test_unknown_unused_and_bad_fields_are_refused_by_name(raw, algorithm, messa
 
 def test_ldp_is_refused_for_a_regression_label() -> None:
     with pytest.raises(ParameterError, match="^privacy 'ldp' randomizes class labels and works for "
-                                             "classification only; use 'gdp' \\(Laplace noise\\) or 'none' "
+                                             "classification only; use 'gdp' \\(Gaussian noise\\) or 'none' "
                                              "for a regression label$"):
         parse_privacy("ldp", EXTRA_TREES, "regression")
     assert parse_privacy("gdp", EXTRA_TREES, "regression") == GlobalDP()
@@ -183,3 +187,11 @@ def test_an_estimator_refuses_a_privacy_field_its_mode_does_not_use(make, messag
     with pytest.raises(ParameterError) as caught:
         make(FederatedExtraTreesClassifier).fit(_frames(), "y")
     assert str(caught.value) == message
+
+
+def test_gdp_carries_its_delta_on_the_wire_and_in_messages() -> None:
+    setting = parse_privacy({"mode": "gdp", "epsilon": 2, "delta": 1e-7}, EXTRA_TREES)
+    assert setting.to_dict() == {"mode": "gdp", "epsilon": 2.0, "delta": 1e-7}
+    assert parse_privacy(setting.to_dict(), EXTRA_TREES) == setting
+    assert setting.describe() == "'gdp' (epsilon 2, delta 1e-07)"
+    assert GlobalDP().to_dict() == {"mode": "gdp", "epsilon": 1.0, "delta": 1e-6}

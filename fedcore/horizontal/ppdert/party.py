@@ -77,10 +77,9 @@ class PPDERTParty:
 
     algorithm = PPD_ERT.id
     protocol = PPDERT_PROTOCOL
-    accountant = None
-    """Noise counters an institution agent checkpoints per batch (`HorizontalInstitutionAgent`): PPD-ERT adds
-    no noise, so they stay empty and zero."""
     reports_per_row = 0
+    """Noise counters an institution agent checkpoints per batch (`HorizontalInstitutionAgent`): PPD-ERT adds
+    no noise, so they stay zero."""
     reports = 0
 
     def __init__(self, name: str, frame: pd.DataFrame | None, schema: HorizontalSchema, *, seed: int,
