@@ -365,8 +365,8 @@ def test_a_dp_master_needs_the_declared_domains(mode) -> None:
     schema = build_schema(frames, "target", "classification")
     transport = InProcessTransport({name: (lambda message: message) for name in frames})
     with pytest.raises(ParameterError) as refused:
-        FederatedExtraTreesMaster(transport, ExtraTreesParams(n_estimators=2, max_depth=3), schema, privacy=mode,
-                                  epsilon=1.0 if mode == "gdp" else None)
+        FederatedExtraTreesMaster(transport, ExtraTreesParams(n_estimators=2, max_depth=3), schema,
+                                  privacy=mode, epsilon=1.0 if mode == "gdp" else None)
     assert str(refused.value) == (f"privacy {mode!r}: the master draws thresholds in the declared feature "
                                   "domains (low=..., high=..., from the data contracts), never from a "
                                   "party's extremes")
