@@ -77,7 +77,7 @@ def run_seed(table: pd.DataFrame, label: str, seed: int, trees: int, parties: in
     out = {"ET": reference["metrics"]["accuracy"], "ET_fit_s": reference["train_s"]}
     frames = split_horizontal(train, parties, label=label, seed=seed)
     models = [("FET", None), ("FET-LDP", LabelLDP())]
-    models += [(f"FET-LDP k-RR eps {eps:g}", LabelLDP(mechanism="krr", epsilon_krr=eps)) for eps in krr]
+    models += [(f"FET-LDP k-RR eps {eps:g}", LabelLDP(mechanism="krr", report_epsilon=eps)) for eps in krr]
     seconds: dict[str, list[float]] = {name: [] for name, _ in models}
     ratios: dict[str, list[float]] = {name: [] for name, _ in models}
     for _ in range(repeat):

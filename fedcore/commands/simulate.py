@@ -68,7 +68,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                           "(default), ldp or gdp; ppd-ert: secagg")
     sim.add_argument("--epsilon", type=float, default=None,
                      help="gdp: epsilon per count query (default 1.0); ldp: each row's label epsilon, over "
-                          "any number of reports (default: the Bloom mechanism's defaults, 8.79)")
+                          "any number of reports (default 2.0)")
     sim.add_argument("--thresholds", choices=("histogram", "domain"), default=None,
                      help="ppd-ert: candidate thresholds within each node's populated grid cells (histogram, "
                           "the default) or uniform in the declared domain (domain, the paper's)")
@@ -284,8 +284,8 @@ def _privacy_summary(report: dict) -> str:
         return (f"global DP, epsilon {report['epsilon_per_query']:g} per query, composed epsilon "
                 f"{report['composed_epsilon']:g} for the most queried row")
     if report.get("mode") == "ldp":
-        return (f"local DP on labels, epsilon {report['epsilon_permanent']:.3g} (permanent, any number of "
-                f"reports), {report['epsilon_instant']:.3g} per report")
+        return (f"local DP on labels ({report['mechanism']}), epsilon {report['epsilon']:.3g} per row, "
+                "however many trees")
     if report.get("algorithm") == "ppd-ert":
         return f"thresholds: {report['thresholds']}"
     return ""

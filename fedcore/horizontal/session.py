@@ -93,6 +93,7 @@ class HorizontalSession(MasterSession):
                      for name, r in replies.items()}
         shared = shared_schema(contracts)
         self.schema = engine_schema(shared, self.params.task)
+        self.privacy = self.privacy.for_classes(self.schema.n_classes)  # LDP "auto": the mechanism it runs
         self._y_exponents = {name: declared_y_exponent(contract) for name, contract in contracts.items()}
         header = {"schema": self.schema.to_dict(), "algorithm": self.algorithm,
                   "privacy": self.privacy.to_dict(),
@@ -232,7 +233,7 @@ class HorizontalSession(MasterSession):
             out["epsilon_per_query"] = self.privacy.epsilon
             out["note"] = "each institution adds the noise and keeps its own budget accounting"
         if isinstance(self.privacy, LocalDP):
-            out["epsilon"] = self.privacy.ldp.epsilon()
+            out.update(self.privacy.budget())
         if mode == "secagg":
             out["note"] = "the master received only masked sums of branch counts"
         return out

@@ -22,6 +22,7 @@ from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.session import HorizontalSession
 from fedcore.models.registry import ModelRegistry
 from fedcore.privacy.keyauth import ephemeral_identities
+from fedcore.privacy.ldp import LabelLDP
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from tests.keys import master_key, master_public_key
@@ -149,9 +150,12 @@ def test_contracts_that_disagree_stop_the_session(table, tmp_path) -> None:
      "the master asks for privacy 'gdp' \\(epsilon 8\\), but .* says 'gdp' \\(epsilon 0.5\\)"),
     ({"mode": "ldp", "mechanism": "krr", "epsilon": 1.0}, {"mode": "ldp", "mechanism": "bloom"},
      "the master asks for privacy 'ldp' \\(bloom, epsilon 8.79\\), but .* says 'ldp' \\(krr, epsilon 1\\)"),
+    # both "auto": each resolves it for the agreed 3 classes (k-RR), the master before it sends its setup
     ({"mode": "ldp", "epsilon": 3}, {"mode": "ldp"},
-     "the master asks for privacy 'ldp' \\(bloom, epsilon 8.79\\), but .* says 'ldp' \\(bloom, epsilon 3\\)"),
-    ({"mode": "ldp", "n_bits": 64}, {"mode": "ldp"},
+     "the master asks for privacy 'ldp' \\(krr, epsilon 2\\), but .* says 'ldp' \\(krr, epsilon 3\\)"),
+    ({"mode": "ldp"}, {"mode": "ldp", "mechanism": "oue"},
+     "the master asks for privacy 'ldp' \\(oue, epsilon 2\\), but .* says 'ldp' \\(krr, epsilon 2\\)"),
+    ({"mode": "ldp", "mechanism": "bloom", "n_bits": 64}, {"mode": "ldp", "mechanism": "bloom"},
      "the master asks for privacy \\{'mode': 'ldp', .*\\}, but .* says \\{'mode': 'ldp', "
      "'mechanism': 'bloom', 'n_bits': 64, .*\\}"),
 ])
@@ -178,8 +182,9 @@ def test_an_agent_trains_fet_only_with_the_privacy_of_its_own_config(table, tmp_
 def test_a_configured_ldp_epsilon_is_the_epsilon_every_party_randomizes_labels_at(table, tmp_path) -> None:
     """`privacy: {mode: ldp, epsilon: 3}` trains at epsilon 3, not at the Bloom defaults' 8.79 (issue #27).
 
-    The config is parsed once; the master sends the setting in its setup, every agent parses it and its own
-    config with the same parser, and the party's mechanism is the configured one.
+    The config is parsed once; the master resolves "auto" for the agreed classes (k-RR for 3 at epsilon 3)
+    and sends that in its setup, every agent parses it and its own config with the same parser and resolves
+    its own "auto" the same way, and the party's mechanism is the configured one.
     """
     from fedcore.config import parse_config
 
@@ -195,11 +200,12 @@ def test_a_configured_ldp_epsilon_is_the_epsilon_every_party_randomizes_labels_a
     session.agree_schema()
     session.train()
     for agent in agents.values():
-        spent = agent.party.privacy_spent()
-        assert spent["permanent"] == pytest.approx(3.0, rel=1e-12) and spent["permanent"] <= 3.0
-        assert agent.party.label_ldp().keep_probability == pytest.approx(np.tanh(3 / 16))
-    assert session.privacy_report()["epsilon"]["permanent"] == pytest.approx(3.0, rel=1e-12)
-    assert session.privacy_report()["setting"] == config.privacy.to_dict()
+        assert agent.party.privacy_spent()["permanent"] == 3.0
+        assert agent.party.label_ldp() == LabelLDP(mechanism="krr", report_epsilon=3.0)
+    resolved = {"mode": "ldp", "mechanism": "krr", "epsilon": 3.0, "estimator": "nnls"}
+    assert config.privacy.to_dict()["mechanism"] == "auto"
+    assert session.privacy_report() == {"mode": "ldp", "setting": resolved, "mechanism": "krr",
+                                        "epsilon": 3.0, "epsilon_total": 3.0, "delta": 0.0}
 
 
 @pytest.mark.parametrize("algorithm", ["extra-trees", "ppd-ert"])

@@ -85,7 +85,8 @@ def test_bloom_filter_too_small_for_the_classes() -> None:
     frames = _frames()
     for f, labels in zip(frames, (["a", "b", "c", "d"], ["e", "f", "g", "h"]), strict=True):
         f["y"] = np.resize(labels, len(f))
-    model = FederatedExtraTreesClassifier(2, privacy="ldp", ldp=LabelLDP(n_bits=4, n_hashes=1))
+    model = FederatedExtraTreesClassifier(2, privacy="ldp",
+                                          ldp=LabelLDP(mechanism="bloom", n_bits=4, n_hashes=1))
     with pytest.raises(ParameterError, match=re.escape("LDP Bloom patterns with n_bits=4, n_hashes=1 cannot "
                                                        "represent n_classes=8")):
         model.fit(frames, "y")

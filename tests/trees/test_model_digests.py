@@ -24,6 +24,8 @@ from fedcore.vertical.estimators import FederatedForestClassifier, FederatedFore
 from tests.conftest import mixed_table
 from tests.horizontal.common import horizontal_table, split_rows
 
+BLOOM = {"mode": "ldp", "mechanism": "bloom"}  # the FET paper's mechanism (no longer the default)
+
 
 def digest(arrays: dict[str, np.ndarray]) -> str:
     """sha256 over every array's name, dtype, shape and bytes, in name order."""
@@ -87,11 +89,15 @@ CASES = {
         FederatedExtraTreesRegressor(n_estimators=3, random_state=5, privacy="gdp", epsilon=2.0, max_depth=4),
         horizontal_table(seed=3, task="regression"), 2),
     "fet ldp bloom": lambda: _horizontal(
-        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp"),
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy=BLOOM),
+        horizontal_table(seed=2), 3),
+    "fet ldp oue": lambda: _horizontal(
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp",
+                                      ldp=LabelLDP(mechanism="oue", report_epsilon=3.0)),
         horizontal_table(seed=2), 3),
     "fet ldp krr": lambda: _horizontal(
         FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp",
-                                      ldp=LabelLDP(mechanism="krr", epsilon_krr=4.0)),
+                                      ldp=LabelLDP(mechanism="krr", report_epsilon=4.0)),
         horizontal_table(seed=2), 2),
     "ppdert secure": lambda: _horizontal(
         PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8,
@@ -112,7 +118,7 @@ CASES = {
                          block_rows=50),
         horizontal_table(seed=1), 3),
     "fet ldp bloom, dask": lambda: _horizontal(
-        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp", compute=_DASK,
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy=BLOOM, compute=_DASK,
                                       block_rows=50),
         horizontal_table(seed=2), 3),
     "vertical plain gini, dask": lambda: _vertical(
@@ -131,6 +137,7 @@ PINNED = {
     'fet gdp regression': '81259633f2469c43',
     'fet ldp bloom': '44780879cc3a6656',
     'fet ldp krr': '7c66d65b5b73cff0',
+    'fet ldp oue': '482917cf35c435af',
     'ppdert secure': '1226ead6a817ac16',
     'ppdert secure histogram': '541d7c9f1d5fe577',
     'fet gdp regression, dask': '81259633f2469c43',
