@@ -23,6 +23,7 @@ from fedcore.horizontal.session import HorizontalSession
 from fedcore.models.registry import ModelRegistry
 from fedcore.privacy.keyauth import ephemeral_identities
 from fedcore.privacy.ldp import LabelLDP
+from fedcore.privacy.settings import LocalDP
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from tests.keys import master_key, master_public_key
@@ -177,6 +178,23 @@ def test_an_agent_trains_fet_only_with_the_privacy_of_its_own_config(table, tmp_
     agreed.agree_schema()
     agreed.train()
     assert agreed.model.n_trees == 12
+
+
+def test_an_agent_refuses_label_ldp_for_a_regression_label_by_name(table, tmp_path) -> None:
+    """A master that asks for label LDP on a regression label is refused with the parser's reason."""
+    values = table.assign(**{"class": table["class"].map({"a": 0.5, "b": 1.5, "c": 2.5})})
+    agents = _agents(values, tmp_path)
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()})
+    transport.exchange({n: Message("validation_report") for n in agents})
+    params = ExtraTreesParams(n_estimators=2, task="regression", criterion="squared_error")
+    session = HorizontalSession(transport, params, privacy="gdp")
+    session.privacy = LocalDP(LabelLDP(mechanism="krr"))  # past the master's own check
+    with pytest.raises(ProtocolError) as caught:
+        session.agree_schema()
+    assert str(caught.value) == (
+        "institution 'north': the master's setup asks for no usable privacy setting (privacy 'ldp' "
+        "randomizes class labels and works for classification only; use 'gdp' (Laplace noise) or 'none' for "
+        "a regression label); refusing to train")
 
 
 def test_a_configured_ldp_epsilon_is_the_epsilon_every_party_randomizes_labels_at(table, tmp_path) -> None:
