@@ -222,6 +222,8 @@ def test_a_configured_ldp_epsilon_is_the_epsilon_every_party_randomizes_labels_a
         assert agent.party.label_ldp() == LabelLDP(mechanism="krr", report_epsilon=3.0)
     resolved = {"mode": "ldp", "mechanism": "krr", "epsilon": 3.0, "estimator": "nnls"}
     assert config.privacy.to_dict()["mechanism"] == "auto"
+    setups = [Message.from_bytes(e.payload) for e in session.transport.transcript if e.kind == "setup"]
+    assert len(setups) == 3 and all(m.header["privacy"] == resolved for m in setups)  # what crossed
     assert session.privacy_report() == {"mode": "ldp", "setting": resolved, "mechanism": "krr",
                                         "epsilon": 3.0, "epsilon_total": 3.0, "delta": 0.0}
 
