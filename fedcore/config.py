@@ -6,7 +6,8 @@
     privacy: none                # forest: none | paillier | ou ({mode: paillier, key_bits: 3072});
                                  # extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 1, delta: 1e-6}:
                                  #   the whole model's budget per row; needs params.max_depth),
-                                 #   {mode: ldp, epsilon: 4, mechanism: krr});
+                                 #   {mode: ldp, epsilon: 2, mechanism: auto | krr | oue | bloom}: each
+                                 #   row's label epsilon, default 2; auto: k-RR or OUE by the classes);
                                  # ppd-ert: secagg ({mode: secagg, thresholds: histogram | domain, cells: 16})
                                  # (fedcore/privacy/settings.py: every mode's fields; others are refused)
     consortium_key: {env: FEDFOREST_CONSORTIUM_KEY}   # or {file: path}; never the key itself

@@ -147,7 +147,7 @@ def test_simulate_horizontal_regression_with_ldp_is_refused(capsys, tmp_path: Pa
     load_diabetes(as_frame=True).frame.to_csv(path, index=False)
     line = _error_line(capsys, "simulate", "--data", path, "--label", "target", "--setting", "horizontal",
                        "--privacy", "ldp", code=1)
-    assert line == ("fedforest: error: privacy 'ldp' (Bloom-encoded labels) is for classification only; use "
+    assert line == ("fedforest: error: privacy 'ldp' (randomized labels) is for classification only; use "
                     "--algorithm extra-trees with privacy none or gdp for a regression label")
 
 
@@ -201,12 +201,16 @@ def test_unknown_setting_algorithm_or_privacy_is_bad_input(capsys, breast_cancer
 
 
 def test_simulate_ldp_trains_at_the_epsilon_given(capsys, breast_cancer_csv: Path) -> None:
-    """`--privacy ldp --epsilon 2` randomizes the labels at epsilon 2, not at the Bloom defaults' 8.79."""
+    """`--privacy ldp --epsilon 3` randomizes each row's label once at epsilon 3: the model's total.
+
+    The mechanism is "auto" resolved for the 2 classes (k-RR), and the report names it.
+    """
     result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--setting", "horizontal",
-                       "--privacy", "ldp", "--epsilon", "2", "--trees", "3", "--max-depth", "4")
+                       "--privacy", "ldp", "--epsilon", "3", "--trees", "3", "--max-depth", "4")
     report = result["privacy_report"]
-    assert report["epsilon_permanent"] == pytest.approx(2.0, rel=1e-12) and report["epsilon_permanent"] <= 2
-    assert report["setting"]["mode"] == "ldp" and report["setting"]["mechanism"] == "bloom"
+    assert (report["mechanism"], report["epsilon"], report["epsilon_total"], report["delta"]) == \
+        ("krr", 3.0, 3.0, 0.0)
+    assert report["setting"] == {"mode": "ldp", "mechanism": "krr", "epsilon": 3.0, "estimator": "nnls"}
 
 
 @pytest.mark.parametrize("thresholds", ["histogram", "domain"])

@@ -148,19 +148,22 @@ HORIZONTAL = [{"name": n, "data": f"{n}.csv", "id_column": "id", "label": "y"} f
 def test_an_ldp_epsilon_is_honoured_not_ignored() -> None:
     """`{mode: ldp, epsilon: 0.1}` used to load and train at the Bloom defaults' epsilon 8.79 (issue #27)."""
     config = parse_config(_raw(setting="horizontal", institutions=HORIZONTAL,
-                               privacy={"mode": "ldp", "epsilon": 0.1}), CONFIG)
+                               privacy={"mode": "ldp", "mechanism": "bloom", "epsilon": 0.1}), CONFIG)
     assert isinstance(config.privacy, LocalDP)
     assert config.privacy.epsilon == pytest.approx(0.1, rel=1e-12) and config.privacy.epsilon <= 0.1
     krr = parse_config(_raw(setting="horizontal", institutions=HORIZONTAL,
                             privacy={"mode": "ldp", "mechanism": "krr", "epsilon": 4}), CONFIG)
-    assert krr.privacy == LocalDP(LabelLDP(mechanism="krr", epsilon_krr=4.0))
+    assert krr.privacy == LocalDP(LabelLDP(mechanism="krr", report_epsilon=4.0))
 
 
 @pytest.mark.parametrize(("privacy", "params", "message"), [
-    ({"mode": "ldp", "n_bit": 32}, {},
+    ({"mode": "ldp", "mechanism": "bloom", "n_bit": 32}, {},
      "privacy: unknown field(s) ['n_bit'] for mode 'ldp'; valid: ['epsilon', 'estimator', "
      "'keep_probability', 'mechanism', 'min_leaf_reports', 'mode', 'n_bits', 'n_hashes', 'p_one_if_one', "
      "'p_one_if_zero']"),
+    ({"mode": "ldp", "n_bits": 32}, {},
+     "privacy: mode 'ldp' with mechanism 'auto' and estimator 'nnls' does not use field(s) ['n_bits']; "
+     "valid: ['epsilon', 'estimator', 'mechanism', 'min_leaf_reports', 'mode']"),
     ({"mode": "none", "epsilon": 0.1}, {},
      "privacy: mode 'none' does not use field(s) ['epsilon']; valid: ['mode']"),
     ({"mode": "ldp", "mechanism": "krr", "epsilon": 2, "keep_probability": 0.5}, {},

@@ -69,8 +69,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                           "(default), ldp or gdp; ppd-ert: secagg")
     sim.add_argument("--epsilon", type=float, default=None,
                      help="gdp: the whole model's epsilon per row (default 1.0; needs --max-depth); ldp: "
-                          "each row's label epsilon, over any number of reports (default: the Bloom "
-                          "mechanism's defaults, 8.79)")
+                          "each row's label epsilon, over any number of reports (default 2.0)")
     sim.add_argument("--delta", type=float, default=None,
                      help="gdp: the whole model's delta (default 1e-6), the probability the epsilon "
                           "guarantee fails for a row")
@@ -301,8 +300,8 @@ def _privacy_summary(report: dict) -> str:
         return (f"global DP, epsilon {report['epsilon_total']:.4g} (delta {report['delta']:g}) spent by the "
                 f"busiest row of the most charged party, of the model's budget {report['epsilon_budget']:g}")
     if report.get("mode") == "ldp":
-        return (f"local DP on labels, epsilon {report['epsilon_permanent']:.3g} (permanent, any number of "
-                f"reports), {report['epsilon_instant']:.3g} per report")
+        return (f"local DP on labels ({report['mechanism']}), epsilon {report['epsilon']:.3g} per row, "
+                "however many trees")
     if report.get("algorithm") == "ppd-ert":
         return f"thresholds: {report['thresholds']}"
     return ""

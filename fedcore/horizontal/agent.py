@@ -234,17 +234,20 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
 
         Its own configuration's when it has one: a master whose setup asks for any other (less noise, no
         noise, other thresholds) is refused before any row is touched. Else (in-process use) the master's.
-        Both are read by the one parser, for the algorithm the master names.
+        Both are read by the one parser, for the algorithm the master names, and resolved for the agreed
+        classes (LDP "auto"), so a master and an institution with "auto" agree.
         """
+        assert self.schema is not None, "setup reads the schema before the privacy setting"
+        n_classes, task = self.schema.n_classes, self.schema.task
         try:
-            asked = parse_privacy(h.get("privacy"), str(h.get("algorithm")))
+            asked = parse_privacy(h.get("privacy"), str(h.get("algorithm")), task).for_classes(n_classes)
         except ParameterError as error:
             raise ProtocolError(f"institution {self.name!r}: the master's setup asks for no usable privacy "
                                 f"setting ({error}); refusing to train") from None
         if self.data.privacy is None:
             return asked
         try:
-            own = parse_privacy(self.data.privacy, str(h["algorithm"]))
+            own = parse_privacy(self.data.privacy, str(h["algorithm"]), task).for_classes(n_classes)
         except ParameterError as error:
             raise ProtocolError(f"institution {self.name!r}: its own privacy configuration, read for the "
                                 f"algorithm {h['algorithm']!r} the master asks for, is refused ({error}); "

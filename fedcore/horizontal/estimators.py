@@ -254,7 +254,7 @@ class _FETBase(_HorizontalForest):
         fields: dict[str, Any] = {"epsilon": self.epsilon, "delta": self.delta}
         given = label_ldp_fields(self.ldp, complete=False) if self.ldp is not None else {}
         for name, value in given.items():
-            if fields.get(name) is not None:  # k-RR's epsilon_krr
+            if fields.get(name) is not None:  # k-RR's report_epsilon
                 raise ParameterError(f"privacy: {name} given both as {name}= and in ldp=; give it once")
             fields[name] = value
         self._setting = privacy_with(self.privacy, EXTRA_TREES, self._task, **fields)
@@ -267,7 +267,9 @@ class _FETBase(_HorizontalForest):
         self._ldp = self._setting.ldp if isinstance(self._setting, LocalDP) else None
 
     def _check_before_fit(self, schema, frames) -> None:
-        if self._privacy == "ldp":
+        if self._privacy == "ldp":  # "auto" resolved for the classes: what runs, and what the report names
+            self._setting = self._setting.for_classes(schema.n_classes)
+            self._ldp = self._setting.ldp if isinstance(self._setting, LocalDP) else None
             self._label_ldp().check_classes(schema.n_classes)
         if self._privacy in ("gdp", "ldp"):
             self._resolve_domains(schema, frames)
@@ -330,33 +332,38 @@ class _FETBase(_HorizontalForest):
                 "parties": spent,
             })
         else:
-            eps = self._label_ldp().epsilon()
-            reports = max(p.reports_per_row for p in self.parties_)
-            ldp = self.parties_[0].label_ldp()
-            if ldp.mechanism == "krr":
-                statistics = ("per-party counts of k-ary randomized-response class reports, plus plain "
-                              "branch sizes")
-                composition = ("k-RR: each sample's report is drawn once and reused: epsilon_krr for any "
-                               "number")
-                mechanism = {"mechanism": "krr", "epsilon_krr": ldp.epsilon_krr, "estimator": ldp.estimator}
-            else:
-                statistics = ("per-party sums of instant randomized-response bits of Bloom-encoded labels, "
-                              "plus plain branch sizes")
-                composition = ("RAPPOR: any number of reports reveal at most the permanent epsilon; each "
-                               "report at most the instant epsilon")
-                mechanism = {"mechanism": "bloom", "n_bits": ldp.n_bits, "n_hashes": ldp.n_hashes,
-                             "keep_probability": ldp.keep_probability, "p_one_if_one": ldp.p_one_if_one,
-                             "p_one_if_zero": ldp.p_one_if_zero, "estimator": ldp.estimator}
-            report.update({
-                "label_statistics": statistics,
-                "epsilon": eps, "epsilon_permanent": eps["permanent"], "epsilon_instant": eps["instant"],
-                "reports_per_row": reports,
-                "composed_epsilon": min(eps["permanent"], reports * eps["instant"]),
-                "composition": composition,
-                "ldp_mechanism": mechanism,
-                "min_samples_leaf": self.master_.min_samples_leaf,  # raised to the LDP leaf floor
-            })
+            report.update(self._ldp_report())
         return report
+
+    def _ldp_report(self) -> dict[str, Any]:
+        """LDP: the mechanism, each row's epsilon (its report's, reused: post-processing) and its parameters.
+
+        `epsilon_total` is that epsilon and `delta` 0: every report of a row repeats its one randomized
+        response (Bloom: the permanent one bounds any number of instant reports), so the trees cost nothing
+        more.
+        """
+        ldp = self.parties_[0].label_ldp()  # sized and resolved for the classes
+        epsilon = ldp.epsilon()
+        if ldp.mechanism == "bloom":
+            statistics = ("per-party sums of instant randomized-response bits of Bloom-encoded labels, plus "
+                          "plain branch sizes")
+            composition = ("RAPPOR: each row's permanent response bounds any number of its instant reports "
+                           f"(one report alone: epsilon {epsilon['instant']:.4g})")
+            parameters: dict[str, Any] = {
+                "n_bits": ldp.n_bits, "n_hashes": ldp.n_hashes, "keep_probability": ldp.keep_probability,
+                "p_one_if_one": ldp.p_one_if_one, "p_one_if_zero": ldp.p_one_if_zero,
+                "epsilon_instant": epsilon["instant"]}
+        else:
+            what = "k-ary randomized-response class reports" if ldp.mechanism == "krr" else \
+                "optimized-unary-encoding bits of the class one-hot"
+            statistics = f"per-party sums of {what}, plus plain branch sizes"
+            composition = "each row's label is randomized once and the same report reused for every tree"
+            parameters = {"epsilon": ldp.report_epsilon}
+        return {"label_statistics": statistics, **LocalDP(ldp).budget(),
+                "reports_per_row": max(p.reports_per_row for p in self.parties_),
+                "composition": composition,
+                "ldp_mechanism": {"mechanism": ldp.mechanism, **parameters, "estimator": ldp.estimator},
+                "min_samples_leaf": self.master_.min_samples_leaf}  # raised to the LDP leaf floor
 
 
 class _Classifier(ClassifierMixin, _HorizontalForest):

@@ -96,6 +96,7 @@ class HorizontalSession(MasterSession):
                      for name, r in replies.items()}
         shared = shared_schema(contracts)
         self.schema = engine_schema(shared, self.params.task)
+        self.privacy = self.privacy.for_classes(self.schema.n_classes)  # LDP "auto": the mechanism it runs
         self._y_exponents = {name: declared_y_exponent(contract) for name, contract in contracts.items()}
         header = {"schema": self.schema.to_dict(), "algorithm": self.algorithm,
                   "privacy": self.privacy.to_dict(),
@@ -247,7 +248,7 @@ class HorizontalSession(MasterSession):
             if plan is not None:
                 out["sigma"], out["planned_releases_per_row"] = plan.sigma, plan.releases
         if isinstance(self.privacy, LocalDP):
-            out["epsilon"] = self.privacy.ldp.epsilon()
+            out.update(self.privacy.budget())
         if mode == "secagg":
             out["note"] = "the master received only masked sums of branch counts"
         return out

@@ -47,7 +47,7 @@ def check_mode(algorithm: str, privacy: object, task: str | None = None, *, epsi
     chosen = find_algorithm(algorithm, "horizontal")
     setting = privacy_with(privacy, chosen, epsilon=epsilon, delta=delta, thresholds=thresholds)
     if task == "regression" and (algorithm == "ppd-ert" or setting.mode == "ldp"):
-        what = "PPD-ERT" if algorithm == "ppd-ert" else "privacy 'ldp' (Bloom-encoded labels)"
+        what = "PPD-ERT" if algorithm == "ppd-ert" else "privacy 'ldp' (randomized labels)"
         raise ParameterError(f"{what} is for classification only; use --algorithm extra-trees with privacy "
                              "none or gdp for a regression label")
     return setting

@@ -36,9 +36,13 @@ def _fet(**kwargs) -> FederatedExtraTreesClassifier:
                                          **kwargs)
 
 
-@pytest.mark.parametrize("privacy, workers", [("none", "one_worker"), ("none", "three_workers"),
-                                               ("gdp", "three_workers"), ("ldp", "one_worker"),
-                                               ("ldp", "three_workers")])
+@pytest.mark.parametrize("privacy, workers", [
+    ("none", "one_worker"), ("none", "three_workers"), ("gdp", "three_workers"),
+    ("ldp", "one_worker"),  # mechanism "auto": k-RR for these 3 classes
+    ({"mode": "ldp", "mechanism": "oue"}, "three_workers"),
+    ({"mode": "ldp", "mechanism": "bloom"}, "three_workers"),
+], ids=["none-one_worker", "none-three_workers", "gdp-three_workers", "ldp-auto-one_worker",
+        "ldp-oue-three_workers", "ldp-bloom-three_workers"])
 def test_fet_on_dask_is_the_in_process_forest(privacy, workers, request, monkeypatch) -> None:
     client = request.getfixturevalue(workers)
     table = horizontal_table(seed=1)
@@ -77,7 +81,7 @@ def test_blocks_submitted_in_any_order_give_the_same_forest(three_workers, monke
 
     monkeypatch.setattr(DaskPartyRows, "from_frame", classmethod(shuffled))
     table = horizontal_table(seed=2)
-    krr = {"privacy": "ldp", "ldp": LabelLDP(mechanism="krr", epsilon_krr=3.0)}
+    krr = {"privacy": "ldp", "ldp": LabelLDP(mechanism="krr", report_epsilon=3.0)}
     assert_same_forest(_fit(_fet(**krr), table).model_,
                        _fit(_fet(**krr, compute=three_workers, block_rows=BLOCK), table).model_)
 

@@ -96,7 +96,9 @@ CASES = [
     pytest.param("ppd-ert", None, id="ppdert-secagg"),
     pytest.param("ppd-ert", {"mode": "secagg", "thresholds": "domain"}, id="ppdert-secagg-domain"),
     pytest.param("extra-trees", {"mode": "gdp", "epsilon": 2.0}, id="fet-gdp"),
-    pytest.param("extra-trees", {"mode": "ldp"}, id="fet-ldp"),
+    pytest.param("extra-trees", {"mode": "ldp"}, id="fet-ldp"),  # "auto": one report per row
+    # fresh instant reports keyed by each party's count of answered queries
+    pytest.param("extra-trees", {"mode": "ldp", "mechanism": "bloom"}, id="fet-ldp-bloom"),
 ]
 
 

@@ -22,6 +22,8 @@ from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.session import HorizontalSession
 from fedcore.models.registry import ModelRegistry
 from fedcore.privacy.keyauth import ephemeral_identities
+from fedcore.privacy.ldp import LabelLDP
+from fedcore.privacy.settings import LocalDP
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from tests.keys import master_key, master_public_key
@@ -154,9 +156,12 @@ def test_contracts_that_disagree_stop_the_session(table, tmp_path) -> None:
      "delta 1e-06\\)"),
     ({"mode": "ldp", "mechanism": "krr", "epsilon": 1.0}, {"mode": "ldp", "mechanism": "bloom"},
      "the master asks for privacy 'ldp' \\(bloom, epsilon 8.79\\), but .* says 'ldp' \\(krr, epsilon 1\\)"),
+    # both "auto": each resolves it for the agreed 3 classes (k-RR), the master before it sends its setup
     ({"mode": "ldp", "epsilon": 3}, {"mode": "ldp"},
-     "the master asks for privacy 'ldp' \\(bloom, epsilon 8.79\\), but .* says 'ldp' \\(bloom, epsilon 3\\)"),
-    ({"mode": "ldp", "n_bits": 64}, {"mode": "ldp"},
+     "the master asks for privacy 'ldp' \\(krr, epsilon 2\\), but .* says 'ldp' \\(krr, epsilon 3\\)"),
+    ({"mode": "ldp"}, {"mode": "ldp", "mechanism": "oue"},
+     "the master asks for privacy 'ldp' \\(oue, epsilon 2\\), but .* says 'ldp' \\(krr, epsilon 2\\)"),
+    ({"mode": "ldp", "mechanism": "bloom", "n_bits": 64}, {"mode": "ldp", "mechanism": "bloom"},
      "the master asks for privacy \\{'mode': 'ldp', .*\\}, but .* says \\{'mode': 'ldp', "
      "'mechanism': 'bloom', 'n_bits': 64, .*\\}"),
 ])
@@ -180,11 +185,29 @@ def test_an_agent_trains_fet_only_with_the_privacy_of_its_own_config(table, tmp_
     assert agreed.model.n_trees == 12
 
 
+def test_an_agent_refuses_label_ldp_for_a_regression_label_by_name(table, tmp_path) -> None:
+    """A master that asks for label LDP on a regression label is refused with the parser's reason."""
+    values = table.assign(**{"class": table["class"].map({"a": 0.5, "b": 1.5, "c": 2.5})})
+    agents = _agents(values, tmp_path)
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()})
+    transport.exchange({n: Message("validation_report") for n in agents})
+    params = ExtraTreesParams(n_estimators=2, max_depth=3, task="regression", criterion="squared_error")
+    session = HorizontalSession(transport, params, privacy="gdp")
+    session.privacy = LocalDP(LabelLDP(mechanism="krr"))  # past the master's own check
+    with pytest.raises(ProtocolError) as caught:
+        session.agree_schema()
+    assert str(caught.value) == (
+        "institution 'north': the master's setup asks for no usable privacy setting (privacy 'ldp' "
+        "randomizes class labels and works for classification only; use 'gdp' (Gaussian noise) or 'none' for "
+        "a regression label); refusing to train")
+
+
 def test_a_configured_ldp_epsilon_is_the_epsilon_every_party_randomizes_labels_at(table, tmp_path) -> None:
     """`privacy: {mode: ldp, epsilon: 3}` trains at epsilon 3, not at the Bloom defaults' 8.79 (issue #27).
 
-    The config is parsed once; the master sends the setting in its setup, every agent parses it and its own
-    config with the same parser, and the party's mechanism is the configured one.
+    The config is parsed once; the master resolves "auto" for the agreed classes (k-RR for 3 at epsilon 3)
+    and sends that in its setup, every agent parses it and its own config with the same parser and resolves
+    its own "auto" the same way, and the party's mechanism is the configured one.
     """
     from fedcore.config import parse_config
 
@@ -200,11 +223,14 @@ def test_a_configured_ldp_epsilon_is_the_epsilon_every_party_randomizes_labels_a
     session.agree_schema()
     session.train()
     for agent in agents.values():
-        spent = agent.party.privacy_spent()
-        assert spent["permanent"] == pytest.approx(3.0, rel=1e-12) and spent["permanent"] <= 3.0
-        assert agent.party.label_ldp().keep_probability == pytest.approx(np.tanh(3 / 16))
-    assert session.privacy_report()["epsilon"]["permanent"] == pytest.approx(3.0, rel=1e-12)
-    assert session.privacy_report()["setting"] == config.privacy.to_dict()
+        assert agent.party.privacy_spent()["permanent"] == 3.0
+        assert agent.party.label_ldp() == LabelLDP(mechanism="krr", report_epsilon=3.0)
+    resolved = {"mode": "ldp", "mechanism": "krr", "epsilon": 3.0, "estimator": "nnls"}
+    assert config.privacy.to_dict()["mechanism"] == "auto"
+    setups = [Message.from_bytes(e.payload) for e in session.transport.transcript if e.kind == "setup"]
+    assert len(setups) == 3 and all(m.header["privacy"] == resolved for m in setups)  # what crossed
+    assert session.privacy_report() == {"mode": "ldp", "setting": resolved, "mechanism": "krr",
+                                        "epsilon": 3.0, "epsilon_total": 3.0, "delta": 0.0}
 
 
 @pytest.mark.parametrize("algorithm", ["extra-trees", "ppd-ert"])

@@ -85,7 +85,8 @@ def test_bloom_filter_too_small_for_the_classes() -> None:
     frames = _frames()
     for f, labels in zip(frames, (["a", "b", "c", "d"], ["e", "f", "g", "h"]), strict=True):
         f["y"] = np.resize(labels, len(f))
-    model = FederatedExtraTreesClassifier(2, privacy="ldp", ldp=LabelLDP(n_bits=4, n_hashes=1))
+    model = FederatedExtraTreesClassifier(2, privacy="ldp",
+                                          ldp=LabelLDP(mechanism="bloom", n_bits=4, n_hashes=1))
     with pytest.raises(ParameterError, match=re.escape("LDP Bloom patterns with n_bits=4, n_hashes=1 cannot "
                                                        "represent n_classes=8")):
         model.fit(frames, "y")
@@ -177,12 +178,13 @@ def test_ppdert_and_fet_dp_modes_need_declared_ranges() -> None:
     _raises(ParameterError, message, lambda: PPDERTClassifier(2).fit(frames, "y"))
     for mode in ("gdp", "ldp"):
         _raises(ParameterError, message,
-                lambda mode=mode: FederatedExtraTreesClassifier(2, privacy=mode).fit(frames, "y"))
+                lambda mode=mode: FederatedExtraTreesClassifier(2, privacy=mode, max_depth=3).fit(frames,
+                                                                                                    "y"))
     _raises(ParameterError,
             "feature_ranges lacks the numeric columns ['b']; declare a (low, high) for each (from the data "
             "contracts)",
-            lambda: FederatedExtraTreesClassifier(2, privacy="gdp", feature_ranges={"a": (-9, 9)}).fit(frames,
-                                                                                                        "y"))
+            lambda: FederatedExtraTreesClassifier(2, privacy="gdp", max_depth=3,
+                                                  feature_ranges={"a": (-9, 9)}).fit(frames, "y"))
     _raises(ParameterError,
             "feature_ranges lacks the numeric columns ['b']; declare a (low, high) for each (from the data "
             "contracts)", lambda: PPDERTClassifier(2, feature_ranges={"a": (-9, 9)}).fit(frames, "y"))
@@ -206,11 +208,13 @@ def test_pooled_ranges_are_reported() -> None:
     declared = PPDERTClassifier(2, feature_ranges={"a": (-9, 9), "b": (-9, 9)}).fit(_frames(), "y")
     assert declared.privacy_report_["feature_ranges"] == "declared"
     for mode in ("gdp", "ldp"):
-        pooled = FederatedExtraTreesClassifier(2, privacy=mode, allow_data_ranges=True).fit(_frames(), "y")
+        pooled = FederatedExtraTreesClassifier(2, privacy=mode, max_depth=3, allow_data_ranges=True).fit(
+            _frames(), "y")
         assert pooled.privacy_report_["feature_ranges"].startswith("pooled data (simulation convenience")
         assert pooled.privacy_report_["min_max"] is None
-        declared = FederatedExtraTreesClassifier(2, privacy=mode, feature_ranges={"a": (-9, 9), "b": (-9, 9)}
-                                                 ).fit(_frames(), "y")
+        declared = FederatedExtraTreesClassifier(2, privacy=mode, max_depth=3,
+                                                 feature_ranges={"a": (-9, 9), "b": (-9, 9)})
+        declared = declared.fit(_frames(), "y")
         assert declared.privacy_report_["feature_ranges"] == "declared"
 
 

@@ -24,6 +24,8 @@ from fedcore.vertical.estimators import FederatedForestClassifier, FederatedFore
 from tests.conftest import mixed_table
 from tests.horizontal.common import horizontal_table, split_rows
 
+BLOOM = {"mode": "ldp", "mechanism": "bloom"}  # the FET paper's mechanism (no longer the default)
+
 
 def digest(arrays: dict[str, np.ndarray]) -> str:
     """sha256 over every array's name, dtype, shape and bytes, in name order."""
@@ -88,11 +90,15 @@ CASES = {
                                      allow_data_ranges=True),
         horizontal_table(seed=3, task="regression"), 2),
     "fet ldp bloom": lambda: _horizontal(
-        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp", allow_data_ranges=True),
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy=BLOOM, allow_data_ranges=True),
+        horizontal_table(seed=2), 3),
+    "fet ldp oue": lambda: _horizontal(
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp", allow_data_ranges=True,
+                                      ldp=LabelLDP(mechanism="oue", report_epsilon=3.0)),
         horizontal_table(seed=2), 3),
     "fet ldp krr": lambda: _horizontal(
         FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp", allow_data_ranges=True,
-                                      ldp=LabelLDP(mechanism="krr", epsilon_krr=4.0)),
+                                      ldp=LabelLDP(mechanism="krr", report_epsilon=4.0)),
         horizontal_table(seed=2), 2),
     "ppdert secure": lambda: _horizontal(
         PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8,
@@ -113,7 +119,7 @@ CASES = {
                          block_rows=50),
         horizontal_table(seed=1), 3),
     "fet ldp bloom, dask": lambda: _horizontal(
-        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp", compute=_DASK,
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy=BLOOM, compute=_DASK,
                                       block_rows=50, allow_data_ranges=True),
         horizontal_table(seed=2), 3),
     "vertical plain gini, dask": lambda: _vertical(
@@ -132,6 +138,7 @@ PINNED = {
     'fet gdp regression': 'dcbc413fa0733582',
     'fet ldp bloom': '56d93e154aaa7449',
     'fet ldp krr': '69f489e695d31b4d',
+    'fet ldp oue': 'fae0e8575497f6ec',
     'ppdert secure': '1226ead6a817ac16',
     'ppdert secure histogram': '541d7c9f1d5fe577',
     'fet gdp regression, dask': 'dcbc413fa0733582',

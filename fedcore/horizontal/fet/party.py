@@ -11,9 +11,10 @@ a DP party (the master draws thresholds in the declared domains instead). Then i
 * none: exact integer class counts, or (count, sum of quantised targets) for regression;
 * gdp: the same vector plus Gaussian noise from the party's own seeded stream, its scale calibrated to the
   party's own budget for the whole model (`fet/plan.py`), each release charged to its `PrivacyLedger`;
-* ldp: sums of instant randomized-response bits of Bloom-encoded labels (permanent responses fixed once
-  per sample and reused across trees), plus plain branch sizes. Every random word is addressed by the row's
-  position (`fedcore.privacy.ldp_draws`), so a party on a Dask cluster draws exactly the in-process words.
+* ldp: sums of the label reports' bits (`fedcore.privacy.ldp`: each row's response drawn once and reused
+  across trees; the Bloom mechanism adds a fresh instant report per query), plus plain branch sizes. Every
+  random word is addressed by the row's position (`fedcore.privacy.ldp_draws`), so a party on a Dask
+  cluster draws exactly the in-process words.
 
 Rows never leave; the party tracks which open node each of its rows sits in, per tree of the batch, and
 applies the master's decisions locally (`PartyRows` in `rows.py`, which PPD-ERT parties hold too).
