@@ -157,6 +157,9 @@ def plot(rows: list[dict], path: Path) -> None:
             if mode in part.index.get_level_values(0):
                 curve = part[mode].sort_index()
                 axis.semilogx(curve.index, curve.to_numpy(), style, label=mode)
+        ticks = sorted({e for e in part.index.get_level_values(1) if pd.notna(e)})
+        axis.set_xticks(ticks, [f"{e:g}" for e in ticks])
+        axis.minorticks_off()
         reference = part["ExtraTrees (pooled)"].iloc[0]
         axis.axhline(reference, color="black", label="ExtraTrees (non-private)")
         axis.axhline(reference - 0.03, color="black", linestyle=":", label="ExtraTrees - 3 pp")
