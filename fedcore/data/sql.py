@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlsplit
 
 import pandas as pd
 
+from fedcore.data.sql_text import numbered, placeholders
 from fedcore.errors import ConfigError, DataReadError
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?")
@@ -67,9 +68,7 @@ class SqlSource:
         if self.query is None:
             select = f"SELECT * FROM {quote_table(str(self.table))}"
         else:  # another `:name` (not from a config) stays as written
-            names = self.parameters
-            select = _PLACEHOLDER.sub(lambda m: f"${names.index(m[1]) + 1}" if m[1] in names else m[0],
-                                      self.query.strip().rstrip(";"))
+            select = numbered(self.query.strip().rstrip(";"), self.parameters)
         if order_by is None:
             return select
         return f"SELECT * FROM (\n{select}\n) AS source ORDER BY {quote_identifier(order_by)}"
@@ -79,16 +78,8 @@ class SqlSource:
         return tuple((values or {})[name] for name in self.parameters)
 
 
-_PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|::|:([A-Za-z_][A-Za-z0-9_]*)")
-"""A `:name` placeholder (group 1), or text that holds none: a quoted literal or identifier, a `::` cast."""
 BATCH_PARAMETERS = ("since", "until")
 """The placeholders a `predict_data` query may use: the agent binds them per scheduled batch."""
-
-
-def placeholders(query: str) -> tuple[str, ...]:
-    """The distinct `:name` placeholders of `query`, in order of first use (not inside quotes or `::`)."""
-    found = [m[1] for m in _PLACEHOLDER.finditer(query) if m[1]]
-    return tuple(dict.fromkeys(found))
 
 
 def quote_table(name: str) -> str:
