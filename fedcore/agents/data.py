@@ -99,13 +99,16 @@ class InstitutionData:
     batches: BatchLedger | None = None
     """The delivered batches of a `predict_data` query with `:since`/`:until` (`fedcore.agents.batches`)."""
 
-    def new_batch(self, until: datetime | None) -> pd.DataFrame:
-        """The new rows to predict: those of the batch scheduled at `until` when the query selects by time."""
+    def new_batch(self, until: datetime | None, version: tuple[str, str] | None) -> pd.DataFrame:
+        """The new rows to predict: those of the batch scheduled at `until` when the query selects by time.
+
+        `version` (model, version) predicts them: its model's batches of the query give `:since`.
+        """
         if self.load_batch is None:
             raise ProtocolError(f"institution {self.name!r} has no prediction data configured")
         if self.batches is None:
             return self.load_batch()
-        return self.load_batch(**self.batches.window(until, self.name))
+        return self.load_batch(**self.batches.window(version, until))
 
     @property
     def n_rows(self) -> int:
@@ -205,7 +208,7 @@ def _load_institution(config: FederationConfig, name: str, cluster: Cluster | No
         table=table, cluster=cluster if table is not None or open_batch is not None else None,
         open_batch=open_batch, predictions_sql=inst.predictions_sql, dates=dates,
         predictions_dataset=inst.predictions_dataset,
-        batches=(BatchLedger.beside(inst.registry, predict_data)
+        batches=(BatchLedger.beside(inst.registry, predict_data, name)
                  if isinstance(predict_data, SqlSource) and predict_data.parameters else None),
     )
 
