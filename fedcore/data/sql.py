@@ -284,13 +284,23 @@ class SqlBlock:
     values: tuple = ()
 
 
+def sql_schema(source: SqlSource, what: str, values: Mapping[str, datetime] | None = None) -> Any:
+    """The Arrow schema of `source`'s rows, asked of the server without reading a row.
+
+    `values`: its placeholders' values. One lookup per operation: its callers pass the schema on.
+    """
+    return read_arrow(source, what, statement=f"SELECT * FROM (\n{source.select()}\n) AS source LIMIT 0",
+                      parameters=source.bound(values)).schema
+
+
 def key_blocks(source: SqlSource, what: str, key: str, block_rows: int,
-               values: Mapping[str, datetime] | None = None) -> tuple[list[SqlBlock], Any]:
+               values: Mapping[str, datetime] | None = None,
+               schema: Any = None) -> tuple[list[SqlBlock], Any]:
     """`source`'s rows cut into blocks of `block_rows` in `key`'s order, and the rows' Arrow schema.
 
     The server numbers the rows in key order and returns every `block_rows`-th key (the agent receives one
     key per block, never the rows); a null key is refused, since no range holds it. `values`: the query's
-    placeholders' values.
+    placeholders' values; `schema`: the rows' schema when the caller asked for it already (`sql_schema`).
     """
     column = quote_identifier(key)
     select, bound = source.select(), source.bound(values)
@@ -315,8 +325,7 @@ def key_blocks(source: SqlSource, what: str, key: str, block_rows: int,
               for after, upto in zip(starts, uppers, strict=False)]
     if n % block_rows:
         blocks.append(SqlBlock(source, key, starts[-1], None, n % block_rows, bound))
-    schema = read_arrow(source, what, statement=f"SELECT * FROM (\n{select}\n) AS source LIMIT 0",
-                        parameters=bound).schema
+    schema = schema if schema is not None else sql_schema(source, what, values)
     check_types(schema, what)
     return blocks, schema
 
