@@ -121,10 +121,17 @@ class BatchLedger:
         """
         if not self.path.exists():
             return {"format": FORMAT, "batches": {}}
-        ledger = json.loads(self.path.read_text())
-        if ledger.get("format") == FORMAT:
-            return dict(ledger)
-        delivered = list(ledger["delivered"])
+        try:
+            ledger = json.loads(self.path.read_text())
+            if ledger.get("format") == FORMAT and isinstance(ledger["batches"], dict):
+                return dict(ledger)
+            if set(ledger) != {"delivered"}:
+                raise ValueError
+            delivered = [_text(datetime.fromisoformat(stamp)) for stamp in ledger["delivered"]]
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise DataReadError(f"institution {self.institution!r}: the batch ledger {str(self.path)!r} is "
+                                "not one this fedforest writes: restore it, or delete it (each query's next "
+                                "batch then starts from its sql.since)") from None
         if announce:
             log.warning("institution %r: the batch ledger %s of an earlier fedforest keeps %d delivered "
                         "batches without their model or query: they are taken as its current predict_data "

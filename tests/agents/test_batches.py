@@ -101,3 +101,15 @@ def test_only_the_querys_placeholders_are_bound_and_a_batch_needs_its_time_and_m
     assert str(refused.value) == (
         "institution 'bank': its predict_data query selects a batch by :since/:until, kept per model: "
         "predict with a stored model version (store the trained model, or load one)")
+
+
+def test_a_ledger_fedforest_did_not_write_is_one_line_naming_it(tmp_path) -> None:
+    path = tmp_path / "registry" / LEDGER
+    path.parent.mkdir()
+    for text in ("{not json", json.dumps({"format": 3, "ledgers": []}), json.dumps({"delivered": ["x"]})):
+        path.write_text(text)
+        with pytest.raises(DataReadError) as refused:
+            _ledger(tmp_path).window(CHURN, DAY[1])
+        assert str(refused.value) == (
+            f"institution 'bank': the batch ledger {str(path)!r} is not one this fedforest writes: restore "
+            "it, or delete it (each query's next batch then starts from its sql.since)")
