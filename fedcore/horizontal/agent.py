@@ -315,9 +315,9 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             return self._predict_on_workers(model, schema, run)
         if self.data.load_batch is None:
             return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0})
-        started = time.perf_counter()
-        out = prediction_frame(model, schema, self.data.new_batch(until), self.data.id_column)
-        path = write_predictions(self.data, out, self._prediction_target(), run, until)
+        started, target = time.perf_counter(), self._prediction_target()
+        out = prediction_frame(model, schema, self.data.new_batch(until, target), self.data.id_column)
+        path = write_predictions(self.data, out, target, run, until)
         return Message("predicted",
                        {"rows": len(out), "path": str(path), "seconds": time.perf_counter() - started})
 
