@@ -59,6 +59,9 @@ class TrainingFacts:
     """Tree batches taken from checkpoints of an interrupted attempt of the same run."""
     owned_nodes: dict[str, int] = field(default_factory=dict)
     """Vertical: the split nodes each institution owns (empty in the horizontal setting)."""
+    privacy_ledgers: dict[str, dict] = field(default_factory=dict)
+    """Horizontal DP modes: each institution's privacy ledger as it stated it with the model, checked by the
+    master (`fedcore.horizontal.ledgers`); empty without differential privacy."""
 
     def to_dict(self) -> dict[str, Any]:
         """The facts as a JSON-ready dict."""

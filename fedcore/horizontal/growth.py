@@ -25,6 +25,9 @@ its count of answered queries, which its agent checkpoints, so a batch grown aga
 is the same batch (hence `noise_follows_batches`). The parties keep no tree state between batches (every party
 ends with the complete model anyway); they save their own per-batch state (noise counters in the DP modes)
 when the first request of the next batch, or the final `model`, carries `save_batch`.
+
+With the model, each party acknowledges it; in a DP mode it states its privacy ledger, which the master
+checks against the agreed setting (`agreed_ledger`, `fedcore/horizontal/ledgers.py`) and keeps (`ledgers`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from fedcore.algorithms import EXTRA_TREES
 from fedcore.checkpoints import CheckpointStore
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.counts import CountLedger
+from fedcore.horizontal.ledgers import AgreedLedger, check_ledgers
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.schema import HorizontalSchema
@@ -150,6 +154,7 @@ class BranchStatsLevels(LevelStrategy, ABC):
         self.n_stats = schema.n_classes if params.task == "classification" else 2
         self.min_samples_leaf = params.min_samples_leaf  # a privacy mode may raise it (LDP: `leaf_floor`)
         self.forest: HorizontalForest | None = None
+        self.ledgers: dict[str, dict] = {}  # DP modes: each party's privacy ledger, checked (`fit`)
         self.grower = LevelwiseGrower(self, params, progress)
         # the batch the parties checkpoint on the next batch's first request
         self._save_batch: int | None = None
@@ -280,8 +285,16 @@ class BranchStatsLevels(LevelStrategy, ABC):
         header = {"n_trees": f.n_trees, "task": f.task, "algorithm": f.algorithm}
         if save_batch is not None:
             header["save_batch"] = save_batch
-        self.transport.exchange(dict.fromkeys(self.parties, Message("model", header, f.arrays())))
+        acks = self.transport.exchange(dict.fromkeys(self.parties, Message("model", header, f.arrays())))
+        self.ledgers = check_ledgers(acks, self.agreed_ledger())
         return self.forest
+
+    def agreed_ledger(self) -> AgreedLedger | None:
+        """What each party's privacy ledger must state with the model (`fedcore.horizontal.ledgers`).
+
+        None by default: without differential privacy a party states no ledger.
+        """
+        return None
 
     # -- the level strategy -----------------------------------------------------------------------
     def open_batch(self, trees: list[int], save_batch: int | None) -> None:

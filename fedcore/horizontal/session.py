@@ -177,6 +177,7 @@ class HorizontalSession(MasterSession):
         self.facts.bytes = self.transport.stats.bytes - sent
         self.facts.nodes = int(self.model.n_nodes)
         self.facts.resumed_batches = resumed
+        self.facts.privacy_ledgers = dict(self.master.ledgers)
         return self.facts
 
     def _context(self) -> str:
@@ -236,14 +237,19 @@ class HorizontalSession(MasterSession):
         return {"privacy": self.privacy_report(), "schema": self.schema.to_dict(), "parties": parties}
 
     def privacy_report(self) -> dict[str, Any]:
-        """What the master saw and, for the DP modes, the budget the master can vouch for."""
+        """What the master saw and, for the DP modes, the budget and every institution's stated ledger.
+
+        `ledgers` (DP modes, after training): per institution, the ledger it stated with the model, checked
+        against the agreed setting (`fedcore.horizontal.ledgers`).
+        """
         mode = self.privacy.mode
         out: dict[str, Any] = {"mode": mode, "setting": self.privacy.to_dict()}
         if isinstance(self.privacy, GlobalDP):
             out.update({"epsilon_budget": self.privacy.epsilon, "delta": self.privacy.delta,
                         "note": "the model's whole budget, per row: each institution adds Gaussian noise "
                                 "calibrated to it and keeps its own ledger, which refuses a release past it; "
-                                "what each spent stays in its ledger"})
+                                "each states its plan's epsilon_total (the bound of every row's spend) with "
+                                "the model, the busiest row's actual releases stay in its ledger"})
             plan = getattr(self.master, "plan", None)
             if plan is not None:
                 out["sigma"], out["planned_releases_per_row"] = plan.sigma, plan.releases
@@ -251,6 +257,8 @@ class HorizontalSession(MasterSession):
             out.update(self.privacy.budget())
         if mode == "secagg":
             out["note"] = "the master received only masked sums of branch counts"
+        if self.facts.privacy_ledgers:
+            out["ledgers"] = self.facts.privacy_ledgers
         return out
 
     def load_model(self, registry: ModelRegistry, model_name: str, ref: str = "production") -> str:

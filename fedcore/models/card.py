@@ -54,7 +54,8 @@ def model_card(model_name: str, version: str, manifest: dict[str, Any], producti
     """A markdown model card.
 
     It shows data sizes, parameters, metrics against the previous production version, rows or features per
-    institution (counts only), timings, communication and batch prediction.
+    institution (counts only), each institution's privacy ledger (horizontal DP modes), timings, communication
+    and batch prediction.
     """
     algorithm = read_algorithm(manifest["algorithm"])
     vertical = algorithm.setting == "vertical"
@@ -64,6 +65,7 @@ def model_card(model_name: str, version: str, manifest: dict[str, Any], producti
              f"{'promoted to production' if promoted else 'not promoted'}.", ""]
     lines += _metric_lines(manifest, production, vertical)
     lines += _data_lines(manifest, vertical)
+    lines += _privacy_lines(manifest)
     lines += _training_lines(manifest)
     lines += _prediction_lines(prediction)
     return "\n".join(lines)
@@ -92,6 +94,25 @@ def _data_lines(manifest: dict[str, Any], vertical: bool) -> list[str]:
              f"{t['rows']} rows, held out {t['holdout_rows']}", "",
              "| institution | training rows | held-out rows |", "|---|---|---|"]
     return lines + [f"| {p['name']} | {p['train_rows']} | {p['holdout_rows']} |" for p in manifest["parties"]]
+
+
+LEDGER_PARAMETERS = {"sigma": "sigma", "l2_sensitivity": "L2 sensitivity",
+                     "planned_releases_per_row": "releases per row planned", "epsilon": "epsilon per row"}
+"""The parameters of a stated privacy ledger the card shows, and how it names them."""
+
+
+def _privacy_lines(manifest: dict[str, Any]) -> list[str]:
+    """DP modes: one line per institution: its mechanism, their parameters and its (epsilon, delta)."""
+    ledgers = (manifest.get("privacy") or {}).get("ledgers") or {}
+    if not ledgers:
+        return []
+    lines = ["", "## Privacy (each institution's ledger, as it stated it with the model)", ""]
+    for name, ledger in ledgers.items():
+        parameters = "".join(f", {label} {ledger[key]:.6g}" for key, label in LEDGER_PARAMETERS.items()
+                             if key in ledger)
+        lines.append(f"- {name}: {ledger['mechanism']}{parameters}: (epsilon {ledger['epsilon_total']:.6g}, "
+                     f"delta {ledger['delta']:g})")
+    return lines
 
 
 def _training_lines(manifest: dict[str, Any]) -> list[str]:

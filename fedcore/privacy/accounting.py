@@ -93,6 +93,7 @@ def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
         mechanism_calibration.LowerEndpointAndGuess(lower, 2 * lower), tol=1e-6))
 
 
+@lru_cache(maxsize=256)
 def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     """Epsilon at `delta` of one Gaussian mechanism of noise multiplier z (sigma / L2 sensitivity)."""
     from dp_accounting import dp_event
@@ -129,6 +130,26 @@ class GaussianPlan:
         multiplier = gaussian_noise_multiplier(self.epsilon, self.delta)
         return multiplier * self.sensitivity * math.sqrt(self.releases)
 
+    def epsilon_after(self, releases: int) -> float:
+        """Epsilon at the plan's delta of a row that took part in `releases` releases (0 for none)."""
+        if releases == 0:
+            return 0.0
+        return gaussian_epsilon(self.sigma / (self.sensitivity * math.sqrt(releases)), self.delta)
+
+    def terms(self) -> dict:
+        """The mechanism and its parameters: public, and the same for every party under the same plan."""
+        return {"mechanism": "gaussian", "sigma": self.sigma, "l2_sensitivity": self.sensitivity,
+                "planned_releases_per_row": self.releases, "epsilon_budget": self.epsilon,
+                "delta": self.delta}
+
+    def summary(self) -> dict:
+        """The plan's data-independent ledger: its terms and the accountant's epsilon for all its releases.
+
+        `epsilon_total` bounds what any row spends (at most the budget); no data went into it, so a party
+        may state it to the master (`fedcore.horizontal.ledgers`).
+        """
+        return {**self.terms(), "epsilon_total": self.epsilon_after(self.releases)}
+
 
 @dataclass
 class PrivacyLedger:
@@ -158,14 +179,13 @@ class PrivacyLedger:
 
     def epsilon_spent(self) -> float:
         """Epsilon at the plan's delta of what the busiest row took part in so far (0 before any release)."""
-        if self.releases_per_row == 0:
-            return 0.0
-        multiplier = self.plan.sigma / (self.plan.sensitivity * math.sqrt(self.releases_per_row))
-        return gaussian_epsilon(multiplier, self.plan.delta)
+        return self.plan.epsilon_after(self.releases_per_row)
 
     def to_dict(self) -> dict:
-        """The ledger for a privacy report, model card or manifest: mechanism, parameters, epsilon, delta."""
-        return {"mechanism": "gaussian", "sigma": self.plan.sigma, "l2_sensitivity": self.plan.sensitivity,
-                "planned_releases_per_row": self.plan.releases, "releases_per_row": self.releases_per_row,
-                "queries": self.queries, "epsilon_budget": self.plan.epsilon, "delta": self.plan.delta,
+        """The party's own report: the plan's terms, what the busiest row took part in and its epsilon.
+
+        Data-dependent (the busiest row's releases): it stays with the party; what it states to the master
+        is the plan's `summary`.
+        """
+        return {**self.plan.terms(), "releases_per_row": self.releases_per_row, "queries": self.queries,
                 "epsilon_total": self.epsilon_spent()}

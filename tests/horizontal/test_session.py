@@ -54,11 +54,17 @@ def _agents(table: pd.DataFrame, root, contract=None) -> dict[str, HorizontalIns
     return agents
 
 
-def _session(agents, algorithm="extra-trees", privacy=None) -> HorizontalSession:
+def _session(agents, algorithm="extra-trees", privacy=None, params=None) -> HorizontalSession:
     transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=True)
     transport.exchange({n: Message("validation_report") for n in agents})
-    params = ExtraTreesParams(n_estimators=12, max_depth=8, random_state=4)
+    params = params or ExtraTreesParams(n_estimators=12, max_depth=8, random_state=4)
     return HorizontalSession(transport, params, algorithm=algorithm, privacy=privacy, holdout_fraction=0.25)
+
+
+def _model_acks(session) -> list[Message]:
+    """The institutions' acknowledgements of the finished model, as they crossed."""
+    return [Message.from_bytes(e.payload) for e in session.transport.transcript
+            if e.kind == "ack" and e.receiver == "master"]
 
 
 @pytest.mark.parametrize("algorithm", ["extra-trees", "ppd-ert"])
@@ -77,6 +83,9 @@ def test_train_evaluate_store_and_predict_locally(table, tmp_path, algorithm) ->
     assert metrics["accuracy"] == pytest.approx(float(np.mean(predicted == held["class"].to_numpy())),
                                                 abs=1e-12)
     assert metrics["accuracy"] > 0.7 and session.facts.holdout_rows == len(held)
+    # no differential privacy, so no ledger: none crossed with the model, none in the report
+    assert [sorted(ack.header) for ack in _model_acks(session)] == [["n_nodes"]] * 3
+    assert session.facts.privacy_ledgers == {} and "ledgers" not in session.privacy_report()
 
     registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
     parties = session.manifest_entries()["parties"]
@@ -229,8 +238,10 @@ def test_a_configured_ldp_epsilon_is_the_epsilon_every_party_randomizes_labels_a
     assert config.privacy.to_dict()["mechanism"] == "auto"
     setups = [Message.from_bytes(e.payload) for e in session.transport.transcript if e.kind == "setup"]
     assert len(setups) == 3 and all(m.header["privacy"] == resolved for m in setups)  # what crossed
+    stated = {"mechanism": "krr", "epsilon": 3.0, "epsilon_total": 3.0, "delta": 0.0}
     assert session.privacy_report() == {"mode": "ldp", "setting": resolved, "mechanism": "krr",
-                                        "epsilon": 3.0, "epsilon_total": 3.0, "delta": 0.0}
+                                        "epsilon": 3.0, "epsilon_total": 3.0, "delta": 0.0,
+                                        "ledgers": dict.fromkeys(NAMES, stated)}
 
 
 @pytest.mark.parametrize("algorithm", ["extra-trees", "ppd-ert"])
@@ -338,3 +349,85 @@ def test_fet_in_a_dp_mode_needs_every_numeric_range_declared_in_the_contracts(ta
     x3 = session.schema.names.index("x3")
     spec = next(c for c in contract.columns if c.name == "x3")  # the contract's range, not the data's
     assert (low[x3], high[x3]) == (float(spec.min), float(spec.max)) != (table["x3"].min(), table["x3"].max())
+
+
+SMALL = ExtraTreesParams(n_estimators=4, max_depth=4, random_state=4)
+
+
+@pytest.mark.parametrize("mode", ["gdp", "ldp"])
+def test_the_signed_manifest_and_the_card_carry_every_institutions_ledger(table, tmp_path, mode) -> None:
+    """Each DP institution states its ledger's data-independent summary with the model (issue #31).
+
+    The master checks it and the signed manifest and the model card carry it per institution, each
+    epsilon_total at most the configured epsilon; the busiest row's releases do not cross.
+    """
+    from fedcore.models.card import build_manifest, model_card
+    from fedcore.privacy.accounting import gaussian_epsilon
+    from fedcore.privacy.settings import parse_privacy
+
+    setting = parse_privacy({"mode": mode, "epsilon": 1.5}, "extra-trees")
+    agents = _agents(table.head(600), tmp_path)
+    for agent in agents.values():
+        agent.data.privacy = setting
+    session = _session(agents, privacy=setting, params=SMALL)
+    session.agree_schema()
+    session.train()
+    if mode == "gdp":
+        plan = session.master.plan
+        expected = {"mechanism": "gaussian", "sigma": plan.sigma, "l2_sensitivity": 2.0,  # sqrt(k = 4)
+                    "planned_releases_per_row": 16, "epsilon_budget": 1.5, "delta": 1e-6,
+                    "epsilon_total": gaussian_epsilon(plan.sigma / (2.0 * 4.0), 1e-6)}  # 16 releases: sqrt 16
+        spent = agents["north"].party.privacy_spent()  # data-dependent: the party's own report only
+        assert 0 < spent["releases_per_row"] <= 16 and spent["queries"] > 0
+    else:
+        expected = {"mechanism": "krr", "epsilon": 1.5, "epsilon_total": 1.5, "delta": 0.0}
+    assert expected["epsilon_total"] <= 1.5
+    assert [ack.header["ledger"] for ack in _model_acks(session)] == [expected] * 3  # what crossed
+
+    manifest = build_manifest(session, "hospitals", session.evaluate(), {})
+    registry = ModelRegistry(tmp_path / "registry" / "master", signing_key=master_key(tmp_path))
+    version = registry.register("waveform", manifest, session.master_tables())
+    signed = ModelRegistry(tmp_path / "registry" / "master", public_key=master_public_key(tmp_path))
+    stored = signed.read_manifest("waveform", version)
+    assert stored["privacy"]["ledgers"] == dict.fromkeys(NAMES, expected)
+    card = model_card("hospitals", version, stored, None, False, None)
+    if mode == "gdp":
+        line = (f"gaussian, sigma {plan.sigma:.6g}, L2 sensitivity 2, releases per row planned 16: "
+                f"(epsilon {expected['epsilon_total']:.6g}, delta 1e-06)")
+    else:
+        line = "krr, epsilon per row 1.5: (epsilon 1.5, delta 0)"
+    assert "\n## Privacy (each institution's ledger, as it stated it with the model)\n\n" + "\n".join(
+        f"- {name}: {line}" for name in NAMES) + "\n\n## Training" in card
+
+
+@pytest.mark.parametrize(("field", "value", "refusal"), [
+    ("epsilon_total", 1.6, "party 'south' stated epsilon_total 1.6 in its privacy ledger, but the agreed "
+                           "budget is epsilon 1.5: a party's accountant states a number > 0 and at most the "
+                           "budget"),
+    ("epsilon_budget", 3.0, "party 'south' stated epsilon_budget 3.0 in its privacy ledger, but the agreed "
+                            "setting's is 1.5"),
+])
+def test_an_institution_stating_more_than_the_agreed_budget_is_refused(table, tmp_path, field, value,
+                                                                       refusal) -> None:
+    """A ledger above the agreed setting stops the session before anything is registered, naming the party."""
+    from fedcore.privacy.settings import parse_privacy
+
+    setting = parse_privacy({"mode": "gdp", "epsilon": 1.5}, "extra-trees")
+    agents = _agents(table.head(600), tmp_path)
+    for agent in agents.values():
+        agent.data.privacy = setting
+    honest = agents["south"].handle
+
+    def overstating(message):
+        reply = honest(message)
+        if reply.kind == "ack" and "ledger" in reply.header:
+            return Message(reply.kind, {**reply.header, "ledger": {**reply.header["ledger"], field: value}})
+        return reply
+
+    agents["south"].handle = overstating
+    session = _session(agents, privacy=setting, params=SMALL)
+    session.agree_schema()
+    with pytest.raises(ProtocolError) as refused:
+        session.train()
+    assert str(refused.value) == refusal
+    assert session.facts.privacy_ledgers == {}

@@ -19,7 +19,9 @@ Rounds (one `Transport.exchange` each), over all open nodes of all trees of a ba
     per level: fet_ranges      1       candidate features, the previous level's decisions -> none: per-party
                                        min/max; gdp / ldp: an empty reply (thresholds from the boxes)
                fet_stats       1       thresholds -> per-party branch statistics (privacy mode)
-    model                      1       the complete forest to every party
+    model                      1       the complete forest to every party -> ack; gdp / ldp: each
+                                       party's privacy ledger (data-independent), checked against the
+                                       agreed setting (`agreed_ledger`)
 
 so a fit takes 2 + 2 * L rounds, L = number of levels that had open nodes, summed over tree batches
 (L = max_depth per batch when some node of the batch stays splittable down to max_depth - 1).
@@ -65,6 +67,7 @@ from fedcore.horizontal.growth import (
     fet_candidate_features,
     fet_threshold_uniforms,
 )
+from fedcore.horizontal.ledgers import AgreedLedger, label_ldp_ledger
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.accounting import DEFAULT_DELTA, GaussianPlan, check_delta, check_epsilon
@@ -201,6 +204,20 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         """GDP: the parties' Gaussian plan under the agreed budget (`__init__` makes it under gdp)."""
         assert self.plan is not None, "__init__ plans the releases under gdp"
         return self.plan
+
+    def agreed_ledger(self) -> AgreedLedger | None:
+        """gdp: the agreed plan's terms (sigma within SIGMA_TOLERANCE); ldp: the agreed label mechanism's.
+
+        Either way a party's stated epsilon_total may be at most the agreed epsilon.
+        """
+        if self.privacy == "gdp":
+            plan = self._plan()
+            return AgreedLedger(plan.terms(), plan.epsilon, approximate=("sigma",), tolerance=SIGMA_TOLERANCE)
+        if self.privacy == "ldp":
+            terms = label_ldp_ledger(self._label_ldp())
+            epsilon = terms.pop("epsilon_total")
+            return AgreedLedger(terms, epsilon)
+        return None
 
     def node_estimates(self, result: LevelResult) -> tuple[np.ndarray, np.ndarray]:
         """GDP: every measurement of the open nodes combined, sizes without clamping bias (`gdp.py`)."""

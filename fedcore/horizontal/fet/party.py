@@ -20,7 +20,8 @@ Rows never leave; the party tracks which open node each of its rows sits in, per
 applies the master's decisions locally (`PartyRows` in `rows.py`, which PPD-ERT parties hold too).
 
 The party answers only `FET_PROTOCOL`, in its order: hello, then per level fet_ranges and fet_stats, then
-model (after which a new session may say hello again). Anything else, PPD-ERT's or the vertical setting's
+model, acknowledged (in a DP mode with its ledger's data-independent summary, `stated_ledger`), after which
+a new session may say hello again. Anything else, PPD-ERT's or the vertical setting's
 messages included, is refused with ProtocolError (`fedcore.protocol.dispatch`).
 """
 
@@ -36,6 +37,7 @@ import pandas as pd
 from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.fet.plan import PLAN_TERMS, gaussian_plan
+from fedcore.horizontal.ledgers import LEDGER, label_ldp_ledger
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.rows import PartyRows, check_hello, narrow, own_rows, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
@@ -274,7 +276,22 @@ class HorizontalParty:
     def _on_model(self, message: Message) -> Message:
         self.model = receive_model(self.name, self.algorithm, self.schema, message)
         self.rows.clear()
-        return Message("ack", {"n_nodes": self.model.n_nodes})
+        header: dict[str, object] = {"n_nodes": self.model.n_nodes}
+        if self.privacy in ("gdp", "ldp"):
+            header[LEDGER] = self.stated_ledger()
+        return Message("ack", header)
+
+    def stated_ledger(self) -> dict:
+        """What this party states with the model: its ledger's data-independent summary (DP modes).
+
+        gdp: the plan's terms and the accountant's epsilon for all its releases (every row's spend is under
+        it); ldp: the label mechanism, each row's epsilon, delta 0. Not the busiest row's actual releases:
+        those depend on the data and stay in `privacy_spent`.
+        """
+        if self.privacy == "gdp":
+            assert self.ledger is not None, "hello makes the ledger under gdp"
+            return self.ledger.plan.summary()
+        return label_ldp_ledger(self.label_ldp())
 
     def privacy_spent(self) -> dict:
         """What this party has released, in its own accounting."""
