@@ -440,7 +440,7 @@ def _dataset_sink(value: dict, where: str, path: Path) -> Path:
 
 def _source(value: Any, where: str, path: Path,
             parameters: tuple[str, ...] = ()) -> str | CsvSource | SqlSource:
-    """A `data:`/`predict_data:` value: a path or glob resolved against the config, `{csv:}` or `{sql:}`.
+    """A `data:`/`predict_data:` value: a path or glob resolved against the config, a URL, `{csv:}`, `{sql:}`.
 
     `parameters`: the placeholders its query may use (a prediction batch's `:since`, `:until`).
     """
@@ -448,6 +448,8 @@ def _source(value: Any, where: str, path: Path,
         return parse_csv(value, f"{path}: {where}", lambda f: resolve(path, f))
     if isinstance(value, dict):
         return parse_sql(value, f"{path}: {where}", lambda f: resolve(path, f), parameters=parameters)
+    if "://" in str(value):  # a dataset URL (s3://, file://, ...): pyarrow's file systems open it as given
+        return str(value)
     return str(resolve(path, value))
 
 
