@@ -78,17 +78,19 @@ def frame_blocks(n_rows: int, block_rows: int = DEFAULT_BLOCK_ROWS) -> list[Bloc
             for i, start in enumerate(range(0, n_rows, block_rows))]
 
 
-def parquet_files(source: str | os.PathLike) -> list[Path]:
-    """A Parquet file, or every `*.parquet` file under a folder, sorted by path relative to the folder."""
+def parquet_files(source: str | os.PathLike) -> list[DatasetFile]:
+    """A Parquet file, or a dataset folder's files as `fedcore.data.io.read_dataset` reads them.
+
+    In path order, hidden `.`/`_` entries skipped, each with its Hive partition values.
+    """
+    from fedcore.data.io import dataset_files
+
     root = Path(source)
     if root.is_file():
-        return [root]
+        return [DatasetFile(str(root), None)]
     if not root.is_dir():
         raise DataReadError(f"Parquet source {str(root)!r}: no such file or folder")
-    files = sorted(root.rglob("*.parquet"), key=lambda p: p.relative_to(root).as_posix())
-    if not files:
-        raise DataReadError(f"Parquet source {str(root)!r}: the folder holds no *.parquet file")
-    return files
+    return dataset_files(str(root))[0]
 
 
 def parquet_blocks(source: str | os.PathLike | Sequence[str | os.PathLike | DatasetFile],
