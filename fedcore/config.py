@@ -49,10 +49,11 @@
                                            # cluster, or {dask: {local: {workers: 2, memory_limit: 4GiB}}}
                                            # (default: in the agent's process; fedcore/compute/cluster.py;
                                            # vertical: classification only, issue #29); Parquet data and
-                                           # predict_data are then read by the workers at the same path,
-                                           # and horizontal predictions written by them into the
-                                           # predictions folder (with a sink: a hidden temporary folder
-                                           # there, which the agent delivers from and removes)
+                                           # predict_data (files, dataset folder or URL) are then read by
+                                           # the workers at the same path, and horizontal predictions
+                                           # written by them into the predictions folder (with a sink: a
+                                           # hidden temporary folder there, which the agent delivers
+                                           # from and removes)
     params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal)
                                                # fields
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
