@@ -19,6 +19,7 @@ from fedcore.compute.cluster import Cluster, DaskCompute
 from fedcore.compute.dask_table import ParquetTable, open_dataset, profile, read_table_block, submit_blocks
 from fedcore.contracts.model import infer_contract
 from fedcore.data.io import read_dataset
+from fedcore.errors import DataReadError
 from fedcore.horizontal.agent import HorizontalInstitutionAgent
 from fedcore.horizontal.params import ExtraTreesParams
 from tests.compute.test_agent_parquet import (
@@ -161,3 +162,38 @@ def test_vertical_agents_on_dataset_folders_or_urls_answer_as_in_process(scenari
     assert got[3] == expected[3]
     for agent in agents.values():
         assert type(agent.party.rows).__name__ == "DaskVerticalRows"
+
+
+def test_dataset_blocks_travel_to_worker_processes_and_read_the_same_rows(tmp_path) -> None:
+    """A block carries its file system and typed partition values through pickling (process workers)."""
+    import pickle
+
+    from fedcore.compute.blocks import read_block
+
+    frame = _with_partitions(_table("classification").iloc[:120], seed=2)
+    _write_hive(frame, tmp_path / "lake")
+    table = open_dataset((tmp_path / "lake").as_uri(), "institution 'north'", BLOCK_ROWS)
+    paths = [b.path for b in table.blocks]
+    assert paths == sorted(paths) and len(set(paths)) == 6 and not any(".writing" in p for p in paths)
+    assert any(b.group_start == BLOCK_ROWS for b in table.blocks)  # row groups of 20 cut at 15 rows
+    for block in table.blocks:
+        travelled = pickle.loads(pickle.dumps(block))
+        assert travelled.partition == block.partition and travelled.filesystem.equals(block.filesystem)
+        pd.testing.assert_frame_equal(read_block(travelled, list(table.columns)),
+                                      read_block(block, list(table.columns)), check_exact=True)
+    parts = pd.concat([read_block(b, list(table.columns)) for b in table.blocks], ignore_index=True)
+    pd.testing.assert_frame_equal(parts, read_dataset(str(tmp_path / "lake")), check_dtype=False,
+                                  check_exact=True)  # before the whole table's casts (`profile`)
+
+
+def test_dataset_files_of_different_schemas_are_refused_on_dask(tmp_path) -> None:
+    for region, x in (("a", [1.0]), ("b", [1])):
+        folder = tmp_path / "lake" / f"region={region}"
+        folder.mkdir(parents=True)
+        pd.DataFrame({"id": [region], "x": x}).to_parquet(folder / "p.parquet", index=False)
+    with pytest.raises(DataReadError) as refused:
+        open_dataset(str(tmp_path / "lake"), "institution 'north'")
+    first, other = (str(tmp_path / "lake" / f"region={r}" / "p.parquet") for r in "ab")
+    assert str(refused.value) == (f"institution 'north': on a Dask cluster every Parquet file must have the "
+                                  f"schema of {first!r}; {other!r} has another (columns or types): rewrite "
+                                  "it with the same columns and types, or remove compute: dask")
