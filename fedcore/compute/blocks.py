@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore.compute import DEFAULT_BLOCK_ROWS
-from fedcore.data.io import DatasetFile
+from fedcore.data.io import DatasetFile, dataset_files
 from fedcore.errors import DataReadError, ParameterError
 from fedcore.horizontal.schema import HorizontalSchema
 
@@ -83,8 +83,6 @@ def parquet_files(source: str | os.PathLike) -> list[DatasetFile]:
 
     In path order, hidden `.`/`_` entries skipped, each with its Hive partition values.
     """
-    from fedcore.data.io import dataset_files
-
     root = Path(source)
     if root.is_file():
         return [DatasetFile(str(root), None)]
