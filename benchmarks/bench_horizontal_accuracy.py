@@ -86,14 +86,23 @@ def run_table2(table: pd.DataFrame, label: str, seed: int, trees: int, clients: 
             model = build_estimator(algorithm, "secagg", "classification", params, feature_ranges=ranges,
                                     thresholds="domain")
         else:
-            # epsilon is GDP's per query; FET-LDP runs the Bloom defaults (an epsilon would set its own)
-            model = build_estimator(algorithm, privacy, "classification", params,
+            # epsilon is GDP's whole model's; FET-LDP runs the Bloom defaults (an epsilon would set its own)
+            model = build_estimator(algorithm, privacy, "classification",
+                                    _gdp_params(params) if privacy == "gdp" else params,
                                     epsilon=epsilon if privacy == "gdp" else None, feature_ranges=ranges)
         started = time.perf_counter()
         model.fit(parties, label=label)
         result[f"{name}_fit_s"] = time.perf_counter() - started
         result[name] = accuracy(model, test, label)
     return result
+
+
+GDP_MAX_DEPTH = 8
+"""GDP spends the model's total budget over trees x levels: it needs a bounded depth (issue #31)."""
+
+
+def _gdp_params(params: dict) -> dict:
+    return {**params, "max_depth": GDP_MAX_DEPTH}
 
 
 def run_clients(table: pd.DataFrame, label: str, seed: int, trees: int, counts: list[int]) -> list[dict]:
@@ -113,13 +122,14 @@ def run_clients(table: pd.DataFrame, label: str, seed: int, trees: int, counts: 
 
 def run_epsilon_curve(table: pd.DataFrame, label: str, seed: int, trees: int, clients: int,
                       epsilons: list[float]) -> list[dict]:
-    """FET-GDP's accuracy at each epsilon per query, beside ExtraTrees on the same split."""
+    """FET-GDP's accuracy at each total epsilon (depth GDP_MAX_DEPTH), beside ExtraTrees on the same split."""
     train, test = split_train_test(table, label, "classification", 0.2, seed)
     params = {"n_estimators": trees, "max_depth": None, "max_features": "sqrt", "random_state": seed}
     reference = reference_extra_trees("classification", train, test, label, params)["metrics"]["accuracy"]
     parties = split_horizontal(train, clients, label=label, seed=seed)
     return [{"epsilon": eps, "ET": reference,
-             "FET-GDP": accuracy(build_estimator("extra-trees", "gdp", "classification", params, epsilon=eps)
+             "FET-GDP": accuracy(build_estimator("extra-trees", "gdp", "classification", _gdp_params(params),
+                                                 epsilon=eps)
                                  .fit(parties, label=label), test, label)} for eps in epsilons]
 
 

@@ -38,11 +38,11 @@ def engines(trees: int) -> dict:
             n_estimators=trees, random_state=0, allow_data_ranges=True),
         "PPD-ERT (secure aggregation, domain thresholds)": lambda: PPDERTClassifier(
             n_estimators=trees, random_state=0, allow_data_ranges=True, thresholds="domain"),
-        "FET-GDP (epsilon 1 per query)": lambda: FederatedExtraTreesClassifier(n_estimators=trees,
-                                                                               random_state=0, privacy="gdp",
-                                                                               epsilon=1.0),
-        "FET-LDP (Bloom, defaults)": lambda: FederatedExtraTreesClassifier(n_estimators=trees, random_state=0,
-                                                                           privacy="ldp"),
+        "FET-GDP (total epsilon 1, depth 8)": lambda: FederatedExtraTreesClassifier(
+            n_estimators=trees, random_state=0, privacy="gdp", epsilon=1.0, max_depth=8,
+            allow_data_ranges=True),
+        "FET-LDP (Bloom, defaults)": lambda: FederatedExtraTreesClassifier(
+            n_estimators=trees, random_state=0, privacy="ldp", allow_data_ranges=True),
     }
 
 

@@ -4,8 +4,10 @@
     setting: vertical            # vertical | horizontal
     algorithm: forest            # vertical: forest; horizontal: extra-trees | ppd-ert
     privacy: none                # forest: none | paillier | ou ({mode: paillier, key_bits: 3072});
-                                 # extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 0.5},
-                                 #   {mode: ldp, epsilon: 4, mechanism: krr});
+                                 # extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 1, delta: 1e-6}:
+                                 #   the whole model's budget per row; needs params.max_depth),
+                                 #   {mode: ldp, epsilon: 2, mechanism: auto | krr | oue | bloom}: each
+                                 #   row's label epsilon, default 2; auto: k-RR or OUE by the classes);
                                  # ppd-ert: secagg ({mode: secagg, thresholds: histogram | domain, cells: 16})
                                  # (fedcore/privacy/settings.py: every mode's fields; others are refused)
     consortium_key: {env: FEDFOREST_CONSORTIUM_KEY}   # or {file: path}; never the key itself
@@ -83,6 +85,7 @@ from fedcore.compute.cluster import DaskCompute, parse_compute
 from fedcore.data.dialect import CsvSource, parse_csv
 from fedcore.data.sql import BATCH_PARAMETERS, SqlSource, parse_sql
 from fedcore.errors import ConfigError, InputError, ParameterError
+from fedcore.horizontal.fet.plan import check_bounded_depth
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.models.signing import public_key_path
 from fedcore.names import check_name
@@ -321,6 +324,8 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
     forest = _parse_params(raw.get("params") or {}, setting, privacy, path)
     try:
         parse_privacy(privacy, algorithm, forest.task)
+        if setting == "horizontal":
+            check_bounded_depth(privacy, forest.max_depth)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
     _check_compute(institutions, setting, forest.task, path)

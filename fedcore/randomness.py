@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 PURPOSES = {"bootstrap": 1, "features": 2, "tree_features": 3, "thresholds": 4, "split": 5,
-            "ldp_permanent": 6, "ldp_instant": 7, "laplace": 8,
+            "ldp_permanent": 6, "ldp_instant": 7, "gdp_noise": 8,
             # horizontal engine: master-side draws keyed by (tree, depth)
             "fet_features": 9, "fet_thresholds": 10, "ppdert_candidates": 11,
             # vertical bootstrap: one stream per canonical chunk of rows, keyed by (tree, chunk)

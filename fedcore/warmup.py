@@ -64,8 +64,8 @@ def warm_steps() -> list[tuple[str, Callable[[], object]]]:
              ("vertical regression",
               vertical(FederatedForestRegressor(n_estimators=2, max_depth=4), values, "target"))]
     steps += [(f"horizontal extra-trees {privacy}",
-               horizontal(FederatedExtraTreesClassifier(n_estimators=2, max_depth=4, privacy=privacy),
-                          classes, "y"))
+               horizontal(FederatedExtraTreesClassifier(n_estimators=2, max_depth=4, privacy=privacy,
+                                                        feature_ranges=ranges), classes, "y"))
               for privacy in ("none", "gdp", "ldp")]
     steps += [("horizontal extra-trees regression",
                horizontal(FederatedExtraTreesRegressor(n_estimators=2, max_depth=4), values, "target")),

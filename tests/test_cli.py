@@ -109,9 +109,10 @@ def test_simulate_json_regression_on_diabetes(capsys, tmp_path: Path) -> None:
 ])
 def test_simulate_json_horizontal(capsys, breast_cancer_csv: Path, algorithm: str, privacy: str,
                                   exact) -> None:
+    budget = ("--epsilon", 8, "--max-depth", 4) if privacy == "gdp" else ()  # the whole model's budget
     result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--setting", "horizontal",
                        "--algorithm", algorithm, "--privacy", privacy, "--parties", 3, "--trees", 10,
-                       "--partition", "dirichlet", "--alpha", 1.0)
+                       "--partition", "dirichlet", "--alpha", 1.0, *budget)
     assert TOP_KEYS | {"privacy", "partition", "local_only", "privacy_report"} <= set(result)
     assert (result["setting"], result["algorithm"], result["privacy"], result["parties"]) == (
         "horizontal", algorithm, privacy, 3)
@@ -122,6 +123,14 @@ def test_simulate_json_horizontal(capsys, breast_cancer_csv: Path, algorithm: st
     assert len(result["local_only"]["per_party"]) == 3 and 0 < result["local_only"]["mean"]["accuracy"] <= 1
     assert result["metrics"]["accuracy"] > 0.85
     assert result["privacy_report"]["mode"] == privacy
+    # thresholds from declared domains (PPD-ERT, FET's DP modes): the simulator reads them off the rows
+    assert ("feature_ranges" in result) is (privacy != "none")
+    if algorithm == "extra-trees":  # no party's extremes cross in a DP mode
+        assert (result["privacy_report"]["min_max"] is None) is (privacy != "none")
+    if privacy == "gdp":  # what the accountant says the busiest row of each party spent, within the budget
+        report = result["privacy_report"]
+        assert 0 < report["epsilon_total"] <= 8 and report["delta"] == 1e-6
+        assert report["epsilon_total"] == max(p["epsilon_total"] for p in report["parties"].values())
 
 
 def test_simulate_json_vertical_paillier_is_exactly_the_plain_single_party_run(
@@ -138,7 +147,7 @@ def test_simulate_horizontal_regression_with_ldp_is_refused(capsys, tmp_path: Pa
     load_diabetes(as_frame=True).frame.to_csv(path, index=False)
     line = _error_line(capsys, "simulate", "--data", path, "--label", "target", "--setting", "horizontal",
                        "--privacy", "ldp", code=1)
-    assert line == ("fedforest: error: privacy 'ldp' (Bloom-encoded labels) is for classification only; use "
+    assert line == ("fedforest: error: privacy 'ldp' (randomized labels) is for classification only; use "
                     "--algorithm extra-trees with privacy none or gdp for a regression label")
 
 
@@ -175,7 +184,13 @@ def test_version(capsys) -> None:
     (("--setting", "horizontal", "--epsilon", "0.5"),
      "--epsilon applies to privacy 'ldp' and 'gdp' only, not 'none'"),
     (("--epsilon", "0.5"), "--epsilon applies to --algorithm extra-trees only, not 'forest'"),
-    (("--setting", "horizontal", "--privacy", "gdp", "--epsilon", "0"),
+    (("--setting", "horizontal", "--privacy", "gdp"),
+     "--privacy gdp needs --max-depth: the model's budget is spread over trees x levels"),
+    (("--setting", "horizontal", "--delta", "1e-6"), "--delta applies to privacy 'gdp' only, not 'none'"),
+    (("--setting", "horizontal", "--privacy", "gdp", "--max-depth", "3", "--delta", "0.5"),
+     "privacy: delta must be a number in (0, 0.01], got 0.5: the probability that the epsilon guarantee "
+     "fails for a row; keep it far below 1 / rows (default 1e-06)"),
+    (("--setting", "horizontal", "--privacy", "gdp", "--epsilon", "0", "--max-depth", "3"),
      "privacy: epsilon must be a finite number > 0, got 0.0: smaller epsilon = more noise and stronger "
      "privacy, larger = less noise (typical values 0.1 to 10)"),
 ])
@@ -186,12 +201,16 @@ def test_unknown_setting_algorithm_or_privacy_is_bad_input(capsys, breast_cancer
 
 
 def test_simulate_ldp_trains_at_the_epsilon_given(capsys, breast_cancer_csv: Path) -> None:
-    """`--privacy ldp --epsilon 2` randomizes the labels at epsilon 2, not at the Bloom defaults' 8.79."""
+    """`--privacy ldp --epsilon 3` randomizes each row's label once at epsilon 3: the model's total.
+
+    The mechanism is "auto" resolved for the 2 classes (k-RR), and the report names it.
+    """
     result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--setting", "horizontal",
-                       "--privacy", "ldp", "--epsilon", "2", "--trees", "3", "--max-depth", "4")
+                       "--privacy", "ldp", "--epsilon", "3", "--trees", "3", "--max-depth", "4")
     report = result["privacy_report"]
-    assert report["epsilon_permanent"] == pytest.approx(2.0, rel=1e-12) and report["epsilon_permanent"] <= 2
-    assert report["setting"]["mode"] == "ldp" and report["setting"]["mechanism"] == "bloom"
+    assert (report["mechanism"], report["epsilon"], report["epsilon_total"], report["delta"]) == \
+        ("krr", 3.0, 3.0, 0.0)
+    assert report["setting"] == {"mode": "ldp", "mechanism": "krr", "epsilon": 3.0, "estimator": "nnls"}
 
 
 @pytest.mark.parametrize("thresholds", ["histogram", "domain"])
@@ -206,6 +225,17 @@ def test_simulate_ppd_ert_with_either_threshold_mode(capsys, breast_cancer_csv: 
     code, out, _ = _run(capsys, "simulate", "--data", breast_cancer_csv, "--label", "target", "--setting",
                         "horizontal", "--algorithm", "ppd-ert", "--thresholds", thresholds, "--trees", "3")
     assert code == 0 and f"privacy: thresholds: {said}" in out
+
+
+def test_simulate_gdp_prints_what_the_accountant_says_was_spent(capsys, breast_cancer_csv: Path) -> None:
+    options = ("--data", breast_cancer_csv, "--label", "target", "--setting", "horizontal", "--privacy",
+               "gdp", "--trees", "3", "--max-depth", "3", "--epsilon", "2", "--delta", "1e-7")
+    report = _run_json(capsys, *options)["privacy_report"]
+    assert report["setting"] == {"mode": "gdp", "epsilon": 2.0, "delta": 1e-7}
+    assert 0 < report["epsilon_total"] <= 2.0 and report["delta"] == 1e-7
+    code, out, _ = _run(capsys, "simulate", *options)
+    assert code == 0 and (f"privacy: global DP, epsilon {report['epsilon_total']:.4g} (delta 1e-07) spent by "
+                          "the busiest row of the most charged party, of the model's budget 2") in out
 
 
 # -- one convention: a usage error is bad input too (one line, exit 1, no usage block) ----------------------

@@ -124,7 +124,12 @@ def test_bad_training_settings_are_refused_by_name(training, message) -> None:
     ({"setting": "horizontal", "privacy": {"mode": "gdp", "thresholds": "domain"},
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
-     "privacy: mode 'gdp' does not use field(s) ['thresholds']; valid: ['epsilon', 'mode']"),
+     "privacy: mode 'gdp' does not use field(s) ['thresholds']; valid: ['delta', 'epsilon', 'mode']"),
+    ({"setting": "horizontal", "privacy": {"mode": "gdp", "epsilon": 1, "delta": 1e-6},
+      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
+                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+     "privacy 'gdp' needs a bounded depth: set params.max_depth (the model's budget is spread over trees x "
+     "levels)"),
     ({"setting": "horizontal", "privacy": {"mode": "gdp", "epsilon": 0},
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
@@ -143,26 +148,29 @@ HORIZONTAL = [{"name": n, "data": f"{n}.csv", "id_column": "id", "label": "y"} f
 def test_an_ldp_epsilon_is_honoured_not_ignored() -> None:
     """`{mode: ldp, epsilon: 0.1}` used to load and train at the Bloom defaults' epsilon 8.79 (issue #27)."""
     config = parse_config(_raw(setting="horizontal", institutions=HORIZONTAL,
-                               privacy={"mode": "ldp", "epsilon": 0.1}), CONFIG)
+                               privacy={"mode": "ldp", "mechanism": "bloom", "epsilon": 0.1}), CONFIG)
     assert isinstance(config.privacy, LocalDP)
     assert config.privacy.epsilon == pytest.approx(0.1, rel=1e-12) and config.privacy.epsilon <= 0.1
     krr = parse_config(_raw(setting="horizontal", institutions=HORIZONTAL,
                             privacy={"mode": "ldp", "mechanism": "krr", "epsilon": 4}), CONFIG)
-    assert krr.privacy == LocalDP(LabelLDP(mechanism="krr", epsilon_krr=4.0))
+    assert krr.privacy == LocalDP(LabelLDP(mechanism="krr", report_epsilon=4.0))
 
 
 @pytest.mark.parametrize(("privacy", "params", "message"), [
-    ({"mode": "ldp", "n_bit": 32}, {},
+    ({"mode": "ldp", "mechanism": "bloom", "n_bit": 32}, {},
      "privacy: unknown field(s) ['n_bit'] for mode 'ldp'; valid: ['epsilon', 'estimator', "
      "'keep_probability', 'mechanism', 'min_leaf_reports', 'mode', 'n_bits', 'n_hashes', 'p_one_if_one', "
      "'p_one_if_zero']"),
+    ({"mode": "ldp", "n_bits": 32}, {},
+     "privacy: mode 'ldp' with mechanism 'auto' and estimator 'nnls' does not use field(s) ['n_bits']; "
+     "valid: ['epsilon', 'estimator', 'mechanism', 'min_leaf_reports', 'mode']"),
     ({"mode": "none", "epsilon": 0.1}, {},
      "privacy: mode 'none' does not use field(s) ['epsilon']; valid: ['mode']"),
     ({"mode": "ldp", "mechanism": "krr", "epsilon": 2, "keep_probability": 0.5}, {},
      "privacy: mode 'ldp' with mechanism 'krr' and estimator 'nnls' does not use field(s) "
      "['keep_probability']; valid: ['epsilon', 'estimator', 'mechanism', 'min_leaf_reports', 'mode']"),
     ("ldp", {"task": "regression", "criterion": "squared_error"},
-     "privacy 'ldp' randomizes class labels and works for classification only; use 'gdp' (Laplace noise) or "
+     "privacy 'ldp' randomizes class labels and works for classification only; use 'gdp' (Gaussian noise) or "
      "'none' for a regression label"),
 ])
 def test_a_privacy_field_is_refused_when_the_config_loads(privacy, params, message) -> None:

@@ -7,8 +7,8 @@ checks every row against the same invariants:
 1. each message kind, in each direction, is one the row lists and carries only the arrays it lists
    (and every listed kind is used: the table cannot silently rot);
 2. no raw feature value, raw ID, raw label or per-row label code appears in any payload, as array bytes
-   or header text, beyond what the row documents (FET: each party's min/max of candidate features;
-   horizontal: the agreed schema in the contract and setup messages);
+   or header text, beyond what the row documents (FET in mode none: each party's min/max of candidate
+   features, none in gdp / ldp; horizontal: the agreed schema in the contract and setup messages);
 3. vertical: feature names never cross, and no party's split threshold appears in any message, so
    neither the master nor another party ever receives it;
 4. secure aggregation: the master receives only masked vectors that look uniform in their ring, never a
@@ -367,6 +367,48 @@ def _gdp_counts_are_noised(run: Recorded) -> None:
     assert counts and all(c.dtype == np.float64 and np.any(c != np.round(c)) for c in counts)
 
 
+def _dp_parties_send_no_extremes(run: Recorded) -> None:
+    """FET gdp / ldp: no party message carries a node's min or max (thresholds come from declared domains).
+
+    Every message a party sent holds only statistics or nothing: each level's `fet_ranges_reply` is empty,
+    and the master's thresholds lie inside the declared domains without being any party's value.
+    """
+    from_parties = [m for e, m in run.messages if e.receiver == MASTER]
+    ranges = [m for m in from_parties if m.kind == "fet_ranges_reply"]
+    assert ranges and all(not m.arrays for m in ranges)
+    for message in from_parties:
+        assert not {"min", "max"} & set(message.arrays), message.kind
+        assert set(message.arrays) <= {"counts", "bit_sums", "sizes", "confusion"}, message.kind
+    from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
+    from fedcore.horizontal.session import HorizontalSession
+
+    session = run.session
+    assert isinstance(session, HorizontalSession) and isinstance(session.master, FederatedExtraTreesMaster)
+    assert session.master.domains is not None
+    low, high = session.master.domains
+    thresholds = [(m.arrays["thresholds"], features) for (e, m), features in _fet_levels(run)]
+    assert thresholds
+    for values, features in thresholds:
+        usable = ~np.isnan(values)
+        assert usable.any()
+        assert np.all((values >= low[features]) & (values < high[features]) | ~usable)
+
+
+def _fet_levels(run: Recorded) -> list[tuple[tuple[TranscriptEntry, Message], np.ndarray]]:
+    """Each level's fet_stats request to the first party, with the candidate features of that level."""
+    features: np.ndarray | None = None
+    out = []
+    for entry, message in run.messages:
+        if entry.receiver != run.parties[0]:
+            continue
+        if message.kind == "fet_ranges":
+            features = message.arrays["features"].astype(np.int64)
+        elif message.kind == "fet_stats":
+            assert features is not None
+            out.append(((entry, message), features))
+    return out
+
+
 def _ldp_sends_bit_sums(run: Recorded) -> None:
     replies = [m.arrays for _, m in run.messages if m.kind == "fet_bit_sums"]
     # integer sums (the narrowest unsigned type holding the largest branch), never a row's own bits
@@ -405,16 +447,16 @@ MODES = {
         schema_kinds=SCHEMA_KINDS, discloses=_min_max),
     "horizontal-fet-ldp": WireMode(
         run=lambda tmp: run_horizontal(tmp, "extra-trees", "ldp"),
-        to_master=_arrays({**HORIZONTAL_TO_MASTER, "fet_ranges_reply": "min max",
+        to_master=_arrays({**HORIZONTAL_TO_MASTER, "fet_ranges_reply": "",
                            "fet_bit_sums": "bit_sums sizes"}),
         to_parties=_arrays({**HORIZONTAL_TO_PARTIES, **FET_TO_PARTIES}),
-        schema_kinds=SCHEMA_KINDS, discloses=_min_max, extras=(_ldp_sends_bit_sums,)),
+        schema_kinds=SCHEMA_KINDS, extras=(_ldp_sends_bit_sums, _dp_parties_send_no_extremes)),
     "horizontal-fet-gdp": WireMode(
         run=lambda tmp: run_horizontal(tmp, "extra-trees", "gdp"),
-        to_master=_arrays({**HORIZONTAL_TO_MASTER, "fet_ranges_reply": "min max",
+        to_master=_arrays({**HORIZONTAL_TO_MASTER, "fet_ranges_reply": "",
                            "fet_noisy_counts": "counts"}),
         to_parties=_arrays({**HORIZONTAL_TO_PARTIES, **FET_TO_PARTIES}),
-        schema_kinds=SCHEMA_KINDS, discloses=_min_max, extras=(_gdp_counts_are_noised,)),
+        schema_kinds=SCHEMA_KINDS, extras=(_gdp_counts_are_noised, _dp_parties_send_no_extremes)),
     "horizontal-ppdert-secagg-domain": WireMode(
         run=lambda tmp: run_horizontal(tmp, "ppd-ert", "secagg", thresholds="domain"),
         to_master=_arrays({**HORIZONTAL_TO_MASTER, "hello_reply": "public_key",

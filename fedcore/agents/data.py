@@ -99,13 +99,16 @@ class InstitutionData:
     batches: BatchLedger | None = None
     """The delivered batches of a `predict_data` query with `:since`/`:until` (`fedcore.agents.batches`)."""
 
-    def new_batch(self, until: datetime | None) -> pd.DataFrame:
-        """The new rows to predict: those of the batch scheduled at `until` when the query selects by time."""
+    def new_batch(self, until: datetime | None, version: tuple[str, str] | None) -> pd.DataFrame:
+        """The new rows to predict: those of the batch scheduled at `until` when the query selects by time.
+
+        `version` (model, version) predicts them: its model's batches of the query give `:since`.
+        """
         if self.load_batch is None:
             raise ProtocolError(f"institution {self.name!r} has no prediction data configured")
         if self.batches is None:
             return self.load_batch()
-        return self.load_batch(**self.batches.window(until, self.name))
+        return self.load_batch(**self.batches.window(version, until))
 
     @property
     def n_rows(self) -> int:
@@ -205,7 +208,7 @@ def _load_institution(config: FederationConfig, name: str, cluster: Cluster | No
         table=table, cluster=cluster if table is not None or open_batch is not None else None,
         open_batch=open_batch, predictions_sql=inst.predictions_sql, dates=dates,
         predictions_dataset=inst.predictions_dataset,
-        batches=(BatchLedger.beside(inst.registry, predict_data)
+        batches=(BatchLedger.beside(inst.registry, predict_data, name)
                  if isinstance(predict_data, SqlSource) and predict_data.parameters else None),
     )
 
@@ -272,6 +275,7 @@ def _open_blocks(config: FederationConfig, name: str, source: str | SqlSource, w
     by name (`check_configured_columns`).
     """
     from fedcore.compute.dask_table import open_dataset, open_parquet, open_sql
+    from fedcore.data.sql import sql_schema
 
     inst = config.institution(name)
     assert inst.compute is not None, "workers read only with compute: dask"
@@ -280,9 +284,9 @@ def _open_blocks(config: FederationConfig, name: str, source: str | SqlSource, w
         if len(files) == 1 and is_dataset(files[0]):  # as `read_files` decides
             return open_dataset(files[0], what, inst.compute.block_rows)
         return open_parquet(files, what, inst.compute.block_rows)
-    check_configured_columns(config, name, _sql_columns(source, what), table=source.describe(),
-                             keys=("id_column",))
-    return open_sql(source, what, inst.id_column, inst.compute.block_rows)
+    schema = sql_schema(source, what)  # asked once: the columns checked here are the blocks'
+    check_configured_columns(config, name, schema.names, table=source.describe(), keys=("id_column",))
+    return open_sql(source, what, inst.id_column, inst.compute.block_rows, schema)
 
 
 def check_configured_columns(config: FederationConfig, name: str, columns: Collection,
@@ -372,22 +376,13 @@ def read_source(source: str | CsvSource | SqlSource, what: str, skip: Collection
         return read_files(source.path, what, skip, source.dialect)
     if not isinstance(source, SqlSource):
         return read_files(source, what, skip)
-    from fedcore.data.sql import read_sql
+    from fedcore.data.sql import read_sql, sql_schema
 
-    if order_by is not None and order_by not in _sql_columns(source, what, values):
+    if order_by is not None and order_by not in sql_schema(source, what, values).names:
         order_by = None
     frame = read_sql(source, what, order_by, values)
     check_finite_columns(frame, what, skip=[c for c in skip if c is not None])
     return frame
-
-
-def _sql_columns(source: SqlSource, what: str, values: Mapping[str, datetime] | None = None) -> list[str]:
-    """The columns a database table or query gives (no row is read; `values`: its placeholders')."""
-    from fedcore.data.sql import read_arrow
-
-    statement = f"SELECT * FROM (\n{source.select()}\n) AS source LIMIT 0"
-    empty = read_arrow(source, what, statement=statement, parameters=source.bound(values))
-    return [str(c) for c in empty.schema.names]
 
 
 def read_files(pattern: str, what: str, skip: Collection[str | None] = (),

@@ -146,7 +146,8 @@ def write_predictions(data: InstitutionData, frame: pd.DataFrame, version: tuple
     rows go to its table or dataset instead, replacing those an earlier attempt of the same flow run `run`
     (checked by `run_id`) delivered (without a run id, each delivery is its own); returns `table '<name>'`
     or the dataset file then. Once delivered, a batch selected by time is recorded as delivered up to
-    `until` (`fedcore.agents.batches`): a failed delivery leaves the next batch where it was.
+    `until` for `version`'s model (`fedcore.agents.batches`): a failed delivery leaves the next batch where
+    it was.
     """
     if has_sink(data):
         where: Path | str = _deliver(data, frame, len(frame), version, run)
@@ -156,7 +157,7 @@ def write_predictions(data: InstitutionData, frame: pd.DataFrame, version: tuple
         write_parquet(where, frame)
         log.info("%s: wrote %d predictions to %s", data.name, len(frame), where)
     if data.batches is not None and until is not None:
-        data.batches.delivered(until)
+        data.batches.delivered(version, until)
     return where
 
 

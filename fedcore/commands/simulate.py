@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from fedcore.algorithms import ALGORITHMS, SETTINGS, in_setting
@@ -67,8 +68,11 @@ def register(commands: argparse._SubParsersAction) -> None:
                      help="forest: none (default), paillier or ou (encrypted labels); extra-trees: none "
                           "(default), ldp or gdp; ppd-ert: secagg")
     sim.add_argument("--epsilon", type=float, default=None,
-                     help="gdp: epsilon per count query (default 1.0); ldp: each row's label epsilon, over "
-                          "any number of reports (default: the Bloom mechanism's defaults, 8.79)")
+                     help="gdp: the whole model's epsilon per row (default 1.0; needs --max-depth); ldp: "
+                          "each row's label epsilon, over any number of reports (default 2.0)")
+    sim.add_argument("--delta", type=float, default=None,
+                     help="gdp: the whole model's delta (default 1e-6), the probability the epsilon "
+                          "guarantee fails for a row")
     sim.add_argument("--thresholds", choices=("histogram", "domain"), default=None,
                      help="ppd-ert: candidate thresholds within each node's populated grid cells (histogram, "
                           "the default) or uniform in the declared domain (domain, the paper's)")
@@ -150,13 +154,24 @@ def _not_available(args: argparse.Namespace) -> str | None:
                 f"got {args.privacy!r}")
     if args.dask is not None:
         compute_from_spec(args.dask)  # a bad spec is refused before the table is read
-    if args.epsilon is not None and "epsilon" not in MODE_FIELDS[args.privacy]:
-        using = [m for m in modes if "epsilon" in MODE_FIELDS[m]]
-        if not using:
-            return f"--epsilon applies to --algorithm extra-trees only, not {args.algorithm!r}"
-        return (f"--epsilon applies to privacy {' and '.join(repr(m) for m in using)} only, not "
-                f"{args.privacy!r}")
+    for option in ("epsilon", "delta"):
+        unused = _unused_option(option, getattr(args, option), args.algorithm, args.privacy, modes)
+        if unused:
+            return unused
+    if args.privacy == "gdp" and args.max_depth is None:
+        return "--privacy gdp needs --max-depth: the model's budget is spread over trees x levels"
     return None
+
+
+def _unused_option(field: str, value: object, algorithm: str, privacy: str,
+                   modes: Sequence[str]) -> str | None:
+    """Why --`field` does not apply to `privacy` (a privacy field only some modes have), or None."""
+    if value is None or field in MODE_FIELDS[privacy]:
+        return None
+    using = [m for m in modes if field in MODE_FIELDS[m]]
+    if not using:
+        return f"--{field} applies to --algorithm extra-trees only, not {algorithm!r}"
+    return f"--{field} applies to privacy {' and '.join(repr(m) for m in using)} only, not {privacy!r}"
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -164,7 +179,8 @@ def _simulate(args: argparse.Namespace) -> int:
     if reason:
         raise ParameterError(reason)
     # the one privacy parser (fedcore.privacy.settings), before the table is read
-    privacy = privacy_with(args.privacy, args.algorithm, epsilon=args.epsilon, thresholds=args.thresholds)
+    privacy = privacy_with(args.privacy, args.algorithm, epsilon=args.epsilon, delta=args.delta,
+                           thresholds=args.thresholds)
     table = _read_data(args)
     _check_model_fits(args, len(table))
     if args.setting == "horizontal":
@@ -281,11 +297,11 @@ def _column_lines(columns: dict) -> list[str]:
 def _privacy_summary(report: dict) -> str:
     """One line on the differential-privacy budget of a horizontal run (empty when no noise is added)."""
     if report.get("mode") == "gdp":
-        return (f"global DP, epsilon {report['epsilon_per_query']:g} per query, composed epsilon "
-                f"{report['composed_epsilon']:g} for the most queried row")
+        return (f"global DP, epsilon {report['epsilon_total']:.4g} (delta {report['delta']:g}) spent by the "
+                f"busiest row of the most charged party, of the model's budget {report['epsilon_budget']:g}")
     if report.get("mode") == "ldp":
-        return (f"local DP on labels, epsilon {report['epsilon_permanent']:.3g} (permanent, any number of "
-                f"reports), {report['epsilon_instant']:.3g} per report")
+        return (f"local DP on labels ({report['mechanism']}), epsilon {report['epsilon']:.3g} per row, "
+                "however many trees")
     if report.get("algorithm") == "ppd-ert":
         return f"thresholds: {report['thresholds']}"
     return ""

@@ -134,16 +134,18 @@ def _open_files(files: Sequence[DatasetFile], schema: pa.Schema, what: str, bloc
                         columns, nullable)
 
 
-def open_sql(source: SqlSource, what: str, key: str, block_rows: int = DEFAULT_BLOCK_ROWS) -> ParquetTable:
+def open_sql(source: SqlSource, what: str, key: str, block_rows: int = DEFAULT_BLOCK_ROWS,
+             schema: pa.Schema | None = None) -> ParquetTable:
     """A database table or query as blocks of `block_rows` rows in `key`'s order (the ID column).
 
     The agent asks the server for the row count and one key per block (`fedcore.data.sql.key_blocks`);
     the workers read the rows. In process the same rows are read in the same order
-    (`fedcore.agents.data.read_source`), so the party's rows are the same.
+    (`fedcore.agents.data.read_source`), so the party's rows are the same. `schema`: the rows' schema when
+    the caller asked for it already (`fedcore.data.sql.sql_schema`).
     """
     from fedcore.data.sql import key_blocks
 
-    cuts, schema = key_blocks(source, what, key, block_rows)
+    cuts, schema = key_blocks(source, what, key, block_rows, schema=schema)
     blocks, start = [], 0
     for index, cut in enumerate(cuts):
         blocks.append(Block(index, start, start + cut.n_rows, sql=cut))

@@ -40,11 +40,14 @@ class SharedSchema:
     label: str
     classes: tuple | None
 
-    def feature_ranges(self) -> dict[str, tuple[float, float]]:
-        """The declared domain of every numeric column (the hull over contracts), for PPD-ERT."""
+    def feature_ranges(self, user: str = "PPD-ERT") -> dict[str, tuple[float, float]]:
+        """The declared domain of every numeric column (the hull over contracts).
+
+        For what draws thresholds in them (`user`, named in the refusal: PPD-ERT, FET's DP modes).
+        """
         missing = [c.name for c in self.columns if c.dtype in NUMERIC and (c.low is None or c.high is None)]
         if missing:
-            raise ContractMismatch(f"PPD-ERT draws thresholds from declared domains: declare min and max for "
+            raise ContractMismatch(f"{user} draws thresholds from declared domains: declare min and max for "
                                    f"column(s) {missing} in every institution's contract")
         return {c.name: (c.low, c.high) for c in self.columns
                 if c.dtype in NUMERIC and c.low is not None and c.high is not None}  # all: checked above

@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlsplit
 
 import pandas as pd
 
+from fedcore.data.sql_text import numbered, placeholders
 from fedcore.errors import ConfigError, DataReadError
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?")
@@ -67,9 +68,7 @@ class SqlSource:
         if self.query is None:
             select = f"SELECT * FROM {quote_table(str(self.table))}"
         else:  # another `:name` (not from a config) stays as written
-            names = self.parameters
-            select = _PLACEHOLDER.sub(lambda m: f"${names.index(m[1]) + 1}" if m[1] in names else m[0],
-                                      self.query.strip().rstrip(";"))
+            select = numbered(self.query.strip().rstrip(";"), self.parameters)
         if order_by is None:
             return select
         return f"SELECT * FROM (\n{select}\n) AS source ORDER BY {quote_identifier(order_by)}"
@@ -79,16 +78,8 @@ class SqlSource:
         return tuple((values or {})[name] for name in self.parameters)
 
 
-_PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|::|:([A-Za-z_][A-Za-z0-9_]*)")
-"""A `:name` placeholder (group 1), or text that holds none: a quoted literal or identifier, a `::` cast."""
 BATCH_PARAMETERS = ("since", "until")
 """The placeholders a `predict_data` query may use: the agent binds them per scheduled batch."""
-
-
-def placeholders(query: str) -> tuple[str, ...]:
-    """The distinct `:name` placeholders of `query`, in order of first use (not inside quotes or `::`)."""
-    found = [m[1] for m in _PLACEHOLDER.finditer(query) if m[1]]
-    return tuple(dict.fromkeys(found))
 
 
 def quote_table(name: str) -> str:
@@ -293,13 +284,23 @@ class SqlBlock:
     values: tuple = ()
 
 
+def sql_schema(source: SqlSource, what: str, values: Mapping[str, datetime] | None = None) -> Any:
+    """The Arrow schema of `source`'s rows, asked of the server without reading a row.
+
+    `values`: its placeholders' values. One lookup per operation: its callers pass the schema on.
+    """
+    return read_arrow(source, what, statement=f"SELECT * FROM (\n{source.select()}\n) AS source LIMIT 0",
+                      parameters=source.bound(values)).schema
+
+
 def key_blocks(source: SqlSource, what: str, key: str, block_rows: int,
-               values: Mapping[str, datetime] | None = None) -> tuple[list[SqlBlock], Any]:
+               values: Mapping[str, datetime] | None = None,
+               schema: Any = None) -> tuple[list[SqlBlock], Any]:
     """`source`'s rows cut into blocks of `block_rows` in `key`'s order, and the rows' Arrow schema.
 
     The server numbers the rows in key order and returns every `block_rows`-th key (the agent receives one
     key per block, never the rows); a null key is refused, since no range holds it. `values`: the query's
-    placeholders' values.
+    placeholders' values; `schema`: the rows' schema when the caller asked for it already (`sql_schema`).
     """
     column = quote_identifier(key)
     select, bound = source.select(), source.bound(values)
@@ -324,8 +325,7 @@ def key_blocks(source: SqlSource, what: str, key: str, block_rows: int,
               for after, upto in zip(starts, uppers, strict=False)]
     if n % block_rows:
         blocks.append(SqlBlock(source, key, starts[-1], None, n % block_rows, bound))
-    schema = read_arrow(source, what, statement=f"SELECT * FROM (\n{select}\n) AS source LIMIT 0",
-                        parameters=bound).schema
+    schema = schema if schema is not None else sql_schema(source, what, values)
     check_types(schema, what)
     return blocks, schema
 

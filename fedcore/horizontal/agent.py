@@ -26,9 +26,9 @@ Checkpoints (crash recovery) live under `<its registry>/.checkpoints/<run id>`, 
 context digest plus a digest of this institution's own training rows, so changed data starts the run
 over. A horizontal party holds no tree state between batches (it receives the complete model at the
 end), so a batch checkpoint is small: which batch is done, and the party's noise counters (queries
-answered, LDP reports per row, the gdp accountant's spending). In the DP modes (gdp, ldp) the party's
-secret noise seed is kept once per run under `.checkpoints/.noise-seeds/<run id>` and reused by every
-attempt of that run: a batch grown again after a crash gets the same noisy answers as before, so
+answered, LDP reports per row, the gdp ledger's releases per row and queries). In the DP modes (gdp, ldp)
+the party's secret noise seed is kept once per run under `.checkpoints/.noise-seeds/<run id>` and reused by
+every attempt of that run: a batch grown again after a crash gets the same noisy answers as before, so
 resuming repeats no query with fresh noise, and the resumed forest is the uninterrupted one. The seed
 never leaves the institution.
 """
@@ -163,8 +163,9 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
                                      memory_budget=self.data.memory_budget, thresholds=privacy.thresholds,
                                      n_cells=privacy.n_cells, **rows)
         else:  # noise: a local secret seed
+            budget = privacy if isinstance(privacy, GlobalDP) else GlobalDP()  # gdp: its own budget
             self.party = HorizontalParty(self.name, schema=self.schema, privacy=privacy.mode,
-                                         epsilon=privacy.epsilon if isinstance(privacy, GlobalDP) else 1.0,
+                                         epsilon=budget.epsilon, delta=budget.delta,
                                          ldp=privacy.ldp if isinstance(privacy, LocalDP) else None,
                                          memory_budget=self.data.memory_budget, **rows)
         self._done.add("setup")  # a refused setup may be corrected; one that answered is final
@@ -233,17 +234,20 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
 
         Its own configuration's when it has one: a master whose setup asks for any other (less noise, no
         noise, other thresholds) is refused before any row is touched. Else (in-process use) the master's.
-        Both are read by the one parser, for the algorithm the master names.
+        Both are read by the one parser, for the algorithm the master names, and resolved for the agreed
+        classes (LDP "auto"), so a master and an institution with "auto" agree.
         """
+        assert self.schema is not None, "setup reads the schema before the privacy setting"
+        n_classes, task = self.schema.n_classes, self.schema.task
         try:
-            asked = parse_privacy(h.get("privacy"), str(h.get("algorithm")))
+            asked = parse_privacy(h.get("privacy"), str(h.get("algorithm")), task).for_classes(n_classes)
         except ParameterError as error:
             raise ProtocolError(f"institution {self.name!r}: the master's setup asks for no usable privacy "
                                 f"setting ({error}); refusing to train") from None
         if self.data.privacy is None:
             return asked
         try:
-            own = parse_privacy(self.data.privacy, str(h["algorithm"]))
+            own = parse_privacy(self.data.privacy, str(h["algorithm"]), task).for_classes(n_classes)
         except ParameterError as error:
             raise ProtocolError(f"institution {self.name!r}: its own privacy configuration, read for the "
                                 f"algorithm {h['algorithm']!r} the master asks for, is refused ({error}); "
@@ -311,9 +315,9 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             return self._predict_on_workers(model, schema, run)
         if self.data.load_batch is None:
             return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0})
-        started = time.perf_counter()
-        out = prediction_frame(model, schema, self.data.new_batch(until), self.data.id_column)
-        path = write_predictions(self.data, out, self._prediction_target(), run, until)
+        started, target = time.perf_counter(), self._prediction_target()
+        out = prediction_frame(model, schema, self.data.new_batch(until, target), self.data.id_column)
+        path = write_predictions(self.data, out, target, run, until)
         return Message("predicted",
                        {"rows": len(out), "path": str(path), "seconds": time.perf_counter() - started})
 
@@ -353,10 +357,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         assert party is not None, "handle() checkpoints a batch only once the party exists"
         state = {"reports": np.array([party.reports], np.int64),  # noise streams are keyed by this count
                  "reports_per_row": np.array([party.reports_per_row], np.int64)}
-        if party.accountant is not None:
-            spends = party.accountant.spends
-            state["spent_epsilon"] = np.array([e for e, _ in spends], np.float64)
-            state["spent_queries"] = np.array([n for _, n in spends], np.int64)
+        if isinstance(party, HorizontalParty) and party.ledger is not None:  # gdp: what each row took part in
+            state["ledger"] = np.array([party.ledger.releases_per_row, party.ledger.queries], np.int64)
         return state
 
     def _on_resume_status(self, message: Message) -> Message:
@@ -396,9 +398,9 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             state = self._checkpoints.load(batches - 1)
             party.reports = int(state["reports"][0])
             party.reports_per_row = int(state["reports_per_row"][0])
-            if party.accountant is not None:
-                party.accountant.spends = [(float(e), int(n)) for e, n in
-                                           zip(state["spent_epsilon"], state["spent_queries"], strict=True)]
+            if "ledger" in state and isinstance(party, HorizontalParty):  # hello continues the ledger
+                releases, queries = (int(v) for v in state["ledger"])
+                party.restored_ledger = (releases, queries)
         return Message("resumed", {"batches": batches})
 
     def _on_drop_checkpoints(self, message: Message) -> Message:

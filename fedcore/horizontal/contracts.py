@@ -1,7 +1,8 @@
-"""From the institutions' agreed data contracts to the horizontal engine's schema and PPD-ERT domains.
+"""From the institutions' agreed data contracts to the horizontal engine's schema and numeric domains.
 
 In a real federation nothing about the schema is read off the data: column kinds, category lists,
-classes and (for PPD-ERT) numeric domains all come from the contracts the consortium signed off.
+classes and (for PPD-ERT and FET's DP modes) numeric domains all come from the contracts the consortium
+signed off.
 """
 
 from __future__ import annotations
@@ -39,13 +40,16 @@ def engine_schema(shared: SharedSchema, task: str) -> HorizontalSchema:
     return HorizontalSchema(columns=tuple(columns), label=shared.label, task=task, classes=classes)
 
 
-def declared_feature_ranges(shared: SharedSchema) -> dict[str, tuple[float, float]]:
-    """PPD-ERT's numeric domains from the contracts (bool columns are 0..1, dates in days since epoch)."""
+def declared_feature_ranges(shared: SharedSchema, user: str = "PPD-ERT") -> dict[str, tuple[float, float]]:
+    """The numeric domains thresholds are drawn in, from the contracts (bool columns are 0..1, dates in days).
+
+    `user` (PPD-ERT, or FET in a DP mode) is named when a contract declares no range.
+    """
     ranges = {c.name: (0.0, 1.0) for c in shared.columns if c.dtype == "bool"}
     numeric = SharedSchema(columns=tuple(c for c in shared.columns if c.dtype != "bool"
                                          and c.dtype in NUMERIC_DTYPES),
                            label=shared.label, classes=shared.classes)
-    return {**ranges, **{k: (float(lo), float(hi)) for k, (lo, hi) in numeric.feature_ranges().items()}}
+    return {**ranges, **{k: (float(lo), float(hi)) for k, (lo, hi) in numeric.feature_ranges(user).items()}}
 
 
 def declared_y_exponent(contract: DataContract) -> int | None:

@@ -4,7 +4,7 @@ A hostile institution could otherwise send negative or huge counts, or counts th
 and skew every split silently (issue #27). The master refuses, with a ProtocolError naming the party, what it
 can prove wrong from what it knows: each party's rows (its `hello`; in a federation also its `setup` reply),
 its regression targets' magnitude (`y_exponent` in `hello`, which the master bounds there), the agreed GDP
-noise scale (the configured epsilon: a `hello` stating another is refused), and what the same party sent one
+noise scale (the plan's sigma: a `hello` stating another is refused), and what the same party sent one
 level up. Every check is a few whole-array operations per party and level.
 
 - **Exact counts** (`CountLedger`): FET `none` and PPD-ERT without masks per party, FET `ldp`'s branch sizes
@@ -17,10 +17,10 @@ level up. Every check is a few whole-array operations per party and level.
 - **LDP bit sums** (`check_bit_sums`): each in [0, the branch's size] (one report of 0/1 bits per row), and
   the same over both branches of every candidate of a node (each row's one report is added under every
   candidate).
-- **GDP noisy counts** (`check_noisy_counts`): finite, and within the largest noise the Laplace sampler can
-  draw (`LAPLACE_NOISE_BOUND` scales) of [0, rows]. Nothing else is provable: every count carries its own
-  independent noise, so branches, candidates and levels need not add up, and a party can still bias a count by
-  up to that bound (about 37 / epsilon) without being caught.
+- **GDP noisy counts** (`check_noisy_counts`): finite, and within the largest noise NumPy's normal sampler
+  can draw (`GAUSSIAN_NOISE_BOUND`, about 13.7 sigma) of [0, rows]. Nothing else is provable: every count
+  carries its own independent noise, so branches, candidates and levels need not add up, and a party can still
+  bias a count by up to that bound without being caught.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedcore.errors import ProtocolError
-from fedcore.privacy.laplace import LAPLACE_NOISE_BOUND
+from fedcore.privacy.accounting import GAUSSIAN_NOISE_BOUND
 
 SUM_OF_PARTIES = ("the unmasked sum over all parties (secure aggregation masks each party's counts: none "
                   "can be named)")
@@ -149,28 +149,28 @@ def check_bit_sums(who: str, bit_sums: np.ndarray, sizes: np.ndarray) -> None:
 
 def check_noisy_counts(who: str, what: str, counts: np.ndarray, rows: int, count_scale: float,
                        target_bits: int | None = None, sum_scale: float = 0.0) -> None:
-    """GDP: refuse noisy counts that no count of `rows` rows plus the party's Laplace noise can give.
+    """GDP: refuse noisy counts that no count of `rows` rows plus the party's Gaussian noise can give.
 
-    `counts` (A, k, 2, S) float64, noise of scale `count_scale` (from the agreed epsilon); regression
-    (`target_bits`): column 1 is a sum of quantised targets, each |q| <= 2**target_bits, with noise of scale
-    `sum_scale`. The sampler's noise is at most `LAPLACE_NOISE_BOUND` scales in magnitude, so that far beyond
-    [0, rows] (or beyond rows x 2**target_bits for a sum) no honest party reaches.
+    `counts` (A, k, 2, S) float64, noise of standard deviation `count_scale` (the agreed plan's sigma);
+    regression (`target_bits`): column 1 is a sum of quantised targets, each |q| <= 2**target_bits, with
+    noise of scale `sum_scale`. The sampler's noise is at most `GAUSSIAN_NOISE_BOUND` scales in magnitude, so
+    that far beyond [0, rows] (or beyond rows x 2**target_bits for a sum) no honest party reaches.
     """
     if not np.issubdtype(counts.dtype, np.floating) or not np.all(np.isfinite(counts)):
         raise ProtocolError(f"{who}: {what} must be finite numbers")
     n = counts[..., :1] if target_bits is not None else counts
-    reach = LAPLACE_NOISE_BOUND * count_scale
+    reach = GAUSSIAN_NOISE_BOUND * count_scale
     if n.size:
         low, high = float(n.min()), float(n.max())
         if low < -reach * FLOAT_SLACK or high > (rows + reach) * FLOAT_SLACK:
             shown = low if low < -reach * FLOAT_SLACK else high
             raise ProtocolError(f"{who}: {what} holds a count of {shown:.6g}, further "
-                                f"outside [0, {rows}] (the rows declared in hello) than the largest Laplace "
+                                f"outside [0, {rows}] (the rows declared in hello) than the largest Gaussian "
                                 f"noise of the agreed scale can reach ({reach:.6g})")
     if target_bits is not None and counts.size:
         sums = counts[..., 1]
-        bound = ((rows << target_bits) + LAPLACE_NOISE_BOUND * sum_scale) * FLOAT_SLACK
+        bound = ((rows << target_bits) + GAUSSIAN_NOISE_BOUND * sum_scale) * FLOAT_SLACK
         if max(-float(sums.min()), float(sums.max())) > bound:
             raise ProtocolError(f"{who}: {what}: a branch's noisy sum of quantised targets exceeds "
                                 f"{bound:.6g}: {rows} rows of targets within 2**{target_bits} (declared in "
-                                "hello) plus the largest Laplace noise of the agreed scale")
+                                "hello) plus the largest Gaussian noise of the agreed scale")

@@ -39,6 +39,7 @@ from fedcore.estimator_api import (
 )
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.fet.party import HorizontalParty
+from fedcore.horizontal.fet.plan import check_bounded_depth
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.ppdert.master import PPDERTMaster
 from fedcore.horizontal.ppdert.party import PPDERTParty
@@ -49,6 +50,7 @@ from fedcore.horizontal.validation import (
     named_parties,
     resolve_feature_ranges,
 )
+from fedcore.privacy.accounting import DEFAULT_DELTA
 from fedcore.privacy.ldp import LabelLDP
 from fedcore.privacy.settings import (
     GlobalDP,
@@ -88,6 +90,14 @@ class _HorizontalForest(SimulatedFederation):
     the fit), a Dask scheduler address, or a `distributed.Client` (`fedcore.compute`). Every party's rows
     go to that cluster in blocks of `block_rows` rows; the forest is the in-process one."""
     block_rows: int | None
+    feature_ranges: Mapping[str, tuple[float, float]] | None
+    """Declared (low, high) of numeric columns, where thresholds come from declared domains (PPD-ERT, FET's
+    DP modes); `allow_data_ranges=True` (simulation only) takes missing ones from the pooled rows."""
+    allow_data_ranges: bool
+    _low: np.ndarray | None
+    _high: np.ndarray | None
+    ranges_source_: str | None
+    """Where the declared domains came from (`_resolve_domains`); None where thresholds need none."""
 
     def _forest_params(self) -> ExtraTreesParams:
         """ExtraTreesParams of the constructor parameters: the one place they are checked."""
@@ -161,6 +171,15 @@ class _HorizontalForest(SimulatedFederation):
     def _check_before_fit(self, schema, frames) -> None:
         """Mode-specific checks before any party object exists."""
 
+    def _resolve_domains(self, schema, frames) -> None:
+        """The declared domains thresholds are drawn in (`_low`, `_high`) and where they came from.
+
+        `ranges_source_`: "declared", or the pooled data's extent with `allow_data_ranges` (a simulation
+        convenience, said so in the privacy report).
+        """
+        self._low, self._high, self.ranges_source_ = resolve_feature_ranges(
+            schema, self.feature_ranges, frames, bool(self.allow_data_ranges))
+
     def _predict_values(self, frame: pd.DataFrame) -> np.ndarray:
         check_fitted(self)
         if not isinstance(frame, pd.DataFrame):
@@ -202,19 +221,27 @@ class _FETBase(_HorizontalForest):
     """Federated Extra-Trees estimators.
 
     `privacy`: "none", "gdp" or "ldp" (classification), a mapping with `mode` and its fields, or a
-    `PrivacySetting` (`fedcore.privacy.settings`). `epsilon` and `ldp` (a `LabelLDP`) are shorthands for
-    its fields: gdp's epsilon per count query; ldp's epsilon for each row's label, and its mechanism. A
-    field the mode does not use is refused.
+    `PrivacySetting` (`fedcore.privacy.settings`). `epsilon`, `delta` and `ldp` (a `LabelLDP`) are
+    shorthands for its fields: gdp's (epsilon, delta), the whole model's budget per row (gdp needs a
+    `max_depth`); ldp's epsilon for each row's label, and its mechanism. A field the mode does not use is
+    refused.
+
+    In gdp and ldp no party sends a node's min or max: thresholds are drawn in the declared domains
+    (`feature_ranges`, as PPD-ERT's; `allow_data_ranges=True` in a simulation takes the pooled rows' extent),
+    narrowed along each path by the splits. Mode none draws them in the nodes' exact ranges (the paper's).
     """
 
     privacy: str | Mapping[str, Any] | PrivacySetting
     epsilon: float | None
+    delta: float | None
     ldp: LabelLDP | None
 
     def __init__(self, n_estimators: int = 100, *, max_depth: int | None = None, min_samples_split: int = 2,
                  min_samples_leaf: int = 1, max_features: str | int | float | None = "sqrt",
                  criterion: str = "gini", privacy: str | Mapping[str, Any] | PrivacySetting = "none",
-                 epsilon: float | None = None, ldp: LabelLDP | None = None,
+                 epsilon: float | None = None, delta: float | None = None, ldp: LabelLDP | None = None,
+                 feature_ranges: Mapping[str, tuple[float, float]] | None = None,
+                 allow_data_ranges: bool = False,
                  categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
                  tree_batch_size: int | None = None, memory_budget_mb: int | None = None,
                  random_state: int = 0, progress: bool = False, record_transcript: bool = False,
@@ -224,23 +251,31 @@ class _FETBase(_HorizontalForest):
     def _check_settings(self) -> None:
         if self.ldp is not None and not isinstance(self.ldp, LabelLDP):
             raise ParameterError(f"ldp must be a LabelLDP, got {type(self.ldp).__name__}")
-        fields: dict[str, Any] = {"epsilon": self.epsilon}
+        fields: dict[str, Any] = {"epsilon": self.epsilon, "delta": self.delta}
         given = label_ldp_fields(self.ldp, complete=False) if self.ldp is not None else {}
         for name, value in given.items():
-            if fields.get(name) is not None:  # k-RR's epsilon_krr
+            if fields.get(name) is not None:  # k-RR's report_epsilon
                 raise ParameterError(f"privacy: {name} given both as {name}= and in ldp=; give it once")
             fields[name] = value
         self._setting = privacy_with(self.privacy, EXTRA_TREES, self._task, **fields)
         if self.ldp is not None and not isinstance(self._setting, LocalDP):
             raise ParameterError(f"privacy: ldp= (the label mechanism) applies to mode 'ldp' only, not "
                                  f"{self._setting.mode!r}")
+        check_bounded_depth(self._setting, self._params.max_depth)
         self._privacy = self._setting.mode
-        self._epsilon = self._setting.epsilon if isinstance(self._setting, GlobalDP) else 1.0
+        self._gdp = self._setting if isinstance(self._setting, GlobalDP) else None
         self._ldp = self._setting.ldp if isinstance(self._setting, LocalDP) else None
 
     def _check_before_fit(self, schema, frames) -> None:
-        if self._privacy == "ldp":
+        if self._privacy == "ldp":  # "auto" resolved for the classes: what runs, and what the report names
+            self._setting = self._setting.for_classes(schema.n_classes)
+            self._ldp = self._setting.ldp if isinstance(self._setting, LocalDP) else None
             self._label_ldp().check_classes(schema.n_classes)
+        if self._privacy in ("gdp", "ldp"):
+            self._resolve_domains(schema, frames)
+        else:  # mode none: the nodes' exact ranges (the paper's)
+            self._low = self._high = None
+            self.ranges_source_ = None
 
     def _label_ldp(self) -> LabelLDP:
         """The label LDP mechanism of privacy "ldp" (`_check_settings` makes a default one if none given)."""
@@ -248,69 +283,87 @@ class _FETBase(_HorizontalForest):
         return self._ldp
 
     def _make_parties(self, frames, schema):
-        return [HorizontalParty(name=name, schema=schema, privacy=self._privacy, epsilon=self._epsilon,
-                                ldp=self._ldp, noise_seed=party_noise_seed(self._params.random_state, name),
+        budget = self._gdp or GlobalDP()  # used under gdp only
+        return [HorizontalParty(name=name, schema=schema, privacy=self._privacy, epsilon=budget.epsilon,
+                                delta=budget.delta, ldp=self._ldp,
+                                noise_seed=party_noise_seed(self._params.random_state, name),
                                 **self._rows(name, frame, schema))
                 for name, frame in frames.items()]
 
     def _make_master(self, transport, schema):
+        gdp = self._gdp
         return FederatedExtraTreesMaster(transport, self._params, schema, privacy=self._privacy,
-                                         epsilon=self._epsilon if self._privacy == "gdp" else None,
-                                         ldp=self._ldp, progress=self._progress_callback())
+                                         epsilon=gdp.epsilon if gdp else None,
+                                         delta=gdp.delta if gdp else DEFAULT_DELTA, ldp=self._ldp,
+                                         low=self._low, high=self._high,
+                                         progress=self._progress_callback())
 
     @property
     def privacy_report_(self) -> dict:
         """What the master saw and what it cost, in this run's privacy mode."""
         check_fitted(self)
         levels = self.master_.levels
-        report = {"algorithm": EXTRA_TREES.id, "mode": self._privacy, "setting": self._setting.to_dict(),
-                  "queries": levels,
-                  "min_max": "per-party min and max of each candidate feature over each open node, in the "
-                             "clear (as in the FET paper)"}
+        report: dict[str, Any] = {"algorithm": EXTRA_TREES.id, "mode": self._privacy,
+                                  "setting": self._setting.to_dict(), "queries": levels}
+        if self._privacy == "none":
+            report["min_max"] = ("per-party min and max of each candidate feature over each open node, in "
+                                 "the clear (as in the FET paper)")
+        else:
+            report["min_max"] = None
+            report["thresholds"] = ("uniform in each node's box, the declared feature domain cut by the "
+                                    "splits above it: no party sends a min or max")
+            report["feature_ranges"] = self.ranges_source_
         if self._privacy == "none":
             report["label_statistics"] = "per-party plain integer branch counts"
             report["epsilon"] = None
             report["composed_epsilon"] = None
         elif self._privacy == "gdp":
-            spent = [p.privacy_spent() for p in self.parties_]
-            worst = max(spent, key=lambda s: s["total_epsilon"])
+            spent = {p.name: p.privacy_spent() for p in self.parties_}
+            worst = max(spent.values(), key=lambda s: s["epsilon_total"])
             report.update({
-                "label_statistics": "per-party Laplace-noised branch counts",
-                "epsilon": self._epsilon, "epsilon_per_query": self._epsilon,
-                "queries_per_row": worst["queries"], "composed_epsilon": worst["total_epsilon"],
-                "composition": "basic sequential composition over the count queries a single row takes part "
-                               "in (one per candidate feature, per tree it is active in, per level); the two "
-                               "branches of a candidate are disjoint (parallel composition)",
-                "parties": {p.name: s for p, s in zip(self.parties_, spent, strict=True)},
+                "label_statistics": "per-party Gaussian-noised branch counts",
+                "epsilon_total": worst["epsilon_total"], "delta": worst["delta"],
+                "epsilon_budget": worst["epsilon_budget"], "sigma": worst["sigma"],
+                "releases_per_row": worst["releases_per_row"],
+                "composition": "dp-accounting's PLD accountant over the Gaussian releases the busiest row "
+                               "took part in: one per tree it is active in, per level, each the node's "
+                               "branch counts of all k candidates (L2 sensitivity sqrt(k), regression "
+                               "sqrt(2k))",
+                "parties": spent,
             })
         else:
-            eps = self._label_ldp().epsilon()
-            reports = max(p.reports_per_row for p in self.parties_)
-            ldp = self.parties_[0].label_ldp()
-            if ldp.mechanism == "krr":
-                statistics = ("per-party counts of k-ary randomized-response class reports, plus plain "
-                              "branch sizes")
-                composition = ("k-RR: each sample's report is drawn once and reused: epsilon_krr for any "
-                               "number")
-                mechanism = {"mechanism": "krr", "epsilon_krr": ldp.epsilon_krr, "estimator": ldp.estimator}
-            else:
-                statistics = ("per-party sums of instant randomized-response bits of Bloom-encoded labels, "
-                              "plus plain branch sizes")
-                composition = ("RAPPOR: any number of reports reveal at most the permanent epsilon; each "
-                               "report at most the instant epsilon")
-                mechanism = {"mechanism": "bloom", "n_bits": ldp.n_bits, "n_hashes": ldp.n_hashes,
-                             "keep_probability": ldp.keep_probability, "p_one_if_one": ldp.p_one_if_one,
-                             "p_one_if_zero": ldp.p_one_if_zero, "estimator": ldp.estimator}
-            report.update({
-                "label_statistics": statistics,
-                "epsilon": eps, "epsilon_permanent": eps["permanent"], "epsilon_instant": eps["instant"],
-                "reports_per_row": reports,
-                "composed_epsilon": min(eps["permanent"], reports * eps["instant"]),
-                "composition": composition,
-                "ldp_mechanism": mechanism,
-                "min_samples_leaf": self.master_.min_samples_leaf,  # raised to the LDP leaf floor
-            })
+            report.update(self._ldp_report())
         return report
+
+    def _ldp_report(self) -> dict[str, Any]:
+        """LDP: the mechanism, each row's epsilon (its report's, reused: post-processing) and its parameters.
+
+        `epsilon_total` is that epsilon and `delta` 0: every report of a row repeats its one randomized
+        response (Bloom: the permanent one bounds any number of instant reports), so the trees cost nothing
+        more.
+        """
+        ldp = self.parties_[0].label_ldp()  # sized and resolved for the classes
+        epsilon = ldp.epsilon()
+        if ldp.mechanism == "bloom":
+            statistics = ("per-party sums of instant randomized-response bits of Bloom-encoded labels, plus "
+                          "plain branch sizes")
+            composition = ("RAPPOR: each row's permanent response bounds any number of its instant reports "
+                           f"(one report alone: epsilon {epsilon['instant']:.4g})")
+            parameters: dict[str, Any] = {
+                "n_bits": ldp.n_bits, "n_hashes": ldp.n_hashes, "keep_probability": ldp.keep_probability,
+                "p_one_if_one": ldp.p_one_if_one, "p_one_if_zero": ldp.p_one_if_zero,
+                "epsilon_instant": epsilon["instant"]}
+        else:
+            what = "k-ary randomized-response class reports" if ldp.mechanism == "krr" else \
+                "optimized-unary-encoding bits of the class one-hot"
+            statistics = f"per-party sums of {what}, plus plain branch sizes"
+            composition = "each row's label is randomized once and the same report reused for every tree"
+            parameters = {"epsilon": ldp.report_epsilon}
+        return {"label_statistics": statistics, **LocalDP(ldp).budget(),
+                "reports_per_row": max(p.reports_per_row for p in self.parties_),
+                "composition": composition,
+                "ldp_mechanism": {"mechanism": ldp.mechanism, **parameters, "estimator": ldp.estimator},
+                "min_samples_leaf": self.master_.min_samples_leaf}  # raised to the LDP leaf floor
 
 
 class _Classifier(ClassifierMixin, _HorizontalForest):
@@ -347,7 +400,9 @@ class FederatedExtraTreesRegressor(RegressorMixin, _FETBase):
                  min_samples_leaf: int = 1, max_features: str | int | float | None = 1.0,
                  criterion: str = "squared_error",
                  privacy: str | Mapping[str, Any] | PrivacySetting = "none", epsilon: float | None = None,
-                 ldp: LabelLDP | None = None,
+                 delta: float | None = None, ldp: LabelLDP | None = None,
+                 feature_ranges: Mapping[str, tuple[float, float]] | None = None,
+                 allow_data_ranges: bool = False,
                  categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
                  tree_batch_size: int | None = None, memory_budget_mb: int | None = None,
                  random_state: int = 0, progress: bool = False, record_transcript: bool = False,
@@ -364,8 +419,6 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
     """PPD-ERT classification: shared-seed candidate splits and securely aggregated counts."""
 
     _task = "classification"
-    feature_ranges: Mapping[str, tuple[float, float]] | None
-    allow_data_ranges: bool
     secure_aggregation: bool
     privacy: str | Mapping[str, Any] | PrivacySetting
     thresholds: str | None
@@ -406,8 +459,7 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
             raise ParameterError(MISSING_RANGES)
 
     def _check_before_fit(self, schema, frames) -> None:
-        self._low, self._high, self.ranges_source_ = resolve_feature_ranges(
-            schema, self.feature_ranges, frames, bool(self.allow_data_ranges))
+        self._resolve_domains(schema, frames)
 
     def _make_parties(self, frames, schema):
         k = self._params.n_candidate_features(schema.n_features)

@@ -32,6 +32,7 @@ from fedcore.contracts.model import parse_contract
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.horizontal.contracts import declared_feature_ranges, declared_y_exponent, engine_schema
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
+from fedcore.horizontal.fet.plan import check_bounded_depth
 from fedcore.horizontal.growth import ProgressCallback
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams
@@ -40,6 +41,7 @@ from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.metrics import confusion_metrics
 from fedcore.models.artifacts import table_sha256
 from fedcore.models.registry import ModelRegistry
+from fedcore.privacy.accounting import DEFAULT_DELTA
 from fedcore.privacy.settings import GlobalDP, LocalDP, PrivacySetting, SecureAggregation, parse_privacy
 from fedcore.protocol.messages import Message
 from fedcore.session import MasterSession, Prediction, Preparation, TrainingFacts, prediction_header
@@ -62,6 +64,7 @@ class HorizontalSession(MasterSession):
         self.params: ExtraTreesParams = params
         self.algorithm = find_algorithm(algorithm, "horizontal").id
         self.privacy: PrivacySetting = parse_privacy(privacy, self.algorithm, params.task)
+        check_bounded_depth(self.privacy, params.max_depth)
         self.holdout_fraction = holdout_fraction
         self.schema: HorizontalSchema | None = None
         self.master: FederatedExtraTreesMaster | PPDERTMaster | None = None
@@ -93,6 +96,7 @@ class HorizontalSession(MasterSession):
                      for name, r in replies.items()}
         shared = shared_schema(contracts)
         self.schema = engine_schema(shared, self.params.task)
+        self.privacy = self.privacy.for_classes(self.schema.n_classes)  # LDP "auto": the mechanism it runs
         self._y_exponents = {name: declared_y_exponent(contract) for name, contract in contracts.items()}
         header = {"schema": self.schema.to_dict(), "algorithm": self.algorithm,
                   "privacy": self.privacy.to_dict(),
@@ -102,6 +106,9 @@ class HorizontalSession(MasterSession):
         if self.algorithm == "ppd-ert":
             self._low, self._high = self._domains(self.schema, declared_feature_ranges(shared))
             header.update(low=self._low.tolist(), high=self._high.tolist())
+        elif self.privacy.mode in ("gdp", "ldp"):  # FET's DP modes: the master draws thresholds in them
+            user = f"Federated Extra-Trees in privacy {self.privacy.mode!r}"
+            self._low, self._high = self._domains(self.schema, declared_feature_ranges(shared, user))
         replies = self.transport.exchange({name: Message("setup", header) for name in self.institutions})
         self.rows = {name: dict(r.header) for name, r in replies.items()}
         for name, r in self.rows.items():  # the bounds of every count the institution sends in training
@@ -145,10 +152,14 @@ class HorizontalSession(MasterSession):
                                        thresholds=self.privacy.thresholds, n_cells=self.privacy.n_cells)
         else:
             ldp = self.privacy.ldp if isinstance(self.privacy, LocalDP) else None
-            epsilon = self.privacy.epsilon if isinstance(self.privacy, GlobalDP) else None
+            gdp = self.privacy if isinstance(self.privacy, GlobalDP) else None
+            dp = self.privacy.mode in ("gdp", "ldp")
             self.master = FederatedExtraTreesMaster(self.transport, self.params, self.schema,
-                                                    privacy=self.privacy.mode, epsilon=epsilon, ldp=ldp,
-                                                    progress=self.progress)
+                                                    privacy=self.privacy.mode, ldp=ldp,
+                                                    epsilon=gdp.epsilon if gdp else None,
+                                                    delta=gdp.delta if gdp else DEFAULT_DELTA,
+                                                    low=self._low if dp else None,
+                                                    high=self._high if dp else None, progress=self.progress)
             # a regression party's hello may state no larger target than its contract's label range allows
             self.master.declared_y_exponent = dict(self._y_exponents)
         # each institution's hello must declare the training rows it declared at setup (its counts' bound)
@@ -229,10 +240,15 @@ class HorizontalSession(MasterSession):
         mode = self.privacy.mode
         out: dict[str, Any] = {"mode": mode, "setting": self.privacy.to_dict()}
         if isinstance(self.privacy, GlobalDP):
-            out["epsilon_per_query"] = self.privacy.epsilon
-            out["note"] = "each institution adds the noise and keeps its own budget accounting"
+            out.update({"epsilon_budget": self.privacy.epsilon, "delta": self.privacy.delta,
+                        "note": "the model's whole budget, per row: each institution adds Gaussian noise "
+                                "calibrated to it and keeps its own ledger, which refuses a release past it; "
+                                "what each spent stays in its ledger"})
+            plan = getattr(self.master, "plan", None)
+            if plan is not None:
+                out["sigma"], out["planned_releases_per_row"] = plan.sigma, plan.releases
         if isinstance(self.privacy, LocalDP):
-            out["epsilon"] = self.privacy.ldp.epsilon()
+            out.update(self.privacy.budget())
         if mode == "secagg":
             out["note"] = "the master received only masked sums of branch counts"
         return out

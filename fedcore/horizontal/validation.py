@@ -36,7 +36,8 @@ class CategoryMismatchError(SchemaMismatchError):
 
 
 MISSING_RANGES = (
-    "PPD-ERT draws thresholds from declared feature domains, never from the data: pass "
+    "PPD-ERT and Federated Extra-Trees in privacy gdp or ldp draw thresholds from declared feature "
+    "domains, never from the data: pass "
     "feature_ranges={column: (low, high)} for the numeric columns (from the data contracts), or "
     "allow_data_ranges=True in a simulation to use the pooled data's ranges")
 
@@ -208,7 +209,7 @@ def resolve_feature_ranges(
     frames: dict[str, pd.DataFrame] | None = None,
     allow_data_ranges: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, str]:
-    """Declared (low, high) per feature for PPD-ERT, in schema order, and where they came from.
+    """Declared (low, high) per feature (PPD-ERT, FET's DP modes), in schema order, and where they came from.
 
     Categorical columns take their code domain (0, n_categories - 1). Numeric columns need a declared
     finite range with low <= high; `allow_data_ranges` (simulation only) fills missing ones from the pooled

@@ -20,8 +20,11 @@ needed.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from functools import lru_cache
+
+import numpy as np
 
 from fedcore.errors import ParameterError
 
@@ -32,6 +35,29 @@ MAX_DELTA = 1e-2
 DISCRETIZATION = 1e-2
 """The PLD accountant's value discretisation interval. Pessimistic; 1e-2 calibrates a Gaussian in about a
 second and gives the same noise scale as finer intervals to 9 digits (1e-4 takes minutes)."""
+
+
+_HINT = "smaller epsilon = more noise and stronger privacy, larger = less noise (typical values 0.1 to 10)"
+
+ZIGGURAT_R = 3.6541528853610088
+"""The start r of the tail of NumPy's 256-step normal ziggurat (`ziggurat_nor_r`)."""
+GAUSSIAN_NOISE_BOUND = ZIGGURAT_R + 53 * math.log(2) / ZIGGURAT_R
+"""No value `Generator.standard_normal` returns (any bit generator) exceeds this in magnitude, about 13.71.
+
+NumPy's `random_standard_normal` (numpy/random/src/distributions/distributions.c) returns below r from the
+ziggurat's layers, and beyond r only from its tail: r + xx with xx = -log(1 - U) / r (`log1p(-U)` in newer
+versions), U a multiple of 2^-53 in [0, 1), so 1 - U >= 2^-53 and xx <= 53 ln 2 / r. The horizontal master
+refuses noisy counts further than this many noise scales from any count a party could hold
+(`fedcore.horizontal.counts`)."""
+
+
+def check_epsilon(epsilon: object, what: str = "epsilon") -> float:
+    """Return `epsilon` as a float, refusing anything that is not a finite number > 0."""
+    valid = (isinstance(epsilon, numbers.Real) and not isinstance(epsilon, (bool, np.bool_))
+             and math.isfinite(epsilon) and epsilon > 0)  # type: ignore[operator]
+    if not valid:
+        raise ParameterError(f"{what} must be a finite number > 0, got {epsilon!r}: {_HINT}")
+    return float(epsilon)  # type: ignore[arg-type]
 
 
 def check_delta(delta: object, what: str = "delta") -> float:

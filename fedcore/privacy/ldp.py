@@ -1,21 +1,27 @@
-"""Local differential privacy for labels, RAPPOR-style, as in the Federated Extra-Trees paper.
+"""Local differential privacy for labels: each row's class randomized once, its report reused for every tree.
 
-Each sample's class ``c`` is Bloom-encoded into ``n_bits`` bits (``n_hashes`` positions taken from
-SHA-256 of ``f"{c}:{i}"``, the digest read as a big-endian integer, mod ``n_bits``). A party then applies
+Mechanisms (`LabelLDP.mechanism`), all reporting a row as bits the master sums per branch:
 
-1. permanent randomized response, once per sample and reused for every tree: keep each Bloom bit with
-   probability ``keep_probability``, otherwise replace it by a fair coin;
-2. instant randomized response, fresh for every report: send 1 with probability ``p_one_if_one`` if the
-   permanent bit is 1 and ``p_one_if_zero`` if it is 0.
+* "krr" (k-ary / generalized randomized response, GRR): the row reports its class with probability
+  e^eps / (e^eps + C - 1), else one of the other C - 1 classes uniformly; sent as a one-hot of C bits.
+* "oue" (optimized unary encoding, Wang et al., USENIX Security 2017): the class one-hot in C bits, a 1
+  kept with probability 1/2, a 0 turned to 1 with probability 1 / (e^eps + 1), each bit independently.
+* "auto" (the default): GRR or OUE, whichever has the smaller variance for the classes (`resolved`).
+* "bloom" (the FET paper's RAPPOR): each class Bloom-encoded into ``n_bits`` bits (``n_hashes`` positions
+  from SHA-256 of ``f"{c}:{i}"``, read as a big-endian integer, mod ``n_bits``); a permanent randomized
+  response (keep each bit with probability ``keep_probability``, else a fair coin), drawn once per row, and
+  an instant one, fresh for every report (1 with probability ``p_one_if_one`` or ``p_one_if_zero``).
 
-Both draw their random words by position (`fedcore.privacy.ldp_draws`): the permanent response of row r, and
-the instant report of (report, tree slot, row r), each from its own counters under the party's secret keys, so
-any block of rows draws exactly what the whole table draws for it.
+GRR and OUE report their permanent response itself (no instant step): every report of a row is the same
+one, so the row's epsilon is that report's whatever the number of trees (post-processing). The Bloom
+mechanism's ``epsilon()["permanent"]`` bounds any number of reports, ``["instant"]`` one (Erlingsson et
+al., 2014). Every draw takes its random words by position (`fedcore.privacy.ldp_draws`): the permanent
+response of row r, and the instant report of (report, tree slot, row r), each from its own counters under
+the party's secret keys, so any block of rows draws exactly what the whole table draws for it.
 
-The master only sees per-group sums of instant bits and estimates class counts by non-negative regression on
-the known report probabilities (``estimate_counts``, solved by `fedcore.privacy.nnls`: exact, compiled, and
-the same for a group whatever other groups share the call). Privacy follows Erlingsson et al. (2014):
-``epsilon()["permanent"]`` bounds what any number of reports reveal, ``["instant"]`` one report.
+The master only sees per-group sums of report bits and estimates class counts by non-negative regression
+on the known report probabilities (``estimate_counts``, solved by `fedcore.privacy.nnls`: exact, compiled,
+and the same for a group whatever other groups share the call).
 """
 
 from __future__ import annotations
@@ -35,7 +41,10 @@ from fedcore.privacy import ldp_draws
 from fedcore.privacy.nnls import SharedNNLS
 
 ESTIMATORS = ("nnls", "lasso")
-MECHANISMS = ("bloom", "krr")
+MECHANISMS = ("auto", "krr", "oue", "bloom")
+ONE_REPORT = ("auto", "krr", "oue")  # a row's one report, reused: epsilon is report_epsilon
+DEFAULT_EPSILON = 2.0  # each row's label epsilon of the one-report mechanisms (docs/horizontal.md: why)
+OUE_ONE = 0.5  # OUE: the probability that the class's own bit is reported as 1
 MIN_AUTO_BITS = 32  # the smallest Bloom filter chosen when n_bits is left unset
 SUM_WEIGHT = 1e3  # weight of the equation sum(proportions) = 1, against bit equations of scale <= 1
 
@@ -53,15 +62,13 @@ def _is_real(value: object) -> TypeGuard[float]:
 class LabelLDP:
     """Parameters of the label mechanism; encode on the parties, estimate counts on the master.
 
-    ``mechanism``: "bloom" (the FET paper's RAPPOR: the fields below) or "krr" (k-ary randomized response
-    at ``epsilon``: each sample reports its class with probability e^eps / (e^eps + C - 1), else one of the
-    other classes uniformly; drawn once per sample and reused, as a one-hot "filter" of C bits). At the
-    same epsilon k-RR is far more accurate for class labels (a small domain; Wang et al., USENIX Security
-    2017): the Bloom fields do not apply to it.
+    ``mechanism`` (see the module docstring): "auto" (the default: GRR or OUE by variance, `resolved`),
+    "krr", "oue" (each at ``report_epsilon``, DEFAULT_EPSILON when unset; the Bloom fields do not apply) or
+    "bloom" (the FET paper's RAPPOR: the Bloom fields; its epsilon follows from them).
     """
 
-    mechanism: str = "bloom"
-    epsilon_krr: float | None = None  # k-RR's epsilon (required with mechanism "krr")
+    mechanism: str = "auto"
+    report_epsilon: float | None = None  # one-report mechanisms' epsilon (None: DEFAULT_EPSILON); bloom: None
     n_bits: int | None = None  # None: sized to the classes (`bits_for`)
     n_hashes: int = 4
     keep_probability: float = 0.5
@@ -78,18 +85,22 @@ class LabelLDP:
         self._check_estimator()
 
     def _check_mechanism(self) -> None:
-        """The mechanism is Bloom or k-RR, and k-RR has its epsilon (and no Bloom size)."""
+        """A known mechanism; a one-report one has its epsilon (filled in) and no Bloom size."""
         if self.mechanism not in MECHANISMS:
-            raise ParameterError(f"mechanism must be 'bloom' or 'krr', got {self.mechanism!r}")
-        if self.mechanism == "krr":
-            if not _is_real(self.epsilon_krr) or self.epsilon_krr <= 0:
-                raise ParameterError(f"mechanism 'krr' needs epsilon_krr, a finite number > 0, got "
-                                     f"{self.epsilon_krr!r}: the privacy level of each label report (e.g. 4)")
+            raise ParameterError(f"mechanism must be one of {list(MECHANISMS)}, got {self.mechanism!r}")
+        if self.mechanism in ONE_REPORT:
+            if self.report_epsilon is None:
+                object.__setattr__(self, "report_epsilon", DEFAULT_EPSILON)
+            if not _is_real(self.report_epsilon) or self.report_epsilon <= 0:
+                raise ParameterError(f"mechanism {self.mechanism!r} needs report_epsilon, a finite number > "
+                                     f"0, got {self.report_epsilon!r}: each row's label epsilon (e.g. 2)")
+            object.__setattr__(self, "report_epsilon", float(self.report_epsilon))
             if self.n_bits is not None:
-                raise ParameterError("mechanism 'krr' reports one of n_classes codes: leave n_bits unset")
-        elif self.epsilon_krr is not None:
-            raise ParameterError("epsilon_krr applies to mechanism 'krr' only; the Bloom mechanism's epsilon "
-                                 "follows from n_hashes and keep_probability")
+                raise ParameterError(f"mechanism {self.mechanism!r} reports one bit per class: leave n_bits "
+                                     "unset")
+        elif self.report_epsilon is not None:
+            raise ParameterError("report_epsilon applies to mechanisms 'auto', 'krr' and 'oue'; the Bloom "
+                                 "mechanism's epsilon follows from n_hashes and keep_probability")
 
     def _check_bloom_filter(self) -> None:
         """The Bloom filter's size, hashes and response probabilities."""
@@ -123,23 +134,37 @@ class LabelLDP:
                                  "it is the fewest rows a leaf may hold under LDP (unset: sized to the "
                                  "design)")
 
+    def resolved(self, n_classes: int) -> LabelLDP:
+        """This mechanism with "auto" resolved for n_classes: GRR ("krr") when C - 2 < 3 e^eps, else OUE.
+
+        Wang et al. (USENIX Security 2017), the variance of a class count estimated from n reports:
+        GRR n (e^eps + C - 2) / (e^eps - 1)^2, OUE n 4 e^eps / (e^eps - 1)^2 (independent of C); GRR's is
+        the smaller exactly when C - 2 < 3 e^eps (at epsilon 2: up to 24 classes). OLH has OUE's variance
+        at shorter reports, which labels (C bits) do not need. Master and parties resolve from the agreed
+        classes, so they agree.
+        """
+        if self.mechanism != "auto":
+            return self
+        grr = _check_n_classes(n_classes) - 2 < 3 * math.exp(self._report_epsilon())
+        return dataclasses.replace(self, mechanism="krr" if grr else "oue")
+
     def bits_for(self, n_classes: int) -> int:
-        """The Bloom filter's size for n_classes.
+        """The report's size for n_classes: a bit per class (GRR, OUE), else the Bloom filter's.
 
         n_bits if set, else the smallest power of two >= 32 and >= 2 n_classes. Privacy does not depend on it
         (epsilon counts hashes); the count estimates' noise does: 26 classes on 32 bits have 3.2x the standard
         error of 64 bits.
         """
-        if self.mechanism == "krr":
+        if self.mechanism in ONE_REPORT:
             return _check_n_classes(n_classes)
         if self.n_bits is not None:
             return self.n_bits
         return max(MIN_AUTO_BITS, 1 << (2 * _check_n_classes(n_classes) - 1).bit_length())
 
     def sized_for(self, n_classes: int) -> LabelLDP:
-        """This mechanism with n_bits fixed for n_classes (what the master and every party run)."""
-        if self.mechanism == "krr":
-            return self
+        """This mechanism resolved and n_bits fixed for n_classes (what the master and every party run)."""
+        if self.mechanism in ONE_REPORT:
+            return self.resolved(n_classes)
         return dataclasses.replace(self, n_bits=self.bits_for(n_classes))
 
     def class_patterns(self, n_classes: int) -> np.ndarray:
@@ -147,7 +172,7 @@ class LabelLDP:
 
         The same on every party and the master.
         """
-        if self.mechanism == "krr":
+        if self.mechanism in ONE_REPORT:
             return np.eye(_check_n_classes(n_classes), dtype=np.uint8)
         return _patterns(self.bits_for(n_classes), self.n_hashes, _check_n_classes(n_classes)).copy()
 
@@ -165,11 +190,16 @@ class LabelLDP:
         labels = _check_labels(labels, n_classes)
         self.check_classes(n_classes)
         key = ldp_draws.check_key(key)
-        n_bits = self.bits_for(n_classes)
+        ldp = self.resolved(n_classes)
+        n_bits = ldp.bits_for(n_classes)
         out = np.zeros((labels.shape[0], n_bits), dtype=np.uint8)
-        if self.mechanism == "krr":
-            keep = ldp_draws.threshold63(self._krr_keep(n_classes))
+        if ldp.mechanism == "krr":
+            keep = ldp_draws.threshold63(ldp._krr_keep(n_classes))
             ldp_draws.permanent_krr(labels, n_classes, int(first_row), key, keep, out)
+        elif ldp.mechanism == "oue":
+            ldp_draws.permanent_unary(labels, np.eye(n_classes, dtype=np.uint8), int(first_row), key,
+                                      ldp_draws.threshold63(OUE_ONE), ldp_draws.threshold63(ldp._oue_zero()),
+                                      out)
         else:
             bloom = _patterns(n_bits, self.n_hashes, n_classes)
             ldp_draws.permanent_bloom(labels, bloom, int(first_row), key,
@@ -177,27 +207,34 @@ class LabelLDP:
         return out
 
     def instant_thresholds(self) -> tuple[np.uint64, np.uint64]:
-        """The instant response's thresholds; k-RR has no instant step (its report is the permanent one)."""
-        if self.mechanism == "krr":
+        """The instant response's thresholds; GRR and OUE have none (their report is the permanent one)."""
+        if self.mechanism in ONE_REPORT:
             return ldp_draws.CERTAIN, np.uint64(0)
         return ldp_draws.threshold63(self.p_one_if_one), ldp_draws.threshold63(self.p_one_if_zero)
 
-    def _krr_epsilon(self) -> float:
-        """k-RR's epsilon, which `__post_init__` requires of mechanism 'krr'."""
-        assert self.epsilon_krr is not None, "__post_init__ requires epsilon_krr of mechanism 'krr'"
-        return self.epsilon_krr
+    def _report_epsilon(self) -> float:
+        """A one-report mechanism's epsilon (`__post_init__` fills it in)."""
+        assert self.report_epsilon is not None, "__post_init__ fills in a one-report mechanism's epsilon"
+        return self.report_epsilon
 
     def _krr_keep(self, n_classes: int) -> float:
         """k-RR: the probability of reporting the true class."""
-        return 1.0 / (1.0 + (n_classes - 1) * math.exp(-self._krr_epsilon()))
+        return 1.0 / (1.0 + (n_classes - 1) * math.exp(-self._report_epsilon()))
+
+    def _oue_zero(self) -> float:
+        """OUE: the probability that a 0 bit (another class's) is reported as 1, 1 / (e^eps + 1)."""
+        return 1.0 / (math.exp(self._report_epsilon()) + 1.0)
 
     def report_probabilities(self, n_classes: int) -> np.ndarray:
-        """P(instant bit = 1 | class), (n_classes, n_bits) float64: the design of the count estimation."""
-        if self.mechanism == "krr":
+        """P(reported bit = 1 | class), (n_classes, n_bits) float64: the design of the count estimation."""
+        ldp = self.resolved(n_classes)
+        if ldp.mechanism == "krr":
             n_classes = _check_n_classes(n_classes)
-            keep = self._krr_keep(n_classes)
+            keep = ldp._krr_keep(n_classes)
             other = (1.0 - keep) / (n_classes - 1) if n_classes > 1 else 0.0
             return np.where(np.eye(n_classes, dtype=bool), keep, other)
+        if ldp.mechanism == "oue":
+            return np.where(np.eye(_check_n_classes(n_classes), dtype=bool), OUE_ONE, ldp._oue_zero())
         patterns = _patterns(self.bits_for(n_classes), self.n_hashes, _check_n_classes(n_classes))
         bloom = patterns.astype(np.float64)
         p_permanent_one = self.keep_probability * bloom + (1.0 - self.keep_probability) / 2.0
@@ -246,10 +283,10 @@ class LabelLDP:
     def epsilon(self) -> dict[str, float]:
         """RAPPOR's privacy levels: 'permanent' (any number of reports) and 'instant' (a single report).
 
-        k-RR's report is its permanent response: both are epsilon_krr.
+        GRR's and OUE's report is their permanent response: both are report_epsilon.
         """
-        if self.mechanism == "krr":
-            return {"permanent": float(self._krr_epsilon()), "instant": float(self._krr_epsilon())}
+        if self.mechanism in ONE_REPORT:
+            return {"permanent": self._report_epsilon(), "instant": self._report_epsilon()}
         f, p, q, k = 1.0 - self.keep_probability, self.p_one_if_zero, self.p_one_if_one, self.n_hashes
         permanent = _permanent_epsilon(self.keep_probability, k)
         q_star = f / 2 * (p + q) + (1 - f) * q
@@ -373,8 +410,8 @@ def _suggested_fix(ldp: LabelLDP, n_classes: int) -> str:
 
     The fewest bits (powers of two) at these hashes, or fewer hashes at these bits.
     """
-    if ldp.mechanism == "krr":
-        return "use a larger epsilon_krr or fewer classes"
+    if ldp.mechanism in ONE_REPORT:
+        return "use a larger epsilon or fewer classes"
     if ldp.keep_probability == 0 and n_classes > 1:
         return "keep_probability=0 makes reports independent of the label; use keep_probability > 0"
     options = []
@@ -402,8 +439,9 @@ def _design(ldp: LabelLDP, n_classes: int) -> _Design:
     ldp = ldp.sized_for(n_classes)
     problem = _identifiability_problem(ldp, n_classes)
     if problem is not None:
-        what = (f"k-RR at epsilon_krr={ldp.epsilon_krr:g}" if ldp.mechanism == "krr"
-                else f"LDP Bloom patterns with n_bits={ldp.n_bits}, n_hashes={ldp.n_hashes}")
+        what = (f"LDP Bloom patterns with n_bits={ldp.n_bits}, n_hashes={ldp.n_hashes}"
+                if ldp.mechanism == "bloom"
+                else f"mechanism {ldp.mechanism!r} at epsilon {ldp.report_epsilon:g}")
         raise ParameterError(f"{what} cannot represent n_classes={n_classes}: {problem}; "
                              f"{_suggested_fix(ldp, n_classes)}")
     return _Design(ldp.report_probabilities(n_classes))

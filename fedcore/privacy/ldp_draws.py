@@ -3,7 +3,8 @@
 The words come from the counter-based `fedcore.philox` under the party's two secret keys
 (`fedcore.randomness.counter_key` of its noise seed, "ldp_permanent" and "ldp_instant"):
 
-* the permanent response of row r: the words of the stream at (r, 0, 0) under the permanent key;
+* the permanent response of row r (Bloom, k-RR, OUE): the words of the stream at (r, 0, 0) under the
+  permanent key;
 * the instant report of row r in tree slot s at the party's t-th report (one per level it answers): the
   words of the stream at (r, s, t) under the instant key, 16 bits per report bit (`instant_report`).
 
@@ -161,3 +162,22 @@ def permanent_krr(labels: np.ndarray, n_classes: int, first_row: int, key: np.nd
             other = np.int64(w % others)
             reported = other + 1 if other >= label else other
         out[i, reported] = 1
+
+
+@nb.njit(cache=True, parallel=True)
+def permanent_unary(labels: np.ndarray, patterns: np.ndarray, first_row: int, key: np.ndarray,
+                    if_one: np.uint64, if_zero: np.uint64, out: np.ndarray) -> None:
+    """Unary encoding's (OUE's) permanent responses of rows first_row, first_row + 1, ... into `out`.
+
+    Bit b is 1 when the top 63 bits of word b (the same words as `permanent_bloom`'s) fall below `if_one`
+    where the class's pattern has a 1, below `if_zero` where it has a 0: each bit independently.
+    """
+    n_bits = patterns.shape[1]
+    for i in nb.prange(labels.shape[0]):
+        row = np.uint64(first_row + i)
+        for g in range((n_bits + 3) // 4):
+            words = philox.block(np.uint64(g), row, np.uint64(0), np.uint64(0), key[0], key[1])
+            for lane in range(min(4, n_bits - 4 * g)):
+                b = 4 * g + lane
+                threshold = if_one if patterns[labels[i], b] else if_zero
+                out[i, b] = (words[lane] >> np.uint64(1)) < threshold

@@ -8,15 +8,18 @@ setting already parsed) and returns the setting of its mode:
 |---|---|---|
 | none | `NoPrivacy` | - |
 | paillier, ou | `EncryptedLabels` | `key_bits` (the scheme's sizes; default 2048 Paillier, 3072 OU) |
-| gdp | `GlobalDP` | `epsilon`: per count query (default 1.0) |
+| gdp | `GlobalDP` | `epsilon` (default 1.0), `delta` (default 1e-6): the whole model's budget, per row |
 | ldp | `LocalDP` | `epsilon`: each row's label, over any number of reports; the `LabelLDP` fields |
 | secagg | `SecureAggregation` | `thresholds` (histogram, the default, or domain); `cells` (histogram only) |
 
 Under `ldp`, `epsilon` is what the mechanism guarantees for each row's label, however many reports it
-sends: k-RR (`mechanism: krr`) reports at that epsilon (it is required there); the Bloom mechanism (the
-default) sets `keep_probability` to tanh(epsilon / (4 n_hashes)), so that its permanent epsilon
+sends. `mechanism: auto` (the default), `krr` and `oue` report once per row at that epsilon (default 2.0);
+"auto" resolves to krr or oue by variance for the agreed classes (`LocalDP.for_classes`, which the master
+session, the agent and the estimators apply once the classes are known, so the wire form and the privacy
+report name the resolved one). The Bloom mechanism (`mechanism: bloom`, the FET paper's) sets
+`keep_probability` to tanh(epsilon / (4 n_hashes)), so that its permanent epsilon
 2 n_hashes ln((1 + keep) / (1 - keep)) is epsilon (never above it), and `keep_probability` may then not
-be given as well. Without `epsilon` the Bloom fields' own values decide it (the defaults: 8.79).
+be given as well; without `epsilon` its fields' own values decide it (the defaults: 8.79).
 
 A field the mode (or its mechanism, estimator or threshold mode) does not use is refused, never ignored,
 and so is an unknown one; both messages list the valid fields. Every entry point goes through this parser:
@@ -35,8 +38,8 @@ from typing import Any
 from fedcore.algorithms import Algorithm
 from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.errors import ParameterError
-from fedcore.privacy.laplace import check_epsilon
-from fedcore.privacy.ldp import ESTIMATORS, MECHANISMS, LabelLDP, keep_probability_for
+from fedcore.privacy.accounting import DEFAULT_DELTA, check_delta, check_epsilon
+from fedcore.privacy.ldp import ESTIMATORS, MECHANISMS, ONE_REPORT, LabelLDP, keep_probability_for
 from fedcore.privacy.schemes import ENCRYPTED_MODES, check_key_bits, scheme
 
 THRESHOLD_MODES = ("histogram", "domain")
@@ -48,13 +51,15 @@ CELL_CHOICES = (4, 8, 16, 32, 64)
 fractions of the interval."""
 DEFAULT_GDP_EPSILON = 1.0
 _MOVED = {"ldp": "the LabelLDP fields now go directly under privacy:",
-          "epsilon_krr": "k-RR's epsilon is privacy.epsilon"}
-"""Fields earlier versions read, and where their values go now."""
+          "epsilon_krr": "each row's label epsilon is privacy.epsilon",
+          "report_epsilon": "each row's label epsilon is privacy.epsilon"}
+"""Fields earlier versions read (or LabelLDP's own names), and where their values go under privacy:."""
 
 _BLOOM_FIELDS = ("n_bits", "n_hashes", "keep_probability", "p_one_if_one", "p_one_if_zero")
 _LDP_FIELDS = ("epsilon", "mechanism", *_BLOOM_FIELDS, "estimator", "lasso_alpha", "min_leaf_reports")
 MODE_FIELDS: dict[str, tuple[str, ...]] = {
-    "none": (), **{mode: ("key_bits",) for mode in ENCRYPTED_MODES}, "gdp": ("epsilon",), "ldp": _LDP_FIELDS,
+    "none": (), **{mode: ("key_bits",) for mode in ENCRYPTED_MODES}, "gdp": ("epsilon", "delta"),
+    "ldp": _LDP_FIELDS,
     "secagg": ("thresholds", "cells"),
 }
 """The fields each mode may have, besides `mode` (some only with a given mechanism, estimator or threshold
@@ -85,6 +90,10 @@ class PrivacySetting:
     def describe(self) -> str:
         """The mode and what sets its strength, for messages: 'gdp' (epsilon 0.5)."""
         return repr(self.mode)
+
+    def for_classes(self, n_classes: int) -> PrivacySetting:
+        """The setting as it runs for n_classes agreed classes: the same but for LDP's "auto" (`LocalDP`)."""
+        return self
 
 
 @dataclass(frozen=True)
@@ -126,22 +135,28 @@ class EncryptedLabels(PrivacySetting):
 
 @dataclass(frozen=True)
 class GlobalDP(PrivacySetting):
-    """Mode `gdp` (FET): each party adds Laplace noise of scale 1 / epsilon to every count it reports."""
+    """Mode `gdp` (FET): each party adds Gaussian noise calibrated to the whole model's (epsilon, delta)."""
 
     epsilon: float = DEFAULT_GDP_EPSILON
-    """Epsilon per count query."""
+    """The whole trained model's epsilon, per row (add/remove-one neighbours)."""
+    delta: float = DEFAULT_DELTA
+    """The probability that the epsilon guarantee fails for a row (`fedcore.privacy.accounting`)."""
     mode: str = field(default="gdp", init=False)
 
     def __post_init__(self) -> None:
-        """Check epsilon: a finite number > 0."""
+        """Check epsilon (a finite number > 0) and delta (`check_delta`)."""
         object.__setattr__(self, "epsilon", _epsilon(self.epsilon))
+        try:
+            object.__setattr__(self, "delta", check_delta(self.delta))
+        except ParameterError as error:
+            raise ParameterError(f"privacy: {error}") from None
 
     def _fields(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon}
+        return {"epsilon": self.epsilon, "delta": self.delta}
 
     def describe(self) -> str:
-        """For messages: 'gdp' (epsilon 0.5)."""
-        return f"'gdp' (epsilon {self.epsilon:g})"
+        """For messages: 'gdp' (epsilon 0.5, delta 1e-06)."""
+        return f"'gdp' (epsilon {self.epsilon:g}, delta {self.delta:g})"
 
 
 @dataclass(frozen=True)
@@ -159,8 +174,21 @@ class LocalDP(PrivacySetting):
 
     @property
     def epsilon(self) -> float:
-        """Each row's label epsilon over any number of reports (k-RR's; Bloom's permanent one)."""
+        """Each row's label epsilon over any number of reports (its one report's; Bloom's permanent one)."""
         return self.ldp.epsilon()["permanent"]
+
+    def budget(self) -> dict[str, Any]:
+        """What a privacy report states: the mechanism, each row's label epsilon, and the model's total.
+
+        The total is that epsilon with delta 0, not a composition over reports: a row's reports repeat its
+        one randomized response (post-processing; Bloom: its permanent response bounds them).
+        """
+        return {"mechanism": self.ldp.mechanism, "epsilon": self.epsilon, "epsilon_total": self.epsilon,
+                "delta": 0.0}
+
+    def for_classes(self, n_classes: int) -> LocalDP:
+        """Mechanism "auto" resolved to GRR or OUE for the agreed classes (`LabelLDP.resolved`)."""
+        return LocalDP(self.ldp.resolved(n_classes))
 
     def _fields(self) -> dict[str, Any]:
         return label_ldp_fields(self.ldp)
@@ -215,7 +243,7 @@ def valid_fields(mode: str, *, mechanism: str = "bloom", estimator: str = "nnls"
     """
     fields = set(MODE_FIELDS[mode]) | {"mode"}
     if mode == "ldp":
-        if mechanism == "krr":
+        if mechanism in ONE_REPORT:
             fields -= set(_BLOOM_FIELDS)
         elif epsilon:
             fields.discard("keep_probability")
@@ -227,18 +255,21 @@ def valid_fields(mode: str, *, mechanism: str = "bloom", estimator: str = "nnls"
 
 
 def label_ldp_fields(ldp: LabelLDP, complete: bool = True) -> dict[str, Any]:
-    """A LabelLDP as the `ldp` fields `parse_privacy` reads (k-RR's epsilon_krr as `epsilon`).
+    """A LabelLDP as the `ldp` fields `parse_privacy` reads (its report_epsilon as `epsilon`).
 
     `complete`: every field its mechanism and estimator use (the wire form); else only those that differ
-    from their defaults (an estimator's `ldp=`, which `epsilon=` may then calibrate). Either way a field it
-    does not use but sets to another value than its default is included, for the parser to refuse.
+    from their mechanism's defaults (an estimator's `ldp=`, which `epsilon=` may then calibrate). Either way
+    a field it does not use but sets to another value than its default is included, for the parser to
+    refuse.
     """
     used = set(valid_fields("ldp", mechanism=ldp.mechanism, estimator=ldp.estimator))
+    defaults = LabelLDP(mechanism=ldp.mechanism)  # a one-report mechanism's default epsilon filled in
     out: dict[str, Any] = {}
     for entry in dataclasses.fields(LabelLDP):
-        name = "epsilon" if entry.name == "epsilon_krr" else entry.name
+        name = "epsilon" if entry.name == "report_epsilon" else entry.name
         value = getattr(ldp, entry.name)
-        if (complete and name in used and value is not None) or value != entry.default:
+        default = entry.default if entry.name == "mechanism" else getattr(defaults, entry.name)
+        if (complete and name in used and value is not None) or value != default:
             out[name] = value
     return out
 
@@ -261,7 +292,7 @@ def parse_privacy(raw: object, algorithm: Algorithm | str, task: str | None = No
         setting = _BUILDERS[mode](mode, fields)
     if task == "regression" and setting.mode == "ldp":
         raise ParameterError("privacy 'ldp' randomizes class labels and works for classification only; use "
-                             "'gdp' (Laplace noise) or 'none' for a regression label")
+                             "'gdp' (Gaussian noise) or 'none' for a regression label")
     return setting
 
 
@@ -338,7 +369,7 @@ def _key_bits(mode: str, bits: object) -> int:
 
 def _global_dp(mode: str, fields: dict[str, Any]) -> PrivacySetting:
     _check_fields(fields, valid_fields(mode), mode)
-    return GlobalDP(fields.get("epsilon", DEFAULT_GDP_EPSILON))
+    return GlobalDP(fields.get("epsilon", DEFAULT_GDP_EPSILON), fields.get("delta", DEFAULT_DELTA))
 
 
 def _secure_aggregation(mode: str, fields: dict[str, Any]) -> PrivacySetting:
@@ -349,7 +380,7 @@ def _secure_aggregation(mode: str, fields: dict[str, Any]) -> PrivacySetting:
 
 def _local_dp(mode: str, fields: dict[str, Any]) -> PrivacySetting:
     """LDP: check the mechanism and estimator first (the valid fields depend on them), then the fields."""
-    mechanism, estimator = fields.get("mechanism", "bloom"), fields.get("estimator", "nnls")
+    mechanism, estimator = fields.get("mechanism", "auto"), fields.get("estimator", "nnls")
     if mechanism not in MECHANISMS:
         raise ParameterError(f"privacy: mechanism must be one of {list(MECHANISMS)}, got {mechanism!r}")
     if estimator not in ESTIMATORS:
@@ -363,11 +394,8 @@ def _local_dp(mode: str, fields: dict[str, Any]) -> PrivacySetting:
                   mode, f"mechanism {mechanism!r}", f"estimator {estimator!r}")
     values = {name: value for name, value in fields.items() if name != "epsilon"}
     epsilon = _epsilon(fields["epsilon"]) if "epsilon" in fields else None
-    if mechanism == "krr":
-        if epsilon is None:
-            raise ParameterError("privacy: mechanism 'krr' needs epsilon, a finite number > 0: the privacy "
-                                 "level of each row's label (e.g. 4)")
-        values["epsilon_krr"] = epsilon
+    if mechanism in ONE_REPORT:
+        values["report_epsilon"] = epsilon  # None: LabelLDP's DEFAULT_EPSILON
     try:
         ldp = LabelLDP(**values)
         if mechanism == "bloom" and epsilon is not None:

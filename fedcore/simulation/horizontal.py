@@ -38,16 +38,16 @@ CATEGORIES_FROM = "the pooled table (a data contract declares them in production
 
 
 def check_mode(algorithm: str, privacy: object, task: str | None = None, *, epsilon: float | None = None,
-               thresholds: str | None = None) -> PrivacySetting:
+               delta: float | None = None, thresholds: str | None = None) -> PrivacySetting:
     """The privacy setting to use (PPD-ERT: secagg; FET: none by default), refusing impossible combinations.
 
-    `privacy`: a mode name, a mapping or a setting (`fedcore.privacy.settings`); `epsilon` and `thresholds`
-    (None: not given) are fields of it.
+    `privacy`: a mode name, a mapping or a setting (`fedcore.privacy.settings`); `epsilon`, `delta` and
+    `thresholds` (None: not given) are fields of it.
     """
     chosen = find_algorithm(algorithm, "horizontal")
-    setting = privacy_with(privacy, chosen, epsilon=epsilon, thresholds=thresholds)
+    setting = privacy_with(privacy, chosen, epsilon=epsilon, delta=delta, thresholds=thresholds)
     if task == "regression" and (algorithm == "ppd-ert" or setting.mode == "ldp"):
-        what = "PPD-ERT" if algorithm == "ppd-ert" else "privacy 'ldp' (Bloom-encoded labels)"
+        what = "PPD-ERT" if algorithm == "ppd-ert" else "privacy 'ldp' (randomized labels)"
         raise ParameterError(f"{what} is for classification only; use --algorithm extra-trees with privacy "
                              "none or gdp for a regression label")
     return setting
@@ -82,13 +82,14 @@ def build_estimator(algorithm: str, privacy: str | Mapping[str, Any] | PrivacySe
             raise ParameterError(f"thresholds={thresholds!r} applies to --algorithm ppd-ert only; Federated "
                                  "Extra-Trees draws each threshold within the node's range already")
         cls = FederatedExtraTreesClassifier if task == "classification" else FederatedExtraTreesRegressor
-        model = cls(**params, privacy=privacy, categories=categories, epsilon=epsilon, compute=compute)
+        model = cls(**params, privacy=privacy, categories=categories, epsilon=epsilon, compute=compute,
+                    feature_ranges=feature_ranges)
     model.params  # noqa: B018 - validates the parameters now, before any work (scikit-learn style: not in __init__)
     return model
 
 
 def declared_ranges(train: pd.DataFrame, label: str) -> dict[str, tuple[float, float]]:
-    """Numeric feature domains for PPD-ERT (booleans: 0 to 1), read off the pooled training rows.
+    """Numeric feature domains (PPD-ERT, FET's DP modes; booleans: 0 to 1), read off the pooled training rows.
 
     In a real federation the data contracts declare them; the simulator stands in for the consortium.
     """
@@ -141,6 +142,7 @@ def simulate_horizontal(
     max_depth: int | None = None,
     max_features: str | int | float | None = TASK_DEFAULT,
     epsilon: float | None = None,
+    delta: float | None = None,
     thresholds: str | None = None,
     seed: int = 0,
     test_size: float = 0.2,
@@ -156,22 +158,24 @@ def simulate_horizontal(
     `columns` in the result says which column was the id, which were dropped, which dates became numbers
     (see `prepare_input`) and how many categories each categorical column was agreed to have.
     `privacy`: a mode name, a mapping or a setting (`fedcore.privacy.settings`), the algorithm's default
-    mode if None; `epsilon` (gdp: per count query; ldp: each row's label) and `thresholds` (PPD-ERT:
-    "histogram", the default, or "domain", the paper's draw) are fields of it, None when not given. A field
-    the mode does not use is refused. `compute` ("local:N", a Dask scheduler address or a Client): every
-    simulated party's rows on that Dask cluster (`fedcore.compute`); the single-party run stays in process,
-    so `single_party_identical` compares the two. Where noise is added (gdp, ldp) no single-party run can
-    be identical: `in_process_identical` then compares the Dask run with the same federation in process.
+    mode if None; `epsilon` (gdp: the whole model's, with `delta`; ldp: each row's label) and `thresholds`
+    (PPD-ERT: "histogram", the default, or "domain", the paper's draw) are fields of it, None when not
+    given. A field the mode does not use is refused. `compute` ("local:N", a Dask scheduler address or a
+    Client): every simulated party's rows on that Dask cluster (`fedcore.compute`); the single-party run
+    stays in process, so `single_party_identical` compares the two. Where noise is added (gdp, ldp) no
+    single-party run can be identical: `in_process_identical` then compares the Dask run with the same
+    federation in process.
     """
     table, column_notes = prepare_input(table, label, id_column, drop)
     if task == "auto":
         task = infer_task(table[label])
-    setting = check_mode(algorithm, privacy, task, epsilon=epsilon, thresholds=thresholds)
+    setting = check_mode(algorithm, privacy, task, epsilon=epsilon, delta=delta, thresholds=thresholds)
     privacy = setting.mode
     check_label(table[label], task)
     params = forest_params(task, trees, max_depth, max_features, seed)
     train, test = split_train_test(table, label, task, test_size, seed)
-    ranges = declared_ranges(train, label) if algorithm == "ppd-ert" else None
+    # thresholds from declared domains: PPD-ERT, and FET in a DP mode (no party sends a node's extremes)
+    ranges = declared_ranges(train, label) if algorithm == "ppd-ert" or privacy in ("gdp", "ldp") else None
     categories = pooled_categories(table, label)
     make = lambda: build_estimator(algorithm, setting, task, params,  # noqa: E731
                                    feature_ranges=ranges, categories=categories)

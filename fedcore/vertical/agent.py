@@ -114,7 +114,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         if self.data.open_batch is not None:
             self._batch = self.data.open_batch()
         else:
-            self._batch = self.data.new_batch(self._until)
+            self._batch = self.data.new_batch(self._until, self._prediction_target())
         return self._batch
 
     def _hashes(self, rows: pd.DataFrame | ParquetTable) -> np.ndarray:

@@ -31,16 +31,26 @@ def _fit(model, table: pd.DataFrame, n_parties: int = 3):
 
 
 def _fet(**kwargs) -> FederatedExtraTreesClassifier:
-    return FederatedExtraTreesClassifier(n_estimators=3, max_depth=5, random_state=3, **kwargs)
+    # the DP modes draw thresholds in declared domains (here the pooled rows'); mode none ignores them
+    return FederatedExtraTreesClassifier(n_estimators=3, max_depth=5, random_state=3, allow_data_ranges=True,
+                                         **kwargs)
 
 
-@pytest.mark.parametrize("privacy, workers", [("none", "one_worker"), ("none", "three_workers"),
-                                               ("gdp", "three_workers"), ("ldp", "one_worker"),
-                                               ("ldp", "three_workers")])
-def test_fet_on_dask_is_the_in_process_forest(privacy, workers, request) -> None:
+@pytest.mark.parametrize("privacy, workers", [
+    ("none", "one_worker"), ("none", "three_workers"), ("gdp", "three_workers"),
+    ("ldp", "one_worker"),  # mechanism "auto": k-RR for these 3 classes
+    ({"mode": "ldp", "mechanism": "oue"}, "three_workers"),
+    ({"mode": "ldp", "mechanism": "bloom"}, "three_workers"),
+], ids=["none-one_worker", "none-three_workers", "gdp-three_workers", "ldp-auto-one_worker",
+        "ldp-oue-three_workers", "ldp-bloom-three_workers"])
+def test_fet_on_dask_is_the_in_process_forest(privacy, workers, request, monkeypatch) -> None:
     client = request.getfixturevalue(workers)
     table = horizontal_table(seed=1)
     expected = _fit(_fet(privacy=privacy), table)
+    if privacy != "none":  # a DP party sends no extremes, so its rows on the cluster never compute them
+        def no_ranges(self):
+            raise AssertionError(f"privacy {privacy!r}: a party computed its nodes' min/max")
+        monkeypatch.setattr(DaskPartyRows, "ranges", no_ranges)
     got = _fit(_fet(privacy=privacy, compute=client, block_rows=BLOCK), table)
     assert_same_forest(expected.model_, got.model_)
     assert got.model_.same_as(expected.model_)
@@ -71,7 +81,7 @@ def test_blocks_submitted_in_any_order_give_the_same_forest(three_workers, monke
 
     monkeypatch.setattr(DaskPartyRows, "from_frame", classmethod(shuffled))
     table = horizontal_table(seed=2)
-    krr = {"privacy": "ldp", "ldp": LabelLDP(mechanism="krr", epsilon_krr=3.0)}
+    krr = {"privacy": "ldp", "ldp": LabelLDP(mechanism="krr", report_epsilon=3.0)}
     assert_same_forest(_fit(_fet(**krr), table).model_,
                        _fit(_fet(**krr, compute=three_workers, block_rows=BLOCK), table).model_)
 
@@ -120,7 +130,8 @@ def test_a_worker_lost_mid_forest_still_gives_the_same_forest(tmp_path, monkeypa
     with losable_cluster() as (cluster, client):
         # past the first levels: the partitions have a lineage to replay
         lost = lose_a_worker_on_call(monkeypatch, DaskPartyRows, "start_level", 8, cluster, client)
-        model = _FromParquet(n_estimators=3, max_depth=5, random_state=3, compute=client, privacy=privacy)
+        model = _FromParquet(n_estimators=3, max_depth=5, random_state=3, compute=client, privacy=privacy,
+                             allow_data_ranges=True)
         model.folder = tmp_path
         got = _fit(model, table)
         assert lost and len(client.scheduler_info()["workers"]) == 2

@@ -63,56 +63,85 @@ def test_fet_regression_matches_sklearn() -> None:
 def test_noisy_modes_are_reproducible_and_accurate(privacy: str) -> None:
     train, test = _data(load_breast_cancer)
     parties = split_rows(train, 3)
-    first = FederatedExtraTreesClassifier(30, privacy=privacy, random_state=4).fit(parties, "target")
-    again = FederatedExtraTreesClassifier(30, privacy=privacy, random_state=4).fit(parties, "target")
+    # gdp: the whole model's budget, spread over 30 trees x 4 levels
+    budget = {"epsilon": 8.0, "max_depth": 4} if privacy == "gdp" else {}
+    def fit(seed: int, mode: str = privacy):
+        return FederatedExtraTreesClassifier(30, privacy=mode, random_state=seed, allow_data_ranges=True,
+                                             **(budget if mode == privacy else {})).fit(parties, "target")
+
+    first, again = fit(4), fit(4)
     assert_same_forest(first.model_, again.model_)
-    plain = FederatedExtraTreesClassifier(30, random_state=4).fit(parties, "target")
+    plain = fit(4, "none")
     assert not np.array_equal(first.model_.value, plain.model_.value)  # the noise is real
-    other = FederatedExtraTreesClassifier(30, privacy=privacy, random_state=5).fit(parties, "target")
+    other = fit(5)
     assert not np.array_equal(first.model_.threshold, other.model_.threshold, equal_nan=True)
     assert _accuracy(first, test) >= 0.88
     report = first.privacy_report_
     assert report["mode"] == privacy and report["queries"] == first.master_.levels
-    assert report["composed_epsilon"] > 0
+    if privacy == "gdp":
+        assert 0 < report["epsilon_total"] <= 8.0
+    else:
+        assert report["epsilon_total"] > 0
 
 
-def test_gdp_budget_composes_over_queries() -> None:
+def test_gdp_spends_at_most_the_model_budget() -> None:
     table = horizontal_table(seed=6)
-    model = FederatedExtraTreesClassifier(4, max_depth=3, privacy="gdp", epsilon=0.5, max_features=2).fit(
+    model = FederatedExtraTreesClassifier(4, max_depth=3, privacy="gdp", epsilon=0.5, max_features=2,
+                                          allow_data_ranges=True).fit(
         split_rows(table, 2), "target")
     report = model.privacy_report_
-    assert report["epsilon_per_query"] == 0.5
-    # a row is active in every tree at each of the 3 levels (depth 3 on 600 rows): 2 candidates x 4 trees x 3
-    assert report["queries_per_row"] == 2 * 4 * 3
-    assert report["composed_epsilon"] == pytest.approx(0.5 * 24)
+    assert "epsilon_per_query" not in report and "composed_epsilon" not in report
+    # at most one release per tree and level (4 x 3); this much noise stops some rows' trees earlier
+    for ledger in report["parties"].values():
+        assert 0 < ledger["releases_per_row"] <= ledger["planned_releases_per_row"] == 4 * 3
+        assert ledger["l2_sensitivity"] == pytest.approx(np.sqrt(2))  # k = 2 candidates per release
+        assert 0 < ledger["epsilon_total"] <= 0.5 and ledger["delta"] == 1e-6
+    assert report["epsilon_total"] == max(p["epsilon_total"] for p in report["parties"].values())
     # smaller epsilon -> more noise: leaf values further from the plain run
     plain = FederatedExtraTreesClassifier(4, max_depth=3, max_features=2).fit(split_rows(table, 2), "target")
-    strong = FederatedExtraTreesClassifier(4, max_depth=3, privacy="gdp", epsilon=50.0, max_features=2).fit(
+    strong = FederatedExtraTreesClassifier(4, max_depth=3, privacy="gdp", epsilon=50.0, max_features=2,
+                                           allow_data_ranges=True).fit(
         split_rows(table, 2), "target")
-    def root_error(run):
-        roots = run.model_.tree_offsets()[:-1]
-        return np.abs(run.model_.weight[roots] - plain.model_.weight[roots]).mean()
+    def root_error(run):  # every root holds all 600 rows
+        return np.abs(run.model_.weight[run.model_.tree_offsets()[:-1]] - 600).mean()
 
-    assert root_error(plain) == 0 and 0 < root_error(strong) < 0.5 < root_error(model)
+    assert root_error(plain) == 0 and 0 < root_error(strong) < root_error(model)
+    # a row in every tree at each of the 3 levels (depth 3 on 600 rows, little noise): the whole budget
+    for ledger in strong.privacy_report_["parties"].values():
+        assert ledger["releases_per_row"] == ledger["planned_releases_per_row"] == 4 * 3
+        assert 50.0 * 0.99 < ledger["epsilon_total"] <= 50.0
 
 
-def test_ldp_report_and_permanent_bits_fixed_once() -> None:
+@pytest.mark.parametrize("mechanism", ["bloom", "oue"])
+def test_ldp_report_and_permanent_bits_fixed_once(mechanism: str) -> None:
+    """Each row's epsilon is its one randomized response's, however many reports repeat it.
+
+    (Bloom: the permanent one bounds its instant reports.) The report states that, with delta 0, not a
+    composition.
+    """
     table = horizontal_table(seed=6)
-    model = FederatedExtraTreesClassifier(3, max_depth=2, privacy="ldp").fit(split_rows(table, 2), "target")
+    privacy = {"mode": "ldp", "mechanism": mechanism}
+    model = FederatedExtraTreesClassifier(3, max_depth=2, privacy=privacy, allow_data_ranges=True).fit(
+        split_rows(table, 2), "target")
     report = model.privacy_report_
-    assert set(report["epsilon"]) == {"permanent", "instant"}
-    assert report["reports_per_row"] == 3 * 2  # one instant report per tree and level a row is active in
-    assert report["composed_epsilon"] == min(report["epsilon_permanent"], 6 * report["epsilon_instant"])
+    epsilon = model.parties_[0].label_ldp().epsilon()["permanent"]
+    assert epsilon == (2.0 if mechanism == "oue" else pytest.approx(8.788898309344878, rel=1e-12))
+    assert (report["mechanism"], report["epsilon"], report["epsilon_total"], report["delta"]) == \
+        (mechanism, epsilon, epsilon, 0.0)
+    assert report["setting"]["mechanism"] == report["ldp_mechanism"]["mechanism"] == mechanism
+    assert report["reports_per_row"] == 3 * 2  # one report per tree and level a row is active in
     party = model.parties_[0]
     kept = party.rows.permanent.copy()
-    model2 = FederatedExtraTreesClassifier(3, max_depth=2, privacy="ldp").fit(split_rows(table, 2), "target")
+    model2 = FederatedExtraTreesClassifier(3, max_depth=2, privacy=privacy, allow_data_ranges=True).fit(
+        split_rows(table, 2), "target")
     np.testing.assert_array_equal(kept, model2.parties_[0].rows.permanent)
 
 
 def test_gdp_regression_runs_and_is_reproducible() -> None:
     table = horizontal_table(seed=7, task="regression")
     parties = split_rows(table, 2)
-    options = {"privacy": "gdp", "epsilon": 2.0, "min_samples_leaf": 20}
+    options = {"privacy": "gdp", "epsilon": 2.0, "max_depth": 4, "allow_data_ranges": True,
+               "min_samples_leaf": 20}
     a = FederatedExtraTreesRegressor(5, **options).fit(parties, "target")
     b = FederatedExtraTreesRegressor(5, **options).fit(parties, "target")
     assert_same_forest(a.model_, b.model_)

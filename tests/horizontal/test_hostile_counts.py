@@ -27,14 +27,17 @@ from fedcore.horizontal.estimators import (
     PPDERTClassifier,
 )
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
+from fedcore.horizontal.fet.plan import gaussian_plan
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.validation import build_schema
-from fedcore.privacy import laplace
+from fedcore.privacy.accounting import GAUSSIAN_NOISE_BOUND
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from tests.horizontal.common import horizontal_table, split_rows
 
 OPTIONS = {"n_estimators": 2, "max_depth": 3, "max_features": 3, "random_state": 0}
+DP = {**OPTIONS, "allow_data_ranges": True}
+"""FET's DP modes draw thresholds in declared domains: here the pooled rows'."""
 K, C = 3, 3  # candidates per node, classes
 
 
@@ -91,7 +94,7 @@ def _one_row_more(c):  # under every candidate: they agree, the node does not (a
 # (reply kind, array, its name in refusals, the estimator)
 EXACT = {
     "none": ("fet_counts", "counts", lambda: FederatedExtraTreesClassifier(**OPTIONS)),
-    "ldp": ("fet_bit_sums", "sizes", lambda: FederatedExtraTreesClassifier(privacy="ldp", **OPTIONS)),
+    "ldp": ("fet_bit_sums", "sizes", lambda: FederatedExtraTreesClassifier(privacy="ldp", **DP)),
     "ppd-ert plain": ("ppdert_plain_counts", "counts",
                       lambda: PPDERTClassifier(secure_aggregation=False, allow_data_ranges=True, **OPTIONS)),
 }
@@ -150,7 +153,7 @@ def test_ldp_bit_sums_beyond_their_branch_or_not_adding_up_are_refused() -> None
                                          "candidates of open node 0 add up to different bit sums; each "
                                          "row's one report is counted under every candidate")):
         with pytest.raises(ProtocolError) as refused:
-            _fit(FederatedExtraTreesClassifier(privacy="ldp", **OPTIONS), alter_bits(make))
+            _fit(FederatedExtraTreesClassifier(privacy="ldp", **DP), alter_bits(make))
         assert str(refused.value) == text
 
 
@@ -163,7 +166,7 @@ def test_ldp_bit_sums_or_sizes_that_are_not_integers_are_refused(field) -> None:
         return Message(reply.kind, reply.header, {**reply.arrays, field: floats})
 
     with pytest.raises(ProtocolError) as refused:
-        _fit(FederatedExtraTreesClassifier(privacy="ldp", **OPTIONS), as_floats)
+        _fit(FederatedExtraTreesClassifier(privacy="ldp", **DP), as_floats)
     assert str(refused.value) == f"party 'b': fet_bit_sums.{field} must be integers, got float64"
 
 
@@ -244,29 +247,129 @@ def test_regression_party_may_not_state_an_exponent_far_above_the_others() -> No
     assert np.all(model.predict(frames["a"].drop(columns="target")) != 0.0)
 
 
-def test_gdp_party_must_state_the_agreed_epsilon() -> None:
-    """A party stating a tiny epsilon set its own counts' bound: +1e9 passed and one class won (issue #27)."""
+def _plan_of(epsilon: float, **terms):
+    """The GDP plan of OPTIONS (classification, k = 3) under (epsilon, 1e-6), with `terms` changed."""
+    base = {"n_estimators": OPTIONS["n_estimators"], "max_depth": OPTIONS["max_depth"], "k": K,
+            "task": "classification"}
+    return gaussian_plan(epsilon, 1e-6, {**base, **terms})
+
+
+def test_gdp_party_must_state_the_agreed_sigma() -> None:
+    """A party stating a tiny noise scale set its own bound: +1e9 passed, one class won (issue #27)."""
+    sigma = _plan_of(0.5).sigma
+
     def huge(parties, message, reply):
         if reply.kind == "fet_noisy_counts":
             return Message(reply.kind, reply.header, {"counts": reply.arrays["counts"] + 1e9})
-        return _stating(epsilon=1e-12)(parties, message, reply)
+        return _stating(sigma=1e-12)(parties, message, reply)
 
-    for alter in (huge, _stating(epsilon=2.0)):
+    for alter, stated in ((huge, 1e-12), (_stating(sigma=2 * sigma), 2 * sigma)):
         with pytest.raises(ProtocolError) as refused:
-            _fit(FederatedExtraTreesClassifier(privacy="gdp", epsilon=0.5, **OPTIONS), alter)
-        stated = 1e-12 if alter is huge else 2.0
-        assert str(refused.value) == (f"party 'b' stated epsilon {stated!r} per query in hello, but the "
-                                      "agreed privacy setting is 'gdp' with epsilon 0.5")
+            _fit(FederatedExtraTreesClassifier(privacy="gdp", epsilon=0.5, **DP), alter)
+        assert str(refused.value) == (f"party 'b' stated noise sigma {stated!r} in hello, but the agreed "
+                                      "budget (epsilon 0.5, delta 1e-06) over 6 releases of L2 sensitivity "
+                                      f"1.73205 plans sigma {sigma!r}")
 
 
-def test_a_gdp_master_needs_the_agreed_epsilon() -> None:
+def test_a_gdp_master_needs_the_agreed_budget_and_a_bounded_depth() -> None:
     frames = _frames()
     schema = build_schema(frames, "target", "classification")
     transport = InProcessTransport({name: (lambda message: message) for name in frames})
     with pytest.raises(ParameterError) as refused:
-        FederatedExtraTreesMaster(transport, ExtraTreesParams(n_estimators=2), schema, privacy="gdp")
-    assert str(refused.value) == ("privacy 'gdp': the master needs the agreed epsilon per count query "
-                                  "(epsilon=..., the privacy setting's)")
+        FederatedExtraTreesMaster(transport, ExtraTreesParams(n_estimators=2, max_depth=3), schema,
+                                  privacy="gdp")
+    assert str(refused.value) == ("privacy 'gdp': the master needs the agreed budget (epsilon=..., the "
+                                  "privacy setting's)")
+    for make in (lambda: FederatedExtraTreesMaster(transport, ExtraTreesParams(n_estimators=2), schema,
+                                                   privacy="gdp", epsilon=1.0),
+                 lambda: FederatedExtraTreesClassifier(2, privacy="gdp").fit(frames, "target")):
+        with pytest.raises(ParameterError) as refused:
+            make()
+        assert str(refused.value) == ("privacy 'gdp' needs a bounded depth: set params.max_depth (the "
+                                      "model's budget is spread over trees x levels)")
+
+
+def _master_planning(model, **terms):
+    """`model` whose master announces the plan of `terms` (and expects its sigma), but grows OPTIONS."""
+    original = model._make_master
+
+    def make(transport, schema):
+        master = original(transport, schema)
+        master.plan_terms = {**master.plan_terms, **terms}
+        master.plan = gaussian_plan(master.plan.epsilon, master.plan.delta, master.plan_terms)
+        return master
+    model._make_master = make
+    return model
+
+
+def test_a_gdp_party_refuses_a_master_that_asks_past_its_plan() -> None:
+    """A master announcing one tree, then growing two: level 1 would take a row to 4 releases of 3."""
+    model = _master_planning(FederatedExtraTreesClassifier(privacy="gdp", epsilon=1.0, **DP),
+                             n_estimators=1)
+    with pytest.raises(ProtocolError) as refused:
+        model.fit(_frames(), "target")
+    assert str(refused.value) == ("party 'a': the privacy budget (epsilon 1, delta 1e-06) is spent: a "
+                                  "row would take part in 4 releases, its plan has 3; nothing more is "
+                                  "released")
+
+
+def test_a_gdp_party_refuses_more_candidates_than_its_plan() -> None:
+    model = _master_planning(FederatedExtraTreesClassifier(privacy="gdp", epsilon=1.0, **DP), k=2)
+    with pytest.raises(ProtocolError) as refused:
+        model.fit(_frames(), "target")
+    assert str(refused.value) == ("party 'a': fet_stats with 3 candidates per node, but the GDP plan is "
+                                  "for k = 2: more raise each release's sensitivity")
+
+
+def test_a_gdp_party_refuses_a_sum_noise_below_its_targets_bound() -> None:
+    """A master sending a smaller q_bound_bits would scale the sums' noise below one row's reach."""
+    model = FederatedExtraTreesRegressor(privacy="gdp", epsilon=1.0, **DP)
+    original = model._make_master
+    sent = {}
+
+    def make(transport, schema):
+        master = original(transport, schema)
+        honest_setup = master.setup
+
+        def setup():
+            honest_setup()
+            master.q_bits = sent["bits"] = master.q_bits - 20
+        master.setup = setup
+        return master
+    model._make_master = make
+    with pytest.raises(ProtocolError) as refused:
+        model.fit(_frames("regression"), "target")
+    assert str(refused.value) == (f"party 'a': q_bound_bits {sent['bits']} is below its quantised targets' "
+                                  "bound: the sums' noise would not cover one row")
+
+
+@pytest.mark.parametrize("mode", ["gdp", "ldp"])
+def test_a_dp_party_that_sends_ranges_is_refused(mode) -> None:
+    """In a DP mode thresholds come from the declared domains: a reply carrying a min or max is refused."""
+    def with_ranges(parties, message, reply):
+        if reply.kind != "fet_ranges_reply":
+            return reply
+        shape = message.arrays["features"].shape
+        return Message(reply.kind, reply.header, {"min": np.zeros(shape), "max": np.ones(shape)})
+
+    with pytest.raises(ProtocolError) as refused:
+        _fit(FederatedExtraTreesClassifier(privacy=mode, **DP), with_ranges)
+    assert str(refused.value) == (f"party 'b' answered 'fet_ranges_reply' with arrays ['max', 'min']; in "
+                                  f"privacy {mode!r} a party sends no ranges: expected an empty "
+                                  "'fet_ranges_reply'")
+
+
+@pytest.mark.parametrize("mode", ["gdp", "ldp"])
+def test_a_dp_master_needs_the_declared_domains(mode) -> None:
+    frames = _frames()
+    schema = build_schema(frames, "target", "classification")
+    transport = InProcessTransport({name: (lambda message: message) for name in frames})
+    with pytest.raises(ParameterError) as refused:
+        FederatedExtraTreesMaster(transport, ExtraTreesParams(n_estimators=2, max_depth=3), schema,
+                                  privacy=mode, epsilon=1.0 if mode == "gdp" else None)
+    assert str(refused.value) == (f"privacy {mode!r}: the master draws thresholds in the declared feature "
+                                  "domains (low=..., high=..., from the data contracts), never from a "
+                                  "party's extremes")
 
 
 @pytest.mark.parametrize("rows", [-5, 1.5, "200", True])
@@ -283,8 +386,9 @@ def test_hello_must_declare_a_row_count(rows) -> None:
 
 
 def test_gdp_counts_beyond_the_largest_noise_are_refused() -> None:
-    reach = laplace.LAPLACE_NOISE_BOUND  # epsilon 1: scale 1
-    beyond = [(1e9, "1e+09"), (-reach - 0.01, "-36.7468"), (ROWS + reach + 0.01, f"{ROWS + 36.7468:g}")]
+    reach = GAUSSIAN_NOISE_BOUND * _plan_of(1.0).sigma
+    beyond = [(1e9, "1e+09"), (-reach - 0.01, f"{-reach - 0.01:.6g}"),
+              (ROWS + reach + 0.01, f"{ROWS + reach + 0.01:.6g}")]
 
     def noisy(value):
         def alter(parties, message, reply):
@@ -295,13 +399,13 @@ def test_gdp_counts_beyond_the_largest_noise_are_refused() -> None:
             return Message(reply.kind, reply.header, {"counts": counts})
         return alter
 
-    gdp = {"privacy": "gdp", "epsilon": 1.0, **OPTIONS}
+    gdp = {"privacy": "gdp", "epsilon": 1.0, **DP}
     for value, shown in beyond:
         with pytest.raises(ProtocolError) as refused:
             _fit(FederatedExtraTreesClassifier(**gdp), noisy(value))
         assert str(refused.value) == (f"party 'b': fet_noisy_counts.counts holds a count of {shown}, further "
                                       f"outside [0, {ROWS}] (the rows declared in hello) than the largest "
-                                      "Laplace noise of the agreed scale can reach (36.7368)")
+                                      f"Gaussian noise of the agreed scale can reach ({reach:.6g})")
     # right at the bound is a count an honest party can send
     _fit(FederatedExtraTreesClassifier(**gdp), noisy(-reach))
     with pytest.raises(ProtocolError, match=r"^party 'b': fet_noisy_counts.counts must be finite numbers$"):
@@ -406,17 +510,22 @@ def _hello(**fields) -> Callable[[Message], Message]:
     return alter
 
 
-def test_a_federation_bounds_noisy_counts_by_the_configured_epsilon(tmp_path) -> None:
-    """The session gives its master the configured setting's epsilon; a hello stating another is refused."""
-    privacy = {"mode": "gdp", "epsilon": 0.5}
-    session, _ = _federation(tmp_path, "classification", privacy, _hello(epsilon=1e-12))
+def test_a_federation_bounds_noisy_counts_by_the_configured_budget(tmp_path) -> None:
+    """The session gives its master the configured budget; a hello stating another sigma is refused."""
+    privacy = {"mode": "gdp", "epsilon": 0.5, "delta": 1e-7}
+    session, _ = _federation(tmp_path, "classification", privacy, _hello(sigma=1e-12))
     with pytest.raises(ProtocolError) as refused:
         session.train()
-    assert str(refused.value) == ("party 'north' stated epsilon 1e-12 per query in hello, but the agreed "
-                                  "privacy setting is 'gdp' with epsilon 0.5")
+    plan = session.master.plan
+    assert (plan.epsilon, plan.delta) == (0.5, 1e-7)
+    assert str(refused.value) == (f"party 'north' stated noise sigma 1e-12 in hello, but the agreed budget "
+                                  f"(epsilon 0.5, delta 1e-07) over 6 releases of L2 sensitivity "
+                                  f"{plan.sensitivity:g} plans sigma {plan.sigma!r}")
     session, _ = _federation(tmp_path / "honest", "classification", privacy, lambda reply: reply)
     session.train()
-    assert session.master.epsilon == 0.5
+    report = session.privacy_report()
+    assert (report["epsilon_budget"], report["delta"], report["sigma"]) == (0.5, 1e-7, plan.sigma)
+    assert "epsilon_per_query" not in report
 
 
 def test_a_federation_bounds_each_target_magnitude_by_the_contract(tmp_path) -> None:

@@ -27,18 +27,22 @@ def leaf_weights(forest) -> np.ndarray:
 
 
 def test_leaf_floor_follows_the_design() -> None:
-    assert LabelLDP().leaf_floor(2) == 1 and LabelLDP().leaf_floor(6) == 1  # few classes: a row is enough
-    assert LabelLDP().leaf_floor(26) == 3  # 64 bits, standard error 1.55 per report: ceil(1.55^2)
+    bloom = LabelLDP(mechanism="bloom")
+    assert bloom.leaf_floor(2) == 1 and bloom.leaf_floor(6) == 1  # few classes: a row is enough
+    assert bloom.leaf_floor(26) == 3  # 64 bits, standard error 1.55 per report: ceil(1.55^2)
+    # the default, epsilon 2: OUE for 26 classes (standard error 1.29 per report), k-RR for 6 (0.99)
+    assert LabelLDP().leaf_floor(26) == 2 and LabelLDP().leaf_floor(6) == 1
     assert LabelLDP(min_leaf_reports=1).leaf_floor(26) == 1
     with pytest.raises(ParameterError, match="min_leaf_reports must be an integer >= 1, got 0"):
         LabelLDP(min_leaf_reports=0)
 
 
-@pytest.mark.parametrize(("ldp", "floor"), [(LabelLDP(), 3), (LabelLDP(min_leaf_reports=1), 1),
+@pytest.mark.parametrize(("ldp", "floor"), [(LabelLDP(mechanism="bloom"), 3),
+                                            (LabelLDP(min_leaf_reports=1), 1),
                                             (LabelLDP(min_leaf_reports=5), 5)])
 def test_no_leaf_holds_fewer_rows_than_the_floor(ldp: LabelLDP, floor: int) -> None:
     parties = split_rows(many_class_table(), 3)
-    model = FederatedExtraTreesClassifier(n_estimators=4, privacy="ldp", ldp=ldp,
+    model = FederatedExtraTreesClassifier(n_estimators=4, privacy="ldp", allow_data_ranges=True, ldp=ldp,
                                           random_state=1).fit(parties, label="y")
     weights = leaf_weights(model.model_)
     # weights are the exact branch sizes the parties sent, not the estimated counts' rounded sum
@@ -50,21 +54,24 @@ def test_no_leaf_holds_fewer_rows_than_the_floor(ldp: LabelLDP, floor: int) -> N
 
 def test_a_min_samples_leaf_above_the_floor_is_kept() -> None:
     parties = split_rows(many_class_table(), 2)
-    model = FederatedExtraTreesClassifier(n_estimators=3, privacy="ldp", min_samples_leaf=6,
-                                          random_state=2).fit(parties, label="y")
+    model = FederatedExtraTreesClassifier(n_estimators=3, privacy="ldp", allow_data_ranges=True,
+                                          min_samples_leaf=6, random_state=2).fit(parties, label="y")
     assert leaf_weights(model.model_).min() >= 6
 
 
 def test_krr_trains_and_reports_its_mechanism() -> None:
     parties = split_rows(many_class_table(n_classes=8), 3)
-    ldp = LabelLDP(mechanism="krr", epsilon_krr=6.0)
-    model = FederatedExtraTreesClassifier(n_estimators=3, privacy="ldp", ldp=ldp,
+    ldp = LabelLDP(mechanism="krr", report_epsilon=6.0)
+    model = FederatedExtraTreesClassifier(n_estimators=3, privacy="ldp", allow_data_ranges=True, ldp=ldp,
                                           random_state=3).fit(parties, label="y")
     report = model.privacy_report_
-    assert report["ldp_mechanism"] == {"mechanism": "krr", "epsilon_krr": 6.0, "estimator": "nnls"}
+    assert report["ldp_mechanism"] == {"mechanism": "krr", "epsilon": 6.0, "estimator": "nnls"}
     assert report["min_samples_leaf"] == model.master_.min_samples_leaf == LabelLDP(
-        mechanism="krr", epsilon_krr=6.0).leaf_floor(8)
-    assert report["composed_epsilon"] == 6.0
+        mechanism="krr", report_epsilon=6.0).leaf_floor(8)
+    # one report per row, reused for all 3 trees: the row's epsilon is that report's
+    assert (report["mechanism"], report["epsilon"], report["epsilon_total"], report["delta"]) == \
+        ("krr", 6.0, 6.0, 0.0)
+    assert report["reports_per_row"] > 1
     truth = many_class_table(n_classes=8)
     # epsilon 6 on 8 classes reports the true class 98% of the time: the forest fits its training rows
     assert (model.predict(truth.drop(columns=["y"])) == truth["y"]).mean() > 0.8

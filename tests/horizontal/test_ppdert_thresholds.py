@@ -12,16 +12,15 @@ import pytest
 
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal import PPDERTClassifier
+from fedcore.horizontal.boxes import NodeBoxes, span_thresholds
 from fedcore.horizontal.ppdert.agreed import candidate_draws
 from fedcore.horizontal.ppdert.cells import (
     NO_CELL,
-    NodeBoxes,
     cell_of,
     extreme_cell_indicators,
     hide_multiplicity,
     populated_cells,
     populated_spans,
-    span_thresholds,
 )
 from fedcore.horizontal.ppdert.master import PPDERTMaster
 from fedcore.horizontal.ppdert.party import PPDERTParty

@@ -10,7 +10,7 @@ from fedcore.horizontal.estimators import FederatedExtraTreesClassifier, PPDERTC
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.validation import build_schema
+from fedcore.horizontal.validation import build_schema, resolve_feature_ranges
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from tests.horizontal.common import horizontal_table, split_rows
@@ -21,8 +21,9 @@ def _setup(privacy_party="none", privacy_master="none"):
     schema = build_schema(frames, "target", "classification")
     parties = [HorizontalParty(n, f, schema, privacy=privacy_party, noise_seed=1) for n, f in frames.items()]
     transport = InProcessTransport({p.name: p.handle for p in parties})
+    low, high, _ = resolve_feature_ranges(schema, None, frames, allow_data_ranges=True)
     master = FederatedExtraTreesMaster(transport, ExtraTreesParams(n_estimators=2), schema,
-                                       privacy=privacy_master)
+                                       privacy=privacy_master, low=low, high=high)
     return parties, master, schema
 
 

@@ -96,7 +96,9 @@ CASES = [
     pytest.param("ppd-ert", None, id="ppdert-secagg"),
     pytest.param("ppd-ert", {"mode": "secagg", "thresholds": "domain"}, id="ppdert-secagg-domain"),
     pytest.param("extra-trees", {"mode": "gdp", "epsilon": 2.0}, id="fet-gdp"),
-    pytest.param("extra-trees", {"mode": "ldp"}, id="fet-ldp"),
+    pytest.param("extra-trees", {"mode": "ldp"}, id="fet-ldp"),  # "auto": one report per row
+    # fresh instant reports keyed by each party's count of answered queries
+    pytest.param("extra-trees", {"mode": "ldp", "mechanism": "bloom"}, id="fet-ldp-bloom"),
 ]
 
 
@@ -131,6 +133,9 @@ def test_a_run_killed_mid_training_resumes_to_the_same_model(table, tmp_path, al
     assert session.facts.rounds < reference.facts.rounds  # batches 0 and 1 were not grown again
     assert _model_bytes(session, restarted) == expected
     assert {n: a.party.privacy_spent() for n, a in restarted.items()} == spent
+    if privacy and privacy["mode"] == "gdp":  # the ledgers charged batch 2 once: within the budget
+        assert all(0 < s["epsilon_total"] <= 2.0 and s["releases_per_row"] <= s["planned_releases_per_row"]
+                   for s in spent.values())
 
     session.drop_checkpoints()
     assert not (checkpoints / RUN).exists()

@@ -22,6 +22,8 @@ from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.session import HorizontalSession
 from fedcore.models.registry import ModelRegistry
 from fedcore.privacy.keyauth import ephemeral_identities
+from fedcore.privacy.ldp import LabelLDP
+from fedcore.privacy.settings import LocalDP
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from tests.keys import master_key, master_public_key
@@ -144,14 +146,22 @@ def test_contracts_that_disagree_stop_the_session(table, tmp_path) -> None:
 
 @pytest.mark.parametrize(("own", "asked", "refusal"), [
     ({"mode": "gdp", "epsilon": 0.5}, {"mode": "none"},
-     "the master asks for privacy 'none', but this institution's configuration says 'gdp' \\(epsilon 0.5\\)"),
+     "the master asks for privacy 'none', but this institution's configuration says 'gdp' \\(epsilon 0.5, "
+     "delta 1e-06\\)"),
     ({"mode": "gdp", "epsilon": 0.5}, {"mode": "gdp", "epsilon": 8.0},
-     "the master asks for privacy 'gdp' \\(epsilon 8\\), but .* says 'gdp' \\(epsilon 0.5\\)"),
+     "the master asks for privacy 'gdp' \\(epsilon 8, delta 1e-06\\), but .* says 'gdp' \\(epsilon 0.5, "
+     "delta 1e-06\\)"),
+    ({"mode": "gdp", "epsilon": 0.5}, {"mode": "gdp", "epsilon": 0.5, "delta": 1e-3},
+     "the master asks for privacy 'gdp' \\(epsilon 0.5, delta 0.001\\), but .* says 'gdp' \\(epsilon 0.5, "
+     "delta 1e-06\\)"),
     ({"mode": "ldp", "mechanism": "krr", "epsilon": 1.0}, {"mode": "ldp", "mechanism": "bloom"},
      "the master asks for privacy 'ldp' \\(bloom, epsilon 8.79\\), but .* says 'ldp' \\(krr, epsilon 1\\)"),
+    # both "auto": each resolves it for the agreed 3 classes (k-RR), the master before it sends its setup
     ({"mode": "ldp", "epsilon": 3}, {"mode": "ldp"},
-     "the master asks for privacy 'ldp' \\(bloom, epsilon 8.79\\), but .* says 'ldp' \\(bloom, epsilon 3\\)"),
-    ({"mode": "ldp", "n_bits": 64}, {"mode": "ldp"},
+     "the master asks for privacy 'ldp' \\(krr, epsilon 2\\), but .* says 'ldp' \\(krr, epsilon 3\\)"),
+    ({"mode": "ldp"}, {"mode": "ldp", "mechanism": "oue"},
+     "the master asks for privacy 'ldp' \\(oue, epsilon 2\\), but .* says 'ldp' \\(krr, epsilon 2\\)"),
+    ({"mode": "ldp", "mechanism": "bloom", "n_bits": 64}, {"mode": "ldp", "mechanism": "bloom"},
      "the master asks for privacy \\{'mode': 'ldp', .*\\}, but .* says \\{'mode': 'ldp', "
      "'mechanism': 'bloom', 'n_bits': 64, .*\\}"),
 ])
@@ -175,11 +185,29 @@ def test_an_agent_trains_fet_only_with_the_privacy_of_its_own_config(table, tmp_
     assert agreed.model.n_trees == 12
 
 
+def test_an_agent_refuses_label_ldp_for_a_regression_label_by_name(table, tmp_path) -> None:
+    """A master that asks for label LDP on a regression label is refused with the parser's reason."""
+    values = table.assign(**{"class": table["class"].map({"a": 0.5, "b": 1.5, "c": 2.5})})
+    agents = _agents(values, tmp_path)
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()})
+    transport.exchange({n: Message("validation_report") for n in agents})
+    params = ExtraTreesParams(n_estimators=2, max_depth=3, task="regression", criterion="squared_error")
+    session = HorizontalSession(transport, params, privacy="gdp")
+    session.privacy = LocalDP(LabelLDP(mechanism="krr"))  # past the master's own check
+    with pytest.raises(ProtocolError) as caught:
+        session.agree_schema()
+    assert str(caught.value) == (
+        "institution 'north': the master's setup asks for no usable privacy setting (privacy 'ldp' "
+        "randomizes class labels and works for classification only; use 'gdp' (Gaussian noise) or 'none' for "
+        "a regression label); refusing to train")
+
+
 def test_a_configured_ldp_epsilon_is_the_epsilon_every_party_randomizes_labels_at(table, tmp_path) -> None:
     """`privacy: {mode: ldp, epsilon: 3}` trains at epsilon 3, not at the Bloom defaults' 8.79 (issue #27).
 
-    The config is parsed once; the master sends the setting in its setup, every agent parses it and its own
-    config with the same parser, and the party's mechanism is the configured one.
+    The config is parsed once; the master resolves "auto" for the agreed classes (k-RR for 3 at epsilon 3)
+    and sends that in its setup, every agent parses it and its own config with the same parser and resolves
+    its own "auto" the same way, and the party's mechanism is the configured one.
     """
     from fedcore.config import parse_config
 
@@ -195,11 +223,14 @@ def test_a_configured_ldp_epsilon_is_the_epsilon_every_party_randomizes_labels_a
     session.agree_schema()
     session.train()
     for agent in agents.values():
-        spent = agent.party.privacy_spent()
-        assert spent["permanent"] == pytest.approx(3.0, rel=1e-12) and spent["permanent"] <= 3.0
-        assert agent.party.label_ldp().keep_probability == pytest.approx(np.tanh(3 / 16))
-    assert session.privacy_report()["epsilon"]["permanent"] == pytest.approx(3.0, rel=1e-12)
-    assert session.privacy_report()["setting"] == config.privacy.to_dict()
+        assert agent.party.privacy_spent()["permanent"] == 3.0
+        assert agent.party.label_ldp() == LabelLDP(mechanism="krr", report_epsilon=3.0)
+    resolved = {"mode": "ldp", "mechanism": "krr", "epsilon": 3.0, "estimator": "nnls"}
+    assert config.privacy.to_dict()["mechanism"] == "auto"
+    setups = [Message.from_bytes(e.payload) for e in session.transport.transcript if e.kind == "setup"]
+    assert len(setups) == 3 and all(m.header["privacy"] == resolved for m in setups)  # what crossed
+    assert session.privacy_report() == {"mode": "ldp", "setting": resolved, "mechanism": "krr",
+                                        "epsilon": 3.0, "epsilon_total": 3.0, "delta": 0.0}
 
 
 @pytest.mark.parametrize("algorithm", ["extra-trees", "ppd-ert"])
@@ -278,3 +309,32 @@ def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(ta
                            "promoted.")
     assert "rows predicted locally at " + ", ".join(f"{n} "
                                                     f"({c})" for n, c in prediction.counts.items()) in card
+
+
+@pytest.mark.parametrize("mode", ["gdp", "ldp"])
+def test_fet_in_a_dp_mode_needs_every_numeric_range_declared_in_the_contracts(table, tmp_path, mode) -> None:
+    """FET's DP modes draw thresholds in the declared domains: a contract without a range stops them."""
+    import dataclasses
+
+    from fedcore.privacy.settings import parse_privacy
+
+    contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
+    columns = [dataclasses.replace(c, min=None, max=None) if c.name == "x3" else c for c in contract.columns]
+    agents = _agents(table, tmp_path, dataclasses.replace(contract, columns=columns))
+    for agent in agents.values():
+        agent.data.privacy = parse_privacy(mode, "extra-trees")
+    with pytest.raises(ContractMismatch) as refused:
+        _session(agents, privacy=mode).agree_schema()
+    assert str(refused.value) == (f"Federated Extra-Trees in privacy {mode!r} draws thresholds from declared "
+                                  "domains: declare min and max for column(s) ['x3'] in every institution's "
+                                  "contract")
+    declared = _agents(table, tmp_path / "declared")  # every range declared: it trains, from the domains
+    for agent in declared.values():
+        agent.data.privacy = parse_privacy(mode, "extra-trees")
+    session = _session(declared, privacy=mode)
+    session.agree_schema()
+    session.train()
+    low, high = session.master.domains
+    x3 = session.schema.names.index("x3")
+    spec = next(c for c in contract.columns if c.name == "x3")  # the contract's range, not the data's
+    assert (low[x3], high[x3]) == (float(spec.min), float(spec.max)) != (table["x3"].min(), table["x3"].max())

@@ -85,7 +85,8 @@ def test_bloom_filter_too_small_for_the_classes() -> None:
     frames = _frames()
     for f, labels in zip(frames, (["a", "b", "c", "d"], ["e", "f", "g", "h"]), strict=True):
         f["y"] = np.resize(labels, len(f))
-    model = FederatedExtraTreesClassifier(2, privacy="ldp", ldp=LabelLDP(n_bits=4, n_hashes=1))
+    model = FederatedExtraTreesClassifier(2, privacy="ldp",
+                                          ldp=LabelLDP(mechanism="bloom", n_bits=4, n_hashes=1))
     with pytest.raises(ParameterError, match=re.escape("LDP Bloom patterns with n_bits=4, n_hashes=1 cannot "
                                                        "represent n_classes=8")):
         model.fit(frames, "y")
@@ -93,7 +94,7 @@ def test_bloom_filter_too_small_for_the_classes() -> None:
 
 def test_ldp_refused_for_regression() -> None:
     _raises(ParameterError, "privacy 'ldp' randomizes class labels and works for classification only; use "
-            "'gdp' (Laplace noise) or 'none' for a regression label",
+            "'gdp' (Gaussian noise) or 'none' for a regression label",
             lambda: FederatedExtraTreesRegressor(2, privacy="ldp").fit(_frames(), "y"))
 
 
@@ -168,12 +169,22 @@ def test_infinite_feature_values() -> None:
             lambda: FederatedExtraTreesClassifier(2).fit(frames, "y"))
 
 
-def test_ppdert_needs_declared_ranges() -> None:
-    message = ("PPD-ERT draws thresholds from declared feature domains, never from the data: pass "
-               "feature_ranges={column: (low, high)} for the numeric columns (from the data contracts), or "
-               "allow_data_ranges=True in a simulation to use the pooled data's ranges")
+def test_ppdert_and_fet_dp_modes_need_declared_ranges() -> None:
+    message = ("PPD-ERT and Federated Extra-Trees in privacy gdp or ldp draw thresholds from declared "
+               "feature domains, never from the data: pass feature_ranges={column: (low, high)} for the "
+               "numeric columns (from the data contracts), or allow_data_ranges=True in a simulation to use "
+               "the pooled data's ranges")
     frames = _frames()
     _raises(ParameterError, message, lambda: PPDERTClassifier(2).fit(frames, "y"))
+    for mode in ("gdp", "ldp"):
+        _raises(ParameterError, message,
+                lambda mode=mode: FederatedExtraTreesClassifier(2, privacy=mode, max_depth=3).fit(frames,
+                                                                                                    "y"))
+    _raises(ParameterError,
+            "feature_ranges lacks the numeric columns ['b']; declare a (low, high) for each (from the data "
+            "contracts)",
+            lambda: FederatedExtraTreesClassifier(2, privacy="gdp", max_depth=3,
+                                                  feature_ranges={"a": (-9, 9)}).fit(frames, "y"))
     _raises(ParameterError,
             "feature_ranges lacks the numeric columns ['b']; declare a (low, high) for each (from the data "
             "contracts)", lambda: PPDERTClassifier(2, feature_ranges={"a": (-9, 9)}).fit(frames, "y"))
@@ -196,6 +207,15 @@ def test_pooled_ranges_are_reported() -> None:
     assert model.privacy_report_["feature_ranges"].startswith("pooled data (simulation convenience")
     declared = PPDERTClassifier(2, feature_ranges={"a": (-9, 9), "b": (-9, 9)}).fit(_frames(), "y")
     assert declared.privacy_report_["feature_ranges"] == "declared"
+    for mode in ("gdp", "ldp"):
+        pooled = FederatedExtraTreesClassifier(2, privacy=mode, max_depth=3, allow_data_ranges=True).fit(
+            _frames(), "y")
+        assert pooled.privacy_report_["feature_ranges"].startswith("pooled data (simulation convenience")
+        assert pooled.privacy_report_["min_max"] is None
+        declared = FederatedExtraTreesClassifier(2, privacy=mode, max_depth=3,
+                                                 feature_ranges={"a": (-9, 9), "b": (-9, 9)})
+        declared = declared.fit(_frames(), "y")
+        assert declared.privacy_report_["feature_ranges"] == "declared"
 
 
 def test_hyper_parameters() -> None:

@@ -19,6 +19,11 @@ COUNTS = np.array([10000, 6000, 3000, 1000, 0])
 LABELS = np.repeat(np.arange(COUNTS.size), COUNTS)
 
 
+def _bloom(**fields) -> LabelLDP:
+    """The FET paper's Bloom mechanism (no longer the default) with `fields`."""
+    return LabelLDP(mechanism="bloom", **fields)
+
+
 def _key(seed: int, purpose: str = "ldp_instant") -> np.ndarray:
     return counter_key(seed, purpose)
 
@@ -30,20 +35,20 @@ def _reports(ldp: LabelLDP, seed: int) -> np.ndarray:
 
 def test_epsilon_of_the_defaults_by_hand() -> None:
     # f = 0.5, k = 4: eps_inf = 8 ln(0.75 / 0.25); q* = 0.25 * 1.0 + 0.5 * 0.8 = 0.65, p* = 0.25 + 0.1 = 0.35
-    eps = LabelLDP().epsilon()
+    eps = _bloom().epsilon()
     assert eps["permanent"] == pytest.approx(8.788898309344878, rel=1e-12)
     assert eps["instant"] == pytest.approx(4 * math.log(0.65 * 0.65 / (0.35 * 0.35)), rel=1e-12)
     assert eps["instant"] == pytest.approx(4.952313667249789, rel=1e-12)
 
 
 def test_epsilon_extremes() -> None:
-    assert LabelLDP(keep_probability=1.0).epsilon()["permanent"] == math.inf
-    certain = LabelLDP(keep_probability=1.0, p_one_if_zero=0.0, p_one_if_one=1.0)
+    assert _bloom(keep_probability=1.0).epsilon()["permanent"] == math.inf
+    certain = _bloom(keep_probability=1.0, p_one_if_zero=0.0, p_one_if_one=1.0)
     assert certain.epsilon()["instant"] == math.inf
-    no_information = LabelLDP(keep_probability=0.0).epsilon()
+    no_information = _bloom(keep_probability=0.0).epsilon()
     assert no_information == {"permanent": 0.0, "instant": 0.0}
     # fewer hashes, smaller epsilon: both are linear in k
-    assert LabelLDP(n_hashes=2).epsilon()["permanent"] == pytest.approx(LabelLDP().epsilon()["permanent"] / 2)
+    assert _bloom(n_hashes=2).epsilon()["permanent"] == pytest.approx(_bloom().epsilon()["permanent"] / 2)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -79,27 +84,29 @@ def test_epsilon_extremes() -> None:
     ({"estimator": "ols"}, "estimator must be 'nnls' or 'lasso', got 'ols'"),
     ({"lasso_alpha": -1.0}, "lasso_alpha must be a finite number >= 0, got -1.0: it is the L1 penalty on "
                             "estimated class proportions (e.g. 0.01)"),
-    ({"mechanism": "rappor"}, "mechanism must be 'bloom' or 'krr', got 'rappor'"),
-    ({"mechanism": "krr"},
-     "mechanism 'krr' needs epsilon_krr, a finite number > 0, got None: the privacy level of each label "
-     "report (e.g. 4)"),
-    ({"mechanism": "krr", "epsilon_krr": 0.0},
-     "mechanism 'krr' needs epsilon_krr, a finite number > 0, got 0.0: the privacy level of each label "
-     "report (e.g. 4)"),
-    ({"mechanism": "krr", "epsilon_krr": 2.0, "n_bits": 32},
-     "mechanism 'krr' reports one of n_classes codes: leave n_bits unset"),
-    ({"epsilon_krr": 2.0},
-     "epsilon_krr applies to mechanism 'krr' only; the Bloom mechanism's epsilon follows from n_hashes and "
-     "keep_probability"),
+    ({"mechanism": "rappor"}, "mechanism must be one of ['auto', 'krr', 'oue', 'bloom'], got 'rappor'"),
+    ({"mechanism": "krr", "report_epsilon": 0.0},
+     "mechanism 'krr' needs report_epsilon, a finite number > 0, got 0.0: each row's label epsilon (e.g. 2)"),
+    ({"mechanism": "oue", "report_epsilon": math.inf},
+     "mechanism 'oue' needs report_epsilon, a finite number > 0, got inf: each row's label epsilon (e.g. 2)"),
+    ({"mechanism": "auto", "report_epsilon": True},
+     "mechanism 'auto' needs report_epsilon, a finite number > 0, got True: each row's label epsilon (e.g. "
+     "2)"),
+    ({"mechanism": "krr", "report_epsilon": 2.0, "n_bits": 32},
+     "mechanism 'krr' reports one bit per class: leave n_bits unset"),
+    ({"mechanism": "oue", "n_bits": 32}, "mechanism 'oue' reports one bit per class: leave n_bits unset"),
+    ({"report_epsilon": 2.0},
+     "report_epsilon applies to mechanisms 'auto', 'krr' and 'oue'; the Bloom mechanism's epsilon follows "
+     "from n_hashes and keep_probability"),
 ])
 def test_bad_parameters_raise_exact_messages(kwargs: dict, message: str) -> None:
     with pytest.raises(ParameterError) as excinfo:
-        LabelLDP(**kwargs)
+        LabelLDP(**{"mechanism": "bloom", **kwargs})
     assert str(excinfo.value) == message
 
 
 def test_class_patterns_follow_sha256_and_are_deterministic() -> None:
-    ldp = LabelLDP(n_bits=16, n_hashes=3)
+    ldp = _bloom(n_bits=16, n_hashes=3)
     patterns = ldp.class_patterns(6)
     assert patterns.shape == (6, 16) and patterns.dtype == np.uint8
     for c in range(6):
@@ -107,19 +114,19 @@ def test_class_patterns_follow_sha256_and_are_deterministic() -> None:
                     for i in range(3)}
         assert set(np.flatnonzero(patterns[c])) == expected
     np.testing.assert_array_equal(patterns,
-                                  LabelLDP(n_bits=16, n_hashes=3, keep_probability=0.9).class_patterns(6))
+                                  _bloom(n_bits=16, n_hashes=3, keep_probability=0.9).class_patterns(6))
     patterns[0] = 1  # a copy: the cached patterns stay intact
     assert ldp.class_patterns(6)[0].sum() <= 3
 
 
 def test_check_classes_refuses_shared_patterns_and_rank_deficiency() -> None:
     with pytest.raises(ParameterError) as shared:
-        LabelLDP(n_bits=4, n_hashes=1).check_classes(3)
+        _bloom(n_bits=4, n_hashes=1).check_classes(3)
     assert str(shared.value) == ("LDP Bloom patterns with n_bits=4, n_hashes=1 cannot represent n_classes=3: "
                                  "classes 1 and 2 share a Bloom pattern; use more bits or fewer hashes: "
                                  "n_bits=8 with n_hashes=1 works (more bits cost bandwidth, not privacy)")
     with pytest.raises(ParameterError) as rank:  # distinct patterns, but linearly dependent
-        LabelLDP(n_bits=5, n_hashes=5).check_classes(4)
+        _bloom(n_bits=5, n_hashes=5).check_classes(4)
     assert str(rank.value) == ("LDP Bloom patterns with n_bits=5, n_hashes=5 cannot represent n_classes=4: "
                                "the estimation design matrix has rank 3 < n_classes; use more bits or fewer "
                                "hashes: n_bits=8 with n_hashes=5, or n_hashes=4 with n_bits=5 works (more "
@@ -127,45 +134,45 @@ def test_check_classes_refuses_shared_patterns_and_rank_deficiency() -> None:
     with pytest.raises(ParameterError,
                        match="n_bits=8, n_hashes=4 cannot represent n_classes=9: the estimation "
                              "design matrix has rank 8 < n_classes"):
-        LabelLDP(n_bits=8, n_hashes=4).check_classes(9)
+        _bloom(n_bits=8, n_hashes=4).check_classes(9)
     with pytest.raises(ParameterError, match="keep_probability=0 makes reports independent of the label"):
-        LabelLDP(keep_probability=0.0).check_classes(2)
+        _bloom(keep_probability=0.0).check_classes(2)
     with pytest.raises(ParameterError, match="n_classes must be an integer >= 1, got 0"):
-        LabelLDP().check_classes(0)
-    LabelLDP(n_bits=32).check_classes(26)  # 32 bits represent 26 classes (the letter table)
-    assert LabelLDP().bits_for(26) == 64 and LabelLDP().bits_for(16) == 32 and LabelLDP().bits_for(40) == 128
-    LabelLDP().check_classes(60)  # unset n_bits is sized to the classes
+        _bloom().check_classes(0)
+    _bloom(n_bits=32).check_classes(26)  # 32 bits represent 26 classes (the letter table)
+    assert _bloom().bits_for(26) == 64 and _bloom().bits_for(16) == 32 and _bloom().bits_for(40) == 128
+    _bloom().check_classes(60)  # unset n_bits is sized to the classes
     with pytest.raises(ParameterError) as many:  # more classes than bits: the fix names working parameters
-        LabelLDP(n_bits=32).check_classes(40)
+        _bloom(n_bits=32).check_classes(40)
     assert str(many.value) == ("LDP Bloom patterns with n_bits=32, n_hashes=4 cannot represent n_classes=40: "
                                "the estimation design matrix has rank 32 < n_classes; use more bits or fewer "
                                "hashes: n_bits=64 with n_hashes=4 works (more bits cost bandwidth, not "
                                "privacy)")
-    LabelLDP(n_bits=64).check_classes(40)
+    _bloom(n_bits=64).check_classes(40)
     with pytest.raises(ParameterError,
                        match=r"n_bits=32, n_hashes=4 cannot represent n_classes=32: the estimation design "
                              r"matrix is ill-conditioned \(condition number 1\.77e\+04 > 10000: estimates "
                              r"would be mostly noise\); use more bits or fewer hashes: n_bits=64 with "
                              r"n_hashes=4, or n_hashes=3 with n_bits=32 works"):
-        LabelLDP(n_bits=32).check_classes(32)
+        _bloom(n_bits=32).check_classes(32)
     # hash collisions, yet still 3 distinct, independent patterns
-    LabelLDP(n_bits=4, n_hashes=4).check_classes(3)
+    _bloom(n_bits=4, n_hashes=4).check_classes(3)
 
 
 def test_permanent_bits_keep_or_flip_a_fair_coin() -> None:
-    ldp = LabelLDP()
+    ldp = _bloom()
     perm = ldp.permanent_bits(LABELS, 5, _key(1))
     assert perm.shape == (LABELS.size, 32) and perm.dtype == np.uint8
     bloom = ldp.class_patterns(5)[LABELS].astype(bool)
     # P(1 | Bloom 1) = p + (1 - p) / 2 = 0.75, P(1 | Bloom 0) = 0.25; binomial sd < 0.002 here
     assert perm[bloom].mean() == pytest.approx(0.75, abs=0.01)
     assert perm[~bloom].mean() == pytest.approx(0.25, abs=0.01)
-    exact = LabelLDP(keep_probability=1.0).permanent_bits(LABELS, 5, _key(1))
+    exact = _bloom(keep_probability=1.0).permanent_bits(LABELS, 5, _key(1))
     np.testing.assert_array_equal(exact, bloom.astype(np.uint8))
 
 
 def test_instant_bits_report_with_the_configured_probabilities() -> None:
-    ldp = LabelLDP(p_one_if_one=0.9, p_one_if_zero=0.3)
+    ldp = _bloom(p_one_if_one=0.9, p_one_if_zero=0.3)
     perm = np.random.default_rng(2).integers(0, 2, size=(20000, 32), dtype=np.uint8)
     inst = instant_bits(ldp, perm, _key(3))
     assert inst.shape == perm.shape and inst.dtype == np.uint8
@@ -174,7 +181,7 @@ def test_instant_bits_report_with_the_configured_probabilities() -> None:
 
 
 def test_report_probabilities_match_simulated_reports() -> None:
-    ldp = LabelLDP()
+    ldp = _bloom()
     probabilities = ldp.report_probabilities(5)
     assert probabilities.shape == (5, 32)
     assert set(np.unique(probabilities).round(12)) == {0.35, 0.65}  # 0.2 + 0.6 * 0.25, 0.2 + 0.6 * 0.75
@@ -184,7 +191,7 @@ def test_report_probabilities_match_simulated_reports() -> None:
 
 
 def test_same_seed_same_bits_different_seed_different_bits() -> None:
-    ldp = LabelLDP()
+    ldp = _bloom()
     np.testing.assert_array_equal(_reports(ldp, 7), _reports(ldp, 7))
     assert (_reports(ldp, 7) != _reports(ldp, 8)).mean() > 0.3
     from_keys = [instant_bits(ldp, ldp.permanent_bits(LABELS, 5, counter_key(11, "ldp_permanent")),
@@ -199,7 +206,7 @@ def test_same_seed_same_bits_different_seed_different_bits() -> None:
 
 @pytest.mark.parametrize("estimator", ["nnls", "lasso"])
 def test_estimates_of_a_20000_sample_group_are_within_two_percent(estimator: str) -> None:
-    ldp = LabelLDP(estimator=estimator)
+    ldp = _bloom(estimator=estimator)
     estimate = ldp.estimate_counts(_reports(ldp, 0).sum(axis=0), np.array(LABELS.size), 5)
     assert estimate.shape == (5,) and estimate.dtype == np.float64 and (estimate >= 0).all()
     np.testing.assert_allclose(estimate, COUNTS, atol=0.02 * LABELS.size)
@@ -207,23 +214,23 @@ def test_estimates_of_a_20000_sample_group_are_within_two_percent(estimator: str
 
 
 def test_noise_free_bit_sums_give_the_exact_counts() -> None:
-    ldp = LabelLDP()
+    ldp = _bloom()
     counts = np.array([[50.0, 0, 25, 5, 20], [0, 0, 0, 0, 7]])
     expected_bits = counts @ ldp.report_probabilities(5)
     np.testing.assert_allclose(ldp.estimate_counts(expected_bits, counts.sum(axis=1), 5), counts, atol=1e-4)
 
 
 def test_lasso_zeroes_an_absent_class_that_nnls_keeps() -> None:
-    bit_sums = _reports(LabelLDP(), 0).sum(axis=0)
-    plain = LabelLDP().estimate_counts(bit_sums, np.array(LABELS.size), 5)
-    lasso = LabelLDP(estimator="lasso", lasso_alpha=0.3).estimate_counts(bit_sums, np.array(LABELS.size), 5)
+    bit_sums = _reports(_bloom(), 0).sum(axis=0)
+    plain = _bloom().estimate_counts(bit_sums, np.array(LABELS.size), 5)
+    lasso = _bloom(estimator="lasso", lasso_alpha=0.3).estimate_counts(bit_sums, np.array(LABELS.size), 5)
     assert plain[4] > 50 and lasso[4] == 0.0
     assert lasso.sum() == pytest.approx(LABELS.size, rel=1e-5)
     np.testing.assert_allclose(lasso, COUNTS, atol=0.02 * LABELS.size)
 
 
 def test_estimates_vectorise_over_groups_including_empty_and_tiny_ones() -> None:
-    ldp = LabelLDP()
+    ldp = _bloom()
     reports = _reports(ldp, 5)
     group = np.random.default_rng(6).integers(0, 6, size=LABELS.size)
     group[LABELS == 4] = 6  # class 4 is empty, so group 6 is empty
@@ -243,7 +250,7 @@ def test_estimates_vectorise_over_groups_including_empty_and_tiny_ones() -> None
 
 
 def test_estimate_counts_refuses_bad_shapes() -> None:
-    ldp = LabelLDP()
+    ldp = _bloom()
     with pytest.raises(ParameterError, match=r"bit_sums must have shape \(\.\.\., 32\), got \(3, 16\)"):
         ldp.estimate_counts(np.zeros((3, 16)), np.ones(3), 5)
     with pytest.raises(ParameterError, match=r"totals must have shape \(3,\)"):
@@ -253,7 +260,7 @@ def test_estimate_counts_refuses_bad_shapes() -> None:
 
 
 def test_labels_must_be_class_codes() -> None:
-    ldp = LabelLDP(n_bits=32)
+    ldp = _bloom(n_bits=32)
     key = _key(0)
     with pytest.raises(LabelError, match=r"class codes in 0\.\.2, found values from 0 to 3"):
         ldp.permanent_bits(np.array([0, 1, 3]), 3, key)
@@ -283,7 +290,8 @@ def test_nnls_matches_brute_force_over_supports() -> None:
 
 def test_a_block_of_rows_draws_exactly_what_the_whole_table_draws_for_it() -> None:
     """Every word is addressed by the row's position: rows a..b alone, told they start at a, draw the same."""
-    for ldp in (LabelLDP(n_bits=32), LabelLDP(mechanism="krr", epsilon_krr=1.0)):
+    for ldp in (_bloom(n_bits=32), LabelLDP(mechanism="krr", report_epsilon=1.0),
+                LabelLDP(mechanism="oue", report_epsilon=1.0)):
         whole = ldp.permanent_bits(LABELS, 5, _key(30, "ldp_permanent"))
         reports = instant_bits(ldp, whole, _key(31), report=7, slot=3)
         for a, b in ((0, 1), (5, 977), (19999, 20000)):
@@ -297,7 +305,7 @@ def test_a_block_of_rows_draws_exactly_what_the_whole_table_draws_for_it() -> No
 
 
 def test_krr_reports_the_true_class_with_its_probability_and_estimates_counts() -> None:
-    ldp = LabelLDP(mechanism="krr", epsilon_krr=3.0)
+    ldp = LabelLDP(mechanism="krr", report_epsilon=3.0)
     keep = math.exp(3.0) / (math.exp(3.0) + 4)  # 5 classes
     perm = ldp.permanent_bits(LABELS, 5, _key(20))
     assert perm.shape == (LABELS.size, 5) and (perm.sum(axis=1) == 1).all()  # one-hot reports
@@ -312,13 +320,71 @@ def test_krr_reports_the_true_class_with_its_probability_and_estimates_counts() 
 
 def test_the_design_check_uses_the_configured_probabilities() -> None:
     # 26 classes on 32 bits pass at the default responses (condition 237), not with nearly random ones
-    LabelLDP(n_bits=32).check_classes(26)
+    _bloom(n_bits=32).check_classes(26)
     with pytest.raises(ParameterError,
                        match=r"n_bits=32, n_hashes=4 cannot represent n_classes=26: the estimation "
                              r"design matrix is ill-conditioned \(condition number 1\.84e\+04"):
-        LabelLDP(n_bits=32, p_one_if_zero=0.495, p_one_if_one=0.505).check_classes(26)
+        _bloom(n_bits=32, p_one_if_zero=0.495, p_one_if_one=0.505).check_classes(26)
     with pytest.raises(ParameterError) as krr:
-        LabelLDP(mechanism="krr", epsilon_krr=0.001).check_classes(26)
-    assert str(krr.value).startswith("k-RR at epsilon_krr=0.001 cannot represent n_classes=26: the "
+        LabelLDP(mechanism="krr", report_epsilon=0.001).check_classes(26)
+    assert str(krr.value).startswith("mechanism 'krr' at epsilon 0.001 cannot represent n_classes=26: the "
                                      "estimation design matrix is ill-conditioned")
-    assert str(krr.value).endswith("use a larger epsilon_krr or fewer classes")
+    assert str(krr.value).endswith("use a larger epsilon or fewer classes")
+
+
+def test_oue_reports_each_bit_with_its_probability() -> None:
+    """The class's own bit is 1 with probability 1/2, every other bit with 1 / (e^eps + 1), independently.
+
+    200,000 rows (40,000 per class but the empty last one, repeated from LABELS' proportions): each frequency
+    is a binomial proportion of standard deviation sqrt(p (1 - p) / n_c), at most 0.0035 for the rarest class
+    (10,000 rows); 5 of those bound all 20 (class, bit) cells at once with probability > 1 - 1e-5.
+    """
+    ldp = LabelLDP(mechanism="oue", report_epsilon=2.0)
+    labels = np.tile(LABELS, 10)
+    bits = ldp.permanent_bits(labels, 5, _key(40, "ldp_permanent"))
+    assert bits.shape == (labels.size, 5) and bits.dtype == np.uint8
+    expected = ldp.report_probabilities(5)
+    q = 1 / (math.exp(2.0) + 1)
+    np.testing.assert_array_equal(expected, np.where(np.eye(5, dtype=bool), 0.5, q))
+    for c in range(4):
+        rows = bits[labels == c]
+        sd = np.sqrt(expected[c] * (1 - expected[c]) / rows.shape[0])
+        assert (np.abs(rows.mean(axis=0) - expected[c]) <= 5 * sd).all(), (c, rows.mean(axis=0), expected[c])
+    # independent bits: two other classes' bits of class-0 rows are both 1 with probability q^2
+    both = (bits[labels == 0][:, 1] & bits[labels == 0][:, 2]).mean()
+    assert abs(both - q * q) <= 5 * math.sqrt(q * q * (1 - q * q) / COUNTS[0] / 10)
+    np.testing.assert_array_equal(instant_bits(ldp, bits[:500], _key(41)), bits[:500])  # no instant step
+    assert ldp.epsilon() == {"permanent": 2.0, "instant": 2.0} and ldp.bits_for(26) == 26
+
+
+def test_oue_count_estimates_are_unbiased_on_a_large_sample() -> None:
+    """26 classes (OUE's side of the rule at epsilon 2), 192,400 rows, counts 2,400 .. 12,400.
+
+    `standard_error` bounds the standard deviation of one class proportion estimated from one report (each
+    bit's variance is at most 1/4), so a count's is at most se sqrt(n) (here 565); every class is over 6 of
+    those inside the simplex, where the NNLS estimate is the linear, unbiased one. Each of 16 independent
+    draws is within 5 bounds, their mean within 5 / sqrt(16): estimating with a 1-bit probability of 0.6 or
+    0.45 instead of 1/2 puts that mean over 7 away.
+    """
+    counts = 2000 + np.arange(1, 27) * 400
+    labels = np.repeat(np.arange(26), counts)
+    ldp = LabelLDP(report_epsilon=2.0)
+    assert ldp.resolved(26).mechanism == "oue"
+    bound = ldp.standard_error(26) * math.sqrt(labels.size)
+    estimates = np.array([ldp.estimate_counts(ldp.permanent_bits(labels, 26, _key(seed, "ldp_permanent"))
+                                              .sum(axis=0), np.array(labels.size), 26) for seed in range(16)])
+    assert (np.abs(estimates - counts) <= 5 * bound).all()
+    assert (np.abs(estimates.mean(axis=0) - counts) <= 5 * bound / 4).all()
+
+
+@pytest.mark.parametrize(("n_classes", "mechanism"), [(5, "krr"), (26, "oue")])
+def test_auto_draws_and_estimates_as_the_mechanism_it_resolves_to(n_classes, mechanism) -> None:
+    auto = LabelLDP(report_epsilon=2.0)
+    resolved = LabelLDP(mechanism=mechanism, report_epsilon=2.0)
+    assert auto.resolved(n_classes) == resolved == auto.sized_for(n_classes)
+    labels = np.arange(3000) % n_classes
+    np.testing.assert_array_equal(auto.permanent_bits(labels, n_classes, _key(42, "ldp_permanent")),
+                                  resolved.permanent_bits(labels, n_classes, _key(42, "ldp_permanent")))
+    np.testing.assert_array_equal(auto.report_probabilities(n_classes),
+                                  resolved.report_probabilities(n_classes))
+    assert auto.leaf_floor(n_classes) == resolved.leaf_floor(n_classes)

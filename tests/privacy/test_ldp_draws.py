@@ -70,7 +70,7 @@ def test_a_tie_of_the_first_16_bits_is_decided_by_47_more() -> None:
 def test_permanent_bits_follow_the_rule() -> None:
     key = counter_key(5, "ldp_permanent")
     labels = np.random.default_rng(1).integers(0, 5, 30)
-    bloom_ldp = LabelLDP(n_bits=16, n_hashes=2, keep_probability=0.4)
+    bloom_ldp = LabelLDP(mechanism="bloom", n_bits=16, n_hashes=2, keep_probability=0.4)
     bloom = bloom_ldp.class_patterns(5)
     keep = int(ldp_draws.threshold63(0.4))
     got = bloom_ldp.permanent_bits(labels, 5, key, first_row=50)
@@ -78,7 +78,7 @@ def test_permanent_bits_follow_the_rule() -> None:
         words = [int(w) for w in numpy_words(key, 50 + i, 0, 0, 16)]
         expected = [int(bloom[label, b]) if w >> 1 < keep else w & 1 for b, w in enumerate(words)]
         assert got[i].tolist() == expected
-    krr = LabelLDP(mechanism="krr", epsilon_krr=1.0)
+    krr = LabelLDP(mechanism="krr", report_epsilon=1.0)
     keep = int(ldp_draws.threshold63(krr._krr_keep(5)))
     got = krr.permanent_bits(labels, 5, key, first_row=50)
     for i, label in enumerate(labels):

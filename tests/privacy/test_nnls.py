@@ -31,7 +31,8 @@ def tolerance(matrix: np.ndarray, target: np.ndarray) -> float:
 
 
 def ldp_design(n_classes: int, n_bits: int = 32) -> np.ndarray:
-    bits = LabelLDP(n_bits=n_bits).report_probabilities(n_classes).T  # 32 bits: the worst-conditioned designs
+    # 32 bits: the worst-conditioned designs
+    bits = LabelLDP(mechanism="bloom", n_bits=n_bits).report_probabilities(n_classes).T
     return np.vstack([bits, np.full((1, n_classes), SUM_WEIGHT)])
 
 
@@ -119,7 +120,7 @@ def test_many_classes_estimate_a_large_group() -> None:
     A 20,000-sample group is estimated within 5 standard errors per class, and those are under 2% of the group
     (on 32 bits they would be 3.5%).
     """
-    ldp = LabelLDP().sized_for(26)
+    ldp = LabelLDP(mechanism="bloom").sized_for(26)
     assert ldp.n_bits == 64
     counts = np.random.default_rng(4).multinomial(20000, np.random.default_rng(5).dirichlet(np.ones(26)))
     labels = np.repeat(np.arange(26), counts)
@@ -143,7 +144,7 @@ def test_estimates_do_not_depend_on_the_thread_count() -> None:
     rng = np.random.default_rng(7)
     sizes = rng.integers(0, 60, size=3000)
     bit_sums = rng.binomial(sizes[:, None], rng.uniform(0.3, 0.7, size=(3000, 32)))
-    ldp = LabelLDP(n_bits=32)
+    ldp = LabelLDP(mechanism="bloom", n_bits=32)
     threads = numba.get_num_threads()
     try:
         numba.set_num_threads(1)

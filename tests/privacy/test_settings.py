@@ -19,19 +19,24 @@ from fedcore.privacy.settings import (
     privacy_with,
 )
 
-LDP_FIELDS = ("['epsilon', 'estimator', 'keep_probability', 'mechanism', 'min_leaf_reports', 'mode', "
-              "'n_bits', 'n_hashes', 'p_one_if_one', 'p_one_if_zero']")
+LDP_FIELDS = "['epsilon', 'estimator', 'mechanism', 'min_leaf_reports', 'mode']"
+BLOOM_FIELDS = ("['epsilon', 'estimator', 'keep_probability', 'mechanism', 'min_leaf_reports', 'mode', "
+                "'n_bits', 'n_hashes', 'p_one_if_one', 'p_one_if_zero']")
 
 
 @pytest.mark.parametrize(("raw", "algorithm", "expected"), [
     (None, EXTRA_TREES, NoPrivacy()),
     ("gdp", EXTRA_TREES, GlobalDP(1.0)),
     ({"mode": "gdp", "epsilon": 0.5}, EXTRA_TREES, GlobalDP(0.5)),
-    ({"mode": "ldp"}, EXTRA_TREES, LocalDP(LabelLDP())),
+    ({"mode": "gdp", "epsilon": 4, "delta": 1e-8}, EXTRA_TREES, GlobalDP(4.0, 1e-8)),
+    ({"mode": "ldp"}, EXTRA_TREES, LocalDP(LabelLDP(mechanism="auto", report_epsilon=2.0))),
     ({"mode": "ldp", "mechanism": "krr", "epsilon": 2}, EXTRA_TREES,
-     LocalDP(LabelLDP(mechanism="krr", epsilon_krr=2.0))),
-    ({"mode": "ldp", "n_bits": 64, "estimator": "lasso", "lasso_alpha": 0.1}, EXTRA_TREES,
-     LocalDP(LabelLDP(n_bits=64, estimator="lasso", lasso_alpha=0.1))),
+     LocalDP(LabelLDP(mechanism="krr", report_epsilon=2.0))),
+    ({"mode": "ldp", "mechanism": "oue", "epsilon": 1, "estimator": "lasso", "lasso_alpha": 0.1}, EXTRA_TREES,
+     LocalDP(LabelLDP(mechanism="oue", report_epsilon=1.0, estimator="lasso", lasso_alpha=0.1))),
+    ({"mode": "ldp", "mechanism": "bloom", "n_bits": 64, "estimator": "lasso", "lasso_alpha": 0.1},
+     EXTRA_TREES,
+     LocalDP(LabelLDP(mechanism="bloom", n_bits=64, estimator="lasso", lasso_alpha=0.1))),
     (None, PPD_ERT, SecureAggregation("histogram", 16)),
     ({"mode": "secagg", "cells": 64}, PPD_ERT, SecureAggregation("histogram", 64)),
     ({"mode": "secagg", "thresholds": "domain"}, PPD_ERT, SecureAggregation("domain")),
@@ -48,16 +53,51 @@ def test_every_mode_parses_to_its_setting_and_back_from_its_wire_form(raw, algor
 
 @pytest.mark.parametrize("epsilon", [0.1, 1.0, 3.0, 8.788898309344878])
 def test_an_ldp_epsilon_sets_the_bloom_mechanism_to_that_epsilon_never_above_it(epsilon) -> None:
-    """`{mode: ldp, epsilon: 0.1}` is honoured: the label mechanism's epsilon is 0.1, not 8.79."""
-    setting = parse_privacy({"mode": "ldp", "epsilon": epsilon}, EXTRA_TREES)
+    """`{mode: ldp, mechanism: bloom, epsilon: 0.1}` is honoured: the label mechanism's epsilon is 0.1."""
+    setting = parse_privacy({"mode": "ldp", "mechanism": "bloom", "epsilon": epsilon}, EXTRA_TREES)
     assert isinstance(setting, LocalDP) and setting.ldp.mechanism == "bloom"
     permanent = setting.ldp.epsilon()["permanent"]
     assert permanent <= epsilon and permanent == pytest.approx(epsilon, rel=1e-12)
     assert setting.ldp.keep_probability == pytest.approx(np.tanh(epsilon / 16), rel=1e-12)
-    with_hashes = parse_privacy({"mode": "ldp", "epsilon": epsilon, "n_hashes": 2}, EXTRA_TREES)
+    with_hashes = parse_privacy({"mode": "ldp", "mechanism": "bloom", "epsilon": epsilon, "n_hashes": 2},
+                                EXTRA_TREES)
     assert with_hashes.ldp.epsilon()["permanent"] == pytest.approx(epsilon, rel=1e-12)
-    krr = parse_privacy({"mode": "ldp", "mechanism": "krr", "epsilon": epsilon}, EXTRA_TREES)
-    assert krr.ldp.epsilon() == {"permanent": epsilon, "instant": epsilon}
+    for mechanism in ("krr", "oue", "auto"):  # one report per row, at that epsilon
+        one = parse_privacy({"mode": "ldp", "mechanism": mechanism, "epsilon": epsilon}, EXTRA_TREES)
+        assert one.ldp.epsilon() == {"permanent": epsilon, "instant": epsilon}
+
+
+def test_the_default_ldp_setting_is_auto_at_epsilon_2_for_every_one_report_mechanism() -> None:
+    for raw in ("ldp", {"mode": "ldp"}, *({"mode": "ldp", "mechanism": m} for m in ("krr", "oue"))):
+        setting = parse_privacy(raw, EXTRA_TREES)
+        assert isinstance(setting, LocalDP) and setting.epsilon == 2.0
+        assert setting.to_dict()["epsilon"] == 2.0
+    assert parse_privacy("ldp", EXTRA_TREES).to_dict() == {"mode": "ldp", "mechanism": "auto", "epsilon": 2.0,
+                                                           "estimator": "nnls"}
+
+
+@pytest.mark.parametrize(("epsilon", "n_classes", "mechanism"), [
+    (2.0, 24, "krr"), (2.0, 25, "oue"),  # 3 e^2 = 22.17: GRR while C - 2 < 22.17
+    (1.0, 10, "krr"), (1.0, 11, "oue"),  # 3 e = 8.15
+    (0.1, 5, "krr"), (0.1, 6, "oue"),  # 3 e^0.1 = 3.32
+])
+def test_auto_resolves_to_grr_or_oue_by_variance_for_the_agreed_classes(epsilon, n_classes,
+                                                                          mechanism) -> None:
+    """GRR when C - 2 < 3 e^eps (its variance (e^eps + C - 2) below OUE's 4 e^eps), else OUE.
+
+    On the wire and read back as the resolved mechanism, which resolves to itself (a master and a party
+    agree).
+    """
+    setting = parse_privacy({"mode": "ldp", "epsilon": epsilon}, EXTRA_TREES)
+    resolved = setting.for_classes(n_classes)
+    assert resolved == LocalDP(LabelLDP(mechanism=mechanism, report_epsilon=epsilon))
+    assert resolved.to_dict()["mechanism"] == mechanism
+    assert parse_privacy(resolved.to_dict(), EXTRA_TREES).for_classes(n_classes) == resolved
+    assert resolved.budget() == {"mechanism": mechanism, "epsilon": epsilon, "epsilon_total": epsilon,
+                                 "delta": 0.0}
+    bloom = parse_privacy({"mode": "ldp", "mechanism": "bloom"}, EXTRA_TREES)
+    assert bloom.for_classes(n_classes) == bloom
+    assert parse_privacy("gdp", EXTRA_TREES).for_classes(3) == GlobalDP()
 
 
 @pytest.mark.parametrize(("raw", "algorithm", "message"), [
@@ -68,33 +108,49 @@ def test_an_ldp_epsilon_sets_the_bloom_mechanism_to_that_epsilon_never_above_it(
      "go directly under privacy:)"),
     ({"mode": "ldp", "mechanism": "krr", "epsilon_krr": 4}, EXTRA_TREES,
      "privacy: unknown field(s) ['epsilon_krr'] for mode 'ldp'; valid: ['epsilon', 'estimator', 'mechanism', "
-     "'min_leaf_reports', 'mode'] (epsilon_krr: k-RR's epsilon is privacy.epsilon)"),
+     "'min_leaf_reports', 'mode'] (epsilon_krr: each row's label epsilon is privacy.epsilon)"),
+    ({"mode": "ldp", "mechanism": "oue", "report_epsilon": 4}, EXTRA_TREES,
+     "privacy: unknown field(s) ['report_epsilon'] for mode 'ldp'; valid: ['epsilon', 'estimator', "
+     "'mechanism', 'min_leaf_reports', 'mode'] (report_epsilon: each row's label epsilon is "
+     "privacy.epsilon)"),
     ({"mode": "none", "epsilon": 0.5}, EXTRA_TREES,
      "privacy: mode 'none' does not use field(s) ['epsilon']; valid: ['mode']"),
     ({"epsilon": 0.5}, EXTRA_TREES,  # no mode: the default, none
      "privacy: mode 'none' does not use field(s) ['epsilon']; valid: ['mode']"),
     ({"mode": "gdp", "n_bits": 32}, EXTRA_TREES,
-     "privacy: mode 'gdp' does not use field(s) ['n_bits']; valid: ['epsilon', 'mode']"),
+     "privacy: mode 'gdp' does not use field(s) ['n_bits']; valid: ['delta', 'epsilon', 'mode']"),
     ({"mode": "ldp", "mechanism": "krr", "epsilon": 2, "n_hashes": 2}, EXTRA_TREES,
      "privacy: mode 'ldp' with mechanism 'krr' and estimator 'nnls' does not use field(s) ['n_hashes']; "
      "valid: ['epsilon', 'estimator', 'mechanism', 'min_leaf_reports', 'mode']"),
+    ({"mode": "ldp", "mechanism": "oue", "epsilon": 2, "keep_probability": 0.5}, EXTRA_TREES,
+     "privacy: mode 'ldp' with mechanism 'oue' and estimator 'nnls' does not use field(s) "
+     "['keep_probability']; valid: ['epsilon', 'estimator', 'mechanism', 'min_leaf_reports', 'mode']"),
+    ({"mode": "ldp", "n_bits": 32}, EXTRA_TREES,  # no mechanism: the default, auto
+     "privacy: mode 'ldp' with mechanism 'auto' and estimator 'nnls' does not use field(s) ['n_bits']; "
+     f"valid: {LDP_FIELDS}"),
     ({"mode": "ldp", "lasso_alpha": 0.1}, EXTRA_TREES,
-     "privacy: mode 'ldp' with mechanism 'bloom' and estimator 'nnls' does not use field(s) "
+     "privacy: mode 'ldp' with mechanism 'auto' and estimator 'nnls' does not use field(s) "
      f"['lasso_alpha']; valid: {LDP_FIELDS}"),
-    ({"mode": "ldp", "epsilon": 1, "keep_probability": 0.5}, EXTRA_TREES,
+    ({"mode": "ldp", "mechanism": "bloom", "lasso_alpha": 0.1}, EXTRA_TREES,
+     "privacy: mode 'ldp' with mechanism 'bloom' and estimator 'nnls' does not use field(s) "
+     f"['lasso_alpha']; valid: {BLOOM_FIELDS}"),
+    ({"mode": "ldp", "mechanism": "bloom", "epsilon": 1, "keep_probability": 0.5}, EXTRA_TREES,
      "privacy: give epsilon or keep_probability, not both: under mode 'ldp' with mechanism 'bloom', epsilon "
      "sets keep_probability to tanh(epsilon / (4 n_hashes))"),
-    ({"mode": "ldp", "mechanism": "krr"}, EXTRA_TREES,
-     "privacy: mechanism 'krr' needs epsilon, a finite number > 0: the privacy level of each row's label "
-     "(e.g. 4)"),
+    ({"mode": "ldp", "mechanism": "oue", "epsilon": 0}, EXTRA_TREES,
+     "privacy: epsilon must be a finite number > 0, got 0: smaller epsilon = more noise and stronger "
+     "privacy, larger = less noise (typical values 0.1 to 10)"),
     ({"mode": "ldp", "mechanism": "rappor"}, EXTRA_TREES,
-     "privacy: mechanism must be one of ['bloom', 'krr'], got 'rappor'"),
-    ({"mode": "ldp", "n_bits": 1}, EXTRA_TREES,
+     "privacy: mechanism must be one of ['auto', 'krr', 'oue', 'bloom'], got 'rappor'"),
+    ({"mode": "ldp", "mechanism": "bloom", "n_bits": 1}, EXTRA_TREES,
      "privacy: n_bits must be an integer >= 2, got 1: use a larger Bloom filter (e.g. n_bits=32), or leave "
      "it unset to size it to the classes"),
     ({"mode": "ldp", "epsilon": -1}, EXTRA_TREES,
      "privacy: epsilon must be a finite number > 0, got -1: smaller epsilon = more noise and stronger "
      "privacy, larger = less noise (typical values 0.1 to 10)"),
+    ({"mode": "gdp", "delta": 0.1}, EXTRA_TREES,
+     "privacy: delta must be a number in (0, 0.01], got 0.1: the probability that the epsilon guarantee "
+     "fails for a row; keep it far below 1 / rows (default 1e-06)"),
     ({"mode": "gdp", "epsilon": True}, EXTRA_TREES,
      "privacy: epsilon must be a finite number > 0, got True: smaller epsilon = more noise and stronger "
      "privacy, larger = less noise (typical values 0.1 to 10)"),
@@ -120,7 +176,7 @@ def test_unknown_unused_and_bad_fields_are_refused_by_name(raw, algorithm, messa
 
 def test_ldp_is_refused_for_a_regression_label() -> None:
     with pytest.raises(ParameterError, match="^privacy 'ldp' randomizes class labels and works for "
-                                             "classification only; use 'gdp' \\(Laplace noise\\) or 'none' "
+                                             "classification only; use 'gdp' \\(Gaussian noise\\) or 'none' "
                                              "for a regression label$"):
         parse_privacy("ldp", EXTRA_TREES, "regression")
     assert parse_privacy("gdp", EXTRA_TREES, "regression") == GlobalDP()
@@ -148,17 +204,21 @@ def _frames() -> list[pd.DataFrame]:
 def test_the_estimators_take_a_mode_a_mapping_or_a_setting_and_run_what_they_are_given() -> None:
     from fedcore.horizontal import FederatedExtraTreesClassifier, PPDERTClassifier
 
-    by_mapping = FederatedExtraTreesClassifier(2, max_depth=3, privacy={"mode": "ldp", "epsilon": 2.0}).fit(
+    pooled = {"max_depth": 3, "allow_data_ranges": True}
+    by_mapping = FederatedExtraTreesClassifier(2, **pooled, privacy={"mode": "ldp", "epsilon": 2.0}).fit(
         _frames(), "y")
-    by_argument = FederatedExtraTreesClassifier(2, max_depth=3, privacy="ldp", epsilon=2.0).fit(_frames(),
-                                                                                                "y")
-    by_setting = FederatedExtraTreesClassifier(2, max_depth=3, privacy=by_mapping.privacy_setting_).fit(
+    by_argument = FederatedExtraTreesClassifier(2, **pooled, privacy="ldp", epsilon=2.0).fit(_frames(), "y")
+    by_setting = FederatedExtraTreesClassifier(2, **pooled, privacy=by_mapping.privacy_setting_).fit(
         _frames(), "y")
     for model in (by_mapping, by_argument, by_setting):
         assert model.privacy_setting_ == by_mapping.privacy_setting_
         for party in model.parties_:  # the mechanism each party randomizes its labels with
-            assert party.label_ldp().epsilon()["permanent"] == pytest.approx(2.0, rel=1e-12)
-        assert model.privacy_report_["epsilon_permanent"] == pytest.approx(2.0, rel=1e-12)
+            assert party.label_ldp().epsilon()["permanent"] == 2.0
+            assert party.label_ldp().mechanism == "krr"  # "auto" for 2 classes
+        report = model.privacy_report_
+        assert (report["mechanism"], report["epsilon"], report["epsilon_total"], report["delta"]) == \
+            ("krr", 2.0, 2.0, 0.0)
+        assert report["setting"] == {"mode": "ldp", "mechanism": "krr", "epsilon": 2.0, "estimator": "nnls"}
     assert by_mapping.model_.same_as(by_argument.model_) and by_mapping.model_.same_as(by_setting.model_)
     ppd = PPDERTClassifier(2, max_depth=3, allow_data_ranges=True,
                            privacy={"mode": "secagg", "thresholds": "domain"}).fit(_frames(), "y")
@@ -171,9 +231,9 @@ def test_the_estimators_take_a_mode_a_mapping_or_a_setting_and_run_what_they_are
      "privacy: mode 'none' does not use field(s) ['epsilon']; valid: ['mode']"),
     (lambda c: c(2, privacy="gdp", ldp=LabelLDP()),
      "privacy: ldp= (the label mechanism) applies to mode 'ldp' only, not 'gdp'"),
-    (lambda c: c(2, privacy="ldp", epsilon=2.0, ldp=LabelLDP(mechanism="krr", epsilon_krr=4.0)),
+    (lambda c: c(2, privacy="ldp", epsilon=2.0, ldp=LabelLDP(mechanism="krr", report_epsilon=4.0)),
      "privacy: epsilon given both as epsilon= and in ldp=; give it once"),
-    (lambda c: c(2, privacy="ldp", ldp=LabelLDP(mechanism="krr", epsilon_krr=4.0, n_hashes=2)),
+    (lambda c: c(2, privacy="ldp", ldp=LabelLDP(mechanism="krr", report_epsilon=4.0, n_hashes=2)),
      "privacy: mode 'ldp' with mechanism 'krr' and estimator 'nnls' does not use field(s) ['n_hashes']; "
      "valid: ['epsilon', 'estimator', 'mechanism', 'min_leaf_reports', 'mode']"),
 ])
@@ -183,3 +243,11 @@ def test_an_estimator_refuses_a_privacy_field_its_mode_does_not_use(make, messag
     with pytest.raises(ParameterError) as caught:
         make(FederatedExtraTreesClassifier).fit(_frames(), "y")
     assert str(caught.value) == message
+
+
+def test_gdp_carries_its_delta_on_the_wire_and_in_messages() -> None:
+    setting = parse_privacy({"mode": "gdp", "epsilon": 2, "delta": 1e-7}, EXTRA_TREES)
+    assert setting.to_dict() == {"mode": "gdp", "epsilon": 2.0, "delta": 1e-7}
+    assert parse_privacy(setting.to_dict(), EXTRA_TREES) == setting
+    assert setting.describe() == "'gdp' (epsilon 2, delta 1e-07)"
+    assert GlobalDP().to_dict() == {"mode": "gdp", "epsilon": 1.0, "delta": 1e-6}

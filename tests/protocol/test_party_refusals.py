@@ -94,8 +94,10 @@ def _fet(privacy: str):
                for name, frame in frames.items()}
 
     def run(transport: InProcessTransport) -> None:
+        low, high, _ = resolve_feature_ranges(schema, None, frames, allow_data_ranges=True)
         FederatedExtraTreesMaster(transport, HORIZONTAL_PARAMS, schema, privacy=privacy,
-                                  epsilon=1.0 if privacy == "gdp" else None, ldp=ldp).fit()  # the party's
+                                  epsilon=1.0 if privacy == "gdp" else None, ldp=ldp, low=low,
+                                  high=high).fit()  # the party's
     return parties, run
 
 

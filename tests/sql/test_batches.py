@@ -4,7 +4,7 @@ Two horizontal institutions keep new customers in a table with a signup time; ea
 `until`) predicts only the customers since the last batch the institution delivered, into a database table
 (north) or a Parquet dataset partitioned by model and version (south). A failed delivery does not advance
 the batch, so its retry delivers those customers once; a retried run reads the same rows and replaces its
-own predictions.
+own predictions. Another model predicting with the same query has batches of its own.
 """
 
 from __future__ import annotations
@@ -74,22 +74,23 @@ def _session(config) -> HorizontalSession:
         config, ExtraTreesParams(n_estimators=3, max_depth=4, random_state=4))
 
 
-def _registered(config, root: Path) -> ModelRegistry:
-    """Train and store v0001 everywhere; the master's registry (each scheduled run loads from it)."""
+def _registered(config, root: Path, models: tuple[str, ...] = ("waveform",)) -> ModelRegistry:
+    """Train once; store it as v0001 of each of `models` everywhere; the master's registry (runs load it)."""
     session = _session(config)
     session.agree_schema()
     session.train()
     registry = ModelRegistry(root / "registry" / "master", signing_key=master_key(root))
-    version = registry.register("waveform", {"parties": session.manifest_entries()["parties"]},
-                                session.master_tables())
-    session.store_at_institutions("waveform", version, registry.read_manifest("waveform", version))
+    for model in models:
+        version = registry.register(model, {"parties": session.manifest_entries()["parties"]},
+                                    session.master_tables())
+        session.store_at_institutions(model, version, registry.read_manifest(model, version))
     return ModelRegistry(root / "registry" / "master", public_key=master_public_key(root))
 
 
-def _scheduled_run(config, master: ModelRegistry, run: str, until: datetime) -> dict:
+def _scheduled_run(config, master: ModelRegistry, run: str, until: datetime, model: str = "waveform") -> dict:
     """One batch-predict flow run: a new session loads the version and predicts the batch up to `until`."""
     session = _session(config)
-    session.load_model(master, "waveform", "v0001")
+    session.load_model(master, model, "v0001")
     return session.predict_locally(run, until)
 
 
@@ -111,7 +112,7 @@ def test_scheduled_runs_predict_only_the_new_customers_once_even_after_a_failed_
     monkeypatch.setenv("FED_DB_URL", database)
     news = _write_rows(database, tmp_path)
     config = _config(tmp_path)
-    master = _registered(config, tmp_path)
+    master = _registered(config, tmp_path, ("waveform", "upsell"))
     first = _scheduled_run(config, master, "run-1", DAYS[0])
     second = _scheduled_run(config, master, "run-2", DAYS[1])
     delivered = _delivered(database, tmp_path)
@@ -151,6 +152,9 @@ def test_scheduled_runs_predict_only_the_new_customers_once_even_after_a_failed_
     assert {name: len(rows) for name, rows in _delivered(database, tmp_path).items()} == {
         name: sum(run["counts"][name] for run in (first, second, third)) for name in NAMES}
     assert not list((tmp_path / "scores").glob(".tmp-*")), "no temporary folder left"
+    # another model predicting with the same query keeps batches of its own: its first from sql.since
+    upsell = _scheduled_run(config, master, "run-5", DAYS[1], model="upsell")
+    assert upsell["counts"] == {name: len(_signed_up(news[name], START, DAYS[1])) for name in NAMES}
 
 
 def test_an_unknown_placeholder_is_one_line_naming_it(tmp_path) -> None:

@@ -1,11 +1,13 @@
 """Predictions delivered into a PostgreSQL table: created if absent, one copy per (model, version, run id).
 
 A failed delivery (a table of other columns, a user without write permission) is one line and leaves the
-table as it was.
+table as it was; two deliveries that both create the absent table both land.
 """
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
@@ -94,3 +96,56 @@ def test_a_user_without_write_permission_is_one_line_and_nothing_is_written(post
     with pytest.raises(DataWriteError, match="permission denied for schema public; grant"):
         deliver_predictions(elsewhere, _predictions(2), "churn", "v0001", "run-a", "bank", WHEN)
     assert postgres.execute("SELECT to_regclass('new_scores') IS NULL", name) == [(True,)]
+
+
+def test_two_deliveries_creating_the_absent_table_at_once_both_land_once(postgres, database) -> None:
+    """Both find the table absent and create it; the one that loses appends in a fresh transaction.
+
+    A third transaction holds the name (an uncommitted CREATE TABLE) until both deliveries wait on it, so
+    they race every time; then it rolls back, one delivery creates the table, the other appends.
+    """
+    import adbc_driver_postgresql.dbapi as pg
+
+    name = database.rsplit("/", 1)[1]
+    sink = SqlSource(("url", database), table="scores")
+    holder = pg.connect(database)
+    try:
+        with holder.cursor() as cursor:
+            cursor.execute("CREATE TABLE scores (x int)")
+        with ThreadPoolExecutor(2) as pool:
+            runs = [pool.submit(deliver_predictions, sink, _predictions(n, 10 * n), "churn", "v0001",
+                                f"run-{n}", "bank", WHEN) for n in (3, 4)]
+            waiting = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND " \
+                      "wait_event_type = 'Lock'"
+            deadline = time.monotonic() + 20
+            while postgres.execute(waiting, name) != [(2,)] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert postgres.execute(waiting, name) == [(2,)], "both deliveries wait to create the table"
+            holder.rollback()
+            assert [run.result(timeout=20) for run in runs] == [3, 4]
+    finally:
+        holder.close()
+    counts = _rows(database).groupby("run_id")["customer_id"].apply(list).to_dict()
+    assert counts == {"run-3": ["C030", "C031", "C032"], "run-4": ["C040", "C041", "C042", "C043"]}
+
+
+def test_only_a_create_that_found_the_table_made_is_taken_for_a_lost_race(postgres, database) -> None:
+    """The other creator committed first (42P07, which ADBC's ingestion reports without its SQLSTATE).
+
+    An append into a table of other columns fails with ADBC's same ALREADY_EXISTS status: not a race.
+    """
+    import adbc_driver_manager
+    import adbc_driver_postgresql.dbapi as pg
+    import pyarrow as pa
+
+    from fedcore.data.sql_sink import lost_create_race
+
+    postgres.execute("CREATE TABLE scores (x int8)", database.rsplit("/", 1)[1])
+    errors = []
+    with pg.connect(database) as conn:
+        for mode, rows in (("create", pa.table({"x": [1]})), ("append", pa.table({"y": ["a"]}))):
+            with conn.cursor() as cursor, pytest.raises(adbc_driver_manager.Error) as failed:
+                cursor.adbc_ingest("scores", rows, mode=mode)
+            conn.rollback()
+            errors.append(failed.value)
+    assert [lost_create_race(error) for error in errors] == [True, False]

@@ -108,7 +108,8 @@ def test_dp_models_do_not_follow_the_memory_a_machine_has_free(monkeypatch) -> N
     parties = split_rows(horizontal_table(seed=7), 3)
 
     def fit(privacy: str):
-        model = FederatedExtraTreesClassifier(n_estimators=6, max_depth=10, random_state=3, privacy=privacy)
+        model = FederatedExtraTreesClassifier(n_estimators=6, max_depth=10, random_state=3, privacy=privacy,
+                                              allow_data_ranges=True)
         return model.fit(parties, label="target")
 
     roomy = {mode: fit(mode) for mode in ("none", "gdp")}

@@ -24,6 +24,8 @@ from fedcore.vertical.estimators import FederatedForestClassifier, FederatedFore
 from tests.conftest import mixed_table
 from tests.horizontal.common import horizontal_table, split_rows
 
+BLOOM = {"mode": "ldp", "mechanism": "bloom"}  # the FET paper's mechanism (no longer the default)
+
 
 def digest(arrays: dict[str, np.ndarray]) -> str:
     """sha256 over every array's name, dtype, shape and bytes, in name order."""
@@ -81,17 +83,22 @@ CASES = {
         horizontal_table(seed=3, task="regression"), 2),
     "fet gdp": lambda: _horizontal(
         FederatedExtraTreesClassifier(n_estimators=4, random_state=5, privacy="gdp", epsilon=2.0,
-                                      max_depth=5),
+                                      max_depth=5, allow_data_ranges=True),
         horizontal_table(seed=2), 3),
     "fet gdp regression": lambda: _horizontal(
-        FederatedExtraTreesRegressor(n_estimators=3, random_state=5, privacy="gdp", epsilon=2.0, max_depth=4),
+        FederatedExtraTreesRegressor(n_estimators=3, random_state=5, privacy="gdp", epsilon=2.0, max_depth=4,
+                                     allow_data_ranges=True),
         horizontal_table(seed=3, task="regression"), 2),
     "fet ldp bloom": lambda: _horizontal(
-        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp"),
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy=BLOOM, allow_data_ranges=True),
+        horizontal_table(seed=2), 3),
+    "fet ldp oue": lambda: _horizontal(
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp", allow_data_ranges=True,
+                                      ldp=LabelLDP(mechanism="oue", report_epsilon=3.0)),
         horizontal_table(seed=2), 3),
     "fet ldp krr": lambda: _horizontal(
-        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp",
-                                      ldp=LabelLDP(mechanism="krr", epsilon_krr=4.0)),
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp", allow_data_ranges=True,
+                                      ldp=LabelLDP(mechanism="krr", report_epsilon=4.0)),
         horizontal_table(seed=2), 2),
     "ppdert secure": lambda: _horizontal(
         PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8,
@@ -105,15 +112,15 @@ CASES = {
     # classification on Dask is compared with the in-process forest in tests/compute/test_dask_party.py)
     "fet gdp regression, dask": lambda: _horizontal(
         FederatedExtraTreesRegressor(n_estimators=3, random_state=5, privacy="gdp", epsilon=2.0, max_depth=4,
-                                     compute=_DASK, block_rows=50),
+                                     compute=_DASK, block_rows=50, allow_data_ranges=True),
         horizontal_table(seed=3, task="regression"), 2),
     "ppdert secure histogram, dask": lambda: _horizontal(
         PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8, compute=_DASK,
                          block_rows=50),
         horizontal_table(seed=1), 3),
     "fet ldp bloom, dask": lambda: _horizontal(
-        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy="ldp", compute=_DASK,
-                                      block_rows=50),
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy=BLOOM, compute=_DASK,
+                                      block_rows=50, allow_data_ranges=True),
         horizontal_table(seed=2), 3),
     "vertical plain gini, dask": lambda: _vertical(
         FederatedForestClassifier, mixed_table(seed=1, n_classes=3), 3, n_estimators=5, max_depth=6,
@@ -127,15 +134,16 @@ PINNED = {
     'vertical paillier': 'fe69e54ec44a2b35',
     'fet plain': '446d5a9d39c1101b',
     'fet plain regression, batches': '771c434ef1ba80de',
-    'fet gdp': 'bdf5fb73a78887b6',
-    'fet gdp regression': '81259633f2469c43',
-    'fet ldp bloom': '44780879cc3a6656',
-    'fet ldp krr': '7c66d65b5b73cff0',
+    'fet gdp': '58c6edb0355d1f3e',
+    'fet gdp regression': 'dcbc413fa0733582',
+    'fet ldp bloom': '56d93e154aaa7449',
+    'fet ldp krr': '69f489e695d31b4d',
+    'fet ldp oue': 'fae0e8575497f6ec',
     'ppdert secure': '1226ead6a817ac16',
     'ppdert secure histogram': '541d7c9f1d5fe577',
-    'fet gdp regression, dask': '81259633f2469c43',
+    'fet gdp regression, dask': 'dcbc413fa0733582',
     'ppdert secure histogram, dask': '541d7c9f1d5fe577',
-    'fet ldp bloom, dask': '44780879cc3a6656',
+    'fet ldp bloom, dask': '56d93e154aaa7449',
     'vertical plain gini, dask': 'f317f3fb0ad63814',
 }
 

@@ -167,7 +167,9 @@ def test_regression_sums_are_exact_integers(case) -> None:
         assert sums[..., 1].reshape(-1).tolist() == s.tolist()
 
 
-@pytest.mark.parametrize("ldp", [LabelLDP(n_bits=16, n_hashes=2), LabelLDP(mechanism="krr", epsilon_krr=2.0)])
+@pytest.mark.parametrize("ldp", [LabelLDP(mechanism="bloom", n_bits=16, n_hashes=2),
+                                 LabelLDP(mechanism="krr", report_epsilon=2.0),
+                                 LabelLDP(mechanism="oue", report_epsilon=2.0)])
 def test_ldp_report_sums_add_each_rows_report_drawn_at_its_slot_and_level(ldp) -> None:
     """Row r in tree slot s at report t adds its `instant_report` of (r, s, t) to each branch it takes."""
     permanent_key, key = counter_key(4, "ldp_permanent"), counter_key(4, "ldp_instant")
@@ -207,7 +209,7 @@ def test_results_do_not_depend_on_the_number_of_threads() -> None:
         for threads in (1, numba.config.NUMBA_NUM_THREADS):
             numba.set_num_threads(threads)
             out = []
-            ldp = LabelLDP().sized_for(5)
+            ldp = LabelLDP(mechanism="bloom").sized_for(5)  # instant draws too
             for report, (rows, _, _, _) in enumerate(levels(seed=11, n_trees=20, k=4, depth=6)):
                 rows.draw_permanent(ldp, counter_key(2, "ldp_permanent"))
                 out += [*rows.ranges(), rows.class_counts(), rows.partition.order.copy(), rows.permanent,

@@ -1,12 +1,12 @@
 """Noise-aware estimates for FET with global differential privacy.
 
-What the master makes of the parties' Laplace-noised branch statistics. All of it is post-processing of the
+What the master makes of the parties' Gaussian-noised branch statistics. All of it is post-processing of the
 same answers: no query is added and none spends more budget.
 
-Each party adds Laplace(1 / epsilon) noise (sensitivity 1) to every count it sends, so one class count
-summed over M parties has noise variance 2M / epsilon^2 (`count_variance`). Each party states its epsilon
-in its hello reply: the mechanism's parameters are public, only the noise is secret. The master refuses an
-epsilon other than the agreed one, and uses only the agreed one.
+Each party adds Gaussian noise of standard deviation sigma to every count it sends, sigma calibrated to the
+model's budget (`fet/plan.py`), so one class count summed over M parties has noise variance M sigma^2
+(`count_variance`). Each party states its sigma in its hello reply: the mechanism's parameters are public,
+only the noise is secret. The master refuses a sigma other than the agreed plan's, and uses only that one.
 
 Read as exact counts, the noise ruins deep nodes. Noisy counts are never zero, so no node is ever pure.
 Clamping the many empty classes at 0 inflates every node by about C x 0.4 noise scales. The trees then
@@ -18,7 +18,7 @@ nodes and 35 pp below Extra-Trees. The estimates here:
    right: twice the variance). Their inverse-variance weighted mean has (k + 2) / 2 times less variance.
 2. **Sizes without clamping bias** (`unbiased_sizes`). Branch and node sizes are the sum of the noisy
    class counts, not of the counts clamped at 0: unbiased (only the total is clamped at 0, which matters
-   for nodes within the noise), with variance C x 2M / epsilon^2.
+   for nodes within the noise), with variance C M sigma^2.
 3. **Proportions on the simplex** (`simplex_proportions`). The noisy class counts are projected onto
    {c >= 0, sum c = n} (Euclidean). This zeroes the classes whose counts are within the noise, where
    clamping kept their positive noise.
@@ -37,14 +37,9 @@ import math
 import numpy as np
 
 
-def count_variance(epsilons: list[float], task: str) -> float:
-    """Noise variance of one count summed over the parties.
-
-    Laplace(1 / epsilon_i) has variance 2 / epsilon_i^2; a regression party spends half its epsilon on the
-    count (the other half on the sum).
-    """
-    scale = 2.0 if task == "regression" else 1.0
-    return float(sum(2.0 * (scale / eps) ** 2 for eps in epsilons))
+def count_variance(sigmas: list[float]) -> float:
+    """Noise variance of one count summed over the parties: the sum of their sigma^2."""
+    return math.fsum(sigma * sigma for sigma in sigmas)
 
 
 def unbiased_sizes(branch: np.ndarray, task: str) -> np.ndarray:

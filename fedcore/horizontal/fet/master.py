@@ -1,13 +1,23 @@
 """The master in horizontal Federated Extra-Trees (FET, Algorithms 1-2 of the paper).
 
 Holds no data; draws candidate features and thresholds from seeded streams, aggregates the parties' min/max
-and branch label statistics, picks the best split per node and sends every party the finished forest.
+(mode none) and branch label statistics, picks the best split per node and sends every party the finished
+forest.
+
+Thresholds: in mode none (the paper's algorithm, lossless against a single party) each is the seed-shared
+uniform placed in the candidate's [min, max] over all parties, which are the node's exact extremes. In the DP
+modes (gdp, ldp) no extreme leaves a party: the same uniform is placed in the node's box, the feature's
+declared (public) domain cut along the path by the chosen splits (`fedcore/horizontal/boxes.py`, shared with
+PPD-ERT), so thresholds depend on public values and earlier decisions only. A box that is a point makes the
+candidate unusable, as an empty range does in mode none.
 
 Rounds (one `Transport.exchange` each), over all open nodes of all trees of a batch at once:
 
-    hello                      1       schema check; row counts; gdp: the agreed epsilon; regression: the
-                                       target magnitude (2-power)
-    per level: fet_ranges      1       candidate features -> per-party min/max
+    hello                      1       schema check; row counts; gdp: the plan's terms, each party's
+                                       noise sigma (the agreed one); regression: the target magnitude
+                                       (2-power)
+    per level: fet_ranges      1       candidate features, the previous level's decisions -> none: per-party
+                                       min/max; gdp / ldp: an empty reply (thresholds from the boxes)
                fet_stats       1       thresholds -> per-party branch statistics (privacy mode)
     model                      1       the complete forest to every party
 
@@ -22,10 +32,10 @@ sum of squares.
 
 Resuming after a crash (`fit(checkpoints, resume_from)`, see `fedcore/trees/grower.py`) gives the forest
 of an uninterrupted run in every privacy mode: the master's draws are keyed by (tree, depth), and a party's
-noise (gdp: Laplace, ldp: randomized response) is keyed by its own secret seed and its count of answered
-queries, which its agent checkpoints at home with every batch and restores (`HorizontalInstitutionAgent`).
-A batch grown again is therefore answered with the same noise as before the crash, so the repetition
-releases nothing new (to a master that follows the protocol) and the party's accountant counts it once.
+noise (gdp: Gaussian, ldp: randomized response) is keyed by its own secret seed and its count of answered
+queries, which its agent checkpoints at home with every batch and restores (`HorizontalInstitutionAgent`),
+with its gdp ledger. A batch grown again is therefore answered with the same noise as before the crash, so
+the repetition releases nothing new (to a master that follows the protocol) and the ledger charges it once.
 This needs the same batches in every attempt: in the DP modes the batch plan comes from the configuration
 alone (`noise_follows_batches`), and a resumed run keeps the plan its checkpoints recorded.
 """
@@ -39,6 +49,7 @@ import numpy as np
 
 from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ParameterError, ProtocolError
+from fedcore.horizontal.boxes import NodeBoxes, box_bytes_per_node, span_thresholds
 from fedcore.horizontal.counts import check_bit_sums, check_noisy_counts
 from fedcore.horizontal.fet.gdp import (
     combined_node_stats,
@@ -46,6 +57,7 @@ from fedcore.horizontal.fet.gdp import (
     shrunk_proportions,
     unbiased_sizes,
 )
+from fedcore.horizontal.fet.plan import gaussian_plan, plan_terms
 from fedcore.horizontal.growth import (
     BranchStatsLevels,
     LevelResult,
@@ -55,9 +67,10 @@ from fedcore.horizontal.growth import (
 )
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.schema import HorizontalSchema
-from fedcore.privacy.laplace import check_epsilon
+from fedcore.privacy.accounting import DEFAULT_DELTA, GaussianPlan, check_delta, check_epsilon
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
+from fedcore.trees.grower import Level
 
 if TYPE_CHECKING:
     from fedcore.privacy.ldp import LabelLDP
@@ -82,27 +95,44 @@ quantised targets to nothing (a y_exponent of 1000 made every prediction 0.0); w
 largest targets keep at least q_bits - 13 significant bits (19 bits, a relative 2e-6, below 2**20 rows)."""
 
 
+SIGMA_TOLERANCE = 1e-6
+"""How far (relative) a GDP party's stated sigma may be from the master's own plan. The calibration searches
+the noise multiplier to 1e-6 (`fedcore.privacy.accounting`), so another install of dp-accounting or SciPy may
+end in other digits; the bounds on that party's counts take the larger of the two."""
+
+
 class FederatedExtraTreesMaster(BranchStatsLevels):
     """Coordinates one FET training over a transport (see module doc)."""
 
     algorithm = EXTRA_TREES.id
 
     def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema, *,
-                 privacy: str = "none", epsilon: float | None = None, ldp: LabelLDP | None = None,
+                 privacy: str = "none", epsilon: float | None = None, delta: float = DEFAULT_DELTA,
+                 ldp: LabelLDP | None = None, low: np.ndarray | None = None, high: np.ndarray | None = None,
                  progress: ProgressCallback | None = None, memory_budget: int | None = None) -> None:
         """The FET master in privacy mode `privacy` ('none', 'gdp' or 'ldp'); LDP raises the leaf floor.
 
-        `epsilon` (gdp, required there): the agreed epsilon per count query, the configured setting's
-        (`GlobalDP.epsilon`). Every party's hello must state it; it bounds the parties' noisy counts.
+        `epsilon`, `delta` (gdp, epsilon required there): the agreed budget of the whole model, the configured
+        setting's (`GlobalDP`). The master plans the parties' Gaussian releases from it (`fet/plan.py`, which
+        needs a bounded max_depth); every party's hello must state the plan's sigma, which bounds and weighs
+        the noisy counts.
+        `low`, `high` (gdp and ldp, required there): the declared (public) domain of every feature, in schema
+        order; thresholds are drawn in them, narrowed by the splits above (`fedcore/horizontal/boxes.py`).
         """
         super().__init__(transport, params, schema, progress, memory_budget)
         self.privacy = privacy
-        self.epsilon: float | None = None
+        self.plan: GaussianPlan | None = None
+        self.plan_terms: dict = {}
+        self._stated_sigma: dict[str, float] = {}  # gdp: each party's sigma, as its hello stated it
         if privacy == "gdp":
             if epsilon is None:
-                raise ParameterError("privacy 'gdp': the master needs the agreed epsilon per count query "
-                                     "(epsilon=..., the privacy setting's)")
-            self.epsilon = check_epsilon(epsilon, "privacy 'gdp': the agreed epsilon per count query")
+                raise ParameterError("privacy 'gdp': the master needs the agreed budget (epsilon=..., the "
+                                     "privacy setting's)")
+            self.plan_terms = plan_terms(params.n_estimators, params.max_depth, self.k, params.task)
+            self.plan = gaussian_plan(check_epsilon(epsilon, "privacy 'gdp': epsilon"),
+                                      check_delta(delta, "privacy 'gdp': delta"), self.plan_terms)
+        self.domains = _dp_domains(privacy, low, high, schema.n_features)
+        self._boxes: NodeBoxes | None = None  # DP modes: the open nodes' boxes
         self.noise_follows_batches = privacy in ("gdp", "ldp")
         # n_bits fixed for the classes
         self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None
@@ -119,20 +149,23 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         self.declared_y_exponent: dict[str, int | None] | None = None
 
     def setup(self) -> None:
-        """Greet every party; learn the row counts and (regression) the target scale; gdp: check epsilon."""
+        """Greet every party; learn the row counts and (regression) the target scale; gdp: check sigma."""
         header = {"algorithm": self.algorithm, "schema": self.schema.fingerprint(), "privacy": self.privacy,
-                  "task": self.params.task}
+                  "task": self.params.task, **self.plan_terms}
         replies = self.transport.exchange({name: Message("hello", header) for name in self.parties})
         self._note_parties(replies)
         self.n_rows = sum(self.party_rows.values())
         if self.privacy == "gdp":
-            epsilon = self._agreed_epsilon()
+            plan = self._plan()
             for name, reply in replies.items():  # the noise scale, so the counts' bound, is the agreed one
-                stated = _reported_epsilon(name, reply.header)
-                if stated != epsilon:
-                    raise ProtocolError(f"party {name!r} stated epsilon {stated!r} per query in hello, but "
-                                        f"the agreed privacy setting is 'gdp' with epsilon {epsilon!r}")
-            self._noise_variance = count_variance([epsilon] * len(replies), self.params.task)
+                stated = _reported_sigma(name, reply.header)
+                self._stated_sigma[name] = stated
+                if abs(stated - plan.sigma) > SIGMA_TOLERANCE * plan.sigma:
+                    raise ProtocolError(
+                        f"party {name!r} stated noise sigma {stated!r} in hello, but the agreed budget "
+                        f"(epsilon {plan.epsilon:g}, delta {plan.delta:g}) over {plan.releases} releases of "
+                        f"L2 sensitivity {plan.sensitivity:g} plans sigma {plan.sigma!r}")
+            self._noise_variance = count_variance([plan.sigma] * len(replies))
         if self.params.task == "regression":
             self.party_y_exponent = {n: _reported_exponent(n, r.header) for n, r in replies.items()}
             self._check_exponents()
@@ -164,10 +197,10 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                                     f"most {max(others)}); its targets would set the fixed-point scale of "
                                     "all")
 
-    def _agreed_epsilon(self) -> float:
-        """GDP: the agreed epsilon per count query (`__init__` requires it under gdp)."""
-        assert self.epsilon is not None, "__init__ requires the agreed epsilon under gdp"
-        return self.epsilon
+    def _plan(self) -> GaussianPlan:
+        """GDP: the parties' Gaussian plan under the agreed budget (`__init__` makes it under gdp)."""
+        assert self.plan is not None, "__init__ plans the releases under gdp"
+        return self.plan
 
     def node_estimates(self, result: LevelResult) -> tuple[np.ndarray, np.ndarray]:
         """GDP: every measurement of the open nodes combined, sizes without clamping bias (`gdp.py`)."""
@@ -195,21 +228,17 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         arrays = {"features": features.astype(np.int32)}
         if transition is None:
             self._new_batch(header)
+            if self.domains is not None:  # DP modes: every root's box is the declared domain
+                self._boxes = NodeBoxes.roots(*self.domains, len(act_tree))
         else:
             arrays.update(transition)
         request = Message("fet_ranges", header, arrays)  # one message object: serialised once for every party
         replies = self.transport.exchange(dict.fromkeys(self.parties, request))
-        low = np.min([_reply_array(replies, n, "fet_ranges_reply", "min", features.shape)
-                      for n in self.parties], axis=0)
-        high = np.max([_reply_array(replies, n, "fet_ranges_reply", "max", features.shape)
-                       for n in self.parties], axis=0)
-        valid = np.isfinite(low) & np.isfinite(high) & (low < high)
         u = fet_threshold_uniforms(p.random_state, act_tree, depth, self.k)
-        with np.errstate(invalid="ignore", over="ignore"):
-            thresholds = low + u * (high - low)
-        # a rounded-up draw: keep both sides non-empty
-        thresholds = np.where(thresholds >= high, low, thresholds)
-        thresholds = np.where(valid, thresholds, np.nan)  # no usable range: every row goes right
+        if self._boxes is None:
+            thresholds, valid = self._range_thresholds(replies, features, u)
+        else:
+            thresholds, valid = self._box_thresholds(replies, features, u, self._boxes)
         header = {"depth": depth, "q_shift": self.q_shift, "q_bound_bits": self.q_bits}
         replies = self.transport.exchange(dict.fromkeys(self.parties, Message("fet_stats", header,
                                                                               {"thresholds": thresholds})))
@@ -220,6 +249,52 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         if self.privacy == "gdp":  # sizes: the noisy counts' sums, without the bias of clamping each at 0
             return LevelResult(features, thresholds, valid, branch, unbiased_sizes(branch, self.params.task))
         return LevelResult(features, thresholds, valid, branch)
+
+    def _range_thresholds(self, replies: dict[str, Message], features: np.ndarray,
+                          u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mode none (the paper's): thresholds uniform in each candidate's [min, max] over the parties.
+
+        Returns thresholds (NaN where unusable: every row goes right) and which candidates are usable (the
+        node's global range is not a point).
+        """
+        low = np.min([_reply_array(replies, n, "fet_ranges_reply", "min", features.shape)
+                      for n in self.parties], axis=0)
+        high = np.max([_reply_array(replies, n, "fet_ranges_reply", "max", features.shape)
+                       for n in self.parties], axis=0)
+        valid = np.isfinite(low) & np.isfinite(high) & (low < high)
+        with np.errstate(invalid="ignore", over="ignore"):
+            thresholds = low + u * (high - low)
+        # a rounded-up draw: keep both sides non-empty
+        thresholds = np.where(thresholds >= high, low, thresholds)
+        return np.where(valid, thresholds, np.nan), valid
+
+    def _box_thresholds(self, replies: dict[str, Message], features: np.ndarray, u: np.ndarray,
+                        boxes: NodeBoxes) -> tuple[np.ndarray, np.ndarray]:
+        """DP modes: thresholds uniform in each candidate's box (declared domain cut by the splits above).
+
+        The parties' replies must carry nothing (no extremes). A box that is a point makes its candidate
+        unusable, as an empty range does in mode none.
+        """
+        for name in self.parties:
+            reply = replies[name]
+            if reply.kind != "fet_ranges_reply" or reply.arrays:
+                raise ProtocolError(f"party {name!r} answered {reply.kind!r} with arrays "
+                                    f"{sorted(reply.arrays)}; in privacy {self.privacy!r} a party sends no "
+                                    "ranges: expected an empty 'fet_ranges_reply'")
+        low, high = boxes.grid(features)
+        return span_thresholds(low, high, np.ones(features.shape, dtype=bool), u)
+
+    def advance(self, level: Level, split_idx: np.ndarray, left: np.ndarray, child_open: np.ndarray,
+                next_pos: np.ndarray) -> None:
+        """Besides the shared transition: the open children's boxes (DP modes)."""
+        super().advance(level, split_idx, left, child_open, next_pos)
+        if self._boxes is not None:
+            self._boxes = self._boxes.after_level(level, split_idx, next_pos)
+
+    def master_bytes_per_node(self) -> int:
+        """The DP modes add each open node's box (parent and children)."""
+        extra = box_bytes_per_node(self.schema.n_features) if self.domains is not None else 0
+        return super().master_bytes_per_node() + extra
 
     def _estimate(self, replies: dict[str, Message], shape: tuple[int, int], valid: np.ndarray,
                   depth: int) -> tuple[np.ndarray, np.ndarray]:
@@ -285,24 +360,40 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         return max(self.party_y_exponent[party] + self.q_shift, 0)
 
     def _noise_scales(self, party: str) -> tuple[float, int | None, float]:
-        """GDP: the party's count noise scale, its targets' bits and its sums' noise scale (`_gdp_reply`).
+        """GDP: the party's count noise sigma, its targets' bits and its sums' noise sigma (`_gdp_reply`).
 
-        From the agreed epsilon, which every party's hello stated (`setup`), never from a party's own word.
+        From the agreed plan, whose sigma every party's hello stated (`setup`), never from a party's own word.
         """
-        epsilon = self._agreed_epsilon()
+        sigma = max(self._plan().sigma, self._stated_sigma.get(party, 0.0))  # within SIGMA_TOLERANCE
         if self.params.task != "regression":
-            return 1.0 / epsilon, None, 0.0
-        # (count, sum) per branch: half the budget each; the sum's sensitivity is 2**q_bits
-        return 2.0 / epsilon, self._target_bits(party), float(2 ** self.q_bits) * 2.0 / epsilon
+            return sigma, None, 0.0
+        # a row moves a sum by at most 2**q_bits: its noise is scaled by that
+        return sigma, self._target_bits(party), float(2 ** self.q_bits) * sigma
 
 
-def _reported_epsilon(party: str, header: dict) -> float:
-    """A GDP party's epsilon per query, from its hello reply (a finite number > 0)."""
-    epsilon = header.get("epsilon")
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
-        raise ProtocolError(f"party {party!r} reported no usable epsilon per query ({epsilon!r}); a GDP "
-                            "party states the scale of its noise in its hello reply")
-    return float(epsilon)
+def _dp_domains(privacy: str, low: np.ndarray | None, high: np.ndarray | None,
+               n_features: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The declared domains the DP modes draw thresholds in (None in mode none, which uses the ranges)."""
+    if privacy not in ("gdp", "ldp"):
+        return None
+    if low is None or high is None:
+        raise ParameterError(f"privacy {privacy!r}: the master draws thresholds in the declared feature "
+                             "domains (low=..., high=..., from the data contracts), never from a party's "
+                             "extremes")
+    domains = np.asarray(low, np.float64), np.asarray(high, np.float64)
+    if any(d.shape != (n_features,) for d in domains):
+        raise ParameterError(f"privacy {privacy!r}: low and high need one value per feature ({n_features}), "
+                             f"got shapes {domains[0].shape} and {domains[1].shape}")
+    return domains
+
+
+def _reported_sigma(party: str, header: dict) -> float:
+    """A GDP party's noise sigma, from its hello reply (a finite number > 0)."""
+    sigma = header.get("sigma")
+    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not 0 < sigma < math.inf:
+        raise ProtocolError(f"party {party!r} reported no usable noise sigma ({sigma!r}); a GDP party states "
+                            "the scale of its noise in its hello reply")
+    return float(sigma)
 
 
 def _reported_exponent(party: str, header: dict) -> int:

@@ -2,15 +2,19 @@
 
 It holds some rows of every column (and their labels) and answers the master's requests with aggregates only.
 
-Per level the party receives the candidate features of every open node (`fet_ranges`) and replies with
-its local min and max of each over the node's rows; then it receives the thresholds (`fet_stats`) and
-replies with per-branch label statistics in its privacy mode:
+Per level the party receives the candidate features of every open node and the previous level's decisions
+(`fet_ranges`); in mode none it replies with its local min and max of each candidate over the node's rows (the
+paper's), in the DP modes with an empty reply: a node's minimum is a record's raw value, so no extreme leaves
+a DP party (the master draws thresholds in the declared domains instead). Then it receives the thresholds
+(`fet_stats`) and replies with per-branch label statistics in its privacy mode:
 
 * none: exact integer class counts, or (count, sum of quantised targets) for regression;
-* gdp: the same vector plus Laplace noise, `epsilon` per query, from the party's own seeded stream;
-* ldp: sums of instant randomized-response bits of Bloom-encoded labels (permanent responses fixed once
-  per sample and reused across trees), plus plain branch sizes. Every random word is addressed by the row's
-  position (`fedcore.privacy.ldp_draws`), so a party on a Dask cluster draws exactly the in-process words.
+* gdp: the same vector plus Gaussian noise from the party's own seeded stream, its scale calibrated to the
+  party's own budget for the whole model (`fet/plan.py`), each release charged to its `PrivacyLedger`;
+* ldp: sums of the label reports' bits (`fedcore.privacy.ldp`: each row's response drawn once and reused
+  across trees; the Bloom mechanism adds a fresh instant report per query), plus plain branch sizes. Every
+  random word is addressed by the row's position (`fedcore.privacy.ldp_draws`), so a party on a Dask
+  cluster draws exactly the in-process words.
 
 Rows never leave; the party tracks which open node each of its rows sits in, per tree of the batch, and
 applies the master's decisions locally (`PartyRows` in `rows.py`, which PPD-ERT parties hold too).
@@ -31,9 +35,11 @@ import pandas as pd
 
 from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ParameterError, ProtocolError
+from fedcore.horizontal.fet.plan import PLAN_TERMS, gaussian_plan
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.rows import PartyRows, check_hello, narrow, own_rows, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.privacy.accounting import DEFAULT_DELTA, PrivacyLedger
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message
 from fedcore.randomness import counter_key, stream
@@ -41,7 +47,7 @@ from fedcore.trees.budget import default_budget
 
 if TYPE_CHECKING:
     from fedcore.compute.dask_rows import DaskPartyRows
-    from fedcore.privacy.laplace import PrivacyAccountant
+    from fedcore.privacy.accounting import GaussianPlan
     from fedcore.privacy.ldp import LabelLDP
 
 log = logging.getLogger(__name__)
@@ -62,7 +68,8 @@ FET_PROTOCOL = Protocol(
         Step(("greeted", "counted"), "model", "idle", "ack"),
     ])
 """What a FET party answers, in which order; the role is its privacy mode (see fedcore.protocol.dispatch).
-The three modes share their message kinds; only the statistics' reply differs."""
+The three modes share their message kinds; the statistics' reply differs, and `fet_ranges_reply` carries the
+min/max arrays in mode none only (empty in gdp and ldp)."""
 
 
 class HorizontalParty:
@@ -70,15 +77,17 @@ class HorizontalParty:
 
     Its rows, the agreed schema, its privacy settings and the protocol handlers (`FET_PROTOCOL`).
 
-    `noise_seed` seeds the party's own random streams (Laplace noise, randomized response); it never comes
-    from the master. None draws a fresh random seed (runs are then not reproducible).
+    `noise_seed` seeds the party's own random streams (Gaussian noise, randomized response); it never comes
+    from the master. None draws a fresh random seed (runs are then not reproducible). `epsilon`, `delta`
+    (gdp): the party's own budget for the whole model, per row.
     """
 
     algorithm = EXTRA_TREES.id
     protocol = FET_PROTOCOL
 
     def __init__(self, name: str, frame: pd.DataFrame | None, schema: HorizontalSchema, *,
-                 privacy: str = "none", epsilon: float = 1.0, ldp: LabelLDP | None = None,
+                 privacy: str = "none", epsilon: float = 1.0, delta: float = DEFAULT_DELTA,
+                 ldp: LabelLDP | None = None,
                  noise_seed: int | None = None, memory_budget: int | None = None,
                  rows: DaskPartyRows | None = None) -> None:
         """Encode this party's rows with the agreed schema and keep its privacy and memory settings.
@@ -92,6 +101,7 @@ class HorizontalParty:
         self.schema = schema
         self.privacy = privacy
         self.epsilon = float(epsilon)
+        self.delta = float(delta)
         # n_bits fixed for the classes
         self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None
         self.noise_seed = int(noise_seed) if noise_seed is not None else secrets.randbits(63)
@@ -100,13 +110,12 @@ class HorizontalParty:
             self.X, self.y = self.rows.X, self.rows.y
         self.n_rows = self.rows.n_rows
         self.model: HorizontalForest | None = None
-        self.accountant: PrivacyAccountant | None = None
+        self.ledger: PrivacyLedger | None = None  # gdp: made at hello, from the master's terms
+        self.restored_ledger = (0, 0)  # gdp: (releases per row, queries) of a resumed run (the agent's)
         self.reports_per_row = 0  # LDP: instant reports the busiest row has sent
         self.reports = 0  # noise reports so far: the noise streams are keyed by this count
-        if privacy == "gdp":
-            from fedcore.privacy.laplace import PrivacyAccountant
-
-            self.accountant = PrivacyAccountant()
+        self.plan_k = 0  # gdp: the candidates per node the plan is for (hello)
+        self.y_exponent = 0  # regression: |y| < 2**y_exponent, stated in hello
         self.machine = FET_PROTOCOL.start(log)
 
     @property
@@ -134,13 +143,37 @@ class HorizontalParty:
         if self.schema.task == "regression":
             largest = self.rows.label_abs_max()
             # |y| < 2**y_exponent: a power of two, not a value
-            header["y_exponent"] = int(np.frexp(largest)[1])
+            self.y_exponent = int(np.frexp(largest)[1])
+            header["y_exponent"] = self.y_exponent
         if self.privacy == "gdp":
-            # the noise scale is public: the master weighs noisy counts by it
-            header["epsilon"] = self.epsilon
+            # the noise scale is public: the master bounds and weighs noisy counts by it
+            header["sigma"] = self._start_ledger(h).sigma
         if self.privacy == "ldp":
             self.rows.draw_permanent(self.label_ldp(), counter_key(self.noise_seed, "ldp_permanent"))
         return Message("hello_reply", header)
+
+    def _start_ledger(self, h: dict) -> GaussianPlan:
+        """GDP: the plan of the master's terms under this party's own budget, and its ledger.
+
+        The ledger of a resumed run starts where its checkpoint left it (`restored_ledger`); a second hello
+        to the same party keeps its ledger, and is refused if it plans otherwise.
+        """
+        try:
+            plan = gaussian_plan(self.epsilon, self.delta, {name: h.get(name) for name in PLAN_TERMS})
+        except ParameterError as error:
+            raise ProtocolError(f"party {self.name!r}: {error}") from None
+        if h.get("task") != self.schema.task:
+            raise ProtocolError(f"party {self.name!r}: the master plans for task {h.get('task')!r}, the "
+                                f"agreed schema's is {self.schema.task!r}")
+        self.plan_k = int(h["k"])
+        if self.ledger is None:
+            releases, queries = self.restored_ledger
+            self.ledger = PrivacyLedger(plan, releases_per_row=releases, queries=queries)
+        elif self.ledger.plan != plan:
+            raise ProtocolError(f"party {self.name!r} has released under another plan "
+                                f"({self.ledger.plan.releases} releases of L2 sensitivity "
+                                f"{self.ledger.plan.sensitivity:g}); its ledger continues under that plan")
+        return plan
 
     # -- growth ---------------------------------------------------------------------------------
     def _on_fet_ranges(self, message: Message) -> Message:
@@ -152,6 +185,8 @@ class HorizontalParty:
         if features.size and (features.min() < 0 or features.max() >= self.schema.n_features):
             raise ProtocolError(f"party {self.name!r}: candidate feature index outside the schema")
         self.rows.features = features
+        if self.privacy != "none":  # DP modes: no extreme leaves the party (thresholds from declared domains)
+            return Message("fet_ranges_reply", {})
         low, high = self.rows.ranges()
         return Message("fet_ranges_reply", {}, {"min": low, "max": high})
 
@@ -161,6 +196,8 @@ class HorizontalParty:
             raise ProtocolError(f"party {self.name!r}: thresholds of shape {thresholds.shape} do not match "
                                 f"the candidates {self.rows.features.shape}")
         self.rows.thresholds = thresholds
+        if self.privacy == "gdp":
+            self._charge(message.header)
         self.reports += 1
         if self.privacy == "ldp":
             return self._ldp_reply()
@@ -181,24 +218,43 @@ class HorizontalParty:
         """
         return self.rows.shifted_regression_sums(shift)
 
-    def _gdp_reply(self, counts: np.ndarray, q_bound_bits: int) -> Message:
-        from fedcore.privacy.laplace import laplace_counts
+    def _charge(self, header: dict) -> None:
+        """GDP: refuse a request the plan does not cover, else charge the ledger before anything is drawn.
 
-        rng = stream(self.noise_seed, "laplace", self.reports)
+        The candidates must be the plan's k per node (more would raise each release's sensitivity), and a
+        regression sum's noise scale 2**q_bound_bits must cover this party's own quantised targets. The
+        busiest row takes part in one release per tree of the batch it is still active in.
+        """
+        assert self.ledger is not None, "hello makes the ledger under gdp"
+        k = self.plan_k
+        if self.rows.features.shape[1] != k:
+            raise ProtocolError(f"party {self.name!r}: fet_stats with {self.rows.features.shape[1]} "
+                                f"candidates per node, but the GDP plan is for k = {k}: more raise each "
+                                "release's sensitivity")
+        if self.schema.task == "regression" \
+                and int(header.get("q_bound_bits", 0)) < self.y_exponent + int(header.get("q_shift", 0)):
+            raise ProtocolError(f"party {self.name!r}: q_bound_bits {header.get('q_bound_bits')!r} is below "
+                                "its quantised targets' bound: the sums' noise would not cover one row")
+        times = self.rows.active_slots_per_row()
+        if times:
+            try:
+                self.ledger.charge(times, f"party {self.name!r}")
+            except ParameterError as error:
+                raise ProtocolError(str(error)) from None
+
+    def _gdp_reply(self, counts: np.ndarray, q_bound_bits: int) -> Message:
+        """The counts plus Gaussian noise of the plan's sigma (a regression sum's: sigma x 2**q_bound_bits).
+
+        Drawn from the party's stream keyed by its count of answered queries, so a resumed run replays it.
+        """
+        assert self.ledger is not None, "hello makes the ledger under gdp"
+        sigma = self.ledger.plan.sigma
+        noise = stream(self.noise_seed, "gdp_noise", self.reports).standard_normal(counts.shape)
         if self.schema.task == "regression":
-            # (count, sum) per branch: half the budget each; a row moves the sum by at most 2**q_bound_bits
-            noisy = np.empty(counts.shape, dtype=np.float64)
-            noisy[..., 0] = laplace_counts(counts[..., 0], self.epsilon / 2, rng)
-            noisy[..., 1] = laplace_counts(counts[..., 1], self.epsilon / 2, rng,
-                                           sensitivity=float(2 ** q_bound_bits))
+            noise *= np.array([sigma, sigma * 2.0 ** q_bound_bits])
         else:
-            noisy = laplace_counts(counts, self.epsilon, rng)
-        # per row: one query per candidate per tree it is active in (branches are disjoint: parallel)
-        queries = counts.shape[1] * self.rows.active_slots_per_row()
-        if queries:
-            assert self.accountant is not None, "privacy 'gdp' makes the accountant in __init__"
-            self.accountant.spend(self.epsilon, queries=queries)
-        return Message("fet_noisy_counts", {}, {"counts": noisy})
+            noise *= sigma
+        return Message("fet_noisy_counts", {}, {"counts": counts.astype(np.float64) + noise})
 
     def _ldp_reply(self) -> Message:
         n_open, k = self.rows.features.shape
@@ -223,8 +279,7 @@ class HorizontalParty:
     def privacy_spent(self) -> dict:
         """What this party has released, in its own accounting."""
         if self.privacy == "gdp":
-            assert self.accountant is not None, "privacy 'gdp' makes the accountant in __init__"
-            return self.accountant.to_dict()
+            return self.ledger.to_dict() if self.ledger is not None else {}
         if self.privacy == "ldp":
             return {"reports_per_row": self.reports_per_row, **self.label_ldp().epsilon()}
         return {}

@@ -24,12 +24,13 @@ threshold uniformly between the lower edge of the first and the upper edge of th
 
 The master sends every party the first and last populated cell of each candidate (`populated_cells`);
 master and parties place the threshold alike, the seed-shared uniform within that span
-(`populated_spans`, `span_thresholds`), so the master chooses no threshold, at most a span of whole
-cells. The parties then count classes per branch as in the domain mode. Parties learn every candidate's
-span, the populated cells of the union of the node's rows.
+(`populated_spans`; `span_thresholds`, `fedcore/horizontal/boxes.py`), so the master chooses no threshold,
+at most a span of whole cells. The parties then count classes per branch as in the domain mode. Parties
+learn every candidate's span, the populated cells of the union of the node's rows.
 
-Every party keeps the open nodes' boxes too (`NodeBoxes.after_decisions`) and refuses a grid that is not
-exactly a node's box, so a master cannot probe a narrower interval than the protocol reveals.
+Every party keeps the open nodes' boxes too (`NodeBoxes.after_decisions`; the boxes live in
+`fedcore/horizontal/boxes.py`, shared with FET's DP modes) and refuses a grid that is not exactly a node's
+box, so a master cannot probe a narrower interval than the protocol reveals.
 """
 
 from __future__ import annotations
@@ -126,78 +127,3 @@ def cell_edge(grid_low: np.ndarray, grid_high: np.ndarray, edge: np.ndarray, n_c
     fraction = edge / n_cells
     inner = grid_low * (1 - fraction) + grid_high * fraction
     return np.where(edge >= n_cells, grid_high, np.where(edge <= 0, grid_low, inner))
-
-
-def span_thresholds(span_low: np.ndarray, span_high: np.ndarray, has: np.ndarray,
-                    u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Thresholds uniform in each populated span (the seed-shared uniforms `u`), and which are usable.
-
-    A candidate is usable when the node has values and the span is not a point. Unusable ones get NaN (every
-    row goes right).
-    """
-    valid = has & (span_high > span_low)
-    with np.errstate(invalid="ignore", over="ignore"):
-        thresholds = span_low * (1 - u) + span_high * u  # a weighted mean: finite for any finite span
-    thresholds = np.where(thresholds >= span_high, span_low, thresholds)  # a rounded-up draw
-    return np.where(valid, thresholds, np.nan), valid
-
-
-class NodeBoxes:
-    """Per open node and feature, an interval known to hold all the node's values: (A, d, 2) float64.
-
-    Roots start from the declared domains; a node's candidates narrow its box to their populated spans,
-    and its children inherit it, cut at the chosen split's threshold.
-    """
-
-    def __init__(self, boxes: np.ndarray) -> None:
-        """Wrap the (A, d, 2) boxes of the open nodes."""
-        self.boxes = boxes
-
-    @classmethod
-    def roots(cls, low: np.ndarray, high: np.ndarray, n_nodes: int) -> NodeBoxes:
-        """Every root's box is the declared domain."""
-        box = np.stack([low, high], axis=-1).astype(np.float64)
-        return cls(np.broadcast_to(box, (n_nodes, *box.shape)).copy())
-
-    def grid(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The candidates' intervals: grid_low, grid_high (A, k)."""
-        rows = np.arange(len(features))[:, None]
-        return self.boxes[rows, features, 0], self.boxes[rows, features, 1]
-
-    def narrow(self, features: np.ndarray, span_low: np.ndarray, span_high: np.ndarray,
-               has: np.ndarray) -> None:
-        """Shrink each candidate's interval to its populated span (where the node has values)."""
-        rows = np.broadcast_to(np.arange(len(features))[:, None], features.shape)
-        self.boxes[rows[has], features[has], 0] = span_low[has]
-        self.boxes[rows[has], features[has], 1] = span_high[has]
-
-    def split(self, split_idx: np.ndarray, feature: np.ndarray, threshold: np.ndarray,
-              next_pos: np.ndarray) -> NodeBoxes:
-        """The next level's boxes: each open child's parent box, cut at the parent's split.
-
-        `split_idx` are the nodes that split, `feature` and `threshold` their splits; child 2i / 2i + 1
-        (left / right) of the i-th becomes open node `next_pos[...]` (-1: a leaf), numbered 0 .. n - 1 (the
-        grower numbers them so; a party checks it before). Only the open children's boxes are made, in
-        their final order: old and new boxes are all that is held at once.
-        """
-        opened = np.flatnonzero(next_pos >= 0)
-        child = np.empty(len(opened), dtype=np.int64)
-        child[next_pos[opened]] = opened  # open node -> its child index 2i (left) or 2i + 1 (right)
-        parent = child // 2
-        boxes = self.boxes[split_idx[parent]]
-        nodes = np.arange(len(child))
-        f, t, left = feature[parent], threshold[parent], child % 2 == 0
-        boxes[nodes[left], f[left], 1] = np.minimum(boxes[nodes[left], f[left], 1], t[left])
-        boxes[nodes[~left], f[~left], 0] = np.maximum(boxes[nodes[~left], f[~left], 0], t[~left])
-        return NodeBoxes(boxes)
-
-    def after_decisions(self, chosen: np.ndarray, next_pos: np.ndarray, features: np.ndarray,
-                        thresholds: np.ndarray) -> NodeBoxes:
-        """`split`, from a level's decisions as a party receives them (`RowPartition.apply`).
-
-        `chosen` is each node's candidate (-1: no split); `features` and `thresholds` the level's candidates
-        (A, k).
-        """
-        split_idx = np.flatnonzero(chosen >= 0)
-        winner = chosen[split_idx]
-        return self.split(split_idx, features[split_idx, winner], thresholds[split_idx, winner], next_pos)

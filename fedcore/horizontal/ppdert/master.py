@@ -13,6 +13,7 @@ import numpy as np
 
 from fedcore.algorithms import PPD_ERT
 from fedcore.errors import KeyAuthenticationError, ProtocolError
+from fedcore.horizontal.boxes import NodeBoxes, box_bytes_per_node, span_thresholds
 from fedcore.horizontal.counts import SUM_OF_PARTIES
 from fedcore.horizontal.growth import (
     BranchStatsLevels,
@@ -29,10 +30,8 @@ from fedcore.horizontal.ppdert.agreed import (
 from fedcore.horizontal.ppdert.cells import (
     CELL_RING_BITS,
     DEFAULT_CELLS,
-    NodeBoxes,
     populated_cells,
     populated_spans,
-    span_thresholds,
 )
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.secagg import MODULUS_BITS, ring_bits_for, unmask_sum
@@ -93,12 +92,13 @@ class PPDERTMaster(BranchStatsLevels):
         """
         extra = 0
         if self.thresholds == "histogram":
-            extra = 4 * self.schema.n_features * 8 + self.k * 2 * self.n_cells * 8 * (len(self.parties) + 1)
+            cells = self.k * 2 * self.n_cells * 8 * (len(self.parties) + 1)
+            extra = box_bytes_per_node(self.schema.n_features) + cells
         return super().master_bytes_per_node() + extra
 
     def party_bytes_per_node(self) -> int:
         """Histogram thresholds: each party keeps every open node's box too (parent and children)."""
-        return 4 * self.schema.n_features * 8 if self.thresholds == "histogram" else 0
+        return box_bytes_per_node(self.schema.n_features) if self.thresholds == "histogram" else 0
 
     def setup(self) -> None:
         """Greet every party, size the mask ring and collect the parties' signed secure-aggregation keys."""
@@ -184,8 +184,7 @@ class PPDERTMaster(BranchStatsLevels):
         super().advance(level, split_idx, left, child_open, next_pos)
         if self.thresholds == "histogram":
             assert self._boxes is not None, "histogram thresholds: every level has its open nodes' boxes"
-            self._boxes = self._boxes.split(split_idx, level.fields["feature"][split_idx],
-                                            level.fields["threshold"][split_idx], next_pos)
+            self._boxes = self._boxes.after_level(level, split_idx, next_pos)
 
     def _relay_keys(self, header: dict, arrays: dict) -> None:
         """The first request of the session relays every party's signed public key."""

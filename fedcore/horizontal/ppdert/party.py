@@ -15,6 +15,7 @@ import pandas as pd
 
 from fedcore.algorithms import PPD_ERT
 from fedcore.errors import KeyAuthenticationError, ProtocolError
+from fedcore.horizontal.boxes import NodeBoxes, span_thresholds
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.ppdert.agreed import (
     candidate_draws,
@@ -27,11 +28,9 @@ from fedcore.horizontal.ppdert.cells import (
     CELL_RING_BITS,
     DEFAULT_CELLS,
     NO_CELL,
-    NodeBoxes,
     extreme_cell_indicators,
     hide_multiplicity,
     populated_spans,
-    span_thresholds,
 )
 from fedcore.horizontal.rows import PartyRows, check_hello, narrow, own_rows, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
@@ -78,10 +77,9 @@ class PPDERTParty:
 
     algorithm = PPD_ERT.id
     protocol = PPDERT_PROTOCOL
-    accountant = None
-    """Noise counters an institution agent checkpoints per batch (`HorizontalInstitutionAgent`): PPD-ERT adds
-    no noise, so they stay empty and zero."""
     reports_per_row = 0
+    """Noise counters an institution agent checkpoints per batch (`HorizontalInstitutionAgent`): PPD-ERT adds
+    no noise, so they stay zero."""
     reports = 0
 
     def __init__(self, name: str, frame: pd.DataFrame | None, schema: HorizontalSchema, *, seed: int,
