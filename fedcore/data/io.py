@@ -94,12 +94,15 @@ def dataset_files(location: str) -> tuple[list[DatasetFile], pa.Schema]:
     dataset, filesystem = _open_dataset(location)
     with _read_errors(location):
         schema = dataset.schema
-        files = []
-        for fragment in dataset.get_fragments():
-            keys = ds.get_partition_keys(fragment.partition_expression)
-            partition = tuple((name, pa.scalar(keys.get(name), type=schema.field(name).type))
-                              for name in dataset.partitioning.schema.names)
-            files.append(DatasetFile(fragment.path, filesystem, partition))
+        fragments = [(f.path, ds.get_partition_keys(f.partition_expression)) for f in dataset.get_fragments()]
+    # the partition columns: those a file's folders name (`dataset.partitioning.schema` is the whole schema
+    # when there are none), in the table's order; a file whose folders do not name one has a null there
+    named = {name for _, keys in fragments for name in keys}
+    columns = [name for name in schema.names if name in named]
+    typed = [(name, schema.field(name).type) for name in columns]
+    files = [DatasetFile(path, filesystem, tuple((name, pa.scalar(keys.get(name), type=kind))
+                                                 for name, kind in typed))
+             for path, keys in fragments]
     return files, schema
 
 

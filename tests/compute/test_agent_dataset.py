@@ -172,9 +172,13 @@ def test_dataset_blocks_travel_to_worker_processes_and_read_the_same_rows(tmp_pa
 
     frame = _with_partitions(_table("classification").iloc[:120], seed=2)
     _write_hive(frame, tmp_path / "lake")
+    loose = frame.iloc[:4].drop(columns=["site", "tier"])  # outside the partition folders: nulls there
+    loose.to_parquet(tmp_path / "lake" / "a-loose.parquet", index=False)
     table = open_dataset((tmp_path / "lake").as_uri(), "institution 'north'", BLOCK_ROWS)
     paths = [b.path for b in table.blocks]
-    assert paths == sorted(paths) and len(set(paths)) == 6 and not any(".writing" in p for p in paths)
+    assert paths == sorted(paths) and len(set(paths)) == 7 and not any(".writing" in p for p in paths)
+    assert [(name, value.as_py()) for name, value in table.blocks[0].partition] == [("site", None),
+                                                                                    ("tier", None)]
     assert any(b.group_start == BLOCK_ROWS for b in table.blocks)  # row groups of 20 cut at 15 rows
     for block in table.blocks:
         travelled = pickle.loads(pickle.dumps(block))
@@ -184,6 +188,19 @@ def test_dataset_blocks_travel_to_worker_processes_and_read_the_same_rows(tmp_pa
     parts = pd.concat([read_block(b, list(table.columns)) for b in table.blocks], ignore_index=True)
     pd.testing.assert_frame_equal(parts, read_dataset(str(tmp_path / "lake")), check_dtype=False,
                                   check_exact=True)  # before the whole table's casts (`profile`)
+
+
+def test_a_folder_without_partitions_has_no_partition_columns(tmp_path) -> None:
+    """A dataset without partitions gets none (pyarrow gives its partitioning the whole schema)."""
+    from fedcore.compute.blocks import parquet_blocks, read_block
+
+    (tmp_path / "flat").mkdir()
+    frame = _table("classification").iloc[:30]
+    frame.to_parquet(tmp_path / "flat" / "part-0.parquet", index=False)
+    blocks = parquet_blocks(tmp_path / "flat", BLOCK_ROWS)
+    assert [b.partition for b in blocks] == [(), ()]
+    pd.testing.assert_frame_equal(pd.concat([read_block(b, list(frame.columns)) for b in blocks],
+                                            ignore_index=True), read_dataset(str(tmp_path / "flat")))
 
 
 def test_dataset_files_of_different_schemas_are_refused_on_dask(tmp_path) -> None:
