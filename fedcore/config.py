@@ -51,10 +51,11 @@
                                            # cluster, or {dask: {local: {workers: 2, memory_limit: 4GiB}}}
                                            # (default: in the agent's process; fedcore/compute/cluster.py;
                                            # vertical: classification only, issue #29); Parquet data and
-                                           # predict_data are then read by the workers at the same path,
-                                           # and horizontal predictions written by them into the
-                                           # predictions folder (with a sink: a hidden temporary folder
-                                           # there, which the agent delivers from and removes)
+                                           # predict_data (files, dataset folder or URL) are then read by
+                                           # the workers at the same path, and horizontal predictions
+                                           # written by them into the predictions folder (with a sink: a
+                                           # hidden temporary folder there, which the agent delivers
+                                           # from and removes)
     params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal)
                                                # fields
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
@@ -445,7 +446,7 @@ def _dataset_sink(value: dict, where: str, path: Path) -> Path:
 
 def _source(value: Any, where: str, path: Path,
             parameters: tuple[str, ...] = ()) -> str | CsvSource | SqlSource:
-    """A `data:`/`predict_data:` value: a path or glob resolved against the config, `{csv:}` or `{sql:}`.
+    """A `data:`/`predict_data:` value: a path or glob resolved against the config, a URL, `{csv:}`, `{sql:}`.
 
     `parameters`: the placeholders its query may use (a prediction batch's `:since`, `:until`).
     """
@@ -453,6 +454,8 @@ def _source(value: Any, where: str, path: Path,
         return parse_csv(value, f"{path}: {where}", lambda f: resolve(path, f))
     if isinstance(value, dict):
         return parse_sql(value, f"{path}: {where}", lambda f: resolve(path, f), parameters=parameters)
+    if "://" in str(value):  # a dataset URL (s3://, file://, ...): pyarrow's file systems open it as given
+        return str(value)
     return str(resolve(path, value))
 
 

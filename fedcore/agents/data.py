@@ -2,8 +2,8 @@
 
 Its table read from the configured files or database (`fedcore.data.sql`), checked against its data
 contract, and the contract result as it may leave the institution. With `compute: dask` and Parquet
-files the agent reads only their metadata (`fedcore.compute.dask_table`): the workers read, check and
-validate the blocks (issue #29).
+files (or a Parquet dataset folder or URL) the agent reads only their metadata
+(`fedcore.compute.dask_table`): the workers read, check and validate the blocks (issue #29).
 
 Dates train as numbers, converted exactly as `fedforest simulate` converts them (`fedcore.data.columns`,
 days since 1970-01-01 UTC) after validation: the contract's date and timestamp columns, or without a
@@ -142,10 +142,10 @@ def institution_from_config(config: FederationConfig, name: str, cluster: Cluste
 
     Examples of bad values stay in the local report. Runs where the data lives. The configured ID column
     and label are checked first (`check_configured_columns`): a misspelt one fails here, with the fix.
-    With `compute: dask` and Parquet files (or a database table or query), only their metadata (one ID
-    per block) is read here; the workers of `cluster` (default: the config's, `shared_cluster`: one per
-    process) check and validate the blocks. A load that fails lets go of the shared cluster
-    (`loading_cluster`): one it started closes.
+    With `compute: dask` and Parquet files or a dataset (or a database table or query), only their
+    metadata (one ID per block) is read here; the workers of `cluster` (default: the config's,
+    `shared_cluster`: one per process) check and validate the blocks. A load that fails lets go of the
+    shared cluster (`loading_cluster`): one it started closes.
     """
     with loading_cluster(config.institution(name).compute) as shared:
         return _load_institution(config, name, cluster, shared)
@@ -242,7 +242,9 @@ def date_columns(contract: DataContract | None, frame: pd.DataFrame, skip: Colle
 
 def _on_dask(pattern: str | CsvSource | SqlSource, what: str,
              batch: bool = False) -> TypeGuard[str | SqlSource]:
-    """Whether the workers read `pattern`: Parquet files or a database table or query (CSV: the agent).
+    """Whether the workers read `pattern`: Parquet files or dataset, or a database table or query.
+
+    The agent reads CSV, and a query with :since/:until.
 
     `batch`: prediction data, which may not exist yet when the agent loads (a new batch arrives later):
     decided by the pattern's own suffix then, and its files are matched when a prediction reads them.
@@ -257,11 +259,8 @@ def _on_dask(pattern: str | CsvSource | SqlSource, what: str,
         log.info("%s: a query with :since/:until is read in the agent's own process (its batches are "
                  "small and chosen per run)", what)
         return False
-    if isinstance(pattern, str) and is_dataset(pattern):
-        log.info("%s: the Parquet dataset %r is read in the agent's own process (compute: dask reads "
-                 "Parquet files and databases on the workers; give the files as a glob)", what, pattern)
-        return False
-    if isinstance(pattern, SqlSource) or is_parquet([pattern] if batch else matching_files(pattern, what)):
+    if (isinstance(pattern, SqlSource) or is_dataset(pattern)
+            or is_parquet([pattern] if batch else matching_files(pattern, what))):
         return True
     log.info("%s: %r is not all Parquet, so the agent reads it in its own process (compute: dask reads "
              "Parquet and databases on the workers)", what, pattern)
@@ -271,16 +270,20 @@ def _on_dask(pattern: str | CsvSource | SqlSource, what: str,
 def _open_blocks(config: FederationConfig, name: str, source: str | SqlSource, what: str) -> ParquetTable:
     """The blocks an institution's workers read: Parquet files' row groups, or a database's rows in ID order.
 
+    A dataset folder or URL's blocks carry their file's partition values (`open_dataset`).
     A database's blocks are cut by the ID column: one missing from the table or query is refused first,
     by name (`check_configured_columns`).
     """
-    from fedcore.compute.dask_table import open_parquet, open_sql
+    from fedcore.compute.dask_table import open_dataset, open_parquet, open_sql
     from fedcore.data.sql import sql_schema
 
     inst = config.institution(name)
     assert inst.compute is not None, "workers read only with compute: dask"
     if not isinstance(source, SqlSource):
-        return open_parquet(matching_files(source, what), what, inst.compute.block_rows)
+        files = matching_files(source, what)
+        if len(files) == 1 and is_dataset(files[0]):  # as `read_files` decides
+            return open_dataset(files[0], what, inst.compute.block_rows)
+        return open_parquet(files, what, inst.compute.block_rows)
     schema = sql_schema(source, what)  # asked once: the columns checked here are the blocks'
     check_configured_columns(config, name, schema.names, table=source.describe(), keys=("id_column",))
     return open_sql(source, what, inst.id_column, inst.compute.block_rows, schema)

@@ -2,9 +2,11 @@
 
 The order is the institution's row order: for an in-memory frame its rows, cut every `block_rows`; for
 Parquet, the files sorted by their path relative to the dataset folder, each file's row groups in order,
-each row group cut every `block_rows`. It depends on the data and `block_rows` only, never on the
-number of workers or where a block runs, so every level's per-block results combine in block order to
-the in-process party's results (`fedcore.compute.dask_rows`).
+each row group cut every `block_rows`; a Parquet dataset folder or URL's files likewise
+(`fedcore.data.io.dataset_files`), each block also carrying its file system and Hive partition values. It
+depends on the data and `block_rows` only, never on the number of workers or where a block runs, so every
+level's per-block results combine in block order to the in-process party's results
+(`fedcore.compute.dask_rows`).
 
 Only Parquet metadata is read here (row counts per row group); the rows themselves are read by
 `load_block`, on the worker that holds the block. A database table or query is cut by its key instead
@@ -23,10 +25,15 @@ import numpy as np
 import pandas as pd
 
 from fedcore.compute import DEFAULT_BLOCK_ROWS
+from fedcore.data.io import DatasetFile, dataset_files
 from fedcore.errors import DataReadError, ParameterError
 from fedcore.horizontal.schema import HorizontalSchema
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyarrow.fs import FileSystem
+
     from fedcore.data.sql import SqlBlock
 
 T = TypeVar("T")
@@ -36,8 +43,10 @@ T = TypeVar("T")
 class Block:
     """One block: rows [start, stop) of the institution's canonical order.
 
-    For Parquet, where they are: `path`, its row group `row_group`, rows from `group_start` of that group.
-    In a database, `sql`: the key range the worker reads. Neither: a slice of an in-memory frame.
+    For Parquet, where they are: `path`, its row group `row_group`, rows from `group_start` of that group;
+    a dataset's file also its `filesystem` (None: the local disk) and `partition` values, appended as
+    columns after the file's own (`fedcore.data.io.DatasetFile`). In a database, `sql`: the key range the
+    worker reads. Neither: a slice of an in-memory frame.
     """
 
     index: int
@@ -47,6 +56,8 @@ class Block:
     row_group: int = -1
     group_start: int = 0
     sql: SqlBlock | None = None
+    filesystem: FileSystem | None = None
+    partition: tuple[tuple[str, pa.Scalar], ...] = ()
 
     @property
     def n_rows(self) -> int:
@@ -67,42 +78,49 @@ def frame_blocks(n_rows: int, block_rows: int = DEFAULT_BLOCK_ROWS) -> list[Bloc
             for i, start in enumerate(range(0, n_rows, block_rows))]
 
 
-def parquet_files(source: str | os.PathLike) -> list[Path]:
-    """A Parquet file, or every `*.parquet` file under a folder, sorted by path relative to the folder."""
+def parquet_files(source: str | os.PathLike) -> list[DatasetFile]:
+    """A Parquet file, or a dataset folder's files as `fedcore.data.io.read_dataset` reads them.
+
+    In path order, hidden `.`/`_` entries skipped, each with its Hive partition values.
+    """
     root = Path(source)
     if root.is_file():
-        return [root]
+        return [DatasetFile(str(root), None)]
     if not root.is_dir():
         raise DataReadError(f"Parquet source {str(root)!r}: no such file or folder")
-    files = sorted(root.rglob("*.parquet"), key=lambda p: p.relative_to(root).as_posix())
-    if not files:
-        raise DataReadError(f"Parquet source {str(root)!r}: the folder holds no *.parquet file")
-    return files
+    return dataset_files(str(root))[0]
 
 
-def parquet_blocks(source: str | os.PathLike | Sequence[str | os.PathLike],
+def parquet_blocks(source: str | os.PathLike | Sequence[str | os.PathLike | DatasetFile],
                    block_rows: int = DEFAULT_BLOCK_ROWS) -> list[Block]:
     """The blocks of a Parquet file or dataset folder: (file, row group, row range), in canonical order.
 
     `source` may also be a list of files (a config's `data` glob, sorted as `fedcore.agents.data.read_files`
-    concatenates them): their blocks follow one another in that order.
+    concatenates them, or a dataset's `DatasetFile`s): their blocks follow one another in that order.
     """
-    import pyarrow.parquet as pq
-
     block_rows = _check_block_rows(block_rows)
-    files = ([Path(f) for f in source] if isinstance(source, Sequence) and not isinstance(source, str)
+    files = (list(source) if isinstance(source, Sequence) and not isinstance(source, str)
              else parquet_files(source))
     blocks: list[Block] = []
     start = 0
-    for path in files:
-        meta = pq.ParquetFile(path).metadata
+    for file in files:
+        where = file if isinstance(file, DatasetFile) else DatasetFile(str(file), None)
+        meta = parquet_file(where.path, where.filesystem).metadata
         for group in range(meta.num_row_groups):
             n = meta.row_group(group).num_rows
             for first in range(0, n, block_rows):
                 size = min(block_rows, n - first)
-                blocks.append(Block(len(blocks), start, start + size, str(path), group, first))
+                blocks.append(Block(len(blocks), start, start + size, where.path, group, first,
+                                    filesystem=where.filesystem, partition=where.partition))
                 start += size
     return blocks
+
+
+def parquet_file(path: str, filesystem: FileSystem | None = None) -> pq.ParquetFile:
+    """The Parquet file at `path` on `filesystem` (None: the local disk), opened for its metadata or rows."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path, filesystem=filesystem)
 
 
 def rebuildable(value: T) -> T:
@@ -116,20 +134,27 @@ def rebuildable(value: T) -> T:
 
 
 def read_block(block: Block, columns: list[str]) -> pd.DataFrame:
-    """The block's rows of `columns`, read from its Parquet file (one row group, sliced) or its database."""
+    """The block's rows of `columns`, read from its Parquet file (one row group, sliced) or its database.
+
+    A dataset file's partition columns among `columns` are its values, repeated, after the file's own.
+    """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     if block.sql is not None:
         from fedcore.data.sql import read_range
 
         return read_range(block.sql, f"a Dask worker reading block {block.index}", columns)
     assert block.path is not None, "in-memory blocks are scattered or given inline, not read"
+    partition = [(name, value) for name, value in block.partition if name in columns]
+    own = [c for c in columns if c not in dict(partition)]
     try:
-        table = pq.ParquetFile(block.path).read_row_group(block.row_group, columns=columns)
+        table = parquet_file(block.path, block.filesystem).read_row_group(block.row_group, columns=own)
     except (OSError, pa.ArrowException) as error:  # a file changed or gone since the agent opened it
         raise read_error(block.path, error) from error
-    return table.slice(block.group_start, block.n_rows).to_pandas()
+    table = table.slice(block.group_start, block.n_rows)
+    for name, value in partition:
+        table = table.append_column(pa.field(name, value.type), pa.repeat(value, table.num_rows))
+    return table.to_pandas()
 
 
 def read_error(path: str | os.PathLike, error: Exception) -> DataReadError:

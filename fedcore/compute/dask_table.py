@@ -1,6 +1,7 @@
 """An institution's table as its agent knows it on a Dask cluster: metadata only (issue #29).
 
-Parquet files or a database table or query (`open_sql`: blocks of the ID column's order, issue #30).
+Parquet files, a Parquet dataset folder or URL (`open_dataset`: its files as blocks that carry their Hive
+partition values, issue #30) or a database table or query (`open_sql`: blocks of the ID column's order).
 
 `open_parquet` reads the configured files' schemas and row-group sizes, never their rows: the blocks
 (`fedcore.compute.blocks`, files in the order `fedcore.agents.data.read_files` concatenates them) and the
@@ -26,13 +27,23 @@ import numpy as np
 import pandas as pd
 
 from fedcore.compute import DEFAULT_BLOCK_ROWS
-from fedcore.compute.blocks import Block, encode_block, kept_rows, parquet_blocks, read_block, read_error
+from fedcore.compute.blocks import (
+    Block,
+    encode_block,
+    kept_rows,
+    parquet_blocks,
+    parquet_file,
+    read_block,
+    read_error,
+)
 from fedcore.data.columns import DateEvidence, convert_dates, date_evidence, holds_dates
+from fedcore.data.io import DatasetFile
 from fedcore.data.numbers import infinite_counts, refuse_infinite
 from fedcore.errors import DataReadError
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
     from distributed import Client, Future
 
     from fedcore.data.sql import SqlSource
@@ -78,23 +89,48 @@ def open_parquet(files: Sequence[str], what: str, block_rows: int = DEFAULT_BLOC
     Refused unless every file has the first one's Arrow schema: the blocks are checked and encoded alike,
     whereas concatenating frames of different schemas would change dtypes under them.
     """
+    local = [DatasetFile(str(f), None) for f in files]
+    return _open_files(local, _same_schemas(local, what), what, block_rows)
+
+
+def open_dataset(location: str, what: str, block_rows: int = DEFAULT_BLOCK_ROWS) -> ParquetTable:
+    """A Parquet dataset folder or URL as blocks, from its listing and metadata (`read_dataset`'s rows).
+
+    Its files in `read_dataset`'s order, each block also carrying the file's file system and Hive partition
+    values, which the worker appends as the columns the in-process read gives (same values, same types).
+    Refused, as `open_parquet` refuses, unless every file has the first one's schema.
+    """
+    from fedcore.data.io import dataset_files
+
+    files, schema = dataset_files(location)
+    _same_schemas(files, what)
+    return _open_files(files, schema, what, block_rows)
+
+
+def _same_schemas(files: Sequence[DatasetFile], what: str) -> pa.Schema:
+    """The first file's Arrow schema, after refusing any file whose schema is another."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     schemas = []
-    for path in files:
+    for file in files:
         try:
-            schemas.append(pq.read_schema(path))
+            schemas.append(pq.read_schema(file.path, filesystem=file.filesystem))
         except (OSError, pa.ArrowException) as error:
-            raise read_error(path, error) from error
+            raise read_error(file.path, error) from error
     first = schemas[0]
-    for path, schema in zip(files[1:], schemas[1:], strict=True):
+    for file, schema in zip(files[1:], schemas[1:], strict=True):
         if not schema.remove_metadata().equals(first.remove_metadata()):
             raise DataReadError(f"{what}: on a Dask cluster every Parquet file must have the schema of "
-                                f"{str(files[0])!r}; {str(path)!r} has another (columns or types): rewrite "
+                                f"{files[0].path!r}; {file.path!r} has another (columns or types): rewrite "
                                 "it with the same columns and types, or remove compute: dask")
-    columns, nullable = _pandas_columns(first)
-    return ParquetTable(what, tuple(str(f) for f in files), tuple(parquet_blocks(list(files), block_rows)),
+    return first
+
+
+def _open_files(files: Sequence[DatasetFile], schema: pa.Schema, what: str, block_rows: int) -> ParquetTable:
+    """The table of `files`' blocks whose frame has `schema`'s columns."""
+    columns, nullable = _pandas_columns(schema)
+    return ParquetTable(what, tuple(f.path for f in files), tuple(parquet_blocks(files, block_rows)),
                         columns, nullable)
 
 
@@ -229,32 +265,50 @@ def _metadata_nulls(table: ParquetTable, skip: Collection[str]) -> dict[str, int
 
     They settle it when every row group has null counts for those columns and min/max for every float
     column not in `skip`, none of them infinite (so no infinity anywhere; Parquet keeps NaN out of min/max).
+    A dataset's partition columns are null in a file's rows when its value is.
     """
-    import pyarrow.parquet as pq
-
     if not table.files:  # a database's blocks: no statistics to read
         return None
-    floats = [c for c in table.columns if c not in skip and c not in table.nullable]
+    files: dict[str, Block] = {}  # each file's first block (a file without rows has none)
+    for block in table.blocks:
+        if block.path is not None:
+            files.setdefault(block.path, block)
+    partitioned = {name for b in files.values() for name, _ in b.partition}
+    floats = [c for c in table.columns if c not in skip and c not in table.nullable and c not in partitioned]
     nulls = dict.fromkeys(table.nullable, 0)
-    for path in table.files:
-        meta = pq.ParquetFile(path).metadata
+    for path, block in files.items():
+        meta = parquet_file(path, block.filesystem).metadata
+        for name, value in block.partition:  # Hive discovers integers and strings: no infinity
+            if name in nulls and not value.is_valid:
+                nulls[name] += meta.num_rows
         for group in range(meta.num_row_groups):
-            chunks = {meta.row_group(group).column(j).path_in_schema: meta.row_group(group).column(j)
-                      for j in range(meta.num_columns)}
-            for name in nulls:
-                stats = chunks[name].statistics if name in chunks else None
-                if stats is None or not stats.has_null_count:
-                    return None
-                nulls[name] += stats.null_count
-            for name in floats:
-                chunk = chunks.get(name)
-                if chunk is None:
-                    return None
-                if chunk.physical_type not in ("FLOAT", "DOUBLE"):
-                    continue
-                stats = chunk.statistics
-                if stats is None or not stats.has_min_max or np.isinf(stats.min) or np.isinf(stats.max):
-                    return None
+            counts = _group_nulls(meta.row_group(group), nulls.keys() - partitioned, floats)
+            if counts is None:
+                return None
+            for name, n in counts.items():
+                nulls[name] += n
+    return nulls
+
+
+def _group_nulls(group: pq.RowGroupMetaData, columns: Collection[str],
+                 floats: Collection[str]) -> dict[str, int] | None:
+    """Null counts of `columns` in one row group, or None unless its statistics settle them and `floats`."""
+    chunks = {group.column(j).path_in_schema: group.column(j) for j in range(group.num_columns)}
+    nulls = {}
+    for name in columns:
+        stats = chunks[name].statistics if name in chunks else None
+        if stats is None or not stats.has_null_count:
+            return None
+        nulls[name] = stats.null_count
+    for name in floats:
+        chunk = chunks.get(name)
+        if chunk is None:
+            return None
+        if chunk.physical_type not in ("FLOAT", "DOUBLE"):
+            continue
+        stats = chunk.statistics
+        if stats is None or not stats.has_min_max or np.isinf(stats.min) or np.isinf(stats.max):
+            return None
     return nulls
 
 

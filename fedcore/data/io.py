@@ -5,12 +5,21 @@ Errors are one line naming the file or dataset.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from fedcore.data.dialect import CsvDialect
 from fedcore.errors import DataReadError, FedForestError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyarrow.dataset import Dataset
+    from pyarrow.fs import FileSystem
 
 TABLE_SUFFIXES = (".parquet", ".csv")
 
@@ -44,6 +53,21 @@ def is_dataset(location: str) -> bool:
     return "://" in location or Path(location).is_dir()
 
 
+@dataclass(frozen=True)
+class DatasetFile:
+    """One `.parquet` file of a dataset: its path on `filesystem` and its Hive partition values.
+
+    `partition`: (column, value) per partition column of the dataset, in its order, each value typed as the
+    whole dataset types that column (a file outside a `key=value` folder, or under `key=__HIVE_DEFAULT_...`,
+    has a null there), so a reader that appends them to the file's own columns gets `read_dataset`'s rows.
+    """
+
+    path: str
+    filesystem: FileSystem | None
+    """None: the local disk."""
+    partition: tuple[tuple[str, pa.Scalar], ...] = ()
+
+
 def read_dataset(location: str) -> pd.DataFrame:
     """A Parquet dataset folder or URL as one table.
 
@@ -52,11 +76,45 @@ def read_dataset(location: str) -> pd.DataFrame:
     Object storage is reached through pyarrow's own file systems (S3, GCS, ...), with their usual
     credentials in the environment.
     """
+    dataset, _ = _open_dataset(location)
+    with _read_errors(location):
+        return dataset.to_table().to_pandas()
+
+
+def dataset_files(location: str) -> tuple[list[DatasetFile], pa.Schema]:
+    """The files of the dataset `read_dataset` reads, in its order, and the schema of its table.
+
+    Metadata only (a listing and one file's footer): what Dask workers need to read the dataset file by
+    file and give `read_dataset`'s rows (`fedcore.compute.blocks`). The schema is the first file's columns
+    and then the partition columns.
+    """
     import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    dataset, filesystem = _open_dataset(location)
+    with _read_errors(location):
+        schema = dataset.schema
+        fragments = [(f.path, ds.get_partition_keys(f.partition_expression)) for f in dataset.get_fragments()]
+    # the partition columns: those a file's folders name (`dataset.partitioning.schema` is the whole schema
+    # when there are none), in the table's order; a file whose folders do not name one has a null there
+    named = {name for _, keys in fragments for name in keys}
+    columns = [name for name in schema.names if name in named]
+    typed = [(name, schema.field(name).type) for name in columns]
+    files = [DatasetFile(path, filesystem, tuple((name, pa.scalar(keys.get(name), type=kind))
+                                                 for name, kind in typed))
+             for path, keys in fragments]
+    return files, schema
+
+
+def _open_dataset(location: str) -> tuple[Dataset, FileSystem]:
+    """The dataset at `location` (files listed, Hive partitions parsed, no row read) and its file system.
+
+    The one place a dataset's files and partition values are decided, for the agent and for the workers.
+    """
     import pyarrow.dataset as ds
     import pyarrow.fs as pafs
 
-    try:
+    with _read_errors(location):
         if "://" in location:
             filesystem, root = pafs.FileSystem.from_uri(location)
         else:
@@ -67,9 +125,17 @@ def read_dataset(location: str) -> pd.DataFrame:
         if not files:
             raise DataReadError(f"cannot read {location!r}: the dataset holds no .parquet file")
         partitioning = ds.HivePartitioning.discover(infer_dictionary=False)
-        dataset = ds.dataset(files, filesystem=filesystem, format="parquet", partitioning=partitioning,
-                             partition_base_dir=root)
-        return dataset.to_table().to_pandas()
+        return ds.dataset(files, filesystem=filesystem, format="parquet", partitioning=partitioning,
+                          partition_base_dir=root), filesystem
+
+
+@contextmanager
+def _read_errors(location: str) -> Iterator[None]:
+    """The errors of pyarrow reading the dataset at `location` as one line naming it."""
+    import pyarrow as pa
+
+    try:
+        yield
     except FedForestError:
         raise
     except (OSError, pa.ArrowException) as error:

@@ -45,12 +45,15 @@ def test_a_partitioned_folder_and_its_url_read_as_its_files_in_order_with_the_pa
     pd.testing.assert_frame_equal(read_files(str(tmp_path / "customers"), "test"), read, check_exact=True)
 
 
-def test_an_institution_reads_its_dataset_folder(tmp_path) -> None:
+def test_an_institution_reads_its_dataset_folder_or_url(tmp_path) -> None:
+    """A folder is found beside the config; a URL is taken as given (not as a path beside the config)."""
     expected = _write_partitioned(_frame(), tmp_path / "customers")
-    raw = {"federation": "f", "consortium_key": {"env": "UNUSED"}, "institutions": [
-        {"name": "bank", "data": "customers", "id_column": "customer_id", "label": "churned"}]}
-    data = institution_from_config(parse_config(raw, tmp_path / "federation.yaml"), "bank")
-    assert data.n_rows == len(expected) and list(data.frame.columns) == list(expected.columns)
+    (tmp_path / "config").mkdir()
+    for location in ("../customers", (tmp_path / "customers").as_uri()):
+        raw = {"federation": "f", "consortium_key": {"env": "UNUSED"}, "institutions": [
+            {"name": "bank", "data": location, "id_column": "customer_id", "label": "churned"}]}
+        data = institution_from_config(parse_config(raw, tmp_path / "config" / "federation.yaml"), "bank")
+        pd.testing.assert_frame_equal(data.frame, expected, check_exact=True, check_dtype=False)
 
 
 def test_a_folder_without_parquet_files_is_one_line(tmp_path) -> None:
