@@ -144,8 +144,10 @@ def _placed(client: Client, tasks: list[tuple]) -> list[Future]:
     rebuilt anywhere.
     """
     workers = sorted(client.scheduler_info().get("workers", {}))
+    # no workers known yet (the scheduler has none at this moment): Dask places them; it refuses
+    # allow_other_workers without workers
     return [client.submit(*task, pure=False, workers=[workers[i * len(workers) // len(tasks)]] if workers
-                          else None, allow_other_workers=True)
+                          else None, allow_other_workers=bool(workers))
             for i, task in enumerate(tasks)]
 
 
