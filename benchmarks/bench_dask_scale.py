@@ -256,7 +256,7 @@ def vertical(args: argparse.Namespace) -> None:
          "s per tree": f"{r['seconds'] / args.trees:.2f}",
          "agents' peak RSS (MiB)": ", ".join(f"{m:.0f}" for m in r["agents_peak_mib"]),
          "workers' peak RSS (MiB), per party": "; ".join(", ".join(f"{m:.0f}" for m in party)
-                                                         for party in r["workers_peak_mib"]) or "-",
+                                                         for party in r["workers_peak_mib"] if party) or "-",
          "worker restarted": ("yes" if any(r["restarted"]) else "no") if r["restarted"] else "-",
          "forest digest": r["digest"]}
         for run, rows, r in (("in process (reference)", fit_rows, ref),
