@@ -17,13 +17,15 @@ levels replayed). Reports both times, the extra time, and whether both forests a
         [--workers 4] [--trees 4] [--depth 8] [--block-rows 250000]
     .venv/bin/python -m benchmarks.bench_dask_scale recovery [--rows 2000000] [--features 20] [--workers 2]
         [--trees 6] [--depth 8] [--kill-after 0.5]
-    .venv/bin/python -m benchmarks.bench_dask_scale --setting vertical [--rows 2000000] [--features 20]
-        [--parties 3] [--workers 2] [--limit 2GiB] [--trees 4] [--depth 8] [--block-rows 250000]
+    .venv/bin/python -m benchmarks.bench_dask_scale --setting vertical [--limit 2GiB] [--features 20]
+        [--parties 3] [--factor 5] [--workers 2] [--trees 4] [--depth 8] [--block-rows 250000]
 
-`--setting vertical` (`benchmarks/vertical_parties.py`): one vertical session at `--rows`, every party's
-agent reading its whole table (in process), then every party on its own LocalCluster reading its Parquet
-metadata only; time to align and per tree, the agents' and workers' peak RSS, and whether the forests are
-the same. `scale` and `recovery` are horizontal.
+`--setting vertical` (`benchmarks/vertical_parties.py`) is `scale` for a vertical session, every party's
+agent its own process over Flight: the rows at which the largest in-process agent (reading its whole table)
+stays within L, found as `scale` finds them, then every party on its own LocalCluster of `--workers`
+workers of L, reading its Parquet metadata only, at those rows and at `--factor` times them; time to align
+and per tree, each agent's and worker's peak RSS, and whether the forests are the same. `scale` and
+`recovery` are horizontal.
 
 Each measured run is its own process (its peak RSS is its own); the tables go to stdout as Markdown.
 """
@@ -40,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.bench_dask_party import (
@@ -144,6 +147,27 @@ def _shared(args: argparse.Namespace) -> list[str]:
             "--workers", str(args.workers), "--block-rows", str(args.block_rows)]
 
 
+def rows_within(args: argparse.Namespace, limit_mib: float,
+                run_at: Callable[[int], dict]) -> tuple[int, dict[int, dict], list]:
+    """The most rows whose in-process run (`run_at(rows)`, its "agent_peak_mib") stayed within L.
+
+    Peaks at `--probe-rows` and twice that, then at the estimate of a line through the last two sizes run
+    (whole blocks) until the estimate is a size already run. Returns those rows, every run, and the points.
+    """
+    runs = {n: run_at(n) for n in (args.probe_rows, 2 * args.probe_rows)}
+    points = [(n, run["agent_peak_mib"]) for n, run in runs.items()]
+    for _ in range(5):  # a line through the last two sizes, until its estimate is a size already run
+        (n0, p0), (n1, p1) = points[-2:]
+        estimate = n1 + int((limit_mib - p1) * (n1 - n0) / (p1 - p0))
+        estimate -= estimate % args.block_rows  # whole blocks
+        if estimate in runs or estimate <= 0:
+            break
+        runs[estimate] = run_at(estimate)
+        points.append((estimate, runs[estimate]["agent_peak_mib"]))
+    fitting = [n for n, run in runs.items() if run["agent_peak_mib"] <= limit_mib]
+    return (max(fitting) if fitting else min(runs)), runs, points
+
+
 def scale(args: argparse.Namespace) -> None:
     """The scale target: rows the in-process party trains within L, and `factor` times them on Dask."""
     from dask.utils import format_bytes, parse_bytes
@@ -152,20 +176,8 @@ def scale(args: argparse.Namespace) -> None:
     shared = _shared(args)
     with tempfile.TemporaryDirectory(dir=args.tmp) as name:
         tmp = Path(name)
-        probes = [args.probe_rows, 2 * args.probe_rows]
-        peaks = [_measure("in-process", _dataset(tmp, n, args), n, shared)["agent_peak_mib"] for n in probes]
-        points = list(zip(probes, peaks, strict=True))
-        runs: dict[int, dict] = {}
-        for _ in range(5):  # a line through the last two sizes, until its estimate is a size already run
-            (n0, p0), (n1, p1) = points[-2:]
-            estimate = n1 + int((limit_mib - p1) * (n1 - n0) / (p1 - p0))
-            estimate -= estimate % args.block_rows  # whole blocks
-            if estimate in runs or estimate <= 0:
-                break
-            runs[estimate] = _measure("in-process", _dataset(tmp, estimate, args), estimate, shared)
-            points.append((estimate, runs[estimate]["agent_peak_mib"]))
-        fitting = [n for n, run in runs.items() if run["agent_peak_mib"] <= limit_mib]
-        fit_rows = max(fitting) if fitting else min(runs)
+        fit_rows, runs, points = rows_within(
+            args, limit_mib, lambda n: _measure("in-process", _dataset(tmp, n, args), n, shared))
         ref, data = runs[fit_rows], _dataset(tmp, fit_rows, args)
         same = _measure("dask", data, fit_rows, [*shared, "--limit", args.limit])
         big_rows = args.factor * fit_rows
@@ -212,25 +224,48 @@ def recovery(args: argparse.Namespace) -> None:
 
 
 def vertical(args: argparse.Namespace) -> None:
-    """One vertical session in process, then with every party on its own cluster (see the module doc)."""
-    shared = [*_shared(args), "--parties", str(args.parties)]
+    """The scale target, vertical: every party's in-process limit under L, then `factor` times it on Dask."""
+    from dask.utils import format_bytes, parse_bytes
+
+    limit_mib = parse_bytes(args.limit) / 2**20
+    shared = [*_shared(args), "--parties", str(args.parties), "--limit", args.limit]
     with tempfile.TemporaryDirectory(dir=args.tmp) as name:
-        data = Path(name)
-        print(f"  writing {args.parties} parties' {args.rows:,} x {args.features} ...", file=sys.stderr,
-              flush=True)
-        write_parties(data, args.rows, args.features, args.parties, args.block_rows)
-        ref = _measure("vertical-in-process", data, args.rows, shared)
-        dask = _measure("vertical-dask", data, args.rows, [*shared, "--limit", args.limit])
-    print(f"{args.rows:,} rows, {args.features} features over {args.parties} parties, {args.trees} trees of "
-          f"depth {args.depth}; Dask: each party {args.workers} workers of {args.limit}; "
-          f"{platform.machine()}, {os.cpu_count()} cores\n")
+        tmp = Path(name)
+
+        def parties(rows: int) -> Path:
+            folder = tmp / f"rows-{rows}"
+            if not folder.exists():
+                print(f"  writing {args.parties} parties' {rows:,} x {args.features} ...", file=sys.stderr,
+                      flush=True)
+                write_parties(folder, rows, args.features, args.parties, args.block_rows)
+            return folder
+
+        fit_rows, runs, points = rows_within(
+            args, limit_mib, lambda n: _measure("vertical-in-process", parties(n), n, shared))
+        same = _measure("vertical-dask", parties(fit_rows), fit_rows, shared)
+        big_rows = args.factor * fit_rows
+        big = _measure("vertical-dask", parties(big_rows), big_rows, shared)
+    ref = runs[fit_rows]
+    print(f"limit L = {format_bytes(parse_bytes(args.limit))} per process; {args.features} features over "
+          f"{args.parties} parties (each agent its own process), {args.trees} trees of depth {args.depth}; "
+          f"Dask: each party {args.workers} workers of L; {platform.machine()}, {os.cpu_count()} cores; "
+          "in-process peak RSS of the largest agent by rows: "
+          + ", ".join(f"{p:.0f} MiB at {n:,}" for n, p in points) + "\n")
     print(markdown_table([
-        {"run": run, "align s": f"{r['align_seconds']:.1f}", "s per tree": f"{r['seconds'] / args.trees:.2f}",
-         "agents' peak RSS (MiB)": f"{r['agent_peak_mib']:.0f}",
-         "workers' peak RSS (MiB)": ", ".join(f"{m:.0f}" for m in r.get("workers_peak_mib", [])) or "-",
+        {"run": run, "rows": f"{rows:,}", "align s": f"{r['align_seconds']:.1f}",
+         "s per tree": f"{r['seconds'] / args.trees:.2f}",
+         "agents' peak RSS (MiB)": ", ".join(f"{m:.0f}" for m in r["agents_peak_mib"]),
+         "workers' peak RSS (MiB), per party": "; ".join(", ".join(f"{m:.0f}" for m in party)
+                                                         for party in r["workers_peak_mib"] if party) or "-",
+         "worker restarted": ("yes" if any(r["restarted"]) else "no") if r["restarted"] else "-",
          "forest digest": r["digest"]}
-        for run, r in (("in process (reference)", ref), ("Dask, a cluster per party", dask))]))
-    print(f"\nthe same forest: {ref['digest'] == dask['digest']}")
+        for run, rows, r in (("in process (reference)", fit_rows, ref),
+                             ("Dask, a cluster per party", fit_rows, same),
+                             ("Dask, a cluster per party", big_rows, big))]))
+    workers = [m for party in big["workers_peak_mib"] for m in party]
+    print(f"\nin-process within L: {ref['agent_peak_mib'] <= limit_mib}; the same forest on Dask at "
+          f"{fit_rows:,} rows: {ref['digest'] == same['digest']}; {args.factor}x the rows trained on Dask "
+          f"within L per worker: {not any(big['restarted']) and max(workers) <= limit_mib}")
 
 
 def main() -> None:
@@ -239,10 +274,10 @@ def main() -> None:
     parser.add_argument("target", nargs="?", choices=("scale", "recovery"))
     parser.add_argument("--setting", choices=("horizontal", "vertical"), default="horizontal")
     parser.add_argument("--parties", type=int, default=3, help="institutions (vertical)")
-    parser.add_argument("--limit", default="2GiB", help="per-process memory limit L (scale)")
-    parser.add_argument("--factor", type=int, default=5, help="times the in-process rows on Dask (scale)")
-    parser.add_argument("--probe-rows", type=int, default=500_000, help="first in-process probe (scale)")
-    parser.add_argument("--rows", type=int, default=2_000_000, help="rows (recovery, vertical)")
+    parser.add_argument("--limit", default="2GiB", help="per-process memory limit L")
+    parser.add_argument("--factor", type=int, default=5, help="times the in-process rows on Dask")
+    parser.add_argument("--probe-rows", type=int, default=500_000, help="first in-process probe")
+    parser.add_argument("--rows", type=int, default=2_000_000, help="rows (recovery)")
     parser.add_argument("--features", type=int, default=20)
     parser.add_argument("--trees", type=int, default=4)
     parser.add_argument("--depth", type=int, default=8)

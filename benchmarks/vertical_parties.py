@@ -1,17 +1,21 @@
-"""The vertical runs of `bench_dask_scale --setting vertical`: one session, every party on its own cluster.
+"""The vertical runs of `bench_dask_scale --setting vertical`: one session, every party in its own process.
 
 `--parties` institutions hold `--features` columns between them over the same `--rows` customers, each
 table in its own row order (a seeded shuffle), written as Parquet files of `--block-rows` row groups; the
-first holds the label. `in-process`: today's agents, each reading its whole table. `dask`: each agent
-reads its files' metadata only and its own LocalCluster of `--workers` worker processes (memory limit
-`--limit`) hashes, aligns, bins and trains (`fedcore.compute.dask_alignment`). Both run the three agents
-in one process over the in-process transport; each run is its own process, so its peak RSS is its own.
+first holds the label. Every institution's agent is its own process served over Arrow Flight with mutual
+TLS (so each peak RSS is that agent's own, `VmHWM`), the master the calling process. `in-process`: today's
+agents, each reading its whole table. `dask`: each agent reads its files' metadata only and its own
+LocalCluster of `--workers` worker processes (memory limit `--limit`) hashes, aligns, bins and trains
+(`fedcore.compute.dask_alignment`).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import multiprocessing
+import os
+import threading
 import time
 from pathlib import Path
 
@@ -39,82 +43,130 @@ def write_parties(folder: Path, rows: int, features: int, parties: int, row_grou
         pq.write_table(pa.table(table), folder / f"party{p}" / "part-0.parquet", row_group_size=row_group)
 
 
-def _agents(args: argparse.Namespace, clusters: list | None) -> dict:
-    """The agents over `args.data`'s parties: in process (`clusters` None) or each on its cluster."""
+def _agent(args: argparse.Namespace, p: int, client):
+    """Party `p`'s agent over `args.data`: in process (`client` None) or on `client`'s cluster."""
     from fedcore.agents.data import InstitutionData
     from fedcore.compute.cluster import Cluster, DaskCompute
     from fedcore.compute.dask_table import open_parquet, profile
     from fedcore.vertical.agent import VerticalInstitutionAgent
 
-    agents = {}
-    for p in range(args.parties):
-        name, files = f"party{p}", sorted(str(f) for f in (Path(args.data) / f"party{p}").glob("*.parquet"))
-        common = {"name": name, "id_column": "id", "label": "y" if p == 0 else None,
-                  "registry": Path(args.data) / "registry" / name, "predictions_dir": Path(args.data) / name}
-        if clusters is None:
-            data = InstitutionData(frame=pd.concat([pd.read_parquet(f) for f in files], ignore_index=True),
-                                   **common)
-        else:
-            client = clusters[p][1]
-            table = profile(client, open_parquet(files, f"institution {name!r}", args.block_rows), ["id"])
-            data = InstitutionData(frame=pd.DataFrame(columns=list(table.columns)), table=table,
-                                   compute=DaskCompute(block_rows=args.block_rows),
-                                   cluster=Cluster(client, []), **common)
-        agents[name] = VerticalInstitutionAgent(data, KEY)
-    return agents
+    name, files = f"party{p}", sorted(str(f) for f in (Path(args.data) / f"party{p}").glob("*.parquet"))
+    common = {"name": name, "id_column": "id", "label": "y" if p == 0 else None,
+              "registry": Path(args.data) / "registry" / name, "predictions_dir": Path(args.data) / name}
+    if client is None:
+        data = InstitutionData(frame=pd.concat([pd.read_parquet(f) for f in files], ignore_index=True),
+                               **common)
+    else:
+        table = profile(client, open_parquet(files, f"institution {name!r}", args.block_rows), ["id"])
+        data = InstitutionData(frame=pd.DataFrame(columns=list(table.columns)), table=table,
+                               compute=DaskCompute(block_rows=args.block_rows), cluster=Cluster(client, []),
+                               **common)
+    return VerticalInstitutionAgent(data, KEY)
 
 
-def _session_run(agents: dict, args: argparse.Namespace) -> dict:
-    """Align and train; the time of each and the forest's digest (structure and every party's splits)."""
-    from fedcore.transport.inprocess import InProcessTransport
+def _model_digest(agent) -> str:
+    """A digest of the party's own part of the forest (every split it holds)."""
+    h = hashlib.sha256()
+    m = agent.party.model
+    for field in ("feature", "threshold", "missing_left", "cat_bits"):
+        h.update(np.ascontiguousarray(getattr(m, field)).tobytes())
+    return h.hexdigest()
+
+
+def serve_party(args: argparse.Namespace, p: int, on_dask: bool, certs: str, queue, done) -> None:
+    """Child process: party `p`'s agent over Flight until `done`; then its digest and peak RSS on `queue`."""
+    from benchmarks.bench_dask_party import _vm_hwm_mib
+    from fedcore.transport.flight import AgentServer
+
+    cluster = client = None
+    if on_dask:
+        from distributed import Client, LocalCluster
+
+        cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
+                               dashboard_address=":0", memory_limit=args.limit or "auto",
+                               env={"NUMBA_NUM_THREADS": "1"})
+        client = Client(cluster)
+        pids = client.run(os.getpid)
+    name, c = f"party{p}", Path(certs)
+    agent = _agent(args, p, client)
+    server = AgentServer(agent, tls_cert=c / f"{name}.pem", tls_key=c / f"{name}.key", ca_cert=c / "ca.pem")
+    queue.put(("port", name, server.port))
+    threading.Thread(target=server.serve, daemon=True).start()
+    done.wait()
+    result = {"digest": _model_digest(agent), "agent_peak_mib": _vm_hwm_mib(), "workers_peak_mib": [],
+              "restarted": None}
+    if client is not None:  # a worker over L is restarted by its nanny: a new pid
+        result.update(workers_peak_mib=sorted(client.run(_vm_hwm_mib).values()),
+                      restarted=client.run(os.getpid) != pids)
+    queue.put(("result", name, result))
+    server.shutdown()
+    if client is not None:
+        client.close()
+        cluster.close()
+
+
+def _session_run(args: argparse.Namespace, on_dask: bool) -> dict:
+    """Align and train with every agent in its own process; times, the forest's digest, each one's peaks."""
+    import tempfile
+
+    from fedcore.transport.flight import FlightTransport
+    from fedcore.transport.tls import init_ca, issue_certificate
     from fedcore.trees.params import ForestParams
     from fedcore.vertical.session import VerticalSession
 
-    session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}),
-                              ForestParams(n_estimators=args.trees, max_depth=args.depth, random_state=1),
-                              holdout_fraction=0.2, min_overlap=1)
-    start = time.perf_counter()
-    session.align()
-    aligned = time.perf_counter()
-    session.train()
-    trained = time.perf_counter()
+    names = [f"party{p}" for p in range(args.parties)]
+    with tempfile.TemporaryDirectory() as certs:
+        init_ca(certs)
+        issue_certificate(certs, "master", certs, role="master")
+        for name in names:
+            issue_certificate(certs, name, certs)
+        context = multiprocessing.get_context("spawn")
+        queue, done = context.Queue(), context.Event()
+        children = [context.Process(target=serve_party, args=(args, p, on_dask, certs, queue, done))
+                    for p in range(args.parties)]
+        for child in children:
+            child.start()
+        try:
+            ports = {name: port for _, name, port in (queue.get(timeout=3600) for _ in names)}
+            transport = FlightTransport({n: f"grpc+tls://127.0.0.1:{ports[n]}" for n in names},
+                                        tls_cert=Path(certs) / "master.pem",
+                                        tls_key=Path(certs) / "master.key", ca_cert=Path(certs) / "ca.pem")
+            transport.wait_ready(60)
+            session = VerticalSession(transport, ForestParams(n_estimators=args.trees, max_depth=args.depth,
+                                                              random_state=1),
+                                      holdout_fraction=0.2, min_overlap=1)
+            start = time.perf_counter()
+            session.align()
+            aligned = time.perf_counter()
+            session.train()
+            trained = time.perf_counter()
+            structure = session.master.structure
+            session.close()
+            done.set()
+            results = {name: result for _, name, result in (queue.get(timeout=600) for _ in names)}
+        finally:
+            done.set()
+            for child in children:
+                child.join(timeout=120)
+                if child.is_alive():
+                    child.kill()
     h = hashlib.sha256()
-    s = session.master.structure
     for field in ("tree", "node", "left", "right", "owner", "weight", "value"):
-        h.update(np.ascontiguousarray(getattr(s, field)).tobytes())
-    for name in sorted(agents):
-        m = agents[name].party.model
-        for field in ("feature", "threshold", "missing_left", "cat_bits"):
-            h.update(np.ascontiguousarray(getattr(m, field)).tobytes())
-    session.close()
-    return {"align_seconds": aligned - start, "seconds": trained - aligned, "digest": h.hexdigest()[:16]}
+        h.update(np.ascontiguousarray(getattr(structure, field)).tobytes())
+    for name in names:
+        h.update(results[name]["digest"].encode())
+    agents = [results[name]["agent_peak_mib"] for name in names]
+    return {"align_seconds": aligned - start, "seconds": trained - aligned, "digest": h.hexdigest()[:16],
+            "agents_peak_mib": agents, "agent_peak_mib": max(agents),
+            "workers_peak_mib": [results[name]["workers_peak_mib"] for name in names],
+            "restarted": [r for name in names if (r := results[name]["restarted"]) is not None]}
 
 
 def run_in_process(args: argparse.Namespace) -> dict:
-    """Every agent reads its whole table into the process."""
-    from benchmarks.bench_dask_party import _peak_rss_mib
-
-    result = _session_run(_agents(args, None), args)
-    return {**result, "agent_peak_mib": _peak_rss_mib()}
+    """Every agent reads its whole table into its process."""
+    return _session_run(args, on_dask=False)
 
 
 def run_on_dask(args: argparse.Namespace) -> dict:
     """Every agent on its own LocalCluster, reading its Parquet metadata only."""
-    from distributed import Client, LocalCluster
-
-    from benchmarks.bench_dask_party import _peak_rss_mib, _vm_hwm_mib
-
-    clusters = []
-    for _ in range(args.parties):
-        cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                               dashboard_address=":0", memory_limit=args.limit or "auto",
-                               env={"NUMBA_NUM_THREADS": "1"})
-        clusters.append((cluster, Client(cluster)))
-    try:
-        result = _session_run(_agents(args, clusters), args)
-        peaks = [max(client.run(_vm_hwm_mib).values()) for _, client in clusters]
-    finally:
-        for cluster, client in clusters:
-            client.close()
-            cluster.close()
-    return {**result, "agent_peak_mib": _peak_rss_mib(), "workers_peak_mib": peaks}
+    return _session_run(args, on_dask=True)
