@@ -74,7 +74,10 @@ def _gathered(client, table: ParquetTable) -> pd.DataFrame:
     return pd.concat(client.gather(submit_blocks(client, read_table_block, table)), ignore_index=True)
 
 
-@pytest.mark.parametrize("location, workers", [("folder", "one_worker"), ("url", "three_workers")])
+@pytest.mark.parametrize("location, workers", [
+    ("folder", "one_worker"),
+    pytest.param("url", "three_workers", marks=pytest.mark.slow),  # end to end again, 25-36 s: in test-slow
+])
 def test_a_horizontal_agent_on_a_dataset_folder_or_url_answers_as_the_in_process_agent(
         tmp_path, location, workers, request, monkeypatch) -> None:
     client = request.getfixturevalue(workers)
@@ -126,7 +129,10 @@ def test_a_horizontal_agent_on_a_dataset_folder_or_url_answers_as_the_in_process
     assert len(written) == len(new)
 
 
-@pytest.mark.parametrize("location, workers", [("folder", "one_worker"), ("url", "three_workers")])
+@pytest.mark.parametrize("location, workers", [
+    ("folder", "one_worker"),
+    pytest.param("url", "three_workers", marks=pytest.mark.slow),  # end to end again, 25-36 s: in test-slow
+])
 def test_vertical_agents_on_dataset_folders_or_urls_answer_as_in_process(scenario, tmp_path,  # noqa: F811
                                                                          location, workers, request,
                                                                          monkeypatch) -> None:
