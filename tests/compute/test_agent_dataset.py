@@ -74,10 +74,8 @@ def _gathered(client, table: ParquetTable) -> pd.DataFrame:
     return pd.concat(client.gather(submit_blocks(client, read_table_block, table)), ignore_index=True)
 
 
-@pytest.mark.parametrize("location, workers", [
-    ("folder", "one_worker"),
-    pytest.param("url", "three_workers", marks=pytest.mark.slow),  # end to end again, 25-36 s: in test-slow
-])
+@pytest.mark.slow  # a whole horizontal federation on Dask twice, 68 s on two quiet cores: in test-slow
+@pytest.mark.parametrize("location, workers", [("folder", "one_worker"), ("url", "three_workers")])
 def test_a_horizontal_agent_on_a_dataset_folder_or_url_answers_as_the_in_process_agent(
         tmp_path, location, workers, request, monkeypatch) -> None:
     client = request.getfixturevalue(workers)
