@@ -66,7 +66,8 @@ def _sink(database: str | None, root: Path, tag: str) -> tuple[dict, Callable[[]
     return {"parquet": {"path": str(root / f"scores-{tag}")}}, dataset
 
 
-@pytest.mark.parametrize("sink", [pytest.param("sql", marks=pytest.mark.postgres), "parquet"])
+@pytest.mark.parametrize("sink", [pytest.param("sql", marks=pytest.mark.postgres),
+                                  pytest.param("parquet", marks=pytest.mark.slow)])
 def test_workers_predictions_are_delivered_once_as_the_in_process_agent_delivers_them(
         request, tmp_path, three_workers, monkeypatch, sink) -> None:
     database = postgres = None

@@ -118,7 +118,8 @@ def test_a_parquet_dataset_read_by_the_workers_gives_the_in_memory_forest(three_
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("inline, privacy", [(True, "none"), (False, "none"), (True, "ldp")],
+@pytest.mark.parametrize("inline, privacy", [(True, "none"), (False, "none"),
+                                             pytest.param(True, "ldp", marks=pytest.mark.slow)],
                          ids=["arrays in the tasks", "arrays scattered", "ldp: permanent responses rebuilt"])
 def test_a_worker_lost_mid_forest_still_gives_the_same_forest(tmp_path, monkeypatch, inline, privacy) -> None:
     from fedcore.compute import dask_rows

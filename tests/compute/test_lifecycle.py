@@ -54,7 +54,8 @@ def _while_fitting(monkeypatch, probe, fails: bool = False) -> list:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("setting, fails", [("horizontal", False), ("vertical", True)])
+@pytest.mark.parametrize("setting, fails", [pytest.param("horizontal", False, marks=pytest.mark.slow),
+                                            ("vertical", True)])
 def test_a_fit_on_a_local_cluster_leaves_no_worker_behind(setting, fails, monkeypatch) -> None:
     """`compute="local:1"` starts a worker process for the fit; it is gone when the fit ends or raises."""
     model, parties = _horizontal() if setting == "horizontal" else _vertical()

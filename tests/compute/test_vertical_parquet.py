@@ -189,6 +189,7 @@ def test_psi_alignment_aligns_the_blocks_as_the_in_process_agent(scenario, tmp_p
         pd.testing.assert_frame_equal(held, expected[holdout].reset_index(drop=True))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_worker_lost_mid_forest_rebuilds_the_aligned_blocks(scenario, tmp_path, monkeypatch) -> None:
     """The aligned blocks and their codes are made by tasks: a lost worker's are read and cut again."""

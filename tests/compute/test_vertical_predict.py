@@ -126,6 +126,7 @@ def test_a_batch_on_the_workers_answers_as_the_in_process_agent(scenario, tmp_pa
         assert isinstance(rows, DaskPredictionRows) and len(rows.blocks) > 2
 
 
+@pytest.mark.slow
 def test_psi_on_a_batch_on_the_workers_delivers_the_in_process_predictions(scenario, tmp_path,
                                                                            three_workers) -> None:
     """PSI blinds afresh each session, so the messages and the rows' order differ; each ID's prediction not.
@@ -140,6 +141,7 @@ def test_psi_on_a_batch_on_the_workers_delivers_the_in_process_predictions(scena
     assert not got[1].equals(by_id[0])  # the canonical order is not the IDs' (it is a blinded shuffle)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_worker_lost_during_prediction_gives_the_same_answer(scenario, tmp_path, monkeypatch) -> None:
     expected = _predict(_agents(scenario, tmp_path / "local"), scenario)
@@ -152,7 +154,7 @@ def test_a_worker_lost_during_prediction_gives_the_same_answer(scenario, tmp_pat
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("call", [1, 3])
+@pytest.mark.parametrize("call", [pytest.param(1, marks=pytest.mark.slow), 3])
 def test_a_worker_lost_during_the_held_out_evaluation_gives_the_in_process_answers(scenario, tmp_path,
                                                                                    in_process_evaluation,
                                                                                    monkeypatch, call) -> None:
