@@ -214,19 +214,19 @@ def test_master_refuses_an_agent_with_another_institutions_certificate(pki) -> N
     assert impostor.calls == 0
 
 
+@pytest.mark.timeout(60)
 def test_unreachable_endpoint_fails_fast_naming_the_party(pki) -> None:
+    """Nobody listening is told at once, not after the call's timeout (which would say "did not answer")."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # closed again before the call: nobody listens there
     endpoint = f"grpc+tls://127.0.0.1:{port}"
     with _agents([Echo("a")], pki) as endpoints:
-        with _transport({**endpoints, "b": endpoint}, pki, timeout_s=2.0) as transport:
-            started = time.perf_counter()
+        with _transport({**endpoints, "b": endpoint}, pki, timeout_s=600.0) as transport:
             with pytest.raises(ProtocolError,
                                match=re.escape(f"cannot reach party 'b' at {endpoint}: nothing listens "
                                                "there: is the agent running?")):
                 transport.exchange({"a": Message("ping"), "b": Message("ping")})
-            assert time.perf_counter() - started < 2.5
 
 
 def test_slow_party_times_out(pki) -> None:

@@ -8,8 +8,6 @@ still train exactly as before.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -83,6 +81,7 @@ def _perturb_header(rng: np.random.Generator, header: dict) -> dict:
     return header
 
 
+@pytest.mark.timeout(120)  # about 5 s in all: a message that keeps the agent busy fails it, whatever the load
 def test_perturbed_messages_never_crash_or_hang_an_agent(tmp_path) -> None:
     agents = _agents(tmp_path)
     session, transport = _train(agents)
@@ -95,7 +94,7 @@ def test_perturbed_messages_never_crash_or_hang_an_agent(tmp_path) -> None:
     # first level's find_splits that follows the prefix.
     valid_next = {i for i, m in enumerate(recorded) if m.kind == "validation_report"} | {len(prefix)}
     rng = np.random.default_rng(FUZZ_SEED)  # the only source of the perturbations (see the note below)
-    slowest, outcomes, wrongly_refused, must_answer = 0.0, {"answered": 0, "refused": 0}, [], 0
+    outcomes, wrongly_refused, must_answer = {"answered": 0, "refused": 0}, [], 0
     for _ in range(FUZZ_MESSAGES):
         index = int(rng.integers(len(recorded)))
         original, perturbed, arrays = recorded[index], False, {}
@@ -109,7 +108,6 @@ def test_perturbed_messages_never_crash_or_hang_an_agent(tmp_path) -> None:
         message = Message(original.kind, header, arrays)
         for step in prefix:  # the agent in a real session's state, then the perturbed message
             target.handle(step)
-        started = time.perf_counter()
         try:
             target.handle(Message.from_bytes(message.to_bytes()))
             outcomes["answered"] += 1
@@ -118,8 +116,6 @@ def test_perturbed_messages_never_crash_or_hang_an_agent(tmp_path) -> None:
             if not perturbed and index in valid_next:
                 wrongly_refused.append(f"{original.kind}: {exc!r}")
         must_answer += not perturbed and index in valid_next
-        slowest = max(slowest, time.perf_counter() - started)
-    assert slowest < 5.0, f"a perturbed message kept the agent busy for {slowest:.1f} s"
     # The perturbations come from one seeded generator, not from hypothesis: its draws mix in constants that
     # it harvests from every project module imported so far, so the stream, and with it the answered count,
     # changed with the order tests ran in and with edits anywhere in the code. Seeded, the counts are the
