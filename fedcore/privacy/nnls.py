@@ -19,6 +19,8 @@ Why this way:
   same algorithm but one Python call per row (and scipy is not a runtime dependency).
 
 `lawson_hanson` is the plain NumPy version of the same algorithm, kept as the test oracle.
+`simplex_projection` is the closed form of the special case where the design is a multiple of the identity
+and the sum is fixed (LDP's k-RR and OUE, GDP's noisy counts).
 """
 
 from __future__ import annotations
