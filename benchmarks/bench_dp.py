@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from benchmarks.figures import epsilon_axis
 from benchmarks.markdown import markdown_table
 from fedcore.data.split import split_horizontal
 from fedcore.simulation import build_estimator, declared_ranges, split_train_test
@@ -158,15 +159,9 @@ def plot(rows: list[dict], path: Path) -> None:
                 curve = part[mode].sort_index()
                 axis.semilogx(curve.index, curve.to_numpy(), style, label=mode)
         ticks = sorted({e for e in part.index.get_level_values(1) if pd.notna(e)})
-        axis.set_xticks(ticks, [f"{e:g}" for e in ticks])
-        axis.minorticks_off()
-        reference = part["ExtraTrees (pooled)"].iloc[0]
-        axis.axhline(reference, color="black", label="ExtraTrees (non-private)")
-        axis.axhline(reference - 0.03, color="black", linestyle=":", label="ExtraTrees - 3 pp")
+        epsilon_axis(axis, ticks, part["ExtraTrees (pooled)"].iloc[0], "ExtraTrees (non-private)",
+                     "epsilon (FET-GDP, diffprivlib: whole model; LDP: per row's label)")
         axis.set_title(name)
-        axis.set_xlabel("epsilon (FET-GDP, diffprivlib: whole model; LDP: per row's label)")
-        axis.set_ylabel("test accuracy")
-        axis.grid(alpha=0.3, which="both")
     axes[0][0].legend(fontsize=7)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

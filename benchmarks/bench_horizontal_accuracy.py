@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from benchmarks.figures import epsilon_axis
 from benchmarks.markdown import markdown_table
 from fedcore.data.datasets import make_waveform
 from fedcore.data.io import read_table
@@ -144,14 +145,8 @@ def plot_epsilon(name: str, curve: list[dict], path: Path) -> None:
     eps = [r["epsilon"] for r in curve]
     reference = float(np.mean([r["ET"] for r in curve]))
     axis.semilogx(eps, [r["FET-GDP"] for r in curve], "-o", color="tab:red", label="FET-GDP")
-    axis.axhline(reference, color="black", label="ExtraTrees (pooled rows)")
-    axis.axhline(reference - 0.03, color="black", linestyle=":", label="ExtraTrees - 3 pp")
-    axis.set_xticks(eps, [f"{e:g}" for e in eps])
-    axis.minorticks_off()
-    axis.set_xlabel("epsilon per count query")
-    axis.set_ylabel("test accuracy")
+    epsilon_axis(axis, eps, reference, "ExtraTrees (pooled rows)", "epsilon per count query")
     axis.set_title(f"FET-GDP on {name}: accuracy against epsilon")
-    axis.grid(alpha=0.3, which="both")
     axis.legend(fontsize=8)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

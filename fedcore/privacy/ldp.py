@@ -21,7 +21,9 @@ the party's secret keys, so any block of rows draws exactly what the whole table
 
 The master only sees per-group sums of report bits and estimates class counts by non-negative regression
 on the known report probabilities (``estimate_counts``, solved by `fedcore.privacy.nnls`: exact, compiled,
-and the same for a group whatever other groups share the call).
+and the same for a group whatever other groups share the call; for GRR and OUE, whose design is a multiple
+of the identity plus a constant, that regression is the projection of the debiased proportions onto the
+simplex, in closed form).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import numpy as np
 
 from fedcore.errors import LabelError, ParameterError
 from fedcore.privacy import ldp_draws
-from fedcore.privacy.nnls import SharedNNLS
+from fedcore.privacy.nnls import SharedNNLS, simplex_projection
 
 ESTIMATORS = ("nnls", "lasso")
 MECHANISMS = ("auto", "krr", "oue", "bloom")
@@ -353,15 +355,17 @@ def _patterns(n_bits: int, n_hashes: int, n_classes: int) -> np.ndarray:
 class _Design:
     """The estimation equations of one (mechanism, n_classes), reduced once (`SharedNNLS`).
 
-    NNLS solves min ||bits x - observed||^2 + SUM_WEIGHT^2 (sum(x) - 1)^2 over x >= 0. The Lasso first
-    selects the classes present (RAPPOR): NNLS on the bit equations alone with the target shifted by
-    alpha d, where d is the least-norm solution of bits' d = -1, which minimises
+    NNLS solves min ||bits x - observed||^2 + SUM_WEIGHT^2 (sum(x) - 1)^2 over x >= 0; for k-RR and OUE
+    (`_unary_form`) min ||bits x - observed||^2 over x >= 0 with sum(x) = 1 exactly, in closed form. The
+    Lasso first selects the classes present (RAPPOR): NNLS on the bit equations alone with the target
+    shifted by alpha d, where d is the least-norm solution of bits' d = -1, which minimises
     0.5 ||bits x - observed||^2 + alpha sum(x); then it refits with the sum equation on that support.
     """
 
     def __init__(self, probabilities: np.ndarray) -> None:
         n_classes = probabilities.shape[0]
         self.bits = probabilities.T  # (n_bits, n_classes): E[bit proportion] = bits @ class proportions
+        self.unary = _unary_form(probabilities)
         full = np.vstack([self.bits, np.full((1, n_classes), SUM_WEIGHT)])
         self.full = SharedNNLS(full)
         self.bits_only = SharedNNLS(self.bits)
@@ -371,12 +375,30 @@ class _Design:
 
     def proportions(self, observed: np.ndarray, ldp: LabelLDP) -> np.ndarray:
         """Class proportions (g, n_classes) >= 0 summing to ~1 from observed bit proportions (g, n_bits)."""
+        if ldp.estimator == "nnls" and self.unary is not None:
+            one, other = self.unary  # sum x = 1 holds exactly: the projection of the debiased proportions
+            return simplex_projection((observed - other) / (one - other), np.ones((observed.shape[0], 1)))
         target = np.hstack([observed, np.full((observed.shape[0], 1), SUM_WEIGHT)])
         if ldp.estimator == "nnls":
             return self.full.solve(target)
         selected = self.bits_only.solve(observed, offset=ldp.lasso_alpha * self.lasso_shift) > 0
         selected[~selected.any(axis=1)] = True  # nothing survived the penalty: fall back to every class
         return self.full.solve(target, allowed=selected)
+
+
+def _unary_form(probabilities: np.ndarray) -> tuple[float, float] | None:
+    """(p, q) when P(bit b = 1 | class c) is p for b = c and q elsewhere (k-RR, OUE), else None (Bloom).
+
+    Then the least squares under x >= 0, sum x = 1 is the simplex projection of (observed - q) / (p - q):
+    closed form, where the active-set NNLS took most of LDP's training time on many classes.
+    """
+    n_classes, n_bits = probabilities.shape
+    if n_classes < 2 or n_bits != n_classes:
+        return None
+    one, other = float(probabilities[0, 0]), float(probabilities[0, 1])
+    if one == other or not np.array_equal(probabilities, np.where(np.eye(n_classes, dtype=bool), one, other)):
+        return None
+    return one, other
 
 
 MAX_CONDITION = 1e4

@@ -118,23 +118,35 @@ def instant_report(permanent: np.ndarray, key: np.ndarray, row: np.uint64, slot:
         _settle_ties(permanent, key, row, slot, report, if_one, if_zero, out)
 
 
+@nb.njit(cache=True, inline="always")
+def _permanent_words(key: np.ndarray, row: np.uint64, words: np.ndarray) -> None:
+    """Row `row`'s permanent words into `words`, one per report bit; Bloom and OUE read the same words.
+
+    Word b is word b of the stream at (row, 0, 0) under `key`, four to a Philox block.
+    """
+    zero = np.uint64(0)
+    n_bits = words.shape[0]
+    for g in range((n_bits + 3) // 4):
+        block = philox.block(np.uint64(g), row, zero, zero, key[0], key[1])
+        for lane in range(min(4, n_bits - 4 * g)):
+            words[4 * g + lane] = block[lane]
+
+
 @nb.njit(cache=True, parallel=True)
 def permanent_bloom(labels: np.ndarray, bloom: np.ndarray, first_row: int, key: np.ndarray,
                     keep: np.uint64, out: np.ndarray) -> None:
     """The Bloom mechanism's permanent responses of rows first_row, first_row + 1, ... into `out`.
 
-    Bit b keeps the class's Bloom bit when the top 63 bits of word b fall below `keep`; otherwise it is the
-    word's lowest bit, a fair coin independent of that choice.
+    Bit b keeps the class's Bloom bit when the top 63 bits of word b (`_permanent_words`) fall below `keep`;
+    otherwise it is the word's lowest bit, a fair coin independent of that choice.
     """
     n_bits = bloom.shape[1]
     for i in nb.prange(labels.shape[0]):
-        row = np.uint64(first_row + i)
-        for g in range((n_bits + 3) // 4):
-            words = philox.block(np.uint64(g), row, np.uint64(0), np.uint64(0), key[0], key[1])
-            for lane in range(min(4, n_bits - 4 * g)):
-                b = 4 * g + lane
-                w = words[lane]
-                out[i, b] = bloom[labels[i], b] if (w >> np.uint64(1)) < keep else w & np.uint64(1)
+        words = np.empty(n_bits, dtype=np.uint64)
+        _permanent_words(key, np.uint64(first_row + i), words)
+        for b in range(n_bits):
+            w = words[b]
+            out[i, b] = bloom[labels[i], b] if (w >> np.uint64(1)) < keep else w & np.uint64(1)
 
 
 @nb.njit(cache=True, parallel=True)
@@ -169,15 +181,13 @@ def permanent_unary(labels: np.ndarray, patterns: np.ndarray, first_row: int, ke
                     if_one: np.uint64, if_zero: np.uint64, out: np.ndarray) -> None:
     """Unary encoding's (OUE's) permanent responses of rows first_row, first_row + 1, ... into `out`.
 
-    Bit b is 1 when the top 63 bits of word b (the same words as `permanent_bloom`'s) fall below `if_one`
-    where the class's pattern has a 1, below `if_zero` where it has a 0: each bit independently.
+    Bit b is 1 when the top 63 bits of word b (`_permanent_words`, as `permanent_bloom`'s) fall below
+    `if_one` where the class's pattern has a 1, below `if_zero` where it has a 0: each bit independently.
     """
     n_bits = patterns.shape[1]
     for i in nb.prange(labels.shape[0]):
-        row = np.uint64(first_row + i)
-        for g in range((n_bits + 3) // 4):
-            words = philox.block(np.uint64(g), row, np.uint64(0), np.uint64(0), key[0], key[1])
-            for lane in range(min(4, n_bits - 4 * g)):
-                b = 4 * g + lane
-                threshold = if_one if patterns[labels[i], b] else if_zero
-                out[i, b] = (words[lane] >> np.uint64(1)) < threshold
+        words = np.empty(n_bits, dtype=np.uint64)
+        _permanent_words(key, np.uint64(first_row + i), words)
+        for b in range(n_bits):
+            threshold = if_one if patterns[labels[i], b] else if_zero
+            out[i, b] = (words[b] >> np.uint64(1)) < threshold

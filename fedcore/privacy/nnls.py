@@ -19,6 +19,8 @@ Why this way:
   same algorithm but one Python call per row (and scipy is not a runtime dependency).
 
 `lawson_hanson` is the plain NumPy version of the same algorithm, kept as the test oracle.
+`simplex_projection` is the closed form of the special case where the design is a multiple of the identity
+and the sum is fixed (LDP's k-RR and OUE, GDP's noisy counts).
 """
 
 from __future__ import annotations
@@ -481,3 +483,19 @@ def lawson_hanson(matrix: np.ndarray, target: np.ndarray, max_iter: int | None =
         x = trial
         gradient = matrix.T @ (target - matrix @ x)
     return x
+
+
+def simplex_projection(values: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """The Euclidean projection of each row of `values` (..., n) onto {x >= 0, sum x = total} (total >= 0).
+
+    The least squares under x >= 0 and a fixed sum when the design is a multiple of the identity (LDP's
+    k-RR and OUE after debiasing, GDP's noisy counts): closed form, a sort and a cumulative sum per row,
+    so each row's answer depends on that row alone.
+    """
+    ordered = -np.sort(-values, axis=-1)
+    cumulative = np.cumsum(ordered, axis=-1) - total
+    rank = np.arange(1, values.shape[-1] + 1)
+    support = ordered - cumulative / rank > 0
+    last = values.shape[-1] - 1 - np.argmax(support[..., ::-1], axis=-1)  # largest rank still in the support
+    shift = np.take_along_axis(cumulative, last[..., None], axis=-1) / (last[..., None] + 1)
+    return np.maximum(values - shift, 0.0)

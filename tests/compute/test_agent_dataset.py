@@ -20,18 +20,9 @@ from fedcore.compute.dask_table import ParquetTable, open_dataset, profile, read
 from fedcore.contracts.model import infer_contract
 from fedcore.data.io import read_dataset
 from fedcore.errors import DataReadError
-from fedcore.horizontal.agent import HorizontalInstitutionAgent
 from fedcore.horizontal.params import ExtraTreesParams
-from tests.compute.test_agent_parquet import (
-    _agents,
-    _config,
-    _load,
-    _north_and_new,
-    _predict_local,
-    _refuse_readers,
-    _session,
-    _table,
-)
+from tests.compute.federation import refuse_readers, run_north, same_outcome
+from tests.compute.test_agent_parquet import _config, _load, _north_and_new, _table
 from tests.compute.test_vertical_predict import _predict
 from tests.compute.test_vertical_predict import scenario as scenario  # noqa: F401  # the module fixture
 from tests.vertical.test_session import _agents as vertical_agents
@@ -94,7 +85,7 @@ def test_a_horizontal_agent_on_a_dataset_folder_or_url_answers_as_the_in_process
         config = _config(root, north, new, contract, on_dask, data=_locations(tmp_path / "north-lake")[where],
                          predict_data=_locations(tmp_path / "new-lake")[where])
         if on_dask:
-            _refuse_readers(monkeypatch)  # read_files, which reads a dataset whole in process, among them
+            refuse_readers(monkeypatch)  # read_files, which reads a dataset whole in process, among them
         data = _load(config, client, on_dask)
         monkeypatch.undo()
         assert data.valid and data.n_rows == len(north)
@@ -105,25 +96,12 @@ def test_a_horizontal_agent_on_a_dataset_folder_or_url_answers_as_the_in_process
             pd.testing.assert_frame_equal(_gathered(client, data.table), whole, check_exact=True)
         else:
             pd.testing.assert_frame_equal(data.frame, whole, check_exact=True)
-        agents = _agents(table, root / "run", contract)
-        agents["north"] = HorizontalInstitutionAgent(data, identity=agents["north"].identity)
-        session = _session(agents)
-        session.params = ExtraTreesParams(n_estimators=4, max_depth=6, random_state=4)
-        assert {"site", "tier"} <= set(session.agree_schema().names)
-        if on_dask:
-            _refuse_readers(monkeypatch)
-        session.train()
-        metrics = session.evaluate()
-        reply = agents["north"].handle(_predict_local())
-        monkeypatch.undo()
-        path = Path(reply.header["path"])
-        written = (pd.concat([pd.read_parquet(p) for p in sorted(path.iterdir())], ignore_index=True)
-                   if on_dask else pd.read_parquet(path))
-        results[on_dask] = session.model, metrics, session.facts.holdout_rows, written
-        session.close()
-    (model, metrics, held, written), (got_model, got_metrics, got_held, got_written) = results.values()
-    assert got_model.same_as(model) and got_metrics == metrics and got_held == held
-    pd.testing.assert_frame_equal(got_written, written, check_exact=True)
+        params = ExtraTreesParams(n_estimators=4, max_depth=6, random_state=4)
+        results[on_dask] = run_north(data, table, root / "run", contract, params,
+                                     monkeypatch if on_dask else None)
+        assert {"site", "tier"} <= set(results[on_dask].columns)
+    same_outcome(results[True], results[False])
+    written = results[False].written
     assert len(written) == len(new)
 
 

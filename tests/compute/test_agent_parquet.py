@@ -28,6 +28,7 @@ from fedcore.data.split import split_horizontal
 from fedcore.errors import DataReadError, DataWriteError, InputError
 from fedcore.horizontal.agent import HorizontalInstitutionAgent
 from fedcore.horizontal.params import ExtraTreesParams
+from tests.compute.federation import predict_local, refuse_readers, run_north, same_outcome
 from tests.compute.workers import worker_processes
 from tests.horizontal.test_session import _agents, _session
 from tests.keys import master_public_key
@@ -103,7 +104,7 @@ def test_an_agent_whose_workers_read_its_parquet_answers_as_the_in_process_agent
     for on_dask in (False, True):
         config = _config(tmp_path, north, new, contract, on_dask)
         if on_dask:  # the agent process never reads rows: every pandas reader fails here
-            _refuse_readers(monkeypatch)
+            refuse_readers(monkeypatch)
         data = _load(config, three_workers, on_dask)
         monkeypatch.undo()
         assert data.valid and data.n_rows == len(north)
@@ -111,27 +112,15 @@ def test_an_agent_whose_workers_read_its_parquet_answers_as_the_in_process_agent
             assert len(data.frame) == 0 and list(data.frame.columns) == list(north.columns)
             assert data.table is not None and len(data.table.files) == 2 and len(data.table.blocks) == 6
             assert data.load_batch is None and data.open_batch is not None
-        agents = _agents(table, tmp_path / f"run-{on_dask}", contract)
-        agents["north"] = HorizontalInstitutionAgent(data, identity=agents["north"].identity)
-        session = _session(agents)
-        if task == "regression":
-            session.params = ExtraTreesParams(n_estimators=12, max_depth=8, random_state=4, task=task,
-                                              criterion="squared_error")
-        session.agree_schema()
-        if on_dask:
-            _refuse_readers(monkeypatch)
-        session.train()
-        metrics = session.evaluate()
-        reply = agents["north"].handle(_predict_local())
-        monkeypatch.undo()
-        if on_dask:
-            rows = agents["north"].party.rows
-            assert type(rows).__name__ == "DaskPartyRows" and len(rows.blocks) == 6
-        results[on_dask] = session.model, metrics, session.facts.holdout_rows, reply
-        session.close()
-    (model, metrics, held, reply), (dask_model, dask_metrics, dask_held, dask_reply) = results.values()
-    assert dask_model.same_as(model) and dask_metrics == metrics and dask_held == held
-    written = pd.read_parquet(reply.header["path"])
+        params = (ExtraTreesParams(n_estimators=12, max_depth=8, random_state=4, task=task,
+                                   criterion="squared_error") if task == "regression" else None)
+        results[on_dask] = run_north(data, table, tmp_path / f"run-{on_dask}", contract, params,
+                                     monkeypatch if on_dask else None)
+    expected, got = results.values()
+    same_outcome(got, expected)
+    rows = got.agents["north"].party.rows
+    assert type(rows).__name__ == "DaskPartyRows" and len(rows.blocks) == 6
+    reply, dask_reply, written = expected.reply, got.reply, expected.written
     folder = Path(dask_reply.header["path"])
     assert folder.is_dir() and folder.parent == tmp_path / "predictions-True"
     assert folder.name.startswith("unregistered-") and folder.suffix == ".parquet"
@@ -145,22 +134,6 @@ def test_an_agent_whose_workers_read_its_parquet_answers_as_the_in_process_agent
 def _load(config, client, on_dask: bool):
     """North's data from `config`, its blocks on `client`'s workers when `on_dask`."""
     return institution_from_config(config, "north", cluster=Cluster(client, []) if on_dask else None)
-
-
-def _refuse_readers(monkeypatch) -> None:
-    """Every way the agent could read rows in its process fails (the threaded workers read with pyarrow)."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("the agent read rows")
-
-    for target in ("fedcore.agents.data.read_files", "fedcore.data.io.read_table", "pandas.read_parquet",
-                   "pandas.read_csv"):
-        monkeypatch.setattr(target, refuse)
-
-
-def _predict_local():
-    from fedcore.protocol.messages import Message
-
-    return Message("predict_local")
 
 
 @pytest.mark.parametrize("setting", ["horizontal", "vertical"])
@@ -341,7 +314,7 @@ def test_a_vertical_agent_on_dask_reads_its_parquet_metadata_only(tmp_path, thre
                 "predict_data": str(tmp_path / "not-yet" / "*.parquet")},  # a batch that arrives later
                {"name": "south", "data": "unused.parquet", "id_column": "patient_id"}]}
     config = parse_config(raw, tmp_path / "federation.yaml")
-    _refuse_readers(monkeypatch)
+    refuse_readers(monkeypatch)
     data = _load(config, three_workers, on_dask=True)
     monkeypatch.undo()
     assert data.table is not None and data.open_batch is not None and data.load_batch is None
@@ -392,7 +365,7 @@ def test_prediction_parts_the_agent_does_not_see_are_refused_and_leave_no_folder
     three_workers.register_plugin(OtherDisk())
     try:
         with pytest.raises(DataWriteError) as refused:
-            agents["north"].handle(_predict_local())
+            agents["north"].handle(predict_local())
     finally:
         three_workers.unregister_worker_plugin("other-disk")
         session.close()
@@ -421,21 +394,8 @@ def test_dates_read_by_the_workers_train_and_predict_as_the_in_process_agents(tm
         assert data.valid and data.dates == ("opened", "seen")
         assert (data.table.dates if on_dask else data.frame["opened"].dtype) == (("opened", "seen") if on_dask
                                                                                 else np.float64)
-        agents = _agents(others, tmp_path / f"run-{on_dask}", contract)
-        agents["north"] = HorizontalInstitutionAgent(data, identity=agents["north"].identity)
-        session = _session(agents)
-        session.agree_schema()
-        session.train()
-        metrics = session.evaluate()
-        reply = agents["north"].handle(_predict_local())
-        path = Path(reply.header["path"])
-        written = (pd.concat([pd.read_parquet(p) for p in sorted(path.iterdir())], ignore_index=True)
-                   if path.is_dir() else pd.read_parquet(path))
-        results[on_dask] = session.model, metrics, written
-        session.close()
-    (model, metrics, written), (dask_model, dask_metrics, dask_written) = results.values()
-    assert dask_model.same_as(model) and dask_metrics == metrics
-    pd.testing.assert_frame_equal(dask_written, written, check_exact=True)
+        results[on_dask] = run_north(data, others, tmp_path / f"run-{on_dask}", contract)
+    same_outcome(results[True], results[False])
 
 
 def test_a_table_whose_dates_break_its_contract_gets_the_in_process_report(tmp_path, three_workers) -> None:

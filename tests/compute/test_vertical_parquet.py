@@ -29,7 +29,7 @@ from fedcore.trees.params import ForestParams
 from fedcore.vertical.agent import VerticalInstitutionAgent
 from fedcore.vertical.alignment import align_frame
 from fedcore.vertical.session import VerticalSession
-from tests.compute.test_agent_parquet import _refuse_readers
+from tests.compute.federation import refuse_readers
 from tests.compute.workers import losable_cluster, lose_a_worker_on_call
 from tests.conftest import mixed_table
 from tests.keys import master_public_key
@@ -101,7 +101,7 @@ def test_agents_on_parquet_blocks_train_the_in_process_forest(scenario, tmp_path
     client = request.getfixturevalue(workers)
     expected = _train(_agents(scenario, tmp_path / "local", new_batch=False), "none")
     agents = _parquet_agents(scenario, tmp_path / "dask", client)
-    _refuse_readers(monkeypatch)  # no agent reads a row: the threaded workers read with pyarrow
+    refuse_readers(monkeypatch)  # no agent reads a row: the threaded workers read with pyarrow
     got = _train(agents, "none")
     monkeypatch.undo()
     assert got[1] == expected[1]

@@ -24,7 +24,7 @@ from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.agent import VerticalInstitutionAgent
 from fedcore.vertical.session import VerticalSession
-from tests.compute.test_agent_parquet import _refuse_readers
+from tests.compute.federation import refuse_readers
 from tests.compute.test_vertical_parquet import BLOCK_ROWS, _parquet_agents, _train, _write
 from tests.compute.workers import losable_cluster, lose_a_worker_on_call
 from tests.keys import master_key
@@ -96,7 +96,7 @@ def _predict(agents: dict, scenario: dict, monkeypatch=None, alignment: str = "h
     metrics = session.evaluate()  # the held-out rows: in their blocks on Dask
     session.alignment = alignment
     if monkeypatch is not None:
-        _refuse_readers(monkeypatch)  # no agent reads a batch row: the threaded workers read with pyarrow
+        refuse_readers(monkeypatch)  # no agent reads a batch row: the threaded workers read with pyarrow
     result = session.batch_predict(scenario["label_holder"])
     values = [session.master.predict_values(result["rows"], method, batch_rows=100)
               for method in ("one-round", "node-by-node")]

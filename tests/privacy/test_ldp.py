@@ -388,3 +388,46 @@ def test_auto_draws_and_estimates_as_the_mechanism_it_resolves_to(n_classes, mec
     np.testing.assert_array_equal(auto.report_probabilities(n_classes),
                                   resolved.report_probabilities(n_classes))
     assert auto.leaf_floor(n_classes) == resolved.leaf_floor(n_classes)
+
+
+@pytest.mark.parametrize("mechanism, epsilon", [("krr", 3.0), ("oue", 2.0)])
+def test_unary_estimates_are_the_least_squares_on_the_simplex(mechanism: str, epsilon: float) -> None:
+    """k-RR and OUE: the closed form is the best fit of the bit proportions with x >= 0, sum x = 1 exactly.
+
+    Checked against brute force over supports (least squares with the sum equation on each support), on
+    groups of a few rows, where many classes are estimated at 0.
+    """
+    n_classes = 4
+    ldp = LabelLDP(mechanism=mechanism, report_epsilon=epsilon)
+    probabilities = ldp.report_probabilities(n_classes).T  # (bits, classes)
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(1, 6, 60).astype(np.float64)
+    sums = np.minimum(rng.integers(0, 6, (60, n_classes)), sizes[:, None])
+    if mechanism == "krr":  # one reported class per row: the bits of a group add up to its size
+        sums = np.stack([np.bincount(rng.integers(0, n_classes, int(n)), minlength=n_classes) for n in sizes])
+    got = ldp.estimate_counts(sums, sizes, n_classes) / sizes[:, None]
+    for x, observed in zip(got, sums / sizes[:, None], strict=True):
+        assert (x >= 0).all() and x.sum() == pytest.approx(1.0, abs=1e-12)
+        best = math.inf
+        for size in range(1, n_classes + 1):
+            for support in itertools.combinations(range(n_classes), size):
+                columns = probabilities[:, list(support)]
+                # minimise ||A z - o|| with sum z = 1: z = z0 + N w over the null space of the sum
+                basis = np.linalg.svd(np.ones((1, size)))[2][1:].T
+                start = np.full(size, 1.0 / size)
+                w = np.linalg.lstsq(columns @ basis, observed - columns @ start, rcond=None)[0] if size > 1 \
+                    else np.zeros(0)
+                z = start + basis @ w
+                if (z >= -1e-12).all():
+                    best = min(best, float(np.sum((columns @ z - observed) ** 2)))
+        assert np.sum((probabilities @ x - observed) ** 2) == pytest.approx(best, rel=1e-9, abs=1e-12)
+
+
+def test_unary_estimates_of_a_group_do_not_depend_on_the_other_groups() -> None:
+    ldp = LabelLDP(mechanism="oue", report_epsilon=2.0)
+    rng = np.random.default_rng(2)
+    sizes = rng.integers(1, 40, 300).astype(np.float64)
+    sums = np.floor(rng.random((300, 26)) * sizes[:, None])
+    whole = ldp.estimate_counts(sums, sizes, 26)
+    for part in (slice(0, 1), slice(7, 150), slice(299, 300)):
+        np.testing.assert_array_equal(ldp.estimate_counts(sums[part], sizes[part], 26), whole[part])

@@ -36,6 +36,8 @@ import math
 
 import numpy as np
 
+from fedcore.privacy.nnls import simplex_projection
+
 
 def count_variance(sigmas: list[float]) -> float:
     """Noise variance of one count summed over the parties: the sum of their sigma^2."""
@@ -75,13 +77,7 @@ def simplex_proportions(stats: np.ndarray) -> np.ndarray:
     uniform where n <= 0.
     """
     n = stats.sum(axis=-1, keepdims=True)
-    ordered = -np.sort(-stats, axis=-1)
-    cumulative = np.cumsum(ordered, axis=-1) - np.maximum(n, 0.0)
-    rank = np.arange(1, stats.shape[-1] + 1)
-    support = ordered - cumulative / rank > 0
-    last = stats.shape[-1] - 1 - np.argmax(support[..., ::-1], axis=-1)  # largest rank still in the support
-    shift = np.take_along_axis(cumulative, last[..., None], axis=-1) / (last[..., None] + 1)
-    projected = np.maximum(stats - shift, 0.0)
+    projected = simplex_projection(stats, np.maximum(n, 0.0))
     positive = n > 0
     return np.where(positive, projected / np.where(positive, n, 1.0), 1.0 / stats.shape[-1])
 
