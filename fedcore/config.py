@@ -52,10 +52,11 @@
                                            # (default: in the agent's process; fedcore/compute/cluster.py;
                                            # vertical: classification only, issue #29); Parquet data and
                                            # predict_data (files, dataset folder or URL) are then read by
-                                           # the workers at the same path, and horizontal predictions
-                                           # written by them into the predictions folder (with a sink: a
-                                           # hidden temporary folder there, which the agent delivers
-                                           # from and removes)
+                                           # the workers at the same path, a database table or query (a
+                                           # batch query: each run's window) in blocks of IDs, and
+                                           # horizontal predictions written by them into the
+                                           # predictions folder (with a sink: a hidden temporary folder
+                                           # there, which the agent delivers from and removes)
     params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal)
                                                # fields
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,

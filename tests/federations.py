@@ -53,12 +53,15 @@ def copy_of(federation: Federation, destination: Path) -> Federation:
     return replace(federation, work=destination, config_path=config_path, scenario=moved(federation.scenario))
 
 
-def horizontal_session_from_config(config, params):
+def horizontal_session_from_config(config, params, cluster=None):
     """A horizontal session over in-process agents that load their data from `config`, contracts checked.
 
     `params`: the forest's `ExtraTreesParams`. Each agent reads its institution's configured source when the
-    session starts (`institution_from_config`), as a served agent does.
+    session starts (`institution_from_config`), as a served agent does; one with `compute: dask` on
+    `cluster` (a `fedcore.compute.cluster.Cluster`; default: its config's).
     """
+    from functools import partial
+
     from fedcore.agents.data import institution_from_config
     from fedcore.horizontal.agent import HorizontalInstitutionAgent
     from fedcore.horizontal.session import HorizontalSession
@@ -68,7 +71,7 @@ def horizontal_session_from_config(config, params):
 
     names = [i.name for i in config.institutions]
     identities = ephemeral_identities(names)
-    agents = {name: HorizontalInstitutionAgent(lambda name=name: institution_from_config(config, name),
+    agents = {name: HorizontalInstitutionAgent(partial(institution_from_config, config, name, cluster),
                                                identity=identities[name]) for name in names}
     transport = InProcessTransport({n: a.handle for n, a in agents.items()})
     transport.exchange({n: Message("validation_report") for n in agents})

@@ -86,8 +86,9 @@ class InstitutionData:
     """The Parquet files' blocks when the workers read them (then `frame` holds the columns and no rows)."""
     cluster: Cluster | None = None
     """The institution's Dask cluster that holds `table`'s blocks."""
-    open_batch: Callable[[], ParquetTable] | None = None
-    """The new rows to predict as Parquet blocks the workers read (instead of `load_batch`)."""
+    open_batch: Callable[..., ParquetTable] | None = None
+    """The new rows to predict as blocks the workers read (instead of `load_batch`); called as `load_batch`
+    is."""
     predictions_sql: SqlSource | None = None
     """A database table the predictions are written to instead of `predictions_dir`
     (`fedcore.data.sql_sink`)."""
@@ -106,9 +107,16 @@ class InstitutionData:
         """
         if self.load_batch is None:
             raise ProtocolError(f"institution {self.name!r} has no prediction data configured")
-        if self.batches is None:
-            return self.load_batch()
-        return self.load_batch(**self.batches.window(version, until))
+        return self.load_batch(**self.batch_values(until, version))
+
+    def open_new_batch(self, until: datetime | None, version: tuple[str, str] | None) -> ParquetTable:
+        """The new rows to predict as blocks the workers read: `new_batch`'s rows, not read here."""
+        assert self.open_batch is not None, "prediction data read by the workers"
+        return self.open_batch(**self.batch_values(until, version))
+
+    def batch_values(self, until: datetime | None, version: tuple[str, str] | None) -> dict[str, datetime]:
+        """The `:since`/`:until` of the batch scheduled at `until` (`BatchLedger.window`), if it has them."""
+        return {} if self.batches is None else self.batches.window(version, until)
 
     @property
     def n_rows(self) -> int:
@@ -196,7 +204,7 @@ def _load_institution(config: FederationConfig, name: str, cluster: Cluster | No
     predict_data = inst.predict_data
     if predict_data and workers_read and _on_dask(predict_data, f"{what} prediction data", batch=True):
         cluster = held = cluster or shared()
-        open_batch = lambda: _open_batch(config, name, predict_data, held, dates)  # noqa: E731
+        open_batch = lambda **values: _open_batch(config, name, predict_data, held, dates, values)  # noqa: E731
     elif predict_data:
         batch = lambda **values: _read_batch(config, name, predict_data, dates, values)  # noqa: E731
     return InstitutionData(
@@ -244,7 +252,7 @@ def _on_dask(pattern: str | CsvSource | SqlSource, what: str,
              batch: bool = False) -> TypeGuard[str | SqlSource]:
     """Whether the workers read `pattern`: Parquet files or dataset, or a database table or query.
 
-    The agent reads CSV, and a query with :since/:until.
+    The agent reads CSV. A query with :since/:until is cut into the blocks of each scheduled batch.
 
     `batch`: prediction data, which may not exist yet when the agent loads (a new batch arrives later):
     decided by the pattern's own suffix then, and its files are matched when a prediction reads them.
@@ -255,10 +263,6 @@ def _on_dask(pattern: str | CsvSource | SqlSource, what: str,
         log.info("%s: CSV files %s are read in the agent's own process (compute: dask reads Parquet and "
                  "databases on the workers)", what, pattern.describe())
         return False
-    if isinstance(pattern, SqlSource) and pattern.parameters:
-        log.info("%s: a query with :since/:until is read in the agent's own process (its batches are "
-                 "small and chosen per run)", what)
-        return False
     if (isinstance(pattern, SqlSource) or is_dataset(pattern)
             or is_parquet([pattern] if batch else matching_files(pattern, what))):
         return True
@@ -267,12 +271,13 @@ def _on_dask(pattern: str | CsvSource | SqlSource, what: str,
     return False
 
 
-def _open_blocks(config: FederationConfig, name: str, source: str | SqlSource, what: str) -> ParquetTable:
+def _open_blocks(config: FederationConfig, name: str, source: str | SqlSource, what: str,
+                 values: Mapping[str, datetime] | None = None) -> ParquetTable:
     """The blocks an institution's workers read: Parquet files' row groups, or a database's rows in ID order.
 
     A dataset folder or URL's blocks carry their file's partition values (`open_dataset`).
     A database's blocks are cut by the ID column: one missing from the table or query is refused first,
-    by name (`check_configured_columns`).
+    by name (`check_configured_columns`). `values`: the query's placeholders (a scheduled batch's).
     """
     from fedcore.compute.dask_table import open_dataset, open_parquet, open_sql
     from fedcore.data.sql import sql_schema
@@ -284,9 +289,9 @@ def _open_blocks(config: FederationConfig, name: str, source: str | SqlSource, w
         if len(files) == 1 and is_dataset(files[0]):  # as `read_files` decides
             return open_dataset(files[0], what, inst.compute.block_rows)
         return open_parquet(files, what, inst.compute.block_rows)
-    schema = sql_schema(source, what)  # asked once: the columns checked here are the blocks'
+    schema = sql_schema(source, what, values)  # asked once: the columns checked here are the blocks'
     check_configured_columns(config, name, schema.names, table=source.describe(), keys=("id_column",))
-    return open_sql(source, what, inst.id_column, inst.compute.block_rows, schema)
+    return open_sql(source, what, inst.id_column, inst.compute.block_rows, schema, values)
 
 
 def check_configured_columns(config: FederationConfig, name: str, columns: Collection,
@@ -336,10 +341,11 @@ def _read_batch(config: FederationConfig, name: str, pattern: str | CsvSource | 
 
 
 def _open_batch(config: FederationConfig, name: str, pattern: str | SqlSource, cluster: Cluster,
-                dates: tuple[str, ...] = ()) -> ParquetTable:
+                dates: tuple[str, ...] = (), values: Mapping[str, datetime] | None = None) -> ParquetTable:
     """New rows to predict as blocks, refused as `_read_batch` refuses them (rows not read here).
 
-    The workers convert `dates` in each block they read.
+    The workers convert `dates` in each block they read. `values`: its query's placeholders (a scheduled
+    batch's `:since`, `:until`), bound in every block's read.
     """
     from fedcore.compute.dask_table import profile
 
@@ -347,7 +353,7 @@ def _open_batch(config: FederationConfig, name: str, pattern: str | SqlSource, c
     inst = config.institution(name)
     assert inst.compute is not None, "only with compute: dask"
     shown = pattern.describe() if isinstance(pattern, SqlSource) else repr(pattern)
-    table = profile(cluster.client, _open_blocks(config, name, pattern, what), [inst.id_column])
+    table = profile(cluster.client, _open_blocks(config, name, pattern, what, values), [inst.id_column])
     check_configured_columns(config, name, table.columns, table=f"its prediction data {shown}",
                              keys=("id_column",))
     return dataclasses.replace(table, dates=dates)

@@ -156,33 +156,43 @@ def write_predictions(data: InstitutionData, frame: pd.DataFrame, version: tuple
         where = prediction_file(data.predictions_dir, version)
         write_parquet(where, frame)
         log.info("%s: wrote %d predictions to %s", data.name, len(frame), where)
-    if data.batches is not None and until is not None:
-        data.batches.delivered(version, until)
+    _delivered_batch(data, version, until)
     return where
 
 
 def place_parts(data: InstitutionData, tmp: Path, path: Path, rows: int, version: tuple[str, str] | None,
-                run: str | None = None) -> Path | str:
+                run: str | None = None, until: datetime | None = None) -> Path | str:
     """The Dask workers' prediction parts in `tmp` (`new_prediction_folder`) where the institution wants them.
 
     Without a sink, `tmp` is renamed to `path`, a Parquet dataset folder. With one, the parts are delivered
     as `write_predictions` delivers a frame, streamed in their order (`PredictionBatches.of_parts`), and
-    `tmp` is removed, delivered or not. Returns what `write_predictions` returns.
+    `tmp` is removed, delivered or not. Returns what `write_predictions` returns; the batch ending at
+    `until` is then recorded as delivered, as `write_predictions` records it.
     """
     if not has_sink(data):
         tmp.replace(path)
+        _delivered_batch(data, version, until)
         return path
     from fedcore.data.delivery import PredictionBatches
 
     try:
         parts = sorted(tmp.glob("part-*.parquet"))  # name order: the blocks' order (`part_file`)
         if parts:
-            return _deliver(data, PredictionBatches.of_parts(parts, f"institution {data.name!r}"), rows,
-                            version, run)
-        log.info("%s: no rows to predict, nothing delivered", data.name)  # no part: no columns to create
-        return _sink_name(data)
+            where = _deliver(data, PredictionBatches.of_parts(parts, f"institution {data.name!r}"), rows,
+                             version, run)
+        else:
+            log.info("%s: no rows to predict, nothing delivered", data.name)  # no part: no columns to create
+            where = _sink_name(data)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    _delivered_batch(data, version, until)
+    return where
+
+
+def _delivered_batch(data: InstitutionData, version: tuple[str, str] | None, until: datetime | None) -> None:
+    """Once its predictions are delivered, record a batch selected by time as delivered up to `until`."""
+    if data.batches is not None and until is not None:
+        data.batches.delivered(version, until)
 
 
 def has_sink(data: InstitutionData) -> bool:

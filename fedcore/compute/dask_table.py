@@ -42,6 +42,8 @@ from fedcore.data.numbers import infinite_counts, refuse_infinite
 from fedcore.errors import DataReadError
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     import pyarrow as pa
     import pyarrow.parquet as pq
     from distributed import Client, Future
@@ -135,17 +137,18 @@ def _open_files(files: Sequence[DatasetFile], schema: pa.Schema, what: str, bloc
 
 
 def open_sql(source: SqlSource, what: str, key: str, block_rows: int = DEFAULT_BLOCK_ROWS,
-             schema: pa.Schema | None = None) -> ParquetTable:
+             schema: pa.Schema | None = None, values: Mapping[str, datetime] | None = None) -> ParquetTable:
     """A database table or query as blocks of `block_rows` rows in `key`'s order (the ID column).
 
     The agent asks the server for the row count and one key per block (`fedcore.data.sql.key_blocks`);
     the workers read the rows. In process the same rows are read in the same order
     (`fedcore.agents.data.read_source`), so the party's rows are the same. `schema`: the rows' schema when
-    the caller asked for it already (`fedcore.data.sql.sql_schema`).
+    the caller asked for it already (`fedcore.data.sql.sql_schema`); `values`: the query's placeholders (a
+    scheduled batch's `:since`, `:until`), bound in the count, the cuts and every block's read.
     """
     from fedcore.data.sql import key_blocks
 
-    cuts, schema = key_blocks(source, what, key, block_rows, schema=schema)
+    cuts, schema = key_blocks(source, what, key, block_rows, values, schema)
     blocks, start = [], 0
     for index, cut in enumerate(cuts):
         blocks.append(Block(index, start, start + cut.n_rows, sql=cut))

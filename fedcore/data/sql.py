@@ -231,12 +231,14 @@ def connect(source: SqlSource, what: str, url: str | None = None) -> Iterator[An
 
 def read_arrow(source: SqlSource, what: str, order_by: str | None = None,
                values: Mapping[str, datetime] | None = None, statement: str | None = None,
-               parameters: tuple = ()) -> Any:
+               parameters: tuple = (), owned: bool = False) -> Any:
     """`source`'s rows as one Arrow table (record batches from the server, no Python loop over rows).
 
     In `order_by`'s order if given; `values`: its placeholders' values (`SqlSource.bound`), bound through
     ADBC's parameter binding. `statement` (with `parameters` bound as $1, $2, ...) reads instead of
-    `source.select()` (a block's range of rows: `read_range`).
+    `source.select()` (a block's range of rows: `read_range`). `owned`: each record batch copied into
+    Arrow's own memory as it arrives, a buffer per column (`owned_batches`), so `to_pandas(self_destruct=
+    True)` can free every column once converted.
     """
     import adbc_driver_manager
 
@@ -247,6 +249,8 @@ def read_arrow(source: SqlSource, what: str, order_by: str | None = None,
                 if statement is None:
                     statement, parameters = source.select(order_by), source.bound(values)
                 cursor.execute(statement, parameters or None)
+                if owned:
+                    return owned_batches(cursor.fetch_record_batch())
                 return cursor.fetch_arrow_table()
         except adbc_driver_manager.Error as error:
             if source.table is not None and getattr(error, "sqlstate", None) == MISSING_TABLE:
@@ -260,10 +264,68 @@ def read_arrow(source: SqlSource, what: str, order_by: str | None = None,
 
 def read_sql(source: SqlSource, what: str, order_by: str | None = None,
              values: Mapping[str, datetime] | None = None) -> pd.DataFrame:
-    """`source`'s rows as the pandas frame `pd.read_parquet` gives for the same Arrow table."""
-    table = read_arrow(source, what, order_by, values)
+    """`source`'s rows as the pandas frame `pd.read_parquet` gives for the same Arrow table.
+
+    Converted one column at a time, each column's Arrow memory freed once it is converted (`owned`,
+    `self_destruct`; a pandas block per column, `split_blocks`): the read peaks near one copy of the values
+    instead of the Arrow table and the frame side by side.
+    """
+    table = read_arrow(source, what, order_by, values, owned=True)
     check_types(table.schema, what)
-    return table.to_pandas()
+    return table.to_pandas(self_destruct=True, split_blocks=True, use_threads=False)
+
+
+GROUP_BYTES = 32 * 2**20
+"""Every this many bytes of record batches are gathered into one contiguous chunk per column."""
+
+
+def owned_batches(reader: Any) -> Any:
+    """`reader`'s record batches as one Arrow table in memory that is handed back to the system per column.
+
+    ADBC's batches arrive through Arrow's C data interface, where a batch's memory is released only with
+    all of its columns, and Arrow's default allocator keeps freed memory for a while. So each batch is
+    copied (a buffer per column) from a pool that returns freed memory at once (`returning_pool`) and let
+    go as it arrives (the driver then reuses its memory for the next), and every GROUP_BYTES of copies are
+    gathered into one chunk per column: converting a column then frees its memory.
+    """
+    import pyarrow as pa
+
+    pool, chunks, pending, size = returning_pool(), [], [], 0
+    for batch in reader:
+        pending.append(_contiguous([batch], reader.schema, pool))
+        size += pending[-1].nbytes
+        del batch
+        if size >= GROUP_BYTES:
+            chunks.append(_contiguous(pending, reader.schema, pool))
+            pending, size = [], 0
+    if len(pending) > 1:
+        pending = [_contiguous(pending, reader.schema, pool)]
+    return pa.Table.from_batches([b for chunk in chunks + pending for b in chunk.to_batches()],
+                                 schema=reader.schema)
+
+
+def _contiguous(batches: list, schema: Any, pool: Any) -> Any:
+    """Record batches or tables copied into one table of one chunk per column allocated from `pool`."""
+    import pyarrow as pa
+
+    table = pa.concat_tables(batches) if isinstance(batches[0], pa.Table) else pa.Table.from_batches(
+        batches, schema=schema)
+    return pa.table([pa.concat_arrays(column.chunks, memory_pool=pool) for column in table.columns],
+                    schema=schema)
+
+
+def returning_pool() -> Any:
+    """Arrow's jemalloc pool, else the system allocator's: memory the SQL read frees goes back at once.
+
+    Arrow sets jemalloc's decay to 0 (freed pages returned to the system at once); its default pool
+    (mimalloc in the wheels) keeps them for a while.
+    """
+    import pyarrow as pa
+
+    try:
+        return pa.jemalloc_memory_pool()
+    except NotImplementedError:  # a pyarrow built without jemalloc
+        return pa.system_memory_pool()
 
 
 @dataclass(frozen=True)

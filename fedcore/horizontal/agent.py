@@ -41,6 +41,7 @@ import shutil
 import time
 import zlib
 from collections.abc import Callable
+from datetime import datetime
 
 import numpy as np
 import pandas as pd
@@ -312,7 +313,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         assert schema is not None, "setup or load_model set the schema before any model exists"
         self._once(message.kind)  # one file per model version: a master cannot fill the disk with copies
         if self.data.open_batch is not None:
-            return self._predict_on_workers(model, schema, run)
+            return self._predict_on_workers(model, schema, run, until)
         if self.data.load_batch is None:
             return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0})
         started, target = time.perf_counter(), self._prediction_target()
@@ -321,17 +322,19 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         return Message("predicted",
                        {"rows": len(out), "path": str(path), "seconds": time.perf_counter() - started})
 
-    def _predict_on_workers(self, model: HorizontalForest, schema: HorizontalSchema, run: str | None
-                            ) -> Message:
+    def _predict_on_workers(self, model: HorizontalForest, schema: HorizontalSchema, run: str | None,
+                            until: datetime | None) -> Message:
         """The workers read, predict and write the new rows' blocks into a temporary folder, a part each.
 
         The folder is renamed into a predictions dataset folder, or delivered into the sink (`place_parts`).
+        A query that selects batches by time is cut into the blocks of the batch scheduled at `until`.
         """
         from fedcore.compute.dask_predict import predict_blocks
 
         started = time.perf_counter()
-        assert self.data.open_batch is not None and self.data.cluster is not None, "prediction data on Dask"
-        table, target = self.data.open_batch(), self._prediction_target()
+        assert self.data.cluster is not None, "prediction data on Dask"
+        target = self._prediction_target()
+        table = self.data.open_new_batch(until, target)
         tmp, path = new_prediction_folder(self.data, target)
         try:
             rows = predict_blocks(self.data.cluster.client, table, model, schema, self.data.id_column, tmp)
@@ -341,7 +344,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
                                      f"{len(table.blocks)} prediction parts into {str(tmp)!r} as this agent "
                                      "sees it: the workers must see the institution's predictions folder at "
                                      "the same path (a shared file system)")
-            where = place_parts(self.data, tmp, path, rows, target, run)
+            where = place_parts(self.data, tmp, path, rows, target, run, until)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)  # no half dataset left behind, under any name
             raise

@@ -112,7 +112,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         """
         self._until = requested_until(self.name, message.header)
         if self.data.open_batch is not None:
-            self._batch = self.data.open_batch()
+            self._batch = self.data.open_new_batch(self._until, self._prediction_target())
         else:
             self._batch = self.data.new_batch(self._until, self._prediction_target())
         return self._batch

@@ -163,3 +163,33 @@ def test_a_numeric_column_is_refused_with_the_cast_to_use(postgres, database) ->
     cast = read_sql(SqlSource(("url", database), query="SELECT loan_id, amount::float8 AS amount FROM loans"),
                     "institution 'bank'")
     assert cast["amount"].tolist() == [1250.5]
+
+
+def test_the_read_gathered_in_chunks_per_column_gives_the_frame_arrow_gives(
+        postgres, database, monkeypatch) -> None:
+    """Several of the driver's batches, gathered into several chunks per column, convert to Arrow's frame.
+
+    Nulls in an integer and a boolean column, text, timestamps and dates: the same values and dtypes as
+    the whole Arrow table's `to_pandas()`.
+    """
+    from fedcore.data.sql import read_arrow
+
+    postgres.execute(
+        "CREATE TABLE wide AS SELECT g AS id, CASE WHEN g % 7 = 0 THEN NULL ELSE g END AS n, "
+        "g % 3 = 0 AS flag, CASE WHEN g % 5 = 0 THEN NULL ELSE g % 2 = 0 END AS maybe, 'c' || g AS name, "
+        "g::float8 / 7 AS x, timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second' AS at, "
+        "date '2026-01-01' + g % 400 AS day FROM generate_series(1, 300000) AS g",
+        database.rsplit("/", 1)[1])
+    source = SqlSource(("url", database), table="wide")
+    whole = read_arrow(source, "test", "id")
+    assert whole.column(0).num_chunks > 1, "the driver sends several batches"
+    for group, chunks in ((1, whole.column(0).num_chunks), (2**30, 1)):  # a chunk per batch; all in one
+        monkeypatch.setattr("fedcore.data.sql.GROUP_BYTES", group)
+        owned = read_arrow(source, "test", "id", owned=True)
+        assert {column.num_chunks for column in owned.columns} == {chunks}
+        assert owned.equals(whole)
+    monkeypatch.undo()
+    frame, expected = read_sql(source, "test", "id"), whole.to_pandas()
+    pd.testing.assert_frame_equal(frame, expected, check_exact=True)
+    assert list(frame.dtypes) == list(expected.dtypes)
+    assert str(expected["n"].dtype) == "float64" and str(expected["maybe"].dtype) == "object"

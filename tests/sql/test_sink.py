@@ -149,3 +149,55 @@ def test_only_a_create_that_found_the_table_made_is_taken_for_a_lost_race(postgr
             conn.rollback()
             errors.append(failed.value)
     assert [lost_create_race(error) for error in errors] == [True, False]
+
+
+def test_a_delivery_whose_create_finds_the_table_committed_by_another_appends_once(
+        postgres, database, caplog) -> None:
+    """The other creator commits after this delivery found the table absent, before its CREATE TABLE ran.
+
+    An event trigger holds the late delivery's CREATE TABLE (its connection's application_name) on an
+    advisory lock the test holds; meanwhile another delivery creates the table and commits. Released, the
+    CREATE fails with 42P07 (`relation "scores" already exists`, which ADBC's ingestion reports as
+    ALREADY_EXISTS without its SQLSTATE): the delivery rolls back and runs again once, appending. Both land
+    once.
+    """
+    import logging
+
+    import adbc_driver_postgresql.dbapi as pg
+
+    name = database.rsplit("/", 1)[1]
+    postgres.execute("""
+        CREATE FUNCTION hold_late_create() RETURNS event_trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF current_setting('application_name') = 'late' THEN
+                PERFORM pg_advisory_lock_shared(42);
+                PERFORM pg_advisory_unlock_shared(42);
+            END IF;
+        END $$""", name)
+    postgres.execute("CREATE EVENT TRIGGER hold_late_create ON ddl_command_start "
+                     "WHEN TAG IN ('CREATE TABLE') EXECUTE FUNCTION hold_late_create()", name)
+    late = SqlSource(("url", f"{database}?application_name=late"), table="scores")
+    sink = SqlSource(("url", database), table="scores")
+    holder = pg.connect(database, autocommit=True)
+    try:
+        with holder.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(42)")
+        with ThreadPoolExecutor(1) as pool, caplog.at_level(logging.INFO, logger="fedcore.data.sql_sink"):
+            run = pool.submit(deliver_predictions, late, _predictions(3, 30), "churn", "v0001", "run-3",
+                              "bank", WHEN)
+            waiting = ("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'late' AND "
+                       "wait_event_type = 'Lock' AND query LIKE 'CREATE TABLE%'")
+            deadline = time.monotonic() + 20
+            while postgres.execute(waiting, name) != [(1,)] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert postgres.execute(waiting, name) == [(1,)], "the late delivery waits in its CREATE TABLE"
+            other = deliver_predictions(sink, _predictions(4, 40), "churn", "v0001", "run-4", "bank", WHEN)
+            assert other == 4, "the other delivery created the table and committed"
+            with holder.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(42)")
+            assert run.result(timeout=20) == 3
+        assert "bank: table 'scores' was created by another delivery meanwhile: appending" in caplog.text
+    finally:
+        holder.close()
+    counts = _rows(database).groupby("run_id")["customer_id"].apply(list).to_dict()
+    assert counts == {"run-3": ["C030", "C031", "C032"], "run-4": ["C040", "C041", "C042", "C043"]}
