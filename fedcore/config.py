@@ -85,8 +85,8 @@ from fedcore.compute.cluster import DaskCompute, parse_compute
 from fedcore.data.dialect import CsvSource, parse_csv
 from fedcore.data.sql import BATCH_PARAMETERS, SqlSource, parse_sql
 from fedcore.errors import ConfigError, InputError, ParameterError
-from fedcore.horizontal.fet.plan import check_bounded_depth
 from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.horizontal.plan import check_bounded_depth
 from fedcore.models.signing import public_key_path
 from fedcore.names import check_name
 from fedcore.privacy.settings import EncryptedLabels, NoPrivacy, PrivacySetting, parse_privacy

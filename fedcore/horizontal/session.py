@@ -32,10 +32,10 @@ from fedcore.contracts.model import parse_contract
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.horizontal.contracts import declared_feature_ranges, declared_y_exponent, engine_schema
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
-from fedcore.horizontal.fet.plan import check_bounded_depth
 from fedcore.horizontal.growth import ProgressCallback
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.horizontal.plan import check_bounded_depth
 from fedcore.horizontal.ppdert.master import PPDERTMaster
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.metrics import confusion_metrics

@@ -11,6 +11,7 @@ setting already parsed) and returns the setting of its mode:
 | gdp | `GlobalDP` | `epsilon` (default 1.0), `delta` (default 1e-6): the whole model's budget, per row |
 | ldp | `LocalDP` | `epsilon`: each row's label, over any number of reports; the `LabelLDP` fields |
 | secagg | `SecureAggregation` | `thresholds` (histogram, the default, or domain); `cells` (histogram only) |
+| secagg-dp | `DistributedDP` | `epsilon` (1.0), `delta` (1e-6): the model's budget, against the master |
 
 Under `ldp`, `epsilon` is what the mechanism guarantees for each row's label, however many reports it
 sends. `mechanism: auto` (the default), `krr` and `oue` report once per row at that epsilon (default 2.0);
@@ -61,6 +62,7 @@ MODE_FIELDS: dict[str, tuple[str, ...]] = {
     "none": (), **{mode: ("key_bits",) for mode in ENCRYPTED_MODES}, "gdp": ("epsilon", "delta"),
     "ldp": _LDP_FIELDS,
     "secagg": ("thresholds", "cells"),
+    "secagg-dp": ("epsilon", "delta"),
 }
 """The fields each mode may have, besides `mode` (some only with a given mechanism, estimator or threshold
 mode: `valid_fields`)."""
@@ -234,6 +236,45 @@ class SecureAggregation(PrivacySetting):
         return f"'secagg' ({self.thresholds} thresholds{grid})"
 
 
+@dataclass(frozen=True)
+class DistributedDP(PrivacySetting):
+    """Mode `secagg-dp` (PPD-ERT): secure aggregation of counts carrying distributed discrete Gaussian noise.
+
+    Named for what it is: PPD-ERT's secure aggregation (`secagg`) plus differential privacy. Each party adds
+    1/P of the noise variance to its masked counts, the master's unmasked sum carries all of it
+    (`fedcore.privacy.distributed`). `epsilon`, `delta`: the whole model's budget per row, against the
+    master. Thresholds are the paper's (uniform in the declared domains): histogram thresholds would reveal
+    each node's extreme grid cells, which no budget covers.
+    """
+
+    epsilon: float = DEFAULT_GDP_EPSILON
+    delta: float = DEFAULT_DELTA
+    mode: str = field(default="secagg-dp", init=False)
+
+    thresholds = "domain"
+    """PPD-ERT's threshold mode under secagg-dp: always the declared domains."""
+
+    def __post_init__(self) -> None:
+        """Check epsilon (a finite number > 0) and delta (`check_delta`)."""
+        object.__setattr__(self, "epsilon", _epsilon(self.epsilon))
+        try:
+            object.__setattr__(self, "delta", check_delta(self.delta))
+        except ParameterError as error:
+            raise ParameterError(f"privacy: {error}") from None
+
+    @property
+    def n_cells(self) -> int:
+        """No grid (domain thresholds): the default size both PPD-ERT roles are built with, unused."""
+        return DEFAULT_CELLS
+
+    def _fields(self) -> dict[str, Any]:
+        return {"epsilon": self.epsilon, "delta": self.delta}
+
+    def describe(self) -> str:
+        """For messages: 'secagg-dp' (epsilon 0.5, delta 1e-06)."""
+        return f"'secagg-dp' (epsilon {self.epsilon:g}, delta {self.delta:g})"
+
+
 def valid_fields(mode: str, *, mechanism: str = "bloom", estimator: str = "nnls", epsilon: bool = False,
                  thresholds: str = "histogram") -> list[str]:
     """The fields `mode` takes, sorted, `mode` included.
@@ -372,6 +413,11 @@ def _global_dp(mode: str, fields: dict[str, Any]) -> PrivacySetting:
     return GlobalDP(fields.get("epsilon", DEFAULT_GDP_EPSILON), fields.get("delta", DEFAULT_DELTA))
 
 
+def _distributed_dp(mode: str, fields: dict[str, Any]) -> PrivacySetting:
+    _check_fields(fields, valid_fields(mode), mode)
+    return DistributedDP(fields.get("epsilon", DEFAULT_GDP_EPSILON), fields.get("delta", DEFAULT_DELTA))
+
+
 def _secure_aggregation(mode: str, fields: dict[str, Any]) -> PrivacySetting:
     thresholds = fields.get("thresholds", "histogram")
     _check_fields(fields, valid_fields(mode, thresholds=thresholds), mode, f"thresholds {thresholds!r}")
@@ -406,4 +452,4 @@ def _local_dp(mode: str, fields: dict[str, Any]) -> PrivacySetting:
 
 
 _BUILDERS = {"none": _no_privacy, **{mode: _encrypted_labels for mode in ENCRYPTED_MODES}, "gdp": _global_dp,
-             "ldp": _local_dp, "secagg": _secure_aggregation}
+             "ldp": _local_dp, "secagg": _secure_aggregation, "secagg-dp": _distributed_dp}

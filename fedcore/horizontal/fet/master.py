@@ -59,7 +59,6 @@ from fedcore.horizontal.fet.gdp import (
     shrunk_proportions,
     unbiased_sizes,
 )
-from fedcore.horizontal.fet.plan import gaussian_plan, plan_terms
 from fedcore.horizontal.growth import (
     BranchStatsLevels,
     LevelResult,
@@ -67,10 +66,17 @@ from fedcore.horizontal.growth import (
     fet_candidate_features,
     fet_threshold_uniforms,
 )
-from fedcore.horizontal.ledgers import AgreedLedger, label_ldp_ledger
+from fedcore.horizontal.ledgers import SIGMA_TOLERANCE, AgreedLedger, label_ldp_ledger
 from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.horizontal.plan import gaussian_plan, plan_terms
 from fedcore.horizontal.schema import HorizontalSchema
-from fedcore.privacy.accounting import DEFAULT_DELTA, GaussianPlan, check_delta, check_epsilon
+from fedcore.privacy.accounting import (
+    DEFAULT_DELTA,
+    GaussianPlan,
+    check_delta,
+    check_epsilon,
+    recompute_gaussian,
+)
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
 from fedcore.trees.grower import Level
@@ -98,10 +104,7 @@ quantised targets to nothing (a y_exponent of 1000 made every prediction 0.0); w
 largest targets keep at least q_bits - 13 significant bits (19 bits, a relative 2e-6, below 2**20 rows)."""
 
 
-SIGMA_TOLERANCE = 1e-6
-"""How far (relative) a GDP party's stated sigma may be from the master's own plan. The calibration searches
-the noise multiplier to 1e-6 (`fedcore.privacy.accounting`), so another install of dp-accounting or SciPy may
-end in other digits; the bounds on that party's counts take the larger of the two."""
+
 
 
 class FederatedExtraTreesMaster(BranchStatsLevels):
@@ -116,9 +119,9 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         """The FET master in privacy mode `privacy` ('none', 'gdp' or 'ldp'); LDP raises the leaf floor.
 
         `epsilon`, `delta` (gdp, epsilon required there): the agreed budget of the whole model, the configured
-        setting's (`GlobalDP`). The master plans the parties' Gaussian releases from it (`fet/plan.py`, which
-        needs a bounded max_depth); every party's hello must state the plan's sigma, which bounds and weighs
-        the noisy counts.
+        setting's (`GlobalDP`). The master plans the parties' Gaussian releases from it
+        (`horizontal/plan.py`, which needs a bounded max_depth); every party's hello must state the plan's
+        sigma, which bounds and weighs the noisy counts.
         `low`, `high` (gdp and ldp, required there): the declared (public) domain of every feature, in schema
         order; thresholds are drawn in them, narrowed by the splits above (`fedcore/horizontal/boxes.py`).
         """
@@ -212,7 +215,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         """
         if self.privacy == "gdp":
             plan = self._plan()
-            return AgreedLedger(plan.terms(), plan.epsilon, approximate=("sigma",), tolerance=SIGMA_TOLERANCE)
+            return AgreedLedger(plan.terms(), plan.epsilon, approximate=("sigma",), tolerance=SIGMA_TOLERANCE,
+                                recompute=recompute_gaussian)
         if self.privacy == "ldp":
             terms = label_ldp_ledger(self._label_ldp())
             epsilon = terms.pop("epsilon_total")
