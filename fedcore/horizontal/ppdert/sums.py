@@ -39,6 +39,11 @@ class DistributedSums:
         assert self._plan is not None, "hello makes the plan"
         return self._plan
 
+    @property
+    def planned(self) -> bool:
+        """Whether hello made the plan."""
+        return self._plan is not None
+
     def hello_terms(self) -> dict:
         """What the master's hello adds: the mode and the plan's terms."""
         return {"privacy": "secagg-dp", **self.terms}
