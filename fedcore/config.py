@@ -9,6 +9,9 @@
                                  #   {mode: ldp, epsilon: 2, mechanism: auto | krr | oue | bloom}: each
                                  #   row's label epsilon, default 2; auto: k-RR or OUE by the classes);
                                  # ppd-ert: secagg ({mode: secagg, thresholds: histogram | domain, cells: 16})
+                                 #   | secagg-dp ({mode: secagg-dp, epsilon: 1, delta: 1e-6}: distributed DP
+                                 #   on the masked sums, the model's budget against the master; needs
+                                 #   params.max_depth; domain thresholds; no exact row count is sent)
                                  # (fedcore/privacy/settings.py: every mode's fields; others are refused)
     consortium_key: {env: FEDFOREST_CONSORTIUM_KEY}   # or {file: path}; never the key itself
     alignment: hash              # vertical ID alignment: hash (keyed HMAC-SHA256) | psi (ECDH PSI)

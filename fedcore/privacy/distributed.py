@@ -30,6 +30,8 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from fedcore.errors import ParameterError
 from fedcore.privacy.accounting import ReleasePlan, check_releases
 from fedcore.privacy.discrete_gaussian import sum_pmf
@@ -47,14 +49,45 @@ def round_up(value: float) -> float:
     return round(math.ceil(value / step - 1e-9) * step, 12)
 
 
-def _shifted_pld(first: int, pmf, shift: int):
-    """The PLD of a release whose noise has law `pmf` (from outcome `first`), moved by `shift` by one row."""
-    from dp_accounting.pld import privacy_loss_distribution
+def _shifted_pld(first: int, pmf: np.ndarray, shift: int):
+    """The PLD of a release whose noise has law `pmf` (from outcome `first`), moved by `shift` by one row.
 
-    logs = {first + i: math.log(p) for i, p in enumerate(pmf.tolist()) if p > 0}
-    return privacy_loss_distribution.from_two_probability_mass_functions(
-        logs, {outcome + shift: value for outcome, value in logs.items()},
-        value_discretization_interval=DISCRETIZATION)
+    dp-accounting's `from_two_probability_mass_functions` (pessimistic) on mu_lower = the law and mu_upper =
+    the law moved by `shift`, its per-outcome loop done with whole arrays: every outcome's privacy loss
+    log(upper / lower) rounded up to the interval, its upper mass summed per rounded loss; upper mass where
+    lower has none is infinite loss. The rounded law goes to the library's own constructor.
+    """
+    del first  # the loss depends on the law's shape only: outcomes are relative to its first one
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
+
+    upper = pmf  # mu_upper at outcome first + shift + j is pmf[j]; mu_lower there is pmf[j + shift]
+    lower = np.zeros_like(pmf)
+    lower[:max(len(pmf) - shift, 0)] = pmf[shift:]
+    finite = (upper > 0) & (lower > 0)
+    infinity = float(upper[(upper > 0) & (lower == 0)].sum())
+    rounded = np.ceil((np.log(upper[finite]) - np.log(lower[finite])) / DISCRETIZATION).astype(np.int64)
+    values, where = np.unique(rounded, return_inverse=True)
+    masses = np.bincount(where, weights=upper[finite])
+    return PrivacyLossDistribution.create_from_rounded_probability(
+        dict(zip(values.tolist(), masses.tolist(), strict=True)), infinity, DISCRETIZATION,
+        pessimistic_estimate=True)
+
+
+def gaussian_mu(epsilon: float, delta: float) -> float:
+    """The mu of the Gaussian mechanism (sensitivity / sigma) whose exact delta at `epsilon` is `delta`.
+
+    Balle and Wang (ICML 2018): delta = Phi(-epsilon / mu + mu / 2) - e^epsilon Phi(-epsilon / mu - mu / 2),
+    solved by bisection. Only where the calibration starts; the accountant decides.
+    """
+    def phi(x: float) -> float:
+        return 0.5 * math.erfc(-x / math.sqrt(2))
+
+    low, high = 1e-6, 100.0
+    for _ in range(100):
+        mu = math.sqrt(low * high)
+        spent = phi(-epsilon / mu + mu / 2) - math.exp(epsilon) * phi(-epsilon / mu - mu / 2)
+        low, high = (mu, high) if spent < delta else (low, mu)
+    return math.sqrt(low * high)
 
 
 @lru_cache(maxsize=256)
@@ -74,12 +107,12 @@ def distributed_epsilon(sigma: float, count_sigma: float, counts: int, draws_per
 def calibrate(epsilon: float, delta: float, counts: int, parties: int) -> tuple[float, float]:
     """(sigma, count_sigma): each party's noise scale and its row count's, within the budget.
 
-    Epsilon falls about as 1 / sigma: from the classical Gaussian's sigma, a few secant steps on that
-    (each rounded up to 4 digits, `round_up`), then 0.5% steps up until the accountant's epsilon is at most
-    the budget.
+    From the continuous Gaussian's exact sigma for the same counts (`gaussian_mu`; the row count's noise is
+    one more count of the same total scale), a few secant steps on epsilon ~ 1 / sigma (each rounded up to 4
+    digits, `round_up`), then 0.5% steps up until the accountant's epsilon is at most the budget.
     """
-    classical = math.sqrt(2 * math.log(1.25 / delta)) / epsilon * math.sqrt(counts + 1)
-    sigma = round_up(classical / math.sqrt(parties))
+    total = math.sqrt(counts + 1) / gaussian_mu(epsilon, delta)
+    sigma = round_up(total / math.sqrt(parties))
     for step in range(40):
         count_sigma = round_up(sigma * math.sqrt(parties))
         spent = distributed_epsilon(sigma, count_sigma, counts, parties, delta)
