@@ -418,7 +418,7 @@ class FederatedExtraTreesRegressor(RegressorMixin, _FETBase):
 
 
 class PPDERTClassifier(_Classifier, _HorizontalForest):
-    """PPD-ERT classification: shared-seed candidate splits and securely aggregated counts."""
+    """PPD-ERT classification: shared-seed candidate splits, securely aggregated (secagg-dp: noisy) counts."""
 
     _task = "classification"
     secure_aggregation: bool
@@ -443,6 +443,8 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
         `secure_aggregation=False` sends plain per-party counts: only a baseline to measure the masks' cost.
         `privacy`: "secagg", a mapping with its fields (`thresholds`, `cells`) or a `PrivacySetting`
         (`fedcore.privacy.settings`); `thresholds` and `threshold_cells` are shorthands for its fields.
+        `{"mode": "secagg-dp", "epsilon": ..., "delta": ...}` adds distributed discrete Gaussian noise to the
+        masked counts (the model's budget against the master; needs `max_depth`; domain thresholds).
         Thresholds "histogram" (the default) draws each candidate threshold within the grid cells (16 per
         interval by default) that hold the node's rows, learning only the first and last populated cell
         over all parties (`fedcore/horizontal/ppdert/cells.py`); `"domain"` is the paper's draw, uniform in
