@@ -41,6 +41,21 @@ RESULT_TOLERANCE = 1e-6
 the same parameters gives the same number; another install may differ in the last digits)."""
 
 
+def stated_sigma(party: str, header: dict, planned: float, plan: str, mode: str = "GDP") -> float:
+    """The noise sigma a DP party's hello reply states: a number > 0 within SIGMA_TOLERANCE of `planned`.
+
+    `plan` says where the planned one comes from, for the refusal ("the agreed budget (...) over ...").
+    """
+    sigma = header.get("sigma")
+    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not 0 < sigma < math.inf:
+        raise ProtocolError(f"party {party!r} reported no usable noise sigma ({sigma!r}); a {mode} party "
+                            "states the scale of its noise in its hello reply")
+    if abs(sigma - planned) > SIGMA_TOLERANCE * planned:
+        raise ProtocolError(f"party {party!r} stated noise sigma {sigma!r} in hello, but {plan} plans sigma "
+                            f"{planned!r}")
+    return float(sigma)
+
+
 def label_ldp_ledger(ldp: LabelLDP) -> dict[str, Any]:
     """An LDP party's ledger: the mechanism, each row's label epsilon, the model's (the same) and delta 0."""
     return LocalDP(ldp).budget()

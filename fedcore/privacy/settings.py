@@ -136,14 +136,13 @@ class EncryptedLabels(PrivacySetting):
 
 
 @dataclass(frozen=True)
-class GlobalDP(PrivacySetting):
-    """Mode `gdp` (FET): each party adds Gaussian noise calibrated to the whole model's (epsilon, delta)."""
+class ModelBudget(PrivacySetting):
+    """A DP mode whose `epsilon` and `delta` are the whole model's budget, per row (gdp, secagg-dp)."""
 
     epsilon: float = DEFAULT_GDP_EPSILON
     """The whole trained model's epsilon, per row (add/remove-one neighbours)."""
     delta: float = DEFAULT_DELTA
     """The probability that the epsilon guarantee fails for a row (`fedcore.privacy.accounting`)."""
-    mode: str = field(default="gdp", init=False)
 
     def __post_init__(self) -> None:
         """Check epsilon (a finite number > 0) and delta (`check_delta`)."""
@@ -158,7 +157,14 @@ class GlobalDP(PrivacySetting):
 
     def describe(self) -> str:
         """For messages: 'gdp' (epsilon 0.5, delta 1e-06)."""
-        return f"'gdp' (epsilon {self.epsilon:g}, delta {self.delta:g})"
+        return f"{self.mode!r} (epsilon {self.epsilon:g}, delta {self.delta:g})"
+
+
+@dataclass(frozen=True)
+class GlobalDP(ModelBudget):
+    """Mode `gdp` (FET): each party adds Gaussian noise calibrated to the whole model's (epsilon, delta)."""
+
+    mode: str = field(default="gdp", init=False)
 
 
 @dataclass(frozen=True)
@@ -237,7 +243,7 @@ class SecureAggregation(PrivacySetting):
 
 
 @dataclass(frozen=True)
-class DistributedDP(PrivacySetting):
+class DistributedDP(ModelBudget):
     """Mode `secagg-dp` (PPD-ERT): secure aggregation of counts carrying distributed discrete Gaussian noise.
 
     Named for what it is: PPD-ERT's secure aggregation (`secagg`) plus differential privacy. Each party adds
@@ -247,32 +253,15 @@ class DistributedDP(PrivacySetting):
     each node's extreme grid cells, which no budget covers.
     """
 
-    epsilon: float = DEFAULT_GDP_EPSILON
-    delta: float = DEFAULT_DELTA
     mode: str = field(default="secagg-dp", init=False)
 
     thresholds = "domain"
     """PPD-ERT's threshold mode under secagg-dp: always the declared domains."""
 
-    def __post_init__(self) -> None:
-        """Check epsilon (a finite number > 0) and delta (`check_delta`)."""
-        object.__setattr__(self, "epsilon", _epsilon(self.epsilon))
-        try:
-            object.__setattr__(self, "delta", check_delta(self.delta))
-        except ParameterError as error:
-            raise ParameterError(f"privacy: {error}") from None
-
     @property
     def n_cells(self) -> int:
         """No grid (domain thresholds): the default size both PPD-ERT roles are built with, unused."""
         return DEFAULT_CELLS
-
-    def _fields(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon, "delta": self.delta}
-
-    def describe(self) -> str:
-        """For messages: 'secagg-dp' (epsilon 0.5, delta 1e-06)."""
-        return f"'secagg-dp' (epsilon {self.epsilon:g}, delta {self.delta:g})"
 
 
 def valid_fields(mode: str, *, mechanism: str = "bloom", estimator: str = "nnls", epsilon: bool = False,
@@ -408,14 +397,11 @@ def _key_bits(mode: str, bits: object) -> int:
         raise ParameterError(f"privacy: {error}") from None
 
 
-def _global_dp(mode: str, fields: dict[str, Any]) -> PrivacySetting:
+def _model_budget(mode: str, fields: dict[str, Any]) -> PrivacySetting:
+    """The setting of gdp or secagg-dp: the model's (epsilon, delta)."""
     _check_fields(fields, valid_fields(mode), mode)
-    return GlobalDP(fields.get("epsilon", DEFAULT_GDP_EPSILON), fields.get("delta", DEFAULT_DELTA))
-
-
-def _distributed_dp(mode: str, fields: dict[str, Any]) -> PrivacySetting:
-    _check_fields(fields, valid_fields(mode), mode)
-    return DistributedDP(fields.get("epsilon", DEFAULT_GDP_EPSILON), fields.get("delta", DEFAULT_DELTA))
+    setting = GlobalDP if mode == "gdp" else DistributedDP
+    return setting(fields.get("epsilon", DEFAULT_GDP_EPSILON), fields.get("delta", DEFAULT_DELTA))
 
 
 def _secure_aggregation(mode: str, fields: dict[str, Any]) -> PrivacySetting:
@@ -451,5 +437,6 @@ def _local_dp(mode: str, fields: dict[str, Any]) -> PrivacySetting:
     return LocalDP(ldp)
 
 
-_BUILDERS = {"none": _no_privacy, **{mode: _encrypted_labels for mode in ENCRYPTED_MODES}, "gdp": _global_dp,
-             "ldp": _local_dp, "secagg": _secure_aggregation, "secagg-dp": _distributed_dp}
+_BUILDERS = {"none": _no_privacy, **{mode: _encrypted_labels for mode in ENCRYPTED_MODES},
+             "gdp": _model_budget, "ldp": _local_dp, "secagg": _secure_aggregation,
+             "secagg-dp": _model_budget}

@@ -66,7 +66,7 @@ from fedcore.horizontal.growth import (
     fet_candidate_features,
     fet_threshold_uniforms,
 )
-from fedcore.horizontal.ledgers import SIGMA_TOLERANCE, AgreedLedger, label_ldp_ledger
+from fedcore.horizontal.ledgers import SIGMA_TOLERANCE, AgreedLedger, label_ldp_ledger, stated_sigma
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.plan import gaussian_plan, plan_terms
 from fedcore.horizontal.schema import HorizontalSchema
@@ -164,13 +164,10 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         if self.privacy == "gdp":
             plan = self._plan()
             for name, reply in replies.items():  # the noise scale, so the counts' bound, is the agreed one
-                stated = _reported_sigma(name, reply.header)
-                self._stated_sigma[name] = stated
-                if abs(stated - plan.sigma) > SIGMA_TOLERANCE * plan.sigma:
-                    raise ProtocolError(
-                        f"party {name!r} stated noise sigma {stated!r} in hello, but the agreed budget "
-                        f"(epsilon {plan.epsilon:g}, delta {plan.delta:g}) over {plan.releases} releases of "
-                        f"L2 sensitivity {plan.sensitivity:g} plans sigma {plan.sigma!r}")
+                self._stated_sigma[name] = stated_sigma(
+                    name, reply.header, plan.sigma,
+                    f"the agreed budget (epsilon {plan.epsilon:g}, delta {plan.delta:g}) over "
+                    f"{plan.releases} releases of L2 sensitivity {plan.sensitivity:g}")
             self._noise_variance = count_variance([plan.sigma] * len(replies))
         if self.params.task == "regression":
             self.party_y_exponent = {n: _reported_exponent(n, r.header) for n, r in replies.items()}
@@ -406,15 +403,6 @@ def _dp_domains(privacy: str, low: np.ndarray | None, high: np.ndarray | None,
         raise ParameterError(f"privacy {privacy!r}: low and high need one value per feature ({n_features}), "
                              f"got shapes {domains[0].shape} and {domains[1].shape}")
     return domains
-
-
-def _reported_sigma(party: str, header: dict) -> float:
-    """A GDP party's noise sigma, from its hello reply (a finite number > 0)."""
-    sigma = header.get("sigma")
-    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not 0 < sigma < math.inf:
-        raise ProtocolError(f"party {party!r} reported no usable noise sigma ({sigma!r}); a GDP party states "
-                            "the scale of its noise in its hello reply")
-    return float(sigma)
 
 
 def _reported_exponent(party: str, header: dict) -> int:

@@ -14,7 +14,7 @@ import numpy as np
 
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.counts import SUM_OF_PARTIES
-from fedcore.horizontal.ledgers import SIGMA_TOLERANCE, AgreedLedger
+from fedcore.horizontal.ledgers import SIGMA_TOLERANCE, AgreedLedger, stated_sigma
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.plan import distributed_plan, plan_terms
 from fedcore.privacy.discrete_gaussian import table
@@ -52,12 +52,9 @@ class DistributedSums:
         """Plan for these parties, refuse a stated sigma not the plan's; the largest sum's magnitude."""
         plan = self._plan = distributed_plan(self.budget.epsilon, self.budget.delta, self.terms, len(replies))
         for name, reply in replies.items():
-            stated = reply.header.get("sigma")
-            if isinstance(stated, bool) or not isinstance(stated, (int, float)) \
-                    or not abs(stated - plan.sigma) <= SIGMA_TOLERANCE * plan.sigma:
-                raise ProtocolError(f"party {name!r} stated noise sigma {stated!r} in hello, but the agreed "
-                                    f"budget (epsilon {plan.epsilon:g}, delta {plan.delta:g}) for "
-                                    f"{len(replies)} parties plans sigma {plan.sigma!r}")
+            stated_sigma(name, reply.header, plan.sigma,
+                         f"the agreed budget (epsilon {plan.epsilon:g}, delta {plan.delta:g}) for "
+                         f"{len(replies)} parties", "secagg-dp")
         parties = len(replies)
         reach = parties * table(plan.sigma).reach
         rows = sum(party_rows.values()) + parties * table(plan.count_sigma).reach  # the most rows there are
