@@ -1,4 +1,4 @@
-"""Issue #31's targets: FET's DP modes at a total budget against ExtraTrees and IBM's diffprivlib, same run.
+"""Issue #31's targets: the DP modes at a total budget against ExtraTrees and IBM's diffprivlib, same run.
 
 For each table (UCI spambase, satellite and letter from --data-dir) and seed: a stratified 80/20 split, the
 training rows dealt iid to --parties parties, then on the same split
@@ -8,6 +8,9 @@ training rows dealt iid to --parties parties, then on the same split
   depth; plain FET at that depth is reported too), and FET-LDP at each --ldp-epsilons per-row label epsilon
   (fully grown, as plain FET), both with the tables' declared bounds (each column's range over the whole
   table, as a data owner would declare it); each DP mode's time against plain FET's of the same depth;
+* PPD-ERT secagg-dp (distributed discrete Gaussian noise on the masked sums) at each --epsilons total budget,
+  --dp-depth levels, domain thresholds (the mode's), against PPD-ERT secagg with domain thresholds at that
+  depth (its time reference);
 * diffprivlib's RandomForestClassifier (centralized, pure epsilon-DP, the same declared bounds and classes) at
   each --epsilons, in its own virtual environment (diffprivlib needs scikit-learn < 1.7; made once under
   --venv-dir from the PyPI index pip is configured with).
@@ -16,7 +19,7 @@ plain FET's; the figure plots accuracy against epsilon per table.
 
     .venv/bin/python -m benchmarks.bench_dp [--tables spambase,satellite,letter] [--epsilons 1,4]
         [--ldp-epsilons 2,4] [--seeds 1] [--trees 50] [--parties 3] [--dp-depth 8]
-        [--figure docs/dp_epsilon.png] [--no-diffprivlib]
+        [--figure docs/dp_epsilon.png] [--no-diffprivlib] [--modes fet,ppdert]
 """
 
 from __future__ import annotations
@@ -82,9 +85,10 @@ def run_diffprivlib(python: Path, train: pd.DataFrame, test: pd.DataFrame, label
 
 
 def fet(privacy: object, train_parties: list[pd.DataFrame], test: pd.DataFrame, label: str, params: dict,
-        ranges: dict[str, tuple[float, float]]) -> tuple[np.ndarray, float, dict]:
-    """A FET estimator in `privacy` on the parties: test predictions, fit seconds, its privacy report."""
-    model = build_estimator("extra-trees", privacy, "classification", params, feature_ranges=ranges)
+        ranges: dict[str, tuple[float, float]],
+        algorithm: str = "extra-trees") -> tuple[np.ndarray, float, dict]:
+    """A FET (or PPD-ERT) estimator in `privacy` on the parties: test predictions, fit s, privacy report."""
+    model = build_estimator(algorithm, privacy, "classification", params, feature_ranges=ranges)
     started = time.perf_counter()
     model.fit(train_parties, label=label)
     seconds = time.perf_counter() - started
@@ -116,20 +120,30 @@ def run_table(name: str, table: pd.DataFrame, args: argparse.Namespace, seed: in
     parties = split_horizontal(train, args.parties, label=label, seed=seed)
     full = {"n_estimators": args.trees, "max_depth": None, "max_features": "sqrt", "random_state": seed}
     dp = {**full, "max_depth": args.dp_depth}
-    predicted, plain_s, _ = fet("none", parties, test, label, full, ranges)
-    add("FET", None, predicted, plain_s)
-    predicted, plain_dp_s, _ = fet("none", parties, test, label, dp, ranges)
-    add(f"FET, depth {args.dp_depth}", None, predicted, plain_dp_s)
-    for epsilon in args.epsilons:
-        privacy = {"mode": "gdp", "epsilon": epsilon, "delta": args.delta}
-        predicted, seconds, report = fet(privacy, parties, test, label, dp, ranges)
-        add("FET-GDP", epsilon, predicted, seconds, time_vs_plain=seconds / plain_dp_s,
-            epsilon_total=report.get("epsilon_total"))
-    for epsilon in args.ldp_epsilons:
-        privacy = {"mode": "ldp", "epsilon": epsilon}  # a row's one report: no depth bound needed
-        predicted, seconds, report = fet(privacy, parties, test, label, full, ranges)
-        add("FET-LDP labels", epsilon, predicted, seconds, time_vs_plain=seconds / plain_s,
-            epsilon_total=report.get("epsilon_total"))
+    if "fet" in args.modes:
+        predicted, plain_s, _ = fet("none", parties, test, label, full, ranges)
+        add("FET", None, predicted, plain_s)
+        predicted, plain_dp_s, _ = fet("none", parties, test, label, dp, ranges)
+        add(f"FET, depth {args.dp_depth}", None, predicted, plain_dp_s)
+        for epsilon in args.epsilons:
+            privacy = {"mode": "gdp", "epsilon": epsilon, "delta": args.delta}
+            predicted, seconds, report = fet(privacy, parties, test, label, dp, ranges)
+            add("FET-GDP", epsilon, predicted, seconds, time_vs_plain=seconds / plain_dp_s,
+                epsilon_total=report.get("epsilon_total"))
+        for epsilon in args.ldp_epsilons:
+            privacy = {"mode": "ldp", "epsilon": epsilon}  # a row's one report: no depth bound needed
+            predicted, seconds, report = fet(privacy, parties, test, label, full, ranges)
+            add("FET-LDP labels", epsilon, predicted, seconds, time_vs_plain=seconds / plain_s,
+                epsilon_total=report.get("epsilon_total"))
+    if "ppdert" in args.modes:
+        plain = {"mode": "secagg", "thresholds": "domain"}
+        predicted, plain_dp_s, _ = fet(plain, parties, test, label, dp, ranges, "ppd-ert")
+        add(f"PPD-ERT (domain), depth {args.dp_depth}", None, predicted, plain_dp_s)
+        for epsilon in args.epsilons:
+            privacy = {"mode": "secagg-dp", "epsilon": epsilon, "delta": args.delta}
+            predicted, seconds, report = fet(privacy, parties, test, label, dp, ranges, "ppd-ert")
+            add("PPD-ERT secagg-dp", epsilon, predicted, seconds, time_vs_plain=seconds / plain_dp_s,
+                epsilon_total=report.get("epsilon_total"), epsilon_coalition=report.get("epsilon_coalition"))
     if python is not None:
         classes = sorted(table[label].unique().tolist())
         for epsilon in args.epsilons:
@@ -154,7 +168,8 @@ def plot(rows: list[dict], path: Path) -> None:
     figure, axes = plt.subplots(1, len(tables), figsize=(5 * len(tables), 4), dpi=120, squeeze=False)
     for axis, name in zip(axes[0], tables, strict=True):
         part = frame[frame["table"] == name].groupby(["mode", "epsilon"], dropna=False)["accuracy"].mean()
-        for mode, style in (("FET-GDP", "-o"), ("diffprivlib RF", "--s"), ("FET-LDP labels", ":^")):
+        for mode, style in (("FET-GDP", "-o"), ("PPD-ERT secagg-dp", "-.D"), ("diffprivlib RF", "--s"),
+                            ("FET-LDP labels", ":^")):
             if mode in part.index.get_level_values(0):
                 curve = part[mode].sort_index()
                 axis.semilogx(curve.index, curve.to_numpy(), style, label=mode)
@@ -183,6 +198,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--dp-depth", type=int, default=8)
     parser.add_argument("--diffprivlib-depth", type=int, default=5, help="diffprivlib's own default")
     parser.add_argument("--no-diffprivlib", action="store_true")
+    parser.add_argument("--modes", default="fet,ppdert", help="which federated modes: fet (plain, GDP, LDP), "
+                        "ppdert (secagg and secagg-dp)")
     parser.add_argument("--venv-dir", type=Path,
                         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
                         / "fedforest" / "diffprivlib-0.6.6")
@@ -191,6 +208,7 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     args.epsilons = [float(e) for e in args.epsilons.split(",") if e]
     args.ldp_epsilons = [float(e) for e in args.ldp_epsilons.split(",") if e]
+    args.modes = set(args.modes.split(","))
     return args
 
 
@@ -212,7 +230,8 @@ def main() -> None:
     summary = frame.groupby(["table", "mode", "epsilon"], dropna=False, sort=False).mean(numeric_only=True)
     print(f"# bench_dp ({platform.machine()}, {os.cpu_count()} cores; {args.seeds} seed(s), {args.trees} "
           f"trees, {args.parties} parties, DP depth {args.dp_depth}, delta {args.delta:g})\n")
-    columns = ["accuracy", "macro_f1", "gap_pp", "fit_s", "time_vs_plain", "epsilon_total"]
+    columns = ["accuracy", "macro_f1", "gap_pp", "fit_s", "time_vs_plain", "epsilon_total",
+               "epsilon_coalition"]
     present = [c for c in columns if c in summary.columns]
     print(markdown_table(summary[present].reset_index().to_dict("records")))
 

@@ -9,6 +9,9 @@
                                  #   {mode: ldp, epsilon: 2, mechanism: auto | krr | oue | bloom}: each
                                  #   row's label epsilon, default 2; auto: k-RR or OUE by the classes);
                                  # ppd-ert: secagg ({mode: secagg, thresholds: histogram | domain, cells: 16})
+                                 #   | secagg-dp ({mode: secagg-dp, epsilon: 1, delta: 1e-6}: distributed DP
+                                 #   on the masked sums, the model's budget against the master; needs
+                                 #   params.max_depth; domain thresholds; no exact row count is sent)
                                  # (fedcore/privacy/settings.py: every mode's fields; others are refused)
     consortium_key: {env: FEDFOREST_CONSORTIUM_KEY}   # or {file: path}; never the key itself
     alignment: hash              # vertical ID alignment: hash (keyed HMAC-SHA256) | psi (ECDH PSI)
@@ -86,8 +89,8 @@ from fedcore.compute.cluster import DaskCompute, parse_compute
 from fedcore.data.dialect import CsvSource, parse_csv
 from fedcore.data.sql import BATCH_PARAMETERS, SqlSource, parse_sql
 from fedcore.errors import ConfigError, InputError, ParameterError
-from fedcore.horizontal.fet.plan import check_bounded_depth
 from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.horizontal.plan import check_bounded_depth
 from fedcore.models.signing import public_key_path
 from fedcore.names import check_name
 from fedcore.privacy.settings import EncryptedLabels, NoPrivacy, PrivacySetting, parse_privacy

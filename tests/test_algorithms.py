@@ -41,5 +41,6 @@ def test_privacy_modes_are_checked_per_algorithm() -> None:
     defaults = (FOREST.default_privacy, EXTRA_TREES.default_privacy, PPD_ERT.default_privacy)
     assert defaults == ("none", "none", "secagg")
     assert FOREST.check_privacy("ou") == "ou"
-    with pytest.raises(ParameterError, match=r"algorithm 'ppd-ert' supports privacy \['secagg'\], got 'ldp'"):
+    with pytest.raises(ParameterError,
+                       match=r"algorithm 'ppd-ert' supports privacy \['secagg', 'secagg-dp'\], got 'ldp'"):
         PPD_ERT.check_privacy("ldp")

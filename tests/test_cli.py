@@ -177,7 +177,7 @@ def test_version(capsys) -> None:
     (("--setting", "horizontal", "--privacy", "secagg"),
      "algorithm 'extra-trees' supports privacy 'none', 'ldp', 'gdp', got 'secagg'"),
     (("--setting", "horizontal", "--algorithm", "ppd-ert", "--privacy", "ldp"),
-     "algorithm 'ppd-ert' supports privacy 'secagg', got 'ldp'"),
+     "algorithm 'ppd-ert' supports privacy 'secagg', 'secagg-dp', got 'ldp'"),
     (("--privacy", "ldp"), "algorithm 'forest' supports privacy 'none', 'paillier', 'ou', got 'ldp'"),
     (("--setting", "horizontal", "--thresholds", "domain"),
      "--thresholds applies to --algorithm ppd-ert only, not 'extra-trees'"),

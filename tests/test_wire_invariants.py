@@ -72,6 +72,12 @@ class Recorded:
     """PPD-ERT histogram thresholds: each institution's per-candidate min and max, per level (never sent)."""
     keyed_hashes: list[bytes] = field(default_factory=list)
     """The consortium-keyed hashes of the institutions' IDs (vertical)."""
+    noise: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    """PPD-ERT secagg-dp: the discrete Gaussian noise each institution added to each vector it masked."""
+    exact_rows: dict[str, int] = field(default_factory=dict)
+    """Each institution's exact training rows (secagg-dp: never sent)."""
+    count_noise: dict[str, int] = field(default_factory=dict)
+    """PPD-ERT secagg-dp: the noise of each institution's stated row count, drawn again from its seed."""
     session: object = None
 
     @cached_property
@@ -179,17 +185,20 @@ def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str
     transport.exchange({n: Message("validation_report") for n in agents})
     session = HorizontalSession(transport, ExtraTreesParams(n_estimators=6, max_depth=5, random_state=2),
                                 algorithm=algorithm,
-                                privacy={"mode": privacy, **({"epsilon": 1.0} if privacy == "gdp" else {}),
+                                privacy={"mode": privacy,
+                                         **({"epsilon": 1.0} if privacy in ("gdp", "secagg-dp") else {}),
                                          **({"thresholds": thresholds} if privacy == "secagg" else {})},
                                 holdout_fraction=0.2)
     session.agree_schema()
     plain_counts: dict[str, list[np.ndarray]] = {}
     plain_ranges: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-    if privacy == "secagg":
+    if privacy in ("secagg", "secagg-dp"):
         for name, agent in agents.items():  # record what each party masks: none of it may cross
             plain_counts[name], plain_ranges[name] = [], []
             agent.party.rows.class_counts = _spy(agent.party.rows.class_counts, plain_counts[name])
             agent.party.rows.ranges = _spy_ranges(agent.party.rows.ranges, plain_ranges[name])
+            if agent.party.noise is not None:  # the party's own audit of the noise it adds
+                agent.party.noise.audit = []
     session.train()
     session.evaluate()
     session.predict_locally()
@@ -198,7 +207,21 @@ def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str
         raw_floats=_continuous(table), ids=set(table["record_id"]),
         feature_names=[c for c in table.columns if c != "record_id"],
         label_codes={name: agent.party.y for name, agent in agents.items()},
-        plain_counts=plain_counts, plain_ranges=plain_ranges, session=session)
+        plain_counts=plain_counts, plain_ranges=plain_ranges, session=session,
+        noise={name: [noise.reshape(-1) for _, _, noise in agent.party.noise.audit]
+               for name, agent in agents.items() if getattr(agent.party, "noise", None) is not None},
+        exact_rows={name: agent.party.n_rows for name, agent in agents.items()},
+        count_noise={name: _count_noise(agent.party.noise) for name, agent in agents.items()
+                     if getattr(agent.party, "noise", None) is not None})
+
+
+def _count_noise(noise) -> int:
+    """The draw a secagg-dp party added to its row count: its table's first word under its own seed."""
+    from fedcore.privacy.discrete_gaussian import table
+    from fedcore.randomness import counter_key
+
+    key = counter_key(noise.noise_seed, "secagg_dp_count")
+    return int(table(noise.plan.count_sigma).draw(key, 1)[0])
 
 
 def _spy_ranges(method, calls: list) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
@@ -417,6 +440,27 @@ def _ldp_sends_bit_sums(run: Recorded) -> None:
                            and (a["bit_sums"] <= a["sizes"][..., None]).all() for a in replies)
 
 
+def _secagg_dp_sends_no_exact_count(run: Recorded) -> None:
+    """PPD-ERT secagg-dp: no exact training-row count reaches the master, and the ledgers are in budget.
+
+    Setup states none; hello states the exact count plus the party's own discrete Gaussian draw (recomputed
+    here from its seed; not 0 in this run); no header the master receives holds an exact count. The master's
+    recomputed ledgers are within the budget (epsilon 1), the coalition's epsilon beyond it.
+    """
+    ready = {e.sender: m.header for e, m in run.messages if m.kind == "ready"}
+    assert set(ready) == set(run.parties) and all(h["train_rows"] is None for h in ready.values())
+    hello = {e.sender: m.header["n_rows"] for e, m in run.messages if m.kind == "hello_reply"}
+    assert hello == {name: run.exact_rows[name] + run.count_noise[name] for name in run.parties}
+    assert all(run.count_noise.values())
+    to_master = {v for e, m in run.messages if e.receiver == MASTER for v in m.header.values()
+                 if isinstance(v, int) and not isinstance(v, bool)}
+    assert not set(run.exact_rows.values()) & to_master
+    ledgers = run.session.facts.privacy_ledgers
+    assert set(ledgers) == set(run.parties)
+    assert all(0 < ledger["epsilon_total"] <= 1.0 < ledger["epsilon_coalition"]
+               for ledger in ledgers.values())
+
+
 # -- the table ---------------------------------------------------------------------------------------------
 MODES = {
     "vertical-plain-hash": WireMode(
@@ -471,6 +515,12 @@ MODES = {
                             "ppdert_cells": "tree chosen next_pos peer_keys grid_low grid_high",
                             "ppdert_counts": "first_cell last_cell"}),
         schema_kinds=SCHEMA_KINDS, secagg=True, extras=(_cells_reveal_only_the_extreme_cells,)),
+    "horizontal-ppdert-secagg-dp": WireMode(
+        run=lambda tmp: run_horizontal(tmp, "ppd-ert", "secagg-dp"),
+        to_master=_arrays({**HORIZONTAL_TO_MASTER, "hello_reply": "public_key",
+                           "ppdert_masked_counts": "masked"}),
+        to_parties=_arrays({**HORIZONTAL_TO_PARTIES, "ppdert_level": "tree chosen next_pos peer_keys"}),
+        schema_kinds=SCHEMA_KINDS, secagg=True, extras=(_secagg_dp_sends_no_exact_count,)),
 }
 
 
@@ -606,12 +656,16 @@ def _check_master_sees_only_uniform_masked_sums(run: Recorded, messages) -> None
     # counts would sit in the low bits, with zeros above); a p-value below 1e-6 fails
     for byte in (values >> values.dtype.type(bits - 8), values & values.dtype.type(0xFF)):
         assert stats.chisquare(np.bincount(byte.astype(np.int64), minlength=256)).pvalue > 1e-6
-    # what the parties masked: exactly the total reaches the master, no single vector does
+    # what the parties masked: exactly the total reaches the master, no single vector does (secagg-dp: each
+    # party's exact counts plus the noise it recorded; neither the exact nor the noisy vector crosses)
     assert {p: len(v) for p, v in run.plain_counts.items()} == {p: len(rounds) for p in run.parties}
+    released = {p: [v + run.noise[p][i] if run.noise else v for i, v in enumerate(vectors)]
+                for p, vectors in run.plain_counts.items()}
     for i, r in enumerate(sorted(rounds)):
         np.testing.assert_array_equal(unmask_sum([rounds[r][p] for p in run.parties]),
-                                      sum(run.plain_counts[p][i] for p in run.parties))
-    windows = [w for vectors in run.plain_counts.values() for v in vectors for w in _distinctive_windows(v)]
+                                      sum(released[p][i] for p in run.parties))
+    windows = [w for vectors in (*run.plain_counts.values(), *released.values()) for v in vectors
+               for w in _distinctive_windows(v)]
     assert len(windows) > 10
     leaks = [_where(entry) for entry in run.transcript for w in windows if w in entry.payload]
     assert leaks == []

@@ -66,13 +66,15 @@ def register(commands: argparse._SubParsersAction) -> None:
                      help="vertical: forest (default); horizontal: extra-trees (default) or ppd-ert")
     sim.add_argument("--privacy", default=None,
                      help="forest: none (default), paillier or ou (encrypted labels); extra-trees: none "
-                          "(default), ldp or gdp; ppd-ert: secagg")
+                          "(default), ldp or gdp; ppd-ert: secagg (default) or secagg-dp (distributed DP on "
+                          "the masked sums)")
     sim.add_argument("--epsilon", type=float, default=None,
-                     help="gdp: the whole model's epsilon per row (default 1.0; needs --max-depth); ldp: "
-                          "each row's label epsilon, over any number of reports (default 2.0)")
+                     help="gdp, secagg-dp: the whole model's epsilon per row (default 1.0; needs "
+                          "--max-depth); ldp: each row's label epsilon, over any number of reports (default "
+                          "2.0)")
     sim.add_argument("--delta", type=float, default=None,
-                     help="gdp: the whole model's delta (default 1e-6), the probability the epsilon "
-                          "guarantee fails for a row")
+                     help="gdp, secagg-dp: the whole model's delta (default 1e-6), the probability the "
+                          "epsilon guarantee fails for a row")
     sim.add_argument("--thresholds", choices=("histogram", "domain"), default=None,
                      help="ppd-ert: candidate thresholds within each node's populated grid cells (histogram, "
                           "the default) or uniform in the declared domain (domain, the paper's)")
@@ -158,8 +160,8 @@ def _not_available(args: argparse.Namespace) -> str | None:
         unused = _unused_option(option, getattr(args, option), args.algorithm, args.privacy, modes)
         if unused:
             return unused
-    if args.privacy == "gdp" and args.max_depth is None:
-        return "--privacy gdp needs --max-depth: the model's budget is spread over trees x levels"
+    if args.privacy in ("gdp", "secagg-dp") and args.max_depth is None:
+        return f"--privacy {args.privacy} needs --max-depth: the model's budget is spread over trees x levels"
     return None
 
 
@@ -299,6 +301,11 @@ def _privacy_summary(report: dict) -> str:
     if report.get("mode") == "gdp":
         return (f"global DP, epsilon {report['epsilon_total']:.4g} (delta {report['delta']:g}) spent by the "
                 f"busiest row of the most charged party, of the model's budget {report['epsilon_budget']:g}")
+    if report.get("mode") == "secagg-dp":
+        return (f"distributed DP on the masked sums, epsilon {report['epsilon_total']:.4g} (delta "
+                f"{report['delta']:g}) spent by the busiest row against the master, of the model's budget "
+                f"{report['epsilon_budget']:g}; against the master with the other parties "
+                f"{report['epsilon_coalition']:.4g}")
     if report.get("mode") == "ldp":
         return (f"local DP on labels ({report['mechanism']}), epsilon {report['epsilon']:.3g} per row, "
                 "however many trees")

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import secrets
 import shutil
 import time
 import zlib
@@ -62,11 +63,19 @@ from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import DataWriteError, ParameterError, ProtocolError
 from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.model import HorizontalForest
+from fedcore.horizontal.ppdert.noise import DistributedNoise
 from fedcore.horizontal.ppdert.party import PPDERTParty
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.models.artifacts import table_sha256
 from fedcore.privacy.keyauth import PartyIdentity
-from fedcore.privacy.settings import GlobalDP, LocalDP, PrivacySetting, SecureAggregation, parse_privacy
+from fedcore.privacy.settings import (
+    DistributedDP,
+    GlobalDP,
+    LocalDP,
+    PrivacySetting,
+    SecureAggregation,
+    parse_privacy,
+)
 from fedcore.protocol.messages import Message
 
 log = logging.getLogger(__name__)
@@ -78,7 +87,7 @@ SESSION_HEADERS = session_headers(contract=(), predict_local=("run", "until"))
 """The header fields of each session message but `setup` (`SessionAgent.session_headers`)."""
 NOISE_SEEDS = ".noise-seeds"
 """Folder under the checkpoints for the DP modes' noise seeds (a leading dot: never a run id)."""
-NOISY = ("gdp", "ldp")
+NOISY = ("gdp", "ldp", "secagg-dp")
 
 
 class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
@@ -156,13 +165,17 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             held = rng.random(len(frame)) < fraction
             train, self._holdout = frame[~held].reset_index(drop=True), frame[held].reset_index(drop=True)
             rows, n_train, n_held = self._rows(train), len(train), len(self._holdout)
-        if isinstance(privacy, SecureAggregation):
+        if isinstance(privacy, (SecureAggregation, DistributedDP)):
+            noise = None
+            if isinstance(privacy, DistributedDP):  # its own budget, a local secret seed
+                noise = DistributedNoise(self.name, privacy.epsilon, privacy.delta, secrets.randbits(63))
+                n_train = None  # type: ignore[assignment]  # no exact count leaves: a noisy one in hello
             self.party = PPDERTParty(self.name, schema=self.schema, seed=int(h["seed"]),
                                      low=np.asarray(h["low"], np.float64),
                                      high=np.asarray(h["high"], np.float64),
                                      k=int(h["k"]), identity=self.identity,
                                      memory_budget=self.data.memory_budget, thresholds=privacy.thresholds,
-                                     n_cells=privacy.n_cells, **rows)
+                                     n_cells=privacy.n_cells, noise=noise, **rows)
         else:  # noise: a local secret seed
             budget = privacy if isinstance(privacy, GlobalDP) else GlobalDP()  # gdp: its own budget
             self.party = HorizontalParty(self.name, schema=self.schema, privacy=privacy.mode,
@@ -360,8 +373,10 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         assert party is not None, "handle() checkpoints a batch only once the party exists"
         state = {"reports": np.array([party.reports], np.int64),  # noise streams are keyed by this count
                  "reports_per_row": np.array([party.reports_per_row], np.int64)}
-        if isinstance(party, HorizontalParty) and party.ledger is not None:  # gdp: what each row took part in
-            state["ledger"] = np.array([party.ledger.releases_per_row, party.ledger.queries], np.int64)
+        owner = _noise_owner(party)
+        ledger = owner.ledger if owner is not None else None
+        if ledger is not None:  # gdp, secagg-dp: what each row took part in
+            state["ledger"] = np.array([ledger.releases_per_row, ledger.queries], np.int64)
         return state
 
     def _on_resume_status(self, message: Message) -> Message:
@@ -390,20 +405,21 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             raise ProtocolError(f"institution {self.name!r}: resume before resume_status")
         batches = int(message.header["batches"])
         party = self.party
+        owner = _noise_owner(party)
         if self._seeds is not None:
-            if not isinstance(party, HorizontalParty):  # a DP mode's seeds, but set up again since
-                raise ProtocolError(f"institution {self.name!r}: resume with noise seeds but no FET party")
+            if owner is None:  # a DP mode's seeds, but set up again since
+                raise ProtocolError(f"institution {self.name!r}: resume with noise seeds but no noisy party")
             if self._seeds.completed():
-                party.noise_seed = int(self._seeds.load(0)["noise_seed"][0])
+                owner.noise_seed = int(self._seeds.load(0)["noise_seed"][0])
             else:
-                self._seeds.save(0, {"noise_seed": np.array([party.noise_seed], np.int64)})
+                self._seeds.save(0, {"noise_seed": np.array([owner.noise_seed], np.int64)})
         if batches:
             state = self._checkpoints.load(batches - 1)
             party.reports = int(state["reports"][0])
             party.reports_per_row = int(state["reports_per_row"][0])
-            if "ledger" in state and isinstance(party, HorizontalParty):  # hello continues the ledger
+            if "ledger" in state and owner is not None:  # hello continues the ledger
                 releases, queries = (int(v) for v in state["ledger"])
-                party.restored_ledger = (releases, queries)
+                owner.restored_ledger = (releases, queries)
         return Message("resumed", {"batches": batches})
 
     def _on_drop_checkpoints(self, message: Message) -> Message:
@@ -411,3 +427,10 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             if store is not None:
                 store.drop()
         return Message("ack")
+
+
+def _noise_owner(party: HorizontalParty | PPDERTParty) -> HorizontalParty | DistributedNoise | None:
+    """What holds a party's noise seed and ledger: a FET party itself, or a secagg-dp party's noise share."""
+    if isinstance(party, HorizontalParty):
+        return party
+    return party.noise

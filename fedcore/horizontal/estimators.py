@@ -39,9 +39,10 @@ from fedcore.estimator_api import (
 )
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.fet.party import HorizontalParty
-from fedcore.horizontal.fet.plan import check_bounded_depth
 from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.horizontal.plan import check_bounded_depth
 from fedcore.horizontal.ppdert.master import PPDERTMaster
+from fedcore.horizontal.ppdert.noise import DistributedNoise
 from fedcore.horizontal.ppdert.party import PPDERTParty
 from fedcore.horizontal.validation import (
     MISSING_RANGES,
@@ -53,6 +54,7 @@ from fedcore.horizontal.validation import (
 from fedcore.privacy.accounting import DEFAULT_DELTA
 from fedcore.privacy.ldp import LabelLDP
 from fedcore.privacy.settings import (
+    DistributedDP,
     GlobalDP,
     LocalDP,
     PrivacySetting,
@@ -416,7 +418,7 @@ class FederatedExtraTreesRegressor(RegressorMixin, _FETBase):
 
 
 class PPDERTClassifier(_Classifier, _HorizontalForest):
-    """PPD-ERT classification: shared-seed candidate splits and securely aggregated counts."""
+    """PPD-ERT classification: shared-seed candidate splits, securely aggregated (secagg-dp: noisy) counts."""
 
     _task = "classification"
     secure_aggregation: bool
@@ -441,6 +443,8 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
         `secure_aggregation=False` sends plain per-party counts: only a baseline to measure the masks' cost.
         `privacy`: "secagg", a mapping with its fields (`thresholds`, `cells`) or a `PrivacySetting`
         (`fedcore.privacy.settings`); `thresholds` and `threshold_cells` are shorthands for its fields.
+        `{"mode": "secagg-dp", "epsilon": ..., "delta": ...}` adds distributed discrete Gaussian noise to the
+        masked counts (the model's budget against the master; needs `max_depth`; domain thresholds).
         Thresholds "histogram" (the default) draws each candidate threshold within the grid cells (16 per
         interval by default) that hold the node's rows, learning only the first and last populated cell
         over all parties (`fedcore/horizontal/ppdert/cells.py`); `"domain"` is the paper's draw, uniform in
@@ -451,10 +455,15 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
     def _check_settings(self) -> None:
         setting = privacy_with(self.privacy, PPD_ERT, self._task, thresholds=self.thresholds,
                                cells=self.threshold_cells)
-        assert isinstance(setting, SecureAggregation), "PPD-ERT's only privacy mode is secagg"
+        assert isinstance(setting, (SecureAggregation, DistributedDP)), "PPD-ERT: secagg or secagg-dp"
         self._setting = setting
         self._thresholds, self._threshold_cells = setting.thresholds, setting.n_cells
         self._secure = bool(self.secure_aggregation)
+        self._dp = setting if isinstance(setting, DistributedDP) else None
+        if self._dp is not None and not self._secure:
+            raise ParameterError("privacy 'secagg-dp' needs secure_aggregation=True: each party adds 1/P of "
+                                 "the noise, enough only for the masked sum")
+        check_bounded_depth(setting, self._params.max_depth)
         if self.feature_ranges is None and not self.allow_data_ranges:
             raise ParameterError(MISSING_RANGES)
 
@@ -473,13 +482,21 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
         return [PPDERTParty(name=name, schema=schema, seed=self._params.random_state, low=self._low,
                             high=self._high, k=k, secure=self._secure, identity=identities.get(name),
                             thresholds=self._thresholds, n_cells=self._threshold_cells,
-                            **self._rows(name, frame, schema))
+                            noise=self._party_noise(name), **self._rows(name, frame, schema))
                 for name, frame in frames.items()]
+
+    def _party_noise(self, name: str) -> DistributedNoise | None:
+        """secagg-dp: the party's share of the noise under the setting's budget (audited with transcripts)."""
+        if self._dp is None:
+            return None
+        return DistributedNoise(name, self._dp.epsilon, self._dp.delta,
+                                party_noise_seed(self._params.random_state, name),
+                                audit=bool(self.record_transcript))
 
     def _make_master(self, transport, schema):
         return PPDERTMaster(transport, self._params, schema, low=self._low, high=self._high,
                             progress=self._progress_callback(), secure=self._secure,
-                            thresholds=self._thresholds, n_cells=self._threshold_cells)
+                            thresholds=self._thresholds, n_cells=self._threshold_cells, dp=self._dp)
 
     @property
     def privacy_report_(self) -> dict:
@@ -504,12 +521,34 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
         else:
             thresholds = ("uniform in the declared domains, from the shared seed: nothing learned from the "
                           "data")
-        return {
-            "algorithm": PPD_ERT.id, "mode": "secagg" if self._secure else "none",
+        report = {
+            "algorithm": PPD_ERT.id, "mode": self._setting.mode if self._secure else "none",
             "queries": self.master_.levels, "label_statistics": statistics, "thresholds": thresholds,
             "feature_ranges": self.ranges_source_, "parties": len(self.parties_),
             "plain_single_party": single, "epsilon": None, "composed_epsilon": None,
             "setting": self._setting.to_dict(),
+        }
+        if self._dp is not None:
+            report.update(self._distributed_report())
+        return report
+
+    def _distributed_report(self) -> dict[str, Any]:
+        """secagg-dp: each party's ledger; the busiest row's totals against the master and the coalition."""
+        spent = {p.name: p.privacy_spent() for p in self.parties_}
+        worst = max(spent.values(), key=lambda s: s["epsilon_total"])
+        return {
+            "label_statistics": ("only the sum over all parties of the branch class counts, each party's "
+                                 "with discrete Gaussian noise of 1/P of the variance, by secure "
+                                 "aggregation"),
+            "row_counts": "each party's row count plus discrete Gaussian noise (count_sigma): no exact count",
+            "epsilon_total": worst["epsilon_total"], "epsilon_coalition": worst["epsilon_coalition"],
+            "delta": worst["delta"], "epsilon_budget": worst["epsilon_budget"], "sigma": worst["sigma"],
+            "releases_per_row": worst["releases_per_row"],
+            "composition": "dp-accounting's privacy loss distribution of the sum's exact law (the sampler's "
+                           "table) over the counts the busiest row moved, composed with the noisy row count; "
+                           "epsilon_coalition: against the master with the other P - 1 parties, who can "
+                           "subtract their own noise (1/P of the variance is left)",
+            "ledgers": spent,
         }
 
 

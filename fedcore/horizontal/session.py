@@ -32,17 +32,24 @@ from fedcore.contracts.model import parse_contract
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.horizontal.contracts import declared_feature_ranges, declared_y_exponent, engine_schema
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
-from fedcore.horizontal.fet.plan import check_bounded_depth
 from fedcore.horizontal.growth import ProgressCallback
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.horizontal.plan import check_bounded_depth
 from fedcore.horizontal.ppdert.master import PPDERTMaster
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.metrics import confusion_metrics
 from fedcore.models.artifacts import table_sha256
 from fedcore.models.registry import ModelRegistry
 from fedcore.privacy.accounting import DEFAULT_DELTA
-from fedcore.privacy.settings import GlobalDP, LocalDP, PrivacySetting, SecureAggregation, parse_privacy
+from fedcore.privacy.settings import (
+    DistributedDP,
+    GlobalDP,
+    LocalDP,
+    PrivacySetting,
+    SecureAggregation,
+    parse_privacy,
+)
 from fedcore.protocol.messages import Message
 from fedcore.session import MasterSession, Prediction, Preparation, TrainingFacts, prediction_header
 from fedcore.transport.base import Transport
@@ -111,9 +118,16 @@ class HorizontalSession(MasterSession):
             self._low, self._high = self._domains(self.schema, declared_feature_ranges(shared, user))
         replies = self.transport.exchange({name: Message("setup", header) for name in self.institutions})
         self.rows = {name: dict(r.header) for name, r in replies.items()}
+        hidden = isinstance(self.privacy, DistributedDP)  # secagg-dp: a noisy count at hello, none here
         for name, r in self.rows.items():  # the bounds of every count the institution sends in training
             for field, what in (("train_rows", "training rows"), ("holdout_rows", "held-out rows")):
                 value = r.get(field)
+                if hidden and field == "train_rows":
+                    if value is not None:
+                        raise ProtocolError(f"institution {name!r} declared {value!r} training rows at "
+                                            "setup; under privacy 'secagg-dp' no exact count is sent (a "
+                                            "noisy one comes with hello)")
+                    continue
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise ProtocolError(f"institution {name!r} declared {value!r} {what} at setup; a row "
                                         "count is an integer >= 0")
@@ -121,7 +135,7 @@ class HorizontalSession(MasterSession):
         if empty:
             raise ProtocolError(f"institutions {empty} have no training rows; every institution needs at "
                                 "least one")
-        self.facts.train_rows = sum(r["train_rows"] for r in self.rows.values())
+        self.facts.train_rows = sum(r["train_rows"] or 0 for r in self.rows.values())
         self.facts.holdout_rows = sum(r["holdout_rows"] for r in self.rows.values())
         return self.schema
 
@@ -145,11 +159,13 @@ class HorizontalSession(MasterSession):
             raise ProtocolError("agree_schema() must run before train()")
         rounds, sent = self.transport.stats.rounds, self.transport.stats.bytes
         started = time.perf_counter()
-        if isinstance(self.privacy, SecureAggregation):
+        if isinstance(self.privacy, (SecureAggregation, DistributedDP)):
+            budget = self.privacy if isinstance(self.privacy, DistributedDP) else None
             self.master = PPDERTMaster(self.transport, self.params, self.schema, low=self._low,
                                        high=self._high, session_id=secrets.token_bytes(16),
                                        progress=self.progress,
-                                       thresholds=self.privacy.thresholds, n_cells=self.privacy.n_cells)
+                                       thresholds=self.privacy.thresholds, n_cells=self.privacy.n_cells,
+                                       dp=budget)
         else:
             ldp = self.privacy.ldp if isinstance(self.privacy, LocalDP) else None
             gdp = self.privacy if isinstance(self.privacy, GlobalDP) else None
@@ -163,7 +179,8 @@ class HorizontalSession(MasterSession):
             # a regression party's hello may state no larger target than its contract's label range allows
             self.master.declared_y_exponent = dict(self._y_exponents)
         # each institution's hello must declare the training rows it declared at setup (its counts' bound)
-        self.master.declared_rows = {name: int(r["train_rows"]) for name, r in self.rows.items()}
+        if not isinstance(self.privacy, DistributedDP):  # secagg-dp: only the noisy counts of hello
+            self.master.declared_rows = {name: int(r["train_rows"]) for name, r in self.rows.items()}
         resumed = 0
         if checkpoints is None or run_id is None:
             self.model = self.master.fit()
@@ -178,6 +195,10 @@ class HorizontalSession(MasterSession):
         self.facts.nodes = int(self.model.n_nodes)
         self.facts.resumed_batches = resumed
         self.facts.privacy_ledgers = dict(self.master.ledgers)
+        if isinstance(self.privacy, DistributedDP):  # the rows as the master knows them: noisy counts
+            for name, rows in self.master.party_rows.items():
+                self.rows[name]["train_rows"] = rows
+            self.facts.train_rows = sum(self.master.party_rows.values())
         return self.facts
 
     def _context(self) -> str:
@@ -257,6 +278,16 @@ class HorizontalSession(MasterSession):
             out.update(self.privacy.budget())
         if mode == "secagg":
             out["note"] = "the master received only masked sums of branch counts"
+        if isinstance(self.privacy, DistributedDP):
+            out.update({"epsilon_budget": self.privacy.epsilon, "delta": self.privacy.delta,
+                        "note": "the model's whole budget, per row, against the master: it received only "
+                                "masked sums of branch counts, each institution's with discrete Gaussian "
+                                "noise of 1/P of the variance, and noisy row counts (the training rows here "
+                                "are those noisy counts); each institution states its ledger with the model, "
+                                "which the master recomputes"})
+            sums = getattr(self.master, "dp", None)
+            if sums is not None and sums.planned:
+                out["sigma"], out["planned_releases_per_row"] = sums.plan.sigma, sums.plan.releases
         if self.facts.privacy_ledgers:
             out["ledgers"] = self.facts.privacy_ledgers
         return out

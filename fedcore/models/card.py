@@ -96,7 +96,8 @@ def _data_lines(manifest: dict[str, Any], vertical: bool) -> list[str]:
     return lines + [f"| {p['name']} | {p['train_rows']} | {p['holdout_rows']} |" for p in manifest["parties"]]
 
 
-LEDGER_PARAMETERS = {"sigma": "sigma", "l2_sensitivity": "L2 sensitivity",
+LEDGER_PARAMETERS = {"sigma": "sigma", "count_sigma": "row count sigma", "l2_sensitivity": "L2 sensitivity",
+                     "counts_per_release": "counts per release", "parties": "parties",
                      "planned_releases_per_row": "releases per row planned", "epsilon": "epsilon per row"}
 """The parameters of a stated privacy ledger the card shows, and how it names them."""
 
@@ -110,8 +111,10 @@ def _privacy_lines(manifest: dict[str, Any]) -> list[str]:
     for name, ledger in ledgers.items():
         parameters = "".join(f", {label} {ledger[key]:.6g}" for key, label in LEDGER_PARAMETERS.items()
                              if key in ledger)
+        coalition = (f"; against the master with the other institutions: epsilon "
+                     f"{ledger['epsilon_coalition']:.6g}" if "epsilon_coalition" in ledger else "")
         lines.append(f"- {name}: {ledger['mechanism']}{parameters}: (epsilon {ledger['epsilon_total']:.6g}, "
-                     f"delta {ledger['delta']:g})")
+                     f"delta {ledger['delta']:g}){coalition}")
     return lines
 
 

@@ -23,6 +23,7 @@ import math
 import numbers
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -103,8 +104,47 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     return float(accountant.get_epsilon(delta))
 
 
+class ReleasePlan:
+    """A party's releases, planned before training: the budget, and how many one row can take part in.
+
+    Each mode's plan (`GaussianPlan` here, `fedcore.privacy.distributed.DistributedPlan`) says what its noise
+    is (`terms`) and what the accountant makes of a row's releases (`totals_after`); `PrivacyLedger` charges
+    any of them.
+    """
+
+    epsilon: float
+    delta: float
+    releases: int
+
+    def terms(self) -> dict:
+        """The mechanism and its parameters: public, and the same for every party under the same plan."""
+        raise NotImplementedError
+
+    def totals_after(self, releases: int) -> dict[str, float]:
+        """What the accountant says a row that took part in `releases` releases spent: `epsilon_total`..."""
+        raise NotImplementedError
+
+    def epsilon_after(self, releases: int) -> float:
+        """Epsilon at the plan's delta of a row that took part in `releases` releases."""
+        return self.totals_after(releases)["epsilon_total"]
+
+    def summary(self) -> dict:
+        """The plan's data-independent ledger: its terms and the accountant's totals for all its releases.
+
+        `epsilon_total` bounds what any row spends (at most the budget); no data went into it, so a party
+        may state it to the master (`fedcore.horizontal.ledgers`), which recomputes it from the terms.
+        """
+        return {**self.terms(), **self.totals_after(self.releases)}
+
+
+def check_releases(releases: object) -> None:
+    """Refuse a plan with no releases (a count that is not an integer >= 1)."""
+    if isinstance(releases, bool) or not isinstance(releases, int) or releases < 1:
+        raise ParameterError(f"a DP plan needs at least one release, got {releases!r}")
+
+
 @dataclass(frozen=True)
-class GaussianPlan:
+class GaussianPlan(ReleasePlan):
     """A party's Gaussian releases, planned before training, and the noise that keeps them within the budget.
 
     `releases`: the most releases any one row can take part in (FET: trees x levels, one per level of every
@@ -118,8 +158,7 @@ class GaussianPlan:
 
     def __post_init__(self) -> None:
         """Refuse a plan no release can follow: no releases or a sensitivity that is not a number > 0."""
-        if isinstance(self.releases, bool) or not isinstance(self.releases, int) or self.releases < 1:
-            raise ParameterError(f"a DP plan needs at least one release, got {self.releases!r}")
+        check_releases(self.releases)
         if not (isinstance(self.sensitivity, (int, float)) and math.isfinite(self.sensitivity)
                 and self.sensitivity > 0):
             raise ParameterError(f"a release's L2 sensitivity must be a number > 0, got {self.sensitivity!r}")
@@ -130,11 +169,9 @@ class GaussianPlan:
         multiplier = gaussian_noise_multiplier(self.epsilon, self.delta)
         return multiplier * self.sensitivity * math.sqrt(self.releases)
 
-    def epsilon_after(self, releases: int) -> float:
+    def totals_after(self, releases: int) -> dict[str, float]:
         """Epsilon at the plan's delta of a row that took part in `releases` releases (0 for none)."""
-        if releases == 0:
-            return 0.0
-        return gaussian_epsilon(self.sigma / (self.sensitivity * math.sqrt(releases)), self.delta)
+        return {"epsilon_total": gaussian_total(self.sigma, self.sensitivity, releases, self.delta)}
 
     def terms(self) -> dict:
         """The mechanism and its parameters: public, and the same for every party under the same plan."""
@@ -142,25 +179,33 @@ class GaussianPlan:
                 "planned_releases_per_row": self.releases, "epsilon_budget": self.epsilon,
                 "delta": self.delta}
 
-    def summary(self) -> dict:
-        """The plan's data-independent ledger: its terms and the accountant's epsilon for all its releases.
 
-        `epsilon_total` bounds what any row spends (at most the budget); no data went into it, so a party
-        may state it to the master (`fedcore.horizontal.ledgers`).
-        """
-        return {**self.terms(), "epsilon_total": self.epsilon_after(self.releases)}
+def gaussian_total(sigma: float, sensitivity: float, releases: int, delta: float) -> float:
+    """Epsilon at `delta` of `releases` Gaussian releases of noise `sigma`, L2 `sensitivity` (0 for none)."""
+    if releases == 0:
+        return 0.0
+    return gaussian_epsilon(sigma / (sensitivity * math.sqrt(releases)), delta)
+
+
+def recompute_gaussian(stated: dict) -> dict[str, float]:
+    """The accountant's totals for a stated Gaussian ledger, from its mechanism's parameters alone."""
+    return {"epsilon_total": gaussian_total(float(stated["sigma"]), float(stated["l2_sensitivity"]),
+                                            int(stated["planned_releases_per_row"]), float(stated["delta"]))}
+
+
+PlanT = TypeVar("PlanT", bound=ReleasePlan)
 
 
 @dataclass
-class PrivacyLedger:
-    """What one party released under a Gaussian plan: the releases each row took part in, at most the plan's.
+class PrivacyLedger(Generic[PlanT]):
+    """What one party released under its plan: the releases each row took part in, at most the plan's.
 
     `charge(rows_in_release)` records one release (its noise is the plan's sigma) that the busiest row took
     part in `rows_in_release` times (FET: once per tree of the batch it is still growing in), and refuses it,
     before anything is released, when that would take a row past the plan.
     """
 
-    plan: GaussianPlan
+    plan: PlanT
     releases_per_row: int = 0
     """The most releases one row has taken part in (a worst-case row's count: every row's is at most this)."""
     queries: int = 0
@@ -188,4 +233,4 @@ class PrivacyLedger:
         is the plan's `summary`.
         """
         return {**self.plan.terms(), "releases_per_row": self.releases_per_row, "queries": self.queries,
-                "epsilon_total": self.epsilon_spent()}
+                **self.plan.totals_after(self.releases_per_row)}

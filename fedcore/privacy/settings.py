@@ -11,6 +11,7 @@ setting already parsed) and returns the setting of its mode:
 | gdp | `GlobalDP` | `epsilon` (default 1.0), `delta` (default 1e-6): the whole model's budget, per row |
 | ldp | `LocalDP` | `epsilon`: each row's label, over any number of reports; the `LabelLDP` fields |
 | secagg | `SecureAggregation` | `thresholds` (histogram, the default, or domain); `cells` (histogram only) |
+| secagg-dp | `DistributedDP` | `epsilon` (1.0), `delta` (1e-6): the model's budget, against the master |
 
 Under `ldp`, `epsilon` is what the mechanism guarantees for each row's label, however many reports it
 sends. `mechanism: auto` (the default), `krr` and `oue` report once per row at that epsilon (default 2.0);
@@ -61,6 +62,7 @@ MODE_FIELDS: dict[str, tuple[str, ...]] = {
     "none": (), **{mode: ("key_bits",) for mode in ENCRYPTED_MODES}, "gdp": ("epsilon", "delta"),
     "ldp": _LDP_FIELDS,
     "secagg": ("thresholds", "cells"),
+    "secagg-dp": ("epsilon", "delta"),
 }
 """The fields each mode may have, besides `mode` (some only with a given mechanism, estimator or threshold
 mode: `valid_fields`)."""
@@ -134,14 +136,13 @@ class EncryptedLabels(PrivacySetting):
 
 
 @dataclass(frozen=True)
-class GlobalDP(PrivacySetting):
-    """Mode `gdp` (FET): each party adds Gaussian noise calibrated to the whole model's (epsilon, delta)."""
+class ModelBudget(PrivacySetting):
+    """A DP mode whose `epsilon` and `delta` are the whole model's budget, per row (gdp, secagg-dp)."""
 
     epsilon: float = DEFAULT_GDP_EPSILON
     """The whole trained model's epsilon, per row (add/remove-one neighbours)."""
     delta: float = DEFAULT_DELTA
     """The probability that the epsilon guarantee fails for a row (`fedcore.privacy.accounting`)."""
-    mode: str = field(default="gdp", init=False)
 
     def __post_init__(self) -> None:
         """Check epsilon (a finite number > 0) and delta (`check_delta`)."""
@@ -156,7 +157,14 @@ class GlobalDP(PrivacySetting):
 
     def describe(self) -> str:
         """For messages: 'gdp' (epsilon 0.5, delta 1e-06)."""
-        return f"'gdp' (epsilon {self.epsilon:g}, delta {self.delta:g})"
+        return f"{self.mode!r} (epsilon {self.epsilon:g}, delta {self.delta:g})"
+
+
+@dataclass(frozen=True)
+class GlobalDP(ModelBudget):
+    """Mode `gdp` (FET): each party adds Gaussian noise calibrated to the whole model's (epsilon, delta)."""
+
+    mode: str = field(default="gdp", init=False)
 
 
 @dataclass(frozen=True)
@@ -232,6 +240,28 @@ class SecureAggregation(PrivacySetting):
         """For messages: 'secagg' (histogram thresholds on 16 cells)."""
         grid = f" on {self.cells} cells" if self.cells is not None else ""
         return f"'secagg' ({self.thresholds} thresholds{grid})"
+
+
+@dataclass(frozen=True)
+class DistributedDP(ModelBudget):
+    """Mode `secagg-dp` (PPD-ERT): secure aggregation of counts carrying distributed discrete Gaussian noise.
+
+    Named for what it is: PPD-ERT's secure aggregation (`secagg`) plus differential privacy. Each party adds
+    1/P of the noise variance to its masked counts, the master's unmasked sum carries all of it
+    (`fedcore.privacy.distributed`). `epsilon`, `delta`: the whole model's budget per row, against the
+    master. Thresholds are the paper's (uniform in the declared domains): histogram thresholds would reveal
+    each node's extreme grid cells, which no budget covers.
+    """
+
+    mode: str = field(default="secagg-dp", init=False)
+
+    thresholds = "domain"
+    """PPD-ERT's threshold mode under secagg-dp: always the declared domains."""
+
+    @property
+    def n_cells(self) -> int:
+        """No grid (domain thresholds): the default size both PPD-ERT roles are built with, unused."""
+        return DEFAULT_CELLS
 
 
 def valid_fields(mode: str, *, mechanism: str = "bloom", estimator: str = "nnls", epsilon: bool = False,
@@ -367,9 +397,11 @@ def _key_bits(mode: str, bits: object) -> int:
         raise ParameterError(f"privacy: {error}") from None
 
 
-def _global_dp(mode: str, fields: dict[str, Any]) -> PrivacySetting:
+def _model_budget(mode: str, fields: dict[str, Any]) -> PrivacySetting:
+    """The setting of gdp or secagg-dp: the model's (epsilon, delta)."""
     _check_fields(fields, valid_fields(mode), mode)
-    return GlobalDP(fields.get("epsilon", DEFAULT_GDP_EPSILON), fields.get("delta", DEFAULT_DELTA))
+    setting = GlobalDP if mode == "gdp" else DistributedDP
+    return setting(fields.get("epsilon", DEFAULT_GDP_EPSILON), fields.get("delta", DEFAULT_DELTA))
 
 
 def _secure_aggregation(mode: str, fields: dict[str, Any]) -> PrivacySetting:
@@ -405,5 +437,6 @@ def _local_dp(mode: str, fields: dict[str, Any]) -> PrivacySetting:
     return LocalDP(ldp)
 
 
-_BUILDERS = {"none": _no_privacy, **{mode: _encrypted_labels for mode in ENCRYPTED_MODES}, "gdp": _global_dp,
-             "ldp": _local_dp, "secagg": _secure_aggregation}
+_BUILDERS = {"none": _no_privacy, **{mode: _encrypted_labels for mode in ENCRYPTED_MODES},
+             "gdp": _model_budget, "ldp": _local_dp, "secagg": _secure_aggregation,
+             "secagg-dp": _model_budget}

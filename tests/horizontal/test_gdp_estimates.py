@@ -22,8 +22,8 @@ from fedcore.horizontal.fet.gdp import (
 )
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.fet.party import HorizontalParty
-from fedcore.horizontal.fet.plan import gaussian_plan
 from fedcore.horizontal.growth import BranchStatsLevels
+from fedcore.horizontal.plan import gaussian_plan
 from tests.horizontal.common import horizontal_table, split_rows
 
 

@@ -27,8 +27,8 @@ from fedcore.horizontal.estimators import (
     PPDERTClassifier,
 )
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
-from fedcore.horizontal.fet.plan import gaussian_plan
 from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.horizontal.plan import gaussian_plan
 from fedcore.horizontal.validation import build_schema
 from fedcore.privacy.accounting import GAUSSIAN_NOISE_BOUND
 from fedcore.protocol.messages import Message

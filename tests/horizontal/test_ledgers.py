@@ -8,7 +8,8 @@ import pytest
 
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.ledgers import AgreedLedger, check_ledgers, label_ldp_ledger
-from fedcore.privacy.accounting import GaussianPlan
+from fedcore.privacy.accounting import GaussianPlan, recompute_gaussian
+from fedcore.privacy.distributed import DistributedPlan, recompute_distributed
 from fedcore.privacy.ldp import LabelLDP
 from fedcore.protocol.messages import Message
 
@@ -89,3 +90,47 @@ def test_an_ldp_ledger_states_the_mechanism_and_each_rows_epsilon_with_delta_0()
     assert check_ledgers(_acks(north=ledger), agreed) == {"north": ledger}
     with pytest.raises(ProtocolError, match="party 'north' stated epsilon 4.0 in its privacy ledger"):
         check_ledgers(_acks(north={**ledger, "epsilon": 4.0}), agreed)
+
+
+RECOMPUTED = AgreedLedger(PLAN.terms(), PLAN.epsilon, approximate=("sigma",), tolerance=1e-6,
+                          recompute=recompute_gaussian)
+
+
+def test_the_master_recomputes_a_stated_gaussian_ledger_from_its_mechanism_and_parameters() -> None:
+    summary = PLAN.summary()
+    checked = check_ledgers(_acks(north=summary), RECOMPUTED)["north"]
+    assert checked == {**summary, "epsilon_total": recompute_gaussian(summary)["epsilon_total"]}
+    understated = {**summary, "epsilon_total": summary["epsilon_total"] / 2}
+    with pytest.raises(ProtocolError) as refused:
+        check_ledgers(_acks(north=understated), RECOMPUTED)
+    assert str(refused.value) == (
+        f"party 'north' stated epsilon_total {summary['epsilon_total'] / 2!r} in its privacy ledger, but its "
+        f"mechanism and parameters give {summary['epsilon_total']!r} (the master's accountant)")
+
+
+def test_a_ledger_whose_recomputed_total_exceeds_the_budget_is_refused() -> None:
+    # terms that match an agreement but whose noise is too small for the budget: the stated total (within the
+    # budget) is not believed, the accountant's is
+    thin = {**PLAN.terms(), "sigma": PLAN.sigma / 4}
+    agreed = AgreedLedger(thin, PLAN.epsilon, recompute=recompute_gaussian)
+    spent = recompute_gaussian(thin)["epsilon_total"]
+    assert spent > PLAN.epsilon
+    with pytest.raises(ProtocolError) as refused:
+        check_ledgers(_acks(north={**thin, "epsilon_total": 1.9}), agreed)
+    assert str(refused.value) == (
+        f"party 'north' stated a privacy ledger whose mechanism and parameters spend epsilon {spent:.6g} "
+        "(recomputed by the master's accountant), above the agreed budget epsilon 2.0; refusing its model")
+
+
+def test_a_distributed_ledger_states_and_is_checked_on_both_totals() -> None:
+    plan = DistributedPlan(epsilon=2.0, delta=1e-6, releases=6, k=3, parties=3)
+    agreed = AgreedLedger(plan.terms(), plan.epsilon, approximate=("sigma", "count_sigma"), tolerance=1e-6,
+                          recompute=recompute_distributed, results=("epsilon_total", "epsilon_coalition"))
+    summary = plan.summary()
+    assert 0 < summary["epsilon_total"] <= 2.0 < summary["epsilon_coalition"]
+    assert check_ledgers(_acks(north=summary), agreed) == {"north": summary}
+    with pytest.raises(ProtocolError) as refused:
+        check_ledgers(_acks(north={**summary, "epsilon_coalition": 2.0}), agreed)
+    assert str(refused.value) == (
+        f"party 'north' stated epsilon_coalition 2.0 in its privacy ledger, but its mechanism and parameters "
+        f"give {summary['epsilon_coalition']!r} (the master's accountant)")

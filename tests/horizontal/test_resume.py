@@ -32,7 +32,7 @@ FIRST_REQUEST = {"extra-trees": "fet_ranges", "ppd-ert": "ppdert_cells", "ppd-er
 
 
 def _first_request(algorithm: str, privacy: dict | None) -> str:
-    domain = (privacy or {}).get("thresholds") == "domain"
+    domain = (privacy or {}).get("thresholds") == "domain" or (privacy or {}).get("mode") == "secagg-dp"
     return FIRST_REQUEST[f"{algorithm} domain" if domain else algorithm]
 
 
@@ -80,8 +80,9 @@ def _session(agents, algorithm, privacy=None, handlers=None, seeds=None) -> Hori
     transport.exchange({n: Message("validation_report") for n in agents})
     session = HorizontalSession(transport, PARAMS, algorithm=algorithm, privacy=privacy, holdout_fraction=0.2)
     session.agree_schema()
-    for name, seed in (seeds or {}).items():
-        agents[name].party.noise_seed = seed
+    for name, seed in (seeds or {}).items():  # secagg-dp: the seed of the party's share of the noise
+        party = agents[name].party
+        (party.noise if getattr(party, "noise", None) is not None else party).noise_seed = seed
     return session
 
 
@@ -96,6 +97,8 @@ CASES = [
     pytest.param("ppd-ert", None, id="ppdert-secagg"),
     pytest.param("ppd-ert", {"mode": "secagg", "thresholds": "domain"}, id="ppdert-secagg-domain"),
     pytest.param("extra-trees", {"mode": "gdp", "epsilon": 2.0}, id="fet-gdp"),
+    # noise keyed by round id (restored) and the restored seed; the ledger restored before hello
+    pytest.param("ppd-ert", {"mode": "secagg-dp", "epsilon": 2.0}, id="ppdert-secagg-dp"),
     pytest.param("extra-trees", {"mode": "ldp"}, id="fet-ldp"),  # "auto": one report per row
     # fresh instant reports keyed by each party's count of answered queries
     pytest.param("extra-trees", {"mode": "ldp", "mechanism": "bloom"}, id="fet-ldp-bloom"),
@@ -133,7 +136,7 @@ def test_a_run_killed_mid_training_resumes_to_the_same_model(table, tmp_path, al
     assert session.facts.rounds < reference.facts.rounds  # batches 0 and 1 were not grown again
     assert _model_bytes(session, restarted) == expected
     assert {n: a.party.privacy_spent() for n, a in restarted.items()} == spent
-    if privacy and privacy["mode"] == "gdp":  # the ledgers charged batch 2 once: within the budget
+    if privacy and privacy["mode"] in ("gdp", "secagg-dp"):  # batch 2 charged once: within the budget
         assert all(0 < s["epsilon_total"] <= 2.0 and s["releases_per_row"] <= s["planned_releases_per_row"]
                    for s in spent.values())
 

@@ -401,9 +401,9 @@ def test_the_signed_manifest_and_the_card_carry_every_institutions_ledger(table,
 
 
 @pytest.mark.parametrize(("field", "value", "refusal"), [
-    ("epsilon_total", 1.6, "party 'south' stated epsilon_total 1.6 in its privacy ledger, but the agreed "
-                           "budget is epsilon 1.5: a party's accountant states a number > 0 and at most the "
-                           "budget"),
+    # the master recomputes the total from the ledger's mechanism and parameters: the stated one is not it
+    ("epsilon_total", 1.6, "party 'south' stated epsilon_total 1.6 in its privacy ledger, but its mechanism "
+                           "and parameters give {total!r} (the master's accountant)"),
     ("epsilon_budget", 3.0, "party 'south' stated epsilon_budget 3.0 in its privacy ledger, but the agreed "
                             "setting's is 1.5"),
 ])
@@ -429,5 +429,5 @@ def test_an_institution_stating_more_than_the_agreed_budget_is_refused(table, tm
     session.agree_schema()
     with pytest.raises(ProtocolError) as refused:
         session.train()
-    assert str(refused.value) == refusal
+    assert str(refused.value) == refusal.format(total=agents["south"].party.stated_ledger()["epsilon_total"])
     assert session.facts.privacy_ledgers == {}

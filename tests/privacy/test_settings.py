@@ -166,7 +166,7 @@ def test_auto_resolves_to_grr_or_oue_by_variance_for_the_agreed_classes(epsilon,
      "None"),
     ({"mode": "gdp"}, FOREST, "algorithm 'forest' supports privacy ['none', 'paillier', 'ou'], got 'gdp'"),
     (3, FOREST, "privacy must be a mode name, a mapping with 'mode' or a PrivacySetting, got 3"),
-    (GlobalDP(0.5), PPD_ERT, "algorithm 'ppd-ert' supports privacy ['secagg'], got 'gdp'"),
+    (GlobalDP(0.5), PPD_ERT, "algorithm 'ppd-ert' supports privacy ['secagg', 'secagg-dp'], got 'gdp'"),
 ])
 def test_unknown_unused_and_bad_fields_are_refused_by_name(raw, algorithm, message) -> None:
     with pytest.raises(ParameterError) as caught:

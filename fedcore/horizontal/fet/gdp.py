@@ -4,7 +4,7 @@ What the master makes of the parties' Gaussian-noised branch statistics. All of 
 same answers: no query is added and none spends more budget.
 
 Each party adds Gaussian noise of standard deviation sigma to every count it sends, sigma calibrated to the
-model's budget (`fet/plan.py`), so one class count summed over M parties has noise variance M sigma^2
+model's budget (`horizontal/plan.py`), so one class count summed over M parties has noise variance M sigma^2
 (`count_variance`). Each party states its sigma in its hello reply: the mechanism's parameters are public,
 only the noise is secret. The master refuses a sigma other than the agreed plan's, and uses only that one.
 

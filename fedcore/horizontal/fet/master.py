@@ -59,7 +59,6 @@ from fedcore.horizontal.fet.gdp import (
     shrunk_proportions,
     unbiased_sizes,
 )
-from fedcore.horizontal.fet.plan import gaussian_plan, plan_terms
 from fedcore.horizontal.growth import (
     BranchStatsLevels,
     LevelResult,
@@ -67,10 +66,17 @@ from fedcore.horizontal.growth import (
     fet_candidate_features,
     fet_threshold_uniforms,
 )
-from fedcore.horizontal.ledgers import AgreedLedger, label_ldp_ledger
+from fedcore.horizontal.ledgers import SIGMA_TOLERANCE, AgreedLedger, label_ldp_ledger, stated_sigma
 from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.horizontal.plan import gaussian_plan, plan_terms
 from fedcore.horizontal.schema import HorizontalSchema
-from fedcore.privacy.accounting import DEFAULT_DELTA, GaussianPlan, check_delta, check_epsilon
+from fedcore.privacy.accounting import (
+    DEFAULT_DELTA,
+    GaussianPlan,
+    check_delta,
+    check_epsilon,
+    recompute_gaussian,
+)
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
 from fedcore.trees.grower import Level
@@ -98,10 +104,7 @@ quantised targets to nothing (a y_exponent of 1000 made every prediction 0.0); w
 largest targets keep at least q_bits - 13 significant bits (19 bits, a relative 2e-6, below 2**20 rows)."""
 
 
-SIGMA_TOLERANCE = 1e-6
-"""How far (relative) a GDP party's stated sigma may be from the master's own plan. The calibration searches
-the noise multiplier to 1e-6 (`fedcore.privacy.accounting`), so another install of dp-accounting or SciPy may
-end in other digits; the bounds on that party's counts take the larger of the two."""
+
 
 
 class FederatedExtraTreesMaster(BranchStatsLevels):
@@ -116,9 +119,9 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         """The FET master in privacy mode `privacy` ('none', 'gdp' or 'ldp'); LDP raises the leaf floor.
 
         `epsilon`, `delta` (gdp, epsilon required there): the agreed budget of the whole model, the configured
-        setting's (`GlobalDP`). The master plans the parties' Gaussian releases from it (`fet/plan.py`, which
-        needs a bounded max_depth); every party's hello must state the plan's sigma, which bounds and weighs
-        the noisy counts.
+        setting's (`GlobalDP`). The master plans the parties' Gaussian releases from it
+        (`horizontal/plan.py`, which needs a bounded max_depth); every party's hello must state the plan's
+        sigma, which bounds and weighs the noisy counts.
         `low`, `high` (gdp and ldp, required there): the declared (public) domain of every feature, in schema
         order; thresholds are drawn in them, narrowed by the splits above (`fedcore/horizontal/boxes.py`).
         """
@@ -161,13 +164,10 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         if self.privacy == "gdp":
             plan = self._plan()
             for name, reply in replies.items():  # the noise scale, so the counts' bound, is the agreed one
-                stated = _reported_sigma(name, reply.header)
-                self._stated_sigma[name] = stated
-                if abs(stated - plan.sigma) > SIGMA_TOLERANCE * plan.sigma:
-                    raise ProtocolError(
-                        f"party {name!r} stated noise sigma {stated!r} in hello, but the agreed budget "
-                        f"(epsilon {plan.epsilon:g}, delta {plan.delta:g}) over {plan.releases} releases of "
-                        f"L2 sensitivity {plan.sensitivity:g} plans sigma {plan.sigma!r}")
+                self._stated_sigma[name] = stated_sigma(
+                    name, reply.header, plan.sigma,
+                    f"the agreed budget (epsilon {plan.epsilon:g}, delta {plan.delta:g}) over "
+                    f"{plan.releases} releases of L2 sensitivity {plan.sensitivity:g}")
             self._noise_variance = count_variance([plan.sigma] * len(replies))
         if self.params.task == "regression":
             self.party_y_exponent = {n: _reported_exponent(n, r.header) for n, r in replies.items()}
@@ -212,7 +212,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         """
         if self.privacy == "gdp":
             plan = self._plan()
-            return AgreedLedger(plan.terms(), plan.epsilon, approximate=("sigma",), tolerance=SIGMA_TOLERANCE)
+            return AgreedLedger(plan.terms(), plan.epsilon, approximate=("sigma",), tolerance=SIGMA_TOLERANCE,
+                                recompute=recompute_gaussian)
         if self.privacy == "ldp":
             terms = label_ldp_ledger(self._label_ldp())
             epsilon = terms.pop("epsilon_total")
@@ -402,15 +403,6 @@ def _dp_domains(privacy: str, low: np.ndarray | None, high: np.ndarray | None,
         raise ParameterError(f"privacy {privacy!r}: low and high need one value per feature ({n_features}), "
                              f"got shapes {domains[0].shape} and {domains[1].shape}")
     return domains
-
-
-def _reported_sigma(party: str, header: dict) -> float:
-    """A GDP party's noise sigma, from its hello reply (a finite number > 0)."""
-    sigma = header.get("sigma")
-    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not 0 < sigma < math.inf:
-        raise ProtocolError(f"party {party!r} reported no usable noise sigma ({sigma!r}); a GDP party states "
-                            "the scale of its noise in its hello reply")
-    return float(sigma)
 
 
 def _reported_exponent(party: str, header: dict) -> int:

@@ -10,7 +10,7 @@ a DP party (the master draws thresholds in the declared domains instead). Then i
 
 * none: exact integer class counts, or (count, sum of quantised targets) for regression;
 * gdp: the same vector plus Gaussian noise from the party's own seeded stream, its scale calibrated to the
-  party's own budget for the whole model (`fet/plan.py`), each release charged to its `PrivacyLedger`;
+  party's own budget for the whole model (`horizontal/plan.py`), each release charged to its `PrivacyLedger`;
 * ldp: sums of the label reports' bits (`fedcore.privacy.ldp`: each row's response drawn once and reused
   across trees; the Bloom mechanism adds a fresh instant report per query), plus plain branch sizes. Every
   random word is addressed by the row's position (`fedcore.privacy.ldp_draws`), so a party on a Dask
@@ -36,9 +36,9 @@ import pandas as pd
 
 from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ParameterError, ProtocolError
-from fedcore.horizontal.fet.plan import PLAN_TERMS, gaussian_plan
 from fedcore.horizontal.ledgers import LEDGER, label_ldp_ledger
 from fedcore.horizontal.model import HorizontalForest
+from fedcore.horizontal.plan import PLAN_TERMS, gaussian_plan
 from fedcore.horizontal.rows import PartyRows, check_hello, narrow, own_rows, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.accounting import DEFAULT_DELTA, PrivacyLedger
@@ -112,7 +112,7 @@ class HorizontalParty:
             self.X, self.y = self.rows.X, self.rows.y
         self.n_rows = self.rows.n_rows
         self.model: HorizontalForest | None = None
-        self.ledger: PrivacyLedger | None = None  # gdp: made at hello, from the master's terms
+        self.ledger: PrivacyLedger[GaussianPlan] | None = None  # gdp: made at hello, from the master's terms
         self.restored_ledger = (0, 0)  # gdp: (releases per row, queries) of a resumed run (the agent's)
         self.reports_per_row = 0  # LDP: instant reports the busiest row has sent
         self.reports = 0  # noise reports so far: the noise streams are keyed by this count

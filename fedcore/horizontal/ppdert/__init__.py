@@ -35,8 +35,14 @@ certificate's key; the simulator: an ephemeral Ed25519 key). The master relays k
 credential; every party verifies every peer's before deriving masks, and a substituted, unsigned or
 replayed key stops the session with `KeyAuthenticationError` naming the party.
 
+Privacy `secagg-dp` (issue #31, `docs/privacy.md`): the same protocol with domain thresholds, each party
+adding discrete Gaussian noise of 1/P of the variance to its counts before masking them (distributed DP: the
+master's sums carry the model's whole budget), stating a noisy row count in hello and its ledger with the ack
+(`noise`); the master plans alike, bounds the noisy sums and reads them with FET-GDP's noise-aware estimates
+(`sums`).
+
 Modules: `agreed` (what every role derives alike: candidates, domain fingerprint, key context), `cells`
 (histogram thresholds: grid, indicators, spans, node boxes), `party`
 (the institution's role and its protocol table), `master` (the level strategy of the one grower,
-`fedcore/trees/grower.py`).
+`fedcore/trees/grower.py`), `noise` and `sums` (secagg-dp's party and master sides).
 """

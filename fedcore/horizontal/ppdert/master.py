@@ -12,14 +12,16 @@ from typing import cast
 import numpy as np
 
 from fedcore.algorithms import PPD_ERT
-from fedcore.errors import KeyAuthenticationError, ProtocolError
+from fedcore.errors import KeyAuthenticationError, ParameterError, ProtocolError
 from fedcore.horizontal.boxes import NodeBoxes, box_bytes_per_node, span_thresholds
 from fedcore.horizontal.counts import SUM_OF_PARTIES
+from fedcore.horizontal.fet.gdp import combined_node_stats, shrunk_proportions, unbiased_sizes
 from fedcore.horizontal.growth import (
     BranchStatsLevels,
     LevelResult,
     ProgressCallback,
 )
+from fedcore.horizontal.ledgers import AgreedLedger
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.ppdert.agreed import (
     candidate_draws,
@@ -33,8 +35,10 @@ from fedcore.horizontal.ppdert.cells import (
     populated_cells,
     populated_spans,
 )
+from fedcore.horizontal.ppdert.sums import DistributedSums
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.secagg import MODULUS_BITS, ring_bits_for, unmask_sum
+from fedcore.privacy.settings import DistributedDP
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
 from fedcore.trees.grower import Level
@@ -55,11 +59,13 @@ class PPDERTMaster(BranchStatsLevels):
                  low: np.ndarray, high: np.ndarray, session_id: bytes | None = None,
                  progress: ProgressCallback | None = None, secure: bool = True,
                  memory_budget: int | None = None, thresholds: str = "histogram",
-                 n_cells: int = DEFAULT_CELLS) -> None:
+                 n_cells: int = DEFAULT_CELLS, dp: DistributedDP | None = None) -> None:
         """The PPD-ERT master over the parties' declared domains (`low`, `high`).
 
         `thresholds`: "histogram" (within the populated grid cells of each node, see `cells.py`) or "domain"
-        (the paper's: uniform in the declared domain); `n_cells`: the histogram grid's size.
+        (the paper's: uniform in the declared domain); `n_cells`: the histogram grid's size. `dp`: privacy
+        secagg-dp's agreed budget (domain thresholds, secure aggregation): the parties' noisy sums are read
+        with the plan's noise (`DistributedSums`).
         """
         super().__init__(transport, params, schema, progress, memory_budget)
         self.thresholds, self.n_cells = check_threshold_mode(thresholds, n_cells)
@@ -75,6 +81,9 @@ class PPDERTMaster(BranchStatsLevels):
         self._relayed = False
         self._round_id = 0
         self.mask_bits = MODULUS_BITS  # until the parties' row counts are known (hello)
+        self.dp = DistributedSums(dp, params, self.k) if dp is not None else None
+        if self.dp is not None and (self.thresholds != "domain" or not self.secure):
+            raise ParameterError("privacy 'secagg-dp' needs domain thresholds and secure aggregation")
 
     def counters(self) -> dict[str, int]:
         """The secure-aggregation round id, checkpointed so a resumed run numbers rounds as before."""
@@ -106,10 +115,15 @@ class PPDERTMaster(BranchStatsLevels):
                   "domains": domain_fingerprint(self.low, self.high), "k": self.k,
                   "n_parties": len(self.parties), "session_id": self.session_id.hex(), "secure": self.secure,
                   "thresholds": self.thresholds, "n_cells": self.n_cells}
+        if self.dp is not None:
+            header.update(self.dp.hello_terms())
         replies = self.transport.exchange({name: Message("hello", header) for name in self.parties})
         self._note_parties(replies)
         # the narrowest ring that holds any count's sum over all rows: fewer key-stream and wire bytes
-        self.mask_bits = ring_bits_for(sum(self.party_rows.values()))
+        largest = sum(self.party_rows.values())
+        if self.dp is not None:  # noisy row counts and noisy sums: the most their noise can reach
+            largest = self.dp.check_hello(replies, self.party_rows)
+        self.mask_bits = ring_bits_for(largest)
         if len(self.parties) > 1 and self.secure:
             for name, reply in replies.items():
                 if "public_key" not in reply.arrays:
@@ -153,9 +167,29 @@ class PPDERTMaster(BranchStatsLevels):
             counts, plain = self._sum("ppdert_counts", {"depth": depth},
                                       {"first_cell": first, "last_cell": last}, self.mask_bits)
         shape = (*features.shape, 2, self.n_stats)
+        if self.dp is not None:
+            branch = self.dp.check_sums(counts, shape)
+            return LevelResult(features, thresholds, valid, branch, unbiased_sizes(branch, self.params.task))
         self._check_counts(counts, plain, shape)
         branch = counts.reshape(shape).astype(np.float64)
         return LevelResult(features, thresholds, valid, branch)
+
+    def node_estimates(self, result: LevelResult) -> tuple[np.ndarray, np.ndarray]:
+        """secagg-dp: FET-GDP's noise-aware estimates (`fedcore/horizontal/fet/gdp.py`); else exact."""
+        if self.dp is None:
+            return super().node_estimates(result)
+        stats = combined_node_stats(result.branch, self._open_stats)
+        return stats, unbiased_sizes(stats, self.params.task)
+
+    def node_values(self, stats: np.ndarray, parent_values: np.ndarray | None = None) -> np.ndarray:
+        """secagg-dp: proportions projected and shrunk by the sums' noise (`gdp.py`); else exact."""
+        if self.dp is None:
+            return super().node_values(stats)
+        return shrunk_proportions(stats, parent_values, self.dp.variance())
+
+    def agreed_ledger(self) -> AgreedLedger | None:
+        """secagg-dp: the agreed plan's terms, each party's totals recomputed by the master's accountant."""
+        return self.dp.agreed_ledger() if self.dp is not None else None
 
     def _check_counts(self, counts: np.ndarray, plain: dict[str, np.ndarray], shape: tuple[int, ...]) -> None:
         """Refuse counts no party could hold (`fedcore/horizontal/counts.py`).

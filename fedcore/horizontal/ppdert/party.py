@@ -14,8 +14,9 @@ import numpy as np
 import pandas as pd
 
 from fedcore.algorithms import PPD_ERT
-from fedcore.errors import KeyAuthenticationError, ProtocolError
+from fedcore.errors import KeyAuthenticationError, ParameterError, ProtocolError
 from fedcore.horizontal.boxes import NodeBoxes, span_thresholds
+from fedcore.horizontal.ledgers import LEDGER
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.ppdert.agreed import (
     candidate_draws,
@@ -41,6 +42,7 @@ from fedcore.trees.budget import default_budget
 
 if TYPE_CHECKING:
     from fedcore.compute.dask_rows import DaskPartyRows
+    from fedcore.horizontal.ppdert.noise import DistributedNoise
     from fedcore.privacy.keyauth import PartyIdentity
     from fedcore.privacy.secagg import SecureAggregator
 
@@ -86,7 +88,7 @@ class PPDERTParty:
                  low: np.ndarray, high: np.ndarray, k: int, secure: bool = True,
                  identity: PartyIdentity | None = None, memory_budget: int | None = None,
                  thresholds: str = "histogram", n_cells: int = DEFAULT_CELLS,
-                 rows: DaskPartyRows | None = None) -> None:
+                 rows: DaskPartyRows | None = None, noise: DistributedNoise | None = None) -> None:
         """Encode this party's rows with the agreed schema and keep its PPD-ERT settings.
 
         `identity` signs this party's secure-aggregation key and verifies its peers' (required with secure
@@ -94,13 +96,21 @@ class PPDERTParty:
         (default: a share of its available memory), reported in `hello_reply` (`fedcore.trees.budget`).
         `thresholds`, `n_cells`: what this party agrees to reveal (see `PPDERTMaster`); the master's hello
         must name the same. `rows`: the rows already on a Dask cluster (`fedcore.compute.dask_rows`),
-        instead of `frame` (then None).
+        instead of `frame` (then None). `noise`: privacy secagg-dp, this party's share of the noise and its
+        own budget (`noise.py`); it needs domain thresholds and secure aggregation.
         """
         self.name = name
         self.protocol_role, self.n_cells = check_threshold_mode(thresholds, n_cells)
         self.memory_budget = memory_budget
         self.schema = schema
         self.privacy = "secagg" if secure else "none"
+        self.noise = noise
+        if noise is not None:
+            if self.protocol_role != "domain" or not secure:
+                raise ParameterError(f"party {name!r}: privacy 'secagg-dp' needs domain thresholds and "
+                                     "secure aggregation (histogram grids reveal extreme cells; plain counts "
+                                     "would carry 1/P of the noise)")
+            self.privacy = "secagg-dp"
         self.rows: PartyRows | DaskPartyRows = own_rows(name, frame, schema, rows)
         if isinstance(self.rows, PartyRows):  # in process: the encoded rows, as before
             self.X, self.y = self.rows.X, self.rows.y
@@ -143,8 +153,9 @@ class PPDERTParty:
         return state
 
     def privacy_spent(self) -> dict:
-        """What this party has released in its own accounting: nothing beyond masked sums."""
-        return {}
+        """What this party has released in its own accounting: secagg-dp, its ledger; else nothing (sums)."""
+        ledger = self.noise.ledger if self.noise is not None else None
+        return ledger.to_dict() if ledger is not None else {}
 
     def _on_hello(self, message: Message) -> Message:
         h = message.header
@@ -168,6 +179,11 @@ class PPDERTParty:
         header: dict[str, object] = {"n_rows": self.n_rows,
                                      "memory_budget": self.memory_budget or default_budget()}
         self._n_parties = int(h["n_parties"])
+        if self.noise is not None:  # the plan under its own budget; a noisy row count replaces the exact one
+            header.update(self.noise.start(h, self._n_parties, self.n_rows))
+        elif h.get("privacy", "secagg") != "secagg":
+            raise ProtocolError(f"party {self.name!r} is configured for privacy 'secagg', the master asked "
+                                f"for {h.get('privacy')!r}; the party's own setting wins")
         self.aggregator, self._agreed, self._ring = None, False, None
         if self._n_parties > 1 and self.secure:
             from fedcore.privacy.secagg import SecureAggregator
@@ -299,14 +315,19 @@ class PPDERTParty:
 
         Plain (one party, or no secure aggregation) or masked in the session's ring.
         """
+        if self.noise is not None:  # charged before anything is computed or drawn
+            self.noise.charge(self.rows.active_slots_per_row())
         counts = self.rows.class_counts().reshape(-1)
+        if self.noise is not None:
+            counts = self.noise.noisy(counts.astype(np.int64), int(h["round_id"]))
         if self.aggregator is None:
             return Message("ppdert_plain_counts", {"plain": True}, {"counts": narrow(counts)})
         if not self._agreed:
             raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked "
                                 "round")
         bits = h.get("mask_bits", MODULUS_BITS)
-        if isinstance(bits, bool) or bits not in RING_BITS or self.n_rows >= 1 << (bits - 1):
+        largest = self.n_rows + (self._n_parties * self.noise.reach() if self.noise is not None else 0)
+        if isinstance(bits, bool) or bits not in RING_BITS or largest >= 1 << (bits - 1):
             raise ProtocolError(f"party {self.name!r}: a {bits}-bit ring cannot hold the counts of its "
                                 f"{self.n_rows} rows; the ring must be one of {list(RING_BITS)} and hold "
                                 "every sum")
@@ -322,7 +343,10 @@ class PPDERTParty:
         self.model = receive_model(self.name, self.algorithm, self.schema, message)
         self.rows.clear()
         self._boxes = None
-        return Message("ack", {"n_nodes": self.model.n_nodes})
+        header: dict[str, object] = {"n_nodes": self.model.n_nodes}
+        if self.noise is not None:  # its ledger's data-independent summary (`fedcore.horizontal.ledgers`)
+            header[LEDGER] = self.noise.plan.summary()
+        return Message("ack", header)
 
     def _verified_peer_keys(self, h: dict, rows: np.ndarray) -> dict[str, bytes]:
         """The relayed peers' public keys, each checked against its party's signature for this session."""

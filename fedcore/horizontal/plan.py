@@ -1,0 +1,84 @@
+"""The horizontal DP plans: the releases a row can take part in, from a training's terms and a party's budget.
+
+FET-GDP's Gaussian plan (`gaussian_plan`) and PPD-ERT secagg-dp's distributed discrete Gaussian plan
+(`distributed_plan`, `fedcore.privacy.distributed`) read the same terms from the master's `hello` and count
+releases alike: one per level of every tree, so n_estimators x max_depth per row, each moving one count per
+candidate. Both are charged by one `PrivacyLedger` (`fedcore.privacy.accounting`).
+
+FET-GDP:
+A party answers one `fet_stats` per level of every tree it grows: one release per (tree, level) a row's node
+is open in, so at most n_estimators x max_depth releases per row. A release is the vector of the node's
+branch statistics over its k candidates; one row moves one class count of one branch per candidate, so its
+L2 sensitivity is sqrt(k). Regression sends (count, sum of quantised targets) per branch: a row moves the
+count by 1 and the sum by at most 2**q_bound_bits, whose noise is scaled by 2**q_bound_bits, so sqrt(2k).
+The master sends these terms in `hello`; each party builds the plan from them and its own configured budget,
+and the master computes the same plan to bound and weigh the noisy counts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fedcore.errors import ParameterError
+from fedcore.privacy.accounting import GaussianPlan
+from fedcore.privacy.distributed import DistributedPlan
+from fedcore.privacy.settings import DistributedDP, GlobalDP, PrivacySetting
+
+PLAN_TERMS = ("n_estimators", "max_depth", "k", "task")
+"""The `hello` header fields a GDP party plans its releases from."""
+UNBOUNDED_DEPTH = ("privacy {mode!r} needs a bounded depth: set params.max_depth (the model's budget is "
+                   "spread over trees x levels)")
+
+
+def check_bounded_depth(privacy: PrivacySetting, max_depth: int | None) -> None:
+    """Refuse gdp or secagg-dp with an unbounded depth, before any party starts (the master does too)."""
+    if isinstance(privacy, (GlobalDP, DistributedDP)) and max_depth is None:
+        raise ParameterError(UNBOUNDED_DEPTH.format(mode=privacy.mode))
+
+
+def plan_terms(n_estimators: int, max_depth: int | None, k: int, task: str,
+               mode: str = "gdp") -> dict[str, Any]:
+    """The plan's terms as the master's `hello` carries them; refuse an unbounded depth (naming `mode`)."""
+    if max_depth is None:
+        raise ParameterError(UNBOUNDED_DEPTH.format(mode=mode))
+    return {"n_estimators": n_estimators, "max_depth": max_depth, "k": k, "task": task}
+
+
+def gaussian_plan(epsilon: float, delta: float, terms: dict[str, Any]) -> GaussianPlan:
+    """The Gaussian plan of a training with `terms` (`plan_terms`) under the budget (epsilon, delta).
+
+    Refuses terms that are not positive integers (the task: classification or regression).
+    """
+    check_terms(terms, "gdp")
+    per_candidate = 2 if terms["task"] == "regression" else 1
+    return GaussianPlan(epsilon, delta, releases=terms["n_estimators"] * terms["max_depth"],
+                        sensitivity=math.sqrt(per_candidate * terms["k"]))
+
+
+def distributed_plan(epsilon: float, delta: float, terms: dict[str, Any], parties: int) -> DistributedPlan:
+    """PPD-ERT secagg-dp: each of `parties` parties' share of the noise for a classification's `terms`.
+
+    One release per (tree, level) a row's node is open in; in each the row moves one class count of one branch
+    per candidate: k counts by 1.
+    """
+    check_terms(terms, "secagg-dp")
+    if terms["task"] != "classification":
+        raise ParameterError(f"privacy 'secagg-dp': PPD-ERT classifies, the plan's task is {terms['task']!r}")
+    return DistributedPlan(epsilon, delta, releases=terms["n_estimators"] * terms["max_depth"], k=terms["k"],
+                           parties=parties)
+
+
+def check_terms(terms: dict[str, Any], mode: str) -> None:
+    """Refuse plan terms that are not integers >= 1 (an unbounded depth named), or another task."""
+    for name in ("n_estimators", "max_depth", "k"):
+        value = terms.get(name)
+        if name == "max_depth" and value is None:
+            raise ParameterError(UNBOUNDED_DEPTH.format(mode=mode))
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ParameterError(f"privacy {mode!r}: the plan's {name} must be an integer >= 1, got "
+                                 f"{value!r}")
+    task = terms.get("task")
+    if task not in ("classification", "regression"):
+        raise ParameterError(f"privacy {mode!r}: the plan's task must be classification or regression, got "
+                             f"{task!r}")

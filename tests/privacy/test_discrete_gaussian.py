@@ -1,0 +1,73 @@
+"""The discrete Gaussian sampler, the law of sums of its draws, and the distributed plan's accounting.
+
+`fedcore.privacy.discrete_gaussian` and `fedcore.privacy.distributed`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from fedcore.privacy.discrete_gaussian import RESOLUTION_BITS, sum_pmf, table
+from fedcore.privacy.distributed import DistributedPlan, distributed_epsilon, round_up
+from fedcore.randomness import counter_key
+
+
+def test_the_table_is_an_exact_symmetric_law_in_whole_2_to_the_minus_64ths() -> None:
+    sampler = table(3.7)
+    widths = sampler.widths
+    assert sum(widths) == 2 ** RESOLUTION_BITS and widths == widths[::-1]
+    assert all(w > 0 for w in widths) and len(widths) == 2 * sampler.reach + 1
+    # the ideal discrete Gaussian (normalised over the integers) to 2^-63, within float64's rounding
+    x = np.arange(-sampler.reach, sampler.reach + 1)
+    ideal = np.exp(-x * x / (2 * 3.7 ** 2))
+    total = sum(math.exp(-k * k / (2 * 3.7 ** 2)) for k in range(-200, 201))
+    np.testing.assert_allclose(sampler.pmf(), ideal / total, rtol=1e-12, atol=2.0 ** -63)
+    assert math.exp(-(sampler.reach + 1) ** 2 / (2 * 3.7 ** 2)) / total < 2.0 ** -64  # nothing left beyond
+
+
+def test_a_draw_is_the_philox_words_looked_up_in_the_cumulative_widths() -> None:
+    sampler = table(2.5)
+    key = counter_key(7, "secagg_dp_noise", 3)
+    draws = sampler.draw(key, 1000)
+    words = np.random.Philox(key=key).random_raw(1000)
+    cumulative = list(itertools.accumulate(sampler.widths))
+    expected = np.array([bisect.bisect_right(cumulative, int(w)) for w in words]) - sampler.reach
+    np.testing.assert_array_equal(draws, expected)
+    np.testing.assert_array_equal(sampler.draw(key, 1000), draws)  # the same key, the same noise
+    many = table(40.0).draw(counter_key(1, "secagg_dp_noise", 0), 200_000)
+    assert abs(many.mean()) < 0.5 and abs(many.std() / 40.0 - 1) < 0.01
+
+
+def test_the_law_of_a_sum_is_the_convolution_of_the_table() -> None:
+    first, one = sum_pmf(1.5, 1)
+    law = one
+    for _ in range(3):
+        law = np.convolve(law, one)
+    start, four = sum_pmf(1.5, 4)
+    exact = law[start - 4 * first: start - 4 * first + len(four)]
+    assert abs(four.sum() - 1) < 1e-9
+    np.testing.assert_allclose(four, exact, atol=1e-15)
+
+
+def test_one_draw_is_accounted_as_dp_accountings_own_discrete_gaussian() -> None:
+    from dp_accounting.pld import privacy_loss_distribution
+
+    mine = distributed_epsilon(5.0, 5.0, 0, 1, 1e-6)  # the noisy count alone
+    theirs = privacy_loss_distribution.from_discrete_gaussian_mechanism(5.0).get_epsilon_for_delta(1e-6)
+    assert mine == pytest.approx(theirs, abs=2e-3)
+
+
+def test_a_plan_spends_at_most_its_budget_and_the_coalition_sees_more() -> None:
+    plan = DistributedPlan(epsilon=1.0, delta=1e-6, releases=8, k=3, parties=3)
+    summary = plan.summary()
+    assert 0.99 < summary["epsilon_total"] <= 1.0  # the calibration ends within 1% of the budget
+    assert summary["epsilon_coalition"] > 1.5  # 1/3 of the variance left
+    assert plan.count_sigma == round_up(plan.sigma * math.sqrt(3)) and plan.sigma == round_up(plan.sigma)
+    assert plan.epsilon_after(0) < plan.epsilon_after(4) < plan.epsilon_after(8)
+    fewer = DistributedPlan(epsilon=1.0, delta=1e-6, releases=8, k=3, parties=6)
+    assert fewer.sigma < plan.sigma  # more parties: a smaller share each
