@@ -308,6 +308,9 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         algorithm = find_algorithm(str(raw.get("algorithm", in_setting(setting)[0].id)), setting)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
+    if not algorithm.deployable:
+        raise ConfigError(f"{path}: algorithm {algorithm.id!r} runs in simulation and the estimators only so "
+                          "far (issue #32); choose another algorithm for a federation config")
     try:
         privacy = parse_privacy(raw.get("privacy"), algorithm)
     except ParameterError as error:
