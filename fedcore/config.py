@@ -2,7 +2,7 @@
 
     federation: retail-consortium
     setting: vertical            # vertical | horizontal
-    algorithm: forest            # vertical: forest; horizontal: extra-trees | ppd-ert
+    algorithm: forest            # vertical: forest (boosting: not yet); horizontal: extra-trees | ppd-ert
     privacy: none                # forest: none | paillier | ou ({mode: paillier, key_bits: 3072});
                                  # extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 1, delta: 1e-6}:
                                  #   the whole model's budget per row; needs params.max_depth),
