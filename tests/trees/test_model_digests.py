@@ -76,8 +76,8 @@ CASES = {
     "vertical plain per-tree features, no bootstrap": lambda: _vertical(
         FederatedForestClassifier, mixed_table(seed=4, n_classes=2), 3, n_estimators=4,
         feature_sampling="tree", bootstrap=False, max_features=0.5, min_samples_leaf=3),
-    # boosting (issue #32): the same engine on gradient statistics; 1, 2 and 3 parties give these bytes
-    # (tests/vertical/test_boosting.py)
+    # boosting (issue #32): the same engine on gradient statistics (1, 2, 3 and 5 parties give the same
+    # model: tests/vertical/test_boosting.py)
     "vertical boosting squared error": lambda: _vertical(
         FederatedBoostingRegressor, mixed_table(seed=3, task="regression"), 2, n_estimators=4, max_depth=4,
         subsample=0.8, colsample_bytree=0.8),

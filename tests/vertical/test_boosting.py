@@ -1,8 +1,8 @@
 """Vertical boosting, plain mode (fedcore/vertical/, issue #32): lossless across party layouts, what crosses.
 
-Single- vs multi-party byte identity of the trees, each party's thresholds and the predictions, for squared
-error, logistic and softmax; the label holder's training margins are the model's predictions; the passive
-parties receive the rounds' (g, h) and never the labels.
+Single- vs 2, 3 and 5-party byte identity of the trees, each column's thresholds and the predictions, for
+squared error, logistic and softmax; the label holder's training margins are the model's predictions; the
+passive parties receive the rounds' (g, h) and never the labels.
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ def loss_is_regression(model) -> bool:
 
 
 @pytest.mark.parametrize("loss", list(LOSSES))
-def test_two_and_three_parties_give_the_one_party_model_byte_for_byte(loss: str) -> None:
+def test_two_three_and_five_parties_give_the_one_party_model_byte_for_byte(loss: str) -> None:
     single = _model_bytes(*_fit(loss, 1)[:2])
-    for n_parties in (2, 3):
+    for n_parties in (2, 3, 5):
         assert _model_bytes(*_fit(loss, n_parties)[:2]) == single
     trees = _fit(loss, 1)[0].master_.structure
     assert trees.n_trees == PARAMS["n_estimators"] * (3 if loss == "softmax" else 1)  # K trees a round
