@@ -107,3 +107,16 @@ def test_boosting_is_refused_where_it_does_not_run_yet() -> None:
         FederatedBoostingRegressor(reg_lambda=-1).params  # noqa: B018
     with pytest.raises(NotImplementedError, match="cannot be saved yet"):
         _fit("squared error", 1)[0].save("unused")
+
+
+def test_a_fitted_model_pickles_and_clones_with_xgboost_names() -> None:
+    import pickle
+
+    from sklearn.base import clone
+
+    model, frames, _ = _fit("softmax", 2)
+    again = pickle.loads(pickle.dumps(model))
+    assert np.array_equal(again.predict_proba(frames), model.predict_proba(frames))
+    assert clone(model).get_params()["colsample_bytree"] == PARAMS["colsample_bytree"]
+    with pytest.raises(AttributeError, match=r"no feature_importances_ yet \(issue #33\)"):
+        model.feature_importances_  # noqa: B018
