@@ -26,6 +26,8 @@ class Algorithm:
     """The `privacy.mode` values it accepts; the first is the default."""
     old_ids: tuple[str, ...] = ()
     """Spellings earlier versions wrote into manifests and model tables, accepted when reading them."""
+    deployable: bool = True
+    """Whether configs (agents, flows, the registry) run it; False: simulation and estimators only, so far."""
 
     @property
     def default_privacy(self) -> str:
@@ -45,8 +47,9 @@ FOREST = Algorithm("forest", "vertical", "Federated Forest", ("none", *ENCRYPTED
 EXTRA_TREES = Algorithm("extra-trees", "horizontal", "Federated Extra-Trees", ("none", "ldp", "gdp"),
                         ("fet",))
 PPD_ERT = Algorithm("ppd-ert", "horizontal", "PPD-ERT", ("secagg", "secagg-dp"), ("ppdert",))
+BOOSTING = Algorithm("boosting", "vertical", "Federated gradient boosting", ("none",), deployable=False)
 
-ALGORITHMS: dict[str, Algorithm] = {a.id: a for a in (FOREST, EXTRA_TREES, PPD_ERT)}
+ALGORITHMS: dict[str, Algorithm] = {a.id: a for a in (FOREST, EXTRA_TREES, PPD_ERT, BOOSTING)}
 _BY_OLD_ID = {old: a for a in ALGORITHMS.values() for old in a.old_ids}
 
 

@@ -2,7 +2,7 @@
 
     federation: retail-consortium
     setting: vertical            # vertical | horizontal
-    algorithm: forest            # vertical: forest; horizontal: extra-trees | ppd-ert
+    algorithm: forest            # vertical: forest (boosting: not yet); horizontal: extra-trees | ppd-ert
     privacy: none                # forest: none | paillier | ou ({mode: paillier, key_bits: 3072});
                                  # extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 1, delta: 1e-6}:
                                  #   the whole model's budget per row; needs params.max_depth),
@@ -312,6 +312,9 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         algorithm = find_algorithm(str(raw.get("algorithm", in_setting(setting)[0].id)), setting)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
+    if not algorithm.deployable:
+        raise ConfigError(f"{path}: algorithm {algorithm.id!r} runs in simulation and the estimators only so "
+                          "far (issue #32); choose another algorithm for a federation config")
     try:
         privacy = parse_privacy(raw.get("privacy"), algorithm)
     except ParameterError as error:

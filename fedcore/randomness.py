@@ -15,7 +15,9 @@ PURPOSES = {"bootstrap": 1, "features": 2, "tree_features": 3, "thresholds": 4, 
             # vertical bootstrap: one stream per canonical chunk of rows, keyed by (tree, chunk)
             "bootstrap_chunk": 12,
             # PPD-ERT secagg-dp: a party's discrete Gaussian noise, keyed by round id, and its noisy row count
-            "secagg_dp_noise": 13, "secagg_dp_count": 14}
+            "secagg_dp_noise": 13, "secagg_dp_count": 14,
+            # boosting: the rows a round keeps (subsample), keyed by round
+            "subsample": 15}
 
 BOOTSTRAP_CHUNK_ROWS = 1 << 16
 """Rows per canonical bootstrap chunk: fixed, so a draw never depends on how rows are cut into blocks."""

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from fedcore.algorithms import ALGORITHMS, EXTRA_TREES, FOREST, PPD_ERT, algorithm, in_setting, read_algorithm
+from fedcore.algorithms import (
+    ALGORITHMS,
+    BOOSTING,
+    EXTRA_TREES,
+    FOREST,
+    PPD_ERT,
+    algorithm,
+    in_setting,
+    read_algorithm,
+)
 from fedcore.errors import ParameterError
 
 
 def test_each_setting_lists_its_algorithms_default_first() -> None:
-    assert in_setting("vertical") == (FOREST,)
+    assert in_setting("vertical") == (FOREST, BOOSTING)
     assert in_setting("horizontal") == (EXTRA_TREES, PPD_ERT)
     with pytest.raises(ParameterError,
                        match=r"unknown setting 'diagonal': choose one of \['vertical', 'horizontal'\]"):
@@ -18,8 +27,8 @@ def test_each_setting_lists_its_algorithms_default_first() -> None:
 
 def test_input_takes_canonical_ids_only() -> None:
     assert algorithm("ppd-ert", "horizontal") is PPD_ERT
-    with pytest.raises(ParameterError,
-                       match=r"the vertical setting offers algorithms \['forest'\], got 'ppd-ert'"):
+    with pytest.raises(ParameterError, match=r"the vertical setting offers algorithms "
+                                             r"\['forest', 'boosting'\], got 'ppd-ert'"):
         algorithm("ppd-ert", "vertical")
     with pytest.raises(ParameterError,
                        match=r"the horizontal setting offers algorithms \['extra-trees', 'ppd-ert'\], "
@@ -33,7 +42,7 @@ def test_stored_models_may_use_the_old_spellings() -> None:
     assert all(read_algorithm(a).id == a for a in ALGORITHMS)
     with pytest.raises(ParameterError,
                        match=r"unknown algorithm 'xgboost': fedforest has \['forest', 'extra-trees', "
-                             r"'ppd-ert'\]"):
+                             r"'ppd-ert', 'boosting'\]"):
         read_algorithm("xgboost")
 
 
@@ -44,3 +53,8 @@ def test_privacy_modes_are_checked_per_algorithm() -> None:
     with pytest.raises(ParameterError,
                        match=r"algorithm 'ppd-ert' supports privacy \['secagg', 'secagg-dp'\], got 'ldp'"):
         PPD_ERT.check_privacy("ldp")
+
+
+def test_boosting_runs_in_simulation_only_so_far() -> None:
+    """Configs refuse it (tests/test_config.py); the estimators and simulate run it (issue #32)."""
+    assert FOREST.deployable and not BOOSTING.deployable and BOOSTING.privacy_modes == ("none",)

@@ -167,10 +167,25 @@ def test_version(capsys) -> None:
     assert out.startswith("fedforest ")
 
 
+def test_simulate_json_vertical_boosting(capsys, breast_cancer_csv: Path) -> None:
+    """Boosting against HistGradientBoosting (same rounds, depth, learning rate, L2), and its M = 1 run."""
+    result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--parties", 3,
+                       "--algorithm", "boosting", "--trees", 10, "--max-depth", 3)
+    assert (result["algorithm"], result["privacy"], result["task"]) == ("boosting", "none", "classification")
+    assert result["reference"]["name"] == "sklearn.HistGradientBoostingClassifier"
+    assert result["single_party_identical"] is True
+    assert result["metrics"]["accuracy"] > 0.9
+    assert result["metrics"]["accuracy"] > result["reference"]["metrics"]["accuracy"] - 0.05
+
+
 @pytest.mark.parametrize(("options", "message"), [
     (("--setting", "diagonal"), "unknown setting 'diagonal': choose one of ['vertical', 'horizontal']"),
-    (("--algorithm", "boosting"), "unknown algorithm 'boosting': the vertical setting offers 'forest' "
-                                  "(Federated Forest)"),
+    (("--algorithm", "gbdt"), "unknown algorithm 'gbdt': the vertical setting offers 'forest' "
+                              "(Federated Forest), 'boosting' (Federated gradient boosting)"),
+    (("--algorithm", "boosting", "--privacy", "ou"),
+     "algorithm 'boosting' supports privacy 'none', got 'ou'"),
+    (("--algorithm", "boosting", "--max-features", "0.5"),
+     "--max-features applies to --algorithm forest only: boosting takes every feature in every tree"),
     (("--setting", "horizontal", "--algorithm", "forest"),
      "unknown algorithm 'forest': the horizontal setting offers 'extra-trees' (Federated Extra-Trees), "
      "'ppd-ert' (PPD-ERT)"),

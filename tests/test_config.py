@@ -103,7 +103,10 @@ def test_bad_training_settings_are_refused_by_name(training, message) -> None:
     ({"institutions": [{"name": "bank", "id_column": "id", "label": "y"}]},
      "institution 'bank' needs 'data'"),
     ({"params": {"n_trees": 5}}, "params: "),
-    ({"algorithm": "extra-trees"}, "the vertical setting offers algorithms ['forest'], got 'extra-trees'"),
+    ({"algorithm": "extra-trees"},
+     "the vertical setting offers algorithms ['forest', 'boosting'], got 'extra-trees'"),
+    ({"algorithm": "boosting"}, "algorithm 'boosting' runs in simulation and the estimators only so far "
+                                "(issue #32); choose another algorithm for a federation config"),
     ({"alignment": "sha"},
      "alignment must be 'hash' (keyed hashes) or 'psi' (ECDH private set intersection), got 'sha'"),
     ({"setting": "horizontal"},

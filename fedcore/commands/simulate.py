@@ -24,6 +24,7 @@ from fedcore.data.split import PARTITIONS
 from fedcore.errors import ParameterError
 from fedcore.privacy.settings import MODE_FIELDS, privacy_with
 from fedcore.simulation import TASK_DEFAULT, TASKS, simulate_horizontal, simulate_vertical
+from fedcore.trees.boosting import BoostingParams
 from fedcore.trees.budget import available_bytes
 from fedcore.trees.params import ForestParams, check_max_features, check_model_fits
 
@@ -63,9 +64,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--setting", default="vertical",
                      help="vertical (columns split) or horizontal (rows split)")
     sim.add_argument("--algorithm", default=None,
-                     help="vertical: forest (default); horizontal: extra-trees (default) or ppd-ert")
+                     help="vertical: forest (default) or boosting (--trees rounds of XGBoost's defaults: "
+                          "depth 6 unless --max-depth, learning rate 0.3, lambda 1); horizontal: "
+                          "extra-trees (default) or ppd-ert")
     sim.add_argument("--privacy", default=None,
-                     help="forest: none (default), paillier or ou (encrypted labels); extra-trees: none "
+                     help="forest: none (default), paillier or ou (encrypted labels); boosting: none; "
+                          "extra-trees: none "
                           "(default), ldp or gdp; ppd-ert: secagg (default) or secagg-dp (distributed DP on "
                           "the masked sums)")
     sim.add_argument("--epsilon", type=float, default=None,
@@ -197,7 +201,8 @@ def _simulate(args: argparse.Namespace) -> int:
         result = simulate_vertical(
             table, args.label, id_column=args.id_column, drop=args.drop, parties=args.parties,
             trees=args.trees, max_depth=args.max_depth, max_features=args.max_features, seed=args.seed,
-            test_size=args.test_size, task=args.task, privacy=privacy, progress=True, compute=args.dask)
+            test_size=args.test_size, task=args.task, privacy=privacy, progress=True, compute=args.dask,
+            algorithm=args.algorithm)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -232,6 +237,9 @@ def _check_model_fits(args: argparse.Namespace, n_rows: int) -> None:
 
     cls = ExtraTreesParams if args.setting == "horizontal" else ForestParams
     params = cls(n_estimators=args.trees, max_depth=args.max_depth, random_state=args.seed)
+    if args.algorithm == "boosting":  # K trees a round (softmax) is not known before the label is read
+        params = BoostingParams(n_estimators=args.trees, max_depth=args.max_depth or 6,
+                                random_state=args.seed)
     if not 0 < args.test_size < 1:
         return  # the simulator refuses it, naming it
     n_train = n_rows - math.ceil(args.test_size * n_rows)  # scikit-learn's train_test_split

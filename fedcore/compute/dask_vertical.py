@@ -47,7 +47,7 @@ from fedcore.compute.blocks import Block, frame_blocks, rebuildable
 from fedcore.data.binning import PartyBinner
 from fedcore.privacy.packing import encrypted_bin_sums, weight_powers
 from fedcore.randomness import bootstrap_chunk_totals
-from fedcore.trees.criteria import SQUARED_ERROR
+from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR, VALUE_STATISTICS
 from fedcore.trees.partition import (
     SamplePartition,
     node_byte_lengths,
@@ -74,6 +74,10 @@ REGRESSION_REFUSED = ("vertical regression runs in process only: its histograms 
                       "whose totals over blocks of rows depend on the order of addition (issue #29); remove "
                       "compute: dask (or compute=) for regression")
 """Why a vertical Dask party refuses regression."""
+BOOSTING_REFUSED = ("vertical boosting runs in process only: its histograms sum float gradients and "
+                    "hessians, whose totals over blocks of rows depend on the order of addition (issue #29); "
+                    "remove compute: dask (or compute=) for boosting")
+"""Why a vertical Dask party refuses boosting."""
 
 
 def refusal(regression: bool) -> str | None:
@@ -237,6 +241,8 @@ class DaskVerticalRows:
     # -- LocalRows' interface -------------------------------------------------------------------------
     def check_setup(self, criterion: int) -> str | None:
         """Why this training cannot run on Dask (`refusal`), or None."""
+        if criterion == GRADIENT:
+            return BOOSTING_REFUSED
         return refusal(criterion == SQUARED_ERROR)
 
     def fit(self, max_bins: int, seed: int) -> PartyBinner:
@@ -307,9 +313,9 @@ class DaskVerticalRows:
 
     def best_splits(self, feat_ptr: np.ndarray, feat_local: np.ndarray, feat_rank: np.ndarray,
                     is_categorical: np.ndarray, n_stats: int, criterion: int,
-                    min_leaf: float) -> tuple[NodeSplits, np.ndarray]:
+                    min_leaf: float, reg_lambda: float = 0.0) -> tuple[NodeSplits, np.ndarray]:
         """One histogram task per block, added up in block order, then the shared scan."""
-        if criterion == SQUARED_ERROR:
+        if criterion in VALUE_STATISTICS:
             raise ValueError(REGRESSION_REFUSED)
         results = self.client.gather(self._map(_histograms, self.parts, self.codes, feat_ptr=feat_ptr,
                                                feat_local=feat_local, n_stats=n_stats, criterion=criterion))

@@ -20,6 +20,7 @@ import pyarrow as pa
 from fedcore.algorithms import EXTRA_TREES, read_algorithm
 from fedcore.errors import ArtifactError
 from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.trees.combination import MEAN
 
 NO_CHILD = -1
 SCHEMA_KEY = b"fedforest.horizontal.schema"
@@ -99,9 +100,9 @@ class HorizontalForest:
         return out
 
     def predict_values(self, X: np.ndarray) -> np.ndarray:
-        """Mean over trees of the leaf values: (n_rows, n_outputs)."""
+        """The trees' leaf values combined (a forest's: their mean), (n_rows, n_outputs)."""
         leaves = self.apply(X)
-        return self.value[leaves].mean(axis=1)
+        return MEAN.combine(self.value[leaves])
 
     # -- Arrow ------------------------------------------------------------------------------------
     def to_table(self) -> pa.Table:

@@ -8,6 +8,16 @@ TASK_DEFAULT = "default"
 regression)."""
 
 
+BOOSTING_DEFAULTS = {"max_depth": 6, "learning_rate": 0.3, "reg_lambda": 1.0}
+"""What simulate's boosting runs (and its reference) take beyond the rounds and seed: XGBoost's defaults."""
+
+
+def boosting_params(trees: int, max_depth: int | None, seed: int) -> dict:
+    """The hyper-parameters the federated, single-party and reference boosting share (rounds = trees)."""
+    depth = BOOSTING_DEFAULTS["max_depth"] if max_depth is None else max_depth
+    return {**BOOSTING_DEFAULTS, "n_estimators": trees, "max_depth": depth, "random_state": seed}
+
+
 def forest_params(task: str, trees: int, max_depth: int | None, max_features: str | int | float | None,
                   seed: int) -> dict:
     """The hyper-parameters the federated, single-party and reference forests share.

@@ -57,6 +57,23 @@ def reference_extra_trees(task: str, train: pd.DataFrame, test: pd.DataFrame, la
     return timed_reference(model, task, train_x, train[label].to_numpy(), test_x, test[label].to_numpy())
 
 
+def reference_boosting(task: str, train: pd.DataFrame, test: pd.DataFrame, label: str, params: dict) -> dict:
+    """scikit-learn's HistGradientBoosting with the same rounds, depth, learning rate and L2, pooled rows.
+
+    No early stopping, no leaf-count or leaf-size limits beyond ours (min_samples_leaf 1); categoricals
+    one-hot encoded as for the forests' references.
+    """
+    from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+
+    cls = HistGradientBoostingClassifier if task == "classification" else HistGradientBoostingRegressor
+    train_x, test_x = one_hot(train.drop(columns=[label]), test.drop(columns=[label]))
+    model = cls(max_iter=params["n_estimators"], max_depth=params["max_depth"],
+                learning_rate=params["learning_rate"], l2_regularization=params["reg_lambda"],
+                max_leaf_nodes=None, min_samples_leaf=1, early_stopping=False,
+                random_state=params["random_state"])
+    return timed_reference(model, task, train_x, train[label].to_numpy(), test_x, test[label].to_numpy())
+
+
 def timed_reference(model: Any, task: str, train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
                     test_y: np.ndarray) -> dict:
     """Fit and predict a scikit-learn reference model; its name, test metrics and both timings."""

@@ -1,10 +1,10 @@
 """Simulate a vertical federation on one table and compare it with a centralized reference.
 
 `simulate_vertical` splits a table into train and test rows, deals the training columns out to simulated
-parties, trains Federated Forest over the in-process transport, and reports test metrics next to
-scikit-learn's random forest on the pooled data and to the same engine with every column at one party
-(M = 1), which must agree exactly (design principle 2). The `fedforest simulate` command and the
-benchmarks both call it; it returns a JSON-ready dict.
+parties, trains Federated Forest (or boosting) over the in-process transport, and reports test metrics next
+to scikit-learn's random forest (HistGradientBoosting) on the pooled data and to the same engine with every
+column at one party (M = 1), which must agree exactly (design principle 2). The `fedforest simulate`
+command and the benchmarks both call it; it returns a JSON-ready dict.
 """
 
 from __future__ import annotations
@@ -15,15 +15,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedcore.algorithms import FOREST
+from fedcore.algorithms import BOOSTING, Algorithm
+from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.data.labels import infer_task
 from fedcore.data.split import split_vertical
 from fedcore.errors import ParameterError
 from fedcore.privacy.settings import PrivacySetting, parse_privacy
 from fedcore.simulation.comparison import compare, run_engine
-from fedcore.simulation.params import TASK_DEFAULT, TASKS, forest_params
-from fedcore.simulation.reference import reference_forest
+from fedcore.simulation.params import TASK_DEFAULT, TASKS, boosting_params, forest_params
+from fedcore.simulation.reference import reference_boosting, reference_forest
 from fedcore.simulation.table import prepare_input, split_train_test
+from fedcore.vertical.boosting_estimators import FederatedBoostingClassifier, FederatedBoostingRegressor
 from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
 from fedcore.vertical.validation import check_label
 
@@ -31,10 +33,11 @@ STRUCTURE_FIELDS = ("tree", "node", "left", "right", "depth", "weight", "value")
 """Master structure arrays that must match between the federated and the single-party run (not `owner`)."""
 
 
-def _engine(task: str, params: dict, progress: bool) -> FederatedForestClassifier | FederatedForestRegressor:
+def _engine(task: str, params: dict, progress: bool, chosen: Algorithm) -> Any:
     """An unfitted engine; building it validates the parameters before any work starts."""
-    cls = FederatedForestClassifier if task == "classification" else FederatedForestRegressor
-    model = cls(**params, progress=progress)
+    classes = ((FederatedBoostingClassifier, FederatedBoostingRegressor) if chosen is BOOSTING
+               else (FederatedForestClassifier, FederatedForestRegressor))
+    model = classes[0 if task == "classification" else 1](**params, progress=progress)
     model.params  # noqa: B018 - validates the parameters now, before any work (scikit-learn style: not in __init__)
     return model
 
@@ -61,6 +64,7 @@ def simulate_vertical(
     privacy: str | Mapping[str, Any] | PrivacySetting = "none",
     progress: bool = False,
     compute: Any = None,
+    algorithm: str = "forest",
 ) -> dict:
     """Train Federated Forest on `parties` simulated vertical parties of `table`; compare it on held-out rows.
 
@@ -73,30 +77,27 @@ def simulate_vertical(
     the id, which were dropped and which dates became numbers (see `prepare_input`). `compute` ("local:N", a
     Dask scheduler address or a Client): every simulated party's rows on that Dask cluster
     (`fedcore.compute.dask_vertical`, classification only); the single-party run stays in
-    process, so `single_party_identical` compares the two.
+    process, so `single_party_identical` compares the two. `algorithm="boosting"`: vertical boosting with
+    `trees` rounds of XGBoost's defaults (`fedcore.simulation.params.boosting_params`), plain labels, in
+    process, compared with HistGradientBoosting.
     """
     if task not in TASKS:
         raise ParameterError(f"task must be one of {list(TASKS)}, got {task!r}")
-    setting = parse_privacy(privacy, FOREST)
+    chosen = find_algorithm(algorithm, "vertical")
+    setting = parse_privacy(privacy, chosen)
     table, column_notes = prepare_input(table, label, id_column, drop)
     if task == "auto":
         task = infer_task(table[label])
     check_label(table[label], task)
-    params = forest_params(task, trees, max_depth, max_features, seed)
-    if compute is not None:
-        from fedcore.compute.dask_vertical import refusal
-
-        cannot = refusal(task == "regression")
-        if cannot is not None:
-            raise ParameterError(cannot)
-    federated_model = _engine(task, {**params, "privacy": setting, "compute": compute}, progress)
-    single_model = _engine(task, params, progress)
+    params, federated_params = _params(chosen, task, trees, max_depth, max_features, seed, setting, compute)
+    federated_model = _engine(task, federated_params, progress, chosen)
+    single_model = _engine(task, params, progress, chosen)
     train, test = split_train_test(table, label, task, test_size, seed)
     party_frames = split_vertical(train, parties, label=label, seed=seed)
     columns = [[c for c in frame.columns if c != label] for frame in party_frames]
     classification = task == "classification"
     federated = run_engine(federated_model, party_frames, label, [test[c] for c in columns],
-                           caption=f"federated forest, {parties} parties, {trees} trees", progress=progress,
+                           caption=f"{chosen.title}, {parties} parties, {trees} trees", progress=progress,
                            probabilities=classification)
     single = run_engine(single_model, [train], label, [test.drop(columns=[label])], progress=progress,
                         caption=f"single-party run of the same engine (M = 1), {trees} trees",
@@ -105,7 +106,7 @@ def simulate_vertical(
                      and same_structure(federated.model.master_.structure, single.model.master_.structure))
     return {
         "setting": "vertical",
-        "algorithm": "forest",
+        "algorithm": chosen.id,
         "privacy": setting.mode,
         "task": task,
         "parties": parties,
@@ -113,6 +114,31 @@ def simulate_vertical(
         "rows_train": len(train),
         "rows_test": len(test),
         **compare(task, test[label].to_numpy(), federated, single, identical,
-                  reference_forest(task, train, test, label, params)),
+                  (reference_boosting if chosen is BOOSTING else reference_forest)(task, train, test, label,
+                                                                                  params)),
         "columns": column_notes,
     }
+
+
+def _params(chosen: Algorithm, task: str, trees: int, max_depth: int | None,
+            max_features: str | int | float | None, seed: int, setting: PrivacySetting,
+            compute: Any) -> tuple[dict, dict]:
+    """The single-party (and reference) run's parameters, and the federated run's; refusals first."""
+    if chosen is BOOSTING:
+        if max_features != TASK_DEFAULT:
+            raise ParameterError("--max-features applies to --algorithm forest only: boosting takes every "
+                                 "feature in every tree")
+        if compute is not None:
+            from fedcore.compute.dask_vertical import BOOSTING_REFUSED
+
+            raise ParameterError(BOOSTING_REFUSED)
+        params = boosting_params(trees, max_depth, seed)
+        return params, params
+    params = forest_params(task, trees, max_depth, max_features, seed)
+    if compute is not None:
+        from fedcore.compute.dask_vertical import refusal
+
+        cannot = refusal(task == "regression")
+        if cannot is not None:
+            raise ParameterError(cannot)
+    return params, {**params, "privacy": setting, "compute": compute}

@@ -19,6 +19,8 @@ What differs between algorithms plugs in as a `LevelStrategy` (the shape of scik
 from their answers. The strategies:
 
     vertical plain, encrypted labels     fedcore/vertical/master.py (VerticalMaster; encrypted scoring hook)
+    vertical boosting (plain)            the same VerticalMaster on gradient statistics, a round a batch
+                                         (fedcore/trees/boosting.py)
     FET none / gdp / ldp                 fedcore/horizontal/fet/master.py (FederatedExtraTreesMaster)
     PPD-ERT                              fedcore/horizontal/ppdert/master.py (PPDERTMaster)
 

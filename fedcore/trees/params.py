@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from fedcore.algorithms import FOREST
 from fedcore.errors import ParameterError
 from fedcore.privacy.schemes import ENCRYPTED_MODES, check_key_bits, scheme
-from fedcore.trees.criteria import CRITERIA, SQUARED_ERROR
+from fedcore.trees.criteria import CRITERIA, SQUARED_ERROR, leaf_value
 
 PRIVACY_MODES = FOREST.privacy_modes
 """Vertical label protection: none (labels shared, the paper's FF), or encrypted under Paillier or
@@ -198,6 +200,27 @@ class ForestParams(TreeParams):
     def criterion_code(self) -> int:
         """The numeric criterion used by the kernels."""
         return CRITERIA[self.criterion]
+
+    @property
+    def min_leaf_weight(self) -> float:
+        """The least weight a child keeps (the kernels' `min_leaf`): min_samples_leaf draws."""
+        return float(self.min_samples_leaf)
+
+    def node_values(self, stats: np.ndarray) -> np.ndarray:
+        """Each node's value from its statistics: class shares or the mean (`leaf_value`)."""
+        return leaf_value(stats, self.criterion_code)
+
+    def least_gain(self, root_weight: np.ndarray) -> np.ndarray | float:
+        """The least gain that splits a node of a tree whose root weighs `root_weight`."""
+        return self.min_impurity_decrease * root_weight
+
+    def growth(self, trees_per_round: int) -> ForestParams:
+        """The parameters the grower runs (boosting: rounds of trees; a forest: these)."""
+        return self
+
+    def setup_fields(self) -> dict[str, object] | None:
+        """What boosting tells the parties at setup (a forest: nothing)."""
+        return None
 
     def n_draws(self, n_rows: int) -> int | None:
         """Bootstrap sample size per tree, or None without bootstrap.

@@ -1,7 +1,8 @@
 """Which in-bag samples sit in which open node, for every tree of a batch, and how splits move them.
 
 All trees of a batch share flat arrays (`order`: row indices, `weight`: bootstrap counts, `target`: the
-labels, carried along so histograms read them sequentially); each open
+labels, or boosting's (g, h) per tree, as (samples, T) rows carried along so histograms read them
+sequentially); each open
 node owns a contiguous segment. The open nodes of a level are kept in the master's order, so parties and
 master refer to nodes by position and never need per-node dictionaries. A split moves the left samples
 to the front of the node's segment (stably) and the node's two children replace it in the next level.
@@ -73,17 +74,21 @@ def apply_partition(order, weight, target, new_order, new_weight, new_target, st
                 ri += 1
             new_order[dst] = order[s + k]
             new_weight[dst] = weight[s + k]
-            new_target[dst] = target[s + k]
+            for c in range(target.shape[1]):
+                new_target[dst, c] = target[s + k, c]
         n_left[i] = nl
     return n_left
 
 
 @nb.njit(cache=True, parallel=True)
 def _compact_counts(counts, offsets, y):
-    """Rows with a non-zero count per tree, those counts as weights and the rows' labels, tree after tree."""
+    """Rows with a non-zero count per tree, those counts as weights and the rows' labels, tree after tree.
+
+    Labels are (n_rows, T) rows.
+    """
     order = np.empty(offsets[-1], np.int32)
     weight = np.empty(offsets[-1], np.int32)
-    target = np.empty(offsets[-1], np.float64)
+    target = np.empty((offsets[-1], y.shape[1]), np.float64)
     for t in nb.prange(counts.shape[0]):
         k = offsets[t]
         for r in range(counts.shape[1]):
@@ -91,7 +96,8 @@ def _compact_counts(counts, offsets, y):
             if c:
                 order[k] = r
                 weight[k] = c
-                target[k] = y[r]
+                for j in range(y.shape[1]):
+                    target[k, j] = y[r, j]
                 k += 1
     return order, weight, target
 
@@ -145,7 +151,7 @@ class SamplePartition:
         """Samples in `order` with their weights and targets, in node segments `starts`..`ends`."""
         self.order = order
         self.weight = weight
-        self.target = target  # the label (class code or value) of each sample, aligned with `order`
+        self.target = target  # (samples, T): the label (class code or value), or (g, h), aligned with `order`
         self.starts = starts
         self.ends = ends
         self._spare: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the split's output, reused
@@ -155,24 +161,31 @@ class SamplePartition:
                   n_rows: int | None = None, totals: list[np.ndarray] | None = None) -> SamplePartition:
         """Roots of `trees`: the bootstrap sample of each (all rows with weight 1 if n_draws is None).
 
-        `y` holds the label per row (class codes or values); samples carry it along so that histogram
-        building reads it sequentially. A block of rows (a Dask worker's) passes its first row `start`, the
-        table's `n_rows` and the trees' chunk totals (`bootstrap_chunk_totals`): its rows get the whole
-        table's counts, numbered from 0 within the block.
+        `y` holds the label per row (class codes or values), or each tree's targets per row
+        (len(trees), n_rows, T): boosting's (g, h), which takes every row once (no bootstrap); samples carry
+        them along so that histogram building reads them sequentially. A block of rows (a Dask worker's)
+        passes its first row `start`, the table's `n_rows` and the trees' chunk totals
+        (`bootstrap_chunk_totals`): its rows get the whole table's counts, numbered from 0 within the block.
         """
-        table_rows = len(y) if n_rows is None else n_rows
-        n_rows = len(y)
+        y = np.asarray(y, dtype=np.float64)
+        per_tree = y.ndim == 3
+        if per_tree and (n_draws is not None or y.shape[0] != len(trees)):
+            raise ValueError("per-tree targets take every row once (no bootstrap), one target table per tree")
+        table_rows = y.shape[-2] if per_tree else len(y) if n_rows is None else n_rows
+        n_rows = y.shape[-2] if per_tree else len(y)
+        columns = y if per_tree else y.reshape(n_rows, 1)
         if n_draws is None:
             order = np.tile(np.arange(n_rows, dtype=np.int32), len(trees))
             weight = np.ones(len(order), dtype=np.int32)
-            target = np.tile(y.astype(np.float64), len(trees))
+            target = (columns.reshape(len(trees) * n_rows, -1).copy() if per_tree  # splits write into it
+                      else np.tile(columns, (len(trees), 1)))
             offsets = np.arange(len(trees) + 1, dtype=np.int64) * n_rows
         else:
             counts = np.stack([bootstrap_counts(seed, tree, table_rows, n_draws, start, start + n_rows,
                                                 None if totals is None else totals[k])
                                for k, tree in enumerate(trees)]).reshape(len(trees), n_rows)
             offsets = offsets_from_lengths(np.count_nonzero(counts, axis=1))
-            order, weight, target = _compact_counts(counts, offsets, y.astype(np.float64))
+            order, weight, target = _compact_counts(counts, offsets, columns)
         return cls(order, weight, target, offsets[:-1].copy(), offsets[1:].copy())
 
     @property

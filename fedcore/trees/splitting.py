@@ -6,6 +6,9 @@ cost O(samples) rather than O(bins). Numeric features split at a bin threshold; 
 prefix of their categories ordered by class share or mean target; missing values go to whichever side
 is better (or to the heavier side when the node has none). Ties keep the first candidate in feature-rank
 order, then the lowest threshold, so results do not depend on how features are spread over parties.
+
+Targets are (samples, T) float64: T = 1 (class code or value) for the forests' criteria, T = 2 (g, h) for
+gradient statistics; `reg_lambda` is the gradient criterion's L2 term (ignored by the others).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import numba as nb
 import numpy as np
 
 from fedcore.data.binning import MISSING_BIN
-from fedcore.trees.criteria import SQUARED_ERROR, impurity_term, stats_weight
+from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR, VALUE_STATISTICS, impurity_term, stats_weight
 
 N_CODES = 256
 
@@ -34,6 +37,12 @@ class NodeSplits:
     cat_bits: np.ndarray  # uint64 (n_nodes, 4): categorical left set
 
 
+def target_columns(target: np.ndarray) -> np.ndarray:
+    """Targets as the kernels read them: (samples, T) float64 (a 1-D target is one column, a view)."""
+    target = np.asarray(target, dtype=np.float64)
+    return target.reshape(len(target), 1) if target.ndim == 1 else target
+
+
 @nb.njit(cache=True, inline="always")
 def _accumulate(hist, b, w, y, criterion):
     """Add one sample (weight w, target y: class code or value) to bin b's statistics."""
@@ -45,8 +54,20 @@ def _accumulate(hist, b, w, y, criterion):
         hist[b, np.int64(y)] += w
 
 
+@nb.njit(cache=True, inline="always")
+def _accumulate_gradient(hist, b, w, target, j):
+    """Add sample j (weight w, target row (g, h)) to bin b's gradient statistics (count, G, H).
+
+    Kept out of `_accumulate` and out of the forests' histogram loop (`_gradient_histogram`), which stays
+    as fast as before boosting.
+    """
+    hist[b, 0] += w
+    hist[b, 1] += w * target[j, 0]
+    hist[b, 2] += w * target[j, 1]
+
+
 @nb.njit(cache=True)
-def _scan(hist, ordered, n_ordered, total, missing, has_missing, parent_term, criterion,
+def _scan(hist, ordered, n_ordered, total, missing, has_missing, parent_term, criterion, reg_lambda,
           min_leaf, best_gain, cum, lbuf, rbuf):
     """Scan the prefix splits of `ordered` bins, and "all values | missing" when values are missing.
 
@@ -70,7 +91,8 @@ def _scan(hist, ordered, n_ordered, total, missing, has_missing, parent_term, cr
                 rbuf[k] = total[k] - lbuf[k]
             if stats_weight(lbuf, criterion) < min_leaf or stats_weight(rbuf, criterion) < min_leaf:
                 continue
-            gain = parent_term - impurity_term(lbuf, criterion) - impurity_term(rbuf, criterion)
+            gain = (parent_term - impurity_term(lbuf, criterion, reg_lambda)
+                    - impurity_term(rbuf, criterion, reg_lambda))
             if gain > best_gain:
                 best_gain = gain
                 found_cut = t
@@ -80,19 +102,20 @@ def _scan(hist, ordered, n_ordered, total, missing, has_missing, parent_term, cr
 
 def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_local, feat_rank,
                      is_cat, n_stats, criterion, min_leaf,
-                     n_class_orderings) -> tuple[NodeSplits, np.ndarray]:
+                     n_class_orderings, reg_lambda: float = 0.0) -> tuple[NodeSplits, np.ndarray]:
     """Best split per node over its candidate features (CSR: feat_ptr over nodes). See module docstring.
 
     (node, feature) pairs are processed grouped by feature, so one feature's codes stay in cache while
     all nodes that consider it are scanned; the per-node reduction then follows feature-rank order.
     Also returns each node's statistics (n_nodes, n_stats), which the label holder reports.
     """
+    target = target_columns(target)
     totals = node_statistics(target, weight, starts, ends, n_stats, criterion)
     pair_node = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(feat_ptr))
     by_feature = np.argsort(feat_local, kind="stable").astype(np.int64)
     pair_out = _best_split_per_pair(codes, target, order, weight, starts, ends, totals, pair_node,
-                                    feat_local, by_feature, is_cat, n_stats, criterion, min_leaf,
-                                    n_class_orderings)
+                                    feat_local, by_feature, is_cat, n_stats, criterion, float(reg_lambda),
+                                    min_leaf, n_class_orderings)
     return NodeSplits(*_reduce_pairs(feat_ptr, feat_local, feat_rank, *pair_out)), totals
 
 
@@ -106,7 +129,7 @@ def _scratch(n_stats):
 
 @nb.njit(cache=True, parallel=True)
 def _best_split_per_pair(codes, target, order, weight, starts, ends, totals, pair_node, pair_feat,
-                         pair_order, is_cat, n_stats, criterion, min_leaf, n_class_orderings):
+                         pair_order, is_cat, n_stats, criterion, reg_lambda, min_leaf, n_class_orderings):
     n_pairs = pair_node.shape[0]
     out_gain = np.full(n_pairs, -np.inf)
     out_bin = np.zeros(n_pairs, np.int32)
@@ -124,7 +147,8 @@ def _best_split_per_pair(codes, target, order, weight, starts, ends, totals, pai
             if ends[i] - starts[i] < 2:
                 continue
             _best_split_of_pair(pair, i, pair_feat[pair], codes, target, order, weight, starts[i],
-                                ends[i], totals[i], is_cat, n_stats, criterion, min_leaf, n_class_orderings,
+                                ends[i], totals[i], is_cat, n_stats, criterion, reg_lambda, min_leaf,
+                                n_class_orderings,
                                 hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys,
                                 out_gain, out_bin, out_ml, out_bits)
     return out_gain, out_bin, out_ml, out_bits
@@ -156,13 +180,13 @@ def _reduce_pairs(feat_ptr, feat_local, feat_rank, pair_gain, pair_bin, pair_ml,
 
 @nb.njit(cache=True)
 def _best_split_of_pair(pair, i, f, codes, target, order, weight, s, e, total, is_cat, n_stats,
-                        criterion, min_leaf, n_class_orderings, hist, seen, touched, ordered, cum, lbuf,
-                        rbuf, missing, keys, out_gain, out_bin, out_ml, out_bits):
+                        criterion, reg_lambda, min_leaf, n_class_orderings, hist, seen, touched, ordered, cum,
+                        lbuf, rbuf, missing, keys, out_gain, out_bin, out_ml, out_bits):
     """Best split of node i on feature f, written into the out_* arrays at `pair`."""
     n_touched = _pair_histogram(f, codes, target, order, weight, s, e, criterion, hist, seen, touched)
-    _split_of_histogram(pair, is_cat[f], n_touched, total, n_stats, criterion, min_leaf, n_class_orderings,
-                        hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys, out_gain, out_bin,
-                        out_ml, out_bits)
+    _split_of_histogram(pair, is_cat[f], n_touched, total, n_stats, criterion, reg_lambda, min_leaf,
+                        n_class_orderings, hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys,
+                        out_gain, out_bin, out_ml, out_bits)
 
 
 @nb.njit(cache=True)
@@ -172,6 +196,8 @@ def _pair_histogram(f, codes, target, order, weight, s, e, criterion, hist, seen
     The touched bins are `touched[:n]`, flagged in `seen`. Shared by the fused in-process kernel and by
     `block_histograms` (a block of rows on a Dask worker), so both count the same samples the same way.
     """
+    if criterion == GRADIENT:
+        return _gradient_histogram(f, codes, target, order, weight, s, e, hist, seen, touched)
     n_touched = 0
     for j in range(s, e):
         r = order[j]
@@ -180,32 +206,51 @@ def _pair_histogram(f, codes, target, order, weight, s, e, criterion, hist, seen
             seen[b] = True
             touched[n_touched] = b
             n_touched += 1
-        _accumulate(hist, b, weight[j], target[j], criterion)
+        _accumulate(hist, b, weight[j], target[j, 0], criterion)
+    return n_touched
+
+
+@nb.njit(cache=True, inline="never")
+def _gradient_histogram(f, codes, target, order, weight, s, e, hist, seen, touched):
+    """`_pair_histogram` of gradient statistics, a function of its own (see `_accumulate_gradient`).
+
+    Its loop repeats the class/value loop's bin bookkeeping on purpose: a shared inlined helper for it made
+    the forests' histograms several times slower (numba 0.68).
+    """
+    n_touched = 0
+    for j in range(s, e):
+        r = order[j]
+        b = codes[r, f]
+        if not seen[b]:
+            seen[b] = True
+            touched[n_touched] = b
+            n_touched += 1
+        _accumulate_gradient(hist, b, weight[j], target, j)
     return n_touched
 
 
 @nb.njit(cache=True)
-def _split_of_histogram(pair, categorical, n_touched, total, n_stats, criterion, min_leaf, n_class_orderings,
-                        hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys, out_gain, out_bin,
-                        out_ml, out_bits):
+def _split_of_histogram(pair, categorical, n_touched, total, n_stats, criterion, reg_lambda, min_leaf,
+                        n_class_orderings, hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys,
+                        out_gain, out_bin, out_ml, out_bits):
     """Scan one node-feature histogram for its best split, write it at `pair`, reset the scratch.
 
     The histogram's bins are `touched[:n_touched]`, flagged in `seen`. Shared by the plain kernel and by the
     label holder scanning decrypted histograms, so both pick bit-identical splits.
     """
-    parent_term = impurity_term(total, criterion)
+    parent_term = impurity_term(total, criterion, reg_lambda)
     _sort_touched(n_touched, seen, touched, ordered)
     has_missing = seen[MISSING_BIN]
     n_values = n_touched - 1 if has_missing else n_touched
     for k in range(n_stats):
         missing[k] = hist[MISSING_BIN, k] if has_missing else 0.0
     if not categorical:
-        _numeric_split(pair, n_values, total, missing, has_missing, parent_term, criterion, min_leaf, hist,
-                       ordered, cum, lbuf, rbuf, out_gain, out_bin, out_ml)
+        _numeric_split(pair, n_values, total, missing, has_missing, parent_term, criterion, reg_lambda,
+                       min_leaf, hist, ordered, cum, lbuf, rbuf, out_gain, out_bin, out_ml)
     else:
         _categorical_split(pair, n_values, total, n_stats, missing, has_missing, parent_term,
-                           criterion, min_leaf, n_class_orderings, hist, ordered, cum, lbuf, rbuf, keys,
-                           out_gain, out_bin, out_ml, out_bits)
+                           criterion, reg_lambda, min_leaf, n_class_orderings, hist, ordered, cum, lbuf, rbuf,
+                           keys, out_gain, out_bin, out_ml, out_bits)
     for t in range(n_touched):
         b = touched[t]
         seen[b] = False
@@ -227,11 +272,11 @@ def _sort_touched(n_touched, seen, touched, ordered):
 
 
 @nb.njit(cache=True)
-def _numeric_split(pair, n_values, total, missing, has_missing, parent_term, criterion, min_leaf,
+def _numeric_split(pair, n_values, total, missing, has_missing, parent_term, criterion, reg_lambda, min_leaf,
                    hist, ordered, cum, lbuf, rbuf, out_gain, out_bin, out_ml):
     """The best threshold over the ordered bins, written at `pair` if one is admissible."""
     gain, cut, ml = _scan(hist, ordered, n_values, total, missing, has_missing, parent_term,
-                          criterion, min_leaf, -np.inf, cum, lbuf, rbuf)
+                          criterion, reg_lambda, min_leaf, -np.inf, cum, lbuf, rbuf)
     if cut >= 0:
         out_gain[pair] = gain
         if cut == n_values - 1:  # all values left, missing right
@@ -242,18 +287,19 @@ def _numeric_split(pair, n_values, total, missing, has_missing, parent_term, cri
 
 
 @nb.njit(cache=True)
-def _categorical_split(pair, n_values, total, n_stats, missing, has_missing, parent_term, criterion, min_leaf,
-                       n_class_orderings, hist, ordered, cum, lbuf, rbuf, keys, out_gain, out_bin, out_ml,
-                       out_bits):
+def _categorical_split(pair, n_values, total, n_stats, missing, has_missing, parent_term, criterion,
+                       reg_lambda, min_leaf, n_class_orderings, hist, ordered, cum, lbuf, rbuf, keys,
+                       out_gain, out_bin, out_ml, out_bits):
     """The best prefix of the categories under each documented ordering, written at `pair` if admissible."""
     best = -np.inf
-    n_orderings = 1 if criterion == SQUARED_ERROR or n_stats == 2 else n_class_orderings
+    by_value = criterion == SQUARED_ERROR or criterion == GRADIENT
+    n_orderings = 1 if by_value or n_stats == 2 else n_class_orderings
     for o in range(n_orderings):
-        _category_keys(hist, ordered, n_values, n_stats, criterion, o, keys)
+        _category_keys(hist, ordered, n_values, n_stats, criterion, reg_lambda, o, keys)
         perm = np.argsort(keys[:n_values], kind="mergesort")
         cats = ordered[:n_values][perm]
         gain, cut, ml = _scan(hist, cats, n_values, total, missing, has_missing, parent_term,
-                              criterion, min_leaf, best, cum, lbuf, rbuf)
+                              criterion, reg_lambda, min_leaf, best, cum, lbuf, rbuf)
         if cut >= 0:
             best = gain
             out_gain[pair] = gain
@@ -267,12 +313,19 @@ def _categorical_split(pair, n_values, total, n_stats, missing, has_missing, par
 
 
 @nb.njit(cache=True)
-def _category_keys(hist, ordered, n_values, n_stats, criterion, o, keys):
-    """Each category's key under ordering o: its mean target, or its share of class o (two classes: of 1)."""
+def _category_keys(hist, ordered, n_values, n_stats, criterion, reg_lambda, o, keys):
+    """Each category's key under ordering o: its mean target, or its share of class o (two classes: of 1).
+
+    Gradient statistics: G / (H + lambda), minus the category's leaf weight (0 where H + lambda is 0: rows a
+    round's subsample left out weigh nothing).
+    """
     for t in range(n_values):
         c = ordered[t]
         wc = stats_weight(hist[c], criterion)
-        if criterion == SQUARED_ERROR:
+        if criterion == GRADIENT:
+            denominator = wc + reg_lambda
+            keys[t] = hist[c, 1] / denominator if denominator > 0.0 else 0.0
+        elif criterion == SQUARED_ERROR:
             keys[t] = hist[c, 1] / wc
         else:
             keys[t] = hist[c, o if n_stats > 2 else n_stats - 1] / wc  # one class: every key is 1
@@ -280,7 +333,7 @@ def _category_keys(hist, ordered, n_values, n_stats, criterion, o, keys):
 
 def best_splits_from_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categorical, totals,
                                 node_rows, feat_ptr, feat_local, feat_rank, criterion, min_leaf,
-                                n_class_orderings) -> NodeSplits:
+                                n_class_orderings, reg_lambda: float = 0.0) -> NodeSplits:
     """Best split per node from per-pair histograms someone else built.
 
     CSR: pair q's non-empty bins are hist_bins[hist_ptr[q]:hist_ptr[q+1]] with statistics hist_stats rows. The
@@ -289,13 +342,14 @@ def best_splits_from_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair
     skipped, as there).
     """
     pair_out = _splits_of_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categorical, totals,
-                                     node_rows, hist_stats.shape[1], criterion, min_leaf, n_class_orderings)
+                                     node_rows, hist_stats.shape[1], criterion, float(reg_lambda), min_leaf,
+                                     n_class_orderings)
     return NodeSplits(*_reduce_pairs(feat_ptr, feat_local, feat_rank, *pair_out))
 
 
 @nb.njit(cache=True, parallel=True)
 def _splits_of_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categorical, totals, node_rows,
-                          n_stats, criterion, min_leaf, n_class_orderings):
+                          n_stats, criterion, reg_lambda, min_leaf, n_class_orderings):
     n_pairs = pair_node.shape[0]
     out_gain = np.full(n_pairs, -np.inf)
     out_bin = np.zeros(n_pairs, np.int32)
@@ -318,8 +372,8 @@ def _splits_of_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categ
                 for k in range(n_stats):
                     hist[b, k] = hist_stats[t, k]
             _split_of_histogram(q, pair_categorical[q], n_touched, totals[pair_node[q]], n_stats, criterion,
-                                min_leaf, n_class_orderings, hist, seen, touched, ordered, cum, lbuf, rbuf,
-                                missing, keys, out_gain, out_bin, out_ml, out_bits)
+                                reg_lambda, min_leaf, n_class_orderings, hist, seen, touched, ordered, cum,
+                                lbuf, rbuf, missing, keys, out_gain, out_bin, out_ml, out_bits)
     return out_gain, out_bin, out_ml, out_bits
 
 
@@ -335,14 +389,22 @@ def _more_left(hist, ordered, cut, total, criterion, buf):
     return wl >= stats_weight(total, criterion) - wl
 
 
-@nb.njit(cache=True, parallel=True)
-def node_statistics(target, weight, starts, ends, n_stats, criterion):
+def node_statistics(target, weight, starts, ends, n_stats, criterion) -> np.ndarray:
     """Sufficient statistics of every node (rows of the returned (n_nodes, n_stats) array)."""
+    return _node_statistics(target_columns(target), weight, starts, ends, n_stats, criterion)
+
+
+@nb.njit(cache=True, parallel=True)
+def _node_statistics(target, weight, starts, ends, n_stats, criterion):
     n_nodes = starts.shape[0]
     out = np.zeros((n_nodes, n_stats))
     for i in nb.prange(n_nodes):
-        for j in range(starts[i], ends[i]):
-            _accumulate(out, i, weight[j], target[j], criterion)
+        if criterion == GRADIENT:
+            for j in range(starts[i], ends[i]):
+                _accumulate_gradient(out, i, weight[j], target, j)
+        else:
+            for j in range(starts[i], ends[i]):
+                _accumulate(out, i, weight[j], target[j, 0], criterion)
     return out
 
 
@@ -356,9 +418,10 @@ def block_histograms(codes, target, order, weight, starts, ends, feat_ptr, feat_
     bootstrap counts are exact integers, so blocks add up (`sum_histograms`) to the whole table's in any
     order; regression's float sums would not, and are refused.
     """
-    if criterion == SQUARED_ERROR:
+    if criterion in VALUE_STATISTICS:
         raise ValueError("block histograms are integer class counts: regression sums floats, which do not "
                          "add up exactly across blocks")
+    target = target_columns(target)
     pair_node = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(feat_ptr))
     bound = np.minimum(ends - starts, N_CODES)[pair_node].astype(np.int64)
     slots = np.zeros(len(bound) + 1, np.int64)

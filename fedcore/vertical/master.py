@@ -23,8 +23,10 @@ from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
 from fedcore.trees.budget import available_bytes, batch_costs, reported_budgets
-from fedcore.trees.criteria import SQUARED_ERROR, leaf_value
+from fedcore.trees.combination import MEAN, TreeCombination
+from fedcore.trees.criteria import node_count
 from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
+from fedcore.trees.losses import loss_for
 from fedcore.trees.params import ForestParams, check_model_fits
 from fedcore.trees.predictor import intersect_leaf_sets
 from fedcore.trees.structure import NO_CHILD, ForestStructure
@@ -73,6 +75,8 @@ class VerticalMaster(LevelStrategy):
         self.info: FederationInfo | None = None
         self.grower: LevelwiseGrower | None = None  # the last fit's (its batch plan)
         self.structure: ForestStructure | None = None
+        self.combination: TreeCombination = MEAN  # how the trees combine (boosting: set at setup)
+        self._growth: tuple[int, ForestParams] | None = None  # (trees per round, growth_params)
 
     @property
     def federation(self) -> FederationInfo:
@@ -97,10 +101,8 @@ class VerticalMaster(LevelStrategy):
         """
         p = self.params
         parties = self.transport.parties
-        header = {"max_bins": p.max_bins, "binning_seed": p.random_state, "criterion": p.criterion_code,
-                  "privacy": p.privacy}
-        if p.privacy in ENCRYPTED_MODES:
-            header.update(session_context=secrets.token_hex(16), key_bits=p.key_bits)
+        boosting = p.setup_fields()
+        header = self._setup_header(boosting)
         replies = self.transport.exchange({name: Message("setup", header) for name in parties})
         rows = {name: int(r.header["n_rows"]) for name, r in replies.items()}
         if len(set(rows.values())) != 1:
@@ -123,6 +125,8 @@ class VerticalMaster(LevelStrategy):
             feature_ids=[ids[i] for i in order], feature_owner=np.array(owner, dtype=np.int64)[order],
             memory_budgets=reported_budgets(replies),
         )
+        if boosting is not None:
+            self.combination = self._boosting_combination(replies[holder])
         position = {fid: g for g, fid in enumerate(self.info.feature_ids)}
         label_header = {"max_weight": p.n_draws(self.info.n_rows) or self.info.n_rows}
         labels = self.transport.exchange({holder: Message("export_labels", label_header)})[holder]
@@ -133,20 +137,49 @@ class VerticalMaster(LevelStrategy):
             arrays = {"global_index": np.array([position[str(x)] for x in feature_ids], np.int64)}
             if p.privacy in ENCRYPTED_MODES:
                 _relay_encrypted_setup(name, holder, parties, replies, labels, header, arrays)
-            elif name != holder:
+            elif name != holder and boosting is None:  # boosting: the rounds' (g, h) instead, at begin_batch
                 arrays["y"] = labels.arrays["y"]
             requests[name] = Message("configure", header, arrays)
         self.transport.exchange(requests)
         return self.info
+
+    def _setup_header(self, boosting: dict | None) -> dict:
+        """What every party is told at setup: binning, criterion, privacy (and its session), boosting."""
+        p = self.params
+        header = {"max_bins": p.max_bins, "binning_seed": p.random_state, "criterion": p.criterion_code,
+                  "privacy": p.privacy}
+        if p.privacy in ENCRYPTED_MODES:
+            header.update(session_context=secrets.token_hex(16), key_bits=p.key_bits)
+        if boosting is not None:
+            header["boosting"] = boosting
+        return header
+
+    def _boosting_combination(self, holder_reply: Message) -> TreeCombination:
+        """Boosting: the label holder's base score, which the trees add to, and its loss's link."""
+        n_classes = self.federation.n_classes
+        base = np.asarray(holder_reply.arrays["base_score"], np.float64)
+        loss = loss_for(self.params.task, n_classes)
+        if base.shape != (loss.n_outputs(n_classes),) or not np.all(np.isfinite(base)):
+            raise ProtocolError(f"the label holder's base score has shape {base.shape}, expected one finite "
+                                "margin per output")
+        return TreeCombination("sum", tuple(base.tolist()), loss.link)
 
     # -- training: the vertical level strategy of the one grower (fedcore/trees/grower.py) -----------
     def batches(self) -> list[list[int]]:
         """The tree batches, in growth order (as planned by the last fit, else as planned now)."""
         return (self.grower or self._grower()).batches()
 
+    @property
+    def growth_params(self) -> ForestParams:
+        """The parameters the grower runs (boosting: each round's trees, a round a batch, once K is known)."""
+        k = self.combination.trees_per_round
+        if self._growth is None or self._growth[0] != k:
+            self._growth = (k, self.params.growth(k))
+        return self._growth[1]
+
     def _grower(self) -> LevelwiseGrower:
         """The grower, its batches planned from the parties' memory budgets (known after setup)."""
-        grower = LevelwiseGrower(self, self.params, self.progress)
+        grower = LevelwiseGrower(self, self.growth_params, self.progress)
         if self.info is not None:
             grower.plan(self.memory_costs(), self.shared_budget)
         return grower
@@ -156,7 +189,7 @@ class VerticalMaster(LevelStrategy):
 
         A party that reported no budget is planned with the master's.
         """
-        p, info = self.params, self.federation
+        p, info = self.growth_params, self.federation
         return batch_costs("vertical", p, dict.fromkeys(info.parties, info.n_rows), info.memory_budgets or {},
                            node_bound=info.n_rows // p.min_samples_leaf,
                            master_bytes_per_node=MASTER_BYTES_PER_NODE, own_budget=self.memory_budget)
@@ -169,7 +202,7 @@ class VerticalMaster(LevelStrategy):
         restored theirs (`VerticalSession.train` arranges both).
         """
         info = self.info if self.info is not None else self.setup()
-        p = self.params
+        p = self.growth_params
         # the worst-case model must fit where it is held, before any tree grows (the simulator holds every
         # party's copy too)
         check_model_fits(p, info.n_rows, available_bytes(),
@@ -190,7 +223,7 @@ class VerticalMaster(LevelStrategy):
 
     def _sample_features(self, open_tree: np.ndarray, depth: int) -> np.ndarray:
         """Candidate global feature indices per open node, sorted ascending: (n_open, k)."""
-        p, n_features = self.params, len(self.federation.feature_ids)
+        p, n_features = self.growth_params, len(self.federation.feature_ids)
         k = p.n_candidate_features(n_features)
         out = np.empty((len(open_tree), k), dtype=np.int64)
         bounds = np.flatnonzero(np.diff(open_tree, prepend=-1, append=-1))
@@ -212,7 +245,13 @@ class VerticalMaster(LevelStrategy):
                   "n_draws": self.params.n_draws(info.n_rows)}
         if save_batch is not None:
             header["save_batch"] = save_batch  # parties checkpoint the batch they just finished
-        self.transport.exchange({name: Message("begin_batch", header) for name in info.parties})
+        requests = {name: Message("begin_batch", header) for name in info.parties}
+        if self.combination.kind == "sum":  # boosting: the label holder's round (g, h) go to the others
+            holder = info.label_holder
+            gh = self.transport.exchange({holder: requests.pop(holder)})[holder].arrays["gh"]
+            requests = dict.fromkeys(requests, Message("begin_batch", header, {"gh": gh}))  # serialised once
+        if requests:
+            self.transport.exchange(requests)
         self._first_tree = trees[0]
         self._root_weight = np.zeros(len(trees))
         self._previous: dict[str, np.ndarray] | None = None
@@ -224,7 +263,7 @@ class VerticalMaster(LevelStrategy):
         The best over parties wins, ties to the lowest candidate rank. The label holder's statistics give the
         nodes' weights and values.
         """
-        p, info = self.params, self.federation
+        p, info = self.growth_params, self.federation
         parties = info.parties
         n_open = len(open_tree)
         can_split = self._stopping.may_split(depth)
@@ -242,12 +281,12 @@ class VerticalMaster(LevelStrategy):
             if self._previous is not None:
                 arrays.update(self._previous)
                 arrays.update({f"bits_{q}": blob for q, blob in self._blobs.items() if q != index})
-            requests[name] = Message("find_splits",
-                                     {"party_index": index, "min_samples_leaf": p.min_samples_leaf}, arrays)
+            requests[name] = Message("find_splits",  # the least weight a child keeps (boosting: hessian sum)
+                                     {"party_index": index, "min_samples_leaf": p.min_leaf_weight}, arrays)
         replies = self.transport.exchange(requests)
         self._choices = self._score(replies)
         stats = replies[info.label_holder].arrays["stats"]
-        weight = stats[:, 0] if p.criterion_code == SQUARED_ERROR else stats.sum(axis=1)
+        weight = node_count(stats, p.criterion_code)
         if depth == 0:
             self._root_weight[:] = weight
         gains = np.stack([replies[n].arrays["gain"] for n in parties])
@@ -261,11 +300,11 @@ class VerticalMaster(LevelStrategy):
             & np.isfinite(best_gain)
             & (weight >= self._stopping.min_samples_split)
             & self._stopping.improves(best_gain, weight)
-            & (best_gain >= p.min_impurity_decrease * roots)
+            & (best_gain >= p.least_gain(roots))
         )
         self._open = (open_tree, open_node, owner)
         return Level(split, {"owner": np.where(split, owner, -1).astype(np.int16), "weight": weight,
-                             "value": leaf_value(stats, p.criterion_code)})
+                             "value": p.node_values(stats)})
 
     def _score(self, replies: dict[str, Message]) -> dict[str, np.ndarray] | None:
         """Plain mode: every party scored its own candidates (encrypted labels: see `_evaluate_encrypted`)."""
@@ -317,7 +356,9 @@ class VerticalMaster(LevelStrategy):
 
     # -- prediction -----------------------------------------------------------------------------
     def predict_values(self, n_rows: int, method: str = "auto", batch_rows: int = 8192) -> np.ndarray:
-        """Mean of the trees' leaf values, (n_rows, n_outputs), for `n_rows` aligned rows at every party.
+        """The trees' leaf values combined (`self.combination`: a forest's mean, boosting's linked sum).
+
+        (n_rows, n_outputs), for `n_rows` aligned rows at every party.
 
         "one-round" is the paper's leaf-set intersection (one round per row batch; its messages hold one
         bit per leaf and row, so row batches shrink as forests grow); "node-by-node" routes rows one level
@@ -333,14 +374,19 @@ class VerticalMaster(LevelStrategy):
         if method == "one-round":
             fitting = LEAF_SET_BUDGET_BYTES * 8 // max(len(leaf_nodes), 1)
             batch_rows = min(batch_rows, max(64, fitting // 64 * 64))
-        out = np.empty((n_rows, s.value.shape[1]), dtype=np.float64)
+        out: np.ndarray | None = None
         for start in range(0, n_rows, batch_rows):
             stop = min(start + batch_rows, n_rows)
             if method == "one-round":
                 nodes = self._one_round_leaves(start, stop, leaf_offsets, leaf_nodes)
             else:
                 nodes = self._node_by_node_leaves(start, stop)
-            out[start:stop] = s.value[nodes].mean(axis=1)
+            values = self.combination.combine(s.value[nodes])
+            if out is None:
+                out = np.empty((n_rows, values.shape[1]), dtype=np.float64)
+            out[start:stop] = values
+        if out is None:  # no rows
+            out = self.combination.combine(np.zeros((0, s.n_trees, s.value.shape[1])))
         return out
 
     def _one_round_leaves(self, start: int, stop: int, leaf_offsets: np.ndarray,

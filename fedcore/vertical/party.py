@@ -4,11 +4,15 @@ Holds some columns (and maybe the label) of aligned rows and answers the master'
 values, bin edges or thresholds out.
 
 A party answers only `FEDERATED_FOREST`, in its order (`fedcore.protocol.dispatch`); its role is its mode
-(plain or encrypted labels, from the master's `setup`) and whether it holds the label:
+(plain or encrypted labels, or boosting, from the master's `setup`) and whether it holds the label:
 
     setup -> export_labels (label holder) -> configure -> per batch: begin_batch, then per level
     find_splits [-> evaluate_encrypted (label holder, encrypted labels)] [-> apply_splits (owners of splits)]
     -> finalize; prediction (predict_leaves, route) only outside training, with a trained or loaded model.
+
+Boosting (plain): a batch is a round; the label holder answers begin_batch with the round's (g, h)
+(`fedcore.vertical.boosting`), which the master relays to the passive parties in theirs, in place of the
+labels a forest shares at configure.
 """
 
 from __future__ import annotations
@@ -35,12 +39,14 @@ from fedcore.privacy.settings import EncryptedLabels, PrivacySetting, parse_priv
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message, pack_bits
 from fedcore.trees.budget import default_budget
-from fedcore.trees.criteria import SQUARED_ERROR, n_stats
+from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR, STATISTICS, n_stats
+from fedcore.trees.losses import loss_for
 from fedcore.trees.params import MAX_TREES_PER_BATCH
 from fedcore.trees.partition import node_byte_lengths, scatter_node_bytes
 from fedcore.trees.predictor import encode_columns
 from fedcore.trees.splitting import NodeSplits
 from fedcore.trees.structure import PartialForest, PartySplits
+from fedcore.vertical.boosting import BoostingLabels
 from fedcore.vertical.encrypted import LabelHolderCrypto, PassiveCrypto
 from fedcore.vertical.prediction_rows import LocalPredictionRows
 from fedcore.vertical.rows import LocalRows
@@ -82,14 +88,26 @@ def _indices(array: np.ndarray, size: int, party: str, what: str) -> np.ndarray:
     return values
 
 
-ROLES = ("plain-holder", "plain-passive", "encrypted-holder", "encrypted-passive")
+ROLES = ("plain-holder", "plain-passive", "encrypted-holder", "encrypted-passive", "boost-holder",
+         "boost-passive")
 """A party's role: its mode (from the master's setup) and whether it holds the label."""
-_HOLDER = {"plain-holder", "encrypted-holder"}
-_PASSIVE = {"plain-passive", "encrypted-passive"}
-_LOCAL_BEST = {"plain-holder", "plain-passive", "encrypted-holder"}  # find_splits answers plain best splits
+_HOLDER = {"plain-holder", "encrypted-holder", "boost-holder"}
+_PASSIVE = {"plain-passive", "encrypted-passive", "boost-passive"}
+_LOCAL_BEST = {"plain-holder", "plain-passive", "encrypted-holder", "boost-holder",
+               "boost-passive"}  # find_splits answers plain best splits
 _ENCRYPTED = {"encrypted-passive"}  # find_splits answers encrypted histograms
-_SEARCH_ENDS_LEVEL = {"plain-holder", "plain-passive", "encrypted-passive"}  # its level ends with find_splits
+_SEARCH_ENDS_LEVEL = {"plain-holder", "plain-passive", "encrypted-passive", "boost-holder",
+                      "boost-passive"}  # its level ends with find_splits
 _SCORES = {"encrypted-holder"}  # scores passive parties' histograms; its level ends with evaluate_encrypted
+_GRADIENTS = {"boost-holder"}  # answers begin_batch with the round's gradients and hessians
+
+
+def _batch_begins(state: str, roles: set[str] | None = None) -> list[Step]:
+    """begin_batch: acknowledged, or (the boosting label holder) answered with the round's (g, h)."""
+    roles = set(ROLES) if roles is None else roles
+    steps = [Step(state, "begin_batch", "batch", "ack", roles - _GRADIENTS),
+             Step(state, "begin_batch", "batch", "gradients", roles & _GRADIENTS)]
+    return [step for step in steps if step.roles]
 
 
 def _level_ends(state: str, roles: set[str]) -> list[Step]:
@@ -97,9 +115,8 @@ def _level_ends(state: str, roles: set[str]) -> list[Step]:
     steps = [Step(state, "apply_splits", "applied", "partition_bits", roles),
              Step(state, "find_splits", "searched", "local_best", roles & _LOCAL_BEST),
              Step(state, "find_splits", "searched", "encrypted_histograms", roles & _ENCRYPTED),
-             Step(state, "begin_batch", "batch", "ack", roles),
              Step(state, "finalize", "idle", "ack", roles)]
-    return [step for step in steps if step.roles]
+    return [step for step in steps if step.roles] + _batch_begins(state, roles)
 
 
 FEDERATED_FOREST = Protocol(
@@ -120,7 +137,7 @@ FEDERATED_FOREST = Protocol(
         Step("set_up", "export_labels", "labels_out", "labels", _HOLDER),
         Step("set_up", "configure", "configured", "ack", _PASSIVE),
         Step("labels_out", "configure", "configured", "ack", _HOLDER),
-        Step("configured", "begin_batch", "batch", "ack"),
+        *_batch_begins("configured"),
         Step("configured", "finalize", "idle", "ack"),  # every batch restored from checkpoints
         Step(("batch", "applied"), "find_splits", "searched", "local_best", _LOCAL_BEST),
         Step(("batch", "applied"), "find_splits", "searched", "encrypted_histograms", _ENCRYPTED),
@@ -182,6 +199,9 @@ class VerticalParty:
         self._powers_budget: int | None = None  # bytes planned for its label powers (setup), passive party
         self._privacy = "none"  # the mode of the last setup
         self._level_totals = np.zeros((0, 0))
+        self._reg_lambda = 0.0  # gradient statistics' L2 term (boosting)
+        self._boosting = False  # the last setup's: boosting rounds
+        self._boost: BoostingLabels | None = None  # the label holder's rounds (boosting)
         self.machine = FEDERATED_FOREST.start(log)
 
     def __getstate__(self) -> dict:
@@ -199,7 +219,7 @@ class VerticalParty:
     @property
     def protocol_role(self) -> str:
         """The role in the protocol table: plain or encrypted (as the last setup asked), holder or passive."""
-        mode = "encrypted" if self._sealing is not None else "plain"
+        mode = "encrypted" if self._sealing is not None else "boost" if self._boosting else "plain"
         return f"{mode}-{'holder' if self.is_label_holder else 'passive'}"
 
     def handle(self, message: Message) -> Message:
@@ -212,9 +232,7 @@ class VerticalParty:
     # -- setup ----------------------------------------------------------------------------------
     def _on_setup(self, message: Message) -> Message:
         h = message.header
-        from fedcore.trees.criteria import CRITERIA
-
-        _require(int(h["criterion"]) in set(CRITERIA.values()), self.name,
+        _require(int(h["criterion"]) in set(STATISTICS.values()), self.name,
                  f"unknown criterion {h['criterion']!r}")
         _require(2 <= int(h["max_bins"]) <= 255, self.name,
                  f"max_bins must be in [2, 255], got {h['max_bins']!r}")
@@ -245,6 +263,8 @@ class VerticalParty:
                          self.name, f"the master asks for a {asked}-bit {scheme(privacy).title} key; this "
                          f"institution's configuration says {own.bits}")
         self._privacy = privacy
+        boosting = self._setup_boosting(h)
+        _require(boosting is None or privacy == "none", self.name, "boosting has plain labels only so far")
         if privacy in ENCRYPTED_MODES:
             context = str(h.get("session_context", ""))
             _require(len(context) == 32 and all(c in "0123456789abcdef" for c in context), self.name,
@@ -262,17 +282,51 @@ class VerticalParty:
                 budget = max(budget - self._powers_budget, 1)
         header["memory_budget"] = budget
         if self.is_label_holder:
-            labels = self._label_values
-            if labels is None:
-                raise _refused(self.name, "it holds a loaded model's label role, not training labels")
-            if self._criterion == SQUARED_ERROR:
-                self._y = numeric_values(labels, "label")
-                header["n_classes"] = 0
-            else:
-                self.classes_, codes = np.unique(labels.to_numpy(), return_inverse=True)
-                self._y = codes.astype(np.float64)
-                header["n_classes"] = len(self.classes_)
+            header["n_classes"] = self._read_labels(boosting, int(h["binning_seed"]), arrays)
         return Message("setup_reply", header, arrays)
+
+    def _read_labels(self, boosting: dict | None, seed: int, arrays: dict[str, np.ndarray]) -> int:
+        """The label holder's labels as values or class codes; its class count (0: regression).
+
+        Boosting: its rounds start here, and the base score joins the setup reply's `arrays`.
+        """
+        labels = self._label_values
+        if labels is None:
+            raise _refused(self.name, "it holds a loaded model's label role, not training labels")
+        task = boosting["task"] if boosting is not None else (
+            "regression" if self._criterion == SQUARED_ERROR else "classification")
+        n_classes = 0
+        if task == "regression":
+            self._y = numeric_values(labels, "label")
+        else:
+            self.classes_, codes = np.unique(labels.to_numpy(), return_inverse=True)
+            self._y = codes.astype(np.float64)
+            n_classes = len(self.classes_)
+        if boosting is not None:
+            self._boost = BoostingLabels(self._y, loss_for(task, n_classes), n_classes,
+                                         boosting["reg_lambda"], boosting["learning_rate"],
+                                         boosting["subsample"], seed)
+            arrays["base_score"] = self._boost.base_score
+        return n_classes
+
+    def _setup_boosting(self, h: dict) -> dict | None:
+        """Boosting's setup fields (checked), or None for a forest; sets the mode and lambda."""
+        self._boosting, self._boost, self._reg_lambda = False, None, 0.0
+        if int(h["criterion"]) != GRADIENT:
+            return None
+        fields = h.get("boosting")
+        _require(isinstance(fields, dict) and fields.get("task") in ("classification", "regression"),
+                 self.name,
+                 "gradient statistics need the boosting fields (task, reg_lambda, learning_rate, subsample)")
+        assert isinstance(fields, dict)
+        numbers = {}
+        for name, low in (("reg_lambda", 0.0), ("learning_rate", 0.0), ("subsample", 0.0)):
+            value = fields.get(name)
+            _require(isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
+                     and value >= low, self.name, f"boosting's {name} must be a finite number >= {low}")
+            numbers[name] = float(value)  # type: ignore[arg-type]
+        self._boosting, self._reg_lambda = True, numbers["reg_lambda"]
+        return {"task": fields["task"], **numbers}
 
     def _label_powers_share(self, budget: int, encryption: Scheme, key_bits: object) -> int:
         """The part of `budget` a passive party plans for the label ciphertexts' weight powers.
@@ -308,6 +362,8 @@ class VerticalParty:
     def _on_export_labels(self, message: Message) -> Message:
         if not self.is_label_holder:
             raise ProtocolError(f"party {self.name!r} holds no label")
+        if self._boosting:  # no label leaves: the rounds' gradients do, one round at a time
+            return Message("labels")
         if self._label_crypto is not None:
             max_weight = message.header.get("max_weight")
             if not (isinstance(max_weight, int) and 0 < max_weight <= 2**40):
@@ -337,6 +393,8 @@ class VerticalParty:
                      or (y.size == 0 or (y.min() >= 0 and y.max() < max(n_classes, 1))),
                      self.name, "class codes must lie in [0, n_classes)")
             self._y = y.astype(np.float64)
+        if self._boosting and not self.is_label_holder:
+            self._y = np.zeros(self.rows.n_rows)  # the rounds bring (g, h); only the row count is needed here
         if "enc_y" in message.arrays:
             self._configure_passive_crypto(message)
         if self._label_crypto is not None:
@@ -399,10 +457,33 @@ class VerticalParty:
         _require(n_draws is None or (isinstance(n_draws, int) and 0 < n_draws <= max(len(self._y), 1)),
                  self.name, f"n_draws must be between 1 and the {len(self._y)} rows, got {n_draws!r}")
         _require(len(self._y) == self.rows.n_rows, self.name, "configure must come before begin_batch")
-        self.rows.begin_batch(int(h["seed"]), list(trees), self._y, n_draws)
+        reply = Message("ack")
+        if self._boosting:
+            _require(n_draws is None, self.name, "boosting takes every row: no bootstrap")
+            gh = self._round_gradients(message, trees)
+            self.rows.begin_batch(int(h["seed"]), list(trees), gh, None)
+            if self._boost is not None:
+                reply = Message("gradients", {}, {"gh": gh.reshape(-1, 2)})
+        else:
+            self.rows.begin_batch(int(h["seed"]), list(trees), self._y, n_draws)
         self._batch_start = len(self._splits)
         self._candidates = None
-        return Message("ack")
+        return reply
+
+    def _round_gradients(self, message: Message, trees: list[int]) -> np.ndarray:
+        """Boosting: the round's (g, h) per tree, (len(trees), n_rows, 2): the holder's own, or relayed."""
+        if self._boost is not None:
+            gh = self._boost.begin_round(trees)
+            _require(not isinstance(gh, str), self.name, str(gh))
+            assert not isinstance(gh, str)
+            return gh
+        n_rows = self.rows.n_rows
+        gh = np.asarray(message.arrays.get("gh", np.zeros((0, 2))))
+        _require(gh.shape == (len(trees) * n_rows, 2) and gh.dtype == np.float64
+                 and bool(np.all(np.isfinite(gh))), self.name,
+                 f"a boosting round needs finite float64 (g, h) for each of its {len(trees)} trees and "
+                 f"{n_rows} rows")
+        return gh.reshape(len(trees), n_rows, 2)
 
     def _apply_previous_splits(self, arrays: dict[str, np.ndarray], my_index: int) -> np.ndarray:
         """Split the open nodes with the owners' bitmaps; returns the positions of the nodes that split."""
@@ -452,11 +533,15 @@ class VerticalParty:
             return Message("encrypted_histograms", {}, {"packed": packed, "sealed": sealed})
         self._candidates, stats = self.rows.best_splits(feat_ptr, feat_local, feat_rank,
                                                         binner.is_categorical, self._n_stats, self._criterion,
-                                                        min_leaf)
+                                                        min_leaf, self._reg_lambda)
         arrays = {"gain": self._candidates.gain, "rank": self._candidates.rank}
         if self.is_label_holder:
             arrays["stats"] = stats
             self._level_totals = stats
+            if self._boost is not None:  # boosting runs in process (a Dask party refuses it at setup)
+                assert isinstance(self.rows, LocalRows) and self.rows.partition is not None
+                part = self.rows.partition
+                self._boost.record_nodes(part.order, part.starts, part.ends, stats)
         return Message("local_best", {}, arrays)
 
     def _on_evaluate_encrypted(self, message: Message) -> Message:

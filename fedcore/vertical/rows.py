@@ -54,7 +54,7 @@ class LocalRows:
         self.codes = binner.transform(self.features)
 
     def begin_batch(self, seed: int, trees: list[int], y: np.ndarray, n_draws: int | None) -> None:
-        """A new batch: each tree's bootstrap sample in its root."""
+        """A new batch: each tree's bootstrap sample in its root (boosting: per-tree (g, h), every row)."""
         self.partition = SamplePartition.bootstrap(seed, trees, y, n_draws)
 
     def clear(self) -> None:
@@ -77,12 +77,12 @@ class LocalRows:
 
     def best_splits(self, feat_ptr: np.ndarray, feat_local: np.ndarray, feat_rank: np.ndarray,
                     is_categorical: np.ndarray, n_stats: int, criterion: int,
-                    min_leaf: float) -> tuple[NodeSplits, np.ndarray]:
+                    min_leaf: float, reg_lambda: float = 0.0) -> tuple[NodeSplits, np.ndarray]:
         """This party's best split per open node and the nodes' statistics (`find_best_splits`)."""
         part = self._partition()
         return find_best_splits(self._codes(), part.target, part.order, part.weight, part.starts, part.ends,
                                 feat_ptr, feat_local, feat_rank, is_categorical, n_stats, criterion, min_leaf,
-                                n_stats)
+                                n_stats, reg_lambda)
 
     def split_bits(self, pos: np.ndarray, c: NodeSplits) -> np.ndarray:
         """The `partition_bits` message of the nodes at `pos` under splits `c`: one bit per row, per node."""

@@ -376,7 +376,7 @@ def test_a_message_of_another_role_or_mode_is_refused() -> None:
     parties = _until("vertical-paillier", "holder", "export_labels")
     with pytest.raises(ProtocolError,
                        match=r"party 'passive' refuses 'export_labels': .* only a party in role "
-                             r"encrypted-holder or plain-holder answers it, this party is "
+                             r"boost-holder or encrypted-holder or plain-holder answers it, this party is "
                              r"encrypted-passive"):
         parties["passive"].handle(Message("export_labels", {"max_weight": 80}))
     # a Paillier label holder scores first

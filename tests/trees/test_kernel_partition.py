@@ -127,13 +127,14 @@ def test_apply_partition_is_a_stable_partition_of_split_nodes_only() -> None:
     n = int(ends_all[-1])
     order = rng.permutation(n).astype(np.int32)
     weight = rng.integers(1, 5, n).astype(np.int32)
-    target = rng.normal(size=n)
+    target = rng.normal(size=(n, 2))  # (g, h) rows: every column moves with its sample
     chosen = np.array([i for i in range(len(SIZES)) if i % 3 != 1])  # some nodes do not split
     starts, ends = starts_all[chosen], ends_all[chosen]
     masks = [rng.random(ends[k] - starts[k]) < 0.4 for k in range(len(chosen))]
     packed = pack([m.tolist() for m in masks])
     offsets = offsets_from_lengths(node_byte_lengths(starts, ends))
-    new_order, new_weight, new_target = np.full(n, -7, np.int32), np.full(n, -7, np.int32), np.full(n, np.nan)
+    new_order, new_weight = np.full(n, -7, np.int32), np.full(n, -7, np.int32)
+    new_target = np.full((n, 2), np.nan)
     n_left = apply_partition(order, weight, target, new_order, new_weight, new_target, starts, ends,
                              packed, offsets)
     assert n_left.tolist() == [int(m.sum()) for m in masks]
@@ -181,7 +182,7 @@ def test_bootstrap_roots(n_draws: int | None) -> None:
         rows = [r for r in range(100) if counts[r] > 0]
         assert part.order[s:e].tolist() == rows
         assert part.weight[s:e].tolist() == [int(counts[r]) for r in rows]
-        assert part.target[s:e].tolist() == [y[r] for r in rows]
+        assert part.target[s:e, 0].tolist() == [y[r] for r in rows]
         assert part.weight[s:e].sum() == (100 if n_draws is None else n_draws)
     assert part.ends[-1] == len(part.order) and np.all(part.starts[1:] == part.ends[:-1])
 
@@ -195,7 +196,7 @@ def test_partition_over_several_levels_matches_lists() -> None:
     rng = np.random.default_rng(8)
     y = rng.normal(size=120)
     part = SamplePartition.bootstrap(2, [0, 1, 2], y, 120)
-    model = [[(int(part.order[j]), int(part.weight[j]), float(part.target[j])) for j in range(s, e)]
+    model = [[(int(part.order[j]), int(part.weight[j]), float(part.target[j, 0])) for j in range(s, e)]
              for s, e in zip(part.starts, part.ends, strict=True)]
     for _ in range(5):
         split_mask = rng.random(part.n_nodes) < 0.8
@@ -210,7 +211,7 @@ def test_partition_over_several_levels_matches_lists() -> None:
         np.testing.assert_array_equal(part.ends - part.starts, [len(node) for node in model])
         for k, node in enumerate(model):
             s, e = part.starts[k], part.ends[k]
-            assert list(zip(part.order[s:e].tolist(), part.weight[s:e].tolist(), part.target[s:e].tolist(),
+            assert list(zip(part.order[s:e].tolist(), part.weight[s:e].tolist(), part.target[s:e, 0].tolist(),
                             strict=True)) == node
             # a node's rows ascend: a Dask party's blocks, concatenated in block order, give its bitmaps
             assert np.all(np.diff(part.order[s:e]) > 0)

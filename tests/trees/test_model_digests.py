@@ -5,8 +5,10 @@ Each is trained with a fixed seed; the digests are those the engine produced bef
 fails here.
 
 The cases use gini / squared error (only +, -, *, / and comparisons on counts: the same bits on every
-CPU) and seeded noise, so the digests do not depend on the machine. When a change is *meant* to alter
-models, recompute with `python -m tests.trees.test_model_digests` and say why in the commit.
+CPU) and seeded noise, so the digests do not depend on the machine. Boosting's logistic and softmax cases
+also take libm's exp and log (the label holder's gradients and base score), as entropy takes log2. When a
+change is *meant* to alter models, recompute with `python -m tests.trees.test_model_digests` and say why
+in the commit.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from fedcore.compute.cluster import DaskCompute
 from fedcore.data.split import split_vertical
 from fedcore.horizontal import FederatedExtraTreesClassifier, FederatedExtraTreesRegressor, PPDERTClassifier
 from fedcore.privacy.ldp import LabelLDP
+from fedcore.vertical.boosting_estimators import FederatedBoostingClassifier, FederatedBoostingRegressor
 from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
 from tests.conftest import mixed_table
 from tests.horizontal.common import horizontal_table, split_rows
@@ -73,6 +76,17 @@ CASES = {
     "vertical plain per-tree features, no bootstrap": lambda: _vertical(
         FederatedForestClassifier, mixed_table(seed=4, n_classes=2), 3, n_estimators=4,
         feature_sampling="tree", bootstrap=False, max_features=0.5, min_samples_leaf=3),
+    # boosting (issue #32): the same engine on gradient statistics (1, 2, 3 and 5 parties give the same
+    # model: tests/vertical/test_boosting.py)
+    "vertical boosting squared error": lambda: _vertical(
+        FederatedBoostingRegressor, mixed_table(seed=3, task="regression"), 2, n_estimators=4, max_depth=4,
+        subsample=0.8, colsample_bytree=0.8),
+    "vertical boosting logistic": lambda: _vertical(
+        FederatedBoostingClassifier, mixed_table(seed=4, n_classes=2), 3, n_estimators=4, max_depth=4,
+        learning_rate=0.5, gamma=0.1, min_child_weight=2.0),
+    "vertical boosting softmax": lambda: _vertical(
+        FederatedBoostingClassifier, mixed_table(seed=1, n_classes=3), 3, n_estimators=3, max_depth=3,
+        reg_lambda=0.5, subsample=0.7),
     "vertical paillier": lambda: _vertical(
         FederatedForestClassifier, mixed_table(n_rows=200, seed=11, n_classes=3), 2, n_estimators=2,
         max_depth=4, privacy="paillier", label_key=_paillier_key()),
@@ -131,6 +145,9 @@ PINNED = {
     'vertical plain gini': 'f317f3fb0ad63814',
     'vertical plain regression, batches': 'b9b091a93ca9cb40',
     'vertical plain per-tree features, no bootstrap': '9f7ae9d34df09610',
+    'vertical boosting squared error': 'c71c47e045d61054',
+    'vertical boosting logistic': '18166db75ff43eb2',
+    'vertical boosting softmax': '337037549366a9b5',
     'vertical paillier': 'fe69e54ec44a2b35',
     'fet plain': '446d5a9d39c1101b',
     'fet plain regression, batches': '771c434ef1ba80de',

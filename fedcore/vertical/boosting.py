@@ -1,0 +1,65 @@
+"""The label holder's boosting rounds: its margins, each round's (g, h), and where its rows ended.
+
+Per round the label holder adds the last round's leaf weights to its rows' margins, turns (y, margin) into
+(g, h) with its loss (`fedcore.trees.losses`), and sends them (plain mode) to the passive parties in place of
+labels. While the round's trees grow it learns each row's leaf as the forest's label holder does, by the
+partition bitmaps: every open node's rows get that node's leaf weight, level after level, so a row keeps
+its deepest node's, its leaf's. The weights are the ones the master records (`BoostingParams.node_values`,
+from the same statistics).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedcore.randomness import stream
+from fedcore.trees.criteria import GRADIENT, leaf_value
+from fedcore.trees.losses import Loss, base_score, gradients
+
+
+class BoostingLabels:
+    """One label holder's boosting state over its n_rows aligned rows."""
+
+    def __init__(self, y: np.ndarray, loss: Loss, n_classes: int, reg_lambda: float, learning_rate: float,
+                 subsample: float, seed: int) -> None:
+        """Labels `y` (values or class codes) under `loss`; the rest as `BoostingParams` names them."""
+        self.y = np.asarray(y, dtype=np.float64)
+        self.loss = loss
+        self.n_outputs = loss.n_outputs(n_classes)
+        self.reg_lambda, self.learning_rate = reg_lambda, learning_rate
+        self.subsample, self.seed = subsample, seed
+        self.base_score = base_score(loss, self.y, n_classes)
+        self.margins = np.tile(self.base_score, (len(self.y), 1))
+        self.pending: np.ndarray | None = None  # (n_outputs, n_rows): this round's leaf weight per row
+        self.round = 0
+
+    def begin_round(self, trees: list[int]) -> np.ndarray | str:
+        """The round of `trees`: its (g, h), (n_outputs, n_rows, 2); or why they are not the next round.
+
+        Rounds come in order, one tree per output (the master's batches); the last round's leaf weights join
+        the margins first. Rows subsample leaves out get (0, 0): they stay in every node but weigh nothing.
+        """
+        first = self.round * self.n_outputs
+        if trees != list(range(first, first + self.n_outputs)):
+            return (f"boosting round {self.round} grows trees {first}..{first + self.n_outputs - 1}, "
+                    f"asked for {trees[:3]}{'...' if len(trees) > 3 else ''}")
+        if self.pending is not None:
+            self.margins += self.pending.T
+        gh = gradients(self.loss, self.y, self.margins)
+        if self.subsample < 1.0:
+            kept = stream(self.seed, "subsample", self.round).random(len(self.y)) < self.subsample
+            gh[:, ~kept, :] = 0.0
+        self.pending = np.zeros((self.n_outputs, len(self.y)))
+        self.round += 1
+        return gh
+
+    def record_nodes(self, order: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                     stats: np.ndarray) -> None:
+        """The open nodes' rows (segments of `order`, tree slot by position) get their nodes' leaf weights."""
+        assert self.pending is not None, "the protocol admits find_splits only after begin_batch"
+        n_rows = len(self.y)
+        lengths = (ends - starts).astype(np.int64)
+        within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        position = np.repeat(starts.astype(np.int64), lengths) + within
+        values = leaf_value(stats, GRADIENT, self.reg_lambda, self.learning_rate)[:, 0]
+        self.pending[position // n_rows, order[position]] = np.repeat(values, lengths)
