@@ -52,29 +52,42 @@ class StageProfile:
         """Record the RSS reached since the last mark or stage, under `stage`."""
         self.rows.append({"stage": stage, "peak_rss": _status("VmHWM"), "rss": _status("VmRSS"),
                           "traced_peak": tracemalloc.get_traced_memory()[1] / MIB,
-                          "traced": tracemalloc.get_traced_memory()[0] / MIB, "seconds": 0.0})
+                          "traced": tracemalloc.get_traced_memory()[0] / MIB, "arrow": 0.0, "seconds": 0.0})
         self._peak = max(self._peak, self.rows[-1]["peak_rss"])
         _reset_peak()
         tracemalloc.reset_peak()
 
     def wrap(self, server) -> None:
-        """Profile every protocol message `server` answers (its `_answer`)."""
+        """Profile every protocol message `server` answers (`_answer`, until its last piece is sent)."""
         answer = server._answer
 
         def profiled(payload, stamp):
             _reset_peak()
             tracemalloc.reset_peak()
-            start = time.perf_counter()
+            start, kind = time.perf_counter(), _kind(payload)
             try:
-                return answer(payload, stamp)
-            finally:
-                seconds = time.perf_counter() - start
-                current, peak = tracemalloc.get_traced_memory()
-                kind = _kind(payload)
-                self.rows.append({"stage": kind, "peak_rss": _status("VmHWM"), "rss": _status("VmRSS"),
-                                  "traced_peak": peak / MIB, "traced": current / MIB, "seconds": seconds})
+                pieces = answer(payload, stamp)
+            except BaseException:
+                self._record(kind, start)
+                raise
+            return self._sent(kind, start, pieces)
 
         server._answer = profiled
+
+    def _sent(self, kind: str, start: float, pieces):
+        """The answer's pieces; the stage is recorded once they are sent (a streamed answer is made then)."""
+        try:
+            yield from pieces
+        finally:
+            self._record(kind, start)
+
+    def _record(self, kind: str, start: float) -> None:
+        import pyarrow as pa
+
+        current, peak = tracemalloc.get_traced_memory()
+        self.rows.append({"stage": kind, "peak_rss": _status("VmHWM"), "rss": _status("VmRSS"),
+                          "traced_peak": peak / MIB, "traced": current / MIB,
+                          "arrow": pa.total_allocated_bytes() / MIB, "seconds": time.perf_counter() - start})
 
 
 def _kind(payload) -> str:
@@ -93,7 +106,7 @@ def merged(rows: list[dict]) -> list[dict]:
         seen = out.setdefault(row["stage"], {**row, "calls": 0, "seconds": 0.0})
         seen["calls"] += 1
         seen["seconds"] += row["seconds"]
-        seen["rss"] = row["rss"]
+        seen.update(rss=row["rss"], traced=row["traced"], arrow=row["arrow"])
         if row["peak_rss"] >= seen["peak_rss"]:
             seen.update(peak_rss=row["peak_rss"], traced_peak=row["traced_peak"])
     return list(out.values())

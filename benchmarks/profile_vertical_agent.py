@@ -47,6 +47,8 @@ def main() -> None:
             print(markdown_table([{"stage": s["stage"], "calls": s.get("calls", 1),
                                    "peak RSS (MiB)": f"{s['peak_rss']:.0f}", "RSS after": f"{s['rss']:.0f}",
                                    "traced peak (MiB)": f"{s['traced_peak']:.1f}",
+                                   "traced after": f"{s['traced']:.1f}",
+                                   "Arrow pool after": f"{s['arrow']:.1f}",
                                    "seconds": f"{s['seconds']:.1f}"}
                                   for s in merged(stages)]))
             print()

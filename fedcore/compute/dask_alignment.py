@@ -1,8 +1,10 @@
 """A vertical party's Parquet table on its Dask workers: ID hashes, aligned blocks (issue #29).
 
 The agent holds the table's metadata (`ParquetTable`). Each block hashes its own IDs (`hash_ids`, the
-same keyed hash) and the agent concatenates the digests in block order: 32 bytes a row, the in-process
-answer byte for byte.
+same keyed hash) and keeps them on its worker; the workers count IDs repeated across blocks (each block's
+digests cut by their first byte into as many buckets as there are blocks, one task counting a bucket), and
+the agent streams the digests block by block, in block order, into its answer (`hash_parts`): the
+in-process answer byte for byte, without the agent ever holding more than one block of them (issue #29).
 
 Alignment puts the training rows in the master's canonical order, which is a keyed pseudo-random
 permutation of the table's rows: training block k holds canonical training rows [k*block_rows,
@@ -17,8 +19,9 @@ encrypts them) and, at evaluation, its held-out labels are gathered into the age
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -49,7 +52,7 @@ def _cut(block, table: ParquetTable, rows: list[np.ndarray], columns: list[str])
     return [frame.iloc[r].reset_index(drop=True) for r in rows]
 
 
-def _pick(pieces: list[pd.DataFrame], i: int) -> pd.DataFrame:
+def _pick(pieces: list[Any], i: int) -> Any:
     return pieces[i]
 
 
@@ -62,19 +65,58 @@ def _select(frame: pd.DataFrame, name: str) -> pd.Series:
     return frame[name]
 
 
-# -- the agent's side ----------------------------------------------------------------------------------
-def block_hashes(client: Client, table: ParquetTable, column: str, key: bytes) -> np.ndarray:
-    """Every row's digest (`S32`), hashed block by block on the workers, in table order.
+def _buckets(digests: np.ndarray, n: int) -> list[np.ndarray]:
+    """A block's digests cut into `n` buckets by their first byte (a digest always lands in the same one)."""
+    first = np.ascontiguousarray(digests).view(np.uint8)[::DIGEST_SIZE].astype(np.int64)
+    bucket = first * n // 256
+    return [digests[bucket == i] for i in range(n)]
 
-    An ID repeated in two blocks is refused here, as `hash_ids` refuses one repeated within a block.
+
+def _repeats(*pieces: np.ndarray) -> int:
+    """Digests of one bucket (every block's piece) that occur more than once."""
+    digests = np.concatenate([np.zeros(0, f"S{DIGEST_SIZE}"), *pieces])
+    return len(digests) - len(np.unique(digests))
+
+
+def _as_rows(digests: np.ndarray) -> np.ndarray:
+    """`S32` digests as the message's uint8 rows of 32 (a view)."""
+    return np.ascontiguousarray(digests).view(np.uint8).reshape(len(digests), DIGEST_SIZE)
+
+
+# -- the agent's side ----------------------------------------------------------------------------------
+def hash_parts(client: Client, table: ParquetTable, column: str, key: bytes) -> list[Future]:
+    """Every block's digests (`S32`), hashed and kept on the workers, in table order (`gathered` reads them).
+
+    An ID repeated in two blocks is refused here (counted on the workers), as `hash_ids` refuses one
+    repeated within a block.
     """
-    parts = client.gather(submit_blocks(client, _hashes, table, column=column, secret=key))
-    digests = np.concatenate([np.zeros(0, f"S{DIGEST_SIZE}"), *parts])
-    repeated = len(digests) - len(np.unique(digests))
+    parts = submit_blocks(client, _hashes, table, column=column, secret=key)
+    n = len(parts)
+    cut = [client.submit(_buckets, part, n, pure=False) for part in parts]
+    counts = [client.submit(_repeats, *(client.submit(_pick, c, i, pure=False) for c in cut), pure=False)
+              for i in range(n)]
+    repeated = sum(client.gather(counts))
+    del cut, counts
     if repeated:
         raise InputError(f"{table.what}: ID column {column!r} has {repeated} IDs that occur more than once "
                          "after normalisation (in different blocks of its files); each row needs a unique ID")
-    return digests
+    return parts
+
+
+def gathered(client: Client, parts: list[Future]) -> Iterator[np.ndarray]:
+    """The blocks' digests as uint8 rows of 32, in order, each gathered only when asked for.
+
+    So an answer streamed from them holds one block's digests at a time in the agent.
+    """
+    for part in parts:
+        yield _as_rows(client.gather(part))
+
+
+def block_hashes(client: Client, table: ParquetTable, column: str, key: bytes) -> np.ndarray:
+    """Every row's digest (`S32`) in table order: `hash_parts` joined (for callers that need them all)."""
+    parts = gathered(client, hash_parts(client, table, column, key))
+    rows = np.concatenate([np.zeros((0, DIGEST_SIZE), np.uint8), *parts])
+    return rows.view(f"S{DIGEST_SIZE}").ravel()
 
 
 def block_blinded(client: Client, table: ParquetTable, column: str, key: bytes, secret: bytes) -> np.ndarray:
