@@ -164,47 +164,39 @@ def gather_series(client: Client, parts: list[Future]) -> pd.Series:
     return pd.concat(client.gather(parts), ignore_index=True)
 
 
-def _where(table: ParquetTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(table block, row within it) of each table row number, as int32 (both are under 2**31)."""
-    starts = np.array([b.start for b in table.blocks], np.int64)
-    block = (np.searchsorted(starts, rows, side="right") - 1).astype(np.int32)
-    return block, (rows - starts[block]).astype(np.int32)
+Targets = list[tuple[list[int], np.ndarray]]
+"""Per target block: the table blocks it takes rows from, and the order of its pieces' rows."""
 
 
-def _by_block(block: np.ndarray, n_blocks: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of `block`'s entries grouped by block, ascending within each, and each group's edges."""
-    return (np.argsort(block, kind="stable"),
-            np.concatenate([[0], np.cumsum(np.bincount(block, minlength=n_blocks))]))
+def _plan(table: ParquetTable, rows: np.ndarray, block_rows: int) -> tuple[list[list[np.ndarray]], Targets]:
+    """Where the table rows `rows` (in canonical order) go: target block k holds [k*block_rows, ...).
 
-
-def _plan(table: ParquetTable, rows: np.ndarray, block_rows: int) -> tuple[list[list[np.ndarray]],
-                                                                            list[list[np.ndarray]]]:
-    """Where the table rows `rows` (in canonical order) go, as [table block][target block] lists.
-
-    Their canonical positions, and the same rows' numbers within the table block. Target block k holds
-    positions [k*block_rows, (k+1)*block_rows).
+    Per table block, its rows each target block takes (row numbers within the block, in canonical order);
+    per target block, the table blocks it takes rows from and the order that puts their pieces (table
+    blocks in order) in canonical order. Made one target block at a time, so that no temporary array spans
+    every row (issue #29: the agent's memory).
     """
-    n_blocks = len(table.blocks)
-    src, local = _where(table, rows)
-    by_block, edges = _by_block(src, n_blocks)  # per table block, its rows' canonical positions, ascending
-    del src
-    cuts = np.arange(-(-len(rows) // block_rows) + 1) * block_rows
-    canonical, within = [], []
-    for b in range(n_blocks):
-        mine = by_block[edges[b]:edges[b + 1]]
-        bounds = np.searchsorted(mine, cuts)
-        canonical.append([mine[bounds[k]:bounds[k + 1]] for k in range(len(cuts) - 1)])
-        within.append([local[c] for c in canonical[b]])
-    return canonical, within
+    starts = np.array([b.start for b in table.blocks], np.int64)
+    n_blocks = len(starts)
+    within: list[list[np.ndarray]] = [[] for _ in range(n_blocks)]
+    targets = []
+    for first in range(0, len(rows), block_rows):
+        chunk = rows[first:first + block_rows]
+        source = np.searchsorted(starts, chunk, side="right") - 1
+        by_block = np.argsort(source, kind="stable")  # offsets in the chunk grouped by table block, ascending
+        edges = np.concatenate([[0], np.cumsum(np.bincount(source, minlength=n_blocks))])
+        for b in range(n_blocks):
+            within[b].append((chunk[by_block[edges[b]:edges[b + 1]]] - starts[b]).astype(np.int32))
+        sources = [b for b in range(n_blocks) if edges[b + 1] > edges[b]]
+        targets.append((sources, np.argsort(by_block, kind="stable").astype(np.int32)))
+    return within, targets
 
 
-def _assembled(client: Client, cut: list[Future], canonical: list[list[np.ndarray]], first: int) -> Blocks:
+def _assembled(client: Client, cut: list[Future], targets: Targets, first: int) -> Blocks:
     """The target blocks of one plan, from the table blocks' pieces `first`, `first + 1`, ..."""
     frames, sizes = [], []
-    for k in range(len(canonical[0]) if canonical else 0):
-        sources = [b for b in range(len(cut)) if len(canonical[b][k])]
+    for k, (sources, order) in enumerate(targets):
         picks = [client.submit(_pick, cut[b], first + k, pure=False) for b in sources]
-        order = np.argsort(np.concatenate([canonical[b][k] for b in sources]), kind="stable").astype(np.int32)
         frames.append(client.submit(_assemble, order, *picks, pure=False))
         sizes.append(len(order))
     return Blocks(frames, sizes)
@@ -220,11 +212,10 @@ def align_blocks(client: Client, table: ParquetTable, positions: np.ndarray, hol
     """
     columns = [c for c in table.columns if keep_id or c != id_column]
     # a row's index in positions[~holdout] (positions[holdout]) is its canonical training (held-out) position
-    train, train_rows = _plan(table, positions[~holdout], block_rows)
-    held, held_rows = _plan(table, positions[holdout], block_rows)
+    train_rows, train = _plan(table, positions[~holdout], block_rows)
+    held_rows, held = _plan(table, positions[holdout], block_rows)
     cut = submit_blocks(client, _cut, table, [a + b for a, b in zip(train_rows, held_rows, strict=True)],
                         columns=columns)
     del train_rows, held_rows
-    n_train = len(train[0]) if train else 0
     trained = _assembled(client, cut, train, 0)
-    return AlignedBlocks(trained.frames, trained.sizes, _assembled(client, cut, held, n_train), columns)
+    return AlignedBlocks(trained.frames, trained.sizes, _assembled(client, cut, held, len(train)), columns)

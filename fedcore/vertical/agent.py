@@ -195,7 +195,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         """Row numbers of the master's positions: as they are after hashing, mapped back after PSI."""
         positions = np.asarray(positions)
         if self._psi is None:
-            return positions.astype(np.int64)
+            return positions.astype(np.int64, copy=False)
         rows, self._psi = self._psi.rows_from_positions(positions), None
         return rows
 
