@@ -24,7 +24,8 @@ the consortium CA, so an endpoint held by another member of the consortium is re
 One protocol message is one Flight call. Requests up to ACTION_MAX_BYTES go as a `do_action` (one gRPC
 message, the lowest latency); larger ones stream as `do_exchange` record batches of CHUNK_BYTES. Replies
 always come back in chunks of CHUNK_BYTES (Flight results or record batches), so no single gRPC message
-is ever huge, whatever the leaf-set size.
+is ever huge, whatever the leaf-set size. A party's `StreamedMessage` reply is made part by part as Flight
+sends it, the party busy (its lock held) until the last part went or the call was dropped.
 
 Every protocol call carries the master transport's session id and a per-party sequence number in its
 action type (or exchange command). The agent's `SessionGuard` (`fedcore.transport.guard`) refuses
