@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -134,17 +135,24 @@ FEDERATED_FOREST = Protocol(
 _CODE_ROWS = 1 << 16
 
 
-def class_codes(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`np.unique(labels, return_inverse=True)`, the codes as float64, made 65,536 labels at a time.
+def class_codes(labels: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(labels.to_numpy(), return_inverse=True)`, the codes as float64, 65,536 labels at a time.
 
-    The same classes and codes, without np.unique's sorted copies of every row (about 100 bytes a row of
-    object labels: the label holder's agent on Dask, issue #29): the classes are the union of each
-    chunk's, and a label's code is its place among them.
+    The same classes and codes, without a NumPy copy of every label (a Python string each, for Arrow-backed
+    strings) nor np.unique's sorted copies of it (about 100 bytes a row of string labels: the label
+    holder's agent on Dask, issue #29): the classes are the union of each chunk's, and a label's code is
+    its place among them.
     """
-    chunks = [labels[i:i + _CODE_ROWS] for i in range(0, len(labels), _CODE_ROWS)]
-    classes = np.unique(np.concatenate([np.unique(c) for c in chunks])) if chunks else np.unique(labels)
+    def chunks() -> Iterator[np.ndarray]:
+        for i in range(0, len(labels), _CODE_ROWS):
+            yield (labels.iloc[i:i + _CODE_ROWS].to_numpy() if isinstance(labels, pd.Series)
+                   else labels[i:i + _CODE_ROWS])
+
+    if len(labels) == 0:
+        return np.unique(np.asarray(labels)), np.zeros(0, np.float64)
+    classes = np.unique(np.concatenate([np.unique(c) for c in chunks()]))
     codes = np.empty(len(labels), np.float64)
-    for i, chunk in zip(range(0, len(labels), _CODE_ROWS), chunks, strict=True):
+    for i, chunk in zip(range(0, len(labels), _CODE_ROWS), chunks(), strict=True):
         codes[i:i + len(chunk)] = np.searchsorted(classes, chunk)
     return classes, codes
 
@@ -287,7 +295,7 @@ class VerticalParty:
                 self._y = numeric_values(labels, "label")
                 header["n_classes"] = 0
             else:
-                self.classes_, self._y = class_codes(labels.to_numpy())
+                self.classes_, self._y = class_codes(labels)
                 header["n_classes"] = len(self.classes_)
         return Message("setup_reply", header, arrays)
 

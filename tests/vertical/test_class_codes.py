@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from fedcore.vertical import party
@@ -26,3 +27,13 @@ def test_chunked_class_codes_are_np_uniques(monkeypatch, labels) -> None:
     assert classes.dtype == expected.dtype and classes.shape == expected.shape
     assert [str(c) for c in classes] == [str(c) for c in expected]
     assert codes.dtype == np.float64 and codes.tobytes() == inverse.astype(np.float64).tobytes()
+
+
+def test_chunked_class_codes_of_a_series_are_np_uniques_of_its_values(monkeypatch) -> None:
+    """Arrow-backed strings (pandas' default) are turned into Python strings a chunk at a time."""
+    monkeypatch.setattr(party, "_CODE_ROWS", 7)
+    labels = pd.Series(["yes", "no", "maybe"] * 11, dtype="string[pyarrow]")
+    classes, codes = party.class_codes(labels)
+    expected, inverse = np.unique(labels.to_numpy(), return_inverse=True)
+    assert classes.dtype == expected.dtype and list(classes) == list(expected)
+    assert codes.tobytes() == inverse.astype(np.float64).tobytes()
