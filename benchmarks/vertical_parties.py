@@ -88,13 +88,23 @@ def serve_party(args: argparse.Namespace, p: int, on_dask: bool, certs: str, que
         client = Client(cluster)
         pids = client.run(os.getpid)
     name, c = f"party{p}", Path(certs)
+    stages = None
+    if getattr(args, "profile", False):
+        from benchmarks.agent_profile import StageProfile
+
+        stages = StageProfile()
+        stages.mark("cluster started" if on_dask else "started")
     agent = _agent(args, p, client)
     server = AgentServer(agent, tls_cert=c / f"{name}.pem", tls_key=c / f"{name}.key", ca_cert=c / "ca.pem")
+    if stages is not None:
+        stages.mark("table opened" if on_dask else "table loaded")
+        stages.wrap(server)
     queue.put(("port", name, server.port))
     threading.Thread(target=server.serve, daemon=True).start()
     done.wait()
-    result = {"digest": _model_digest(agent), "agent_peak_mib": _vm_hwm_mib(), "workers_peak_mib": [],
-              "restarted": None}
+    peak = _vm_hwm_mib() if stages is None else stages.peak_mib()  # a profile resets VmHWM per stage
+    result = {"digest": _model_digest(agent), "agent_peak_mib": peak, "workers_peak_mib": [],
+              "restarted": None, "stages": stages.rows if stages is not None else None}
     if client is not None:  # a worker over L is restarted by its nanny: a new pid
         result.update(workers_peak_mib=sorted(client.run(_vm_hwm_mib).values()),
                       restarted=client.run(os.getpid) != pids)
@@ -159,7 +169,8 @@ def _session_run(args: argparse.Namespace, on_dask: bool) -> dict:
     return {"align_seconds": aligned - start, "seconds": trained - aligned, "digest": h.hexdigest()[:16],
             "agents_peak_mib": agents, "agent_peak_mib": max(agents),
             "workers_peak_mib": [results[name]["workers_peak_mib"] for name in names],
-            "restarted": [r for name in names if (r := results[name]["restarted"]) is not None]}
+            "restarted": [r for name in names if (r := results[name]["restarted"]) is not None],
+            "stages": {name: results[name]["stages"] for name in names}}
 
 
 def run_in_process(args: argparse.Namespace) -> dict:

@@ -52,6 +52,7 @@
                                            # (default: half its free memory)
         compute: {dask: {address: tcp://dask:8786}}  # its party's rows on its own Dask
                                            # cluster, or {dask: {local: {workers: 2, memory_limit: 4GiB}}}
+                                           # (memory_limit per worker, at least 640MiB)
                                            # (default: in the agent's process; fedcore/compute/cluster.py;
                                            # vertical: classification only, issue #29); Parquet data and
                                            # predict_data (files, dataset folder or URL) are then read by

@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 DASK_KEYS = ("address", "local", "block_rows", "connect_timeout_s")
 LOCAL_KEYS = ("workers", "threads_per_worker", "memory_limit", "processes")
 ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc)://\S+$")
+WORKER_IDLE_BYTES = 256 * 2**20
+"""A Dask worker process's resident memory with fedcore's row modules imported (pandas, pyarrow, numba):
+measured 202 MiB (63 MiB fresh), taken as 256 MiB."""
 
 
 @dataclass(frozen=True)
@@ -129,18 +132,45 @@ def _local_fields(local: Any) -> dict[str, Any]:
     return fields
 
 
+def smallest_memory_limit() -> int:
+    """The smallest worker `memory_limit` that works, in bytes (MiB-rounded up).
+
+    Dask pauses a worker once it holds `distributed.worker.memory.pause` of its limit (0.8 by default) and
+    waits for memory that never comes back (a run at 400 MiB hung 14 minutes). The rule: the idle worker
+    (`WORKER_IDLE_BYTES`) may take at most half of that threshold, the other half is a block's work:
+    2 x 256 MiB / 0.8 = 640 MiB.
+    """
+    mib = 2**20
+    return -(-int(2 * WORKER_IDLE_BYTES / _pause_fraction()) // mib) * mib
+
+
+def _pause_fraction() -> float:
+    """Dask's `distributed.worker.memory.pause` (a share of the limit; False, never: 1.0)."""
+    import dask
+
+    return float(dask.config.get("distributed.worker.memory.pause", 0.8) or 1.0)
+
+
 def _memory_limit(value: Any) -> str | int:
-    """A worker's memory limit: bytes, or a size Dask reads ("4GiB", "512MB")."""
+    """A worker's memory limit: bytes, or a size Dask reads ("4GiB", "512MB"); under what works: refused."""
     from dask.utils import parse_bytes
 
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ConfigError(f"compute.dask.local.memory_limit must be a size such as 4GiB, got {value!r}")
     try:
-        if parse_bytes(value) <= 0:
+        limit = parse_bytes(value)
+        if limit <= 0:
             raise ValueError
     except (ValueError, TypeError):
         raise ConfigError(f"compute.dask.local.memory_limit must be a size such as 4GiB, got {value!r}") \
             from None
+    smallest = smallest_memory_limit()
+    if limit < smallest:
+        mib = 2**20
+        raise ConfigError(f"compute.dask.local.memory_limit {value!r} is below the smallest that works, "
+                          f"{smallest // mib}MiB: an idle worker takes about {WORKER_IDLE_BYTES // mib} MiB "
+                          f"and Dask pauses a worker at {_pause_fraction():.0%} of its limit, so its tasks "
+                          f"would wait forever; set memory_limit: {smallest // mib}MiB or more")
     return value
 
 

@@ -1,8 +1,10 @@
 """A vertical party's Parquet table on its Dask workers: ID hashes, aligned blocks (issue #29).
 
 The agent holds the table's metadata (`ParquetTable`). Each block hashes its own IDs (`hash_ids`, the
-same keyed hash) and the agent concatenates the digests in block order: 32 bytes a row, the in-process
-answer byte for byte.
+same keyed hash) and keeps them on its worker; the workers count IDs repeated across blocks (each block's
+digests cut by their first byte into as many buckets as there are blocks, one task counting a bucket), and
+the agent streams the digests block by block, in block order, into its answer (`hash_parts`): the
+in-process answer byte for byte, without the agent ever holding more than one block of them (issue #29).
 
 Alignment puts the training rows in the master's canonical order, which is a keyed pseudo-random
 permutation of the table's rows: training block k holds canonical training rows [k*block_rows,
@@ -17,8 +19,9 @@ encrypts them) and, at evaluation, its held-out labels are gathered into the age
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -49,7 +52,7 @@ def _cut(block, table: ParquetTable, rows: list[np.ndarray], columns: list[str])
     return [frame.iloc[r].reset_index(drop=True) for r in rows]
 
 
-def _pick(pieces: list[pd.DataFrame], i: int) -> pd.DataFrame:
+def _pick(pieces: list[Any], i: int) -> Any:
     return pieces[i]
 
 
@@ -62,19 +65,58 @@ def _select(frame: pd.DataFrame, name: str) -> pd.Series:
     return frame[name]
 
 
-# -- the agent's side ----------------------------------------------------------------------------------
-def block_hashes(client: Client, table: ParquetTable, column: str, key: bytes) -> np.ndarray:
-    """Every row's digest (`S32`), hashed block by block on the workers, in table order.
+def _buckets(digests: np.ndarray, n: int) -> list[np.ndarray]:
+    """A block's digests cut into `n` buckets by their first byte (a digest always lands in the same one)."""
+    first = np.ascontiguousarray(digests).view(np.uint8)[::DIGEST_SIZE].astype(np.int64)
+    bucket = first * n // 256
+    return [digests[bucket == i] for i in range(n)]
 
-    An ID repeated in two blocks is refused here, as `hash_ids` refuses one repeated within a block.
+
+def _repeats(*pieces: np.ndarray) -> int:
+    """Digests of one bucket (every block's piece) that occur more than once."""
+    digests = np.concatenate([np.zeros(0, f"S{DIGEST_SIZE}"), *pieces])
+    return len(digests) - len(np.unique(digests))
+
+
+def _as_rows(digests: np.ndarray) -> np.ndarray:
+    """`S32` digests as the message's uint8 rows of 32 (a view)."""
+    return np.ascontiguousarray(digests).view(np.uint8).reshape(len(digests), DIGEST_SIZE)
+
+
+# -- the agent's side ----------------------------------------------------------------------------------
+def hash_parts(client: Client, table: ParquetTable, column: str, key: bytes) -> list[Future]:
+    """Every block's digests (`S32`), hashed and kept on the workers, in table order (`gathered` reads them).
+
+    An ID repeated in two blocks is refused here (counted on the workers), as `hash_ids` refuses one
+    repeated within a block.
     """
-    parts = client.gather(submit_blocks(client, _hashes, table, column=column, secret=key))
-    digests = np.concatenate([np.zeros(0, f"S{DIGEST_SIZE}"), *parts])
-    repeated = len(digests) - len(np.unique(digests))
+    parts = submit_blocks(client, _hashes, table, column=column, secret=key)
+    n = len(parts)
+    cut = [client.submit(_buckets, part, n, pure=False) for part in parts]
+    counts = [client.submit(_repeats, *(client.submit(_pick, c, i, pure=False) for c in cut), pure=False)
+              for i in range(n)]
+    repeated = sum(client.gather(counts))
+    del cut, counts
     if repeated:
         raise InputError(f"{table.what}: ID column {column!r} has {repeated} IDs that occur more than once "
                          "after normalisation (in different blocks of its files); each row needs a unique ID")
-    return digests
+    return parts
+
+
+def gathered(client: Client, parts: list[Future]) -> Iterator[np.ndarray]:
+    """The blocks' digests as uint8 rows of 32, in order, each gathered only when asked for.
+
+    So an answer streamed from them holds one block's digests at a time in the agent.
+    """
+    for part in parts:
+        yield _as_rows(client.gather(part))
+
+
+def block_hashes(client: Client, table: ParquetTable, column: str, key: bytes) -> np.ndarray:
+    """Every row's digest (`S32`) in table order: `hash_parts` joined (for callers that need them all)."""
+    parts = gathered(client, hash_parts(client, table, column, key))
+    rows = np.concatenate([np.zeros((0, DIGEST_SIZE), np.uint8), *parts])
+    return rows.view(f"S{DIGEST_SIZE}").ravel()
 
 
 def block_blinded(client: Client, table: ParquetTable, column: str, key: bytes, secret: bytes) -> np.ndarray:
@@ -122,47 +164,39 @@ def gather_series(client: Client, parts: list[Future]) -> pd.Series:
     return pd.concat(client.gather(parts), ignore_index=True)
 
 
-def _where(table: ParquetTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(table block, row within it) of each table row number, as int32 (both are under 2**31)."""
-    starts = np.array([b.start for b in table.blocks], np.int64)
-    block = (np.searchsorted(starts, rows, side="right") - 1).astype(np.int32)
-    return block, (rows - starts[block]).astype(np.int32)
+Targets = list[tuple[list[int], np.ndarray]]
+"""Per target block: the table blocks it takes rows from, and the order of its pieces' rows."""
 
 
-def _by_block(block: np.ndarray, n_blocks: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of `block`'s entries grouped by block, ascending within each, and each group's edges."""
-    return (np.argsort(block, kind="stable"),
-            np.concatenate([[0], np.cumsum(np.bincount(block, minlength=n_blocks))]))
+def _plan(table: ParquetTable, rows: np.ndarray, block_rows: int) -> tuple[list[list[np.ndarray]], Targets]:
+    """Where the table rows `rows` (in canonical order) go: target block k holds [k*block_rows, ...).
 
-
-def _plan(table: ParquetTable, rows: np.ndarray, block_rows: int) -> tuple[list[list[np.ndarray]],
-                                                                            list[list[np.ndarray]]]:
-    """Where the table rows `rows` (in canonical order) go, as [table block][target block] lists.
-
-    Their canonical positions, and the same rows' numbers within the table block. Target block k holds
-    positions [k*block_rows, (k+1)*block_rows).
+    Per table block, its rows each target block takes (row numbers within the block, in canonical order);
+    per target block, the table blocks it takes rows from and the order that puts their pieces (table
+    blocks in order) in canonical order. Made one target block at a time, so that no temporary array spans
+    every row (issue #29: the agent's memory).
     """
-    n_blocks = len(table.blocks)
-    src, local = _where(table, rows)
-    by_block, edges = _by_block(src, n_blocks)  # per table block, its rows' canonical positions, ascending
-    del src
-    cuts = np.arange(-(-len(rows) // block_rows) + 1) * block_rows
-    canonical, within = [], []
-    for b in range(n_blocks):
-        mine = by_block[edges[b]:edges[b + 1]]
-        bounds = np.searchsorted(mine, cuts)
-        canonical.append([mine[bounds[k]:bounds[k + 1]] for k in range(len(cuts) - 1)])
-        within.append([local[c] for c in canonical[b]])
-    return canonical, within
+    starts = np.array([b.start for b in table.blocks], np.int64)
+    n_blocks = len(starts)
+    within: list[list[np.ndarray]] = [[] for _ in range(n_blocks)]
+    targets = []
+    for first in range(0, len(rows), block_rows):
+        chunk = rows[first:first + block_rows]
+        source = np.searchsorted(starts, chunk, side="right") - 1
+        by_block = np.argsort(source, kind="stable")  # offsets in the chunk grouped by table block, ascending
+        edges = np.concatenate([[0], np.cumsum(np.bincount(source, minlength=n_blocks))])
+        for b in range(n_blocks):
+            within[b].append((chunk[by_block[edges[b]:edges[b + 1]]] - starts[b]).astype(np.int32))
+        sources = [b for b in range(n_blocks) if edges[b + 1] > edges[b]]
+        targets.append((sources, np.argsort(by_block, kind="stable").astype(np.int32)))
+    return within, targets
 
 
-def _assembled(client: Client, cut: list[Future], canonical: list[list[np.ndarray]], first: int) -> Blocks:
+def _assembled(client: Client, cut: list[Future], targets: Targets, first: int) -> Blocks:
     """The target blocks of one plan, from the table blocks' pieces `first`, `first + 1`, ..."""
     frames, sizes = [], []
-    for k in range(len(canonical[0]) if canonical else 0):
-        sources = [b for b in range(len(cut)) if len(canonical[b][k])]
+    for k, (sources, order) in enumerate(targets):
         picks = [client.submit(_pick, cut[b], first + k, pure=False) for b in sources]
-        order = np.argsort(np.concatenate([canonical[b][k] for b in sources]), kind="stable").astype(np.int32)
         frames.append(client.submit(_assemble, order, *picks, pure=False))
         sizes.append(len(order))
     return Blocks(frames, sizes)
@@ -178,11 +212,10 @@ def align_blocks(client: Client, table: ParquetTable, positions: np.ndarray, hol
     """
     columns = [c for c in table.columns if keep_id or c != id_column]
     # a row's index in positions[~holdout] (positions[holdout]) is its canonical training (held-out) position
-    train, train_rows = _plan(table, positions[~holdout], block_rows)
-    held, held_rows = _plan(table, positions[holdout], block_rows)
+    train_rows, train = _plan(table, positions[~holdout], block_rows)
+    held_rows, held = _plan(table, positions[holdout], block_rows)
     cut = submit_blocks(client, _cut, table, [a + b for a, b in zip(train_rows, held_rows, strict=True)],
                         columns=columns)
     del train_rows, held_rows
-    n_train = len(train[0]) if train else 0
     trained = _assembled(client, cut, train, 0)
-    return AlignedBlocks(trained.frames, trained.sizes, _assembled(client, cut, held, n_train), columns)
+    return AlignedBlocks(trained.frames, trained.sizes, _assembled(client, cut, held, len(train)), columns)

@@ -1,7 +1,8 @@
 """The one message type that crosses between master and parties.
 
 A kind, a small JSON header and named NumPy arrays, carried as a single-row Arrow record batch (IPC stream
-bytes).
+bytes). A `StreamedMessage` carries one large array as several such batches, made one at a time while they
+are sent (an agent's answer of every row's value, issue #29); parsed, it is the same `Message`.
 
 Every array travels as an Arrow large-list column, so messages of any shape share one encoding and the
 transport can count, record and check every byte that crosses.
@@ -10,6 +11,7 @@ transport can count, record and check every byte that crosses.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,24 +42,14 @@ class Message:
         columns, names, shapes = [], [], {}
         for name, array in self.arrays.items():
             array = np.ascontiguousarray(array)
-            if array.dtype == np.bool_:
-                raise ProtocolError(f"array {name!r}: send booleans as packed bits, not bool arrays")
             if array.ndim != 1:
                 shapes[name] = list(array.shape)
-            flat = pa.array(array.reshape(-1))
-            columns.append(pa.LargeListArray.from_arrays(pa.array([0, len(flat)], pa.int64()), flat))
+            columns.append(_column(name, array))
             names.append(name)
-        metadata = {
-            _KIND_KEY: self.kind.encode(),
-            _HEADER_KEY: json.dumps(self.header, sort_keys=True).encode(),
-            _SHAPES_KEY: json.dumps(shapes).encode(),
-        }
-        schema = pa.schema([pa.field(n, c.type) for n, c in zip(names, columns, strict=True)],
-                           metadata=metadata)
-        batch = pa.record_batch(columns, schema=schema)
+        schema = _schema(self.kind, self.header, shapes, names, columns)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, schema) as writer:
-            writer.write_batch(batch)
+            writer.write_batch(pa.record_batch(columns, schema=schema))
         return sink.getvalue()
 
     @classmethod
@@ -68,7 +60,9 @@ class Message:
         """
         try:
             reader = pa.ipc.open_stream(pa.py_buffer(payload))
-            batch = reader.read_next_batch()
+            batches = [reader.read_next_batch()]
+            batches.extend(reader)  # a StreamedMessage's further parts
+            batch = batches[0]
             metadata = batch.schema.metadata or {}
             kind = metadata[_KIND_KEY].decode()
             header = json.loads(metadata[_HEADER_KEY])
@@ -77,12 +71,14 @@ class Message:
             raise ProtocolError(f"malformed message: {exc}") from exc
         if not isinstance(header, dict) or not isinstance(shapes, dict):
             raise ProtocolError("malformed message: the header and shapes must be JSON objects")
-        if batch.num_columns and batch.num_rows != 1:
-            raise ProtocolError(f"malformed message: expected one row, found {batch.num_rows}")
+        rows = {b.num_rows for b in batches}
+        if batch.num_columns and rows != {1}:
+            raise ProtocolError(f"malformed message: expected one row a batch, found {sorted(rows)}")
         arrays = {}
         try:
-            for name, column in zip(batch.schema.names, batch.columns, strict=True):
-                values = column.values.to_numpy(zero_copy_only=False)
+            for i, name in enumerate(batch.schema.names):
+                parts = [b.column(i).values.to_numpy(zero_copy_only=False) for b in batches]
+                values = parts[0] if len(parts) == 1 else np.concatenate(parts)
                 if name in shapes:
                     values = values.reshape(shapes[name])
                 arrays[name] = values
@@ -93,6 +89,104 @@ class Message:
     def schema_summary(self) -> str:
         """A short description of the arrays (name:dtype[shape]) for transcripts."""
         return ", ".join(f"{n}:{a.dtype}{list(a.shape)}" for n, a in self.arrays.items())
+
+
+class StreamedMessage:
+    """A message whose one array `name` (of `shape`) is made in parts while it is sent.
+
+    `parts()` yields the array's consecutive row ranges; each goes as its own single-row batch of the same
+    stream, so the sender holds one part at a time (`pieces`), and `Message.from_bytes` joins them into the
+    message `Message(kind, header, {name: array})` would be. Only the parts' framing differs on the wire.
+    """
+
+    def __init__(self, kind: str, header: dict[str, Any], name: str, shape: tuple[int, ...],
+                 parts: Callable[[], Iterable[np.ndarray]]) -> None:
+        """`parts` is called once, when the message is sent; what it yields must add up to `shape`."""
+        self.kind, self.header, self.name, self.shape = kind, header, name, tuple(shape)
+        self._parts = parts
+
+    def pieces(self) -> Iterator[pa.Buffer]:
+        """The message's IPC stream: its schema, one batch a part (at least one), the end marker."""
+        sink = _Pieces()
+        writer, schema, rows = None, None, 0
+        shapes = {self.name: list(self.shape)} if len(self.shape) != 1 else {}
+        for part in _at_least_one(self._parts(), self.shape):
+            part = np.ascontiguousarray(part)
+            rows += len(part)
+            column = _column(self.name, part)
+            if writer is None:
+                schema = _schema(self.kind, self.header, shapes, [self.name], [column])
+                writer = pa.ipc.new_stream(sink, schema)
+            writer.write_batch(pa.record_batch([column], schema=schema))
+            del part, column
+            yield from sink.take()
+        if rows != self.shape[0]:
+            raise ProtocolError(f"message {self.kind!r}: its parts of {self.name!r} held {rows} rows, not "
+                                f"the {self.shape[0]} it announced")
+        assert writer is not None, "_at_least_one yields a part"
+        writer.close()
+        yield from sink.take()
+
+    def to_buffer(self) -> pa.Buffer:
+        """The whole stream as one buffer (an in-process transport's copy)."""
+        return pa.py_buffer(b"".join(piece.to_pybytes() for piece in self.pieces()))
+
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The array, joined (as the receiver parses it)."""
+        return Message.from_bytes(self.to_buffer()).arrays
+
+
+def _at_least_one(parts: Iterable[np.ndarray], shape: tuple[int, ...]) -> Iterator[np.ndarray]:
+    """The parts, or one empty part of the array's row shape when there are none."""
+    empty = True
+    for part in parts:
+        empty = False
+        yield part
+    if empty:
+        yield np.zeros((0, *shape[1:]), np.uint8)
+
+
+class _Pieces:
+    """A file-like sink for an IPC writer that hands over what was written so far (`take`)."""
+
+    def __init__(self) -> None:
+        self._pieces: list[bytes] = []
+        self.closed = False
+
+    def write(self, data) -> int:
+        self._pieces.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def take(self) -> list[pa.Buffer]:
+        """What was written since the last `take`, as one buffer (none if nothing was)."""
+        pieces, self._pieces = self._pieces, []
+        return [pa.py_buffer(b"".join(pieces))] if pieces else []
+
+
+def _column(name: str, array: np.ndarray) -> pa.LargeListArray:
+    """One array as the single-row large-list column it crosses in."""
+    if array.dtype == np.bool_:
+        raise ProtocolError(f"array {name!r}: send booleans as packed bits, not bool arrays")
+    flat = pa.array(array.reshape(-1))
+    return pa.LargeListArray.from_arrays(pa.array([0, len(flat)], pa.int64()), flat)
+
+
+def _schema(kind: str, header: dict[str, Any], shapes: dict[str, list[int]], names: list[str],
+            columns: list[pa.LargeListArray]) -> pa.Schema:
+    """A message's schema: its columns, and its kind, header and array shapes as metadata."""
+    metadata = {
+        _KIND_KEY: kind.encode(),
+        _HEADER_KEY: json.dumps(header, sort_keys=True).encode(),
+        _SHAPES_KEY: json.dumps(shapes).encode(),
+    }
+    return pa.schema([pa.field(n, c.type) for n, c in zip(names, columns, strict=True)], metadata=metadata)
 
 
 def pack_bits(bits: np.ndarray) -> np.ndarray:

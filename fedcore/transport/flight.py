@@ -24,7 +24,8 @@ the consortium CA, so an endpoint held by another member of the consortium is re
 One protocol message is one Flight call. Requests up to ACTION_MAX_BYTES go as a `do_action` (one gRPC
 message, the lowest latency); larger ones stream as `do_exchange` record batches of CHUNK_BYTES. Replies
 always come back in chunks of CHUNK_BYTES (Flight results or record batches), so no single gRPC message
-is ever huge, whatever the leaf-set size.
+is ever huge, whatever the leaf-set size. A party's `StreamedMessage` reply is made part by part as Flight
+sends it, the party busy (its lock held) until the last part went or the call was dropped.
 
 Every protocol call carries the master transport's session id and a per-party sequence number in its
 action type (or exchange command). The agent's `SessionGuard` (`fedcore.transport.guard`) refuses
@@ -85,8 +86,9 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -102,7 +104,7 @@ from fedcore.errors import (
     ProtocolError,
     failure_summary,
 )
-from fedcore.protocol.messages import Message
+from fedcore.protocol.messages import Message, StreamedMessage
 from fedcore.transport.base import Transport
 from fedcore.transport.diagnose import Diagnosis, explain_connection_failure
 from fedcore.transport.guard import (
@@ -148,10 +150,22 @@ def chunk_buffers(payload: bytes | pa.Buffer) -> list[pa.Buffer]:
 
 def chunk_batches(payload: bytes | pa.Buffer) -> Iterable[pa.RecordBatch]:
     """The payload as one-row record batches of a large_binary column, CHUNK_BYTES each, without copying."""
-    for piece in chunk_buffers(payload):
+    return piece_batches(chunk_buffers(payload))
+
+
+def piece_batches(pieces: Iterable[pa.Buffer]) -> Iterator[pa.RecordBatch]:
+    """Each piece as a one-row record batch of a large_binary column, without copying."""
+    for piece in pieces:
         offsets = pa.py_buffer(np.array([0, piece.size], dtype=np.int64))
         column = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 1, [None, offsets, piece])
         yield pa.record_batch([column], schema=CHUNK_SCHEMA)
+
+
+def rechunked(pieces: Iterable[pa.Buffer]) -> Iterator[pa.Buffer]:
+    """The pieces cut to at most CHUNK_BYTES each (zero-copy slices), empty ones dropped."""
+    for piece in pieces:
+        if piece.size:
+            yield from chunk_buffers(piece)
 
 
 class Received:
@@ -410,9 +424,16 @@ class AgentServer(flight.FlightServerBase):
         self._refuse(reason)
         return flight.FlightServerError(f"agent {self.name!r} refused the message: {reason}")
 
-    def _answer(self, payload: bytes | pa.Buffer, stamp: str) -> pa.Buffer:
+    def _answer(self, payload: bytes | pa.Buffer, stamp: str) -> Iterator[pa.Buffer]:
+        """The party's answer as pieces of at most CHUNK_BYTES.
+
+        A `StreamedMessage` answer is made while it is sent: the party stays busy (its lock held) until the
+        last piece went or the call was dropped (`_Streaming`).
+        """
         kind = "?"
-        with self._lock:
+        self._lock.acquire()
+        streaming = False
+        try:
             self.last_activity = time.monotonic()
             try:
                 self.guard.check_size(len(payload))
@@ -420,24 +441,39 @@ class AgentServer(flight.FlightServerBase):
                 self.guard.admit(stamp)
             except (Refused, ProtocolError) as exc:
                 raise self._refusal(str(exc)) from None
-            try:
-                kind = message.kind
-                reply = self.party.handle(message).to_buffer()
+            kind = message.kind
+            with self._failures(kind):
+                reply = self.party.handle(message)
                 if kind == "close":  # the master is done with this session: another may start now
                     self.guard.close()
-                return reply
-            except FedForestError as exc:  # a refusal or a named failure: one counted line, no traceback
-                self._refuse(f"party {self.name!r} on {kind!r}: {type(exc).__name__}: {exc}")
-                raise self._failed(
-                    f"party {self.name!r} failed on {kind!r}: {type(exc).__name__}: {exc}") from None
-            except Exception as exc:  # unexpected: one line with the type and where, never the text (it
-                # may quote the institution's data: a label, a cell), in this log and to the master alike
-                summary = failure_summary(exc)
-                log.error("party %r failed on %r: %s", self.name, kind, summary)
-                raise self._failed(f"party {self.name!r} failed on {kind!r}: {summary}") from None
-            finally:
-                self.last_activity = time.monotonic()
-                self.guard.touch()
+                if isinstance(reply, StreamedMessage):
+                    streaming = True
+                    return _Streaming(self, kind, reply.pieces())
+                return iter(chunk_buffers(reply.to_buffer()))
+        finally:
+            if not streaming:
+                self._done_answering()
+
+    def _done_answering(self) -> None:
+        """The party answered (or failed): it is free for the next message."""
+        self.last_activity = time.monotonic()
+        self.guard.touch()
+        self._lock.release()
+
+    @contextmanager
+    def _failures(self, kind: str) -> Iterator[None]:
+        """The party's failures on `kind` as the one line the master gets (and this log keeps)."""
+        try:
+            yield
+        except FedForestError as exc:  # a refusal or a named failure: one counted line, no traceback
+            self._refuse(f"party {self.name!r} on {kind!r}: {type(exc).__name__}: {exc}")
+            raise self._failed(
+                f"party {self.name!r} failed on {kind!r}: {type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # unexpected: one line with the type and where, never the text (it
+            # may quote the institution's data: a label, a cell), in this log and to the master alike
+            summary = failure_summary(exc)
+            log.error("party %r failed on %r: %s", self.name, kind, summary)
+            raise self._failed(f"party {self.name!r} failed on {kind!r}: {summary}") from None
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         """The actions this agent answers (for the allowed master only)."""
@@ -470,7 +506,7 @@ class AgentServer(flight.FlightServerBase):
         except BaseException:
             hold.release()
             raise
-        return _ReleasedAfterSending(chunk_buffers(reply), hold)
+        return _ReleasedAfterSending(reply, hold)
 
     def _keep_alive(self, action_type: str) -> bytes:
         """Keep the session in progress if the keep-alive names it (no party lock, no sequence number).
@@ -507,7 +543,7 @@ class AgentServer(flight.FlightServerBase):
             reply = self._answer(payload, stamp)
             del payload
             writer.begin(CHUNK_SCHEMA)
-            for batch in chunk_batches(reply):
+            for batch in piece_batches(reply):
                 writer.write_batch(batch)
 
     def shutdown(self) -> None:
@@ -526,7 +562,7 @@ class _ReleasedAfterSending:
     went away).
     """
 
-    def __init__(self, pieces: list[pa.Buffer], hold: Hold) -> None:
+    def __init__(self, pieces: Iterable[pa.Buffer], hold: Hold) -> None:
         self._pieces = iter(pieces)
         self._hold = hold
 
@@ -542,6 +578,45 @@ class _ReleasedAfterSending:
 
     def __del__(self) -> None:
         self._hold.release()
+
+
+class _Streaming:
+    """A `StreamedMessage` answer's pieces, made as Flight sends them, with the party's lock held.
+
+    The lock is let go once the last piece is made, when making one fails (the failure is the one line
+    `_failures` makes), or when Flight drops the call unfinished (the client went away).
+    """
+
+    def __init__(self, server: AgentServer, kind: str, pieces: Iterator[pa.Buffer]) -> None:
+        self._server, self._kind = server, kind
+        self._pieces = rechunked(pieces)
+        self._open = True
+
+    def __iter__(self) -> _Streaming:
+        return self
+
+    def __next__(self) -> pa.Buffer:
+        if not self._open:
+            raise StopIteration
+        try:
+            with self._server._failures(self._kind):
+                piece = next(self._pieces, None)
+        except BaseException:
+            self._finish()
+            raise
+        if piece is None:
+            self._finish()
+            raise StopIteration
+        return piece
+
+    def _finish(self) -> None:
+        if self._open:
+            self._open = False
+            self._pieces = iter(())
+            self._server._done_answering()
+
+    def __del__(self) -> None:
+        self._finish()
 
 
 class FlightTransport(Transport):

@@ -33,7 +33,7 @@ from fedcore.models.artifacts import decode_classes, encode_classes, table_sha25
 from fedcore.models.tables import partial_forest_from_table, party_table
 from fedcore.privacy.hashing import hash_ids
 from fedcore.privacy.keyauth import PartyIdentity
-from fedcore.protocol.messages import Message, unpack_bits
+from fedcore.protocol.messages import Message, StreamedMessage, unpack_bits
 from fedcore.trees.structure import PartialForest, PartySplits
 from fedcore.vertical.alignment import align_frame, check_positions
 from fedcore.vertical.party import VerticalParty
@@ -117,18 +117,22 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             self._batch = self.data.new_batch(self._until, self._prediction_target())
         return self._batch
 
-    def _hashes(self, rows: pd.DataFrame | ParquetTable) -> np.ndarray:
-        """The keyed digests of the IDs of `rows` as uint8 rows of 32.
+    def _hashes(self, rows: pd.DataFrame | ParquetTable) -> Message | StreamedMessage:
+        """The `id_hashes` answer: the keyed digests of the IDs of `rows` as uint8 rows of 32.
 
-        Blocks on a Dask cluster hash their IDs on the workers (`dask_alignment.block_hashes`).
+        Blocks on a Dask cluster hash their IDs on the workers and the answer streams them block by block
+        (`dask_alignment.hash_parts`): the agent never holds every row's digest.
         """
         if isinstance(rows, pd.DataFrame):
             digests = hash_ids(rows[self.data.id_column], self._key)
-        else:
-            from fedcore.compute.dask_alignment import block_hashes
+            hashes = np.frombuffer(digests.tobytes(), dtype=np.uint8).reshape(len(digests), 32)
+            return Message("id_hashes", {"rows": len(hashes)}, {"hashes": hashes})
+        from fedcore.compute.dask_alignment import gathered, hash_parts
 
-            digests = block_hashes(self._client(), rows, self.data.id_column, self._key)
-        return np.frombuffer(digests.tobytes(), dtype=np.uint8).reshape(len(digests), 32)
+        client = self._client()
+        parts = hash_parts(client, rows, self.data.id_column, self._key)  # repeated IDs are refused here
+        return StreamedMessage("id_hashes", {"rows": rows.n_rows}, "hashes", (rows.n_rows, 32),
+                               lambda: gathered(client, parts))
 
     def _psi_party(self, rows: pd.DataFrame | ParquetTable) -> PSIParty:
         """PSI's party over the IDs of `rows`, with a fresh secret.
@@ -152,12 +156,11 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         return self.data.cluster.client
 
     # -- alignment and training ------------------------------------------------------------------------
-    def _on_id_hashes(self, message: Message) -> Message:
+    def _on_id_hashes(self, message: Message) -> Message | StreamedMessage:
         if not self.data.valid:
             raise ProtocolError(f"institution {self.name!r}: its data failed validation; it takes no part "
                                 "in training")
-        hashes = self._hashes(self._training_rows())
-        return Message("id_hashes", {"rows": self.data.n_rows}, {"hashes": hashes})
+        return self._hashes(self._training_rows())
 
     def _on_psi_blinded(self, message: Message) -> Message:
         """PSI step 1: this institution's IDs blinded with a fresh secret, in a secret shuffled order.
@@ -192,7 +195,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         """Row numbers of the master's positions: as they are after hashing, mapped back after PSI."""
         positions = np.asarray(positions)
         if self._psi is None:
-            return positions.astype(np.int64)
+            return positions.astype(np.int64, copy=False)
         rows, self._psi = self._psi.rows_from_positions(positions), None
         return rows
 
@@ -374,9 +377,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         return np.array(stored, dtype=object)
 
     # -- batch prediction ---------------------------------------------------------------------------
-    def _on_batch_hashes(self, message: Message) -> Message:
-        hashes = self._hashes(self._new_batch(message))
-        return Message("id_hashes", {"rows": len(hashes)}, {"hashes": hashes})
+    def _on_batch_hashes(self, message: Message) -> Message | StreamedMessage:
+        return self._hashes(self._new_batch(message))
 
     def _on_align_batch(self, message: Message) -> Message:
         if self._batch is None:

@@ -176,6 +176,8 @@ def check_positions(positions: np.ndarray, n_rows: int) -> np.ndarray:
     if positions.size and (positions.min() < 0 or positions.max() >= n_rows):
         raise ProtocolError(f"alignment positions run from {positions.min()} to {positions.max()}, "
                             f"outside this party's {n_rows} rows")
-    if len(np.unique(positions)) != len(positions):
+    seen = np.zeros(n_rows, bool)  # 1 byte a row, no sorted copy of 8 (issue #29: the agent's memory)
+    seen[positions] = True
+    if np.count_nonzero(seen) != len(positions):
         raise ProtocolError("alignment positions repeat a row; each row may appear once")
     return positions

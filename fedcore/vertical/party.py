@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -146,6 +147,31 @@ FEDERATED_FOREST = Protocol(
         *_level_ends("scored", _SCORES),
     ])
 """What a vertical party answers, in which order, per role (see the module docstring)."""
+
+
+_CODE_ROWS = 1 << 16
+
+
+def class_codes(labels: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(labels.to_numpy(), return_inverse=True)`, the codes as float64, 65,536 labels at a time.
+
+    The same classes and codes, without a NumPy copy of every label (a Python string each, for Arrow-backed
+    strings) nor np.unique's sorted copies of it (about 100 bytes a row of string labels: the label
+    holder's agent on Dask, issue #29): the classes are the union of each chunk's, and a label's code is
+    its place among them.
+    """
+    def chunks() -> Iterator[np.ndarray]:
+        for i in range(0, len(labels), _CODE_ROWS):
+            yield (labels.iloc[i:i + _CODE_ROWS].to_numpy() if isinstance(labels, pd.Series)
+                   else labels[i:i + _CODE_ROWS])
+
+    if len(labels) == 0:
+        return np.unique(np.asarray(labels)), np.zeros(0, np.float64)
+    classes = np.unique(np.concatenate([np.unique(c) for c in chunks()]))
+    codes = np.empty(len(labels), np.float64)
+    for i, chunk in zip(range(0, len(labels), _CODE_ROWS), chunks(), strict=True):
+        codes[i:i + len(chunk)] = np.searchsorted(classes, chunk)
+    return classes, codes
 
 
 class VerticalParty:
@@ -299,8 +325,7 @@ class VerticalParty:
         if task == "regression":
             self._y = numeric_values(labels, "label")
         else:
-            self.classes_, codes = np.unique(labels.to_numpy(), return_inverse=True)
-            self._y = codes.astype(np.float64)
+            self.classes_, self._y = class_codes(labels)
             n_classes = len(self.classes_)
         if boosting is not None:
             self._boost = BoostingLabels(self._y, loss_for(task, n_classes), n_classes,

@@ -125,3 +125,43 @@ def test_a_reached_scheduler_outlives_the_agent_only_its_client_closes() -> None
         assert cluster.client.status == "closed"
         with Client(running.scheduler_address, set_as_default=False) as other:  # the scheduler runs on
             assert len(other.scheduler_info()["workers"]) == 1
+
+
+def test_a_worker_memory_limit_under_what_a_worker_needs_idle_is_refused_by_name() -> None:
+    """Dask pauses a worker at 80% of its limit; 400 MiB (where a run hung 14 minutes) is refused."""
+    from fedcore.compute.cluster import smallest_memory_limit
+
+    assert smallest_memory_limit() == 640 * 2**20  # 2 x 256 MiB idle / 0.8
+    with pytest.raises(ConfigError) as error:
+        parse_config(_raw({"dask": {"local": {"memory_limit": "400MiB"}}}), CONFIG)
+    assert str(error.value) == WHERE + (
+        "compute.dask.local.memory_limit '400MiB' is below the smallest that works, 640MiB: an idle worker "
+        "takes about 256 MiB and Dask pauses a worker at 80% of its limit, so its tasks would wait forever; "
+        "set memory_limit: 640MiB or more")
+    local = {"dask": {"local": {"memory_limit": 640 * 2**20}}}
+    assert parse_config(_raw(local), CONFIG).institutions[0].compute == DaskCompute(memory_limit=640 * 2**20)
+
+
+def _rss_with_row_modules() -> int:
+    """This worker's resident bytes once fedcore's row modules are imported (what any party task does)."""
+    import fedcore.compute.dask_alignment
+    import fedcore.compute.dask_vertical
+    import fedcore.compute.dask_vertical_predict  # noqa: F401
+
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads Linux /proc")
+def test_an_idle_worker_process_stays_within_the_memory_the_limit_rule_assumes() -> None:
+    """The rule's idle worker (WORKER_IDLE_BYTES): a real worker process's RSS with the row modules loaded."""
+    distributed = pytest.importorskip("distributed")
+    from fedcore.compute.cluster import WORKER_IDLE_BYTES
+
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                  memory_limit="2GiB") as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        (rss,) = client.run(_rss_with_row_modules).values()
+    assert 100 * 2**20 < rss <= WORKER_IDLE_BYTES

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedcore.errors import ProtocolError
-from fedcore.protocol.messages import Message, pack_bits, unpack_bits
+from fedcore.protocol.messages import Message, StreamedMessage, pack_bits, unpack_bits
 
 
 def test_round_trip_keeps_kind_header_and_arrays() -> None:
@@ -52,3 +52,27 @@ def test_pack_unpack_bits(count: int) -> None:
     packed = pack_bits(bits)
     assert len(packed) == (count + 7) // 8
     np.testing.assert_array_equal(unpack_bits(packed, count), bits)
+
+
+@pytest.mark.parametrize("cuts", [[], [0, 7], [0, 3, 3, 7]])  # no part, one part, parts with an empty one
+def test_a_streamed_message_parses_as_the_message_of_its_joined_parts(cuts) -> None:
+    values = np.arange(7 * 32, dtype=np.int64).astype(np.uint8).reshape(7, 32)[:max(cuts, default=0)]
+    streamed = StreamedMessage("id_hashes", {"rows": len(values)}, "hashes", values.shape,
+                               lambda: (values[a:b] for a, b in zip(cuts, cuts[1:], strict=False)))
+    back = Message.from_bytes(streamed.to_buffer())
+    whole = Message.from_bytes(Message("id_hashes", {"rows": len(values)}, {"hashes": values}).to_buffer())
+    assert (back.kind, back.header) == (whole.kind, whole.header)
+    assert back.arrays["hashes"].dtype == whole.arrays["hashes"].dtype == np.uint8
+    assert back.arrays["hashes"].shape == whole.arrays["hashes"].shape == values.shape
+    assert back.arrays["hashes"].tobytes() == values.tobytes()
+    assert len(list(streamed.pieces())) == max(len(cuts) - 1, 1) + 1  # a piece per part (the first with
+    # the schema), then the end marker
+
+
+def test_a_streamed_message_whose_parts_miss_rows_is_refused() -> None:
+    values = np.zeros((5, 32), np.uint8)
+    streamed = StreamedMessage("id_hashes", {"rows": 6}, "hashes", (6, 32), lambda: iter([values]))
+    with pytest.raises(ProtocolError) as refused:
+        streamed.to_buffer()
+    assert str(refused.value) == ("message 'id_hashes': its parts of 'hashes' held 5 rows, not the 6 it "
+                                  "announced")

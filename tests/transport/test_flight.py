@@ -16,7 +16,7 @@ import pytest
 
 from fedcore.data.split import split_vertical
 from fedcore.errors import CertificateRefused, ProtocolError
-from fedcore.protocol.messages import Message
+from fedcore.protocol.messages import Message, StreamedMessage
 from fedcore.transport import flight as flight_module
 from fedcore.transport.flight import AgentServer, FlightTransport
 from fedcore.transport.inprocess import InProcessTransport
@@ -154,6 +154,56 @@ def test_handler_error_is_reported_and_agent_keeps_serving(pki) -> None:
                                                 r"party 'a' failed on 'boom': ValueError at "
                                                 r"transport/test_flight.py:\d+ in handle <- "):
             transport.exchange({"a": Message("boom")})
+        assert transport.exchange({"a": Message("ping")})["a"].header == {"who": "a"}
+
+
+class Streaming:
+    """A stand-in party answering with a StreamedMessage of `rows` rows in parts of `part` (issue #29)."""
+
+    def __init__(self, name: str, rows: int, part: int) -> None:
+        self.name, self.rows, self.part = name, rows, part
+        self.made: list[int] = []  # parts made so far, in order
+        self.values = np.arange(rows * 32, dtype=np.int64).astype(np.uint8).reshape(rows, 32)
+
+    def _parts(self, fail_at: int | None):
+        for i, start in enumerate(range(0, self.rows, self.part)):
+            if i == fail_at:
+                raise ValueError("a block could not be read")
+            self.made.append(i)
+            yield self.values[start:start + self.part]
+
+    def handle(self, message: Message) -> Message | StreamedMessage:
+        if message.kind == "ping":
+            return Message("pong", {"who": self.name})
+        fail_at = message.header.get("fail_at")
+        return StreamedMessage("id_hashes", {"rows": self.rows}, "hashes", (self.rows, 32),
+                               lambda: self._parts(fail_at))
+
+
+@pytest.mark.parametrize("request_bytes", [0, 40_000])  # a do_action, and a streamed (do_exchange) call
+def test_a_streamed_answer_arrives_as_the_whole_message(pki, monkeypatch, request_bytes) -> None:
+    """Its parts are made while Flight sends them; the master parses the one message they add up to."""
+    monkeypatch.setattr(flight_module, "ACTION_MAX_BYTES", 16 << 10)
+    monkeypatch.setattr(flight_module, "CHUNK_BYTES", 64 << 10)
+    party = Streaming("a", rows=10_000, part=3_000)  # 320 kB in 4 parts, the last one short
+    padding = np.zeros(request_bytes, np.uint8)
+    with _agents([party], pki) as endpoints, _transport(endpoints, pki) as transport:
+        reply = transport.exchange({"a": Message("hashes", {}, {"pad": padding})})["a"]
+        assert transport.exchange({"a": Message("ping")})["a"].header == {"who": "a"}  # free again
+    expected = Message("id_hashes", {"rows": 10_000}, {"hashes": party.values})
+    assert (reply.kind, reply.header) == (expected.kind, expected.header)
+    assert reply.arrays["hashes"].shape == (10_000, 32)
+    assert reply.arrays["hashes"].tobytes() == party.values.tobytes()
+    assert party.made == [0, 1, 2, 3]
+
+
+def test_a_streamed_answer_that_fails_midway_is_one_line_and_the_agent_serves_on(pki) -> None:
+    party = Streaming("a", rows=1_000, part=300)
+    with _agents([party], pki) as endpoints, _transport(endpoints, pki) as transport:
+        with pytest.raises(ProtocolError, match=r"party 'a' failed on 'hashes': ValueError at "
+                                                r"transport/test_flight.py:\d+ in _parts"):
+            transport.exchange({"a": Message("hashes", {"fail_at": 2})})
+        assert party.made == [0, 1]
         assert transport.exchange({"a": Message("ping")})["a"].header == {"who": "a"}
 
 
