@@ -139,9 +139,9 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
                                 "answered once per session")
         self.schema = HorizontalSchema.from_dict(h["schema"])
         self._check_schema(self.schema)
-        rng = np.random.default_rng(np.random.SeedSequence(int(h["holdout_seed"]),
+        rng = np.random.default_rng(np.random.SeedSequence(h.int("holdout_seed"),
                                                            spawn_key=(zlib.crc32(self.name.encode()),)))
-        fraction = float(h["holdout"])
+        fraction = h.number("holdout")
         if self.data.holdout is not None and fraction != self.data.holdout:
             raise ProtocolError(f"institution {self.name!r}: the master holds out {fraction:g} of the rows; "
                                 f"this institution's training.holdout is {self.data.holdout:g}")
@@ -156,10 +156,10 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             train, self._holdout = frame[~held].reset_index(drop=True), frame[held].reset_index(drop=True)
             rows, n_train, n_held = self._rows(train), len(train), len(self._holdout)
         if isinstance(privacy, SecureAggregation):
-            self.party = PPDERTParty(self.name, schema=self.schema, seed=int(h["seed"]),
+            self.party = PPDERTParty(self.name, schema=self.schema, seed=h.int("seed"),
                                      low=np.asarray(h["low"], np.float64),
                                      high=np.asarray(h["high"], np.float64),
-                                     k=int(h["k"]), identity=self.identity,
+                                     k=h.int("k"), identity=self.identity,
                                      memory_budget=self.data.memory_budget, thresholds=privacy.thresholds,
                                      n_cells=privacy.n_cells, **rows)
         else:  # noise: a local secret seed
@@ -385,7 +385,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         """
         if self._checkpoints is None or self.party is None:
             raise ProtocolError(f"institution {self.name!r}: resume before resume_status")
-        batches = int(message.header["batches"])
+        batches = message.header.int("batches")
         party = self.party
         if self._seeds is not None:
             if not isinstance(party, HorizontalParty):  # a DP mode's seeds, but set up again since

@@ -51,6 +51,11 @@ sent). Refused as malformed, as before, with the type and code location only: a 
 readers raises MalformedMessage there instead, and these types then mean our own bug (issue #34)."""
 
 
+def unchecked_refusal(who: str, kind: str, error: BaseException) -> str:
+    """The refusal of a `kind` message with a field `who` read unchecked (`UNVALIDATED`): type and place."""
+    return f"{who} refuses a malformed {kind!r} message: {failure_summary(error)}"
+
+
 @dataclass(frozen=True)
 class Step:
     """One row of a protocol table: which message a party answers in which state, how, and what follows.
@@ -165,8 +170,7 @@ class ProtocolStateMachine:
             self._refuse(kind, str(error))
             raise
         except UNVALIDATED as error:
-            raise self._refuse(kind, f"party {name!r} refuses a malformed {kind!r} message: "
-                                     f"{failure_summary(error)}") from error
+            raise self._refuse(kind, unchecked_refusal(f"party {name!r}", kind, error)) from error
         except Exception as error:
             raise internal_error(self.log, name, kind, error) from error
         if reply.kind not in step.replies:

@@ -98,3 +98,30 @@ def test_header_readers_take_only_their_own_types() -> None:
         with pytest.raises(MalformedMessage) as error:
             read()
         assert str(error.value) == line
+
+
+def test_an_agents_session_handler_tells_an_unchecked_field_from_its_own_bug(tmp_path, caplog) -> None:
+    """An institution agent's session messages (not dispatched to its party) are classified the same way."""
+    from fedcore.vertical.agent import VerticalInstitutionAgent
+    from tests.vertical.test_agent_fuzz import _agents
+
+    agent: VerticalInstitutionAgent = _agents(tmp_path)["p1"]
+    agent.handle(Message("validation_report"))
+    unchecked = lambda message: Message("x", {"n": int(message.header["version"])})  # noqa: E731
+    agent._on_store_model = unchecked  # type: ignore[method-assign]
+    with pytest.raises(ProtocolError) as refused:
+        agent.handle(Message.from_bytes(Message("store_model", {"version": [4711]}).to_bytes()))
+    assert str(refused.value).startswith("institution 'p1' refuses a malformed 'store_model' message: "
+                                         "TypeError at protocol/test_dispatch_errors.py:")
+    assert "4711" not in str(refused.value) and not isinstance(refused.value, InternalError)
+
+    def bug(message: Message) -> Message:
+        raise RuntimeError(SECRET)
+
+    agent._on_evaluate = bug  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="fedcore.agents.base"):
+        with pytest.raises(InternalError, match=r"^party 'p1' could not answer 'evaluate': an internal "):
+            agent.handle(Message("evaluate"))
+    (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "Traceback (most recent call last)" in record.getMessage() and "in bug" in record.getMessage()
+    assert SECRET not in record.getMessage()
