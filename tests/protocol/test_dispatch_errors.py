@@ -29,6 +29,10 @@ class Party:
     def __init__(self) -> None:
         self.machine = PROTOCOL.start(logging.getLogger("tests.dispatch"))
 
+    def handle(self, message: Message) -> Message:
+        """What an agent server calls: the party's protocol machine."""
+        return self.machine.handle(self, message)
+
     def _on_grow(self, message: Message) -> Message:
         depth = message.header.int("depth", 0, 10)
         rows = message.arrays.typed("rows", "i")

@@ -302,3 +302,34 @@ def test_refusals_are_one_counted_line_each_and_a_bug_a_traceback_here_and_a_gen
     assert bugs[0].getMessage().endswith("RuntimeError (its text is withheld: it may quote the institution's "
                                          "data)")
     assert "4711" not in bugs[0].getMessage().replace('raise RuntimeError("a bug quoting cell 4711")', "")
+
+
+def test_a_dispatched_handlers_bug_is_a_traceback_at_the_party_and_a_generic_line_at_the_master(
+        pki, caplog) -> None:
+    """Through Flight: a dispatched handler's bug reaches the master as one generic line.
+
+    A malformed field still reaches it as the party's refusal naming the field.
+    """
+    from tests.protocol.test_dispatch_errors import SECRET, Party
+
+    party = Party()
+    party.name = "a"
+    server = AgentServer(party, tls_cert=pki / "a.pem", tls_key=pki / "a.key", ca_cert=pki / "ca.pem")
+    endpoint = f"grpc+tls://127.0.0.1:{server.port}"
+    try:
+        with caplog.at_level(logging.WARNING), _transport(pki, endpoint) as transport:
+            with pytest.raises(ProtocolError) as failed:
+                transport.exchange({"a": Message("boom")})
+            assert str(failed.value) == (f"party 'a' at {endpoint} could not answer: party 'a' could "
+                                         "not answer 'boom': an internal error (its traceback is in that "
+                                         "party's log)")
+            malformed = (r"party 'a' failed on 'grow': MalformedMessage: party 'a' refuses a malformed "
+                         r"'grow' message: header field 'depth' is missing")
+            with pytest.raises(ProtocolError, match=malformed):
+                transport.exchange({"a": Message("grow", {}, {"rows": np.arange(3)})})
+    finally:
+        server.shutdown()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "Traceback (most recent call last)" in errors[0]
+    assert "in _on_boom" in errors[0]
+    assert SECRET not in errors[0] and SECRET not in str(failed.value)
