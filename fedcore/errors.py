@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import traceback
 from pathlib import Path
 
@@ -51,13 +52,28 @@ class NotFittedError(FedForestError, AttributeError, ValueError):
 
 
 class ProtocolError(FedForestError):
-    """A party or the master received a message it cannot act on."""
+    """A party or the master received a message it cannot act on: the peer's fault, refused."""
 
 
-class PartyUnavailable(ProtocolError):
+class MalformedMessage(ProtocolError):
+    """A message field is missing or of the wrong type, shape or range (found where the field is read).
+
+    The dispatcher refuses the message with one line naming the field, never quoting its value.
+    """
+
+
+class InternalError(FedForestError, RuntimeError):
+    """A bug in this process's own code while it answered a message (not the peer's fault).
+
+    Its traceback is in this process's log; the peer is told only that an internal error occurred.
+    """
+
+
+class PartyUnavailable(FedForestError):
     """A party cannot be reached or stopped answering (its process died, the network failed).
 
-    Transient; a run can resume from its checkpoints once the party is back.
+    Not a ProtocolError: nobody misbehaved. Transient; a run can resume from its checkpoints once the party
+    is back.
     """
 
 
@@ -118,6 +134,28 @@ def failure_summary(error: BaseException, frames: int = 3) -> str:
     stack = traceback.extract_tb(error.__traceback__)[-frames:]
     where = " <- ".join(f"{_source_name(Path(f.filename))}:{f.lineno} in {f.name}" for f in reversed(stack))
     return f"{type(error).__name__} at {where}" if where else type(error).__name__
+
+
+def traceback_lines(error: BaseException) -> str:
+    """`error`'s traceback as Python prints it, but with its text withheld (it may quote the party's data).
+
+    The frames (file, line, function, source line) say where our own bug is; the exception's text, which a
+    NumPy or pandas error may fill with a row's values, is left out of a log the consortium may read.
+    """
+    frames = "".join(traceback.format_list(traceback.extract_tb(error.__traceback__)))
+    return (f"Traceback (most recent call last):\n{frames}{type(error).__name__} "
+            "(its text is withheld: it may quote the institution's data)")
+
+
+def internal_error(logger: logging.Logger, party: str, kind: str, error: BaseException) -> InternalError:
+    """Log our own bug (`error`, raised while `party` answered a `kind` message) with its traceback.
+
+    Returns the error to raise instead: one generic line for the peer, naming no file, function or value.
+    """
+    logger.error("party %r failed on %r: a bug in its own code, not the peer's fault\n%s", party, kind,
+                 traceback_lines(error))
+    return InternalError(f"party {party!r} could not answer {kind!r}: an internal error (its traceback is in "
+                         "that party's log)")
 
 
 def _source_name(path: Path) -> str:

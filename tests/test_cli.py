@@ -503,3 +503,19 @@ def test_help_and_simulate_do_not_import_prefect(tmp_path: Path) -> None:
               "print(codes, sorted(m for m in sys.modules if m.split('.')[0] == 'prefect'), file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.stderr.splitlines()[-1] == "[0, 0] []"
+
+
+def test_a_horizontal_simulate_does_not_import_the_vertical_engine(tmp_path: Path) -> None:
+    """Its modules and numba kernels cost first-use seconds a horizontal run never needs (issue #34)."""
+    import subprocess
+    import sys
+
+    path = _small_table(tmp_path, y=np.arange(40) % 2)
+    script = ("import sys; from fedcore.cli import main; "
+              f"code = main(['simulate', '--data', {str(path)!r}, '--label', 'y', '--setting', 'horizontal', "
+              "'--parties', '2', '--trees', '1', '--json']); "
+              "print(code, sorted(m for m in sys.modules if m.startswith(('fedcore.vertical.party', "
+              "'fedcore.vertical.estimators', 'fedcore.simulation.vertical', 'fedcore.trees.splitting'))), "
+              "file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.stderr.splitlines()[-1] == "0 []"

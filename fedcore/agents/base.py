@@ -6,6 +6,7 @@ and close.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
@@ -13,8 +14,9 @@ from fedcore.agents.data import InstitutionData
 from fedcore.agents.storage import withdraw_version
 from fedcore.checkpoints import CheckpointStore
 from fedcore.contracts.expectations import ValidationReport
-from fedcore.errors import ProtocolError
+from fedcore.errors import FedForestError, ProtocolError, internal_error
 from fedcore.models.registry import ModelRegistry
+from fedcore.protocol.dispatch import UNVALIDATED, unchecked_refusal
 from fedcore.protocol.messages import Message
 
 
@@ -25,6 +27,8 @@ class EngineParty(Protocol):
         """The party's reply to one engine message."""
         ...
 
+
+log = logging.getLogger(__name__)
 
 PartyT = TypeVar("PartyT", bound=EngineParty)
 SHARED_HEADERS: dict[str, tuple[str, ...]] = {
@@ -108,13 +112,21 @@ class SessionAgent(Generic[PartyT]):
             self._require_party(message.kind)
             if "save_batch" in message.header and self._checkpoints is not None:
                 # the batch just finished, before the next one (or the final model) changes anything
-                self._checkpoints.save(int(message.header["save_batch"]), self._batch_checkpoint())
+                self._checkpoints.save(message.header.int("save_batch"), self._batch_checkpoint())
             return self._engine_reply(message)
         handler = getattr(self, f"_on_{message.kind}", None)
         if handler is None:
             raise ProtocolError(f"institution {self.name!r} cannot handle message kind {message.kind!r}")
         self._check_header(message)
-        return handler(message)
+        try:
+            return handler(message)
+        except FedForestError:  # a refusal, a malformed field, or a named failure (the institution's data)
+            raise
+        except UNVALIDATED as error:  # as the dispatcher does for a party (fedcore.protocol.dispatch)
+            who = f"institution {self.name!r}"
+            raise ProtocolError(unchecked_refusal(who, message.kind, error)) from error
+        except Exception as error:
+            raise internal_error(log, self.name, message.kind, error) from error
 
     def _check_header(self, message: Message) -> None:
         """Refuse header fields a session message of this kind does not have (see `session_headers`)."""

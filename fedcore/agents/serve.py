@@ -11,7 +11,7 @@ from fedcore.agents.base import SessionAgent
 from fedcore.agents.data import InstitutionData, institution_from_config
 from fedcore.compute.cluster import hold_shared
 from fedcore.config import FederationConfig
-from fedcore.errors import ConfigError, ProtocolError
+from fedcore.errors import ConfigError, PartyUnavailable, ProtocolError
 from fedcore.privacy.keyauth import PartyIdentity
 from fedcore.transport.flight import AgentServer
 from fedcore.vertical.agent import VerticalInstitutionAgent
@@ -62,7 +62,8 @@ def serve_until_session_closed(server: AgentServer, idle_timeout_s: float | None
                                poll_s: float = 0.2) -> None:
     """Serve until the master closes the session (an agent started for one session, e.g. by Prefect).
 
-    It gives up, stops serving and raises ProtocolError rather than hold its port for a master that is gone:
+    It gives up, stops serving and raises PartyUnavailable rather than hold its port for a master that is
+    gone:
     once the master has called (a ping, a keep-alive, a message), when it has been silent for the session
     window (`server.guard.busy_seconds`: a live master's transport sends keep-alives every few seconds) or
     its session is abandoned (no message or keep-alive of it for that long, while the agent was not
@@ -82,11 +83,11 @@ def serve_until_session_closed(server: AgentServer, idle_timeout_s: float | None
             break
     server.shutdown()
     thread.join(timeout=10)
-    failure = server.session_failure()
-    if not reason and failure is not None:
-        reason = f"its session failed here: {failure}"
     if reason:
-        raise ProtocolError(f"agent {server.name!r}: {reason}; stopped serving")
+        raise PartyUnavailable(f"agent {server.name!r}: {reason}; stopped serving")
+    failure = server.session_failure()
+    if failure is not None:
+        raise ProtocolError(f"agent {server.name!r}: its session failed here: {failure}; stopped serving")
 
 
 def _why_stop_waiting(server: AgentServer, idle_timeout_s: float | None) -> str | None:

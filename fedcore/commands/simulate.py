@@ -23,7 +23,7 @@ from fedcore.data.io import read_table
 from fedcore.data.split import PARTITIONS
 from fedcore.errors import ParameterError
 from fedcore.privacy.settings import MODE_FIELDS, privacy_with
-from fedcore.simulation import TASK_DEFAULT, TASKS, simulate_horizontal, simulate_vertical
+from fedcore.simulation.params import TASK_DEFAULT, TASKS
 from fedcore.trees.boosting import BoostingParams
 from fedcore.trees.budget import available_bytes
 from fedcore.trees.params import ForestParams, check_max_features, check_model_fits
@@ -189,7 +189,9 @@ def _simulate(args: argparse.Namespace) -> int:
                            thresholds=args.thresholds)
     table = _read_data(args)
     _check_model_fits(args, len(table))
-    if args.setting == "horizontal":
+    if args.setting == "horizontal":  # each setting's engine imported only when it runs (first-use seconds)
+        from fedcore.simulation.horizontal import simulate_horizontal
+
         result = simulate_horizontal(
             table, args.label, algorithm=args.algorithm, privacy=privacy, id_column=args.id_column,
             drop=args.drop, parties=args.parties, partition=args.partition,
@@ -198,6 +200,8 @@ def _simulate(args: argparse.Namespace) -> int:
             test_size=args.test_size, task=args.task, progress=True,
             compute=args.dask)
     else:
+        from fedcore.simulation.vertical import simulate_vertical
+
         result = simulate_vertical(
             table, args.label, id_column=args.id_column, drop=args.drop, parties=args.parties,
             trees=args.trees, max_depth=args.max_depth, max_features=args.max_features, seed=args.seed,

@@ -149,9 +149,9 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
                                 "answered once per session")
         self.schema = HorizontalSchema.from_dict(h["schema"])
         self._check_schema(self.schema)
-        rng = np.random.default_rng(np.random.SeedSequence(int(h["holdout_seed"]),
+        rng = np.random.default_rng(np.random.SeedSequence(h.int("holdout_seed"),
                                                            spawn_key=(zlib.crc32(self.name.encode()),)))
-        fraction = float(h["holdout"])
+        fraction = h.number("holdout")
         if self.data.holdout is not None and fraction != self.data.holdout:
             raise ProtocolError(f"institution {self.name!r}: the master holds out {fraction:g} of the rows; "
                                 f"this institution's training.holdout is {self.data.holdout:g}")
@@ -170,10 +170,10 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             if isinstance(privacy, DistributedDP):  # its own budget, a local secret seed
                 noise = DistributedNoise(self.name, privacy.epsilon, privacy.delta, secrets.randbits(63))
                 n_train = None  # type: ignore[assignment]  # no exact count leaves: a noisy one in hello
-            self.party = PPDERTParty(self.name, schema=self.schema, seed=int(h["seed"]),
+            self.party = PPDERTParty(self.name, schema=self.schema, seed=h.int("seed"),
                                      low=np.asarray(h["low"], np.float64),
                                      high=np.asarray(h["high"], np.float64),
-                                     k=int(h["k"]), identity=self.identity,
+                                     k=h.int("k"), identity=self.identity,
                                      memory_budget=self.data.memory_budget, thresholds=privacy.thresholds,
                                      n_cells=privacy.n_cells, noise=noise, **rows)
         else:  # noise: a local secret seed
@@ -403,7 +403,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         """
         if self._checkpoints is None or self.party is None:
             raise ProtocolError(f"institution {self.name!r}: resume before resume_status")
-        batches = int(message.header["batches"])
+        batches = message.header.int("batches")
         party = self.party
         owner = _noise_owner(party)
         if self._seeds is not None:

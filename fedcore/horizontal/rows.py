@@ -295,7 +295,7 @@ def receive_model(name: str, algorithm: str, schema: HorizontalSchema, message: 
     if h.get("algorithm") != algorithm:
         raise ProtocolError(f"party {name!r} trained {algorithm!r}; the master sent a {h.get('algorithm')!r} "
                             "model")
-    return HorizontalForest.from_arrays(message.arrays, n_trees=int(h["n_trees"]), task=h["task"],
+    return HorizontalForest.from_arrays(message.arrays, n_trees=h.int("n_trees"), task=h["task"],
                                         algorithm=h["algorithm"], schema=schema)
 
 

@@ -12,11 +12,20 @@ Its `ProtocolStateMachine` then refuses, with a `ProtocolError` and a logged rea
   the same step, ...),
 
 and moves to the next state only when the handler answered. A refused or failed message leaves the
-state as it was. A handler that trips over a malformed message (a missing header field, a wrong type or
-shape, a parameter out of range) refuses it too: the error is re-raised as ProtocolError, chained to the
-original, saying its type and where it was raised but not its text (which may quote the party's
-data). A reply kind the
-step does not declare is a bug in the party and raises RuntimeError instead of leaving the party.
+state as it was. Three failures are told apart, without guessing:
+
+* a malformed message (a header field or array missing, of the wrong type, shape or range, a parameter
+  out of its allowed range) is the peer's fault: handlers read fields through `Header`/`Arrays`'s typed
+  readers, which raise MalformedMessage, and the message is refused with one line naming the field;
+* any other ProtocolError a handler raises is a refusal it wrote itself (it quotes names and counts);
+* a KeyError, TypeError, ValueError, ... (`UNVALIDATED`) from a field a handler still reads unchecked is
+  refused as malformed with its type and code location (not its text, which may quote the party's data):
+  a transition, until every handler reads through the readers;
+* any other exception is our own bug: its traceback (its text withheld) goes to this party's log, and the
+  peer gets InternalError's generic line, naming no internals.
+
+A reply kind the step does not declare is a bug in the party and raises RuntimeError instead of leaving
+the party.
 
 The tables live beside their parties: `fedcore.vertical.party` (Federated Forest, plain and Paillier,
 label holder and passive), `fedcore.horizontal.fet.party` (Federated Extra-Trees),
@@ -30,14 +39,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from fedcore.errors import ProtocolError, failure_summary
+from fedcore.errors import MalformedMessage, ProtocolError, failure_summary, internal_error
 from fedcore.protocol.messages import Message
 
 log = logging.getLogger(__name__)
 
-MALFORMED = (KeyError, IndexError, TypeError, ValueError, ArithmeticError)
-"""What a handler raises on a message it cannot parse or act on (InputError, fedcore's error for unusable
-parameters, is a ValueError: a parameter the master sent); refused as ProtocolError."""
+UNVALIDATED = (KeyError, IndexError, TypeError, ValueError, ArithmeticError)
+"""Until every handler reads every field through the typed readers, what a handler raises on a field it
+read unchecked (InputError, fedcore's error for unusable parameters, is a ValueError: a parameter the master
+sent). Refused as malformed, as before, with the type and code location only: a handler converted to the
+readers raises MalformedMessage there instead, and these types then mean our own bug (issue #34)."""
+
+
+def unchecked_refusal(who: str, kind: str, error: BaseException) -> str:
+    """The refusal of a `kind` message with a field `who` read unchecked (`UNVALIDATED`): type and place."""
+    return f"{who} refuses a malformed {kind!r} message: {failure_summary(error)}"
 
 
 @dataclass(frozen=True)
@@ -147,18 +163,22 @@ class ProtocolStateMachine:
             raise self._refuse(kind, self.protocol.refusal(name, self.state, kind, role))
         try:
             reply = getattr(party, step.handler)(message)
+        except MalformedMessage as error:
+            raise self._refuse(kind, f"party {name!r} refuses a malformed {kind!r} message: {error}",
+                               MalformedMessage) from error
         except ProtocolError as error:
             self._refuse(kind, str(error))
             raise
-        except MALFORMED as error:
-            raise self._refuse(kind, f"party {name!r} refuses a malformed {kind!r} message: "
-                                     f"{failure_summary(error)}") from error
+        except UNVALIDATED as error:
+            raise self._refuse(kind, unchecked_refusal(f"party {name!r}", kind, error)) from error
+        except Exception as error:
+            raise internal_error(self.log, name, kind, error) from error
         if reply.kind not in step.replies:
             raise RuntimeError(f"party {name!r} answered {kind!r} with {reply.kind!r}; the "
                                f"{self.protocol.name} protocol declares {', '.join(step.replies)}")
         self.state = step.next
         return reply
 
-    def _refuse(self, kind: str, reason: str) -> ProtocolError:
+    def _refuse(self, kind: str, reason: str, error: type[ProtocolError] = ProtocolError) -> ProtocolError:
         self.log.warning("refused a %r message: %s", kind, reason)
-        return ProtocolError(reason)
+        return error(reason)

@@ -11,27 +11,102 @@ transport can count, record and check every byte that crosses.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+import math
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 
-from fedcore.errors import ProtocolError
+from fedcore.errors import MalformedMessage, ProtocolError
 
 _KIND_KEY = b"fedforest.kind"
 _HEADER_KEY = b"fedforest.header"
 _SHAPES_KEY = b"fedforest.shapes"
 
 
-@dataclass
+_KINDS = {"int": (int,), "number": (int, float), "text": (str,), "flag": (bool,)}
+
+
+class Header(dict[str, Any]):
+    """A message's JSON header, read through typed readers: a bad field is the sender's fault.
+
+    A missing field, or one of the wrong type or out of range, raises MalformedMessage naming the field (never
+    quoting its value), so the dispatcher can refuse it; any other exception in a handler is our own bug.
+    """
+
+    def __missing__(self, name: str) -> Any:
+        """A field the message lacks is the sender's fault."""
+        raise MalformedMessage(f"header field {name!r} is missing")
+
+    def int(self, name: str, low: float | None = None, high: float | None = None) -> int:
+        """Field `name` as an integer (not a bool) in [low, high]."""
+        return self._read(name, "int", "an integer", low, high)
+
+    def number(self, name: str, low: float | None = None, high: float | None = None) -> float:
+        """Field `name` as a finite number in [low, high]."""
+        return float(self._read(name, "number", "a finite number", low, high))
+
+    def text(self, name: str) -> str:
+        """Field `name` as a string."""
+        return self._read(name, "text", "a string")
+
+    def flag(self, name: str) -> bool:
+        """Field `name` as a boolean."""
+        return self._read(name, "flag", "true or false")
+
+    def _read(self, name: str, kind: str, what: str, low: float | None = None,
+              high: float | None = None) -> Any:
+        value = self[name]
+        ok = isinstance(value, _KINDS[kind]) and (kind == "flag" or not isinstance(value, bool))
+        if ok and kind == "number":
+            ok = abs(value) <= sys.float_info.max and math.isfinite(value)  # a huge JSON integer: no float
+        if ok and kind in ("int", "number"):  # compared as is (exact for integers)
+            number = cast(float, value)
+            ok = (low is None or number >= low) and (high is None or number <= high)
+        if not ok:
+            bounds = f" in [{low:g}, {high:g}]" if low is not None and high is not None else (
+                f" >= {low:g}" if low is not None else f" <= {high:g}" if high is not None else "")
+            raise MalformedMessage(f"header field {name!r} must be {what}{bounds}")
+        return value
+
+
+class Arrays(dict[str, np.ndarray]):
+    """A message's named arrays: a missing or ill-typed one is MalformedMessage (the sender's fault)."""
+
+    def __missing__(self, name: str) -> np.ndarray:
+        """An array the message lacks is the sender's fault."""
+        raise MalformedMessage(f"array {name!r} is missing")
+
+    def typed(self, name: str, kinds: str, ndim: int = 1, size: int | None = None) -> np.ndarray:
+        """Array `name` with a dtype kind in `kinds` ('i', 'u', 'f', ...), `ndim` dimensions, `size` long.
+
+        `size` (the first dimension's length) is checked only when given.
+        """
+        array = self[name]
+        if array.dtype.kind not in kinds or array.ndim != ndim or (size is not None and len(array) != size):
+            length = "" if size is None else f", {size} long"
+            raise MalformedMessage(f"array {name!r} must be of dtype kind {kinds!r}, {ndim}-dimensional"
+                                   f"{length}: found {array.dtype} of shape {list(array.shape)}")
+        return array
+
+
+@dataclass(init=False)
 class Message:
     """A protocol message: `kind` names it, `header` holds JSON scalars, `arrays` hold the bulk data."""
 
     kind: str
-    header: dict[str, Any] = field(default_factory=dict)
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    header: Header
+    arrays: Arrays
+
+    def __init__(self, kind: str, header: Mapping[str, Any] | None = None,
+                 arrays: Mapping[str, np.ndarray] | None = None) -> None:
+        """A message; its header and arrays are kept as their typed readers (plain mappings are copied)."""
+        self.kind = kind
+        self.header = header if isinstance(header, Header) else Header(header or {})
+        self.arrays = arrays if isinstance(arrays, Arrays) else Arrays(arrays or {})
 
     def to_bytes(self) -> bytes:
         """Serialise as an Arrow IPC stream holding one single-row record batch."""

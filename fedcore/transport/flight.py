@@ -100,9 +100,10 @@ from fedcore.errors import (
     CertificateRefused,
     ConfigError,
     FedForestError,
+    InternalError,
     PartyUnavailable,
     ProtocolError,
-    failure_summary,
+    internal_error,
 )
 from fedcore.protocol.messages import Message, StreamedMessage
 from fedcore.transport.base import Transport
@@ -465,15 +466,15 @@ class AgentServer(flight.FlightServerBase):
         """The party's failures on `kind` as the one line the master gets (and this log keeps)."""
         try:
             yield
+        except InternalError as exc:  # our bug, its traceback already logged: the generic line only
+            raise self._failed(str(exc)) from None
         except FedForestError as exc:  # a refusal or a named failure: one counted line, no traceback
             self._refuse(f"party {self.name!r} on {kind!r}: {type(exc).__name__}: {exc}")
             raise self._failed(
                 f"party {self.name!r} failed on {kind!r}: {type(exc).__name__}: {exc}") from None
-        except Exception as exc:  # unexpected: one line with the type and where, never the text (it
-            # may quote the institution's data: a label, a cell), in this log and to the master alike
-            summary = failure_summary(exc)
-            log.error("party %r failed on %r: %s", self.name, kind, summary)
-            raise self._failed(f"party {self.name!r} failed on {kind!r}: {summary}") from None
+        except Exception as exc:  # our bug outside a dispatched handler (an agent's session message,
+            # the reply's encoding): its traceback here, the generic line to the master
+            raise self._failed(str(internal_error(log, self.name, kind, exc))) from None
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         """The actions this agent answers (for the allowed master only)."""
@@ -716,7 +717,7 @@ class FlightTransport(Transport):
         for party, future in futures.items():
             try:
                 replies[party] = future.result()
-            except ProtocolError as exc:
+            except (ProtocolError, PartyUnavailable) as exc:
                 errors.append(exc)
         if errors:
             if len(errors) == 1:
@@ -726,7 +727,10 @@ class FlightTransport(Transport):
         return replies
 
     def _call(self, party: str, payload: bytes | pa.Buffer) -> bytes | pa.Buffer:
-        """Send one request to one party and wait for its reply; every failure is a ProtocolError."""
+        """Send one request to one party and wait for its reply.
+
+        Every failure is a ProtocolError (a refusal, a certificate) or PartyUnavailable (no answer).
+        """
         client, options = self._clients[party], flight.FlightCallOptions(timeout=self.timeout_s)
         self._seq[party] += 1
         stamp = envelope(self.session, self._seq[party], self.run)
@@ -755,8 +759,9 @@ class FlightTransport(Transport):
             except Exception:  # the call's own error (raised above) is the one worth reporting
                 pass
 
-    def _error(self, party: str, exc: BaseException, diagnose: bool = True) -> ProtocolError:
-        """A ProtocolError naming the party and endpoint, with the first line of Flight's reason.
+    def _error(self, party: str, exc: BaseException,
+               diagnose: bool = True) -> ProtocolError | PartyUnavailable:
+        """A ProtocolError (or PartyUnavailable) naming the party and endpoint, with Flight's first line.
 
         When the party cannot be reached, also why (see `fedcore.transport.diagnose`).
         """
@@ -792,7 +797,7 @@ class FlightTransport(Transport):
 
     def wait_ready(self, timeout_s: float = 30.0, interval_s: float = 0.2,
                    gave_up: Callable[[], str | None] | None = None) -> None:
-        """Block until every agent answers a ping, or raise ProtocolError naming those that do not.
+        """Block until every agent answers a ping, or raise PartyUnavailable naming those that do not.
 
         `gave_up`, asked between rounds, says why an agent never will (its flow run ended, or no worker picked
         it up): raised at once as AgentRunEnded, instead of waiting out the timeout.
@@ -809,7 +814,7 @@ class FlightTransport(Transport):
                 try:
                     self.ping(party, timeout_s=max(0.5, min(5.0, deadline - time.monotonic())),
                               diagnose=last_try)
-                except ProtocolError as exc:
+                except (ProtocolError, PartyUnavailable) as exc:
                     failures[party] = exc
             waiting = list(failures)
             if not waiting:

@@ -443,7 +443,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         """Restore the splits of the first `batches` batches from this institution's checkpoints."""
         if self._checkpoints is None or self.party is None:
             raise ProtocolError(f"institution {self.name!r}: resume before resume_status and alignment")
-        batches = int(message.header["batches"])
+        batches = message.header.int("batches")
         restored = [PartySplits(**self._checkpoints.load(b)) for b in range(batches)]
         self.party.restore_splits(restored)
         return Message("resumed", {"batches": batches})

@@ -258,16 +258,16 @@ class VerticalParty:
     # -- setup ----------------------------------------------------------------------------------
     def _on_setup(self, message: Message) -> Message:
         h = message.header
-        _require(int(h["criterion"]) in set(STATISTICS.values()), self.name,
+        _require(h.int("criterion") in set(STATISTICS.values()), self.name,
                  f"unknown criterion {h['criterion']!r}")
-        _require(2 <= int(h["max_bins"]) <= 255, self.name,
+        _require(2 <= h.int("max_bins") <= 255, self.name,
                  f"max_bins must be in [2, 255], got {h['max_bins']!r}")
-        self._criterion = int(h["criterion"])
+        self._criterion = h.int("criterion")
         privacy = h.get("privacy", "none")
         cannot = self.rows.check_setup(self._criterion)
         _require(cannot is None, self.name, str(cannot))
         # the bin edges come from all the rows, wherever they are (`PartyBinner.fit`'s edges either way)
-        self._binner = self.rows.fit(int(h["max_bins"]), int(h["binning_seed"]))
+        self._binner = self.rows.fit(h.int("max_bins"), h.int("binning_seed"))
         self.rows.bin(self._binner)
         ids = np.array([opaque_feature_id(self.feature_key, c) for c in self.rows.columns], dtype=object)
         header: dict[str, object] = {"n_rows": self.rows.n_rows, "label_holder": self.is_label_holder}
@@ -400,7 +400,7 @@ class VerticalParty:
         return Message("labels", {}, {"y": y})
 
     def _on_configure(self, message: Message) -> Message:
-        n_features, n_classes = int(message.header["n_features"]), int(message.header["n_classes"])
+        n_features, n_classes = message.header.int("n_features"), message.header.int("n_classes")
         _require(0 < n_features <= MAX_FEATURES, self.name, f"n_features out of range: {n_features}")
         _require(0 <= n_classes <= 65_535, self.name, f"n_classes out of range: {n_classes}")
         global_index = _indices(message.arrays["global_index"], n_features, self.name, "global_index")
@@ -486,11 +486,11 @@ class VerticalParty:
         if self._boosting:
             _require(n_draws is None, self.name, "boosting takes every row: no bootstrap")
             gh = self._round_gradients(message, trees)
-            self.rows.begin_batch(int(h["seed"]), list(trees), gh, None)
+            self.rows.begin_batch(h.int("seed"), list(trees), gh, None)
             if self._boost is not None:
                 reply = Message("gradients", {}, {"gh": gh.reshape(-1, 2)})
         else:
-            self.rows.begin_batch(int(h["seed"]), list(trees), self._y, n_draws)
+            self.rows.begin_batch(h.int("seed"), list(trees), self._y, n_draws)
         self._batch_start = len(self._splits)
         self._candidates = None
         return reply
@@ -535,7 +535,7 @@ class VerticalParty:
         a, h = message.arrays, message.header
         if not self.rows.in_batch:
             raise _refused(self.name, "find_splits before begin_batch")
-        parents = self._apply_previous_splits(a, int(h["party_index"])) if "split_mask" in a else None
+        parents = self._apply_previous_splits(a, h.int("party_index")) if "split_mask" in a else None
         n_open = len(self.rows.node_sizes())
         feat_global = _indices(a["feat_global"], len(self._global_to_local), self.name, "feat_global")
         feat_local = self._global_to_local[feat_global].astype(np.int32)
@@ -548,7 +548,7 @@ class VerticalParty:
         feat_rank = np.asarray(a["feat_rank"]).astype(np.int32)
         _require(feat_rank.shape == feat_local.shape and (feat_rank.size == 0 or feat_rank.min() >= 0),
                  self.name, "feat_rank must give a non-negative rank per candidate")
-        min_leaf = float(h["min_samples_leaf"])
+        min_leaf = h.number("min_samples_leaf")
         _require(np.isfinite(min_leaf) and min_leaf >= 0, self.name, "min_samples_leaf must be a number >= 0")
         binner = self._binned()
         if self._passive_crypto is not None:
@@ -578,7 +578,7 @@ class VerticalParty:
         parties = message.header.get("parties")
         if not (isinstance(parties, list) and set(parties) <= set(crypto.channels)):
             raise _refused(self.name, "evaluate_encrypted must name passive parties of this session")
-        min_leaf = float(message.header["min_samples_leaf"])
+        min_leaf = message.header.number("min_samples_leaf")
         node_rows = self.rows.node_sizes().astype(np.int64)
         arrays = {}
         for name in parties:
@@ -630,7 +630,7 @@ class VerticalParty:
         a = message.arrays
         # the model first: a malformed finalize is refused and must leave the batch in progress untouched
         self.model = build_partial_forest(
-            a["tree"], a["node"], a["left"], a["right"], int(message.header["n_trees"]),
+            a["tree"], a["node"], a["left"], a["right"], message.header.int("n_trees"),
             PartySplits.concatenate(self._splits), self._binned(),
         )
         self.rows.clear()
@@ -660,7 +660,7 @@ class VerticalParty:
 
     def _on_predict_leaves(self, message: Message) -> Message:
         rows = self._prediction_rows()
-        start, stop = int(message.header["start"]), int(message.header["stop"])
+        start, stop = message.header.int("start"), message.header.int("stop")
         _require(0 <= start <= stop <= rows.n_rows, self.name,
                  f"rows [{start}, {stop}) outside the {rows.n_rows} rows to predict")
         return Message("leaf_sets", {}, {"sets": rows.leaf_sets(start, stop)})

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from prefect.client.orchestration import get_client
 
-from fedcore.errors import CertificateRefused, ContractViolation, ProtocolError
+from fedcore.errors import CertificateRefused, ContractViolation, PartyUnavailable
 from fedcore.models.registry import ModelRegistry
 from fedcore.transport.tls import init_ca, issue_certificate
 from fedcore.vertical.alignment import AlignmentError
@@ -221,7 +221,7 @@ def test_unreachable_agents_fail_with_their_names(workspace) -> None:
     raw["training"]["connect_timeout_s"] = 2
     other = config_path.with_name("unreachable.yaml")
     other.write_text(yaml.safe_dump(raw))
-    with pytest.raises(ProtocolError, match=r"agents not ready after 2 s: cannot reach party 'bank'"):
+    with pytest.raises(PartyUnavailable, match=r"agents not ready after 2 s: cannot reach party 'bank'"):
         retrain(str(other), agents="running")
 
 

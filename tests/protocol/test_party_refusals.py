@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedcore.data.split import split_vertical
-from fedcore.errors import ProtocolError
+from fedcore.errors import MalformedMessage, ProtocolError
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.fet.party import FET_PROTOCOL, HorizontalParty
 from fedcore.horizontal.params import ExtraTreesParams
@@ -362,6 +362,16 @@ def test_fet_stats_before_fet_ranges_is_refused() -> None:
     with pytest.raises(ProtocolError, match=r"party 'a' refuses 'fet_stats' out of protocol order: in state "
                                             r"'greeted' \(after hello\) it expects fet_ranges or model"):
         party.handle(Message("fet_stats", {"depth": 0}, {"thresholds": np.zeros((2, 3))}))
+
+
+def test_a_header_field_of_the_wrong_type_is_refused_naming_the_field(caplog) -> None:
+    """A party reads its header fields through the typed readers: the peer's error, named, no value quoted."""
+    party = _until("vertical-plain", "holder", "setup")["holder"]
+    with pytest.raises(MalformedMessage) as refused:
+        party.handle(Message("setup", {"criterion": "gini-4711", "max_bins": 32}))
+    assert str(refused.value) == ("party 'holder' refuses a malformed 'setup' message: header field "
+                                  "'criterion' must be an integer")
+    assert not any(r.levelno >= logging.ERROR for r in caplog.records)  # not logged as our own bug
 
 
 def test_a_message_of_another_role_or_mode_is_refused() -> None:

@@ -15,7 +15,7 @@ import pyarrow.flight as flight
 import pytest
 
 from fedcore.agents.serve import serve_until_session_closed
-from fedcore.errors import ProtocolError
+from fedcore.errors import PartyUnavailable, ProtocolError
 from fedcore.protocol.messages import Message
 from fedcore.transport.flight import AgentServer, FlightTransport
 from fedcore.transport.guard import SessionGuard, envelope, keepalive_action
@@ -154,7 +154,7 @@ def test_an_agent_for_one_session_stops_soon_after_its_master_dies(pki) -> None:
         try:
             serve_until_session_closed(server, idle_timeout_s=600, poll_s=0.05)
             outcome["error"] = None
-        except ProtocolError as exc:
+        except PartyUnavailable as exc:  # the master is gone: nobody misbehaved
             outcome["error"] = exc
 
     thread = threading.Thread(target=serve)
@@ -180,7 +180,7 @@ def test_an_agent_whose_master_went_silent_before_its_session_stops_after_the_wi
                          busy_seconds=WINDOW)
     with _master(pki, f"grpc+tls://127.0.0.1:{server.port}", keepalive_s=None) as master:
         master.wait_ready(timeout_s=10)  # a ping: the master came, then died before its first message
-        with pytest.raises(ProtocolError, match=rf"agent 'a': no call from the master for {WINDOW:g} s "
+        with pytest.raises(PartyUnavailable, match=rf"agent 'a': no call from the master for {WINDOW:g} s "
                                                 r"\(before a session started\): its master is gone"):
             serve_until_session_closed(server, idle_timeout_s=600, poll_s=0.05)
 
@@ -191,8 +191,8 @@ def test_a_master_that_keeps_calling_but_never_starts_a_session_does_not_hold_th
                          busy_seconds=WINDOW)
     with _master(pki, f"grpc+tls://127.0.0.1:{server.port}") as master:
         master.wait_ready(timeout_s=10)  # it calls, and its keep-alives keep coming, but no session
-        with pytest.raises(ProtocolError, match=r"agent 'a': no message from the master for 2 s \(before a "
-                                                r"session started\)"):
+        with pytest.raises(PartyUnavailable, match=r"agent 'a': no message from the master for 2 s "
+                                                   r"\(before a session started\)"):
             serve_until_session_closed(server, idle_timeout_s=2 * WINDOW, poll_s=0.05)
 
 

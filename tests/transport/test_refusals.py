@@ -265,11 +265,12 @@ class Refusing:
 
     def handle(self, message: Message) -> Message:
         if message.kind == "boom":
-            raise RuntimeError("a bug")
+            raise RuntimeError("a bug quoting cell 4711")
         raise ProtocolError(f"party 'a' refuses {message.kind!r}")
 
 
-def test_refusals_are_one_counted_line_each_and_a_bug_one_line_without_its_text(pki, caplog) -> None:
+def test_refusals_are_one_counted_line_each_and_a_bug_a_traceback_here_and_a_generic_line_there(
+        pki, caplog) -> None:
     server = AgentServer(Refusing(), tls_cert=pki / "a.pem", tls_key=pki / "a.key", ca_cert=pki / "ca.pem")
     try:
         with caplog.at_level(logging.WARNING, logger="fedcore.transport.flight"):
@@ -279,11 +280,12 @@ def test_refusals_are_one_counted_line_each_and_a_bug_one_line_without_its_text(
                                        match=rf"party 'a' failed on 'm{i}': ProtocolError: party 'a' "
                                              rf"refuses 'm{i}'"):
                         transport.exchange({"a": Message(f"m{i}")})
-                bug_line = (r"party 'a' failed on 'boom': RuntimeError at transport/test_refusals.py:\d+ "
-                            r"in handle <- ")
-                with pytest.raises(ProtocolError, match=bug_line) as bug:
+                with pytest.raises(ProtocolError) as bug:
                     transport.exchange({"a": Message("boom")})
-                assert "a bug" not in str(bug.value)  # an exception's text may quote data: never sent
+                # the master is told that the party failed, and nothing of its internals: no file, no text
+                assert str(bug.value).endswith(": party 'a' could not answer 'boom': an internal error (its "
+                                               "traceback is in that party's log)")
+                assert "4711" not in str(bug.value) and ".py" not in str(bug.value)
     finally:
         server.shutdown()
     records = [r for r in caplog.records
@@ -291,8 +293,43 @@ def test_refusals_are_one_counted_line_each_and_a_bug_one_line_without_its_text(
     refusals = [r for r in records if "refused a call" in r.getMessage()]
     assert len(refusals) == 30 and all(r.exc_info is None for r in refusals)
     assert "(30 refused so far)" in refusals[-1].getMessage() and "\n" not in refusals[-1].getMessage()
-    # the bug: one line saying where, without the exception's text or a traceback
+    # the bug: its traceback in the party's own log, saying where, without the exception's text
     bugs = [r for r in records if r not in refusals]
-    assert len(bugs) == 1 and bugs[0].exc_info is None and "\n" not in bugs[0].getMessage()
-    assert "RuntimeError at transport/test_refusals.py:" in bugs[0].getMessage()
-    assert "a bug" not in bugs[0].getMessage()
+    assert len(bugs) == 1 and bugs[0].levelno == logging.ERROR
+    assert bugs[0].getMessage().startswith("party 'a' failed on 'boom': a bug in its own code, not the "
+                                           "peer's fault\nTraceback (most recent call last):\n")
+    assert 'test_refusals.py", line' in bugs[0].getMessage() and "in handle" in bugs[0].getMessage()
+    assert bugs[0].getMessage().endswith("RuntimeError (its text is withheld: it may quote the institution's "
+                                         "data)")
+    assert "4711" not in bugs[0].getMessage().replace('raise RuntimeError("a bug quoting cell 4711")', "")
+
+
+def test_a_dispatched_handlers_bug_is_a_traceback_at_the_party_and_a_generic_line_at_the_master(
+        pki, caplog) -> None:
+    """Through Flight: a dispatched handler's bug reaches the master as one generic line.
+
+    A malformed field still reaches it as the party's refusal naming the field.
+    """
+    from tests.protocol.test_dispatch_errors import SECRET, Party
+
+    party = Party()
+    party.name = "a"
+    server = AgentServer(party, tls_cert=pki / "a.pem", tls_key=pki / "a.key", ca_cert=pki / "ca.pem")
+    endpoint = f"grpc+tls://127.0.0.1:{server.port}"
+    try:
+        with caplog.at_level(logging.WARNING), _transport(pki, endpoint) as transport:
+            with pytest.raises(ProtocolError) as failed:
+                transport.exchange({"a": Message("boom")})
+            assert str(failed.value) == (f"party 'a' at {endpoint} could not answer: party 'a' could "
+                                         "not answer 'boom': an internal error (its traceback is in that "
+                                         "party's log)")
+            malformed = (r"party 'a' failed on 'grow': MalformedMessage: party 'a' refuses a malformed "
+                         r"'grow' message: header field 'depth' is missing")
+            with pytest.raises(ProtocolError, match=malformed):
+                transport.exchange({"a": Message("grow", {}, {"rows": np.arange(3)})})
+    finally:
+        server.shutdown()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "Traceback (most recent call last)" in errors[0]
+    assert "in _on_boom" in errors[0]
+    assert SECRET not in errors[0] and SECRET not in str(failed.value)

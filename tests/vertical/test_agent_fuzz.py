@@ -13,6 +13,7 @@ import pytest
 
 from fedcore.agents.data import InstitutionData
 from fedcore.data.split import split_vertical
+from fedcore.errors import FedForestError, InternalError
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
@@ -94,7 +95,7 @@ def test_perturbed_messages_never_crash_or_hang_an_agent(tmp_path) -> None:
     # first level's find_splits that follows the prefix.
     valid_next = {i for i, m in enumerate(recorded) if m.kind == "validation_report"} | {len(prefix)}
     rng = np.random.default_rng(FUZZ_SEED)  # the only source of the perturbations (see the note below)
-    outcomes, wrongly_refused, must_answer = {"answered": 0, "refused": 0}, [], 0
+    outcomes, wrongly_refused, must_answer, internal = {"answered": 0, "refused": 0}, [], 0, []
     for _ in range(FUZZ_MESSAGES):
         index = int(rng.integers(len(recorded)))
         original, perturbed, arrays = recorded[index], False, {}
@@ -113,6 +114,9 @@ def test_perturbed_messages_never_crash_or_hang_an_agent(tmp_path) -> None:
             outcomes["answered"] += 1
         except Exception as exc:  # refused or failed: the point is that it returns
             outcomes["refused"] += 1
+            # a message the master sent wrong is refused (or a named failure), never taken for our own bug
+            if isinstance(exc, InternalError) or not isinstance(exc, FedForestError):
+                internal.append(f"{original.kind}: {exc!r} from {exc.__cause__!r}")
             if not perturbed and index in valid_next:
                 wrongly_refused.append(f"{original.kind}: {exc!r}")
         must_answer += not perturbed and index in valid_next
@@ -127,6 +131,7 @@ def test_perturbed_messages_never_crash_or_hang_an_agent(tmp_path) -> None:
     # pinned; the floors say that the fuzz reaches the handlers with messages they must accept, and that
     # most perturbed messages are refused.
     assert not wrongly_refused, f"valid unperturbed messages were refused: {wrongly_refused[:3]}"
+    assert not internal, f"perturbed messages taken for our own bugs: {internal[:3]}"
     # How many to expect: each valid-next message is drawn with probability 1/len(recorded) and left
     # unperturbed with probability 1/2 per array and 1/2 for a non-empty header. The count moves with the
     # seeded stream whenever a recorded message changes (it was 101 at an expectation near 100), so the

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from fedcore.agents.serve import serve_until_session_closed
-from fedcore.errors import ProtocolError
+from fedcore.errors import PartyUnavailable, ProtocolError
 from fedcore.protocol.messages import Message
 from fedcore.transport.flight import AgentServer, FlightTransport
 from fedcore.transport.tls import init_ca, issue_certificate
@@ -47,7 +47,7 @@ def _server(pki) -> AgentServer:
 def test_an_agent_nobody_talks_to_stops_and_says_so(pki) -> None:
     server = _server(pki)
     started = time.monotonic()
-    with pytest.raises(ProtocolError,
+    with pytest.raises(PartyUnavailable,
                        match=r"agent 'bank': no message from the master for 0.5 s \(before a session "
                              r"started\); stopped serving"):
         serve_until_session_closed(server, idle_timeout_s=0.5)

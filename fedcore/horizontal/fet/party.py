@@ -43,7 +43,7 @@ from fedcore.horizontal.rows import PartyRows, check_hello, narrow, own_rows, re
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.accounting import DEFAULT_DELTA, PrivacyLedger
 from fedcore.protocol.dispatch import Protocol, Step
-from fedcore.protocol.messages import Message
+from fedcore.protocol.messages import Header, Message
 from fedcore.randomness import counter_key, stream
 from fedcore.trees.budget import default_budget
 
@@ -154,7 +154,7 @@ class HorizontalParty:
             self.rows.draw_permanent(self.label_ldp(), counter_key(self.noise_seed, "ldp_permanent"))
         return Message("hello_reply", header)
 
-    def _start_ledger(self, h: dict) -> GaussianPlan:
+    def _start_ledger(self, h: Header) -> GaussianPlan:
         """GDP: the plan of the master's terms under this party's own budget, and its ledger.
 
         The ledger of a resumed run starts where its checkpoint left it (`restored_ledger`); a second hello
@@ -167,7 +167,7 @@ class HorizontalParty:
         if h.get("task") != self.schema.task:
             raise ProtocolError(f"party {self.name!r}: the master plans for task {h.get('task')!r}, the "
                                 f"agreed schema's is {self.schema.task!r}")
-        self.plan_k = int(h["k"])
+        self.plan_k = h.int("k")
         if self.ledger is None:
             releases, queries = self.restored_ledger
             self.ledger = PrivacyLedger(plan, releases_per_row=releases, queries=queries)
@@ -204,7 +204,7 @@ class HorizontalParty:
         if self.privacy == "ldp":
             return self._ldp_reply()
         if self.schema.task == "regression":
-            counts = self._regression_sums(int(message.header["q_shift"]))
+            counts = self._regression_sums(message.header.int("q_shift"))
         else:
             counts = self.rows.class_counts()  # the narrowest unsigned type holding the party's row count
         if self.privacy == "none":

@@ -37,7 +37,7 @@ from fedcore.horizontal.rows import PartyRows, check_hello, narrow, own_rows, re
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.secagg import MODULUS_BITS, RING_BITS
 from fedcore.protocol.dispatch import Protocol, Step
-from fedcore.protocol.messages import Message
+from fedcore.protocol.messages import Header, Message
 from fedcore.trees.budget import default_budget
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ class PPDERTParty:
         arrays: dict[str, np.ndarray] = {}
         header: dict[str, object] = {"n_rows": self.n_rows,
                                      "memory_budget": self.memory_budget or default_budget()}
-        self._n_parties = int(h["n_parties"])
+        self._n_parties = h.int("n_parties")
         if self.noise is not None:  # the plan under its own budget; a noisy row count replaces the exact one
             header.update(self.noise.start(h, self._n_parties, self.n_rows))
         elif h.get("privacy", "secagg") != "secagg":
@@ -205,7 +205,7 @@ class PPDERTParty:
         """Domain thresholds: apply the previous level, count the seed-shared candidates, mask."""
         act_tree = self._start_level(message)
         self.rows.features, self.rows.thresholds = ppdert_candidates(self.seed, act_tree,
-                                                                     int(message.header["depth"]), self.low,
+                                                                     message.header.int("depth"), self.low,
                                                                      self.high, self.k)
         return self._counts(message.header)
 
@@ -218,7 +218,7 @@ class PPDERTParty:
         """
         h, a = message.header, message.arrays
         act_tree = np.asarray(a["tree"]).astype(np.int64)
-        features, u = candidate_draws(self.seed, act_tree, int(h["depth"]), len(self.low), self.k)
+        features, u = candidate_draws(self.seed, act_tree, h.int("depth"), len(self.low), self.k)
         grid_low, grid_high = (np.asarray(a[name], dtype=np.float64) for name in ("grid_low", "grid_high"))
         if grid_low.shape != features.shape or grid_high.shape != features.shape \
                 or not (np.all(np.isfinite(grid_low)) and np.all(np.isfinite(grid_high))
@@ -250,7 +250,7 @@ class PPDERTParty:
         if not self._agreed:
             raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked "
                                 "round")
-        round_id = int(h["round_id"])
+        round_id = h.int("round_id")
         return Message("ppdert_masked_cells", {}, {"masked": self.aggregator.mask(
             hide_multiplicity(indicators, self._secret, round_id), round_id, CELL_RING_BITS)})
 
@@ -310,7 +310,7 @@ class PPDERTParty:
         self.rows.start_level(h, a, len(act_tree))
         return act_tree
 
-    def _counts(self, h: dict) -> Message:
+    def _counts(self, h: Header) -> Message:
         """The class counts of the level's candidates.
 
         Plain (one party, or no secure aggregation) or masked in the session's ring.
@@ -337,7 +337,7 @@ class PPDERTParty:
             raise ProtocolError(f"party {self.name!r}: the master changed the ring from {self._ring} to "
                                 f"{bits} bits within a session")
         return Message("ppdert_masked_counts", {},
-                       {"masked": self.aggregator.mask(counts, int(h["round_id"]), bits)})
+                       {"masked": self.aggregator.mask(counts, h.int("round_id"), bits)})
 
     def _on_model(self, message: Message) -> Message:
         self.model = receive_model(self.name, self.algorithm, self.schema, message)
