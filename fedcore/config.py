@@ -64,7 +64,7 @@
     params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal)
                                                # fields
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
-               metric: accuracy, predict_for: bank, connect_timeout_s: 60, agent_late_timeout_s: 30,
+               metric: log_loss, predict_for: bank, connect_timeout_s: 60, agent_late_timeout_s: 30,
                agent_idle_timeout_s: 900, agent_session_timeout_s: 30}
 
 Relative paths are resolved against the config file's folder. The master signs every model version and
@@ -146,7 +146,10 @@ class TrainingSettings:
     promote_margin: float = 0.0
     """A new version becomes production unless it is worse than production by more than this."""
     metric: str | None = None
-    """Metric compared for promotion; default accuracy (classification) or r2 (regression)."""
+    """Metric compared for promotion (`fedcore.metrics.LOWER_IS_BETTER` says its direction); default: log_loss
+    for a vertical classifier (its label holder scores probabilities), balanced_accuracy for a horizontal one
+    (its institutions report confusion counts only), r2 for regression (`FederationConfig.promotion_metric`).
+    """
     predict_for: str | None = None
     """Institution that receives batch predictions; default: the label holder."""
     connect_timeout_s: float = 60.0
@@ -226,8 +229,16 @@ class FederationConfig:
 
     @property
     def promotion_metric(self) -> str:
-        """The metric a new version must not be worse on to be promoted."""
-        return self.training.metric or ("accuracy" if self.params.task == "classification" else "r2")
+        """The metric a new version must not be worse on to be promoted.
+
+        Never plain accuracy by default: on a rare label, always answering the majority class scores the base
+        rate. Classification: log-loss where probabilities are scored (vertical), else balanced accuracy.
+        """
+        if self.training.metric:
+            return self.training.metric
+        if self.params.task != "classification":
+            return "r2"
+        return "log_loss" if self.setting == "vertical" else "balanced_accuracy"
 
     def institution(self, name: str) -> Institution:
         """The institution called `name`."""

@@ -7,6 +7,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from fedcore.config import FederationConfig
 from fedcore.errors import ArtifactError, ConfigError
+from fedcore.metrics import better
 from fedcore.models.card import model_card, version_markdown
 from fedcore.models.publish import register_everywhere
 from fedcore.models.registry import PRODUCTION, ModelRegistry
@@ -62,9 +63,7 @@ def promote_if_not_worse(config: FederationConfig, model_name: str, version: str
     """Make `version` production unless it is worse than production by more than `margin` on `metric`."""
     logger = get_run_logger()
     if production is not None and metric in metrics and metric in production.get("metrics", {}):
-        higher_is_better = metric not in ("rmse", "log_loss")
-        change = metrics[metric] - production["metrics"][metric]
-        worse = -change if higher_is_better else change
+        worse = -better(metric, metrics[metric], production["metrics"][metric])
         if worse > margin:
             logger.warning("not promoting %s: %s %.4f vs production %.4f (margin %.4f)", version, metric,
                            metrics[metric], production["metrics"][metric], margin)

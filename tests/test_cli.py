@@ -62,9 +62,13 @@ def test_simulate_json_on_breast_cancer(capsys, breast_cancer_csv: Path) -> None
     assert (result["setting"], result["algorithm"], result["task"], result["parties"]) == (
         "vertical", "forest", "classification", 3)
     assert result["rows_train"] + result["rows_test"] == 569 and result["rows_test"] == 114
-    assert set(result["metrics"]) == {"accuracy", "f1_macro"}
+    assert set(result["metrics"]) == {"accuracy", "f1_macro", "balanced_accuracy", "base_rate", "roc_auc",
+                                      "average_precision", "log_loss"}
     assert result["metrics"]["accuracy"] > 0.85 and result["metrics"]["f1_macro"] > 0.85
+    assert result["metrics"]["roc_auc"] > 0.9 and result["metrics"]["log_loss"] < 0.5
+    assert result["metrics"]["base_rate"] == 72 / 114  # stratified split: 357 of 569 rows are benign
     reference = result["reference"]
+    assert set(reference["metrics"]) == set(result["single_party"]["metrics"]) == set(result["metrics"])
     assert set(reference) == {"name", "metrics", "train_s", "predict_s"}
     assert reference["name"] == "sklearn.RandomForestClassifier"
     assert reference["metrics"]["accuracy"] > 0.85
@@ -96,8 +100,9 @@ def test_simulate_json_regression_on_diabetes(capsys, tmp_path: Path) -> None:
     load_diabetes(as_frame=True).frame.to_csv(path, index=False)
     result = _run_json(capsys, "--data", path, "--label", "target", "--parties", 2, "--trees", 15)
     assert result["task"] == "regression"
-    assert set(result["metrics"]) == {"rmse", "r2"}
-    assert set(result["reference"]["metrics"]) == {"rmse", "r2"}
+    assert set(result["metrics"]) == {"rmse", "r2", "mae"}
+    assert set(result["reference"]["metrics"]) == {"rmse", "r2", "mae"}
+    assert 0 < result["metrics"]["mae"] <= result["metrics"]["rmse"]
     assert result["reference"]["name"] == "sklearn.RandomForestRegressor"
     assert result["metrics"]["r2"] > 0.2 and 0 < result["metrics"]["rmse"] < 80
     assert result["single_party_identical"] is True
@@ -122,6 +127,9 @@ def test_simulate_json_horizontal(capsys, breast_cancer_csv: Path, algorithm: st
     assert sum(result["partition"]["rows"]) == result["rows_train"]
     assert len(result["local_only"]["per_party"]) == 3 and 0 < result["local_only"]["mean"]["accuracy"] <= 1
     assert result["metrics"]["accuracy"] > 0.85
+    assert set(result["metrics"]) == set(result["local_only"]["mean"]) >= {"roc_auc", "average_precision",
+                                                                           "log_loss", "balanced_accuracy",
+                                                                           "base_rate"}
     assert result["privacy_report"]["mode"] == privacy
     # thresholds from declared domains (PPD-ERT, FET's DP modes): the simulator reads them off the rows
     assert ("feature_ranges" in result) is (privacy != "none")

@@ -35,7 +35,7 @@ def test_defaults_and_paths_relative_to_the_config_file() -> None:
     assert bank.registry == Path("/srv/federation/registry/bank") and insurer.work_pool == "insurer"
     assert config.training == TrainingSettings()
     assert (config.model_name, config.prediction_requester, config.promotion_metric) == ("retail", "bank",
-                                                                                         "accuracy")
+                                                                                         "log_loss")
     assert (config.algorithm, config.privacy, config.alignment) == ("forest", NoPrivacy(), "hash")
 
 

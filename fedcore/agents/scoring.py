@@ -5,9 +5,10 @@ The same functions run in the agent's process on the whole table and on its Dask
 the rows are cut:
 
 * classification: the confusion matrix, int64 counts (they add up);
-* regression: (n, sum y, sum y^2, sum of squared errors), each sum kept exact as integer counts of the
-  float64 mantissas per binary exponent (`exact_parts`): they add up as integers, and `exact_value` rounds
-  the total once, to the float64 nearest the true sum, whatever the order or blocks.
+* regression: (n, sum y, sum y^2, sum of squared errors, sum of absolute errors), each sum kept exact as
+  integer counts of the float64 mantissas per binary exponent (`exact_parts`): they add up as integers,
+  and `exact_value` rounds the total once, to the float64 nearest the true sum, whatever the order or
+  blocks.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def holdout_statistics(model: HorizontalForest, schema: HorizontalSchema, rows: 
     """The model's errors on `rows`, as statistics that add up: confusion counts or regression parts.
 
     Classification: (C, C) int64 confusion counts (truth, predicted). Regression: `exact_parts` of
-    (1, y, y^2, squared error) per row, (4, exponents, 2) int64.
+    (1, y, y^2, squared error, absolute error) per row, (5, exponents, 2) int64.
     """
     values = model.predict_values(schema.encode(rows)) if len(rows) else np.zeros((0, 1))
     truth = schema.encode_labels(rows[schema.label])
@@ -69,7 +70,8 @@ def holdout_statistics(model: HorizontalForest, schema: HorizontalSchema, rows: 
         np.add.at(confusion, (truth, np.argmax(values, axis=1)), 1)
         return confusion
     errors = truth - values[:, 0]
-    return exact_parts(np.column_stack([np.ones(len(truth)), truth, truth * truth, errors * errors]))
+    return exact_parts(np.column_stack([np.ones(len(truth)), truth, truth * truth, errors * errors,
+                                        np.abs(errors)]))
 
 
 def merge_statistics(parts: Sequence[np.ndarray]) -> np.ndarray:

@@ -223,10 +223,11 @@ class HorizontalSession(MasterSession):
             confusion = cast(np.ndarray, sum(r.arrays["confusion"].astype(np.int64)
                                              for r in replies.values()))
             return confusion_metrics(confusion)
-        n, total, squares, sse = cast(np.ndarray, sum(r.arrays["sums"] for r in replies.values()))
+        n, total, squares, sse, sae = cast(np.ndarray, sum(r.arrays["sums"] for r in replies.values()))
         variance = squares - total * total / n if n else 0.0
         return {"rmse": float(np.sqrt(sse / n)) if n else float("nan"),
-                "r2": float(1 - sse / variance) if variance > 0 else float("nan")}
+                "r2": float(1 - sse / variance) if variance > 0 else float("nan"),
+                "mae": float(sae / n) if n else float("nan")}
 
     def master_tables(self) -> dict:
         """The master's copy of the version: the complete forest (the same table every institution stores)."""

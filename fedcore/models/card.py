@@ -13,6 +13,7 @@ from typing import Any
 
 from fedcore.algorithms import read_algorithm
 from fedcore.config import FederationConfig
+from fedcore.metrics import LOWER_IS_BETTER
 from fedcore.session import MasterSession
 
 
@@ -77,8 +78,9 @@ def _metric_lines(manifest: dict[str, Any], production: dict[str, Any] | None, v
     where = "computed at the label holder" if vertical else "aggregated from every institution"
     lines = [f"## Metrics (held-out rows, {where})", "", "| metric | this version | previous production |",
              "|---|---|---|"]
-    return lines + [f"| {k} | {v:.4f} | {previous[k]:.4f} |" if k in previous else f"| {k} | {v:.4f} | - |"
-                    for k, v in manifest["metrics"].items()]
+    names = {k: f"{k} (lower is better)" if k in LOWER_IS_BETTER else k for k in manifest["metrics"]}
+    return lines + [f"| {names[k]} | {v:.4f} | {previous[k]:.4f} |" if k in previous
+                    else f"| {names[k]} | {v:.4f} | - |" for k, v in manifest["metrics"].items()]
 
 
 def _data_lines(manifest: dict[str, Any], vertical: bool) -> list[str]:

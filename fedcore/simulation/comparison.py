@@ -35,15 +35,21 @@ class EngineRun:
 
     model: Any
     output: np.ndarray
-    """What the model returned: class probabilities (vertical classification) or the predictions."""
+    """What the model returned: class probabilities (classification) or the predicted values."""
     predictions: np.ndarray
     train_s: float
     predict_s: float
 
+    def metrics(self, task: str, y_test: np.ndarray) -> dict[str, float]:
+        """The test metrics, from the class probabilities too when the model gave them."""
+        if task == "classification" and self.output.ndim == 2:
+            return metrics(task, y_test, self.predictions, self.output, self.model.classes_)
+        return metrics(task, y_test, self.predictions)
+
     def summary(self, task: str, y_test: np.ndarray) -> dict:
         """Test metrics, timings, rounds and bytes: the `single_party` entry of a result."""
         communication = self.model.communication_
-        return {"metrics": metrics(task, y_test, self.predictions), "train_s": self.train_s,
+        return {"metrics": self.metrics(task, y_test), "train_s": self.train_s,
                 "predict_s": self.predict_s, "rounds": communication["rounds"],
                 "bytes": communication["bytes"]}
 
@@ -75,7 +81,7 @@ def compare(task: str, y_test: np.ndarray, federated: EngineRun, single: EngineR
     """
     communication = federated.model.communication_
     return {
-        "metrics": metrics(task, y_test, federated.predictions),
+        "metrics": federated.metrics(task, y_test),
         "reference": reference,
         "single_party_identical": identical,
         "single_party": single.summary(task, y_test),

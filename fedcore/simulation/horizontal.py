@@ -186,15 +186,18 @@ def simulate_horizontal(
     features = test.drop(columns=[label])
     y_test = test[label].to_numpy()
 
+    classification = task == "classification"
     federated = run_engine(federated_model, party_frames, label, features, progress=progress,
+                           probabilities=classification,
                            caption=f"{algorithm} ({privacy}), {parties} parties, {trees} trees")
-    single = run_engine(make(), [train], label, features,
+    single = run_engine(make(), [train], label, features, probabilities=classification,
                         caption="single-party run of the same engine (M = 1)", progress=progress)
     identical = in_process = None
     if privacy in EXACT_MODES:
         identical = _same_run(federated, single)
     elif compute is not None:  # the Dask run's lossless reference: the same parties and noise, in process
         in_process = _same_run(federated, run_engine(make(), party_frames, label, features, progress=progress,
+                                                     probabilities=classification,
                                                      caption="the same federation in process"))
     result = {
         "setting": "horizontal",
@@ -235,6 +238,11 @@ def _local_only(party_frames: list[pd.DataFrame], label: str, features: pd.DataF
     per_party = []
     for frame in party_frames:
         model = make().fit([frame], label=label)
-        per_party.append(metrics(task, y_test, model.predict(features)))
+        if task == "classification":
+            proba = model.predict_proba(features)
+            per_party.append(metrics(task, y_test, model.classes_[np.argmax(proba, axis=1)], proba,
+                                     model.classes_))
+        else:
+            per_party.append(metrics(task, y_test, model.predict(features)))
     names = list(per_party[0])
     return {"mean": {n: float(np.mean([m[n] for m in per_party])) for n in names}, "per_party": per_party}

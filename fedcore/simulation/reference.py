@@ -77,7 +77,11 @@ def reference_boosting(task: str, train: pd.DataFrame, test: pd.DataFrame, label
 def timed_reference(model: Any, task: str, train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
                     test_y: np.ndarray) -> dict:
     """Fit and predict a scikit-learn reference model; its name, test metrics and both timings."""
-    predictions, train_s, predict_s = timed(lambda: model.fit(train_x, train_y),
-                                            lambda: model.predict(test_x))
-    return {"name": f"sklearn.{type(model).__name__}", "metrics": metrics(task, test_y, predictions),
+    classification = task == "classification"
+    output, train_s, predict_s = timed(lambda: model.fit(train_x, train_y),
+                                       lambda: model.predict_proba(test_x) if classification
+                                       else model.predict(test_x))
+    scores = (metrics(task, test_y, model.classes_[np.argmax(output, axis=1)], output, model.classes_)
+              if classification else metrics(task, test_y, output))
+    return {"name": f"sklearn.{type(model).__name__}", "metrics": scores,
             "train_s": train_s, "predict_s": predict_s}

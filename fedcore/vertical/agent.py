@@ -319,7 +319,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self._once(message.kind)  # a refused call above revealed nothing; this one answers
         if party.classes_ is not None:
             predicted = party.classes_[np.argmax(values, axis=1)]
-            result = metrics("classification", y, predicted)
+            result = metrics("classification", y, predicted, values, party.classes_)  # values: probabilities
         else:
             result = metrics("regression", y, values[:, 0])
         # rounded: the predictions are the master's, so full precision would let crafted ones carry labels

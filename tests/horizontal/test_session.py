@@ -20,6 +20,7 @@ from fedcore.errors import ArtifactError, ContractMismatch, ProtocolError
 from fedcore.horizontal.agent import HorizontalInstitutionAgent
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.session import HorizontalSession
+from fedcore.metrics import metrics as score
 from fedcore.models.registry import ModelRegistry
 from fedcore.privacy.keyauth import ephemeral_identities
 from fedcore.privacy.ldp import LabelLDP
@@ -83,6 +84,8 @@ def test_train_evaluate_store_and_predict_locally(table, tmp_path, algorithm) ->
     assert metrics["accuracy"] == pytest.approx(float(np.mean(predicted == held["class"].to_numpy())),
                                                 abs=1e-12)
     assert metrics["accuracy"] > 0.7 and session.facts.holdout_rows == len(held)
+    # balanced accuracy and base rate come from the summed confusion counts, as from the pooled predictions
+    assert metrics == pytest.approx(score("classification", held["class"].to_numpy(), predicted), abs=1e-12)
     # no differential privacy, so no ledger: none crossed with the model, none in the report
     assert [sorted(ack.header) for ack in _model_acks(session)] == [["n_nodes"]] * 3
     assert session.facts.privacy_ledgers == {} and "ledgers" not in session.privacy_report()
@@ -192,6 +195,23 @@ def test_an_agent_trains_fet_only_with_the_privacy_of_its_own_config(table, tmp_
     agreed.agree_schema()
     agreed.train()
     assert agreed.model.n_trees == 12
+
+
+def test_regression_metrics_from_the_institutions_sums_equal_the_pooled_ones(table, tmp_path) -> None:
+    """RMSE, R^2 and MAE from each institution's (rounded) sums: the pooled held-out rows' to 4 digits."""
+    values = table.assign(**{"class": table["class"].map({"a": 0.5, "b": 1.5, "c": 2.5})})
+    agents = _agents(values, tmp_path)
+    params = ExtraTreesParams(n_estimators=4, max_depth=4, random_state=4, task="regression",
+                              criterion="squared_error")
+    session = _session(agents, params=params)
+    schema = session.agree_schema()
+    session.train()
+    metrics = session.evaluate()
+    held = pd.concat([a._holdout for a in agents.values()])
+    predicted = session.model.predict_values(schema.encode(held))[:, 0]
+    pooled = score("regression", held["class"].to_numpy(), predicted)
+    assert set(metrics) == {"rmse", "r2", "mae"}
+    assert metrics == pytest.approx(pooled, rel=1e-3)  # each institution's sums rounded to 4 digits
 
 
 def test_an_agent_refuses_label_ldp_for_a_regression_label_by_name(table, tmp_path) -> None:

@@ -277,6 +277,12 @@ def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(sc
     assert card.startswith("# retail v0001\n\nFederated Forest (vertical, classification); promoted to "
                            "production.")
     assert f"rows delivered to {holder}" in card
+    # the label holder scored the class probabilities: every classification metric, rounded as it left
+    assert set(metrics) == {"accuracy", "f1_macro", "balanced_accuracy", "base_rate", "roc_auc",
+                            "average_precision", "log_loss"}
+    assert 0.5 < metrics["roc_auc"] <= 1 and metrics["log_loss"] > 0
+    assert f"| log_loss (lower is better) | {metrics['log_loss']:.4f} | - |" in card
+    assert f"| roc_auc | {metrics['roc_auc']:.4f} | - |" in card
     # the file as the requester reported it, on its own host: in the summary, not in the model card
     (path,) = prediction.to_dict()["paths"].values()
     assert list(prediction.paths) == [holder] and path not in card
