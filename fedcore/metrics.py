@@ -35,6 +35,25 @@ def better(metric: str, new: float, old: float) -> float:
     return old - new if metric in LOWER_IS_BETTER else new - old
 
 
+def promotion_refusal(metric: str, new: dict, production: dict | None, margin: float) -> str | None:
+    """Why a version with metrics `new` must not replace `production`'s (None: promote it).
+
+    A version whose `metric` is missing or nan is not promoted over a production that has a number for it
+    (nan compares false, which would promote it); a production without that number is replaced.
+    """
+    old = (production or {}).get(metric)
+    if old is None or not np.isfinite(old):
+        return None
+    value = new.get(metric)
+    if value is None or not np.isfinite(value):
+        state = "missing" if value is None else "nan"
+        return f"{metric} is {state} for this version, production has {old:.4f}"
+    worse = -better(metric, value, old)
+    if worse > margin:
+        return f"{metric} {value:.4f} vs production {old:.4f} (margin {margin:.4f})"
+    return None
+
+
 def confusion_metrics(confusion: np.ndarray) -> dict[str, float]:
     """Accuracy, macro F1, balanced accuracy and base rate from a summed confusion matrix.
 

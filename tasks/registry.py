@@ -7,7 +7,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from fedcore.config import FederationConfig
 from fedcore.errors import ArtifactError, ConfigError
-from fedcore.metrics import better
+from fedcore.metrics import promotion_refusal
 from fedcore.models.card import model_card, version_markdown
 from fedcore.models.publish import register_everywhere
 from fedcore.models.registry import PRODUCTION, ModelRegistry
@@ -62,12 +62,11 @@ def promote_if_not_worse(config: FederationConfig, model_name: str, version: str
                          production: dict | None, metric: str, margin: float) -> bool:
     """Make `version` production unless it is worse than production by more than `margin` on `metric`."""
     logger = get_run_logger()
-    if production is not None and metric in metrics and metric in production.get("metrics", {}):
-        worse = -better(metric, metrics[metric], production["metrics"][metric])
-        if worse > margin:
-            logger.warning("not promoting %s: %s %.4f vs production %.4f (margin %.4f)", version, metric,
-                           metrics[metric], production["metrics"][metric], margin)
-            return False
+    refusal = promotion_refusal(metric, metrics, None if production is None else production.get("metrics"),
+                                margin)
+    if refusal is not None:
+        logger.warning("not promoting %s: %s", version, refusal)
+        return False
     master_registry(config).promote(model_name, version)
     logger.info("promoted %s %s to production", model_name, version)
     return True

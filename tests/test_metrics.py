@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedcore.metrics import UndefinedMetricWarning, better, confusion_metrics, metrics, probability_metrics
+from fedcore.metrics import (
+    UndefinedMetricWarning,
+    better,
+    confusion_metrics,
+    metrics,
+    probability_metrics,
+    promotion_refusal,
+)
 
 
 def test_classification_scores_match_scikit_learn() -> None:
@@ -109,3 +116,20 @@ def test_regression_mean_absolute_error_and_directions() -> None:
     assert metrics("regression", truth, predicted)["mae"] == pytest.approx(expected, rel=1e-12)
     assert better("log_loss", 0.3, 0.4) > 0 and better("mae", 0.5, 0.4) < 0
     assert better("roc_auc", 0.7, 0.8) < 0 and better("r2", 0.9, 0.8) > 0
+
+
+def test_a_version_without_a_number_for_the_metric_is_not_promoted_over_one_with_it() -> None:
+    production = {"log_loss": 0.31, "accuracy": 0.9}
+    assert promotion_refusal("log_loss", {"log_loss": 0.30}, production, 0.0) is None
+    assert promotion_refusal("log_loss", {"log_loss": 0.33}, production, 0.0) == (
+        "log_loss 0.3300 vs production 0.3100 (margin 0.0000)")
+    assert promotion_refusal("log_loss", {"log_loss": 0.33}, production, 0.05) is None
+    assert promotion_refusal("log_loss", {"log_loss": float("nan")}, production, 0.0) == (
+        "log_loss is nan for this version, production has 0.3100")
+    assert promotion_refusal("log_loss", {}, production, 0.0) == (
+        "log_loss is missing for this version, production has 0.3100")
+    assert promotion_refusal("accuracy", {"accuracy": 0.89}, production, 0.0) == (
+        "accuracy 0.8900 vs production 0.9000 (margin 0.0000)")
+    # nothing to compare with: the first version, or a production without a number for the metric
+    assert promotion_refusal("log_loss", {"log_loss": float("nan")}, None, 0.0) is None
+    assert promotion_refusal("log_loss", {"log_loss": 0.5}, {"log_loss": float("nan")}, 0.0) is None
