@@ -18,6 +18,7 @@ from fedcore.commands import simulate as simulate_command
 from fedcore.errors import ParameterError
 from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.simulation import vertical as vertical_simulation
 from fedcore.trees.params import ForestParams, check_model_fits, format_bytes, max_nodes_per_tree, model_bytes
 from fedcore.vertical.party import VerticalParty
 
@@ -136,6 +137,6 @@ def test_a_memory_error_anywhere_is_one_line(capsys, four_thousand_rows: Path, m
     def exhausted(*args, **kwargs):
         raise MemoryError
 
-    monkeypatch.setattr(simulate_command, "simulate_vertical", exhausted)
+    monkeypatch.setattr(vertical_simulation, "simulate_vertical", exhausted)  # imported when simulate runs
     line = _one_line(capsys, "simulate", "--data", four_thousand_rows, "--label", "y", "--trees", 3)
     assert line.startswith("fedforest: error: out of memory: ")
