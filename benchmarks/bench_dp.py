@@ -119,12 +119,12 @@ def run_table(name: str, table: pd.DataFrame, args: argparse.Namespace, seed: in
     add("FET", None, predicted, plain_s)
     predicted, plain_dp_s, _ = fet("none", parties, test, label, dp, ranges)
     add(f"FET, depth {args.dp_depth}", None, predicted, plain_dp_s)
-    for epsilon in args.epsilons:
+    for epsilon in args.epsilons if "gdp" in args.modes else ():
         privacy = {"mode": "gdp", "epsilon": epsilon, "delta": args.delta}
         predicted, seconds, report = fet(privacy, parties, test, label, dp, ranges)
         add("FET-GDP", epsilon, predicted, seconds, time_vs_plain=seconds / plain_dp_s,
             epsilon_total=report.get("epsilon_total"))
-    for epsilon in args.ldp_epsilons:
+    for epsilon in args.ldp_epsilons if "ldp" in args.modes else ():
         privacy = {"mode": "ldp", "epsilon": epsilon}  # a row's one report: no depth bound needed
         predicted, seconds, report = fet(privacy, parties, test, label, full, ranges)
         add("FET-LDP labels", epsilon, predicted, seconds, time_vs_plain=seconds / plain_s,
@@ -187,6 +187,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--parties", type=int, default=3)
     parser.add_argument("--dp-depth", type=int, default=8)
     parser.add_argument("--diffprivlib-depth", type=int, default=5, help="diffprivlib's own default")
+    parser.add_argument("--modes", default="gdp,ldp,diffprivlib",
+                        help="which private rows to run (the references always run)")
     parser.add_argument("--no-diffprivlib", action="store_true")
     parser.add_argument("--venv-dir", type=Path,
                         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
@@ -196,13 +198,17 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     args.epsilons = [float(e) for e in args.epsilons.split(",") if e]
     args.ldp_epsilons = [float(e) for e in args.ldp_epsilons.split(",") if e]
+    args.modes = set(args.modes.split(","))
+    if args.modes - {"gdp", "ldp", "diffprivlib"}:
+        parser.error(f"--modes: unknown {sorted(args.modes - {'gdp', 'ldp', 'diffprivlib'})}")
     return args
 
 
 def main() -> None:
     """Run every table and seed; print the Markdown table (means over seeds)."""
     args = parse_args()
-    python = None if args.no_diffprivlib else diffprivlib_python(args.venv_dir)
+    wanted = "diffprivlib" in args.modes and not args.no_diffprivlib
+    python = diffprivlib_python(args.venv_dir) if wanted else None
     rows: list[dict] = []
     for name in args.tables.split(","):
         table = pd.read_parquet(args.data_dir / f"{name}.parquet")

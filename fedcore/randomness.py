@@ -13,7 +13,9 @@ PURPOSES = {"bootstrap": 1, "features": 2, "tree_features": 3, "thresholds": 4, 
             # horizontal engine: master-side draws keyed by (tree, depth)
             "fet_features": 9, "fet_thresholds": 10, "ppdert_candidates": 11,
             # vertical bootstrap: one stream per canonical chunk of rows, keyed by (tree, chunk)
-            "bootstrap_chunk": 12}
+            "bootstrap_chunk": 12,
+            # FET-GDP: a party's noise on its marginal histograms (released once, at hello)
+            "gdp_marginals": 13}
 
 BOOTSTRAP_CHUNK_ROWS = 1 << 16
 """Rows per canonical bootstrap chunk: fixed, so a draw never depends on how rows are cut into blocks."""

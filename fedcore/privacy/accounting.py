@@ -94,12 +94,16 @@ def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
 
 
 @lru_cache(maxsize=256)
-def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
-    """Epsilon at `delta` of one Gaussian mechanism of noise multiplier z (sigma / L2 sensitivity)."""
+def gaussian_epsilon(noise_multiplier: float, delta: float, count: int = 1) -> float:
+    """Epsilon at `delta` of `count` composed Gaussian releases of noise multiplier z (sigma / sensitivity).
+
+    dp-accounting's PLD accountant composes the event `count` times (for Gaussians it does so exactly, as
+    one Gaussian of multiplier z / sqrt(count)).
+    """
     from dp_accounting import dp_event
 
     accountant = _accountant()
-    accountant.compose(dp_event.GaussianDpEvent(noise_multiplier))
+    accountant.compose(dp_event.GaussianDpEvent(noise_multiplier), count)
     return float(accountant.get_epsilon(delta))
 
 
@@ -130,11 +134,19 @@ class GaussianPlan:
         multiplier = gaussian_noise_multiplier(self.epsilon, self.delta)
         return multiplier * self.sensitivity * math.sqrt(self.releases)
 
+    def sigma_for(self, sensitivity: float, releases: int) -> float:
+        """The noise of a release of L2 `sensitivity` that counts as `releases` of the plan's releases.
+
+        `releases` Gaussian releases of noise multiplier m = sigma / sensitivity compose to one of multiplier
+        m / sqrt(releases) (see the module doc): that multiplier, times the release's own sensitivity.
+        """
+        return self.sigma / self.sensitivity * sensitivity / math.sqrt(releases)
+
     def epsilon_after(self, releases: int) -> float:
         """Epsilon at the plan's delta of a row that took part in `releases` releases (0 for none)."""
         if releases == 0:
             return 0.0
-        return gaussian_epsilon(self.sigma / (self.sensitivity * math.sqrt(releases)), self.delta)
+        return gaussian_epsilon(self.sigma / self.sensitivity, self.delta, releases)
 
     def terms(self) -> dict:
         """The mechanism and its parameters: public, and the same for every party under the same plan."""
