@@ -15,7 +15,8 @@ Reports accuracy and macro F1, the gap to ExtraTrees in percentage points, and e
 plain FET's; the figure plots accuracy against epsilon per table.
 
     .venv/bin/python -m benchmarks.bench_dp [--tables spambase,satellite,letter] [--epsilons 1,4]
-        [--ldp-epsilons 2,4] [--seeds 1] [--trees 50] [--parties 3] [--dp-depth 8]
+        [--ldp-epsilons 2,4] [--seeds 1] [--trees 50] [--parties 3] [--dp-depth 8] [--dp-trees N]
+        [--modes gdp,ldp,diffprivlib]
         [--figure docs/dp_epsilon.png] [--no-diffprivlib]
 """
 
@@ -114,11 +115,12 @@ def run_table(name: str, table: pd.DataFrame, args: argparse.Namespace, seed: in
         time.perf_counter() - started)
     parties = split_horizontal(train, args.parties, label=label, seed=seed)
     full = {"n_estimators": args.trees, "max_depth": None, "max_features": "sqrt", "random_state": seed}
-    dp = {**full, "max_depth": args.dp_depth}
+    dp = {**full, "n_estimators": args.dp_trees or args.trees, "max_depth": args.dp_depth}
     predicted, plain_s, _ = fet("none", parties, test, label, full, ranges)
     add("FET", None, predicted, plain_s)
     predicted, plain_dp_s, _ = fet("none", parties, test, label, dp, ranges)
-    add(f"FET, depth {args.dp_depth}", None, predicted, plain_dp_s)
+    shape = f"depth {args.dp_depth}" + (f", {dp['n_estimators']} trees" if args.dp_trees else "")
+    add(f"FET, {shape}", None, predicted, plain_dp_s)
     for epsilon in args.epsilons if "gdp" in args.modes else ():
         privacy = {"mode": "gdp", "epsilon": epsilon, "delta": args.delta}
         predicted, seconds, report = fet(privacy, parties, test, label, dp, ranges)
@@ -186,6 +188,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--trees", type=int, default=50)
     parser.add_argument("--parties", type=int, default=3)
     parser.add_argument("--dp-depth", type=int, default=8)
+    parser.add_argument("--dp-trees", type=int, help="FET-GDP's trees (and plain FET's at its depth); "
+                                                      "default --trees")
     parser.add_argument("--diffprivlib-depth", type=int, default=5, help="diffprivlib's own default")
     parser.add_argument("--modes", default="gdp,ldp,diffprivlib",
                         help="which private rows to run (the references always run)")
@@ -222,7 +226,8 @@ def main() -> None:
     frame = pd.DataFrame(rows)
     summary = frame.groupby(["table", "mode", "epsilon"], dropna=False, sort=False).mean(numeric_only=True)
     print(f"# bench_dp ({platform.machine()}, {os.cpu_count()} cores; {args.seeds} seed(s), {args.trees} "
-          f"trees, {args.parties} parties, DP depth {args.dp_depth}, delta {args.delta:g})\n")
+          f"trees, {args.parties} parties, DP {args.dp_trees or args.trees} trees of depth {args.dp_depth}, "
+          f"delta {args.delta:g})\n")
     columns = ["accuracy", "macro_f1", "gap_pp", "fit_s", "time_vs_plain", "epsilon_total"]
     present = [c for c in columns if c in summary.columns]
     print(markdown_table(summary[present].reset_index().to_dict("records")))
