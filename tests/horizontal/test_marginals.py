@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedcore.errors import ProtocolError
+from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal import FederatedExtraTreesClassifier
 from fedcore.horizontal.fet.marginals import MarginalQuantiles, histogram_counts, marginal_releases
 from fedcore.horizontal.fet.plan import gaussian_plan, marginal_sigma, plan_terms
@@ -46,6 +46,10 @@ def test_the_marginals_are_charged_as_a_tenth_of_the_plan() -> None:
     # the histograms (L2 sensitivity 3 = sqrt(9)) counted as 5 releases of the plan's noise multiplier
     assert marginal_sigma(plan, terms) == pytest.approx(plan.sigma / np.sqrt(3) * 3 / np.sqrt(5), rel=1e-12)
     assert plan.epsilon_after(plan.releases) <= 2.0
+    with pytest.raises(ParameterError) as refused:
+        gaussian_plan(2.0, 1e-6, {**terms, "marginal_bins": 10**6})
+    assert str(refused.value) == ("privacy 'gdp': the plan's marginal_bins must be an integer in [0, 4096], "
+                                  "got 1000000")
     uniform = plan_terms(10, 4, 3, "classification", 9, marginal_bins=0)
     assert uniform["marginal_releases"] == 0 and gaussian_plan(2.0, 1e-6, uniform).releases == 40
 

@@ -18,6 +18,8 @@ import numpy as np
 
 MARGINAL_BINS = 64
 """Cells per feature of the marginal histograms (measured on spambase: 16 and 256 did worse than 64)."""
+MAX_MARGINAL_BINS = 4096
+"""The most cells a party histograms a feature into (a master asking more is refused: memory, not privacy)."""
 MARGINAL_SHARE = 0.1
 """About this share of the plan's releases (so of its budget) pays for the marginal histograms."""
 MASS_FLOOR = 0.01

@@ -18,7 +18,7 @@ import math
 from typing import Any
 
 from fedcore.errors import ParameterError
-from fedcore.horizontal.fet.marginals import MARGINAL_BINS, marginal_releases
+from fedcore.horizontal.fet.marginals import MARGINAL_BINS, MAX_MARGINAL_BINS, marginal_releases
 from fedcore.privacy.accounting import GaussianPlan
 from fedcore.privacy.settings import GlobalDP, PrivacySetting
 
@@ -58,8 +58,11 @@ def gaussian_plan(epsilon: float, delta: float, terms: dict[str, Any]) -> Gaussi
         if name == "max_depth" and value is None:
             raise ParameterError(UNBOUNDED_DEPTH)
         least = 0 if name.startswith("marginal") else 1
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ParameterError(f"privacy 'gdp': the plan's {name} must be an integer >= {least}, got "
+        most = MAX_MARGINAL_BINS if name == "marginal_bins" else None
+        if isinstance(value, bool) or not isinstance(value, int) or value < least \
+                or (most is not None and value > most):
+            bound = f"in [{least}, {most}]" if most is not None else f">= {least}"
+            raise ParameterError(f"privacy 'gdp': the plan's {name} must be an integer {bound}, got "
                                  f"{value!r}")
     if (terms["marginal_bins"] == 0) != (terms["marginal_releases"] == 0):
         raise ParameterError(f"privacy 'gdp': marginal histograms need both bins and releases, got "
