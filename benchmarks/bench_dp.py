@@ -18,8 +18,8 @@ Reports accuracy and macro F1, the gap to ExtraTrees in percentage points, and e
 plain FET's; the figure plots accuracy against epsilon per table.
 
     .venv/bin/python -m benchmarks.bench_dp [--tables spambase,satellite,letter] [--epsilons 1,4]
-        [--ldp-epsilons 2,4] [--seeds 1] [--trees 50] [--parties 3] [--dp-depth 8]
-        [--figure docs/dp_epsilon.png] [--no-diffprivlib] [--modes fet,ppdert]
+        [--ldp-epsilons 2,4] [--seeds 1] [--trees 50] [--parties 3] [--dp-depth 8] [--dp-trees N]
+        [--modes gdp,ldp,secagg-dp,diffprivlib] [--figure docs/dp_epsilon.png] [--no-diffprivlib]
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ from fedcore.data.split import split_horizontal
 from fedcore.simulation import build_estimator, declared_ranges, split_train_test
 
 LABELS = {"spambase": "type", "satellite": "classes", "letter": "lettr"}
+MODES = {"gdp", "ldp", "secagg-dp", "diffprivlib"}
+"""The private rows `--modes` chooses from."""
 DIFFPRIVLIB = ("diffprivlib==0.6.6", "scikit-learn>=1.4,<1.7", "numpy>=2")
 """The reference's environment: diffprivlib (MIT) and the scikit-learn it supports."""
 
@@ -119,30 +121,30 @@ def run_table(name: str, table: pd.DataFrame, args: argparse.Namespace, seed: in
         time.perf_counter() - started)
     parties = split_horizontal(train, args.parties, label=label, seed=seed)
     full = {"n_estimators": args.trees, "max_depth": None, "max_features": "sqrt", "random_state": seed}
-    dp = {**full, "max_depth": args.dp_depth}
-    if "fet" in args.modes:
-        predicted, plain_s, _ = fet("none", parties, test, label, full, ranges)
-        add("FET", None, predicted, plain_s)
-        predicted, plain_dp_s, _ = fet("none", parties, test, label, dp, ranges)
-        add(f"FET, depth {args.dp_depth}", None, predicted, plain_dp_s)
-        for epsilon in args.epsilons:
-            privacy = {"mode": "gdp", "epsilon": epsilon, "delta": args.delta}
-            predicted, seconds, report = fet(privacy, parties, test, label, dp, ranges)
-            add("FET-GDP", epsilon, predicted, seconds, time_vs_plain=seconds / plain_dp_s,
-                epsilon_total=report.get("epsilon_total"))
-        for epsilon in args.ldp_epsilons:
-            privacy = {"mode": "ldp", "epsilon": epsilon}  # a row's one report: no depth bound needed
-            predicted, seconds, report = fet(privacy, parties, test, label, full, ranges)
-            add("FET-LDP labels", epsilon, predicted, seconds, time_vs_plain=seconds / plain_s,
-                epsilon_total=report.get("epsilon_total"))
-    if "ppdert" in args.modes:
+    dp = {**full, "n_estimators": args.dp_trees or args.trees, "max_depth": args.dp_depth}
+    predicted, plain_s, _ = fet("none", parties, test, label, full, ranges)
+    add("FET", None, predicted, plain_s)
+    predicted, plain_dp_s, _ = fet("none", parties, test, label, dp, ranges)
+    shape = f"depth {args.dp_depth}" + (f", {dp['n_estimators']} trees" if args.dp_trees else "")
+    add(f"FET, {shape}", None, predicted, plain_dp_s)
+    for epsilon in args.epsilons if "gdp" in args.modes else ():
+        privacy = {"mode": "gdp", "epsilon": epsilon, "delta": args.delta}
+        predicted, seconds, report = fet(privacy, parties, test, label, dp, ranges)
+        add("FET-GDP", epsilon, predicted, seconds, time_vs_plain=seconds / plain_dp_s,
+            epsilon_total=report.get("epsilon_total"))
+    for epsilon in args.ldp_epsilons if "ldp" in args.modes else ():
+        privacy = {"mode": "ldp", "epsilon": epsilon}  # a row's one report: no depth bound needed
+        predicted, seconds, report = fet(privacy, parties, test, label, full, ranges)
+        add("FET-LDP labels", epsilon, predicted, seconds, time_vs_plain=seconds / plain_s,
+            epsilon_total=report.get("epsilon_total"))
+    if "secagg-dp" in args.modes:
         plain = {"mode": "secagg", "thresholds": "domain"}
-        predicted, plain_dp_s, _ = fet(plain, parties, test, label, dp, ranges, "ppd-ert")
-        add(f"PPD-ERT (domain), depth {args.dp_depth}", None, predicted, plain_dp_s)
+        predicted, plain_secagg_s, _ = fet(plain, parties, test, label, dp, ranges, "ppd-ert")
+        add(f"PPD-ERT (domain), {shape}", None, predicted, plain_secagg_s)
         for epsilon in args.epsilons:
             privacy = {"mode": "secagg-dp", "epsilon": epsilon, "delta": args.delta}
             predicted, seconds, report = fet(privacy, parties, test, label, dp, ranges, "ppd-ert")
-            add("PPD-ERT secagg-dp", epsilon, predicted, seconds, time_vs_plain=seconds / plain_dp_s,
+            add("PPD-ERT secagg-dp", epsilon, predicted, seconds, time_vs_plain=seconds / plain_secagg_s,
                 epsilon_total=report.get("epsilon_total"), epsilon_coalition=report.get("epsilon_coalition"))
     if python is not None:
         classes = sorted(table[label].unique().tolist())
@@ -196,10 +198,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--trees", type=int, default=50)
     parser.add_argument("--parties", type=int, default=3)
     parser.add_argument("--dp-depth", type=int, default=8)
+    parser.add_argument("--dp-trees", type=int, help="FET-GDP's trees (and plain FET's at its depth); "
+                                                      "default --trees")
     parser.add_argument("--diffprivlib-depth", type=int, default=5, help="diffprivlib's own default")
+    parser.add_argument("--modes", default=",".join(sorted(MODES)),
+                        help="which private rows to run: gdp, ldp (FET), secagg-dp (PPD-ERT, with its plain "
+                             "domain-threshold row), diffprivlib (the references always run)")
     parser.add_argument("--no-diffprivlib", action="store_true")
-    parser.add_argument("--modes", default="fet,ppdert", help="which federated modes: fet (plain, GDP, LDP), "
-                        "ppdert (secagg and secagg-dp)")
     parser.add_argument("--venv-dir", type=Path,
                         default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
                         / "fedforest" / "diffprivlib-0.6.6")
@@ -209,13 +214,16 @@ def parse_args() -> argparse.Namespace:
     args.epsilons = [float(e) for e in args.epsilons.split(",") if e]
     args.ldp_epsilons = [float(e) for e in args.ldp_epsilons.split(",") if e]
     args.modes = set(args.modes.split(","))
+    if args.modes - MODES:
+        parser.error(f"--modes: unknown {sorted(args.modes - MODES)}")
     return args
 
 
 def main() -> None:
     """Run every table and seed; print the Markdown table (means over seeds)."""
     args = parse_args()
-    python = None if args.no_diffprivlib else diffprivlib_python(args.venv_dir)
+    wanted = "diffprivlib" in args.modes and not args.no_diffprivlib
+    python = diffprivlib_python(args.venv_dir) if wanted else None
     rows: list[dict] = []
     for name in args.tables.split(","):
         table = pd.read_parquet(args.data_dir / f"{name}.parquet")
@@ -229,7 +237,8 @@ def main() -> None:
     frame = pd.DataFrame(rows)
     summary = frame.groupby(["table", "mode", "epsilon"], dropna=False, sort=False).mean(numeric_only=True)
     print(f"# bench_dp ({platform.machine()}, {os.cpu_count()} cores; {args.seeds} seed(s), {args.trees} "
-          f"trees, {args.parties} parties, DP depth {args.dp_depth}, delta {args.delta:g})\n")
+          f"trees, {args.parties} parties, DP {args.dp_trees or args.trees} trees of depth {args.dp_depth}, "
+          f"delta {args.delta:g})\n")
     columns = ["accuracy", "macro_f1", "gap_pp", "fit_s", "time_vs_plain", "epsilon_total",
                "epsilon_coalition"]
     present = [c for c in columns if c in summary.columns]

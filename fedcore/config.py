@@ -5,7 +5,8 @@
     algorithm: forest            # vertical: forest (boosting: not yet); horizontal: extra-trees | ppd-ert
     privacy: none                # forest: none | paillier | ou ({mode: paillier, key_bits: 3072});
                                  # extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 1, delta: 1e-6}:
-                                 #   the whole model's budget per row; needs params.max_depth),
+                                 #   the whole model's budget per row, a tenth of it for DP marginal
+                                 #   histograms that place thresholds; needs params.max_depth),
                                  #   {mode: ldp, epsilon: 2, mechanism: auto | krr | oue | bloom}: each
                                  #   row's label epsilon, default 2; auto: k-RR or OUE by the classes);
                                  # ppd-ert: secagg ({mode: secagg, thresholds: histogram | domain, cells: 16})

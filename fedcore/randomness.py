@@ -17,7 +17,9 @@ PURPOSES = {"bootstrap": 1, "features": 2, "tree_features": 3, "thresholds": 4, 
             # PPD-ERT secagg-dp: a party's discrete Gaussian noise, keyed by round id, and its noisy row count
             "secagg_dp_noise": 13, "secagg_dp_count": 14,
             # boosting: the rows a round keeps (subsample), keyed by round
-            "subsample": 15}
+            "subsample": 15,
+            # FET-GDP: a party's noise on its marginal histograms (released once, at hello)
+            "gdp_marginals": 16}
 
 BOOTSTRAP_CHUNK_ROWS = 1 << 16
 """Rows per canonical bootstrap chunk: fixed, so a draw never depends on how rows are cut into blocks."""

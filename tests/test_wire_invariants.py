@@ -387,7 +387,9 @@ def _passive_parties_get_ciphertexts_only(run: Recorded) -> None:
 
 def _gdp_counts_are_noised(run: Recorded) -> None:
     counts = [m.arrays["counts"] for _, m in run.messages if m.kind == "fet_noisy_counts"]
-    assert counts and all(c.dtype == np.float64 and np.any(c != np.round(c)) for c in counts)
+    marginals = [m.arrays["marginals"] for _, m in run.messages if m.kind == "hello_reply"]
+    assert counts and marginals
+    assert all(c.dtype == np.float64 and np.any(c != np.round(c)) for c in counts + marginals)
 
 
 def _dp_parties_send_no_extremes(run: Recorded) -> None:
@@ -401,7 +403,7 @@ def _dp_parties_send_no_extremes(run: Recorded) -> None:
     assert ranges and all(not m.arrays for m in ranges)
     for message in from_parties:
         assert not {"min", "max"} & set(message.arrays), message.kind
-        assert set(message.arrays) <= {"counts", "bit_sums", "sizes", "confusion"}, message.kind
+        assert set(message.arrays) <= {"counts", "bit_sums", "sizes", "confusion", "marginals"}, message.kind
     from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
     from fedcore.horizontal.session import HorizontalSession
 
@@ -497,9 +499,10 @@ MODES = {
         schema_kinds=SCHEMA_KINDS, extras=(_ldp_sends_bit_sums, _dp_parties_send_no_extremes)),
     "horizontal-fet-gdp": WireMode(
         run=lambda tmp: run_horizontal(tmp, "extra-trees", "gdp"),
-        to_master=_arrays({**HORIZONTAL_TO_MASTER, "fet_ranges_reply": "",
+        to_master=_arrays({**HORIZONTAL_TO_MASTER, "fet_ranges_reply": "", "hello_reply": "marginals",
                            "fet_noisy_counts": "counts"}),
-        to_parties=_arrays({**HORIZONTAL_TO_PARTIES, **FET_TO_PARTIES}),
+        # the declared (public) domains: the grid of the parties' noisy marginal histograms
+        to_parties=_arrays({**HORIZONTAL_TO_PARTIES, **FET_TO_PARTIES, "hello": "low high"}),
         schema_kinds=SCHEMA_KINDS, extras=(_gdp_counts_are_noised, _dp_parties_send_no_extremes)),
     "horizontal-ppdert-secagg-domain": WireMode(
         run=lambda tmp: run_horizontal(tmp, "ppd-ert", "secagg", thresholds="domain"),

@@ -53,6 +53,7 @@ from fedcore.compute.blocks import (
     rebuildable,
 )
 from fedcore.errors import ProtocolError
+from fedcore.horizontal.fet.marginals import histogram_counts
 from fedcore.horizontal.rows import RowPartition
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.trees import rowwork
@@ -122,6 +123,11 @@ def _ldp_report_sums(part: RowPartition, data: tuple[np.ndarray, np.ndarray], pe
 
 def _active_slots(part: RowPartition) -> int:
     return part.active_slots_per_row()
+
+
+def _histograms(data: tuple[np.ndarray, np.ndarray], low: np.ndarray, high: np.ndarray,
+                bins: int) -> np.ndarray:
+    return histogram_counts(data[0], low, high, bins)
 
 
 def _abs_max(data: tuple[np.ndarray, np.ndarray]) -> float:
@@ -371,6 +377,13 @@ class DaskPartyRows:
         if self.partition.n_open == 0 or self.n_rows == 0:
             return 0
         return max(self._gather(self._map(_active_slots, self.parts)), default=0)
+
+    def marginal_histograms(self, low: np.ndarray, high: np.ndarray, bins: int) -> np.ndarray:
+        """`PartyRows.marginal_histograms`, one task per block: exact integer counts, summed."""
+        total = np.zeros((len(low), bins), dtype=np.int64)
+        for counts in self._gather(self._map(_histograms, self.data, low=low, high=high, bins=bins)):
+            total += counts
+        return total
 
     def label_abs_max(self) -> float:
         """The largest |y| (regression's hello), over the blocks."""

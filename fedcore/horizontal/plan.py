@@ -11,8 +11,11 @@ is open in, so at most n_estimators x max_depth releases per row. A release is t
 branch statistics over its k candidates; one row moves one class count of one branch per candidate, so its
 L2 sensitivity is sqrt(k). Regression sends (count, sum of quantised targets) per branch: a row moves the
 count by 1 and the sum by at most 2**q_bound_bits, whose noise is scaled by 2**q_bound_bits, so sqrt(2k).
-The master sends these terms in `hello`; each party builds the plan from them and its own configured budget,
-and the master computes the same plan to bound and weigh the noisy counts.
+Before them, each party releases its marginal histograms once (`fet/marginals.py`: L2 sensitivity sqrt(d)
+over d features), charged as `marginal_releases` releases: its noise is that of `marginal_releases`
+releases of the plan's noise multiplier composed (`GaussianPlan.sigma_for`). The master sends these terms in
+`hello`; each party builds the plan from them and its own configured budget, and the master computes the same
+plan to bound and weigh the noisy counts.
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ import math
 from typing import Any
 
 from fedcore.errors import ParameterError
+from fedcore.horizontal.fet.marginals import MARGINAL_BINS, MAX_MARGINAL_BINS, marginal_releases
 from fedcore.privacy.accounting import GaussianPlan
 from fedcore.privacy.distributed import DistributedPlan
 from fedcore.privacy.settings import DistributedDP, GlobalDP, PrivacySetting
 
 PLAN_TERMS = ("n_estimators", "max_depth", "k", "task")
-"""The `hello` header fields a GDP party plans its releases from."""
+"""The `hello` header fields a DP party plans its releases from."""
+GDP_PLAN_TERMS = (*PLAN_TERMS, "n_features", "marginal_bins", "marginal_releases")
+"""FET-GDP's, with its marginal histograms."""
 UNBOUNDED_DEPTH = ("privacy {mode!r} needs a bounded depth: set params.max_depth (the model's budget is "
                    "spread over trees x levels)")
 
@@ -37,12 +43,20 @@ def check_bounded_depth(privacy: PrivacySetting, max_depth: int | None) -> None:
         raise ParameterError(UNBOUNDED_DEPTH.format(mode=privacy.mode))
 
 
-def plan_terms(n_estimators: int, max_depth: int | None, k: int, task: str,
-               mode: str = "gdp") -> dict[str, Any]:
-    """The plan's terms as the master's `hello` carries them; refuse an unbounded depth (naming `mode`)."""
+def plan_terms(n_estimators: int, max_depth: int | None, k: int, task: str, n_features: int | None = None,
+               marginal_bins: int = MARGINAL_BINS, *, mode: str = "gdp") -> dict[str, Any]:
+    """The plan's terms as the master's `hello` carries them; refuse an unbounded depth (naming `mode`).
+
+    With `n_features` (gdp), also the marginal histograms' terms; `marginal_bins` 0: no marginal histograms
+    (thresholds uniform in the declared domains).
+    """
     if max_depth is None:
         raise ParameterError(UNBOUNDED_DEPTH.format(mode=mode))
-    return {"n_estimators": n_estimators, "max_depth": max_depth, "k": k, "task": task}
+    terms: dict[str, Any] = {"n_estimators": n_estimators, "max_depth": max_depth, "k": k, "task": task}
+    if n_features is None:
+        return terms
+    releases = marginal_releases(n_estimators * max_depth) if marginal_bins else 0
+    return {**terms, "n_features": n_features, "marginal_bins": marginal_bins, "marginal_releases": releases}
 
 
 def gaussian_plan(epsilon: float, delta: float, terms: dict[str, Any]) -> GaussianPlan:
@@ -51,9 +65,33 @@ def gaussian_plan(epsilon: float, delta: float, terms: dict[str, Any]) -> Gaussi
     Refuses terms that are not positive integers (the task: classification or regression).
     """
     check_terms(terms, "gdp")
+    _check_marginal_terms(terms)
     per_candidate = 2 if terms["task"] == "regression" else 1
-    return GaussianPlan(epsilon, delta, releases=terms["n_estimators"] * terms["max_depth"],
+    return GaussianPlan(epsilon, delta,
+                        releases=terms["n_estimators"] * terms["max_depth"] + terms["marginal_releases"],
                         sensitivity=math.sqrt(per_candidate * terms["k"]))
+
+
+def _check_marginal_terms(terms: dict[str, Any]) -> None:
+    """Refuse marginal-histogram terms out of range, or bins without releases (or the reverse)."""
+    for name in ("n_features", "marginal_bins", "marginal_releases"):
+        value = terms.get(name)
+        least = 0 if name.startswith("marginal") else 1
+        most = MAX_MARGINAL_BINS if name == "marginal_bins" else None
+        if isinstance(value, bool) or not isinstance(value, int) or value < least \
+                or (most is not None and value > most):
+            bound = f"in [{least}, {most}]" if most is not None else f">= {least}"
+            raise ParameterError(f"privacy 'gdp': the plan's {name} must be an integer {bound}, got "
+                                 f"{value!r}")
+    if (terms["marginal_bins"] == 0) != (terms["marginal_releases"] == 0):
+        raise ParameterError(f"privacy 'gdp': marginal histograms need both bins and releases, got "
+                             f"{terms['marginal_bins']} bins charged as {terms['marginal_releases']} "
+                             "releases")
+
+
+def marginal_sigma(plan: GaussianPlan, terms: dict[str, Any]) -> float:
+    """The noise of the marginal histograms: L2 sensitivity sqrt(d), charged as `marginal_releases`."""
+    return plan.sigma_for(math.sqrt(terms["n_features"]), terms["marginal_releases"])
 
 
 def distributed_plan(epsilon: float, delta: float, terms: dict[str, Any], parties: int) -> DistributedPlan:

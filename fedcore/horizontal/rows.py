@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore.errors import ProtocolError
+from fedcore.horizontal.fet.marginals import histogram_counts
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy import ldp_draws
@@ -244,6 +245,10 @@ class PartyRows:
     def active_slots_per_row(self) -> int:
         """The most trees any single row is active in (for per-row privacy accounting)."""
         return self.partition.active_slots_per_row()
+
+    def marginal_histograms(self, low: np.ndarray, high: np.ndarray, bins: int) -> np.ndarray:
+        """Rows per cell of each feature's `bins` equal cells of [low, high] (`fet/marginals.py`)."""
+        return histogram_counts(self.X, low, high, bins)
 
     def label_abs_max(self) -> float:
         """The largest |y| (a regression party's hello bounds its targets by it)."""

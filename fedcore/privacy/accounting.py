@@ -95,12 +95,16 @@ def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
 
 
 @lru_cache(maxsize=256)
-def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
-    """Epsilon at `delta` of one Gaussian mechanism of noise multiplier z (sigma / L2 sensitivity)."""
+def gaussian_epsilon(noise_multiplier: float, delta: float, count: int = 1) -> float:
+    """Epsilon at `delta` of `count` composed Gaussian releases of noise multiplier z (sigma / sensitivity).
+
+    dp-accounting's PLD accountant composes the event `count` times (for Gaussians it does so exactly, as
+    one Gaussian of multiplier z / sqrt(count)).
+    """
     from dp_accounting import dp_event
 
     accountant = _accountant()
-    accountant.compose(dp_event.GaussianDpEvent(noise_multiplier))
+    accountant.compose(dp_event.GaussianDpEvent(noise_multiplier), count)
     return float(accountant.get_epsilon(delta))
 
 
@@ -172,6 +176,14 @@ class GaussianPlan(ReleasePlan):
     def totals_after(self, releases: int) -> dict[str, float]:
         """Epsilon at the plan's delta of a row that took part in `releases` releases (0 for none)."""
         return {"epsilon_total": gaussian_total(self.sigma, self.sensitivity, releases, self.delta)}
+
+    def sigma_for(self, sensitivity: float, releases: int) -> float:
+        """The noise of a release of L2 `sensitivity` that counts as `releases` of the plan's releases.
+
+        `releases` Gaussian releases of noise multiplier m = sigma / sensitivity compose to one of multiplier
+        m / sqrt(releases) (see the module doc): that multiplier, times the release's own sensitivity.
+        """
+        return self.sigma / self.sensitivity * sensitivity / math.sqrt(releases)
 
     def terms(self) -> dict:
         """The mechanism and its parameters: public, and the same for every party under the same plan."""

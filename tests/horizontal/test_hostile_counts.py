@@ -28,7 +28,7 @@ from fedcore.horizontal.estimators import (
 )
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.plan import gaussian_plan
+from fedcore.horizontal.plan import gaussian_plan, plan_terms
 from fedcore.horizontal.validation import build_schema
 from fedcore.privacy.accounting import GAUSSIAN_NOISE_BOUND
 from fedcore.protocol.messages import Message
@@ -47,6 +47,7 @@ def _frames(task: str = "classification") -> dict:
 
 ROWS = len(_frames()["b"])  # the hostile party's rows
 TOTAL = 200
+N_FEATURES = len(_frames()["a"].columns) - 1  # every column but the label
 
 
 def _fit(model, alter: Callable[[list, Message, Message], Message], task: str = "classification") -> None:
@@ -249,8 +250,7 @@ def test_regression_party_may_not_state_an_exponent_far_above_the_others() -> No
 
 def _plan_of(epsilon: float, **terms):
     """The GDP plan of OPTIONS (classification, k = 3) under (epsilon, 1e-6), with `terms` changed."""
-    base = {"n_estimators": OPTIONS["n_estimators"], "max_depth": OPTIONS["max_depth"], "k": K,
-            "task": "classification"}
+    base = plan_terms(OPTIONS["n_estimators"], OPTIONS["max_depth"], K, "classification", N_FEATURES)
     return gaussian_plan(epsilon, 1e-6, {**base, **terms})
 
 
@@ -267,7 +267,7 @@ def test_gdp_party_must_state_the_agreed_sigma() -> None:
         with pytest.raises(ProtocolError) as refused:
             _fit(FederatedExtraTreesClassifier(privacy="gdp", epsilon=0.5, **DP), alter)
         assert str(refused.value) == (f"party 'b' stated noise sigma {stated!r} in hello, but the agreed "
-                                      "budget (epsilon 0.5, delta 1e-06) over 6 releases of L2 sensitivity "
+                                      "budget (epsilon 0.5, delta 1e-06) over 7 releases of L2 sensitivity "
                                       f"1.73205 plans sigma {sigma!r}")
 
 
@@ -303,13 +303,16 @@ def _master_planning(model, **terms):
 
 
 def test_a_gdp_party_refuses_a_master_that_asks_past_its_plan() -> None:
-    """A master announcing one tree, then growing two: level 1 would take a row to 4 releases of 3."""
+    """A master announcing one tree, then growing two: level 1 would take a row to 5 releases of 4.
+
+    The plan: 3 levels and the marginal histograms (charged as one release).
+    """
     model = _master_planning(FederatedExtraTreesClassifier(privacy="gdp", epsilon=1.0, **DP),
                              n_estimators=1)
     with pytest.raises(ProtocolError) as refused:
         model.fit(_frames(), "target")
     assert str(refused.value) == ("party 'a': the privacy budget (epsilon 1, delta 1e-06) is spent: a "
-                                  "row would take part in 4 releases, its plan has 3; nothing more is "
+                                  "row would take part in 5 releases, its plan has 4; nothing more is "
                                   "released")
 
 
@@ -519,7 +522,7 @@ def test_a_federation_bounds_noisy_counts_by_the_configured_budget(tmp_path) -> 
     plan = session.master.plan
     assert (plan.epsilon, plan.delta) == (0.5, 1e-7)
     assert str(refused.value) == (f"party 'north' stated noise sigma 1e-12 in hello, but the agreed budget "
-                                  f"(epsilon 0.5, delta 1e-07) over 6 releases of L2 sensitivity "
+                                  f"(epsilon 0.5, delta 1e-07) over 7 releases of L2 sensitivity "
                                   f"{plan.sensitivity:g} plans sigma {plan.sigma!r}")
     session, _ = _federation(tmp_path / "honest", "classification", privacy, lambda reply: reply)
     session.train()

@@ -59,6 +59,7 @@ from fedcore.horizontal.fet.gdp import (
     shrunk_proportions,
     unbiased_sizes,
 )
+from fedcore.horizontal.fet.marginals import MARGINAL_BINS, MarginalQuantiles
 from fedcore.horizontal.growth import (
     BranchStatsLevels,
     LevelResult,
@@ -68,7 +69,7 @@ from fedcore.horizontal.growth import (
 )
 from fedcore.horizontal.ledgers import SIGMA_TOLERANCE, AgreedLedger, label_ldp_ledger, stated_sigma
 from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.plan import gaussian_plan, plan_terms
+from fedcore.horizontal.plan import gaussian_plan, marginal_sigma, plan_terms
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.accounting import (
     DEFAULT_DELTA,
@@ -115,7 +116,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
     def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema, *,
                  privacy: str = "none", epsilon: float | None = None, delta: float = DEFAULT_DELTA,
                  ldp: LabelLDP | None = None, low: np.ndarray | None = None, high: np.ndarray | None = None,
-                 progress: ProgressCallback | None = None, memory_budget: int | None = None) -> None:
+                 marginal_bins: int = MARGINAL_BINS, progress: ProgressCallback | None = None,
+                 memory_budget: int | None = None) -> None:
         """The FET master in privacy mode `privacy` ('none', 'gdp' or 'ldp'); LDP raises the leaf floor.
 
         `epsilon`, `delta` (gdp, epsilon required there): the agreed budget of the whole model, the configured
@@ -124,6 +126,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         sigma, which bounds and weighs the noisy counts.
         `low`, `high` (gdp and ldp, required there): the declared (public) domain of every feature, in schema
         order; thresholds are drawn in them, narrowed by the splits above (`fedcore/horizontal/boxes.py`).
+        `marginal_bins` (gdp): cells of the parties' DP marginal histograms, by whose CDFs thresholds are
+        placed in the boxes (`fet/marginals.py`); 0 places them uniformly.
         """
         super().__init__(transport, params, schema, progress, memory_budget)
         self.privacy = privacy
@@ -134,11 +138,13 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
             if epsilon is None:
                 raise ParameterError("privacy 'gdp': the master needs the agreed budget (epsilon=..., the "
                                      "privacy setting's)")
-            self.plan_terms = plan_terms(params.n_estimators, params.max_depth, self.k, params.task)
+            self.plan_terms = plan_terms(params.n_estimators, params.max_depth, self.k, params.task,
+                                         schema.n_features, marginal_bins)
             self.plan = gaussian_plan(check_epsilon(epsilon, "privacy 'gdp': epsilon"),
                                       check_delta(delta, "privacy 'gdp': delta"), self.plan_terms)
         self.domains = _dp_domains(privacy, low, high, schema.n_features)
         self._boxes: NodeBoxes | None = None  # DP modes: the open nodes' boxes
+        self.marginals: MarginalQuantiles | None = None  # gdp: the features' noisy CDFs (hello)
         self.noise_follows_batches = privacy in ("gdp", "ldp")
         # n_bits fixed for the classes
         self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None
@@ -158,7 +164,12 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         """Greet every party; learn the row counts and (regression) the target scale; gdp: check sigma."""
         header = {"algorithm": self.algorithm, "schema": self.schema.fingerprint(), "privacy": self.privacy,
                   "task": self.params.task, **self.plan_terms}
-        replies = self.transport.exchange({name: Message("hello", header) for name in self.parties})
+        arrays = {}
+        if self.plan_terms.get("marginal_bins"):  # the histograms' grid: the declared (public) domains
+            assert self.domains is not None, "gdp has declared domains"
+            arrays = {"low": self.domains[0], "high": self.domains[1]}
+        hello = Message("hello", header, arrays)
+        replies = self.transport.exchange(dict.fromkeys(self.parties, hello))
         self._note_parties(replies)
         self.n_rows = sum(self.party_rows.values())
         if self.privacy == "gdp":
@@ -169,6 +180,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                     f"the agreed budget (epsilon {plan.epsilon:g}, delta {plan.delta:g}) over "
                     f"{plan.releases} releases of L2 sensitivity {plan.sensitivity:g}")
             self._noise_variance = count_variance([plan.sigma] * len(replies))
+            if self.plan_terms["marginal_bins"]:
+                self.marginals = self._marginal_quantiles(replies)
         if self.params.task == "regression":
             self.party_y_exponent = {n: _reported_exponent(n, r.header) for n, r in replies.items()}
             self._check_exponents()
@@ -179,6 +192,19 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                                      "regression target in the exact fixed-point sums; train on fewer rows")
             self.q_bits = bits
             self.q_shift = bits - exponent
+
+    def _marginal_quantiles(self, replies: dict[str, Message]) -> MarginalQuantiles:
+        """gdp: the parties' noisy marginal histograms (hello replies), checked and summed into CDFs."""
+        assert self.domains is not None, "gdp has declared domains"
+        shape = (self.schema.n_features, self.plan_terms["marginal_bins"])
+        sigma = marginal_sigma(self._plan(), self.plan_terms)
+        total = np.zeros(shape)
+        for name in self.parties:
+            part = _reply_array(replies, name, "hello_reply", "marginals", shape)
+            scale = sigma * max(1.0, self._stated_sigma[name] / self._plan().sigma)  # within SIGMA_TOLERANCE
+            check_noisy_counts(f"party {name!r}", "hello_reply.marginals", part, self.party_rows[name], scale)
+            total += part
+        return MarginalQuantiles(total, *self.domains)
 
     def _check_exponents(self) -> None:
         """Refuse a y_exponent (already in [-1074, MAX_Y_EXPONENT]) no honest party can state, naming it.
@@ -300,6 +326,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                                     f"{sorted(reply.arrays)}; in privacy {self.privacy!r} a party sends no "
                                     "ranges: expected an empty 'fet_ranges_reply'")
         low, high = boxes.grid(features)
+        if self.marginals is not None:  # gdp: where the rows are, by the noisy marginal CDFs
+            u = self.marginals.warp(features, low, high, u)
         return span_thresholds(low, high, np.ones(features.shape, dtype=bool), u)
 
     def advance(self, level: Level, split_idx: np.ndarray, left: np.ndarray, child_open: np.ndarray,

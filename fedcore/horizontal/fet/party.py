@@ -38,7 +38,7 @@ from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.ledgers import LEDGER, label_ldp_ledger
 from fedcore.horizontal.model import HorizontalForest
-from fedcore.horizontal.plan import PLAN_TERMS, gaussian_plan
+from fedcore.horizontal.plan import GDP_PLAN_TERMS, gaussian_plan, marginal_sigma
 from fedcore.horizontal.rows import PartyRows, check_hello, narrow, own_rows, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.accounting import DEFAULT_DELTA, PrivacyLedger
@@ -117,6 +117,8 @@ class HorizontalParty:
         self.reports_per_row = 0  # LDP: instant reports the busiest row has sent
         self.reports = 0  # noise reports so far: the noise streams are keyed by this count
         self.plan_k = 0  # gdp: the candidates per node the plan is for (hello)
+        self.ledger_terms: dict = {}  # gdp: the plan's terms (hello)
+        self._marginal_grid: tuple[np.ndarray, np.ndarray] | None = None  # gdp: the released histograms' grid
         self.y_exponent = 0  # regression: |y| < 2**y_exponent, stated in hello
         self.machine = FET_PROTOCOL.start(log)
 
@@ -147,12 +149,46 @@ class HorizontalParty:
             # |y| < 2**y_exponent: a power of two, not a value
             self.y_exponent = int(np.frexp(largest)[1])
             header["y_exponent"] = self.y_exponent
+        arrays: dict[str, np.ndarray] = {}
         if self.privacy == "gdp":
             # the noise scale is public: the master bounds and weighs noisy counts by it
-            header["sigma"] = self._start_ledger(h).sigma
+            plan = self._start_ledger(h)
+            header["sigma"] = plan.sigma
+            if self.ledger_terms["marginal_bins"]:
+                arrays["marginals"] = self._marginals(message, plan)
         if self.privacy == "ldp":
             self.rows.draw_permanent(self.label_ldp(), counter_key(self.noise_seed, "ldp_permanent"))
-        return Message("hello_reply", header)
+        return Message("hello_reply", header, arrays)
+
+    def _marginals(self, message: Message, plan: GaussianPlan) -> np.ndarray:
+        """GDP: the noisy marginal histograms over the hello's grid (`fet/marginals.py`): the first release.
+
+        Charged when the ledger has no release yet (a resumed ledger has it already); the noise is keyed by
+        purpose only, so a second hello (or a resumed run) gets the same release, and a second hello with
+        another grid is refused (it would release other counts under the same noise).
+        """
+        assert self.ledger is not None, "hello makes the ledger under gdp"
+        grid = [message.arrays.get(end) for end in ("low", "high")]
+        if any(g is None or np.shape(g) != (self.schema.n_features,) or not np.all(np.isfinite(g))
+               for g in grid):
+            raise ProtocolError(f"party {self.name!r}: a gdp hello with marginal histograms needs the "
+                                f"declared domains 'low' and 'high', {self.schema.n_features} finite values "
+                                "each")
+        low, high = (np.asarray(g, np.float64) for g in grid)
+        if self._marginal_grid is not None and not all(
+                np.array_equal(a, b) for a, b in zip(self._marginal_grid, (low, high), strict=True)):
+            raise ProtocolError(f"party {self.name!r} has released its marginal histograms over other "
+                                "domains; a second hello must send the same 'low' and 'high'")
+        self._marginal_grid = (low, high)
+        terms = self.ledger_terms
+        if self.ledger.queries == 0:
+            try:
+                self.ledger.charge(terms["marginal_releases"], f"party {self.name!r}")
+            except ParameterError as error:
+                raise ProtocolError(str(error)) from None
+        counts = self.rows.marginal_histograms(low, high, terms["marginal_bins"])
+        noise = stream(self.noise_seed, "gdp_marginals").standard_normal(counts.shape)
+        return counts.astype(np.float64) + noise * marginal_sigma(plan, terms)
 
     def _start_ledger(self, h: Header) -> GaussianPlan:
         """GDP: the plan of the master's terms under this party's own budget, and its ledger.
@@ -160,14 +196,19 @@ class HorizontalParty:
         The ledger of a resumed run starts where its checkpoint left it (`restored_ledger`); a second hello
         to the same party keeps its ledger, and is refused if it plans otherwise.
         """
+        terms = {name: h.get(name) for name in GDP_PLAN_TERMS}
         try:
-            plan = gaussian_plan(self.epsilon, self.delta, {name: h.get(name) for name in PLAN_TERMS})
+            plan = gaussian_plan(self.epsilon, self.delta, terms)
         except ParameterError as error:
             raise ProtocolError(f"party {self.name!r}: {error}") from None
+        if terms["n_features"] != self.schema.n_features:
+            raise ProtocolError(f"party {self.name!r}: the master plans for {terms['n_features']} features, "
+                                f"the agreed schema has {self.schema.n_features}")
         if h.get("task") != self.schema.task:
             raise ProtocolError(f"party {self.name!r}: the master plans for task {h.get('task')!r}, the "
                                 f"agreed schema's is {self.schema.task!r}")
         self.plan_k = h.int("k")
+        self.ledger_terms = terms
         if self.ledger is None:
             releases, queries = self.restored_ledger
             self.ledger = PrivacyLedger(plan, releases_per_row=releases, queries=queries)

@@ -29,7 +29,7 @@ class DistributedSums:
     def __init__(self, budget: DistributedDP, params: ExtraTreesParams, k: int) -> None:
         """The plan's terms (a bounded depth is required); the plan itself waits for the parties (hello)."""
         self.budget = budget
-        self.terms = plan_terms(params.n_estimators, params.max_depth, k, params.task, "secagg-dp")
+        self.terms = plan_terms(params.n_estimators, params.max_depth, k, params.task, mode="secagg-dp")
         self._plan: DistributedPlan | None = None
         self._low = self._high = 0
 
