@@ -5,6 +5,7 @@
     fedforest models promote  TRUST --model NAME --version REF [--alias production]
     fedforest models rollback TRUST --model NAME [--alias production]
     fedforest models keygen   --out FILE      (writes FILE, mode 0600, and FILE.pub, mode 0644)
+    fedforest models export   TRUST --model NAME [--version REF] --format onnx|treelite --out FILE
 
 TRUST says which registry and which key to trust: `--config federation.yaml` (the master's registry, its
 master.public_key, and master.signing_key to promote), or `--registry DIR` with `--public-key FILE`
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 
 from fedcore.errors import ConfigError
+from fedcore.models.export import FORMATS, export_version
 from fedcore.models.registry import LATEST, PRODUCTION, ModelRegistry
 from fedcore.models.signing import generate_signing_key, key_id, public_key_path
 
@@ -57,6 +59,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     _registry_options(rollback, moves_aliases=True)
     rollback.add_argument("--alias", default=PRODUCTION, help="alias to move back (default production)")
     rollback.set_defaults(handler=_rollback)
+
+    export = sub.add_parser("export", help="write a verified horizontal version as ONNX or Treelite "
+                                           "(the [export] extra)")
+    _registry_options(export)
+    export.add_argument("--version", default=LATEST, metavar="REF",
+                        help="v0003, an alias or latest (default)")
+    export.add_argument("--format", required=True, choices=FORMATS, help="onnx (TreeEnsembleClassifier/"
+                                                                        "Regressor) or treelite")
+    export.add_argument("--out", required=True, metavar="FILE", help="the file to write (replaced whole)")
+    export.set_defaults(handler=_export)
 
     keygen = sub.add_parser("keygen", help="create an Ed25519 signing key (FILE) and its public key "
                                            "(FILE.pub)")
@@ -191,6 +203,14 @@ def _show(args: argparse.Namespace) -> int:
         lines += ["", _indent(format_table(info["files"]))]
     print("\n".join(lines))
     return failed
+
+
+def _export(args: argparse.Namespace) -> int:
+    """Write the version's forest in the format asked; the input is the schema-encoded matrix."""
+    version, path = export_version(_open(args), args.model, args.version, args.format, args.out)
+    print(f"{args.model} {version}: wrote {path} ({args.format}; input X: the rows encoded by the schema in "
+          "its metadata, see docs/design.md, Export)")
+    return 0
 
 
 def _promote(args: argparse.Namespace) -> int:

@@ -188,6 +188,25 @@ class _HorizontalForest(SimulatedFederation):
             raise ParameterError(f"predict takes one pandas DataFrame of rows, got {type(frame).__name__}")
         return self.model_.predict_values(self.schema_.encode(frame))
 
+    def to_onnx(self) -> Any:
+        """The fitted forest as an ONNX `ModelProto` (needs the [export] extra; docs/design.md, Export).
+
+        Its input `X` is float64 rows encoded by the schema: `self.schema_.encode(frame)`.
+        """
+        from fedcore.models.export import exported_trees
+        from fedcore.models.onnx_export import to_onnx
+
+        check_fitted(self)
+        return to_onnx(exported_trees(self.model_), self.model_.algorithm)
+
+    def to_treelite(self) -> Any:
+        """The fitted forest as a `treelite.Model` (needs the [export] extra); input as for `to_onnx`."""
+        from fedcore.models.export import exported_trees
+        from fedcore.models.treelite_export import to_treelite
+
+        check_fitted(self)
+        return to_treelite(exported_trees(self.model_))
+
     @property
     def n_features_in_(self) -> int:
         """Number of feature columns (the agreed schema's)."""

@@ -23,6 +23,8 @@ from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.trees.combination import MEAN
 
 NO_CHILD = -1
+MODEL_TABLE = "model"
+"""The name of the table a registered horizontal version stores its forest in."""
 SCHEMA_KEY = b"fedforest.horizontal.schema"
 META_KEY = b"fedforest.horizontal.meta"
 _ROW_CHUNK = 1 << 14

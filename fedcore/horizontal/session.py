@@ -33,7 +33,7 @@ from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.horizontal.contracts import declared_feature_ranges, declared_y_exponent, engine_schema
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.growth import ProgressCallback
-from fedcore.horizontal.model import HorizontalForest
+from fedcore.horizontal.model import MODEL_TABLE, HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.plan import check_bounded_depth
 from fedcore.horizontal.ppdert.master import PPDERTMaster
@@ -53,8 +53,6 @@ from fedcore.privacy.settings import (
 from fedcore.protocol.messages import Message
 from fedcore.session import MasterSession, Prediction, Preparation, TrainingFacts, prediction_header
 from fedcore.transport.base import Transport
-
-MODEL_TABLE = "model"
 
 
 class HorizontalSession(MasterSession):
