@@ -3,8 +3,9 @@
 For each node and each of its candidate features the kernel builds the per-bin statistics of the node's
 samples and scans the split points; only bins that occur in the node are scanned, so deep, small nodes
 cost O(samples) rather than O(bins). Numeric features split at a bin threshold; categorical ones at a
-prefix of their categories ordered by class share or mean target; missing values go to whichever side
-is better (or to the heavier side when the node has none). Ties keep the first candidate in feature-rank
+prefix of their categories ordered by class share or mean target, regularised as the gradient-boosting
+libraries do (`_categorical_split`); missing values go to whichever side is better (or to the heavier side
+when the node has none). Ties keep the first candidate in feature-rank
 order, then the lowest threshold, so results do not depend on how features are spread over parties.
 
 Targets are (samples, T) float64: T = 1 (class code or value) for the forests' criteria, T = 2 (g, h) for
@@ -22,6 +23,15 @@ from fedcore.data.binning import MISSING_BIN
 from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR, VALUE_STATISTICS, impurity_term, stats_weight
 
 N_CODES = 256
+MIN_CATEGORY_ROWS = 5.0
+"""A category with fewer (bootstrap-weighted) rows in a node is never sent left on its own: it stays with the
+right child (scikit-learn's HistGradientBoosting: MIN_CAT_SUPPORT; LightGBM: min_data_per_group)."""
+CATEGORY_SMOOTHING = 10.0
+"""Rows of the node's own mean blended into each category's statistic before ordering (LightGBM's
+cat_smooth): a category seen on three rows is not ranked by those three alone."""
+MAX_CATEGORY_SPLIT = 32
+"""At most this many categories on the left (the side listed in the split's bits), scanned from both ends
+of the order (LightGBM's and HistGradientBoosting's max_cat_threshold)."""
 
 
 @dataclass
@@ -68,9 +78,11 @@ def _accumulate_gradient(hist, b, w, target, j):
 
 @nb.njit(cache=True)
 def _scan(hist, ordered, n_ordered, total, missing, has_missing, parent_term, criterion, reg_lambda,
-          min_leaf, best_gain, cum, lbuf, rbuf):
+          min_leaf, best_gain, cum, lbuf, rbuf, max_cuts=N_CODES, rest_right=False):
     """Scan the prefix splits of `ordered` bins, and "all values | missing" when values are missing.
 
+    At most `max_cuts` prefixes. `rest_right`: the node has rows in bins not in `ordered` (categories
+    too rare to order), which always go right, so every prefix, all of `ordered` too, leaves a right child.
     Returns (gain, cut, missing_left) of the best one beating `best_gain`, cut -1 if none.
     """
     S = hist.shape[1]
@@ -78,12 +90,12 @@ def _scan(hist, ordered, n_ordered, total, missing, has_missing, parent_term, cr
     found_ml = False
     for k in range(S):
         cum[k] = 0.0
-    n_cuts = n_ordered - 1 + (1 if has_missing else 0)
+    n_cuts = min(n_ordered - 1 + (1 if (has_missing or rest_right) else 0), max_cuts)
     for t in range(n_cuts):
         b = ordered[t]
         for k in range(S):
             cum[k] += hist[b, k]
-        n_options = 2 if (has_missing and t < n_ordered - 1) else 1
+        n_options = 2 if (has_missing and (t < n_ordered - 1 or rest_right)) else 1
         for option in range(n_options):
             ml = option == 1
             for k in range(S):
@@ -290,45 +302,82 @@ def _numeric_split(pair, n_values, total, missing, has_missing, parent_term, cri
 def _categorical_split(pair, n_values, total, n_stats, missing, has_missing, parent_term, criterion,
                        reg_lambda, min_leaf, n_class_orderings, hist, ordered, cum, lbuf, rbuf, keys,
                        out_gain, out_bin, out_ml, out_bits):
-    """The best prefix of the categories under each documented ordering, written at `pair` if admissible."""
+    """The best set of categories to send left, written at `pair` if admissible.
+
+    As scikit-learn's HistGradientBoosting and LightGBM regularise it: only categories with at least
+    `MIN_CATEGORY_ROWS` rows in the node are ordered (the rarer ones always go right), by their smoothed
+    statistic (`_category_keys`) under each documented ordering; the split sends a prefix of that order
+    left, at most `MAX_CATEGORY_SPLIT` categories, taken from either end when the cap or rare categories make
+    the two ends differ.
+    """
+    used = np.empty(n_values, np.int64)
+    n_used = 0
+    for t in range(n_values):
+        if _category_rows(hist[ordered[t]], criterion) >= MIN_CATEGORY_ROWS:
+            used[n_used] = ordered[t]
+            n_used += 1
+    rest_right = n_used < n_values
+    both_ends = rest_right or n_used > MAX_CATEGORY_SPLIT
     best = -np.inf
     by_value = criterion == SQUARED_ERROR or criterion == GRADIENT
     n_orderings = 1 if by_value or n_stats == 2 else n_class_orderings
+    cats = np.empty(n_used, np.int64)
     for o in range(n_orderings):
-        _category_keys(hist, ordered, n_values, n_stats, criterion, reg_lambda, o, keys)
-        perm = np.argsort(keys[:n_values], kind="mergesort")
-        cats = ordered[:n_values][perm]
-        gain, cut, ml = _scan(hist, cats, n_values, total, missing, has_missing, parent_term,
-                              criterion, reg_lambda, min_leaf, best, cum, lbuf, rbuf)
-        if cut >= 0:
-            best = gain
-            out_gain[pair] = gain
-            out_bin[pair] = -1
-            out_ml[pair] = ml if has_missing else _more_left(hist, cats, cut, total, criterion, lbuf)
-            for w in range(4):
-                out_bits[pair, w] = 0
-            for t in range(cut + 1):
-                c = cats[t]
-                out_bits[pair, c >> 6] |= np.uint64(1) << np.uint64(c & 63)
+        _category_keys(hist, used, n_used, total, n_stats, criterion, reg_lambda, o, keys)
+        perm = np.argsort(keys[:n_used], kind="mergesort")
+        for end in range(2 if both_ends else 1):
+            for t in range(n_used):
+                cats[t] = used[perm[t]] if end == 0 else used[perm[n_used - 1 - t]]
+            gain, cut, ml = _scan(hist, cats, n_used, total, missing, has_missing, parent_term, criterion,
+                                  reg_lambda, min_leaf, best, cum, lbuf, rbuf, MAX_CATEGORY_SPLIT, rest_right)
+            if cut >= 0:
+                best = gain
+                out_gain[pair] = gain
+                out_bin[pair] = -1
+                out_ml[pair] = ml if has_missing else _more_left(hist, cats, cut, total, criterion, lbuf)
+                for w in range(4):
+                    out_bits[pair, w] = 0
+                for t in range(cut + 1):
+                    c = cats[t]
+                    out_bits[pair, c >> 6] |= np.uint64(1) << np.uint64(c & 63)
+
+
+@nb.njit(cache=True, inline="always")
+def _category_rows(stats, criterion):
+    """A category's (bootstrap-weighted) rows in the node: the count statistic, or the class counts' sum."""
+    if criterion == SQUARED_ERROR or criterion == GRADIENT:
+        return stats[0]
+    rows = 0.0
+    for k in range(stats.shape[0]):
+        rows += stats[k]
+    return rows
 
 
 @nb.njit(cache=True)
-def _category_keys(hist, ordered, n_values, n_stats, criterion, reg_lambda, o, keys):
-    """Each category's key under ordering o: its mean target, or its share of class o (two classes: of 1).
+def _category_keys(hist, cats, n_cats, total, n_stats, criterion, reg_lambda, o, keys):
+    """Each category's key under ordering o, smoothed towards the node's (`CATEGORY_SMOOTHING` rows of it).
 
-    Gradient statistics: G / (H + lambda), minus the category's leaf weight (0 where H + lambda is 0: rows a
-    round's subsample left out weigh nothing).
+    Mean target: (sum + s mean) / (w + s); class o's share (two classes: class 1's): (count + s share) /
+    (rows + s); gradient statistics: G / (H + lambda + s), LightGBM's (the node's own weight is 0 there).
     """
-    for t in range(n_values):
-        c = ordered[t]
-        wc = stats_weight(hist[c], criterion)
+    s = CATEGORY_SMOOTHING
+    if criterion == SQUARED_ERROR:
+        prior = total[1] / total[0] if total[0] > 0.0 else 0.0
+    elif criterion != GRADIENT:
+        k = o if n_stats > 2 else n_stats - 1
+        rows = _category_rows(total, criterion)
+        prior = total[k] / rows if rows > 0.0 else 0.0
+    else:
+        prior = 0.0
+    for t in range(n_cats):
+        c = cats[t]
         if criterion == GRADIENT:
-            denominator = wc + reg_lambda
-            keys[t] = hist[c, 1] / denominator if denominator > 0.0 else 0.0
+            keys[t] = hist[c, 1] / (hist[c, 2] + reg_lambda + s)
         elif criterion == SQUARED_ERROR:
-            keys[t] = hist[c, 1] / wc
+            keys[t] = (hist[c, 1] + s * prior) / (hist[c, 0] + s)
         else:
-            keys[t] = hist[c, o if n_stats > 2 else n_stats - 1] / wc  # one class: every key is 1
+            count = hist[c, o if n_stats > 2 else n_stats - 1]
+            keys[t] = (count + s * prior) / (_category_rows(hist[c], criterion) + s)
 
 
 def best_splits_from_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categorical, totals,

@@ -142,13 +142,13 @@ CASES = {
 }
 
 PINNED = {
-    'vertical plain gini': 'f317f3fb0ad63814',
-    'vertical plain regression, batches': 'b9b091a93ca9cb40',
-    'vertical plain per-tree features, no bootstrap': '9f7ae9d34df09610',
+    'vertical plain gini': '3ef066ddaa07724e',
+    'vertical plain regression, batches': '4f3e7a3a6d68fd22',
+    'vertical plain per-tree features, no bootstrap': '0efe99659c225416',
     'vertical boosting squared error': 'c71c47e045d61054',
     'vertical boosting logistic': '18166db75ff43eb2',
     'vertical boosting softmax': '337037549366a9b5',
-    'vertical paillier': 'fe69e54ec44a2b35',
+    'vertical paillier': 'f0a92a2261a1e10a',
     'fet plain': '446d5a9d39c1101b',
     'fet plain regression, batches': '771c434ef1ba80de',
     'fet gdp': 'e99f6b561eda617c',
@@ -161,7 +161,7 @@ PINNED = {
     'fet gdp regression, dask': '00336aadc2b86f16',
     'ppdert secure histogram, dask': '541d7c9f1d5fe577',
     'fet ldp bloom, dask': '56d93e154aaa7449',
-    'vertical plain gini, dask': 'f317f3fb0ad63814',
+    'vertical plain gini, dask': '3ef066ddaa07724e',
 }
 
 
