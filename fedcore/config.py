@@ -148,8 +148,8 @@ class TrainingSettings:
     """A new version becomes production unless it is worse than production by more than this."""
     metric: str | None = None
     """Metric compared for promotion (`fedcore.metrics.LOWER_IS_BETTER` says its direction); default: log_loss
-    for a vertical classifier (its label holder scores probabilities), balanced_accuracy for a horizontal one
-    (its institutions report confusion counts only), r2 for regression (`FederationConfig.promotion_metric`).
+    for a classifier (the vertical label holder scores probabilities; horizontal institutions sum their rows'
+    log-losses), r2 for regression (`FederationConfig.promotion_metric`).
     """
     predict_for: str | None = None
     """Institution that receives batch predictions; default: the label holder."""
@@ -233,13 +233,13 @@ class FederationConfig:
         """The metric a new version must not be worse on to be promoted.
 
         Never plain accuracy by default: on a rare label, always answering the majority class scores the base
-        rate. Classification: log-loss where probabilities are scored (vertical), else balanced accuracy.
+        rate. Classification: log-loss (both settings score probabilities); regression: R^2.
         """
         if self.training.metric:
             return self.training.metric
         if self.params.task != "classification":
             return "r2"
-        return "log_loss" if self.setting == "vertical" else "balanced_accuracy"
+        return "log_loss"
 
     def institution(self, name: str) -> Institution:
         """The institution called `name`."""

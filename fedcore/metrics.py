@@ -139,10 +139,18 @@ def probability_metrics(codes: np.ndarray, proba: np.ndarray) -> dict[str, float
         result["roc_auc"] = float(np.mean([_binary_auc(codes == k, proba[:, k]) for k in range(n_classes)]))
         result["average_precision"] = float(np.mean([_binary_average_precision(codes == k, proba[:, k])
                                                      for k in range(n_classes)]))
-    eps = np.finfo(np.float64).eps
-    clipped = np.clip(proba, eps, 1 - eps)
-    result["log_loss"] = float(-np.mean(np.log(clipped[np.arange(len(codes)), codes])))
+    result["log_loss"] = float(np.mean(row_log_losses(codes, proba)))
     return result
+
+
+def row_log_losses(codes: np.ndarray, proba: np.ndarray) -> np.ndarray:
+    """Each row's -log of its true class's probability, clipped to [eps, 1 - eps] as scikit-learn does.
+
+    Their mean is the log-loss; horizontal institutions report their sum (`fedcore.agents.scoring`).
+    """
+    eps = np.finfo(np.float64).eps
+    clipped = np.clip(np.asarray(proba, np.float64), eps, 1 - eps)
+    return -np.log(clipped[np.arange(len(codes)), np.asarray(codes, np.int64)])
 
 
 def regression_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:

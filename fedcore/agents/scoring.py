@@ -4,11 +4,12 @@ The same functions run in the agent's process on the whole table and on its Dask
 (`fedcore.compute.dask_predict`); blocks' statistics merge exactly, so the answer does not depend on how
 the rows are cut:
 
-* classification: the confusion matrix, int64 counts (they add up);
-* regression: (n, sum y, sum y^2, sum of squared errors, sum of absolute errors), each sum kept exact as
-  integer counts of the float64 mantissas per binary exponent (`exact_parts`): they add up as integers,
-  and `exact_value` rounds the total once, to the float64 nearest the true sum, whatever the order or
-  blocks.
+* classification: the confusion matrix, int64 counts (they add up), and the sum of the rows' log-losses;
+* regression: (n, sum y, sum y^2, sum of squared errors, sum of absolute errors).
+
+Float sums are kept exact as integer counts of the float64 mantissas per binary exponent (`exact_parts`):
+they add up as integers, and `exact_value` rounds the total once, to the float64 nearest the true sum,
+whatever the order or blocks.
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ from fedcore.agents.checks import reported
 from fedcore.errors import InputError
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.metrics import row_log_losses
 from fedcore.protocol.messages import Message
+
+Statistics = dict[str, np.ndarray]
+"""A held-out set's statistics by name, int64 arrays that add up over blocks."""
 
 _LOW_BITS = 26
 _EXPONENTS = 2100  # float64 exponents from frexp, -1073 .. 1024, shifted by _OFFSET
@@ -57,40 +62,46 @@ def exact_value(parts: np.ndarray) -> float:
     return float(Fraction(total, 1 << (_OFFSET + _MANTISSA_BITS)))
 
 
-def holdout_statistics(model: HorizontalForest, schema: HorizontalSchema, rows: pd.DataFrame) -> np.ndarray:
-    """The model's errors on `rows`, as statistics that add up: confusion counts or regression parts.
+def holdout_statistics(model: HorizontalForest, schema: HorizontalSchema, rows: pd.DataFrame) -> Statistics:
+    """The model's errors on `rows`, as statistics that add up.
 
-    Classification: (C, C) int64 confusion counts (truth, predicted). Regression: `exact_parts` of
-    (1, y, y^2, squared error, absolute error) per row, (5, exponents, 2) int64.
+    Classification: "confusion", (C, C) int64 counts (truth, predicted), and "log_loss", `exact_parts` of
+    the rows' log-losses (`fedcore.metrics.row_log_losses`), (1, exponents, 2). Regression: "sums",
+    `exact_parts` of (1, y, y^2, squared error, absolute error) per row, (5, exponents, 2).
     """
-    values = model.predict_values(schema.encode(rows)) if len(rows) else np.zeros((0, 1))
+    n_values = schema.n_classes if schema.task == "classification" else 1
+    values = model.predict_values(schema.encode(rows)) if len(rows) else np.zeros((0, n_values))
     truth = schema.encode_labels(rows[schema.label])
     if schema.task == "classification":
         confusion = np.zeros((schema.n_classes, schema.n_classes), np.int64)
         np.add.at(confusion, (truth, np.argmax(values, axis=1)), 1)
-        return confusion
+        return {"confusion": confusion, "log_loss": exact_parts(row_log_losses(truth, values)[:, None])}
     errors = truth - values[:, 0]
-    return exact_parts(np.column_stack([np.ones(len(truth)), truth, truth * truth, errors * errors,
-                                        np.abs(errors)]))
+    return {"sums": exact_parts(np.column_stack([np.ones(len(truth)), truth, truth * truth, errors * errors,
+                                                 np.abs(errors)]))}
 
 
-def merge_statistics(parts: Sequence[np.ndarray]) -> np.ndarray:
-    """Blocks' `holdout_statistics` as the whole held-out set's (integer sums)."""
-    total = np.zeros_like(parts[0], dtype=np.int64)
+def merge_statistics(parts: Sequence[Statistics]) -> Statistics:
+    """Blocks' `holdout_statistics` as the whole held-out set's (integer sums, name by name)."""
+    total = {name: np.zeros_like(value, dtype=np.int64) for name, value in parts[0].items()}
     for part in parts:
-        total += part
+        for name, value in part.items():
+            total[name] += value
     return total
 
 
-def evaluation_reply(schema: HorizontalSchema, statistics: np.ndarray) -> Message:
+def evaluation_reply(schema: HorizontalSchema, statistics: Statistics) -> Message:
     """The `evaluation` answer from the held-out set's statistics.
 
-    Regression sums are rounded (`agents.checks.reported`; the count stays exact): the master sent the
-    model, so full precision would let one crafted per row carry that row's target back.
+    Float sums are rounded (`agents.checks.reported`; counts stay exact): the master sent the model, so
+    full precision would let one crafted per row carry that row's target (or class) back.
     """
     if schema.task == "classification":
-        return Message("evaluation", {"rows": int(statistics.sum())}, {"confusion": statistics})
-    n, *sums = (exact_value(part) for part in statistics)
+        confusion = statistics["confusion"]
+        log_loss_sum = reported([exact_value(statistics["log_loss"][0])])
+        return Message("evaluation", {"rows": int(confusion.sum())},
+                       {"confusion": confusion, "log_loss_sum": np.asarray(log_loss_sum, np.float64)})
+    n, *sums = (exact_value(part) for part in statistics["sums"])
     sums_array = np.array([n, *reported(sums)], np.float64)
     return Message("evaluation", {"rows": int(n)}, {"sums": sums_array})
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedcore.agents.scoring import holdout_statistics, merge_statistics, prediction_frame
+from fedcore.agents.scoring import Statistics, holdout_statistics, merge_statistics, prediction_frame
 from fedcore.agents.storage import part_file, write_parquet
 from fedcore.compute.blocks import Block, rebuildable
 from fedcore.compute.dask_table import ParquetTable, held_rows, read_table_block, submit_blocks
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 def _evaluate_block(block: Block, table: ParquetTable, held: np.ndarray, model: HorizontalForest,
-                    schema: HorizontalSchema) -> np.ndarray:
+                    schema: HorizontalSchema) -> Statistics:
     return holdout_statistics(model, schema, held_rows(block, table, held, [*schema.names, schema.label]))
 
 
@@ -44,7 +44,7 @@ def _predict_block(block: Block, table: ParquetTable, model: HorizontalForest, s
 
 
 def evaluate_blocks(client: Client, table: ParquetTable, held: Sequence[np.ndarray], model: HorizontalForest,
-                    schema: HorizontalSchema) -> np.ndarray:
+                    schema: HorizontalSchema) -> Statistics:
     """The held-out set's statistics, each block's computed on its worker (see the module doc)."""
     shared = client.submit(rebuildable, model, pure=False)  # rebuilt if its worker is lost
     return merge_statistics(client.gather(submit_blocks(client, _evaluate_block, table, held, model=shared,

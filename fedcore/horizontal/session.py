@@ -220,7 +220,10 @@ class HorizontalSession(MasterSession):
         if self.params.task == "classification":
             confusion = cast(np.ndarray, sum(r.arrays["confusion"].astype(np.int64)
                                              for r in replies.values()))
-            return confusion_metrics(confusion)
+            log_loss_sum = float(sum(float(r.arrays["log_loss_sum"][0]) for r in replies.values()))
+            rows = int(confusion.sum())
+            return {**confusion_metrics(confusion),
+                    "log_loss": log_loss_sum / rows if rows else float("nan")}
         n, total, squares, sse, sae = cast(np.ndarray, sum(r.arrays["sums"] for r in replies.values()))
         variance = squares - total * total / n if n else 0.0
         return {"rmse": float(np.sqrt(sse / n)) if n else float("nan"),

@@ -80,12 +80,18 @@ def test_train_evaluate_store_and_predict_locally(table, tmp_path, algorithm) ->
 
     metrics = session.evaluate()
     held = pd.concat([a._holdout for a in agents.values()])
-    predicted = np.asarray(schema.classes)[np.argmax(model.predict_values(schema.encode(held)), axis=1)]
+    proba = model.predict_values(schema.encode(held))
+    predicted = np.asarray(schema.classes)[np.argmax(proba, axis=1)]
     assert metrics["accuracy"] == pytest.approx(float(np.mean(predicted == held["class"].to_numpy())),
                                                 abs=1e-12)
     assert metrics["accuracy"] > 0.7 and session.facts.holdout_rows == len(held)
-    # balanced accuracy and base rate come from the summed confusion counts, as from the pooled predictions
-    assert metrics == pytest.approx(score("classification", held["class"].to_numpy(), predicted), abs=1e-12)
+    # balanced accuracy and base rate come from the summed confusion counts, as from the pooled predictions;
+    # log-loss from each institution's sum of its rows' log-losses, rounded to 4 digits (0.05% at most)
+    pooled = score("classification", held["class"].to_numpy(), predicted, proba, np.asarray(schema.classes))
+    assert set(metrics) == {*score("classification", held["class"].to_numpy(), predicted), "log_loss"}
+    assert {k: v for k, v in metrics.items() if k != "log_loss"} == pytest.approx(
+        {k: v for k, v in pooled.items() if k in metrics and k != "log_loss"}, abs=1e-12)
+    assert metrics["log_loss"] == pytest.approx(pooled["log_loss"], rel=5e-4) and metrics["log_loss"] > 0
     # no differential privacy, so no ledger: none crossed with the model, none in the report
     assert [sorted(ack.header) for ack in _model_acks(session)] == [["n_nodes"]] * 3
     assert session.facts.privacy_ledgers == {} and "ledgers" not in session.privacy_report()
