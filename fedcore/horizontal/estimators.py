@@ -188,6 +188,25 @@ class _HorizontalForest(SimulatedFederation):
             raise ParameterError(f"predict takes one pandas DataFrame of rows, got {type(frame).__name__}")
         return self.model_.predict_values(self.schema_.encode(frame))
 
+    def predict_contributions(self, frame: pd.DataFrame) -> np.ndarray:
+        """Each row's feature contributions (exact TreeSHAP, `fedcore.horizontal.contributions`), bias last.
+
+        XGBoost's `pred_contribs` layout: (n_rows, n_features + 1) for regression, (n_rows, n_classes,
+        n_features + 1) for classification (contributions to each class's probability); features in
+        `feature_names_in_` order, the last column the expected value. Each row's columns sum to its
+        prediction. Every institution holds the whole model, so it can explain its own rows alone.
+        """
+        from fedcore.horizontal.contributions import contributions
+
+        check_fitted(self)
+        if not isinstance(frame, pd.DataFrame):
+            raise ParameterError(f"predict_contributions takes one pandas DataFrame of rows, got "
+                                 f"{type(frame).__name__}")
+        phi, expected = contributions(self.model_, self.schema_.encode(frame))
+        bias = np.broadcast_to(expected, (phi.shape[0], 1, phi.shape[2]))
+        out = np.concatenate([phi, bias], axis=1).transpose(0, 2, 1)  # (rows, outputs, features + 1)
+        return out[:, 0, :] if self._task == "regression" else out
+
     def to_onnx(self) -> Any:
         """The fitted forest as an ONNX `ModelProto` (needs the [export] extra; docs/design.md, Export).
 
