@@ -2,11 +2,11 @@
 
 The algorithms: Federated Extra-Trees (plain, local DP, global DP), PPD-ERT with secure aggregation, or
 histogram boosting under secure aggregation (issue #32); the reference: scikit-learn's ExtraTrees on the
-pooled rows (boosting: HistGradientBoosting with the same rounds, depth, learning rate and L2). The training rows are dealt out to simulated
-institutions (iid, by a column's values, or label-skewed), each keeping every column. The result also
-holds the same engine with all rows at one party (M = 1), which must agree exactly where no noise is
-added, and `local_only`: the models each institution would train on its own rows alone, which is what
-joining the federation is measured against.
+pooled rows (boosting: HistGradientBoosting with the same rounds, depth, learning rate and L2). The
+training rows are dealt out to simulated institutions (iid, by a column's values, or label-skewed), each
+keeping every column. The result also holds the same engine with all rows at one party (M = 1), which must
+agree exactly where no noise is added, and `local_only`: the models each institution would train on its
+own rows alone, which is what joining the federation is measured against.
 """
 
 from __future__ import annotations

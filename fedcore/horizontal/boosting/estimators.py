@@ -26,12 +26,17 @@ from fedcore.horizontal.boosting.fixedpoint import FRACTION_BITS, RING_BITS
 from fedcore.horizontal.boosting.master import HorizontalBoostingMaster
 from fedcore.horizontal.boosting.party import HorizontalBoostingParty
 from fedcore.horizontal.estimators import _HorizontalForest
-from fedcore.horizontal.validation import MISSING_RANGES
 from fedcore.trees.boosting import BoostingParams
 
 DEFAULT_BINS = 64
 """Bins per numeric feature: the histograms are dense under secure aggregation (a sparse one would tell
 the master which bins a party holds), so their bytes and masks grow with the bins."""
+
+
+MISSING_BIN_RANGES = (
+    "horizontal boosting cuts the declared feature domains into its bins, never the data: pass "
+    "feature_ranges={column: (low, high)} for the numeric columns (from the data contracts), or "
+    "allow_data_ranges=True in a simulation to use the pooled data's ranges")
 
 
 class _HorizontalBoosting(_HorizontalForest):
@@ -73,7 +78,7 @@ class _HorizontalBoosting(_HorizontalForest):
 
     def _check_settings(self) -> None:
         if self.feature_ranges is None and not self.allow_data_ranges:
-            raise ParameterError(MISSING_RANGES)
+            raise ParameterError(MISSING_BIN_RANGES)
 
     def _check_before_fit(self, schema, frames) -> None:
         self._resolve_domains(schema, frames)
