@@ -127,3 +127,30 @@ def test_a_party_refuses_bins_other_than_its_own() -> None:
                                             r"from the party's; both must come from the same data contract "
                                             r"and max_bins$"):
         other.handle(Message("hello", hello))
+
+
+class _SkewingParty(HorizontalBoostingParty):
+    """A hostile institution: adds rows to one bin of one feature in every level's histograms."""
+
+    def _reply(self, vector, h):
+        if vector.size > 3:  # a level's histograms, not the base score's sums
+            vector = vector.copy()
+            vector[3] += 5  # feature 0, bin 1: count
+        return super()._reply(vector, h)
+
+
+class _WithASkewingParty(HorizontalBoostingClassifier):
+    def _make_parties(self, frames, schema):
+        honest = super()._make_parties(frames, schema)
+        hostile = honest[0]
+        hostile.__class__ = _SkewingParty
+        return honest
+
+
+def test_masked_histograms_that_do_not_add_up_are_refused_naming_no_party() -> None:
+    table = horizontal_table(seed=5, n_rows=200, task="classification", n_classes=2)
+    refusal = (r"^the unmasked sum over all parties \(secure aggregation masks each party's counts: none can "
+               r"be named\): the summed histograms are not those of the declared rows \(a feature's bins "
+               r"must add up to the node, counts >= 0\)$")
+    with pytest.raises(ProtocolError, match=refusal):
+        _WithASkewingParty(2, max_depth=2, allow_data_ranges=True).fit(split_rows(table, 2), label="target")
