@@ -154,3 +154,15 @@ def test_masked_histograms_that_do_not_add_up_are_refused_naming_no_party() -> N
                r"must add up to the node, counts >= 0\)$")
     with pytest.raises(ProtocolError, match=refusal):
         _WithASkewingParty(2, max_depth=2, allow_data_ranges=True).fit(split_rows(table, 2), label="target")
+
+
+def test_the_model_table_keeps_how_its_trees_combine() -> None:
+    """A boosting model's Arrow table states its base score and link; read back, it predicts the same."""
+    from fedcore.horizontal.model import HorizontalForest
+    from fedcore.trees.combination import MEAN
+
+    table, model = _fit("softmax", 2)
+    back = HorizontalForest.from_table(model.model_.to_table())
+    assert back.combination == model.model_.combination != MEAN and back.same_as(model.model_)
+    encoded = model.schema_.encode(table.drop(columns="target"))
+    np.testing.assert_array_equal(back.predict_values(encoded), model.model_.predict_values(encoded))
