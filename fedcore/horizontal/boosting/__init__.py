@@ -11,8 +11,10 @@ Rounds:
 
     hello         1        schema, domains, bins, loss; each party's signed X25519 key and row count
     boost_base    1        relayed keys -> masked class counts (or rows and fixed-point label sum)
-    boost_level   1/level  decisions (a round's first: base score or the round before's trees)
-                           -> masked (A, F, bins + 1, 3) histograms
+    boost_level   1/level  decisions and the nodes to sum (a round's first: base score or the round
+                           before's trees) -> masked (A', F, bins + 1, 3) histograms: of two open
+                           siblings only the one with fewer rows, the master subtracting it from their
+                           parent for the other (exact in integers)
     model         1        the complete model (base score, link, trees)
 
 Modules: `bins`, `fixedpoint`, `histograms` (the party's kernel), `splits` (the master's scan), `master` (the

@@ -79,6 +79,8 @@ class HorizontalBoostingMaster(LevelStrategy):
         self._finished: dict[str, np.ndarray] | None = None  # the last finished round's node records
         self._transition: dict[str, np.ndarray] | None = None
         self._open: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._derive: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # histogram subtraction
+        self._level_counts = np.zeros((0, 0, 0, 3), np.int64)  # the last level's summed histograms
 
     @property
     def levels(self) -> int:
@@ -140,6 +142,7 @@ class HorizontalBoostingMaster(LevelStrategy):
     def open_batch(self, trees: list[int], save_batch: int | None) -> None:
         """A round starts: its first request carries the round before's trees."""
         self._transition = None
+        self._derive = None
         k = self.params.n_candidate_features(self.schema.n_features)
         allowed = np.zeros((len(trees), self.schema.n_features), dtype=bool)
         for slot, tree in enumerate(trees):  # colsample_bytree: the tree's features, from the shared seed
@@ -164,11 +167,7 @@ class HorizontalBoostingMaster(LevelStrategy):
         else:
             arrays.update(self._transition)
         sums, _ = self.rounds.exchange("boost_level", header, arrays, self.mask_bits, REPLIES)
-        width, n_features = self.bins.width, self.schema.n_features
-        shape = (len(open_tree), n_features, width, 3)
-        if sums.size != int(np.prod(shape)):
-            raise ProtocolError(f"aggregated histograms have {sums.size} entries, expected {shape}")
-        counts = sums.reshape(shape)
+        counts = self._histograms(sums, len(open_tree))
         node = counts[:, 0].sum(axis=1)  # (A, 3): every feature's histogram holds each row once
         if np.any(counts.sum(axis=2) != node[:, None, :]) or np.any(counts[..., 0] < 0) \
                 or int(node[:, 0].sum()) > len(trees) * sum(self.party_rows.values()):
@@ -198,14 +197,50 @@ class HorizontalBoostingMaster(LevelStrategy):
         child_fields = {"feature": np.full(int(closed.sum()), -1, np.int32),
                         "threshold": np.full(int(closed.sum()), np.nan), "weight": child_n[closed],
                         "value": p.node_values(child_stats[closed])}
-        self._open = (split, feature, cut, child_open)
+        self._open = (split, feature, cut, child_n)
+        self._level_counts = counts
         return Level(split, fields, child_open, child_fields)
+
+    def _histograms(self, sums: np.ndarray, n_open: int) -> np.ndarray:
+        """The open nodes' summed histograms, (A, F, width, 3) int64.
+
+        Those the parties sent, and the rest as their parent's minus their sibling's (histogram subtraction:
+        exact in integers).
+        """
+        shape = (n_open, self.schema.n_features, self.bins.width, 3)
+        computed = np.ones(n_open, bool) if self._derive is None else self._derive[0]
+        sent = (int(computed.sum()), *shape[1:])
+        if sums.size != int(np.prod(sent)):
+            raise ProtocolError(f"aggregated histograms have {sums.size} entries, expected {sent}")
+        counts = np.empty(shape, np.int64)
+        counts[computed] = sums.reshape(sent)
+        if self._derive is not None:
+            _, parent, sibling = self._derive
+            derived = ~computed
+            counts[derived] = self._level_counts[parent[derived]] - counts[sibling[derived]]
+        return counts
 
     def advance(self, level: Level, split_idx: np.ndarray, left: np.ndarray, child_open: np.ndarray,
                 next_pos: np.ndarray) -> None:
-        """The next level's request carries each split's feature and bin and its children's positions."""
+        """The next level's request: each split's feature and bin, its children's positions, what to sum.
+
+        Of two open siblings the parties sum only the one with fewer rows; the master subtracts it from
+        their parent for the other.
+        """
         assert self._open is not None, "level() runs before advance()"
-        split, feature, cut, _ = self._open
+        split, feature, cut, child_n = self._open
+        n_next = int(child_open.sum())
+        computed = np.ones(n_next, bool)
+        parent = np.zeros(n_next, np.int64)
+        sibling = np.zeros(n_next, np.int64)
+        pairs, sizes = next_pos.reshape(-1, 2), child_n.reshape(-1, 2)
+        both = (pairs >= 0).all(axis=1)
+        right_smaller = sizes[both, 1] < sizes[both, 0]
+        derived = np.where(right_smaller, pairs[both, 0], pairs[both, 1])
+        computed[derived] = False
+        sibling[derived] = np.where(right_smaller, pairs[both, 1], pairs[both, 0])
+        parent[derived] = split_idx[both]
+        self._derive = (computed, parent, sibling)
         self._transition = {"split_feature": np.where(split, feature, -1).astype(np.int32),
                             "split_bin": np.where(split, cut, -1).astype(np.int32),
-                            "next_pos": next_pos}
+                            "next_pos": next_pos, "compute": computed.astype(np.uint8)}

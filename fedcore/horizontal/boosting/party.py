@@ -147,7 +147,13 @@ class HorizontalBoostingParty:
         if h.get("new_batch"):
             self._start_round(h, a)
             self.rows.start_level(h, {}, n_open)
+            compute = np.ones(n_open, bool)
         else:
+            compute = np.asarray(a["compute"])
+            if compute.dtype != np.uint8 or compute.shape != (n_open,) or compute.max(initial=0) > 1:
+                raise ProtocolError(f"party {self.name!r}: 'compute' must flag each of the {n_open} open "
+                                    "nodes with 0 or 1")
+            compute = compute.astype(bool)
             feature = np.asarray(a["split_feature"]).astype(np.int64)
             split_bin = np.asarray(a["split_bin"]).astype(np.int64)
             splits = feature >= 0
@@ -158,9 +164,9 @@ class HorizontalBoostingParty:
             self.rows.features = safe_f[:, None]
             self.rows.thresholds = self.bins.thresholds(safe_f, safe_b)[:, None]
             self.rows.start_level(h, {"chosen": np.where(splits, 0, -1), "next_pos": a["next_pos"]}, n_open)
-        part = self.rows.partition
-        hist = node_histograms(part.order, part.starts, part.ends, part.node_slot, self.codes, self._qgh,
-                               self.bins.width)
+        part = self.rows.partition  # the nodes the master asks for (it subtracts their siblings)
+        hist = node_histograms(part.order, part.starts[compute], part.ends[compute], part.node_slot[compute],
+                               self.codes, self._qgh, self.bins.width)
         return self._reply(hist.reshape(-1), h)
 
     def _on_model(self, message: Message) -> Message:
