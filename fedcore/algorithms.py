@@ -48,9 +48,16 @@ EXTRA_TREES = Algorithm("extra-trees", "horizontal", "Federated Extra-Trees", ("
                         ("fet",))
 PPD_ERT = Algorithm("ppd-ert", "horizontal", "PPD-ERT", ("secagg", "secagg-dp"), ("ppdert",))
 BOOSTING = Algorithm("boosting", "vertical", "Federated gradient boosting", ("none",), deployable=False)
+HORIZONTAL_BOOSTING = Algorithm("boosting", "horizontal", "Federated gradient boosting", ("secagg",),
+                                deployable=False)
 
-ALGORITHMS: dict[str, Algorithm] = {a.id: a for a in (FOREST, EXTRA_TREES, PPD_ERT, BOOSTING)}
-_BY_OLD_ID = {old: a for a in ALGORITHMS.values() for old in a.old_ids}
+REGISTERED: tuple[Algorithm, ...] = (FOREST, EXTRA_TREES, PPD_ERT, BOOSTING, HORIZONTAL_BOOSTING)
+"""Every algorithm of every setting; one id may live in two settings (boosting), told apart by setting."""
+ALGORITHMS: dict[str, Algorithm] = {a.id: a for a in REGISTERED if a is next(b for b in REGISTERED
+                                                                            if b.id == a.id)}
+"""By id, each id's first registration (an id in two settings: its vertical one; `algorithm(name, setting)`
+finds the setting's own). Manifests, model tables and titles read the id."""
+_BY_OLD_ID = {old: a for a in REGISTERED for old in a.old_ids}
 
 
 def check_setting(setting: str) -> str:
@@ -62,7 +69,7 @@ def check_setting(setting: str) -> str:
 
 def in_setting(setting: str) -> tuple[Algorithm, ...]:
     """The algorithms of `setting`, its default first."""
-    return tuple(a for a in ALGORITHMS.values() if a.setting == check_setting(setting))
+    return tuple(a for a in REGISTERED if a.setting == check_setting(setting))
 
 
 def algorithm(name: str, setting: str | None = None) -> Algorithm:

@@ -9,6 +9,7 @@ from fedcore.algorithms import (
     BOOSTING,
     EXTRA_TREES,
     FOREST,
+    HORIZONTAL_BOOSTING,
     PPD_ERT,
     algorithm,
     in_setting,
@@ -19,7 +20,7 @@ from fedcore.errors import ParameterError
 
 def test_each_setting_lists_its_algorithms_default_first() -> None:
     assert in_setting("vertical") == (FOREST, BOOSTING)
-    assert in_setting("horizontal") == (EXTRA_TREES, PPD_ERT)
+    assert in_setting("horizontal") == (EXTRA_TREES, PPD_ERT, HORIZONTAL_BOOSTING)
     with pytest.raises(ParameterError,
                        match=r"unknown setting 'diagonal': choose one of \['vertical', 'horizontal'\]"):
         in_setting("diagonal")
@@ -31,8 +32,8 @@ def test_input_takes_canonical_ids_only() -> None:
                                              r"\['forest', 'boosting'\], got 'ppd-ert'"):
         algorithm("ppd-ert", "vertical")
     with pytest.raises(ParameterError,
-                       match=r"the horizontal setting offers algorithms \['extra-trees', 'ppd-ert'\], "
-                             r"got 'fet'"):
+                       match=r"the horizontal setting offers algorithms \['extra-trees', 'ppd-ert', "
+                             r"'boosting'\], got 'fet'"):
         algorithm("fet", "horizontal")
 
 
@@ -53,6 +54,14 @@ def test_privacy_modes_are_checked_per_algorithm() -> None:
     with pytest.raises(ParameterError,
                        match=r"algorithm 'ppd-ert' supports privacy \['secagg', 'secagg-dp'\], got 'ldp'"):
         PPD_ERT.check_privacy("ldp")
+
+
+def test_one_id_lives_in_both_settings_told_apart_by_setting() -> None:
+    """Boosting is vertical (SecureBoost, plain) and horizontal (histograms under secure aggregation)."""
+    assert algorithm("boosting", "vertical") is BOOSTING and BOOSTING.privacy_modes == ("none",)
+    assert algorithm("boosting", "horizontal") is HORIZONTAL_BOOSTING
+    assert HORIZONTAL_BOOSTING.privacy_modes == ("secagg",) and not HORIZONTAL_BOOSTING.deployable
+    assert list(ALGORITHMS) == ["forest", "extra-trees", "ppd-ert", "boosting"]  # by id: manifests, titles
 
 
 def test_boosting_runs_in_simulation_only_so_far() -> None:

@@ -186,6 +186,17 @@ def test_simulate_json_vertical_boosting(capsys, breast_cancer_csv: Path) -> Non
     assert result["metrics"]["accuracy"] > result["reference"]["metrics"]["accuracy"] - 0.05
 
 
+def test_simulate_json_horizontal_boosting(capsys, breast_cancer_csv: Path) -> None:
+    """Horizontal boosting under secure aggregation: its M = 1 run identical, HistGradientBoosting beside."""
+    result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--setting", "horizontal",
+                       "--parties", 3, "--algorithm", "boosting", "--trees", 10, "--max-depth", 3)
+    assert (result["algorithm"], result["privacy"]) == ("boosting", "secagg")
+    assert result["reference"]["name"] == "sklearn.HistGradientBoostingClassifier"
+    assert result["single_party_identical"] is True
+    assert result["privacy_report"]["label_statistics"].startswith("only the sum over all parties")
+    assert result["metrics"]["accuracy"] > result["reference"]["metrics"]["accuracy"] - 0.05
+
+
 @pytest.mark.parametrize(("options", "message"), [
     (("--setting", "diagonal"), "unknown setting 'diagonal': choose one of ['vertical', 'horizontal']"),
     (("--algorithm", "gbdt"), "unknown algorithm 'gbdt': the vertical setting offers 'forest' "
@@ -196,7 +207,11 @@ def test_simulate_json_vertical_boosting(capsys, breast_cancer_csv: Path) -> Non
      "--max-features applies to --algorithm forest only: boosting takes every feature in every tree"),
     (("--setting", "horizontal", "--algorithm", "forest"),
      "unknown algorithm 'forest': the horizontal setting offers 'extra-trees' (Federated Extra-Trees), "
-     "'ppd-ert' (PPD-ERT)"),
+     "'ppd-ert' (PPD-ERT), 'boosting' (Federated gradient boosting)"),
+    (("--setting", "horizontal", "--algorithm", "boosting", "--privacy", "none"),
+     "algorithm 'boosting' supports privacy 'secagg', got 'none'"),
+    (("--setting", "horizontal", "--algorithm", "boosting", "--max-features", "0.5"),
+     "--max-features applies to the forests only: boosting takes every feature in every tree"),
     (("--setting", "horizontal", "--privacy", "secagg"),
      "algorithm 'extra-trees' supports privacy 'none', 'ldp', 'gdp', got 'secagg'"),
     (("--setting", "horizontal", "--algorithm", "ppd-ert", "--privacy", "ldp"),

@@ -124,6 +124,11 @@ def test_bad_training_settings_are_refused_by_name(training, message) -> None:
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
      "privacy: PPD-ERT thresholds must be one of ['histogram', 'domain'], got 'quantile'"),
+    ({"setting": "horizontal", "algorithm": "boosting",
+      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
+                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+     "algorithm 'boosting' runs in simulation and the estimators only so far (issue #32); choose another "
+     "algorithm for a federation config"),
     ({"setting": "horizontal", "privacy": {"mode": "gdp", "thresholds": "domain"},
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},

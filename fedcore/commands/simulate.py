@@ -16,7 +16,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from fedcore.algorithms import ALGORITHMS, SETTINGS, in_setting
+from fedcore.algorithms import SETTINGS, in_setting
+from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.compute.cluster import compute_from_spec
 from fedcore.data.dialect import add_dialect_arguments, dialect_from_args
 from fedcore.data.io import read_table
@@ -153,7 +154,7 @@ def _not_available(args: argparse.Namespace) -> str | None:
         return f"unknown algorithm {args.algorithm!r}: the {args.setting} setting offers {names}"
     if args.thresholds is not None and args.algorithm != "ppd-ert":
         return f"--thresholds applies to --algorithm ppd-ert only, not {args.algorithm!r}"
-    modes = ALGORITHMS[args.algorithm].privacy_modes
+    modes = find_algorithm(args.algorithm, args.setting).privacy_modes  # an id may live in both settings
     args.privacy = args.privacy or modes[0]
     if args.privacy not in modes:
         return (f"algorithm {args.algorithm!r} supports privacy {', '.join(repr(m) for m in modes)}, "
@@ -185,7 +186,8 @@ def _simulate(args: argparse.Namespace) -> int:
     if reason:
         raise ParameterError(reason)
     # the one privacy parser (fedcore.privacy.settings), before the table is read
-    privacy = privacy_with(args.privacy, args.algorithm, epsilon=args.epsilon, delta=args.delta,
+    privacy = privacy_with(args.privacy, find_algorithm(args.algorithm, args.setting), epsilon=args.epsilon,
+                           delta=args.delta,
                            thresholds=args.thresholds)
     table = _read_data(args)
     _check_model_fits(args, len(table))

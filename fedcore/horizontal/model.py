@@ -20,7 +20,7 @@ import pyarrow as pa
 from fedcore.algorithms import EXTRA_TREES, read_algorithm
 from fedcore.errors import ArtifactError
 from fedcore.horizontal.schema import HorizontalSchema
-from fedcore.trees.combination import MEAN
+from fedcore.trees.combination import MEAN, TreeCombination
 
 NO_CHILD = -1
 MODEL_TABLE = "model"
@@ -51,6 +51,8 @@ class HorizontalForest:
     task: str = "classification"
     algorithm: str = EXTRA_TREES.id
     schema: HorizontalSchema | None = None
+    combination: TreeCombination = MEAN
+    """How the trees combine: the forests' mean, or boosting's base score plus leaf weights through a link."""
 
     @property
     def n_nodes(self) -> int:
@@ -102,9 +104,9 @@ class HorizontalForest:
         return out
 
     def predict_values(self, X: np.ndarray) -> np.ndarray:
-        """The trees' leaf values combined (a forest's: their mean), (n_rows, n_outputs)."""
+        """The trees' leaf values combined (`combination`: a forest's mean), (n_rows, n_outputs)."""
         leaves = self.apply(X)
-        return MEAN.combine(self.value[leaves])
+        return self.combination.combine(self.value[leaves])
 
     # -- Arrow ------------------------------------------------------------------------------------
     def to_table(self) -> pa.Table:
@@ -117,7 +119,10 @@ class HorizontalForest:
         columns["weight"] = pa.array(np.asarray(self.weight, np.float64), pa.float64())
         value = np.ascontiguousarray(self.value, dtype=np.float64)
         columns["value"] = pa.FixedSizeListArray.from_arrays(pa.array(value.reshape(-1)), value.shape[1])
-        meta = {"n_trees": self.n_trees, "task": self.task, "algorithm": self.algorithm}
+        meta: dict = {"n_trees": self.n_trees, "task": self.task, "algorithm": self.algorithm}
+        if self.combination != MEAN:  # forests' tables stay as they were
+            c = self.combination
+            meta["combination"] = {"kind": c.kind, "base_score": list(c.base_score), "link": c.link}
         metadata = {META_KEY: json.dumps(meta).encode()}
         if self.schema is not None:
             metadata[SCHEMA_KEY] = json.dumps(self.schema.to_dict()).encode()
@@ -143,11 +148,13 @@ class HorizontalForest:
         return cls(**arrays, threshold=table.column("threshold").to_numpy().astype(np.float64),
                    weight=table.column("weight").to_numpy().astype(np.float64),
                    value=value.astype(np.float64), n_trees=int(meta["n_trees"]), task=meta["task"],
-                   algorithm=read_algorithm(meta["algorithm"]).id, schema=schema)
+                   algorithm=read_algorithm(meta["algorithm"]).id, schema=schema,
+                   combination=combination_of(meta.get("combination")))
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], n_trees: int, task: str, algorithm: str,
-                    schema: HorizontalSchema | None = None) -> HorizontalForest:
+                    schema: HorizontalSchema | None = None,
+                    combination: TreeCombination = MEAN) -> HorizontalForest:
         """Rebuild from `arrays()` output (as received in a `model` message)."""
         kwargs = {name: np.asarray(arrays[name]).astype(dtype) for name, dtype in _INT_FIELDS.items()}
         value = np.asarray(arrays["value"], dtype=np.float64)
@@ -155,4 +162,17 @@ class HorizontalForest:
             value = value[:, None]
         return cls(**kwargs, threshold=np.asarray(arrays["threshold"], np.float64),
                    weight=np.asarray(arrays["weight"], np.float64), value=value,
-                   n_trees=int(n_trees), task=task, algorithm=algorithm, schema=schema)
+                   n_trees=int(n_trees), task=task, algorithm=algorithm, schema=schema,
+                   combination=combination)
+
+
+def combination_of(fields: dict | None) -> TreeCombination:
+    """The combination a table's metadata or a model message states (none: the forests' mean)."""
+    if not fields:
+        return MEAN
+    try:
+        return TreeCombination(str(fields["kind"]), tuple(float(v) for v in fields["base_score"]),
+                               str(fields["link"]))
+    except (KeyError, TypeError, ValueError) as error:
+        raise ArtifactError(f"a horizontal model states an unusable combination {fields!r}: "
+                            f"{error}") from None

@@ -29,7 +29,7 @@ the party.
 
 The tables live beside their parties: `fedcore.vertical.party` (Federated Forest, plain and Paillier,
 label holder and passive), `fedcore.horizontal.fet.party` (Federated Extra-Trees),
-`fedcore.horizontal.ppdert.party` (PPD-ERT).
+`fedcore.horizontal.ppdert.party` (PPD-ERT), `fedcore.horizontal.boosting.party` (horizontal boosting).
 """
 
 from __future__ import annotations

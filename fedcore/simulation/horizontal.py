@@ -1,11 +1,12 @@
 """Simulate a horizontal federation on one table and compare it with scikit-learn's ExtraTrees.
 
-The algorithms: Federated Extra-Trees (plain, local DP, global DP) or PPD-ERT with secure aggregation;
-the reference: scikit-learn's ExtraTrees on the pooled rows. The training rows are dealt out to simulated
-institutions (iid, by a column's values, or label-skewed), each keeping every column. The result also
-holds the same engine with all rows at one party (M = 1), which must agree exactly where no noise is
-added, and `local_only`: the models each institution would train on its own rows alone, which is what
-joining the federation is measured against.
+The algorithms: Federated Extra-Trees (plain, local DP, global DP), PPD-ERT with secure aggregation, or
+histogram boosting under secure aggregation (issue #32); the reference: scikit-learn's ExtraTrees on the
+pooled rows (boosting: HistGradientBoosting with the same rounds, depth, learning rate and L2). The
+training rows are dealt out to simulated institutions (iid, by a column's values, or label-skewed), each
+keeping every column. The result also holds the same engine with all rows at one party (M = 1), which must
+agree exactly where no noise is added, and `local_only`: the models each institution would train on its
+own rows alone, which is what joining the federation is measured against.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedcore.algorithms import HORIZONTAL_BOOSTING
 from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.data.binning import category_strings
 from fedcore.data.labels import infer_task
@@ -27,8 +29,8 @@ from fedcore.horizontal.validation import column_kind
 from fedcore.metrics import metrics
 from fedcore.privacy.settings import PrivacySetting, privacy_with
 from fedcore.simulation.comparison import EngineRun, announce, compare, run_engine
-from fedcore.simulation.params import TASK_DEFAULT, forest_params
-from fedcore.simulation.reference import reference_extra_trees
+from fedcore.simulation.params import TASK_DEFAULT, boosting_params, forest_params
+from fedcore.simulation.reference import reference_boosting, reference_extra_trees
 from fedcore.simulation.table import prepare_input, split_train_test
 from fedcore.vertical.validation import check_label
 
@@ -46,6 +48,9 @@ def check_mode(algorithm: str, privacy: object, task: str | None = None, *, epsi
     """
     chosen = find_algorithm(algorithm, "horizontal")
     setting = privacy_with(privacy, chosen, epsilon=epsilon, delta=delta, thresholds=thresholds)
+    if chosen is HORIZONTAL_BOOSTING and thresholds is not None:
+        raise ParameterError(f"thresholds={thresholds!r} applies to --algorithm ppd-ert only; boosting cuts "
+                             "the declared domains into equal bins")
     if task == "regression" and (algorithm == "ppd-ert" or setting.mode == "ldp"):
         what = "PPD-ERT" if algorithm == "ppd-ert" else "privacy 'ldp' (randomized labels)"
         raise ParameterError(f"{what} is for classification only; use --algorithm extra-trees with privacy "
@@ -70,7 +75,16 @@ def build_estimator(algorithm: str, privacy: str | Mapping[str, Any] | PrivacySe
     )
 
     model: Any
-    if algorithm == "ppd-ert":
+    if algorithm == HORIZONTAL_BOOSTING.id:
+        from fedcore.horizontal.boosting import HorizontalBoostingClassifier, HorizontalBoostingRegressor
+
+        if epsilon is not None or compute is not None:
+            raise ParameterError("horizontal boosting takes no epsilon and runs in process only so far "
+                                 "(secure aggregation, no noise; no Dask parties)")
+        boosting = HorizontalBoostingClassifier if task == "classification" else HorizontalBoostingRegressor
+        model = boosting(**params, feature_ranges=feature_ranges, allow_data_ranges=feature_ranges is None,
+                         categories=categories)
+    elif algorithm == "ppd-ert":
         if epsilon is not None:
             raise ParameterError("epsilon applies to --algorithm extra-trees (privacy gdp or ldp) only, not "
                                  "'ppd-ert'")
@@ -172,10 +186,17 @@ def simulate_horizontal(
     setting = check_mode(algorithm, privacy, task, epsilon=epsilon, delta=delta, thresholds=thresholds)
     privacy = setting.mode
     check_label(table[label], task)
-    params = forest_params(task, trees, max_depth, max_features, seed)
+    boosting = algorithm == HORIZONTAL_BOOSTING.id
+    if boosting and max_features != TASK_DEFAULT:
+        raise ParameterError("--max-features applies to the forests only: boosting takes every feature in "
+                             "every tree")
+    params = (boosting_params(trees, max_depth, seed) if boosting
+              else forest_params(task, trees, max_depth, max_features, seed))
     train, test = split_train_test(table, label, task, test_size, seed)
-    # thresholds from declared domains: PPD-ERT, and FET in a DP mode (no party sends a node's extremes)
-    ranges = declared_ranges(train, label) if algorithm == "ppd-ert" or privacy in ("gdp", "ldp") else None
+    # thresholds (boosting: bins) from declared domains: PPD-ERT, boosting, and FET in a DP mode (no party
+    # sends a node's extremes)
+    ranges = (declared_ranges(train, label) if algorithm == "ppd-ert" or boosting or privacy in ("gdp", "ldp")
+              else None)
     categories = pooled_categories(table, label)
     make = lambda: build_estimator(algorithm, setting, task, params,  # noqa: E731
                                    feature_ranges=ranges, categories=categories)
@@ -213,7 +234,8 @@ def simulate_horizontal(
         "rows_train": len(train),
         "rows_test": len(test),
         **compare(task, y_test, federated, single, identical,
-                  reference_extra_trees(task, train, test, label, params)),
+                  (reference_boosting if boosting else reference_extra_trees)(task, train, test, label,
+                                                                              params)),
         "privacy_report": federated_model.privacy_report_,
         "columns": {**column_notes, "categories": {name: len(values) for name, values in categories.items()},
                     "categories_from": CATEGORIES_FROM},
@@ -223,9 +245,10 @@ def simulate_horizontal(
                                     "in production)")
     if local_only:
         announce(progress, "local-only models, one per institution")
-        result["local_only"] = _local_only(party_frames, label, features, y_test, task,
-                                           lambda: build_estimator("extra-trees", "none", task, params,
-                                                                   categories=categories))
+        local = ((lambda: build_estimator(algorithm, setting, task, params, feature_ranges=ranges,
+                                          categories=categories)) if boosting
+                 else (lambda: build_estimator("extra-trees", "none", task, params, categories=categories)))
+        result["local_only"] = _local_only(party_frames, label, features, y_test, task, local)
     return result
 
 

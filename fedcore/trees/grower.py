@@ -21,6 +21,8 @@ from their answers. The strategies:
     vertical plain, encrypted labels     fedcore/vertical/master.py (VerticalMaster; encrypted scoring hook)
     vertical boosting (plain)            the same VerticalMaster on gradient statistics, a round a batch
                                          (fedcore/trees/boosting.py)
+    horizontal boosting (secagg)         fedcore/horizontal/boosting/master.py (summed (count, g, h)
+                                         histograms, a round a batch)
     FET none / gdp / ldp                 fedcore/horizontal/fet/master.py (FederatedExtraTreesMaster)
     PPD-ERT                              fedcore/horizontal/ppdert/master.py (PPDERTMaster)
 
@@ -120,6 +122,13 @@ class LevelStrategy(ABC):
         each child's position among the next level's open nodes (-1: a leaf).
         """
 
+    def batch_done(self, records: dict[str, np.ndarray]) -> None:
+        """A batch's node records, sorted by (tree, node), once grown or loaded; nothing by default.
+
+        Horizontal boosting's parties route their rows through a finished round's trees.
+        """
+        return None
+
     def counters(self) -> dict[str, int]:
         """The strategy's running counters, checkpointed with every batch (e.g. a round id)."""
         return {}
@@ -184,6 +193,7 @@ class LevelwiseGrower:
                             if name.startswith(COUNTER_PREFIX)}
                 self._restore(counters)
                 parts.append({name: a for name, a in saved.items() if not name.startswith(COUNTER_PREFIX)})
+                self.strategy.batch_done(parts[-1])
                 continue
             save_previous = index - 1 if checkpoints is not None and index > resume_from else None
             part = sort_records(self._grow_batch(trees, save_previous))
@@ -191,6 +201,7 @@ class LevelwiseGrower:
                 checkpoints.save(index, {**part, **{COUNTER_PREFIX + name: np.array([value], np.int64)
                                                     for name, value in self._counters().items()}})
             parts.append(part)
+            self.strategy.batch_done(part)
             if self.progress:
                 self.progress(GrowthProgress(trees[-1] + 1, self.params.n_estimators, 0, -1, 0))
         merged = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}

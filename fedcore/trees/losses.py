@@ -58,7 +58,16 @@ def base_score(loss: Loss, y: np.ndarray, n_classes: int) -> np.ndarray:
     n = max(len(y), 1)
     if loss is SQUARED_ERROR_LOSS:
         return np.array([math.fsum(y.tolist()) / n])
-    counts = np.bincount(y.astype(np.int64), minlength=max(n_classes, 2)).astype(np.float64)
+    return class_base_score(loss, np.bincount(y.astype(np.int64), minlength=max(n_classes, 2)), n_classes)
+
+
+def class_base_score(loss: Loss, counts: np.ndarray, n_classes: int) -> np.ndarray:
+    """A classifier's base score from its rows' class counts: the log-odds (logistic) or log class shares.
+
+    What horizontal boosting's master computes from the securely summed counts of every party's rows.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    n = max(float(counts.sum()), 1.0)
     share = np.clip(counts / n, 1e-12, 1 - 1e-12)  # a class absent from the rows: a finite margin
     if loss is LOGISTIC:
         return np.array([math.log(share[1] / (1.0 - share[1]))])

@@ -21,6 +21,7 @@ import pytest
 from fedcore.compute.cluster import DaskCompute
 from fedcore.data.split import split_vertical
 from fedcore.horizontal import FederatedExtraTreesClassifier, FederatedExtraTreesRegressor, PPDERTClassifier
+from fedcore.horizontal.boosting import HorizontalBoostingClassifier, HorizontalBoostingRegressor
 from fedcore.privacy.ldp import LabelLDP
 from fedcore.vertical.boosting_estimators import FederatedBoostingClassifier, FederatedBoostingRegressor
 from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
@@ -59,6 +60,11 @@ _DASK = DaskCompute(workers=3, processes=False)
 
 def _horizontal(model, table, n_parties: int) -> dict[str, np.ndarray]:
     return model.fit(split_rows(table, n_parties, seed=n_parties), label="target").model_.arrays()
+
+
+def _horizontal_boosting(model, table, n_parties: int) -> dict[str, np.ndarray]:
+    fitted = model.fit(split_rows(table, n_parties, seed=n_parties), label="target").model_
+    return {**fitted.arrays(), "base_score": np.array(fitted.combination.base_score)}
 
 
 def _paillier_key():
@@ -121,6 +127,20 @@ CASES = {
     "ppdert secure histogram": lambda: _horizontal(
         PPDERTClassifier(n_estimators=5, random_state=9, allow_data_ranges=True, max_depth=8),
         horizontal_table(seed=1), 3),
+    # horizontal boosting under secure aggregation (issue #32; 1, 2 and 3 parties give the same model:
+    # tests/horizontal/test_boosting.py)
+    "horizontal boosting logistic": lambda: _horizontal_boosting(
+        HorizontalBoostingClassifier(n_estimators=4, max_depth=4, learning_rate=0.5, gamma=0.1,
+                                     min_child_weight=2.0, allow_data_ranges=True, random_state=3),
+        horizontal_table(seed=4, n_classes=2), 3),
+    "horizontal boosting softmax": lambda: _horizontal_boosting(
+        HorizontalBoostingClassifier(n_estimators=3, max_depth=3, reg_lambda=0.5, colsample_bytree=0.7,
+                                     allow_data_ranges=True, random_state=3),
+        horizontal_table(seed=1), 3),
+    "horizontal boosting squared error": lambda: _horizontal_boosting(
+        HorizontalBoostingRegressor(n_estimators=4, max_depth=4, max_bins=32, allow_data_ranges=True,
+                                    random_state=3),
+        horizontal_table(seed=3, task="regression"), 2),
     # the same forests with every party's rows on a Dask cluster of three workers, in blocks of 50 rows
     # (issue #29), and a vertical classifier's: pinned to the in-process digests above (FET plain
     # classification on Dask is compared with the in-process forest in tests/compute/test_dask_party.py)
@@ -158,6 +178,9 @@ PINNED = {
     'fet ldp oue': 'f14dfa9131f438bc',
     'ppdert secure': '1226ead6a817ac16',
     'ppdert secure histogram': '541d7c9f1d5fe577',
+    'horizontal boosting logistic': '32bc0cdcd3a765e7',
+    'horizontal boosting softmax': 'bf671f8ad4ddc4fc',
+    'horizontal boosting squared error': 'c846fb232817a513',
     'fet gdp regression, dask': '00336aadc2b86f16',
     'ppdert secure histogram, dask': '541d7c9f1d5fe577',
     'fet ldp bloom, dask': '56d93e154aaa7449',

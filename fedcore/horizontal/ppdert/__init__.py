@@ -44,5 +44,7 @@ master's sums carry the model's whole budget), stating a noisy row count in hell
 Modules: `agreed` (what every role derives alike: candidates, domain fingerprint, key context), `cells`
 (histogram thresholds: grid, indicators, spans, node boxes), `party`
 (the institution's role and its protocol table), `master` (the level strategy of the one grower,
-`fedcore/trees/grower.py`), `noise` and `sums` (secagg-dp's party and master sides).
+`fedcore/trees/grower.py`), `noise` and `sums` (secagg-dp's party and master sides), `rounds` (the master's
+key relay and masked rounds) and `keys` (a party's signed key, its peers' verified), which horizontal
+boosting (`fedcore/horizontal/boosting/`) shares.
 """

@@ -7,12 +7,11 @@ seed-shared candidates (see the package doc).
 from __future__ import annotations
 
 import hashlib
-from typing import cast
 
 import numpy as np
 
 from fedcore.algorithms import PPD_ERT
-from fedcore.errors import KeyAuthenticationError, ParameterError, ProtocolError
+from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.boxes import NodeBoxes, box_bytes_per_node, span_thresholds
 from fedcore.horizontal.counts import SUM_OF_PARTIES
 from fedcore.horizontal.fet.gdp import combined_node_stats, shrunk_proportions, unbiased_sizes
@@ -35,9 +34,10 @@ from fedcore.horizontal.ppdert.cells import (
     populated_cells,
     populated_spans,
 )
+from fedcore.horizontal.ppdert.rounds import MaskedRounds
 from fedcore.horizontal.ppdert.sums import DistributedSums
 from fedcore.horizontal.schema import HorizontalSchema
-from fedcore.privacy.secagg import MODULUS_BITS, ring_bits_for, unmask_sum
+from fedcore.privacy.secagg import MODULUS_BITS, ring_bits_for
 from fedcore.privacy.settings import DistributedDP
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import Transport
@@ -76,10 +76,7 @@ class PPDERTMaster(BranchStatsLevels):
             session_id = hashlib.sha256(f"fedforest-ppdert|{params.random_state}|{'|'.join(self.parties)}"
                                         .encode()).digest()[:16]
         self.session_id = session_id
-        self._keys: dict[str, bytes] = {}
-        self._key_proofs: dict[str, dict[str, str]] = {}
-        self._relayed = False
-        self._round_id = 0
+        self.rounds = MaskedRounds(transport, self.secure)
         self.mask_bits = MODULUS_BITS  # until the parties' row counts are known (hello)
         self.dp = DistributedSums(dp, params, self.k) if dp is not None else None
         if self.dp is not None and (self.thresholds != "domain" or not self.secure):
@@ -87,11 +84,11 @@ class PPDERTMaster(BranchStatsLevels):
 
     def counters(self) -> dict[str, int]:
         """The secure-aggregation round id, checkpointed so a resumed run numbers rounds as before."""
-        return {"round_id": self._round_id}
+        return {"round_id": self.rounds.round_id}
 
     def restore_counters(self, counters: dict[str, int]) -> None:
         """Continue numbering rounds from a checkpoint's `counters`."""
-        self._round_id = counters["round_id"]
+        self.rounds.round_id = counters["round_id"]
 
     def master_bytes_per_node(self) -> int:
         """The master's bytes per open node, with what histogram thresholds add.
@@ -124,15 +121,7 @@ class PPDERTMaster(BranchStatsLevels):
         if self.dp is not None:  # noisy row counts and noisy sums: the most their noise can reach
             largest = self.dp.check_hello(replies, self.party_rows)
         self.mask_bits = ring_bits_for(largest)
-        if len(self.parties) > 1 and self.secure:
-            for name, reply in replies.items():
-                if "public_key" not in reply.arrays:
-                    raise ProtocolError(f"party {name!r} sent no public key for secure aggregation")
-                if not reply.header.get("key_signature") or not reply.header.get("key_credential"):
-                    raise KeyAuthenticationError(f"party {name!r} sent its secure-aggregation key without a "
-                                                 "signature and credential; every key must be signed")
-                self._keys[name] = bytes(reply.arrays["public_key"].astype(np.uint8).tobytes())
-                self._key_proofs[name] = {k: reply.header[k] for k in ("key_signature", "key_credential")}
+        self.rounds.collect_keys(replies)
 
     def _level(self, trees, depth, act_tree, act_node, transition) -> LevelResult:
         features, u = candidate_draws(self.params.random_state, act_tree, depth,
@@ -221,49 +210,10 @@ class PPDERTMaster(BranchStatsLevels):
             self._boxes = self._boxes.after_level(level, split_idx, next_pos)
 
     def _relay_keys(self, header: dict, arrays: dict) -> None:
-        """The first request of the session relays every party's signed public key."""
-        if self._keys and not self._relayed:
-            header["peer_names"] = list(self._keys)
-            header["peer_signatures"] = [self._key_proofs[n]["key_signature"] for n in self._keys]
-            header["peer_credentials"] = [self._key_proofs[n]["key_credential"] for n in self._keys]
-            arrays["peer_keys"] = np.stack([np.frombuffer(k, dtype=np.uint8) for k in self._keys.values()])
-            self._relayed = True
+        """The first request of the session relays every party's signed public key (`rounds.py`)."""
+        self.rounds.relay_keys(header, arrays)
 
     def _sum(self, kind: str, header: dict, arrays: dict,
              bits: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """One round under a fresh round id.
-
-        Every party's vector, summed (masked in the `bits`-bit ring with secure aggregation and several
-        parties, else plain), as flat int64; and each party's flat vector when they are plain (else empty).
-        """
-        self._round_id += 1
-        header = {**header, "round_id": self._round_id, "mask_bits": bits}
-        replies = self.transport.exchange(dict.fromkeys(self.parties, Message(kind, header, arrays)))
-        masked_kind, plain_kind, field = REPLIES[kind]
-        if len(self.parties) == 1 or not self.secure:
-            wrong = {name: r.kind for name, r in replies.items()
-                     if r.kind != plain_kind or field not in r.arrays}
-            if wrong:
-                raise ProtocolError(f"parties answered {wrong}, expected {plain_kind} with {field!r}")
-            for name, reply in replies.items():
-                if not np.issubdtype(reply.arrays[field].dtype, np.integer):
-                    raise ProtocolError(f"party {name!r}: {field} must be integers, got "
-                                        f"{reply.arrays[field].dtype}")
-            plain = {name: replies[name].arrays[field].reshape(-1) for name in self.parties}
-            if len({v.size for v in plain.values()}) != 1:
-                raise ProtocolError("parties sent vectors of different sizes: "
-                                    f"{ {name: v.size for name, v in plain.items()} }")
-            # typeshed's sum may return 0 (an empty iterable); there is always a party
-            return cast(np.ndarray, sum(v.astype(np.int64) for v in plain.values())), plain
-        ring = np.dtype(f"uint{bits}")
-        masked = []
-        for name in self.parties:
-            reply = replies[name]
-            if reply.kind != masked_kind or reply.arrays.get("masked", np.zeros(0)).dtype != ring:
-                raise ProtocolError(f"party {name!r} answered {reply.kind!r}; with {len(self.parties)} "
-                                    f"parties only {masked_kind} masked in the agreed {bits}-bit ring is "
-                                    "accepted")
-            masked.append(reply.arrays["masked"].reshape(-1))
-        if len({m.size for m in masked}) != 1:
-            raise ProtocolError(f"parties masked vectors of different sizes: {[m.size for m in masked]}")
-        return unmask_sum(masked).astype(np.int64), {}
+        """One round under a fresh round id (`MaskedRounds.exchange`, the reply kinds of `kind`)."""
+        return self.rounds.exchange(kind, header, arrays, bits, REPLIES[kind])

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore.algorithms import PPD_ERT
-from fedcore.errors import KeyAuthenticationError, ParameterError, ProtocolError
+from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.boxes import NodeBoxes, span_thresholds
 from fedcore.horizontal.ledgers import LEDGER
 from fedcore.horizontal.model import HorizontalForest
@@ -22,7 +22,6 @@ from fedcore.horizontal.ppdert.agreed import (
     candidate_draws,
     check_threshold_mode,
     domain_fingerprint,
-    key_context,
     ppdert_candidates,
 )
 from fedcore.horizontal.ppdert.cells import (
@@ -33,6 +32,7 @@ from fedcore.horizontal.ppdert.cells import (
     hide_multiplicity,
     populated_spans,
 )
+from fedcore.horizontal.ppdert.keys import signed_key, verified_peer_keys
 from fedcore.horizontal.rows import PartyRows, check_hello, narrow, own_rows, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.secagg import MODULUS_BITS, RING_BITS
@@ -186,19 +186,9 @@ class PPDERTParty:
                                 f"for {h.get('privacy')!r}; the party's own setting wins")
         self.aggregator, self._agreed, self._ring = None, False, None
         if self._n_parties > 1 and self.secure:
-            from fedcore.privacy.secagg import SecureAggregator
-
-            if self.identity is None or self.identity.name != self.name:
-                found = "none" if self.identity is None else f"the identity of {self.identity.name!r}"
-                raise KeyAuthenticationError(f"party {self.name!r} needs its own signing identity to "
-                                             f"authenticate its secure-aggregation key (got {found}): an "
-                                             "institution agent uses its mutual-TLS certificate and key")
-            self.aggregator = SecureAggregator(self.name, bytes.fromhex(h["session_id"]))
+            self.aggregator, self._key_context, arrays, signed = signed_key(self.name, self.identity, h)
             self._secret = os.urandom(32)  # this session's multipliers of the cell indicators (`cells.py`)
-            self._key_context = key_context(h)
-            signed = self.identity.sign_key(self._key_context, self.aggregator.public_key())
-            arrays["public_key"] = np.frombuffer(signed.public_key, dtype=np.uint8).copy()
-            header.update(signed.to_header())
+            header.update(signed)
         return Message("hello_reply", header, arrays)
 
     def _on_ppdert_level(self, message: Message) -> Message:
@@ -349,26 +339,6 @@ class PPDERTParty:
         return Message("ack", header)
 
     def _verified_peer_keys(self, h: dict, rows: np.ndarray) -> dict[str, bytes]:
-        """The relayed peers' public keys, each checked against its party's signature for this session."""
-        from fedcore.privacy.keyauth import SignedKey
-
-        names = list(h.get("peer_names") or [])
-        if len(names) != len(rows) or len(set(names)) != len(names) or len(names) != self._n_parties \
-                or self.name not in names:
-            raise ProtocolError(f"party {self.name!r}: the master relayed keys for {names}; expected one for "
-                                f"each of the {self._n_parties} parties, this one included")
-        n = len(names)
-        signatures = h.get("peer_signatures") or [None] * n
-        credentials = h.get("peer_credentials") or [None] * n
-        if len(signatures) != n or len(credentials) != n:
-            raise ProtocolError(f"party {self.name!r}: the master relayed {len(signatures)} signatures and "
-                                f"{len(credentials)} credentials for {n} keys")
-        signed = [SignedKey.from_header(name, row.astype(np.uint8).tobytes(), sig, cred)
-                  for name, row, sig, cred in zip(names, rows, signatures, credentials, strict=True)]
-        aggregator, identity = self.aggregator, self.identity
-        assert aggregator is not None and identity is not None, "hello made the aggregator, with the identity"
-        own = next(s for s in signed if s.party == self.name)
-        if own.public_key != aggregator.public_key():
-            raise KeyAuthenticationError(f"party {self.name!r}: the master relayed another key as this "
-                                         "party's own")
-        return identity.verify_peers(self._key_context, signed)
+        """The relayed peers' public keys, each checked against its party's signature (`keys.py`)."""
+        return verified_peer_keys(self.name, self._n_parties, self.identity, self.aggregator,
+                                  self._key_context, h, rows)
