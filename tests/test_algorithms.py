@@ -55,6 +55,6 @@ def test_privacy_modes_are_checked_per_algorithm() -> None:
         PPD_ERT.check_privacy("ldp")
 
 
-def test_boosting_runs_in_simulation_only_so_far() -> None:
-    """Configs refuse it (tests/test_config.py); the estimators and simulate run it (issue #32)."""
-    assert FOREST.deployable and not BOOSTING.deployable and BOOSTING.privacy_modes == ("none",)
+def test_boosting_is_deployable_with_plain_gradients() -> None:
+    """Configs, agents and flows run it (tests/vertical/test_boosting_session.py); plain only (issue #32)."""
+    assert FOREST.deployable and BOOSTING.deployable and BOOSTING.privacy_modes == ("none",)
