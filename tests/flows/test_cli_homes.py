@@ -18,9 +18,10 @@ from flows.commands.environment import use_federation_prefect_home
 
 
 def test_every_demo_has_its_own_folder():
-    folders = {demo_folder("vertical", "extra-trees"), demo_folder("horizontal", "extra-trees"),
-               demo_folder("horizontal", "ppd-ert")}
-    assert folders == {Path("work/demo"), Path("work/demo-horizontal"), Path("work/demo-ppd-ert")}
+    folders = {demo_folder("vertical", "forest"), demo_folder("vertical", "boosting"),
+               demo_folder("horizontal", "extra-trees"), demo_folder("horizontal", "ppd-ert")}
+    assert folders == {Path("work/demo"), Path("work/demo-boosting"), Path("work/demo-horizontal"),
+                       Path("work/demo-ppd-ert")}
 
 
 @pytest.fixture
