@@ -15,10 +15,12 @@ import pytest
 
 from fedcore.agents.checks import reported
 from fedcore.data.scenario import make_vertical_scenario
+from fedcore.errors import ProtocolError
 from fedcore.metrics import metrics as score
 from fedcore.models.artifacts import table_file_bytes
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.tables import master_table, party_table
+from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.boosting import BoostingParams
 from fedcore.trees.early_stopping import kept_rounds, round_scores
@@ -131,11 +133,11 @@ def test_agents_train_the_estimators_model_and_its_version_predicts_as_it_does(s
 
 def test_early_stopping_keeps_the_rounds_a_single_party_run_keeps(scenario, tmp_path) -> None:
     """The agents stop where the estimator, all columns at one party with the same held-out rows, stops."""
-    params = BoostingParams(**{**PARAMS, "n_estimators": 25, "max_depth": 4, "learning_rate": 0.8,
+    params = BoostingParams(**{**PARAMS, "n_estimators": 15, "max_depth": 4, "learning_rate": 1.0,
                                "early_stopping_rounds": 3})
     session, agents, frames, holdout = _trained(scenario, tmp_path, params)
     entry = session.manifest_entries()["boosting"]
-    assert entry["rounds_grown"] == 25 and 1 <= entry["rounds"] <= 22  # it stopped: overfits at rate 0.8
+    assert entry["rounds_grown"] == 15 and 1 <= entry["rounds"] <= 12  # it stopped: overfits at rate 1
     assert entry["early_stopping_metric"] == "log_loss"
     label = scenario["label"]
     y = agents[scenario["label_holder"]]._holdout[label].to_numpy()
@@ -149,7 +151,7 @@ def test_early_stopping_keeps_the_rounds_a_single_party_run_keeps(scenario, tmp_
     federated = _estimator(params, early_stopping_rounds=3).fit(frames, label=label, eval_set=(holdout, y))
     _same_model(session, agents, federated)
 
-    # the rule itself: the kept rounds are the best held-out log-loss of all 25, reached before 3 worse ones
+    # the rule itself: the kept rounds are the best held-out log-loss of all 15, reached before 3 worse ones
     full = _estimator(params).fit(frames, label=label)
     for party in full.parties_:
         party.set_prediction_data(holdout[party.name])
@@ -162,7 +164,35 @@ def test_early_stopping_keeps_the_rounds_a_single_party_run_keeps(scenario, tmp_
     assert np.array_equal(session.master.structure.value, full.master_.structure.value[
         : session.master.structure.n_nodes])
     metrics = session.evaluate()
-    assert metrics["log_loss"] == pytest.approx(scores[kept - 1], rel=1e-3)
+    assert metrics["log_loss"] == float(reported(scores[kept - 1]))
+
+    # once per session, on the whole held-out set: no oracle for single held-out labels
+    holder = scenario["label_holder"]
+    again = Message("score_rounds", {"patience": 3}, {"values": values[:, :kept]})
+    with pytest.raises(ProtocolError, match=f"institution '{holder}' refuses a second 'score_rounds' in this "
+                                            "session"):
+        session.transport.exchange({holder: again})
+    passive = next(n for n in agents if n != holder)
+    with pytest.raises(ProtocolError, match=f"'{passive}' holds no label and cannot score rounds"):
+        session.transport.exchange({passive: again})
+    with pytest.raises(ProtocolError, match=f"institution '{holder}' refuses a second 'keep_trees'"):
+        session.transport.exchange({holder: Message("keep_trees", {"n_trees": 1})})
+    session.close()
+
+
+def test_score_rounds_is_refused_on_a_subset_of_the_held_out_rows(scenario, tmp_path) -> None:
+    params = BoostingParams(**{**PARAMS, "n_estimators": 3})
+    session, agents, _, _ = _trained(scenario, tmp_path, params)
+    holder = scenario["label_holder"]
+    ask = Message("score_rounds", {"patience": 1}, {"values": np.zeros((5, 3))})
+    with pytest.raises(ProtocolError, match="'score_rounds' before the held-out rows were predicted"):
+        session.transport.exchange({holder: ask})
+    session.transport.exchange({n: Message("load_holdout") for n in agents})
+    with pytest.raises(ProtocolError, match=rf"'score_rounds' values must be floats of shape "
+                                            rf"\({session.facts.holdout_rows}, 3\), got float64 \[5, 3\]"):
+        session.transport.exchange({holder: ask})
+    with pytest.raises(ProtocolError, match="'keep_trees' asks for 4 of its 3 trees"):
+        session.transport.exchange({holder: Message("keep_trees", {"n_trees": 4})})
     session.close()
 
 
