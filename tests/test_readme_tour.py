@@ -51,6 +51,7 @@ def test_the_tour_works_as_written(tmp_path: Path) -> None:
     assert "v0001" in by_step["models list"] and "promote  production  v0002" in by_step["models list"]
     regression = json.loads(next(out for command, out in said if "--json" in command))
     assert regression["task"] == "regression" and regression["single_party_identical"] is True
-    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["customers.csv", "demo", "demo-ppd-ert"]
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["customers.csv", "demo", "demo-boosting",
+                                                                       "demo-ppd-ert"]
     runs = tmp_path / "work" / "demo" / ".prefect"
     assert runs.is_dir() and any(runs.iterdir())  # the tour's runs are where the demo's UI hint looks

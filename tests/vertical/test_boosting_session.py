@@ -18,6 +18,7 @@ from fedcore.data.scenario import make_vertical_scenario
 from fedcore.errors import ProtocolError
 from fedcore.metrics import metrics as score
 from fedcore.models.artifacts import table_file_bytes
+from fedcore.models.card import build_manifest, model_card
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.tables import master_table, party_table
 from fedcore.protocol.messages import Message
@@ -165,6 +166,14 @@ def test_early_stopping_keeps_the_rounds_a_single_party_run_keeps(scenario, tmp_
         : session.master.structure.n_nodes])
     metrics = session.evaluate()
     assert metrics["log_loss"] == float(reported(scores[kept - 1]))
+    manifest = build_manifest(session, "retail", metrics, {})
+    assert (manifest["algorithm"], manifest["params"]["early_stopping_rounds"]) == ("boosting", 3)
+    card = model_card("retail", "v0001", manifest, None, True, None)
+    assert card.startswith("# retail v0001\n\nFederated gradient boosting (vertical, classification); ")
+    assert (f"- {kept} boosting rounds, learning rate 1, loss binary:logistic, max_depth 4, reg_lambda 1, "
+            f"gamma 0, min_child_weight 1, subsample 0.8, colsample_bytree 1.0; early stopping after 3 "
+            f"rounds without a better held-out log_loss: {kept} of 15 rounds kept\n") in card
+    assert f"| log_loss (lower is better) | {metrics['log_loss']:.4f} | - |" in card
 
     # once per session, on the whole held-out set: no oracle for single held-out labels
     holder = scenario["label_holder"]
