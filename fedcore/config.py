@@ -353,7 +353,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
             check_bounded_depth(privacy, forest.max_depth)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
-    _check_compute(institutions, setting, forest.task, path)
+    _check_compute(institutions, setting, forest.task, path, algorithm is BOOSTING)
     federation = str(raw.get("federation", path.stem))
     # names that become folders and files are checked now, not after a whole training run
     _safe_name(training.model_name or federation,
@@ -484,10 +484,12 @@ def _source(value: Any, where: str, path: Path,
     return str(resolve(path, value))
 
 
-def _check_compute(institutions: list[Institution], setting: str, task: str, path: Path) -> None:
+def _check_compute(institutions: list[Institution], setting: str, task: str, path: Path,
+                   boosting: bool = False) -> None:
     """`compute: dask` runs a party's rows on a cluster; what it cannot run yet is refused here (issue #29).
 
-    Horizontal: every mode. Vertical: classification (plain or encrypted labels), not regression.
+    Horizontal: every mode. Vertical: forest classification (plain or encrypted labels), not regression
+    nor boosting.
     """
     for inst in institutions:
         if inst.compute is None:
@@ -495,7 +497,7 @@ def _check_compute(institutions: list[Institution], setting: str, task: str, pat
         if setting == "vertical":
             from fedcore.compute.dask_vertical import refusal
 
-            cannot = refusal(task == "regression")
+            cannot = refusal(task == "regression", boosting)
             if cannot is not None:
                 raise ConfigError(f"{path}: institution {inst.name!r}: {cannot}")
 
