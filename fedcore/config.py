@@ -2,7 +2,7 @@
 
     federation: retail-consortium
     setting: vertical            # vertical | horizontal
-    algorithm: forest            # vertical: forest (boosting: not yet); horizontal: extra-trees | ppd-ert
+    algorithm: forest            # vertical: forest | boosting; horizontal: extra-trees | ppd-ert
     privacy: none                # forest: none | paillier | ou ({mode: paillier, key_bits: 3072});
                                  # extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 1, delta: 1e-6}:
                                  #   the whole model's budget per row, a tenth of it for DP marginal
@@ -63,7 +63,11 @@
                                            # predictions folder (with a sink: a hidden temporary folder
                                            # there, which the agent delivers from and removes)
     params: {n_estimators: 50, max_depth: 8}   # ForestParams (vertical) or ExtraTreesParams (horizontal)
-                                               # fields
+                                               # fields; boosting: XGBoost's names (n_estimators rounds,
+                                               # max_depth, learning_rate, reg_lambda, gamma,
+                                               # min_child_weight, subsample, colsample_bytree,
+                                               # early_stopping_rounds: on the label holder's held-out
+                                               # rows, log-loss or RMSE; fedcore/trees/boosting.py)
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
                metric: log_loss, predict_for: bank, connect_timeout_s: 60, agent_late_timeout_s: 30,
                agent_idle_timeout_s: 900, agent_session_timeout_s: 30}
@@ -85,7 +89,7 @@ from typing import Any
 
 import yaml
 
-from fedcore.algorithms import SETTINGS, in_setting
+from fedcore.algorithms import BOOSTING, SETTINGS, in_setting
 from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.compute.cluster import DaskCompute, parse_compute
 from fedcore.data.dialect import CsvSource, parse_csv
@@ -96,6 +100,7 @@ from fedcore.horizontal.plan import check_bounded_depth
 from fedcore.models.signing import public_key_path
 from fedcore.names import check_name
 from fedcore.privacy.settings import EncryptedLabels, NoPrivacy, PrivacySetting, parse_privacy
+from fedcore.trees.boosting import BoostingParams
 from fedcore.trees.params import ForestParams
 
 
@@ -341,14 +346,14 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         raise ConfigError(f"{path}: training.predict_for names no institution: {training.predict_for!r}; "
                           f"known: {names}")
     master = raw.get("master") or {}
-    forest = _parse_params(raw.get("params") or {}, setting, privacy, path)
+    forest = _parse_params(raw.get("params") or {}, setting, privacy, path, algorithm is BOOSTING)
     try:
         parse_privacy(privacy, algorithm, forest.task)
         if setting == "horizontal":
             check_bounded_depth(privacy, forest.max_depth)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
-    _check_compute(institutions, setting, forest.task, path)
+    _check_compute(institutions, setting, forest.task, path, algorithm is BOOSTING)
     federation = str(raw.get("federation", path.stem))
     # names that become folders and files are checked now, not after a whole training run
     _safe_name(training.model_name or federation,
@@ -479,10 +484,12 @@ def _source(value: Any, where: str, path: Path,
     return str(resolve(path, value))
 
 
-def _check_compute(institutions: list[Institution], setting: str, task: str, path: Path) -> None:
+def _check_compute(institutions: list[Institution], setting: str, task: str, path: Path,
+                   boosting: bool = False) -> None:
     """`compute: dask` runs a party's rows on a cluster; what it cannot run yet is refused here (issue #29).
 
-    Horizontal: every mode. Vertical: classification (plain or encrypted labels), not regression.
+    Horizontal: every mode. Vertical: forest classification (plain or encrypted labels), not regression
+    nor boosting.
     """
     for inst in institutions:
         if inst.compute is None:
@@ -490,7 +497,7 @@ def _check_compute(institutions: list[Institution], setting: str, task: str, pat
         if setting == "vertical":
             from fedcore.compute.dask_vertical import refusal
 
-            cannot = refusal(task == "regression")
+            cannot = refusal(task == "regression", boosting)
             if cannot is not None:
                 raise ConfigError(f"{path}: institution {inst.name!r}: {cannot}")
 
@@ -510,9 +517,12 @@ def _check_labels(institutions: list[Institution], setting: str, path: Path) -> 
                               f"column, found {sorted({str(i.label) for i in institutions})}")
 
 
-def _parse_params(params: dict, setting: str, privacy: PrivacySetting,
-                  path: Path) -> ForestParams | ExtraTreesParams:
-    """The `params:` section as the setting's parameter class (vertical label protection: from `privacy:`)."""
+def _parse_params(params: dict, setting: str, privacy: PrivacySetting, path: Path,
+                  boosting: bool = False) -> ForestParams | ExtraTreesParams:
+    """The `params:` section as the setting's parameter class (vertical label protection: from `privacy:`).
+
+    Boosting takes XGBoost's names (`BoostingParams.from_config`).
+    """
     if setting == "vertical":
         if {"privacy", "key_bits", "paillier_key_bits"} & set(params):
             raise ConfigError(f"{path}: params: set label protection in the 'privacy:' section "
@@ -520,8 +530,10 @@ def _parse_params(params: dict, setting: str, privacy: PrivacySetting,
         key_bits = privacy.key_bits if isinstance(privacy, EncryptedLabels) else None
         params = {**params, "privacy": privacy.mode, "key_bits": key_bits}
     try:
+        if boosting:
+            return BoostingParams.from_config(params)
         return ForestParams(**params) if setting == "vertical" else ExtraTreesParams(**params)
-    except TypeError as exc:
+    except (TypeError, ParameterError) as exc:
         raise ConfigError(f"{path}: params: {exc}") from exc
 
 

@@ -130,8 +130,9 @@ def session_attempt(config: FederationConfig, agents: str, model_name: str, pred
     summary = {"model": model_name, "version": version, "promoted": promoted, "metrics": metrics,
                "production": _version_of(production), "validation": validation, "preparation": preparation,
                "training": training, "prediction": prediction}
-    if "privacy" in manifest:
-        summary["privacy"] = manifest["privacy"]
+    for entry in ("privacy", "boosting"):  # DP modes' ledgers; boosting's rounds, loss and early stopping
+        if entry in manifest:
+            summary[entry] = manifest[entry]
     return summary
 
 

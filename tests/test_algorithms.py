@@ -64,6 +64,6 @@ def test_one_id_lives_in_both_settings_told_apart_by_setting() -> None:
     assert list(ALGORITHMS) == ["forest", "extra-trees", "ppd-ert", "boosting"]  # by id: manifests, titles
 
 
-def test_boosting_runs_in_simulation_only_so_far() -> None:
-    """Configs refuse it (tests/test_config.py); the estimators and simulate run it (issue #32)."""
-    assert FOREST.deployable and not BOOSTING.deployable and BOOSTING.privacy_modes == ("none",)
+def test_boosting_is_deployable_with_plain_gradients() -> None:
+    """Configs, agents and flows run it (tests/vertical/test_boosting_session.py); plain only (issue #32)."""
+    assert FOREST.deployable and BOOSTING.deployable and BOOSTING.privacy_modes == ("none",)

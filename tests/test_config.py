@@ -12,6 +12,7 @@ from fedcore.config import TrainingSettings, parse_config
 from fedcore.errors import ConfigError
 from fedcore.privacy.ldp import LabelLDP
 from fedcore.privacy.settings import LocalDP, NoPrivacy, SecureAggregation
+from fedcore.trees.boosting import BoostingParams
 
 CONFIG = Path("/srv/federation/federation.yaml")
 
@@ -68,6 +69,22 @@ def test_a_horizontal_federation_defaults_to_plain_extra_trees() -> None:
     assert (ppd.privacy.thresholds, ppd.privacy.cells) == ("domain", None)
 
 
+def test_a_boosting_config_takes_xgboosts_names_and_round_trips_through_the_manifest() -> None:
+    """`algorithm: boosting` with XGBoost's parameter names parses to BoostingParams (issue #32).
+
+    Its `to_dict` (what a manifest stores) reads back to the same parameters.
+    """
+    names = {"n_estimators": 7, "max_depth": 3, "learning_rate": 0.2, "reg_lambda": 2.0, "gamma": 0.5,
+             "min_child_weight": 0.5, "subsample": 0.8, "colsample_bytree": 0.6, "early_stopping_rounds": 3}
+    config = parse_config(_raw(algorithm="boosting", params=names), CONFIG)
+    assert config.algorithm == "boosting" and isinstance(config.params, BoostingParams)
+    p = config.params
+    assert (p.n_estimators, p.max_depth, p.learning_rate, p.reg_lambda, p.gamma, p.min_child_weight,
+            p.subsample, p.max_features, p.early_stopping_rounds) == (7, 3, 0.2, 2.0, 0.5, 0.5, 0.8, 0.6, 3)
+    assert (p.criterion, p.bootstrap, p.feature_sampling, p.privacy) == ("gradient", False, "tree", "none")
+    assert BoostingParams.from_dict(p.to_dict()) == p
+
+
 def test_training_settings_override_the_derived_values() -> None:
     config = parse_config(_raw(training={"model_name": "m", "predict_for": "insurer", "metric": "log_loss",
                                          "holdout": 0.3, "agent_idle_timeout_s": 60}), CONFIG)
@@ -105,8 +122,12 @@ def test_bad_training_settings_are_refused_by_name(training, message) -> None:
     ({"params": {"n_trees": 5}}, "params: "),
     ({"algorithm": "extra-trees"},
      "the vertical setting offers algorithms ['forest', 'boosting'], got 'extra-trees'"),
-    ({"algorithm": "boosting"}, "algorithm 'boosting' runs in simulation and the estimators only so far "
-                                "(issue #32); choose another algorithm for a federation config"),
+    ({"algorithm": "boosting", "params": {"max_features": 0.5}},
+     "params: boosting takes XGBoost's 'colsample_bytree', not 'max_features'"),
+    ({"algorithm": "boosting", "params": {"early_stopping_rounds": 0}},
+     "params: early_stopping_rounds must be"),
+    ({"algorithm": "boosting", "privacy": "paillier"},
+     "algorithm 'boosting' supports privacy ['none'], got 'paillier'"),
     ({"alignment": "sha"},
      "alignment must be 'hash' (keyed hashes) or 'psi' (ECDH private set intersection), got 'sha'"),
     ({"setting": "horizontal"},

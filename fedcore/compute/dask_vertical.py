@@ -80,8 +80,10 @@ BOOSTING_REFUSED = ("vertical boosting runs in process only: its histograms sum 
 """Why a vertical Dask party refuses boosting."""
 
 
-def refusal(regression: bool) -> str | None:
-    """Why a vertical party on Dask cannot train this task (None: it can); every privacy mode runs."""
+def refusal(regression: bool, boosting: bool = False) -> str | None:
+    """Why a vertical party on Dask cannot train this task or boosting (None: it can); any privacy mode."""
+    if boosting:
+        return BOOSTING_REFUSED
     if regression:
         return REGRESSION_REFUSED
     return None

@@ -121,14 +121,28 @@ def _privacy_lines(manifest: dict[str, Any]) -> list[str]:
 
 
 def _training_lines(manifest: dict[str, Any]) -> list[str]:
-    """Parameters, time, rounds, bytes exchanged, nodes and the code version."""
+    """Parameters (boosting: rounds, learning rate, loss), time, rounds, bytes, nodes, code version."""
     t, params = manifest["training"], manifest["params"]
-    return ["", "## Training", "",
-            f"- {params['n_estimators']} trees, max_depth {params['max_depth']}, max_features "
-            f"{params['max_features']}, criterion {params['criterion']}",
+    return ["", "## Training", "", *_model_lines(params, manifest.get("boosting")),
             f"- {t['seconds']:.1f} s, {t['rounds']} rounds, {t['bytes'] / 2**20:.1f} MiB exchanged, "
             f"{t['nodes']} nodes",
             f"- code {manifest['lineage']['code_version']}"]
+
+
+def _model_lines(params: dict[str, Any], boosting: dict[str, Any] | None) -> list[str]:
+    """A forest's trees and criterion, or boosting's rounds, learning rate, loss and early stopping."""
+    if boosting is None:
+        return [f"- {params['n_estimators']} trees, max_depth {params['max_depth']}, max_features "
+                f"{params['max_features']}, criterion {params['criterion']}"]
+    stopping = (f"; early stopping after {boosting['early_stopping_rounds']} rounds without a better "
+                f"held-out {boosting['early_stopping_metric']}: {boosting['rounds']} of "
+                f"{boosting['rounds_grown']} rounds kept" if boosting.get("early_stopping_rounds") else "")
+    per_round = f" ({boosting['trees_per_round']} trees a round)" if boosting["trees_per_round"] > 1 else ""
+    return [f"- {boosting['rounds']} boosting rounds{per_round}, learning rate "
+            f"{boosting['learning_rate']:g}, loss {boosting['loss']}, max_depth {params['max_depth']}, "
+            f"reg_lambda {params['reg_lambda']:g}, "
+            f"gamma {params['gamma']:g}, min_child_weight {params['min_child_weight']:g}, subsample "
+            f"{params['subsample']:g}, colsample_bytree {params['max_features']}{stopping}"]
 
 
 def _prediction_lines(prediction: dict[str, Any] | None) -> list[str]:

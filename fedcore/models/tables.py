@@ -15,18 +15,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fedcore.errors import ArtifactError
+from fedcore.trees.combination import MEAN, TreeCombination
 from fedcore.trees.structure import ForestStructure, PartialForest
 
 COLUMNS_KEY = b"fedforest.columns"
 N_TREES_KEY = b"fedforest.n_trees"
+COMBINATION_KEY = b"fedforest.combination"
+"""How the trees combine, in a boosting model's master table: {"kind": "sum", "base_score": [...],
+"link": ...}
+(absent: a forest's mean)."""
 N_CAT_WORDS = 4  # cat_bits words per node: 256 category codes
 
 _INDEX_FIELDS = (("tree", pa.int32()), ("node", pa.int32()), ("left", pa.int32()), ("right", pa.int32()))
 
 
 # -- master -----------------------------------------------------------------------------------------
-def master_table(structure: ForestStructure) -> pa.Table:
-    """The master's forest as an Arrow table: structure, owner party index and node values, nothing else."""
+def master_table(structure: ForestStructure, combination: TreeCombination = MEAN) -> pa.Table:
+    """The master's forest as an Arrow table: structure, owner party index and node values, nothing else.
+
+    A boosting model's combination rule (sum plus link, base score) rides in the schema metadata.
+    """
     s = structure
     value = np.ascontiguousarray(s.value, dtype=np.float64)
     columns = {name: pa.array(getattr(s, name), type) for name, type in _INDEX_FIELDS}
@@ -34,7 +42,24 @@ def master_table(structure: ForestStructure) -> pa.Table:
     columns["owner"] = pa.array(s.owner, pa.int16())
     columns["weight"] = pa.array(s.weight, pa.float64())
     columns["value"] = pa.FixedSizeListArray.from_arrays(pa.array(value.reshape(-1)), value.shape[1])
-    return pa.table(columns, metadata={N_TREES_KEY: str(s.n_trees).encode()})
+    metadata = {N_TREES_KEY: str(s.n_trees).encode()}
+    if combination != MEAN:
+        metadata[COMBINATION_KEY] = json.dumps({"kind": combination.kind, "link": combination.link,
+                                                "base_score": list(combination.base_score)}).encode()
+    return pa.table(columns, metadata=metadata)
+
+
+def combination_from_table(table: pa.Table) -> TreeCombination:
+    """How a master table's trees combine: its stored rule, else a forest's mean."""
+    raw = (table.schema.metadata or {}).get(COMBINATION_KEY)
+    if raw is None:
+        return MEAN
+    try:
+        rule = json.loads(raw)
+        return TreeCombination(str(rule["kind"]), tuple(float(b) for b in rule["base_score"]),
+                               str(rule["link"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ArtifactError(f"master table: malformed combination rule in its metadata ({exc})") from exc
 
 
 def structure_from_table(table: pa.Table, n_trees: int) -> ForestStructure:

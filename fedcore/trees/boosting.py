@@ -35,6 +35,23 @@ class BoostingParams(ForestParams):
     gamma: float = 0.0
     min_child_weight: float = 1.0
     subsample: float = 1.0
+    early_stopping_rounds: int | None = None
+    """Keep the rounds up to the best on the label holder's held-out rows (log-loss or RMSE), stopping once
+    this many rounds in a row did not improve on it (XGBoost's rule; `fedcore.trees.early_stopping`)."""
+
+    XGBOOST_NAMES = {"colsample_bytree": "max_features"}
+    """XGBoost's names a config uses for fields the engine calls otherwise."""
+
+    @classmethod
+    def from_config(cls, values: dict) -> BoostingParams:
+        """Parameters by XGBoost's names (a config's `params:`); the engine's names for them are refused."""
+        values = dict(values)
+        for xgboost, engine in cls.XGBOOST_NAMES.items():
+            if engine in values:
+                raise ParameterError(f"boosting takes XGBoost's {xgboost!r}, not {engine!r}")
+            if xgboost in values:
+                values[engine] = values.pop(xgboost)
+        return cls(**values)
 
     def _check_criterion(self) -> None:
         if self.criterion != "gradient":
@@ -59,6 +76,8 @@ class BoostingParams(ForestParams):
         if self.privacy != "none":
             raise ParameterError(f"boosting has plain labels only so far (issue #32), not privacy "
                                  f"{self.privacy!r}")
+        if self.early_stopping_rounds is not None:
+            check_int("early_stopping_rounds", self.early_stopping_rounds, 1)
         if self.min_impurity_decrease:
             raise ParameterError("boosting splits on gamma, not min_impurity_decrease")
 

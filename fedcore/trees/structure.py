@@ -6,7 +6,8 @@ threshold for the nodes that party owns, per Federated Forest 4.2.2.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
+from typing import TypeVar
 
 import numpy as np
 
@@ -30,6 +31,22 @@ def leaf_numbering(tree: np.ndarray, left: np.ndarray,
     slot = np.full(len(tree), -1, dtype=np.int32)
     slot[leaf_nodes] = np.arange(len(leaf_nodes)) - leaf_offsets[tree[leaf_nodes]]
     return leaf_offsets, leaf_nodes, slot
+
+
+Tables = TypeVar("Tables", "ForestStructure", "PartialForest")
+
+
+def first_trees(model: Tables, n_trees: int) -> Tables:
+    """The model's first `n_trees` trees (boosting's early stopping keeps the best round's).
+
+    Every node array is cut where tree `n_trees` begins: the same cut at the master and at every party.
+    """
+    if not 1 <= n_trees <= model.n_trees:
+        raise ValueError(f"cannot keep {n_trees} of {model.n_trees} trees")
+    end = int(model.tree_offsets()[n_trees])
+    cut = {f.name: getattr(model, f.name)[:end].copy() for f in fields(model)
+           if isinstance(getattr(model, f.name), np.ndarray)}
+    return replace(model, n_trees=n_trees, **cut)
 
 
 @dataclass

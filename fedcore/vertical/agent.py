@@ -28,13 +28,14 @@ from fedcore.agents.scoring import predictions_table
 from fedcore.agents.storage import load_signed_table, run_id, store_signed_table, write_predictions
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import ArtifactError, ProtocolError
-from fedcore.metrics import metrics
+from fedcore.metrics import class_codes, metrics
 from fedcore.models.artifacts import decode_classes, encode_classes, table_sha256
 from fedcore.models.tables import partial_forest_from_table, party_table
 from fedcore.privacy.hashing import hash_ids
 from fedcore.privacy.keyauth import PartyIdentity
 from fedcore.protocol.messages import Message, StreamedMessage, unpack_bits
-from fedcore.trees.structure import PartialForest, PartySplits
+from fedcore.trees.early_stopping import kept_rounds, metric_name, round_scores
+from fedcore.trees.structure import PartialForest, PartySplits, first_trees
 from fedcore.vertical.alignment import align_frame, check_positions
 from fedcore.vertical.party import VerticalParty
 from fedcore.vertical.persistence import party_file_stem
@@ -51,7 +52,8 @@ log = logging.getLogger(__name__)
 
 SPLIT_ARRAYS = ("tree", "node", "feature", "bin", "missing_left", "is_categorical", "cat_bits")
 SESSION_HEADERS = session_headers(id_hashes=(), psi_blinded=("batch", "until"), psi_reblind=(),
-                                  align=("rows",), load_holdout=(), batch_hashes=("until",),
+                                  align=("rows",), load_holdout=(), score_rounds=("patience",),
+                                  keep_trees=("n_trees",), batch_hashes=("until",),
                                   align_batch=("rows",), deliver_predictions=("run",))
 """The header fields of each session message (`SessionAgent.session_headers`)."""
 PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "evaluate_encrypted",
@@ -325,6 +327,49 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         # rounded: the predictions are the master's, so full precision would let crafted ones carry labels
         rounded = {name: float(reported(value)) for name, value in result.items()}
         return Message("metrics", {"metrics": rounded, "rows": int(len(y))})
+
+    def _on_score_rounds(self, message: Message) -> Message:
+        """Boosting's early stopping: how many rounds to keep, scored on the whole held-out set, once.
+
+        The master sends every tree's leaf weight for each held-out row; only the count of rounds goes back
+        (`fedcore.trees.early_stopping`, XGBoost's rule over log-loss or RMSE).
+        """
+        if not self.data.label:
+            raise ProtocolError(f"institution {self.name!r} holds no label and cannot score rounds")
+        if not self._holdout_loaded:
+            raise ProtocolError(f"institution {self.name!r}: 'score_rounds' before the held-out rows were "
+                                "predicted (load_holdout after training)")
+        party = self._require_party(message.kind)
+        model = self._require_model(message.kind)
+        combination = party.boosting_combination
+        if combination is None:
+            raise ProtocolError(f"institution {self.name!r}: 'score_rounds' after a training that was not "
+                                "boosting")
+        patience = message.header.int("patience")
+        if patience < 1:
+            raise ProtocolError(f"institution {self.name!r}: 'score_rounds' patience must be >= 1, got "
+                                f"{patience}")
+        holdout = self._require_holdout(message.kind)
+        y = (holdout[self.data.label] if isinstance(holdout, pd.DataFrame)
+             else holdout.gathered(self._client(), self.data.label)).to_numpy()
+        leaf_values = prediction_values(self.name, message, len(y), model.n_trees)
+        self._once(message.kind)
+        if party.classes_ is not None:
+            y = class_codes(y, party.classes_)
+        scores = round_scores(combination, y, leaf_values)
+        return Message("rounds", {"rounds": kept_rounds(scores, patience),
+                                  "metric": metric_name(combination)})
+
+    def _on_keep_trees(self, message: Message) -> Message:
+        """Keep the first `n_trees` trees of the model trained in this session (boosting's early stopping)."""
+        party, model = self._require_party(message.kind), self._require_model(message.kind)
+        n_trees = message.header.int("n_trees")
+        if not 1 <= n_trees <= model.n_trees:
+            raise ProtocolError(f"institution {self.name!r}: 'keep_trees' asks for {n_trees} of its "
+                                f"{model.n_trees} trees")
+        self._once(message.kind)
+        party.model = first_trees(model, n_trees)
+        return Message("ack", {"n_trees": n_trees})
 
     def _on_model_digest(self, message: Message) -> Message:
         """The SHA-256 of this party's partial model file, for the master to sign before anyone stores."""

@@ -6,22 +6,33 @@
 
 The same engine as `FederatedForestClassifier` (the vertical master and parties, one grower), run with
 `BoostingParams`: each round the label holder sends the passive parties its rows' gradients and hessians
-in place of labels. Not yet: encrypted gradients, Dask parties, saving a model, importances, early stopping.
+in place of labels. `early_stopping_rounds` with `fit(..., eval_set=(parties, y))` keeps the rounds up to the
+best held-out log-loss or RMSE (XGBoost's rule, `fedcore.trees.early_stopping`; the flows score the label
+holder's held-out rows the same way). `save` / `load` as the forests'. Not yet: encrypted gradients, Dask
+parties, importances.
 """
 
 from __future__ import annotations
 
+from typing import Any, Self
+
 import numpy as np
 
 from fedcore.algorithms import BOOSTING
+from fedcore.errors import ParameterError
 from fedcore.estimator_api import ClassifierMixin, RegressorMixin
+from fedcore.metrics import class_codes
 from fedcore.trees.boosting import BoostingParams
+from fedcore.trees.early_stopping import kept_rounds, round_scores
+from fedcore.trees.params import ForestParams
+from fedcore.trees.structure import first_trees
 from fedcore.vertical.estimators import PartyFrames, _FederatedForest
 
 
 class _FederatedBoosting(_FederatedForest):
     """Shared machinery of the boosting classifier and regressor (the forest's fit, boosting's parameters)."""
 
+    _algorithm = BOOSTING
     label_key = None  # plain labels only: no label key, no Dask (not constructor parameters)
     compute = None
     block_rows = None
@@ -33,6 +44,7 @@ class _FederatedBoosting(_FederatedForest):
     gamma: float
     subsample: float
     colsample_bytree: float
+    early_stopping_rounds: int | None
     max_bins: int
     random_state: int
 
@@ -47,6 +59,7 @@ class _FederatedBoosting(_FederatedForest):
         gamma: float = 0.0,
         subsample: float = 1.0,
         colsample_bytree: float = 1.0,
+        early_stopping_rounds: int | None = None,
         max_bins: int = 255,
         random_state: int = 0,
         prediction: str = "auto",
@@ -65,21 +78,49 @@ class _FederatedBoosting(_FederatedForest):
                               min_child_weight=self.min_child_weight,
                               reg_lambda=self.reg_lambda, gamma=self.gamma, subsample=self.subsample,
                               max_features=self.colsample_bytree, max_bins=self.max_bins,
+                              early_stopping_rounds=self.early_stopping_rounds,
                               random_state=self.random_state)
+
+    @classmethod
+    def _constructor_params(cls, params: ForestParams) -> dict[str, Any]:
+        """XGBoost's names of saved BoostingParams (colsample_bytree is the engine's max_features)."""
+        assert isinstance(params, BoostingParams), "a boosting model is saved with BoostingParams"
+        names = ("n_estimators", "learning_rate", "max_depth", "min_child_weight", "reg_lambda", "gamma",
+                 "subsample", "early_stopping_rounds", "max_bins", "random_state")
+        return {**{name: getattr(params, name) for name in names}, "colsample_bytree": params.max_features}
+
+    def fit(self, parties: PartyFrames, label: str,
+            eval_set: tuple[PartyFrames, np.ndarray] | None = None) -> Self:
+        """Train on party DataFrames, as the forests do; with `early_stopping_rounds`, score `eval_set`.
+
+        `eval_set`: (party frames of held-out rows without the label, their labels). The model keeps the
+        rounds up to the best held-out score (`best_iteration_`, zero-based, as XGBoost's).
+        """
+        if (self.early_stopping_rounds is None) != (eval_set is None):
+            raise ParameterError("early stopping needs both early_stopping_rounds and eval_set=(parties, y): "
+                                 "the held-out rows it scores")
+        super().fit(parties, label)
+        combination = self.master_.combination
+        self.best_iteration_ = self.master_.trained_structure.n_trees // combination.trees_per_round - 1
+        if eval_set is not None and self.early_stopping_rounds is not None:
+            frames, y = eval_set
+            values = self.master_.tree_values(self._load_rows(frames))
+            y = np.asarray(y)
+            if len(y) != len(values):
+                raise ParameterError(f"eval_set has {len(values)} rows and {len(y)} labels")
+            classes = self.label_holder_.classes_
+            codes = class_codes(y, classes) if classes is not None else y
+            rounds = kept_rounds(round_scores(combination, codes, values), self.early_stopping_rounds)
+            self.master_.keep_trees(rounds * combination.trees_per_round)
+            for party in self.parties_:
+                party.model = first_trees(party.trained_model, rounds * combination.trees_per_round)
+            self.best_iteration_ = rounds - 1
+        return self
 
     @property
     def feature_importances_(self) -> dict:
         """Not yet for boosting (issue #33)."""
         raise AttributeError(f"{BOOSTING.title} has no feature_importances_ yet (issue #33)")
-
-    def save(self, path) -> None:
-        """Not yet for boosting: the model registry and artifacts know forests only (issue #32)."""
-        raise NotImplementedError(f"{BOOSTING.title} models cannot be saved yet (issue #32)")
-
-    @classmethod
-    def load(cls, path):
-        """Not yet for boosting (see `save`)."""
-        raise NotImplementedError(f"{BOOSTING.title} models cannot be loaded yet (issue #32)")
 
 
 class FederatedBoostingClassifier(ClassifierMixin, _FederatedBoosting):

@@ -58,6 +58,7 @@ class _FederatedForest(SimulatedFederation):
     """Shared machinery of the classifier and the regressor."""
 
     _fitted_attribute = "master_"
+    _algorithm = FOREST
     master_: VerticalMaster
     # constructor parameters read by name (`_store_params` sets them all; FOREST_PARAMS are read by getattr)
     label_key: AdditivePrivateKey | None
@@ -113,7 +114,7 @@ class _FederatedForest(SimulatedFederation):
         params = self._forest_params()
         frames = named_parties(parties)
         validate_training_parties(frames, label, self._task)
-        key = hashlib.sha256(f"fedforest-simulation-{params.random_state}".encode()).digest()
+        key = self._feature_key(params.random_state)
         # no certificates in simulation: fresh Ed25519 identities, pinned at every party, sign the sealing
         # keys
         identities = ephemeral_identities(frames) if params.privacy in ENCRYPTED_MODES else {}
@@ -143,6 +144,13 @@ class _FederatedForest(SimulatedFederation):
         self.master_ = master  # last: its presence marks the estimator fitted
         return self
 
+    def _feature_key(self, random_state: int) -> bytes:
+        """The key the parties derive opaque feature ids from (agents: from the consortium key).
+
+        It orders the features at the master, so it decides ties between equal gains.
+        """
+        return hashlib.sha256(f"fedforest-simulation-{random_state}".encode()).digest()
+
     def _compute(self) -> DaskCompute | Client | None:
         """Where the fit runs (`compute`), or None in process; what it cannot run on Dask is refused here."""
         compute = compute_from_spec(self.compute, self.block_rows)
@@ -156,13 +164,23 @@ class _FederatedForest(SimulatedFederation):
         return compute
 
     def _predict_values(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:
+        n_rows = self._load_rows(parties)
+        return self.master_.predict_values(n_rows, method or self.prediction, self.predict_batch_rows)
+
+    def _load_rows(self, parties: PartyFrames) -> int:
+        """Give every party its columns of the rows to predict (checked against the model); their count."""
         check_fitted(self)
         frames = named_parties(parties)
         columns = {p.name: p.trained_model.column_names for p in self.parties_}
         n_rows = validate_prediction_parties(frames, columns)
         for party in self.parties_:
             party.set_prediction_data(frames[party.name])
-        return self.master_.predict_values(n_rows, method or self.prediction, self.predict_batch_rows)
+        return n_rows
+
+    @classmethod
+    def _constructor_params(cls, params: ForestParams) -> dict[str, Any]:
+        """The constructor arguments that give `params` back (what `load` rebuilds the estimator with)."""
+        return {k: v for k, v in params.to_dict().items() if k != "task"}
 
     @property
     def label_holder_(self) -> VerticalParty:

@@ -11,6 +11,7 @@ trips grows with depth (two per level; three with encrypted labels, see
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +30,7 @@ from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, Stopping
 from fedcore.trees.losses import loss_for
 from fedcore.trees.params import ForestParams, check_model_fits
 from fedcore.trees.predictor import intersect_leaf_sets
-from fedcore.trees.structure import NO_CHILD, ForestStructure
+from fedcore.trees.structure import NO_CHILD, ForestStructure, first_trees
 
 MASTER_BYTES_PER_NODE = 256
 """The master's growth state per open node of a level: candidates, the parties' gains and ranks, the label
@@ -365,6 +366,18 @@ class VerticalMaster(LevelStrategy):
         per round. "auto" takes one-round unless the forest has more than ONE_ROUND_MAX_LEAVES leaves,
         where leaf sets would outweigh depth-many small rounds. Both give identical outputs.
         """
+        return self._predicted(n_rows, method, batch_rows, self.combination.combine)
+
+    def tree_values(self, n_rows: int, method: str = "auto", batch_rows: int = 8192) -> np.ndarray:
+        """Each tree's leaf value (first output) for `n_rows` aligned rows, (n_rows, n_trees), uncombined.
+
+        Boosting's early stopping scores every prefix of rounds from them (`fedcore.trees.early_stopping`).
+        """
+        return self._predicted(n_rows, method, batch_rows, lambda values: values[:, :, 0])
+
+    def _predicted(self, n_rows: int, method: str, batch_rows: int,
+                   reduce: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """`reduce` of every row batch's leaf values per tree, (rows, n_trees, n_values), stacked."""
         s = self.trained_structure
         if method not in ("auto", "one-round", "node-by-node"):
             raise ValueError(f"method must be 'auto', 'one-round' or 'node-by-node', got {method!r}")
@@ -381,13 +394,17 @@ class VerticalMaster(LevelStrategy):
                 nodes = self._one_round_leaves(start, stop, leaf_offsets, leaf_nodes)
             else:
                 nodes = self._node_by_node_leaves(start, stop)
-            values = self.combination.combine(s.value[nodes])
+            values = reduce(s.value[nodes])
             if out is None:
                 out = np.empty((n_rows, values.shape[1]), dtype=np.float64)
             out[start:stop] = values
         if out is None:  # no rows
-            out = self.combination.combine(np.zeros((0, s.n_trees, s.value.shape[1])))
+            out = reduce(np.zeros((0, s.n_trees, s.value.shape[1])))
         return out
+
+    def keep_trees(self, n_trees: int) -> None:
+        """Keep only the first `n_trees` trees of the trained model (the parties are told separately)."""
+        self.structure = first_trees(self.trained_structure, n_trees)
 
     def _one_round_leaves(self, start: int, stop: int, leaf_offsets: np.ndarray,
                           leaf_nodes: np.ndarray) -> np.ndarray:

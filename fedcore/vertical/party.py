@@ -40,6 +40,7 @@ from fedcore.privacy.settings import EncryptedLabels, PrivacySetting, parse_priv
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Message, pack_bits
 from fedcore.trees.budget import default_budget
+from fedcore.trees.combination import TreeCombination
 from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR, STATISTICS, n_stats
 from fedcore.trees.losses import loss_for
 from fedcore.trees.params import MAX_TREES_PER_BATCH
@@ -637,6 +638,13 @@ class VerticalParty:
         self._candidates = None
         self._splits = []
         return Message("ack", {"owned_nodes": int(np.sum(self.model.feature >= 0))})
+
+    @property
+    def boosting_combination(self) -> TreeCombination | None:
+        """The label holder's rule for its last boosting training (base score, link); None otherwise."""
+        if self._boost is None:
+            return None
+        return TreeCombination("sum", tuple(self._boost.base_score.tolist()), self._boost.loss.link)
 
     # -- prediction -----------------------------------------------------------------------------
     @property

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fedcore.algorithms import FOREST
+from fedcore.algorithms import BOOSTING
 from fedcore.errors import ArtifactError
 from fedcore.models.artifacts import (
     MANIFEST,
@@ -25,9 +25,16 @@ from fedcore.models.artifacts import (
     read_version,
     write_version,
 )
-from fedcore.models.tables import master_table, partial_forest_from_table, party_table, structure_from_table
+from fedcore.models.tables import (
+    combination_from_table,
+    master_table,
+    partial_forest_from_table,
+    party_table,
+    structure_from_table,
+)
 from fedcore.names import UNSAFE_NAME_CHARS
 from fedcore.transport.inprocess import InProcessTransport
+from fedcore.trees.boosting import BoostingParams
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.master import FederationInfo, VerticalMaster
 from fedcore.vertical.party import VerticalParty
@@ -50,7 +57,7 @@ def save_simulation(model: Any, path: str | os.PathLike) -> dict:
     if getattr(model, "master_", None) is None or model.master_.structure is None:
         raise ArtifactError(f"{type(model).__name__} is not fitted: nothing to save")
     stems = _party_stems([p.name for p in model.parties_])
-    tables = {MASTER: master_table(model.master_.structure)}
+    tables = {MASTER: master_table(model.master_.structure, model.master_.combination)}
     tables.update({stems[p.name]: party_table(p.model) for p in model.parties_})
     return write_version(path, _simulation_manifest(model, stems), tables)
 
@@ -63,8 +70,9 @@ def load_simulation(cls: type, path: str | os.PathLike) -> Any:
     manifest, tables = read_version(path)
     _check_kind(manifest, cls, Path(path))
     try:
-        params = ForestParams.from_dict(manifest["params"])
-        model = cls(**{k: v for k, v in params.to_dict().items() if k != "task"},
+        kind = BoostingParams if cls._algorithm is BOOSTING else ForestParams  # type: ignore[attr-defined]
+        params = kind.from_dict(manifest["params"])
+        model = cls(**cls._constructor_params(params),  # type: ignore[attr-defined]
                     **_estimator_settings(manifest))
         parties = [_load_party(entry, manifest, tables, Path(path)) for entry in manifest["parties"]]
         structure = structure_from_table(tables[MASTER], manifest["n_trees"])
@@ -78,6 +86,7 @@ def load_simulation(cls: type, path: str | os.PathLike) -> Any:
                                           record_transcript=model.record_transcript)
     model.master_ = VerticalMaster(model.transport_, params)
     model.master_.structure = structure
+    model.master_.combination = combination_from_table(tables[MASTER])
     model.master_.info = _federation_info(manifest)
     model.fit_seconds_ = float(manifest["training"]["fit_seconds"])
     model.manifest_ = manifest
@@ -88,8 +97,8 @@ def _simulation_manifest(model: Any, stems: dict[str, str]) -> dict:
     """The estimator's facts as manifest fields (`write_version` adds the file list and parties' sha256)."""
     info, holder = model.master_.info, model.label_holder_
     return {
-        "algorithm": FOREST.id,
-        "setting": FOREST.setting,
+        "algorithm": type(model)._algorithm.id,
+        "setting": type(model)._algorithm.setting,
         "task": model.params.task,
         "params": model.params.to_dict(),
         "estimator": {"prediction": model.prediction, "predict_batch_rows": model.predict_batch_rows},
@@ -149,9 +158,10 @@ def _load_party(entry: dict, manifest: dict, tables: dict[str, pa.Table], source
 def _check_kind(manifest: dict, cls: type, source: Path) -> None:
     """Refuse a directory that holds another kind of model than `cls` fits."""
     found = (manifest.get("algorithm"), manifest.get("setting"))
-    if found[0] not in (FOREST.id, *FOREST.old_ids) or found[1] != FOREST.setting:
+    expected = cls._algorithm  # type: ignore[attr-defined]
+    if found[0] not in (expected.id, *expected.old_ids) or found[1] != expected.setting:
         raise ArtifactError(f"{source}: holds a {found[0]!r}/{found[1]!r} model, "
-                            f"expected {FOREST.id!r}/{FOREST.setting!r}")
+                            f"expected {expected.id!r}/{expected.setting!r}")
     task = getattr(cls, "_task", None)
     if manifest.get("task") != task:
         raise ArtifactError(f"{source}: holds a {manifest.get('task')} model; {cls.__name__} loads {task} "

@@ -19,15 +19,18 @@ from typing import Any
 import numpy as np
 
 from fedcore.agents.checks import expected_holdout
-from fedcore.algorithms import FOREST
+from fedcore.algorithms import BOOSTING, FOREST
 from fedcore.checkpoints import CheckpointStore
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.models.registry import ModelRegistry
-from fedcore.models.tables import N_TREES_KEY, master_table, structure_from_table
+from fedcore.models.tables import N_TREES_KEY, combination_from_table, master_table, structure_from_table
 from fedcore.protocol.messages import Message, pack_bits
 from fedcore.randomness import stream
 from fedcore.session import MasterSession, Prediction, Preparation, TrainingFacts, prediction_header
 from fedcore.transport.base import Transport
+from fedcore.trees.boosting import BoostingParams
+from fedcore.trees.early_stopping import metric_name
+from fedcore.trees.losses import loss_for
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.alignment import AlignmentPlan, check_overlap, intersect_hashes, pairwise_overlaps
 from fedcore.vertical.master import FederationInfo, ProgressCallback, VerticalMaster
@@ -38,8 +41,6 @@ ALIGNMENTS = ("hash", "psi")
 
 class VerticalSession(MasterSession):
     """Drives one session with the institutions reachable through `transport`."""
-
-    algorithm = FOREST.id
 
     def __init__(self, transport: Transport, params: ForestParams, holdout_fraction: float = 0.2,
                  min_overlap: int = 50, progress: ProgressCallback | None = None,
@@ -54,6 +55,9 @@ class VerticalSession(MasterSession):
             raise ValueError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
         self.alignment = alignment
         self.params: ForestParams = params
+        self.algorithm = (BOOSTING if isinstance(params, BoostingParams) else FOREST).id
+        self._holdout_values: np.ndarray | None = None  # boosting's early stopping: each tree's, held out
+        self._grown_trees: int | None = None  # boosting's early stopping: the trees grown before the cut
         self.holdout_fraction = holdout_fraction
         self.min_overlap = min_overlap
         self.master = VerticalMaster(transport, params, progress=progress)
@@ -151,6 +155,8 @@ class VerticalSession(MasterSession):
             store = CheckpointStore(checkpoints, run_id, self._context())
             self.facts.resumed_batches = self.agree_resume_point(store, run_id)
             self.master.fit(store, self.facts.resumed_batches)
+        if isinstance(self.params, BoostingParams) and self.params.early_stopping_rounds is not None:
+            self._stop_early(self.params.early_stopping_rounds)
         self.facts.seconds = time.perf_counter() - started
         self.facts.rounds = self.transport.stats.rounds - before[0]
         self.facts.bytes = self.transport.stats.bytes - before[1]
@@ -158,6 +164,30 @@ class VerticalSession(MasterSession):
         self.facts.owned_nodes = {name: int((owners == i).sum()) for i, name in enumerate(self.institutions)}
         self.facts.nodes = int(self.master.trained_structure.n_nodes)
         return self.facts
+
+    def _stop_early(self, patience: int) -> None:
+        """Boosting: keep the rounds up to the best on the label holder's held-out rows (XGBoost's rule).
+
+        The held-out rows are predicted once, tree by tree; the label holder scores every prefix of rounds
+        and answers how many to keep; the master and every institution cut the model there, and `evaluate`
+        combines the kept trees' values already predicted.
+        """
+        self._grown_trees = self.master.trained_structure.n_trees
+        if not self.facts.holdout_rows:
+            return
+        self.transport.exchange({name: Message("load_holdout") for name in self.institutions})
+        values = self.master.tree_values(self.facts.holdout_rows)
+        holder = self.master.federation.label_holder
+        reply = self.transport.exchange({holder: Message("score_rounds", {"patience": patience},
+                                                         {"values": values})})[holder]
+        rounds = reply.header.int("rounds")
+        k = self.master.combination.trees_per_round
+        if not 1 <= rounds * k <= values.shape[1]:
+            raise ProtocolError(f"the label holder keeps {rounds} rounds of {values.shape[1] // k}")
+        self.master.keep_trees(rounds * k)
+        self.transport.exchange({name: Message("keep_trees", {"n_trees": rounds * k})
+                                 for name in self.institutions})
+        self._holdout_values = values[:, :rounds * k]
 
     def _context(self) -> str:
         """What a run's checkpoints are bound to: parameters, parties, their features and the aligned rows."""
@@ -174,8 +204,11 @@ class VerticalSession(MasterSession):
         """Predict the held-out rows (one round) and let the label holder score them."""
         if not self.facts.holdout_rows:
             return {}
-        self.transport.exchange({name: Message("load_holdout") for name in self.institutions})
-        values = self.master.predict_values(self.facts.holdout_rows)
+        if self._holdout_values is not None:  # predicted for early stopping: the kept trees' values
+            values = self.master.combination.combine(self._holdout_values[:, :, None])
+        else:
+            self.transport.exchange({name: Message("load_holdout") for name in self.institutions})
+            values = self.master.predict_values(self.facts.holdout_rows)
         holder = self.master.federation.label_holder
         reply = self.transport.exchange({holder: Message("evaluate", {}, {"values": values})})[holder]
         return dict(reply.header["metrics"])
@@ -184,7 +217,7 @@ class VerticalSession(MasterSession):
         """The master's part of the model version: its structure table."""
         if self.master.structure is None:
             raise ProtocolError("nothing trained yet")
-        return {"master": master_table(self.master.structure)}
+        return {"master": master_table(self.master.structure, self.master.combination)}
 
     @property
     def privacy_mode(self) -> str:
@@ -203,8 +236,24 @@ class VerticalSession(MasterSession):
                     "owned_nodes": self.facts.owned_nodes.get(name, 0)}
                    for i, name in enumerate(info.parties)]
         overlap = self.plan.n_common if self.plan is not None else 0
-        return {"parties": parties, "training": {"overlap": overlap},
-                "lineage": {"data_fingerprints": self.fingerprints}}
+        entries: dict[str, Any] = {"parties": parties, "training": {"overlap": overlap},
+                                   "lineage": {"data_fingerprints": self.fingerprints}}
+        if isinstance(self.params, BoostingParams):
+            entries["boosting"] = self._boosting_entry()
+        return entries
+
+    def _boosting_entry(self) -> dict[str, Any]:
+        """Boosting's facts for the manifest and card: rounds grown and kept, learning rate, loss, base."""
+        p, c, info = self.params, self.master.combination, self.master.federation
+        assert isinstance(p, BoostingParams), "only a boosting session has boosting facts"
+        k = c.trees_per_round
+        grown = self._grown_trees or self.master.trained_structure.n_trees
+        return {"rounds": self.master.trained_structure.n_trees // k, "rounds_grown": grown // k,
+                "trees_per_round": k, "learning_rate": float(p.learning_rate),
+                "loss": loss_for(p.task, info.n_classes).name, "link": c.link,
+                "base_score": list(c.base_score),
+                "early_stopping_rounds": p.early_stopping_rounds,
+                "early_stopping_metric": metric_name(c) if p.early_stopping_rounds is not None else None}
 
     def load_model(self, registry: ModelRegistry, model_name: str, ref: str = "production") -> str:
         """Load a registered version (verified) at the master and at every institution; returns the version.
@@ -225,7 +274,10 @@ class VerticalSession(MasterSession):
                                 f"{holders}); this session has {sorted(self.institutions)}")
         structure = structure_from_table(table, n_trees)
         self.master.structure = structure
+        self.master.combination = combination = combination_from_table(table)
         n_classes = structure.value.shape[1] if manifest.get("task") == "classification" else 0
+        if combination.kind == "sum" and manifest.get("task") == "classification":  # one margin a class
+            n_classes = max(2, combination.trees_per_round)
         self.master.info = FederationInfo(parties=parties, label_holder=holders[0], n_rows=0,
                                           n_classes=n_classes, feature_ids=[],
                                           feature_owner=np.zeros(0, np.int64))

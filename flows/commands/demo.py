@@ -1,6 +1,7 @@
 """`fedforest demo`: the whole pipeline on this machine, on Prefect's ephemeral server.
 
     fedforest demo [--setting horizontal] [--algorithm ppd-ert] [--privacy secagg] [--work DIR]
+    fedforest demo --algorithm boosting                     # the vertical demo with gradient boosting
     fedforest demo --source postgres [--database-url URL]   # the vertical demo's tables in PostgreSQL
 
 Each demo writes its config, data, registry and Prefect home into its own workspace (`demo_folder`).
@@ -12,7 +13,9 @@ import argparse
 import os
 from pathlib import Path
 
-from fedcore.errors import ConfigError
+from fedcore.algorithms import ALGORITHMS, in_setting
+from fedcore.algorithms import algorithm as find_algorithm
+from fedcore.errors import ConfigError, ParameterError
 from flows.commands.environment import quiet
 
 
@@ -23,14 +26,15 @@ def register(commands: argparse._SubParsersAction) -> None:
                                            "the retrain pipeline on Prefect's ephemeral server, agents on "
                                            "loopback.")
     demo.add_argument("--work", type=Path, default=None,
-                      help="workspace folder (default: each demo its own, work/demo, work/demo-horizontal or "
-                           "work/demo-ppd-ert)")
+                      help="workspace folder (default: each demo its own, work/demo, work/demo-boosting, "
+                           "work/demo-horizontal or work/demo-ppd-ert)")
     demo.add_argument("--verbose", action="store_true", help="show Prefect's own log lines")
     demo.add_argument("--setting", choices=("vertical", "horizontal"), default="vertical",
                       help="vertical: bank, e-commerce, insurer share customers (default); horizontal: three "
                            "hospitals share columns")
-    demo.add_argument("--algorithm", choices=("extra-trees", "ppd-ert"), default="extra-trees",
-                      help="horizontal demo: Federated Extra-Trees (default) or PPD-ERT")
+    demo.add_argument("--algorithm", choices=tuple(ALGORITHMS), default=None,
+                      help="vertical demo: forest (default) or boosting (gradient boosting, early stopping "
+                           "on the bank's held-out rows); horizontal demo: extra-trees (default) or ppd-ert")
     demo.add_argument("--privacy", choices=("none", "ldp", "gdp", "secagg"), default=None,
                       help="horizontal demo: extra-trees none (default) | ldp | gdp; ppd-ert secagg")
     demo.add_argument("--source", choices=("files", "postgres"), default="files",
@@ -45,13 +49,21 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def demo_folder(setting: str, algorithm: str) -> Path:
-    """Each demo's own default workspace, so one never overwrites another's config, data or registry."""
-    if setting == "vertical":
-        return Path("work/demo")
-    return Path("work/demo-horizontal" if algorithm == "extra-trees" else f"work/demo-{algorithm}")
+    """Each demo's own default workspace, so one never overwrites another's config, data or registry.
+
+    A setting's default algorithm's demo: work/demo (vertical) or work/demo-horizontal; another's:
+    work/demo-<algorithm>.
+    """
+    if algorithm == in_setting(setting)[0].id:
+        return Path("work/demo" if setting == "vertical" else "work/demo-horizontal")
+    return Path(f"work/demo-{algorithm}")
 
 
 def _demo(args: argparse.Namespace) -> int:
+    try:
+        algorithm = find_algorithm(args.algorithm or in_setting(args.setting)[0].id, args.setting).id
+    except ParameterError as error:
+        raise ConfigError(f"fedforest demo --setting {args.setting}: {error}") from None
     database = None
     if args.source == "postgres":
         from flows.demos.postgres import database_url
@@ -60,7 +72,7 @@ def _demo(args: argparse.Namespace) -> int:
             raise ConfigError("fedforest demo --source postgres runs the vertical demo: leave out --setting "
                               "horizontal")
         database = database_url(args.database_url)  # before anything is written
-    work = (args.work or demo_folder(args.setting, args.algorithm)).resolve()
+    work = (args.work or demo_folder(args.setting, algorithm)).resolve()
     (work / ".prefect").mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PREFECT_HOME", str(work / ".prefect"))
     quiet(args.verbose)
@@ -71,7 +83,7 @@ def _demo(args: argparse.Namespace) -> int:
     if args.setting == "horizontal":
         from flows.demos.horizontal import run_horizontal_demo
 
-        return run_horizontal_demo(work, algorithm=args.algorithm, privacy=args.privacy)
+        return run_horizontal_demo(work, algorithm=algorithm, privacy=args.privacy)
     from flows.demos.vertical import run_demo
 
-    return run_demo(work, n_customers=args.customers, database=database)
+    return run_demo(work, n_customers=args.customers, database=database, algorithm=algorithm)

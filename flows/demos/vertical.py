@@ -25,10 +25,15 @@ from flows.demos.workspace import credential_sections, ensure_credentials, local
 DEMO_CONTRACTS = Path(__file__).resolve().parents[2] / "data_contracts" / "demo"
 INSTITUTIONS = ("bank", "ecommerce", "insurer")
 DEMO_PARAMS = {"n_estimators": 50, "max_depth": 10, "max_features": "sqrt", "random_state": 0}
+BOOSTING_DEMO_PARAMS = {"n_estimators": 100, "max_depth": 4, "learning_rate": 0.2, "reg_lambda": 1.0,
+                        "early_stopping_rounds": 10, "random_state": 0}
+"""`fedforest demo --algorithm boosting`: XGBoost's names; early stopping on the bank's held-out rows."""
+PARAMS: dict[str, dict[str, Any]] = {"forest": DEMO_PARAMS, "boosting": BOOSTING_DEMO_PARAMS}
 
 
-def prepare_workspace(work: Path, n_customers: int = 6000, seed: int = 0) -> tuple[Path, dict]:
-    """Write data, contracts, certificates, keys and federation.yaml into `work`.
+def prepare_workspace(work: Path, n_customers: int = 6000, seed: int = 0,
+                      algorithm: str = "forest") -> tuple[Path, dict]:
+    """Write data, contracts, certificates, keys and federation.yaml (`algorithm`: forest or boosting).
 
     Returns the config path and the scenario description. Certificates and keys are made once and kept; data
     is regenerated.
@@ -40,11 +45,11 @@ def prepare_workspace(work: Path, n_customers: int = 6000, seed: int = 0) -> tup
     scenario = make_vertical_scenario(work / "data", n_customers=n_customers, seed=seed)
     ensure_credentials(work, INSTITUTIONS)
     config = {
-        "federation": "retail-demo", "setting": "vertical", "algorithm": "forest", **credential_sections(),
+        "federation": "retail-demo", "setting": "vertical", "algorithm": algorithm, **credential_sections(),
         "institutions": [local_institution(name, str(DEMO_CONTRACTS / f"{name}.yaml"), scenario["id_column"],
                                            scenario["label"] if name == scenario["label_holder"] else None)
                          for name in INSTITUTIONS],
-        "params": DEMO_PARAMS,
+        "params": PARAMS[algorithm],
         "training": {"model_name": "retail-response", "holdout": 0.2, "min_overlap": 100,
                      "promote_margin": 0.01, "metric": "accuracy", "predict_for": scenario["label_holder"]},
     }
@@ -54,14 +59,15 @@ def prepare_workspace(work: Path, n_customers: int = 6000, seed: int = 0) -> tup
     return path, scenario
 
 
-def centralized_reference(scenario: dict, predictions: pd.DataFrame) -> dict:
+def centralized_reference(scenario: dict, predictions: pd.DataFrame, algorithm: str = "forest") -> dict:
     """Demo-only yardstick from the pooled ground truth, which no real federation has.
 
-    A scikit-learn random forest trained on the pooled rows of the customers all three institutions
-    hold, scored on the new customers next to the federated predictions.
+    A scikit-learn random forest (boosting: HistGradientBoosting with the same rounds, depth, learning rate
+    and L2, no early stopping) trained on the pooled rows of the customers all three institutions hold,
+    scored on the new customers next to the federated predictions.
     """
     import pandas as pd
-    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
 
     from fedcore.simulation import one_hot
 
@@ -72,17 +78,25 @@ def centralized_reference(scenario: dict, predictions: pd.DataFrame) -> dict:
     test = new[new[members].all(axis=1)]
     drop = [scenario["id_column"], scenario["label"], *members]
     x_train, x_test = one_hot(train.drop(columns=drop), test.drop(columns=drop))
-    forest = RandomForestClassifier(n_estimators=DEMO_PARAMS["n_estimators"],
-                                    max_depth=DEMO_PARAMS["max_depth"],
-                                    random_state=0, n_jobs=-1).fit(x_train, train[scenario["label"]])
-    reference = float((forest.predict(x_test) == test[scenario["label"]].to_numpy()).mean())
+    p = PARAMS[algorithm]
+    model = (RandomForestClassifier(n_estimators=p["n_estimators"], max_depth=p["max_depth"], random_state=0,
+                                    n_jobs=-1) if algorithm == "forest" else
+             HistGradientBoostingClassifier(max_iter=p["n_estimators"], max_depth=p["max_depth"],
+                                            learning_rate=p["learning_rate"],
+                                            l2_regularization=p["reg_lambda"],
+                                            max_leaf_nodes=None, min_samples_leaf=1, early_stopping=False,
+                                            random_state=0))
+    model.fit(x_train, train[scenario["label"]])
+    reference = float((model.predict(x_test) == test[scenario["label"]].to_numpy()).mean())
     ours = predictions.merge(new[[scenario["id_column"], scenario["label"]]],
                                               on=scenario["id_column"])
     federated = float((ours["prediction"] == ours[scenario["label"]]).mean())
-    return {"federated": federated, "reference": reference, "rows": len(ours)}
+    return {"federated": federated, "reference": reference, "rows": len(ours),
+            "name": type(model).__name__}
 
 
-def run_demo(work: Path, n_customers: int = 6000, database: str | None = None) -> int:
+def run_demo(work: Path, n_customers: int = 6000, database: str | None = None,
+             algorithm: str = "forest") -> int:
     """Prepare the workspace, run `retrain` with local agents, print the story; return an exit code.
 
     With `database` (a PostgreSQL connection string) the institutions' tables and predictions live there
@@ -91,7 +105,7 @@ def run_demo(work: Path, n_customers: int = 6000, database: str | None = None) -
     from flows.retrain import retrain
 
     started = time.perf_counter()
-    config_path, scenario = prepare_workspace(work, n_customers=n_customers)
+    config_path, scenario = prepare_workspace(work, n_customers=n_customers, algorithm=algorithm)
     print(f"fedforest demo: workspace {work}")
     if database is not None:
         from flows.demos.postgres import move_to_postgres
@@ -113,9 +127,8 @@ def run_demo(work: Path, n_customers: int = 6000, database: str | None = None) -
     print(f"  ID overlap:  {alignment['overlap']} customers at all three "
           f"({', '.join(f'{n} {c}' for n, c in alignment['counts'].items())}); "
           f"{alignment['train_rows']} train / {alignment['holdout_rows']} held out")
-    print(f"  training:    {DEMO_PARAMS['n_estimators']} trees, depth {DEMO_PARAMS['max_depth']}: "
-          f"{training['seconds']:.1f} s, {training['rounds']} rounds, {training['bytes'] / 2**20:.1f} MiB "
-          "over Flight/mTLS")
+    print(f"  training:    {_trained(algorithm, result)}: {training['seconds']:.1f} s, {training['rounds']} "
+          f"rounds, {training['bytes'] / 2**20:.1f} MiB over Flight/mTLS")
     print("  held-out:    " + ", ".join(f"{k} {v:.3f}" for k, v in result["metrics"].items()))
     if result["prediction"]:
         # the file the bank named (<model>-<version>-<UTC time>.parquet), or its table, as it reported
@@ -129,12 +142,12 @@ def run_demo(work: Path, n_customers: int = 6000, database: str | None = None) -
             import pandas as pd
 
             predictions = pd.read_parquet(where)
-        comparison = centralized_reference(scenario, predictions)
+        comparison = centralized_reference(scenario, predictions, algorithm)
         print(f"  new batch:   {result['prediction']['rows']} customers predicted, written only at "
               f"{holder}: {where}")
         print(f"  accuracy on the new customers: federated {comparison['federated']:.3f} vs centralized "
-              f"scikit-learn RandomForest on pooled data {comparison['reference']:.3f} (demo-only ground "
-              f"truth; the reference also learns from the {alignment['holdout_rows']} rows held out "
+              f"scikit-learn {comparison['name']} on pooled data {comparison['reference']:.3f} (demo-only "
+              f"ground truth; the reference also learns from the {alignment['holdout_rows']} rows held out "
               "for evaluation)")
     print(f"  model:       {result['model']} {result['version']} "
           f"({'promoted to production' if result['promoted'] else 'not promoted'}), master entry {registry}")
@@ -144,3 +157,15 @@ def run_demo(work: Path, n_customers: int = 6000, database: str | None = None) -
     print(f"  PREFECT_HOME={work / '.prefect'} .venv/bin/prefect server start"
           "    # then open http://127.0.0.1:4200")
     return 0
+
+
+def _trained(algorithm: str, result: dict) -> str:
+    """What was trained: trees and depth, or boosting's rounds kept of those grown."""
+    p = PARAMS[algorithm]
+    if algorithm == "forest":
+        return f"{p['n_estimators']} trees, depth {p['max_depth']}"
+    boosting = result["boosting"]
+    return (f"gradient boosting, {boosting['rounds']} rounds kept of {boosting['rounds_grown']} (early "
+            f"stopping on the bank's held-out {boosting['early_stopping_metric']}), depth "
+            f"{p['max_depth']}, "
+            f"learning rate {p['learning_rate']}")

@@ -60,7 +60,7 @@ def test_a_bad_compute_setting_is_refused_by_name(compute, message) -> None:
 
 
 def test_what_a_dask_party_cannot_run_yet_is_refused_when_the_config_loads() -> None:
-    from fedcore.compute.dask_vertical import REGRESSION_REFUSED
+    from fedcore.compute.dask_vertical import BOOSTING_REFUSED, REGRESSION_REFUSED
 
     compute = {"dask": {"local": {"workers": 2}}}
 
@@ -77,6 +77,10 @@ def test_what_a_dask_party_cannot_run_yet_is_refused_when_the_config_loads() -> 
     with pytest.raises(ConfigError) as error:
         parse_config(raw, CONFIG)
     assert str(error.value) == f"{CONFIG}: institution 'north': {REGRESSION_REFUSED}"
+    raw = {**vertical(), "algorithm": "boosting"}
+    with pytest.raises(ConfigError) as error:
+        parse_config(raw, CONFIG)
+    assert str(error.value) == f"{CONFIG}: institution 'north': {BOOSTING_REFUSED}"
     config = parse_config(_raw(compute, privacy="ldp"), CONFIG)  # every privacy mode runs on Dask
     assert config.privacy.mode == "ldp" and config.institutions[0].compute == DaskCompute(workers=2)
 

@@ -18,9 +18,19 @@ from flows.commands.environment import use_federation_prefect_home
 
 
 def test_every_demo_has_its_own_folder():
-    folders = {demo_folder("vertical", "extra-trees"), demo_folder("horizontal", "extra-trees"),
-               demo_folder("horizontal", "ppd-ert")}
-    assert folders == {Path("work/demo"), Path("work/demo-horizontal"), Path("work/demo-ppd-ert")}
+    folders = {demo_folder("vertical", "forest"), demo_folder("vertical", "boosting"),
+               demo_folder("horizontal", "extra-trees"), demo_folder("horizontal", "ppd-ert")}
+    assert folders == {Path("work/demo"), Path("work/demo-boosting"), Path("work/demo-horizontal"),
+                       Path("work/demo-ppd-ert")}
+
+
+def test_a_demo_of_an_algorithm_its_setting_lacks_is_refused_before_anything_is_written(tmp_path, capsys):
+    assert main(["demo", "--setting", "horizontal", "--algorithm", "boosting", "--work",
+                 str(tmp_path / "demo")]) == 1
+    assert capsys.readouterr().err == (
+        "fedforest: error: fedforest demo --setting horizontal: the horizontal setting offers algorithms "
+        "['extra-trees', 'ppd-ert'], got 'boosting'\n")
+    assert not (tmp_path / "demo").exists()
 
 
 @pytest.fixture
