@@ -95,6 +95,9 @@ class SessionAgent(Generic[PartyT]):
         """(model, version) this agent stored in this session: the only one a master may withdraw."""
         self._done: set[str] = set()
         """Session message kinds answered in this session that may be answered only once (`_once`)."""
+        self.reports: dict[str, list[dict]] = {}
+        """Tables for this institution's own eyes, shown in its agent run (its features' importances, a
+        batch's drift): by name, rows of JSON-ready values. Never sent to the master."""
 
     @property
     def data(self) -> InstitutionData:

@@ -256,7 +256,10 @@ class HorizontalSession(MasterSession):
                                 "to register")
         parties = [{"name": name, "role": "member", **self.rows.get(name, {}), "table_sha256": digests[name]}
                    for name in self.institutions]
-        return {"privacy": self.privacy_report(), "schema": self.schema.to_dict(), "parties": parties}
+        assert self.model is not None, "a schema is agreed before the model trains"
+        importances = self.model.importances(self.params.criterion, self.schema.n_features)
+        return {"privacy": self.privacy_report(), "schema": self.schema.to_dict(), "parties": parties,
+                "importances": dict(zip(self.schema.names, map(float, importances), strict=True))}
 
     def privacy_report(self) -> dict[str, Any]:
         """What the master saw and, for the DP modes, the budget and every institution's stated ledger.

@@ -30,6 +30,7 @@ from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.metrics import metrics
 from fedcore.models.artifacts import decode_classes, encode_classes, table_sha256
+from fedcore.models.card import importance_rows
 from fedcore.models.tables import partial_forest_from_table, party_table
 from fedcore.privacy.hashing import hash_ids
 from fedcore.privacy.keyauth import PartyIdentity
@@ -340,6 +341,9 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                 extra["classes_encoding"] = encode_classes(party.classes_)
             except ArtifactError:
                 pass
+        if party.importances is not None:  # its own features' importances: in its own registry copy only
+            extra["importances"] = dict(zip(model.column_names, map(float, party.importances), strict=True))
+            self.reports["importances"] = importance_rows(extra["importances"])
         path = store_signed_table(self.data, message.header, party_file_stem(self.name), party_table(model),
                                   extra)
         self._stored_version(message.header)

@@ -194,13 +194,16 @@ class VerticalSession(MasterSession):
     def manifest_entries(self) -> dict[str, Any]:
         """The manifest's "parties", the ID overlap and the data fingerprints.
 
-        Each party entry has the institution's role, feature count, split nodes it owns and the SHA-256 of the
-        partial model it will store, so the master's signature covers every party's file.
+        Each party entry has the institution's role, feature count, split nodes it owns, its share of the
+        forest's impurity importance (the sum of its features', `fedcore.vertical.importances`) and the
+        SHA-256 of the partial model it will store, so the master's signature covers every party's file.
         """
         info, digests = self.master.federation, self.model_digests()
+        shares = self.master.party_importance_shares()  # each party's share only: features stay at home
         parties = [{"name": name, "role": "label_holder" if name == info.label_holder else "passive",
                     "table_sha256": digests[name], "feature_count": int((info.feature_owner == i).sum()),
-                    "owned_nodes": self.facts.owned_nodes.get(name, 0)}
+                    "owned_nodes": self.facts.owned_nodes.get(name, 0),
+                    **({"importance_share": shares[name]} if name in shares else {})}
                    for i, name in enumerate(info.parties)]
         overlap = self.plan.n_common if self.plan is not None else 0
         return {"parties": parties, "training": {"overlap": overlap},
