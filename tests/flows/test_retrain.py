@@ -12,6 +12,7 @@ files, and no case pays for starting three agents and importing Great Expectatio
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -91,7 +92,9 @@ def test_retrain_registers_promotes_and_predicts(workspace, first_run) -> None:
     assert [len(own) for own in kept.values()] == [8, 6, 5]
     assert {p["name"]: p["importance_share"] for p in manifest["parties"]} == {
         name: pytest.approx(sum(own.values()), abs=1e-12) for name, own in kept.items()}
-    assert not any(feature in str(manifest) for own in kept.values() for feature in own)
+    assert "importances" not in manifest  # the master's: shares only, no feature
+    parties = json.dumps(manifest["parties"])
+    assert not any(f'"{feature}"' in parties for own in kept.values() for feature in own)
     files = sorted((work / "predictions").rglob("*.parquet"))
     assert [f.parent.name for f in files] == ["bank"]
     assert len(pd.read_parquet(files[0])) == scenario["overlap"]["new"]
