@@ -21,6 +21,7 @@ import numpy as np
 from fedcore.agents.checks import expected_holdout
 from fedcore.algorithms import FOREST
 from fedcore.checkpoints import CheckpointStore
+from fedcore.drift import reported_drift
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.tables import N_TREES_KEY, master_table, structure_from_table
@@ -245,7 +246,7 @@ class VerticalSession(MasterSession):
             raise ProtocolError("vertical prediction delivers to one institution: name the requester")
         result = self.batch_predict(requester, run_id=run_id, until=until)
         return Prediction(rows=result["rows"], counts=result["counts"], seconds=result["seconds"],
-                          requester=requester, paths={requester: str(result["path"])})
+                          requester=requester, paths={requester: str(result["path"])}, drift=result["drift"])
 
     def batch_predict(self, requester: str, min_overlap: int = 1, run_id: str | None = None,
                       until: datetime | None = None) -> dict:
@@ -258,12 +259,13 @@ class VerticalSession(MasterSession):
         started = time.perf_counter()
         plan = self._intersect(batch=True, explain_below=min_overlap, until=until)
         check_overlap(plan, min_overlap)
-        self.transport.exchange({name: Message("align_batch", {"rows": plan.n_common},
-                                               {"positions": plan.positions[name]})
-                                 for name in self.institutions})
+        aligned = self.transport.exchange({name: Message("align_batch", {"rows": plan.n_common},
+                                                         {"positions": plan.positions[name]})
+                                           for name in self.institutions})
+        drift = {name: d for name, r in aligned.items() if (d := reported_drift(name, r.header))}
         values = self.master.predict_values(plan.n_common)
         header = prediction_header(run_id)
         reply = self.transport.exchange({requester: Message("deliver_predictions", header,
                                                             {"values": values})})[requester]
         return {"rows": plan.n_common, "counts": dict(plan.counts), "path": reply.header["path"],
-                "seconds": time.perf_counter() - started, "requester": requester}
+                "seconds": time.perf_counter() - started, "requester": requester, "drift": drift}
