@@ -129,6 +129,7 @@ def scores_from_counts(snapshot: dict[str, Any], counts: dict[str, np.ndarray],
     return {name: psi(np.asarray(feature["counts"], dtype=np.int64), counts[name])
             for name, feature in snapshot["features"].items()}
 
+
 def reported_drift(institution: str, header: dict) -> dict[str, float]:
     """The drifted features an institution's prediction reply names ({} when none or not checked), checked."""
     drift = header.get("drift", {})
