@@ -71,6 +71,11 @@
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
                metric: log_loss, predict_for: bank, connect_timeout_s: 60, agent_late_timeout_s: 30,
                agent_idle_timeout_s: 900, agent_session_timeout_s: 30}
+    drift: {psi_threshold: 0.2, on_drift: warn}  # at batch prediction each institution scores its own
+                                 # features' population stability index against its training rows (bins
+                                 # kept in its registry copy); features at or above the threshold are named
+                                 # to the master and in the run's final message (warn), or the institution
+                                 # refuses to predict the batch and the run fails, naming them (fail)
 
 Relative paths are resolved against the config file's folder. The master signs every model version and
 alias move with `master.signing_key` (needed where the master runs); every registry, the institutions'
@@ -94,6 +99,7 @@ from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.compute.cluster import DaskCompute, parse_compute
 from fedcore.data.dialect import CsvSource, parse_csv
 from fedcore.data.sql import BATCH_PARAMETERS, SqlSource, parse_sql
+from fedcore.drift import DriftSettings
 from fedcore.errors import ConfigError, InputError, ParameterError
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.plan import check_bounded_depth
@@ -222,6 +228,8 @@ class FederationConfig:
     training: TrainingSettings = field(default_factory=TrainingSettings)
     master_public_key: Path | None = None
     """The master's public key every registry trusts: `master.public_key`, else `<signing_key>.pub`."""
+    drift: DriftSettings = field(default_factory=DriftSettings)
+    """The `drift:` section: each institution's batch drift check at prediction (`fedcore.drift`)."""
 
     @property
     def model_name(self) -> str:
@@ -367,7 +375,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         master_public_key=_master_public_key(master, path),
         params=forest, consortium_key=dict(key),
         tls=_parse_tls(raw.get("tls") or {}, path),
-        training=training,
+        training=training, drift=DriftSettings.from_mapping(raw.get("drift"), str(path)),
     )
 
 

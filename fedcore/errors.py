@@ -55,6 +55,13 @@ class ProtocolError(FedForestError):
     """A party or the master received a message it cannot act on: the peer's fault, refused."""
 
 
+class BatchDrift(ProtocolError):
+    """An institution refuses to predict a batch whose features drifted from its training rows.
+
+    With `drift: {on_drift: fail}` (issue #33); the message names the features and their PSI.
+    """
+
+
 class MalformedMessage(ProtocolError):
     """A message field is missing or of the wrong type, shape or range (found where the field is read).
 

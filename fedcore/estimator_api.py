@@ -280,10 +280,26 @@ def impurity_importances(decrease: np.ndarray, tree: np.ndarray, n_trees: int, s
     caller does not know the feature*: a vertical party passes its own splits only and gets exactly its own
     features' entries of the forest's vector (the per-tree totals come from every node's decrease).
     """
+    share, splitting_trees = split_shares(decrease, tree, n_trees)
+    return importances_from_shares(share, split_feature, n_features, splitting_trees)
+
+
+def split_shares(decrease: np.ndarray, tree: np.ndarray, n_trees: int) -> tuple[np.ndarray, int]:
+    """Each node's decrease as a share of its tree's total decrease, and how many trees split at all.
+
+    What a vertical master, which knows every node's statistics but no split's feature, sends each party
+    for that party's own splits (`fedcore.vertical.importances`).
+    """
     decrease = np.asarray(decrease, dtype=np.float64)
     totals = np.bincount(tree, weights=decrease, minlength=n_trees)
     share = np.divide(decrease, totals[tree], out=np.zeros_like(decrease), where=totals[tree] > 0)
+    return share, int(np.count_nonzero(totals > 0))
+
+
+def importances_from_shares(share: np.ndarray, split_feature: np.ndarray, n_features: int,
+                            splitting_trees: int) -> np.ndarray:
+    """Per feature, its splits' shares summed, averaged over the splitting trees (`impurity_importances`)."""
     known = np.asarray(split_feature) >= 0
-    summed = np.bincount(np.asarray(split_feature)[known], weights=share[known], minlength=n_features)
-    splitting_trees = int(np.count_nonzero(totals > 0))
+    summed = np.bincount(np.asarray(split_feature)[known], weights=np.asarray(share)[known],
+                         minlength=n_features)
     return summed / splitting_trees if splitting_trees else summed

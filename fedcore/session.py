@@ -83,6 +83,9 @@ class Prediction:
     """Where the predictions were written, per institution that wrote them (vertical: the requester only;
     horizontal: every institution), as each reported it: a path on its own host, which the master can
     neither see nor check. Each institution names its file `<model>-<version>-<UTC time>.parquet`."""
+    drift: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per institution whose batch drifted from its training rows, its drifted features and their PSI
+    (`fedcore.drift`; only those at or above its `drift.psi_threshold`: the other scores stay there)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The summary as a JSON-ready dict."""

@@ -47,8 +47,18 @@ def serve_session(config: FederationConfig, institution: str, data: InstitutionD
     """
     server = build_institution_server(config, institution, data=data)
     get_run_logger().info("%s serving on %s", institution, config.institution(institution).endpoint)
-    serve_until_session_closed(server, idle_timeout_s=config.training.agent_idle_timeout_s)
+    try:
+        serve_until_session_closed(server, idle_timeout_s=config.training.agent_idle_timeout_s)
+    finally:  # what the agent keeps for its own eyes (its features' importances, a batch's drift)
+        for name, rows in server.party.reports.items():
+            create_table_artifact(rows, key=artifact_key(name, institution),
+                                  description=f"{institution}: {REPORTS.get(name, name)}")
     return server.party.sessions
+
+
+REPORTS = {"importances": "impurity importances of its own features (kept here; the master sees their sum)",
+           "drift": "population stability index of each feature of the last batch against its training rows"}
+"""What each of an agent's reports (`SessionAgent.reports`) shows, as its artifact's description."""
 
 
 class _ToRunLogger(logging.Handler):

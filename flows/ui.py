@@ -14,6 +14,7 @@ from prefect.runtime import flow_run
 from prefect.states import Completed, State
 
 from fedcore.config import load_config
+from fedcore.drift import drift_note
 
 
 def run_name(kind: str) -> Callable[[], str]:
@@ -79,14 +80,19 @@ def retrain_outcome(model_name: str, version: str, metrics: dict[str, float], me
 
 
 def predict_outcome(model_name: str, version: str, prediction: dict) -> str:
-    """The batch-predict run's final message: version, how many predictions went where, and their files."""
+    """The batch-predict run's final message: version, predictions, files, drifted features.
+
+    How many predictions went where, their files, and the features an institution found drifted
+    (`fedcore.drift`).
+    """
     if "requester" in prediction:
         line = f"{model_name} {version}: {prediction['rows']} rows predicted for {prediction['requester']}"
     else:
         where = ", ".join(f"{name} {count}" for name, count in prediction["counts"].items())
         line = f"{model_name} {version}: {prediction['rows']} rows predicted locally ({where})"
     paths = prediction.get("paths") or {}
-    return f"{line}, written {_written_at(paths)}" if paths else line
+    line = f"{line}, written {_written_at(paths)}" if paths else line
+    return line + drift_note(prediction.get("drift") or {})
 
 
 def _written_at(paths: dict[str, str]) -> str:

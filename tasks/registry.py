@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from prefect import get_run_logger, task
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from fedcore.config import FederationConfig
 from fedcore.errors import ArtifactError, ConfigError
 from fedcore.metrics import promotion_refusal
-from fedcore.models.card import model_card, version_markdown
+from fedcore.models.card import importance_rows, model_card, version_markdown
 from fedcore.models.publish import register_everywhere
 from fedcore.models.registry import PRODUCTION, ModelRegistry
 from fedcore.session import MasterSession
@@ -78,4 +78,13 @@ def publish_model_card(model_name: str, version: str, manifest: dict, production
     """Publish the version's model card (`fedcore.models.card.model_card`) as the `model-card` artifact."""
     markdown = model_card(model_name, version, manifest, production, promoted, prediction)
     create_markdown_artifact(markdown, key="model-card", description=f"{model_name} {version}")
+    if manifest.get("importances"):  # horizontal: the whole table (every institution holds the forest)
+        create_table_artifact(importance_rows(manifest["importances"]), key="feature-importances",
+                              description=f"{model_name} {version}: impurity importances, summing to 1")
+    shares = [{"institution": p["name"], "importance_share": round(p["importance_share"], 6)}
+              for p in manifest.get("parties", []) if "importance_share" in p]
+    if shares:  # vertical: each institution's share only; its features' are in its own agent run
+        create_table_artifact(shares, key="importance-shares",
+                              description=f"{model_name} {version}: each institution's share of the "
+                                          "importances (its features' stay at home)")
     return markdown

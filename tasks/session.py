@@ -15,6 +15,7 @@ from prefect.artifacts import create_table_artifact, update_progress_artifact
 
 from fedcore.algorithms import read_algorithm
 from fedcore.config import FederationConfig
+from fedcore.drift import drift_note
 from fedcore.session import MasterSession
 from tasks.common import DATA_LOCAL, progress_reporter
 from tasks.registry import master_registry
@@ -83,6 +84,12 @@ def predict(session: MasterSession, requester: str | None = None,
                           description=f"{result.rows} rows {where} in {result.seconds:.1f} s")
     get_run_logger().info("%d rows %s (%s); written %s", result.rows, where, result.counts,
                           ", ".join(f"at {name} to {path}" for name, path in files.items()) or "nowhere")
+    if result.drift:  # each institution's drifted features only: the other scores stayed there
+        rows = [{"institution": name, "feature": feature, "psi": psi}
+                for name, features in result.drift.items() for feature, psi in features.items()]
+        create_table_artifact(rows, key="batch-drift",
+                              description="features whose batch drifted from the training rows (PSI)")
+        get_run_logger().warning("batch drifted from the training rows%s", drift_note(result.drift))
     return result.to_dict()
 
 

@@ -253,11 +253,12 @@ VERTICAL_TO_MASTER = {  # DESIGN: per node each party's best local gain; partiti
     "validation": "", "setup_reply": "feature_ids", "labels": "y", "aligned": "",
     "local_best": "gain rank stats", "partition_bits": "bits", "leaf_sets": "sets", "ack": "", "metrics": "",
     "delivered": ""}
-VERTICAL_TO_PARTIES = {  # DESIGN: its sampled feature ids; bitmaps of nodes it does not own; encoded labels
+VERTICAL_TO_PARTIES = {  # DESIGN: its sampled feature ids; bitmaps of nodes it does not own; encoded labels;
+    # the importance shares of its own splits
     "validation_report": "", "align": "positions holdout", "setup": "", "export_labels": "",
     "configure": "global_index y", "begin_batch": "",
     "find_splits": "feat_ptr feat_global feat_rank split_mask split_owner bits_0 bits_1 bits_2",
-    "apply_splits": "tree node positions", "finalize": "tree node left right", "load_holdout": "",
+    "apply_splits": "tree node positions", "finalize": "tree node left right importance", "load_holdout": "",
     "predict_leaves": "", "evaluate": "values", "align_batch": "positions", "deliver_predictions": "values"}
 ENCRYPTED_LABELS_TO_MASTER = {  # DESIGN: as plain, with gains of passive parties computed at the label holder
     "setup_reply": "feature_ids seal_public", "labels": "enc_y", "encrypted_histograms": "packed sealed",

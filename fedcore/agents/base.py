@@ -1,7 +1,7 @@
 """The institution agent's base, shared by both settings.
 
-Session start and validation report, engine messages passed to the party with batch checkpoints, withdrawal
-and close.
+Session start and validation report, engine messages passed to the party with batch checkpoints, the
+batch drift check, withdrawal and close.
 """
 
 from __future__ import annotations
@@ -10,10 +10,14 @@ import logging
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
+import pandas as pd
+
 from fedcore.agents.data import InstitutionData
+from fedcore.agents.drift import check_batch
 from fedcore.agents.storage import withdraw_version
 from fedcore.checkpoints import CheckpointStore
 from fedcore.contracts.expectations import ValidationReport
+from fedcore.drift import batch_scores, training_snapshot
 from fedcore.errors import FedForestError, ProtocolError, internal_error
 from fedcore.models.registry import ModelRegistry
 from fedcore.protocol.dispatch import UNVALIDATED, unchecked_refusal
@@ -95,6 +99,11 @@ class SessionAgent(Generic[PartyT]):
         """(model, version) this agent stored in this session: the only one a master may withdraw."""
         self._done: set[str] = set()
         """Session message kinds answered in this session that may be answered only once (`_once`)."""
+        self.snapshot: dict | None = None
+        """The drift snapshot of the training rows of the version stored or loaded (`fedcore.drift`)."""
+        self.reports: dict[str, list[dict]] = {}
+        """Tables for this institution's own eyes, shown in its agent run (its features' importances, a
+        batch's drift): by name, rows of JSON-ready values. Never sent to the master."""
 
     @property
     def data(self) -> InstitutionData:
@@ -155,6 +164,23 @@ class SessionAgent(Generic[PartyT]):
         """The model version this session now predicts with (stored or loaded): one prediction file each."""
         self.model_ref = (header["model"], header["version"])
         self._done -= PREDICTION_KINDS
+
+    def _keep_snapshot(self, training: pd.DataFrame | None, extra: dict) -> None:
+        """At store: the training rows' drift snapshot, for this session and the registry copy (`extra`).
+
+        None when the rows are on Dask workers (not built there yet).
+        """
+        self.snapshot = None if training is None else training_snapshot(training)
+        if self.snapshot is not None:
+            extra["drift"] = self.snapshot
+
+    def _batch_drift(self, batch: pd.DataFrame) -> dict[str, dict[str, float]]:
+        """The reply header field naming this batch's drifted features (`fedcore.agents.drift`)."""
+        return self._drift_reply(None if self.snapshot is None else batch_scores(self.snapshot, batch))
+
+    def _drift_reply(self, scores: dict[str, float] | None) -> dict[str, dict[str, float]]:
+        """`_batch_drift` from the batch's scores (None: not checked), however they were computed."""
+        return {"drift": check_batch(self.name, self.data.drift, scores, self.reports)}
 
     def _prediction_target(self) -> tuple[str, str] | None:
         """The (model, version) predictions are named by; None for a model trained here but not stored."""

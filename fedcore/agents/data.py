@@ -33,6 +33,7 @@ from fedcore.data.dialect import CsvDialect, CsvSource
 from fedcore.data.io import is_dataset
 from fedcore.data.numbers import check_finite_columns
 from fedcore.data.sql import SqlSource
+from fedcore.drift import DriftSettings
 from fedcore.errors import ColumnNotFoundError, ConfigError, DataReadError, InputError, ProtocolError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.signing import PublicKeySource
@@ -99,6 +100,9 @@ class InstitutionData:
     (`fedcore.data.parquet_sink`)."""
     batches: BatchLedger | None = None
     """The delivered batches of a `predict_data` query with `:since`/`:until` (`fedcore.agents.batches`)."""
+    drift: DriftSettings | None = None
+    """Its `drift:` setting: which batch PSI names a feature as drifted, and whether it then refuses to
+    predict (`fedcore.agents.drift`). None (in-process use): the defaults (0.2, warn)."""
 
     def new_batch(self, until: datetime | None, version: tuple[str, str] | None) -> pd.DataFrame:
         """The new rows to predict: those of the batch scheduled at `until` when the query selects by time.
@@ -218,6 +222,7 @@ def _load_institution(config: FederationConfig, name: str, cluster: Cluster | No
         predictions_dataset=inst.predictions_dataset,
         batches=(BatchLedger.beside(inst.registry, predict_data, name)
                  if isinstance(predict_data, SqlSource) and predict_data.parameters else None),
+        drift=config.drift,
     )
 
 

@@ -111,6 +111,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         self.model: HorizontalForest | None = None
         self.schema: HorizontalSchema | None = None
         self._holdout: pd.DataFrame | None = None
+        self._training: pd.DataFrame | None = None  # its training rows' features (in process): drift snapshot
         self._held: list[np.ndarray] | None = None  # on Dask: each block's held-out rows, packed bits
         self._checkpoints: CheckpointStore | None = None
         self._seeds: CheckpointStore | None = None
@@ -158,12 +159,14 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         privacy = self._privacy(h)
         if self.party is not None:
             self.party.rows.close()  # the last session's rows (on a cluster: its blocks)
+        self._training = None
         if self.data.table is not None:  # on the workers: the agent holds each block's packed holdout mask
             rows, n_train, n_held = self._rows_on_workers(rng, fraction)
         else:
             frame = self.data.frame.drop(columns=[self.data.id_column])
             held = rng.random(len(frame)) < fraction
             train, self._holdout = frame[~held].reset_index(drop=True), frame[held].reset_index(drop=True)
+            self._training = train[self.schema.names]  # for the drift snapshot, if a version is stored
             rows, n_train, n_held = self._rows(train), len(train), len(self._holdout)
         if isinstance(privacy, (SecureAggregation, DistributedDP)):
             noise = None
@@ -306,14 +309,18 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         return Message("model_digest", {"sha256": table_sha256(self._require_model().to_table())})
 
     def _on_store_model(self, message: Message) -> Message:
-        path = store_signed_table(self.data, message.header, MODEL_STEM, self._require_model().to_table(), {})
+        extra: dict = {}
+        self._keep_snapshot(self._training, extra)
+        path = store_signed_table(self.data, message.header, MODEL_STEM, self._require_model().to_table(),
+                                  extra)
         self._stored_version(message.header)
         return Message("stored", {"path": path})
 
     def _on_load_model(self, message: Message) -> Message:
         """Take the complete model of a registered version from this institution's own registry."""
-        _, table = load_signed_table(self.data, message.header, MODEL_STEM)
+        manifest, table = load_signed_table(self.data, message.header, MODEL_STEM)
         self.model = HorizontalForest.from_table(table)
+        self.snapshot = manifest.get("drift")
         self.schema = self.model.schema
         self._holdout, self._held, self._trained = None, None, False
         self._model_version(message.header)
@@ -325,15 +332,17 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         model, schema = self._require_model(), self.schema
         assert schema is not None, "setup or load_model set the schema before any model exists"
         self._once(message.kind)  # one file per model version: a master cannot fill the disk with copies
-        if self.data.open_batch is not None:
+        if self.data.open_batch is not None:  # drift: not checked on the workers yet (its log says so)
             return self._predict_on_workers(model, schema, run, until)
         if self.data.load_batch is None:
-            return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0})
+            return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0, **self._drift_reply(None)})
         started, target = time.perf_counter(), self._prediction_target()
-        out = prediction_frame(model, schema, self.data.new_batch(until, target), self.data.id_column)
+        batch = self.data.new_batch(until, target)
+        drift = self._batch_drift(batch)  # its features against its training rows, before predicting
+        out = prediction_frame(model, schema, batch, self.data.id_column)
         path = write_predictions(self.data, out, target, run, until)
-        return Message("predicted",
-                       {"rows": len(out), "path": str(path), "seconds": time.perf_counter() - started})
+        return Message("predicted", {"rows": len(out), "path": str(path),
+                                     "seconds": time.perf_counter() - started, **drift})
 
     def _predict_on_workers(self, model: HorizontalForest, schema: HorizontalSchema, run: str | None,
                             until: datetime | None) -> Message:
@@ -363,8 +372,9 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             raise
         log.info("%s: the Dask workers predicted %d rows in %d parts, now in %s", self.name, rows,
                  len(table.blocks), where)
-        return Message("predicted",
-                       {"rows": rows, "path": str(where), "seconds": time.perf_counter() - started})
+        seconds = time.perf_counter() - started
+        return Message("predicted", {"rows": rows, "path": str(where), "seconds": seconds,
+                                     **self._drift_reply(None)})
 
     # -- checkpoints (resuming a run after a crash) ------------------------------------------------------
     def _party_state(self) -> dict[str, np.ndarray]:

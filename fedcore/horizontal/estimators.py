@@ -34,8 +34,6 @@ from fedcore.estimator_api import (
     ClassifierMixin,
     RegressorMixin,
     check_fitted,
-    impurity_importances,
-    node_impurity_decrease,
 )
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.fet.party import HorizontalParty
@@ -251,10 +249,7 @@ class _HorizontalForest(SimulatedFederation):
         PPD-ERT), an estimate from the released noisy ones under "gdp" and "ldp".
         """
         check_fitted(self)
-        m = self.model_
-        decrease = node_impurity_decrease(m.tree, m.left, m.right, m.weight, m.value, self.params_.criterion,
-                                          m.n_trees)
-        return impurity_importances(decrease, m.tree, m.n_trees, m.feature, self.schema_.n_features)
+        return self.model_.importances(self.params_.criterion, self.schema_.n_features)
 
 
 class _FETBase(_HorizontalForest):

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from fedcore.algorithms import EXTRA_TREES, read_algorithm
 from fedcore.errors import ArtifactError
+from fedcore.estimator_api import impurity_importances, node_impurity_decrease
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.trees.combination import MEAN, TreeCombination
 
@@ -66,6 +67,17 @@ class HorizontalForest:
     def max_depth(self) -> int:
         """Depth of the deepest node."""
         return int(self.depth.max()) if self.n_nodes else 0
+
+    def importances(self, criterion: str, n_features: int) -> np.ndarray:
+        """Impurity importances over the schema's features, summing to 1 (scikit-learn's definition).
+
+        From the nodes' weights and values: exact when those are (privacy "none", PPD-ERT secagg), an
+        estimate from the released noisy ones under "gdp", "ldp" and "secagg-dp". Every institution holds
+        the whole forest, so every one computes this same vector.
+        """
+        decrease = node_impurity_decrease(self.tree, self.left, self.right, self.weight, self.value,
+                                          criterion, self.n_trees)
+        return impurity_importances(decrease, self.tree, self.n_trees, self.feature, n_features)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The node arrays by name (what the master sends in the final `model` message)."""

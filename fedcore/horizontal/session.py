@@ -29,6 +29,7 @@ from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.checkpoints import CheckpointStore
 from fedcore.contracts.agreement import shared_schema
 from fedcore.contracts.model import parse_contract
+from fedcore.drift import reported_drift
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.horizontal.contracts import declared_feature_ranges, declared_y_exponent, engine_schema
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
@@ -257,7 +258,10 @@ class HorizontalSession(MasterSession):
                                 "to register")
         parties = [{"name": name, "role": "member", **self.rows.get(name, {}), "table_sha256": digests[name]}
                    for name in self.institutions]
-        return {"privacy": self.privacy_report(), "schema": self.schema.to_dict(), "parties": parties}
+        assert self.model is not None, "a schema is agreed before the model trains"
+        importances = self.model.importances(self.params.criterion, self.schema.n_features)
+        return {"privacy": self.privacy_report(), "schema": self.schema.to_dict(), "parties": parties,
+                "importances": dict(zip(self.schema.names, map(float, importances), strict=True))}
 
     def privacy_report(self) -> dict[str, Any]:
         """What the master saw and, for the DP modes, the budget and every institution's stated ledger.
@@ -321,7 +325,7 @@ class HorizontalSession(MasterSession):
         result = self.predict_locally(run_id, until)
         paths = {name: str(path) for name, path in result["paths"].items() if path is not None}
         return Prediction(rows=result["rows"], counts=result["counts"], seconds=result["seconds"],
-                          paths=paths)
+                          paths=paths, drift=result["drift"])
 
     def predict_locally(self, run_id: str | None = None, until: datetime | None = None) -> dict:
         """Every institution predicts its own new rows with the complete model; predictions stay there.
@@ -336,5 +340,6 @@ class HorizontalSession(MasterSession):
                                            for name in self.institutions})
         counts = {name: int(r.header["rows"]) for name, r in replies.items()}
         paths = {name: r.header["path"] for name, r in replies.items()}
+        drift = {name: d for name, r in replies.items() if (d := reported_drift(name, r.header))}
         return {"rows": sum(counts.values()), "counts": counts, "paths": paths,
-                "seconds": time.perf_counter() - started}
+                "seconds": time.perf_counter() - started, "drift": drift}

@@ -1,7 +1,9 @@
 """What a registered version says about itself: its manifest, its model card and where it is stored.
 
 Built here, in fedcore, so that the plain Python API produces the same manifest and card as the Prefect
-flows (which only publish them as artifacts). Names and values of features never appear: counts only.
+flows (which only publish them as artifacts). No feature value appears; feature names only where every
+institution holds them anyway (horizontal: the agreed schema's importances); a vertical card shows each
+institution's share of the importances, never its features'.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ def model_card(model_name: str, version: str, manifest: dict[str, Any], producti
     """A markdown model card.
 
     It shows data sizes, parameters, metrics against the previous production version, rows or features per
-    institution (counts only), each institution's privacy ledger (horizontal DP modes), timings, communication
+    institution (counts, and vertical: each institution's share of the importances), the horizontal forest's
+    feature importances, each institution's privacy ledger (horizontal DP modes), timings, communication
     and batch prediction.
     """
     algorithm = read_algorithm(manifest["algorithm"])
@@ -66,6 +69,7 @@ def model_card(model_name: str, version: str, manifest: dict[str, Any], producti
              f"{'promoted to production' if promoted else 'not promoted'}.", ""]
     lines += _metric_lines(manifest, production, vertical)
     lines += _data_lines(manifest, vertical)
+    lines += _importance_lines(manifest)
     lines += _privacy_lines(manifest)
     lines += _training_lines(manifest)
     lines += _prediction_lines(prediction)
@@ -88,14 +92,35 @@ def _data_lines(manifest: dict[str, Any], vertical: bool) -> list[str]:
     t = manifest["training"]
     if vertical:
         lines = ["", "## Data", "", f"- aligned rows (ID overlap): {t['overlap']}; training {t['rows']}, "
-                 f"held out {t['holdout_rows']}", "", "| institution | role | features | splits owned |",
-                 "|---|---|---|---|"]
-        return lines + [f"| {p['name']} | {p['role']} | {p['feature_count']} | {p['owned_nodes']} |"
-                        for p in manifest["parties"]]
+                 f"held out {t['holdout_rows']}", "",
+                 "| institution | role | features | splits owned | importance share |",
+                 "|---|---|---|---|---|"]
+        return lines + [f"| {p['name']} | {p['role']} | {p['feature_count']} | {p['owned_nodes']} | "
+                        f"{_share(p.get('importance_share'))} |" for p in manifest["parties"]]
     lines = ["", "## Data", "", f"- {len(manifest['schema']['columns'])} agreed feature columns; training "
              f"{t['rows']} rows, held out {t['holdout_rows']}", "",
              "| institution | training rows | held-out rows |", "|---|---|---|"]
     return lines + [f"| {p['name']} | {p['train_rows']} | {p['holdout_rows']} |" for p in manifest["parties"]]
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def importance_rows(importances: dict[str, float]) -> list[dict]:
+    """An importance table, one row per feature, most important first (ties by name): cards, artifacts."""
+    ranked = sorted(importances.items(), key=lambda item: (-item[1], item[0]))
+    return [{"feature": name, "importance": round(value, 6)} for name, value in ranked]
+
+
+def _importance_lines(manifest: dict[str, Any]) -> list[str]:
+    """Horizontal: the whole forest's impurity importances (every institution holds them)."""
+    importances = manifest.get("importances")
+    if not importances:
+        return []
+    lines = ["", "## Feature importances (impurity decrease, summing to 1)", "", "| feature | importance |",
+             "|---|---|"]
+    return lines + [f"| {r['feature']} | {r['importance']:.4f} |" for r in importance_rows(importances)]
 
 
 LEDGER_PARAMETERS = {"sigma": "sigma", "count_sigma": "row count sigma", "l2_sensitivity": "L2 sensitivity",

@@ -30,6 +30,7 @@ from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.metrics import class_codes, metrics
 from fedcore.models.artifacts import decode_classes, encode_classes, table_sha256
+from fedcore.models.card import importance_rows
 from fedcore.models.tables import partial_forest_from_table, party_table
 from fedcore.privacy.hashing import hash_ids
 from fedcore.privacy.keyauth import PartyIdentity
@@ -385,6 +386,10 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                 extra["classes_encoding"] = encode_classes(party.classes_)
             except ArtifactError:
                 pass
+        self._keep_snapshot(party.features if self.data.table is None else None, extra)
+        if party.importances is not None:  # its own features' importances: in its own registry copy only
+            extra["importances"] = dict(zip(model.column_names, map(float, party.importances), strict=True))
+            self.reports["importances"] = importance_rows(extra["importances"])
         path = store_signed_table(self.data, message.header, party_file_stem(self.name), party_table(model),
                                   extra)
         self._stored_version(message.header)
@@ -400,6 +405,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         party = VerticalParty(self.name, pd.DataFrame(columns=columns), label,
                               feature_key=self._feature_key())
         party.model = model
+        self.snapshot = manifest.get("drift")
         if label and manifest.get("classes") is not None:
             party.classes_ = self._stored_classes(manifest)
         self.party, self._holdout, self._batch_ids = party, None, None
@@ -436,8 +442,9 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self._batch_ids = aligned[self.data.id_column].reset_index(drop=True)
         self._batch_rows = len(aligned)
         features = aligned.drop(columns=[c for c in (self.data.id_column, self.data.label) if c in aligned])
+        drift = self._batch_drift(features)  # its own features against its training rows, before predicting
         party.set_prediction_data(features.reset_index(drop=True))
-        return Message("ack", {"rows": len(aligned)})
+        return Message("ack", {"rows": len(aligned), **drift})
 
     def _align_batch_on_workers(self, party: VerticalParty, table: ParquetTable,
                                 positions: np.ndarray) -> Message:
@@ -454,11 +461,17 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                                np.zeros(len(positions), bool), self.data.id_column,
                                self.data.compute.block_rows, keep_id=True)
         self._batch_ids, self._batch_rows = aligned.column(client, self.data.id_column), len(positions)
+        if self.snapshot is None:
+            drift = self._drift_reply(None)
+        else:  # counted per block on the workers: the in-process scores exactly
+            from fedcore.compute.dask_drift import block_scores
+
+            drift = self._drift_reply(block_scores(client, aligned.frames, len(positions), self.snapshot))
         rows = DaskPredictionRows(client, aligned.frames, aligned.sizes, party.trained_model)
         party.set_prediction_rows(rows)
         log.info("institution %r: %d batch rows aligned on the workers in %d blocks", self.name,
                  len(positions), len(aligned.frames))
-        return Message("ack", {"rows": len(positions)})
+        return Message("ack", {"rows": len(positions), **drift})
 
     def _on_deliver_predictions(self, message: Message) -> Message:
         run = run_id(self.name, message.header)

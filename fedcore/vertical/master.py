@@ -31,6 +31,7 @@ from fedcore.trees.losses import loss_for
 from fedcore.trees.params import ForestParams, check_model_fits
 from fedcore.trees.predictor import intersect_leaf_sets
 from fedcore.trees.structure import NO_CHILD, ForestStructure, first_trees
+from fedcore.vertical.importances import SplitShares
 
 MASTER_BYTES_PER_NODE = 256
 """The master's growth state per open node of a level: candidates, the parties' gains and ranks, the label
@@ -76,6 +77,7 @@ class VerticalMaster(LevelStrategy):
         self.info: FederationInfo | None = None
         self.grower: LevelwiseGrower | None = None  # the last fit's (its batch plan)
         self.structure: ForestStructure | None = None
+        self.split_shares: SplitShares | None = None  # each split's share of its tree's importance
         self.combination: TreeCombination = MEAN  # how the trees combine (boosting: set at setup)
         self._growth: tuple[int, ForestParams] | None = None  # (trees per round, growth_params)
 
@@ -214,13 +216,26 @@ class VerticalMaster(LevelStrategy):
         records, save_batch = self.grower.grow(checkpoints, resume_from)
         self.structure = ForestStructure(**{f: records[f] for f in STRUCTURE_ARRAYS}, n_trees=p.n_estimators)
         s = self.structure
-        header = {"n_trees": s.n_trees}
+        header: dict = {"n_trees": s.n_trees}
         if save_batch is not None:
             header["save_batch"] = save_batch
-        structure = Message("finalize", header,
-                            {"tree": s.tree, "node": s.node, "left": s.left, "right": s.right})
-        self.transport.exchange(dict.fromkeys(info.parties, structure))
+        arrays = {"tree": s.tree, "node": s.node, "left": s.left, "right": s.right}
+        self.split_shares = SplitShares.of(s, p.criterion)
+        if self.split_shares is None:
+            self.transport.exchange(dict.fromkeys(info.parties, Message("finalize", header, arrays)))
+            return self.structure
+        # each party also gets the importance shares of its own splits, and of no other's
+        header["splitting_trees"] = self.split_shares.splitting_trees
+        self.transport.exchange({name: Message("finalize", header,
+                                               {**arrays, "importance": self.split_shares.own(s.owner, i)})
+                                 for i, name in enumerate(info.parties)})
         return self.structure
+
+    def party_importance_shares(self) -> dict[str, float]:
+        """Each party's share of the forest's importances (empty for boosting or before training)."""
+        if self.structure is None or self.split_shares is None:
+            return {}
+        return self.split_shares.per_party(self.structure.owner, self.federation.parties)
 
     def _sample_features(self, open_tree: np.ndarray, depth: int) -> np.ndarray:
         """Candidate global feature indices per open node, sorted ascending: (n_open, k)."""

@@ -50,6 +50,7 @@ from fedcore.trees.splitting import NodeSplits
 from fedcore.trees.structure import PartialForest, PartySplits
 from fedcore.vertical.boosting import BoostingLabels
 from fedcore.vertical.encrypted import LabelHolderCrypto, PassiveCrypto
+from fedcore.vertical.importances import party_importances
 from fedcore.vertical.prediction_rows import LocalPredictionRows
 from fedcore.vertical.rows import LocalRows
 
@@ -216,6 +217,8 @@ class VerticalParty:
         self._criterion = 0
         self._n_stats = 0
         self.model: PartialForest | None = None
+        self.importances: np.ndarray | None = None
+        """Impurity importances of its own features (`model.column_names` order), from finalize's shares."""
         self._prediction: LocalPredictionRows | DaskPredictionRows | None = None  # the rows to predict
         self._label_key = label_key
         self.identity = identity
@@ -630,10 +633,15 @@ class VerticalParty:
     def _on_finalize(self, message: Message) -> Message:
         a = message.arrays
         # the model first: a malformed finalize is refused and must leave the batch in progress untouched
-        self.model = build_partial_forest(
+        model = build_partial_forest(
             a["tree"], a["node"], a["left"], a["right"], message.header.int("n_trees"),
             PartySplits.concatenate(self._splits), self._binned(),
         )
+        # the importances of its own features, from the shares of its own splits (none for boosting)
+        self.importances = (party_importances(self.name, model, a.typed("importance", "f"),
+                                              message.header.int("splitting_trees", 0))
+                            if "importance" in a else None)
+        self.model = model
         self.rows.clear()
         self._candidates = None
         self._splits = []

@@ -21,6 +21,7 @@ import numpy as np
 from fedcore.agents.checks import expected_holdout
 from fedcore.algorithms import BOOSTING, FOREST
 from fedcore.checkpoints import CheckpointStore
+from fedcore.drift import reported_drift
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.tables import N_TREES_KEY, combination_from_table, master_table, structure_from_table
@@ -227,13 +228,16 @@ class VerticalSession(MasterSession):
     def manifest_entries(self) -> dict[str, Any]:
         """The manifest's "parties", the ID overlap and the data fingerprints.
 
-        Each party entry has the institution's role, feature count, split nodes it owns and the SHA-256 of the
-        partial model it will store, so the master's signature covers every party's file.
+        Each party entry has the institution's role, feature count, split nodes it owns, its share of the
+        forest's impurity importance (the sum of its features', `fedcore.vertical.importances`) and the
+        SHA-256 of the partial model it will store, so the master's signature covers every party's file.
         """
         info, digests = self.master.federation, self.model_digests()
+        shares = self.master.party_importance_shares()  # each party's share only: features stay at home
         parties = [{"name": name, "role": "label_holder" if name == info.label_holder else "passive",
                     "table_sha256": digests[name], "feature_count": int((info.feature_owner == i).sum()),
-                    "owned_nodes": self.facts.owned_nodes.get(name, 0)}
+                    "owned_nodes": self.facts.owned_nodes.get(name, 0),
+                    **({"importance_share": shares[name]} if name in shares else {})}
                    for i, name in enumerate(info.parties)]
         overlap = self.plan.n_common if self.plan is not None else 0
         entries: dict[str, Any] = {"parties": parties, "training": {"overlap": overlap},
@@ -294,7 +298,7 @@ class VerticalSession(MasterSession):
             raise ProtocolError("vertical prediction delivers to one institution: name the requester")
         result = self.batch_predict(requester, run_id=run_id, until=until)
         return Prediction(rows=result["rows"], counts=result["counts"], seconds=result["seconds"],
-                          requester=requester, paths={requester: str(result["path"])})
+                          requester=requester, paths={requester: str(result["path"])}, drift=result["drift"])
 
     def batch_predict(self, requester: str, min_overlap: int = 1, run_id: str | None = None,
                       until: datetime | None = None) -> dict:
@@ -307,12 +311,13 @@ class VerticalSession(MasterSession):
         started = time.perf_counter()
         plan = self._intersect(batch=True, explain_below=min_overlap, until=until)
         check_overlap(plan, min_overlap)
-        self.transport.exchange({name: Message("align_batch", {"rows": plan.n_common},
-                                               {"positions": plan.positions[name]})
-                                 for name in self.institutions})
+        aligned = self.transport.exchange({name: Message("align_batch", {"rows": plan.n_common},
+                                                         {"positions": plan.positions[name]})
+                                           for name in self.institutions})
+        drift = {name: d for name, r in aligned.items() if (d := reported_drift(name, r.header))}
         values = self.master.predict_values(plan.n_common)
         header = prediction_header(run_id)
         reply = self.transport.exchange({requester: Message("deliver_predictions", header,
                                                             {"values": values})})[requester]
         return {"rows": plan.n_common, "counts": dict(plan.counts), "path": reply.header["path"],
-                "seconds": time.perf_counter() - started, "requester": requester}
+                "seconds": time.perf_counter() - started, "requester": requester, "drift": drift}

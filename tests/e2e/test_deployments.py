@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import io
+import json
 import os
 import re
 import runpy
@@ -317,14 +318,19 @@ def test_each_institution_agent_ran_on_its_own_pool_under_the_master_run(weekly_
 
 def test_artifacts_model_version_and_predictions(deployed, weekly_run) -> None:
     keys = {a.key for a in weekly_run["artifacts"]}
-    assert {*(f"{kind}-{name}" for kind in ("validation", "contract") for name in INSTITUTIONS), "id-overlap",
-            "training-progress", "model-version", "model-card", "batch-prediction"} <= keys
+    # each agent run: its own importances and its batch drift (issue #33), not in the master run
+    assert {*(f"{kind}-{name}" for kind in ("validation", "contract", "importances", "drift")
+              for name in INSTITUTIONS), "id-overlap", "training-progress", "model-version", "model-card",
+            "batch-prediction", "importance-shares"} <= keys
     work = deployed["config"].parent
     manifest, tables = _registry(work).load(MODEL, "production")
     assert manifest["version"] == "v0001" and manifest["signature"]["algorithm"] == "ed25519"
     for name in INSTITUTIONS:
         local, _ = _registry(work, name).load(MODEL, "v0001")
         assert local["master_manifest"]["version"] == "v0001"
+        (table,) = [a.data for a in weekly_run["artifacts"] if a.key == f"importances-{name}"]
+        shown = {row["feature"]: row["importance"] for row in json.loads(table)}
+        assert shown == {f: round(v, 6) for f, v in local["importances"].items()}
     files = sorted((work / "predictions").rglob("*.parquet"))
     assert [f.parent.name for f in files] == [LABEL_HOLDER]
     assert len(pd.read_parquet(files[0])) == deployed["scenario"]["overlap"]["new"]

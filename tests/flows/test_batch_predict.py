@@ -76,3 +76,42 @@ def test_an_until_without_a_time_zone_fails_before_any_agent_starts(trained) -> 
         state.result()
     assert str(refused.value) == ("until 2026-06-30T12:00:00 has no time zone: give one, e.g. "
                                   "2026-06-30T12:00:00+00:00 for UTC")
+
+
+def test_a_drifted_batch_is_named_in_the_final_message_or_fails_the_run(trained) -> None:
+    """Drift computed at home (issue #33): ecommerce's batch with larger baskets, all on one channel."""
+    import yaml
+
+    work, config_path, _, _, _ = trained
+    batch = pd.read_parquet(work / "data" / "ecommerce" / "new.parquet")
+    batch["avg_basket"] = batch["avg_basket"] * 3
+    batch["preferred_channel"] = pd.Categorical([batch["preferred_channel"].cat.categories[0]] * len(batch),
+                                                categories=batch["preferred_channel"].cat.categories)
+    batch.to_parquet(work / "data" / "ecommerce" / "shifted.parquet")
+    raw = yaml.safe_load(config_path.read_text())
+    next(i for i in raw["institutions"] if i["name"] == "ecommerce")["predict_data"] = \
+        "data/ecommerce/shifted.parquet"
+    warn = config_path.with_name("drift-warn.yaml")
+    warn.write_text(yaml.safe_dump(raw))
+    state = batch_predict(str(warn), agents="local", return_state=True)
+    drift = state.result()["prediction"]["drift"]
+    assert list(drift) == ["ecommerce"] and set(drift["ecommerce"]) == {"preferred_channel", "avg_basket"}
+    assert state.message.endswith(f"; drift at ecommerce: preferred_channel "
+                                  f"{drift['ecommerce']['preferred_channel']:.4f}, avg_basket "
+                                  f"{drift['ecommerce']['avg_basket']:.4f}")
+    with get_client(sync_client=True) as client:
+        tables = [a.data for a in client.read_artifacts() if a.key == "batch-drift"]
+    assert tables and "avg_basket" in str(tables[0]) and "orders_12m" not in str(tables[0])
+
+    raw["drift"] = {"psi_threshold": 0.2, "on_drift": "fail"}
+    fail = config_path.with_name("drift-fail.yaml")
+    fail.write_text(yaml.safe_dump(raw))
+    before = sorted((work / "predictions").rglob("*.parquet"))
+    state = batch_predict(str(fail), agents="local", return_state=True)
+    assert state.is_failed()
+    with pytest.raises(Exception) as refused:
+        state.result()
+    assert ("institution 'ecommerce' refuses to predict: its batch drifted from its training rows "
+            f"(PSI >= 0.2): preferred_channel {drift['ecommerce']['preferred_channel']:.4f}, avg_basket "
+            f"{drift['ecommerce']['avg_basket']:.4f}; drift.on_drift is fail") in str(refused.value)
+    assert sorted((work / "predictions").rglob("*.parquet")) == before  # nothing predicted

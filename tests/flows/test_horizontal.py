@@ -76,9 +76,10 @@ def test_artifacts_describe_the_run_without_raw_values(fet) -> None:
         logs = " ".join(log.message for log in client.read_logs())
     keys = {a.key for a in artifacts}
     assert {"institution-rows", "training-progress", "model-card", "batch-prediction",
-            "model-version"} <= keys
+            "model-version", "feature-importances"} <= keys
     card = next(a.data for a in artifacts if a.key == "model-card" and a.data.startswith(f"# {MODEL} "))
     assert "Federated Extra-Trees (horizontal, classification, privacy none)" in card
+    assert "## Feature importances (impurity decrease, summing to 1)" in card and "| cholesterol | " in card
     train = pd.read_parquet(scenario["institutions"]["riverside"]["train"])
     needles = (list(train["patient_id"].iloc[::50])
                + [f"{v:.2f}" for v in train["cholesterol"].dropna().iloc[::50]])

@@ -12,6 +12,7 @@ files, and no case pays for starting three agents and importing Great Expectatio
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -83,9 +84,17 @@ def test_retrain_registers_promotes_and_predicts(workspace, first_run) -> None:
     manifest, tables = master.load(MODEL, "production")
     assert manifest["signature"]["algorithm"] == "ed25519" and set(tables) == {"master"}
     assert [p["feature_count"] for p in manifest["parties"]] == [8, 6, 5]
+    kept = {}
     for name in ("bank", "ecommerce", "insurer"):
         local, _ = _registry(work, name).load(MODEL, "v0001")
         assert local["master_manifest"]["version"] == "v0001"
+        kept[name] = local["importances"]  # its own features' importances, in its own registry only
+    assert [len(own) for own in kept.values()] == [8, 6, 5]
+    assert {p["name"]: p["importance_share"] for p in manifest["parties"]} == {
+        name: pytest.approx(sum(own.values()), abs=1e-12) for name, own in kept.items()}
+    assert "importances" not in manifest  # the master's: shares only, no feature
+    parties = json.dumps(manifest["parties"])
+    assert not any(f'"{feature}"' in parties for own in kept.values() for feature in own)
     files = sorted((work / "predictions").rglob("*.parquet"))
     assert [f.parent.name for f in files] == ["bank"]
     assert len(pd.read_parquet(files[0])) == scenario["overlap"]["new"]
@@ -99,7 +108,8 @@ def test_artifacts_exist_and_hold_no_raw_data(workspace, first_run) -> None:
     artifacts = _artifacts()
     keys = {a.key for a in artifacts}
     assert {"validation-bank", "validation-ecommerce", "validation-insurer", "id-overlap",
-            "training-progress", "model-version", "model-card", "batch-prediction"} <= keys
+            "training-progress", "model-version", "model-card", "batch-prediction",
+            "importance-shares"} <= keys
     bank = pd.read_parquet(scenario["institutions"]["bank"]["train"])
     needles = (list(bank[scenario["id_column"]].iloc[::40])
                + [f"{v:.2f}" for v in bank["income"].dropna().iloc[::40]])
