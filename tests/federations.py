@@ -78,8 +78,12 @@ def horizontal_session_from_config(config, params, cluster=None):
     return HorizontalSession(transport, params, algorithm="extra-trees", holdout_fraction=0.2)
 
 
-def vertical_session_from_config(config):
-    """A vertical session (5 trees of depth 5) over in-process agents that load their data from `config`."""
+def vertical_session_from_config(config, cluster=None):
+    """A vertical session (5 trees of depth 5) over in-process agents that load their data from `config`.
+
+    An agent with `compute: dask` works on `cluster` (a `fedcore.compute.cluster.Cluster`; default: its
+    config's).
+    """
     from fedcore.agents.data import institution_from_config
     from fedcore.protocol.messages import Message
     from fedcore.transport.inprocess import InProcessTransport
@@ -87,9 +91,9 @@ def vertical_session_from_config(config):
     from fedcore.vertical.agent import VerticalInstitutionAgent
     from fedcore.vertical.session import VerticalSession
 
-    agents = {i.name: VerticalInstitutionAgent(lambda name=i.name: institution_from_config(config, name),
-                                               b"consortium-key-for-tests-0123456789")
-              for i in config.institutions}
+    key = b"consortium-key-for-tests-0123456789"
+    agents = {i.name: VerticalInstitutionAgent(
+        lambda name=i.name: institution_from_config(config, name, cluster), key) for i in config.institutions}
     transport = InProcessTransport({n: a.handle for n, a in agents.items()})
     transport.exchange({n: Message("validation_report") for n in agents})
     return VerticalSession(transport, ForestParams(n_estimators=5, max_depth=5, random_state=1),
