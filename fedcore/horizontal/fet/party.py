@@ -10,7 +10,8 @@ a DP party (the master draws thresholds in the declared domains instead). Then i
 
 * none: exact integer class counts, or (count, sum of quantised targets) for regression;
 * gdp: the same vector plus Gaussian noise from the party's own seeded stream, its scale calibrated to the
-  party's own budget for the whole model (`horizontal/plan.py`), each release charged to its `PrivacyLedger`;
+  party's own budget for the whole model (`horizontal/plan.py`), each release charged to its `PrivacyLedger`
+  (so are its row count and marginal histograms at hello, both noisy: no exact count leaves it);
 * ldp: sums of the label reports' bits (`fedcore.privacy.ldp`: each row's response drawn once and reused
   across trees; the Bloom mechanism adds a fresh instant report per query), plus plain branch sizes. Every
   random word is addressed by the row's position (`fedcore.privacy.ldp_draws`), so a party on a Dask
