@@ -78,6 +78,8 @@ class Recorded:
     """Each institution's exact training rows (secagg-dp: never sent)."""
     count_noise: dict[str, int] = field(default_factory=dict)
     """PPD-ERT secagg-dp: the noise of each institution's stated row count, drawn again from its seed."""
+    noise_seeds: dict[str, tuple[int, object]] = field(default_factory=dict)
+    """FET gdp: each institution's noise seed and Gaussian plan (its own, never sent)."""
     session: object = None
 
     @cached_property
@@ -199,9 +201,6 @@ def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str
             agent.party.rows.ranges = _spy_ranges(agent.party.rows.ranges, plain_ranges[name])
             if agent.party.noise is not None:  # the party's own audit of the noise it adds
                 agent.party.noise.audit = []
-                # a fixed seed per party (production draws a fresh secret one): with a fresh one, a row
-                # count's noise is 0 in a few percent of runs, and the checks below need it not to be
-                agent.party.noise.noise_seed = 9_000 + len(plain_counts)
     session.train()
     session.evaluate()
     session.predict_locally()
@@ -215,7 +214,9 @@ def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str
                for name, agent in agents.items() if getattr(agent.party, "noise", None) is not None},
         exact_rows={name: agent.party.n_rows for name, agent in agents.items()},
         count_noise={name: _count_noise(agent.party.noise) for name, agent in agents.items()
-                     if getattr(agent.party, "noise", None) is not None})
+                     if getattr(agent.party, "noise", None) is not None},
+        noise_seeds={name: (agent.party.noise_seed, agent.party.ledger.plan) for name, agent in agents.items()
+                     if getattr(agent.party, "ledger", None) is not None})
 
 
 def _count_noise(noise) -> int:
@@ -447,22 +448,55 @@ def _ldp_sends_bit_sums(run: Recorded) -> None:
                            and (a["bit_sums"] <= a["sizes"][..., None]).all() for a in replies)
 
 
+def _gdp_sends_no_exact_count(run: Recorded) -> None:
+    """FET gdp: no exact training-row count reaches the master.
+
+    Setup states none; hello states the exact count plus the party's own Gaussian draw of the count's sigma
+    (recomputed here from its seed and plan), rounded; no header the master receives holds the exact count.
+    """
+    from fedcore.horizontal.plan import count_sigma
+    from fedcore.randomness import stream
+
+    ready = {e.sender: m.header for e, m in run.messages if m.kind == "ready"}
+    assert set(ready) == set(run.parties) and all(h["train_rows"] is None for h in ready.values())
+    hello = {e.sender: m.header["n_rows"] for e, m in run.messages if m.kind == "hello_reply"}
+    for name in run.parties:
+        seed, plan = run.noise_seeds[name]
+        noise = stream(seed, "gdp_count").standard_normal() * count_sigma(plan)
+        assert hello[name] == max(int(np.rint(run.exact_rows[name] + noise)), 0)
+    # the seeds are fresh secrets: a draw rounding to 0 (about 1.6% of parties here, count sigma 25) states
+    # the exact count
+    _no_exact_count_sent(run, [name for name in run.parties if hello[name] != run.exact_rows[name]])
+
+
+def _no_exact_count_sent(run: Recorded, parties: list[str] | None = None) -> None:
+    """No header a party (of `parties`, default all) sends the master holds its exact training-row count.
+
+    Every integer header field counts but the model's node count in the ack (`n_nodes`), which is about the
+    trees and equals a party's row count by chance in about 1% of runs (the model follows the fresh noise).
+    """
+    for party in run.parties if parties is None else parties:  # its own: another's noisy count may equal it
+        exact = run.exact_rows[party]
+        sent = {v for e, m in run.messages if e.sender == party and e.receiver == MASTER
+                for name, v in m.header.items() if isinstance(v, int) and not isinstance(v, bool)
+                and not (m.kind == "ack" and name == "n_nodes")}
+        assert sent and exact not in sent, party
+
+
 def _secagg_dp_sends_no_exact_count(run: Recorded) -> None:
     """PPD-ERT secagg-dp: no exact training-row count reaches the master, and the ledgers are in budget.
 
     Setup states none; hello states the exact count plus the party's own discrete Gaussian draw (recomputed
-    here from its seed, fixed by the test: not 0); no header the master receives holds an exact count. The
+    here from its seed); no header the master receives holds an exact count (unless the draw was 0). The
     master's recomputed ledgers are within the budget (epsilon 1), the coalition's epsilon beyond it.
     """
     ready = {e.sender: m.header for e, m in run.messages if m.kind == "ready"}
     assert set(ready) == set(run.parties) and all(h["train_rows"] is None for h in ready.values())
     hello = {e.sender: m.header["n_rows"] for e, m in run.messages if m.kind == "hello_reply"}
     assert hello == {name: run.exact_rows[name] + run.count_noise[name] for name in run.parties}
-    assert all(run.count_noise.values())
-    for party, exact in run.exact_rows.items():  # its own: another's noisy count may equal it by chance
-        sent = {v for e, m in run.messages if e.sender == party and e.receiver == MASTER
-                for v in m.header.values() if isinstance(v, int) and not isinstance(v, bool)}
-        assert sent and exact not in sent, party
+    # the seeds are fresh secrets: a draw of 0 (about 1.2% of parties here, count sigma 33) states the exact
+    # count
+    _no_exact_count_sent(run, [name for name in run.parties if run.count_noise[name]])
     ledgers = run.session.facts.privacy_ledgers
     assert set(ledgers) == set(run.parties)
     assert all(0 < ledger["epsilon_total"] <= 1.0 < ledger["epsilon_coalition"]
@@ -509,7 +543,8 @@ MODES = {
                            "fet_noisy_counts": "counts"}),
         # the declared (public) domains: the grid of the parties' noisy marginal histograms
         to_parties=_arrays({**HORIZONTAL_TO_PARTIES, **FET_TO_PARTIES, "hello": "low high"}),
-        schema_kinds=SCHEMA_KINDS, extras=(_gdp_counts_are_noised, _dp_parties_send_no_extremes)),
+        schema_kinds=SCHEMA_KINDS, extras=(_gdp_counts_are_noised, _dp_parties_send_no_extremes,
+                                           _gdp_sends_no_exact_count)),
     "horizontal-ppdert-secagg-domain": WireMode(
         run=lambda tmp: run_horizontal(tmp, "ppd-ert", "secagg", thresholds="domain"),
         to_master=_arrays({**HORIZONTAL_TO_MASTER, "hello_reply": "public_key",

@@ -63,6 +63,7 @@ from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import DataWriteError, ParameterError, ProtocolError
 from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.model import HorizontalForest
+from fedcore.horizontal.plan import NOISY_ROW_COUNTS
 from fedcore.horizontal.ppdert.noise import DistributedNoise
 from fedcore.horizontal.ppdert.party import PPDERTParty
 from fedcore.horizontal.schema import HorizontalSchema
@@ -172,7 +173,6 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             noise = None
             if isinstance(privacy, DistributedDP):  # its own budget, a local secret seed
                 noise = DistributedNoise(self.name, privacy.epsilon, privacy.delta, secrets.randbits(63))
-                n_train = None  # type: ignore[assignment]  # no exact count leaves: a noisy one in hello
             self.party = PPDERTParty(self.name, schema=self.schema, seed=h.int("seed"),
                                      low=np.asarray(h["low"], np.float64),
                                      high=np.asarray(h["high"], np.float64),
@@ -185,6 +185,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
                                          epsilon=budget.epsilon, delta=budget.delta,
                                          ldp=privacy.ldp if isinstance(privacy, LocalDP) else None,
                                          memory_budget=self.data.memory_budget, **rows)
+        if privacy.mode in NOISY_ROW_COUNTS:  # no exact count leaves: a noisy one in hello
+            n_train = None  # type: ignore[assignment]
         self._done.add("setup")  # a refused setup may be corrected; one that answered is final
         return Message("ready", {"train_rows": n_train, "holdout_rows": n_held})
 

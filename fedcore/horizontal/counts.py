@@ -18,7 +18,8 @@ level up. Every check is a few whole-array operations per party and level.
   the same over both branches of every candidate of a node (each row's one report is added under every
   candidate).
 - **GDP noisy counts** (`check_noisy_counts`): finite, and within the largest noise NumPy's normal sampler
-  can draw (`GAUSSIAN_NOISE_BOUND`, about 13.7 sigma) of [0, rows]. Nothing else is provable: every count
+  can draw (`GAUSSIAN_NOISE_BOUND`, about 13.7 sigma) of [0, rows], rows the most the party's noisy row
+  count allows (its own noise bounded alike). Nothing else is provable: every count
   carries its own independent noise, so branches, candidates and levels need not add up, and a party can still
   bias a count by up to that bound without being caught.
 """
@@ -151,6 +152,8 @@ def check_noisy_counts(who: str, what: str, counts: np.ndarray, rows: int, count
                        target_bits: int | None = None, sum_scale: float = 0.0) -> None:
     """GDP: refuse noisy counts that no count of `rows` rows plus the party's Gaussian noise can give.
 
+    `rows`: the most rows the party can hold, its noisy row count in hello plus that count's largest noise
+    (`fedcore.horizontal.plan.count_reach`).
     `counts` (A, k, 2, S) float64, noise of standard deviation `count_scale` (the agreed plan's sigma);
     regression (`target_bits`): column 1 is a sum of quantised targets, each |q| <= 2**target_bits, with
     noise of scale `sum_scale`. The sampler's noise is at most `GAUSSIAN_NOISE_BOUND` scales in magnitude, so
@@ -164,13 +167,13 @@ def check_noisy_counts(who: str, what: str, counts: np.ndarray, rows: int, count
         low, high = float(n.min()), float(n.max())
         if low < -reach * FLOAT_SLACK or high > (rows + reach) * FLOAT_SLACK:
             shown = low if low < -reach * FLOAT_SLACK else high
-            raise ProtocolError(f"{who}: {what} holds a count of {shown:.6g}, further "
-                                f"outside [0, {rows}] (the rows declared in hello) than the largest Gaussian "
+            raise ProtocolError(f"{who}: {what} holds a count of {shown:.6g}, further outside [0, {rows}] "
+                                "(the most rows its noisy count in hello allows) than the largest Gaussian "
                                 f"noise of the agreed scale can reach ({reach:.6g})")
     if target_bits is not None and counts.size:
         sums = counts[..., 1]
         bound = ((rows << target_bits) + GAUSSIAN_NOISE_BOUND * sum_scale) * FLOAT_SLACK
         if max(-float(sums.min()), float(sums.max())) > bound:
             raise ProtocolError(f"{who}: {what}: a branch's noisy sum of quantised targets exceeds "
-                                f"{bound:.6g}: {rows} rows of targets within 2**{target_bits} (declared in "
+                                f"{bound:.6g}: {rows} rows of targets within 2**{target_bits} (bounded in "
                                 "hello) plus the largest Gaussian noise of the agreed scale")

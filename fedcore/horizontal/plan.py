@@ -13,9 +13,10 @@ L2 sensitivity is sqrt(k). Regression sends (count, sum of quantised targets) pe
 count by 1 and the sum by at most 2**q_bound_bits, whose noise is scaled by 2**q_bound_bits, so sqrt(2k).
 Before them, each party releases its marginal histograms once (`fet/marginals.py`: L2 sensitivity sqrt(d)
 over d features), charged as `marginal_releases` releases: its noise is that of `marginal_releases`
-releases of the plan's noise multiplier composed (`GaussianPlan.sigma_for`). The master sends these terms in
-`hello`; each party builds the plan from them and its own configured budget, and the master computes the same
-plan to bound and weigh the noisy counts.
+releases of the plan's noise multiplier composed (`GaussianPlan.sigma_for`), and its row count once
+(L2 sensitivity 1), charged as `COUNT_RELEASES` release: no exact count leaves a gdp party. The master sends
+these terms in `hello`; each party builds the plan from them and its own configured budget, and the master
+computes the same plan to bound and weigh the noisy counts.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from fedcore.errors import ParameterError
 from fedcore.horizontal.fet.marginals import MARGINAL_BINS, MAX_MARGINAL_BINS, marginal_releases
-from fedcore.privacy.accounting import GaussianPlan
+from fedcore.privacy.accounting import GAUSSIAN_NOISE_BOUND, GaussianPlan
 from fedcore.privacy.distributed import DistributedPlan
 from fedcore.privacy.settings import DistributedDP, GlobalDP, PrivacySetting
 
@@ -33,6 +34,10 @@ PLAN_TERMS = ("n_estimators", "max_depth", "k", "task")
 """The `hello` header fields a DP party plans its releases from."""
 GDP_PLAN_TERMS = (*PLAN_TERMS, "n_features", "marginal_bins", "marginal_releases")
 """FET-GDP's, with its marginal histograms."""
+NOISY_ROW_COUNTS = ("gdp", "secagg-dp")
+"""The modes whose parties state no exact training-row count: none at setup, a noisy one at hello."""
+COUNT_RELEASES = 1
+"""FET-GDP: the releases a party's noisy row count (hello) is charged as (about 0.2% of a 50 x 8 plan)."""
 UNBOUNDED_DEPTH = ("privacy {mode!r} needs a bounded depth: set params.max_depth (the model's budget is "
                    "spread over trees x levels)")
 
@@ -68,7 +73,8 @@ def gaussian_plan(epsilon: float, delta: float, terms: dict[str, Any]) -> Gaussi
     _check_marginal_terms(terms)
     per_candidate = 2 if terms["task"] == "regression" else 1
     return GaussianPlan(epsilon, delta,
-                        releases=terms["n_estimators"] * terms["max_depth"] + terms["marginal_releases"],
+                        releases=terms["n_estimators"] * terms["max_depth"] + terms["marginal_releases"]
+                        + COUNT_RELEASES,
                         sensitivity=math.sqrt(per_candidate * terms["k"]))
 
 
@@ -92,6 +98,19 @@ def _check_marginal_terms(terms: dict[str, Any]) -> None:
 def marginal_sigma(plan: GaussianPlan, terms: dict[str, Any]) -> float:
     """The noise of the marginal histograms: L2 sensitivity sqrt(d), charged as `marginal_releases`."""
     return plan.sigma_for(math.sqrt(terms["n_features"]), terms["marginal_releases"])
+
+
+def count_sigma(plan: GaussianPlan) -> float:
+    """The noise of a party's row count at hello: L2 sensitivity 1, charged as `COUNT_RELEASES`."""
+    return plan.sigma_for(1.0, COUNT_RELEASES)
+
+
+def count_reach(plan: GaussianPlan) -> int:
+    """How far below a party's true row count its stated noisy one can be (the master's bound on its counts).
+
+    The noise is at most GAUSSIAN_NOISE_BOUND count sigmas, and the stated count is rounded (half a row).
+    """
+    return math.ceil(GAUSSIAN_NOISE_BOUND * count_sigma(plan) + 0.5)
 
 
 def distributed_plan(epsilon: float, delta: float, terms: dict[str, Any], parties: int) -> DistributedPlan:

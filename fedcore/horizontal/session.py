@@ -36,7 +36,7 @@ from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.growth import ProgressCallback
 from fedcore.horizontal.model import MODEL_TABLE, HorizontalForest
 from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.plan import check_bounded_depth
+from fedcore.horizontal.plan import NOISY_ROW_COUNTS, check_bounded_depth
 from fedcore.horizontal.ppdert.master import PPDERTMaster
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.metrics import confusion_metrics
@@ -117,15 +117,15 @@ class HorizontalSession(MasterSession):
             self._low, self._high = self._domains(self.schema, declared_feature_ranges(shared, user))
         replies = self.transport.exchange({name: Message("setup", header) for name in self.institutions})
         self.rows = {name: dict(r.header) for name, r in replies.items()}
-        hidden = isinstance(self.privacy, DistributedDP)  # secagg-dp: a noisy count at hello, none here
+        hidden = self.privacy.mode in NOISY_ROW_COUNTS  # gdp, secagg-dp: a noisy count at hello, none here
         for name, r in self.rows.items():  # the bounds of every count the institution sends in training
             for field, what in (("train_rows", "training rows"), ("holdout_rows", "held-out rows")):
                 value = r.get(field)
                 if hidden and field == "train_rows":
                     if value is not None:
                         raise ProtocolError(f"institution {name!r} declared {value!r} training rows at "
-                                            "setup; under privacy 'secagg-dp' no exact count is sent (a "
-                                            "noisy one comes with hello)")
+                                            f"setup; under privacy {self.privacy.mode!r} no exact count is "
+                                            "sent (a noisy one comes with hello)")
                     continue
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise ProtocolError(f"institution {name!r} declared {value!r} {what} at setup; a row "
@@ -178,7 +178,7 @@ class HorizontalSession(MasterSession):
             # a regression party's hello may state no larger target than its contract's label range allows
             self.master.declared_y_exponent = dict(self._y_exponents)
         # each institution's hello must declare the training rows it declared at setup (its counts' bound)
-        if not isinstance(self.privacy, DistributedDP):  # secagg-dp: only the noisy counts of hello
+        if self.privacy.mode not in NOISY_ROW_COUNTS:  # gdp, secagg-dp: only the noisy counts of hello
             self.master.declared_rows = {name: int(r["train_rows"]) for name, r in self.rows.items()}
         resumed = 0
         if checkpoints is None or run_id is None:
@@ -194,7 +194,7 @@ class HorizontalSession(MasterSession):
         self.facts.nodes = int(self.model.n_nodes)
         self.facts.resumed_batches = resumed
         self.facts.privacy_ledgers = dict(self.master.ledgers)
-        if isinstance(self.privacy, DistributedDP):  # the rows as the master knows them: noisy counts
+        if self.privacy.mode in NOISY_ROW_COUNTS:  # the rows as the master knows them: noisy counts
             for name, rows in self.master.party_rows.items():
                 self.rows[name]["train_rows"] = rows
             self.facts.train_rows = sum(self.master.party_rows.values())
@@ -276,7 +276,8 @@ class HorizontalSession(MasterSession):
                         "note": "the model's whole budget, per row: each institution adds Gaussian noise "
                                 "calibrated to it and keeps its own ledger, which refuses a release past it; "
                                 "each states its plan's epsilon_total (the bound of every row's spend) with "
-                                "the model, the busiest row's actual releases stay in its ledger"})
+                                "the model, the busiest row's actual releases stay in its ledger; row counts "
+                                "are noisy (the training rows here are those noisy counts)"})
             plan = getattr(self.master, "plan", None)
             if plan is not None:
                 out["sigma"], out["planned_releases_per_row"] = plan.sigma, plan.releases

@@ -91,10 +91,10 @@ def test_gdp_spends_at_most_the_model_budget() -> None:
         split_rows(table, 2), "target")
     report = model.privacy_report_
     assert "epsilon_per_query" not in report and "composed_epsilon" not in report
-    # the marginal histograms (charged as ceil(0.1 x 12 / 0.9) = 2 releases), then at most one release per
-    # tree and level (4 x 3); this much noise stops some rows' trees earlier
+    # the noisy row count (1 release) and the marginal histograms (charged as ceil(0.1 x 12 / 0.9) = 2),
+    # then at most one release per tree and level (4 x 3); this much noise stops some rows' trees earlier
     for ledger in report["parties"].values():
-        assert 2 < ledger["releases_per_row"] <= ledger["planned_releases_per_row"] == 2 + 4 * 3
+        assert 3 < ledger["releases_per_row"] <= ledger["planned_releases_per_row"] == 1 + 2 + 4 * 3
         assert ledger["l2_sensitivity"] == pytest.approx(np.sqrt(2))  # k = 2 candidates per release
         assert 0 < ledger["epsilon_total"] <= 0.5 and ledger["delta"] == 1e-6
     assert report["epsilon_total"] == max(p["epsilon_total"] for p in report["parties"].values())
@@ -109,7 +109,7 @@ def test_gdp_spends_at_most_the_model_budget() -> None:
     assert root_error(plain) == 0 and 0 < root_error(strong) < root_error(model)
     # a row in every tree at each of the 3 levels (depth 3 on 600 rows, little noise): the whole budget
     for ledger in strong.privacy_report_["parties"].values():
-        assert ledger["releases_per_row"] == ledger["planned_releases_per_row"] == 2 + 4 * 3
+        assert ledger["releases_per_row"] == ledger["planned_releases_per_row"] == 1 + 2 + 4 * 3
         assert 50.0 * 0.99 < ledger["epsilon_total"] <= 50.0
 
 

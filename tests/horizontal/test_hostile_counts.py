@@ -28,7 +28,7 @@ from fedcore.horizontal.estimators import (
 )
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.plan import gaussian_plan, plan_terms
+from fedcore.horizontal.plan import count_reach, gaussian_plan, plan_terms
 from fedcore.horizontal.validation import build_schema
 from fedcore.privacy.accounting import GAUSSIAN_NOISE_BOUND
 from fedcore.protocol.messages import Message
@@ -267,7 +267,7 @@ def test_gdp_party_must_state_the_agreed_sigma() -> None:
         with pytest.raises(ProtocolError) as refused:
             _fit(FederatedExtraTreesClassifier(privacy="gdp", epsilon=0.5, **DP), alter)
         assert str(refused.value) == (f"party 'b' stated noise sigma {stated!r} in hello, but the agreed "
-                                      "budget (epsilon 0.5, delta 1e-06) over 7 releases of L2 sensitivity "
+                                      "budget (epsilon 0.5, delta 1e-06) over 8 releases of L2 sensitivity "
                                       f"1.73205 plans sigma {sigma!r}")
 
 
@@ -303,16 +303,16 @@ def _master_planning(model, **terms):
 
 
 def test_a_gdp_party_refuses_a_master_that_asks_past_its_plan() -> None:
-    """A master announcing one tree, then growing two: level 1 would take a row to 5 releases of 4.
+    """A master announcing one tree, then growing two: level 1 would take a row to 6 releases of 5.
 
-    The plan: 3 levels and the marginal histograms (charged as one release).
+    The plan: 3 levels, the marginal histograms and the noisy row count (charged as one release each).
     """
     model = _master_planning(FederatedExtraTreesClassifier(privacy="gdp", epsilon=1.0, **DP),
                              n_estimators=1)
     with pytest.raises(ProtocolError) as refused:
         model.fit(_frames(), "target")
     assert str(refused.value) == ("party 'a': the privacy budget (epsilon 1, delta 1e-06) is spent: a "
-                                  "row would take part in 5 releases, its plan has 4; nothing more is "
+                                  "row would take part in 6 releases, its plan has 5; nothing more is "
                                   "released")
 
 
@@ -389,30 +389,37 @@ def test_hello_must_declare_a_row_count(rows) -> None:
 
 
 def test_gdp_counts_beyond_the_largest_noise_are_refused() -> None:
-    reach = GAUSSIAN_NOISE_BOUND * _plan_of(1.0).sigma
-    beyond = [(1e9, "1e+09"), (-reach - 0.01, f"{-reach - 0.01:.6g}"),
-              (ROWS + reach + 0.01, f"{ROWS + reach + 0.01:.6g}")]
+    """A count is bounded by the party's noisy row count in hello plus that count's largest noise."""
+    plan = _plan_of(1.0)
+    reach = GAUSSIAN_NOISE_BOUND * plan.sigma
+    stated: dict[str, int] = {}
 
     def noisy(value):
         def alter(parties, message, reply):
+            if reply.kind == "hello_reply":
+                stated["rows"] = reply.header["n_rows"]
             if reply.kind != "fet_noisy_counts":
                 return reply
             counts = reply.arrays["counts"].copy()
-            counts[0, 0, 0, 0] = value
+            counts[0, 0, 0, 0] = value(stated["rows"] + count_reach(plan))
             return Message(reply.kind, reply.header, {"counts": counts})
         return alter
 
     gdp = {"privacy": "gdp", "epsilon": 1.0, **DP}
-    for value, shown in beyond:
+    for value in (lambda rows: 1e9, lambda rows: -reach - 0.01, lambda rows: rows + reach + 0.01):
         with pytest.raises(ProtocolError) as refused:
             _fit(FederatedExtraTreesClassifier(**gdp), noisy(value))
-        assert str(refused.value) == (f"party 'b': fet_noisy_counts.counts holds a count of {shown}, further "
-                                      f"outside [0, {ROWS}] (the rows declared in hello) than the largest "
-                                      f"Gaussian noise of the agreed scale can reach ({reach:.6g})")
-    # right at the bound is a count an honest party can send
-    _fit(FederatedExtraTreesClassifier(**gdp), noisy(-reach))
+        rows = stated["rows"] + count_reach(plan)
+        assert stated["rows"] != ROWS  # the count in hello is noisy
+        assert str(refused.value) == (f"party 'b': fet_noisy_counts.counts holds a count of "
+                                      f"{value(rows):.6g}, further outside [0, {rows}] (the most rows its "
+                                      "noisy count in hello allows) than the largest Gaussian noise of the "
+                                      f"agreed scale can reach ({reach:.6g})")
+    # right at the bounds are counts an honest party can send
+    _fit(FederatedExtraTreesClassifier(**gdp), noisy(lambda rows: -reach))
+    _fit(FederatedExtraTreesClassifier(**gdp), noisy(lambda rows: rows + reach))
     with pytest.raises(ProtocolError, match=r"^party 'b': fet_noisy_counts.counts must be finite numbers$"):
-        _fit(FederatedExtraTreesClassifier(**gdp), noisy(np.inf))
+        _fit(FederatedExtraTreesClassifier(**gdp), noisy(lambda rows: np.inf))
 
 
 def _secagg_fit(change: Callable[[np.ndarray, int, np.ndarray], None]) -> None:
@@ -522,7 +529,7 @@ def test_a_federation_bounds_noisy_counts_by_the_configured_budget(tmp_path) -> 
     plan = session.master.plan
     assert (plan.epsilon, plan.delta) == (0.5, 1e-7)
     assert str(refused.value) == (f"party 'north' stated noise sigma 1e-12 in hello, but the agreed budget "
-                                  f"(epsilon 0.5, delta 1e-07) over 7 releases of L2 sensitivity "
+                                  f"(epsilon 0.5, delta 1e-07) over 8 releases of L2 sensitivity "
                                   f"{plan.sensitivity:g} plans sigma {plan.sigma!r}")
     session, _ = _federation(tmp_path / "honest", "classification", privacy, lambda reply: reply)
     session.train()

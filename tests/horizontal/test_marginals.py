@@ -8,8 +8,9 @@ import pytest
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal import FederatedExtraTreesClassifier
 from fedcore.horizontal.fet.marginals import MarginalQuantiles, histogram_counts, marginal_releases
-from fedcore.horizontal.plan import gaussian_plan, marginal_sigma, plan_terms
+from fedcore.horizontal.plan import COUNT_RELEASES, count_sigma, gaussian_plan, marginal_sigma, plan_terms
 from fedcore.protocol.messages import Message
+from fedcore.randomness import stream
 from tests.horizontal.common import horizontal_table, split_rows
 
 
@@ -42,8 +43,10 @@ def test_the_marginals_are_charged_as_a_tenth_of_the_plan() -> None:
     assert marginal_releases(20) == 3 and marginal_releases(400) == 45 and marginal_releases(1) == 1
     terms = plan_terms(10, 4, 3, "classification", 9)
     plan = gaussian_plan(2.0, 1e-6, terms)
-    assert plan.releases == 40 + terms["marginal_releases"] == 45
-    # the histograms (L2 sensitivity 3 = sqrt(9)) counted as 5 releases of the plan's noise multiplier
+    assert plan.releases == 40 + terms["marginal_releases"] + COUNT_RELEASES == 46  # and the noisy row count
+    # the histograms (L2 sensitivity 3 = sqrt(9)) counted as 5 releases of the plan's noise multiplier, the
+    # row count (sensitivity 1) as 1
+    assert count_sigma(plan) == pytest.approx(plan.sigma / np.sqrt(3), rel=1e-12)
     assert marginal_sigma(plan, terms) == pytest.approx(plan.sigma / np.sqrt(3) * 3 / np.sqrt(5), rel=1e-12)
     assert plan.epsilon_after(plan.releases) <= 2.0
     with pytest.raises(ParameterError) as refused:
@@ -51,7 +54,7 @@ def test_the_marginals_are_charged_as_a_tenth_of_the_plan() -> None:
     assert str(refused.value) == ("privacy 'gdp': the plan's marginal_bins must be an integer in [0, 4096], "
                                   "got 1000000")
     uniform = plan_terms(10, 4, 3, "classification", 9, marginal_bins=0)
-    assert uniform["marginal_releases"] == 0 and gaussian_plan(2.0, 1e-6, uniform).releases == 40
+    assert uniform["marginal_releases"] == 0 and gaussian_plan(2.0, 1e-6, uniform).releases == 41
 
 
 def _fitted():
@@ -61,7 +64,7 @@ def _fitted():
     return model.fit(split_rows(table, 2), "target")
 
 
-def test_a_party_releases_its_marginals_once_and_refuses_another_grid() -> None:
+def test_a_party_releases_its_marginals_and_noisy_count_once_and_refuses_another_grid() -> None:
     model = _fitted()
     hello = next(Message.from_bytes(e.payload) for e in model.transcript_ if e.kind == "hello")
     first = [Message.from_bytes(e.payload) for e in model.transcript_ if e.kind == "hello_reply"]
@@ -69,6 +72,9 @@ def test_a_party_releases_its_marginals_once_and_refuses_another_grid() -> None:
     spent = party.ledger.releases_per_row
     again = party.handle(hello)  # a second session's hello: the same release, charged once
     np.testing.assert_array_equal(again.arrays["marginals"], first[0].arrays["marginals"])
+    # the row count: its exact count plus its own Gaussian draw of the count's sigma, rounded
+    noise = stream(party.noise_seed, "gdp_count").standard_normal() * count_sigma(party.ledger.plan)
+    assert again.header["n_rows"] == first[0].header["n_rows"] == max(int(np.rint(party.n_rows + noise)), 0)
     assert party.ledger.releases_per_row == spent
     party.machine.state = "idle"  # as after a session's model: a hello is the next message
     other = Message("hello", hello.header, {"low": hello.arrays["low"] - 1.0, "high": hello.arrays["high"]})

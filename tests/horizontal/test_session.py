@@ -401,11 +401,12 @@ def test_the_signed_manifest_and_the_card_carry_every_institutions_ledger(table,
     if mode == "gdp":
         plan = session.master.plan
         expected = {"mechanism": "gaussian", "sigma": plan.sigma, "l2_sensitivity": 2.0,  # sqrt(k = 4)
-                    # 16 levels of trees and the marginal histograms as ceil(0.1 x 16 / 0.9) = 2 releases
-                    "planned_releases_per_row": 18, "epsilon_budget": 1.5, "delta": 1e-6,
-                    "epsilon_total": gaussian_epsilon(plan.sigma / 2.0, 1e-6, 18)}
+                    # 16 levels of trees, the marginal histograms as ceil(0.1 x 16 / 0.9) = 2 releases and
+                    # the noisy row count as 1
+                    "planned_releases_per_row": 19, "epsilon_budget": 1.5, "delta": 1e-6,
+                    "epsilon_total": gaussian_epsilon(plan.sigma / 2.0, 1e-6, 19)}
         spent = agents["north"].party.privacy_spent()  # data-dependent: the party's own report only
-        assert 2 < spent["releases_per_row"] <= 18 and spent["queries"] > 1
+        assert 3 < spent["releases_per_row"] <= 19 and spent["queries"] > 1
     else:
         expected = {"mechanism": "krr", "epsilon": 1.5, "epsilon_total": 1.5, "delta": 0.0}
     assert expected["epsilon_total"] <= 1.5
@@ -419,7 +420,7 @@ def test_the_signed_manifest_and_the_card_carry_every_institutions_ledger(table,
     assert stored["privacy"]["ledgers"] == dict.fromkeys(NAMES, expected)
     card = model_card("hospitals", version, stored, None, False, None)
     if mode == "gdp":
-        line = (f"gaussian, sigma {plan.sigma:.6g}, L2 sensitivity 2, releases per row planned 18: "
+        line = (f"gaussian, sigma {plan.sigma:.6g}, L2 sensitivity 2, releases per row planned 19: "
                 f"(epsilon {expected['epsilon_total']:.6g}, delta 1e-06)")
     else:
         line = "krr, epsilon per row 1.5: (epsilon 1.5, delta 0)"

@@ -13,9 +13,9 @@ candidate unusable, as an empty range does in mode none.
 
 Rounds (one `Transport.exchange` each), over all open nodes of all trees of a batch at once:
 
-    hello                      1       schema check; row counts; gdp: the plan's terms, each party's
-                                       noise sigma (the agreed one); regression: the target magnitude
-                                       (2-power)
+    hello                      1       schema check; row counts (gdp: noisy); gdp: the plan's terms,
+                                       each party's noise sigma (the agreed one) and marginal histograms;
+                                       regression: the target magnitude (2-power)
     per level: fet_ranges      1       candidate features, the previous level's decisions -> none: per-party
                                        min/max; gdp / ldp: an empty reply (thresholds from the boxes)
                fet_stats       1       thresholds -> per-party branch statistics (privacy mode)
@@ -69,7 +69,7 @@ from fedcore.horizontal.growth import (
 )
 from fedcore.horizontal.ledgers import SIGMA_TOLERANCE, AgreedLedger, label_ldp_ledger, stated_sigma
 from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.plan import gaussian_plan, marginal_sigma, plan_terms
+from fedcore.horizontal.plan import count_reach, gaussian_plan, marginal_sigma, plan_terms
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.accounting import (
     DEFAULT_DELTA,
@@ -151,7 +151,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         if privacy == "ldp":  # a leaf's classes are estimated from its rows' reports: not from too few
             floor = self._label_ldp().leaf_floor(schema.n_classes)
             self.min_samples_leaf = max(params.min_samples_leaf, floor)
-        self.n_rows = 0
+        self.n_rows = 0  # the most rows the parties hold together (gdp: their noisy counts' bound)
+        self._row_bound: dict[str, int] = {}  # the most rows each party holds (gdp: above its noisy count)
         self.q_bits = 0  # |q| <= 2**q_bits
         self.q_shift = 0  # q = round(y * 2**q_shift)
         self._noise_variance = 0.0  # GDP: of one count summed over the parties
@@ -171,7 +172,10 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         hello = Message("hello", header, arrays)
         replies = self.transport.exchange(dict.fromkeys(self.parties, hello))
         self._note_parties(replies)
-        self.n_rows = sum(self.party_rows.values())
+        reach = count_reach(self._plan()) if self.privacy == "gdp" else 0
+        # gdp: the stated counts are noisy; a party holds at most `reach` more rows (its counts' bound)
+        self._row_bound = {name: rows + reach for name, rows in self.party_rows.items()}
+        self.n_rows = sum(self._row_bound.values())
         if self.privacy == "gdp":
             plan = self._plan()
             for name, reply in replies.items():  # the noise scale, so the counts' bound, is the agreed one
@@ -202,7 +206,7 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         for name in self.parties:
             part = _reply_array(replies, name, "hello_reply", "marginals", shape)
             scale = sigma * max(1.0, self._stated_sigma[name] / self._plan().sigma)  # within SIGMA_TOLERANCE
-            check_noisy_counts(f"party {name!r}", "hello_reply.marginals", part, self.party_rows[name], scale)
+            check_noisy_counts(f"party {name!r}", "hello_reply.marginals", part, self._row_bound[name], scale)
             total += part
         return MarginalQuantiles(total, *self.domains)
 
@@ -390,7 +394,7 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         total = np.zeros(stats_shape, dtype=np.float64)
         for name in self.parties:
             part = _reply_array(replies, name, "fet_noisy_counts", "counts", stats_shape)
-            check_noisy_counts(f"party {name!r}", "fet_noisy_counts.counts", part, self.party_rows[name],
+            check_noisy_counts(f"party {name!r}", "fet_noisy_counts.counts", part, self._row_bound[name],
                                *self._noise_scales(name))
             total += part
         return total

@@ -10,7 +10,8 @@ a DP party (the master draws thresholds in the declared domains instead). Then i
 
 * none: exact integer class counts, or (count, sum of quantised targets) for regression;
 * gdp: the same vector plus Gaussian noise from the party's own seeded stream, its scale calibrated to the
-  party's own budget for the whole model (`horizontal/plan.py`), each release charged to its `PrivacyLedger`;
+  party's own budget for the whole model (`horizontal/plan.py`), each release charged to its `PrivacyLedger`
+  (so are its row count and marginal histograms at hello, both noisy: no exact count leaves it);
 * ldp: sums of the label reports' bits (`fedcore.privacy.ldp`: each row's response drawn once and reused
   across trees; the Bloom mechanism adds a fresh instant report per query), plus plain branch sizes. Every
   random word is addressed by the row's position (`fedcore.privacy.ldp_draws`), so a party on a Dask
@@ -38,7 +39,7 @@ from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.ledgers import LEDGER, label_ldp_ledger
 from fedcore.horizontal.model import HorizontalForest
-from fedcore.horizontal.plan import GDP_PLAN_TERMS, gaussian_plan, marginal_sigma
+from fedcore.horizontal.plan import COUNT_RELEASES, GDP_PLAN_TERMS, count_sigma, gaussian_plan, marginal_sigma
 from fedcore.horizontal.rows import PartyRows, check_hello, narrow, own_rows, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.accounting import DEFAULT_DELTA, PrivacyLedger
@@ -156,6 +157,8 @@ class HorizontalParty:
             header["sigma"] = plan.sigma
             if self.ledger_terms["marginal_bins"]:
                 arrays["marginals"] = self._marginals(message, plan)
+            self._charge_hello()
+            header["n_rows"] = self._noisy_rows(plan)
         if self.privacy == "ldp":
             self.rows.draw_permanent(self.label_ldp(), counter_key(self.noise_seed, "ldp_permanent"))
         return Message("hello_reply", header, arrays)
@@ -163,9 +166,9 @@ class HorizontalParty:
     def _marginals(self, message: Message, plan: GaussianPlan) -> np.ndarray:
         """GDP: the noisy marginal histograms over the hello's grid (`fet/marginals.py`): the first release.
 
-        Charged when the ledger has no release yet (a resumed ledger has it already); the noise is keyed by
-        purpose only, so a second hello (or a resumed run) gets the same release, and a second hello with
-        another grid is refused (it would release other counts under the same noise).
+        Charged with the row count (`_charge_hello`); the noise is keyed by purpose only, so a second hello
+        (or a resumed run) gets the same release, and a second hello with another grid is refused (it would
+        release other counts under the same noise).
         """
         assert self.ledger is not None, "hello makes the ledger under gdp"
         grid = [message.arrays.get(end) for end in ("low", "high")]
@@ -181,14 +184,27 @@ class HorizontalParty:
                                 "domains; a second hello must send the same 'low' and 'high'")
         self._marginal_grid = (low, high)
         terms = self.ledger_terms
-        if self.ledger.queries == 0:
-            try:
-                self.ledger.charge(terms["marginal_releases"], f"party {self.name!r}")
-            except ParameterError as error:
-                raise ProtocolError(str(error)) from None
         counts = self.rows.marginal_histograms(low, high, terms["marginal_bins"])
         noise = stream(self.noise_seed, "gdp_marginals").standard_normal(counts.shape)
         return counts.astype(np.float64) + noise * marginal_sigma(plan, terms)
+
+    def _charge_hello(self) -> None:
+        """GDP: charge hello's releases (row count, marginal histograms) once: a resumed ledger has them."""
+        assert self.ledger is not None, "hello makes the ledger under gdp"
+        if self.ledger.queries == 0:
+            try:
+                self.ledger.charge(self.ledger_terms["marginal_releases"] + COUNT_RELEASES,
+                                   f"party {self.name!r}")
+            except ParameterError as error:
+                raise ProtocolError(str(error)) from None
+
+    def _noisy_rows(self, plan: GaussianPlan) -> int:
+        """GDP: the row count plus Gaussian noise (`count_sigma`), rounded, at least 0; no exact count leaves.
+
+        Keyed by purpose only, so a second hello (or a resumed run) states the same count, charged once.
+        """
+        noise = stream(self.noise_seed, "gdp_count").standard_normal() * count_sigma(plan)
+        return max(int(np.rint(self.n_rows + noise)), 0)
 
     def _start_ledger(self, h: Header) -> GaussianPlan:
         """GDP: the plan of the master's terms under this party's own budget, and its ledger.
