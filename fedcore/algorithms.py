@@ -47,7 +47,8 @@ FOREST = Algorithm("forest", "vertical", "Federated Forest", ("none", *ENCRYPTED
 EXTRA_TREES = Algorithm("extra-trees", "horizontal", "Federated Extra-Trees", ("none", "ldp", "gdp"),
                         ("fet",))
 PPD_ERT = Algorithm("ppd-ert", "horizontal", "PPD-ERT", ("secagg", "secagg-dp"), ("ppdert",))
-BOOSTING = Algorithm("boosting", "vertical", "Federated gradient boosting", ("none",), deployable=False)
+BOOSTING = Algorithm("boosting", "vertical", "Federated gradient boosting", ("none", *ENCRYPTED_MODES),
+                     deployable=False)
 
 ALGORITHMS: dict[str, Algorithm] = {a.id: a for a in (FOREST, EXTRA_TREES, PPD_ERT, BOOSTING)}
 _BY_OLD_ID = {old: a for a in ALGORITHMS.values() for old in a.old_ids}
