@@ -534,11 +534,12 @@ class VerticalParty:
             return gh
         n_rows = self.rows.n_rows
         if self._passive_crypto is not None:
-            ciphertexts = self._passive_crypto.public.from_bytes(
-                message.arrays.get("enc_gh", np.zeros((0, 1), np.uint8)), "gradient ciphertexts")
-            _require(len(ciphertexts) == len(trees) * n_rows, self.name,
-                     f"an encrypted boosting round needs one (g, h) ciphertext for each of its {len(trees)} "
-                     f"trees and {n_rows} rows")
+            wanted = (f"an encrypted boosting round needs one (g, h) ciphertext for each of its {len(trees)} "
+                      f"trees and {n_rows} rows")
+            _require("enc_gh" in message.arrays and len(message.arrays["enc_gh"]) == len(trees) * n_rows,
+                     self.name, wanted)
+            ciphertexts = self._passive_crypto.public.from_bytes(message.arrays["enc_gh"],
+                                                                 "gradient ciphertexts")
             self._passive_crypto.load_round(ciphertexts)
             return np.zeros((len(trees), n_rows, 2))
         gh = np.asarray(message.arrays.get("gh", np.zeros((0, 2))))

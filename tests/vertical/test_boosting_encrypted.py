@@ -2,7 +2,8 @@
 
 Under Okamoto-Uchiyama and Paillier (small test keys), 2 and 3 parties; and on the recorded transcript, no
 plaintext gradient or hessian reaches a passive party or the master: the label holder's rounds cross as
-ciphertexts only, and no message (bytes included) carries a run of the round's plain values.
+ciphertexts only, and no message (bytes included) carries a run of the round's plain values. A round that is
+not one ciphertext per row and tree is refused; worker processes sum a round's ciphertexts as the party does.
 """
 
 from __future__ import annotations
@@ -10,8 +11,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedcore.data.split import split_vertical
+from fedcore.errors import ProtocolError
+from fedcore.privacy.keyauth import ephemeral_identities
+from fedcore.privacy.packing import SlotLayout, encrypted_bin_sums, weight_powers
 from fedcore.privacy.schemes import scheme
 from fedcore.protocol.messages import Message
+from fedcore.transport.inprocess import InProcessTransport
+from fedcore.trees.boosting import BoostingParams
+from fedcore.vertical.encrypted import PassiveCrypto
+from fedcore.vertical.master import VerticalMaster
+from fedcore.vertical.party import VerticalParty
+from tests.conftest import mixed_table
 from tests.vertical.test_boosting import PARAMS, _fit, _model_bytes
 
 KEYS: dict = {}
@@ -87,9 +98,6 @@ def test_no_plaintext_gradient_reaches_a_passive_party_or_the_master() -> None:
 
 def test_worker_processes_sum_a_rounds_ciphertexts_as_the_party_does() -> None:
     """Large tables sum bins on worker processes: they reload each round's ciphertexts (`load_round`)."""
-    from fedcore.privacy.packing import SlotLayout, encrypted_bin_sums, weight_powers
-    from fedcore.vertical.encrypted import PassiveCrypto
-
     key = _key("ou")
     public = key.public
     rng = np.random.default_rng(0)
@@ -114,3 +122,34 @@ def test_worker_processes_sum_a_rounds_ciphertexts_as_the_party_does() -> None:
             assert key.decrypt([expected[1][0]])[0] == sum(layout.encode(values[rows[bins == first]]))
     finally:
         pooled.close()
+
+
+@pytest.mark.parametrize("tamper", ["a row short", "plain (g, h)"])
+def test_a_passive_party_refuses_a_round_that_is_not_one_ciphertext_per_row_and_tree(tamper: str) -> None:
+    """A master that drops a row's ciphertext, or sends plain (g, h) in an encrypted session, is refused.
+
+    Three classes: softmax, K = 3 trees a round.
+    """
+    frames = split_vertical(mixed_table(n_rows=80, seed=5), 2, label="target", seed=7, label_party=0)
+    names = ["holder", "passive"]
+    identities = ephemeral_identities(names)
+    parties = {name: VerticalParty(name, frame, "target" if "target" in frame else None,
+                                   feature_key=b"secure-boost-tests-feature-key-0",
+                                   label_key=_key("ou") if "target" in frame else None,
+                                   identity=identities[name])
+               for name, frame in zip(names, frames, strict=True)}
+
+    def passive(message: Message) -> Message:
+        if message.kind == "begin_batch":
+            enc_gh = message.arrays["enc_gh"]
+            arrays = ({"enc_gh": enc_gh[:-1]} if tamper == "a row short"
+                      else {"gh": np.zeros((len(enc_gh), 2))})
+            message = Message("begin_batch", message.header, arrays)
+        return parties["passive"].handle(message)
+
+    params = BoostingParams(task="classification", n_estimators=1, max_depth=2, random_state=1, privacy="ou")
+    transport = InProcessTransport({"holder": parties["holder"].handle, "passive": passive})
+    with pytest.raises(ProtocolError) as refused:
+        VerticalMaster(transport, params).fit()
+    assert str(refused.value) == ("party 'passive' refuses the request: an encrypted boosting round needs "
+                                  "one (g, h) ciphertext for each of its 3 trees and 80 rows")
