@@ -6,7 +6,10 @@ the forest's label encryption is its setup, boosting encrypts every round (timed
 too, and the encrypted model must be the plain one (checked).
 
     .venv/bin/python -m benchmarks.bench_secureboost [--rows 50000] [--rounds 2] [--depth 6]
-        [--scheme ou:3072] [--json out.json]
+        [--colsample 1.0] [--scheme ou:3072] [--json out.json]
+
+The forest samples sqrt(30) = 5 candidate features per node; boosting takes `--colsample` of them per tree
+(XGBoost's default 1.0: all 30), so `--colsample 0.2` (6) compares the same work per node.
 """
 
 from __future__ import annotations
@@ -53,9 +56,11 @@ class EncryptionTimer:
         LabelHolderCrypto.encrypt_gradients = self._original  # type: ignore[method-assign]
 
 
-def boost(parties, rounds: int, depth: int, **mode) -> tuple[FederatedBoostingClassifier, dict]:
+def boost(parties, rounds: int, depth: int, colsample: float,
+          **mode) -> tuple[FederatedBoostingClassifier, dict]:
     """Fit `rounds` boosting rounds: the model, seconds per round and the encryption's share of them."""
-    model = FederatedBoostingClassifier(n_estimators=rounds, max_depth=depth, random_state=0, **mode)
+    model = FederatedBoostingClassifier(n_estimators=rounds, max_depth=depth, colsample_bytree=colsample,
+                                        random_state=0, **mode)
     with EncryptionTimer() as encryption:
         started = time.perf_counter()
         model.fit(parties, label="y")
@@ -70,6 +75,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--depth", type=int, default=6)
+    parser.add_argument("--colsample", type=float, default=1.0, help="boosting's colsample_bytree")
     parser.add_argument("--scheme", default="ou:3072", help="mode:key_bits, e.g. ou:3072 or paillier:2048")
     parser.add_argument("--json")
     args = parser.parse_args()
@@ -78,8 +84,8 @@ def main() -> None:
     key = scheme(mode).generate(bits)
     encrypted = {"privacy": mode, "key_bits": bits, "label_key": key}
     _, forest = fit(parties, 1, args.depth, **encrypted)
-    plain_model, plain = boost(parties, args.rounds, args.depth)
-    model, secure = boost(parties, args.rounds, args.depth, **encrypted)
+    plain_model, plain = boost(parties, args.rounds, args.depth, args.colsample)
+    model, secure = boost(parties, args.rounds, args.depth, args.colsample, **encrypted)
     same = same_structure(plain_model.master_.structure, model.master_.structure)
     growth = secure["s_per_round"] - secure["encryption_s_per_round"]
     # s: a tree's growth, or a whole round; encryption s: the labels once, or a round's (g, h)
@@ -92,7 +98,8 @@ def main() -> None:
          "encryption s": secure["encryption_s_per_round"], "MB": secure["mb_per_round"]},
     ]
     ratio = growth / forest["growth_s_per_tree"]
-    print(f"{args.rows:,} x 30, 2 parties, depth {args.depth}, {args.rounds} rounds; "
+    print(f"{args.rows:,} x 30, 2 parties, depth {args.depth}, {args.rounds} rounds, colsample "
+          f"{args.colsample}; "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores")
     print(markdown_table(rows))
     print(f"round without its encryption / forest tree: {ratio:.2f}x (target <= 2x); same model as plain: "
