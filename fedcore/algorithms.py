@@ -47,7 +47,7 @@ FOREST = Algorithm("forest", "vertical", "Federated Forest", ("none", *ENCRYPTED
 EXTRA_TREES = Algorithm("extra-trees", "horizontal", "Federated Extra-Trees", ("none", "ldp", "gdp"),
                         ("fet",))
 PPD_ERT = Algorithm("ppd-ert", "horizontal", "PPD-ERT", ("secagg", "secagg-dp"), ("ppdert",))
-BOOSTING = Algorithm("boosting", "vertical", "Federated gradient boosting", ("none",))
+BOOSTING = Algorithm("boosting", "vertical", "Federated gradient boosting", ("none", *ENCRYPTED_MODES))
 HORIZONTAL_BOOSTING = Algorithm("boosting", "horizontal", "Federated gradient boosting", ("secagg",),
                                 deployable=False)
 

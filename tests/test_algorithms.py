@@ -58,12 +58,13 @@ def test_privacy_modes_are_checked_per_algorithm() -> None:
 
 def test_one_id_lives_in_both_settings_told_apart_by_setting() -> None:
     """Boosting is vertical (SecureBoost, plain) and horizontal (histograms under secure aggregation)."""
-    assert algorithm("boosting", "vertical") is BOOSTING and BOOSTING.privacy_modes == ("none",)
+    assert algorithm("boosting", "vertical") is BOOSTING
+    assert BOOSTING.privacy_modes == ("none", "paillier", "ou")
     assert algorithm("boosting", "horizontal") is HORIZONTAL_BOOSTING
     assert HORIZONTAL_BOOSTING.privacy_modes == ("secagg",) and not HORIZONTAL_BOOSTING.deployable
     assert list(ALGORITHMS) == ["forest", "extra-trees", "ppd-ert", "boosting"]  # by id: manifests, titles
 
 
-def test_boosting_is_deployable_with_plain_gradients() -> None:
-    """Configs, agents and flows run it (tests/vertical/test_boosting_session.py); plain only (issue #32)."""
-    assert FOREST.deployable and BOOSTING.deployable and BOOSTING.privacy_modes == ("none",)
+def test_boosting_is_deployable_with_plain_or_encrypted_gradients() -> None:
+    """Configs, agents and flows run it (tests/vertical/test_boosting_session.py), plain or SecureBoost."""
+    assert FOREST.deployable and BOOSTING.deployable and BOOSTING.privacy_modes == ("none", "paillier", "ou")

@@ -197,12 +197,23 @@ def test_simulate_json_horizontal_boosting(capsys, breast_cancer_csv: Path) -> N
     assert result["metrics"]["accuracy"] > result["reference"]["metrics"]["accuracy"] - 0.05
 
 
+@pytest.mark.slow  # an Okamoto-Uchiyama-3072 key and its encryptions (simulate takes the default size)
+def test_simulate_json_vertical_boosting_with_encrypted_gradients(capsys, breast_cancer_csv: Path) -> None:
+    """SecureBoost (Okamoto-Uchiyama): the same model as the single-party run, byte for byte."""
+    result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--parties", 2,
+                       "--algorithm", "boosting", "--privacy", "ou", "--trees", 2,
+                       "--max-depth", 2)
+    assert (result["algorithm"], result["privacy"]) == ("boosting", "ou")
+    assert result["single_party_identical"] is True
+    assert result["metrics"]["accuracy"] > 0.85
+
+
 @pytest.mark.parametrize(("options", "message"), [
     (("--setting", "diagonal"), "unknown setting 'diagonal': choose one of ['vertical', 'horizontal']"),
     (("--algorithm", "gbdt"), "unknown algorithm 'gbdt': the vertical setting offers 'forest' "
                               "(Federated Forest), 'boosting' (Federated gradient boosting)"),
-    (("--algorithm", "boosting", "--privacy", "ou"),
-     "algorithm 'boosting' supports privacy 'none', got 'ou'"),
+    (("--algorithm", "boosting", "--privacy", "ldp"),
+     "algorithm 'boosting' supports privacy 'none', 'paillier', 'ou', got 'ldp'"),
     (("--algorithm", "boosting", "--max-features", "0.5"),
      "--max-features applies to --algorithm forest only: boosting takes every feature in every tree"),
     (("--setting", "horizontal", "--algorithm", "forest"),

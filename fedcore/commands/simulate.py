@@ -69,8 +69,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                           "depth 6 unless --max-depth, learning rate 0.3, lambda 1); horizontal: "
                           "extra-trees (default) or ppd-ert")
     sim.add_argument("--privacy", default=None,
-                     help="forest: none (default), paillier or ou (encrypted labels); boosting: none; "
-                          "extra-trees: none "
+                     help="forest: none (default), paillier or ou (encrypted labels); boosting: none "
+                          "(default), paillier or ou (encrypted gradients); extra-trees: none "
                           "(default), ldp or gdp; ppd-ert: secagg (default) or secagg-dp (distributed DP on "
                           "the masked sums)")
     sim.add_argument("--epsilon", type=float, default=None,

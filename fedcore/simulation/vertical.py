@@ -78,8 +78,8 @@ def simulate_vertical(
     Dask scheduler address or a Client): every simulated party's rows on that Dask cluster
     (`fedcore.compute.dask_vertical`, classification only); the single-party run stays in
     process, so `single_party_identical` compares the two. `algorithm="boosting"`: vertical boosting with
-    `trees` rounds of XGBoost's defaults (`fedcore.simulation.params.boosting_params`), plain labels, in
-    process, compared with HistGradientBoosting.
+    `trees` rounds of XGBoost's defaults (`fedcore.simulation.params.boosting_params`), plain or encrypted
+    gradients (`privacy`), in process, compared with HistGradientBoosting.
     """
     if task not in TASKS:
         raise ParameterError(f"task must be one of {list(TASKS)}, got {task!r}")
@@ -133,7 +133,7 @@ def _params(chosen: Algorithm, task: str, trees: int, max_depth: int | None,
 
             raise ParameterError(BOOSTING_REFUSED)
         params = boosting_params(trees, max_depth, seed)
-        return params, params
+        return params, {**params, "privacy": setting}
     params = forest_params(task, trees, max_depth, max_features, seed)
     if compute is not None:
         from fedcore.compute.dask_vertical import refusal

@@ -22,7 +22,10 @@ from fedcore.trees.params import MAX_TREES_PER_BATCH, ForestParams, check_int
 
 @dataclass(frozen=True)
 class BoostingParams(ForestParams):
-    """Boosting: `n_estimators` rounds of trees on gradient statistics (plain labels only, for now)."""
+    """Boosting: `n_estimators` rounds of trees on gradient statistics (privacy: the forest's vertical modes).
+
+    With `paillier` or `ou` the label holder encrypts each round's (g, h) (SecureBoost).
+    """
 
     criterion: str = "gradient"
     n_estimators: int = 100
@@ -73,9 +76,6 @@ class BoostingParams(ForestParams):
         if self.bootstrap or self.feature_sampling != "tree":
             raise ParameterError("boosting takes every row in every round (subsample zeroes gradients) and "
                                  "samples features per tree (colsample_bytree)")
-        if self.privacy != "none":
-            raise ParameterError(f"boosting has plain labels only so far (issue #32), not privacy "
-                                 f"{self.privacy!r}")
         if self.early_stopping_rounds is not None:
             check_int("early_stopping_rounds", self.early_stopping_rounds, 1)
         if self.min_impurity_decrease:

@@ -413,8 +413,9 @@ def _splits_of_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categ
             n_touched = 0
             for t in range(hist_ptr[q], hist_ptr[q + 1]):
                 b = hist_bins[t]
-                if stats_weight(hist_stats[t], criterion) <= 0.0:
-                    continue  # an empty bin: the plain kernel never sees it
+                rows = hist_stats[t, 0] if criterion == GRADIENT else stats_weight(hist_stats[t], criterion)
+                if rows <= 0.0:  # an empty bin: the plain kernel never sees it (boosting: no row, whatever H)
+                    continue
                 seen[b] = True
                 touched[n_touched] = b
                 n_touched += 1

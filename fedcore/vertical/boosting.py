@@ -1,11 +1,13 @@
 """The label holder's boosting rounds: its margins, each round's (g, h), and where its rows ended.
 
 Per round the label holder adds the last round's leaf weights to its rows' margins, turns (y, margin) into
-(g, h) with its loss (`fedcore.trees.losses`), and sends them (plain mode) to the passive parties in place of
-labels. While the round's trees grow it learns each row's leaf as the forest's label holder does, by the
-partition bitmaps: every open node's rows get that node's leaf weight, level after level, so a row keeps
-its deepest node's, its leaf's. The weights are the ones the master records (`BoostingParams.node_values`,
-from the same statistics).
+(g, h) with its loss (`fedcore.trees.losses`), rounds them to the round's power-of-two grid
+(`fedcore.trees.fixed_gradients`: every sum of them is then exact, so plain and encrypted modes sum the same
+numbers) and sends them to the passive parties in place of labels: as they are in plain mode, encrypted and
+packed otherwise (`fedcore.vertical.encrypted`). While the round's trees grow it learns each row's leaf as
+the forest's label holder does, by the partition bitmaps: every open node's rows get that node's leaf
+weight, level after level, so a row keeps its deepest node's, its leaf's. The weights are the ones the
+master records (`BoostingParams.node_values`, from the same statistics).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 
 from fedcore.randomness import stream
 from fedcore.trees.criteria import GRADIENT, leaf_value
+from fedcore.trees.fixed_gradients import GradientGrid, precision_bits
 from fedcore.trees.losses import Loss, base_score, gradients
 
 
@@ -24,6 +27,7 @@ class BoostingLabels:
                  subsample: float, seed: int) -> None:
         """Labels `y` (values or class codes) under `loss`; the rest as `BoostingParams` names them."""
         self.y = np.asarray(y, dtype=np.float64)
+        precision_bits(len(self.y))  # refuses a row count whose sums could not be exact
         self.loss = loss
         self.n_outputs = loss.n_outputs(n_classes)
         self.reg_lambda, self.learning_rate = reg_lambda, learning_rate
@@ -32,12 +36,15 @@ class BoostingLabels:
         self.margins = np.tile(self.base_score, (len(self.y), 1))
         self.pending: np.ndarray | None = None  # (n_outputs, n_rows): this round's leaf weight per row
         self.round = 0
+        self.grid: GradientGrid | None = None  # this round's grid and its integers (n_outputs, n_rows, 2)
+        self.integers = np.zeros((0, 0, 2), np.int64)
 
     def begin_round(self, trees: list[int]) -> np.ndarray | str:
         """The round of `trees`: its (g, h), (n_outputs, n_rows, 2); or why they are not the next round.
 
         Rounds come in order, one tree per output (the master's batches); the last round's leaf weights join
         the margins first. Rows subsample leaves out get (0, 0): they stay in every node but weigh nothing.
+        The values are on the round's grid (`self.grid`, integers `self.integers`).
         """
         first = self.round * self.n_outputs
         if trees != list(range(first, first + self.n_outputs)):
@@ -49,6 +56,8 @@ class BoostingLabels:
         if self.subsample < 1.0:
             kept = stream(self.seed, "subsample", self.round).random(len(self.y)) < self.subsample
             gh[:, ~kept, :] = 0.0
+        self.grid, self.integers = GradientGrid.of(gh, len(self.y))
+        gh = self.grid.values(self.integers)
         self.pending = np.zeros((self.n_outputs, len(self.y)))
         self.round += 1
         return gh

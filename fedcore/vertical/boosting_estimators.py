@@ -6,10 +6,10 @@
 
 The same engine as `FederatedForestClassifier` (the vertical master and parties, one grower), run with
 `BoostingParams`: each round the label holder sends the passive parties its rows' gradients and hessians
-in place of labels. `early_stopping_rounds` with `fit(..., eval_set=(parties, y))` keeps the rounds up to the
-best held-out log-loss or RMSE (XGBoost's rule, `fedcore.trees.early_stopping`; the flows score the label
-holder's held-out rows the same way). `save` / `load` as the forests'. Not yet: encrypted gradients, Dask
-parties, importances.
+in place of labels, as they are or (`privacy="paillier"` or `"ou"`, SecureBoost) encrypted and packed.
+`early_stopping_rounds` with `fit(..., eval_set=(parties, y))` keeps the rounds up to the best held-out
+log-loss or RMSE (XGBoost's rule, `fedcore.trees.early_stopping`; the flows score the label holder's
+held-out rows the same way). `save` / `load` as the forests'. Not yet: Dask parties, importances.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from fedcore.algorithms import BOOSTING
 from fedcore.errors import ParameterError
 from fedcore.estimator_api import ClassifierMixin, RegressorMixin
 from fedcore.metrics import class_codes
+from fedcore.privacy.homomorphic import AdditivePrivateKey
+from fedcore.privacy.settings import EncryptedLabels, PrivacySetting, privacy_with
 from fedcore.trees.boosting import BoostingParams
 from fedcore.trees.early_stopping import kept_rounds, round_scores
 from fedcore.trees.params import ForestParams
@@ -33,8 +35,7 @@ class _FederatedBoosting(_FederatedForest):
     """Shared machinery of the boosting classifier and regressor (the forest's fit, boosting's parameters)."""
 
     _algorithm = BOOSTING
-    label_key = None  # plain labels only: no label key, no Dask (not constructor parameters)
-    compute = None
+    compute = None  # no Dask (not constructor parameters)
     block_rows = None
     n_estimators: int
     learning_rate: float
@@ -47,6 +48,9 @@ class _FederatedBoosting(_FederatedForest):
     early_stopping_rounds: int | None
     max_bins: int
     random_state: int
+    privacy: Any
+    key_bits: int | None
+    label_key: AdditivePrivateKey | None
 
     def __init__(
         self,
@@ -62,24 +66,32 @@ class _FederatedBoosting(_FederatedForest):
         early_stopping_rounds: int | None = None,
         max_bins: int = 255,
         random_state: int = 0,
+        privacy: str | dict[str, Any] | PrivacySetting = "none",
+        key_bits: int | None = None,
+        label_key: AdditivePrivateKey | None = None,
         prediction: str = "auto",
         predict_batch_rows: int = 8192,
         progress: bool = False,
         record_transcript: bool = False,
         record_payloads: bool = False,
     ) -> None:
-        """Store the parameters as given (XGBoost's names; n_estimators counts rounds); `fit` checks them."""
+        """Store the parameters as given (XGBoost's names; n_estimators counts rounds); `fit` checks them.
+
+        `privacy`, `key_bits` and `label_key` as the forest's: `paillier` or `ou` encrypt each round's (g, h).
+        """
         self._store_params(locals())
 
     def _forest_params(self) -> BoostingParams:
         """BoostingParams of the constructor parameters: the one place they are checked."""
+        setting = privacy_with(self.privacy, BOOSTING, key_bits=self.key_bits)
+        key_bits = setting.key_bits if isinstance(setting, EncryptedLabels) else None
         return BoostingParams(task=self._task, n_estimators=self.n_estimators,
                               learning_rate=self.learning_rate, max_depth=self.max_depth,
                               min_child_weight=self.min_child_weight,
                               reg_lambda=self.reg_lambda, gamma=self.gamma, subsample=self.subsample,
                               max_features=self.colsample_bytree, max_bins=self.max_bins,
                               early_stopping_rounds=self.early_stopping_rounds,
-                              random_state=self.random_state)
+                              random_state=self.random_state, privacy=setting.mode, key_bits=key_bits)
 
     @classmethod
     def _constructor_params(cls, params: ForestParams) -> dict[str, Any]:

@@ -11,6 +11,12 @@ every split with the plain kernel's code (`best_splits_from_histograms`) and ret
 and, per node, the chosen split sealed for the party that owns the feature. Passive parties never hold the
 decryption key and never see a plaintext label or statistic; the master sees only ciphertexts, sealed
 blobs, gains and partition bitmaps, as in plain mode.
+
+Boosting (SecureBoost) takes the same steps with each round's gradients in place of labels: the label holder
+encrypts every row's (g, h) of the round, on the round's grid (`fedcore.trees.fixed_gradients`) and packed as
+(q_g + 2^P, q_h), the passive parties sum them per node, feature and bin as above (ciphertexts per tree of
+the round, every row weight 1), and the label holder decodes the exact integer sums to the float sums plain
+mode adds up.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ from fedcore.privacy.packing import (
     weight_powers_bytes,
 )
 from fedcore.privacy.sealed import SealedChannel, arrays_to_bytes, bytes_to_arrays
-from fedcore.trees.criteria import SQUARED_ERROR
+from fedcore.trees.criteria import SQUARED_ERROR, VALUE_STATISTICS
+from fedcore.trees.fixed_gradients import GradientGrid, slot_widths
 from fedcore.trees.splitting import NodeSplits, best_splits_from_histograms
 
 FIXED_POINT_BITS = 20
@@ -114,7 +121,7 @@ class LabelHolderCrypto:
     def __init__(self, key: AdditivePrivateKey) -> None:
         """The label holder's state under `key`: no encoding, layout or channels until setup."""
         self.key = key
-        self.encoding: TargetEncoding | None = None
+        self.encoding: TargetEncoding | GradientGrid | None = None
         self.layout: SlotLayout | None = None
         self.channels: dict[str, SealedChannel] = {}
         self.sequence = 0  # evaluation rounds so far; both ends of every channel count them
@@ -128,22 +135,45 @@ class LabelHolderCrypto:
         public = self.key.public
         return public.to_bytes(encrypt_over_workers(self.key, self.layout.encode(values)))
 
+    def gradient_layout(self, n_rows: int) -> None:
+        """Boosting: the slot layout of every round's (g, h) of `n_rows` rows (no row is encrypted yet).
+
+        Refuses (ProtocolError) a key whose plaintext cannot hold one bin of every row's sums.
+        """
+        slot_bits, top = slot_widths(n_rows)
+        layout = SlotLayout(2, slot_bits, top, self.key.public.plaintext_bits)
+        if layout.bin_bits(n_rows) > layout.plaintext_bits:
+            raise ProtocolError(f"encrypted gradients of {n_rows} rows need {layout.bin_bits(n_rows)}-bit "
+                                f"plaintexts, the key holds {layout.plaintext_bits}: use a larger key")
+        self.layout = layout
+
+    def encrypt_gradients(self, grid: GradientGrid, integers: np.ndarray) -> np.ndarray:
+        """Boosting: one ciphertext per tree of the round and row, (n_trees x n_rows, width) bytes.
+
+        `integers` (n_trees, n_rows, 2) are the round's (g, h) on `grid`, which decodes this round's sums.
+        """
+        assert self.layout is not None, "gradient_layout comes first (export_labels)"
+        self.encoding = grid
+        slots = grid.slots(integers.reshape(-1, 2))
+        return self.key.public.to_bytes(encrypt_over_workers(self.key, self.layout.encode(slots)))
+
     def announcement(self) -> dict:
         """What passive parties need: the public key and the slot layout."""
-        return {"public_key": self.key.public.to_json(), "layout": self._encoded()[1].to_json()}
+        assert self.layout is not None, "encrypt_labels or gradient_layout sets the layout, first"
+        return {"public_key": self.key.public.to_json(), "layout": self.layout.to_json()}
 
-    def _encoded(self) -> tuple[TargetEncoding, SlotLayout]:
+    def _encoded(self) -> tuple[TargetEncoding | GradientGrid, SlotLayout]:
         """The label encoding and slot layout of `encrypt_labels`, which the protocol runs before any use."""
         assert self.encoding is not None and self.layout is not None, "encrypt_labels sets both, first"
         return self.encoding, self.layout
 
     def evaluate(self, party: str, packed: np.ndarray, sealed: np.ndarray, totals: np.ndarray,
-                 node_rows: np.ndarray, min_leaf: float,
-                 n_class_orderings: int) -> tuple[NodeSplits, np.ndarray]:
+                 node_rows: np.ndarray, min_leaf: float, n_class_orderings: int,
+                 reg_lambda: float = 0.0) -> tuple[NodeSplits, np.ndarray]:
         """Decrypt one passive party's histograms of this level.
 
         Its best split per node, plus each node's choice sealed for that party ((n_nodes, CHOICE_RECORD_BYTES)
-        uint8).
+        uint8). `reg_lambda`: gradient statistics' L2 term (boosting).
         """
         encoding, layout = self._encoded()
         channel = self.channels.get(party)
@@ -151,7 +181,7 @@ class LabelHolderCrypto:
             raise ProtocolError(f"the label holder has no sealed channel with {party!r}")
         layout_arrays = bytes_to_arrays(channel.open(np.asarray(sealed, np.uint8).tobytes(), self.sequence))
         plan = _HistogramPlan.from_arrays(layout_arrays, len(totals))
-        node_weight = np.rint(totals[:, 0] if encoding.criterion == SQUARED_ERROR else totals.sum(axis=1))
+        node_weight = np.rint(totals[:, 0] if encoding.criterion in VALUE_STATISTICS else totals.sum(axis=1))
         if not np.array_equal(plan.node_weight, node_weight.astype(np.int64)):
             raise ProtocolError(f"the histogram layout of {party!r} disagrees with the label holder on node "
                                 "sizes")
@@ -167,7 +197,7 @@ class LabelHolderCrypto:
         statistics = encoding.statistics(stats.reshape(len(bins), width)).reshape(len(bins), encoding.n_stats)
         splits = best_splits_from_histograms(
             hist_ptr, bins, statistics, plan.pair_node, plan.categorical, totals, node_rows, plan.feat_ptr,
-            plan.feat_local, plan.feat_rank, encoding.criterion, min_leaf, n_class_orderings,
+            plan.feat_local, plan.feat_rank, encoding.criterion, min_leaf, n_class_orderings, reg_lambda,
         )
         return splits, self._seal_choices(channel, splits)
 
@@ -197,12 +227,14 @@ class PassiveCrypto:
     """A passive party's side: the public key, the label ciphertexts, and its channel to the label holder."""
 
     def __init__(self, public: CiphertextSpace, layout: SlotLayout, ciphertexts: list, channel: SealedChannel,
-                 workers: int | None = None, powers_budget: int | None = None, local: bool = True) -> None:
+                 workers: int | None = None, powers_budget: int | None = None, local: bool = True,
+                 rows: int | None = None) -> None:
         """`workers`: processes for the bin sums.
 
         By default one per core for large tables, else none, and no more than `powers_budget` bytes hold:
         each keeps Enc(y)^w for w = 1..3 (`weight_powers_bytes`). `local` False: the party's rows, and the
         bin sums, are on a Dask cluster (`fedcore.compute.dask_vertical`), so this process keeps no powers.
+        `rows`: the rows the workers are sized for when `ciphertexts` come later (boosting's `load_round`).
         """
         self.public = public
         self.layout = layout
@@ -211,7 +243,7 @@ class PassiveCrypto:
             workers = 0
             ciphertexts = []
         if workers is None:
-            rows = len(ciphertexts)
+            rows = len(ciphertexts) if rows is None else rows
             each = weight_powers_bytes(public.ciphertext_bytes, rows)
             workers = default_worker_count(rows, each, powers_budget)
         self.pool = GmpWorkers(workers) if workers > 1 else None
@@ -221,12 +253,24 @@ class PassiveCrypto:
         else:
             # Enc(y)^w for w = 1..3; powers[0] are the ciphertexts
             self.powers = weight_powers(public, ciphertexts)
+        self.per_tree = False  # boosting: a round's ciphertexts, n_rows per tree of the round (`load_round`)
         self.sequence = 0  # find_splits rounds so far
         # last level: (node, feature) -> pair with a histogram
         self._previous: dict[tuple[int, int], int] = {}
         self.pairs_computed = 0
         self.pairs_derived = 0
         """Histograms summed here, and those the label holder derives by subtraction (for reports)."""
+
+    def load_round(self, ciphertexts: list) -> None:
+        """Boosting: this round's (g, h) ciphertexts, tree after tree, in place of the last round's.
+
+        Every row weighs 1 (no bootstrap), so no powers beyond the ciphertexts themselves are kept.
+        """
+        self.per_tree = True
+        if self.pool is not None:
+            self.pool.all("load_labels", self.public.to_json(), list(ciphertexts))
+        else:
+            self.powers = weight_powers(self.public, ciphertexts, largest=1)
 
     def histograms(self, rows: EncryptedRows, feat_ptr: np.ndarray, feat_local: np.ndarray,
                    feat_rank: np.ndarray, is_categorical: np.ndarray,

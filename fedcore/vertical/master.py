@@ -264,8 +264,9 @@ class VerticalMaster(LevelStrategy):
         requests = {name: Message("begin_batch", header) for name in info.parties}
         if self.combination.kind == "sum":  # boosting: the label holder's round (g, h) go to the others
             holder = info.label_holder
-            gh = self.transport.exchange({holder: requests.pop(holder)})[holder].arrays["gh"]
-            requests = dict.fromkeys(requests, Message("begin_batch", header, {"gh": gh}))  # serialised once
+            key = "enc_gh" if self.params.privacy in ENCRYPTED_MODES else "gh"  # ciphertexts, or plain
+            gh = self.transport.exchange({holder: requests.pop(holder)})[holder].arrays[key]
+            requests = dict.fromkeys(requests, Message("begin_batch", header, {key: gh}))  # serialised once
         if requests:
             self.transport.exchange(requests)
         self._first_tree = trees[0]
@@ -362,7 +363,8 @@ class VerticalMaster(LevelStrategy):
         for name in passive:
             arrays[f"packed_{name}"] = replies[name].arrays["packed"]
             arrays[f"sealed_{name}"] = replies[name].arrays["sealed"]
-        header = {"parties": passive, "min_samples_leaf": self.params.min_samples_leaf}
+        # the least weight a child keeps, as in find_splits (boosting: the hessian sum)
+        header = {"parties": passive, "min_samples_leaf": self.growth_params.min_leaf_weight}
         evaluated = self.transport.exchange({holder: Message("evaluate_encrypted", header, arrays)})
         scored = evaluated[holder].arrays
         for name in passive:
@@ -498,4 +500,5 @@ def _relay_encrypted_setup(name: str, holder: str, parties: list[str], replies: 
         header["passive_parties"] = peers
         return
     header.update(encryption=labels.header["encryption"], label_holder=holder)
-    arrays["enc_y"] = labels.arrays["enc_y"]
+    if "enc_y" in labels.arrays:  # boosting: the rounds' (g, h) ciphertexts instead, at begin_batch
+        arrays["enc_y"] = labels.arrays["enc_y"]

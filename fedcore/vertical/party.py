@@ -10,9 +10,11 @@ A party answers only `FEDERATED_FOREST`, in its order (`fedcore.protocol.dispatc
     find_splits [-> evaluate_encrypted (label holder, encrypted labels)] [-> apply_splits (owners of splits)]
     -> finalize; prediction (predict_leaves, route) only outside training, with a trained or loaded model.
 
-Boosting (plain): a batch is a round; the label holder answers begin_batch with the round's (g, h)
+Boosting: a batch is a round; the label holder answers begin_batch with the round's (g, h)
 (`fedcore.vertical.boosting`), which the master relays to the passive parties in theirs, in place of the
-labels a forest shares at configure.
+labels a forest shares at configure. With encrypted labels (SecureBoost, roles `secure-boost-*`) they are
+ciphertexts: the passive parties answer find_splits with encrypted histograms and the label holder scores
+them (evaluate_encrypted), as for an encrypted forest.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import pandas as pd
 from fedcore.algorithms import FOREST
 from fedcore.data.binning import PartyBinner
 from fedcore.data.numbers import numeric_values
-from fedcore.errors import NotFittedError, ProtocolError
+from fedcore.errors import NotFittedError, ParameterError, ProtocolError
 from fedcore.privacy.gmp_workers import default_worker_count
 from fedcore.privacy.homomorphic import AdditivePrivateKey
 from fedcore.privacy.keyauth import PartyIdentity, SignedKey, context_digest
@@ -42,6 +44,7 @@ from fedcore.protocol.messages import Message, pack_bits
 from fedcore.trees.budget import default_budget
 from fedcore.trees.combination import TreeCombination
 from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR, STATISTICS, n_stats
+from fedcore.trees.fixed_gradients import precision_bits
 from fedcore.trees.losses import loss_for
 from fedcore.trees.params import MAX_TREES_PER_BATCH
 from fedcore.trees.partition import node_byte_lengths, scatter_node_bytes
@@ -92,17 +95,18 @@ def _indices(array: np.ndarray, size: int, party: str, what: str) -> np.ndarray:
 
 
 ROLES = ("plain-holder", "plain-passive", "encrypted-holder", "encrypted-passive", "boost-holder",
-         "boost-passive")
+         "boost-passive", "secure-boost-holder", "secure-boost-passive")
 """A party's role: its mode (from the master's setup) and whether it holds the label."""
-_HOLDER = {"plain-holder", "encrypted-holder", "boost-holder"}
-_PASSIVE = {"plain-passive", "encrypted-passive", "boost-passive"}
+_HOLDER = {"plain-holder", "encrypted-holder", "boost-holder", "secure-boost-holder"}
+_PASSIVE = {"plain-passive", "encrypted-passive", "boost-passive", "secure-boost-passive"}
 _LOCAL_BEST = {"plain-holder", "plain-passive", "encrypted-holder", "boost-holder",
-               "boost-passive"}  # find_splits answers plain best splits
-_ENCRYPTED = {"encrypted-passive"}  # find_splits answers encrypted histograms
+               "boost-passive", "secure-boost-holder"}  # find_splits answers plain best splits
+_ENCRYPTED = {"encrypted-passive", "secure-boost-passive"}  # find_splits answers encrypted histograms
 _SEARCH_ENDS_LEVEL = {"plain-holder", "plain-passive", "encrypted-passive", "boost-holder",
-                      "boost-passive"}  # its level ends with find_splits
-_SCORES = {"encrypted-holder"}  # scores passive parties' histograms; its level ends with evaluate_encrypted
-_GRADIENTS = {"boost-holder"}  # answers begin_batch with the round's gradients and hessians
+                      "boost-passive", "secure-boost-passive"}  # its level ends with find_splits
+# scores passive parties' histograms; its level ends with evaluate_encrypted
+_SCORES = {"encrypted-holder", "secure-boost-holder"}
+_GRADIENTS = {"boost-holder", "secure-boost-holder"}  # answers begin_batch with the round's (g, h)
 
 
 def _batch_begins(state: str, roles: set[str] | None = None) -> list[Step]:
@@ -249,7 +253,9 @@ class VerticalParty:
     @property
     def protocol_role(self) -> str:
         """The role in the protocol table: plain or encrypted (as the last setup asked), holder or passive."""
-        mode = "encrypted" if self._sealing is not None else "boost" if self._boosting else "plain"
+        encrypted = self._sealing is not None
+        mode = ("secure-boost" if encrypted else "boost") if self._boosting else (
+            "encrypted" if encrypted else "plain")
         return f"{mode}-{'holder' if self.is_label_holder else 'passive'}"
 
     def handle(self, message: Message) -> Message:
@@ -294,7 +300,6 @@ class VerticalParty:
                          f"institution's configuration says {own.bits}")
         self._privacy = privacy
         boosting = self._setup_boosting(h)
-        _require(boosting is None or privacy == "none", self.name, "boosting has plain labels only so far")
         if privacy in ENCRYPTED_MODES:
             context = str(h.get("session_context", ""))
             _require(len(context) == 32 and all(c in "0123456789abcdef" for c in context), self.name,
@@ -332,6 +337,10 @@ class VerticalParty:
             self.classes_, self._y = class_codes(labels)
             n_classes = len(self.classes_)
         if boosting is not None:
+            try:
+                precision_bits(len(self._y))
+            except ParameterError as error:
+                raise _refused(self.name, str(error)) from None
             self._boost = BoostingLabels(self._y, loss_for(task, n_classes), n_classes,
                                          boosting["reg_lambda"], boosting["learning_rate"],
                                          boosting["subsample"], seed)
@@ -392,7 +401,10 @@ class VerticalParty:
         if not self.is_label_holder:
             raise ProtocolError(f"party {self.name!r} holds no label")
         if self._boosting:  # no label leaves: the rounds' gradients do, one round at a time
-            return Message("labels")
+            if self._label_crypto is None:
+                return Message("labels")
+            self._label_crypto.gradient_layout(self.rows.n_rows)  # encrypted: the layout of every round's
+            return Message("labels", {"encryption": self._label_crypto.announcement()})
         if self._label_crypto is not None:
             max_weight = message.header.get("max_weight")
             if not (isinstance(max_weight, int) and 0 < max_weight <= 2**40):
@@ -424,7 +436,8 @@ class VerticalParty:
             self._y = y.astype(np.float64)
         if self._boosting and not self.is_label_holder:
             self._y = np.zeros(self.rows.n_rows)  # the rounds bring (g, h); only the row count is needed here
-        if "enc_y" in message.arrays:
+        if "enc_y" in message.arrays or (self._boosting and self._sealing is not None
+                                         and not self.is_label_holder):
             self._configure_passive_crypto(message)
         if self._label_crypto is not None:
             self._configure_label_holder_crypto(message)
@@ -446,12 +459,18 @@ class VerticalParty:
         except (KeyError, TypeError, ValueError) as error:
             raise ProtocolError(f"party {self.name!r} refuses the request: malformed encrypted-label setup "
                                 f"({error})") from error
-        ciphertexts = public.from_bytes(message.arrays["enc_y"], "label ciphertexts")
-        _require(len(ciphertexts) == self.rows.n_rows, self.name, "one label ciphertext per row is needed")
+        if self._boosting:  # the rounds' (g, h) ciphertexts come at begin_batch (`_round_gradients`)
+            _require("enc_y" not in message.arrays, self.name, "boosting takes no label ciphertexts")
+            ciphertexts = []
+        else:
+            ciphertexts = public.from_bytes(message.arrays["enc_y"], "label ciphertexts")
+            _require(len(ciphertexts) == self.rows.n_rows, self.name,
+                     "one label ciphertext per row is needed")
         channel = sealing.channel(holder, self._peer_sealing_key(message, holder))
         on_dask = not isinstance(self.rows, LocalRows)
         self._passive_crypto = PassiveCrypto(public, layout, ciphertexts, channel,
-                                             powers_budget=self._powers_budget, local=not on_dask)
+                                             powers_budget=self._powers_budget, local=not on_dask,
+                                             rows=self.rows.n_rows)
         self.rows.load_ciphertexts(public, ciphertexts)
         self._y = np.zeros(self.rows.n_rows)  # only the bootstrap's row count is needed
 
@@ -492,21 +511,41 @@ class VerticalParty:
             gh = self._round_gradients(message, trees)
             self.rows.begin_batch(h.int("seed"), list(trees), gh, None)
             if self._boost is not None:
-                reply = Message("gradients", {}, {"gh": gh.reshape(-1, 2)})
+                reply = self._gradients_reply(gh)
         else:
             self.rows.begin_batch(h.int("seed"), list(trees), self._y, n_draws)
         self._batch_start = len(self._splits)
         self._candidates = None
         return reply
 
+    def _gradients_reply(self, gh: np.ndarray) -> Message:
+        """The label holder's round for the others: (g, h) as they are, or their packed ciphertexts."""
+        boost, crypto = self._boost, self._label_crypto
+        assert boost is not None and boost.grid is not None, "begin_round made this round's grid"
+        if crypto is None:
+            return Message("gradients", {}, {"gh": gh.reshape(-1, 2)})
+        return Message("gradients", {}, {"enc_gh": crypto.encrypt_gradients(boost.grid, boost.integers)})
+
     def _round_gradients(self, message: Message, trees: list[int]) -> np.ndarray:
-        """Boosting: the round's (g, h) per tree, (len(trees), n_rows, 2): the holder's own, or relayed."""
+        """Boosting: the round's (g, h) per tree, (len(trees), n_rows, 2): the holder's own, or relayed.
+
+        Encrypted (a passive party): the ciphertexts go to its `PassiveCrypto`; its partition carries zeros.
+        """
         if self._boost is not None:
             gh = self._boost.begin_round(trees)
             _require(not isinstance(gh, str), self.name, str(gh))
             assert not isinstance(gh, str)
             return gh
         n_rows = self.rows.n_rows
+        if self._passive_crypto is not None:
+            wanted = (f"an encrypted boosting round needs one (g, h) ciphertext for each of its {len(trees)} "
+                      f"trees and {n_rows} rows")
+            _require("enc_gh" in message.arrays and len(message.arrays["enc_gh"]) == len(trees) * n_rows,
+                     self.name, wanted)
+            ciphertexts = self._passive_crypto.public.from_bytes(message.arrays["enc_gh"],
+                                                                 "gradient ciphertexts")
+            self._passive_crypto.load_round(ciphertexts)
+            return np.zeros((len(trees), n_rows, 2))
         gh = np.asarray(message.arrays.get("gh", np.zeros((0, 2))))
         _require(gh.shape == (len(trees) * n_rows, 2) and gh.dtype == np.float64
                  and bool(np.all(np.isfinite(gh))), self.name,
@@ -588,7 +627,7 @@ class VerticalParty:
         for name in parties:
             splits, choices = crypto.evaluate(name, message.arrays[f"packed_{name}"],
                                               message.arrays[f"sealed_{name}"], self._level_totals, node_rows,
-                                              min_leaf, self._n_stats)
+                                              min_leaf, self._n_stats, self._reg_lambda)
             arrays.update({f"gain_{name}": splits.gain, f"rank_{name}": splits.rank,
                            f"choice_{name}": choices})
         crypto.sequence += 1

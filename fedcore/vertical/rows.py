@@ -97,13 +97,19 @@ class LocalRows:
 
     def encrypted_bin_sums(self, crypto: PassiveCrypto, nodes: np.ndarray,
                            features: np.ndarray) -> tuple[list[tuple], np.ndarray]:
-        """Encrypted labels: each (node, feature) job's bin sums (`PassiveCrypto.bin_sums`), node weights."""
+        """Encrypted labels: each (node, feature) job's bin sums (`PassiveCrypto.bin_sums`), node weights.
+
+        Boosting's ciphertexts are per tree of the round (`PassiveCrypto.per_tree`): a node of the round's
+        k-th tree, which holds every row once at positions k n_rows .. (k + 1) n_rows, reads the k-th block.
+        """
         part, codes = self._partition(), self._codes()
         jobs = []
         for node, feature in zip(nodes.tolist(), features.tolist(), strict=True):
             s, e = int(part.starts[node]), int(part.ends[node])
             rows = part.order[s:e]
-            jobs.append((rows, part.weight[s:e], codes[rows, feature]))
+            block = (s // self.n_rows) * self.n_rows if crypto.per_tree else 0
+            ciphertext_rows = rows.astype(np.int64) + block if block else rows
+            jobs.append((ciphertext_rows, part.weight[s:e], codes[rows, feature]))
         node_weight = np.array([int(part.weight[a:b].sum())
                                 for a, b in zip(part.starts, part.ends, strict=True)], np.int64)
         return crypto.bin_sums(jobs), node_weight

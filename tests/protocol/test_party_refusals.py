@@ -379,15 +379,15 @@ def test_a_message_of_another_role_or_mode_is_refused() -> None:
     parties = _until("vertical-plain", "holder", "", after="find_splits")
     with pytest.raises(ProtocolError,
                        match=r"party 'holder' refuses 'evaluate_encrypted': in the Federated Forest "
-                             r"protocol only a party in role encrypted-holder answers it, this party "
-                             r"is plain-holder"):
+                             r"protocol only a party in role encrypted-holder or secure-boost-holder "
+                             r"answers it, this party is plain-holder"):
         parties["holder"].handle(Message("evaluate_encrypted",
                                          {"parties": ["passive"], "min_samples_leaf": 1}))
     parties = _until("vertical-paillier", "holder", "export_labels")
     with pytest.raises(ProtocolError,
                        match=r"party 'passive' refuses 'export_labels': .* only a party in role "
-                             r"boost-holder or encrypted-holder or plain-holder answers it, this party is "
-                             r"encrypted-passive"):
+                             r"boost-holder or encrypted-holder or plain-holder or secure-boost-holder "
+                             r"answers it, this party is encrypted-passive"):
         parties["passive"].handle(Message("export_labels", {"max_weight": 80}))
     # a Paillier label holder scores first
     parties = _until("vertical-paillier", "holder", "", after="find_splits")

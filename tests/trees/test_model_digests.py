@@ -73,6 +73,12 @@ def _paillier_key():
     return generate_keypair(1024, insecure_for_tests=True)
 
 
+def _ou_key():
+    from fedcore.privacy.okamoto_uchiyama import generate_keypair
+
+    return generate_keypair(1024, insecure_for_tests=True)
+
+
 CASES = {
     "vertical plain gini": lambda: _vertical(
         FederatedForestClassifier, mixed_table(seed=1, n_classes=3), 3, n_estimators=5, max_depth=6),
@@ -93,6 +99,13 @@ CASES = {
     "vertical boosting softmax": lambda: _vertical(
         FederatedBoostingClassifier, mixed_table(seed=1, n_classes=3), 3, n_estimators=3, max_depth=3,
         reg_lambda=0.5, subsample=0.7),
+    # encrypted gradients (SecureBoost): the plain cases above with (g, h) encrypted, so their digests
+    "vertical boosting squared error, ou": lambda: _vertical(
+        FederatedBoostingRegressor, mixed_table(seed=3, task="regression"), 2, n_estimators=4, max_depth=4,
+        subsample=0.8, colsample_bytree=0.8, privacy="ou", label_key=_ou_key()),
+    "vertical boosting softmax, paillier": lambda: _vertical(
+        FederatedBoostingClassifier, mixed_table(seed=1, n_classes=3), 3, n_estimators=3, max_depth=3,
+        reg_lambda=0.5, subsample=0.7, privacy="paillier", label_key=_paillier_key()),
     "vertical paillier": lambda: _vertical(
         FederatedForestClassifier, mixed_table(n_rows=200, seed=11, n_classes=3), 2, n_estimators=2,
         max_depth=4, privacy="paillier", label_key=_paillier_key()),
@@ -165,10 +178,12 @@ PINNED = {
     'vertical plain gini': '3ef066ddaa07724e',
     'vertical plain regression, batches': '4f3e7a3a6d68fd22',
     'vertical plain per-tree features, no bootstrap': '0efe99659c225416',
-    'vertical boosting squared error': 'c71c47e045d61054',
-    'vertical boosting logistic': '18166db75ff43eb2',
-    'vertical boosting softmax': '337037549366a9b5',
+    'vertical boosting squared error': '07fd3a3a0efc1409',
+    'vertical boosting logistic': '92a43705acfebc07',
+    'vertical boosting softmax': 'ae42f648555a3cd4',
     'vertical paillier': 'f0a92a2261a1e10a',
+    'vertical boosting squared error, ou': '07fd3a3a0efc1409',
+    'vertical boosting softmax, paillier': 'ae42f648555a3cd4',
     'fet plain': '446d5a9d39c1101b',
     'fet plain regression, batches': '771c434ef1ba80de',
     'fet gdp': 'ed0760427b5231b8',

@@ -98,9 +98,9 @@ def test_passive_parties_receive_gradients_not_labels() -> None:
 def test_boosting_is_refused_where_it_does_not_run_yet() -> None:
     from fedcore.trees.boosting import BoostingParams
 
-    with pytest.raises(ParameterError, match=r"^boosting has plain labels only so far \(issue #32\), not "
-                                             r"privacy 'paillier'$"):
-        BoostingParams(privacy="paillier")
+    with pytest.raises(ParameterError, match=r"^privacy must be one of \('none', 'paillier', 'ou'\) in the "
+                                             r"vertical setting, got 'gdp'$"):
+        BoostingParams(privacy="gdp")
     with pytest.raises(ParameterError, match=r"^subsample must be a number in \(0.0, 1.0\], got 1.5$"):
         FederatedBoostingRegressor(subsample=1.5).params  # noqa: B018 (the check is the property's)
     with pytest.raises(ParameterError, match=r"^reg_lambda must be a number >= 0.0, got -1$"):

@@ -39,9 +39,12 @@ def scenario(tmp_path_factory) -> dict:
     return make_vertical_scenario(tmp_path_factory.mktemp("scenario"), n_customers=1200, seed=5)
 
 
-def _trained(scenario: dict, root, params: BoostingParams):
-    """A boosting session over the scenario's agents, aligned and trained; its agents; the training frames."""
-    agents = _agents(scenario, root)
+def _trained(scenario: dict, root, params: BoostingParams, **settings):
+    """A boosting session over the scenario's agents, aligned and trained; its agents; the training frames.
+
+    `settings`: further InstitutionData fields of every agent (its own privacy setting, ...).
+    """
+    agents = _agents(scenario, root, **settings)
     session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}), params,
                               holdout_fraction=0.25, min_overlap=100)
     session.align()
@@ -224,3 +227,13 @@ def test_early_stopping_on_regression_watches_rmse(scenario, tmp_path) -> None:
     assert federated.best_iteration_ == single.best_iteration_ < 26
     assert np.array_equal(federated.predict(test), single.predict({"all": pd.concat(list(test.values()),
                                                                                      axis=1)}))
+
+
+def test_agents_train_encrypted_gradients_into_the_plain_model(scenario, tmp_path) -> None:
+    """`privacy: ou` through the agents: SecureBoost gives the plain estimator's model, byte for byte."""
+    plain = BoostingParams(**{**PARAMS, "n_estimators": 3})
+    encrypted = BoostingParams(**{**PARAMS, "n_estimators": 3}, privacy="ou", key_bits=2048)
+    session, agents, frames, _ = _trained(scenario, tmp_path, encrypted,
+                                          privacy={"mode": "ou", "key_bits": 2048})
+    _same_model(session, agents, _estimator(plain).fit(frames, label=scenario["label"]))
+    session.close()
