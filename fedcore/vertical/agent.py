@@ -176,11 +176,11 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         if self._psi is None:
             raise ProtocolError(f"institution {self.name!r}: psi_reblind before psi_blinded")
         return Message("psi_reblinded", {},
-                       {"values": self._psi.reblind(message.arrays["values"].reshape(-1, 32))})
+                       {"values": self._psi.reblind(message.arrays.typed("values", "u").reshape(-1, 32))})
 
     def _announced(self, message: Message) -> np.ndarray:
         """The master's positions, checked against what it announced and this institution's `min_overlap`."""
-        positions = np.asarray(message.arrays["positions"])
+        positions = message.arrays.typed("positions", "iu")
         announced = message.header.get("rows")
         if not isinstance(announced, int) or announced != len(positions):
             raise ProtocolError(f"institution {self.name!r}: {message.kind!r} announces {announced!r} rows "
@@ -204,7 +204,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             raise ProtocolError(f"institution {self.name!r} refuses a second 'align' in this session: it is "
                                 "answered once per session")
         positions = self._rows(self._announced(message))
-        holdout = unpack_bits(message.arrays["holdout"], len(positions)).astype(bool)
+        holdout = unpack_bits(message.arrays.typed("holdout", "u"), len(positions)).astype(bool)
         check_holdout(self.name, int(holdout.sum()), len(positions), self.data.holdout)
         if self.party is not None:
             self.party.rows.close()  # the last session's rows (on a cluster: its blocks)
@@ -347,7 +347,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
 
     def _on_load_model(self, message: Message) -> Message:
         """Rebuild the party from its own stored partial model, to batch predict without training."""
-        version = message.header["version"]
+        version = message.header.text("version")
         manifest, table = load_signed_table(self.data, message.header, party_file_stem(self.name))
         model = partial_forest_from_table(table)
         label = self.data.label
@@ -436,14 +436,15 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
     def _on_resume_status(self, message: Message) -> Message:
         """Open this run's checkpoints (bound to the master's context digest); report completed batches."""
         h = message.header
-        self._checkpoints = CheckpointStore(self.data.registry / CHECKPOINTS, h["run"], h["context"])
+        self._checkpoints = CheckpointStore(self.data.registry / CHECKPOINTS, h.text("run"),
+                                            h.text("context"))
         return Message("resume_status", {}, {"completed": np.array(self._checkpoints.completed(), np.int64)})
 
     def _on_resume(self, message: Message) -> Message:
         """Restore the splits of the first `batches` batches from this institution's checkpoints."""
         if self._checkpoints is None or self.party is None:
             raise ProtocolError(f"institution {self.name!r}: resume before resume_status and alignment")
-        batches = message.header.int("batches")
+        batches = message.header.int("batches", 0)
         restored = [PartySplits(**self._checkpoints.load(b)) for b in range(batches)]
         self.party.restore_splits(restored)
         return Message("resumed", {"batches": batches})
