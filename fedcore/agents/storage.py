@@ -81,7 +81,7 @@ def load_signed_table(data: InstitutionData, header: Header, stem: str) -> tuple
         raise ArtifactError(f"institution {data.name!r}: model {model_name!r} {version} has no "
                             f"table {stem!r}")
     stored = next((f["sha256"] for f in manifest.get("files", []) if f["name"] == f"{stem}.arrow"), None)
-    signed = header.text("table_sha256") if "table_sha256" in header else None
+    signed = header.text("table_sha256") if header.get("table_sha256") is not None else None
     if signed is not None and signed != stored:
         raise ArtifactError(f"institution {data.name!r}: its {model_name!r} {version} partial model (sha256 "
                             f"{str(stored)[:12]}) is not the one the master's signed manifest lists "
