@@ -27,7 +27,7 @@ from fedcore.agents.data import InstitutionData
 from fedcore.agents.scoring import predictions_table
 from fedcore.agents.storage import load_signed_table, run_id, store_signed_table, write_predictions
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
-from fedcore.errors import ArtifactError, ProtocolError
+from fedcore.errors import ArtifactError, MalformedMessage, ProtocolError
 from fedcore.metrics import metrics
 from fedcore.models.artifacts import decode_classes, encode_classes, table_sha256
 from fedcore.models.tables import partial_forest_from_table, party_table
@@ -175,8 +175,10 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         """PSI step 2: apply this institution's secret to another institution's list (order kept)."""
         if self._psi is None:
             raise ProtocolError(f"institution {self.name!r}: psi_reblind before psi_blinded")
-        return Message("psi_reblinded", {},
-                       {"values": self._psi.reblind(message.arrays.typed("values", "u").reshape(-1, 32))})
+        values = message.arrays.typed("values", "u", 2)
+        if values.shape[1] != 32:
+            raise MalformedMessage("array 'values' must hold 32-byte points, one a row")
+        return Message("psi_reblinded", {}, {"values": self._psi.reblind(values)})
 
     def _announced(self, message: Message) -> np.ndarray:
         """The master's positions, checked against what it announced and this institution's `min_overlap`."""
