@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -81,3 +83,45 @@ def write_any_table(folder, n_rows: int = 240, seed: int = 0) -> tuple:
     frame.to_parquet(parquet)
     frame.to_csv(csv, index=False)
     return csv, parquet
+
+
+# -- CPU time per test (issue #34) -------------------------------------------------------------------------
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """`--cpu-durations=N`: as `--durations`, but the CPU time this process spent (all its threads)."""
+    parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
+                     help="list the N test phases that took the most CPU time of this process, all its "
+                          "threads (Dask's in-process workers, numba's) included, child processes not: on a "
+                          "shared machine wall times move with the neighbours, CPU time much less")
+
+
+_CPU: list[tuple[float, str, str]] = []
+"""(CPU seconds, phase, test id) of every test phase, when --cpu-durations is given."""
+
+
+def _cpu_timed(phase: str):
+    @pytest.hookimpl(wrapper=True)
+    def hook(item: pytest.Item):
+        if item.config.getoption("cpu_durations") is None:
+            return (yield)
+        start = time.process_time()
+        try:
+            return (yield)
+        finally:
+            _CPU.append((time.process_time() - start, phase, item.nodeid))
+    return hook
+
+
+pytest_runtest_setup = _cpu_timed("setup")
+pytest_runtest_call = _cpu_timed("call")
+pytest_runtest_teardown = _cpu_timed("teardown")
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """The slowest test phases by CPU time, and the total (with --cpu-durations)."""
+    count = config.getoption("cpu_durations")
+    if count is None or not _CPU:
+        return
+    ranked, total = sorted(_CPU, reverse=True), sum(seconds for seconds, _, _ in _CPU)
+    terminalreporter.write_sep("=", f"slowest {count or 'all'} CPU durations (total {total:.1f} s)")
+    for seconds, phase, nodeid in ranked[:count or None]:
+        terminalreporter.write_line(f"{seconds:8.2f}s {phase:<8} {nodeid}")

@@ -19,6 +19,7 @@ from fedcore.config import parse_config
 from fedcore.errors import ConfigError, ProtocolError
 from fedcore.models.artifacts import table_sha256
 from fedcore.models.registry import ModelRegistry
+from fedcore.protocol.messages import Header
 from tests.keys import master_key, master_public_key
 
 
@@ -48,7 +49,7 @@ def test_an_institution_without_the_named_public_key_refuses_to_start(tmp_path):
     assert institution_from_config(config, "bank").master_key == master_public_key(tmp_path / "keys")
 
 
-def _version(tmp_path: Path, signer: Path) -> tuple[dict, pa.Table]:
+def _version(tmp_path: Path, signer: Path) -> tuple[Header, pa.Table]:
     """A master version listing the bank's table digest, signed with `signer`.
 
     Returns its header and table.
@@ -57,7 +58,8 @@ def _version(tmp_path: Path, signer: Path) -> tuple[dict, pa.Table]:
     registry = ModelRegistry(tmp_path / "master", signing_key=signer)
     manifest = {"parties": [{"name": "bank", "table_sha256": table_sha256(table)}]}
     version = registry.register("m", manifest, {"master": pa.table({"t": [0]})})
-    header = {"model": "m", "version": version, "manifest": json.dumps(registry.read_manifest("m", version))}
+    header = Header({"model": "m", "version": version,
+                     "manifest": json.dumps(registry.read_manifest("m", version))})
     return header, table
 
 

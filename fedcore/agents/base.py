@@ -14,14 +14,13 @@ import pandas as pd
 
 from fedcore.agents.data import InstitutionData
 from fedcore.agents.drift import check_batch
-from fedcore.agents.storage import withdraw_version
+from fedcore.agents.storage import model_version, withdraw_version
 from fedcore.checkpoints import CheckpointStore
 from fedcore.contracts.expectations import ValidationReport
 from fedcore.drift import batch_scores, training_snapshot
-from fedcore.errors import FedForestError, ProtocolError, internal_error
+from fedcore.errors import FedForestError, MalformedMessage, ProtocolError, internal_error
 from fedcore.models.registry import ModelRegistry
-from fedcore.protocol.dispatch import UNVALIDATED, unchecked_refusal
-from fedcore.protocol.messages import Message
+from fedcore.protocol.messages import Header, Message
 
 
 class EngineParty(Protocol):
@@ -129,11 +128,11 @@ class SessionAgent(Generic[PartyT]):
         self._check_header(message)
         try:
             return handler(message)
-        except FedForestError:  # a refusal, a malformed field, or a named failure (the institution's data)
+        except MalformedMessage as error:  # as the dispatcher does for a party (fedcore.protocol.dispatch)
+            raise MalformedMessage(f"institution {self.name!r} refuses a malformed {message.kind!r} message: "
+                                   f"{error}") from error
+        except FedForestError:  # a refusal or a named failure (the institution's data)
             raise
-        except UNVALIDATED as error:  # as the dispatcher does for a party (fedcore.protocol.dispatch)
-            who = f"institution {self.name!r}"
-            raise ProtocolError(unchecked_refusal(who, message.kind, error)) from error
         except Exception as error:
             raise internal_error(log, self.name, message.kind, error) from error
 
@@ -155,14 +154,14 @@ class SessionAgent(Generic[PartyT]):
                                 "answered once per session")
         self._done.add(kind)
 
-    def _stored_version(self, header: dict) -> None:
+    def _stored_version(self, header: Header) -> None:
         """This session stored `header`'s version here: predictions are named by it; it may be withdrawn."""
         self._model_version(header)
         self._stored = self.model_ref
 
-    def _model_version(self, header: dict) -> None:
+    def _model_version(self, header: Header) -> None:
         """The model version this session now predicts with (stored or loaded): one prediction file each."""
-        self.model_ref = (header["model"], header["version"])
+        self.model_ref = model_version(header)
         self._done -= PREDICTION_KINDS
 
     def _keep_snapshot(self, training: pd.DataFrame | None, extra: dict) -> None:
@@ -224,9 +223,9 @@ class SessionAgent(Generic[PartyT]):
         a run that crashed while registering leaves, which the next run withdraws), or one it does not hold
         (a no-op): a master may not remove the versions before the newest.
         """
-        model, version = message.header.get("model"), message.header.get("version")
+        model, version = model_version(message.header)
         if (model, version) != self._stored:
-            held = ModelRegistry(self.data.registry).versions(str(model))
+            held = ModelRegistry(self.data.registry).versions(model)
             if version in held[:-1]:  # an older one it holds; the newest, or one it lacks (a no-op), may go
                 raise ProtocolError(f"institution {self.name!r} withdraws only the version it stored in this "
                                     f"session or its newest one of the model, not {version!r}")

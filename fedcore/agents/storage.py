@@ -21,12 +21,12 @@ import pandas as pd
 import pyarrow as pa
 
 from fedcore.agents.data import InstitutionData
-from fedcore.errors import ArtifactError, ProtocolError
+from fedcore.errors import ArtifactError, MalformedMessage, ProtocolError
 from fedcore.files import DATA, make_folders, set_mode
 from fedcore.models.artifacts import table_sha256
 from fedcore.models.registry import VERSION_NAME, ModelRegistry
 from fedcore.names import check_name
-from fedcore.protocol.messages import Message
+from fedcore.protocol.messages import Header, Message
 
 if TYPE_CHECKING:
     from fedcore.data.delivery import PredictionBatches
@@ -36,12 +36,13 @@ RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 """A flow run's id as a master may send it with a prediction request (a value in a column, never a name)."""
 
 
-def store_signed_table(data: InstitutionData, header: dict, stem: str, table: pa.Table, extra: dict) -> str:
+def store_signed_table(data: InstitutionData, header: Header, stem: str, table: pa.Table, extra: dict) -> str:
     """Store this institution's model table under the master's version; returns the version's folder.
 
     It is stored only after checking that the master's signed manifest lists exactly this table's SHA-256.
     """
-    master_manifest = json.loads(header["manifest"])
+    model_version(header)
+    master_manifest = signed_manifest(header)
     registry = data.registry_store()
     try:
         registry.verify_signed(master_manifest, "the master's manifest")
@@ -61,13 +62,13 @@ def store_signed_table(data: InstitutionData, header: dict, stem: str, table: pa
     return str(folder)
 
 
-def load_signed_table(data: InstitutionData, header: dict, stem: str) -> tuple[dict, pa.Table]:
+def load_signed_table(data: InstitutionData, header: Header, stem: str) -> tuple[dict, pa.Table]:
     """This institution's stored table of the requested version, after checking it against the manifest.
 
     Refused unless it belongs to that master version and its SHA-256 is the one the master's signed manifest
     lists (`header["table_sha256"]`).
     """
-    model_name, version = header["model"], header["version"]
+    model_name, version = model_version(header)
     try:
         manifest, tables = data.registry_store().load(model_name, version)
     except ArtifactError as error:
@@ -80,7 +81,7 @@ def load_signed_table(data: InstitutionData, header: dict, stem: str) -> tuple[d
         raise ArtifactError(f"institution {data.name!r}: model {model_name!r} {version} has no "
                             f"table {stem!r}")
     stored = next((f["sha256"] for f in manifest.get("files", []) if f["name"] == f"{stem}.arrow"), None)
-    signed = header.get("table_sha256")
+    signed = header.text("table_sha256") if header.get("table_sha256") is not None else None
     if signed is not None and signed != stored:
         raise ArtifactError(f"institution {data.name!r}: its {model_name!r} {version} partial model (sha256 "
                             f"{str(stored)[:12]}) is not the one the master's signed manifest lists "
@@ -88,10 +89,26 @@ def load_signed_table(data: InstitutionData, header: dict, stem: str) -> tuple[d
     return manifest, tables[stem]
 
 
-def withdraw_version(data: InstitutionData, header: dict) -> Message:
+def withdraw_version(data: InstitutionData, header: Header) -> Message:
     """Take back this institution's part of a version that could not be stored everywhere."""
-    ModelRegistry(data.registry).withdraw(header["model"], header["version"])  # needs no trust: only removes
+    ModelRegistry(data.registry).withdraw(*model_version(header))  # needs no trust: only removes
     return Message("withdrawn")
+
+
+def model_version(header: Header) -> tuple[str, str]:
+    """The (model, version) a store, load or withdraw request names (MalformedMessage if not text)."""
+    return header.text("model"), header.text("version")
+
+
+def signed_manifest(header: Header) -> dict:
+    """The master's signed manifest a store request carries: a JSON object (MalformedMessage if not)."""
+    try:
+        manifest = json.loads(header.text("manifest"))
+    except json.JSONDecodeError:
+        manifest = None
+    if not isinstance(manifest, dict):
+        raise MalformedMessage("header field 'manifest' must be a JSON object")
+    return manifest
 
 
 def signed_digest(master_manifest: dict, institution: str) -> str | None:

@@ -54,7 +54,7 @@ from fedcore.compute.blocks import (
 )
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.fet.marginals import histogram_counts
-from fedcore.horizontal.rows import RowPartition
+from fedcore.horizontal.rows import RowPartition, level_decisions
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.trees import rowwork
 
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 
     from fedcore.compute.dask_table import ParquetTable
     from fedcore.privacy.ldp import LabelLDP
+    from fedcore.protocol.messages import Arrays, Header
 
 INLINE_BYTES = 16 << 20
 """A level's arrays travel inside each block's task up to this many bytes over all blocks (else in a task
@@ -302,7 +303,7 @@ class DaskPartyRows:
         self.partition = _OpenNodes()
         self._in_batch = False
 
-    def start_level(self, header: dict, arrays: dict[str, np.ndarray], n_open: int) -> None:
+    def start_level(self, header: Header, arrays: Arrays, n_open: int) -> None:
         """As `PartyRows.start_level`: a new batch's partitions, or the previous level's decisions applied."""
         if header.get("new_batch"):
             n_trees = self.check_batch_start(header, n_open)
@@ -317,7 +318,7 @@ class DaskPartyRows:
             raise ProtocolError(f"party {self.name!r}: a level of a tree batch that was never started (the "
                                 "first level of a batch carries new_batch)")
         else:
-            chosen, next_pos = self.partition.check_decisions(arrays["chosen"], arrays["next_pos"],
+            chosen, next_pos = self.partition.check_decisions(*level_decisions(arrays),
                                                               self.features, self.thresholds)
             decisions = self._shared((chosen, next_pos, np.ascontiguousarray(self.features, dtype=np.int64),
                                        np.ascontiguousarray(self.thresholds, dtype=np.float64)))

@@ -77,7 +77,7 @@ from fedcore.privacy.settings import (
     SecureAggregation,
     parse_privacy,
 )
-from fedcore.protocol.messages import Message
+from fedcore.protocol.messages import Header, Message
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         if "setup" in self._done:
             raise ProtocolError(f"institution {self.name!r} refuses a second 'setup' in this session: it is "
                                 "answered once per session")
-        self.schema = HorizontalSchema.from_dict(h["schema"])
+        self.schema = HorizontalSchema.received(h)
         self._check_schema(self.schema)
         rng = np.random.default_rng(np.random.SeedSequence(h.int("holdout_seed"),
                                                            spawn_key=(zlib.crc32(self.name.encode()),)))
@@ -174,8 +174,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             if isinstance(privacy, DistributedDP):  # its own budget, a local secret seed
                 noise = DistributedNoise(self.name, privacy.epsilon, privacy.delta, secrets.randbits(63))
             self.party = PPDERTParty(self.name, schema=self.schema, seed=h.int("seed"),
-                                     low=np.asarray(h["low"], np.float64),
-                                     high=np.asarray(h["high"], np.float64),
+                                     low=h.numbers("low", self.schema.n_features),
+                                     high=h.numbers("high", self.schema.n_features),
                                      k=h.int("k"), identity=self.identity,
                                      memory_budget=self.data.memory_budget, thresholds=privacy.thresholds,
                                      n_cells=privacy.n_cells, noise=noise, **rows)
@@ -248,7 +248,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
                                 "contract gives (label, columns, categories, classes or task differ); "
                                 "refusing to set up")
 
-    def _privacy(self, h: dict) -> PrivacySetting:
+    def _privacy(self, h: Header) -> PrivacySetting:
         """The privacy setting this institution trains with (`fedcore.privacy.settings`).
 
         Its own configuration's when it has one: a master whose setup asks for any other (less noise, no
@@ -400,11 +400,11 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             raise ProtocolError(f"institution {self.name!r}: resume_status before setup")
         h = message.header
         rows = self.party.rows.rows_digest()
-        context = hashlib.sha256(f"{h['context']}|{rows}".encode()).hexdigest()
+        context = hashlib.sha256(f"{h.text('context')}|{rows}".encode()).hexdigest()
         root = self.data.registry / CHECKPOINTS
-        self._checkpoints = CheckpointStore(root, h["run"], context)
+        self._checkpoints = CheckpointStore(root, h.text("run"), context)
         if self.party.privacy in NOISY:
-            self._seeds = CheckpointStore(root / NOISE_SEEDS, h["run"], context)
+            self._seeds = CheckpointStore(root / NOISE_SEEDS, h.text("run"), context)
         return Message("resume_status", {}, {"completed": np.array(self._checkpoints.completed(), np.int64)})
 
     def _on_resume(self, message: Message) -> Message:
@@ -415,7 +415,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         """
         if self._checkpoints is None or self.party is None:
             raise ProtocolError(f"institution {self.name!r}: resume before resume_status")
-        batches = message.header.int("batches")
+        batches = message.header.int("batches", 0)
         party = self.party
         owner = _noise_owner(party)
         if self._seeds is not None:

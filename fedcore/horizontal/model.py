@@ -32,6 +32,8 @@ _ROW_CHUNK = 1 << 14
 
 _INT_FIELDS = {"tree": np.int32, "node": np.int32, "left": np.int32, "right": np.int32, "depth": np.int16,
                "feature": np.int32}
+MODEL_INT_FIELDS = tuple(_INT_FIELDS)
+"""The integer node arrays of a forest (and of the master's `model` message); the others are floats."""
 _ARROW_TYPES = {np.int32: pa.int32(), np.int16: pa.int16()}
 
 

@@ -21,10 +21,10 @@ import pandas as pd
 
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.fet.marginals import histogram_counts
-from fedcore.horizontal.model import HorizontalForest
+from fedcore.horizontal.model import MODEL_INT_FIELDS, HorizontalForest
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy import ldp_draws
-from fedcore.protocol.messages import Message
+from fedcore.protocol.messages import Arrays, Header, Message
 from fedcore.trees import rowwork
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ class PartyRows:
     def close(self) -> None:
         """Nothing to release in process (`DaskPartyRows.close` releases its blocks on the cluster)."""
 
-    def start_level(self, header: dict, arrays: dict[str, np.ndarray], n_open: int) -> None:
+    def start_level(self, header: Header, arrays: Arrays, n_open: int) -> None:
         """A level's request: reset the partition on a new batch, or apply the previous level's decisions.
 
         `new_batch`, `n_trees` start a batch; `chosen`, `next_pos` are the decisions. The request must cover
@@ -176,17 +176,17 @@ class PartyRows:
             raise ProtocolError(f"party {self.name!r}: a level of a tree batch that was never started (the "
                                 "first level of a batch carries new_batch)")
         else:
-            self.partition.apply(self.X, arrays["chosen"], arrays["next_pos"], self.features, self.thresholds)
+            self.partition.apply(self.X, *level_decisions(arrays), self.features, self.thresholds)
         if n_open != self.partition.n_open:
             raise ProtocolError(f"party {self.name!r}: the request covers {n_open} open nodes, "
                                 f"{self.partition.n_open} are open")
 
-    def check_batch_start(self, header: dict, n_open: int) -> int:
+    def check_batch_start(self, header: Header, n_open: int) -> int:
         """A new batch's tree count, refused unless the request covers that many roots.
 
         Checked before anything per tree (the partition: trees x rows) is allocated.
         """
-        n_trees = int(header["n_trees"])
+        n_trees = header.int("n_trees", 1)
         if n_trees != n_open:
             raise ProtocolError(f"party {self.name!r}: a new batch of {n_trees} trees, but the request "
                                 f"covers {n_open} open nodes")
@@ -284,6 +284,11 @@ def narrow(counts: np.ndarray) -> np.ndarray:
     raise ValueError(f"counts in [{low}, {high}] fit no 64-bit integer type")
 
 
+def level_decisions(arrays: Arrays) -> tuple[np.ndarray, np.ndarray]:
+    """A level request's decisions on the previous level: `chosen` and `next_pos`, signed integer arrays."""
+    return arrays.typed("chosen", "i"), arrays.typed("next_pos", "i")
+
+
 def check_hello(name: str, algorithm: str, schema: HorizontalSchema, header: dict) -> None:
     """A session's `hello` must name this party's algorithm and the agreed schema."""
     if header.get("algorithm") != algorithm:
@@ -300,8 +305,14 @@ def receive_model(name: str, algorithm: str, schema: HorizontalSchema, message: 
     if h.get("algorithm") != algorithm:
         raise ProtocolError(f"party {name!r} trained {algorithm!r}; the master sent a {h.get('algorithm')!r} "
                             "model")
-    return HorizontalForest.from_arrays(message.arrays, n_trees=h.int("n_trees"), task=h["task"],
-                                        algorithm=h["algorithm"], schema=schema)
+    n_trees, task, a = h.int("n_trees", 0), h.text("task"), message.arrays
+    n_nodes = len(a.typed("tree", "iu"))
+    for field in MODEL_INT_FIELDS:
+        a.typed(field, "iu", size=n_nodes)
+    for field in ("threshold", "weight"):
+        a.typed(field, "f", size=n_nodes)
+    a.typed("value", "f", 2 if a["value"].ndim == 2 else 1, size=n_nodes)
+    return HorizontalForest.from_arrays(a, n_trees=n_trees, task=task, algorithm=algorithm, schema=schema)
 
 
 def own_rows(name: str, frame: pd.DataFrame | None, schema: HorizontalSchema,

@@ -23,7 +23,8 @@ import pandas as pd
 
 from fedcore.data.binning import category_strings
 from fedcore.data.numbers import numeric_values
-from fedcore.errors import ColumnNotFoundError, InputError, LabelError
+from fedcore.errors import ColumnNotFoundError, InputError, LabelError, MalformedMessage
+from fedcore.protocol.messages import Header
 
 NUMERIC = "numeric"
 CATEGORICAL = "categorical"
@@ -98,6 +99,15 @@ class HorizontalSchema:
                         for c in data["columns"])
         classes = None if data.get("classes") is None else tuple(data["classes"])
         return cls(columns=columns, label=data["label"], task=data["task"], classes=classes)
+
+    @classmethod
+    def received(cls, header: Header) -> HorizontalSchema:
+        """The schema a master's setup names in its header field 'schema' (MalformedMessage if unreadable)."""
+        try:
+            return cls.from_dict(header["schema"])
+        except (KeyError, TypeError, AttributeError) as error:
+            raise MalformedMessage("header field 'schema' must be a table schema (columns with name, kind "
+                                   "and categories; label, task, classes)") from error
 
     def fingerprint(self) -> str:
         """SHA-256 of the canonical JSON form: parties and master check they agree before training."""

@@ -18,10 +18,8 @@ state as it was. Three failures are told apart, without guessing:
   out of its allowed range) is the peer's fault: handlers read fields through `Header`/`Arrays`'s typed
   readers, which raise MalformedMessage, and the message is refused with one line naming the field;
 * any other ProtocolError a handler raises is a refusal it wrote itself (it quotes names and counts);
-* a KeyError, TypeError, ValueError, ... (`UNVALIDATED`) from a field a handler still reads unchecked is
-  refused as malformed with its type and code location (not its text, which may quote the party's data):
-  a transition, until every handler reads through the readers;
-* any other exception is our own bug: its traceback (its text withheld) goes to this party's log, and the
+* any other exception (a KeyError, TypeError, ValueError, an InputError on the party's own data, ...) is
+  our own bug: its traceback (its text withheld) goes to this party's log, and the
   peer gets InternalError's generic line, naming no internals.
 
 A reply kind the step does not declare is a bug in the party and raises RuntimeError instead of leaving
@@ -39,22 +37,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from fedcore.errors import MalformedMessage, ProtocolError, failure_summary, internal_error
+from fedcore.errors import MalformedMessage, ProtocolError, internal_error
 from fedcore.protocol.messages import Message
 
 log = logging.getLogger(__name__)
-
-UNVALIDATED = (KeyError, IndexError, TypeError, ValueError, ArithmeticError)
-"""Until every handler reads every field through the typed readers, what a handler raises on a field it
-read unchecked (InputError, fedcore's error for unusable parameters, is a ValueError: a parameter the master
-sent). Refused as malformed, as before, with the type and code location only: a handler converted to the
-readers raises MalformedMessage there instead, and these types then mean our own bug (issue #34)."""
-
-
-def unchecked_refusal(who: str, kind: str, error: BaseException) -> str:
-    """The refusal of a `kind` message with a field `who` read unchecked (`UNVALIDATED`): type and place."""
-    return f"{who} refuses a malformed {kind!r} message: {failure_summary(error)}"
-
 
 @dataclass(frozen=True)
 class Step:
@@ -169,8 +155,6 @@ class ProtocolStateMachine:
         except ProtocolError as error:
             self._refuse(kind, str(error))
             raise
-        except UNVALIDATED as error:
-            raise self._refuse(kind, unchecked_refusal(f"party {name!r}", kind, error)) from error
         except Exception as error:
             raise internal_error(self.log, name, kind, error) from error
         if reply.kind not in step.replies:

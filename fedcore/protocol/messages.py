@@ -10,6 +10,7 @@ transport can count, record and check every byte that crosses.
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import sys
@@ -56,6 +57,29 @@ class Header(dict[str, Any]):
     def flag(self, name: str) -> bool:
         """Field `name` as a boolean."""
         return self._read(name, "flag", "true or false")
+
+    def numbers(self, name: str, size: builtins.int) -> np.ndarray:
+        """Field `name`, a list of `size` numbers (NaN allowed: a domain left open), as float64."""
+        value = self[name]
+        if not (isinstance(value, list) and len(value) == size
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+            raise MalformedMessage(f"header field {name!r} must be a list of {size} numbers")
+        try:
+            return np.array(value, np.float64)
+        except OverflowError:  # a JSON integer beyond float64
+            raise MalformedMessage(f"header field {name!r} must be a list of {size} numbers") from None
+
+    def hex(self, name: str, size: builtins.int | None = None) -> bytes:
+        """Field `name`, a string of hex digits, as bytes (`size` of them when given)."""
+        value = self.text(name)
+        try:
+            data = bytes.fromhex(value)
+        except ValueError:
+            data = None
+        if data is None or (size is not None and len(data) != size):
+            raise MalformedMessage(f"header field {name!r} must be {'' if size is None else f'{size} '}bytes "
+                                   "in hex digits")
+        return data
 
     def _read(self, name: str, kind: str, what: str, low: float | None = None,
               high: float | None = None) -> Any:

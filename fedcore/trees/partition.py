@@ -14,6 +14,7 @@ import numba as nb
 import numpy as np
 
 from fedcore.data.binning import MISSING_BIN
+from fedcore.errors import ProtocolError
 from fedcore.randomness import bootstrap_counts
 
 
@@ -107,7 +108,8 @@ def scatter_node_bytes(pieces: list[tuple[np.ndarray, np.ndarray]],
     """Merge per-owner packed bitmaps into one, in node order.
 
     `pieces` holds, per owner, (mask of the nodes it owns, its packed bytes for those nodes in order).
-    Returns (packed bytes of all nodes, byte offsets).
+    Returns (packed bytes of all nodes, byte offsets). The bitmaps and owners come from the master: a length
+    that does not fit is its fault (ProtocolError).
     """
     offsets = offsets_from_lengths(node_lengths)
     merged = np.zeros(offsets[-1], dtype=np.uint8)
@@ -119,7 +121,8 @@ def scatter_node_bytes(pieces: list[tuple[np.ndarray, np.ndarray]],
         local = offsets_from_lengths(lengths)
         positions = np.repeat(offsets[idx] - local[:-1], lengths) + np.arange(local[-1])
         if len(blob) != local[-1]:
-            raise ValueError(f"partition bitmap has {len(blob)} bytes, expected {local[-1]}")
+            raise ProtocolError(f"partition bitmap has {len(blob)} bytes, expected {local[-1]} for the "
+                                "nodes its owner split")
         merged[positions] = blob
     return merged, offsets
 

@@ -27,7 +27,7 @@ from fedcore.agents.data import InstitutionData
 from fedcore.agents.scoring import predictions_table
 from fedcore.agents.storage import load_signed_table, run_id, store_signed_table, write_predictions
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
-from fedcore.errors import ArtifactError, ProtocolError
+from fedcore.errors import ArtifactError, MalformedMessage, ProtocolError
 from fedcore.metrics import class_codes, metrics
 from fedcore.models.artifacts import decode_classes, encode_classes, table_sha256
 from fedcore.models.card import importance_rows
@@ -178,12 +178,14 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         """PSI step 2: apply this institution's secret to another institution's list (order kept)."""
         if self._psi is None:
             raise ProtocolError(f"institution {self.name!r}: psi_reblind before psi_blinded")
-        return Message("psi_reblinded", {},
-                       {"values": self._psi.reblind(message.arrays["values"].reshape(-1, 32))})
+        values = message.arrays.typed("values", "u", 2)
+        if values.shape[1] != 32:
+            raise MalformedMessage("array 'values' must hold 32-byte points, one a row")
+        return Message("psi_reblinded", {}, {"values": self._psi.reblind(values)})
 
     def _announced(self, message: Message) -> np.ndarray:
         """The master's positions, checked against what it announced and this institution's `min_overlap`."""
-        positions = np.asarray(message.arrays["positions"])
+        positions = message.arrays.typed("positions", "iu")
         announced = message.header.get("rows")
         if not isinstance(announced, int) or announced != len(positions):
             raise ProtocolError(f"institution {self.name!r}: {message.kind!r} announces {announced!r} rows "
@@ -207,7 +209,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             raise ProtocolError(f"institution {self.name!r} refuses a second 'align' in this session: it is "
                                 "answered once per session")
         positions = self._rows(self._announced(message))
-        holdout = unpack_bits(message.arrays["holdout"], len(positions)).astype(bool)
+        holdout = unpack_bits(message.arrays.typed("holdout", "u"), len(positions)).astype(bool)
         check_holdout(self.name, int(holdout.sum()), len(positions), self.data.holdout)
         if self.party is not None:
             self.party.rows.close()  # the last session's rows (on a cluster: its blocks)
@@ -397,7 +399,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
 
     def _on_load_model(self, message: Message) -> Message:
         """Rebuild the party from its own stored partial model, to batch predict without training."""
-        version = message.header["version"]
+        version = message.header.text("version")
         manifest, table = load_signed_table(self.data, message.header, party_file_stem(self.name))
         model = partial_forest_from_table(table)
         label = self.data.label
@@ -494,14 +496,15 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
     def _on_resume_status(self, message: Message) -> Message:
         """Open this run's checkpoints (bound to the master's context digest); report completed batches."""
         h = message.header
-        self._checkpoints = CheckpointStore(self.data.registry / CHECKPOINTS, h["run"], h["context"])
+        self._checkpoints = CheckpointStore(self.data.registry / CHECKPOINTS, h.text("run"),
+                                            h.text("context"))
         return Message("resume_status", {}, {"completed": np.array(self._checkpoints.completed(), np.int64)})
 
     def _on_resume(self, message: Message) -> Message:
         """Restore the splits of the first `batches` batches from this institution's checkpoints."""
         if self._checkpoints is None or self.party is None:
             raise ProtocolError(f"institution {self.name!r}: resume before resume_status and alignment")
-        batches = message.header.int("batches")
+        batches = message.header.int("batches", 0)
         restored = [PartySplits(**self._checkpoints.load(b)) for b in range(batches)]
         self.party.restore_splits(restored)
         return Message("resumed", {"batches": batches})

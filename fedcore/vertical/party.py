@@ -31,7 +31,7 @@ import pandas as pd
 from fedcore.algorithms import FOREST
 from fedcore.data.binning import PartyBinner
 from fedcore.data.numbers import numeric_values
-from fedcore.errors import NotFittedError, ParameterError, ProtocolError
+from fedcore.errors import MalformedMessage, NotFittedError, ParameterError, ProtocolError
 from fedcore.privacy.gmp_workers import default_worker_count
 from fedcore.privacy.homomorphic import AdditivePrivateKey
 from fedcore.privacy.keyauth import PartyIdentity, SignedKey, context_digest
@@ -40,7 +40,7 @@ from fedcore.privacy.schemes import ENCRYPTED_MODES, Scheme, public_key_from_jso
 from fedcore.privacy.sealed import SealingKey
 from fedcore.privacy.settings import EncryptedLabels, PrivacySetting, parse_privacy
 from fedcore.protocol.dispatch import Protocol, Step
-from fedcore.protocol.messages import Message, pack_bits
+from fedcore.protocol.messages import Arrays, Header, Message, pack_bits
 from fedcore.trees.budget import default_budget
 from fedcore.trees.combination import TreeCombination
 from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR, STATISTICS, n_stats
@@ -317,7 +317,7 @@ class VerticalParty:
                 budget = max(budget - self._powers_budget, 1)
         header["memory_budget"] = budget
         if self.is_label_holder:
-            header["n_classes"] = self._read_labels(boosting, int(h["binning_seed"]), arrays)
+            header["n_classes"] = self._read_labels(boosting, h.int("binning_seed"), arrays)
         return Message("setup_reply", header, arrays)
 
     def _read_labels(self, boosting: dict | None, seed: int, arrays: dict[str, np.ndarray]) -> int:
@@ -347,10 +347,10 @@ class VerticalParty:
             arrays["base_score"] = self._boost.base_score
         return n_classes
 
-    def _setup_boosting(self, h: dict) -> dict | None:
+    def _setup_boosting(self, h: Header) -> dict | None:
         """Boosting's setup fields (checked), or None for a forest; sets the mode and lambda."""
         self._boosting, self._boost, self._reg_lambda = False, None, 0.0
-        if int(h["criterion"]) != GRADIENT:
+        if h.int("criterion") != GRADIENT:
             return None
         fields = h.get("boosting")
         _require(isinstance(fields, dict) and fields.get("task") in ("classification", "regression"),
@@ -427,7 +427,7 @@ class VerticalParty:
         self._global_to_local[global_index] = np.arange(len(global_index))
         self._n_stats = n_stats(self._criterion, n_classes)
         if "y" in message.arrays:
-            y = np.asarray(message.arrays["y"])
+            y = message.arrays.typed("y", "iuf")
             _require(y.shape == (self.rows.n_rows,), self.name,
                      f"labels must have one value per row, got {y.shape}")
             _require(self._criterion == SQUARED_ERROR
@@ -479,7 +479,8 @@ class VerticalParty:
         crypto, sealing = self._label_crypto, self._sealing
         assert crypto is not None and sealing is not None, "setup makes the label crypto with the sealing key"
         passive = message.header.get("passive_parties")
-        if not (isinstance(passive, list) and all(f"seal_{name}" in message.arrays for name in passive)):
+        if not (isinstance(passive, list)
+                and all(isinstance(name, str) and f"seal_{name}" in message.arrays for name in passive)):
             raise _refused(self.name, "the label holder needs every passive party's sealing key")
         crypto.channels = {name: sealing.channel(name, self._peer_sealing_key(message, name))
                            for name in passive}
@@ -487,10 +488,13 @@ class VerticalParty:
 
     def _peer_sealing_key(self, message: Message, peer: str) -> bytes:
         """A peer's relayed sealing key, checked against its signature when this party has an identity."""
-        key = np.asarray(message.arrays[f"seal_{peer}"], np.uint8).tobytes()
+        key = message.arrays.typed(f"seal_{peer}", "u").astype(np.uint8).tobytes()
         if self.identity is None:
             return key
-        signature = (message.header.get("seal_signatures") or {}).get(peer) or {}
+        signatures = message.header.get("seal_signatures") or {}
+        signature = (signatures.get(peer) if isinstance(signatures, dict) else None) or {}
+        if not isinstance(signature, dict):
+            raise MalformedMessage("header field 'seal_signatures' must map each party to its signature")
         signed = SignedKey.from_header(peer, key, signature.get("key_signature"),
                                        signature.get("key_credential"))
         return self.identity.verify(self._seal_context, signed, "sealing")
@@ -553,23 +557,24 @@ class VerticalParty:
                  f"{n_rows} rows")
         return gh.reshape(len(trees), n_rows, 2)
 
-    def _apply_previous_splits(self, arrays: dict[str, np.ndarray], my_index: int) -> np.ndarray:
+    def _apply_previous_splits(self, arrays: Arrays, my_index: int) -> np.ndarray:
         """Split the open nodes with the owners' bitmaps; returns the positions of the nodes that split."""
         assert self.rows.in_batch, "the protocol admits find_splits only after begin_batch (the partition)"
         sizes = self.rows.node_sizes()
         n_nodes = len(sizes)
-        split_mask = np.asarray(arrays["split_mask"])
+        split_mask = arrays.typed("split_mask", "biu")
         _require(split_mask.shape == (n_nodes,), self.name,
                  f"split_mask must have one entry per node ({n_nodes})")
         split_mask = split_mask.astype(bool)
         idx = np.flatnonzero(split_mask)
-        owners = np.asarray(arrays["split_owner"]).astype(np.int64)
+        owners = arrays.typed("split_owner", "iu").astype(np.int64)
         _require(owners.shape == idx.shape, self.name, "split_owner must name one owner per split node")
         lengths = node_byte_lengths(0, sizes[idx])
         pieces = [(owners == my_index, self._own_bits)]
-        for key, blob in arrays.items():
+        for key in list(arrays):
             if key.startswith("bits_"):
-                pieces.append((owners == int(key[5:]), blob))
+                _require(key[5:].isdigit(), self.name, f"array {key!r} must name a party's index")
+                pieces.append((owners == int(key[5:]), arrays.typed(key, "u")))
         packed, offsets = scatter_node_bytes(pieces, lengths)
         self.rows.split(split_mask, packed, offsets)
         return idx
@@ -584,11 +589,11 @@ class VerticalParty:
         feat_local = self._global_to_local[feat_global].astype(np.int32)
         if np.any(feat_local < 0):
             raise ProtocolError(f"party {self.name!r} was asked about features it does not hold")
-        feat_ptr = np.asarray(a["feat_ptr"]).astype(np.int64)
+        feat_ptr = a.typed("feat_ptr", "iu").astype(np.int64)
         _require(feat_ptr.shape == (n_open + 1,) and feat_ptr[0] == 0
                  and feat_ptr[-1] == len(feat_local) and bool(np.all(np.diff(feat_ptr) >= 0)), self.name,
                  "feat_ptr must index the candidates per node")
-        feat_rank = np.asarray(a["feat_rank"]).astype(np.int32)
+        feat_rank = a.typed("feat_rank", "iu").astype(np.int32)
         _require(feat_rank.shape == feat_local.shape and (feat_rank.size == 0 or feat_rank.min() >= 0),
                  self.name, "feat_rank must give a non-negative rank per candidate")
         min_leaf = h.number("min_samples_leaf")
@@ -619,14 +624,16 @@ class VerticalParty:
             raise _refused(self.name, "evaluate_encrypted needs an encrypted-label session and this level's "
                                       "find_splits first")
         parties = message.header.get("parties")
-        if not (isinstance(parties, list) and set(parties) <= set(crypto.channels)):
+        if not (isinstance(parties, list) and all(isinstance(p, str) for p in parties)
+                and set(parties) <= set(crypto.channels)):
             raise _refused(self.name, "evaluate_encrypted must name passive parties of this session")
         min_leaf = message.header.number("min_samples_leaf")
         node_rows = self.rows.node_sizes().astype(np.int64)
         arrays = {}
         for name in parties:
-            splits, choices = crypto.evaluate(name, message.arrays[f"packed_{name}"],
-                                              message.arrays[f"sealed_{name}"], self._level_totals, node_rows,
+            splits, choices = crypto.evaluate(name, message.arrays.typed(f"packed_{name}", "u", 2),
+                                              message.arrays.typed(f"sealed_{name}", "u"),
+                                              self._level_totals, node_rows,
                                               min_leaf, self._n_stats, self._reg_lambda)
             arrays.update({f"gain_{name}": splits.gain, f"rank_{name}": splits.rank,
                            f"choice_{name}": choices})
@@ -640,7 +647,7 @@ class VerticalParty:
                      "encrypted labels: apply_splits needs the label holder's sealed choices")
             n_open = len(self.rows.node_sizes())
             pos = _indices(a["positions"], n_open, self.name, "positions")
-            self._candidates = self._passive_crypto.open_choices(a["choice"], pos, n_open)
+            self._candidates = self._passive_crypto.open_choices(a.typed("choice", "u", 2), pos, n_open)
             chosen = self._candidates.feature[pos]
             _require(bool(np.all((chosen >= 0) & (chosen < len(self.rows.columns))))
                      and bool(np.all(self._candidates.bin[pos] < 255)), self.name,
@@ -649,12 +656,12 @@ class VerticalParty:
         if c is None or not self.rows.in_batch:
             raise _refused(self.name, "apply_splits before find_splits")
         pos = _indices(a["positions"], len(c.gain), self.name, "positions")
-        _require(len(np.unique(pos)) == len(pos) and np.asarray(a["tree"]).shape == pos.shape
-                 and np.asarray(a["node"]).shape == pos.shape, self.name,
+        tree, node = a.typed("tree", "iu", size=len(pos)), a.typed("node", "iu", size=len(pos))
+        _require(len(np.unique(pos)) == len(pos), self.name,
                  "positions must be distinct, with one tree and node id each")
         self._own_bits = self.rows.split_bits(pos, c)
         self._splits.append(PartySplits(
-            tree=a["tree"].astype(np.int32), node=a["node"].astype(np.int32), feature=c.feature[pos],
+            tree=tree.astype(np.int32), node=node.astype(np.int32), feature=c.feature[pos],
             bin=c.bin[pos], missing_left=c.missing_left[pos], is_categorical=c.is_categorical[pos],
             cat_bits=c.cat_bits[pos],
         ))
@@ -672,8 +679,10 @@ class VerticalParty:
     def _on_finalize(self, message: Message) -> Message:
         a = message.arrays
         # the model first: a malformed finalize is refused and must leave the batch in progress untouched
+        tree = a.typed("tree", "iu")
+        left, right = (a.typed(name, "i", size=len(tree)) for name in ("left", "right"))
         model = build_partial_forest(
-            a["tree"], a["node"], a["left"], a["right"], message.header.int("n_trees"),
+            tree, a.typed("node", "iu", size=len(tree)), left, right, message.header.int("n_trees", 0),
             PartySplits.concatenate(self._splits), self._binned(),
         )
         # the importances of its own features, from the shares of its own splits (none for boosting)

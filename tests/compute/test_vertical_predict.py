@@ -47,6 +47,12 @@ def in_process_evaluation(scenario, tmp_path_factory) -> tuple[dict, tuple]:
     return seen, _train(local, "none")
 
 
+@pytest.fixture(scope="module")
+def in_process_prediction(scenario, tmp_path_factory) -> tuple:
+    """`_predict` of the in-process agents: what the Dask runs must give (read only, computed once)."""
+    return _predict(_agents(scenario, tmp_path_factory.mktemp("local-predict")), scenario)
+
+
 def _dask_agents(scenario: dict, root: Path, client) -> dict[str, VerticalInstitutionAgent]:
     """`_parquet_agents` whose new batch is Parquet blocks the workers read (as `_open_batch` opens them)."""
     return _with_parquet_batch(_parquet_agents(scenario, root, client), scenario, root, client)
@@ -108,8 +114,8 @@ def _predict(agents: dict, scenario: dict, monkeypatch=None, alignment: str = "h
 
 
 def test_a_batch_on_the_workers_answers_as_the_in_process_agent(scenario, tmp_path, three_workers,
-                                                                 monkeypatch) -> None:
-    expected = _predict(_agents(scenario, tmp_path / "local"), scenario)
+                                                                 in_process_prediction, monkeypatch) -> None:
+    expected = in_process_prediction
     agents = _dask_agents(scenario, tmp_path / "dask", three_workers)
     got = _predict(agents, scenario, monkeypatch)
     assert got[0] == expected[0]
@@ -143,8 +149,9 @@ def test_psi_on_a_batch_on_the_workers_delivers_the_in_process_predictions(scena
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_a_worker_lost_during_prediction_gives_the_same_answer(scenario, tmp_path, monkeypatch) -> None:
-    expected = _predict(_agents(scenario, tmp_path / "local"), scenario)
+def test_a_worker_lost_during_prediction_gives_the_same_answer(scenario, tmp_path, in_process_prediction,
+                                                               monkeypatch) -> None:
+    expected = in_process_prediction
     with losable_cluster() as (cluster, client):
         lost = lose_a_worker_on_call(monkeypatch, DaskPredictionRows, "leaf_sets", 2, cluster, client)
         got = _predict(_dask_agents(scenario, tmp_path / "dask", client), scenario)
@@ -202,10 +209,10 @@ def test_a_loaded_model_predicts_a_batch_on_the_workers_as_the_training_session(
     loaded.close()
 
 
-def test_a_csv_trained_party_with_a_parquet_batch_uses_one_cluster(scenario, tmp_path,
-                                                                   three_workers) -> None:
+def test_a_csv_trained_party_with_a_parquet_batch_uses_one_cluster(scenario, tmp_path, three_workers,
+                                                                   in_process_prediction) -> None:
     """Training rows from the agent (CSV) and a batch the workers read: the same cluster, one connection."""
-    expected = _predict(_agents(scenario, tmp_path / "local"), scenario)
+    expected = in_process_prediction
     in_agent = _agents(scenario, tmp_path / "mixed", compute=DaskCompute(block_rows=BLOCK_ROWS))
     agents = _with_parquet_batch(in_agent, scenario, tmp_path / "mixed", three_workers)
     got = _predict(agents, scenario)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from fedcore.data.binning import MISSING_BIN
+from fedcore.errors import ProtocolError
 from fedcore.randomness import bootstrap_counts
 from fedcore.trees.partition import (
     SamplePartition,
@@ -161,7 +162,7 @@ def test_scatter_node_bytes_places_each_owners_blocks() -> None:
     merged, offsets = scatter_node_bytes(pieces, lengths)
     np.testing.assert_array_equal(offsets, offsets_from_lengths(lengths))
     np.testing.assert_array_equal(merged, np.concatenate(blocks))
-    with pytest.raises(ValueError, match="bytes, expected"):
+    with pytest.raises(ProtocolError, match="bytes, expected"):  # the master relayed a wrong length
         scatter_node_bytes([(owner == 0, pieces[0][1][:-1])], lengths)
 
 

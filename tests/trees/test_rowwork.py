@@ -13,6 +13,7 @@ import pytest
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.rows import PartyRows, RowPartition, narrow
 from fedcore.privacy.ldp import LabelLDP
+from fedcore.protocol.messages import Arrays, Header
 from fedcore.randomness import counter_key
 from fedcore.trees import rowwork
 from tests.privacy.reports import instant_bits
@@ -112,7 +113,7 @@ def levels(seed, n_rows=300, n_features=6, n_classes=5, n_trees=7, k=3, depth=5)
     """
     rng = np.random.default_rng(seed)
     rows = random_rows(rng, n_rows, n_features, n_classes)
-    rows.start_level({"new_batch": True, "n_trees": n_trees}, {}, n_trees)
+    rows.start_level(Header({"new_batch": True, "n_trees": n_trees}), Arrays(), n_trees)
     pos = np.repeat(np.arange(n_trees)[:, None], n_rows, axis=1)
     for _ in range(depth):
         features, thresholds = draw_candidates(rng, rows.partition.n_open, k, n_features)
@@ -121,7 +122,7 @@ def levels(seed, n_rows=300, n_features=6, n_classes=5, n_trees=7, k=3, depth=5)
         yield rows, pos, features, thresholds
         chosen, next_pos = draw_decisions(rng, rows.partition.n_open, k)
         n_open = int(next_pos.max()) + 1 if len(next_pos) else 0
-        rows.start_level({}, {"chosen": chosen, "next_pos": next_pos}, n_open)
+        rows.start_level(Header(), Arrays({"chosen": chosen, "next_pos": next_pos}), n_open)
         pos = apply_reference(pos, rows.X, chosen, next_pos, features, thresholds)
         if n_open == 0:
             break
@@ -248,14 +249,15 @@ def test_split_nodes_is_stable_and_leaves_other_segments_alone() -> None:
 def test_bad_decisions_are_refused() -> None:
     rows = next(levels(seed=13, n_trees=2, k=2))[0]
     with pytest.raises(ProtocolError, match="do not match"):
-        rows.start_level({}, {"chosen": np.array([0], np.int32), "next_pos": np.array([0, 1], np.int32)}, 2)
+        rows.start_level(Header(), Arrays({"chosen": np.array([0], np.int32),
+                                           "next_pos": np.array([0, 1], np.int32)}), 2)
     with pytest.raises(ProtocolError, match="candidates outside"):
-        rows.start_level({},
-                         {"chosen": np.array([2, -1], np.int32), "next_pos": np.array([0, 1], np.int32)}, 2)
+        rows.start_level(Header(), Arrays({"chosen": np.array([2, -1], np.int32),
+                                           "next_pos": np.array([0, 1], np.int32)}), 2)
     for next_pos in ([0, 0], [0, 2]):  # two children in one node; a position beyond the children
         with pytest.raises(ProtocolError, match="its own open node"):
-            rows.start_level({}, {"chosen": np.array([0, -1], np.int32),
-                                  "next_pos": np.array(next_pos, np.int32)}, 1)
+            rows.start_level(Header(), Arrays({"chosen": np.array([0, -1], np.int32),
+                                               "next_pos": np.array(next_pos, np.int32)}), 1)
 
 
 def test_class_counts_refuse_a_type_too_narrow_for_the_rows() -> None:

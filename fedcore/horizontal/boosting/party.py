@@ -28,7 +28,7 @@ from fedcore.horizontal.ppdert.keys import signed_key, verified_peer_keys
 from fedcore.horizontal.rows import PartyRows, check_hello
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.protocol.dispatch import Protocol, Step
-from fedcore.protocol.messages import Message
+from fedcore.protocol.messages import Arrays, Message
 from fedcore.trees.losses import SQUARED_ERROR_LOSS, gradients, loss_for
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ class HorizontalBoostingParty:
         n_open = len(a["tree"])
         if h.get("new_batch"):
             self._start_round(h, a)
-            self.rows.start_level(h, {}, n_open)
+            self.rows.start_level(h, Arrays(), n_open)
             compute = np.ones(n_open, bool)
         else:
             compute = np.asarray(a["compute"])
@@ -163,7 +163,8 @@ class HorizontalBoostingParty:
             safe_f, safe_b = np.where(splits, feature, 0), np.where(splits, split_bin, 0)
             self.rows.features = safe_f[:, None]
             self.rows.thresholds = self.bins.thresholds(safe_f, safe_b)[:, None]
-            self.rows.start_level(h, {"chosen": np.where(splits, 0, -1), "next_pos": a["next_pos"]}, n_open)
+            self.rows.start_level(h, Arrays({"chosen": np.where(splits, 0, -1), "next_pos": a["next_pos"]}),
+                                  n_open)
         part = self.rows.partition  # the nodes the master asks for (it subtracts their siblings)
         hist = node_histograms(part.order, part.starts[compute], part.ends[compute], part.node_slot[compute],
                                self.codes, self._qgh, self.bins.width)

@@ -172,8 +172,8 @@ class HorizontalParty:
         """
         assert self.ledger is not None, "hello makes the ledger under gdp"
         grid = [message.arrays.get(end) for end in ("low", "high")]
-        if any(g is None or np.shape(g) != (self.schema.n_features,) or not np.all(np.isfinite(g))
-               for g in grid):
+        if any(g is None or g.dtype.kind not in "iuf" or np.shape(g) != (self.schema.n_features,)
+               or not np.all(np.isfinite(g)) for g in grid):
             raise ProtocolError(f"party {self.name!r}: a gdp hello with marginal histograms needs the "
                                 f"declared domains 'low' and 'high', {self.schema.n_features} finite values "
                                 "each")
@@ -236,10 +236,7 @@ class HorizontalParty:
 
     # -- growth ---------------------------------------------------------------------------------
     def _on_fet_ranges(self, message: Message) -> Message:
-        features = message.arrays["features"].astype(np.int64)
-        if features.ndim != 2:
-            raise ProtocolError(f"party {self.name!r}: candidate features must be (nodes, k), got "
-                                f"{features.shape}")
+        features = message.arrays.typed("features", "iu", 2).astype(np.int64)
         self.rows.start_level(message.header, message.arrays, features.shape[0])
         if features.size and (features.min() < 0 or features.max() >= self.schema.n_features):
             raise ProtocolError(f"party {self.name!r}: candidate feature index outside the schema")
@@ -250,7 +247,7 @@ class HorizontalParty:
         return Message("fet_ranges_reply", {}, {"min": low, "max": high})
 
     def _on_fet_stats(self, message: Message) -> Message:
-        thresholds = message.arrays["thresholds"].astype(np.float64)
+        thresholds = message.arrays.typed("thresholds", "f", 2).astype(np.float64)
         if thresholds.shape != self.rows.features.shape:
             raise ProtocolError(f"party {self.name!r}: thresholds of shape {thresholds.shape} do not match "
                                 f"the candidates {self.rows.features.shape}")
@@ -267,7 +264,7 @@ class HorizontalParty:
         if self.privacy == "none":
             return Message("fet_counts", {},
                            {"counts": narrow(counts) if counts.dtype == np.int64 else counts})
-        return self._gdp_reply(counts, int(message.header.get("q_bound_bits", 0)))
+        return self._gdp_reply(counts, q_bound_bits(message.header))
 
     def _regression_sums(self, shift: int) -> np.ndarray:
         """Per-branch (count, sum of quantised targets) of every candidate.
@@ -277,7 +274,7 @@ class HorizontalParty:
         """
         return self.rows.shifted_regression_sums(shift)
 
-    def _charge(self, header: dict) -> None:
+    def _charge(self, header: Header) -> None:
         """GDP: refuse a request the plan does not cover, else charge the ledger before anything is drawn.
 
         The candidates must be the plan's k per node (more would raise each release's sensitivity), and a
@@ -291,7 +288,7 @@ class HorizontalParty:
                                 f"candidates per node, but the GDP plan is for k = {k}: more raise each "
                                 "release's sensitivity")
         if self.schema.task == "regression" \
-                and int(header.get("q_bound_bits", 0)) < self.y_exponent + int(header.get("q_shift", 0)):
+                and q_bound_bits(header) < self.y_exponent + header.int("q_shift"):
             raise ProtocolError(f"party {self.name!r}: q_bound_bits {header.get('q_bound_bits')!r} is below "
                                 "its quantised targets' bound: the sums' noise would not cover one row")
         times = self.rows.active_slots_per_row()
@@ -364,3 +361,8 @@ class HorizontalParty:
             raise ParameterError(f"privacy {self.privacy!r}: party {self.name!r} needs the label LDP "
                                  "mechanism (ldp=...)")
         return self.ldp
+
+
+def q_bound_bits(header: Header) -> int:
+    """A gdp regression request's noise scale exponent (2**q_bound_bits); 0 when the request has none."""
+    return header.int("q_bound_bits", 0) if "q_bound_bits" in header else 0

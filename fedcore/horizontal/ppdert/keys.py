@@ -11,16 +11,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedcore.errors import KeyAuthenticationError, ProtocolError
+from fedcore.errors import KeyAuthenticationError, MalformedMessage, ProtocolError
 from fedcore.horizontal.ppdert.agreed import key_context
 
 if TYPE_CHECKING:
     from fedcore.privacy.keyauth import PartyIdentity
     from fedcore.privacy.secagg import SecureAggregator
+    from fedcore.protocol.messages import Header
 
 
 def signed_key(name: str, identity: PartyIdentity | None,
-               hello: dict) -> tuple[SecureAggregator, bytes, dict[str, np.ndarray], dict[str, str]]:
+               hello: Header) -> tuple[SecureAggregator, bytes, dict[str, np.ndarray], dict[str, str]]:
     """This session's aggregator, the key context, and the hello reply's arrays and header fields.
 
     Refused (KeyAuthenticationError) without this party's own signing identity.
@@ -32,7 +33,7 @@ def signed_key(name: str, identity: PartyIdentity | None,
         raise KeyAuthenticationError(f"party {name!r} needs its own signing identity to authenticate its "
                                      f"secure-aggregation key (got {found}): an institution agent uses its "
                                      "mutual-TLS certificate and key")
-    aggregator = SecureAggregator(name, bytes.fromhex(hello["session_id"]))
+    aggregator = SecureAggregator(name, hello.hex("session_id"))
     context = key_context(hello)
     signed = identity.sign_key(context, aggregator.public_key())
     return (aggregator, context, {"public_key": np.frombuffer(signed.public_key, dtype=np.uint8).copy()},
@@ -40,12 +41,17 @@ def signed_key(name: str, identity: PartyIdentity | None,
 
 
 def verified_peer_keys(name: str, n_parties: int, identity: PartyIdentity | None,
-                       aggregator: SecureAggregator | None, context: bytes, h: dict,
+                       aggregator: SecureAggregator | None, context: bytes, h: Header,
                        rows: np.ndarray) -> dict[str, bytes]:
     """The relayed peers' public keys, each checked against its party's signature for this session."""
     from fedcore.privacy.keyauth import SignedKey
 
+    for field in ("peer_names", "peer_signatures", "peer_credentials"):
+        if not isinstance(h.get(field) or [], list):
+            raise MalformedMessage(f"header field {field!r} must be a list")
     names = list(h.get("peer_names") or [])
+    if not all(isinstance(peer, str) for peer in names):
+        raise MalformedMessage("header field 'peer_names' must be a list of party names")
     if len(names) != len(rows) or len(set(names)) != len(names) or len(names) != n_parties \
             or name not in names:
         raise ProtocolError(f"party {name!r}: the master relayed keys for {names}; expected one for "

@@ -33,11 +33,11 @@ from fedcore.horizontal.ppdert.cells import (
     populated_spans,
 )
 from fedcore.horizontal.ppdert.keys import signed_key, verified_peer_keys
-from fedcore.horizontal.rows import PartyRows, check_hello, narrow, own_rows, receive_model
+from fedcore.horizontal.rows import PartyRows, check_hello, level_decisions, narrow, own_rows, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.secagg import MODULUS_BITS, RING_BITS
 from fedcore.protocol.dispatch import Protocol, Step
-from fedcore.protocol.messages import Header, Message
+from fedcore.protocol.messages import Arrays, Header, Message
 from fedcore.trees.budget import default_budget
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ class PPDERTParty:
             cells = f" on {self.n_cells} cells" if self.protocol_role == "histogram" else ""
             raise ProtocolError(f"party {self.name!r} agreed to {self.protocol_role!r} thresholds{cells}; "
                                 f"the master asked for {h.get('thresholds')!r} on {h.get('n_cells')} cells")
-        if int(h.get("k", -1)) != self.k:
+        if h.get("k") != self.k:
             raise ProtocolError(f"party {self.name!r}: the master draws {h.get('k')} candidates per node, "
                                 f"the party {self.k}")
         if bool(h.get("secure", True)) != self.secure:
@@ -207,9 +207,9 @@ class PPDERTParty:
         request leaves the party where it was.
         """
         h, a = message.header, message.arrays
-        act_tree = np.asarray(a["tree"]).astype(np.int64)
+        act_tree = a.typed("tree", "iu").astype(np.int64)
         features, u = candidate_draws(self.seed, act_tree, h.int("depth"), len(self.low), self.k)
-        grid_low, grid_high = (np.asarray(a[name], dtype=np.float64) for name in ("grid_low", "grid_high"))
+        grid_low, grid_high = (a.typed(name, "f", 2).astype(np.float64) for name in ("grid_low", "grid_high"))
         if grid_low.shape != features.shape or grid_high.shape != features.shape \
                 or not (np.all(np.isfinite(grid_low)) and np.all(np.isfinite(grid_high))
                         and np.all(grid_low <= grid_high)):
@@ -251,7 +251,7 @@ class PPDERTParty:
         shared uniform within that span, as the master does), then counts and masks as in the domain mode.
         """
         grid_low, grid_high, u = self._grid
-        first, last = (np.asarray(message.arrays[name]) for name in ("first_cell", "last_cell"))
+        first, last = (message.arrays.typed(name, "iu", 2) for name in ("first_cell", "last_cell"))
         has = first != NO_CELL
         if first.shape != grid_low.shape or last.shape != grid_low.shape \
                 or not (np.issubdtype(first.dtype, np.integer) and np.issubdtype(last.dtype, np.integer)) \
@@ -266,7 +266,7 @@ class PPDERTParty:
         self._boxes.narrow(self.rows.features, span_low, span_high, has)
         return self._counts(message.header)
 
-    def _level_boxes(self, h: dict, a: dict[str, np.ndarray], n_open: int) -> NodeBoxes:
+    def _level_boxes(self, h: Header, a: Arrays, n_open: int) -> NodeBoxes:
         """The open nodes' boxes this level's grid must follow, from the party's own record.
 
         The declared domains at a batch's roots; deeper, the previous level's boxes after its decisions.
@@ -278,7 +278,7 @@ class PPDERTParty:
             raise ProtocolError(f"party {self.name!r}: a level of a tree batch that was never started (the "
                                 "first level of a batch carries new_batch)")
         features, thresholds = self.rows.features, self.rows.thresholds
-        chosen, next_pos = self.rows.partition.check_decisions(a["chosen"], a["next_pos"], features,
+        chosen, next_pos = self.rows.partition.check_decisions(*level_decisions(a), features,
                                                                thresholds)
         opened = next_pos[next_pos >= 0]
         if not np.array_equal(np.sort(opened), np.arange(n_open)):
@@ -294,9 +294,9 @@ class PPDERTParty:
                 raise ProtocolError(f"party {self.name!r} got peer keys but the session has a single party")
             if self._agreed:
                 raise ProtocolError(f"party {self.name!r}: peer keys were relayed already in this session")
-            self.aggregator.agree(self._verified_peer_keys(h, a["peer_keys"]))
+            self.aggregator.agree(self._verified_peer_keys(h, a.typed("peer_keys", "u", 2)))
             self._agreed = True
-        act_tree = a["tree"].astype(np.int64)
+        act_tree = a.typed("tree", "iu").astype(np.int64)
         self.rows.start_level(h, a, len(act_tree))
         return act_tree
 
@@ -309,7 +309,7 @@ class PPDERTParty:
             self.noise.charge(self.rows.active_slots_per_row())
         counts = self.rows.class_counts().reshape(-1)
         if self.noise is not None:
-            counts = self.noise.noisy(counts.astype(np.int64), int(h["round_id"]))
+            counts = self.noise.noisy(counts.astype(np.int64), h.int("round_id", 0))
         if self.aggregator is None:
             return Message("ppdert_plain_counts", {"plain": True}, {"counts": narrow(counts)})
         if not self._agreed:
@@ -327,7 +327,7 @@ class PPDERTParty:
             raise ProtocolError(f"party {self.name!r}: the master changed the ring from {self._ring} to "
                                 f"{bits} bits within a session")
         return Message("ppdert_masked_counts", {},
-                       {"masked": self.aggregator.mask(counts, h.int("round_id"), bits)})
+                       {"masked": self.aggregator.mask(counts, h.int("round_id", 0), bits)})
 
     def _on_model(self, message: Message) -> Message:
         self.model = receive_model(self.name, self.algorithm, self.schema, message)
@@ -338,7 +338,7 @@ class PPDERTParty:
             header[LEDGER] = self.noise.plan.summary()
         return Message("ack", header)
 
-    def _verified_peer_keys(self, h: dict, rows: np.ndarray) -> dict[str, bytes]:
+    def _verified_peer_keys(self, h: Header, rows: np.ndarray) -> dict[str, bytes]:
         """The relayed peers' public keys, each checked against its party's signature (`keys.py`)."""
         return verified_peer_keys(self.name, self._n_parties, self.identity, self.aggregator,
                                   self._key_context, h, rows)
