@@ -78,7 +78,7 @@ def test_canonical_order_independent_of_party_order_and_shuffles() -> None:
 
 
 def test_the_sent_list_is_sorted_by_value_whatever_the_row_order() -> None:
-    """What the master receives tells nothing about the rows' order: the same IDs in another order, same list."""
+    """The master learns nothing of the rows' order: the same IDs in another order give the same list."""
     ids = make_sets(2, "partial", seed=2)[0]
     party, shuffled = (PSIParty("inst0", order, secret=secret(0)) for order in (ids, ids[::-1]))
     sent = party.outgoing().view("S32").ravel()
