@@ -3,8 +3,9 @@
     nice -n 19 .venv/bin/python -m benchmarks.profile_vertical_agent --rows 500000 2000000
 
 One vertical session (hash alignment, or `--alignment psi`, holdout 0.2) per row count, every party's
-agent its own process over Flight on its own LocalCluster (`benchmarks/vertical_parties.py`), each agent's answers profiled by
-`benchmarks.agent_profile.StageProfile`: per stage, peak RSS, RSS after, tracemalloc's peak, seconds.
+agent its own process over Flight on its own LocalCluster (`benchmarks/vertical_parties.py`), each
+agent's answers profiled by `benchmarks.agent_profile.StageProfile`: per stage, peak RSS, RSS after,
+tracemalloc's peak, seconds.
 The last table is each agent's peak and its bytes a row between the sizes.
 """
 
