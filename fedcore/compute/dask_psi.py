@@ -72,8 +72,13 @@ class BlockPSIParty:
             yield key_rows(self.client.gather(part))
 
     def reblind(self, values: np.ndarray) -> Iterator[np.ndarray]:
-        """`PSIParty.reblind` in parts: chunks re-blinded on the workers, a few ahead, yielded in order."""
-        values = as_blinded(values, f"PSI party {self.name!r} asked to re-blind")
+        """`PSIParty.reblind` in parts: chunks re-blinded on the workers, a few ahead, yielded in order.
+
+        Values of the wrong shape are refused here, before the answer starts.
+        """
+        return self._reblinded(as_blinded(values, f"PSI party {self.name!r} asked to re-blind"))
+
+    def _reblinded(self, values: np.ndarray) -> Iterator[np.ndarray]:
         ahead = 2 * max(1, len(self.client.scheduler_info().get("workers", {})))
         chunks = (values[i:i + self._chunk_rows] for i in range(0, len(values), self._chunk_rows))
         pending: list[Future] = []

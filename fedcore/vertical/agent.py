@@ -182,7 +182,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         values = message.arrays["values"].reshape(-1, 32)
         if isinstance(psi, PSIParty):
             return Message("psi_reblinded", {}, {"values": psi.reblind(values)})
-        return StreamedMessage("psi_reblinded", {}, "values", (len(values), 32), lambda: psi.reblind(values))
+        parts = psi.reblind(values)  # checked now, re-blinded on the workers while the answer is sent
+        return StreamedMessage("psi_reblinded", {}, "values", (len(values), 32), lambda: parts)
 
     def _announced(self, message: Message) -> np.ndarray:
         """The master's positions, checked against what it announced and this institution's `min_overlap`."""
