@@ -2,9 +2,10 @@
 
     nice -n 19 .venv/bin/python -m benchmarks.profile_vertical_agent --rows 500000 2000000
 
-One vertical session (hash alignment, holdout 0.2) per row count, every party's agent its own process over
-Flight on its own LocalCluster (`benchmarks/vertical_parties.py`), each agent's answers profiled by
-`benchmarks.agent_profile.StageProfile`: per stage, peak RSS, RSS after, tracemalloc's peak, seconds.
+One vertical session (hash alignment, or `--alignment psi`, holdout 0.2) per row count, every party's
+agent its own process over Flight on its own LocalCluster (`benchmarks/vertical_parties.py`), each
+agent's answers profiled by `benchmarks.agent_profile.StageProfile`: per stage, peak RSS, RSS after,
+tracemalloc's peak, seconds.
 The last table is each agent's peak and its bytes a row between the sizes.
 """
 
@@ -30,6 +31,7 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--block-rows", type=int, default=250_000)
     parser.add_argument("--limit", default="1GiB")
+    parser.add_argument("--alignment", choices=["hash", "psi"], default="hash")
     parser.add_argument("--tmp", default=None)
     args = parser.parse_args()
     args.profile = True

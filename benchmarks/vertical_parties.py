@@ -144,7 +144,8 @@ def _session_run(args: argparse.Namespace, on_dask: bool) -> dict:
             transport.wait_ready(60)
             session = VerticalSession(transport, ForestParams(n_estimators=args.trees, max_depth=args.depth,
                                                               random_state=1),
-                                      holdout_fraction=0.2, min_overlap=1)
+                                      holdout_fraction=0.2, min_overlap=1,
+                                      alignment=getattr(args, "alignment", "hash"))
             start = time.perf_counter()
             session.align()
             aligned = time.perf_counter()

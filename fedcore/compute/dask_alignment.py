@@ -1,8 +1,8 @@
 """A vertical party's Parquet table on its Dask workers: ID hashes, aligned blocks (issue #29).
 
 The agent holds the table's metadata (`ParquetTable`). Each block hashes its own IDs (`hash_ids`, the
-same keyed hash) and keeps them on its worker; the workers count IDs repeated across blocks (each block's
-digests cut by their first byte into as many buckets as there are blocks, one task counting a bucket), and
+same keyed hash) and keeps them on its worker; the workers count IDs repeated across blocks (the digests
+regrouped into as many sorted key ranges as there are blocks by Dask's shuffle, `dask_ranges`), and
 the agent streams the digests block by block, in block order, into its answer (`hash_parts`): the
 in-process answer byte for byte, without the agent ever holding more than one block of them (issue #29).
 
@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from fedcore.compute.dask_ranges import by_range, key_frame, repeats
 from fedcore.compute.dask_table import ParquetTable, read_table_block, submit_blocks
 from fedcore.errors import InputError
 from fedcore.privacy.hashing import DIGEST_SIZE, hash_ids
-from fedcore.privacy.psi import BLINDED_SIZE, blinded_ids
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -39,11 +39,6 @@ if TYPE_CHECKING:
 def _hashes(block, table: ParquetTable, column: str, secret: bytes) -> np.ndarray:
     """The block's IDs' keyed digests (`hash_ids` with the consortium key `secret`), in row order."""
     return hash_ids(read_table_block(block, table, [column])[column], secret)
-
-
-def _blinded(block, table: ParquetTable, column: str, consortium: bytes, secret: bytes) -> np.ndarray:
-    """The block's IDs blinded for PSI (`blinded_ids` with the `consortium` key and the party's secret)."""
-    return blinded_ids(read_table_block(block, table, [column])[column], consortium, secret)
 
 
 def _cut(block, table: ParquetTable, rows: list[np.ndarray], columns: list[str]) -> list[pd.DataFrame]:
@@ -65,17 +60,8 @@ def _select(frame: pd.DataFrame, name: str) -> pd.Series:
     return frame[name]
 
 
-def _buckets(digests: np.ndarray, n: int) -> list[np.ndarray]:
-    """A block's digests cut into `n` buckets by their first byte (a digest always lands in the same one)."""
-    first = np.ascontiguousarray(digests).view(np.uint8)[::DIGEST_SIZE].astype(np.int64)
-    bucket = first * n // 256
-    return [digests[bucket == i] for i in range(n)]
-
-
-def _repeats(*pieces: np.ndarray) -> int:
-    """Digests of one bucket (every block's piece) that occur more than once."""
-    digests = np.concatenate([np.zeros(0, f"S{DIGEST_SIZE}"), *pieces])
-    return len(digests) - len(np.unique(digests))
+def _keys(digests: np.ndarray, n_ranges: int) -> pd.DataFrame:
+    return key_frame(digests, n_ranges)
 
 
 def _as_rows(digests: np.ndarray) -> np.ndarray:
@@ -92,11 +78,9 @@ def hash_parts(client: Client, table: ParquetTable, column: str, key: bytes) -> 
     """
     parts = submit_blocks(client, _hashes, table, column=column, secret=key)
     n = len(parts)
-    cut = [client.submit(_buckets, part, n, pure=False) for part in parts]
-    counts = [client.submit(_repeats, *(client.submit(_pick, c, i, pure=False) for c in cut), pure=False)
-              for i in range(n)]
-    repeated = sum(client.gather(counts))
-    del cut, counts
+    ranges = by_range(client, [client.submit(_keys, part, n, pure=False) for part in parts], n)
+    repeated = sum(client.gather([client.submit(repeats, r, pure=False) for r in ranges]))
+    del ranges
     if repeated:
         raise InputError(f"{table.what}: ID column {column!r} has {repeated} IDs that occur more than once "
                          "after normalisation (in different blocks of its files); each row needs a unique ID")
@@ -117,13 +101,6 @@ def block_hashes(client: Client, table: ParquetTable, column: str, key: bytes) -
     parts = gathered(client, hash_parts(client, table, column, key))
     rows = np.concatenate([np.zeros((0, DIGEST_SIZE), np.uint8), *parts])
     return rows.view(f"S{DIGEST_SIZE}").ravel()
-
-
-def block_blinded(client: Client, table: ParquetTable, column: str, key: bytes, secret: bytes) -> np.ndarray:
-    """Every row's PSI-blinded ID ((n, 32) uint8), blinded block by block on the workers, in table order."""
-    parts = client.gather(submit_blocks(client, _blinded, table, column=column, consortium=key,
-                                        secret=secret))
-    return np.concatenate([np.zeros((0, BLINDED_SIZE), np.uint8), *parts])
 
 
 @dataclass

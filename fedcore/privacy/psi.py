@@ -25,8 +25,8 @@ Construction (commutative "Diffie-Hellman" PSI, Meadows 1986 / Huberman-Franklin
 
 Protocol for M >= 2 parties through the master (`run_psi` drives it in-process; sizes for n_i rows)
 ------------------------------------------------------------------------------------------------------
-1. party i -> master: ``B_i = X25519(k_i, H(x))`` for its IDs, in a secret shuffled order ``pi_i``
-   derived from k_i (`PSIParty.outgoing`), 32 n_i bytes.
+1. party i -> master: ``B_i = X25519(k_i, H(x))`` for its IDs, sorted by value (``pi_i``, the order
+   that sorts them: `PSIParty.outgoing`), 32 n_i bytes.
 2. rounds r = 1 .. M-1, all lists at once: master -> party (i+r) mod M: owner i's list (32 n_i bytes);
    that party applies its scalar (`PSIParty.reblind`) and returns the list in the same order (32 n_i).
    After M-1 rounds every list carries every party's scalar exactly once.
@@ -36,7 +36,7 @@ Protocol for M >= 2 parties through the master (`run_psi` drives it in-process; 
    party, which is the aligned row order vertical training needs (as `fedcore.vertical.alignment`).
 Each party sends 32 * sum_j n_j bytes and receives 32 * sum_{j != i} n_j + 8 |intersection| bytes; M round
 trips. Two parties without a master: A plays the master's part for B's list (B re-blinds A's list in A's
-order and sends its own shuffled list; A re-blinds it, intersects, and returns B's positions).
+order and sends its own sorted list; A re-blinds it, intersects, and returns B's positions).
 
 Security (semi-honest parties and master, no collusion; DDH hard in Curve25519's prime-order groups)
 ----------------------------------------------------------------------------------------------------
@@ -45,9 +45,13 @@ Security (semi-honest parties and master, no collusion; DDH hard in Curve25519's
   from the master, which of its OWN rows are in the global intersection (hence its size).
 * The master sees only blinded values it cannot invert or test guesses against (it knows no scalar). It
   learns every n_i and the intersection size, and, because it compares fully blinded lists, also the size
-  of every sub-intersection (e.g. |A and B but not C|) when M > 2. The shuffles pi_i hide which rows
-  matched from the master (positions index the shuffled lists), so row order (e.g. sorted by customer or
-  by date) leaks nothing. The canonical order depends on all secrets: no single party chooses it.
+  of every sub-intersection (e.g. |A and B but not C|) when M > 2. The send orders pi_i hide which rows
+  matched from the master (positions index the sent lists), so row order (e.g. sorted by customer or by
+  date) leaks nothing: a list sorted by its own blinded values is a function of the set of values the
+  master receives anyway, so its order carries nothing about the rows' order; it is as good as the secret
+  random permutation it replaced (issue #29), and a party on Dask makes it per key range on its workers
+  without ever holding the whole list (`fedcore.compute.dask_psi`). The canonical order depends on all
+  secrets: no single party chooses it.
 * Without the key, H is public: a party or outsider holding a party's scalar could test guessed IDs;
   with the consortium key, nobody outside the consortium can even form H(x), so a leaked scalar or a
   recorded transcript cannot be tested against guessed IDs (e.g. phone numbers) by outsiders. All
@@ -80,7 +84,6 @@ from fedcore.privacy.hashing import _check_key, _normalized_list
 BLINDED_SIZE = POINT_SIZE
 SECRET_SIZE = 32
 HASH_TAG = b"fedforest/psi/v1/hash-to-u\x00"
-_SHUFFLE_TAG = b"fedforest/psi/v1/send-order"
 _CHUNK_ROWS = 20_000  # ~1 s of work: small enough that the phase barriers leave cores idle only briefly
 _MIN_CHUNK_ROWS = 1_000
 _MIN_PARALLEL_OPS = 40_000  # below ~2 s of X25519 work, starting worker processes costs more than it saves
@@ -131,11 +134,12 @@ def _party_texts(name: str, ids: pd.Series | Sequence) -> list[str]:
     if len(series) == 0:
         raise ParameterError(f"PSI party {name!r} has no IDs; every party needs at least one ID")
     texts = _normalized_list(series)
-    _refuse_duplicates(name, len(texts) - len(set(texts)), len(texts))
+    refuse_duplicates(name, len(texts) - len(set(texts)), len(texts))
     return texts
 
 
-def _refuse_duplicates(name: str, n_dup: int, n_rows: int) -> None:
+def refuse_duplicates(name: str, n_dup: int, n_rows: int) -> None:
+    """Refuse a party with `n_dup` repeated IDs among `n_rows` (by count, never naming an ID)."""
     if n_dup:
         raise ParameterError(f"PSI party {name!r} has {n_dup} duplicate IDs among {n_rows} rows "
                              "(after normalisation); each row needs a unique ID")
@@ -150,7 +154,7 @@ def blinded_ids(ids: pd.Series, key: bytes | None, secret: bytes) -> np.ndarray:
     """``(n, 32) uint8`` X25519(secret, H(id)) of `ids` in row order, repeats not checked.
 
     What `PSIParty.blinded_own` computes, for one block of a party's IDs blinded where the block is (its
-    own Dask workers); `PSIParty.of_blinded` joins the blocks and refuses repeated IDs.
+    own Dask workers, `fedcore.compute.dask_psi`, which refuses repeated IDs there).
     """
     return _Pending(scalarmult_chunk(secret, hash_to_u(_normalized_list(ids), key).tobytes(), True)).result()
 
@@ -170,7 +174,7 @@ def _check_secret(name: str, secret: bytes | None) -> bytes:
     return bytes(secret)
 
 
-def _as_blinded(values: np.ndarray, what: str) -> np.ndarray:
+def as_blinded(values: np.ndarray, what: str) -> np.ndarray:
     """`values` as a C-contiguous ``(m, 32) uint8`` array, else a ProtocolError saying what arrived."""
     arr = np.asarray(values)
     if arr.dtype != np.uint8 or arr.ndim != 2 or arr.shape[1] != BLINDED_SIZE:
@@ -220,21 +224,6 @@ class PSIParty:
         self._blinded: np.ndarray | None = blinded
         self._order: np.ndarray | None = None
 
-    @classmethod
-    def of_blinded(cls, name: str, blinded: np.ndarray, secret: bytes) -> PSIParty:
-        """A party whose IDs were blinded elsewhere with `secret` (`blinded_ids`, in row order).
-
-        Refused as the constructor refuses: no IDs, or repeated ones (distinct IDs give distinct values).
-        """
-        values = _as_blinded(blinded, f"PSI party {_check_name(name)!r}'s blinded IDs")
-        if len(values) == 0:
-            raise ParameterError(f"PSI party {name!r} has no IDs; every party needs at least one ID")
-        digests = values.view(_BLINDED_DTYPE).ravel()
-        _refuse_duplicates(name, len(digests) - len(np.unique(digests)), len(digests))
-        party = cls.__new__(cls)
-        party._start_party(name, len(values), _check_secret(name, secret), values[:0], values)
-        return party
-
     def __repr__(self) -> str:  # never show IDs or the secret
         """The name and row count only."""
         return f"PSIParty({self.name!r}, {self.n_rows} rows)"
@@ -243,7 +232,7 @@ class PSIParty:
         return _start(self._secret, self._u, executor, remap=True)
 
     def _start_reblind(self, values: np.ndarray, executor: Executor | None) -> _Pending:
-        values = _as_blinded(values, f"PSI party {self.name!r} asked to re-blind")
+        values = as_blinded(values, f"PSI party {self.name!r} asked to re-blind")
         return _start(self._secret, values, executor, remap=False)
 
     def blinded_own(self, *, executor: Executor | None = None) -> np.ndarray:
@@ -257,13 +246,12 @@ class PSIParty:
         return self._start_reblind(values, executor).result()
 
     def send_order(self) -> np.ndarray:
-        """The secret permutation of row numbers in which this party sends its list.
+        """The permutation of row numbers in which this party sends its list: its blinded values sorted.
 
-        Derived from its secret.
+        A function of the values sent alone, so it tells nothing about the rows' order (module doc).
         """
         if self._order is None:
-            seed = int.from_bytes(hmac.digest(self._secret, _SHUFFLE_TAG, "sha256"), "little")
-            self._order = np.random.default_rng(seed).permutation(self.n_rows)
+            self._order = np.argsort(self.blinded_own().view(_BLINDED_DTYPE).ravel(), kind="stable")
         return self._order
 
     def outgoing(self, *, executor: Executor | None = None) -> np.ndarray:
@@ -272,22 +260,30 @@ class PSIParty:
 
     def rows_from_positions(self, positions: np.ndarray) -> np.ndarray:
         """Map the master's positions (into the `outgoing` list) to this party's row numbers, order kept."""
-        pos = np.asarray(positions)
-        if pos.ndim != 1 or (pos.size and pos.dtype.kind not in "iu"):
-            raise ProtocolError(f"PSI party {self.name!r}: positions must be a 1-D integer array, "
-                                f"got {pos.dtype}{list(pos.shape)}")
-        pos = pos.astype(np.int64, copy=False)
-        if pos.size and (pos.min() < 0 or pos.max() >= self.n_rows):
-            raise ProtocolError(f"PSI party {self.name!r}: positions run from {pos.min()} to {pos.max()}, "
-                                f"outside its {self.n_rows} rows")
-        if len(np.unique(pos)) != len(pos):
-            raise ProtocolError(f"PSI party {self.name!r}: positions repeat a row")
-        return self.send_order()[pos]
+        return self.send_order()[checked_positions(self.name, positions, self.n_rows)]
+
+
+def checked_positions(name: str, positions: np.ndarray, n_rows: int) -> np.ndarray:
+    """The master's positions into a party's sent list of `n_rows` as int64, else a ProtocolError.
+
+    A 1-D integer array, each position in range and none repeated.
+    """
+    pos = np.asarray(positions)
+    if pos.ndim != 1 or (pos.size and pos.dtype.kind not in "iu"):
+        raise ProtocolError(f"PSI party {name!r}: positions must be a 1-D integer array, "
+                            f"got {pos.dtype}{list(pos.shape)}")
+    pos = pos.astype(np.int64, copy=False)
+    if pos.size and (pos.min() < 0 or pos.max() >= n_rows):
+        raise ProtocolError(f"PSI party {name!r}: positions run from {pos.min()} to {pos.max()}, "
+                            f"outside its {n_rows} rows")
+    if len(np.unique(pos)) != len(pos):
+        raise ProtocolError(f"PSI party {name!r}: positions repeat a row")
+    return pos
 
 
 def _sorted_digests(name: str, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One party's fully blinded values as sorted ``S32`` plus the sorting permutation; refuses repeats."""
-    digests = _as_blinded(values, f"fully blinded values of {name!r}").view(_BLINDED_DTYPE).ravel()
+    digests = as_blinded(values, f"fully blinded values of {name!r}").view(_BLINDED_DTYPE).ravel()
     order = np.argsort(digests, kind="stable")
     ordered = digests[order]
     n_dup = int(np.count_nonzero(ordered[1:] == ordered[:-1]))

@@ -34,6 +34,7 @@ from fedcore.models.card import importance_rows
 from fedcore.models.tables import partial_forest_from_table, party_table
 from fedcore.privacy.hashing import hash_ids
 from fedcore.privacy.keyauth import PartyIdentity
+from fedcore.privacy.psi import PSIParty
 from fedcore.protocol.messages import Message, StreamedMessage, unpack_bits
 from fedcore.trees.early_stopping import kept_rounds, metric_name, round_scores
 from fedcore.trees.structure import PartialForest, PartySplits, first_trees
@@ -45,9 +46,9 @@ if TYPE_CHECKING:
     from distributed import Client, Future
 
     from fedcore.compute.dask_alignment import Blocks
+    from fedcore.compute.dask_psi import BlockPSIParty
     from fedcore.compute.dask_table import ParquetTable
     from fedcore.compute.dask_vertical import DaskVerticalRows
-    from fedcore.privacy.psi import PSIParty
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self._batch: pd.DataFrame | ParquetTable | None = None  # the last new batch loaded (or opened)
         self._batch_rows = 0  # rows of the aligned batch
         self._until: datetime | None = None  # its scheduled time (the request's `until`)
-        self._psi: PSIParty | None = None  # an alignment in progress (its secret: here and own workers only)
+        self._psi: PSIParty | BlockPSIParty | None = None  # an alignment in progress (its secret stays home)
         self._holdout_loaded = False  # the held-out rows are the party's prediction data (load_holdout)
         self.aligned_ids: pd.Series | None = None
         self._checkpoints: CheckpointStore | None = None
@@ -137,21 +138,21 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         return StreamedMessage("id_hashes", {"rows": rows.n_rows}, "hashes", (rows.n_rows, 32),
                                lambda: gathered(client, parts))
 
-    def _psi_party(self, rows: pd.DataFrame | ParquetTable) -> PSIParty:
+    def _psi_party(self, rows: pd.DataFrame | ParquetTable) -> PSIParty | BlockPSIParty:
         """PSI's party over the IDs of `rows`, with a fresh secret.
 
-        Blocks on a Dask cluster blind their own IDs on the workers with that secret (`block_blinded`);
-        the agent holds the blinded values (32 bytes a row, the message it sends) and the secret.
+        Blocks on a Dask cluster blind, sort and re-blind on the workers with that secret (`BlockPSIParty`):
+        the agent holds the secret and streams the blinded values range by range, never all of them.
         """
         from fedcore.privacy.psi import PSIParty, new_secret
 
         if isinstance(rows, pd.DataFrame):
             return PSIParty(self.name, rows[self.data.id_column], key=self._key)
-        from fedcore.compute.dask_alignment import block_blinded
+        from fedcore.compute.dask_psi import BlockPSIParty
 
-        secret = new_secret()
-        blinded = block_blinded(self._client(), rows, self.data.id_column, self._key, secret)
-        return PSIParty.of_blinded(self.name, blinded, secret)
+        assert self.data.compute is not None, "a table on Dask has its compute"
+        return BlockPSIParty(self._client(), self.name, rows, self.data.id_column, self._key, new_secret(),
+                             self.data.compute.block_rows)
 
     def _client(self) -> Client:
         """The client of the cluster that holds this institution's Parquet blocks."""
@@ -165,23 +166,29 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                                 "in training")
         return self._hashes(self._training_rows())
 
-    def _on_psi_blinded(self, message: Message) -> Message:
-        """PSI step 1: this institution's IDs blinded with a fresh secret, in a secret shuffled order.
+    def _on_psi_blinded(self, message: Message) -> Message | StreamedMessage:
+        """PSI step 1: this institution's IDs blinded with a fresh secret, sorted by value.
 
         The IDs are those of the training rows, or of the new batch.
         """
         rows = self._new_batch(message) if message.header.get("batch") else self._training_rows()
-        self._psi = self._psi_party(rows)
-        return Message("psi_blinded", {"rows": self._psi.n_rows}, {"blinded": self._psi.outgoing()})
+        self._psi = psi = self._psi_party(rows)
+        if isinstance(psi, PSIParty):
+            return Message("psi_blinded", {"rows": psi.n_rows}, {"blinded": psi.outgoing()})
+        return StreamedMessage("psi_blinded", {"rows": psi.n_rows}, "blinded", (psi.n_rows, 32), psi.outgoing)
 
-    def _on_psi_reblind(self, message: Message) -> Message:
+    def _on_psi_reblind(self, message: Message) -> Message | StreamedMessage:
         """PSI step 2: apply this institution's secret to another institution's list (order kept)."""
-        if self._psi is None:
+        psi = self._psi
+        if psi is None:
             raise ProtocolError(f"institution {self.name!r}: psi_reblind before psi_blinded")
         values = message.arrays.typed("values", "u", 2)
         if values.shape[1] != 32:
             raise MalformedMessage("array 'values' must hold 32-byte points, one a row")
-        return Message("psi_reblinded", {}, {"values": self._psi.reblind(values)})
+        if isinstance(psi, PSIParty):
+            return Message("psi_reblinded", {}, {"values": psi.reblind(values)})
+        parts = psi.reblind(values)  # checked now, re-blinded on the workers while the answer is sent
+        return StreamedMessage("psi_reblinded", {}, "values", (len(values), 32), lambda: parts)
 
     def _announced(self, message: Message) -> np.ndarray:
         """The master's positions, checked against what it announced and this institution's `min_overlap`."""

@@ -22,7 +22,7 @@ from fedcore.compute.dask_binning import fit_on_blocks
 from fedcore.compute.dask_table import open_parquet, profile
 from fedcore.data.binning import PartyBinner
 from fedcore.data.scenario import make_vertical_scenario
-from fedcore.errors import DataReadError, InputError
+from fedcore.errors import DataReadError, InputError, ProtocolError
 from fedcore.protocol.messages import Message, unpack_bits
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
@@ -212,14 +212,15 @@ def test_a_worker_lost_while_the_ids_are_hashed_gives_the_in_process_answer(scen
     The worker goes once the first institution's blocks have all been hashed (blinded), before the agent
     gathers them; every institution's answer is still the in-process one, byte for byte.
     """
+    from fedcore.compute import dask_psi
     from fedcore.privacy.psi import PSIParty
 
     local = _agents(scenario, tmp_path / "local", new_batch=False)
     secret = bytes(range(32))
     with losable_cluster() as (cluster, client):
         dask = _parquet_agents(scenario, tmp_path / "dask", client)
-        lost = lose_a_worker_on_call(monkeypatch, dask_alignment, "submit_blocks", 1, cluster, client,
-                                     settle=True)
+        lost = lose_a_worker_on_call(monkeypatch, dask_alignment if alignment == "hash" else dask_psi,
+                                     "submit_blocks", 1, cluster, client, settle=True)
         for name, agent in dask.items():
             assert agent.data.table is not None and len(agent.data.table.blocks) > 3
             if alignment == "hash":
@@ -229,9 +230,9 @@ def test_a_worker_lost_while_the_ids_are_hashed_gives_the_in_process_answer(scen
             else:
                 ids = pd.read_parquet(scenario["institutions"][name]["train"])[scenario["id_column"]]
                 expected_bytes = PSIParty(name, ids, key=KEY, secret=secret).outgoing().tobytes()
-                blinded = dask_alignment.block_blinded(client, agent.data.table, scenario["id_column"], KEY,
-                                                       secret)
-                got_bytes = PSIParty.of_blinded(name, blinded, secret).outgoing().tobytes()
+                party = dask_psi.BlockPSIParty(client, name, agent.data.table, scenario["id_column"], KEY,
+                                               secret, BLOCK_ROWS)
+                got_bytes = b"".join(part.tobytes() for part in party.outgoing())
             assert got_bytes == expected_bytes, name
         assert lost and len(client.scheduler_info()["workers"]) == 2
 
@@ -298,24 +299,36 @@ def test_a_worker_side_read_error_is_one_line_naming_the_file(tmp_path, three_wo
 
 
 def test_psi_blinded_per_block_is_the_in_process_message(scenario, three_workers, tmp_path) -> None:
-    """One secret: the blocks' blinded IDs, shuffled at the agent, are `PSIParty.outgoing` byte for byte."""
+    """One secret: the blocks' blinded IDs, sorted in key ranges on the workers, are `PSIParty.outgoing`.
+
+    Byte for byte, streamed one range at a time; positions map to the same rows, and a peer's list re-blinded
+    in chunks of 4 on the workers is the in-process re-blinding.
+    """
+    from fedcore.compute.dask_psi import BlockPSIParty
     from fedcore.privacy.psi import PSIParty
 
     frame = pd.read_parquet(scenario["institutions"]["bank"]["train"])
     table = open_parquet(_write(frame, tmp_path), "institution 'bank'", BLOCK_ROWS)
     secret = bytes(range(32))
     expected = PSIParty("bank", frame[scenario["id_column"]], key=KEY, secret=secret)
-    blinded = dask_alignment.block_blinded(three_workers, table, scenario["id_column"], KEY, secret)
-    got = PSIParty.of_blinded("bank", blinded, secret)
-    assert len(table.blocks) > 3 and got.n_rows == expected.n_rows == len(frame)
-    assert got.outgoing().dtype == np.uint8 and got.outgoing().tobytes() == expected.outgoing().tobytes()
-    positions = np.array([5, 0, 17], np.int64)
+    got = BlockPSIParty(three_workers, "bank", table, scenario["id_column"], KEY, secret, 4)
+    parts = list(got.outgoing())
+    assert len(table.blocks) > 3 and len(parts) == len(table.blocks) and got.n_rows == len(frame)
+    assert all(p.dtype == np.uint8 and p.shape[1] == 32 for p in parts)
+    assert b"".join(p.tobytes() for p in parts) == expected.outgoing().tobytes()
+    positions = np.random.default_rng(3).permutation(len(frame))[:40]
     assert got.rows_from_positions(positions).tolist() == expected.rows_from_positions(positions).tolist()
     peer = expected.outgoing()[:9]
-    assert got.reblind(peer).tobytes() == expected.reblind(peer).tobytes()
+    reblinded = list(got.reblind(peer))
+    assert [len(p) for p in reblinded] == [4, 4, 1]
+    assert b"".join(p.tobytes() for p in reblinded) == expected.reblind(peer).tobytes()
+    with pytest.raises(ProtocolError) as refused:
+        got.rows_from_positions(np.array([3, 3]))
+    assert str(refused.value) == "PSI party 'bank': positions repeat a row"
 
 
 def test_an_id_repeated_in_two_blocks_is_refused_by_psi_as_in_process(tmp_path, three_workers) -> None:
+    from fedcore.compute.dask_psi import BlockPSIParty
     from fedcore.errors import ParameterError
     from fedcore.privacy.psi import PSIParty
 
@@ -326,8 +339,7 @@ def test_an_id_repeated_in_two_blocks_is_refused_by_psi_as_in_process(tmp_path, 
     with pytest.raises(ParameterError) as expected:
         PSIParty("north", frame["id"], key=KEY, secret=secret)
     with pytest.raises(ParameterError) as refused:
-        PSIParty.of_blinded("north", dask_alignment.block_blinded(three_workers, table, "id", KEY, secret),
-                            secret)
+        BlockPSIParty(three_workers, "north", table, "id", KEY, secret, BLOCK_ROWS)
     assert str(refused.value) == str(expected.value) == (
         "PSI party 'north' has 1 duplicate IDs among 100 rows (after normalisation); each row needs a "
         "unique ID")

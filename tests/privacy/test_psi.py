@@ -77,6 +77,16 @@ def test_canonical_order_independent_of_party_order_and_shuffles() -> None:
     assert all((rows[n] == reversed_rows[n]).all() for n in rows)
 
 
+def test_the_sent_list_is_sorted_by_value_whatever_the_row_order() -> None:
+    """The master learns nothing of the rows' order: the same IDs in another order give the same list."""
+    ids = make_sets(2, "partial", seed=2)[0]
+    party, shuffled = (PSIParty("inst0", order, secret=secret(0)) for order in (ids, ids[::-1]))
+    sent = party.outgoing().view("S32").ravel()
+    assert len(sent) == len(ids) and (sent[1:] > sent[:-1]).all()
+    assert shuffled.outgoing().tobytes() == party.outgoing().tobytes()
+    assert [ids[r] for r in party.send_order()] == [ids[::-1][r] for r in shuffled.send_order()]
+
+
 def test_normalisation_shared_with_keyed_hashing() -> None:
     a = PSIParty("a", pd.Series([" CUST-1 ", 123, "x"]))
     b = PSIParty("b", ["cust-1", 123.0, "y", "Ｘ"])
