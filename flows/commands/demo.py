@@ -61,9 +61,15 @@ def demo_folder(setting: str, algorithm: str) -> Path:
 
 def _demo(args: argparse.Namespace) -> int:
     try:
-        algorithm = find_algorithm(args.algorithm or in_setting(args.setting)[0].id, args.setting).id
+        chosen = find_algorithm(args.algorithm or in_setting(args.setting)[0].id, args.setting)
     except ParameterError as error:
         raise ConfigError(f"fedforest demo --setting {args.setting}: {error}") from None
+    if not chosen.deployable:  # a demo runs the federation's flows; refused before anything is written
+        runnable = [a.id for a in in_setting(args.setting) if a.deployable]
+        raise ConfigError(f"fedforest demo --setting {args.setting}: algorithm {chosen.id!r} runs in "
+                          f"simulation and the estimators only so far (fedforest simulate --setting "
+                          f"{args.setting} --algorithm {chosen.id}); the demo runs {runnable}")
+    algorithm = chosen.id
     database = None
     if args.source == "postgres":
         from flows.demos.postgres import database_url

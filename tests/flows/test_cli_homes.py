@@ -24,12 +24,13 @@ def test_every_demo_has_its_own_folder():
                        Path("work/demo-ppd-ert")}
 
 
-def test_a_demo_of_an_algorithm_its_setting_lacks_is_refused_before_anything_is_written(tmp_path, capsys):
+def test_a_demo_of_a_simulation_only_algorithm_is_refused_before_anything_is_written(tmp_path, capsys):
     assert main(["demo", "--setting", "horizontal", "--algorithm", "boosting", "--work",
                  str(tmp_path / "demo")]) == 1
     assert capsys.readouterr().err == (
-        "fedforest: error: fedforest demo --setting horizontal: the horizontal setting offers algorithms "
-        "['extra-trees', 'ppd-ert'], got 'boosting'\n")
+        "fedforest: error: fedforest demo --setting horizontal: algorithm 'boosting' runs in simulation and "
+        "the estimators only so far (fedforest simulate --setting horizontal --algorithm boosting); the demo "
+        "runs ['extra-trees', 'ppd-ert']\n")
     assert not (tmp_path / "demo").exists()
 
 
