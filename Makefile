@@ -14,7 +14,7 @@ RUN_ENV := GX_ANALYTICS_ENABLED=false PREFECT_SERVER_ANALYTICS_ENABLED=false DO_
 .PHONY: venv bench-venv demo test test-slow test-all lint clean distclean
 
 ## venv: create .venv, install the project editable with [dev] (about three minutes the first time, mostly
-## downloads) and compile the numba kernels once (80 s on two cores); reinstalls only when pyproject.toml
+## downloads) and compile the numba kernels once (about 2 minutes on two cores); reinstalls only when pyproject.toml
 ## changes. Each long step says what it does first; pip lists each package, the warm-up each engine mode.
 venv: $(DEV_STAMP)
 
