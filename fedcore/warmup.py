@@ -32,8 +32,8 @@ def warm_table(n_rows: int = 240, seed: int = 0) -> pd.DataFrame:
 MEASURED_S = 100
 """Seconds a cold warm-up takes on two cores: `rm -rf .numba_cache && time python -m fedcore.warmup` gave 80 s
 wall, 68 s CPU, for the seven forest modes on a shared two-core machine (the first engine mode compiles the
-shared kernels: half); the two boosting modes added 95 s of CPU in all (151 s wall with tests running
-beside it), the horizontal one's kernels about 19 s of it."""
+shared kernels: half); with the two boosting modes, all nine took 95 s of CPU (151 s wall with tests
+running beside it), the horizontal boosting kernels about 19 s of it."""
 
 
 def warm_steps() -> list[tuple[str, Callable[[], object]]]:
