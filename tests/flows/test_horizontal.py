@@ -10,6 +10,7 @@ import pytest
 import yaml
 from prefect.client.orchestration import get_client
 
+from fedcore.drift import drift_note
 from fedcore.errors import ContractMismatch
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.models.registry import ModelRegistry
@@ -99,8 +100,11 @@ def test_batch_predict_with_the_registered_version_repeats_the_predictions(fet) 
     paths = {name: str(_prediction(work, name)) for name in HOSPITALS}  # each hospital's own file
     assert result["prediction"]["paths"] == paths
     written = ", ".join(f"at {name} to {path}" for name, path in paths.items())
+    # the hospitals' new patients may drift from their training rows: the message then names the features
+    # each hospital reported (drift.on_drift is warn here, so it still predicts)
     assert state.message == (f"{MODEL} v0001: {result['prediction']['rows']} rows predicted locally "
-                             f"({counts}), written {written}")
+                             f"({counts}), written {written}"
+                             + drift_note(result["prediction"].get("drift") or {}))
     for name in HOSPITALS:
         pd.testing.assert_frame_equal(pd.read_parquet(_prediction(work, name)),
                                       before[name])
