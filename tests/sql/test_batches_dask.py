@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import re
 import shutil
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -38,17 +37,6 @@ distributed = pytest.importorskip("distributed")
 BLOCK_ROWS = 8
 """A day's batch (about 27 new customers per institution) is cut into several blocks."""
 PARAMS = ExtraTreesParams(n_estimators=3, max_depth=4, random_state=4)
-
-
-@pytest.fixture(scope="module")
-def workers() -> Iterator[Cluster]:
-    """Two in-process Dask workers, shared by both institutions of the Dask runs."""
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                       dashboard_address=":0")
-    client = distributed.Client(cluster, set_as_default=False)
-    yield Cluster(client, [])
-    client.close()
-    cluster.close()
 
 
 def _config(root: Path, tag: str, on_dask: bool):

@@ -13,7 +13,6 @@ ledger advances, and the Dask runs deliver the in-process rows and ledger byte f
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -40,17 +39,6 @@ BATCH = "SELECT * FROM {name}_new WHERE signup_at > :since AND signup_at <= :unt
 UP_TO = "SELECT * FROM {name}_new WHERE signup_at <= :until"
 """The passive institutions' batch: every customer they know by the run's scheduled time."""
 BLOCK_ROWS = 16
-
-
-@pytest.fixture(scope="module")
-def workers() -> Iterator[Cluster]:
-    """Two in-process Dask workers, shared by the three institutions of the Dask runs."""
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                       dashboard_address=":0")
-    client = distributed.Client(cluster, set_as_default=False)
-    yield Cluster(client, [])
-    client.close()
-    cluster.close()
 
 
 def _write_rows(database: str, root: Path) -> dict[str, pd.DataFrame]:
