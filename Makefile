@@ -42,10 +42,12 @@ $(BENCH_STAMP): pyproject.toml | $(BIN)/python
 demo: venv
 	$(RUN_ENV) $(BIN)/fedforest demo
 
-## test: the suite without the tests marked slow (flows, Prefect servers, agent processes, the README tour):
-## about seven minutes on two cores; CI (.ci/run) runs test-slow after it
+## test: the suite without the tests marked slow (flows, Prefect servers, agent processes, the README tour),
+## one worker per core (at most 4; whole files per worker): about five minutes on two cores; CI (.ci/run)
+## runs test-slow after it. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= auto
 test: venv
-	$(RUN_ENV) $(BIN)/python -m pytest -q -m "not slow"
+	$(RUN_ENV) $(BIN)/python -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadfile
 
 ## test-slow: the slow end-to-end tests only (about fifteen minutes on two cores)
 test-slow: venv

@@ -91,7 +91,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
                      help="list the N test phases that took the most CPU time of this process, all its "
                           "threads (Dask's in-process workers, numba's) included, child processes not: on a "
-                          "shared machine wall times move with the neighbours, CPU time much less")
+                          "shared machine wall times move with the neighbours, CPU time much less (with "
+                          "-n 0: pytest-xdist's workers keep their own lists)")
 
 
 _CPU: list[tuple[float, str, str]] = []
