@@ -23,48 +23,41 @@ from tests.postgres import load_table
 from tests.vertical.test_session import KEY, _agents
 
 pytestmark = pytest.mark.postgres
-distributed = pytest.importorskip("distributed")
+pytest.importorskip("distributed")
 BLOCK_ROWS = 70
 
 
 @pytest.mark.slow  # two federations and a database (about 15 s)
-def test_vertical_agents_on_database_blocks_train_the_in_process_forest(database, tmp_path,
-                                                                        monkeypatch) -> None:
+def test_vertical_agents_on_database_blocks_train_the_in_process_forest(database, tmp_path, monkeypatch,
+                                                                        workers: Cluster) -> None:
     scenario = make_vertical_scenario(tmp_path / "scenario", n_customers=600, seed=3)
     expected = _train(_agents(scenario, tmp_path / "local", new_batch=False), "none")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                       dashboard_address=":0")
-    client = distributed.Client(cluster, set_as_default=False)
     monkeypatch.setattr("fedcore.data.sql.read_sql", None)  # the agents never read a whole table
-    try:
-        agents = {}
-        for name, files in scenario["institutions"].items():
-            frame = pd.read_parquet(files["train"])
-            categories = [c for c in frame.columns if isinstance(frame[c].dtype, pd.CategoricalDtype)]
-            load_table(database, name, frame.astype(dict.fromkeys(categories, "str")).sample(
-                frac=1.0, random_state=5))
-            what = f"institution {name!r}"
-            table = profile(client, open_sql(SqlSource(("url", database), table=name), what,
-                                             scenario["id_column"], BLOCK_ROWS), [scenario["id_column"]])
-            assert len(table.blocks) == -(-len(frame) // BLOCK_ROWS)
-            data = InstitutionData(
-                name=name, frame=pd.DataFrame(columns=list(table.columns)), id_column=scenario["id_column"],
-                label=scenario["label"] if name == scenario["label_holder"] else None,
-                registry=tmp_path / "registry" / name, predictions_dir=tmp_path / "predictions" / name,
-                master_key=master_public_key(tmp_path), compute=DaskCompute(block_rows=BLOCK_ROWS),
-                table=table, cluster=Cluster(client, []))
-            agents[name] = VerticalInstitutionAgent(data, KEY)
-        got = _train(agents, "none")
-    finally:
-        client.close()
-        cluster.close()
+    agents = {}
+    for name, files in scenario["institutions"].items():
+        frame = pd.read_parquet(files["train"])
+        categories = [c for c in frame.columns if isinstance(frame[c].dtype, pd.CategoricalDtype)]
+        load_table(database, name, frame.astype(dict.fromkeys(categories, "str")).sample(
+            frac=1.0, random_state=5))
+        what = f"institution {name!r}"
+        table = profile(workers.client, open_sql(SqlSource(("url", database), table=name), what,
+                                                 scenario["id_column"], BLOCK_ROWS), [scenario["id_column"]])
+        assert len(table.blocks) == -(-len(frame) // BLOCK_ROWS)
+        data = InstitutionData(
+            name=name, frame=pd.DataFrame(columns=list(table.columns)), id_column=scenario["id_column"],
+            label=scenario["label"] if name == scenario["label_holder"] else None,
+            registry=tmp_path / "registry" / name, predictions_dir=tmp_path / "predictions" / name,
+            master_key=master_public_key(tmp_path), compute=DaskCompute(block_rows=BLOCK_ROWS),
+            table=table, cluster=workers)
+        agents[name] = VerticalInstitutionAgent(data, KEY)
+    got = _train(agents, "none")
     assert got == expected
     assert all(a.party.rows.features is None for a in agents.values())
 
 
 @pytest.mark.slow  # two federations and a database (about 20 s)
-def test_a_database_batch_on_the_workers_delivers_the_in_process_predictions(database, tmp_path,
-                                                                             monkeypatch) -> None:
+def test_a_database_batch_on_the_workers_delivers_the_in_process_predictions(database, tmp_path, monkeypatch,
+                                                                             workers: Cluster) -> None:
     """The batch in PostgreSQL too (read in ID order): evaluation, predictions and delivery as in process.
 
     The `batch_hashes` answer follows the table's order, so the messages are compared from alignment on
@@ -74,39 +67,32 @@ def test_a_database_batch_on_the_workers_delivers_the_in_process_predictions(dat
 
     scenario = make_vertical_scenario(tmp_path / "scenario", n_customers=600, n_new=300, seed=3)
     expected = _predict(_agents(scenario, tmp_path / "local"), scenario)
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                       dashboard_address=":0")
-    client = distributed.Client(cluster, set_as_default=False)
-    try:
-        agents = {}
-        for name, files in scenario["institutions"].items():
-            tables = {}
-            for kind in ("train", "new"):
-                frame = pd.read_parquet(files[kind])
-                categories = [c for c in frame.columns if isinstance(frame[c].dtype, pd.CategoricalDtype)]
-                load_table(database, f"{name}_{kind}", frame.astype(dict.fromkeys(categories, "str")).sample(
-                    frac=1.0, random_state=5))
-                tables[kind] = SqlSource(("url", database), table=f"{name}_{kind}")
-            what = f"institution {name!r}"
+    agents = {}
+    for name, files in scenario["institutions"].items():
+        tables = {}
+        for kind in ("train", "new"):
+            frame = pd.read_parquet(files[kind])
+            categories = [c for c in frame.columns if isinstance(frame[c].dtype, pd.CategoricalDtype)]
+            load_table(database, f"{name}_{kind}", frame.astype(dict.fromkeys(categories, "str")).sample(
+                frac=1.0, random_state=5))
+            tables[kind] = SqlSource(("url", database), table=f"{name}_{kind}")
+        what = f"institution {name!r}"
 
-            def opened(source: SqlSource, what: str = what) -> object:
-                return profile(client, open_sql(source, what, scenario["id_column"], BLOCK_ROWS),
-                               [scenario["id_column"]])
+        def opened(source: SqlSource, what: str = what) -> object:
+            return profile(workers.client, open_sql(source, what, scenario["id_column"], BLOCK_ROWS),
+                           [scenario["id_column"]])
 
-            table = opened(tables["train"])
-            data = InstitutionData(
-                name=name, frame=pd.DataFrame(columns=list(table.columns)), id_column=scenario["id_column"],
-                label=scenario["label"] if name == scenario["label_holder"] else None,
-                registry=tmp_path / "registry" / name, predictions_dir=tmp_path / "predictions" / name,
-                master_key=master_public_key(tmp_path), compute=DaskCompute(block_rows=BLOCK_ROWS),
-                table=table, cluster=Cluster(client, []),
-                open_batch=lambda source=tables["new"], opened=opened: opened(source))
-            agents[name] = VerticalInstitutionAgent(data, KEY)
-        monkeypatch.setattr("fedcore.data.sql.read_sql", None)  # the agents never read a whole table
-        got = _predict(agents, scenario)
-    finally:
-        client.close()
-        cluster.close()
+        table = opened(tables["train"])
+        data = InstitutionData(
+            name=name, frame=pd.DataFrame(columns=list(table.columns)), id_column=scenario["id_column"],
+            label=scenario["label"] if name == scenario["label_holder"] else None,
+            registry=tmp_path / "registry" / name, predictions_dir=tmp_path / "predictions" / name,
+            master_key=master_public_key(tmp_path), compute=DaskCompute(block_rows=BLOCK_ROWS),
+            table=table, cluster=workers,
+            open_batch=lambda source=tables["new"], opened=opened: opened(source))
+        agents[name] = VerticalInstitutionAgent(data, KEY)
+    monkeypatch.setattr("fedcore.data.sql.read_sql", None)  # the agents never read a whole table
+    got = _predict(agents, scenario)
     pd.testing.assert_frame_equal(got[1], expected[1])
     assert [g.tobytes() for g in got[2]] == [e.tobytes() for e in expected[2]] and got[3] == expected[3]
     assert all(type(a.party._prediction).__name__ == "DaskPredictionRows" for a in agents.values())
