@@ -103,6 +103,7 @@ from fedcore.drift import DriftSettings
 from fedcore.errors import ConfigError, InputError, ParameterError
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.plan import check_bounded_depth
+from fedcore.metrics import default_metric
 from fedcore.models.signing import public_key_path
 from fedcore.names import check_name
 from fedcore.privacy.settings import EncryptedLabels, NoPrivacy, PrivacySetting, parse_privacy
@@ -162,6 +163,9 @@ class TrainingSettings:
     for a classifier (the vertical label holder scores probabilities; horizontal institutions sum their rows'
     log-losses), r2 for regression (`FederationConfig.promotion_metric`).
     """
+    decision_threshold: float | None = None
+    """Binary labels: predict the positive (second) class where its probability is at least this, in held-out
+    metrics and batch predictions; stored with the version. Default: the most probable class (0.5)."""
     predict_for: str | None = None
     """Institution that receives batch predictions; default: the label holder."""
     connect_timeout_s: float = 60.0
@@ -191,13 +195,16 @@ class TrainingSettings:
         values = {}
         for key, value in raw.items():
             refuse_unknown_keys([key], sorted(known), f"{where}: unknown training setting")
-            numeric = known[key].type in ("float", "int")
+            numeric = known[key].type in ("float", "int", "float | None")
             if numeric and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
                 raise ConfigError(f"{where}: training.{key} must be a non-negative number, got {value!r}")
             values[key] = value
         if values.get("agent_session_timeout_s", 30.0) <= 0:
             raise ConfigError(f"{where}: training.agent_session_timeout_s must be positive, got "
                               f"{values['agent_session_timeout_s']!r}")
+        if not 0 <= values.get("decision_threshold", 0.5) <= 1:
+            raise ConfigError(f"{where}: training.decision_threshold must be between 0 and 1, got "
+                              f"{values['decision_threshold']!r}")
         if not 0 < values.get("holdout", 0.2) < 1:
             raise ConfigError(f"{where}: training.holdout must be between 0 and 1 (exclusive), "
                               f"got {values['holdout']!r}")
@@ -245,14 +252,10 @@ class FederationConfig:
     def promotion_metric(self) -> str:
         """The metric a new version must not be worse on to be promoted.
 
-        Never plain accuracy by default: on a rare label, always answering the majority class scores the base
-        rate. Classification: log-loss (both settings score probabilities); regression: R^2.
+        Default `fedcore.metrics.default_metric`: log-loss for a classifier (both settings score
+        probabilities), R^2 for regression.
         """
-        if self.training.metric:
-            return self.training.metric
-        if self.params.task != "classification":
-            return "r2"
-        return "log_loss"
+        return self.training.metric or default_metric(self.params.task)
 
     def institution(self, name: str) -> Institution:
         """The institution called `name`."""

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from fedcore.checkpoints import CheckpointStore, resume_point
@@ -98,6 +99,11 @@ class MasterSession(ABC):
     algorithm: str
     """The algorithm's canonical id (`fedcore.algorithms`)."""
     params: TreeParams
+    decision_threshold: float | None = None
+    """Binary labels: predict the positive class at or above this probability (None: the most probable
+    class, as 0.5 but ties to the first class); used at evaluation and stored with the version."""
+    evaluation: dict[str, Any] | None = None
+    """After `evaluate`: what the held-out pictures draw from (`evaluation_entry`), no row's label."""
 
     def __init__(self, transport: Transport, progress: ProgressCallback | None = None) -> None:
         """`progress` is called as levels and tree batches complete (also settable later as `.progress`)."""
@@ -116,7 +122,11 @@ class MasterSession(ABC):
 
     @abstractmethod
     def evaluate(self) -> dict[str, float]:
-        """Held-out metrics, scored where the labels are."""
+        """Held-out metrics, scored where the labels are; sets `evaluation` (confusion, binary curve)."""
+
+    def _evaluate_header(self) -> dict[str, float]:
+        """The `evaluate` message's header: the decision threshold, when one is set."""
+        return {} if self.decision_threshold is None else {"decision_threshold": self.decision_threshold}
 
     @abstractmethod
     def master_tables(self) -> dict[str, pa.Table]:
@@ -210,3 +220,11 @@ def prediction_header(run_id: str | None = None, until: datetime | None = None) 
     """What a prediction request carries: the flow run's id and scheduled time (ISO 8601), when known."""
     header = {} if run_id is None else {"run": run_id}
     return header | ({} if until is None else {"until": until.isoformat()})
+
+
+def evaluation_entry(confusion: np.ndarray, classes: list[str], curve: np.ndarray | None,
+                     threshold: float | None) -> dict[str, Any]:
+    """The manifest's `evaluation`: held-out confusion counts, class names, binary curve table (or None)."""
+    return {"classes": classes, "confusion": np.asarray(confusion, np.int64).tolist(),
+            "curve": None if curve is None else np.asarray(curve, np.float64).tolist(),
+            "decision_threshold": threshold}

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 PartyT = TypeVar("PartyT", bound=EngineParty)
 SHARED_HEADERS: dict[str, tuple[str, ...]] = {
-    "validation_report": (), "evaluate": (), "model_digest": (),
+    "validation_report": (), "evaluate": ("decision_threshold",), "model_digest": (),
     "store_model": ("model", "version", "manifest"), "load_model": ("model", "version", "table_sha256"),
     "resume_status": ("run", "context"), "resume": ("batches",), "drop_checkpoints": (),
     "withdraw_model": ("model", "version"), "close": ()}

@@ -21,10 +21,11 @@ import numpy as np
 import pandas as pd
 
 from fedcore.agents.checks import reported
+from fedcore.curves import score_groups
 from fedcore.errors import InputError
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.schema import HorizontalSchema
-from fedcore.metrics import row_log_losses
+from fedcore.metrics import class_confusion, decide, row_log_losses
 from fedcore.protocol.messages import Message
 
 Statistics = dict[str, np.ndarray]
@@ -62,7 +63,8 @@ def exact_value(parts: np.ndarray) -> float:
     return float(Fraction(total, 1 << (_OFFSET + _MANTISSA_BITS)))
 
 
-def holdout_statistics(model: HorizontalForest, schema: HorizontalSchema, rows: pd.DataFrame) -> Statistics:
+def holdout_statistics(model: HorizontalForest, schema: HorizontalSchema, rows: pd.DataFrame,
+                       threshold: float | None = None) -> Statistics:
     """The model's errors on `rows`, as statistics that add up.
 
     Classification: "confusion", (C, C) int64 counts (truth, predicted), and "log_loss", `exact_parts` of
@@ -74,7 +76,7 @@ def holdout_statistics(model: HorizontalForest, schema: HorizontalSchema, rows: 
     truth = schema.encode_labels(rows[schema.label])
     if schema.task == "classification":
         confusion = np.zeros((schema.n_classes, schema.n_classes), np.int64)
-        np.add.at(confusion, (truth, np.argmax(values, axis=1)), 1)
+        np.add.at(confusion, (truth, decide(values, threshold)), 1)  # at the decision threshold
         return {"confusion": confusion, "log_loss": exact_parts(row_log_losses(truth, values)[:, None])}
     errors = truth - values[:, 0]
     return {"sums": exact_parts(np.column_stack([np.ones(len(truth)), truth, truth * truth, errors * errors,
@@ -128,3 +130,15 @@ def predictions_table(ids: np.ndarray | pd.Series, values: np.ndarray, classes: 
     else:
         out["prediction"] = values[:, 0]
     return out
+
+
+def evaluation_arrays(codes: np.ndarray, proba: np.ndarray, threshold: float | None) -> dict[str, np.ndarray]:
+    """What the vertical label holder's `metrics` reply draws from (issue #33's pictures), beside its metrics.
+
+    "confusion": (C, C) counts of the held-out rows at the decision `threshold`; "curve" (two classes, both
+    present): `fedcore.curves.score_groups`' label counts per probability group, no row's label.
+    """
+    arrays = {"confusion": class_confusion(codes, decide(proba, threshold), proba.shape[1])}
+    if proba.shape[1] == 2 and (codes >= 0).all() and len(np.unique(codes)) == 2:
+        arrays["curve"] = score_groups(codes == 1, proba[:, 1])
+    return arrays

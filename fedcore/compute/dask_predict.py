@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 
 
 def _evaluate_block(block: Block, table: ParquetTable, held: np.ndarray, model: HorizontalForest,
-                    schema: HorizontalSchema) -> Statistics:
-    return holdout_statistics(model, schema, held_rows(block, table, held, [*schema.names, schema.label]))
+                    schema: HorizontalSchema, threshold: float | None = None) -> Statistics:
+    return holdout_statistics(model, schema, held_rows(block, table, held, [*schema.names, schema.label]),
+                              threshold)
 
 
 def _predict_block(block: Block, table: ParquetTable, model: HorizontalForest, schema: HorizontalSchema,
@@ -44,11 +45,11 @@ def _predict_block(block: Block, table: ParquetTable, model: HorizontalForest, s
 
 
 def evaluate_blocks(client: Client, table: ParquetTable, held: Sequence[np.ndarray], model: HorizontalForest,
-                    schema: HorizontalSchema) -> Statistics:
+                    schema: HorizontalSchema, threshold: float | None = None) -> Statistics:
     """The held-out set's statistics, each block's computed on its worker (see the module doc)."""
     shared = client.submit(rebuildable, model, pure=False)  # rebuilt if its worker is lost
     return merge_statistics(client.gather(submit_blocks(client, _evaluate_block, table, held, model=shared,
-                                                        schema=schema)))
+                                                        schema=schema, threshold=threshold)))
 
 
 def predict_blocks(client: Client, table: ParquetTable, model: HorizontalForest, schema: HorizontalSchema,

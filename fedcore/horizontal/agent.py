@@ -49,6 +49,7 @@ import pandas as pd
 
 from fedcore.agents.base import SessionAgent, session_headers
 from fedcore.agents.batches import requested_until
+from fedcore.agents.checks import decision_threshold
 from fedcore.agents.data import InstitutionData
 from fedcore.agents.scoring import evaluation_reply, holdout_statistics, prediction_frame
 from fedcore.agents.storage import (
@@ -296,15 +297,17 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         if (self._holdout is None and self._held is None) or not self._trained:
             raise ProtocolError(f"institution {self.name!r}: 'evaluate' scores only the model trained in "
                                 "this session")
+        threshold = decision_threshold(message) if schema.task == "classification" else None
         self._once(message.kind)
         if self._held is not None:  # on the workers, block by block
             from fedcore.compute.dask_predict import evaluate_blocks
 
             assert self.data.table is not None and self.data.cluster is not None, "held out on Dask"
-            statistics = evaluate_blocks(self.data.cluster.client, self.data.table, self._held, model, schema)
+            statistics = evaluate_blocks(self.data.cluster.client, self.data.table, self._held, model, schema,
+                                         threshold)
         else:
             assert self._holdout is not None
-            statistics = holdout_statistics(model, schema, self._holdout)
+            statistics = holdout_statistics(model, schema, self._holdout, threshold)
         return evaluation_reply(schema, statistics)
 
     def _on_model_digest(self, message: Message) -> Message:

@@ -22,13 +22,13 @@ import pandas as pd
 
 from fedcore.agents.base import SessionAgent, session_headers
 from fedcore.agents.batches import requested_until
-from fedcore.agents.checks import check_holdout, prediction_values, reported
+from fedcore.agents.checks import check_holdout, decision_threshold, prediction_values, reported
 from fedcore.agents.data import InstitutionData
-from fedcore.agents.scoring import predictions_table
+from fedcore.agents.scoring import evaluation_arrays, predictions_table
 from fedcore.agents.storage import load_signed_table, run_id, store_signed_table, write_predictions
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import ArtifactError, MalformedMessage, ProtocolError
-from fedcore.metrics import class_codes, metrics
+from fedcore.metrics import class_codes, decide, metrics
 from fedcore.models.artifacts import decode_classes, encode_classes, table_sha256
 from fedcore.models.card import importance_rows
 from fedcore.models.tables import partial_forest_from_table, party_table
@@ -329,14 +329,17 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         width = len(party.classes_) if party.classes_ is not None else 1
         values = prediction_values(self.name, message, len(y), width)
         self._once(message.kind)  # a refused call above revealed nothing; this one answers
+        arrays: dict[str, np.ndarray] = {}
         if party.classes_ is not None:
-            predicted = party.classes_[np.argmax(values, axis=1)]
+            threshold = decision_threshold(message)
+            predicted = party.classes_[decide(values, threshold)]
             result = metrics("classification", y, predicted, values, party.classes_)  # values: probabilities
+            arrays = evaluation_arrays(class_codes(y, party.classes_), values, threshold)
         else:
             result = metrics("regression", y, values[:, 0])
         # rounded: the predictions are the master's, so full precision would let crafted ones carry labels
         rounded = {name: float(reported(value)) for name, value in result.items()}
-        return Message("metrics", {"metrics": rounded, "rows": int(len(y))})
+        return Message("metrics", {"metrics": rounded, "rows": int(len(y))}, arrays)
 
     def _on_score_rounds(self, message: Message) -> Message:
         """Boosting's early stopping: how many rounds to keep, scored on the whole held-out set, once.
