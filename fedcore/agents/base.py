@@ -93,6 +93,8 @@ class SessionAgent(Generic[PartyT]):
         self.closed = False
         self.sessions = 0
         self.model_ref: tuple[str, str] | None = None
+        self.decision_threshold: float | None = None
+        """The decision threshold of the version it predicts with (its master manifest's; None: argmax)."""
         """(model, version) this agent stored or loaded in this session: what its predictions are named by."""
         self._stored: tuple[str, str] | None = None
         """(model, version) this agent stored in this session: the only one a master may withdraw."""
@@ -154,15 +156,20 @@ class SessionAgent(Generic[PartyT]):
                                 "answered once per session")
         self._done.add(kind)
 
-    def _stored_version(self, header: Header) -> None:
+    def _stored_version(self, header: Header, master_manifest: dict) -> None:
         """This session stored `header`'s version here: predictions are named by it; it may be withdrawn."""
-        self._model_version(header)
+        self._model_version(header, master_manifest)
         self._stored = self.model_ref
 
-    def _model_version(self, header: Header) -> None:
-        """The model version this session now predicts with (stored or loaded): one prediction file each."""
+    def _model_version(self, header: Header, master_manifest: dict) -> None:
+        """The model version this session now predicts with (stored or loaded): one prediction file each.
+
+        Its batch predictions use the decision threshold its master's signed manifest states (binary labels).
+        """
         self.model_ref = model_version(header)
         self._done -= PREDICTION_KINDS
+        threshold = master_manifest.get("decision_threshold")
+        self.decision_threshold = None if threshold is None else float(threshold)
 
     def _keep_snapshot(self, training: pd.DataFrame | None, extra: dict) -> None:
         """At store: the training rows' drift snapshot, for this session and the registry copy (`extra`).
@@ -212,6 +219,7 @@ class SessionAgent(Generic[PartyT]):
             self.name = self._data.name
         self.party, self._checkpoints, self.closed = None, None, False
         self.model_ref, self._stored, self._done = None, None, set()
+        self.decision_threshold = None
         self._start_session()
         self.sessions += 1
         return validation_reply(self.data.validation)

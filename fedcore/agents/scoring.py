@@ -109,22 +109,23 @@ def evaluation_reply(schema: HorizontalSchema, statistics: Statistics) -> Messag
 
 
 def prediction_frame(model: HorizontalForest, schema: HorizontalSchema, batch: pd.DataFrame,
-                     id_column: str) -> pd.DataFrame:
+                     id_column: str, threshold: float | None = None) -> pd.DataFrame:
     """The predictions of `batch`'s rows with their IDs: class and per-class probabilities, or the value."""
     classes = np.asarray(schema.classes, dtype=object) if schema.task == "classification" else None
     return predictions_table(batch[id_column].to_numpy(), model.predict_values(schema.encode(batch)), classes,
-                             id_column)
+                             id_column, threshold)
 
 
 def predictions_table(ids: np.ndarray | pd.Series, values: np.ndarray, classes: np.ndarray | None,
-                      id_column: str) -> pd.DataFrame:
+                      id_column: str, threshold: float | None = None) -> pd.DataFrame:
     """IDs and their predictions as both settings deliver them.
 
     The class with `proba_<class>` columns (`values` one column per class), or the value (`classes` None).
+    The class: at the version's decision `threshold` for two classes (`fedcore.metrics.decide`).
     """
     out = pd.DataFrame({id_column: ids})
     if classes is not None:
-        out["prediction"] = classes[np.argmax(values, axis=1)]
+        out["prediction"] = classes[decide(values, threshold)]
         for k, c in enumerate(classes):
             out[f"proba_{c}"] = values[:, k]
     else:

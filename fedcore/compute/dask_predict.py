@@ -38,9 +38,10 @@ def _evaluate_block(block: Block, table: ParquetTable, held: np.ndarray, model: 
 
 
 def _predict_block(block: Block, table: ParquetTable, model: HorizontalForest, schema: HorizontalSchema,
-                   id_column: str, folder: str) -> int:
+                   id_column: str, folder: str, threshold: float | None = None) -> int:
     batch = read_table_block(block, table, [id_column, *schema.names])
-    write_parquet(part_file(Path(folder), block.index), prediction_frame(model, schema, batch, id_column))
+    write_parquet(part_file(Path(folder), block.index), prediction_frame(model, schema, batch, id_column,
+                                                                         threshold))
     return len(batch)
 
 
@@ -53,8 +54,8 @@ def evaluate_blocks(client: Client, table: ParquetTable, held: Sequence[np.ndarr
 
 
 def predict_blocks(client: Client, table: ParquetTable, model: HorizontalForest, schema: HorizontalSchema,
-                   id_column: str, folder: Path) -> int:
+                   id_column: str, folder: Path, threshold: float | None = None) -> int:
     """Write every block's predictions into `folder` (one part each); returns the row count."""
     shared = client.submit(rebuildable, model, pure=False)  # rebuilt if its worker is lost
     return sum(client.gather(submit_blocks(client, _predict_block, table, model=shared, schema=schema,
-                                           id_column=id_column, folder=str(folder))))
+                                           id_column=id_column, folder=str(folder), threshold=threshold)))

@@ -57,6 +57,7 @@ from fedcore.agents.storage import (
     new_prediction_folder,
     place_parts,
     run_id,
+    signed_manifest,
     store_signed_table,
     write_predictions,
 )
@@ -318,7 +319,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         self._keep_snapshot(self._training, extra)
         path = store_signed_table(self.data, message.header, MODEL_STEM, self._require_model().to_table(),
                                   extra)
-        self._stored_version(message.header)
+        self._stored_version(message.header, signed_manifest(message.header))
         return Message("stored", {"path": path})
 
     def _on_load_model(self, message: Message) -> Message:
@@ -328,7 +329,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         self.snapshot = manifest.get("drift")
         self.schema = self.model.schema
         self._holdout, self._held, self._trained = None, None, False
-        self._model_version(message.header)
+        self._model_version(message.header, manifest.get("master_manifest") or {})
         return Message("loaded", {"version": message.header["version"], "nodes": self.model.n_nodes})
 
     def _on_predict_local(self, message: Message) -> Message:
@@ -344,7 +345,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         started, target = time.perf_counter(), self._prediction_target()
         batch = self.data.new_batch(until, target)
         drift = self._batch_drift(batch)  # its features against its training rows, before predicting
-        out = prediction_frame(model, schema, batch, self.data.id_column)
+        out = prediction_frame(model, schema, batch, self.data.id_column, self.decision_threshold)
         path = write_predictions(self.data, out, target, run, until)
         return Message("predicted", {"rows": len(out), "path": str(path),
                                      "seconds": time.perf_counter() - started, **drift})
@@ -364,7 +365,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         table = self.data.open_new_batch(until, target)
         tmp, path = new_prediction_folder(self.data, target)
         try:
-            rows = predict_blocks(self.data.cluster.client, table, model, schema, self.data.id_column, tmp)
+            rows = predict_blocks(self.data.cluster.client, table, model, schema, self.data.id_column, tmp,
+                                  self.decision_threshold)
             written = len(list(tmp.glob("part-*.parquet")))
             if written != len(table.blocks):  # the workers wrote on a disk this agent does not see
                 raise DataWriteError(f"institution {self.name!r}: the Dask workers wrote {written} of "

@@ -103,7 +103,7 @@ def confusion_chart(confusion: np.ndarray, classes: Sequence[str], title: str) -
                         f'fill="rgb({shade},{shade},255)" stroke="white"/>')
             body.append(f'<text x="{left + (j + 0.5) * cell:g}" y="{top + (i + 0.5) * cell + 4:g}" '
                         f'text-anchor="middle" fill="{text}">{count}</text>')
-    return _svg(body, title)
+    return _svg(body, title, height=top + n * cell + 16)
 
 
 def bar_chart(rows: Sequence[tuple[str, float]], title: str, limit: int = 15) -> str:
@@ -182,11 +182,13 @@ def data_uri(svg: str) -> str:
 
 
 def pictures_markdown(title: str, pictures: dict[str, str]) -> str:
-    """A markdown page of `pictures`, each a data-URI image under its heading (`model-pictures`)."""
-    lines = [f"# {title}", ""]
-    for name, svg in pictures.items():
-        lines += [f"## {TITLES.get(name, name)}", "", f"![{name}]({data_uri(svg)})", ""]
-    return "\n".join(lines)
+    """A markdown page of `pictures` (the `model-pictures` artifact): data-URI images in one paragraph.
+
+    One paragraph, so the UI lays them side by side as wide as the page allows; each picture has its title.
+    """
+    images = " ".join(f"![{name}]({data_uri(svg)})" for name, svg in pictures.items())
+    names = ", ".join(TITLES.get(name, name).lower() for name in pictures)
+    return "\n".join([f"# {title}", "", f"{names[:1].upper()}{names[1:]}.", "", images, ""])
 
 
 def metric_history(registry: ModelRegistry, model_name: str, metric: str) -> list[tuple[str, float]]:

@@ -25,7 +25,13 @@ from fedcore.agents.batches import requested_until
 from fedcore.agents.checks import check_holdout, decision_threshold, prediction_values, reported
 from fedcore.agents.data import InstitutionData
 from fedcore.agents.scoring import evaluation_arrays, predictions_table
-from fedcore.agents.storage import load_signed_table, run_id, store_signed_table, write_predictions
+from fedcore.agents.storage import (
+    load_signed_table,
+    run_id,
+    signed_manifest,
+    store_signed_table,
+    write_predictions,
+)
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import ArtifactError, MalformedMessage, ProtocolError
 from fedcore.metrics import class_codes, decide, metrics
@@ -404,7 +410,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             self.reports["importances"] = importance_rows(extra["importances"])
         path = store_signed_table(self.data, message.header, party_file_stem(self.name), party_table(model),
                                   extra)
-        self._stored_version(message.header)
+        self._stored_version(message.header, signed_manifest(message.header))
         return Message("stored", {"path": path})
 
     def _on_load_model(self, message: Message) -> Message:
@@ -421,7 +427,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         if label and manifest.get("classes") is not None:
             party.classes_ = self._stored_classes(manifest)
         self.party, self._holdout, self._batch_ids = party, None, None
-        self._model_version(message.header)
+        self._model_version(message.header, manifest.get("master_manifest") or {})
         return Message("loaded", {"version": version, "owned_nodes": int(np.sum(model.feature >= 0))})
 
     def _stored_classes(self, manifest: dict) -> np.ndarray:
@@ -498,7 +504,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             from fedcore.compute.dask_alignment import gather_series
 
             ids = gather_series(self._client(), ids)
-        out = predictions_table(ids, values, party.classes_, self.data.id_column)
+        out = predictions_table(ids, values, party.classes_, self.data.id_column, self.decision_threshold)
         path = write_predictions(self.data, out, self._prediction_target(), run, self._until)
         return Message("delivered", {"path": str(path), "rows": len(out)})
 
