@@ -1,4 +1,4 @@
-"""Prefect's UI shows the retrain run's pictures: tools/ui_screenshot.py in a headless Chromium (issue #33)."""
+"""Prefect's UI shows the retrain run's pictures: tools/ui_screenshot.py in headless Chromium (issue #33)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None or importlib.util.find_spec("playwright") is None,
-                    reason="needs Debian's chromium and the [ui-check] extra (playwright): apt-get install -y "
-                           "chromium; pip install -e '.[ui-check]'")
+                    reason="needs Debian's chromium and the [ui-check] extra (playwright): apt-get install "
+                           "-y chromium; pip install -e '.[ui-check]'")
 def test_the_ui_shows_every_picture_of_the_retrain_run(tmp_path: Path) -> None:
     out = tmp_path / "pictures.png"
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "ui_screenshot.py"), "--work",
