@@ -70,7 +70,9 @@
                                                # rows, log-loss or RMSE; fedcore/trees/boosting.py)
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
                metric: log_loss, predict_for: bank, connect_timeout_s: 60, agent_late_timeout_s: 30,
-               agent_idle_timeout_s: 900, agent_session_timeout_s: 30}
+               agent_idle_timeout_s: 900, agent_session_timeout_s: 30,
+               decision_threshold: 0.5}  # optional, binary labels: the positive class at probability >=
+                                         # it, in held-out metrics and batch predictions (unset: argmax)
     drift: {psi_threshold: 0.2, on_drift: warn}  # at batch prediction each institution scores its own
                                  # features' population stability index against its training rows (bins
                                  # kept in its registry copy); features at or above the threshold are named
