@@ -93,9 +93,9 @@ class SessionAgent(Generic[PartyT]):
         self.closed = False
         self.sessions = 0
         self.model_ref: tuple[str, str] | None = None
+        """(model, version) this agent stored or loaded in this session: what its predictions are named by."""
         self.decision_threshold: float | None = None
         """The decision threshold of the version it predicts with (its master manifest's; None: argmax)."""
-        """(model, version) this agent stored or loaded in this session: what its predictions are named by."""
         self._stored: tuple[str, str] | None = None
         """(model, version) this agent stored in this session: the only one a master may withdraw."""
         self._done: set[str] = set()
