@@ -334,10 +334,10 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self._require_model(message.kind)  # trained in this session (load_holdout checked it too)
         width = len(party.classes_) if party.classes_ is not None else 1
         values = prediction_values(self.name, message, len(y), width)
+        threshold = decision_threshold(message)
         self._once(message.kind)  # a refused call above revealed nothing; this one answers
         arrays: dict[str, np.ndarray] = {}
         if party.classes_ is not None:
-            threshold = decision_threshold(message)
             predicted = party.classes_[decide(values, threshold)]
             result = metrics("classification", y, predicted, values, party.classes_)  # values: probabilities
             arrays = evaluation_arrays(class_codes(y, party.classes_), values, threshold)
