@@ -72,7 +72,8 @@
                metric: log_loss, predict_for: bank, connect_timeout_s: 60, agent_late_timeout_s: 30,
                agent_idle_timeout_s: 900, agent_session_timeout_s: 30,
                decision_threshold: 0.5}  # optional, binary labels: the positive class at probability >=
-                                         # it, in held-out metrics and batch predictions (unset: argmax)
+                                         # it, in held-out metrics and batch predictions (unset: argmax;
+                                         # auto: chosen on the held-out curve, vertical)
     drift: {psi_threshold: 0.2, on_drift: warn}  # at batch prediction each institution scores its own
                                  # features' population stability index against its training rows (bins
                                  # kept in its registry copy); features at or above the threshold are named
@@ -165,9 +166,11 @@ class TrainingSettings:
     for a classifier (the vertical label holder scores probabilities; horizontal institutions sum their rows'
     log-losses), r2 for regression (`FederationConfig.promotion_metric`).
     """
-    decision_threshold: float | None = None
+    decision_threshold: float | str | None = None
     """Binary labels: predict the positive (second) class where its probability is at least this, in held-out
-    metrics and batch predictions; stored with the version. Default: the most probable class (0.5)."""
+    metrics and batch predictions; stored with the version. Default: the most probable class (0.5). "auto"
+    (vertical): the held-out curve's threshold of the largest TPR - FPR (`fedcore.session`,
+    `held_out_evaluation`)."""
     predict_for: str | None = None
     """Institution that receives batch predictions; default: the label holder."""
     connect_timeout_s: float = 60.0
@@ -197,16 +200,18 @@ class TrainingSettings:
         values = {}
         for key, value in raw.items():
             refuse_unknown_keys([key], sorted(known), f"{where}: unknown training setting")
-            numeric = known[key].type in ("float", "int", "float | None")
+            numeric = known[key].type in ("float", "int")
             if numeric and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
                 raise ConfigError(f"{where}: training.{key} must be a non-negative number, got {value!r}")
             values[key] = value
         if values.get("agent_session_timeout_s", 30.0) <= 0:
             raise ConfigError(f"{where}: training.agent_session_timeout_s must be positive, got "
                               f"{values['agent_session_timeout_s']!r}")
-        if not 0 <= values.get("decision_threshold", 0.5) <= 1:
-            raise ConfigError(f"{where}: training.decision_threshold must be between 0 and 1, got "
-                              f"{values['decision_threshold']!r}")
+        threshold = values.get("decision_threshold", "auto")
+        if threshold != "auto" and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                    or not 0 <= threshold <= 1):
+            raise ConfigError(f"{where}: training.decision_threshold must be a number between 0 and 1 or "
+                              f"'auto', got {threshold!r}")
         if not 0 < values.get("holdout", 0.2) < 1:
             raise ConfigError(f"{where}: training.holdout must be between 0 and 1 (exclusive), "
                               f"got {values['holdout']!r}")

@@ -77,3 +77,16 @@ def calibration_points(table: np.ndarray) -> np.ndarray:
     kept = table[table[:, 1] > 0][::-1]
     return np.column_stack([kept[:, 3], kept[:, 2] / kept[:, 1]])
 
+
+
+def confusion_at(table: np.ndarray, group: int) -> np.ndarray:
+    """The 2 x 2 confusion (truth x predicted) predicting positive at or above `group`'s threshold."""
+    true_pos, false_pos, p, n = cumulative(table)
+    tp, fp = true_pos[group], false_pos[group]
+    return np.array([[n - fp, fp], [p - tp, tp]], np.int64)
+
+
+def youden_group(table: np.ndarray) -> int:
+    """The group whose threshold gives the largest TPR - FPR (Youden's J; the highest threshold on a tie)."""
+    rates = roc_points(table)[1:]
+    return int(np.argmax(rates[:, 1] - rates[:, 0]))

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.metrics import precision_recall_curve, roc_curve
+from sklearn.metrics import confusion_matrix, precision_recall_curve, roc_curve
 
 from fedcore.curves import (
     GRID,
     MIN_GROUP_ROWS,
     calibration_points,
+    confusion_at,
     pr_points,
     roc_points,
     score_groups,
+    youden_group,
 )
 
 
@@ -64,3 +66,14 @@ def test_crafted_scores_reveal_no_single_rows_label():
 def test_fewer_rows_than_a_group_is_one_group():
     table = score_groups(np.array([True, False, True]), np.array([0.9, 0.2, 0.55]))
     np.testing.assert_array_equal(table[:, :3], [[0.0, 3, 2]])
+
+
+def test_the_confusion_at_a_groups_threshold_and_youdens_choice_are_scikit_learns():
+    positive, score = sample(700, 5)
+    table = score_groups(positive, score)
+    grouped = grouped_scores(table, score)
+    for group, threshold in enumerate(table[:, 0]):
+        expected = confusion_matrix(positive, grouped >= threshold)
+        np.testing.assert_array_equal(confusion_at(table, group), expected)
+    fpr, tpr, thresholds = roc_curve(positive, grouped, drop_intermediate=False)
+    assert table[youden_group(table), 0] == thresholds[np.argmax(tpr - fpr)]

@@ -169,6 +169,10 @@ class SessionAgent(Generic[PartyT]):
         self.model_ref = model_version(header)
         self._done -= PREDICTION_KINDS
         threshold = master_manifest.get("decision_threshold")
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)
+                                      or not 0 <= threshold <= 1):
+            raise ProtocolError(f"institution {self.name!r}: the version's decision_threshold must be a "
+                                "number in [0, 1]")
         self.decision_threshold = None if threshold is None else float(threshold)
 
     def _keep_snapshot(self, training: pd.DataFrame | None, extra: dict) -> None:

@@ -57,7 +57,7 @@ from fedcore.session import (
     Prediction,
     Preparation,
     TrainingFacts,
-    evaluation_entry,
+    held_out_evaluation,
     prediction_header,
 )
 from fedcore.transport.base import Transport
@@ -230,8 +230,8 @@ class HorizontalSession(MasterSession):
             confusion = cast(np.ndarray, sum(r.arrays["confusion"].astype(np.int64)
                                              for r in replies.values()))
             assert self.schema is not None and self.schema.classes is not None, "a classifier's agreed schema"
-            self.evaluation = evaluation_entry(confusion, [str(c) for c in self.schema.classes], None,
-                                               self.decision_threshold)
+            _, self.evaluation, self.decision_threshold = held_out_evaluation(
+                {}, confusion, [str(c) for c in self.schema.classes], None, self.decision_threshold)
             log_loss_sum = float(sum(float(r.arrays["log_loss_sum"][0]) for r in replies.values()))
             rows = int(confusion.sum())
             return {**confusion_metrics(confusion),

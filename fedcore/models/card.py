@@ -44,8 +44,8 @@ def build_manifest(session: MasterSession, federation: str, metrics: dict[str, f
                                 "task": session.params.task, "params": session.params.to_dict()}
     manifest.update({k: v for k, v in entries.items() if k not in ("training", "lineage")})
     manifest["metrics"] = metrics
-    if session.decision_threshold is not None:  # batch prediction applies it (binary labels)
-        manifest["decision_threshold"] = session.decision_threshold
+    if isinstance(session.decision_threshold, float | int):  # batch prediction applies it (binary labels);
+        manifest["decision_threshold"] = session.decision_threshold  # "auto" never evaluated: not stored
     if session.evaluation is not None:  # held-out confusion and binary curve: the pictures draw them
         manifest["evaluation"] = session.evaluation
     manifest["training"] = {"rows": facts.train_rows, "holdout_rows": facts.holdout_rows,

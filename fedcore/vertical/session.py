@@ -32,7 +32,7 @@ from fedcore.session import (
     Prediction,
     Preparation,
     TrainingFacts,
-    evaluation_entry,
+    held_out_evaluation,
     prediction_header,
 )
 from fedcore.transport.base import Transport
@@ -220,11 +220,13 @@ class VerticalSession(MasterSession):
         holder = self.master.federation.label_holder
         reply = self.transport.exchange({holder: Message("evaluate", self._evaluate_header(),
                                                          {"values": values})})[holder]
+        metrics = dict(reply.header["metrics"])
         if "confusion" in reply.arrays:  # a classifier's: the label holder's class codes name the classes
             confusion = reply.arrays["confusion"]
-            self.evaluation = evaluation_entry(confusion, [f"class {k}" for k in range(len(confusion))],
-                                               reply.arrays.get("curve"), self.decision_threshold)
-        return dict(reply.header["metrics"])
+            metrics, self.evaluation, self.decision_threshold = held_out_evaluation(
+                metrics, confusion, [f"class {k}" for k in range(len(confusion))], reply.arrays.get("curve"),
+                self.decision_threshold)
+        return metrics
 
     def master_tables(self) -> dict:
         """The master's part of the model version: its structure table."""

@@ -67,3 +67,23 @@ def test_only_counts_leave_the_label_holder(tmp_path, threshold):
     assert session.evaluation == {"classes": ["class 0", "class 1"], "confusion": expected.tolist(),
                                   "curve": reply.arrays["curve"].tolist(), "decision_threshold": threshold}
     assert metrics["accuracy"] == pytest.approx(np.trace(expected) / len(y), rel=1e-3)  # 4 digits reported
+
+
+def test_auto_chooses_the_curves_best_threshold_and_scores_it_exactly(tmp_path):
+    """decision_threshold "auto": the group edge of the largest TPR - FPR, its confusion from the counts."""
+    session, metrics, transcript, holder = evaluated(tmp_path, "auto")
+    messages = [Message.from_bytes(e.payload) for e in transcript]
+    (request,) = [m for m in messages if m.kind == "evaluate"]
+    assert "decision_threshold" not in request.header  # the label holder scores the most probable class
+    values = request.arrays["values"]
+    codes = class_codes(holder._holdout[holder.data.label].to_numpy(), holder.party.classes_)
+    curve = score_groups(codes == 1, values[:, 1])
+    tpr_minus_fpr = [np.mean(values[codes == 1, 1] >= t) - np.mean(values[codes == 0, 1] >= t)
+                     for t in curve[:, 0]]
+    chosen = float(curve[int(np.argmax(tpr_minus_fpr)), 0])
+    assert session.decision_threshold == chosen and session.evaluation["decision_threshold"] == chosen
+    predicted = (values[:, 1] >= chosen).astype(int)
+    expected = np.zeros((2, 2), np.int64)
+    np.add.at(expected, (codes, predicted), 1)
+    assert session.evaluation["confusion"] == expected.tolist()
+    assert metrics["accuracy"] == np.trace(expected) / len(codes)  # exact: from the counts, not rounded
