@@ -10,6 +10,9 @@ the rows are cut:
 Float sums are kept exact as integer counts of the float64 mantissas per binary exponent (`exact_parts`):
 they add up as integers, and `exact_value` rounds the total once, to the float64 nearest the true sum,
 whatever the order or blocks.
+
+Shared with the vertical agents: `predictions_table` (both settings' deliveries, at the version's decision
+threshold) and `evaluation_arrays` (the label holder's held-out confusion and binary curve counts).
 """
 
 from __future__ import annotations
