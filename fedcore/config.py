@@ -70,7 +70,10 @@
                                                # rows, log-loss or RMSE; fedcore/trees/boosting.py)
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
                metric: log_loss, predict_for: bank, connect_timeout_s: 60, agent_late_timeout_s: 30,
-               agent_idle_timeout_s: 900, agent_session_timeout_s: 30}
+               agent_idle_timeout_s: 900, agent_session_timeout_s: 30,
+               decision_threshold: 0.5}  # optional, binary labels: the positive class at probability >=
+                                         # it, in held-out metrics and batch predictions (unset: argmax;
+                                         # auto: chosen on the held-out curve, vertical)
     drift: {psi_threshold: 0.2, on_drift: warn}  # at batch prediction each institution scores its own
                                  # features' population stability index against its training rows (bins
                                  # kept in its registry copy); features at or above the threshold are named
@@ -103,6 +106,7 @@ from fedcore.drift import DriftSettings
 from fedcore.errors import ConfigError, InputError, ParameterError
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.plan import check_bounded_depth
+from fedcore.metrics import default_metric
 from fedcore.models.signing import public_key_path
 from fedcore.names import check_name
 from fedcore.privacy.settings import EncryptedLabels, NoPrivacy, PrivacySetting, parse_privacy
@@ -162,6 +166,11 @@ class TrainingSettings:
     for a classifier (the vertical label holder scores probabilities; horizontal institutions sum their rows'
     log-losses), r2 for regression (`FederationConfig.promotion_metric`).
     """
+    decision_threshold: float | str | None = None
+    """Binary labels: predict the positive (second) class where its probability is at least this, in held-out
+    metrics and batch predictions; stored with the version. Default: the most probable class (0.5). "auto"
+    (vertical): the held-out curve's threshold of the largest TPR - FPR (`fedcore.session`,
+    `held_out_evaluation`)."""
     predict_for: str | None = None
     """Institution that receives batch predictions; default: the label holder."""
     connect_timeout_s: float = 60.0
@@ -198,6 +207,11 @@ class TrainingSettings:
         if values.get("agent_session_timeout_s", 30.0) <= 0:
             raise ConfigError(f"{where}: training.agent_session_timeout_s must be positive, got "
                               f"{values['agent_session_timeout_s']!r}")
+        threshold = values.get("decision_threshold", "auto")
+        if threshold != "auto" and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                    or not 0 <= threshold <= 1):
+            raise ConfigError(f"{where}: training.decision_threshold must be a number between 0 and 1 or "
+                              f"'auto', got {threshold!r}")
         if not 0 < values.get("holdout", 0.2) < 1:
             raise ConfigError(f"{where}: training.holdout must be between 0 and 1 (exclusive), "
                               f"got {values['holdout']!r}")
@@ -245,14 +259,10 @@ class FederationConfig:
     def promotion_metric(self) -> str:
         """The metric a new version must not be worse on to be promoted.
 
-        Never plain accuracy by default: on a rare label, always answering the majority class scores the base
-        rate. Classification: log-loss (both settings score probabilities); regression: R^2.
+        Default `fedcore.metrics.default_metric`: log-loss for a classifier (both settings score
+        probabilities), R^2 for regression.
         """
-        if self.training.metric:
-            return self.training.metric
-        if self.params.task != "classification":
-            return "r2"
-        return "log_loss"
+        return self.training.metric or default_metric(self.params.task)
 
     def institution(self, name: str) -> Institution:
         """The institution called `name`."""

@@ -30,6 +30,7 @@ import numpy as np
 
 from fedcore import errors
 from fedcore.errors import InputError, ParameterError
+from fedcore.metrics import decide
 
 NotFittedError = errors.NotFittedError
 """An estimator was used before `fit`: an AttributeError and a ValueError, like scikit-learn's, so
@@ -170,6 +171,19 @@ class ClassifierMixin:
     def score(self: _Predictor, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Mean accuracy of `predict(X)` against `y` (weighted by `sample_weight`); X: what predict takes."""
         return accuracy(y, self.predict(X), sample_weight)
+
+    def _decided(self: Any, proba: np.ndarray) -> np.ndarray:
+        """The predicted class of each row of `proba`: at `decision_threshold` for two classes, if set.
+
+        `decision_threshold` None: the most probable class; else the second (positive) class where its
+        probability is at least the threshold (`fedcore.metrics.decide`).
+        """
+        threshold = getattr(self, "decision_threshold", None)
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                      or not 0 <= threshold <= 1):
+            raise ParameterError(f"decision_threshold must be a number between 0 and 1 (or None), got "
+                                 f"{threshold!r}")
+        return self.classes_[decide(proba, threshold)]
 
 
 class RegressorMixin:

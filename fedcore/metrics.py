@@ -30,6 +30,14 @@ def _undefined(name: str, reason: str) -> float:
     return float("nan")
 
 
+def default_metric(task: str) -> str:
+    """The promotion metric a task gets unless configured: log-loss for a classifier, R^2 for regression.
+
+    Never plain accuracy: on a rare label, always answering the majority class scores the base rate.
+    """
+    return "log_loss" if task == "classification" else "r2"
+
+
 def better(metric: str, new: float, old: float) -> float:
     """How much better `new` is than `old` on `metric` (negative: worse), whichever direction is better."""
     return old - new if metric in LOWER_IS_BETTER else new - old
@@ -81,6 +89,27 @@ def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray) -> np.ndarray:
     truth, predicted = codes[:len(y_true)], codes[len(y_true):]
     confusion = np.zeros((len(classes), len(classes)), np.int64)
     np.add.at(confusion, (truth, predicted), 1)
+    return confusion
+
+
+def decide(proba: np.ndarray, threshold: float | None = None) -> np.ndarray:
+    """Each row's predicted class code from class probabilities `proba` (n, C).
+
+    `threshold` None: the most probable class (the first on a tie). Given, for two classes: the second
+    (positive) class where its probability is at least `threshold`, as scikit-learn's `roc_curve` counts.
+    """
+    proba = np.asarray(proba, np.float64)
+    if threshold is None or proba.shape[1] != 2:
+        return np.argmax(proba, axis=1)
+    return (proba[:, 1] >= threshold).astype(np.int64)
+
+
+def class_confusion(codes: np.ndarray, predicted: np.ndarray, n_classes: int) -> np.ndarray:
+    """(truth, predicted) counts over the model's `n_classes` codes; rows of unknown class (-1) left out."""
+    codes, predicted = np.asarray(codes, np.int64), np.asarray(predicted, np.int64)
+    known = codes >= 0
+    confusion = np.zeros((n_classes, n_classes), np.int64)
+    np.add.at(confusion, (codes[known], predicted[known]), 1)
     return confusion
 
 

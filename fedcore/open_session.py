@@ -9,6 +9,12 @@ from fedcore.transport.base import Transport
 
 def open_session(config: FederationConfig, transport: Transport) -> MasterSession:
     """A vertical or horizontal master session with the config's algorithm, privacy and training settings."""
+    session = _session(config, transport)
+    session.decision_threshold = config.training.decision_threshold
+    return session
+
+
+def _session(config: FederationConfig, transport: Transport) -> MasterSession:
     settings = config.training
     if config.setting == "horizontal":
         from fedcore.horizontal.params import ExtraTreesParams

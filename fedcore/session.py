@@ -18,10 +18,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from fedcore.checkpoints import CheckpointStore, resume_point
+from fedcore.curves import confusion_at, youden_group
 from fedcore.errors import FedForestError
+from fedcore.metrics import confusion_metrics
 from fedcore.models.registry import ModelRegistry
 from fedcore.progress import ProgressCallback
 from fedcore.protocol.messages import Message
@@ -98,6 +101,12 @@ class MasterSession(ABC):
     algorithm: str
     """The algorithm's canonical id (`fedcore.algorithms`)."""
     params: TreeParams
+    decision_threshold: float | str | None = None
+    """Binary labels: predict the positive class at or above this probability (None: the most probable
+    class, as 0.5 but ties to the first class); used at evaluation and stored with the version. AUTO: chosen
+    by `evaluate` from the held-out curve (then the number, or None without a curve)."""
+    evaluation: dict[str, Any] | None = None
+    """After `evaluate`: what the held-out pictures draw from (`evaluation_entry`), no row's label."""
 
     def __init__(self, transport: Transport, progress: ProgressCallback | None = None) -> None:
         """`progress` is called as levels and tree batches complete (also settable later as `.progress`)."""
@@ -116,7 +125,12 @@ class MasterSession(ABC):
 
     @abstractmethod
     def evaluate(self) -> dict[str, float]:
-        """Held-out metrics, scored where the labels are."""
+        """Held-out metrics, scored where the labels are; sets `evaluation` (confusion, binary curve)."""
+
+    def _evaluate_header(self) -> dict[str, float]:
+        """The `evaluate` header: the decision threshold when a number is set (AUTO: chosen afterwards)."""
+        threshold = self.decision_threshold
+        return {} if threshold is None or isinstance(threshold, str) else {"decision_threshold": threshold}
 
     @abstractmethod
     def master_tables(self) -> dict[str, pa.Table]:
@@ -210,3 +224,35 @@ def prediction_header(run_id: str | None = None, until: datetime | None = None) 
     """What a prediction request carries: the flow run's id and scheduled time (ISO 8601), when known."""
     header = {} if run_id is None else {"run": run_id}
     return header | ({} if until is None else {"until": until.isoformat()})
+
+
+AUTO = "auto"
+"""A decision threshold chosen on the held-out rows (`held_out_evaluation`)."""
+
+
+def held_out_evaluation(metrics: dict[str, float], confusion: np.ndarray, classes: list[str],
+                        curve: np.ndarray | None, threshold: float | str | None
+                        ) -> tuple[dict[str, float], dict[str, Any], float | None]:
+    """Metrics, the manifest's `evaluation` and the decision threshold of a classifier's held-out reply.
+
+    `threshold` AUTO with a binary curve: the group threshold of the largest TPR - FPR (`youden_group`),
+    with the confusion and its metrics (accuracy, F1, balanced accuracy, base rate) recomputed at it from the
+    curve's counts (exact; chosen and scored on the same held-out rows, so slightly optimistic). AUTO
+    without a curve: the most probable class (None).
+    """
+    if threshold == AUTO:
+        threshold = None
+        if curve is not None:
+            group = youden_group(curve)
+            threshold, confusion = float(curve[group, 0]), confusion_at(curve, group)
+            metrics = {**metrics, **confusion_metrics(confusion)}
+    assert not isinstance(threshold, str), "a threshold is a number, AUTO or None"
+    return metrics, evaluation_entry(confusion, classes, curve, threshold), threshold
+
+
+def evaluation_entry(confusion: np.ndarray, classes: list[str], curve: np.ndarray | None,
+                     threshold: float | None) -> dict[str, Any]:
+    """The manifest's `evaluation`: held-out confusion counts, class names, binary curve table (or None)."""
+    return {"classes": classes, "confusion": np.asarray(confusion, np.int64).tolist(),
+            "curve": None if curve is None else np.asarray(curve, np.float64).tolist(),
+            "decision_threshold": threshold}

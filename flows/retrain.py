@@ -42,6 +42,7 @@ from tasks.registry import (
     previous_production,
     promote_if_not_worse,
     publish_model_card,
+    publish_pictures,
     register_model,
 )
 from tasks.session import evaluate, prepare, train
@@ -126,6 +127,7 @@ def session_attempt(config: FederationConfig, agents: str, model_name: str, pred
         if predict and _has_new_rows(config):
             prediction = predict_task(session, config.prediction_requester)
         publish_model_card(model_name, version, manifest, production, promoted, prediction)
+        publish_pictures(config, model_name, version)
         session.close()
     summary = {"model": model_name, "version": version, "promoted": promoted, "metrics": metrics,
                "production": _version_of(production), "validation": validation, "preparation": preparation,

@@ -9,6 +9,7 @@ from fedcore.config import FederationConfig
 from fedcore.errors import ArtifactError, ConfigError
 from fedcore.metrics import promotion_refusal
 from fedcore.models.card import importance_rows, model_card, version_markdown
+from fedcore.models.pictures import pictures_markdown, version_pictures
 from fedcore.models.publish import register_everywhere
 from fedcore.models.registry import PRODUCTION, ModelRegistry
 from fedcore.session import MasterSession
@@ -88,3 +89,17 @@ def publish_model_card(model_name: str, version: str, manifest: dict, production
                               description=f"{model_name} {version}: each institution's share of the "
                                           "importances (its features' stay at home)")
     return markdown
+
+
+@task(**NOT_PERSISTED)
+def publish_pictures(config: FederationConfig, model_name: str, version: str) -> list[str]:
+    """Publish the version's pictures (`fedcore.models.pictures`) as the `model-pictures` artifact.
+
+    Data-URI SVG images in markdown, which Prefect's UI shows inline (checked in a headless browser:
+    `tools/ui_screenshot.py`); returns the pictures' names.
+    """
+    pictures = version_pictures(master_registry(config), model_name, version, config.promotion_metric)
+    create_markdown_artifact(pictures_markdown(f"{model_name} {version}", pictures), key="model-pictures",
+                             description=f"{model_name} {version}: held-out pictures, importances, "
+                                         f"{config.promotion_metric} across versions")
+    return list(pictures)

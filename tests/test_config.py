@@ -91,12 +91,20 @@ def test_training_settings_override_the_derived_values() -> None:
     assert (config.model_name, config.prediction_requester, config.promotion_metric) == ("m", "insurer",
                                                                                          "log_loss")
     assert config.training.holdout == 0.3 and config.training.agent_idle_timeout_s == 60
+    assert config.training.decision_threshold is None
+    for threshold in (0.3, "auto"):
+        assert parse_config(_raw(training={"decision_threshold": threshold}),
+                            CONFIG).training.decision_threshold == threshold
 
 
 @pytest.mark.parametrize(("training", "message"), [
     ({"promte_margin": 0.01}, "unknown training setting 'promte_margin'; did you mean 'promote_margin'?"),
     ({"speed": 3}, "unknown training setting 'speed'; known: ['agent_idle_timeout_s', "),
     ({"holdout": 1.0}, "training.holdout must be between 0 and 1 (exclusive), got 1.0"),
+    ({"decision_threshold": 1.2},
+     "training.decision_threshold must be a number between 0 and 1 or 'auto', got 1.2"),
+    ({"decision_threshold": "high"},
+     "training.decision_threshold must be a number between 0 and 1 or 'auto', got 'high'"),
     ({"connect_timeout_s": "soon"}, "training.connect_timeout_s must be a non-negative number, got 'soon'"),
     ({"min_overlap": -1}, "training.min_overlap must be a non-negative number, got -1"),
     ({"predict_for": "retailer"},

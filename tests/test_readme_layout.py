@@ -15,7 +15,7 @@ def _layout_block() -> str:
 
 
 def test_every_module_the_layout_names_exists() -> None:
-    existing = {p.name for top in ("fedcore", "tasks", "flows") for p in (ROOT / top).rglob("*.py")}
+    existing = {p.name for top in ("fedcore", "tasks", "flows", "tools") for p in (ROOT / top).rglob("*.py")}
     named = set(re.findall(r"\b([a-z_]+\.py)\b", _layout_block()))
     assert len(named) > 40
     assert sorted(named - existing) == []
@@ -25,7 +25,7 @@ def test_every_package_the_layout_names_exists() -> None:
     packages = {p.name for top in ("fedcore", "tasks", "flows")
                 for p in (ROOT / top).rglob("*") if p.is_dir()}
     named = {m.group(1) for m in re.finditer(r"^\s*([a-z_]+)/\s", _layout_block(), re.MULTILINE)}
-    top = {"fedcore", "tasks", "flows", "data_contracts", "deployments", "benchmarks", "tests"}
+    top = {"fedcore", "tasks", "flows", "data_contracts", "deployments", "benchmarks", "tools", "tests"}
     assert sorted(named - packages - top) == []
 
 

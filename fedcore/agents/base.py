@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 PartyT = TypeVar("PartyT", bound=EngineParty)
 SHARED_HEADERS: dict[str, tuple[str, ...]] = {
-    "validation_report": (), "evaluate": (), "model_digest": (),
+    "validation_report": (), "evaluate": ("decision_threshold",), "model_digest": (),
     "store_model": ("model", "version", "manifest"), "load_model": ("model", "version", "table_sha256"),
     "resume_status": ("run", "context"), "resume": ("batches",), "drop_checkpoints": (),
     "withdraw_model": ("model", "version"), "close": ()}
@@ -94,6 +94,8 @@ class SessionAgent(Generic[PartyT]):
         self.sessions = 0
         self.model_ref: tuple[str, str] | None = None
         """(model, version) this agent stored or loaded in this session: what its predictions are named by."""
+        self.decision_threshold: float | None = None
+        """The decision threshold of the version it predicts with (its master manifest's; None: argmax)."""
         self._stored: tuple[str, str] | None = None
         """(model, version) this agent stored in this session: the only one a master may withdraw."""
         self._done: set[str] = set()
@@ -154,15 +156,24 @@ class SessionAgent(Generic[PartyT]):
                                 "answered once per session")
         self._done.add(kind)
 
-    def _stored_version(self, header: Header) -> None:
+    def _stored_version(self, header: Header, master_manifest: dict) -> None:
         """This session stored `header`'s version here: predictions are named by it; it may be withdrawn."""
-        self._model_version(header)
+        self._model_version(header, master_manifest)
         self._stored = self.model_ref
 
-    def _model_version(self, header: Header) -> None:
-        """The model version this session now predicts with (stored or loaded): one prediction file each."""
+    def _model_version(self, header: Header, master_manifest: dict) -> None:
+        """The model version this session now predicts with (stored or loaded): one prediction file each.
+
+        Its batch predictions use the decision threshold its master's signed manifest states (binary labels).
+        """
         self.model_ref = model_version(header)
         self._done -= PREDICTION_KINDS
+        threshold = master_manifest.get("decision_threshold")
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)
+                                      or not 0 <= threshold <= 1):
+            raise ProtocolError(f"institution {self.name!r}: the version's decision_threshold must be a "
+                                "number in [0, 1]")
+        self.decision_threshold = None if threshold is None else float(threshold)
 
     def _keep_snapshot(self, training: pd.DataFrame | None, extra: dict) -> None:
         """At store: the training rows' drift snapshot, for this session and the registry copy (`extra`).
@@ -212,6 +223,7 @@ class SessionAgent(Generic[PartyT]):
             self.name = self._data.name
         self.party, self._checkpoints, self.closed = None, None, False
         self.model_ref, self._stored, self._done = None, None, set()
+        self.decision_threshold = None
         self._start_session()
         self.sessions += 1
         return validation_reply(self.data.validation)

@@ -57,3 +57,10 @@ def reported(values: np.ndarray | list[float] | float) -> np.ndarray:
     scale[finite] = np.floor(np.log10(np.abs(array[finite])))
     factor = 10.0 ** (REPORTED_DIGITS - 1 - scale)
     return np.where(finite, np.round(array * factor) / factor, array)
+
+
+def decision_threshold(message: Message) -> float | None:
+    """The `evaluate` message's optional `decision_threshold` in [0, 1] (None: the most probable class)."""
+    if "decision_threshold" not in message.header:
+        return None
+    return message.header.number("decision_threshold", 0.0, 1.0)

@@ -10,6 +10,9 @@ the rows are cut:
 Float sums are kept exact as integer counts of the float64 mantissas per binary exponent (`exact_parts`):
 they add up as integers, and `exact_value` rounds the total once, to the float64 nearest the true sum,
 whatever the order or blocks.
+
+Shared with the vertical agents: `predictions_table` (both settings' deliveries, at the version's decision
+threshold) and `evaluation_arrays` (the label holder's held-out confusion and binary curve counts).
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ import numpy as np
 import pandas as pd
 
 from fedcore.agents.checks import reported
+from fedcore.curves import score_groups
 from fedcore.errors import InputError
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.schema import HorizontalSchema
-from fedcore.metrics import row_log_losses
+from fedcore.metrics import class_confusion, decide, row_log_losses
 from fedcore.protocol.messages import Message
 
 Statistics = dict[str, np.ndarray]
@@ -62,7 +66,8 @@ def exact_value(parts: np.ndarray) -> float:
     return float(Fraction(total, 1 << (_OFFSET + _MANTISSA_BITS)))
 
 
-def holdout_statistics(model: HorizontalForest, schema: HorizontalSchema, rows: pd.DataFrame) -> Statistics:
+def holdout_statistics(model: HorizontalForest, schema: HorizontalSchema, rows: pd.DataFrame,
+                       threshold: float | None = None) -> Statistics:
     """The model's errors on `rows`, as statistics that add up.
 
     Classification: "confusion", (C, C) int64 counts (truth, predicted), and "log_loss", `exact_parts` of
@@ -74,7 +79,7 @@ def holdout_statistics(model: HorizontalForest, schema: HorizontalSchema, rows: 
     truth = schema.encode_labels(rows[schema.label])
     if schema.task == "classification":
         confusion = np.zeros((schema.n_classes, schema.n_classes), np.int64)
-        np.add.at(confusion, (truth, np.argmax(values, axis=1)), 1)
+        np.add.at(confusion, (truth, decide(values, threshold)), 1)  # at the decision threshold
         return {"confusion": confusion, "log_loss": exact_parts(row_log_losses(truth, values)[:, None])}
     errors = truth - values[:, 0]
     return {"sums": exact_parts(np.column_stack([np.ones(len(truth)), truth, truth * truth, errors * errors,
@@ -107,24 +112,37 @@ def evaluation_reply(schema: HorizontalSchema, statistics: Statistics) -> Messag
 
 
 def prediction_frame(model: HorizontalForest, schema: HorizontalSchema, batch: pd.DataFrame,
-                     id_column: str) -> pd.DataFrame:
+                     id_column: str, threshold: float | None = None) -> pd.DataFrame:
     """The predictions of `batch`'s rows with their IDs: class and per-class probabilities, or the value."""
     classes = np.asarray(schema.classes, dtype=object) if schema.task == "classification" else None
     return predictions_table(batch[id_column].to_numpy(), model.predict_values(schema.encode(batch)), classes,
-                             id_column)
+                             id_column, threshold)
 
 
 def predictions_table(ids: np.ndarray | pd.Series, values: np.ndarray, classes: np.ndarray | None,
-                      id_column: str) -> pd.DataFrame:
+                      id_column: str, threshold: float | None = None) -> pd.DataFrame:
     """IDs and their predictions as both settings deliver them.
 
     The class with `proba_<class>` columns (`values` one column per class), or the value (`classes` None).
+    The class: at the version's decision `threshold` for two classes (`fedcore.metrics.decide`).
     """
     out = pd.DataFrame({id_column: ids})
     if classes is not None:
-        out["prediction"] = classes[np.argmax(values, axis=1)]
+        out["prediction"] = classes[decide(values, threshold)]
         for k, c in enumerate(classes):
             out[f"proba_{c}"] = values[:, k]
     else:
         out["prediction"] = values[:, 0]
     return out
+
+
+def evaluation_arrays(codes: np.ndarray, proba: np.ndarray, threshold: float | None) -> dict[str, np.ndarray]:
+    """What the vertical label holder's `metrics` reply draws from (issue #33's pictures), beside its metrics.
+
+    "confusion": (C, C) counts of the held-out rows at the decision `threshold`; "curve" (two classes, both
+    present): `fedcore.curves.score_groups`' label counts per probability group, no row's label.
+    """
+    arrays = {"confusion": class_confusion(codes, decide(proba, threshold), proba.shape[1])}
+    if proba.shape[1] == 2 and (codes >= 0).all() and len(np.unique(codes)) == 2:
+        arrays["curve"] = score_groups(codes == 1, proba[:, 1])
+    return arrays

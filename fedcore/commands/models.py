@@ -1,7 +1,7 @@
 """`fedforest models`: inspect and manage a model registry (see fedcore.models.registry).
 
     fedforest models list     TRUST [--model NAME] [--json]
-    fedforest models show     TRUST --model NAME [--version REF] [--json]
+    fedforest models show     TRUST --model NAME [--version REF] [--json] [--pictures DIR [--metric NAME]]
     fedforest models promote  TRUST --model NAME --version REF [--alias production]
     fedforest models rollback TRUST --model NAME [--alias production]
     fedforest models keygen   --out FILE      (writes FILE, mode 0600, and FILE.pub, mode 0644)
@@ -22,7 +22,9 @@ import sys
 from pathlib import Path
 
 from fedcore.errors import ConfigError
+from fedcore.metrics import default_metric
 from fedcore.models.export import FORMATS, export_version
+from fedcore.models.pictures import version_pictures
 from fedcore.models.registry import LATEST, PRODUCTION, ModelRegistry
 from fedcore.models.signing import generate_signing_key, key_id, public_key_path
 
@@ -46,6 +48,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     _registry_options(show)
     show.add_argument("--version", default=LATEST, metavar="REF", help="v0003, an alias or latest (default)")
     show.add_argument("--json", action="store_true", help="print JSON instead of text")
+    show.add_argument("--pictures", metavar="DIR", help="also write the version's pictures into DIR as "
+                                                        "SVG files (confusion, ROC, PR, calibration, "
+                                                        "importances, the metric across versions)")
+    show.add_argument("--metric", metavar="NAME", help="the metric drawn across versions (default: the "
+                                                       "task's promotion default, log_loss or r2)")
     show.set_defaults(handler=_show)
 
     promote = sub.add_parser("promote", help="point an alias (default production) at a verified version")
@@ -185,8 +192,13 @@ def _move_row(entry: dict) -> dict:
 
 def _show(args: argparse.Namespace) -> int:
     """Exit 1 when the version fails its checks (signature or files)."""
-    info = _open(args).describe(args.model, args.version)
+    registry = _open(args)
+    info = registry.describe(args.model, args.version)
     failed = 1 if info["integrity"] != "ok" else 0
+    if args.pictures and not failed:
+        written = _write_pictures(registry, args.model, info["version"], args.metric or default_metric(
+            info["task"]), Path(args.pictures))
+        print(f"wrote {len(written)} pictures into {args.pictures}: {', '.join(written)}", file=sys.stderr)
     if args.json:
         print(json.dumps(info, indent=2))
         return failed
@@ -203,6 +215,18 @@ def _show(args: argparse.Namespace) -> int:
         lines += ["", _indent(format_table(info["files"]))]
     print("\n".join(lines))
     return failed
+
+
+def _write_pictures(registry: ModelRegistry, model: str, version: str, metric: str,
+                    folder: Path) -> list[str]:
+    """Write `version_pictures` as `<model>-<version>-<picture>.svg` files into `folder`; their names."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, svg in version_pictures(registry, model, version, metric).items():
+        path = folder / f"{model}-{version}-{name}.svg"
+        path.write_text(svg)
+        written.append(path.name)
+    return written
 
 
 def _export(args: argparse.Namespace) -> int:

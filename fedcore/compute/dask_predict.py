@@ -32,28 +32,30 @@ if TYPE_CHECKING:
 
 
 def _evaluate_block(block: Block, table: ParquetTable, held: np.ndarray, model: HorizontalForest,
-                    schema: HorizontalSchema) -> Statistics:
-    return holdout_statistics(model, schema, held_rows(block, table, held, [*schema.names, schema.label]))
+                    schema: HorizontalSchema, threshold: float | None = None) -> Statistics:
+    return holdout_statistics(model, schema, held_rows(block, table, held, [*schema.names, schema.label]),
+                              threshold)
 
 
 def _predict_block(block: Block, table: ParquetTable, model: HorizontalForest, schema: HorizontalSchema,
-                   id_column: str, folder: str) -> int:
+                   id_column: str, folder: str, threshold: float | None = None) -> int:
     batch = read_table_block(block, table, [id_column, *schema.names])
-    write_parquet(part_file(Path(folder), block.index), prediction_frame(model, schema, batch, id_column))
+    write_parquet(part_file(Path(folder), block.index), prediction_frame(model, schema, batch, id_column,
+                                                                         threshold))
     return len(batch)
 
 
 def evaluate_blocks(client: Client, table: ParquetTable, held: Sequence[np.ndarray], model: HorizontalForest,
-                    schema: HorizontalSchema) -> Statistics:
+                    schema: HorizontalSchema, threshold: float | None = None) -> Statistics:
     """The held-out set's statistics, each block's computed on its worker (see the module doc)."""
     shared = client.submit(rebuildable, model, pure=False)  # rebuilt if its worker is lost
     return merge_statistics(client.gather(submit_blocks(client, _evaluate_block, table, held, model=shared,
-                                                        schema=schema)))
+                                                        schema=schema, threshold=threshold)))
 
 
 def predict_blocks(client: Client, table: ParquetTable, model: HorizontalForest, schema: HorizontalSchema,
-                   id_column: str, folder: Path) -> int:
+                   id_column: str, folder: Path, threshold: float | None = None) -> int:
     """Write every block's predictions into `folder` (one part each); returns the row count."""
     shared = client.submit(rebuildable, model, pure=False)  # rebuilt if its worker is lost
     return sum(client.gather(submit_blocks(client, _predict_block, table, model=shared, schema=schema,
-                                           id_column=id_column, folder=str(folder))))
+                                           id_column=id_column, folder=str(folder), threshold=threshold)))

@@ -49,6 +49,7 @@ import pandas as pd
 
 from fedcore.agents.base import SessionAgent, session_headers
 from fedcore.agents.batches import requested_until
+from fedcore.agents.checks import decision_threshold
 from fedcore.agents.data import InstitutionData
 from fedcore.agents.scoring import evaluation_reply, holdout_statistics, prediction_frame
 from fedcore.agents.storage import (
@@ -56,6 +57,7 @@ from fedcore.agents.storage import (
     new_prediction_folder,
     place_parts,
     run_id,
+    signed_manifest,
     store_signed_table,
     write_predictions,
 )
@@ -296,15 +298,17 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         if (self._holdout is None and self._held is None) or not self._trained:
             raise ProtocolError(f"institution {self.name!r}: 'evaluate' scores only the model trained in "
                                 "this session")
+        threshold = decision_threshold(message) if schema.task == "classification" else None
         self._once(message.kind)
         if self._held is not None:  # on the workers, block by block
             from fedcore.compute.dask_predict import evaluate_blocks
 
             assert self.data.table is not None and self.data.cluster is not None, "held out on Dask"
-            statistics = evaluate_blocks(self.data.cluster.client, self.data.table, self._held, model, schema)
+            statistics = evaluate_blocks(self.data.cluster.client, self.data.table, self._held, model, schema,
+                                         threshold)
         else:
             assert self._holdout is not None
-            statistics = holdout_statistics(model, schema, self._holdout)
+            statistics = holdout_statistics(model, schema, self._holdout, threshold)
         return evaluation_reply(schema, statistics)
 
     def _on_model_digest(self, message: Message) -> Message:
@@ -315,7 +319,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         self._keep_snapshot(self._training, extra)
         path = store_signed_table(self.data, message.header, MODEL_STEM, self._require_model().to_table(),
                                   extra)
-        self._stored_version(message.header)
+        self._stored_version(message.header, signed_manifest(message.header))
         return Message("stored", {"path": path})
 
     def _on_load_model(self, message: Message) -> Message:
@@ -325,7 +329,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         self.snapshot = manifest.get("drift")
         self.schema = self.model.schema
         self._holdout, self._held, self._trained = None, None, False
-        self._model_version(message.header)
+        self._model_version(message.header, manifest.get("master_manifest") or {})
         return Message("loaded", {"version": message.header["version"], "nodes": self.model.n_nodes})
 
     def _on_predict_local(self, message: Message) -> Message:
@@ -341,7 +345,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         started, target = time.perf_counter(), self._prediction_target()
         batch = self.data.new_batch(until, target)
         drift = self._batch_drift(batch)  # its features against its training rows, before predicting
-        out = prediction_frame(model, schema, batch, self.data.id_column)
+        out = prediction_frame(model, schema, batch, self.data.id_column, self.decision_threshold)
         path = write_predictions(self.data, out, target, run, until)
         return Message("predicted", {"rows": len(out), "path": str(path),
                                      "seconds": time.perf_counter() - started, **drift})
@@ -361,7 +365,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         table = self.data.open_new_batch(until, target)
         tmp, path = new_prediction_folder(self.data, target)
         try:
-            rows = predict_blocks(self.data.cluster.client, table, model, schema, self.data.id_column, tmp)
+            rows = predict_blocks(self.data.cluster.client, table, model, schema, self.data.id_column, tmp,
+                                  self.decision_threshold)
             written = len(list(tmp.glob("part-*.parquet")))
             if written != len(table.blocks):  # the workers wrote on a disk this agent does not see
                 raise DataWriteError(f"institution {self.name!r}: the Dask workers wrote {written} of "

@@ -280,7 +280,8 @@ class _FETBase(_HorizontalForest):
                  categories: Mapping[str, Sequence] | None = None, bootstrap: bool = False,
                  tree_batch_size: int | None = None, memory_budget_mb: int | None = None,
                  random_state: int = 0, progress: bool = False, record_transcript: bool = False,
-                 record_payloads: bool = False, compute: Any = None, block_rows: int | None = None) -> None:
+                 record_payloads: bool = False, compute: Any = None, block_rows: int | None = None,
+                 decision_threshold: float | None = None) -> None:
         self._store_params(locals())
 
     def _check_settings(self) -> None:
@@ -409,9 +410,8 @@ class _Classifier(ClassifierMixin, _HorizontalForest):
         return self._predict_values(frame)
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
-        """Most probable class per row, in the label's original values."""
-        proba = self.predict_proba(frame)
-        return self.classes_[np.argmax(proba, axis=1)]
+        """The class per row (the label's values): the most probable, or at `decision_threshold`."""
+        return self._decided(self.predict_proba(frame))
 
     @property
     def classes_(self) -> np.ndarray:
@@ -470,7 +470,7 @@ class PPDERTClassifier(_Classifier, _HorizontalForest):
                  secure_aggregation: bool = True,
                  privacy: str | Mapping[str, Any] | PrivacySetting = "secagg", thresholds: str | None = None,
                  threshold_cells: int | None = None, compute: Any = None,
-                 block_rows: int | None = None) -> None:
+                 block_rows: int | None = None, decision_threshold: float | None = None) -> None:
         """Store the parameters as given (`fit` checks them); the PPD-ERT-specific ones are these.
 
         `secure_aggregation=False` sends plain per-party counts: only a baseline to measure the masks' cost.

@@ -52,7 +52,14 @@ from fedcore.privacy.settings import (
     parse_privacy,
 )
 from fedcore.protocol.messages import Message
-from fedcore.session import MasterSession, Prediction, Preparation, TrainingFacts, prediction_header
+from fedcore.session import (
+    MasterSession,
+    Prediction,
+    Preparation,
+    TrainingFacts,
+    held_out_evaluation,
+    prediction_header,
+)
 from fedcore.transport.base import Transport
 
 
@@ -217,10 +224,14 @@ class HorizontalSession(MasterSession):
 
     def evaluate(self) -> dict[str, float]:
         """Metrics over all institutions' held-out rows, from the aggregates each computes at home."""
-        replies = self.transport.exchange({name: Message("evaluate") for name in self.institutions})
+        header = self._evaluate_header() if self.params.task == "classification" else {}
+        replies = self.transport.exchange({name: Message("evaluate", header) for name in self.institutions})
         if self.params.task == "classification":
             confusion = cast(np.ndarray, sum(r.arrays["confusion"].astype(np.int64)
                                              for r in replies.values()))
+            assert self.schema is not None and self.schema.classes is not None, "a classifier's agreed schema"
+            _, self.evaluation, self.decision_threshold = held_out_evaluation(
+                {}, confusion, [str(c) for c in self.schema.classes], None, self.decision_threshold)
             log_loss_sum = float(sum(float(r.arrays["log_loss_sum"][0]) for r in replies.values()))
             rows = int(confusion.sum())
             return {**confusion_metrics(confusion),

@@ -44,6 +44,10 @@ def build_manifest(session: MasterSession, federation: str, metrics: dict[str, f
                                 "task": session.params.task, "params": session.params.to_dict()}
     manifest.update({k: v for k, v in entries.items() if k not in ("training", "lineage")})
     manifest["metrics"] = metrics
+    if isinstance(session.decision_threshold, float | int):  # batch prediction applies it (binary labels);
+        manifest["decision_threshold"] = session.decision_threshold  # "auto" never evaluated: not stored
+    if session.evaluation is not None:  # held-out confusion and binary curve: the pictures draw them
+        manifest["evaluation"] = session.evaluation
     manifest["training"] = {"rows": facts.train_rows, "holdout_rows": facts.holdout_rows,
                             **entries.get("training", {}), "seconds": facts.seconds, "rounds": facts.rounds,
                             "bytes": facts.bytes, "nodes": facts.nodes}
@@ -83,8 +87,25 @@ def _metric_lines(manifest: dict[str, Any], production: dict[str, Any] | None, v
     lines = [f"## Metrics (held-out rows, {where})", "", "| metric | this version | previous production |",
              "|---|---|---|"]
     names = {k: f"{k} (lower is better)" if k in LOWER_IS_BETTER else k for k in manifest["metrics"]}
-    return lines + [f"| {names[k]} | {v:.4f} | {previous[k]:.4f} |" if k in previous
-                    else f"| {names[k]} | {v:.4f} | - |" for k, v in manifest["metrics"].items()]
+    lines += [f"| {names[k]} | {v:.4f} | {previous[k]:.4f} |" if k in previous
+              else f"| {names[k]} | {v:.4f} | - |" for k, v in manifest["metrics"].items()]
+    return lines + _threshold_lines(manifest)
+
+
+def _threshold_lines(manifest: dict[str, Any]) -> list[str]:
+    """The decision rule accuracy, F1 and balanced accuracy were scored at, and its held-out confusion."""
+    evaluation = manifest.get("evaluation")
+    if not evaluation:
+        return []
+    threshold = manifest.get("decision_threshold")
+    rule = ("the most probable class" if threshold is None else
+            f"the positive class at probability >= {threshold:g} (the decision threshold; batch predictions "
+            "use it too)")
+    classes, confusion = evaluation["classes"], evaluation["confusion"]
+    lines = ["", f"Class decisions above: {rule}. Held-out confusion (rows: truth, columns: predicted):", "",
+             "| | " + " | ".join(classes) + " |", "|---" * (len(classes) + 1) + "|"]
+    return lines + [f"| {name} | " + " | ".join(str(c) for c in row) + " |"
+                    for name, row in zip(classes, confusion, strict=True)]
 
 
 def _data_lines(manifest: dict[str, Any], vertical: bool) -> list[str]:

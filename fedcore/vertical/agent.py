@@ -22,13 +22,19 @@ import pandas as pd
 
 from fedcore.agents.base import SessionAgent, session_headers
 from fedcore.agents.batches import requested_until
-from fedcore.agents.checks import check_holdout, prediction_values, reported
+from fedcore.agents.checks import check_holdout, decision_threshold, prediction_values, reported
 from fedcore.agents.data import InstitutionData
-from fedcore.agents.scoring import predictions_table
-from fedcore.agents.storage import load_signed_table, run_id, store_signed_table, write_predictions
+from fedcore.agents.scoring import evaluation_arrays, predictions_table
+from fedcore.agents.storage import (
+    load_signed_table,
+    run_id,
+    signed_manifest,
+    store_signed_table,
+    write_predictions,
+)
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import ArtifactError, MalformedMessage, ProtocolError
-from fedcore.metrics import class_codes, metrics
+from fedcore.metrics import class_codes, decide, metrics
 from fedcore.models.artifacts import decode_classes, encode_classes, table_sha256
 from fedcore.models.card import importance_rows
 from fedcore.models.tables import partial_forest_from_table, party_table
@@ -328,15 +334,18 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         self._require_model(message.kind)  # trained in this session (load_holdout checked it too)
         width = len(party.classes_) if party.classes_ is not None else 1
         values = prediction_values(self.name, message, len(y), width)
+        threshold = decision_threshold(message)
         self._once(message.kind)  # a refused call above revealed nothing; this one answers
+        arrays: dict[str, np.ndarray] = {}
         if party.classes_ is not None:
-            predicted = party.classes_[np.argmax(values, axis=1)]
+            predicted = party.classes_[decide(values, threshold)]
             result = metrics("classification", y, predicted, values, party.classes_)  # values: probabilities
+            arrays = evaluation_arrays(class_codes(y, party.classes_), values, threshold)
         else:
             result = metrics("regression", y, values[:, 0])
         # rounded: the predictions are the master's, so full precision would let crafted ones carry labels
         rounded = {name: float(reported(value)) for name, value in result.items()}
-        return Message("metrics", {"metrics": rounded, "rows": int(len(y))})
+        return Message("metrics", {"metrics": rounded, "rows": int(len(y))}, arrays)
 
     def _on_score_rounds(self, message: Message) -> Message:
         """Boosting's early stopping: how many rounds to keep, scored on the whole held-out set, once.
@@ -401,7 +410,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             self.reports["importances"] = importance_rows(extra["importances"])
         path = store_signed_table(self.data, message.header, party_file_stem(self.name), party_table(model),
                                   extra)
-        self._stored_version(message.header)
+        self._stored_version(message.header, signed_manifest(message.header))
         return Message("stored", {"path": path})
 
     def _on_load_model(self, message: Message) -> Message:
@@ -418,7 +427,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         if label and manifest.get("classes") is not None:
             party.classes_ = self._stored_classes(manifest)
         self.party, self._holdout, self._batch_ids = party, None, None
-        self._model_version(message.header)
+        self._model_version(message.header, manifest.get("master_manifest") or {})
         return Message("loaded", {"version": version, "owned_nodes": int(np.sum(model.feature >= 0))})
 
     def _stored_classes(self, manifest: dict) -> np.ndarray:
@@ -495,7 +504,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             from fedcore.compute.dask_alignment import gather_series
 
             ids = gather_series(self._client(), ids)
-        out = predictions_table(ids, values, party.classes_, self.data.id_column)
+        out = predictions_table(ids, values, party.classes_, self.data.id_column, self.decision_threshold)
         path = write_predictions(self.data, out, self._prediction_target(), run, self._until)
         return Message("delivered", {"path": str(path), "rows": len(out)})
 

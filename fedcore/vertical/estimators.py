@@ -98,6 +98,7 @@ class _FederatedForest(SimulatedFederation):
         record_payloads: bool = False,
         compute: Any = None,
         block_rows: int | None = None,
+        decision_threshold: float | None = None,
     ) -> None:
         self._store_params(locals())
 
@@ -243,9 +244,8 @@ class FederatedForestClassifier(ClassifierMixin, _FederatedForest):
         return self._predict_values(parties, method)
 
     def predict(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:
-        """Most probable class per row, in the label's original values."""
-        proba = self.predict_proba(parties, method)
-        return self.classes_[np.argmax(proba, axis=1)]
+        """The class per row (the label's values): the most probable, or at `decision_threshold`."""
+        return self._decided(self.predict_proba(parties, method))
 
     @property
     def classes_(self) -> np.ndarray:

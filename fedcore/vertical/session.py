@@ -27,7 +27,14 @@ from fedcore.models.registry import ModelRegistry
 from fedcore.models.tables import N_TREES_KEY, combination_from_table, master_table, structure_from_table
 from fedcore.protocol.messages import Message, pack_bits
 from fedcore.randomness import stream
-from fedcore.session import MasterSession, Prediction, Preparation, TrainingFacts, prediction_header
+from fedcore.session import (
+    MasterSession,
+    Prediction,
+    Preparation,
+    TrainingFacts,
+    held_out_evaluation,
+    prediction_header,
+)
 from fedcore.transport.base import Transport
 from fedcore.trees.boosting import BoostingParams
 from fedcore.trees.early_stopping import metric_name
@@ -211,8 +218,15 @@ class VerticalSession(MasterSession):
             self.transport.exchange({name: Message("load_holdout") for name in self.institutions})
             values = self.master.predict_values(self.facts.holdout_rows)
         holder = self.master.federation.label_holder
-        reply = self.transport.exchange({holder: Message("evaluate", {}, {"values": values})})[holder]
-        return dict(reply.header["metrics"])
+        reply = self.transport.exchange({holder: Message("evaluate", self._evaluate_header(),
+                                                         {"values": values})})[holder]
+        metrics = dict(reply.header["metrics"])
+        if "confusion" in reply.arrays:  # a classifier's: the label holder's class codes name the classes
+            confusion = reply.arrays["confusion"]
+            metrics, self.evaluation, self.decision_threshold = held_out_evaluation(
+                metrics, confusion, [f"class {k}" for k in range(len(confusion))], reply.arrays.get("curve"),
+                self.decision_threshold)
+        return metrics
 
     def master_tables(self) -> dict:
         """The master's part of the model version: its structure table."""

@@ -53,7 +53,7 @@ def prepare_horizontal_workspace(work: Path, n_patients: int = 9000, seed: int =
                                            scenario["label"]) for name in names],
         "params": params or HORIZONTAL_PARAMS,
         "training": {"model_name": "readmission", "holdout": 0.2, "promote_margin": 0.01,
-                     "metric": "accuracy"},
+                     "metric": "log_loss"},
     }
     path = work / "federation.yaml"
     path.write_text("# fedforest horizontal demo federation "

@@ -321,7 +321,7 @@ def test_artifacts_model_version_and_predictions(deployed, weekly_run) -> None:
     # each agent run: its own importances and its batch drift (issue #33), not in the master run
     assert {*(f"{kind}-{name}" for kind in ("validation", "contract", "importances", "drift")
               for name in INSTITUTIONS), "id-overlap", "training-progress", "model-version", "model-card",
-            "batch-prediction", "importance-shares"} <= keys
+            "batch-prediction", "importance-shares", "model-pictures"} <= keys
     work = deployed["config"].parent
     manifest, tables = _registry(work).load(MODEL, "production")
     assert manifest["version"] == "v0001" and manifest["signature"]["algorithm"] == "ed25519"
@@ -350,7 +350,7 @@ def test_no_raw_value_reaches_the_prefect_server(deployed, weekly_run) -> None:
 def test_runs_are_named_after_the_version_and_say_how_good(weekly_run) -> None:
     run = weekly_run["run"]
     assert run.name == f"retrain {MODEL} v0001"
-    assert run.state.message.startswith(f"{MODEL} v0001: accuracy 0.") and run.state.message.endswith(
+    assert run.state.message.startswith(f"{MODEL} v0001: log_loss 0.") and run.state.message.endswith(
         "on held-out rows; promoted to production")
 
 

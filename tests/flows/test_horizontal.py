@@ -5,6 +5,8 @@ Three hospitals as local agents over Flight with mutual TLS under a Prefect test
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 import yaml
@@ -81,6 +83,10 @@ def test_artifacts_describe_the_run_without_raw_values(fet) -> None:
     card = next(a.data for a in artifacts if a.key == "model-card" and a.data.startswith(f"# {MODEL} "))
     assert "Federated Extra-Trees (horizontal, classification, privacy none)" in card
     assert "## Feature importances (impurity decrease, summing to 1)" in card and "| cholesterol | " in card
+    pictures = next(a.data for a in artifacts if a.key == "model-pictures")
+    # horizontal: the summed confusion, the whole forest's importances, the metric's history (no curve yet)
+    assert re.findall(r"!\[(\w+)\]\(data:image/svg\+xml;base64,", pictures) == ["confusion", "importances",
+                                                                                "history"]
     train = pd.read_parquet(scenario["institutions"]["riverside"]["train"])
     needles = (list(train["patient_id"].iloc[::50])
                + [f"{v:.2f}" for v in train["cholesterol"].dropna().iloc[::50]])

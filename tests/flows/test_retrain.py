@@ -109,7 +109,7 @@ def test_artifacts_exist_and_hold_no_raw_data(workspace, first_run) -> None:
     keys = {a.key for a in artifacts}
     assert {"validation-bank", "validation-ecommerce", "validation-insurer", "id-overlap",
             "training-progress", "model-version", "model-card", "batch-prediction",
-            "importance-shares"} <= keys
+            "importance-shares", "model-pictures"} <= keys
     bank = pd.read_parquet(scenario["institutions"]["bank"]["train"])
     needles = (list(bank[scenario["id_column"]].iloc[::40])
                + [f"{v:.2f}" for v in bank["income"].dropna().iloc[::40]])
@@ -121,11 +121,11 @@ def test_artifacts_exist_and_hold_no_raw_data(workspace, first_run) -> None:
 
 def test_the_run_is_named_after_the_version_and_says_how_good(first_run) -> None:
     """The run list answers "which version, how good": name and final message (deployments/README.md)."""
-    accuracy = f"accuracy {first_run['metrics']['accuracy']:.4f}"
+    headline = f"log_loss {first_run['metrics']['log_loss']:.4f}"  # the demo config's promotion metric
     with get_client(sync_client=True) as client:
         runs = [r for r in client.read_flow_runs() if r.name == f"retrain {MODEL} v0001"]
     said = [r.state.message for r in runs]
-    assert f"{MODEL} v0001: {accuracy} on held-out rows; promoted to production" in said
+    assert f"{MODEL} v0001: {headline} on held-out rows; promoted to production" in said
 
 
 def test_model_version_artifact_says_where_it_is_and_how_to_load_it(trained_federation, first_run) -> None:

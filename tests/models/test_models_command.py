@@ -158,6 +158,21 @@ def test_show_text_and_json(capsys, registry, key_file):
     assert (info["version"], info["aliases"], info["integrity"]) == ("v0002", ["latest"], "ok")
 
 
+def test_show_writes_the_versions_pictures(capsys, registry, tmp_path):
+    """--pictures: the metric across versions, up to the one shown (v0001 has one point, v0002 two)."""
+    from tests.models.test_pictures import series
+
+    code, out, err = _read(capsys, registry, "show", "--model", MODEL, "--version", "v0001", "--metric",
+                           "accuracy", "--pictures", tmp_path / "pictures")
+    assert code == 0 and "v0001-history.svg" in err
+    assert series((tmp_path / "pictures" / f"{MODEL}-v0001-history.svg").read_text()).tolist() == [[0, 0.81]]
+    code, out, err = _read(capsys, registry, "show", "--model", MODEL, "--metric", "accuracy", "--pictures",
+                           tmp_path / "pictures")
+    assert err.strip() == f"wrote 1 pictures into {tmp_path / 'pictures'}: {MODEL}-v0002-history.svg"
+    assert series((tmp_path / "pictures" / f"{MODEL}-v0002-history.svg").read_text()).tolist() == [
+        [0, 0.81], [1, 0.86]]
+
+
 def test_show_reports_tampering(capsys, registry):
     path = registry.root / MODEL / "v0002" / "manifest.json"
     path.write_text(path.read_text().replace("0.86", "0.99"))

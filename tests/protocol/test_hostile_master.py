@@ -155,6 +155,10 @@ def test_evaluation_is_answered_once_per_session_over_the_whole_held_out_set(sce
                             (values[:, :1], f"values must be floats of shape ({n}, 2), got float64 [{n}, 1]"),
                             (np.full_like(values, np.nan), "values must be finite")):
             _refused(transport, holder, Message("evaluate", {}, {"values": bad}), reason)
+        for threshold in (1.5, "high", True):  # a decision threshold is a probability (issue #33)
+            _refused(transport, holder, Message("evaluate", {"decision_threshold": threshold},
+                                                {"values": values}),
+                     "header field 'decision_threshold' must be a finite number in [0, 1]")
         metrics = transport.exchange({holder: Message("evaluate", {}, {"values": values})})[holder]
         assert metrics.header["rows"] == n and 0 <= metrics.header["metrics"]["accuracy"] <= 1
         flipped = values.copy()
@@ -223,7 +227,13 @@ def test_a_horizontal_institution_evaluates_once_and_only_what_it_trained(tmp_pa
         transport.exchange({"north": Message("evaluate")})
     session.agree_schema()
     session.train()
+    with pytest.raises(ProtocolError, match="header field 'decision_threshold' must be a finite number in "
+                                            r"\[0, 1\]"):  # refused before it counts as the one evaluation
+        transport.exchange({"north": Message("evaluate", {"decision_threshold": -0.1})})
+    session.decision_threshold = 0.7
     assert set(session.evaluate()) >= {"accuracy"}
+    confusion = np.array(session.evaluation["confusion"])
+    assert session.evaluation["classes"] == ["a", "b"] and confusion.sum() == session.facts.holdout_rows
     with pytest.raises(ProtocolError,
                        match="institution 'north' refuses a second 'evaluate' in this session"):
         transport.exchange({"north": Message("evaluate")})

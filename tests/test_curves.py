@@ -1,0 +1,79 @@
+"""The held-out curves' label counts (fedcore.curves) against scikit-learn's curves on the same scores."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import confusion_matrix, precision_recall_curve, roc_curve
+
+from fedcore.curves import (
+    GRID,
+    MIN_GROUP_ROWS,
+    calibration_points,
+    confusion_at,
+    pr_points,
+    roc_points,
+    score_groups,
+    youden_group,
+)
+
+
+def grouped_scores(table: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Each score rounded down to the threshold of the group it falls in."""
+    cell = np.minimum((np.clip(score, 0, 1) * GRID).astype(np.int64), GRID - 1) / GRID
+    edges = table[:, 0]  # highest first; the last is 0
+    return edges[np.argmax(cell[:, None] >= edges[None, :] - 1e-12, axis=1)]
+
+
+def sample(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    positive = rng.random(n) < 0.3
+    score = np.clip(0.3 + 0.3 * positive + rng.normal(scale=0.2, size=n), 0, 1)
+    return positive, score
+
+
+@pytest.mark.parametrize("n, seed", [(500, 0), (57, 1), (2000, 2)])
+def test_roc_and_pr_points_are_scikit_learns_on_the_grouped_scores(n, seed):
+    positive, score = sample(n, seed)
+    table = score_groups(positive, score)
+    assert table[:, 1].sum() == n and table[:, 2].sum() == positive.sum() and table[-1, 0] == 0
+    assert (table[:, 1] >= MIN_GROUP_ROWS).all()
+    grouped = grouped_scores(table, score)
+    fpr, tpr, _ = roc_curve(positive, grouped, drop_intermediate=False)
+    np.testing.assert_array_equal(roc_points(table), np.column_stack([fpr, tpr]))
+    precision, recall, _ = precision_recall_curve(positive, grouped, drop_intermediate=False)
+    np.testing.assert_array_equal(pr_points(table), np.column_stack([recall, precision])[-2::-1])
+
+
+def test_calibration_is_each_groups_mean_score_and_positive_share():
+    positive, score = sample(800, 3)
+    table = score_groups(positive, score)
+    grouped = grouped_scores(table, score)
+    edges = np.sort(np.unique(grouped))
+    expected = [(score[grouped == e].mean(), positive[grouped == e].mean()) for e in edges]
+    np.testing.assert_allclose(calibration_points(table), expected, rtol=1e-12)
+
+
+def test_crafted_scores_reveal_no_single_rows_label():
+    """One row alone in each cell (a master probing labels) still lands in groups of MIN_GROUP_ROWS rows."""
+    rng = np.random.default_rng(4)
+    score = np.r_[(np.arange(GRID) + 0.5) / GRID, np.full(40, 0.01)]
+    positive = rng.random(len(score)) < 0.5
+    table = score_groups(positive, score)
+    assert (table[:, 1] >= MIN_GROUP_ROWS).all() and table[:, 1].sum() == len(score)
+
+
+def test_fewer_rows_than_a_group_is_one_group():
+    table = score_groups(np.array([True, False, True]), np.array([0.9, 0.2, 0.55]))
+    np.testing.assert_array_equal(table[:, :3], [[0.0, 3, 2]])
+
+
+def test_the_confusion_at_a_groups_threshold_and_youdens_choice_are_scikit_learns():
+    positive, score = sample(700, 5)
+    table = score_groups(positive, score)
+    grouped = grouped_scores(table, score)
+    for group, threshold in enumerate(table[:, 0]):
+        expected = confusion_matrix(positive, grouped >= threshold)
+        np.testing.assert_array_equal(confusion_at(table, group), expected)
+    fpr, tpr, thresholds = roc_curve(positive, grouped, drop_intermediate=False)
+    assert table[youden_group(table), 0] == thresholds[np.argmax(tpr - fpr)]
