@@ -173,6 +173,8 @@ class HorizontalSession(MasterSession):
                                                     privacy=self.privacy.mode, ldp=ldp,
                                                     epsilon=gdp.epsilon if gdp else None,
                                                     delta=gdp.delta if gdp else DEFAULT_DELTA,
+                                                    plan=gdp.plan if gdp else "splits",
+                                                    split_levels=gdp.split_levels if gdp else 0,
                                                     low=self._low if dp else None,
                                                     high=self._high if dp else None, progress=self.progress)
             # a regression party's hello may state no larger target than its contract's label range allows
