@@ -165,7 +165,7 @@ def _not_available(args: argparse.Namespace) -> str | None:
         unused = _unused_option(option, getattr(args, option), args.algorithm, args.privacy, modes)
         if unused:
             return unused
-    if args.privacy in ("gdp", "secagg-dp") and args.max_depth is None:
+    if args.privacy == "secagg-dp" and args.max_depth is None:
         return f"--privacy {args.privacy} needs --max-depth: the model's budget is spread over trees x levels"
     return None
 

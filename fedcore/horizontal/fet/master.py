@@ -146,7 +146,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                                      "privacy setting's)")
             epsilon = check_epsilon(epsilon, "privacy 'gdp': epsilon")
             self.gdp_plan = choose_gdp_plan(plan, split_levels, epsilon, schema.n_classes, params)
-            params = replace(params, n_estimators=self.gdp_plan.n_estimators)
+            params = replace(params, n_estimators=self.gdp_plan.n_estimators,
+                             max_depth=self.gdp_plan.max_depth)
         super().__init__(transport, params, schema, progress, memory_budget)
         self.privacy = privacy
         self.plan: GaussianPlan | None = None
