@@ -1,4 +1,4 @@
-"""FET-GDP's leaf-release plan (issue #31): drawn structure, one noisy leaf release per tree, the default plan."""
+"""FET-GDP's leaf-release plan (issue #31): drawn structure, one noisy leaf release a tree, the default."""
 
 from __future__ import annotations
 
@@ -115,7 +115,8 @@ def test_leaf_depth_follows_the_rows_within_its_bounds_and_the_values_cap() -> N
 
 def test_drawn_nodes_take_their_leaves_weights_and_weighted_values() -> None:
     records = {"tree": np.zeros(5, np.int32), "node": np.arange(5, dtype=np.int32),
-               "left": np.array([1, 3, -1, -1, -1], np.int32), "right": np.array([2, 4, -1, -1, -1], np.int32),
+               "left": np.array([1, 3, -1, -1, -1], np.int32),
+               "right": np.array([2, 4, -1, -1, -1], np.int32),
                "depth": np.array([0, 1, 1, 2, 2], np.int16),
                "weight": np.array([0.0, 0.0, 2.0, 3.0, 1.0]),
                "value": np.array([[0.5, 0.5], [0.5, 0.5], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])}
