@@ -74,8 +74,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                           "(default), ldp or gdp; ppd-ert: secagg (default) or secagg-dp (distributed DP on "
                           "the masked sums)")
     sim.add_argument("--epsilon", type=float, default=None,
-                     help="gdp, secagg-dp: the whole model's epsilon per row (default 1.0; needs "
-                          "--max-depth); ldp: each row's label epsilon, over any number of reports (default "
+                     help="gdp, secagg-dp: the whole model's epsilon per row (default 1.0; secagg-dp "
+                          "needs --max-depth, gdp without it trains its default leaf plan); ldp: each row's label epsilon, over any number of reports (default "
                           "2.0)")
     sim.add_argument("--delta", type=float, default=None,
                      help="gdp, secagg-dp: the whole model's delta (default 1e-6), the probability the "
