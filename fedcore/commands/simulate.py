@@ -75,8 +75,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                           "the masked sums)")
     sim.add_argument("--epsilon", type=float, default=None,
                      help="gdp, secagg-dp: the whole model's epsilon per row (default 1.0; secagg-dp "
-                          "needs --max-depth, gdp without it trains its default leaf plan); ldp: each row's label epsilon, over any number of reports (default "
-                          "2.0)")
+                          "needs --max-depth, gdp without it trains its default leaf plan); ldp: each "
+                          "row's label epsilon, over any number of reports (default 2.0)")
     sim.add_argument("--delta", type=float, default=None,
                      help="gdp, secagg-dp: the whole model's delta (default 1e-6), the probability the "
                           "epsilon guarantee fails for a row")
