@@ -11,6 +11,7 @@ from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.fet.plans import GdpPlan, choose_gdp_plan, fill_random_nodes, leaf_depth
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.plan import gaussian_plan, gdp_terms, leaf_sigma
+from fedcore.horizontal.validation import build_schema
 from fedcore.protocol.messages import Message
 from tests.horizontal.common import horizontal_table, split_rows
 
@@ -81,6 +82,31 @@ def test_a_party_under_plan_splits_refuses_a_drawn_level() -> None:
             "features": np.zeros((2, 1), np.int32), "thresholds": np.zeros((2, 1))}))
     assert str(refused.value) == ("party 'party0': 'fet_split' belongs to gdp's plan 'leaves'; this "
                                   "session's plan releases no leaves")
+
+
+def test_a_master_asking_for_more_leaf_releases_than_the_plan_is_refused_before_any_is_drawn() -> None:
+    """A party planned for one tree answers one leaf release; a second tree's leaves would pass its plan."""
+    table = horizontal_table(seed=5, n_rows=120)
+    schema = build_schema({"a": table}, "target", "classification")
+    party = HorizontalParty("a", table, schema, privacy="gdp", epsilon=1.0, noise_seed=7)
+    terms = gdp_terms(1, 0, True, 2, "classification", schema.n_features, 0)
+    party.handle(Message("hello", {"algorithm": "extra-trees", "schema": schema.fingerprint(),
+                                   "privacy": "gdp", "task": "classification", **terms}))
+
+    def one_tree() -> Message:
+        party.handle(Message("fet_split", {"depth": 0, "n_trees": 1, "new_batch": True},
+                             {"features": np.zeros((1, 1), np.int32), "thresholds": np.zeros((1, 1))}))
+        decisions = {"chosen": np.zeros(1, np.int32), "next_pos": np.arange(2, dtype=np.int32)}
+        return party.handle(Message("fet_leaves", {"depth": 1, "n_leaves": 2}, decisions))
+
+    counts = one_tree().arrays["counts"]
+    assert counts.shape == (2, schema.n_classes) and abs(counts.sum() - len(table)) < 60
+    assert party.ledger is not None and party.ledger.releases_per_row == party.ledger.plan.releases == 1 + 1
+    reports = party.reports
+    with pytest.raises(ProtocolError, match=r"the privacy budget \(epsilon 1, delta 1e-06\) is spent: a row "
+                                            r"would take part in 3 releases, its plan has 2"):
+        one_tree()
+    assert party.reports == reports and party.ledger.releases_per_row == 2  # nothing drawn, nothing charged
 
 
 @pytest.mark.parametrize(("n_classes", "epsilon", "max_depth", "task", "expected"), [
