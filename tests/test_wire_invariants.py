@@ -419,11 +419,17 @@ def _gdp_leaves_are_noised(run: Recorded) -> None:
 
     planned = 6 * (1 + 1)  # 6 trees x (1 split level + 1 leaf release)
     planned += marginal_releases(planned) + COUNT_RELEASES
+    model = run.session.model
+    unsplit = int(np.sum((model.depth == 0) & (model.feature < 0)))  # a root whose noisy counts chose none
     for name in run.parties:
-        spent = run.spent[name]  # the party's own ledger: its busiest row took part in every release
-        assert spent["releases_per_row"] == spent["planned_releases_per_row"] == planned
-        assert 0.99 < spent["epsilon_total"] <= spent["epsilon_budget"] == 1.0
+        spent = run.spent[name]  # the party's own ledger: its busiest row took part in every release made
+        assert spent["planned_releases_per_row"] == planned
+        assert spent["releases_per_row"] == planned - unsplit  # a root that is a leaf releases no leaves
+        assert 0 < spent["epsilon_total"] <= spent["epsilon_budget"] == 1.0
         assert run.session.master.ledgers[name]["epsilon_total"] <= 1.0
+    plan = run.session.privacy_report()["plan"]  # what the manifest and the card carry
+    assert (plan["plan"], plan["split_levels"], plan["n_estimators"], plan["max_depth"]) == ("leaves", 1, 6,
+                                                                                             5)
 
 
 def _dp_parties_send_no_extremes(run: Recorded) -> None:

@@ -283,6 +283,8 @@ class HorizontalSession(MasterSession):
             plan = getattr(self.master, "plan", None)
             if plan is not None:
                 out["sigma"], out["planned_releases_per_row"] = plan.sigma, plan.releases
+                # the plan that ran: plan auto may choose the trees and (after hello) the depth
+                out["plan"] = self.master.plan_report()  # type: ignore[union-attr]
         if isinstance(self.privacy, LocalDP):
             out.update(self.privacy.budget())
         if mode == "secagg":

@@ -313,7 +313,13 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         self._random_level = g is not None and g.leaf_release and depth >= g.split_levels
         self._depth = depth
         if not self._random_level:
-            return super().level(trees, depth, open_tree, open_node)
+            level = super().level(trees, depth, open_tree, open_node)
+            if g is not None and g.leaf_release and level.child_open is not None:
+                # plan leaves: a chosen split's children stay open down to the released leaves (the noisy
+                # stopping rules would close some with values from the level's noisier counts)
+                level.child_open[:] = True
+                level.child_fields = {name: field[:0] for name, field in level.child_fields.items()}
+            return level
         assert self.params.max_depth is not None, "setup chooses the depth of plan leaves"
         if depth >= self.params.max_depth:
             return self._leaf_level(depth, open_tree)
