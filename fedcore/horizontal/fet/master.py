@@ -19,6 +19,10 @@ Rounds (one `Transport.exchange` each), over all open nodes of all trees of a ba
     per level: fet_ranges      1       candidate features, the previous level's decisions -> none: per-party
                                        min/max; gdp / ldp: an empty reply (thresholds from the boxes)
                fet_stats       1       thresholds -> per-party branch statistics (privacy mode)
+    gdp plan leaves, below the chosen levels (`fet/plans.py`):
+    per level: fet_split       1       the master's drawn split per open node and the previous decisions ->
+                                       an empty reply
+    per batch: fet_leaves      1       the last decisions -> each leaf's class counts plus Gaussian noise
     model                      1       the complete forest to every party -> ack; gdp / ldp: each
                                        party's privacy ledger (data-independent), checked against the
                                        agreed setting (`agreed_ledger`)
