@@ -98,6 +98,24 @@ def fet(privacy: object, train_parties: list[pd.DataFrame], test: pd.DataFrame, 
     return predicted, seconds, getattr(model, "privacy_report_", {})
 
 
+def gdp_plan(plan: str, epsilon: float, delta: float, dp: dict, full: dict) -> tuple[dict, dict]:
+    """FET-GDP's privacy and parameters for `plan`.
+
+    "splits" (--dp-trees x --dp-depth), "auto" (only epsilon given: the default plan's trees and depth),
+    "leaves:N" (N split levels, the default trees, the depth from the noisy rows).
+    """
+    privacy = {"mode": "gdp", "epsilon": epsilon, "delta": delta}
+    if plan == "splits":
+        return {**privacy, "plan": "splits"}, dp
+    if plan == "auto":
+        return privacy, {**full, "max_depth": None}
+    from fedcore.horizontal.fet.plans import DEFAULT_LEAF_TREES
+
+    levels = int(plan.split(":")[1]) if ":" in plan else 0
+    return ({**privacy, "plan": "leaves", "split_levels": levels},
+            {**full, "n_estimators": DEFAULT_LEAF_TREES, "max_depth": None})
+
+
 def run_table(name: str, table: pd.DataFrame, args: argparse.Namespace, seed: int,
               python: Path | None) -> list[dict]:
     """Every mode on one table and seed: a row per (mode, epsilon)."""
@@ -128,10 +146,11 @@ def run_table(name: str, table: pd.DataFrame, args: argparse.Namespace, seed: in
     shape = f"depth {args.dp_depth}" + (f", {dp['n_estimators']} trees" if args.dp_trees else "")
     add(f"FET, {shape}", None, predicted, plain_dp_s)
     for epsilon in args.epsilons if "gdp" in args.modes else ():
-        privacy = {"mode": "gdp", "epsilon": epsilon, "delta": args.delta}
-        predicted, seconds, report = fet(privacy, parties, test, label, dp, ranges)
-        add("FET-GDP", epsilon, predicted, seconds, time_vs_plain=seconds / plain_dp_s,
-            epsilon_total=report.get("epsilon_total"))
+        for plan in args.gdp_plans:
+            privacy, params = gdp_plan(plan, epsilon, args.delta, dp, full)
+            predicted, seconds, report = fet(privacy, parties, test, label, params, ranges)
+            add(f"FET-GDP ({plan})", epsilon, predicted, seconds, time_vs_plain=seconds / plain_dp_s,
+                epsilon_total=report.get("epsilon_total"), plan=report.get("plan"))
     for epsilon in args.ldp_epsilons if "ldp" in args.modes else ():
         privacy = {"mode": "ldp", "epsilon": epsilon}  # a row's one report: no depth bound needed
         predicted, seconds, report = fet(privacy, parties, test, label, full, ranges)
@@ -170,7 +189,7 @@ def plot(rows: list[dict], path: Path) -> None:
     figure, axes = plt.subplots(1, len(tables), figsize=(5 * len(tables), 4), dpi=120, squeeze=False)
     for axis, name in zip(axes[0], tables, strict=True):
         part = frame[frame["table"] == name].groupby(["mode", "epsilon"], dropna=False)["accuracy"].mean()
-        for mode, style in (("FET-GDP", "-o"), ("PPD-ERT secagg-dp", "-.D"), ("diffprivlib RF", "--s"),
+        for mode, style in (("FET-GDP (auto)", "-o"), ("PPD-ERT secagg-dp", "-.D"), ("diffprivlib RF", "--s"),
                             ("FET-LDP labels", ":^")):
             if mode in part.index.get_level_values(0):
                 curve = part[mode].sort_index()
@@ -200,6 +219,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--dp-depth", type=int, default=8)
     parser.add_argument("--dp-trees", type=int, help="FET-GDP's trees (and plain FET's at its depth); "
                                                       "default --trees")
+    parser.add_argument("--gdp-plans", default="auto",
+                        help="FET-GDP plans, comma-separated: auto, splits (--dp-trees x --dp-depth), "
+                             "leaves:N (N upper levels chosen by noisy counts)")
     parser.add_argument("--diffprivlib-depth", type=int, default=5, help="diffprivlib's own default")
     parser.add_argument("--modes", default=",".join(sorted(MODES)),
                         help="which private rows to run: gdp, ldp (FET), secagg-dp (PPD-ERT, with its plain "
@@ -214,6 +236,7 @@ def parse_args() -> argparse.Namespace:
     args.epsilons = [float(e) for e in args.epsilons.split(",") if e]
     args.ldp_epsilons = [float(e) for e in args.ldp_epsilons.split(",") if e]
     args.modes = set(args.modes.split(","))
+    args.gdp_plans = [p for p in args.gdp_plans.split(",") if p]
     if args.modes - MODES:
         parser.error(f"--modes: unknown {sorted(args.modes - MODES)}")
     return args

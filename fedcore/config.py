@@ -6,7 +6,10 @@
     privacy: none                # forest: none | paillier | ou ({mode: paillier, key_bits: 3072});
                                  # extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 1, delta: 1e-6}:
                                  #   the whole model's budget per row, a tenth of it for DP marginal
-                                 #   histograms that place thresholds; needs params.max_depth),
+                                 #   histograms that place thresholds; plan: auto | splits | leaves,
+                                 #   split_levels: N (leaves); auto without params.max_depth: 100 trees,
+                                 #   leaves released once per tree, depth from the noisy rows; splits
+                                 #   needs params.max_depth),
                                  #   {mode: ldp, epsilon: 2, mechanism: auto | krr | oue | bloom}: each
                                  #   row's label epsilon, default 2; auto: k-RR or OUE by the classes);
                                  # ppd-ert: secagg ({mode: secagg, thresholds: histogram | domain, cells: 16})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -141,6 +142,20 @@ def test_simulate_json_horizontal(capsys, breast_cancer_csv: Path, algorithm: st
         assert report["epsilon_total"] == max(p["epsilon_total"] for p in report["parties"].values())
 
 
+def test_simulate_gdp_with_only_a_budget_runs_the_default_leaf_plan(capsys, breast_cancer_csv: Path) -> None:
+    """--privacy gdp --epsilon 2 without --max-depth: plan auto releases leaves, within the budget."""
+    result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--setting", "horizontal",
+                       "--algorithm", "extra-trees", "--privacy", "gdp", "--epsilon", 2, "--parties", 3)
+    report = result["privacy_report"]
+    assert 1.99 < report["epsilon_total"] <= 2 and report["delta"] == 1e-6
+    plan = report["plan"]
+    assert (plan["plan"], plan["split_levels"], plan["n_estimators"]) == ("leaves", 0, 100)
+    assert plan["max_depth"] == math.ceil(math.log2(plan["noisy_rows"]))  # 455 training rows: depth 9
+    for spent in report["parties"].values():  # a row: 100 leaf releases, the marginals and the count
+        assert spent["releases_per_row"] == spent["planned_releases_per_row"] == 100 + 12 + 1
+    assert result["metrics"]["accuracy"] > 0.85
+
+
 def test_simulate_json_vertical_paillier_is_exactly_the_plain_single_party_run(
         capsys, breast_cancer_csv: Path) -> None:
     result = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--privacy", "paillier",
@@ -233,8 +248,8 @@ def test_simulate_json_vertical_boosting_with_encrypted_gradients(capsys, breast
     (("--setting", "horizontal", "--epsilon", "0.5"),
      "--epsilon applies to privacy 'ldp' and 'gdp' only, not 'none'"),
     (("--epsilon", "0.5"), "--epsilon applies to --algorithm extra-trees only, not 'forest'"),
-    (("--setting", "horizontal", "--privacy", "gdp"),
-     "--privacy gdp needs --max-depth: the model's budget is spread over trees x levels"),
+    (("--setting", "horizontal", "--algorithm", "ppd-ert", "--privacy", "secagg-dp"),
+     "--privacy secagg-dp needs --max-depth: the model's budget is spread over trees x levels"),
     (("--setting", "horizontal", "--delta", "1e-6"), "--delta applies to privacy 'gdp' only, not 'none'"),
     (("--setting", "horizontal", "--privacy", "gdp", "--max-depth", "3", "--delta", "0.5"),
      "privacy: delta must be a number in (0, 0.01], got 0.5: the probability that the epsilon guarantee "
@@ -280,7 +295,8 @@ def test_simulate_gdp_prints_what_the_accountant_says_was_spent(capsys, breast_c
     options = ("--data", breast_cancer_csv, "--label", "target", "--setting", "horizontal", "--privacy",
                "gdp", "--trees", "3", "--max-depth", "3", "--epsilon", "2", "--delta", "1e-7")
     report = _run_json(capsys, *options)["privacy_report"]
-    assert report["setting"] == {"mode": "gdp", "epsilon": 2.0, "delta": 1e-7}
+    assert report["setting"] == {"mode": "gdp", "epsilon": 2.0, "delta": 1e-7, "plan": "auto",
+                                 "split_levels": 0}
     assert 0 < report["epsilon_total"] <= 2.0 and report["delta"] == 1e-7
     code, out, _ = _run(capsys, "simulate", *options)
     assert code == 0 and (f"privacy: global DP, epsilon {report['epsilon_total']:.4g} (delta 1e-07) spent by "

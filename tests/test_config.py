@@ -161,8 +161,9 @@ def test_bad_training_settings_are_refused_by_name(training, message) -> None:
     ({"setting": "horizontal", "privacy": {"mode": "gdp", "thresholds": "domain"},
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
-     "privacy: mode 'gdp' does not use field(s) ['thresholds']; valid: ['delta', 'epsilon', 'mode']"),
-    ({"setting": "horizontal", "privacy": {"mode": "gdp", "epsilon": 1, "delta": 1e-6},
+     "privacy: mode 'gdp' does not use field(s) ['thresholds']; valid: ['delta', 'epsilon', 'mode', 'plan', "
+     "'split_levels']"),
+    ({"setting": "horizontal", "privacy": {"mode": "gdp", "epsilon": 1, "delta": 1e-6, "plan": "splits"},
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
      "privacy 'gdp' needs a bounded depth: set params.max_depth (the model's budget is spread over trees x "

@@ -80,6 +80,8 @@ class Recorded:
     """PPD-ERT secagg-dp: the noise of each institution's stated row count, drawn again from its seed."""
     noise_seeds: dict[str, tuple[int, object]] = field(default_factory=dict)
     """FET gdp: each institution's noise seed and Gaussian plan (its own, never sent)."""
+    spent: dict[str, dict] = field(default_factory=dict)
+    """FET gdp: each institution's own ledger after training (`privacy_spent`, never sent)."""
     session: object = None
 
     @cached_property
@@ -156,7 +158,8 @@ def run_vertical(tmp_path: Path, alignment: str, privacy: str = "none") -> Recor
 
 
 # -- horizontal ----------------------------------------------------------------------------------------
-def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str = "histogram") -> Recorded:
+def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str = "histogram",
+                   gdp_plan: dict | None = None) -> Recorded:
     """Three hospitals with the same columns.
 
     Agree the schema from their contracts, train (FET in one privacy mode, or PPD-ERT with secure aggregation
@@ -189,7 +192,8 @@ def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str
                                 algorithm=algorithm,
                                 privacy={"mode": privacy,
                                          **({"epsilon": 1.0} if privacy in ("gdp", "secagg-dp") else {}),
-                                         **({"thresholds": thresholds} if privacy == "secagg" else {})},
+                                         **({"thresholds": thresholds} if privacy == "secagg" else {}),
+                                         **(gdp_plan or {})},
                                 holdout_fraction=0.2)
     session.agree_schema()
     plain_counts: dict[str, list[np.ndarray]] = {}
@@ -216,7 +220,9 @@ def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str
         count_noise={name: _count_noise(agent.party.noise) for name, agent in agents.items()
                      if getattr(agent.party, "noise", None) is not None},
         noise_seeds={name: (agent.party.noise_seed, agent.party.ledger.plan) for name, agent in agents.items()
-                     if getattr(agent.party, "ledger", None) is not None})
+                     if getattr(agent.party, "ledger", None) is not None},
+        spent={name: agent.party.privacy_spent() for name, agent in agents.items()
+               if getattr(agent.party, "ledger", None) is not None})
 
 
 def _count_noise(noise) -> int:
@@ -397,6 +403,35 @@ def _gdp_counts_are_noised(run: Recorded) -> None:
     assert all(c.dtype == np.float64 and np.any(c != np.round(c)) for c in counts + marginals)
 
 
+def _gdp_leaves_are_noised(run: Recorded) -> None:
+    """FET gdp plan leaves: each tree's leaf class counts cross once, noised; drawn levels cross no statistic.
+
+    Every party's `fet_split_reply` is empty, its `fet_leaf_counts` are floats off the integers, and its
+    ledger charged exactly the plan's releases: a row's split levels and one leaf release per tree, the
+    marginal histograms and the row count (the accountant's total at most the budget).
+    """
+    splits = [m for e, m in run.messages if m.kind == "fet_split_reply"]
+    leaves = [m.arrays["counts"] for _, m in run.messages if m.kind == "fet_leaf_counts"]
+    assert splits and all(not m.arrays and not m.header for m in splits)
+    assert leaves and all(c.dtype == np.float64 and np.any(c != np.round(c)) for c in leaves)
+    from fedcore.horizontal.fet.marginals import marginal_releases
+    from fedcore.horizontal.plan import COUNT_RELEASES
+
+    planned = 6 * (1 + 1)  # 6 trees x (1 split level + 1 leaf release)
+    planned += marginal_releases(planned) + COUNT_RELEASES
+    model = run.session.model
+    unsplit = int(np.sum((model.depth == 0) & (model.feature < 0)))  # a root whose noisy counts chose none
+    for name in run.parties:
+        spent = run.spent[name]  # the party's own ledger: its busiest row took part in every release made
+        assert spent["planned_releases_per_row"] == planned
+        assert spent["releases_per_row"] == planned - unsplit  # a root that is a leaf releases no leaves
+        assert 0 < spent["epsilon_total"] <= spent["epsilon_budget"] == 1.0
+        assert run.session.master.ledgers[name]["epsilon_total"] <= 1.0
+    plan = run.session.privacy_report()["plan"]  # what the manifest and the card carry
+    assert (plan["plan"], plan["split_levels"], plan["n_estimators"], plan["max_depth"]) == ("leaves", 1, 6,
+                                                                                             5)
+
+
 def _dp_parties_send_no_extremes(run: Recorded) -> None:
     """FET gdp / ldp: no party message carries a node's min or max (thresholds come from declared domains).
 
@@ -545,6 +580,16 @@ MODES = {
         to_parties=_arrays({**HORIZONTAL_TO_PARTIES, **FET_TO_PARTIES, "hello": "low high"}),
         schema_kinds=SCHEMA_KINDS, extras=(_gdp_counts_are_noised, _dp_parties_send_no_extremes,
                                            _gdp_sends_no_exact_count)),
+    "horizontal-fet-gdp-leaves": WireMode(
+        run=lambda tmp: run_horizontal(tmp, "extra-trees", "gdp",
+                                       gdp_plan={"plan": "leaves", "split_levels": 1}),
+        to_master=_arrays({**HORIZONTAL_TO_MASTER, "fet_ranges_reply": "", "hello_reply": "marginals",
+                           "fet_noisy_counts": "counts", "fet_split_reply": "", "fet_leaf_counts": "counts"}),
+        to_parties=_arrays({**HORIZONTAL_TO_PARTIES, **FET_TO_PARTIES, "hello": "low high",
+                            "fet_split": "features thresholds chosen next_pos",
+                            "fet_leaves": "chosen next_pos"}),
+        schema_kinds=SCHEMA_KINDS, extras=(_gdp_counts_are_noised, _gdp_leaves_are_noised,
+                                           _dp_parties_send_no_extremes, _gdp_sends_no_exact_count)),
     "horizontal-ppdert-secagg-domain": WireMode(
         run=lambda tmp: run_horizontal(tmp, "ppd-ert", "secagg", thresholds="domain"),
         to_master=_arrays({**HORIZONTAL_TO_MASTER, "hello_reply": "public_key",

@@ -74,9 +74,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                           "(default), ldp or gdp; ppd-ert: secagg (default) or secagg-dp (distributed DP on "
                           "the masked sums)")
     sim.add_argument("--epsilon", type=float, default=None,
-                     help="gdp, secagg-dp: the whole model's epsilon per row (default 1.0; needs "
-                          "--max-depth); ldp: each row's label epsilon, over any number of reports (default "
-                          "2.0)")
+                     help="gdp, secagg-dp: the whole model's epsilon per row (default 1.0; secagg-dp "
+                          "needs --max-depth, gdp without it trains its default leaf plan); ldp: each "
+                          "row's label epsilon, over any number of reports (default 2.0)")
     sim.add_argument("--delta", type=float, default=None,
                      help="gdp, secagg-dp: the whole model's delta (default 1e-6), the probability the "
                           "epsilon guarantee fails for a row")
@@ -165,7 +165,7 @@ def _not_available(args: argparse.Namespace) -> str | None:
         unused = _unused_option(option, getattr(args, option), args.algorithm, args.privacy, modes)
         if unused:
             return unused
-    if args.privacy in ("gdp", "secagg-dp") and args.max_depth is None:
+    if args.privacy == "secagg-dp" and args.max_depth is None:
         return f"--privacy {args.privacy} needs --max-depth: the model's budget is spread over trees x levels"
     return None
 

@@ -85,7 +85,8 @@ log = logging.getLogger(__name__)
 
 MODEL_STEM = "model"
 """Every institution stores the same complete forest as `model.arrow`."""
-ENGINE_KINDS = {"hello", "fet_ranges", "fet_stats", "ppdert_level", "ppdert_cells", "ppdert_counts", "model"}
+ENGINE_KINDS = {"hello", "fet_ranges", "fet_stats", "fet_split", "fet_leaves", "ppdert_level", "ppdert_cells",
+                "ppdert_counts", "model"}
 SESSION_HEADERS = session_headers(contract=(), predict_local=("run", "until"))
 """The header fields of each session message but `setup` (`SessionAgent.session_headers`)."""
 NOISE_SEEDS = ".noise-seeds"

@@ -331,6 +331,8 @@ class _FETBase(_HorizontalForest):
         return FederatedExtraTreesMaster(transport, self._params, schema, privacy=self._privacy,
                                          epsilon=gdp.epsilon if gdp else None,
                                          delta=gdp.delta if gdp else DEFAULT_DELTA, ldp=self._ldp,
+                                         plan=gdp.plan if gdp else "splits",
+                                         split_levels=gdp.split_levels if gdp else 0,
                                          low=self._low, high=self._high,
                                          progress=self._progress_callback())
 
@@ -361,10 +363,13 @@ class _FETBase(_HorizontalForest):
                 "epsilon_total": worst["epsilon_total"], "delta": worst["delta"],
                 "epsilon_budget": worst["epsilon_budget"], "sigma": worst["sigma"],
                 "releases_per_row": worst["releases_per_row"],
+                "plan": self.master_.plan_report(),
                 "composition": "dp-accounting's PLD accountant over the Gaussian releases the busiest row "
-                               "took part in: one per tree it is active in, per level, each the node's "
-                               "branch counts of all k candidates (L2 sensitivity sqrt(k), regression "
-                               "sqrt(2k))",
+                               "took part in: one per tree it is active in, per chosen level, each the "
+                               "node's branch counts of all k candidates (L2 sensitivity sqrt(k), "
+                               "regression sqrt(2k)); plan leaves: one more per tree, its leaves' class "
+                               "counts (L2 sensitivity 1, the same noise multiplier); with the marginal "
+                               "histograms and the row count at hello",
                 "parties": spent,
             })
         else:

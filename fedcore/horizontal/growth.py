@@ -264,8 +264,8 @@ class BranchStatsLevels(LevelStrategy, ABC):
         says so), and batches before `resume_from` are loaded instead of grown: the parties must have
         restored their state first (`HorizontalSession.train` arranges both).
         """
-        p = self.params
         self.setup()
+        p = self.params  # after setup: FET-GDP's plan may choose the depth from the noisy row count
         # the worst-case model must fit where it is held, before any tree grows (the simulator holds every
         # party's copy too)
         check_model_fits(p, sum(self.party_rows.values()), available_bytes(),

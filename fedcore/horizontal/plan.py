@@ -17,6 +17,14 @@ releases of the plan's noise multiplier composed (`GaussianPlan.sigma_for`), and
 (L2 sensitivity 1), charged as `COUNT_RELEASES` release: no exact count leaves a gdp party. The master sends
 these terms in `hello`; each party builds the plan from them and its own configured budget, and the master
 computes the same plan to bound and weigh the noisy counts.
+
+FET-GDP's leaf-release plan (`leaf_release` 1, issue #31): the first `split_levels` levels of every tree are
+chosen as above (one release each); below them each node's feature and threshold are drawn by the master
+alone (the seed, the declared domains and the released marginal CDFs: no budget), and once a tree is grown
+each party releases its leaves' class counts (`fet_leaves`): one row is in one leaf of one class, so L2
+sensitivity 1, charged as one release of the plan (noise `leaf_sigma`, the plan's multiplier). Releases per
+row: n_estimators x (split_levels + leaf_release), whatever the depth, so the depth may be chosen after
+hello from the noisy row count (`default_gdp_plan`, `leaf_depth`).
 """
 
 from __future__ import annotations
@@ -32,8 +40,10 @@ from fedcore.privacy.settings import DistributedDP, GlobalDP, PrivacySetting
 
 PLAN_TERMS = ("n_estimators", "max_depth", "k", "task")
 """The `hello` header fields a DP party plans its releases from."""
-GDP_PLAN_TERMS = (*PLAN_TERMS, "n_features", "marginal_bins", "marginal_releases")
-"""FET-GDP's, with its marginal histograms."""
+GDP_PLAN_TERMS = ("n_estimators", "k", "task", "split_levels", "leaf_release", "n_features", "marginal_bins",
+                  "marginal_releases")
+"""FET-GDP's: the trees, the levels chosen by noisy counts per tree, whether each tree's leaves are released
+once, and the marginal histograms' (the depth is not one: random levels release nothing)."""
 NOISY_ROW_COUNTS = ("gdp", "secagg-dp")
 """The modes whose parties state no exact training-row count: none at setup, a noisy one at hello."""
 COUNT_RELEASES = 1
@@ -43,39 +53,83 @@ UNBOUNDED_DEPTH = ("privacy {mode!r} needs a bounded depth: set params.max_depth
 
 
 def check_bounded_depth(privacy: PrivacySetting, max_depth: int | None) -> None:
-    """Refuse gdp or secagg-dp with an unbounded depth, before any party starts (the master does too)."""
-    if isinstance(privacy, (GlobalDP, DistributedDP)) and max_depth is None:
+    """Refuse an unbounded depth before any party starts (the master does too).
+
+    secagg-dp, and gdp's plan `splits`, spread the budget over the levels; gdp's `auto` and `leaves` choose
+    the depth from the noisy row count when none is given (random levels cost no budget).
+    """
+    if max_depth is not None:
+        return
+    if isinstance(privacy, DistributedDP) or (isinstance(privacy, GlobalDP) and privacy.plan == "splits"):
         raise ParameterError(UNBOUNDED_DEPTH.format(mode=privacy.mode))
 
 
-def plan_terms(n_estimators: int, max_depth: int | None, k: int, task: str, n_features: int | None = None,
-               marginal_bins: int = MARGINAL_BINS, *, mode: str = "gdp") -> dict[str, Any]:
-    """The plan's terms as the master's `hello` carries them; refuse an unbounded depth (naming `mode`).
-
-    With `n_features` (gdp), also the marginal histograms' terms; `marginal_bins` 0: no marginal histograms
-    (thresholds uniform in the declared domains).
-    """
+def plan_terms(n_estimators: int, max_depth: int | None, k: int, task: str, *,
+               mode: str = "secagg-dp") -> dict[str, Any]:
+    """secagg-dp's plan terms as the master's `hello` carries them; refuse an unbounded depth."""
     if max_depth is None:
         raise ParameterError(UNBOUNDED_DEPTH.format(mode=mode))
-    terms: dict[str, Any] = {"n_estimators": n_estimators, "max_depth": max_depth, "k": k, "task": task}
-    if n_features is None:
-        return terms
-    releases = marginal_releases(n_estimators * max_depth) if marginal_bins else 0
-    return {**terms, "n_features": n_features, "marginal_bins": marginal_bins, "marginal_releases": releases}
+    return {"n_estimators": n_estimators, "max_depth": max_depth, "k": k, "task": task}
+
+
+def gdp_terms(n_estimators: int, split_levels: int, leaf_release: bool, k: int, task: str, n_features: int,
+              marginal_bins: int = MARGINAL_BINS) -> dict[str, Any]:
+    """FET-GDP's plan terms as the master's `hello` carries them (`GDP_PLAN_TERMS`).
+
+    Plan splits: `split_levels` = max_depth, no leaf release; plan leaves: the chosen upper levels and a
+    leaf release. `marginal_bins` 0: no marginal histograms (thresholds uniform in the declared domains).
+    """
+    tree_releases = n_estimators * (split_levels + int(leaf_release))
+    releases = marginal_releases(tree_releases) if marginal_bins else 0
+    return {"n_estimators": n_estimators, "k": k, "task": task, "split_levels": split_levels,
+            "leaf_release": int(leaf_release), "n_features": n_features, "marginal_bins": marginal_bins,
+            "marginal_releases": releases}
 
 
 def gaussian_plan(epsilon: float, delta: float, terms: dict[str, Any]) -> GaussianPlan:
-    """The Gaussian plan of a training with `terms` (`plan_terms`) under the budget (epsilon, delta).
+    """The Gaussian plan of a training with `terms` (`gdp_terms`) under the budget (epsilon, delta).
 
-    Refuses terms that are not positive integers (the task: classification or regression).
+    Refuses terms out of range (`_check_gdp_terms`). Every release has the plan's noise multiplier: a level's
+    branch counts (sensitivity sqrt(k), or sqrt(2k) for regression) the plan's sigma, a leaf release
+    (sensitivity 1) `leaf_sigma`.
     """
-    check_terms(terms, "gdp")
+    _check_gdp_terms(terms)
     _check_marginal_terms(terms)
     per_candidate = 2 if terms["task"] == "regression" else 1
+    per_tree = terms["split_levels"] + terms["leaf_release"]
     return GaussianPlan(epsilon, delta,
-                        releases=terms["n_estimators"] * terms["max_depth"] + terms["marginal_releases"]
+                        releases=terms["n_estimators"] * per_tree + terms["marginal_releases"]
                         + COUNT_RELEASES,
                         sensitivity=math.sqrt(per_candidate * terms["k"]))
+
+
+def leaf_sigma(plan: GaussianPlan) -> float:
+    """The noise of a tree's leaf class counts (plan leaves): L2 sensitivity 1, charged as one release."""
+    return plan.sigma_for(1.0, 1)
+
+
+def _check_gdp_terms(terms: dict[str, Any]) -> None:
+    """Refuse gdp terms out of range.
+
+    Trees and k >= 1, split levels >= 0, a leaf release 0 or 1, some release per tree, a task, and no leaf
+    release for regression (it releases class counts).
+    """
+    for name, least in (("n_estimators", 1), ("k", 1), ("split_levels", 0), ("leaf_release", 0)):
+        value = terms.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least \
+                or (name == "leaf_release" and value > 1):
+            bound = "0 or 1" if name == "leaf_release" else f"an integer >= {least}"
+            raise ParameterError(f"privacy 'gdp': the plan's {name} must be {bound}, got {value!r}")
+    if terms["split_levels"] + terms["leaf_release"] == 0:
+        raise ParameterError("privacy 'gdp': the plan releases nothing per tree (split_levels 0, no leaf "
+                             "release)")
+    task = terms.get("task")
+    if task not in ("classification", "regression"):
+        raise ParameterError(f"privacy 'gdp': the plan's task must be classification or regression, got "
+                             f"{task!r}")
+    if task == "regression" and terms["leaf_release"]:
+        raise ParameterError("privacy 'gdp': plan 'leaves' releases class counts; a regression trains with "
+                             "plan 'splits'")
 
 
 def _check_marginal_terms(terms: dict[str, Any]) -> None:

@@ -180,6 +180,8 @@ class HorizontalSession(MasterSession):
                                                     privacy=self.privacy.mode, ldp=ldp,
                                                     epsilon=gdp.epsilon if gdp else None,
                                                     delta=gdp.delta if gdp else DEFAULT_DELTA,
+                                                    plan=gdp.plan if gdp else "splits",
+                                                    split_levels=gdp.split_levels if gdp else 0,
                                                     low=self._low if dp else None,
                                                     high=self._high if dp else None, progress=self.progress)
             # a regression party's hello may state no larger target than its contract's label range allows
@@ -292,6 +294,8 @@ class HorizontalSession(MasterSession):
             plan = getattr(self.master, "plan", None)
             if plan is not None:
                 out["sigma"], out["planned_releases_per_row"] = plan.sigma, plan.releases
+                # the plan that ran: plan auto may choose the trees and (after hello) the depth
+                out["plan"] = self.master.plan_report()  # type: ignore[union-attr]
         if isinstance(self.privacy, LocalDP):
             out.update(self.privacy.budget())
         if mode == "secagg":

@@ -8,7 +8,7 @@ setting already parsed) and returns the setting of its mode:
 |---|---|---|
 | none | `NoPrivacy` | - |
 | paillier, ou | `EncryptedLabels` | `key_bits` (the scheme's sizes; default 2048 Paillier, 3072 OU) |
-| gdp | `GlobalDP` | `epsilon` (default 1.0), `delta` (default 1e-6): the whole model's budget, per row |
+| gdp | `GlobalDP` | `epsilon` (1.0), `delta` (1e-6): the model's budget, per row; `plan`, `split_levels` |
 | ldp | `LocalDP` | `epsilon`: each row's label, over any number of reports; the `LabelLDP` fields |
 | secagg | `SecureAggregation` | `thresholds` (histogram, the default, or domain); `cells` (histogram only) |
 | secagg-dp | `DistributedDP` | `epsilon` (1.0), `delta` (1e-6): the model's budget, against the master |
@@ -59,7 +59,8 @@ _MOVED = {"ldp": "the LabelLDP fields now go directly under privacy:",
 _BLOOM_FIELDS = ("n_bits", "n_hashes", "keep_probability", "p_one_if_one", "p_one_if_zero")
 _LDP_FIELDS = ("epsilon", "mechanism", *_BLOOM_FIELDS, "estimator", "lasso_alpha", "min_leaf_reports")
 MODE_FIELDS: dict[str, tuple[str, ...]] = {
-    "none": (), **{mode: ("key_bits",) for mode in ENCRYPTED_MODES}, "gdp": ("epsilon", "delta"),
+    "none": (), **{mode: ("key_bits",) for mode in ENCRYPTED_MODES},
+    "gdp": ("epsilon", "delta", "plan", "split_levels"),
     "ldp": _LDP_FIELDS,
     "secagg": ("thresholds", "cells"),
     "secagg-dp": ("epsilon", "delta"),
@@ -160,11 +161,37 @@ class ModelBudget(PrivacySetting):
         return f"{self.mode!r} (epsilon {self.epsilon:g}, delta {self.delta:g})"
 
 
+GDP_PLANS = ("auto", "splits", "leaves")
+"""FET-GDP's release plans (`fedcore/horizontal/plan.py`): `splits` spends the budget on every level's noisy
+branch counts (the paper's), `leaves` on one release of each tree's leaf class counts below a random structure
+(after `split_levels` upper levels chosen as in `splits`), `auto` picks one from the budget, classes and rows
+(`default_gdp_plan`)."""
+
+
 @dataclass(frozen=True)
 class GlobalDP(ModelBudget):
     """Mode `gdp` (FET): each party adds Gaussian noise calibrated to the whole model's (epsilon, delta)."""
 
+    plan: str = "auto"
+    """Where the budget goes: `GDP_PLANS`."""
+    split_levels: int = 0
+    """Plan `leaves`: the upper levels chosen by noisy branch counts before the random ones (0: none)."""
     mode: str = field(default="gdp", init=False)
+
+    def __post_init__(self) -> None:
+        """Check the budget, the plan and its split levels (an integer >= 0, with plan leaves only)."""
+        super().__post_init__()
+        if self.plan not in GDP_PLANS:
+            raise ParameterError(f"privacy: gdp's plan must be one of {list(GDP_PLANS)}, got {self.plan!r}")
+        levels = self.split_levels
+        if isinstance(levels, bool) or not isinstance(levels, int) or levels < 0:
+            raise ParameterError(f"privacy: gdp's split_levels must be an integer >= 0, got {levels!r}")
+        if levels and self.plan != "leaves":
+            raise ParameterError(f"privacy: gdp's split_levels applies to plan 'leaves' only, not "
+                                 f"{self.plan!r}")
+
+    def _fields(self) -> dict[str, Any]:
+        return {**super()._fields(), "plan": self.plan, "split_levels": self.split_levels}
 
 
 @dataclass(frozen=True)
@@ -400,8 +427,10 @@ def _key_bits(mode: str, bits: object) -> int:
 def _model_budget(mode: str, fields: dict[str, Any]) -> PrivacySetting:
     """The setting of gdp or secagg-dp: the model's (epsilon, delta)."""
     _check_fields(fields, valid_fields(mode), mode)
-    setting = GlobalDP if mode == "gdp" else DistributedDP
-    return setting(fields.get("epsilon", DEFAULT_GDP_EPSILON), fields.get("delta", DEFAULT_DELTA))
+    budget = fields.get("epsilon", DEFAULT_GDP_EPSILON), fields.get("delta", DEFAULT_DELTA)
+    if mode == "gdp":
+        return GlobalDP(*budget, plan=fields.get("plan", "auto"), split_levels=fields.get("split_levels", 0))
+    return DistributedDP(*budget)
 
 
 def _secure_aggregation(mode: str, fields: dict[str, Any]) -> PrivacySetting:

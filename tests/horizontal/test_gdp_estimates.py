@@ -23,7 +23,7 @@ from fedcore.horizontal.fet.gdp import (
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.growth import BranchStatsLevels
-from fedcore.horizontal.plan import gaussian_plan, plan_terms
+from fedcore.horizontal.plan import gaussian_plan, gdp_terms
 from tests.horizontal.common import horizontal_table, split_rows
 
 
@@ -102,10 +102,11 @@ def test_gdp_parties_state_the_plans_sigma_and_the_master_needs_it() -> None:
 
     hellos = [Message.from_bytes(e.payload) for e in model.transcript_ if e.kind == "hello_reply"]
     k = model.master_.k
-    plan = gaussian_plan(0.7, 1e-6, plan_terms(2, 3, k, "classification", model.schema_.n_features))
+    plan = gaussian_plan(0.7, 1e-6, gdp_terms(2, 3, False, k, "classification", model.schema_.n_features))
     assert [m.header["sigma"] for m in hellos] == [plan.sigma, plan.sigma]
     requests = [Message.from_bytes(e.payload) for e in model.transcript_ if e.kind == "hello"]
-    assert {(m.header["n_estimators"], m.header["max_depth"], m.header["k"]) for m in requests} == {(2, 3, k)}
+    assert {(m.header["n_estimators"], m.header["split_levels"], m.header["leaf_release"], m.header["k"])
+            for m in requests} == {(2, 3, 0, k)}
     original = HorizontalParty._on_hello
 
     def silent(self, message):

@@ -28,7 +28,7 @@ from fedcore.horizontal.estimators import (
 )
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.plan import count_reach, gaussian_plan, plan_terms
+from fedcore.horizontal.plan import count_reach, gaussian_plan, gdp_terms
 from fedcore.horizontal.validation import build_schema
 from fedcore.privacy.accounting import GAUSSIAN_NOISE_BOUND
 from fedcore.protocol.messages import Message
@@ -250,7 +250,7 @@ def test_regression_party_may_not_state_an_exponent_far_above_the_others() -> No
 
 def _plan_of(epsilon: float, **terms):
     """The GDP plan of OPTIONS (classification, k = 3) under (epsilon, 1e-6), with `terms` changed."""
-    base = plan_terms(OPTIONS["n_estimators"], OPTIONS["max_depth"], K, "classification", N_FEATURES)
+    base = gdp_terms(OPTIONS["n_estimators"], OPTIONS["max_depth"], False, K, "classification", N_FEATURES)
     return gaussian_plan(epsilon, 1e-6, {**base, **terms})
 
 
@@ -282,7 +282,8 @@ def test_a_gdp_master_needs_the_agreed_budget_and_a_bounded_depth() -> None:
                                   "privacy setting's)")
     for make in (lambda: FederatedExtraTreesMaster(transport, ExtraTreesParams(n_estimators=2), schema,
                                                    privacy="gdp", epsilon=1.0),
-                 lambda: FederatedExtraTreesClassifier(2, privacy="gdp").fit(frames, "target")):
+                 lambda: FederatedExtraTreesClassifier(2, privacy={"mode": "gdp", "plan": "splits"})
+                 .fit(frames, "target")):
         with pytest.raises(ParameterError) as refused:
             make()
         assert str(refused.value) == ("privacy 'gdp' needs a bounded depth: set params.max_depth (the "

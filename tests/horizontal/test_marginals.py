@@ -8,7 +8,7 @@ import pytest
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal import FederatedExtraTreesClassifier
 from fedcore.horizontal.fet.marginals import MarginalQuantiles, histogram_counts, marginal_releases
-from fedcore.horizontal.plan import COUNT_RELEASES, count_sigma, gaussian_plan, marginal_sigma, plan_terms
+from fedcore.horizontal.plan import COUNT_RELEASES, count_sigma, gaussian_plan, gdp_terms, marginal_sigma
 from fedcore.protocol.messages import Message
 from fedcore.randomness import stream
 from tests.horizontal.common import horizontal_table, split_rows
@@ -41,7 +41,7 @@ def test_thresholds_follow_the_mass() -> None:
 
 def test_the_marginals_are_charged_as_a_tenth_of_the_plan() -> None:
     assert marginal_releases(20) == 3 and marginal_releases(400) == 45 and marginal_releases(1) == 1
-    terms = plan_terms(10, 4, 3, "classification", 9)
+    terms = gdp_terms(10, 4, False, 3, "classification", 9)
     plan = gaussian_plan(2.0, 1e-6, terms)
     assert plan.releases == 40 + terms["marginal_releases"] + COUNT_RELEASES == 46  # and the noisy row count
     # the histograms (L2 sensitivity 3 = sqrt(9)) counted as 5 releases of the plan's noise multiplier, the
@@ -53,7 +53,7 @@ def test_the_marginals_are_charged_as_a_tenth_of_the_plan() -> None:
         gaussian_plan(2.0, 1e-6, {**terms, "marginal_bins": 10**6})
     assert str(refused.value) == ("privacy 'gdp': the plan's marginal_bins must be an integer in [0, 4096], "
                                   "got 1000000")
-    uniform = plan_terms(10, 4, 3, "classification", 9, marginal_bins=0)
+    uniform = gdp_terms(10, 4, False, 3, "classification", 9, marginal_bins=0)
     assert uniform["marginal_releases"] == 0 and gaussian_plan(2.0, 1e-6, uniform).releases == 41
 
 

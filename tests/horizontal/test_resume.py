@@ -97,6 +97,9 @@ CASES = [
     pytest.param("ppd-ert", None, id="ppdert-secagg"),
     pytest.param("ppd-ert", {"mode": "secagg", "thresholds": "domain"}, id="ppdert-secagg-domain"),
     pytest.param("extra-trees", {"mode": "gdp", "epsilon": 2.0}, id="fet-gdp"),
+    # plan leaves: a chosen level, drawn levels, one leaf release per tree keyed by the queries answered
+    pytest.param("extra-trees", {"mode": "gdp", "epsilon": 2.0, "plan": "leaves", "split_levels": 1},
+                 id="fet-gdp-leaves"),
     # noise keyed by round id (restored) and the restored seed; the ledger restored before hello
     pytest.param("ppd-ert", {"mode": "secagg-dp", "epsilon": 2.0}, id="ppdert-secagg-dp"),
     pytest.param("extra-trees", {"mode": "ldp"}, id="fet-ldp"),  # "auto": one report per row

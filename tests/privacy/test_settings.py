@@ -118,7 +118,14 @@ def test_auto_resolves_to_grr_or_oue_by_variance_for_the_agreed_classes(epsilon,
     ({"epsilon": 0.5}, EXTRA_TREES,  # no mode: the default, none
      "privacy: mode 'none' does not use field(s) ['epsilon']; valid: ['mode']"),
     ({"mode": "gdp", "n_bits": 32}, EXTRA_TREES,
-     "privacy: mode 'gdp' does not use field(s) ['n_bits']; valid: ['delta', 'epsilon', 'mode']"),
+     "privacy: mode 'gdp' does not use field(s) ['n_bits']; valid: ['delta', 'epsilon', 'mode', 'plan', "
+     "'split_levels']"),
+    ({"mode": "gdp", "plan": "trees"}, EXTRA_TREES,
+     "privacy: gdp's plan must be one of ['auto', 'splits', 'leaves'], got 'trees'"),
+    ({"mode": "gdp", "plan": "splits", "split_levels": 2}, EXTRA_TREES,
+     "privacy: gdp's split_levels applies to plan 'leaves' only, not 'splits'"),
+    ({"mode": "gdp", "plan": "leaves", "split_levels": -1}, EXTRA_TREES,
+     "privacy: gdp's split_levels must be an integer >= 0, got -1"),
     ({"mode": "ldp", "mechanism": "krr", "epsilon": 2, "n_hashes": 2}, EXTRA_TREES,
      "privacy: mode 'ldp' with mechanism 'krr' and estimator 'nnls' does not use field(s) ['n_hashes']; "
      "valid: ['epsilon', 'estimator', 'mechanism', 'min_leaf_reports', 'mode']"),
@@ -247,7 +254,13 @@ def test_an_estimator_refuses_a_privacy_field_its_mode_does_not_use(make, messag
 
 def test_gdp_carries_its_delta_on_the_wire_and_in_messages() -> None:
     setting = parse_privacy({"mode": "gdp", "epsilon": 2, "delta": 1e-7}, EXTRA_TREES)
-    assert setting.to_dict() == {"mode": "gdp", "epsilon": 2.0, "delta": 1e-7}
+    assert setting.to_dict() == {"mode": "gdp", "epsilon": 2.0, "delta": 1e-7, "plan": "auto",
+                                 "split_levels": 0}
+    hybrid = parse_privacy({"mode": "gdp", "epsilon": 2, "plan": "leaves", "split_levels": 2},
+                           EXTRA_TREES)
+    assert parse_privacy(hybrid.to_dict(), EXTRA_TREES) == hybrid == GlobalDP(2.0, plan="leaves",
+                                                                              split_levels=2)
     assert parse_privacy(setting.to_dict(), EXTRA_TREES) == setting
     assert setting.describe() == "'gdp' (epsilon 2, delta 1e-07)"
-    assert GlobalDP().to_dict() == {"mode": "gdp", "epsilon": 1.0, "delta": 1e-6}
+    assert GlobalDP().to_dict() == {"mode": "gdp", "epsilon": 1.0, "delta": 1e-6, "plan": "auto",
+                                    "split_levels": 0}

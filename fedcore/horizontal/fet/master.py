@@ -19,6 +19,10 @@ Rounds (one `Transport.exchange` each), over all open nodes of all trees of a ba
     per level: fet_ranges      1       candidate features, the previous level's decisions -> none: per-party
                                        min/max; gdp / ldp: an empty reply (thresholds from the boxes)
                fet_stats       1       thresholds -> per-party branch statistics (privacy mode)
+    gdp plan leaves, below the chosen levels (`fet/plans.py`):
+    per level: fet_split       1       the master's drawn split per open node and the previous decisions ->
+                                       an empty reply
+    per batch: fet_leaves      1       the last decisions -> each leaf's class counts plus Gaussian noise
     model                      1       the complete forest to every party -> ack; gdp / ldp: each
                                        party's privacy ledger (data-independent), checked against the
                                        agreed setting (`agreed_ledger`)
@@ -45,6 +49,7 @@ alone (`noise_follows_batches`), and a resumed run keeps the plan its checkpoint
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -60,6 +65,13 @@ from fedcore.horizontal.fet.gdp import (
     unbiased_sizes,
 )
 from fedcore.horizontal.fet.marginals import MARGINAL_BINS, MarginalQuantiles
+from fedcore.horizontal.fet.plans import (
+    GdpPlan,
+    choose_gdp_plan,
+    drawn_features,
+    fill_random_nodes,
+    leaf_depth,
+)
 from fedcore.horizontal.growth import (
     BranchStatsLevels,
     LevelResult,
@@ -69,7 +81,7 @@ from fedcore.horizontal.growth import (
 )
 from fedcore.horizontal.ledgers import SIGMA_TOLERANCE, AgreedLedger, label_ldp_ledger, stated_sigma
 from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.plan import count_reach, gaussian_plan, marginal_sigma, plan_terms
+from fedcore.horizontal.plan import count_reach, gaussian_plan, gdp_terms, leaf_sigma, marginal_sigma
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.accounting import (
     DEFAULT_DELTA,
@@ -116,8 +128,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
     def __init__(self, transport: Transport, params: ExtraTreesParams, schema: HorizontalSchema, *,
                  privacy: str = "none", epsilon: float | None = None, delta: float = DEFAULT_DELTA,
                  ldp: LabelLDP | None = None, low: np.ndarray | None = None, high: np.ndarray | None = None,
-                 marginal_bins: int = MARGINAL_BINS, progress: ProgressCallback | None = None,
-                 memory_budget: int | None = None) -> None:
+                 marginal_bins: int = MARGINAL_BINS, plan: str = "splits", split_levels: int = 0,
+                 progress: ProgressCallback | None = None, memory_budget: int | None = None) -> None:
         """The FET master in privacy mode `privacy` ('none', 'gdp' or 'ldp'); LDP raises the leaf floor.
 
         `epsilon`, `delta` (gdp, epsilon required there): the agreed budget of the whole model, the configured
@@ -128,20 +140,31 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         order; thresholds are drawn in them, narrowed by the splits above (`fedcore/horizontal/boxes.py`).
         `marginal_bins` (gdp): cells of the parties' DP marginal histograms, by whose CDFs thresholds are
         placed in the boxes (`fet/marginals.py`); 0 places them uniformly.
+        `plan`, `split_levels` (gdp): where the budget goes (`GlobalDP.plan`; "auto" resolved by
+        `choose_gdp_plan`, which may also choose the trees and, after hello, the depth).
         """
+        self.gdp_plan: GdpPlan | None = None
+        if privacy == "gdp":
+            if epsilon is None:
+                raise ParameterError("privacy 'gdp': the master needs the agreed budget (epsilon=..., the "
+                                     "privacy setting's)")
+            epsilon = check_epsilon(epsilon, "privacy 'gdp': epsilon")
+            self.gdp_plan = choose_gdp_plan(plan, split_levels, epsilon, schema.n_classes, params)
+            params = replace(params, n_estimators=self.gdp_plan.n_estimators,
+                             max_depth=self.gdp_plan.max_depth)
         super().__init__(transport, params, schema, progress, memory_budget)
         self.privacy = privacy
         self.plan: GaussianPlan | None = None
         self.plan_terms: dict = {}
         self._stated_sigma: dict[str, float] = {}  # gdp: each party's sigma, as its hello stated it
-        if privacy == "gdp":
-            if epsilon is None:
-                raise ParameterError("privacy 'gdp': the master needs the agreed budget (epsilon=..., the "
-                                     "privacy setting's)")
-            self.plan_terms = plan_terms(params.n_estimators, params.max_depth, self.k, params.task,
-                                         schema.n_features, marginal_bins)
-            self.plan = gaussian_plan(check_epsilon(epsilon, "privacy 'gdp': epsilon"),
-                                      check_delta(delta, "privacy 'gdp': delta"), self.plan_terms)
+        self._random_level = False  # plan leaves: the level being decided was drawn, not chosen
+        self._depth = 0  # the level being decided
+        if self.gdp_plan is not None:
+            g = self.gdp_plan
+            self.plan_terms = gdp_terms(params.n_estimators, g.split_levels, g.leaf_release, self.k,
+                                        params.task, schema.n_features, marginal_bins)
+            assert epsilon is not None, "checked above"
+            self.plan = gaussian_plan(epsilon, check_delta(delta, "privacy 'gdp': delta"), self.plan_terms)
         self.domains = _dp_domains(privacy, low, high, schema.n_features)
         self._boxes: NodeBoxes | None = None  # DP modes: the open nodes' boxes
         self.marginals: MarginalQuantiles | None = None  # gdp: the features' noisy CDFs (hello)
@@ -186,6 +209,12 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
             self._noise_variance = count_variance([plan.sigma] * len(replies))
             if self.plan_terms["marginal_bins"]:
                 self.marginals = self._marginal_quantiles(replies)
+            if self.params.max_depth is None:  # plan leaves, no depth given: from the noisy row count
+                assert self.gdp_plan is not None and self.gdp_plan.leaf_release, "choose_gdp_plan checks"
+                depth = leaf_depth(sum(self.party_rows.values()), self.params.n_estimators,
+                                   self.schema.n_classes)
+                self.params = replace(self.params, max_depth=depth)
+                self.grower.params = self.params
         if self.params.task == "regression":
             self.party_y_exponent = {n: _reported_exponent(n, r.header) for n, r in replies.items()}
             self._check_exponents()
@@ -230,6 +259,15 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                                     f"most {max(others)}); its targets would set the fixed-point scale of "
                                     "all")
 
+    def plan_report(self) -> dict:
+        """gdp: the plan that ran (where the budget went, the trees and depth) for the privacy report."""
+        g = self.gdp_plan
+        if g is None:
+            return {}
+        return {"plan": "leaves" if g.leaf_release else "splits", "split_levels": g.split_levels,
+                "n_estimators": self.params.n_estimators, "max_depth": self.params.max_depth,
+                "noisy_rows": sum(self.party_rows.values())}
+
     def _plan(self) -> GaussianPlan:
         """GDP: the parties' Gaussian plan under the agreed budget (`__init__` makes it under gdp)."""
         assert self.plan is not None, "__init__ plans the releases under gdp"
@@ -269,17 +307,101 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         mean_q = np.clip(np.where(n > 0, stats[..., 1] / np.where(n > 0, n, 1.0), 0.0), -bound, bound)
         return np.ldexp(mean_q, -self.q_shift)[..., None]
 
+    def level(self, trees: list[int], depth: int, open_tree: np.ndarray, open_node: np.ndarray) -> Level:
+        """A level chosen from the parties' statistics.
+
+        Plan leaves: below its split levels a drawn level, at the depth limit the leaves' one release
+        (`_drawn_level`, `_leaf_level`).
+        """
+        g = self.gdp_plan
+        self._random_level = g is not None and g.leaf_release and depth >= g.split_levels
+        self._depth = depth
+        if not self._random_level:
+            level = super().level(trees, depth, open_tree, open_node)
+            if g is not None and g.leaf_release and level.child_open is not None:
+                # plan leaves: a chosen split's children stay open down to the released leaves (the noisy
+                # stopping rules would close some with values from the level's noisier counts)
+                level.child_open[:] = True
+                level.child_fields = {name: field[:0] for name, field in level.child_fields.items()}
+            return level
+        assert self.params.max_depth is not None, "setup chooses the depth of plan leaves"
+        if depth >= self.params.max_depth:
+            return self._leaf_level(depth, open_tree)
+        return self._drawn_level(trees, depth, open_tree)
+
+    def _request(self, header: dict, arrays: dict, trees: list[int]) -> None:
+        """A level request's batch start (and the roots' boxes) or the previous level's decisions."""
+        if self._transition is None:
+            self._new_batch(header)
+            if self.domains is not None:  # DP modes: every root's box is the declared domain
+                self._boxes = NodeBoxes.roots(*self.domains, len(trees))
+        else:
+            arrays.update(self._transition)
+
+    def _drawn_level(self, trees: list[int], depth: int, act_tree: np.ndarray) -> Level:
+        """Plan leaves: every open node splits at random, from public values and earlier decisions only.
+
+        Its feature is a seeded random one whose box is not a point, its threshold the seed's uniform placed
+        by the noisy marginal CDFs in the box: no budget. The parties only learn the splits (`fet_split`, an
+        empty reply). Weights and values come from the leaves (`batch_done`).
+        """
+        p, n = self.params, len(act_tree)
+        header: dict = {"depth": depth, "n_trees": len(trees)}
+        arrays: dict = {}
+        self._request(header, arrays, trees)
+        assert self._boxes is not None, "gdp has declared domains"
+        box = self._boxes.boxes
+        features = drawn_features(p.random_state, act_tree, depth, box[..., 1] > box[..., 0])
+        arrays["features"] = features.astype(np.int32)
+        low, high = self._boxes.grid(features)
+        u = fet_threshold_uniforms(p.random_state, act_tree, depth, 1)
+        if self.marginals is not None:
+            u = self.marginals.warp(features, low, high, u)
+        thresholds, valid = span_thresholds(low, high, np.ones(features.shape, dtype=bool), u)
+        thresholds = np.where(valid, thresholds, low)  # a box that is a point: split at its one value
+        arrays["thresholds"] = thresholds
+        replies = self.transport.exchange(dict.fromkeys(self.parties, Message("fet_split", header, arrays)))
+        for name, reply in replies.items():
+            if reply.kind != "fet_split_reply" or reply.arrays:
+                raise ProtocolError(f"party {name!r} answered 'fet_split' with {reply.kind!r} and arrays "
+                                    f"{sorted(reply.arrays)}; expected an empty 'fet_split_reply'")
+        fields = {"feature": features[:, 0].astype(np.int32), "threshold": thresholds[:, 0],
+                  "weight": np.zeros(n), "value": np.full((n, self.n_stats), 1.0 / self.n_stats)}
+        return Level(np.ones(n, dtype=bool), fields, np.ones(2 * n, dtype=bool))
+
+    def _leaf_level(self, depth: int, act_tree: np.ndarray) -> Level:
+        """Plan leaves: each party's noisy leaf class counts (`fet_leaves`, one release per tree), summed.
+
+        A leaf's value is its clamped noisy proportions, its weight the sum of its noisy counts (at least 0).
+        """
+        n, shape = len(act_tree), (len(act_tree), self.n_stats)
+        assert self._transition is not None, "a tree's leaves follow at least one level"
+        header = {"depth": depth, "n_leaves": n}
+        request = Message("fet_leaves", header, dict(self._transition))
+        replies = self.transport.exchange(dict.fromkeys(self.parties, request))
+        sigma = leaf_sigma(self._plan())
+        total = np.zeros(shape)
+        for name in self.parties:
+            part = _reply_array(replies, name, "fet_leaf_counts", "counts", shape)
+            check_noisy_counts(f"party {name!r}", "fet_leaf_counts.counts", part, self._row_bound[name],
+                               sigma * max(1.0, self._stated_sigma[name] / self._plan().sigma))
+            total += part
+        fields = {"feature": np.full(n, -1, np.int32), "threshold": np.full(n, np.nan),
+                  "weight": unbiased_sizes(total, self.params.task), "value": super().node_values(total)}
+        return Level(np.zeros(n, dtype=bool), fields)
+
+    def batch_done(self, records: dict[str, np.ndarray]) -> None:
+        """Plan leaves: the drawn nodes' weights and values from the leaves below them (post-processing)."""
+        g = self.gdp_plan
+        if g is not None and g.leaf_release:
+            fill_random_nodes(records, g.split_levels)
+
     def _level(self, trees, depth, act_tree, act_node, transition) -> LevelResult:
         p = self.params
         features = fet_candidate_features(p.random_state, act_tree, depth, self.schema.n_features, self.k)
         header = {"depth": depth, "n_trees": len(trees)}
         arrays = {"features": features.astype(np.int32)}
-        if transition is None:
-            self._new_batch(header)
-            if self.domains is not None:  # DP modes: every root's box is the declared domain
-                self._boxes = NodeBoxes.roots(*self.domains, len(act_tree))
-        else:
-            arrays.update(transition)
+        self._request(header, arrays, trees)
         request = Message("fet_ranges", header, arrays)  # one message object: serialised once for every party
         replies = self.transport.exchange(dict.fromkeys(self.parties, request))
         u = fet_threshold_uniforms(p.random_state, act_tree, depth, self.k)
@@ -336,9 +458,19 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
 
     def advance(self, level: Level, split_idx: np.ndarray, left: np.ndarray, child_open: np.ndarray,
                 next_pos: np.ndarray) -> None:
-        """Besides the shared transition: the open children's boxes (DP modes)."""
-        super().advance(level, split_idx, left, child_open, next_pos)
-        if self._boxes is not None:
+        """Besides the shared transition: the open children's boxes (DP modes).
+
+        A drawn level's decisions are its one candidate at every node; before the leaves no box is needed.
+        """
+        if self._random_level:
+            chosen = np.where(level.split, 0, -1).astype(np.int32)
+            self._transition = {"chosen": chosen, "next_pos": next_pos}
+            self._open_stats = self._open_n = self._open_parent_values = None
+        else:
+            super().advance(level, split_idx, left, child_open, next_pos)
+        if self._random_level and self._depth + 1 >= (self.params.max_depth or 0):
+            self._boxes = None  # the next level is the leaves: no thresholds to place
+        elif self._boxes is not None:
             self._boxes = self._boxes.after_level(level, split_idx, next_pos)
 
     def master_bytes_per_node(self) -> int:

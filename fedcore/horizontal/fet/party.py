@@ -39,7 +39,14 @@ from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.ledgers import LEDGER, label_ldp_ledger
 from fedcore.horizontal.model import HorizontalForest
-from fedcore.horizontal.plan import COUNT_RELEASES, GDP_PLAN_TERMS, count_sigma, gaussian_plan, marginal_sigma
+from fedcore.horizontal.plan import (
+    COUNT_RELEASES,
+    GDP_PLAN_TERMS,
+    count_sigma,
+    gaussian_plan,
+    leaf_sigma,
+    marginal_sigma,
+)
 from fedcore.horizontal.rows import PartyRows, check_hello, narrow, own_rows, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.accounting import DEFAULT_DELTA, PrivacyLedger
@@ -67,6 +74,9 @@ FET_PROTOCOL = Protocol(
         Step("ranged", "fet_stats", "counted", "fet_counts", roles={"none"}),
         Step("ranged", "fet_stats", "counted", "fet_noisy_counts", roles={"gdp"}),
         Step("ranged", "fet_stats", "counted", "fet_bit_sums", roles={"ldp"}),
+        # gdp plan leaves: a drawn level's splits (nothing released), then each tree's leaves, released once
+        Step(("greeted", "counted"), "fet_split", "counted", "fet_split_reply", roles={"gdp"}),
+        Step("counted", "fet_leaves", "counted", "fet_leaf_counts", roles={"gdp"}),
         # from greeted: every batch was restored from checkpoints
         Step(("greeted", "counted"), "model", "idle", "ack"),
     ])
@@ -265,6 +275,50 @@ class HorizontalParty:
             return Message("fet_counts", {},
                            {"counts": narrow(counts) if counts.dtype == np.int64 else counts})
         return self._gdp_reply(counts, q_bound_bits(message.header))
+
+    def _on_fet_split(self, message: Message) -> Message:
+        """GDP plan leaves: a drawn level's one split per open node; the rows move, nothing is released."""
+        self._leaf_plan("fet_split")
+        features = message.arrays.typed("features", "iu", 2).astype(np.int64)
+        thresholds = message.arrays.typed("thresholds", "f", 2).astype(np.float64)
+        if thresholds.shape != features.shape or features.shape[1:] != (1,):
+            raise ProtocolError(f"party {self.name!r}: fet_split needs one feature and threshold per open "
+                                f"node, got {features.shape} and {thresholds.shape}")
+        self.rows.start_level(message.header, message.arrays, features.shape[0])
+        if features.size and (features.min() < 0 or features.max() >= self.schema.n_features):
+            raise ProtocolError(f"party {self.name!r}: split feature index outside the schema")
+        self.rows.features, self.rows.thresholds = features, thresholds
+        return Message("fet_split_reply", {})
+
+    def _on_fet_leaves(self, message: Message) -> Message:
+        """GDP plan leaves: the last level's decisions, then each leaf's class counts plus Gaussian noise.
+
+        One release per tree (a row is in one leaf of each tree of the batch), charged before anything is
+        drawn; the noise (`leaf_sigma`) comes from the party's stream keyed by its count of answered queries.
+        """
+        self._leaf_plan("fet_leaves")
+        n_leaves = message.header.int("n_leaves")
+        self.rows.start_level(message.header, message.arrays, n_leaves)
+        # one candidate per leaf with a NaN threshold: every row goes right, so the right branch is the leaf
+        self.rows.features = np.zeros((n_leaves, 1), np.int64)
+        self.rows.thresholds = np.full((n_leaves, 1), np.nan)
+        assert self.ledger is not None, "hello makes the ledger under gdp"
+        times = self.rows.active_slots_per_row()
+        if times:
+            try:
+                self.ledger.charge(times, f"party {self.name!r}")
+            except ParameterError as error:
+                raise ProtocolError(str(error)) from None
+        counts = self.rows.class_counts()[:, 0, 1].astype(np.float64)
+        noise = stream(self.noise_seed, "gdp_leaves", self.reports).standard_normal(counts.shape)
+        self.reports += 1
+        return Message("fet_leaf_counts", {}, {"counts": counts + noise * leaf_sigma(self.ledger.plan)})
+
+    def _leaf_plan(self, kind: str) -> None:
+        """Refuse `kind` unless this session's gdp plan releases leaves (a classification's)."""
+        if not self.ledger_terms.get("leaf_release"):
+            raise ProtocolError(f"party {self.name!r}: {kind!r} belongs to gdp's plan 'leaves'; this "
+                                "session's plan releases no leaves")
 
     def _regression_sums(self, shift: int) -> np.ndarray:
         """Per-branch (count, sum of quantised targets) of every candidate.

@@ -1,0 +1,144 @@
+"""FET-GDP's release plan: where the model's budget goes, and the default a user who gives only epsilon gets.
+
+Two plans (`GlobalDP.plan`, issue #31):
+
+* `splits` (the FET paper's): every level of every tree releases its nodes' noisy branch counts, the master
+  chooses the splits from them, and the leaves' values are those noisy counts.
+* `leaves`: the first `split_levels` levels are chosen as in `splits`; below them each node's feature is a
+  seeded random one and its threshold the seed's uniform placed by the DP marginal CDFs in the node's box
+  (no budget), and each tree's leaves release their class counts once (`fet_leaves`; one row is in one leaf:
+  L2 sensitivity 1). A leaf's value is its clamped noisy proportions, the forest averages them.
+
+`auto` (the default) is `choose_gdp_plan`'s rule, from the measurements in docs/benchmarks.md ("FET-GDP's
+leaf-release plan"): a classification without a `max_depth` (a user who gives only epsilon) gets plan
+`leaves` with DEFAULT_SPLIT_LEVELS chosen levels, DEFAULT_LEAF_TREES trees and, after hello, the depth
+`leaf_depth` gives for the noisy row count, except two classes at epsilon >= BINARY_SPLITS_EPSILON, which
+take plan `splits` with DEFAULT_SPLIT_TREES x DEFAULT_SPLIT_DEPTH. With a `max_depth` (at depth 8 the leaves
+lost to the splits on two of three tables), or for a regression (its leaves would release sums of targets:
+not built), plan `splits` with the given trees and depth.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from fedcore.errors import ParameterError
+from fedcore.horizontal.growth import tree_segments
+from fedcore.horizontal.params import ExtraTreesParams
+from fedcore.horizontal.plan import UNBOUNDED_DEPTH
+from fedcore.randomness import stream
+from fedcore.trees.structure import NO_CHILD
+
+DEFAULT_LEAF_TREES = 100
+"""Plan auto without a depth: trees (measured: 100 x 12 against 50 x 8..12 and 200 x 12)."""
+DEFAULT_SPLIT_LEVELS = 0
+"""Plan auto: upper levels chosen by noisy counts before the random ones (measured: 0, 1, 2)."""
+BINARY_SPLITS_EPSILON = 4.0
+"""Plan auto: two classes at this budget or more take plan splits (spambase, 3 seeds: 0.901 against the
+leaves' 0.884 at epsilon 4; at 1 the leaves win, 0.848 against 0.820)."""
+DEFAULT_SPLIT_TREES, DEFAULT_SPLIT_DEPTH = 50, 8
+"""Plan auto's splits: trees and depth (the shape measured against the leaves)."""
+LEAF_DEPTHS = (6, 12)
+"""The least and most depth `leaf_depth` chooses (12 measured best or tied on 3,700 to 12,800 rows)."""
+LEAF_VALUES_CAP = 1 << 25
+"""`leaf_depth` keeps trees x nodes x classes of the forest's values below this (256 MiB of float64)."""
+
+
+@dataclass(frozen=True)
+class GdpPlan:
+    """A resolved FET-GDP plan: a leaf release or not, the levels chosen by noisy counts, and the trees."""
+
+    leaf_release: bool
+    split_levels: int
+    n_estimators: int
+    max_depth: int | None
+    """None: plan leaves chooses it after hello (`leaf_depth`)."""
+
+
+def choose_gdp_plan(plan: str, split_levels: int, epsilon: float, n_classes: int,
+                    params: ExtraTreesParams) -> GdpPlan:
+    """The plan `plan` ("auto", "splits" or "leaves") resolves to for these parameters.
+
+    Refused: splits without a depth, leaves for a regression, split levels that leave no random level.
+    """
+    regression = params.task == "regression"
+    trees = params.n_estimators
+    if plan == "auto":  # only epsilon given: the measured plan, its trees and (after hello) its depth
+        if params.max_depth is not None or regression:
+            plan = "splits"
+        elif n_classes <= 2 and epsilon >= BINARY_SPLITS_EPSILON:
+            plan, trees = "splits", DEFAULT_SPLIT_TREES
+            params = replace(params, max_depth=DEFAULT_SPLIT_DEPTH)
+        else:
+            plan, split_levels, trees = "leaves", DEFAULT_SPLIT_LEVELS, DEFAULT_LEAF_TREES
+    if plan == "splits":
+        if params.max_depth is None:
+            raise ParameterError(UNBOUNDED_DEPTH.format(mode="gdp"))
+        return GdpPlan(False, params.max_depth, trees, params.max_depth)
+    if regression:
+        raise ParameterError("privacy 'gdp': plan 'leaves' releases class counts; a regression trains with "
+                             "plan 'splits' (or 'auto')")
+    if params.max_depth is not None and split_levels >= params.max_depth:
+        raise ParameterError(f"privacy 'gdp': plan 'leaves' with split_levels {split_levels} needs a "
+                             f"max_depth above it (got {params.max_depth}): the levels below are drawn and "
+                             "the leaves released")
+    return GdpPlan(True, split_levels, trees, params.max_depth)
+
+
+def leaf_depth(rows: float, n_trees: int, n_classes: int) -> int:
+    """Plan leaves without a given depth: ceil(log2(rows)) within LEAF_DEPTHS, and below the values cap.
+
+    `rows`: the parties' noisy row counts summed (hello). Deeper random trees cut the space finer; one row is
+    in one leaf per tree whatever the depth, so the depth costs no budget.
+    """
+    low, high = LEAF_DEPTHS
+    depth = min(max(math.ceil(math.log2(max(rows, 2.0))), low), high)
+    while depth > low and n_trees * (2 ** (depth + 1)) * max(n_classes, 1) > LEAF_VALUES_CAP:
+        depth -= 1
+    return depth
+
+
+def drawn_features(seed: int, act_tree: np.ndarray, depth: int, usable: np.ndarray) -> np.ndarray:
+    """A drawn level's feature per open node (A, 1) int64: uniform among its `usable` ones (A, d).
+
+    Usable: the node's box is not a point on it. From the seeded stream keyed by (tree, depth); feature 0
+    where none is usable.
+    """
+    u = np.empty(len(act_tree))
+    for tree, a, b in tree_segments(act_tree):
+        u[a:b] = stream(seed, "fet_features", tree, depth).random(b - a)
+    counts = usable.sum(axis=1)
+    rank = np.minimum((u * counts).astype(np.int64), np.maximum(counts - 1, 0))
+    # the rank-th usable feature: the first whose running count of usable features exceeds rank
+    chosen = np.argmax(np.cumsum(usable, axis=1) > rank[:, None], axis=1)
+    return np.where(counts > 0, chosen, 0).astype(np.int64)[:, None]
+
+
+def fill_random_nodes(records: dict[str, np.ndarray], from_depth: int) -> None:
+    """The drawn (internal) nodes' weights and values from their leaves, bottom-up, into `records`.
+
+    `records`: a batch's node records sorted by (tree, node), node ids 0.. within a tree. A node at depth >=
+    `from_depth` that splits gets its children's summed weight and weighted mean value (their mean where
+    both weigh 0): post-processing of the leaves' released counts.
+    """
+    tree, left, right, depth = records["tree"], records["left"], records["right"], records["depth"]
+    if not len(tree):
+        return
+    # copies: a batch loaded from a checkpoint holds read-only arrays
+    weight = records["weight"] = np.array(records["weight"], dtype=np.float64)
+    value = records["value"] = np.array(records["value"], dtype=np.float64)
+    first = np.searchsorted(tree, tree, side="left")  # each record's tree's first record
+    for d in range(int(depth.max()) - 1, from_depth - 1, -1):
+        at = np.flatnonzero((depth == d) & (left != NO_CHILD))
+        if not len(at):
+            continue
+        lo, ro = first[at] + left[at], first[at] + right[at]
+        wl, wr = weight[lo], weight[ro]
+        w = wl + wr
+        mixed = value[lo] * wl[:, None] + value[ro] * wr[:, None]
+        weight[at] = w
+        value[at] = np.where(w[:, None] > 0, mixed / np.where(w > 0, w, 1.0)[:, None],
+                             (value[lo] + value[ro]) / 2)
