@@ -14,7 +14,7 @@ from fedcore.data.sql import owned_batches
 def _batches() -> tuple[pa.Schema, list[pa.RecordBatch]]:
     """Three batches of int64 (first null in the second batch), int8, uint32, float32, float64 and text.
 
-    Also NaN and nulls in float64, booleans with a null, timestamps, and one column name twice.
+    Also nulls in float32, NaN and nulls in float64, booleans with a null, timestamps, one name twice.
     """
     rng = np.random.default_rng(0)
     schema = pa.schema([("id", pa.int64()), ("n", pa.int64()), ("small", pa.int8()), ("u", pa.uint32()),
@@ -28,7 +28,8 @@ def _batches() -> tuple[pa.Schema, list[pa.RecordBatch]]:
         x[::97] = np.nan
         batches.append(pa.record_batch([
             pa.array(ids), n, pa.array((ids % 200 - 100).astype(np.int8)), pa.array(ids.astype(np.uint32)),
-            pa.array(rng.normal(size=rows).astype(np.float32)), pa.array(x, mask=ids % 89 == 0),
+            pa.array(rng.normal(size=rows).astype(np.float32), mask=ids % 61 == 0),
+            pa.array(x, mask=ids % 89 == 0),
             pa.array([f"c{i}" for i in ids]), pa.array(ids % 3 == 0, mask=ids == 1500),
             pa.array(ids * 1_000_000, pa.timestamp("us", tz="UTC")), pa.array(-x)], schema=schema))
         start += rows
