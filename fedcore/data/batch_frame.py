@@ -1,7 +1,7 @@
 """Arrow record batches into a pandas frame as they arrive: the read holds one copy of the values, not two.
 
-A numeric column (integers, floats) is copied batch by batch into a NumPy array that grows in place
-(`GrowingColumn`); the other columns (text, booleans, times) are gathered as Arrow chunks
+A numeric column (integers, floats) is copied batch by batch into a NumPy array in a memory map that
+grows in place (`GrowingColumn`); the other columns (text, booleans, times) are gathered as Arrow chunks
 (`fedcore.data.sql.owned_batches`) and converted at the end. The frame is `pa.Table.to_pandas()` of the
 same batches (values, dtypes; an integer column with a null becomes float64 with NaN), with one pandas
 block per column.
@@ -9,6 +9,7 @@ block per column.
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -18,19 +19,21 @@ import pandas as pd
 if TYPE_CHECKING:
     import pyarrow as pa
 
-RESERVE_BYTES = 64 * 2**20
-"""Address space a growing column reserves at first (its pages are used only as rows arrive).
-
-Above glibc's largest mmap threshold (32 MiB): the array is its own mapping, so growing it is a remap
-(no copy, no second array) and shrinking it to its rows hands the rest back."""
+RESERVE_BYTES = 16 * 2**20
+"""Address space a growing column maps at first; its pages take memory only as rows arrive."""
 
 
 class GrowingColumn:
-    """A NumPy column filled batch by batch, grown (and finally shrunk) in place by `ndarray.resize`."""
+    """A NumPy column filled batch by batch in a memory map of its own, grown and finally shrunk in place.
+
+    On Linux the map grows by remapping its pages (`mremap`): no copy, no second array, and nothing
+    touched beyond the rows (`ndarray.resize` would zero its new capacity); elsewhere by a copy.
+    """
 
     def __init__(self, dtype: np.dtype) -> None:
-        """An empty column of `dtype` with RESERVE_BYTES reserved."""
-        self.values = np.empty(max(1, RESERVE_BYTES // dtype.itemsize), dtype)
+        """An empty column of `dtype` with RESERVE_BYTES mapped."""
+        self.dtype = dtype
+        self.memory = _new_map(RESERVE_BYTES)
         self.rows = 0
 
     def append(self, column: pa.Array) -> None:
@@ -39,18 +42,40 @@ class GrowingColumn:
         The same values as Arrow's `to_pandas`: nulls of a float column are NaN there too.
         """
         values = column.to_numpy(zero_copy_only=False)  # a batch's integers with nulls: float64, NaN
-        if values.dtype != self.values.dtype and values.dtype.kind == "f":
-            self.values = self.values[:self.rows].astype(values.dtype)
+        if values.dtype != self.dtype and values.dtype.kind == "f":
+            held = self._view().astype(values.dtype)
+            self.dtype, self.memory = values.dtype, _new_map(max(RESERVE_BYTES, 2 * held.nbytes))
+            self._view()[:] = held
         end = self.rows + len(values)
-        if end > len(self.values):
-            self.values.resize(max(end, 2 * len(self.values)), refcheck=False)
-        self.values[self.rows:end] = values
+        if end * self.dtype.itemsize > len(self.memory):
+            self._remap(max(end * self.dtype.itemsize, 2 * len(self.memory)))
+        np.frombuffer(self.memory, self.dtype, count=end)[self.rows:] = values
         self.rows = end
 
     def finish(self) -> np.ndarray:
-        """The column, its spare capacity given back."""
-        self.values.resize(self.rows, refcheck=False)
-        return self.values
+        """The column (its array keeps the map), the map's spare pages given back."""
+        if self.rows == 0:
+            return np.empty(0, self.dtype)
+        self._remap(self.rows * self.dtype.itemsize)
+        return np.frombuffer(self.memory, self.dtype)
+
+    def _view(self) -> np.ndarray:
+        """The rows so far (a view: let go before the map is remapped)."""
+        return np.frombuffer(self.memory, self.dtype, count=self.rows)
+
+    def _remap(self, size: int) -> None:
+        """The map at `size` bytes, its rows kept: remapped in place, or copied where mremap is missing."""
+        try:
+            self.memory.resize(size)
+        except SystemError:  # "mmap: resizing not available--no mremap()"
+            held, self.memory = self._view(), _new_map(size)
+            self._view()[:] = held
+            del held
+
+
+def _new_map(size: int) -> mmap.mmap:
+    """Private anonymous memory of `size` bytes, returned to the system when unmapped."""
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
 
 
 def is_growable(kind: pa.DataType) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -60,10 +62,25 @@ def test_no_rows_and_only_numeric_columns_keep_arrow_dtypes() -> None:
     pd.testing.assert_frame_equal(frame, pa.Table.from_batches(numeric).to_pandas(), check_exact=True)
 
 
-def test_a_growing_column_keeps_its_values_across_resizes(monkeypatch) -> None:
+class _NoRemap(mmap.mmap):
+    """A memory map on a system without mremap (macOS): resizing refused as CPython refuses it there."""
+
+    def resize(self, newsize: int) -> None:
+        raise SystemError("mmap: resizing not available--no mremap()")
+
+
+@pytest.mark.parametrize("remap", [True, False])
+def test_a_growing_column_keeps_its_values_across_resizes_and_a_first_null(remap, monkeypatch) -> None:
     monkeypatch.setattr("fedcore.data.batch_frame.RESERVE_BYTES", 16)
-    column = GrowingColumn(np.dtype(np.int64))
+    if not remap:
+        monkeypatch.setattr("fedcore.data.batch_frame._new_map",
+                            lambda size: _NoRemap(-1, size, flags=mmap.MAP_PRIVATE))
+    column = GrowingColumn(np.dtype(np.int8))
     for start in range(0, 100, 7):
-        column.append(pa.array(np.arange(start, min(start + 7, 100))))
+        column.append(pa.array(np.arange(start, min(start + 7, 100), dtype=np.int8)))
+    assert column.finish().tolist() == list(range(100)) and column.dtype == np.int8
+    column.append(pa.array([100, None], pa.int8()))
     values = column.finish()
-    assert values.tolist() == list(range(100)) and len(values) == 100
+    assert values.dtype == np.float64 and values[:101].tolist() == list(range(101)) and np.isnan(values[101])
+    assert isinstance(column.memory, _NoRemap) is not remap
+    assert GrowingColumn(np.dtype(np.float32)).finish().dtype == np.float32
