@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -231,14 +231,13 @@ def connect(source: SqlSource, what: str, url: str | None = None) -> Iterator[An
 
 def read_arrow(source: SqlSource, what: str, order_by: str | None = None,
                values: Mapping[str, datetime] | None = None, statement: str | None = None,
-               parameters: tuple = (), owned: bool = False) -> Any:
+               parameters: tuple = (), into: Callable[[Any], Any] | None = None) -> Any:
     """`source`'s rows as one Arrow table (record batches from the server, no Python loop over rows).
 
     In `order_by`'s order if given; `values`: its placeholders' values (`SqlSource.bound`), bound through
     ADBC's parameter binding. `statement` (with `parameters` bound as $1, $2, ...) reads instead of
-    `source.select()` (a block's range of rows: `read_range`). `owned`: each record batch copied into
-    Arrow's own memory as it arrives, a buffer per column (`owned_batches`), so `to_pandas(self_destruct=
-    True)` can free every column once converted.
+    `source.select()` (a block's range of rows: `read_range`). `into`: what is made of the stream of record
+    batches instead (`read_sql`: the frame, batch by batch).
     """
     import adbc_driver_manager
 
@@ -249,8 +248,8 @@ def read_arrow(source: SqlSource, what: str, order_by: str | None = None,
                 if statement is None:
                     statement, parameters = source.select(order_by), source.bound(values)
                 cursor.execute(statement, parameters or None)
-                if owned:
-                    return owned_batches(cursor.fetch_record_batch())
+                if into is not None:
+                    return into(cursor.fetch_record_batch())
                 return cursor.fetch_arrow_table()
         except adbc_driver_manager.Error as error:
             if source.table is not None and getattr(error, "sqlstate", None) == MISSING_TABLE:
@@ -266,13 +265,16 @@ def read_sql(source: SqlSource, what: str, order_by: str | None = None,
              values: Mapping[str, datetime] | None = None) -> pd.DataFrame:
     """`source`'s rows as the pandas frame `pd.read_parquet` gives for the same Arrow table.
 
-    Converted one column at a time, each column's Arrow memory freed once it is converted (`owned`,
-    `self_destruct`; a pandas block per column, `split_blocks`): the read peaks near one copy of the values
-    instead of the Arrow table and the frame side by side.
+    Made batch by batch as the rows arrive (`fedcore.data.batch_frame`; a pandas block per column): the
+    read peaks near one copy of the values instead of the Arrow table and the frame side by side.
     """
-    table = read_arrow(source, what, order_by, values, owned=True)
-    check_types(table.schema, what)
-    return table.to_pandas(self_destruct=True, split_blocks=True, use_threads=False)
+    from fedcore.data.batch_frame import frame_of_batches
+
+    def frame(reader: Any) -> pd.DataFrame:
+        check_types(reader.schema, what)
+        return frame_of_batches(reader, owned_batches)
+
+    return read_arrow(source, what, order_by, values, into=frame)
 
 
 GROUP_BYTES = 32 * 2**20

@@ -172,7 +172,7 @@ def test_the_read_gathered_in_chunks_per_column_gives_the_frame_arrow_gives(
     Nulls in an integer and a boolean column, text, timestamps and dates: the same values and dtypes as
     the whole Arrow table's `to_pandas()`.
     """
-    from fedcore.data.sql import read_arrow
+    from fedcore.data.sql import owned_batches, read_arrow
 
     postgres.execute(
         "CREATE TABLE wide AS SELECT g AS id, CASE WHEN g % 7 = 0 THEN NULL ELSE g END AS n, "
@@ -185,7 +185,7 @@ def test_the_read_gathered_in_chunks_per_column_gives_the_frame_arrow_gives(
     assert whole.column(0).num_chunks > 1, "the driver sends several batches"
     for group, chunks in ((1, whole.column(0).num_chunks), (2**30, 1)):  # a chunk per batch; all in one
         monkeypatch.setattr("fedcore.data.sql.GROUP_BYTES", group)
-        owned = read_arrow(source, "test", "id", owned=True)
+        owned = read_arrow(source, "test", "id", into=owned_batches)
         assert {column.num_chunks for column in owned.columns} == {chunks}
         assert owned.equals(whole)
     monkeypatch.undo()

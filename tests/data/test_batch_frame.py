@@ -1,0 +1,86 @@
+"""The frame made batch by batch is Arrow's `to_pandas()` of the same batches (`fedcore.data.batch_frame`)."""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from fedcore.data.batch_frame import GrowingColumn, frame_of_batches
+from fedcore.data.sql import owned_batches
+
+
+def _batches() -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    """Three batches of int64 (first null in the second batch), int8, uint32, float32, float64 and text.
+
+    Also nulls in float32, NaN and nulls in float64, booleans with a null, timestamps, one name twice.
+    """
+    rng = np.random.default_rng(0)
+    schema = pa.schema([("id", pa.int64()), ("n", pa.int64()), ("small", pa.int8()), ("u", pa.uint32()),
+                        ("f32", pa.float32()), ("x", pa.float64()), ("name", pa.string()),
+                        ("flag", pa.bool_()), ("at", pa.timestamp("us", tz="UTC")), ("x", pa.float64())])
+    batches, start = [], 0
+    for rows, null_at in ((1000, None), (700, 5), (300, None)):
+        ids = np.arange(start, start + rows)
+        n = pa.array(ids * 2**40 + 1, mask=None if null_at is None else ids == start + null_at)
+        x = rng.normal(size=rows)
+        x[::97] = np.nan
+        batches.append(pa.record_batch([
+            pa.array(ids), n, pa.array((ids % 200 - 100).astype(np.int8)), pa.array(ids.astype(np.uint32)),
+            pa.array(rng.normal(size=rows).astype(np.float32), mask=ids % 61 == 0),
+            pa.array(x, mask=ids % 89 == 0),
+            pa.array([f"c{i}" for i in ids]), pa.array(ids % 3 == 0, mask=ids == 1500),
+            pa.array(ids * 1_000_000, pa.timestamp("us", tz="UTC")), pa.array(-x)], schema=schema))
+        start += rows
+    return schema, batches
+
+
+@pytest.mark.parametrize("reserve", [64 * 2**20, 4096])  # a column grown in place many times
+def test_the_frame_is_the_one_arrow_gives(reserve, monkeypatch) -> None:
+    monkeypatch.setattr("fedcore.data.batch_frame.RESERVE_BYTES", reserve)
+    schema, batches = _batches()
+    expected = pa.Table.from_batches(batches).to_pandas()
+    frame = frame_of_batches(pa.RecordBatchReader.from_batches(schema, iter(batches)), owned_batches)
+    pd.testing.assert_frame_equal(frame, expected, check_exact=True)
+    assert list(frame.dtypes) == list(expected.dtypes)
+    assert [str(frame.dtypes.iloc[i]) for i in (1, 2, 3, 4)] == ["float64", "int8", "uint32", "float32"]
+    assert frame.iloc[1005, 1] != frame.iloc[1005, 1] and frame.iloc[1006, 1] == 1006 * 2**40 + 1
+    assert frame._mgr.nblocks == len(schema), "one pandas block per column"
+
+
+def test_no_rows_and_only_numeric_columns_keep_arrow_dtypes() -> None:
+    schema, batches = _batches()
+    expected = pa.Table.from_batches([], schema).to_pandas()
+    frame = frame_of_batches(pa.RecordBatchReader.from_batches(schema, iter([])), owned_batches)
+    pd.testing.assert_frame_equal(frame, expected, check_exact=True)
+    numeric = [b.select([0, 1, 4]) for b in batches]
+    frame = frame_of_batches(pa.RecordBatchReader.from_batches(numeric[0].schema, iter(numeric)),
+                             owned_batches)
+    pd.testing.assert_frame_equal(frame, pa.Table.from_batches(numeric).to_pandas(), check_exact=True)
+
+
+class _NoRemap(mmap.mmap):
+    """A memory map on a system without mremap (macOS): resizing refused as CPython refuses it there."""
+
+    def resize(self, newsize: int) -> None:
+        raise SystemError("mmap: resizing not available--no mremap()")
+
+
+@pytest.mark.parametrize("remap", [True, False])
+def test_a_growing_column_keeps_its_values_across_resizes_and_a_first_null(remap, monkeypatch) -> None:
+    monkeypatch.setattr("fedcore.data.batch_frame.RESERVE_BYTES", 16)
+    if not remap:
+        monkeypatch.setattr("fedcore.data.batch_frame._new_map",
+                            lambda size: _NoRemap(-1, size, flags=mmap.MAP_PRIVATE))
+    column = GrowingColumn(np.dtype(np.int8))
+    for start in range(0, 100, 7):
+        column.append(pa.array(np.arange(start, min(start + 7, 100), dtype=np.int8)))
+    assert column.finish().tolist() == list(range(100)) and column.dtype == np.int8
+    column.append(pa.array([100, None], pa.int8()))
+    values = column.finish()
+    assert values.dtype == np.float64 and values[:101].tolist() == list(range(101)) and np.isnan(values[101])
+    assert isinstance(column.memory, _NoRemap) is not remap
+    assert GrowingColumn(np.dtype(np.float32)).finish().dtype == np.float32
