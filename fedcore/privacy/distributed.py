@@ -55,9 +55,12 @@ def _shifted_pld(first: int, pmf: np.ndarray, shift: int):
     dp-accounting's `from_two_probability_mass_functions` (pessimistic) on mu_lower = the law and mu_upper =
     the law moved by `shift`, its per-outcome loop done with whole arrays: every outcome's privacy loss
     log(upper / lower) rounded up to the interval, its upper mass summed per rounded loss; upper mass where
-    lower has none is infinite loss. The rounded law goes to the library's own constructor.
+    lower has none is infinite loss. The rounded law becomes the PMF the library's own constructor
+    (`create_from_rounded_probability`) makes of it: sparse up to its `_MAX_PMF_SPARSE_SIZE` losses, else
+    dense, built here from the arrays (the library fills the dense one by a Python loop over every loss).
     """
     del first  # the loss depends on the law's shape only: outcomes are relative to its first one
+    from dp_accounting.pld import pld_pmf
     from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
     upper = pmf  # mu_upper at outcome first + shift + j is pmf[j]; mu_lower there is pmf[j + shift]
@@ -68,9 +71,13 @@ def _shifted_pld(first: int, pmf: np.ndarray, shift: int):
     rounded = np.ceil((np.log(upper[finite]) - np.log(lower[finite])) / DISCRETIZATION).astype(np.int64)
     values, where = np.unique(rounded, return_inverse=True)
     masses = np.bincount(where, weights=upper[finite])
-    return PrivacyLossDistribution.create_from_rounded_probability(
-        dict(zip(values.tolist(), masses.tolist(), strict=True)), infinity, DISCRETIZATION,
-        pessimistic_estimate=True)
+    if values.size <= pld_pmf._MAX_PMF_SPARSE_SIZE:
+        return PrivacyLossDistribution.create_from_rounded_probability(
+            dict(zip(values.tolist(), masses.tolist(), strict=True)), infinity, DISCRETIZATION,
+            pessimistic_estimate=True)
+    dense = np.zeros(int(values[-1] - values[0]) + 1)
+    dense[values - values[0]] = masses
+    return PrivacyLossDistribution(pld_pmf.DensePLDPmf(DISCRETIZATION, int(values[0]), dense, infinity, True))
 
 
 def gaussian_mu(epsilon: float, delta: float) -> float:

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from fedcore.privacy.discrete_gaussian import RESOLUTION_BITS, sum_pmf, table
+from fedcore.privacy.discrete_gaussian import GUIDE_BITS, RESOLUTION_BITS, _outcomes, sum_pmf, table
 from fedcore.privacy.distributed import DistributedPlan, distributed_epsilon, round_up
 from fedcore.randomness import counter_key
 
@@ -41,6 +41,18 @@ def test_a_draw_is_the_philox_words_looked_up_in_the_cumulative_widths() -> None
     np.testing.assert_array_equal(sampler.draw(key, 1000), draws)  # the same key, the same noise
     many = table(40.0).draw(counter_key(1, "secagg_dp_noise", 0), 200_000)
     assert abs(many.mean()) < 0.5 and abs(many.std() / 40.0 - 1) < 0.01
+
+
+@pytest.mark.parametrize("sigma", [2.5, 129.0])
+def test_the_guide_table_places_every_edge_word_as_the_binary_search_does(sigma: float) -> None:
+    sampler = table(sigma)
+    cumulative = np.array(list(itertools.accumulate(sampler.widths[:-1])), dtype=np.uint64)
+    one = np.uint64(1)
+    buckets = np.arange(1 << GUIDE_BITS, dtype=np.uint64) << np.uint64(64 - GUIDE_BITS)
+    edges = np.concatenate([cumulative - one, cumulative, cumulative + one, buckets, buckets - one,
+                            np.array([0, 2 ** 64 - 1], dtype=np.uint64)])
+    expected = np.array([bisect.bisect_right(cumulative.tolist(), int(w)) for w in edges])
+    np.testing.assert_array_equal(_outcomes(sampler.widths, edges), expected)
 
 
 def test_the_law_of_a_sum_is_the_convolution_of_the_table() -> None:
