@@ -39,11 +39,6 @@ FLOAT_SLACK = 1 + 2.0 ** -40
 """Relative room for the rounding of a noisy count (float64: 2^-52 per operation)."""
 
 
-def _first_node(bad: np.ndarray) -> int:
-    """The first open node (axis 0) with a True entry in `bad`."""
-    return int(np.flatnonzero(bad.reshape(len(bad), -1).any(axis=1))[0])
-
-
 class CountLedger:
     """Checks exact branch counts level by level: against each contributor's rows and its counts one level up.
 
@@ -189,18 +184,39 @@ def check_bit_sums(who: str, bit_sums: np.ndarray, sizes: np.ndarray) -> None:
     """
     if not np.issubdtype(bit_sums.dtype, np.integer):
         raise ProtocolError(f"{who}: fet_bit_sums.bit_sums must be integers, got {bit_sums.dtype}")
-    outside = bit_sums > sizes[..., None]
-    if np.issubdtype(bit_sums.dtype, np.signedinteger):
-        outside |= bit_sums < 0
-    if outside.any():
-        raise ProtocolError(f"{who}: fet_bit_sums.bit_sums at open node {_first_node(outside)} holds a bit "
+    outside, differ = _scan_bit_sums(bit_sums, sizes) if bit_sums.size else (-1, -1)
+    if outside >= 0:
+        raise ProtocolError(f"{who}: fet_bit_sums.bit_sums at open node {outside} holds a bit "
                             "sum outside [0, its branch's size]: a branch sums one 0/1 report per row")
-    node = bit_sums.sum(axis=2, dtype=np.int64)
-    differ = node != node[:, :1]
-    if differ.any():
+    if differ >= 0:
         raise ProtocolError(f"{who}: fet_bit_sums.bit_sums: the two branches of the candidates of open node "
-                            f"{_first_node(differ)} add up to different bit sums; each row's one report is "
+                            f"{differ} add up to different bit sums; each row's one report is "
                             "counted under every candidate")
+
+
+@nb.njit(cache=True)
+def _scan_bit_sums(bit_sums: np.ndarray, sizes: np.ndarray) -> tuple[int, int]:
+    """`check_bit_sums` in one pass: the first open node with a bit sum out of range, and with unequal sums.
+
+    Out of range: outside [0, its branch's size]; unequal: its candidates' branches add up to different bit
+    sums; -1 for none. In int64: a value of 2**63 or more in an unsigned array reads as negative, so as
+    outside too.
+    """
+    n_open, k, _, n_bits = bit_sums.shape
+    own = np.zeros(n_bits, np.int64)
+    outside, differ = -1, -1
+    for a in range(n_open):
+        for j in range(k):
+            for s in range(n_bits):
+                left, right = np.int64(bit_sums[a, j, 0, s]), np.int64(bit_sums[a, j, 1, s])
+                if outside < 0 and (left < 0 or right < 0 or left > np.int64(sizes[a, j, 0])
+                                    or right > np.int64(sizes[a, j, 1])):
+                    outside = a
+                if j == 0:
+                    own[s] = left + right
+                elif differ < 0 and left + right != own[s]:
+                    differ = a
+    return outside, differ
 
 
 def check_noisy_counts(who: str, what: str, counts: np.ndarray, rows: int, count_scale: float,
