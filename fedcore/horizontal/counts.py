@@ -26,6 +26,7 @@ level up. Every check is a few whole-array operations per party and level.
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 
 from fedcore.errors import ProtocolError
@@ -36,11 +37,6 @@ SUM_OF_PARTIES = ("the unmasked sum over all parties (secure aggregation masks e
 """Who a secure-aggregation sum's refusal names."""
 FLOAT_SLACK = 1 + 2.0 ** -40
 """Relative room for the rounding of a noisy count (float64: 2^-52 per operation)."""
-
-
-def _first_node(bad: np.ndarray) -> int:
-    """The first open node (axis 0) with a True entry in `bad`."""
-    return int(np.flatnonzero(bad.reshape(len(bad), -1).any(axis=1))[0])
 
 
 class CountLedger:
@@ -61,36 +57,42 @@ class CountLedger:
         self._sent, self._expected = {}, {}
 
     def check(self, who: str, what: str, counts: np.ndarray, rows: int,
-              target_bits: int | None = None) -> None:
+              target_bits: int | None = None, into: np.ndarray | None = None) -> None:
         """Refuse (ProtocolError naming `who`) counts that cannot be a contributor's of `rows` rows.
 
         `counts` (A, k, 2, S): class counts (or branch sizes, S = 1); with `target_bits` (regression) S = 2,
-        (count, sum of quantised targets q), each |q| <= 2**target_bits. `what` names the array.
+        (count, sum of quantised targets q), each |q| <= 2**target_bits. `what` names the array. `into`
+        (float64, same shape): the counts are added to it in the same pass (the master's sum over parties).
         """
-        _check_range(who, what, counts, rows, target_bits)
-        c = counts.astype(np.int64, copy=False)  # every value is now within 2**52 in magnitude
-        if target_bits is not None and np.any(np.abs(c[..., 1]) > c[..., 0] << target_bits):
-            raise ProtocolError(_beyond_targets(who, what, target_bits))
-        node = c.sum(axis=2)  # (A, k, S): the node's counts under each candidate
-        differ = node != node[:, :1]
-        if differ.any():
-            raise ProtocolError(f"{who}: {what}: the two branches of the {node.shape[1]} candidates of open "
-                                f"node {_first_node(differ)} add up to different counts; every candidate "
-                                "splits the same rows")
-        own = node[:, 0]
+        if not np.issubdtype(counts.dtype, np.integer):
+            raise ProtocolError(f"{who}: {what} must be integers, got {counts.dtype}")
         expected = self._expected.get(who)
-        if expected is None:  # a batch's roots: every row sits in every root
-            size = own[:, 0] if target_bits is not None else own.sum(axis=-1)
-            short = size != rows
-            if short.any():
-                a = _first_node(short)
-                raise ProtocolError(f"{who}: {what}: the branches of root {a} add up to {int(size[a])} rows, "
+        if expected is not None and expected.shape != (counts.shape[0], counts.shape[-1]) \
+                or into is not None and into.shape != counts.shape:
+            raise ValueError(f"{who}: {what} of shape {counts.shape} does not fit the open nodes' counts "
+                             f"{None if expected is None else expected.shape} or the sum's shape")
+        if counts.size:
+            # one pass over the array (many classes make it the master's largest per level)
+            known = expected if expected is not None else np.zeros((0, 0), np.int64)
+            total = into if into is not None else np.zeros((0, 0, 0, 0))
+            low, high, differ, bad, bad_size = _scan_counts(
+                counts, known, expected is not None, rows, 1 if target_bits is not None else counts.shape[-1],
+                total, into is not None)
+            _check_range(who, what, low, high, rows, target_bits)
+            if target_bits is not None:
+                c = counts.astype(np.int64)  # every value is now within 2**52 in magnitude
+                if np.any(np.abs(c[..., 1]) > c[..., 0] << target_bits):
+                    raise ProtocolError(_beyond_targets(who, what, target_bits))
+            if differ >= 0:
+                raise ProtocolError(f"{who}: {what}: the two branches of the {counts.shape[1]} candidates of "
+                                    f"open node {differ} add up to different counts; every candidate splits "
+                                    "the same rows")
+            if bad >= 0 and expected is None:  # a batch's roots: every row sits in every root
+                raise ProtocolError(f"{who}: {what}: the branches of root {bad} add up to {bad_size} rows, "
                                     f"not the {rows} declared in hello")
-        else:
-            differ = own != expected
-            if differ.any():
-                raise ProtocolError(f"{who}: {what}: open node {_first_node(differ)} holds other counts than "
-                                    "the branch that made it (its parent's chosen candidate, one level up)")
+            if bad >= 0:
+                raise ProtocolError(f"{who}: {what}: open node {bad} holds other counts than the branch that "
+                                    "made it (its parent's chosen candidate, one level up)")
         self._sent[who] = counts
 
     def advance(self, split_idx: np.ndarray, best: np.ndarray, child_open: np.ndarray) -> None:
@@ -105,20 +107,68 @@ class CountLedger:
         self._sent = {}
 
 
-def _check_range(who: str, what: str, counts: np.ndarray, rows: int, target_bits: int | None) -> None:
-    """Integers; counts in [0, rows]; regression: sums within rows x 2**target_bits (before any cast)."""
-    if not np.issubdtype(counts.dtype, np.integer):
-        raise ProtocolError(f"{who}: {what} must be integers, got {counts.dtype}")
-    n = counts[..., :1] if target_bits is not None else counts
-    if n.size:
-        low, high = int(n.min()), int(n.max())
-        if low < 0 or high > rows:
-            raise ProtocolError(f"{who}: {what} holds a count of {low if low < 0 else high}, outside "
-                                f"[0, {rows}], the rows declared in hello")
-    if target_bits is not None and counts.size:
-        sums = counts[..., 1]
-        if max(-int(sums.min()), int(sums.max())) > rows << target_bits:
-            raise ProtocolError(_beyond_targets(who, what, target_bits))
+def _check_range(who: str, what: str, low: np.ndarray, high: np.ndarray, rows: int,
+                 target_bits: int | None) -> None:
+    """Counts in [0, rows]; regression: sums within rows x 2**target_bits (before any cast).
+
+    `low`, `high`: each stat's (S) least and largest value over the array, in the array's own type.
+    """
+    n = slice(0, 1) if target_bits is not None else slice(None)
+    least, most = int(low[n].min()), int(high[n].max())
+    if least < 0 or most > rows:
+        raise ProtocolError(f"{who}: {what} holds a count of {least if least < 0 else most}, outside "
+                            f"[0, {rows}], the rows declared in hello")
+    if target_bits is not None and max(-int(low[1]), int(high[1])) > rows << target_bits:
+        raise ProtocolError(_beyond_targets(who, what, target_bits))
+
+
+@nb.njit(cache=True)
+def _scan_counts(counts: np.ndarray, expected: np.ndarray, has_expected: bool, rows: int, size_stats: int,
+                 into: np.ndarray, add: bool) -> tuple[np.ndarray, np.ndarray, int, int, int]:
+    """Everything `CountLedger.check` needs of (A, k, 2, S) counts (size > 0), in one pass.
+
+    Returns each stat's least and largest value (the array's type), the first open node whose candidates'
+    branches add up to different counts, the first whose own counts (candidate 0) differ from `expected`
+    (or, without, the first root whose first `size_stats` stats do not sum to `rows`) and that root's sum;
+    -1 for none. Sums are int64, as the checks compare them once the range is proven. With `add`, the counts
+    are added to `into` (float64: exact, integers below 2**52).
+    """
+    low = counts[0, 0, 0].copy()
+    high = counts[0, 0, 0].copy()
+    own = np.zeros(counts.shape[3], np.int64)
+    differ, bad, bad_size = -1, -1, 0
+    for a in range(counts.shape[0]):
+        if _scan_node(counts, a, low, high, own, into, add) and differ < 0:
+            differ = a
+        if bad < 0:
+            size = own[:size_stats].sum()
+            if has_expected and np.any(own != expected[a]) or not has_expected and size != rows:
+                bad, bad_size = a, size
+    return low, high, differ, bad, bad_size
+
+
+@nb.njit(cache=True)
+def _scan_node(counts: np.ndarray, a: int, low: np.ndarray, high: np.ndarray, own: np.ndarray,
+               into: np.ndarray, add: bool) -> bool:
+    """`_scan_counts` at open node `a`: extremes folded into low/high, candidate 0's sums into `own`.
+
+    True when another candidate's branches add up to other counts.
+    """
+    differs = False
+    for j in range(counts.shape[1]):
+        for s in range(counts.shape[3]):
+            left, right = counts[a, j, 0, s], counts[a, j, 1, s]
+            low[s] = min(low[s], left, right)
+            high[s] = max(high[s], left, right)
+            both = np.int64(left) + np.int64(right)
+            if j == 0:
+                own[s] = both
+            elif both != own[s]:
+                differs = True
+            if add:
+                into[a, j, 0, s] += left
+                into[a, j, 1, s] += right
+    return differs
 
 
 def _beyond_targets(who: str, what: str, target_bits: int) -> str:
@@ -134,18 +184,39 @@ def check_bit_sums(who: str, bit_sums: np.ndarray, sizes: np.ndarray) -> None:
     """
     if not np.issubdtype(bit_sums.dtype, np.integer):
         raise ProtocolError(f"{who}: fet_bit_sums.bit_sums must be integers, got {bit_sums.dtype}")
-    outside = bit_sums > sizes[..., None]
-    if np.issubdtype(bit_sums.dtype, np.signedinteger):
-        outside |= bit_sums < 0
-    if outside.any():
-        raise ProtocolError(f"{who}: fet_bit_sums.bit_sums at open node {_first_node(outside)} holds a bit "
+    outside, differ = _scan_bit_sums(bit_sums, sizes) if bit_sums.size else (-1, -1)
+    if outside >= 0:
+        raise ProtocolError(f"{who}: fet_bit_sums.bit_sums at open node {outside} holds a bit "
                             "sum outside [0, its branch's size]: a branch sums one 0/1 report per row")
-    node = bit_sums.sum(axis=2, dtype=np.int64)
-    differ = node != node[:, :1]
-    if differ.any():
+    if differ >= 0:
         raise ProtocolError(f"{who}: fet_bit_sums.bit_sums: the two branches of the candidates of open node "
-                            f"{_first_node(differ)} add up to different bit sums; each row's one report is "
+                            f"{differ} add up to different bit sums; each row's one report is "
                             "counted under every candidate")
+
+
+@nb.njit(cache=True)
+def _scan_bit_sums(bit_sums: np.ndarray, sizes: np.ndarray) -> tuple[int, int]:
+    """`check_bit_sums` in one pass: the first open node with a bit sum out of range, and with unequal sums.
+
+    Out of range: outside [0, its branch's size]; unequal: its candidates' branches add up to different bit
+    sums; -1 for none. In int64: a value of 2**63 or more in an unsigned array reads as negative, so as
+    outside too.
+    """
+    n_open, k, _, n_bits = bit_sums.shape
+    own = np.zeros(n_bits, np.int64)
+    outside, differ = -1, -1
+    for a in range(n_open):
+        for j in range(k):
+            for s in range(n_bits):
+                left, right = np.int64(bit_sums[a, j, 0, s]), np.int64(bit_sums[a, j, 1, s])
+                if outside < 0 and (left < 0 or right < 0 or left > np.int64(sizes[a, j, 0])
+                                    or right > np.int64(sizes[a, j, 1])):
+                    outside = a
+                if j == 0:
+                    own[s] = left + right
+                elif differ < 0 and left + right != own[s]:
+                    differ = a
+    return outside, differ
 
 
 def check_noisy_counts(who: str, what: str, counts: np.ndarray, rows: int, count_scale: float,

@@ -78,7 +78,15 @@ def tree_segments(act_tree: np.ndarray):
 
 def draw_features(rng: np.random.Generator, n_nodes: int, n_features: int, k: int) -> np.ndarray:
     """`k` distinct features per node, in draw order (ranks of uniform keys): (n_nodes, k) int64."""
-    return np.argsort(rng.random((n_nodes, n_features)), axis=1, kind="stable")[:, :k].astype(np.int64)
+    return ranked_features(rng.random((n_nodes, n_features)), k)
+
+
+def ranked_features(keys: np.ndarray, k: int) -> np.ndarray:
+    """The `k` features of smallest key per row of (n_nodes, n_features) uniform keys: (n_nodes, k) int64.
+
+    Row by row, so a level's trees' keys, drawn each from its own stream, are ranked in one call.
+    """
+    return np.argsort(keys, axis=1, kind="stable")[:, :k].astype(np.int64)
 
 
 def fet_candidate_features(seed: int, act_tree: np.ndarray, depth: int, n_features: int,
@@ -87,10 +95,10 @@ def fet_candidate_features(seed: int, act_tree: np.ndarray, depth: int, n_featur
 
     Drawn from stream(seed, fet_features, tree, depth).
     """
-    out = np.empty((len(act_tree), k), dtype=np.int64)
+    keys = np.empty((len(act_tree), n_features))
     for tree, a, b in tree_segments(act_tree):
-        out[a:b] = draw_features(stream(seed, "fet_features", tree, depth), b - a, n_features, k)
-    return out
+        stream(seed, "fet_features", tree, depth).random(out=keys[a:b])
+    return ranked_features(keys, k)
 
 
 def fet_threshold_uniforms(seed: int, act_tree: np.ndarray, depth: int, k: int) -> np.ndarray:

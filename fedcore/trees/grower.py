@@ -204,7 +204,9 @@ class LevelwiseGrower:
             self.strategy.batch_done(part)
             if self.progress:
                 self.progress(GrowthProgress(trees[-1] + 1, self.params.n_estimators, 0, -1, 0))
-        merged = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+        # one batch (small tables): its arrays as they are, not a copy of the forest's values
+        merged = parts[0] if len(parts) == 1 else {name: np.concatenate([part[name] for part in parts])
+                                                   for name in parts[0]}
         final_save = len(batches) - 1 if checkpoints is not None and len(batches) - 1 >= resume_from else None
         return merged, final_save
 

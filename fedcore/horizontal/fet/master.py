@@ -520,8 +520,7 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
             for name in self.parties:
                 part = _reply_array(replies, name, "fet_counts", "counts", stats_shape)
                 self.counts.check(f"party {name!r}", "fet_counts.counts", part, self.party_rows[name],
-                                  self._target_bits(name))
-                total += part
+                                  self._target_bits(name), into=total)  # checked and added in one pass
             return total
         total = np.zeros(stats_shape, dtype=np.float64)
         for name in self.parties:

@@ -12,7 +12,7 @@ import json
 import numpy as np
 
 from fedcore.horizontal.growth import (
-    draw_features,
+    ranked_features,
     tree_segments,
 )
 from fedcore.privacy.settings import THRESHOLD_MODES as THRESHOLD_MODES  # PPD-ERT's, in its privacy setting
@@ -30,13 +30,13 @@ def candidate_draws(seed: int, act_tree: np.ndarray, depth: int, n_features: int
     Candidate features (A, k) and uniforms in [0, 1) (A, k) that place each threshold in its interval, from
     stream(seed, ppdert_candidates, tree, depth); identical at every role.
     """
-    features = np.empty((len(act_tree), k), dtype=np.int64)
+    keys = np.empty((len(act_tree), n_features))
     u = np.empty((len(act_tree), k), dtype=np.float64)
     for tree, a, b in tree_segments(act_tree):
         rng = stream(seed, "ppdert_candidates", tree, depth)
-        features[a:b] = draw_features(rng, b - a, n_features, k)
-        u[a:b] = rng.random((b - a, k))
-    return features, u
+        rng.random(out=keys[a:b])  # the features' keys first, as `draw_features` draws them
+        rng.random(out=u[a:b])
+    return ranked_features(keys, k), u
 
 
 def ppdert_candidates(seed: int, act_tree: np.ndarray, depth: int, low: np.ndarray, high: np.ndarray,

@@ -85,7 +85,9 @@ def hide_multiplicity(indicators: np.ndarray, secret: bytes, round_id: int) -> n
     (probability 2**-64).
     """
     words = keystream(secret, round_id, indicators.size, CELL_RING_BITS).reshape(indicators.shape)
-    return indicators.astype(np.uint64) * np.maximum(words, np.uint64(1))
+    hidden = np.maximum(words, np.uint64(1))  # the key stream is read-only: one copy, multiplied in place
+    hidden *= indicators
+    return hidden
 
 
 NO_CELL = 255

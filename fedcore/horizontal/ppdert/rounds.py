@@ -95,4 +95,4 @@ class MaskedRounds:
             masked.append(reply.arrays["masked"].reshape(-1))
         if len({m.size for m in masked}) != 1:
             raise ProtocolError(f"parties masked vectors of different sizes: {[m.size for m in masked]}")
-        return unmask_sum(masked).astype(np.int64), {}
+        return unmask_sum(masked).astype(np.int64, copy=False), {}  # the 64-bit ring: its signed view as is
