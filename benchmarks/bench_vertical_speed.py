@@ -101,6 +101,90 @@ def run_xgboost_hist(train: pd.DataFrame, test: pd.DataFrame, depth: int) -> dic
             "accuracy": float((predicted == test["y"].to_numpy()).mean())}
 
 
+def run_xgbrf(train: pd.DataFrame, test: pd.DataFrame, depth: int) -> dict:
+    """XGBoost's scikit-learn random forest, issue #34's reference: 0.632 of rows, 0.16 of columns a node."""
+    from xgboost import XGBRFClassifier
+
+    model = XGBRFClassifier(n_estimators=N_TREES, max_depth=depth, subsample=0.632, colsample_bynode=0.16,
+                            n_jobs=2, random_state=0)
+    X, y = train.drop(columns="y").to_numpy(), train["y"].to_numpy()
+    started = time.perf_counter()
+    model.fit(X, y)
+    fit_s = time.perf_counter() - started
+    started = time.perf_counter()
+    predicted = model.predict(test.drop(columns="y").to_numpy())
+    return {"fit_s": fit_s, "predict_s": time.perf_counter() - started,
+            "accuracy": float((predicted == test["y"].to_numpy()).mean())}
+
+
+BOOSTING = {"n_estimators": 100, "max_depth": 6, "learning_rate": 0.3, "reg_lambda": 1.0, "gamma": 0.0,
+            "min_child_weight": 1.0}
+"""Issue #32's boosting run: 100 rounds of depth 6, XGBoost's defaults otherwise (255 bins both)."""
+
+
+def run_federated_boosting(train: pd.DataFrame, test: pd.DataFrame, n_parties: int = 3) -> dict:
+    """Vertical boosting (plain SecureBoost) in-process: fit, one-round prediction of the test rows."""
+    from fedcore.vertical.boosting_estimators import FederatedBoostingClassifier
+
+    parties = split_vertical(train, n_parties, label="y", seed=0)
+    columns = [[c for c in p.columns if c != "y"] for p in parties]
+    model = FederatedBoostingClassifier(**BOOSTING, max_bins=255, random_state=0)
+    started = time.perf_counter()
+    model.fit(parties, label="y")
+    fit_s = time.perf_counter() - started
+    started = time.perf_counter()
+    predicted = model.predict([test[c] for c in columns], method="one-round")
+    return {"fit_s": fit_s, "predict_s": time.perf_counter() - started,
+            "accuracy": float((predicted == test["y"].to_numpy()).mean()),
+            "train_rounds": model.training_communication_["rounds"],
+            "train_mb": model.training_communication_["bytes"] / 2**20}
+
+
+def run_xgboost_boosting(train: pd.DataFrame, test: pd.DataFrame) -> dict:
+    """XGBoost `hist` gradient boosting on the pooled columns, the same rounds and parameters, 2 threads."""
+    from xgboost import XGBClassifier
+
+    model = XGBClassifier(**BOOSTING, tree_method="hist", max_bin=255, n_jobs=2, random_state=0)
+    X, y = train.drop(columns="y").to_numpy(), train["y"].to_numpy()
+    started = time.perf_counter()
+    model.fit(X, y)
+    fit_s = time.perf_counter() - started
+    started = time.perf_counter()
+    predicted = model.predict(test.drop(columns="y").to_numpy())
+    return {"fit_s": fit_s, "predict_s": time.perf_counter() - started,
+            "accuracy": float((predicted == test["y"].to_numpy()).mean())}
+
+
+def boosting_pairs(train: pd.DataFrame, test: pd.DataFrame, repeats: int) -> list[dict]:
+    """Vertical boosting and XGBoost hist in turn, `repeats` times: a row per run with the pair's ratio."""
+    rows = []
+    for repeat in range(repeats):
+        ours, reference = run_federated_boosting(train, test), run_xgboost_boosting(train, test)
+        print(f"boosting run {repeat}: ours {json.dumps(ours)}, XGBoost {json.dumps(reference)}", flush=True)
+        rows.append({"run": repeat, "boosting train s": ours["fit_s"],
+                     "XGBoost hist train s": reference["fit_s"],
+                     "train ratio (ours / XGBoost)": f"{ours['fit_s'] / reference['fit_s']:.2f}x",
+                     "predict 40k one-round s": ours["predict_s"],
+                     "XGBoost predict s": reference["predict_s"],
+                     "accuracy": ours["accuracy"], "XGBoost accuracy": reference["accuracy"]})
+    return rows
+
+
+def forest_pairs(train: pd.DataFrame, test: pd.DataFrame, depth: int, repeats: int) -> list[dict]:
+    """Vertical forest and XGBRFClassifier in turn, `repeats` times: a row per run with the pair's ratio."""
+    rows = []
+    for repeat in range(repeats):
+        ours = run_federated_forest(train, test, depth, node_by_node=False)
+        reference = run_xgbrf(train, test, depth)
+        print(f"forest run {repeat}: ours {json.dumps(ours)}, XGBRF {json.dumps(reference)}", flush=True)
+        rows.append({"run": repeat, "forest train s": ours["fit_s"],
+                     "XGBRFClassifier train s": reference["fit_s"],
+                     "train ratio (ours / XGBRF)": f"{ours['fit_s'] / reference['fit_s']:.2f}x",
+                     "predict 40k s": ours["predict_auto_s"], "XGBRF predict s": reference["predict_s"],
+                     "accuracy": ours["accuracy"], "XGBRF accuracy": reference["accuracy"]})
+    return rows
+
+
 def run_xgboost_federated(train: pd.DataFrame, test: pd.DataFrame, depth: int) -> dict:
     """XGBoost's federated vertical mode, 3 workers on loopback (see reference_xgboost_federated.py)."""
     from benchmarks.reference_xgboost_federated import run_xgboost_federated_vertical
@@ -137,6 +221,10 @@ def main() -> None:
     parser.add_argument("--depths", type=int, nargs="+", default=[10, 16])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--skip-xgboost", action="store_true", help="skip both XGBoost references")
+    parser.add_argument("--pairs", choices=("boosting", "forest"),
+                        help="only issue #32/#34's pairs: vertical boosting (100 rounds, depth 6) against "
+                             "XGBoost hist, or the forest (first --depths) against XGBRFClassifier")
+    parser.add_argument("--repeats", type=int, default=2, help="pairs run in turn this many times")
     parser.add_argument("--skip-1m", action="store_true", help="skip the 1,000,000-row run")
     parser.add_argument("--xgboost-federated-depths", type=int, nargs="*", default=None,
                         help="depths at which to run XGBoost's federated mode (default: all; it takes ~10 "
@@ -147,6 +235,19 @@ def main() -> None:
     warm = split_vertical(train.iloc[:2000], 3, label="y")  # load the compiled kernels before timing
     FederatedForestClassifier(n_estimators=2, max_depth=3).fit(warm, label="y").predict(
         [test.iloc[:100][[c for c in p.columns if c != "y"]] for p in warm])
+
+    if args.pairs:
+        from benchmarks.xgboost_check import require_xgboost
+
+        require_xgboost()
+        if args.pairs == "boosting":
+            run_federated_boosting(train.iloc[:2000], test.iloc[:100])  # compile the boosting kernels
+            rows = boosting_pairs(train, test, args.repeats)
+        else:
+            rows = forest_pairs(train, test, args.depths[0], args.repeats)
+        print("\n" + markdown_table(rows, digits=3))
+        print(f"\nMachine: {os.cpu_count()} cores; load average {os.getloadavg()}")
+        return
 
     rows = []
     for depth in args.depths:

@@ -4,8 +4,8 @@ A boosting model is grown by the same grower and strategy as a forest: each roun
 trees (K = 1, or the classes under softmax), every row in every tree (subsample zeroes the gradients of the
 rows a round leaves out, as XGBoost does, instead of dropping them), features sampled per tree
 (colsample_bytree), gradient statistics as the criterion (`fedcore.trees.criteria`), gamma as the least gain
-that splits, min_child_weight as the least hessian sum a child keeps, leaf weights -G / (H + lambda) times the
-learning rate.
+that splits (on XGBoost's scale, twice the engine's gain), min_child_weight as the least hessian sum a child
+keeps, leaf weights -G / (H + lambda) times the learning rate.
 """
 
 from __future__ import annotations
@@ -96,8 +96,12 @@ class BoostingParams(ForestParams):
         return leaf_value(stats, GRADIENT, float(self.reg_lambda), float(self.learning_rate))
 
     def least_gain(self, root_weight: np.ndarray) -> np.ndarray | float:
-        """gamma: a split must gain at least this much (XGBoost's min_split_loss)."""
-        return float(self.gamma)
+        """Half of gamma: XGBoost splits when G_L^2/(H_L+l) + G_R^2/(H_R+l) - G^2/(H+l) >= gamma.
+
+        That sum is twice the gain the engine scans (its structure scores carry the textbook 1/2), so the
+        engine's gain must reach gamma / 2 (a power of two: exact).
+        """
+        return 0.5 * float(self.gamma)
 
     def growth(self, trees_per_round: int) -> BoostingParams:
         """The parameters the grower runs: n_estimators rounds of `trees_per_round` trees, a round a batch."""

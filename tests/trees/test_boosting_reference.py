@@ -3,8 +3,9 @@
 The reference below grows XGBoost's exact greedy trees in plain Python on a tiny table of small integers
 (every value its own bin, so the histogram engine sees every threshold the reference does):
 
-    gain = (G_L^2/(H_L+lambda) + G_R^2/(H_R+lambda) - G^2/(H+lambda)) / 2, split if gain >= gamma and both
-    children keep H >= min_child_weight; leaf weight -G/(H+lambda) times the learning rate.
+    gain = (G_L^2/(H_L+lambda) + G_R^2/(H_R+lambda) - G^2/(H+lambda)) / 2, split if 2 gain >= gamma (XGBoost
+    compares min_split_loss with the sum before halving) and both children keep H >= min_child_weight; leaf
+    weight -G/(H+lambda) times the learning rate.
 
 (xgboost itself is not installed where the tests run: it is in the `bench` extra, see docs/design.md.) The
 estimators' predictions on the training rows must equal the reference's to rounding. Also checked against
@@ -45,7 +46,7 @@ def reference_tree(X: np.ndarray, g: np.ndarray, h: np.ndarray, depth: int, p: d
             if gain > best[0] + 1e-9 * max(abs(gain), 1.0):
                 best = (gain, f, cut)
     gain, f, cut = best
-    if f is None or gain < p["gamma"] or gain <= 1e-12 * len(g):
+    if f is None or 2 * gain < p["gamma"] or gain <= 1e-12 * len(g):
         return leaf
     left = X[:, f] <= cut
     return {"feature": f, "cut": cut,
@@ -113,6 +114,19 @@ def test_gamma_and_min_child_weight_stop_splits() -> None:
         assert len(model.master_.structure.tree) == PARAMS["n_estimators"]  # a root leaf per round
     model = FederatedBoostingRegressor(**{**PARAMS, "min_child_weight": 29.0}).fit(parties, label="target")
     assert len(model.master_.structure.tree) > PARAMS["n_estimators"]  # 30 rows a side still split
+
+
+@pytest.mark.parametrize(("gamma", "leaves"), [(99.0, 2), (100.0, 2), (101.0, 1)])
+def test_gamma_is_on_xgboosts_scale(gamma: float, leaves: int) -> None:
+    """Rows (0, 0, 10, 10), base score 5, lambda 0: the split's G_L^2/H_L + G_R^2/H_R - G^2/H is 100.
+
+    xgboost 2.1.4 (hist, max_depth 1, min_child_weight 0) splits at gamma 99 and 100, not at 101; so must the
+    engine, whose gain (the textbook one, halved) is 50.
+    """
+    frame = pd.DataFrame({"x": [0.0, 1.0, 2.0, 3.0], "target": [0.0, 0.0, 10.0, 10.0]})
+    model = FederatedBoostingRegressor(n_estimators=1, max_depth=1, learning_rate=1.0, reg_lambda=0.0,
+                                       gamma=gamma, min_child_weight=0.0).fit([frame], label="target")
+    assert len(model.master_.structure.tree) == 2 * leaves - 1
 
 
 @pytest.mark.parametrize("task", ["classification", "regression"])
