@@ -59,7 +59,7 @@ test-all: venv
 
 ## lint: ruff over every Python tree of the project, mypy over fedcore, tasks and flows ([tool.mypy])
 lint: venv
-	$(BIN)/ruff check fedcore flows tasks tests benchmarks
+	$(BIN)/ruff check fedcore flows tasks tests benchmarks tools
 	$(BIN)/mypy
 
 ## clean: remove caches and generated outputs (keeps .venv; see distclean)
