@@ -413,8 +413,10 @@ class VerticalParty:
                 raise _refused(self.name, f"max_weight must be a positive integer, got {max_weight!r}")
             n_classes = 0 if self._criterion == SQUARED_ERROR else len(self._setup_classes())
             rows = self._label_crypto.encrypt_labels(self._y, self._criterion, n_classes, max_weight)
+            self._y = np.zeros(0, np.float64)  # the rows hold the labels (on Dask, the blocks): no copy here
             return Message("labels", {"encryption": self._label_crypto.announcement()}, {"enc_y": rows})
         y = self._y if self._criterion == SQUARED_ERROR else self._y.astype(np.int32)
+        self._y = np.zeros(0, np.float64)  # as above: exported once per setup, then held by the rows only
         return Message("labels", {}, {"y": y})
 
     def _on_configure(self, message: Message) -> Message:
