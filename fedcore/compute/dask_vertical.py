@@ -6,7 +6,8 @@ training blocks `fedcore.compute.dask_alignment` made from Parquet). A frame's b
 (`PartyBinner.fit`) and the agent bins the rows: each block's uint8 codes travel inside the task that
 makes their future (the scheduler holds them, one byte per cell). Blocks on the workers get the same edges
 from `fedcore.compute.dask_binning` and bin themselves. Either way, per label vector, each block's labels
-travel inside a task, and a lost worker's blocks are rebuilt from lineage. Each block's `SamplePartition`
+travel inside a task (as soon as the party has them, class codes as uint8 or uint16: `compact_labels`; the
+party keeps no copy), and a lost worker's blocks are rebuilt from lineage. Each block's `SamplePartition`
 (its in-bag samples per open node, rows numbered within the block) is a future: a batch's is drawn by the
 block itself (`fedcore.randomness.bootstrap_counts` over the canonical chunks it overlaps, the same counts
 as the whole table's), and each level's is a new future made by a task from the previous one and the

@@ -70,6 +70,7 @@ def test_the_forest_on_dask_is_the_in_process_forest(workers, bootstrap, request
     assert len(bits) > 10 and [p for p in received if p[2] == "partition_bits"] == bits
     assert received == sent  # every other message, byte for byte
     assert all(type(p.rows).__name__ == "LocalRows" for p in got.parties_)  # the rows left the cluster
+    assert all(p._y.size == 0 for p in got.parties_)  # no party keeps a label copy beside its rows (#29)
     np.testing.assert_array_equal(got.predict_proba(parties), expected.predict_proba(parties))
 
 
