@@ -154,7 +154,7 @@ def run_vertical(tmp_path: Path, alignment: str, privacy: str = "none") -> Recor
         raw_floats=np.unique(np.concatenate([_continuous(f) for f in frames.values()])),
         ids=set(table["record_id"]), feature_names=[c for c in table.columns if c != "record_id"],
         thresholds=thresholds, keyed_hashes=hash_ids(table["record_id"], KEY).tolist(), session=session,
-        label_codes={holder: agents[holder].party._y.astype(np.int64)} if privacy != "none" else {})
+        label_codes={holder: agents[holder].party.rows.labels.astype(np.int64)} if privacy != "none" else {})
 
 
 # -- horizontal ----------------------------------------------------------------------------------------

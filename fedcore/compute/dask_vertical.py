@@ -6,7 +6,8 @@ training blocks `fedcore.compute.dask_alignment` made from Parquet). A frame's b
 (`PartyBinner.fit`) and the agent bins the rows: each block's uint8 codes travel inside the task that
 makes their future (the scheduler holds them, one byte per cell). Blocks on the workers get the same edges
 from `fedcore.compute.dask_binning` and bin themselves. Either way, per label vector, each block's labels
-travel inside a task, and a lost worker's blocks are rebuilt from lineage. Each block's `SamplePartition`
+travel inside a task (as soon as the party has them, class codes as uint8 or uint16: `compact_labels`; the
+party keeps no copy), and a lost worker's blocks are rebuilt from lineage. Each block's `SamplePartition`
 (its in-bag samples per open node, rows numbered within the block) is a future: a batch's is drawn by the
 block itself (`fedcore.randomness.bootstrap_counts` over the canonical chunks it overlaps, the same counts
 as the whole table's), and each level's is a new future made by a task from the previous one and the
@@ -87,6 +88,20 @@ def refusal(regression: bool, boosting: bool = False) -> str | None:
     if regression:
         return REGRESSION_REFUSED
     return None
+
+
+def compact_labels(y: np.ndarray) -> np.ndarray:
+    """`y` in the narrowest type that holds it exactly: class codes below 256 (65,536) as uint8 (uint16).
+
+    Anything else (values, more classes) stays float64. Read back as float64, every value is the same.
+    """
+    y = np.asarray(y)
+    if y.size == 0:
+        return y.astype(np.uint8)
+    low, high = y.min(), y.max()  # NaN fails both tests below
+    if low >= 0 and high < 2**16 and np.array_equal(np.floor(y), y):
+        return y.astype(np.uint8 if high < 2**8 else np.uint16)
+    return np.ascontiguousarray(y, np.float64)
 
 
 # -- what the workers run (module functions: pickled by reference) -------------------------------------
@@ -200,8 +215,7 @@ class DaskVerticalRows:
         self.submit_order = list(range(len(self.blocks)))
         """The order blocks' tasks are submitted in (results are combined in block order whatever it is)."""
         self.codes: list[Future] = []
-        self.labels: list[Future] = []
-        self._labels_of: np.ndarray | None = None  # the label vector `labels` holds
+        self.labels: list[Future] = []  # each block's labels (`set_labels`), per setup
         self.parts: list[Future] = []
         self.counts = np.zeros((len(self.blocks), 0), np.int64)
         """Rows of each open node in each block (n_blocks, n_open); kept here, level by level."""
@@ -229,7 +243,7 @@ class DaskVerticalRows:
     def __getstate__(self) -> dict:
         """A fitted estimator's party pickles without the cluster: only training used the rows."""
         state = self.__dict__.copy()
-        state.update(client=None, codes=[], labels=[], parts=[], _labels_of=None, _in_batch=False, powers=[],
+        state.update(client=None, codes=[], labels=[], parts=[], _in_batch=False, powers=[],
                      frames=[])
         return state
 
@@ -266,14 +280,27 @@ class DaskVerticalRows:
             self.codes = self._map(rebuildable,
                                    [np.asfortranarray(binner.transform(features.iloc[b.start:b.stop]))
                                     for b in self.blocks])
-        self.labels, self._labels_of, self.powers = [], None, []  # a new session's labels come next
+        self.labels, self.powers = [], []  # a new setup's labels come next
 
-    def begin_batch(self, seed: int, trees: list[int], y: np.ndarray, n_draws: int | None) -> None:
+    def set_labels(self, y: np.ndarray) -> None:
+        """The rows' labels to the cluster at once, each block's inside the task that makes its future.
+
+        Class codes travel in the narrowest integer type that holds them (`compact_labels`: 1 byte a row
+        below 256 classes), and the party keeps no copy: what the agent holds for them is what its
+        scheduler keeps of the tasks (issue #29). The workers' bootstrap reads them as float64, as in process.
+        """
+        self.labels = self._map(rebuildable, [compact_labels(y[b.start:b.stop]) for b in self.blocks])
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the labels of this setup were set (an empty table's blocks: none needed)."""
+        return bool(self.labels) or not self.blocks
+
+    def begin_batch(self, seed: int, trees: list[int], n_draws: int | None,
+                    targets: np.ndarray | None = None) -> None:
         """A new batch: each block draws its rows' bootstrap counts (the chunk totals drawn here, once)."""
-        if self._labels_of is not y:
-            self.labels = self._map(rebuildable, [np.ascontiguousarray(y[b.start:b.stop], np.float64)
-                                            for b in self.blocks])
-            self._labels_of = y
+        if targets is not None:
+            raise ValueError(BOOSTING_REFUSED)
         totals = (None if n_draws is None
                   else [bootstrap_chunk_totals(seed, tree, self.n_rows, n_draws) for tree in trees])
         self.parts = self._map(_bootstrap, self.labels, [b.start for b in self.blocks], n_rows=self.n_rows,
@@ -363,4 +390,4 @@ class DaskVerticalRows:
     def close(self) -> None:
         """Release every future of these rows (they leave the workers)."""
         self.clear()
-        self.codes, self.labels, self._labels_of, self.powers, self.frames = [], [], None, [], []
+        self.codes, self.labels, self.powers, self.frames = [], [], [], []

@@ -212,7 +212,7 @@ class VerticalParty:
         self.classes_: np.ndarray | None = None
         self._binner: PartyBinner | None = None
         self.rows = rows if rows is not None else LocalRows(self.features)
-        self._y = np.zeros(0, np.float64)  # class codes or regression targets
+        self._y = np.zeros(0, np.float64)  # the label holder's class codes or regression targets
         self._global_to_local = np.zeros(0, np.int64)
         self._candidates: NodeSplits | None = None
         self._own_bits = np.zeros(0, np.uint8)
@@ -345,6 +345,8 @@ class VerticalParty:
                                          boosting["reg_lambda"], boosting["learning_rate"],
                                          boosting["subsample"], seed)
             arrays["base_score"] = self._boost.base_score
+        else:
+            self.rows.set_labels(self._y)
         return n_classes
 
     def _setup_boosting(self, h: Header) -> dict | None:
@@ -411,8 +413,10 @@ class VerticalParty:
                 raise _refused(self.name, f"max_weight must be a positive integer, got {max_weight!r}")
             n_classes = 0 if self._criterion == SQUARED_ERROR else len(self._setup_classes())
             rows = self._label_crypto.encrypt_labels(self._y, self._criterion, n_classes, max_weight)
+            self._y = np.zeros(0, np.float64)  # the rows hold the labels (on Dask, the blocks): no copy here
             return Message("labels", {"encryption": self._label_crypto.announcement()}, {"enc_y": rows})
         y = self._y if self._criterion == SQUARED_ERROR else self._y.astype(np.int32)
+        self._y = np.zeros(0, np.float64)  # as above: exported once per setup, then held by the rows only
         return Message("labels", {}, {"y": y})
 
     def _on_configure(self, message: Message) -> Message:
@@ -433,9 +437,7 @@ class VerticalParty:
             _require(self._criterion == SQUARED_ERROR
                      or (y.size == 0 or (y.min() >= 0 and y.max() < max(n_classes, 1))),
                      self.name, "class codes must lie in [0, n_classes)")
-            self._y = y.astype(np.float64)
-        if self._boosting and not self.is_label_holder:
-            self._y = np.zeros(self.rows.n_rows)  # the rounds bring (g, h); only the row count is needed here
+            self.rows.set_labels(y)  # a passive party's: kept by its rows only (on Dask, in blocks)
         if "enc_y" in message.arrays or (self._boosting and self._sealing is not None
                                          and not self.is_label_holder):
             self._configure_passive_crypto(message)
@@ -472,7 +474,8 @@ class VerticalParty:
                                              powers_budget=self._powers_budget, local=not on_dask,
                                              rows=self.rows.n_rows)
         self.rows.load_ciphertexts(public, ciphertexts)
-        self._y = np.zeros(self.rows.n_rows)  # only the bootstrap's row count is needed
+        if not self._boosting:  # the bootstrap needs only the row count: codes of zero stand for the labels
+            self.rows.set_labels(np.zeros(self.rows.n_rows, np.uint8))
 
     def _configure_label_holder_crypto(self, message: Message) -> None:
         """Encrypted labels: a sealed channel to every passive party."""
@@ -506,18 +509,19 @@ class VerticalParty:
         _require(isinstance(trees, list) and 0 < len(trees) <= MAX_TREES_PER_BATCH
                  and all(isinstance(t, int) and t >= 0 for t in trees), self.name,
                  f"a batch's trees must be 1 to {MAX_TREES_PER_BATCH} tree numbers")
-        _require(n_draws is None or (isinstance(n_draws, int) and 0 < n_draws <= max(len(self._y), 1)),
-                 self.name, f"n_draws must be between 1 and the {len(self._y)} rows, got {n_draws!r}")
-        _require(len(self._y) == self.rows.n_rows, self.name, "configure must come before begin_batch")
+        n_rows = self.rows.n_rows
+        _require(n_draws is None or (isinstance(n_draws, int) and 0 < n_draws <= max(n_rows, 1)),
+                 self.name, f"n_draws must be between 1 and the {n_rows} rows, got {n_draws!r}")
+        _require(self._boosting or self.rows.labelled, self.name, "configure must come before begin_batch")
         reply = Message("ack")
         if self._boosting:
             _require(n_draws is None, self.name, "boosting takes every row: no bootstrap")
             gh = self._round_gradients(message, trees)
-            self.rows.begin_batch(h.int("seed"), list(trees), gh, None)
+            self.rows.begin_batch(h.int("seed"), list(trees), None, targets=gh)
             if self._boost is not None:
                 reply = self._gradients_reply(gh)
         else:
-            self.rows.begin_batch(h.int("seed"), list(trees), self._y, n_draws)
+            self.rows.begin_batch(h.int("seed"), list(trees), n_draws)
         self._batch_start = len(self._splits)
         self._candidates = None
         return reply

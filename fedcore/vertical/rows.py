@@ -29,6 +29,7 @@ class LocalRows:
         """The party's feature columns (aligned rows); binned at each setup."""
         self.features = features
         self.codes: np.ndarray | None = None
+        self.labels: np.ndarray | None = None  # the rows' class codes or values (float64), per setup
         self.partition: SamplePartition | None = None
 
     @property
@@ -52,9 +53,25 @@ class LocalRows:
     def bin(self, binner: PartyBinner) -> None:
         """Bin the rows with the binner the party fitted on them."""
         self.codes = binner.transform(self.features)
+        self.labels = None  # a new setup's labels come next
 
-    def begin_batch(self, seed: int, trees: list[int], y: np.ndarray, n_draws: int | None) -> None:
-        """A new batch: each tree's bootstrap sample in its root (boosting: per-tree (g, h), every row)."""
+    def set_labels(self, y: np.ndarray) -> None:
+        """The rows' class codes or values, which every batch's bootstrap carries (kept as float64)."""
+        self.labels = np.asarray(y, np.float64)
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the labels of this setup were set."""
+        return self.labels is not None
+
+    def begin_batch(self, seed: int, trees: list[int], n_draws: int | None,
+                    targets: np.ndarray | None = None) -> None:
+        """A new batch: each tree's bootstrap sample in its root, carrying the labels.
+
+        Boosting passes `targets` instead: each tree's (g, h), every row.
+        """
+        y = self.labels if targets is None else targets
+        assert y is not None, "the protocol admits begin_batch only after the labels were set"
         self.partition = SamplePartition.bootstrap(seed, trees, y, n_draws)
 
     def clear(self) -> None:

@@ -15,6 +15,7 @@ from fedcore.compute.dask_vertical import (
     REGRESSION_REFUSED,
     DaskVerticalRows,
     block_major,
+    compact_labels,
     node_major,
 )
 from fedcore.data.split import split_vertical
@@ -69,6 +70,7 @@ def test_the_forest_on_dask_is_the_in_process_forest(workers, bootstrap, request
     assert len(bits) > 10 and [p for p in received if p[2] == "partition_bits"] == bits
     assert received == sent  # every other message, byte for byte
     assert all(type(p.rows).__name__ == "LocalRows" for p in got.parties_)  # the rows left the cluster
+    assert all(p._y.size == 0 for p in got.parties_)  # no party keeps a label copy beside its rows (#29)
     np.testing.assert_array_equal(got.predict_proba(parties), expected.predict_proba(parties))
 
 
@@ -100,6 +102,32 @@ def test_block_and_node_order_round_trip() -> None:
     nodes = node_major(blocks, counts)
     assert nodes.tolist() == [1, 2, 6, 7, 8, 9, 10, 3, 4, 5]
     assert [b.tolist() for b in block_major(nodes, counts)] == [b.tolist() for b in blocks]
+
+
+@pytest.mark.parametrize(("values", "dtype"), [
+    (np.array([0.0, 3, 255, 1]), np.uint8), (np.array([0.0, 256, 65_535]), np.uint16),
+    (np.array([0.0, 65_536]), np.float64), (np.array([0.0, 1.5]), np.float64),
+    (np.array([-1.0, 2]), np.float64), (np.array([0.0, np.nan]), np.float64),
+    (np.array([], np.float64), np.uint8)])
+def test_labels_travel_in_the_narrowest_exact_type(values, dtype) -> None:
+    narrow = compact_labels(values)
+    assert narrow.dtype == dtype
+    np.testing.assert_array_equal(narrow.astype(np.float64), values)
+
+
+def test_a_dask_party_keeps_its_labels_only_on_the_workers_one_byte_a_row(one_worker) -> None:
+    """Issue #29: the label codes go to the blocks at once as uint8; the party keeps no copy of them."""
+    parties = _parties(n_parties=2)
+    rows = DaskVerticalRows(parties[1].drop(columns=["id"], errors="ignore"), one_worker, BLOCK)
+    codes = np.arange(rows.n_rows, dtype=np.int32) % 5
+    assert not rows.labelled
+    rows.set_labels(codes)
+    assert rows.labelled and len(rows.labels) == len(rows.blocks) > 2
+    blocks = one_worker.gather(rows.labels)
+    assert all(b.dtype == np.uint8 for b in blocks)
+    assert np.concatenate(blocks).tolist() == codes.tolist()
+    assert not [v for v in vars(rows).values() if isinstance(v, np.ndarray) and v.size >= rows.n_rows]
+    rows.close()
 
 
 @pytest.mark.timeout(120)
