@@ -57,6 +57,8 @@ class Algorithm:
     deployable (simulation and estimators only, so far)."""
     agent: str | None = None
     """`(config, source, name, identity) -> SessionAgent`: an institution's agent for a federation config."""
+    estimators: tuple[str, str] = ("", "")
+    """Its scikit-learn-style estimator classes: the classifier's and the regressor's."""
     simulate: str = ""
     """`(table, args, privacy) -> dict`: `fedforest simulate`'s run of its setting (`fedcore.simulation`)."""
     reference: str = ""
@@ -93,6 +95,13 @@ class Algorithm:
         if self.check_params is not None:
             load(self.check_params)(privacy, params)
 
+    def estimator_class(self, task: str) -> type:
+        """Its estimator class for `task` ("classification" or "regression"), imported now."""
+        path = self.estimators[0 if task == "classification" else 1]
+        if not path:
+            raise ParameterError(f"{self.title} has no {task} estimator")
+        return load(path)
+
     def simulate_command(self, table: Any, args: Any, privacy: PrivacySetting) -> dict:
         """`fedforest simulate`'s result for `table` with the command's `args` (imports the simulator now)."""
         return load(self.simulate)(table, args, privacy)
@@ -118,6 +127,7 @@ _VERTICAL_AGENT = "fedcore.vertical.deploy:institution_agent"
 _SIMULATE_VERTICAL = "fedcore.simulation.vertical:simulate_command"
 _SIMULATE_HORIZONTAL = "fedcore.simulation.horizontal:simulate_command"
 _REFERENCE = "fedcore.simulation.reference:"
+_HORIZONTAL_ESTIMATORS = "fedcore.horizontal.estimators:"
 _HORIZONTAL = dict(simulate=_SIMULATE_HORIZONTAL, reference=_REFERENCE + "reference_extra_trees",
                    params="fedcore.horizontal.params:ExtraTreesParams",
                    parse_params="fedcore.horizontal.params:ExtraTreesParams.from_config",
@@ -129,18 +139,27 @@ FOREST = Algorithm("forest", "vertical", "Federated Forest", ("none", *ENCRYPTED
                    ("federated-forest",), params="fedcore.trees.params:ForestParams",
                    parse_params="fedcore.trees.params:ForestParams.from_vertical_config",
                    simulate=_SIMULATE_VERTICAL, reference=_REFERENCE + "reference_forest",
+                   estimators=("fedcore.vertical.estimators:FederatedForestClassifier",
+                               "fedcore.vertical.estimators:FederatedForestRegressor"),
                    session=_VERTICAL_SESSION, agent=_VERTICAL_AGENT)
 EXTRA_TREES = Algorithm("extra-trees", "horizontal", "Federated Extra-Trees", ("none", "ldp", "gdp"),
-                        ("fet",), **_HORIZONTAL)
-PPD_ERT = Algorithm("ppd-ert", "horizontal", "PPD-ERT", ("secagg", "secagg-dp"), ("ppdert",), **_HORIZONTAL)
+                        ("fet",), estimators=(_HORIZONTAL_ESTIMATORS + "FederatedExtraTreesClassifier",
+                                              _HORIZONTAL_ESTIMATORS + "FederatedExtraTreesRegressor"),
+                        **_HORIZONTAL)
+PPD_ERT = Algorithm("ppd-ert", "horizontal", "PPD-ERT", ("secagg", "secagg-dp"), ("ppdert",),
+                    estimators=(_HORIZONTAL_ESTIMATORS + "PPDERTClassifier", ""), **_HORIZONTAL)
 BOOSTING = Algorithm("boosting", "vertical", "Federated gradient boosting", ("none", *ENCRYPTED_MODES),
                      params="fedcore.trees.boosting:BoostingParams",
                      parse_params="fedcore.trees.boosting:BoostingParams.from_vertical_config",
                      simulate=_SIMULATE_VERTICAL, reference=_REFERENCE + "reference_boosting",
+                     estimators=("fedcore.vertical.boosting_estimators:FederatedBoostingClassifier",
+                                 "fedcore.vertical.boosting_estimators:FederatedBoostingRegressor"),
                      session=_VERTICAL_SESSION, agent=_VERTICAL_AGENT)
 HORIZONTAL_BOOSTING = Algorithm("boosting", "horizontal", "Federated gradient boosting", ("secagg",),
                                 params="fedcore.trees.boosting:BoostingParams",
-                                simulate=_SIMULATE_HORIZONTAL, reference=_REFERENCE + "reference_boosting")
+                                simulate=_SIMULATE_HORIZONTAL, reference=_REFERENCE + "reference_boosting",
+                                estimators=("fedcore.horizontal.boosting:HorizontalBoostingClassifier",
+                                            "fedcore.horizontal.boosting:HorizontalBoostingRegressor"))
 
 REGISTERED: tuple[Algorithm, ...] = (FOREST, EXTRA_TREES, PPD_ERT, BOOSTING, HORIZONTAL_BOOSTING)
 """Every algorithm of every setting; one id may live in two settings (boosting), told apart by setting."""

@@ -84,20 +84,30 @@ def test_importing_the_registry_and_the_config_imports_no_engine() -> None:
 
 def test_each_entry_loads_its_implementation() -> None:
     """Params class and parser, simulator and reference; deployable ones: the session and agent factories."""
+    from fedcore.horizontal.boosting import HorizontalBoostingClassifier
+    from fedcore.horizontal.estimators import FederatedExtraTreesClassifier, PPDERTClassifier
     from fedcore.horizontal.params import ExtraTreesParams
     from fedcore.privacy.settings import parse_privacy
     from fedcore.trees.boosting import BoostingParams
     from fedcore.trees.params import ForestParams
+    from fedcore.vertical.boosting_estimators import FederatedBoostingClassifier
+    from fedcore.vertical.estimators import FederatedForestClassifier
 
+    classifiers = {FOREST: FederatedForestClassifier, EXTRA_TREES: FederatedExtraTreesClassifier,
+                   PPD_ERT: PPDERTClassifier, BOOSTING: FederatedBoostingClassifier,
+                   HORIZONTAL_BOOSTING: HorizontalBoostingClassifier}
     expected = {FOREST: ForestParams, EXTRA_TREES: ExtraTreesParams, PPD_ERT: ExtraTreesParams,
                 BOOSTING: BoostingParams, HORIZONTAL_BOOSTING: BoostingParams}
     for entry, cls in expected.items():
         assert entry.params_class() is cls
         assert callable(load(entry.simulate)) and callable(load(entry.reference))
+        assert entry.estimator_class("classification") is classifiers[entry]
         if entry.deployable:
             assert callable(load(entry.session or "")) and callable(load(entry.agent or ""))
             parsed = entry.params_from_config({"n_estimators": 3}, parse_privacy(None, entry))
             assert type(parsed) is cls and parsed.n_estimators == 3
     assert not HORIZONTAL_BOOSTING.deployable and HORIZONTAL_BOOSTING.session is None
+    with pytest.raises(ParameterError, match=r"^PPD-ERT has no regression estimator$"):
+        PPD_ERT.estimator_class("regression")
     with pytest.raises(ParameterError, match=r"^set label protection in the 'privacy:' section"):
         FOREST.params_from_config({"key_bits": 2048}, parse_privacy(None, FOREST))

@@ -24,8 +24,6 @@ from fedcore.privacy.settings import PrivacySetting, parse_privacy
 from fedcore.simulation.comparison import compare, run_engine
 from fedcore.simulation.params import TASK_DEFAULT, TASKS, boosting_params, forest_params
 from fedcore.simulation.table import prepare_input, split_train_test
-from fedcore.vertical.boosting_estimators import FederatedBoostingClassifier, FederatedBoostingRegressor
-from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
 from fedcore.vertical.validation import check_label
 
 STRUCTURE_FIELDS = ("tree", "node", "left", "right", "depth", "weight", "value")
@@ -34,9 +32,7 @@ STRUCTURE_FIELDS = ("tree", "node", "left", "right", "depth", "weight", "value")
 
 def _engine(task: str, params: dict, progress: bool, chosen: Algorithm) -> Any:
     """An unfitted engine; building it validates the parameters before any work starts."""
-    classes = ((FederatedBoostingClassifier, FederatedBoostingRegressor) if chosen is BOOSTING
-               else (FederatedForestClassifier, FederatedForestRegressor))
-    model = classes[0 if task == "classification" else 1](**params, progress=progress)
+    model = chosen.estimator_class(task)(**params, progress=progress)
     model.params  # noqa: B018 - validates the parameters now, before any work (scikit-learn style: not in __init__)
     return model
 
