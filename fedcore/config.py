@@ -96,25 +96,25 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from fedcore.algorithms import BOOSTING, SETTINGS, in_setting
+from fedcore.algorithms import BOOSTING, SETTINGS, Algorithm, in_setting
 from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.compute.cluster import DaskCompute, parse_compute
 from fedcore.data.dialect import CsvSource, parse_csv
 from fedcore.data.sql import BATCH_PARAMETERS, SqlSource, parse_sql
 from fedcore.drift import DriftSettings
 from fedcore.errors import ConfigError, InputError, ParameterError
-from fedcore.horizontal.params import ExtraTreesParams
-from fedcore.horizontal.plan import check_bounded_depth
 from fedcore.metrics import default_metric
 from fedcore.models.signing import public_key_path
 from fedcore.names import check_name
-from fedcore.privacy.settings import EncryptedLabels, NoPrivacy, PrivacySetting, parse_privacy
-from fedcore.trees.boosting import BoostingParams
-from fedcore.trees.params import ForestParams
+from fedcore.privacy.settings import NoPrivacy, PrivacySetting, parse_privacy
+
+if TYPE_CHECKING:
+    from fedcore.horizontal.params import ExtraTreesParams
+    from fedcore.trees.params import ForestParams
 
 
 @dataclass(frozen=True)
@@ -249,6 +249,11 @@ class FederationConfig:
     """The `drift:` section: each institution's batch drift check at prediction (`fedcore.drift`)."""
 
     @property
+    def implementation(self) -> Algorithm:
+        """The registry's entry for the config's algorithm in its setting: its session, agent and params."""
+        return find_algorithm(self.algorithm, self.setting)
+
+    @property
     def model_name(self) -> str:
         """The registry name of the federation's model."""
         return self.training.model_name or self.federation
@@ -367,11 +372,10 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         raise ConfigError(f"{path}: training.predict_for names no institution: {training.predict_for!r}; "
                           f"known: {names}")
     master = raw.get("master") or {}
-    forest = _parse_params(raw.get("params") or {}, setting, privacy, path, algorithm is BOOSTING)
+    forest = _parse_params(raw.get("params") or {}, algorithm, privacy, path)
     try:
         parse_privacy(privacy, algorithm, forest.task)
-        if setting == "horizontal":
-            check_bounded_depth(privacy, forest.max_depth)
+        algorithm.check_privacy_params(privacy, forest)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
     _check_compute(institutions, setting, forest.task, path, algorithm is BOOSTING)
@@ -538,22 +542,14 @@ def _check_labels(institutions: list[Institution], setting: str, path: Path) -> 
                               f"column, found {sorted({str(i.label) for i in institutions})}")
 
 
-def _parse_params(params: dict, setting: str, privacy: PrivacySetting, path: Path,
-                  boosting: bool = False) -> ForestParams | ExtraTreesParams:
-    """The `params:` section as the setting's parameter class (vertical label protection: from `privacy:`).
+def _parse_params(params: dict, algorithm: Algorithm, privacy: PrivacySetting,
+                  path: Path) -> ForestParams | ExtraTreesParams:
+    """The `params:` section as the algorithm's parameter class, by its registered parser.
 
-    Boosting takes XGBoost's names (`BoostingParams.from_config`).
+    Vertical label protection comes from `privacy:`; boosting takes XGBoost's names (`BoostingParams`).
     """
-    if setting == "vertical":
-        if {"privacy", "key_bits", "paillier_key_bits"} & set(params):
-            raise ConfigError(f"{path}: params: set label protection in the 'privacy:' section "
-                              "({mode: paillier, key_bits: 2048}), not in params")
-        key_bits = privacy.key_bits if isinstance(privacy, EncryptedLabels) else None
-        params = {**params, "privacy": privacy.mode, "key_bits": key_bits}
     try:
-        if boosting:
-            return BoostingParams.from_config(params)
-        return ForestParams(**params) if setting == "vertical" else ExtraTreesParams(**params)
+        return algorithm.params_from_config(params, privacy)
     except (TypeError, ParameterError) as exc:
         raise ConfigError(f"{path}: params: {exc}") from exc
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from fedcore.algorithms import (
@@ -13,6 +16,7 @@ from fedcore.algorithms import (
     PPD_ERT,
     algorithm,
     in_setting,
+    load,
     read_algorithm,
 )
 from fedcore.errors import ParameterError
@@ -68,3 +72,42 @@ def test_one_id_lives_in_both_settings_told_apart_by_setting() -> None:
 def test_boosting_is_deployable_with_plain_or_encrypted_gradients() -> None:
     """Configs, agents and flows run it (tests/vertical/test_boosting_session.py), plain or SecureBoost."""
     assert FOREST.deployable and BOOSTING.deployable and BOOSTING.privacy_modes == ("none", "paillier", "ou")
+
+
+def test_importing_the_registry_and_the_config_imports_no_engine() -> None:
+    """Each entry names its implementation by import path: the config sits below the settings."""
+    engines = ("fedcore.horizontal", "fedcore.vertical", "fedcore.trees", "fedcore.simulation")
+    code = f"import sys, fedcore.config; print(sorted(m for m in sys.modules if m.startswith({engines!r})))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_each_entry_loads_its_implementation() -> None:
+    """Params class and parser, simulator and reference; deployable ones: the session and agent factories."""
+    from fedcore.horizontal.boosting import HorizontalBoostingClassifier
+    from fedcore.horizontal.estimators import FederatedExtraTreesClassifier, PPDERTClassifier
+    from fedcore.horizontal.params import ExtraTreesParams
+    from fedcore.privacy.settings import parse_privacy
+    from fedcore.trees.boosting import BoostingParams
+    from fedcore.trees.params import ForestParams
+    from fedcore.vertical.boosting_estimators import FederatedBoostingClassifier
+    from fedcore.vertical.estimators import FederatedForestClassifier
+
+    classifiers = {FOREST: FederatedForestClassifier, EXTRA_TREES: FederatedExtraTreesClassifier,
+                   PPD_ERT: PPDERTClassifier, BOOSTING: FederatedBoostingClassifier,
+                   HORIZONTAL_BOOSTING: HorizontalBoostingClassifier}
+    expected = {FOREST: ForestParams, EXTRA_TREES: ExtraTreesParams, PPD_ERT: ExtraTreesParams,
+                BOOSTING: BoostingParams, HORIZONTAL_BOOSTING: BoostingParams}
+    for entry, cls in expected.items():
+        assert entry.params_class() is cls
+        assert callable(load(entry.simulate)) and callable(load(entry.reference))
+        assert entry.estimator_class("classification") is classifiers[entry]
+        if entry.deployable:
+            assert callable(load(entry.session or "")) and callable(load(entry.agent or ""))
+            parsed = entry.params_from_config({"n_estimators": 3}, parse_privacy(None, entry))
+            assert type(parsed) is cls and parsed.n_estimators == 3
+    assert not HORIZONTAL_BOOSTING.deployable and HORIZONTAL_BOOSTING.session is None
+    with pytest.raises(ParameterError, match=r"^PPD-ERT has no regression estimator$"):
+        PPD_ERT.estimator_class("regression")
+    with pytest.raises(ParameterError, match=r"^set label protection in the 'privacy:' section"):
+        FOREST.params_from_config({"key_bits": 2048}, parse_privacy(None, FOREST))

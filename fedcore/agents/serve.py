@@ -1,6 +1,6 @@
 """Serving one institution's agent over Arrow Flight with mutual TLS, from the federation config.
 
-The agent is the vertical or the horizontal one, by the config's setting.
+The agent is the one the config's algorithm registers (`fedcore.algorithms`), vertical or horizontal.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from fedcore.config import FederationConfig
 from fedcore.errors import ConfigError, PartyUnavailable, ProtocolError
 from fedcore.privacy.keyauth import PartyIdentity
 from fedcore.transport.flight import AgentServer
-from fedcore.vertical.agent import VerticalInstitutionAgent
 
 
 def build_institution_server(config: FederationConfig, name: str, master: str = "master",
@@ -37,13 +36,7 @@ def build_institution_server(config: FederationConfig, name: str, master: str = 
     # so the master cannot substitute its own
     assert inst.cert is not None and inst.key is not None, "checked with the others in `missing` above"
     identity = PartyIdentity.from_certificate(name, inst.cert, inst.key, config.tls["ca"])
-    agent: SessionAgent
-    if config.setting == "horizontal":
-        from fedcore.horizontal.agent import HorizontalInstitutionAgent
-
-        agent = HorizontalInstitutionAgent(source, name=name, identity=identity)
-    else:
-        agent = VerticalInstitutionAgent(source, config.read_consortium_key(), name=name, identity=identity)
+    agent: SessionAgent = config.implementation.institution_agent(config, source, name, identity)
     # the process's cluster for its `compute:` (started or connected at first use) is held while it serves
     release = hold_shared(inst.compute) if inst.compute is not None else None
     try:

@@ -25,9 +25,8 @@ from fedcore.data.split import PARTITIONS
 from fedcore.errors import ParameterError
 from fedcore.privacy.settings import MODE_FIELDS, privacy_with
 from fedcore.simulation.params import TASK_DEFAULT, TASKS
-from fedcore.trees.boosting import BoostingParams
 from fedcore.trees.budget import available_bytes
-from fedcore.trees.params import ForestParams, check_max_features, check_model_fits
+from fedcore.trees.params import check_max_features, check_model_fits
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -191,24 +190,8 @@ def _simulate(args: argparse.Namespace) -> int:
                            thresholds=args.thresholds)
     table = _read_data(args)
     _check_model_fits(args, len(table))
-    if args.setting == "horizontal":  # each setting's engine imported only when it runs (first-use seconds)
-        from fedcore.simulation.horizontal import simulate_horizontal
-
-        result = simulate_horizontal(
-            table, args.label, algorithm=args.algorithm, privacy=privacy, id_column=args.id_column,
-            drop=args.drop, parties=args.parties, partition=args.partition,
-            partition_column=args.partition_column, alpha=args.alpha, trees=args.trees,
-            max_depth=args.max_depth, max_features=args.max_features, seed=args.seed,
-            test_size=args.test_size, task=args.task, progress=True,
-            compute=args.dask)
-    else:
-        from fedcore.simulation.vertical import simulate_vertical
-
-        result = simulate_vertical(
-            table, args.label, id_column=args.id_column, drop=args.drop, parties=args.parties,
-            trees=args.trees, max_depth=args.max_depth, max_features=args.max_features, seed=args.seed,
-            test_size=args.test_size, task=args.task, privacy=privacy, progress=True, compute=args.dask,
-            algorithm=args.algorithm)
+    # the algorithm's setting's simulator, imported only when it runs (first-use seconds)
+    result = find_algorithm(args.algorithm, args.setting).simulate_command(table, args, privacy)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -239,13 +222,10 @@ def _check_model_fits(args: argparse.Namespace, n_rows: int) -> None:
     Checked before the table is split and any party exists; the simulator holds the master's and every
     party's model tables (`fedcore.trees.params.check_model_fits`). The trees grow on the training rows.
     """
-    from fedcore.horizontal.params import ExtraTreesParams
-
-    cls = ExtraTreesParams if args.setting == "horizontal" else ForestParams
-    params = cls(n_estimators=args.trees, max_depth=args.max_depth, random_state=args.seed)
-    if args.algorithm == "boosting":  # K trees a round (softmax) is not known before the label is read
-        params = BoostingParams(n_estimators=args.trees, max_depth=args.max_depth or 6,
-                                random_state=args.seed)
+    cls = find_algorithm(args.algorithm, args.setting).params_class()
+    # boosting: K trees a round (softmax) is not known before the label is read; its default depth is 6
+    depth = {} if args.max_depth is None else {"max_depth": args.max_depth}
+    params = cls(n_estimators=args.trees, random_state=args.seed, **depth)
     if not 0 < args.test_size < 1:
         return  # the simulator refuses it, naming it
     n_train = n_rows - math.ceil(args.test_size * n_rows)  # scikit-learn's train_test_split

@@ -15,6 +15,11 @@ REGRESSION_CRITERIA = ("squared_error",)
 class ExtraTreesParams(TreeParams):
     """Hyper-parameters with scikit-learn's meanings. Extra-Trees grow on all rows (no bootstrap)."""
 
+    @classmethod
+    def from_config(cls, params: dict, privacy: object) -> ExtraTreesParams:
+        """A config's `params:` (horizontal privacy needs nothing of them here: `plan.check_params`)."""
+        return cls(**params)
+
     def _check_criterion(self) -> None:
         allowed = CLASSIFICATION_CRITERIA if self.task == "classification" else REGRESSION_CRITERIA
         if self.criterion not in allowed:

@@ -64,6 +64,11 @@ def check_bounded_depth(privacy: PrivacySetting, max_depth: int | None) -> None:
         raise ParameterError(UNBOUNDED_DEPTH.format(mode=privacy.mode))
 
 
+def check_params(privacy: PrivacySetting, params: Any) -> None:
+    """A config's check of its parameters against its privacy (the algorithm registry's `check_params`)."""
+    check_bounded_depth(privacy, params.max_depth)
+
+
 def plan_terms(n_estimators: int, max_depth: int | None, k: int, task: str, *,
                mode: str = "secagg-dp") -> dict[str, Any]:
     """secagg-dp's plan terms as the master's `hello` carries them; refuse an unbounded depth."""

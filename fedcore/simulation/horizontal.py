@@ -30,7 +30,6 @@ from fedcore.metrics import metrics
 from fedcore.privacy.settings import PrivacySetting, privacy_with
 from fedcore.simulation.comparison import EngineRun, announce, compare, run_engine
 from fedcore.simulation.params import TASK_DEFAULT, boosting_params, forest_params
-from fedcore.simulation.reference import reference_boosting, reference_extra_trees
 from fedcore.simulation.table import prepare_input, split_train_test
 from fedcore.vertical.validation import check_label
 
@@ -234,8 +233,7 @@ def simulate_horizontal(
         "rows_train": len(train),
         "rows_test": len(test),
         **compare(task, y_test, federated, single, identical,
-                  (reference_boosting if boosting else reference_extra_trees)(task, train, test, label,
-                                                                              params)),
+                  find_algorithm(algorithm, "horizontal").run_reference(task, train, test, label, params)),
         "privacy_report": federated_model.privacy_report_,
         "columns": {**column_notes, "categories": {name: len(values) for name, values in categories.items()},
                     "categories_from": CATEGORIES_FROM},
@@ -269,3 +267,14 @@ def _local_only(party_frames: list[pd.DataFrame], label: str, features: pd.DataF
             per_party.append(metrics(task, y_test, model.predict(features)))
     names = list(per_party[0])
     return {"mean": {n: float(np.mean([m[n] for m in per_party])) for n in names}, "per_party": per_party}
+
+
+def simulate_command(table: pd.DataFrame, args: Any, privacy: PrivacySetting) -> dict:
+    """`fedforest simulate --setting horizontal`'s run (the algorithm registry's `simulate`)."""
+    return simulate_horizontal(
+        table, args.label, algorithm=args.algorithm, privacy=privacy, id_column=args.id_column,
+        drop=args.drop, parties=args.parties, partition=args.partition,
+        partition_column=args.partition_column, alpha=args.alpha, trees=args.trees,
+        max_depth=args.max_depth, max_features=args.max_features, seed=args.seed,
+        test_size=args.test_size, task=args.task, progress=True,
+        compute=args.dask)

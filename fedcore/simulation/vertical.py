@@ -23,10 +23,7 @@ from fedcore.errors import ParameterError
 from fedcore.privacy.settings import PrivacySetting, parse_privacy
 from fedcore.simulation.comparison import compare, run_engine
 from fedcore.simulation.params import TASK_DEFAULT, TASKS, boosting_params, forest_params
-from fedcore.simulation.reference import reference_boosting, reference_forest
 from fedcore.simulation.table import prepare_input, split_train_test
-from fedcore.vertical.boosting_estimators import FederatedBoostingClassifier, FederatedBoostingRegressor
-from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
 from fedcore.vertical.validation import check_label
 
 STRUCTURE_FIELDS = ("tree", "node", "left", "right", "depth", "weight", "value")
@@ -35,9 +32,7 @@ STRUCTURE_FIELDS = ("tree", "node", "left", "right", "depth", "weight", "value")
 
 def _engine(task: str, params: dict, progress: bool, chosen: Algorithm) -> Any:
     """An unfitted engine; building it validates the parameters before any work starts."""
-    classes = ((FederatedBoostingClassifier, FederatedBoostingRegressor) if chosen is BOOSTING
-               else (FederatedForestClassifier, FederatedForestRegressor))
-    model = classes[0 if task == "classification" else 1](**params, progress=progress)
+    model = chosen.estimator_class(task)(**params, progress=progress)
     model.params  # noqa: B018 - validates the parameters now, before any work (scikit-learn style: not in __init__)
     return model
 
@@ -114,8 +109,7 @@ def simulate_vertical(
         "rows_train": len(train),
         "rows_test": len(test),
         **compare(task, test[label].to_numpy(), federated, single, identical,
-                  (reference_boosting if chosen is BOOSTING else reference_forest)(task, train, test, label,
-                                                                                  params)),
+                  chosen.run_reference(task, train, test, label, params)),
         "columns": column_notes,
     }
 
@@ -142,3 +136,12 @@ def _params(chosen: Algorithm, task: str, trees: int, max_depth: int | None,
         if cannot is not None:
             raise ParameterError(cannot)
     return params, {**params, "privacy": setting, "compute": compute}
+
+
+def simulate_command(table: pd.DataFrame, args: Any, privacy: PrivacySetting) -> dict:
+    """`fedforest simulate --setting vertical`'s run (the algorithm registry's `simulate`)."""
+    return simulate_vertical(
+        table, args.label, id_column=args.id_column, drop=args.drop, parties=args.parties,
+        trees=args.trees, max_depth=args.max_depth, max_features=args.max_features, seed=args.seed,
+        test_size=args.test_size, task=args.task, privacy=privacy, progress=True, compute=args.dask,
+        algorithm=args.algorithm)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from fedcore.errors import ParameterError
 from fedcore.trees.criteria import GRADIENT, leaf_value
-from fedcore.trees.params import MAX_TREES_PER_BATCH, ForestParams, check_int
+from fedcore.trees.params import MAX_TREES_PER_BATCH, ForestParams, check_int, with_label_protection
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,11 @@ class BoostingParams(ForestParams):
 
     XGBOOST_NAMES = {"colsample_bytree": "max_features"}
     """XGBoost's names a config uses for fields the engine calls otherwise."""
+
+    @classmethod
+    def from_vertical_config(cls, values: dict, privacy: Any) -> BoostingParams:
+        """A vertical config's `params:`, with the label protection its `privacy:` section sets."""
+        return cls.from_config(with_label_protection(values, privacy))
 
     @classmethod
     def from_config(cls, values: dict) -> BoostingParams:

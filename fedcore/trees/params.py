@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -122,6 +123,14 @@ class TreeParams:
         return asdict(self)
 
 
+def with_label_protection(params: dict, privacy: Any) -> dict:
+    """Vertical `params:` with the `privacy:` section's mode and key size, which `params:` may not set."""
+    if {"privacy", "key_bits", "paillier_key_bits"} & set(params):
+        raise ParameterError("set label protection in the 'privacy:' section ({mode: paillier, key_bits: "
+                             "2048}), not in params")
+    return {**params, "privacy": privacy.mode, "key_bits": getattr(privacy, "key_bits", None)}
+
+
 @dataclass(frozen=True)
 class ForestParams(TreeParams):
     """Hyper-parameters of a vertical forest. Sizes (min_samples_*) count bootstrap-weighted rows."""
@@ -179,6 +188,11 @@ class ForestParams(TreeParams):
         elif self.key_bits is not None:
             raise ParameterError(f"key_bits applies to the encrypted-label privacy modes {ENCRYPTED_MODES} "
                                  f"only, not {self.privacy!r}")
+
+    @classmethod
+    def from_vertical_config(cls, params: dict, privacy: Any) -> ForestParams:
+        """A config's `params:`, with the label protection its `privacy:` section sets."""
+        return cls(**with_label_protection(params, privacy))
 
     @classmethod
     def from_dict(cls, fields: dict) -> ForestParams:

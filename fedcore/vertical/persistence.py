@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fedcore.algorithms import BOOSTING
 from fedcore.errors import ArtifactError
 from fedcore.models.artifacts import (
     MANIFEST,
@@ -34,8 +33,6 @@ from fedcore.models.tables import (
 )
 from fedcore.names import UNSAFE_NAME_CHARS
 from fedcore.transport.inprocess import InProcessTransport
-from fedcore.trees.boosting import BoostingParams
-from fedcore.trees.params import ForestParams
 from fedcore.vertical.master import FederationInfo, VerticalMaster
 from fedcore.vertical.party import VerticalParty
 
@@ -70,7 +67,7 @@ def load_simulation(cls: type, path: str | os.PathLike) -> Any:
     manifest, tables = read_version(path)
     _check_kind(manifest, cls, Path(path))
     try:
-        kind = BoostingParams if cls._algorithm is BOOSTING else ForestParams  # type: ignore[attr-defined]
+        kind = cls._algorithm.params_class()  # type: ignore[attr-defined]
         params = kind.from_dict(manifest["params"])
         model = cls(**cls._constructor_params(params),  # type: ignore[attr-defined]
                     **_estimator_settings(manifest))
