@@ -78,7 +78,6 @@ def calibration_points(table: np.ndarray) -> np.ndarray:
     return np.column_stack([kept[:, 3], kept[:, 2] / kept[:, 1]])
 
 
-
 def confusion_at(table: np.ndarray, group: int) -> np.ndarray:
     """The 2 x 2 confusion (truth x predicted) predicting positive at or above `group`'s threshold."""
     true_pos, false_pos, p, n = cumulative(table)
