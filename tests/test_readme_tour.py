@@ -53,6 +53,7 @@ def test_the_tour_works_as_written(tmp_path: Path) -> None:
     assert regression["task"] == "regression" and regression["single_party_identical"] is True
     assert by_step["models export"].startswith("readmission v0001: wrote work/readmission.onnx (onnx;")
     assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["customers.csv", "demo", "demo-boosting",
-                                                                     "demo-ppd-ert", "readmission.onnx"]
+                                                                     "demo-ppd-ert", "pictures",
+                                                                     "readmission.onnx"]
     runs = tmp_path / "work" / "demo" / ".prefect"
     assert runs.is_dir() and any(runs.iterdir())  # the tour's runs are where the demo's UI hint looks

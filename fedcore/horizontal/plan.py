@@ -65,8 +65,16 @@ def check_bounded_depth(privacy: PrivacySetting, max_depth: int | None) -> None:
 
 
 def check_params(privacy: PrivacySetting, params: Any) -> None:
-    """A config's check of its parameters against its privacy (the algorithm registry's `check_params`)."""
+    """A config's check of its parameters against its privacy (the algorithm registry's `check_params`).
+
+    gdp: its plan resolved as the master will (`choose_gdp_plan`), so what the master would refuse after the
+    agents connect is refused here (the class count does not decide a refusal).
+    """
     check_bounded_depth(privacy, params.max_depth)
+    if isinstance(privacy, GlobalDP):
+        from fedcore.horizontal.fet.plans import choose_gdp_plan
+
+        choose_gdp_plan(privacy.plan, privacy.split_levels, privacy.epsilon, 0, params)
 
 
 def plan_terms(n_estimators: int, max_depth: int | None, k: int, task: str, *,

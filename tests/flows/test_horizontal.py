@@ -83,7 +83,8 @@ def test_artifacts_describe_the_run_without_raw_values(fet) -> None:
     card = next(a.data for a in artifacts if a.key == "model-card" and a.data.startswith(f"# {MODEL} "))
     assert "Federated Extra-Trees (horizontal, classification, privacy none)" in card
     assert "## Feature importances (impurity decrease, summing to 1)" in card and "| cholesterol | " in card
-    pictures = next(a.data for a in artifacts if a.key == "model-pictures")
+    pictures = next(a.data for a in artifacts  # this model's: the session's server holds other flows' too
+                    if a.key == "model-pictures" and a.data.startswith(f"# {MODEL} "))
     # horizontal: the summed confusion, the whole forest's importances, the metric's history (no curve yet)
     assert re.findall(r"!\[(\w+)\]\(data:image/svg\+xml;base64,", pictures) == ["confusion", "importances",
                                                                                 "history"]

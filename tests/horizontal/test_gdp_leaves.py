@@ -151,3 +151,56 @@ def test_drawn_nodes_take_their_leaves_weights_and_weighted_values() -> None:
     np.testing.assert_array_equal(records["value"][:2], [[0.5, 0.5], [0.75, 0.25]])
     fill_random_nodes(records, 0)
     assert records["weight"][0] == 6.0 and np.allclose(records["value"][0], [0.5, 0.5])
+
+
+def test_a_config_check_refuses_what_the_master_would_refuse_after_the_agents_connect() -> None:
+    from fedcore.horizontal.plan import check_params
+    from fedcore.privacy.settings import parse_privacy
+
+    regression = ExtraTreesParams(n_estimators=20, task="regression", criterion="squared_error")
+    with pytest.raises(ParameterError, match="needs a bounded depth"):  # auto: a regression takes splits
+        check_params(parse_privacy({"mode": "gdp", "epsilon": 1.0}, "extra-trees"), regression)
+    with pytest.raises(ParameterError, match="plan 'leaves' releases class counts"):
+        check_params(parse_privacy({"mode": "gdp", "epsilon": 1.0, "plan": "leaves"}, "extra-trees"),
+                     regression)
+    with pytest.raises(ParameterError, match=r"split_levels 3 needs a max_depth above it \(got 3\)"):
+        check_params(parse_privacy({"mode": "gdp", "epsilon": 1.0, "plan": "leaves", "split_levels": 3},
+                                   "extra-trees"), ExtraTreesParams(n_estimators=20, max_depth=3))
+    check_params(parse_privacy({"mode": "gdp", "epsilon": 1.0}, "extra-trees"),
+                 ExtraTreesParams(n_estimators=20))
+
+
+def test_chosen_levels_deeper_than_the_row_counts_depth_set_the_depth() -> None:
+    """400 rows give depth 9 (`leaf_depth`); 10 chosen levels need 11: the trees' depth is 11, not more."""
+    table = horizontal_table(seed=5, n_rows=400)
+    assert leaf_depth(400, 2, 2) == 9
+    model = FederatedExtraTreesClassifier(2, privacy={"mode": "gdp", "epsilon": 4.0, "plan": "leaves",
+                                                      "split_levels": 10},
+                                          allow_data_ranges=True, random_state=3)
+    model.fit(split_rows(table, 2), "target")
+    assert model.privacy_report_["plan"]["max_depth"] == 11
+    assert int(model.model_.depth.max()) <= 11
+
+
+def test_a_second_hello_with_other_terms_of_the_same_release_count_is_refused() -> None:
+    """8 chosen levels and no leaf release, then 7 and a leaf release: the same count, spent elsewhere.
+
+    A party's ledger outlives a session (a new session starts with hello again), so its terms must too.
+    """
+    table = horizontal_table(seed=5, n_rows=120)
+    schema = build_schema({"a": table}, "target", "classification")
+    party = HorizontalParty("a", table, schema, privacy="gdp", epsilon=1.0, noise_seed=7)
+    first_state = party.machine.state
+
+    def hello(split_levels: int, leaf_release: bool) -> Message:
+        party.machine.state = first_state  # a new session: hello is in order again
+        terms = gdp_terms(1, split_levels, leaf_release, 2, "classification", schema.n_features, 0)
+        return party.handle(Message("hello", {"algorithm": "extra-trees", "schema": schema.fingerprint(),
+                                              "privacy": "gdp", "task": "classification", **terms}))
+
+    hello(8, False)
+    hello(8, False)  # the same terms again (a resumed master): accepted
+    with pytest.raises(ProtocolError, match=r"party 'a' planned its releases under other terms "
+                                            r"\(leaf_release, split_levels changed\)"):
+        hello(7, True)
+    assert party.ledger_terms["leaf_release"] == 0

@@ -211,8 +211,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                 self.marginals = self._marginal_quantiles(replies)
             if self.params.max_depth is None:  # plan leaves, no depth given: from the noisy row count
                 assert self.gdp_plan is not None and self.gdp_plan.leaf_release, "choose_gdp_plan checks"
-                depth = leaf_depth(sum(self.party_rows.values()), self.params.n_estimators,
-                                   self.schema.n_classes)
+                depth = max(leaf_depth(sum(self.party_rows.values()), self.params.n_estimators,
+                                       self.schema.n_classes), self.gdp_plan.split_levels + 1)
                 self.params = replace(self.params, max_depth=depth)
                 self.grower.params = self.params
         if self.params.task == "regression":

@@ -234,7 +234,6 @@ class HorizontalParty:
             raise ProtocolError(f"party {self.name!r}: the master plans for task {h.get('task')!r}, the "
                                 f"agreed schema's is {self.schema.task!r}")
         self.plan_k = h.int("k")
-        self.ledger_terms = terms
         if self.ledger is None:
             releases, queries = self.restored_ledger
             self.ledger = PrivacyLedger(plan, releases_per_row=releases, queries=queries)
@@ -242,6 +241,11 @@ class HorizontalParty:
             raise ProtocolError(f"party {self.name!r} has released under another plan "
                                 f"({self.ledger.plan.releases} releases of L2 sensitivity "
                                 f"{self.ledger.plan.sensitivity:g}); its ledger continues under that plan")
+        elif self.ledger_terms and self.ledger_terms != terms:  # the same count of releases, spent elsewhere
+            changed = sorted(n for n in GDP_PLAN_TERMS if self.ledger_terms.get(n) != terms.get(n))
+            raise ProtocolError(f"party {self.name!r} planned its releases under other terms "
+                                f"({', '.join(changed)} changed); its ledger continues under the first")
+        self.ledger_terms = terms
         return plan
 
     # -- growth ---------------------------------------------------------------------------------
