@@ -238,8 +238,11 @@ def held_out_evaluation(metrics: dict[str, float], confusion: np.ndarray, classe
     `threshold` AUTO with a binary curve: the group threshold of the largest TPR - FPR (`youden_group`),
     with the confusion and its metrics (accuracy, F1, balanced accuracy, base rate) recomputed at it from the
     curve's counts (exact; chosen and scored on the same held-out rows, so slightly optimistic). AUTO
-    without a curve: the most probable class (None).
+    without a curve: the most probable class (None). More than two classes: None whatever was configured
+    (a threshold decides a binary label only; batch prediction ignores it there), so none is stored or shown.
     """
+    if len(classes) != 2:
+        threshold = None
     if threshold == AUTO:
         threshold = None
         if curve is not None:

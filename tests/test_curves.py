@@ -77,3 +77,13 @@ def test_the_confusion_at_a_groups_threshold_and_youdens_choice_are_scikit_learn
         np.testing.assert_array_equal(confusion_at(table, group), expected)
     fpr, tpr, thresholds = roc_curve(positive, grouped, drop_intermediate=False)
     assert table[youden_group(table), 0] == thresholds[np.argmax(tpr - fpr)]
+
+
+def test_a_threshold_is_kept_for_a_binary_label_only() -> None:
+    from fedcore.session import held_out_evaluation
+
+    three = np.array([[5, 1, 0], [0, 4, 2], [1, 0, 7]])
+    metrics, evaluation, threshold = held_out_evaluation({"accuracy": 0.8}, three, ["a", "b", "c"], None, 0.3)
+    assert threshold is None and evaluation["decision_threshold"] is None and metrics == {"accuracy": 0.8}
+    _, evaluation, threshold = held_out_evaluation({}, np.array([[5, 1], [2, 4]]), ["no", "yes"], None, 0.3)
+    assert threshold == 0.3 and evaluation["decision_threshold"] == 0.3
