@@ -307,16 +307,21 @@ class HorizontalParty:
         self.rows.features = np.zeros((n_leaves, 1), np.int64)
         self.rows.thresholds = np.full((n_leaves, 1), np.nan)
         assert self.ledger is not None, "hello makes the ledger under gdp"
+        self._charge_active_rows()
+        counts = self.rows.class_counts()[:, 0, 1].astype(np.float64)
+        noise = stream(self.noise_seed, "gdp_leaves", self.reports).standard_normal(counts.shape)
+        self.reports += 1
+        return Message("fet_leaf_counts", {}, {"counts": counts + noise * leaf_sigma(self.ledger.plan)})
+
+    def _charge_active_rows(self) -> None:
+        """Charge the ledger one release per tree the busiest row is still active in; refuse past the plan."""
+        assert self.ledger is not None, "hello makes the ledger under gdp"
         times = self.rows.active_slots_per_row()
         if times:
             try:
                 self.ledger.charge(times, f"party {self.name!r}")
             except ParameterError as error:
                 raise ProtocolError(str(error)) from None
-        counts = self.rows.class_counts()[:, 0, 1].astype(np.float64)
-        noise = stream(self.noise_seed, "gdp_leaves", self.reports).standard_normal(counts.shape)
-        self.reports += 1
-        return Message("fet_leaf_counts", {}, {"counts": counts + noise * leaf_sigma(self.ledger.plan)})
 
     def _leaf_plan(self, kind: str) -> None:
         """Refuse `kind` unless this session's gdp plan releases leaves (a classification's)."""
@@ -349,12 +354,7 @@ class HorizontalParty:
                 and q_bound_bits(header) < self.y_exponent + header.int("q_shift"):
             raise ProtocolError(f"party {self.name!r}: q_bound_bits {header.get('q_bound_bits')!r} is below "
                                 "its quantised targets' bound: the sums' noise would not cover one row")
-        times = self.rows.active_slots_per_row()
-        if times:
-            try:
-                self.ledger.charge(times, f"party {self.name!r}")
-            except ParameterError as error:
-                raise ProtocolError(str(error)) from None
+        self._charge_active_rows()
 
     def _gdp_reply(self, counts: np.ndarray, q_bound_bits: int) -> Message:
         """The counts plus Gaussian noise of the plan's sigma (a regression sum's: sigma x 2**q_bound_bits).
