@@ -6,16 +6,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 
-def small_federation(work, n_customers: int, seed: int, params: dict):
+def small_federation(work, n_customers: int, seed: int, params: dict, n_new: int | None = None):
     """The demo federation in `work`: returns (config path, scenario).
 
-    Fewer customers and a small forest, so flows run fast.
+    Fewer customers and a small forest, so flows run fast; `n_new` customers in the new batch (default a fifth).
     """
     import yaml
 
     from flows.demos.vertical import prepare_workspace
 
-    config_path, scenario = prepare_workspace(work, n_customers=n_customers, seed=seed)
+    config_path, scenario = prepare_workspace(work, n_customers=n_customers, seed=seed, n_new=n_new)
     raw = yaml.safe_load(config_path.read_text())
     raw["params"] = {**params, "random_state": 0}
     raw["training"]["connect_timeout_s"] = 90

@@ -32,8 +32,10 @@ PARAMS: dict[str, dict[str, Any]] = {"forest": DEMO_PARAMS, "boosting": BOOSTING
 
 
 def prepare_workspace(work: Path, n_customers: int = 6000, seed: int = 0,
-                      algorithm: str = "forest") -> tuple[Path, dict]:
+                      algorithm: str = "forest", n_new: int | None = None) -> tuple[Path, dict]:
     """Write data, contracts, certificates, keys and federation.yaml (`algorithm`: forest or boosting).
+
+    `n_new`: customers in the new batch (default a fifth of `n_customers`).
 
     Returns the config path and the scenario description. Certificates and keys are made once and kept; data
     is regenerated.
@@ -42,7 +44,7 @@ def prepare_workspace(work: Path, n_customers: int = 6000, seed: int = 0,
 
     work.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(work / "data", ignore_errors=True)
-    scenario = make_vertical_scenario(work / "data", n_customers=n_customers, seed=seed)
+    scenario = make_vertical_scenario(work / "data", n_customers=n_customers, seed=seed, n_new=n_new)
     ensure_credentials(work, INSTITUTIONS)
     config = {
         "federation": "retail-demo", "setting": "vertical", "algorithm": algorithm, **credential_sections(),
