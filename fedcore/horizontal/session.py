@@ -273,8 +273,12 @@ class HorizontalSession(MasterSession):
                    for name in self.institutions]
         assert self.model is not None, "a schema is agreed before the model trains"
         importances = self.model.importances(self.params.criterion, self.schema.n_features)
-        return {"privacy": self.privacy_report(), "schema": self.schema.to_dict(), "parties": parties,
-                "importances": dict(zip(self.schema.names, map(float, importances), strict=True))}
+        entries = {"privacy": self.privacy_report(), "schema": self.schema.to_dict(), "parties": parties,
+                   "importances": dict(zip(self.schema.names, map(float, importances), strict=True))}
+        if getattr(self.master, "gdp_plan", None) is not None:  # the forest as it ran, not as configured:
+            # GDP's plan auto may choose the trees and (after hello) the depth; the card shows these
+            entries["params"] = self.master.params.to_dict()  # type: ignore[union-attr]
+        return entries
 
     def privacy_report(self) -> dict[str, Any]:
         """What the master saw and, for the DP modes, the budget and every institution's stated ledger.

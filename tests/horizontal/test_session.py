@@ -459,3 +459,29 @@ def test_an_institution_stating_more_than_the_agreed_budget_is_refused(table, tm
         session.train()
     assert str(refused.value) == refusal.format(total=agents["south"].party.stated_ledger()["epsilon_total"])
     assert session.facts.privacy_ledgers == {}
+
+
+def test_the_manifest_and_card_show_the_trees_and_depth_gdp_plan_auto_chose(table, tmp_path) -> None:
+    """Only epsilon given: the manifest's params and the card show the trees and depth that ran.
+
+    Plan auto without a max_depth trains plan leaves' trees at the depth the noisy row count gives, not the
+    configured 4 trees and no depth.
+    """
+    from fedcore.horizontal.fet.plans import DEFAULT_LEAF_TREES
+    from fedcore.models.card import build_manifest, model_card
+    from fedcore.privacy.settings import parse_privacy
+
+    setting = parse_privacy({"mode": "gdp", "epsilon": 2.0}, "extra-trees")
+    agents = _agents(table.head(600), tmp_path)
+    for agent in agents.values():
+        agent.data.privacy = setting
+    session = _session(agents, privacy=setting, params=ExtraTreesParams(n_estimators=4, random_state=4))
+    session.agree_schema()
+    session.train()
+    plan = session.privacy_report()["plan"]
+    assert plan["plan"] == "leaves" and plan["n_estimators"] == DEFAULT_LEAF_TREES
+    manifest = build_manifest(session, "hospitals", session.evaluate(), {})
+    assert manifest["params"]["n_estimators"] == DEFAULT_LEAF_TREES == session.model.n_trees
+    assert manifest["params"]["max_depth"] == plan["max_depth"] == int(session.model.depth.max())
+    card = model_card("hospitals", "v0001", manifest, None, False, None)
+    assert f"- {DEFAULT_LEAF_TREES} trees, max_depth {plan['max_depth']}, " in card
