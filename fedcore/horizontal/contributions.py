@@ -7,7 +7,9 @@ approximated as the paper does by following the row on features in S and averagi
 cover (here the nodes' aggregated row counts, `HorizontalForest.weight`, as shares of the two children's
 sum, which need not be the parent's under DP noise). A forest's contributions are the mean of its trees'.
 For every row, the contributions plus the expected value (each tree's leaves averaged by those shares)
-add up to the prediction, to rounding.
+add up to the prediction, to rounding. A boosted model's are in margin space, as XGBoost's `pred_contribs`:
+tree t adds to output t mod K, the expected value is the base score plus the trees' expected leaf weights,
+and both add up to the margins (before the link).
 
 A split sends a row left when `x <= threshold`; NaN goes right, as in prediction. Covers come from the
 released counts: noisy in the DP modes (a count at or below zero is taken as a tiny positive cover, so the
@@ -133,10 +135,21 @@ def contributions(forest: HorizontalForest, X: np.ndarray) -> tuple[np.ndarray, 
     """Per-row contributions (n_rows, n_features, n_outputs) and the expected value (n_outputs,).
 
     `X` is the encoded matrix (`HorizontalSchema.encode`). contributions.sum(axis=1) + expected equals the
-    forest's `predict_values(X)` to rounding.
+    forest's `predict_values(X)` to rounding; a boosted model's, its margins (one output per tree of a round).
     """
     X = np.asarray(X, dtype=np.float64)
     trees = _trees(forest)
+    combination = forest.combination
+    if combination.kind == "sum":
+        k = combination.trees_per_round
+        out = np.zeros((X.shape[0], X.shape[1], k))
+        expected = np.asarray(combination.base_score, dtype=np.float64).copy()
+        for t, tree in enumerate(trees):
+            expected[t % k] += tree.expected[0]
+        for r in range(X.shape[0]):
+            for t, tree in enumerate(trees):
+                _tree_shap(tree, X[r], out[r, :, t % k:t % k + 1])
+        return out, expected
     n_outputs = forest.value.shape[1]
     out = np.zeros((X.shape[0], X.shape[1], n_outputs))
     for r in range(X.shape[0]):

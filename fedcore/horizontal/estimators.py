@@ -192,7 +192,9 @@ class _HorizontalForest(SimulatedFederation):
         XGBoost's `pred_contribs` layout: (n_rows, n_features + 1) for regression, (n_rows, n_classes,
         n_features + 1) for classification (contributions to each class's probability); features in
         `feature_names_in_` order, the last column the expected value. Each row's columns sum to its
-        prediction. Every institution holds the whole model, so it can explain its own rows alone.
+        prediction. Boosting's are margins, as XGBoost's: (n_rows, n_features + 1) for two classes (the
+        log-odds of the second), (n_rows, n_classes, n_features + 1) for more. Every institution holds the
+        whole model, so it can explain its own rows alone.
         """
         from fedcore.horizontal.contributions import contributions
 
@@ -203,7 +205,7 @@ class _HorizontalForest(SimulatedFederation):
         phi, expected = contributions(self.model_, self.schema_.encode(frame))
         bias = np.broadcast_to(expected, (phi.shape[0], 1, phi.shape[2]))
         out = np.concatenate([phi, bias], axis=1).transpose(0, 2, 1)  # (rows, outputs, features + 1)
-        return out[:, 0, :] if self._task == "regression" else out
+        return out[:, 0, :] if out.shape[1] == 1 else out  # one output: regression, boosting's log-odds
 
     def to_onnx(self) -> Any:
         """The fitted forest as an ONNX `ModelProto` (needs the [export] extra; docs/design.md, Export).

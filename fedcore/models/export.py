@@ -4,7 +4,9 @@ Both exporters (`fedcore.models.onnx_export`, `fedcore.models.treelite_export`) 
 of a `HorizontalForest`: a node is internal when its feature is >= 0 and sends a row left when
 `x[feature] <= threshold`; NaN (a missing value, or a category outside the agreed list) goes right. Their
 input is the matrix `HorizontalSchema.encode` makes (numbers as they are, categories as codes in the agreed
-list); the schema travels with the export so a server encodes rows the same way.
+list); the schema travels with the export so a server encodes rows the same way. A forest's outputs are its
+trees' mean; a boosted model's (`TreeCombination` "sum") its base score plus the trees' leaf weights (tree t
+to margin t mod K) through its link: identity, sigmoid (two classes) or softmax.
 
 Only a horizontal model can be exported: every institution holds it whole. A vertical model's thresholds
 stay at the parties that own them (docs/design.md), so it cannot leave the federation.
@@ -42,7 +44,7 @@ class ExportedTrees:
 
     @property
     def n_outputs(self) -> int:
-        """Values per leaf: class probabilities, or one value."""
+        """Values per leaf: class probabilities, or one value (a boosted tree's leaf weight)."""
         return int(self.forest.value.shape[1])
 
     @property
@@ -50,13 +52,24 @@ class ExportedTrees:
         """True when the model predicts classes."""
         return self.classes is not None
 
+    @property
+    def boosted(self) -> bool:
+        """Boosting: base score plus the trees' leaf weights through a link, not a forest's mean."""
+        return self.forest.combination.kind == "sum"
+
+    @property
+    def n_margins(self) -> int:
+        """Boosting: the margins a round's trees add to (tree t to margin t mod K), before the link."""
+        return self.forest.combination.trees_per_round
+
     def leaf_weights(self) -> np.ndarray:
         """Each node's contribution to the output when a row ends there, (n_nodes, n_outputs).
 
         A forest's mean becomes a sum of leaf values over the trees divided by their number, so both
-        exporters sum (their one aggregate that every runtime implements alike).
+        exporters sum (their one aggregate that every runtime implements alike); a boosted tree's leaf weight
+        is added as it is.
         """
-        return self.forest.value / self.forest.n_trees
+        return self.forest.value if self.boosted else self.forest.value / self.forest.n_trees
 
     def is_leaf(self) -> np.ndarray:
         """Mask of leaves (no split feature)."""

@@ -1,11 +1,13 @@
-"""A complete horizontal forest as an ONNX model (`TreeEnsembleClassifier` / `TreeEnsembleRegressor`).
+"""A complete horizontal model as an ONNX model (`TreeEnsembleClassifier` / `TreeEnsembleRegressor`).
 
 The operators of ONNX's `ai.onnx.ml` domain, opset 3: thresholds and leaf weights as float64 tensors
 (`nodes_values_as_tensor`, `class_weights_as_tensor`), so with a float64 input every split compares exactly
 as fedforest does (`x <= threshold`; NaN goes right: `nodes_missing_value_tracks_true = 0`). The operators
 sum their leaf weights in float32, so outputs match fedforest's within float32 rounding. The input `X` is
 the encoded matrix (`fedcore.models.export`); the schema that encodes it rides in the model's
-metadata (`fedforest.schema`). Needs the optional `onnx` package (Apache-2.0).
+metadata (`fedforest.schema`). A boosted model is a `TreeEnsembleRegressor` of its margins (base values
+the base score) followed by its link in standard operators (Sigmoid, Softmax), so every runtime applies the
+same link. Needs the optional `onnx` package (Apache-2.0).
 """
 
 from __future__ import annotations
@@ -36,46 +38,13 @@ def _onnx() -> Any:
 def to_onnx(trees: ExportedTrees, algorithm: str = "") -> Any:
     """The ONNX `ModelProto` of `trees` (checked by onnx's own checker)."""
     onnx = _onnx()
-    helper, numpy_helper, tensor = onnx.helper, onnx.numpy_helper, onnx.TensorProto
+    helper, tensor = onnx.helper, onnx.TensorProto
     forest = trees.forest
-    leaf = trees.is_leaf()
-    nodes = {"nodes_treeids": forest.tree.tolist(), "nodes_nodeids": forest.node.tolist(),
-             "nodes_featureids": np.where(leaf, 0, forest.feature).tolist(),
-             "nodes_modes": ["LEAF" if is_leaf else "BRANCH_LEQ" for is_leaf in leaf],
-             "nodes_truenodeids": np.where(leaf, 0, forest.left).tolist(),
-             "nodes_falsenodeids": np.where(leaf, 0, forest.right).tolist(),
-             "nodes_missing_value_tracks_true": [0] * forest.n_nodes,
-             "nodes_values_as_tensor": numpy_helper.from_array(
-                 np.where(leaf, 0.0, forest.threshold).astype(np.float64), "nodes_values")}
-    width = trees.n_outputs
-    weights = trees.leaf_weights()[leaf]
-    leaf_tree, leaf_node = np.repeat(forest.tree[leaf], width), np.repeat(forest.node[leaf], width)
-    output_ids = np.tile(np.arange(width), int(leaf.sum()))
-    flat_weights = numpy_helper.from_array(weights.reshape(-1).astype(np.float64), "weights")
     rows = helper.make_tensor_value_info(INPUT, tensor.DOUBLE, [None, trees.n_features])
-    if trees.is_classifier:
-        labels, label_type = _class_labels(trees.classes or ())
-        ensemble = helper.make_node(
-            "TreeEnsembleClassifier", [INPUT], ["tree_label", "probabilities"], domain="ai.onnx.ml",
-            name="forest", post_transform="NONE", class_treeids=leaf_tree.tolist(),
-            class_nodeids=leaf_node.tolist(), class_ids=output_ids.tolist(),
-            class_weights_as_tensor=flat_weights, **labels, **nodes)
-        # The label is the most probable class (the first on a tie, as fedforest's argmax): onnxruntime's own
-        # label output of two classes answers "class 1's score > 0" when both classes carry weights.
-        decide = [helper.make_node("ArgMax", ["probabilities"], ["label_index"], axis=1, keepdims=0),
-                  helper.make_node("Constant", [], ["class_labels"], value=_label_tensor(labels)),
-                  helper.make_node("Gather", ["class_labels", "label_index"], ["label"], axis=0)]
-        graph_nodes = [ensemble, *decide]
-        outputs = [helper.make_tensor_value_info("label", label_type, [None]),
-                   helper.make_tensor_value_info("probabilities", tensor.FLOAT, [None, width])]
+    if trees.boosted:
+        graph_nodes, outputs = _boosted(trees)
     else:
-        node = helper.make_node(
-            "TreeEnsembleRegressor", [INPUT], ["variable"], domain="ai.onnx.ml", name="forest",
-            post_transform="NONE", aggregate_function="SUM", n_targets=width,
-            target_treeids=leaf_tree.tolist(), target_nodeids=leaf_node.tolist(),
-            target_ids=output_ids.tolist(), target_weights_as_tensor=flat_weights, **nodes)
-        graph_nodes = [node]
-        outputs = [helper.make_tensor_value_info("variable", tensor.FLOAT, [None, width])]
+        graph_nodes, outputs = _forest(trees)
     graph = helper.make_graph(graph_nodes, "fedforest", [rows], outputs)
     model = helper.make_model(graph, producer_name="fedforest",
                               opset_imports=[helper.make_opsetid("", DEFAULT_OPSET),
@@ -87,6 +56,100 @@ def to_onnx(trees: ExportedTrees, algorithm: str = "") -> Any:
                                                       "and unknown values as NaN"})
     onnx.checker.check_model(model)
     return model
+
+
+def _tree_nodes(trees: ExportedTrees) -> dict[str, Any]:
+    """Every node's attributes of a tree-ensemble operator (splits `x <= threshold`, NaN right)."""
+    from onnx import numpy_helper
+
+    forest, leaf = trees.forest, trees.is_leaf()
+    return {"nodes_treeids": forest.tree.tolist(), "nodes_nodeids": forest.node.tolist(),
+            "nodes_featureids": np.where(leaf, 0, forest.feature).tolist(),
+            "nodes_modes": ["LEAF" if is_leaf else "BRANCH_LEQ" for is_leaf in leaf],
+            "nodes_truenodeids": np.where(leaf, 0, forest.left).tolist(),
+            "nodes_falsenodeids": np.where(leaf, 0, forest.right).tolist(),
+            "nodes_missing_value_tracks_true": [0] * forest.n_nodes,
+            "nodes_values_as_tensor": numpy_helper.from_array(
+                np.where(leaf, 0.0, forest.threshold).astype(np.float64), "nodes_values")}
+
+
+def _forest(trees: ExportedTrees) -> tuple[list, list]:
+    """A forest: its leaves' values summed over the trees, each divided by their number (the mean)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    forest, leaf, width = trees.forest, trees.is_leaf(), trees.n_outputs
+    weights = trees.leaf_weights()[leaf]
+    leaf_tree, leaf_node = np.repeat(forest.tree[leaf], width), np.repeat(forest.node[leaf], width)
+    output_ids = np.tile(np.arange(width), int(leaf.sum()))
+    flat_weights = numpy_helper.from_array(weights.reshape(-1).astype(np.float64), "weights")
+    if not trees.is_classifier:
+        node = helper.make_node(
+            "TreeEnsembleRegressor", [INPUT], ["variable"], domain="ai.onnx.ml", name="forest",
+            post_transform="NONE", aggregate_function="SUM", n_targets=width,
+            target_treeids=leaf_tree.tolist(), target_nodeids=leaf_node.tolist(),
+            target_ids=output_ids.tolist(), target_weights_as_tensor=flat_weights, **_tree_nodes(trees))
+        return [node], [helper.make_tensor_value_info("variable", TensorProto.FLOAT, [None, width])]
+    labels, label_type = _class_labels(trees.classes or ())
+    ensemble = helper.make_node(
+        "TreeEnsembleClassifier", [INPUT], ["tree_label", "probabilities"], domain="ai.onnx.ml",
+        name="forest", post_transform="NONE", class_treeids=leaf_tree.tolist(),
+        class_nodeids=leaf_node.tolist(), class_ids=output_ids.tolist(),
+        class_weights_as_tensor=flat_weights, **labels, **_tree_nodes(trees))
+    # The label is the most probable class (the first on a tie, as fedforest's argmax): onnxruntime's own
+    # label output of two classes answers "class 1's score > 0" when both classes carry weights.
+    return [ensemble, *_label_nodes(labels)], _classifier_outputs(label_type, width)
+
+
+def _boosted(trees: ExportedTrees) -> tuple[list, list]:
+    """Boosting: its margins, then its link as ONNX operators.
+
+    The margins: base score plus every tree's leaf weight, tree t to margin t mod K. The link: identity
+    (regression), Sigmoid as (1 - p, p) for two classes, Softmax for more.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    forest, leaf, k = trees.forest, trees.is_leaf(), trees.n_margins
+    combination = forest.combination
+    margins = helper.make_node(
+        "TreeEnsembleRegressor", [INPUT], ["margins"], domain="ai.onnx.ml", name="boosting",
+        post_transform="NONE", aggregate_function="SUM", n_targets=k,
+        base_values_as_tensor=numpy_helper.from_array(np.asarray(combination.base_score, np.float64),
+                                                      "base_values"),
+        target_treeids=forest.tree[leaf].tolist(), target_nodeids=forest.node[leaf].tolist(),
+        target_ids=(forest.tree[leaf] % k).tolist(),
+        target_weights_as_tensor=numpy_helper.from_array(forest.value[leaf, 0].astype(np.float64), "weights"),
+        **_tree_nodes(trees))
+    if not trees.is_classifier:
+        link = helper.make_node("Identity", ["margins"], ["variable"])
+        return [margins, link], [helper.make_tensor_value_info("variable", TensorProto.FLOAT, [None, k])]
+    if combination.link == "sigmoid":
+        one = numpy_helper.from_array(np.ones(1, np.float32), "one")
+        link = [helper.make_node("Sigmoid", ["margins"], ["positive"]),
+                helper.make_node("Constant", [], ["one"], value=one),
+                helper.make_node("Sub", ["one", "positive"], ["negative"]),
+                helper.make_node("Concat", ["negative", "positive"], ["probabilities"], axis=1)]
+    else:
+        link = [helper.make_node("Softmax", ["margins"], ["probabilities"], axis=1)]
+    labels, label_type = _class_labels(trees.classes or ())
+    width = len(trees.classes or ())
+    return [margins, *link, *_label_nodes(labels)], _classifier_outputs(label_type, width)
+
+
+def _label_nodes(labels: dict[str, list]) -> list:
+    """The most probable class's label from `probabilities` (the first on a tie, as fedforest's argmax)."""
+    from onnx import helper
+
+    return [helper.make_node("ArgMax", ["probabilities"], ["label_index"], axis=1, keepdims=0),
+            helper.make_node("Constant", [], ["class_labels"], value=_label_tensor(labels)),
+            helper.make_node("Gather", ["class_labels", "label_index"], ["label"], axis=0)]
+
+
+def _classifier_outputs(label_type: int, width: int) -> list:
+    """A classifier's graph outputs: the label and the class probabilities."""
+    from onnx import TensorProto, helper
+
+    return [helper.make_tensor_value_info("label", label_type, [None]),
+            helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [None, width])]
 
 
 def _label_tensor(labels: dict[str, list]) -> Any:
