@@ -15,7 +15,8 @@ training rows dealt iid to --parties parties, then on the same split
   each --epsilons, in its own virtual environment (diffprivlib needs scikit-learn < 1.7; made once under
   --venv-dir from the PyPI index pip is configured with).
 Reports accuracy and macro F1, the gap to ExtraTrees in percentage points, and each DP mode's fit time against
-plain FET's; the figure plots accuracy against epsilon per table.
+plain FET's of the same trees and depth (FET-GDP's plan auto chooses its own: the plain reference is run at
+the shape that ran); the figure plots accuracy against epsilon per table.
 
     .venv/bin/python -m benchmarks.bench_dp [--tables spambase,satellite,letter] [--epsilons 1,4]
         [--ldp-epsilons 2,4] [--seeds 1] [--trees 50] [--parties 3] [--dp-depth 8] [--dp-trees N]
@@ -116,6 +117,28 @@ def gdp_plan(plan: str, epsilon: float, delta: float, dp: dict, full: dict) -> t
             {**full, "n_estimators": DEFAULT_LEAF_TREES, "max_depth": None})
 
 
+def run_gdp(args: argparse.Namespace, parties: list[pd.DataFrame], test: pd.DataFrame, label: str,
+            ranges: dict[str, tuple[float, float]], dp: dict, full: dict, plain_dp_s: float, add) -> None:
+    """FET-GDP's rows: each --gdp-plans plan at each --epsilons budget.
+
+    Timed against plain FET of the trees and depth that ran (plan auto chooses its own).
+    """
+    plain_by_shape = {(dp["n_estimators"], dp["max_depth"]): plain_dp_s}
+    for epsilon in args.epsilons:
+        for plan in args.gdp_plans:
+            privacy, params = gdp_plan(plan, epsilon, args.delta, dp, full)
+            predicted, seconds, report = fet(privacy, parties, test, label, params, ranges)
+            ran = report.get("plan") or {}
+            shape = (ran.get("n_estimators", dp["n_estimators"]), ran.get("max_depth", dp["max_depth"]))
+            if shape not in plain_by_shape:
+                plain_by_shape[shape] = fet("none", parties, test, label,
+                                            {**full, "n_estimators": shape[0], "max_depth": shape[1]},
+                                            ranges)[1]
+            add(f"FET-GDP ({plan})", epsilon, predicted, seconds, trees=shape[0], depth=shape[1],
+                time_vs_plain=seconds / plain_by_shape[shape], epsilon_total=report.get("epsilon_total"),
+                plan=ran)
+
+
 def run_table(name: str, table: pd.DataFrame, args: argparse.Namespace, seed: int,
               python: Path | None) -> list[dict]:
     """Every mode on one table and seed: a row per (mode, epsilon)."""
@@ -145,12 +168,8 @@ def run_table(name: str, table: pd.DataFrame, args: argparse.Namespace, seed: in
     predicted, plain_dp_s, _ = fet("none", parties, test, label, dp, ranges)
     shape = f"depth {args.dp_depth}" + (f", {dp['n_estimators']} trees" if args.dp_trees else "")
     add(f"FET, {shape}", None, predicted, plain_dp_s)
-    for epsilon in args.epsilons if "gdp" in args.modes else ():
-        for plan in args.gdp_plans:
-            privacy, params = gdp_plan(plan, epsilon, args.delta, dp, full)
-            predicted, seconds, report = fet(privacy, parties, test, label, params, ranges)
-            add(f"FET-GDP ({plan})", epsilon, predicted, seconds, time_vs_plain=seconds / plain_dp_s,
-                epsilon_total=report.get("epsilon_total"), plan=report.get("plan"))
+    if "gdp" in args.modes:
+        run_gdp(args, parties, test, label, ranges, dp, full, plain_dp_s, add)
     for epsilon in args.ldp_epsilons if "ldp" in args.modes else ():
         privacy = {"mode": "ldp", "epsilon": epsilon}  # a row's one report: no depth bound needed
         predicted, seconds, report = fet(privacy, parties, test, label, full, ranges)
@@ -262,7 +281,7 @@ def main() -> None:
     print(f"# bench_dp ({platform.machine()}, {os.cpu_count()} cores; {args.seeds} seed(s), {args.trees} "
           f"trees, {args.parties} parties, DP {args.dp_trees or args.trees} trees of depth {args.dp_depth}, "
           f"delta {args.delta:g})\n")
-    columns = ["accuracy", "macro_f1", "gap_pp", "fit_s", "time_vs_plain", "epsilon_total",
+    columns = ["accuracy", "macro_f1", "gap_pp", "trees", "depth", "fit_s", "time_vs_plain", "epsilon_total",
                "epsilon_coalition"]
     present = [c for c in columns if c in summary.columns]
     print(markdown_table(summary[present].reset_index().to_dict("records")))

@@ -17,6 +17,7 @@ from fedcore.models import signing
 from fedcore.models.export import exported_trees
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.treelite_export import treelite_predict
+from tests.models.export_rows import CATEGORIES, export_table, two_parties
 
 ort = pytest.importorskip("onnxruntime", reason="the [export] extra (onnxruntime) is in [dev]")
 treelite = pytest.importorskip("treelite", reason="the [export] extra (treelite) is in [dev]")
@@ -28,27 +29,9 @@ n_trees additions rounded once, every term and partial sum at most the output's 
 probabilities)."""
 
 
-def _table(n_rows: int, seed: int) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    frame = pd.DataFrame({"amount": rng.normal(size=n_rows),
-                          "age": rng.integers(18, 90, n_rows).astype(float),
-                          "plan": rng.choice(["basic", "plus", "gold"], n_rows)})
-    frame.loc[::13, "amount"] = np.nan  # missing values go right, in every runtime
-    return frame
-
-
-def _parties(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    half = len(frame) // 2
-    return {"north": frame.iloc[:half].reset_index(drop=True),
-            "south": frame.iloc[half:].reset_index(drop=True)}
-
-
-CATEGORIES = {"plan": ["basic", "plus", "gold"]}
-
-
 @pytest.fixture(scope="module")
 def rows() -> pd.DataFrame:
-    return _table(500, 7)
+    return export_table(500, 7)
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +40,7 @@ def multiclass(rows):
                      np.where(rows["amount"].fillna(0) > 0, "stay", "downgrade"))
     frame = rows.assign(outcome=label)
     return FederatedExtraTreesClassifier(n_estimators=N_TREES, max_depth=6, random_state=3,
-                                         categories=CATEGORIES).fit(_parties(frame), label="outcome")
+                                         categories=CATEGORIES).fit(two_parties(frame), label="outcome")
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +48,7 @@ def regressor(rows):
     target = 3 * rows["amount"].fillna(-1) + rows["age"] / 10 + (rows["plan"] == "plus") * 2
     frame = rows.assign(spend=target)
     return FederatedExtraTreesRegressor(n_estimators=N_TREES, max_depth=6, random_state=3,
-                                        categories=CATEGORIES).fit(_parties(frame), label="spend")
+                                        categories=CATEGORIES).fit(two_parties(frame), label="spend")
 
 
 def _onnx_run(model, X: np.ndarray) -> list[np.ndarray]:
@@ -74,7 +57,7 @@ def _onnx_run(model, X: np.ndarray) -> list[np.ndarray]:
 
 
 def test_onnx_classifier_predicts_as_fedforest(multiclass, rows):
-    held_out = _table(300, 11)
+    held_out = export_table(300, 11)
     X = multiclass.schema_.encode(held_out)
     labels, probabilities = _onnx_run(multiclass.to_onnx(), X)
     expected = multiclass.predict_proba(held_out)
@@ -89,7 +72,7 @@ def test_onnx_classifier_predicts_as_fedforest(multiclass, rows):
 def test_onnx_binary_integer_labels(rows):
     frame = rows.assign(flag=(rows["age"] > 50).astype(int))
     model = FederatedExtraTreesClassifier(n_estimators=N_TREES, max_depth=5, random_state=5,
-                                          categories=CATEGORIES).fit(_parties(frame), label="flag")
+                                          categories=CATEGORIES).fit(two_parties(frame), label="flag")
     labels, probabilities = _onnx_run(model.to_onnx(), model.schema_.encode(rows))
     np.testing.assert_allclose(probabilities, model.predict_proba(rows), rtol=0, atol=FLOAT32_SUM_BOUND)
     assert labels.dtype == np.int64

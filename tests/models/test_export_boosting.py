@@ -17,37 +17,20 @@ from fedcore.horizontal.boosting.estimators import HorizontalBoostingClassifier,
 from fedcore.models import signing
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.treelite_export import treelite_predict
+from tests.models.export_rows import CATEGORIES, export_table, two_parties
 
 ort = pytest.importorskip("onnxruntime", reason="the [export] extra (onnxruntime) is in [dev]")
 treelite = pytest.importorskip("treelite", reason="the [export] extra (treelite) is in [dev]")
 
 ROUNDS = 8
-CATEGORIES = {"plan": ["basic", "plus", "gold"]}
-
-
-def _table(n_rows: int, seed: int) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    frame = pd.DataFrame({"amount": rng.normal(size=n_rows),
-                          "age": rng.integers(18, 90, n_rows).astype(float),
-                          "plan": rng.choice(["basic", "plus", "gold"], n_rows)})
-    frame.loc[::13, "amount"] = np.nan  # missing values take the learned direction, in every runtime
-    return frame
-
-
-def _parties(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    half = len(frame) // 2
-    return {"north": frame.iloc[:half].reset_index(drop=True),
-            "south": frame.iloc[half:].reset_index(drop=True)}
-
-
 def _fit(estimator, rows: pd.DataFrame, label: str, values) -> object:
     return estimator(ROUNDS, max_depth=4, learning_rate=0.5, allow_data_ranges=True, categories=CATEGORIES,
-                     random_state=2).fit(_parties(rows.assign(**{label: values})), label=label)
+                     random_state=2).fit(two_parties(rows.assign(**{label: values})), label=label)
 
 
 @pytest.fixture(scope="module")
 def rows() -> pd.DataFrame:
-    return _table(600, 7)
+    return export_table(600, 7)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +77,7 @@ def test_the_models_are_boosted_with_their_links(models) -> None:
 @pytest.mark.parametrize("name", ["binary", "multiclass"])
 def test_onnx_classifier_predicts_as_fedforest(models, name) -> None:
     model = models[name]
-    held_out = _table(300, 11)
+    held_out = export_table(300, 11)
     session = ort.InferenceSession(model.to_onnx().SerializeToString(), providers=["CPUExecutionProvider"])
     labels, probabilities = session.run(None, {"X": model.schema_.encode(held_out)})
     expected = model.predict_proba(held_out)
