@@ -69,10 +69,13 @@ def warm_steps() -> list[tuple[str, Callable[[], object]]]:
               vertical(FederatedForestClassifier(n_estimators=2, max_depth=4), classes, "y")),
              ("vertical regression",
               vertical(FederatedForestRegressor(n_estimators=2, max_depth=4), values, "target"))]
-    steps += [(f"horizontal extra-trees {privacy}",
+    # gdp: the default plan (leaves) with one chosen level, so both its paths compile: the noisy-count
+    # splits of plan splits and the drawn levels and leaf release of plan leaves
+    gdp_both_paths = {"mode": "gdp", "plan": "leaves", "split_levels": 1}
+    steps += [(f"horizontal extra-trees {name}",
                horizontal(FederatedExtraTreesClassifier(n_estimators=2, max_depth=4, privacy=privacy,
                                                         feature_ranges=ranges), classes, "y"))
-              for privacy in ("none", "gdp", "ldp")]
+              for name, privacy in (("none", "none"), ("gdp", gdp_both_paths), ("ldp", "ldp"))]
     steps += [("horizontal extra-trees regression",
                horizontal(FederatedExtraTreesRegressor(n_estimators=2, max_depth=4), values, "target")),
               ("horizontal ppd-ert",

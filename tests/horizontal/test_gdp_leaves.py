@@ -8,7 +8,13 @@ import pytest
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.estimators import FederatedExtraTreesClassifier
 from fedcore.horizontal.fet.party import HorizontalParty
-from fedcore.horizontal.fet.plans import GdpPlan, choose_gdp_plan, fill_random_nodes, leaf_depth
+from fedcore.horizontal.fet.plans import (
+    GdpPlan,
+    _ranked_usable,
+    choose_gdp_plan,
+    fill_random_nodes,
+    leaf_depth,
+)
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.plan import gaussian_plan, gdp_terms, leaf_sigma
 from fedcore.horizontal.validation import build_schema
@@ -204,3 +210,17 @@ def test_a_second_hello_with_other_terms_of_the_same_release_count_is_refused() 
                                             r"\(leaf_release, split_levels changed\)"):
         hello(7, True)
     assert party.ledger_terms["leaf_release"] == 0
+
+
+def test_a_drawn_node_takes_the_rank_th_of_its_usable_features() -> None:
+    """The rank is floor(u x usable count), below the count; feature 0 where none is usable (a point box)."""
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        n, d = int(rng.integers(1, 200)), int(rng.integers(1, 40))
+        usable = rng.random((n, d)) < rng.random()
+        u = rng.random(n)
+        u[:3] = np.nextafter(1.0, 0.0)  # the largest uniform: the last usable feature, never past it
+        expected = [0 if not row.any() else
+                    int(np.flatnonzero(row)[min(int(x * row.sum()), int(row.sum()) - 1)])
+                    for row, x in zip(usable, u, strict=True)]
+        assert _ranked_usable(usable, u).tolist() == expected

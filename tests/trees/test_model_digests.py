@@ -122,6 +122,11 @@ CASES = {
         FederatedExtraTreesRegressor(n_estimators=3, random_state=5, privacy="gdp", epsilon=2.0, max_depth=4,
                                      allow_data_ranges=True),
         horizontal_table(seed=3, task="regression"), 2),
+    # only epsilon given: the default plan (leaf release, drawn structure, depth from the noisy row count)
+    "fet gdp leaves": lambda: _horizontal(
+        FederatedExtraTreesClassifier(n_estimators=4, random_state=5, privacy="gdp", epsilon=2.0,
+                                      allow_data_ranges=True),
+        horizontal_table(seed=2), 3),
     "fet ldp bloom": lambda: _horizontal(
         FederatedExtraTreesClassifier(n_estimators=4, random_state=6, privacy=BLOOM, allow_data_ranges=True),
         horizontal_table(seed=2), 3),
@@ -188,6 +193,7 @@ PINNED = {
     'fet plain regression, batches': '771c434ef1ba80de',
     'fet gdp': 'ed0760427b5231b8',
     'fet gdp regression': '9fc4c505ac99a997',
+    'fet gdp leaves': 'f5e7a6c7652c1671',
     'fet ldp bloom': '56d93e154aaa7449',
     'fet ldp krr': 'd14c7a2358633734',
     'fet ldp oue': 'f14dfa9131f438bc',

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numba as nb
 import numpy as np
 
 from fedcore.errors import ParameterError
@@ -110,11 +111,31 @@ def drawn_features(seed: int, act_tree: np.ndarray, depth: int, usable: np.ndarr
     u = np.empty(len(act_tree))
     for tree, a, b in tree_segments(act_tree):
         u[a:b] = stream(seed, "fet_features", tree, depth).random(b - a)
-    counts = usable.sum(axis=1)
-    rank = np.minimum((u * counts).astype(np.int64), np.maximum(counts - 1, 0))
-    # the rank-th usable feature: the first whose running count of usable features exceeds rank
-    chosen = np.argmax(np.cumsum(usable, axis=1) > rank[:, None], axis=1)
-    return np.where(counts > 0, chosen, 0).astype(np.int64)[:, None]
+    return _ranked_usable(np.ascontiguousarray(usable, dtype=np.bool_), u)[:, None]
+
+
+@nb.njit(cache=True)
+def _ranked_usable(usable: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Per node, its rank-th usable feature, rank = floor(u x usable count) below the count; 0 if none.
+
+    One pass per node, no (nodes x features) temporaries.
+    """
+    n, d = usable.shape
+    out = np.zeros(n, np.int64)
+    for i in range(n):
+        count = 0
+        for j in range(d):
+            count += usable[i, j]
+        if count == 0:
+            continue
+        rank = min(np.int64(u[i] * count), count - 1)
+        for j in range(d):
+            if usable[i, j]:
+                if rank == 0:
+                    out[i] = j
+                    break
+                rank -= 1
+    return out
 
 
 def fill_random_nodes(records: dict[str, np.ndarray], from_depth: int) -> None:
