@@ -155,11 +155,15 @@ BOOSTING = Algorithm("boosting", "vertical", "Federated gradient boosting", ("no
                      estimators=("fedcore.vertical.boosting_estimators:FederatedBoostingClassifier",
                                  "fedcore.vertical.boosting_estimators:FederatedBoostingRegressor"),
                      session=_VERTICAL_SESSION, agent=_VERTICAL_AGENT)
-HORIZONTAL_BOOSTING = Algorithm("boosting", "horizontal", "Federated gradient boosting", ("secagg",),
+HORIZONTAL_BOOSTING = Algorithm("boosting", "horizontal", "Federated gradient boosting", ("secagg", "none"),
                                 params="fedcore.trees.boosting:BoostingParams",
+                                parse_params="fedcore.horizontal.boosting.params:from_config",
+                                check_params="fedcore.horizontal.boosting.params:check_params",
                                 simulate=_SIMULATE_HORIZONTAL, reference=_REFERENCE + "reference_boosting",
                                 estimators=("fedcore.horizontal.boosting:HorizontalBoostingClassifier",
-                                            "fedcore.horizontal.boosting:HorizontalBoostingRegressor"))
+                                            "fedcore.horizontal.boosting:HorizontalBoostingRegressor"),
+                                session="fedcore.horizontal.deploy:open_boosting_session",
+                                agent="fedcore.horizontal.deploy:boosting_agent")
 
 REGISTERED: tuple[Algorithm, ...] = (FOREST, EXTRA_TREES, PPD_ERT, BOOSTING, HORIZONTAL_BOOSTING)
 """Every algorithm of every setting; one id may live in two settings (boosting), told apart by setting."""
@@ -191,9 +195,12 @@ def algorithm(name: str, setting: str | None = None) -> Algorithm:
     return offered[name]
 
 
-def read_algorithm(name: str) -> Algorithm:
-    """The algorithm a stored manifest or model table names, by its canonical id or an earlier spelling."""
+def read_algorithm(name: str, setting: str | None = None) -> Algorithm:
+    """The algorithm a stored manifest or model table names, by its canonical id or an earlier spelling.
+
+    With `setting` (a manifest's), the setting's own entry of an id two settings share (boosting).
+    """
     found = ALGORITHMS.get(name) or _BY_OLD_ID.get(name)
     if found is None:
         raise ParameterError(f"unknown algorithm {name!r}: fedforest has {list(ALGORITHMS)}")
-    return found
+    return found if setting is None or found.setting == setting else algorithm(found.id, setting)
