@@ -100,7 +100,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from fedcore.algorithms import BOOSTING, SETTINGS, Algorithm, in_setting
+from fedcore.algorithms import SETTINGS, Algorithm, in_setting
 from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.compute.cluster import DaskCompute, parse_compute
 from fedcore.data.dialect import CsvSource, parse_csv
@@ -378,7 +378,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         algorithm.check_privacy_params(privacy, forest)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
-    _check_compute(institutions, setting, forest.task, path, algorithm is BOOSTING)
+    _check_compute(institutions, algorithm, forest.task, path)
     federation = str(raw.get("federation", path.stem))
     # names that become folders and files are checked now, not after a whole training run
     _safe_name(training.model_name or federation,
@@ -509,22 +509,16 @@ def _source(value: Any, where: str, path: Path,
     return str(resolve(path, value))
 
 
-def _check_compute(institutions: list[Institution], setting: str, task: str, path: Path,
-                   boosting: bool = False) -> None:
+def _check_compute(institutions: list[Institution], algorithm: Algorithm, task: str, path: Path) -> None:
     """`compute: dask` runs a party's rows on a cluster; what it cannot run yet is refused here (issue #29).
 
-    Horizontal: every mode. Vertical: forest classification (plain or encrypted labels), not regression
-    nor boosting.
+    The algorithm's entry says (`Algorithm.refuses_dask`): the horizontal forests run every mode; the
+    vertical forest classification (plain or encrypted labels), not regression; boosting, neither setting.
     """
     for inst in institutions:
-        if inst.compute is None:
-            continue
-        if setting == "vertical":
-            from fedcore.compute.dask_vertical import refusal
-
-            cannot = refusal(task == "regression", boosting)
-            if cannot is not None:
-                raise ConfigError(f"{path}: institution {inst.name!r}: {cannot}")
+        cannot = algorithm.refuses_dask(task) if inst.compute is not None else None
+        if cannot is not None:
+            raise ConfigError(f"{path}: institution {inst.name!r}: {cannot}")
 
 
 def _check_labels(institutions: list[Institution], setting: str, path: Path) -> None:

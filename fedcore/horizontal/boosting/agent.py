@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.agent import HorizontalInstitutionAgent
+from fedcore.horizontal.boosting.params import DASK_REFUSED
 from fedcore.horizontal.boosting.party import BOOSTING_PROTOCOL, HorizontalBoostingParty
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.settings import PrivacySetting, SecureAggregation
@@ -25,8 +26,7 @@ class HorizontalBoostingAgent(HorizontalInstitutionAgent):
         """Boosting's party on the training rows, with the master's domains and bins; masks under secagg."""
         frame = rows.get("frame")
         if frame is None:
-            raise ProtocolError(f"institution {self.name!r}: horizontal boosting runs in process only so "
-                                "far; remove compute: from its config")
+            raise ProtocolError(f"institution {self.name!r}: {DASK_REFUSED}")
         n = schema.n_features
         return HorizontalBoostingParty(self.name, frame, schema, low=h.numbers("low", n),
                                        high=h.numbers("high", n), max_bins=h.int("max_bins"),
