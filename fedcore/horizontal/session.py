@@ -27,7 +27,7 @@ import yaml
 
 from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.checkpoints import CheckpointStore
-from fedcore.contracts.agreement import shared_schema
+from fedcore.contracts.agreement import SharedSchema, shared_schema
 from fedcore.contracts.model import parse_contract
 from fedcore.drift import reported_drift
 from fedcore.errors import ArtifactError, ProtocolError
@@ -150,7 +150,7 @@ class HorizontalSession(MasterSession):
         self.facts.holdout_rows = sum(r["holdout_rows"] for r in self.rows.values())
         return self.schema
 
-    def _engine_setup(self, shared: Any) -> dict[str, Any]:
+    def _engine_setup(self, shared: SharedSchema) -> dict[str, Any]:
         """The setup header's engine fields, from the agreed contracts `shared`; sets the domains it uses."""
         assert self.schema is not None, "agree_schema sets the schema first"
         if self.algorithm == "ppd-ert":
