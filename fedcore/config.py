@@ -2,7 +2,7 @@
 
     federation: retail-consortium
     setting: vertical            # vertical | horizontal
-    algorithm: forest            # vertical: forest | boosting; horizontal: extra-trees | ppd-ert
+    algorithm: forest            # vertical: forest | boosting; horizontal: extra-trees | ppd-ert | boosting
     privacy: none                # forest: none | paillier | ou ({mode: paillier, key_bits: 3072});
                                  # extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 1, delta: 1e-6}:
                                  #   the whole model's budget per row, a tenth of it for DP marginal
@@ -16,6 +16,7 @@
                                  #   | secagg-dp ({mode: secagg-dp, epsilon: 1, delta: 1e-6}: distributed DP
                                  #   on the masked sums, the model's budget against the master; needs
                                  #   params.max_depth; domain thresholds; no exact row count is sent)
+                                 # horizontal boosting: secagg (masked histograms) | none (plain ones)
                                  # (fedcore/privacy/settings.py: every mode's fields; others are refused)
     consortium_key: {env: FEDFOREST_CONSORTIUM_KEY}   # or {file: path}; never the key itself
     alignment: hash              # vertical ID alignment: hash (keyed HMAC-SHA256) | psi (ECDH PSI)
@@ -70,7 +71,9 @@
                                                # max_depth, learning_rate, reg_lambda, gamma,
                                                # min_child_weight, subsample, colsample_bytree,
                                                # early_stopping_rounds: on the label holder's held-out
-                                               # rows, log-loss or RMSE; fedcore/trees/boosting.py)
+                                               # rows, log-loss or RMSE; fedcore/trees/boosting.py);
+                                               # horizontal boosting: max_bins (64), no subsample or
+                                               # early stopping (fedcore/horizontal/boosting/params.py)
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
                metric: log_loss, predict_for: bank, connect_timeout_s: 60, agent_late_timeout_s: 30,
                agent_idle_timeout_s: 900, agent_session_timeout_s: 30,
