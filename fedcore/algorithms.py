@@ -64,6 +64,9 @@ class Algorithm:
     reference: str = ""
     """`(task, train, test, label, params) -> dict`: the centralised scikit-learn run a simulation is scored
     against (`fedcore.simulation.reference`)."""
+    dask_refusal: str | None = None
+    """`(task) -> str | None`: why an institution's Dask party (`compute:`) cannot train it for `task`, or
+    None when it can; None here: every task runs on Dask."""
 
     @property
     def deployable(self) -> bool:
@@ -110,6 +113,10 @@ class Algorithm:
         """The centralised reference's metrics on `test`, trained on `train` with `params`."""
         return load(self.reference)(task, train, test, label, params)
 
+    def refuses_dask(self, task: str) -> str | None:
+        """Why a party on Dask cannot train it for `task` ("classification" or "regression"); None: it can."""
+        return None if self.dask_refusal is None else load(self.dask_refusal)(task)
+
     def open_session(self, config: FederationConfig, transport: Transport) -> MasterSession:
         """The master session `config` asks for, over a connected `transport`."""
         assert self.session is not None, "the config refuses an algorithm that is not deployable"
@@ -139,6 +146,7 @@ FOREST = Algorithm("forest", "vertical", "Federated Forest", ("none", *ENCRYPTED
                    ("federated-forest",), params="fedcore.trees.params:ForestParams",
                    parse_params="fedcore.trees.params:ForestParams.from_vertical_config",
                    simulate=_SIMULATE_VERTICAL, reference=_REFERENCE + "reference_forest",
+                   dask_refusal="fedcore.compute.dask_vertical:forest_refusal",
                    estimators=("fedcore.vertical.estimators:FederatedForestClassifier",
                                "fedcore.vertical.estimators:FederatedForestRegressor"),
                    session=_VERTICAL_SESSION, agent=_VERTICAL_AGENT)
@@ -152,14 +160,20 @@ BOOSTING = Algorithm("boosting", "vertical", "Federated gradient boosting", ("no
                      params="fedcore.trees.boosting:BoostingParams",
                      parse_params="fedcore.trees.boosting:BoostingParams.from_vertical_config",
                      simulate=_SIMULATE_VERTICAL, reference=_REFERENCE + "reference_boosting",
+                     dask_refusal="fedcore.compute.dask_vertical:boosting_refusal",
                      estimators=("fedcore.vertical.boosting_estimators:FederatedBoostingClassifier",
                                  "fedcore.vertical.boosting_estimators:FederatedBoostingRegressor"),
                      session=_VERTICAL_SESSION, agent=_VERTICAL_AGENT)
-HORIZONTAL_BOOSTING = Algorithm("boosting", "horizontal", "Federated gradient boosting", ("secagg",),
+HORIZONTAL_BOOSTING = Algorithm("boosting", "horizontal", "Federated gradient boosting", ("secagg", "none"),
                                 params="fedcore.trees.boosting:BoostingParams",
+                                parse_params="fedcore.horizontal.boosting.params:from_config",
+                                check_params="fedcore.horizontal.boosting.params:check_params",
+                                dask_refusal="fedcore.horizontal.boosting.params:dask_refusal",
                                 simulate=_SIMULATE_HORIZONTAL, reference=_REFERENCE + "reference_boosting",
                                 estimators=("fedcore.horizontal.boosting:HorizontalBoostingClassifier",
-                                            "fedcore.horizontal.boosting:HorizontalBoostingRegressor"))
+                                            "fedcore.horizontal.boosting:HorizontalBoostingRegressor"),
+                                session="fedcore.horizontal.deploy:open_boosting_session",
+                                agent="fedcore.horizontal.deploy:boosting_agent")
 
 REGISTERED: tuple[Algorithm, ...] = (FOREST, EXTRA_TREES, PPD_ERT, BOOSTING, HORIZONTAL_BOOSTING)
 """Every algorithm of every setting; one id may live in two settings (boosting), told apart by setting."""
@@ -191,9 +205,12 @@ def algorithm(name: str, setting: str | None = None) -> Algorithm:
     return offered[name]
 
 
-def read_algorithm(name: str) -> Algorithm:
-    """The algorithm a stored manifest or model table names, by its canonical id or an earlier spelling."""
+def read_algorithm(name: str, setting: str | None = None) -> Algorithm:
+    """The algorithm a stored manifest or model table names, by its canonical id or an earlier spelling.
+
+    With `setting` (a manifest's), the setting's own entry of an id two settings share (boosting).
+    """
     found = ALGORITHMS.get(name) or _BY_OLD_ID.get(name)
     if found is None:
         raise ParameterError(f"unknown algorithm {name!r}: fedforest has {list(ALGORITHMS)}")
-    return found
+    return found if setting is None or found.setting == setting else algorithm(found.id, setting)

@@ -2,7 +2,7 @@
 
     federation: retail-consortium
     setting: vertical            # vertical | horizontal
-    algorithm: forest            # vertical: forest | boosting; horizontal: extra-trees | ppd-ert
+    algorithm: forest            # vertical: forest | boosting; horizontal: extra-trees | ppd-ert | boosting
     privacy: none                # forest: none | paillier | ou ({mode: paillier, key_bits: 3072});
                                  # extra-trees: none | ldp | gdp ({mode: gdp, epsilon: 1, delta: 1e-6}:
                                  #   the whole model's budget per row, a tenth of it for DP marginal
@@ -16,6 +16,7 @@
                                  #   | secagg-dp ({mode: secagg-dp, epsilon: 1, delta: 1e-6}: distributed DP
                                  #   on the masked sums, the model's budget against the master; needs
                                  #   params.max_depth; domain thresholds; no exact row count is sent)
+                                 # horizontal boosting: secagg (masked histograms) | none (plain ones)
                                  # (fedcore/privacy/settings.py: every mode's fields; others are refused)
     consortium_key: {env: FEDFOREST_CONSORTIUM_KEY}   # or {file: path}; never the key itself
     alignment: hash              # vertical ID alignment: hash (keyed HMAC-SHA256) | psi (ECDH PSI)
@@ -70,7 +71,9 @@
                                                # max_depth, learning_rate, reg_lambda, gamma,
                                                # min_child_weight, subsample, colsample_bytree,
                                                # early_stopping_rounds: on the label holder's held-out
-                                               # rows, log-loss or RMSE; fedcore/trees/boosting.py)
+                                               # rows, log-loss or RMSE; fedcore/trees/boosting.py);
+                                               # horizontal boosting: max_bins (64), no subsample or
+                                               # early stopping (fedcore/horizontal/boosting/params.py)
     training: {model_name: retail-response, holdout: 0.2, min_overlap: 50, promote_margin: 0.0,
                metric: log_loss, predict_for: bank, connect_timeout_s: 60, agent_late_timeout_s: 30,
                agent_idle_timeout_s: 900, agent_session_timeout_s: 30,
@@ -100,7 +103,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from fedcore.algorithms import BOOSTING, SETTINGS, Algorithm, in_setting
+from fedcore.algorithms import SETTINGS, Algorithm, in_setting
 from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.compute.cluster import DaskCompute, parse_compute
 from fedcore.data.dialect import CsvSource, parse_csv
@@ -378,7 +381,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         algorithm.check_privacy_params(privacy, forest)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
-    _check_compute(institutions, setting, forest.task, path, algorithm is BOOSTING)
+    _check_compute(institutions, algorithm, forest.task, path)
     federation = str(raw.get("federation", path.stem))
     # names that become folders and files are checked now, not after a whole training run
     _safe_name(training.model_name or federation,
@@ -509,22 +512,16 @@ def _source(value: Any, where: str, path: Path,
     return str(resolve(path, value))
 
 
-def _check_compute(institutions: list[Institution], setting: str, task: str, path: Path,
-                   boosting: bool = False) -> None:
+def _check_compute(institutions: list[Institution], algorithm: Algorithm, task: str, path: Path) -> None:
     """`compute: dask` runs a party's rows on a cluster; what it cannot run yet is refused here (issue #29).
 
-    Horizontal: every mode. Vertical: forest classification (plain or encrypted labels), not regression
-    nor boosting.
+    The algorithm's entry says (`Algorithm.refuses_dask`): the horizontal forests run every mode; the
+    vertical forest classification (plain or encrypted labels), not regression; boosting, neither setting.
     """
     for inst in institutions:
-        if inst.compute is None:
-            continue
-        if setting == "vertical":
-            from fedcore.compute.dask_vertical import refusal
-
-            cannot = refusal(task == "regression", boosting)
-            if cannot is not None:
-                raise ConfigError(f"{path}: institution {inst.name!r}: {cannot}")
+        cannot = algorithm.refuses_dask(task) if inst.compute is not None else None
+        if cannot is not None:
+            raise ConfigError(f"{path}: institution {inst.name!r}: {cannot}")
 
 
 def _check_labels(institutions: list[Institution], setting: str, path: Path) -> None:

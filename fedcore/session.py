@@ -100,6 +100,8 @@ class MasterSession(ABC):
 
     algorithm: str
     """The algorithm's canonical id (`fedcore.algorithms`)."""
+    setting: str
+    """Its setting, vertical or horizontal: with the id, the algorithm's registry entry."""
     params: TreeParams
     decision_threshold: float | str | None = None
     """Binary labels: predict the positive class at or above this probability (None: the most probable

@@ -41,7 +41,7 @@ def train(session: MasterSession, checkpoints: Path | None = None,
 
     With `checkpoints` and `run_id`, completed tree batches are checkpointed, and an interrupted run resumes.
     """
-    title = read_algorithm(session.algorithm).title
+    title = read_algorithm(session.algorithm, session.setting).title
     report, artifact = progress_reporter(f"{title} ({session.privacy_mode}) growth")
     session.progress = report
     facts = session.train(checkpoints, run_id)

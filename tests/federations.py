@@ -53,29 +53,34 @@ def copy_of(federation: Federation, destination: Path) -> Federation:
     return replace(federation, work=destination, config_path=config_path, scenario=moved(federation.scenario))
 
 
-def horizontal_session_from_config(config, params, cluster=None):
+def horizontal_session_from_config(config, params=None, cluster=None, record_transcript=False):
     """A horizontal session over in-process agents that load their data from `config`, contracts checked.
 
-    `params`: the forest's `ExtraTreesParams`. Each agent reads its institution's configured source when the
-    session starts (`institution_from_config`), as a served agent does; one with `compute: dask` on
-    `cluster` (a `fedcore.compute.cluster.Cluster`; default: its config's).
+    The session and the agents are the ones the config's algorithm registers (`fedcore.algorithms`), as
+    `fedforest` deploys them, with the config's privacy and held-out share. `params`: the engine's parameters
+    in place of the config's (None: the config's). Each agent reads its institution's configured source when
+    the session starts (`institution_from_config`), as a served agent does; one with `compute: dask` on
+    `cluster` (a `fedcore.compute.cluster.Cluster`; default: its config's). `record_transcript`: the
+    transport keeps every message's kind, sender and receiver (`session.transport.transcript`).
     """
+    from dataclasses import replace
     from functools import partial
 
     from fedcore.agents.data import institution_from_config
-    from fedcore.horizontal.agent import HorizontalInstitutionAgent
-    from fedcore.horizontal.session import HorizontalSession
     from fedcore.privacy.keyauth import ephemeral_identities
     from fedcore.protocol.messages import Message
     from fedcore.transport.inprocess import InProcessTransport
 
-    names = [i.name for i in config.institutions]
+    if params is not None:
+        config = replace(config, params=params)
+    entry, names = config.implementation, [i.name for i in config.institutions]
     identities = ephemeral_identities(names)
-    agents = {name: HorizontalInstitutionAgent(partial(institution_from_config, config, name, cluster),
-                                               identity=identities[name]) for name in names}
-    transport = InProcessTransport({n: a.handle for n, a in agents.items()})
+    agents = {name: entry.institution_agent(config, partial(institution_from_config, config, name, cluster),
+                                            name, identities[name]) for name in names}
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()},
+                                   record_transcript=record_transcript)
     transport.exchange({n: Message("validation_report") for n in agents})
-    return HorizontalSession(transport, params, algorithm="extra-trees", holdout_fraction=0.2)
+    return entry.open_session(config, transport)
 
 
 def vertical_session_from_config(config, cluster=None):

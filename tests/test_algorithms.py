@@ -65,8 +65,12 @@ def test_one_id_lives_in_both_settings_told_apart_by_setting() -> None:
     assert algorithm("boosting", "vertical") is BOOSTING
     assert BOOSTING.privacy_modes == ("none", "paillier", "ou")
     assert algorithm("boosting", "horizontal") is HORIZONTAL_BOOSTING
-    assert HORIZONTAL_BOOSTING.privacy_modes == ("secagg",) and not HORIZONTAL_BOOSTING.deployable
+    assert HORIZONTAL_BOOSTING.privacy_modes == ("secagg", "none") and HORIZONTAL_BOOSTING.deployable
     assert list(ALGORITHMS) == ["forest", "extra-trees", "ppd-ert", "boosting"]  # by id: manifests, titles
+    # a manifest names its setting beside the id: the card and the flows read that setting's entry
+    assert read_algorithm("boosting") is BOOSTING
+    assert read_algorithm("boosting", "horizontal") is HORIZONTAL_BOOSTING
+    assert read_algorithm("fet", "horizontal") is EXTRA_TREES
 
 
 def test_boosting_is_deployable_with_plain_or_encrypted_gradients() -> None:
@@ -106,7 +110,7 @@ def test_each_entry_loads_its_implementation() -> None:
             assert callable(load(entry.session or "")) and callable(load(entry.agent or ""))
             parsed = entry.params_from_config({"n_estimators": 3}, parse_privacy(None, entry))
             assert type(parsed) is cls and parsed.n_estimators == 3
-    assert not HORIZONTAL_BOOSTING.deployable and HORIZONTAL_BOOSTING.session is None
+    assert all(entry.deployable for entry in expected), "every algorithm runs from a federation config"
     with pytest.raises(ParameterError, match=r"^PPD-ERT has no regression estimator$"):
         PPD_ERT.estimator_class("regression")
     with pytest.raises(ParameterError, match=r"^set label protection in the 'privacy:' section"):

@@ -210,6 +210,12 @@ def test_simulate_json_horizontal_boosting(capsys, breast_cancer_csv: Path) -> N
     assert result["single_party_identical"] is True
     assert result["privacy_report"]["label_statistics"].startswith("only the sum over all parties")
     assert result["metrics"]["accuracy"] > result["reference"]["metrics"]["accuracy"] - 0.05
+    plain = _run_json(capsys, "--data", breast_cancer_csv, "--label", "target", "--setting", "horizontal",
+                      "--parties", 3, "--algorithm", "boosting", "--privacy", "none", "--trees", 10,
+                      "--max-depth", 3)
+    assert (plain["privacy"], plain["privacy_report"]["mode"]) == ("none", "none")
+    assert plain["privacy_report"]["label_statistics"].startswith("plain per-party histograms")
+    assert plain["metrics"] == result["metrics"]  # the masks change what the master reads, not the model
 
 
 @pytest.mark.slow  # an Okamoto-Uchiyama-3072 key and its encryptions (simulate takes the default size)
@@ -234,8 +240,8 @@ def test_simulate_json_vertical_boosting_with_encrypted_gradients(capsys, breast
     (("--setting", "horizontal", "--algorithm", "forest"),
      "unknown algorithm 'forest': the horizontal setting offers 'extra-trees' (Federated Extra-Trees), "
      "'ppd-ert' (PPD-ERT), 'boosting' (Federated gradient boosting)"),
-    (("--setting", "horizontal", "--algorithm", "boosting", "--privacy", "none"),
-     "algorithm 'boosting' supports privacy 'secagg', got 'none'"),
+    (("--setting", "horizontal", "--algorithm", "boosting", "--privacy", "ldp"),
+     "algorithm 'boosting' supports privacy 'secagg', 'none', got 'ldp'"),
     (("--setting", "horizontal", "--algorithm", "boosting", "--max-features", "0.5"),
      "--max-features applies to the forests only: boosting takes every feature in every tree"),
     (("--setting", "horizontal", "--privacy", "secagg"),

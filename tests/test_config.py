@@ -57,6 +57,19 @@ def test_predictions_land_beside_the_registry_folder_not_inside_it(tmp_path) -> 
     assert data.predictions_dir == tmp_path / "predictions" / "bank"
 
 
+def test_a_horizontal_boosting_config_runs_secure_aggregation_on_the_estimators_bins() -> None:
+    """`setting: horizontal, algorithm: boosting` (issue #32): XGBoost's names, 64 bins, secagg by default."""
+    institutions = [{"name": n, "data": f"{n}.csv", "id_column": "id", "label": "y"} for n in ("a", "b")]
+    config = parse_config(_raw(setting="horizontal", algorithm="boosting", institutions=institutions,
+                               params={"n_estimators": 7, "colsample_bytree": 0.5}), CONFIG)
+    assert (config.setting, config.algorithm, config.privacy) == ("horizontal", "boosting",
+                                                                  SecureAggregation())
+    assert config.params == BoostingParams(n_estimators=7, max_features=0.5, max_bins=64)
+    plain = parse_config(_raw(setting="horizontal", algorithm="boosting", institutions=institutions,
+                              privacy="none", params={"max_bins": 32}), CONFIG)
+    assert plain.privacy == NoPrivacy() and plain.params.max_bins == 32
+
+
 def test_a_horizontal_federation_defaults_to_plain_extra_trees() -> None:
     institutions = [{"name": n, "data": f"{n}.csv", "id_column": "id", "label": "y"} for n in ("a", "b")]
     config = parse_config(_raw(setting="horizontal", institutions=institutions), CONFIG)
@@ -153,11 +166,24 @@ def test_bad_training_settings_are_refused_by_name(training, message) -> None:
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
      "privacy: PPD-ERT thresholds must be one of ['histogram', 'domain'], got 'quantile'"),
-    ({"setting": "horizontal", "algorithm": "boosting",
+    ({"setting": "horizontal", "algorithm": "boosting", "params": {"subsample": 0.5},
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
-     "algorithm 'boosting' runs in simulation and the estimators only so far (issue #32); choose another "
-     "algorithm for a federation config"),
+     "horizontal boosting takes subsample=1.0 only so far: a row's draw would depend on which party holds "
+     "it, and 1, 2, 3 parties must grow the same model"),
+    ({"setting": "horizontal", "algorithm": "boosting", "params": {"early_stopping_rounds": 3},
+      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
+                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+     "horizontal boosting has no early stopping yet: remove early_stopping_rounds"),
+    ({"setting": "horizontal", "algorithm": "boosting", "privacy": {"mode": "secagg", "cells": 8},
+      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
+                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+     "privacy: thresholds and cells are PPD-ERT's; horizontal boosting cuts the declared domains into "
+     "params.max_bins bins"),
+    ({"setting": "horizontal", "algorithm": "boosting", "privacy": "ldp",
+      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
+                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+     "algorithm 'boosting' supports privacy ['secagg', 'none'], got 'ldp'"),
     ({"setting": "horizontal", "privacy": {"mode": "gdp", "thresholds": "domain"},
       "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
                        {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -162,15 +163,20 @@ def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str
                    gdp_plan: dict | None = None) -> Recorded:
     """Three hospitals with the same columns.
 
-    Agree the schema from their contracts, train (FET in one privacy mode, or PPD-ERT with secure aggregation
-    and `thresholds`), evaluate, predict new patients at home.
+    Agree the schema from their contracts, train (FET in one privacy mode, PPD-ERT with secure aggregation
+    and `thresholds`, or histogram boosting with or without it), evaluate, predict new patients at home.
     """
     from fedcore.agents.data import InstitutionData
     from fedcore.contracts.model import infer_contract
     from fedcore.horizontal.agent import HorizontalInstitutionAgent
+    from fedcore.horizontal.boosting.agent import HorizontalBoostingAgent
+    from fedcore.horizontal.boosting.session import HorizontalBoostingSession
     from fedcore.horizontal.params import ExtraTreesParams
     from fedcore.horizontal.session import HorizontalSession
     from fedcore.privacy.keyauth import ephemeral_identities
+    from fedcore.trees.boosting import BoostingParams
+
+    boosting = algorithm == "boosting"
 
     table = _distinctive_table(540, seed=41, prefix="PAT")
     table["feat_cat_str"] = pd.Categorical(table["feat_cat_str"], categories=list(CATEGORIES))
@@ -185,20 +191,30 @@ def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str
                                registry=tmp_path / "registry" / name,
                                predictions_dir=tmp_path / "predictions" / name, load_batch=lambda b=batch: b,
                                contract=contract)
-        agents[name] = HorizontalInstitutionAgent(data, identity=identities[name])
+        agents[name] = (HorizontalBoostingAgent if boosting else HorizontalInstitutionAgent)(
+            data, identity=identities[name])
     transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=True)
     transport.exchange({n: Message("validation_report") for n in agents})
-    session = HorizontalSession(transport, ExtraTreesParams(n_estimators=6, max_depth=5, random_state=2),
-                                algorithm=algorithm,
-                                privacy={"mode": privacy,
-                                         **({"epsilon": 1.0} if privacy in ("gdp", "secagg-dp") else {}),
-                                         **({"thresholds": thresholds} if privacy == "secagg" else {}),
-                                         **(gdp_plan or {})},
-                                holdout_fraction=0.2)
+    session: HorizontalSession
+    if boosting:
+        params = BoostingParams(n_estimators=4, max_depth=3, random_state=2)
+        session = HorizontalBoostingSession(transport, params, privacy=privacy, holdout_fraction=0.2)
+    else:
+        session = HorizontalSession(transport, ExtraTreesParams(n_estimators=6, max_depth=5, random_state=2),
+                                    algorithm=algorithm,
+                                    privacy={"mode": privacy,
+                                             **({"epsilon": 1.0} if privacy in ("gdp", "secagg-dp") else {}),
+                                             **({"thresholds": thresholds} if privacy == "secagg" else {}),
+                                             **(gdp_plan or {})},
+                                    holdout_fraction=0.2)
     session.agree_schema()
     plain_counts: dict[str, list[np.ndarray]] = {}
     plain_ranges: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-    if privacy in ("secagg", "secagg-dp"):
+    if boosting:
+        for name, agent in agents.items():  # record each vector a party sums (masked under secagg)
+            plain_counts[name] = []
+            agent.party._reply = _spy_reply(agent.party._reply, plain_counts[name])
+    elif privacy in ("secagg", "secagg-dp"):
         for name, agent in agents.items():  # record what each party masks: none of it may cross
             plain_counts[name], plain_ranges[name] = [], []
             agent.party.rows.class_counts = _spy(agent.party.rows.class_counts, plain_counts[name])
@@ -212,7 +228,8 @@ def run_horizontal(tmp_path: Path, algorithm: str, privacy: str, thresholds: str
         transcript=transport.transcript, parties=list(session.institutions),
         raw_floats=_continuous(table), ids=set(table["record_id"]),
         feature_names=[c for c in table.columns if c != "record_id"],
-        label_codes={name: agent.party.y for name, agent in agents.items()},
+        label_codes={name: (agent.party.rows if boosting else agent.party).y
+                     for name, agent in agents.items()},
         plain_counts=plain_counts, plain_ranges=plain_ranges, session=session,
         noise={name: [noise.reshape(-1) for _, _, noise in agent.party.noise.audit]
                for name, agent in agents.items() if getattr(agent.party, "noise", None) is not None},
@@ -247,6 +264,15 @@ def _spy(method: Callable[[], np.ndarray], calls: list[np.ndarray]) -> Callable[
         result = method()
         calls.append(result.reshape(-1).copy())
         return result
+    return spied
+
+
+def _spy_reply(method: Callable[[np.ndarray, Any], Message],
+               calls: list[np.ndarray]) -> Callable[[np.ndarray, Any], Message]:
+    """A boosting party's `_reply`, recording each vector before it is masked (or sent plain)."""
+    def spied(vector: np.ndarray, header: Any) -> Message:
+        calls.append(np.asarray(vector).reshape(-1).copy())
+        return method(vector, header)
     return spied
 
 
@@ -286,6 +312,10 @@ HORIZONTAL_TO_PARTIES = {
     "model": "tree node left right depth feature threshold value weight"}  # DESIGN: the finished model
 # candidates, thresholds
 FET_TO_PARTIES = {"fet_ranges": "features chosen next_pos", "fet_stats": "thresholds"}
+BOOSTING_TO_PARTIES = {  # a level's decisions, a round's first request the round before's finished trees
+    "boost_base": "", "boost_level": "tree split_feature split_bin next_pos compute " + " ".join(
+        f"round_{name}" for name in ("tree", "node", "left", "right", "depth", "feature", "threshold",
+                                     "weight", "value"))}
 SCHEMA_KINDS = frozenset({"contract", "setup"})
 """Horizontal: the agreed schema (column names, categories, classes) crosses in these, no data."""
 
@@ -539,6 +569,41 @@ def _secagg_dp_sends_no_exact_count(run: Recorded) -> None:
 
 
 # -- the table ---------------------------------------------------------------------------------------------
+def _boosting_master_reads_only_the_sums(run: Recorded) -> None:
+    """Secure aggregation: each party's (count, g, h) vectors cross only masked, uniform in the 64-bit ring.
+
+    The master's unmasked sum of every round is the parties' total, and no party's own vector (nor a run of
+    it) appears in any payload.
+    """
+    from fedcore.privacy.secagg import unmask_sum
+
+    rounds: dict[int, dict[str, np.ndarray]] = {}
+    for entry, message in run.messages:
+        if entry.receiver == MASTER and message.kind == "boost_masked":
+            rounds.setdefault(entry.round, {})[entry.sender] = message.arrays["masked"]
+    values = np.concatenate([m.reshape(-1) for r in rounds.values() for m in r.values()])
+    assert values.dtype == np.uint64 and len(values) >= 256 * 10
+    for byte in (values >> np.uint64(56), values & np.uint64(0xFF)):
+        assert stats.chisquare(np.bincount(byte.astype(np.int64), minlength=256)).pvalue > 1e-6
+    assert {p: len(v) for p, v in run.plain_counts.items()} == {p: len(rounds) for p in run.parties}
+    for i, r in enumerate(sorted(rounds)):
+        np.testing.assert_array_equal(unmask_sum([rounds[r][p] for p in run.parties]),
+                                      sum(run.plain_counts[p][i] for p in run.parties))
+    windows = [w for vectors in run.plain_counts.values() for v in vectors for w in _distinctive_windows(v)]
+    assert len(windows) > 10
+    assert [_where(entry) for entry in run.transcript for w in windows if w in entry.payload] == []
+
+
+def _boosting_plain_sums_are_the_parties_own(run: Recorded) -> None:
+    """Privacy none: what each party sends is exactly its own vector (the baseline secagg masks)."""
+    sent = {p: [m.arrays["sums"] for e, m in run.messages if e.receiver == MASTER and e.sender == p
+                and m.kind == "boost_plain"] for p in run.parties}
+    assert {p: len(v) for p, v in sent.items()} == {p: len(v) for p, v in run.plain_counts.items()}
+    for p in run.parties:
+        for mine, crossed in zip(run.plain_counts[p], sent[p], strict=True):
+            np.testing.assert_array_equal(mine, crossed)
+
+
 MODES = {
     "vertical-plain-hash": WireMode(
         run=lambda tmp: run_vertical(tmp, "hash"),
@@ -610,6 +675,16 @@ MODES = {
                            "ppdert_masked_counts": "masked"}),
         to_parties=_arrays({**HORIZONTAL_TO_PARTIES, "ppdert_level": "tree chosen next_pos peer_keys"}),
         schema_kinds=SCHEMA_KINDS, secagg=True, extras=(_secagg_dp_sends_no_exact_count,)),
+    "horizontal-boosting-secagg": WireMode(
+        run=lambda tmp: run_horizontal(tmp, "boosting", "secagg"),
+        to_master=_arrays({**HORIZONTAL_TO_MASTER, "hello_reply": "public_key", "boost_masked": "masked"}),
+        to_parties=_arrays({**HORIZONTAL_TO_PARTIES, **BOOSTING_TO_PARTIES, "boost_base": "peer_keys"}),
+        schema_kinds=SCHEMA_KINDS, extras=(_boosting_master_reads_only_the_sums,)),
+    "horizontal-boosting-none": WireMode(  # plain per-party histograms: the baseline the masks replace
+        run=lambda tmp: run_horizontal(tmp, "boosting", "none"),
+        to_master=_arrays({**HORIZONTAL_TO_MASTER, "boost_plain": "sums"}),
+        to_parties=_arrays({**HORIZONTAL_TO_PARTIES, **BOOSTING_TO_PARTIES}),
+        schema_kinds=SCHEMA_KINDS, extras=(_boosting_plain_sums_are_the_parties_own,)),
 }
 
 

@@ -90,6 +90,16 @@ def refusal(regression: bool, boosting: bool = False) -> str | None:
     return None
 
 
+def forest_refusal(task: str) -> str | None:
+    """The vertical forest's refusal on Dask for `task` (the algorithm registry's `dask_refusal`)."""
+    return refusal(task == "regression")
+
+
+def boosting_refusal(task: str) -> str | None:
+    """Vertical boosting's refusal on Dask, whatever the task (the algorithm registry's `dask_refusal`)."""
+    return refusal(task == "regression", boosting=True)
+
+
 def compact_labels(y: np.ndarray) -> np.ndarray:
     """`y` in the narrowest type that holds it exactly: class codes below 256 (65,536) as uint8 (uint16).
 

@@ -61,8 +61,10 @@ from fedcore.agents.storage import (
     store_signed_table,
     write_predictions,
 )
+from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
 from fedcore.errors import DataWriteError, ParameterError, ProtocolError
+from fedcore.horizontal.boosting.party import HorizontalBoostingParty
 from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.plan import NOISY_ROW_COUNTS
@@ -94,7 +96,7 @@ NOISE_SEEDS = ".noise-seeds"
 NOISY = ("gdp", "ldp", "secagg-dp")
 
 
-class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
+class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | HorizontalBoostingParty]):
     """Answers one institution's side of horizontal sessions (see the module docstring)."""
 
     engine_kinds = frozenset(ENGINE_KINDS)
@@ -111,7 +113,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         """
         super().__init__(data, name)
         self.identity = identity
-        self.party: HorizontalParty | PPDERTParty | None = None
+        self.party: HorizontalParty | PPDERTParty | HorizontalBoostingParty | None = None
         self.model: HorizontalForest | None = None
         self.schema: HorizontalSchema | None = None
         self._holdout: pd.DataFrame | None = None
@@ -172,26 +174,28 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
             train, self._holdout = frame[~held].reset_index(drop=True), frame[held].reset_index(drop=True)
             self._training = train[self.schema.names]  # for the drift snapshot, if a version is stored
             rows, n_train, n_held = self._rows(train), len(train), len(self._holdout)
-        if isinstance(privacy, (SecureAggregation, DistributedDP)):
-            noise = None
-            if isinstance(privacy, DistributedDP):  # its own budget, a local secret seed
-                noise = DistributedNoise(self.name, privacy.epsilon, privacy.delta, secrets.randbits(63))
-            self.party = PPDERTParty(self.name, schema=self.schema, seed=h.int("seed"),
-                                     low=h.numbers("low", self.schema.n_features),
-                                     high=h.numbers("high", self.schema.n_features),
-                                     k=h.int("k"), identity=self.identity,
-                                     memory_budget=self.data.memory_budget, thresholds=privacy.thresholds,
-                                     n_cells=privacy.n_cells, noise=noise, **rows)
-        else:  # noise: a local secret seed
-            budget = privacy if isinstance(privacy, GlobalDP) else GlobalDP()  # gdp: its own budget
-            self.party = HorizontalParty(self.name, schema=self.schema, privacy=privacy.mode,
-                                         epsilon=budget.epsilon, delta=budget.delta,
-                                         ldp=privacy.ldp if isinstance(privacy, LocalDP) else None,
-                                         memory_budget=self.data.memory_budget, **rows)
+        self.party = self._make_party(h, privacy, self.schema, rows)
         if privacy.mode in NOISY_ROW_COUNTS:  # no exact count leaves: a noisy one in hello
             n_train = None  # type: ignore[assignment]
         self._done.add("setup")  # a refused setup may be corrected; one that answered is final
         return Message("ready", {"train_rows": n_train, "holdout_rows": n_held})
+
+    def _make_party(self, h: Header, privacy: PrivacySetting, schema: HorizontalSchema,
+                    rows: dict) -> HorizontalParty | PPDERTParty | HorizontalBoostingParty:
+        """The engine's party for the master's setup `h`: PPD-ERT under secure aggregation, else FET."""
+        if isinstance(privacy, (SecureAggregation, DistributedDP)):
+            noise = None
+            if isinstance(privacy, DistributedDP):  # its own budget, a local secret seed
+                noise = DistributedNoise(self.name, privacy.epsilon, privacy.delta, secrets.randbits(63))
+            return PPDERTParty(self.name, schema=schema, seed=h.int("seed"),
+                               low=h.numbers("low", schema.n_features),
+                               high=h.numbers("high", schema.n_features),
+                               k=h.int("k"), identity=self.identity, memory_budget=self.data.memory_budget,
+                               thresholds=privacy.thresholds, n_cells=privacy.n_cells, noise=noise, **rows)
+        budget = privacy if isinstance(privacy, GlobalDP) else GlobalDP()  # gdp: its own budget
+        return HorizontalParty(self.name, schema=schema, privacy=privacy.mode, epsilon=budget.epsilon,
+                               delta=budget.delta, ldp=privacy.ldp if isinstance(privacy, LocalDP) else None,
+                               memory_budget=self.data.memory_budget, **rows)
 
     def _rows(self, train: pd.DataFrame) -> dict:
         """The party's rows as its constructor takes them: in process, or on this institution's Dask cluster.
@@ -262,14 +266,15 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         assert self.schema is not None, "setup reads the schema before the privacy setting"
         n_classes, task = self.schema.n_classes, self.schema.task
         try:
-            asked = parse_privacy(h.get("privacy"), str(h.get("algorithm")), task).for_classes(n_classes)
+            entry = find_algorithm(str(h.get("algorithm")), "horizontal")
+            asked = parse_privacy(h.get("privacy"), entry, task).for_classes(n_classes)
         except ParameterError as error:
             raise ProtocolError(f"institution {self.name!r}: the master's setup asks for no usable privacy "
                                 f"setting ({error}); refusing to train") from None
         if self.data.privacy is None:
             return asked
         try:
-            own = parse_privacy(self.data.privacy, str(h["algorithm"]), task).for_classes(n_classes)
+            own = parse_privacy(self.data.privacy, entry, task).for_classes(n_classes)
         except ParameterError as error:
             raise ProtocolError(f"institution {self.name!r}: its own privacy configuration, read for the "
                                 f"algorithm {h['algorithm']!r} the master asks for, is refused ({error}); "
@@ -385,10 +390,18 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
                                      **self._drift_reply(None)})
 
     # -- checkpoints (resuming a run after a crash) ------------------------------------------------------
+    def _checkpointed_party(self, kind: str) -> HorizontalParty | PPDERTParty:
+        """The party whose batches are checkpointed; refused before setup and for boosting (none yet)."""
+        if self.party is None:
+            raise ProtocolError(f"institution {self.name!r}: {kind} before setup")
+        if isinstance(self.party, HorizontalBoostingParty):
+            raise ProtocolError(f"institution {self.name!r}: horizontal boosting keeps no checkpoints yet; "
+                                f"refusing {kind!r}")
+        return self.party
+
     def _party_state(self) -> dict[str, np.ndarray]:
         """What this party carries from one batch to the next: its noise counters (see the module doc)."""
-        party = self.party
-        assert party is not None, "handle() checkpoints a batch only once the party exists"
+        party = self._checkpointed_party("a batch checkpoint")
         state = {"reports": np.array([party.reports], np.int64),  # noise streams are keyed by this count
                  "reports_per_row": np.array([party.reports_per_row], np.int64)}
         owner = _noise_owner(party)
@@ -402,14 +415,13 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
 
         The checkpoints are bound to the master's context plus a digest of this institution's training rows.
         """
-        if self.party is None:
-            raise ProtocolError(f"institution {self.name!r}: resume_status before setup")
+        party = self._checkpointed_party(message.kind)
         h = message.header
-        rows = self.party.rows.rows_digest()
+        rows = party.rows.rows_digest()
         context = hashlib.sha256(f"{h.text('context')}|{rows}".encode()).hexdigest()
         root = self.data.registry / CHECKPOINTS
         self._checkpoints = CheckpointStore(root, h.text("run"), context)
-        if self.party.privacy in NOISY:
+        if party.privacy in NOISY:
             self._seeds = CheckpointStore(root / NOISE_SEEDS, h.text("run"), context)
         return Message("resume_status", {}, {"completed": np.array(self._checkpoints.completed(), np.int64)})
 
@@ -422,7 +434,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty]):
         if self._checkpoints is None or self.party is None:
             raise ProtocolError(f"institution {self.name!r}: resume before resume_status")
         batches = message.header.int("batches", 0)
-        party = self.party
+        party = self._checkpointed_party(message.kind)
         owner = _noise_owner(party)
         if self._seeds is not None:
             if owner is None:  # a DP mode's seeds, but set up again since

@@ -9,8 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fedcore.horizontal.agent import HorizontalInstitutionAgent
+from fedcore.horizontal.boosting.agent import HorizontalBoostingAgent
+from fedcore.horizontal.boosting.session import HorizontalBoostingSession
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.session import HorizontalSession
+from fedcore.trees.boosting import BoostingParams
 
 if TYPE_CHECKING:
     from fedcore.config import FederationConfig
@@ -19,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def open_session(config: FederationConfig, transport: Transport) -> HorizontalSession:
-    """The horizontal master session with the config's algorithm, privacy and held-out share."""
+    """The horizontal forests' master session with the config's algorithm, privacy and held-out share."""
     assert isinstance(config.params, ExtraTreesParams)  # the config parses params by its algorithm
     return HorizontalSession(transport, config.params, algorithm=config.algorithm, privacy=config.privacy,
                              holdout_fraction=config.training.holdout)
@@ -27,5 +30,18 @@ def open_session(config: FederationConfig, transport: Transport) -> HorizontalSe
 
 def institution_agent(config: FederationConfig, source: Any, name: str,
                       identity: PartyIdentity) -> HorizontalInstitutionAgent:
-    """Institution `name`'s horizontal agent serving `source`."""
+    """Institution `name`'s horizontal forests' agent serving `source`."""
     return HorizontalInstitutionAgent(source, name=name, identity=identity)
+
+
+def open_boosting_session(config: FederationConfig, transport: Transport) -> HorizontalBoostingSession:
+    """Horizontal boosting's master session with the config's parameters, privacy and held-out share."""
+    assert isinstance(config.params, BoostingParams)  # the config parses params by its algorithm
+    return HorizontalBoostingSession(transport, config.params, privacy=config.privacy,
+                                     holdout_fraction=config.training.holdout)
+
+
+def boosting_agent(config: FederationConfig, source: Any, name: str,
+                   identity: PartyIdentity) -> HorizontalBoostingAgent:
+    """Institution `name`'s horizontal boosting agent serving `source`."""
+    return HorizontalBoostingAgent(source, name=name, identity=identity)

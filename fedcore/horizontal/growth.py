@@ -234,9 +234,7 @@ class BranchStatsLevels(LevelStrategy, ABC):
             if isinstance(rows, (bool, np.bool_)) or not isinstance(rows, (int, np.integer)) or rows < 0:
                 raise ProtocolError(f"party {name!r} declared {rows!r} rows in hello; a row count is an "
                                     "integer >= 0")
-            if self.declared_rows is not None and rows != self.declared_rows.get(name):
-                raise ProtocolError(f"party {name!r} declared {rows} rows in hello, but "
-                                    f"{self.declared_rows.get(name)} training rows at setup")
+            check_declared_rows(name, int(rows), self.declared_rows)
             self.party_rows[name] = int(rows)
         self.party_budgets = reported_budgets(replies)
 
@@ -361,3 +359,10 @@ class BranchStatsLevels(LevelStrategy, ABC):
         self._open_n = child_n[child_open]
         self._open_parent_values = child_parent_values[child_open]
         self.counts.advance(split_idx, best, child_open)
+
+
+def check_declared_rows(name: str, rows: int, declared: dict[str, int] | None) -> None:
+    """Refuse a hello's row count other than the training rows the party declared at setup (a federation)."""
+    if declared is not None and rows != declared.get(name):
+        raise ProtocolError(f"party {name!r} declared {rows} rows in hello, but {declared.get(name)} "
+                            "training rows at setup")

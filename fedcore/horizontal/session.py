@@ -27,10 +27,11 @@ import yaml
 
 from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.checkpoints import CheckpointStore
-from fedcore.contracts.agreement import shared_schema
+from fedcore.contracts.agreement import SharedSchema, shared_schema
 from fedcore.contracts.model import parse_contract
 from fedcore.drift import reported_drift
 from fedcore.errors import ArtifactError, ProtocolError
+from fedcore.horizontal.boosting.master import HorizontalBoostingMaster
 from fedcore.horizontal.contracts import declared_feature_ranges, declared_y_exponent, engine_schema
 from fedcore.horizontal.fet.master import FederatedExtraTreesMaster
 from fedcore.horizontal.growth import ProgressCallback
@@ -61,12 +62,20 @@ from fedcore.session import (
     prediction_header,
 )
 from fedcore.transport.base import Transport
+from fedcore.trees.params import TreeParams
+
+EngineMaster = FederatedExtraTreesMaster | PPDERTMaster | HorizontalBoostingMaster
+"""The engines' masters a horizontal session drives (`HorizontalSession._make_master`)."""
 
 
 class HorizontalSession(MasterSession):
     """Drives one horizontal session (see the module docstring)."""
 
-    def __init__(self, transport: Transport, params: ExtraTreesParams, algorithm: str = "extra-trees",
+    setting = "horizontal"
+    secagg_note = "the master received only masked sums of branch counts"
+    """What the privacy report says the master saw under `secagg`."""
+
+    def __init__(self, transport: Transport, params: TreeParams, algorithm: str = "extra-trees",
                  privacy: PrivacySetting | str | dict | None = None, holdout_fraction: float = 0.2,
                  progress: ProgressCallback | None = None) -> None:
         """A master session over `transport` growing `algorithm` with `privacy` (default: the algorithm's).
@@ -74,13 +83,14 @@ class HorizontalSession(MasterSession):
         `privacy`: a parsed setting (a config's), or what `fedcore.privacy.settings.parse_privacy` reads.
         """
         super().__init__(transport, progress)
-        self.params: ExtraTreesParams = params
-        self.algorithm = find_algorithm(algorithm, "horizontal").id
-        self.privacy: PrivacySetting = parse_privacy(privacy, self.algorithm, params.task)
+        self.params: TreeParams = params
+        entry = find_algorithm(algorithm, "horizontal")
+        self.algorithm = entry.id
+        self.privacy: PrivacySetting = parse_privacy(privacy, entry, params.task)
         check_bounded_depth(self.privacy, params.max_depth)
         self.holdout_fraction = holdout_fraction
         self.schema: HorizontalSchema | None = None
-        self.master: FederatedExtraTreesMaster | PPDERTMaster | None = None
+        self.master: EngineMaster | None = None
         self.model: HorizontalForest | None = None
         self.rows: dict[str, dict] = {}
         self._low = self._high = np.zeros(0)
@@ -116,12 +126,7 @@ class HorizontalSession(MasterSession):
                   "holdout": self.holdout_fraction, "holdout_seed": self.params.random_state,
                   "seed": self.params.random_state,
                   "k": self.params.n_candidate_features(self.schema.n_features)}
-        if self.algorithm == "ppd-ert":
-            self._low, self._high = self._domains(self.schema, declared_feature_ranges(shared))
-            header.update(low=self._low.tolist(), high=self._high.tolist())
-        elif self.privacy.mode in ("gdp", "ldp"):  # FET's DP modes: the master draws thresholds in them
-            user = f"Federated Extra-Trees in privacy {self.privacy.mode!r}"
-            self._low, self._high = self._domains(self.schema, declared_feature_ranges(shared, user))
+        header.update(self._engine_setup(shared))
         replies = self.transport.exchange({name: Message("setup", header) for name in self.institutions})
         self.rows = {name: dict(r.header) for name, r in replies.items()}
         hidden = self.privacy.mode in NOISY_ROW_COUNTS  # gdp, secagg-dp: a noisy count at hello, none here
@@ -145,6 +150,17 @@ class HorizontalSession(MasterSession):
         self.facts.holdout_rows = sum(r["holdout_rows"] for r in self.rows.values())
         return self.schema
 
+    def _engine_setup(self, shared: SharedSchema) -> dict[str, Any]:
+        """The setup header's engine fields, from the agreed contracts `shared`; sets the domains it uses."""
+        assert self.schema is not None, "agree_schema sets the schema first"
+        if self.algorithm == "ppd-ert":
+            self._low, self._high = self._domains(self.schema, declared_feature_ranges(shared))
+            return {"low": self._low.tolist(), "high": self._high.tolist()}
+        if self.privacy.mode in ("gdp", "ldp"):  # FET's DP modes: the master draws thresholds in them
+            user = f"Federated Extra-Trees in privacy {self.privacy.mode!r}"
+            self._low, self._high = self._domains(self.schema, declared_feature_ranges(shared, user))
+        return {}
+
     def _domains(self, schema: HorizontalSchema,
                  ranges: dict[str, tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
         low, high = schema.feature_domains()
@@ -165,38 +181,11 @@ class HorizontalSession(MasterSession):
             raise ProtocolError("agree_schema() must run before train()")
         rounds, sent = self.transport.stats.rounds, self.transport.stats.bytes
         started = time.perf_counter()
-        if isinstance(self.privacy, (SecureAggregation, DistributedDP)):
-            budget = self.privacy if isinstance(self.privacy, DistributedDP) else None
-            self.master = PPDERTMaster(self.transport, self.params, self.schema, low=self._low,
-                                       high=self._high, session_id=secrets.token_bytes(16),
-                                       progress=self.progress,
-                                       thresholds=self.privacy.thresholds, n_cells=self.privacy.n_cells,
-                                       dp=budget)
-        else:
-            ldp = self.privacy.ldp if isinstance(self.privacy, LocalDP) else None
-            gdp = self.privacy if isinstance(self.privacy, GlobalDP) else None
-            dp = self.privacy.mode in ("gdp", "ldp")
-            self.master = FederatedExtraTreesMaster(self.transport, self.params, self.schema,
-                                                    privacy=self.privacy.mode, ldp=ldp,
-                                                    epsilon=gdp.epsilon if gdp else None,
-                                                    delta=gdp.delta if gdp else DEFAULT_DELTA,
-                                                    plan=gdp.plan if gdp else "splits",
-                                                    split_levels=gdp.split_levels if gdp else 0,
-                                                    low=self._low if dp else None,
-                                                    high=self._high if dp else None, progress=self.progress)
-            # a regression party's hello may state no larger target than its contract's label range allows
-            self.master.declared_y_exponent = dict(self._y_exponents)
+        self.master = self._make_master()
         # each institution's hello must declare the training rows it declared at setup (its counts' bound)
         if self.privacy.mode not in NOISY_ROW_COUNTS:  # gdp, secagg-dp: only the noisy counts of hello
             self.master.declared_rows = {name: int(r["train_rows"]) for name, r in self.rows.items()}
-        resumed = 0
-        if checkpoints is None or run_id is None:
-            self.model = self.master.fit()
-        else:
-            # before `hello`: an institution restores its noise seed before it derives anything from it
-            store = CheckpointStore(checkpoints, run_id, self._context())
-            resumed = self.agree_resume_point(store, run_id)
-            self.model = self.master.fit(store, resumed)
+        self.model, resumed = self._fit(checkpoints, run_id)
         self.facts.seconds = time.perf_counter() - started
         self.facts.rounds = self.transport.stats.rounds - rounds
         self.facts.bytes = self.transport.stats.bytes - sent
@@ -208,6 +197,41 @@ class HorizontalSession(MasterSession):
                 self.rows[name]["train_rows"] = rows
             self.facts.train_rows = sum(self.master.party_rows.values())
         return self.facts
+
+    def _make_master(self) -> EngineMaster:
+        """The engine's master for the algorithm and privacy: PPD-ERT under secure aggregation, else FET."""
+        assert self.schema is not None, "train() checks the schema is agreed first"
+        assert isinstance(self.params, ExtraTreesParams), "the config parses params by its algorithm"
+        if isinstance(self.privacy, (SecureAggregation, DistributedDP)):
+            budget = self.privacy if isinstance(self.privacy, DistributedDP) else None
+            return PPDERTMaster(self.transport, self.params, self.schema, low=self._low, high=self._high,
+                                session_id=secrets.token_bytes(16), progress=self.progress,
+                                thresholds=self.privacy.thresholds, n_cells=self.privacy.n_cells, dp=budget)
+        ldp = self.privacy.ldp if isinstance(self.privacy, LocalDP) else None
+        gdp = self.privacy if isinstance(self.privacy, GlobalDP) else None
+        dp = self.privacy.mode in ("gdp", "ldp")
+        master = FederatedExtraTreesMaster(self.transport, self.params, self.schema,
+                                           privacy=self.privacy.mode, ldp=ldp,
+                                           epsilon=gdp.epsilon if gdp else None,
+                                           delta=gdp.delta if gdp else DEFAULT_DELTA,
+                                           plan=gdp.plan if gdp else "splits",
+                                           split_levels=gdp.split_levels if gdp else 0,
+                                           low=self._low if dp else None,
+                                           high=self._high if dp else None, progress=self.progress)
+        # a regression party's hello may state no larger target than its contract's label range allows
+        master.declared_y_exponent = dict(self._y_exponents)
+        return master
+
+    def _fit(self, checkpoints: str | os.PathLike | None, run_id: str | None) -> tuple[HorizontalForest, int]:
+        """The trained model and the batches resumed from checkpoints (with `checkpoints` and `run_id`)."""
+        master = self.master
+        assert isinstance(master, (FederatedExtraTreesMaster, PPDERTMaster)), "a forest's master"
+        if checkpoints is None or run_id is None:
+            return master.fit(), 0
+        # before `hello`: an institution restores its noise seed before it derives anything from it
+        store = CheckpointStore(checkpoints, run_id, self._context())
+        resumed = self.agree_resume_point(store, run_id)
+        return master.fit(store, resumed), resumed
 
     def _context(self) -> str:
         """What a run's checkpoints are bound to.
@@ -271,13 +295,22 @@ class HorizontalSession(MasterSession):
                                 "to register")
         parties = [{"name": name, "role": "member", **self.rows.get(name, {}), "table_sha256": digests[name]}
                    for name in self.institutions]
-        assert self.model is not None, "a schema is agreed before the model trains"
+        return {"privacy": self.privacy_report(), "schema": self.schema.to_dict(), "parties": parties,
+                **self._model_entries()}
+
+    def _model_entries(self) -> dict[str, Any]:
+        """The manifest's facts of the model itself: the forest's impurity importances; GDP: its params.
+
+        Under GDP the trees and depth that ran: plan auto may choose them (the depth after hello), and the
+        card shows these.
+        """
+        assert self.model is not None and self.schema is not None, "a model is trained first"
+        assert isinstance(self.params, ExtraTreesParams), "the config parses params by its algorithm"
         importances = self.model.importances(self.params.criterion, self.schema.n_features)
-        entries = {"privacy": self.privacy_report(), "schema": self.schema.to_dict(), "parties": parties,
-                   "importances": dict(zip(self.schema.names, map(float, importances), strict=True))}
-        if getattr(self.master, "gdp_plan", None) is not None:  # the forest as it ran, not as configured:
-            # GDP's plan auto may choose the trees and (after hello) the depth; the card shows these
-            entries["params"] = self.master.params.to_dict()  # type: ignore[union-attr]
+        entries: dict[str, Any] = {
+            "importances": dict(zip(self.schema.names, map(float, importances), strict=True))}
+        if isinstance(self.master, FederatedExtraTreesMaster) and self.master.gdp_plan is not None:
+            entries["params"] = self.master.params.to_dict()
         return entries
 
     def privacy_report(self) -> dict[str, Any]:
@@ -303,7 +336,7 @@ class HorizontalSession(MasterSession):
         if isinstance(self.privacy, LocalDP):
             out.update(self.privacy.budget())
         if mode == "secagg":
-            out["note"] = "the master received only masked sums of branch counts"
+            out["note"] = self.secagg_note
         if isinstance(self.privacy, DistributedDP):
             out.update({"epsilon_budget": self.privacy.epsilon, "delta": self.privacy.delta,
                         "note": "the model's whole budget, per row, against the master: it received only "

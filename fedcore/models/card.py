@@ -38,7 +38,7 @@ def build_manifest(session: MasterSession, federation: str, metrics: dict[str, f
     the master signs, and for example the ID overlap (vertical) or the agreed schema and privacy report
     (horizontal). See docs/design.md, Model artifacts.
     """
-    algorithm, facts = read_algorithm(session.algorithm), session.facts
+    algorithm, facts = read_algorithm(session.algorithm, session.setting), session.facts
     entries = session.manifest_entries()
     manifest: dict[str, Any] = {"algorithm": algorithm.id, "setting": algorithm.setting,
                                 "task": session.params.task, "params": session.params.to_dict()}
@@ -65,7 +65,7 @@ def model_card(model_name: str, version: str, manifest: dict[str, Any], producti
     feature importances, each institution's privacy ledger (horizontal DP modes), timings, communication
     and batch prediction.
     """
-    algorithm = read_algorithm(manifest["algorithm"])
+    algorithm = read_algorithm(manifest["algorithm"], manifest.get("setting"))
     vertical = algorithm.setting == "vertical"
     privacy = "" if vertical else f", privacy {manifest['privacy']['mode']}"
     lines = [f"# {model_name} {version}", "",

@@ -120,8 +120,8 @@ def _boosted(trees: ExportedTrees) -> tuple[list, list]:
         target_weights_as_tensor=numpy_helper.from_array(forest.value[leaf, 0].astype(np.float64), "weights"),
         **_tree_nodes(trees))
     if not trees.is_classifier:
-        link = helper.make_node("Identity", ["margins"], ["variable"])
-        return [margins, link], [helper.make_tensor_value_info("variable", TensorProto.FLOAT, [None, k])]
+        identity = helper.make_node("Identity", ["margins"], ["variable"])
+        return [margins, identity], [helper.make_tensor_value_info("variable", TensorProto.FLOAT, [None, k])]
     if combination.link == "sigmoid":
         one = numpy_helper.from_array(np.ones(1, np.float32), "one")
         link = [helper.make_node("Sigmoid", ["margins"], ["positive"]),
@@ -135,7 +135,7 @@ def _boosted(trees: ExportedTrees) -> tuple[list, list]:
     return [margins, *link, *_label_nodes(labels)], _classifier_outputs(label_type, width)
 
 
-def _label_nodes(labels: dict[str, list]) -> list:
+def _label_nodes(labels: dict[str, Any]) -> list:
     """The most probable class's label from `probabilities` (the first on a tie, as fedforest's argmax)."""
     from onnx import helper
 
@@ -152,7 +152,7 @@ def _classifier_outputs(label_type: int, width: int) -> list:
             helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [None, width])]
 
 
-def _label_tensor(labels: dict[str, list]) -> Any:
+def _label_tensor(labels: dict[str, Any]) -> Any:
     """The class labels as a constant tensor (strings or int64), indexed by the label's class code."""
     from onnx import TensorProto, helper, numpy_helper
 
@@ -162,7 +162,7 @@ def _label_tensor(labels: dict[str, list]) -> Any:
     return numpy_helper.from_array(np.array(labels["classlabels_int64s"], dtype=np.int64), "class_labels")
 
 
-def _class_labels(classes: tuple) -> tuple[dict[str, list], int]:
+def _class_labels(classes: tuple) -> tuple[dict[str, Any], int]:
     """The classifier's labels: the classes themselves when ints or strings, else their codes 0..k-1."""
     from onnx import TensorProto
 

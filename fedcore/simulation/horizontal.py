@@ -79,10 +79,11 @@ def build_estimator(algorithm: str, privacy: str | Mapping[str, Any] | PrivacySe
 
         if epsilon is not None or compute is not None:
             raise ParameterError("horizontal boosting takes no epsilon and runs in process only so far "
-                                 "(secure aggregation, no noise; no Dask parties)")
+                                 "(no noise; no Dask parties)")
         boosting = HorizontalBoostingClassifier if task == "classification" else HorizontalBoostingRegressor
+        secure = check_mode(algorithm, privacy, task).mode == "secagg"  # none: plain histograms
         model = boosting(**params, feature_ranges=feature_ranges, allow_data_ranges=feature_ranges is None,
-                         categories=categories)
+                         categories=categories, secure_aggregation=secure)
     elif algorithm == "ppd-ert":
         if epsilon is not None:
             raise ParameterError("epsilon applies to --algorithm extra-trees (privacy gdp or ldp) only, not "

@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 
 from fedcore.errors import ParameterError
+from fedcore.trees.combination import TreeCombination
 from fedcore.trees.criteria import GRADIENT, leaf_value
+from fedcore.trees.early_stopping import metric_name
 from fedcore.trees.params import MAX_TREES_PER_BATCH, ForestParams, check_int, with_label_protection
 
 
@@ -114,6 +116,17 @@ class BoostingParams(ForestParams):
         check_int("trees per round", trees_per_round, 1, MAX_TREES_PER_BATCH, "a round is one tree batch")
         return replace(self, n_estimators=self.n_estimators * trees_per_round,
                        tree_batch_size=trees_per_round)
+
+    def manifest_entry(self, combination: TreeCombination, n_trees: int, grown_trees: int,
+                       loss: str) -> dict[str, Any]:
+        """Boosting's facts for the manifest and card (both settings): rounds kept and grown, rate, loss."""
+        k = combination.trees_per_round
+        return {"rounds": n_trees // k, "rounds_grown": grown_trees // k, "trees_per_round": k,
+                "learning_rate": float(self.learning_rate), "loss": loss, "link": combination.link,
+                "base_score": list(combination.base_score),
+                "early_stopping_rounds": self.early_stopping_rounds,
+                "early_stopping_metric": metric_name(combination) if self.early_stopping_rounds is not None
+                else None}
 
     def setup_fields(self) -> dict[str, object]:
         """What the parties are told at setup: the label holder its loss's inputs, all of them lambda."""

@@ -37,7 +37,6 @@ from fedcore.session import (
 )
 from fedcore.transport.base import Transport
 from fedcore.trees.boosting import BoostingParams
-from fedcore.trees.early_stopping import metric_name
 from fedcore.trees.losses import loss_for
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.alignment import AlignmentPlan, check_overlap, intersect_hashes, pairwise_overlaps
@@ -49,6 +48,8 @@ ALIGNMENTS = ("hash", "psi")
 
 class VerticalSession(MasterSession):
     """Drives one session with the institutions reachable through `transport`."""
+
+    setting = "vertical"
 
     def __init__(self, transport: Transport, params: ForestParams, holdout_fraction: float = 0.2,
                  min_overlap: int = 50, progress: ProgressCallback | None = None,
@@ -264,14 +265,9 @@ class VerticalSession(MasterSession):
         """Boosting's facts for the manifest and card: rounds grown and kept, learning rate, loss, base."""
         p, c, info = self.params, self.master.combination, self.master.federation
         assert isinstance(p, BoostingParams), "only a boosting session has boosting facts"
-        k = c.trees_per_round
-        grown = self._grown_trees or self.master.trained_structure.n_trees
-        return {"rounds": self.master.trained_structure.n_trees // k, "rounds_grown": grown // k,
-                "trees_per_round": k, "learning_rate": float(p.learning_rate),
-                "loss": loss_for(p.task, info.n_classes).name, "link": c.link,
-                "base_score": list(c.base_score),
-                "early_stopping_rounds": p.early_stopping_rounds,
-                "early_stopping_metric": metric_name(c) if p.early_stopping_rounds is not None else None}
+        n_trees = self.master.trained_structure.n_trees
+        loss = loss_for(p.task, info.n_classes).name
+        return p.manifest_entry(c, n_trees, self._grown_trees or n_trees, loss)
 
     def load_model(self, registry: ModelRegistry, model_name: str, ref: str = "production") -> str:
         """Load a registered version (verified) at the master and at every institution; returns the version.

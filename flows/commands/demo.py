@@ -2,6 +2,7 @@
 
     fedforest demo [--setting horizontal] [--algorithm ppd-ert] [--privacy secagg] [--work DIR]
     fedforest demo --algorithm boosting                     # the vertical demo with gradient boosting
+    fedforest demo --setting horizontal --algorithm boosting   # the hospitals with histogram boosting
     fedforest demo --source postgres [--database-url URL]   # the vertical demo's tables in PostgreSQL
 
 Each demo writes its config, data, registry and Prefect home into its own workspace (`demo_folder`).
@@ -27,16 +28,18 @@ def register(commands: argparse._SubParsersAction) -> None:
                                            "loopback.")
     demo.add_argument("--work", type=Path, default=None,
                       help="workspace folder (default: each demo its own, work/demo, work/demo-boosting, "
-                           "work/demo-horizontal or work/demo-ppd-ert)")
+                           "work/demo-horizontal, work/demo-ppd-ert or work/demo-horizontal-boosting)")
     demo.add_argument("--verbose", action="store_true", help="show Prefect's own log lines")
     demo.add_argument("--setting", choices=("vertical", "horizontal"), default="vertical",
                       help="vertical: bank, e-commerce, insurer share customers (default); horizontal: three "
                            "hospitals share columns")
     demo.add_argument("--algorithm", choices=tuple(ALGORITHMS), default=None,
                       help="vertical demo: forest (default) or boosting (gradient boosting, early stopping "
-                           "on the bank's held-out rows); horizontal demo: extra-trees (default) or ppd-ert")
+                           "on the bank's held-out rows); horizontal demo: extra-trees (default), ppd-ert or "
+                           "boosting (histogram boosting)")
     demo.add_argument("--privacy", choices=("none", "ldp", "gdp", "secagg"), default=None,
-                      help="horizontal demo: extra-trees none (default) | ldp | gdp; ppd-ert secagg")
+                      help="horizontal demo: extra-trees none (default) | ldp | gdp; ppd-ert secagg; "
+                           "boosting secagg (default) | none")
     demo.add_argument("--source", choices=("files", "postgres"), default="files",
                       help="where the institutions' tables and predictions live: Parquet files in the "
                            "workspace (default, no server) or a PostgreSQL database (vertical demo)")
@@ -52,10 +55,13 @@ def demo_folder(setting: str, algorithm: str) -> Path:
     """Each demo's own default workspace, so one never overwrites another's config, data or registry.
 
     A setting's default algorithm's demo: work/demo (vertical) or work/demo-horizontal; another's:
-    work/demo-<algorithm>.
+    work/demo-<algorithm>, or work/demo-<setting>-<algorithm> for an id whose first registration is another
+    setting's (horizontal boosting: work/demo-horizontal-boosting).
     """
     if algorithm == in_setting(setting)[0].id:
         return Path("work/demo" if setting == "vertical" else "work/demo-horizontal")
+    if ALGORITHMS[algorithm].setting != setting:
+        return Path(f"work/demo-{setting}-{algorithm}")
     return Path(f"work/demo-{algorithm}")
 
 

@@ -1,8 +1,8 @@
 """`fedforest demo --setting horizontal`: three hospitals train one readmission model together.
 
-The hospitals have the same columns and different patients, and train (Federated Extra-Trees or PPD-ERT)
-on Prefect's ephemeral server, agents as local processes over Flight with mutual TLS. Every hospital ends
-with the complete model and scores its own new patients at home.
+The hospitals have the same columns and different patients, and train (Federated Extra-Trees, PPD-ERT or
+histogram boosting) on Prefect's ephemeral server, agents as local processes over Flight with mutual TLS.
+Every hospital ends with the complete model and scores its own new patients at home.
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ from fedcore.algorithms import algorithm as algorithm_named
 from flows.demos.workspace import credential_sections, ensure_credentials, local_institution
 
 HORIZONTAL_PARAMS = {"n_estimators": 50, "max_depth": 12, "max_features": "sqrt", "random_state": 0}
+BOOSTING_PARAMS = {"n_estimators": 40, "max_depth": 4, "learning_rate": 0.3, "random_state": 0}
+"""Horizontal boosting's demo: 40 rounds of depth-4 trees on 64 bins a feature (XGBoost's names)."""
+PARAMS: dict[str, dict[str, Any]] = {"boosting": BOOSTING_PARAMS}
+"""Each algorithm's demo parameters, where they are not the forests' (HORIZONTAL_PARAMS)."""
 
 
 def prepare_horizontal_workspace(work: Path, n_patients: int = 9000, seed: int = 0,
@@ -47,11 +51,11 @@ def prepare_horizontal_workspace(work: Path, n_patients: int = 9000, seed: int =
         (work / "contracts" / f"{name}.yaml").write_text(dump_contract(contract))
     config = {
         "federation": "hospital-readmissions", "setting": "horizontal", "algorithm": algorithm,
-        "privacy": privacy or algorithm_named(algorithm).default_privacy,
+        "privacy": privacy or algorithm_named(algorithm, "horizontal").default_privacy,
         **credential_sections(),
         "institutions": [local_institution(name, f"contracts/{name}.yaml", scenario["id_column"],
                                            scenario["label"]) for name in names],
-        "params": params or HORIZONTAL_PARAMS,
+        "params": params or PARAMS.get(algorithm, HORIZONTAL_PARAMS),
         "training": {"model_name": "readmission", "holdout": 0.2, "promote_margin": 0.01,
                      "metric": "log_loss"},
     }

@@ -19,19 +19,10 @@ from flows.commands.environment import use_federation_prefect_home
 
 def test_every_demo_has_its_own_folder():
     folders = {demo_folder("vertical", "forest"), demo_folder("vertical", "boosting"),
-               demo_folder("horizontal", "extra-trees"), demo_folder("horizontal", "ppd-ert")}
+               demo_folder("horizontal", "extra-trees"), demo_folder("horizontal", "ppd-ert"),
+               demo_folder("horizontal", "boosting")}
     assert folders == {Path("work/demo"), Path("work/demo-boosting"), Path("work/demo-horizontal"),
-                       Path("work/demo-ppd-ert")}
-
-
-def test_a_demo_of_a_simulation_only_algorithm_is_refused_before_anything_is_written(tmp_path, capsys):
-    assert main(["demo", "--setting", "horizontal", "--algorithm", "boosting", "--work",
-                 str(tmp_path / "demo")]) == 1
-    assert capsys.readouterr().err == (
-        "fedforest: error: fedforest demo --setting horizontal: algorithm 'boosting' runs in simulation and "
-        "the estimators only so far (fedforest simulate --setting horizontal --algorithm boosting); the demo "
-        "runs ['extra-trees', 'ppd-ert']\n")
-    assert not (tmp_path / "demo").exists()
+                       Path("work/demo-ppd-ert"), Path("work/demo-horizontal-boosting")}
 
 
 @pytest.fixture

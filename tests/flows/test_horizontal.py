@@ -142,3 +142,37 @@ def test_ppd_ert_with_secure_aggregation_runs_the_same_pipeline(tmp_path) -> Non
     assert result["metrics"]["accuracy"] > 0.6
     for name in HOSPITALS:
         assert _prediction(tmp_path, name).stat().st_size > 0
+
+
+def test_horizontal_boosting_retrains_stores_and_batch_predicts_through_the_flows(tmp_path) -> None:
+    """Issue #32: `algorithm: boosting` over Flight/mTLS agents; the stored model is the in-process one."""
+    from fedcore.config import load_config
+    from tests.federations import horizontal_session_from_config
+
+    config_path, _ = _workspace(tmp_path, "boosting")
+    params = {"n_estimators": 6, "max_depth": 3, "random_state": 0}
+    raw = yaml.safe_load(config_path.read_text())
+    raw["params"] = params
+    config_path.write_text(yaml.safe_dump(raw))
+    result = retrain(str(config_path), agents="local")
+    assert (result["version"], result["privacy"]["mode"]) == ("v0001", "secagg")
+    assert (result["boosting"]["rounds"], result["boosting"]["loss"]) == (6, "binary:logistic")
+    assert result["metrics"]["accuracy"] > 0.6
+    _, tables = _registry(tmp_path).load(MODEL, "v0001")
+    stored = HorizontalForest.from_table(tables["model"])
+    for name in HOSPITALS:
+        _, local = _registry(tmp_path, name).load(MODEL, "v0001")
+        assert HorizontalForest.from_table(local["model"]).same_as(stored)
+    # the agents' processes trained what the same config's agents train in process (the estimator's model:
+    # tests/horizontal/test_boosting_session.py)
+    session = horizontal_session_from_config(load_config(config_path))
+    session.agree_schema()
+    session.train()
+    assert session.model.same_as(stored) and session.model.combination == stored.combination
+    session.close()
+    before = {n: pd.read_parquet(_prediction(tmp_path, n)) for n in HOSPITALS}
+    for path in (tmp_path / "predictions").rglob("*.parquet"):
+        path.unlink()
+    assert batch_predict(str(config_path), version="v0001", agents="local")["version"] == "v0001"
+    for name in HOSPITALS:
+        pd.testing.assert_frame_equal(pd.read_parquet(_prediction(tmp_path, name)), before[name])

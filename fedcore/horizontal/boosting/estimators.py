@@ -24,14 +24,10 @@ from fedcore.errors import ParameterError
 from fedcore.estimator_api import ClassifierMixin, RegressorMixin, check_fitted
 from fedcore.horizontal.boosting.fixedpoint import FRACTION_BITS, RING_BITS
 from fedcore.horizontal.boosting.master import HorizontalBoostingMaster
+from fedcore.horizontal.boosting.params import DEFAULT_BINS, check_subsample
 from fedcore.horizontal.boosting.party import HorizontalBoostingParty
 from fedcore.horizontal.estimators import _HorizontalForest
 from fedcore.trees.boosting import BoostingParams
-
-DEFAULT_BINS = 64
-"""Bins per numeric feature: the histograms are dense under secure aggregation (a sparse one would tell
-the master which bins a party holds), so their bytes and masks grow with the bins."""
-
 
 MISSING_BIN_RANGES = (
     "horizontal boosting cuts the declared feature domains into its bins, never the data: pass "
@@ -66,10 +62,7 @@ class _HorizontalBoosting(_HorizontalForest):
 
     def _forest_params(self) -> BoostingParams:  # type: ignore[override]
         """BoostingParams of the constructor parameters: the one place they are checked."""
-        if self.subsample != 1.0:
-            raise ParameterError("horizontal boosting takes subsample=1.0 only so far: a row's draw would "
-                                 "depend on which party holds it, and 1, 2, 3 parties must grow the same "
-                                 "model")
+        check_subsample(self.subsample)
         return BoostingParams(task=self._task, n_estimators=self.n_estimators,
                               learning_rate=self.learning_rate, max_depth=self.max_depth,
                               min_child_weight=self.min_child_weight, reg_lambda=self.reg_lambda,

@@ -20,7 +20,7 @@ from fedcore.horizontal.boosting.bins import AgreedBins
 from fedcore.horizontal.boosting.fixedpoint import RING_BITS, dequantise
 from fedcore.horizontal.boosting.splits import best_bins
 from fedcore.horizontal.counts import SUM_OF_PARTIES
-from fedcore.horizontal.growth import draw_features
+from fedcore.horizontal.growth import check_declared_rows, draw_features
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.ppdert.agreed import domain_fingerprint
 from fedcore.horizontal.ppdert.rounds import MaskedRounds
@@ -73,6 +73,8 @@ class HorizontalBoostingMaster(LevelStrategy):
         self.grower = LevelwiseGrower(self, self.params, progress)
         self.shared_budget: int | None = None  # the simulator's (one process); histograms are small
         self.party_rows: dict[str, int] = {}
+        self.declared_rows: dict[str, int] | None = None  # a federation: each party's training rows at setup
+        self.ledgers: dict[str, dict] = {}  # no differential privacy: no party states a ledger
         self.base_score = np.zeros(self.n_outputs)
         self.forest: HorizontalForest | None = None
         self._stopping = StoppingRules.of(self.params)
@@ -118,6 +120,7 @@ class HorizontalBoostingMaster(LevelStrategy):
             if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
                 raise ProtocolError(f"party {name!r} declared {rows!r} rows in hello; every party needs at "
                                     "least one row")
+            check_declared_rows(name, int(rows), self.declared_rows)
             self.party_rows[name] = int(rows)
         self.rounds.collect_keys(replies)
 

@@ -128,7 +128,9 @@ def _ranked_usable(usable: np.ndarray, u: np.ndarray) -> np.ndarray:
             count += usable[i, j]
         if count == 0:
             continue
-        rank = min(np.int64(u[i] * count), count - 1)
+        rank = int(u[i] * count)  # truncated, as astype(int64) would
+        if rank > count - 1:
+            rank = count - 1
         for j in range(d):
             if usable[i, j]:
                 if rank == 0:

@@ -1,0 +1,33 @@
+"""An institution's agent in a horizontal boosting federation.
+
+The horizontal agent (`fedcore.horizontal.agent`: contract, setup, evaluate, store, load, predict at home)
+with boosting's party (`party.py`) and its protocol's messages. Its rows stay in process: boosting's party
+has no Dask rows yet, so an institution with `compute:` is refused at setup, by name.
+"""
+
+from __future__ import annotations
+
+from fedcore.errors import ProtocolError
+from fedcore.horizontal.agent import HorizontalInstitutionAgent
+from fedcore.horizontal.boosting.params import DASK_REFUSED
+from fedcore.horizontal.boosting.party import BOOSTING_PROTOCOL, HorizontalBoostingParty
+from fedcore.horizontal.schema import HorizontalSchema
+from fedcore.privacy.settings import PrivacySetting, SecureAggregation
+from fedcore.protocol.messages import Header
+
+
+class HorizontalBoostingAgent(HorizontalInstitutionAgent):
+    """Answers one institution's side of horizontal boosting sessions."""
+
+    engine_kinds = frozenset(BOOSTING_PROTOCOL.kinds)
+
+    def _make_party(self, h: Header, privacy: PrivacySetting, schema: HorizontalSchema,
+                    rows: dict) -> HorizontalBoostingParty:
+        """Boosting's party on the training rows, with the master's domains and bins; masks under secagg."""
+        frame = rows.get("frame")
+        if frame is None:
+            raise ProtocolError(f"institution {self.name!r}: {DASK_REFUSED}")
+        n = schema.n_features
+        return HorizontalBoostingParty(self.name, frame, schema, low=h.numbers("low", n),
+                                       high=h.numbers("high", n), max_bins=h.int("max_bins"),
+                                       secure=isinstance(privacy, SecureAggregation), identity=self.identity)
