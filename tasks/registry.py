@@ -8,7 +8,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from fedcore.config import FederationConfig
 from fedcore.errors import ArtifactError, ConfigError
 from fedcore.metrics import promotion_refusal
-from fedcore.models.card import importance_rows, model_card, version_markdown
+from fedcore.models.card import importance_kind, importance_rows, model_card, version_markdown
 from fedcore.models.pictures import pictures_markdown, version_pictures
 from fedcore.models.publish import register_everywhere
 from fedcore.models.registry import PRODUCTION, ModelRegistry
@@ -81,7 +81,8 @@ def publish_model_card(model_name: str, version: str, manifest: dict, production
     create_markdown_artifact(markdown, key="model-card", description=f"{model_name} {version}")
     if manifest.get("importances"):  # horizontal: the whole table (every institution holds the forest)
         create_table_artifact(importance_rows(manifest["importances"]), key="feature-importances",
-                              description=f"{model_name} {version}: impurity importances, summing to 1")
+                              description=f"{model_name} {version}: {importance_kind(manifest)} importances, "
+                                          "summing to 1")
     shares = [{"institution": p["name"], "importance_share": round(p["importance_share"], 6)}
               for p in manifest.get("parties", []) if "importance_share" in p]
     if shares:  # vertical: each institution's share only; its features' are in its own agent run

@@ -9,7 +9,8 @@ from pathlib import Path
 def small_federation(work, n_customers: int, seed: int, params: dict, n_new: int | None = None):
     """The demo federation in `work`: returns (config path, scenario).
 
-    Fewer customers and a small forest, so flows run fast; `n_new` customers in the new batch (default a fifth).
+    Fewer customers and a small forest, so flows run fast; `n_new` customers in the new batch (default:
+    a fifth).
     """
     import yaml
 

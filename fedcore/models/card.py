@@ -134,13 +134,18 @@ def importance_rows(importances: dict[str, float]) -> list[dict]:
     return [{"feature": name, "importance": round(value, 6)} for name, value in ranked]
 
 
+def importance_kind(manifest: dict[str, Any]) -> str:
+    """What a horizontal manifest's importances measure: boosting's split gain, a forest's impurity."""
+    return "total split gain" if manifest.get("boosting") else "impurity decrease"
+
+
 def _importance_lines(manifest: dict[str, Any]) -> list[str]:
-    """Horizontal: the whole forest's impurity importances (every institution holds them)."""
+    """Horizontal: the whole model's importances (every institution holds them)."""
     importances = manifest.get("importances")
     if not importances:
         return []
-    lines = ["", "## Feature importances (impurity decrease, summing to 1)", "", "| feature | importance |",
-             "|---|---|"]
+    lines = ["", f"## Feature importances ({importance_kind(manifest)}, summing to 1)", "",
+             "| feature | importance |", "|---|---|"]
     return lines + [f"| {r['feature']} | {r['importance']:.4f} |" for r in importance_rows(importances)]
 
 

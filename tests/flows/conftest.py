@@ -54,9 +54,9 @@ def trained_federation(tmp_path_factory, prefect_server) -> Federation:
     Version v0001 is registered, promoted and predicted for the bank. Used through `copy_of`. Its new batch
     has as many customers (about 600 at all three institutions): the batch-predict tests assert that an
     unchanged batch shows no drift, and PSI on an unchanged distribution is about 10 x (1/batch rows +
-    1/training rows). At the default fifth (120 aligned rows, 480 training rows after the held-out split, which
-    the workspace's random consortium key chooses) a feature's PSI reached the 0.2 threshold by chance in about
-    one run in seven; at 600 it stays below 0.11 over 200 random splits.
+    1/training rows). At the default fifth (120 aligned rows, 480 training rows after the held-out split,
+    which the workspace's random consortium key chooses) a feature's PSI reached the 0.2 threshold by chance
+    in about one run in seven; at 600 it stays below 0.11 over 200 random splits.
     """
     from flows.retrain import retrain
 

@@ -47,6 +47,25 @@ def test_one_two_and_three_parties_grow_the_same_bytes(case: str) -> None:
         assert federated.model_.same_as(single.model_)
         assert federated.model_.combination == single.model_.combination
         np.testing.assert_array_equal(federated._predict_values(features), single._predict_values(features))
+        np.testing.assert_array_equal(federated.feature_importances_, single.feature_importances_)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_gain_importances_fall_on_the_features_the_trees_split_on(case: str) -> None:
+    """Total split gain per feature, summing to 1: positive exactly on the features some split uses."""
+    table, model = _fit(case, 2)
+    importances = model.feature_importances_
+    used = np.unique(model.model_.feature[model.model_.feature >= 0])
+    assert importances.sum() == pytest.approx(1.0, abs=1e-12) and importances.min() >= 0
+    assert np.flatnonzero(importances > 0).tolist() == used.tolist()
+    cls, _, params = CASES[case]
+    stump = cls(**{**params, "n_estimators": 1, "max_depth": 1}, allow_data_ranges=True, random_state=3)
+    stump.fit(split_rows(table, 2, seed=2), label="target")
+    roots = stump.model_.feature[stump.model_.depth == 0]  # one split per tree of the round: their gains
+    assert (roots >= 0).all()
+    assert np.flatnonzero(stump.feature_importances_ > 0).tolist() == np.unique(roots).tolist()
+    if len(roots) == 1:  # one split: all the gain is its feature's
+        assert stump.feature_importances_.tolist() == [float(j == roots[0]) for j in range(len(importances))]
 
 
 def test_a_partys_margins_grow_in_the_order_the_model_predicts() -> None:

@@ -99,8 +99,11 @@ def test_a_deployed_run_grows_the_estimators_model_byte_for_byte(tmp_path, task,
     assert table_sha256(session.model.to_table()) == table_sha256(estimator.model_.to_table())
     assert session.model.algorithm == "boosting" and facts.nodes == session.model.n_nodes
     # every institution holds that model: the manifest's digests are checked against the master's
-    parties = session.manifest_entries()["parties"]
-    assert {p["table_sha256"] for p in parties} == {table_sha256(session.model.to_table())}
+    entries = session.manifest_entries()
+    assert {p["table_sha256"] for p in entries["parties"]} == {table_sha256(session.model.to_table())}
+    # the gain importances the master chose the splits by: the estimator's, to the bit
+    assert list(entries["importances"]) == list(estimator.feature_names_in_)
+    assert list(entries["importances"].values()) == estimator.feature_importances_.tolist()
     # secure aggregation: the master read only masked histograms; without it, the plain per-party sums
     kinds = {e.kind for e in session.transport.transcript if e.receiver == "master"}
     assert ("boost_masked" in kinds, "boost_plain" in kinds) == (privacy == "secagg", privacy == "none")
@@ -120,7 +123,7 @@ def test_a_boosting_version_is_stored_loaded_predicted_and_carded_as_a_forest(tm
 
     manifest = build_manifest(session, "waveform", metrics, {})
     assert (manifest["algorithm"], manifest["setting"]) == ("boosting", "horizontal")
-    assert "importances" not in manifest
+    assert sum(manifest["importances"].values()) == pytest.approx(1.0, abs=1e-12)
     assert manifest["boosting"] == {"rounds": 4, "rounds_grown": 4, "trees_per_round": 3,
                                     "learning_rate": 0.5, "loss": "multi:softprob", "link": "softmax",
                                     "base_score": list(model.combination.base_score),
@@ -132,6 +135,7 @@ def test_a_boosting_version_is_stored_loaded_predicted_and_carded_as_a_forest(tm
     assert card.startswith(f"# waveform {version}\n\nFederated gradient boosting (horizontal, "
                            "classification, privacy secagg); promoted to production.")
     assert "- 4 boosting rounds (3 trees a round), learning rate 0.5, loss multi:softprob" in card
+    assert "\n## Feature importances (total split gain, summing to 1)\n" in card
     assert "of each node's per feature and bin (count, g, h) histograms" in manifest["privacy"]["note"]
 
     loaded = horizontal_session_from_config(config)

@@ -94,8 +94,14 @@ class _HorizontalBoosting(_HorizontalForest):
 
     @property
     def feature_importances_(self) -> np.ndarray:
-        """Not yet for boosting (issue #33)."""
-        raise AttributeError(f"{HORIZONTAL_BOOSTING.title} has no feature_importances_ yet (issue #33)")
+        """Gain importances over `feature_names_in_`, summing to 1: each feature's share of the split gains.
+
+        XGBoost's `total_gain`, normalised (its `feature_importances_` default is the mean gain per split).
+        The master chose every split by its gain from the summed histograms; every institution gets the same
+        vector with the model's signed manifest.
+        """
+        check_fitted(self)
+        return self.master_.importances()
 
     @property
     def privacy_report_(self) -> dict[str, Any]:

@@ -83,6 +83,16 @@ class HorizontalBoostingMaster(LevelStrategy):
         self._open: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._derive: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # histogram subtraction
         self._level_counts = np.zeros((0, 0, 0, 3), np.int64)  # the last level's summed histograms
+        self.total_gain = np.zeros(schema.n_features)  # per feature, the gains of the splits chosen on it
+
+    def importances(self) -> np.ndarray:
+        """Gain importances over the schema's features, summing to 1 (zeros before any split).
+
+        Each feature's total split gain (XGBoost's `total_gain`) as a share of all: from the summed
+        histograms the master chose splits by, so the same for 1, 2 or 3 parties.
+        """
+        total = float(self.total_gain.sum())
+        return self.total_gain / total if total > 0 else np.zeros_like(self.total_gain)
 
     @property
     def levels(self) -> int:
@@ -187,6 +197,7 @@ class HorizontalBoostingMaster(LevelStrategy):
                  & rules.improves(gain, weight) & (gain >= p.least_gain(weight)))
         split_idx = np.flatnonzero(split)
         f_split, b_split = feature[split_idx], cut[split_idx]
+        np.add.at(self.total_gain, f_split, gain[split_idx])  # in node order: the same sums for any parties
         threshold = np.full(len(open_tree), np.nan)
         threshold[split_idx] = self.bins.thresholds(f_split, b_split)
         # the right child's statistics exactly: the integer sums, subtracted before scaling

@@ -3,8 +3,9 @@
 The horizontal session (`fedcore.horizontal.session`) with boosting's engine: the setup carries the declared
 feature domains and the bins they are cut into, the master is `HorizontalBoostingMaster` (masked histograms
 under `secagg`, plain ones under `none`), and the manifest states boosting's rounds, learning rate and loss
-instead of importances (issue #33). The model is a `HorizontalForest` with boosting's combination, stored,
-loaded and predicted as the forests are.
+and its gain importances (each feature's share of the chosen splits' gains, `HorizontalBoostingMaster`).
+The model is a `HorizontalForest` with boosting's combination, stored, loaded and predicted as the forests
+are.
 """
 
 from __future__ import annotations
@@ -64,8 +65,11 @@ class HorizontalBoostingSession(HorizontalSession):
         return self.master.fit(), 0
 
     def _model_entries(self) -> dict[str, Any]:
-        """Boosting's rounds, learning rate, loss and base score (no importances yet: issue #33)."""
+        """Boosting's rounds, learning rate, loss and base score, and its gain importances."""
         assert self.model is not None and isinstance(self.master, HorizontalBoostingMaster), "trained first"
+        assert self.schema is not None, "a schema is agreed before the model trains"
         n_trees = self.model.n_trees
+        importances = self.master.importances()
         return {"boosting": self.boosting.manifest_entry(self.model.combination, n_trees, n_trees,
-                                                         self.master.loss.name)}
+                                                         self.master.loss.name),
+                "importances": dict(zip(self.schema.names, map(float, importances), strict=True))}
