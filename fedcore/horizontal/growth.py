@@ -35,6 +35,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+import numba as nb
 import numpy as np
 
 from fedcore.algorithms import EXTRA_TREES
@@ -84,9 +85,31 @@ def draw_features(rng: np.random.Generator, n_nodes: int, n_features: int, k: in
 def ranked_features(keys: np.ndarray, k: int) -> np.ndarray:
     """The `k` features of smallest key per row of (n_nodes, n_features) uniform keys: (n_nodes, k) int64.
 
-    Row by row, so a level's trees' keys, drawn each from its own stream, are ranked in one call.
+    Row by row, so a level's trees' keys, drawn each from its own stream, are ranked in one call. In key
+    order, equal keys by feature index: a stable argsort's first `k` columns, without sorting the rest.
     """
-    return np.argsort(keys, axis=1, kind="stable")[:, :k].astype(np.int64)
+    keys = np.ascontiguousarray(keys, np.float64)
+    if np.isnan(keys).any():
+        raise ValueError("feature keys must not be NaN")
+    return _smallest_keys(keys, min(k, keys.shape[1]))
+
+
+@nb.njit(cache=True)
+def _smallest_keys(keys: np.ndarray, k: int) -> np.ndarray:
+    """`ranked_features`: per row, k passes each taking the smallest key not yet taken (first on ties)."""
+    n, m = keys.shape
+    out = np.empty((n, k), np.int64)
+    taken = np.zeros(m, np.bool_)
+    for i in range(n):
+        taken[:] = False
+        for rank in range(k):
+            best = -1
+            for f in range(m):
+                if not taken[f] and (best < 0 or keys[i, f] < keys[i, best]):
+                    best = f
+            taken[best] = True
+            out[i, rank] = best
+    return out
 
 
 def fet_candidate_features(seed: int, act_tree: np.ndarray, depth: int, n_features: int,
