@@ -177,7 +177,7 @@ def sum_counts(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
-    """A read-only view: received arrays are read-only, converted ones not, and numba's tuple needs one type."""
+    """A read-only view: received arrays are read-only, converted ones not; numba's tuple needs one type."""
     view = array.view()
     view.flags.writeable = False
     return view

@@ -96,19 +96,24 @@ def ranked_features(keys: np.ndarray, k: int) -> np.ndarray:
 
 @nb.njit(cache=True)
 def _smallest_keys(keys: np.ndarray, k: int) -> np.ndarray:
-    """`ranked_features`: per row, k passes each taking the smallest key not yet taken (first on ties)."""
+    """`ranked_features`: per row one pass keeping the k smallest so far, in order (ties: the first stays)."""
     n, m = keys.shape
     out = np.empty((n, k), np.int64)
-    taken = np.zeros(m, np.bool_)
+    if k == 0:
+        return out
+    best = np.empty(k)
     for i in range(n):
-        taken[:] = False
-        for rank in range(k):
-            best = -1
-            for f in range(m):
-                if not taken[f] and (best < 0 or keys[i, f] < keys[i, best]):
-                    best = f
-            taken[best] = True
-            out[i, rank] = best
+        held = 0
+        for f in range(m):
+            v = keys[i, f]
+            if held == k and not v < best[k - 1]:
+                continue  # not below the k-th smallest (an equal key came first and stays)
+            pos = held if held < k else k - 1
+            held = min(held + 1, k)
+            while pos > 0 and v < best[pos - 1]:
+                best[pos], out[i, pos] = best[pos - 1], out[i, pos - 1]
+                pos -= 1
+            best[pos], out[i, pos] = v, f
     return out
 
 
