@@ -34,10 +34,11 @@ def test_valid_counts_pass_and_are_added_exactly(dtype) -> None:
     assert np.array_equal(total, sum(p.astype(np.float64) for p in parts))
 
 
-def test_a_large_sum_spans_blocks() -> None:
-    rng = np.random.default_rng(1)
-    parts = [rng.integers(0, 2**40, (300, 7, 2, 11)) for _ in range(3)]  # 46,200 values: several blocks
-    assert np.array_equal(sum_counts(parts), (parts[0] + parts[1] + parts[2]).astype(np.float64))
+@pytest.mark.parametrize("n_parties", [1, 3, 4, 5, 9])
+def test_a_large_sum_spans_blocks_and_groups_of_parties(n_parties) -> None:
+    rng = np.random.default_rng(n_parties)
+    parts = [rng.integers(0, 2**40, (300, 7, 2, 11)) for _ in range(n_parties)]  # 46,200 values: 6 blocks
+    assert np.array_equal(sum_counts(parts), np.sum(parts, axis=0).astype(np.float64))
 
 
 def test_the_first_bad_node_is_named() -> None:
