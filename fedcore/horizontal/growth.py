@@ -35,6 +35,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+import numba as nb
 import numpy as np
 
 from fedcore.algorithms import EXTRA_TREES
@@ -84,9 +85,36 @@ def draw_features(rng: np.random.Generator, n_nodes: int, n_features: int, k: in
 def ranked_features(keys: np.ndarray, k: int) -> np.ndarray:
     """The `k` features of smallest key per row of (n_nodes, n_features) uniform keys: (n_nodes, k) int64.
 
-    Row by row, so a level's trees' keys, drawn each from its own stream, are ranked in one call.
+    Row by row, so a level's trees' keys, drawn each from its own stream, are ranked in one call. In key
+    order, equal keys by feature index: a stable argsort's first `k` columns, without sorting the rest.
     """
-    return np.argsort(keys, axis=1, kind="stable")[:, :k].astype(np.int64)
+    keys = np.ascontiguousarray(keys, np.float64)
+    if np.isnan(keys).any():
+        raise ValueError("feature keys must not be NaN")
+    return _smallest_keys(keys, min(k, keys.shape[1]))
+
+
+@nb.njit(cache=True)
+def _smallest_keys(keys: np.ndarray, k: int) -> np.ndarray:
+    """`ranked_features`: per row one pass keeping the k smallest so far, in order (ties: the first stays)."""
+    n, m = keys.shape
+    out = np.empty((n, k), np.int64)
+    if k == 0:
+        return out
+    best = np.empty(k)
+    for i in range(n):
+        held = 0
+        for f in range(m):
+            v = keys[i, f]
+            if held == k and not v < best[k - 1]:
+                continue  # not below the k-th smallest (an equal key came first and stays)
+            pos = held if held < k else k - 1
+            held = min(held + 1, k)
+            while pos > 0 and v < best[pos - 1]:
+                best[pos], out[i, pos] = best[pos - 1], out[i, pos - 1]
+                pos -= 1
+            best[pos], out[i, pos] = v, f
+    return out
 
 
 def fet_candidate_features(seed: int, act_tree: np.ndarray, depth: int, n_features: int,

@@ -146,10 +146,13 @@ class Message:
             columns.append(_column(name, array))
             names.append(name)
         schema = _schema(self.kind, self.header, shapes, names, columns)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, schema) as writer:
-            writer.write_batch(pa.record_batch(columns, schema=schema))
-        return sink.getvalue()
+        batch = pa.record_batch(columns, schema=schema)
+        # measured first, then written once into a buffer of that size (a growing stream copies as it grows)
+        size = pa.MockOutputStream()
+        _write_stream(size, schema, batch)
+        buffer = pa.allocate_buffer(size.size())
+        _write_stream(pa.FixedSizeBufferWriter(buffer), schema, batch)
+        return buffer
 
     @classmethod
     def from_bytes(cls, payload: bytes | pa.Buffer) -> Message:
@@ -267,6 +270,12 @@ class _Pieces:
         """What was written since the last `take`, as one buffer (none if nothing was)."""
         pieces, self._pieces = self._pieces, []
         return [pa.py_buffer(b"".join(pieces))] if pieces else []
+
+
+def _write_stream(sink: pa.NativeFile, schema: pa.Schema, batch: pa.RecordBatch) -> None:
+    """One batch as a whole IPC stream (schema, batch, end marker) into `sink`."""
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(batch)
 
 
 def _column(name: str, array: np.ndarray) -> pa.LargeListArray:

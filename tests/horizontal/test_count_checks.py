@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fedcore.errors import ProtocolError
-from fedcore.horizontal.counts import CountLedger, check_bit_sums
+from fedcore.horizontal.counts import CountLedger, check_bit_sums, sum_counts
 
 
 def _counts(dtype=np.uint16) -> np.ndarray:
@@ -25,9 +25,20 @@ def _counts(dtype=np.uint16) -> np.ndarray:
 @pytest.mark.parametrize("dtype", [np.uint16, np.int64])
 def test_valid_counts_pass_and_are_added_exactly(dtype) -> None:
     counts = _counts(dtype)
-    total = np.full(counts.shape, 0.5)
-    CountLedger().check("party 'a'", "c", counts, 20, into=total)
-    assert np.array_equal(total, 0.5 + counts.astype(np.float64))
+    CountLedger().check("party 'a'", "c", counts, 20)
+    others = [np.uint8, np.uint16, np.int64]  # each party sends its own narrowest type
+    parts = [counts, *(np.roll(counts, i + 1, axis=0).astype(t) for i, t in enumerate(others))]
+    parts[0].flags.writeable = False  # as received: a read-only view of the message
+    total = sum_counts(parts)
+    assert total.dtype == np.float64 and total.shape == counts.shape
+    assert np.array_equal(total, sum(p.astype(np.float64) for p in parts))
+
+
+@pytest.mark.parametrize("n_parties", [1, 3, 4, 5, 9])
+def test_a_large_sum_spans_blocks_and_groups_of_parties(n_parties) -> None:
+    rng = np.random.default_rng(n_parties)
+    parts = [rng.integers(0, 2**40, (300, 7, 2, 11)) for _ in range(n_parties)]  # 46,200 values: 6 blocks
+    assert np.array_equal(sum_counts(parts), np.sum(parts, axis=0).astype(np.float64))
 
 
 def test_the_first_bad_node_is_named() -> None:

@@ -57,7 +57,7 @@ import numpy as np
 from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.boxes import NodeBoxes, box_bytes_per_node, span_thresholds
-from fedcore.horizontal.counts import check_bit_sums, check_noisy_counts
+from fedcore.horizontal.counts import check_bit_sums, check_noisy_counts, sum_counts
 from fedcore.horizontal.fet.gdp import (
     combined_node_stats,
     count_variance,
@@ -516,12 +516,12 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         """Sum the parties' branch statistics (plain or gdp): (A, k, 2, S) float64."""
         stats_shape = (*shape, 2, self.n_stats)
         if self.privacy == "none":  # integers below 2**52 (see SUM_BITS): exact float64 sums in any order
-            total = np.zeros(stats_shape, dtype=np.float64)
+            parts = []
             for name in self.parties:
-                part = _reply_array(replies, name, "fet_counts", "counts", stats_shape)
-                self.counts.check(f"party {name!r}", "fet_counts.counts", part, self.party_rows[name],
-                                  self._target_bits(name), into=total)  # checked and added in one pass
-            return total
+                parts.append(_reply_array(replies, name, "fet_counts", "counts", stats_shape))
+                self.counts.check(f"party {name!r}", "fet_counts.counts", parts[-1], self.party_rows[name],
+                                  self._target_bits(name))
+            return sum_counts(parts)
         total = np.zeros(stats_shape, dtype=np.float64)
         for name in self.parties:
             part = _reply_array(replies, name, "fet_noisy_counts", "counts", stats_shape)
