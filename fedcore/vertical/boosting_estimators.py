@@ -139,14 +139,26 @@ class FederatedBoostingClassifier(ClassifierMixin, _FederatedBoosting):
     """Vertical gradient boosting for classification: logistic (two classes) or softmax (K trees a round)."""
 
     _task = "classification"
+    decision_threshold: float | None
+
+    def __init__(self, n_estimators: int = 100, *, learning_rate: float = 0.3, max_depth: int | None = 6,
+                 min_child_weight: float = 1.0, reg_lambda: float = 1.0, gamma: float = 0.0,
+                 subsample: float = 1.0, colsample_bytree: float = 1.0,
+                 early_stopping_rounds: int | None = None, max_bins: int = 255, random_state: int = 0,
+                 privacy: str | dict[str, Any] | PrivacySetting = "none", key_bits: int | None = None,
+                 label_key: AdditivePrivateKey | None = None, prediction: str = "auto",
+                 predict_batch_rows: int = 8192, progress: bool = False, record_transcript: bool = False,
+                 record_payloads: bool = False, decision_threshold: float | None = None) -> None:
+        """The shared parameters, and `decision_threshold` (binary labels) as the forest classifiers'."""
+        self._store_params(locals())
 
     def predict_proba(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:
         """Class probabilities (columns in `classes_` order): the link of the summed margins."""
         return self._predict_values(parties, method)
 
     def predict(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:
-        """Most probable class per row, in the label's original values."""
-        return self.classes_[np.argmax(self.predict_proba(parties, method), axis=1)]
+        """The class per row (the label's values): the most probable, or at `decision_threshold`."""
+        return self._decided(self.predict_proba(parties, method))
 
     @property
     def classes_(self) -> np.ndarray:

@@ -189,3 +189,27 @@ def test_the_model_table_keeps_how_its_trees_combine() -> None:
     assert back.combination == model.model_.combination != MEAN and back.same_as(model.model_)
     encoded = model.schema_.encode(table.drop(columns="target"))
     np.testing.assert_array_equal(back.predict_values(encoded), model.model_.predict_values(encoded))
+
+
+def test_a_decision_threshold_decides_the_positive_class_at_or_above_it() -> None:
+    """Binary: the second class where its probability >= the threshold; a bad one is refused at predict."""
+    table, model = _fit("logistic", 2)
+    features = table.drop(columns="target")
+    proba = model.predict_proba(features)
+    np.testing.assert_array_equal(model.predict(features), model.classes_[np.argmax(proba, axis=1)])  # unset
+    for threshold in (0.2, 0.5, 0.8):
+        model.set_params(decision_threshold=threshold)
+        expected = np.where(proba[:, 1] >= threshold, model.classes_[1], model.classes_[0])
+        np.testing.assert_array_equal(model.predict(features), expected)
+    assert (model.set_params(decision_threshold=0.2).predict(features)
+            != model.set_params(decision_threshold=0.8).predict(features)).any()  # the threshold matters here
+    with pytest.raises(ParameterError, match=r"^decision_threshold must be a number between 0 and 1 "
+                                             r"\(or None\), got 1.5$"):
+        model.set_params(decision_threshold=1.5).predict(features)
+
+
+def test_a_decision_threshold_leaves_a_multiclass_prediction_most_probable() -> None:
+    table, model = _fit("softmax", 2, decision_threshold=0.1)
+    features = table.drop(columns="target")
+    proba = model.predict_proba(features)
+    np.testing.assert_array_equal(model.predict(features), model.classes_[np.argmax(proba, axis=1)])

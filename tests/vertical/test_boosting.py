@@ -140,3 +140,25 @@ def test_a_fitted_model_pickles_and_clones_with_xgboost_names() -> None:
     assert clone(model).get_params()["colsample_bytree"] == PARAMS["colsample_bytree"]
     with pytest.raises(AttributeError, match=r"no feature_importances_ yet \(issue #33\)"):
         model.feature_importances_  # noqa: B018
+
+
+def test_a_decision_threshold_decides_the_positive_class_at_or_above_it() -> None:
+    """Binary: the second class where its probability >= the threshold; a bad one is refused at predict."""
+    model, frames, _ = _fit("logistic", 2)
+    proba = model.predict_proba(frames)
+    np.testing.assert_array_equal(model.predict(frames), model.classes_[np.argmax(proba, axis=1)])  # unset
+    for threshold in (0.2, 0.5, 0.8):
+        model.set_params(decision_threshold=threshold)
+        expected = np.where(proba[:, 1] >= threshold, model.classes_[1], model.classes_[0])
+        np.testing.assert_array_equal(model.predict(frames), expected)
+    assert (model.set_params(decision_threshold=0.2).predict(frames)
+            != model.set_params(decision_threshold=0.8).predict(frames)).any()  # the threshold matters here
+    with pytest.raises(ParameterError, match=r"^decision_threshold must be a number between 0 and 1 "
+                                             r"\(or None\), got 1.5$"):
+        model.set_params(decision_threshold=1.5).predict(frames)
+
+
+def test_a_decision_threshold_leaves_a_multiclass_prediction_most_probable() -> None:
+    model, frames, _ = _fit("softmax", 2, decision_threshold=0.1)
+    proba = model.predict_proba(frames)
+    np.testing.assert_array_equal(model.predict(frames), model.classes_[np.argmax(proba, axis=1)])

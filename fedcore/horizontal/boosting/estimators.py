@@ -128,14 +128,26 @@ class HorizontalBoostingClassifier(ClassifierMixin, _HorizontalBoosting):
     """Horizontal gradient boosting for classification: logistic (2 classes) or softmax (K trees a round)."""
 
     _task = "classification"
+    decision_threshold: float | None
+
+    def __init__(self, n_estimators: int = 100, *, learning_rate: float = 0.3, max_depth: int | None = 6,
+                 min_child_weight: float = 1.0, reg_lambda: float = 1.0, gamma: float = 0.0,
+                 subsample: float = 1.0, colsample_bytree: float = 1.0, max_bins: int = DEFAULT_BINS,
+                 feature_ranges: Mapping[str, tuple[float, float]] | None = None,
+                 allow_data_ranges: bool = False, categories: Mapping[str, Sequence] | None = None,
+                 secure_aggregation: bool = True, random_state: int = 0, progress: bool = False,
+                 record_transcript: bool = False, record_payloads: bool = False,
+                 decision_threshold: float | None = None) -> None:
+        """The shared parameters, and `decision_threshold` (binary labels) as the forest classifiers'."""
+        self._store_params(locals())
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
         """Class probabilities (columns in `classes_` order): the link of the summed margins."""
         return self._predict_values(frame)
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:
-        """Most probable class per row, in the label's original values."""
-        return self.classes_[np.argmax(self.predict_proba(frame), axis=1)]
+        """The class per row (the label's values): the most probable, or at `decision_threshold`."""
+        return self._decided(self.predict_proba(frame))
 
     @property
     def classes_(self) -> np.ndarray:
