@@ -165,11 +165,9 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                                         params.task, schema.n_features, marginal_bins)
             assert epsilon is not None, "checked above"
             self.plan = gaussian_plan(epsilon, check_delta(delta, "privacy 'gdp': delta"), self.plan_terms)
-        if privacy == "ldp":  # label LDP does not cover features: exact marginals place the thresholds
-            self.plan_terms = {"marginal_bins": marginal_bins}
         self.domains = _dp_domains(privacy, low, high, schema.n_features)
         self._boxes: NodeBoxes | None = None  # DP modes: the open nodes' boxes
-        self.marginals: MarginalQuantiles | None = None  # the features' CDFs (hello; gdp's noisy)
+        self.marginals: MarginalQuantiles | None = None  # gdp: the features' noisy CDFs (hello)
         self.noise_follows_batches = privacy in ("gdp", "ldp")
         # n_bits fixed for the classes
         self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None
@@ -192,7 +190,7 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                   "task": self.params.task, **self.plan_terms}
         arrays = {}
         if self.plan_terms.get("marginal_bins"):  # the histograms' grid: the declared (public) domains
-            assert self.domains is not None, "gdp and ldp have declared domains"
+            assert self.domains is not None, "gdp has declared domains"
             arrays = {"low": self.domains[0], "high": self.domains[1]}
         hello = Message("hello", header, arrays)
         replies = self.transport.exchange(dict.fromkeys(self.parties, hello))
@@ -217,8 +215,6 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                                        self.schema.n_classes), self.gdp_plan.split_levels + 1)
                 self.params = replace(self.params, max_depth=depth)
                 self.grower.params = self.params
-        if self.privacy == "ldp" and self.plan_terms["marginal_bins"]:
-            self.marginals = self._marginal_quantiles(replies)
         if self.params.task == "regression":
             self.party_y_exponent = {n: _reported_exponent(n, r.header) for n, r in replies.items()}
             self._check_exponents()
@@ -231,20 +227,15 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
             self.q_shift = bits - exponent
 
     def _marginal_quantiles(self, replies: dict[str, Message]) -> MarginalQuantiles:
-        """The parties' marginal histograms (hello replies: gdp's noisy, ldp's exact), checked and summed."""
-        assert self.domains is not None, "gdp and ldp have declared domains"
+        """gdp: the parties' noisy marginal histograms (hello replies), checked and summed into CDFs."""
+        assert self.domains is not None, "gdp has declared domains"
         shape = (self.schema.n_features, self.plan_terms["marginal_bins"])
+        sigma = marginal_sigma(self._plan(), self.plan_terms)
         total = np.zeros(shape)
         for name in self.parties:
             part = _reply_array(replies, name, "hello_reply", "marginals", shape)
-            if self.privacy == "ldp":
-                _check_exact_marginals(name, part, self._row_bound[name])
-            else:
-                sigma = marginal_sigma(self._plan(), self.plan_terms)
-                # a stated sigma is within SIGMA_TOLERANCE of the plan's
-                scale = sigma * max(1.0, self._stated_sigma[name] / self._plan().sigma)
-                check_noisy_counts(f"party {name!r}", "hello_reply.marginals", part, self._row_bound[name],
-                                   scale)
+            scale = sigma * max(1.0, self._stated_sigma[name] / self._plan().sigma)  # within SIGMA_TOLERANCE
+            check_noisy_counts(f"party {name!r}", "hello_reply.marginals", part, self._row_bound[name], scale)
             total += part
         return MarginalQuantiles(total, *self.domains)
 
@@ -575,14 +566,6 @@ def _dp_domains(privacy: str, low: np.ndarray | None, high: np.ndarray | None,
         raise ParameterError(f"privacy {privacy!r}: low and high need one value per feature ({n_features}), "
                              f"got shapes {domains[0].shape} and {domains[1].shape}")
     return domains
-
-
-def _check_exact_marginals(party: str, counts: np.ndarray, rows: int) -> None:
-    """ldp: refuse exact marginal histograms unless whole, non-negative and at most the party's rows each."""
-    if not (np.all(np.isfinite(counts)) and np.all(counts >= 0) and np.all(counts == np.round(counts))
-            and np.all(counts.sum(axis=1) <= rows)):
-        raise ProtocolError(f"party {party!r} sent marginal histograms that are not whole non-negative "
-                            f"counts of at most its {rows} rows per feature")
 
 
 def _reported_exponent(party: str, header: dict) -> int:

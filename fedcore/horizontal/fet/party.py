@@ -37,7 +37,6 @@ import pandas as pd
 
 from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ParameterError, ProtocolError
-from fedcore.horizontal.fet.marginals import MAX_MARGINAL_BINS
 from fedcore.horizontal.ledgers import LEDGER, label_ldp_ledger
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.plan import (
@@ -167,43 +166,37 @@ class HorizontalParty:
             plan = self._start_ledger(h)
             header["sigma"] = plan.sigma
             if self.ledger_terms["marginal_bins"]:
-                arrays["marginals"] = self._marginals(message, self.ledger_terms["marginal_bins"], plan)
+                arrays["marginals"] = self._marginals(message, plan)
             self._charge_hello()
             header["n_rows"] = self._noisy_rows(plan)
         if self.privacy == "ldp":
             self.rows.draw_permanent(self.label_ldp(), counter_key(self.noise_seed, "ldp_permanent"))
-            bins = h.get("marginal_bins")
-            if bins:  # features are not what label LDP protects: exact counts over the public grid
-                if not isinstance(bins, int) or not 0 < bins <= MAX_MARGINAL_BINS:
-                    raise ProtocolError(f"party {self.name!r}: an ldp hello asked for {bins!r} marginal "
-                                        f"cells per feature; expected an integer in [1, {MAX_MARGINAL_BINS}]")
-                arrays["marginals"] = self._marginals(message, bins, None)
         return Message("hello_reply", header, arrays)
 
-    def _marginals(self, message: Message, bins: int, plan: GaussianPlan | None) -> np.ndarray:
-        """The marginal histograms over the hello's grid (`fet/marginals.py`): gdp's noisy, ldp's exact.
+    def _marginals(self, message: Message, plan: GaussianPlan) -> np.ndarray:
+        """GDP: the noisy marginal histograms over the hello's grid (`fet/marginals.py`): the first release.
 
-        GDP's are its first release, charged with the row count (`_charge_hello`); the noise is keyed by
-        purpose only, so a second hello (or a resumed run) gets the same release, and a second hello with
-        another grid is refused (it would release other counts under the same noise).
+        Charged with the row count (`_charge_hello`); the noise is keyed by purpose only, so a second hello
+        (or a resumed run) gets the same release, and a second hello with another grid is refused (it would
+        release other counts under the same noise).
         """
+        assert self.ledger is not None, "hello makes the ledger under gdp"
         grid = [message.arrays.get(end) for end in ("low", "high")]
         if any(g is None or g.dtype.kind not in "iuf" or np.shape(g) != (self.schema.n_features,)
                or not np.all(np.isfinite(g)) for g in grid):
-            raise ProtocolError(f"party {self.name!r}: a {self.privacy} hello with marginal histograms needs "
-                                f"the declared domains 'low' and 'high', {self.schema.n_features} finite "
-                                "values each")
+            raise ProtocolError(f"party {self.name!r}: a gdp hello with marginal histograms needs the "
+                                f"declared domains 'low' and 'high', {self.schema.n_features} finite values "
+                                "each")
         low, high = (np.asarray(g, np.float64) for g in grid)
         if self._marginal_grid is not None and not all(
                 np.array_equal(a, b) for a, b in zip(self._marginal_grid, (low, high), strict=True)):
             raise ProtocolError(f"party {self.name!r} has released its marginal histograms over other "
                                 "domains; a second hello must send the same 'low' and 'high'")
         self._marginal_grid = (low, high)
-        counts = self.rows.marginal_histograms(low, high, bins).astype(np.float64)
-        if plan is None:
-            return counts
+        terms = self.ledger_terms
+        counts = self.rows.marginal_histograms(low, high, terms["marginal_bins"])
         noise = stream(self.noise_seed, "gdp_marginals").standard_normal(counts.shape)
-        return counts + noise * marginal_sigma(plan, self.ledger_terms)
+        return counts.astype(np.float64) + noise * marginal_sigma(plan, terms)
 
     def _charge_hello(self) -> None:
         """GDP: charge hello's releases (row count, marginal histograms) once: a resumed ledger has them."""
