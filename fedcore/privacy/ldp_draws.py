@@ -175,7 +175,7 @@ def uniform_index(key: np.ndarray, row: np.uint64, n: int) -> np.int64:
     """A uniform index in [0, n) for row `row` from words 1, 2, ... of its stream at (row, 0, 0).
 
     A word below the largest multiple of n that fits 64 bits gives word % n; a word above it (probability
-    < n / 2**64) is skipped. Word 0 is the keep-or-not draw of k-RR and RR-with-prior.
+    < n / 2**64) is skipped. Word 0 is the keep-or-not draw of k-RR.
     """
     count = np.uint64(n)
     largest = np.uint64(0xFFFFFFFFFFFFFFFF) - (np.uint64(0) - count) % count  # 2**64 - 1 - 2**64 % n
@@ -186,32 +186,6 @@ def uniform_index(key: np.ndarray, row: np.uint64, n: int) -> np.int64:
         j += 1
         w = philox.word(key, j, row, zero, zero)
     return np.int64(w % count)
-
-
-@nb.njit(cache=True, parallel=True)
-def permanent_top_k(labels: np.ndarray, order: np.ndarray, k: np.ndarray, first_row: int, key: np.ndarray,
-                    keep: np.ndarray, out: np.ndarray) -> None:
-    """RR-with-prior's reports (class codes) of rows first_row, first_row + 1, ... into `out`.
-
-    Row i's candidates are order[i, :k[i]]. A label among them is kept when word 0's top 63 bits fall below
-    keep[k[i]], else one of the k[i] - 1 other candidates is drawn (`uniform_index`); a label outside them
-    gives a uniform candidate (`uniform_index` over k[i]; word 0 unused). The k-RR rule on the candidates.
-    """
-    zero = np.uint64(0)
-    for i in nb.prange(labels.shape[0]):
-        row = np.uint64(first_row + i)
-        size = k[i]
-        place = -1
-        for j in range(size):
-            if order[i, j] == labels[i]:
-                place = j
-        if place < 0:
-            out[i] = order[i, uniform_index(key, row, size)]
-        elif (philox.word(key, 0, row, zero, zero) >> np.uint64(1)) < keep[size]:
-            out[i] = labels[i]
-        else:
-            other = uniform_index(key, row, max(size - 1, 1))
-            out[i] = order[i, other + 1 if other >= place else other]
 
 
 @nb.njit(cache=True, parallel=True)
