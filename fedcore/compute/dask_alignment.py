@@ -177,10 +177,18 @@ class _Plan:
         return self
 
     def _take(self, n: int) -> np.ndarray:
-        pending = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
-        self._pending = [pending[n:]] if n < len(pending) else []
-        self._n_pending -= n
-        return pending[:n]
+        """The first `n` pending rows (a copy of at most `n` rows, only when they span parts)."""
+        taken = []
+        while n > 0:
+            head = self._pending[0]
+            if len(head) <= n:
+                taken.append(self._pending.pop(0))
+            else:
+                taken.append(head[:n])
+                self._pending[0] = head[n:]
+            n -= len(taken[-1])
+            self._n_pending -= len(taken[-1])
+        return taken[0] if len(taken) == 1 else np.concatenate(taken)
 
     def _target(self, chunk: np.ndarray) -> None:
         n_blocks = len(self._starts)
