@@ -68,7 +68,7 @@ class _Counted:
         return part
 
 
-@pytest.mark.parametrize("alignment", ["hash", "psi"])
+@pytest.mark.parametrize("alignment", ["hash", pytest.param("psi", marks=pytest.mark.slow)])  # psi: 2 runs
 def test_align_read_part_by_part_trains_the_in_process_forest(scenario, tmp_path, three_workers, monkeypatch,
                                                               alignment) -> None:
     """The forest of `align` sent whole: by in-process agents (hash), by Dask agents (PSI).
