@@ -93,6 +93,8 @@ class StageProfile:
 def _kind(payload) -> str:
     from fedcore.protocol.messages import Message
 
+    if isinstance(payload, Message):  # a request the agent reads part by part (issue #29)
+        return payload.kind
     try:
         return Message.from_bytes(payload).kind
     except Exception:  # noqa: BLE001 - a profile names what it can

@@ -145,28 +145,60 @@ Targets = list[tuple[list[int], np.ndarray]]
 """Per target block: the table blocks it takes rows from, and the order of its pieces' rows."""
 
 
-def _plan(table: ParquetTable, rows: np.ndarray, block_rows: int) -> tuple[list[list[np.ndarray]], Targets]:
-    """Where the table rows `rows` (in canonical order) go: target block k holds [k*block_rows, ...).
+class _Plan:
+    """Where the table rows given in canonical order go: target block k holds [k*block_rows, ...).
 
     Per table block, its rows each target block takes (row numbers within the block, in canonical order);
     per target block, the table blocks it takes rows from and the order that puts their pieces (table
-    blocks in order) in canonical order. Made one target block at a time, so that no temporary array spans
-    every row (issue #29: the agent's memory).
+    blocks in order) in canonical order. Made one target block at a time as the rows arrive (`add`, in
+    parts of any size), so that no temporary array spans every row (issue #29: the agent's memory).
     """
-    starts = np.array([b.start for b in table.blocks], np.int64)
-    n_blocks = len(starts)
-    within: list[list[np.ndarray]] = [[] for _ in range(n_blocks)]
-    targets = []
-    for first in range(0, len(rows), block_rows):
-        chunk = rows[first:first + block_rows]
-        source = np.searchsorted(starts, chunk, side="right") - 1
+
+    def __init__(self, table: ParquetTable, block_rows: int) -> None:
+        """An empty plan over the blocks of `table`."""
+        self._starts = np.array([b.start for b in table.blocks], np.int64)
+        self._block_rows = block_rows
+        self.within: list[list[np.ndarray]] = [[] for _ in range(len(self._starts))]
+        self.targets: Targets = []
+        self._pending: list[np.ndarray] = []
+        self._n_pending = 0
+
+    def add(self, rows: np.ndarray) -> None:
+        """The next rows in canonical order; every full target block among those pending is planned."""
+        self._pending.append(rows)
+        self._n_pending += len(rows)
+        while self._n_pending >= self._block_rows:
+            self._target(self._take(self._block_rows))
+
+    def finish(self) -> _Plan:
+        """Plan the last, partial target block (if any rows are left); the plan itself."""
+        if self._n_pending:
+            self._target(self._take(self._n_pending))
+        return self
+
+    def _take(self, n: int) -> np.ndarray:
+        """The first `n` pending rows (a copy of at most `n` rows, only when they span parts)."""
+        taken = []
+        while n > 0:
+            head = self._pending[0]
+            if len(head) <= n:
+                taken.append(self._pending.pop(0))
+            else:
+                taken.append(head[:n])
+                self._pending[0] = head[n:]
+            n -= len(taken[-1])
+            self._n_pending -= len(taken[-1])
+        return taken[0] if len(taken) == 1 else np.concatenate(taken)
+
+    def _target(self, chunk: np.ndarray) -> None:
+        n_blocks = len(self._starts)
+        source = np.searchsorted(self._starts, chunk, side="right") - 1
         by_block = np.argsort(source, kind="stable")  # offsets in the chunk grouped by table block, ascending
         edges = np.concatenate([[0], np.cumsum(np.bincount(source, minlength=n_blocks))])
         for b in range(n_blocks):
-            within[b].append((chunk[by_block[edges[b]:edges[b + 1]]] - starts[b]).astype(np.int32))
+            self.within[b].append((chunk[by_block[edges[b]:edges[b + 1]]] - self._starts[b]).astype(np.int32))
         sources = [b for b in range(n_blocks) if edges[b + 1] > edges[b]]
-        targets.append((sources, np.argsort(by_block, kind="stable").astype(np.int32)))
-    return within, targets
+        self.targets.append((sources, np.argsort(by_block, kind="stable").astype(np.int32)))
 
 
 def _assembled(client: Client, cut: list[Future], targets: Targets, first: int) -> Blocks:
@@ -187,12 +219,36 @@ def align_blocks(client: Client, table: ParquetTable, positions: np.ndarray, hol
     held-out block. `keep_id`: the blocks keep the ID column (a prediction batch's, delivered with the
     predictions).
     """
-    columns = [c for c in table.columns if keep_id or c != id_column]
-    # a row's index in positions[~holdout] (positions[holdout]) is its canonical training (held-out) position
-    train_rows, train = _plan(table, positions[~holdout], block_rows)
-    held_rows, held = _plan(table, positions[holdout], block_rows)
-    cut = submit_blocks(client, _cut, table, [a + b for a, b in zip(train_rows, held_rows, strict=True)],
-                        columns=columns)
-    del train_rows, held_rows
-    trained = _assembled(client, cut, train, 0)
-    return AlignedBlocks(trained.frames, trained.sizes, _assembled(client, cut, held, len(train)), columns)
+    plans = AlignmentPlans(table, block_rows)
+    plans.add(positions, holdout)
+    return plans.blocks(client, id_column, keep_id)
+
+
+class AlignmentPlans:
+    """`align_blocks` with the positions in parts (the master's request read part by part, issue #29)."""
+
+    def __init__(self, table: ParquetTable, block_rows: int) -> None:
+        """No positions yet; target blocks of `block_rows` rows over the blocks of `table`."""
+        self.table = table
+        # a row's index in positions[~holdout] (positions[holdout]) is its canonical training (held-out)
+        # position
+        self._train, self._held = _Plan(table, block_rows), _Plan(table, block_rows)
+
+    def add(self, positions: np.ndarray, holdout: np.ndarray) -> None:
+        """The next (checked) positions and their holdout mask (bool or 0/1)."""
+        holdout = holdout.astype(bool, copy=False)
+        self._train.add(positions[~holdout])
+        self._held.add(positions[holdout])
+
+    def blocks(self, client: Client, id_column: str, keep_id: bool = False) -> AlignedBlocks:
+        """The aligned blocks, once every part was added: their tasks submitted to the workers."""
+        table = self.table
+        columns = [c for c in table.columns if keep_id or c != id_column]
+        train, held = self._train.finish(), self._held.finish()
+        pieces = [a + b for a, b in zip(train.within, held.within, strict=True)]
+        cut = submit_blocks(client, _cut, table, pieces, columns=columns)
+        del pieces
+        train.within, held.within = [], []
+        trained = _assembled(client, cut, train.targets, 0)
+        return AlignedBlocks(trained.frames, trained.sizes, _assembled(client, cut, held.targets,
+                                                                       len(train.targets)), columns)

@@ -198,29 +198,40 @@ class StreamedMessage:
 
     `parts()` yields the array's consecutive row ranges; each goes as its own single-row batch of the same
     stream, so the sender holds one part at a time (`pieces`), and `Message.from_bytes` joins them into the
-    message `Message(kind, header, {name: array})` would be. Only the parts' framing differs on the wire.
+    message `Message(kind, header, {name: array, **whole})` would be. Only the parts' framing differs on the
+    wire. The `whole` arrays (small ones, such as a mask's packed bits) go in the first batch, empty in the
+    others, so a receiver reading batch by batch (`PartedMessage`) has them before the first part.
     """
 
     def __init__(self, kind: str, header: dict[str, Any], name: str, shape: tuple[int, ...],
-                 parts: Callable[[], Iterable[np.ndarray]]) -> None:
-        """`parts` is called once, when the message is sent; what it yields must add up to `shape`."""
+                 parts: Callable[[], Iterable[np.ndarray]],
+                 whole: Mapping[str, np.ndarray] | None = None, dtype: np.dtype | None = None) -> None:
+        """`parts` is called once, when the message is sent; what it yields must add up to `shape`.
+
+        `dtype`, the parts' dtype when known, is only for `schema_summary` (a transcript's line).
+        """
         self.kind, self.header, self.name, self.shape = kind, header, name, tuple(shape)
+        self.dtype = dtype
         self._parts = parts
+        self.whole = {n: np.ascontiguousarray(a) for n, a in (whole or {}).items()}
 
     def pieces(self) -> Iterator[pa.Buffer]:
         """The message's IPC stream: its schema, one batch a part (at least one), the end marker."""
         sink = _Pieces()
         writer, schema, rows = None, None, 0
         shapes = {self.name: list(self.shape)} if len(self.shape) != 1 else {}
+        shapes.update({n: list(a.shape) for n, a in self.whole.items() if a.ndim != 1})
+        names = [self.name, *self.whole]
         for part in _at_least_one(self._parts(), self.shape):
             part = np.ascontiguousarray(part)
             rows += len(part)
-            column = _column(self.name, part)
+            others = [_column(n, a if writer is None else a[:0]) for n, a in self.whole.items()]
+            columns = [_column(self.name, part), *others]
             if writer is None:
-                schema = _schema(self.kind, self.header, shapes, [self.name], [column])
+                schema = _schema(self.kind, self.header, shapes, names, columns)
                 writer = pa.ipc.new_stream(sink, schema)
-            writer.write_batch(pa.record_batch([column], schema=schema))
-            del part, column
+            writer.write_batch(pa.record_batch(columns, schema=schema))
+            del part, columns, others
             yield from sink.take()
         if rows != self.shape[0]:
             raise ProtocolError(f"message {self.kind!r}: its parts of {self.name!r} held {rows} rows, not "
@@ -235,8 +246,44 @@ class StreamedMessage:
 
     @property
     def arrays(self) -> dict[str, np.ndarray]:
-        """The array, joined (as the receiver parses it)."""
+        """The arrays, joined (as the receiver parses them)."""
         return Message.from_bytes(self.to_buffer()).arrays
+
+    def schema_summary(self) -> str:
+        """`Message.schema_summary` of the joined message, without joining it."""
+        dtypes = {self.name: "?" if self.dtype is None else str(self.dtype),
+                  **{n: str(a.dtype) for n, a in self.whole.items()}}
+        shapes = {self.name: list(self.shape), **{n: list(a.shape) for n, a in self.whole.items()}}
+        return ", ".join(f"{n}:{dtypes[n]}{shapes[n]}" for n in dtypes)
+
+
+def streamed_request(kind: str, header: dict[str, Any], name: str, array: np.ndarray,
+                     whole: Mapping[str, np.ndarray], part_rows: int) -> Message | StreamedMessage:
+    """A request whose large array `name` a receiver can read `part_rows` rows at a time (issue #29).
+
+    An array of at most `part_rows` rows goes as one `Message`, as before; a larger one as a
+    `StreamedMessage` of parts of `part_rows` rows, `whole` in its first batch. Parsed whole, both are the
+    same message.
+    """
+    if len(array) <= part_rows:
+        return Message(kind, header, {name: array, **whole})
+    return StreamedMessage(kind, header, name, array.shape,
+                           lambda: (array[i:i + part_rows] for i in range(0, len(array), part_rows)), whole,
+                           dtype=array.dtype)
+
+
+class PartedMessage(Message):
+    """A message read batch by batch: `arrays` holds the whole ones, `parts` yields array `streamed`'s parts.
+
+    The receiver consumes `parts` (each part read off the wire when asked for) and never holds the array.
+    """
+
+    def __init__(self, kind: str, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], streamed: str,
+                 parts: Iterator[np.ndarray]) -> None:
+        """The message's kind, header and whole arrays; `parts` is its streamed array, part by part."""
+        super().__init__(kind, header, arrays)
+        self.streamed = streamed
+        self.parts = parts
 
 
 def _at_least_one(parts: Iterable[np.ndarray], shape: tuple[int, ...]) -> Iterator[np.ndarray]:

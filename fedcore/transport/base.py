@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from fedcore.protocol.messages import Message
+from fedcore.protocol.messages import Message, StreamedMessage
 
 MASTER = "master"
 
@@ -82,8 +83,11 @@ class Transport(ABC):
     def parties(self) -> list[str]:
         """Names of the parties reachable through this transport."""
 
-    def exchange(self, requests: dict[str, Message]) -> dict[str, Message]:
-        """One round trip: send each party its request, return each party's reply."""
+    def exchange(self, requests: Mapping[str, Message | StreamedMessage]) -> dict[str, Message]:
+        """One round trip: send each party its request, return each party's reply.
+
+        A `StreamedMessage` request is encoded as its parts (a receiver may read it part by part).
+        """
         self.stats.rounds += 1
         encoded: dict[str, pa.Buffer] = {}
         by_message: dict[int, pa.Buffer] = {}  # by id(message)
@@ -106,7 +110,8 @@ class Transport(ABC):
     def _deliver(self, requests: dict[str, pa.Buffer]) -> dict[str, bytes | pa.Buffer]:
         """Carry encoded requests to parties and return their encoded replies (bytes-like)."""
 
-    def _account(self, sender: str, receiver: str, message: Message, payload: bytes | pa.Buffer) -> None:
+    def _account(self, sender: str, receiver: str, message: Message | StreamedMessage,
+                 payload: bytes | pa.Buffer) -> None:
         self.stats.add(message.kind, len(payload))
         if self.record_transcript:
             self.transcript.append(

@@ -57,7 +57,11 @@ What a peer can cost an agent is bounded before the agent pays it:
   refused at once, naming what is in flight. A `do_action` arrives whole: it counts for its size, and
   one over ACTION_MAX_BYTES is refused (the master's transport streams those);
 * a streamed message costs about its own size once: its chunks are copied into one growing buffer as
-  they arrive and dropped at once (`Received`), not kept all until a joined copy is made.
+  they arrive and dropped at once (`Received`), not kept all until a joined copy is made;
+* a request of a kind the party reads part by part (its `streams(kind)`, such as `align` at an agent on
+  Dask, issue #29) is not joined at all: the party gets a `PartedMessage` whose parts are read off the
+  call as it asks for them (`fedcore.protocol.parted`), each chunk dropped once read; the message limit
+  and the budget count every byte of the call, as for a joined message.
 
 Beyond the budget, an agent holds at most the one gRPC message per call that arrived and was refused
 (a chunk, or a `do_action` body), and what gRPC buffers below Flight. How large that one message is,
@@ -105,7 +109,8 @@ from fedcore.errors import (
     ProtocolError,
     internal_error,
 )
-from fedcore.protocol.messages import Message, StreamedMessage
+from fedcore.protocol.messages import Message, PartedMessage, StreamedMessage
+from fedcore.protocol.parted import read_request
 from fedcore.transport.base import Transport
 from fedcore.transport.diagnose import Diagnosis, explain_connection_failure
 from fedcore.transport.guard import (
@@ -302,7 +307,13 @@ class StreamHead:
 
 def read_chunks(reader, limit: int | None = None, hold: Hold | None = None,
                 check_head: bool = False) -> bytes | pa.Buffer:
-    """The payload carried by a Flight stream of chunk batches.
+    """The payload carried by a Flight stream of chunk batches (the checks of `checked_pieces`)."""
+    return join_pieces(checked_pieces(reader, limit, hold, check_head))
+
+
+def checked_pieces(reader, limit: int | None = None, hold: Hold | None = None,
+                   check_head: bool = False) -> Iterator[pa.Buffer]:
+    """The pieces of a Flight stream of chunk batches, each checked as it arrives.
 
     Raises `Refused` as soon as a chunk shows the stream must be refused, without reading on: with `limit`,
     the chunk that passes that many bytes; with `hold` (a call's share of an agent's `InFlightBudget`), the
@@ -310,8 +321,9 @@ def read_chunks(reader, limit: int | None = None, hold: Hold | None = None,
     `check_head`, the first chunk that shows the stream does not begin with an Arrow IPC schema message
     (`StreamHead`). A chunk of another schema raises ValueError.
     """
-    received = Received()
     head = StreamHead(limit) if check_head else None
+    start = Received()  # the stream's first bytes, until its head is checked
+    size = 0
     for chunk in reader:
         if chunk.data is None:
             continue
@@ -322,15 +334,17 @@ def read_chunks(reader, limit: int | None = None, hold: Hold | None = None,
             piece = column[i].as_buffer()
             if piece is None or piece.size == 0:
                 continue
-            size = received.size + piece.size
+            size += piece.size
             if limit is not None and size > limit:
                 raise Refused(f"message of {size} bytes or more exceeds the limit of {limit} bytes")
             if hold is not None:
                 hold.add(piece.size)
-            received.add(piece)
-            if head is not None:
-                head.feed(received)
-    return received.payload()
+            if head is not None and not head.ok:
+                start.add(piece)
+                head.feed(start)
+                if head.ok:
+                    start = Received()
+            yield piece
 
 
 class AgentServer(flight.FlightServerBase):
@@ -425,9 +439,11 @@ class AgentServer(flight.FlightServerBase):
         self._refuse(reason)
         return flight.FlightServerError(f"agent {self.name!r} refused the message: {reason}")
 
-    def _answer(self, payload: bytes | pa.Buffer, stamp: str) -> Iterator[pa.Buffer]:
+    def _answer(self, payload: bytes | pa.Buffer | Message, stamp: str) -> Iterator[pa.Buffer]:
         """The party's answer as pieces of at most CHUNK_BYTES.
 
+        `payload` is the request's bytes, or the request read (a `PartedMessage`'s parts are read while the
+        party handles it, and must all be).
         A `StreamedMessage` answer is made while it is sent: the party stays busy (its lock held) until the
         last piece went or the call was dropped (`_Streaming`).
         """
@@ -437,14 +453,20 @@ class AgentServer(flight.FlightServerBase):
         try:
             self.last_activity = time.monotonic()
             try:
-                self.guard.check_size(len(payload))
-                message = Message.from_bytes(payload)
+                if isinstance(payload, Message):
+                    message = payload
+                else:
+                    self.guard.check_size(len(payload))
+                    message = Message.from_bytes(payload)
                 self.guard.admit(stamp)
             except (Refused, ProtocolError) as exc:
                 raise self._refusal(str(exc)) from None
             kind = message.kind
             with self._failures(kind):
                 reply = self.party.handle(message)
+                if isinstance(message, PartedMessage) and next(message.parts, None) is not None:
+                    raise internal_error(log, self.name, kind, RuntimeError("it left parts of the request "
+                                                                             "unread"))
                 if kind == "close":  # the master is done with this session: another may start now
                     self.guard.close()
                 if isinstance(reply, StreamedMessage):
@@ -466,6 +488,8 @@ class AgentServer(flight.FlightServerBase):
         """The party's failures on `kind` as the one line the master gets (and this log keeps)."""
         try:
             yield
+        except flight.FlightError:  # a refusal of the request's stream while the party read its parts
+            raise
         except InternalError as exc:  # our bug, its traceback already logged: the generic line only
             raise self._failed(str(exc)) from None
         except FedForestError as exc:  # a refusal or a named failure: one counted line, no traceback
@@ -534,18 +558,33 @@ class AgentServer(flight.FlightServerBase):
         except Refused as exc:
             raise self._refusal(str(exc)) from None
         with self.budget.hold() as hold:  # given back when the call ends: answered, refused or failed
-            try:
-                payload = read_chunks(reader, limit=self.guard.max_message_bytes, hold=hold, check_head=True)
-            except Refused as exc:
-                raise self._refusal(str(exc)) from None
-            except (pa.ArrowException, ValueError, IndexError) as exc:
-                raise self._refusal(f"malformed message stream: {type(exc).__name__}: "
-                                    f"{_first_line(exc)}") from None
-            reply = self._answer(payload, stamp)
-            del payload
+            pieces = self._refusing(checked_pieces(reader, limit=self.guard.max_message_bytes, hold=hold,
+                                                   check_head=True))
+            streams = getattr(self.party, "streams", None)
+            if streams is None:
+                payload = join_pieces(pieces)
+                reply = self._answer(payload, stamp)
+                del payload
+            else:  # a kind the party reads part by part reaches it before its parts are read (issue #29)
+                try:
+                    message = read_request(pieces, streams, join_pieces)
+                except ProtocolError as exc:
+                    raise self._refusal(str(exc)) from None
+                reply = self._answer(message, stamp)
+                del message
             writer.begin(CHUNK_SCHEMA)
             for batch in piece_batches(reply):
                 writer.write_batch(batch)
+
+    def _refusing(self, pieces: Iterator[pa.Buffer]) -> Iterator[pa.Buffer]:
+        """The checked pieces, a refusal of the stream as the one line the master gets (and a counted one)."""
+        try:
+            yield from pieces
+        except Refused as exc:
+            raise self._refusal(str(exc)) from None
+        except (pa.ArrowException, ValueError, IndexError) as exc:
+            raise self._refusal(f"malformed message stream: {type(exc).__name__}: "
+                                f"{_first_line(exc)}") from None
 
     def shutdown(self) -> None:
         """Stop serving once running calls finish (safe to call more than once)."""

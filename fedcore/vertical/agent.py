@@ -41,17 +41,17 @@ from fedcore.models.tables import partial_forest_from_table, party_table
 from fedcore.privacy.hashing import hash_ids
 from fedcore.privacy.keyauth import PartyIdentity
 from fedcore.privacy.psi import PSIParty
-from fedcore.protocol.messages import Message, StreamedMessage, unpack_bits
+from fedcore.protocol.messages import Arrays, Message, PartedMessage, StreamedMessage, unpack_bits
 from fedcore.trees.early_stopping import kept_rounds, metric_name, round_scores
 from fedcore.trees.structure import PartialForest, PartySplits, first_trees
-from fedcore.vertical.alignment import align_frame, check_positions
+from fedcore.vertical.alignment import PositionsCheck, align_frame, check_positions
 from fedcore.vertical.party import VerticalParty
 from fedcore.vertical.persistence import party_file_stem
 
 if TYPE_CHECKING:
     from distributed import Client, Future
 
-    from fedcore.compute.dask_alignment import Blocks
+    from fedcore.compute.dask_alignment import AlignedBlocks, Blocks
     from fedcore.compute.dask_psi import BlockPSIParty
     from fedcore.compute.dask_table import ParquetTable
     from fedcore.compute.dask_vertical import DaskVerticalRows
@@ -66,6 +66,18 @@ SESSION_HEADERS = session_headers(id_hashes=(), psi_blinded=("batch", "until"), 
 """The header fields of each session message (`SessionAgent.session_headers`)."""
 PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "evaluate_encrypted",
                "apply_splits", "finalize", "predict_leaves", "route"}
+
+
+def _bits(packed: np.ndarray, first: int, count: int) -> np.ndarray:
+    """Bits [first, first + count) of a `pack_bits` array, as uint8 0/1 (a part's share of a mask)."""
+    start = first // 8
+    bits = unpack_bits(packed[start:-(-(first + count) // 8)], first + count - 8 * start)
+    return bits[first - 8 * start:]
+
+
+def _count_bits(packed: np.ndarray, count: int, step: int = 1 << 20) -> int:
+    """How many of the first `count` bits of a `pack_bits` array are set, `step` bits at a time."""
+    return sum(int(_bits(packed, first, min(step, count - first)).sum()) for first in range(0, count, step))
 
 
 def _n_rows(rows: pd.DataFrame | Blocks) -> int:
@@ -217,10 +229,16 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         rows, self._psi = self._psi.rows_from_positions(positions), None
         return rows
 
+    def streams(self, kind: str) -> bool:
+        """Whether this agent reads a `kind` request part by part (`PartedMessage`): `align` on Dask."""
+        return kind == "align" and self._data is not None and self._data.table is not None
+
     def _on_align(self, message: Message) -> Message:
         if "align" in self._done:  # a second alignment would be a fresh party, without the trained model
             raise ProtocolError(f"institution {self.name!r} refuses a second 'align' in this session: it is "
                                 "answered once per session")
+        if isinstance(message, PartedMessage):
+            return self._align_parts(message)
         positions = self._rows(self._announced(message))
         holdout = unpack_bits(message.arrays.typed("holdout", "u"), len(positions)).astype(bool)
         check_holdout(self.name, int(holdout.sum()), len(positions), self.data.holdout)
@@ -228,7 +246,13 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             self.party.rows.close()  # the last session's rows (on a cluster: its blocks)
             self.party = None
         if self.data.table is not None:
-            self.party, self._holdout = self._align_on_workers(positions, holdout)
+            from fedcore.compute.dask_alignment import align_blocks
+
+            table = self.data.table
+            assert self.data.compute is not None, "a table on Dask has its compute"
+            self.party, self._holdout = self._align_on_workers(align_blocks(
+                self._client(), table, check_positions(positions, table.n_rows), holdout, self.data.id_column,
+                self.data.compute.block_rows))
         else:
             aligned = align_frame(self.data.frame, positions)
             self.aligned_ids = aligned[self.data.id_column]  # kept here, for audits; never sent
@@ -236,10 +260,57 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             self._holdout = aligned[holdout].reset_index(drop=True)
             self.party = self._party(aligned[~holdout].reset_index(drop=True))
             self._on_cluster(self.party)
+        return self._aligned()
+
+    def _aligned(self) -> Message:
+        """The `aligned` answer, the alignment final."""
+        assert self.party is not None and self._holdout is not None, "called once the rows are aligned"
         self._holdout_loaded = False
         self._done.add("align")  # a refused alignment may be corrected; one that answered is final
         return Message("aligned", {"train_rows": self.party.rows.n_rows,
                                    "holdout_rows": _n_rows(self._holdout)})
+
+    def _align_parts(self, message: PartedMessage) -> Message:
+        """`align` on Dask with the master's positions read part by part: the agent never holds them all.
+
+        The checks of the whole message, made as the parts arrive: their count against the announced rows
+        (refused at the first part past it), their dtype, range and repeats (`PositionsCheck`); each part
+        goes into the blocks' plan at once (`AlignmentPlans`), whose tasks go to the workers at the end.
+        """
+        from fedcore.compute.dask_alignment import AlignmentPlans
+
+        table, compute = self.data.table, self.data.compute
+        assert table is not None and compute is not None, "streams() reads align part by part on Dask only"
+        if message.streamed != "positions":
+            raise MalformedMessage(f"'align' streams array {message.streamed!r}; only 'positions' may be")
+        announced = message.header.get("rows")
+        if not isinstance(announced, int) or isinstance(announced, bool) or announced < 0:
+            raise ProtocolError(f"institution {self.name!r}: 'align' announces {announced!r} rows")
+        least = self.data.min_overlap
+        if least is not None and announced < least:
+            raise ProtocolError(f"institution {self.name!r}: 'align' aligns {announced} rows, fewer than "
+                                f"this institution's min_overlap={least}")
+        packed = message.arrays.typed("holdout", "u", size=-(-announced // 8))
+        check_holdout(self.name, _count_bits(packed, announced), announced, self.data.holdout)
+        if self.party is not None:
+            self.party.rows.close()  # the last session's rows (on a cluster: its blocks)
+            self.party = None
+        psi, self._psi = self._psi, None
+        check, plans, count = PositionsCheck(table.n_rows), AlignmentPlans(table, compute.block_rows), 0
+        for part in message.parts:
+            part = Arrays(positions=part).typed("positions", "iu")
+            if count + len(part) > announced:
+                raise ProtocolError(f"institution {self.name!r}: 'align' announces {announced} rows but "
+                                    f"carries more positions ({count + len(part)} so far)")
+            rows = part.astype(np.int64, copy=False) if psi is None else psi.rows_from_positions(part)
+            plans.add(check.add(rows), _bits(packed, count, len(part)))
+            count += len(part)
+        if count != announced:
+            raise ProtocolError(f"institution {self.name!r}: 'align' announces {announced} rows but carries "
+                                f"{count} positions")
+        check.finish()
+        self.party, self._holdout = self._align_on_workers(plans.blocks(self._client(), self.data.id_column))
+        return self._aligned()
 
     def _party(self, frame: pd.DataFrame, rows: DaskVerticalRows | None = None) -> VerticalParty:
         """This session's party over its training `frame` (or `rows` on the workers and `frame` the label)."""
@@ -247,19 +318,15 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                              identity=self.identity, memory_budget=self.data.memory_budget,
                              own_privacy=self.data.privacy, rows=rows)
 
-    def _align_on_workers(self, positions: np.ndarray, holdout: np.ndarray) -> tuple[VerticalParty, Blocks]:
+    def _align_on_workers(self, aligned: AlignedBlocks) -> tuple[VerticalParty, Blocks]:
         """The party over training blocks the workers aligned, and the held-out blocks beside them.
 
         The agent holds (label holder) the training labels, which the protocol needs here; the rows stay on
         the workers (`fedcore.compute.dask_alignment`).
         """
-        from fedcore.compute.dask_alignment import align_blocks
         from fedcore.compute.dask_vertical import DaskVerticalRows
 
-        table, client, label = self.data.table, self._client(), self.data.label
-        assert table is not None and self.data.compute is not None, "a table on Dask has its compute"
-        aligned = align_blocks(client, table, check_positions(positions, table.n_rows), holdout,
-                               self.data.id_column, self.data.compute.block_rows)
+        client, label = self._client(), self.data.label
         self.aligned_ids = None  # on the workers' side only: the agent never holds the aligned IDs
         features = [c for c in aligned.columns if c != label]
         rows = DaskVerticalRows.on_workers(client, aligned.frames, aligned.sizes, features)

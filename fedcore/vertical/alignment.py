@@ -168,16 +168,41 @@ def check_positions(positions: np.ndarray, n_rows: int) -> np.ndarray:
 
     A 1-D integer array, every position a row of the party's table, none repeated.
     """
-    positions = np.asarray(positions)
-    if positions.ndim != 1 or (positions.size and positions.dtype.kind not in "iu"):
-        raise ProtocolError("alignment positions must be a 1-D integer array, got "
-                            f"{positions.dtype}{list(positions.shape)}")
-    positions = positions.astype(np.int64, copy=False)
-    if positions.size and (positions.min() < 0 or positions.max() >= n_rows):
-        raise ProtocolError(f"alignment positions run from {positions.min()} to {positions.max()}, "
-                            f"outside this party's {n_rows} rows")
-    seen = np.zeros(n_rows, bool)  # 1 byte a row, no sorted copy of 8 (issue #29: the agent's memory)
-    seen[positions] = True
-    if np.count_nonzero(seen) != len(positions):
-        raise ProtocolError("alignment positions repeat a row; each row may appear once")
+    check = PositionsCheck(n_rows)
+    positions = check.add(positions)
+    check.finish()
     return positions
+
+
+class PositionsCheck:
+    """`check_positions` part by part: positions arriving in parts (issue #29), none repeated across them."""
+
+    def __init__(self, n_rows: int) -> None:
+        """No position seen yet, of a party's `n_rows`."""
+        self.n_rows = n_rows
+        self._seen = np.zeros(n_rows, bool)  # 1 B a row, no sorted copy of 8 (issue #29: the agent's memory)
+        self.count = 0
+
+    def add(self, positions: np.ndarray) -> np.ndarray:
+        """The next part of the positions as int64 row numbers, or ProtocolError."""
+        positions = np.asarray(positions)
+        if positions.ndim != 1 or (positions.size and positions.dtype.kind not in "iu"):
+            raise ProtocolError("alignment positions must be a 1-D integer array, got "
+                                f"{positions.dtype}{list(positions.shape)}")
+        positions = positions.astype(np.int64, copy=False)
+        if positions.size and (positions.min() < 0 or positions.max() >= self.n_rows):
+            raise ProtocolError(f"alignment positions run from {positions.min()} to {positions.max()}, "
+                                f"outside this party's {self.n_rows} rows")
+        if self.count and self._seen[positions].any():  # a row of an earlier part
+            raise ProtocolError(_REPEATED)
+        self._seen[positions] = True
+        self.count += len(positions)
+        return positions
+
+    def finish(self) -> None:
+        """After the last part: refuse positions repeated within a part (the bitmap counts each row once)."""
+        if np.count_nonzero(self._seen) != self.count:
+            raise ProtocolError(_REPEATED)
+
+
+_REPEATED = "alignment positions repeat a row; each row may appear once"

@@ -25,7 +25,7 @@ from fedcore.drift import reported_drift
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.tables import N_TREES_KEY, combination_from_table, master_table, structure_from_table
-from fedcore.protocol.messages import Message, pack_bits
+from fedcore.protocol.messages import Message, pack_bits, streamed_request
 from fedcore.randomness import stream
 from fedcore.session import (
     MasterSession,
@@ -44,6 +44,8 @@ from fedcore.vertical.master import FederationInfo, ProgressCallback, VerticalMa
 
 log = logging.getLogger(__name__)
 ALIGNMENTS = ("hash", "psi")
+ALIGN_PART_ROWS = 1 << 19
+"""Positions a part of an `align` request (4 MiB of int64): an agent on Dask reads them part by part."""
 
 
 class VerticalSession(MasterSession):
@@ -138,9 +140,10 @@ class VerticalSession(MasterSession):
         n = self.plan.n_common
         holdout = np.zeros(n, dtype=np.uint8)
         holdout[rng.permutation(n)[: expected_holdout(n, self.holdout_fraction)]] = 1
-        replies = self.transport.exchange({
-            name: Message("align", {"rows": n},
-                          {"positions": self.plan.positions[name], "holdout": pack_bits(holdout)})
+        packed = pack_bits(holdout)
+        replies = self.transport.exchange({  # an agent on Dask reads the positions part by part (issue #29)
+            name: streamed_request("align", {"rows": n}, "positions", self.plan.positions[name],
+                                   {"holdout": packed}, ALIGN_PART_ROWS)
             for name in self.institutions})
         first = next(iter(replies.values())).header
         self.facts.train_rows, self.facts.holdout_rows = int(first["train_rows"]), int(first["holdout_rows"])
