@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.harness import machine_line
+
 CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
@@ -84,8 +86,7 @@ def main() -> None:
         for _ in range(args.repeat):
             for how, root in roots.items():
                 runs[how].append(run(root, path, text, how))
-    with open("/proc/loadavg") as load:
-        print(f"load average: {load.read().split()[:3]}")
+    print(machine_line())
     arrow = statistics.median(r["peak_mib"] for r in runs["arrow"])
     for how, results in runs.items():
         peak = statistics.median(r["peak_mib"] for r in results)
