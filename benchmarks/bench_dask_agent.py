@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.bench_dask_party import _vm_hwm_mib, sample_path, write_dataset
+from benchmarks.harness import add_forest_arguments
 
 NAMES = ("north", "south", "east")
 
@@ -106,12 +107,8 @@ def run_agent(args: argparse.Namespace) -> dict:
 def main() -> None:
     """Write the dataset (its own process), run the agents (another), print RSS per phase."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=2_000_000)
-    parser.add_argument("--features", type=int, default=40)
-    parser.add_argument("--trees", type=int, default=3)
-    parser.add_argument("--depth", type=int, default=8)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--block-rows", type=int, default=1_000_000)
+    add_forest_arguments(parser, rows=2_000_000, features=40, trees=3, depth=8, workers=2,
+                         block_rows=1_000_000)
     parser.add_argument("--mode", choices=("write", "agent"), help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()

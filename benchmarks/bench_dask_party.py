@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from benchmarks.harness import add_forest_arguments
 from benchmarks.markdown import markdown_table
 
 
@@ -174,12 +175,8 @@ def _vm_hwm_mib() -> float:
 def main() -> None:
     """Write the table, run both parties (each in its own process), print the report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=2_000_000)
-    parser.add_argument("--features", type=int, default=20)
-    parser.add_argument("--trees", type=int, default=20)
-    parser.add_argument("--depth", type=int, default=8)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--block-rows", type=int, default=250_000)
+    add_forest_arguments(parser, rows=2_000_000, features=20, trees=20, depth=8, workers=2,
+                         block_rows=250_000)
     parser.add_argument("--mode", choices=("in-process", "dask"), help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -53,6 +53,7 @@ from benchmarks.bench_dask_party import (
     run_in_process,
     write_dataset,
 )
+from benchmarks.harness import add_forest_arguments
 from benchmarks.markdown import markdown_table
 from benchmarks.vertical_parties import run_in_process as vertical_in_process
 from benchmarks.vertical_parties import run_on_dask as vertical_on_dask
@@ -277,12 +278,7 @@ def main() -> None:
     parser.add_argument("--limit", default="2GiB", help="per-process memory limit L")
     parser.add_argument("--factor", type=int, default=5, help="times the in-process rows on Dask")
     parser.add_argument("--probe-rows", type=int, default=500_000, help="first in-process probe")
-    parser.add_argument("--rows", type=int, default=2_000_000, help="rows (recovery)")
-    parser.add_argument("--features", type=int, default=20)
-    parser.add_argument("--trees", type=int, default=4)
-    parser.add_argument("--depth", type=int, default=8)
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--block-rows", type=int, default=250_000)
+    add_forest_arguments(parser, rows=2_000_000, features=20, trees=4, depth=8, workers=4, block_rows=250_000)
     parser.add_argument("--kill-after", type=float, default=0.5,
                         help="kill a worker after this share of the undisturbed fit's time (recovery)")
     parser.add_argument("--tmp", default=None, help="where the Parquet datasets are written")

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks.harness import interleaved
 from benchmarks.markdown import markdown_table
 
 CHILD = [sys.executable, "-m", "benchmarks.bench_sql", "--child"]
@@ -73,14 +74,9 @@ def _timed_process(command: list[str]) -> dict:
 
 def paired(a: Callable[[], dict], b: Callable[[], dict], repeat: int,
            before: Callable[[], None] = lambda: None) -> tuple[list[dict], list[dict]]:
-    """`repeat` runs of a and b in turn (a b a b ...), `before` each run."""
-    runs_a, runs_b = [], []
-    for _ in range(repeat):
-        before()
-        runs_a.append(a())
-        before()
-        runs_b.append(b())
-    return runs_a, runs_b
+    """`repeat` runs of a and b in turn (a b a b ...), `before` each run: a's runs, b's runs."""
+    pairs = interleaved(a, b, repeat, before)
+    return [first for first, _ in pairs], [second for _, second in pairs]
 
 
 def _median(runs: list[dict], key: str) -> float:

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from sklearn.datasets import make_classification
 
+from benchmarks.harness import interleaved, machine_line
 from benchmarks.markdown import markdown_table
 from fedcore.data.split import split_vertical
 from fedcore.vertical.estimators import FederatedForestClassifier
@@ -158,8 +159,9 @@ def run_xgboost_boosting(train: pd.DataFrame, test: pd.DataFrame) -> dict:
 def boosting_pairs(train: pd.DataFrame, test: pd.DataFrame, repeats: int) -> list[dict]:
     """Vertical boosting and XGBoost hist in turn, `repeats` times: a row per run with the pair's ratio."""
     rows = []
-    for repeat in range(repeats):
-        ours, reference = run_federated_boosting(train, test), run_xgboost_boosting(train, test)
+    pairs = interleaved(lambda: run_federated_boosting(train, test),
+                        lambda: run_xgboost_boosting(train, test), repeats)
+    for repeat, (ours, reference) in enumerate(pairs):
         print(f"boosting run {repeat}: ours {json.dumps(ours)}, XGBoost {json.dumps(reference)}", flush=True)
         rows.append({"run": repeat, "boosting train s": ours["fit_s"],
                      "XGBoost hist train s": reference["fit_s"],
@@ -173,9 +175,9 @@ def boosting_pairs(train: pd.DataFrame, test: pd.DataFrame, repeats: int) -> lis
 def forest_pairs(train: pd.DataFrame, test: pd.DataFrame, depth: int, repeats: int) -> list[dict]:
     """Vertical forest and XGBRFClassifier in turn, `repeats` times: a row per run with the pair's ratio."""
     rows = []
-    for repeat in range(repeats):
-        ours = run_federated_forest(train, test, depth, node_by_node=False)
-        reference = run_xgbrf(train, test, depth)
+    pairs = interleaved(lambda: run_federated_forest(train, test, depth, node_by_node=False),
+                        lambda: run_xgbrf(train, test, depth), repeats)
+    for repeat, (ours, reference) in enumerate(pairs):
         print(f"forest run {repeat}: ours {json.dumps(ours)}, XGBRF {json.dumps(reference)}", flush=True)
         rows.append({"run": repeat, "forest train s": ours["fit_s"],
                      "XGBRFClassifier train s": reference["fit_s"],
@@ -246,7 +248,7 @@ def main() -> None:
         else:
             rows = forest_pairs(train, test, args.depths[0], args.repeats)
         print("\n" + markdown_table(rows, digits=3))
-        print(f"\nMachine: {os.cpu_count()} cores; load average {os.getloadavg()}")
+        print("\n" + machine_line())
         return
 
     rows = []

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.agent_profile import merged
+from benchmarks.harness import add_forest_arguments
 from benchmarks.markdown import markdown_table
 from benchmarks.vertical_parties import run_on_dask, write_parties
 
@@ -23,13 +24,9 @@ from benchmarks.vertical_parties import run_on_dask, write_parties
 def main() -> None:
     """Run the session at each `--rows`, print the stages of every agent and the per-row growth."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, nargs="+", default=[500_000, 2_000_000])
+    add_forest_arguments(parser, rows=[500_000, 2_000_000], features=8, trees=1, depth=4, workers=2,
+                         block_rows=250_000)
     parser.add_argument("--parties", type=int, default=2)
-    parser.add_argument("--features", type=int, default=8)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--trees", type=int, default=1)
-    parser.add_argument("--depth", type=int, default=4)
-    parser.add_argument("--block-rows", type=int, default=250_000)
     parser.add_argument("--limit", default="1GiB")
     parser.add_argument("--alignment", choices=["hash", "psi"], default="hash")
     parser.add_argument("--tmp", default=None)

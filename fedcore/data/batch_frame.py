@@ -1,7 +1,9 @@
 """Arrow record batches into a pandas frame as they arrive: the read holds one copy of the values, not two.
 
 A numeric column (integers, floats) is copied batch by batch into a NumPy array in a memory map that
-grows in place (`GrowingColumn`); the other columns (text, booleans, times) are gathered as Arrow chunks
+grows in place (`GrowingColumn`), and so are a categorical (dictionary) column's codes, its batches'
+dictionaries unified as they arrive (`GrowingCategorical`); the other columns (text, booleans, times) are
+gathered as Arrow chunks
 (`fedcore.data.sql.owned_batches`) and converted at the end. The frame is `pa.Table.to_pandas()` of the
 same batches (values, dtypes; an integer column with a null becomes float64 with NaN), with one pandas
 block per column.
@@ -73,6 +75,44 @@ class GrowingColumn:
             del held
 
 
+class GrowingCategorical:
+    """A dictionary column as pandas codes in a `GrowingColumn`; categories its batches' dictionaries.
+
+    As Arrow's `to_pandas` unifies a chunked dictionary column: the dictionaries' values in order of first
+    appearance (unused ones too), a null as code -1, the codes in the smallest integer type that holds them.
+    """
+
+    def __init__(self, kind: pa.DictionaryType) -> None:
+        """An empty column of Arrow dictionary type `kind`."""
+        import pyarrow as pa
+
+        self.kind = kind
+        self.categories = pa.array([], kind.value_type)
+        self.codes = GrowingColumn(np.dtype(np.int32))
+
+    def append(self, column: pa.DictionaryArray) -> None:
+        """Add one batch's `column`: new dictionary values join the categories, indices become codes."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        dictionary = column.dictionary
+        new = dictionary.filter(pc.invert(pc.is_in(dictionary, value_set=self.categories)))
+        if len(new):
+            self.categories = pa.concat_arrays([self.categories, pc.unique(new)])
+        position = pc.index_in(dictionary, value_set=self.categories).cast(pa.int32())
+        codes = pc.take(position, column.indices).fill_null(-1)
+        self.codes.append(codes)
+
+    def finish(self) -> pd.Categorical:
+        """The column as the pandas Categorical Arrow would give (categories' dtype included)."""
+        import pyarrow as pa
+
+        empty = pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), self.categories,
+                                               ordered=self.kind.ordered)
+        dtype = empty.to_pandas().dtype  # Arrow's own conversion of the categories
+        return pd.Categorical.from_codes(self.codes.finish(), dtype=dtype)
+
+
 def _new_map(size: int) -> mmap.mmap:
     """Private anonymous memory of `size` bytes, returned to the system when unmapped."""
     return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
@@ -95,9 +135,13 @@ def frame_of_batches(reader: pa.RecordBatchReader,
     import pyarrow as pa
 
     schema = reader.schema
-    numeric = [i for i, field in enumerate(schema) if is_growable(field.type)]
-    others = [i for i in range(len(schema)) if i not in numeric]
-    growing = {i: GrowingColumn(np.dtype(schema.field(i).type.to_pandas_dtype())) for i in numeric}
+    growing: dict[int, GrowingColumn | GrowingCategorical] = {}
+    for i, field in enumerate(schema):
+        if is_growable(field.type):
+            growing[i] = GrowingColumn(np.dtype(field.type.to_pandas_dtype()))
+        elif pa.types.is_dictionary(field.type):
+            growing[i] = GrowingCategorical(field.type)
+    others = [i for i in range(len(schema)) if i not in growing]
 
     def rest() -> Iterator[pa.RecordBatch]:
         for batch in reader:

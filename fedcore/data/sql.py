@@ -397,6 +397,8 @@ def key_blocks(source: SqlSource, what: str, key: str, block_rows: int,
 def read_range(block: SqlBlock, what: str, columns: list[str] | None = None) -> pd.DataFrame:
     """One block's rows (of `columns`, default all), in key order: what a Dask worker reads.
 
+    Built batch by batch as `read_sql` builds a party's frame, so a worker holds one copy of the block.
+
     Refused if the block no longer holds the rows counted when the blocks were cut (the table changed).
     """
     source, column = block.source, quote_identifier(block.key)
@@ -408,12 +410,15 @@ def read_range(block: SqlBlock, what: str, columns: list[str] | None = None) -> 
             conditions.append(f"{column} {operator} ${len(values)}")
     where = " WHERE " + " AND ".join(conditions) if conditions else ""
     statement = f"SELECT {wanted} FROM (\n{source.select()}\n) AS source{where} ORDER BY {column}"
-    table = read_arrow(source, what, statement=statement, parameters=tuple(values))
-    if table.num_rows != block.n_rows:
+    from fedcore.data.batch_frame import frame_of_batches
+
+    frame = read_arrow(source, what, statement=statement, parameters=tuple(values),
+                       into=lambda reader: frame_of_batches(reader, owned_batches))
+    if len(frame) != block.n_rows:
         raise DataReadError(f"{what}: {source.describe()} changed while it was read: a block holds "
-                            f"{table.num_rows} rows, not the {block.n_rows} counted when it was opened; "
+                            f"{len(frame)} rows, not the {block.n_rows} counted when it was opened; "
                             "read from a table or snapshot that does not change during the run")
-    return table.to_pandas()
+    return frame
 
 
 def check_types(schema: Any, what: str) -> None:

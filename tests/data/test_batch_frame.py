@@ -16,12 +16,16 @@ from fedcore.data.sql import owned_batches
 def _batches() -> tuple[pa.Schema, list[pa.RecordBatch]]:
     """Three batches of int64 (first null in the second batch), int8, uint32, float32, float64 and text.
 
-    Also nulls in float32, NaN and nulls in float64, booleans with a null, timestamps, one name twice.
+    Also nulls in float32, NaN and nulls in float64, booleans with a null, timestamps, one name twice, and
+    two categoricals whose dictionaries differ per batch: text (nulls, unused entries, over 127 categories
+    in all, so int16 codes) and ordered integers with int8 indices.
     """
     rng = np.random.default_rng(0)
     schema = pa.schema([("id", pa.int64()), ("n", pa.int64()), ("small", pa.int8()), ("u", pa.uint32()),
                         ("f32", pa.float32()), ("x", pa.float64()), ("name", pa.string()),
-                        ("flag", pa.bool_()), ("at", pa.timestamp("us", tz="UTC")), ("x", pa.float64())])
+                        ("flag", pa.bool_()), ("at", pa.timestamp("us", tz="UTC")), ("x", pa.float64()),
+                        ("kind", pa.dictionary(pa.int32(), pa.string())),
+                        ("grade", pa.dictionary(pa.int8(), pa.int64(), ordered=True))])
     batches, start = [], 0
     for rows, null_at in ((1000, None), (700, 5), (300, None)):
         ids = np.arange(start, start + rows)
@@ -33,7 +37,13 @@ def _batches() -> tuple[pa.Schema, list[pa.RecordBatch]]:
             pa.array(rng.normal(size=rows).astype(np.float32), mask=ids % 61 == 0),
             pa.array(x, mask=ids % 89 == 0),
             pa.array([f"c{i}" for i in ids]), pa.array(ids % 3 == 0, mask=ids == 1500),
-            pa.array(ids * 1_000_000, pa.timestamp("us", tz="UTC")), pa.array(-x)], schema=schema))
+            pa.array(ids * 1_000_000, pa.timestamp("us", tz="UTC")), pa.array(-x),
+            pa.DictionaryArray.from_arrays(  # the batch's own dictionary: 60 new values, 3 never used
+                pa.array(ids % 57, pa.int32(), mask=ids % 13 == 0),
+                pa.array([f"k{(start // 10 + j) % 150}" for j in range(60)])),
+            pa.DictionaryArray.from_arrays(pa.array((ids % 3).astype(np.int8)),
+                                           pa.array([start % 7, 9, -start % 5]), ordered=True)],
+            schema=schema))
         start += rows
     return schema, batches
 
@@ -47,6 +57,8 @@ def test_the_frame_is_the_one_arrow_gives(reserve, monkeypatch) -> None:
     pd.testing.assert_frame_equal(frame, expected, check_exact=True)
     assert list(frame.dtypes) == list(expected.dtypes)
     assert [str(frame.dtypes.iloc[i]) for i in (1, 2, 3, 4)] == ["float64", "int8", "uint32", "float32"]
+    assert len(frame["kind"].cat.categories) > 127 and frame["kind"].array.codes.dtype == np.int16
+    assert frame["grade"].cat.ordered and frame["kind"].isna().sum() == (np.arange(2000) % 13 == 0).sum()
     assert frame.iloc[1005, 1] != frame.iloc[1005, 1] and frame.iloc[1006, 1] == 1006 * 2**40 + 1
     assert frame._mgr.nblocks == len(schema), "one pandas block per column"
 
