@@ -103,6 +103,9 @@ class InstitutionData:
     drift: DriftSettings | None = None
     """Its `drift:` setting: which batch PSI names a feature as drifted, and whether it then refuses to
     predict (`fedcore.agents.drift`). None (in-process use): the defaults (0.2, warn)."""
+    federation_size: int | None = None
+    """The institutions its own config lists: a secure-aggregation party refuses a master announcing another
+    count (one would have it send its sums unmasked). None (in-process use): the master's."""
 
     def new_batch(self, until: datetime | None, version: tuple[str, str] | None) -> pd.DataFrame:
         """The new rows to predict: those of the batch scheduled at `until` when the query selects by time.
@@ -222,7 +225,7 @@ def _load_institution(config: FederationConfig, name: str, cluster: Cluster | No
         predictions_dataset=inst.predictions_dataset,
         batches=(BatchLedger.beside(inst.registry, predict_data, name)
                  if isinstance(predict_data, SqlSource) and predict_data.parameters else None),
-        drift=config.drift,
+        drift=config.drift, federation_size=len(config.institutions),
     )
 
 

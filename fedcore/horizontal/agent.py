@@ -191,7 +191,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
                                low=h.numbers("low", schema.n_features),
                                high=h.numbers("high", schema.n_features),
                                k=h.int("k"), identity=self.identity, memory_budget=self.data.memory_budget,
-                               thresholds=privacy.thresholds, n_cells=privacy.n_cells, noise=noise, **rows)
+                               thresholds=privacy.thresholds, n_cells=privacy.n_cells, noise=noise,
+                               expected_parties=self.data.federation_size, **rows)
         budget = privacy if isinstance(privacy, GlobalDP) else GlobalDP()  # gdp: its own budget
         return HorizontalParty(self.name, schema=schema, privacy=privacy.mode, epsilon=budget.epsilon,
                                delta=budget.delta, ldp=privacy.ldp if isinstance(privacy, LocalDP) else None,

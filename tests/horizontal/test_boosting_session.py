@@ -162,3 +162,26 @@ def test_a_boosting_agent_refuses_to_checkpoint_and_the_session_trains_without(t
     with pytest.raises(ProtocolError, match=r"^institution 'north': horizontal boosting keeps no checkpoints "
                                             r"yet; refusing 'resume_status'$"):
         session.transport.exchange({"north": Message("resume_status", {"run": "run-1", "context": "x"})})
+
+
+@pytest.mark.parametrize("announced", [1, 5])
+def test_an_institution_refuses_a_master_announcing_another_number_of_parties(tmp_path, announced) -> None:
+    """A master announcing one party would have each institution send its histograms unmasked.
+
+    The institutions know their federation's size from their own config: no histogram leaves any of them.
+    """
+    config, _, _ = _federation(tmp_path, "classification", "secagg")
+    session = horizontal_session_from_config(config, record_transcript=True)
+    session.agree_schema()
+    honest = session.transport.exchange
+
+    def lying(messages):
+        return honest({name: Message(m.kind, {**m.header, "n_parties": announced}, m.arrays)
+                       if m.kind == "hello" else m for name, m in messages.items()})
+
+    session.transport.exchange = lying
+    with pytest.raises(ProtocolError, match=rf"party 'north': the master announced {announced} parties, this "
+                                            r"institution's federation lists 3; refusing to aggregate"):
+        session.train()
+    sent = [e.kind for e in session.transport.transcript if e.receiver == "master"]
+    assert "boost_plain" not in sent and "boost_masked" not in sent

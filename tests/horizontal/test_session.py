@@ -485,3 +485,32 @@ def test_the_manifest_and_card_show_the_trees_and_depth_gdp_plan_auto_chose(tabl
     assert manifest["params"]["max_depth"] == plan["max_depth"] == int(session.model.depth.max())
     card = model_card("hospitals", "v0001", manifest, None, False, None)
     assert f"- {DEFAULT_LEAF_TREES} trees, max_depth {plan['max_depth']}, " in card
+
+
+@pytest.mark.parametrize(("mode", "announced"), [("secagg", 1), ("secagg-dp", 6)])
+def test_a_ppdert_institution_refuses_a_master_announcing_another_number_of_parties(table, tmp_path, mode,
+                                                                                     announced) -> None:
+    """One party announced: each would send its counts unmasked; more: each would add less noise.
+
+    An institution knows its federation's size from its own config (3 here).
+    """
+    from fedcore.privacy.settings import parse_privacy
+
+    agents = _agents(table.head(600), tmp_path)
+    setting = parse_privacy({"mode": mode, "epsilon": 2.0} if mode == "secagg-dp" else mode, "ppd-ert")
+    for agent in agents.values():
+        agent.data.privacy, agent.data.federation_size = setting, len(NAMES)
+    session = _session(agents, "ppd-ert", privacy=setting, params=SMALL)
+    session.agree_schema()
+    honest = session.transport.exchange
+
+    def lying(messages):
+        return honest({name: Message(m.kind, {**m.header, "n_parties": announced}, m.arrays)
+                       if m.kind == "hello" else m for name, m in messages.items()})
+
+    session.transport.exchange = lying
+    with pytest.raises(ProtocolError, match=rf"party 'north': the master announced {announced} parties, this "
+                                            r"institution's federation lists 3; refusing to aggregate"):
+        session.train()
+    to_master = [e.kind for e in session.transport.transcript if e.receiver == "master"]
+    assert not [kind for kind in to_master if kind.startswith("ppdert")]

@@ -7,6 +7,7 @@ has no Dask rows yet, so an institution with `compute:` is refused at setup, by 
 
 from __future__ import annotations
 
+from fedcore.data.binning import MAX_BINS
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.agent import HorizontalInstitutionAgent
 from fedcore.horizontal.boosting.params import DASK_REFUSED
@@ -29,5 +30,6 @@ class HorizontalBoostingAgent(HorizontalInstitutionAgent):
             raise ProtocolError(f"institution {self.name!r}: {DASK_REFUSED}")
         n = schema.n_features
         return HorizontalBoostingParty(self.name, frame, schema, low=h.numbers("low", n),
-                                       high=h.numbers("high", n), max_bins=h.int("max_bins"),
-                                       secure=isinstance(privacy, SecureAggregation), identity=self.identity)
+                                       high=h.numbers("high", n), max_bins=h.int("max_bins", 2, MAX_BINS),
+                                       secure=isinstance(privacy, SecureAggregation), identity=self.identity,
+                                       expected_parties=self.data.federation_size)

@@ -24,7 +24,7 @@ from fedcore.horizontal.boosting.histograms import node_histograms
 from fedcore.horizontal.boosting.master import REPLIES, TREE_FIELDS
 from fedcore.horizontal.model import HorizontalForest, combination_of
 from fedcore.horizontal.ppdert.agreed import domain_fingerprint
-from fedcore.horizontal.ppdert.keys import signed_key, verified_peer_keys
+from fedcore.horizontal.ppdert.keys import announced_parties, signed_key, verified_peer_keys
 from fedcore.horizontal.rows import PartyRows, check_hello
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.protocol.dispatch import Protocol, Step
@@ -61,14 +61,16 @@ class HorizontalBoostingParty:
 
     def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema, *, low: np.ndarray,
                  high: np.ndarray, max_bins: int, secure: bool = True,
-                 identity: PartyIdentity | None = None) -> None:
+                 identity: PartyIdentity | None = None, expected_parties: int | None = None) -> None:
         """Encode this party's rows with the agreed schema and cut them into the agreed bins.
 
         `identity` signs this party's secure-aggregation key and verifies its peers' (required with secure
-        aggregation and more than one party).
+        aggregation and more than one party). `expected_parties`: the institutions of its own federation; a
+        master announcing another count is refused (None: in-process use).
         """
         self.name = name
         self.schema = schema
+        self.expected_parties = expected_parties
         self.rows = PartyRows(name, frame, schema)
         self.n_rows = self.rows.n_rows
         self.low, self.high = np.asarray(low, np.float64), np.asarray(high, np.float64)
@@ -112,7 +114,7 @@ class HorizontalBoostingParty:
         if bool(h.get("secure", True)) != self.secure:
             raise ProtocolError(f"party {self.name!r} runs {'with' if self.secure else 'without'} secure "
                                 "aggregation; the master asked otherwise")
-        self._n_parties = h.int("n_parties")
+        self._n_parties = announced_parties(self.name, h, self.expected_parties)
         self._n_outputs = h.int("n_outputs")
         self._round, self._agreed, self.aggregator = 0, False, None
         arrays: dict[str, np.ndarray] = {}

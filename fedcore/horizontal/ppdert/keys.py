@@ -20,6 +20,20 @@ if TYPE_CHECKING:
     from fedcore.protocol.messages import Header
 
 
+def announced_parties(name: str, hello: Header, expected: int | None) -> int:
+    """The master's party count from `hello`, refused unless it is the count of the party's own federation.
+
+    A master announcing one party would have every party send its sums unmasked, and one announcing more
+    would shrink each party's share of distributed noise. `expected`: the institutions in this party's own
+    config (None: in-process use, the master's count).
+    """
+    n_parties = hello.int("n_parties", 1)
+    if expected is not None and n_parties != expected:
+        raise ProtocolError(f"party {name!r}: the master announced {n_parties} parties, this institution's "
+                            f"federation lists {expected}; refusing to aggregate with another count")
+    return n_parties
+
+
 def signed_key(name: str, identity: PartyIdentity | None,
                hello: Header) -> tuple[SecureAggregator, bytes, dict[str, np.ndarray], dict[str, str]]:
     """This session's aggregator, the key context, and the hello reply's arrays and header fields.

@@ -32,7 +32,7 @@ from fedcore.horizontal.ppdert.cells import (
     hide_multiplicity,
     populated_spans,
 )
-from fedcore.horizontal.ppdert.keys import signed_key, verified_peer_keys
+from fedcore.horizontal.ppdert.keys import announced_parties, signed_key, verified_peer_keys
 from fedcore.horizontal.rows import PartyRows, check_hello, level_decisions, narrow, own_rows, receive_model
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.secagg import MODULUS_BITS, RING_BITS
@@ -88,7 +88,8 @@ class PPDERTParty:
                  low: np.ndarray, high: np.ndarray, k: int, secure: bool = True,
                  identity: PartyIdentity | None = None, memory_budget: int | None = None,
                  thresholds: str = "histogram", n_cells: int = DEFAULT_CELLS,
-                 rows: DaskPartyRows | None = None, noise: DistributedNoise | None = None) -> None:
+                 rows: DaskPartyRows | None = None, noise: DistributedNoise | None = None,
+                 expected_parties: int | None = None) -> None:
         """Encode this party's rows with the agreed schema and keep its PPD-ERT settings.
 
         `identity` signs this party's secure-aggregation key and verifies its peers' (required with secure
@@ -97,9 +98,12 @@ class PPDERTParty:
         `thresholds`, `n_cells`: what this party agrees to reveal (see `PPDERTMaster`); the master's hello
         must name the same. `rows`: the rows already on a Dask cluster (`fedcore.compute.dask_rows`),
         instead of `frame` (then None). `noise`: privacy secagg-dp, this party's share of the noise and its
-        own budget (`noise.py`); it needs domain thresholds and secure aggregation.
+        own budget (`noise.py`); it needs domain thresholds and secure aggregation. `expected_parties`: the
+        institutions of its own federation; a master announcing another count is refused (None: in-process
+        use).
         """
         self.name = name
+        self.expected_parties = expected_parties
         self.protocol_role, self.n_cells = check_threshold_mode(thresholds, n_cells)
         self.memory_budget = memory_budget
         self.schema = schema
@@ -178,7 +182,7 @@ class PPDERTParty:
         arrays: dict[str, np.ndarray] = {}
         header: dict[str, object] = {"n_rows": self.n_rows,
                                      "memory_budget": self.memory_budget or default_budget()}
-        self._n_parties = h.int("n_parties")
+        self._n_parties = announced_parties(self.name, h, self.expected_parties)
         if self.noise is not None:  # the plan under its own budget; a noisy row count replaces the exact one
             header.update(self.noise.start(h, self._n_parties, self.n_rows))
         elif h.get("privacy", "secagg") != "secagg":
