@@ -40,3 +40,16 @@ def assert_same_forest(a, b) -> None:
     assert arrays_a.keys() == arrays_b.keys()
     for name, value in arrays_a.items():
         np.testing.assert_array_equal(value, arrays_b[name], err_msg=name)
+
+
+def announce_parties(session, announced: int) -> None:
+    """Make `session`'s master lie in every `hello` it sends: it announces `announced` parties."""
+    from fedcore.protocol.messages import Message
+
+    honest = session.transport.exchange
+
+    def lying(messages):
+        return honest({name: Message(m.kind, {**m.header, "n_parties": announced}, m.arrays)
+                       if m.kind == "hello" else m for name, m in messages.items()})
+
+    session.transport.exchange = lying

@@ -32,6 +32,7 @@ from fedcore.models.card import build_manifest, model_card
 from fedcore.models.registry import ModelRegistry
 from fedcore.protocol.messages import Message
 from tests.federations import horizontal_session_from_config
+from tests.horizontal.common import announce_parties
 from tests.keys import master_key, master_public_key
 
 NAMES = ("north", "south", "east")
@@ -173,13 +174,7 @@ def test_an_institution_refuses_a_master_announcing_another_number_of_parties(tm
     config, _, _ = _federation(tmp_path, "classification", "secagg")
     session = horizontal_session_from_config(config, record_transcript=True)
     session.agree_schema()
-    honest = session.transport.exchange
-
-    def lying(messages):
-        return honest({name: Message(m.kind, {**m.header, "n_parties": announced}, m.arrays)
-                       if m.kind == "hello" else m for name, m in messages.items()})
-
-    session.transport.exchange = lying
+    announce_parties(session, announced)
     with pytest.raises(ProtocolError, match=rf"party 'north': the master announced {announced} parties, this "
                                             r"institution's federation lists 3; refusing to aggregate"):
         session.train()

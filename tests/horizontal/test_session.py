@@ -27,6 +27,7 @@ from fedcore.privacy.ldp import LabelLDP
 from fedcore.privacy.settings import LocalDP
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
+from tests.horizontal.common import announce_parties
 from tests.keys import master_key, master_public_key
 
 NAMES = ("north", "south", "east")
@@ -502,13 +503,7 @@ def test_a_ppdert_institution_refuses_a_master_announcing_another_number_of_part
         agent.data.privacy, agent.data.federation_size = setting, len(NAMES)
     session = _session(agents, "ppd-ert", privacy=setting, params=SMALL)
     session.agree_schema()
-    honest = session.transport.exchange
-
-    def lying(messages):
-        return honest({name: Message(m.kind, {**m.header, "n_parties": announced}, m.arrays)
-                       if m.kind == "hello" else m for name, m in messages.items()})
-
-    session.transport.exchange = lying
+    announce_parties(session, announced)
     with pytest.raises(ProtocolError, match=rf"party 'north': the master announced {announced} parties, this "
                                             r"institution's federation lists 3; refusing to aggregate"):
         session.train()
