@@ -117,7 +117,8 @@ def _boosted(trees: ExportedTrees) -> tuple[list, list]:
                                                       "base_values"),
         target_treeids=forest.tree[leaf].tolist(), target_nodeids=forest.node[leaf].tolist(),
         target_ids=(forest.tree[leaf] % k).tolist(),
-        target_weights_as_tensor=numpy_helper.from_array(forest.value[leaf, 0].astype(np.float64), "weights"),
+        target_weights_as_tensor=numpy_helper.from_array(trees.leaf_weights()[leaf, 0].astype(np.float64),
+                                                         "weights"),
         **_tree_nodes(trees))
     if not trees.is_classifier:
         identity = helper.make_node("Identity", ["margins"], ["variable"])
