@@ -50,6 +50,7 @@ from fedcore.data.split import split_vertical
 from fedcore.estimator_api import NotFittedError, impurity_importances, node_impurity_decrease, r2
 from fedcore.horizontal import FederatedExtraTreesClassifier, FederatedExtraTreesRegressor, PPDERTClassifier
 from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
+from tests.thresholds import assert_decides_at_thresholds
 
 SMALL = {"n_estimators": 3, "max_depth": 3}
 ESTIMATORS = {
@@ -421,12 +422,4 @@ def test_a_loaded_vertical_model_has_the_fitted_attributes(tmp_path) -> None:
 @pytest.mark.parametrize("name", [n for n in ESTIMATORS if "Classifier" in n])
 def test_a_decision_threshold_decides_the_positive_class_at_or_above_it(name: str) -> None:
     model, X = _fit(name, _table())
-    proba = model.predict_proba(X)
-    np.testing.assert_array_equal(model.predict(X), model.classes_[np.argmax(proba, axis=1)])  # unset
-    for threshold in (0.2, 0.5, 0.8):
-        model.set_params(decision_threshold=threshold)
-        expected = np.where(proba[:, 1] >= threshold, model.classes_[1], model.classes_[0])
-        np.testing.assert_array_equal(model.predict(X), expected)
-    with pytest.raises(errors.ParameterError, match=r"^decision_threshold must be a number between 0 and 1 "
-                                                    r"\(or None\), got 1.5$"):
-        model.set_params(decision_threshold=1.5).predict(X)
+    assert_decides_at_thresholds(model, X)

@@ -18,6 +18,7 @@ from fedcore.privacy.secagg import unmask_sum
 from fedcore.protocol.messages import Message
 from fedcore.transport.base import MASTER
 from tests.horizontal.common import horizontal_table, split_rows
+from tests.thresholds import assert_decides_at_thresholds
 from tests.wire import continuous_bits, raw_values_in
 
 CASES = {
@@ -195,17 +196,9 @@ def test_a_decision_threshold_decides_the_positive_class_at_or_above_it() -> Non
     """Binary: the second class where its probability >= the threshold; a bad one is refused at predict."""
     table, model = _fit("logistic", 2)
     features = table.drop(columns="target")
-    proba = model.predict_proba(features)
-    np.testing.assert_array_equal(model.predict(features), model.classes_[np.argmax(proba, axis=1)])  # unset
-    for threshold in (0.2, 0.5, 0.8):
-        model.set_params(decision_threshold=threshold)
-        expected = np.where(proba[:, 1] >= threshold, model.classes_[1], model.classes_[0])
-        np.testing.assert_array_equal(model.predict(features), expected)
+    assert_decides_at_thresholds(model, features)
     assert (model.set_params(decision_threshold=0.2).predict(features)
             != model.set_params(decision_threshold=0.8).predict(features)).any()  # the threshold matters here
-    with pytest.raises(ParameterError, match=r"^decision_threshold must be a number between 0 and 1 "
-                                             r"\(or None\), got 1.5$"):
-        model.set_params(decision_threshold=1.5).predict(features)
 
 
 def test_a_decision_threshold_leaves_a_multiclass_prediction_most_probable() -> None:

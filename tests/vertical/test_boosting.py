@@ -16,6 +16,7 @@ from fedcore.protocol.messages import Message
 from fedcore.trees.losses import transform
 from fedcore.vertical.boosting_estimators import FederatedBoostingClassifier, FederatedBoostingRegressor
 from tests.conftest import mixed_table
+from tests.thresholds import assert_decides_at_thresholds
 
 PARAMS = {"n_estimators": 4, "max_depth": 3, "learning_rate": 0.3, "subsample": 0.8, "colsample_bytree": 0.7,
           "min_child_weight": 0.5, "gamma": 0.01, "random_state": 5}
@@ -145,17 +146,9 @@ def test_a_fitted_model_pickles_and_clones_with_xgboost_names() -> None:
 def test_a_decision_threshold_decides_the_positive_class_at_or_above_it() -> None:
     """Binary: the second class where its probability >= the threshold; a bad one is refused at predict."""
     model, frames, _ = _fit("logistic", 2)
-    proba = model.predict_proba(frames)
-    np.testing.assert_array_equal(model.predict(frames), model.classes_[np.argmax(proba, axis=1)])  # unset
-    for threshold in (0.2, 0.5, 0.8):
-        model.set_params(decision_threshold=threshold)
-        expected = np.where(proba[:, 1] >= threshold, model.classes_[1], model.classes_[0])
-        np.testing.assert_array_equal(model.predict(frames), expected)
+    assert_decides_at_thresholds(model, frames)
     assert (model.set_params(decision_threshold=0.2).predict(frames)
             != model.set_params(decision_threshold=0.8).predict(frames)).any()  # the threshold matters here
-    with pytest.raises(ParameterError, match=r"^decision_threshold must be a number between 0 and 1 "
-                                             r"\(or None\), got 1.5$"):
-        model.set_params(decision_threshold=1.5).predict(frames)
 
 
 def test_a_decision_threshold_leaves_a_multiclass_prediction_most_probable() -> None:
