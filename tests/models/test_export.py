@@ -17,7 +17,13 @@ from fedcore.models import signing
 from fedcore.models.export import exported_trees
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.treelite_export import treelite_predict
-from tests.models.export_rows import CATEGORIES, export_table, two_parties
+from tests.models.export_rows import (
+    CATEGORIES,
+    assert_onnx_classifier_matches,
+    export_table,
+    onnx_run,
+    two_parties,
+)
 
 ort = pytest.importorskip("onnxruntime", reason="the [export] extra (onnxruntime) is in [dev]")
 treelite = pytest.importorskip("treelite", reason="the [export] extra (treelite) is in [dev]")
@@ -51,29 +57,15 @@ def regressor(rows):
                                         categories=CATEGORIES).fit(two_parties(frame), label="spend")
 
 
-def _onnx_run(model, X: np.ndarray) -> list[np.ndarray]:
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, {"X": X})
-
-
 def test_onnx_classifier_predicts_as_fedforest(multiclass, rows):
-    held_out = export_table(300, 11)
-    X = multiclass.schema_.encode(held_out)
-    labels, probabilities = _onnx_run(multiclass.to_onnx(), X)
-    expected = multiclass.predict_proba(held_out)
-    assert probabilities.shape == expected.shape
-    np.testing.assert_allclose(probabilities, expected, rtol=0, atol=FLOAT32_SUM_BOUND)
-    decided = np.sort(expected, axis=1)
-    clear = decided[:, -1] - decided[:, -2] > 2 * FLOAT32_SUM_BOUND  # no tie within float32 rounding
-    assert clear.sum() > 250
-    assert list(labels[clear]) == list(multiclass.predict(held_out)[clear])
+    assert_onnx_classifier_matches(multiclass, export_table(300, 11), FLOAT32_SUM_BOUND)
 
 
 def test_onnx_binary_integer_labels(rows):
     frame = rows.assign(flag=(rows["age"] > 50).astype(int))
     model = FederatedExtraTreesClassifier(n_estimators=N_TREES, max_depth=5, random_state=5,
                                           categories=CATEGORIES).fit(two_parties(frame), label="flag")
-    labels, probabilities = _onnx_run(model.to_onnx(), model.schema_.encode(rows))
+    labels, probabilities = onnx_run(model.to_onnx(), model.schema_.encode(rows))
     np.testing.assert_allclose(probabilities, model.predict_proba(rows), rtol=0, atol=FLOAT32_SUM_BOUND)
     assert labels.dtype == np.int64
     expected = model.predict_proba(rows)
@@ -84,7 +76,7 @@ def test_onnx_binary_integer_labels(rows):
 
 def test_onnx_regressor_within_float32_rounding(regressor, rows):
     X = regressor.schema_.encode(rows)
-    (values,) = _onnx_run(regressor.to_onnx(), X)
+    (values,) = onnx_run(regressor.to_onnx(), X)
     expected = regressor.predict(rows)
     scale = np.abs(regressor.model_.value).max()
     np.testing.assert_allclose(values[:, 0], expected, rtol=0, atol=FLOAT32_SUM_BOUND * scale)
@@ -97,7 +89,7 @@ def test_onnx_splits_compare_in_float64(multiclass):
     X = np.zeros((len(internal), multiclass.schema_.n_features))
     for row, node in enumerate(internal):
         X[row, forest.feature[node]] = np.nextafter(forest.threshold[node], np.inf)
-    _, probabilities = _onnx_run(multiclass.to_onnx(), X)
+    _, probabilities = onnx_run(multiclass.to_onnx(), X)
     np.testing.assert_allclose(probabilities, forest.predict_values(X), rtol=0, atol=FLOAT32_SUM_BOUND)
 
 

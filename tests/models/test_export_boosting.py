@@ -17,7 +17,13 @@ from fedcore.horizontal.boosting.estimators import HorizontalBoostingClassifier,
 from fedcore.models import signing
 from fedcore.models.registry import ModelRegistry
 from fedcore.models.treelite_export import treelite_predict
-from tests.models.export_rows import CATEGORIES, export_table, two_parties
+from tests.models.export_rows import (
+    CATEGORIES,
+    assert_onnx_classifier_matches,
+    export_table,
+    onnx_run,
+    two_parties,
+)
 
 ort = pytest.importorskip("onnxruntime", reason="the [export] extra (onnxruntime) is in [dev]")
 treelite = pytest.importorskip("treelite", reason="the [export] extra (treelite) is in [dev]")
@@ -77,23 +83,12 @@ def test_the_models_are_boosted_with_their_links(models) -> None:
 @pytest.mark.parametrize("name", ["binary", "multiclass"])
 def test_onnx_classifier_predicts_as_fedforest(models, name) -> None:
     model = models[name]
-    held_out = export_table(300, 11)
-    session = ort.InferenceSession(model.to_onnx().SerializeToString(), providers=["CPUExecutionProvider"])
-    labels, probabilities = session.run(None, {"X": model.schema_.encode(held_out)})
-    expected = model.predict_proba(held_out)
-    bound = _margin_bound(model) + LINK_BOUND
-    assert probabilities.shape == expected.shape
-    np.testing.assert_allclose(probabilities, expected, rtol=0, atol=bound)
-    decided = np.sort(expected, axis=1)
-    clear = decided[:, -1] - decided[:, -2] > 2 * bound  # no tie within float32 rounding
-    assert clear.sum() > 250
-    assert list(labels[clear]) == list(model.predict(held_out)[clear])
+    assert_onnx_classifier_matches(model, export_table(300, 11), _margin_bound(model) + LINK_BOUND)
 
 
 def test_onnx_regressor_within_float32_rounding(models, rows) -> None:
     model = models["regression"]
-    session = ort.InferenceSession(model.to_onnx().SerializeToString(), providers=["CPUExecutionProvider"])
-    (values,) = session.run(None, {"X": model.schema_.encode(rows)})
+    (values,) = onnx_run(model.to_onnx(), model.schema_.encode(rows))
     np.testing.assert_allclose(values[:, 0], model.predict(rows), rtol=0, atol=_margin_bound(model))
 
 
