@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pandas as pd
@@ -26,7 +27,7 @@ def _raw(**overrides) -> dict:
             {"name": "insurer", "data": "/data/insurer.csv", "id_column": "customer_id"},
         ],
     }
-    return {**raw, **overrides}
+    return {**raw, **copy.deepcopy(overrides)}  # cases may share a value (TWO_MEMBERS)
 
 
 def test_defaults_and_paths_relative_to_the_config_file() -> None:
@@ -129,6 +130,11 @@ def test_bad_training_settings_are_refused_by_name(training, message) -> None:
     assert str(caught.value).startswith(f"{CONFIG}: {message}")
 
 
+TWO_MEMBERS = [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
+               {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]
+"""Two horizontal institutions holding the same label: the least a horizontal federation lists."""
+
+
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"consortium_key": "0123456789abcdef0123"},
      "consortium_key must be {env: VARIABLE} or {file: path}, never the key itself"),
@@ -154,49 +160,39 @@ def test_bad_training_settings_are_refused_by_name(training, message) -> None:
     ({"setting": "horizontal"},
      "in a horizontal federation every institution holds the same label column; set 'label' for ['insurer']"),
     ({"setting": "horizontal", "algorithm": "extra-trees", "privacy": "secagg",
-      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
-                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+      "institutions": TWO_MEMBERS},
      "algorithm 'extra-trees' supports privacy ['none', 'ldp', 'gdp'], got 'secagg'"),
     ({"setting": "horizontal", "algorithm": "ppd-ert", "privacy": {"mode": "secagg", "cells": 3},
-      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
-                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+      "institutions": TWO_MEMBERS},
      "privacy: PPD-ERT histogram cells must be one of [4, 8, 16, 32, 64], got 3"),
     ({"setting": "horizontal", "algorithm": "ppd-ert",
       "privacy": {"mode": "secagg", "thresholds": "quantile"},
-      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
-                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+      "institutions": TWO_MEMBERS},
      "privacy: PPD-ERT thresholds must be one of ['histogram', 'domain'], got 'quantile'"),
     ({"setting": "horizontal", "algorithm": "boosting", "params": {"subsample": 0.5},
-      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
-                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+      "institutions": TWO_MEMBERS},
      "horizontal boosting takes subsample=1.0 only so far: a row's draw would depend on which party holds "
      "it, and 1, 2, 3 parties must grow the same model"),
     ({"setting": "horizontal", "algorithm": "boosting", "params": {"early_stopping_rounds": 3},
-      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
-                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+      "institutions": TWO_MEMBERS},
      "horizontal boosting has no early stopping yet: remove early_stopping_rounds"),
     ({"setting": "horizontal", "algorithm": "boosting", "privacy": {"mode": "secagg", "cells": 8},
-      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
-                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+      "institutions": TWO_MEMBERS},
      "privacy: thresholds and cells are PPD-ERT's; horizontal boosting cuts the declared domains into "
      "params.max_bins bins"),
     ({"setting": "horizontal", "algorithm": "boosting", "privacy": "ldp",
-      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
-                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+      "institutions": TWO_MEMBERS},
      "algorithm 'boosting' supports privacy ['secagg', 'none'], got 'ldp'"),
     ({"setting": "horizontal", "privacy": {"mode": "gdp", "thresholds": "domain"},
-      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
-                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+      "institutions": TWO_MEMBERS},
      "privacy: mode 'gdp' does not use field(s) ['thresholds']; valid: ['delta', 'epsilon', 'mode', 'plan', "
      "'split_levels']"),
     ({"setting": "horizontal", "privacy": {"mode": "gdp", "epsilon": 1, "delta": 1e-6, "plan": "splits"},
-      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
-                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+      "institutions": TWO_MEMBERS},
      "privacy 'gdp' needs a bounded depth: set params.max_depth (the model's budget is spread over trees x "
      "levels)"),
     ({"setting": "horizontal", "privacy": {"mode": "gdp", "epsilon": 0},
-      "institutions": [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
-                       {"name": "b", "data": "b.csv", "id_column": "id", "label": "y"}]},
+      "institutions": TWO_MEMBERS},
      "privacy: epsilon must be a finite number > 0, got 0: smaller epsilon = more noise and stronger "
      "privacy, larger = less noise (typical values 0.1 to 10)"),
 ])
