@@ -63,8 +63,9 @@ from fedcore.agents.storage import (
 )
 from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
-from fedcore.errors import DataWriteError, ParameterError, ProtocolError
+from fedcore.errors import ContractMismatch, DataWriteError, ParameterError, ProtocolError
 from fedcore.horizontal.boosting.party import HorizontalBoostingParty
+from fedcore.horizontal.domains import checked_domains
 from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.plan import NOISY_ROW_COUNTS
@@ -187,9 +188,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
             noise = None
             if isinstance(privacy, DistributedDP):  # its own budget, a local secret seed
                 noise = DistributedNoise(self.name, privacy.epsilon, privacy.delta, secrets.randbits(63))
-            return PPDERTParty(self.name, schema=schema, seed=h.int("seed"),
-                               low=h.numbers("low", schema.n_features),
-                               high=h.numbers("high", schema.n_features),
+            low, high = self._master_domains(h, schema)
+            return PPDERTParty(self.name, schema=schema, seed=h.int("seed"), low=low, high=high,
                                k=h.int("k"), identity=self.identity, memory_budget=self.data.memory_budget,
                                thresholds=privacy.thresholds, n_cells=privacy.n_cells, noise=noise,
                                expected_parties=self.data.federation_size, **rows)
@@ -197,6 +197,24 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
         return HorizontalParty(self.name, schema=schema, privacy=privacy.mode, epsilon=budget.epsilon,
                                delta=budget.delta, ldp=privacy.ldp if isinstance(privacy, LocalDP) else None,
                                memory_budget=self.data.memory_budget, **rows)
+
+    def _master_domains(self, h: Header, schema: HorizontalSchema) -> tuple[np.ndarray, np.ndarray]:
+        """The setup's per-feature domains (PPD-ERT's cells, boosting's bins), checked (`checked_domains`).
+
+        An honest master sends finite numbers, the categories' codes, and domains holding this institution's
+        declared ranges (the hull over every contract); anything else is refused before training.
+        """
+        low, high = h.numbers("low", schema.n_features), h.numbers("high", schema.n_features)
+        declared = None
+        if self.data.contract is not None:
+            from fedcore.contracts.agreement import shared_schema
+            from fedcore.horizontal.contracts import declared_feature_ranges
+
+            try:
+                declared = declared_feature_ranges(shared_schema({self.name: self.data.contract}))
+            except ContractMismatch as error:
+                raise ProtocolError(f"institution {self.name!r}: {error}") from None
+        return checked_domains(self.name, schema, low, high, declared)
 
     def _rows(self, train: pd.DataFrame) -> dict:
         """The party's rows as its constructor takes them: in process, or on this institution's Dask cluster.

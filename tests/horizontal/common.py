@@ -53,3 +53,32 @@ def announce_parties(session, announced: int) -> None:
                        if m.kind == "hello" else m for name, m in messages.items()})
 
     session.transport.exchange = lying
+
+
+def rewrite_domains(session, feature: str, low: float, high: float) -> None:
+    """Make `session`'s master send the domain [`low`, `high`] for `feature` in its `setup` header."""
+    from fedcore.protocol.messages import Message
+
+    honest = session.transport.exchange
+
+    def lying(messages):
+        rewritten = {}
+        for name, m in messages.items():
+            if m.kind == "setup":
+                j = session.schema.names.index(feature)
+                lows, highs = list(m.header["low"]), list(m.header["high"])
+                lows[j], highs[j] = low, high
+                m = Message(m.kind, {**m.header, "low": lows, "high": highs}, m.arrays)
+            rewritten[name] = m
+        return honest(rewritten)
+
+    session.transport.exchange = lying
+
+
+DOMAIN_LIES = [  # (feature, low, high) -> why the institution refuses, after "the master's domain for ..."
+    ("x3", float("nan"), 5.0, r"is \[nan, 5\.0\]; a domain is two finite numbers, low <= high"),
+    ("x3", 4.0, -4.0, r"is \[4\.0, -4\.0\]; a domain is two finite numbers, low <= high"),
+    ("x3", float("-inf"), 5.0, r"is \[-inf, 5\.0\]; a domain is two finite numbers, low <= high"),
+    ("x3", 0.0, 0.5, r"is \[0\.0, 0\.5\], which does not hold the range \[-?[0-9.]+, [0-9.]+\] its data "
+                     r"contract declares"),
+]

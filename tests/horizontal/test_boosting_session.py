@@ -32,7 +32,7 @@ from fedcore.models.card import build_manifest, model_card
 from fedcore.models.registry import ModelRegistry
 from fedcore.protocol.messages import Message
 from tests.federations import horizontal_session_from_config
-from tests.horizontal.common import announce_parties
+from tests.horizontal.common import DOMAIN_LIES, announce_parties, rewrite_domains
 from tests.keys import master_key, master_public_key
 
 NAMES = ("north", "south", "east")
@@ -180,3 +180,16 @@ def test_an_institution_refuses_a_master_announcing_another_number_of_parties(tm
         session.train()
     sent = [e.kind for e in session.transport.transcript if e.receiver == "master"]
     assert "boost_plain" not in sent and "boost_masked" not in sent
+
+
+@pytest.mark.parametrize(("feature", "low", "high", "why"), DOMAIN_LIES)
+def test_an_institution_refuses_a_master_domain_its_contract_cannot_give(tmp_path, feature, low, high,
+                                                                         why) -> None:
+    """Boosting cuts its bins in the master's domains: each must be finite and hold the declared range."""
+    config, _, _ = _federation(tmp_path, "classification", "secagg")
+    session = horizontal_session_from_config(config, record_transcript=True)
+    rewrite_domains(session, feature, low, high)
+    with pytest.raises(ProtocolError, match=rf"institution 'north': the master's domain for feature "
+                                            rf"'{feature}' {why}; refusing to set up"):
+        session.agree_schema()
+    assert not [e for e in session.transport.transcript if e.receiver == "master" and e.kind == "ready"]

@@ -27,7 +27,7 @@ from fedcore.privacy.ldp import LabelLDP
 from fedcore.privacy.settings import LocalDP
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
-from tests.horizontal.common import announce_parties
+from tests.horizontal.common import DOMAIN_LIES, announce_parties, rewrite_domains
 from tests.keys import master_key, master_public_key
 
 NAMES = ("north", "south", "east")
@@ -509,3 +509,16 @@ def test_a_ppdert_institution_refuses_a_master_announcing_another_number_of_part
         session.train()
     to_master = [e.kind for e in session.transport.transcript if e.receiver == "master"]
     assert not [kind for kind in to_master if kind.startswith("ppdert")]
+
+
+@pytest.mark.parametrize(("feature", "low", "high", "why"), [
+    *DOMAIN_LIES, ("region", 0.0, 7.0, r"is \[0\.0, 7\.0\]; its 3 categories' codes are \[0, 2\]")])
+def test_a_ppdert_institution_refuses_a_master_domain_its_contract_cannot_give(table, tmp_path, feature, low,
+                                                                              high, why) -> None:
+    """PPD-ERT cuts its cells in the master's domains: each must be finite and hold the declared range."""
+    session = _session(_agents(table.head(600), tmp_path), "ppd-ert", params=SMALL)
+    rewrite_domains(session, feature, low, high)
+    with pytest.raises(ProtocolError, match=rf"institution 'north': the master's domain for feature "
+                                            rf"'{feature}' {why}; refusing to set up"):
+        session.agree_schema()
+    assert not [e for e in session.transport.transcript if e.receiver == "master" and e.kind == "ready"]

@@ -28,8 +28,8 @@ class HorizontalBoostingAgent(HorizontalInstitutionAgent):
         frame = rows.get("frame")
         if frame is None:
             raise ProtocolError(f"institution {self.name!r}: {DASK_REFUSED}")
-        n = schema.n_features
-        return HorizontalBoostingParty(self.name, frame, schema, low=h.numbers("low", n),
-                                       high=h.numbers("high", n), max_bins=h.int("max_bins", 2, MAX_BINS),
+        low, high = self._master_domains(h, schema)
+        return HorizontalBoostingParty(self.name, frame, schema, low=low, high=high,
+                                       max_bins=h.int("max_bins", 2, MAX_BINS),
                                        secure=isinstance(privacy, SecureAggregation), identity=self.identity,
                                        expected_parties=self.data.federation_size)
