@@ -5,7 +5,7 @@
     fedforest models promote  TRUST --model NAME --version REF [--alias production]
     fedforest models rollback TRUST --model NAME [--alias production]
     fedforest models keygen   --out FILE      (writes FILE, mode 0600, and FILE.pub, mode 0644)
-    fedforest models export   TRUST --model NAME [--version REF] --format onnx|treelite --out FILE
+    fedforest models export   TRUST --model NAME [--version REF] --format onnx|treelite|structure --out FILE
 
 TRUST says which registry and which key to trust: `--config federation.yaml` (the master's registry, its
 master.public_key, and master.signing_key to promote), or `--registry DIR` with `--public-key FILE`
@@ -68,12 +68,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     rollback.set_defaults(handler=_rollback)
 
     export = sub.add_parser("export", help="write a verified horizontal version as ONNX or Treelite "
-                                           "(the [export] extra)")
+                                           "(the [export] extra), or any version's tree tables as JSON")
     _registry_options(export)
     export.add_argument("--version", default=LATEST, metavar="REF",
                         help="v0003, an alias or latest (default)")
     export.add_argument("--format", required=True, choices=FORMATS, help="onnx (TreeEnsembleClassifier/"
-                                                                        "Regressor) or treelite")
+                        "Regressor) or treelite, horizontal only; structure: the tree tables this registry "
+                        "holds, as JSON (vertical: the master's structure, or an institution's own splits)")
     export.add_argument("--out", required=True, metavar="FILE", help="the file to write (replaced whole)")
     export.set_defaults(handler=_export)
 
@@ -232,6 +233,10 @@ def _write_pictures(registry: ModelRegistry, model: str, version: str, metric: s
 def _export(args: argparse.Namespace) -> int:
     """Write the version's forest in the format asked; the input is the schema-encoded matrix."""
     version, path = export_version(_open(args), args.model, args.version, args.format, args.out)
+    if args.format == "structure":
+        print(f"{args.model} {version}: wrote {path} (structure: the tree tables this registry holds, as "
+              "JSON; docs/design.md, Export)")
+        return 0
     print(f"{args.model} {version}: wrote {path} ({args.format}; input X: the rows encoded by the schema in "
           "its metadata, see docs/design.md, Export)")
     return 0

@@ -15,6 +15,7 @@ stay at the parties that own them (docs/design.md), so it cannot leave the feder
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,10 @@ from fedcore.errors import ArtifactError, ParameterError
 from fedcore.horizontal.model import MODEL_TABLE, HorizontalForest
 from fedcore.models.registry import ModelRegistry
 
-FORMATS = ("onnx", "treelite")
+RUNNABLE_FORMATS = ("onnx", "treelite")
+"""What a serving runtime runs: a complete (horizontal) model only."""
+FORMATS = (*RUNNABLE_FORMATS, "structure")
+"""`structure`: the version's tree tables as JSON, any setting (`fedcore.models.structure_export`)."""
 INSTALL_HINT = "install the export extra: pip install 'fedforest[export]'"
 
 
@@ -87,18 +91,23 @@ def exported_trees(forest: HorizontalForest) -> ExportedTrees:
 
 def write_export(trees: ExportedTrees, fmt: str, out: str | os.PathLike, algorithm: str = "") -> Path:
     """Write `trees` as an ONNX or Treelite file at `out` (replaced whole, never half-written)."""
-    if fmt not in FORMATS:
-        raise ParameterError(f"export format must be one of {list(FORMATS)}, got {fmt!r}")
-    target = Path(out)
-    staging = target.with_name(f".{target.name}.partial")
+    if fmt not in RUNNABLE_FORMATS:
+        raise ParameterError(f"export format must be one of {list(RUNNABLE_FORMATS)}, got {fmt!r}")
     if fmt == "onnx":
         from fedcore.models.onnx_export import to_onnx
 
-        staging.write_bytes(to_onnx(trees, algorithm).SerializeToString())
-    else:
-        from fedcore.models.treelite_export import to_treelite
+        document = to_onnx(trees, algorithm).SerializeToString()
+        return _replace_whole(out, lambda path: path.write_bytes(document))
+    from fedcore.models.treelite_export import to_treelite
 
-        to_treelite(trees).serialize(str(staging))
+    return _replace_whole(out, lambda path: to_treelite(trees).serialize(str(path)))
+
+
+def _replace_whole(out: str | os.PathLike, write: Callable[[Path], object]) -> Path:
+    """`write` a staging file beside `out`, then move it over `out`: never a half-written export."""
+    target = Path(out)
+    staging = target.with_name(f".{target.name}.partial")
+    write(staging)
     os.replace(staging, target)
     return target
 
@@ -107,14 +116,22 @@ def export_version(registry: ModelRegistry, model_name: str, ref: str, fmt: str,
                    out: str | os.PathLike) -> tuple[str, Path]:
     """Export a registered version (verified as `load` verifies it): (its version, the file written).
 
-    A vertical version is refused: no single place holds its thresholds.
+    `structure` writes the tables this registry holds of it as JSON (a vertical version's: the master's
+    structure, or an institution's own splits); ONNX and Treelite refuse a vertical version: no single place
+    holds its thresholds.
     """
     version = registry.resolve(model_name, ref)
     manifest, tables = registry.load(model_name, version)
+    if fmt == "structure":
+        from fedcore.models.structure_export import structure_json
+
+        document = structure_json(manifest, tables)
+        return version, _replace_whole(out, lambda path: path.write_bytes(document))
     if manifest.get("setting") != "horizontal":
         raise ArtifactError(f"model {model_name!r} {version} is a {manifest.get('setting')} model: its split "
-                            "thresholds stay at the institutions that own them, so it cannot leave the "
-                            "federation (docs/design.md, Export); only horizontal models export")
+                            "thresholds stay at the institutions that own them, so it cannot run outside "
+                            "the federation (docs/design.md, Export): only horizontal models export to onnx "
+                            "or treelite; --format structure writes the tables this registry holds")
     if MODEL_TABLE not in tables:
         raise ArtifactError(f"model {model_name!r} {version}: no {MODEL_TABLE!r} table in {registry.root}")
     forest = HorizontalForest.from_table(tables[MODEL_TABLE])

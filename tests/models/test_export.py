@@ -152,6 +152,7 @@ def test_cli_refuses_a_vertical_version(capsys, registry, tmp_path):
     code, out, err = _export(capsys, registry, "credit", "onnx", tmp_path / "credit.onnx")
     assert (code, out) == (1, "") and err.count("\n") == 1
     assert ("model 'credit' v0001 is a vertical model: its split thresholds stay at the institutions that "
-            "own them, so it cannot leave the federation (docs/design.md, Export); only horizontal models "
-            "export") in err
+            "own them, so it cannot run outside the federation (docs/design.md, Export): only horizontal "
+            "models export to onnx or treelite; --format structure writes the tables this registry "
+            "holds") in err
     assert not (tmp_path / "credit.onnx").exists()
