@@ -64,6 +64,9 @@ class Algorithm:
     reference: str = ""
     """`(task, train, test, label, params) -> dict`: the centralised scikit-learn run a simulation is scored
     against (`fedcore.simulation.reference`)."""
+    fieldless_modes: tuple[str, ...] = ()
+    """Modes it runs with none of their fields: there they configure another algorithm's engine (PPD-ERT's
+    `thresholds` and `cells` under `secagg`), so any given, even at its default value, is refused."""
     dask_refusal: str | None = None
     """`(task) -> str | None`: why an institution's Dask party (`compute:`) cannot train it for `task`, or
     None when it can; None here: every task runs on Dask."""
@@ -135,12 +138,13 @@ _SIMULATE_VERTICAL = "fedcore.simulation.vertical:simulate_command"
 _SIMULATE_HORIZONTAL = "fedcore.simulation.horizontal:simulate_command"
 _REFERENCE = "fedcore.simulation.reference:"
 _HORIZONTAL_ESTIMATORS = "fedcore.horizontal.estimators:"
-_HORIZONTAL = dict(simulate=_SIMULATE_HORIZONTAL, reference=_REFERENCE + "reference_extra_trees",
-                   params="fedcore.horizontal.params:ExtraTreesParams",
-                   parse_params="fedcore.horizontal.params:ExtraTreesParams.from_config",
-                   check_params="fedcore.horizontal.plan:check_params",
-                   session="fedcore.horizontal.deploy:open_session",
-                   agent="fedcore.horizontal.deploy:institution_agent")
+_HORIZONTAL: dict[str, Any] = dict(
+    simulate=_SIMULATE_HORIZONTAL, reference=_REFERENCE + "reference_extra_trees",
+    params="fedcore.horizontal.params:ExtraTreesParams",
+    parse_params="fedcore.horizontal.params:ExtraTreesParams.from_config",
+    check_params="fedcore.horizontal.plan:check_params",
+    session="fedcore.horizontal.deploy:open_session",
+    agent="fedcore.horizontal.deploy:institution_agent")
 
 FOREST = Algorithm("forest", "vertical", "Federated Forest", ("none", *ENCRYPTED_MODES),
                    ("federated-forest",), params="fedcore.trees.params:ForestParams",
@@ -168,6 +172,7 @@ HORIZONTAL_BOOSTING = Algorithm("boosting", "horizontal", "Federated gradient bo
                                 params="fedcore.trees.boosting:BoostingParams",
                                 parse_params="fedcore.horizontal.boosting.params:from_config",
                                 check_params="fedcore.horizontal.boosting.params:check_params",
+                                fieldless_modes=("secagg",),
                                 dask_refusal="fedcore.horizontal.boosting.params:dask_refusal",
                                 simulate=_SIMULATE_HORIZONTAL, reference=_REFERENCE + "reference_boosting",
                                 estimators=("fedcore.horizontal.boosting:HorizontalBoostingClassifier",

@@ -96,7 +96,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -366,6 +366,7 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         privacy = parse_privacy(raw.get("privacy"), algorithm)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
+    _check_fieldless(raw.get("privacy"), privacy, algorithm, path)
     alignment = raw.get("alignment", "hash")
     if alignment not in ("hash", "psi"):
         raise ConfigError(f"{path}: alignment must be 'hash' (keyed hashes) or 'psi' (ECDH private set "
@@ -510,6 +511,20 @@ def _source(value: Any, where: str, path: Path,
     if "://" in str(value):  # a dataset URL (s3://, file://, ...): pyarrow's file systems open it as given
         return str(value)
     return str(resolve(path, value))
+
+
+def _check_fieldless(raw: object, privacy: PrivacySetting, algorithm: Algorithm, path: Path) -> None:
+    """Refuse fields written under a mode the algorithm runs without any (`Algorithm.fieldless_modes`).
+
+    Checked on the config as written: the parsed setting fills in defaults, so `cells: 16` would pass
+    unnoticed there though it configures nothing.
+    """
+    if privacy.mode in algorithm.fieldless_modes and isinstance(raw, Mapping):
+        given = sorted(str(name) for name in raw if name != "mode")
+        if given:
+            raise ConfigError(f"{path}: privacy: {algorithm.title} ({algorithm.setting}) runs mode "
+                              f"{privacy.mode!r} without fields, got {given}: they configure another "
+                              "algorithm's engine")
 
 
 def _check_compute(institutions: list[Institution], algorithm: Algorithm, task: str, path: Path) -> None:

@@ -178,8 +178,12 @@ TWO_MEMBERS = [{"name": "a", "data": "a.csv", "id_column": "id", "label": "y"},
      "horizontal boosting has no early stopping yet: remove early_stopping_rounds"),
     ({"setting": "horizontal", "algorithm": "boosting", "privacy": {"mode": "secagg", "cells": 8},
       "institutions": TWO_MEMBERS},
-     "privacy: thresholds and cells are PPD-ERT's; horizontal boosting cuts the declared domains into "
-     "params.max_bins bins"),
+     "privacy: Federated gradient boosting (horizontal) runs mode 'secagg' without fields, got ['cells']: "
+     "they configure another algorithm's engine"),
+    ({"setting": "horizontal", "algorithm": "boosting",  # the default value configures nothing either
+      "privacy": {"mode": "secagg", "thresholds": "histogram", "cells": 16}, "institutions": TWO_MEMBERS},
+     "privacy: Federated gradient boosting (horizontal) runs mode 'secagg' without fields, got ['cells', "
+     "'thresholds']: they configure another algorithm's engine"),
     ({"setting": "horizontal", "algorithm": "boosting", "privacy": "ldp",
       "institutions": TWO_MEMBERS},
      "algorithm 'boosting' supports privacy ['secagg', 'none'], got 'ldp'"),

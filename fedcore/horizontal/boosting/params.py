@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from fedcore.errors import ParameterError
-from fedcore.privacy.settings import DEFAULT_CELLS, SecureAggregation
 from fedcore.trees.boosting import BoostingParams
 
 DASK_REFUSED = ("horizontal boosting runs in process only so far (its party has no Dask rows yet); remove "
@@ -40,13 +39,10 @@ def check_subsample(subsample: float) -> None:
 def check_params(privacy: Any, params: BoostingParams) -> None:
     """What a federation config may not ask of horizontal boosting (the registry's `check_params`).
 
-    No subsampling, no early stopping (not yet), and under `secagg` none of PPD-ERT's threshold fields:
-    boosting's bins are `params.max_bins` equal cells of the declared domains.
+    No subsampling, no early stopping (not yet). PPD-ERT's threshold fields under `secagg` are refused by the
+    config as written (`Algorithm.fieldless_modes`): boosting's bins are `params.max_bins` equal cells of the
+    declared domains.
     """
     check_subsample(params.subsample)
     if params.early_stopping_rounds is not None:
         raise ParameterError("horizontal boosting has no early stopping yet: remove early_stopping_rounds")
-    if isinstance(privacy, SecureAggregation) and (privacy.thresholds, privacy.cells) != ("histogram",
-                                                                                         DEFAULT_CELLS):
-        raise ParameterError("privacy: thresholds and cells are PPD-ERT's; horizontal boosting cuts the "
-                             "declared domains into params.max_bins bins")
