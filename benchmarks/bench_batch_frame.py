@@ -14,14 +14,13 @@ own (peak resident memory, ru_maxrss, is then its own), in interleaved rounds:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.harness import machine_line
+from benchmarks.harness import child_json, machine_line
 
 CHILD = r"""
 import json, resource, sys, time
@@ -59,8 +58,7 @@ def make_file(path: Path, rows: int, columns: int, categoricals: int) -> list[st
 def run(root: str, path: Path, categoricals: list[str], how: str) -> dict:
     """One read in a child process: its JSON summary."""
     code = CHILD.format(root=root, path=str(path), categoricals=categoricals, how=how)
-    done = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, check=True)
-    return json.loads(done.stdout.decode().splitlines()[-1])
+    return child_json([sys.executable, "-c", code])
 
 
 def main() -> None:

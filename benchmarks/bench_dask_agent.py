@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from benchmarks.bench_dask_party import _vm_hwm_mib, sample_path, write_dataset
-from benchmarks.harness import add_forest_arguments
+from benchmarks.harness import add_forest_arguments, child_json
 
 NAMES = ("north", "south", "east")
 
@@ -118,13 +117,11 @@ def main() -> None:
     if args.mode == "agent":
         print(json.dumps(run_agent(args)))
         return
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     with tempfile.TemporaryDirectory() as tmp:
-        for mode in ("write", "agent"):
-            command = [sys.executable, "-m", "benchmarks.bench_dask_agent", *sys.argv[1:], "--mode", mode,
-                       "--data", tmp]
-            out = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+        command = [sys.executable, "-m", "benchmarks.bench_dask_agent", *sys.argv[1:], "--data", tmp,
+                   "--mode"]
+        subprocess.run([*command, "write"], check=True, capture_output=True)  # the dataset: its own process
+        result = child_json([*command, "agent"], quiet=True)
     print(f"{result['north_rows']:,} x {args.features} at north on {args.workers} Dask workers (blocks of "
           f"{args.block_rows:,} rows), {args.trees} trees of depth {args.depth}; accuracy "
           f"{result['accuracy']:.4f}\n")

@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmarks.harness import add_forest_arguments
+from benchmarks.harness import add_forest_arguments, child_json
 from benchmarks.markdown import markdown_table
 
 
@@ -191,9 +190,7 @@ def main() -> None:
         for mode in ("in-process", "dask"):
             command = [sys.executable, "-m", "benchmarks.bench_dask_party", *sys.argv[1:], "--mode", mode,
                        "--data", str(data)]
-            out = subprocess.run(command, check=True, capture_output=True, text=True,
-                                 env={**os.environ, "PYTHONWARNINGS": "ignore"})
-            results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+            results[mode] = child_json(command, quiet=True)
     ref, dask = results["in-process"], results["dask"]
     print(f"{args.rows:,} x {args.features}, {args.trees} trees, depth {args.depth}; {platform.processor()}, "
           f"{os.cpu_count()} cores; {args.workers} workers, {dask['blocks']} blocks of {args.block_rows:,} "

@@ -37,7 +37,6 @@ import json
 import os
 import platform
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -53,7 +52,7 @@ from benchmarks.bench_dask_party import (
     run_in_process,
     write_dataset,
 )
-from benchmarks.harness import add_forest_arguments
+from benchmarks.harness import add_forest_arguments, child_json
 from benchmarks.markdown import markdown_table
 from benchmarks.vertical_parties import run_in_process as vertical_in_process
 from benchmarks.vertical_parties import run_on_dask as vertical_on_dask
@@ -130,9 +129,7 @@ def _measure(mode: str, data: Path, rows: int, extra: list[str]) -> dict:
     command = [sys.executable, "-m", "benchmarks.bench_dask_scale", "--run", mode, "--data", str(data),
                "--rows", str(rows), *extra]
     print(f"  running {mode} on {rows:,} rows ...", file=sys.stderr, flush=True)
-    out = subprocess.run(command, check=True, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return child_json(command, quiet=True)
 
 
 def _dataset(tmp: Path, rows: int, args: argparse.Namespace) -> Path:

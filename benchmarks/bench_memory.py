@@ -18,6 +18,8 @@ import json
 import subprocess
 import sys
 
+from benchmarks.harness import child_json
+
 CHILD = r"""
 import json, resource, time
 import numpy as np, pandas as pd
@@ -59,10 +61,10 @@ def run(rows: int, features: int, trees: int, depth: int, setting: str, budget: 
     """One fit in a child process: its JSON summary."""
     code = CHILD.format(rows=rows, features=features, trees=trees, depth=depth, setting=setting,
                         budget=budget)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    if done.returncode != 0:
-        return {"setting": setting, "rows": rows, "error": done.stderr.strip().splitlines()[-1:]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        return child_json([sys.executable, "-c", code], quiet=True)
+    except subprocess.CalledProcessError as failed:
+        return {"setting": setting, "rows": rows, "error": failed.stderr.strip().splitlines()[-1:]}
 
 
 def main() -> None:

@@ -16,7 +16,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 
@@ -24,7 +23,7 @@ import numpy as np
 import pandas as pd
 from sklearn.datasets import make_classification
 
-from benchmarks.harness import interleaved, machine_line
+from benchmarks.harness import child_json, interleaved, machine_line
 from benchmarks.markdown import markdown_table
 from fedcore.data.split import split_vertical
 from fedcore.vertical.estimators import FederatedForestClassifier
@@ -209,8 +208,7 @@ def large_run(rows: int, depth: int) -> dict:
         "out['peak_rss_gib'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20\n"
         "print(json.dumps(out))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return child_json([sys.executable, "-c", code], quiet=True)
 
 
 def _ratio(reference: float | None, ours: float) -> str:

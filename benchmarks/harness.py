@@ -7,8 +7,10 @@ alternate (a b a b ...) and each result carries the load average it was measured
 from __future__ import annotations
 
 import argparse
+import json
 import os
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 A = TypeVar("A")
@@ -25,6 +27,19 @@ def interleaved(a: Callable[[], A], b: Callable[[], B], repeats: int,
         before()
         pairs.append((first, b()))
     return pairs
+
+
+def child_json(command: Sequence[str], *, quiet: bool = False) -> dict:
+    """Run `command` in a child process; the JSON object it printed on its last line of standard output.
+
+    A child has its own peak memory and a fresh interpreter. `quiet` hides its standard error and Python
+    warnings (Dask's shuffle warnings); a failed child raises CalledProcessError (with its standard error
+    when quiet).
+    """
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"} if quiet else None
+    done = subprocess.run(list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE if quiet else None,
+                          text=True, check=True, env=env)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def machine_line() -> str:
