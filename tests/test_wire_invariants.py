@@ -284,7 +284,7 @@ def _arrays(table: Mapping[str, str]) -> dict[str, frozenset[str]]:
 
 VERTICAL_TO_MASTER = {  # DESIGN: per node each party's best local gain; partition bitmaps; leaf class counts
     "validation": "", "setup_reply": "feature_ids", "labels": "y", "aligned": "",
-    "local_best": "gain rank stats", "partition_bits": "bits", "leaf_sets": "sets", "ack": "",
+    "local_best": "gain rank stats", "partition_bits": "bits", "split_sets": "left", "ack": "",
     "metrics": "confusion curve", "delivered": ""}  # held-out confusion; binary: curve counts
 VERTICAL_TO_PARTIES = {  # DESIGN: its sampled feature ids; bitmaps of nodes it does not own; encoded labels;
     # the importance shares of its own splits

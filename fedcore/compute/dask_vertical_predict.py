@@ -4,8 +4,8 @@ The batch's aligned rows (`fedcore.compute.dask_alignment.align_blocks`, in the 
 where they are (`encode_columns` for the party's model), and each per-party prediction step runs per block
 on the same functions as in process (`fedcore.vertical.prediction_rows`):
 
-* `predict_leaves` for rows [start, stop): each block it overlaps computes its rows' leaf sets; the agent
-  joins them in row order (`join_leaf_sets`: side by side when the blocks cut at multiples of 64 rows,
+* `predict_leaves` for rows [start, stop): each block it overlaps computes its rows' split sets; the agent
+  joins them in row order (`join_row_sets`: side by side when the blocks cut at multiples of 64 rows,
   else unpacked to bits and packed again), which is the in-process answer bit for bit (the sets are per
   row);
 * `route`: the asked rows are grouped by block, each block answers its own, and the agent puts the bits
@@ -26,7 +26,7 @@ import pandas as pd
 from fedcore.compute.blocks import rebuildable
 from fedcore.trees.predictor import ThresholdIndex, encode_columns
 from fedcore.trees.structure import PartialForest
-from fedcore.vertical.prediction_rows import leaf_sets, route_bits, threshold_index
+from fedcore.vertical.prediction_rows import route_bits, split_sets, threshold_index
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -36,9 +36,9 @@ def _encode(frame: pd.DataFrame, model: PartialForest) -> np.ndarray:
     return encode_columns(frame, model.column_names, model.column_categories)
 
 
-def _leaf_sets(X: np.ndarray, start: int, stop: int, model: PartialForest,
-               index: ThresholdIndex) -> np.ndarray:
-    return leaf_sets(model, index, X[start:stop])
+def _split_sets(X: np.ndarray, start: int, stop: int, model: PartialForest,
+                index: ThresholdIndex) -> np.ndarray:
+    return split_sets(model, index, X[start:stop])
 
 
 def _route(X: np.ndarray, rows: np.ndarray, nodes: np.ndarray, model: PartialForest) -> np.ndarray:
@@ -59,16 +59,16 @@ def _words(bits: np.ndarray) -> np.ndarray:
     return out.view("<u8").astype(np.uint64)
 
 
-def join_leaf_sets(parts: Sequence[np.ndarray], counts: Sequence[int], n_leaves: int) -> np.ndarray:
-    """The leaf sets of consecutive row ranges (`counts[i]` rows each) as the sets of all their rows.
+def join_row_sets(parts: Sequence[np.ndarray], counts: Sequence[int], n_sets: int) -> np.ndarray:
+    """The `n_sets` row sets of consecutive row ranges (`counts[i]` rows each) as the sets of all their rows.
 
     Ranges that start at multiples of 64 rows are whole words: their words are put side by side. Else
     the words are unpacked to bits, joined and packed again (8 times the message's size, for a moment).
     """
     if all(n % 64 == 0 for n in counts[:-1]):
-        return np.concatenate([np.zeros((n_leaves, 0), np.uint64), *parts], axis=1)
+        return np.concatenate([np.zeros((n_sets, 0), np.uint64), *parts], axis=1)
     bits = [_bits(words, n) for words, n in zip(parts, counts, strict=True)]
-    return _words(np.concatenate([np.zeros((n_leaves, 0), np.uint8), *bits], axis=1))
+    return _words(np.concatenate([np.zeros((n_sets, 0), np.uint8), *bits], axis=1))
 
 
 class DaskPredictionRows:
@@ -88,17 +88,17 @@ class DaskPredictionRows:
         """Rows to predict."""
         return int(self.starts[-1])
 
-    def leaf_sets(self, start: int, stop: int) -> np.ndarray:
-        """`leaf_sets` of rows [start, stop), each overlapped block's computed where it is."""
+    def split_sets(self, start: int, stop: int) -> np.ndarray:
+        """`split_sets` of rows [start, stop), each overlapped block's computed where it is."""
         parts, counts = [], []
         for b, future in enumerate(self.blocks):
             lo, hi = max(start, self.starts[b]), min(stop, self.starts[b + 1])
             if lo < hi:
-                parts.append(self.client.submit(_leaf_sets, future, int(lo - self.starts[b]),
+                parts.append(self.client.submit(_split_sets, future, int(lo - self.starts[b]),
                                                 int(hi - self.starts[b]), self._model, self._index,
                                                 pure=False))
                 counts.append(int(hi - lo))
-        return join_leaf_sets(self.client.gather(parts), counts, int(self.model.leaves()[0][-1]))
+        return join_row_sets(self.client.gather(parts), counts, int(np.sum(self.model.feature >= 0)))
 
     def route(self, rows: np.ndarray, nodes: np.ndarray) -> np.ndarray:
         """`route_bits` of the asked rows, each block answering for its own."""

@@ -1,10 +1,15 @@
-"""Prediction kernels: one-round leaf sets (Federated Forest Alg. 3-4) and their intersection.
+"""Prediction kernels: one-round prediction (Federated Forest Alg. 3-4) and node-by-node routing.
 
-Also the node-by-node routing used for comparison.
-
-One-round: a party walks each tree with its own tests on nodes it owns and both branches elsewhere; the
-rows that reach a leaf form that leaf's set (packed bits, one 64-bit word per 64 rows). The master ANDs
-the parties' sets; each row survives in exactly one leaf per tree.
+One-round, as the paper: a party walks each tree with its own tests on nodes it owns and both branches
+elsewhere; the rows that reach a leaf form that leaf's set, and the master's AND of the parties' sets leaves
+each row in exactly one leaf per tree. Here a party sends instead, per node it owns, the rows that reach the
+node through its own splits and go left there (`own_split_sets`; packed bits, one 64-bit word per 64 rows),
+and the master routes each row from the root by the owners' bits (`route_by_split_sets`). The two answers
+say the same: the master, which knows the structure and owners, computes a party's leaf sets from its split
+sets (a child of an owned node is reached by the node's reached rows going that way) and its split sets from
+its leaf sets (a node's rows going left are those of the leaves under its left child). The split sets are
+one bit per owned node and row, against one per leaf and row at every party: with 3 parties about a third
+of the bytes.
 """
 
 from __future__ import annotations
@@ -76,17 +81,24 @@ def _threshold_bitmaps(X, ranks, base):
 
 
 @nb.njit(cache=True, parallel=True)
-def leaf_row_sets(X, prefix, missing, node_row, tree_offsets, left, right, feature, missing_left, is_cat,
-                  cat_bits, leaf_offsets, leaf_slot):
-    """Packed row sets of every leaf of every tree, as reachable through this party's partial trees.
+def own_split_sets(X, prefix, missing, node_row, tree_offsets, left, right, feature, missing_left, is_cat,
+                   cat_bits, owned_slot):
+    """Packed row sets, one per node this party owns (row `owned_slot[g]`): its rows going left there.
 
-    Numeric owned nodes read their decision from the prefix bitmaps (`node_row`); categorical ones test
-    row by row. Returns (n_leaves_total, n_words) uint64.
+    The rows in node g's set reach g through this party's own splits and go left at g: the party walks each
+    tree with its own tests on its nodes and both branches elsewhere, so a row it cannot send to a node of its
+    own has a 0 there, and the sets say exactly what its leaf sets would (module doc).
+    Numeric owned nodes read their decision from the prefix bitmaps (`node_row`); categorical ones test row
+    by row. Returns (n_owned, n_words) uint64.
     """
     n_rows = X.shape[0]
     n_words = (n_rows + 63) // 64
     n_trees = tree_offsets.shape[0] - 1
-    out = np.zeros((leaf_offsets[-1], n_words), np.uint64)
+    n_owned = 0
+    for g in range(feature.shape[0]):
+        if feature[g] >= 0:
+            n_owned += 1
+    out = np.zeros((n_owned, n_words), np.uint64)
     full = np.uint64(0xFFFFFFFFFFFFFFFF)
     for t in nb.prange(n_trees):
         a = tree_offsets[t]
@@ -100,7 +112,6 @@ def leaf_row_sets(X, prefix, missing, node_row, tree_offsets, left, right, featu
         for n in range(n_nodes):
             g = a + n
             if left[g] < 0:
-                out[leaf_offsets[t] + leaf_slot[g], :] = visited[n, :]
                 continue
             lc, rc = left[g], right[g]
             f = feature[g]
@@ -110,6 +121,7 @@ def leaf_row_sets(X, prefix, missing, node_row, tree_offsets, left, right, featu
                 continue
             _send_rows_down(X, prefix, missing, visited, n, lc, rc, f, node_row[g],
                             missing_left[g], is_cat[g], cat_bits[g])
+            out[owned_slot[g], :] = visited[lc, :]
     return out
 
 
@@ -147,26 +159,44 @@ def _left_bits(X, v, w, f, missing_left, is_cat, cat_bits):
 
 
 @nb.njit(cache=True, parallel=True)
-def intersect_leaf_sets(sets, leaf_offsets, n_rows):
-    """AND the parties' leaf sets (sets: (n_parties, n_leaves, n_words)).
+def route_by_split_sets(sets, set_row, tree_offsets, left, right, n_rows):
+    """Each row's leaf (a global node index) in every tree, from the owners' split sets.
 
-    Return each row's leaf slot per tree ((n_rows, n_trees) int32), -1 where no leaf survived (inconsistent
-    inputs).
+    `sets` stacks every party's `own_split_sets`; `set_row[g]` is internal node g's row in it. A row that
+    reaches an owned node went there through its owner's own splits, so the owner's bit sends it on: each
+    node's reached rows are a packed set, split between its children a word at a time. Returns (n_rows,
+    n_trees) int64.
     """
-    n_trees = leaf_offsets.shape[0] - 1
-    n_words = sets.shape[2]
-    out = np.full((n_rows, n_trees), -1, np.int32)
+    n_trees = tree_offsets.shape[0] - 1
+    n_words = (n_rows + 63) // 64
+    out = np.empty((n_rows, n_trees), np.int64)
+    full = np.uint64(0xFFFFFFFFFFFFFFFF)
     for t in nb.prange(n_trees):
-        for leaf in range(leaf_offsets[t], leaf_offsets[t + 1]):
+        a = tree_offsets[t]
+        n_nodes = tree_offsets[t + 1] - a
+        reached = np.zeros((n_nodes, n_words), np.uint64)
+        for w in range(n_words):
+            reached[0, w] = full
+        tail = n_rows - (n_words - 1) * 64
+        if tail < 64:
+            reached[0, n_words - 1] = (np.uint64(1) << np.uint64(tail)) - np.uint64(1)
+        for n in range(n_nodes):
+            g = a + n
+            if left[g] < 0:
+                for w in range(n_words):
+                    v = reached[n, w]
+                    while v != 0:
+                        low = v & (~v + np.uint64(1))
+                        out[w * 64 + np.int64(np.log2(np.float64(low))), t] = g
+                        v ^= low
+                continue
+            lc, rc, row = left[g], right[g], set_row[g]
             for w in range(n_words):
-                v = sets[0, leaf, w]
-                for p in range(1, sets.shape[0]):
-                    v &= sets[p, leaf, w]
-                while v != 0:
-                    low = v & (~v + np.uint64(1))
-                    bit = np.int64(np.log2(np.float64(low)))
-                    out[w * 64 + bit, t] = leaf - leaf_offsets[t]
-                    v ^= low
+                v = reached[n, w]
+                if v != 0:
+                    d = sets[row, w]
+                    reached[lc, w] = v & d
+                    reached[rc, w] = v & ~d
     return out
 
 

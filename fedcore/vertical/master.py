@@ -29,7 +29,7 @@ from fedcore.trees.criteria import node_count
 from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
 from fedcore.trees.losses import loss_for
 from fedcore.trees.params import ForestParams, check_model_fits
-from fedcore.trees.predictor import intersect_leaf_sets
+from fedcore.trees.predictor import route_by_split_sets
 from fedcore.trees.structure import NO_CHILD, ForestStructure, first_trees
 from fedcore.vertical.importances import SplitShares
 
@@ -38,8 +38,8 @@ MASTER_BYTES_PER_NODE = 256
 holder's statistics and the node records."""
 ONE_ROUND_MAX_LEAVES = 250_000
 """Above this many leaves, "auto" prediction routes node by node (see predict_values)."""
-LEAF_SET_BUDGET_BYTES = 128 * 2**20
-"""Upper bound on one party's leaf-set message: the one-round row batch shrinks to stay below it."""
+SPLIT_SET_BUDGET_BYTES = 128 * 2**20
+"""Upper bound on one party's split-set message: the one-round row batch shrinks to stay below it."""
 
 
 
@@ -378,10 +378,10 @@ class VerticalMaster(LevelStrategy):
 
         (n_rows, n_outputs), for `n_rows` aligned rows at every party.
 
-        "one-round" is the paper's leaf-set intersection (one round per row batch; its messages hold one
-        bit per leaf and row, so row batches shrink as forests grow); "node-by-node" routes rows one level
-        per round. "auto" takes one-round unless the forest has more than ONE_ROUND_MAX_LEAVES leaves,
-        where leaf sets would outweigh depth-many small rounds. Both give identical outputs.
+        "one-round" is the paper's one round per row batch (each party's split sets: one bit per node it owns
+        and row, `fedcore.trees.predictor`; row batches shrink as forests grow); "node-by-node" routes rows
+        one level per round. "auto" takes one-round unless the forest has more than ONE_ROUND_MAX_LEAVES
+        leaves, where the sets would outweigh depth-many small rounds. Both give identical outputs.
         """
         return self._predicted(n_rows, method, batch_rows, self.combination.combine)
 
@@ -398,17 +398,18 @@ class VerticalMaster(LevelStrategy):
         s = self.trained_structure
         if method not in ("auto", "one-round", "node-by-node"):
             raise ValueError(f"method must be 'auto', 'one-round' or 'node-by-node', got {method!r}")
-        leaf_offsets, leaf_nodes, _ = s.leaves()
+        internal = s.left != NO_CHILD
         if method == "auto":
-            method = "one-round" if len(leaf_nodes) <= ONE_ROUND_MAX_LEAVES else "node-by-node"
+            method = "one-round" if int(np.sum(~internal)) <= ONE_ROUND_MAX_LEAVES else "node-by-node"
+        owned = [np.flatnonzero(internal & (s.owner == p)) for p in range(len(self.federation.parties))]
         if method == "one-round":
-            fitting = LEAF_SET_BUDGET_BYTES * 8 // max(len(leaf_nodes), 1)
+            fitting = SPLIT_SET_BUDGET_BYTES * 8 // max(max(map(len, owned), default=0), 1)
             batch_rows = min(batch_rows, max(64, fitting // 64 * 64))
         out: np.ndarray | None = None
         for start in range(0, n_rows, batch_rows):
             stop = min(start + batch_rows, n_rows)
             if method == "one-round":
-                nodes = self._one_round_leaves(start, stop, leaf_offsets, leaf_nodes)
+                nodes = self._one_round_leaves(start, stop, owned)
             else:
                 nodes = self._node_by_node_leaves(start, stop)
             values = reduce(s.value[nodes])
@@ -423,20 +424,27 @@ class VerticalMaster(LevelStrategy):
         """Keep only the first `n_trees` trees of the trained model (the parties are told separately)."""
         self.structure = first_trees(self.trained_structure, n_trees)
 
-    def _one_round_leaves(self, start: int, stop: int, leaf_offsets: np.ndarray,
-                          leaf_nodes: np.ndarray) -> np.ndarray:
-        parties = self.federation.parties
+    def _one_round_leaves(self, start: int, stop: int, owned: list[np.ndarray]) -> np.ndarray:
+        """Each row's leaf per tree ((rows, n_trees) global node indices), from every owner's split sets.
+
+        `owned[p]`: the internal nodes party p owns, in node order (its split sets' rows).
+        """
+        s, parties = self.trained_structure, self.federation.parties
         replies = self.transport.exchange({
             name: Message("predict_leaves", {"start": start, "stop": stop}) for name in parties})
-        sets = [replies[name].arrays["sets"] for name in parties]
-        combined = sets[0].copy()
-        for other in sets[1:]:
-            np.bitwise_and(combined, other, out=combined)
-        slots = intersect_leaf_sets(combined[None], leaf_offsets, stop - start)
-        if np.any(slots < 0):
-            raise ProtocolError("parties' leaf sets do not intersect in exactly one leaf: models are out of "
-                                "sync")
-        return leaf_nodes[leaf_offsets[:-1][None, :] + slots]
+        n_words = -(-(stop - start) // 64)
+        set_row = np.full(s.n_nodes, -1, np.int64)
+        sets: list[np.ndarray] = []
+        for name, nodes in zip(parties, owned, strict=True):
+            left = replies[name].arrays["left"]
+            if left.dtype != np.uint64 or left.shape != (len(nodes), n_words):
+                raise ProtocolError(f"party {name!r} answered split sets of shape {left.shape} "
+                                    f"({left.dtype}) for the {len(nodes)} nodes it owns and {stop - start} "
+                                    f"rows, expected ({len(nodes)}, {n_words}) uint64: models out of sync")
+            set_row[nodes] = sum(len(part) for part in sets) + np.arange(len(nodes))
+            sets.append(left)
+        stacked = np.concatenate([np.zeros((0, n_words), np.uint64), *sets])
+        return route_by_split_sets(stacked, set_row, s.tree_offsets(), s.left, s.right, stop - start)
 
     def _node_by_node_leaves(self, start: int, stop: int) -> np.ndarray:
         s = self.trained_structure

@@ -139,7 +139,7 @@ FEDERATED_FOREST = Protocol(
             "applied": "after a level's apply_splits"},
     steps=[
         Step("idle", "setup", "set_up", "setup_reply"),
-        Step("idle", "predict_leaves", "idle", "leaf_sets"),
+        Step("idle", "predict_leaves", "idle", "split_sets"),
         Step("idle", "route", "idle", "route_bits"),
         Step("set_up", "export_labels", "labels_out", "labels", _HOLDER),
         Step("set_up", "configure", "configured", "ack", _PASSIVE),
@@ -731,7 +731,7 @@ class VerticalParty:
         start, stop = message.header.int("start"), message.header.int("stop")
         _require(0 <= start <= stop <= rows.n_rows, self.name,
                  f"rows [{start}, {stop}) outside the {rows.n_rows} rows to predict")
-        return Message("leaf_sets", {}, {"sets": rows.leaf_sets(start, stop)})
+        return Message("split_sets", {}, {"left": rows.split_sets(start, stop)})
 
     def _on_route(self, message: Message) -> Message:
         predict = self._prediction_rows()

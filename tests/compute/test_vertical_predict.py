@@ -16,7 +16,7 @@ import pytest
 
 from fedcore.compute.cluster import Cluster, DaskCompute
 from fedcore.compute.dask_table import open_parquet, profile
-from fedcore.compute.dask_vertical_predict import DaskPredictionRows, _bits, _words, join_leaf_sets
+from fedcore.compute.dask_vertical_predict import DaskPredictionRows, _bits, _words, join_row_sets
 from fedcore.data.scenario import make_vertical_scenario
 from fedcore.models.registry import ModelRegistry
 from fedcore.protocol.messages import Message
@@ -153,7 +153,7 @@ def test_a_worker_lost_during_prediction_gives_the_same_answer(scenario, tmp_pat
                                                                monkeypatch) -> None:
     expected = in_process_prediction
     with losable_cluster() as (cluster, client):
-        lost = lose_a_worker_on_call(monkeypatch, DaskPredictionRows, "leaf_sets", 2, cluster, client)
+        lost = lose_a_worker_on_call(monkeypatch, DaskPredictionRows, "split_sets", 2, cluster, client)
         got = _predict(_dask_agents(scenario, tmp_path / "dask", client), scenario)
         assert lost and len(client.scheduler_info()["workers"]) == 2
     assert got[0] == expected[0] and got[3] == expected[3]
@@ -167,12 +167,12 @@ def test_a_worker_lost_during_the_held_out_evaluation_gives_the_in_process_answe
                                                                                    monkeypatch, call) -> None:
     """The held-out blocks and their codes are made by tasks: a lost worker's are read, cut and encoded again.
 
-    The worker goes after the first institution's held-out leaf sets (call 1: the others' blocks are rebuilt
+    The worker goes after the first institution's held-out split sets (call 1: the others' blocks are rebuilt
     to answer) or after the last one's (call 3: the label holder's held-out labels are rebuilt to score).
     """
     expected_seen, expected = in_process_evaluation
     with losable_cluster() as (cluster, client):
-        lost = lose_a_worker_on_call(monkeypatch, DaskPredictionRows, "leaf_sets", call, cluster, client)
+        lost = lose_a_worker_on_call(monkeypatch, DaskPredictionRows, "split_sets", call, cluster, client)
         agents = _parquet_agents(scenario, tmp_path / "dask", client)
         seen = _recorded(agents)
         got = _train(agents, "none")
@@ -224,7 +224,7 @@ def test_a_csv_trained_party_with_a_parquet_batch_uses_one_cluster(scenario, tmp
 
 
 @pytest.mark.parametrize("cuts", [[0], [1], [63], [64], [100], [203], [64, 128], [40, 80, 120, 160]])
-def test_leaf_sets_cut_at_any_row_join_to_the_whole_sets(cuts) -> None:
+def test_row_sets_cut_at_any_row_join_to_the_whole_sets(cuts) -> None:
     """Whole words side by side (cuts at multiples of 64) or bits repacked: the sets of all 203 rows."""
     rng = np.random.default_rng(0)
     bits = (rng.random((5, 203)) < 0.5).astype(np.uint8)
@@ -235,5 +235,5 @@ def test_leaf_sets_cut_at_any_row_join_to_the_whole_sets(cuts) -> None:
     parts = [_words(bits[:, a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
     for part, a, b in zip(parts, edges[:-1], edges[1:], strict=True):
         assert _bits(part, b - a).tobytes() == bits[:, a:b].tobytes()
-    joined = join_leaf_sets(parts, np.diff(edges).tolist(), 5)
+    joined = join_row_sets(parts, np.diff(edges).tolist(), 5)
     assert joined.dtype == np.uint64 and joined.tobytes() == words.tobytes()

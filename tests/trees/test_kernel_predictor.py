@@ -1,8 +1,8 @@
 """Prediction kernels (fedcore/trees/predictor.py) against plain Python walks over random forests.
 
-Random partial forests: threshold prefix bitmaps, each party's one-round leaf sets (its own tests, both
-branches elsewhere), their intersection, node-by-node routing, and column encoding. All comparisons are exact
-(bit sets and slots).
+Random partial forests: threshold prefix bitmaps, each party's one-round split sets (its own tests, both
+branches elsewhere), the master's routing by them, that they say exactly what the paper's leaf sets say,
+node-by-node routing, and column encoding. All comparisons are exact (bit sets and nodes).
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from fedcore.trees.partition import node_byte_lengths, offsets_from_lengths, pac
 from fedcore.trees.predictor import (
     ThresholdIndex,
     encode_columns,
-    intersect_leaf_sets,
-    leaf_row_sets,
+    own_split_sets,
+    route_by_split_sets,
     route_step,
 )
 from fedcore.trees.structure import leaf_numbering, tree_offsets
+from fedcore.vertical.prediction_rows import owned_slots
 
 GRID = np.array([-np.inf, -2.0, -0.5, 0.0, 0.25, 1.0, 3.0, np.inf])
 """Numeric values and thresholds share this grid, so x == threshold happens often."""
@@ -120,8 +121,8 @@ def node_test(forest: Forest, p: int, g: int, row: int) -> bool:
                      a["cat_bits"][g])
 
 
-def reached_leaves(forest: Forest, p: int | None, t: int, row: int) -> list[int]:
-    """Global leaf nodes `row` reaches in tree t, following party p's tests on its nodes.
+def reached_nodes(forest: Forest, p: int | None, t: int, row: int) -> list[int]:
+    """Global nodes `row` reaches in tree t, following party p's tests on its nodes.
 
     Both branches elsewhere; p None: every owner's test (the full-information walk, one leaf).
     """
@@ -129,8 +130,8 @@ def reached_leaves(forest: Forest, p: int | None, t: int, row: int) -> list[int]
     out, stack = [], [0]
     while stack:
         g = base + stack.pop()
+        out.append(g)
         if forest.left[g] < 0:
-            out.append(g)
             continue
         o = int(forest.owner[g])
         if p is None or o == p:
@@ -138,6 +139,11 @@ def reached_leaves(forest: Forest, p: int | None, t: int, row: int) -> list[int]
         else:
             stack += [forest.left[g], forest.right[g]]
     return sorted(out)
+
+
+def reached_leaves(forest: Forest, p: int | None, t: int, row: int) -> list[int]:
+    """The leaves among `reached_nodes`."""
+    return [g for g in reached_nodes(forest, p, t, row) if forest.left[g] < 0]
 
 
 def pack_rows(rows: list[int], n_rows: int) -> np.ndarray:
@@ -149,14 +155,18 @@ def pack_rows(rows: list[int], n_rows: int) -> np.ndarray:
 
 
 def party_sets(forest: Forest, p: int) -> np.ndarray:
-    """The kernel's one-round leaf sets of party p."""
+    """The kernel's one-round split sets of party p."""
     a = forest.parties[p]
     index = ThresholdIndex(a["feature"], a["threshold"], a["is_cat"], forest.X[p].shape[1])
     prefix, missing = index.bitmaps(forest.X[p])
-    leaf_offsets, _, slot = leaf_numbering(forest.tree, forest.left, forest.n_trees)
-    return leaf_row_sets(forest.X[p], prefix, missing, index.node_row,
-                         tree_offsets(forest.tree, forest.n_trees), forest.left, forest.right, a["feature"],
-                         a["missing_left"], a["is_cat"], a["cat_bits"], leaf_offsets, slot)
+    return own_split_sets(forest.X[p], prefix, missing, index.node_row,
+                          tree_offsets(forest.tree, forest.n_trees), forest.left, forest.right, a["feature"],
+                          a["missing_left"], a["is_cat"], a["cat_bits"], owned_slots(a["feature"]))
+
+
+def global_child(forest: Forest, g: int, side: np.ndarray) -> int:
+    """The global index of node g's child (`side`: its left or right array, tree-local ids)."""
+    return int(np.searchsorted(forest.tree, forest.tree[g])) + int(side[g])
 
 
 ROW_COUNTS = [1, 63, 64, 65, 130]
@@ -191,52 +201,83 @@ def test_threshold_bitmaps_are_prefix_tests(n_rows: int) -> None:
 
 
 @pytest.mark.parametrize("n_rows", ROW_COUNTS)
-def test_leaf_row_sets_match_a_walk_with_both_branches_off_own_nodes(n_rows: int) -> None:
+def test_split_sets_hold_the_rows_a_partys_own_tests_send_to_its_node_and_left(n_rows: int) -> None:
+    """Row r is in owned node g's set iff party p's walk (both ways off its own) reaches g and goes left."""
     forest = random_forest(100 + n_rows, n_rows)
-    leaf_offsets, leaf_nodes, _ = leaf_numbering(forest.tree, forest.left, forest.n_trees)
     for p in range(len(forest.parties)):
+        owned = np.flatnonzero(forest.parties[p]["feature"] >= 0)
         got = party_sets(forest, p)
+        assert got.shape == (len(owned), (n_rows + 63) // 64) and got.dtype == np.uint64
         expected = np.zeros_like(got)
         for t in range(forest.n_trees):
             for row in range(n_rows):
-                for g in reached_leaves(forest, p, t, row):
-                    leaf = int(np.flatnonzero(leaf_nodes == g)[0])
-                    expected[leaf, row // 64] |= np.uint64(1) << np.uint64(row % 64)
+                for g in reached_nodes(forest, p, t, row):
+                    if forest.owner[g] == p and node_test(forest, p, g, row):
+                        slot = int(np.searchsorted(owned, g))
+                        expected[slot, row // 64] |= np.uint64(1) << np.uint64(row % 64)
         np.testing.assert_array_equal(got, expected)
-        assert got.shape == (leaf_offsets[-1], (n_rows + 63) // 64)
 
 
 @pytest.mark.parametrize("n_rows", ROW_COUNTS)
-def test_intersection_is_the_full_information_leaf(n_rows: int) -> None:
-    """ANDing every party's sets leaves each row in exactly the leaf the walk with all tests reaches."""
+def test_routing_by_the_split_sets_is_the_full_information_leaf(n_rows: int) -> None:
+    """The master's walk by every owner's bits ends each row in the leaf the walk with all tests reaches."""
     forest = random_forest(200 + n_rows, n_rows)
-    leaf_offsets, leaf_nodes, slot = leaf_numbering(forest.tree, forest.left, forest.n_trees)
-    sets = np.stack([party_sets(forest, p) for p in range(len(forest.parties))])
-    got = intersect_leaf_sets(sets, leaf_offsets, n_rows)
-    expected = np.array([[slot[reached_leaves(forest, None, t, row)[0]] for t in range(forest.n_trees)]
+    set_row, sets = np.full(len(forest.tree), -1, np.int64), []
+    for p in range(len(forest.parties)):
+        owned = np.flatnonzero(forest.owner == p)
+        set_row[owned] = sum(len(part) for part in sets) + np.arange(len(owned))
+        sets.append(party_sets(forest, p))
+    got = route_by_split_sets(np.concatenate(sets), set_row, tree_offsets(forest.tree, forest.n_trees),
+                              forest.left, forest.right, n_rows)
+    expected = np.array([[reached_leaves(forest, None, t, row)[0] for t in range(forest.n_trees)]
                          for row in range(n_rows)])
     np.testing.assert_array_equal(got, expected)
-    assert got.dtype == np.int32
-    # one party alone (a single-party "AND") and the master's pre-ANDed form agree with it too
-    np.testing.assert_array_equal(intersect_leaf_sets(np.bitwise_and.reduce(sets, axis=0)[None], leaf_offsets,
-                                                      n_rows), expected)
 
 
-def test_inconsistent_sets_leave_rows_without_a_leaf() -> None:
-    """A row removed from its leaf's set in one party survives nowhere in that tree: slot -1."""
-    n_rows = 130
-    forest = random_forest(9, n_rows)
-    leaf_offsets, _, slot = leaf_numbering(forest.tree, forest.left, forest.n_trees)
-    sets = np.stack([party_sets(forest, p) for p in range(len(forest.parties))])
-    full = intersect_leaf_sets(sets, leaf_offsets, n_rows)
-    for row in (0, 63, 64, 129):
-        leaf = leaf_offsets[2] + full[row, 2]
-        sets[1, leaf, row // 64] &= ~(np.uint64(1) << np.uint64(row % 64))
-    got = intersect_leaf_sets(sets, leaf_offsets, n_rows)
-    expected = full.copy()
-    expected[[0, 63, 64, 129], 2] = -1
-    np.testing.assert_array_equal(got, expected)
+@pytest.mark.parametrize("n_rows", ROW_COUNTS)
+def test_split_sets_say_what_the_papers_leaf_sets_say(n_rows: int) -> None:
+    """What the master learns is unchanged: a party's leaf sets follow from its split sets and back.
 
+    Forward: a child of an owned node is reached by the node's reached rows going that way (left: the
+    node's set; right: reached and not in it), a child of another's node by all its reached rows. Back: an
+    owned node's set is the rows of the leaves under its left child.
+    """
+    forest = random_forest(300 + n_rows, n_rows)
+    full = pack_rows(list(range(n_rows)), n_rows)
+    leaf_offsets, leaf_nodes, _ = leaf_numbering(forest.tree, forest.left, forest.n_trees)
+    for p in range(len(forest.parties)):
+        owned = np.flatnonzero(forest.owner == p)
+        sets = party_sets(forest, p)
+        reached = {}
+        for t in range(forest.n_trees):  # forward, from the root down (children after parents)
+            base = int(np.searchsorted(forest.tree, t))
+            reached[base] = full
+            for g in range(base, int(np.searchsorted(forest.tree, t + 1))):
+                if forest.left[g] < 0:
+                    continue
+                lc, rc = global_child(forest, g, forest.left), global_child(forest, g, forest.right)
+                if forest.owner[g] == p:
+                    went_left = sets[int(np.searchsorted(owned, g))]
+                    reached[lc], reached[rc] = went_left, reached[g] & ~went_left
+                else:
+                    reached[lc] = reached[rc] = reached[g]
+        walked = {g: pack_rows([row for row in range(n_rows)
+                                if g in reached_leaves(forest, p, int(forest.tree[g]), row)], n_rows)
+                  for g in leaf_nodes}
+        for g in leaf_nodes:
+            np.testing.assert_array_equal(reached[g], walked[g])
+        for slot, g in enumerate(owned):  # back: the leaves under the left child
+            under = _subtree_leaves(forest, global_child(forest, g, forest.left))
+            np.testing.assert_array_equal(sets[slot], np.bitwise_or.reduce([walked[leaf] for leaf in under]))
+    assert leaf_offsets[-1] == len(leaf_nodes)
+
+
+def _subtree_leaves(forest: Forest, g: int) -> list[int]:
+    """The global leaves under node g."""
+    if forest.left[g] < 0:
+        return [g]
+    return (_subtree_leaves(forest, global_child(forest, g, forest.left))
+            + _subtree_leaves(forest, global_child(forest, g, forest.right)))
 
 def test_route_step_is_the_owner_test() -> None:
     n_rows = 90

@@ -1,4 +1,4 @@
-"""One-round prediction (leaf-set intersection) equals node-by-node routing, in any batch size.
+"""One-round prediction (the owners' split sets, routed by the master) equals node-by-node routing.
 
 It costs one round per row batch.
 """
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedcore.data.split import split_vertical
-from fedcore.trees.predictor import intersect_leaf_sets
+from fedcore.trees.predictor import route_by_split_sets
 from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
 from tests.conftest import mixed_table
 
@@ -54,8 +54,8 @@ def test_node_by_node_needs_one_round_per_level(fitted) -> None:
     assert model.transport_.stats.rounds - before == model.master_.structure.max_depth()
 
 
-def test_intersection_is_the_leaf_reached_with_all_columns(fitted) -> None:
-    """Paper Alg. 3-4: each party's leaf sets intersect in exactly the full-information leaf.
+def test_one_round_routing_is_the_leaf_reached_with_all_columns(fitted) -> None:
+    """Paper Alg. 3-4: one round of every party's split sets routes each row to the full-information leaf.
 
     That is the leaf a full-information traversal reaches, checked against a plain Python walk over all
     parties' splits.
@@ -64,12 +64,14 @@ def test_intersection_is_the_leaf_reached_with_all_columns(fitted) -> None:
     s = model.master_.structure
     for party, frame in zip(model.parties_, test_parties, strict=True):
         party.set_prediction_data(frame)
-    leaf_offsets, leaf_nodes, _ = s.leaves()
-    sets = [p.handle(_predict_leaves_request(len(test_parties[0]))).arrays["sets"] for p in model.parties_]
-    combined = np.bitwise_and.reduce(np.stack(sets), axis=0)
-    slots = intersect_leaf_sets(combined[None], leaf_offsets, len(test_parties[0]))
-    expected = _walk_all(model, test_parties)
-    np.testing.assert_array_equal(leaf_nodes[leaf_offsets[:-1][None, :] + slots], expected)
+    n_rows = len(test_parties[0])
+    set_row, sets = np.full(s.n_nodes, -1, np.int64), []
+    for index, party in enumerate(model.parties_):
+        owned = np.flatnonzero((s.left >= 0) & (s.owner == index))
+        set_row[owned] = sum(len(part) for part in sets) + np.arange(len(owned))
+        sets.append(party.handle(_predict_leaves_request(n_rows)).arrays["left"])
+    got = route_by_split_sets(np.concatenate(sets), set_row, s.tree_offsets(), s.left, s.right, n_rows)
+    np.testing.assert_array_equal(got, _walk_all(model, test_parties))
 
 
 def _predict_leaves_request(n_rows: int):
@@ -118,3 +120,27 @@ def test_classifier_learns_the_signal(fitted) -> None:
     model, test_parties, y = fitted
     assert (model.predict(test_parties) == y).mean() > 0.6  # 3 balanced classes: chance is 0.33
     assert set(model.classes_) == {"class_0", "class_1", "class_2"}
+
+
+def test_split_sets_of_another_shape_are_refused_by_party(fitted, monkeypatch) -> None:
+    """A party answering for other nodes or rows than its model's is out of sync: refused, naming it."""
+    from fedcore.errors import ProtocolError
+    from fedcore.protocol.messages import Message
+
+    model, test_parties, _ = fitted
+    honest = model.transport_.exchange
+    name = model.parties_[1].name
+
+    def one_set_short(messages):
+        replies = honest(messages)
+        left = replies[name].arrays["left"]
+        replies[name] = Message("split_sets", {}, {"left": left[1:]})
+        return replies
+
+    monkeypatch.setattr(model.transport_, "exchange", one_set_short)
+    owned = int(np.sum((model.master_.structure.left >= 0) & (model.master_.structure.owner == 1)))
+    with pytest.raises(ProtocolError) as refused:
+        model.predict_proba(test_parties, method="one-round")
+    assert str(refused.value) == (f"party {name!r} answered split sets of shape ({owned - 1}, 4) (uint64) for "
+                                  f"the {owned} nodes it owns and 200 rows, expected ({owned}, 4) uint64: "
+                                  "models out of sync")
