@@ -409,18 +409,16 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
                                      **self._drift_reply(None)})
 
     # -- checkpoints (resuming a run after a crash) ------------------------------------------------------
-    def _checkpointed_party(self, kind: str) -> HorizontalParty | PPDERTParty:
-        """The party whose batches are checkpointed; refused before setup and for boosting (none yet)."""
+    def _checkpointed_party(self, kind: str) -> HorizontalParty | PPDERTParty | HorizontalBoostingParty:
+        """The party whose batches are checkpointed; refused before setup."""
         if self.party is None:
             raise ProtocolError(f"institution {self.name!r}: {kind} before setup")
-        if isinstance(self.party, HorizontalBoostingParty):
-            raise ProtocolError(f"institution {self.name!r}: horizontal boosting keeps no checkpoints yet; "
-                                f"refusing {kind!r}")
         return self.party
 
     def _party_state(self) -> dict[str, np.ndarray]:
         """What this party carries from one batch to the next: its noise counters (see the module doc)."""
         party = self._checkpointed_party("a batch checkpoint")
+        assert not isinstance(party, HorizontalBoostingParty), "boosting's agent saves its margins"
         state = {"reports": np.array([party.reports], np.int64),  # noise streams are keyed by this count
                  "reports_per_row": np.array([party.reports_per_row], np.int64)}
         owner = _noise_owner(party)
@@ -440,7 +438,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
         context = hashlib.sha256(f"{h.text('context')}|{rows}".encode()).hexdigest()
         root = self.data.registry / CHECKPOINTS
         self._checkpoints = CheckpointStore(root, h.text("run"), context)
-        if party.privacy in NOISY:
+        if getattr(party, "privacy", None) in NOISY:
             self._seeds = CheckpointStore(root / NOISE_SEEDS, h.text("run"), context)
         return Message("resume_status", {}, {"completed": np.array(self._checkpoints.completed(), np.int64)})
 
@@ -454,8 +452,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
             raise ProtocolError(f"institution {self.name!r}: resume before resume_status")
         batches = message.header.int("batches", 0)
         party = self._checkpointed_party(message.kind)
-        owner = _noise_owner(party)
         if self._seeds is not None:
+            owner = _noise_owner(party)
             if owner is None:  # a DP mode's seeds, but set up again since
                 raise ProtocolError(f"institution {self.name!r}: resume with noise seeds but no noisy party")
             if self._seeds.completed():
@@ -463,13 +461,19 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
             else:
                 self._seeds.save(0, {"noise_seed": np.array([owner.noise_seed], np.int64)})
         if batches:
-            state = self._checkpoints.load(batches - 1)
-            party.reports = int(state["reports"][0])
-            party.reports_per_row = int(state["reports_per_row"][0])
-            if "ledger" in state and owner is not None:  # hello continues the ledger
-                releases, queries = (int(v) for v in state["ledger"])
-                owner.restored_ledger = (releases, queries)
+            self._restore_party(self._checkpoints.load(batches - 1))
         return Message("resumed", {"batches": batches})
+
+    def _restore_party(self, state: dict[str, np.ndarray]) -> None:
+        """Take up `_party_state`'s checkpoint of the last batch every role completed (before hello)."""
+        party = self._checkpointed_party("resume")
+        assert not isinstance(party, HorizontalBoostingParty), "boosting's agent restores its margins"
+        party.reports = int(state["reports"][0])
+        party.reports_per_row = int(state["reports_per_row"][0])
+        owner = _noise_owner(party)
+        if "ledger" in state and owner is not None:  # hello continues the ledger
+            releases, queries = (int(v) for v in state["ledger"])
+            owner.restored_ledger = (releases, queries)
 
     def _on_drop_checkpoints(self, message: Message) -> Message:
         for store in (self._checkpoints, self._seeds):
@@ -478,8 +482,9 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
         return Message("ack")
 
 
-def _noise_owner(party: HorizontalParty | PPDERTParty) -> HorizontalParty | DistributedNoise | None:
-    """What holds a party's noise seed and ledger: a FET party itself, or a secagg-dp party's noise share."""
+def _noise_owner(party: HorizontalParty | PPDERTParty | HorizontalBoostingParty
+                 ) -> HorizontalParty | DistributedNoise | None:
+    """What holds a party's noise seed and ledger: a FET party itself, a secagg-dp party's noise share."""
     if isinstance(party, HorizontalParty):
         return party
-    return party.noise
+    return party.noise if isinstance(party, PPDERTParty) else None

@@ -10,8 +10,9 @@ open nodes of all its trees at once. It owns what every algorithm shares:
 * stopping rules (`StoppingRules`): depth limit, min_samples_split, min_samples_leaf, the rounding guard
   `min_gain` (fedcore/trees/criteria.py);
 * node records (tree, node, left, right, depth, and the strategy's own fields), sorted by (tree, node);
-* checkpoints: every finished batch is saved with the grower's and the strategy's counters, and a resumed
-  run loads the batches before `resume_from` instead of growing them again;
+* checkpoints: every finished batch is saved with the grower's and the strategy's counters (and the
+  strategy's running arrays, `batch_state`), and a resumed run loads the batches before `resume_from`
+  instead of growing them again;
 * progress reports (`GrowthProgress`).
 
 What differs between algorithms plugs in as a `LevelStrategy` (the shape of scikit-learn's `TreeGrower` +
@@ -47,6 +48,8 @@ from fedcore.trees.params import TreeParams
 from fedcore.trees.structure import NO_CHILD
 
 COUNTER_PREFIX = "counter_"
+STATE_PREFIX = "state_"
+"""Checkpointed arrays of the strategy's `batch_state`, beside the batch's node records."""
 """Checkpoint arrays named so hold one of the counters (grower's and strategy's) after the batch."""
 BATCH_SIZE_COUNTER = "tree_batch_size"
 """The counter holding the run's planned batch size: a resumed run keeps the plan it started with."""
@@ -137,6 +140,14 @@ class LevelStrategy(ABC):
         """Counters of a batch loaded from a checkpoint (none by default)."""
         return None
 
+    def batch_state(self) -> dict[str, np.ndarray]:
+        """Running arrays checkpointed with every batch (horizontal boosting's gains); none by default."""
+        return {}
+
+    def restore_batch_state(self, state: dict[str, np.ndarray]) -> None:
+        """The arrays `batch_state` gave, from a batch loaded from a checkpoint (nothing by default)."""
+        return None
+
 
 class LevelwiseGrower:
     """Grows every tree of a forest through one `LevelStrategy` (see the module doc)."""
@@ -192,14 +203,19 @@ class LevelwiseGrower:
                 counters = {name[len(COUNTER_PREFIX):]: int(a[0]) for name, a in saved.items()
                             if name.startswith(COUNTER_PREFIX)}
                 self._restore(counters)
-                parts.append({name: a for name, a in saved.items() if not name.startswith(COUNTER_PREFIX)})
+                self.strategy.restore_batch_state({name[len(STATE_PREFIX):]: a for name, a in saved.items()
+                                                   if name.startswith(STATE_PREFIX)})
+                parts.append({name: a for name, a in saved.items()
+                              if not name.startswith((COUNTER_PREFIX, STATE_PREFIX))})
                 self.strategy.batch_done(parts[-1])
                 continue
             save_previous = index - 1 if checkpoints is not None and index > resume_from else None
             part = sort_records(self._grow_batch(trees, save_previous))
             if checkpoints is not None:
                 checkpoints.save(index, {**part, **{COUNTER_PREFIX + name: np.array([value], np.int64)
-                                                    for name, value in self._counters().items()}})
+                                                    for name, value in self._counters().items()},
+                                         **{STATE_PREFIX + name: a
+                                            for name, a in self.strategy.batch_state().items()}})
             parts.append(part)
             self.strategy.batch_done(part)
             if self.progress:

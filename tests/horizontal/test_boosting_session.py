@@ -17,12 +17,13 @@ import pandas as pd
 import pytest
 import yaml
 
+from fedcore.checkpoints import CHECKPOINTS
 from fedcore.config import parse_config
 from fedcore.contracts.agreement import shared_schema
 from fedcore.contracts.model import dump_contract, infer_contract
 from fedcore.data.datasets import make_waveform
 from fedcore.data.split import split_horizontal
-from fedcore.errors import ProtocolError
+from fedcore.errors import PartyUnavailable, ProtocolError
 from fedcore.horizontal.boosting import HorizontalBoostingClassifier, HorizontalBoostingRegressor
 from fedcore.horizontal.boosting.session import HorizontalBoostingSession
 from fedcore.horizontal.contracts import declared_feature_ranges
@@ -153,16 +154,49 @@ def test_a_boosting_version_is_stored_loaded_predicted_and_carded_as_a_forest(tm
         assert HorizontalForest.from_table(stored.load("waveform", version)[1]["model"]).same_as(model)
 
 
-def test_a_boosting_agent_refuses_to_checkpoint_and_the_session_trains_without(tmp_path) -> None:
-    """Boosting keeps no checkpoints yet: the retrain flow's checkpoint folder trains from the first round."""
-    config, _, _ = _federation(tmp_path, "classification", "none")
+class Crash(PartyUnavailable):
+    """Stands in for an institution's process dying (the transport reports a lost party so)."""
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_a_run_killed_mid_training_resumes_to_the_same_model(tmp_path, task) -> None:
+    """Every institution checkpoints its margins per round; a resumed run grows the uninterrupted model."""
+    for run in ("reference", "crash"):
+        (tmp_path / run).mkdir()
+    reference = horizontal_session_from_config(_federation(tmp_path / "reference", task, "secagg")[0])
+    reference.agree_schema()
+    reference.train()
+    expected = (table_sha256(reference.model.to_table()), reference.manifest_entries()["importances"])
+
+    config, _, _ = _federation(tmp_path / "crash", task, "secagg")
+    checkpoints = tmp_path / "crash" / "master-checkpoints"
     session = horizontal_session_from_config(config)
+    south = session.transport._handlers["south"]
+    started = [0]
+
+    def dies_as_round_2_starts(message: Message) -> Message:
+        if message.kind == "boost_level" and message.header.get("new_batch"):
+            started[0] += 1
+            if started[0] == 3:  # north got round 2's first request (and saved round 1) before south died
+                raise Crash("institution 'south': connection lost")
+        return south(message)
+
+    session.transport._handlers["south"] = dies_as_round_2_starts
     session.agree_schema()
-    facts = session.train(tmp_path / "checkpoints", "run-1")
-    assert facts.resumed_batches == 0 and not (tmp_path / "checkpoints").exists()
-    with pytest.raises(ProtocolError, match=r"^institution 'north': horizontal boosting keeps no checkpoints "
-                                            r"yet; refusing 'resume_status'$"):
-        session.transport.exchange({"north": Message("resume_status", {"run": "run-1", "context": "x"})})
+    with pytest.raises(Crash):
+        session.train(checkpoints, "run-1")
+    saved = {name: sorted(p.name for p in (tmp_path / "crash" / "registry" / name / CHECKPOINTS / "run-1")
+                          .glob("*.sha256")) for name in NAMES}
+    assert saved["south"] == saved["east"] == ["batch-00000.sha256"]
+    assert saved["north"] == ["batch-00000.sha256", "batch-00001.sha256"]
+
+    restarted = horizontal_session_from_config(config)  # fresh agents: nothing survives in memory
+    restarted.agree_schema()
+    facts = restarted.train(checkpoints, "run-1")
+    assert facts.resumed_batches == 1 and facts.rounds < reference.facts.rounds
+    assert (table_sha256(restarted.model.to_table()), restarted.manifest_entries()["importances"]) == expected
+    restarted.drop_checkpoints()
+    assert not any((tmp_path / "crash" / "registry").rglob("batch-*"))
 
 
 @pytest.mark.parametrize("announced", [1, 5])

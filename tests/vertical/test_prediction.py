@@ -141,6 +141,6 @@ def test_split_sets_of_another_shape_are_refused_by_party(fitted, monkeypatch) -
     owned = int(np.sum((model.master_.structure.left >= 0) & (model.master_.structure.owner == 1)))
     with pytest.raises(ProtocolError) as refused:
         model.predict_proba(test_parties, method="one-round")
-    assert str(refused.value) == (f"party {name!r} answered split sets of shape ({owned - 1}, 4) (uint64) for "
-                                  f"the {owned} nodes it owns and 200 rows, expected ({owned}, 4) uint64: "
-                                  "models out of sync")
+    assert str(refused.value) == (f"party {name!r} answered split sets of shape ({owned - 1}, 4) (uint64) "
+                                  f"for the {owned} nodes it owns and 200 rows, expected ({owned}, 4) "
+                                  "uint64: models out of sync")

@@ -1,11 +1,14 @@
 """An institution's agent in a horizontal boosting federation.
 
-The horizontal agent (`fedcore.horizontal.agent`: contract, setup, evaluate, store, load, predict at home)
-with boosting's party (`party.py`) and its protocol's messages. Its rows stay in process: boosting's party
+The horizontal agent (`fedcore.horizontal.agent`: contract, setup, evaluate, store, load, predict at home,
+checkpoints) with boosting's party (`party.py`) and its protocol's messages; a round's checkpoint holds the
+party's margins. Its rows stay in process: boosting's party
 has no Dask rows yet, so an institution with `compute:` is refused at setup, by name.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from fedcore.data.binning import MAX_BINS
 from fedcore.errors import ProtocolError
@@ -21,6 +24,19 @@ class HorizontalBoostingAgent(HorizontalInstitutionAgent):
     """Answers one institution's side of horizontal boosting sessions."""
 
     engine_kinds = frozenset(BOOSTING_PROTOCOL.kinds)
+
+    def _party_state(self) -> dict[str, np.ndarray]:
+        """A round's checkpoint: the party's margins and rounds started (`round_state`)."""
+        return self._boosting_party("a round checkpoint").round_state()
+
+    def _restore_party(self, state: dict[str, np.ndarray]) -> None:
+        """The margins of the last round every role completed, taken up by the next hello."""
+        self._boosting_party("resume").restore(state)
+
+    def _boosting_party(self, kind: str) -> HorizontalBoostingParty:
+        party = self._checkpointed_party(kind)
+        assert isinstance(party, HorizontalBoostingParty), "a boosting agent sets up boosting's party"
+        return party
 
     def _make_party(self, h: Header, privacy: PrivacySetting, schema: HorizontalSchema,
                     rows: dict) -> HorizontalBoostingParty:

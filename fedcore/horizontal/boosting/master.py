@@ -15,7 +15,8 @@ import hashlib
 import numpy as np
 
 from fedcore.algorithms import HORIZONTAL_BOOSTING
-from fedcore.errors import ProtocolError
+from fedcore.checkpoints import CheckpointStore
+from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.horizontal.boosting.bins import AgreedBins
 from fedcore.horizontal.boosting.fixedpoint import RING_BITS, dequantise
 from fedcore.horizontal.boosting.splits import best_bins
@@ -79,6 +80,7 @@ class HorizontalBoostingMaster(LevelStrategy):
         self.forest: HorizontalForest | None = None
         self._stopping = StoppingRules.of(self.params)
         self._finished: dict[str, np.ndarray] | None = None  # the last finished round's node records
+        self._save_batch: int | None = None  # the round the parties checkpoint with the next first request
         self._transition: dict[str, np.ndarray] | None = None
         self._open: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._derive: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # histogram subtraction
@@ -100,11 +102,16 @@ class HorizontalBoostingMaster(LevelStrategy):
         return self.grower.levels
 
     # -- driver -------------------------------------------------------------------------------------
-    def fit(self) -> HorizontalForest:
-        """Greet the parties, sum the base score's statistics, grow every round, send the model."""
+    def fit(self, checkpoints: CheckpointStore | None = None, resume_from: int = 0) -> HorizontalForest:
+        """Greet the parties, sum the base score's statistics, grow every round, send the model.
+
+        With `checkpoints`, every completed round is saved (the parties save theirs, their margins, when the
+        next request says so) and rounds before `resume_from` are loaded instead of grown: the parties must
+        have restored their margins first (`HorizontalBoostingSession` arranges both).
+        """
         self.setup()
         self.base_score = self._base_score()
-        records, _ = self.grower.grow()
+        records, save_batch = self.grower.grow(checkpoints, resume_from)
         p = self.params
         combination = TreeCombination("sum", tuple(float(v) for v in self.base_score), self.loss.link)
         self.forest = HorizontalForest.from_arrays(records, n_trees=p.n_estimators, task=p.task,
@@ -113,6 +120,8 @@ class HorizontalBoostingMaster(LevelStrategy):
         f = self.forest
         header = {"n_trees": f.n_trees, "task": f.task, "algorithm": f.algorithm,
                   "base_score": combination.base_score, "link": combination.link}
+        if save_batch is not None:
+            header["save_batch"] = save_batch
         self.transport.exchange(dict.fromkeys(self.parties, Message("model", header, f.arrays())))
         return f
 
@@ -163,10 +172,23 @@ class HorizontalBoostingMaster(LevelStrategy):
                                         self.schema.n_features, k)[0]] = True
         self._allowed = allowed
         self._first_tree = trees[0]
+        self._save_batch = save_batch
 
     def batch_done(self, records: dict[str, np.ndarray]) -> None:
         """Keep the finished round: the next round's first request carries it."""
         self._finished = {name: records[name] for name in TREE_FIELDS}
+
+    def batch_state(self) -> dict[str, np.ndarray]:
+        """The split gains so far (the importances), checkpointed with every round."""
+        return {"total_gain": self.total_gain.copy()}
+
+    def restore_batch_state(self, state: dict[str, np.ndarray]) -> None:
+        """The split gains of the rounds loaded from checkpoints: a resumed run's importances are the same."""
+        gains = np.asarray(state.get("total_gain", ()), np.float64)
+        if gains.shape != self.total_gain.shape:
+            raise ArtifactError(f"a checkpointed round holds {gains.shape} split gains for the "
+                                f"{len(self.total_gain)} features: it belongs to another run")
+        self.total_gain = gains.copy()
 
     def level(self, trees: list[int], depth: int, open_tree: np.ndarray, open_node: np.ndarray) -> Level:
         """Sum the open nodes' histograms over the parties; split where the gain beats gamma."""
@@ -175,6 +197,8 @@ class HorizontalBoostingMaster(LevelStrategy):
         arrays: dict = {"tree": open_tree.astype(np.int32)}
         if self._transition is None:
             header.update(new_batch=True, base_score=[float(v) for v in self.base_score])
+            if self._save_batch is not None:  # the parties checkpoint the round before, then go on
+                header["save_batch"] = self._save_batch
             if self._finished is not None:
                 arrays.update({f"round_{name}": a for name, a in self._finished.items()})
         else:

@@ -88,11 +88,29 @@ class HorizontalBoostingParty:
         self._n_outputs = 1
         self.margins = np.zeros((self.n_rows, 1))
         self._qgh = np.zeros((1, self.n_rows, 2), np.int64)
+        self.restored: dict[str, np.ndarray] | None = None
+        """A checkpoint's `round_state` (a resumed run), taken up by the next hello."""
         self.machine = BOOSTING_PROTOCOL.start(log)
 
     def handle(self, message: Message) -> Message:
         """Answer one protocol message; refuse it (ProtocolError) when it is not the next one."""
         return self.machine.handle(self, message)
+
+    def round_state(self) -> dict[str, np.ndarray]:
+        """What this party carries from one round to the next, for a checkpoint: rounds started, margins.
+
+        Saved when a round's first request arrives, before its trees are added: the resumed round's first
+        request carries them again.
+        """
+        return {"round": np.array([self._round], np.int64), "margins": self.margins.copy()}
+
+    def restore(self, state: dict[str, np.ndarray]) -> None:
+        """Resume from a checkpoint's `round_state` (applied by the next hello, which starts the session)."""
+        margins, started = np.asarray(state["margins"], np.float64), int(np.asarray(state["round"])[0])
+        if margins.ndim != 2 or len(margins) != self.n_rows or started < 1:
+            raise ProtocolError(f"party {self.name!r}: the checkpoint holds margins of {margins.shape} after "
+                                f"{started} round(s), not of this party's {self.n_rows} rows")
+        self.restored = {"round": np.array([started], np.int64), "margins": margins}
 
     def __getstate__(self) -> dict:
         """The party to pickle (a fitted estimator's): without its session's signing identity and masks."""
@@ -117,6 +135,12 @@ class HorizontalBoostingParty:
         self._n_parties = announced_parties(self.name, h, self.expected_parties)
         self._n_outputs = h.int("n_outputs")
         self._round, self._agreed, self.aggregator = 0, False, None
+        if self.restored is not None:  # a resumed run: the rounds before were grown in an earlier session
+            self._round, self.margins = int(self.restored["round"][0]), self.restored["margins"].copy()
+            if self.margins.shape[1] != self._n_outputs:
+                raise ProtocolError(f"party {self.name!r}: the checkpoint holds {self.margins.shape[1]} "
+                                    f"margins a row, the master's loss {self._n_outputs}")
+            self.restored = None
         arrays: dict[str, np.ndarray] = {}
         header: dict[str, object] = {"n_rows": self.n_rows}
         if self._n_parties > 1 and self.secure:

@@ -16,6 +16,7 @@ import secrets
 from typing import Any
 
 from fedcore.algorithms import HORIZONTAL_BOOSTING
+from fedcore.checkpoints import CheckpointStore
 from fedcore.contracts.agreement import SharedSchema
 from fedcore.horizontal.boosting.master import HorizontalBoostingMaster
 from fedcore.horizontal.contracts import declared_feature_ranges
@@ -57,12 +58,13 @@ class HorizontalBoostingSession(HorizontalSession):
                                         session_id=secrets.token_bytes(16), progress=self.progress)
 
     def _fit(self, checkpoints: str | os.PathLike | None, run_id: str | None) -> tuple[HorizontalForest, int]:
-        """The trained model; boosting keeps no checkpoints yet, so a crashed run starts over (0 resumed)."""
-        if checkpoints is not None and run_id is not None:
-            log.info("run %s: horizontal boosting does not checkpoint its rounds yet; a crashed run trains "
-                     "again from the first round", run_id)
+        """The trained model and the rounds resumed from checkpoints (with `checkpoints` and `run_id`)."""
         assert isinstance(self.master, HorizontalBoostingMaster), "_make_master builds boosting's"
-        return self.master.fit(), 0
+        if checkpoints is None or run_id is None:
+            return self.master.fit(), 0
+        store = CheckpointStore(checkpoints, run_id, self._context())
+        resumed = self.agree_resume_point(store, run_id)  # before hello: the parties restore their margins
+        return self.master.fit(store, resumed), resumed
 
     def _model_entries(self) -> dict[str, Any]:
         """Boosting's rounds, learning rate, loss and base score, and its gain importances."""
