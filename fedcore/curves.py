@@ -9,6 +9,10 @@ row's label, however the master crafts its predictions.
 
 The curves' points are then exact functions of these counts: the ROC at threshold t (a group's lower edge)
 is what scikit-learn's `roc_curve` gives for scores rounded down to their group's edge.
+
+In the horizontal setting every institution holds labels: each reports its own groups of its held-out rows
+(`score_groups` of its cells), and the master pools them at the edges every institution's groups share
+(`pooled_groups`): each institution's groups are unions of cells, so they split exactly there.
 """
 
 from __future__ import annotations
@@ -29,12 +33,26 @@ def score_groups(positive: np.ndarray, score: np.ndarray) -> np.ndarray:
     Groups run from the highest threshold down; the last one starts at 0, so every row is in one group.
     Fewer than MIN_GROUP_ROWS rows in all: one group.
     """
-    positive = np.asarray(positive, bool)
+    return merged_groups(*cell_counts(positive, score))
+
+
+def score_cells(score: np.ndarray) -> np.ndarray:
+    """Each probability's grid cell: cell k holds [k / GRID, (k + 1) / GRID), 1 in the last."""
     score = np.clip(np.asarray(score, np.float64), 0.0, 1.0)
-    cell = np.minimum((score * GRID).astype(np.int64), GRID - 1)  # cell k holds [k/GRID, (k+1)/GRID)
-    rows = np.bincount(cell, minlength=GRID)
-    positives = np.bincount(cell, weights=positive, minlength=GRID)
-    sums = np.bincount(cell, weights=score, minlength=GRID)
+    return np.minimum((score * GRID).astype(np.int64), GRID - 1)
+
+
+def cell_counts(positive: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per grid cell: rows, positives and the sum of their probabilities."""
+    cell = score_cells(score)
+    score = np.clip(np.asarray(score, np.float64), 0.0, 1.0)
+    return (np.bincount(cell, minlength=GRID), np.bincount(cell, weights=np.asarray(positive, bool),
+                                                           minlength=GRID),
+            np.bincount(cell, weights=score, minlength=GRID))
+
+
+def merged_groups(rows: np.ndarray, positives: np.ndarray, sums: np.ndarray) -> np.ndarray:
+    """The curve table of per-cell counts: cells merged from the top until each group has MIN_GROUP_ROWS."""
     groups: list[list[float]] = []
     start = GRID
     for k in range(GRID - 1, -1, -1):
@@ -49,6 +67,30 @@ def score_groups(positive: np.ndarray, score: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         table[:, 3] = np.where(table[:, 1] > 0, table[:, 3] / table[:, 1], np.nan)
     return table
+
+
+def pooled_groups(tables: list[np.ndarray]) -> np.ndarray:
+    """One curve table of several institutions' tables (each `score_groups` of its own rows).
+
+    The groups start at the thresholds every table has (0 always); each pooled group sums the groups of
+    every table from its threshold up to the next: their rows, positives, and probability sums (a mean
+    predicted probability times its rows). No group of a table is split, so each pooled group holds whole
+    groups of at least MIN_GROUP_ROWS rows (or a table's only group).
+    """
+    edges = [set(np.rint(np.asarray(t)[:, 0] * GRID).astype(np.int64).tolist()) for t in tables]
+    shared = sorted(set.intersection(*edges), reverse=True) if edges else [0]
+    out = np.zeros((len(shared), len(COLUMNS)))
+    for table in tables:
+        table = np.asarray(table, np.float64)
+        start = np.rint(table[:, 0] * GRID).astype(np.int64)
+        slot = np.array([next(i for i, edge in enumerate(shared) if edge <= s) for s in start], np.int64)
+        np.add.at(out[:, 1], slot, table[:, 1])
+        np.add.at(out[:, 2], slot, table[:, 2])
+        np.add.at(out[:, 3], slot, np.where(table[:, 1] > 0, np.nan_to_num(table[:, 3]) * table[:, 1], 0.0))
+    out[:, 0] = np.array(shared, np.float64) / GRID
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out[:, 3] = np.where(out[:, 1] > 0, out[:, 3] / out[:, 1], np.nan)
+    return out
 
 
 def cumulative(table: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:

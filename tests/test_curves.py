@@ -11,6 +11,7 @@ from fedcore.curves import (
     MIN_GROUP_ROWS,
     calibration_points,
     confusion_at,
+    pooled_groups,
     pr_points,
     roc_points,
     score_groups,
@@ -87,3 +88,29 @@ def test_a_threshold_is_kept_for_a_binary_label_only() -> None:
     assert threshold is None and evaluation["decision_threshold"] is None and metrics == {"accuracy": 0.8}
     _, evaluation, threshold = held_out_evaluation({}, np.array([[5, 1], [2, 4]]), ["no", "yes"], None, 0.3)
     assert threshold == 0.3 and evaluation["decision_threshold"] == 0.3
+
+
+@pytest.mark.parametrize("sizes", [(700, 650, 900), (700, 40, 900), (30, 25, 12)])
+def test_pooled_groups_are_the_pooled_rows_groups_at_the_edges_every_institution_has(sizes):
+    """Horizontal: each institution's own groups, pooled at their shared edges, count the pooled rows there.
+
+    Each pooled group holds exactly the rows of all institutions whose score is in [its edge, the next
+    edge above); no institution reported a group under MIN_GROUP_ROWS rows (or its only group).
+    """
+    parts = [sample(n, seed) for seed, n in enumerate(sizes)]
+    tables = [score_groups(*part) for part in parts]
+    for table in tables:
+        assert len(table) == 1 or (table[:, 1] >= MIN_GROUP_ROWS).all()
+    pooled = pooled_groups(tables)
+    shared = set.intersection(*[set(np.rint(t[:, 0] * GRID).astype(int).tolist()) for t in tables])
+    assert np.rint(pooled[:, 0] * GRID).astype(int).tolist() == sorted(shared, reverse=True)
+    positive = np.concatenate([p for p, _ in parts])
+    score = np.concatenate([s for _, s in parts])
+    cell = np.minimum((score * GRID).astype(np.int64), GRID - 1)
+    upper = [GRID, *np.rint(pooled[:-1, 0] * GRID).astype(int).tolist()]
+    for (edge, rows, positives, mean), top in zip(pooled, upper, strict=True):
+        inside = (cell >= round(edge * GRID)) & (cell < top)
+        assert (rows, positives) == (inside.sum(), positive[inside].sum())
+        assert mean == pytest.approx(score[inside].mean(), rel=1e-12)
+    # one institution alone: its own table back
+    np.testing.assert_array_equal(pooled_groups(tables[:1]), tables[0])

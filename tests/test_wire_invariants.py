@@ -305,7 +305,8 @@ PSI_ALIGNMENT = ({"psi_blinded": "blinded", "psi_reblinded": "values"},
                  {"psi_blinded": "", "psi_reblind": "values"})
 
 HORIZONTAL_TO_MASTER = {  # around training: contract, row counts, evaluation aggregates, predicted row counts
-    "validation": "", "contract": "", "ready": "", "hello_reply": "", "evaluation": "confusion log_loss_sum",
+    "validation": "", "contract": "", "ready": "", "hello_reply": "",
+    "evaluation": "confusion log_loss_sum curve",  # curve: two classes, the institution's curve groups
     "predicted": "", "ack": ""}
 HORIZONTAL_TO_PARTIES = {
     "validation_report": "", "contract": "", "setup": "", "hello": "", "evaluate": "", "predict_local": "",

@@ -5,6 +5,8 @@ The same functions run in the agent's process on the whole table and on its Dask
 the rows are cut:
 
 * classification: the confusion matrix, int64 counts (they add up), and the sum of the rows' log-losses;
+  two classes: per probability cell (`fedcore.curves`) the rows, positives and probability sum, which the
+  reply merges into the institution's curve groups (never a group of fewer than MIN_GROUP_ROWS rows);
 * regression: (n, sum y, sum y^2, sum of squared errors, sum of absolute errors).
 
 Float sums are kept exact as integer counts of the float64 mantissas per binary exponent (`exact_parts`):
@@ -24,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore.agents.checks import reported
-from fedcore.curves import score_groups
+from fedcore.curves import GRID, merged_groups, score_cells, score_groups
 from fedcore.errors import InputError
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.schema import HorizontalSchema
@@ -71,8 +73,10 @@ def holdout_statistics(model: HorizontalForest, schema: HorizontalSchema, rows: 
     """The model's errors on `rows`, as statistics that add up.
 
     Classification: "confusion", (C, C) int64 counts (truth, predicted), and "log_loss", `exact_parts` of
-    the rows' log-losses (`fedcore.metrics.row_log_losses`), (1, exponents, 2). Regression: "sums",
-    `exact_parts` of (1, y, y^2, squared error, absolute error) per row, (5, exponents, 2).
+    the rows' log-losses (`fedcore.metrics.row_log_losses`), (1, exponents, 2); two classes also "cells",
+    (2, GRID) rows and positives per probability cell, and "cell_sums", `exact_parts` of each cell's
+    probabilities, (GRID, exponents, 2). Regression: "sums", `exact_parts` of (1, y, y^2, squared error,
+    absolute error) per row, (5, exponents, 2).
     """
     n_values = schema.n_classes if schema.task == "classification" else 1
     values = model.predict_values(schema.encode(rows)) if len(rows) else np.zeros((0, n_values))
@@ -80,10 +84,22 @@ def holdout_statistics(model: HorizontalForest, schema: HorizontalSchema, rows: 
     if schema.task == "classification":
         confusion = np.zeros((schema.n_classes, schema.n_classes), np.int64)
         np.add.at(confusion, (truth, decide(values, threshold)), 1)  # at the decision threshold
-        return {"confusion": confusion, "log_loss": exact_parts(row_log_losses(truth, values)[:, None])}
+        statistics = {"confusion": confusion, "log_loss": exact_parts(row_log_losses(truth, values)[:, None])}
+        if schema.n_classes == 2:
+            statistics.update(_cell_statistics(truth == 1, values[:, 1]))
+        return statistics
     errors = truth - values[:, 0]
     return {"sums": exact_parts(np.column_stack([np.ones(len(truth)), truth, truth * truth, errors * errors,
                                                  np.abs(errors)]))}
+
+
+def _cell_statistics(positive: np.ndarray, score: np.ndarray) -> Statistics:
+    """Rows, positives and exact probability sums per curve cell (`fedcore.curves.score_cells`)."""
+    cell = score_cells(score)
+    score = np.clip(np.asarray(score, np.float64), 0.0, 1.0)
+    counts = np.stack([np.bincount(cell, minlength=GRID), np.bincount(cell[positive], minlength=GRID)])
+    sums = np.stack([exact_parts(score[cell == k][:, None])[0] for k in range(GRID)])
+    return {"cells": counts.astype(np.int64), "cell_sums": sums}
 
 
 def merge_statistics(parts: Sequence[Statistics]) -> Statistics:
@@ -104,8 +120,14 @@ def evaluation_reply(schema: HorizontalSchema, statistics: Statistics) -> Messag
     if schema.task == "classification":
         confusion = statistics["confusion"]
         log_loss_sum = reported([exact_value(statistics["log_loss"][0])])
-        return Message("evaluation", {"rows": int(confusion.sum())},
-                       {"confusion": confusion, "log_loss_sum": np.asarray(log_loss_sum, np.float64)})
+        arrays = {"confusion": confusion, "log_loss_sum": np.asarray(log_loss_sum, np.float64)}
+        if "cells" in statistics:  # two classes: this institution's curve groups, means rounded
+            rows, positives = statistics["cells"]
+            cell_sums = np.array([exact_value(part) for part in statistics["cell_sums"]])
+            curve = merged_groups(rows, positives, cell_sums)
+            curve[:, 3] = reported(curve[:, 3])
+            arrays["curve"] = curve
+        return Message("evaluation", {"rows": int(confusion.sum())}, arrays)
     n, *sums = (exact_value(part) for part in statistics["sums"])
     sums_array = np.array([n, *reported(sums)], np.float64)
     return Message("evaluation", {"rows": int(n)}, {"sums": sums_array})

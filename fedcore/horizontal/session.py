@@ -29,6 +29,8 @@ from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.checkpoints import CheckpointStore
 from fedcore.contracts.agreement import SharedSchema, shared_schema
 from fedcore.contracts.model import parse_contract
+from fedcore.curves import COLUMNS as CURVE_COLUMNS
+from fedcore.curves import GRID, pooled_groups
 from fedcore.drift import reported_drift
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.horizontal.boosting.master import HorizontalBoostingMaster
@@ -256,17 +258,40 @@ class HorizontalSession(MasterSession):
             confusion = cast(np.ndarray, sum(r.arrays["confusion"].astype(np.int64)
                                              for r in replies.values()))
             assert self.schema is not None and self.schema.classes is not None, "a classifier's agreed schema"
-            _, self.evaluation, self.decision_threshold = held_out_evaluation(
-                {}, confusion, [str(c) for c in self.schema.classes], None, self.decision_threshold)
+            metrics, self.evaluation, self.decision_threshold = held_out_evaluation(
+                confusion_metrics(confusion), confusion, [str(c) for c in self.schema.classes],
+                self._pooled_curve(replies), self.decision_threshold)
             log_loss_sum = float(sum(float(r.arrays["log_loss_sum"][0]) for r in replies.values()))
             rows = int(confusion.sum())
-            return {**confusion_metrics(confusion),
-                    "log_loss": log_loss_sum / rows if rows else float("nan")}
+            return {**metrics, "log_loss": log_loss_sum / rows if rows else float("nan")}
         n, total, squares, sse, sae = cast(np.ndarray, sum(r.arrays["sums"] for r in replies.values()))
         variance = squares - total * total / n if n else 0.0
         return {"rmse": float(np.sqrt(sse / n)) if n else float("nan"),
                 "r2": float(1 - sse / variance) if variance > 0 else float("nan"),
                 "mae": float(sae / n) if n else float("nan")}
+
+    def _pooled_curve(self, replies: dict[str, Message]) -> np.ndarray | None:
+        """Two classes: the institutions' curve groups pooled (`fedcore.curves.pooled_groups`), else None.
+
+        None also when an institution sent none, or the pooled held-out rows lack a class (no curve).
+        """
+        assert self.schema is not None, "a classifier's agreed schema"
+        if self.schema.n_classes != 2 or any("curve" not in r.arrays for r in replies.values()):
+            return None
+        tables = []
+        for name, reply in replies.items():
+            table = np.asarray(reply.arrays["curve"], np.float64)
+            shaped = table.ndim == 2 and table.shape[1] == len(CURVE_COLUMNS) and len(table) > 0
+            edges = table[:, 0] * GRID if shaped else np.zeros(1)
+            if not shaped or not np.all(np.isfinite(table[:, :3])) or np.any(table[:, 1:3] < 0) \
+                    or np.any(table[:, 2] > table[:, 1]) or edges[-1] != 0 or np.any(np.diff(edges) >= 0) \
+                    or not np.allclose(edges, np.rint(edges), rtol=0, atol=1e-9):
+                raise ProtocolError(f"institution {name!r} sent a curve that is not groups of the "
+                                    f"{GRID}-cell probability grid, highest first")
+            tables.append(table)
+        pooled = pooled_groups(tables)
+        positives, rows = pooled[:, 2].sum(), pooled[:, 1].sum()
+        return pooled if 0 < positives < rows else None
 
     def master_tables(self) -> dict:
         """The master's copy of the version: the complete forest (the same table every institution stores)."""

@@ -522,3 +522,32 @@ def test_a_ppdert_institution_refuses_a_master_domain_its_contract_cannot_give(t
                                             rf"'{feature}' {why}; refusing to set up"):
         session.agree_schema()
     assert not [e for e in session.transport.transcript if e.receiver == "master" and e.kind == "ready"]
+
+
+@pytest.mark.parametrize("algorithm", ["extra-trees", "ppd-ert"])
+def test_a_binary_label_gets_the_pooled_held_out_curve_and_an_auto_threshold(table, tmp_path,
+                                                                             algorithm) -> None:
+    """Every institution sends its own curve groups; the master pools them for the pictures and `auto`."""
+    from fedcore.curves import MIN_GROUP_ROWS
+    from fedcore.session import AUTO
+
+    binary = table.assign(**{"class": np.where(table["class"] == "a", "a", "b")})
+    session = _session(_agents(binary, tmp_path), algorithm, params=SMALL)
+    session.agree_schema()
+    session.train()
+    session.decision_threshold = AUTO
+    metrics = session.evaluate()
+    replies = [Message.from_bytes(e.payload) for e in session.transport.transcript
+               if e.kind == "evaluation" and e.receiver == "master"]
+    assert len(replies) == 3
+    for reply in replies:  # no institution reports a group under MIN_GROUP_ROWS of its held-out rows
+        curve = reply.arrays["curve"]
+        assert len(curve) == 1 or (curve[:, 1] >= MIN_GROUP_ROWS).all()
+        assert curve[:, 1].sum() == reply.arrays["confusion"].sum()
+    pooled = np.asarray(session.evaluation["curve"])
+    confusion = np.asarray(session.evaluation["confusion"])
+    held = sum(r.arrays["confusion"].sum(axis=1) for r in replies)  # held-out rows per true class
+    assert pooled[:, 1].sum() == held.sum() and pooled[:, 2].sum() == held[1]
+    assert session.decision_threshold in pooled[:, 0].tolist()  # auto: a group's threshold
+    assert confusion.sum() == held.sum()
+    assert metrics["accuracy"] == pytest.approx(np.trace(confusion) / held.sum())
