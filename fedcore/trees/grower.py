@@ -48,9 +48,9 @@ from fedcore.trees.params import TreeParams
 from fedcore.trees.structure import NO_CHILD
 
 COUNTER_PREFIX = "counter_"
+"""Checkpoint arrays named so hold one of the counters (grower's and strategy's) after the batch."""
 STATE_PREFIX = "state_"
 """Checkpointed arrays of the strategy's `batch_state`, beside the batch's node records."""
-"""Checkpoint arrays named so hold one of the counters (grower's and strategy's) after the batch."""
 BATCH_SIZE_COUNTER = "tree_batch_size"
 """The counter holding the run's planned batch size: a resumed run keeps the plan it started with."""
 

@@ -2,8 +2,8 @@
 
 The horizontal agent (`fedcore.horizontal.agent`: contract, setup, evaluate, store, load, predict at home,
 checkpoints) with boosting's party (`party.py`) and its protocol's messages; a round's checkpoint holds the
-party's margins. Its rows stay in process: boosting's party
-has no Dask rows yet, so an institution with `compute:` is refused at setup, by name.
+party's margins. Its rows stay in process: boosting's party has no Dask rows yet, so an institution with
+`compute:` is refused at setup, by name.
 """
 
 from __future__ import annotations

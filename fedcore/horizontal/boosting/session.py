@@ -10,7 +10,6 @@ are.
 
 from __future__ import annotations
 
-import logging
 import os
 import secrets
 from typing import Any
@@ -26,8 +25,6 @@ from fedcore.horizontal.session import HorizontalSession
 from fedcore.privacy.settings import PrivacySetting, SecureAggregation
 from fedcore.transport.base import Transport
 from fedcore.trees.boosting import BoostingParams
-
-log = logging.getLogger(__name__)
 
 
 class HorizontalBoostingSession(HorizontalSession):
