@@ -9,7 +9,8 @@ The same engine as `FederatedForestClassifier` (the vertical master and parties,
 in place of labels, as they are or (`privacy="paillier"` or `"ou"`, SecureBoost) encrypted and packed.
 `early_stopping_rounds` with `fit(..., eval_set=(parties, y))` keeps the rounds up to the best held-out
 log-loss or RMSE (XGBoost's rule, `fedcore.trees.early_stopping`; the flows score the label holder's
-held-out rows the same way). `save` / `load` as the forests'. Not yet: Dask parties, importances.
+held-out rows the same way). `save` / `load` as the forests'; `feature_importances_` per party (gain
+importances). Not yet: Dask parties.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from __future__ import annotations
 from typing import Any, Self
 
 import numpy as np
+import pandas as pd
 
 from fedcore.algorithms import BOOSTING
 from fedcore.errors import ParameterError
-from fedcore.estimator_api import ClassifierMixin, RegressorMixin
+from fedcore.estimator_api import ClassifierMixin, RegressorMixin, check_fitted
 from fedcore.metrics import class_codes
 from fedcore.privacy.homomorphic import AdditivePrivateKey
 from fedcore.privacy.settings import EncryptedLabels, PrivacySetting, privacy_with
@@ -130,9 +132,21 @@ class _FederatedBoosting(_FederatedForest):
         return self
 
     @property
-    def feature_importances_(self) -> dict:
-        """Not yet for boosting (issue #33)."""
-        raise AttributeError(f"{BOOSTING.title} has no feature_importances_ yet (issue #33)")
+    def feature_importances_(self) -> dict[str, pd.Series]:
+        """Gain importances, per party: {party name: Series over that party's feature columns}.
+
+        Each feature's total split gain as a share of every split's in the model (XGBoost's `total_gain`,
+        normalised), from the shares the master sent each party of its own splits
+        (`fedcore.vertical.importances`): together they sum to 1, each party's alone to its share. Over every
+        round grown (with early stopping, the rounds cut afterwards too).
+        """
+        check_fitted(self)
+        out = {}
+        for party in self.parties_:
+            assert party.importances is not None, "finalize gives every party its gain importances"
+            out[party.name] = pd.Series(party.importances, index=pd.Index(party.trained_model.column_names),
+                                        name="importance")
+        return out
 
 
 class FederatedBoostingClassifier(ClassifierMixin, _FederatedBoosting):

@@ -25,7 +25,7 @@ from fedcore.randomness import stream
 from fedcore.transport.base import Transport
 from fedcore.trees.budget import available_bytes, batch_costs, reported_budgets
 from fedcore.trees.combination import MEAN, TreeCombination
-from fedcore.trees.criteria import node_count
+from fedcore.trees.criteria import CRITERIA, node_count
 from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
 from fedcore.trees.losses import loss_for
 from fedcore.trees.params import ForestParams, check_model_fits
@@ -220,22 +220,25 @@ class VerticalMaster(LevelStrategy):
         if save_batch is not None:
             header["save_batch"] = save_batch
         arrays = {"tree": s.tree, "node": s.node, "left": s.left, "right": s.right}
-        self.split_shares = SplitShares.of(s, p.criterion)
+        self.split_shares = SplitShares.of(s, p.criterion, records.get("gain"))
         if self.split_shares is None:
             self.transport.exchange(dict.fromkeys(info.parties, Message("finalize", header, arrays)))
             return self.structure
         # each party also gets the importance shares of its own splits, and of no other's
         header["splitting_trees"] = self.split_shares.splitting_trees
         self.transport.exchange({name: Message("finalize", header,
-                                               {**arrays, "importance": self.split_shares.own(s.owner, i)})
+                                               {**arrays, "importance": self.split_shares.own(i)})
                                  for i, name in enumerate(info.parties)})
         return self.structure
 
     def party_importance_shares(self) -> dict[str, float]:
-        """Each party's share of the forest's importances (empty for boosting or before training)."""
+        """Each party's share of the model's importances (empty before training).
+
+        Over every tree grown, as the parties' own importances (early stopping keeps fewer afterwards).
+        """
         if self.structure is None or self.split_shares is None:
             return {}
-        return self.split_shares.per_party(self.structure.owner, self.federation.parties)
+        return self.split_shares.per_party(self.federation.parties)
 
     def _sample_features(self, open_tree: np.ndarray, depth: int) -> np.ndarray:
         """Candidate global feature indices per open node, sorted ascending: (n_open, k)."""
@@ -320,8 +323,11 @@ class VerticalMaster(LevelStrategy):
             & (best_gain >= p.least_gain(roots))
         )
         self._open = (open_tree, open_node, owner)
-        return Level(split, {"owner": np.where(split, owner, -1).astype(np.int16), "weight": weight,
-                             "value": p.node_values(stats)})
+        fields = {"owner": np.where(split, owner, -1).astype(np.int16), "weight": weight,
+                  "value": p.node_values(stats)}
+        if p.criterion not in CRITERIA:  # boosting: each chosen split's gain, for its importances
+            fields["gain"] = np.where(split, best_gain, 0.0)
+        return Level(split, fields)
 
     def _score(self, replies: dict[str, Message]) -> dict[str, np.ndarray] | None:
         """Plain mode: every party scored its own candidates (encrypted labels: see `_evaluate_encrypted`)."""

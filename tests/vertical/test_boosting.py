@@ -8,6 +8,7 @@ passive parties receive the rounds' (g, h) and never the labels.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from fedcore.data.split import split_vertical
@@ -139,8 +140,8 @@ def test_a_fitted_model_pickles_and_clones_with_xgboost_names() -> None:
     again = pickle.loads(pickle.dumps(model))
     assert np.array_equal(again.predict_proba(frames), model.predict_proba(frames))
     assert clone(model).get_params()["colsample_bytree"] == PARAMS["colsample_bytree"]
-    with pytest.raises(AttributeError, match=r"no feature_importances_ yet \(issue #33\)"):
-        model.feature_importances_  # noqa: B018
+    pd.testing.assert_series_equal(pd.concat(again.feature_importances_.values()),
+                                   pd.concat(model.feature_importances_.values()))
 
 
 def test_a_decision_threshold_decides_the_positive_class_at_or_above_it() -> None:
@@ -155,3 +156,22 @@ def test_a_decision_threshold_leaves_a_multiclass_prediction_most_probable() -> 
     model, frames, _ = _fit("softmax", 2, decision_threshold=0.1)
     proba = model.predict_proba(frames)
     np.testing.assert_array_equal(model.predict(frames), model.classes_[np.argmax(proba, axis=1)])
+
+
+@pytest.mark.parametrize("loss", ["logistic", "softmax", "squared error"])
+def test_gain_importances_are_the_single_partys_split_by_party(loss) -> None:
+    """Each party gets its own features' total-gain shares; together they are one party's, summing to 1.
+
+    The master sees each party's share only (the sum over its features).
+    """
+    single = _fit(loss, 1)[0].feature_importances_
+    (expected,) = single.values()
+    assert expected.sum() == pytest.approx(1.0, abs=1e-12) and (expected > 0).any()
+    for n_parties in (2, 3):
+        model = _fit(loss, n_parties)[0]
+        per_party = model.feature_importances_
+        assert set(per_party) == {p.name for p in model.parties_}
+        joined = pd.concat(per_party.values())
+        pd.testing.assert_series_equal(joined[expected.index], expected)
+        shares = model.master_.party_importance_shares()
+        assert shares == pytest.approx({name: float(s.sum()) for name, s in per_party.items()}, abs=1e-12)

@@ -22,6 +22,7 @@ from fedcore.models.card import model_card
 from fedcore.models.registry import ModelRegistry
 from fedcore.protocol.messages import Message
 from fedcore.transport.inprocess import InProcessTransport
+from fedcore.trees.boosting import BoostingParams
 from fedcore.trees.params import ForestParams
 from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
 from fedcore.vertical.importances import party_importances
@@ -39,12 +40,15 @@ def scenario(tmp_path_factory) -> dict:
     return make_vertical_scenario(tmp_path_factory.mktemp("scenario"), n_customers=900, seed=5)
 
 
-def test_each_institution_keeps_its_own_importances_and_the_master_sees_only_shares(scenario,
-                                                                                    tmp_path) -> None:
+@pytest.mark.parametrize("params", [
+    ForestParams(n_estimators=8, max_depth=5, random_state=3),  # impurity: scikit-learn's values
+    BoostingParams(n_estimators=8, max_depth=3, random_state=3)],  # boosting's total split gain shares
+    ids=["forest", "boosting"])
+def test_each_institution_keeps_its_own_importances_and_the_master_sees_only_shares(scenario, tmp_path,
+                                                                                    params) -> None:
     agents = _agents(scenario, tmp_path, new_batch=False)
     transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=True)
-    session = VerticalSession(transport, ForestParams(n_estimators=8, max_depth=5, random_state=3),
-                              holdout_fraction=0.2, min_overlap=100)
+    session = VerticalSession(transport, params, holdout_fraction=0.2, min_overlap=100)
     session.align()
     session.train()
     parties = session.manifest_entries()["parties"]
@@ -54,13 +58,16 @@ def test_each_institution_keeps_its_own_importances_and_the_master_sees_only_sha
 
     # each institution's registry copy: its own features' importances, scikit-learn's values exactly
     s = session.master.trained_structure
-    decrease = node_impurity_decrease(s.tree, s.left, s.right, s.weight, s.value, "gini", s.n_trees)
+    forest = not isinstance(params, BoostingParams)
+    decrease = node_impurity_decrease(s.tree, s.left, s.right, s.weight, s.value, "gini", s.n_trees) \
+        if forest else None
     kept = {}
     for name, agent in agents.items():
         manifest, _ = ModelRegistry(tmp_path / "registry" / name,
                                     public_key=master_public_key(tmp_path)).load("demo", version)
         model = agent.party.model
-        expected = impurity_importances(decrease, s.tree, s.n_trees, model.feature, len(model.column_names))
+        expected = (impurity_importances(decrease, s.tree, s.n_trees, model.feature, len(model.column_names))
+                    if forest else agent.party.importances)  # boosting: the estimators' (test_boosting.py)
         kept[name] = manifest["importances"]
         assert list(kept[name]) == model.column_names
         assert np.array_equal(np.array(list(kept[name].values())), expected)
@@ -83,6 +90,8 @@ def test_each_institution_keeps_its_own_importances_and_the_master_sees_only_sha
     for entry in transport.transcript:
         message = Message.from_bytes(entry.payload)
         for owner, bits in needles.items():
+            if entry.receiver == owner:  # its own splits' shares (boosting: a feature split once is one)
+                continue
             if len(hits := found_bits(entry.payload, message.header, bits)):
                 leaks.append(f"{len(hits)} of {owner}'s importances in {message.kind} "
                              f"{entry.sender}->{entry.receiver}")
