@@ -85,9 +85,10 @@ def test_artifacts_describe_the_run_without_raw_values(fet) -> None:
     assert "## Feature importances (impurity decrease, summing to 1)" in card and "| cholesterol | " in card
     pictures = next(a.data for a in artifacts  # this model's: the session's server holds other flows' too
                     if a.key == "model-pictures" and a.data.startswith(f"# {MODEL} "))
-    # horizontal: the summed confusion, the whole forest's importances, the metric's history (no curve yet)
-    assert re.findall(r"!\[(\w+)\]\(data:image/svg\+xml;base64,", pictures) == ["confusion", "importances",
-                                                                                "history"]
+    # horizontal: the summed confusion, the pooled held-out curves (binary), the whole forest's importances,
+    # the metric's history
+    assert re.findall(r"!\[(\w+)\]\(data:image/svg\+xml;base64,", pictures) == [
+        "confusion", "roc", "precision_recall", "calibration", "importances", "history"]
     train = pd.read_parquet(scenario["institutions"]["riverside"]["train"])
     needles = (list(train["patient_id"].iloc[::50])
                + [f"{v:.2f}" for v in train["cholesterol"].dropna().iloc[::50]])
