@@ -230,6 +230,8 @@ def main() -> None:
                         help="depths at which to run XGBoost's federated mode (default: all; it takes ~10 "
                              "min at depth 16)")
     args = parser.parse_args()
+    if args.pairs and args.skip_xgboost:  # a pair's reference is XGBoost: there is nothing to skip to
+        parser.error("--pairs times ours against XGBoost; --skip-xgboost would leave no pair")
 
     train, test = make_data(args.rows)
     warm = split_vertical(train.iloc[:2000], 3, label="y")  # load the compiled kernels before timing
