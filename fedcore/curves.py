@@ -44,8 +44,8 @@ def score_cells(score: np.ndarray) -> np.ndarray:
 
 def cell_counts(positive: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per grid cell: rows, positives and the sum of their probabilities."""
-    cell = score_cells(score)
     score = np.clip(np.asarray(score, np.float64), 0.0, 1.0)
+    cell = score_cells(score)
     return (np.bincount(cell, minlength=GRID), np.bincount(cell, weights=np.asarray(positive, bool),
                                                            minlength=GRID),
             np.bincount(cell, weights=score, minlength=GRID))

@@ -95,8 +95,8 @@ def holdout_statistics(model: HorizontalForest, schema: HorizontalSchema, rows: 
 
 def _cell_statistics(positive: np.ndarray, score: np.ndarray) -> Statistics:
     """Rows, positives and exact probability sums per curve cell (`fedcore.curves.score_cells`)."""
-    cell = score_cells(score)
     score = np.clip(np.asarray(score, np.float64), 0.0, 1.0)
+    cell = score_cells(score)
     counts = np.stack([np.bincount(cell, minlength=GRID), np.bincount(cell[positive], minlength=GRID)])
     sums = np.stack([exact_parts(score[cell == k][:, None])[0] for k in range(GRID)])
     return {"cells": counts.astype(np.int64), "cell_sums": sums}

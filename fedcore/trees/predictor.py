@@ -99,16 +99,10 @@ def own_split_sets(X, prefix, missing, node_row, tree_offsets, left, right, feat
         if feature[g] >= 0:
             n_owned += 1
     out = np.zeros((n_owned, n_words), np.uint64)
-    full = np.uint64(0xFFFFFFFFFFFFFFFF)
     for t in nb.prange(n_trees):
         a = tree_offsets[t]
         n_nodes = tree_offsets[t + 1] - a
-        visited = np.zeros((n_nodes, n_words), np.uint64)
-        for w in range(n_words):
-            visited[0, w] = full
-        tail = n_rows - (n_words - 1) * 64
-        if tail < 64:
-            visited[0, n_words - 1] = (np.uint64(1) << np.uint64(tail)) - np.uint64(1)
+        visited = _rows_at_root(n_nodes, n_rows)
         for n in range(n_nodes):
             g = a + n
             if left[g] < 0:
@@ -123,6 +117,22 @@ def own_split_sets(X, prefix, missing, node_row, tree_offsets, left, right, feat
                             missing_left[g], is_cat[g], cat_bits[g])
             out[owned_slot[g], :] = visited[lc, :]
     return out
+
+
+@nb.njit(cache=True)
+def _rows_at_root(n_nodes, n_rows):
+    """A tree's packed row sets per node, (n_nodes, ceil(n_rows / 64)) uint64: all rows at the root.
+
+    The other nodes start empty; the bits past the last row of the last word stay 0.
+    """
+    n_words = (n_rows + 63) // 64
+    rows = np.zeros((n_nodes, n_words), np.uint64)
+    for w in range(n_words):
+        rows[0, w] = np.uint64(0xFFFFFFFFFFFFFFFF)
+    tail = n_rows - (n_words - 1) * 64
+    if tail < 64:
+        rows[0, n_words - 1] = (np.uint64(1) << np.uint64(tail)) - np.uint64(1)
+    return rows
 
 
 @nb.njit(cache=True)
@@ -170,16 +180,10 @@ def route_by_split_sets(sets, set_row, tree_offsets, left, right, n_rows):
     n_trees = tree_offsets.shape[0] - 1
     n_words = (n_rows + 63) // 64
     out = np.empty((n_rows, n_trees), np.int64)
-    full = np.uint64(0xFFFFFFFFFFFFFFFF)
     for t in nb.prange(n_trees):
         a = tree_offsets[t]
         n_nodes = tree_offsets[t + 1] - a
-        reached = np.zeros((n_nodes, n_words), np.uint64)
-        for w in range(n_words):
-            reached[0, w] = full
-        tail = n_rows - (n_words - 1) * 64
-        if tail < 64:
-            reached[0, n_words - 1] = (np.uint64(1) << np.uint64(tail)) - np.uint64(1)
+        reached = _rows_at_root(n_nodes, n_rows)
         for n in range(n_nodes):
             g = a + n
             if left[g] < 0:
