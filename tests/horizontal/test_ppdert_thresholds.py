@@ -16,9 +16,9 @@ from fedcore.horizontal.boxes import NodeBoxes, span_thresholds
 from fedcore.horizontal.ppdert.agreed import candidate_draws
 from fedcore.horizontal.ppdert.cells import (
     NO_CELL,
+    cell_multipliers,
     cell_of,
     extreme_cell_indicators,
-    hide_multiplicity,
     populated_cells,
     populated_spans,
 )
@@ -251,10 +251,16 @@ def test_the_master_cannot_count_parties_from_the_low_bits_of_the_cell_sums() ->
     Each sum is two secret multiples, uniform in the ring. Odd multipliers would make every such sum even (the
     count of parties, modulo 2).
     """
-    indicators = np.ones(20000, dtype=np.uint64)
-    total = hide_multiplicity(indicators, b"a" * 32, 1) + hide_multiplicity(indicators, b"b" * 32, 1)
+    low, high = np.zeros((1250, 1)), np.full((1250, 1), 8.0)  # every cell of 1,250 candidates is held
+
+    def hidden(secret: bytes) -> np.ndarray:
+        return extreme_cell_indicators(low, high, low, high, 8, cell_multipliers(secret, 1, 1250 * 2 * 8))
+
+    total = hidden(b"a" * 32) + hidden(b"b" * 32)
     assert 0.48 < np.mean(total % 2) < 0.52  # 20,000 fair coins: 0.5 +- 0.0035 (1 sd)
-    assert np.all(hide_multiplicity(indicators, b"a" * 32, 1) != 0)
+    assert np.all(hidden(b"a" * 32) != 0)
+    words = np.maximum(cell_multipliers(b"a" * 32, 1, 20000), 1)
+    assert np.array_equal(hidden(b"a" * 32), words.reshape(1250, 1, 2, 8))
 
 
 def test_histogram_thresholds_train_on_the_widest_finite_domains() -> None:

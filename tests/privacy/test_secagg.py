@@ -126,6 +126,26 @@ def test_the_mask_follows_the_documented_derivation(monkeypatch: pytest.MonkeyPa
     np.testing.assert_array_equal(bob.mask(vector, 5), vector.astype(np.uint64) - stream)
 
 
+
+@pytest.mark.parametrize("bits", [16, 64])
+def test_a_long_key_stream_is_the_cipher_of_zeros_across_its_chunks(bits: int) -> None:
+    key = bytes(range(32))
+    n = (3 * secagg._ZERO_CHUNK_BYTES) // (bits // 8) + 5  # three whole chunks and a partial one
+    nonce = bytes(4) + (9).to_bytes(8, "little") + (0 if bits == 64 else bits).to_bytes(4, "little")
+    expected = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor().update(bytes(n * bits // 8))
+    assert secagg.keystream(key, 9, n, bits).tobytes() == expected
+
+
+def test_overwrite_masks_the_callers_scratch_in_place_and_the_default_leaves_it() -> None:
+    alice, bob = _federation(2)
+    vector = np.arange(6, dtype=np.uint64)
+    masked = alice.mask(vector, 1)
+    assert vector.tolist() == list(range(6)) and masked is not vector
+    scratch = np.arange(6, dtype=np.uint64)
+    in_place = alice.mask(scratch, 2, overwrite=True)
+    assert np.shares_memory(in_place, scratch)
+    assert unmask_sum([in_place, bob.mask(np.zeros(6, dtype=np.int64), 2)]).tolist() == list(range(6))
+
 def _agree_error(peers: object) -> str:
     with pytest.raises(ProtocolError) as excinfo:
         SecureAggregator("alice", SESSION).agree(peers)  # type: ignore[arg-type]

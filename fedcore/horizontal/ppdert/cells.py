@@ -35,6 +35,7 @@ box, so a master cannot probe a narrower interval than the protocol reveals.
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 
 from fedcore.privacy.secagg import keystream
@@ -61,33 +62,44 @@ def cell_of(values: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray, n_c
 
 
 def extreme_cell_indicators(low: np.ndarray, high: np.ndarray, grid_low: np.ndarray, grid_high: np.ndarray,
-                            n_cells: int) -> np.ndarray:
+                            n_cells: int, multipliers: np.ndarray | None = None) -> np.ndarray:
     """A party's indicators (A, k, 2, n_cells) uint64 from its per-candidate min and max.
 
     `low`, `high` are +inf / -inf where the node has no value; [..., 0, c] = c >= cell(min), [..., 1, c] = c
-    <= cell(max).
+    <= cell(max). With `multipliers` (`cell_multipliers`, one per indicator) each set indicator is its
+    multiplier instead of 1 (a zero word read as 1), written in place into `multipliers`.
     """
-    cells = np.arange(n_cells)
     has = np.isfinite(low) & np.isfinite(high)
     first = cell_of(np.where(has, low, 0.0), grid_low, grid_high, n_cells)
     last = cell_of(np.where(has, high, 0.0), grid_low, grid_high, n_cells)
-    out = np.empty((*low.shape, 2, n_cells), dtype=np.uint64)
-    out[..., 0, :] = (cells >= first[..., None]) & has[..., None]
-    out[..., 1, :] = (cells <= last[..., None]) & has[..., None]
+    shape = (*low.shape, 2, n_cells)
+    out = np.ones(shape, dtype=np.uint64) if multipliers is None else multipliers.reshape(shape)
+    _thermometers(first.reshape(-1), last.reshape(-1), has.reshape(-1), out.reshape(-1, 2, n_cells))
     return out
 
 
-def hide_multiplicity(indicators: np.ndarray, secret: bytes, round_id: int) -> np.ndarray:
-    """Each indicator times a secret uniform non-zero 64-bit number (mod 2**64).
+@nb.njit(cache=True)
+def _thermometers(first: np.ndarray, last: np.ndarray, has: np.ndarray, out: np.ndarray) -> None:
+    """Keep `out`'s word (at least 1) from `first` up and from `last` down where `has`, zero elsewhere.
 
-    A sum over parties says whether any party's indicator is 1, not how many. The multipliers are ChaCha20 of
-    the party's own secret key (fresh per session, never sent), for this round; a zero word becomes 1
-    (probability 2**-64).
+    One pass over (m, 2, n_cells), no temporaries.
     """
-    words = keystream(secret, round_id, indicators.size, CELL_RING_BITS).reshape(indicators.shape)
-    hidden = np.maximum(words, np.uint64(1))  # the key stream is read-only: one copy, multiplied in place
-    hidden *= indicators
-    return hidden
+    one, zero = np.uint64(1), np.uint64(0)  # max() with an int literal would round through float64
+    for i in range(first.size):
+        for side in range(2):
+            for cell in range(out.shape[2]):
+                on = has[i] and (cell >= first[i] if side == 0 else cell <= last[i])
+                out[i, side, cell] = max(out[i, side, cell], one) if on else zero
+
+
+def cell_multipliers(secret: bytes, round_id: int, size: int) -> np.ndarray:
+    """Secret uniform 64-bit multipliers for a round's `size` cell indicators (mod 2**64).
+
+    Multiplied into the indicators (`extreme_cell_indicators`), a sum over parties says whether any party's
+    indicator is 1, not how many. ChaCha20 of the party's own secret key (fresh per session, never sent), for
+    this round; a zero word counts as 1 (probability 2**-64).
+    """
+    return keystream(secret, round_id, size, CELL_RING_BITS)
 
 
 NO_CELL = 255

@@ -28,8 +28,8 @@ from fedcore.horizontal.ppdert.cells import (
     CELL_RING_BITS,
     DEFAULT_CELLS,
     NO_CELL,
+    cell_multipliers,
     extreme_cell_indicators,
-    hide_multiplicity,
     populated_spans,
 )
 from fedcore.horizontal.ppdert.keys import announced_parties, signed_key, verified_peer_keys
@@ -238,15 +238,17 @@ class PPDERTParty:
         self.rows.features, self.rows.thresholds = features, np.full(features.shape, np.nan)
         self._grid, self._boxes = (grid_low, grid_high, u), boxes
         low, high = self.rows.ranges()
-        indicators = extreme_cell_indicators(low, high, grid_low, grid_high, self.n_cells).reshape(-1)
         if self.aggregator is None:
+            indicators = extreme_cell_indicators(low, high, grid_low, grid_high, self.n_cells).reshape(-1)
             return Message("ppdert_plain_cells", {"plain": True}, {"cells": indicators.astype(np.uint8)})
         if not self._agreed:
             raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked "
                                 "round")
         round_id = h.int("round_id")
+        hidden = extreme_cell_indicators(low, high, grid_low, grid_high, self.n_cells, cell_multipliers(
+            self._secret, round_id, low.size * 2 * self.n_cells)).reshape(-1)
         return Message("ppdert_masked_cells", {}, {"masked": self.aggregator.mask(
-            hide_multiplicity(indicators, self._secret, round_id), round_id, CELL_RING_BITS)})
+            hidden, round_id, CELL_RING_BITS, overwrite=True)})
 
     def _on_ppdert_counts(self, message: Message) -> Message:
         """Histogram thresholds, second round.
