@@ -10,7 +10,7 @@ party's list runs chunk by chunk on the workers and streams back in order.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -77,6 +77,18 @@ class BlockPSIParty:
         Values of the wrong shape are refused here, before the answer starts.
         """
         return self._reblinded(as_blinded(values, f"PSI party {self.name!r} asked to re-blind"))
+
+    def reblind_parts(self, parts: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+        """`reblind` of a list read part by part: every part goes to the workers as it is read.
+
+        All parts are taken before this returns (the request is read whole before the answer starts), the
+        agent holding one at a time; the answer gathers the re-blinded parts in order, each once.
+        """
+        what = f"PSI party {self.name!r} asked to re-blind"
+        futures = [self.client.submit(_reblind, as_blinded(part, what), self._secret, pure=False)
+                   for part in parts]
+        futures.reverse()
+        return (self.client.gather(futures.pop()) for _ in range(len(futures)))
 
     def _reblinded(self, values: np.ndarray) -> Iterator[np.ndarray]:
         ahead = 2 * max(1, len(self.client.scheduler_info().get("workers", {})))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -59,11 +59,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SPLIT_ARRAYS = ("tree", "node", "feature", "bin", "missing_left", "is_categorical", "cat_bits")
-SESSION_HEADERS = session_headers(id_hashes=(), psi_blinded=("batch", "until"), psi_reblind=(),
+SESSION_HEADERS = session_headers(id_hashes=(), psi_blinded=("batch", "until"), psi_reblind=("rows",),
                                   align=("rows",), load_holdout=(), score_rounds=("patience",),
                                   keep_trees=("n_trees",), batch_hashes=("until",),
                                   align_batch=("rows",), deliver_predictions=("run",))
 """The header fields of each session message (`SessionAgent.session_headers`)."""
+PARTED_KINDS = frozenset({"align", "psi_reblind"})
+"""The requests an agent on Dask reads part by part: the master's per-row arrays (issue #29)."""
 PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "evaluate_encrypted",
                "apply_splits", "finalize", "predict_leaves", "route"}
 
@@ -78,6 +80,13 @@ def _bits(packed: np.ndarray, first: int, count: int) -> np.ndarray:
 def _count_bits(packed: np.ndarray, count: int, step: int = 1 << 20) -> int:
     """How many of the first `count` bits of a `pack_bits` array are set, `step` bits at a time."""
     return sum(int(_bits(packed, first, min(step, count - first)).sum()) for first in range(0, count, step))
+
+
+def _points(values: np.ndarray) -> np.ndarray:
+    """`values` (uint8, 2-d) if they are 32-byte points, one a row; else refused as malformed."""
+    if values.shape[1] != 32:
+        raise MalformedMessage("array 'values' must hold 32-byte points, one a row")
+    return values
 
 
 def _n_rows(rows: pd.DataFrame | Blocks) -> int:
@@ -196,13 +205,26 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         return StreamedMessage("psi_blinded", {"rows": psi.n_rows}, "blinded", (psi.n_rows, 32), psi.outgoing)
 
     def _on_psi_reblind(self, message: Message) -> Message | StreamedMessage:
-        """PSI step 2: apply this institution's secret to another institution's list (order kept)."""
+        """PSI step 2: apply this institution's secret to another institution's list (order kept).
+
+        On Dask the list may come part by part (`PartedMessage`): each part goes to the workers as it is
+        read, so the agent never holds the list (issue #29).
+        """
         psi = self._psi
         if psi is None:
             raise ProtocolError(f"institution {self.name!r}: psi_reblind before psi_blinded")
-        values = message.arrays.typed("values", "u", 2)
-        if values.shape[1] != 32:
-            raise MalformedMessage("array 'values' must hold 32-byte points, one a row")
+        announced = self._announced_rows(message)
+        if isinstance(message, PartedMessage):
+            assert not isinstance(psi, PSIParty), "streams() reads psi_reblind part by part on Dask only"
+            if message.streamed != "values":
+                raise MalformedMessage(f"'psi_reblind' streams array {message.streamed!r}; only 'values' "
+                                       "may be")
+            answer = psi.reblind_parts(_points(part) for _, part in self._parts(message, announced, "u", 2))
+            return StreamedMessage("psi_reblinded", {}, "values", (announced, 32), lambda: answer)
+        values = _points(message.arrays.typed("values", "u", 2))
+        if len(values) != announced:
+            raise ProtocolError(f"institution {self.name!r}: 'psi_reblind' announces {announced} rows but "
+                                f"carries {len(values)} values")
         if isinstance(psi, PSIParty):
             return Message("psi_reblinded", {}, {"values": psi.reblind(values)})
         parts = psi.reblind(values)  # checked now, re-blinded on the workers while the answer is sent
@@ -230,8 +252,34 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         return rows
 
     def streams(self, kind: str) -> bool:
-        """Whether this agent reads a `kind` request part by part (`PartedMessage`): `align` on Dask."""
-        return kind == "align" and self._data is not None and self._data.table is not None
+        """Whether this agent reads a `kind` request part by part (`PartedMessage`): PARTED_KINDS on Dask."""
+        return kind in PARTED_KINDS and self._data is not None and self._data.table is not None
+
+    def _parts(self, message: PartedMessage, announced: int, dtype_kinds: str,
+               ndim: int = 1) -> Iterator[tuple[int, np.ndarray]]:
+        """A parted request's parts as they are read, each typed, with the count of rows before it.
+
+        The count is the whole message's check made part by part: refused at the first part past the
+        announced rows (the rest is never read), and at the end if short.
+        """
+        noun, count = message.streamed, 0
+        for part in message.parts:
+            part = Arrays({noun: part}).typed(noun, dtype_kinds, ndim)
+            if count + len(part) > announced:
+                raise ProtocolError(f"institution {self.name!r}: {message.kind!r} announces {announced} rows "
+                                    f"but carries more {noun} ({count + len(part)} so far)")
+            yield count, part
+            count += len(part)
+        if count != announced:
+            raise ProtocolError(f"institution {self.name!r}: {message.kind!r} announces {announced} rows but "
+                                f"carries {count} {noun}")
+
+    def _announced_rows(self, message: Message) -> int:
+        """The row count a request announces in its header: a count, else refused."""
+        announced = message.header.get("rows")
+        if not isinstance(announced, int) or isinstance(announced, bool) or announced < 0:
+            raise ProtocolError(f"institution {self.name!r}: {message.kind!r} announces {announced!r} rows")
+        return announced
 
     def _on_align(self, message: Message) -> Message:
         if "align" in self._done:  # a second alignment would be a fresh party, without the trained model
@@ -283,9 +331,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         assert table is not None and compute is not None, "streams() reads align part by part on Dask only"
         if message.streamed != "positions":
             raise MalformedMessage(f"'align' streams array {message.streamed!r}; only 'positions' may be")
-        announced = message.header.get("rows")
-        if not isinstance(announced, int) or isinstance(announced, bool) or announced < 0:
-            raise ProtocolError(f"institution {self.name!r}: 'align' announces {announced!r} rows")
+        announced = self._announced_rows(message)
         least = self.data.min_overlap
         if least is not None and announced < least:
             raise ProtocolError(f"institution {self.name!r}: 'align' aligns {announced} rows, fewer than "
@@ -296,18 +342,10 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             self.party.rows.close()  # the last session's rows (on a cluster: its blocks)
             self.party = None
         psi, self._psi = self._psi, None
-        check, plans, count = PositionsCheck(table.n_rows), AlignmentPlans(table, compute.block_rows), 0
-        for part in message.parts:
-            part = Arrays(positions=part).typed("positions", "iu")
-            if count + len(part) > announced:
-                raise ProtocolError(f"institution {self.name!r}: 'align' announces {announced} rows but "
-                                    f"carries more positions ({count + len(part)} so far)")
+        check, plans = PositionsCheck(table.n_rows), AlignmentPlans(table, compute.block_rows)
+        for count, part in self._parts(message, announced, "iu"):
             rows = part.astype(np.int64, copy=False) if psi is None else psi.rows_from_positions(part)
             plans.add(check.add(rows), _bits(packed, count, len(part)))
-            count += len(part)
-        if count != announced:
-            raise ProtocolError(f"institution {self.name!r}: 'align' announces {announced} rows but carries "
-                                f"{count} positions")
         check.finish()
         self.party, self._holdout = self._align_on_workers(plans.blocks(self._client(), self.data.id_column))
         return self._aligned()

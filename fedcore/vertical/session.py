@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 ALIGNMENTS = ("hash", "psi")
 ALIGN_PART_ROWS = 1 << 19
 """Positions a part of an `align` request (4 MiB of int64): an agent on Dask reads them part by part."""
+PSI_PART_ROWS = 1 << 17
+"""Values a part of a `psi_reblind` request (4 MiB of 32-byte points), read part by part likewise."""
 
 
 class VerticalSession(MasterSession):
@@ -112,8 +114,10 @@ class VerticalSession(MasterSession):
         counts = {n: len(v) for n, v in lists.items()}
         for shift in range(1, len(names)):
             route = {names[(i + shift) % len(names)]: owner for i, owner in enumerate(names)}
-            replies = self.transport.exchange({holder: Message("psi_reblind", {}, {"values": lists[owner]})
-                                               for holder, owner in route.items()})
+            replies = self.transport.exchange({  # an agent on Dask reads the values part by part (issue #29)
+                holder: streamed_request("psi_reblind", {"rows": len(lists[owner])}, "values", lists[owner],
+                                         {}, PSI_PART_ROWS)
+                for holder, owner in route.items()})
             for holder, owner in route.items():
                 lists[owner] = replies[holder].arrays["values"].reshape(-1, 32)
         from fedcore.privacy.psi import intersect_blinded

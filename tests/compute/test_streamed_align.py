@@ -91,6 +91,7 @@ def test_align_read_part_by_part_trains_the_in_process_forest(scenario, tmp_path
         replayed = iter(list(secrets))
         monkeypatch.setattr(psi_module, "new_secret", lambda: next(replayed))
     monkeypatch.setattr(session_module, "ALIGN_PART_ROWS", 64)  # ~300 aligned rows: about 5 parts
+    monkeypatch.setattr(session_module, "PSI_PART_ROWS", 64)  # each institution's ~400 IDs: about 7 parts
     transports: list[PartedTransport] = []
 
     def transport(handlers: dict) -> PartedTransport:
@@ -105,7 +106,8 @@ def test_align_read_part_by_part_trains_the_in_process_forest(scenario, tmp_path
     for name in expected[0]:
         assert got[0][name] == expected[0][name], name
     parted = transports[0].parted
-    assert [kind for kind, _ in parted] == ["align"] * 3
+    reblinds = ["psi_reblind"] * 6 if alignment == "psi" else []  # 3 lists, each re-blinded by 2 others
+    assert [kind for kind, _ in parted] == reblinds + ["align"] * 3
     assert all(n >= 4 for _, n in parted), parted
 
 
@@ -214,3 +216,82 @@ def test_a_hostile_announcement_is_refused_before_any_part_is_read(agent) -> Non
                                                          "1-dimensional, 125000000000 long")):
         agent.handle(message)
     assert read == []
+
+
+# -- psi_reblind: another institution's blinded list, read part by part ----------------------------------
+@pytest.fixture()
+def psi_agent(agent) -> VerticalInstitutionAgent:
+    """The passive institution's agent on Dask after PSI's first step (its IDs blinded on the workers)."""
+    agent.handle(Message("psi_blinded"))
+    return agent
+
+
+def _points(n: int, seed: int = 0) -> np.ndarray:
+    """`n` valid blinded points (X25519 u-coordinates of random scalars' multiples are any 32 bytes here)."""
+    return np.random.default_rng(seed).integers(0, 256, (n, 32), dtype=np.uint8)
+
+
+def _reblind(agent: VerticalInstitutionAgent, rows: int, parts: list[np.ndarray]) -> np.ndarray:
+    """`psi_reblind` as a master streams it (`parts`, announcing `rows`), the answer read whole."""
+    shape = (sum(len(p) for p in parts), *parts[0].shape[1:])  # as the stream declares it
+    request = StreamedMessage("psi_reblind", {"rows": rows}, "values", shape, lambda: iter(parts), {},
+                              dtype=parts[0].dtype)
+    message = read_request(request.pieces(), agent.streams, join_pieces)
+    assert isinstance(message, PartedMessage)
+    return Message.from_bytes(agent.handle(message).to_buffer()).arrays["values"].reshape(-1, 32)
+
+
+def test_a_list_re_blinded_part_by_part_is_the_list_re_blinded_whole(psi_agent) -> None:
+    values = _points(300)
+    whole = _reblind(psi_agent, 300, [values])
+    parted = _reblind(psi_agent, 300, [values[:100], values[100:250], values[250:]])
+    assert parted.tobytes() == whole.tobytes()
+    assert whole.shape == (300, 32) and not np.array_equal(whole, values)
+
+
+def test_a_re_blind_request_longer_than_it_announced_is_refused_at_the_part_past_it(psi_agent) -> None:
+    parts, read = [_points(100, seed) for seed in range(3)], []
+
+    def logged():
+        for part in parts:
+            read.append(len(part))
+            yield part
+
+    request = StreamedMessage("psi_reblind", {"rows": 150}, "values", (300, 32), logged, {}, dtype=np.uint8)
+    message = read_request(request.pieces(), psi_agent.streams, join_pieces)
+    with pytest.raises(ProtocolError, match=re.escape(
+            f"institution {psi_agent.name!r}: 'psi_reblind' announces 150 rows but carries more values "
+            "(200 so far)")):
+        psi_agent.handle(message)
+    assert read == [100, 100]  # refused at the part past it: the third was never read
+
+
+def test_a_re_blind_request_shorter_than_it_announced_is_refused(psi_agent) -> None:
+    with pytest.raises(ProtocolError, match=re.escape(
+            f"institution {psi_agent.name!r}: 'psi_reblind' announces 300 rows but carries 200 values")):
+        _reblind(psi_agent, 300, [_points(100), _points(100, 1)])
+
+
+def test_re_blind_parts_that_are_not_32_byte_points_are_refused(psi_agent) -> None:
+    with pytest.raises(MalformedMessage, match=re.escape(
+            f"institution {psi_agent.name!r} refuses a malformed 'psi_reblind' message: array 'values' must "
+            "hold 32-byte points, one a row")):
+        _reblind(psi_agent, 200, [np.zeros((100, 16), np.uint8), np.zeros((100, 16), np.uint8)])
+    with pytest.raises(MalformedMessage, match=re.escape(
+            f"institution {psi_agent.name!r} refuses a malformed 'psi_reblind' message: array 'values' must "
+            "be of dtype kind 'u', 2-dimensional: found int64 of shape [100, 32]")):
+        _reblind(psi_agent, 100, [np.zeros((100, 32), np.int64)])
+
+
+def test_a_whole_re_blind_request_must_carry_the_rows_it_announces(scenario, tmp_path) -> None:
+    agents = _agents(scenario, tmp_path, new_batch=False)  # in-process agents read every request whole
+    agent = next(a for name, a in agents.items() if name != scenario["label_holder"])
+    agent.handle(Message("validation_report"))
+    agent.handle(Message("psi_blinded"))
+    with pytest.raises(ProtocolError, match=re.escape(
+            f"institution {agent.name!r}: 'psi_reblind' announces 5 rows but carries 4 values")):
+        agent.handle(Message("psi_reblind", {"rows": 5}, {"values": _points(4)}))
+    with pytest.raises(ProtocolError, match=re.escape(
+            f"institution {agent.name!r}: 'psi_reblind' announces None rows")):
+        agent.handle(Message("psi_reblind", {}, {"values": _points(4)}))
+    assert agent.handle(Message("psi_reblind", {"rows": 4}, {"values": _points(4)})).kind == "psi_reblinded"
