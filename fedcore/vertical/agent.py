@@ -51,7 +51,7 @@ from fedcore.vertical.persistence import party_file_stem
 if TYPE_CHECKING:
     from distributed import Client, Future
 
-    from fedcore.compute.dask_alignment import AlignedBlocks, Blocks
+    from fedcore.compute.dask_alignment import AlignedBlocks, AlignmentPlans, Blocks
     from fedcore.compute.dask_psi import BlockPSIParty
     from fedcore.compute.dask_table import ParquetTable
     from fedcore.compute.dask_vertical import DaskVerticalRows
@@ -64,8 +64,6 @@ SESSION_HEADERS = session_headers(id_hashes=(), psi_blinded=("batch", "until"), 
                                   keep_trees=("n_trees",), batch_hashes=("until",),
                                   align_batch=("rows",), deliver_predictions=("run",))
 """The header fields of each session message (`SessionAgent.session_headers`)."""
-PARTED_KINDS = frozenset({"align", "psi_reblind"})
-"""The requests an agent on Dask reads part by part: the master's per-row arrays (issue #29)."""
 PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "evaluate_encrypted",
                "apply_splits", "finalize", "predict_leaves", "route"}
 
@@ -237,11 +235,36 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         if not isinstance(announced, int) or announced != len(positions):
             raise ProtocolError(f"institution {self.name!r}: {message.kind!r} announces {announced!r} rows "
                                 f"but carries {len(positions)} positions")
-        least = self.data.min_overlap if message.kind == "align" else 1
-        if least is not None and len(positions) < least:
-            raise ProtocolError(f"institution {self.name!r}: {message.kind!r} aligns {len(positions)} rows, "
-                                f"fewer than this institution's min_overlap={least}")
+        self._least_rows(message.kind, len(positions))
         return positions
+
+    def _least_rows(self, kind: str, rows: int) -> None:
+        """Refuse an `align` of fewer rows than this institution's `min_overlap`, an `align_batch` of none."""
+        least = self.data.min_overlap if kind == "align" else 1
+        if least is not None and rows < least:
+            raise ProtocolError(f"institution {self.name!r}: {kind!r} aligns {rows} rows, fewer than this "
+                                f"institution's min_overlap={least}")
+
+    def _part_rows(self, message: PartedMessage, announced: int,
+                   n_rows: int) -> Iterator[tuple[int, np.ndarray]]:
+        """A parted `align`'s (`align_batch`'s) positions as checked row numbers, part by part.
+
+        Each with the count of rows before it; PSI's positions mapped back to rows; repeats and the range
+        of `n_rows` checked as the parts arrive (`PositionsCheck`).
+        """
+        if message.streamed != "positions":
+            raise MalformedMessage(f"{message.kind!r} streams array {message.streamed!r}; only 'positions' "
+                                   "may be")
+        psi, self._psi = self._psi, None
+
+        def rows() -> Iterator[tuple[int, np.ndarray]]:
+            check = PositionsCheck(n_rows)
+            for count, part in self._parts(message, announced, "iu"):
+                yield count, check.add(part.astype(np.int64, copy=False) if psi is None
+                                       else psi.rows_from_positions(part))
+            check.finish()
+
+        return rows()
 
     def _rows(self, positions: np.ndarray) -> np.ndarray:
         """Row numbers of the master's positions: as they are after hashing, mapped back after PSI."""
@@ -252,8 +275,18 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         return rows
 
     def streams(self, kind: str) -> bool:
-        """Whether this agent reads a `kind` request part by part (`PartedMessage`): PARTED_KINDS on Dask."""
-        return kind in PARTED_KINDS and self._data is not None and self._data.table is not None
+        """Whether this agent reads a `kind` request part by part (`PartedMessage`, issue #29).
+
+        The master's per-row arrays whose rows are on this institution's Dask workers: `align`'s and
+        `align_batch`'s positions, `psi_reblind`'s values.
+        """
+        if kind == "align":
+            return self._data is not None and self._data.table is not None
+        if kind == "psi_reblind":
+            return self._psi is not None and not isinstance(self._psi, PSIParty)
+        if kind == "align_batch":
+            return self._batch is not None and not isinstance(self._batch, pd.DataFrame)
+        return False
 
     def _parts(self, message: PartedMessage, announced: int, dtype_kinds: str,
                ndim: int = 1) -> Iterator[tuple[int, np.ndarray]]:
@@ -329,24 +362,16 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
 
         table, compute = self.data.table, self.data.compute
         assert table is not None and compute is not None, "streams() reads align part by part on Dask only"
-        if message.streamed != "positions":
-            raise MalformedMessage(f"'align' streams array {message.streamed!r}; only 'positions' may be")
         announced = self._announced_rows(message)
-        least = self.data.min_overlap
-        if least is not None and announced < least:
-            raise ProtocolError(f"institution {self.name!r}: 'align' aligns {announced} rows, fewer than "
-                                f"this institution's min_overlap={least}")
+        self._least_rows(message.kind, announced)
         packed = message.arrays.typed("holdout", "u", size=-(-announced // 8))
         check_holdout(self.name, _count_bits(packed, announced), announced, self.data.holdout)
         if self.party is not None:
             self.party.rows.close()  # the last session's rows (on a cluster: its blocks)
             self.party = None
-        psi, self._psi = self._psi, None
-        check, plans = PositionsCheck(table.n_rows), AlignmentPlans(table, compute.block_rows)
-        for count, part in self._parts(message, announced, "iu"):
-            rows = part.astype(np.int64, copy=False) if psi is None else psi.rows_from_positions(part)
-            plans.add(check.add(rows), _bits(packed, count, len(part)))
-        check.finish()
+        plans = AlignmentPlans(table, compute.block_rows)
+        for count, rows in self._part_rows(message, announced, table.n_rows):
+            plans.add(rows, _bits(packed, count, len(rows)))
         self.party, self._holdout = self._align_on_workers(plans.blocks(self._client(), self.data.id_column))
         return self._aligned()
 
@@ -558,9 +583,13 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         if self._batch is None:
             raise ProtocolError(f"institution {self.name!r}: align_batch before the batch IDs")
         party = self._require_party(message.kind)
+        if isinstance(message, PartedMessage):  # on Dask: the positions read part by part, never held whole
+            return self._align_batch_parts(party, message)
         positions = self._rows(self._announced(message))
         if not isinstance(self._batch, pd.DataFrame):
-            return self._align_batch_on_workers(party, self._batch, positions)
+            plans = self._batch_plans()
+            plans.add(check_positions(positions, self._batch.n_rows), np.zeros(len(positions), bool))
+            return self._align_batch_on_workers(party, plans, len(positions))
         aligned = align_frame(self._batch, positions)
         self._batch_ids = aligned[self.data.id_column].reset_index(drop=True)
         self._batch_rows = len(aligned)
@@ -569,32 +598,43 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         party.set_prediction_data(features.reset_index(drop=True))
         return Message("ack", {"rows": len(aligned), **drift})
 
-    def _align_batch_on_workers(self, party: VerticalParty, table: ParquetTable,
-                                positions: np.ndarray) -> Message:
+    def _batch_plans(self) -> AlignmentPlans:
+        """The aligned blocks' plan of the new batch on the workers, before its positions are added."""
+        from fedcore.compute.dask_alignment import AlignmentPlans
+
+        assert self.data.compute is not None and self._batch is not None and \
+            not isinstance(self._batch, pd.DataFrame), "a batch on Dask comes with its compute"
+        return AlignmentPlans(self._batch, self.data.compute.block_rows)
+
+    def _align_batch_parts(self, party: VerticalParty, message: PartedMessage) -> Message:
+        """`align_batch` on Dask with the positions read part by part, checked as the whole message's."""
+        plans, announced = self._batch_plans(), self._announced_rows(message)
+        self._least_rows(message.kind, announced)
+        for _, rows in self._part_rows(message, announced, plans.table.n_rows):
+            plans.add(rows, np.zeros(len(rows), bool))
+        return self._align_batch_on_workers(party, plans, announced)
+
+    def _align_batch_on_workers(self, party: VerticalParty, plans: AlignmentPlans, n_rows: int) -> Message:
         """The batch aligned, encoded and predicted in blocks on the workers, its IDs kept there to delivery.
 
         (`fedcore.compute.dask_vertical_predict`: the party's answers are the in-process ones, bit for bit.)
         """
-        from fedcore.compute.dask_alignment import align_blocks
         from fedcore.compute.dask_vertical_predict import DaskPredictionRows
 
-        assert self.data.compute is not None, "a batch on Dask comes with its compute"
         client = self._client()
-        aligned = align_blocks(client, table, check_positions(positions, table.n_rows),
-                               np.zeros(len(positions), bool), self.data.id_column,
-                               self.data.compute.block_rows, keep_id=True)
-        self._batch_ids, self._batch_rows = aligned.column(client, self.data.id_column), len(positions)
+        aligned = plans.blocks(client, self.data.id_column, keep_id=True)
+        self._batch_ids, self._batch_rows = aligned.column(client, self.data.id_column), n_rows
         if self.snapshot is None:
             drift = self._drift_reply(None)
         else:  # counted per block on the workers: the in-process scores exactly
             from fedcore.compute.dask_drift import block_scores
 
-            drift = self._drift_reply(block_scores(client, aligned.frames, len(positions), self.snapshot))
+            drift = self._drift_reply(block_scores(client, aligned.frames, n_rows, self.snapshot))
         rows = DaskPredictionRows(client, aligned.frames, aligned.sizes, party.trained_model)
         party.set_prediction_rows(rows)
         log.info("institution %r: %d batch rows aligned on the workers in %d blocks", self.name,
-                 len(positions), len(aligned.frames))
-        return Message("ack", {"rows": len(positions), **drift})
+                 n_rows, len(aligned.frames))
+        return Message("ack", {"rows": n_rows, **drift})
 
     def _on_deliver_predictions(self, message: Message) -> Message:
         run = run_id(self.name, message.header)

@@ -328,9 +328,10 @@ class VerticalSession(MasterSession):
         started = time.perf_counter()
         plan = self._intersect(batch=True, explain_below=min_overlap, until=until)
         check_overlap(plan, min_overlap)
-        aligned = self.transport.exchange({name: Message("align_batch", {"rows": plan.n_common},
-                                                         {"positions": plan.positions[name]})
-                                           for name in self.institutions})
+        aligned = self.transport.exchange({  # an agent on Dask reads the positions part by part (issue #29)
+            name: streamed_request("align_batch", {"rows": plan.n_common}, "positions", plan.positions[name],
+                                   {}, ALIGN_PART_ROWS)
+            for name in self.institutions})
         drift = {name: d for name, r in aligned.items() if (d := reported_drift(name, r.header))}
         values = self.master.predict_values(plan.n_common)
         header = prediction_header(run_id)

@@ -29,9 +29,11 @@ from tests.vertical.test_session import _agents
 class PartedTransport(Transport):
     """Delivers requests as an AgentServer does: read batch by batch, parted for a kind the agent streams."""
 
-    def __init__(self, handlers: dict) -> None:
+    def __init__(self, handlers: dict, agents: dict | None = None) -> None:
+        """Deliver to `handlers` (the agents' `handle`, or wrappers of it: then pass the `agents`)."""
         super().__init__()
-        self.agents = {name: handler.__self__ for name, handler in handlers.items()}
+        self.handlers = handlers
+        self.agents = agents or {name: handler.__self__ for name, handler in handlers.items()}
         self.parted: list[tuple[str, int]] = []  # (kind, parts) of each request delivered parted
 
     @property
@@ -46,11 +48,11 @@ class PartedTransport(Transport):
             if isinstance(message, PartedMessage):
                 counted = _Counted(message.parts)
                 message.parts = counted
-                reply = agent.handle(message)
+                reply = self.handlers[party](message)
                 assert next(message.parts, None) is None, "the agent read every part"
                 self.parted.append((message.kind, counted.n))
             else:
-                reply = agent.handle(message)
+                reply = self.handlers[party](message)
             replies[party] = reply.to_buffer()
         return replies
 

@@ -8,6 +8,7 @@ The held-out rows stay in their blocks too, and the evaluation is the in-process
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +21,10 @@ from fedcore.compute.dask_vertical_predict import DaskPredictionRows, _bits, _wo
 from fedcore.data.scenario import make_vertical_scenario
 from fedcore.models.registry import ModelRegistry
 from fedcore.protocol.messages import Message
+from fedcore.transport.base import Transport
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.params import ForestParams
+from fedcore.vertical import session as session_module
 from fedcore.vertical.agent import VerticalInstitutionAgent
 from fedcore.vertical.session import VerticalSession
 from tests.compute.federation import refuse_readers
@@ -88,13 +91,14 @@ def _recorded(agents: dict) -> dict[str, list]:
     return seen
 
 
-def _predict(agents: dict, scenario: dict, monkeypatch=None, alignment: str = "hash") -> tuple:
+def _predict(agents: dict, scenario: dict, monkeypatch=None, alignment: str = "hash",
+             transport: Callable[[dict], Transport] = InProcessTransport) -> tuple:
     """Train (hash alignment), predict the batch aligned by `alignment`, again in row batches of 100.
 
     The predictions are delivered to the label holder.
     """
     seen = _recorded(agents)
-    session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}),
+    session = VerticalSession(transport({n: a.handle for n, a in agents.items()}),
                               ForestParams(n_estimators=3, max_depth=4, random_state=1),
                               holdout_fraction=0.25, min_overlap=100)
     session.align()
@@ -130,6 +134,25 @@ def test_a_batch_on_the_workers_answers_as_the_in_process_agent(scenario, tmp_pa
     for agent in agents.values():
         rows = agent.party._prediction
         assert isinstance(rows, DaskPredictionRows) and len(rows.blocks) > 2
+
+
+def test_a_batch_whose_positions_are_read_part_by_part_answers_as_the_in_process_agent(
+        scenario, tmp_path, three_workers, in_process_prediction, monkeypatch) -> None:
+    from tests.compute.test_streamed_align import PartedTransport
+
+    monkeypatch.setattr(session_module, "ALIGN_PART_ROWS", 64)  # the ~150 common batch rows: 3 parts
+    agents = _dask_agents(scenario, tmp_path / "dask", three_workers)
+    transports: list[PartedTransport] = []
+
+    def parted(handlers: dict) -> PartedTransport:
+        transports.append(PartedTransport(handlers, agents))
+        return transports[-1]
+
+    got = _predict(agents, scenario, transport=parted)
+    assert got[0] == in_process_prediction[0]
+    pd.testing.assert_frame_equal(got[1], in_process_prediction[1])
+    parted_kinds = [(kind, n) for kind, n in transports[0].parted if kind == "align_batch"]
+    assert len(parted_kinds) == 3 and all(n >= 3 for _, n in parted_kinds), transports[0].parted
 
 
 @pytest.mark.slow
