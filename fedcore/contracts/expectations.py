@@ -338,7 +338,8 @@ def _fill_found(row: dict[str, Any], result: dict, frame: pd.DataFrame, max_exam
         extra = result.get("details", {}).get("mismatched", {}).get("unexpected", [])
         # Missing columns are reported by expect_column_to_exist; this row is about extra columns only.
         row["success"] = not extra
-        row["found"] = f"extra columns {extra} not in the contract" if extra else ""
+        row["found"] = (f"extra columns {extra} not in the contract: leave them out of the data (its query, "
+                        "file or table) or add them to the contract" if extra else "")
     elif kind == TYPE_LIST and count is None:
         row["found"] = f"found dtype {frame[column].dtype}"
     else:

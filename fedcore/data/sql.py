@@ -57,6 +57,10 @@ class SqlSource:
         kind, value = self.url
         return {"env": f"environment variable {value}", "file": f"file {value!r}"}.get(kind, "the --data URL")
 
+    def option(self, name: str) -> str:
+        """Where a user sets `name` (table, query): `sql.<name>` in the config, `--<name>` with --data."""
+        return f"--{name}" if self.url[0] == "url" else f"sql.{name}"
+
     def select(self, order_by: str | None = None) -> str:
         """The statement that reads it, in `order_by`'s order if given.
 
@@ -255,8 +259,8 @@ def read_arrow(source: SqlSource, what: str, order_by: str | None = None,
             if source.table is not None and getattr(error, "sqlstate", None) == MISSING_TABLE:
                 raise DataReadError(f"{what}: table {source.table!r} does not exist in the database of "
                                     f"{source.connection_ref()}: create it, or name the right table in "
-                                    "sql.table") from None
-            fix = "correct sql.table" if source.table is not None else "correct sql.query"
+                                    f"{source.option('table')}") from None
+            fix = f"correct {source.option('table' if source.table is not None else 'query')}"
             raise DataReadError(f"{what}: cannot read {source.describe()}: {reason(error, url)}; "
                                 f"{fix}") from None
 

@@ -80,7 +80,8 @@ def broken_report() -> ValidationReport:
 EXPECTED_FAILURES = [
     "institution 'bank', table: expect_table_row_count_to_be_between(min 50, max 1000) failed: found 40 rows",
     "institution 'bank', table: expect_table_columns_to_match_set(exactly the contract's 8 columns) failed: "
-    "extra columns ['zip'] not in the contract",
+    "extra columns ['zip'] not in the contract: leave them out of the data (its query, file or table) or add "
+    "them to the contract",
     "institution 'bank', column 'customer_id': expect_column_values_to_not_be_null failed: 1 null value",
     "institution 'bank', column 'customer_id': expect_column_values_to_be_unique failed: "
     "2 non-unique values, e.g. ['c001']",

@@ -132,7 +132,10 @@ def test_a_query_returning_a_column_the_contract_does_not_know_fails_validation_
                      contract="bank.yaml")
     data = institution_from_config(config, "bank")
     assert not data.valid and data.validation is not None
-    assert any("segment" in line for line in data.validation.failure_lines())
+    assert data.validation.failure_lines() == [
+        "institution 'bank', table: expect_table_columns_to_match_set(exactly the contract's "
+        f"{len(frame.columns)} columns) failed: extra columns ['segment'] not in the contract: leave them "
+        "out of the data (its query, file or table) or add them to the contract"]
     agreeing = _config(tmp_path, {"sql": {"url": {"env": "BANK_DB_URL"},
                                           "query": f"SELECT {', '.join(frame.columns)} FROM customers"}},
                        contract="bank.yaml")

@@ -46,6 +46,12 @@ def test_a_database_url_needs_a_table_or_query_and_a_wrong_one_is_one_masked_lin
     code, out, err = _run(capsys, "simulate", "--data", tmp_path / "t.csv", "--table", "t", *ARGS)
     assert (code, err) == (1, "fedforest: error: --table and --query apply to a PostgreSQL --data URL "
                               "(postgresql://user@host/db), not a file\n")
+    code, out, err = _run(capsys, "simulate", "--data", postgres.url(), "--table", "missing", *ARGS)
+    assert (code, err) == (1, "fedforest: error: --data: table 'missing' does not exist in the database of "
+                              "the --data URL: create it, or name the right table in --table\n")
+    code, out, err = _run(capsys, "simulate", "--data", postgres.url(), "--query", "SELECT nothing", *ARGS)
+    assert code == 1 and err.startswith("fedforest: error: --data: cannot read ") and \
+        err.endswith("; correct --query\n")
     url = postgres.url("postgres", user="nobody", password="s3cret-pw")
     code, out, err = _run(capsys, "simulate", "--data", url, "--table", "missing", *ARGS)
     assert code == 1 and out == "" and err.count("\n") == 1 and "s3cret-pw" not in err
