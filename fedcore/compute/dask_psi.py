@@ -81,12 +81,17 @@ class BlockPSIParty:
     def reblind_parts(self, parts: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
         """`reblind` of a list read part by part: every part goes to the workers as it is read.
 
-        All parts are taken before this returns (the request is read whole before the answer starts), the
-        agent holding one at a time; the answer gathers the re-blinded parts in order, each once.
+        All parts are taken before this returns (the master writes its request whole before it reads the
+        answer), the agent holding one at a time: each is cut into chunks that go straight to a worker
+        (`client.scatter`: no task spec, which an in-process scheduler would keep, holds the values) and are
+        re-blinded there; the answer gathers the re-blinded chunks in order, each let go once sent.
         """
-        what = f"PSI party {self.name!r} asked to re-blind"
-        futures = [self.client.submit(_reblind, as_blinded(part, what), self._secret, pure=False)
-                   for part in parts]
+        what, futures = f"PSI party {self.name!r} asked to re-blind", []
+        for part in parts:
+            part = as_blinded(part, what)
+            for start in range(0, len(part), self._chunk_rows):
+                chunk = self.client.scatter(part[start:start + self._chunk_rows], hash=False)
+                futures.append(self.client.submit(_reblind, chunk, self._secret, pure=False))
         futures.reverse()
         return (self.client.gather(futures.pop()) for _ in range(len(futures)))
 

@@ -61,7 +61,11 @@ What a peer can cost an agent is bounded before the agent pays it:
 * a request of a kind the party reads part by part (its `streams(kind)`, such as `align` at an agent on
   Dask, issue #29) is not joined at all: the party gets a `PartedMessage` whose parts are read off the
   call as it asks for them (`fedcore.protocol.parted`), each chunk dropped once read; the message limit
-  and the budget count every byte of the call, as for a joined message.
+  and the budget count every byte of the call, as for a joined message;
+* a party reading a request part by part holds its lock while it waits for the next part: a master that
+  sends nothing for `stall_seconds` (by default the session window, `busy_seconds`) mid-message has the
+  message refused and the party freed at once (`_Prefetched`); the call itself ends when the master's side
+  ends it (gRPC has no way to end a read from the server), holding its share of the budget until then.
 
 Beyond the budget, an agent holds at most the one gRPC message per call that arrived and was refused
 (a chunk, or a `do_action` body), and what gRPC buffers below Flight. How large that one message is,
@@ -84,6 +88,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import queue
 import re
 import secrets
 import socket
@@ -354,13 +359,15 @@ class AgentServer(flight.FlightServerBase):
                  tls_key: PemSource, ca_cert: PemSource, master_ca: PemSource | None = None,
                  allowed_master: str = "master", max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  max_bytes_in_flight: int | None = None, busy_seconds: float = BUSY_SECONDS,
-                 on_shutdown: Callable[[], None] | None = None) -> None:
+                 on_shutdown: Callable[[], None] | None = None, stall_seconds: float | None = None) -> None:
         """Serve `party` over mutual TLS, answering only the master identity `allowed_master`.
 
         With `master_ca` (the CA that signs master certificates only), a client certificate must be signed by
         it to pass the TLS handshake; without, by the consortium CA `ca_cert`, as every member's is (a
         warning says so). `busy_seconds`: how long a silent master's session keeps other masters out.
         `on_shutdown`: called once when serving stops, after the running calls (the agent's Dask cluster).
+        `stall_seconds` (by default `busy_seconds`): how long the party, reading a request part by part, waits
+        for its next piece before the message is refused and the party freed (`_Prefetched`).
         """
         self._on_shutdown = on_shutdown
         self.name = str(getattr(party, "name", "party"))
@@ -382,6 +389,7 @@ class AgentServer(flight.FlightServerBase):
         self._allowed_identity = identity_uri(allowed_master, "master")
         self._lock = threading.Lock()  # a party answers one message at a time
         self.guard = SessionGuard(max_message_bytes=max_message_bytes, busy_seconds=busy_seconds)
+        self.stall_seconds = busy_seconds if stall_seconds is None else stall_seconds
         self.budget = InFlightBudget(max_message_bytes if max_bytes_in_flight is None
                                      else max_bytes_in_flight)
         """The request bytes all calls in progress may hold together (`max_bytes_in_flight`, by default
@@ -566,12 +574,18 @@ class AgentServer(flight.FlightServerBase):
                 reply = self._answer(payload, stamp)
                 del payload
             else:  # a kind the party reads part by part reaches it before its parts are read (issue #29)
+                prefetched = _Prefetched(pieces, self._refusal)
                 try:
-                    message = read_request(pieces, streams, join_pieces)
-                except ProtocolError as exc:
-                    raise self._refusal(str(exc)) from None
-                reply = self._answer(message, stamp)
-                del message
+                    try:
+                        message = read_request(prefetched, streams, join_pieces)
+                    except ProtocolError as exc:
+                        raise self._refusal(str(exc)) from None
+                    if isinstance(message, PartedMessage):  # the party waits for parts holding its lock
+                        prefetched.stall_seconds = self.stall_seconds
+                    reply = self._answer(message, stamp)
+                    del message
+                finally:
+                    prefetched.close()  # the call's reader is let go of before the call ends
             writer.begin(CHUNK_SCHEMA)
             for batch in piece_batches(reply):
                 writer.write_batch(batch)
@@ -593,6 +607,74 @@ class AgentServer(flight.FlightServerBase):
             super().shutdown()
             if self._on_shutdown is not None:
                 self._on_shutdown()
+
+
+class _Prefetched:
+    """A call's request pieces read by a thread of their own, so a party waiting for the next one can give up.
+
+    A party reading a request part by part holds its lock while it waits for the next part: with
+    `stall_seconds` set, a master that sends nothing for that long (it stopped mid-message) gets the message
+    refused, which frees the party (issue #29). gRPC offers no way to end a read from the agent's side:
+    `close` waits for the reading thread, whose read ends when the master sends again, ends or cancels the
+    call, or its deadline passes; the call answers the refusal then. At most one piece waits in the queue.
+    """
+
+    def __init__(self, pieces: Iterator[pa.Buffer],
+                 refusal: Callable[[str], flight.FlightServerError]) -> None:
+        """Start reading `pieces`; no time limit until `stall_seconds` is set."""
+        self.stall_seconds: float | None = None
+        self._refusal = refusal
+        self._queue: queue.Queue[tuple[str, object]] = queue.Queue(maxsize=1)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(pieces,), daemon=True,
+                                        name="fedforest-request-parts")
+        self._thread.start()
+
+    def _read(self, pieces: Iterator[pa.Buffer]) -> None:
+        try:
+            for piece in pieces:
+                if not self._put(("piece", piece)):
+                    return
+            self._put(("end", None))
+        except BaseException as exc:  # handed to the party's thread, which raises it
+            self._put(("error", exc))
+
+    def _put(self, item: tuple[str, object]) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> _Prefetched:
+        return self
+
+    def __next__(self) -> pa.Buffer:
+        try:
+            what, value = self._queue.get(timeout=self.stall_seconds)
+        except queue.Empty:
+            raise self._refusal(f"no part of the message came for {self.stall_seconds:g} s: its sender "
+                                "stopped mid-message") from None
+        if what == "end":
+            self._queue.put(("end", None))  # asked again, it is still the end
+            raise StopIteration
+        if what == "error":
+            assert isinstance(value, BaseException)
+            raise value
+        assert isinstance(value, pa.Buffer)
+        return value
+
+    def close(self) -> None:
+        """Stop reading once the read in progress returns, and wait for that (see the class doc)."""
+        self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._queue.get(timeout=0.1)  # a piece the thread waits to hand over is dropped
+            except queue.Empty:
+                pass
+            self._thread.join(timeout=0.1)
 
 
 class _ReleasedAfterSending:

@@ -128,3 +128,47 @@ def test_a_party_that_leaves_parts_unread_fails_the_call(pki) -> None:  # noqa: 
                                                 r"internal error \(its traceback is in that party's log\)"):
             transport.exchange({"a": request})
         assert server.budget.in_flight == 0
+
+
+def test_a_request_that_stalls_mid_way_is_refused_and_the_party_freed(pki) -> None:  # noqa: F811
+    """The master stops sending parts: after `stall_seconds` the party is freed and the message refused.
+
+    The party answers the next message while the stalled call is still open; the call, once the master's side
+    ends it, answers the exact refusal.
+    """
+    import time
+
+    import pyarrow.flight as flight
+
+    from fedcore.transport.flight import CHUNK_SCHEMA, chunk_batches
+    from fedcore.transport.guard import envelope
+
+    with _agent(pki, stall_seconds=0.5) as (server, endpoint), _transport(pki, endpoint) as transport:
+        server.party = PartReader()
+        request = streamed_request("sum", {}, "x", np.tile(VALUES, 20), {"mask": MASK}, 1 << 16)
+        batches = list(chunk_batches(request.to_buffer()))
+        assert len(batches) == 4  # 16 MB in chunks of 4 MiB
+        transport._seq["a"] += 1
+        stamp = envelope(transport.session, transport._seq["a"], transport.run)
+        descriptor = flight.FlightDescriptor.for_command(stamp.encode())
+        writer, reader = transport._clients["a"].do_exchange(descriptor)
+        writer.begin(CHUNK_SCHEMA)
+        for batch in batches[:2]:  # then the master stops sending
+            writer.write_batch(batch)
+        deadline = time.monotonic() + 10
+        while (not server.party.sizes or server._lock.locked()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.party.calls == 1 and not server._lock.locked()
+        assert 0 < sum(server.party.sizes) * 8 <= 8 * MiB  # the parts of the two chunks that came
+        other = transport.exchange({"a": Message("other", {}, {"x": VALUES})})["a"]  # the party is free
+        np.testing.assert_array_equal(other.arrays["x"], VALUES)
+        assert server.party.calls == 2
+        writer.done_writing()  # the master's side ends the call: the refusal is its answer
+        with pytest.raises(flight.FlightServerError) as refused:
+            reader.read_all()
+        assert str(refused.value).startswith("agent 'a' refused the message: no part of the message came for "
+                                             "0.5 s: its sender stopped mid-message. Detail: Failed.")
+        with pytest.raises(flight.FlightServerError) as closed:  # closing the call reports its status again
+            writer.close()
+        assert str(closed.value) == str(refused.value)
+        assert server.refused == 1 and server.budget.in_flight == 0
