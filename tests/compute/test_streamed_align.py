@@ -297,3 +297,27 @@ def test_a_whole_re_blind_request_must_carry_the_rows_it_announces(scenario, tmp
             f"institution {agent.name!r}: 'psi_reblind' announces None rows")):
         agent.handle(Message("psi_reblind", {}, {"values": _points(4)}))
     assert agent.handle(Message("psi_reblind", {"rows": 4}, {"values": _points(4)})).kind == "psi_reblinded"
+
+
+@pytest.mark.parametrize(("rows", "parts", "error"), [
+    (150, [np.arange(0, 100), np.arange(100, 200)], "'align_batch' announces 150 rows but carries more "
+                                                    "positions (200 so far)"),
+    (300, [np.arange(0, 100), np.arange(100, 200)], "'align_batch' announces 300 rows but carries 200 "
+                                                    "positions"),
+    (0, [np.arange(0, 0)], "'align_batch' aligns 0 rows, fewer than this institution's min_overlap=1"),
+    (200, [np.arange(0, 100), np.arange(50, 150)],
+     "alignment positions repeat a row; each row may appear once"),
+    (100, [np.arange(-1, 99)], "alignment positions run from -1 to 98, outside this party's {n} rows")])
+def test_a_hostile_align_batch_is_refused_part_by_part_as_align_is(agent, rows, parts, error) -> None:
+    n = agent.data.table.n_rows
+    _align(agent, n, [np.arange(n)])  # a party to predict with
+    agent._batch = agent.data.table  # a batch on the workers (here the table itself)
+    request = StreamedMessage("align_batch", {"rows": rows}, "positions", (sum(len(p) for p in parts),),
+                              lambda: iter(parts))
+    message = read_request(request.pieces(), agent.streams, join_pieces)
+    assert isinstance(message, PartedMessage)
+    with pytest.raises(ProtocolError) as refused:
+        agent.handle(message)
+    prefix = "" if error.startswith("alignment") else f"institution {agent.name!r}: "
+    assert str(refused.value) == prefix + error.format(n=n)
+    assert agent._batch_ids is None
