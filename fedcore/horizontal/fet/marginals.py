@@ -86,10 +86,12 @@ class MarginalQuantiles:
         start = self._position(features, low)
         q = start + u * (self._position(features, high) - start)
         thresholds = np.empty(u.shape)
-        for f in np.unique(features):
-            at = features == f
+        flat_features, flat_q, flat = features.ravel(), q.ravel(), thresholds.reshape(-1)
+        order = np.argsort(flat_features, kind="stable")  # one sort, not a pass over all per feature
+        present, starts = np.unique(flat_features[order], return_index=True)
+        for f, at in zip(present, np.split(order, starts[1:]), strict=True):
             grid = np.linspace(self.low[f], self.high[f], self.bins + 1)
-            thresholds[at] = np.interp(q[at], self.cdf[f], grid)
+            flat[at] = np.interp(flat_q[at], self.cdf[f], grid)
         span = high - low
         with np.errstate(invalid="ignore", divide="ignore"):
             share = (thresholds - low) / np.where(span > 0, span, 1.0)
