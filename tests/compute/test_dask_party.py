@@ -58,17 +58,25 @@ def test_fet_on_dask_is_the_in_process_forest(privacy, workers, request, monkeyp
     assert got.model_.same_as(expected.model_)
 
 
-def test_fet_regression_and_ppdert_on_dask(three_workers) -> None:
+def test_fet_regression_on_dask(three_workers) -> None:
     table = horizontal_table(seed=3, task="regression")
     make = lambda **kw: FederatedExtraTreesRegressor(n_estimators=3, max_depth=4, random_state=5,  # noqa: E731
                                                      tree_batch_size=2, **kw)
     assert_same_forest(_fit(make(), table, 2).model_,
                        _fit(make(compute=three_workers, block_rows=BLOCK), table, 2).model_)
+
+
+@pytest.mark.parametrize(("thresholds", "workers"), [
+    ("histogram", "one_worker"), ("histogram", "three_workers"), ("domain", "one_worker")])
+def test_ppdert_on_dask_is_the_in_process_forest(thresholds, workers, request) -> None:
+    client = request.getfixturevalue(workers)
     table = horizontal_table(seed=1)
     make = lambda **kw: PPDERTClassifier(n_estimators=2, max_depth=5, random_state=9,  # noqa: E731
-                                         allow_data_ranges=True, **kw)
-    assert_same_forest(_fit(make(), table).model_,
-                       _fit(make(compute=three_workers, block_rows=BLOCK), table).model_)
+                                         allow_data_ranges=True, thresholds=thresholds, **kw)
+    expected = _fit(make(), table).model_
+    got = _fit(make(compute=client, block_rows=BLOCK), table).model_
+    assert_same_forest(expected, got)
+    assert got.same_as(expected)
 
 
 def test_blocks_submitted_in_any_order_give_the_same_forest(three_workers, monkeypatch) -> None:

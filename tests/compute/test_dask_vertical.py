@@ -149,20 +149,23 @@ def test_regression_is_refused_on_dask(one_worker) -> None:
     assert "issue #29" in REGRESSION_REFUSED
 
 
-@pytest.mark.parametrize("mode", ["paillier", "ou"])
-def test_encrypted_labels_on_dask_grow_the_in_process_forest(mode, three_workers) -> None:
+@pytest.mark.parametrize(("mode", "workers"), [("paillier", "three_workers"), ("ou", "three_workers"),
+                                               ("ou", "one_worker")])
+def test_encrypted_labels_on_dask_grow_the_in_process_forest(mode, workers, request) -> None:
     """Encrypted bin sums per block, multiplied together at the agent, are the in-process ones.
 
     So the forest is the same (the ciphertexts themselves are fresh per run, so the messages differ).
     """
     from fedcore.privacy.schemes import scheme
 
+    client = request.getfixturevalue(workers)
+
     key = scheme(mode).generate(1024, insecure_for_tests=True)
     parties = _parties(seed=11, n_parties=3, n_rows=200)
     make = lambda **kw: _forest(n_estimators=2, max_depth=4, privacy=mode, label_key=key,  # noqa: E731
                                 **kw)
     expected = make().fit(parties, label="target")
-    got = make(compute=three_workers, block_rows=45).fit(parties, label="target")
+    got = make(compute=client, block_rows=45).fit(parties, label="target")
     assert_same_forest(expected, got)
     passive = [p for p in got.parties_ if not p.is_label_holder]
     assert passive and all(p._passive_crypto is not None and p._passive_crypto.pairs_computed > 0
