@@ -52,6 +52,7 @@ from fedcore.compute.blocks import (
     parquet_blocks,
     rebuildable,
 )
+from fedcore.compute.level_clock import LevelClock, n_workers
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.fet.marginals import histogram_counts
 from fedcore.horizontal.rows import RowPartition, level_decisions
@@ -196,6 +197,8 @@ class DaskPartyRows:
         self.features = np.zeros((0, 0), np.int64)
         self.thresholds = np.zeros((0, 0))
         self._in_batch = False
+        self.clock = LevelClock(name, len(blocks))
+        """Each level's wall time, logged per tree batch (progress at the agent)."""
         self.rounds: list[tuple[float, list[str]]] = []
         """Each per-block round: its wall time (first submit to gather) and the keys of its tasks (benchmarks
         compare the two for the scheduling overhead)."""
@@ -299,12 +302,17 @@ class DaskPartyRows:
     # -- PartyRows' interface ---------------------------------------------------------------------------
     def clear(self) -> None:
         """No batch in progress (a new session, or the finished model)."""
+        if self._in_batch:
+            self.clock.end_batch(n_workers(self.client))
         self.parts, self._held = [], []
         self.partition = _OpenNodes()
         self._in_batch = False
 
     def start_level(self, header: Header, arrays: Arrays, n_open: int) -> None:
         """As `PartyRows.start_level`: a new batch's partitions, or the previous level's decisions applied."""
+        if header.get("new_batch") and self._in_batch:
+            self.clock.end_batch(n_workers(self.client))
+        self.clock.level()
         if header.get("new_batch"):
             n_trees = self.check_batch_start(header, n_open)
             largest = max((b.n_rows for b in self.blocks), default=0)

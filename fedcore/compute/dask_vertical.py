@@ -45,6 +45,7 @@ import pandas as pd
 
 from fedcore.compute import DEFAULT_BLOCK_ROWS
 from fedcore.compute.blocks import Block, frame_blocks, rebuildable
+from fedcore.compute.level_clock import LevelClock, n_workers
 from fedcore.data.binning import PartyBinner
 from fedcore.privacy.packing import encrypted_bin_sums, weight_powers
 from fedcore.randomness import bootstrap_chunk_totals
@@ -230,6 +231,8 @@ class DaskVerticalRows:
         self.counts = np.zeros((len(self.blocks), 0), np.int64)
         """Rows of each open node in each block (n_blocks, n_open); kept here, level by level."""
         self._in_batch = False
+        self.clock = LevelClock("vertical", len(self.blocks))
+        """Each level's wall time (begin_batch, then each split), logged per tree batch."""
         self.powers: list[Future] = []  # encrypted labels, passive party: each block's weight powers
         self._public: Any = None
 
@@ -311,6 +314,9 @@ class DaskVerticalRows:
         """A new batch: each block draws its rows' bootstrap counts (the chunk totals drawn here, once)."""
         if targets is not None:
             raise ValueError(BOOSTING_REFUSED)
+        if self._in_batch:
+            self.clock.end_batch(n_workers(self.client))
+        self.clock.level()
         totals = (None if n_draws is None
                   else [bootstrap_chunk_totals(seed, tree, self.n_rows, n_draws) for tree in trees])
         self.parts = self._map(_bootstrap, self.labels, [b.start for b in self.blocks], n_rows=self.n_rows,
@@ -321,6 +327,8 @@ class DaskVerticalRows:
 
     def clear(self) -> None:
         """No batch in progress (training finalized): the partitions leave the workers."""
+        if self._in_batch:
+            self.clock.end_batch(n_workers(self.client))
         self.parts = []
         self.counts = np.zeros((len(self.blocks), 0), np.int64)
         self._in_batch = False
@@ -336,6 +344,7 @@ class DaskVerticalRows:
 
     def split(self, split_mask: np.ndarray, packed: np.ndarray, offsets: np.ndarray) -> None:
         """Apply the level's merged bitmaps: each block gets its rows' bits and makes its new partition."""
+        self.clock.level()  # the next level starts with its partition
         idx = np.flatnonzero(split_mask)
         counts = self.counts[:, idx]
         per_block = block_major(unpack_nodes(packed, counts.sum(axis=0)), counts)

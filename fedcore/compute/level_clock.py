@@ -1,0 +1,46 @@
+"""Per-level wall times of a party on Dask, logged once per tree batch: progress at the agent (issue #29).
+
+A level's time runs from its start to the next level's start (or the batch's end): what the federation waited
+for while this party's blocks worked, the master's and the other parties' share included.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+class LevelClock:
+    """Marks each level's start; at a batch's end logs its levels' count, total and p50/p95 seconds."""
+
+    def __init__(self, who: str, n_blocks: int) -> None:
+        """For party `who`, whose rows are `n_blocks` blocks on the cluster."""
+        self.who, self.n_blocks = who, n_blocks
+        self._starts: list[float] = []
+        self.batches: list[np.ndarray] = []
+        """Each finished batch's level seconds (for tests and benchmarks)."""
+
+    def level(self) -> None:
+        """A level starts (the one before it, if any, ends)."""
+        self._starts.append(time.perf_counter())
+
+    def end_batch(self, n_workers: int) -> None:
+        """The batch ended (a new one starts, or training ended): log its levels, if it had any."""
+        if not self._starts:
+            return
+        seconds = np.diff([*self._starts, time.perf_counter()])
+        self._starts = []
+        self.batches.append(seconds)
+        p50, p95 = np.percentile(seconds, [50, 95])
+        log.info("party %r on Dask (%d worker(s), %d blocks): tree batch %d of %d levels in %.2f s; a level "
+                 "p50 %.3f s, p95 %.3f s", self.who, n_workers, self.n_blocks, len(self.batches),
+                 len(seconds), float(seconds.sum()), p50, p95)
+
+
+def n_workers(client: object) -> int:
+    """How many workers the cluster of `client` has now (for the log line)."""
+    return len(client.scheduler_info().get("workers", {}))  # type: ignore[attr-defined]
