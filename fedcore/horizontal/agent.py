@@ -63,6 +63,7 @@ from fedcore.agents.storage import (
 )
 from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
+from fedcore.drift import training_snapshot
 from fedcore.errors import ContractMismatch, DataWriteError, ParameterError, ProtocolError
 from fedcore.horizontal.boosting.party import HorizontalBoostingParty
 from fedcore.horizontal.domains import checked_domains
@@ -341,11 +342,30 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
 
     def _on_store_model(self, message: Message) -> Message:
         extra: dict = {}
-        self._keep_snapshot(self._training, extra)
+        self._keep_snapshot(self._training_snapshot(), extra)
         path = store_signed_table(self.data, message.header, MODEL_STEM, self._require_model().to_table(),
                                   extra)
         self._stored_version(message.header, signed_manifest(message.header))
         return Message("stored", {"path": path})
+
+    def _training_snapshot(self) -> dict | None:
+        """The drift snapshot of this session's training rows, as the schema encodes them.
+
+        In process or on the workers: the same snapshot (`fedcore.compute.dask_drift`). None for a model not
+        trained here.
+        """
+        schema, party = self.schema, self.party
+        if schema is None or party is None:
+            return None
+        if self._training is not None:
+            return training_snapshot(schema.decode(schema.encode(self._training)))
+        from fedcore.compute.dask_drift import encoded_snapshot
+        from fedcore.compute.dask_rows import DaskPartyRows
+
+        rows = party.rows
+        if not isinstance(rows, DaskPartyRows):
+            return None
+        return encoded_snapshot(rows.client, rows.data, [b.n_rows for b in rows.blocks], schema)
 
     def _on_load_model(self, message: Message) -> Message:
         """Take the complete model of a registered version from this institution's own registry."""

@@ -33,6 +33,7 @@ from fedcore.agents.storage import (
     write_predictions,
 )
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
+from fedcore.drift import training_snapshot
 from fedcore.errors import ArtifactError, MalformedMessage, ProtocolError
 from fedcore.metrics import class_codes, decide, metrics
 from fedcore.models.artifacts import decode_classes, encode_classes, table_sha256
@@ -471,7 +472,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                 extra["classes_encoding"] = encode_classes(party.classes_)
             except ArtifactError:
                 pass
-        self._keep_snapshot(party.features if self.data.table is None else None, extra)
+        self._keep_snapshot(self._training_snapshot(party), extra)
         if party.importances is not None:  # its own features' importances: in its own registry copy only
             extra["importances"] = dict(zip(model.column_names, map(float, party.importances), strict=True))
             self.reports["importances"] = importance_rows(extra["importances"])
@@ -479,6 +480,21 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                                   extra)
         self._stored_version(message.header, signed_manifest(message.header))
         return Message("stored", {"path": path})
+
+    def _training_snapshot(self, party: VerticalParty) -> dict | None:
+        """The drift snapshot of its training rows' own features: of its frame, or of its blocks.
+
+        Blocks on the workers give the frame's snapshot (`fedcore.compute.dask_drift`).
+        """
+        from fedcore.compute.dask_vertical import DaskVerticalRows
+
+        rows = party.rows
+        if isinstance(rows, DaskVerticalRows) and rows.features is None:  # the rows are on the workers only
+            from fedcore.compute.dask_drift import block_snapshot
+
+            return block_snapshot(rows.client, rows.frames, [b.stop - b.start for b in rows.blocks],
+                                  rows.columns)
+        return training_snapshot(party.features)
 
     def _on_load_model(self, message: Message) -> Message:
         """Rebuild the party from its own stored partial model, to batch predict without training."""
