@@ -44,7 +44,7 @@ from fedcore.privacy.keyauth import PartyIdentity
 from fedcore.privacy.psi import PSIParty
 from fedcore.protocol.messages import Arrays, Message, PartedMessage, StreamedMessage, unpack_bits
 from fedcore.trees.early_stopping import kept_rounds, metric_name, round_scores
-from fedcore.trees.structure import PartialForest, PartySplits, first_trees
+from fedcore.trees.structure import PartialForest, PartySplits
 from fedcore.vertical.alignment import PositionsCheck, align_frame, check_positions
 from fedcore.vertical.party import VerticalParty
 from fedcore.vertical.persistence import party_file_stem
@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 SPLIT_ARRAYS = ("tree", "node", "feature", "bin", "missing_left", "is_categorical", "cat_bits")
 SESSION_HEADERS = session_headers(id_hashes=(), psi_blinded=("batch", "until"), psi_reblind=(),
                                   align=("rows",), load_holdout=(), score_rounds=("patience",),
-                                  keep_trees=("n_trees",), batch_hashes=("until",),
+                                  keep_trees=("n_trees", "splitting_trees"), batch_hashes=("until",),
                                   align_batch=("rows",), deliver_predictions=("run",))
 """The header fields of each session message (`SessionAgent.session_headers`)."""
 PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "evaluate_encrypted",
@@ -455,7 +455,10 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             raise ProtocolError(f"institution {self.name!r}: 'keep_trees' asks for {n_trees} of its "
                                 f"{model.n_trees} trees")
         self._once(message.kind)
-        party.model = first_trees(model, n_trees)
+        shares = None
+        if "importance" in message.arrays:  # its own splits' importance shares, over the kept trees
+            shares = message.arrays.typed("importance", "f"), message.header.int("splitting_trees", 0)
+        party.keep_first_trees(n_trees, shares)
         return Message("ack", {"n_trees": n_trees})
 
     def _on_model_digest(self, message: Message) -> Message:
