@@ -178,6 +178,17 @@ def batch_counts(snapshot: dict[str, Any], batch: pd.DataFrame) -> dict[str, np.
     return counts
 
 
+def summed_counts(parts: list[dict[str, np.ndarray]], snapshot: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Blocks' counts per bin (`batch_counts`), added up in block order: integers, exact in any order."""
+    total: dict[str, np.ndarray] = {}
+    for name, feature in snapshot["features"].items():
+        kind = "edges" if feature["kind"] == "numeric" else "categories"
+        total[name] = np.zeros(len(feature[kind]) + 2, np.int64)  # its bins (+ other), then missing
+        for part in parts:
+            total[name] += part[name]
+    return total
+
+
 def scores_from_counts(snapshot: dict[str, Any], counts: dict[str, np.ndarray],
                        rows: int) -> dict[str, float]:
     """Each feature's PSI from the batch's counts per bin (none for an empty batch)."""

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from fedcore.drift import batch_counts, block_summary, scores_from_counts, snapshot_bins, with_counts
+from fedcore.drift import (
+    batch_counts,
+    block_summary,
+    scores_from_counts,
+    snapshot_bins,
+    summed_counts,
+    with_counts,
+)
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -58,15 +65,5 @@ def _columns(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 def _summed_counts(client: Client, frames: Sequence[Future], snapshot: dict[str, Any]
                    ) -> dict[str, np.ndarray]:
     """Each snapshot feature's rows per bin over the blocks `frames` (counted on the workers)."""
-    parts = client.gather([client.submit(batch_counts, snapshot, frame, pure=False) for frame in frames])
-    total: dict[str, np.ndarray] = {}
-    for name, feature in snapshot["features"].items():
-        total[name] = np.zeros(_n_bins(feature), np.int64)
-        for part in parts:  # in block order; integers: exact in any order
-            total[name] += part[name]
-    return total
-
-
-def _n_bins(feature: dict[str, Any]) -> int:
-    """A feature's bins, missing values included: its numeric bins or categories (+ other), then missing."""
-    return len(feature["edges" if feature["kind"] == "numeric" else "categories"]) + 2
+    return summed_counts(client.gather([client.submit(batch_counts, snapshot, frame, pure=False)
+                                        for frame in frames]), snapshot)

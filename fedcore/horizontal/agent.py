@@ -383,7 +383,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
         model, schema = self._require_model(), self.schema
         assert schema is not None, "setup or load_model set the schema before any model exists"
         self._once(message.kind)  # one file per model version: a master cannot fill the disk with copies
-        if self.data.open_batch is not None:  # drift: not checked on the workers yet (its log says so)
+        if self.data.open_batch is not None:  # its workers read, predict and score drift per block
             return self._predict_on_workers(model, schema, run, until)
         if self.data.load_batch is None:
             return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0, **self._drift_reply(None)})
@@ -410,8 +410,9 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
         table = self.data.open_new_batch(until, target)
         tmp, path = new_prediction_folder(self.data, target)
         try:
-            rows = predict_blocks(self.data.cluster.client, table, model, schema, self.data.id_column, tmp,
-                                  self.decision_threshold)
+            rows, scores = predict_blocks(self.data.cluster.client, table, model, schema, self.data.id_column,
+                                          tmp, self.decision_threshold, self.snapshot)
+            drift = self._drift_reply(scores)  # drift.on_drift fail: refused before any part is placed
             written = len(list(tmp.glob("part-*.parquet")))
             if written != len(table.blocks):  # the workers wrote on a disk this agent does not see
                 raise DataWriteError(f"institution {self.name!r}: the Dask workers wrote {written} of "
@@ -426,7 +427,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
                  len(table.blocks), where)
         seconds = time.perf_counter() - started
         return Message("predicted", {"rows": rows, "path": str(where), "seconds": seconds,
-                                     **self._drift_reply(None)})
+                                     **drift})
 
     # -- checkpoints (resuming a run after a crash) ------------------------------------------------------
     def _checkpointed_party(self, kind: str) -> HorizontalParty | PPDERTParty | HorizontalBoostingParty:

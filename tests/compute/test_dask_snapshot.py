@@ -109,3 +109,38 @@ def test_a_version_trained_on_the_workers_reports_the_in_process_drift(shifted_s
         assert agent.party.rows.features is None
         assert agent.snapshot == local[name].snapshot and agent.snapshot is not None
         assert agent.reports["drift"] == local[name].reports["drift"]
+
+
+@pytest.mark.slow
+def test_a_horizontal_version_trained_on_the_workers_reports_the_in_process_drift(tmp_path,
+                                                                                  three_workers) -> None:
+    """North trains and predicts on its workers (Parquet they read): its snapshot and drift as in process."""
+    from fedcore.contracts.model import infer_contract
+    from fedcore.horizontal.agent import HorizontalInstitutionAgent
+    from fedcore.horizontal.params import ExtraTreesParams
+    from tests.compute.test_agent_parquet import _config, _load, _north_and_new
+    from tests.compute.test_agent_parquet import _table as waveform
+    from tests.compute.test_agent_sink import _trained_and_stored
+    from tests.horizontal.test_session import _agents as horizontal_agents
+    from tests.horizontal.test_session import _session
+
+    table = waveform("classification")
+    contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
+    north, new = _north_and_new(table)
+    new = new.assign(x1=new["x1"] + 3.0)  # one feature shifted
+    seen = {}
+    for on_dask in (False, True):
+        root = tmp_path / ("dask" if on_dask else "local")
+        root.mkdir()
+        data = _load(_config(root, north, new, contract, on_dask), three_workers, on_dask)
+        assert (data.table is not None) == on_dask  # on Dask: the workers read its rows and its batch
+        agents = horizontal_agents(table, root, contract)
+        agents["north"] = HorizontalInstitutionAgent(data, identity=agents["north"].identity)
+        session = _session(agents)
+        session.params = ExtraTreesParams(n_estimators=4, max_depth=5, random_state=4)
+        _trained_and_stored(session, root)
+        drift = session.predict_locally("run")["drift"]
+        seen[on_dask] = drift, agents["north"].snapshot, agents["north"].reports["drift"]
+        session.close()
+    assert seen[True][1] is not None and seen[True] == seen[False]
+    assert "x1" in seen[True][0]["north"]
