@@ -8,6 +8,13 @@ PSI = sum over bins of (batch share - training share) x ln(batch share / trainin
 1e-4 so an empty bin counts but does not make it infinite. The usual reading: below 0.1 stable, 0.1-0.25 some
 shift, above 0.25 a large one. Counts are integers and the sums run in bin order: the scores depend on the
 rows only, not on the CPU, threads or blocks.
+
+The deciles come from a sample of the training rows: row i (its position in the training rows) is in it
+when the counter-based Philox word at i under the fixed `SAMPLE_SEED` falls below the share
+`SAMPLE_ROWS / rows` (every row up to `SAMPLE_ROWS` rows: the exact deciles). A row's draw depends on its
+position only, so rows counted where they are, in blocks on Dask workers (`fedcore.compute.dask_drift`),
+give the sample, and so the snapshot, of the whole table in one process (`snapshot_from_blocks`). The seed
+is fixed, not the training's, so two versions trained on the same rows keep the same snapshot.
 """
 
 from __future__ import annotations
@@ -16,10 +23,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numba as nb
 import numpy as np
 import pandas as pd
 
+from fedcore import philox
 from fedcore.errors import ConfigError, ProtocolError
+from fedcore.randomness import counter_key
 
 SNAPSHOT_FORMAT = 1
 QUANTILES = tuple(q / 10 for q in range(1, 10))
@@ -27,6 +37,10 @@ QUANTILES = tuple(q / 10 for q in range(1, 10))
 FLOOR = 1e-4
 """The least share a bin counts with, in both distributions."""
 ON_DRIFT = ("warn", "fail")
+SAMPLE_ROWS = 100_000
+"""About as many training rows as the deciles are taken from (all of them up to this many)."""
+SAMPLE_SEED = 20_331
+"""The fixed seed of that sample (`counter_key`), so the snapshot depends on the rows only."""
 
 
 @dataclass(frozen=True)
@@ -63,24 +77,67 @@ class DriftSettings:
 
 def training_snapshot(frame: pd.DataFrame) -> dict[str, Any]:
     """The training rows' bins and counts per feature column of `frame` (JSON-ready; kept at home)."""
-    return {"format": SNAPSHOT_FORMAT, "rows": len(frame),
-            "features": {str(c): _feature_snapshot(frame[c]) for c in frame.columns}}
+    bins = snapshot_bins([block_summary(frame, 0, len(frame))], len(frame))
+    return with_counts(bins, batch_counts(bins, frame))
 
 
 def _is_numeric(column: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
 
 
-def _feature_snapshot(column: pd.Series) -> dict[str, Any]:
-    if _is_numeric(column):
-        values = column.to_numpy(dtype=np.float64, na_value=np.nan)
-        present = values[~np.isnan(values)]
-        edges = np.unique(np.quantile(present, QUANTILES)) if len(present) else np.zeros(0)
-        snapshot: dict[str, Any] = {"kind": "numeric", "edges": edges.tolist()}
-    else:
-        snapshot = {"kind": "categorical", "categories": sorted({str(v) for v in column.dropna()})}
-    snapshot["counts"] = _counts(snapshot, column).tolist()
-    return snapshot
+@nb.njit(cache=True)
+def _sampled(key: np.ndarray, start: int, n: int, below: np.uint64) -> np.ndarray:
+    """Whether each of rows start..start+n-1 is in the decile sample: its Philox word's top 53 bits."""
+    out = np.empty(n, np.bool_)
+    zero = np.uint64(0)
+    for i in range(n):
+        out[i] = (philox.word(key, 0, np.uint64(start + i), zero, zero) >> np.uint64(11)) < below
+    return out
+
+
+def sample_mask(start: int, n: int, rows: int) -> np.ndarray:
+    """Which of training rows [start, start + n) of `rows` the deciles are taken from (see the module doc)."""
+    if rows <= SAMPLE_ROWS:
+        return np.ones(n, bool)
+    below = np.uint64(SAMPLE_ROWS * 2**53 // rows)
+    return _sampled(counter_key(SAMPLE_SEED, "drift_deciles"), start, n, below)
+
+
+def block_summary(frame: pd.DataFrame, start: int, rows: int) -> dict[str, Any]:
+    """What the bins need from a block of training rows (training rows [start, ...) of `rows`).
+
+    Per column: a numeric one's sampled present values (`sample_mask`), a categorical one's categories.
+    """
+    keep = sample_mask(start, len(frame), rows)
+    summary: dict[str, Any] = {}
+    for name in frame.columns:
+        column = frame[name]
+        if _is_numeric(column):
+            values = column.to_numpy(dtype=np.float64, na_value=np.nan)[keep]
+            summary[str(name)] = values[~np.isnan(values)]
+        else:
+            summary[str(name)] = {str(v) for v in column.dropna()}
+    return summary
+
+
+def snapshot_bins(summaries: list[dict[str, Any]], rows: int) -> dict[str, Any]:
+    """The snapshot's bins, without counts, from its blocks' summaries (`block_summary`, in block order)."""
+    features: dict[str, Any] = {}
+    for name, first in summaries[0].items() if summaries else ():
+        parts = [s[name] for s in summaries]
+        if isinstance(first, np.ndarray):
+            present = np.concatenate(parts)  # the deciles sort: the blocks' order does not matter
+            edges = np.unique(np.quantile(present, QUANTILES)) if len(present) else np.zeros(0)
+            features[name] = {"kind": "numeric", "edges": edges.tolist()}
+        else:
+            features[name] = {"kind": "categorical", "categories": sorted(set().union(*parts))}
+    return {"format": SNAPSHOT_FORMAT, "rows": rows, "features": features}
+
+
+def with_counts(bins: dict[str, Any], counts: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The snapshot: its bins (`snapshot_bins`) with the training rows' counts in them."""
+    return {**bins, "features": {name: {**feature, "counts": counts[name].tolist()}
+                                 for name, feature in bins["features"].items()}}
 
 
 def _counts(snapshot: dict[str, Any], column: pd.Series) -> np.ndarray:
@@ -119,6 +176,17 @@ def batch_counts(snapshot: dict[str, Any], batch: pd.DataFrame) -> dict[str, np.
         column = batch[name] if name in batch.columns else pd.Series([None] * len(batch), dtype=object)
         counts[name] = _counts(feature, column)
     return counts
+
+
+def summed_counts(parts: list[dict[str, np.ndarray]], snapshot: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Blocks' counts per bin (`batch_counts`), added up in block order: integers, exact in any order."""
+    total: dict[str, np.ndarray] = {}
+    for name, feature in snapshot["features"].items():
+        kind = "edges" if feature["kind"] == "numeric" else "categories"
+        total[name] = np.zeros(len(feature[kind]) + 2, np.int64)  # its bins (+ other), then missing
+        for part in parts:
+            total[name] += part[name]
+    return total
 
 
 def scores_from_counts(snapshot: dict[str, Any], counts: dict[str, np.ndarray],

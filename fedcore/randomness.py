@@ -20,7 +20,9 @@ PURPOSES = {"bootstrap": 1, "features": 2, "tree_features": 3, "thresholds": 4, 
             "subsample": 15,
             # FET-GDP: a party's noise on its marginal histograms and row count (both once, at hello), on its
             # leaf class counts (plan leaves), keyed by its count of answered queries
-            "gdp_marginals": 16, "gdp_count": 17, "gdp_leaves": 18}
+            "gdp_marginals": 16, "gdp_count": 17, "gdp_leaves": 18,
+            # drift snapshot: the training rows the deciles are taken from, keyed by row position (counters)
+            "drift_deciles": 19}
 
 BOOTSTRAP_CHUNK_ROWS = 1 << 16
 """Rows per canonical bootstrap chunk: fixed, so a draw never depends on how rows are cut into blocks."""

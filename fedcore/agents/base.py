@@ -17,7 +17,7 @@ from fedcore.agents.drift import check_batch
 from fedcore.agents.storage import model_version, withdraw_version
 from fedcore.checkpoints import CheckpointStore
 from fedcore.contracts.expectations import ValidationReport
-from fedcore.drift import batch_scores, training_snapshot
+from fedcore.drift import batch_scores
 from fedcore.errors import FedForestError, MalformedMessage, ProtocolError, internal_error
 from fedcore.models.registry import ModelRegistry
 from fedcore.protocol.messages import Header, Message
@@ -175,14 +175,14 @@ class SessionAgent(Generic[PartyT]):
                                 "number in [0, 1]")
         self.decision_threshold = None if threshold is None else float(threshold)
 
-    def _keep_snapshot(self, training: pd.DataFrame | None, extra: dict) -> None:
+    def _keep_snapshot(self, snapshot: dict | None, extra: dict) -> None:
         """At store: the training rows' drift snapshot, for this session and the registry copy (`extra`).
 
-        None when the rows are on Dask workers (not built there yet).
+        None (no training rows here): batch drift is not checked (`fedcore.drift`).
         """
-        self.snapshot = None if training is None else training_snapshot(training)
-        if self.snapshot is not None:
-            extra["drift"] = self.snapshot
+        self.snapshot = snapshot
+        if snapshot is not None:
+            extra["drift"] = snapshot
 
     def _batch_drift(self, batch: pd.DataFrame) -> dict[str, dict[str, float]]:
         """The reply header field naming this batch's drifted features (`fedcore.agents.drift`)."""

@@ -25,9 +25,9 @@ def check_batch(institution: str, settings: DriftSettings | None, scores: dict[s
     (BatchDrift) when any drifted and `settings.on_drift` is fail.
     """
     settings = settings or DriftSettings()
-    if scores is None:  # no snapshot (stored before issue #33, trained on Dask), or a horizontal Dask batch
-        log.info("%s: batch drift not checked (no training snapshot for this version, or a horizontal batch "
-                 "the Dask workers read)", institution)
+    if scores is None:  # no snapshot (a version stored before snapshots were kept), or no batch
+        log.info("%s: batch drift not checked (no training snapshot for this version, or no batch)",
+                 institution)
         reports.pop("drift", None)
         return {}
     ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))

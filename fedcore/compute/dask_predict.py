@@ -24,6 +24,7 @@ from fedcore.agents.scoring import Statistics, holdout_statistics, merge_statist
 from fedcore.agents.storage import part_file, write_parquet
 from fedcore.compute.blocks import Block, rebuildable
 from fedcore.compute.dask_table import ParquetTable, held_rows, read_table_block, submit_blocks
+from fedcore.drift import batch_counts, scores_from_counts, summed_counts
 from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.schema import HorizontalSchema
 
@@ -38,11 +39,12 @@ def _evaluate_block(block: Block, table: ParquetTable, held: np.ndarray, model: 
 
 
 def _predict_block(block: Block, table: ParquetTable, model: HorizontalForest, schema: HorizontalSchema,
-                   id_column: str, folder: str, threshold: float | None = None) -> int:
+                   id_column: str, folder: str, threshold: float | None = None,
+                   snapshot: dict | None = None) -> tuple[int, dict[str, np.ndarray] | None]:
     batch = read_table_block(block, table, [id_column, *schema.names])
     write_parquet(part_file(Path(folder), block.index), prediction_frame(model, schema, batch, id_column,
                                                                          threshold))
-    return len(batch)
+    return len(batch), None if snapshot is None else batch_counts(snapshot, batch[schema.names])
 
 
 def evaluate_blocks(client: Client, table: ParquetTable, held: Sequence[np.ndarray], model: HorizontalForest,
@@ -54,8 +56,18 @@ def evaluate_blocks(client: Client, table: ParquetTable, held: Sequence[np.ndarr
 
 
 def predict_blocks(client: Client, table: ParquetTable, model: HorizontalForest, schema: HorizontalSchema,
-                   id_column: str, folder: Path, threshold: float | None = None) -> int:
-    """Write every block's predictions into `folder` (one part each); returns the row count."""
+                   id_column: str, folder: Path, threshold: float | None = None,
+                   snapshot: dict | None = None) -> tuple[int, dict[str, float] | None]:
+    """Write every block's predictions into `folder` (one part each): the row count, and the drift scores.
+
+    The batch's drift scores against `snapshot` (None: not checked) are counted per block where it is read
+    (`fedcore.drift`).
+    """
     shared = client.submit(rebuildable, model, pure=False)  # rebuilt if its worker is lost
-    return sum(client.gather(submit_blocks(client, _predict_block, table, model=shared, schema=schema,
-                                           id_column=id_column, folder=str(folder), threshold=threshold)))
+    parts = client.gather(submit_blocks(client, _predict_block, table, model=shared, schema=schema,
+                                        id_column=id_column, folder=str(folder), threshold=threshold,
+                                        snapshot=snapshot))
+    rows = sum(n for n, _ in parts)
+    if snapshot is None:
+        return rows, None
+    return rows, scores_from_counts(snapshot, summed_counts([c for _, c in parts], snapshot), rows)

@@ -63,6 +63,7 @@ from fedcore.agents.storage import (
 )
 from fedcore.algorithms import algorithm as find_algorithm
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
+from fedcore.drift import training_snapshot
 from fedcore.errors import ContractMismatch, DataWriteError, ParameterError, ProtocolError
 from fedcore.horizontal.boosting.party import HorizontalBoostingParty
 from fedcore.horizontal.domains import checked_domains
@@ -341,11 +342,30 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
 
     def _on_store_model(self, message: Message) -> Message:
         extra: dict = {}
-        self._keep_snapshot(self._training, extra)
+        self._keep_snapshot(self._training_snapshot(), extra)
         path = store_signed_table(self.data, message.header, MODEL_STEM, self._require_model().to_table(),
                                   extra)
         self._stored_version(message.header, signed_manifest(message.header))
         return Message("stored", {"path": path})
+
+    def _training_snapshot(self) -> dict | None:
+        """The drift snapshot of this session's training rows, as the schema encodes them.
+
+        In process or on the workers: the same snapshot (`fedcore.compute.dask_drift`). None for a model not
+        trained here.
+        """
+        schema, party = self.schema, self.party
+        if schema is None or party is None:
+            return None
+        if self._training is not None:
+            return training_snapshot(schema.decode(schema.encode(self._training)))
+        from fedcore.compute.dask_drift import encoded_snapshot
+        from fedcore.compute.dask_rows import DaskPartyRows
+
+        rows = party.rows
+        if not isinstance(rows, DaskPartyRows):
+            return None
+        return encoded_snapshot(rows.client, rows.data, [b.n_rows for b in rows.blocks], schema)
 
     def _on_load_model(self, message: Message) -> Message:
         """Take the complete model of a registered version from this institution's own registry."""
@@ -363,7 +383,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
         model, schema = self._require_model(), self.schema
         assert schema is not None, "setup or load_model set the schema before any model exists"
         self._once(message.kind)  # one file per model version: a master cannot fill the disk with copies
-        if self.data.open_batch is not None:  # drift: not checked on the workers yet (its log says so)
+        if self.data.open_batch is not None:  # its workers read, predict and score drift per block
             return self._predict_on_workers(model, schema, run, until)
         if self.data.load_batch is None:
             return Message("predicted", {"rows": 0, "path": None, "seconds": 0.0, **self._drift_reply(None)})
@@ -390,8 +410,9 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
         table = self.data.open_new_batch(until, target)
         tmp, path = new_prediction_folder(self.data, target)
         try:
-            rows = predict_blocks(self.data.cluster.client, table, model, schema, self.data.id_column, tmp,
-                                  self.decision_threshold)
+            rows, scores = predict_blocks(self.data.cluster.client, table, model, schema, self.data.id_column,
+                                          tmp, self.decision_threshold, self.snapshot)
+            drift = self._drift_reply(scores)  # drift.on_drift fail: refused before any part is placed
             written = len(list(tmp.glob("part-*.parquet")))
             if written != len(table.blocks):  # the workers wrote on a disk this agent does not see
                 raise DataWriteError(f"institution {self.name!r}: the Dask workers wrote {written} of "
@@ -406,7 +427,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
                  len(table.blocks), where)
         seconds = time.perf_counter() - started
         return Message("predicted", {"rows": rows, "path": str(where), "seconds": seconds,
-                                     **self._drift_reply(None)})
+                                     **drift})
 
     # -- checkpoints (resuming a run after a crash) ------------------------------------------------------
     def _checkpointed_party(self, kind: str) -> HorizontalParty | PPDERTParty | HorizontalBoostingParty:

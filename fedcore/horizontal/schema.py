@@ -143,6 +143,23 @@ class HorizontalSchema:
                 X[:, j] = numeric_values(series)
         return X
 
+    def decode(self, X: np.ndarray) -> pd.DataFrame:
+        """Encoded features back as a frame: numbers, and categories as their strings (else None).
+
+        What a party's drift snapshot is made from, in process or from its encoded blocks on Dask workers.
+        """
+        columns: dict[str, pd.Series] = {}
+        for j, column in enumerate(self.columns):
+            if column.is_categorical:
+                names = np.array(list(column.category_list), dtype=object)
+                present = ~np.isnan(X[:, j])
+                values = np.full(len(X), None, dtype=object)
+                values[present] = names[X[present, j].astype(np.int64)]
+                columns[column.name] = pd.Series(values, dtype=object)
+            else:
+                columns[column.name] = pd.Series(X[:, j], dtype=np.float64)
+        return pd.DataFrame(columns, index=pd.RangeIndex(len(X)))
+
     def encode_labels(self, series: pd.Series) -> np.ndarray:
         """Class codes (int64) for classification, float64 targets for regression."""
         if self.task == "regression":

@@ -33,6 +33,7 @@ from fedcore.agents.storage import (
     write_predictions,
 )
 from fedcore.checkpoints import CHECKPOINTS, CheckpointStore
+from fedcore.drift import training_snapshot
 from fedcore.errors import ArtifactError, MalformedMessage, ProtocolError
 from fedcore.metrics import class_codes, decide, metrics
 from fedcore.models.artifacts import decode_classes, encode_classes, table_sha256
@@ -43,7 +44,7 @@ from fedcore.privacy.keyauth import PartyIdentity
 from fedcore.privacy.psi import PSIParty
 from fedcore.protocol.messages import Arrays, Message, PartedMessage, StreamedMessage, unpack_bits
 from fedcore.trees.early_stopping import kept_rounds, metric_name, round_scores
-from fedcore.trees.structure import PartialForest, PartySplits, first_trees
+from fedcore.trees.structure import PartialForest, PartySplits
 from fedcore.vertical.alignment import PositionsCheck, align_frame, check_positions
 from fedcore.vertical.party import VerticalParty
 from fedcore.vertical.persistence import party_file_stem
@@ -61,7 +62,7 @@ log = logging.getLogger(__name__)
 SPLIT_ARRAYS = ("tree", "node", "feature", "bin", "missing_left", "is_categorical", "cat_bits")
 SESSION_HEADERS = session_headers(id_hashes=(), psi_blinded=("batch", "until"), psi_reblind=("rows",),
                                   align=("rows",), load_holdout=(), score_rounds=("patience",),
-                                  keep_trees=("n_trees",), batch_hashes=("until",),
+                                  keep_trees=("n_trees", "splitting_trees"), batch_hashes=("until",),
                                   align_batch=("rows",), deliver_predictions=("run",))
 """The header fields of each session message (`SessionAgent.session_headers`)."""
 PARTY_KINDS = {"setup", "export_labels", "configure", "begin_batch", "find_splits", "evaluate_encrypted",
@@ -517,7 +518,10 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             raise ProtocolError(f"institution {self.name!r}: 'keep_trees' asks for {n_trees} of its "
                                 f"{model.n_trees} trees")
         self._once(message.kind)
-        party.model = first_trees(model, n_trees)
+        shares = None
+        if "importance" in message.arrays:  # its own splits' importance shares, over the kept trees
+            shares = message.arrays.typed("importance", "f"), message.header.int("splitting_trees", 0)
+        party.keep_first_trees(n_trees, shares)
         return Message("ack", {"n_trees": n_trees})
 
     def _on_model_digest(self, message: Message) -> Message:
@@ -534,7 +538,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                 extra["classes_encoding"] = encode_classes(party.classes_)
             except ArtifactError:
                 pass
-        self._keep_snapshot(party.features if self.data.table is None else None, extra)
+        self._keep_snapshot(self._training_snapshot(party), extra)
         if party.importances is not None:  # its own features' importances: in its own registry copy only
             extra["importances"] = dict(zip(model.column_names, map(float, party.importances), strict=True))
             self.reports["importances"] = importance_rows(extra["importances"])
@@ -542,6 +546,21 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
                                   extra)
         self._stored_version(message.header, signed_manifest(message.header))
         return Message("stored", {"path": path})
+
+    def _training_snapshot(self, party: VerticalParty) -> dict | None:
+        """The drift snapshot of its training rows' own features: of its frame, or of its blocks.
+
+        Blocks on the workers give the frame's snapshot (`fedcore.compute.dask_drift`).
+        """
+        from fedcore.compute.dask_vertical import DaskVerticalRows
+
+        rows = party.rows
+        if isinstance(rows, DaskVerticalRows) and rows.features is None:  # the rows are on the workers only
+            from fedcore.compute.dask_drift import block_snapshot
+
+            return block_snapshot(rows.client, rows.frames, [b.stop - b.start for b in rows.blocks],
+                                  rows.columns)
+        return training_snapshot(party.features)
 
     def _on_load_model(self, message: Message) -> Message:
         """Rebuild the party from its own stored partial model, to batch predict without training."""

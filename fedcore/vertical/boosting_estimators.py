@@ -29,7 +29,6 @@ from fedcore.privacy.settings import EncryptedLabels, PrivacySetting, privacy_wi
 from fedcore.trees.boosting import BoostingParams
 from fedcore.trees.early_stopping import kept_rounds, round_scores
 from fedcore.trees.params import ForestParams
-from fedcore.trees.structure import first_trees
 from fedcore.vertical.estimators import PartyFrames, _FederatedForest
 
 
@@ -126,8 +125,9 @@ class _FederatedBoosting(_FederatedForest):
             codes = class_codes(y, classes) if classes is not None else y
             rounds = kept_rounds(round_scores(combination, codes, values), self.early_stopping_rounds)
             self.master_.keep_trees(rounds * combination.trees_per_round)
-            for party in self.parties_:
-                party.model = first_trees(party.trained_model, rounds * combination.trees_per_round)
+            for party in self.parties_:  # each with its own splits' importance shares over the kept trees
+                party.keep_first_trees(rounds * combination.trees_per_round,
+                                       self.master_.kept_shares(party.name))
             self.best_iteration_ = rounds - 1
         return self
 
@@ -137,8 +137,8 @@ class _FederatedBoosting(_FederatedForest):
 
         Each feature's total split gain as a share of every split's in the model (XGBoost's `total_gain`,
         normalised), from the shares the master sent each party of its own splits
-        (`fedcore.vertical.importances`): together they sum to 1, each party's alone to its share. Over every
-        round grown (with early stopping, the rounds cut afterwards too).
+        (`fedcore.vertical.importances`): together they sum to 1, each party's alone to its share. Over the
+        rounds kept (with early stopping: as a fit of only those rounds).
         """
         check_fitted(self)
         out = {}

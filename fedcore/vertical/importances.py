@@ -29,8 +29,8 @@ from fedcore.trees.structure import ForestStructure, PartialForest
 class SplitShares:
     """Every node's share of its tree's impurity decrease (0 on leaves) and the trees that split at all.
 
-    `owner`: each node's owning party index (-1 on leaves), of the structure the shares were made from (all
-    trees grown: early stopping keeps fewer afterwards, the shares stay those sent at finalize).
+    `owner`: each node's owning party index (-1 on leaves), of the structure the shares were made from (the
+    trees grown; after early stopping's cut, made anew from the kept trees: `VerticalMaster.keep_trees`).
     """
 
     share: np.ndarray

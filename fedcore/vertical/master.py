@@ -78,6 +78,7 @@ class VerticalMaster(LevelStrategy):
         self.grower: LevelwiseGrower | None = None  # the last fit's (its batch plan)
         self.structure: ForestStructure | None = None
         self.split_shares: SplitShares | None = None  # each split's share of its tree's importance
+        self._gains: np.ndarray | None = None  # boosting: each node's chosen split gain (for keep_trees)
         self.combination: TreeCombination = MEAN  # how the trees combine (boosting: set at setup)
         self._growth: tuple[int, ForestParams] | None = None  # (trees per round, growth_params)
 
@@ -220,7 +221,8 @@ class VerticalMaster(LevelStrategy):
         if save_batch is not None:
             header["save_batch"] = save_batch
         arrays = {"tree": s.tree, "node": s.node, "left": s.left, "right": s.right}
-        self.split_shares = SplitShares.of(s, p.criterion, records.get("gain"))
+        self._gains = records.get("gain")
+        self.split_shares = SplitShares.of(s, p.criterion, self._gains)
         if self.split_shares is None:
             self.transport.exchange(dict.fromkeys(info.parties, Message("finalize", header, arrays)))
             return self.structure
@@ -234,7 +236,7 @@ class VerticalMaster(LevelStrategy):
     def party_importance_shares(self) -> dict[str, float]:
         """Each party's share of the model's importances (empty before training).
 
-        Over every tree grown, as the parties' own importances (early stopping keeps fewer afterwards).
+        Over the trees kept, as the parties' own importances (`keep_trees` makes both anew).
         """
         if self.structure is None or self.split_shares is None:
             return {}
@@ -427,8 +429,25 @@ class VerticalMaster(LevelStrategy):
         return out
 
     def keep_trees(self, n_trees: int) -> None:
-        """Keep only the first `n_trees` trees of the trained model (the parties are told separately)."""
+        """Keep only the first `n_trees` trees of the trained model (the parties are told separately).
+
+        The importance shares are made anew from the kept splits alone (`kept_shares` gives each party its
+        own): the same as a model trained with only those trees.
+        """
         self.structure = first_trees(self.trained_structure, n_trees)
+        if self.split_shares is not None:  # the kept trees' nodes come first: their gains are a prefix
+            gains = None if self._gains is None else self._gains[:len(self.structure.tree)]
+            self._gains = gains
+            self.split_shares = SplitShares.of(self.structure, self.growth_params.criterion, gains)
+
+    def kept_shares(self, party: str) -> tuple[np.ndarray, int] | None:
+        """The importance shares of `party`'s own splits (zero elsewhere) and the splitting trees' count.
+
+        What `keep_trees` tells that party, and no other (None: a model without importances).
+        """
+        if self.split_shares is None:
+            return None
+        return self.split_shares.own(self.federation.parties.index(party)), self.split_shares.splitting_trees
 
     def _one_round_leaves(self, start: int, stop: int, owned: list[np.ndarray]) -> np.ndarray:
         """Each row's leaf per tree ((rows, n_trees) global node indices), from every owner's split sets.

@@ -50,7 +50,7 @@ from fedcore.trees.params import MAX_TREES_PER_BATCH
 from fedcore.trees.partition import node_byte_lengths, scatter_node_bytes
 from fedcore.trees.predictor import encode_columns
 from fedcore.trees.splitting import NodeSplits
-from fedcore.trees.structure import PartialForest, PartySplits
+from fedcore.trees.structure import PartialForest, PartySplits, first_trees
 from fedcore.vertical.boosting import BoostingLabels
 from fedcore.vertical.encrypted import LabelHolderCrypto, PassiveCrypto
 from fedcore.vertical.importances import party_importances
@@ -707,6 +707,15 @@ class VerticalParty:
         return TreeCombination("sum", tuple(self._boost.base_score.tolist()), self._boost.loss.link)
 
     # -- prediction -----------------------------------------------------------------------------
+    def keep_first_trees(self, n_trees: int, shares: tuple[np.ndarray, int] | None) -> None:
+        """Boosting's early stopping: keep the first `n_trees` trees of the trained model.
+
+        Its importances come anew from `shares` (the master's for its own splits over the kept trees, and
+        the splitting trees' count); without them it has none, rather than those of trees cut.
+        """
+        self.model = first_trees(self.trained_model, n_trees)
+        self.importances = None if shares is None else party_importances(self.name, self.model, *shares)
+
     @property
     def trained_model(self) -> PartialForest:
         """This party's partial forest; NotFittedError before training finalizes it or a load sets it."""

@@ -201,7 +201,7 @@ class VerticalSession(MasterSession):
         if not 1 <= rounds * k <= values.shape[1]:
             raise ProtocolError(f"the label holder keeps {rounds} rounds of {values.shape[1] // k}")
         self.master.keep_trees(rounds * k)
-        self.transport.exchange({name: Message("keep_trees", {"n_trees": rounds * k})
+        self.transport.exchange({name: _keep_trees(rounds * k, self.master.kept_shares(name))
                                  for name in self.institutions})
         self._holdout_values = values[:, :rounds * k]
 
@@ -339,3 +339,11 @@ class VerticalSession(MasterSession):
                                                             {"values": values})})[requester]
         return {"rows": plan.n_common, "counts": dict(plan.counts), "path": reply.header["path"],
                 "seconds": time.perf_counter() - started, "requester": requester, "drift": drift}
+
+
+def _keep_trees(n_trees: int, shares: tuple[np.ndarray, int] | None) -> Message:
+    """The `keep_trees` message to one party: with its own splits' importance shares over the kept trees."""
+    if shares is None:
+        return Message("keep_trees", {"n_trees": n_trees})
+    return Message("keep_trees", {"n_trees": n_trees, "splitting_trees": shares[1]},
+                   {"importance": shares[0]})

@@ -28,3 +28,9 @@ def three_workers() -> Iterator:
 def one_worker() -> Iterator:
     """A client to a LocalCluster of one in-process worker."""
     yield from _client(1)
+
+
+@pytest.fixture(scope="module")
+def two_workers() -> Iterator:
+    """A client to a LocalCluster of two in-process workers."""
+    yield from _client(2)

@@ -237,3 +237,67 @@ def test_agents_train_encrypted_gradients_into_the_plain_model(scenario, tmp_pat
                                           privacy={"mode": "ou", "key_bits": 2048})
     _same_model(session, agents, _estimator(plain).fit(frames, label=scenario["label"]))
     session.close()
+
+
+def test_importances_after_early_stopping_are_those_of_the_kept_rounds_alone(scenario, tmp_path) -> None:
+    """Each party's gain importances cover the kept rounds only: those of a run of that many rounds.
+
+    The `keep_trees` each party receives carries the shares of its own splits, none of another's.
+    """
+    params = BoostingParams(**{**PARAMS, "n_estimators": 15, "max_depth": 4, "learning_rate": 1.0,
+                               "early_stopping_rounds": 3})
+    agents = _agents(scenario, tmp_path / "stopped")
+    sent: dict[str, list[Message]] = {name: [] for name in agents}
+
+    def recording(name: str):
+        def handle(message: Message) -> Message:
+            sent[name].append(message)
+            return agents[name].handle(message)
+        return handle
+
+    session = VerticalSession(InProcessTransport({n: recording(n) for n in agents}), params,
+                              holdout_fraction=0.25, min_overlap=100)
+    session.align()
+    session.train()
+    kept = session.manifest_entries()["boosting"]["rounds"]
+    assert kept < 15  # it stopped (rate 1 overfits)
+    shorter, shorter_agents, _, _ = _trained(scenario, tmp_path / "short",
+                                             BoostingParams(**{**PARAMS, "n_estimators": kept, "max_depth": 4,
+                                                               "learning_rate": 1.0}))
+    grown_first = {name: [m for m in sent[name] if m.kind == "finalize"][0] for name in agents}
+    for i, (name, agent) in enumerate(agents.items()):
+        expected = shorter_agents[name].party.importances
+        assert expected is not None and agent.party.importances is not None
+        assert agent.party.importances.tobytes() == expected.tobytes(), name
+        # before the cut it had every grown round's: not the kept ones'
+        grown = grown_first[name].arrays["importance"]
+        (keep,) = [m for m in sent[name] if m.kind == "keep_trees"]
+        shares = keep.arrays["importance"]
+        owner = session.master.structure.owner
+        assert len(shares) == session.master.structure.n_nodes < len(grown)
+        assert np.all(shares[owner != i] == 0) and np.any(shares[owner == i] > 0)  # its own splits only
+    assert session.master.party_importance_shares() == shorter.master.party_importance_shares()
+    # what finalize gave (every round grown: a run of 15 rounds' importances) is not what they keep
+    full, full_agents, _, _ = _trained(scenario, tmp_path / "full", BoostingParams(**{
+        **PARAMS, "n_estimators": 15, "max_depth": 4, "learning_rate": 1.0}))
+    assert any(full_agents[n].party.importances.tobytes() != a.party.importances.tobytes()
+               for n, a in agents.items())
+    for closing in (session, shorter, full):
+        closing.close()
+
+
+def test_the_estimators_importances_after_early_stopping_are_the_kept_rounds(scenario, tmp_path) -> None:
+    """`feature_importances_` of an early-stopped estimator: per party, those of a fit of the kept rounds."""
+    params = BoostingParams(**{**PARAMS, "n_estimators": 15, "max_depth": 4, "learning_rate": 1.0})
+    _, agents, frames, holdout = _trained(scenario, tmp_path, params)
+    label, y = scenario["label"], agents[scenario["label_holder"]]._holdout[scenario["label"]].to_numpy()
+    stopped = _estimator(params, early_stopping_rounds=3).fit(frames, label=label, eval_set=(holdout, y))
+    kept = stopped.best_iteration_ + 1
+    assert kept < 15
+    again = _estimator(BoostingParams(**{**PARAMS, "n_estimators": kept, "max_depth": 4,
+                                         "learning_rate": 1.0})).fit(frames, label=label)
+    full = _estimator(params).fit(frames, label=label)
+    for name, expected in again.feature_importances_.items():
+        pd.testing.assert_series_equal(stopped.feature_importances_[name], expected, check_exact=True)
+    assert stopped.master_.party_importance_shares() == again.master_.party_importance_shares()
+    assert stopped.master_.party_importance_shares() != full.master_.party_importance_shares()
