@@ -26,7 +26,13 @@ if TYPE_CHECKING:
 RESERVE_BYTES = 16 * 2**20
 """Address space a growing column maps at first; its pages take memory only as rows arrive."""
 GROUP_BYTES = 32 * 2**20
-"""Every this many bytes of copied batches are joined into one chunk (`GrowingText`, `sql.owned_batches`)."""
+"""Every this many bytes of copied batches are joined into one chunk per column (`sql.owned_batches`)."""
+TEXT_GROUP_BYTES = 4 * 2**20
+"""Every this many bytes of one text column's copied batches are joined into one chunk (`GrowingText`).
+
+Per column, not per batch as GROUP_BYTES: with 32 MiB each of 8 text columns of 2,000,000 rows peaked
+about 180 MiB higher (docs/benchmarks.md); 1 to 4 MiB as low as the gathered conversion.
+"""
 
 
 class GrowingColumn:
@@ -169,7 +175,7 @@ class GrowingText:
     """A text column as pandas' string array over copies of its batches, as Arrow's `to_pandas` makes it.
 
     Each batch's column is copied as it arrives (cast to `kind` as the string array holds it, in memory
-    handed back at once: `returning_pool`), and every GROUP_BYTES of copies joined into one chunk.
+    handed back at once: `returning_pool`), and every TEXT_GROUP_BYTES of copies joined into one chunk.
     """
 
     def __init__(self, dtype: Any, kind: pa.DataType) -> None:
@@ -186,7 +192,7 @@ class GrowingText:
         pool = returning_pool()
         self.pending.append(pa.concat_arrays([column], memory_pool=pool).cast(self.kind, memory_pool=pool))
         self.size += self.pending[-1].nbytes
-        if self.size >= GROUP_BYTES:
+        if self.size >= TEXT_GROUP_BYTES:
             self._join()
 
     def _join(self) -> None:

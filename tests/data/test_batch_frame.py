@@ -131,7 +131,7 @@ def _dated_batches() -> tuple[pa.Schema, list[pa.RecordBatch]]:
 
 
 def test_text_dates_and_timestamps_are_built_batch_by_batch_as_arrow_converts_them(monkeypatch) -> None:
-    monkeypatch.setattr("fedcore.data.batch_frame.GROUP_BYTES", 4096)  # text joined in several chunks
+    monkeypatch.setattr("fedcore.data.batch_frame.TEXT_GROUP_BYTES", 4096)  # text joined in several chunks
     schema, batches = _dated_batches()
     expected = pa.Table.from_batches(batches, schema).to_pandas()
     gathered: list[list[str]] = []
