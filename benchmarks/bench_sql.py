@@ -92,6 +92,9 @@ def _median(runs: list[dict], key: str) -> float:
 
 
 def _row(what: str, ours: list[dict], reference: list[dict], reference_name: str, rows: int) -> dict:
+    """The report's row of one measurement, printed to standard error at once too (kept if a run is cut)."""
+    print(json.dumps({"measurement": what, "rows": rows, "ours": ours, "reference": reference}),
+          file=sys.stderr)
     ratios = [a["seconds"] / b["seconds"] for a, b in zip(ours, reference, strict=True)]
     cpu_ratios = [a["cpu_s"] / b["cpu_s"] for a, b in zip(ours, reference, strict=True)]
     return {"measurement": what, "rows": f"{rows:,}", "fedforest s": _median(ours, "seconds"),
