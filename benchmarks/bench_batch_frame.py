@@ -6,6 +6,8 @@ own (peak resident memory, ru_maxrss, is then its own), in interleaved rounds:
 
 - `fedforest`: `frame_of_batches` of this checkout (categorical codes in growing maps);
 - `before`: `frame_of_batches` of `--before` (a git revision: categoricals gathered and converted at the end);
+  with `--plain-text` the text columns are read as plain strings (as PostgreSQL sends text), not
+  dictionaries (`--before 69faf2e`: text gathered and converted at the end);
 - `arrow`: the reference, `reader.read_all().to_pandas()`.
 
     .venv/bin/python -m benchmarks.bench_batch_frame --rows 2000000 [--repeat 3] [--before 0cb3bb0]
@@ -29,7 +31,7 @@ import pyarrow as pa, pyarrow.parquet as pq
 from fedcore.data.batch_frame import frame_of_batches
 from fedcore.data.sql import owned_batches
 
-file = pq.ParquetFile({path!r}, read_dictionary={categoricals!r})
+file = pq.ParquetFile({path!r}, read_dictionary={dictionary!r})
 reader = pa.RecordBatchReader.from_batches(file.schema_arrow, file.iter_batches(batch_size=65536))
 start = time.process_time()
 frame = reader.read_all().to_pandas() if {how!r} == "arrow" else frame_of_batches(reader, owned_batches)
@@ -55,9 +57,9 @@ def make_file(path: Path, rows: int, columns: int, categoricals: int) -> list[st
     return text
 
 
-def run(root: str, path: Path, categoricals: list[str], how: str) -> dict:
-    """One read in a child process: its JSON summary."""
-    code = CHILD.format(root=root, path=str(path), categoricals=categoricals, how=how)
+def run(root: str, path: Path, dictionary: list[str], how: str) -> dict:
+    """One read in a child process (`dictionary`: columns read as Arrow dictionaries): its JSON summary."""
+    code = CHILD.format(root=root, path=str(path), dictionary=dictionary, how=how)
     return child_json([sys.executable, "-c", code])
 
 
@@ -69,6 +71,8 @@ def main() -> None:
     parser.add_argument("--categoricals", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--before", default="0cb3bb0", help="git revision measured as `before`")
+    parser.add_argument("--plain-text", action="store_true",
+                        help="read the text columns as plain strings (as PostgreSQL sends text)")
     args = parser.parse_args()
     here = str(Path(__file__).resolve().parents[1])
     with tempfile.TemporaryDirectory() as scratch:
@@ -83,7 +87,7 @@ def main() -> None:
         runs: dict[str, list[dict]] = {how: [] for how in roots}
         for _ in range(args.repeat):
             for how, root in roots.items():
-                runs[how].append(run(root, path, text, how))
+                runs[how].append(run(root, path, [] if args.plain_text else text, how))
     print(machine_line())
     arrow = statistics.median(r["peak_mib"] for r in runs["arrow"])
     for how, results in runs.items():

@@ -17,7 +17,11 @@ own) and the pairs run in turn (A B A B ...; the median of `--repeat` pairs is q
   into an empty table (target: at most 1.5x); a `CHECKPOINT` before each run of either side.
 
 A Python child's time is its operation's own (after its imports and, for the write, after building the
-frame); a `psql` child's is its whole process (start-up is milliseconds).
+frame); a `psql` child's is its whole process (start-up is milliseconds). Each run also reports the CPU
+seconds of the client process (a Python child's operation, `time.process_time`; a `psql` child's whole
+process, from `RUSAGE_CHILDREN`): on a shared machine the reading process's CPU time is steadier than its
+wall time, though against `COPY` most of the work is the server's, which only wall time shows. The load
+average is printed under the table.
 
     .venv/bin/python -m benchmarks.bench_sql [--rows 10000000] [--features 40] [--pandas-rows 1000000]
         [--write-rows 1000000] [--repeat 3] [--url postgresql://...]
@@ -39,7 +43,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.harness import interleaved
+from benchmarks.harness import interleaved, machine_line
 from benchmarks.markdown import markdown_table
 
 CHILD = [sys.executable, "-m", "benchmarks.bench_sql", "--child"]
@@ -63,13 +67,17 @@ def make_table(url: str, name: str, rows: int, features: int) -> None:
 
 def _timed_process(command: list[str]) -> dict:
     """Run `command`: what it printed as JSON if it measured itself, else its wall seconds."""
-    start = time.perf_counter()
+    import resource
+
+    start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(command, stdout=subprocess.PIPE, check=True)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     text = done.stdout.decode().strip()
     if text.startswith("{"):
         return json.loads(text.splitlines()[-1])
-    return {"seconds": wall, "peak_mib": float("nan")}
+    cpu = after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime
+    return {"seconds": wall, "cpu_s": cpu, "peak_mib": float("nan")}
 
 
 def paired(a: Callable[[], dict], b: Callable[[], dict], repeat: int,
@@ -84,11 +92,17 @@ def _median(runs: list[dict], key: str) -> float:
 
 
 def _row(what: str, ours: list[dict], reference: list[dict], reference_name: str, rows: int) -> dict:
+    """The report's row of one measurement, printed to standard error at once too (kept if a run is cut)."""
+    print(json.dumps({"measurement": what, "rows": rows, "ours": ours, "reference": reference}),
+          file=sys.stderr)
     ratios = [a["seconds"] / b["seconds"] for a, b in zip(ours, reference, strict=True)]
+    cpu_ratios = [a["cpu_s"] / b["cpu_s"] for a, b in zip(ours, reference, strict=True)]
     return {"measurement": what, "rows": f"{rows:,}", "fedforest s": _median(ours, "seconds"),
-            "fedforest peak MiB": _median(ours, "peak_mib"), "reference": reference_name,
-            "reference s": _median(reference, "seconds"),
-            "ratio (median of pairs)": statistics.median(ratios)}
+            "fedforest CPU s": _median(ours, "cpu_s"), "fedforest peak MiB": _median(ours, "peak_mib"),
+            "reference": reference_name, "reference s": _median(reference, "seconds"),
+            "reference CPU s": _median(reference, "cpu_s"),
+            "ratio (median of pairs)": statistics.median(ratios),
+            "CPU ratio (median of pairs)": statistics.median(cpu_ratios)}
 
 
 # -- the children ----------------------------------------------------------------------------------------
@@ -103,10 +117,10 @@ def child_read(url: str, table: str, order_by: str | None = None) -> dict:
     from fedcore.agents.data import read_source
     from fedcore.data.sql import SqlSource
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     frame = read_source(SqlSource(url=("url", url), table=table), "benchmark", order_by=order_by)
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "peak_mib": _peak_mib(), "rows": len(frame)}
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return {"seconds": seconds, "cpu_s": cpu, "peak_mib": _peak_mib(), "rows": len(frame)}
 
 
 def child_pandas(url: str, table: str) -> dict:
@@ -115,11 +129,11 @@ def child_pandas(url: str, table: str) -> dict:
     import sqlalchemy
 
     engine = sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg2://", 1))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with engine.connect() as conn:
         frame = pd.read_sql(sqlalchemy.text(f"SELECT * FROM {table}"), conn)
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "peak_mib": _peak_mib(), "rows": len(frame)}
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return {"seconds": seconds, "cpu_s": cpu, "peak_mib": _peak_mib(), "rows": len(frame)}
 
 
 def predictions(rows: int):
@@ -140,10 +154,10 @@ def child_write(url: str, table: str, rows: int) -> dict:
     from fedcore.data.sql_sink import deliver_predictions
 
     frame = predictions(rows)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     deliver_predictions(SqlSource(url=("url", url), table=table), frame, "bench", "1", "run-1", "benchmark")
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "peak_mib": _peak_mib(), "rows": rows}
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return {"seconds": seconds, "cpu_s": cpu, "peak_mib": _peak_mib(), "rows": rows}
 
 
 # -- the run ---------------------------------------------------------------------------------------------
@@ -229,6 +243,7 @@ def main() -> None:
                         help="which measurements, comma-separated (read, ordered, pandas, write)")
     args = parser.parse_args()
     args.measure = set(args.measure.split(","))
+    print(f"start: {machine_line()}", file=sys.stderr)
     with tempfile.TemporaryDirectory() as scratch:
         if args.url:
             report = run(args.url, args, Path(scratch))
@@ -239,6 +254,7 @@ def main() -> None:
                 report = run(server.url(), args, Path(scratch))
     print(f"# bench_sql ({platform.machine()}, {os.cpu_count()} cores; medians of {args.repeat} pairs)\n")
     print(markdown_table(report, digits=2))
+    print(f"\nAt the end: {machine_line()}")
 
 
 if __name__ == "__main__":

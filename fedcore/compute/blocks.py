@@ -16,7 +16,7 @@ Only Parquet metadata is read here (row counts per row group); the rows themselv
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -116,10 +116,21 @@ def parquet_blocks(source: str | os.PathLike | Sequence[str | os.PathLike | Data
     return blocks
 
 
-def parquet_file(path: str, filesystem: FileSystem | None = None) -> pq.ParquetFile:
-    """The Parquet file at `path` on `filesystem` (None: the local disk), opened for its metadata or rows."""
+STREAM_BUFFER_BYTES = 1 << 20
+"""A streamed Parquet file's read buffer (`parquet_file`)."""
+
+
+def parquet_file(path: str, filesystem: FileSystem | None = None, streamed: bool = False) -> pq.ParquetFile:
+    """The Parquet file at `path` on `filesystem` (None: the local disk), opened for its metadata or rows.
+
+    `streamed`: its pages read through a STREAM_BUFFER_BYTES buffer as they are decoded, not each row
+    group's column chunks buffered whole first (Arrow's `pre_buffer`, which suits object storage's few
+    large requests better: a block in object storage keeps it).
+    """
     import pyarrow.parquet as pq
 
+    if streamed:
+        return pq.ParquetFile(path, filesystem=filesystem, pre_buffer=False, buffer_size=STREAM_BUFFER_BYTES)
     return pq.ParquetFile(path, filesystem=filesystem)
 
 
@@ -134,9 +145,13 @@ def rebuildable(value: T) -> T:
 
 
 def read_block(block: Block, columns: list[str]) -> pd.DataFrame:
-    """The block's rows of `columns`, read from its Parquet file (one row group, sliced) or its database.
+    """The block's rows of `columns`, read from its Parquet file (its row group, sliced) or its database.
 
     A dataset file's partition columns among `columns` are its values, repeated, after the file's own.
+    The frame is the block's Arrow table's `to_pandas()`, made batch by batch as the rows are decoded
+    (`fedcore.data.batch_frame`), a local file read page by page rather than its row group buffered
+    whole: a worker's peak about halves (docs/benchmarks.md). A file whose pandas metadata would change a
+    dtype (a nullable integer column, say) is converted whole as pandas wrote it.
     """
     import pyarrow as pa
 
@@ -145,16 +160,55 @@ def read_block(block: Block, columns: list[str]) -> pd.DataFrame:
 
         return read_range(block.sql, f"a Dask worker reading block {block.index}", columns)
     assert block.path is not None, "in-memory blocks are scattered or given inline, not read"
+    from fedcore.data.batch_frame import frame_of_batches
+
     partition = [(name, value) for name, value in block.partition if name in columns]
     own = [c for c in columns if c not in dict(partition)]
     try:
-        table = parquet_file(block.path, block.filesystem).read_row_group(block.row_group, columns=own)
+        file = parquet_file(block.path, block.filesystem, streamed=_local(block.filesystem))
+        schema = pa.schema([*(file.schema_arrow.field(c) for c in own),
+                            *(pa.field(name, value.type) for name, value in partition)],
+                           metadata=file.schema_arrow.metadata)
+        batches = _block_batches(file, block, schema.remove_metadata(), partition)
+        if _converts_as_arrow_types(schema):
+            return frame_of_batches(pa.RecordBatchReader.from_batches(schema.remove_metadata(), batches),
+                                    lambda rest: rest.read_all())
+        return pa.Table.from_batches(list(batches), schema.remove_metadata()).replace_schema_metadata(
+            schema.metadata).to_pandas()
     except (OSError, pa.ArrowException) as error:  # a file changed or gone since the agent opened it
         raise read_error(block.path, error) from error
-    table = table.slice(block.group_start, block.n_rows)
-    for name, value in partition:
-        table = table.append_column(pa.field(name, value.type), pa.repeat(value, table.num_rows))
-    return table.to_pandas()
+
+
+BLOCK_BATCH_ROWS = 8_192
+"""Rows of a Parquet block decoded at a time (`read_block`)."""
+
+
+def _block_batches(file: pq.ParquetFile, block: Block, schema: pa.Schema,
+                   partition: list[tuple[str, pa.Scalar]]) -> Iterator[pa.RecordBatch]:
+    """The block's rows of its row group as record batches of `schema`: its file's columns, partitions."""
+    import pyarrow as pa
+
+    own = schema.names[:len(schema) - len(partition)]
+    seen, stop = 0, block.group_start + block.n_rows
+    for batch in file.iter_batches(BLOCK_BATCH_ROWS, row_groups=[block.row_group], columns=own,
+                                   use_threads=False):
+        first, last = max(block.group_start - seen, 0), min(stop - seen, batch.num_rows)
+        seen += batch.num_rows
+        if last > first:
+            rows = batch.slice(first, last - first)
+            yield pa.RecordBatch.from_arrays(
+                [*rows.columns, *(pa.repeat(value, rows.num_rows) for _, value in partition)], schema=schema)
+        if seen >= stop:
+            return
+
+
+def _converts_as_arrow_types(schema: pa.Schema) -> bool:
+    """Whether `schema`'s pandas metadata (if any) leaves every dtype as its Arrow types alone give it."""
+    import pyarrow as pa
+
+    empty = pa.Table.from_batches([], schema)
+    return bool(schema.metadata is None or list(empty.to_pandas().dtypes)
+                == list(empty.replace_schema_metadata(None).to_pandas().dtypes))
 
 
 def read_error(path: str | os.PathLike, error: Exception) -> DataReadError:
@@ -183,3 +237,10 @@ def encode_block(frame: pd.DataFrame, schema: HorizontalSchema) -> tuple[np.ndar
 def load_block(block: Block, schema: HorizontalSchema) -> tuple[np.ndarray, np.ndarray]:
     """Read a Parquet block and encode it (`encode_block`): what a worker runs."""
     return encode_block(read_block(block, [*schema.names, schema.label]), schema)
+
+
+def _local(filesystem: FileSystem | None) -> bool:
+    """Whether a block's file is on the local disk (None, or a `file://` dataset's LocalFileSystem)."""
+    from pyarrow.fs import LocalFileSystem
+
+    return filesystem is None or isinstance(filesystem, LocalFileSystem)

@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlsplit
 
 import pandas as pd
 
+from fedcore.data.batch_frame import GROUP_BYTES, returning_pool
 from fedcore.data.sql_text import numbered, placeholders
 from fedcore.errors import ConfigError, DataReadError
 
@@ -281,10 +282,6 @@ def read_sql(source: SqlSource, what: str, order_by: str | None = None,
     return read_arrow(source, what, order_by, values, into=frame)
 
 
-GROUP_BYTES = 32 * 2**20
-"""Every this many bytes of record batches are gathered into one contiguous chunk per column."""
-
-
 def owned_batches(reader: Any) -> Any:
     """`reader`'s record batches as one Arrow table in memory that is handed back to the system per column.
 
@@ -318,20 +315,6 @@ def _contiguous(batches: list, schema: Any, pool: Any) -> Any:
         batches, schema=schema)
     return pa.table([pa.concat_arrays(column.chunks, memory_pool=pool) for column in table.columns],
                     schema=schema)
-
-
-def returning_pool() -> Any:
-    """Arrow's jemalloc pool, else the system allocator's: memory the SQL read frees goes back at once.
-
-    Arrow sets jemalloc's decay to 0 (freed pages returned to the system at once); its default pool
-    (mimalloc in the wheels) keeps them for a while.
-    """
-    import pyarrow as pa
-
-    try:
-        return pa.jemalloc_memory_pool()
-    except NotImplementedError:  # a pyarrow built without jemalloc
-        return pa.system_memory_pool()
 
 
 @dataclass(frozen=True)

@@ -96,3 +96,69 @@ def test_a_growing_column_keeps_its_values_across_resizes_and_a_first_null(remap
     assert values.dtype == np.float64 and values[:101].tolist() == list(range(101)) and np.isnan(values[101])
     assert isinstance(column.memory, _NoRemap) is not remap
     assert GrowingColumn(np.dtype(np.float32)).finish().dtype == np.float32
+
+
+def _dated_batches() -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    """Four batches of text, dates and timestamps whose nulls differ per batch.
+
+    Text (string and large_string): nulls from the second batch, the third batch all null. Dates (date32,
+    date64): the same days again in every batch, the first null in the third. Timestamps in four units,
+    naive and in two time zones, the first null in the second batch. The third batch has no rows.
+    """
+    import datetime
+
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("note", pa.large_string()),
+                        ("day", pa.date32()), ("day64", pa.date64()),
+                        ("at", pa.timestamp("us", tz="UTC")), ("local", pa.timestamp("s", tz="Europe/Paris")),
+                        ("naive", pa.timestamp("ns")), ("ms", pa.timestamp("ms"))])
+    batches, start = [], 0
+    for number, rows in enumerate((500, 300, 0, 200)):
+        ids = np.arange(start, start + rows)
+        days = [datetime.date(2024, 1, 1) + datetime.timedelta(days=int(i % 40)) for i in ids]
+        text = [None if number == 3 or (number and i % 7 == 0) else f"t{i % 90}" for i in ids]
+        stamps = ids * 3_600_000_001
+        stamp_nulls = None if number == 0 else ids % 11 == 0
+        batches.append(pa.record_batch([
+            pa.array(ids), pa.array(text, pa.string()), pa.array(text, pa.large_string()),
+            pa.array(days, pa.date32(), mask=None if number < 3 else ids % 5 == 0),
+            pa.array(days, pa.date64(), mask=None if number < 3 else ids % 3 == 0),
+            pa.array(stamps, pa.timestamp("us", tz="UTC"), mask=stamp_nulls),
+            pa.array(stamps // 10**6, pa.timestamp("s", tz="Europe/Paris"), mask=stamp_nulls),
+            pa.array(stamps * 1000, pa.timestamp("ns"), mask=stamp_nulls),
+            pa.array(stamps // 1000, pa.timestamp("ms"), mask=stamp_nulls)], schema=schema))
+        start += rows
+    return schema, batches
+
+
+def test_text_dates_and_timestamps_are_built_batch_by_batch_as_arrow_converts_them(monkeypatch) -> None:
+    monkeypatch.setattr("fedcore.data.batch_frame.TEXT_GROUP_BYTES", 4096)  # text joined in several chunks
+    schema, batches = _dated_batches()
+    expected = pa.Table.from_batches(batches, schema).to_pandas()
+    gathered: list[list[str]] = []
+
+    def gather(reader: pa.RecordBatchReader) -> pa.Table:
+        gathered.append(reader.schema.names)
+        return owned_batches(reader)
+
+    frame = frame_of_batches(pa.RecordBatchReader.from_batches(schema, iter(batches)), gather)
+    assert gathered == [], "no column is left to the gathered conversion at the end"
+    pd.testing.assert_frame_equal(frame, expected, check_exact=True)
+    assert list(frame.dtypes) == list(expected.dtypes)
+    assert [str(t) for t in frame.dtypes[1:]] == ["str", "str", "object", "object", "datetime64[us, UTC]",
+                                                  "datetime64[s, Europe/Paris]", "datetime64[ns]",
+                                                  "datetime64[ms]"]
+    for name in ("name", "note", "day", "day64"):  # nulls as Arrow gives them: NaN in text, None in dates
+        assert [repr(v) for v in frame[name]] == [repr(v) for v in expected[name]], name
+    assert frame["day"].iloc[-5] is None
+    assert frame["at"].isna().sum() == (np.arange(500, 1000) % 11 == 0).sum()
+    days = {id(day) for day in frame["day"] if day is not None}
+    assert len(days) == 40, "one Python date per distinct day"
+    assert frame["name"].array._pa_array.num_chunks > 1 and frame._mgr.nblocks == len(schema)
+
+
+def test_text_dates_and_timestamps_without_rows_keep_arrow_dtypes() -> None:
+    schema, _ = _dated_batches()
+    expected = pa.Table.from_batches([], schema).to_pandas()
+    frame = frame_of_batches(pa.RecordBatchReader.from_batches(schema, iter([])), owned_batches)
+    pd.testing.assert_frame_equal(frame, expected, check_exact=True)
+    assert list(frame.dtypes) == list(expected.dtypes)

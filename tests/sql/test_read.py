@@ -172,16 +172,21 @@ def test_the_read_gathered_in_chunks_per_column_gives_the_frame_arrow_gives(
         postgres, database, monkeypatch) -> None:
     """Several of the driver's batches, gathered into several chunks per column, convert to Arrow's frame.
 
-    Nulls in an integer and a boolean column, text, timestamps and dates: the same values and dtypes as
-    the whole Arrow table's `to_pandas()`.
+    Nulls in an integer and a boolean column, text, timestamps and dates, and text, date and timestamp
+    columns whose first null comes in a later batch: the same values and dtypes as the whole Arrow table's
+    `to_pandas()`, the text, date and timestamp columns built batch by batch (never gathered).
     """
     from fedcore.data.sql import owned_batches, read_arrow
 
+    later = "CASE WHEN g > 200000 AND g % 11 = 0 THEN NULL ELSE"
     postgres.execute(
         "CREATE TABLE wide AS SELECT g AS id, CASE WHEN g % 7 = 0 THEN NULL ELSE g END AS n, "
         "g % 3 = 0 AS flag, CASE WHEN g % 5 = 0 THEN NULL ELSE g % 2 = 0 END AS maybe, 'c' || g AS name, "
         "g::float8 / 7 AS x, timestamptz '2026-01-01 00:00:00+00' + g * interval '1 second' AS at, "
-        "date '2026-01-01' + g % 400 AS day FROM generate_series(1, 300000) AS g",
+        "date '2026-01-01' + g % 400 AS day, "
+        f"{later} 'v' || g % 50 END AS plan, {later} date '2026-01-01' - g % 900 END AS since, "
+        f"{later} timestamp '2026-01-01 00:00:00' + g * interval '1 minute' END AS seen "
+        "FROM generate_series(1, 300000) AS g",
         database.rsplit("/", 1)[1])
     source = SqlSource(("url", database), table="wide")
     whole = read_arrow(source, "test", "id")
@@ -192,7 +197,21 @@ def test_the_read_gathered_in_chunks_per_column_gives_the_frame_arrow_gives(
         assert {column.num_chunks for column in owned.columns} == {chunks}
         assert owned.equals(whole)
     monkeypatch.undo()
+    gathered: list[list[str]] = []
+
+    def gather(reader):
+        gathered.append(reader.schema.names)
+        return owned_batches(reader)
+
+    monkeypatch.setattr("fedcore.data.sql.owned_batches", gather)
     frame, expected = read_sql(source, "test", "id"), whole.to_pandas()
     pd.testing.assert_frame_equal(frame, expected, check_exact=True)
     assert list(frame.dtypes) == list(expected.dtypes)
     assert str(expected["n"].dtype) == "float64" and str(expected["maybe"].dtype) == "object"
+    assert gathered == [["flag", "maybe"]], "text, dates and timestamps are built batch by batch"
+    assert [str(frame[c].dtype) for c in ("name", "plan", "at", "day", "since", "seen")] == [
+        "str", "str", "datetime64[us, UTC]", "object", "object", "datetime64[us]"]
+    first_null = int(frame["since"].isna().to_numpy().argmax())
+    assert first_null >= len(whole.column(0).chunk(0)), "the first null is in a later batch"
+    for name in ("plan", "since", "seen"):  # NaN, None and NaT where Arrow has them
+        assert repr(frame[name].iloc[first_null]) == repr(expected[name].iloc[first_null]), name
