@@ -1,7 +1,8 @@
 """A level's split search: each node's histograms in one row-major pass, the larger sibling's by subtraction.
 
 For every open node the kernel reads the node's rows once and adds each row to the histograms of all the
-node's candidate features (row-major bin codes: a row's codes share a cache line), then scans each
+node's candidate features (row-major bin codes: a row's codes share a cache line; a task of one feature reads
+the column-major codes instead, a contiguous column when the node's rows are), then scans each
 histogram with the shared scan (`fedcore.trees.splitting`). Work is cut into tasks of about equal rows x
 features (a large node's features in several tasks, small nodes grouped), run by numba `prange` with
 dynamic scheduling; every (node, feature) histogram is built by one task in row order, so the results are
@@ -28,6 +29,7 @@ from fedcore.trees.splitting import (
     N_CODES,
     NodeSplits,
     _category_rows,
+    _pair_histogram,
     _reduce_pairs,
     _scratch,
     _split_of_histogram,
@@ -98,10 +100,12 @@ def _last_match(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_local, feat_rank,
                      is_cat, n_stats, criterion, min_leaf, n_class_orderings, reg_lambda: float = 0.0,
                      parents: np.ndarray | None = None, previous: LevelHistograms | None = None,
-                     keep: bool = False) -> tuple[NodeSplits, np.ndarray, LevelHistograms | None]:
+                     keep: bool = False, row_codes: np.ndarray | None = None
+                     ) -> tuple[NodeSplits, np.ndarray, LevelHistograms | None]:
     """Best split per node over its candidate features (CSR: feat_ptr over nodes), and the nodes' statistics.
 
-    `codes` (n_rows, n_features) uint8, row-major for speed (any order gives the same answer). `parents` and
+    `codes` (n_rows, n_features) uint8 and `row_codes` the same in row-major order (default: a copy made
+    here); which order a task reads does not change the answer, only its speed. `parents` and
     `previous`: the previous level's split nodes and kept histograms, from which larger children are derived
     (see the module doc); `keep`: return this level's histograms for the next level (None when they would
     take over `STORE_BYTES`, or regression's, which cannot be subtracted). The answer is the same with or
@@ -134,9 +138,12 @@ def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_
         if len(direct):
             lo, hi, k_lo, k_hi = _tasks(node_rows, dptr,
                                         max(int(node_rows[pair_node[direct]].sum()) // 32, TASK_COST))
-            _direct_splits(codes, target, order, weight, starts, ends, totals, dptr, direct, feat64, is_cat,
-                           lo, hi, k_lo, k_hi, max(k_max, 1), n_stats, criterion, float(reg_lambda), min_leaf,
-                           n_class_orderings, store, len(store) > 0, out_gain, out_bin, out_ml, out_bits)
+            if row_codes is None:
+                row_codes = np.ascontiguousarray(codes)
+            _direct_splits(codes, row_codes, target, order, weight, starts, ends, totals, dptr, direct,
+                           feat64, is_cat, lo, hi, k_lo, k_hi, max(k_max, 1), n_stats, criterion,
+                           float(reg_lambda), min_leaf, n_class_orderings, store, len(store) > 0, out_gain,
+                           out_bin, out_ml, out_bits)
         if len(derived):
             assert usable is not None
             _derived_splits(derived, derive_from, sibling, usable.store, store, pair_node, feat64, is_cat,
@@ -188,9 +195,9 @@ def _tasks(node_rows, dptr, cost):
 
 
 @nb.njit(cache=True, parallel=True)
-def _direct_splits(codes, target, order, weight, starts, ends, totals, dptr, direct, feat_local, is_cat,
-                   task_lo, task_hi, task_klo, task_khi, k_max, n_stats, criterion, reg_lambda, min_leaf,
-                   n_class_orderings, store, keep, out_gain, out_bin, out_ml, out_bits):
+def _direct_splits(codes, row_codes, target, order, weight, starts, ends, totals, dptr, direct, feat_local,
+                   is_cat, task_lo, task_hi, task_klo, task_khi, k_max, n_stats, criterion, reg_lambda,
+                   min_leaf, n_class_orderings, store, keep, out_gain, out_bin, out_ml, out_bits):
     """Build (one row-major pass per node and task) and scan the histograms of the directly built pairs."""
     for t in nb.prange(task_lo.shape[0]):
         hist = np.zeros((k_max, N_CODES, n_stats))
@@ -208,28 +215,45 @@ def _direct_splits(codes, target, order, weight, starts, ends, totals, dptr, dir
             for kk in range(k):
                 feats[kk] = feat_local[direct[a + kk]]
                 n_touched[kk] = 0
-            if criterion == GRADIENT:
-                _gradient_rows(codes, target, order, weight, starts[i], ends[i], feats, k, hist, seen,
-                               touched, n_touched)
-            else:
-                _label_rows(codes, target, order, weight, starts[i], ends[i], feats, k, criterion, hist,
-                            seen, touched, n_touched)
+            _node_histograms(codes, row_codes, target, order, weight, starts[i], ends[i], feats, k, criterion,
+                             hist, seen, touched, n_touched)
             for kk in range(k):
                 q = direct[a + kk]
                 if keep:
-                    for m in range(n_touched[kk]):
-                        c = touched[kk, m]
-                        for s in range(n_stats):
-                            store[q, c, s] = hist[kk, c, s]
+                    _keep(store, q, hist[kk], touched[kk], n_touched[kk])
                 _split_of_histogram(q, is_cat[feats[kk]], n_touched[kk], totals[i], n_stats, criterion,
                                     reg_lambda, min_leaf, n_class_orderings, hist[kk], seen[kk], touched[kk],
                                     ordered, cum, lbuf, rbuf, missing, keys, out_gain, out_bin, out_ml,
                                     out_bits)
 
 
+@nb.njit(cache=True)
+def _node_histograms(codes, row_codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
+                     n_touched):
+    """Rows s..e into the histograms of the k features: by column for one feature, else row by row."""
+    if k == 1:  # the column kernel: one histogram stays in L1
+        n_touched[0] = _pair_histogram(feats[0], codes, target, order, weight, s, e, criterion, hist[0],
+                                       seen[0], touched[0])
+    elif criterion == GRADIENT:
+        _gradient_rows(row_codes, target, order, weight, s, e, feats, k, hist, seen, touched, n_touched)
+    else:
+        _label_rows(row_codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
+                    n_touched)
+
+
+@nb.njit(cache=True)
+def _keep(store, q, hist, touched, n_touched):
+    """Pair q's histogram (its touched bins; the store is zeroed) into the kept level's store."""
+    for m in range(n_touched):
+        b = touched[m]
+        for s in range(hist.shape[1]):
+            store[q, b, s] = hist[b, s]
+
+
 @nb.njit(cache=True, inline="never")
 def _gradient_rows(codes, target, order, weight, s, e, feats, k, hist, seen, touched, n_touched):
     """Rows s..e into the gradient histograms (count, G, H) of the k features, a row at a time."""
+    track = e - s < N_CODES  # few rows: note the bins they touch; many: find them after, from the counts
     for j in range(s, e):
         r = order[j]
         w = weight[j]
@@ -237,25 +261,28 @@ def _gradient_rows(codes, target, order, weight, s, e, feats, k, hist, seen, tou
         h = w * target[j, 1]
         for kk in range(k):
             b = codes[r, feats[kk]]
-            if not seen[kk, b]:
+            if track and not seen[kk, b]:
                 seen[kk, b] = True
                 touched[kk, n_touched[kk]] = b
                 n_touched[kk] += 1
             hist[kk, b, 0] += w
             hist[kk, b, 1] += g
             hist[kk, b, 2] += h
+    if not track:
+        _touched_bins(hist, k, GRADIENT, seen, touched, n_touched)
 
 
 @nb.njit(cache=True, inline="never")
 def _label_rows(codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched, n_touched):
     """Rows s..e into the class-count (or regression sum) histograms of the k features, a row at a time."""
+    track = e - s < N_CODES  # as in `_gradient_rows`
     for j in range(s, e):
         r = order[j]
         w = weight[j]
         y = target[j, 0]
         for kk in range(k):
             b = codes[r, feats[kk]]
-            if not seen[kk, b]:
+            if track and not seen[kk, b]:
                 seen[kk, b] = True
                 touched[kk, n_touched[kk]] = b
                 n_touched[kk] += 1
@@ -265,6 +292,21 @@ def _label_rows(codes, target, order, weight, s, e, feats, k, criterion, hist, s
                 hist[kk, b, 2] += w * y * y
             else:
                 hist[kk, b, np.int64(y)] += w
+    if not track:
+        _touched_bins(hist, k, criterion, seen, touched, n_touched)
+
+
+@nb.njit(cache=True)
+def _touched_bins(hist, k, criterion, seen, touched, n_touched):
+    """Flag the bins holding rows (every row weighs at least 1) of each of the k histograms, ascending."""
+    for kk in range(k):
+        m = 0
+        for b in range(N_CODES):
+            if _category_rows(hist[kk, b], criterion) > 0.0:
+                seen[kk, b] = True
+                touched[kk, m] = b
+                m += 1
+        n_touched[kk] = m
 
 
 @nb.njit(cache=True, parallel=True)

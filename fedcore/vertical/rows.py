@@ -114,9 +114,9 @@ class LocalRows:
         n_nodes, n_columns = len(part.starts), self.row_codes.shape[1]
         keep = 2 * len(feat_local) >= n_nodes * n_columns  # sampled features rarely meet again: none kept
         splits, stats, self._histograms = find_best_splits(
-            self.row_codes, part.target, part.order, part.weight, part.starts, part.ends, feat_ptr,
+            self._codes(), part.target, part.order, part.weight, part.starts, part.ends, feat_ptr,
             feat_local, feat_rank, is_categorical, n_stats, criterion, min_leaf, n_stats, reg_lambda, parents,
-            self._histograms, keep)
+            self._histograms, keep, self.row_codes)
         return splits, stats
 
     def split_bits(self, pos: np.ndarray, c: NodeSplits) -> np.ndarray:
