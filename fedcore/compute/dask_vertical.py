@@ -361,8 +361,13 @@ class DaskVerticalRows:
 
     def best_splits(self, feat_ptr: np.ndarray, feat_local: np.ndarray, feat_rank: np.ndarray,
                     is_categorical: np.ndarray, n_stats: int, criterion: int,
-                    min_leaf: float, reg_lambda: float = 0.0) -> tuple[NodeSplits, np.ndarray]:
-        """One histogram task per block, added up in block order, then the shared scan."""
+                    min_leaf: float, reg_lambda: float = 0.0,
+                    parents: np.ndarray | None = None) -> tuple[NodeSplits, np.ndarray]:
+        """One histogram task per block, added up in block order, then the shared scan.
+
+        Every histogram is summed from the blocks (`parents`, which the in-process rows subtract with, is
+        not used).
+        """
         if criterion in VALUE_STATISTICS:
             raise ValueError(REGRESSION_REFUSED)
         results = self.client.gather(self._map(_histograms, self.parts, self.codes, feat_ptr=feat_ptr,

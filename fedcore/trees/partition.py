@@ -30,16 +30,41 @@ def offsets_from_lengths(lengths: np.ndarray) -> np.ndarray:
     return out
 
 
-@nb.njit(cache=True, parallel=True)
-def pack_split_bits(codes, order, starts, ends, feats, bins, missing_left, is_cat, cat_bits, byte_offsets):
+ROW_CHUNK = 1 << 14
+"""Rows of a node's segment per parallel task when splits are packed and applied (a multiple of 8: a task
+writes whole bytes of the bitmap); a large node's rows are shared out, every row's place stays the same."""
+
+
+def row_chunks(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each node's segment cut into `ROW_CHUNK`-row tasks: (node, first position, end position) per task."""
+    starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    counts = np.maximum((ends - starts + ROW_CHUNK - 1) // ROW_CHUNK, 1)
+    node = np.repeat(np.arange(len(starts), dtype=np.int64), counts)
+    within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    lo = starts[node] + within * ROW_CHUNK
+    return node, lo, np.minimum(lo + ROW_CHUNK, ends[node])
+
+
+def pack_split_bits(codes, order, starts, ends, feats, bins, missing_left, is_cat, cat_bits,
+                    byte_offsets) -> np.ndarray:
     """Packed bitmaps (bit = goes left) of the given nodes' samples under the given splits."""
+    node, lo, hi = row_chunks(starts, ends)
+    return _pack_split_bits(codes, order, starts, node, lo, hi, feats, bins, missing_left, is_cat, cat_bits,
+                            byte_offsets)
+
+
+@nb.njit(cache=True, parallel=True)
+def _pack_split_bits(codes, order, starts, task_node, task_lo, task_hi, feats, bins, missing_left, is_cat,
+                     cat_bits, byte_offsets):
     out = np.zeros(byte_offsets[-1], np.uint8)
-    for i in nb.prange(starts.shape[0]):
+    for t in nb.prange(task_node.shape[0]):
+        i = task_node[t]
         s = starts[i]
         off = byte_offsets[i]
         f = feats[i]
-        for k in range(ends[i] - s):
-            b = codes[order[s + k], f]
+        for j in range(task_lo[t], task_hi[t]):
+            k = j - s
+            b = codes[order[j], f]
             if b == MISSING_BIN:
                 go_left = missing_left[i]
             elif is_cat[i]:
@@ -51,34 +76,62 @@ def pack_split_bits(codes, order, starts, ends, feats, bins, missing_left, is_ca
     return out
 
 
-@nb.njit(cache=True, parallel=True)
 def apply_partition(order, weight, target, new_order, new_weight, new_target, starts, ends, packed,
-                    byte_offsets):
+                    byte_offsets) -> np.ndarray:
     """Write each split node's samples into the new_* arrays at the node's segment, left ones first.
 
-    Stably; returns the left counts. Segments of nodes that did not split are left unwritten.
+    Stably; returns the left counts. Segments of nodes that did not split are left unwritten. A large node's
+    rows are moved by several tasks (`row_chunks`): each counts its left rows, then writes them after the
+    left rows of the tasks before it (and its right rows after theirs), so every row lands where one pass
+    would put it.
     """
-    n_left = np.zeros(starts.shape[0], np.int64)
-    for i in nb.prange(starts.shape[0]):
-        s, e = starts[i], ends[i]
-        off = byte_offsets[i]
+    node, lo, hi = row_chunks(starts, ends)
+    left = _left_counts(starts, node, lo, hi, packed, byte_offsets)
+    n_left = np.bincount(node, weights=left, minlength=len(starts)).astype(np.int64)
+    before = np.cumsum(left) - left  # left rows of all earlier tasks
+    before -= before[np.searchsorted(node, node)]  # ... of the node's earlier tasks
+    left_at = starts[node] + before
+    right_at = starts[node] + n_left[node] + (lo - starts[node]) - before
+    _move_rows(order, weight, target, new_order, new_weight, new_target, starts, node, lo, hi, packed,
+               byte_offsets, left_at, right_at)
+    return n_left
+
+
+@nb.njit(cache=True, parallel=True)
+def _left_counts(starts, task_node, task_lo, task_hi, packed, byte_offsets):
+    """Left-going rows of each task's rows."""
+    out = np.zeros(task_node.shape[0], np.int64)
+    for t in nb.prange(task_node.shape[0]):
+        i = task_node[t]
+        off, s = byte_offsets[i], starts[i]
         nl = 0
-        for k in range(e - s):
+        for j in range(task_lo[t], task_hi[t]):
+            k = j - s
             nl += (packed[off + (k >> 3)] >> (k & 7)) & 1
-        li, ri = s, s + nl
-        for k in range(e - s):
+        out[t] = nl
+    return out
+
+
+@nb.njit(cache=True, parallel=True)
+def _move_rows(order, weight, target, new_order, new_weight, new_target, starts, task_node, task_lo, task_hi,
+               packed, byte_offsets, left_at, right_at):
+    """Each task's rows to its left and right places, in order."""
+    for t in nb.prange(task_node.shape[0]):
+        i = task_node[t]
+        off, s = byte_offsets[i], starts[i]
+        li, ri = left_at[t], right_at[t]
+        for j in range(task_lo[t], task_hi[t]):
+            k = j - s
             if (packed[off + (k >> 3)] >> (k & 7)) & 1:
                 dst = li
                 li += 1
             else:
                 dst = ri
                 ri += 1
-            new_order[dst] = order[s + k]
-            new_weight[dst] = weight[s + k]
+            new_order[dst] = order[j]
+            new_weight[dst] = weight[j]
             for c in range(target.shape[1]):
-                new_target[dst, c] = target[s + k, c]
-        n_left[i] = nl
-    return n_left
+                new_target[dst, c] = target[j, c]
 
 
 @nb.njit(cache=True, parallel=True)

@@ -1,7 +1,8 @@
-"""Histogram split finding for many nodes at once (numba, parallel over (node, feature) pairs).
+"""Histogram split finding: the scan of a (node, feature) histogram, and histograms of blocks of rows.
 
-For each node and each of its candidate features the kernel builds the per-bin statistics of the node's
-samples and scans the split points; only bins that occur in the node are scanned, so deep, small nodes
+A level's in-process search (`fedcore.trees.level_histograms`) builds each node's histograms and scans
+them here; the label holder scans decrypted ones (`best_splits_from_histograms`) and a party on Dask adds
+up blocks' (`block_histograms`). Only bins that occur in the node are scanned, so deep, small nodes
 cost O(samples) rather than O(bins). Numeric features split at a bin threshold; categorical ones at a
 prefix of their categories ordered by class share or mean target, regularised as the gradient-boosting
 libraries do (`_categorical_split`); missing values go to whichever side is better (or to the heavier side
@@ -112,58 +113,12 @@ def _scan(hist, ordered, n_ordered, total, missing, has_missing, parent_term, cr
     return best_gain, found_cut, found_ml
 
 
-def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_local, feat_rank,
-                     is_cat, n_stats, criterion, min_leaf,
-                     n_class_orderings, reg_lambda: float = 0.0) -> tuple[NodeSplits, np.ndarray]:
-    """Best split per node over its candidate features (CSR: feat_ptr over nodes). See module docstring.
-
-    (node, feature) pairs are processed grouped by feature, so one feature's codes stay in cache while
-    all nodes that consider it are scanned; the per-node reduction then follows feature-rank order.
-    Also returns each node's statistics (n_nodes, n_stats), which the label holder reports.
-    """
-    target = target_columns(target)
-    totals = node_statistics(target, weight, starts, ends, n_stats, criterion)
-    pair_node = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(feat_ptr))
-    by_feature = np.argsort(feat_local, kind="stable").astype(np.int64)
-    pair_out = _best_split_per_pair(codes, target, order, weight, starts, ends, totals, pair_node,
-                                    feat_local, by_feature, is_cat, n_stats, criterion, float(reg_lambda),
-                                    min_leaf, n_class_orderings)
-    return NodeSplits(*_reduce_pairs(feat_ptr, feat_local, feat_rank, *pair_out)), totals
-
-
 @nb.njit(cache=True)
 def _scratch(n_stats):
     """Scratch buffers of one histogram scan: hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys."""
     return (np.zeros((N_CODES, n_stats)), np.zeros(N_CODES, np.bool_), np.empty(N_CODES, np.int64),
             np.empty(N_CODES, np.int64), np.zeros(n_stats), np.zeros(n_stats), np.zeros(n_stats),
             np.zeros(n_stats), np.empty(N_CODES))
-
-
-@nb.njit(cache=True, parallel=True)
-def _best_split_per_pair(codes, target, order, weight, starts, ends, totals, pair_node, pair_feat,
-                         pair_order, is_cat, n_stats, criterion, reg_lambda, min_leaf, n_class_orderings):
-    n_pairs = pair_node.shape[0]
-    out_gain = np.full(n_pairs, -np.inf)
-    out_bin = np.zeros(n_pairs, np.int32)
-    out_ml = np.zeros(n_pairs, np.bool_)
-    out_bits = np.zeros((n_pairs, 4), np.uint64)
-    n_chunks = min(n_pairs, 64)
-    for chunk in nb.prange(n_chunks):
-        # scratch buffers once per contiguous chunk of (feature-sorted) pairs
-        hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys = _scratch(n_stats)
-        lo = chunk * n_pairs // n_chunks
-        hi = (chunk + 1) * n_pairs // n_chunks
-        for q in range(lo, hi):
-            pair = pair_order[q]
-            i = pair_node[pair]
-            if ends[i] - starts[i] < 2:
-                continue
-            _best_split_of_pair(pair, i, pair_feat[pair], codes, target, order, weight, starts[i],
-                                ends[i], totals[i], is_cat, n_stats, criterion, reg_lambda, min_leaf,
-                                n_class_orderings,
-                                hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys,
-                                out_gain, out_bin, out_ml, out_bits)
-    return out_gain, out_bin, out_ml, out_bits
 
 
 @nb.njit(cache=True)
@@ -191,22 +146,11 @@ def _reduce_pairs(feat_ptr, feat_local, feat_rank, pair_gain, pair_bin, pair_ml,
 
 
 @nb.njit(cache=True)
-def _best_split_of_pair(pair, i, f, codes, target, order, weight, s, e, total, is_cat, n_stats,
-                        criterion, reg_lambda, min_leaf, n_class_orderings, hist, seen, touched, ordered, cum,
-                        lbuf, rbuf, missing, keys, out_gain, out_bin, out_ml, out_bits):
-    """Best split of node i on feature f, written into the out_* arrays at `pair`."""
-    n_touched = _pair_histogram(f, codes, target, order, weight, s, e, criterion, hist, seen, touched)
-    _split_of_histogram(pair, is_cat[f], n_touched, total, n_stats, criterion, reg_lambda, min_leaf,
-                        n_class_orderings, hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys,
-                        out_gain, out_bin, out_ml, out_bits)
-
-
-@nb.njit(cache=True)
 def _pair_histogram(f, codes, target, order, weight, s, e, criterion, hist, seen, touched):
     """The histogram kernel: samples s..e of feature f into `hist`; returns how many bins they touch.
 
-    The touched bins are `touched[:n]`, flagged in `seen`. Shared by the fused in-process kernel and by
-    `block_histograms` (a block of rows on a Dask worker), so both count the same samples the same way.
+    The touched bins are `touched[:n]`, flagged in `seen`. Used by `block_histograms` (a block of rows on a
+    Dask worker).
     """
     if criterion == GRADIENT:
         return _gradient_histogram(f, codes, target, order, weight, s, e, hist, seen, touched)

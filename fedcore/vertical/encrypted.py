@@ -44,6 +44,7 @@ from fedcore.privacy.packing import (
 from fedcore.privacy.sealed import SealedChannel, arrays_to_bytes, bytes_to_arrays
 from fedcore.trees.criteria import SQUARED_ERROR, VALUE_STATISTICS
 from fedcore.trees.fixed_gradients import GradientGrid, slot_widths
+from fedcore.trees.level_histograms import subtraction_plan
 from fedcore.trees.splitting import NodeSplits, best_splits_from_histograms
 
 FIXED_POINT_BITS = 20
@@ -255,8 +256,8 @@ class PassiveCrypto:
             self.powers = weight_powers(public, ciphertexts)
         self.per_tree = False  # boosting: a round's ciphertexts, n_rows per tree of the round (`load_round`)
         self.sequence = 0  # find_splits rounds so far
-        # last level: (node, feature) -> pair with a histogram
-        self._previous: dict[tuple[int, int], int] = {}
+        # last level: each pair's (node, feature), node -1 where it has no histogram
+        self._previous: tuple[np.ndarray, np.ndarray] | None = None
         self.pairs_computed = 0
         self.pairs_derived = 0
         """Histograms summed here, and those the label holder derives by subtraction (for reports)."""
@@ -285,7 +286,7 @@ class PassiveCrypto:
         self.sequence += 1
         pair_node = np.repeat(np.arange(len(feat_ptr) - 1, dtype=np.int64), np.diff(feat_ptr))
         node_rows = rows.node_sizes()
-        derive_from, sibling = _subtraction_plan(feat_ptr, feat_local, node_rows, parents, self._previous)
+        derive_from, sibling = subtraction_plan(feat_ptr, feat_local, node_rows, parents, self._previous)
         self.pairs_derived += int(np.sum(derive_from >= 0))
         job_pairs = [q for q, node in enumerate(pair_node.tolist())
                      if node_rows[node] >= 2 and derive_from[q] < 0]  # as the plain kernel; or derived
@@ -311,9 +312,7 @@ class PassiveCrypto:
             # sealed, not packed: half the bits per bin; in the narrowest unsigned type that holds them
             "bin_weight": np.array(totals, np.min_scalar_type(max(totals, default=0))),
         }
-        self._previous = {(node, feature): q for q, (node, feature)
-                          in enumerate(zip(pair_node.tolist(), feat_local.tolist(), strict=True))
-                          if node_rows[node] >= 2}
+        self._previous = (np.where(node_rows[pair_node] >= 2, pair_node, -1), feat_local.astype(np.int64))
         packed = self.public.to_bytes(pack_bin_sums(self.public, sums, bin_node_weights, self.layout)) \
             if sums else np.zeros((0, self.public.ciphertext_bytes), np.uint8)
         sealed = self.channel.seal(arrays_to_bytes(plan), self.sequence - 1)
@@ -358,32 +357,6 @@ class PassiveCrypto:
             out.is_categorical[position] = bool(record["is_categorical"])
             out.cat_bits[position] = record["cat_bits"]
         return out
-
-
-def _subtraction_plan(feat_ptr: np.ndarray, feat_local: np.ndarray, node_rows: np.ndarray,
-                      parents: np.ndarray | None,
-                      previous: dict[tuple[int, int], int]) -> tuple[np.ndarray, np.ndarray]:
-    """Per pair: its parent's pair and its smaller sibling's, where its histogram is parent minus sibling.
-
-    The parent's pair is of the previous level, the sibling's of this level; -1 where the histogram is
-    computed directly.
-    """
-    derive_from = np.full(len(feat_local), -1, np.int64)
-    sibling = np.full(len(feat_local), -1, np.int64)
-    if parents is None:
-        return derive_from, sibling
-    features = feat_local.tolist()
-    for j, parent in enumerate(np.asarray(parents).tolist()):
-        small, large = (2 * j, 2 * j + 1) if node_rows[2 * j] <= node_rows[2 * j + 1] else (2 * j + 1, 2 * j)
-        if node_rows[small] < 2:
-            continue
-        small_pairs = {features[q]: q for q in range(feat_ptr[small], feat_ptr[small + 1])}
-        for q in range(feat_ptr[large], feat_ptr[large + 1]):
-            feature = features[q]
-            if feature in small_pairs and (parent, feature) in previous:
-                derive_from[q] = previous[(parent, feature)]
-                sibling[q] = small_pairs[feature]
-    return derive_from, sibling
 
 
 @dataclass

@@ -610,7 +610,7 @@ class VerticalParty:
             return Message("encrypted_histograms", {}, {"packed": packed, "sealed": sealed})
         self._candidates, stats = self.rows.best_splits(feat_ptr, feat_local, feat_rank,
                                                         binner.is_categorical, self._n_stats, self._criterion,
-                                                        min_leaf, self._reg_lambda)
+                                                        min_leaf, self._reg_lambda, parents)
         arrays = {"gain": self._candidates.gain, "rank": self._candidates.rank}
         if self.is_label_holder:
             arrays["stats"] = stats

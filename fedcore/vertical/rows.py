@@ -14,8 +14,9 @@ import numpy as np
 import pandas as pd
 
 from fedcore.data.binning import PartyBinner
+from fedcore.trees.level_histograms import LevelHistograms, find_best_splits
 from fedcore.trees.partition import SamplePartition, node_byte_lengths, offsets_from_lengths, pack_split_bits
-from fedcore.trees.splitting import NodeSplits, find_best_splits
+from fedcore.trees.splitting import NodeSplits
 
 if TYPE_CHECKING:
     from fedcore.privacy.homomorphic import CiphertextSpace
@@ -29,6 +30,8 @@ class LocalRows:
         """The party's feature columns (aligned rows); binned at each setup."""
         self.features = features
         self.codes: np.ndarray | None = None
+        self.row_codes: np.ndarray | None = None  # the same codes row-major, for the histogram kernel
+        self._histograms: LevelHistograms | None = None  # the last level's, for subtraction
         self.labels: np.ndarray | None = None  # the rows' class codes or values (float64), per setup
         self.partition: SamplePartition | None = None
 
@@ -53,6 +56,7 @@ class LocalRows:
     def bin(self, binner: PartyBinner) -> None:
         """Bin the rows with the binner the party fitted on them."""
         self.codes = binner.transform(self.features)
+        self.row_codes = np.ascontiguousarray(self.codes)
         self.labels = None  # a new setup's labels come next
 
     def set_labels(self, y: np.ndarray) -> None:
@@ -73,10 +77,12 @@ class LocalRows:
         y = self.labels if targets is None else targets
         assert y is not None, "the protocol admits begin_batch only after the labels were set"
         self.partition = SamplePartition.bootstrap(seed, trees, y, n_draws)
+        self._histograms = None
 
     def clear(self) -> None:
         """No batch in progress (training finalized)."""
         self.partition = None
+        self._histograms = None
 
     @property
     def in_batch(self) -> bool:
@@ -94,12 +100,24 @@ class LocalRows:
 
     def best_splits(self, feat_ptr: np.ndarray, feat_local: np.ndarray, feat_rank: np.ndarray,
                     is_categorical: np.ndarray, n_stats: int, criterion: int,
-                    min_leaf: float, reg_lambda: float = 0.0) -> tuple[NodeSplits, np.ndarray]:
-        """This party's best split per open node and the nodes' statistics (`find_best_splits`)."""
+                    min_leaf: float, reg_lambda: float = 0.0,
+                    parents: np.ndarray | None = None) -> tuple[NodeSplits, np.ndarray]:
+        """This party's best split per open node and the nodes' statistics (`find_best_splits`).
+
+        `parents`: the previous level's nodes that split into this level's sibling pairs (None: a batch's
+        first level); the larger siblings' histograms are derived from the last level's kept ones.
+        When most nodes consider most of the party's features (boosting, or no feature sampling), this
+        level's histograms are kept for the next.
+        """
         part = self._partition()
-        return find_best_splits(self._codes(), part.target, part.order, part.weight, part.starts, part.ends,
-                                feat_ptr, feat_local, feat_rank, is_categorical, n_stats, criterion, min_leaf,
-                                n_stats, reg_lambda)
+        assert self.row_codes is not None, "setup bins the features before growth"
+        n_nodes, n_columns = len(part.starts), self.row_codes.shape[1]
+        keep = 2 * len(feat_local) >= n_nodes * n_columns  # sampled features rarely meet again: none kept
+        splits, stats, self._histograms = find_best_splits(
+            self._codes(), part.target, part.order, part.weight, part.starts, part.ends, feat_ptr,
+            feat_local, feat_rank, is_categorical, n_stats, criterion, min_leaf, n_stats, reg_lambda, parents,
+            self._histograms, keep, self.row_codes)
+        return splits, stats
 
     def split_bits(self, pos: np.ndarray, c: NodeSplits) -> np.ndarray:
         """The `partition_bits` message of the nodes at `pos` under splits `c`: one bit per row, per node."""

@@ -14,6 +14,7 @@ from fedcore.data.binning import MISSING_BIN
 from fedcore.errors import ProtocolError
 from fedcore.randomness import bootstrap_counts
 from fedcore.trees.partition import (
+    ROW_CHUNK,
     SamplePartition,
     apply_partition,
     node_byte_lengths,
@@ -89,17 +90,22 @@ def test_byte_lengths_and_offsets() -> None:
     assert offsets_from_lengths(np.zeros(0, np.int64)).tolist() == [0]
 
 
+LARGE = [2 * ROW_CHUNK + 13, 5, ROW_CHUNK, 3, ROW_CHUNK + 1]
+"""Nodes of several row chunks (parallel tasks), and one of exactly one."""
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_pack_split_bits_matches_the_test_row_by_row(seed: int) -> None:
     rng = np.random.default_rng(seed)
     codes, is_cat_column = random_codes(rng, 200)
-    starts, ends = segments(SIZES)
+    sizes = SIZES if seed < 2 else LARGE
+    starts, ends = segments(sizes)
     order = rng.integers(0, 200, ends[-1]).astype(np.int32)
-    feats, bins, ml, is_cat, cat_bits = random_splits(rng, len(SIZES), codes, is_cat_column)
+    feats, bins, ml, is_cat, cat_bits = random_splits(rng, len(sizes), codes, is_cat_column)
     offsets = offsets_from_lengths(node_byte_lengths(starts, ends))
     got = pack_split_bits(codes, order, starts, ends, feats, bins, ml, is_cat, cat_bits, offsets)
     expected = pack([[goes_left(int(codes[order[j], feats[i]]), int(bins[i]), ml[i], is_cat[i], cat_bits[i])
-                      for j in range(starts[i], ends[i])] for i in range(len(SIZES))])
+                      for j in range(starts[i], ends[i])] for i in range(len(sizes))])
     np.testing.assert_array_equal(got, expected)
 
 
@@ -122,14 +128,15 @@ def test_pack_split_bits_on_every_code() -> None:
         assert categorical == [c > 60 and c % 2 == 1 for c in range(255)] + [ml]
 
 
-def test_apply_partition_is_a_stable_partition_of_split_nodes_only() -> None:
+@pytest.mark.parametrize("sizes", [SIZES, LARGE])
+def test_apply_partition_is_a_stable_partition_of_split_nodes_only(sizes: list[int]) -> None:
     rng = np.random.default_rng(3)
-    starts_all, ends_all = segments(SIZES)
+    starts_all, ends_all = segments(sizes)
     n = int(ends_all[-1])
     order = rng.permutation(n).astype(np.int32)
     weight = rng.integers(1, 5, n).astype(np.int32)
     target = rng.normal(size=(n, 2))  # (g, h) rows: every column moves with its sample
-    chosen = np.array([i for i in range(len(SIZES)) if i % 3 != 1])  # some nodes do not split
+    chosen = np.array([i for i in range(len(sizes)) if i % 3 != 1])  # some nodes do not split
     starts, ends = starts_all[chosen], ends_all[chosen]
     masks = [rng.random(ends[k] - starts[k]) < 0.4 for k in range(len(chosen))]
     packed = pack([m.tolist() for m in masks])

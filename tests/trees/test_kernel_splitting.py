@@ -20,6 +20,7 @@ import pytest
 
 from fedcore.data.binning import MISSING_BIN
 from fedcore.trees.criteria import ENTROPY, GINI, SQUARED_ERROR, n_stats
+from fedcore.trees.level_histograms import find_best_splits
 from fedcore.trees.splitting import (
     CATEGORY_SMOOTHING,
     MAX_CATEGORY_SPLIT,
@@ -27,7 +28,6 @@ from fedcore.trees.splitting import (
     NodeSplits,
     best_splits_from_histograms,
     block_histograms,
-    find_best_splits,
     node_statistics,
     sum_histograms,
 )
@@ -255,9 +255,11 @@ class Problem:
 
     def run(self) -> tuple[NodeSplits, np.ndarray]:
         """The kernel, called as the party calls it (n_class_orderings = n_stats)."""
-        return find_best_splits(self.codes, self.target, self.order, self.weight, self.starts, self.ends,
-                                self.feat_ptr, self.feat_local, self.feat_rank, self.is_cat, self.n_stats,
-                                self.criterion, self.min_leaf, self.n_stats)
+        splits, totals, _ = find_best_splits(self.codes, self.target, self.order, self.weight, self.starts,
+                                             self.ends, self.feat_ptr, self.feat_local, self.feat_rank,
+                                             self.is_cat, self.n_stats, self.criterion, self.min_leaf,
+                                             self.n_stats)
+        return splits, totals
 
     def node(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rows, weights, targets) of node i."""

@@ -1,0 +1,340 @@
+"""A level's split search: each node's histograms in one row-major pass, the larger sibling's by subtraction.
+
+For every open node the kernel reads the node's rows once and adds each row to the histograms of all the
+node's candidate features (row-major bin codes: a row's codes share a cache line; a task of one feature reads
+the column-major codes instead, a contiguous column when the node's rows are), then scans each
+histogram with the shared scan (`fedcore.trees.splitting`). Work is cut into tasks of about equal rows x
+features (a large node's features in several tasks, small nodes grouped), run by numba `prange` with
+dynamic scheduling; every (node, feature) histogram is built by one task in row order, so the results are
+the same bytes at any thread count.
+
+Histogram subtraction (XGBoost's and LightGBM's): when a level's histograms were kept, a split's larger
+child gets each feature both its parent and its smaller sibling considered as parent minus sibling, and
+only the smaller child is read. It is exact where the statistics are integers in float64: class counts
+times integer bootstrap weights, and boosting's (g, h) on their power-of-two grid
+(`fedcore.trees.fixed_gradients`); regression's float sums are never subtracted. The same plan
+(`subtraction_plan`) tells the label holder which encrypted histograms to derive
+(`fedcore.vertical.encrypted`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR
+from fedcore.trees.splitting import (
+    N_CODES,
+    NodeSplits,
+    _category_rows,
+    _pair_histogram,
+    _reduce_pairs,
+    _scratch,
+    _split_of_histogram,
+    node_statistics,
+    target_columns,
+)
+
+STORE_BYTES = 64 << 20
+"""At most this many bytes of a level's histograms are kept for the next level's subtraction (else none)."""
+TASK_COST = 1 << 15
+"""The least rows x features of a histogram task (smaller nodes are grouped into one)."""
+
+
+@dataclass
+class LevelHistograms:
+    """A level's (node, feature) histograms, kept so the next level can subtract (dense, per pair)."""
+
+    pair_node: np.ndarray  # int64, the level's node position of each pair
+    pair_feat: np.ndarray  # int64, its local feature
+    store: np.ndarray  # (n_pairs, N_CODES, n_stats) float64; a node under two rows has none (zeros)
+    has: np.ndarray  # bool per pair: its histogram is in `store`
+
+
+def subtraction_plan(feat_ptr: np.ndarray, feat_local: np.ndarray, node_rows: np.ndarray,
+                     parents: np.ndarray | None,
+                     previous: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair: its parent's pair and its smaller sibling's, where its histogram is parent minus sibling.
+
+    Nodes 2j and 2j + 1 are the children of the previous level's node `parents[j]`; `previous` holds the
+    (node, feature) of each previous pair that has a histogram (-1 node: none). The parent's pair is of the
+    previous level, the sibling's of this level; -1 where the histogram is computed directly (the smaller
+    child's, one neither parent nor sibling has, or a sibling under two rows).
+    """
+    n_pairs = len(feat_local)
+    derive_from = np.full(n_pairs, -1, np.int64)
+    sibling = np.full(n_pairs, -1, np.int64)
+    if parents is None or previous is None or n_pairs == 0:
+        return derive_from, sibling
+    parents = np.asarray(parents, np.int64)
+    prev_node, prev_feat = (np.asarray(a, np.int64) for a in previous)
+    feat = np.asarray(feat_local, np.int64)
+    n_nodes = len(feat_ptr) - 1
+    pair_node = np.repeat(np.arange(n_nodes, dtype=np.int64), np.diff(feat_ptr))
+    width = int(max(feat.max(initial=0), prev_feat.max(initial=0))) + 1
+    left = 2 * np.arange(len(parents), dtype=np.int64)
+    small = np.where(node_rows[left] <= node_rows[left + 1], left, left + 1)
+    derived_node = np.zeros(n_nodes, bool)
+    derived_node[(small ^ 1)[node_rows[small] >= 2]] = True
+    candidates = np.flatnonzero(derived_node[pair_node])
+    nodes = pair_node[candidates]
+    parent_at = _last_match(np.where(prev_node >= 0, prev_node * width + prev_feat, -1),
+                            parents[nodes // 2] * width + feat[candidates])
+    sibling_at = _last_match(pair_node * width + feat, (nodes ^ 1) * width + feat[candidates])
+    both = (parent_at >= 0) & (sibling_at >= 0)
+    derive_from[candidates[both]] = parent_at[both]
+    sibling[candidates[both]] = sibling_at[both]
+    return derive_from, sibling
+
+
+def _last_match(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Per wanted key: the last index of `keys` holding it (as a dict built in order keeps), -1 if none."""
+    order = np.argsort(keys, kind="stable")
+    where = np.searchsorted(keys[order], wanted, side="right") - 1
+    found = (where >= 0) & (keys[order][np.maximum(where, 0)] == wanted)
+    return np.where(found, order[np.maximum(where, 0)], -1)
+
+
+def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_local, feat_rank,
+                     is_cat, n_stats, criterion, min_leaf, n_class_orderings, reg_lambda: float = 0.0,
+                     parents: np.ndarray | None = None, previous: LevelHistograms | None = None,
+                     keep: bool = False, row_codes: np.ndarray | None = None
+                     ) -> tuple[NodeSplits, np.ndarray, LevelHistograms | None]:
+    """Best split per node over its candidate features (CSR: feat_ptr over nodes), and the nodes' statistics.
+
+    `codes` (n_rows, n_features) uint8 and `row_codes` the same in row-major order (default: a copy made
+    here); which order a task reads does not change the answer, only its speed. `parents` and
+    `previous`: the previous level's split nodes and kept histograms, from which larger children are derived
+    (see the module doc); `keep`: return this level's histograms for the next level (None when they would
+    take over `STORE_BYTES`, or regression's, which cannot be subtracted). The answer is the same with or
+    without subtraction, bit for bit.
+    """
+    target = target_columns(target)
+    totals = node_statistics(target, weight, starts, ends, n_stats, criterion)
+    n_pairs = len(feat_local)
+    node_rows = (ends - starts).astype(np.int64)
+    store_ok = criterion != SQUARED_ERROR and n_pairs * N_CODES * n_stats * 8 <= STORE_BYTES
+    usable = previous if store_ok and previous is not None and parents is not None else None
+    derive_from, sibling = subtraction_plan(
+        feat_ptr, feat_local, node_rows, parents,
+        None if usable is None else (np.where(usable.has, usable.pair_node, -1), usable.pair_feat))
+    derived = np.flatnonzero(derive_from >= 0)
+    keep = keep and store_ok
+    store = np.zeros((n_pairs if keep or len(derived) else 0, N_CODES, n_stats))
+    pair_node = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(feat_ptr))
+    direct = np.flatnonzero((derive_from < 0) & (node_rows[pair_node] >= 2))
+    dptr = np.zeros(len(starts) + 1, np.int64)
+    np.cumsum(np.bincount(pair_node[direct], minlength=len(starts)), out=dptr[1:])
+    k_max = int(np.diff(dptr).max(initial=0))
+    feat64 = feat_local.astype(np.int64)
+    out_gain = np.full(n_pairs, -np.inf)
+    out_bin = np.zeros(n_pairs, np.int32)
+    out_ml = np.zeros(n_pairs, np.bool_)
+    out_bits = np.zeros((n_pairs, 4), np.uint64)
+    chunk = nb.set_parallel_chunksize(1)  # tasks differ in size: hand them out one at a time
+    try:
+        if len(direct):
+            lo, hi, k_lo, k_hi = _tasks(node_rows, dptr,
+                                        max(int(node_rows[pair_node[direct]].sum()) // 32, TASK_COST))
+            if row_codes is None:
+                row_codes = np.ascontiguousarray(codes)
+            _direct_splits(codes, row_codes, target, order, weight, starts, ends, totals, dptr, direct,
+                           feat64, is_cat, lo, hi, k_lo, k_hi, max(k_max, 1), n_stats, criterion,
+                           float(reg_lambda), min_leaf, n_class_orderings, store, len(store) > 0, out_gain,
+                           out_bin, out_ml, out_bits)
+        if len(derived):
+            assert usable is not None
+            _derived_splits(derived, derive_from, sibling, usable.store, store, pair_node, feat64, is_cat,
+                            totals, n_stats, criterion, float(reg_lambda), min_leaf, n_class_orderings,
+                            out_gain, out_bin, out_ml, out_bits)
+    finally:
+        nb.set_parallel_chunksize(chunk)
+    splits = NodeSplits(*_reduce_pairs(feat_ptr, feat_local, feat_rank, out_gain, out_bin, out_ml, out_bits))
+    if not keep:
+        return splits, totals, None
+    return splits, totals, LevelHistograms(pair_node, feat64, store, node_rows[pair_node] >= 2)
+
+
+@nb.njit(cache=True)
+def _tasks(node_rows, dptr, cost):
+    """Histogram tasks (first node, end node, first pair offset, end offset; -1: all the node's pairs).
+
+    A node of at least `cost` rows x pairs is cut by features into about that much each; smaller nodes in
+    a row are grouped until they reach it.
+    """
+    n = node_rows.shape[0]
+    size = n + dptr[n] + 1
+    lo, hi = np.empty(size, np.int64), np.empty(size, np.int64)
+    k_lo, k_hi = np.empty(size, np.int64), np.empty(size, np.int64)
+    t, i = 0, 0
+    while i < n:
+        k = dptr[i + 1] - dptr[i]
+        if k == 0 or node_rows[i] < 2:
+            i += 1
+            continue
+        if node_rows[i] * k >= cost:
+            parts = min(k, (node_rows[i] * k + cost - 1) // cost)
+            for p in range(parts):
+                lo[t], hi[t], k_lo[t], k_hi[t] = i, i + 1, p * k // parts, (p + 1) * k // parts
+                t += 1
+            i += 1
+            continue
+        j, total = i, 0
+        while j < n:
+            c = node_rows[j] * (dptr[j + 1] - dptr[j])
+            if c >= cost or total >= cost:
+                break
+            total += c
+            j += 1
+        lo[t], hi[t], k_lo[t], k_hi[t] = i, j, 0, -1
+        t += 1
+        i = j
+    return lo[:t], hi[:t], k_lo[:t], k_hi[:t]
+
+
+@nb.njit(cache=True, parallel=True)
+def _direct_splits(codes, row_codes, target, order, weight, starts, ends, totals, dptr, direct, feat_local,
+                   is_cat, task_lo, task_hi, task_klo, task_khi, k_max, n_stats, criterion, reg_lambda,
+                   min_leaf, n_class_orderings, store, keep, out_gain, out_bin, out_ml, out_bits):
+    """Build (one row-major pass per node and task) and scan the histograms of the directly built pairs."""
+    for t in nb.prange(task_lo.shape[0]):
+        hist = np.zeros((k_max, N_CODES, n_stats))
+        seen = np.zeros((k_max, N_CODES), np.bool_)
+        touched = np.empty((k_max, N_CODES), np.int64)
+        n_touched = np.zeros(k_max, np.int64)
+        feats = np.empty(k_max, np.int64)
+        _, _, _, ordered, cum, lbuf, rbuf, missing, keys = _scratch(n_stats)
+        for i in range(task_lo[t], task_hi[t]):
+            if ends[i] - starts[i] < 2:
+                continue
+            a = dptr[i] + (task_klo[t] if task_khi[t] >= 0 else 0)
+            b = dptr[i] + task_khi[t] if task_khi[t] >= 0 else dptr[i + 1]
+            k = b - a
+            for kk in range(k):
+                feats[kk] = feat_local[direct[a + kk]]
+                n_touched[kk] = 0
+            _node_histograms(codes, row_codes, target, order, weight, starts[i], ends[i], feats, k, criterion,
+                             hist, seen, touched, n_touched)
+            for kk in range(k):
+                q = direct[a + kk]
+                if keep:
+                    _keep(store, q, hist[kk], touched[kk], n_touched[kk])
+                _split_of_histogram(q, is_cat[feats[kk]], n_touched[kk], totals[i], n_stats, criterion,
+                                    reg_lambda, min_leaf, n_class_orderings, hist[kk], seen[kk], touched[kk],
+                                    ordered, cum, lbuf, rbuf, missing, keys, out_gain, out_bin, out_ml,
+                                    out_bits)
+
+
+@nb.njit(cache=True)
+def _node_histograms(codes, row_codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
+                     n_touched):
+    """Rows s..e into the histograms of the k features: by column for one feature, else row by row."""
+    if k == 1:  # the column kernel: one histogram stays in L1
+        n_touched[0] = _pair_histogram(feats[0], codes, target, order, weight, s, e, criterion, hist[0],
+                                       seen[0], touched[0])
+    elif criterion == GRADIENT:
+        _gradient_rows(row_codes, target, order, weight, s, e, feats, k, hist, seen, touched, n_touched)
+    else:
+        _label_rows(row_codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
+                    n_touched)
+
+
+@nb.njit(cache=True)
+def _keep(store, q, hist, touched, n_touched):
+    """Pair q's histogram (its touched bins; the store is zeroed) into the kept level's store."""
+    for m in range(n_touched):
+        b = touched[m]
+        for s in range(hist.shape[1]):
+            store[q, b, s] = hist[b, s]
+
+
+@nb.njit(cache=True, inline="never")
+def _gradient_rows(codes, target, order, weight, s, e, feats, k, hist, seen, touched, n_touched):
+    """Rows s..e into the gradient histograms (count, G, H) of the k features, a row at a time."""
+    track = e - s < N_CODES  # few rows: note the bins they touch; many: find them after, from the counts
+    for j in range(s, e):
+        r = order[j]
+        w = weight[j]
+        g = w * target[j, 0]
+        h = w * target[j, 1]
+        for kk in range(k):
+            b = codes[r, feats[kk]]
+            if track and not seen[kk, b]:
+                seen[kk, b] = True
+                touched[kk, n_touched[kk]] = b
+                n_touched[kk] += 1
+            hist[kk, b, 0] += w
+            hist[kk, b, 1] += g
+            hist[kk, b, 2] += h
+    if not track:
+        _touched_bins(hist, k, GRADIENT, seen, touched, n_touched)
+
+
+@nb.njit(cache=True, inline="never")
+def _label_rows(codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched, n_touched):
+    """Rows s..e into the class-count (or regression sum) histograms of the k features, a row at a time."""
+    track = e - s < N_CODES  # as in `_gradient_rows`
+    for j in range(s, e):
+        r = order[j]
+        w = weight[j]
+        y = target[j, 0]
+        for kk in range(k):
+            b = codes[r, feats[kk]]
+            if track and not seen[kk, b]:
+                seen[kk, b] = True
+                touched[kk, n_touched[kk]] = b
+                n_touched[kk] += 1
+            if criterion == SQUARED_ERROR:
+                hist[kk, b, 0] += w
+                hist[kk, b, 1] += w * y
+                hist[kk, b, 2] += w * y * y
+            else:
+                hist[kk, b, np.int64(y)] += w
+    if not track:
+        _touched_bins(hist, k, criterion, seen, touched, n_touched)
+
+
+@nb.njit(cache=True)
+def _touched_bins(hist, k, criterion, seen, touched, n_touched):
+    """Flag the bins holding rows (every row weighs at least 1) of each of the k histograms, ascending."""
+    for kk in range(k):
+        m = 0
+        for b in range(N_CODES):
+            if _category_rows(hist[kk, b], criterion) > 0.0:
+                seen[kk, b] = True
+                touched[kk, m] = b
+                m += 1
+        n_touched[kk] = m
+
+
+@nb.njit(cache=True, parallel=True)
+def _derived_splits(derived, derive_from, sibling, parent_store, store, pair_node, feat_local, is_cat, totals,
+                    n_stats, criterion, reg_lambda, min_leaf, n_class_orderings, out_gain, out_bin, out_ml,
+                    out_bits):
+    """Each derived pair's histogram as parent minus smaller sibling (kept in `store`), then its scan."""
+    n = derived.shape[0]
+    n_chunks = min(n, 64)
+    keep = store.shape[0] > 0
+    for chunk in nb.prange(n_chunks):
+        hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys = _scratch(n_stats)
+        for x in range(chunk * n // n_chunks, (chunk + 1) * n // n_chunks):
+            q = derived[x]
+            p, sb = derive_from[q], sibling[q]
+            n_touched = 0
+            for b in range(N_CODES):
+                for s in range(n_stats):
+                    hist[b, s] = parent_store[p, b, s] - store[sb, b, s]
+                    if keep:
+                        store[q, b, s] = hist[b, s]
+                if _category_rows(hist[b], criterion) > 0.0:  # rows in the bin: the count, or the classes'
+                    seen[b] = True
+                    touched[n_touched] = b
+                    n_touched += 1
+                else:
+                    for s in range(n_stats):
+                        hist[b, s] = 0.0
+            _split_of_histogram(q, is_cat[feat_local[q]], n_touched, totals[pair_node[q]], n_stats, criterion,
+                                reg_lambda, min_leaf, n_class_orderings, hist, seen, touched, ordered, cum,
+                                lbuf, rbuf, missing, keys, out_gain, out_bin, out_ml, out_bits)
