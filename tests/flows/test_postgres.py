@@ -21,10 +21,11 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 SQL = {"url": {"env": "BANK_DB_URL"}}
 
 
-def test_retrain_and_batch_predict_read_and_write_the_banks_database(database, tmp_path, monkeypatch) -> None:
-    from flows.batch_predict import batch_predict
-    from flows.retrain import retrain
+def _bank_in_postgres(database: str, tmp_path, monkeypatch) -> tuple:
+    """A small federation whose bank's rows, batch and scores are PostgreSQL tables.
 
+    Returns the config's path and the customers of the batch who signed up in June.
+    """
     monkeypatch.setenv("BANK_DB_URL", database)
     config_path, scenario = small_federation(tmp_path / "work", 600, seed=4,
                                              params={"n_estimators": 4, "max_depth": 4})
@@ -44,7 +45,14 @@ def test_retrain_and_batch_predict_read_and_write_the_banks_database(database, t
                     "SELECT * FROM bank_new WHERE signup_at > :since AND signup_at <= :until")}},
                 predictions={"sql": {**SQL, "table": "bank_scores"}})
     config_path.write_text(yaml.safe_dump(raw))
+    return config_path, june
 
+
+def test_retrain_and_batch_predict_read_and_write_the_banks_database(database, tmp_path, monkeypatch) -> None:
+    from flows.batch_predict import batch_predict
+    from flows.retrain import retrain
+
+    config_path, june = _bank_in_postgres(database, tmp_path, monkeypatch)
     trained = retrain(str(config_path), agents="local", return_state=True)
     result = trained.result()
     assert result["prediction"]["paths"] == {"bank": "table 'bank_scores'"}
@@ -60,3 +68,34 @@ def test_retrain_and_batch_predict_read_and_write_the_banks_database(database, t
     assert set(scores.loc[scores["run_id"] == str(predicted.state_details.flow_run_id), "customer_id"]) == (
         retrained & june) and retrained - june, "retrain predicted up to its schedule (now), predict to July"
     assert set(scores["version"]) == {"v0001"} and not (tmp_path / "work" / "predictions" / "bank").exists()
+
+
+def test_a_retried_batch_predict_run_leaves_one_copy_of_its_rows(database, tmp_path, monkeypatch) -> None:
+    """A run that fails after the bank delivered is retried by Prefect: one copy of its rows.
+
+    The outcome line raises once; the retry is the same flow run, which predicts the same batch again, and
+    the sink replaces the run's rows instead of adding a second copy.
+    """
+    import flows.batch_predict as module
+    from flows.retrain import retrain
+
+    config_path, _ = _bank_in_postgres(database, tmp_path, monkeypatch)
+    retrain(str(config_path), agents="local")
+    failed: list[str] = []
+    outcome = module.predict_outcome
+
+    def fails_once(*args, **kwargs):
+        if not failed:
+            failed.append("after delivery")
+            raise RuntimeError("the run is lost after the bank delivered its predictions")
+        return outcome(*args, **kwargs)
+
+    monkeypatch.setattr(module, "predict_outcome", fails_once)
+    state = module.batch_predict.with_options(retries=1)(
+        str(config_path), agents="local", until=datetime(2026, 7, 1, tzinfo=UTC), return_state=True)
+    assert failed and state.is_completed()
+    run = str(state.state_details.flow_run_id)
+    scores = read_sql(SqlSource(("url", database), table="bank_scores"), "test")
+    delivered = scores.loc[scores["run_id"] == run]
+    assert len(delivered) == state.result()["prediction"]["rows"] > 0
+    assert delivered["customer_id"].is_unique
