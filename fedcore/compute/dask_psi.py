@@ -23,7 +23,7 @@ from fedcore.privacy._x25519_batch import scalarmult_chunk
 from fedcore.privacy.psi import as_blinded, blinded_ids, checked_positions, refuse_duplicates
 
 if TYPE_CHECKING:
-    from distributed import Client, Future
+    from distributed import Client
 
 
 # -- what the workers run ------------------------------------------------------------------------------
@@ -71,18 +71,11 @@ class BlockPSIParty:
         for part in self._ranges:
             yield key_rows(self.client.gather(part))
 
-    def reblind(self, values: np.ndarray) -> Iterator[np.ndarray]:
-        """`PSIParty.reblind` in parts: chunks re-blinded on the workers, a few ahead, yielded in order.
+    def reblind(self, parts: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+        """`PSIParty.reblind` of a list in parts (a whole list: one part): the re-blinded chunks, in order.
 
-        Values of the wrong shape are refused here, before the answer starts.
-        """
-        return self._reblinded(as_blinded(values, f"PSI party {self.name!r} asked to re-blind"))
-
-    def reblind_parts(self, parts: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
-        """`reblind` of a list read part by part: every part goes to the workers as it is read.
-
-        All parts are taken before this returns (the master writes its request whole before it reads the
-        answer), the agent holding one at a time: each is cut into chunks that go straight to a worker
+        Every part is taken and checked before this returns (a message is read whole before its answer
+        starts), the agent holding one at a time: each is cut into chunks that go straight to a worker
         (`client.scatter`: no task spec, which an in-process scheduler would keep, holds the values) and are
         re-blinded there; the answer gathers the re-blinded chunks in order, each let go once sent.
         """
@@ -94,17 +87,6 @@ class BlockPSIParty:
                 futures.append(self.client.submit(_reblind, chunk, self._secret, pure=False))
         futures.reverse()
         return (self.client.gather(futures.pop()) for _ in range(len(futures)))
-
-    def _reblinded(self, values: np.ndarray) -> Iterator[np.ndarray]:
-        ahead = 2 * max(1, len(self.client.scheduler_info().get("workers", {})))
-        chunks = (values[i:i + self._chunk_rows] for i in range(0, len(values), self._chunk_rows))
-        pending: list[Future] = []
-        for chunk in chunks:
-            pending.append(self.client.submit(_reblind, chunk, self._secret, pure=False))
-            if len(pending) > ahead:
-                yield self.client.gather(pending.pop(0))
-        for future in pending:
-            yield self.client.gather(future)
 
     def rows_from_positions(self, positions: np.ndarray) -> np.ndarray:
         """`PSIParty.rows_from_positions`: each range maps the positions that fall in it on its worker."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -218,16 +218,18 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
             if message.streamed != "values":
                 raise MalformedMessage(f"'psi_reblind' streams array {message.streamed!r}; only 'values' "
                                        "may be")
-            answer = psi.reblind_parts(_points(part) for _, part in self._parts(message, announced, "u", 2))
-            return StreamedMessage("psi_reblinded", {}, "values", (announced, 32), lambda: answer)
-        values = _points(message.arrays.typed("values", "u", 2))
-        if len(values) != announced:
-            raise ProtocolError(f"institution {self.name!r}: 'psi_reblind' announces {announced} rows but "
-                                f"carries {len(values)} values")
-        if isinstance(psi, PSIParty):
-            return Message("psi_reblinded", {}, {"values": psi.reblind(values)})
-        parts = psi.reblind(values)  # checked now, re-blinded on the workers while the answer is sent
-        return StreamedMessage("psi_reblinded", {}, "values", (len(values), 32), lambda: parts)
+            parts: Iterable[np.ndarray] = (_points(part)
+                                           for _, part in self._parts(message, announced, "u", 2))
+        else:
+            values = _points(message.arrays.typed("values", "u", 2))
+            if len(values) != announced:
+                raise ProtocolError(f"institution {self.name!r}: 'psi_reblind' announces {announced} rows "
+                                    f"but carries {len(values)} values")
+            if isinstance(psi, PSIParty):
+                return Message("psi_reblinded", {}, {"values": psi.reblind(values)})
+            parts = [values]
+        answer = psi.reblind(parts)  # checked now, re-blinded on the workers while the answer is sent
+        return StreamedMessage("psi_reblinded", {}, "values", (announced, 32), lambda: answer)
 
     def _announced(self, message: Message) -> np.ndarray:
         """The master's positions, checked against what it announced and this institution's `min_overlap`."""

@@ -319,7 +319,7 @@ def test_psi_blinded_per_block_is_the_in_process_message(scenario, three_workers
     positions = np.random.default_rng(3).permutation(len(frame))[:40]
     assert got.rows_from_positions(positions).tolist() == expected.rows_from_positions(positions).tolist()
     peer = expected.outgoing()[:9]
-    reblinded = list(got.reblind(peer))
+    reblinded = list(got.reblind([peer]))
     assert [len(p) for p in reblinded] == [4, 4, 1]
     assert b"".join(p.tobytes() for p in reblinded) == expected.reblind(peer).tobytes()
     with pytest.raises(ProtocolError) as refused:
