@@ -52,7 +52,7 @@ from fedcore.compute.blocks import (
     parquet_blocks,
     rebuildable,
 )
-from fedcore.compute.level_clock import LevelClock, n_workers
+from fedcore.compute.level_clock import LevelClock
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.fet.marginals import histogram_counts
 from fedcore.horizontal.rows import RowPartition, level_decisions
@@ -302,16 +302,18 @@ class DaskPartyRows:
     # -- PartyRows' interface ---------------------------------------------------------------------------
     def clear(self) -> None:
         """No batch in progress (a new session, or the finished model)."""
-        if self._in_batch:
-            self.clock.end_batch(n_workers(self.client))
+        self.clock.end_batch(self.client)
         self.parts, self._held = [], []
         self.partition = _OpenNodes()
         self._in_batch = False
 
     def start_level(self, header: Header, arrays: Arrays, n_open: int) -> None:
         """As `PartyRows.start_level`: a new batch's partitions, or the previous level's decisions applied."""
-        if header.get("new_batch") and self._in_batch:
-            self.clock.end_batch(n_workers(self.client))
+        if header.get("new_batch"):
+            self.clock.end_batch(self.client)
+        elif not self._in_batch:
+            raise ProtocolError(f"party {self.name!r}: a level of a tree batch that was never started (the "
+                                "first level of a batch carries new_batch)")
         self.clock.level()
         if header.get("new_batch"):
             n_trees = self.check_batch_start(header, n_open)
@@ -322,9 +324,6 @@ class DaskPartyRows:
             self.parts = self._map(_reset, [b.n_rows for b in self.blocks], n_trees=n_trees)
             self.partition = _OpenNodes(n_trees)
             self._in_batch = True
-        elif not self._in_batch:
-            raise ProtocolError(f"party {self.name!r}: a level of a tree batch that was never started (the "
-                                "first level of a batch carries new_batch)")
         else:
             chosen, next_pos = self.partition.check_decisions(*level_decisions(arrays),
                                                               self.features, self.thresholds)

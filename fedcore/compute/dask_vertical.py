@@ -45,7 +45,7 @@ import pandas as pd
 
 from fedcore.compute import DEFAULT_BLOCK_ROWS
 from fedcore.compute.blocks import Block, frame_blocks, rebuildable
-from fedcore.compute.level_clock import LevelClock, n_workers
+from fedcore.compute.level_clock import LevelClock
 from fedcore.data.binning import PartyBinner
 from fedcore.privacy.packing import encrypted_bin_sums, weight_powers
 from fedcore.randomness import bootstrap_chunk_totals
@@ -314,8 +314,7 @@ class DaskVerticalRows:
         """A new batch: each block draws its rows' bootstrap counts (the chunk totals drawn here, once)."""
         if targets is not None:
             raise ValueError(BOOSTING_REFUSED)
-        if self._in_batch:
-            self.clock.end_batch(n_workers(self.client))
+        self.clock.end_batch(self.client)
         self.clock.level()
         totals = (None if n_draws is None
                   else [bootstrap_chunk_totals(seed, tree, self.n_rows, n_draws) for tree in trees])
@@ -327,8 +326,7 @@ class DaskVerticalRows:
 
     def clear(self) -> None:
         """No batch in progress (training finalized): the partitions leave the workers."""
-        if self._in_batch:
-            self.clock.end_batch(n_workers(self.client))
+        self.clock.end_batch(self.client)
         self.parts = []
         self.counts = np.zeros((len(self.blocks), 0), np.int64)
         self._in_batch = False

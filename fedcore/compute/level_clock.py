@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 log = logging.getLogger(__name__)
 
@@ -21,26 +25,25 @@ class LevelClock:
         """For party `who`, whose rows are `n_blocks` blocks on the cluster."""
         self.who, self.n_blocks = who, n_blocks
         self._starts: list[float] = []
-        self.batches: list[np.ndarray] = []
-        """Each finished batch's level seconds (for tests and benchmarks)."""
+        self.n_batches = 0
 
     def level(self) -> None:
         """A level starts (the one before it, if any, ends)."""
         self._starts.append(time.perf_counter())
 
-    def end_batch(self, n_workers: int) -> None:
+    def end_batch(self, client: Client) -> None:
         """The batch ended (a new one starts, or training ended): log its levels, if it had any."""
         if not self._starts:
             return
         seconds = np.diff([*self._starts, time.perf_counter()])
         self._starts = []
-        self.batches.append(seconds)
+        self.n_batches += 1
         p50, p95 = np.percentile(seconds, [50, 95])
         log.info("party %r on Dask (%d worker(s), %d blocks): tree batch %d of %d levels in %.2f s; a level "
-                 "p50 %.3f s, p95 %.3f s", self.who, n_workers, self.n_blocks, len(self.batches),
+                 "p50 %.3f s, p95 %.3f s", self.who, n_workers(client), self.n_blocks, self.n_batches,
                  len(seconds), float(seconds.sum()), p50, p95)
 
 
-def n_workers(client: object) -> int:
-    """How many workers the cluster of `client` has now (for the log line)."""
-    return len(client.scheduler_info().get("workers", {}))  # type: ignore[attr-defined]
+def n_workers(client: Client) -> int:
+    """How many workers the cluster of `client` has now (for log lines)."""
+    return len(client.scheduler_info().get("workers", {}))

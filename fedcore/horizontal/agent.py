@@ -228,12 +228,13 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
             return {"frame": train}
         from fedcore.compute.cluster import shared_cluster
         from fedcore.compute.dask_rows import DaskPartyRows
+        from fedcore.compute.level_clock import n_workers
 
         client = (self.data.cluster or shared_cluster(compute)).client
         assert self.schema is not None, "setup sets the schema first"
         rows = DaskPartyRows.from_frame(self.name, train, self.schema, client, compute.block_rows)
         log.info("institution %r: %d training rows in %d blocks on %d Dask worker(s)", self.name, rows.n_rows,
-                 len(rows.blocks), len(client.scheduler_info().get("workers", {})))
+                 len(rows.blocks), n_workers(client))
         return {"frame": None, "rows": rows}
 
     def _rows_on_workers(self, rng: np.random.Generator, fraction: float) -> tuple[dict, int, int]:
