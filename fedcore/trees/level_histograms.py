@@ -28,6 +28,8 @@ from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR
 from fedcore.trees.splitting import (
     N_CODES,
     NodeSplits,
+    _accumulate,
+    _accumulate_gradient,
     _category_rows,
     _pair_histogram,
     _reduce_pairs,
@@ -234,11 +236,9 @@ def _node_histograms(codes, row_codes, target, order, weight, s, e, feats, k, cr
     if k == 1:  # the column kernel: one histogram stays in L1
         n_touched[0] = _pair_histogram(feats[0], codes, target, order, weight, s, e, criterion, hist[0],
                                        seen[0], touched[0])
-    elif criterion == GRADIENT:
-        _gradient_rows(row_codes, target, order, weight, s, e, feats, k, hist, seen, touched, n_touched)
     else:
-        _label_rows(row_codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
-                    n_touched)
+        _rows_into(row_codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
+                   n_touched)
 
 
 @nb.njit(cache=True)
@@ -251,47 +251,25 @@ def _keep(store, q, hist, touched, n_touched):
 
 
 @nb.njit(cache=True, inline="never")
-def _gradient_rows(codes, target, order, weight, s, e, feats, k, hist, seen, touched, n_touched):
-    """Rows s..e into the gradient histograms (count, G, H) of the k features, a row at a time."""
+def _rows_into(codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched, n_touched):
+    """Rows s..e into the histograms of the k features, a row at a time (class counts, sums or (count, G, H)).
+
+    Each row adds to a bin as the column kernel adds it (`_accumulate`, `_accumulate_gradient`).
+    """
     track = e - s < N_CODES  # few rows: note the bins they touch; many: find them after, from the counts
     for j in range(s, e):
         r = order[j]
         w = weight[j]
-        g = w * target[j, 0]
-        h = w * target[j, 1]
         for kk in range(k):
             b = codes[r, feats[kk]]
             if track and not seen[kk, b]:
                 seen[kk, b] = True
                 touched[kk, n_touched[kk]] = b
                 n_touched[kk] += 1
-            hist[kk, b, 0] += w
-            hist[kk, b, 1] += g
-            hist[kk, b, 2] += h
-    if not track:
-        _touched_bins(hist, k, GRADIENT, seen, touched, n_touched)
-
-
-@nb.njit(cache=True, inline="never")
-def _label_rows(codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched, n_touched):
-    """Rows s..e into the class-count (or regression sum) histograms of the k features, a row at a time."""
-    track = e - s < N_CODES  # as in `_gradient_rows`
-    for j in range(s, e):
-        r = order[j]
-        w = weight[j]
-        y = target[j, 0]
-        for kk in range(k):
-            b = codes[r, feats[kk]]
-            if track and not seen[kk, b]:
-                seen[kk, b] = True
-                touched[kk, n_touched[kk]] = b
-                n_touched[kk] += 1
-            if criterion == SQUARED_ERROR:
-                hist[kk, b, 0] += w
-                hist[kk, b, 1] += w * y
-                hist[kk, b, 2] += w * y * y
+            if criterion == GRADIENT:
+                _accumulate_gradient(hist[kk], b, w, target, j)
             else:
-                hist[kk, b, np.int64(y)] += w
+                _accumulate(hist[kk], b, w, target[j, 0], criterion)
     if not track:
         _touched_bins(hist, k, criterion, seen, touched, n_touched)
 
