@@ -17,12 +17,9 @@ from fedcore.drift import DriftSettings
 from fedcore.errors import ProtocolError
 from fedcore.models.registry import ModelRegistry
 from fedcore.transport.base import MASTER
-from fedcore.transport.inprocess import InProcessTransport
-from fedcore.trees.params import ForestParams
-from fedcore.vertical.session import VerticalSession
 from flows.ui import predict_outcome
-from tests.keys import master_key, master_public_key
-from tests.vertical.test_session import _agents
+from tests.keys import master_public_key
+from tests.vertical.test_session import _agents, _stored
 
 
 @pytest.fixture(scope="module")
@@ -36,15 +33,7 @@ def _stored_session(scenario: dict, root: Path, drift: DriftSettings | None = No
     agents = _agents(scenario, root)
     for agent in agents.values():
         agent._data = replace(agent.data, drift=drift)
-    transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=True)
-    session = VerticalSession(transport, ForestParams(n_estimators=4, max_depth=4, random_state=1),
-                              holdout_fraction=0.2, min_overlap=100)
-    session.align()
-    session.train()
-    registry = ModelRegistry(root / "registry" / "master", signing_key=master_key(root))
-    version = registry.register("demo", {"parties": session.manifest_entries()["parties"]},
-                                session.master_tables())
-    session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
+    session, transport, version = _stored(agents, root, 4, 0.2, record_payloads=True)
     return agents, transport, session, version
 
 

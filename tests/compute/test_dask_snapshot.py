@@ -18,15 +18,10 @@ from fedcore.compute.dask_drift import block_snapshot, encoded_snapshot
 from fedcore.compute.dask_rows import DaskPartyRows
 from fedcore.drift import QUANTILES, training_snapshot
 from fedcore.horizontal.schema import CATEGORICAL, NUMERIC, ColumnSpec, HorizontalSchema
-from fedcore.models.registry import ModelRegistry
-from fedcore.transport.inprocess import InProcessTransport
-from fedcore.trees.params import ForestParams
-from fedcore.vertical.session import VerticalSession
 from tests.compute.test_vertical_parquet import _parquet_agents
 from tests.compute.test_vertical_predict import _with_parquet_batch
-from tests.keys import master_key
 from tests.test_drift import _table
-from tests.vertical.test_session import _agents
+from tests.vertical.test_session import _agents, _stored
 
 CUTS = ([0, 3000], [0, 1, 1500, 3000], [0, 700, 701, 2000, 2999, 3000])
 
@@ -83,15 +78,7 @@ def shifted_scenario(tmp_path_factory) -> dict:
 
 def _stored_and_predicted(agents: dict, scenario: dict, root: Path) -> dict:
     """Train, store at every institution, batch predict: the drift the master was told."""
-    session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}),
-                              ForestParams(n_estimators=3, max_depth=4, random_state=1),
-                              holdout_fraction=0.25, min_overlap=100)
-    session.align()
-    session.train()
-    registry = ModelRegistry(root / "registry" / "master", signing_key=master_key(root))
-    version = registry.register("demo", {"parties": session.manifest_entries()["parties"]},
-                                session.master_tables())
-    session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
+    session, _, _ = _stored(agents, root, 3, 0.25)
     return session.predict(scenario["label_holder"]).drift
 
 

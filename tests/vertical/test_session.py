@@ -38,6 +38,24 @@ def _agents(scenario: dict, root: Path, new_batch: bool = True,
     return agents
 
 
+def _stored(agents: dict, root: Path, n_estimators: int, holdout_fraction: float,
+            record_payloads: bool = False) -> tuple[VerticalSession, InProcessTransport, str]:
+    """Align, train, register at the master (model "demo") and store at every institution.
+
+    The session, its transport and the version.
+    """
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()}, record_payloads=record_payloads)
+    session = VerticalSession(transport, ForestParams(n_estimators=n_estimators, max_depth=4, random_state=1),
+                              holdout_fraction=holdout_fraction, min_overlap=100)
+    session.align()
+    session.train()
+    registry = ModelRegistry(root / "registry" / "master", signing_key=master_key(root))
+    version = registry.register("demo", {"parties": session.manifest_entries()["parties"]},
+                                session.master_tables())
+    session.store_at_institutions("demo", version, registry.read_manifest("demo", version))
+    return session, transport, version
+
+
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory) -> dict:
     return make_vertical_scenario(tmp_path_factory.mktemp("scenario"), n_customers=1500, seed=3)
