@@ -72,6 +72,7 @@ from fedcore.horizontal.model import HorizontalForest
 from fedcore.horizontal.plan import NOISY_ROW_COUNTS
 from fedcore.horizontal.ppdert.noise import DistributedNoise
 from fedcore.horizontal.ppdert.party import PPDERTParty
+from fedcore.horizontal.rows import PartyRows
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.models.artifacts import table_sha256
 from fedcore.privacy.keyauth import PartyIdentity
@@ -119,7 +120,6 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
         self.model: HorizontalForest | None = None
         self.schema: HorizontalSchema | None = None
         self._holdout: pd.DataFrame | None = None
-        self._training: pd.DataFrame | None = None  # its training rows' features (in process): drift snapshot
         self._held: list[np.ndarray] | None = None  # on Dask: each block's held-out rows, packed bits
         self._checkpoints: CheckpointStore | None = None
         self._seeds: CheckpointStore | None = None
@@ -167,14 +167,12 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
         privacy = self._privacy(h)
         if self.party is not None:
             self.party.rows.close()  # the last session's rows (on a cluster: its blocks)
-        self._training = None
         if self.data.table is not None:  # on the workers: the agent holds each block's packed holdout mask
             rows, n_train, n_held = self._rows_on_workers(rng, fraction)
         else:
             frame = self.data.frame.drop(columns=[self.data.id_column])
             held = rng.random(len(frame)) < fraction
             train, self._holdout = frame[~held].reset_index(drop=True), frame[held].reset_index(drop=True)
-            self._training = train[self.schema.names]  # for the drift snapshot, if a version is stored
             rows, n_train, n_held = self._rows(train), len(train), len(self._holdout)
         self.party = self._make_party(h, privacy, self.schema, rows)
         if privacy.mode in NOISY_ROW_COUNTS:  # no exact count leaves: a noisy one in hello
@@ -350,7 +348,7 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
         return Message("stored", {"path": path})
 
     def _training_snapshot(self) -> dict | None:
-        """The drift snapshot of this session's training rows, as the schema encodes them.
+        """The drift snapshot of this session's training rows, from the party's encoded rows.
 
         In process or on the workers: the same snapshot (`fedcore.compute.dask_drift`). None for a model not
         trained here.
@@ -358,8 +356,8 @@ class HorizontalInstitutionAgent(SessionAgent[HorizontalParty | PPDERTParty | Ho
         schema, party = self.schema, self.party
         if schema is None or party is None:
             return None
-        if self._training is not None:
-            return training_snapshot(schema.decode(schema.encode(self._training)))
+        if isinstance(party.rows, PartyRows):
+            return training_snapshot(schema.decode(party.rows.X))
         from fedcore.compute.dask_drift import encoded_snapshot
         from fedcore.compute.dask_rows import DaskPartyRows
 
