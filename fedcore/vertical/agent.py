@@ -560,7 +560,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         if isinstance(rows, DaskVerticalRows) and rows.features is None:  # the rows are on the workers only
             from fedcore.compute.dask_drift import block_snapshot
 
-            return block_snapshot(rows.client, rows.frames, [b.stop - b.start for b in rows.blocks],
+            return block_snapshot(rows.client, rows.frames, [b.n_rows for b in rows.blocks],
                                   rows.columns)
         return training_snapshot(party.features)
 
