@@ -84,6 +84,20 @@ class PartyUnavailable(FedForestError):
     """
 
 
+CLUSTER_LOST = "lost its compute cluster"
+"""The words by which a party's failure line says its own cluster went (the master maps it back to
+ComputeUnavailable)."""
+
+
+class ComputeUnavailable(PartyUnavailable):
+    """A party lost its own compute cluster mid-work: its Dask scheduler connection closed or timed out.
+
+    Or Dask gave up on tasks whose workers kept dying. Not a bug of the party's code and not the peer's
+    fault: transient, as a party that stopped answering; a run resumes from its checkpoints once the cluster
+    answers again.
+    """
+
+
 class AgentRunEnded(PartyUnavailable):
     """An institution's agent flow run ended before its agent served (its error is quoted).
 
@@ -154,11 +168,22 @@ def traceback_lines(error: BaseException) -> str:
             "(its text is withheld: it may quote the institution's data)")
 
 
-def internal_error(logger: logging.Logger, party: str, kind: str, error: BaseException) -> InternalError:
-    """Log our own bug (`error`, raised while `party` answered a `kind` message) with its traceback.
+def internal_error(logger: logging.Logger, party: str, kind: str,
+                   error: BaseException) -> InternalError | ComputeUnavailable:
+    """Log an unexpected `error` raised while `party` answered a `kind` message; the error to raise instead.
 
-    Returns the error to raise instead: one generic line for the peer, naming no file, function or value.
+    Our own bug: its traceback logged, one generic line for the peer naming no file, function or value. But
+    an error that says the party's Dask cluster went away (`cluster_loss`) is no bug: ComputeUnavailable,
+    which a retraining flow resumes from, with the cluster and what happened to it.
     """
+    from fedcore.compute.cluster import cluster_loss  # lazily: the compute package imports this module
+
+    loss = cluster_loss(error)
+    if loss is not None:
+        line = (f"party {party!r} {CLUSTER_LOST} while answering {kind!r}: {loss}; resume once it answers "
+                "again")
+        logger.error("%s", line)
+        return ComputeUnavailable(line)
     logger.error("party %r failed on %r: a bug in its own code, not the peer's fault\n%s", party, kind,
                  traceback_lines(error))
     return InternalError(f"party {party!r} could not answer {kind!r}: an internal error (its traceback is in "

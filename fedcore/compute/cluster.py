@@ -22,10 +22,13 @@ from __future__ import annotations
 import atexit
 import logging
 import re
+import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from fedcore.compute import DEFAULT_BLOCK_ROWS
@@ -258,10 +261,16 @@ def shared_cluster(compute: DaskCompute) -> Cluster:
     An agent's sessions (and its data loads) share it rather than start a cluster each.
     """
     with _LOCK:
-        if compute not in _SHARED:
-            _SHARED[compute] = _connect(compute)
+        kept = _SHARED.get(compute)
+        if kept is not None and kept.client.status in ("closing", "closed"):  # it lost its scheduler for good
+            log.warning("the client to %s was closed (its scheduler lost); connecting again",
+                        compute.describe())
+            kept.close()
+            kept = None
+        if kept is None:
+            kept = _SHARED[compute] = _connect(compute)
             log.info("data-local work on %s, kept for this process's sessions", compute.describe())
-        return _SHARED[compute]
+        return kept
 
 
 def hold_shared(compute: DaskCompute) -> Callable[..., None]:
@@ -332,6 +341,65 @@ def loading_cluster(compute: DaskCompute | None) -> Iterator[Callable[[], Cluste
         raise
     for release in releases:
         release(keep=True)
+
+
+def cluster_loss(error: BaseException) -> str | None:
+    """What went wrong with this process's Dask cluster, if `error` (or what caused it) says it went away.
+
+    The client's connection to its scheduler closed or timed out (its futures are then cancelled, and the
+    client closed once it cannot reconnect within its timeout), the scheduler restarted or lost the
+    tasks' inputs, a connection to the cluster failed inside Dask, or tasks killed every worker that ran
+    them (`KilledWorker`, most often a worker over its memory limit). fedcore never cancels its own futures,
+    so a cancelled one means the cluster. None for any other error, and always when this process never
+    imported Dask.
+    """
+    if "distributed" not in sys.modules:
+        return None
+    from distributed.client import FutureCancelledError, FuturesCancelledError
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker
+
+    for cause in _causes(error):
+        if isinstance(cause, KilledWorker):
+            what = (f"Dask gave up on a task after the workers running it died {cause.allowed_failures + 1} "
+                    "times (KilledWorker; most often a worker over its memory limit: see the workers' logs)")
+        elif isinstance(cause, CommClosedError):
+            what = "the connection to its scheduler closed (CommClosedError)"
+        elif isinstance(cause, (FutureCancelledError, FuturesCancelledError)):
+            reasons = ({cause.reason} if isinstance(cause, FutureCancelledError)
+                       else {group.reason for group in cause.error_groups}) - {"unknown"}
+            what = "the cluster cancelled its tasks" + (f" ({', '.join(sorted(reasons))})" if reasons else "")
+        elif isinstance(cause, OSError) and _raised_in_dask(cause):  # TimeoutError is an OSError
+            what = f"a connection to the cluster failed ({type(cause).__name__})"
+        else:
+            continue
+        return f"{what}, on {_clusters_in_use()}"
+    return None
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """`error`, then what it was raised from or during, innermost last (each once)."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        yield cause
+        cause = cause.__cause__ or cause.__context__
+
+
+def _raised_in_dask(error: BaseException) -> bool:
+    """Whether `error` was raised by Dask's own code (its innermost frame is in the distributed package)."""
+    stack = traceback.extract_tb(error.__traceback__)
+    return bool(stack) and "distributed" in PurePath(stack[-1].filename).parts
+
+
+def _clusters_in_use() -> str:
+    """This process's shared clusters, each with its client's state when it is no longer connected."""
+    with _LOCK:
+        described = [compute.describe() + ("" if kept.client.status == "running"
+                                           else " (its client disconnected)")
+                     for compute, kept in _SHARED.items()]
+    return " and ".join(described) or "the Dask cluster given to it"
 
 
 def close_shared_clusters() -> None:

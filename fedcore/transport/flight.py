@@ -105,8 +105,10 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from fedcore.errors import (
+    CLUSTER_LOST,
     AgentRunEnded,
     CertificateRefused,
+    ComputeUnavailable,
     ConfigError,
     FedForestError,
     InternalError,
@@ -419,10 +421,11 @@ class AgentServer(flight.FlightServerBase):
         """The first message of the current (or last) session the party refused or failed on; None if none."""
         return self.failures.get(self.guard.current) if self.guard.current is not None else None
 
-    def _failed(self, line: str) -> flight.FlightServerError:
+    def _failed(self, line: str,
+                error: type[flight.FlightError] = flight.FlightServerError) -> flight.FlightError:
         """Record the party's failure in this session (the first one is kept); the error for the master."""
         self.failures.setdefault(self.guard.current or "", line)
-        return flight.FlightServerError(line)
+        return error(line)
 
     def _check_peer(self, context: flight.ServerCallContext) -> None:
         identity = context.peer_identity().decode(errors="replace")
@@ -498,15 +501,20 @@ class AgentServer(flight.FlightServerBase):
             yield
         except flight.FlightError:  # a refusal of the request's stream while the party read its parts
             raise
-        except InternalError as exc:  # our bug, its traceback already logged: the generic line only
-            raise self._failed(str(exc)) from None
+        except (InternalError, ComputeUnavailable) as exc:  # logged already: the generic line only
+            raise self._unexpected(exc) from None
         except FedForestError as exc:  # a refusal or a named failure: one counted line, no traceback
             self._refuse(f"party {self.name!r} on {kind!r}: {type(exc).__name__}: {exc}")
             raise self._failed(
                 f"party {self.name!r} failed on {kind!r}: {type(exc).__name__}: {exc}") from None
         except Exception as exc:  # our bug outside a dispatched handler (an agent's session message,
-            # the reply's encoding): its traceback here, the generic line to the master
-            raise self._failed(str(internal_error(log, self.name, kind, exc))) from None
+            # the reply's encoding), or its cluster lost: logged here, the one line to the master
+            raise self._unexpected(internal_error(log, self.name, kind, exc)) from None
+
+    def _unexpected(self, error: InternalError | ComputeUnavailable) -> flight.FlightError:
+        """An unexpected failure for the master: our bug as a server error; a lost cluster as unavailable."""
+        return self._failed(str(error), flight.FlightUnavailableError if isinstance(error, ComputeUnavailable)
+                            else flight.FlightServerError)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         """The actions this agent answers (for the allowed master only)."""
@@ -890,6 +898,8 @@ class FlightTransport(Transport):
         reason = _first_line(exc)
         if isinstance(exc, flight.FlightTimedOutError) or "Deadline Exceeded" in reason:
             return PartyUnavailable(f"{where} did not answer within {self.timeout_s} s")
+        if isinstance(exc, flight.FlightUnavailableError) and CLUSTER_LOST in reason:  # answered: its cluster
+            return ComputeUnavailable(f"{where}: {reason}")
         if isinstance(exc, flight.FlightUnavailableError):
             why = self.explain_unreachable(party) if diagnose else None
             if why is None:

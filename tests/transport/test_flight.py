@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from fedcore.data.split import split_vertical
-from fedcore.errors import CertificateRefused, PartyUnavailable, ProtocolError
+from fedcore.errors import CertificateRefused, ComputeUnavailable, PartyUnavailable, ProtocolError
 from fedcore.protocol.messages import Message, StreamedMessage
 from fedcore.transport import flight as flight_module
 from fedcore.transport.flight import AgentServer, FlightTransport
@@ -79,6 +79,10 @@ class Echo:
         self.calls += 1
         if message.kind == "boom":
             raise ValueError("kaboom")
+        if message.kind == "cancelled":  # what a party's Dask client raises once its scheduler is gone
+            from distributed.client import FutureCancelledError
+
+            raise FutureCancelledError("_ranges-123", "scheduler-connection-lost")
         if message.kind == "sleep":
             time.sleep(float(message.header["s"]))
         if message.kind == "meet":  # answers only once every party of the meeting was called
@@ -155,6 +159,20 @@ def test_handler_error_is_reported_and_agent_keeps_serving(pki) -> None:
                                                 r"traceback is in that party's log\)$"):
             transport.exchange({"a": Message("boom")})
         assert transport.exchange({"a": Message("ping")})["a"].header == {"who": "a"}
+
+
+def test_a_party_that_lost_its_cluster_is_unavailable_not_a_bug(pki, caplog) -> None:
+    """A lost Dask cluster reaches the master as ComputeUnavailable (a PartyUnavailable: resumable)."""
+    pytest.importorskip("distributed")
+    with _agents([Echo("a")], pki) as endpoints, _transport(endpoints, pki) as transport:
+        with pytest.raises(ComputeUnavailable) as lost:
+            transport.exchange({"a": Message("cancelled")})
+        assert transport.exchange({"a": Message("ping")})["a"].header == {"who": "a"}
+    assert re.fullmatch(r"party 'a' at grpc\+tls://127.0.0.1:\d+: party 'a' lost its compute cluster while "
+                        r"answering 'cancelled': the cluster cancelled its tasks "
+                        r"\(scheduler-connection-lost\), on the Dask cluster given to it; resume once it "
+                        r"answers again", str(lost.value))
+    assert "a bug in its own code" not in caplog.text
 
 
 class Streaming:
