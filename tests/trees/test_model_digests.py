@@ -177,6 +177,10 @@ CASES = {
     "vertical plain gini, dask": lambda: _vertical(
         FederatedForestClassifier, mixed_table(seed=1, n_classes=3), 3, n_estimators=5, max_depth=6,
         compute=_DASK, block_rows=50),
+    # the encrypted forest with Okamoto-Uchiyama on Dask: the same model as "vertical paillier" in process
+    "vertical ou, dask": lambda: _vertical(
+        FederatedForestClassifier, mixed_table(n_rows=200, seed=11, n_classes=3), 2, n_estimators=2,
+        max_depth=4, privacy="ou", label_key=_ou_key(), compute=_DASK, block_rows=50),
 }
 
 PINNED = {
@@ -206,6 +210,7 @@ PINNED = {
     'ppdert secure histogram, dask': '541d7c9f1d5fe577',
     'fet ldp bloom, dask': '56d93e154aaa7449',
     'vertical plain gini, dask': '3ef066ddaa07724e',
+    'vertical ou, dask': 'f0a92a2261a1e10a',
 }
 
 
