@@ -8,27 +8,32 @@ to the flow's `until` (default: the run's scheduled time).
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
 from fedcore.data.sql import SqlSource, read_sql
-from tests.federations import small_federation
+from tests.federations import Federation, copy_of, small_federation
 from tests.postgres import load_table
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 SQL = {"url": {"env": "BANK_DB_URL"}}
 
 
-def _bank_in_postgres(database: str, tmp_path, monkeypatch) -> tuple:
+def _bank_in_postgres(database: str, tmp_path, monkeypatch, twin: Path | None = None) -> tuple:
     """A small federation whose bank's rows, batch and scores are PostgreSQL tables.
 
-    Returns the config's path and the customers of the batch who signed up in June.
+    Returns the config's path and the customers of the batch who signed up in June. With `twin`, a copy of
+    the federation as it was before, its bank reading the same rows from Parquet (the same consortium key,
+    so the same aligned order), is left in that folder.
     """
     monkeypatch.setenv("BANK_DB_URL", database)
     config_path, scenario = small_federation(tmp_path / "work", 600, seed=4,
                                              params={"n_estimators": 4, "max_depth": 4})
+    if twin is not None:
+        copy_of(Federation(tmp_path / "work", config_path, scenario), twin)
     for kind in ("train", "new"):
         rows = pd.read_parquet(scenario["institutions"]["bank"][kind])
         categories = [c for c in rows.columns if isinstance(rows[c].dtype, pd.CategoricalDtype)]
@@ -52,7 +57,7 @@ def test_retrain_and_batch_predict_read_and_write_the_banks_database(database, t
     from flows.batch_predict import batch_predict
     from flows.retrain import retrain
 
-    config_path, june = _bank_in_postgres(database, tmp_path, monkeypatch)
+    config_path, june = _bank_in_postgres(database, tmp_path, monkeypatch, twin=tmp_path / "twin")
     trained = retrain(str(config_path), agents="local", return_state=True)
     result = trained.result()
     assert result["prediction"]["paths"] == {"bank": "table 'bank_scores'"}
@@ -68,6 +73,19 @@ def test_retrain_and_batch_predict_read_and_write_the_banks_database(database, t
     assert set(scores.loc[scores["run_id"] == str(predicted.state_details.flow_run_id), "customer_id"]) == (
         retrained & june) and retrained - june, "retrain predicted up to its schedule (now), predict to July"
     assert set(scores["version"]) == {"v0001"} and not (tmp_path / "work" / "predictions" / "bank").exists()
+
+    # the same rows from Parquet (the federation before its bank moved to PostgreSQL) train the same model
+    retrain(str(tmp_path / "twin" / "federation.yaml"), agents="local", predict=False)
+    assert _model_digests(tmp_path / "twin") == _model_digests(tmp_path / "work")
+
+
+def _model_digests(work) -> dict[str, str]:
+    """The signed SHA-256 of each party's model table in the master's v0001 manifest of `work`."""
+    from fedcore.models.registry import ModelRegistry
+
+    registry = ModelRegistry(work / "registry" / "master", public_key=work / "keys" / "master.key.pub")
+    manifest = registry.read_manifest("retail-response", "v0001")
+    return {party["name"]: party["table_sha256"] for party in manifest["parties"]}
 
 
 def test_a_retried_batch_predict_run_leaves_one_copy_of_its_rows(database, tmp_path, monkeypatch) -> None:
