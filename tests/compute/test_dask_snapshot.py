@@ -131,3 +131,39 @@ def test_a_horizontal_version_trained_on_the_workers_reports_the_in_process_drif
         session.close()
     assert seen[True][1] is not None and seen[True] == seen[False]
     assert "x1" in seen[True][0]["north"]
+
+
+@pytest.mark.parametrize("stored_as", ["timestamps", "ISO date strings"])
+def test_date_columns_are_days_in_both_snapshots(tmp_path, two_workers, stored_as) -> None:
+    """A date column, loaded as an agent loads it, is binned as days since 1970 in process and on Dask.
+
+    The agent's loader turns dates into numbers before anything sees them (`fedcore.data.columns`), and a
+    worker's block reader does the same: the snapshot's deciles are days on both sides, not one category
+    per day on one side.
+    """
+    from fedcore.compute.dask_table import read_table_block
+    from fedcore.contracts.model import infer_contract
+    from tests.compute.test_agent_parquet import _config, _load, _north_and_new
+    from tests.compute.test_agent_parquet import _table as waveform
+
+    table = waveform("classification")
+    days = np.random.default_rng(4).integers(0, 900, len(table)).astype("timedelta64[D]")
+    seen = pd.Series(np.datetime64("2024-01-01") + days)
+    table["first_seen"] = seen if stored_as == "timestamps" else seen.dt.strftime("%Y-%m-%d")
+    contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
+    north, new = _north_and_new(table)
+    snapshots = []
+    for on_dask in (False, True):
+        data = _load(_config(tmp_path, north, new, contract, on_dask, setting="vertical"), two_workers,
+                     on_dask)
+        features = [c for c in north.columns if c not in ("patient_id", "class")]
+        if not on_dask:
+            snapshots.append(training_snapshot(data.frame[features]))
+            continue
+        frames = [two_workers.submit(read_table_block, block, data.table, features, pure=False)
+                  for block in data.table.blocks]
+        snapshots.append(block_snapshot(two_workers, frames, [b.n_rows for b in data.table.blocks], features))
+    first_seen = snapshots[0]["features"]["first_seen"]
+    assert first_seen["kind"] == "numeric"  # days: 2024-01-01 is day 19,723
+    assert 19_723 <= first_seen["edges"][0] < first_seen["edges"][-1] < 19_723 + 900
+    assert snapshots[1] == snapshots[0]
