@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import logging
 import multiprocessing
 import os
 import threading
@@ -78,6 +79,8 @@ def serve_party(args: argparse.Namespace, p: int, on_dask: bool, certs: str, que
     from benchmarks.bench_dask_party import _vm_hwm_mib
     from fedcore.transport.flight import AgentServer
 
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("fedcore.compute.level_clock").setLevel(logging.INFO)  # each tree batch's levels
     cluster = client = None
     if on_dask:
         from distributed import Client, LocalCluster

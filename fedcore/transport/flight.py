@@ -118,6 +118,7 @@ from fedcore.errors import (
 )
 from fedcore.protocol.messages import Message, PartedMessage, StreamedMessage
 from fedcore.protocol.parted import read_request
+from fedcore.transport.allocator import limit_malloc_arenas
 from fedcore.transport.base import Transport
 from fedcore.transport.diagnose import Diagnosis, explain_connection_failure
 from fedcore.transport.guard import (
@@ -374,6 +375,7 @@ class AgentServer(flight.FlightServerBase):
         self._on_shutdown = on_shutdown
         self.name = str(getattr(party, "name", "party"))
         _require_tls(location, f"agent {self.name!r}")
+        limit_malloc_arenas()  # a long-lived, many-threaded process: keep what it frees reusable
         cert, key = read_pem(tls_cert, "agent certificate"), read_pem(tls_key, "agent key")
         ca = read_pem(ca_cert, "CA certificate")
         clients = ca if master_ca is None else read_pem(master_ca, "master CA certificate")
