@@ -226,6 +226,27 @@ class Cluster:
         self.close()
 
 
+AGENT_TCP_TIMEOUT = "300s"
+"""How long a connection to or inside the party's cluster may go unacknowledged before Dask calls it dead,
+where Dask's default (30 s) is unchanged. An agent busy with a large message, on a loaded host, can leave its
+event loop unread for longer than 30 s; the kernel then times out its client's connection to the scheduler
+(`TimeoutError: [Errno 110]`, as the 8,750,000-row vertical run did under load, issue #29), and the session
+is lost. A process that really died is still found by Dask's heartbeats."""
+DASK_DEFAULT_TCP_TIMEOUT = "30s"
+
+
+def patient_comms() -> None:
+    """Raise this process's `distributed.comm.timeouts.tcp` to AGENT_TCP_TIMEOUT, unless it was configured.
+
+    Process-wide, before the cluster's first connection: the client's, the scheduler's, and the local
+    workers' (their nannies pass the configuration on). A value other than Dask's default is left alone.
+    """
+    import dask
+
+    if dask.config.get("distributed.comm.timeouts.tcp") == DASK_DEFAULT_TCP_TIMEOUT:
+        dask.config.set({"distributed.comm.timeouts.tcp": AGENT_TCP_TIMEOUT})
+
+
 def _connect(compute: DaskCompute) -> Cluster:
     """A client to `compute`'s cluster: a scheduler reached within its timeout, or a new LocalCluster.
 
@@ -234,6 +255,7 @@ def _connect(compute: DaskCompute) -> Cluster:
     """
     from distributed import Client, LocalCluster
 
+    patient_comms()
     if compute.address is not None:
         try:
             client = Client(compute.address, timeout=compute.connect_timeout_s, set_as_default=False)

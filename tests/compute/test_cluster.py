@@ -173,3 +173,31 @@ def test_an_idle_worker_process_stays_within_the_memory_the_limit_rule_assumes()
             distributed.Client(cluster, set_as_default=False) as client:
         (rss,) = client.run(_rss_with_row_modules).values()
     assert 100 * 2**20 < rss <= WORKER_IDLE_BYTES
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="TCP_USER_TIMEOUT is Linux's")
+def test_a_busy_agents_connections_wait_five_minutes_not_thirty_seconds() -> None:
+    """The agent's client socket to its scheduler: the kernel gives up on unacknowledged data after 300 s."""
+    import socket
+
+    import dask
+
+    from fedcore.compute.cluster import held_cluster
+
+    tcp_user_timeout = 18  # linux/tcp.h
+    with dask.config.set({"distributed.comm.timeouts.tcp": "30s"}):  # Dask's default, restored after
+        with held_cluster(DaskCompute(workers=1, processes=True)) as cluster:
+            client_socket = cluster.client.scheduler_comm.comm.stream.socket
+            assert client_socket.getsockopt(socket.SOL_TCP, tcp_user_timeout) == 300_000
+            assert cluster.client.run(lambda: dask.config.get("distributed.comm.timeouts.tcp")) == {
+                address: "300s" for address in cluster.client.scheduler_info()["workers"]}
+
+
+def test_a_configured_tcp_timeout_is_left_alone() -> None:
+    import dask
+
+    from fedcore.compute.cluster import patient_comms
+
+    with dask.config.set({"distributed.comm.timeouts.tcp": "45s"}):
+        patient_comms()
+        assert dask.config.get("distributed.comm.timeouts.tcp") == "45s"
