@@ -128,8 +128,8 @@ def test_an_encrypted_session_on_parquet_blocks_trains_the_in_process_forest(sce
 
 
 @pytest.mark.parametrize("privacy", ["none", pytest.param("ou", marks=pytest.mark.slow)])
-def test_a_regression_session_on_parquet_blocks_trains_the_in_process_forest(scenario, tmp_path, three_workers,
-                                                                            privacy) -> None:
+def test_a_regression_session_on_parquet_blocks_trains_the_in_process_forest(scenario, tmp_path,
+                                                                            three_workers, privacy) -> None:
     """Regression on Dask (issue #29): the bank's tenure as the label; the same forest and held-out scores."""
     regression = {**scenario, "label": "tenure_years"}
     params = {"task": "regression", "criterion": "squared_error"}
