@@ -150,7 +150,6 @@ FOREST = Algorithm("forest", "vertical", "Federated Forest", ("none", *ENCRYPTED
                    ("federated-forest",), params="fedcore.trees.params:ForestParams",
                    parse_params="fedcore.trees.params:ForestParams.from_vertical_config",
                    simulate=_SIMULATE_VERTICAL, reference=_REFERENCE + "reference_forest",
-                   dask_refusal="fedcore.compute.dask_vertical:forest_refusal",
                    estimators=("fedcore.vertical.estimators:FederatedForestClassifier",
                                "fedcore.vertical.estimators:FederatedForestRegressor"),
                    session=_VERTICAL_SESSION, agent=_VERTICAL_AGENT)

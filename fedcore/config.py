@@ -59,7 +59,7 @@
                                            # cluster, or {dask: {local: {workers: 2, memory_limit: 4GiB}}}
                                            # (memory_limit per worker, at least 640MiB)
                                            # (default: in the agent's process; fedcore/compute/cluster.py;
-                                           # vertical: classification only, issue #29); Parquet data and
+                                           # vertical: forests, not boosting, issue #29); Parquet data and
                                            # predict_data (files, dataset folder or URL) are then read by
                                            # the workers at the same path, a database table or query (a
                                            # batch query: each run's window) in blocks of IDs, and
@@ -530,8 +530,8 @@ def _check_fieldless(raw: object, privacy: PrivacySetting, algorithm: Algorithm,
 def _check_compute(institutions: list[Institution], algorithm: Algorithm, task: str, path: Path) -> None:
     """`compute: dask` runs a party's rows on a cluster; what it cannot run yet is refused here (issue #29).
 
-    The algorithm's entry says (`Algorithm.refuses_dask`): the horizontal forests run every mode; the
-    vertical forest classification (plain or encrypted labels), not regression; boosting, neither setting.
+    The algorithm's entry says (`Algorithm.refuses_dask`): the horizontal forests run every mode, the
+    vertical forest either task (plain or encrypted labels); boosting, neither setting.
     """
     for inst in institutions:
         cannot = algorithm.refuses_dask(task) if inst.compute is not None else None

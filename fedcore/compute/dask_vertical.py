@@ -16,7 +16,8 @@ level's bits (`SamplePartition.split_copy`: a task never changes its inputs).
 Per level:
 
 * histograms: ONE task per block over every open node of the batch (`block_histograms`, int64 class
-  counts, with the block's node statistics); the agent adds them up (integers: exact in any order) and runs
+  counts or regression's (w, wy) over targets on their grid, with the block's node statistics); the agent
+  adds them up (integers, or integers times 2^e below 2^53: exact in any order) and runs
   the same scan as the label holder's decrypted histograms (`best_splits_from_histograms`), which gives
   the in-process kernel's splits bit for bit;
 * own splits: each block packs its rows' bits per split node; a node's rows are in ascending row order in
@@ -31,8 +32,10 @@ computes each (node, feature) job's per-bin ciphertext products over the block's
 multiplies the blocks' products modulo n^2 (`merge_bin_sums`): the same integers as in process, in any
 order, so the encrypted histograms are the in-process ones. The label holder on Dask works as a plain one.
 
-Regression sums floats (w*y, w*y*y) whose totals depend on the order of addition: refused on Dask
-(issue #29).
+Regression: the label holder rounds its targets to their grid once (`fixed_targets`, every party's sums
+of weight x target then exact), and squared error's splits need only (w, wy) (`fedcore.trees.criteria`), so
+the blocks' sums are the in-process ones in any order. Boosting, whose statistics are gradients, stays in
+process (`BOOSTING_REFUSED`).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from fedcore.compute.level_clock import LevelClock
 from fedcore.data.binning import PartyBinner
 from fedcore.privacy.packing import encrypted_bin_sums, weight_powers
 from fedcore.randomness import bootstrap_chunk_totals
-from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR, VALUE_STATISTICS
+from fedcore.trees.criteria import GRADIENT
 from fedcore.trees.partition import (
     SamplePartition,
     node_byte_lengths,
@@ -72,33 +75,18 @@ if TYPE_CHECKING:
     from fedcore.privacy.homomorphic import CiphertextSpace
     from fedcore.vertical.encrypted import PassiveCrypto
 
-REGRESSION_REFUSED = ("vertical regression runs in process only: its histograms sum floats (w*y, w*y*y), "
-                      "whose totals over blocks of rows depend on the order of addition (issue #29); remove "
-                      "compute: dask (or compute=) for regression")
-"""Why a vertical Dask party refuses regression."""
 BOOSTING_REFUSED = ("vertical boosting runs in process only: its histograms sum float gradients and "
                     "hessians, whose totals over blocks of rows depend on the order of addition (issue #29); "
                     "remove compute: dask (or compute=) for boosting")
 """Why a vertical Dask party refuses boosting."""
 
 
-def refusal(regression: bool, boosting: bool = False) -> str | None:
-    """Why a vertical party on Dask cannot train this task or boosting (None: it can); any privacy mode."""
-    if boosting:
-        return BOOSTING_REFUSED
-    if regression:
-        return REGRESSION_REFUSED
-    return None
-
-
-def forest_refusal(task: str) -> str | None:
-    """The vertical forest's refusal on Dask for `task` (the algorithm registry's `dask_refusal`)."""
-    return refusal(task == "regression")
-
-
 def boosting_refusal(task: str) -> str | None:
-    """Vertical boosting's refusal on Dask, whatever the task (the algorithm registry's `dask_refusal`)."""
-    return refusal(task == "regression", boosting=True)
+    """Vertical boosting's refusal on Dask, whatever the task (the algorithm registry's `dask_refusal`).
+
+    The forest has none: it runs on Dask for either task, in any privacy mode.
+    """
+    return BOOSTING_REFUSED
 
 
 def compact_labels(y: np.ndarray) -> np.ndarray:
@@ -138,11 +126,14 @@ def _split(part: SamplePartition, packed: np.ndarray, offsets: np.ndarray,
 
 def _histograms(part: SamplePartition, codes: np.ndarray, feat_ptr: np.ndarray, feat_local: np.ndarray,
                 n_stats: int, criterion: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
-    """The block's histograms of every (open node, candidate) pair and its nodes' statistics, int64."""
+    """The block's histograms of every (open node, candidate) pair and its nodes' statistics, exact.
+
+    The statistics take the histograms' dtype (`block_histograms`: int64 counts or float64 (w, wy)).
+    """
     hist = block_histograms(codes, part.target, part.order, part.weight, part.starts, part.ends, feat_ptr,
                             feat_local, n_stats, criterion)
     totals = node_statistics(part.target, part.weight, part.starts, part.ends, n_stats, criterion)
-    return hist, totals.astype(np.int64)
+    return hist, totals.astype(hist[2].dtype)
 
 
 def _powers(ciphertexts: list, public: CiphertextSpace) -> list[list]:
@@ -269,10 +260,8 @@ class DaskVerticalRows:
 
     # -- LocalRows' interface -------------------------------------------------------------------------
     def check_setup(self, criterion: int) -> str | None:
-        """Why this training cannot run on Dask (`refusal`), or None."""
-        if criterion == GRADIENT:
-            return BOOSTING_REFUSED
-        return refusal(criterion == SQUARED_ERROR)
+        """Why this training cannot run on Dask (boosting: `BOOSTING_REFUSED`), or None (a forest)."""
+        return BOOSTING_REFUSED if criterion == GRADIENT else None
 
     def fit(self, max_bins: int, seed: int) -> PartyBinner:
         """The party's binner, fitted on all its rows: the frame's here, or over the blocks on the workers."""
@@ -366,12 +355,12 @@ class DaskVerticalRows:
         Every histogram is summed from the blocks (`parents`, which the in-process rows subtract with, is
         not used).
         """
-        if criterion in VALUE_STATISTICS:
-            raise ValueError(REGRESSION_REFUSED)
+        if criterion == GRADIENT:
+            raise ValueError(BOOSTING_REFUSED)
         results = self.client.gather(self._map(_histograms, self.parts, self.codes, feat_ptr=feat_ptr,
                                                feat_local=feat_local, n_stats=n_stats, criterion=criterion))
         ptr, bins, stats = sum_histograms([hist for hist, _ in results], len(feat_local))
-        totals = np.zeros((len(feat_ptr) - 1, n_stats), np.int64)
+        totals = np.zeros((len(feat_ptr) - 1, n_stats), stats.dtype)
         for _, block_totals in results:
             totals += block_totals
         pair_node = np.repeat(np.arange(len(feat_ptr) - 1, dtype=np.int64), np.diff(feat_ptr))

@@ -2,8 +2,8 @@
 
 Both label-encryption schemes (Paillier and Okamoto-Uchiyama) use the same packing.
 
-A sample's plaintext holds `n_slots` non-negative integers (the one-hot of classes 1..C-1, or q, q^2 for a
-fixed-point target q) at `slot_bits` spacing, wide enough that summing any node's samples never carries
+A sample's plaintext holds `n_slots` non-negative integers (the one-hot of classes 1..C-1, or a fixed-point
+regression target q) at `slot_bits` spacing, wide enough that summing any node's samples never carries
 into the next slot. A passive party sums ciphertexts per bin; each bin's total weight (it knows the
 bootstrap weights, and class 0's count or the weight slot follow from it) goes to the label holder in
 the sealed layout, not in the ciphertext, so the label holder learns nothing it would not learn from a
@@ -39,7 +39,7 @@ class SlotLayout:
     n_slots: int
     slot_bits: int
     top_max: int
-    """The largest value a sample puts in the top encrypted slot (1 for one-hots, q_max^2 for q^2)."""
+    """The largest value a sample puts in the top encrypted slot (1 for one-hots, q_max for a target)."""
     plaintext_bits: int
 
     def __post_init__(self) -> None:

@@ -71,7 +71,7 @@ def simulate_vertical(
     `communication` counts training plus the prediction of the test rows; `columns` says which column was
     the id, which were dropped and which dates became numbers (see `prepare_input`). `compute` ("local:N", a
     Dask scheduler address or a Client): every simulated party's rows on that Dask cluster
-    (`fedcore.compute.dask_vertical`, classification only); the single-party run stays in
+    (`fedcore.compute.dask_vertical`, a forest of either task); the single-party run stays in
     process, so `single_party_identical` compares the two. `algorithm="boosting"`: vertical boosting with
     `trees` rounds of XGBoost's defaults (`fedcore.simulation.params.boosting_params`), plain or encrypted
     gradients (`privacy`), in process, compared with HistGradientBoosting.
@@ -129,12 +129,6 @@ def _params(chosen: Algorithm, task: str, trees: int, max_depth: int | None,
         params = boosting_params(trees, max_depth, seed)
         return params, {**params, "privacy": setting}
     params = forest_params(task, trees, max_depth, max_features, seed)
-    if compute is not None:
-        from fedcore.compute.dask_vertical import refusal
-
-        cannot = refusal(task == "regression")
-        if cannot is not None:
-            raise ParameterError(cannot)
     return params, {**params, "privacy": setting, "compute": compute}
 
 

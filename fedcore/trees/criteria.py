@@ -1,11 +1,14 @@
-"""Split criteria over sufficient statistics: class counts, (w, wy, wy^2) or boosting's (count, G, H).
+"""Split criteria over sufficient statistics: class counts, (w, wy) or boosting's (count, G, H).
 
-Class counts for gini and entropy, (w, wy, wy^2) for squared error, (count, G, H) for gradient statistics
+Class counts for gini and entropy, (w, wy) for squared error, (count, G, H) for gradient statistics
 (sums of gradients and hessians).
 
 A node's *term* is its weighted impurity times its weight; a split's gain is parent term minus the
 children's terms, the same quantity scikit-learn compares (divided by the tree's total weight, it is the
-`min_impurity_decrease` of scikit-learn). With gradient statistics the term is -G^2 / (2 (H + lambda)), so the
+`min_impurity_decrease` of scikit-learn). Squared error's term is -(wy)^2 / w: its weighted variance
+minus the sum of w y^2, which is the same on both sides of any split, so no gain needs it (and the sums of
+(w, wy) are exact over targets on their grid, `fedcore.trees.fixed_gradients.fixed_targets`, where a sum of
+w y^2 would not be). With gradient statistics the term is -G^2 / (2 (H + lambda)), so the
 gain is XGBoost's (G_L^2/(H_L+lambda) + G_R^2/(H_R+lambda) - G^2/(H+lambda)) / 2 (gamma is the master's
 threshold on it), a node's weight for `min_leaf` is H (XGBoost's min_child_weight) and its leaf value is
 -G / (H + lambda). The criteria know no loss: the label holder turns (y, margin) into (g, h)
@@ -27,7 +30,8 @@ CRITERIA = {"gini": GINI, "entropy": ENTROPY, "log_loss": ENTROPY, "squared_erro
 STATISTICS = {**CRITERIA, "gradient": GRADIENT}
 """Every statistics code a party accepts: the forests' criteria and boosting's gradient statistics."""
 VALUE_STATISTICS = (SQUARED_ERROR, GRADIENT)
-"""Codes whose statistics are (weight, first moment, second moment), not class counts."""
+"""Codes whose statistics are (weight, value sums), not class counts: squared error's (w, wy), gradient's
+(count, G, H)."""
 
 
 @nb.njit(cache=True, inline="always")
@@ -52,7 +56,7 @@ def impurity_term(stats: np.ndarray, criterion: int, reg_lambda: float = 0.0) ->
         w = stats[0]
         if w <= 0.0:
             return 0.0
-        return stats[2] - stats[1] * stats[1] / w
+        return -(stats[1] * stats[1] / w)
     n = 0.0
     for k in range(stats.shape[0]):
         n += stats[k]
@@ -82,7 +86,9 @@ def _gradient_term(stats: np.ndarray, reg_lambda: float) -> float:
 
 def n_stats(criterion: int, n_classes: int) -> int:
     """Length of the statistics vector for a criterion."""
-    return 3 if criterion in VALUE_STATISTICS else n_classes
+    if criterion == SQUARED_ERROR:
+        return 2
+    return 3 if criterion == GRADIENT else n_classes
 
 
 def node_count(stats: np.ndarray, criterion: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Boosting's (g, h) on a power-of-two grid, so that every sum of them is exact, in float64 and encrypted.
+"""Boosting's (g, h) and regression targets on a power-of-two grid, so that every sum of them is exact.
 
 Each round the label holder rounds its rows' gradients to multiples of 2^e_g and hessians (upwards, so that a
 positive hessian stays positive) to multiples of 2^e_h, where 2^(e + P) is the least power of two above the
@@ -12,6 +12,10 @@ can leave the labels' range), so a fixed scale would need a refusal mid-training
 cannot overflow and keeps P bits relative to it (37 bits at 50,000 rows; XGBoost keeps float32 gradients, 24).
 The exponents stay at the label holder. Packed for encryption, a row's slots are (q_g + 2^P, q_h): both
 non-negative, at most 2^(P+1) and 2^P, so a bin's sums take at most 54 and 53 bits (`slot_widths`).
+
+A regression forest's targets take the same grid once, when the label holder reads them (`fixed_targets`):
+its histograms' sums of weight x target are then exact, so a vertical party's rows on Dask add up blocks'
+histograms to the in-process ones bit for bit (issue #29).
 """
 
 from __future__ import annotations
@@ -30,11 +34,11 @@ MIN_PRECISION_BITS = 24
 """The least precision accepted: float32's, what XGBoost keeps of each gradient (2^29 rows at most)."""
 
 
-def precision_bits(n_rows: int) -> int:
-    """P for `n_rows` rows: n_rows x 2^P < 2^53; ParameterError when P would fall below MIN_PRECISION_BITS."""
+def precision_bits(n_rows: int, what: str = "boosting sums gradients") -> int:
+    """P for `n_rows` rows: n_rows x 2^P < 2^53; ParameterError (naming `what`) if P < MIN_PRECISION_BITS."""
     bits = EXACT_BITS - max(int(n_rows), 1).bit_length()
     if bits < MIN_PRECISION_BITS:
-        raise ParameterError(f"boosting sums gradients exactly over at most {2**29 - 1:,} rows (2^53 / 2^24: "
+        raise ParameterError(f"{what} exactly over at most {2**29 - 1:,} rows (2^53 / 2^24: "
                              f"24 bits each), got {n_rows:,}: train on a sample of the rows")
     return bits
 
@@ -92,6 +96,29 @@ class GradientGrid:
             out[row] = (float(count), math.ldexp(float(s_g - count * self.g_offset), self.g_exponent),
                         math.ldexp(float(s_h), self.h_exponent))
         return out
+
+
+TARGETS = "a regression forest sums its targets"
+"""What `fixed_targets` says when a table has too many rows for exact sums (`precision_bits`)."""
+
+
+def fixed_targets(y: np.ndarray) -> np.ndarray:
+    """Regression targets rounded to the grid of their table: every forest's sums of them are exact.
+
+    With P = `precision_bits(n)` for the n = len(y) rows and 2^(e + P) the least power of two above max|y|,
+    each target becomes q 2^e, q = round(y / 2^e) an integer with |q| < 2^P (the top is clipped to 2^P - 1,
+    so the grid of the rounded targets is the same: rounding twice is rounding once). A forest's node weighs
+    at most n (its bootstrap draws, n_draws <= n, or n rows of weight 1), so any sum of weight x target,
+    over any rows in any order, is an integer of magnitude below n 2^P < 2^53 times 2^e: exact in float64
+    (as long as it is finite: |y| below about 2^(1024 - log2 n)), and the same on one machine or summed
+    over blocks of rows on a Dask cluster. Missing targets stay NaN.
+    """
+    y = np.asarray(y, np.float64)
+    bits = precision_bits(len(y), TARGETS)
+    finite = y[np.isfinite(y)]
+    exponent = _exponent(finite, bits)
+    top = float(2**bits - 1)
+    return np.ldexp(np.clip(np.rint(np.ldexp(y, -exponent)), -top, top), exponent)
 
 
 def slot_widths(n_rows: int) -> tuple[int, int]:

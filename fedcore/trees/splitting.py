@@ -21,7 +21,7 @@ import numba as nb
 import numpy as np
 
 from fedcore.data.binning import MISSING_BIN
-from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR, VALUE_STATISTICS, impurity_term, stats_weight
+from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR, impurity_term, stats_weight
 
 N_CODES = 256
 MIN_CATEGORY_ROWS = 5.0
@@ -60,7 +60,6 @@ def _accumulate(hist, b, w, y, criterion):
     if criterion == SQUARED_ERROR:
         hist[b, 0] += w
         hist[b, 1] += w * y
-        hist[b, 2] += w * y * y
     else:
         hist[b, np.int64(y)] += w
 
@@ -405,16 +404,18 @@ def _node_statistics(target, weight, starts, ends, n_stats, criterion):
 # -- histograms of a block of rows (a vertical party's rows on Dask, issue #29) ---------------------------
 def block_histograms(codes, target, order, weight, starts, ends, feat_ptr, feat_local, n_stats,
                      criterion) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every (node, candidate feature) pair's histogram over a block's samples, as int64 counts in CSR.
+    """Every (node, candidate feature) pair's histogram over a block's samples, in CSR, exact.
 
     Returns (hist_ptr (n_pairs + 1), hist_bins, hist_stats (m, n_stats)): pair q's non-empty bins, ascending,
-    are hist_bins[hist_ptr[q]:hist_ptr[q + 1]]. Classification only: class counts weighted by integer
-    bootstrap counts are exact integers, so blocks add up (`sum_histograms`) to the whole table's in any
-    order; regression's float sums would not, and are refused.
+    are hist_bins[hist_ptr[q]:hist_ptr[q + 1]]. Class counts weighted by integer bootstrap counts are int64;
+    squared error's (w, wy) stay float64, exact over targets on their grid
+    (`fedcore.trees.fixed_gradients.fixed_targets`: integers times 2^e, every sum below 2^53 of them). Either
+    way the blocks add up (`sum_histograms`) to the whole table's in any order. Gradient statistics are
+    refused: boosting does not run on a Dask party.
     """
-    if criterion in VALUE_STATISTICS:
-        raise ValueError("block histograms are integer class counts: regression sums floats, which do not "
-                         "add up exactly across blocks")
+    if criterion == GRADIENT:
+        raise ValueError("block histograms are class counts or regression sums: boosting's gradient "
+                         "statistics do not run on a Dask party")
     target = target_columns(target)
     pair_node = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(feat_ptr))
     bound = np.minimum(ends - starts, N_CODES)[pair_node].astype(np.int64)
@@ -422,6 +423,8 @@ def block_histograms(codes, target, order, weight, starts, ends, feat_ptr, feat_
     np.cumsum(bound, out=slots[1:])
     bins, stats, counts = _block_histograms(codes, target, order, weight, starts, ends, pair_node,
                                             feat_local.astype(np.int64), slots, n_stats, criterion)
+    if criterion != SQUARED_ERROR:
+        stats = stats.astype(np.int64)
     keep = np.arange(slots[-1]) - np.repeat(slots[:-1], bound) < np.repeat(counts, bound)
     ptr = np.zeros(len(counts) + 1, np.int64)
     np.cumsum(counts, out=ptr[1:])
@@ -433,7 +436,7 @@ def _block_histograms(codes, target, order, weight, starts, ends, pair_node, pai
                       criterion):
     n_pairs = pair_node.shape[0]
     bins = np.zeros(slots[-1], np.uint8)
-    stats = np.zeros((slots[-1], n_stats), np.int64)
+    stats = np.zeros((slots[-1], n_stats))
     counts = np.zeros(n_pairs, np.int64)
     n_chunks = min(n_pairs, 64)
     for chunk in nb.prange(n_chunks):
@@ -447,7 +450,7 @@ def _block_histograms(codes, target, order, weight, starts, ends, pair_node, pai
                 b = ordered[t]
                 bins[slots[q] + t] = b
                 for k in range(n_stats):
-                    stats[slots[q] + t, k] = np.int64(hist[b, k])
+                    stats[slots[q] + t, k] = hist[b, k]
                     hist[b, k] = 0.0
                 seen[b] = False
             counts[q] = n
@@ -456,14 +459,15 @@ def _block_histograms(codes, target, order, weight, starts, ends, pair_node, pai
 
 def sum_histograms(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
                    n_pairs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The blocks' `block_histograms` added up: one CSR over the union of their bins (int64, exact)."""
+    """The blocks' `block_histograms` added up: one CSR over the union of their bins (exact, their dtype)."""
     n_stats = parts[0][2].shape[1] if parts else 0
+    dtype = parts[0][2].dtype if parts else np.dtype(np.int64)
     keys = [np.repeat(np.arange(n_pairs, dtype=np.int64), np.diff(ptr)) * N_CODES + bins
             for ptr, bins, _ in parts]
     key = np.concatenate(keys) if keys else np.zeros(0, np.int64)
-    stats = np.concatenate([p[2] for p in parts]) if parts else np.zeros((0, n_stats), np.int64)
+    stats = np.concatenate([p[2] for p in parts]) if parts else np.zeros((0, n_stats), dtype)
     unique, inverse = np.unique(key, return_inverse=True)
-    total = np.zeros((len(unique), n_stats), np.int64)
+    total = np.zeros((len(unique), n_stats), dtype)
     np.add.at(total, inverse, stats)
     ptr = np.zeros(n_pairs + 1, np.int64)
     np.cumsum(np.bincount(unique // N_CODES, minlength=n_pairs), out=ptr[1:])

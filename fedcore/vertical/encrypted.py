@@ -3,7 +3,7 @@
 The label holder's and the passive parties' steps.
 
 Once per training the label holder encrypts, per sample, its label statistics packed into one plaintext
-(the one-hot of classes 1..C-1, or q and q^2 for a fixed-point target q) and the master relays the
+(the one-hot of classes 1..C-1, or a fixed-point target q) and the master relays the
 ciphertexts. Per level, a passive party sums them per node, feature and bin (homomorphically), adds each
 bin's total weight (class 0's count follows from it), packs several bins per ciphertext and returns them
 with a layout sealed for the label holder. The label holder decrypts, scans
@@ -70,8 +70,8 @@ class TargetEncoding:
     def for_labels(cls, y: np.ndarray, criterion: int, n_classes: int) -> tuple[TargetEncoding, np.ndarray]:
         """The encoding and the (n_rows, n_slots) integer values each sample encrypts.
 
-        The one-hot of classes 1..C-1, or (q, q^2). Class 0's count, or the weight, follows from the bin's
-        total weight, which the passive party adds.
+        The one-hot of classes 1..C-1, or q (squared error's splits need only (w, wy): `criteria`). Class 0's
+        count, or the weight, follows from the bin's total weight, which the passive party adds.
         """
         if criterion != SQUARED_ERROR:
             codes = y.astype(np.int64)
@@ -88,13 +88,13 @@ class TargetEncoding:
             q = [int(v) - int(low) for v in y.tolist()]
         else:
             q = [round((v - low) * scale) for v in y.tolist()]
-        values = np.array([[v, v * v] for v in q], dtype=object).reshape(len(q), 2)
+        values = np.array(q, dtype=object).reshape(len(q), 1)
         return cls(criterion, 0, low.as_integer_ratio(), scale), values
 
     @property
     def n_stats(self) -> int:
         """Length of the plain kernel's statistics vector."""
-        return 3 if self.criterion == SQUARED_ERROR else self.n_classes
+        return 2 if self.criterion == SQUARED_ERROR else self.n_classes
 
     def statistics(self, sums: np.ndarray) -> np.ndarray:
         """Exact slot sums plus total weight to the float64 statistics the plain kernel would accumulate.
@@ -108,11 +108,10 @@ class TargetEncoding:
                 out[row] = [values[-1] - sum(counts), *counts]
             return out
         (a, d), s = self.offset, self.scale
-        out = np.empty((len(sums), 3), dtype=np.float64)
-        for row, (s1, s2, s0) in enumerate(sums.tolist()):
+        out = np.empty((len(sums), 2), dtype=np.float64)
+        for row, (s1, s0) in enumerate(sums.tolist()):
             out[row, 0] = float(s0)
             out[row, 1] = (s0 * a * s + s1 * d) / (d * s)
-            out[row, 2] = (s0 * a * a * s * s + 2 * a * d * s1 * s + s2 * d * d) / (d * d * s * s)
         return out
 
 

@@ -23,9 +23,8 @@ import pandas as pd
 from fedcore.algorithms import FOREST
 from fedcore.compute import DEFAULT_BLOCK_ROWS
 from fedcore.compute.cluster import DaskCompute, compute_from_spec, held_cluster
-from fedcore.compute.dask_vertical import DaskVerticalRows, refusal
+from fedcore.compute.dask_vertical import DaskVerticalRows
 from fedcore.data.split import named_parties
-from fedcore.errors import ParameterError
 from fedcore.estimator_api import (
     ClassifierMixin,
     RegressorMixin,
@@ -153,13 +152,10 @@ class _FederatedForest(SimulatedFederation):
         return hashlib.sha256(f"fedforest-simulation-{random_state}".encode()).digest()
 
     def _compute(self) -> DaskCompute | Client | None:
-        """Where the fit runs (`compute`), or None in process; what it cannot run on Dask is refused here."""
+        """Where the fit runs (`compute`), or None in process (a forest of either task runs on Dask)."""
         compute = compute_from_spec(self.compute, self.block_rows)
         if compute is None:
             return None
-        cannot = refusal(self._task == "regression")
-        if cannot is not None:
-            raise ParameterError(cannot)
         self._block_rows = (self.block_rows if self.block_rows is not None
                             else getattr(compute, "block_rows", DEFAULT_BLOCK_ROWS))
         return compute

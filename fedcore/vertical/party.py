@@ -44,7 +44,7 @@ from fedcore.protocol.messages import Arrays, Header, Message, pack_bits
 from fedcore.trees.budget import default_budget
 from fedcore.trees.combination import TreeCombination
 from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR, STATISTICS, n_stats
-from fedcore.trees.fixed_gradients import precision_bits
+from fedcore.trees.fixed_gradients import fixed_targets, precision_bits
 from fedcore.trees.losses import loss_for
 from fedcore.trees.params import MAX_TREES_PER_BATCH
 from fedcore.trees.partition import node_byte_lengths, scatter_node_bytes
@@ -336,11 +336,14 @@ class VerticalParty:
         else:
             self.classes_, self._y = class_codes(labels)
             n_classes = len(self.classes_)
-        if boosting is not None:
-            try:
+        try:
+            if boosting is not None:
                 precision_bits(len(self._y))
-            except ParameterError as error:
-                raise _refused(self.name, str(error)) from None
+            elif task == "regression":  # on their grid: every sum of them is exact, in process or on Dask
+                self._y = fixed_targets(self._y)
+        except ParameterError as error:
+            raise _refused(self.name, str(error)) from None
+        if boosting is not None:
             self._boost = BoostingLabels(self._y, loss_for(task, n_classes), n_classes,
                                          boosting["reg_lambda"], boosting["learning_rate"],
                                          boosting["subsample"], seed)
@@ -437,6 +440,8 @@ class VerticalParty:
             _require(self._criterion == SQUARED_ERROR
                      or (y.size == 0 or (y.min() >= 0 and y.max() < max(n_classes, 1))),
                      self.name, "class codes must lie in [0, n_classes)")
+            if self._criterion == SQUARED_ERROR:  # the holder's grid already: exact sums, whatever was sent
+                y = fixed_targets(y)
             self.rows.set_labels(y)  # a passive party's: kept by its rows only (on Dask, in blocks)
         if "enc_y" in message.arrays or (self._boosting and self._sealing is not None
                                          and not self.is_label_holder):

@@ -3,7 +3,8 @@
 Blocks of 70 rows give each party several blocks per worker (the bootstrap's canonical chunks are 2**16 rows,
 so the small tables here also check that a block draws only its own rows of a chunk); every case is
 compared with the same estimator in process: the forest array by array, and, where payloads are recorded,
-every message that crossed the transport byte for byte.
+every message that crossed the transport byte for byte. Regression too: its targets on their grid
+(`fixed_targets`) make every block's sums of (w, wy) add up exactly to the in-process ones.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from fedcore.compute.dask_vertical import (
-    REGRESSION_REFUSED,
+    BOOSTING_REFUSED,
     DaskVerticalRows,
     block_major,
     compact_labels,
@@ -31,8 +32,9 @@ def _parties(seed: int = 1, n_parties: int = 3, **table):
     return split_vertical(mixed_table(seed=seed, **table), n_parties, label="target", seed=7, label_party=0)
 
 
-def _forest(**kwargs) -> FederatedForestClassifier:
-    return FederatedForestClassifier(**{"n_estimators": 4, "max_depth": 6, "random_state": 3, **kwargs})
+def _forest(task: str = "classification", **kwargs) -> FederatedForestClassifier | FederatedForestRegressor:
+    forest = FederatedForestClassifier if task == "classification" else FederatedForestRegressor
+    return forest(**{"n_estimators": 4, "max_depth": 6, "random_state": 3, **kwargs})
 
 
 def _arrays(model) -> dict[str, np.ndarray]:
@@ -58,11 +60,12 @@ def _payloads(model) -> list[tuple[str, str, str, bytes]]:
 
 @pytest.mark.parametrize("workers", ["one_worker", "three_workers"])
 @pytest.mark.parametrize("bootstrap", [True, False], ids=["bootstrap", "all rows"])
-def test_the_forest_on_dask_is_the_in_process_forest(workers, bootstrap, request) -> None:
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_the_forest_on_dask_is_the_in_process_forest(workers, bootstrap, task, request) -> None:
     client = request.getfixturevalue(workers)
-    parties = _parties()
-    expected = _forest(bootstrap=bootstrap, record_payloads=True).fit(parties, label="target")
-    got = _forest(bootstrap=bootstrap, record_payloads=True, compute=client,
+    parties = _parties(task=task)
+    expected = _forest(task, bootstrap=bootstrap, record_payloads=True).fit(parties, label="target")
+    got = _forest(task, bootstrap=bootstrap, record_payloads=True, compute=client,
                   block_rows=BLOCK).fit(parties, label="target")
     assert_same_forest(expected, got)
     sent, received = _payloads(expected), _payloads(got)
@@ -71,18 +74,21 @@ def test_the_forest_on_dask_is_the_in_process_forest(workers, bootstrap, request
     assert received == sent  # every other message, byte for byte
     assert all(type(p.rows).__name__ == "LocalRows" for p in got.parties_)  # the rows left the cluster
     assert all(p._y.size == 0 for p in got.parties_)  # no party keeps a label copy beside its rows (#29)
-    np.testing.assert_array_equal(got.predict_proba(parties), expected.predict_proba(parties))
+    predict = "predict_proba" if task == "classification" else "predict"
+    np.testing.assert_array_equal(getattr(got, predict)(parties), getattr(expected, predict)(parties))
 
 
-def test_batches_max_samples_and_two_classes_on_dask(three_workers) -> None:
-    parties = _parties(seed=5, n_parties=2, n_classes=2)
-    make = lambda **kw: _forest(tree_batch_size=3, max_samples=0.6, feature_sampling="tree",  # noqa: E731
-                                min_samples_leaf=2, n_estimators=5, **kw)
+@pytest.mark.parametrize(("task", "table"), [("classification", {"n_classes": 2}), ("regression", {})])
+def test_batches_max_samples_and_two_classes_on_dask(three_workers, task, table) -> None:
+    parties = _parties(seed=5, n_parties=2, task=task, **table)
+    make = lambda **kw: _forest(task, tree_batch_size=3, max_samples=0.6,  # noqa: E731
+                                feature_sampling="tree", min_samples_leaf=2, n_estimators=5, **kw)
     assert_same_forest(make().fit(parties, label="target"),
                        make(compute=three_workers, block_rows=45).fit(parties, label="target"))
 
 
-def test_blocks_submitted_in_any_order_give_the_same_forest(three_workers, monkeypatch) -> None:
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_blocks_submitted_in_any_order_give_the_same_forest(three_workers, monkeypatch, task) -> None:
     made = DaskVerticalRows.__init__
 
     def shuffled(self, *args, **kwargs):
@@ -91,9 +97,9 @@ def test_blocks_submitted_in_any_order_give_the_same_forest(three_workers, monke
         assert self.submit_order != sorted(self.submit_order)
 
     monkeypatch.setattr(DaskVerticalRows, "__init__", shuffled)
-    parties = _parties(seed=2)
-    assert_same_forest(_forest().fit(parties, label="target"),
-                       _forest(compute=three_workers, block_rows=BLOCK).fit(parties, label="target"))
+    parties = _parties(seed=2, task=task)
+    assert_same_forest(_forest(task).fit(parties, label="target"),
+                       _forest(task, compute=three_workers, block_rows=BLOCK).fit(parties, label="target"))
 
 
 def test_block_and_node_order_round_trip() -> None:
@@ -141,17 +147,21 @@ def test_a_worker_lost_mid_forest_still_gives_the_same_forest(monkeypatch) -> No
     assert_same_forest(_forest().fit(parties, label="target"), got)
 
 
-def test_regression_is_refused_on_dask(one_worker) -> None:
-    with pytest.raises(ParameterError) as error:
-        FederatedForestRegressor(n_estimators=2, compute=one_worker).fit(
-            _parties(task="regression"), label="target")
-    assert str(error.value) == REGRESSION_REFUSED
-    assert "issue #29" in REGRESSION_REFUSED
+def test_regression_targets_far_from_one_are_exact_on_dask(three_workers) -> None:
+    """Targets of 1e12 and above, and of 1e-9, each table on its own grid: the same forest on Dask."""
+    for scale in (1e12, 1e-9):
+        parties = _parties(seed=8, n_parties=2, task="regression")
+        parties[0]["target"] = parties[0]["target"] * scale + 3 * scale
+        assert_same_forest(_forest("regression").fit(parties, label="target"),
+                           _forest("regression", compute=three_workers, block_rows=BLOCK).fit(
+                               parties, label="target"))
 
 
-@pytest.mark.parametrize(("mode", "workers"), [("paillier", "three_workers"), ("ou", "three_workers"),
-                                               ("ou", "one_worker")])
-def test_encrypted_labels_on_dask_grow_the_in_process_forest(mode, workers, request) -> None:
+@pytest.mark.parametrize(("mode", "workers", "task"), [
+    ("paillier", "three_workers", "classification"), ("ou", "three_workers", "classification"),
+    ("ou", "one_worker", "classification"), ("ou", "three_workers", "regression"),
+    ("paillier", "one_worker", "regression")])
+def test_encrypted_labels_on_dask_grow_the_in_process_forest(mode, workers, task, request) -> None:
     """Encrypted bin sums per block, multiplied together at the agent, are the in-process ones.
 
     So the forest is the same (the ciphertexts themselves are fresh per run, so the messages differ).
@@ -161,8 +171,8 @@ def test_encrypted_labels_on_dask_grow_the_in_process_forest(mode, workers, requ
     client = request.getfixturevalue(workers)
 
     key = scheme(mode).generate(1024, insecure_for_tests=True)
-    parties = _parties(seed=11, n_parties=3, n_rows=200)
-    make = lambda **kw: _forest(n_estimators=2, max_depth=4, privacy=mode, label_key=key,  # noqa: E731
+    parties = _parties(seed=11, n_parties=3, n_rows=200, task=task)
+    make = lambda **kw: _forest(task, n_estimators=2, max_depth=4, privacy=mode, label_key=key,  # noqa: E731
                                 **kw)
     expected = make().fit(parties, label="target")
     got = make(compute=client, block_rows=45).fit(parties, label="target")
@@ -216,20 +226,21 @@ def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy) 
         assert models[0][name].tobytes() == models[1][name].tobytes(), name
 
 
-def test_a_dask_party_refuses_a_regression_session() -> None:
-    """A party whose rows are on Dask refuses a master's regression setup, naming issue #29."""
+def test_a_dask_party_refuses_a_boosting_session() -> None:
+    """A party whose rows are on Dask refuses a master's boosting setup (gradient statistics), naming #29."""
     from fedcore.errors import ProtocolError
     from fedcore.protocol.messages import Message
-    from fedcore.trees.criteria import SQUARED_ERROR
+    from fedcore.trees.criteria import GRADIENT
     from fedcore.vertical.party import VerticalParty
 
     frame = mixed_table(n_rows=50, seed=1, task="regression")
     party = VerticalParty("north", frame, "target")
     party.rows = DaskVerticalRows(party.features, client=None, block_rows=20)  # type: ignore[arg-type]
-    setup = Message("setup", {"criterion": SQUARED_ERROR, "max_bins": 16, "binning_seed": 0})
+    setup = Message("setup", {"criterion": GRADIENT, "max_bins": 16, "binning_seed": 0})
     with pytest.raises(ProtocolError) as error:
         party.handle(setup)
-    assert str(error.value) == f"party 'north' refuses the request: {REGRESSION_REFUSED}"
+    assert str(error.value) == f"party 'north' refuses the request: {BOOSTING_REFUSED}"
+    assert "issue #29" in BOOSTING_REFUSED
 
 
 def test_simulate_on_dask_reports_the_single_party_run_identical(three_workers) -> None:
@@ -238,7 +249,10 @@ def test_simulate_on_dask_reports_the_single_party_run_identical(three_workers) 
     table = mixed_table(seed=6)
     result = simulate_vertical(table, "target", parties=3, trees=3, max_depth=4, compute=three_workers)
     assert result["single_party_identical"] is True
+    regression = simulate_vertical(mixed_table(seed=6, task="regression"), "target", task="regression",
+                                   trees=2, compute=three_workers)
+    assert regression["single_party_identical"] is True
     with pytest.raises(ParameterError) as error:
-        simulate_vertical(mixed_table(seed=6, task="regression"), "target", trees=2, compute=three_workers)
-    assert str(error.value) == REGRESSION_REFUSED
+        simulate_vertical(table, "target", trees=2, algorithm="boosting", compute=three_workers)
+    assert str(error.value) == BOOSTING_REFUSED
 

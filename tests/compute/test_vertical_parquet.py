@@ -75,12 +75,13 @@ def _parquet_agents(scenario: dict, root: Path, client) -> dict[str, VerticalIns
     return agents
 
 
-def _train(agents: dict, privacy: str, alignment: str = "hash") -> tuple[dict[str, bytes], dict[str, float]]:
+def _train(agents: dict, privacy: str, alignment: str = "hash",
+           **params) -> tuple[dict[str, bytes], dict[str, float]]:
     """The forest a session trains over `agents` (every array's bytes) and its held-out evaluation."""
     session = VerticalSession(InProcessTransport({n: a.handle for n, a in agents.items()}),
                               ForestParams(n_estimators=3 if privacy == "none" else 2, max_depth=4,
                                            random_state=1, privacy=privacy,
-                                           key_bits=None if privacy == "none" else 2048),
+                                           key_bits=None if privacy == "none" else 2048, **params),
                               holdout_fraction=0.25, min_overlap=100, alignment=alignment)
     session.align()
     session.train()
@@ -122,6 +123,20 @@ def test_an_encrypted_session_on_parquet_blocks_trains_the_in_process_forest(sce
     expected = _train(_agents(scenario, tmp_path / "local", new_batch=False), "ou")
     got = _train(_parquet_agents(scenario, tmp_path / "dask", three_workers), "ou")
     assert got[1] == expected[1]
+    for name in expected[0]:
+        assert got[0][name] == expected[0][name], name
+
+
+@pytest.mark.parametrize("privacy", ["none", pytest.param("ou", marks=pytest.mark.slow)])
+def test_a_regression_session_on_parquet_blocks_trains_the_in_process_forest(scenario, tmp_path,
+                                                                            three_workers, privacy) -> None:
+    """Regression on Dask (issue #29): the bank's tenure as the label; the same forest and held-out scores."""
+    regression = {**scenario, "label": "tenure_years"}
+    params = {"task": "regression", "criterion": "squared_error"}
+    expected = _train(_agents(regression, tmp_path / "local", new_batch=False), privacy, **params)
+    got = _train(_parquet_agents(regression, tmp_path / "dask", three_workers), privacy, **params)
+    assert got[1] == expected[1] and {"rmse", "r2", "mae"} <= set(got[1])
+    assert got[0].keys() == expected[0].keys()
     for name in expected[0]:
         assert got[0][name] == expected[0][name], name
 

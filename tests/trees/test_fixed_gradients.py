@@ -1,8 +1,9 @@
-"""Boosting's gradient grid (fedcore/trees/fixed_gradients.py): sums are exact, in any order and decrypted.
+"""Boosting's gradient grid and regression targets' (fedcore/trees/fixed_gradients.py): sums are exact.
 
-Float64 sums of grid values in any order (numpy's pairwise sum, a sequential loop, reversed, shuffled) equal
-the exact integer sum times the step; the packed slots' integer sums decode to the same floats; hessians stay
-positive; a row count whose sums could not be exact is refused with one line.
+Float64 sums of grid values (gradients, and regression targets: `fixed_targets`) in any order (numpy's
+pairwise sum, a sequential loop, reversed, shuffled) equal the exact integer sum times the step; the packed
+slots' integer sums decode to the same floats; hessians stay positive; a row count whose sums could not be
+exact is refused with one line.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from fedcore.errors import ParameterError
-from fedcore.trees.fixed_gradients import GradientGrid, precision_bits, slot_widths
+from fedcore.trees.fixed_gradients import GradientGrid, fixed_targets, precision_bits, slot_widths
 
 
 def _sequential(values: np.ndarray) -> float:
@@ -69,3 +70,39 @@ def test_too_many_rows_for_exact_sums_are_refused() -> None:
         precision_bits(2**29)
     assert str(refused.value) == ("boosting sums gradients exactly over at most 536,870,911 rows (2^53 / "
                                   "2^24: 24 bits each), got 536,870,912: train on a sample of the rows")
+
+
+@pytest.mark.parametrize("scale", [1e-9, 1.0, 3e5, 1e150, 1e300])
+def test_regression_targets_on_their_grid_sum_exactly_in_any_order(scale: float) -> None:
+    """Every weighted sum of the rounded targets is exact whatever the order, and rounding twice is once."""
+    rng = np.random.default_rng(8)
+    n = 3000
+    y = rng.normal(0.5, 1.0, n) * scale
+    top = math.frexp(float(np.max(np.abs(y))))[1]
+    y[:2] = [0.0, -math.ldexp(1 - 2.0**-50, top)]  # rounds up to 2^top (inf at 1e300): clipped below it
+    y[5] = np.nan
+    fixed = fixed_targets(y)
+    bits = precision_bits(n)
+    exponent = math.frexp(float(np.nanmax(np.abs(y))))[1] - bits
+    q = np.ldexp(fixed[np.isfinite(fixed)], -exponent)
+    assert np.isnan(fixed[5]) and np.array_equal(q, np.round(q)) and np.abs(q).max() == 2**bits - 1
+    assert np.abs(fixed - y)[np.isfinite(y)].max() <= 2.0**exponent  # a grid step at most (the clipped top)
+    np.testing.assert_array_equal(fixed_targets(fixed), fixed)
+    w = rng.integers(1, 4, n).astype(np.float64)  # bootstrap counts
+    w[5] = 0.0
+    values = np.where(np.isfinite(fixed), fixed, 0.0) * w
+    exact = math.ldexp(int(sum(int(v) for v in np.ldexp(values, -exponent).tolist())), exponent)
+    shuffled = values[rng.permutation(n)]
+    assert {float(np.sum(values)), _sequential(values), _sequential(values[::-1]), _sequential(shuffled),
+            float(np.sum(shuffled[:1000])) + float(np.sum(shuffled[1000:]))} == {exact}
+
+
+def test_the_bound_holds_at_the_most_rows() -> None:
+    """At 2^29 - 1 rows (24 bits each) n x the largest |q| stays below 2^53; one more row is refused."""
+    n = 2**29 - 1
+    assert n * (2 ** precision_bits(n) - 1) < 2**53
+    with pytest.raises(ParameterError) as refused:
+        fixed_targets(np.broadcast_to(1e300, 2**29))  # a view: no 4 GiB of targets
+    assert str(refused.value) == ("a regression forest sums its targets exactly over at most 536,870,911 "
+                                  "rows (2^53 / 2^24: 24 bits each), got 536,870,912: train on a sample of "
+                                  "the rows")

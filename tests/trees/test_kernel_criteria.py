@@ -1,7 +1,8 @@
 """Criteria kernels (fedcore/trees/criteria.py) against their textbook definitions.
 
 Computed from the raw weighted samples of a node rather than from the sufficient statistics the kernels read,
-and against the node impurities scikit-learn reports for the same samples.
+and against the node impurities scikit-learn reports for the same samples. Squared error's term leaves out
+the sum of w y^2 (the same on both sides of a split: `squares` adds it back for the comparison).
 """
 
 from __future__ import annotations
@@ -34,11 +35,16 @@ def class_stats(y: np.ndarray, w: np.ndarray, n_classes: int) -> np.ndarray:
 
 
 def moment_stats(y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """(sum w, sum w*y, sum w*y^2) of weighted samples, by a plain loop."""
-    out = np.zeros(3)
+    """(sum w, sum w*y) of weighted samples, by a plain loop."""
+    out = np.zeros(2)
     for value, weight in zip(y.tolist(), w.tolist(), strict=True):
-        out += (weight, weight * value, weight * value * value)
+        out += (weight, weight * value)
     return out
+
+
+def squares(y: np.ndarray, w: np.ndarray, criterion: int) -> float:
+    """What squared error's term leaves out, sum w*y^2 (0 for the class criteria)."""
+    return float(np.sum(w * y * y)) if criterion == SQUARED_ERROR else 0.0
 
 
 def term_tolerance(y: np.ndarray, w: np.ndarray, criterion: int) -> float:
@@ -75,7 +81,7 @@ def test_impurity_term_and_weight_match_definitions(criterion: int, n: int, n_cl
         y, w = random_node(rng, n, criterion, n_classes)
         stats = node_stats(y, w, criterion, n_classes)
         assert stats_weight(stats, criterion) == np.sum(w)  # integer weights: exact
-        got = impurity_term(stats, criterion)
+        got = impurity_term(stats, criterion) + squares(y, w, criterion)
         assert got == pytest.approx(reference_term(y, w, criterion, n_classes),
                                     abs=term_tolerance(y, w, criterion))
 
@@ -107,7 +113,7 @@ def test_empty_node(criterion: int) -> None:
 
 
 def test_squared_error_weight_is_the_first_statistic_only() -> None:
-    """(w, wy, wy^2): the weight is stats[0], not the sum of the vector."""
+    """(w, wy): the weight is stats[0], not the sum of the vector."""
     stats = moment_stats(np.array([2.0, -1.0, 4.0]), np.array([1.0, 3.0, 2.0]))
     assert stats_weight(stats, SQUARED_ERROR) == 6.0
 
@@ -157,7 +163,8 @@ def test_node_impurities_match_scikit_learn(kind: str) -> None:
         weight = stats_weight(stats, criterion)
         assert weight == t.weighted_n_node_samples[node]
         # scikit-learn sums in its own order (and in float64 for squared error): compare at the term scale
-        assert impurity_term(stats, criterion) / weight == pytest.approx(t.impurity[node],
+        term = impurity_term(stats, criterion) + squares(y[reach], w[reach], criterion)
+        assert term / weight == pytest.approx(t.impurity[node],
                                                                          rel=1e-9, abs=1e-12)
 
 
@@ -177,7 +184,7 @@ def test_leaf_value_is_class_shares(criterion: int) -> None:
 def test_leaf_value_is_weighted_mean() -> None:
     rng = np.random.default_rng(12)
     nodes = [random_node(rng, n, SQUARED_ERROR, 0) for n in (1, 5, 30)]
-    stats = np.stack([moment_stats(y, w) for y, w in nodes] + [np.zeros(3)])
+    stats = np.stack([moment_stats(y, w) for y, w in nodes] + [np.zeros(2)])
     got = leaf_value(stats, SQUARED_ERROR)
     assert got.shape == (4, 1)
     for k, (y, w) in enumerate(nodes):
@@ -192,4 +199,4 @@ def test_min_gain_scales_with_weight_from_one() -> None:
 
 def test_criterion_codes_and_statistic_lengths() -> None:
     assert CRITERIA == {"gini": GINI, "entropy": ENTROPY, "log_loss": ENTROPY, "squared_error": SQUARED_ERROR}
-    assert n_stats(SQUARED_ERROR, 7) == 3 and n_stats(GINI, 7) == 7 and n_stats(ENTROPY, 2) == 2
+    assert n_stats(SQUARED_ERROR, 7) == 2 and n_stats(GINI, 7) == 7 and n_stats(ENTROPY, 2) == 2

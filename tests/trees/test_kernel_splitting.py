@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from fedcore.data.binning import MISSING_BIN
-from fedcore.trees.criteria import ENTROPY, GINI, SQUARED_ERROR, n_stats
+from fedcore.trees.criteria import ENTROPY, GINI, GRADIENT, SQUARED_ERROR, n_stats
+from fedcore.trees.fixed_gradients import fixed_targets
 from fedcore.trees.level_histograms import find_best_splits
 from fedcore.trees.splitting import (
     CATEGORY_SMOOTHING,
@@ -375,7 +376,7 @@ def check_totals(problem: Problem, totals: np.ndarray) -> None:
     for i in range(len(problem.starts)):
         _, w, y = problem.node(i)
         if problem.criterion == SQUARED_ERROR:
-            expected = [np.sum(w), np.sum(w * y), np.sum(w * y * y)]
+            expected = [np.sum(w), np.sum(w * y)]
             np.testing.assert_allclose(totals[i], expected, rtol=1e-13, atol=1e-12)  # summation order only
         else:
             np.testing.assert_array_equal(totals[i],
@@ -635,7 +636,7 @@ def histograms_of(problem: Problem, rng: np.random.Generator, empty_bins: bool) 
             for b in pair_bins:
                 m = codes == b
                 if problem.criterion == SQUARED_ERROR:
-                    stats.append([np.sum(w[m]), np.sum(w[m] * y[m]), np.sum(w[m] * y[m] ** 2)])
+                    stats.append([np.sum(w[m]), np.sum(w[m] * y[m])])
                 else:
                     stats.append(np.bincount(y[m].astype(int), weights=w[m], minlength=problem.n_classes))
             bins.extend(pair_bins.tolist())
@@ -685,25 +686,29 @@ def _block_of(problem: Problem, low: int, high: int) -> tuple[np.ndarray, ...]:
     return (problem.order[keep], problem.weight[keep], problem.target[keep], ends - np.asarray(sizes), ends)
 
 
-@pytest.mark.parametrize(("criterion", "n_classes"), [(GINI, 2), (GINI, 4), (ENTROPY, 3)])
+@pytest.mark.parametrize(("criterion", "n_classes"), [(GINI, 2), (GINI, 4), (ENTROPY, 3), (SQUARED_ERROR, 0)])
 @pytest.mark.parametrize("cuts", [[], [150], [1, 77, 78, 200, 299]])
 def test_block_histograms_summed_then_scanned_are_the_plain_kernel(criterion: int, n_classes: int,
                                                                    cuts: list[int]) -> None:
-    """Rows cut into blocks: their int64 histograms, added in any order and scanned, are the plain kernel's.
+    """Rows cut into blocks: their histograms, added in any order and scanned, are the plain kernel's.
 
-    Bit-identical splits and node totals to the fused in-process kernel (the Dask vertical path).
+    Bit-identical splits and node totals to the fused in-process kernel (the Dask vertical path): int64
+    class counts, and squared error's float64 (w, wy) over targets on their grid (`fixed_targets`).
     """
     problem = random_problem(3 * criterion + n_classes, criterion, n_classes, 2.0)
+    dtype = np.float64 if criterion == SQUARED_ERROR else np.int64
+    if criterion == SQUARED_ERROR:
+        problem.target = fixed_targets(problem.target * 1e6)
     plain, totals = problem.run()
     edges = [0, *cuts, 300]
-    parts, block_totals, node_rows = [], np.zeros_like(totals, dtype=np.int64), 0
+    parts, block_totals, node_rows = [], np.zeros_like(totals, dtype=dtype), 0
     for low, high in zip(edges[:-1], edges[1:], strict=True):
         order, weight, target, starts, ends = _block_of(problem, low, high)
         parts.append(block_histograms(problem.codes, target, order, weight, starts, ends, problem.feat_ptr,
                                       problem.feat_local, problem.n_stats, criterion))
-        assert parts[-1][2].dtype == np.int64
+        assert parts[-1][2].dtype == dtype
         block_totals += node_statistics(target, weight, starts, ends, problem.n_stats,
-                                        criterion).astype(np.int64)
+                                        criterion).astype(dtype)
         node_rows = node_rows + (ends - starts)
     order = np.random.default_rng(len(cuts)).permutation(len(parts))
     ptr, bins, stats = sum_histograms([parts[i] for i in order], len(problem.feat_local))
@@ -718,9 +723,10 @@ def test_block_histograms_summed_then_scanned_are_the_plain_kernel(criterion: in
     assert np.isfinite(plain.gain).sum() >= 10
 
 
-def test_block_histograms_refuse_regression() -> None:
+def test_block_histograms_refuse_gradient_statistics() -> None:
     problem = random_problem(1, SQUARED_ERROR, 0, 1.0)
-    with pytest.raises(ValueError, match="^block histograms are integer class counts: regression sums "
-                                         "floats, which do not add up exactly across blocks$"):
-        block_histograms(problem.codes, problem.target, problem.order, problem.weight, problem.starts,
-                         problem.ends, problem.feat_ptr, problem.feat_local, 3, SQUARED_ERROR)
+    with pytest.raises(ValueError, match="^block histograms are class counts or regression sums: boosting's "
+                                         "gradient statistics do not run on a Dask party$"):
+        block_histograms(problem.codes, np.stack([problem.target, problem.target], axis=1), problem.order,
+                         problem.weight, problem.starts, problem.ends, problem.feat_ptr, problem.feat_local,
+                         3, GRADIENT)

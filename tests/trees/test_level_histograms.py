@@ -128,9 +128,9 @@ def test_regression_histograms_are_never_kept() -> None:
     n = len(part.starts)
     _, _, kept = find_best_splits(codes, part.target, part.order, part.weight, part.starts, part.ends,
                                   np.arange(n + 1, dtype=np.int64), np.zeros(n, np.int32),
-                                  np.zeros(n, np.int32), np.zeros(6, bool), 3, SQUARED_ERROR, 1.0, 3,
+                                  np.zeros(n, np.int32), np.zeros(6, bool), 2, SQUARED_ERROR, 1.0, 2,
                                   keep=True)
-    assert kept is None  # float sums: parent minus sibling would not be the child's exact sum
+    assert kept is None  # float sums: exact only over targets on their grid, which the kernel cannot check
 
 
 def _models() -> list[str]:

@@ -160,8 +160,8 @@ CASES = {
                                     random_state=3),
         horizontal_table(seed=3, task="regression"), 2),
     # the same forests with every party's rows on a Dask cluster of three workers, in blocks of 50 rows
-    # (issue #29), and a vertical classifier's: pinned to the in-process digests above (FET plain
-    # classification on Dask is compared with the in-process forest in tests/compute/test_dask_party.py)
+    # (issue #29), and a vertical classifier's and regressor's: pinned to the in-process digests above (FET
+    # plain classification on Dask is compared with the in-process forest in tests/compute/test_dask_party.py)
     "fet gdp regression, dask": lambda: _horizontal(
         FederatedExtraTreesRegressor(n_estimators=3, random_state=5, privacy="gdp", epsilon=2.0, max_depth=4,
                                      compute=_DASK, block_rows=50, allow_data_ranges=True),
@@ -181,11 +181,14 @@ CASES = {
     "vertical ou, dask": lambda: _vertical(
         FederatedForestClassifier, mixed_table(n_rows=200, seed=11, n_classes=3), 2, n_estimators=2,
         max_depth=4, privacy="ou", label_key=_ou_key(), compute=_DASK, block_rows=50),
+    "vertical plain regression, batches, dask": lambda: _vertical(
+        FederatedForestRegressor, mixed_table(seed=3, task="regression"), 2, n_estimators=5, max_depth=5,
+        tree_batch_size=2, max_samples=0.7, compute=_DASK, block_rows=50),
 }
 
 PINNED = {
     'vertical plain gini': '3ef066ddaa07724e',
-    'vertical plain regression, batches': '4f3e7a3a6d68fd22',
+    'vertical plain regression, batches': '502a058bd2d47094',
     'vertical plain per-tree features, no bootstrap': '0efe99659c225416',
     'vertical boosting squared error': '07fd3a3a0efc1409',
     'vertical boosting logistic': '92a43705acfebc07',
@@ -211,6 +214,7 @@ PINNED = {
     'fet ldp bloom, dask': '56d93e154aaa7449',
     'vertical plain gini, dask': '3ef066ddaa07724e',
     'vertical ou, dask': 'f0a92a2261a1e10a',
+    'vertical plain regression, batches, dask': '502a058bd2d47094',
 }
 
 
