@@ -77,8 +77,10 @@ def _model_digest(agent) -> str:
 def serve_party(args: argparse.Namespace, p: int, on_dask: bool, certs: str, queue, done) -> None:
     """Child process: party `p`'s agent over Flight until `done`; then its digest and peak RSS on `queue`."""
     from benchmarks.bench_dask_party import _vm_hwm_mib
+    from fedcore.transport.allocator import limit_malloc_arenas
     from fedcore.transport.flight import AgentServer
 
+    limit_malloc_arenas()  # as an agent process does first (flows/agent.py), before any thread starts
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("fedcore.compute.level_clock").setLevel(logging.INFO)  # each tree batch's levels
     cluster = client = None

@@ -21,6 +21,7 @@ from fedcore.agents.serve import build_institution_server, serve_until_session_c
 from fedcore.compute.cluster import held_cluster
 from fedcore.config import FederationConfig, load_config
 from fedcore.errors import ContractViolation
+from fedcore.transport.allocator import limit_malloc_arenas
 from tasks.common import DATA_LOCAL, artifact_key
 
 
@@ -93,6 +94,7 @@ def agent_log_in_run() -> Iterator[None]:
 @flow(name="institution-agent")
 def institution_agent(config_path: str, institution: str) -> dict:
     """Load, validate and serve one institution's data for one session of the master's retrain flow."""
+    limit_malloc_arenas()  # before the cluster's and the server's threads start (AgentServer does it late)
     config = load_config(config_path)
     # with compute: dask, the process's cluster is held for the run: let go (closed) when it ends or fails,
     # a failed load or a server that could not start included
