@@ -3,7 +3,11 @@
 Importing fedcore sets where numba caches compiled kernels, unless NUMBA_CACHE_DIR is set already: every
 entry point (the CLI, agents, flows, the Python API) then shares one cache, which `make venv` warms
 (`python -m fedcore.warmup`). In a source checkout it is the checkout's `.numba_cache/`; in an installed
-package, `$XDG_CACHE_HOME/fedforest/numba` (default `~/.cache/fedforest/numba`).
+package, `$XDG_CACHE_HOME/fedforest/numba` (default `~/.cache/fedforest/numba`); in either, a folder named by
+`source_stamp`, so that any change of fedcore's sources starts a fresh cache (numba checks only the file a
+kernel is defined in, and a kernel keeps the compiled code of another module's kernel it calls: a stale one
+trained wrong, run-to-run different forests after an update). The folders of other stamps are removed when
+a new one is made.
 
 It also makes the OpenMP threads of numba's parallel kernels sleep between kernels (`OMP_WAIT_POLICY=PASSIVE`,
 unless set): spinning, they starved the other processes of a busy machine (`--agents local` runs a master and
@@ -13,11 +17,23 @@ cores. Models do not depend on it.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 from pathlib import Path
 
 
-def default_numba_cache() -> Path:
+def source_stamp(package: Path | None = None) -> str:
+    """16 hex digits over every source file of `package` (default fedcore): its path, size and mtime."""
+    package = package or Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(package).as_posix()}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def cache_root() -> Path:
     """The checkout's .numba_cache when fedcore runs from a writable source checkout, else the user's."""
     checkout = Path(__file__).resolve().parent.parent
     if (checkout / "pyproject.toml").is_file() and os.access(checkout, os.W_OK):
@@ -25,5 +41,26 @@ def default_numba_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fedforest" / "numba"
 
 
-os.environ.setdefault("NUMBA_CACHE_DIR", str(default_numba_cache()))
+def default_numba_cache() -> Path:
+    """This source's kernel cache: a folder of `cache_root()` named by `source_stamp()`."""
+    return cache_root() / source_stamp()
+
+
+def prune_other_caches(keep: Path) -> None:
+    """Once `keep` is new: remove everything else in its parent (other sources' caches), then make it."""
+    if keep.is_dir():
+        return
+    if keep.parent.is_dir():
+        for entry in keep.parent.iterdir():
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+    keep.mkdir(parents=True, exist_ok=True)
+
+
+if "NUMBA_CACHE_DIR" not in os.environ:
+    _CACHE = default_numba_cache()
+    prune_other_caches(_CACHE)
+    os.environ["NUMBA_CACHE_DIR"] = str(_CACHE)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read when numba first starts its OpenMP threads

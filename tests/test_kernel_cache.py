@@ -24,15 +24,38 @@ def _cache_dir_seen(env: dict[str, str]) -> str:
 
 def test_every_entry_point_gets_the_checkout_cache_unless_the_user_chose_one(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
-    assert fedcore.default_numba_cache() == REPO / ".numba_cache"  # the tests run from a writable checkout
-    assert _cache_dir_seen(env) == str(REPO / ".numba_cache")  # numba reads it: fedcore is imported first
+    stamped = REPO / ".numba_cache" / fedcore.source_stamp()
+    assert fedcore.default_numba_cache() == stamped  # the tests run from a writable checkout
+    assert _cache_dir_seen(env) == str(stamped)  # numba reads it: fedcore is imported first
     assert _cache_dir_seen({**env, "NUMBA_CACHE_DIR": str(tmp_path)}) == str(tmp_path)
 
 
 def test_an_installed_package_uses_the_users_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(fedcore, "__file__", str(tmp_path / "site-packages" / "fedcore" / "__init__.py"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    assert fedcore.default_numba_cache() == tmp_path / "cache" / "fedforest" / "numba"
+    assert fedcore.cache_root() == tmp_path / "cache" / "fedforest" / "numba"
+
+
+def test_any_change_of_a_source_file_starts_a_new_cache_and_removes_the_old(tmp_path):
+    """Numba keeps the compiled callee of another module in a kernel: the cache follows all the sources."""
+    package = tmp_path / "package"
+    (package / "trees").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    kernel = package / "trees" / "kernels.py"
+    kernel.write_text("X = 1\n")
+    first = fedcore.source_stamp(package)
+    assert fedcore.source_stamp(package) == first
+    os.utime(kernel, ns=(kernel.stat().st_atime_ns, kernel.stat().st_mtime_ns + 1))
+    second = fedcore.source_stamp(package)
+    assert second != first
+    root = tmp_path / "cache"
+    fedcore.prune_other_caches(root / first)
+    (root / first / "index.nbi").write_text("old kernels")
+    (root / "loose.nbi").write_text("an unstamped cache's")
+    fedcore.prune_other_caches(root / first)  # the same source again: nothing removed
+    assert (root / first / "index.nbi").exists()
+    fedcore.prune_other_caches(root / second)
+    assert [p.name for p in root.iterdir()] == [second] and not any((root / second).iterdir())
 
 
 def test_the_warm_up_runs_every_engine_mode_and_reports_each_as_it_compiles():

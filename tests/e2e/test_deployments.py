@@ -174,7 +174,7 @@ def deployed(tmp_path_factory) -> Iterator[dict]:
            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{root / 'prefect.db'}",
            "PREFECT_UI_ENABLED": "false", "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1",
            "GX_ANALYTICS_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "2",
-           "NUMBA_CACHE_DIR": str(REPO / ".numba_cache"), "FEDFOREST_CONFIG": str(config_path),
+           "NUMBA_CACHE_DIR": os.environ["NUMBA_CACHE_DIR"], "FEDFOREST_CONFIG": str(config_path),
            "PYTHON": sys.executable, "PATH": f"{BIN}:{os.environ['PATH']}"}
     processes = Processes(root / "logs", env)
     try:
