@@ -44,8 +44,9 @@ def test_any_change_of_a_source_file_starts_a_new_cache_and_removes_the_old(tmp_
     kernel = package / "trees" / "kernels.py"
     kernel.write_text("X = 1\n")
     first = fedcore.source_stamp(package)
-    assert fedcore.source_stamp(package) == first
-    os.utime(kernel, ns=(kernel.stat().st_atime_ns, kernel.stat().st_mtime_ns + 1))
+    os.utime(kernel, ns=(kernel.stat().st_atime_ns, kernel.stat().st_mtime_ns + 10**9))
+    assert fedcore.source_stamp(package) == first  # touched, not changed (a fresh checkout)
+    kernel.write_text("X = 2\n")
     second = fedcore.source_stamp(package)
     assert second != first
     root = tmp_path / "cache"
