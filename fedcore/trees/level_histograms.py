@@ -1,8 +1,7 @@
 """A level's split search: each node's histograms in one row-major pass, the larger sibling's by subtraction.
 
 For every open node the kernel reads the node's rows once and adds each row to the histograms of all the
-node's candidate features (row-major bin codes: a row's codes share a cache line; a task of one feature reads
-the column-major codes instead, a contiguous column when the node's rows are), then scans each
+node's candidate features (a task of one feature reads its column alone), then scans each
 histogram with the shared scan (`fedcore.trees.splitting`). Work is cut into tasks of about equal rows x
 features (a large node's features in several tasks, small nodes grouped), run by numba `prange` with
 dynamic scheduling; every (node, feature) histogram is built by one task in row order, so the results are
@@ -102,12 +101,11 @@ def _last_match(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_local, feat_rank,
                      is_cat, n_stats, criterion, min_leaf, n_class_orderings, reg_lambda: float = 0.0,
                      parents: np.ndarray | None = None, previous: LevelHistograms | None = None,
-                     keep: bool = False, row_codes: np.ndarray | None = None
-                     ) -> tuple[NodeSplits, np.ndarray, LevelHistograms | None]:
+                     keep: bool = False) -> tuple[NodeSplits, np.ndarray, LevelHistograms | None]:
     """Best split per node over its candidate features (CSR: feat_ptr over nodes), and the nodes' statistics.
 
-    `codes` (n_rows, n_features) uint8 and `row_codes` the same in row-major order (default: a copy made
-    here); which order a task reads does not change the answer, only its speed. `parents` and
+    `codes` (n_rows, n_features) uint8 in either memory order (the party's are column-major, as the binner
+    makes them: a second, row-major copy measured no faster, 200,000 and 2,000,000 rows). `parents` and
     `previous`: the previous level's split nodes and kept histograms, from which larger children are derived
     (see the module doc); `keep`: return this level's histograms for the next level (None when they would
     take over `STORE_BYTES`, or regression's, which cannot be subtracted). The answer is the same with or
@@ -142,9 +140,7 @@ def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_
         if len(direct):
             lo, hi, k_lo, k_hi = _tasks(node_rows, dptr,
                                         max(int(node_rows[pair_node[direct]].sum()) // 32, TASK_COST))
-            if row_codes is None:
-                row_codes = np.ascontiguousarray(codes)
-            _direct_splits(codes, row_codes, target, order, weight, starts, ends, totals, dptr, direct,
+            _direct_splits(codes, target, order, weight, starts, ends, totals, dptr, direct,
                            feat64, is_cat, lo, hi, k_lo, k_hi, max(k_max, 1), n_stats, criterion,
                            float(reg_lambda), min_leaf, n_class_orderings, store, len(store) > 0, from_hist,
                            out_gain, out_bin, out_ml, out_bits)
@@ -232,7 +228,7 @@ def _tasks(node_rows, dptr, cost):
 
 
 @nb.njit(cache=True, parallel=True)
-def _direct_splits(codes, row_codes, target, order, weight, starts, ends, totals, dptr, direct, feat_local,
+def _direct_splits(codes, target, order, weight, starts, ends, totals, dptr, direct, feat_local,
                    is_cat, task_lo, task_hi, task_klo, task_khi, k_max, n_stats, criterion, reg_lambda,
                    min_leaf, n_class_orderings, store, keep, from_hist, out_gain, out_bin, out_ml, out_bits):
     """Build (one row-major pass per node and task) and scan the histograms of the directly built pairs.
@@ -258,7 +254,7 @@ def _direct_splits(codes, row_codes, target, order, weight, starts, ends, totals
             for kk in range(k):
                 feats[kk] = feat_local[direct[a + kk]]
                 n_touched[kk] = 0
-            _node_histograms(codes, row_codes, target, order, weight, starts[i], ends[i], feats, k, criterion,
+            _node_histograms(codes, target, order, weight, starts[i], ends[i], feats, k, criterion,
                              hist, seen, touched, n_touched)
             if from_hist:
                 _histogram_total(hist[0], touched[0], n_touched[0], total)
@@ -277,14 +273,14 @@ def _direct_splits(codes, row_codes, target, order, weight, starts, ends, totals
 
 
 @nb.njit(cache=True)
-def _node_histograms(codes, row_codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
+def _node_histograms(codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
                      n_touched):
     """Rows s..e into the histograms of the k features: by column for one feature, else row by row."""
     if k == 1:  # the column kernel: one histogram stays in L1
         n_touched[0] = _pair_histogram(feats[0], codes, target, order, weight, s, e, criterion, hist[0],
                                        seen[0], touched[0])
     else:
-        _rows_into(row_codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
+        _rows_into(codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
                    n_touched)
 
 
