@@ -1,4 +1,4 @@
-"""A level's split search: each node's histograms in one row-major pass, the larger sibling's by subtraction.
+"""A level's split search: each node's histograms in one pass over its rows, larger siblings' by subtraction.
 
 For every open node the kernel reads the node's rows once and adds each row to the histograms of all the
 node's candidate features (a task of one feature reads its column alone), then scans each
@@ -146,7 +146,7 @@ def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_
                            out_gain, out_bin, out_ml, out_bits)
         if len(derived):
             assert usable is not None
-            first = np.zeros(n_pairs + 1, np.bool_)  # a derived pair first of its node, none direct
+            first = np.zeros(n_pairs, np.bool_)  # a derived pair first of its node, none direct
             first[derived] = np.bincount(pair_node[direct], minlength=len(starts))[pair_node[derived]] == 0
             first[derived[1:]] &= pair_node[derived[1:]] != pair_node[derived[:-1]]
             _derived_splits(derived, derive_from, sibling, usable.store, store, pair_node, feat64, is_cat,
@@ -231,7 +231,7 @@ def _tasks(node_rows, dptr, cost):
 def _direct_splits(codes, target, order, weight, starts, ends, totals, dptr, direct, feat_local,
                    is_cat, task_lo, task_hi, task_klo, task_khi, k_max, n_stats, criterion, reg_lambda,
                    min_leaf, n_class_orderings, store, keep, from_hist, out_gain, out_bin, out_ml, out_bits):
-    """Build (one row-major pass per node and task) and scan the histograms of the directly built pairs.
+    """Build (one pass over the rows per node and task) and scan the histograms of the directly built pairs.
 
     `from_hist`: each node's totals are its first histogram's sum, written to `totals` by its first task.
     """
