@@ -1,8 +1,7 @@
-"""A level's split search: each node's histograms in one row-major pass, the larger sibling's by subtraction.
+"""A level's split search: each node's histograms in one pass over its rows, larger siblings' by subtraction.
 
 For every open node the kernel reads the node's rows once and adds each row to the histograms of all the
-node's candidate features (row-major bin codes: a row's codes share a cache line; a task of one feature reads
-the column-major codes instead, a contiguous column when the node's rows are), then scans each
+node's candidate features (a task of one feature reads its column alone), then scans each
 histogram with the shared scan (`fedcore.trees.splitting`). Work is cut into tasks of about equal rows x
 features (a large node's features in several tasks, small nodes grouped), run by numba `prange` with
 dynamic scheduling; every (node, feature) histogram is built by one task in row order, so the results are
@@ -102,19 +101,17 @@ def _last_match(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_local, feat_rank,
                      is_cat, n_stats, criterion, min_leaf, n_class_orderings, reg_lambda: float = 0.0,
                      parents: np.ndarray | None = None, previous: LevelHistograms | None = None,
-                     keep: bool = False, row_codes: np.ndarray | None = None
-                     ) -> tuple[NodeSplits, np.ndarray, LevelHistograms | None]:
+                     keep: bool = False) -> tuple[NodeSplits, np.ndarray, LevelHistograms | None]:
     """Best split per node over its candidate features (CSR: feat_ptr over nodes), and the nodes' statistics.
 
-    `codes` (n_rows, n_features) uint8 and `row_codes` the same in row-major order (default: a copy made
-    here); which order a task reads does not change the answer, only its speed. `parents` and
+    `codes` (n_rows, n_features) uint8 in either memory order (the party's are column-major, as the binner
+    makes them: a second, row-major copy measured no faster, 200,000 and 2,000,000 rows). `parents` and
     `previous`: the previous level's split nodes and kept histograms, from which larger children are derived
     (see the module doc); `keep`: return this level's histograms for the next level (None when they would
     take over `STORE_BYTES`, or regression's, which cannot be subtracted). The answer is the same with or
     without subtraction, bit for bit.
     """
     target = target_columns(target)
-    totals = node_statistics(target, weight, starts, ends, n_stats, criterion)
     n_pairs = len(feat_local)
     node_rows = (ends - starts).astype(np.int64)
     store_ok = criterion != SQUARED_ERROR and n_pairs * N_CODES * n_stats * 8 <= STORE_BYTES
@@ -131,6 +128,9 @@ def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_
     np.cumsum(np.bincount(pair_node[direct], minlength=len(starts)), out=dptr[1:])
     k_max = int(np.diff(dptr).max(initial=0))
     feat64 = feat_local.astype(np.int64)
+    totals = _row_totals(target, weight, starts, ends, n_stats, criterion,
+                         np.concatenate([pair_node[direct], pair_node[derived]]))
+    from_hist = criterion != SQUARED_ERROR
     out_gain = np.full(n_pairs, -np.inf)
     out_bin = np.zeros(n_pairs, np.int32)
     out_ml = np.zeros(n_pairs, np.bool_)
@@ -140,23 +140,54 @@ def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_
         if len(direct):
             lo, hi, k_lo, k_hi = _tasks(node_rows, dptr,
                                         max(int(node_rows[pair_node[direct]].sum()) // 32, TASK_COST))
-            if row_codes is None:
-                row_codes = np.ascontiguousarray(codes)
-            _direct_splits(codes, row_codes, target, order, weight, starts, ends, totals, dptr, direct,
+            _direct_splits(codes, target, order, weight, starts, ends, totals, dptr, direct,
                            feat64, is_cat, lo, hi, k_lo, k_hi, max(k_max, 1), n_stats, criterion,
-                           float(reg_lambda), min_leaf, n_class_orderings, store, len(store) > 0, out_gain,
-                           out_bin, out_ml, out_bits)
+                           float(reg_lambda), min_leaf, n_class_orderings, store, len(store) > 0, from_hist,
+                           out_gain, out_bin, out_ml, out_bits)
         if len(derived):
             assert usable is not None
+            first = np.zeros(n_pairs, np.bool_)  # a derived pair first of its node, none direct
+            first[derived] = np.bincount(pair_node[direct], minlength=len(starts))[pair_node[derived]] == 0
+            first[derived[1:]] &= pair_node[derived[1:]] != pair_node[derived[:-1]]
             _derived_splits(derived, derive_from, sibling, usable.store, store, pair_node, feat64, is_cat,
-                            totals, n_stats, criterion, float(reg_lambda), min_leaf, n_class_orderings,
-                            out_gain, out_bin, out_ml, out_bits)
+                            totals, from_hist, first, n_stats, criterion, float(reg_lambda), min_leaf,
+                            n_class_orderings, out_gain, out_bin, out_ml, out_bits)
     finally:
         nb.set_parallel_chunksize(chunk)
     splits = NodeSplits(*_reduce_pairs(feat_ptr, feat_local, feat_rank, out_gain, out_bin, out_ml, out_bits))
     if not keep:
         return splits, totals, None
     return splits, totals, LevelHistograms(pair_node, feat64, store, node_rows[pair_node] >= 2)
+
+
+def _row_totals(target, weight, starts, ends, n_stats, criterion, histogram_nodes) -> np.ndarray:
+    """The nodes' statistics by a pass over their rows, except where the level's histograms give them.
+
+    Where statistics are exact sums (class counts, boosting's grid: not regression's), a node with a built
+    or derived histogram gets its totals from that histogram's bins in the kernels (the same numbers in any
+    order); the rest (under two rows, or no candidate feature here) are summed here, zeros left for the
+    kernels.
+    """
+    if criterion == SQUARED_ERROR:
+        return node_statistics(target, weight, starts, ends, n_stats, criterion)
+    totals = np.zeros((len(starts), n_stats))
+    rest = np.ones(len(starts), np.bool_)
+    rest[histogram_nodes] = False
+    idx = np.flatnonzero(rest)
+    if len(idx):
+        totals[idx] = node_statistics(target, weight, starts[idx], ends[idx], n_stats, criterion)
+    return totals
+
+
+@nb.njit(cache=True, inline="always")
+def _histogram_total(hist, touched, n_touched, total):
+    """A node's statistics as the sum of one of its histograms' bins (exact statistics only)."""
+    for s in range(total.shape[0]):
+        total[s] = 0.0
+    for m in range(n_touched):
+        b = touched[m]
+        for s in range(total.shape[0]):
+            total[s] += hist[b, s]
 
 
 @nb.njit(cache=True)
@@ -197,10 +228,13 @@ def _tasks(node_rows, dptr, cost):
 
 
 @nb.njit(cache=True, parallel=True)
-def _direct_splits(codes, row_codes, target, order, weight, starts, ends, totals, dptr, direct, feat_local,
+def _direct_splits(codes, target, order, weight, starts, ends, totals, dptr, direct, feat_local,
                    is_cat, task_lo, task_hi, task_klo, task_khi, k_max, n_stats, criterion, reg_lambda,
-                   min_leaf, n_class_orderings, store, keep, out_gain, out_bin, out_ml, out_bits):
-    """Build (one row-major pass per node and task) and scan the histograms of the directly built pairs."""
+                   min_leaf, n_class_orderings, store, keep, from_hist, out_gain, out_bin, out_ml, out_bits):
+    """Build (one pass over the rows per node and task) and scan the histograms of the directly built pairs.
+
+    `from_hist`: each node's totals are its first histogram's sum, written to `totals` by its first task.
+    """
     for t in nb.prange(task_lo.shape[0]):
         hist = np.zeros((k_max, N_CODES, n_stats))
         seen = np.zeros((k_max, N_CODES), np.bool_)
@@ -208,36 +242,45 @@ def _direct_splits(codes, row_codes, target, order, weight, starts, ends, totals
         n_touched = np.zeros(k_max, np.int64)
         feats = np.empty(k_max, np.int64)
         _, _, _, ordered, cum, lbuf, rbuf, missing, keys = _scratch(n_stats)
+        total = np.zeros(n_stats)
         for i in range(task_lo[t], task_hi[t]):
             if ends[i] - starts[i] < 2:
                 continue
             a = dptr[i] + (task_klo[t] if task_khi[t] >= 0 else 0)
             b = dptr[i] + task_khi[t] if task_khi[t] >= 0 else dptr[i + 1]
             k = b - a
+            if k == 0:  # in a group of small nodes, one with no candidate feature here
+                continue
             for kk in range(k):
                 feats[kk] = feat_local[direct[a + kk]]
                 n_touched[kk] = 0
-            _node_histograms(codes, row_codes, target, order, weight, starts[i], ends[i], feats, k, criterion,
+            _node_histograms(codes, target, order, weight, starts[i], ends[i], feats, k, criterion,
                              hist, seen, touched, n_touched)
+            if from_hist:
+                _histogram_total(hist[0], touched[0], n_touched[0], total)
+                if task_khi[t] < 0 or task_klo[t] == 0:
+                    totals[i] = total
+            else:
+                total[:] = totals[i]
             for kk in range(k):
                 q = direct[a + kk]
                 if keep:
                     _keep(store, q, hist[kk], touched[kk], n_touched[kk])
-                _split_of_histogram(q, is_cat[feats[kk]], n_touched[kk], totals[i], n_stats, criterion,
+                _split_of_histogram(q, is_cat[feats[kk]], n_touched[kk], total, n_stats, criterion,
                                     reg_lambda, min_leaf, n_class_orderings, hist[kk], seen[kk], touched[kk],
                                     ordered, cum, lbuf, rbuf, missing, keys, out_gain, out_bin, out_ml,
                                     out_bits)
 
 
 @nb.njit(cache=True)
-def _node_histograms(codes, row_codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
+def _node_histograms(codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
                      n_touched):
     """Rows s..e into the histograms of the k features: by column for one feature, else row by row."""
     if k == 1:  # the column kernel: one histogram stays in L1
         n_touched[0] = _pair_histogram(feats[0], codes, target, order, weight, s, e, criterion, hist[0],
                                        seen[0], touched[0])
     else:
-        _rows_into(row_codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
+        _rows_into(codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
                    n_touched)
 
 
@@ -289,14 +332,18 @@ def _touched_bins(hist, k, criterion, seen, touched, n_touched):
 
 @nb.njit(cache=True, parallel=True)
 def _derived_splits(derived, derive_from, sibling, parent_store, store, pair_node, feat_local, is_cat, totals,
-                    n_stats, criterion, reg_lambda, min_leaf, n_class_orderings, out_gain, out_bin, out_ml,
-                    out_bits):
-    """Each derived pair's histogram as parent minus smaller sibling (kept in `store`), then its scan."""
+                    from_hist, first, n_stats, criterion, reg_lambda, min_leaf, n_class_orderings, out_gain,
+                    out_bin, out_ml, out_bits):
+    """Each derived pair's histogram as parent minus smaller sibling (kept in `store`), then its scan.
+
+    `from_hist`: the pair's node totals are the histogram's sum, written to `totals` where `first`.
+    """
     n = derived.shape[0]
     n_chunks = min(n, 64)
     keep = store.shape[0] > 0
     for chunk in nb.prange(n_chunks):
         hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys = _scratch(n_stats)
+        total = np.zeros(n_stats)
         for x in range(chunk * n // n_chunks, (chunk + 1) * n // n_chunks):
             q = derived[x]
             p, sb = derive_from[q], sibling[q]
@@ -313,6 +360,12 @@ def _derived_splits(derived, derive_from, sibling, parent_store, store, pair_nod
                 else:
                     for s in range(n_stats):
                         hist[b, s] = 0.0
-            _split_of_histogram(q, is_cat[feat_local[q]], n_touched, totals[pair_node[q]], n_stats, criterion,
+            if from_hist:
+                _histogram_total(hist, touched, n_touched, total)
+                if first[q]:
+                    totals[pair_node[q]] = total
+            else:
+                total[:] = totals[pair_node[q]]
+            _split_of_histogram(q, is_cat[feat_local[q]], n_touched, total, n_stats, criterion,
                                 reg_lambda, min_leaf, n_class_orderings, hist, seen, touched, ordered, cum,
                                 lbuf, rbuf, missing, keys, out_gain, out_bin, out_ml, out_bits)

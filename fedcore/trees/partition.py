@@ -115,19 +115,17 @@ def _left_counts(starts, task_node, task_lo, task_hi, packed, byte_offsets):
 @nb.njit(cache=True, parallel=True)
 def _move_rows(order, weight, target, new_order, new_weight, new_target, starts, task_node, task_lo, task_hi,
                packed, byte_offsets, left_at, right_at):
-    """Each task's rows to its left and right places, in order."""
+    """Each task's rows to its left and right places, in order (branch-free: the bits are unpredictable)."""
     for t in nb.prange(task_node.shape[0]):
         i = task_node[t]
         off, s = byte_offsets[i], starts[i]
         li, ri = left_at[t], right_at[t]
         for j in range(task_lo[t], task_hi[t]):
             k = j - s
-            if (packed[off + (k >> 3)] >> (k & 7)) & 1:
-                dst = li
-                li += 1
-            else:
-                dst = ri
-                ri += 1
+            bit = np.int64((packed[off + (k >> 3)] >> (k & 7)) & 1)
+            dst = ri + (li - ri) * bit
+            li += bit
+            ri += 1 - bit
             new_order[dst] = order[j]
             new_weight[dst] = weight[j]
             for c in range(target.shape[1]):

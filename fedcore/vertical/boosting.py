@@ -12,6 +12,7 @@ master records (`BoostingParams.node_values`, from the same statistics).
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 
 from fedcore.randomness import stream
@@ -66,9 +67,14 @@ class BoostingLabels:
                      stats: np.ndarray) -> None:
         """The open nodes' rows (segments of `order`, tree slot by position) get their nodes' leaf weights."""
         assert self.pending is not None, "the protocol admits find_splits only after begin_batch"
-        n_rows = len(self.y)
-        lengths = (ends - starts).astype(np.int64)
-        within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        position = np.repeat(starts.astype(np.int64), lengths) + within
         values = leaf_value(stats, GRADIENT, self.reg_lambda, self.learning_rate)[:, 0]
-        self.pending[position // n_rows, order[position]] = np.repeat(values, lengths)
+        _fill_segments(self.pending, len(self.y), order, np.asarray(starts, np.int64),
+                       np.asarray(ends, np.int64), values)
+
+
+@nb.njit(cache=True)
+def _fill_segments(pending, n_rows, order, starts, ends, values):
+    """Each node's rows (its segment of `order`; segment position // n_rows: the tree slot) get its value."""
+    for i in range(starts.shape[0]):
+        for p in range(starts[i], ends[i]):
+            pending[p // n_rows, order[p]] = values[i]

@@ -29,8 +29,7 @@ class LocalRows:
     def __init__(self, features: pd.DataFrame) -> None:
         """The party's feature columns (aligned rows); binned at each setup."""
         self.features = features
-        self.codes: np.ndarray | None = None
-        self.row_codes: np.ndarray | None = None  # the same codes row-major, for the histogram kernel
+        self.codes: np.ndarray | None = None  # (n_rows, n_columns) uint8, column-major: the only copy
         self._histograms: LevelHistograms | None = None  # the last level's, for subtraction
         self.labels: np.ndarray | None = None  # the rows' class codes or values (float64), per setup
         self.partition: SamplePartition | None = None
@@ -56,7 +55,6 @@ class LocalRows:
     def bin(self, binner: PartyBinner) -> None:
         """Bin the rows with the binner the party fitted on them."""
         self.codes = binner.transform(self.features)
-        self.row_codes = np.ascontiguousarray(self.codes)
         self.labels = None  # a new setup's labels come next
 
     def set_labels(self, y: np.ndarray) -> None:
@@ -109,14 +107,13 @@ class LocalRows:
         When most nodes consider most of the party's features (boosting, or no feature sampling), this
         level's histograms are kept for the next.
         """
-        part = self._partition()
-        assert self.row_codes is not None, "setup bins the features before growth"
-        n_nodes, n_columns = len(part.starts), self.row_codes.shape[1]
+        part, codes = self._partition(), self._codes()
+        n_nodes, n_columns = len(part.starts), codes.shape[1]
         keep = 2 * len(feat_local) >= n_nodes * n_columns  # sampled features rarely meet again: none kept
         splits, stats, self._histograms = find_best_splits(
-            self._codes(), part.target, part.order, part.weight, part.starts, part.ends, feat_ptr,
+            codes, part.target, part.order, part.weight, part.starts, part.ends, feat_ptr,
             feat_local, feat_rank, is_categorical, n_stats, criterion, min_leaf, n_stats, reg_lambda, parents,
-            self._histograms, keep, self.row_codes)
+            self._histograms, keep)
         return splits, stats
 
     def split_bits(self, pos: np.ndarray, c: NodeSplits) -> np.ndarray:
