@@ -3,11 +3,11 @@
 Importing fedcore sets where numba caches compiled kernels, unless NUMBA_CACHE_DIR is set already: every
 entry point (the CLI, agents, flows, the Python API) then shares one cache, which `make venv` warms
 (`python -m fedcore.warmup`). In a source checkout it is the checkout's `.numba_cache/`; in an installed
-package, `$XDG_CACHE_HOME/fedforest/numba` (default `~/.cache/fedforest/numba`); in either, a folder named by
-`source_stamp` (the sources' contents), so that any change of fedcore's sources starts a fresh cache (numba checks only the file a
-kernel is defined in, and a kernel keeps the compiled code of another module's kernel it calls: a stale one
-trained wrong, run-to-run different forests after an update). The folders of other stamps are removed when
-a new one is made.
+package, `$XDG_CACHE_HOME/fedforest/numba` (default `~/.cache/fedforest/numba`); in either, a folder named
+by `source_stamp` (the sources' contents), so that any change of fedcore's sources starts a fresh cache
+(numba checks only the file a kernel is defined in, and a kernel keeps the compiled code of another
+module's kernel it calls: a stale one trained wrong, run-to-run different forests after an update). The
+folders of other stamps are removed when a new one is made.
 
 It also makes the OpenMP threads of numba's parallel kernels sleep between kernels (`OMP_WAIT_POLICY=PASSIVE`,
 unless set): spinning, they starved the other processes of a busy machine (`--agents local` runs a master and
