@@ -205,8 +205,12 @@ def block_major(bits: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
 class DaskVerticalRows:
     """A vertical party's rows on a Dask cluster, with `LocalRows`' interface (see the module doc)."""
 
-    def __init__(self, features: pd.DataFrame, client: Client, block_rows: int = DEFAULT_BLOCK_ROWS) -> None:
-        """The party's feature columns, to go to the cluster in blocks of `block_rows` rows at each setup."""
+    def __init__(self, features: pd.DataFrame, client: Client, block_rows: int = DEFAULT_BLOCK_ROWS,
+                 name: str = "vertical") -> None:
+        """The party's feature columns, to go to the cluster in blocks of `block_rows` rows at each setup.
+
+        `name`: the party's, for its progress lines.
+        """
         self.features: pd.DataFrame | None = features
         self.frames: list[Future] = []
         """Or (`on_workers`) each block's rows as a future on the workers, which fit and bin them there."""
@@ -222,14 +226,14 @@ class DaskVerticalRows:
         self.counts = np.zeros((len(self.blocks), 0), np.int64)
         """Rows of each open node in each block (n_blocks, n_open); kept here, level by level."""
         self._in_batch = False
-        self.clock = LevelClock("vertical", len(self.blocks))
+        self.clock = LevelClock(name, len(self.blocks))
         """Each level's wall time (begin_batch, then each split), logged per tree batch."""
         self.powers: list[Future] = []  # encrypted labels, passive party: each block's weight powers
         self._public: Any = None
 
     @classmethod
     def on_workers(cls, client: Client, frames: Sequence[Future], sizes: Sequence[int],
-                   columns: Sequence[str]) -> DaskVerticalRows:
+                   columns: Sequence[str], name: str = "vertical") -> DaskVerticalRows:
         """Rows that are on the workers already: block i is future `frames[i]` of `sizes[i]` rows.
 
         The frames hold the feature `columns` (and may hold more); setup fits the binner over them
@@ -242,6 +246,7 @@ class DaskVerticalRows:
                        for i, (a, b) in enumerate(zip(ends[:-1], ends[1:], strict=True))]
         rows.n_rows, rows.submit_order = int(ends[-1]), list(range(len(frames)))
         rows.counts = np.zeros((len(frames), 0), np.int64)
+        rows.clock = LevelClock(name, len(frames))
         return rows
 
     def __getstate__(self) -> dict:

@@ -395,7 +395,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         client, label = self._client(), self.data.label
         self.aligned_ids = None  # on the workers' side only: the agent never holds the aligned IDs
         features = [c for c in aligned.columns if c != label]
-        rows = DaskVerticalRows.on_workers(client, aligned.frames, aligned.sizes, features)
+        rows = DaskVerticalRows.on_workers(client, aligned.frames, aligned.sizes, features, self.name)
         labels = aligned.gathered(client, label).to_frame() if label else pd.DataFrame()
         log.info("institution %r: %d training rows aligned on the workers in %d blocks", self.name,
                  rows.n_rows, len(rows.blocks))
@@ -414,7 +414,7 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         from fedcore.compute.dask_vertical import DaskVerticalRows
 
         cluster = self.data.cluster if self.data.cluster is not None else shared_cluster(compute)
-        party.rows = DaskVerticalRows(party.features, cluster.client, compute.block_rows)
+        party.rows = DaskVerticalRows(party.features, cluster.client, compute.block_rows, self.name)
         log.info("institution %r: %d training rows in %d blocks", self.name, party.rows.n_rows,
                  len(party.rows.blocks))
 

@@ -128,7 +128,8 @@ class _FederatedForest(SimulatedFederation):
             try:
                 if cluster is not None:
                     for member in members:
-                        member.rows = DaskVerticalRows(member.features, cluster.client, self._block_rows)
+                        member.rows = DaskVerticalRows(member.features, cluster.client, self._block_rows,
+                                                       member.name)
                 transport = self._in_process_transport(members)
                 master = VerticalMaster(transport, params, progress=self._progress_callback())
                 self._fit_master(master, params.memory_budget_mb)

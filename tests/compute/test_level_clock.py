@@ -44,6 +44,7 @@ def test_each_vertical_party_logs_its_tree_batches_levels(three_workers, caplog)
     with caplog.at_level(logging.INFO, logger="fedcore.compute.level_clock"):
         model.fit(parties, label="target")
     matches = _logged(caplog)
-    assert {m["who"] for m in matches} == {"vertical"}
+    assert {m["who"] for m in matches} == {member.name for member in model.parties_}
+    assert all(int(m["blocks"]) >= 2 for m in matches)
     batches = [int(m["batch"]) for m in matches]
     assert batches.count(1) == 3 and all(1 <= int(m["levels"]) <= 7 for m in matches)  # one line per party
