@@ -4,21 +4,39 @@ Shared by the horizontal algorithms that draw thresholds without seeing a node's
 histogram thresholds (`ppdert/cells.py` narrows a box to the populated grid cells) and FET's DP modes (the
 box alone: the declared domain cut along the path by the chosen splits). Every role derives the boxes alike
 from public values (domains, draws, decisions), so nothing about the rows is needed to keep them.
+
+The boxes are not held as (nodes, features, 2) arrays: a node's box differs from the declared domain only on
+the features its path cut or narrowed, so each node of the batch keeps its cut (the parent's split: feature,
+threshold, side) and its narrowed intervals, and a box is replayed from the root along the path when asked
+for, applying the same min / max / assignments in the same order as a materialised box would, so every role
+gets the same intervals bit for bit. A level's children cost O(open nodes), not O(open nodes x features).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numba as nb
 import numpy as np
 
 if TYPE_CHECKING:
     from fedcore.trees.grower import Level
 
+_ENTRY_BYTES = 8 + 4 + 8 + 1 + 8
+"""One held node: parent index (int64), cut feature (int32), threshold (float64), side (bool), where its
+narrowed intervals start (int64)."""
+_NARROWED_BYTES = 4 + 8 + 8
+"""One narrowed interval: feature (int32), low and high (float64)."""
 
-def box_bytes_per_node(n_features: int) -> int:
-    """Bytes a role holds per open node for its box, parent and children alike: 2 x 2 x d float64."""
-    return 4 * n_features * 8
+
+def box_bytes_per_node(n_features: int, narrowed: int = 0) -> int:
+    """Bytes a role holds per open node for the boxes, with `narrowed` intervals narrowed per node and level.
+
+    The batch's nodes grown so far are held (a tree has fewer than twice its leaves, its leaves at most
+    twice the open nodes per level the plan counts: 4 per open node), twice while a level's children are
+    appended, and each open node's usable mask (one byte per feature) while a level is drawn.
+    """
+    return 2 * 4 * (_ENTRY_BYTES + narrowed * _NARROWED_BYTES) + n_features
 
 
 def span_thresholds(span_low: np.ndarray, span_high: np.ndarray, has: np.ndarray,
@@ -36,33 +54,74 @@ def span_thresholds(span_low: np.ndarray, span_high: np.ndarray, has: np.ndarray
 
 
 class NodeBoxes:
-    """Per open node and feature, an interval known to hold all the node's values: (A, d, 2) float64.
+    """Per open node and feature, an interval known to hold all the node's values, replayed along its path.
 
     Roots start from the declared domains; a node's candidates narrow its box to their populated spans,
-    and its children inherit it, cut at the chosen split's threshold.
+    and its children inherit it, cut at the chosen split's threshold. Holds every node of the batch grown so
+    far (index order: level by level), the open ones last (`start` on).
     """
 
-    def __init__(self, boxes: np.ndarray) -> None:
-        """Wrap the (A, d, 2) boxes of the open nodes."""
-        self.boxes = boxes
+    def __init__(self, low: np.ndarray, high: np.ndarray, parent: np.ndarray, cut: tuple, narrowed: tuple,
+                 start: int, n_levels: int) -> None:
+        """Wrap the batch's nodes.
+
+        `cut` is (feature, threshold, left), `narrowed` (offsets, feature, low, high) in node order.
+        """
+        self.low, self.high, self.parent = low, high, parent
+        self.cut_feature, self.cut_threshold, self.cut_left = cut
+        self.narrow_at, self.narrow_feature, self.narrow_low, self.narrow_high = narrowed
+        self.start, self.n_levels = start, n_levels
+
+    @property
+    def n_open(self) -> int:
+        """How many open nodes the level has."""
+        return len(self.parent) - self.start
 
     @classmethod
     def roots(cls, low: np.ndarray, high: np.ndarray, n_nodes: int) -> NodeBoxes:
         """Every root's box is the declared domain."""
-        box = np.stack([low, high], axis=-1).astype(np.float64)
-        return cls(np.broadcast_to(box, (n_nodes, *box.shape)).copy())
+        empty = np.zeros(0)
+        return cls(np.asarray(low, np.float64), np.asarray(high, np.float64), np.full(n_nodes, -1, np.int64),
+                   (np.full(n_nodes, -1, np.int32), np.zeros(n_nodes), np.zeros(n_nodes, bool)),
+                   (np.zeros(n_nodes + 1, np.int64), np.zeros(0, np.int32), empty, empty), 0, 1)
+
+    def _nodes(self) -> tuple:
+        """The held nodes' arrays a box is replayed from (`_replay`)."""
+        return (self.parent, self.cut_feature, self.cut_threshold, self.cut_left, self.narrow_at,
+                self.narrow_feature, self.narrow_low, self.narrow_high)
 
     def grid(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The candidates' intervals: grid_low, grid_high (A, k)."""
-        rows = np.arange(len(features))[:, None]
-        return self.boxes[rows, features, 0], self.boxes[rows, features, 1]
+        return _intervals((self.low, self.high), self._nodes(), self.start, self.n_levels,
+                          np.ascontiguousarray(features, dtype=np.int64))
+
+    def usable(self) -> np.ndarray:
+        """Per open node and feature, whether its box is not a point (A, d) bool."""
+        return _usable((self.low, self.high), self._nodes(), self.start, self.n_levels)
+
+    @property
+    def boxes(self) -> np.ndarray:
+        """Every open node's whole box (A, d, 2), made on demand (for inspection: the roles use `grid`)."""
+        every = np.broadcast_to(np.arange(len(self.low)), (self.n_open, len(self.low)))
+        return np.stack(self.grid(every), axis=-1)
 
     def narrow(self, features: np.ndarray, span_low: np.ndarray, span_high: np.ndarray,
                has: np.ndarray) -> None:
         """Shrink each candidate's interval to its populated span (where the node has values)."""
-        rows = np.broadcast_to(np.arange(len(features))[:, None], features.shape)
-        self.boxes[rows[has], features[has], 0] = span_low[has]
-        self.boxes[rows[has], features[has], 1] = span_high[has]
+        node, column = np.nonzero(has)  # node by node, each node's candidates in order
+        at, start = self.narrow_at, self.start
+        begin, held = at[start], np.diff(at[start:])  # this level's earlier intervals (another call)
+        order = np.argsort(np.concatenate([np.repeat(np.arange(self.n_open), held), node]), kind="stable")
+
+        def merged(kept: np.ndarray, new: np.ndarray) -> np.ndarray:
+            level = np.concatenate([kept[begin:], new[node, column].astype(kept.dtype)])[order]
+            return np.concatenate([kept[:begin], level])
+
+        self.narrow_feature = merged(self.narrow_feature, features)
+        self.narrow_low = merged(self.narrow_low, span_low)
+        self.narrow_high = merged(self.narrow_high, span_high)
+        counts = held + np.bincount(node, minlength=self.n_open)
+        self.narrow_at = np.concatenate([at[:start + 1], begin + np.cumsum(counts)])
 
     def split(self, split_idx: np.ndarray, feature: np.ndarray, threshold: np.ndarray,
               next_pos: np.ndarray) -> NodeBoxes:
@@ -70,19 +129,21 @@ class NodeBoxes:
 
         `split_idx` are the nodes that split, `feature` and `threshold` their splits; child 2i / 2i + 1
         (left / right) of the i-th becomes open node `next_pos[...]` (-1: a leaf), numbered 0 .. n - 1 (the
-        grower numbers them so; a party checks it before). Only the open children's boxes are made, in
-        their final order: old and new boxes are all that is held at once.
+        grower numbers them so; a party checks it before). Only the open children are appended, in their
+        final order; this level's boxes stay as they are.
         """
         opened = np.flatnonzero(next_pos >= 0)
         child = np.empty(len(opened), dtype=np.int64)
         child[next_pos[opened]] = opened  # open node -> its child index 2i (left) or 2i + 1 (right)
         parent = child // 2
-        boxes = self.boxes[split_idx[parent]]
-        nodes = np.arange(len(child))
-        f, t, left = feature[parent], threshold[parent], child % 2 == 0
-        boxes[nodes[left], f[left], 1] = np.minimum(boxes[nodes[left], f[left], 1], t[left])
-        boxes[nodes[~left], f[~left], 0] = np.maximum(boxes[nodes[~left], f[~left], 0], t[~left])
-        return NodeBoxes(boxes)
+        n = len(self.parent)
+        cut = (np.concatenate([self.cut_feature, feature[parent].astype(np.int32)]),
+               np.concatenate([self.cut_threshold, threshold[parent].astype(np.float64)]),
+               np.concatenate([self.cut_left, child % 2 == 0]))
+        at = np.concatenate([self.narrow_at, np.full(len(child), self.narrow_at[-1])])
+        return NodeBoxes(self.low, self.high, np.concatenate([self.parent, self.start + split_idx[parent]]),
+                         cut, (at, self.narrow_feature, self.narrow_low, self.narrow_high), n,
+                         self.n_levels + 1)
 
     def after_decisions(self, chosen: np.ndarray, next_pos: np.ndarray, features: np.ndarray,
                         thresholds: np.ndarray) -> NodeBoxes:
@@ -99,3 +160,86 @@ class NodeBoxes:
         """`split`, from the master's level record (`BranchStatsLevels.advance`)."""
         return self.split(split_idx, level.fields["feature"][split_idx], level.fields["threshold"][split_idx],
                           next_pos)
+
+
+@nb.njit(cache=True)
+def _replay(node, nodes, low, high, touched, seen, path):  # pragma: no cover - compiled
+    """Node's box into low / high (the domain elsewhere) from the root down; the features touched, in order.
+
+    The same operations in the same order as cutting and narrowing a materialised box: np.minimum /
+    np.maximum as on arrays (NaN wins; on a tie, 0.0 against -0.0, the threshold) for cuts, assignment for
+    narrowed intervals.
+    """
+    parent, cut_feature, cut_threshold, cut_left, narrow_at, narrow_feature, narrow_low, narrow_high = nodes
+    depth = 0
+    while node >= 0:
+        path[depth] = node
+        depth += 1
+        node = parent[node]
+    n_touched = 0
+    for step in range(depth - 1, -1, -1):
+        p = path[step]
+        f = cut_feature[p]
+        if f >= 0:
+            if not seen[f]:
+                seen[f] = True
+                touched[n_touched] = f
+                n_touched += 1
+            t = cut_threshold[p]
+            if cut_left[p]:
+                if not (high[f] < t or high[f] != high[f]):
+                    high[f] = t
+            elif not (low[f] > t or low[f] != low[f]):
+                low[f] = t
+        for e in range(narrow_at[p], narrow_at[p + 1]):
+            f = narrow_feature[e]
+            if not seen[f]:
+                seen[f] = True
+                touched[n_touched] = f
+                n_touched += 1
+            low[f] = narrow_low[e]
+            high[f] = narrow_high[e]
+    return n_touched
+
+
+@nb.njit(cache=True)
+def _restore(touched, n_touched, seen, low, high, domain_low, domain_high):  # pragma: no cover - compiled
+    """Reset the scratch box to the domain after a node."""
+    for i in range(n_touched):
+        f = touched[i]
+        low[f], high[f], seen[f] = domain_low[f], domain_high[f], False
+
+
+@nb.njit(cache=True)
+def _intervals(domain, nodes, start, n_levels, features):  # pragma: no cover - compiled
+    """Each open node's box on its candidate features: low, high (A, k)."""
+    domain_low, domain_high = domain
+    n, k = features.shape
+    out_low, out_high = np.empty((n, k)), np.empty((n, k))
+    low, high, d = domain_low.copy(), domain_high.copy(), len(domain_low)
+    touched, seen, path = np.zeros(d, np.int64), np.zeros(d, np.bool_), np.zeros(n_levels, np.int64)
+    for i in range(n):
+        n_touched = _replay(start + i, nodes, low, high, touched, seen, path)
+        for j in range(k):
+            out_low[i, j], out_high[i, j] = low[features[i, j]], high[features[i, j]]
+        _restore(touched, n_touched, seen, low, high, domain_low, domain_high)
+    return out_low, out_high
+
+
+@nb.njit(cache=True)
+def _usable(domain, nodes, start, n_levels):  # pragma: no cover - compiled
+    """Per open node and feature, whether its box is not a point (A, d)."""
+    domain_low, domain_high = domain
+    n, d = len(nodes[0]) - start, len(domain_low)
+    out = np.empty((n, d), np.bool_)
+    everywhere = domain_high > domain_low
+    low, high = domain_low.copy(), domain_high.copy()
+    touched, seen, path = np.zeros(d, np.int64), np.zeros(d, np.bool_), np.zeros(n_levels, np.int64)
+    for i in range(n):
+        n_touched = _replay(start + i, nodes, low, high, touched, seen, path)
+        out[i] = everywhere
+        for t in range(n_touched):
+            f = touched[t]
+            out[i, f] = high[f] > low[f]
+        _restore(touched, n_touched, seen, low, high, domain_low, domain_high)
+    return out

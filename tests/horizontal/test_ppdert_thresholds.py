@@ -211,8 +211,10 @@ def test_a_party_refuses_a_deeper_grid_narrower_than_the_nodes_box() -> None:
     class Probing(PPDERTMaster):
         def advance(self, level, split_idx, left, child_open, next_pos) -> None:
             super().advance(level, split_idx, left, child_open, next_pos)
-            boxes = self._boxes.boxes
-            boxes[..., 1] = boxes[..., 0] / 2 + boxes[..., 1] / 2
+            boxes = self._boxes  # every box halved: narrowed to its lower half on every feature
+            every = np.broadcast_to(np.arange(len(boxes.low)), (boxes.n_open, len(boxes.low)))
+            low, high = boxes.grid(every)
+            boxes.narrow(every, low, low / 2 + high / 2, np.ones(every.shape, bool))
 
     parties, schema, low, high = _parties()
     honest = _master(schema, low, high, parties)
@@ -332,3 +334,19 @@ def test_an_agent_runs_the_threshold_mode_of_its_own_config_and_refuses_a_master
     train(agents(own), {"mode": "secagg", "thresholds": "domain"})
     # no own config (in-process): the master's
     train(agents(None), {"mode": "secagg", "thresholds": "histogram"})
+
+
+def test_a_box_replays_its_path_cuts_and_narrowings_in_order() -> None:
+    """A box is the domain narrowed and cut along its path in order: a later narrowing replaces an earlier."""
+    boxes = NodeBoxes.roots(np.array([0.0, 10.0, 5.0]), np.array([1.0, 20.0, 5.0]), 1)
+    assert boxes.usable().tolist() == [[True, True, False]]  # a point domain is never usable
+    boxes.narrow(np.array([[0]]), np.array([[0.25]]), np.array([[0.75]]), np.ones((1, 1), bool))
+    boxes.narrow(np.array([[0, 1]]), np.array([[0.5, 0.0]]), np.array([[0.6, 99.0]]),
+                 np.array([[True, False]]))
+    children = boxes.split(np.array([0]), np.array([0]), np.array([0.5]), np.array([0, 1]))
+    np.testing.assert_array_equal(children.boxes, [[[0.5, 0.5], [10.0, 20.0], [5.0, 5.0]],
+                                                   [[0.5, 0.6], [10.0, 20.0], [5.0, 5.0]]])
+    assert children.usable().tolist() == [[False, True, False], [True, True, False]]  # left: cut to a point
+    low, high = children.grid(np.array([[1, 0], [0, 0]]))
+    assert low.tolist() == [[10.0, 0.5], [0.5, 0.5]] and high.tolist() == [[20.0, 0.5], [0.6, 0.6]]
+    np.testing.assert_array_equal(boxes.boxes, [[[0.5, 0.6], [10.0, 20.0], [5.0, 5.0]]])  # the parent's kept

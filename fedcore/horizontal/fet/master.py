@@ -350,8 +350,7 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         arrays: dict = {}
         self._request(header, arrays, trees)
         assert self._boxes is not None, "gdp has declared domains"
-        box = self._boxes.boxes
-        features = drawn_features(p.random_state, act_tree, depth, box[..., 1] > box[..., 0])
+        features = drawn_features(p.random_state, act_tree, depth, self._boxes.usable())
         arrays["features"] = features.astype(np.int32)
         low, high = self._boxes.grid(features)
         u = fet_threshold_uniforms(p.random_state, act_tree, depth, 1)
@@ -474,7 +473,7 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
             self._boxes = self._boxes.after_level(level, split_idx, next_pos)
 
     def master_bytes_per_node(self) -> int:
-        """The DP modes add each open node's box (parent and children)."""
+        """The DP modes add the nodes' boxes (`box_bytes_per_node`: cut only, never narrowed)."""
         extra = box_bytes_per_node(self.schema.n_features) if self.domains is not None else 0
         return super().master_bytes_per_node() + extra
 
