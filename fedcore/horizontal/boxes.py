@@ -95,9 +95,14 @@ class NodeBoxes:
         return _intervals((self.low, self.high), self._nodes(), self.start, self.n_levels,
                           np.ascontiguousarray(features, dtype=np.int64))
 
-    def usable(self) -> np.ndarray:
-        """Per open node and feature, whether its box is not a point (A, d) bool."""
-        return _usable((self.low, self.high), self._nodes(), self.start, self.n_levels)
+    def drawn(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per open node, one feature drawn among its usable ones and its interval: feature, low, high (A,).
+
+        Usable: the node's box is not a point on it. The feature is the rank-th usable one, rank = floor(u x
+        usable count) below the count (`u` (A,) in [0, 1)); feature 0 where none is usable.
+        """
+        return _drawn((self.low, self.high), self._nodes(), self.start, self.n_levels,
+                      np.ascontiguousarray(u, dtype=np.float64))
 
     @property
     def boxes(self) -> np.ndarray:
@@ -227,19 +232,40 @@ def _intervals(domain, nodes, start, n_levels, features):  # pragma: no cover - 
 
 
 @nb.njit(cache=True)
-def _usable(domain, nodes, start, n_levels):  # pragma: no cover - compiled
-    """Per open node and feature, whether its box is not a point (A, d)."""
+def rank_usable(usable, u):  # pragma: no cover - compiled
+    """The rank-th True of `usable` (d,), rank = floor(u x its count) below the count; 0 if none is True."""
+    count = 0
+    for j in range(len(usable)):
+        count += usable[j]
+    if count == 0:
+        return 0
+    rank = int(u * count)  # truncated, as astype(int64) would
+    if rank > count - 1:
+        rank = count - 1
+    for j in range(len(usable)):
+        if usable[j]:
+            if rank == 0:
+                return j
+            rank -= 1
+    return 0
+
+
+@nb.njit(cache=True)
+def _drawn(domain, nodes, start, n_levels, u):  # pragma: no cover - compiled
+    """Per open node, the rank-th feature its box is not a point on (`rank_usable`), and its interval."""
     domain_low, domain_high = domain
     n, d = len(nodes[0]) - start, len(domain_low)
-    out = np.empty((n, d), np.bool_)
-    everywhere = domain_high > domain_low
+    features, out_low, out_high = np.zeros(n, np.int64), np.empty(n), np.empty(n)
+    everywhere, usable = domain_high > domain_low, np.empty(d, np.bool_)
     low, high = domain_low.copy(), domain_high.copy()
     touched, seen, path = np.zeros(d, np.int64), np.zeros(d, np.bool_), np.zeros(n_levels, np.int64)
     for i in range(n):
         n_touched = _replay(start + i, nodes, low, high, touched, seen, path)
-        out[i] = everywhere
+        usable[:] = everywhere
         for t in range(n_touched):
             f = touched[t]
-            out[i, f] = high[f] > low[f]
+            usable[f] = high[f] > low[f]
+        f = rank_usable(usable, u[i])
+        features[i], out_low[i], out_high[i] = f, low[f], high[f]
         _restore(touched, n_touched, seen, low, high, domain_low, domain_high)
-    return out
+    return features, out_low, out_high

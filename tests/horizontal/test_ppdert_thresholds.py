@@ -339,14 +339,15 @@ def test_an_agent_runs_the_threshold_mode_of_its_own_config_and_refuses_a_master
 def test_a_box_replays_its_path_cuts_and_narrowings_in_order() -> None:
     """A box is the domain narrowed and cut along its path in order: a later narrowing replaces an earlier."""
     boxes = NodeBoxes.roots(np.array([0.0, 10.0, 5.0]), np.array([1.0, 20.0, 5.0]), 1)
-    assert boxes.usable().tolist() == [[True, True, False]]  # a point domain is never usable
+    assert boxes.drawn(np.array([0.99]))[0].tolist() == [1]  # a point domain is never usable: 2 of 3 are
     boxes.narrow(np.array([[0]]), np.array([[0.25]]), np.array([[0.75]]), np.ones((1, 1), bool))
     boxes.narrow(np.array([[0, 1]]), np.array([[0.5, 0.0]]), np.array([[0.6, 99.0]]),
                  np.array([[True, False]]))
     children = boxes.split(np.array([0]), np.array([0]), np.array([0.5]), np.array([0, 1]))
     np.testing.assert_array_equal(children.boxes, [[[0.5, 0.5], [10.0, 20.0], [5.0, 5.0]],
                                                    [[0.5, 0.6], [10.0, 20.0], [5.0, 5.0]]])
-    assert children.usable().tolist() == [[False, True, False], [True, True, False]]  # left: cut to a point
+    features, low, high = children.drawn(np.array([0.0, 0.0]))  # the first usable feature of each
+    assert features.tolist() == [1, 0] and low.tolist() == [10.0, 0.5] and high.tolist() == [20.0, 0.6]
     low, high = children.grid(np.array([[1, 0], [0, 0]]))
     assert low.tolist() == [[10.0, 0.5], [0.5, 0.5]] and high.tolist() == [[20.0, 0.5], [0.6, 0.6]]
     np.testing.assert_array_equal(boxes.boxes, [[[0.5, 0.6], [10.0, 20.0], [5.0, 5.0]]])  # the parent's kept

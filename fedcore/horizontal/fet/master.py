@@ -350,9 +350,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         arrays: dict = {}
         self._request(header, arrays, trees)
         assert self._boxes is not None, "gdp has declared domains"
-        features = drawn_features(p.random_state, act_tree, depth, self._boxes.usable())
+        features, low, high = drawn_features(p.random_state, act_tree, depth, self._boxes)
         arrays["features"] = features.astype(np.int32)
-        low, high = self._boxes.grid(features)
         u = fet_threshold_uniforms(p.random_state, act_tree, depth, 1)
         if self.marginals is not None:
             u = self.marginals.warp(features, low, high, u)
