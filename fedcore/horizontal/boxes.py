@@ -252,20 +252,34 @@ def rank_usable(usable, u):  # pragma: no cover - compiled
 
 @nb.njit(cache=True)
 def _drawn(domain, nodes, start, n_levels, u):  # pragma: no cover - compiled
-    """Per open node, the rank-th feature its box is not a point on (`rank_usable`), and its interval."""
+    """Per open node, the rank-th feature its box is not a point on (`rank_usable`), and its interval.
+
+    Where the path left every feature usable as in the domain (the rule), the rank indexes the domain's
+    usable features directly.
+    """
     domain_low, domain_high = domain
     n, d = len(nodes[0]) - start, len(domain_low)
     features, out_low, out_high = np.zeros(n, np.int64), np.empty(n), np.empty(n)
     everywhere, usable = domain_high > domain_low, np.empty(d, np.bool_)
+    in_domain = np.flatnonzero(everywhere)
     low, high = domain_low.copy(), domain_high.copy()
     touched, seen, path = np.zeros(d, np.int64), np.zeros(d, np.bool_), np.zeros(n_levels, np.int64)
     for i in range(n):
         n_touched = _replay(start + i, nodes, low, high, touched, seen, path)
-        usable[:] = everywhere
+        changed = False
         for t in range(n_touched):
             f = touched[t]
-            usable[f] = high[f] > low[f]
-        f = rank_usable(usable, u[i])
+            changed |= (high[f] > low[f]) != everywhere[f]
+        if changed:
+            usable[:] = everywhere
+            for t in range(n_touched):
+                f = touched[t]
+                usable[f] = high[f] > low[f]
+            f = rank_usable(usable, u[i])
+        elif len(in_domain) == 0:
+            f = 0
+        else:
+            f = in_domain[min(int(u[i] * len(in_domain)), len(in_domain) - 1)]
         features[i], out_low[i], out_high[i] = f, low[f], high[f]
         _restore(touched, n_touched, seen, low, high, domain_low, domain_high)
     return features, out_low, out_high

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+import numba as nb
 import numpy as np
 
 MARGINAL_BINS = 64
@@ -66,6 +67,9 @@ class MarginalQuantiles:
         self.low = np.asarray(low, np.float64)
         self.high = np.asarray(high, np.float64)
         self.bins = mass.shape[1]
+        # each feature's cell edges, the values the CDF is inverted to
+        self.edges = np.array([np.linspace(lo, hi, self.bins + 1) for lo, hi in zip(self.low, self.high,
+                                                                                   strict=True)])
 
     def _position(self, features: np.ndarray, x: np.ndarray) -> np.ndarray:
         """The CDF at `x` of each candidate's feature (piecewise linear over the cells)."""
@@ -85,14 +89,50 @@ class MarginalQuantiles:
         """
         start = self._position(features, low)
         q = start + u * (self._position(features, high) - start)
-        thresholds = np.empty(u.shape)
-        flat_features, flat_q, flat = features.ravel(), q.ravel(), thresholds.reshape(-1)
-        order = np.argsort(flat_features, kind="stable")  # one sort, not a pass over all per feature
-        present, starts = np.unique(flat_features[order], return_index=True)
-        for f, at in zip(present, np.split(order, starts[1:]), strict=True):
-            grid = np.linspace(self.low[f], self.high[f], self.bins + 1)
-            flat[at] = np.interp(flat_q[at], self.cdf[f], grid)
+        thresholds = _inverse(np.ascontiguousarray(features, dtype=np.int64).ravel(),
+                              np.ascontiguousarray(q).ravel(), self.cdf, self.edges).reshape(u.shape)
         span = high - low
         with np.errstate(invalid="ignore", divide="ignore"):
             share = (thresholds - low) / np.where(span > 0, span, 1.0)
         return np.where((span > 0) & np.isfinite(share), np.clip(share, 0.0, 1.0), u)
+
+
+@nb.njit(cache=True)
+def _inverse(features, q, cdf, edges):  # pragma: no cover - compiled
+    """Each candidate's np.interp(q, cdf[feature], edges[feature]), computed as numpy's interp computes it.
+
+    The cell j with cdf[j] <= q < cdf[j + 1] (the CDF is strictly increasing), then the slope from j and,
+    if that gives NaN, from j + 1; below / above the CDF its first / last edge, at a knot its edge.
+    """
+    out = np.empty(len(q))
+    n = cdf.shape[1]
+    for i in range(len(q)):
+        x, xp, fp = q[i], cdf[features[i]], edges[features[i]]
+        if x != x:
+            out[i] = x
+            continue
+        if x < xp[0]:
+            out[i] = fp[0]
+            continue
+        if x > xp[n - 1]:
+            out[i] = fp[n - 1]
+            continue
+        lo, hi = 0, n - 1  # xp[lo] <= x, and x < xp[hi] unless x is the last knot
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if xp[mid] <= x:
+                lo = mid
+            else:
+                hi = mid
+        j = n - 1 if x >= xp[n - 1] else lo
+        if j == n - 1 or xp[j] == x:
+            out[i] = fp[j]
+            continue
+        slope = (fp[j + 1] - fp[j]) / (xp[j + 1] - xp[j])
+        value = slope * (x - xp[j]) + fp[j]
+        if value != value:
+            value = slope * (x - xp[j + 1]) + fp[j + 1]
+            if value != value and fp[j] == fp[j + 1]:
+                value = fp[j]
+        out[i] = value
+    return out
