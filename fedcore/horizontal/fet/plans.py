@@ -130,21 +130,23 @@ def fill_random_nodes(records: dict[str, np.ndarray], from_depth: int) -> None:
     # copies: a batch loaded from a checkpoint holds read-only arrays
     weight = records["weight"] = np.array(records["weight"], dtype=np.float64)
     value = records["value"] = np.array(records["value"], dtype=np.float64)
-    first = np.searchsorted(tree, tree, side="left")  # each record's tree's first record
-    _fill_from_children(first, np.ascontiguousarray(records["left"], np.int64),
+    _fill_from_children(np.ascontiguousarray(tree, np.int64), np.ascontiguousarray(records["left"], np.int64),
                         np.ascontiguousarray(records["right"], np.int64),
                         np.ascontiguousarray(records["depth"], np.int64), from_depth, weight,
                         value.reshape(len(tree), -1))
 
 
 @nb.njit(cache=True)
-def _fill_from_children(first, left, right, depth, from_depth, weight, value):  # pragma: no cover
+def _fill_from_children(tree, left, right, depth, from_depth, weight, value):  # pragma: no cover
     """`fill_random_nodes` in one pass from the last record back.
 
     A child's id is above its parent's (ids are given level by level), so its weight and value are final
     when the parent's are made: the same operations as a depth-by-depth pass, in the same order per node.
     """
-    for i in range(len(first) - 1, -1, -1):
+    first = np.empty(len(tree), np.int64)  # each record's tree's first record
+    for i in range(len(tree)):
+        first[i] = i if i == 0 or tree[i] != tree[i - 1] else first[i - 1]
+    for i in range(len(tree) - 1, -1, -1):
         if depth[i] < from_depth or left[i] == NO_CHILD:
             continue
         lo, ro = first[i] + left[i], first[i] + right[i]
