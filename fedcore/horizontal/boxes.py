@@ -29,14 +29,14 @@ _NARROWED_BYTES = 4 + 8 + 8
 """One narrowed interval: feature (int32), low and high (float64)."""
 
 
-def box_bytes_per_node(n_features: int, narrowed: int = 0) -> int:
+def box_bytes_per_node(narrowed: int = 0) -> int:
     """Bytes a role holds per open node for the boxes, with `narrowed` intervals narrowed per node and level.
 
     The batch's nodes grown so far are held (a tree has fewer than twice its leaves, its leaves at most
     twice the open nodes per level the plan counts: 4 per open node), twice while a level's children are
-    appended, and each open node's usable mask (one byte per feature) while a level is drawn.
+    appended. Whatever the number of features: a box is replayed, never stored.
     """
-    return 2 * 4 * (_ENTRY_BYTES + narrowed * _NARROWED_BYTES) + n_features
+    return 2 * 4 * (_ENTRY_BYTES + narrowed * _NARROWED_BYTES)
 
 
 def span_thresholds(span_low: np.ndarray, span_high: np.ndarray, has: np.ndarray,

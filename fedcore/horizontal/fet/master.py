@@ -473,7 +473,7 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
 
     def master_bytes_per_node(self) -> int:
         """The DP modes add the nodes' boxes (`box_bytes_per_node`: cut only, never narrowed)."""
-        extra = box_bytes_per_node(self.schema.n_features) if self.domains is not None else 0
+        extra = box_bytes_per_node() if self.domains is not None else 0
         return super().master_bytes_per_node() + extra
 
     def _estimate(self, replies: dict[str, Message], shape: tuple[int, int], valid: np.ndarray,

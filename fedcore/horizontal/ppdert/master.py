@@ -99,12 +99,12 @@ class PPDERTMaster(BranchStatsLevels):
         extra = 0
         if self.thresholds == "histogram":
             cells = self.k * 2 * self.n_cells * 8 * (len(self.parties) + 1)
-            extra = box_bytes_per_node(self.schema.n_features, self.k) + cells
+            extra = box_bytes_per_node(self.k) + cells
         return super().master_bytes_per_node() + extra
 
     def party_bytes_per_node(self) -> int:
         """Histogram thresholds: each party keeps the nodes' boxes too."""
-        return box_bytes_per_node(self.schema.n_features, self.k) if self.thresholds == "histogram" else 0
+        return box_bytes_per_node(self.k) if self.thresholds == "histogram" else 0
 
     def setup(self) -> None:
         """Greet every party, size the mask ring and collect the parties' signed secure-aggregation keys."""
