@@ -53,46 +53,83 @@ def span_thresholds(span_low: np.ndarray, span_high: np.ndarray, has: np.ndarray
     return np.where(valid, thresholds, np.nan), valid
 
 
+class _Held:
+    """Arrays appended to in place (their capacity doubles), read by prefix: each holder knows its own end."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], size: int) -> None:
+        """Wrap `arrays` (equal lengths, at least `size`) whose first `size` entries are in use."""
+        self.arrays, self.size = arrays, size
+
+    def at(self, end: int, shared: bool = False) -> _Held:
+        """A buffer to write past `end` in: this one if nothing follows `end`, else a copy of the prefix.
+
+        `shared`: another holder reads up to `end` and must not see a rewrite, so copy anyway.
+        """
+        if end == self.size and not shared:
+            return self
+        return _Held({name: a[:end].copy() for name, a in self.arrays.items()}, end)
+
+    def put(self, start: int, parts: dict[str, np.ndarray]) -> int:
+        """Write `parts` from `start` (at most `size`: a tail is replaced), growing as needed; the new end."""
+        stop = start + len(next(iter(parts.values())))
+        capacity = len(next(iter(self.arrays.values())))
+        if stop > capacity:
+            size = max(stop, 2 * capacity)
+            for name, a in self.arrays.items():
+                grown = np.empty(size, a.dtype)
+                grown[:start] = a[:start]
+                self.arrays[name] = grown
+        for name, part in parts.items():
+            self.arrays[name][start:stop] = part
+        self.size = stop
+        return stop
+
+    def prefix(self, end: int, *names: str) -> tuple[np.ndarray, ...]:
+        """The named arrays' first `end` entries (views)."""
+        return tuple(self.arrays[name][:end] for name in names)
+
+
 class NodeBoxes:
     """Per open node and feature, an interval known to hold all the node's values, replayed along its path.
 
     Roots start from the declared domains; a node's candidates narrow its box to their populated spans,
     and its children inherit it, cut at the chosen split's threshold. Holds every node of the batch grown so
-    far (index order: level by level), the open ones last (`start` on).
+    far (index order: level by level), the open ones last (`start` to `end`), and their narrowed intervals in
+    node order (node p's end at `narrow_stop[p]`): appended in place, so a level costs its own nodes; a
+    level that is narrowed or split again after a later one was appended works on a copy (copy semantics).
     """
 
-    def __init__(self, low: np.ndarray, high: np.ndarray, parent: np.ndarray, cut: tuple, narrowed: tuple,
-                 start: int, n_levels: int) -> None:
-        """Wrap the batch's nodes.
-
-        `cut` is (feature, threshold, left), `narrowed` (offsets, feature, low, high) in node order.
-        """
-        self.low, self.high, self.parent = low, high, parent
-        self.cut_feature, self.cut_threshold, self.cut_left = cut
-        self.narrow_at, self.narrow_feature, self.narrow_low, self.narrow_high = narrowed
+    def __init__(self, low: np.ndarray, high: np.ndarray, nodes: _Held, end: int, narrowed: _Held,
+                 n_narrowed: int, start: int, n_levels: int) -> None:
+        """Wrap the batch's first `end` nodes and `n_narrowed` narrowed intervals, open from `start`."""
+        self.low, self.high = low, high
+        self.nodes, self.end, self.narrowed, self.n_narrowed = nodes, end, narrowed, n_narrowed
         self.start, self.n_levels = start, n_levels
 
     @property
     def n_open(self) -> int:
         """How many open nodes the level has."""
-        return len(self.parent) - self.start
+        return self.end - self.start
 
     @classmethod
     def roots(cls, low: np.ndarray, high: np.ndarray, n_nodes: int) -> NodeBoxes:
         """Every root's box is the declared domain."""
-        empty = np.zeros(0)
-        return cls(np.asarray(low, np.float64), np.asarray(high, np.float64), np.full(n_nodes, -1, np.int64),
-                   (np.full(n_nodes, -1, np.int32), np.zeros(n_nodes), np.zeros(n_nodes, bool)),
-                   (np.zeros(n_nodes + 1, np.int64), np.zeros(0, np.int32), empty, empty), 0, 1)
+        nodes = _Held({"parent": np.full(n_nodes, -1, np.int64), "cut_threshold": np.zeros(n_nodes),
+                       "cut_feature": np.full(n_nodes, -1, np.int32), "cut_left": np.zeros(n_nodes, bool),
+                       "narrow_stop": np.zeros(n_nodes, np.int64)}, n_nodes)
+        narrowed = _Held({"feature": np.zeros(0, np.int32), "low": np.zeros(0), "high": np.zeros(0)}, 0)
+        return cls(np.asarray(low, np.float64), np.asarray(high, np.float64), nodes, n_nodes, narrowed, 0, 0,
+                   1)
 
     def _nodes(self) -> tuple:
         """The held nodes' arrays a box is replayed from (`_replay`)."""
-        return (self.parent, self.cut_feature, self.cut_threshold, self.cut_left, self.narrow_at,
-                self.narrow_feature, self.narrow_low, self.narrow_high)
+        return (*self.nodes.prefix(self.end, "parent", "cut_feature", "cut_threshold", "cut_left",
+                                   "narrow_stop"),
+                *self.narrowed.prefix(self.n_narrowed, "feature", "low", "high"))
 
     def grid(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The candidates' intervals: grid_low, grid_high (A, k)."""
-        return _intervals((self.low, self.high), self._nodes(), self.start, self.n_levels,
+        return _intervals((self.low, self.high), self._nodes(), self.start,
                           np.ascontiguousarray(features, dtype=np.int64))
 
     def drawn(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -114,19 +151,23 @@ class NodeBoxes:
                has: np.ndarray) -> None:
         """Shrink each candidate's interval to its populated span (where the node has values)."""
         node, column = np.nonzero(has)  # node by node, each node's candidates in order
-        at, start = self.narrow_at, self.start
-        begin, held = at[start], np.diff(at[start:])  # this level's earlier intervals (another call)
-        order = np.argsort(np.concatenate([np.repeat(np.arange(self.n_open), held), node]), kind="stable")
-
-        def merged(kept: np.ndarray, new: np.ndarray) -> np.ndarray:
-            level = np.concatenate([kept[begin:], new[node, column].astype(kept.dtype)])[order]
-            return np.concatenate([kept[:begin], level])
-
-        self.narrow_feature = merged(self.narrow_feature, features)
-        self.narrow_low = merged(self.narrow_low, span_low)
-        self.narrow_high = merged(self.narrow_high, span_high)
-        counts = held + np.bincount(node, minlength=self.n_open)
-        self.narrow_at = np.concatenate([at[:start + 1], begin + np.cumsum(counts)])
+        forked = self.nodes.size != self.end  # a level was appended after this one: keep its view
+        self.nodes = self.nodes.at(self.end)
+        self.narrowed = self.narrowed.at(self.n_narrowed, shared=forked)  # a later level reads these too
+        stop = self.nodes.arrays["narrow_stop"]
+        begin = int(stop[self.start - 1]) if self.start else 0
+        held = np.diff(stop[self.start:self.end], prepend=begin)  # this level's earlier intervals
+        level = {name: a[begin:self.n_narrowed].copy() for name, a in self.narrowed.arrays.items()}
+        if held.any():
+            order = np.argsort(np.concatenate([np.repeat(np.arange(self.n_open), held), node]), kind="stable")
+        else:
+            order = None
+        parts = {}
+        for name, new in (("feature", features), ("low", span_low), ("high", span_high)):
+            joined = np.concatenate([level[name], new[node, column].astype(level[name].dtype)])
+            parts[name] = joined if order is None else joined[order]
+        self.n_narrowed = self.narrowed.put(begin, parts)
+        stop[self.start:self.end] = begin + np.cumsum(held + np.bincount(node, minlength=self.n_open))
 
     def split(self, split_idx: np.ndarray, feature: np.ndarray, threshold: np.ndarray,
               next_pos: np.ndarray) -> NodeBoxes:
@@ -141,13 +182,11 @@ class NodeBoxes:
         child = np.empty(len(opened), dtype=np.int64)
         child[next_pos[opened]] = opened  # open node -> its child index 2i (left) or 2i + 1 (right)
         parent = child // 2
-        n = len(self.parent)
-        cut = (np.concatenate([self.cut_feature, feature[parent].astype(np.int32)]),
-               np.concatenate([self.cut_threshold, threshold[parent].astype(np.float64)]),
-               np.concatenate([self.cut_left, child % 2 == 0]))
-        at = np.concatenate([self.narrow_at, np.full(len(child), self.narrow_at[-1])])
-        return NodeBoxes(self.low, self.high, np.concatenate([self.parent, self.start + split_idx[parent]]),
-                         cut, (at, self.narrow_feature, self.narrow_low, self.narrow_high), n,
+        nodes = self.nodes.at(self.end)
+        end = nodes.put(self.end, {"parent": self.start + split_idx[parent], "cut_feature": feature[parent],
+                                   "cut_threshold": threshold[parent], "cut_left": child % 2 == 0,
+                                   "narrow_stop": np.full(len(child), self.n_narrowed)})
+        return NodeBoxes(self.low, self.high, nodes, end, self.narrowed, self.n_narrowed, self.end,
                          self.n_levels + 1)
 
     def after_decisions(self, chosen: np.ndarray, next_pos: np.ndarray, features: np.ndarray,
@@ -175,7 +214,7 @@ def _replay(node, nodes, low, high, touched, seen, path):  # pragma: no cover - 
     np.maximum as on arrays (NaN wins; on a tie, 0.0 against -0.0, the threshold) for cuts, assignment for
     narrowed intervals.
     """
-    parent, cut_feature, cut_threshold, cut_left, narrow_at, narrow_feature, narrow_low, narrow_high = nodes
+    parent, cut_feature, cut_threshold, cut_left, narrow_stop, narrow_feature, narrow_low, narrow_high = nodes
     depth = 0
     while node >= 0:
         path[depth] = node
@@ -196,7 +235,7 @@ def _replay(node, nodes, low, high, touched, seen, path):  # pragma: no cover - 
                     high[f] = t
             elif not (low[f] > t or low[f] != low[f]):
                 low[f] = t
-        for e in range(narrow_at[p], narrow_at[p + 1]):
+        for e in range(narrow_stop[p - 1] if p > 0 else 0, narrow_stop[p]):
             f = narrow_feature[e]
             if not seen[f]:
                 seen[f] = True
@@ -216,18 +255,54 @@ def _restore(touched, n_touched, seen, low, high, domain_low, domain_high):  # p
 
 
 @nb.njit(cache=True)
-def _intervals(domain, nodes, start, n_levels, features):  # pragma: no cover - compiled
-    """Each open node's box on its candidate features: low, high (A, k)."""
+def _narrowing(p, f, narrow_stop, narrow_feature):  # pragma: no cover - compiled
+    """Node p's last narrowed interval of feature f (its index), -1 if none."""
+    for e in range(narrow_stop[p] - 1, (narrow_stop[p - 1] if p > 0 else 0) - 1, -1):
+        if narrow_feature[e] == f:
+            return e
+    return -1
+
+
+@nb.njit(cache=True)
+def _intervals(domain, nodes, start, features):  # noqa: C901  # pragma: no cover - compiled
+    """Each open node's box on its candidate features: low, high (A, k); `_replay`'s result, bit for bit.
+
+    Each candidate's feature alone, walking up the path and stopping at its latest narrowed interval (an
+    assignment: nothing before it counts), so a deep narrowed path costs its last narrowings. Forward, a cut
+    replaces the bound when it is NaN or not looser (a tie goes to the later cut); so, backward, the first
+    cut met is kept unless a strictly tighter one follows, and a NaN cut wins. One loop nest: split into
+    helpers returning the walk's state, numba ran it about three times slower.
+    """
     domain_low, domain_high = domain
+    parent, cut_feature, cut_threshold, cut_left, narrow_stop, narrow_feature, narrow_low, narrow_high = nodes
     n, k = features.shape
     out_low, out_high = np.empty((n, k)), np.empty((n, k))
-    low, high, d = domain_low.copy(), domain_high.copy(), len(domain_low)
-    touched, seen, path = np.zeros(d, np.int64), np.zeros(d, np.bool_), np.zeros(n_levels, np.int64)
     for i in range(n):
-        n_touched = _replay(start + i, nodes, low, high, touched, seen, path)
         for j in range(k):
-            out_low[i, j], out_high[i, j] = low[features[i, j]], high[features[i, j]]
-        _restore(touched, n_touched, seen, low, high, domain_low, domain_high)
+            f = features[i, j]
+            low, high = domain_low[f], domain_high[f]
+            cut_low, cut_high, nan_low, nan_high = -np.inf, np.inf, False, False
+            p = start + i
+            while p >= 0:
+                found = _narrowing(p, f, narrow_stop, narrow_feature)
+                if found >= 0:
+                    low, high = narrow_low[found], narrow_high[found]
+                    break
+                if cut_feature[p] == f:
+                    t, left = cut_threshold[p], cut_left[p]
+                    if t != t:
+                        if left:
+                            nan_high = True
+                        else:
+                            nan_low = True
+                    elif left:
+                        if t < cut_high:
+                            cut_high = t
+                    elif t > cut_low:
+                        cut_low = t
+                p = parent[p]
+            out_low[i, j] = np.nan if nan_low or low != low else (cut_low if cut_low >= low else low)
+            out_high[i, j] = np.nan if nan_high or high != high else (cut_high if cut_high <= high else high)
     return out_low, out_high
 
 

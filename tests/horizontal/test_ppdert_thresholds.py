@@ -351,3 +351,20 @@ def test_a_box_replays_its_path_cuts_and_narrowings_in_order() -> None:
     low, high = children.grid(np.array([[1, 0], [0, 0]]))
     assert low.tolist() == [[10.0, 0.5], [0.5, 0.5]] and high.tolist() == [[20.0, 0.5], [0.6, 0.6]]
     np.testing.assert_array_equal(boxes.boxes, [[[0.5, 0.6], [10.0, 20.0], [5.0, 5.0]]])  # the parent's kept
+
+
+def test_a_refused_child_and_a_late_narrowing_leave_the_other_boxes_alone() -> None:
+    """Appended in place, yet a level split twice or narrowed after a child was made keeps each one's view.
+
+    As copies would: a party's refused request leaves a child it drops, and a retried one splits again.
+    """
+    boxes = NodeBoxes.roots(np.array([0.0, 10.0]), np.array([1.0, 20.0]), 1)
+    refused = boxes.split(np.array([0]), np.array([0]), np.array([0.5]), np.array([0, 1]))
+    boxes.narrow(np.array([[1]]), np.array([[12.0]]), np.array([[14.0]]), np.ones((1, 1), bool))
+    kept = boxes.split(np.array([0]), np.array([1]), np.array([13.0]), np.array([-1, 0]))
+    np.testing.assert_array_equal(refused.boxes, [[[0.0, 0.5], [10.0, 20.0]], [[0.5, 1.0], [10.0, 20.0]]])
+    np.testing.assert_array_equal(kept.boxes, [[[0.0, 1.0], [13.0, 14.0]]])
+    refused.narrow(np.array([[1], [1]]), np.array([[11.0], [15.0]]), np.array([[12.0], [16.0]]),
+                   np.ones((2, 1), bool))
+    np.testing.assert_array_equal(kept.boxes, [[[0.0, 1.0], [13.0, 14.0]]])
+    np.testing.assert_array_equal(refused.boxes, [[[0.0, 0.5], [11.0, 12.0]], [[0.5, 1.0], [15.0, 16.0]]])
