@@ -238,9 +238,12 @@ class BranchStatsLevels(LevelStrategy, ABC):
         `parent_values` (the values of each node's parent; None at the roots) lets a noisy mode shrink towards
         them; exact statistics ignore them.
         """
-        counts = np.maximum(stats, 0.0)
-        total = counts.sum(axis=-1, keepdims=True)
-        return np.where(total > 0, counts / np.where(total > 0, total, 1.0), 1.0 / counts.shape[-1])
+        values = np.maximum(stats, 0.0)
+        total = values.sum(axis=-1, keepdims=True)
+        some = total > 0
+        np.divide(values, total, out=values, where=some)  # in place: a leaf level's are nodes x classes
+        values[np.broadcast_to(~some, values.shape)] = 1.0 / values.shape[-1]
+        return values
 
     def _new_batch(self, header: dict) -> dict:
         """Mark a batch's first request: the parties reset, and checkpoint the batch before when asked."""

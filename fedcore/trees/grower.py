@@ -314,11 +314,16 @@ def sort_records(records: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Per-level node records joined into arrays sorted by (tree, node).
 
     Each piece is written once, at its sorted place (half the copying of concatenating, then reordering, the
-    forest's value arrays).
+    forest's value arrays). The order is one stable sort of the unique key tree x (most nodes) + node: the
+    pieces are sorted runs (a level's records by tree and node), which the sort merges.
     """
     tree = np.concatenate([r["tree"] for r in records])
     node = np.concatenate([r["node"] for r in records])
-    order = np.lexsort((node, tree))
+    span = int(node.max()) + 1 if len(node) else 1
+    if len(tree) and min(int(tree.min()), int(node.min())) >= 0 and (int(tree.max()) + 1) * span < 1 << 62:
+        order = np.argsort(tree.astype(np.int64) * span + node, kind="stable")
+    else:  # a key that would not fit int64
+        order = np.lexsort((node, tree))
     place = np.empty_like(order)
     place[order] = np.arange(len(order))
     out = {"tree": tree[order], "node": node[order]}

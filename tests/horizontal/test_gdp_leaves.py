@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from fedcore.errors import ParameterError, ProtocolError
+from fedcore.horizontal.boxes import rank_usable
 from fedcore.horizontal.estimators import FederatedExtraTreesClassifier
 from fedcore.horizontal.fet.party import HorizontalParty
 from fedcore.horizontal.fet.plans import (
     GdpPlan,
-    _ranked_usable,
     choose_gdp_plan,
     fill_random_nodes,
     leaf_depth,
@@ -223,4 +223,4 @@ def test_a_drawn_node_takes_the_rank_th_of_its_usable_features() -> None:
         expected = [0 if not row.any() else
                     int(np.flatnonzero(row)[min(int(x * row.sum()), int(row.sum()) - 1)])
                     for row, x in zip(usable, u, strict=True)]
-        assert _ranked_usable(usable, u).tolist() == expected
+        assert [rank_usable(row, x) for row, x in zip(usable, u, strict=True)] == expected

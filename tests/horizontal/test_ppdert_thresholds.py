@@ -211,8 +211,10 @@ def test_a_party_refuses_a_deeper_grid_narrower_than_the_nodes_box() -> None:
     class Probing(PPDERTMaster):
         def advance(self, level, split_idx, left, child_open, next_pos) -> None:
             super().advance(level, split_idx, left, child_open, next_pos)
-            boxes = self._boxes.boxes
-            boxes[..., 1] = boxes[..., 0] / 2 + boxes[..., 1] / 2
+            boxes = self._boxes  # every box halved: narrowed to its lower half on every feature
+            every = np.broadcast_to(np.arange(len(boxes.low)), (boxes.n_open, len(boxes.low)))
+            low, high = boxes.grid(every)
+            boxes.narrow(every, low, low / 2 + high / 2, np.ones(every.shape, bool))
 
     parties, schema, low, high = _parties()
     honest = _master(schema, low, high, parties)
@@ -332,3 +334,37 @@ def test_an_agent_runs_the_threshold_mode_of_its_own_config_and_refuses_a_master
     train(agents(own), {"mode": "secagg", "thresholds": "domain"})
     # no own config (in-process): the master's
     train(agents(None), {"mode": "secagg", "thresholds": "histogram"})
+
+
+def test_a_box_replays_its_path_cuts_and_narrowings_in_order() -> None:
+    """A box is the domain narrowed and cut along its path in order: a later narrowing replaces an earlier."""
+    boxes = NodeBoxes.roots(np.array([0.0, 10.0, 5.0]), np.array([1.0, 20.0, 5.0]), 1)
+    assert boxes.drawn(np.array([0.99]))[0].tolist() == [1]  # a point domain is never usable: 2 of 3 are
+    boxes.narrow(np.array([[0]]), np.array([[0.25]]), np.array([[0.75]]), np.ones((1, 1), bool))
+    boxes.narrow(np.array([[0, 1]]), np.array([[0.5, 0.0]]), np.array([[0.6, 99.0]]),
+                 np.array([[True, False]]))
+    children = boxes.split(np.array([0]), np.array([0]), np.array([0.5]), np.array([0, 1]))
+    np.testing.assert_array_equal(children.boxes, [[[0.5, 0.5], [10.0, 20.0], [5.0, 5.0]],
+                                                   [[0.5, 0.6], [10.0, 20.0], [5.0, 5.0]]])
+    features, low, high = children.drawn(np.array([0.0, 0.0]))  # the first usable feature of each
+    assert features.tolist() == [1, 0] and low.tolist() == [10.0, 0.5] and high.tolist() == [20.0, 0.6]
+    low, high = children.grid(np.array([[1, 0], [0, 0]]))
+    assert low.tolist() == [[10.0, 0.5], [0.5, 0.5]] and high.tolist() == [[20.0, 0.5], [0.6, 0.6]]
+    np.testing.assert_array_equal(boxes.boxes, [[[0.5, 0.6], [10.0, 20.0], [5.0, 5.0]]])  # the parent's kept
+
+
+def test_a_refused_child_and_a_late_narrowing_leave_the_other_boxes_alone() -> None:
+    """Appended in place, yet a level split twice or narrowed after a child was made keeps each one's view.
+
+    As copies would: a party's refused request leaves a child it drops, and a retried one splits again.
+    """
+    boxes = NodeBoxes.roots(np.array([0.0, 10.0]), np.array([1.0, 20.0]), 1)
+    refused = boxes.split(np.array([0]), np.array([0]), np.array([0.5]), np.array([0, 1]))
+    boxes.narrow(np.array([[1]]), np.array([[12.0]]), np.array([[14.0]]), np.ones((1, 1), bool))
+    kept = boxes.split(np.array([0]), np.array([1]), np.array([13.0]), np.array([-1, 0]))
+    np.testing.assert_array_equal(refused.boxes, [[[0.0, 0.5], [10.0, 20.0]], [[0.5, 1.0], [10.0, 20.0]]])
+    np.testing.assert_array_equal(kept.boxes, [[[0.0, 1.0], [13.0, 14.0]]])
+    refused.narrow(np.array([[1], [1]]), np.array([[11.0], [15.0]]), np.array([[12.0], [16.0]]),
+                   np.ones((2, 1), bool))
+    np.testing.assert_array_equal(kept.boxes, [[[0.0, 1.0], [13.0, 14.0]]])
+    np.testing.assert_array_equal(refused.boxes, [[[0.0, 0.5], [11.0, 12.0]], [[0.5, 1.0], [15.0, 16.0]]])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedcore.trees.grower import sort_records
 from fedcore.trees.structure import NO_CHILD, PartySplits, leaf_numbering, tree_offsets
 
 
@@ -73,3 +74,20 @@ def test_party_splits_concatenate_and_empty() -> None:
         assert getattr(joined, name).dtype == getattr(parts[0], name).dtype
     empty = PartySplits.concatenate([])
     assert len(empty.tree) == 0 and empty.cat_bits.shape == (0, 4) and empty.cat_bits.dtype == np.uint64
+
+
+def test_a_batchs_level_records_join_sorted_by_tree_and_node() -> None:
+    """The grower's `sort_records`: each field at its record's (tree, node) rank, as a lexsort puts it."""
+    rng = np.random.default_rng(0)
+    pieces = []
+    for level in range(4):
+        tree = np.sort(rng.integers(0, 5, 30)).astype(np.int32)
+        node = (np.arange(30) + 100 * level).astype(np.int32)
+        pieces.append({"tree": tree, "node": node, "value": rng.random((30, 2)), "depth": np.full(30, level)})
+    joined = sort_records(pieces)
+    tree, node = (np.concatenate([p[name] for p in pieces]) for name in ("tree", "node"))
+    order = np.lexsort((node, tree))
+    assert joined["tree"].dtype == np.int32 and joined["tree"].tolist() == tree[order].tolist()
+    assert joined["node"].tolist() == node[order].tolist()
+    np.testing.assert_array_equal(joined["value"], np.concatenate([p["value"] for p in pieces])[order])
+    assert joined["depth"].tolist() == np.concatenate([p["depth"] for p in pieces])[order].tolist()

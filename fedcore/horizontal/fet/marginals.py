@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+import numba as nb
 import numpy as np
 
 MARGINAL_BINS = 64
@@ -66,16 +67,9 @@ class MarginalQuantiles:
         self.low = np.asarray(low, np.float64)
         self.high = np.asarray(high, np.float64)
         self.bins = mass.shape[1]
-
-    def _position(self, features: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """The CDF at `x` of each candidate's feature (piecewise linear over the cells)."""
-        width = self.high[features] - self.low[features]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            cells = np.where(width > 0, (x - self.low[features]) / np.where(width > 0, width, 1.0), 0.0)
-        cells = np.clip(cells * self.bins, 0.0, float(self.bins))
-        i = np.minimum(cells.astype(np.int64), self.bins - 1)
-        lower, upper = self.cdf[features, i], self.cdf[features, i + 1]
-        return lower + (cells - i) * (upper - lower)
+        # each feature's cell edges, the values the CDF is inverted to
+        self.edges = np.array([np.linspace(lo, hi, self.bins + 1) for lo, hi in zip(self.low, self.high,
+                                                                                   strict=True)])
 
     def warp(self, features: np.ndarray, low: np.ndarray, high: np.ndarray, u: np.ndarray) -> np.ndarray:
         """Uniforms in [0, 1) of the box spans [low, high] placing each threshold by its feature's CDF.
@@ -83,16 +77,71 @@ class MarginalQuantiles:
         The threshold is F^-1(F(low) + u (F(high) - F(low))), returned as its share of the span, so that
         `span_thresholds` keeps deciding what is usable. Spans that are a point (or not finite) keep `u`.
         """
-        start = self._position(features, low)
-        q = start + u * (self._position(features, high) - start)
-        thresholds = np.empty(u.shape)
-        flat_features, flat_q, flat = features.ravel(), q.ravel(), thresholds.reshape(-1)
-        order = np.argsort(flat_features, kind="stable")  # one sort, not a pass over all per feature
-        present, starts = np.unique(flat_features[order], return_index=True)
-        for f, at in zip(present, np.split(order, starts[1:]), strict=True):
-            grid = np.linspace(self.low[f], self.high[f], self.bins + 1)
-            flat[at] = np.interp(flat_q[at], self.cdf[f], grid)
-        span = high - low
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share = (thresholds - low) / np.where(span > 0, span, 1.0)
-        return np.where((span > 0) & np.isfinite(share), np.clip(share, 0.0, 1.0), u)
+        def flat(a: np.ndarray, dtype: type = np.float64) -> np.ndarray:
+            return np.ascontiguousarray(np.broadcast_to(a, u.shape), dtype=dtype).ravel()
+
+        return _warp(flat(features, np.int64), flat(low), flat(high), flat(u), self.cdf, self.edges,
+                     self.low, self.high).reshape(u.shape)
+
+
+@nb.njit(cache=True)
+def _position(cdf, domain_low, domain_high, x):  # pragma: no cover - compiled
+    """The CDF `cdf` of a feature of domain [low, high] at `x`: piecewise linear over the cells."""
+    bins = len(cdf) - 1
+    width = domain_high - domain_low
+    cells = (x - domain_low) / width if width > 0 else 0.0
+    cells = cells * bins
+    cells = cells if cells > 0.0 or cells != cells else 0.0  # np.clip(cells, 0, bins)
+    cells = cells if cells < bins or cells != cells else float(bins)
+    i = min(int(cells), bins - 1)
+    return cdf[i] + (cells - i) * (cdf[i + 1] - cdf[i])
+
+
+@nb.njit(cache=True)
+def _warp(features, low, high, u, cdf, edges, domain_low, domain_high):  # pragma: no cover - compiled
+    """`MarginalQuantiles.warp` per candidate, with numpy's operations in numpy's order (bit for bit)."""
+    out = np.empty(len(u))
+    for i in range(len(u)):
+        f = features[i]
+        start = _position(cdf[f], domain_low[f], domain_high[f], low[i])
+        q = start + u[i] * (_position(cdf[f], domain_low[f], domain_high[f], high[i]) - start)
+        span = high[i] - low[i]
+        share = (_inverse(q, cdf[f], edges[f]) - low[i]) / (span if span > 0 else 1.0)
+        if span > 0 and np.isfinite(share):
+            out[i] = min(share, 1.0) if share > 0.0 else 0.0  # np.clip(share, 0, 1)
+        else:
+            out[i] = u[i]
+    return out
+
+
+@nb.njit(cache=True)
+def _inverse(x, xp, fp):  # pragma: no cover - compiled
+    """np.interp(x, xp, fp) of one point, computed as numpy's interp computes it.
+
+    The cell j with xp[j] <= x < xp[j + 1] (the CDF is strictly increasing), then the slope from j and,
+    if that gives NaN, from j + 1; below / above xp its first / last value, at a knot its value.
+    """
+    n = len(xp)
+    if x != x:
+        return x
+    if x < xp[0]:
+        return fp[0]
+    if x > xp[n - 1]:
+        return fp[n - 1]
+    lo, hi = 0, n - 1  # xp[lo] <= x, and x < xp[hi] unless x is the last knot
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if xp[mid] <= x:
+            lo = mid
+        else:
+            hi = mid
+    j = n - 1 if x >= xp[n - 1] else lo
+    if j == n - 1 or xp[j] == x:
+        return fp[j]
+    slope = (fp[j + 1] - fp[j]) / (xp[j + 1] - xp[j])
+    value = slope * (x - xp[j]) + fp[j]
+    if value != value:
+        value = slope * (x - xp[j + 1]) + fp[j + 1]
+        if value != value and fp[j] == fp[j + 1]:
+            value = fp[j]
+    return value

@@ -350,10 +350,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         arrays: dict = {}
         self._request(header, arrays, trees)
         assert self._boxes is not None, "gdp has declared domains"
-        box = self._boxes.boxes
-        features = drawn_features(p.random_state, act_tree, depth, box[..., 1] > box[..., 0])
+        features, low, high = drawn_features(p.random_state, act_tree, depth, self._boxes)
         arrays["features"] = features.astype(np.int32)
-        low, high = self._boxes.grid(features)
         u = fet_threshold_uniforms(p.random_state, act_tree, depth, 1)
         if self.marginals is not None:
             u = self.marginals.warp(features, low, high, u)
@@ -474,8 +472,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
             self._boxes = self._boxes.after_level(level, split_idx, next_pos)
 
     def master_bytes_per_node(self) -> int:
-        """The DP modes add each open node's box (parent and children)."""
-        extra = box_bytes_per_node(self.schema.n_features) if self.domains is not None else 0
+        """The DP modes add the nodes' boxes (`box_bytes_per_node`: cut only, never narrowed)."""
+        extra = box_bytes_per_node() if self.domains is not None else 0
         return super().master_bytes_per_node() + extra
 
     def _estimate(self, replies: dict[str, Message], shape: tuple[int, int], valid: np.ndarray,

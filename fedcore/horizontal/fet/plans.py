@@ -27,6 +27,7 @@ import numba as nb
 import numpy as np
 
 from fedcore.errors import ParameterError
+from fedcore.horizontal.boxes import NodeBoxes
 from fedcore.horizontal.growth import tree_segments
 from fedcore.horizontal.params import ExtraTreesParams
 from fedcore.horizontal.plan import UNBOUNDED_DEPTH
@@ -102,42 +103,18 @@ def leaf_depth(rows: float, n_trees: int, n_classes: int) -> int:
     return depth
 
 
-def drawn_features(seed: int, act_tree: np.ndarray, depth: int, usable: np.ndarray) -> np.ndarray:
-    """A drawn level's feature per open node (A, 1) int64: uniform among its `usable` ones (A, d).
+def drawn_features(seed: int, act_tree: np.ndarray, depth: int,
+                   boxes: NodeBoxes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A drawn level's feature per open node and its box there: features (A, 1) int64, low, high (A, 1).
 
-    Usable: the node's box is not a point on it. From the seeded stream keyed by (tree, depth); feature 0
-    where none is usable.
+    Uniform among the node's usable features (its box is not a point on them: `NodeBoxes.drawn`), from the
+    seeded stream keyed by (tree, depth); feature 0 where none is usable.
     """
     u = np.empty(len(act_tree))
     for tree, a, b in tree_segments(act_tree):
         u[a:b] = stream(seed, "fet_features", tree, depth).random(b - a)
-    return _ranked_usable(np.ascontiguousarray(usable, dtype=np.bool_), u)[:, None]
-
-
-@nb.njit(cache=True)
-def _ranked_usable(usable: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Per node, its rank-th usable feature, rank = floor(u x usable count) below the count; 0 if none.
-
-    One pass per node, no (nodes x features) temporaries.
-    """
-    n, d = usable.shape
-    out = np.zeros(n, np.int64)
-    for i in range(n):
-        count = 0
-        for j in range(d):
-            count += usable[i, j]
-        if count == 0:
-            continue
-        rank = int(u[i] * count)  # truncated, as astype(int64) would
-        if rank > count - 1:
-            rank = count - 1
-        for j in range(d):
-            if usable[i, j]:
-                if rank == 0:
-                    out[i] = j
-                    break
-                rank -= 1
-    return out
+    features, low, high = boxes.drawn(u)
+    return features[:, None], low[:, None], high[:, None]
 
 
 def fill_random_nodes(records: dict[str, np.ndarray], from_depth: int) -> None:
@@ -147,21 +124,37 @@ def fill_random_nodes(records: dict[str, np.ndarray], from_depth: int) -> None:
     `from_depth` that splits gets its children's summed weight and weighted mean value (their mean where
     both weigh 0): post-processing of the leaves' released counts.
     """
-    tree, left, right, depth = records["tree"], records["left"], records["right"], records["depth"]
+    tree = records["tree"]
     if not len(tree):
         return
     # copies: a batch loaded from a checkpoint holds read-only arrays
     weight = records["weight"] = np.array(records["weight"], dtype=np.float64)
     value = records["value"] = np.array(records["value"], dtype=np.float64)
-    first = np.searchsorted(tree, tree, side="left")  # each record's tree's first record
-    for d in range(int(depth.max()) - 1, from_depth - 1, -1):
-        at = np.flatnonzero((depth == d) & (left != NO_CHILD))
-        if not len(at):
+    _fill_from_children(np.ascontiguousarray(tree, np.int64), np.ascontiguousarray(records["left"], np.int64),
+                        np.ascontiguousarray(records["right"], np.int64),
+                        np.ascontiguousarray(records["depth"], np.int64), from_depth, weight,
+                        value.reshape(len(tree), -1))
+
+
+@nb.njit(cache=True)
+def _fill_from_children(tree, left, right, depth, from_depth, weight, value):  # pragma: no cover
+    """`fill_random_nodes` in one pass from the last record back.
+
+    A child's id is above its parent's (ids are given level by level), so its weight and value are final
+    when the parent's are made: the same operations as a depth-by-depth pass, in the same order per node.
+    """
+    first = np.empty(len(tree), np.int64)  # each record's tree's first record
+    for i in range(len(tree)):
+        first[i] = i if i == 0 or tree[i] != tree[i - 1] else first[i - 1]
+    for i in range(len(tree) - 1, -1, -1):
+        if depth[i] < from_depth or left[i] == NO_CHILD:
             continue
-        lo, ro = first[at] + left[at], first[at] + right[at]
+        lo, ro = first[i] + left[i], first[i] + right[i]
         wl, wr = weight[lo], weight[ro]
         w = wl + wr
-        mixed = value[lo] * wl[:, None] + value[ro] * wr[:, None]
-        weight[at] = w
-        value[at] = np.where(w[:, None] > 0, mixed / np.where(w > 0, w, 1.0)[:, None],
-                             (value[lo] + value[ro]) / 2)
+        weight[i] = w
+        for s in range(value.shape[1]):
+            if w > 0:
+                value[i, s] = (value[lo, s] * wl + value[ro, s] * wr) / w
+            else:
+                value[i, s] = (value[lo, s] + value[ro, s]) / 2

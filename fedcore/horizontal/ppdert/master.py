@@ -93,18 +93,18 @@ class PPDERTMaster(BranchStatsLevels):
     def master_bytes_per_node(self) -> int:
         """The master's bytes per open node, with what histogram thresholds add.
 
-        Histogram thresholds add each node's box (parent and children: 2 x 2 x d float64) and the parties'
-        extreme-cell indicators (one 64-bit vector per party and their sum).
+        Histogram thresholds add the nodes' boxes (`box_bytes_per_node`: the k narrowed intervals per node)
+        and the parties' extreme-cell indicators (one 64-bit vector per party and their sum).
         """
         extra = 0
         if self.thresholds == "histogram":
             cells = self.k * 2 * self.n_cells * 8 * (len(self.parties) + 1)
-            extra = box_bytes_per_node(self.schema.n_features) + cells
+            extra = box_bytes_per_node(self.k) + cells
         return super().master_bytes_per_node() + extra
 
     def party_bytes_per_node(self) -> int:
-        """Histogram thresholds: each party keeps every open node's box too (parent and children)."""
-        return box_bytes_per_node(self.schema.n_features) if self.thresholds == "histogram" else 0
+        """Histogram thresholds: each party keeps the nodes' boxes too."""
+        return box_bytes_per_node(self.k) if self.thresholds == "histogram" else 0
 
     def setup(self) -> None:
         """Greet every party, size the mask ring and collect the parties' signed secure-aggregation keys."""
