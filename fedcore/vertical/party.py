@@ -31,7 +31,7 @@ import pandas as pd
 from fedcore.algorithms import FOREST
 from fedcore.data.binning import PartyBinner
 from fedcore.data.numbers import numeric_values
-from fedcore.errors import MalformedMessage, NotFittedError, ParameterError, ProtocolError
+from fedcore.errors import LabelError, MalformedMessage, NotFittedError, ParameterError, ProtocolError
 from fedcore.privacy.gmp_workers import default_worker_count
 from fedcore.privacy.homomorphic import AdditivePrivateKey
 from fedcore.privacy.keyauth import PartyIdentity, SignedKey, context_digest
@@ -56,6 +56,7 @@ from fedcore.vertical.encrypted import LabelHolderCrypto, PassiveCrypto
 from fedcore.vertical.importances import party_importances
 from fedcore.vertical.prediction_rows import LocalPredictionRows
 from fedcore.vertical.rows import LocalRows
+from fedcore.vertical.validation import check_label
 
 if TYPE_CHECKING:
     from fedcore.compute.dask_vertical import DaskVerticalRows
@@ -330,6 +331,10 @@ class VerticalParty:
             raise _refused(self.name, "it holds a loaded model's label role, not training labels")
         task = boosting["task"] if boosting is not None else (
             "regression" if self._criterion == SQUARED_ERROR else "classification")
+        try:  # as the estimators check it: a missing, infinite or single-class label, named with the fix
+            check_label(labels, task, holder=self.name)
+        except LabelError as error:
+            raise _refused(self.name, str(error)) from None
         n_classes = 0
         if task == "regression":
             self._y = numeric_values(labels, "label")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -261,6 +263,26 @@ def test_an_agent_refuses_a_master_asking_for_weaker_label_protection_than_its_c
         session.align()
         with pytest.raises(ProtocolError, match=f"party '\\w+' refuses the request: {refusal}"):
             session.train()
+
+
+def test_a_regression_label_with_missing_values_is_refused_at_setup(scenario, tmp_path) -> None:
+    """As the estimators refuse it, naming the fix (it trained, then failed on non-finite predictions)."""
+    agents = _agents(scenario, tmp_path, new_batch=False)
+    bank = agents[scenario["label_holder"]].data
+    bank.frame = bank.frame.drop(columns=[scenario["label"]])
+    bank.frame["spend"] = 1.0 + np.arange(len(bank.frame))
+    bank.frame["spend"] = bank.frame["spend"].where(bank.frame["spend"] % 7 != 0)  # every 7th row missing
+    bank.label = "spend"
+    transport = InProcessTransport({n: a.handle for n, a in agents.items()})
+    transport.exchange({n: Message("validation_report") for n in agents})
+    session = VerticalSession(transport, ForestParams(task="regression", criterion="squared_error",
+                                                      n_estimators=2, max_depth=3), min_overlap=100)
+    session.align()
+    with pytest.raises(ProtocolError) as refused:
+        session.train()
+    line = str(refused.value)
+    assert re.fullmatch(r"(.*: )?party 'bank' refuses the request: label 'spend' at party 'bank' has "
+                        r"[1-9]\d* missing values; drop or fill those rows", line), line
 
 
 def test_the_master_session_protocol_builds_manifest_and_card_without_prefect(scenario, tmp_path) -> None:
