@@ -4,8 +4,9 @@ An agent runs many threads (gRPC's, its Dask client's and in-process scheduler's
 gives each new thread its own malloc arena, up to 8 per core, and memory freed into one arena is not reused
 by a thread allocating from another, so an agent's resident memory grew with the rows it had handled, in
 buffers it had already let go. Measured on a vertical session at 8,750,000 rows a party (issue #29, see
-docs/benchmarks.md): agents peaked at 1,044 to 1,273 MiB with glibc's default and 739 to 882 MiB with two
-arenas. `MALLOC_ARENA_MAX` in the environment, when set, is left to decide.
+docs/benchmarks.md): agents peaked at 1,044 to 1,273 MiB with glibc's default, and with two arenas at 739 to
+882 MiB in one run and 958 to 1,001 MiB in another, under more load. `MALLOC_ARENA_MAX` in the environment,
+when set, is left to decide.
 
 The cap binds threads that allocate for the first time after it: an agent sets it before its cluster and
 server start (the agent flow first thing, `AgentServer` again for agents served otherwise).
