@@ -197,7 +197,7 @@ class DaskPartyRows:
         self.features = np.zeros((0, 0), np.int64)
         self.thresholds = np.zeros((0, 0))
         self._in_batch = False
-        self.clock = LevelClock(name, len(blocks))
+        self.clock = LevelClock(name)
         """Each level's wall time, logged per tree batch (progress at the agent)."""
         self.rounds: list[tuple[float, list[str]]] = []
         """Each per-block round: its wall time (first submit to gather) and the keys of its tasks (benchmarks
@@ -302,7 +302,7 @@ class DaskPartyRows:
     # -- PartyRows' interface ---------------------------------------------------------------------------
     def clear(self) -> None:
         """No batch in progress (a new session, or the finished model)."""
-        self.clock.end_batch(self.client)
+        self.clock.end_batch(self.client, len(self.blocks))
         self.parts, self._held = [], []
         self.partition = _OpenNodes()
         self._in_batch = False
@@ -310,7 +310,7 @@ class DaskPartyRows:
     def start_level(self, header: Header, arrays: Arrays, n_open: int) -> None:
         """As `PartyRows.start_level`: a new batch's partitions, or the previous level's decisions applied."""
         if header.get("new_batch"):
-            self.clock.end_batch(self.client)
+            self.clock.end_batch(self.client, len(self.blocks))
         elif not self._in_batch:
             raise ProtocolError(f"party {self.name!r}: a level of a tree batch that was never started (the "
                                 "first level of a batch carries new_batch)")

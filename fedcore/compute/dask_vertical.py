@@ -226,7 +226,7 @@ class DaskVerticalRows:
         self.counts = np.zeros((len(self.blocks), 0), np.int64)
         """Rows of each open node in each block (n_blocks, n_open); kept here, level by level."""
         self._in_batch = False
-        self.clock = LevelClock(name, len(self.blocks))
+        self.clock = LevelClock(name)
         """Each level's wall time (begin_batch, then each split), logged per tree batch."""
         self.powers: list[Future] = []  # encrypted labels, passive party: each block's weight powers
         self._public: Any = None
@@ -239,14 +239,13 @@ class DaskVerticalRows:
         The frames hold the feature `columns` (and may hold more); setup fits the binner over them
         (`fedcore.compute.dask_binning`) and each block bins its own rows, so no row passes the agent.
         """
-        rows = cls(pd.DataFrame(columns=list(columns)), client)
+        rows = cls(pd.DataFrame(columns=list(columns)), client, name=name)
         ends = np.cumsum([0, *sizes])
         rows.features, rows.frames = None, list(frames)
         rows.blocks = [Block(i, int(a), int(b))
                        for i, (a, b) in enumerate(zip(ends[:-1], ends[1:], strict=True))]
         rows.n_rows, rows.submit_order = int(ends[-1]), list(range(len(frames)))
         rows.counts = np.zeros((len(frames), 0), np.int64)
-        rows.clock = LevelClock(name, len(frames))
         return rows
 
     def __getstate__(self) -> dict:
@@ -308,7 +307,7 @@ class DaskVerticalRows:
         """A new batch: each block draws its rows' bootstrap counts (the chunk totals drawn here, once)."""
         if targets is not None:
             raise ValueError(BOOSTING_REFUSED)
-        self.clock.end_batch(self.client)
+        self.clock.end_batch(self.client, len(self.blocks))
         self.clock.level()
         totals = (None if n_draws is None
                   else [bootstrap_chunk_totals(seed, tree, self.n_rows, n_draws) for tree in trees])
@@ -320,7 +319,7 @@ class DaskVerticalRows:
 
     def clear(self) -> None:
         """No batch in progress (training finalized): the partitions leave the workers."""
-        self.clock.end_batch(self.client)
+        self.clock.end_batch(self.client, len(self.blocks))
         self.parts = []
         self.counts = np.zeros((len(self.blocks), 0), np.int64)
         self._in_batch = False

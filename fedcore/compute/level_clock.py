@@ -21,9 +21,9 @@ log = logging.getLogger(__name__)
 class LevelClock:
     """Marks each level's start; at a batch's end logs its levels' count, total and p50/p95 seconds."""
 
-    def __init__(self, who: str, n_blocks: int) -> None:
-        """For party `who`, whose rows are `n_blocks` blocks on the cluster."""
-        self.who, self.n_blocks = who, n_blocks
+    def __init__(self, who: str) -> None:
+        """For party `who`."""
+        self.who = who
         self._starts: list[float] = []
         self.n_batches = 0
 
@@ -31,8 +31,11 @@ class LevelClock:
         """A level starts (the one before it, if any, ends)."""
         self._starts.append(time.perf_counter())
 
-    def end_batch(self, client: Client) -> None:
-        """The batch ended (a new one starts, or training ended): log its levels, if it had any."""
+    def end_batch(self, client: Client, n_blocks: int) -> None:
+        """The batch ended (a new one starts, or training ended): log its levels, if it had any.
+
+        `n_blocks`: how many blocks the party's rows are on the cluster.
+        """
         if not self._starts:
             return
         seconds = np.diff([*self._starts, time.perf_counter()])
@@ -40,7 +43,7 @@ class LevelClock:
         self.n_batches += 1
         p50, p95 = np.percentile(seconds, [50, 95])
         log.info("party %r on Dask (%d worker(s), %d blocks): tree batch %d of %d levels in %.2f s; a level "
-                 "p50 %.3f s, p95 %.3f s", self.who, n_workers(client), self.n_blocks, self.n_batches,
+                 "p50 %.3f s, p95 %.3f s", self.who, n_workers(client), n_blocks, self.n_batches,
                  len(seconds), float(seconds.sum()), p50, p95)
 
 
