@@ -10,12 +10,18 @@ from fedcore.privacy.settings import parse_privacy
 from tests.horizontal.test_session import _agents, _session
 
 
+def patients(n_rows: int):
+    """A waveform table of `n_rows` patients: string classes and a patient_id column."""
+    table = make_waveform(n_rows, random_state=3)
+    table["class"] = table["class"].map({0: "a", 1: "b", 2: "c"})
+    table.insert(0, "patient_id", [f"P{i:05d}" for i in range(len(table))])
+    return table
+
+
 @pytest.mark.parametrize("algorithm, privacy", [("extra-trees", None), ("ppd-ert", None),
                                                 ("extra-trees", "ldp")])
 def test_an_agent_with_compute_dask_trains_the_same_model(tmp_path, algorithm, privacy) -> None:
-    table = make_waveform(600, random_state=3)
-    table["class"] = table["class"].map({0: "a", 1: "b", 2: "c"})
-    table.insert(0, "patient_id", [f"P{i:05d}" for i in range(len(table))])
+    table = patients(600)
     models = []
     for on_dask in (False, True):
         agents = _agents(table, tmp_path / str(on_dask))
@@ -48,9 +54,7 @@ def test_an_agent_whose_scheduler_cannot_be_reached_says_so_at_setup(tmp_path) -
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
-    table = make_waveform(200, random_state=3)
-    table["class"] = table["class"].map({0: "a", 1: "b", 2: "c"})
-    table.insert(0, "patient_id", [f"P{i:05d}" for i in range(len(table))])
+    table = patients(200)
     agents = _agents(table, tmp_path)
     agents["north"].data.compute = DaskCompute(address=address, connect_timeout_s=0.5)
     with pytest.raises(ConfigError) as error:

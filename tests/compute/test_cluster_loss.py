@@ -13,8 +13,8 @@ import pytest
 
 from fedcore.compute.cluster import DaskCompute, hold_shared
 from fedcore.compute.dask_rows import DaskPartyRows
-from fedcore.data.datasets import make_waveform
 from fedcore.errors import ComputeUnavailable
+from tests.compute.test_agent_on_dask import patients
 from tests.horizontal.test_session import _agents, _session
 
 distributed = pytest.importorskip("distributed")
@@ -26,13 +26,6 @@ def _scheduler(port: int):
                                     dashboard_address=":0", scheduler_port=port)
 
 
-def _table():
-    table = make_waveform(600, random_state=3)
-    table["class"] = table["class"].map({0: "a", 1: "b", 2: "c"})
-    table.insert(0, "patient_id", [f"P{i:05d}" for i in range(len(table))])
-    return table
-
-
 @pytest.mark.timeout(180)
 def test_a_scheduler_lost_mid_forest_is_compute_unavailable_and_the_next_session_trains(
         tmp_path, monkeypatch, caplog) -> None:
@@ -40,7 +33,7 @@ def test_a_scheduler_lost_mid_forest_is_compute_unavailable_and_the_next_session
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     address = f"tcp://127.0.0.1:{port}"
-    table = _table()
+    table = patients(600)
     expected = _session(_agents(table, tmp_path / "in-process"))
     expected.agree_schema()
     expected.train()
