@@ -37,6 +37,7 @@ import yaml
 from fedcore.models.registry import ModelRegistry
 from flows.demos.workspace import ensure_credentials, free_port
 from tests.federations import small_federation
+from tests.prefect_reads import all_artifacts, all_flow_runs, all_logs
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -243,10 +244,10 @@ def weekly_run(deployed) -> dict:
         time.sleep(3)  # the agents' runs finish just after the master closes the session
         with get_client(sync_client=True) as client:
             retrain = client.read_deployment_by_name("retrain/weekly")
-            runs = client.read_flow_runs()
+            runs = all_flow_runs(client)
             run = next(r for r in runs if r.deployment_id == retrain.id)
-            artifacts = client.read_artifacts()
-            logs = client.read_logs()
+            artifacts = all_artifacts(client)
+            logs = all_logs(client)
             pools = {p.name: p for p in client.read_work_pools()}
     return {"run": run, "summary": summary, "runs": runs, "artifacts": artifacts, "logs": logs,
             "pools": pools}
@@ -363,7 +364,7 @@ def test_each_agent_run_logs_the_version_it_stored_and_the_predictions_it_wrote(
               if r.parameters.get("institution") in INSTITUTIONS}
     with temporary_settings({PREFECT_API_URL: deployed["api_url"]}):
         with get_client(sync_client=True) as client:
-            said = {name: [log.message for log in client.read_logs(LogFilter(
+            said = {name: [log.message for log in all_logs(client, LogFilter(
                 flow_run_id=LogFilterFlowRunId(any_=[run_id])))] for name, run_id in agents.items()}
     work = deployed["config"].parent
     for name, messages in said.items():
@@ -413,11 +414,11 @@ def broken_retrains(deployed, weekly_run) -> dict:
                 client.update_deployment(agent.id, DeploymentUpdate(parameters=agent.parameters))
             time.sleep(3)  # the agents' runs finish just after their master's run
             runs = [client.read_flow_run(r.id) for r in runs]
-            said = {r.id: [log.message for log in client.read_logs(LogFilter(
+            said = {r.id: [log.message for log in all_logs(client, LogFilter(
                 flow_run_id=LogFilterFlowRunId(any_=[r.id])))] for r in runs}
             agents: dict = {r.id: {} for r in runs}  # each master run's agent runs, by institution
             earlier = {r.id for r in weekly_run["runs"]}
-            for run in client.read_flow_runs():
+            for run in all_flow_runs(client):
                 if run.id not in earlier and run.parameters.get("institution") in INSTITUTIONS:
                     master = client.read_task_run(run.parent_task_run_id).flow_run_id
                     agents.setdefault(master, {})[run.parameters["institution"]] = run

@@ -16,6 +16,7 @@ from prefect.client.orchestration import get_client
 from fedcore.errors import ArtifactError
 from flows.batch_predict import batch_predict
 from tests.federations import copy_of
+from tests.prefect_reads import all_artifacts
 
 pytestmark = pytest.mark.slow
 MODEL = "retail-response"
@@ -100,7 +101,8 @@ def test_a_drifted_batch_is_named_in_the_final_message_or_fails_the_run(trained)
                                   f"{drift['ecommerce']['preferred_channel']:.4f}, avg_basket "
                                   f"{drift['ecommerce']['avg_basket']:.4f}")
     with get_client(sync_client=True) as client:
-        tables = [a.data for a in client.read_artifacts() if a.key == "batch-drift"]
+        drifts = sorted((a for a in all_artifacts(client) if a.key == "batch-drift"), key=lambda a: a.created)
+    tables = [a.data for a in reversed(drifts)]  # newest first: this run's
     assert tables and "avg_basket" in str(tables[0]) and "orders_12m" not in str(tables[0])
 
     raw["drift"] = {"psi_threshold": 0.2, "on_drift": "fail"}

@@ -19,6 +19,7 @@ from fedcore.models.registry import ModelRegistry
 from flows.batch_predict import batch_predict
 from flows.demos.horizontal import prepare_horizontal_workspace
 from flows.retrain import retrain
+from tests.prefect_reads import all_artifacts, all_logs
 
 pytestmark = pytest.mark.slow
 MODEL = "readmission"
@@ -75,8 +76,8 @@ def test_every_hospital_stores_the_complete_model_and_predicts_at_home(fet) -> N
 def test_artifacts_describe_the_run_without_raw_values(fet) -> None:
     work, _, scenario, _ = fet
     with get_client(sync_client=True) as client:
-        artifacts = client.read_artifacts()
-        logs = " ".join(log.message for log in client.read_logs())
+        artifacts = all_artifacts(client)
+        logs = " ".join(log.message for log in all_logs(client))
     keys = {a.key for a in artifacts}
     assert {"institution-rows", "training-progress", "model-card", "batch-prediction",
             "model-version", "feature-importances"} <= keys

@@ -29,6 +29,7 @@ from flows.retrain import retrain
 from tasks.agents import stop_local_agents
 from tests.federations import copy_of
 from tests.flows.crashes import start_agents
+from tests.prefect_reads import all_artifacts, all_flow_runs, all_logs
 
 pytestmark = pytest.mark.slow
 MODEL = "retail-response"
@@ -72,7 +73,7 @@ def running_agents(workspace):
 
 def _artifacts() -> list:
     with get_client(sync_client=True) as client:
-        return client.read_artifacts()
+        return all_artifacts(client)
 
 
 def test_retrain_registers_promotes_and_predicts(workspace, first_run) -> None:
@@ -114,7 +115,7 @@ def test_artifacts_exist_and_hold_no_raw_data(workspace, first_run) -> None:
     needles = (list(bank[scenario["id_column"]].iloc[::40])
                + [f"{v:.2f}" for v in bank["income"].dropna().iloc[::40]])
     with get_client(sync_client=True) as client:
-        logs = " ".join(log.message for log in client.read_logs())
+        logs = " ".join(log.message for log in all_logs(client))
     text = " ".join(str(a.data) for a in artifacts) + " " + logs
     assert [n for n in needles if n in text] == []
 
@@ -123,7 +124,7 @@ def test_the_run_is_named_after_the_version_and_says_how_good(first_run) -> None
     """The run list answers "which version, how good": name and final message (deployments/README.md)."""
     headline = f"log_loss {first_run['metrics']['log_loss']:.4f}"  # the demo config's promotion metric
     with get_client(sync_client=True) as client:
-        runs = [r for r in client.read_flow_runs() if r.name == f"retrain {MODEL} v0001"]
+        runs = [r for r in all_flow_runs(client) if r.name == f"retrain {MODEL} v0001"]
     said = [r.state.message for r in runs]
     assert f"{MODEL} v0001: {headline} on held-out rows; promoted to production" in said
 
