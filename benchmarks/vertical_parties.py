@@ -12,10 +12,12 @@ LocalCluster of `--workers` worker processes (memory limit `--limit`) hashes, al
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -80,6 +82,7 @@ def serve_party(args: argparse.Namespace, p: int, on_dask: bool, certs: str, que
     from fedcore.transport.allocator import limit_malloc_arenas
     from fedcore.transport.flight import AgentServer
 
+    os.setsid()  # its own process group: the harness can kill it with its cluster's workers (`_stop`)
     limit_malloc_arenas()  # as an agent process does first (flows/agent.py), before any thread starts
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("fedcore.compute.level_clock").setLevel(logging.INFO)  # each tree batch's levels
@@ -123,6 +126,18 @@ def serve_party(args: argparse.Namespace, p: int, on_dask: bool, certs: str, que
         cluster.close()
 
 
+def _stop(children: list, grace: float) -> None:
+    """Let each agent process end within `grace` seconds, then kill its process group (its Dask workers too).
+
+    A failed run does not wait: its agents may still be busy in a level, and would hold the cores for minutes.
+    """
+    for child in children:
+        child.join(timeout=grace)
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone when all ended
+            os.killpg(child.pid, signal.SIGKILL)
+        child.join(timeout=10)
+
+
 def _session_run(args: argparse.Namespace, on_dask: bool) -> dict:
     """Align and train with every agent in its own process; times, the forest's digest, each one's peaks."""
     import tempfile
@@ -144,6 +159,7 @@ def _session_run(args: argparse.Namespace, on_dask: bool) -> dict:
                     for p in range(args.parties)]
         for child in children:
             child.start()
+        finished = False
         try:
             ports = {name: port for _, name, port in (queue.get(timeout=3600) for _ in names)}
             transport = FlightTransport({n: f"grpc+tls://127.0.0.1:{ports[n]}" for n in names},
@@ -163,12 +179,10 @@ def _session_run(args: argparse.Namespace, on_dask: bool) -> dict:
             session.close()
             done.set()
             results = {name: result for _, name, result in (queue.get(timeout=600) for _ in names)}
+            finished = True
         finally:
             done.set()
-            for child in children:
-                child.join(timeout=120)
-                if child.is_alive():
-                    child.kill()
+            _stop(children, grace=120 if finished else 0)
     h = hashlib.sha256()
     for field in ("tree", "node", "left", "right", "owner", "weight", "value"):
         h.update(np.ascontiguousarray(getattr(structure, field)).tobytes())
