@@ -14,8 +14,9 @@ rest is post-processing, no further budget:
   are its parent's times G_fc(child's interval) / G_fc(parent's) on the split feature;
 * of a node's k candidates (drawn features, thresholds by the CDFs), the one whose children's weights have the
   least weighted Gini impurity is the split (`choose_splits`), as Extra-Trees chooses among random candidates
-  by the real counts, and as DP random forests choose splits from noisy marginal statistics (Fletcher and
-  Islam's survey, 2019: the split's quality from noisy class counts, paid once).
+  by the real counts. Between the greedy DP trees of Fletcher and Islam's survey (ACM Computing Surveys
+  52(4), 2019: splits scored on noisy counts paid per node) and the random ones (Jagannathan et al., 2012:
+  plan leaves), the splits are scored on statistics paid once.
 """
 
 from __future__ import annotations
