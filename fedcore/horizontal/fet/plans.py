@@ -1,16 +1,16 @@
 """FET-GDP's release plan: where the model's budget goes, and the default a user who gives only epsilon gets.
 
-Two plans (`GlobalDP.plan`, issue #31):
+Three plans (`GlobalDP.plan`, issue #31):
 
 * `splits` (the FET paper's): every level of every tree releases its nodes' noisy branch counts, the master
   chooses the splits from them, and the leaves' values are those noisy counts.
-* `marginals`: plan leaves whose drawn nodes each choose, among k drawn candidates, the split the
-  class-conditional DP marginal histograms (released once at hello instead of the unconditioned ones) say
-  separates the classes best (`fet/class_marginals.py`; no further budget).
 * `leaves`: the first `split_levels` levels are chosen as in `splits`; below them each node's feature is a
   seeded random one and its threshold the seed's uniform placed by the DP marginal CDFs in the node's box
   (no budget), and each tree's leaves release their class counts once (`fet_leaves`; one row is in one leaf:
   L2 sensitivity 1). A leaf's value is its clamped noisy proportions, the forest averages them.
+* `marginals`: plan leaves whose drawn nodes each choose, among k drawn candidates, the split the
+  class-conditional DP marginal histograms (released once at hello instead of the unconditioned ones) say
+  separates the classes best (`fet/class_marginals.py`; no further budget).
 
 `auto` (the default) is `choose_gdp_plan`'s rule, from the measurements in docs/benchmarks.md ("FET-GDP's
 leaf-release plan"): a classification without a `max_depth` (a user who gives only epsilon) gets plan
@@ -18,7 +18,8 @@ leaf-release plan"): a classification without a `max_depth` (a user who gives on
 `leaf_depth` gives for the noisy row count, except two classes at epsilon >= BINARY_SPLITS_EPSILON, which
 take plan `splits` with DEFAULT_SPLIT_TREES x DEFAULT_SPLIT_DEPTH. With a `max_depth` (at depth 8 the leaves
 lost to the splits on two of three tables), or for a regression (its leaves would release sums of targets:
-not built), plan `splits` with the given trees and depth.
+not built), plan `splits` with the given trees and depth. `auto` never picks `marginals` (better than the
+leaves on letter only: docs/benchmarks.md, "FET-GDP plan marginals").
 """
 
 from __future__ import annotations
