@@ -106,7 +106,7 @@ def gdp_plan(plan: str, epsilon: float, delta: float, dp: dict, full: dict) -> t
     """FET-GDP's privacy and parameters for `plan`.
 
     "splits" (--dp-trees x --dp-depth), "auto" (only epsilon given: the default plan's trees and depth),
-    "leaves:N" (N split levels, the default trees, the depth from the noisy rows).
+    "leaves:N" (N split levels, the default trees, the depth from the noisy rows), "marginals[:N]" alike.
     """
     privacy = {"mode": "gdp", "epsilon": epsilon, "delta": delta}
     if plan == "splits":
@@ -116,7 +116,7 @@ def gdp_plan(plan: str, epsilon: float, delta: float, dp: dict, full: dict) -> t
     from fedcore.horizontal.fet.plans import DEFAULT_LEAF_TREES
 
     levels = int(plan.split(":")[1]) if ":" in plan else 0
-    return ({**privacy, "plan": "leaves", "split_levels": levels},
+    return ({**privacy, "plan": plan.split(":")[0], "split_levels": levels},
             {**full, "n_estimators": DEFAULT_LEAF_TREES, "max_depth": None})
 
 

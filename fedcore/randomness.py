@@ -22,7 +22,9 @@ PURPOSES = {"bootstrap": 1, "features": 2, "tree_features": 3, "thresholds": 4, 
             # leaf class counts (plan leaves), keyed by its count of answered queries
             "gdp_marginals": 16, "gdp_count": 17, "gdp_leaves": 18,
             # drift snapshot: the training rows the deciles are taken from, keyed by row position (counters)
-            "drift_deciles": 19}
+            "drift_deciles": 19,
+            # FET-GDP plan marginals: a drawn node's further candidate features, keyed by (tree, depth)
+            "fet_marginal_features": 20}
 
 BOOTSTRAP_CHUNK_ROWS = 1 << 16
 """Rows per canonical bootstrap chunk: fixed, so a draw never depends on how rows are cut into blocks."""

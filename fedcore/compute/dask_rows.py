@@ -128,8 +128,8 @@ def _active_slots(part: RowPartition) -> int:
 
 
 def _histograms(data: tuple[np.ndarray, np.ndarray], low: np.ndarray, high: np.ndarray,
-                bins: int) -> np.ndarray:
-    return histogram_counts(data[0], low, high, bins)
+                bins: int, n_classes: int) -> np.ndarray:
+    return histogram_counts(data[0], low, high, bins, data[1] if n_classes else None, n_classes)
 
 
 def _abs_max(data: tuple[np.ndarray, np.ndarray]) -> float:
@@ -386,10 +386,12 @@ class DaskPartyRows:
             return 0
         return max(self._gather(self._map(_active_slots, self.parts)), default=0)
 
-    def marginal_histograms(self, low: np.ndarray, high: np.ndarray, bins: int) -> np.ndarray:
+    def marginal_histograms(self, low: np.ndarray, high: np.ndarray, bins: int,
+                            n_classes: int = 0) -> np.ndarray:
         """`PartyRows.marginal_histograms`, one task per block: exact integer counts, summed."""
-        total = np.zeros((len(low), bins), dtype=np.int64)
-        for counts in self._gather(self._map(_histograms, self.data, low=low, high=high, bins=bins)):
+        total = np.zeros((len(low), bins, n_classes) if n_classes else (len(low), bins), dtype=np.int64)
+        for counts in self._gather(self._map(_histograms, self.data, low=low, high=high, bins=bins,
+                                             n_classes=n_classes)):
             total += counts
         return total
 

@@ -33,7 +33,13 @@ import math
 from typing import Any
 
 from fedcore.errors import ParameterError
-from fedcore.horizontal.fet.marginals import MARGINAL_BINS, MAX_MARGINAL_BINS, marginal_releases
+from fedcore.horizontal.fet.class_marginals import CLASS_MARGINAL_SHARE
+from fedcore.horizontal.fet.marginals import (
+    MARGINAL_BINS,
+    MARGINAL_SHARE,
+    MAX_MARGINAL_BINS,
+    marginal_releases,
+)
 from fedcore.privacy.accounting import GAUSSIAN_NOISE_BOUND, GaussianPlan
 from fedcore.privacy.distributed import DistributedPlan
 from fedcore.privacy.settings import DistributedDP, GlobalDP, PrivacySetting
@@ -41,9 +47,10 @@ from fedcore.privacy.settings import DistributedDP, GlobalDP, PrivacySetting
 PLAN_TERMS = ("n_estimators", "max_depth", "k", "task")
 """The `hello` header fields a DP party plans its releases from."""
 GDP_PLAN_TERMS = ("n_estimators", "k", "task", "split_levels", "leaf_release", "n_features", "marginal_bins",
-                  "marginal_releases")
+                  "marginal_releases", "marginal_classes")
 """FET-GDP's: the trees, the levels chosen by noisy counts per tree, whether each tree's leaves are released
-once, and the marginal histograms' (the depth is not one: random levels release nothing)."""
+once, and the marginal histograms' (`marginal_classes` > 0: per class, plan marginals; the depth is not one:
+random levels release nothing)."""
 NOISY_ROW_COUNTS = ("gdp", "secagg-dp")
 """The modes whose parties state no exact training-row count: none at setup, a noisy one at hello."""
 COUNT_RELEASES = 1
@@ -86,17 +93,19 @@ def plan_terms(n_estimators: int, max_depth: int | None, k: int, task: str, *,
 
 
 def gdp_terms(n_estimators: int, split_levels: int, leaf_release: bool, k: int, task: str, n_features: int,
-              marginal_bins: int = MARGINAL_BINS) -> dict[str, Any]:
+              marginal_bins: int = MARGINAL_BINS, marginal_classes: int = 0) -> dict[str, Any]:
     """FET-GDP's plan terms as the master's `hello` carries them (`GDP_PLAN_TERMS`).
 
     Plan splits: `split_levels` = max_depth, no leaf release; plan leaves: the chosen upper levels and a
     leaf release. `marginal_bins` 0: no marginal histograms (thresholds uniform in the declared domains).
+    `marginal_classes` (plan marginals): the class count the histograms are per, charged CLASS_MARGINAL_SHARE.
     """
     tree_releases = n_estimators * (split_levels + int(leaf_release))
-    releases = marginal_releases(tree_releases) if marginal_bins else 0
+    share = CLASS_MARGINAL_SHARE if marginal_classes else MARGINAL_SHARE
+    releases = marginal_releases(tree_releases, share) if marginal_bins else 0
     return {"n_estimators": n_estimators, "k": k, "task": task, "split_levels": split_levels,
             "leaf_release": int(leaf_release), "n_features": n_features, "marginal_bins": marginal_bins,
-            "marginal_releases": releases}
+            "marginal_releases": releases, "marginal_classes": marginal_classes}
 
 
 def gaussian_plan(epsilon: float, delta: float, terms: dict[str, Any]) -> GaussianPlan:
@@ -156,6 +165,11 @@ def _check_marginal_terms(terms: dict[str, Any]) -> None:
             bound = f"in [{least}, {most}]" if most is not None else f">= {least}"
             raise ParameterError(f"privacy 'gdp': the plan's {name} must be an integer {bound}, got "
                                  f"{value!r}")
+    classes = terms.get("marginal_classes")
+    if isinstance(classes, bool) or not isinstance(classes, int) or classes < 0 \
+            or (classes and (terms["marginal_bins"] == 0 or terms["task"] != "classification")):
+        raise ParameterError(f"privacy 'gdp': the plan's marginal_classes must be 0, or a classification's "
+                             f"class count with marginal histograms, got {classes!r}")
     if (terms["marginal_bins"] == 0) != (terms["marginal_releases"] == 0):
         raise ParameterError(f"privacy 'gdp': marginal histograms need both bins and releases, got "
                              f"{terms['marginal_bins']} bins charged as {terms['marginal_releases']} "
@@ -163,7 +177,10 @@ def _check_marginal_terms(terms: dict[str, Any]) -> None:
 
 
 def marginal_sigma(plan: GaussianPlan, terms: dict[str, Any]) -> float:
-    """The noise of the marginal histograms: L2 sensitivity sqrt(d), charged as `marginal_releases`."""
+    """The noise of the marginal histograms: L2 sensitivity sqrt(d), charged as `marginal_releases`.
+
+    Per class too (plan marginals): a row is in one (cell, class) of each feature, so still sqrt(d).
+    """
     return plan.sigma_for(math.sqrt(terms["n_features"]), terms["marginal_releases"])
 
 

@@ -246,9 +246,13 @@ class PartyRows:
         """The most trees any single row is active in (for per-row privacy accounting)."""
         return self.partition.active_slots_per_row()
 
-    def marginal_histograms(self, low: np.ndarray, high: np.ndarray, bins: int) -> np.ndarray:
-        """Rows per cell of each feature's `bins` equal cells of [low, high] (`fet/marginals.py`)."""
-        return histogram_counts(self.X, low, high, bins)
+    def marginal_histograms(self, low: np.ndarray, high: np.ndarray, bins: int,
+                            n_classes: int = 0) -> np.ndarray:
+        """Rows per cell of each feature's `bins` equal cells of [low, high] (`fet/marginals.py`).
+
+        `n_classes` > 0: per cell and class, (d, bins, n_classes) (plan marginals).
+        """
+        return histogram_counts(self.X, low, high, bins, self.y if n_classes else None, n_classes)
 
     def label_abs_max(self) -> float:
         """The largest |y| (a regression party's hello bounds its targets by it)."""

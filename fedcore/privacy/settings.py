@@ -161,10 +161,12 @@ class ModelBudget(PrivacySetting):
         return f"{self.mode!r} (epsilon {self.epsilon:g}, delta {self.delta:g})"
 
 
-GDP_PLANS = ("auto", "splits", "leaves")
+GDP_PLANS = ("auto", "splits", "leaves", "marginals")
 """FET-GDP's release plans (`fedcore/horizontal/plan.py`): `splits` spends the budget on every level's noisy
 branch counts (the paper's), `leaves` on one release of each tree's leaf class counts below a random structure
-(after `split_levels` upper levels chosen as in `splits`), `auto` picks one from the budget, classes and rows
+(after `split_levels` upper levels chosen as in `splits`), `marginals` as `leaves` with each drawn split
+chosen among k candidates by class-conditional DP marginal histograms released once
+(`fet/class_marginals.py`), `auto` picks one from the budget, classes and rows
 (`default_gdp_plan`)."""
 
 
@@ -186,9 +188,9 @@ class GlobalDP(ModelBudget):
         levels = self.split_levels
         if isinstance(levels, bool) or not isinstance(levels, int) or levels < 0:
             raise ParameterError(f"privacy: gdp's split_levels must be an integer >= 0, got {levels!r}")
-        if levels and self.plan != "leaves":
-            raise ParameterError(f"privacy: gdp's split_levels applies to plan 'leaves' only, not "
-                                 f"{self.plan!r}")
+        if levels and self.plan not in ("leaves", "marginals"):
+            raise ParameterError(f"privacy: gdp's split_levels applies to plans 'leaves' and 'marginals' "
+                                 f"only, not {self.plan!r}")
 
     def _fields(self) -> dict[str, Any]:
         return {**super()._fields(), "plan": self.plan, "split_levels": self.split_levels}

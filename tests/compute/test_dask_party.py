@@ -40,11 +40,14 @@ def _fet(**kwargs) -> FederatedExtraTreesClassifier:
     ("none", "one_worker"), ("none", "three_workers"), ("gdp", "three_workers"),
     # a chosen level, drawn levels and the leaves' release, counted on the blocks
     ({"mode": "gdp", "plan": "leaves", "split_levels": 1}, "three_workers"),
+    # the hello's marginal histograms per class, summed over the blocks
+    ({"mode": "gdp", "plan": "marginals"}, "three_workers"),
     ("ldp", "one_worker"),  # mechanism "auto": k-RR for these 3 classes
     ({"mode": "ldp", "mechanism": "oue"}, "three_workers"),
     ({"mode": "ldp", "mechanism": "bloom"}, "three_workers"),
 ], ids=["none-one_worker", "none-three_workers", "gdp-three_workers", "gdp-leaves-three_workers",
-        "ldp-auto-one_worker", "ldp-oue-three_workers", "ldp-bloom-three_workers"])
+        "gdp-marginals-three_workers", "ldp-auto-one_worker", "ldp-oue-three_workers",
+        "ldp-bloom-three_workers"])
 def test_fet_on_dask_is_the_in_process_forest(privacy, workers, request, monkeypatch) -> None:
     client = request.getfixturevalue(workers)
     table = horizontal_table(seed=1)

@@ -100,6 +100,10 @@ CASES = [
     # plan leaves: a chosen level, drawn levels, one leaf release per tree keyed by the queries answered
     pytest.param("extra-trees", {"mode": "gdp", "epsilon": 2.0, "plan": "leaves", "split_levels": 1},
                  id="fet-gdp-leaves"),
+    # plan marginals: the master's class weights start again from the boxes at a resumed batch's first
+    # drawn level (below a chosen one)
+    pytest.param("extra-trees", {"mode": "gdp", "epsilon": 2.0, "plan": "marginals", "split_levels": 1},
+                 id="fet-gdp-marginals"),
     # noise keyed by round id (restored) and the restored seed; the ledger restored before hello
     pytest.param("ppd-ert", {"mode": "secagg-dp", "epsilon": 2.0}, id="ppdert-secagg-dp"),
     pytest.param("extra-trees", {"mode": "ldp"}, id="fet-ldp"),  # "auto": one report per row

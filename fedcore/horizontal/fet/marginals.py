@@ -33,25 +33,30 @@ def marginal_releases(tree_releases: int, share: float = MARGINAL_SHARE) -> int:
     return max(1, math.ceil(share * tree_releases / (1 - share)))
 
 
-def histogram_counts(X: np.ndarray, low: np.ndarray, high: np.ndarray, bins: int) -> np.ndarray:
+def histogram_counts(X: np.ndarray, low: np.ndarray, high: np.ndarray, bins: int,
+                     labels: np.ndarray | None = None, n_classes: int = 0) -> np.ndarray:
     """Rows per cell of each feature's `bins` equal cells of [low, high]: (d, bins) int64.
 
-    Values outside the domain count in its end cells; a missing value (NaN) counts in none, so one row is in
-    at most one cell per feature.
+    With `labels` (class codes 0 .. n_classes - 1), rows per cell and class: (d, bins, n_classes) (plan
+    marginals' class-conditional histograms, `fet/class_marginals.py`). Values outside the domain count in its
+    end cells; a missing value (NaN) counts in none, so one row is in at most one cell per feature.
     """
     d = X.shape[1]
-    out = np.zeros((d, bins), dtype=np.int64)
+    classes = max(n_classes, 1) if labels is not None else 1
+    out = np.zeros((d, bins * classes), dtype=np.int64)
+    codes = np.zeros(len(X), np.int64) if labels is None else np.asarray(labels, np.int64)
     for f in range(d):
         column = X[:, f]
-        column = column[~np.isnan(column)]
+        present = ~np.isnan(column)
+        column = column[present]
         width = high[f] - low[f]
         if width > 0:
             cell = np.floor((column - low[f]) / width * bins)
             cell = np.clip(cell, 0, bins - 1).astype(np.int64)
         else:
             cell = np.zeros(len(column), dtype=np.int64)
-        out[f] = np.bincount(cell, minlength=bins)
-    return out
+        out[f] = np.bincount(cell * classes + codes[present], minlength=bins * classes)
+    return out if labels is None else out.reshape(d, bins, classes)
 
 
 class MarginalQuantiles:

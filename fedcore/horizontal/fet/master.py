@@ -58,6 +58,7 @@ from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.boxes import NodeBoxes, box_bytes_per_node, span_thresholds
 from fedcore.horizontal.counts import check_bit_sums, check_noisy_counts, sum_counts
+from fedcore.horizontal.fet.class_marginals import ClassMarginals
 from fedcore.horizontal.fet.gdp import (
     combined_node_stats,
     count_variance,
@@ -68,6 +69,7 @@ from fedcore.horizontal.fet.marginals import MARGINAL_BINS, MarginalQuantiles
 from fedcore.horizontal.fet.plans import (
     GdpPlan,
     choose_gdp_plan,
+    drawn_candidates,
     drawn_features,
     fill_random_nodes,
     leaf_depth,
@@ -162,12 +164,16 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         if self.gdp_plan is not None:
             g = self.gdp_plan
             self.plan_terms = gdp_terms(params.n_estimators, g.split_levels, g.leaf_release, self.k,
-                                        params.task, schema.n_features, marginal_bins)
+                                        params.task, schema.n_features, marginal_bins,
+                                        schema.n_classes if g.class_marginals else 0)
             assert epsilon is not None, "checked above"
             self.plan = gaussian_plan(epsilon, check_delta(delta, "privacy 'gdp': delta"), self.plan_terms)
         self.domains = _dp_domains(privacy, low, high, schema.n_features)
         self._boxes: NodeBoxes | None = None  # DP modes: the open nodes' boxes
         self.marginals: MarginalQuantiles | None = None  # gdp: the features' noisy CDFs (hello)
+        self.class_marginals: ClassMarginals | None = None  # plan marginals: per class too (hello)
+        self._node_weights: np.ndarray | None = None  # plan marginals: the open nodes' class weights (A, C)
+        self._child_weights: np.ndarray | None = None  # plan marginals: a drawn level's children's (A, 2, C)
         self.noise_follows_batches = privacy in ("gdp", "ldp")
         # n_bits fixed for the classes
         self.ldp = ldp.sized_for(schema.n_classes) if ldp is not None else None
@@ -229,7 +235,9 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
     def _marginal_quantiles(self, replies: dict[str, Message]) -> MarginalQuantiles:
         """gdp: the parties' noisy marginal histograms (hello replies), checked and summed into CDFs."""
         assert self.domains is not None, "gdp has declared domains"
-        shape = (self.schema.n_features, self.plan_terms["marginal_bins"])
+        classes = self.plan_terms["marginal_classes"]
+        shape: tuple[int, ...] = (self.schema.n_features, self.plan_terms["marginal_bins"],
+                                  *([classes] if classes else []))
         sigma = marginal_sigma(self._plan(), self.plan_terms)
         total = np.zeros(shape)
         for name in self.parties:
@@ -237,6 +245,9 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
             scale = sigma * max(1.0, self._stated_sigma[name] / self._plan().sigma)  # within SIGMA_TOLERANCE
             check_noisy_counts(f"party {name!r}", "hello_reply.marginals", part, self._row_bound[name], scale)
             total += part
+        if classes:
+            self.class_marginals = ClassMarginals(total, *self.domains)
+            return self.class_marginals.quantiles
         return MarginalQuantiles(total, *self.domains)
 
     def _check_exponents(self) -> None:
@@ -264,7 +275,8 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         g = self.gdp_plan
         if g is None:
             return {}
-        return {"plan": "leaves" if g.leaf_release else "splits", "split_levels": g.split_levels,
+        name = "marginals" if g.class_marginals else "leaves" if g.leaf_release else "splits"
+        return {"plan": name, "split_levels": g.split_levels,
                 "n_estimators": self.params.n_estimators, "max_depth": self.params.max_depth,
                 "noisy_rows": sum(self.party_rows.values())}
 
@@ -350,13 +362,19 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         arrays: dict = {}
         self._request(header, arrays, trees)
         assert self._boxes is not None, "gdp has declared domains"
-        features, low, high = drawn_features(p.random_state, act_tree, depth, self._boxes)
-        arrays["features"] = features.astype(np.int32)
-        u = fet_threshold_uniforms(p.random_state, act_tree, depth, 1)
+        if self.class_marginals is None:
+            features, low, high = drawn_features(p.random_state, act_tree, depth, self._boxes)
+            u = fet_threshold_uniforms(p.random_state, act_tree, depth, 1)
+        else:
+            features, low, high = drawn_candidates(p.random_state, act_tree, depth, self._boxes, self.k)
+            u = fet_threshold_uniforms(p.random_state, act_tree, depth, self.k)
         if self.marginals is not None:
             u = self.marginals.warp(features, low, high, u)
         thresholds, valid = span_thresholds(low, high, np.ones(features.shape, dtype=bool), u)
         thresholds = np.where(valid, thresholds, low)  # a box that is a point: split at its one value
+        if self.class_marginals is not None:
+            features, thresholds = self._chosen_candidates(depth, features, low, high, thresholds, valid)
+        arrays["features"] = features.astype(np.int32)
         arrays["thresholds"] = thresholds
         replies = self.transport.exchange(dict.fromkeys(self.parties, Message("fet_split", header, arrays)))
         for name, reply in replies.items():
@@ -366,6 +384,23 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         fields = {"feature": features[:, 0].astype(np.int32), "threshold": thresholds[:, 0],
                   "weight": np.zeros(n), "value": np.full((n, self.n_stats), 1.0 / self.n_stats)}
         return Level(np.ones(n, dtype=bool), fields, np.ones(2 * n, dtype=bool))
+
+    def _chosen_candidates(self, depth: int, features: np.ndarray, low: np.ndarray, high: np.ndarray,
+                           thresholds: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Plan marginals: each node's candidate of least class impurity by the marginals (A, 1) each.
+
+        The nodes' class weights start at a batch's first drawn level from their boxes, then follow the
+        chosen splits (`advance`); post-processing of the hello's release, no budget.
+        """
+        assert self.class_marginals is not None and self._boxes is not None and self.gdp_plan is not None
+        if depth == self.gdp_plan.split_levels or self._node_weights is None:
+            d = self.schema.n_features
+            every = np.broadcast_to(np.arange(d), (len(features), d))
+            self._node_weights = self.class_marginals.box_weights(*self._boxes.grid(every))
+        best, self._child_weights = self.class_marginals.choose_splits(self._node_weights, features, low,
+                                                                       high, thresholds, valid)
+        rows = np.arange(len(features))
+        return features[rows, best][:, None], thresholds[rows, best][:, None]
 
     def _leaf_level(self, depth: int, act_tree: np.ndarray) -> Level:
         """Plan leaves: each party's noisy leaf class counts (`fet_leaves`, one release per tree), summed.
@@ -460,6 +495,12 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
 
         A drawn level's decisions are its one candidate at every node; before the leaves no box is needed.
         """
+        if self._random_level and self._child_weights is not None:  # plan marginals: the open children's
+            children = self._child_weights.reshape(-1, self._child_weights.shape[-1])
+            opened = np.flatnonzero(next_pos >= 0)
+            self._node_weights = np.empty((len(opened), children.shape[1]))
+            self._node_weights[next_pos[opened]] = children[opened]
+            self._child_weights = None
         if self._random_level:
             chosen = np.where(level.split, 0, -1).astype(np.int32)
             self._transition = {"chosen": chosen, "next_pos": next_pos}

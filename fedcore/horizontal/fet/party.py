@@ -194,7 +194,11 @@ class HorizontalParty:
                                 "domains; a second hello must send the same 'low' and 'high'")
         self._marginal_grid = (low, high)
         terms = self.ledger_terms
-        counts = self.rows.marginal_histograms(low, high, terms["marginal_bins"])
+        classes = terms["marginal_classes"]
+        if classes and classes != self.schema.n_classes:
+            raise ProtocolError(f"party {self.name!r}: the master asks for marginal histograms per "
+                                f"{classes} classes, the schema has {self.schema.n_classes}")
+        counts = self.rows.marginal_histograms(low, high, terms["marginal_bins"], classes)
         noise = stream(self.noise_seed, "gdp_marginals").standard_normal(counts.shape)
         return counts.astype(np.float64) + noise * marginal_sigma(plan, terms)
 

@@ -1,6 +1,6 @@
 """FET-GDP's release plan: where the model's budget goes, and the default a user who gives only epsilon gets.
 
-Two plans (`GlobalDP.plan`, issue #31):
+Three plans (`GlobalDP.plan`, issue #31):
 
 * `splits` (the FET paper's): every level of every tree releases its nodes' noisy branch counts, the master
   chooses the splits from them, and the leaves' values are those noisy counts.
@@ -8,6 +8,9 @@ Two plans (`GlobalDP.plan`, issue #31):
   seeded random one and its threshold the seed's uniform placed by the DP marginal CDFs in the node's box
   (no budget), and each tree's leaves release their class counts once (`fet_leaves`; one row is in one leaf:
   L2 sensitivity 1). A leaf's value is its clamped noisy proportions, the forest averages them.
+* `marginals`: plan leaves whose drawn nodes each choose, among k drawn candidates, the split the
+  class-conditional DP marginal histograms (released once at hello instead of the unconditioned ones) say
+  separates the classes best (`fet/class_marginals.py`; no further budget).
 
 `auto` (the default) is `choose_gdp_plan`'s rule, from the measurements in docs/benchmarks.md ("FET-GDP's
 leaf-release plan"): a classification without a `max_depth` (a user who gives only epsilon) gets plan
@@ -15,7 +18,8 @@ leaf-release plan"): a classification without a `max_depth` (a user who gives on
 `leaf_depth` gives for the noisy row count, except two classes at epsilon >= BINARY_SPLITS_EPSILON, which
 take plan `splits` with DEFAULT_SPLIT_TREES x DEFAULT_SPLIT_DEPTH. With a `max_depth` (at depth 8 the leaves
 lost to the splits on two of three tables), or for a regression (its leaves would release sums of targets:
-not built), plan `splits` with the given trees and depth.
+not built), plan `splits` with the given trees and depth. `auto` never picks `marginals` (better than the
+leaves on letter only: docs/benchmarks.md, "FET-GDP plan marginals").
 """
 
 from __future__ import annotations
@@ -58,11 +62,14 @@ class GdpPlan:
     n_estimators: int
     max_depth: int | None
     """None: plan leaves chooses it after hello (`leaf_depth`)."""
+    class_marginals: bool = False
+    """Plan marginals: plan leaves whose drawn splits are chosen by class-conditional DP marginals
+    (`fet/class_marginals.py`)."""
 
 
 def choose_gdp_plan(plan: str, split_levels: int, epsilon: float, n_classes: int,
                     params: ExtraTreesParams) -> GdpPlan:
-    """The plan `plan` ("auto", "splits" or "leaves") resolves to for these parameters.
+    """The plan `plan` ("auto", "splits", "leaves" or "marginals") resolves to for these parameters.
 
     Refused: splits without a depth, leaves for a regression, split levels that leave no random level.
     """
@@ -81,13 +88,13 @@ def choose_gdp_plan(plan: str, split_levels: int, epsilon: float, n_classes: int
             raise ParameterError(UNBOUNDED_DEPTH.format(mode="gdp"))
         return GdpPlan(False, params.max_depth, trees, params.max_depth)
     if regression:
-        raise ParameterError("privacy 'gdp': plan 'leaves' releases class counts; a regression trains with "
+        raise ParameterError(f"privacy 'gdp': plan {plan!r} releases class counts; a regression trains with "
                              "plan 'splits' (or 'auto')")
     if params.max_depth is not None and split_levels >= params.max_depth:
-        raise ParameterError(f"privacy 'gdp': plan 'leaves' with split_levels {split_levels} needs a "
+        raise ParameterError(f"privacy 'gdp': plan {plan!r} with split_levels {split_levels} needs a "
                              f"max_depth above it (got {params.max_depth}): the levels below are drawn and "
                              "the leaves released")
-    return GdpPlan(True, split_levels, trees, params.max_depth)
+    return GdpPlan(True, split_levels, trees, params.max_depth, class_marginals=plan == "marginals")
 
 
 def leaf_depth(rows: float, n_trees: int, n_classes: int) -> int:
@@ -115,6 +122,25 @@ def drawn_features(seed: int, act_tree: np.ndarray, depth: int,
         u[a:b] = stream(seed, "fet_features", tree, depth).random(b - a)
     features, low, high = boxes.drawn(u)
     return features[:, None], low[:, None], high[:, None]
+
+
+def drawn_candidates(seed: int, act_tree: np.ndarray, depth: int, boxes: NodeBoxes,
+                     k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Plan marginals: k drawn candidate features per open node and their boxes there: (A, k) each.
+
+    The first is `drawn_features`' feature; the others are drawn alike (uniform among the node's usable
+    features) from the seeded stream keyed by (tree, depth) `fet_marginal_features`, so they may repeat.
+    """
+    n = len(act_tree)
+    features, low, high = (np.empty((n, k), dtype) for dtype in (np.int64, np.float64, np.float64))
+    features[:, :1], low[:, :1], high[:, :1] = drawn_features(seed, act_tree, depth, boxes)
+    if k > 1:
+        u = np.empty((len(act_tree), k - 1))
+        for tree, a, b in tree_segments(act_tree):
+            u[a:b] = stream(seed, "fet_marginal_features", tree, depth).random((b - a, k - 1))
+        for j in range(1, k):
+            features[:, j], low[:, j], high[:, j] = boxes.drawn(np.ascontiguousarray(u[:, j - 1]))
+    return features, low, high
 
 
 def fill_random_nodes(records: dict[str, np.ndarray], from_depth: int) -> None:
