@@ -69,14 +69,42 @@ def test_the_warm_up_runs_every_engine_mode_and_reports_each_as_it_compiles():
     assert all(r[3] >= 0 for r in reports[1::2])
 
 
-def test_the_warm_up_command_says_what_it_compiles_and_how_long_it_takes(capsys):
+def test_the_warm_up_splits_the_modes_by_setting_each_once_in_order():
+    from fedcore.warmup import setting_groups
+
+    vertical, horizontal = setting_groups(MODES)
+    assert vertical == ("vertical classification", "vertical regression", "vertical boosting")
+    assert horizontal == tuple(mode for mode in MODES if mode.startswith("horizontal"))
+    assert sorted(vertical + horizontal) == sorted(MODES)
+
+
+def test_the_warm_up_command_says_what_it_compiles_and_how_long_it_takes(capfd, monkeypatch):
     from fedcore import warmup
 
+    monkeypatch.setattr(warmup, "warm_processes", lambda: 1)
     assert warmup.main() == 0
-    lines = capsys.readouterr().err.splitlines()
+    lines = capfd.readouterr().err.splitlines()
     assert lines[0].startswith("fedforest: compiling the numba kernels into ")
-    assert "(the first time only: about 2 minutes on two cores; seconds once cached)" in lines[0]
+    assert ("one after another (the first time only: about 2 minutes on two cores; seconds once cached)"
+            in lines[0])
     assert [line.split(" ...")[0] for line in lines[1:-1]] == [
         f"fedforest: [{i}/9] {mode}" for i, mode in enumerate(MODES, start=1)]
     assert all(re.fullmatch(r".* \.\.\. \d+ s", line) for line in lines[1:-1])
+    assert re.fullmatch(r"fedforest: kernels ready for 9 engine modes in \d+ s", lines[-1])
+
+
+def test_on_two_cores_the_warm_up_compiles_the_two_settings_in_two_processes_side_by_side(capfd, monkeypatch):
+    """Each process writes a whole line per mode when it is done: the settings interleave, each in order."""
+    from fedcore import warmup
+
+    monkeypatch.setattr(warmup, "warm_processes", lambda: 2)
+    assert warmup.main() == 0
+    lines = capfd.readouterr().err.splitlines()
+    assert "the vertical and the horizontal modes side by side (the first time only" in lines[0]
+    assert all(re.fullmatch(r"fedforest: \[\d/9\] [a-z -]+ \.\.\. \d+ s", line) for line in lines[1:-1])
+    steps = [line.split(" ...")[0] for line in lines[1:-1]]
+    expected = [f"fedforest: [{i}/9] {mode}" for i, mode in enumerate(MODES, start=1)]
+    assert sorted(steps) == sorted(expected)
+    for setting in ("vertical", "horizontal"):  # each process runs its setting's modes in the listed order
+        assert [s for s in steps if f"] {setting}" in s] == [s for s in expected if f"] {setting}" in s]
     assert re.fullmatch(r"fedforest: kernels ready for 9 engine modes in \d+ s", lines[-1])
