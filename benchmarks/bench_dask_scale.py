@@ -282,6 +282,9 @@ def main() -> None:
     parser.add_argument("--kill-after", type=float, default=0.5,
                         help="kill a worker after this share of the undisturbed fit's time (recovery)")
     parser.add_argument("--tmp", default=None, help="where the Parquet datasets are written")
+    parser.add_argument("--timeline", default=None,
+                        help="vertical runs: each agent's answers and task stream as JSON in this folder "
+                             "(`benchmarks/timeline.py`)")
     parser.add_argument("--run", choices=tuple(RUNS), help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     parser.add_argument("--kill-at", type=float, help=argparse.SUPPRESS)

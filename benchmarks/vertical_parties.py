@@ -105,14 +105,23 @@ def serve_party(args: argparse.Namespace, p: int, on_dask: bool, certs: str, que
 
         stages = StageProfile()
         stages.mark("cluster started" if on_dask else "started")
+    timeline = None
+    if getattr(args, "timeline", None):
+        from benchmarks.timeline import Timeline
+
+        timeline = Timeline(client)
     agent = _agent(args, p, client)
     server = AgentServer(agent, tls_cert=c / f"{name}.pem", tls_key=c / f"{name}.key", ca_cert=c / "ca.pem")
     if stages is not None:
         stages.mark("table opened" if on_dask else "table loaded")
         stages.wrap(server)
+    if timeline is not None:
+        timeline.wrap(server)
     queue.put(("port", name, server.port))
     threading.Thread(target=server.serve, daemon=True).start()
     done.wait()
+    if timeline is not None:
+        timeline.write(Path(args.timeline) / f"{name}.json")
     peak = _vm_hwm_mib() if stages is None else stages.peak_mib()  # a profile resets VmHWM per stage
     result = {"digest": _model_digest(agent), "agent_peak_mib": peak, "workers_peak_mib": [],
               "restarted": None, "stages": stages.rows if stages is not None else None}

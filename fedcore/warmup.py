@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -72,7 +73,10 @@ def warm_steps() -> list[tuple[str, Callable[[], object]]]:
     steps = [("vertical classification",
               vertical(FederatedForestClassifier(n_estimators=2, max_depth=4), classes, "y")),
              ("vertical regression",
-              vertical(FederatedForestRegressor(n_estimators=2, max_depth=4), values, "target"))]
+              vertical(FederatedForestRegressor(n_estimators=2, max_depth=4), values, "target")),
+             ("vertical forest on dask", lambda: on_dask(lambda client: vertical(
+                 FederatedForestClassifier(n_estimators=2, max_depth=4, compute=client, block_rows=100),
+                 classes, "y")()))]
     # gdp: the default plan (leaves) with one chosen level, so both its paths compile: the noisy-count
     # splits of plan splits and the drawn levels and leaf release of plan leaves
     gdp_both_paths = {"mode": "gdp", "plan": "leaves", "split_levels": 1}
@@ -91,6 +95,19 @@ def warm_steps() -> list[tuple[str, Callable[[], object]]]:
                horizontal(HorizontalBoostingClassifier(n_estimators=2, max_depth=3, feature_ranges=ranges),
                           classes, "y"))]
     return steps
+
+
+def on_dask(fit: Callable[[Any], object]) -> object:
+    """`fit(client)` on a one-worker LocalCluster in this process, so the Dask party's block kernels compile.
+
+    They run only on Dask workers (`fedcore.compute.dask_vertical`); left cold, every worker process of
+    every party compiled them at once in its first tree level (issue #29).
+    """
+    from distributed import Client, LocalCluster
+
+    with (LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,
+          Client(cluster, set_as_default=False) as client):
+        return fit(client)
 
 
 def warm_up(report: Callable[[int, int, str, float | None], None] | None = None,

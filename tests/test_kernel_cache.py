@@ -11,9 +11,10 @@ from pathlib import Path
 import fedcore
 
 REPO = Path(__file__).resolve().parents[1]
-MODES = ["vertical classification", "vertical regression", "horizontal extra-trees none",
-         "horizontal extra-trees gdp", "horizontal extra-trees ldp", "horizontal extra-trees regression",
-         "horizontal ppd-ert", "vertical boosting", "horizontal boosting"]
+MODES = ["vertical classification", "vertical regression", "vertical forest on dask",
+         "horizontal extra-trees none", "horizontal extra-trees gdp", "horizontal extra-trees ldp",
+         "horizontal extra-trees regression", "horizontal ppd-ert", "vertical boosting",
+         "horizontal boosting"]
 
 
 def _cache_dir_seen(env: dict[str, str]) -> str:
@@ -64,8 +65,8 @@ def test_the_warm_up_runs_every_engine_mode_and_reports_each_as_it_compiles():
 
     reports: list[tuple[int, int, str, float | None]] = []
     assert warm_up(lambda *report: reports.append(report)) == MODES
-    assert [r[:3] for r in reports] == [(i, 9, mode) for i, mode in enumerate(MODES, start=1) for _ in "se"]
-    assert [r[3] is None for r in reports] == [True, False] * 9  # the name as it starts, then its time
+    assert [r[:3] for r in reports] == [(i, 10, mode) for i, mode in enumerate(MODES, start=1) for _ in "se"]
+    assert [r[3] is None for r in reports] == [True, False] * 10  # the name as it starts, then its time
     assert all(r[3] >= 0 for r in reports[1::2])
 
 
@@ -73,7 +74,8 @@ def test_the_warm_up_splits_the_modes_by_setting_each_once_in_order():
     from fedcore.warmup import setting_groups
 
     vertical, horizontal = setting_groups(MODES)
-    assert vertical == ("vertical classification", "vertical regression", "vertical boosting")
+    assert vertical == ("vertical classification", "vertical regression", "vertical forest on dask",
+                        "vertical boosting")
     assert horizontal == tuple(mode for mode in MODES if mode.startswith("horizontal"))
     assert sorted(vertical + horizontal) == sorted(MODES)
 
@@ -88,9 +90,9 @@ def test_the_warm_up_command_says_what_it_compiles_and_how_long_it_takes(capfd, 
     assert ("one after another (the first time only: about 2 minutes on two cores; seconds once cached)"
             in lines[0])
     assert [line.split(" ...")[0] for line in lines[1:-1]] == [
-        f"fedforest: [{i}/9] {mode}" for i, mode in enumerate(MODES, start=1)]
+        f"fedforest: [{i}/10] {mode}" for i, mode in enumerate(MODES, start=1)]
     assert all(re.fullmatch(r".* \.\.\. \d+ s", line) for line in lines[1:-1])
-    assert re.fullmatch(r"fedforest: kernels ready for 9 engine modes in \d+ s", lines[-1])
+    assert re.fullmatch(r"fedforest: kernels ready for 10 engine modes in \d+ s", lines[-1])
 
 
 def test_on_two_cores_the_warm_up_compiles_the_two_settings_in_two_processes_side_by_side(capfd, monkeypatch):
@@ -101,10 +103,10 @@ def test_on_two_cores_the_warm_up_compiles_the_two_settings_in_two_processes_sid
     assert warmup.main() == 0
     lines = capfd.readouterr().err.splitlines()
     assert "the vertical and the horizontal modes side by side (the first time only" in lines[0]
-    assert all(re.fullmatch(r"fedforest: \[\d/9\] [a-z -]+ \.\.\. \d+ s", line) for line in lines[1:-1])
+    assert all(re.fullmatch(r"fedforest: \[\d+/10\] [a-z -]+ \.\.\. \d+ s", line) for line in lines[1:-1])
     steps = [line.split(" ...")[0] for line in lines[1:-1]]
-    expected = [f"fedforest: [{i}/9] {mode}" for i, mode in enumerate(MODES, start=1)]
+    expected = [f"fedforest: [{i}/10] {mode}" for i, mode in enumerate(MODES, start=1)]
     assert sorted(steps) == sorted(expected)
     for setting in ("vertical", "horizontal"):  # each process runs its setting's modes in the listed order
         assert [s for s in steps if f"] {setting}" in s] == [s for s in expected if f"] {setting}" in s]
-    assert re.fullmatch(r"fedforest: kernels ready for 9 engine modes in \d+ s", lines[-1])
+    assert re.fullmatch(r"fedforest: kernels ready for 10 engine modes in \d+ s", lines[-1])

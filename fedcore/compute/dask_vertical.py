@@ -55,11 +55,10 @@ from fedcore.randomness import bootstrap_chunk_totals
 from fedcore.trees.criteria import GRADIENT
 from fedcore.trees.partition import (
     SamplePartition,
+    copy_bit_runs,
     node_byte_lengths,
     offsets_from_lengths,
-    pack_nodes,
     pack_split_bits,
-    unpack_nodes,
 )
 from fedcore.trees.splitting import (
     NodeSplits,
@@ -183,23 +182,44 @@ def _bits(part: SamplePartition, codes: np.ndarray, pos: np.ndarray, splits: tup
 
 
 # -- the agent's side ------------------------------------------------------------------------------------
-def node_major(block_bits: Sequence[np.ndarray], counts: np.ndarray) -> np.ndarray:
-    """Bits given block after block (each block's nodes in order) rearranged node after node, blocks in order.
+def _bit_places(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Where block b's bits of node j are, in bits: node after node and block after block (both packed).
 
-    `counts[b, j]`: bits of node j in block b.
+    `counts[b, j]`: bits of node j in block b. Node after node, each node's bits start a byte (its blocks'
+    in block order); block after block, each (block, node) run starts a byte (`pack_nodes` per block).
+    Returns both positions of every run (block-major order), the node-major bytes, and the block-major byte
+    offsets of the runs (n_blocks * n_nodes + 1).
     """
-    flat = np.concatenate([np.zeros(0, np.uint8), *block_bits])
-    source = offsets_from_lengths(counts.ravel())[:-1].reshape(counts.shape).T.ravel()
-    lengths = counts.T.ravel()
-    return flat[np.repeat(source - offsets_from_lengths(lengths)[:-1], lengths) + np.arange(lengths.sum())]
+    totals = counts.sum(axis=0, dtype=np.int64)
+    node_bytes = offsets_from_lengths(node_byte_lengths(0, totals))
+    before = np.cumsum(counts, axis=0, dtype=np.int64) - counts  # bits of the node in earlier blocks
+    node_at = (node_bytes[:-1] * 8 + before).ravel()
+    run_bytes = offsets_from_lengths(node_byte_lengths(0, counts.ravel()))
+    return node_at, run_bytes[:-1] * 8, node_bytes, run_bytes
 
 
-def block_major(bits: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
-    """The inverse of `node_major`: node-after-node bits cut into each block's (its nodes in order)."""
-    source = offsets_from_lengths(counts.T.ravel())[:-1].reshape(counts.T.shape).T.ravel()
-    lengths = counts.ravel()
-    flat = bits[np.repeat(source - offsets_from_lengths(lengths)[:-1], lengths) + np.arange(lengths.sum())]
-    return np.split(flat, np.cumsum(counts.sum(axis=1))[:-1])
+def node_major(blobs: Sequence[np.ndarray], counts: np.ndarray) -> np.ndarray:
+    """Each block's packed bits (`pack_nodes` over its nodes) as one packed bitmap, node after node.
+
+    A node's bits are its blocks' in block order: `pack_nodes` of the nodes' bits (`counts[b, j]`: bits of
+    node j in block b).
+    """
+    counts = np.asarray(counts, np.int64)
+    node_at, run_at, node_bytes, _ = _bit_places(counts)
+    src = np.concatenate([np.zeros(0, np.uint8), *blobs])
+    return copy_bit_runs(src, run_at, counts.ravel(), node_at, node_bytes[-1])[0]
+
+
+def block_major(packed: np.ndarray, counts: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """The inverse of `node_major`: each block's packed bits, and the ones of each (block, node) run.
+
+    Ones are the rows that go left (n_blocks, n_nodes), int64.
+    """
+    counts = np.asarray(counts, np.int64)
+    node_at, run_at, _, run_bytes = _bit_places(counts)
+    flat, ones = copy_bit_runs(packed, node_at, counts.ravel(), run_at, run_bytes[-1])
+    cuts = run_bytes[::counts.shape[1]] if counts.shape[1] else np.zeros(len(counts) + 1, np.int64)
+    return [flat[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True)], ones.reshape(counts.shape)
 
 
 class DaskVerticalRows:
@@ -338,14 +358,10 @@ class DaskVerticalRows:
         self.clock.level()  # the next level starts with its partition
         idx = np.flatnonzero(split_mask)
         counts = self.counts[:, idx]
-        per_block = block_major(unpack_nodes(packed, counts.sum(axis=0)), counts)
-        blobs, block_offsets, children = [], [], np.zeros((len(self.blocks), 2 * len(idx)), np.int64)
-        for b, bits in enumerate(per_block):
-            blobs.append(pack_nodes(bits, counts[b]))
-            block_offsets.append(offsets_from_lengths(node_byte_lengths(0, counts[b])))
-            left = np.zeros(len(idx), np.int64)
-            np.add.at(left, np.repeat(np.arange(len(idx)), counts[b]), bits)
-            children[b, 0::2], children[b, 1::2] = left, counts[b] - left
+        blobs, left = block_major(packed, counts)
+        block_offsets = [offsets_from_lengths(node_byte_lengths(0, c)) for c in counts]
+        children = np.zeros((len(self.blocks), 2 * len(idx)), np.int64)
+        children[:, 0::2], children[:, 1::2] = left, counts - left
         self.parts = self._map(_split, self.parts, blobs, block_offsets,
                                split_mask=np.asarray(split_mask, bool))
         self.counts = children
@@ -378,9 +394,7 @@ class DaskVerticalRows:
         """The in-process `partition_bits` message: the blocks' bits per node, concatenated in block order."""
         splits = (c.feature[pos], c.bin[pos], c.missing_left[pos], c.is_categorical[pos], c.cat_bits[pos])
         blobs = self.client.gather(self._map(_bits, self.parts, self.codes, pos=pos, splits=splits))
-        counts = self.counts[:, pos]
-        bits = node_major([unpack_nodes(blob, counts[b]) for b, blob in enumerate(blobs)], counts)
-        return pack_nodes(bits, counts.sum(axis=0))
+        return node_major(blobs, self.counts[:, pos])
 
     def load_ciphertexts(self, public: CiphertextSpace, ciphertexts: list) -> None:
         """Encrypted labels: each block's label ciphertexts to the cluster, raised there to weights 1..3."""

@@ -21,6 +21,7 @@ from fedcore.compute.dask_vertical import (
 )
 from fedcore.data.split import split_vertical
 from fedcore.errors import ParameterError
+from fedcore.trees.partition import pack_nodes, unpack_nodes
 from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
 from tests.compute.workers import losable_cluster, lose_a_worker_on_call
 from tests.conftest import mixed_table
@@ -104,10 +105,34 @@ def test_blocks_submitted_in_any_order_give_the_same_forest(three_workers, monke
 
 def test_block_and_node_order_round_trip() -> None:
     counts = np.array([[2, 0, 3], [1, 4, 0]])
-    blocks = [np.array([1, 2, 3, 4, 5]), np.array([6, 7, 8, 9, 10])]
-    nodes = node_major(blocks, counts)
-    assert nodes.tolist() == [1, 2, 6, 7, 8, 9, 10, 3, 4, 5]
-    assert [b.tolist() for b in block_major(nodes, counts)] == [b.tolist() for b in blocks]
+    blocks = [np.array([1, 0, 1, 1, 0]), np.array([0, 1, 1, 0, 1])]  # node 0: 1 0 | 0, node 1: 1 1 0 1, ...
+    blobs = [pack_nodes(bits, c) for bits, c in zip(blocks, counts, strict=True)]
+    nodes = node_major(blobs, counts)
+    assert unpack_nodes(nodes, counts.sum(axis=0)).tolist() == [1, 0, 0, 1, 1, 0, 1, 1, 1, 0]
+    back, ones = block_major(nodes, counts)
+    assert [b.tobytes() for b in back] == [b.tobytes() for b in blobs]
+    assert ones.tolist() == [[1, 0, 2], [0, 3, 0]]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bits_regrouped_in_place_are_those_of_unpacking(seed) -> None:
+    """`node_major`/`block_major` move packed runs: the bits and padding of unpacking, regrouping, packing."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 100, size=(rng.integers(1, 6), rng.integers(1, 9)))
+    counts[rng.random(counts.shape) < 0.2] = 0
+    bits = [rng.integers(0, 2, c.sum()).astype(np.uint8) for c in counts]
+    starts = np.cumsum(counts, axis=1) - counts  # each node's first bit in its block
+    by_node = np.concatenate([np.zeros(0, np.uint8)] + [bits[b][starts[b, j]:starts[b, j] + counts[b, j]]
+                                                       for j in range(counts.shape[1])
+                                                       for b in range(len(counts))])
+    expected = pack_nodes(by_node, counts.sum(axis=0))
+    nodes = node_major([pack_nodes(b, c) for b, c in zip(bits, counts, strict=True)], counts)
+    assert nodes.tobytes() == expected.tobytes()
+    back, ones = block_major(expected, counts)
+    blobs = [pack_nodes(b, c).tobytes() for b, c in zip(bits, counts, strict=True)]
+    assert [b.tobytes() for b in back] == blobs
+    assert ones.tolist() == [[int(bits[b][starts[b, j]:starts[b, j] + counts[b, j]].sum())
+                              for j in range(counts.shape[1])] for b in range(len(counts))]
 
 
 @pytest.mark.parametrize(("values", "dtype"), [
