@@ -34,8 +34,9 @@ order, so the encrypted histograms are the in-process ones. The label holder on 
 
 Regression: the label holder rounds its targets to their grid once (`fixed_targets`, every party's sums
 of weight x target then exact), and squared error's splits need only (w, wy) (`fedcore.trees.criteria`), so
-the blocks' sums are the in-process ones in any order. Boosting, whose statistics are gradients, stays in
-process (`BOOSTING_REFUSED`).
+the blocks' sums are the in-process ones in any order. Boosting stays in process (`BOOSTING_REFUSED`): its
+gradients are on an exact grid too (`fedcore.trees.fixed_gradients`), so block sums would be order-free, but
+the block tasks do not yet receive a round's gradients.
 """
 
 from __future__ import annotations
@@ -74,9 +75,9 @@ if TYPE_CHECKING:
     from fedcore.privacy.homomorphic import CiphertextSpace
     from fedcore.vertical.encrypted import PassiveCrypto
 
-BOOSTING_REFUSED = ("vertical boosting runs in process only: its histograms sum float gradients and "
-                    "hessians, whose totals over blocks of rows depend on the order of addition (issue #29); "
-                    "remove compute: dask (or compute=) for boosting")
+BOOSTING_REFUSED = ("vertical boosting runs in process only so far: a Dask party's block tasks do not "
+                    "yet take each round's gradients (issue #29); remove compute: dask (or compute=) for "
+                    "boosting")
 """Why a vertical Dask party refuses boosting."""
 
 
