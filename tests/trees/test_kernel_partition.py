@@ -17,6 +17,7 @@ from fedcore.trees.partition import (
     ROW_CHUNK,
     SamplePartition,
     apply_partition,
+    copy_bit_runs,
     node_byte_lengths,
     offsets_from_lengths,
     pack_split_bits,
@@ -230,3 +231,31 @@ def test_splitting_nothing_closes_every_node() -> None:
     part = SamplePartition.bootstrap(0, [0, 1], np.zeros(10), None)
     part.split(np.zeros(2, bool), np.zeros(0, np.uint8), np.zeros(1, np.int64))
     assert part.n_nodes == 0 and len(part.starts) == len(part.ends) == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_copy_bit_runs_moves_each_run_as_unpacking_would(seed: int) -> None:
+    """Runs of any length from any bit to any bit: the bytes and ones of an unpack, move, repack reference."""
+    rng = np.random.default_rng(seed)
+    n_bits = int(rng.integers(1, 400))
+    src_bits = rng.integers(0, 2, n_bits).astype(np.uint8)
+    src = np.packbits(src_bits, bitorder="little")
+    cuts = np.sort(rng.choice(np.arange(1, n_bits), size=min(n_bits - 1, int(rng.integers(0, 12))),
+                              replace=False)) if n_bits > 1 else np.array([], np.int64)
+    starts = np.concatenate([[0], cuts]).astype(np.int64)
+    lengths = np.diff(np.concatenate([starts, [n_bits]])).astype(np.int64)
+    order = rng.permutation(len(starts))  # the runs placed in another order, with gaps between them
+    gaps = rng.integers(0, 9, len(starts))
+    dst_at = np.empty(len(starts), np.int64)
+    at = 0
+    for i in order:
+        at += int(gaps[i])
+        dst_at[i] = at
+        at += int(lengths[i])
+    n_bytes = (at + 7) // 8 + int(rng.integers(0, 3))
+    expected_bits = np.zeros(8 * n_bytes, np.uint8)
+    for s, n, d in zip(starts, lengths, dst_at, strict=True):
+        expected_bits[d:d + n] = src_bits[s:s + n]
+    dst, ones = copy_bit_runs(src, starts, lengths, dst_at, n_bytes)
+    assert dst.tobytes() == np.packbits(expected_bits, bitorder="little").tobytes()
+    assert ones.tolist() == [int(src_bits[s:s + n].sum()) for s, n in zip(starts, lengths, strict=True)]
