@@ -33,8 +33,8 @@ _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 """An IPC stream's end marker (continuation, zero length), as the stream writer closes it."""
 _JOINED_BYTES = 1 << 20
 """A message of at most this many array bytes is encoded as its schema's and batch's own IPC messages joined
-(the stream writer's bytes, measured 3x faster for the many small messages of a level); a larger one is
-written once into a buffer of its measured size (joining would copy its arrays twice)."""
+(the stream writer's bytes: 14 us instead of 47 for a 44 KB find_splits message, and a level sends many);
+a larger one is written once into a buffer of its measured size (joining would copy its arrays twice)."""
 
 
 _KINDS = {"int": (int,), "number": (int, float), "text": (str,), "flag": (bool,)}
