@@ -76,3 +76,29 @@ def test_a_streamed_message_whose_parts_miss_rows_is_refused() -> None:
         streamed.to_buffer()
     assert str(refused.value) == ("message 'id_hashes': its parts of 'hashes' held 5 rows, not the 6 it "
                                   "announced")
+
+
+@pytest.mark.parametrize("arrays", [
+    {},
+    {"a": np.arange(5, dtype=np.int64)},
+    {"empty": np.zeros(0, np.float64), "grid": np.arange(12, dtype=np.int16).reshape(3, 4),
+     "odd": np.arange(7, dtype=np.uint8), "f": np.linspace(0.0, 1.0, 9)},
+    {"large": np.arange(200_000, dtype=np.float64), "small": np.ones(3, np.int32)},
+])
+def test_a_small_message_joins_the_bytes_the_stream_writer_writes(arrays) -> None:
+    """Both encodings (joined IPC parts for small messages, the writer for large ones) are one stream."""
+    import pyarrow as pa
+
+    message = Message("kind", {"n": 3, "x": [1.5, None]}, arrays)
+    payload = message.to_buffer()
+    reader = pa.ipc.open_stream(payload)
+    schema, batches = reader.schema, list(reader)
+    written = pa.BufferOutputStream()
+    with pa.ipc.new_stream(written, schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    assert payload.to_pybytes() == written.getvalue().to_pybytes()
+    parsed = Message.from_bytes(payload)
+    assert parsed.header == message.header and list(parsed.arrays) == list(arrays)
+    for name, array in arrays.items():
+        assert parsed.arrays[name].dtype == array.dtype and np.array_equal(parsed.arrays[name], array)
