@@ -95,6 +95,7 @@ def _north_and_new(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 @pytest.mark.parametrize("task", ["classification", "regression"])
+@pytest.mark.slow  # 11-16 s on 2 cores: an end-to-end run, in CI's slow pass (make test-slow)
 def test_an_agent_whose_workers_read_its_parquet_answers_as_the_in_process_agent(tmp_path, three_workers,
                                                                                   monkeypatch, task) -> None:
     table = _table(task)

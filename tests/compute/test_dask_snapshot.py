@@ -134,6 +134,7 @@ def test_a_horizontal_version_trained_on_the_workers_reports_the_in_process_drif
 
 
 @pytest.mark.parametrize("stored_as", ["timestamps", "ISO date strings"])
+@pytest.mark.slow  # 11-16 s on 2 cores: an end-to-end run, in CI's slow pass (make test-slow)
 def test_date_columns_are_days_in_both_snapshots(tmp_path, two_workers, stored_as) -> None:
     """A date column, loaded as an agent loads it, is binned as days since 1970 in process and on Dask.
 

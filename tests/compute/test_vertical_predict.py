@@ -117,6 +117,7 @@ def _predict(agents: dict, scenario: dict, monkeypatch=None, alignment: str = "h
     return seen, delivered, values, metrics
 
 
+@pytest.mark.slow  # 11-16 s on 2 cores: an end-to-end run, in CI's slow pass (make test-slow)
 def test_a_batch_on_the_workers_answers_as_the_in_process_agent(scenario, tmp_path, three_workers,
                                                                  in_process_prediction, monkeypatch) -> None:
     expected = in_process_prediction
@@ -136,6 +137,7 @@ def test_a_batch_on_the_workers_answers_as_the_in_process_agent(scenario, tmp_pa
         assert isinstance(rows, DaskPredictionRows) and len(rows.blocks) > 2
 
 
+@pytest.mark.slow  # 11-16 s on 2 cores: an end-to-end run, in CI's slow pass (make test-slow)
 def test_a_batch_whose_positions_are_read_part_by_part_answers_as_the_in_process_agent(
         scenario, tmp_path, three_workers, in_process_prediction, monkeypatch) -> None:
     from tests.compute.test_streamed_align import PartedTransport

@@ -107,6 +107,7 @@ def _signed_up(new: pd.DataFrame, since: datetime, until: datetime) -> list[str]
 
 
 @pytest.mark.postgres
+@pytest.mark.slow  # 11-16 s on 2 cores: an end-to-end run, in CI's slow pass (make test-slow)
 def test_scheduled_runs_predict_only_the_new_customers_once_even_after_a_failed_delivery(
         database, postgres, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("FED_DB_URL", database)

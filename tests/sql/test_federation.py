@@ -75,6 +75,7 @@ def _train_store_predict(config, root: Path, run_id: str) -> tuple[str, dict]:
     return digest, session.predict_locally(run_id)
 
 
+@pytest.mark.slow  # 11-16 s on 2 cores: an end-to-end run, in CI's slow pass (make test-slow)
 def test_rows_from_postgresql_train_the_parquet_model_and_a_retried_prediction_leaves_one_copy(
         database, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("FED_DB_URL", database)
