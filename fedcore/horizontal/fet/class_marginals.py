@@ -111,11 +111,8 @@ def _choose(weights, features, low, high, thresholds, valid, cdf, domain_low,
             ql = 0.0
             qr = 0.0
             for c in range(classes):
-                a = _position(cdf[f, c], domain_low[f], domain_high[f], low[i, j])
-                t = _position(cdf[f, c], domain_low[f], domain_high[f], thresholds[i, j])
-                b = _position(cdf[f, c], domain_low[f], domain_high[f], high[i, j])
-                share = (t - a) / (b - a) if b > a else 0.5
-                wl = weights[i, c] * share
+                wl = weights[i, c] * _left_share(cdf[f, c], domain_low[f], domain_high[f], low[i, j],
+                                                 thresholds[i, j], high[i, j])
                 wr = weights[i, c] - wl
                 sl += wl
                 sr += wr
@@ -133,10 +130,8 @@ def _choose(weights, features, low, high, thresholds, valid, cdf, domain_low,
         sl = 0.0
         sr = 0.0
         for c in range(classes):
-            a = _position(cdf[f, c], domain_low[f], domain_high[f], low[i, j])
-            t = _position(cdf[f, c], domain_low[f], domain_high[f], thresholds[i, j])
-            b = _position(cdf[f, c], domain_low[f], domain_high[f], high[i, j])
-            share = (t - a) / (b - a) if b > a and valid[i, j] else 0.5
+            share = _left_share(cdf[f, c], domain_low[f], domain_high[f], low[i, j], thresholds[i, j],
+                                high[i, j]) if valid[i, j] else 0.5
             left[c] = weights[i, c] * share
             right[c] = weights[i, c] - left[c]
             sl += left[c]
@@ -145,3 +140,12 @@ def _choose(weights, features, low, high, thresholds, valid, cdf, domain_low,
             children[i, 0, c] = left[c] / sl if sl > 0 else 1.0 / classes
             children[i, 1, c] = right[c] / sr if sr > 0 else 1.0 / classes
     return best, children
+
+
+@nb.njit(cache=True)
+def _left_share(cdf, domain_low, domain_high, low, threshold, high):  # pragma: no cover - compiled
+    """The share of a class's CDF mass in [low, high] that lies below `threshold` (0.5 when there is none)."""
+    a = _position(cdf, domain_low, domain_high, low)
+    t = _position(cdf, domain_low, domain_high, threshold)
+    b = _position(cdf, domain_low, domain_high, high)
+    return (t - a) / (b - a) if b > a else 0.5
