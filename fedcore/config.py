@@ -79,7 +79,7 @@
                agent_idle_timeout_s: 900, agent_session_timeout_s: 30,
                decision_threshold: 0.5}  # optional, binary labels: the positive class at probability >=
                                          # it, in held-out metrics and batch predictions (unset: argmax;
-                                         # auto: chosen on the held-out curve, vertical)
+                                         # auto: chosen on the held-out curve)
     drift: {psi_threshold: 0.2, on_drift: warn}  # at batch prediction each institution scores its own
                                  # features' population stability index against its training rows (bins
                                  # kept in its registry copy); features at or above the threshold are named
@@ -175,7 +175,7 @@ class TrainingSettings:
     decision_threshold: float | str | None = None
     """Binary labels: predict the positive (second) class where its probability is at least this, in held-out
     metrics and batch predictions; stored with the version. Default: the most probable class (0.5). "auto"
-    (vertical): the held-out curve's threshold of the largest TPR - FPR (`fedcore.session`,
+    (either setting): the held-out curve's threshold of the largest TPR - FPR (`fedcore.session`,
     `held_out_evaluation`)."""
     predict_for: str | None = None
     """Institution that receives batch predictions; default: the label holder."""

@@ -114,6 +114,20 @@ def pr_points(table: np.ndarray) -> np.ndarray:
         return np.column_stack([true_pos / p, true_pos / (true_pos + false_pos)])
 
 
+def curve_metrics(table: np.ndarray) -> dict[str, float]:
+    """ROC AUC and average precision of a curve table: scikit-learn's, each score rounded down to its group.
+
+    The horizontal master's `roc_auc` and `average_precision` (no single party ranks every institution's
+    rows; the pooled groups are what it has): the area under `roc_points` by the trapezoid rule, and the
+    precision at each group's threshold weighted by the recall it adds. Exact on the grouped scores, so they
+    differ from the per-row values by what grouping ties (tested against scikit-learn on both).
+    """
+    roc = roc_points(table)
+    recall, precision = pr_points(table).T
+    return {"roc_auc": float(np.trapezoid(roc[:, 1], roc[:, 0])),
+            "average_precision": float(np.sum(np.diff(np.r_[0.0, recall]) * precision))}
+
+
 def calibration_points(table: np.ndarray) -> np.ndarray:
     """(mean predicted probability, observed positive share) per non-empty group, lowest first."""
     kept = table[table[:, 1] > 0][::-1]

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.metrics import confusion_matrix, precision_recall_curve, roc_curve
+from sklearn.metrics import (
+    average_precision_score,
+    confusion_matrix,
+    precision_recall_curve,
+    roc_auc_score,
+    roc_curve,
+)
 
 from fedcore.curves import (
     GRID,
     MIN_GROUP_ROWS,
     calibration_points,
     confusion_at,
+    curve_metrics,
     pooled_groups,
     pr_points,
     roc_points,
@@ -114,3 +121,18 @@ def test_pooled_groups_are_the_pooled_rows_groups_at_the_edges_every_institution
         assert mean == pytest.approx(score[inside].mean(), rel=1e-12)
     # one institution alone: its own table back
     np.testing.assert_array_equal(pooled_groups(tables[:1]), tables[0])
+
+
+@pytest.mark.parametrize("sizes", [(500,), (57,), (700, 650, 900), (700, 40, 900)])
+def test_curve_metrics_are_scikit_learns_on_the_grouped_scores(sizes):
+    """ROC AUC and average precision of a (pooled) curve table: scikit-learn's, scores rounded to groups."""
+    parts = [sample(n, seed) for seed, n in enumerate(sizes)]
+    pooled = pooled_groups([score_groups(*part) for part in parts])
+    positive = np.concatenate([p for p, _ in parts])
+    score = np.concatenate([s for _, s in parts])
+    grouped = grouped_scores(pooled, score)
+    got = curve_metrics(pooled)
+    assert got == {"roc_auc": pytest.approx(roc_auc_score(positive, grouped), rel=1e-12, abs=1e-15),
+                   "average_precision": pytest.approx(average_precision_score(positive, grouped), rel=1e-12,
+                                                      abs=1e-15)}
+    assert got["roc_auc"] != roc_auc_score(positive, score)  # grouping ties rows: not the per-row value

@@ -49,6 +49,9 @@ def test_the_tour_works_as_written(tmp_path: Path) -> None:
     assert retrained["version"] == "v0002" and retrained["promoted"]  # "again: a new version"
     assert json.loads(by_step["predict --config"])["version"] == "v0001"  # the version asked for, no training
     assert "v0001" in by_step["models list"] and "promote  production  v0002" in by_step["models list"]
+    shown = [out for command, out in said if command[1:3] == ["models", "show"]]
+    assert "importance_share" in shown[0] and "importances of" not in shown[0]  # the master: shares only
+    assert "importances of this institution's own features (they never left it)" in shown[1]  # ecommerce
     regression = json.loads(next(out for command, out in said if "--json" in command))
     assert regression["task"] == "regression" and regression["single_party_identical"] is True
     assert by_step["models export"].startswith("readmission v0001: wrote work/readmission.onnx (onnx;")

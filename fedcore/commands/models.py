@@ -211,11 +211,32 @@ def _show(args: argparse.Namespace) -> int:
     lines.append(f"  {'signature:':<12}{info['signature']}")
     lines.append(f"  {'integrity:':<12}{info['integrity']}")
     if info["parties"]:
-        lines += ["", _indent(format_table(info["parties"]))]
+        lines += ["", _indent(format_table([_rounded(party) for party in info["parties"]]))]
+    if info["importances"]:
+        lines += ["", _indent(_importance_text(info["importances"], info["parties"]))]
     if info["files"]:
         lines += ["", _indent(format_table(info["files"]))]
     print("\n".join(lines))
     return failed
+
+
+def _rounded(row: dict) -> dict:
+    """A table row with its floats to 4 digits."""
+    return {k: f"{v:.4f}" if isinstance(v, float) else v for k, v in row.items()}
+
+
+def _importance_text(importances: dict, parties: list[dict]) -> str:
+    """The version's feature importances, most important first: an institution's own, or the whole model's.
+
+    A vertical institution's registry copy holds its own features' (the master holds only each one's share,
+    the parties table's importance_share); a horizontal version every agreed feature's.
+    """
+    from fedcore.models.card import importance_rows  # here: the card's imports are a session's
+
+    whose = ("this institution's own features (they never left it)"
+             if any("importance_share" in p for p in parties) else "every feature")
+    rows = [_rounded(row) for row in importance_rows(importances)]
+    return f"importances of {whose}, summing to {sum(importances.values()):.4f}:\n{format_table(rows)}"
 
 
 def _write_pictures(registry: ModelRegistry, model: str, version: str, metric: str,

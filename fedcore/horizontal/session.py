@@ -30,7 +30,7 @@ from fedcore.checkpoints import CheckpointStore
 from fedcore.contracts.agreement import SharedSchema, shared_schema
 from fedcore.contracts.model import parse_contract
 from fedcore.curves import COLUMNS as CURVE_COLUMNS
-from fedcore.curves import GRID, pooled_groups
+from fedcore.curves import GRID, curve_metrics, pooled_groups
 from fedcore.drift import reported_drift
 from fedcore.errors import ArtifactError, ProtocolError
 from fedcore.horizontal.boosting.master import HorizontalBoostingMaster
@@ -251,19 +251,24 @@ class HorizontalSession(MasterSession):
         return hashlib.sha256(text.encode()).hexdigest()
 
     def evaluate(self) -> dict[str, float]:
-        """Metrics over all institutions' held-out rows, from the aggregates each computes at home."""
+        """Metrics over all institutions' held-out rows, from the aggregates each computes at home.
+
+        A binary label adds ROC AUC and average precision of the pooled curve groups (`curve_metrics`).
+        """
         header = self._evaluate_header() if self.params.task == "classification" else {}
         replies = self.transport.exchange({name: Message("evaluate", header) for name in self.institutions})
         if self.params.task == "classification":
             confusion = cast(np.ndarray, sum(r.arrays["confusion"].astype(np.int64)
                                              for r in replies.values()))
             assert self.schema is not None and self.schema.classes is not None, "a classifier's agreed schema"
+            curve = self._pooled_curve(replies)
             metrics, self.evaluation, self.decision_threshold = held_out_evaluation(
-                confusion_metrics(confusion), confusion, [str(c) for c in self.schema.classes],
-                self._pooled_curve(replies), self.decision_threshold)
+                confusion_metrics(confusion), confusion, [str(c) for c in self.schema.classes], curve,
+                self.decision_threshold)
             log_loss_sum = float(sum(float(r.arrays["log_loss_sum"][0]) for r in replies.values()))
             rows = int(confusion.sum())
-            return {**metrics, "log_loss": log_loss_sum / rows if rows else float("nan")}
+            ranked = curve_metrics(curve) if curve is not None else {}  # binary: of the pooled groups
+            return {**metrics, **ranked, "log_loss": log_loss_sum / rows if rows else float("nan")}
         n, total, squares, sse, sae = cast(np.ndarray, sum(r.arrays["sums"] for r in replies.values()))
         variance = squares - total * total / n if n else 0.0
         return {"rmse": float(np.sqrt(sse / n)) if n else float("nan"),

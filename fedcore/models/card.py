@@ -18,6 +18,10 @@ from fedcore.config import FederationConfig
 from fedcore.metrics import LOWER_IS_BETTER
 from fedcore.session import MasterSession
 
+GROUPED_RANKING = ("roc_auc and average_precision: of the held-out probabilities grouped as the curve "
+                   "pictures are (each institution's groups of at least 10 rows, pooled), not row by row.")
+"""The horizontal card's note on its ranking metrics (`fedcore.curves.curve_metrics`)."""
+
 
 def code_version() -> str:
     """The installed fedforest version, plus the git commit when run from a checkout."""
@@ -89,6 +93,8 @@ def _metric_lines(manifest: dict[str, Any], production: dict[str, Any] | None, v
     names = {k: f"{k} (lower is better)" if k in LOWER_IS_BETTER else k for k in manifest["metrics"]}
     lines += [f"| {names[k]} | {v:.4f} | {previous[k]:.4f} |" if k in previous
               else f"| {names[k]} | {v:.4f} | - |" for k, v in manifest["metrics"].items()]
+    if not vertical and "roc_auc" in manifest["metrics"]:
+        lines += ["", GROUPED_RANKING]
     return lines + _threshold_lines(manifest)
 
 

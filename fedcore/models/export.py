@@ -30,6 +30,9 @@ RUNNABLE_FORMATS = ("onnx", "treelite")
 FORMATS = (*RUNNABLE_FORMATS, "structure")
 """`structure`: the version's tree tables as JSON, any setting (`fedcore.models.structure_export`)."""
 INSTALL_HINT = "install the export extra: pip install 'fedforest[export]'"
+NOT_EXPORTABLE = ("its split thresholds stay at the institutions that own them, so it cannot run outside the "
+                  "federation (docs/design.md, Export): only horizontal models export to onnx or treelite")
+"""Why a vertical model is refused by ONNX and Treelite (the CLI's and the estimators' refusal)."""
 
 
 @dataclass(frozen=True)
@@ -128,10 +131,8 @@ def export_version(registry: ModelRegistry, model_name: str, ref: str, fmt: str,
         document = structure_json(manifest, tables)
         return version, _replace_whole(out, lambda path: path.write_bytes(document))
     if manifest.get("setting") != "horizontal":
-        raise ArtifactError(f"model {model_name!r} {version} is a {manifest.get('setting')} model: its split "
-                            "thresholds stay at the institutions that own them, so it cannot run outside "
-                            "the federation (docs/design.md, Export): only horizontal models export to onnx "
-                            "or treelite; --format structure writes the tables this registry holds")
+        raise ArtifactError(f"model {model_name!r} {version} is a {manifest.get('setting')} model: "
+                            f"{NOT_EXPORTABLE}; --format structure writes the tables this registry holds")
     if MODEL_TABLE not in tables:
         raise ArtifactError(f"model {model_name!r} {version}: no {MODEL_TABLE!r} table in {registry.root}")
     forest = HorizontalForest.from_table(tables[MODEL_TABLE])

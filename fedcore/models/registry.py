@@ -320,9 +320,18 @@ class ModelRegistry:
         return manifest
 
     def describe(self, model_name: str, ref: str = LATEST, verify: bool = True) -> dict:
-        """A JSON-ready summary of one version; integrity problems are reported in it, not raised."""
+        """A JSON-ready summary of one version; integrity problems are reported in it, not raised.
+
+        An institution's copy is described by the master's manifest it holds (algorithm, metrics, parties),
+        with its own `importances` (a vertical institution's: of its own features only).
+        """
         version = self.resolve(model_name, ref)
-        manifest = _read_json(self._model_dir(model_name) / version / MANIFEST)
+        own = _read_json(self._model_dir(model_name) / version / MANIFEST)
+        copy = own.get(MASTER_COPY)
+        manifest = copy if isinstance(copy, dict) else own
+        parties = [p for p in manifest.get("parties") or [] if isinstance(p, dict)]
+        columns = ("name", "role", "feature_count", "file",
+                   *(("importance_share",) if any("importance_share" in p for p in parties) else ()))
         integrity = "not checked"
         if verify:
             try:
@@ -334,14 +343,14 @@ class ModelRegistry:
             "model_name": model_name,
             "version": version,
             "aliases": sorted(a for a, v in self.aliases(model_name).items() if v == version),
-            "created_at": manifest.get("created_at"),
+            "created_at": own.get("created_at"),
             "algorithm": _algorithm_id(manifest.get("algorithm")),
             **{key: manifest.get(key) for key in ("setting", "task", "metrics")},
-            "parties": [{k: p.get(k) for k in ("name", "role", "feature_count", "file")}
-                        for p in manifest.get("parties") or [] if isinstance(p, dict)],
-            "files": [{k: f.get(k) for k in ("name", "bytes", "sha256")} for f in manifest.get("files") or []
+            "parties": [{k: p.get(k) for k in columns} for p in parties],
+            "importances": own.get("importances") or manifest.get("importances"),
+            "files": [{k: f.get(k) for k in ("name", "bytes", "sha256")} for f in own.get("files") or []
                       if isinstance(f, dict)],
-            "signature": self.signature_status(manifest),
+            "signature": self.signature_status(own),
             "integrity": integrity,
         }
 

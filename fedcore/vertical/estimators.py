@@ -230,6 +230,21 @@ class _FederatedForest(SimulatedFederation):
         """Read a model written by `save` (hashes are verified)."""
         return load_simulation(cls, path)
 
+    def to_onnx(self) -> Any:
+        """Refused, naming why: no single place holds a vertical model's thresholds (docs/design.md, Export).
+
+        `save` writes the master's table and each party's own splits; in a federation, `fedforest models
+        export --format structure` writes what one registry holds.
+        """
+        from fedcore.errors import ArtifactError
+        from fedcore.models.export import NOT_EXPORTABLE
+
+        raise ArtifactError(f"{type(self).__name__} is a vertical model: {NOT_EXPORTABLE}")
+
+    def to_treelite(self) -> Any:
+        """Refused as `to_onnx` is."""
+        return self.to_onnx()
+
 
 class FederatedForestClassifier(ClassifierMixin, _FederatedForest):
     """Vertical Federated Forest for classification (binary and multiclass)."""

@@ -532,7 +532,8 @@ def test_a_binary_label_gets_the_pooled_held_out_curve_and_an_auto_threshold(tab
     from fedcore.session import AUTO
 
     binary = table.assign(**{"class": np.where(table["class"] == "a", "a", "b")})
-    session = _session(_agents(binary, tmp_path), algorithm, params=SMALL)
+    agents = _agents(binary, tmp_path)
+    session = _session(agents, algorithm, params=SMALL)
     session.agree_schema()
     session.train()
     session.decision_threshold = AUTO
@@ -551,3 +552,21 @@ def test_a_binary_label_gets_the_pooled_held_out_curve_and_an_auto_threshold(tab
     assert session.decision_threshold in pooled[:, 0].tolist()  # auto: a group's threshold
     assert confusion.sum() == held.sum()
     assert metrics["accuracy"] == pytest.approx(np.trace(confusion) / held.sum())
+    # ranking metrics: scikit-learn's on every institution's held-out rows, each score rounded to its group
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    from fedcore.models.card import GROUPED_RANKING, build_manifest, model_card
+    from tests.test_curves import grouped_scores
+
+    rows = pd.concat([a._holdout for a in agents.values()])
+    score = session.model.predict_values(session.schema.encode(rows))[:, 1]
+    positive = rows["class"].to_numpy() == session.schema.classes[1]
+    grouped = grouped_scores(pooled, score)
+    assert list(metrics) == ["accuracy", "f1_macro", "balanced_accuracy", "base_rate", "roc_auc",
+                             "average_precision", "log_loss"]  # the keys and order of `simulate --json`
+    assert metrics["roc_auc"] == pytest.approx(roc_auc_score(positive, grouped), rel=1e-12)
+    assert metrics["average_precision"] == pytest.approx(average_precision_score(positive, grouped),
+                                                         rel=1e-12)
+    manifest = build_manifest(session, "hospitals", metrics, {})
+    card = model_card("waveform", "v0001", manifest, None, True, None)
+    assert f"| roc_auc | {metrics['roc_auc']:.4f} | - |" in card and GROUPED_RANKING in card

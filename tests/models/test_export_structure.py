@@ -85,3 +85,15 @@ def test_an_institutions_copy_exports_its_own_splits_only(forest, tmp_path, caps
     vocabulary = document["tables"]["shop"]["metadata"]["fedforest.columns"]
     assert [column["name"] for column in vocabulary] == FEATURES["shop"]
     assert not list(tmp_path.glob(".*.partial"))
+
+
+def test_the_vertical_estimators_refuse_onnx_and_treelite_saying_why(forest) -> None:
+    from fedcore.errors import ArtifactError
+
+    for export in (forest.to_onnx, forest.to_treelite):
+        with pytest.raises(ArtifactError) as refused:
+            export()
+        assert str(refused.value) == (
+            "FederatedForestClassifier is a vertical model: its split thresholds stay at the institutions "
+            "that own them, so it cannot run outside the federation (docs/design.md, Export): only "
+            "horizontal models export to onnx or treelite")

@@ -173,6 +173,46 @@ def test_show_writes_the_versions_pictures(capsys, registry, tmp_path):
         [0, 0.81], [1, 0.86]]
 
 
+def test_show_lists_the_importances_each_registry_holds(capsys, model, key_file, tmp_path):
+    """The master's copy: each institution's share; an institution's copy: its own features' (issue #33)."""
+    from fedcore.models.tables import party_table
+    from tests.models.test_registry import master_artifacts
+
+    importances = model.feature_importances_  # {party: its own features' importances}
+    manifest, tables = master_artifacts(model)
+    for party in manifest["parties"]:
+        party["importance_share"] = float(importances[party["name"]].sum())
+    master = ModelRegistry(tmp_path / "master", signing_key=key_file)
+    version = master.register(MODEL, manifest, tables)
+    code, out, _ = _run(capsys, "show", "--model", MODEL, "--registry", master.root, "--public-key",
+                        f"{key_file}.pub")
+    assert code == 0 and "importance_share" in out and "importances of" not in out
+    for party in manifest["parties"]:
+        assert f"{party['importance_share']:.4f}" in out
+    assert not any(feature in out for own in importances.values() for feature in own.index)
+
+    party = model.parties_[0]
+    own = {k: float(v) for k, v in importances[party.name].items()}
+    copy = ModelRegistry(tmp_path / party.name, public_key=f"{key_file}.pub")
+    copy.register(MODEL, {"institution": party.name, "master_manifest": master.read_manifest(MODEL, version),
+                          "importances": own}, {party.name: party_table(party.model)}, version=version)
+    code, out, _ = _run(capsys, "show", "--model", MODEL, "--registry", copy.root, "--public-key",
+                        f"{key_file}.pub")
+    assert code == 0 and "  algorithm:  forest" in out and "accuracy=0.9" in out  # the master's manifest
+    lines = out.splitlines()
+    start = lines.index(f"  importances of this institution's own features (they never left it), summing to "
+                        f"{sum(own.values()):.4f}:")
+    ranked = sorted(own.items(), key=lambda item: (-item[1], item[0]))
+    assert [line.split() for line in lines[start + 2:start + 2 + len(own)]] == [
+        [name, f"{round(value, 6):.4f}"] for name, value in ranked]  # the card's table, to 4 digits
+    others = [feature for name, series in importances.items() if name != party.name
+              for feature in series.index]
+    assert others and not any(feature in out for feature in others)
+    code, out, _ = _run(capsys, "show", "--model", MODEL, "--registry", copy.root, "--public-key",
+                        f"{key_file}.pub", "--json")
+    assert json.loads(out)["importances"] == own
+
+
 def test_show_reports_tampering(capsys, registry):
     path = registry.root / MODEL / "v0002" / "manifest.json"
     path.write_text(path.read_text().replace("0.86", "0.99"))
