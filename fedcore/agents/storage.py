@@ -194,12 +194,10 @@ def place_parts(data: InstitutionData, tmp: Path, path: Path, rows: int, version
 
     try:
         parts = sorted(tmp.glob("part-*.parquet"))  # name order: the blocks' order (`part_file`)
-        if parts:
-            where = _deliver(data, PredictionBatches.of_parts(parts, f"institution {data.name!r}"), rows,
-                             version, run)
-        else:
-            log.info("%s: no rows to predict, nothing delivered", data.name)  # no part: no columns to create
-            where = _sink_name(data)
+        # no part (no rows): a retry's earlier rows still go
+        batches = PredictionBatches.of_parts(parts, f"institution {data.name!r}") if parts else \
+            PredictionBatches.nothing()
+        where = _deliver(data, batches, rows, version, run)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     _delivered_batch(data, version, until)
@@ -215,13 +213,6 @@ def _delivered_batch(data: InstitutionData, version: tuple[str, str] | None, unt
 def has_sink(data: InstitutionData) -> bool:
     """Whether the institution's predictions go to a database table or a Parquet dataset (not a folder)."""
     return data.predictions_sql is not None or data.predictions_dataset is not None
-
-
-def _sink_name(data: InstitutionData) -> str:
-    """The sink as a reply names it: `table '<name>'` or the dataset's folder."""
-    if data.predictions_sql is not None:
-        return data.predictions_sql.describe()
-    return str(data.predictions_dataset)
 
 
 def _deliver(data: InstitutionData, predictions: pd.DataFrame | PredictionBatches, rows: int,

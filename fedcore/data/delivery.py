@@ -1,10 +1,14 @@
 """Delivering a run's predictions idempotently: the rows every sink writes and what a retry replaces.
 
 Each delivered row gets the model, version, flow run id, the predictions' digest and the time. A sink keeps
-one copy per (model, version, run id, digest) (`Delivery.key`): a retried run replaces its own rows, and a
-master that replays an old run's id with other predictions replaces nothing of that run. The database sink
-(`fedcore.data.sql_sink`) deletes the key's rows before appending; the Parquet dataset sink
-(`fedcore.data.parquet_sink`) names the run's file by the key's digest (`Delivery.stem`).
+one delivery per flow run of a model (`Delivery.key`: model and run id; Prefect keeps a flow run's id
+across its retries): a retried run replaces all its own rows, even when it read other rows than its first
+attempt (a batch that gained or lost rows meanwhile) or predicted with another version, and never leaves
+two copies. The database sink (`fedcore.data.sql_sink`) deletes the key's rows before appending, in one
+transaction; the Parquet dataset sink (`fedcore.data.parquet_sink`) names the run's file by the key's
+digest (`Delivery.stem`). The run id is the master's, a checked value (`fedcore.agents.storage.run_id`):
+it never becomes a name or SQL text, but a master replaying an old run's id replaces that run's rows with
+the predictions it asks for now (docs/design.md).
 
 The predictions arrive as a stream of record batches read twice (`PredictionBatches`): a frame the agent
 predicted, or the part files its Dask workers wrote, which are never held whole. The digest is taken over
@@ -49,6 +53,16 @@ class PredictionBatches:
         return cls(plain_schema(table.schema), table.to_batches)
 
     @classmethod
+    def nothing(cls) -> PredictionBatches:
+        """No predictions and no columns: a Dask batch without rows, which writes no part.
+
+        Delivered, it only removes the rows an earlier attempt of the run delivered.
+        """
+        import pyarrow as pa
+
+        return cls(pa.schema([]), lambda: [])
+
+    @classmethod
     def of_parts(cls, files: Sequence[Path], what: str) -> PredictionBatches:
         """Parquet part files (a Dask worker's block each), in order, read BATCH_ROWS rows at a time.
 
@@ -84,9 +98,9 @@ class Delivery:
     predicted_at: pd.Timestamp
 
     @property
-    def key(self) -> tuple[str, str, str, str]:
-        """What a retry of the same delivery shares: (model, version, run id, predictions' digest)."""
-        return self.model, self.version, self.run_id, self.batch_sha256
+    def key(self) -> tuple[str, str]:
+        """What every attempt of one flow run's delivery shares, whatever rows it read: (model, run id)."""
+        return self.model, self.run_id
 
     @property
     def stem(self) -> str:
@@ -126,7 +140,8 @@ class Delivery:
         """The values of DELIVERY_COLUMNS, typed."""
         import pyarrow as pa
 
-        texts = [pa.scalar(value, pa.string()) for value in self.key]
+        texts = [pa.scalar(value, pa.string())
+                 for value in (self.model, self.version, self.run_id, self.batch_sha256)]
         return [*texts, pa.scalar(self.predicted_at, pa.timestamp("us", tz="UTC"))]
 
 

@@ -1,5 +1,7 @@
 """Reading a user's table from disk: .parquet or .csv files, or a Parquet dataset folder or URL.
 
+A URL is opened with pyarrow's own file systems, else with fsspec's (`url_filesystem`).
+
 Errors are one line naming the file or dataset.
 """
 
@@ -49,7 +51,7 @@ def read_table(path: str | Path, dialect: CsvDialect | None = None) -> pd.DataFr
 
 
 def is_dataset(location: str) -> bool:
-    """Whether `location` names a Parquet dataset: a folder, or a URL pyarrow opens (s3://, gs://, file://)."""
+    """Whether `location` names a Parquet dataset: a folder, or a URL (s3://, gs://, file://, ...)."""
     return "://" in location or Path(location).is_dir()
 
 
@@ -74,7 +76,8 @@ def read_dataset(location: str) -> pd.DataFrame:
     Its `.parquet` files in path order (hidden `.`/`_` entries skipped), with the values of Hive-style
     `key=value` folders as columns after the files' own (`region=north/part-0.parquet` adds `region`).
     Object storage is reached through pyarrow's own file systems (S3, GCS, ...), with their usual
-    credentials in the environment.
+    credentials in the environment, or through fsspec's for a protocol pyarrow has none for
+    (`url_filesystem`).
     """
     dataset, _ = _open_dataset(location)
     with _read_errors(location):
@@ -116,7 +119,7 @@ def _open_dataset(location: str) -> tuple[Dataset, FileSystem]:
 
     with _read_errors(location):
         if "://" in location:
-            filesystem, root = pafs.FileSystem.from_uri(location)
+            filesystem, root = url_filesystem(location)
         else:
             filesystem, root = pafs.LocalFileSystem(), str(Path(location).resolve())
         entries = filesystem.get_file_info(pafs.FileSelector(root, recursive=True))
@@ -127,6 +130,43 @@ def _open_dataset(location: str) -> tuple[Dataset, FileSystem]:
         partitioning = ds.HivePartitioning.discover(infer_dictionary=False)
         return ds.dataset(files, filesystem=filesystem, format="parquet", partitioning=partitioning,
                           partition_base_dir=root), filesystem
+
+
+def url_filesystem(location: str) -> tuple[FileSystem, str]:
+    """The file system of a dataset URL and the dataset's path on it.
+
+    pyarrow's own file system where it has one (file://, s3://, gs://, hdfs://, abfs://); else fsspec's
+    for the protocol (memory://, az://, sftp://, ... with the fsspec package that implements it, e.g.
+    adlfs), wrapped as a pyarrow file system, so the rest reads it as it reads pyarrow's. A protocol
+    neither knows, or whose fsspec package is missing, is one line naming it.
+    """
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    try:
+        return pafs.FileSystem.from_uri(location)
+    except pa.ArrowInvalid as error:
+        if "Unrecognized filesystem type" not in str(error):
+            raise
+    protocol = location.split("://", 1)[0]
+    try:
+        import fsspec
+    except ImportError:
+        raise DataReadError(f"cannot read the dataset {location!r}: pyarrow has no file system for "
+                            f"{protocol}://, and fsspec, which may have one, is not installed: pip install "
+                            "fsspec") from None
+    try:
+        filesystem, root = fsspec.core.url_to_fs(location)
+    except ValueError as error:
+        if not str(error).startswith("Protocol not known"):
+            raise
+        raise DataReadError(f"cannot read the dataset {location!r}: neither pyarrow nor fsspec knows the "
+                            f"protocol {protocol}://: use a URL of a file system they read (file://, s3://, "
+                            "gs://, ...), or a folder") from None
+    except ImportError as error:  # fsspec knows the protocol; the package implementing it is missing
+        raise DataReadError(f"cannot read the dataset {location!r}: {protocol}:// needs a package that "
+                            f"is not installed: {error}") from None
+    return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem)), root
 
 
 @contextmanager

@@ -1,10 +1,11 @@
 """Predictions delivered into a PostgreSQL table: atomic and idempotent (`fedcore.data.delivery`).
 
-One transaction creates the table if absent (else deletes the rows an earlier attempt of the same delivery
-wrote) and appends the new ones (ADBC bulk ingestion, PostgreSQL's COPY), so a retried flow run leaves
-exactly one copy and a failed write leaves the table as it was. Two deliveries that find the table absent
-at once both create it: the one that loses runs again in a fresh transaction, appending. The table is the
-institution's own config's; the master's messages give values (model, version, run id), never a name.
+One transaction creates the table if absent (else deletes the rows an earlier attempt of the same flow run
+delivered for the model, whatever they were) and appends the new ones (ADBC bulk ingestion, PostgreSQL's
+COPY), so a retried flow run leaves exactly its new rows, once, and a failed write leaves the table as it
+was. Two deliveries that find the table absent at once both create it: the one that loses runs again in a
+fresh transaction, appending. The table is the institution's own config's; the master's messages give
+values (model, version, run id), never a name.
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ def deliver_predictions(sink: SqlSource, predictions: pd.DataFrame | PredictionB
                         version: str, run_id: str, what: str, when: datetime | None = None) -> int:
     """Write `predictions` (IDs and predicted values) into `sink`'s table, run `run_id` of `model` `version`.
 
-    Replaces the rows of the same delivery (`Delivery.key`: model, version, run id and the predictions'
-    digest) in one transaction, streamed to COPY; returns the rows written. A delivery that created the
-    table while another did too runs once more, appending (`lost_create_race`).
+    Replaces the rows of the same flow run of the model (`Delivery.key`), whichever rows or version an
+    earlier attempt delivered, in one transaction, streamed to COPY; returns the rows written. A delivery
+    that created the table while another did too runs once more, appending (`lost_create_race`).
     """
     import adbc_driver_manager
 
@@ -63,17 +64,18 @@ def deliver_predictions(sink: SqlSource, predictions: pd.DataFrame | PredictionB
 
 
 def _replace_rows(conn: Any, table: str, delivery: Delivery) -> None:
-    """One transaction: create `table` if absent, else delete `delivery`'s earlier rows; append; commit."""
+    """One transaction: create `table` if absent (rows to add), else delete the run's earlier rows; append."""
     schema, _, name = table.rpartition(".")
     with conn.cursor() as cursor:
         # create only when absent: CREATE TABLE IF NOT EXISTS needs CREATE on the schema even then
         cursor.execute("SELECT to_regclass($1) IS NOT NULL", (quote_table(table),))
         exists = cursor.fetchone()[0]
         if exists:
-            cursor.execute(f"DELETE FROM {quote_table(table)} WHERE model = $1 AND version = $2 AND "
-                           "run_id = $3 AND batch_sha256 = $4", delivery.key)
-        cursor.adbc_ingest(name, delivery.reader(COPY_BATCH_ROWS), mode="append" if exists else "create",
-                           db_schema_name=schema or None)
+            cursor.execute(f"DELETE FROM {quote_table(table)} WHERE model = $1 AND run_id = $2",
+                           delivery.key)
+        if delivery.num_rows:  # no rows: no table to create, nothing to append
+            cursor.adbc_ingest(name, delivery.reader(COPY_BATCH_ROWS), mode="append" if exists else "create",
+                               db_schema_name=schema or None)
     conn.commit()
 
 

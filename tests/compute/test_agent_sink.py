@@ -126,7 +126,7 @@ def test_workers_predictions_are_delivered_once_as_the_in_process_agent_delivers
     assert [r["counts"]["north"] for r in results] == [expected["counts"]["north"]] * 2 == [len(new)] * 2
     if postgres is not None:
         assert [r["paths"]["north"] for r in results] == ["table 'scores_dask'"] * 2
-    else:  # the same file name: a digest of the run and of the rows
+    else:  # the same file name: a digest of the model and the run id
         (file,) = (tmp_path / "scores-dask").rglob("*.parquet")
         assert [r["paths"]["north"] for r in results] == [str(file)] * 2
         assert file.relative_to(tmp_path / "scores-dask") == Path(expected["paths"]["north"]).relative_to(

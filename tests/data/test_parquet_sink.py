@@ -1,7 +1,8 @@
 """Predictions delivered into a Parquet dataset partitioned by model and version (Hive style).
 
-One file per delivery, named by the agent: a retried run replaces its own file, other runs' files stay, a
-replayed run id with other predictions replaces nothing; a failed write is one line and leaves nothing.
+One file per flow run of a model, named by the agent: a retried run replaces its own file whatever rows it
+read (under any version), other runs' files stay; a failed write is one line and leaves the dataset as it
+was.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 import pytest
 
+from fedcore.data.delivery import PredictionBatches
 from fedcore.data.parquet_sink import deliver_to_dataset
 from fedcore.errors import DataWriteError
 
@@ -43,14 +45,58 @@ def test_a_retried_delivery_replaces_its_own_file_and_other_runs_stay(tmp_path) 
                                   check_exact=True)
     assert (rows["predicted_at"] == pd.Timestamp(WHEN + timedelta(minutes=5))).all()
     deliver_to_dataset(root, _predictions(3), "churn", "v0001", "run-b", "bank", WHEN)
-    deliver_to_dataset(root, _predictions(2), "churn", "v0002", "run-a", "bank", WHEN)
-    deliver_to_dataset(root, _predictions(5), "churn", "v0001", "run-a", "bank", WHEN)  # a replayed run id
-    counts = _rows(root).groupby(["version", "run_id", "batch_sha256"]).size()
-    assert sorted(counts.droplevel("batch_sha256").items()) == [
-        (("v0001", "run-a"), 4), (("v0001", "run-a"), 5), (("v0001", "run-b"), 3), (("v0002", "run-a"), 2)]
-    assert sorted(p.name for p in root.iterdir()) == ["model=churn"], "no temporary folder left"
+    deliver_to_dataset(root, _predictions(2), "upsell", "v0001", "run-a", "bank", WHEN)
+    counts = _rows(root).groupby(["model", "version", "run_id"]).size().to_dict()
+    assert counts == {("churn", "v0001", "run-a"): 4, ("churn", "v0001", "run-b"): 3,
+                      ("upsell", "v0001", "run-a"): 2}
+    assert sorted(p.name for p in root.iterdir()) == ["model=churn", "model=upsell"], "no temporary folder"
     empty = deliver_to_dataset(root, _predictions(0), "churn", "v0003", "run-c", "bank", WHEN)
     assert empty == root / "model=churn" / "version=v0003" and not empty.exists(), "no rows, no file"
+
+
+def test_a_retry_that_read_other_rows_leaves_exactly_its_new_rows_once(tmp_path) -> None:
+    """The run's batch lost, gained and changed rows since its first attempt, which delivered them.
+
+    The retry (same run id) replaces the first attempt's file, also under another version; others stay.
+    """
+    root = tmp_path / "scores"
+    deliver_to_dataset(root, _predictions(3, 20), "churn", "v0001", "run-b", "bank", WHEN)
+    first = deliver_to_dataset(root, _predictions(5), "churn", "v0001", "run-a", "bank", WHEN)
+    changed = pd.concat([_predictions(5).iloc[1:], _predictions(2, 10)], ignore_index=True)
+    changed.loc[0, "proba_churn"] = 0.5
+    assert deliver_to_dataset(root, changed, "churn", "v0001", "run-a", "bank", WHEN) == first
+    rows = _rows(root)
+    retried = rows.loc[rows["run_id"] == "run-a"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(retried[changed.columns], changed.sort_values("customer_id",
+                                                                                ignore_index=True),
+                                  check_exact=True)
+    assert rows["run_id"].value_counts().to_dict() == {"run-a": 6, "run-b": 3}
+    moved = deliver_to_dataset(root, _predictions(2, 30), "churn", "v0002", "run-a", "bank", WHEN)
+    assert moved.parent.name == "version=v0002" and not first.exists()
+    assert _rows(root).groupby(["run_id", "version"]).size().to_dict() == {("run-a", "v0002"): 2,
+                                                                           ("run-b", "v0001"): 3}
+    deliver_to_dataset(root, PredictionBatches.nothing(), "churn", "v0001", "run-a", "bank", WHEN)
+    assert _rows(root)["run_id"].tolist() == ["run-b"] * 3, "a retry that found no rows leaves none"
+    assert sorted(p.name for p in root.iterdir()) == ["model=churn"], "no temporary folder left"
+
+
+def test_a_retry_that_fails_puts_the_earlier_attempts_file_back(tmp_path) -> None:
+    """The new file cannot take its place (a folder holds its name) after the v0001 file was moved aside."""
+    from fedcore.data.delivery import prepare_delivery
+
+    root = tmp_path / "scores"
+    first = deliver_to_dataset(root, _predictions(5), "churn", "v0001", "run-a", "bank", WHEN)
+    stem = prepare_delivery(_predictions(2, 30), "churn", "v0002", "run-a", "bank", WHEN).stem
+    assert first.name == f"{stem}-0.parquet", "one name per run of the model, whatever the version"
+    blocker = root / "model=churn" / "version=v0002" / first.name
+    (blocker / "inside").mkdir(parents=True)
+    with pytest.raises(DataWriteError) as refused:
+        deliver_to_dataset(root, _predictions(2, 30), "churn", "v0002", "run-a", "institution 'bank'", WHEN)
+    assert str(refused.value).startswith(f"institution 'bank': cannot write predictions to the dataset "
+                                         f"{str(root)!r}, nothing written: ")
+    pd.testing.assert_frame_equal(pd.read_parquet(first)[["customer_id", "prediction", "proba_churn"]],
+                                  _predictions(5), check_exact=True)
+    assert sorted(p.name for p in root.iterdir()) == ["model=churn"], "no temporary folder left"
 
 
 def test_a_failed_write_is_one_line_and_leaves_nothing(tmp_path) -> None:

@@ -88,32 +88,43 @@ def _model_digests(work) -> dict[str, str]:
     return {party["name"]: party["table_sha256"] for party in manifest["parties"]}
 
 
-def test_a_retried_batch_predict_run_leaves_one_copy_of_its_rows(database, tmp_path, monkeypatch) -> None:
-    """A run that fails after the bank delivered is retried by Prefect: one copy of its rows.
+def test_a_retried_batch_predict_run_leaves_exactly_its_new_rows_once(postgres, database, tmp_path,
+                                                                     monkeypatch) -> None:
+    """A run that fails after the bank delivered is retried by Prefect, its batch changed in between.
 
-    The outcome line raises once; the retry is the same flow run, which predicts the same batch again, and
-    the sink replaces the run's rows instead of adding a second copy.
+    The outcome line raises once, after a June customer of the batch moved to November and a November one
+    to June; the retry is the same flow run, which predicts the changed batch, and the sink replaces the
+    run's rows instead of keeping the first attempt's beside them: exactly the new batch, once.
     """
     import flows.batch_predict as module
     from flows.retrain import retrain
 
-    config_path, _ = _bank_in_postgres(database, tmp_path, monkeypatch)
+    config_path, june = _bank_in_postgres(database, tmp_path, monkeypatch)
     retrain(str(config_path), agents="local")
-    failed: list[str] = []
+    sink = SqlSource(("url", database), table="bank_scores")
+    aligned = set(read_sql(sink, "test")["customer_id"])  # the retrain's batch: every new row up to now
+    june &= aligned  # the customers the others also hold, whom a batch predicts
+    gone, late = min(june), min(aligned - june)
+    attempts: list[pd.DataFrame] = []
     outcome = module.predict_outcome
 
     def fails_once(*args, **kwargs):
-        if not failed:
-            failed.append("after delivery")
+        if not attempts:
+            attempts.append(read_sql(sink, "test"))
+            name = database.rsplit("/", 1)[1]
+            for customer, month in ((gone, 11), (late, 6)):
+                postgres.execute(f"UPDATE bank_new SET signup_at = '2026-{month:02d}-15T00:00:00Z' WHERE "
+                                 f"customer_id = '{customer}'", name)
             raise RuntimeError("the run is lost after the bank delivered its predictions")
         return outcome(*args, **kwargs)
 
     monkeypatch.setattr(module, "predict_outcome", fails_once)
     state = module.batch_predict.with_options(retries=1)(
         str(config_path), agents="local", until=datetime(2026, 7, 1, tzinfo=UTC), return_state=True)
-    assert failed and state.is_completed()
+    assert attempts and state.is_completed()
     run = str(state.state_details.flow_run_id)
-    scores = read_sql(SqlSource(("url", database), table="bank_scores"), "test")
-    delivered = scores.loc[scores["run_id"] == run]
-    assert len(delivered) == state.result()["prediction"]["rows"] > 0
-    assert delivered["customer_id"].is_unique
+    first = attempts[0].loc[attempts[0]["run_id"] == run, "customer_id"]
+    assert sorted(first) == sorted(june), "the first attempt delivered the batch as it was"
+    delivered = read_sql(sink, "test").loc[lambda rows: rows["run_id"] == run, "customer_id"]
+    assert sorted(delivered) == sorted(june - {gone} | {late})
+    assert len(delivered) == state.result()["prediction"]["rows"]

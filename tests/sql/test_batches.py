@@ -3,8 +3,9 @@
 Two horizontal institutions keep new customers in a table with a signup time; each scheduled run (its
 `until`) predicts only the customers since the last batch the institution delivered, into a database table
 (north) or a Parquet dataset partitioned by model and version (south). A failed delivery does not advance
-the batch, so its retry delivers those customers once; a retried run reads the same rows and replaces its
-own predictions. Another model predicting with the same query has batches of its own.
+the batch, so its retry delivers those customers once; a retried run reads the rows of its own schedule
+and replaces its own predictions, even when they changed in between. Another model predicting with the
+same query has batches of its own.
 """
 
 from __future__ import annotations
@@ -156,6 +157,43 @@ def test_scheduled_runs_predict_only_the_new_customers_once_even_after_a_failed_
     # another model predicting with the same query keeps batches of its own: its first from sql.since
     upsell = _scheduled_run(config, master, "run-5", DAYS[1], model="upsell")
     assert upsell["counts"] == {name: len(_signed_up(news[name], START, DAYS[1])) for name in NAMES}
+
+
+@pytest.mark.postgres
+@pytest.mark.slow  # an end-to-end run like the one above
+def test_a_retried_run_whose_batch_changed_leaves_exactly_its_new_rows_once(
+        database, postgres, tmp_path, monkeypatch) -> None:
+    """Between a run's delivery and its retry, a customer of its batch left and a late one arrived.
+
+    The retry (same run id, same schedule) reads the changed batch: each sink then holds exactly the rows
+    a fresh run over the changed batch delivers (the same digest), once, and the other run's rows stay.
+    """
+    monkeypatch.setenv("FED_DB_URL", database)
+    news = _write_rows(database, tmp_path)
+    config = _config(tmp_path)
+    master = _registered(config, tmp_path)
+    _scheduled_run(config, master, "run-1", DAYS[0])
+    _scheduled_run(config, master, "run-2", DAYS[1])
+    first = {name: set(rows.loc[rows["run_id"] == "run-2", "batch_sha256"])
+             for name, rows in _delivered(database, tmp_path).items()}
+    batch, db = {}, database.rsplit("/", 1)[1]
+    for name in NAMES:
+        window = _signed_up(news[name], DAYS[0], DAYS[1])
+        late = _signed_up(news[name], DAYS[1], DAYS[2])[0]
+        postgres.execute(f"DELETE FROM {name}_new WHERE patient_id = '{window[0]}'", db)
+        postgres.execute(f"UPDATE {name}_new SET signup_at = '{DAYS[1].isoformat()}' WHERE patient_id = "
+                         f"'{late}'", db)
+        batch[name] = sorted({*window[1:], late})
+    again = _scheduled_run(config, master, "run-2", DAYS[1])  # Prefect's retry: same run, same schedule
+    fresh = _scheduled_run(config, master, "run-9", DAYS[1])  # a new run over the same changed batch
+    assert again["counts"] == fresh["counts"] == {name: len(batch[name]) for name in NAMES}
+    for name, rows in _delivered(database, tmp_path).items():
+        by_run = rows.groupby("run_id")["patient_id"].apply(sorted).to_dict()
+        assert by_run == {"run-1": _signed_up(news[name], START, DAYS[0]), "run-2": batch[name],
+                          "run-9": batch[name]}, "the retry's new rows, once"
+        digests = rows.groupby("run_id")["batch_sha256"].apply(set).to_dict()
+        assert digests["run-2"] == digests["run-9"] and digests["run-2"].isdisjoint(first[name])
+    assert len(list((tmp_path / "scores").rglob("*.parquet"))) == 3, "one file per run"
 
 
 def test_an_unknown_placeholder_is_one_line_naming_it(tmp_path) -> None:

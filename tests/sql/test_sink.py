@@ -1,4 +1,4 @@
-"""Predictions delivered into a PostgreSQL table: created if absent, one copy per (model, version, run id).
+"""Predictions delivered into a PostgreSQL table: created if absent, one delivery per flow run of a model.
 
 A failed delivery (a table of other columns, a user without write permission) is one line and leaves the
 table as it was; two deliveries that both create the absent table both land.
@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 
+from fedcore.data.delivery import PredictionBatches
 from fedcore.data.sql import SqlSource, read_sql
 from fedcore.data.sql_sink import deliver_predictions
 from fedcore.errors import DataWriteError
@@ -46,19 +47,41 @@ def test_a_retried_delivery_replaces_its_own_rows_and_other_runs_stay(database) 
     assert (rows["predicted_at"] == pd.Timestamp(later)).all() and rows["batch_sha256"].nunique() == 1
     pd.testing.assert_frame_equal(rows[_predictions(1).columns], _predictions(4, 10), check_exact=True)
     deliver_predictions(sink, _predictions(3), "churn", "v0001", "run-b", "bank", WHEN)
-    deliver_predictions(sink, _predictions(2), "churn", "v0002", "run-a", "bank", WHEN)
-    counts = _rows(database).groupby(["version", "run_id"]).size().to_dict()
-    assert counts == {("v0001", "run-a"): 4, ("v0001", "run-b"): 3, ("v0002", "run-a"): 2}
+    deliver_predictions(sink, _predictions(2), "upsell", "v0001", "run-a", "bank", WHEN)
+    counts = _rows(database).groupby(["model", "run_id"]).size().to_dict()
+    assert counts == {("churn", "run-a"): 4, ("churn", "run-b"): 3, ("upsell", "run-a"): 2}
 
 
-def test_a_replayed_run_id_with_other_predictions_deletes_nothing(database) -> None:
-    """A master replaying an old run's id (and version) over another batch adds rows; the old run's stay."""
+def test_a_retry_that_read_other_rows_leaves_exactly_its_new_rows_once(postgres, database) -> None:
+    """The run's batch lost, gained and changed rows since its first attempt, which delivered them.
+
+    The retry (same run id) replaces every row of its first attempt, under any version; other runs stay.
+    """
     sink = SqlSource(("url", database), table="scores")
+    deliver_predictions(sink, _predictions(3, 20), "churn", "v0001", "run-b", "bank", WHEN)
     deliver_predictions(sink, _predictions(5), "churn", "v0001", "run-a", "bank", WHEN)
-    deliver_predictions(sink, _predictions(4, 10), "churn", "v0001", "run-a", "bank", WHEN)
+    changed = pd.concat([_predictions(5).iloc[1:], _predictions(2, 10)], ignore_index=True)
+    changed.loc[0, "proba_churn"] = 0.5
+    assert deliver_predictions(sink, changed, "churn", "v0001", "run-a", "bank", WHEN) == 6
     rows = _rows(database)
-    assert len(rows) == 9 and rows["batch_sha256"].nunique() == 2
-    assert set(rows["customer_id"]) == {f"C{i:03d}" for i in [*range(5), *range(10, 14)]}
+    retried = rows.loc[rows["run_id"] == "run-a"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(retried[changed.columns], changed, check_exact=True)
+    assert retried["batch_sha256"].nunique() == 1 and rows["run_id"].value_counts().to_dict() == {
+        "run-a": 6, "run-b": 3}
+    deliver_predictions(sink, _predictions(2, 30), "churn", "v0002", "run-a", "bank", WHEN)  # a new version
+    rows = _rows(database)
+    assert rows.groupby(["run_id", "version"]).size().to_dict() == {("run-a", "v0002"): 2,
+                                                                    ("run-b", "v0001"): 3}
+    assert deliver_predictions(sink, _predictions(0), "churn", "v0002", "run-a", "bank", WHEN) == 0
+    assert _rows(database)["run_id"].tolist() == ["run-b"] * 3, "a retry that found no rows leaves none"
+    deliver_predictions(sink, _predictions(2, 40), "churn", "v0002", "run-c", "bank", WHEN)
+    no_parts = PredictionBatches.nothing()  # a Dask batch without rows: no part, no columns
+    assert deliver_predictions(sink, no_parts, "churn", "v0002", "run-c", "bank", WHEN) == 0
+    assert _rows(database)["run_id"].tolist() == ["run-b"] * 3
+    absent = SqlSource(("url", database), table="other_scores")
+    assert deliver_predictions(absent, _predictions(0), "churn", "v0002", "run-a", "bank", WHEN) == 0
+    assert postgres.execute("SELECT to_regclass('other_scores') IS NULL", database.rsplit("/", 1)[1]) == [
+        (True,)], "no rows: no table created"
 
 
 def test_a_failed_delivery_leaves_the_table_as_it_was(database) -> None:
