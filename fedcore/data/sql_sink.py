@@ -64,7 +64,11 @@ def deliver_predictions(sink: SqlSource, predictions: pd.DataFrame | PredictionB
 
 
 def _replace_rows(conn: Any, table: str, delivery: Delivery) -> None:
-    """One transaction: create `table` if absent (rows to add), else delete the run's earlier rows; append."""
+    """One transaction: create `table` if absent (rows to add), else delete the run's earlier rows; append.
+
+    A table this creates gets an index on (model, run_id), so the DELETE of a later delivery finds its run's
+    rows without reading the whole table.
+    """
     schema, _, name = table.rpartition(".")
     with conn.cursor() as cursor:
         # create only when absent: CREATE TABLE IF NOT EXISTS needs CREATE on the schema even then
@@ -76,6 +80,8 @@ def _replace_rows(conn: Any, table: str, delivery: Delivery) -> None:
         if delivery.num_rows:  # no rows: no table to create, nothing to append
             cursor.adbc_ingest(name, delivery.reader(COPY_BATCH_ROWS), mode="append" if exists else "create",
                                db_schema_name=schema or None)
+            if not exists:  # the agent made it: every later delivery's DELETE finds its run by this index
+                cursor.execute(f"CREATE INDEX ON {quote_table(table)} (model, run_id)")
     conn.commit()
 
 

@@ -52,6 +52,16 @@ def test_a_retried_delivery_replaces_its_own_rows_and_other_runs_stay(database) 
     assert counts == {("churn", "run-a"): 4, ("churn", "run-b"): 3, ("upsell", "run-a"): 2}
 
 
+def test_the_table_the_agent_creates_finds_a_runs_rows_by_an_index(database) -> None:
+    """A sink table grows by a batch a run: the created table is indexed on (model, run_id) for the DELETE."""
+    sink = SqlSource(("url", database), table="scores")
+    deliver_predictions(sink, _predictions(3), "churn", "v0001", "run-a", "bank", WHEN)
+    deliver_predictions(sink, _predictions(3), "churn", "v0001", "run-b", "bank", WHEN)
+    indexes = read_sql(SqlSource(("url", database), query=(
+        "SELECT indexdef FROM pg_indexes WHERE tablename = 'scores'")), "test")["indexdef"].tolist()
+    assert [d.split(" USING ")[1] for d in indexes] == ["btree (model, run_id)"]
+
+
 def test_a_retry_that_read_other_rows_leaves_exactly_its_new_rows_once(postgres, database) -> None:
     """The run's batch lost, gained and changed rows since its first attempt, which delivered them.
 
