@@ -11,8 +11,7 @@ party keeps no copy), and a lost worker's blocks are rebuilt from lineage. Each 
 (its in-bag samples per open node, rows numbered within the block) is a future: a batch's is drawn by the
 block itself (`fedcore.randomness.bootstrap_counts` over the canonical chunks it overlaps, the same counts
 as the whole table's), and each level's is a new future made by a task from the previous one and the
-level's bits (`SamplePartition.split_copy`: a task never changes its inputs; it writes into the arrays
-of the partition two levels back, which nothing reads any more, instead of allocating new ones).
+level's bits (`SamplePartition.split_copy`: a task never changes its inputs).
 
 Per level:
 

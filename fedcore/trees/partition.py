@@ -311,20 +311,8 @@ class SamplePartition:
 
     def split_copy(self, split_mask: np.ndarray, packed: np.ndarray,
                    byte_offsets: np.ndarray) -> SamplePartition:
-        """The partition after `split`, as a new object; this one is left as it was (a Dask task's input).
-
-        The new one's arrays are those of the partition this one was split from (its spare, when it has
-        one), which the caller must never read again: a Dask party reads a level's partition only until
-        the next level's split has made the next one (its histogram and bits tasks are gathered before
-        that split is submitted), and a lost block's partitions are recomputed from the bootstrap, each
-        read once. This one's arrays become the new one's spare, written by the split after next. A
-        pickled partition (moved to another worker, spilled) travels without its spare.
-        """
+        """The partition after `split`, as a new object; this one is left as it was (a Dask task's input)."""
         new = SamplePartition(self.order, self.weight, self.target, self.starts, self.ends)
-        new._spare = self._spare
         new.split(split_mask, packed, byte_offsets)
+        new._spare = None  # it holds this partition's arrays: never written through the copy
         return new
-
-    def __getstate__(self) -> dict:
-        """Without the spare arrays: scratch for the next split, not part of the partition."""
-        return {**self.__dict__, "_spare": None}

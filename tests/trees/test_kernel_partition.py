@@ -227,43 +227,6 @@ def test_partition_over_several_levels_matches_lists() -> None:
     assert part.n_nodes > 8
 
 
-def test_split_copy_leaves_its_input_and_reuses_the_partition_two_levels_back() -> None:
-    """A Dask block's split: the same partition as `split`, its input unchanged (issue #29).
-
-    The copy writes into the arrays of the partition its input was split from (nothing reads it any
-    more), not new ones; a pickled partition (another worker's copy) carries no spare arrays.
-    """
-    import pickle
-
-    rng = np.random.default_rng(3)
-    y = rng.normal(size=300)
-    in_place = SamplePartition.bootstrap(4, [0, 1], y, 300)
-    copies = [SamplePartition.bootstrap(4, [0, 1], y, 300)]
-    for level in range(4):
-        split_mask = rng.random(in_place.n_nodes) < 0.9
-        idx = np.flatnonzero(split_mask)
-        bits = pack([(rng.random(int(n)) < 0.4).tolist() for n in in_place.ends[idx] - in_place.starts[idx]])
-        offsets = offsets_from_lengths(node_byte_lengths(in_place.starts[idx], in_place.ends[idx]))
-        before = [a.copy() for a in (copies[-1].order, copies[-1].weight, copies[-1].target,
-                                     copies[-1].starts, copies[-1].ends)]
-        copies.append(copies[-1].split_copy(split_mask, bits, offsets))
-        in_place.split(split_mask, bits, offsets)
-        for kept, now in zip(before, (copies[-2].order, copies[-2].weight, copies[-2].target,
-                                      copies[-2].starts, copies[-2].ends), strict=True):
-            assert kept.tobytes() == now.tobytes()  # the input is as it was
-        new = copies[-1]
-        for got, expected in zip((new.starts, new.ends), (in_place.starts, in_place.ends), strict=True):
-            np.testing.assert_array_equal(got, expected)
-        for s, e in zip(new.starts, new.ends, strict=True):
-            for got, expected in zip((new.order, new.weight, new.target), (in_place.order, in_place.weight,
-                                                                            in_place.target), strict=True):
-                np.testing.assert_array_equal(got[s:e], expected[s:e])
-        if level >= 1:  # written into the arrays of the partition two levels back
-            assert new.order is copies[-3].order and new.target is copies[-3].target
-        assert pickle.loads(pickle.dumps(new))._spare is None
-    assert in_place.n_nodes > 4
-
-
 def test_splitting_nothing_closes_every_node() -> None:
     part = SamplePartition.bootstrap(0, [0, 1], np.zeros(10), None)
     part.split(np.zeros(2, bool), np.zeros(0, np.uint8), np.zeros(1, np.int64))
