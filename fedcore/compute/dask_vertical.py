@@ -16,10 +16,14 @@ level's bits (`SamplePartition.split_copy`: a task never changes its inputs).
 Per level:
 
 * histograms: ONE task per block over every open node of the batch (`block_histograms`, int64 class
-  counts or regression's (w, wy) over targets on their grid, with the block's node statistics); the agent
-  adds them up (integers, or integers times 2^e below 2^53: exact in any order) and runs
-  the same scan as the label holder's decrypted histograms (`best_splits_from_histograms`), which gives
-  the in-process kernel's splits bit for bit;
+  counts or regression's (w, wy) over targets on their grid, with the block's node statistics); each
+  worker adds up its blocks' (one task per worker, `_summed`), the agent adds the workers' (integers, or
+  integers times 2^e below 2^53: exact in any order) and runs the same scan as the label holder's
+  decrypted histograms (`best_splits_from_histograms`), which gives the in-process kernel's splits bit for
+  bit. Where the in-process party would keep a level's histograms (`worth_keeping`: class counts, most
+  features candidates of most nodes), the agent keeps the merged ones, and the blocks compute only the
+  pairs `subtraction_plan` does not derive: the larger children's are their parent's minus their smaller
+  sibling's (`derive_histograms`), the same integers;
 * own splits: each block packs its rows' bits per split node; a node's rows are in ascending row order in
   process (the bootstrap lists rows ascending and splits are stable), so the blocks' bits concatenated in
   block order are exactly the in-process `partition_bits`;
@@ -54,6 +58,7 @@ from fedcore.data.binning import PartyBinner
 from fedcore.privacy.packing import encrypted_bin_sums, weight_powers
 from fedcore.randomness import bootstrap_chunk_totals
 from fedcore.trees.criteria import GRADIENT
+from fedcore.trees.level_histograms import derive_histograms, subtraction_plan, worth_keeping
 from fedcore.trees.partition import (
     SamplePartition,
     copy_bit_runs,
@@ -74,6 +79,9 @@ if TYPE_CHECKING:
 
     from fedcore.privacy.homomorphic import CiphertextSpace
     from fedcore.vertical.encrypted import PassiveCrypto
+
+Csr = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""A level's histograms in CSR: (ptr per pair, bins, statistics)."""
 
 BOOSTING_REFUSED = ("vertical boosting runs in process only so far: a Dask party's block tasks do not "
                     "yet take each round's gradients (issue #29); remove compute: dask (or compute=) for "
@@ -134,6 +142,14 @@ def _histograms(part: SamplePartition, codes: np.ndarray, feat_ptr: np.ndarray, 
                             feat_local, n_stats, criterion)
     totals = node_statistics(part.target, part.weight, part.starts, part.ends, n_stats, criterion)
     return hist, totals.astype(hist[2].dtype)
+
+
+def _summed(n_pairs: int, *results: tuple) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """Some blocks' `_histograms` added up where they are (`sum_histograms`; node statistics summed)."""
+    totals = results[0][1].copy()
+    for _, block_totals in results[1:]:
+        totals += block_totals
+    return sum_histograms([hist for hist, _ in results], n_pairs), totals
 
 
 def _powers(ciphertexts: list, public: CiphertextSpace) -> list[list]:
@@ -249,6 +265,11 @@ class DaskVerticalRows:
         self._in_batch = False
         self.clock = LevelClock(name)
         """Each level's wall time (begin_batch, then each split), logged per tree batch."""
+        self._kept: tuple[tuple[np.ndarray, np.ndarray], Csr] | None = None
+        """The last level's (node, feature) per pair (-1 node: none) and merged CSR histograms, for
+        subtraction (`worth_keeping`); None: not kept."""
+        self.pairs_derived = 0
+        """Histograms derived by subtraction instead of summed from the blocks (for tests and reports)."""
         self.powers: list[Future] = []  # encrypted labels, passive party: each block's weight powers
         self._public: Any = None
 
@@ -273,7 +294,7 @@ class DaskVerticalRows:
         """A fitted estimator's party pickles without the cluster: only training used the rows."""
         state = self.__dict__.copy()
         state.update(client=None, codes=[], labels=[], parts=[], _in_batch=False, powers=[],
-                     frames=[])
+                     frames=[], _kept=None)
         return state
 
     def _map(self, func: Callable, *per_block: Sequence, **shared: Any) -> list[Future]:
@@ -336,6 +357,7 @@ class DaskVerticalRows:
                                seed=seed, trees=list(trees), n_draws=n_draws, totals=totals)
         self.counts = np.array(self.client.gather(self._map(_sizes, self.parts)), np.int64).reshape(
             len(self.blocks), len(trees))
+        self._kept = None
         self._in_batch = True
 
     def clear(self) -> None:
@@ -343,6 +365,7 @@ class DaskVerticalRows:
         self.clock.end_batch(self.client, len(self.blocks))
         self.parts = []
         self.counts = np.zeros((len(self.blocks), 0), np.int64)
+        self._kept = None
         self._in_batch = False
 
     @property
@@ -371,25 +394,57 @@ class DaskVerticalRows:
                     is_categorical: np.ndarray, n_stats: int, criterion: int,
                     min_leaf: float, reg_lambda: float = 0.0,
                     parents: np.ndarray | None = None) -> tuple[NodeSplits, np.ndarray]:
-        """One histogram task per block, added up in block order, then the shared scan.
+        """One histogram task per block over the pairs summed directly, added up, then the shared scan.
 
-        Every histogram is summed from the blocks (`parents`, which the in-process rows subtract with, is
-        not used).
+        `parents`: the previous level's nodes that split into this level's sibling pairs. Where the last
+        level's merged histograms were kept (`worth_keeping`, the in-process rule), the pairs that
+        `subtraction_plan` derives are not computed by the blocks: each is its parent's minus its smaller
+        sibling's, here (`derive_histograms`; exact integers, the same histograms as summing).
         """
         if criterion == GRADIENT:
             raise ValueError(BOOSTING_REFUSED)
-        results = self.client.gather(self._map(_histograms, self.parts, self.codes, feat_ptr=feat_ptr,
-                                               feat_local=feat_local, n_stats=n_stats, criterion=criterion))
-        ptr, bins, stats = sum_histograms([hist for hist, _ in results], len(feat_local))
-        totals = np.zeros((len(feat_ptr) - 1, n_stats), stats.dtype)
-        for _, block_totals in results:
-            totals += block_totals
-        pair_node = np.repeat(np.arange(len(feat_ptr) - 1, dtype=np.int64), np.diff(feat_ptr))
+        node_rows = self.node_sizes()
+        n_nodes, n_pairs = len(feat_ptr) - 1, len(feat_local)
+        pair_node = np.repeat(np.arange(n_nodes, dtype=np.int64), np.diff(feat_ptr))
+        kept = self._kept
+        derive_from, sibling = subtraction_plan(feat_ptr, feat_local, node_rows, parents,
+                                                None if kept is None else kept[0])
+        direct = np.flatnonzero((derive_from < 0) & (node_rows[pair_node] >= 2))
+        direct_ptr = offsets_from_lengths(np.bincount(pair_node[direct], minlength=n_nodes))
+        hist, totals = self._per_worker(len(direct), (n_nodes, n_stats), self._map(
+            _histograms, self.parts, self.codes, feat_ptr=direct_ptr, feat_local=feat_local[direct],
+            n_stats=n_stats, criterion=criterion))
+        ptr, bins, stats = derive_histograms(hist, direct, n_pairs, derive_from, sibling,
+                                             None if kept is None else kept[1])
+        self.pairs_derived += int(np.sum(derive_from >= 0))
+        self._kept = (((np.where(node_rows[pair_node] >= 2, pair_node, -1), feat_local.astype(np.int64)),
+                       (ptr, bins, stats))
+                      if worth_keeping(criterion, n_pairs, n_stats, n_nodes, len(self.columns)) else None)
         splits = best_splits_from_histograms(ptr, bins, stats.astype(np.float64), pair_node,
                                              is_categorical[feat_local], totals.astype(np.float64),
-                                             self.node_sizes(), feat_ptr, feat_local, feat_rank, criterion,
+                                             node_rows, feat_ptr, feat_local, feat_rank, criterion,
                                              min_leaf, n_stats)
         return splits, totals.astype(np.float64)
+
+    def _per_worker(self, n_pairs: int, totals_shape: tuple[int, int], results: list[Future]
+                    ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+        """The blocks' `_histograms` summed: first on each worker over the blocks it holds, then here.
+
+        A worker sends one level's CSR over the union of its blocks' bins rather than one per block (less
+        to send, and less for the agent to hold and add). Exact in any grouping (`sum_histograms`). Blocks are
+        grouped by where their codes are now; a group's task may run elsewhere (a lost worker).
+        """
+        if not results:
+            return sum_histograms([], n_pairs), np.zeros(totals_shape, np.int64)
+        where = self.client.who_has(self.codes) if self.codes else {}
+        groups: dict[str, list[int]] = {}
+        for i in range(len(results)):
+            holders = where.get(self.codes[i].key, ()) if self.codes else ()
+            groups.setdefault(holders[0] if holders else "", []).append(i)
+        partial = [self.client.submit(_summed, n_pairs, *[results[i] for i in members], pure=False,
+                                      workers=[worker] if worker else None, allow_other_workers=bool(worker))
+                   for worker, members in sorted(groups.items(), key=lambda g: g[1][0])]
+        return _summed(n_pairs, *self.client.gather(partial))
 
     def split_bits(self, pos: np.ndarray, c: NodeSplits) -> np.ndarray:
         """The in-process `partition_bits` message: the blocks' bits per node, concatenated in block order."""

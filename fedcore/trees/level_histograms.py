@@ -13,7 +13,8 @@ only the smaller child is read. It is exact where the statistics are integers in
 times integer bootstrap weights, and boosting's (g, h) on their power-of-two grid
 (`fedcore.trees.fixed_gradients`); regression's float sums are never subtracted. The same plan
 (`subtraction_plan`) tells the label holder which encrypted histograms to derive
-(`fedcore.vertical.encrypted`).
+(`fedcore.vertical.encrypted`), and a party on Dask which pairs its blocks need not compute: the agent
+derives them from the last level's merged histograms (`derive_histograms`, on the blocks' CSR form).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from fedcore.trees.splitting import (
     _scratch,
     _split_of_histogram,
     node_statistics,
+    signed_histogram_sums,
     target_columns,
 )
 
@@ -95,6 +97,57 @@ def subtraction_plan(feat_ptr: np.ndarray, feat_local: np.ndarray, node_rows: np
     return derive_from, sibling
 
 
+def subtractable(criterion: int, n_pairs: int, n_stats: int) -> bool:
+    """Whether a level's histograms may be kept for subtraction: exact statistics, within `STORE_BYTES`."""
+    return criterion != SQUARED_ERROR and n_pairs * N_CODES * n_stats * 8 <= STORE_BYTES
+
+
+def worth_keeping(criterion: int, n_pairs: int, n_stats: int, n_nodes: int, n_columns: int) -> bool:
+    """Whether a party keeps a level's histograms for the next level's subtraction (in process and on Dask).
+
+    `subtractable`, and most nodes consider most of the party's `n_columns`: features sampled per node
+    rarely meet again in a parent and its child.
+    """
+    return 2 * n_pairs >= n_nodes * n_columns and subtractable(criterion, n_pairs, n_stats)
+
+
+def derive_histograms(direct: tuple[np.ndarray, np.ndarray, np.ndarray], direct_pairs: np.ndarray,
+                      n_pairs: int, derive_from: np.ndarray, sibling: np.ndarray,
+                      previous: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A level's CSR histograms of all `n_pairs`: the `direct_pairs`' summed ones, the rest by subtraction.
+
+    `direct`: (ptr, bins, stats) of the directly summed pairs, in `direct_pairs` order; a pair with
+    `derive_from` >= 0 (`subtraction_plan`) is its parent's histogram in `previous` (the last level's, all its
+    pairs) minus its smaller sibling's, with the bins whose statistics all cancel dropped. Pairs neither
+    direct nor derived (nodes under two rows) have no bins. Exact: integer statistics only.
+    """
+    ptr, bins, stats = direct
+    counts = np.zeros(n_pairs, np.int64)
+    counts[direct_pairs] = 1
+    derived = np.flatnonzero(derive_from >= 0)
+    counts[derived] = 2
+    term_ptr = np.zeros(n_pairs + 1, np.int64)
+    np.cumsum(counts, out=term_ptr[1:])
+    term_lo, term_hi = np.zeros(term_ptr[-1], np.int64), np.zeros(term_ptr[-1], np.int64)
+    term_sign = np.ones(term_ptr[-1], np.int64)
+    term_lo[term_ptr[direct_pairs]], term_hi[term_ptr[direct_pairs]] = ptr[:-1], ptr[1:]
+    if len(derived) == 0 or previous is None:
+        return signed_histogram_sums(bins, stats, term_ptr, term_lo, term_hi, term_sign)
+    prev_ptr, prev_bins, prev_stats = previous
+    at = np.full(n_pairs, -1, np.int64)
+    at[direct_pairs] = np.arange(len(direct_pairs))
+    sib = at[sibling[derived]]  # the smaller sibling is computed directly (`subtraction_plan`)
+    first, second = term_ptr[derived], term_ptr[derived] + 1
+    shift = len(bins)  # the previous level's runs follow this level's in the sources
+    parent = derive_from[derived]
+    term_lo[first], term_hi[first] = prev_ptr[parent] + shift, prev_ptr[parent + 1] + shift
+    term_lo[second], term_hi[second], term_sign[second] = ptr[sib], ptr[sib + 1], -1
+    return signed_histogram_sums(np.concatenate([bins, prev_bins]),
+                                 np.concatenate([stats, prev_stats.astype(stats.dtype)]),
+                                 term_ptr, term_lo, term_hi, term_sign)
+
+
 def _last_match(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Per wanted key: the last index of `keys` holding it (as a dict built in order keeps), -1 if none."""
     order = np.argsort(keys, kind="stable")
@@ -119,7 +172,7 @@ def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_
     target = target_columns(target)
     n_pairs = len(feat_local)
     node_rows = (ends - starts).astype(np.int64)
-    store_ok = criterion != SQUARED_ERROR and n_pairs * N_CODES * n_stats * 8 <= STORE_BYTES
+    store_ok = subtractable(criterion, n_pairs, n_stats)
     usable = previous if store_ok and previous is not None and parents is not None else None
     derive_from, sibling = subtraction_plan(
         feat_ptr, feat_local, node_rows, parents,

@@ -460,15 +460,92 @@ def _block_histograms(codes, target, order, weight, starts, ends, pair_node, pai
 def sum_histograms(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
                    n_pairs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The blocks' `block_histograms` added up: one CSR over the union of their bins (exact, their dtype)."""
-    n_stats = parts[0][2].shape[1] if parts else 0
-    dtype = parts[0][2].dtype if parts else np.dtype(np.int64)
-    keys = [np.repeat(np.arange(n_pairs, dtype=np.int64), np.diff(ptr)) * N_CODES + bins
-            for ptr, bins, _ in parts]
-    key = np.concatenate(keys) if keys else np.zeros(0, np.int64)
-    stats = np.concatenate([p[2] for p in parts]) if parts else np.zeros((0, n_stats), dtype)
-    unique, inverse = np.unique(key, return_inverse=True)
-    total = np.zeros((len(unique), n_stats), dtype)
-    np.add.at(total, inverse, stats)
-    ptr = np.zeros(n_pairs + 1, np.int64)
-    np.cumsum(np.bincount(unique // N_CODES, minlength=n_pairs), out=ptr[1:])
-    return ptr, (unique % N_CODES).astype(np.uint8), total
+    if not parts:
+        return np.zeros(n_pairs + 1, np.int64), np.zeros(0, np.uint8), np.zeros((0, 0), np.int64)
+    base = np.cumsum([0] + [len(p[1]) for p in parts])[:-1]
+    ptrs = np.stack([np.asarray(p[0], np.int64) for p in parts])  # (n_blocks, n_pairs + 1)
+    term_lo = (ptrs[:, :-1] + base[:, None]).T.ravel()  # pair after pair, its blocks in block order
+    term_hi = (ptrs[:, 1:] + base[:, None]).T.ravel()
+    term_ptr = np.arange(n_pairs + 1, dtype=np.int64) * len(parts)
+    return signed_histogram_sums(np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]),
+                                 term_ptr, term_lo, term_hi, np.ones(len(term_lo), np.int64))
+
+
+def signed_histogram_sums(src_bins: np.ndarray, src_stats: np.ndarray, term_ptr: np.ndarray,
+                          term_lo: np.ndarray, term_hi: np.ndarray,
+                          term_sign: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per output pair, a signed sum of CSR histogram runs: the blocks' sum, or a parent minus its sibling.
+
+    Pair q adds run t (bins `src_bins[term_lo[t]:term_hi[t]]`, their `src_stats` rows) times `term_sign[t]`
+    for t in term_ptr[q]:term_ptr[q + 1]. Returns (ptr, bins ascending, stats) of the bins with any non-zero
+    statistic (a bin holds rows iff one of its statistics is non-zero: every row weighs at least 1). Exact
+    for integers (and for sums of (w, wy) on their grid), in any order of the terms.
+    """
+    dtype = src_stats.dtype
+    src_stats = np.ascontiguousarray(src_stats, np.float64)  # one compiled kernel: integers below 2^53 exact
+    counts = _signed_counts(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign.astype(np.float64))
+    ptr = np.zeros(len(term_ptr), np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    bins, stats = _signed_fill(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign.astype(np.float64),
+                               ptr)
+    return ptr, bins, stats.astype(dtype, copy=False)
+
+
+@nb.njit(cache=True)
+def _signed_pair(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign, q, acc, seen):
+    """Pair q's terms into the zeroed dense `acc` (N_CODES, n_stats); `seen` flags the bins they touch."""
+    for t in range(term_ptr[q], term_ptr[q + 1]):
+        sign = term_sign[t]
+        for j in range(term_lo[t], term_hi[t]):
+            b = src_bins[j]
+            seen[b] = True
+            for k in range(acc.shape[1]):
+                acc[b, k] += sign * src_stats[j, k]
+
+
+@nb.njit(cache=True, parallel=True)
+def _signed_counts(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign):
+    n_pairs = term_ptr.shape[0] - 1
+    counts = np.zeros(n_pairs, np.int64)
+    n_chunks = min(n_pairs, 64)
+    for chunk in nb.prange(n_chunks):
+        acc = np.zeros((N_CODES, src_stats.shape[1]), src_stats.dtype)
+        seen = np.zeros(N_CODES, np.bool_)
+        for q in range(chunk * n_pairs // n_chunks, (chunk + 1) * n_pairs // n_chunks):
+            _signed_pair(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign, q, acc, seen)
+            n = 0
+            for b in range(N_CODES):
+                if seen[b]:
+                    for k in range(acc.shape[1]):
+                        if acc[b, k] != 0:
+                            n += 1
+                            break
+                    acc[b, :] = 0
+                    seen[b] = False
+            counts[q] = n
+    return counts
+
+
+@nb.njit(cache=True, parallel=True)
+def _signed_fill(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign, ptr):
+    n_pairs = term_ptr.shape[0] - 1
+    bins = np.zeros(ptr[-1], np.uint8)
+    stats = np.zeros((ptr[-1], src_stats.shape[1]), src_stats.dtype)
+    n_chunks = min(n_pairs, 64)
+    for chunk in nb.prange(n_chunks):
+        acc = np.zeros((N_CODES, src_stats.shape[1]), src_stats.dtype)
+        seen = np.zeros(N_CODES, np.bool_)
+        for q in range(chunk * n_pairs // n_chunks, (chunk + 1) * n_pairs // n_chunks):
+            _signed_pair(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign, q, acc, seen)
+            m = ptr[q]
+            for b in range(N_CODES):
+                if seen[b]:
+                    for k in range(acc.shape[1]):
+                        if acc[b, k] != 0:
+                            bins[m] = b
+                            stats[m, :] = acc[b, :]
+                            m += 1
+                            break
+                    acc[b, :] = 0
+                    seen[b] = False
+    return bins, stats

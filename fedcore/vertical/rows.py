@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore.data.binning import PartyBinner
-from fedcore.trees.level_histograms import LevelHistograms, find_best_splits
+from fedcore.trees.level_histograms import LevelHistograms, find_best_splits, worth_keeping
 from fedcore.trees.partition import SamplePartition, node_byte_lengths, offsets_from_lengths, pack_split_bits
 from fedcore.trees.splitting import NodeSplits
 
@@ -109,7 +109,7 @@ class LocalRows:
         """
         part, codes = self._partition(), self._codes()
         n_nodes, n_columns = len(part.starts), codes.shape[1]
-        keep = 2 * len(feat_local) >= n_nodes * n_columns  # sampled features rarely meet again: none kept
+        keep = worth_keeping(criterion, len(feat_local), n_stats, n_nodes, n_columns)
         splits, stats, self._histograms = find_best_splits(
             codes, part.target, part.order, part.weight, part.starts, part.ends, feat_ptr,
             feat_local, feat_rank, is_categorical, n_stats, criterion, min_leaf, n_stats, reg_lambda, parents,

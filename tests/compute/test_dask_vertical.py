@@ -103,6 +103,30 @@ def test_blocks_submitted_in_any_order_give_the_same_forest(three_workers, monke
                        _forest(task, compute=three_workers, block_rows=BLOCK).fit(parties, label="target"))
 
 
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_larger_children_are_derived_on_dask_and_give_the_same_forest(three_workers, monkeypatch,
+                                                                     task) -> None:
+    """Every feature a candidate: the blocks compute the smaller children, the agent subtracts (#29).
+
+    Classification derives the larger children's histograms from the kept level (the in-process rule);
+    regression's float sums are never subtracted. Either way the forest is the in-process one.
+    """
+    derived: list[int] = []
+    close = DaskVerticalRows.close
+
+    def recorded(self):
+        derived.append(self.pairs_derived)
+        close(self)
+
+    monkeypatch.setattr(DaskVerticalRows, "close", recorded)
+    parties = _parties(seed=6, n_parties=2, task=task)
+    assert_same_forest(_forest(task, max_features=None).fit(parties, label="target"),
+                       _forest(task, max_features=None, compute=three_workers, block_rows=BLOCK).fit(
+                           parties, label="target"))
+    assert len(derived) == 2
+    assert (min(derived) > 50) if task == "classification" else (derived == [0, 0])
+
+
 def test_block_and_node_order_round_trip() -> None:
     counts = np.array([[2, 0, 3], [1, 4, 0]])
     blocks = [np.array([1, 0, 1, 1, 0]), np.array([0, 1, 1, 0, 1])]  # node 0: 1 0 | 0, node 1: 1 1 0 1, ...

@@ -15,8 +15,9 @@ from fedcore.data.binning import MISSING_BIN
 from fedcore.data.split import split_vertical
 from fedcore.trees.criteria import GINI, GRADIENT, SQUARED_ERROR
 from fedcore.trees.fixed_gradients import GradientGrid
-from fedcore.trees.level_histograms import find_best_splits, subtraction_plan
+from fedcore.trees.level_histograms import derive_histograms, find_best_splits, subtraction_plan
 from fedcore.trees.partition import SamplePartition, node_byte_lengths, offsets_from_lengths, pack_split_bits
+from fedcore.trees.splitting import block_histograms
 from fedcore.vertical.boosting_estimators import FederatedBoostingClassifier
 from fedcore.vertical.estimators import FederatedForestClassifier
 from tests.conftest import mixed_table
@@ -121,6 +122,58 @@ def test_subtracted_levels_find_the_same_splits(criterion: int, seed: int) -> No
                                c.cat_bits[split_idx], offsets)
         part.split(split_mask, bits, offsets)
     assert derived > 20  # most larger children were derived
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_derived_csr_histograms_are_the_summed_ones(seed: int) -> None:
+    """A Dask party's level: the plan's direct pairs summed, the rest derived, is every pair summed (#29).
+
+    The same ptr, bins and int64 statistics as `block_histograms` over every pair, bins that cancel dropped.
+    """
+    codes, part = _problem(GINI, seed)
+    n_stats, n_features = 3, codes.shape[1]
+    is_cat = np.array([False, False, True, False, False, False])
+
+    def every_pair(n_nodes: int):
+        return (np.arange(n_nodes + 1, dtype=np.int64) * n_features,
+                np.tile(np.arange(n_features, dtype=np.int32), n_nodes))
+
+    previous, prev_layout, derived, parents = None, None, 0, None
+    for _ in range(4):
+        n_nodes = len(part.starts)
+        node_rows = part.ends - part.starts
+        feat_ptr, feat_local = every_pair(n_nodes)
+        pair_node = np.repeat(np.arange(n_nodes), n_features)
+        summed = block_histograms(codes, part.target, part.order, part.weight, part.starts, part.ends,
+                                  feat_ptr, feat_local, n_stats, GINI)
+        derive_from, sibling = subtraction_plan(feat_ptr, feat_local, node_rows, parents, prev_layout)
+        direct = np.flatnonzero((derive_from < 0) & (node_rows[pair_node] >= 2))
+        direct_ptr = offsets_from_lengths(np.bincount(pair_node[direct], minlength=n_nodes))
+        direct_hist = block_histograms(codes, part.target, part.order, part.weight, part.starts, part.ends,
+                                       direct_ptr, feat_local[direct], n_stats, GINI)
+        got = derive_histograms(direct_hist, direct, len(feat_local), derive_from, sibling, previous)
+        small = np.repeat(node_rows < 2, n_features)  # summed: one bin or none; never scanned, not derived
+        assert np.array_equal(got[0][1:][~small] - got[0][:-1][~small],
+                              summed[0][1:][~small] - summed[0][:-1][~small])
+        keep = np.repeat(~small, np.diff(summed[0]))
+        assert np.array_equal(got[1], summed[1][keep]) and np.array_equal(got[2], summed[2][keep])
+        assert got[2].dtype == np.int64
+        derived += int((derive_from >= 0).sum())
+        previous, prev_layout = got, (np.where(node_rows[pair_node] >= 2, pair_node, -1),
+                                      feat_local.astype(np.int64))
+        plain, _, _ = find_best_splits(codes, part.target, part.order, part.weight, part.starts, part.ends,
+                                       feat_ptr, feat_local, feat_local.copy(), is_cat, n_stats, GINI, 1.0,
+                                       n_stats)
+        parents = np.flatnonzero(np.isfinite(plain.gain))
+        if not len(parents):
+            break
+        starts, ends = part.starts[parents], part.ends[parents]
+        offsets = offsets_from_lengths(node_byte_lengths(starts, ends))
+        bits = pack_split_bits(np.asfortranarray(codes), part.order, starts, ends, plain.feature[parents],
+                               plain.bin[parents], plain.missing_left[parents], plain.is_categorical[parents],
+                               plain.cat_bits[parents], offsets)
+        part.split(np.isfinite(plain.gain), bits, offsets)
+    assert derived > 20
 
 
 def test_regression_histograms_are_never_kept() -> None:
