@@ -127,3 +127,19 @@ def test_arrays_cross_as_the_columns_arrow_converts_them_to(dtype) -> None:
         writer.write_batch(pa.record_batch([converted], schema=schema))
     for _ in range(2):  # the second time from the schema made the first time
         assert Message("k", {"n": 1}, {"x": array}).to_buffer().to_pybytes() == written.getvalue().to_pybytes()
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.uint64, np.float16, np.float32, np.float64,
+                                   "<U3"])
+def test_received_arrays_are_what_arrow_converts(dtype) -> None:
+    """A received numeric array is a read-only view of the message's buffer, equal to Arrow's conversion."""
+    import pyarrow as pa
+
+    array = np.arange(-3, 9).astype(dtype)
+    payload = Message("k", {}, {"x": array, "empty": array[:0]}).to_buffer()
+    got = Message.from_bytes(payload).arrays
+    converted = pa.ipc.open_stream(payload).read_next_batch().column(0).values.to_numpy(zero_copy_only=False)
+    assert got["x"].dtype == converted.dtype and np.array_equal(got["x"], converted)
+    assert got["empty"].dtype == converted.dtype and got["empty"].shape == (0,)
+    if array.dtype.kind != "U":
+        assert not got["x"].flags.writeable
