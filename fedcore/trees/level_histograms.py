@@ -35,7 +35,6 @@ from fedcore.trees.splitting import (
     _scratch,
     _split_of_histogram,
     node_statistics,
-    target_base,
     target_columns,
 )
 
@@ -107,16 +106,15 @@ def _last_match(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_local, feat_rank,
                      is_cat, n_stats, criterion, min_leaf, n_class_orderings, reg_lambda: float = 0.0,
                      parents: np.ndarray | None = None, previous: LevelHistograms | None = None,
-                     keep: bool = False,
-                     tree_rows: int = 0) -> tuple[NodeSplits, np.ndarray, LevelHistograms | None]:
+                     keep: bool = False) -> tuple[NodeSplits, np.ndarray, LevelHistograms | None]:
     """Best split per node over its candidate features (CSR: feat_ptr over nodes), and the nodes' statistics.
 
     `codes` (n_rows, n_features) uint8 in either memory order (the party's are column-major, as the binner
     makes them: a second, row-major copy measured no faster, 200,000 and 2,000,000 rows). `parents` and
     `previous`: the previous level's split nodes and kept histograms, from which larger children are derived
     (see the module doc); `keep`: return this level's histograms for the next level (None when they would
-    take over `STORE_BYTES`, or regression's, which cannot be subtracted); `tree_rows` > 0: targets read by
-    row (`SamplePartition.tree_rows`). The answer is the same with or without subtraction, bit for bit.
+    take over `STORE_BYTES`, or regression's, which cannot be subtracted). The answer is the same with or
+    without subtraction, bit for bit.
     """
     target = target_columns(target)
     n_pairs = len(feat_local)
@@ -136,7 +134,7 @@ def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_
     k_max = int(np.diff(dptr).max(initial=0))
     feat64 = feat_local.astype(np.int64)
     totals = _row_totals(target, weight, starts, ends, n_stats, criterion,
-                         np.concatenate([pair_node[direct], pair_node[derived]]), order, tree_rows)
+                         np.concatenate([pair_node[direct], pair_node[derived]]))
     from_hist = criterion != SQUARED_ERROR
     out_gain = np.full(n_pairs, -np.inf)
     out_bin = np.zeros(n_pairs, np.int32)
@@ -151,7 +149,7 @@ def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_
             _direct_splits(codes, target, order, weight, starts, ends, totals, dptr, direct,
                            feat64, is_cat, lo, hi, k_lo, k_hi, max(k_max, 1), n_stats, criterion,
                            float(reg_lambda), min_leaf, n_class_orderings, store, len(store) > 0, from_hist,
-                           out_gain, out_bin, out_ml, out_bits, int(tree_rows))
+                           out_gain, out_bin, out_ml, out_bits)
         if len(derived):
             assert usable is not None
             first = np.zeros(n_pairs, np.bool_)  # a derived pair first of its node, none direct
@@ -168,8 +166,7 @@ def find_best_splits(codes, target, order, weight, starts, ends, feat_ptr, feat_
     return splits, totals, LevelHistograms(pair_node, feat64, store, node_rows[pair_node] >= 2)
 
 
-def _row_totals(target, weight, starts, ends, n_stats, criterion, histogram_nodes, order,
-                tree_rows) -> np.ndarray:
+def _row_totals(target, weight, starts, ends, n_stats, criterion, histogram_nodes) -> np.ndarray:
     """The nodes' statistics by a pass over their rows, except where the level's histograms give them.
 
     Where statistics are exact sums (class counts, boosting's grid: not regression's), a node with a built
@@ -184,8 +181,7 @@ def _row_totals(target, weight, starts, ends, n_stats, criterion, histogram_node
     rest[histogram_nodes] = False
     idx = np.flatnonzero(rest)
     if len(idx):
-        totals[idx] = node_statistics(target, weight, starts[idx], ends[idx], n_stats, criterion, order,
-                                      tree_rows)
+        totals[idx] = node_statistics(target, weight, starts[idx], ends[idx], n_stats, criterion)
     return totals
 
 
@@ -240,8 +236,7 @@ def _tasks(node_rows, dptr, cost):
 @nb.njit(cache=True, parallel=True)
 def _direct_splits(codes, target, order, weight, starts, ends, totals, dptr, direct, feat_local,
                    is_cat, task_lo, task_hi, task_klo, task_khi, k_max, n_stats, criterion, reg_lambda,
-                   min_leaf, n_class_orderings, store, keep, from_hist, out_gain, out_bin, out_ml, out_bits,
-                   tree_rows):
+                   min_leaf, n_class_orderings, store, keep, from_hist, out_gain, out_bin, out_ml, out_bits):
     """Build (one pass over the rows per node and task) and scan the histograms of the directly built pairs.
 
     `from_hist`: each node's totals are its first histogram's sum, written to `totals` by its first task.
@@ -266,7 +261,7 @@ def _direct_splits(codes, target, order, weight, starts, ends, totals, dptr, dir
                 feats[kk] = feat_local[direct[a + kk]]
                 n_touched[kk] = 0
             _node_histograms(codes, target, order, weight, starts[i], ends[i], feats, k, criterion,
-                             hist, seen, touched, n_touched, target_base(starts[i], tree_rows))
+                             hist, seen, touched, n_touched)
             if from_hist:
                 _histogram_total(hist[0], touched[0], n_touched[0], total)
                 if task_khi[t] < 0 or task_klo[t] == 0:
@@ -285,17 +280,14 @@ def _direct_splits(codes, target, order, weight, starts, ends, totals, dptr, dir
 
 @nb.njit(cache=True)
 def _node_histograms(codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
-                     n_touched, base):
-    """Rows s..e into the histograms of the k features: by column for one feature, else row by row.
-
-    `base` (`target_base`) >= 0: gradient targets read by row.
-    """
+                     n_touched):
+    """Rows s..e into the histograms of the k features: by column for one feature, else row by row."""
     if k == 1:  # the column kernel: one histogram stays in L1
         n_touched[0] = _pair_histogram(feats[0], codes, target, order, weight, s, e, criterion, hist[0],
-                                       seen[0], touched[0], base)
+                                       seen[0], touched[0])
     else:
         _rows_into(codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
-                   n_touched, base)
+                   n_touched)
 
 
 @nb.njit(cache=True)
@@ -308,18 +300,15 @@ def _keep(store, q, hist, touched, n_touched):
 
 
 @nb.njit(cache=True, inline="never")
-def _rows_into(codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched, n_touched,
-               base):
+def _rows_into(codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched, n_touched):
     """Rows s..e into the histograms of the k features, a row at a time (class counts, sums or (count, G, H)).
 
-    Each row adds to a bin as the column kernel adds it (`_accumulate`, `_accumulate_gradient`); `base` >= 0:
-    gradient targets read by row (`target_base`).
+    Each row adds to a bin as the column kernel adds it (`_accumulate`, `_accumulate_gradient`).
     """
     track = e - s < N_CODES  # few rows: note the bins they touch; many: find them after, from the counts
     for j in range(s, e):
         r = order[j]
         w = weight[j]
-        t = j if base < 0 else base + r
         for kk in range(k):
             b = codes[r, feats[kk]]
             if track and not seen[kk, b]:
@@ -327,7 +316,7 @@ def _rows_into(codes, target, order, weight, s, e, feats, k, criterion, hist, se
                 touched[kk, n_touched[kk]] = b
                 n_touched[kk] += 1
             if criterion == GRADIENT:
-                _accumulate_gradient(hist[kk], b, w, target, t)
+                _accumulate_gradient(hist[kk], b, w, target, j)
             else:
                 _accumulate(hist[kk], b, w, target[j, 0], criterion)
     if not track:

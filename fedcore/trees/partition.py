@@ -1,13 +1,11 @@
 """Which in-bag samples sit in which open node, for every tree of a batch, and how splits move them.
 
 All trees of a batch share flat arrays (`order`: row indices, `weight`: bootstrap counts, `target`: the
-labels as (samples, T) rows carried along so histograms read them sequentially); each open node owns a
-contiguous segment. Boosting's (g, h) per tree are not carried: every row is in every tree once with weight
-1, so they stay in their (trees x rows, 2) table, read by row (`SamplePartition.tree_rows`), and a split moves
-4 bytes a row (its index) instead of 24. The open nodes of a level are kept in the master's order, so
-parties and master refer to nodes by position and never need per-node dictionaries. A split moves the left
-samples to the front of the node's segment (stably) and the node's two children replace it in the next
-level.
+labels, or boosting's (g, h) per tree, as (samples, T) rows carried along so histograms read them
+sequentially); each open
+node owns a contiguous segment. The open nodes of a level are kept in the master's order, so parties and
+master refer to nodes by position and never need per-node dictionaries. A split moves the left samples
+to the front of the node's segment (stably) and the node's two children replace it in the next level.
 """
 
 from __future__ import annotations
@@ -79,13 +77,13 @@ def _pack_split_bits(codes, order, starts, task_node, task_lo, task_hi, feats, b
 
 
 def apply_partition(order, weight, target, new_order, new_weight, new_target, starts, ends, packed,
-                    byte_offsets, carry: bool = True) -> np.ndarray:
+                    byte_offsets) -> np.ndarray:
     """Write each split node's samples into the new_* arrays at the node's segment, left ones first.
 
     Stably; returns the left counts. Segments of nodes that did not split are left unwritten. A large node's
     rows are moved by several tasks (`row_chunks`): each counts its left rows, then writes them after the
     left rows of the tasks before it (and its right rows after theirs), so every row lands where one pass
-    would put it. `carry` False moves the row indices only (unit weights, targets read by row: boosting's).
+    would put it.
     """
     node, lo, hi = row_chunks(starts, ends)
     left = _left_counts(starts, node, lo, hi, packed, byte_offsets)
@@ -95,7 +93,7 @@ def apply_partition(order, weight, target, new_order, new_weight, new_target, st
     left_at = starts[node] + before
     right_at = starts[node] + n_left[node] + (lo - starts[node]) - before
     _move_rows(order, weight, target, new_order, new_weight, new_target, starts, node, lo, hi, packed,
-               byte_offsets, left_at, right_at, carry)
+               byte_offsets, left_at, right_at)
     return n_left
 
 
@@ -116,11 +114,8 @@ def _left_counts(starts, task_node, task_lo, task_hi, packed, byte_offsets):
 
 @nb.njit(cache=True, parallel=True)
 def _move_rows(order, weight, target, new_order, new_weight, new_target, starts, task_node, task_lo, task_hi,
-               packed, byte_offsets, left_at, right_at, carry):
-    """Each task's rows to its left and right places, in order (branch-free: the bits are unpredictable).
-
-    `carry`: their weights and targets move with them (else only the row indices).
-    """
+               packed, byte_offsets, left_at, right_at):
+    """Each task's rows to its left and right places, in order (branch-free: the bits are unpredictable)."""
     for t in nb.prange(task_node.shape[0]):
         i = task_node[t]
         off, s = byte_offsets[i], starts[i]
@@ -132,10 +127,9 @@ def _move_rows(order, weight, target, new_order, new_weight, new_target, starts,
             li += bit
             ri += 1 - bit
             new_order[dst] = order[j]
-            if carry:
-                new_weight[dst] = weight[j]
-                for c in range(target.shape[1]):
-                    new_target[dst, c] = target[j, c]
+            new_weight[dst] = weight[j]
+            for c in range(target.shape[1]):
+                new_target[dst, c] = target[j, c]
 
 
 @nb.njit(cache=True, parallel=True)
@@ -252,19 +246,13 @@ class SamplePartition:
     """In-bag samples of a batch of trees, grouped by the open nodes of the current level."""
 
     def __init__(self, order: np.ndarray, weight: np.ndarray, target: np.ndarray, starts: np.ndarray,
-                 ends: np.ndarray, tree_rows: int = 0) -> None:
-        """Samples in `order` with their weights and targets, in node segments `starts`..`ends`.
-
-        `tree_rows` 0: `target` is aligned with `order` (moved with it). Otherwise every weight is 1 and
-        `target` is a table of `tree_rows` rows per tree slot: sample j of a node starting at s reads its row
-        (s // tree_rows) * tree_rows + order[j] (boosting's (g, h), which never move).
-        """
+                 ends: np.ndarray) -> None:
+        """Samples in `order` with their weights and targets, in node segments `starts`..`ends`."""
         self.order = order
         self.weight = weight
-        self.target = target  # (samples, T): the label (class code or value), or (g, h) by row (`tree_rows`)
+        self.target = target  # (samples, T): the label (class code or value), or (g, h), aligned with `order`
         self.starts = starts
         self.ends = ends
-        self.tree_rows = tree_rows
         self._spare: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the split's output, reused
 
     @classmethod
@@ -273,9 +261,8 @@ class SamplePartition:
         """Roots of `trees`: the bootstrap sample of each (all rows with weight 1 if n_draws is None).
 
         `y` holds the label per row (class codes or values), or each tree's targets per row
-        (len(trees), n_rows, T): boosting's (g, h), which takes every row once (no bootstrap) and whose
-        targets are read by row (`tree_rows`); labels are carried along so histogram building reads them
-        sequentially. A block of rows (a Dask worker's)
+        (len(trees), n_rows, T): boosting's (g, h), which takes every row once (no bootstrap); samples carry
+        them along so that histogram building reads them sequentially. A block of rows (a Dask worker's)
         passes its first row `start`, the table's `n_rows` and the trees' chunk totals
         (`bootstrap_chunk_totals`): its rows get the whole table's counts, numbered from 0 within the block.
         """
@@ -286,14 +273,11 @@ class SamplePartition:
         table_rows = y.shape[-2] if per_tree else len(y) if n_rows is None else n_rows
         n_rows = y.shape[-2] if per_tree else len(y)
         columns = y if per_tree else y.reshape(n_rows, 1)
-        tree_rows = 0
         if n_draws is None:
             order = np.tile(np.arange(n_rows, dtype=np.int32), len(trees))
             weight = np.ones(len(order), dtype=np.int32)
-            if per_tree:  # read by row, never moved (a writable copy: a message's arrays are read-only)
-                target, tree_rows = columns.reshape(len(trees) * n_rows, -1).copy(), n_rows
-            else:
-                target = np.tile(columns, (len(trees), 1))
+            target = (columns.reshape(len(trees) * n_rows, -1).copy() if per_tree  # splits write into it
+                      else np.tile(columns, (len(trees), 1)))
             offsets = np.arange(len(trees) + 1, dtype=np.int64) * n_rows
         else:
             counts = np.stack([bootstrap_counts(seed, tree, table_rows, n_draws, start, start + n_rows,
@@ -301,7 +285,7 @@ class SamplePartition:
                                for k, tree in enumerate(trees)]).reshape(len(trees), n_rows)
             offsets = offsets_from_lengths(np.count_nonzero(counts, axis=1))
             order, weight, target = _compact_counts(counts, offsets, columns)
-        return cls(order, weight, target, offsets[:-1].copy(), offsets[1:].copy(), tree_rows)
+        return cls(order, weight, target, offsets[:-1].copy(), offsets[1:].copy())
 
     @property
     def n_nodes(self) -> int:
@@ -312,13 +296,11 @@ class SamplePartition:
         """Apply the level's partition bitmaps; the children of split nodes become the new open nodes."""
         idx = np.flatnonzero(split_mask)
         starts, ends = self.starts[idx], self.ends[idx]
-        carry = self.tree_rows == 0
-        if self._spare is None:  # uncarried weights and targets stay where they are: their own "spares"
-            self._spare = (np.empty_like(self.order), np.empty_like(self.weight) if carry else self.weight,
-                           np.empty_like(self.target) if carry else self.target)
+        if self._spare is None:
+            self._spare = (np.empty_like(self.order), np.empty_like(self.weight), np.empty_like(self.target))
         new_order, new_weight, new_target = self._spare
         n_left = apply_partition(self.order, self.weight, self.target, new_order, new_weight, new_target,
-                                 starts, ends, packed, byte_offsets, carry)
+                                 starts, ends, packed, byte_offsets)
         self._spare = (self.order, self.weight, self.target)
         self.order, self.weight, self.target = new_order, new_weight, new_target
         new_starts = np.empty(2 * len(idx), dtype=np.int64)
@@ -330,7 +312,7 @@ class SamplePartition:
     def split_copy(self, split_mask: np.ndarray, packed: np.ndarray,
                    byte_offsets: np.ndarray) -> SamplePartition:
         """The partition after `split`, as a new object; this one is left as it was (a Dask task's input)."""
-        new = SamplePartition(self.order, self.weight, self.target, self.starts, self.ends, self.tree_rows)
+        new = SamplePartition(self.order, self.weight, self.target, self.starts, self.ends)
         new.split(split_mask, packed, byte_offsets)
         new._spare = None  # it holds this partition's arrays: never written through the copy
         return new

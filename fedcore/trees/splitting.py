@@ -144,25 +144,15 @@ def _reduce_pairs(feat_ptr, feat_local, feat_rank, pair_gain, pair_bin, pair_ml,
     return out_gain, out_rank, out_feat, out_bin, out_ml, out_cat, out_bits
 
 
-@nb.njit(cache=True, inline="always")
-def target_base(s, tree_rows):
-    """Where a node starting at sample s reads its targets: -1 aligned with the samples (j), else by row.
-
-    By row (`SamplePartition.tree_rows` > 0, boosting's (g, h)): sample j's are the table's row
-    base + order[j].
-    """
-    return (s // tree_rows) * tree_rows if tree_rows > 0 else -1
-
-
 @nb.njit(cache=True)
-def _pair_histogram(f, codes, target, order, weight, s, e, criterion, hist, seen, touched, base=-1):
+def _pair_histogram(f, codes, target, order, weight, s, e, criterion, hist, seen, touched):
     """The histogram kernel: samples s..e of feature f into `hist`; returns how many bins they touch.
 
     The touched bins are `touched[:n]`, flagged in `seen`. Used by `block_histograms` (a block of rows on a
-    Dask worker). `base` (`target_base`) >= 0: gradient targets read by row.
+    Dask worker).
     """
     if criterion == GRADIENT:
-        return _gradient_histogram(f, codes, target, order, weight, s, e, hist, seen, touched, base)
+        return _gradient_histogram(f, codes, target, order, weight, s, e, hist, seen, touched)
     n_touched = 0
     for j in range(s, e):
         r = order[j]
@@ -176,7 +166,7 @@ def _pair_histogram(f, codes, target, order, weight, s, e, criterion, hist, seen
 
 
 @nb.njit(cache=True, inline="never")
-def _gradient_histogram(f, codes, target, order, weight, s, e, hist, seen, touched, base):
+def _gradient_histogram(f, codes, target, order, weight, s, e, hist, seen, touched):
     """`_pair_histogram` of gradient statistics, a function of its own (see `_accumulate_gradient`).
 
     Its loop repeats the class/value loop's bin bookkeeping on purpose: a shared inlined helper for it made
@@ -190,7 +180,7 @@ def _gradient_histogram(f, codes, target, order, weight, s, e, hist, seen, touch
             seen[b] = True
             touched[n_touched] = b
             n_touched += 1
-        _accumulate_gradient(hist, b, weight[j], target, j if base < 0 else base + r)
+        _accumulate_gradient(hist, b, weight[j], target, j)
     return n_touched
 
 
@@ -392,25 +382,19 @@ def _more_left(hist, ordered, cut, total, criterion, buf):
     return wl >= stats_weight(total, criterion) - wl
 
 
-def node_statistics(target, weight, starts, ends, n_stats, criterion, order: np.ndarray | None = None,
-                    tree_rows: int = 0) -> np.ndarray:
-    """Sufficient statistics of every node (rows of the returned (n_nodes, n_stats) array).
-
-    `order` and `tree_rows` > 0: gradient targets read by row (`SamplePartition.tree_rows`).
-    """
-    rows = np.zeros(0, np.int32) if order is None else order
-    return _node_statistics(target_columns(target), weight, starts, ends, n_stats, criterion, rows, tree_rows)
+def node_statistics(target, weight, starts, ends, n_stats, criterion) -> np.ndarray:
+    """Sufficient statistics of every node (rows of the returned (n_nodes, n_stats) array)."""
+    return _node_statistics(target_columns(target), weight, starts, ends, n_stats, criterion)
 
 
 @nb.njit(cache=True, parallel=True)
-def _node_statistics(target, weight, starts, ends, n_stats, criterion, order, tree_rows):
+def _node_statistics(target, weight, starts, ends, n_stats, criterion):
     n_nodes = starts.shape[0]
     out = np.zeros((n_nodes, n_stats))
     for i in nb.prange(n_nodes):
         if criterion == GRADIENT:
-            base = target_base(starts[i], tree_rows)
             for j in range(starts[i], ends[i]):
-                _accumulate_gradient(out, i, weight[j], target, j if base < 0 else base + order[j])
+                _accumulate_gradient(out, i, weight[j], target, j)
         else:
             for j in range(starts[i], ends[i]):
                 _accumulate(out, i, weight[j], target[j, 0], criterion)

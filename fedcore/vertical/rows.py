@@ -113,7 +113,7 @@ class LocalRows:
         splits, stats, self._histograms = find_best_splits(
             codes, part.target, part.order, part.weight, part.starts, part.ends, feat_ptr,
             feat_local, feat_rank, is_categorical, n_stats, criterion, min_leaf, n_stats, reg_lambda, parents,
-            self._histograms, keep, part.tree_rows)
+            self._histograms, keep)
         return splits, stats
 
     def split_bits(self, pos: np.ndarray, c: NodeSplits) -> np.ndarray:

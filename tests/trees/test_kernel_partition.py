@@ -156,13 +156,6 @@ def test_apply_partition_is_a_stable_partition_of_split_nodes_only(sizes: list[i
         np.testing.assert_array_equal(new_weight[s:e], weight[expected])
         np.testing.assert_array_equal(new_target[s:e], target[expected])
     assert np.all(new_order[untouched] == -7) and np.all(np.isnan(new_target[untouched]))
-    # uncarried (boosting's unit weights and row-indexed (g, h)): the row indices alone move, the same way
-    rows_only = np.full(n, -7, np.int32)
-    kept_weight, kept_target = np.full(n, -7, np.int32), np.full((n, 2), np.nan)
-    assert apply_partition(order, weight, target, rows_only, kept_weight, kept_target, starts, ends, packed,
-                           offsets, carry=False).tolist() == n_left.tolist()
-    np.testing.assert_array_equal(rows_only, new_order)
-    assert np.all(kept_weight == -7) and np.all(np.isnan(kept_target))
 
 
 def test_scatter_node_bytes_places_each_owners_blocks() -> None:

@@ -98,9 +98,9 @@ def test_subtracted_levels_find_the_same_splits(criterion: int, seed: int) -> No
         feat_rank = feat_local.copy()
         args = (codes, part.target, part.order, part.weight, part.starts, part.ends, feat_ptr, feat_local,
                 feat_rank, is_cat, n_stats, criterion, 1.0, n_stats, 1.0)
-        plain, plain_totals, _ = find_best_splits(*args, tree_rows=part.tree_rows)
+        plain, plain_totals, _ = find_best_splits(*args)
         parents = None if depth == 0 else split_idx
-        subtracted, totals, kept_next = find_best_splits(*args, parents, kept, True, part.tree_rows)
+        subtracted, totals, kept_next = find_best_splits(*args, parents, kept, True)
         if kept is not None:
             derived += int((subtraction_plan(feat_ptr, feat_local, part.ends - part.starts, parents,
                                              (np.where(kept.has, kept.pair_node, -1), kept.pair_feat))[0]
@@ -121,45 +121,6 @@ def test_subtracted_levels_find_the_same_splits(criterion: int, seed: int) -> No
                                c.cat_bits[split_idx], offsets)
         part.split(split_mask, bits, offsets)
     assert derived > 20  # most larger children were derived
-
-
-def test_gradients_read_by_row_find_what_carried_gradients_find() -> None:
-    """Boosting's (g, h) stay in their table (read by row): the splits, totals and rows of carrying them."""
-    codes, by_row = _problem(GRADIENT, 4)
-    assert by_row.tree_rows == 600 and by_row.target.shape == (3 * 600, 2)
-    carried = SamplePartition(by_row.order.copy(), by_row.weight.copy(), by_row.target.copy(),
-                              by_row.starts.copy(), by_row.ends.copy())  # the root: row order, aligned
-    is_cat = np.array([False, False, True, False, False, False])
-    n_splits = 0
-    for _ in range(4):
-        n_nodes = len(by_row.starts)
-        feat_ptr = np.arange(n_nodes + 1, dtype=np.int64) * codes.shape[1]
-        feat_local = np.tile(np.arange(codes.shape[1], dtype=np.int32), n_nodes)
-        found = [find_best_splits(codes, part.target, part.order, part.weight, part.starts, part.ends,
-                                  feat_ptr, feat_local, feat_local.copy(), is_cat, 3, GRADIENT, 1.0, 3, 1.0,
-                                  tree_rows=part.tree_rows) for part in (by_row, carried)]
-        for name in ("gain", "rank", "feature", "bin", "missing_left", "cat_bits"):
-            assert getattr(found[0][0], name).tobytes() == getattr(found[1][0], name).tobytes(), name
-        assert found[0][1].tobytes() == found[1][1].tobytes()
-        c = found[0][0]
-        split_mask = np.isfinite(c.gain)
-        split_idx = np.flatnonzero(split_mask)
-        n_splits += len(split_idx)
-        if not len(split_idx):
-            break
-        starts, ends = by_row.starts[split_idx], by_row.ends[split_idx]
-        offsets = offsets_from_lengths(node_byte_lengths(starts, ends))
-        bits = pack_split_bits(np.asfortranarray(codes), by_row.order, starts, ends, c.feature[split_idx],
-                               c.bin[split_idx], c.missing_left[split_idx], c.is_categorical[split_idx],
-                               c.cat_bits[split_idx], offsets)
-        table = by_row.target.copy()
-        for part in (by_row, carried):
-            part.split(split_mask, bits, offsets)
-        assert np.array_equal(by_row.order, carried.order) and np.array_equal(by_row.target, table)
-        assert np.all(by_row.weight == 1)  # unmoved unit weights
-        slot = np.arange(len(by_row.order)) // 600 * 600  # each position's tree slot's first row
-        assert carried.target.tobytes() == by_row.target[slot + by_row.order].tobytes()
-    assert n_splits > 20
 
 
 def test_regression_histograms_are_never_kept() -> None:
