@@ -353,7 +353,7 @@ def _values(column: pa.LargeListArray) -> np.ndarray:
     if dtype is None and (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
         dtype = _NUMPY_DTYPES[values.type] = np.dtype(values.type.to_pandas_dtype())
     data = values.buffers()[1] if dtype is not None and values.null_count == 0 else None
-    if data is None:
+    if dtype is None or data is None:
         return values.to_numpy(zero_copy_only=False)
     return np.frombuffer(data, dtype, len(values), values.offset * dtype.itemsize)
 

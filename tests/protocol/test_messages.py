@@ -107,7 +107,7 @@ def test_a_small_message_joins_the_bytes_the_stream_writer_writes(arrays) -> Non
 @pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
                                    np.uint64, np.float16, np.float32, np.float64, "<U3"])
 def test_arrays_cross_as_the_columns_arrow_converts_them_to(dtype) -> None:
-    """Wrapping a numeric array's buffer (`_column`) gives the bytes that converting it with pa.array gives."""
+    """Wrapping a numeric array's buffer (`_column`) gives the bytes converting it with pa.array gives."""
     import json
 
     import pyarrow as pa
@@ -126,11 +126,12 @@ def test_arrays_cross_as_the_columns_arrow_converts_them_to(dtype) -> None:
     with pa.ipc.new_stream(written, schema) as writer:
         writer.write_batch(pa.record_batch([converted], schema=schema))
     for _ in range(2):  # the second time from the schema made the first time
-        assert Message("k", {"n": 1}, {"x": array}).to_buffer().to_pybytes() == written.getvalue().to_pybytes()
+        payload = Message("k", {"n": 1}, {"x": array}).to_buffer()
+        assert payload.to_pybytes() == written.getvalue().to_pybytes()
 
 
-@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.uint64, np.float16, np.float32, np.float64,
-                                   "<U3"])
+@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.uint64, np.float16, np.float32,
+                                   np.float64, "<U3"])
 def test_received_arrays_are_what_arrow_converts(dtype) -> None:
     """A received numeric array is a read-only view of the message's buffer, equal to Arrow's conversion."""
     import pyarrow as pa
