@@ -102,3 +102,45 @@ def test_a_small_message_joins_the_bytes_the_stream_writer_writes(arrays) -> Non
     assert parsed.header == message.header and list(parsed.arrays) == list(arrays)
     for name, array in arrays.items():
         assert parsed.arrays[name].dtype == array.dtype and np.array_equal(parsed.arrays[name], array)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                                   np.uint64, np.float16, np.float32, np.float64, "<U3"])
+def test_arrays_cross_as_the_columns_arrow_converts_them_to(dtype) -> None:
+    """Wrapping a numeric array's buffer (`_column`) gives the bytes converting it with pa.array gives."""
+    import json
+
+    import pyarrow as pa
+
+    from fedcore.protocol.messages import _column
+
+    array = np.arange(-3, 9).astype(dtype).reshape(3, 4)
+    flat = pa.array(array.reshape(-1))
+    converted = pa.Array.from_buffers(pa.large_list(flat.type), 1,
+                                      [None, pa.py_buffer(np.array([0, 12], np.int64))], children=[flat])
+    assert _column("x", array).equals(converted)
+    schema = pa.schema([pa.field("x", converted.type)], metadata={
+        b"fedforest.kind": b"k", b"fedforest.header": json.dumps({"n": 1}).encode(),
+        b"fedforest.shapes": json.dumps({"x": [3, 4]}).encode()})
+    written = pa.BufferOutputStream()
+    with pa.ipc.new_stream(written, schema) as writer:
+        writer.write_batch(pa.record_batch([converted], schema=schema))
+    for _ in range(2):  # the second time from the schema made the first time
+        payload = Message("k", {"n": 1}, {"x": array}).to_buffer()
+        assert payload.to_pybytes() == written.getvalue().to_pybytes()
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.uint64, np.float16, np.float32,
+                                   np.float64, "<U3"])
+def test_received_arrays_are_what_arrow_converts(dtype) -> None:
+    """A received numeric array is a read-only view of the message's buffer, equal to Arrow's conversion."""
+    import pyarrow as pa
+
+    array = np.arange(-3, 9).astype(dtype)
+    payload = Message("k", {}, {"x": array, "empty": array[:0]}).to_buffer()
+    got = Message.from_bytes(payload).arrays
+    converted = pa.ipc.open_stream(payload).read_next_batch().column(0).values.to_numpy(zero_copy_only=False)
+    assert got["x"].dtype == converted.dtype and np.array_equal(got["x"], converted)
+    assert got["empty"].dtype == converted.dtype and got["empty"].shape == (0,)
+    if array.dtype.kind != "U":
+        assert not got["x"].flags.writeable
