@@ -40,5 +40,6 @@ def test_no_prediction_parts_deliver_nothing_into_a_sink_and_leave_no_folder(tmp
                            registry=tmp_path / "registry", predictions_dir=tmp_path / "predictions",
                            predictions_dataset=tmp_path / "scores")
     tmp, path = new_prediction_folder(data, ("waveform", "v0003"), WHEN)
-    assert place_parts(data, tmp, path, 0, ("waveform", "v0003"), "run-1") == str(tmp_path / "scores")
+    where = place_parts(data, tmp, path, 0, ("waveform", "v0003"), "run-1")
+    assert where == tmp_path / "scores" / "model=waveform" / "version=v0003"  # where its rows would be
     assert list((tmp_path / "predictions").iterdir()) == [] and not (tmp_path / "scores").exists()
