@@ -73,10 +73,7 @@ def warm_steps() -> list[tuple[str, Callable[[], object]]]:
     steps = [("vertical classification",
               vertical(FederatedForestClassifier(n_estimators=2, max_depth=4), classes, "y")),
              ("vertical regression",
-              vertical(FederatedForestRegressor(n_estimators=2, max_depth=4), values, "target")),
-             ("vertical forest on dask", lambda: on_dask(lambda client: vertical(
-                 FederatedForestClassifier(n_estimators=2, max_depth=4, compute=client, block_rows=100),
-                 classes, "y")()))]
+              vertical(FederatedForestRegressor(n_estimators=2, max_depth=4), values, "target"))]
     # gdp: the default plan (leaves) with one chosen level, so both its paths compile: the noisy-count
     # splits of plan splits and the drawn levels and leaf release of plan leaves
     gdp_both_paths = {"mode": "gdp", "plan": "leaves", "split_levels": 1}
@@ -93,7 +90,12 @@ def warm_steps() -> list[tuple[str, Callable[[], object]]]:
                vertical(FederatedBoostingClassifier(n_estimators=2, max_depth=3), classes, "y")),
               ("horizontal boosting",
                horizontal(HorizontalBoostingClassifier(n_estimators=2, max_depth=3, feature_ranges=ranges),
-                          classes, "y"))]
+                          classes, "y")),
+              # last: side by side, the horizontal process runs it after its own steps, when the vertical
+              # kernels it shares are cached by the other process (`setting_groups`)
+              ("vertical forest on dask", lambda: on_dask(lambda client: vertical(
+                  FederatedForestClassifier(n_estimators=2, max_depth=4, compute=client, block_rows=100),
+                  classes, "y")()))]
     return steps
 
 
@@ -141,9 +143,11 @@ def setting_groups(names: list[str]) -> list[tuple[str, ...]]:
     The settings share no kernel (numba's compile events over a cold warm-up, 2026-11-29): the in-process
     vertical steps took 74 s of CPU (42 s of it `_direct_splits`), the horizontal ones 54 s and the Dask step
     about 18 s; split by setting, the vertical process took 91 s on a fresh clone, the horizontal one 47 s.
-    Last in the horizontal process, the Dask step finds most vertical kernels it shares already cached by
-    the other process; the two prediction kernels (`own_split_sets`, `_threshold_bitmaps`) it may compile
-    as well when it predicts first (under load: 84 s and 91 s of CPU per process, both included).
+    Last in the horizontal process (it is the last of `warm_steps`, whose order each group keeps), the Dask
+    step finds most vertical kernels it shares already cached by the other process; the two prediction
+    kernels (`own_split_sets`, `_threshold_bitmaps`) it may compile as well when it predicts first (under
+    load: 84 s and 91 s of CPU per process, both included). Run first there, it compiled the shared
+    kernels beside the vertical process: 55 s, the warm-up 98 s.
     """
     in_process = tuple(name for name in names if name.startswith("vertical") and not name.endswith("on dask"))
     horizontal = tuple(name for name in names if name.startswith("horizontal"))

@@ -11,10 +11,10 @@ from pathlib import Path
 import fedcore
 
 REPO = Path(__file__).resolve().parents[1]
-MODES = ["vertical classification", "vertical regression", "vertical forest on dask",
+MODES = ["vertical classification", "vertical regression",
          "horizontal extra-trees none", "horizontal extra-trees gdp", "horizontal extra-trees ldp",
          "horizontal extra-trees regression", "horizontal ppd-ert", "vertical boosting",
-         "horizontal boosting"]
+         "horizontal boosting", "vertical forest on dask"]
 
 
 def _cache_dir_seen(env: dict[str, str]) -> str:
