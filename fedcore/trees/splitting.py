@@ -483,11 +483,14 @@ def signed_histogram_sums(src_bins: np.ndarray, src_stats: np.ndarray, term_ptr:
     """
     dtype = src_stats.dtype
     src_stats = np.ascontiguousarray(src_stats, np.float64)  # one compiled kernel: integers below 2^53 exact
-    counts = _signed_counts(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign.astype(np.float64))
-    ptr = np.zeros(len(term_ptr), np.int64)
-    np.cumsum(counts, out=ptr[1:])
-    bins, stats = _signed_fill(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign.astype(np.float64),
-                               ptr)
+    sign = term_sign.astype(np.float64)
+    n_pairs = len(term_ptr) - 1
+    ptr = np.zeros(n_pairs + 1, np.int64)
+    none_bins, none_stats = np.zeros(0, np.uint8), np.zeros((0, src_stats.shape[1]))
+    _signed_pass(src_bins, src_stats, term_ptr, term_lo, term_hi, sign, False, ptr, none_bins, none_stats)
+    np.cumsum(ptr[1:], out=ptr[1:])  # each pair's count, then where its bins start
+    bins, stats = np.zeros(ptr[-1], np.uint8), np.zeros((ptr[-1], src_stats.shape[1]))
+    _signed_pass(src_bins, src_stats, term_ptr, term_lo, term_hi, sign, True, ptr, bins, stats)
     return ptr, bins, stats.astype(dtype, copy=False)
 
 
@@ -504,48 +507,29 @@ def _signed_pair(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign, q, 
 
 
 @nb.njit(cache=True, parallel=True)
-def _signed_counts(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign):
+def _signed_pass(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign, fill, ptr, bins, stats):
+    """Each pair's bins with a non-zero statistic: counted into ptr[q + 1], or (`fill`) written from ptr[q].
+
+    One pass serves both: count, allocate (`signed_histogram_sums`), fill, each pair's bins ascending.
+    """
     n_pairs = term_ptr.shape[0] - 1
-    counts = np.zeros(n_pairs, np.int64)
     n_chunks = min(n_pairs, 64)
     for chunk in nb.prange(n_chunks):
         acc = np.zeros((N_CODES, src_stats.shape[1]), src_stats.dtype)
         seen = np.zeros(N_CODES, np.bool_)
         for q in range(chunk * n_pairs // n_chunks, (chunk + 1) * n_pairs // n_chunks):
             _signed_pair(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign, q, acc, seen)
-            n = 0
+            m = ptr[q] if fill else 0
             for b in range(N_CODES):
                 if seen[b]:
                     for k in range(acc.shape[1]):
                         if acc[b, k] != 0:
-                            n += 1
-                            break
-                    acc[b, :] = 0
-                    seen[b] = False
-            counts[q] = n
-    return counts
-
-
-@nb.njit(cache=True, parallel=True)
-def _signed_fill(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign, ptr):
-    n_pairs = term_ptr.shape[0] - 1
-    bins = np.zeros(ptr[-1], np.uint8)
-    stats = np.zeros((ptr[-1], src_stats.shape[1]), src_stats.dtype)
-    n_chunks = min(n_pairs, 64)
-    for chunk in nb.prange(n_chunks):
-        acc = np.zeros((N_CODES, src_stats.shape[1]), src_stats.dtype)
-        seen = np.zeros(N_CODES, np.bool_)
-        for q in range(chunk * n_pairs // n_chunks, (chunk + 1) * n_pairs // n_chunks):
-            _signed_pair(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign, q, acc, seen)
-            m = ptr[q]
-            for b in range(N_CODES):
-                if seen[b]:
-                    for k in range(acc.shape[1]):
-                        if acc[b, k] != 0:
-                            bins[m] = b
-                            stats[m, :] = acc[b, :]
+                            if fill:
+                                bins[m] = b
+                                stats[m, :] = acc[b, :]
                             m += 1
                             break
                     acc[b, :] = 0
                     seen[b] = False
-    return bins, stats
+            if not fill:
+                ptr[q + 1] = m
