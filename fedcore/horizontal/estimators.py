@@ -410,10 +410,10 @@ class _FETBase(_HorizontalForest):
 
 
 class _Classifier(ClassifierMixin, _HorizontalForest):
-    """Class predictions of a fitted horizontal classifier (FET or PPD-ERT)."""
+    """Class predictions of a fitted horizontal classifier (FET, PPD-ERT or boosting)."""
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
-        """Class probabilities (columns in `classes_` order), averaged over trees."""
+        """Class probabilities (`classes_` order): the trees' mean, or boosting's link of their sum."""
         return self._predict_values(frame)
 
     def predict(self, frame: pd.DataFrame) -> np.ndarray:

@@ -22,14 +22,14 @@ import pandas as pd
 
 from fedcore.algorithms import BOOSTING
 from fedcore.errors import ParameterError
-from fedcore.estimator_api import ClassifierMixin, RegressorMixin, check_fitted
+from fedcore.estimator_api import RegressorMixin, check_fitted
 from fedcore.metrics import class_codes
 from fedcore.privacy.homomorphic import AdditivePrivateKey
 from fedcore.privacy.settings import EncryptedLabels, PrivacySetting, privacy_with
 from fedcore.trees.boosting import BoostingParams
 from fedcore.trees.early_stopping import kept_rounds, round_scores
 from fedcore.trees.params import ForestParams
-from fedcore.vertical.estimators import PartyFrames, _FederatedForest
+from fedcore.vertical.estimators import PartyFrames, _Classifier, _FederatedForest
 
 
 class _FederatedBoosting(_FederatedForest):
@@ -149,7 +149,7 @@ class _FederatedBoosting(_FederatedForest):
         return out
 
 
-class FederatedBoostingClassifier(ClassifierMixin, _FederatedBoosting):
+class FederatedBoostingClassifier(_Classifier, _FederatedBoosting):
     """Vertical gradient boosting for classification: logistic (two classes) or softmax (K trees a round)."""
 
     _task = "classification"
@@ -165,21 +165,6 @@ class FederatedBoostingClassifier(ClassifierMixin, _FederatedBoosting):
                  record_payloads: bool = False, decision_threshold: float | None = None) -> None:
         """The shared parameters, and `decision_threshold` (binary labels) as the forest classifiers'."""
         self._store_params(locals())
-
-    def predict_proba(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:
-        """Class probabilities (columns in `classes_` order): the link of the summed margins."""
-        return self._predict_values(parties, method)
-
-    def predict(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:
-        """The class per row (the label's values): the most probable, or at `decision_threshold`."""
-        return self._decided(self.predict_proba(parties, method))
-
-    @property
-    def classes_(self) -> np.ndarray:
-        """Class labels, as known to the label holder."""
-        classes = self.label_holder_.classes_
-        assert classes is not None, "a fitted classifier's label holder has its classes"
-        return classes
 
 
 class FederatedBoostingRegressor(RegressorMixin, _FederatedBoosting):

@@ -246,13 +246,11 @@ class _FederatedForest(SimulatedFederation):
         return self.to_onnx()
 
 
-class FederatedForestClassifier(ClassifierMixin, _FederatedForest):
-    """Vertical Federated Forest for classification (binary and multiclass)."""
-
-    _task = "classification"
+class _Classifier(ClassifierMixin, _FederatedForest):
+    """Class predictions of a fitted vertical classifier (forest or boosting), from the label holder."""
 
     def predict_proba(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:
-        """Class probabilities (columns in `classes_` order), averaged over trees."""
+        """Class probabilities (`classes_` order): the trees' mean, or boosting's link of their sum."""
         return self._predict_values(parties, method)
 
     def predict(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:
@@ -265,6 +263,12 @@ class FederatedForestClassifier(ClassifierMixin, _FederatedForest):
         classes = self.label_holder_.classes_
         assert classes is not None, "a fitted (or loaded) classifier's label holder has its classes"
         return classes
+
+
+class FederatedForestClassifier(_Classifier):
+    """Vertical Federated Forest for classification (binary and multiclass)."""
+
+    _task = "classification"
 
 
 class FederatedForestRegressor(RegressorMixin, _FederatedForest):

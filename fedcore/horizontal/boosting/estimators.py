@@ -21,12 +21,12 @@ import pandas as pd
 
 from fedcore.algorithms import HORIZONTAL_BOOSTING
 from fedcore.errors import ParameterError
-from fedcore.estimator_api import ClassifierMixin, RegressorMixin, check_fitted
+from fedcore.estimator_api import RegressorMixin, check_fitted
 from fedcore.horizontal.boosting.fixedpoint import FRACTION_BITS, RING_BITS
 from fedcore.horizontal.boosting.master import HorizontalBoostingMaster
 from fedcore.horizontal.boosting.params import DEFAULT_BINS, check_subsample
 from fedcore.horizontal.boosting.party import HorizontalBoostingParty
-from fedcore.horizontal.estimators import _HorizontalForest
+from fedcore.horizontal.estimators import _Classifier, _HorizontalForest
 from fedcore.trees.boosting import BoostingParams
 
 MISSING_BIN_RANGES = (
@@ -124,7 +124,7 @@ class _HorizontalBoosting(_HorizontalForest):
                 "queries": self.master_.levels + 1, "plain_single_party": single}
 
 
-class HorizontalBoostingClassifier(ClassifierMixin, _HorizontalBoosting):
+class HorizontalBoostingClassifier(_Classifier, _HorizontalBoosting):
     """Horizontal gradient boosting for classification: logistic (2 classes) or softmax (K trees a round)."""
 
     _task = "classification"
@@ -140,20 +140,6 @@ class HorizontalBoostingClassifier(ClassifierMixin, _HorizontalBoosting):
                  decision_threshold: float | None = None) -> None:
         """The shared parameters, and `decision_threshold` (binary labels) as the forest classifiers'."""
         self._store_params(locals())
-
-    def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
-        """Class probabilities (columns in `classes_` order): the link of the summed margins."""
-        return self._predict_values(frame)
-
-    def predict(self, frame: pd.DataFrame) -> np.ndarray:
-        """The class per row (the label's values): the most probable, or at `decision_threshold`."""
-        return self._decided(self.predict_proba(frame))
-
-    @property
-    def classes_(self) -> np.ndarray:
-        """Class labels of the agreed schema."""
-        check_fitted(self)
-        return np.asarray(self.schema_.classes)
 
 
 class HorizontalBoostingRegressor(RegressorMixin, _HorizontalBoosting):
