@@ -16,9 +16,11 @@ the posterior of the label given the row's prior and the report ("soft"). Schedu
 between schedules, ',' between stage fractions): "1" is one stage (today's FET-LDP, the in-run reference of
 the same learner); "0.3,0.7" two stages; "0.1,0.2,0.7" three. ExtraTreesClassifier on the true labels is the
 non-private reference. Prints accuracy and points below ExtraTrees per (table, epsilon, schedule, target,
-leaf size), means over --seeds (each its own split, as bench_dp).
+leaf size), means over --seeds (each its own split, as bench_dp). --learner fet runs the same stages in our
+FET-LDP instead (`fet_staged`); docs/benchmarks.md, "Label DP with a prior, measured again", has both.
 
     .venv/bin/python -m benchmarks.ldp_prior --tables letter --epsilons 2,4 --seeds 3
+    .venv/bin/python -m benchmarks.ldp_prior --learner fet --schedules "1;0.2,0.8;0.1,0.2,0.7"
 """
 
 from __future__ import annotations
@@ -234,8 +236,8 @@ def main() -> None:
                                             "target": target, "leaf": leaf, "seed": seed,
                                             "accuracy": accuracy, "below_et_pp": 100 * (reference - accuracy),
                                             "extra_trees": reference})
-            frame = pd.DataFrame(results)
-            print(frame.tail(1).to_string(index=False), file=sys.stderr)
+                            print(f"    accuracy {accuracy:.4f}, {results[-1]['below_et_pp']:.2f} pp below "
+                                  f"ExtraTrees ({reference:.4f})", file=sys.stderr)
     frame = pd.DataFrame(results)
     summary = frame.groupby(["table", "epsilon", "schedule", "target", "leaf"], sort=False)[
         ["accuracy", "below_et_pp", "extra_trees"]].mean()
