@@ -26,6 +26,7 @@ FET-LDP instead (`fet_staged`); docs/benchmarks.md, "Label DP with a prior, meas
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -127,16 +128,17 @@ def staged(x: np.ndarray, y: np.ndarray, x_test: np.ndarray, n_classes: int, eps
 
 
 def fet_staged(parties: list[pd.DataFrame], test: pd.DataFrame, label: str, classes: list, epsilon: float,
-               fractions: list[float], trees: int, seed: int,
-               ranges: dict[str, tuple[float, float]]) -> np.ndarray:
+               fractions: list[float], trees: int, seed: int, ranges: dict[str, tuple[float, float]],
+               exact: bool = False) -> np.ndarray:
     """The same stages in our FET-LDP (3 parties, in process): test predictions of the final forest.
 
     Each party's reports are set in place of its drawn permanent responses (`PartyRows.draw_permanent`
     patched for this run only): stage 1 by `reports`, a later stage's rows by RR-with-prior on the prior of
     the forest trained (FET-LDP, the same epsilon) on the earlier stages' rows of all parties; the final
-    forest trains on every row. An RR-with-prior report is sent as its one-hot, which the master debiases as a
-    k-RR / OUE report (so it weighs 1 / (p - q) times a one-oracle report's expectation: not the exact
-    estimator a protocol would have, which would need the stages' sums apart).
+    forest trains on every row. An RR-with-prior report is sent as its one-hot, which the master debiases as
+    a k-RR / OUE report (so it weighs 1 / (p - q) times a one-oracle report's expectation); with `exact`
+    each party also sends its later stages' one-hot sums apart (`_StagesApart`) and the master counts each
+    such report as its one-hot (the estimator a protocol with stages would have).
     """
     from benchmarks.bench_dp import fet
     from fedcore.horizontal import rows as party_rows
@@ -174,9 +176,65 @@ def fet_staged(parties: list[pd.DataFrame], test: pd.DataFrame, label: str, clas
                                        rng)[0]
                 bits[n][rows] = np.eye(len(classes), dtype=np.uint8)[report]
         using.update({n: np.arange(len(labels[n])) for n in names})
-        return fet(privacy, list(frames.values()), test, label, params, ranges)[0]
+        later = {n: stage_of[n] > 0 for n in names}
+        with _StagesApart(later) if exact else contextlib.nullcontext():
+            return fet(privacy, list(frames.values()), test, label, params, ranges)[0]
     finally:
         party_rows.PartyRows.draw_permanent = original  # type: ignore[method-assign]
+
+
+class _StagesApart:
+    """Patches for one fit: parties add their later-stage rows' sums apart, the master counts them exactly.
+
+    The party's reply gains `stage2`, the sums of its later-stage rows' reports alone (the same kernel over
+    the permanent bits with the stage-1 rows zeroed); the master re-estimates every branch it estimated from
+    S1 + (p - q) S2 + q n2 in place of S1 + S2, whose debiasing (x - q) / (p - q) gives each later-stage row
+    its one-hot.
+    """
+
+    def __init__(self, later: dict[str, np.ndarray]) -> None:
+        """`later`: per party name, which of its rows report in a later stage."""
+        self.later = later
+
+    def __enter__(self) -> None:
+        """Patch the party's LDP reply and the master's estimate."""
+        from fedcore.horizontal.fet import master, party
+
+        self.originals = (party.HorizontalParty._ldp_reply, master.FederatedExtraTreesMaster._estimate)
+        reply, estimate = self.originals
+        later = self.later
+
+        def ldp_reply(self: party.HorizontalParty) -> object:
+            message = reply(self)
+            rows, kept = self.rows, self.rows.permanent
+            rows.permanent = np.where(later[self.name][:, None], kept, 0).astype(np.uint8)
+            try:  # GRR's and OUE's reports are their permanent bits: the key draws nothing
+                sums = rows.ldp_report_sums(self.label_ldp(), party.counter_key(0, "ldp_instant"), 0)[0]
+            finally:
+                rows.permanent = kept
+            message.arrays["stage2"] = sums.reshape(message.arrays["bit_sums"].shape)
+            return message
+
+        def estimate_apart(self: master.FederatedExtraTreesMaster, replies: dict, shape: tuple, valid: object,
+                           depth: int) -> tuple[np.ndarray, np.ndarray]:
+            branch, sizes = estimate(self, replies, shape, valid, depth)
+            apart = sum(replies[n].arrays["stage2"].astype(np.int64) for n in self.parties)
+            total = sum(replies[n].arrays["bit_sums"].astype(np.int64) for n in self.parties)
+            ldp, n_classes = self._label_ldp(), self.schema.n_classes
+            p, q = ldp.report_probabilities(n_classes)[0, :2]
+            effective = total + (p - q - 1) * apart + q * apart.sum(axis=-1, keepdims=True)
+            needed = branch.sum(axis=-1) > 0
+            branch[needed] = ldp.estimate_counts(effective[needed], sizes[needed], n_classes)
+            return branch, sizes
+
+        party.HorizontalParty._ldp_reply = ldp_reply  # type: ignore[method-assign]
+        master.FederatedExtraTreesMaster._estimate = estimate_apart  # type: ignore[method-assign]
+
+    def __exit__(self, *exc: object) -> None:
+        """Restore both."""
+        from fedcore.horizontal.fet import master, party
+
+        party.HorizontalParty._ldp_reply, master.FederatedExtraTreesMaster._estimate = self.originals
 
 
 def main() -> None:
@@ -196,6 +254,8 @@ def main() -> None:
     parser.add_argument("--learner", choices=("sklearn", "fet"), default="sklearn",
                         help="fet: our FET-LDP on --parties parties (`fet_staged`: hard targets)")
     parser.add_argument("--parties", type=int, default=3)
+    parser.add_argument("--exact", action="store_true",
+                        help="fet: later stages' reports counted as their one-hots (`_StagesApart`)")
     parser.add_argument("--json", type=Path, help="every run's row, for later summaries")
     args = parser.parse_args()
     results = []
@@ -226,7 +286,7 @@ def main() -> None:
                                   file=sys.stderr)
                             if args.learner == "fet":
                                 predicted = fet_staged(parties, test, label, list(code), epsilon, fractions,
-                                                       args.trees, seed, ranges)
+                                                       args.trees, seed, ranges, args.exact)
                                 accuracy = float((predicted == test[label].to_numpy()).mean())
                             else:
                                 scores = staged(x, y, x_test, len(code), epsilon, fractions, target,
