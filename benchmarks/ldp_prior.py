@@ -1,4 +1,4 @@
-"""Label DP with a prior (issue #31), centralized and throwaway: do two or three stages close FET-LDP's gap?
+"""Label DP with a prior (issue #31), throwaway: do two or three stages close FET-LDP's gap on many classes?
 
 Ghazi, Golowich, Kumar, Manurangsi and Zhang, "Deep Learning with Label Differential Privacy" (NeurIPS 2021):
 the training rows are split into stages; stage 1 reports its labels by FET-LDP's `auto` oracle (k-RR or OUE
@@ -17,10 +17,11 @@ between schedules, ',' between stage fractions): "1" is one stage (today's FET-L
 the same learner); "0.3,0.7" two stages; "0.1,0.2,0.7" three. ExtraTreesClassifier on the true labels is the
 non-private reference. Prints accuracy and points below ExtraTrees per (table, epsilon, schedule, target,
 leaf size), means over --seeds (each its own split, as bench_dp). --learner fet runs the same stages in our
-FET-LDP instead (`fet_staged`); docs/benchmarks.md, "Label DP with a prior, measured again", has both.
+FET-LDP instead (`fet_staged`; --exact counts the later stages' reports as their one-hots);
+docs/benchmarks.md, "Label DP with a prior, measured again", has both.
 
     .venv/bin/python -m benchmarks.ldp_prior --tables letter --epsilons 2,4 --seeds 3
-    .venv/bin/python -m benchmarks.ldp_prior --learner fet --schedules "1;0.2,0.8;0.1,0.2,0.7"
+    .venv/bin/python -m benchmarks.ldp_prior --learner fet --exact --schedules "1;0.2,0.8;0.4,0.6;0.1,0.2,0.7"
 """
 
 from __future__ import annotations
