@@ -76,3 +76,20 @@ def test_a_run_killed_mid_training_resumes_on_dask_to_the_same_model(tmp_path, t
 
     compute = {"dask": {"address": three_workers.scheduler.address, "block_rows": 100}}
     killed_and_resumed(tmp_path, "classification", compute, Cluster(three_workers, []))
+
+
+@pytest.mark.slow
+def test_simulate_boosting_on_dask_says_single_party_identical(tmp_path, capsys) -> None:
+    """`fedforest simulate --setting horizontal --algorithm boosting --dask local:2`: single-party model."""
+    import json
+
+    from fedcore.cli import main
+
+    path = tmp_path / "table.csv"
+    horizontal_table(seed=6, n_rows=600).to_csv(path, index=False)
+    assert main(["simulate", "--data", str(path), "--label", "target", "--setting", "horizontal",
+                 "--algorithm", "boosting", "--parties", "3", "--trees", "4", "--max-depth", "3",
+                 "--dask", "local:2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["algorithm"] == "boosting" and result["compute"] == "local:2"
+    assert result["single_party_identical"] is True
