@@ -162,8 +162,9 @@ def run_on_dask(args: argparse.Namespace) -> dict:
     agent_cpu = _cpu_seconds()
     with get_task_stream(client) as stream:
         model, rows = fit_from_parquet(args, client)
-    cpu = _cpu_seconds() - agent_cpu
-    cpu += sum(seconds - workers_cpu.get(worker, 0.0) for worker, seconds in client.run(_cpu_seconds).items())
+    agent_cpu = _cpu_seconds() - agent_cpu
+    worker_cpu = sum(seconds - workers_cpu.get(worker, 0.0)
+                     for worker, seconds in client.run(_cpu_seconds).items())
     workers_peak = client.run(lambda: _vm_hwm_mib())
     busy: dict[str, dict[str, float]] = {}
     transfers = sum(1 for task in stream.data for s in task["startstops"] if s["action"] == "transfer")
@@ -180,7 +181,7 @@ def run_on_dask(args: argparse.Namespace) -> dict:
     levels = (overheads if args.algorithm == "boosting"  # per round of block tasks
               else [a + b for a, b in zip(overheads[0::2], overheads[1::2], strict=False)])  # ranges + counts
     result = {"seconds": model.fit_seconds_, "digest": _digest(model), "agent_peak_mib": _peak_rss_mib(),
-              "cpu_s": cpu,
+              "cpu_s": agent_cpu + worker_cpu, "agent_cpu_s": agent_cpu, "workers_cpu_s": worker_cpu,
               "workers_peak_mib": sorted(workers_peak.values()), "blocks": len(rows.blocks),
               "levels": len(levels), "tasks": len(stream.data), "transfers": transfers,
               "overhead_p50_ms": 1000 * float(np.percentile(levels, 50)),
@@ -236,6 +237,8 @@ def main() -> None:
          "workers' peak RSS (MiB)": ", ".join(f"{m:.0f}" for m in dask["workers_peak_mib"]),
          "forest digest": dask["digest"]}]))
     what = ("per-round", "rounds of block tasks") if args.algorithm == "boosting" else ("per-level", "levels")
+    print(f"\nCPU s on Dask: the agent process (client and scheduler) {dask['agent_cpu_s']:.1f}, the workers "
+          f"{dask['workers_cpu_s']:.1f}")
     print(f"\n{what[0]} scheduling overhead over {dask['levels']} {what[1]}: "
           f"p50 {dask['overhead_p50_ms']:.1f} ms, p95 {dask['overhead_p95_ms']:.1f} ms; same forest: "
           f"{ref['digest'] == dask['digest']}; {dask['tasks']} tasks, {dask['transfers']} transfers between "

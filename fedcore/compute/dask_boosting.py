@@ -81,6 +81,8 @@ class DaskBoostingRows(DaskPartyRows):
     bins: AgreedBins
     codes: list[Future]
     states: list[Future] | None
+    homes: list[str]
+    """Each block's worker at the round's start (its histograms are summed there; "" if unknown)."""
 
     @classmethod
     def of(cls, rows: DaskPartyRows, bins: AgreedBins) -> DaskBoostingRows:
@@ -90,6 +92,7 @@ class DaskBoostingRows(DaskPartyRows):
         new.bins = bins
         new.codes = new._map(_codes, new.data, bins=bins)
         new.states = None
+        new.homes = []
         return new
 
     def close(self) -> None:
@@ -116,6 +119,8 @@ class DaskBoostingRows(DaskPartyRows):
         previous = self.states if self.states is not None else [None] * len(self.blocks)
         self.states = self._map(_round, previous, self.data, link=loss.link, base=base, trees=trees)
         results = self._gather(self._map(_abs_totals, self.states))
+        held = self.client.who_has(self.states)  # where the levels' block tasks will run (a hint only)
+        self.homes = [min(held.get(f.key, ()), default="") for f in self.states]
         return sum(results[1:], results[0])
 
     def histograms(self, compute: np.ndarray) -> np.ndarray:
@@ -136,15 +141,16 @@ class DaskBoostingRows(DaskPartyRows):
         self.states = self._map(_restored, [margins[b.start:b.stop] for b in self.blocks])
 
     def _summed(self, futures: list[Future]) -> np.ndarray:
-        """Blocks' int64 arrays summed where they are, one task per worker, then here (exact in any order)."""
-        for future in futures:
-            future.exception()  # waits for the block, fetching nothing (an error surfaces in the gather)
-        held = self.client.who_has(futures)
+        """Blocks' int64 arrays summed where they are, one task per worker, then here (exact in any order).
+
+        Submitted with the blocks' tasks, no round trip between: each sum is placed on the worker its blocks'
+        states were on at the round's start; a worker lost since is no error (Dask runs the sum elsewhere).
+        """
         where: dict[str, list[Any]] = defaultdict(list)
-        for future in futures:  # a block lost since: summed wherever Dask rebuilds it
-            holders = held.get(future.key, ())
-            where[min(holders) if holders else ""].append(future)
+        homes = self.homes if len(self.homes) == len(futures) else [""] * len(futures)
+        for home, future in zip(homes, futures, strict=True):
+            where[home].append(future)
         sums = [self.client.submit(_total, *group, pure=False, workers=[worker] if worker else None,
-                                   allow_other_workers=True)
+                                   allow_other_workers=bool(worker))
                 for worker, group in sorted(where.items())]
         return _total(*self._gather(sums))
