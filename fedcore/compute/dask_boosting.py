@@ -5,9 +5,9 @@ futures per block: the block's bin codes (made once from its rows), and each rou
 (g, h)), made on the worker from the round before's state, the block's rows and labels, and the round's
 base score or the round before's trees (which travel inside the task). Lineage: a lost worker's states are
 rebuilt by replaying the rounds from the base score. The functions the workers run are the in-process
-party's (`fedcore.horizontal.boosting.rows`); a block's histograms and base-score sums are int64, summed on
-each worker over its blocks and then here, so the replies are the in-process party's bytes whatever the
-workers and the order the blocks' tasks run in.
+party's (`fedcore.horizontal.boosting.rows`); a block's histograms are int64, summed on each worker over its
+blocks and then here (the base score's few integers per block here), so the replies are the in-process
+party's bytes whatever the workers and the order the blocks' tasks run in.
 """
 
 from __future__ import annotations
