@@ -1,7 +1,8 @@
 """The horizontal party on a Dask cluster against the in-process party (issue #29).
 
 One institution, a horizontal FET fit (privacy none) of `--rows` x `--features`, `--trees` trees of depth
-`--depth`, twice, each in its own process so that peak memory is its own:
+`--depth` (`--algorithm boosting`: horizontal boosting, `--trees` rounds, its bins cut from the declared
+domain [-6, 6] of every feature), twice, each in its own process so that peak memory is its own:
 
 * in process: the agent process reads the table and holds the party's rows (today's party);
 * on Dask: a LocalCluster of `--workers` worker processes (one thread each, numba single-threaded, so
@@ -9,12 +10,14 @@ One institution, a horizontal FET fit (privacy none) of `--rows` x `--features`,
   blocks from a Parquet dataset themselves, and the agent process only holds a 1,000-row sample for the
   schema (a deployment gets it from the data contracts) and the level's small arrays.
 
-Reports time per tree and the ratio, the per-level scheduling overhead (p50 / p95 over levels: a level's
-wall time at the agent minus, per round, the busiest worker's compute time on that round's tasks, from
-Dask's task stream), the agent's peak RSS and each worker's, and whether both forests are the same.
+Reports time per tree and the ratio, the CPU seconds of the fit (the agent process's, plus on Dask every
+worker process's: a loaded machine's wall times are noise), the per-level scheduling overhead (p50 / p95
+over levels: a level's wall time at the agent minus, per round, the busiest worker's compute time on that
+round's tasks, from Dask's task stream; boosting: per round of block tasks), the agent's peak RSS and each
+worker's, and whether both forests are the same.
 
     .venv/bin/python -m benchmarks.bench_dask_party [--rows 2000000] [--features 20] [--trees 20]
-        [--depth 8] [--workers 2] [--block-rows 250000]
+        [--depth 8] [--workers 2] [--block-rows 250000] [--algorithm boosting]
 """
 
 from __future__ import annotations
@@ -85,12 +88,29 @@ def _peak_rss_mib() -> float:
     return _vm_hwm_mib()
 
 
-def _model(args: argparse.Namespace, cls: type | None = None, **kwargs):
-    """The benchmark's FET classifier (`cls`: a subclass of it), `args.trees` trees of `args.depth`."""
+def _estimator(args: argparse.Namespace) -> type:
+    """The benchmark's classifier class: FET, or horizontal boosting (`--algorithm boosting`)."""
     from fedcore.horizontal import FederatedExtraTreesClassifier
+    from fedcore.horizontal.boosting import HorizontalBoostingClassifier
 
-    return (cls or FederatedExtraTreesClassifier)(n_estimators=args.trees, max_depth=args.depth,
-                                                  random_state=1, max_features="sqrt", **kwargs)
+    return HorizontalBoostingClassifier if args.algorithm == "boosting" else FederatedExtraTreesClassifier
+
+
+def _model(args: argparse.Namespace, cls: type | None = None, **kwargs):
+    """The benchmark's classifier (`cls`: a subclass of `_estimator`), `args.trees` trees of `args.depth`."""
+    if args.algorithm == "boosting":  # bins from declared domains: the same for the sample and the table
+        kwargs["feature_ranges"] = {f"f{j}": (-6.0, 6.0) for j in range(args.features)}
+    else:
+        kwargs["max_features"] = "sqrt"
+    return (cls or _estimator(args))(n_estimators=args.trees, max_depth=args.depth, random_state=1, **kwargs)
+
+
+def _cpu_seconds() -> float:
+    """This process's CPU time so far (user + system, every thread)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _digest(model) -> str:
@@ -103,8 +123,10 @@ def _digest(model) -> str:
 def run_in_process(args: argparse.Namespace) -> dict:
     """Today's party: the agent process reads the table and holds every row."""
     frame = pd.read_parquet(args.data)
+    start = _cpu_seconds()
     model = _model(args).fit([frame], label="y")
-    return {"seconds": model.fit_seconds_, "digest": _digest(model), "agent_peak_mib": _peak_rss_mib()}
+    return {"seconds": model.fit_seconds_, "digest": _digest(model), "agent_peak_mib": _peak_rss_mib(),
+            "cpu_s": _cpu_seconds() - start}
 
 
 def fit_from_parquet(args: argparse.Namespace, client):
@@ -114,11 +136,10 @@ def fit_from_parquet(args: argparse.Namespace, client):
     contract) and the level's small arrays. Returns the fitted model and its `DaskPartyRows`.
     """
     from fedcore.compute.dask_rows import DaskPartyRows
-    from fedcore.horizontal.estimators import FederatedExtraTreesClassifier
 
     made: list[DaskPartyRows] = []
 
-    class FromParquet(FederatedExtraTreesClassifier):
+    class FromParquet(_estimator(args)):  # type: ignore[misc]
         def _rows(self, name, frame, schema):
             rows = DaskPartyRows.from_parquet(name, args.data, schema, self._cluster.client, args.block_rows)
             made.append(rows)
@@ -127,7 +148,7 @@ def fit_from_parquet(args: argparse.Namespace, client):
     sample = pd.read_parquet(sample_path(args.data))
     model = _model(args, FromParquet, compute=client)
     model.fit([sample], label="y")
-    return model, made[0]
+    return model, model.parties_[0].rows if args.algorithm == "boosting" else made[0]
 
 
 def run_on_dask(args: argparse.Namespace) -> dict:
@@ -137,8 +158,13 @@ def run_on_dask(args: argparse.Namespace) -> dict:
     cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
                            dashboard_address=":0", env={"NUMBA_NUM_THREADS": "1"})
     client = Client(cluster)
+    workers_cpu = client.run(_cpu_seconds)
+    agent_cpu = _cpu_seconds()
     with get_task_stream(client) as stream:
         model, rows = fit_from_parquet(args, client)
+    agent_cpu = _cpu_seconds() - agent_cpu
+    worker_cpu = sum(seconds - workers_cpu.get(worker, 0.0)
+                     for worker, seconds in client.run(_cpu_seconds).items())
     workers_peak = client.run(lambda: _vm_hwm_mib())
     busy: dict[str, dict[str, float]] = {}
     transfers = sum(1 for task in stream.data for s in task["startstops"] if s["action"] == "transfer")
@@ -152,8 +178,10 @@ def run_on_dask(args: argparse.Namespace) -> dict:
             for worker, seconds in busy.get(key, {}).items():
                 per_worker[worker] = per_worker.get(worker, 0.0) + seconds
         overheads.append(wall - max(per_worker.values(), default=0.0))
-    levels = [a + b for a, b in zip(overheads[0::2], overheads[1::2], strict=False)]  # ranges + counts
+    levels = (overheads if args.algorithm == "boosting"  # per round of block tasks
+              else [a + b for a, b in zip(overheads[0::2], overheads[1::2], strict=False)])  # ranges + counts
     result = {"seconds": model.fit_seconds_, "digest": _digest(model), "agent_peak_mib": _peak_rss_mib(),
+              "cpu_s": agent_cpu + worker_cpu, "agent_cpu_s": agent_cpu, "workers_cpu_s": worker_cpu,
               "workers_peak_mib": sorted(workers_peak.values()), "blocks": len(rows.blocks),
               "levels": len(levels), "tasks": len(stream.data), "transfers": transfers,
               "overhead_p50_ms": 1000 * float(np.percentile(levels, 50)),
@@ -176,6 +204,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_forest_arguments(parser, rows=2_000_000, features=20, trees=20, depth=8, workers=2,
                          block_rows=250_000)
+    parser.add_argument("--algorithm", choices=("extra-trees", "boosting"), default="extra-trees")
     parser.add_argument("--mode", choices=("in-process", "dask"), help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -192,20 +221,25 @@ def main() -> None:
                        "--data", str(data)]
             results[mode] = child_json(command, quiet=True)
     ref, dask = results["in-process"], results["dask"]
-    print(f"{args.rows:,} x {args.features}, {args.trees} trees, depth {args.depth}; {platform.processor()}, "
-          f"{os.cpu_count()} cores; {args.workers} workers, {dask['blocks']} blocks of {args.block_rows:,} "
+    print(f"{args.algorithm}, {args.rows:,} x {args.features}, {args.trees} trees, depth {args.depth}; "
+          f"{platform.processor()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; "
+          f"{args.workers} workers, {dask['blocks']} blocks of {args.block_rows:,} "
           "rows\n")
     print(markdown_table([
         {"party": "in process (reference)", "s per tree": f"{ref['seconds'] / args.trees:.2f}",
-         "ratio": "1.00",
+         "ratio": "1.00", "CPU s": f"{ref['cpu_s']:.1f}", "CPU ratio": "1.00",
          "agent peak RSS (MiB)": f"{ref['agent_peak_mib']:.0f}", "workers' peak RSS (MiB)": "-",
          "forest digest": ref["digest"]},
         {"party": f"Dask, {args.workers} workers", "s per tree": f"{dask['seconds'] / args.trees:.2f}",
-         "ratio": f"{dask['seconds'] / ref['seconds']:.2f}",
+         "ratio": f"{dask['seconds'] / ref['seconds']:.2f}", "CPU s": f"{dask['cpu_s']:.1f}",
+         "CPU ratio": f"{dask['cpu_s'] / ref['cpu_s']:.2f}",
          "agent peak RSS (MiB)": f"{dask['agent_peak_mib']:.0f}",
          "workers' peak RSS (MiB)": ", ".join(f"{m:.0f}" for m in dask["workers_peak_mib"]),
          "forest digest": dask["digest"]}]))
-    print(f"\nper-level scheduling overhead over {dask['levels']} levels: "
+    what = ("per-round", "rounds of block tasks") if args.algorithm == "boosting" else ("per-level", "levels")
+    print(f"\nCPU s on Dask: the agent process (client and scheduler) {dask['agent_cpu_s']:.1f}, the workers "
+          f"{dask['workers_cpu_s']:.1f}")
+    print(f"\n{what[0]} scheduling overhead over {dask['levels']} {what[1]}: "
           f"p50 {dask['overhead_p50_ms']:.1f} ms, p95 {dask['overhead_p95_ms']:.1f} ms; same forest: "
           f"{ref['digest'] == dask['digest']}; {dask['tasks']} tasks, {dask['transfers']} transfers between "
           "workers")

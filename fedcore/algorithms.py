@@ -172,7 +172,6 @@ HORIZONTAL_BOOSTING = Algorithm("boosting", "horizontal", "Federated gradient bo
                                 parse_params="fedcore.horizontal.boosting.params:from_config",
                                 check_params="fedcore.horizontal.boosting.params:check_params",
                                 fieldless_modes=("secagg",),
-                                dask_refusal="fedcore.horizontal.boosting.params:dask_refusal",
                                 simulate=_SIMULATE_HORIZONTAL, reference=_REFERENCE + "reference_boosting",
                                 estimators=("fedcore.horizontal.boosting:HorizontalBoostingClassifier",
                                             "fedcore.horizontal.boosting:HorizontalBoostingRegressor"),

@@ -77,13 +77,12 @@ def build_estimator(algorithm: str, privacy: str | Mapping[str, Any] | PrivacySe
     if algorithm == HORIZONTAL_BOOSTING.id:
         from fedcore.horizontal.boosting import HorizontalBoostingClassifier, HorizontalBoostingRegressor
 
-        if epsilon is not None or compute is not None:
-            raise ParameterError("horizontal boosting takes no epsilon and runs in process only so far "
-                                 "(no noise; no Dask parties)")
+        if epsilon is not None:
+            raise ParameterError("horizontal boosting takes no epsilon (no noise: its histograms are exact)")
         boosting = HorizontalBoostingClassifier if task == "classification" else HorizontalBoostingRegressor
         secure = check_mode(algorithm, privacy, task).mode == "secagg"  # none: plain histograms
         model = boosting(**params, feature_ranges=feature_ranges, allow_data_ranges=feature_ranges is None,
-                         categories=categories, secure_aggregation=secure)
+                         categories=categories, secure_aggregation=secure, compute=compute)
     elif algorithm == "ppd-ert":
         if epsilon is not None:
             raise ParameterError("epsilon applies to --algorithm extra-trees (privacy gdp or ldp) only, not "

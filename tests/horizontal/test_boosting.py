@@ -76,7 +76,7 @@ def test_a_partys_margins_grow_in_the_order_the_model_predicts() -> None:
     for party in model.parties_:
         leaves = forest.apply(party.rows.X)
         expected = forest.combination.margins(forest.value[leaves])
-        margins = party.margins.copy()
+        margins = party.rows.get_margins()
         for t in range(forest.n_trees - k, forest.n_trees):
             margins[:, t % k] += forest.value[leaves[:, t], 0]
         np.testing.assert_array_equal(margins, expected)

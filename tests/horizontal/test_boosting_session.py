@@ -51,8 +51,12 @@ def _table(task: str) -> pd.DataFrame:
     return frame
 
 
-def _federation(root: Path, task: str, privacy: str) -> tuple[object, dict[str, pd.DataFrame], dict]:
-    """A horizontal boosting config over three institutions' files: (config, their rows, the contract)."""
+def _federation(root: Path, task: str, privacy: str,
+                compute: dict | None = None) -> tuple[object, dict[str, pd.DataFrame], dict]:
+    """A horizontal boosting config over three institutions' files: (config, their rows, the contract).
+
+    `compute`: north's `compute:` (its rows on its own Dask cluster, read there by the workers).
+    """
     table = _table(task)
     contract = infer_contract(table, "waveform", id_column="patient_id", label="class")
     (root / "contract.yaml").write_text(dump_contract(contract))
@@ -65,6 +69,8 @@ def _federation(root: Path, task: str, privacy: str) -> tuple[object, dict[str, 
     institutions = [{"name": name, "id_column": "patient_id", "label": "class", "contract": "contract.yaml",
                      "data": f"{name}.parquet", "predict_data": f"{name}_new.parquet",
                      "registry": f"registry/{name}", "predictions": f"predictions/{name}"} for name in NAMES]
+    if compute is not None:
+        institutions[0]["compute"] = compute
     raw = {"federation": "waveform", "setting": "horizontal", "algorithm": "boosting", "privacy": privacy,
            "params": {**PARAMS, "task": task}, "consortium_key": {"env": "UNUSED"},
            "training": {"holdout": HOLDOUT}, "master": {"public_key": str(master_public_key(root))},
@@ -161,6 +167,15 @@ class Crash(PartyUnavailable):
 @pytest.mark.parametrize("task", ["classification", "regression"])
 def test_a_run_killed_mid_training_resumes_to_the_same_model(tmp_path, task) -> None:
     """Every institution checkpoints its margins per round; a resumed run grows the uninterrupted model."""
+    killed_and_resumed(tmp_path, task)
+
+
+def killed_and_resumed(tmp_path: Path, task: str, compute: dict | None = None, cluster=None) -> None:
+    """A run killed as round 2 starts, resumed from its checkpoints, is the uninterrupted run's model.
+
+    `compute`, `cluster`: north's rows on that Dask cluster (its margins gathered from its blocks for the
+    checkpoint and put back in them on resume).
+    """
     for run in ("reference", "crash"):
         (tmp_path / run).mkdir()
     reference = horizontal_session_from_config(_federation(tmp_path / "reference", task, "secagg")[0])
@@ -168,9 +183,9 @@ def test_a_run_killed_mid_training_resumes_to_the_same_model(tmp_path, task) -> 
     reference.train()
     expected = (table_sha256(reference.model.to_table()), reference.manifest_entries()["importances"])
 
-    config, _, _ = _federation(tmp_path / "crash", task, "secagg")
+    config, _, _ = _federation(tmp_path / "crash", task, "secagg", compute)
     checkpoints = tmp_path / "crash" / "master-checkpoints"
-    session = horizontal_session_from_config(config)
+    session = horizontal_session_from_config(config, cluster=cluster)
     south = session.transport._handlers["south"]
     started = [0]
 
@@ -190,9 +205,13 @@ def test_a_run_killed_mid_training_resumes_to_the_same_model(tmp_path, task) -> 
     assert saved["south"] == saved["east"] == ["batch-00000.sha256"]
     assert saved["north"] == ["batch-00000.sha256", "batch-00001.sha256"]
 
-    restarted = horizontal_session_from_config(config)  # fresh agents: nothing survives in memory
+    # fresh agents: nothing survives in memory
+    restarted = horizontal_session_from_config(config, cluster=cluster)
     restarted.agree_schema()
     facts = restarted.train(checkpoints, "run-1")
+    if compute is not None:
+        north = restarted.transport._handlers["north"].__self__
+        assert type(north.party.rows).__name__ == "DaskBoostingRows" and len(north.party.rows.blocks) > 1
     assert facts.resumed_batches == 1 and facts.rounds < reference.facts.rounds
     assert (table_sha256(restarted.model.to_table()), restarted.manifest_entries()["importances"]) == expected
     restarted.drop_checkpoints()

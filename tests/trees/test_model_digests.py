@@ -184,6 +184,11 @@ CASES = {
     "vertical plain regression, batches, dask": lambda: _vertical(
         FederatedForestRegressor, mixed_table(seed=3, task="regression"), 2, n_estimators=5, max_depth=5,
         tree_batch_size=2, max_samples=0.7, compute=_DASK, block_rows=50),
+    # horizontal boosting with every party's margins and (g, h) on the blocks: the in-process digest
+    "horizontal boosting softmax, dask": lambda: _horizontal_boosting(
+        HorizontalBoostingClassifier(n_estimators=3, max_depth=3, reg_lambda=0.5, colsample_bytree=0.7,
+                                     allow_data_ranges=True, random_state=3, compute=_DASK, block_rows=50),
+        horizontal_table(seed=1), 3),
 }
 
 PINNED = {
@@ -215,6 +220,7 @@ PINNED = {
     'vertical plain gini, dask': '3ef066ddaa07724e',
     'vertical ou, dask': 'f0a92a2261a1e10a',
     'vertical plain regression, batches, dask': '502a058bd2d47094',
+    'horizontal boosting softmax, dask': 'bf671f8ad4ddc4fc',
 }
 
 

@@ -18,7 +18,9 @@ Rounds:
     model         1        the complete model (base score, link, trees)
 
 Modules: `bins`, `fixedpoint`, `histograms` (the party's kernel), `splits` (the master's scan), `master` (the
-level strategy), `party` (the institution's role and protocol table), `estimators` (simulation API).
+level strategy), `party` (the institution's role and protocol table), `rows` (its per-row margins, (g, h)
+and histograms, over its table or each of its Dask blocks: `fedcore.compute.dask_boosting`), `estimators`
+(simulation API).
 """
 
 from fedcore.horizontal.boosting.estimators import HorizontalBoostingClassifier, HorizontalBoostingRegressor

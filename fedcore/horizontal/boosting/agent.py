@@ -2,8 +2,8 @@
 
 The horizontal agent (`fedcore.horizontal.agent`: contract, setup, evaluate, store, load, predict at home,
 checkpoints) with boosting's party (`party.py`) and its protocol's messages; a round's checkpoint holds the
-party's margins. Its rows stay in process: boosting's party has no Dask rows yet, so an institution with
-`compute:` is refused at setup, by name.
+party's margins (on Dask gathered from the blocks). Its rows are in process, or on the institution's Dask
+cluster (`compute:`) in the blocks the forests' parties use, with boosting's per-row state beside them.
 """
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedcore.data.binning import MAX_BINS
-from fedcore.errors import ProtocolError
 from fedcore.horizontal.agent import HorizontalInstitutionAgent
-from fedcore.horizontal.boosting.params import DASK_REFUSED
 from fedcore.horizontal.boosting.party import BOOSTING_PROTOCOL, HorizontalBoostingParty
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.privacy.settings import PrivacySetting, SecureAggregation
@@ -40,12 +38,9 @@ class HorizontalBoostingAgent(HorizontalInstitutionAgent):
 
     def _make_party(self, h: Header, privacy: PrivacySetting, schema: HorizontalSchema,
                     rows: dict) -> HorizontalBoostingParty:
-        """Boosting's party on the training rows, with the master's domains and bins; masks under secagg."""
-        frame = rows.get("frame")
-        if frame is None:
-            raise ProtocolError(f"institution {self.name!r}: {DASK_REFUSED}")
+        """Boosting's party on the training rows (in process or on Dask), with the master's bins."""
         low, high = self._master_domains(h, schema)
-        return HorizontalBoostingParty(self.name, frame, schema, low=low, high=high,
+        return HorizontalBoostingParty(self.name, schema=schema, low=low, high=high,
                                        max_bins=h.int("max_bins", 2, MAX_BINS),
                                        secure=isinstance(privacy, SecureAggregation), identity=self.identity,
-                                       expected_parties=self.data.federation_size)
+                                       expected_parties=self.data.federation_size, **rows)

@@ -7,8 +7,8 @@
 As the horizontal forests, the estimators run every role in process over the in-process transport; the
 bins come from the declared domains (`feature_ranges`; `allow_data_ranges=True` takes the pooled rows' extent
 in a simulation). The model is the single-party model, byte for byte, whatever the parties (fixed-point
-gradients, `fixedpoint.py`). Not yet: subsample < 1 (rows have no global position to draw by), Dask parties,
-saving, importances, early stopping.
+gradients, `fixedpoint.py`), in process or with every party's rows on a Dask cluster (`compute=`, as the
+forests'). Not yet: subsample < 1 (rows have no global position to draw by), saving, early stopping.
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ MISSING_BIN_RANGES = (
 class _HorizontalBoosting(_HorizontalForest):
     """Shared machinery of the horizontal boosting classifier and regressor."""
 
-    compute = None  # in process only, so far (not constructor parameters)
-    block_rows = None
     n_estimators: int
     learning_rate: float
     min_child_weight: float
@@ -56,7 +54,8 @@ class _HorizontalBoosting(_HorizontalForest):
                  feature_ranges: Mapping[str, tuple[float, float]] | None = None,
                  allow_data_ranges: bool = False, categories: Mapping[str, Sequence] | None = None,
                  secure_aggregation: bool = True, random_state: int = 0, progress: bool = False,
-                 record_transcript: bool = False, record_payloads: bool = False) -> None:
+                 record_transcript: bool = False, record_payloads: bool = False, compute: Any = None,
+                 block_rows: int | None = None) -> None:
         """Store the parameters as given (XGBoost's names; n_estimators counts rounds); `fit` checks them."""
         self._store_params(locals())
 
@@ -82,9 +81,9 @@ class _HorizontalBoosting(_HorizontalForest):
             from fedcore.privacy.keyauth import ephemeral_identities
 
             identities = ephemeral_identities(frames)
-        return [HorizontalBoostingParty(name, frame, schema, low=self._low, high=self._high,
+        return [HorizontalBoostingParty(name, schema=schema, low=self._low, high=self._high,
                                         max_bins=self.max_bins, secure=bool(self.secure_aggregation),
-                                        identity=identities.get(name))
+                                        identity=identities.get(name), **self._rows(name, frame, schema))
                 for name, frame in frames.items()]
 
     def _make_master(self, transport, schema):
@@ -136,8 +135,8 @@ class HorizontalBoostingClassifier(_Classifier, _HorizontalBoosting):
                  feature_ranges: Mapping[str, tuple[float, float]] | None = None,
                  allow_data_ranges: bool = False, categories: Mapping[str, Sequence] | None = None,
                  secure_aggregation: bool = True, random_state: int = 0, progress: bool = False,
-                 record_transcript: bool = False, record_payloads: bool = False,
-                 decision_threshold: float | None = None) -> None:
+                 record_transcript: bool = False, record_payloads: bool = False, compute: Any = None,
+                 block_rows: int | None = None, decision_threshold: float | None = None) -> None:
         """The shared parameters, and `decision_threshold` (binary labels) as the forest classifiers'."""
         self._store_params(locals())
 

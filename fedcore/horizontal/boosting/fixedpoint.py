@@ -5,7 +5,7 @@ single-party run does the same, so integer sums (masked or plain, in any order) 
 1, 2 or 3 parties grow the same bytes. The master turns the summed integers back into floats
 (`dequantise`); a float64 holds every sum below 2**53 exactly and rounds larger ones the same way everywhere.
 The secure-aggregation ring is 64 bits: a party refuses gradients whose sum over its rows could reach
-2**62 / P in magnitude (`check_range`), so no sum over the P parties wraps.
+2**62 / P in magnitude (`check_totals`), so no sum over the P parties wraps.
 """
 
 from __future__ import annotations
@@ -32,11 +32,29 @@ def dequantise(stats: np.ndarray) -> np.ndarray:
     return out
 
 
-def check_range(party: str, q: np.ndarray, n_parties: int) -> None:
-    """Refuse fixed-point gradients whose sum over this party's rows could wrap the ring with P parties."""
+def abs_totals(q: np.ndarray) -> np.ndarray:
+    """Exact sums of |q| over the rows (axis -2) per leading slot and column, as Python ints (object array).
+
+    Exact, so that the totals of blocks of rows add up to the whole table's whatever the blocks: each |q| is
+    split into 32-bit halves summed apart in uint64 (no half-sum wraps below 2**32 rows).
+    """
+    a = np.abs(np.asarray(q, dtype=np.int64)).astype(np.uint64)  # |-2**63| wraps to 2**63: still exact
+    low = (a & np.uint64(0xFFFFFFFF)).sum(axis=-2, dtype=np.uint64)
+    high = (a >> np.uint64(32)).sum(axis=-2, dtype=np.uint64)
+    totals = np.empty(low.size, dtype=object)
+    for i, (h, lo) in enumerate(zip(high.ravel().tolist(), low.ravel().tolist(), strict=True)):
+        totals[i] = (h << 32) + lo
+    return totals.reshape(low.shape)
+
+
+def check_totals(party: str, totals: np.ndarray, n_parties: int) -> None:
+    """Refuse fixed-point values whose sum over this party's rows could wrap the ring with P parties.
+
+    `totals`: the |q| totals of the party's rows (`abs_totals`; on Dask, its blocks' summed).
+    """
     limit = (1 << (RING_BITS - 2)) // max(n_parties, 1)
-    total = int(np.abs(q).sum(axis=-2, dtype=np.float64).max(initial=0.0))
+    total = max(totals.ravel().tolist(), default=0)
     if total >= limit:
-        raise ProtocolError(f"party {party!r}: its gradients sum to about 2**{np.log2(total):.0f} in fixed "
-                            f"point, above the 2**{np.log2(limit):.0f} a {RING_BITS}-bit ring holds for "
-                            f"{n_parties} parties; scale the label down (its contract's range)")
+        raise ProtocolError(f"party {party!r}: its gradients sum to about 2**{np.log2(float(total)):.0f} "
+                            f"in fixed point, above the 2**{np.log2(limit):.0f} a {RING_BITS}-bit ring holds "
+                            f"for {n_parties} parties; scale the label down (its contract's range)")

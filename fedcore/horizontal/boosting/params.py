@@ -11,9 +11,6 @@ from typing import Any
 from fedcore.errors import ParameterError
 from fedcore.trees.boosting import BoostingParams
 
-DASK_REFUSED = ("horizontal boosting runs in process only so far (its party has no Dask rows yet); remove "
-                "compute: dask for boosting")
-"""Why a horizontal boosting party refuses `compute:`."""
 DEFAULT_BINS = 64
 """Bins per numeric feature: the histograms are dense under secure aggregation (a sparse one would tell
 the master which bins a party holds), so their bytes and masks grow with the bins."""
@@ -22,11 +19,6 @@ the master which bins a party holds), so their bytes and masks grow with the bin
 def from_config(values: dict, privacy: Any) -> BoostingParams:
     """A horizontal config's `params:` by XGBoost's names, `max_bins` defaulting to the estimators' 64."""
     return BoostingParams.from_config({"max_bins": DEFAULT_BINS, **values})
-
-
-def dask_refusal(task: str) -> str | None:
-    """Horizontal boosting's refusal on Dask, whatever the task (the algorithm registry's `dask_refusal`)."""
-    return DASK_REFUSED
 
 
 def check_subsample(subsample: float) -> None:

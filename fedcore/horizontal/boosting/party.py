@@ -6,6 +6,10 @@ prediction adds them (`fedcore.trees.combination`), computes its rows' (g, h) wi
 (`fedcore.trees.losses`), quantises them (`fixedpoint.py`), and answers each level with its per node, feature
 and bin sums of (count, g, h), masked for secure aggregation. Its rows' partition is the horizontal forests'
 (`fedcore.horizontal.rows`), applied to the master's decisions as (feature, bin) cuts of the agreed bins.
+
+The rows and their per-row state are in process (`rows.BoostingRows`) or on the institution's Dask cluster
+(`fedcore.compute.dask_boosting.DaskBoostingRows`: the same functions per block, the integer sums added);
+this protocol code is the same for both, and so are its replies.
 """
 
 from __future__ import annotations
@@ -19,19 +23,21 @@ import pandas as pd
 from fedcore.algorithms import HORIZONTAL_BOOSTING
 from fedcore.errors import ProtocolError
 from fedcore.horizontal.boosting.bins import AgreedBins
-from fedcore.horizontal.boosting.fixedpoint import RING_BITS, check_range, quantise
-from fedcore.horizontal.boosting.histograms import node_histograms
+from fedcore.horizontal.boosting.fixedpoint import RING_BITS, check_totals
 from fedcore.horizontal.boosting.master import REPLIES, TREE_FIELDS
+from fedcore.horizontal.boosting.rows import BoostingRows
 from fedcore.horizontal.model import HorizontalForest, combination_of
 from fedcore.horizontal.ppdert.agreed import domain_fingerprint
 from fedcore.horizontal.ppdert.keys import announced_parties, signed_key, verified_peer_keys
-from fedcore.horizontal.rows import PartyRows, check_hello
+from fedcore.horizontal.rows import check_hello, own_rows
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Arrays, Message
-from fedcore.trees.losses import SQUARED_ERROR_LOSS, gradients, loss_for
+from fedcore.trees.losses import loss_for
 
 if TYPE_CHECKING:
+    from fedcore.compute.dask_boosting import DaskBoostingRows
+    from fedcore.compute.dask_rows import DaskPartyRows
     from fedcore.privacy.keyauth import PartyIdentity
     from fedcore.privacy.secagg import SecureAggregator
 
@@ -59,11 +65,13 @@ class HorizontalBoostingParty:
     algorithm = HORIZONTAL_BOOSTING.id
     protocol = BOOSTING_PROTOCOL
 
-    def __init__(self, name: str, frame: pd.DataFrame, schema: HorizontalSchema, *, low: np.ndarray,
+    def __init__(self, name: str, frame: pd.DataFrame | None, schema: HorizontalSchema, *, low: np.ndarray,
                  high: np.ndarray, max_bins: int, secure: bool = True,
-                 identity: PartyIdentity | None = None, expected_parties: int | None = None) -> None:
+                 identity: PartyIdentity | None = None, expected_parties: int | None = None,
+                 rows: DaskPartyRows | None = None) -> None:
         """Encode this party's rows with the agreed schema and cut them into the agreed bins.
 
+        The rows are `frame` in process, or `rows` already on a Dask cluster (exactly one given).
         `identity` signs this party's secure-aggregation key and verifies its peers' (required with secure
         aggregation and more than one party). `expected_parties`: the institutions of its own federation; a
         master announcing another count is refused (None: in-process use).
@@ -71,11 +79,18 @@ class HorizontalBoostingParty:
         self.name = name
         self.schema = schema
         self.expected_parties = expected_parties
-        self.rows = PartyRows(name, frame, schema)
-        self.n_rows = self.rows.n_rows
         self.low, self.high = np.asarray(low, np.float64), np.asarray(high, np.float64)
         self.bins = AgreedBins.of(schema, self.low, self.high, max_bins)
-        self.codes = self.bins.codes(self.rows.X)
+        self.rows: BoostingRows | DaskBoostingRows
+        if rows is None and frame is not None:
+            self.rows = BoostingRows(name, frame, schema, self.bins)
+        else:
+            from fedcore.compute.dask_boosting import DaskBoostingRows
+
+            own_rows(name, frame, schema, rows)  # refuses both or neither given
+            assert rows is not None
+            self.rows = DaskBoostingRows.of(rows, self.bins)
+        self.n_rows = self.rows.n_rows
         self.secure = bool(secure)
         self.identity = identity
         self.loss = loss_for(schema.task, schema.n_classes)
@@ -86,8 +101,6 @@ class HorizontalBoostingParty:
         self._agreed = False
         self._round = 0
         self._n_outputs = 1
-        self.margins = np.zeros((self.n_rows, 1))
-        self._qgh = np.zeros((1, self.n_rows, 2), np.int64)
         self.restored: dict[str, np.ndarray] | None = None
         """A checkpoint's `round_state` (a resumed run), taken up by the next hello."""
         self.machine = BOOSTING_PROTOCOL.start(log)
@@ -102,7 +115,7 @@ class HorizontalBoostingParty:
         Saved when a round's first request arrives, before its trees are added: the resumed round's first
         request carries them again.
         """
-        return {"round": np.array([self._round], np.int64), "margins": self.margins.copy()}
+        return {"round": np.array([self._round], np.int64), "margins": self.rows.get_margins()}
 
     def restore(self, state: dict[str, np.ndarray]) -> None:
         """Resume from a checkpoint's `round_state` (applied by the next hello, which starts the session)."""
@@ -136,10 +149,12 @@ class HorizontalBoostingParty:
         self._n_outputs = h.int("n_outputs")
         self._round, self._agreed, self.aggregator = 0, False, None
         if self.restored is not None:  # a resumed run: the rounds before were grown in an earlier session
-            self._round, self.margins = int(self.restored["round"][0]), self.restored["margins"].copy()
-            if self.margins.shape[1] != self._n_outputs:
-                raise ProtocolError(f"party {self.name!r}: the checkpoint holds {self.margins.shape[1]} "
+            margins = self.restored["margins"]
+            if margins.shape[1] != self._n_outputs:
+                raise ProtocolError(f"party {self.name!r}: the checkpoint holds {margins.shape[1]} "
                                     f"margins a row, the master's loss {self._n_outputs}")
+            self._round = int(self.restored["round"][0])
+            self.rows.set_margins(margins)
             self.restored = None
         arrays: dict[str, np.ndarray] = {}
         header: dict[str, object] = {"n_rows": self.n_rows}
@@ -157,14 +172,10 @@ class HorizontalBoostingParty:
             self.aggregator.agree(verified_peer_keys(self.name, self._n_parties, self.identity,
                                                      self.aggregator, self._key_context, h, a["peer_keys"]))
             self._agreed = True
-        y = self.rows.y
-        if self.loss is SQUARED_ERROR_LOSS:
-            q = quantise(np.asarray(y, np.float64)[:, None])
-            check_range(self.name, q[None], self._n_parties)
-            sums = np.array([self.n_rows, int(q.sum())], dtype=np.int64)
-        else:
-            sums = np.bincount(np.asarray(y, np.int64), minlength=max(self.schema.n_classes, 2))
-        return self._reply(sums.astype(np.int64), h)
+        sums, totals = self.rows.label_sums(self.loss)
+        if totals is not None:
+            check_totals(self.name, totals, self._n_parties)
+        return self._reply(sums, h)
 
     def _on_boost_level(self, message: Message) -> Message:
         """Apply the decisions (or start a round), then this party's histograms of the open nodes."""
@@ -191,9 +202,7 @@ class HorizontalBoostingParty:
             self.rows.thresholds = self.bins.thresholds(safe_f, safe_b)[:, None]
             self.rows.start_level(h, Arrays({"chosen": np.where(splits, 0, -1), "next_pos": a["next_pos"]}),
                                   n_open)
-        part = self.rows.partition  # the nodes the master asks for (it subtracts their siblings)
-        hist = node_histograms(part.order, part.starts[compute], part.ends[compute], part.node_slot[compute],
-                               self.codes, self._qgh, self.bins.width)
+        hist = self.rows.histograms(compute)  # the nodes the master asks for (it subtracts their siblings)
         return self._reply(hist.reshape(-1), h)
 
     def _on_model(self, message: Message) -> Message:
@@ -216,20 +225,18 @@ class HorizontalBoostingParty:
         if h.int("n_trees") != k:
             raise ProtocolError(f"party {self.name!r}: a round grows {k} trees, the master asked for "
                                 f"{h.get('n_trees')}")
+        base, trees = None, None
         if self._round == 0:
             base = np.asarray(h["base_score"], dtype=np.float64)
             if base.shape != (k,) or not np.all(np.isfinite(base)):
                 raise ProtocolError(f"party {self.name!r}: the base score must be {k} finite margins")
-            self.margins = np.tile(base, (self.n_rows, 1))
         else:
-            self._add_round(a, first=(self._round - 1) * k, k=k)
+            trees = self._round_trees(a, first=(self._round - 1) * k, k=k)
         self._round += 1
-        gh = gradients(self.loss, self.rows.y, self.margins)  # (K, n_rows, 2)
-        self._qgh = quantise(gh)
-        check_range(self.name, self._qgh, self._n_parties)
+        check_totals(self.name, self.rows.start_round(self.loss, base, trees), self._n_parties)
 
-    def _add_round(self, a: dict[str, np.ndarray], first: int, k: int) -> None:
-        """Each row's leaf weight in the round before's trees, added to its margins in the model's order."""
+    def _round_trees(self, a: dict[str, np.ndarray], first: int, k: int) -> HorizontalForest:
+        """The round before's trees, checked: the rows add their leaf weights to their margins."""
         missing = [name for name in TREE_FIELDS if f"round_{name}" not in a]
         if missing:
             raise ProtocolError(f"party {self.name!r}: a round's first request must carry the round before's "
@@ -240,10 +247,7 @@ class HorizontalBoostingParty:
                 or set(np.unique(tree).tolist()) != set(range(first, first + k)):
             raise ProtocolError(f"party {self.name!r}: the round before grew trees {first}..{first + k - 1}")
         arrays["tree"] = tree - first
-        trees = HorizontalForest.from_arrays(arrays, n_trees=k, task="regression", algorithm=self.algorithm)
-        leaves = trees.apply(self.rows.X)
-        for t in range(k):
-            self.margins[:, t] += trees.value[leaves[:, t], 0]
+        return HorizontalForest.from_arrays(arrays, n_trees=k, task="regression", algorithm=self.algorithm)
 
     def _reply(self, vector: np.ndarray, h) -> Message:
         """The vector plain (one party, or no secure aggregation) or masked in the 64-bit ring."""
