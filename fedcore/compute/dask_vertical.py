@@ -10,20 +10,21 @@ travel inside a task (as soon as the party has them, class codes as uint8 or uin
 party keeps no copy), and a lost worker's blocks are rebuilt from lineage. Each block's `SamplePartition`
 (its in-bag samples per open node, rows numbered within the block) is a future: a batch's is drawn by the
 block itself (`fedcore.randomness.bootstrap_counts` over the canonical chunks it overlaps, the same counts
-as the whole table's), and each level's is a new future made by a task from the previous one and the
-level's bits (`SamplePartition.split_copy`: a task never changes its inputs).
+as the whole table's), and each level's is a new future made from the previous one and the last level's
+bits by the level's one task per block (`_level`: `SamplePartition.split_copy`, a task never changes its
+inputs), which returns the new partition beside the block's histograms.
 
 Per level:
 
-* histograms: ONE task per block over every open node of the batch (`block_histograms`, int64 class
-  counts or regression's (w, wy) over targets on their grid, with the block's node statistics); each
-  worker adds up its blocks' (one task per worker, `_summed`), the agent adds the workers' (integers, or
-  integers times 2^e below 2^53: exact in any order) and runs the same scan as the label holder's
-  decrypted histograms (`best_splits_from_histograms`), which gives the in-process kernel's splits bit for
-  bit. Where the in-process party would keep a level's histograms (`worth_keeping`: class counts, most
-  features candidates of most nodes), the agent keeps the merged ones, and the blocks compute only the
-  pairs `subtraction_plan` does not derive: the larger children's are their parent's minus their smaller
-  sibling's (`derive_histograms`), the same integers;
+* histograms: ONE task per block over every open node of the batch, after applying the last level's
+  splits (`block_histograms`, int64 class counts or regression's (w, wy) over targets on their grid, with
+  the block's node statistics); each worker adds up its blocks' (one task per worker, `_summed`), the
+  agent adds the workers' (integers, or integers times 2^e below 2^53: exact in any order) and runs the
+  same scan as the label holder's decrypted histograms (`best_splits_from_histograms`), which gives the
+  in-process kernel's splits bit for bit. Where the in-process party would keep a level's histograms
+  (`worth_keeping`: class counts, most features candidates of most nodes), the agent keeps the merged
+  ones, and the blocks compute only the pairs `subtraction_plan` does not derive: the larger children's
+  are their parent's minus their smaller sibling's (`derive_histograms`), the same integers;
 * own splits: each block packs its rows' bits per split node; a node's rows are in ascending row order in
   process (the bootstrap lists rows ascending and splits are stable), so the blocks' bits concatenated in
   block order are exactly the in-process `partition_bits`;
@@ -83,6 +84,9 @@ if TYPE_CHECKING:
 Csr = tuple[np.ndarray, np.ndarray, np.ndarray]
 """A level's histograms in CSR: (ptr per pair, bins, statistics)."""
 
+Split = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""A block's share of a level's splits: its packed bits (node after node), their byte offsets, the mask."""
+
 BOOSTING_REFUSED = ("vertical boosting runs in process only so far: a Dask party's block tasks do not "
                     "yet take each round's gradients (issue #29); remove compute: dask (or compute=) for "
                     "boosting")
@@ -123,13 +127,20 @@ def _bin(frame: pd.DataFrame, binner: PartyBinner) -> np.ndarray:
     return np.asfortranarray(binner.transform(frame))
 
 
-def _sizes(part: SamplePartition) -> np.ndarray:
+def _partition(state: SamplePartition | tuple) -> SamplePartition:
+    """A block's partition: the bootstrap's, or the first item of a level's task (`_level`)."""
+    return state[0] if isinstance(state, tuple) else state
+
+
+def _sizes(state: SamplePartition | tuple) -> np.ndarray:
+    part = _partition(state)
     return part.ends - part.starts
 
 
-def _split(part: SamplePartition, packed: np.ndarray, offsets: np.ndarray,
-           split_mask: np.ndarray) -> SamplePartition:
-    return part.split_copy(split_mask, packed, offsets)
+def _split(state: SamplePartition | tuple, split: Split) -> SamplePartition:
+    """The block's partition after the level's splits (`split`: its packed bits, their offsets, the mask)."""
+    packed, offsets, split_mask = split
+    return _partition(state).split_copy(split_mask, packed, offsets)
 
 
 def _histograms(part: SamplePartition, codes: np.ndarray, feat_ptr: np.ndarray, feat_local: np.ndarray,
@@ -144,12 +155,24 @@ def _histograms(part: SamplePartition, codes: np.ndarray, feat_ptr: np.ndarray, 
     return hist, totals.astype(hist[2].dtype)
 
 
+def _level(state: SamplePartition | tuple, codes: np.ndarray, split: Split | None, feat_ptr: np.ndarray,
+           feat_local: np.ndarray, n_stats: int, criterion: int
+           ) -> tuple[SamplePartition, tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """A block's one task a level: the last level's `split` applied (`_split`; None: none), `_histograms`.
+
+    Returns (the new partition, histograms, statistics): the partition is the next level's input, so a lost
+    block is rebuilt from this lineage; one task instead of two saves a scheduler round trip per block.
+    """
+    part = _partition(state) if split is None else _split(state, split)
+    return (part, *_histograms(part, codes, feat_ptr, feat_local, n_stats, criterion))
+
+
 def _summed(n_pairs: int, *results: tuple) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
-    """Some blocks' `_histograms` added up where they are (`sum_histograms`; node statistics summed)."""
-    totals = results[0][1].copy()
-    for _, block_totals in results[1:]:
-        totals += block_totals
-    return sum_histograms([hist for hist, _ in results], n_pairs), totals
+    """Some blocks' `_level` histograms added up where they are (`sum_histograms`; node statistics summed)."""
+    totals = results[0][-1].copy()
+    for result in results[1:]:
+        totals += result[-1]
+    return sum_histograms([result[-2] for result in results], n_pairs), totals
 
 
 def _powers(ciphertexts: list, public: CiphertextSpace) -> list[list]:
@@ -157,9 +180,11 @@ def _powers(ciphertexts: list, public: CiphertextSpace) -> list[list]:
     return weight_powers(public, ciphertexts)
 
 
-def _encrypted_bin_sums(part: SamplePartition, codes: np.ndarray, powers: list[list], public: CiphertextSpace,
-                        nodes: np.ndarray, features: np.ndarray) -> tuple[list[tuple], np.ndarray]:
+def _encrypted_bin_sums(state: SamplePartition | tuple, codes: np.ndarray, powers: list[list],
+                        public: CiphertextSpace, nodes: np.ndarray,
+                        features: np.ndarray) -> tuple[list[tuple], np.ndarray]:
     """Each (node, feature) job's encrypted bin sums over the block's samples, and its nodes' weights."""
+    part = _partition(state)
     out: list[tuple] = []
     for node, feature in zip(nodes.tolist(), features.tolist(), strict=True):
         s, e = int(part.starts[node]), int(part.ends[node])
@@ -189,8 +214,9 @@ def merge_bin_sums(parts: Sequence[tuple], modulus: Any) -> tuple[np.ndarray, li
     return np.array(keys, np.uint8), [merged[b][0] for b in keys], [merged[b][1] for b in keys]
 
 
-def _bits(part: SamplePartition, codes: np.ndarray, pos: np.ndarray, splits: tuple) -> np.ndarray:
+def _bits(state: SamplePartition | tuple, codes: np.ndarray, pos: np.ndarray, splits: tuple) -> np.ndarray:
     """The block's packed bits of the split nodes at `pos` (byte aligned per node, as in process)."""
+    part = _partition(state)
     starts, ends = part.starts[pos], part.ends[pos]
     offsets = offsets_from_lengths(node_byte_lengths(starts, ends))
     feature, bins, missing_left, is_categorical, cat_bits = splits
@@ -260,6 +286,9 @@ class DaskVerticalRows:
         self.codes: list[Future] = []
         self.labels: list[Future] = []  # each block's labels (`set_labels`), per setup
         self.parts: list[Future] = []
+        """Each block's partition: the bootstrap's, or its last `_level` task's (partition first)."""
+        self._pending: list[Split] | None = None
+        """The last level's splits, per block, until the next level's `_level` tasks apply them."""
         self.counts = np.zeros((len(self.blocks), 0), np.int64)
         """Rows of each open node in each block (n_blocks, n_open); kept here, level by level."""
         self._in_batch = False
@@ -294,7 +323,7 @@ class DaskVerticalRows:
         """A fitted estimator's party pickles without the cluster: only training used the rows."""
         state = self.__dict__.copy()
         state.update(client=None, codes=[], labels=[], parts=[], _in_batch=False, powers=[],
-                     frames=[], _kept=None)
+                     frames=[], _kept=None, _pending=None)
         return state
 
     def _map(self, func: Callable, *per_block: Sequence, **shared: Any) -> list[Future]:
@@ -357,7 +386,7 @@ class DaskVerticalRows:
                                seed=seed, trees=list(trees), n_draws=n_draws, totals=totals)
         self.counts = np.array(self.client.gather(self._map(_sizes, self.parts)), np.int64).reshape(
             len(self.blocks), len(trees))
-        self._kept = None
+        self._kept = self._pending = None
         self._in_batch = True
 
     def clear(self) -> None:
@@ -365,7 +394,7 @@ class DaskVerticalRows:
         self.clock.end_batch(self.client, len(self.blocks))
         self.parts = []
         self.counts = np.zeros((len(self.blocks), 0), np.int64)
-        self._kept = None
+        self._kept = self._pending = None
         self._in_batch = False
 
     @property
@@ -378,17 +407,27 @@ class DaskVerticalRows:
         return self.counts.sum(axis=0, dtype=np.int64)
 
     def split(self, split_mask: np.ndarray, packed: np.ndarray, offsets: np.ndarray) -> None:
-        """Apply the level's merged bitmaps: each block gets its rows' bits and makes its new partition."""
+        """Apply the level's merged bitmaps: each block's rows' bits go to its next task, which splits it.
+
+        That is the next level's `_level` task (one task per block and level), or a `_split` task of its own
+        when something else needs the partitions first (`_applied`).
+        """
         self.clock.level()  # the next level starts with its partition
         idx = np.flatnonzero(split_mask)
         counts = self.counts[:, idx]
         blobs, left = block_major(packed, counts)
-        block_offsets = [offsets_from_lengths(node_byte_lengths(0, c)) for c in counts]
+        mask = np.asarray(split_mask, bool)
+        self._pending = [(blob, offsets_from_lengths(node_byte_lengths(0, c)), mask)
+                         for blob, c in zip(blobs, counts, strict=True)]
         children = np.zeros((len(self.blocks), 2 * len(idx)), np.int64)
         children[:, 0::2], children[:, 1::2] = left, counts - left
-        self.parts = self._map(_split, self.parts, blobs, block_offsets,
-                               split_mask=np.asarray(split_mask, bool))
         self.counts = children
+
+    def _applied(self) -> list[Future]:
+        """The blocks' partitions with the last level's splits applied (`_split` tasks if still pending)."""
+        if self._pending is not None:
+            self.parts, self._pending = self._map(_split, self.parts, self._pending), None
+        return self.parts
 
     def best_splits(self, feat_ptr: np.ndarray, feat_local: np.ndarray, feat_rank: np.ndarray,
                     is_categorical: np.ndarray, n_stats: int, criterion: int,
@@ -411,9 +450,11 @@ class DaskVerticalRows:
                                                 None if kept is None else kept[0])
         direct = np.flatnonzero((derive_from < 0) & (node_rows[pair_node] >= 2))
         direct_ptr = offsets_from_lengths(np.bincount(pair_node[direct], minlength=n_nodes))
-        hist, totals = self._per_worker(len(direct), (n_nodes, n_stats), self._map(
-            _histograms, self.parts, self.codes, feat_ptr=direct_ptr, feat_local=feat_local[direct],
-            n_stats=n_stats, criterion=criterion))
+        split: Sequence[Split | None] = self._pending or [None] * len(self.blocks)
+        self._pending = None
+        self.parts = self._map(_level, self.parts, self.codes, split, feat_ptr=direct_ptr,
+                               feat_local=feat_local[direct], n_stats=n_stats, criterion=criterion)
+        hist, totals = self._per_worker(len(direct), (n_nodes, n_stats), self.parts)
         ptr, bins, stats = derive_histograms(hist, direct, n_pairs, derive_from, sibling,
                                              None if kept is None else kept[1])
         self.pairs_derived += int(np.sum(derive_from >= 0))
@@ -428,7 +469,7 @@ class DaskVerticalRows:
 
     def _per_worker(self, n_pairs: int, totals_shape: tuple[int, int], results: list[Future]
                     ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
-        """The blocks' `_histograms` summed: first on each worker over the blocks it holds, then here.
+        """The blocks' `_level` histograms summed: first on each worker over the blocks it holds, then here.
 
         A worker sends one level's CSR over the union of its blocks' bins rather than one per block (less
         to send, and less for the agent to hold and add). Exact in any grouping (`sum_histograms`). Blocks are
@@ -449,7 +490,7 @@ class DaskVerticalRows:
     def split_bits(self, pos: np.ndarray, c: NodeSplits) -> np.ndarray:
         """The in-process `partition_bits` message: the blocks' bits per node, concatenated in block order."""
         splits = (c.feature[pos], c.bin[pos], c.missing_left[pos], c.is_categorical[pos], c.cat_bits[pos])
-        blobs = self.client.gather(self._map(_bits, self.parts, self.codes, pos=pos, splits=splits))
+        blobs = self.client.gather(self._map(_bits, self._applied(), self.codes, pos=pos, splits=splits))
         return node_major(blobs, self.counts[:, pos])
 
     def load_ciphertexts(self, public: CiphertextSpace, ciphertexts: list) -> None:
@@ -463,7 +504,7 @@ class DaskVerticalRows:
         """One task per block over every job; each job's blocks merged (`merge_bin_sums`), weights summed."""
         if not self.powers:
             raise ValueError("encrypted bin sums before the label ciphertexts were loaded")
-        results = self.client.gather(self._map(_encrypted_bin_sums, self.parts, self.codes, self.powers,
+        results = self.client.gather(self._map(_encrypted_bin_sums, self._applied(), self.codes, self.powers,
                                                public=self._public, nodes=nodes, features=features))
         weights = np.zeros(self.counts.shape[1], np.int64)
         for _, block_weights in results:

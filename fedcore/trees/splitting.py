@@ -423,20 +423,36 @@ def block_histograms(codes, target, order, weight, starts, ends, feat_ptr, feat_
     np.cumsum(bound, out=slots[1:])
     bins, stats, counts = _block_histograms(codes, target, order, weight, starts, ends, pair_node,
                                             feat_local.astype(np.int64), slots, n_stats, criterion)
-    if criterion != SQUARED_ERROR:
-        stats = stats.astype(np.int64)
-    keep = np.arange(slots[-1]) - np.repeat(slots[:-1], bound) < np.repeat(counts, bound)
     ptr = np.zeros(len(counts) + 1, np.int64)
     np.cumsum(counts, out=ptr[1:])
-    return ptr, bins[keep], stats[keep]
+    bins, stats = _compact_runs(bins, stats, slots, counts, ptr)
+    return ptr, bins, stats if criterion == SQUARED_ERROR else stats.astype(np.int64)
+
+
+@nb.njit(cache=True)
+def _compact_runs(bins, stats, slots, counts, ptr):
+    """Pair q's `counts[q]` bins and statistics from slot `slots[q]` to `ptr[q]`: the CSR without gaps."""
+    out_bins = np.empty(ptr[-1], np.uint8)
+    out_stats = np.empty((ptr[-1], stats.shape[1]))
+    for q in range(counts.shape[0]):
+        a, b = slots[q], ptr[q]
+        for t in range(counts[q]):
+            out_bins[b + t] = bins[a + t]
+            for k in range(stats.shape[1]):
+                out_stats[b + t, k] = stats[a + t, k]
+    return out_bins, out_stats
 
 
 @nb.njit(cache=True, parallel=True)
 def _block_histograms(codes, target, order, weight, starts, ends, pair_node, pair_feat, slots, n_stats,
                       criterion):
+    """Pair q's `counts[q]` touched bins, ascending, with their statistics, from slot `slots[q]` on.
+
+    The rest of a pair's slots are left unwritten (`_compact_runs` copies the written ones).
+    """
     n_pairs = pair_node.shape[0]
-    bins = np.zeros(slots[-1], np.uint8)
-    stats = np.zeros((slots[-1], n_stats))
+    bins = np.empty(slots[-1], np.uint8)
+    stats = np.empty((slots[-1], n_stats))
     counts = np.zeros(n_pairs, np.int64)
     n_chunks = min(n_pairs, 64)
     for chunk in nb.prange(n_chunks):

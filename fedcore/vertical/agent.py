@@ -388,8 +388,11 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         """The party over training blocks the workers aligned, and the held-out blocks beside them.
 
         The agent holds (label holder) the training labels, which the protocol needs here; the rows stay on
-        the workers (`fedcore.compute.dask_alignment`).
+        the workers (`fedcore.compute.dask_alignment`). The answer waits until the training blocks exist, so
+        that the alignment's reads and cuts are the align step's work and not run into setup's (issue #29).
         """
+        from distributed import wait
+
         from fedcore.compute.dask_vertical import DaskVerticalRows
 
         client, label = self._client(), self.data.label
@@ -397,6 +400,8 @@ class VerticalInstitutionAgent(SessionAgent[VerticalParty]):
         features = [c for c in aligned.columns if c != label]
         rows = DaskVerticalRows.on_workers(client, aligned.frames, aligned.sizes, features, self.name)
         labels = aligned.gathered(client, label).to_frame() if label else pd.DataFrame()
+        with client.as_current():
+            wait(aligned.frames)
         log.info("institution %r: %d training rows aligned on the workers in %d blocks", self.name,
                  rows.n_rows, len(rows.blocks))
         return self._party(labels, rows), aligned.held
