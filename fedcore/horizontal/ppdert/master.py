@@ -160,8 +160,8 @@ class PPDERTMaster(BranchStatsLevels):
             branch = self.dp.check_sums(counts, shape)
             return LevelResult(features, thresholds, valid, branch, unbiased_sizes(branch, self.params.task))
         self._check_counts(counts, plain, shape)
-        branch = counts.reshape(shape).astype(np.float64)
-        return LevelResult(features, thresholds, valid, branch)
+        # exact integer sums, added up as they are read (`best_of_counts`)
+        return LevelResult(features, thresholds, valid, None, counts=[counts.reshape(shape)])
 
     def node_estimates(self, result: LevelResult) -> tuple[np.ndarray, np.ndarray]:
         """secagg-dp: FET-GDP's noise-aware estimates (`fedcore/horizontal/fet/gdp.py`); else exact."""
