@@ -304,6 +304,7 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         """GDP: every measurement of the open nodes combined, sizes without clamping bias (`gdp.py`)."""
         if self.privacy != "gdp":
             return super().node_estimates(result)
+        assert result.branch is not None, "noisy statistics come summed, as `branch`"
         stats = combined_node_stats(result.branch, self._open_stats)
         return stats, unbiased_sizes(stats, self.params.task)
 

@@ -167,6 +167,7 @@ class PPDERTMaster(BranchStatsLevels):
         """secagg-dp: FET-GDP's noise-aware estimates (`fedcore/horizontal/fet/gdp.py`); else exact."""
         if self.dp is None:
             return super().node_estimates(result)
+        assert result.branch is not None, "noisy statistics come summed, as `branch`"
         stats = combined_node_stats(result.branch, self._open_stats)
         return stats, unbiased_sizes(stats, self.params.task)
 
