@@ -162,50 +162,6 @@ def _scan_node(counts: np.ndarray, a: int, low: np.ndarray, high: np.ndarray, ow
     return differs
 
 
-SUM_GROUP = 4
-"""Parts `_sum_flat` adds in one pass: a fixed number, so one compiled kernel serves every party count."""
-
-
-def sum_counts(parts: list[np.ndarray]) -> np.ndarray:
-    """The contributors' integer counts (same shape, checked) summed in float64, in one pass over them.
-
-    Exact in any order: checked counts are integers below 2**52. One pass (per `SUM_GROUP` parts) writes the
-    sum once (adding each part into a float64 array in turn read and wrote that array once a part).
-    """
-    dtype = np.result_type(*parts)
-    flat = [_read_only(np.ascontiguousarray(part, dtype).reshape(-1)) for part in parts]
-    total = np.empty(parts[0].shape, np.float64)
-    none = _read_only(np.zeros(0, dtype))
-    for first in range(0, len(flat), SUM_GROUP):
-        group = flat[first:first + SUM_GROUP]
-        group += [none] * (SUM_GROUP - len(group))
-        _sum_flat(group[0], group[1], group[2], group[3], min(len(flat) - first, SUM_GROUP), first > 0,
-                  total.reshape(-1))
-    return total
-
-
-def _read_only(array: np.ndarray) -> np.ndarray:
-    """A read-only view: received arrays are read-only, converted ones not; the kernel takes one type."""
-    view = array.view()
-    view.flags.writeable = False
-    return view
-
-
-@nb.njit(cache=True)
-def _sum_flat(a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray, used: int, add: bool,
-              out: np.ndarray) -> None:
-    """`out` = (`add`: `out` +) the first `used` of a, b, c, d, a block at a time (it stays in cache)."""
-    block = 8192
-    for start in range(0, out.size, block):
-        stop = min(start + block, out.size)
-        for i in range(start, stop):
-            out[i] = out[i] + a[i] if add else a[i]
-        for part, rank in ((b, 1), (c, 2), (d, 3)):
-            if rank < used:
-                for i in range(start, stop):
-                    out[i] += part[i]
-
-
 def _beyond_targets(who: str, what: str, target_bits: int) -> str:
     return (f"{who}: {what}: a branch's sum of quantised targets exceeds its count times 2**{target_bits}, "
             "the bound on each target from the magnitude declared in hello")

@@ -51,7 +51,7 @@ from fedcore.protocol.messages import Message
 from fedcore.randomness import stream
 from fedcore.transport.base import Transport
 from fedcore.trees.budget import available_bytes, batch_costs, reported_budgets, resolve_budget
-from fedcore.trees.candidates import CRITERION_CODES, best_candidates
+from fedcore.trees.candidates import CRITERION_CODES, best_candidates, best_of_counts, summed_counts
 from fedcore.trees.grower import Level, LevelStrategy, LevelwiseGrower, StoppingRules
 from fedcore.trees.params import check_model_fits
 
@@ -63,8 +63,18 @@ class LevelResult:
     features: np.ndarray  # (A, k) global feature index
     thresholds: np.ndarray  # (A, k) float64
     valid: np.ndarray  # (A, k) bool: a usable candidate (FET: the node's global range is not a point)
-    branch: np.ndarray  # (A, k, 2, S) float64: [..., 0, :] left (x <= t), [..., 1, :] right
+    branch: np.ndarray | None  # (A, k, 2, S) float64: [..., 0, :] left (x <= t), [..., 1, :] right
     sizes: np.ndarray | None = None  # (A, k, 2) exact branch sizes, where the mode reveals them (LDP)
+    counts: list[np.ndarray] | None = None
+    """Exact modes, instead of `branch`: each contributor's checked integer counts (A, k, 2, S) (or their
+    sum), whose sum is `branch`; added where they are read (`best_of_counts`, `stats`)."""
+
+    def stats(self, nodes: np.ndarray | slice, candidates: np.ndarray | int) -> np.ndarray:
+        """The aggregated statistics of the given (node, candidate) pairs: (..., 2, S) float64."""
+        if self.counts is not None:
+            return summed_counts(self.counts, nodes, candidates)
+        assert self.branch is not None, "a level has its statistics as counts or as `branch`"
+        return self.branch[nodes, candidates]
 
 
 # -- random draws shared by every role -----------------------------------------------------------------
@@ -223,7 +233,8 @@ class BranchStatsLevels(LevelStrategy, ABC):
         The parent's measurement of each node, or at the roots the union of candidate 0's two branches; sizes
         exact where the mode sends them (LDP: its estimated class counts only sum to them within rounding).
         """
-        node_stats = self._open_stats if self._open_stats is not None else result.branch[:, 0].sum(axis=1)
+        node_stats = (self._open_stats if self._open_stats is not None
+                      else result.stats(slice(None), 0).sum(axis=1))
         if self._open_n is not None:
             n_node = self._open_n
         elif result.sizes is not None:
@@ -350,14 +361,17 @@ class BranchStatsLevels(LevelStrategy, ABC):
         """
         p, task = self.params, self.params.task
         result = self._level(trees, depth, open_tree, open_node, self._transition)
-        branch = result.branch
         node_stats, n_node = self.node_estimates(result)
         rules = self._stopping
-        sizes = result.sizes if result.sizes is not None else np.zeros((0, 0, 2))
-        best, branch_n = best_candidates(np.ascontiguousarray(branch, dtype=np.float64),
-                                         np.ascontiguousarray(sizes, dtype=np.float64), result.valid,
-                                         CRITERION_CODES[p.criterion], float(rules.min_samples_leaf),
-                                         result.sizes is not None)
+        criterion = CRITERION_CODES[p.criterion]
+        if result.counts is not None:  # exact counts: added as they are read
+            best, branch_n = best_of_counts(result.counts, result.valid, criterion, rules.min_samples_leaf)
+        else:
+            sizes = result.sizes if result.sizes is not None else np.zeros((0, 0, 2))
+            best, branch_n = best_candidates(np.ascontiguousarray(result.branch, dtype=np.float64),
+                                             np.ascontiguousarray(sizes, dtype=np.float64), result.valid,
+                                             criterion, float(rules.min_samples_leaf),
+                                             result.sizes is not None)
         split = (best >= 0) & (n_node >= rules.min_samples_split)
         split_idx = np.flatnonzero(split)
         split_best = best[split_idx]
@@ -367,7 +381,7 @@ class BranchStatsLevels(LevelStrategy, ABC):
         threshold[split_idx] = result.thresholds[split_idx, split_best]
         values = self.node_values(node_stats, self._open_parent_values)
         fields = {"feature": feature, "threshold": threshold, "weight": n_node, "value": values}
-        child_stats = branch[split_idx, split_best].reshape(-1, self.n_stats)  # left, right, left, ...
+        child_stats = result.stats(split_idx, split_best).reshape(-1, self.n_stats)  # left, right, left, ...
         child_n = branch_n[split_idx, split_best].reshape(-1)
         child_open = rules.child_may_open(child_n, depth + 1) & ~is_pure(child_stats, task)
         closed = ~child_open  # leaves are recorded now; open children at their own level

@@ -7,7 +7,8 @@ The arithmetic is the same, operation for operation, as the NumPy definitions it
 reference in tests/trees/test_candidates.py): sums over the S statistics follow NumPy's pairwise order
 (`_numpy_sum`), so noisy (non-integer) statistics give the same bits as before, and exact integer counts
 give exact sums in any order. Logarithms (entropy) are libm's `log2`, the same on
-every CPU.
+every CPU. Exact counts need not be added into a float64 array first: `best_of_counts` reads each
+contributor's integer counts and adds them node by node, to the same values.
 """
 
 from __future__ import annotations
@@ -76,6 +77,39 @@ def _class_term(counts: np.ndarray, scratch: np.ndarray, criterion: int) -> floa
     return n * math.log2(n) - _numpy_sum(scratch)
 
 
+@nb.njit(cache=True, inline="always")
+def _gain(raw_left: np.ndarray, raw_right: np.ndarray, left: np.ndarray, right: np.ndarray,
+          parent: np.ndarray, scratch: np.ndarray, criterion: int) -> tuple[float, float, float]:
+    """One candidate's gain and its branches' sizes from its left and right statistics (S,) each.
+
+    Classes: the clamped counts (in `left`, `right`, `parent`; `scratch` holds S floats). Regression:
+    (count, sum) per branch.
+    """
+    if criterion == VARIANCE:
+        nl = max(raw_left[0], 0.0)
+        nr = max(raw_right[0], 0.0)
+        gain = 0.0
+        if nl > 0 and nr > 0:
+            diff = raw_left[1] / nl - raw_right[1] / nr
+            gain = nl * nr / (nl + nr) * (diff * diff)
+        return gain, nl, nr
+    for c in range(raw_left.shape[0]):
+        left[c] = max(raw_left[c], 0.0)
+        right[c] = max(raw_right[c], 0.0)
+        parent[c] = left[c] + right[c]
+    nl = _numpy_sum(left)
+    nr = _numpy_sum(right)
+    gain = (_class_term(parent, scratch, criterion) - _class_term(left, scratch, criterion)
+            - _class_term(right, scratch, criterion))
+    return gain, nl, nr
+
+
+@nb.njit(cache=True, inline="always")
+def _usable(gain: float, nl: float, nr: float, valid: bool, min_leaf: float) -> bool:
+    """A candidate that may split: valid, both sides >= min_leaf, gain above the rounding guard."""
+    return valid and nl >= min_leaf and nr >= min_leaf and gain > 1e-12 * max(nl + nr, 1.0)
+
+
 @nb.njit(cache=True, parallel=True)
 def best_candidates(branch: np.ndarray, sizes: np.ndarray, valid: np.ndarray, criterion: int, min_leaf: float,
                     has_sizes: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -96,29 +130,88 @@ def best_candidates(branch: np.ndarray, sizes: np.ndarray, valid: np.ndarray, cr
         scratch = np.empty(n_stats)
         best_gain = -np.inf
         for j in range(k):
-            if criterion == VARIANCE:
-                nl = max(branch[a, j, 0, 0], 0.0)
-                nr = max(branch[a, j, 1, 0], 0.0)
-                gain = 0.0
-                if nl > 0 and nr > 0:
-                    diff = branch[a, j, 0, 1] / nl - branch[a, j, 1, 1] / nr
-                    gain = nl * nr / (nl + nr) * (diff * diff)
-            else:
-                for c in range(n_stats):
-                    left[c] = max(branch[a, j, 0, c], 0.0)
-                    right[c] = max(branch[a, j, 1, c], 0.0)
-                    parent[c] = left[c] + right[c]
-                nl = _numpy_sum(left)
-                nr = _numpy_sum(right)
-                gain = (_class_term(parent, scratch, criterion) - _class_term(left, scratch, criterion)
-                        - _class_term(right, scratch, criterion))
+            gain, nl, nr = _gain(branch[a, j, 0], branch[a, j, 1], left, right, parent, scratch, criterion)
             if has_sizes:
                 nl = sizes[a, j, 0]
                 nr = sizes[a, j, 1]
             branch_n[a, j, 0] = nl
             branch_n[a, j, 1] = nr
-            usable = valid[a, j] and nl >= min_leaf and nr >= min_leaf and gain > 1e-12 * max(nl + nr, 1.0)
-            if usable and gain > best_gain:
+            if _usable(gain, nl, nr, valid[a, j], min_leaf) and gain > best_gain:
+                best_gain = gain
+                best[a] = j
+    return best, branch_n
+
+
+COUNT_GROUP = 4
+"""Contributors' counts `best_of_counts` reads in one pass: a fixed number, so one compiled kernel serves
+every party count (more are added up first)."""
+
+
+def best_of_counts(parts: list[np.ndarray], valid: np.ndarray, criterion: int,
+                   min_leaf: float) -> tuple[np.ndarray, np.ndarray]:
+    """`best_candidates` of the sum of the contributors' exact integer counts (A, k, 2, S) each, same shape.
+
+    The sum is made where it is read, node by node, never as a float64 array of the level (20 MB a deep
+    level of letter: writing and reading it again cost more than the choice). Exact in any order: checked
+    counts are integers below 2**52, so each float64 sum is the one `best_candidates` would be given.
+    """
+    dtype = np.result_type(*parts)
+    if len(parts) > COUNT_GROUP:  # added up in int64 first (exact), then read as one
+        total = parts[0].astype(np.int64)
+        for part in parts[1:]:
+            total += part
+        parts, dtype = [total], np.dtype(np.int64)
+    group = [_read_only(np.ascontiguousarray(part, dtype)) for part in parts]
+    group += [_read_only(np.zeros((0, 0, 0, 0), dtype))] * (COUNT_GROUP - len(group))
+    return _best_of_parts(group[0], group[1], group[2], group[3], len(parts), np.ascontiguousarray(valid),
+                          criterion, float(min_leaf))
+
+
+def summed_counts(parts: list[np.ndarray], nodes: np.ndarray | slice,
+                  candidates: np.ndarray | int) -> np.ndarray:
+    """The contributors' counts of the given (node, candidate) pairs added up: (..., 2, S) float64, exact."""
+    total = parts[0][nodes, candidates].astype(np.float64)
+    for part in parts[1:]:
+        total += part[nodes, candidates]
+    return total
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """A read-only view: received arrays are read-only, converted ones not; the kernel takes one type."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+@nb.njit(cache=True, parallel=True)
+def _best_of_parts(p0: np.ndarray, p1: np.ndarray, p2: np.ndarray, p3: np.ndarray, used: int,
+                   valid: np.ndarray, criterion: int, min_leaf: float) -> tuple[np.ndarray, np.ndarray]:
+    """`best_of_counts` on the first `used` of p0..p3: each candidate's statistics summed, then chosen."""
+    n_nodes, k, _, n_stats = p0.shape
+    best = np.full(n_nodes, -1, dtype=np.int64)
+    branch_n = np.empty((n_nodes, k, 2), dtype=np.float64)
+    for a in nb.prange(n_nodes):
+        raw = np.empty((2, n_stats))
+        left = np.empty(n_stats)
+        right = np.empty(n_stats)
+        parent = np.empty(n_stats)
+        scratch = np.empty(n_stats)
+        best_gain = -np.inf
+        for j in range(k):
+            for b in range(2):
+                for s in range(n_stats):
+                    total = np.float64(p0[a, j, b, s])
+                    if used > 1:
+                        total += np.float64(p1[a, j, b, s])
+                    if used > 2:
+                        total += np.float64(p2[a, j, b, s])
+                    if used > 3:
+                        total += np.float64(p3[a, j, b, s])
+                    raw[b, s] = total
+            gain, nl, nr = _gain(raw[0], raw[1], left, right, parent, scratch, criterion)
+            branch_n[a, j, 0] = nl
+            branch_n[a, j, 1] = nr
+            if _usable(gain, nl, nr, valid[a, j], min_leaf) and gain > best_gain:
                 best_gain = gain
                 best[a] = j
     return best, branch_n

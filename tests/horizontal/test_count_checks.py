@@ -1,7 +1,7 @@
 """The master's one-pass count checks (`fedcore/horizontal/counts.py`) on arrays, without a federation.
 
-The federated hostile-count tests corrupt open node 0; here the first bad node is a later one, the master's
-sum is compared with NumPy's, and unsigned values of 2**63 and more are refused (not wrapped into range).
+The federated hostile-count tests corrupt open node 0; here the first bad node is a later one, and unsigned
+values of 2**63 and more are refused (not wrapped into range).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fedcore.errors import ProtocolError
-from fedcore.horizontal.counts import CountLedger, check_bit_sums, sum_counts
+from fedcore.horizontal.counts import CountLedger, check_bit_sums
 
 
 def _counts(dtype=np.uint16) -> np.ndarray:
@@ -23,22 +23,10 @@ def _counts(dtype=np.uint16) -> np.ndarray:
 
 
 @pytest.mark.parametrize("dtype", [np.uint16, np.int64])
-def test_valid_counts_pass_and_are_added_exactly(dtype) -> None:
+def test_valid_counts_pass(dtype) -> None:
     counts = _counts(dtype)
+    counts.flags.writeable = False  # as received: a read-only view of the message
     CountLedger().check("party 'a'", "c", counts, 20)
-    others = [np.uint8, np.uint16, np.int64]  # each party sends its own narrowest type
-    parts = [counts, *(np.roll(counts, i + 1, axis=0).astype(t) for i, t in enumerate(others))]
-    parts[0].flags.writeable = False  # as received: a read-only view of the message
-    total = sum_counts(parts)
-    assert total.dtype == np.float64 and total.shape == counts.shape
-    assert np.array_equal(total, sum(p.astype(np.float64) for p in parts))
-
-
-@pytest.mark.parametrize("n_parties", [1, 3, 4, 5, 9])
-def test_a_large_sum_spans_blocks_and_groups_of_parties(n_parties) -> None:
-    rng = np.random.default_rng(n_parties)
-    parts = [rng.integers(0, 2**40, (300, 7, 2, 11)) for _ in range(n_parties)]  # 46,200 values: 6 blocks
-    assert np.array_equal(sum_counts(parts), np.sum(parts, axis=0).astype(np.float64))
 
 
 def test_the_first_bad_node_is_named() -> None:

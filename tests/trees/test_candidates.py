@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedcore.trees.candidates import CRITERION_CODES, best_candidates
+from fedcore.trees.candidates import CRITERION_CODES, best_candidates, best_of_counts, summed_counts
 
 
 def class_term(counts: np.ndarray, criterion: str) -> np.ndarray:
@@ -102,3 +102,31 @@ def test_regression_choice_matches_the_numpy_definition() -> None:
     np.testing.assert_array_equal(branch_n, want_n)
     np.testing.assert_array_equal(best, want_best)
     assert best[7] == -1 and (best >= 0).sum() > 200
+
+
+@pytest.mark.parametrize("n_parties", [1, 3, 4, 5, 9])
+@pytest.mark.parametrize("criterion", ["gini", "entropy", "squared_error"])
+def test_counts_read_part_by_part_choose_as_their_float64_sum(n_parties: int, criterion: str) -> None:
+    """`best_of_counts` on each party's integer counts: the winners and sizes of `best_candidates` on the sum.
+
+    Each party sends its own narrowest type (one read-only, as received); large values (regression sums) stay
+    exact; more than four parties are added up before the kernel reads them.
+    """
+    rng = np.random.default_rng(n_parties)
+    high = 2**40 if criterion == "squared_error" else 7
+    shape = (250, 4, 2, 2 if criterion == "squared_error" else 26)
+    dtypes = [np.uint8, np.uint16, np.int64, np.uint32]
+    parts = [rng.integers(0, high, shape).astype(np.int64 if high > 255 else dtypes[i % 4])
+             * (rng.random(shape) < 0.6) for i in range(n_parties)]
+    parts[0].flags.writeable = False
+    total = sum(part.astype(np.float64) for part in parts)
+    valid = rng.random(shape[:2]) < 0.9
+    for min_leaf in (1, 3):
+        best, branch_n = best_of_counts(parts, valid, CRITERION_CODES[criterion], min_leaf)
+        want_best, want_n = run(total, None, valid, criterion, min_leaf)
+        np.testing.assert_array_equal(best, want_best)
+        np.testing.assert_array_equal(branch_n, want_n)
+        assert (best >= 0).sum() > 100  # the case is not vacuous
+    chosen = np.flatnonzero(best >= 0)
+    np.testing.assert_array_equal(summed_counts(parts, chosen, best[chosen]), total[chosen, best[chosen]])
+    np.testing.assert_array_equal(summed_counts(parts, slice(None), 0), total[:, 0])

@@ -57,7 +57,7 @@ import numpy as np
 from fedcore.algorithms import EXTRA_TREES
 from fedcore.errors import ParameterError, ProtocolError
 from fedcore.horizontal.boxes import NodeBoxes, box_bytes_per_node, span_thresholds
-from fedcore.horizontal.counts import check_bit_sums, check_noisy_counts, sum_counts
+from fedcore.horizontal.counts import check_bit_sums, check_noisy_counts
 from fedcore.horizontal.fet.class_marginals import ClassMarginals
 from fedcore.horizontal.fet.gdp import (
     combined_node_stats,
@@ -304,6 +304,7 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         """GDP: every measurement of the open nodes combined, sizes without clamping bias (`gdp.py`)."""
         if self.privacy != "gdp":
             return super().node_estimates(result)
+        assert result.branch is not None, "noisy statistics come summed, as `branch`"
         stats = combined_node_stats(result.branch, self._open_stats)
         return stats, unbiased_sizes(stats, self.params.task)
 
@@ -448,10 +449,12 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
         if self.privacy == "ldp":
             return LevelResult(features, thresholds, valid,
                                *self._estimate(replies, features.shape, valid, depth))
-        branch = self._aggregate(replies, features.shape)
-        if self.privacy == "gdp":  # sizes: the noisy counts' sums, without the bias of clamping each at 0
-            return LevelResult(features, thresholds, valid, branch, unbiased_sizes(branch, self.params.task))
-        return LevelResult(features, thresholds, valid, branch)
+        if self.privacy == "none":  # exact integers, added up where they are read
+            return LevelResult(features, thresholds, valid, None,
+                               counts=self._checked_counts(replies, features.shape))
+        branch = self._noisy_sum(replies, features.shape)
+        # gdp sizes: the noisy counts' sums, without the bias of clamping each at 0
+        return LevelResult(features, thresholds, valid, branch, unbiased_sizes(branch, self.params.task))
 
     def _range_thresholds(self, replies: dict[str, Message], features: np.ndarray,
                           u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -551,16 +554,21 @@ class FederatedExtraTreesMaster(BranchStatsLevels):
                                  "(ldp=...)")
         return self.ldp
 
-    def _aggregate(self, replies: dict[str, Message], shape: tuple[int, int]) -> np.ndarray:
-        """Sum the parties' branch statistics (plain or gdp): (A, k, 2, S) float64."""
+    def _checked_counts(self, replies: dict[str, Message], shape: tuple[int, int]) -> list[np.ndarray]:
+        """Mode none: each party's branch statistics (A, k, 2, S), checked (`CountLedger`).
+
+        Integers below 2**52 (see SUM_BITS): their float64 sums are exact in any order.
+        """
+        parts = []
+        for name in self.parties:
+            parts.append(_reply_array(replies, name, "fet_counts", "counts", (*shape, 2, self.n_stats)))
+            self.counts.check(f"party {name!r}", "fet_counts.counts", parts[-1], self.party_rows[name],
+                              self._target_bits(name))
+        return parts
+
+    def _noisy_sum(self, replies: dict[str, Message], shape: tuple[int, int]) -> np.ndarray:
+        """GDP: sum the parties' noisy branch statistics, each checked: (A, k, 2, S) float64."""
         stats_shape = (*shape, 2, self.n_stats)
-        if self.privacy == "none":  # integers below 2**52 (see SUM_BITS): exact float64 sums in any order
-            parts = []
-            for name in self.parties:
-                parts.append(_reply_array(replies, name, "fet_counts", "counts", stats_shape))
-                self.counts.check(f"party {name!r}", "fet_counts.counts", parts[-1], self.party_rows[name],
-                                  self._target_bits(name))
-            return sum_counts(parts)
         total = np.zeros(stats_shape, dtype=np.float64)
         for name in self.parties:
             part = _reply_array(replies, name, "fet_noisy_counts", "counts", stats_shape)

@@ -160,13 +160,14 @@ class PPDERTMaster(BranchStatsLevels):
             branch = self.dp.check_sums(counts, shape)
             return LevelResult(features, thresholds, valid, branch, unbiased_sizes(branch, self.params.task))
         self._check_counts(counts, plain, shape)
-        branch = counts.reshape(shape).astype(np.float64)
-        return LevelResult(features, thresholds, valid, branch)
+        # exact integer sums, added up as they are read (`best_of_counts`)
+        return LevelResult(features, thresholds, valid, None, counts=[counts.reshape(shape)])
 
     def node_estimates(self, result: LevelResult) -> tuple[np.ndarray, np.ndarray]:
         """secagg-dp: FET-GDP's noise-aware estimates (`fedcore/horizontal/fet/gdp.py`); else exact."""
         if self.dp is None:
             return super().node_estimates(result)
+        assert result.branch is not None, "noisy statistics come summed, as `branch`"
         stats = combined_node_stats(result.branch, self._open_stats)
         return stats, unbiased_sizes(stats, self.params.task)
 
