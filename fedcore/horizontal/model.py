@@ -170,7 +170,8 @@ class HorizontalForest:
                     schema: HorizontalSchema | None = None,
                     combination: TreeCombination = MEAN) -> HorizontalForest:
         """Rebuild from `arrays()` output (as received in a `model` message)."""
-        kwargs = {name: np.asarray(arrays[name]).astype(dtype) for name, dtype in _INT_FIELDS.items()}
+        kwargs = {name: np.asarray(arrays[name]).astype(dtype, copy=False)  # no copy when it is dtype
+                  for name, dtype in _INT_FIELDS.items()}
         value = np.asarray(arrays["value"], dtype=np.float64)
         if value.ndim == 1:
             value = value[:, None]

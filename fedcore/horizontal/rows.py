@@ -86,8 +86,8 @@ class RowPartition:
     def check_decisions(self, chosen: np.ndarray, next_pos: np.ndarray, features: np.ndarray,
                         thresholds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`apply`'s arguments as int64 arrays, refused (ProtocolError) unless they fit the open nodes."""
-        chosen = np.asarray(chosen).astype(np.int64)
-        next_pos = np.asarray(next_pos).astype(np.int64)
+        chosen = np.asarray(chosen, dtype=np.int64)  # no copy when the message's are int64 already
+        next_pos = np.asarray(next_pos, dtype=np.int64)
         if chosen.ndim != 1 or next_pos.ndim != 1 or len(chosen) != self.n_open \
                 or len(next_pos) != 2 * int((chosen >= 0).sum()):
             raise ProtocolError(f"split decisions for {len(chosen)} nodes and {len(next_pos)} children do "

@@ -312,10 +312,12 @@ class HorizontalParty:
         self.rows.thresholds = np.full((n_leaves, 1), np.nan)
         assert self.ledger is not None, "hello makes the ledger under gdp"
         self._charge_active_rows()
-        counts = self.rows.class_counts()[:, 0, 1].astype(np.float64)
-        noise = stream(self.noise_seed, "gdp_leaves", self.reports).standard_normal(counts.shape)
+        counts = self.rows.class_counts()[:, 0, 1]
+        noisy = stream(self.noise_seed, "gdp_leaves", self.reports).standard_normal(counts.shape)
         self.reports += 1
-        return Message("fet_leaf_counts", {}, {"counts": counts + noise * leaf_sigma(self.ledger.plan)})
+        noisy *= leaf_sigma(self.ledger.plan)  # in place: the same bits as counts + noise * sigma
+        noisy += counts
+        return Message("fet_leaf_counts", {}, {"counts": noisy})
 
     def _charge_active_rows(self) -> None:
         """Charge the ledger one release per tree the busiest row is still active in; refuse past the plan."""
