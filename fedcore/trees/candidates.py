@@ -21,7 +21,7 @@ GINI, ENTROPY, VARIANCE = 0, 1, 2
 CRITERION_CODES = {"gini": GINI, "entropy": ENTROPY, "squared_error": VARIANCE}
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _numpy_sum(values: np.ndarray) -> float:
     """Sum in NumPy's pairwise order for a contiguous row.
 
@@ -58,7 +58,7 @@ def _numpy_sum(values: np.ndarray) -> float:
     return total
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, nogil=True, inline="always")
 def _class_term(counts: np.ndarray, scratch: np.ndarray, criterion: int) -> float:
     """Impurity of a clamped class-count vector times its total count (gini, or entropy in bits).
 
@@ -76,7 +76,7 @@ def _class_term(counts: np.ndarray, scratch: np.ndarray, criterion: int) -> floa
     return n * math.log2(n) - _numpy_sum(scratch)
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def best_candidates(branch: np.ndarray, sizes: np.ndarray, valid: np.ndarray, criterion: int, min_leaf: float,
                     has_sizes: bool) -> tuple[np.ndarray, np.ndarray]:
     """Per open node: the best usable candidate (-1 when none) and every candidate's branch sizes (A, k, 2).
