@@ -48,6 +48,9 @@ class SimulatedFederation(EstimatorBase):
     """
 
     _task = "classification"
+    _concurrent_parties = True
+    """A round's parties answer side by side (`InProcessTransport`): vertical parties' row work runs in
+    GIL-free kernels; the horizontal engines' small per-level work gains nothing from it (they say False)."""
     progress: bool
     record_transcript: bool
     record_payloads: bool
@@ -61,7 +64,7 @@ class SimulatedFederation(EstimatorBase):
         """The transport to `members`, recording the transcript (and payloads) when asked."""
         return InProcessTransport({member.name: member.handle for member in members},
                                   record_transcript=self.record_transcript,
-                                  record_payloads=self.record_payloads)
+                                  record_payloads=self.record_payloads, concurrent=self._concurrent_parties)
 
     def _fit_master(self, master: _Master, memory_budget_mb: int | None) -> Any:
         """`master.fit()`, with every role's memory counted against one budget, timed into `fit_seconds_`."""
