@@ -72,8 +72,6 @@ class _HorizontalForest(SimulatedFederation):
     """Shared machinery of the horizontal estimators."""
 
     _fitted_attribute = "model_"
-    _concurrent_parties = False  # their kernels keep the GIL: side by side, FET and PPD-ERT on letter gained
-    # no wall time and took about 5 % more CPU (docs/benchmarks.md, issue #32, session 49)
     _setting: PrivacySetting  # parsed by `fit` (`_check_settings`)
     # the constructor parameters every horizontal estimator has (`_store_params` sets them)
     n_estimators: int

@@ -1,11 +1,12 @@
 """In-process transport: parties are objects in this process; messages still cross as Arrow bytes.
 
 Serialising every message keeps simulation honest: byte counts are real and nothing but Arrow crosses.
-The parties of one round answer side by side, each in a thread of its own, as deployed parties answer on
-their own machines (`fedcore.transport.flight` sends a round's requests concurrently too): while one
-party's Python decodes or scores, another's compiled kernels run with the GIL released (the tree kernels
-are `nogil`). Each party computes only on its own state, so its answer is the same bytes in any
-interleaving; replies, accounting and transcripts keep the request order.
+With `concurrent=True` the parties of one round answer side by side, each in a thread of its own, as
+deployed parties answer on their own machines (`fedcore.transport.flight` sends a round's requests
+concurrently too): while one party's Python decodes or scores, another's compiled kernels run with the GIL
+released (the tree kernels are `nogil`). Each party computes only on its own state, so its answer is the
+same bytes in any interleaving; replies, accounting and transcripts keep the request order. Off by
+default: on 2 cores it saved wall time only on a heavily loaded machine (docs/benchmarks.md, session 49).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ Handler = Callable[[Message], Message]
 
 
 class InProcessTransport(Transport):
-    """Delivers messages by calling each party's `handle(message) -> message`, a round's side by side."""
+    """Delivers messages by calling each party's `handle(message) -> message` (`concurrent`: side by side)."""
 
     def __init__(self, handlers: dict[str, Handler], record_transcript: bool = False,
-                 record_payloads: bool = False, concurrent: bool = True):
+                 record_payloads: bool = False, concurrent: bool = False):
         """Deliver each party's messages to its handler in this process.
 
         `concurrent`: a round's parties answer in threads of their own (False: one after another, in

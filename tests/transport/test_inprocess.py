@@ -60,7 +60,8 @@ def _meeting(name: str, barrier: threading.Barrier, answered: list[str]):
 
 def test_a_rounds_parties_answer_side_by_side() -> None:
     barrier, answered = threading.Barrier(3, timeout=10), []
-    transport = InProcessTransport({n: _meeting(n, barrier, answered) for n in "abc"}, record_transcript=True)
+    transport = InProcessTransport({n: _meeting(n, barrier, answered) for n in "abc"}, record_transcript=True,
+                                   concurrent=True)
     replies = transport.exchange({n: Message("ping") for n in "cab"})
     assert sorted(answered) == ["a", "b", "c"]  # all three were inside their handlers together
     assert list(replies) == ["c", "a", "b"] and [r.header["who"] for r in replies.values()] == ["c", "a", "b"]
@@ -68,9 +69,9 @@ def test_a_rounds_parties_answer_side_by_side() -> None:
         ("master", "c"), ("master", "a"), ("master", "b"), ("c", "master"), ("a", "master"), ("b", "master")]
 
 
-def test_without_concurrency_parties_answer_in_request_order() -> None:
+def test_by_default_parties_answer_in_request_order() -> None:
     barrier, answered = threading.Barrier(2, timeout=0.2), []
-    transport = InProcessTransport({n: _meeting(n, barrier, answered) for n in "ab"}, concurrent=False)
+    transport = InProcessTransport({n: _meeting(n, barrier, answered) for n in "ab"})
     with pytest.raises(threading.BrokenBarrierError):  # alone in its handler, the first party waits in vain
         transport.exchange({"b": Message("ping"), "a": Message("ping")})
     assert answered == []
@@ -87,7 +88,7 @@ def _refusing(name: str, answered: list[str]):
 
 def test_the_first_refusal_in_request_order_is_raised() -> None:
     answered: list[str] = []
-    transport = InProcessTransport({n: _refusing(n, answered) for n in "abc"})
+    transport = InProcessTransport({n: _refusing(n, answered) for n in "abc"}, concurrent=True)
     with pytest.raises(ProtocolError, match="^party 'c' refuses the request$"):
         transport.exchange({n: Message("ping") for n in "acb"})
     assert sorted(answered) == ["a", "b", "c"]
@@ -112,7 +113,7 @@ class _Named:
 
 
 def test_the_transport_pickles_after_a_concurrent_round() -> None:
-    transport = InProcessTransport({"a": _Named("a"), "b": _Named("b")})
+    transport = InProcessTransport({"a": _Named("a"), "b": _Named("b")}, concurrent=True)
     transport.exchange({"a": Message("ping"), "b": Message("ping")})
     again = pickle.loads(pickle.dumps(transport))
     assert again.stats.rounds == 1

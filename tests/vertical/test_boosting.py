@@ -57,12 +57,12 @@ def loss_is_regression(model) -> bool:
 
 
 def test_parties_answering_side_by_side_grow_the_model_of_parties_answering_in_turn(monkeypatch) -> None:
-    """A simulated round's parties answer in threads (`InProcessTransport`); the model is the same."""
-    side_by_side, frames, _ = _fit("softmax", 3)
-    assert side_by_side.transport_.concurrent
-    monkeypatch.setattr(FederatedBoostingClassifier, "_concurrent_parties", False)
-    in_turn, _, _ = _fit("softmax", 3)
+    """A simulated round's parties can answer in threads (`InProcessTransport`); the model is the same."""
+    in_turn, frames, _ = _fit("softmax", 3)
     assert not in_turn.transport_.concurrent
+    monkeypatch.setattr(FederatedBoostingClassifier, "_concurrent_parties", True)
+    side_by_side, _, _ = _fit("softmax", 3)
+    assert side_by_side.transport_.concurrent
     assert _model_bytes(in_turn, frames) == _model_bytes(side_by_side, frames)
 
 
