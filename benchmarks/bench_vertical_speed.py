@@ -8,7 +8,7 @@ Then 1,000,000 x 40 at depth 10 in a child process, reporting time and peak memo
 with ratios (reference time / Federated Forest time: > 1 means Federated Forest is faster).
 
     .venv/bin/python -m benchmarks.bench_vertical_speed [--depths 10 16] [--skip-xgboost] [--skip-1m]
-    .venv/bin/python -m benchmarks.bench_vertical_speed --pairs boosting [--before OLD_CHECKOUT] [--repeats 3]
+    .venv/bin/python -m benchmarks.bench_vertical_speed --pairs boosting [--before OLD [--concurrent]]
 """
 
 from __future__ import annotations
@@ -179,6 +179,9 @@ from benchmarks.bench_vertical_speed import BOOSTING, make_data
 from fedcore.data.split import split_vertical
 from fedcore.vertical.boosting_estimators import FederatedBoostingClassifier
 
+if sys.argv[2] == "concurrent":  # a round's parties side by side (InProcessTransport)
+    FederatedBoostingClassifier._concurrent_parties = True
+
 def cpu():
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -197,6 +200,7 @@ proba = model.predict_proba(tests, method="one-round")
 wall2 = time.perf_counter()
 print(json.dumps({"cpu_s": cpu1 - cpu0, "wall_s": wall1 - wall0, "predict_s": wall2 - wall1,
                   "proba": hashlib.sha256(proba.tobytes()).hexdigest()[:16],
+                  "side_by_side": getattr(model.transport_, "concurrent", False),
                   "accuracy": float(((proba[:, 1] > 0.5) == test["y"].to_numpy()).mean())}))
 """
 """A child's boosting fit, timed by CPU (every thread) and wall clock after a warm-up fit, and the hash of
@@ -219,11 +223,11 @@ print(json.dumps({"cpu_s": cpu() - cpu0, "wall_s": out["fit_s"], "predict_s": ou
 """XGBoost `hist`'s fit in a child process, with OpenMP's threads sleeping when idle (its CPU is its work)."""
 
 
-def boosting_code_pairs(rows: int, before: str, repeats: int) -> list[dict]:
+def boosting_code_pairs(rows: int, before: str, repeats: int, concurrent: bool = False) -> list[dict]:
     """Boosting fits of the code at `before` and of this code, and XGBoost's, each in a child, orders rotated.
 
     CPU seconds (getrusage, every thread) and wall clock of each fit, niced as this process is, with the
-    load average at each run's start: a row per run.
+    load average at each run's start: a row per run. `concurrent`: this code's parties answer side by side.
     """
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     runs = {"before": (before, BOOSTING_CHILD), "after": (here, BOOSTING_CHILD),
@@ -237,11 +241,13 @@ def boosting_code_pairs(rows: int, before: str, repeats: int) -> list[dict]:
             env = {**os.environ, "PYTHONPATH": root, "OMP_WAIT_POLICY": "PASSIVE"}
             env.pop("NUMBA_CACHE_DIR", None)  # each copy's own cache (`fedcore.default_numba_cache`)
             load = os.getloadavg()[0]
-            done = subprocess.run([sys.executable, "-c", code, str(rows)], cwd=root, env=env, check=True,
-                                  stdout=subprocess.PIPE, text=True)
+            mode = "concurrent" if concurrent and name == "after" else "in-turn"
+            done = subprocess.run([sys.executable, "-c", code, str(rows), mode], cwd=root, env=env,
+                                  check=True, stdout=subprocess.PIPE, text=True)
             out = json.loads(done.stdout.strip().splitlines()[-1])
             print(f"run {repeat} {name}: {json.dumps(out)} (load {load:.1f})", flush=True)
-            rows_out.append({"run": repeat, "order": " > ".join(order), "code": name, "CPU s": out["cpu_s"],
+            rows_out.append({"run": repeat, "order": " > ".join(order), "code": name,
+                             "parties side by side": out.get("side_by_side", "-"), "CPU s": out["cpu_s"],
                              "wall s": out["wall_s"], "predict 40k s": out["predict_s"],
                              "proba hash": out.get("proba", "-"), "accuracy": out["accuracy"],
                              "load at start": f"{load:.1f}"})
@@ -298,7 +304,7 @@ def run_pairs(args: argparse.Namespace) -> None:
 
     require_xgboost()
     if args.before:
-        rows = boosting_code_pairs(args.rows, args.before, args.repeats)
+        rows = boosting_code_pairs(args.rows, args.before, args.repeats, args.concurrent)
     else:
         train, test = make_data(args.rows)
         warm = split_vertical(train.iloc[:2000], 3, label="y")  # load the compiled kernels before timing
@@ -326,6 +332,8 @@ def main() -> None:
     parser.add_argument("--before", metavar="DIR",
                         help="with --pairs boosting: also time the boosting fit of the code copy at DIR (a "
                              "checkout of an earlier commit), each fit in a child process, by CPU and wall")
+    parser.add_argument("--concurrent", action="store_true",
+                        help="with --before: this code's in-process parties answer side by side")
     parser.add_argument("--skip-1m", action="store_true", help="skip the 1,000,000-row run")
     parser.add_argument("--xgboost-federated-depths", type=int, nargs="*", default=None,
                         help="depths at which to run XGBoost's federated mode (default: all; it takes ~10 "
