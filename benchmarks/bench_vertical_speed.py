@@ -8,6 +8,7 @@ Then 1,000,000 x 40 at depth 10 in a child process, reporting time and peak memo
 with ratios (reference time / Federated Forest time: > 1 means Federated Forest is faster).
 
     .venv/bin/python -m benchmarks.bench_vertical_speed [--depths 10 16] [--skip-xgboost] [--skip-1m]
+    .venv/bin/python -m benchmarks.bench_vertical_speed --pairs boosting [--before OLD [--concurrent]]
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 
@@ -171,6 +173,87 @@ def boosting_pairs(train: pd.DataFrame, test: pd.DataFrame, repeats: int) -> lis
     return rows
 
 
+BOOSTING_CHILD = """
+import hashlib, json, resource, sys, time
+from benchmarks.bench_vertical_speed import BOOSTING, make_data
+from fedcore.data.split import split_vertical
+from fedcore.vertical.boosting_estimators import FederatedBoostingClassifier
+
+if sys.argv[2] == "concurrent":  # a round's parties side by side (InProcessTransport)
+    FederatedBoostingClassifier._concurrent_parties = True
+
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+train, test = make_data(int(sys.argv[1]))
+parties = split_vertical(train, 3, label="y", seed=0)
+tests = [test[[c for c in p.columns if c != "y"]] for p in parties]
+warm = split_vertical(train.iloc[:2000], 3, label="y", seed=0)
+FederatedBoostingClassifier(**{**BOOSTING, "n_estimators": 3}, max_bins=255, random_state=0).fit(
+    warm, label="y").predict([t.iloc[:100] for t in tests], method="one-round")
+model = FederatedBoostingClassifier(**BOOSTING, max_bins=255, random_state=0)
+cpu0, wall0 = cpu(), time.perf_counter()
+model.fit(parties, label="y")
+cpu1, wall1 = cpu(), time.perf_counter()
+proba = model.predict_proba(tests, method="one-round")
+wall2 = time.perf_counter()
+print(json.dumps({"cpu_s": cpu1 - cpu0, "wall_s": wall1 - wall0, "predict_s": wall2 - wall1,
+                  "proba": hashlib.sha256(proba.tobytes()).hexdigest()[:16],
+                  "side_by_side": getattr(model.transport_, "concurrent", False),
+                  "accuracy": float(((proba[:, 1] > 0.5) == test["y"].to_numpy()).mean())}))
+"""
+"""A child's boosting fit, timed by CPU (every thread) and wall clock after a warm-up fit, and the hash of
+its predicted probabilities: run from a code copy's root, so only `make_data`/`BOOSTING` must exist there."""
+
+XGBOOST_CHILD = """
+import json, resource, sys, time
+from benchmarks.bench_vertical_speed import make_data, run_xgboost_boosting
+
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+train, test = make_data(int(sys.argv[1]))
+cpu0 = cpu()
+out = run_xgboost_boosting(train, test)  # (its CPU includes the predict, 0.05 s quietly)
+print(json.dumps({"cpu_s": cpu() - cpu0, "wall_s": out["fit_s"], "predict_s": out["predict_s"],
+                  "accuracy": out["accuracy"]}))
+"""
+"""XGBoost `hist`'s fit in a child process, with OpenMP's threads sleeping when idle (its CPU is its work)."""
+
+
+def boosting_code_pairs(rows: int, before: str, repeats: int, concurrent: bool = False) -> list[dict]:
+    """Boosting fits of the code at `before` and of this code, and XGBoost's, each in a child, orders rotated.
+
+    CPU seconds (getrusage, every thread) and wall clock of each fit, niced as this process is, with the
+    load average at each run's start: a row per run. `concurrent`: this code's parties answer side by side.
+    """
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    runs = {"before": (before, BOOSTING_CHILD), "after": (here, BOOSTING_CHILD),
+            "XGBoost": (here, XGBOOST_CHILD)}
+    names = list(runs)
+    rows_out = []
+    for repeat in range(repeats):
+        order = names[repeat % 3:] + names[:repeat % 3]
+        for name in order:
+            root, code = runs[name]
+            env = {**os.environ, "PYTHONPATH": root, "OMP_WAIT_POLICY": "PASSIVE"}
+            env.pop("NUMBA_CACHE_DIR", None)  # each copy's own cache (`fedcore.default_numba_cache`)
+            load = os.getloadavg()[0]
+            mode = "concurrent" if concurrent and name == "after" else "in-turn"
+            done = subprocess.run([sys.executable, "-c", code, str(rows), mode], cwd=root, env=env,
+                                  check=True, stdout=subprocess.PIPE, text=True)
+            out = json.loads(done.stdout.strip().splitlines()[-1])
+            print(f"run {repeat} {name}: {json.dumps(out)} (load {load:.1f})", flush=True)
+            rows_out.append({"run": repeat, "order": " > ".join(order), "code": name,
+                             "parties side by side": out.get("side_by_side", "-"), "CPU s": out["cpu_s"],
+                             "wall s": out["wall_s"], "predict 40k s": out["predict_s"],
+                             "proba hash": out.get("proba", "-"), "accuracy": out["accuracy"],
+                             "load at start": f"{load:.1f}"})
+    return rows_out
+
+
 def forest_pairs(train: pd.DataFrame, test: pd.DataFrame, depth: int, repeats: int) -> list[dict]:
     """Vertical forest and XGBRFClassifier in turn, `repeats` times: a row per run with the pair's ratio."""
     rows = []
@@ -215,6 +298,27 @@ def _ratio(reference: float | None, ours: float) -> str:
     return f"{reference / ours:.2f}x" if reference else "-"
 
 
+def run_pairs(args: argparse.Namespace) -> None:
+    """`--pairs`: ours against XGBoost in turn (with `--before`: two code copies' boosting fits too)."""
+    from benchmarks.xgboost_check import require_xgboost
+
+    require_xgboost()
+    if args.before:
+        rows = boosting_code_pairs(args.rows, args.before, args.repeats, args.concurrent)
+    else:
+        train, test = make_data(args.rows)
+        warm = split_vertical(train.iloc[:2000], 3, label="y")  # load the compiled kernels before timing
+        FederatedForestClassifier(n_estimators=2, max_depth=3).fit(warm, label="y").predict(
+            [test.iloc[:100][[c for c in p.columns if c != "y"]] for p in warm])
+        if args.pairs == "boosting":
+            run_federated_boosting(train.iloc[:2000], test.iloc[:100])  # compile the boosting kernels
+            rows = boosting_pairs(train, test, args.repeats)
+        else:
+            rows = forest_pairs(train, test, args.depths[0], args.repeats)
+    print("\n" + markdown_table(rows, digits=3))
+    print("\n" + machine_line())
+
+
 def main() -> None:
     """Time vertical training at each depth beside the XGBoost references and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -225,6 +329,11 @@ def main() -> None:
                         help="only issue #32/#34's pairs: vertical boosting (100 rounds, depth 6) against "
                              "XGBoost hist, or the forest (first --depths) against XGBRFClassifier")
     parser.add_argument("--repeats", type=int, default=2, help="pairs run in turn this many times")
+    parser.add_argument("--before", metavar="DIR",
+                        help="with --pairs boosting: also time the boosting fit of the code copy at DIR (a "
+                             "checkout of an earlier commit), each fit in a child process, by CPU and wall")
+    parser.add_argument("--concurrent", action="store_true",
+                        help="with --before: this code's in-process parties answer side by side")
     parser.add_argument("--skip-1m", action="store_true", help="skip the 1,000,000-row run")
     parser.add_argument("--xgboost-federated-depths", type=int, nargs="*", default=None,
                         help="depths at which to run XGBoost's federated mode (default: all; it takes ~10 "
@@ -233,23 +342,15 @@ def main() -> None:
     if args.pairs and args.skip_xgboost:  # a pair's reference is XGBoost: there is nothing to skip to
         parser.error("--pairs times ours against XGBoost; --skip-xgboost would leave no pair")
 
+    if args.before and args.pairs != "boosting":
+        parser.error("--before times boosting fits: give --pairs boosting")
+    if args.pairs:
+        run_pairs(args)
+        return
     train, test = make_data(args.rows)
     warm = split_vertical(train.iloc[:2000], 3, label="y")  # load the compiled kernels before timing
     FederatedForestClassifier(n_estimators=2, max_depth=3).fit(warm, label="y").predict(
         [test.iloc[:100][[c for c in p.columns if c != "y"]] for p in warm])
-
-    if args.pairs:
-        from benchmarks.xgboost_check import require_xgboost
-
-        require_xgboost()
-        if args.pairs == "boosting":
-            run_federated_boosting(train.iloc[:2000], test.iloc[:100])  # compile the boosting kernels
-            rows = boosting_pairs(train, test, args.repeats)
-        else:
-            rows = forest_pairs(train, test, args.depths[0], args.repeats)
-        print("\n" + markdown_table(rows, digits=3))
-        print("\n" + machine_line())
-        return
 
     rows = []
     for depth in args.depths:

@@ -22,7 +22,7 @@ GINI, ENTROPY, VARIANCE = 0, 1, 2
 CRITERION_CODES = {"gini": GINI, "entropy": ENTROPY, "squared_error": VARIANCE}
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _numpy_sum(values: np.ndarray) -> float:
     """Sum in NumPy's pairwise order for a contiguous row.
 
@@ -59,7 +59,7 @@ def _numpy_sum(values: np.ndarray) -> float:
     return total
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, nogil=True, inline="always")
 def _class_term(counts: np.ndarray, scratch: np.ndarray, criterion: int) -> float:
     """Impurity of a clamped class-count vector times its total count (gini, or entropy in bits).
 
@@ -77,7 +77,7 @@ def _class_term(counts: np.ndarray, scratch: np.ndarray, criterion: int) -> floa
     return n * math.log2(n) - _numpy_sum(scratch)
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, nogil=True, inline="always")
 def _gain(raw_left: np.ndarray, raw_right: np.ndarray, left: np.ndarray, right: np.ndarray,
           parent: np.ndarray, scratch: np.ndarray, criterion: int) -> tuple[float, float, float]:
     """One candidate's gain and its branches' sizes from its left and right statistics (S,) each.
@@ -104,13 +104,13 @@ def _gain(raw_left: np.ndarray, raw_right: np.ndarray, left: np.ndarray, right: 
     return gain, nl, nr
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, nogil=True, inline="always")
 def _usable(gain: float, nl: float, nr: float, valid: bool, min_leaf: float) -> bool:
     """A candidate that may split: valid, both sides >= min_leaf, gain above the rounding guard."""
     return valid and nl >= min_leaf and nr >= min_leaf and gain > 1e-12 * max(nl + nr, 1.0)
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def best_candidates(branch: np.ndarray, sizes: np.ndarray, valid: np.ndarray, criterion: int, min_leaf: float,
                     has_sizes: bool) -> tuple[np.ndarray, np.ndarray]:
     """Per open node: the best usable candidate (-1 when none) and every candidate's branch sizes (A, k, 2).
@@ -183,7 +183,7 @@ def _read_only(array: np.ndarray) -> np.ndarray:
     return view
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def _best_of_parts(p0: np.ndarray, p1: np.ndarray, p2: np.ndarray, p3: np.ndarray, used: int,
                    valid: np.ndarray, criterion: int, min_leaf: float) -> tuple[np.ndarray, np.ndarray]:
     """`best_of_counts` on the first `used` of p0..p3: each candidate's statistics summed, then chosen."""

@@ -34,7 +34,7 @@ VALUE_STATISTICS = (SQUARED_ERROR, GRADIENT)
 (count, G, H)."""
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, nogil=True, inline="always")
 def stats_weight(stats: np.ndarray, criterion: int) -> float:
     """Total weight carried by one statistics vector (gradient statistics: the hessian sum H)."""
     if criterion == SQUARED_ERROR:
@@ -47,7 +47,7 @@ def stats_weight(stats: np.ndarray, criterion: int) -> float:
     return total
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, nogil=True, inline="always")
 def impurity_term(stats: np.ndarray, criterion: int, reg_lambda: float = 0.0) -> float:
     """Weight times impurity of a node with these statistics (`reg_lambda`: gradient statistics' L2 term)."""
     if criterion == GRADIENT:
@@ -75,7 +75,7 @@ def impurity_term(stats: np.ndarray, criterion: int, reg_lambda: float = 0.0) ->
     return n * np.log2(n) - s
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, nogil=True, inline="always")
 def _gradient_term(stats: np.ndarray, reg_lambda: float) -> float:
     """-G^2 / (2 (H + lambda)): XGBoost's structure score of a node, negated (0 where H + lambda <= 0)."""
     denominator = stats[2] + reg_lambda

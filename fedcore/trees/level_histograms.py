@@ -238,7 +238,7 @@ def _row_totals(target, weight, starts, ends, n_stats, criterion, histogram_node
     return totals
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, nogil=True, inline="always")
 def _histogram_total(hist, touched, n_touched, total):
     """A node's statistics as the sum of one of its histograms' bins (exact statistics only)."""
     for s in range(total.shape[0]):
@@ -249,7 +249,7 @@ def _histogram_total(hist, touched, n_touched, total):
             total[s] += hist[b, s]
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _tasks(node_rows, dptr, cost):
     """Histogram tasks (first node, end node, first pair offset, end offset; -1: all the node's pairs).
 
@@ -286,7 +286,7 @@ def _tasks(node_rows, dptr, cost):
     return lo[:t], hi[:t], k_lo[:t], k_hi[:t]
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def _direct_splits(codes, target, order, weight, starts, ends, totals, dptr, direct, feat_local,
                    is_cat, task_lo, task_hi, task_klo, task_khi, k_max, n_stats, criterion, reg_lambda,
                    min_leaf, n_class_orderings, store, keep, from_hist, out_gain, out_bin, out_ml, out_bits):
@@ -331,7 +331,7 @@ def _direct_splits(codes, target, order, weight, starts, ends, totals, dptr, dir
                                     out_bits)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _node_histograms(codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched,
                      n_touched):
     """Rows s..e into the histograms of the k features: by column for one feature, else row by row."""
@@ -343,7 +343,7 @@ def _node_histograms(codes, target, order, weight, s, e, feats, k, criterion, hi
                    n_touched)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _keep(store, q, hist, touched, n_touched):
     """Pair q's histogram (its touched bins; the store is zeroed) into the kept level's store."""
     for m in range(n_touched):
@@ -352,7 +352,7 @@ def _keep(store, q, hist, touched, n_touched):
             store[q, b, s] = hist[b, s]
 
 
-@nb.njit(cache=True, inline="never")
+@nb.njit(cache=True, nogil=True, inline="never")
 def _rows_into(codes, target, order, weight, s, e, feats, k, criterion, hist, seen, touched, n_touched):
     """Rows s..e into the histograms of the k features, a row at a time (class counts, sums or (count, G, H)).
 
@@ -376,7 +376,7 @@ def _rows_into(codes, target, order, weight, s, e, feats, k, criterion, hist, se
         _touched_bins(hist, k, criterion, seen, touched, n_touched)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _touched_bins(hist, k, criterion, seen, touched, n_touched):
     """Flag the bins holding rows (every row weighs at least 1) of each of the k histograms, ascending."""
     for kk in range(k):
@@ -389,7 +389,7 @@ def _touched_bins(hist, k, criterion, seen, touched, n_touched):
         n_touched[kk] = m
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def _derived_splits(derived, derive_from, sibling, parent_store, store, pair_node, feat_local, is_cat, totals,
                     from_hist, first, n_stats, criterion, reg_lambda, min_leaf, n_class_orderings, out_gain,
                     out_bin, out_ml, out_bits):

@@ -102,7 +102,7 @@ def transform(link: str, margins: np.ndarray) -> np.ndarray:
     raise ValueError(f"unknown link {link!r}: one of {sorted(LOSSES)}")
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _sigmoid(m):
     out = np.empty(m.shape[0])
     for i in range(m.shape[0]):
@@ -110,7 +110,7 @@ def _sigmoid(m):
     return out
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _softmax(m):
     out = np.empty_like(m)
     for i in range(m.shape[0]):
@@ -126,7 +126,7 @@ def _softmax(m):
     return out
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _logistic_gradients(y, m, out):
     p = _sigmoid(m)
     for i in range(y.shape[0]):
@@ -134,7 +134,7 @@ def _logistic_gradients(y, m, out):
         out[0, i, 1] = max(p[i] * (1.0 - p[i]), HESSIAN_FLOOR)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _softmax_gradients(y, m, out):
     p = _softmax(m)
     for i in range(y.shape[0]):

@@ -53,7 +53,7 @@ def pack_split_bits(codes, order, starts, ends, feats, bins, missing_left, is_ca
                             byte_offsets)
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def _pack_split_bits(codes, order, starts, task_node, task_lo, task_hi, feats, bins, missing_left, is_cat,
                      cat_bits, byte_offsets):
     out = np.zeros(byte_offsets[-1], np.uint8)
@@ -97,7 +97,7 @@ def apply_partition(order, weight, target, new_order, new_weight, new_target, st
     return n_left
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def _left_counts(starts, task_node, task_lo, task_hi, packed, byte_offsets):
     """Left-going rows of each task's rows."""
     out = np.zeros(task_node.shape[0], np.int64)
@@ -112,7 +112,7 @@ def _left_counts(starts, task_node, task_lo, task_hi, packed, byte_offsets):
     return out
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def _move_rows(order, weight, target, new_order, new_weight, new_target, starts, task_node, task_lo, task_hi,
                packed, byte_offsets, left_at, right_at):
     """Each task's rows to its left and right places, in order (branch-free: the bits are unpredictable)."""
@@ -132,7 +132,7 @@ def _move_rows(order, weight, target, new_order, new_weight, new_target, starts,
                 new_target[dst, c] = target[j, c]
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def _compact_counts(counts, offsets, y):
     """Rows with a non-zero count per tree, those counts as weights and the rows' labels, tree after tree.
 
@@ -214,7 +214,7 @@ _ONES = np.array([bin(v).count("1") for v in range(256)], np.int64)
 """Ones in each byte value."""
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _copy_bit_runs(src, src_at, lengths, dst_at, n_bytes):
     dst = np.zeros(n_bytes, np.uint8)
     ones = np.zeros(lengths.shape[0], np.int64)

@@ -18,7 +18,7 @@ import numba as nb
 import numpy as np
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, nogil=True, inline="always")
 def goes_left(x, threshold, missing_left, is_cat, cat_bits_row):
     """The test of one owned node on one value (categoricals are vocabulary codes stored as floats)."""
     if np.isnan(x):
@@ -60,7 +60,7 @@ class ThresholdIndex:
         return _threshold_bitmaps(X, ranks, self.base)
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def _threshold_bitmaps(X, ranks, base):
     n_rows, n_cols = X.shape
     n_words = (n_rows + 63) // 64
@@ -80,7 +80,7 @@ def _threshold_bitmaps(X, ranks, base):
     return prefix, missing
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def own_split_sets(X, prefix, missing, node_row, tree_offsets, left, right, feature, missing_left, is_cat,
                    cat_bits, owned_slot):
     """Packed row sets, one per node this party owns (row `owned_slot[g]`): its rows going left there.
@@ -119,7 +119,7 @@ def own_split_sets(X, prefix, missing, node_row, tree_offsets, left, right, feat
     return out
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _rows_at_root(n_nodes, n_rows):
     """A tree's packed row sets per node, (n_nodes, ceil(n_rows / 64)) uint64: all rows at the root.
 
@@ -135,7 +135,7 @@ def _rows_at_root(n_nodes, n_rows):
     return rows
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _send_rows_down(X, prefix, missing, visited, n, lc, rc, f, pr, missing_left, is_cat, cat_bits):
     """Split the rows that reach node n between its children lc and rc, on this party's test of feature f.
 
@@ -156,7 +156,7 @@ def _send_rows_down(X, prefix, missing, visited, n, lc, rc, f, pr, missing_left,
         visited[rc, w] = v & ~d
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _left_bits(X, v, w, f, missing_left, is_cat, cat_bits):
     """Of the rows in word w set in `v`, those the node's test on X[:, f] sends left, as a word."""
     d = np.uint64(0)
@@ -168,7 +168,7 @@ def _left_bits(X, v, w, f, missing_left, is_cat, cat_bits):
     return d
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def route_by_split_sets(sets, set_row, tree_offsets, left, right, n_rows):
     """Each row's leaf (a global node index) in every tree, from the owners' split sets.
 
@@ -204,7 +204,7 @@ def route_by_split_sets(sets, set_row, tree_offsets, left, right, n_rows):
     return out
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def route_step(X, rows, nodes, feature, threshold, missing_left, is_cat, cat_bits):
     """Node-by-node prediction step at an owner: 1 where row rows[i] goes left at node nodes[i]."""
     out = np.zeros(rows.shape[0], np.uint8)

@@ -34,13 +34,13 @@ import numpy as np
 from fedcore.privacy.ldp_draws import instant_report
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, nogil=True, inline="always")
 def _right(value: float, threshold: float) -> int:
     """1 when a value goes right: not (x <= t), so NaN values and NaN thresholds go right."""
     return 0 if value <= threshold else 1
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _partition_segment(order: np.ndarray, s: int, e: int, X: np.ndarray, f: int, t: float) -> int:
     """Partition order[s:e] in place, stably.
 
@@ -63,7 +63,7 @@ def _partition_segment(order: np.ndarray, s: int, e: int, X: np.ndarray, f: int,
     return nl
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def split_nodes(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, node_slot: np.ndarray, X: np.ndarray,
                 chosen: np.ndarray, next_pos: np.ndarray, features: np.ndarray, thresholds: np.ndarray,
                 n_next: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -99,7 +99,7 @@ def split_nodes(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, node_sl
     return new_starts, new_ends, new_slot
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def node_ranges(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: np.ndarray,
                 features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Min and max of each candidate's feature over each open node's rows, NaN ignored.
@@ -129,7 +129,7 @@ def node_ranges(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: np.n
     return low, high
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def class_counts(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: np.ndarray, y: np.ndarray,
                  features: np.ndarray, thresholds: np.ndarray, out: np.ndarray) -> np.ndarray:
     """The number of rows per (open node, candidate, branch 0 left / 1 right, class).
@@ -148,7 +148,7 @@ def class_counts(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: np.
     return out
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def regression_sums(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: np.ndarray, q: np.ndarray,
                     features: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
     """Per (open node, candidate, branch): the number of rows and the sum of their integer targets q.
@@ -168,7 +168,7 @@ def regression_sums(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, X: 
     return out
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def ldp_report_sums(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, node_slot: np.ndarray,
                     X: np.ndarray, features: np.ndarray, thresholds: np.ndarray, permanent: np.ndarray,
                     first_row: int, key: np.ndarray, report: int, if_one: np.uint64, if_zero: np.uint64,
@@ -196,7 +196,7 @@ def ldp_report_sums(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, nod
                     bit_sums[g, b] += response[b]
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def rows_active_count(order: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_rows: int) -> np.ndarray:
     """In how many open nodes (hence tree slots) each row sits: (n_rows,) int32."""
     count = np.zeros(n_rows, np.int32)

@@ -54,7 +54,7 @@ def target_columns(target: np.ndarray) -> np.ndarray:
     return target.reshape(len(target), 1) if target.ndim == 1 else target
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, nogil=True, inline="always")
 def _accumulate(hist, b, w, y, criterion):
     """Add one sample (weight w, target y: class code or value) to bin b's statistics."""
     if criterion == SQUARED_ERROR:
@@ -64,7 +64,7 @@ def _accumulate(hist, b, w, y, criterion):
         hist[b, np.int64(y)] += w
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, nogil=True, inline="always")
 def _accumulate_gradient(hist, b, w, target, j):
     """Add sample j (weight w, target row (g, h)) to bin b's gradient statistics (count, G, H).
 
@@ -76,7 +76,7 @@ def _accumulate_gradient(hist, b, w, target, j):
     hist[b, 2] += w * target[j, 1]
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _scan(hist, ordered, n_ordered, total, missing, has_missing, parent_term, criterion, reg_lambda,
           min_leaf, best_gain, cum, lbuf, rbuf, max_cuts=N_CODES, rest_right=False):
     """Scan the prefix splits of `ordered` bins, and "all values | missing" when values are missing.
@@ -112,7 +112,7 @@ def _scan(hist, ordered, n_ordered, total, missing, has_missing, parent_term, cr
     return best_gain, found_cut, found_ml
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _scratch(n_stats):
     """Scratch buffers of one histogram scan: hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys."""
     return (np.zeros((N_CODES, n_stats)), np.zeros(N_CODES, np.bool_), np.empty(N_CODES, np.int64),
@@ -120,7 +120,7 @@ def _scratch(n_stats):
             np.zeros(n_stats), np.empty(N_CODES))
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _reduce_pairs(feat_ptr, feat_local, feat_rank, pair_gain, pair_bin, pair_ml, pair_bits):
     """Per node: the best pair, scanning in feature-rank order and keeping the first maximum."""
     n_nodes = feat_ptr.shape[0] - 1
@@ -144,7 +144,7 @@ def _reduce_pairs(feat_ptr, feat_local, feat_rank, pair_gain, pair_bin, pair_ml,
     return out_gain, out_rank, out_feat, out_bin, out_ml, out_cat, out_bits
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _pair_histogram(f, codes, target, order, weight, s, e, criterion, hist, seen, touched):
     """The histogram kernel: samples s..e of feature f into `hist`; returns how many bins they touch.
 
@@ -165,7 +165,7 @@ def _pair_histogram(f, codes, target, order, weight, s, e, criterion, hist, seen
     return n_touched
 
 
-@nb.njit(cache=True, inline="never")
+@nb.njit(cache=True, nogil=True, inline="never")
 def _gradient_histogram(f, codes, target, order, weight, s, e, hist, seen, touched):
     """`_pair_histogram` of gradient statistics, a function of its own (see `_accumulate_gradient`).
 
@@ -184,7 +184,7 @@ def _gradient_histogram(f, codes, target, order, weight, s, e, hist, seen, touch
     return n_touched
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _split_of_histogram(pair, categorical, n_touched, total, n_stats, criterion, reg_lambda, min_leaf,
                         n_class_orderings, hist, seen, touched, ordered, cum, lbuf, rbuf, missing, keys,
                         out_gain, out_bin, out_ml, out_bits):
@@ -213,7 +213,7 @@ def _split_of_histogram(pair, categorical, n_touched, total, n_stats, criterion,
             hist[b, k] = 0.0
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _sort_touched(n_touched, seen, touched, ordered):
     """The touched bin codes into ordered[:n_touched], ascending."""
     if n_touched > 48:  # a pass over all codes beats sorting many touched ones
@@ -226,7 +226,7 @@ def _sort_touched(n_touched, seen, touched, ordered):
         ordered[:n_touched] = np.sort(touched[:n_touched])
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _numeric_split(pair, n_values, total, missing, has_missing, parent_term, criterion, reg_lambda, min_leaf,
                    hist, ordered, cum, lbuf, rbuf, out_gain, out_bin, out_ml):
     """The best threshold over the ordered bins, written at `pair` if one is admissible."""
@@ -241,7 +241,7 @@ def _numeric_split(pair, n_values, total, missing, has_missing, parent_term, cri
         out_ml[pair] = ml if has_missing else _more_left(hist, ordered, cut, total, criterion, lbuf)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _categorical_split(pair, n_values, total, n_stats, missing, has_missing, parent_term, criterion,
                        reg_lambda, min_leaf, n_class_orderings, hist, ordered, cum, lbuf, rbuf, keys,
                        out_gain, out_bin, out_ml, out_bits):
@@ -285,7 +285,7 @@ def _categorical_split(pair, n_values, total, n_stats, missing, has_missing, par
                     out_bits[pair, c >> 6] |= np.uint64(1) << np.uint64(c & 63)
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, nogil=True, inline="always")
 def _category_rows(stats, criterion):
     """A category's (bootstrap-weighted) rows in the node: the count statistic, or the class counts' sum."""
     if criterion == SQUARED_ERROR or criterion == GRADIENT:
@@ -296,7 +296,7 @@ def _category_rows(stats, criterion):
     return rows
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _category_keys(hist, cats, n_cats, total, n_stats, criterion, reg_lambda, o, keys):
     """Each category's key under ordering o, smoothed towards the node's (`CATEGORY_SMOOTHING` rows of it).
 
@@ -339,7 +339,7 @@ def best_splits_from_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair
     return NodeSplits(*_reduce_pairs(feat_ptr, feat_local, feat_rank, *pair_out))
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def _splits_of_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categorical, totals, node_rows,
                           n_stats, criterion, reg_lambda, min_leaf, n_class_orderings):
     n_pairs = pair_node.shape[0]
@@ -370,7 +370,7 @@ def _splits_of_histograms(hist_ptr, hist_bins, hist_stats, pair_node, pair_categ
     return out_gain, out_bin, out_ml, out_bits
 
 
-@nb.njit(cache=True, inline="always")
+@nb.njit(cache=True, nogil=True, inline="always")
 def _more_left(hist, ordered, cut, total, criterion, buf):
     """Default direction for missing values when the node had none: the heavier child."""
     for k in range(buf.shape[0]):
@@ -387,7 +387,7 @@ def node_statistics(target, weight, starts, ends, n_stats, criterion) -> np.ndar
     return _node_statistics(target_columns(target), weight, starts, ends, n_stats, criterion)
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def _node_statistics(target, weight, starts, ends, n_stats, criterion):
     n_nodes = starts.shape[0]
     out = np.zeros((n_nodes, n_stats))
@@ -429,7 +429,7 @@ def block_histograms(codes, target, order, weight, starts, ends, feat_ptr, feat_
     return ptr, bins, stats if criterion == SQUARED_ERROR else stats.astype(np.int64)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _compact_runs(bins, stats, slots, counts, ptr):
     """Pair q's `counts[q]` bins and statistics from slot `slots[q]` to `ptr[q]`: the CSR without gaps."""
     out_bins = np.empty(ptr[-1], np.uint8)
@@ -443,7 +443,7 @@ def _compact_runs(bins, stats, slots, counts, ptr):
     return out_bins, out_stats
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def _block_histograms(codes, target, order, weight, starts, ends, pair_node, pair_feat, slots, n_stats,
                       criterion):
     """Pair q's `counts[q]` touched bins, ascending, with their statistics, from slot `slots[q]` on.
@@ -510,7 +510,7 @@ def signed_histogram_sums(src_bins: np.ndarray, src_stats: np.ndarray, term_ptr:
     return ptr, bins, stats.astype(dtype, copy=False)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _signed_pair(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign, q, acc, seen):
     """Pair q's terms into the zeroed dense `acc` (N_CODES, n_stats); `seen` flags the bins they touch."""
     for t in range(term_ptr[q], term_ptr[q + 1]):
@@ -522,7 +522,7 @@ def _signed_pair(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign, q, 
                 acc[b, k] += sign * src_stats[j, k]
 
 
-@nb.njit(cache=True, parallel=True)
+@nb.njit(cache=True, nogil=True, parallel=True)
 def _signed_pass(src_bins, src_stats, term_ptr, term_lo, term_hi, term_sign, fill, ptr, bins, stats):
     """Each pair's bins with a non-zero statistic: counted into ptr[q + 1], or (`fill`) written from ptr[q].
 

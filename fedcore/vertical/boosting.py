@@ -72,7 +72,7 @@ class BoostingLabels:
                        np.asarray(ends, np.int64), values)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _fill_segments(pending, n_rows, order, starts, ends, values):
     """Each node's rows (its segment of `order`; segment position // n_rows: the tree slot) get its value."""
     for i in range(starts.shape[0]):

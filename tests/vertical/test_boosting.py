@@ -56,6 +56,16 @@ def loss_is_regression(model) -> bool:
     return isinstance(model, FederatedBoostingRegressor)
 
 
+def test_parties_answering_side_by_side_grow_the_model_of_parties_answering_in_turn(monkeypatch) -> None:
+    """A simulated round's parties can answer in threads (`InProcessTransport`); the model is the same."""
+    in_turn, frames, _ = _fit("softmax", 3)
+    assert not in_turn.transport_.concurrent
+    monkeypatch.setattr(FederatedBoostingClassifier, "_concurrent_parties", True)
+    side_by_side, _, _ = _fit("softmax", 3)
+    assert side_by_side.transport_.concurrent
+    assert _model_bytes(in_turn, frames) == _model_bytes(side_by_side, frames)
+
+
 @pytest.mark.parametrize("loss", list(LOSSES))
 def test_two_three_and_five_parties_give_the_one_party_model_byte_for_byte(loss: str) -> None:
     single = _model_bytes(*_fit(loss, 1)[:2])
