@@ -316,7 +316,34 @@ def receive_model(name: str, algorithm: str, schema: HorizontalSchema, message: 
     for field in ("threshold", "weight"):
         a.typed(field, "f", size=n_nodes)
     a.typed("value", "f", 2 if a["value"].ndim == 2 else 1, size=n_nodes)
-    return HorizontalForest.from_arrays(a, n_trees=n_trees, task=task, algorithm=algorithm, schema=schema)
+    forest = HorizontalForest.from_arrays(a, n_trees=n_trees, task=task, algorithm=algorithm, schema=schema)
+    return checked_structure(name, forest, schema.n_features)
+
+
+def checked_structure(name: str, forest: HorizontalForest, n_features: int) -> HorizontalForest:
+    """A forest from the master that this party may walk rows down: refused unless every tree is well formed.
+
+    Trees in order, each split's children inside its tree and after it (so a walk ends), its feature one of
+    the schema's, every leaf value finite: a master's cycle would otherwise hang `apply` (on a Dask worker,
+    again at every lineage replay) and a NaN weight would reach the fixed-point margins.
+    """
+    tree = forest.tree.astype(np.int64)
+    if forest.n_nodes and (np.any(np.diff(tree) < 0) or tree[0] < 0 or tree[-1] >= forest.n_trees):
+        raise ProtocolError(f"party {name!r}: the master's trees are not numbered 0..{forest.n_trees - 1} "
+                            "in order")
+    offsets = forest.tree_offsets()
+    local = np.arange(forest.n_nodes) - offsets[tree]
+    size = np.diff(offsets)[tree]
+    internal = forest.feature >= 0
+    left, right = forest.left.astype(np.int64), forest.right.astype(np.int64)
+    well_formed = ~internal | ((left > local) & (left < size) & (right > local) & (right < size)
+                               & (forest.feature < n_features))
+    if not np.all(well_formed):
+        raise ProtocolError(f"party {name!r}: the master's trees have a split whose children are not after "
+                            "it in its tree, or whose feature is not the schema's")
+    if not np.all(np.isfinite(forest.value)):
+        raise ProtocolError(f"party {name!r}: the master's trees have a leaf value that is not finite")
+    return forest
 
 
 def own_rows(name: str, frame: pd.DataFrame | None, schema: HorizontalSchema,

@@ -53,7 +53,7 @@ class InProcessTransport(Transport):
     """Delivers messages by calling each party's `handle(message) -> message` (`concurrent`: side by side)."""
 
     def __init__(self, handlers: dict[str, Handler], record_transcript: bool = False,
-                 record_payloads: bool = False, concurrent: bool = False):
+                 record_payloads: bool = False, concurrent: bool = False) -> None:
         """Deliver each party's messages to its handler in this process.
 
         `concurrent`: a round's parties answer in threads of their own (False, or where numba's threading

@@ -159,7 +159,7 @@ def best_of_counts(parts: list[np.ndarray], valid: np.ndarray, criterion: int,
     if len(parts) > COUNT_GROUP:  # added up in int64 first (exact), then read as one
         total = parts[0].astype(np.int64)
         for part in parts[1:]:
-            total += part
+            total += part.astype(np.int64, copy=False)  # checked: below 2**52, whatever integer type came
         parts, dtype = [total], np.dtype(np.int64)
     group = [_read_only(np.ascontiguousarray(part, dtype)) for part in parts]
     group += [_read_only(np.zeros((0, 0, 0, 0), dtype))] * (COUNT_GROUP - len(group))

@@ -411,10 +411,11 @@ def block_histograms(codes, target, order, weight, starts, ends, feat_ptr, feat_
     squared error's (w, wy) stay float64, exact over targets on their grid
     (`fedcore.trees.fixed_gradients.fixed_targets`: integers times 2^e, every sum below 2^53 of them). Either
     way the blocks add up (`sum_histograms`) to the whole table's in any order. Gradient statistics are
-    refused: boosting does not run on a Dask party.
+    refused: vertical boosting does not run on a Dask party (horizontal boosting's blocks sum fixed-point
+    integers of their own, `fedcore.compute.dask_boosting`).
     """
     if criterion == GRADIENT:
-        raise ValueError("block histograms are class counts or regression sums: boosting's gradient "
+        raise ValueError("block histograms are class counts or regression sums: vertical boosting's gradient "
                          "statistics do not run on a Dask party")
     target = target_columns(target)
     pair_node = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(feat_ptr))

@@ -206,3 +206,50 @@ def test_a_decision_threshold_leaves_a_multiclass_prediction_most_probable() -> 
     features = table.drop(columns="target")
     proba = model.predict_proba(features)
     np.testing.assert_array_equal(model.predict(features), model.classes_[np.argmax(proba, axis=1)])
+
+
+def test_a_party_refuses_a_master_asking_for_other_margins_than_its_loss_grows() -> None:
+    """n_outputs sizes every row's margins (on Dask, on every worker): the loss decides it, not the master."""
+    from fedcore.horizontal.ppdert.agreed import domain_fingerprint
+
+    _, model = _fit("squared error", 2)
+    party, master = model.parties_[0], model.master_
+    other = HorizontalBoostingParty("other", split_rows(horizontal_table(seed=5, n_rows=400,
+                                                                         task="regression"), 2)[0],
+                                    model.schema_, low=party.low, high=party.high, max_bins=32, secure=False)
+    hello = {"algorithm": "boosting", "schema": model.schema_.fingerprint(),
+             "domains": domain_fingerprint(master.low, master.high), "bins": master.bins.fingerprint(),
+             "n_parties": 1, "secure": False, "loss": "reg:squarederror", "n_outputs": 1_000_000,
+             "session_id": "00" * 16}
+    with pytest.raises(ProtocolError, match=r"^party 'other': loss 'reg:squarederror' grows 1 margins a row, "
+                                            r"the master asked for 1000000$"):
+        other.handle(Message("hello", hello))
+
+
+def test_trees_from_the_master_must_be_walkable() -> None:
+    """A split pointing back up its tree would hang every walk of the rows; a NaN leaf would reach margins."""
+    from fedcore.horizontal.model import HorizontalForest
+    from fedcore.horizontal.rows import checked_structure
+
+    _, model = _fit("logistic", 2)
+    forest, n_features = model.model_, model.schema_.n_features
+
+    def altered(field: str, change) -> HorizontalForest:
+        arrays = {name: np.array(values) for name, values in forest.arrays().items()}
+        change(arrays[field])
+        return HorizontalForest.from_arrays(arrays, n_trees=forest.n_trees, task=forest.task,
+                                            algorithm=forest.algorithm, combination=forest.combination)
+
+    assert checked_structure("p", forest, n_features) is forest
+    split = int(np.flatnonzero(forest.feature >= 0)[-1])
+    itself = split - int(forest.tree_offsets()[forest.tree[split]])  # its index within its tree
+    walk = (r"^party 'p': the master's trees have a split whose children are not after it in its tree, or "
+            r"whose feature is not the schema's$")
+    for field, change in (("left", lambda a: a.__setitem__(split, itself)),  # a cycle
+                          ("right", lambda a: a.__setitem__(split, 10**6)),
+                          ("feature", lambda a: a.__setitem__(split, n_features))):
+        with pytest.raises(ProtocolError, match=walk):
+            checked_structure("p", altered(field, change), n_features)
+    with pytest.raises(ProtocolError, match=r"^party 'p': the master's trees have a leaf value that is not "
+                                            r"finite$"):
+        checked_structure("p", altered("value", lambda a: a.__setitem__(0, np.nan)), n_features)

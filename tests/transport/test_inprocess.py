@@ -49,6 +49,12 @@ def test_transcript_is_off_by_default() -> None:
     assert transport.transcript == [] and transport.stats.messages == 2
 
 
+@pytest.fixture
+def threadsafe_kernels(monkeypatch) -> None:
+    """Side by side whatever numba's layer here: these handlers launch no kernel (`kernels_threadsafe`)."""
+    monkeypatch.setattr("fedcore.transport.inprocess.kernels_threadsafe", lambda: True)
+
+
 def _meeting(name: str, barrier: threading.Barrier, answered: list[str]):
     """A handler that answers only once every party of the round is handling its request at once."""
     def handle(message: Message) -> Message:
@@ -58,7 +64,7 @@ def _meeting(name: str, barrier: threading.Barrier, answered: list[str]):
     return handle
 
 
-def test_a_rounds_parties_answer_side_by_side() -> None:
+def test_a_rounds_parties_answer_side_by_side(threadsafe_kernels) -> None:
     barrier, answered = threading.Barrier(3, timeout=10), []
     transport = InProcessTransport({n: _meeting(n, barrier, answered) for n in "abc"}, record_transcript=True,
                                    concurrent=True)
@@ -86,7 +92,7 @@ def _refusing(name: str, answered: list[str]):
     return handle
 
 
-def test_the_first_refusal_in_request_order_is_raised() -> None:
+def test_the_first_refusal_in_request_order_is_raised(threadsafe_kernels) -> None:
     answered: list[str] = []
     transport = InProcessTransport({n: _refusing(n, answered) for n in "abc"}, concurrent=True)
     with pytest.raises(ProtocolError, match="^party 'c' refuses the request$"):
@@ -112,7 +118,7 @@ class _Named:
         return Message("echo", {"who": self.name})
 
 
-def test_the_transport_pickles_after_a_concurrent_round() -> None:
+def test_the_transport_pickles_after_a_concurrent_round(threadsafe_kernels) -> None:
     transport = InProcessTransport({"a": _Named("a"), "b": _Named("b")}, concurrent=True)
     transport.exchange({"a": Message("ping"), "b": Message("ping")})
     again = pickle.loads(pickle.dumps(transport))

@@ -115,8 +115,8 @@ def test_counts_read_part_by_part_choose_as_their_float64_sum(n_parties: int, cr
     rng = np.random.default_rng(n_parties)
     high = 2**40 if criterion == "squared_error" else 7
     shape = (250, 4, 2, 2 if criterion == "squared_error" else 26)
-    dtypes = [np.uint8, np.uint16, np.int64, np.uint32]
-    parts = [rng.integers(0, high, shape).astype(np.int64 if high > 255 else dtypes[i % 4])
+    dtypes = [np.uint8, np.uint16, np.int64, np.uint32, np.uint64]
+    parts = [rng.integers(0, high, shape).astype(np.int64 if high > 255 else dtypes[i % 5])
              * (rng.random(shape) < 0.6) for i in range(n_parties)]
     parts[0].flags.writeable = False
     total = sum(part.astype(np.float64) for part in parts)

@@ -725,8 +725,8 @@ def test_block_histograms_summed_then_scanned_are_the_plain_kernel(criterion: in
 
 def test_block_histograms_refuse_gradient_statistics() -> None:
     problem = random_problem(1, SQUARED_ERROR, 0, 1.0)
-    with pytest.raises(ValueError, match="^block histograms are class counts or regression sums: boosting's "
-                                         "gradient statistics do not run on a Dask party$"):
+    with pytest.raises(ValueError, match="^block histograms are class counts or regression sums: vertical "
+                                         "boosting's gradient statistics do not run on a Dask party$"):
         block_histograms(problem.codes, np.stack([problem.target, problem.target], axis=1), problem.order,
                          problem.weight, problem.starts, problem.ends, problem.feat_ptr, problem.feat_local,
                          3, GRADIENT)

@@ -29,7 +29,7 @@ from fedcore.horizontal.boosting.rows import BoostingRows
 from fedcore.horizontal.model import HorizontalForest, combination_of
 from fedcore.horizontal.ppdert.agreed import domain_fingerprint
 from fedcore.horizontal.ppdert.keys import announced_parties, signed_key, verified_peer_keys
-from fedcore.horizontal.rows import check_hello, own_rows
+from fedcore.horizontal.rows import check_hello, checked_structure, own_rows
 from fedcore.horizontal.schema import HorizontalSchema
 from fedcore.protocol.dispatch import Protocol, Step
 from fedcore.protocol.messages import Arrays, Message
@@ -147,6 +147,10 @@ class HorizontalBoostingParty:
                                 "aggregation; the master asked otherwise")
         self._n_parties = announced_parties(self.name, h, self.expected_parties)
         self._n_outputs = h.int("n_outputs")
+        if self._n_outputs != self.loss.n_outputs(self.schema.n_classes):
+            raise ProtocolError(f"party {self.name!r}: loss {self.loss.name!r} grows "
+                                f"{self.loss.n_outputs(self.schema.n_classes)} margins a row, the master "
+                                f"asked for {self._n_outputs}")
         self._round, self._agreed, self.aggregator = 0, False, None
         if self.restored is not None:  # a resumed run: the rounds before were grown in an earlier session
             margins = self.restored["margins"]
@@ -247,7 +251,8 @@ class HorizontalBoostingParty:
                 or set(np.unique(tree).tolist()) != set(range(first, first + k)):
             raise ProtocolError(f"party {self.name!r}: the round before grew trees {first}..{first + k - 1}")
         arrays["tree"] = tree - first
-        return HorizontalForest.from_arrays(arrays, n_trees=k, task="regression", algorithm=self.algorithm)
+        forest = HorizontalForest.from_arrays(arrays, n_trees=k, task="regression", algorithm=self.algorithm)
+        return checked_structure(self.name, forest, self.schema.n_features)
 
     def _reply(self, vector: np.ndarray, h) -> Message:
         """The vector plain (one party, or no secure aggregation) or masked in the 64-bit ring."""
