@@ -13,14 +13,12 @@ import numpy as np
 import pytest
 
 from fedcore.compute.dask_vertical import (
-    BOOSTING_REFUSED,
     DaskVerticalRows,
     block_major,
     compact_labels,
     node_major,
 )
 from fedcore.data.split import split_vertical
-from fedcore.errors import ParameterError
 from fedcore.trees.partition import pack_nodes, unpack_nodes
 from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
 from tests.compute.workers import losable_cluster, lose_a_worker_on_call
@@ -275,23 +273,6 @@ def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy) 
         assert models[0][name].tobytes() == models[1][name].tobytes(), name
 
 
-def test_a_dask_party_refuses_a_boosting_session() -> None:
-    """A party whose rows are on Dask refuses a master's boosting setup (gradient statistics), naming #29."""
-    from fedcore.errors import ProtocolError
-    from fedcore.protocol.messages import Message
-    from fedcore.trees.criteria import GRADIENT
-    from fedcore.vertical.party import VerticalParty
-
-    frame = mixed_table(n_rows=50, seed=1, task="regression")
-    party = VerticalParty("north", frame, "target")
-    party.rows = DaskVerticalRows(party.features, client=None, block_rows=20)  # type: ignore[arg-type]
-    setup = Message("setup", {"criterion": GRADIENT, "max_bins": 16, "binning_seed": 0})
-    with pytest.raises(ProtocolError) as error:
-        party.handle(setup)
-    assert str(error.value) == f"party 'north' refuses the request: {BOOSTING_REFUSED}"
-    assert "issue #29" in BOOSTING_REFUSED
-
-
 def test_simulate_on_dask_reports_the_single_party_run_identical(three_workers) -> None:
     from fedcore.simulation import simulate_vertical
 
@@ -301,7 +282,7 @@ def test_simulate_on_dask_reports_the_single_party_run_identical(three_workers) 
     regression = simulate_vertical(mixed_table(seed=6, task="regression"), "target", task="regression",
                                    trees=2, compute=three_workers)
     assert regression["single_party_identical"] is True
-    with pytest.raises(ParameterError) as error:
-        simulate_vertical(table, "target", trees=2, algorithm="boosting", compute=three_workers)
-    assert str(error.value) == BOOSTING_REFUSED
+    boosted = simulate_vertical(table, "target", trees=2, max_depth=3, algorithm="boosting",
+                                compute=three_workers)
+    assert boosted["single_party_identical"] is True
 
