@@ -44,7 +44,7 @@ from fedcore.protocol.messages import Arrays, Header, Message, pack_bits
 from fedcore.trees.budget import default_budget
 from fedcore.trees.combination import TreeCombination
 from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR, STATISTICS, n_stats
-from fedcore.trees.fixed_gradients import fixed_targets, precision_bits
+from fedcore.trees.fixed_gradients import exact_sums, fixed_targets, precision_bits
 from fedcore.trees.losses import loss_for
 from fedcore.trees.params import MAX_TREES_PER_BATCH
 from fedcore.trees.partition import node_byte_lengths, scatter_node_bytes
@@ -568,7 +568,10 @@ class VerticalParty:
                  and bool(np.all(np.isfinite(gh))), self.name,
                  f"a boosting round needs finite float64 (g, h) for each of its {len(trees)} trees and "
                  f"{n_rows} rows")
-        return gh.reshape(len(trees), n_rows, 2)
+        gh = gh.reshape(len(trees), n_rows, 2)
+        _require(exact_sums(gh), self.name, "a boosting round's (g, h) must lie on a power-of-two grid "
+                                            "whose sums are exact, as the label holder's do")
+        return gh
 
     def _apply_previous_splits(self, arrays: Arrays, my_index: int) -> np.ndarray:
         """Split the open nodes with the owners' bitmaps; returns the positions of the nodes that split."""

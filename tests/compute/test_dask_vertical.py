@@ -229,12 +229,14 @@ def test_encrypted_labels_on_dask_grow_the_in_process_forest(mode, workers, task
                            for p in passive)
 
 
-@pytest.mark.parametrize("privacy", ["none", "ou"])
-def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy) -> None:
+@pytest.mark.parametrize(("privacy", "boosting"), [("none", False), ("ou", False), ("none", True)],
+                         ids=["forest", "forest ou", "boosting"])
+def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy, boosting) -> None:
     """Every institution's own config puts its party on a local cluster: the session's model is unchanged."""
     from fedcore.compute.cluster import DaskCompute, hold_shared
     from fedcore.data.scenario import make_vertical_scenario
     from fedcore.transport.inprocess import InProcessTransport
+    from fedcore.trees.boosting import BoostingParams
     from fedcore.trees.params import ForestParams
     from fedcore.vertical.session import VerticalSession
     from tests.vertical.test_session import _agents
@@ -246,8 +248,9 @@ def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy) 
         agents = _agents(scenario, tmp_path / str(on_dask), new_batch=False, **settings)
         release = hold_shared(settings["compute"]) if on_dask else None  # as an agent server holds it
         transport = InProcessTransport({n: a.handle for n, a in agents.items()})
-        params = ForestParams(n_estimators=4 if privacy == "none" else 2, max_depth=5, random_state=1,
-                              privacy=privacy, key_bits=None if privacy == "none" else 2048)
+        params = (BoostingParams(n_estimators=3, max_depth=4, subsample=0.8, random_state=1) if boosting
+                  else ForestParams(n_estimators=4 if privacy == "none" else 2, max_depth=5, random_state=1,
+                                    privacy=privacy, key_bits=None if privacy == "none" else 2048))
         session = VerticalSession(transport, params,
                                   holdout_fraction=0.25, min_overlap=100)
         session.align()
