@@ -60,6 +60,7 @@ def test_a_rounds_grid_has_exact_sums_and_values_off_any_grid_do_not(scale: floa
     grid, q = GradientGrid.of(gh, 4000)
     on_grid = grid.values(q)
     assert exact_sums(on_grid) and exact_sums(on_grid[:, :1]) and exact_sums(np.zeros((1, 9, 2)))
+    assert exact_sums(np.zeros((2, 0, 2)))  # no rows: no sums
     assert not exact_sums(gh)  # full-precision floats: their sums round
     off = on_grid.copy()
     off[2, 17, 1] += math.ldexp(1.0, grid.h_exponent - 10)  # a hessian of the third tree, off the step
