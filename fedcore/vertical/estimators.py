@@ -66,8 +66,8 @@ class _FederatedForest(SimulatedFederation):
     compute: Any
     """Where each party does its row work: None (in process), "local:N" (a LocalCluster of N workers for
     the fit), a Dask scheduler address, or a `distributed.Client` (`fedcore.compute`). Every party's rows
-    go to that cluster in blocks of `block_rows` rows; the forest is the in-process one. Classification
-    only, plain or encrypted labels (issue #29)."""
+    go to that cluster in blocks of `block_rows` rows; the model is the in-process one (the forests and
+    boosting, either task, plain or encrypted labels; issue #29)."""
     block_rows: int | None
 
     def __init__(
@@ -153,7 +153,7 @@ class _FederatedForest(SimulatedFederation):
         return hashlib.sha256(f"fedforest-simulation-{random_state}".encode()).digest()
 
     def _compute(self) -> DaskCompute | Client | None:
-        """Where the fit runs (`compute`), or None in process (a forest of either task runs on Dask)."""
+        """Where the fit runs (`compute`), or None in process (every vertical model runs on Dask)."""
         compute = compute_from_spec(self.compute, self.block_rows)
         if compute is None:
             return None

@@ -13,14 +13,12 @@ import numpy as np
 import pytest
 
 from fedcore.compute.dask_vertical import (
-    BOOSTING_REFUSED,
     DaskVerticalRows,
     block_major,
     compact_labels,
     node_major,
 )
 from fedcore.data.split import split_vertical
-from fedcore.errors import ParameterError
 from fedcore.trees.partition import pack_nodes, unpack_nodes
 from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
 from tests.compute.workers import losable_cluster, lose_a_worker_on_call
@@ -231,12 +229,14 @@ def test_encrypted_labels_on_dask_grow_the_in_process_forest(mode, workers, task
                            for p in passive)
 
 
-@pytest.mark.parametrize("privacy", ["none", "ou"])
-def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy) -> None:
+@pytest.mark.parametrize(("privacy", "boosting"), [("none", False), ("ou", False), ("none", True)],
+                         ids=["forest", "forest ou", "boosting"])
+def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy, boosting) -> None:
     """Every institution's own config puts its party on a local cluster: the session's model is unchanged."""
     from fedcore.compute.cluster import DaskCompute, hold_shared
     from fedcore.data.scenario import make_vertical_scenario
     from fedcore.transport.inprocess import InProcessTransport
+    from fedcore.trees.boosting import BoostingParams
     from fedcore.trees.params import ForestParams
     from fedcore.vertical.session import VerticalSession
     from tests.vertical.test_session import _agents
@@ -248,8 +248,9 @@ def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy) 
         agents = _agents(scenario, tmp_path / str(on_dask), new_batch=False, **settings)
         release = hold_shared(settings["compute"]) if on_dask else None  # as an agent server holds it
         transport = InProcessTransport({n: a.handle for n, a in agents.items()})
-        params = ForestParams(n_estimators=4 if privacy == "none" else 2, max_depth=5, random_state=1,
-                              privacy=privacy, key_bits=None if privacy == "none" else 2048)
+        params = (BoostingParams(n_estimators=3, max_depth=4, subsample=0.8, random_state=1) if boosting
+                  else ForestParams(n_estimators=4 if privacy == "none" else 2, max_depth=5, random_state=1,
+                                    privacy=privacy, key_bits=None if privacy == "none" else 2048))
         session = VerticalSession(transport, params,
                                   holdout_fraction=0.25, min_overlap=100)
         session.align()
@@ -275,23 +276,6 @@ def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy) 
         assert models[0][name].tobytes() == models[1][name].tobytes(), name
 
 
-def test_a_dask_party_refuses_a_boosting_session() -> None:
-    """A party whose rows are on Dask refuses a master's boosting setup (gradient statistics), naming #29."""
-    from fedcore.errors import ProtocolError
-    from fedcore.protocol.messages import Message
-    from fedcore.trees.criteria import GRADIENT
-    from fedcore.vertical.party import VerticalParty
-
-    frame = mixed_table(n_rows=50, seed=1, task="regression")
-    party = VerticalParty("north", frame, "target")
-    party.rows = DaskVerticalRows(party.features, client=None, block_rows=20)  # type: ignore[arg-type]
-    setup = Message("setup", {"criterion": GRADIENT, "max_bins": 16, "binning_seed": 0})
-    with pytest.raises(ProtocolError) as error:
-        party.handle(setup)
-    assert str(error.value) == f"party 'north' refuses the request: {BOOSTING_REFUSED}"
-    assert "issue #29" in BOOSTING_REFUSED
-
-
 def test_simulate_on_dask_reports_the_single_party_run_identical(three_workers) -> None:
     from fedcore.simulation import simulate_vertical
 
@@ -301,7 +285,7 @@ def test_simulate_on_dask_reports_the_single_party_run_identical(three_workers) 
     regression = simulate_vertical(mixed_table(seed=6, task="regression"), "target", task="regression",
                                    trees=2, compute=three_workers)
     assert regression["single_party_identical"] is True
-    with pytest.raises(ParameterError) as error:
-        simulate_vertical(table, "target", trees=2, algorithm="boosting", compute=three_workers)
-    assert str(error.value) == BOOSTING_REFUSED
+    boosted = simulate_vertical(table, "target", trees=2, max_depth=3, algorithm="boosting",
+                                compute=three_workers)
+    assert boosted["single_party_identical"] is True
 
