@@ -12,11 +12,11 @@ party's bytes whatever the workers and the order the blocks' tasks run in.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedcore.compute.blocks import per_worker_sums, worker_homes
 from fedcore.compute.dask_rows import DaskPartyRows
 from fedcore.horizontal.boosting.bins import AgreedBins
 from fedcore.horizontal.boosting.fixedpoint import abs_totals
@@ -119,15 +119,15 @@ class DaskBoostingRows(DaskPartyRows):
         previous = self.states if self.states is not None else [None] * len(self.blocks)
         self.states = self._map(_round, previous, self.data, link=loss.link, base=base, trees=trees)
         results = self._gather(self._map(_abs_totals, self.states))
-        held = self.client.who_has(self.states)  # where the levels' block tasks will run (a hint only)
-        self.homes = [min(held.get(f.key, ()), default="") for f in self.states]
+        self.homes = worker_homes(self.client, self.states)  # where the levels' block tasks will run
         return sum(results[1:], results[0])
 
     def histograms(self, compute: np.ndarray) -> np.ndarray:
         """The open nodes' histograms: one task per block, summed on each worker, then here."""
         assert self.states is not None, "a round starts before its levels"
-        return self._summed(self._map(_histograms, self.parts, self.codes, self.states, compute=compute,
-                                      width=self.bins.width))
+        blocks = self._map(_histograms, self.parts, self.codes, self.states, compute=compute,
+                           width=self.bins.width)
+        return _total(*self._gather(per_worker_sums(self.client, blocks, self.homes, _total)))
 
     def get_margins(self) -> np.ndarray:
         """Every row's margins, gathered from the blocks in block order (a checkpoint's)."""
@@ -139,18 +139,3 @@ class DaskBoostingRows(DaskPartyRows):
         """A checkpoint's margins, each block's slice inside its task (the lineage holds it)."""
         margins = np.asarray(margins, dtype=np.float64)
         self.states = self._map(_restored, [margins[b.start:b.stop] for b in self.blocks])
-
-    def _summed(self, futures: list[Future]) -> np.ndarray:
-        """Blocks' int64 arrays summed where they are, one task per worker, then here (exact in any order).
-
-        Submitted with the blocks' tasks, no round trip between: each sum is placed on the worker its blocks'
-        states were on at the round's start; a worker lost since is no error (Dask runs the sum elsewhere).
-        """
-        where: dict[str, list[Any]] = defaultdict(list)
-        homes = self.homes if len(self.homes) == len(futures) else [""] * len(futures)
-        for home, future in zip(homes, futures, strict=True):
-            where[home].append(future)
-        sums = [self.client.submit(_total, *group, pure=False, workers=[worker] if worker else None,
-                                   allow_other_workers=bool(worker))
-                for worker, group in sorted(where.items())]
-        return _total(*self._gather(sums))

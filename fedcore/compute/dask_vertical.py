@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore.compute import DEFAULT_BLOCK_ROWS
-from fedcore.compute.blocks import Block, frame_blocks, rebuildable
+from fedcore.compute.blocks import Block, frame_blocks, per_worker_sums, rebuildable, worker_homes
 from fedcore.compute.level_clock import LevelClock
 from fedcore.data.binning import PartyBinner
 from fedcore.privacy.packing import encrypted_bin_sums, weight_powers
@@ -477,15 +477,8 @@ class DaskVerticalRows:
         """
         if not results:
             return sum_histograms([], n_pairs), np.zeros(totals_shape, np.int64)
-        where = self.client.who_has(self.codes) if self.codes else {}
-        groups: dict[str, list[int]] = {}
-        for i in range(len(results)):
-            holders = where.get(self.codes[i].key, ()) if self.codes else ()
-            groups.setdefault(holders[0] if holders else "", []).append(i)
-        partial = [self.client.submit(_summed, n_pairs, *[results[i] for i in members], pure=False,
-                                      workers=[worker] if worker else None, allow_other_workers=bool(worker))
-                   for worker, members in sorted(groups.items(), key=lambda g: g[1][0])]
-        return _summed(n_pairs, *self.client.gather(partial))
+        sums = per_worker_sums(self.client, results, worker_homes(self.client, self.codes), _summed, n_pairs)
+        return _summed(n_pairs, *self.client.gather(sums))
 
     def split_bits(self, pos: np.ndarray, c: NodeSplits) -> np.ndarray:
         """The in-process `partition_bits` message: the blocks' bits per node, concatenated in block order."""
