@@ -3,8 +3,9 @@
 `DaskPartyRows` (the blocks, their partitions, the per-level tasks) plus boosting's per-row state, as
 futures per block: the block's bin codes (made once from its rows), and each round's (margins, fixed-point
 (g, h)), made on the worker from the round before's state, the block's rows and labels, and the round's
-base score or the round before's trees (which travel inside the task). Lineage: a lost worker's states are
-rebuilt by replaying the rounds from the base score. The functions the workers run are the in-process
+base score or the round before's trees (once per round, a future of its own every block's task takes:
+`DaskPartyRows._once`). Lineage: a lost worker's states are rebuilt by replaying the rounds from the base
+score (each round's trees from the task that holds them). The functions the workers run are the in-process
 party's (`fedcore.horizontal.boosting.rows`); a block's histograms are int64, summed on each worker over its
 blocks and then here (the base score's few integers per block here), so the replies are the in-process
 party's bytes whatever the workers and the order the blocks' tasks run in.
@@ -117,7 +118,8 @@ class DaskBoostingRows(DaskPartyRows):
     def start_round(self, loss: Loss, base: np.ndarray | None, trees: HorizontalForest | None) -> np.ndarray:
         """Each block's state of the round, on its worker; the |q| totals of the party's (g, h)."""
         previous = self.states if self.states is not None else [None] * len(self.blocks)
-        self.states = self._map(_round, previous, self.data, link=loss.link, base=base, trees=trees)
+        shared = None if trees is None else self._once(trees)  # once per round, not pickled per block
+        self.states = self._map(_round, previous, self.data, link=loss.link, base=base, trees=shared)
         results = self._gather(self._map(_abs_totals, self.states))
         self.homes = worker_homes(self.client, self.states)  # where the levels' block tasks will run
         return sum(results[1:], results[0])
