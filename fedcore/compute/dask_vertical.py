@@ -93,6 +93,11 @@ BOOSTING_REFUSED = ("vertical boosting runs in process only so far: a Dask party
 """Why a vertical Dask party refuses boosting."""
 
 
+PENDING_SPLITS = ("a level's splits before the last level's were applied: split() comes once per level, "
+                  "then best_splits, split_bits or encrypted_bin_sums applies it")
+"""Why `DaskVerticalRows.split` refuses a second split in a row."""
+
+
 def boosting_refusal(task: str) -> str | None:
     """Vertical boosting's refusal on Dask, whatever the task (the algorithm registry's `dask_refusal`).
 
@@ -410,8 +415,11 @@ class DaskVerticalRows:
         """Apply the level's merged bitmaps: each block's rows' bits go to its next task, which splits it.
 
         That is the next level's `_level` task (one task per block and level), or a `_split` task of its own
-        when something else needs the partitions first (`_applied`).
+        when something else needs the partitions first (`_applied`). Refused while the last level's splits
+        are still pending: they would be lost.
         """
+        if self._pending is not None:
+            raise RuntimeError(PENDING_SPLITS)
         self.clock.level()  # the next level starts with its partition
         idx = np.flatnonzero(split_mask)
         counts = self.counts[:, idx]
