@@ -63,7 +63,7 @@ import numpy as np
 import pandas as pd
 
 from fedcore.compute import DEFAULT_BLOCK_ROWS
-from fedcore.compute.blocks import Block, frame_blocks, rebuildable
+from fedcore.compute.blocks import Block, frame_blocks, per_worker_sums, rebuildable, worker_homes
 from fedcore.compute.level_clock import LevelClock
 from fedcore.data.binning import PartyBinner
 from fedcore.privacy.packing import encrypted_bin_sums, weight_powers
@@ -96,6 +96,11 @@ Csr = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 Split = tuple[np.ndarray, np.ndarray, np.ndarray]
 """A block's share of a level's splits: its packed bits (node after node), their byte offsets, the mask."""
+
+PENDING_SPLITS = ("a level's splits before the last level's were applied: split() comes once per level, "
+                  "then best_splits, split_bits or encrypted_bin_sums applies it")
+"""Why `DaskVerticalRows.split` refuses a second split in a row."""
+
 
 def compact_labels(y: np.ndarray) -> np.ndarray:
     """`y` in the narrowest type that holds it exactly: class codes below 256 (65,536) as uint8 (uint16).
@@ -431,8 +436,11 @@ class DaskVerticalRows:
         """Apply the level's merged bitmaps: each block's rows' bits go to its next task, which splits it.
 
         That is the next level's `_level` task (one task per block and level), or a `_split` task of its own
-        when something else needs the partitions first (`_applied`).
+        when something else needs the partitions first (`_applied`). Refused while the last level's splits
+        are still pending: they would be lost.
         """
+        if self._pending is not None:
+            raise RuntimeError(PENDING_SPLITS)
         self.clock.level()  # the next level starts with its partition
         idx = np.flatnonzero(split_mask)
         counts = self.counts[:, idx]
@@ -496,15 +504,8 @@ class DaskVerticalRows:
         """
         if not results:
             return sum_histograms([], n_pairs), np.zeros(totals_shape, np.int64)
-        where = self.client.who_has(self.codes) if self.codes else {}
-        groups: dict[str, list[int]] = {}
-        for i in range(len(results)):
-            holders = where.get(self.codes[i].key, ()) if self.codes else ()
-            groups.setdefault(holders[0] if holders else "", []).append(i)
-        partial = [self.client.submit(_summed, n_pairs, *[results[i] for i in members], pure=False,
-                                      workers=[worker] if worker else None, allow_other_workers=bool(worker))
-                   for worker, members in sorted(groups.items(), key=lambda g: g[1][0])]
-        return _summed(n_pairs, *self.client.gather(partial))
+        sums = per_worker_sums(self.client, results, worker_homes(self.client, self.codes), _summed, n_pairs)
+        return _summed(n_pairs, *self.client.gather(sums))
 
     def split_bits(self, pos: np.ndarray, c: NodeSplits) -> np.ndarray:
         """The in-process `partition_bits` message: the blocks' bits per node, concatenated in block order."""

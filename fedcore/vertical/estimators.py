@@ -163,7 +163,10 @@ class _FederatedForest(SimulatedFederation):
 
     def _predict_values(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:
         n_rows = self._load_rows(parties)
-        return self.master_.predict_values(n_rows, method or self.prediction, self.predict_batch_rows)
+        try:
+            return self.master_.predict_values(n_rows, method or self.prediction, self.predict_batch_rows)
+        finally:
+            self.transport_.close()  # the rounds' threads end with the prediction
 
     def _load_rows(self, parties: PartyFrames) -> int:
         """Give every party its columns of the rows to predict (checked against the model); their count."""

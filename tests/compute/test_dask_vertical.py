@@ -183,6 +183,34 @@ def test_a_dask_party_keeps_its_labels_only_on_the_workers_one_byte_a_row(one_wo
     rows.close()
 
 
+def test_a_second_split_before_the_first_is_applied_is_refused(one_worker) -> None:
+    """The last level's splits wait for the next level's tasks; another split() would overwrite them."""
+    from fedcore.compute.dask_vertical import PENDING_SPLITS
+    from fedcore.trees.partition import node_byte_lengths, offsets_from_lengths
+
+    parties = _parties(n_parties=2)
+    rows = DaskVerticalRows(parties[1].drop(columns=["id"], errors="ignore"), one_worker, BLOCK)
+    rows.set_labels(np.zeros(rows.n_rows, np.int64))
+    rows.begin_batch(seed=0, trees=[0], n_draws=None)
+
+    def all_left() -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # every open node splits, its rows left
+        sizes = rows.node_sizes()
+        lengths = node_byte_lengths(0, sizes)
+        bits = [np.packbits(np.ones(n, bool)) for n in sizes]
+        return np.ones(len(sizes), bool), np.concatenate(bits), offsets_from_lengths(lengths)
+
+    rows.split(*all_left())
+    assert rows.node_sizes().tolist() == [rows.n_rows, 0]
+    with pytest.raises(RuntimeError) as error:
+        rows.split(*all_left())
+    assert str(error.value) == PENDING_SPLITS
+    assert rows.node_sizes().tolist() == [rows.n_rows, 0]  # refused before anything changed
+    rows._applied()  # the pending splits applied: the next level's split is taken
+    rows.split(*all_left())
+    assert rows.node_sizes().tolist() == [rows.n_rows, 0, 0, 0]
+    rows.close()
+
+
 @pytest.mark.timeout(120)
 def test_a_worker_lost_mid_forest_still_gives_the_same_forest(monkeypatch) -> None:
     parties = _parties(seed=4)

@@ -7,6 +7,8 @@ passive parties receive the rounds' (g, h) and never the labels.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -65,9 +67,13 @@ def test_parties_answering_side_by_side_grow_the_model_of_parties_answering_in_t
     in_turn, frames, _ = _fit("softmax", 3)
     assert not in_turn.transport_.concurrent
     monkeypatch.setattr(FederatedBoostingClassifier, "_concurrent_parties", True)
+    threads = set(threading.enumerate())
     side_by_side, _, _ = _fit("softmax", 3)
     assert side_by_side.transport_.concurrent
     assert _model_bytes(in_turn, frames) == _model_bytes(side_by_side, frames)
+    # the fit and the predictions each closed the transport: none of its round threads is left
+    left = set(threading.enumerate()) - threads
+    assert not [t.name for t in left if t.name.startswith("fedforest-inprocess")]
 
 
 @pytest.mark.parametrize("loss", list(LOSSES))
