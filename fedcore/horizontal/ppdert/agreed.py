@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 
 import numpy as np
 
@@ -34,15 +35,18 @@ def candidate_draws(seed: int, act_tree: np.ndarray, depth: int, n_features: int
     """
     trees = np.ascontiguousarray(act_tree, dtype=np.int64)
     key = (int(seed), int(depth), int(n_features), int(k), trees.tobytes())
-    if key not in _RECENT:
-        _RECENT[key] = _draws(int(seed), trees, int(depth), int(n_features), int(k))
-        while len(_RECENT) > _KEPT_LEVELS:
-            _RECENT.pop(next(iter(_RECENT)), None)
-    features, u = _RECENT[key]
+    with _LOCK:  # parties may answer side by side, in threads (`InProcessTransport(concurrent=True)`)
+        drawn = _RECENT.get(key)
+        if drawn is None:
+            drawn = _RECENT[key] = _draws(int(seed), trees, int(depth), int(n_features), int(k))
+            while len(_RECENT) > _KEPT_LEVELS:
+                del _RECENT[next(iter(_RECENT))]
+    features, u = drawn
     return features.copy(), u.copy()
 
 
 _KEPT_LEVELS = 4
+_LOCK = threading.Lock()
 _RECENT: dict[tuple[int, int, int, int, bytes], tuple[np.ndarray, np.ndarray]] = {}
 """The draws of the last `_KEPT_LEVELS` distinct levels asked for, oldest first: a pure function's results,
 keyed by every argument (the open nodes' trees as bytes, not a hash a hostile request could collide)."""
