@@ -20,11 +20,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 FILE_NAME = "dp_accounting.json"
 _kept: dict[str, float] | None = None
+_LOCK = threading.Lock()
 
 
 def gaussian_delta(epsilon: float, multiplier: float) -> float:
@@ -52,14 +54,15 @@ def remembered(question: str, arguments: tuple[float, ...], ask: Callable[[], fl
     `version` names what answers (dp-accounting's version and settings): answers of another are not reused.
     """
     key = "|".join((question, *(repr(float(a)) for a in arguments), version))
-    kept = _load()
-    answer = kept.get(key)
-    if isinstance(answer, float) and holds(answer):
+    with _LOCK:  # parties of one process may plan side by side, in threads
+        kept = _load()
+        answer = kept.get(key)
+        if isinstance(answer, float) and holds(answer):
+            return answer
+        answer = float(ask())
+        kept[key] = answer
+        _store(kept)
         return answer
-    answer = float(ask())
-    kept[key] = answer
-    _store(kept)
-    return answer
 
 
 def _path() -> Path | None:
