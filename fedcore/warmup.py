@@ -23,13 +23,17 @@ import pandas as pd
 
 
 def warm_table(n_rows: int = 240, seed: int = 0) -> pd.DataFrame:
-    """A small table with what real tables have: numbers, a category, missing values, two labels."""
+    """A small table with what real tables have: numbers, a category, missing values, three labels.
+
+    `y` has two classes, `class3` three (boosting's softmax kernels), `target` is a number.
+    """
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n_rows, 3))
     x[rng.random(n_rows) < 0.05, 0] = np.nan
     colour = pd.Categorical(rng.choice(["red", "green", "blue"], n_rows))
     return pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "c": x[:, 2], "colour": colour,
-                         "y": (x[:, 1] + x[:, 2] > 0).astype(int), "target": x[:, 1] * 2.0 + x[:, 2]})
+                         "y": (x[:, 1] + x[:, 2] > 0).astype(int), "target": x[:, 1] * 2.0 + x[:, 2],
+                         "class3": np.digitize(x[:, 1] - x[:, 2], [-0.5, 0.5])})
 
 
 MEASURED_S = 100
@@ -42,7 +46,12 @@ quiet machine: the estimate is kept)."""
 
 
 def warm_steps() -> list[tuple[str, Callable[[], object]]]:
-    """Each engine mode's kernel group, as (name, fit and predict tiny forests on `warm_table`)."""
+    """Each engine mode's kernel group, as (name, fit and predict tiny forests on `warm_table`).
+
+    Each step also predicts a single row: a column-major table of one row is C-contiguous too, which numba
+    types as another array layout, so the prediction kernels compiled again for it (an online scorer's first
+    one-row request paid seconds; so did the suite's one-row cases).
+    """
     from fedcore.data.split import split_horizontal, split_vertical
     from fedcore.horizontal.boosting.estimators import HorizontalBoostingClassifier
     from fedcore.horizontal.estimators import (
@@ -54,20 +63,28 @@ def warm_steps() -> list[tuple[str, Callable[[], object]]]:
     from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
 
     table = warm_table()
-    classes, values = table.drop(columns=["target"]), table.drop(columns=["y"])
+    classes, values = table.drop(columns=["target", "class3"]), table.drop(columns=["y", "class3"])
+    three_classes = table.drop(columns=["y", "target"])
 
     VerticalEstimator = FederatedForestClassifier | FederatedForestRegressor | FederatedBoostingClassifier
 
     def vertical(model: VerticalEstimator, frame: pd.DataFrame, label: str) -> Callable[[], object]:
-        return lambda: model.fit(split_vertical(frame, 2, label=label), label=label).predict(
-            split_vertical(frame.drop(columns=[label]), 2))
+        def fit_and_predict() -> object:
+            fitted = model.fit(split_vertical(frame, 2, label=label), label=label)
+            features = frame.drop(columns=[label])
+            fitted.predict(split_vertical(features.head(1), 2))  # one row: see warm_steps
+            return fitted.predict(split_vertical(features, 2))
+        return fit_and_predict
 
     HorizontalEstimator = (FederatedExtraTreesClassifier | FederatedExtraTreesRegressor | PPDERTClassifier
                            | HorizontalBoostingClassifier)
 
     def horizontal(model: HorizontalEstimator, frame: pd.DataFrame, label: str) -> Callable[[], object]:
-        return lambda: model.fit(split_horizontal(frame, 2, seed=0), label=label).predict(
-            frame.drop(columns=[label]))
+        def fit_and_predict() -> object:
+            fitted = model.fit(split_horizontal(frame, 2, seed=0), label=label)
+            fitted.predict(frame.drop(columns=[label]).head(1))  # one row: see warm_steps
+            return fitted.predict(frame.drop(columns=[label]))
+        return fit_and_predict
 
     ranges = {c: (float(table[c].min()), float(table[c].max())) for c in ("a", "b", "c")}
     steps = [("vertical classification",
@@ -89,8 +106,9 @@ def warm_steps() -> list[tuple[str, Callable[[], object]]]:
               ("vertical boosting",
                vertical(FederatedBoostingClassifier(n_estimators=2, max_depth=3), classes, "y")),
               ("horizontal boosting",
+               # three classes: softmax, whose loss kernels the vertical label holder shares
                horizontal(HorizontalBoostingClassifier(n_estimators=2, max_depth=3, feature_ranges=ranges),
-                          classes, "y")),
+                          three_classes, "class3")),
               # last: side by side, the horizontal process runs it after its own steps, when the vertical
               # kernels it shares are cached by the other process (`setting_groups`)
               ("vertical forest on dask", lambda: on_dask(lambda client: vertical(

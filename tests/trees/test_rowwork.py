@@ -81,7 +81,8 @@ def random_rows(rng, n_rows, n_features, n_classes, nan_share=0.15):
     X[:, 0] = np.nan  # a feature with no value at all
     rows = PartyRows.__new__(PartyRows)
     rows.name, rows.schema = "p", FakeSchema(n_classes)
-    rows.X, rows.y, rows.n_rows = X, rng.integers(0, n_classes, n_rows), n_rows
+    rows.X = np.asfortranarray(X)  # column-major, as `PartyRows` holds it (one compiled layout)
+    rows.y, rows.n_rows = rng.integers(0, n_classes, n_rows), n_rows
     rows.partition = RowPartition(n_rows)
     rows._codes, rows._in_batch = None, False
     return rows
@@ -223,7 +224,7 @@ def test_results_do_not_depend_on_the_number_of_threads() -> None:
 
 def test_split_nodes_is_stable_and_leaves_other_segments_alone() -> None:
     rng = np.random.default_rng(3)
-    X = rng.random((50, 2))
+    X = np.asfortranarray(rng.random((50, 2)))  # column-major, as the party holds it
     X[rng.random(50) < 0.2, 1] = np.nan
     order = rng.permutation(50).astype(np.int32)
     before = order.copy()
