@@ -215,4 +215,5 @@ def test_the_agents_cluster_is_quieter_than_dasks_defaults_unless_configured() -
         agent_dask_config()
         assert {key: dask.config.get(key) for key in AGENT_DASK_CONFIG} == {
             "distributed.comm.timeouts.tcp": "300s", "distributed.admin.tick.interval": "50ms",
-            "distributed.worker.profile.enabled": False, "distributed.admin.system-monitor.interval": "2s"}
+            "distributed.worker.profile.enabled": False, "distributed.admin.system-monitor.interval": "2s",
+            "distributed.scheduler.work-stealing": False}
