@@ -245,11 +245,12 @@ AGENT_DASK_CONFIG: dict[str, tuple[Any, Any]] = {
 process of an idle LocalCluster of 2 workers wakes up to check its event loop every 20 ms, sample its
 threads' stacks every 10 ms (workers) and poll psutil every 500 ms, all for diagnostics: 0.085 CPU seconds
 a second in all (agent with its scheduler and dashboard, nannies and workers), 0.024 with these
-(docs/benchmarks.md, issue #29), which a party pays through a whole session. The event loop's blocked-time warning still comes
-(`distributed.admin.tick.limit`), later; the workers' statistical profile (a dashboard page) is off. Work
-stealing is off: a block's tasks run where its codes and partition are (their dependencies place them), and
-a stolen task moved a whole block (a 250,000-row frame for a `bin` task) to a worker that looked idle while
-the other party's workers had the cores; a lost worker's tasks are still placed anew by the scheduler."""
+(docs/benchmarks.md, issue #29), which a party pays through a whole session. The event loop's blocked-time
+warning still comes (`distributed.admin.tick.limit`), later; the workers' statistical profile (a dashboard
+page) is off. Work stealing is off: a block's tasks run where its codes and partition are (their
+dependencies place them), and a stolen task moved a whole block (a 250,000-row frame for a `bin` task) to a
+worker that looked idle while the other party's workers had the cores; a lost worker's tasks are still
+placed anew by the scheduler."""
 
 
 def agent_dask_config() -> None:
