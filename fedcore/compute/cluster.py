@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import re
 import sys
 import threading
@@ -269,6 +270,18 @@ def agent_dask_config() -> None:
         dask.config.set(chosen)
 
 
+def _worker_environment(compute: DaskCompute) -> dict[str, Any]:
+    """A local worker process's numba threads: its Dask threads, unless NUMBA_NUM_THREADS is set here.
+
+    As Dask's nannies do for OpenMP, MKL and OpenBLAS (1 thread): without it every worker process ran its
+    parallel kernels on all the host's cores, 4 processes of 2 threads each on 2 cores (the benchmarks
+    always gave their workers 1, issue #29). In-process workers (threads) share this process's numba.
+    """
+    if not compute.processes or "NUMBA_NUM_THREADS" in os.environ:
+        return {}
+    return {"env": {"NUMBA_NUM_THREADS": str(compute.threads_per_worker)}}
+
+
 def _connect(compute: DaskCompute) -> Cluster:
     """A client to `compute`'s cluster: a scheduler reached within its timeout, or a new LocalCluster.
 
@@ -288,7 +301,7 @@ def _connect(compute: DaskCompute) -> Cluster:
         return Cluster(client, [client])
     cluster = LocalCluster(n_workers=compute.workers, threads_per_worker=compute.threads_per_worker,
                            memory_limit=compute.memory_limit or "auto", processes=compute.processes,
-                           dashboard_address=":0")
+                           dashboard_address=":0", **_worker_environment(compute))
     client = Client(cluster, set_as_default=False)
     return Cluster(client, [client, cluster])
 
