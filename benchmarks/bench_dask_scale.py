@@ -62,9 +62,9 @@ from benchmarks.vertical_parties import write_parties
 def _cluster(args: argparse.Namespace, memory_limit: str | int | None):
     from distributed import Client, LocalCluster
 
-    from fedcore.compute.cluster import patient_comms
+    from fedcore.compute.cluster import agent_dask_config
 
-    patient_comms()  # as an agent's own cluster (`fedcore.compute.cluster._connect`)
+    agent_dask_config()  # as an agent's own cluster (`fedcore.compute.cluster._connect`)
     cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
                            dashboard_address=":0", memory_limit=memory_limit or "auto",
                            env={"NUMBA_NUM_THREADS": "1"})

@@ -90,9 +90,9 @@ def serve_party(args: argparse.Namespace, p: int, on_dask: bool, certs: str, que
     if on_dask:
         from distributed import Client, LocalCluster
 
-        from fedcore.compute.cluster import patient_comms
+        from fedcore.compute.cluster import agent_dask_config
 
-        patient_comms()  # as an agent's own cluster (`fedcore.compute.cluster._connect`)
+        agent_dask_config()  # as an agent's own cluster (`fedcore.compute.cluster._connect`)
         cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
                                dashboard_address=":0", memory_limit=args.limit or "auto",
                                env={"NUMBA_NUM_THREADS": "1"})

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import re
 import sys
 import threading
@@ -234,17 +235,51 @@ event loop unread for longer than 30 s; the kernel then times out its client's c
 is lost. A process that really died is still found by Dask's heartbeats."""
 DASK_DEFAULT_TCP_TIMEOUT = "30s"
 
+AGENT_DASK_CONFIG: dict[str, tuple[Any, Any]] = {
+    "distributed.comm.timeouts.tcp": (DASK_DEFAULT_TCP_TIMEOUT, AGENT_TCP_TIMEOUT),
+    "distributed.admin.tick.interval": ("20ms", "1s"),
+    "distributed.worker.profile.enabled": (True, False),
+    "distributed.admin.system-monitor.interval": ("500ms", "2s"),
+    "distributed.scheduler.work-stealing": (True, False),
+}
+"""Per Dask setting, (Dask's default, the agent's): the TCP timeout above, and a quieter cluster. Every
+process of an idle LocalCluster of 2 workers wakes up to check its event loop every 20 ms, sample its
+threads' stacks every 10 ms (workers) and poll psutil every 500 ms, all for diagnostics: 0.085 CPU seconds
+a second in all (agent with its scheduler and dashboard, nannies and workers), 0.024 with these
+(docs/benchmarks.md, issue #29), which a party pays through a whole session. The event loop's blocked-time
+warning still comes (`distributed.admin.tick.limit`), later; the workers' statistical profile (a dashboard
+page) is off. Work stealing is off: a block's tasks run where its codes and partition are (their
+dependencies place them), and a stolen task moved a whole block (a 250,000-row frame for a `bin` task) to a
+worker that looked idle while the other party's workers had the cores; a lost worker's tasks are still
+placed anew by the scheduler."""
 
-def patient_comms() -> None:
-    """Raise this process's `distributed.comm.timeouts.tcp` to AGENT_TCP_TIMEOUT, unless it was configured.
+
+def agent_dask_config() -> None:
+    """This process's Dask settings to AGENT_DASK_CONFIG's, each one unless it was configured.
 
     Process-wide, before the cluster's first connection: the client's, the scheduler's, and the local
-    workers' (their nannies pass the configuration on). A value other than Dask's default is left alone.
+    workers' (their nannies pass the configuration on). A value other than Dask's default is left alone. A
+    remote cluster's scheduler and workers keep their own configuration (deployments/README.md).
     """
     import dask
+    import distributed  # noqa: F401  (its defaults join dask.config on import)
 
-    if dask.config.get("distributed.comm.timeouts.tcp") == DASK_DEFAULT_TCP_TIMEOUT:
-        dask.config.set({"distributed.comm.timeouts.tcp": AGENT_TCP_TIMEOUT})
+    chosen = {key: ours for key, (default, ours) in AGENT_DASK_CONFIG.items()
+              if dask.config.get(key) == default}
+    if chosen:
+        dask.config.set(chosen)
+
+
+def _worker_environment(compute: DaskCompute) -> dict[str, Any]:
+    """A local worker process's numba threads: its Dask threads, unless NUMBA_NUM_THREADS is set here.
+
+    As Dask's nannies do for OpenMP, MKL and OpenBLAS (1 thread): without it every worker process ran its
+    parallel kernels on all the host's cores, 4 processes of 2 threads each on 2 cores (the benchmarks
+    always gave their workers 1, issue #29). In-process workers (threads) share this process's numba.
+    """
+    if not compute.processes or "NUMBA_NUM_THREADS" in os.environ:
+        return {}
+    return {"env": {"NUMBA_NUM_THREADS": str(compute.threads_per_worker)}}
 
 
 def _connect(compute: DaskCompute) -> Cluster:
@@ -255,7 +290,7 @@ def _connect(compute: DaskCompute) -> Cluster:
     """
     from distributed import Client, LocalCluster
 
-    patient_comms()
+    agent_dask_config()
     if compute.address is not None:
         try:
             client = Client(compute.address, timeout=compute.connect_timeout_s, set_as_default=False)
@@ -266,7 +301,7 @@ def _connect(compute: DaskCompute) -> Cluster:
         return Cluster(client, [client])
     cluster = LocalCluster(n_workers=compute.workers, threads_per_worker=compute.threads_per_worker,
                            memory_limit=compute.memory_limit or "auto", processes=compute.processes,
-                           dashboard_address=":0")
+                           dashboard_address=":0", **_worker_environment(compute))
     client = Client(cluster, set_as_default=False)
     return Cluster(client, [client, cluster])
 

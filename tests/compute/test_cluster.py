@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -185,13 +186,36 @@ def test_a_busy_agents_connections_wait_five_minutes_not_thirty_seconds() -> Non
             assert client_socket.getsockopt(socket.SOL_TCP, tcp_user_timeout) == 300_000
             assert cluster.client.run(lambda: dask.config.get("distributed.comm.timeouts.tcp")) == {
                 address: "300s" for address in cluster.client.scheduler_info()["workers"]}
+            assert cluster.client.run(lambda: dask.config.get("distributed.worker.profile.enabled")) == {
+                address: False for address in cluster.client.scheduler_info()["workers"]}
+            numba_threads = os.environ.get("NUMBA_NUM_THREADS", "1")  # the worker's 1 thread, unless set here
+            assert cluster.client.run(lambda: os.environ.get("NUMBA_NUM_THREADS")) == {
+                address: numba_threads for address in cluster.client.scheduler_info()["workers"]}
 
 
 def test_a_configured_tcp_timeout_is_left_alone() -> None:
     import dask
 
-    from fedcore.compute.cluster import patient_comms
+    from fedcore.compute.cluster import agent_dask_config
 
     with dask.config.set({"distributed.comm.timeouts.tcp": "45s"}):
-        patient_comms()
+        agent_dask_config()
         assert dask.config.get("distributed.comm.timeouts.tcp") == "45s"
+
+
+def test_the_agents_cluster_is_quieter_than_dasks_defaults_unless_configured() -> None:
+    """Issue #29: Dask's diagnostics (20 ms ticks, a 10 ms stack sampler, psutil every 500 ms) turned down."""
+    import dask
+
+    from fedcore.compute.cluster import AGENT_DASK_CONFIG, agent_dask_config
+
+    dasks = dask.config.merge(*dask.config.defaults)
+    assert {key: dask.config.get(key, config=dasks) for key in AGENT_DASK_CONFIG} == {
+        key: default for key, (default, _) in AGENT_DASK_CONFIG.items()}
+    defaults = {key: default for key, (default, _) in AGENT_DASK_CONFIG.items()}
+    with dask.config.set({**defaults, "distributed.admin.tick.interval": "50ms"}):  # restored after
+        agent_dask_config()
+        assert {key: dask.config.get(key) for key in AGENT_DASK_CONFIG} == {
+            "distributed.comm.timeouts.tcp": "300s", "distributed.admin.tick.interval": "50ms",
+            "distributed.worker.profile.enabled": False, "distributed.admin.system-monitor.interval": "2s",
+            "distributed.scheduler.work-stealing": False}

@@ -211,6 +211,23 @@ def test_a_second_split_before_the_first_is_applied_is_refused(one_worker) -> No
     rows.close()
 
 
+def test_a_blocks_labels_are_placed_where_its_codes_are(three_workers) -> None:
+    """Issue #29: labels (so the bootstrap's partitions) on the worker of the block's codes: none moves."""
+    from fedcore.data.binning import PartyBinner
+
+    parties = _parties(n_parties=2)
+    features = parties[1].drop(columns=["id"], errors="ignore")
+    rows = DaskVerticalRows(features, three_workers, BLOCK // 2)
+    rows.bin(PartyBinner(max_bins=16).fit(features))
+    rows.set_labels(np.arange(rows.n_rows) % 3)
+    three_workers.gather(rows.labels)
+    where = three_workers.who_has([*rows.codes, *rows.labels])
+    codes_at = [where[f.key] for f in rows.codes]
+    assert len(rows.blocks) >= 6 and len({w for at in codes_at for w in at}) > 1  # spread: placement matters
+    assert [where[f.key] for f in rows.labels] == codes_at
+    rows.close()
+
+
 @pytest.mark.timeout(120)
 def test_a_worker_lost_mid_forest_still_gives_the_same_forest(monkeypatch) -> None:
     parties = _parties(seed=4)
