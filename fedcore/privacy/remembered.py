@@ -33,8 +33,11 @@ def gaussian_delta(epsilon: float, multiplier: float) -> float:
     """The least delta at which a Gaussian of noise multiplier z (sigma / L2 sensitivity) is epsilon-DP.
 
     Balle and Wang's exact bound (see the module doc); NaN where it cannot be computed in floats (e^epsilon
-    overflowing), which no check passes.
+    overflowing) or the question has no such mechanism (a multiplier not finite and positive, an epsilon
+    not finite and non-negative: a planted -1e-9 gave a negative delta and passed), which no check passes.
     """
+    if not (math.isfinite(multiplier) and multiplier > 0 and math.isfinite(epsilon) and epsilon >= 0):
+        return math.nan
     try:
         a, b = -epsilon * multiplier, 1 / (2 * multiplier)
         return _phi(a + b) - math.exp(epsilon) * _phi(a - b)

@@ -373,6 +373,7 @@ def test_a_refused_child_and_a_late_narrowing_leave_the_other_boxes_alone() -> N
 def test_roles_in_one_process_draw_a_level_once_and_each_gets_its_own_copy(monkeypatch) -> None:
     from fedcore.horizontal.ppdert import agreed
 
+    monkeypatch.setattr(agreed, "_RECENT", {})  # no draw an earlier test of this process kept
     streams: list[tuple] = []
     real = agreed.stream
     monkeypatch.setattr(agreed, "stream", lambda *args: streams.append(args) or real(*args))

@@ -34,12 +34,26 @@ def _no_accountant():
     raise AssertionError("the accountant was asked")
 
 
+@pytest.mark.usefixtures("kept")  # not the checkout's own answers file
 def test_the_bound_is_exact_at_the_accountants_calibration():
     """The PLD accountant's multiplier meets the analytic bound; 0.01% less noise does not."""
     for epsilon, delta in ((0.5, 1e-6), (1.0, 1e-5), (4.0, 1e-9)):
         z = accounting.gaussian_noise_multiplier(epsilon, delta)
         assert gaussian_delta(epsilon, z) <= delta < gaussian_delta(epsilon, z * 0.9999)
     assert math.isnan(gaussian_delta(1000.0, 0.5))  # e^1000 overflows: nothing passes
+
+
+@pytest.mark.parametrize("planted", [-1.0, -1e-9, 0.0, math.inf, math.nan])
+def test_a_planted_multiplier_or_epsilon_that_is_no_mechanisms_is_asked_again(kept, monkeypatch, planted):
+    """A negative, zero or infinite multiplier (or epsilon) would remove the noise or fool the ledger."""
+    z = accounting.gaussian_noise_multiplier(1.0, 1e-6)
+    total = accounting.gaussian_epsilon(z, 1e-6)
+    kept.write_text(json.dumps({key: planted for key in json.loads(kept.read_text())}))
+    _next_process(monkeypatch)
+    assert math.isnan(gaussian_delta(1.0, planted))  # no multiplier passes
+    assert not gaussian_delta(planted, z) <= 1e-6  # nor an epsilon (0 is one, far below the true one)
+    assert accounting.gaussian_noise_multiplier(1.0, 1e-6) == z
+    assert accounting.gaussian_epsilon(z, 1e-6) == total
 
 
 def test_a_later_process_reuses_the_accountants_answers_without_asking_it(kept, monkeypatch):
