@@ -188,9 +188,9 @@ def test_a_busy_agents_connections_wait_five_minutes_not_thirty_seconds() -> Non
                 address: "300s" for address in cluster.client.scheduler_info()["workers"]}
             assert cluster.client.run(lambda: dask.config.get("distributed.worker.profile.enabled")) == {
                 address: False for address in cluster.client.scheduler_info()["workers"]}
-            numba_threads = os.environ.get("NUMBA_NUM_THREADS", "1")  # the worker's 1 thread, unless set here
-            assert cluster.client.run(lambda: os.environ.get("NUMBA_NUM_THREADS")) == {
-                address: numba_threads for address in cluster.client.scheduler_info()["workers"]}
+            numba_threads = int(os.environ.get("NUMBA_NUM_THREADS", "1"))  # its 1 thread, unless set here
+            assert cluster.client.run(lambda: __import__("numba").config.NUMBA_NUM_THREADS) == {
+                address: numba_threads for address in cluster.client.scheduler_info()["workers"]}  # in effect
 
 
 def test_a_configured_tcp_timeout_is_left_alone() -> None:
