@@ -250,9 +250,11 @@ class VerticalMaster(LevelStrategy):
         bounds = np.flatnonzero(np.diff(open_tree, prepend=-1, append=-1))
         for a, b in zip(bounds[:-1], bounds[1:], strict=True):
             tree = int(open_tree[a])
-            if p.feature_sampling == "tree":
-                rng = stream(p.random_state, "tree_features", tree)
-                chosen = np.sort(rng.permutation(n_features)[:k])
+            if p.feature_sampling == "tree":  # drawn at the tree's first level, kept for its batch
+                chosen = self._tree_features.get(tree)
+                if chosen is None:
+                    rng = stream(p.random_state, "tree_features", tree)
+                    chosen = self._tree_features[tree] = np.sort(rng.permutation(n_features)[:k])
                 out[a:b] = chosen
             else:
                 rng = stream(p.random_state, "features", tree, depth)
@@ -269,6 +271,7 @@ class VerticalMaster(LevelStrategy):
         if save_batch is not None:
             header["save_batch"] = save_batch  # parties checkpoint the batch they just finished
         self._batch_header: dict | None = header
+        self._tree_features: dict[int, np.ndarray] = {}  # feature_sampling "tree": each tree's candidates
         self._first_tree = trees[0]
         self._root_weight = np.zeros(len(trees))
         self._previous: dict[str, np.ndarray] | None = None
