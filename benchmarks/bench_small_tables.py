@@ -11,6 +11,12 @@ and scikit-learn's first calls included); rounds 2.. run the engines in turns in
 round 1 alone and the medians of the later rounds, wall and process CPU seconds (all threads), each as a
 ratio to ExtraTrees of the same round.
 
+Round 1 also pays Python compiling the source of every module imported late (numba's own, on its first
+kernel) when no bytecode is cached: with PYTHONDONTWRITEBYTECODE set and a venv installed without .pyc files
+(`pip install --no-compile`, as `make venv` does) that is every process, about 0.4 s of CPU more on the first
+kernel than a user's process sees once Python has written the bytecode. The summary line says which; for a
+read-only venv, `PYTHONPYCACHEPREFIX=<dir>` without PYTHONDONTWRITEBYTECODE keeps the bytecode elsewhere.
+
     .venv/bin/python -m benchmarks.bench_small_tables --data letter.parquet --label lettr [--repeat 3]
     .venv/bin/python -m benchmarks.bench_small_tables --categorical [--rows 8000] [--repeat 3]
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -96,10 +103,11 @@ def main() -> None:
                 runs[engine].append(_timed(model.fit, parties, label=label))
                 accuracy[engine] = float((model.predict(test.drop(columns=label)) == y_test).mean())
             print(f"{engine}: {runs[engine][-1][0]:.2f} s, CPU {runs[engine][-1][1]:.2f} s", flush=True)
+    bytecode = "not written (PYTHONDONTWRITEBYTECODE)" if sys.dont_write_bytecode else "written and reused"
     print(f"\n{platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; {name}: "
           f"{len(train)} training rows x {table.shape[1] - 1} columns ({X.shape[1]} for ExtraTrees), "
           f"{len(np.unique(y))} classes, {args.parties} parties, {args.trees} trees, fully grown, "
-          f"{args.repeat} rounds\n")
+          f"{args.repeat} rounds; Python bytecode {bytecode}\n")
     print(markdown_table([_row(engine, runs, accuracy[engine]) for engine in makers], digits=2))
 
 

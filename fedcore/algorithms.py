@@ -67,9 +67,6 @@ class Algorithm:
     fieldless_modes: tuple[str, ...] = ()
     """Modes it runs with none of their fields: there they configure another algorithm's engine (PPD-ERT's
     `thresholds` and `cells` under `secagg`), so any given, even at its default value, is refused."""
-    dask_refusal: str | None = None
-    """`(task) -> str | None`: why an institution's Dask party (`compute:`) cannot train it for `task`, or
-    None when it can; None here: every task runs on Dask."""
 
     @property
     def deployable(self) -> bool:
@@ -116,10 +113,6 @@ class Algorithm:
         """The centralised reference's metrics on `test`, trained on `train` with `params`."""
         return load(self.reference)(task, train, test, label, params)
 
-    def refuses_dask(self, task: str) -> str | None:
-        """Why a party on Dask cannot train it for `task` ("classification" or "regression"); None: it can."""
-        return None if self.dask_refusal is None else load(self.dask_refusal)(task)
-
     def open_session(self, config: FederationConfig, transport: Transport) -> MasterSession:
         """The master session `config` asks for, over a connected `transport`."""
         assert self.session is not None, "the config refuses an algorithm that is not deployable"
@@ -163,7 +156,6 @@ BOOSTING = Algorithm("boosting", "vertical", "Federated gradient boosting", ("no
                      params="fedcore.trees.boosting:BoostingParams",
                      parse_params="fedcore.trees.boosting:BoostingParams.from_vertical_config",
                      simulate=_SIMULATE_VERTICAL, reference=_REFERENCE + "reference_boosting",
-                     dask_refusal="fedcore.compute.dask_vertical:boosting_refusal",
                      estimators=("fedcore.vertical.boosting_estimators:FederatedBoostingClassifier",
                                  "fedcore.vertical.boosting_estimators:FederatedBoostingRegressor"),
                      session=_VERTICAL_SESSION, agent=_VERTICAL_AGENT)

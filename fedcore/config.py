@@ -382,7 +382,6 @@ def parse_config(raw: dict, path: Path) -> FederationConfig:
         algorithm.check_privacy_params(privacy, forest)
     except ParameterError as error:
         raise ConfigError(f"{path}: {error}") from error
-    _check_compute(institutions, algorithm, forest.task, path)
     federation = str(raw.get("federation", path.stem))
     # names that become folders and files are checked now, not after a whole training run
     _safe_name(training.model_name or federation,
@@ -525,18 +524,6 @@ def _check_fieldless(raw: object, privacy: PrivacySetting, algorithm: Algorithm,
             raise ConfigError(f"{path}: privacy: {algorithm.title} ({algorithm.setting}) runs mode "
                               f"{privacy.mode!r} without fields, got {given}: they configure another "
                               "algorithm's engine")
-
-
-def _check_compute(institutions: list[Institution], algorithm: Algorithm, task: str, path: Path) -> None:
-    """`compute: dask` runs a party's rows on a cluster; what it cannot run yet is refused here (issue #29).
-
-    The algorithm's entry says (`Algorithm.refuses_dask`): the horizontal forests run every mode, the
-    vertical forest either task (plain or encrypted labels); boosting, neither setting.
-    """
-    for inst in institutions:
-        cannot = algorithm.refuses_dask(task) if inst.compute is not None else None
-        if cannot is not None:
-            raise ConfigError(f"{path}: institution {inst.name!r}: {cannot}")
 
 
 def _check_labels(institutions: list[Institution], setting: str, path: Path) -> None:

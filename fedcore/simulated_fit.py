@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from fedcore.estimator_api import EstimatorBase, NotFittedError, check_fitted
 from fedcore.progress import ProgressCallback, end_line, progress_bar
+from fedcore.transport.base import Transport
 from fedcore.transport.inprocess import InProcessTransport
 from fedcore.trees.budget import resolve_budget
 
@@ -31,8 +32,9 @@ class _Member(Protocol):
 
 
 class _Master(Protocol):
-    """A master the estimator runs: its budget is set, then `fit` grows the forest."""
+    """A master the estimator runs: its budget is set, then `fit` grows the forest over its transport."""
 
+    transport: Transport
     shared_budget: int | None
     progress: ProgressCallback | None
     grower: Any  # the fit's LevelwiseGrower (None before one exists), which reports to `progress` too
@@ -79,6 +81,7 @@ class SimulatedFederation(EstimatorBase):
                 master.grower.progress = None
             if self.progress:
                 end_line()
+            master.transport.close()  # its round threads end with the fit
         self.fit_seconds_ = time.perf_counter() - started
         return fitted
 

@@ -11,15 +11,18 @@ level's per-block results combine in block order to the in-process party's resul
 Only Parquet metadata is read here (row counts per row group); the rows themselves are read by
 `load_block`, on the worker that holds the block. A database table or query is cut by its key instead
 (`fedcore.data.sql.key_blocks`: every block the rows between two keys, in key order).
+
+Blocks' integer results that only add up (histograms) are summed on each worker over the blocks it holds,
+then by the party (`per_worker_sums`), for the horizontal boosting and the vertical Dask parties alike.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -32,6 +35,7 @@ from fedcore.horizontal.schema import HorizontalSchema
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from distributed import Client, Future
     from pyarrow.fs import FileSystem
 
     from fedcore.data.sql import SqlBlock
@@ -142,6 +146,31 @@ def rebuildable(value: T) -> T:
     many blocks' tasks share (a level's large arrays, a model) and for the blocks' own inline data.
     """
     return value
+
+
+def worker_homes(client: Client, futures: Sequence[Future]) -> list[str]:
+    """Each future's worker now (the first by address of those holding it; "" if none): a placement hint."""
+    held = client.who_has(list(futures)) if futures else {}
+    return [min(held.get(f.key, ()), default="") for f in futures]
+
+
+def per_worker_sums(client: Client, futures: Sequence[Future], homes: Sequence[str],
+                    total: Callable, *args: Any) -> list[Future]:
+    """The blocks' results summed where they are: one `total(*args, *results)` task per worker.
+
+    `homes[i]`: where block i's result is (`worker_homes`; "" unknown, or all unknown when the lengths
+    differ). Submitted with the blocks' tasks (no round trip between), each placed on its worker but free to
+    run elsewhere, so a worker lost since is no error; a worker sends one sum rather than one result per
+    block. The caller adds up the sums with the same `total`, which must give the same result in any
+    grouping (integer sums).
+    """
+    groups: dict[str, list[Future]] = {}
+    known = homes if len(homes) == len(futures) else [""] * len(futures)
+    for home, future in zip(known, futures, strict=True):
+        groups.setdefault(home, []).append(future)
+    return [client.submit(total, *args, *group, pure=False, workers=[worker] if worker else None,
+                          allow_other_workers=bool(worker))
+            for worker, group in groups.items()]
 
 
 def read_block(block: Block, columns: list[str]) -> pd.DataFrame:

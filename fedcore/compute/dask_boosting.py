@@ -3,8 +3,9 @@
 `DaskPartyRows` (the blocks, their partitions, the per-level tasks) plus boosting's per-row state, as
 futures per block: the block's bin codes (made once from its rows), and each round's (margins, fixed-point
 (g, h)), made on the worker from the round before's state, the block's rows and labels, and the round's
-base score or the round before's trees (which travel inside the task). Lineage: a lost worker's states are
-rebuilt by replaying the rounds from the base score. The functions the workers run are the in-process
+base score or the round before's trees (once per round, a future of its own every block's task takes:
+`DaskPartyRows._once`). Lineage: a lost worker's states are rebuilt by replaying the rounds from the base
+score (each round's trees from the task that holds them). The functions the workers run are the in-process
 party's (`fedcore.horizontal.boosting.rows`); a block's histograms are int64, summed on each worker over its
 blocks and then here (the base score's few integers per block here), so the replies are the in-process
 party's bytes whatever the workers and the order the blocks' tasks run in.
@@ -12,11 +13,11 @@ party's bytes whatever the workers and the order the blocks' tasks run in.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedcore.compute.blocks import per_worker_sums, worker_homes
 from fedcore.compute.dask_rows import DaskPartyRows
 from fedcore.horizontal.boosting.bins import AgreedBins
 from fedcore.horizontal.boosting.fixedpoint import abs_totals
@@ -117,17 +118,18 @@ class DaskBoostingRows(DaskPartyRows):
     def start_round(self, loss: Loss, base: np.ndarray | None, trees: HorizontalForest | None) -> np.ndarray:
         """Each block's state of the round, on its worker; the |q| totals of the party's (g, h)."""
         previous = self.states if self.states is not None else [None] * len(self.blocks)
-        self.states = self._map(_round, previous, self.data, link=loss.link, base=base, trees=trees)
+        shared = None if trees is None else self._once(trees)  # once per round, not pickled per block
+        self.states = self._map(_round, previous, self.data, link=loss.link, base=base, trees=shared)
         results = self._gather(self._map(_abs_totals, self.states))
-        held = self.client.who_has(self.states)  # where the levels' block tasks will run (a hint only)
-        self.homes = [min(held.get(f.key, ()), default="") for f in self.states]
+        self.homes = worker_homes(self.client, self.states)  # where the levels' block tasks will run
         return sum(results[1:], results[0])
 
     def histograms(self, compute: np.ndarray) -> np.ndarray:
         """The open nodes' histograms: one task per block, summed on each worker, then here."""
         assert self.states is not None, "a round starts before its levels"
-        return self._summed(self._map(_histograms, self.parts, self.codes, self.states, compute=compute,
-                                      width=self.bins.width))
+        blocks = self._map(_histograms, self.parts, self.codes, self.states, compute=compute,
+                           width=self.bins.width)
+        return _total(*self._gather(per_worker_sums(self.client, blocks, self.homes, _total)))
 
     def get_margins(self) -> np.ndarray:
         """Every row's margins, gathered from the blocks in block order (a checkpoint's)."""
@@ -139,18 +141,3 @@ class DaskBoostingRows(DaskPartyRows):
         """A checkpoint's margins, each block's slice inside its task (the lineage holds it)."""
         margins = np.asarray(margins, dtype=np.float64)
         self.states = self._map(_restored, [margins[b.start:b.stop] for b in self.blocks])
-
-    def _summed(self, futures: list[Future]) -> np.ndarray:
-        """Blocks' int64 arrays summed where they are, one task per worker, then here (exact in any order).
-
-        Submitted with the blocks' tasks, no round trip between: each sum is placed on the worker its blocks'
-        states were on at the round's start; a worker lost since is no error (Dask runs the sum elsewhere).
-        """
-        where: dict[str, list[Any]] = defaultdict(list)
-        homes = self.homes if len(self.homes) == len(futures) else [""] * len(futures)
-        for home, future in zip(homes, futures, strict=True):
-            where[home].append(future)
-        sums = [self.client.submit(_total, *group, pure=False, workers=[worker] if worker else None,
-                                   allow_other_workers=bool(worker))
-                for worker, group in sorted(where.items())]
-        return _total(*self._gather(sums))

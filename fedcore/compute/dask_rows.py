@@ -192,7 +192,7 @@ class DaskPartyRows:
         """The order blocks' tasks are submitted in (results are combined in block order whatever it is)."""
         self.partition = _OpenNodes()
         self.parts: list[Future] = []
-        self._held: list[Future] = []  # the batch's large level arrays: the partitions' lineage
+        self._held: list[Future] = []  # the batch's large level arrays (boosting: the round's trees)
         self.permanent: list[Future] | None = None  # LDP: each block's permanent responses (`draw_permanent`)
         self.features = np.zeros((0, 0), np.int64)
         self.thresholds = np.zeros((0, 0))
@@ -277,14 +277,20 @@ class DaskPartyRows:
 
         Inline in the tasks while their copies, one per block, stay within `INLINE_BYTES` (no round trip to
         the scheduler; the scheduler keeps them with the tasks, so the partitions' lineage holds them);
-        larger ones once, in a task of their own (`blocks.rebuildable`: rebuilt like any task when a worker is
-        lost, which a scattered value is not), held until the batch ends.
+        larger ones once, in a task of their own (`_once`).
         """
         if self._round_start is None:
             self._round_start = time.perf_counter()
         arrays = value if isinstance(value, tuple) else (value,)
         if sum(a.nbytes for a in arrays) * max(len(self.blocks), 1) <= INLINE_BYTES:
             return value
+        return self._once(value)
+
+    def _once(self, value: Any) -> Future:
+        """`value` once on the cluster for many tasks: in a task of its own, held until a new batch starts.
+
+        `blocks.rebuildable`: rebuilt like any task when a worker is lost, which a scattered value is not.
+        """
         future = self.client.submit(rebuildable, value, pure=False)
         self._held.append(future)
         return future

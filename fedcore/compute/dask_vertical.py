@@ -39,9 +39,19 @@ order, so the encrypted histograms are the in-process ones. The label holder on 
 
 Regression: the label holder rounds its targets to their grid once (`fixed_targets`, every party's sums
 of weight x target then exact), and squared error's splits need only (w, wy) (`fedcore.trees.criteria`), so
-the blocks' sums are the in-process ones in any order. Boosting stays in process (`BOOSTING_REFUSED`): its
-gradients are on an exact grid too (`fedcore.trees.fixed_gradients`), so block sums would be order-free, but
-the block tasks do not yet receive a round's gradients.
+the blocks' sums are the in-process ones in any order.
+
+Boosting: a round's (g, h) are on the round's power-of-two grid (`fedcore.trees.fixed_gradients`: integers
+times 2^e, every sum over the rows below 2^53 times 2^e), so the blocks' float64 (count, G, H) sums, on each
+worker and then here, are exact and the in-process ones in any order (the same fixed-point idea as horizontal
+boosting's int64 histograms, on the grid the in-process vertical model already sums: horizontal's 2^-24
+steps would change that model). Each round's (g, h) travel to the blocks inside their bootstrap tasks
+(`begin_batch`'s `targets`, a block's slice of every tree's). The label holder's rows learn their leaf
+weights where they are: per level one task per block gives the block's open nodes' rows their nodes'
+weights (`fedcore.vertical.boosting.record_leaves`, on a copy), and the next round gathers them, in block
+order, to add to the margins. SecureBoost's passive party gets each round's (g, h) ciphertexts per block
+(each tree's rows of the block, tree after tree, as `PassiveCrypto.per_tree` reads them in process), and its
+blocks' encrypted bin sums merge as a forest's.
 """
 
 from __future__ import annotations
@@ -53,12 +63,11 @@ import numpy as np
 import pandas as pd
 
 from fedcore.compute import DEFAULT_BLOCK_ROWS
-from fedcore.compute.blocks import Block, frame_blocks, rebuildable
+from fedcore.compute.blocks import Block, frame_blocks, per_worker_sums, rebuildable, worker_homes
 from fedcore.compute.level_clock import LevelClock
 from fedcore.data.binning import PartyBinner
 from fedcore.privacy.packing import encrypted_bin_sums, weight_powers
 from fedcore.randomness import bootstrap_chunk_totals
-from fedcore.trees.criteria import GRADIENT
 from fedcore.trees.level_histograms import derive_histograms, subtraction_plan, worth_keeping
 from fedcore.trees.partition import (
     SamplePartition,
@@ -74,6 +83,7 @@ from fedcore.trees.splitting import (
     node_statistics,
     sum_histograms,
 )
+from fedcore.vertical.boosting import record_leaves
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -87,18 +97,9 @@ Csr = tuple[np.ndarray, np.ndarray, np.ndarray]
 Split = tuple[np.ndarray, np.ndarray, np.ndarray]
 """A block's share of a level's splits: its packed bits (node after node), their byte offsets, the mask."""
 
-BOOSTING_REFUSED = ("vertical boosting runs in process only so far: a Dask party's block tasks do not "
-                    "yet take each round's gradients (issue #29); remove compute: dask (or compute=) for "
-                    "boosting")
-"""Why a vertical Dask party refuses boosting."""
-
-
-def boosting_refusal(task: str) -> str | None:
-    """Vertical boosting's refusal on Dask, whatever the task (the algorithm registry's `dask_refusal`).
-
-    The forest has none: it runs on Dask for either task, in any privacy mode.
-    """
-    return BOOSTING_REFUSED
+PENDING_SPLITS = ("a level's splits before the last level's were applied: split() comes once per level, "
+                  "then best_splits, split_bits or encrypted_bin_sums applies it")
+"""Why `DaskVerticalRows.split` refuses a second split in a row."""
 
 
 def compact_labels(y: np.ndarray) -> np.ndarray:
@@ -118,8 +119,22 @@ def compact_labels(y: np.ndarray) -> np.ndarray:
 # -- what the workers run (module functions: pickled by reference) -------------------------------------
 def _bootstrap(y: np.ndarray, start: int, n_rows: int, seed: int, trees: list[int], n_draws: int | None,
                totals: list[np.ndarray] | None) -> SamplePartition:
-    """The block's roots of a new batch: its rows' bootstrap counts, numbered within the block."""
+    """The block's roots of a new batch: its rows' bootstrap counts, numbered within the block.
+
+    `y`: the block's labels, or (boosting) each tree's (g, h) of its rows (len(trees), rows, 2).
+    """
     return SamplePartition.bootstrap(seed, trees, y, n_draws, start=start, n_rows=n_rows, totals=totals)
+
+
+def _record(leaves: np.ndarray | None, state: SamplePartition | tuple, shape: tuple[int, int],
+            values: np.ndarray) -> np.ndarray:
+    """The block's leaf weights (boosting's label holder) after this level: a copy with its nodes' `values`.
+
+    `leaves`: the level before's (None: a round's first level, zeros of `shape`).
+    """
+    out = np.zeros(shape) if leaves is None else leaves.copy()
+    record_leaves(out, _partition(state), values)
+    return out
 
 
 def _bin(frame: pd.DataFrame, binner: PartyBinner) -> np.ndarray:
@@ -175,22 +190,29 @@ def _summed(n_pairs: int, *results: tuple) -> tuple[tuple[np.ndarray, np.ndarray
     return sum_histograms([result[-2] for result in results], n_pairs), totals
 
 
-def _powers(ciphertexts: list, public: CiphertextSpace) -> list[list]:
-    """The block's label ciphertexts raised to the bootstrap weights 1..3 (`weight_powers`)."""
-    return weight_powers(public, ciphertexts)
+def _powers(ciphertexts: list, public: CiphertextSpace, largest: int) -> list[list]:
+    """The block's label ciphertexts raised to the weights 1..largest (`weight_powers`; boosting: 1)."""
+    return weight_powers(public, ciphertexts, largest)
 
 
 def _encrypted_bin_sums(state: SamplePartition | tuple, codes: np.ndarray, powers: list[list],
-                        public: CiphertextSpace, nodes: np.ndarray,
-                        features: np.ndarray) -> tuple[list[tuple], np.ndarray]:
-    """Each (node, feature) job's encrypted bin sums over the block's samples, and its nodes' weights."""
+                        public: CiphertextSpace, nodes: np.ndarray, features: np.ndarray,
+                        per_tree: bool) -> tuple[list[tuple], np.ndarray]:
+    """Each (node, feature) job's encrypted bin sums over the block's samples, and its nodes' weights.
+
+    `per_tree` (boosting): the block's ciphertexts are each tree's of its rows, tree after tree; a node of the
+    round's k-th tree (positions k rows .. (k + 1) rows of the partition) reads the k-th run.
+    """
     part = _partition(state)
+    block_rows = len(codes)
     out: list[tuple] = []
     for node, feature in zip(nodes.tolist(), features.tolist(), strict=True):
         s, e = int(part.starts[node]), int(part.ends[node])
         rows = part.order[s:e]
-        out.append(encrypted_bin_sums(public, powers, rows, part.weight[s:e], codes[rows, feature]) if e > s
-                   else (np.zeros(0, np.uint8), [], []))
+        run = (s // block_rows) * block_rows if per_tree and block_rows else 0
+        ciphertext_rows = rows.astype(np.int64) + run if run else rows
+        out.append(encrypted_bin_sums(public, powers, ciphertext_rows, part.weight[s:e], codes[rows, feature])
+                   if e > s else (np.zeros(0, np.uint8), [], []))
     weights = np.array([int(part.weight[a:b].sum()) for a, b in zip(part.starts, part.ends, strict=True)],
                        np.int64)
     return out, weights
@@ -301,6 +323,9 @@ class DaskVerticalRows:
         """Histograms derived by subtraction instead of summed from the blocks (for tests and reports)."""
         self.powers: list[Future] = []  # encrypted labels, passive party: each block's weight powers
         self._public: Any = None
+        self._n_trees = 0  # trees of the batch
+        self.leaves: Sequence[Future | None] = []
+        """Boosting's label holder: each block's leaf weights of the round so far (`_record`), per tree."""
 
     @classmethod
     def on_workers(cls, client: Client, frames: Sequence[Future], sizes: Sequence[int],
@@ -323,7 +348,7 @@ class DaskVerticalRows:
         """A fitted estimator's party pickles without the cluster: only training used the rows."""
         state = self.__dict__.copy()
         state.update(client=None, codes=[], labels=[], parts=[], _in_batch=False, powers=[],
-                     frames=[], _kept=None, _pending=None)
+                     frames=[], _kept=None, _pending=None, leaves=[])
         return state
 
     def _map(self, func: Callable, *per_block: Sequence, **shared: Any) -> list[Future]:
@@ -334,10 +359,6 @@ class DaskVerticalRows:
         return futures
 
     # -- LocalRows' interface -------------------------------------------------------------------------
-    def check_setup(self, criterion: int) -> str | None:
-        """Why this training cannot run on Dask (boosting: `BOOSTING_REFUSED`), or None (a forest)."""
-        return BOOSTING_REFUSED if criterion == GRADIENT else None
-
     def fit(self, max_bins: int, seed: int) -> PartyBinner:
         """The party's binner, fitted on all its rows: the frame's here, or over the blocks on the workers."""
         binner = PartyBinner(max_bins=max_bins, random_state=seed)
@@ -375,15 +396,20 @@ class DaskVerticalRows:
 
     def begin_batch(self, seed: int, trees: list[int], n_draws: int | None,
                     targets: np.ndarray | None = None) -> None:
-        """A new batch: each block draws its rows' bootstrap counts (the chunk totals drawn here, once)."""
-        if targets is not None:
-            raise ValueError(BOOSTING_REFUSED)
+        """A new batch: each block draws its rows' bootstrap counts (the chunk totals drawn here, once).
+
+        Boosting passes `targets` instead of the labels: each tree's (g, h), every row (len(trees), n_rows,
+        2); each block's slice travels inside its bootstrap task (lineage rebuilds it).
+        """
         self.clock.end_batch(self.client, len(self.blocks))
         self.clock.level()
         totals = (None if n_draws is None
                   else [bootstrap_chunk_totals(seed, tree, self.n_rows, n_draws) for tree in trees])
-        self.parts = self._map(_bootstrap, self.labels, [b.start for b in self.blocks], n_rows=self.n_rows,
+        y = (self.labels if targets is None
+             else [np.ascontiguousarray(targets[:, b.start:b.stop]) for b in self.blocks])
+        self.parts = self._map(_bootstrap, y, [b.start for b in self.blocks], n_rows=self.n_rows,
                                seed=seed, trees=list(trees), n_draws=n_draws, totals=totals)
+        self.leaves, self._n_trees = [None] * len(self.blocks), len(trees)
         self.counts = np.array(self.client.gather(self._map(_sizes, self.parts)), np.int64).reshape(
             len(self.blocks), len(trees))
         self._kept = self._pending = None
@@ -392,7 +418,7 @@ class DaskVerticalRows:
     def clear(self) -> None:
         """No batch in progress (training finalized): the partitions leave the workers."""
         self.clock.end_batch(self.client, len(self.blocks))
-        self.parts = []
+        self.parts, self.leaves = [], []
         self.counts = np.zeros((len(self.blocks), 0), np.int64)
         self._kept = self._pending = None
         self._in_batch = False
@@ -410,8 +436,11 @@ class DaskVerticalRows:
         """Apply the level's merged bitmaps: each block's rows' bits go to its next task, which splits it.
 
         That is the next level's `_level` task (one task per block and level), or a `_split` task of its own
-        when something else needs the partitions first (`_applied`).
+        when something else needs the partitions first (`_applied`). Refused while the last level's splits
+        are still pending: they would be lost.
         """
+        if self._pending is not None:
+            raise RuntimeError(PENDING_SPLITS)
         self.clock.level()  # the next level starts with its partition
         idx = np.flatnonzero(split_mask)
         counts = self.counts[:, idx]
@@ -440,8 +469,6 @@ class DaskVerticalRows:
         `subtraction_plan` derives are not computed by the blocks: each is its parent's minus its smaller
         sibling's, here (`derive_histograms`; exact integers, the same histograms as summing).
         """
-        if criterion == GRADIENT:
-            raise ValueError(BOOSTING_REFUSED)
         node_rows = self.node_sizes()
         n_nodes, n_pairs = len(feat_ptr) - 1, len(feat_local)
         pair_node = np.repeat(np.arange(n_nodes, dtype=np.int64), np.diff(feat_ptr))
@@ -464,7 +491,7 @@ class DaskVerticalRows:
         splits = best_splits_from_histograms(ptr, bins, stats.astype(np.float64), pair_node,
                                              is_categorical[feat_local], totals.astype(np.float64),
                                              node_rows, feat_ptr, feat_local, feat_rank, criterion,
-                                             min_leaf, n_stats)
+                                             min_leaf, n_stats, reg_lambda)
         return splits, totals.astype(np.float64)
 
     def _per_worker(self, n_pairs: int, totals_shape: tuple[int, int], results: list[Future]
@@ -477,15 +504,8 @@ class DaskVerticalRows:
         """
         if not results:
             return sum_histograms([], n_pairs), np.zeros(totals_shape, np.int64)
-        where = self.client.who_has(self.codes) if self.codes else {}
-        groups: dict[str, list[int]] = {}
-        for i in range(len(results)):
-            holders = where.get(self.codes[i].key, ()) if self.codes else ()
-            groups.setdefault(holders[0] if holders else "", []).append(i)
-        partial = [self.client.submit(_summed, n_pairs, *[results[i] for i in members], pure=False,
-                                      workers=[worker] if worker else None, allow_other_workers=bool(worker))
-                   for worker, members in sorted(groups.items(), key=lambda g: g[1][0])]
-        return _summed(n_pairs, *self.client.gather(partial))
+        sums = per_worker_sums(self.client, results, worker_homes(self.client, self.codes), _summed, n_pairs)
+        return _summed(n_pairs, *self.client.gather(sums))
 
     def split_bits(self, pos: np.ndarray, c: NodeSplits) -> np.ndarray:
         """The in-process `partition_bits` message: the blocks' bits per node, concatenated in block order."""
@@ -493,11 +513,29 @@ class DaskVerticalRows:
         blobs = self.client.gather(self._map(_bits, self._applied(), self.codes, pos=pos, splits=splits))
         return node_major(blobs, self.counts[:, pos])
 
-    def load_ciphertexts(self, public: CiphertextSpace, ciphertexts: list) -> None:
-        """Encrypted labels: each block's label ciphertexts to the cluster, raised there to weights 1..3."""
+    def record_leaves(self, values: np.ndarray) -> None:
+        """Boosting's label holder: the open nodes' rows get their nodes' `values`, one task per block."""
+        self.leaves = self._map(_record, self.leaves, self.parts,
+                                [(self._n_trees, b.n_rows) for b in self.blocks], values=values)
+
+    def leaf_values(self) -> np.ndarray:
+        """Each row's leaf weight per tree of the round (len(trees), n_rows): the blocks', in block order."""
+        return np.concatenate(self.client.gather(self.leaves), axis=1)
+
+    def load_ciphertexts(self, public: CiphertextSpace, ciphertexts: list, trees: int = 0) -> None:
+        """Encrypted labels: each block's label ciphertexts to the cluster, raised there to weights 1..3.
+
+        `trees` (boosting): a round's ciphertexts, n_rows per tree; each block gets its rows' of every tree,
+        tree after tree, and keeps them alone (every row weighs 1).
+        """
         self._public = public
-        self.powers = self._map(_powers, [list(ciphertexts[b.start:b.stop]) for b in self.blocks],
-                                public=public)
+        if trees:
+            per_block = [[c for k in range(trees)
+                          for c in ciphertexts[k * self.n_rows + b.start:k * self.n_rows + b.stop]]
+                         for b in self.blocks]
+        else:
+            per_block = [list(ciphertexts[b.start:b.stop]) for b in self.blocks]
+        self.powers = self._map(_powers, per_block, public=public, largest=1 if trees else 3)
 
     def encrypted_bin_sums(self, crypto: PassiveCrypto, nodes: np.ndarray,
                            features: np.ndarray) -> tuple[list[tuple], np.ndarray]:
@@ -505,7 +543,8 @@ class DaskVerticalRows:
         if not self.powers:
             raise ValueError("encrypted bin sums before the label ciphertexts were loaded")
         results = self.client.gather(self._map(_encrypted_bin_sums, self._applied(), self.codes, self.powers,
-                                               public=self._public, nodes=nodes, features=features))
+                                               public=self._public, nodes=nodes, features=features,
+                                               per_tree=crypto.per_tree))
         weights = np.zeros(self.counts.shape[1], np.int64)
         for _, block_weights in results:
             weights += block_weights

@@ -28,6 +28,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from fedcore.errors import ParameterError
+from fedcore.privacy.remembered import gaussian_delta, remembered
 
 DEFAULT_DELTA = 1e-6
 """The default delta of a DP mode's (epsilon, delta) budget: far below 1 / rows for any table fedforest trains
@@ -77,6 +78,14 @@ def _accountant():
     return pld.PLDAccountant(value_discretization_interval=DISCRETIZATION)
 
 
+@lru_cache(maxsize=1)
+def _answers_version() -> str:
+    """What the kept answers (`fedcore.privacy.remembered`) were computed by: this module's accountant."""
+    from importlib.metadata import version
+
+    return f"dp-accounting {version('dp-accounting')}, PLD {DISCRETIZATION!r}, calibration tol 1e-6 v1"
+
+
 @lru_cache(maxsize=64)
 def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
     """The noise multiplier z (sigma / L2 sensitivity) of one Gaussian mechanism spending (epsilon, delta).
@@ -84,14 +93,19 @@ def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
     dp-accounting's `calibrate_dp_mechanism` over its PLD accountant: the smallest z (to its search's
     tolerance, rounded up) whose epsilon at `delta` is at most `epsilon`. The search starts from a quarter of
     the classical z = sqrt(2 ln(1.25 / delta)) / epsilon (more than the need below it: a bracket starting near
-    0 makes the PLD of its first guesses span millions of values and take minutes).
+    0 makes the PLD of its first guesses span millions of values and take minutes). An answer kept on disk
+    by an earlier process is reused once it passes the exact bound (`fedcore.privacy.remembered`).
     """
-    from dp_accounting import dp_event, mechanism_calibration
+    def calibrate() -> float:
+        from dp_accounting import dp_event, mechanism_calibration
 
-    lower = 0.25 * math.sqrt(2 * math.log(1.25 / delta)) / epsilon
-    return float(mechanism_calibration.calibrate_dp_mechanism(
-        _accountant, dp_event.GaussianDpEvent, epsilon, delta,
-        mechanism_calibration.LowerEndpointAndGuess(lower, 2 * lower), tol=1e-6))
+        lower = 0.25 * math.sqrt(2 * math.log(1.25 / delta)) / epsilon
+        return float(mechanism_calibration.calibrate_dp_mechanism(
+            _accountant, dp_event.GaussianDpEvent, epsilon, delta,
+            mechanism_calibration.LowerEndpointAndGuess(lower, 2 * lower), tol=1e-6))
+
+    return remembered("gaussian_noise_multiplier", (epsilon, delta), calibrate,
+                      lambda z: gaussian_delta(epsilon, z) <= delta, _answers_version())
 
 
 @lru_cache(maxsize=256)
@@ -99,13 +113,19 @@ def gaussian_epsilon(noise_multiplier: float, delta: float, count: int = 1) -> f
     """Epsilon at `delta` of `count` composed Gaussian releases of noise multiplier z (sigma / sensitivity).
 
     dp-accounting's PLD accountant composes the event `count` times (for Gaussians it does so exactly, as
-    one Gaussian of multiplier z / sqrt(count)).
+    one Gaussian of multiplier z / sqrt(count)). An answer kept on disk by an earlier process is reused once
+    it passes the exact bound (`fedcore.privacy.remembered`).
     """
-    from dp_accounting import dp_event
+    def account() -> float:
+        from dp_accounting import dp_event
 
-    accountant = _accountant()
-    accountant.compose(dp_event.GaussianDpEvent(noise_multiplier), count)
-    return float(accountant.get_epsilon(delta))
+        accountant = _accountant()
+        accountant.compose(dp_event.GaussianDpEvent(noise_multiplier), count)
+        return float(accountant.get_epsilon(delta))
+
+    return remembered("gaussian_epsilon", (noise_multiplier, delta, count), account,
+                      lambda e: gaussian_delta(e, noise_multiplier / math.sqrt(count)) <= delta,
+                      _answers_version())
 
 
 class ReleasePlan:

@@ -122,12 +122,8 @@ def _params(chosen: Algorithm, task: str, trees: int, max_depth: int | None,
         if max_features != TASK_DEFAULT:
             raise ParameterError("--max-features applies to --algorithm forest only: boosting takes every "
                                  "feature in every tree")
-        if compute is not None:
-            from fedcore.compute.dask_vertical import BOOSTING_REFUSED
-
-            raise ParameterError(BOOSTING_REFUSED)
         params = boosting_params(trees, max_depth, seed)
-        return params, {**params, "privacy": setting}
+        return params, {**params, "privacy": setting, "compute": compute}
     params = forest_params(task, trees, max_depth, max_features, seed)
     return params, {**params, "privacy": setting, "compute": compute}
 

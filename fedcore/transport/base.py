@@ -110,6 +110,9 @@ class Transport(ABC):
     def _deliver(self, requests: dict[str, pa.Buffer]) -> dict[str, bytes | pa.Buffer]:
         """Carry encoded requests to parties and return their encoded replies (bytes-like)."""
 
+    def close(self) -> None:  # noqa: B027 - optional: a transport that holds nothing has nothing to close
+        """Let go of what carrying the messages holds (threads, connections); nothing by default."""
+
     def _account(self, sender: str, receiver: str, message: Message | StreamedMessage,
                  payload: bytes | pa.Buffer) -> None:
         self.stats.add(message.kind, len(payload))

@@ -75,6 +75,16 @@ class InProcessTransport(Transport):
         """The parties' names, in handler order."""
         return list(self._handlers)
 
+    def close(self) -> None:
+        """End the round threads (`concurrent`), waiting for them; a later concurrent round starts new ones.
+
+        The estimators close their transport when a fit or a prediction ends, so that no idle thread outlives
+        it.
+        """
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
     def _answer(self, party: str, payload: pa.Buffer) -> pa.Buffer:
         """One party's encoded reply to one encoded request."""
         return self._handlers[party](Message.from_bytes(payload)).to_buffer()

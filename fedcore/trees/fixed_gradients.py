@@ -98,6 +98,28 @@ class GradientGrid:
         return out
 
 
+def exact_sums(gh: np.ndarray) -> bool:
+    """Whether every sum of a round's (g, h) (trees, rows, 2) over rows of a tree, in any order, is exact.
+
+    True when each tree's g (and h) are integer multiples of a power of two 2^s with rows x max|g| below
+    2^53 x 2^s: what a round's grid gives (q 2^e with |q| <= 2^P, rows x 2^P < 2^53). A passive party
+    checks the round relayed to it, so that its sums over its rows, in process or over blocks on a Dask
+    cluster, are the same numbers whatever the order.
+    """
+    n_rows = gh.shape[-2]
+    if n_rows == 0:
+        return True
+    for values in np.moveaxis(np.asarray(gh, np.float64), -1, -2).reshape(-1, n_rows):
+        nonzero = np.abs(values[values != 0])
+        if nonzero.size:
+            mantissa, exponent = np.frexp(nonzero)
+            digits = np.ldexp(mantissa, EXACT_BITS).astype(np.int64)  # value = digits 2^(exponent - 53)
+            lowest = exponent - EXACT_BITS + np.frexp((digits & -digits).astype(np.float64))[1] - 1
+            if n_rows * math.ldexp(float(nonzero.max()), -int(lowest.min())) >= 2.0**EXACT_BITS:
+                return False
+    return True
+
+
 TARGETS = "a regression forest sums its targets"
 """What `fixed_targets` says when a table has too many rows for exact sums (`precision_bits`)."""
 

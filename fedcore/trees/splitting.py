@@ -21,7 +21,7 @@ import numba as nb
 import numpy as np
 
 from fedcore.data.binning import MISSING_BIN
-from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR, impurity_term, stats_weight
+from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR, VALUE_STATISTICS, impurity_term, stats_weight
 
 N_CODES = 256
 MIN_CATEGORY_ROWS = 5.0
@@ -408,15 +408,11 @@ def block_histograms(codes, target, order, weight, starts, ends, feat_ptr, feat_
 
     Returns (hist_ptr (n_pairs + 1), hist_bins, hist_stats (m, n_stats)): pair q's non-empty bins, ascending,
     are hist_bins[hist_ptr[q]:hist_ptr[q + 1]]. Class counts weighted by integer bootstrap counts are int64;
-    squared error's (w, wy) stay float64, exact over targets on their grid
-    (`fedcore.trees.fixed_gradients.fixed_targets`: integers times 2^e, every sum below 2^53 of them). Either
-    way the blocks add up (`sum_histograms`) to the whole table's in any order. Gradient statistics are
-    refused: vertical boosting does not run on a Dask party (horizontal boosting's blocks sum fixed-point
-    integers of their own, `fedcore.compute.dask_boosting`).
+    squared error's (w, wy) and boosting's (count, G, H) stay float64, exact over targets on their grid
+    (`fedcore.trees.fixed_gradients`: `fixed_targets`, or a round's `GradientGrid`: integers times 2^e,
+    every sum of them below 2^53 times 2^e). Either way the blocks add up (`sum_histograms`) to the whole
+    table's in any order.
     """
-    if criterion == GRADIENT:
-        raise ValueError("block histograms are class counts or regression sums: vertical boosting's gradient "
-                         "statistics do not run on a Dask party")
     target = target_columns(target)
     pair_node = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(feat_ptr))
     bound = np.minimum(ends - starts, N_CODES)[pair_node].astype(np.int64)
@@ -427,7 +423,7 @@ def block_histograms(codes, target, order, weight, starts, ends, feat_ptr, feat_
     ptr = np.zeros(len(counts) + 1, np.int64)
     np.cumsum(counts, out=ptr[1:])
     bins, stats = _compact_runs(bins, stats, slots, counts, ptr)
-    return ptr, bins, stats if criterion == SQUARED_ERROR else stats.astype(np.int64)
+    return ptr, bins, stats if criterion in VALUE_STATISTICS else stats.astype(np.int64)
 
 
 @nb.njit(cache=True, nogil=True)

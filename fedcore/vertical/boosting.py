@@ -7,10 +7,13 @@ numbers) and sends them to the passive parties in place of labels: as they are i
 packed otherwise (`fedcore.vertical.encrypted`). While the round's trees grow it learns each row's leaf as
 the forest's label holder does, by the partition bitmaps: every open node's rows get that node's leaf
 weight, level after level, so a row keeps its deepest node's, its leaf's. The weights are the ones the
-master records (`BoostingParams.node_values`, from the same statistics).
+master records (`BoostingParams.node_values`, from the same statistics). Its rows record them where they
+are (`record_leaves`: in process, or per block on a Dask cluster) and give them back at the next round.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numba as nb
 import numpy as np
@@ -19,6 +22,7 @@ from fedcore.randomness import stream
 from fedcore.trees.criteria import GRADIENT, leaf_value
 from fedcore.trees.fixed_gradients import GradientGrid, precision_bits
 from fedcore.trees.losses import Loss, base_score, gradients
+from fedcore.trees.partition import SamplePartition
 
 
 class BoostingLabels:
@@ -35,41 +39,45 @@ class BoostingLabels:
         self.subsample, self.seed = subsample, seed
         self.base_score = base_score(loss, self.y, n_classes)
         self.margins = np.tile(self.base_score, (len(self.y), 1))
-        self.pending: np.ndarray | None = None  # (n_outputs, n_rows): this round's leaf weight per row
         self.round = 0
         self.grid: GradientGrid | None = None  # this round's grid and its integers (n_outputs, n_rows, 2)
         self.integers = np.zeros((0, 0, 2), np.int64)
 
-    def begin_round(self, trees: list[int]) -> np.ndarray | str:
+    def begin_round(self, trees: list[int], leaves: Callable[[], np.ndarray]) -> np.ndarray | str:
         """The round of `trees`: its (g, h), (n_outputs, n_rows, 2); or why they are not the next round.
 
-        Rounds come in order, one tree per output (the master's batches); the last round's leaf weights join
-        the margins first. Rows subsample leaves out get (0, 0): they stay in every node but weigh nothing.
-        The values are on the round's grid (`self.grid`, integers `self.integers`).
+        Rounds come in order, one tree per output (the master's batches); the last round's leaf weights
+        (`leaves()`: (n_outputs, n_rows), what the rows recorded) join the margins first. Rows subsample
+        leaves out get (0, 0): they stay in every node but weigh nothing. The values are on the round's grid
+        (`self.grid`, integers `self.integers`).
         """
         first = self.round * self.n_outputs
         if trees != list(range(first, first + self.n_outputs)):
             return (f"boosting round {self.round} grows trees {first}..{first + self.n_outputs - 1}, "
                     f"asked for {trees[:3]}{'...' if len(trees) > 3 else ''}")
-        if self.pending is not None:
-            self.margins += self.pending.T
+        if self.round:
+            self.margins += leaves().T
         gh = gradients(self.loss, self.y, self.margins)
         if self.subsample < 1.0:
             kept = stream(self.seed, "subsample", self.round).random(len(self.y)) < self.subsample
             gh[:, ~kept, :] = 0.0
         self.grid, self.integers = GradientGrid.of(gh, len(self.y))
         gh = self.grid.values(self.integers)
-        self.pending = np.zeros((self.n_outputs, len(self.y)))
         self.round += 1
         return gh
 
-    def record_nodes(self, order: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                     stats: np.ndarray) -> None:
-        """The open nodes' rows (segments of `order`, tree slot by position) get their nodes' leaf weights."""
-        assert self.pending is not None, "the protocol admits find_splits only after begin_batch"
-        values = leaf_value(stats, GRADIENT, self.reg_lambda, self.learning_rate)[:, 0]
-        _fill_segments(self.pending, len(self.y), order, np.asarray(starts, np.int64),
-                       np.asarray(ends, np.int64), values)
+    def node_weights(self, stats: np.ndarray) -> np.ndarray:
+        """The open nodes' leaf weights from their (count, G, H) statistics (what the rows record)."""
+        return leaf_value(stats, GRADIENT, self.reg_lambda, self.learning_rate)[:, 0]
+
+
+def record_leaves(leaves: np.ndarray, part: SamplePartition, values: np.ndarray) -> None:
+    """Each open node's rows get its value in `leaves` (trees, rows): all rows' partition, or a block's.
+
+    A boosting round's partition holds every row once per tree, tree k's at positions k rows .. (k + 1) rows.
+    """
+    _fill_segments(leaves, leaves.shape[1], part.order, np.asarray(part.starts, np.int64),
+                   np.asarray(part.ends, np.int64), np.asarray(values, np.float64))
 
 
 @nb.njit(cache=True, nogil=True)

@@ -10,7 +10,8 @@ in place of labels, as they are or (`privacy="paillier"` or `"ou"`, SecureBoost)
 `early_stopping_rounds` with `fit(..., eval_set=(parties, y))` keeps the rounds up to the best held-out
 log-loss or RMSE (XGBoost's rule, `fedcore.trees.early_stopping`; the flows score the label holder's
 held-out rows the same way). `save` / `load` as the forests'; `feature_importances_` per party (gain
-importances). Not yet: Dask parties.
+importances). `compute=` and `block_rows=` as the forests': every party's rows on a Dask cluster, the same
+model (issue #29, `fedcore.compute.dask_vertical`).
 """
 
 from __future__ import annotations
@@ -36,8 +37,6 @@ class _FederatedBoosting(_FederatedForest):
     """Shared machinery of the boosting classifier and regressor (the forest's fit, boosting's parameters)."""
 
     _algorithm = BOOSTING
-    compute = None  # no Dask (not constructor parameters)
-    block_rows = None
     n_estimators: int
     learning_rate: float
     max_depth: int | None
@@ -75,10 +74,13 @@ class _FederatedBoosting(_FederatedForest):
         progress: bool = False,
         record_transcript: bool = False,
         record_payloads: bool = False,
+        compute: Any = None,
+        block_rows: int | None = None,
     ) -> None:
         """Store the parameters as given (XGBoost's names; n_estimators counts rounds); `fit` checks them.
 
         `privacy`, `key_bits` and `label_key` as the forest's: `paillier` or `ou` encrypt each round's (g, h).
+        `compute`, `block_rows`: where each party's rows are, as the forest's (None: in process).
         """
         self._store_params(locals())
 
@@ -162,7 +164,8 @@ class FederatedBoostingClassifier(_Classifier, _FederatedBoosting):
                  privacy: str | dict[str, Any] | PrivacySetting = "none", key_bits: int | None = None,
                  label_key: AdditivePrivateKey | None = None, prediction: str = "auto",
                  predict_batch_rows: int = 8192, progress: bool = False, record_transcript: bool = False,
-                 record_payloads: bool = False, decision_threshold: float | None = None) -> None:
+                 record_payloads: bool = False, compute: Any = None, block_rows: int | None = None,
+                 decision_threshold: float | None = None) -> None:
         """The shared parameters, and `decision_threshold` (binary labels) as the forest classifiers'."""
         self._store_params(locals())
 

@@ -253,6 +253,7 @@ class PassiveCrypto:
         else:
             # Enc(y)^w for w = 1..3; powers[0] are the ciphertexts
             self.powers = weight_powers(public, ciphertexts)
+        self.local = local
         self.per_tree = False  # boosting: a round's ciphertexts, n_rows per tree of the round (`load_round`)
         self.sequence = 0  # find_splits rounds so far
         # last level: each pair's (node, feature), node -1 where it has no histogram
@@ -264,12 +265,13 @@ class PassiveCrypto:
     def load_round(self, ciphertexts: list) -> None:
         """Boosting: this round's (g, h) ciphertexts, tree after tree, in place of the last round's.
 
-        Every row weighs 1 (no bootstrap), so no powers beyond the ciphertexts themselves are kept.
+        Every row weighs 1 (no bootstrap), so no powers beyond the ciphertexts themselves are kept. Not
+        `local` (rows on Dask): the party's rows take them (`DaskVerticalRows.load_ciphertexts`), none here.
         """
         self.per_tree = True
         if self.pool is not None:
             self.pool.all("load_labels", self.public.to_json(), list(ciphertexts))
-        else:
+        elif self.local:
             self.powers = weight_powers(self.public, ciphertexts, largest=1)
 
     def histograms(self, rows: EncryptedRows, feat_ptr: np.ndarray, feat_local: np.ndarray,

@@ -66,8 +66,8 @@ class _FederatedForest(SimulatedFederation):
     compute: Any
     """Where each party does its row work: None (in process), "local:N" (a LocalCluster of N workers for
     the fit), a Dask scheduler address, or a `distributed.Client` (`fedcore.compute`). Every party's rows
-    go to that cluster in blocks of `block_rows` rows; the forest is the in-process one. Classification
-    only, plain or encrypted labels (issue #29)."""
+    go to that cluster in blocks of `block_rows` rows; the model is the in-process one (the forests and
+    boosting, either task, plain or encrypted labels; issue #29)."""
     block_rows: int | None
 
     def __init__(
@@ -153,7 +153,7 @@ class _FederatedForest(SimulatedFederation):
         return hashlib.sha256(f"fedforest-simulation-{random_state}".encode()).digest()
 
     def _compute(self) -> DaskCompute | Client | None:
-        """Where the fit runs (`compute`), or None in process (a forest of either task runs on Dask)."""
+        """Where the fit runs (`compute`), or None in process (every vertical model runs on Dask)."""
         compute = compute_from_spec(self.compute, self.block_rows)
         if compute is None:
             return None
@@ -163,7 +163,10 @@ class _FederatedForest(SimulatedFederation):
 
     def _predict_values(self, parties: PartyFrames, method: str | None = None) -> np.ndarray:
         n_rows = self._load_rows(parties)
-        return self.master_.predict_values(n_rows, method or self.prediction, self.predict_batch_rows)
+        try:
+            return self.master_.predict_values(n_rows, method or self.prediction, self.predict_batch_rows)
+        finally:
+            self.transport_.close()  # the rounds' threads end with the prediction
 
     def _load_rows(self, parties: PartyFrames) -> int:
         """Give every party its columns of the rows to predict (checked against the model); their count."""

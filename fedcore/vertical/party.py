@@ -48,7 +48,7 @@ from fedcore.protocol.messages import Arrays, Header, Message, pack_bits
 from fedcore.trees.budget import default_budget
 from fedcore.trees.combination import TreeCombination
 from fedcore.trees.criteria import GRADIENT, SQUARED_ERROR, STATISTICS, n_stats
-from fedcore.trees.fixed_gradients import fixed_targets, precision_bits
+from fedcore.trees.fixed_gradients import exact_sums, fixed_targets, precision_bits
 from fedcore.trees.losses import loss_for
 from fedcore.trees.params import MAX_TREES_PER_BATCH
 from fedcore.trees.partition import node_byte_lengths, scatter_node_bytes
@@ -283,8 +283,6 @@ class VerticalParty:
                  f"max_bins must be in [2, 255], got {h['max_bins']!r}")
         self._criterion = h.int("criterion")
         privacy = h.get("privacy", "none")
-        cannot = self.rows.check_setup(self._criterion)
-        _require(cannot is None, self.name, str(cannot))
         # the bin edges come from all the rows, wherever they are (`PartyBinner.fit`'s edges either way)
         self._binner = self.rows.fit(h.int("max_bins"), h.int("binning_seed"))
         self.rows.bin(self._binner)
@@ -564,7 +562,7 @@ class VerticalParty:
         Encrypted (a passive party): the ciphertexts go to its `PassiveCrypto`; its partition carries zeros.
         """
         if self._boost is not None:
-            gh = self._boost.begin_round(trees)
+            gh = self._boost.begin_round(trees, self.rows.leaf_values)
             _require(not isinstance(gh, str), self.name, str(gh))
             assert not isinstance(gh, str)
             return gh
@@ -577,13 +575,17 @@ class VerticalParty:
             ciphertexts = self._passive_crypto.public.from_bytes(message.arrays["enc_gh"],
                                                                  "gradient ciphertexts")
             self._passive_crypto.load_round(ciphertexts)
+            self.rows.load_ciphertexts(self._passive_crypto.public, ciphertexts, trees=len(trees))
             return np.zeros((len(trees), n_rows, 2))
         gh = np.asarray(message.arrays.get("gh", np.zeros((0, 2))))
         _require(gh.shape == (len(trees) * n_rows, 2) and gh.dtype == np.float64
                  and bool(np.all(np.isfinite(gh))), self.name,
                  f"a boosting round needs finite float64 (g, h) for each of its {len(trees)} trees and "
                  f"{n_rows} rows")
-        return gh.reshape(len(trees), n_rows, 2)
+        gh = gh.reshape(len(trees), n_rows, 2)
+        _require(exact_sums(gh), self.name, "a boosting round's (g, h) must lie on a power-of-two grid "
+                                            "whose sums are exact, as the label holder's do")
+        return gh
 
     def _apply_previous_splits(self, arrays: Arrays, my_index: int) -> np.ndarray:
         """Split the open nodes with the owners' bitmaps; returns the positions of the nodes that split."""
@@ -652,10 +654,8 @@ class VerticalParty:
         if self.is_label_holder:
             arrays["stats"] = stats
             self._level_totals = stats
-            if self._boost is not None:  # boosting runs in process (a Dask party refuses it at setup)
-                assert isinstance(self.rows, LocalRows) and self.rows.partition is not None
-                part = self.rows.partition
-                self._boost.record_nodes(part.order, part.starts, part.ends, stats)
+            if self._boost is not None:  # each row's leaf weight so far, recorded where the rows are
+                self.rows.record_leaves(self._boost.node_weights(stats))
         return Message("local_best", {}, arrays)
 
     def _on_evaluate_encrypted(self, message: Message) -> Message:

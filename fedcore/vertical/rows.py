@@ -17,6 +17,7 @@ from fedcore.data.binning import PartyBinner
 from fedcore.trees.level_histograms import LevelHistograms, find_best_splits, worth_keeping
 from fedcore.trees.partition import SamplePartition, node_byte_lengths, offsets_from_lengths, pack_split_bits
 from fedcore.trees.splitting import NodeSplits
+from fedcore.vertical.boosting import record_leaves
 
 if TYPE_CHECKING:
     from fedcore.privacy.homomorphic import CiphertextSpace
@@ -33,6 +34,7 @@ class LocalRows:
         self._histograms: LevelHistograms | None = None  # the last level's, for subtraction
         self.labels: np.ndarray | None = None  # the rows' class codes or values (float64), per setup
         self.partition: SamplePartition | None = None
+        self.leaves = np.zeros((0, 0))  # boosting's label holder: each row's leaf weight, per tree of a round
 
     @property
     def n_rows(self) -> int:
@@ -43,10 +45,6 @@ class LocalRows:
     def columns(self) -> list[str]:
         """The party's feature columns, in order."""
         return [str(c) for c in self.features.columns]
-
-    def check_setup(self, criterion: int) -> str | None:
-        """Why this training cannot run here (None: it can); in process, everything runs."""
-        return None
 
     def fit(self, max_bins: int, seed: int) -> PartyBinner:
         """The party's binner, fitted on its rows (`PartyBinner.fit`)."""
@@ -76,6 +74,8 @@ class LocalRows:
         assert y is not None, "the protocol admits begin_batch only after the labels were set"
         self.partition = SamplePartition.bootstrap(seed, trees, y, n_draws)
         self._histograms = None
+        if targets is not None:
+            self.leaves = np.zeros((len(trees), self.n_rows))
 
     def clear(self) -> None:
         """No batch in progress (training finalized)."""
@@ -116,6 +116,14 @@ class LocalRows:
             self._histograms, keep)
         return splits, stats
 
+    def record_leaves(self, values: np.ndarray) -> None:
+        """Boosting's label holder: the open nodes' rows get their nodes' leaf weights `values`."""
+        record_leaves(self.leaves, self._partition(), values)
+
+    def leaf_values(self) -> np.ndarray:
+        """Each row's leaf weight in each tree of the round, (len(trees), n_rows)."""
+        return self.leaves
+
     def split_bits(self, pos: np.ndarray, c: NodeSplits) -> np.ndarray:
         """The `partition_bits` message of the nodes at `pos` under splits `c`: one bit per row, per node."""
         part = self._partition()
@@ -124,8 +132,8 @@ class LocalRows:
         return pack_split_bits(self._codes(), part.order, starts, ends, c.feature[pos], c.bin[pos],
                                c.missing_left[pos], c.is_categorical[pos], c.cat_bits[pos], offsets)
 
-    def load_ciphertexts(self, public: CiphertextSpace, ciphertexts: list) -> None:
-        """Encrypted labels: the passive party's `PassiveCrypto` keeps them in process."""
+    def load_ciphertexts(self, public: CiphertextSpace, ciphertexts: list, trees: int = 0) -> None:
+        """Encrypted labels, or a round's (g, h) of `trees` (boosting): `PassiveCrypto` keeps them here."""
 
     def encrypted_bin_sums(self, crypto: PassiveCrypto, nodes: np.ndarray,
                            features: np.ndarray) -> tuple[list[tuple], np.ndarray]:

@@ -59,9 +59,7 @@ def test_a_bad_compute_setting_is_refused_by_name(compute, message) -> None:
     assert str(error.value) == WHERE + message
 
 
-def test_what_a_dask_party_cannot_run_yet_is_refused_when_the_config_loads() -> None:
-    from fedcore.compute.dask_vertical import BOOSTING_REFUSED
-
+def test_every_algorithm_and_mode_loads_with_a_dask_party() -> None:
     compute = {"dask": {"local": {"workers": 2}}}
 
     def vertical(**kwargs) -> dict:
@@ -75,10 +73,10 @@ def test_what_a_dask_party_cannot_run_yet_is_refused_when_the_config_loads() -> 
     raw = vertical()
     raw["params"] = {"task": "regression", "criterion": "squared_error"}  # a forest of either task runs
     assert parse_config(raw, CONFIG).institutions[0].compute == DaskCompute(workers=2)
-    raw = {**vertical(), "algorithm": "boosting"}
-    with pytest.raises(ConfigError) as error:
-        parse_config(raw, CONFIG)
-    assert str(error.value) == f"{CONFIG}: institution 'north': {BOOSTING_REFUSED}"
+    for privacy in ("none", "ou"):  # vertical boosting, plain or SecureBoost (issue #29)
+        boosted = parse_config({**vertical(privacy=privacy), "algorithm": "boosting"}, CONFIG)
+        assert boosted.algorithm == "boosting" and boosted.setting == "vertical"
+        assert boosted.institutions[0].compute == DaskCompute(workers=2)
     config = parse_config(_raw(compute, privacy="ldp"), CONFIG)  # every privacy mode runs on Dask
     assert config.privacy.mode == "ldp" and config.institutions[0].compute == DaskCompute(workers=2)
     boosting = parse_config({**_raw(compute), "algorithm": "boosting"}, CONFIG)  # horizontal boosting runs

@@ -49,12 +49,33 @@ def test_boosting_on_dask_is_the_in_process_model(case, secure, workers, request
         return made[-1]
 
     monkeypatch.setattr(DaskBoostingRows, "of", classmethod(recorded))
+    rounds_trees = _rounds_trees(monkeypatch)
     expected = _fit(case, secure_aggregation=secure)
     got = _fit(case, secure_aggregation=secure, compute=client, block_rows=BLOCK)
     # 400 rows over the 3 parties, each in several blocks of at most 40
     assert sum(rows.n_rows for rows in made) == 400 and min(len(rows.blocks) for rows in made) >= 2
     _assert_same_model(expected, got)
     assert got.privacy_report_ == expected.privacy_report_
+    # each of the 3 parties' rounds after the first: its blocks' tasks took the round before's trees as one
+    # future (not pickled into every task)
+    assert rounds_trees == ["none"] * 3 + ["future"] * (3 * (got.n_estimators - 1))
+
+
+def _rounds_trees(monkeypatch) -> list[str]:
+    """What each `start_round`'s block tasks are given as the round before's trees: none, or a future."""
+    from distributed import Future
+
+    seen: list[str] = []
+    original = DaskPartyRows._map
+
+    def recorded(self, func, *per_block, **shared):
+        if func.__name__ == "_round":
+            trees = shared["trees"]
+            seen.append("none" if trees is None else "future" if isinstance(trees, Future) else "inline")
+        return original(self, func, *per_block, **shared)
+
+    monkeypatch.setattr(DaskPartyRows, "_map", recorded)
+    return seen
 
 
 @pytest.mark.timeout(180)

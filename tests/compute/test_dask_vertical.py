@@ -13,14 +13,12 @@ import numpy as np
 import pytest
 
 from fedcore.compute.dask_vertical import (
-    BOOSTING_REFUSED,
     DaskVerticalRows,
     block_major,
     compact_labels,
     node_major,
 )
 from fedcore.data.split import split_vertical
-from fedcore.errors import ParameterError
 from fedcore.trees.partition import pack_nodes, unpack_nodes
 from fedcore.vertical.estimators import FederatedForestClassifier, FederatedForestRegressor
 from tests.compute.workers import losable_cluster, lose_a_worker_on_call
@@ -185,6 +183,34 @@ def test_a_dask_party_keeps_its_labels_only_on_the_workers_one_byte_a_row(one_wo
     rows.close()
 
 
+def test_a_second_split_before_the_first_is_applied_is_refused(one_worker) -> None:
+    """The last level's splits wait for the next level's tasks; another split() would overwrite them."""
+    from fedcore.compute.dask_vertical import PENDING_SPLITS
+    from fedcore.trees.partition import node_byte_lengths, offsets_from_lengths
+
+    parties = _parties(n_parties=2)
+    rows = DaskVerticalRows(parties[1].drop(columns=["id"], errors="ignore"), one_worker, BLOCK)
+    rows.set_labels(np.zeros(rows.n_rows, np.int64))
+    rows.begin_batch(seed=0, trees=[0], n_draws=None)
+
+    def all_left() -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # every open node splits, its rows left
+        sizes = rows.node_sizes()
+        lengths = node_byte_lengths(0, sizes)
+        bits = [np.packbits(np.ones(n, bool)) for n in sizes]
+        return np.ones(len(sizes), bool), np.concatenate(bits), offsets_from_lengths(lengths)
+
+    rows.split(*all_left())
+    assert rows.node_sizes().tolist() == [rows.n_rows, 0]
+    with pytest.raises(RuntimeError) as error:
+        rows.split(*all_left())
+    assert str(error.value) == PENDING_SPLITS
+    assert rows.node_sizes().tolist() == [rows.n_rows, 0]  # refused before anything changed
+    rows._applied()  # the pending splits applied: the next level's split is taken
+    rows.split(*all_left())
+    assert rows.node_sizes().tolist() == [rows.n_rows, 0, 0, 0]
+    rows.close()
+
+
 @pytest.mark.timeout(120)
 def test_a_worker_lost_mid_forest_still_gives_the_same_forest(monkeypatch) -> None:
     parties = _parties(seed=4)
@@ -231,12 +257,14 @@ def test_encrypted_labels_on_dask_grow_the_in_process_forest(mode, workers, task
                            for p in passive)
 
 
-@pytest.mark.parametrize("privacy", ["none", "ou"])
-def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy) -> None:
+@pytest.mark.parametrize(("privacy", "boosting"), [("none", False), ("ou", False), ("none", True)],
+                         ids=["forest", "forest ou", "boosting"])
+def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy, boosting) -> None:
     """Every institution's own config puts its party on a local cluster: the session's model is unchanged."""
     from fedcore.compute.cluster import DaskCompute, hold_shared
     from fedcore.data.scenario import make_vertical_scenario
     from fedcore.transport.inprocess import InProcessTransport
+    from fedcore.trees.boosting import BoostingParams
     from fedcore.trees.params import ForestParams
     from fedcore.vertical.session import VerticalSession
     from tests.vertical.test_session import _agents
@@ -248,8 +276,9 @@ def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy) 
         agents = _agents(scenario, tmp_path / str(on_dask), new_batch=False, **settings)
         release = hold_shared(settings["compute"]) if on_dask else None  # as an agent server holds it
         transport = InProcessTransport({n: a.handle for n, a in agents.items()})
-        params = ForestParams(n_estimators=4 if privacy == "none" else 2, max_depth=5, random_state=1,
-                              privacy=privacy, key_bits=None if privacy == "none" else 2048)
+        params = (BoostingParams(n_estimators=3, max_depth=4, subsample=0.8, random_state=1) if boosting
+                  else ForestParams(n_estimators=4 if privacy == "none" else 2, max_depth=5, random_state=1,
+                                    privacy=privacy, key_bits=None if privacy == "none" else 2048))
         session = VerticalSession(transport, params,
                                   holdout_fraction=0.25, min_overlap=100)
         session.align()
@@ -275,23 +304,6 @@ def test_agents_with_compute_dask_train_the_in_process_model(tmp_path, privacy) 
         assert models[0][name].tobytes() == models[1][name].tobytes(), name
 
 
-def test_a_dask_party_refuses_a_boosting_session() -> None:
-    """A party whose rows are on Dask refuses a master's boosting setup (gradient statistics), naming #29."""
-    from fedcore.errors import ProtocolError
-    from fedcore.protocol.messages import Message
-    from fedcore.trees.criteria import GRADIENT
-    from fedcore.vertical.party import VerticalParty
-
-    frame = mixed_table(n_rows=50, seed=1, task="regression")
-    party = VerticalParty("north", frame, "target")
-    party.rows = DaskVerticalRows(party.features, client=None, block_rows=20)  # type: ignore[arg-type]
-    setup = Message("setup", {"criterion": GRADIENT, "max_bins": 16, "binning_seed": 0})
-    with pytest.raises(ProtocolError) as error:
-        party.handle(setup)
-    assert str(error.value) == f"party 'north' refuses the request: {BOOSTING_REFUSED}"
-    assert "issue #29" in BOOSTING_REFUSED
-
-
 def test_simulate_on_dask_reports_the_single_party_run_identical(three_workers) -> None:
     from fedcore.simulation import simulate_vertical
 
@@ -301,7 +313,7 @@ def test_simulate_on_dask_reports_the_single_party_run_identical(three_workers) 
     regression = simulate_vertical(mixed_table(seed=6, task="regression"), "target", task="regression",
                                    trees=2, compute=three_workers)
     assert regression["single_party_identical"] is True
-    with pytest.raises(ParameterError) as error:
-        simulate_vertical(table, "target", trees=2, algorithm="boosting", compute=three_workers)
-    assert str(error.value) == BOOSTING_REFUSED
+    boosted = simulate_vertical(table, "target", trees=2, max_depth=3, algorithm="boosting",
+                                compute=three_workers)
+    assert boosted["single_party_identical"] is True
 

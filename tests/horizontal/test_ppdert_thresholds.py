@@ -368,3 +368,39 @@ def test_a_refused_child_and_a_late_narrowing_leave_the_other_boxes_alone() -> N
                    np.ones((2, 1), bool))
     np.testing.assert_array_equal(kept.boxes, [[[0.0, 1.0], [13.0, 14.0]]])
     np.testing.assert_array_equal(refused.boxes, [[[0.0, 0.5], [11.0, 12.0]], [[0.5, 1.0], [15.0, 16.0]]])
+
+
+def test_roles_in_one_process_draw_a_level_once_and_each_gets_its_own_copy(monkeypatch) -> None:
+    from fedcore.horizontal.ppdert import agreed
+
+    streams: list[tuple] = []
+    real = agreed.stream
+    monkeypatch.setattr(agreed, "stream", lambda *args: streams.append(args) or real(*args))
+    trees = np.array([0, 0, 1, 2, 2, 2])
+    features, u = candidate_draws(5, trees, 3, _N_FEATURES, 3)
+    assert len(streams) == 3  # one stream per tree of the level
+    again_features, again_u = candidate_draws(5, trees.astype(np.int32), 3, _N_FEATURES, 3)
+    assert len(streams) == 3  # the same level, asked by another role: not drawn again
+    np.testing.assert_array_equal(again_features, features)
+    np.testing.assert_array_equal(again_u, u)
+    again_features[0, 0] = -1  # a role's copy is its own
+    assert candidate_draws(5, trees, 3, _N_FEATURES, 3)[0][0, 0] == features[0, 0]
+    other, _ = candidate_draws(5, np.array([0, 0, 1, 2, 2, 3]), 3, _N_FEATURES, 3)  # another level
+    assert len(streams) == 7  # its four trees drawn
+    np.testing.assert_array_equal(other[:5], features[:5])  # the same trees' streams, the same draws
+
+
+def test_parties_answering_side_by_side_share_the_draws_and_grow_the_same_forest(monkeypatch) -> None:
+    """Threads of one process ask for a level's draws together (`InProcessTransport(concurrent=True)`)."""
+    from fedcore.horizontal.ppdert import agreed
+
+    monkeypatch.setattr("fedcore.transport.inprocess.kernels_threadsafe", lambda: True)
+    frames = split_rows(horizontal_table(seed=5, n_rows=400), 3)
+    options = {"n_estimators": 6, "random_state": 2, "allow_data_ranges": True}
+    in_turn = PPDERTClassifier(**options).fit(frames, "target").model_
+    agreed._RECENT.clear()
+    monkeypatch.setattr(PPDERTClassifier, "_concurrent_parties", True)
+    side_by_side = PPDERTClassifier(**options).fit(frames, "target")
+    assert side_by_side.transport_.concurrent
+    for field in ("feature", "threshold", "left", "right", "value"):
+        np.testing.assert_array_equal(getattr(side_by_side.model_, field), getattr(in_turn, field))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedcore.errors import ParameterError, ProtocolError
@@ -94,8 +94,8 @@ def test_masks_differ_across_rounds_without_overlapping_streams() -> None:
     zeros = np.zeros(64, dtype=np.int64)
     first, second = party.mask(zeros, 1), party.mask(zeros, 2)
     assert (first != second).all()
-    # consecutive rounds must not reuse a shifted key stream (a ChaCha20 block is 8 words)
-    for shift in (8, 16):
+    # consecutive rounds must not reuse a shifted key stream (an AES block is 2 words)
+    for shift in (2, 8, 16):
         assert (first[shift:] != second[:-shift]).all() and (second[shift:] != first[:-shift]).all()
 
 
@@ -109,7 +109,14 @@ def test_masks_differ_across_sessions_with_the_same_keys(monkeypatch: pytest.Mon
     assert (a != b).all()
 
 
-def test_the_mask_follows_the_documented_derivation(monkeypatch: pytest.MonkeyPatch) -> None:
+def _aes_ctr(key: bytes, round_id: int, ring: int, n_bytes: int) -> bytes:
+    """The documented stream: AES-256-CTR from round id (8 bytes LE), ring byte, 7 zero bytes, of zeros."""
+    counter = round_id.to_bytes(8, "little") + bytes([ring]) + bytes(7)
+    return Cipher(algorithms.AES(key), modes.CTR(counter)).encryptor().update(bytes(n_bytes))
+
+
+def _alice_and_bob(monkeypatch: pytest.MonkeyPatch) -> tuple[SecureAggregator, SecureAggregator, bytes]:
+    """Two agreed parties of fixed keys, and their pair key derived as the module doc says."""
     _fixed_keys(monkeypatch, [3, 4])
     alice, bob = SecureAggregator("alice", SESSION), SecureAggregator("bob", SESSION)
     alice.agree({"bob": bob.public_key()})
@@ -118,22 +125,37 @@ def test_the_mask_follows_the_documented_derivation(monkeypatch: pytest.MonkeyPa
         X25519PublicKey.from_public_bytes(bob.public_key()))
     pair_key = HKDF(algorithm=hashes.SHA256(), length=32, salt=SESSION,
                     info=b"fedforest secagg v1|alice|bob").derive(shared)
-    nonce = bytes(4) + (5).to_bytes(8, "little") + bytes(4)  # block counter 0, then the round id
-    encryptor = Cipher(algorithms.ChaCha20(pair_key, nonce), mode=None).encryptor()
-    stream = np.frombuffer(encryptor.update(bytes(24)), dtype="<u8")
+    return alice, bob, pair_key
+
+
+def test_the_mask_follows_the_documented_derivation(monkeypatch: pytest.MonkeyPatch) -> None:
+    alice, bob, pair_key = _alice_and_bob(monkeypatch)
+    stream = np.frombuffer(_aes_ctr(pair_key, 5, 0, 24), dtype="<u8")
     vector = np.array([1, -2, 3], dtype=np.int64)
     np.testing.assert_array_equal(alice.mask(vector, 5), vector.astype(np.uint64) + stream)  # "bob" > "alice"
     np.testing.assert_array_equal(bob.mask(vector, 5), vector.astype(np.uint64) - stream)
 
 
+@pytest.mark.parametrize("bits", [16, 64])
+def test_a_long_mask_adds_the_key_stream_across_its_chunks(monkeypatch: pytest.MonkeyPatch,
+                                                            bits: int) -> None:
+    """Masks are added a chunk of the stream at a time: every word, across chunks, is the stream's."""
+    alice, bob, pair_key = _alice_and_bob(monkeypatch)
+    n = (3 * secagg._CHUNK_BYTES) // (bits // 8) + 5  # three whole chunks and a partial one
+    ring = np.dtype(f"uint{bits}")
+    stream = np.frombuffer(_aes_ctr(pair_key, 7, 0 if bits == 64 else bits, n * bits // 8),
+                           dtype=f"<u{bits // 8}")
+    vector = np.arange(n, dtype=np.int64) - 1000
+    np.testing.assert_array_equal(alice.mask(vector, 7, bits), vector.astype(ring) + stream)
+    np.testing.assert_array_equal(bob.mask(vector, 7, bits), vector.astype(ring) - stream)
+
 
 @pytest.mark.parametrize("bits", [16, 64])
 def test_a_long_key_stream_is_the_cipher_of_zeros_across_its_chunks(bits: int) -> None:
     key = bytes(range(32))
-    n = (3 * secagg._ZERO_CHUNK_BYTES) // (bits // 8) + 5  # three whole chunks and a partial one
-    nonce = bytes(4) + (9).to_bytes(8, "little") + (0 if bits == 64 else bits).to_bytes(4, "little")
-    expected = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor().update(bytes(n * bits // 8))
-    assert secagg.keystream(key, 9, n, bits).tobytes() == expected
+    n = (3 * secagg._CHUNK_BYTES) // (bits // 8) + 5  # three whole chunks and a partial one
+    assert secagg.keystream(key, 9, n, bits).tobytes() == _aes_ctr(key, 9, 0 if bits == 64 else bits,
+                                                                   n * bits // 8)
 
 
 def test_overwrite_masks_the_callers_scratch_in_place_and_the_default_leaves_it() -> None:
@@ -253,10 +275,8 @@ def test_rings_of_different_widths_use_unrelated_key_streams() -> None:
     for bits in (16, 32):
         narrow = secagg.keystream(key, 5, 4 * 64 // bits, bits)
         assert narrow.tobytes() != wide.tobytes()
-    # the 64-bit ring keeps the stream it always had: nonce = counter 0, round id, 4 zero bytes
-    nonce = bytes(4) + (5).to_bytes(8, "little") + bytes(4)
-    expected = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor().update(bytes(32))
-    assert wide.tobytes() == expected
+    # the 64-bit ring's stream: the counter block of round id, ring byte 0, 7 zero bytes
+    assert wide.tobytes() == _aes_ctr(key, 5, 0, 32)
     # the attack: a masks in 16 bits, b and c in 64; b + c split into 16-bit words, plus a, is not a's vector
     parties = _federation(3)
     a = parties[0].mask(np.arange(8, dtype=np.int64), round_id=9, bits=16)

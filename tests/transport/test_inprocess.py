@@ -172,3 +172,23 @@ def test_numbas_workqueue_layer_gets_one_party_after_another() -> None:
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False ['a', 'b', 'c']"
+
+
+def _round_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("fedforest-inprocess")}
+
+
+def test_close_ends_the_round_threads_and_a_later_round_starts_new_ones(threadsafe_kernels) -> None:
+    before = _round_threads()
+    transport = InProcessTransport({n: _Named(n) for n in "abc"}, concurrent=True)
+    transport.exchange({n: Message("ping") for n in "abc"})
+    started = _round_threads() - before
+    assert started  # the round's other parties answered in the transport's threads
+    transport.close()
+    assert not any(t.is_alive() for t in started)
+    assert transport.exchange({n: Message("ping") for n in "abc"})["c"].header == {"who": "c"}
+    again = _round_threads() - before
+    assert again and not again & started
+    transport.close()
+    transport.close()  # closing twice is closing once
+    assert not any(t.is_alive() for t in again)

@@ -130,3 +130,44 @@ def test_counts_read_part_by_part_choose_as_their_float64_sum(n_parties: int, cr
     chosen = np.flatnonzero(best >= 0)
     np.testing.assert_array_equal(summed_counts(parts, chosen, best[chosen]), total[chosen, best[chosen]])
     np.testing.assert_array_equal(summed_counts(parts, slice(None), 0), total[:, 0])
+
+
+def test_one_compiled_kernel_reads_every_contributors_type() -> None:
+    """One compiled signature chooses from every contributor's type (no compile per party dtype).
+
+    Each party's counts in the narrowest type it sent, signed ones too (regression's narrowed sums), one not
+    in native byte order, and the noisy float64 sums.
+    """
+    from fedcore.horizontal.rows import narrow
+    from fedcore.trees.candidates import _choose
+
+    rng = np.random.default_rng(11)
+    shape = (300, 4, 2, 2)
+    for scale in (5, 200, 40_000, 2**40):  # narrowed to 8, 16, 32 and 64 bits, signed (negative sums)
+        n = rng.integers(0, 9, shape[:3])
+        parts = [np.stack([n, rng.integers(-scale, scale, shape[:3]) * (n > 0)], axis=-1) for _ in range(3)]
+        narrowed = [narrow(part) for part in parts]
+        assert {p.dtype.kind for p in narrowed} == {"i"} and narrowed[0].dtype.itemsize == {
+            5: 1, 200: 2, 40_000: 4, 2**40: 8}[scale]
+        narrowed[1] = narrowed[1].astype(narrowed[1].dtype.newbyteorder(">"))  # not native: read as its value
+        total = sum(part.astype(np.float64) for part in parts)
+        valid = rng.random(shape[:2]) < 0.9
+        best, branch_n = best_of_counts(narrowed, valid, CRITERION_CODES["squared_error"], 1)
+        want_best, want_n = run(total, None, valid, "squared_error", 1)
+        np.testing.assert_array_equal(best, want_best)
+        np.testing.assert_array_equal(branch_n, want_n)
+        assert (best >= 0).sum() > 100
+    best_of_counts([np.ones((2, 3, 2, 4), np.uint64)], np.ones((2, 3), bool), CRITERION_CODES["gini"], 1)
+    assert len(_choose.signatures) == 1
+
+
+def test_statistics_that_do_not_fit_are_refused() -> None:
+    valid = np.ones((5, 3), bool)
+    with pytest.raises(ValueError, match=r"^contributors' statistics differ in shape: \(5, 3, 2, 4\) and "
+                                         r"\(5, 3, 2, 3\)$"):
+        best_of_counts([np.ones((5, 3, 2, 3), np.uint8), np.ones((5, 3, 2, 4), np.uint8)], valid, 0, 1)
+    with pytest.raises(ValueError, match=r"^statistics of shape \(5, 2, 2, 3\) with validity \(5, 3\) and "
+                                         r"sizes \(0, 0, 2\)$"):
+        best_of_counts([np.ones((5, 2, 2, 3), np.uint8)], valid, 0, 1)
+    with pytest.raises(ValueError, match=r"^statistics of type bool cannot be read \(integers or float64\)$"):
+        best_of_counts([np.ones((5, 3, 2, 3), bool)], valid, 0, 1)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fedcore.errors import ParameterError
-from fedcore.trees.fixed_gradients import GradientGrid, fixed_targets, precision_bits, slot_widths
+from fedcore.trees.fixed_gradients import GradientGrid, exact_sums, fixed_targets, precision_bits, slot_widths
 
 
 def _sequential(values: np.ndarray) -> float:
@@ -49,6 +49,24 @@ def test_grid_sums_are_exact_in_any_order(scale: float) -> None:
     decoded = grid.statistics(sums)[0]
     assert decoded.tolist() == [777.0, _sequential(values[rows, 0]), _sequential(values[rows, 1])]
     assert min(slots[:, 0].tolist()) >= 0 and max(slots[:, 0].tolist()) <= 2 ** (grid.bits + 1)
+
+
+@pytest.mark.parametrize("scale", [1e-9, 1.0, 1e12])
+def test_a_rounds_grid_has_exact_sums_and_values_off_any_grid_do_not(scale: float) -> None:
+    """`exact_sums`, what a passive party checks of a relayed round: the label holder's grid passes."""
+    rng = np.random.default_rng(5)
+    gh = rng.normal(0, scale, (3, 4000, 2))
+    gh[..., 1] = np.abs(gh[..., 1])
+    grid, q = GradientGrid.of(gh, 4000)
+    on_grid = grid.values(q)
+    assert exact_sums(on_grid) and exact_sums(on_grid[:, :1]) and exact_sums(np.zeros((1, 9, 2)))
+    assert exact_sums(np.zeros((2, 0, 2)))  # no rows: no sums
+    assert not exact_sums(gh)  # full-precision floats: their sums round
+    off = on_grid.copy()
+    off[2, 17, 1] += math.ldexp(1.0, grid.h_exponent - 10)  # a hessian of the third tree, off the step
+    assert not exact_sums(off)
+    # the largest values one grid holds: 2^52 rows' worth at step 1 is exact, one more step is not
+    assert exact_sums(np.full((1, 2, 2), 2.0**51)) and not exact_sums(np.array([[[2.0**52 + 1, 1.0]] * 2]))
 
 
 def test_all_zero_gradients_and_unit_hessians_stay_exact() -> None:

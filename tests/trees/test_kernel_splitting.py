@@ -20,7 +20,7 @@ import pytest
 
 from fedcore.data.binning import MISSING_BIN
 from fedcore.trees.criteria import ENTROPY, GINI, GRADIENT, SQUARED_ERROR, n_stats
-from fedcore.trees.fixed_gradients import fixed_targets
+from fedcore.trees.fixed_gradients import GradientGrid, fixed_targets
 from fedcore.trees.level_histograms import find_best_splits
 from fedcore.trees.splitting import (
     CATEGORY_SMOOTHING,
@@ -686,19 +686,27 @@ def _block_of(problem: Problem, low: int, high: int) -> tuple[np.ndarray, ...]:
     return (problem.order[keep], problem.weight[keep], problem.target[keep], ends - np.asarray(sizes), ends)
 
 
-@pytest.mark.parametrize(("criterion", "n_classes"), [(GINI, 2), (GINI, 4), (ENTROPY, 3), (SQUARED_ERROR, 0)])
+@pytest.mark.parametrize(("criterion", "n_classes"), [(GINI, 2), (GINI, 4), (ENTROPY, 3), (SQUARED_ERROR, 0),
+                                                     (GRADIENT, 0)])
 @pytest.mark.parametrize("cuts", [[], [150], [1, 77, 78, 200, 299]])
 def test_block_histograms_summed_then_scanned_are_the_plain_kernel(criterion: int, n_classes: int,
                                                                    cuts: list[int]) -> None:
     """Rows cut into blocks: their histograms, added in any order and scanned, are the plain kernel's.
 
     Bit-identical splits and node totals to the fused in-process kernel (the Dask vertical path): int64
-    class counts, and squared error's float64 (w, wy) over targets on their grid (`fixed_targets`).
+    class counts, squared error's float64 (w, wy) over targets on their grid (`fixed_targets`), and
+    boosting's float64 (count, G, H) over a round's (g, h) on its grid (`GradientGrid`), every row weight 1.
     """
-    problem = random_problem(3 * criterion + n_classes, criterion, n_classes, 2.0)
-    dtype = np.float64 if criterion == SQUARED_ERROR else np.int64
+    problem = random_problem(3 * criterion + n_classes, min(criterion, SQUARED_ERROR), n_classes, 2.0)
+    dtype = np.int64 if criterion in (GINI, ENTROPY) else np.float64
     if criterion == SQUARED_ERROR:
         problem.target = fixed_targets(problem.target * 1e6)
+    if criterion == GRADIENT:
+        gh = np.random.default_rng(8).normal(0.0, 1e3, (1, len(problem.order), 2))
+        gh[..., 1] = np.abs(gh[..., 1])
+        grid, q = GradientGrid.of(gh, len(problem.order))
+        problem.criterion, problem.target = GRADIENT, grid.values(q)[0]
+        problem.weight = np.ones(len(problem.order), np.int32)
     plain, totals = problem.run()
     edges = [0, *cuts, 300]
     parts, block_totals, node_rows = [], np.zeros_like(totals, dtype=dtype), 0
@@ -721,12 +729,3 @@ def test_block_histograms_summed_then_scanned_are_the_plain_kernel(criterion: in
     for name in ("gain", "rank", "feature", "bin", "missing_left", "is_categorical", "cat_bits"):
         np.testing.assert_array_equal(getattr(got, name), getattr(plain, name), err_msg=name)
     assert np.isfinite(plain.gain).sum() >= 10
-
-
-def test_block_histograms_refuse_gradient_statistics() -> None:
-    problem = random_problem(1, SQUARED_ERROR, 0, 1.0)
-    with pytest.raises(ValueError, match="^block histograms are class counts or regression sums: vertical "
-                                         "boosting's gradient statistics do not run on a Dask party$"):
-        block_histograms(problem.codes, np.stack([problem.target, problem.target], axis=1), problem.order,
-                         problem.weight, problem.starts, problem.ends, problem.feat_ptr, problem.feat_local,
-                         3, GRADIENT)

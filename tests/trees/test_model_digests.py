@@ -184,6 +184,14 @@ CASES = {
     "vertical plain regression, batches, dask": lambda: _vertical(
         FederatedForestRegressor, mixed_table(seed=3, task="regression"), 2, n_estimators=5, max_depth=5,
         tree_batch_size=2, max_samples=0.7, compute=_DASK, block_rows=50),
+    # vertical boosting with every party's rows, each round's (g, h) and the label holder's leaf weights on
+    # the blocks, plain and SecureBoost (issue #29): the in-process digests
+    "vertical boosting softmax, dask": lambda: _vertical(
+        FederatedBoostingClassifier, mixed_table(seed=1, n_classes=3), 3, n_estimators=3, max_depth=3,
+        reg_lambda=0.5, subsample=0.7, compute=_DASK, block_rows=50),
+    "vertical boosting squared error, ou, dask": lambda: _vertical(
+        FederatedBoostingRegressor, mixed_table(seed=3, task="regression"), 2, n_estimators=4, max_depth=4,
+        subsample=0.8, colsample_bytree=0.8, privacy="ou", label_key=_ou_key(), compute=_DASK, block_rows=50),
     # horizontal boosting with every party's margins and (g, h) on the blocks: the in-process digest
     "horizontal boosting softmax, dask": lambda: _horizontal_boosting(
         HorizontalBoostingClassifier(n_estimators=3, max_depth=3, reg_lambda=0.5, colsample_bytree=0.7,
@@ -221,6 +229,8 @@ PINNED = {
     'vertical ou, dask': 'f0a92a2261a1e10a',
     'vertical plain regression, batches, dask': '502a058bd2d47094',
     'horizontal boosting softmax, dask': 'bf671f8ad4ddc4fc',
+    'vertical boosting softmax, dask': 'ae42f648555a3cd4',
+    'vertical boosting squared error, ou, dask': '07fd3a3a0efc1409',
 }
 
 

@@ -7,6 +7,8 @@ passive parties receive the rounds' (g, h) and never the labels.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -65,9 +67,13 @@ def test_parties_answering_side_by_side_grow_the_model_of_parties_answering_in_t
     in_turn, frames, _ = _fit("softmax", 3)
     assert not in_turn.transport_.concurrent
     monkeypatch.setattr(FederatedBoostingClassifier, "_concurrent_parties", True)
+    threads = set(threading.enumerate())
     side_by_side, _, _ = _fit("softmax", 3)
     assert side_by_side.transport_.concurrent
     assert _model_bytes(in_turn, frames) == _model_bytes(side_by_side, frames)
+    # the fit and the predictions each closed the transport: none of its round threads is left
+    left = set(threading.enumerate()) - threads
+    assert not [t.name for t in left if t.name.startswith("fedforest-inprocess")]
 
 
 @pytest.mark.parametrize("loss", list(LOSSES))
@@ -84,8 +90,8 @@ def test_two_three_and_five_parties_give_the_one_party_model_byte_for_byte(loss:
 def test_training_margins_are_the_models_predictions(loss: str) -> None:
     """The label holder's margins after the last round, recomputed by the one predictor, bit for bit."""
     model, frames, _ = _fit(loss, 2)
-    boost = model.label_holder_._boost
-    final = boost.margins + boost.pending.T  # the last round's leaf weights, not yet added
+    holder = model.label_holder_
+    final = holder._boost.margins + holder.rows.leaf_values().T  # the last round's leaf weights: not added
     outputs = model._predict_values(frames)  # one-round prediction of the training rows, through the link
     combination = model.master_.combination
     s = model.master_.structure
@@ -110,6 +116,37 @@ def test_passive_parties_receive_gradients_not_labels() -> None:
     assert gradients == [(holder, "local_best")] * PARAMS["n_estimators"]
     labels = [m for _, _, m in sent if m.kind == "labels"]
     assert len(labels) == 1 and not labels[0].arrays  # the label holder exports no labels
+
+
+def test_a_passive_party_refuses_gradients_off_a_grid_of_exact_sums() -> None:
+    """A master relaying (g, h) whose sums would round is refused, in the words of the refusal.
+
+    Such sums would depend on the order a party adds its rows in: in process or in blocks on a Dask cluster.
+    """
+    from fedcore.errors import ProtocolError
+    from fedcore.transport.inprocess import InProcessTransport
+    from fedcore.trees.boosting import BoostingParams
+    from fedcore.vertical.master import VerticalMaster
+    from fedcore.vertical.party import VerticalParty
+
+    holder_frame, passive_frame = split_vertical(mixed_table(n_rows=80, seed=5), 2, label="target", seed=7,
+                                                 label_party=0)
+    holder = VerticalParty("holder", holder_frame, "target", feature_key=b"k" * 32)
+    passive = VerticalParty("passive", passive_frame, feature_key=b"k" * 32)
+
+    def nudged(message: Message) -> Message:
+        if message.kind == "begin_batch":
+            gh = message.arrays["gh"].copy()
+            gh[3, 0] += gh[3, 0] * 2.0**-50  # below any step of the round's grid
+            message = Message("begin_batch", message.header, {"gh": gh})
+        return passive.handle(message)
+
+    params = BoostingParams(task="classification", n_estimators=1, max_depth=2, random_state=1)
+    transport = InProcessTransport({"holder": holder.handle, "passive": nudged})
+    with pytest.raises(ProtocolError) as refused:
+        VerticalMaster(transport, params).fit()
+    assert str(refused.value) == ("party 'passive' refuses the request: a boosting round's (g, h) must lie "
+                                  "on a power-of-two grid whose sums are exact, as the label holder's do")
 
 
 def test_boosting_is_refused_where_it_does_not_run_yet() -> None:

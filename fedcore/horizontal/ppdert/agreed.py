@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 
 import numpy as np
 
@@ -28,8 +29,32 @@ def candidate_draws(seed: int, act_tree: np.ndarray, depth: int, n_features: int
     """The shared draws of the open nodes.
 
     Candidate features (A, k) and uniforms in [0, 1) (A, k) that place each threshold in its interval, from
-    stream(seed, ppdert_candidates, tree, depth); identical at every role.
+    stream(seed, ppdert_candidates, tree, depth); identical at every role. The last few levels' draws are
+    kept by their exact arguments (`_RECENT`), so roles that share a process (the in-process estimators and
+    simulator: the master and every party) draw a level once; each role gets its own copies.
     """
+    trees = np.ascontiguousarray(act_tree, dtype=np.int64)
+    key = (int(seed), int(depth), int(n_features), int(k), trees.tobytes())
+    with _LOCK:  # parties may answer side by side, in threads (`InProcessTransport(concurrent=True)`)
+        drawn = _RECENT.get(key)
+        if drawn is None:
+            drawn = _RECENT[key] = _draws(int(seed), trees, int(depth), int(n_features), int(k))
+            while len(_RECENT) > _KEPT_LEVELS:
+                del _RECENT[next(iter(_RECENT))]
+    features, u = drawn
+    return features.copy(), u.copy()
+
+
+_KEPT_LEVELS = 4
+_LOCK = threading.Lock()
+_RECENT: dict[tuple[int, int, int, int, bytes], tuple[np.ndarray, np.ndarray]] = {}
+"""The draws of the last `_KEPT_LEVELS` distinct levels asked for, oldest first: a pure function's results,
+keyed by every argument (the open nodes' trees as bytes, not a hash a hostile request could collide)."""
+
+
+def _draws(seed: int, act_tree: np.ndarray, depth: int, n_features: int,
+           k: int) -> tuple[np.ndarray, np.ndarray]:
+    """`candidate_draws` computed: each tree's stream draws its nodes' feature keys, then their uniforms."""
     keys = np.empty((len(act_tree), n_features))
     u = np.empty((len(act_tree), k), dtype=np.float64)
     for tree, a, b in tree_segments(act_tree):

@@ -96,8 +96,8 @@ def cell_multipliers(secret: bytes, round_id: int, size: int) -> np.ndarray:
     """Secret uniform 64-bit multipliers for a round's `size` cell indicators (mod 2**64).
 
     Multiplied into the indicators (`extreme_cell_indicators`), a sum over parties says whether any party's
-    indicator is 1, not how many. ChaCha20 of the party's own secret key (fresh per session, never sent), for
-    this round; a zero word counts as 1 (probability 2**-64).
+    indicator is 1, not how many. AES-256-CTR of the party's own secret key (fresh per session, never sent),
+    for this round (`keystream`); a zero word counts as 1 (probability 2**-64).
     """
     return keystream(secret, round_id, size, CELL_RING_BITS)
 
