@@ -111,6 +111,7 @@ _SEARCH_ENDS_LEVEL = {"plain-holder", "plain-passive", "encrypted-passive", "boo
                       "boost-passive", "secure-boost-passive"}  # its level ends with find_splits
 # scores passive parties' histograms; its level ends with evaluate_encrypted
 _SCORES = {"encrypted-holder", "secure-boost-holder"}
+_SKIPPED_AT_LAST_LEVEL = {"plain-passive", "boost-passive"}  # not asked at a batch's last level
 
 
 def _batch_begins(state: str, roles: set[str] | None = None) -> list[Step]:
@@ -151,9 +152,10 @@ FEDERATED_FOREST = Protocol(
         Step("configured", "finalize", "idle", "ack"),  # every batch restored from checkpoints
         Step("applied", "find_splits", "searched", "local_best", _LOCAL_BEST),
         Step("applied", "find_splits", "searched", "encrypted_histograms", _ENCRYPTED),
-        # a batch's last level (no node may split) asks the label holder alone (plain modes)
-        Step("applied", "finalize", "idle", "ack"),
-        *_batch_begins("applied"),
+        # a batch's last level (no node may split) asks the label holder alone (plain modes): only a plain
+        # passive party goes from its last apply_splits to the next batch or the end
+        Step("applied", "finalize", "idle", "ack", _SKIPPED_AT_LAST_LEVEL),
+        *_batch_begins("applied", _SKIPPED_AT_LAST_LEVEL),
         Step("searched", "evaluate_encrypted", "scored", "encrypted_best", _SCORES),
         *_level_ends("searched", _SEARCH_ENDS_LEVEL),
         *_level_ends("scored", _SCORES),
@@ -535,12 +537,13 @@ class VerticalParty:
                  self.name, f"n_draws must be between 1 and the {n_rows} rows, got {n_draws!r}")
         _require(self._boosting or self.rows.labelled, self.name, "configure must come before begin_batch")
         _require(not self._boosting or n_draws is None, self.name, "boosting takes every row: no bootstrap")
+        seed = h.int("seed")
         request = self._search_request(message, len(trees))
         if self._boosting:
             gh = self._round_gradients(message, trees)
-            self.rows.begin_batch(h.int("seed"), list(trees), None, targets=gh)
+            self.rows.begin_batch(seed, list(trees), None, targets=gh)
         else:
-            self.rows.begin_batch(h.int("seed"), list(trees), n_draws)
+            self.rows.begin_batch(seed, list(trees), n_draws)
         self._batch_start = len(self._splits)
         self._candidates = None
         reply = self._search(request, None)
