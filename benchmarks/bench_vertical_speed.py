@@ -201,6 +201,7 @@ wall2 = time.perf_counter()
 print(json.dumps({"cpu_s": cpu1 - cpu0, "wall_s": wall1 - wall0, "predict_s": wall2 - wall1,
                   "proba": hashlib.sha256(proba.tobytes()).hexdigest()[:16],
                   "side_by_side": getattr(model.transport_, "concurrent", False),
+                  "messages_per_round": model.training_communication_["messages"] / BOOSTING["n_estimators"],
                   "accuracy": float(((proba[:, 1] > 0.5) == test["y"].to_numpy()).mean())}))
 """
 """A child's boosting fit, timed by CPU (every thread) and wall clock after a warm-up fit, and the hash of
@@ -249,6 +250,7 @@ def boosting_code_pairs(rows: int, before: str, repeats: int, concurrent: bool =
             rows_out.append({"run": repeat, "order": " > ".join(order), "code": name,
                              "parties side by side": out.get("side_by_side", "-"), "CPU s": out["cpu_s"],
                              "wall s": out["wall_s"], "predict 40k s": out["predict_s"],
+                             "messages a round": out.get("messages_per_round", "-"),
                              "proba hash": out.get("proba", "-"), "accuracy": out["accuracy"],
                              "load at start": f"{load:.1f}"})
     return rows_out

@@ -289,7 +289,7 @@ VERTICAL_TO_MASTER = {  # DESIGN: per node each party's best local gain; partiti
 VERTICAL_TO_PARTIES = {  # DESIGN: its sampled feature ids; bitmaps of nodes it does not own; encoded labels;
     # the importance shares of its own splits
     "validation_report": "", "align": "positions holdout", "setup": "", "export_labels": "",
-    "configure": "global_index y", "begin_batch": "",
+    "configure": "global_index y", "begin_batch": "feat_ptr feat_global feat_rank",  # the first level's
     "find_splits": "feat_ptr feat_global feat_rank split_mask split_owner bits_0 bits_1 bits_2",
     "apply_splits": "tree node positions", "finalize": "tree node left right importance", "load_holdout": "",
     "predict_leaves": "", "evaluate": "values", "align_batch": "positions", "deliver_predictions": "values"}

@@ -39,6 +39,12 @@ a larger one is written once into a buffer of its measured size (joining would c
 
 
 _KINDS = {"int": (int,), "number": (int, float), "text": (str,), "flag": (bool,)}
+_EMPTY_JSON = b"{}"
+
+
+def _json_object(text: bytes) -> Any:
+    """A metadata field's JSON; the empty object without the parser (most replies' header, most shapes)."""
+    return {} if text == _EMPTY_JSON else json.loads(text)
 
 
 class Header(dict[str, Any]):
@@ -180,8 +186,8 @@ class Message:
             batch = batches[0]
             metadata = batch.schema.metadata or {}
             kind = metadata[_KIND_KEY].decode()
-            header = json.loads(metadata[_HEADER_KEY])
-            shapes = json.loads(metadata.get(_SHAPES_KEY, b"{}"))
+            header = _json_object(metadata[_HEADER_KEY])
+            shapes = _json_object(metadata.get(_SHAPES_KEY, _EMPTY_JSON))
         except (pa.ArrowException, OSError, KeyError, StopIteration, ValueError, UnicodeDecodeError) as exc:
             raise ProtocolError(f"malformed message: {exc}") from exc
         if not isinstance(header, dict) or not isinstance(shapes, dict):
@@ -388,7 +394,8 @@ def _column(name: str, array: np.ndarray) -> pa.LargeListArray:
 def _schema(kind: str, header: dict[str, Any], shapes: dict[str, list[int]], names: list[str],
             columns: list[pa.LargeListArray]) -> pa.Schema:
     """A message's schema: its columns, and its kind, header and array shapes as metadata."""
-    return _schema_of(kind, json.dumps(header, sort_keys=True), json.dumps(shapes),
+    return _schema_of(kind, json.dumps(header, sort_keys=True) if header else "{}",
+                      json.dumps(shapes) if shapes else "{}",
                       tuple(zip(names, (c.type for c in columns), strict=True)))
 
 

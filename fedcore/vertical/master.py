@@ -250,9 +250,11 @@ class VerticalMaster(LevelStrategy):
         bounds = np.flatnonzero(np.diff(open_tree, prepend=-1, append=-1))
         for a, b in zip(bounds[:-1], bounds[1:], strict=True):
             tree = int(open_tree[a])
-            if p.feature_sampling == "tree":
-                rng = stream(p.random_state, "tree_features", tree)
-                chosen = np.sort(rng.permutation(n_features)[:k])
+            if p.feature_sampling == "tree":  # drawn at the tree's first level, kept for its batch
+                chosen = self._tree_features.get(tree)
+                if chosen is None:
+                    rng = stream(p.random_state, "tree_features", tree)
+                    chosen = self._tree_features[tree] = np.sort(rng.permutation(n_features)[:k])
                 out[a:b] = chosen
             else:
                 rng = stream(p.random_state, "features", tree, depth)
@@ -260,20 +262,16 @@ class VerticalMaster(LevelStrategy):
         return out
 
     def open_batch(self, trees: list[int], save_batch: int | None) -> None:
-        """Every party draws the batch's bootstrap samples; `save_batch`: checkpoint the batch before."""
-        info = self.federation
+        """A batch starts; its `begin_batch` goes with its first level's request (`level`, depth 0).
+
+        `save_batch`: the parties checkpoint the batch before as they begin this one.
+        """
         header = {"trees": trees, "seed": self.params.random_state,
-                  "n_draws": self.params.n_draws(info.n_rows)}
+                  "n_draws": self.params.n_draws(self.federation.n_rows)}
         if save_batch is not None:
             header["save_batch"] = save_batch  # parties checkpoint the batch they just finished
-        requests = {name: Message("begin_batch", header) for name in info.parties}
-        if self.combination.kind == "sum":  # boosting: the label holder's round (g, h) go to the others
-            holder = info.label_holder
-            key = "enc_gh" if self.params.privacy in ENCRYPTED_MODES else "gh"  # ciphertexts, or plain
-            gh = self.transport.exchange({holder: requests.pop(holder)})[holder].arrays[key]
-            requests = dict.fromkeys(requests, Message("begin_batch", header, {key: gh}))  # serialised once
-        if requests:
-            self.transport.exchange(requests)
+        self._batch_header: dict | None = header
+        self._tree_features: dict[int, np.ndarray] = {}  # feature_sampling "tree": each tree's candidates
         self._first_tree = trees[0]
         self._root_weight = np.zeros(len(trees))
         self._previous: dict[str, np.ndarray] | None = None
@@ -283,53 +281,97 @@ class VerticalMaster(LevelStrategy):
         """Every party proposes its best split per open node (on its sampled candidate features).
 
         The best over parties wins, ties to the lowest candidate rank. The label holder's statistics give the
-        nodes' weights and values.
+        nodes' weights and values. A batch's first level is its `begin_batch` (every party draws the batch's
+        rows; boosting: the label holder first, whose round (g, h) the others' carry). A level where no node
+        may split (the depth limit) asks the label holder alone, whose statistics are all it needs (plain
+        modes; with encrypted labels every party still answers, as the label holder's scoring step expects).
         """
         p, info = self.growth_params, self.federation
         parties = info.parties
         n_open = len(open_tree)
         can_split = self._stopping.may_split(depth)
         candidates = self._sample_features(open_tree, depth) if can_split else np.empty((n_open, 0), np.int64)
-        ranks = np.broadcast_to(np.arange(candidates.shape[1], dtype=np.int32), candidates.shape)
-        requests = {}
-        for index, name in enumerate(parties):
-            mine = (info.feature_owner[candidates] == index if candidates.size
-                    else np.zeros(candidates.shape, bool))
-            arrays = {
-                "feat_ptr": np.concatenate([[0], np.cumsum(mine.sum(axis=1))]).astype(np.int64),
-                "feat_global": candidates[mine].astype(np.int32),
-                "feat_rank": ranks[mine].astype(np.int32),
-            }
-            if self._previous is not None:
-                arrays.update(self._previous)
-                arrays.update({f"bits_{q}": blob for q, blob in self._blobs.items() if q != index})
-            requests[name] = Message("find_splits",  # the least weight a child keeps (boosting: hessian sum)
-                                     {"party_index": index, "min_samples_leaf": p.min_leaf_weight}, arrays)
-        replies = self.transport.exchange(requests)
+        encrypted = self.params.privacy in ENCRYPTED_MODES
+        asked = parties if can_split or encrypted or self._batch_header is not None else [info.label_holder]
+        requests = self._level_requests(asked, candidates)
+        if self._batch_header is None:
+            replies = self.transport.exchange(requests)
+        else:
+            replies = self._begin_batch(requests)
         self._choices = self._score(replies)
         stats = replies[info.label_holder].arrays["stats"]
         weight = node_count(stats, p.criterion_code)
         if depth == 0:
             self._root_weight[:] = weight
-        gains = np.stack([replies[n].arrays["gain"] for n in parties])
-        party_ranks = np.stack([replies[n].arrays["rank"] for n in parties]).astype(np.int64)
-        best_gain = gains.max(axis=0)
-        tie_rank = np.where(gains == best_gain, party_ranks, np.iinfo(np.int64).max)
-        owner = np.argmin(tie_rank, axis=0)
-        roots = self._root_weight[open_tree - self._first_tree]
-        split = (
-            can_split
-            & np.isfinite(best_gain)
-            & (weight >= self._stopping.min_samples_split)
-            & self._stopping.improves(best_gain, weight)
-            & (best_gain >= p.least_gain(roots))
-        )
+        if can_split:
+            gains = np.stack([replies[n].arrays["gain"] for n in parties])
+            party_ranks = np.stack([replies[n].arrays["rank"] for n in parties]).astype(np.int64)
+            best_gain = gains.max(axis=0)
+            tie_rank = np.where(gains == best_gain, party_ranks, np.iinfo(np.int64).max)
+            owner = np.argmin(tie_rank, axis=0)
+            roots = self._root_weight[open_tree - self._first_tree]
+            split = (
+                np.isfinite(best_gain)
+                & (weight >= self._stopping.min_samples_split)
+                & self._stopping.improves(best_gain, weight)
+                & (best_gain >= p.least_gain(roots))
+            )
+        else:
+            best_gain, owner = np.full(n_open, -np.inf), np.zeros(n_open, np.int64)
+            split = np.zeros(n_open, bool)
         self._open = (open_tree, open_node, owner)
         fields = {"owner": np.where(split, owner, -1).astype(np.int16), "weight": weight,
                   "value": p.node_values(stats)}
         if p.criterion not in CRITERIA:  # boosting: each chosen split's gain, for its importances
             fields["gain"] = np.where(split, best_gain, 0.0)
         return Level(split, fields)
+
+    def _level_requests(self, asked: list[str], candidates: np.ndarray) -> dict[str, Message]:
+        """Each asked party's `find_splits`: its candidates per node, the last level's bitmaps of others'.
+
+        A batch's first level: its `begin_batch`, the batch's header with the same fields.
+        """
+        info, p = self.federation, self.growth_params
+        parties = info.parties
+        owner = info.feature_owner[candidates]
+        n_open = len(candidates)
+        ranks = np.broadcast_to(np.arange(candidates.shape[1], dtype=np.int32), candidates.shape)
+        batch = self._batch_header
+        kind, header = ("find_splits", {}) if batch is None else ("begin_batch", batch)
+        requests = {}
+        for name in asked:
+            index = parties.index(name)
+            mine = owner == index
+            feat_ptr = np.zeros(n_open + 1, np.int64)
+            np.cumsum(mine.sum(axis=1), out=feat_ptr[1:])
+            arrays = {"feat_ptr": feat_ptr, "feat_global": candidates[mine].astype(np.int32),
+                      "feat_rank": ranks[mine]}
+            if self._previous is not None:
+                arrays.update(self._previous)
+                arrays.update({f"bits_{q}": blob for q, blob in self._blobs.items() if q != index})
+            # the least weight a child keeps (boosting: hessian sum)
+            requests[name] = Message(kind, {**header, "party_index": index,
+                                            "min_samples_leaf": p.min_leaf_weight}, arrays)
+        return requests
+
+    def _begin_batch(self, requests: dict[str, Message]) -> dict[str, Message]:
+        """A batch's first level, every party's `begin_batch`: boosting's label holder first.
+
+        Its reply carries the round's (g, h) (ciphertexts with encrypted labels), which the other parties'
+        requests carry to them in place of labels.
+        """
+        self._batch_header = None
+        if self.combination.kind != "sum":
+            return self.transport.exchange(requests)
+        holder = self.federation.label_holder
+        key = "enc_gh" if self.params.privacy in ENCRYPTED_MODES else "gh"  # ciphertexts, or plain
+        replies = self.transport.exchange({holder: requests.pop(holder)})
+        gh = replies[holder].arrays[key]
+        for message in requests.values():
+            message.arrays[key] = gh
+        if requests:
+            replies.update(self.transport.exchange(requests))
+        return replies
 
     def _score(self, replies: dict[str, Message]) -> dict[str, np.ndarray] | None:
         """Plain mode: every party scored its own candidates (encrypted labels: see `_evaluate_encrypted`)."""

@@ -6,15 +6,19 @@ values, bin edges or thresholds out.
 A party answers only `FEDERATED_FOREST`, in its order (`fedcore.protocol.dispatch`); its role is its mode
 (plain or encrypted labels, or boosting, from the master's `setup`) and whether it holds the label:
 
-    setup -> export_labels (label holder) -> configure -> per batch: begin_batch, then per level
-    find_splits [-> evaluate_encrypted (label holder, encrypted labels)] [-> apply_splits (owners of splits)]
-    -> finalize; prediction (predict_leaves, route) only outside training, with a trained or loaded model.
+    setup -> export_labels (label holder) -> configure -> per batch: begin_batch (which is also the batch's
+    first level's find_splits), then per level [evaluate_encrypted (label holder, encrypted labels)]
+    [-> apply_splits (owners of splits)] -> find_splits (the next level) -> ... -> finalize; prediction
+    (predict_leaves, route) only outside training, with a trained or loaded model. A level where no node may
+    split (the depth limit) asks the label holder alone in plain modes: the others go from apply_splits to
+    the next begin_batch or finalize.
 
 Boosting: a batch is a round; the label holder answers begin_batch with the round's (g, h)
-(`fedcore.vertical.boosting`), which the master relays to the passive parties in theirs, in place of the
-labels a forest shares at configure. With encrypted labels (SecureBoost, roles `secure-boost-*`) they are
-ciphertexts: the passive parties answer find_splits with encrypted histograms and the label holder scores
-them (evaluate_encrypted), as for an encrypted forest.
+(`fedcore.vertical.boosting`) beside its first level's best splits, and the master relays them to the passive
+parties in their begin_batch, in place of the labels a forest shares at configure. With encrypted labels
+(SecureBoost, roles `secure-boost-*`) they are ciphertexts: the passive parties answer begin_batch and
+find_splits with encrypted histograms and the label holder scores them (evaluate_encrypted), as for an
+encrypted forest.
 """
 
 from __future__ import annotations
@@ -107,14 +111,14 @@ _SEARCH_ENDS_LEVEL = {"plain-holder", "plain-passive", "encrypted-passive", "boo
                       "boost-passive", "secure-boost-passive"}  # its level ends with find_splits
 # scores passive parties' histograms; its level ends with evaluate_encrypted
 _SCORES = {"encrypted-holder", "secure-boost-holder"}
-_GRADIENTS = {"boost-holder", "secure-boost-holder"}  # answers begin_batch with the round's (g, h)
+_SKIPPED_AT_LAST_LEVEL = {"plain-passive", "boost-passive"}  # not asked at a batch's last level
 
 
 def _batch_begins(state: str, roles: set[str] | None = None) -> list[Step]:
-    """begin_batch: acknowledged, or (the boosting label holder) answered with the round's (g, h)."""
+    """begin_batch, which is also the batch's first level: answered as find_splits is (see `_level_ends`)."""
     roles = set(ROLES) if roles is None else roles
-    steps = [Step(state, "begin_batch", "batch", "ack", roles - _GRADIENTS),
-             Step(state, "begin_batch", "batch", "gradients", roles & _GRADIENTS)]
+    steps = [Step(state, "begin_batch", "searched", "local_best", roles & _LOCAL_BEST),
+             Step(state, "begin_batch", "searched", "encrypted_histograms", roles & _ENCRYPTED)]
     return [step for step in steps if step.roles]
 
 
@@ -134,8 +138,7 @@ FEDERATED_FOREST = Protocol(
             "set_up": "after setup",
             "labels_out": "after export_labels",
             "configured": "after configure",
-            "batch": "after begin_batch",
-            "searched": "after a level's find_splits",
+            "searched": "after a level's find_splits (a batch's first level: begin_batch)",
             "scored": "after a level's evaluate_encrypted",
             "applied": "after a level's apply_splits"},
     steps=[
@@ -147,14 +150,21 @@ FEDERATED_FOREST = Protocol(
         Step("labels_out", "configure", "configured", "ack", _HOLDER),
         *_batch_begins("configured"),
         Step("configured", "finalize", "idle", "ack"),  # every batch restored from checkpoints
-        Step(("batch", "applied"), "find_splits", "searched", "local_best", _LOCAL_BEST),
-        Step(("batch", "applied"), "find_splits", "searched", "encrypted_histograms", _ENCRYPTED),
+        Step("applied", "find_splits", "searched", "local_best", _LOCAL_BEST),
+        Step("applied", "find_splits", "searched", "encrypted_histograms", _ENCRYPTED),
+        # a batch's last level (no node may split) asks the label holder alone (plain modes): only a plain
+        # passive party goes from its last apply_splits to the next batch or the end
+        Step("applied", "finalize", "idle", "ack", _SKIPPED_AT_LAST_LEVEL),
+        *_batch_begins("applied", _SKIPPED_AT_LAST_LEVEL),
         Step("searched", "evaluate_encrypted", "scored", "encrypted_best", _SCORES),
         *_level_ends("searched", _SEARCH_ENDS_LEVEL),
         *_level_ends("scored", _SCORES),
     ])
 """What a vertical party answers, in which order, per role (see the module docstring)."""
 
+
+SearchRequest = tuple[np.ndarray, np.ndarray, np.ndarray, float]
+"""A level request's candidates, checked: feat_ptr, the features' local indices, ranks, least leaf weight."""
 
 _CODE_ROWS = 1 << 16
 
@@ -512,6 +522,11 @@ class VerticalParty:
 
     # -- growth ---------------------------------------------------------------------------------
     def _on_begin_batch(self, message: Message) -> Message:
+        """A batch starts (each tree's rows in its root), and its first level is searched as `find_splits`.
+
+        The search's fields are checked before anything changes, so a refused message leaves the party as
+        it was. Boosting's label holder adds the round's (g, h) (or their ciphertexts) to its answer.
+        """
         h = message.header
         trees, n_draws = h["trees"], h["n_draws"]
         _require(isinstance(trees, list) and 0 < len(trees) <= MAX_TREES_PER_BATCH
@@ -521,26 +536,28 @@ class VerticalParty:
         _require(n_draws is None or (isinstance(n_draws, int) and 0 < n_draws <= max(n_rows, 1)),
                  self.name, f"n_draws must be between 1 and the {n_rows} rows, got {n_draws!r}")
         _require(self._boosting or self.rows.labelled, self.name, "configure must come before begin_batch")
-        reply = Message("ack")
+        _require(not self._boosting or n_draws is None, self.name, "boosting takes every row: no bootstrap")
+        seed = h.int("seed")
+        request = self._search_request(message, len(trees))
         if self._boosting:
-            _require(n_draws is None, self.name, "boosting takes every row: no bootstrap")
             gh = self._round_gradients(message, trees)
-            self.rows.begin_batch(h.int("seed"), list(trees), None, targets=gh)
-            if self._boost is not None:
-                reply = self._gradients_reply(gh)
+            self.rows.begin_batch(seed, list(trees), None, targets=gh)
         else:
-            self.rows.begin_batch(h.int("seed"), list(trees), n_draws)
+            self.rows.begin_batch(seed, list(trees), n_draws)
         self._batch_start = len(self._splits)
         self._candidates = None
+        reply = self._search(request, None)
+        if self._boost is not None:
+            reply.arrays.update(self._gradients(gh))
         return reply
 
-    def _gradients_reply(self, gh: np.ndarray) -> Message:
+    def _gradients(self, gh: np.ndarray) -> dict[str, np.ndarray]:
         """The label holder's round for the others: (g, h) as they are, or their packed ciphertexts."""
         boost, crypto = self._boost, self._label_crypto
         assert boost is not None and boost.grid is not None, "begin_round made this round's grid"
         if crypto is None:
-            return Message("gradients", {}, {"gh": gh.reshape(-1, 2)})
-        return Message("gradients", {}, {"enc_gh": crypto.encrypt_gradients(boost.grid, boost.integers)})
+            return {"gh": gh.reshape(-1, 2)}
+        return {"enc_gh": crypto.encrypt_gradients(boost.grid, boost.integers)}
 
     def _round_gradients(self, message: Message, trees: list[int]) -> np.ndarray:
         """Boosting: the round's (g, h) per tree, (len(trees), n_rows, 2): the holder's own, or relayed.
@@ -596,11 +613,16 @@ class VerticalParty:
         return idx
 
     def _on_find_splits(self, message: Message) -> Message:
+        """A level's search: the last level's splits applied (the owners' bitmaps), then `_search`."""
         a, h = message.arrays, message.header
         if not self.rows.in_batch:
             raise _refused(self.name, "find_splits before begin_batch")
         parents = self._apply_previous_splits(a, h.int("party_index")) if "split_mask" in a else None
-        n_open = len(self.rows.node_sizes())
+        return self._search(self._search_request(message, len(self.rows.node_sizes())), parents)
+
+    def _search_request(self, message: Message, n_open: int) -> SearchRequest:
+        """A level request's candidates for `n_open` nodes, checked (`SearchRequest`)."""
+        a, h = message.arrays, message.header
         feat_global = _indices(a["feat_global"], len(self._global_to_local), self.name, "feat_global")
         feat_local = self._global_to_local[feat_global].astype(np.int32)
         if np.any(feat_local < 0):
@@ -614,6 +636,14 @@ class VerticalParty:
                  self.name, "feat_rank must give a non-negative rank per candidate")
         min_leaf = h.number("min_samples_leaf")
         _require(np.isfinite(min_leaf) and min_leaf >= 0, self.name, "min_samples_leaf must be a number >= 0")
+        return feat_ptr, feat_local, feat_rank, min_leaf
+
+    def _search(self, request: SearchRequest, parents: np.ndarray | None) -> Message:
+        """This party's best split per open node (plain), or its encrypted histograms (encrypted labels).
+
+        `parents`: the last level's nodes that split (None: a batch's first level).
+        """
+        feat_ptr, feat_local, feat_rank, min_leaf = request
         binner = self._binned()
         if self._passive_crypto is not None:
             self._candidates = None

@@ -50,7 +50,8 @@ def test_boosting_on_dask_is_the_in_process_model(loss, workers, request, shuffl
     assert len(shuffled) == 3 and all(len(rows.blocks) == 5 for rows in shuffled)
     assert _model_bytes(got, frames) == _model_bytes(expected, frames)
     sent, received = _payloads(expected), _payloads(got)
-    assert [p for p in received if p[2] == "gradients"] == [p for p in sent if p[2] == "gradients"] != []
+    batches = [p for p in sent if p[2] == "begin_batch"]  # each carries its round's (g, h) to the parties
+    assert [p for p in received if p[2] == "begin_batch"] == batches != []
     assert received == sent  # every message, byte for byte: the rounds' (g, h), gains, bits, leaf sums
     assert [type(p.rows).__name__ for p in got.parties_] == ["LocalRows"] * 3  # the rows left the cluster
 

@@ -393,7 +393,8 @@ def test_a_message_of_another_role_or_mode_is_refused() -> None:
     parties = _until("vertical-paillier", "holder", "", after="find_splits")
     with pytest.raises(ProtocolError,
                        match=r"refuses 'apply_splits' out of protocol order: in state 'searched' "
-                             r"\(after a level's find_splits\) it expects evaluate_encrypted"):
+                             r"\(after a level's find_splits \(a batch's first level: begin_batch\)\) "
+                             r"it expects evaluate_encrypted"):
         parties["holder"].handle(Message("apply_splits"))
 
 

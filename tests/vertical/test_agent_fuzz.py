@@ -92,7 +92,8 @@ def test_perturbed_messages_never_crash_or_hang_an_agent(tmp_path) -> None:
     prefix = recorded[:[m.kind for m in recorded].index("begin_batch") + 1]  # a session up to its first level
     target = agents["p1"]
     # A correct agent must answer these unperturbed in this state: a new session's validation_report, and the
-    # first level's find_splits that follows the prefix.
+    # message that follows the prefix (begin_batch is the first level's search: its apply_splits, or the next
+    # level's find_splits).
     valid_next = {i for i, m in enumerate(recorded) if m.kind == "validation_report"} | {len(prefix)}
     rng = np.random.default_rng(FUZZ_SEED)  # the only source of the perturbations (see the note below)
     outcomes, wrongly_refused, must_answer, internal = {"answered": 0, "refused": 0}, [], 0, []

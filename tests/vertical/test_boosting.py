@@ -111,8 +111,9 @@ def test_passive_parties_receive_gradients_not_labels() -> None:
     begins = [m for _, to, m in sent if m.kind == "begin_batch" and to in passive]
     assert len(begins) == len(passive) * PARAMS["n_estimators"]
     assert all(m.arrays["gh"].shape == (len(table), 2) for m in begins)
-    gradients = [frm for frm, _, m in sent if m.kind == "gradients"]
-    assert gradients == [holder] * PARAMS["n_estimators"]
+    # the label holder's round (g, h) come with its answer to the round's begin_batch (its first level)
+    gradients = [(frm, m.kind) for frm, _, m in sent if "gh" in m.arrays and frm != "master"]
+    assert gradients == [(holder, "local_best")] * PARAMS["n_estimators"]
     labels = [m for _, _, m in sent if m.kind == "labels"]
     assert len(labels) == 1 and not labels[0].arrays  # the label holder exports no labels
 
@@ -137,7 +138,7 @@ def test_a_passive_party_refuses_gradients_off_a_grid_of_exact_sums() -> None:
         if message.kind == "begin_batch":
             gh = message.arrays["gh"].copy()
             gh[3, 0] += gh[3, 0] * 2.0**-50  # below any step of the round's grid
-            message = Message("begin_batch", message.header, {"gh": gh})
+            message = Message("begin_batch", message.header, {**message.arrays, "gh": gh})
         return passive.handle(message)
 
     params = BoostingParams(task="classification", n_estimators=1, max_depth=2, random_state=1)
@@ -226,3 +227,44 @@ def test_gain_importances_are_the_single_partys_split_by_party(loss) -> None:
         pd.testing.assert_series_equal(joined[expected.index], expected)
         shares = model.master_.party_importance_shares()
         assert shares == pytest.approx({name: float(s.sum()) for name, s in per_party.items()}, abs=1e-12)
+
+
+def test_a_refused_begin_batch_leaves_the_label_holders_round_and_margins_as_they_were() -> None:
+    """A bad seed is refused before the holder adds the last round's leaves to its margins (review).
+
+    Read after them, the refusal left the round counted and the leaves added: the next begin_batch added them
+    again.
+    """
+    from fedcore.errors import ProtocolError
+    from fedcore.protocol.messages import Header
+    from fedcore.transport.inprocess import InProcessTransport
+    from fedcore.trees.boosting import BoostingParams
+    from fedcore.vertical.master import VerticalMaster
+    from fedcore.vertical.party import VerticalParty
+
+    holder_frame, passive_frame = split_vertical(mixed_table(n_rows=80, seed=5), 2, label="target", seed=7,
+                                                 label_party=0)
+    holder = VerticalParty("holder", holder_frame, "target", feature_key=b"k" * 32)
+    passive = VerticalParty("passive", passive_frame, feature_key=b"k" * 32)
+    refused: list[str] = []
+
+    def with_a_bad_seed_first(message: Message) -> Message:
+        boost = holder._boost
+        if message.kind == "begin_batch" and boost is not None and boost.round == 1 and not refused:
+            before = boost.margins.copy()
+            with pytest.raises(ProtocolError) as error:
+                bad_seed = Header({**message.header, "seed": "one"})
+                holder.handle(Message("begin_batch", bad_seed, message.arrays))
+            refused.append(str(error.value))
+            assert boost.round == 1 and np.array_equal(boost.margins, before)
+        return holder.handle(message)
+
+    params = BoostingParams(task="classification", n_estimators=3, max_depth=2, random_state=1)
+    transport = InProcessTransport({"holder": with_a_bad_seed_first, "passive": passive.handle})
+    model = VerticalMaster(transport, params).fit()
+    assert len(refused) == 1 and "seed" in refused[0]
+    expected = VerticalMaster(InProcessTransport({
+        "holder": VerticalParty("holder", holder_frame, "target", feature_key=b"k" * 32).handle,
+        "passive": VerticalParty("passive", passive_frame, feature_key=b"k" * 32).handle}), params).fit()
+    for field in ("tree", "node", "left", "right", "owner", "weight", "value"):  # the refusal changed none
+        np.testing.assert_array_equal(getattr(model, field), getattr(expected, field))

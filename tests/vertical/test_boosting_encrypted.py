@@ -68,7 +68,7 @@ def test_no_plaintext_gradient_reaches_a_passive_party_or_the_master() -> None:
     holder = encrypted.label_holder_.name
     # the plain run's rounds: what the label holder would have sent (the same (g, h): the models are equal)
     rounds = [Message.from_bytes(e.payload).arrays["gh"] for e in plain.transcript_
-              if Message.from_bytes(e.payload).kind == "gradients"]
+              if e.receiver == "master" and "gh" in Message.from_bytes(e.payload).arrays]
     assert len(rounds) == PARAMS["n_estimators"]
     leaks = [run for gh in rounds for column in (gh[:, 0], gh[:, 1], gh.ravel()) for run in _runs(column)]
     assert len(leaks) >= 3 * len(rounds)
@@ -84,9 +84,11 @@ def test_no_plaintext_gradient_reaches_a_passive_party_or_the_master() -> None:
         assert not any(run in entry.payload for run in leaks), (entry.sender, entry.receiver, message.kind)
         assert "gh" not in message.arrays and "y" not in message.arrays and "stats" not in message.arrays \
             or entry.sender == holder  # the holder's own node statistics go to the master, as in plain mode
-        if message.kind in ("gradients", "begin_batch") and "enc_gh" in message.arrays:
-            seen_rounds += message.kind == "gradients"
-            assert set(message.arrays) == {"enc_gh"}
+        if "enc_gh" in message.arrays:  # the label holder's answer to begin_batch, relayed in the others'
+            assert message.kind in ("local_best", "begin_batch")
+            seen_rounds += message.kind == "local_best"
+            assert set(message.arrays) == ({"enc_gh", "gain", "rank", "stats"} if message.kind == "local_best"
+                                           else {"enc_gh", "feat_ptr", "feat_global", "feat_rank"})
             assert message.arrays["enc_gh"].dtype == np.uint8
             assert message.arrays["enc_gh"].shape == (len(table), scheme("ou").ciphertext_bytes(1024))
     assert seen_rounds == PARAMS["n_estimators"]
@@ -142,8 +144,9 @@ def test_a_passive_party_refuses_a_round_that_is_not_one_ciphertext_per_row_and_
     def passive(message: Message) -> Message:
         if message.kind == "begin_batch":
             enc_gh = message.arrays["enc_gh"]
-            arrays = ({"enc_gh": enc_gh[:-1]} if tamper == "a row short"
-                      else {"gh": np.zeros((len(enc_gh), 2))})
+            arrays = {name: a for name, a in message.arrays.items() if name != "enc_gh"}
+            arrays.update({"enc_gh": enc_gh[:-1]} if tamper == "a row short"
+                          else {"gh": np.zeros((len(enc_gh), 2))})
             message = Message("begin_batch", message.header, arrays)
         return parties["passive"].handle(message)
 

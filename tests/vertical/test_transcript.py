@@ -20,8 +20,9 @@ def test_training_rounds_grow_with_depth_only(n_estimators: int, n_rows: int) ->
     parties = split_vertical(table, 2, label="target", seed=0)
     model = FederatedForestClassifier(n_estimators=n_estimators, max_depth=depth).fit(parties, label="target")
     assert model.master_.structure.max_depth() == depth
-    # setup, labels, configure, finalize + per batch: begin, (find + apply) per split level, final find
-    assert model.communication_["rounds"] == 4 + (1 + 2 * depth + 1)
+    # setup, labels, configure, finalize + per batch: begin (the first level's find), apply, then
+    # (find + apply) per further split level, final find
+    assert model.communication_["rounds"] == 4 + (2 * depth + 1)
 
 
 def test_tree_batches_add_rounds_per_batch() -> None:
@@ -29,4 +30,4 @@ def test_tree_batches_add_rounds_per_batch() -> None:
     parties = split_vertical(table, 2, label="target", seed=0)
     model = FederatedForestClassifier(n_estimators=6, max_depth=3,
                                       tree_batch_size=2).fit(parties, label="target")
-    assert model.communication_["rounds"] == 4 + 3 * (1 + 2 * 3 + 1)
+    assert model.communication_["rounds"] == 4 + 3 * (2 * 3 + 1)
