@@ -51,7 +51,7 @@ demo: venv
 	$(RUN_ENV) $(BIN)/fedforest demo
 
 ## test: the suite without the tests marked slow (flows, Prefect servers, agent processes, the README tour),
-## one worker per core (at most 4; whole files per worker): about five minutes on two cores; CI (.ci/run)
+## one worker per core (at most 4; whole files per worker): about 4.5 minutes on two cores; CI (.ci/run)
 ## runs test-slow after it. PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= auto
 test: venv
