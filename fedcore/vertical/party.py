@@ -590,8 +590,12 @@ class VerticalParty:
                                             "whose sums are exact, as the label holder's do")
         return gh
 
-    def _apply_previous_splits(self, arrays: Arrays, my_index: int) -> np.ndarray:
-        """Split the open nodes with the owners' bitmaps; returns the positions of the nodes that split."""
+    def _previous_splits(self, arrays: Arrays,
+                         my_index: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+        """The last level's splits from the owners' bitmaps, checked but not applied.
+
+        Returns the rows' `split` arguments (mask, packed bits, offsets) and the positions of the split nodes.
+        """
         assert self.rows.in_batch, "the protocol admits find_splits only after begin_batch (the partition)"
         sizes = self.rows.node_sizes()
         n_nodes = len(sizes)
@@ -609,16 +613,24 @@ class VerticalParty:
                 _require(key[5:].isdigit(), self.name, f"array {key!r} must name a party's index")
                 pieces.append((owners == int(key[5:]), arrays.typed(key, "u")))
         packed, offsets = scatter_node_bytes(pieces, lengths)
-        self.rows.split(split_mask, packed, offsets)
-        return idx
+        return (split_mask, packed, offsets), idx
 
     def _on_find_splits(self, message: Message) -> Message:
-        """A level's search: the last level's splits applied (the owners' bitmaps), then `_search`."""
+        """A level's search: the last level's splits applied (the owners' bitmaps), then `_search`.
+
+        Everything is checked before the splits are applied (each split node's two children are the level's
+        open nodes), so a refused message leaves the partition as it was.
+        """
         a, h = message.arrays, message.header
         if not self.rows.in_batch:
             raise _refused(self.name, "find_splits before begin_batch")
-        parents = self._apply_previous_splits(a, h.int("party_index")) if "split_mask" in a else None
-        return self._search(self._search_request(message, len(self.rows.node_sizes())), parents)
+        if "split_mask" not in a:
+            return self._search(self._search_request(message, len(self.rows.node_sizes())), None)
+        split, parents = self._previous_splits(a, h.int("party_index"))
+        request = self._search_request(message, 2 * len(parents))
+        self.rows.split(*split)
+        assert len(self.rows.node_sizes()) == 2 * len(parents), "a split node's children are the open nodes"
+        return self._search(request, parents)
 
     def _search_request(self, message: Message, n_open: int) -> SearchRequest:
         """A level request's candidates for `n_open` nodes, checked (`SearchRequest`)."""

@@ -162,3 +162,29 @@ def test_unsigned_keys_and_parties_without_an_identity_are_refused(federation) -
                        match="party 'east' needs its own signing identity to authenticate its "
                              r"secure-aggregation key \(got none\)"):
         _fit(federation, without_east)
+
+
+class RoundTransport(RelayTransport):
+    """A master that names a masked cells round outside the 64-bit round ids: each party refuses it."""
+
+    def exchange(self, requests: dict[str, Message]) -> dict[str, Message]:
+        requests = {name: Message(m.kind, {**m.header, "round_id": 1 << 64}, m.arrays)
+                    if m.kind == "ppdert_cells" else m for name, m in requests.items()}
+        return super().exchange(requests)
+
+
+def test_a_masked_cells_round_beyond_64_bits_is_refused_before_its_multipliers_are_drawn(federation) -> None:
+    """Drawn first, the multipliers' round counter overflowed: our OverflowError, not the peer's refusal."""
+    from fedcore.errors import ProtocolError
+
+    plain = federation.plain
+    k = plain.params.n_candidate_features(plain.schema_.n_features)
+    parties = [PPDERTParty(name, frame, plain.schema_, seed=OPTIONS["random_state"], low=plain._low,
+                           high=plain._high, k=k, identity=federation.identities[name])
+               for name, frame in federation.frames.items()]
+    transport = RoundTransport({p.name: p.handle for p in parties})
+    master = PPDERTMaster(transport, plain.params, plain.schema_, low=plain._low, high=plain._high,
+                          session_id=b"session-0002")
+    with pytest.raises(ProtocolError, match=r"party 'north': round_id must be in \[0, 2\*\*64\), "
+                                            r"got 18446744073709551616"):
+        master.fit()

@@ -268,3 +268,46 @@ def test_a_refused_begin_batch_leaves_the_label_holders_round_and_margins_as_the
         "passive": VerticalParty("passive", passive_frame, feature_key=b"k" * 32).handle}), params).fit()
     for field in ("tree", "node", "left", "right", "owner", "weight", "value"):  # the refusal changed none
         np.testing.assert_array_equal(getattr(model, field), getattr(expected, field))
+
+
+def test_a_refused_find_splits_leaves_the_partition_as_it_was() -> None:
+    """Candidates that do not fit the level are refused before the last level's splits are applied (review).
+
+    Applied first, the refusal left the nodes split, and the master's next find_splits split them again.
+    """
+    from fedcore.errors import ProtocolError
+    from fedcore.protocol.messages import Arrays
+    from fedcore.transport.inprocess import InProcessTransport
+    from fedcore.trees.boosting import BoostingParams
+    from fedcore.vertical.master import VerticalMaster
+    from fedcore.vertical.party import VerticalParty
+
+    holder_frame, passive_frame = split_vertical(mixed_table(n_rows=80, seed=5), 2, label="target", seed=7,
+                                                 label_party=0)
+    params = BoostingParams(task="classification", n_estimators=2, max_depth=3, random_state=1)
+
+    def parties() -> tuple[VerticalParty, VerticalParty]:
+        return (VerticalParty("holder", holder_frame, "target", feature_key=b"k" * 32),
+                VerticalParty("passive", passive_frame, feature_key=b"k" * 32))
+
+    holder, passive = parties()
+    refused: list[str] = []
+
+    def a_bad_request_first(message: Message) -> Message:
+        if message.kind == "find_splits" and "split_mask" in message.arrays and not refused:
+            before = passive.rows.node_sizes().copy()
+            bad = Arrays({**message.arrays, "feat_ptr": message.arrays["feat_ptr"][:-1]})
+            with pytest.raises(ProtocolError) as error:
+                passive.handle(Message("find_splits", message.header, bad))
+            refused.append(str(error.value))
+            np.testing.assert_array_equal(passive.rows.node_sizes(), before)
+        return passive.handle(message)
+
+    model = VerticalMaster(InProcessTransport({"holder": holder.handle, "passive": a_bad_request_first}),
+                           params).fit()
+    assert refused == ["party 'passive' refuses the request: feat_ptr must index the candidates per node"]
+    holder, passive = parties()
+    expected = VerticalMaster(InProcessTransport({"holder": holder.handle, "passive": passive.handle}),
+                              params).fit()
+    for field in ("tree", "node", "left", "right", "owner", "weight", "value"):
+        np.testing.assert_array_equal(getattr(model, field), getattr(expected, field))
