@@ -244,9 +244,7 @@ class PPDERTParty:
         if not self._agreed:
             raise ProtocolError(f"party {self.name!r}: no peer keys were relayed before the first masked "
                                 "round")
-        round_id = h.int("round_id")
-        if not 0 <= round_id < 1 << 64:  # checked before its multipliers are drawn from it
-            raise ProtocolError(f"party {self.name!r}: round_id must be in [0, 2**64), got {round_id}")
+        round_id = h.int("round_id", 0, (1 << 64) - 1)  # in range before its multipliers are drawn from it
         hidden = extreme_cell_indicators(low, high, grid_low, grid_high, self.n_cells, cell_multipliers(
             self._secret, round_id, low.size * 2 * self.n_cells)).reshape(-1)
         return Message("ppdert_masked_cells", {}, {"masked": self.aggregator.mask(
